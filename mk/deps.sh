@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Checks that the Debian 12 packages pail builds and tests with are present.
+# As root, installs what is missing with apt-get; otherwise prints the exact
+# apt-get line and exits 1. Usage: mk/deps.sh build|test|all
+set -euo pipefail
+what=${1:-build}
+
+# pkg-config module : Debian package
+build_pc=(
+  "hdf5:libhdf5-dev" "libcurl:libcurl4-openssl-dev" "openssl:libssl-dev"
+  "libevent:libevent-dev" "libevent_openssl:libevent-dev" "libevent_pthreads:libevent-dev"
+  "jansson:libjansson-dev" "libpcre2-8:libpcre2-dev" "libutf8proc:libutf8proc-dev"
+  "openblas:libopenblas-dev" "libxml-2.0:libxml2-dev" "check:check" "zlib:zlib1g-dev"
+)
+# command : Debian package
+build_cmd=("gcc:gcc" "make:make" "pkg-config:pkg-config")
+test_cmd=("h5dump:hdf5-tools" "aws:awscli" "s3cmd:s3cmd" "python3:python3" "curl:curl" "openssl:openssl")
+test_pkg=("python3-venv")
+
+missing=()
+if ! command -v pkg-config >/dev/null 2>&1; then missing+=(pkg-config); fi
+for pair in "${build_cmd[@]}"; do
+  command -v "${pair%%:*}" >/dev/null 2>&1 || missing+=("${pair##*:}")
+done
+if command -v pkg-config >/dev/null 2>&1; then
+  for pair in "${build_pc[@]}"; do
+    pkg-config --exists "${pair%%:*}" || missing+=("${pair##*:}")
+  done
+else
+  for pair in "${build_pc[@]}"; do missing+=("${pair##*:}"); done
+fi
+if [ "$what" != build ]; then
+  for pair in "${test_cmd[@]}"; do
+    command -v "${pair%%:*}" >/dev/null 2>&1 || missing+=("${pair##*:}")
+  done
+  for p in "${test_pkg[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+  done
+fi
+[ ${#missing[@]} -eq 0 ] && exit 0
+mapfile -t missing < <(printf '%s\n' "${missing[@]}" | sort -u)
+line="apt-get install -y ${missing[*]}"
+if [ "$(id -u)" -ne 0 ]; then
+  echo "deps: missing Debian packages: ${missing[*]}" >&2
+  echo "deps: run as root:  $line" >&2
+  exit 1
+fi
+echo "deps: installing ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq >&2
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
