@@ -1,0 +1,42 @@
+// grpo-ctl: the operator's tool. Dispatches to one subcommand in src/ctl/.
+#include <stdio.h>
+#include <string.h>
+#include "core/log.h"
+#include "ctl/ctl.h"
+
+static const CtlCommand commands[] = {
+    {"put", ctl_put, "upload a local file to URL"},
+    {"get", ctl_get, "download URL to a file or stdout"},
+    {"ls", ctl_ls, "list keys under URL"},
+    {"stat", ctl_stat, "size, etag, mtime and metadata of URL"},
+    {"rm", ctl_rm, "delete URL"},
+};
+static const int ncommands = sizeof commands / sizeof commands[0];
+
+static void usage(FILE *out) {
+    fprintf(out, "usage: grpo-ctl COMMAND [flags] [args]\n\n"
+                 "The operator's tool for pail runs and buckets. URLs are file:///abs/dir/key or\n"
+                 "s3://bucket/key; s3 endpoints and credentials come from --endpoint and the AWS_*\n"
+                 "environment (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, ...).\n\n"
+                 "commands:\n");
+    for (int i = 0; i < ncommands; i++) fprintf(out, "  %-12s %s\n", commands[i].name, commands[i].summary);
+    fprintf(out, "\n`grpo-ctl COMMAND --help` lists a command's flags.\n");
+}
+
+int main(int argc, char **argv) {
+    log_init("grpo-ctl", LOG_INFO);
+    if (argc < 2) { usage(stderr); return 2; }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return 0;
+    }
+    for (int i = 0; i < ncommands; i++)
+        if (!strcmp(argv[1], commands[i].name)) {
+            char name[64];
+            snprintf(name, sizeof name, "grpo-ctl %s", commands[i].name);
+            argv[1] = name;
+            return commands[i].run(argc - 1, argv + 1);
+        }
+    fprintf(stderr, "grpo-ctl: unknown command '%s' (see grpo-ctl --help)\n", argv[1]);
+    return 2;
+}

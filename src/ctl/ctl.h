@@ -1,0 +1,37 @@
+// grpo-ctl subcommands, one file each in src/ctl/. Each takes the arguments after
+// the subcommand name (argv[0] is "grpo-ctl NAME") and returns the exit status:
+// 0 success, 1 runtime failure, 2 usage error.
+#pragma once
+#include "core/flags.h"
+#include "store/store.h"
+
+typedef struct {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *summary;
+} CtlCommand;
+
+int ctl_put(int argc, char **argv);
+int ctl_get(int argc, char **argv);
+int ctl_ls(int argc, char **argv);
+int ctl_stat(int argc, char **argv);
+int ctl_rm(int argc, char **argv);
+
+// The store options every store-facing subcommand takes (--endpoint, --region,
+// --ca-bundle, --allow-http, --addressing, --retry-seconds), appended to a
+// subcommand's own flag table by ctl_store_flags().
+typedef struct {
+    char *endpoint, *region, *ca_bundle, *addressing;
+    bool allow_http;
+    double retry_seconds;
+} CtlStoreFlags;
+#define CTL_STORE_NFLAGS 6
+void ctl_store_flags(Flag *out, CtlStoreFlags *dst);
+// Splits a URL "file:///abs/dir/key" or "s3://bucket/key" into a store root URL
+// and a key, opens the store. key may be "" (bucket root / "/").
+int ctl_open_url(const char *url, const CtlStoreFlags *sf, Store **st, char *key, size_t keycap,
+                 PailErr *err);
+// Parses flags for a subcommand; returns -1 to continue, or an exit status
+// (0 after --help, 2 on a usage error, printed).
+int ctl_parse(const char *usage, const char *about, Flag *fl, int n, int argc, char **argv,
+              char ***pos, int *npos);
