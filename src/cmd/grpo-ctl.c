@@ -25,7 +25,10 @@ static void usage(FILE *out) {
 
 int main(int argc, char **argv) {
     log_init("grpo-ctl", LOG_INFO);
-    if (argc < 2) { usage(stderr); return 2; }
+    if (argc < 2) {
+        fprintf(stderr, "grpo-ctl: missing command (see grpo-ctl --help)\n");
+        return 2;
+    }
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         usage(stdout);
         return 0;
