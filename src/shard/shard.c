@@ -1,0 +1,215 @@
+// Rollout shard reader/writer on HDF5 (see shard.h; layout in doc/formats.md).
+#include "shard/shard.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "shard/h5file.h"
+
+#define MAX_ELEMS (INT64_C(1) << 31)
+
+int64_t shard_group_size(const RolloutShard *s) { return s->P > 0 ? s->N / s->P : 0; }
+
+static int check_offsets(const int64_t *off, int64_t n, int64_t total, const char *what, const char *name,
+                         PailErr *err) {
+    if (off[0] != 0) return err_set(err, PAIL_ERR_INVALID, "shard %s: %s_offsets[0] is %lld, expected 0", name, what, (long long)off[0]);
+    for (int64_t i = 0; i < n; i++)
+        if (off[i + 1] < off[i])
+            return err_set(err, PAIL_ERR_INVALID, "shard %s: %s_offsets decreases at %lld (%lld -> %lld)", name, what,
+                           (long long)i, (long long)off[i], (long long)off[i + 1]);
+    if (off[n] != total)
+        return err_set(err, PAIL_ERR_INVALID, "shard %s: dataset '%s_ids' has %lld values, %s_offsets says %lld", name,
+                       what, (long long)total, what, (long long)off[n]);
+    return 0;
+}
+
+static int check_ids(const int32_t *ids, int64_t n, int64_t vocab, const char *what, const char *name, PailErr *err) {
+    for (int64_t i = 0; i < n; i++)
+        if (ids[i] < 0 || (vocab > 0 && ids[i] >= vocab))
+            return err_set(err, PAIL_ERR_INVALID, "shard %s: %s_ids[%lld] = %d is outside the vocabulary [0, %lld)", name,
+                           what, (long long)i, ids[i], (long long)vocab);
+    return 0;
+}
+
+// Totals implied by the offsets (the ids arrays are as long as the last offset).
+static int64_t n_prompt_tokens(const RolloutShard *s) { return s->prompt_offsets[s->P]; }
+static int64_t n_completion_tokens(const RolloutShard *s) { return s->completion_offsets[s->N]; }
+
+static int check_body(const RolloutShard *s, int64_t ptok, int64_t ctok, int64_t vocab, const char *name,
+                      PailErr *err) {
+    if (s->P <= 0 || s->N <= 0) return err_set(err, PAIL_ERR_INVALID, "shard %s: no prompts or no completions (P=%lld, N=%lld)", name, (long long)s->P, (long long)s->N);
+    if (s->N % s->P) return err_set(err, PAIL_ERR_INVALID, "shard %s: %lld completions for %lld prompts is not a whole group size", name, (long long)s->N, (long long)s->P);
+    if (s->K < 0 || s->K > SHARD_MAX_COMPONENTS) return err_set(err, PAIL_ERR_INVALID, "shard %s: %lld reward components (max %d)", name, (long long)s->K, SHARD_MAX_COMPONENTS);
+    if (check_offsets(s->prompt_offsets, s->P, ptok, "prompt", name, err) < 0) return -1;
+    if (check_offsets(s->completion_offsets, s->N, ctok, "completion", name, err) < 0) return -1;
+    if (check_ids(s->prompt_ids, ptok, vocab, "prompt", name, err) < 0) return -1;
+    if (check_ids(s->completion_ids, ctok, vocab, "completion", name, err) < 0) return -1;
+    int64_t G = s->N / s->P;
+    for (int64_t i = 0; i < s->N; i++) {
+        if (s->group[i] < 0 || s->group[i] >= s->P)
+            return err_set(err, PAIL_ERR_INVALID, "shard %s: group[%lld] = %d is not a prompt index in [0, %lld)", name, (long long)i, s->group[i], (long long)s->P);
+        if (s->group[i] != i / G)  // a group's G completions stay together
+            return err_set(err, PAIL_ERR_INVALID, "shard %s: group[%lld] = %d, expected %lld (groups of %lld stored contiguously)", name, (long long)i, s->group[i], (long long)(i / G), (long long)G);
+        if (s->finish_reason[i] > FINISH_LENGTH)
+            return err_set(err, PAIL_ERR_INVALID, "shard %s: finish_reason[%lld] = %d (0 stop, 1 length)", name, (long long)i, s->finish_reason[i]);
+        if (s->reward_valid[i] > 1)
+            return err_set(err, PAIL_ERR_INVALID, "shard %s: reward_valid[%lld] = %d (0 or 1)", name, (long long)i, s->reward_valid[i]);
+        if (s->reward_valid[i] && !isfinite(s->rewards[i]))
+            return err_set(err, PAIL_ERR_INVALID, "shard %s: rewards[%lld] is %g but reward_valid is 1", name, (long long)i, (double)s->rewards[i]);
+    }
+    for (int64_t t = 0; t < ctok; t++)
+        if (!(s->logprobs[t] <= 0.0f) || !isfinite(s->logprobs[t]))
+            return err_set(err, PAIL_ERR_INVALID, "shard %s: logprobs[%lld] = %g is not a finite log-probability", name, (long long)t, (double)s->logprobs[t]);
+    for (int64_t k = 0; k < s->K; k++)
+        if (!s->component_names[k] || !s->component_names[k][0])
+            return err_set(err, PAIL_ERR_INVALID, "shard %s: reward component %lld has no name", name, (long long)k);
+    return 0;
+}
+
+int shard_check(const RolloutShard *s, int64_t vocab, const char *name, PailErr *err) {
+    if (!s->prompt_offsets || !s->completion_offsets || s->P <= 0 || s->N <= 0)
+        return err_set(err, PAIL_ERR_INVALID, "shard %s: empty", name);
+    return check_body(s, n_prompt_tokens(s), n_completion_tokens(s), vocab, name, err);
+}
+
+int shard_write(const RolloutShard *s, Buf *out, PailErr *err) {
+    char name[160];
+    snprintf(name, sizeof name, "%s-v%lld", s->worker_id, (long long)s->adapter_version);
+    if (shard_check(s, 0, name, err) < 0) return -1;
+    hid_t f = h5f_create_mem(name, err);
+    if (f < 0) return -1;
+    int64_t P = s->P, N = s->N, K = s->K, ptok = n_prompt_tokens(s), ctok = n_completion_tokens(s);
+    int64_t p1 = P + 1, n1 = N + 1, nk[2] = {N, K};
+    int rc = 0;
+    rc |= h5a_write_str(f, "format", SHARD_FORMAT, err);
+    rc |= h5a_write_i64(f, "format_version", SHARD_FORMAT_VERSION, err);
+    rc |= h5a_write_str(f, "run_id", s->run_id, err);
+    rc |= h5a_write_i64(f, "adapter_version", s->adapter_version, err);
+    rc |= h5a_write_str(f, "worker_id", s->worker_id, err);
+    rc |= h5a_write_i64(f, "created_unix", s->created_unix, err);
+    rc |= h5a_write_str(f, "base_sha256", s->base_sha256, err);
+    rc |= h5a_write_str(f, "tokenizer_sha256", s->tokenizer_sha256, err);
+    rc |= h5a_write_f64(f, "temperature", s->temperature, err);
+    rc |= h5a_write_f64(f, "top_p", s->top_p, err);
+    rc |= h5a_write_i64(f, "top_k", s->top_k, err);
+    rc |= h5a_write_i64(f, "max_new_tokens", s->max_new_tokens, err);
+    rc |= h5a_write_i64(f, "seed", s->seed, err);
+    rc |= h5d_write(f, "prompt_ids", H5T_NATIVE_INT32, 1, &ptok, s->prompt_ids, err);
+    rc |= h5d_write(f, "prompt_offsets", H5T_NATIVE_INT64, 1, &p1, s->prompt_offsets, err);
+    rc |= h5d_write(f, "prompt_index", H5T_NATIVE_INT64, 1, &P, s->prompt_index, err);
+    rc |= h5d_write(f, "completion_ids", H5T_NATIVE_INT32, 1, &ctok, s->completion_ids, err);
+    rc |= h5d_write(f, "completion_offsets", H5T_NATIVE_INT64, 1, &n1, s->completion_offsets, err);
+    rc |= h5d_write(f, "group", H5T_NATIVE_INT32, 1, &N, s->group, err);
+    rc |= h5d_write(f, "logprobs", H5T_NATIVE_FLOAT, 1, &ctok, s->logprobs, err);
+    rc |= h5d_write(f, "rewards", H5T_NATIVE_FLOAT, 1, &N, s->rewards, err);
+    rc |= h5d_write(f, "reward_valid", H5T_NATIVE_UINT8, 1, &N, s->reward_valid, err);
+    rc |= h5d_write(f, "reward_components", H5T_NATIVE_FLOAT, 2, nk, s->reward_components, err);
+    rc |= h5d_write(f, "finish_reason", H5T_NATIVE_UINT8, 1, &N, s->finish_reason, err);
+    if (rc == 0) {
+        hid_t ds = H5Dopen2(f, "reward_components", H5P_DEFAULT);
+        rc = h5a_write_strs(ds, "names", (const char *const *)s->component_names, (int)K, err);
+        H5Dclose(ds);
+    }
+    if (rc == 0) rc = h5f_image(f, out, name, err);
+    h5f_close(f);
+    return rc ? err_wrap(err, "shard %s", name) : 0;
+}
+
+void shard_free(RolloutShard *s) {
+    free(s->prompt_ids);
+    free(s->prompt_offsets);
+    free(s->prompt_index);
+    free(s->completion_ids);
+    free(s->completion_offsets);
+    free(s->group);
+    free(s->logprobs);
+    free(s->rewards);
+    free(s->reward_valid);
+    free(s->reward_components);
+    for (int k = 0; k < SHARD_MAX_COMPONENTS; k++) free(s->component_names[k]);
+    memset(s, 0, sizeof *s);
+}
+
+int shard_read(RolloutShard *s, const void *data, size_t len, const char *name, PailErr *err) {
+    memset(s, 0, sizeof *s);
+    hid_t f = h5f_open_mem(data, len, name, err);
+    if (f < 0) return -1;
+    char format[64];
+    int64_t version, d[2];
+    int rc = 0;
+    if (h5a_read_str(f, "format", format, sizeof format, name, err) < 0 ||
+        h5a_read_i64(f, "format_version", &version, name, err) < 0) {
+        rc = err_wrap(err, "shard");
+        goto done;
+    }
+    if (strcmp(format, SHARD_FORMAT) != 0) {
+        rc = err_set(err, PAIL_ERR_INVALID, "shard %s: format is '%s', expected '%s'", name, format, SHARD_FORMAT);
+        goto done;
+    }
+    if (version != SHARD_FORMAT_VERSION) {
+        rc = err_set(err, PAIL_ERR_INVALID,
+                     "shard %s: format_version %lld, this pail reads %d (use the pail release that wrote it, "
+                     "or regenerate the rollouts)", name, (long long)version, SHARD_FORMAT_VERSION);
+        goto done;
+    }
+    if (h5a_read_str(f, "run_id", s->run_id, sizeof s->run_id, name, err) < 0 ||
+        h5a_read_i64(f, "adapter_version", &s->adapter_version, name, err) < 0 ||
+        h5a_read_str(f, "worker_id", s->worker_id, sizeof s->worker_id, name, err) < 0 ||
+        h5a_read_i64(f, "created_unix", &s->created_unix, name, err) < 0 ||
+        h5a_read_str(f, "base_sha256", s->base_sha256, sizeof s->base_sha256, name, err) < 0 ||
+        h5a_read_str(f, "tokenizer_sha256", s->tokenizer_sha256, sizeof s->tokenizer_sha256, name, err) < 0 ||
+        h5a_read_f64(f, "temperature", &s->temperature, name, err) < 0 ||
+        h5a_read_f64(f, "top_p", &s->top_p, name, err) < 0 ||
+        h5a_read_i64(f, "top_k", &s->top_k, name, err) < 0 ||
+        h5a_read_i64(f, "max_new_tokens", &s->max_new_tokens, name, err) < 0 ||
+        h5a_read_i64(f, "seed", &s->seed, name, err) < 0) {
+        rc = err_wrap(err, "shard");
+        goto done;
+    }
+    int64_t any = -1, ptok, ctok;
+    if ((rc = h5d_read(f, "prompt_offsets", H5T_NATIVE_INT64, 1, &any, d, MAX_ELEMS, (void **)&s->prompt_offsets, name, err)) < 0) goto done;
+    s->P = d[0] - 1;
+    if ((rc = h5d_read(f, "completion_offsets", H5T_NATIVE_INT64, 1, &any, d, MAX_ELEMS, (void **)&s->completion_offsets, name, err)) < 0) goto done;
+    s->N = d[0] - 1;
+    if (s->P <= 0 || s->N <= 0) {
+        rc = err_set(err, PAIL_ERR_INVALID, "shard %s: no prompts or no completions", name);
+        goto done;
+    }
+    int64_t P = s->P, N = s->N;
+    if ((rc = h5d_read(f, "prompt_ids", H5T_NATIVE_INT32, 1, &any, &ptok, MAX_ELEMS, (void **)&s->prompt_ids, name, err)) < 0) goto done;
+    if ((rc = h5d_read(f, "prompt_index", H5T_NATIVE_INT64, 1, &P, NULL, MAX_ELEMS, (void **)&s->prompt_index, name, err)) < 0) goto done;
+    if ((rc = h5d_read(f, "completion_ids", H5T_NATIVE_INT32, 1, &any, &ctok, MAX_ELEMS, (void **)&s->completion_ids, name, err)) < 0) goto done;
+    if ((rc = h5d_read(f, "group", H5T_NATIVE_INT32, 1, &N, NULL, MAX_ELEMS, (void **)&s->group, name, err)) < 0) goto done;
+    if ((rc = h5d_read(f, "logprobs", H5T_NATIVE_FLOAT, 1, &ctok, NULL, MAX_ELEMS, (void **)&s->logprobs, name, err)) < 0) goto done;
+    if ((rc = h5d_read(f, "rewards", H5T_NATIVE_FLOAT, 1, &N, NULL, MAX_ELEMS, (void **)&s->rewards, name, err)) < 0) goto done;
+    if ((rc = h5d_read(f, "reward_valid", H5T_NATIVE_UINT8, 1, &N, NULL, MAX_ELEMS, (void **)&s->reward_valid, name, err)) < 0) goto done;
+    if ((rc = h5d_read(f, "finish_reason", H5T_NATIVE_UINT8, 1, &N, NULL, MAX_ELEMS, (void **)&s->finish_reason, name, err)) < 0) goto done;
+    int64_t nk[2] = {N, -1};
+    if ((rc = h5d_read(f, "reward_components", H5T_NATIVE_FLOAT, 2, nk, d, MAX_ELEMS, (void **)&s->reward_components, name, err)) < 0) goto done;
+    s->K = d[1];
+    if (s->K > SHARD_MAX_COMPONENTS) {
+        rc = err_set(err, PAIL_ERR_INVALID, "shard %s: %lld reward components (max %d)", name, (long long)s->K, SHARD_MAX_COMPONENTS);
+        goto done;
+    }
+    if (s->K > 0) {
+        hid_t ds = H5Dopen2(f, "reward_components", H5P_DEFAULT);
+        char **names = NULL;
+        int nn = 0;
+        rc = h5a_read_strs(ds, "names", &names, &nn, name, err);
+        H5Dclose(ds);
+        if (rc < 0) goto done;
+        for (int k = 0; k < nn; k++) {
+            if (k < SHARD_MAX_COMPONENTS) s->component_names[k] = names[k]; else free(names[k]);
+        }
+        free(names);
+        if (nn != s->K) {
+            rc = err_set(err, PAIL_ERR_INVALID, "shard %s: reward_components has %lld columns but %d names", name, (long long)s->K, nn);
+            goto done;
+        }
+    }
+    rc = check_body(s, ptok, ctok, 0, name, err);
+done:
+    h5f_close(f);
+    if (rc < 0) shard_free(s);
+    return rc < 0 ? -1 : 0;
+}

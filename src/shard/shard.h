@@ -1,0 +1,53 @@
+// Rollout shards (doc/formats.md): all completions of one adapter version
+// written by one worker, as an HDF5 file built in memory. One reader/writer
+// used by every tool: grpo-rollout writes, grpo-train and grpo-ctl read.
+// Sizes: P prompts, G completions each, N = P*G completions, K reward components.
+#pragma once
+#include <stdint.h>
+#include "core/buf.h"
+#include "core/err.h"
+
+#define SHARD_FORMAT "pail.rollout"
+#define SHARD_FORMAT_VERSION 1
+#define SHARD_MAX_COMPONENTS 32
+
+enum { FINISH_STOP = 0, FINISH_LENGTH = 1 };
+
+typedef struct {
+    // root attributes
+    char run_id[128];
+    int64_t adapter_version;
+    char worker_id[65];
+    int64_t created_unix;
+    char base_sha256[65], tokenizer_sha256[65];
+    double temperature, top_p;
+    int64_t top_k, max_new_tokens;
+    int64_t seed;
+    // sizes
+    int64_t P, N, K;
+    // datasets (owned by the shard after shard_read; borrowed while writing)
+    int32_t *prompt_ids;          // (sum of prompt lengths,)
+    int64_t *prompt_offsets;      // (P+1,) prompt p is prompt_ids[off[p]:off[p+1]]
+    int64_t *prompt_index;        // (P,) row of the prompt in the dataset
+    int32_t *completion_ids;      // (sum of completion lengths,)
+    int64_t *completion_offsets;  // (N+1,)
+    int32_t *group;               // (N,) index into prompts
+    float *logprobs;              // (sum of completion lengths,) behaviour log-probs
+    float *rewards;               // (N,)
+    uint8_t *reward_valid;        // (N,) 0: reward failed, left out of the loss
+    float *reward_components;     // (N, K)
+    char *component_names[SHARD_MAX_COMPONENTS];  // K names
+    uint8_t *finish_reason;       // (N,) FINISH_STOP / FINISH_LENGTH
+} RolloutShard;
+
+// Checks sizes, offsets (start at 0, non-decreasing, end at the id count),
+// groups (in range, each prompt has the same number G of completions, stored
+// contiguously), token ids in [0, vocab) when vocab > 0, finite logprobs <= 0
+// and finite valid rewards. name is used in messages.
+int shard_check(const RolloutShard *s, int64_t vocab, const char *name, PailErr *err);
+// Serializes a checked shard into an HDF5 file image appended to out.
+int shard_write(const RolloutShard *s, Buf *out, PailErr *err);
+// Parses and checks a shard file image; on failure nothing is left allocated.
+int shard_read(RolloutShard *s, const void *data, size_t len, const char *name, PailErr *err);
+void shard_free(RolloutShard *s);  // frees what shard_read allocated
+int64_t shard_group_size(const RolloutShard *s);  // G = N / P

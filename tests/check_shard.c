@@ -1,0 +1,261 @@
+// Check suite for src/shard: rollout shard round trip, h5dump readability, and
+// rejection of bad files (truncated, wrong format or version, inconsistent
+// offsets, groups, types, missing datasets) with messages naming the problem.
+// With PAIL_SHARD_SAMPLE=PATH set, also writes a sample shard there (the
+// integration test reads it back with h5py).
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "core/fsutil.h"
+#include "shard/h5file.h"
+#include "shard/shard.h"
+
+// A shard of P=3 prompts x G=4 completions with K=2 reward components.
+typedef struct {
+    RolloutShard s;
+    int32_t pid[9], cid[64];
+    int64_t poff[4], pidx[3], coff[13];
+    int32_t grp[12];
+    float lp[64], rew[12], comp[24];
+    uint8_t valid[12], fin[12];
+    char *names[2];
+} Sample;
+
+static void sample_init(Sample *x) {
+    memset(x, 0, sizeof *x);
+    RolloutShard *s = &x->s;
+    snprintf(s->run_id, sizeof s->run_id, "run-1");
+    s->adapter_version = 7;
+    snprintf(s->worker_id, sizeof s->worker_id, "w3");
+    s->created_unix = 1796000000;
+    memset(s->base_sha256, 'a', 64);
+    memset(s->tokenizer_sha256, 'b', 64);
+    s->temperature = 1.0;
+    s->top_p = 1.0;
+    s->top_k = 0;
+    s->max_new_tokens = 8;
+    s->seed = 42;
+    s->P = 3; s->N = 12; s->K = 2;
+    for (int i = 0; i < 9; i++) x->pid[i] = 100 + i;
+    int64_t po[4] = {0, 2, 5, 9};
+    memcpy(x->poff, po, sizeof po);
+    for (int p = 0; p < 3; p++) x->pidx[p] = 10 * p;
+    int64_t off = 0;
+    for (int i = 0; i < 12; i++) {
+        x->coff[i] = off;
+        off += 1 + i % 5;  // lengths 1..5
+        x->grp[i] = i / 4;
+        x->rew[i] = (float)(i % 3);
+        x->valid[i] = i != 5;
+        x->fin[i] = i % 2;
+        x->comp[2 * i] = x->rew[i];
+        x->comp[2 * i + 1] = 0.5f;
+    }
+    x->coff[12] = off;
+    for (int t = 0; t < off; t++) {
+        x->cid[t] = 200 + t;
+        x->lp[t] = -0.01f * (float)(t + 1);
+    }
+    x->names[0] = "exact_answer";
+    x->names[1] = "format";
+    s->prompt_ids = x->pid; s->prompt_offsets = x->poff; s->prompt_index = x->pidx;
+    s->completion_ids = x->cid; s->completion_offsets = x->coff; s->group = x->grp;
+    s->logprobs = x->lp; s->rewards = x->rew; s->reward_valid = x->valid;
+    s->reward_components = x->comp; s->finish_reason = x->fin;
+    s->component_names[0] = x->names[0];
+    s->component_names[1] = x->names[1];
+}
+
+START_TEST(test_round_trip) {
+    Sample x;
+    sample_init(&x);
+    Buf img = {0};
+    PailErr err = {0};
+    ck_assert_msg(shard_write(&x.s, &img, &err) == 0, "%s", err.msg);
+    RolloutShard r;
+    ck_assert_msg(shard_read(&r, img.data, img.len, "sample", &err) == 0, "%s", err.msg);
+    ck_assert_str_eq(r.run_id, "run-1");
+    ck_assert_str_eq(r.worker_id, "w3");
+    ck_assert_int_eq(r.adapter_version, 7);
+    ck_assert_int_eq(r.P, 3);
+    ck_assert_int_eq(r.N, 12);
+    ck_assert_int_eq(r.K, 2);
+    ck_assert_int_eq(shard_group_size(&r), 4);
+    ck_assert_int_eq(r.max_new_tokens, 8);
+    ck_assert(r.temperature == 1.0);
+    ck_assert(!memcmp(r.completion_ids, x.cid, sizeof(int32_t) * (size_t)x.coff[12]));
+    ck_assert(!memcmp(r.logprobs, x.lp, sizeof(float) * (size_t)x.coff[12]));
+    ck_assert(!memcmp(r.prompt_offsets, x.poff, sizeof x.poff));
+    ck_assert(!memcmp(r.reward_components, x.comp, sizeof x.comp));
+    ck_assert_int_eq(r.reward_valid[5], 0);
+    ck_assert_str_eq(r.component_names[1], "format");
+    ck_assert_str_eq(r.base_sha256, x.s.base_sha256);
+    shard_free(&r);
+    // The same bytes open in the standard tools.
+    char path[] = "/tmp/pail-check-shard-XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    ck_assert_int_eq(h5f_write_path(&img, path, &err), 0);
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "h5dump -A '%s' > /dev/null 2>&1", path);
+    ck_assert_int_eq(system(cmd), 0);
+    snprintf(cmd, sizeof cmd, "h5dump -d logprobs '%s' 2>/dev/null | grep -q 'DATASPACE  SIMPLE { ( %lld )'", path,
+             (long long)x.coff[12]);
+    ck_assert_int_eq(system(cmd), 0);
+    unlink(path);
+    const char *sample = getenv("PAIL_SHARD_SAMPLE");
+    if (sample) ck_assert_int_eq(h5f_write_path(&img, sample, &err), 0);
+    buf_free(&img);
+}
+END_TEST
+
+START_TEST(test_check_refuses) {
+    Sample x;
+    PailErr err = {0};
+    Buf img = {0};
+    sample_init(&x);
+    x.coff[12] = x.coff[11] - 1;  // offsets decrease
+    ck_assert_int_eq(shard_write(&x.s, &img, &err), -1);
+    sample_init(&x);
+    x.grp[5] = 2;  // a completion outside its group
+    ck_assert_int_eq(shard_write(&x.s, &img, &err), -1);
+    ck_assert_ptr_nonnull(strstr(err.msg, "group[5]"));
+    sample_init(&x);
+    x.lp[3] = 0.5f;  // not a log-probability
+    ck_assert_int_eq(shard_write(&x.s, &img, &err), -1);
+    ck_assert_ptr_nonnull(strstr(err.msg, "logprobs[3]"));
+    sample_init(&x);
+    x.s.N = 11;  // not a whole group size
+    ck_assert_int_eq(shard_write(&x.s, &img, &err), -1);
+    sample_init(&x);
+    x.cid[0] = 5000;
+    ck_assert_int_eq(shard_check(&x.s, 1000, "s", &err), -1);
+    ck_assert_ptr_nonnull(strstr(err.msg, "vocabulary"));
+    ck_assert_uint_eq(img.len, 0);  // nothing was produced by the refused writes
+}
+END_TEST
+
+// Writes a shard like shard_write but lets the test break one thing.
+typedef enum { BREAK_NONE, BREAK_FORMAT, BREAK_VERSION, BREAK_LOGPROBS_LEN, BREAK_DROP_GROUP, BREAK_FLOAT_IDS,
+               BREAK_NAMES } Break;
+
+static void write_broken(const Sample *x, Break b, Buf *out) {
+    PailErr err = {0};
+    const RolloutShard *s = &x->s;
+    hid_t f = h5f_create_mem("broken", &err);
+    ck_assert_int_ge(f, 0);
+    h5a_write_str(f, "format", b == BREAK_FORMAT ? "pail.lora" : SHARD_FORMAT, &err);
+    h5a_write_i64(f, "format_version", b == BREAK_VERSION ? 2 : 1, &err);
+    h5a_write_str(f, "run_id", s->run_id, &err);
+    h5a_write_i64(f, "adapter_version", s->adapter_version, &err);
+    h5a_write_str(f, "worker_id", s->worker_id, &err);
+    h5a_write_i64(f, "created_unix", s->created_unix, &err);
+    h5a_write_str(f, "base_sha256", s->base_sha256, &err);
+    h5a_write_str(f, "tokenizer_sha256", s->tokenizer_sha256, &err);
+    h5a_write_f64(f, "temperature", 1, &err);
+    h5a_write_f64(f, "top_p", 1, &err);
+    h5a_write_i64(f, "top_k", 0, &err);
+    h5a_write_i64(f, "max_new_tokens", 8, &err);
+    h5a_write_i64(f, "seed", 1, &err);
+    int64_t ptok = 9, ctok = x->coff[12], lpn = b == BREAK_LOGPROBS_LEN ? ctok - 3 : ctok, p1 = 4, n1 = 13, P = 3,
+            N = 12, nk[2] = {12, 2};
+    h5d_write(f, "prompt_ids", H5T_NATIVE_INT32, 1, &ptok, x->pid, &err);
+    h5d_write(f, "prompt_offsets", H5T_NATIVE_INT64, 1, &p1, x->poff, &err);
+    h5d_write(f, "prompt_index", H5T_NATIVE_INT64, 1, &P, x->pidx, &err);
+    if (b == BREAK_FLOAT_IDS) h5d_write(f, "completion_ids", H5T_NATIVE_FLOAT, 1, &ctok, x->lp, &err);
+    else h5d_write(f, "completion_ids", H5T_NATIVE_INT32, 1, &ctok, x->cid, &err);
+    h5d_write(f, "completion_offsets", H5T_NATIVE_INT64, 1, &n1, x->coff, &err);
+    if (b != BREAK_DROP_GROUP) h5d_write(f, "group", H5T_NATIVE_INT32, 1, &N, x->grp, &err);
+    h5d_write(f, "logprobs", H5T_NATIVE_FLOAT, 1, &lpn, x->lp, &err);
+    h5d_write(f, "rewards", H5T_NATIVE_FLOAT, 1, &N, x->rew, &err);
+    h5d_write(f, "reward_valid", H5T_NATIVE_UINT8, 1, &N, x->valid, &err);
+    h5d_write(f, "reward_components", H5T_NATIVE_FLOAT, 2, nk, x->comp, &err);
+    h5d_write(f, "finish_reason", H5T_NATIVE_UINT8, 1, &N, x->fin, &err);
+    hid_t ds = H5Dopen2(f, "reward_components", H5P_DEFAULT);
+    const char *names[2] = {"a", "b"};
+    h5a_write_strs(ds, "names", names, b == BREAK_NAMES ? 1 : 2, &err);
+    H5Dclose(ds);
+    ck_assert_int_eq(h5f_image(f, out, "broken", &err), 0);
+    h5f_close(f);
+}
+
+START_TEST(test_read_refuses) {
+    Sample x;
+    sample_init(&x);
+    struct { Break b; const char *want; } cases[] = {
+        {BREAK_NONE, NULL},
+        {BREAK_FORMAT, "format is 'pail.lora'"},
+        {BREAK_VERSION, "format_version 2"},
+        {BREAK_LOGPROBS_LEN, "dataset 'logprobs' has"},
+        {BREAK_DROP_GROUP, "dataset 'group' is missing"},
+        {BREAK_FLOAT_IDS, "'completion_ids' has type float"},
+        {BREAK_NAMES, "2 columns but 1 names"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        Buf img = {0};
+        write_broken(&x, cases[i].b, &img);
+        RolloutShard r;
+        PailErr err = {0};
+        int rc = shard_read(&r, img.data, img.len, "rollouts/v00000007/w3-000001.h5", &err);
+        if (!cases[i].want) {
+            ck_assert_msg(rc == 0, "%s", err.msg);
+            shard_free(&r);
+        } else {
+            ck_assert_msg(rc == -1, "case %zu accepted", i);
+            ck_assert_msg(strstr(err.msg, cases[i].want) != NULL, "case %zu: '%s' lacks '%s'", i, err.msg, cases[i].want);
+            ck_assert_ptr_nonnull(strstr(err.msg, "rollouts/v00000007/w3-000001.h5"));
+        }
+        buf_free(&img);
+    }
+}
+END_TEST
+
+START_TEST(test_read_garbage) {
+    Sample x;
+    sample_init(&x);
+    Buf img = {0};
+    PailErr err = {0};
+    ck_assert_int_eq(shard_write(&x.s, &img, &err), 0);
+    RolloutShard r;
+    ck_assert_int_eq(shard_read(&r, "hello", 5, "tiny", &err), -1);
+    ck_assert_ptr_nonnull(strstr(err.msg, "not an HDF5 file"));
+    // Every truncation of a valid file is refused without crashing.
+    for (size_t cut = 8; cut < img.len; cut += img.len / 97 + 1) {
+        int rc = shard_read(&r, img.data, cut, "cut", &err);
+        if (rc == 0) shard_free(&r);
+        ck_assert_msg(rc == -1, "truncated to %zu of %zu bytes was accepted", cut, img.len);
+    }
+    // Flipped bytes: refused or, if HDF5 still parses it, still consistent.
+    for (size_t pos = 0; pos < img.len; pos += (getenv("PAIL_FLIP_ALL") ? 1 : 61)) {
+        Buf bad = {0};
+        buf_append(&bad, img.data, img.len);
+        bad.data[pos] ^= 0x5a;
+        if (shard_read(&r, bad.data, bad.len, "flipped", &err) == 0) {
+            ck_assert_int_eq(shard_check(&r, 0, "flipped", &err), 0);
+            shard_free(&r);
+        }
+        buf_free(&bad);
+    }
+    buf_free(&img);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("shard");
+    TCase *core = tcase_create("core"), *limits = tcase_create("limits");
+    tcase_add_test(core, test_round_trip);
+    tcase_add_test(limits, test_check_refuses);
+    tcase_add_test(limits, test_read_refuses);
+    tcase_add_test(limits, test_read_garbage);
+    tcase_set_timeout(limits, 60);
+    suite_add_tcase(s, core);
+    suite_add_tcase(s, limits);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
