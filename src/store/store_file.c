@@ -397,7 +397,7 @@ static int file_list(Store *st, const StoreListOpts *opt, StoreList *out, PailEr
     if (slash) *slash = 0; else rel[0] = 0;
     if (rel[0] && store_key_check(rel, err) < 0) return err_wrap(err, "list prefix");
     if (walk_dir(&w, f->root, rel, 0) < 0) return err_set(err, PAIL_ERR_NOMEM, "list: out of memory");
-    qsort(w.keys, (size_t)w.n, sizeof *w.keys, cmp_str);
+    if (w.n) qsort(w.keys, (size_t)w.n, sizeof *w.keys, cmp_str);
     size_t plen = strlen(opt->prefix);
     int count = 0, rc = 0;
     const char *last = NULL;
