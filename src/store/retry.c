@@ -1,0 +1,56 @@
+// Retry policy and backoff (see retry.h). Full jitter ("Exponential Backoff and
+// Jitter", AWS Architecture Blog, 2015): sleeping a uniform fraction of the
+// exponential step spreads the retries of many clients hitting one bucket.
+#include "store/retry.h"
+#include <string.h>
+#include "core/timeutil.h"
+
+bool retry_is_transient(XferResult xfer, long status, const char *code) {
+    switch (xfer) {
+    case XFER_CONNECT:
+    case XFER_RESOLVE:
+    case XFER_TIMEOUT:
+    case XFER_BROKEN:
+        return true;
+    case XFER_TLS:
+    case XFER_OTHER:
+        return false;
+    case XFER_OK:
+        break;
+    }
+    if (status >= 500 && status <= 599) return status != 501;  // 501 NotImplemented is permanent
+    if (status == 429) return true;                          // TooManyRequests / SlowDown
+    if (!code) return false;
+    if (status == 409 && !strcmp(code, "ConditionalRequestConflict")) return true;
+    if (status == 400 && !strcmp(code, "RequestTimeout")) return true;
+    return false;
+}
+
+int64_t retry_backoff_ms(int retry, int64_t base_ms, int64_t cap_ms, double u) {
+    int64_t step = base_ms;
+    for (int i = 0; i < retry && step < cap_ms; i++) step *= 2;
+    if (step > cap_ms) step = cap_ms;
+    if (u < 0) u = 0;
+    if (u >= 1) u = 0.999999;
+    return (int64_t)(u * (double)step);
+}
+
+void retry_init(RetryState *rs, double budget_s) {
+    if (budget_s <= 0) budget_s = 60;
+    rs->start_ms = time_mono_ms();
+    rs->deadline_ms = rs->start_ms + (int64_t)(budget_s * 1000);
+    rs->base_ms = 100;
+    rs->cap_ms = 5000;
+    rs->retries = 0;
+    rng_seed(&rs->rng, (uint64_t)rs->start_ms ^ (uint64_t)(uintptr_t)rs, (uint64_t)time_unix_s());
+}
+
+bool retry_wait(RetryState *rs) {
+    int64_t delay = retry_backoff_ms(rs->retries, rs->base_ms, rs->cap_ms, rng_uniform(&rs->rng));
+    if (time_mono_ms() + delay >= rs->deadline_ms) return false;
+    time_sleep_ms(delay);
+    rs->retries++;
+    return true;
+}
+
+double retry_elapsed_s(const RetryState *rs) { return (double)(time_mono_ms() - rs->start_ms) / 1000.0; }

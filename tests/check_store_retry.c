@@ -1,0 +1,584 @@
+// Check suite for src/store/retry.c and the retry loop of store_s3.c: the pure
+// policy (which statuses and S3 codes are retried, the backoff), then the real
+// client against a loopback HTTP server (libevent evhttp in a thread on
+// 127.0.0.1, port 0) that fails on purpose. The server also checks every
+// request's SigV4 signature and x-amz-content-sha256 with the verifier API.
+#include <arpa/inet.h>
+#include <check.h>
+#include <event2/buffer.h>
+#include <event2/bufferevent_ssl.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+#include <event2/listener.h>
+#include <event2/thread.h>
+#include <openssl/ec.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include "core/sha256.h"
+#include "core/timeutil.h"
+#include "store/retry.h"
+#include "store/sigv4.h"
+#include "store/store.h"
+
+#define AK "AKIDTESTRETRY"
+#define SECRET "retry-secret-do-not-print"
+
+// ---- pure policy ----
+
+START_TEST(test_policy) {
+    ck_assert(retry_is_transient(XFER_OK, 500, "InternalError"));
+    ck_assert(retry_is_transient(XFER_OK, 503, "SlowDown"));
+    ck_assert(retry_is_transient(XFER_OK, 502, NULL));
+    ck_assert(retry_is_transient(XFER_OK, 504, NULL));
+    ck_assert(!retry_is_transient(XFER_OK, 501, "NotImplemented"));
+    ck_assert(retry_is_transient(XFER_OK, 429, NULL));
+    ck_assert(retry_is_transient(XFER_OK, 409, "ConditionalRequestConflict"));
+    ck_assert(!retry_is_transient(XFER_OK, 409, "BucketAlreadyExists"));
+    ck_assert(!retry_is_transient(XFER_OK, 409, NULL));
+    ck_assert(retry_is_transient(XFER_OK, 400, "RequestTimeout"));
+    ck_assert(!retry_is_transient(XFER_OK, 400, "InvalidArgument"));
+    ck_assert(!retry_is_transient(XFER_OK, 400, NULL));
+    ck_assert(!retry_is_transient(XFER_OK, 403, "AccessDenied"));
+    ck_assert(!retry_is_transient(XFER_OK, 403, "SignatureDoesNotMatch"));
+    ck_assert(!retry_is_transient(XFER_OK, 404, "NoSuchKey"));
+    ck_assert(!retry_is_transient(XFER_OK, 412, "PreconditionFailed"));
+    ck_assert(!retry_is_transient(XFER_OK, 304, NULL));
+    ck_assert(!retry_is_transient(XFER_OK, 200, NULL));
+    ck_assert(!retry_is_transient(XFER_OK, 206, NULL));
+    ck_assert(retry_is_transient(XFER_CONNECT, 0, NULL));
+    ck_assert(retry_is_transient(XFER_RESOLVE, 0, NULL));
+    ck_assert(retry_is_transient(XFER_TIMEOUT, 0, NULL));
+    ck_assert(retry_is_transient(XFER_BROKEN, 0, NULL));
+    ck_assert(!retry_is_transient(XFER_TLS, 0, NULL));
+    ck_assert(!retry_is_transient(XFER_OTHER, 0, NULL));
+}
+END_TEST
+
+START_TEST(test_backoff) {
+    // u * min(cap, base * 2^n)
+    ck_assert_int_eq(retry_backoff_ms(0, 100, 5000, 0.5), 50);
+    ck_assert_int_eq(retry_backoff_ms(1, 100, 5000, 0.5), 100);
+    ck_assert_int_eq(retry_backoff_ms(3, 100, 5000, 0.5), 400);
+    ck_assert_int_eq(retry_backoff_ms(6, 100, 5000, 0.5), 2500);   // 6400 capped at 5000
+    ck_assert_int_eq(retry_backoff_ms(60, 100, 5000, 0.5), 2500);  // no overflow for large n
+    ck_assert_int_eq(retry_backoff_ms(4, 100, 5000, 0.0), 0);
+    ck_assert_int_lt(retry_backoff_ms(4, 100, 5000, 1.0), 1600);
+    // The loop gives up before a sleep would cross the deadline.
+    RetryState rs;
+    retry_init(&rs, 0.3);
+    int64_t t0 = time_mono_ms();
+    int n = 0;
+    while (retry_wait(&rs)) n++;
+    ck_assert_int_le(time_mono_ms() - t0, 300);
+    ck_assert_int_eq(rs.retries, n);
+}
+END_TEST
+
+// ---- loopback server ----
+
+typedef struct {
+    pthread_mutex_t mu;
+    struct event_base *base;
+    struct evhttp *http;
+    pthread_t thread;
+    int port;
+    // behaviour
+    int fail_next;            // answer the next N requests with fail_status
+    int fail_status;
+    const char *fail_code;
+    bool store_on_fail;       // a failed PUT still writes (the response is "lost")
+    int always_status;        // every request gets this (0 = off)
+    const char *always_code;
+    bool relay;               // send x-pail-relay: 1
+    // the one object it holds
+    bool exists;
+    Buf obj;
+    char meta_sha[80];
+    // what it saw
+    int requests, puts, gets, heads, lists;
+    int bad_sig, bad_sha;
+    char last_query[512];
+    char last_psha[80];       // x-amz-content-sha256 of the last request
+} Srv;
+
+static Srv S;
+
+static void reply_error(struct evhttp_request *req, int status, const char *code) {
+    struct evbuffer *b = evbuffer_new();
+    if (evhttp_request_get_command(req) != EVHTTP_REQ_HEAD)
+        evbuffer_add_printf(b, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>%s</Code>"
+                               "<Message>test server says %s</Message><SignatureProvided>deadbeef</SignatureProvided>"
+                               "</Error>", code, code);
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", "application/xml");
+    evhttp_send_reply(req, status, "X", b);
+    evbuffer_free(b);
+}
+
+// Checks the Authorization header and x-amz-content-sha256 against the body.
+static void verify_request(struct evhttp_request *req, const uint8_t *body, size_t blen) {
+    struct evkeyvalq *in = evhttp_request_get_input_headers(req);
+    const char *auth = evhttp_find_header(in, "Authorization");
+    const char *date = evhttp_find_header(in, "x-amz-date");
+    const char *psha = evhttp_find_header(in, "x-amz-content-sha256");
+    char hex[65];
+    sha256_hex(body, blen, hex);
+    if (!psha || (strcmp(psha, hex) && strcmp(psha, SIGV4_UNSIGNED_PAYLOAD))) S.bad_sha++;
+    snprintf(S.last_psha, sizeof S.last_psha, "%s", psha ? psha : "");
+    SigV4Auth a;
+    PailErr err = {0};
+    if (!auth || !date || !psha || sigv4_parse_authorization(auth, &a, &err) < 0 || strcmp(a.access_key, AK)) {
+        S.bad_sig++;
+        return;
+    }
+    SigV4Header h[64];
+    int n = 0;
+    for (struct evkeyval *kv = in->tqh_first; kv && n < 64; kv = kv->next.tqe_next) h[n++] = (SigV4Header){kv->key, kv->value};
+    const char *uri = evhttp_request_get_uri(req);
+    const char *q = strchr(uri, '?');
+    Buf path = {0};
+    sigv4_uri_decode(&path, uri, q ? (size_t)(q - uri) : strlen(uri));
+    SigV4Request r = {.method = evhttp_request_get_command(req) == EVHTTP_REQ_GET    ? "GET"
+                                : evhttp_request_get_command(req) == EVHTTP_REQ_HEAD ? "HEAD"
+                                : evhttp_request_get_command(req) == EVHTTP_REQ_PUT  ? "PUT"
+                                : evhttp_request_get_command(req) == EVHTTP_REQ_POST ? "POST"
+                                                                                     : "DELETE",
+                      .path = (char *)path.data, .query = q ? q + 1 : NULL, .headers = h, .nheaders = n,
+                      .payload_hash = psha};
+    char sig[65];
+    if (sigv4_expected_signature(&r, a.signed_headers, SECRET, date, a.region, a.service, sig, &err) < 0 ||
+        !sigv4_signature_equal(sig, a.signature))
+        S.bad_sig++;
+    buf_free(&path);
+}
+
+static void handler(struct evhttp_request *req, void *arg) {
+    (void)arg;
+    pthread_mutex_lock(&S.mu);
+    S.requests++;
+    enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
+    struct evbuffer *inb = evhttp_request_get_input_buffer(req);
+    size_t blen = evbuffer_get_length(inb);
+    uint8_t *body = malloc(blen + 1);
+    evbuffer_remove(inb, body, blen);
+    verify_request(req, body, blen);
+    struct evkeyvalq *in = evhttp_request_get_input_headers(req), *out = evhttp_request_get_output_headers(req);
+    if (S.relay) evhttp_add_header(out, "x-pail-relay", "1");
+    const char *uri = evhttp_request_get_uri(req);
+    const char *q = strchr(uri, '?');
+    if (S.always_status) {
+        reply_error(req, S.always_status, S.always_code);
+        goto done;
+    }
+    if (S.fail_next > 0) {
+        S.fail_next--;
+        if (cmd == EVHTTP_REQ_PUT && S.store_on_fail) {
+            buf_reset(&S.obj);
+            buf_append(&S.obj, body, blen);
+            S.exists = true;
+            const char *m = evhttp_find_header(in, "x-amz-meta-pail-sha256");
+            snprintf(S.meta_sha, sizeof S.meta_sha, "%s", m ? m : "");
+        }
+        reply_error(req, S.fail_status, S.fail_code);
+        goto done;
+    }
+    if (cmd == EVHTTP_REQ_GET && q && strstr(q, "list-type=2")) {
+        S.lists++;
+        snprintf(S.last_query, sizeof S.last_query, "%s", q + 1);
+        struct evbuffer *b = evbuffer_new();
+        evbuffer_add_printf(b, "<ListBucketResult><Name>b</Name><KeyCount>1</KeyCount><IsTruncated>false</IsTruncated>"
+                               "<Contents><Key>obj</Key><Size>%zu</Size><ETag>\"e\"</ETag>"
+                               "<LastModified>2026-01-02T03:04:05.000Z</LastModified></Contents></ListBucketResult>",
+                            S.obj.len);
+        evhttp_send_reply(req, 200, "OK", b);
+        evbuffer_free(b);
+    } else if (cmd == EVHTTP_REQ_PUT) {
+        S.puts++;
+        const char *inm = evhttp_find_header(in, "If-None-Match");
+        if (inm && !strcmp(inm, "*") && S.exists) {
+            reply_error(req, 412, "PreconditionFailed");
+            goto done;
+        }
+        buf_reset(&S.obj);
+        buf_append(&S.obj, body, blen);
+        S.exists = true;
+        const char *m = evhttp_find_header(in, "x-amz-meta-pail-sha256");
+        snprintf(S.meta_sha, sizeof S.meta_sha, "%s", m ? m : "");
+        evhttp_add_header(out, "ETag", "\"etag1\"");
+        evhttp_send_reply(req, 200, "OK", NULL);
+    } else if (cmd == EVHTTP_REQ_GET || cmd == EVHTTP_REQ_HEAD) {
+        cmd == EVHTTP_REQ_GET ? S.gets++ : S.heads++;
+        if (!S.exists) {
+            reply_error(req, 404, "NoSuchKey");
+            goto done;
+        }
+        if (S.meta_sha[0]) evhttp_add_header(out, "x-amz-meta-pail-sha256", S.meta_sha);
+        evhttp_add_header(out, "ETag", "\"etag1\"");
+        struct evbuffer *b = evbuffer_new();
+        if (cmd == EVHTTP_REQ_GET) evbuffer_add(b, S.obj.data ? (void *)S.obj.data : "", S.obj.len);
+        else {
+            char cl[32];
+            snprintf(cl, sizeof cl, "%zu", S.obj.len);
+            evhttp_add_header(out, "Content-Length", cl);
+        }
+        evhttp_send_reply(req, 200, "OK", b);
+        evbuffer_free(b);
+    } else {
+        reply_error(req, 501, "NotImplemented");
+    }
+done:
+    free(body);
+    pthread_mutex_unlock(&S.mu);
+}
+
+static void *srv_loop(void *arg) {
+    (void)arg;
+    event_base_dispatch(S.base);
+    return NULL;
+}
+
+// TLS for the https cases: a fresh self-signed P-256 certificate for 127.0.0.1.
+static SSL_CTX *g_tls;
+static char g_cert_path[64];
+
+static struct bufferevent *tls_bev(struct event_base *base, void *arg) {
+    (void)arg;
+    return bufferevent_openssl_socket_new(base, -1, SSL_new(g_tls), BUFFEREVENT_SSL_ACCEPTING, BEV_OPT_CLOSE_ON_FREE);
+}
+
+static void tls_make(void) {
+    EVP_PKEY *key = EVP_EC_gen("P-256");
+    X509 *x = X509_new();
+    ck_assert(key && x);
+    ASN1_INTEGER_set(X509_get_serialNumber(x), 1);
+    X509_gmtime_adj(X509_getm_notBefore(x), -3600);
+    X509_gmtime_adj(X509_getm_notAfter(x), 3600);
+    X509_set_pubkey(x, key);
+    X509_NAME *nm = X509_get_subject_name(x);
+    X509_NAME_add_entry_by_txt(nm, "CN", MBSTRING_ASC, (const unsigned char *)"pail test", -1, -1, 0);
+    X509_set_issuer_name(x, nm);
+    X509V3_CTX v3;
+    X509V3_set_ctx(&v3, x, x, NULL, NULL, 0);
+    X509_EXTENSION *san = X509V3_EXT_conf_nid(NULL, &v3, NID_subject_alt_name, "IP:127.0.0.1");
+    X509_EXTENSION *bc = X509V3_EXT_conf_nid(NULL, &v3, NID_basic_constraints, "critical,CA:TRUE");
+    X509_add_ext(x, san, -1);
+    X509_add_ext(x, bc, -1);
+    X509_EXTENSION_free(san);
+    X509_EXTENSION_free(bc);
+    ck_assert(X509_sign(x, key, EVP_sha256()) > 0);
+    snprintf(g_cert_path, sizeof g_cert_path, "/tmp/pail-check-ca-XXXXXX");
+    int fd = mkstemp(g_cert_path);
+    FILE *f = fdopen(fd, "w");
+    PEM_write_X509(f, x);
+    fclose(f);
+    g_tls = SSL_CTX_new(TLS_server_method());
+    ck_assert(SSL_CTX_use_certificate(g_tls, x) == 1 && SSL_CTX_use_PrivateKey(g_tls, key) == 1);
+    X509_free(x);
+    EVP_PKEY_free(key);
+}
+
+static void srv_start_mode(bool tls) {
+    evthread_use_pthreads();
+    buf_free(&S.obj);
+    memset(&S, 0, sizeof S);
+    pthread_mutex_init(&S.mu, NULL);
+    S.base = event_base_new();
+    S.http = evhttp_new(S.base);
+    evhttp_set_allowed_methods(S.http, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD | EVHTTP_REQ_PUT | EVHTTP_REQ_POST |
+                                           EVHTTP_REQ_DELETE);
+    evhttp_set_gencb(S.http, handler, NULL);
+    if (tls) {
+        tls_make();
+        evhttp_set_bevcb(S.http, tls_bev, NULL);
+    }
+    struct evhttp_bound_socket *bs = evhttp_bind_socket_with_handle(S.http, "127.0.0.1", 0);
+    ck_assert_ptr_nonnull(bs);
+    struct sockaddr_in sa;
+    socklen_t sl = sizeof sa;
+    getsockname(evconnlistener_get_fd(evhttp_bound_socket_get_listener(bs)), (struct sockaddr *)&sa, &sl);
+    S.port = ntohs(sa.sin_port);
+    pthread_create(&S.thread, NULL, srv_loop, NULL);
+}
+
+static void srv_start(void) { srv_start_mode(false); }
+
+static void srv_stop(void) {
+    event_base_loopbreak(S.base);
+    pthread_join(S.thread, NULL);
+    evhttp_free(S.http);
+    event_base_free(S.base);
+    buf_free(&S.obj);
+    pthread_mutex_destroy(&S.mu);
+    if (g_tls) {
+        SSL_CTX_free(g_tls);
+        g_tls = NULL;
+        unlink(g_cert_path);
+    }
+}
+
+static Store *open_store(double retry_s) {
+    char ep[64];
+    snprintf(ep, sizeof ep, "http://127.0.0.1:%d", S.port);
+    StoreOptions o = {.endpoint = ep, .access_key = AK, .secret_key = SECRET, .retry_seconds = retry_s,
+                      .timeout_seconds = 5};
+    Store *st = NULL;
+    PailErr err = {0};
+    ck_assert_msg(store_open(&st, "s3://testbucket/pre", &o, &err) == 0, "%s", err.msg);
+    return st;
+}
+
+static void set_obj(const char *s) {
+    buf_reset(&S.obj);
+    buf_append(&S.obj, s, strlen(s));
+    S.exists = true;
+}
+
+// ---- the loop against the server ----
+
+START_TEST(test_503_twice_then_ok) {
+    srv_start();
+    set_obj("hello");
+    S.fail_next = 2, S.fail_status = 503, S.fail_code = "SlowDown";
+    Store *st = open_store(5);
+    Buf out = {0};
+    PailErr err = {0};
+    ck_assert_msg(store_get(st, "k", &out, NULL, NULL, &err) == 0, "%s", err.msg);
+    ck_assert_str_eq((char *)out.data, "hello");  // failed attempts left nothing behind
+    ck_assert_int_eq(S.requests, 3);
+    ck_assert_int_eq(S.bad_sig, 0);
+    ck_assert_int_eq(S.bad_sha, 0);
+    buf_free(&out);
+    store_close(st);
+    srv_stop();
+}
+END_TEST
+
+START_TEST(test_429_then_ok) {
+    srv_start();
+    S.fail_next = 1, S.fail_status = 429, S.fail_code = "TooManyRequests";
+    Store *st = open_store(5);
+    PailErr err = {0};
+    ck_assert_msg(store_put(st, "k", "abc", 3, NULL, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(S.requests, 2);
+    ck_assert_int_eq((int)S.obj.len, 3);
+    ck_assert_int_eq(S.bad_sig, 0);
+    ck_assert_int_eq(S.bad_sha, 0);
+    store_close(st);
+    srv_stop();
+}
+END_TEST
+
+START_TEST(test_always_500_gives_up) {
+    srv_start();
+    S.always_status = 500, S.always_code = "InternalError";
+    Store *st = open_store(1.5);
+    Buf out = {0};
+    PailErr err = {0};
+    double t0 = time_mono_s();
+    ck_assert_int_eq(store_get(st, "k", &out, NULL, NULL, &err), -1);
+    double dt = time_mono_s() - t0;
+    ck_assert_int_eq(err.code, PAIL_ERR_NETWORK);
+    ck_assert_ptr_nonnull(strstr(err.msg, "gave up"));
+    ck_assert_ptr_nonnull(strstr(err.msg, "InternalError"));
+    ck_assert_ptr_nonnull(strstr(err.msg, "s3://testbucket/pre/k"));
+    ck_assert_msg(dt < 2.0, "took %.2f s for a 1.5 s budget", dt);
+    ck_assert_int_ge(S.requests, 2);
+    buf_free(&out);
+    store_close(st);
+    srv_stop();
+}
+END_TEST
+
+START_TEST(test_403_not_retried) {
+    srv_start();
+    S.always_status = 403, S.always_code = "AccessDenied";
+    Store *st = open_store(5);
+    Buf out = {0};
+    PailErr err = {0};
+    ck_assert_int_eq(store_get(st, "k", &out, NULL, NULL, &err), -1);
+    ck_assert_int_eq(err.code, PAIL_ERR_AUTH);
+    ck_assert_int_eq(S.requests, 1);
+    ck_assert_ptr_nonnull(strstr(err.msg, "AccessDenied"));
+    ck_assert_ptr_nonnull(strstr(err.msg, "AWS_ACCESS_KEY_ID"));
+    ck_assert_ptr_null(strstr(err.msg, SECRET));
+    ck_assert_ptr_null(strstr(err.msg, "deadbeef"));  // S3's SignatureProvided is not echoed
+    buf_free(&out);
+    store_close(st);
+    srv_stop();
+}
+END_TEST
+
+START_TEST(test_create_only_lost_response_same) {
+    // First attempt writes but its response is lost (500); the retry gets 412;
+    // the existing object is ours, so the write succeeded.
+    srv_start();
+    S.fail_next = 1, S.fail_status = 500, S.fail_code = "InternalError", S.store_on_fail = true;
+    Store *st = open_store(5);
+    PailErr err = {0};
+    StorePutOpts o = {.create_only = true};
+    ck_assert_msg(store_put(st, "k", "payload", 7, &o, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(S.gets, 1);  // no pail-sha256 metadata: downloaded and hashed
+    // Same with pail-sha256 metadata: a HEAD is enough.
+    S.exists = false;
+    S.fail_next = 1;
+    S.gets = S.heads = 0;
+    char hex[65];
+    sha256_hex("payload2", 8, hex);
+    StoreMeta m = {.name = "pail-sha256"};
+    snprintf(m.value, sizeof m.value, "%s", hex);
+    StorePutOpts o2 = {.create_only = true, .nmeta = 1, .meta = &m};
+    ck_assert_msg(store_put(st, "k", "payload2", 8, &o2, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(S.heads, 1);
+    ck_assert_int_eq(S.gets, 0);
+    ck_assert_int_eq(S.bad_sig, 0);
+    store_close(st);
+    srv_stop();
+}
+END_TEST
+
+START_TEST(test_create_only_lost_response_differs) {
+    // Someone else's object is there; our first attempt failed before writing.
+    srv_start();
+    set_obj("theirs!");
+    S.fail_next = 1, S.fail_status = 503, S.fail_code = "SlowDown";
+    Store *st = open_store(5);
+    PailErr err = {0};
+    StorePutOpts o = {.create_only = true};
+    ck_assert_int_eq(store_put(st, "k", "payload", 7, &o, &err), -1);
+    ck_assert_int_eq(err.code, PAIL_ERR_EXISTS);
+    ck_assert_str_eq((char *)S.obj.data, "theirs!");
+    // Without a retry a 412 is a conflict at once: nothing is downloaded.
+    S.heads = S.gets = S.requests = 0;
+    ck_assert_int_eq(store_put(st, "k", "theirs!", 7, &o, &err), -1);
+    ck_assert_int_eq(err.code, PAIL_ERR_EXISTS);
+    ck_assert_int_eq(S.requests, 1);
+    store_close(st);
+    srv_stop();
+}
+END_TEST
+
+START_TEST(test_relay_long_poll) {
+    srv_start();
+    set_obj("x");
+    Store *st = open_store(5);
+    StoreList l = {0};
+    PailErr err = {0};
+    StoreListOpts lo = {.prefix = "", .wait_seconds = 3};
+    ck_assert_msg(store_list(st, &lo, &l, &err) == 0, "%s", err.msg);
+    ck_assert_ptr_null(strstr(S.last_query, "x-pail-wait"));  // not a relay (yet)
+    ck_assert(!store_is_relay(st));
+    ck_assert_int_eq(l.n, 0);  // "obj" is outside the store prefix "pre/"
+    S.relay = true;
+    ck_assert_int_eq(store_list(st, &lo, &l, &err), 0);
+    ck_assert(store_is_relay(st));
+    ck_assert_int_eq(store_list(st, &lo, &l, &err), 0);
+    ck_assert_ptr_nonnull(strstr(S.last_query, "x-pail-wait=3"));
+    ck_assert_ptr_nonnull(strstr(S.last_query, "prefix=pre%2F"));
+    ck_assert_int_eq(S.bad_sig, 0);  // the parameter is inside the signed query
+    store_list_free(&l);
+    store_close(st);
+    srv_stop();
+}
+END_TEST
+
+START_TEST(test_connection_refused) {
+    // A port nobody listens on: bind, read the port, close.
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    bind(fd, (struct sockaddr *)&sa, sizeof sa);
+    socklen_t sl = sizeof sa;
+    getsockname(fd, (struct sockaddr *)&sa, &sl);
+    close(fd);
+    char ep[64];
+    snprintf(ep, sizeof ep, "http://127.0.0.1:%d", ntohs(sa.sin_port));
+    StoreOptions o = {.endpoint = ep, .access_key = AK, .secret_key = SECRET, .retry_seconds = 1};
+    Store *st;
+    PailErr err = {0};
+    ck_assert_int_eq(store_open(&st, "s3://testbucket", &o, &err), 0);
+    Buf out = {0};
+    double t0 = time_mono_s();
+    ck_assert_int_eq(store_get(st, "k", &out, NULL, NULL, &err), -1);
+    ck_assert_int_eq(err.code, PAIL_ERR_NETWORK);
+    ck_assert_ptr_nonnull(strstr(err.msg, ep));
+    ck_assert_double_lt(time_mono_s() - t0, 1.6);
+    ck_assert_ptr_null(strstr(err.msg, SECRET));
+    buf_free(&out);
+    store_close(st);
+}
+END_TEST
+
+
+START_TEST(test_tls_verification) {
+    // https to a server whose certificate no trusted CA signed: refused at once
+    // (configuration, not luck: no retries), and accepted with that CA given.
+    srv_start_mode(true);
+    set_obj("over tls");
+    char ep[64];
+    snprintf(ep, sizeof ep, "https://127.0.0.1:%d", S.port);
+    StoreOptions o = {.endpoint = ep, .access_key = AK, .secret_key = SECRET, .retry_seconds = 5, .timeout_seconds = 5};
+    Store *st = NULL;
+    PailErr err = {0};
+    Buf out = {0};
+    unsetenv("AWS_CA_BUNDLE");
+    ck_assert_int_eq(store_open(&st, "s3://testbucket", &o, &err), 0);
+    double t0 = time_mono_s();
+    ck_assert_int_eq(store_get(st, "k", &out, NULL, NULL, &err), -1);
+    ck_assert_int_eq(err.code, PAIL_ERR_NETWORK);
+    ck_assert_msg(strstr(err.msg, "certificate") || strstr(err.msg, "TLS"), "%s", err.msg);
+    ck_assert_double_lt(time_mono_s() - t0, 1.0);
+    ck_assert_int_eq(S.requests, 0);
+    store_close(st);
+    o.ca_bundle = g_cert_path;
+    ck_assert_int_eq(store_open(&st, "s3://testbucket", &o, &err), 0);
+    ck_assert_msg(store_get(st, "k", &out, NULL, NULL, &err) == 0, "%s", err.msg);
+    ck_assert_str_eq((char *)out.data, "over tls");
+    // Over https a streamed file upload is sent as UNSIGNED-PAYLOAD (still signed).
+    char path[] = "/tmp/pail-check-retry-XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_eq(write(fd, "file body", 9), 9);
+    close(fd);
+    ck_assert_msg(store_put_file(st, "f", path, NULL, &err) == 0, "%s", err.msg);
+    unlink(path);
+    ck_assert_str_eq(S.last_psha, SIGV4_UNSIGNED_PAYLOAD);
+    ck_assert_int_eq((int)S.obj.len, 9);
+    ck_assert_mem_eq(S.obj.data, "file body", 9);
+    ck_assert_int_eq(S.bad_sig, 0);
+    buf_free(&out);
+    store_close(st);
+    srv_stop();
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("store_retry");
+    TCase *core = tcase_create("core");
+    tcase_add_test(core, test_policy);
+    tcase_add_test(core, test_backoff);
+    tcase_add_test(core, test_503_twice_then_ok);
+    tcase_add_test(core, test_429_then_ok);
+    tcase_add_test(core, test_create_only_lost_response_same);
+    tcase_add_test(core, test_relay_long_poll);
+    tcase_set_timeout(core, 30);
+    suite_add_tcase(s, core);
+    TCase *lim = tcase_create("limits");
+    tcase_add_test(lim, test_always_500_gives_up);
+    tcase_add_test(lim, test_403_not_retried);
+    tcase_add_test(lim, test_create_only_lost_response_differs);
+    tcase_add_test(lim, test_connection_refused);
+    tcase_add_test(lim, test_tls_verification);
+    tcase_set_timeout(lim, 30);
+    suite_add_tcase(s, lim);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
