@@ -10,6 +10,8 @@ static const CtlCommand commands[] = {
     {"ls", ctl_ls, "list keys under URL"},
     {"stat", ctl_stat, "size, etag, mtime and metadata of URL"},
     {"rm", ctl_rm, "delete URL"},
+    {"tokenize", ctl_tokenize, "encode text (or JSON lines, or chats) with a tokenizer.json"},
+    {"detokenize", ctl_detokenize, "decode token ids to text"},
 };
 static const int ncommands = sizeof commands / sizeof commands[0];
 

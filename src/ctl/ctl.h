@@ -16,6 +16,8 @@ int ctl_get(int argc, char **argv);
 int ctl_ls(int argc, char **argv);
 int ctl_stat(int argc, char **argv);
 int ctl_rm(int argc, char **argv);
+int ctl_tokenize(int argc, char **argv);
+int ctl_detokenize(int argc, char **argv);
 
 // The store options every store-facing subcommand takes (--endpoint, --region,
 // --ca-bundle, --allow-http, --addressing, --retry-seconds), appended to a

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# `make bench`: builds and runs each benchmark binary in turn; each one validates
+# its fast paths first, then prints figures with their references and ratios.
+# One line per benchmark below; add yours (built by the GNUmakefile's
+# $(BUILD)/bench/bench_% rule from bench/bench_<module>.c).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${BUILD:-build}
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
+run() { make -s "$BUILD/bench/$1" && echo "== $1" && "$BUILD/bench/$1"; }
+
+run bench_tokenizer

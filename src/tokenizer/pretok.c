@@ -1,0 +1,340 @@
+// Normalizers (NFC/NFD/NFKC/NFKD via utf8proc, Sequence of them) and pre-tokenizers
+// (Split with a regex or string pattern, evaluated by PCRE2 in UTF + UCP mode with JIT
+// when available; ByteLevel with the GPT-2 byte map and optional regex / prefix space),
+// plus the UTF-8 helpers the module shares. Anything else in tokenizer.json is refused.
+#include <stdlib.h>
+#include <string.h>
+#include <utf8proc.h>
+#include "tokenizer/tok_internal.h"
+
+// ---- GPT-2 bytes_to_unicode: printable Latin-1 bytes stay themselves, the others
+// (controls, space, 0x7f-0xa0, 0xad) map to 256, 257, ... in byte order.
+static uint16_t byte_char[256];
+static int16_t char_byte[324];
+static pthread_once_t byte_map_once = PTHREAD_ONCE_INIT;
+
+static void byte_map_init(void) {
+    int next = 256;
+    for (int i = 0; i < 324; i++) char_byte[i] = -1;
+    for (int b = 0; b < 256; b++) {
+        bool keep = (b >= '!' && b <= '~') || (b >= 0xa1 && b <= 0xac) || (b >= 0xae && b <= 0xff);
+        byte_char[b] = (uint16_t)(keep ? b : next++);
+        char_byte[byte_char[b]] = (int16_t)b;
+    }
+}
+
+uint32_t tok_byte_char(uint8_t b) {
+    pthread_once(&byte_map_once, byte_map_init);
+    return byte_char[b];
+}
+
+int tok_char_to_byte(uint32_t cp) {
+    pthread_once(&byte_map_once, byte_map_init);
+    return cp < 324 ? char_byte[cp] : -1;
+}
+
+// ---- UTF-8
+
+size_t utf8_decode1(const uint8_t *s, size_t len, uint32_t *cp) {
+    uint8_t c = s[0];
+    if (c < 0x80 || len < 2) { *cp = c; return 1; }
+    if (c < 0xe0) { *cp = (uint32_t)(c & 0x1f) << 6 | (s[1] & 0x3f); return 2; }
+    if (c < 0xf0 || len < 4) { *cp = (uint32_t)(c & 0x0f) << 12 | (uint32_t)(s[1] & 0x3f) << 6 | (s[2] & 0x3f); return 3; }
+    *cp = (uint32_t)(c & 0x07) << 18 | (uint32_t)(s[1] & 0x3f) << 12 | (uint32_t)(s[2] & 0x3f) << 6 | (s[3] & 0x3f);
+    return 4;
+}
+
+size_t utf8_encode1(uint32_t cp, char out[4]) {
+    if (cp < 0x80) { out[0] = (char)cp; return 1; }
+    if (cp < 0x800) { out[0] = (char)(0xc0 | cp >> 6); out[1] = (char)(0x80 | (cp & 0x3f)); return 2; }
+    if (cp < 0x10000) {
+        out[0] = (char)(0xe0 | cp >> 12); out[1] = (char)(0x80 | (cp >> 6 & 0x3f)); out[2] = (char)(0x80 | (cp & 0x3f));
+        return 3;
+    }
+    out[0] = (char)(0xf0 | cp >> 18); out[1] = (char)(0x80 | (cp >> 12 & 0x3f));
+    out[2] = (char)(0x80 | (cp >> 6 & 0x3f)); out[3] = (char)(0x80 | (cp & 0x3f));
+    return 4;
+}
+
+// Length of the valid sequence at s, or 0 with *bad = the maximal invalid subpart length
+// (Unicode 3.9 / WHATWG: what Rust's from_utf8_lossy replaces with one U+FFFD).
+static size_t utf8_valid1(const uint8_t *s, size_t len, size_t *bad) {
+    uint8_t c = s[0];
+    if (c < 0x80) return 1;
+    size_t need;
+    uint8_t lo = 0x80, hi = 0xbf;
+    if (c >= 0xc2 && c <= 0xdf) need = 1;
+    else if (c >= 0xe0 && c <= 0xef) { need = 2; if (c == 0xe0) lo = 0xa0; if (c == 0xed) hi = 0x9f; }
+    else if (c >= 0xf0 && c <= 0xf4) { need = 3; if (c == 0xf0) lo = 0x90; if (c == 0xf4) hi = 0x8f; }
+    else { *bad = 1; return 0; }
+    size_t i = 1;
+    for (; i <= need; i++) {
+        if (i >= len) { *bad = i; return 0; }
+        uint8_t lo_i = i == 1 ? lo : 0x80, hi_i = i == 1 ? hi : 0xbf;
+        if (s[i] < lo_i || s[i] > hi_i) { *bad = i; return 0; }
+    }
+    return need + 1;
+}
+
+long utf8_invalid_at(const uint8_t *s, size_t len) {
+    size_t i = 0, bad;
+    while (i < len) {
+        if (s[i] < 0x80) { i++; continue; }
+        size_t n = utf8_valid1(s + i, len - i, &bad);
+        if (!n) return (long)i;
+        i += n;
+    }
+    return -1;
+}
+
+int utf8_append_lossy(Buf *out, const uint8_t *s, size_t len) {
+    size_t i = 0, run = 0, bad;
+    while (i < len) {
+        size_t n = s[i] < 0x80 ? 1 : utf8_valid1(s + i, len - i, &bad);
+        if (n) { i += n; continue; }
+        if (buf_append(out, s + run, i - run) < 0 || buf_append(out, "\xef\xbf\xbd", 3) < 0) return -1;
+        i += bad;
+        run = i;
+    }
+    return buf_append(out, s + run, len - run);
+}
+
+// ---- normalizers
+
+static int normalizer_one(Tokenizer *tok, json_t *j, PailErr *err) {
+    json_t *type = json_object_get(j, "type");
+    const char *t = json_is_string(type) ? json_string_value(type) : NULL;
+    if (!t) return err_set(err, PAIL_ERR_INVALID, "%s: normalizer without a \"type\"", tok->name);
+    if (!strcmp(t, "Sequence")) {
+        json_t *list = json_object_get(j, "normalizers");
+        if (!json_is_array(list)) return err_set(err, PAIL_ERR_INVALID, "%s: normalizer Sequence without a \"normalizers\" array", tok->name);
+        for (size_t i = 0; i < json_array_size(list); i++)
+            if (normalizer_one(tok, json_array_get(list, i), err) < 0) return -1;
+        return 0;
+    }
+    int opt;
+    if (!strcmp(t, "NFC")) opt = UTF8PROC_STABLE | UTF8PROC_COMPOSE;
+    else if (!strcmp(t, "NFD")) opt = UTF8PROC_STABLE | UTF8PROC_DECOMPOSE;
+    else if (!strcmp(t, "NFKC")) opt = UTF8PROC_STABLE | UTF8PROC_COMPOSE | UTF8PROC_COMPAT;
+    else if (!strcmp(t, "NFKD")) opt = UTF8PROC_STABLE | UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT;
+    else return err_set(err, PAIL_ERR_UNSUPPORTED, "%s: normalizer '%s' is not supported (pail implements NFC, NFD, NFKC, NFKD and Sequence)", tok->name, t);
+    if (tok->n_norm == TOK_MAX_NORM) return err_set(err, PAIL_ERR_UNSUPPORTED, "%s: more than %d normalizers", tok->name, TOK_MAX_NORM);
+    tok->norm_opts[tok->n_norm++] = opt;
+    return 0;
+}
+
+int normalizer_load(Tokenizer *tok, json_t *j, PailErr *err) {
+    return !j || json_is_null(j) ? 0 : normalizer_one(tok, j, err);
+}
+
+int normalizer_apply(const Tokenizer *tok, const uint8_t *s, size_t len, Buf *out, PailErr *err) {
+    buf_reset(out);
+    if (buf_append(out, s, len) < 0) return err_set(err, PAIL_ERR_NOMEM, "tokenizer: out of memory");
+    if (!tok->n_norm) return 0;
+    bool ascii = true;  // ASCII is unchanged by every normal form
+    for (size_t i = 0; i < len && ascii; i++) ascii = s[i] < 0x80;
+    if (ascii) return 0;
+    for (int k = 0; k < tok->n_norm; k++) {
+        utf8proc_uint8_t *dst = NULL;
+        utf8proc_ssize_t n = utf8proc_map(out->data, (utf8proc_ssize_t)out->len, &dst, (utf8proc_option_t)tok->norm_opts[k]);
+        if (n < 0) return err_set(err, PAIL_ERR_INVALID, "%s: normalizer: %s", tok->name, utf8proc_errmsg(n));
+        buf_reset(out);
+        int rc = buf_append(out, dst, (size_t)n);
+        free(dst);
+        if (rc < 0) return err_set(err, PAIL_ERR_NOMEM, "tokenizer: out of memory");
+    }
+    return 0;
+}
+
+// ---- pre-tokenizers
+
+// GPT-2's pattern, used by ByteLevel when use_regex is true.
+static const char gpt2_pattern[] =
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+
+// The library's regex engine (Oniguruma) takes \s as Unicode White_Space; PCRE2 in UCP
+// mode also takes U+180E (Mongolian vowel separator, a format character since Unicode 6.3),
+// which splits text differently. So \s and \S are rewritten to the explicit set.
+#define WHITE_SPACE "\\t-\\r\\x{20}\\x{85}\\x{a0}\\x{1680}\\x{2000}-\\x{200a}\\x{2028}\\x{2029}\\x{202f}\\x{205f}\\x{3000}"
+static int regex_rewrite_space(const char *p, size_t len, Buf *out) {
+    bool in_class = false;
+    size_t class_start = 0;
+    int rc = 0;
+    for (size_t i = 0; i < len && rc == 0;) {
+        char c = p[i];
+        if (c == '\\' && i + 1 < len) {
+            char n = p[i + 1];
+            if (n == 'Q' || (n == 'S' && in_class)) return -1;  // not worth parsing: refuse
+            if (n == 's') rc = in_class ? buf_printf(out, "%s", WHITE_SPACE) : buf_printf(out, "[%s]", WHITE_SPACE);
+            else if (n == 'S') rc = buf_printf(out, "[^%s]", WHITE_SPACE);
+            else rc = buf_append(out, p + i, 2);
+            i += 2;
+            continue;
+        }
+        if (!in_class && c == '[') {
+            in_class = true;
+            class_start = i + 1 < len && p[i + 1] == '^' ? i + 2 : i + 1;
+        } else if (in_class && c == '[' && i + 1 < len && p[i + 1] == ':') {  // [:alpha:]
+            const char *e = strstr(p + i, ":]");
+            size_t n = e && (size_t)(e - p) < len ? (size_t)(e - p) + 2 - i : 1;
+            rc = buf_append(out, p + i, n);
+            i += n;
+            continue;
+        } else if (in_class && c == ']' && i != class_start) {
+            in_class = false;
+        }
+        rc = buf_append(out, &c, 1);
+        if (i + 1 < len && p[i] == '[' && p[i + 1] == '^' && in_class && class_start == i + 2) {
+            rc |= buf_append(out, "^", 1);
+            i++;
+        }
+        i++;
+    }
+    return rc;
+}
+
+static int step_compile(Tokenizer *tok, PreStep *st, const char *pat, size_t len, bool literal, PailErr *err) {
+    int ec;
+    PCRE2_SIZE eo;
+    uint32_t opts = PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0);
+    Buf fixed = {0};
+    if (!literal) {
+        if (regex_rewrite_space(pat, len, &fixed) < 0) {
+            buf_free(&fixed);
+            return err_set(err, PAIL_ERR_UNSUPPORTED, "%s: pre_tokenizer regex \"%.80s\" uses \\Q or \\S inside a class, which pail does not translate", tok->name, pat);
+        }
+        st->re = pcre2_compile((PCRE2_SPTR)fixed.data, fixed.len, opts, &ec, &eo, NULL);
+    } else {
+        st->re = pcre2_compile((PCRE2_SPTR)pat, len, opts, &ec, &eo, NULL);
+    }
+    buf_free(&fixed);
+    if (!st->re) {
+        PCRE2_UCHAR msg[256];
+        pcre2_get_error_message(ec, msg, sizeof msg);
+        return err_set(err, PAIL_ERR_UNSUPPORTED, "%s: pre_tokenizer Split regex \"%.80s\" does not compile in PCRE2 at offset %zu: %s",
+                       tok->name, pat, (size_t)eo, (char *)msg);
+    }
+    st->jit = pcre2_jit_compile(st->re, PCRE2_JIT_COMPLETE) == 0;
+    st->md = pcre2_match_data_create_from_pattern(st->re, NULL);
+    if (!st->md) return err_set(err, PAIL_ERR_NOMEM, "%s: out of memory", tok->name);
+    return 0;
+}
+
+static PreStep *step_new(Tokenizer *tok, PailErr *err) {
+    PreStep *p = realloc(tok->pre, (size_t)(tok->n_pre + 1) * sizeof *p);
+    if (!p) { err_set(err, PAIL_ERR_NOMEM, "%s: out of memory", tok->name); return NULL; }
+    tok->pre = p;
+    memset(&p[tok->n_pre], 0, sizeof *p);
+    return &p[tok->n_pre++];
+}
+
+static int pretok_one(Tokenizer *tok, json_t *j, bool last, PailErr *err) {
+    json_t *type = json_object_get(j, "type");
+    const char *t = json_is_string(type) ? json_string_value(type) : NULL;
+    if (!t) return err_set(err, PAIL_ERR_INVALID, "%s: pre_tokenizer without a \"type\"", tok->name);
+    if (!strcmp(t, "Sequence")) {
+        json_t *list = json_object_get(j, "pretokenizers");
+        if (!json_is_array(list)) return err_set(err, PAIL_ERR_INVALID, "%s: pre_tokenizer Sequence without a \"pretokenizers\" array", tok->name);
+        size_t n = json_array_size(list);
+        for (size_t i = 0; i < n; i++)
+            if (pretok_one(tok, json_array_get(list, i), last && i + 1 == n, err) < 0) return -1;
+        return 0;
+    }
+    if (!strcmp(t, "Split")) {
+        json_t *pat = json_object_get(j, "pattern"), *beh = json_object_get(j, "behavior");
+        json_t *re = json_object_get(pat, "Regex"), *str = json_object_get(pat, "String");
+        if (!json_is_string(re) && !json_is_string(str))
+            return err_set(err, PAIL_ERR_INVALID, "%s: pre_tokenizer Split needs pattern {\"Regex\": ...} or {\"String\": ...}", tok->name);
+        if (json_is_true(json_object_get(j, "invert")))
+            return err_set(err, PAIL_ERR_UNSUPPORTED, "%s: pre_tokenizer Split with invert true is not supported", tok->name);
+        const char *b = json_is_string(beh) ? json_string_value(beh) : "";
+        int behavior;
+        if (!strcmp(b, "Isolated")) behavior = SPLIT_ISOLATED;
+        else if (!strcmp(b, "Removed")) behavior = SPLIT_REMOVED;
+        else return err_set(err, PAIL_ERR_UNSUPPORTED, "%s: pre_tokenizer Split behavior '%s' is not supported (pail implements Isolated and Removed)", tok->name, b);
+        PreStep *st = step_new(tok, err);
+        if (!st) return -1;
+        st->behavior = behavior;
+        json_t *p = json_is_string(re) ? re : str;
+        return step_compile(tok, st, json_string_value(p), json_string_length(p), !json_is_string(re), err);
+    }
+    if (!strcmp(t, "ByteLevel")) {
+        // Later steps would see mapped characters instead of text: only the last place is supported.
+        if (!last) return err_set(err, PAIL_ERR_UNSUPPORTED, "%s: pre_tokenizer ByteLevel before another pre-tokenizer is not supported", tok->name);
+        PreStep *st = step_new(tok, err);
+        if (!st) return -1;
+        st->byte_level = true;
+        st->behavior = SPLIT_ISOLATED;
+        st->add_prefix_space = json_is_true(json_object_get(j, "add_prefix_space"));
+        json_t *ur = json_object_get(j, "use_regex");
+        tok->bpe.byte_level = true;
+        if (!ur || json_is_true(ur)) return step_compile(tok, st, gpt2_pattern, sizeof gpt2_pattern - 1, false, err);
+        return 0;
+    }
+    return err_set(err, PAIL_ERR_UNSUPPORTED, "%s: pre_tokenizer '%s' is not supported (pail implements Sequence, Split, ByteLevel)", tok->name, t);
+}
+
+int pretok_load(Tokenizer *tok, json_t *j, PailErr *err) {
+    if (!j || json_is_null(j)) return 0;
+    if (pretok_one(tok, j, true, err) < 0) return -1;
+    tok->jit_stack = pcre2_jit_stack_create(32 * 1024, 4 * 1024 * 1024, NULL);
+    tok->mctx = pcre2_match_context_create(NULL);
+    if (!tok->jit_stack || !tok->mctx) return err_set(err, PAIL_ERR_NOMEM, "%s: out of memory", tok->name);
+    pcre2_jit_stack_assign(tok->mctx, NULL, tok->jit_stack);
+    return 0;
+}
+
+void pretok_free(Tokenizer *tok) {
+    for (int i = 0; i < tok->n_pre; i++) {
+        pcre2_match_data_free(tok->pre[i].md);
+        pcre2_code_free(tok->pre[i].re);
+        buf_free(&tok->pre[i].scratch);
+    }
+    free(tok->pre);
+    tok->pre = NULL;
+    tok->n_pre = 0;
+    if (tok->jit_stack) pcre2_jit_stack_free(tok->jit_stack);
+    if (tok->mctx) pcre2_match_context_free(tok->mctx);
+}
+
+static int emit(Tokenizer *tok, int step, const uint8_t *s, size_t len, TokenIds *ids, PailErr *err) {
+    if (!len) return 0;
+    if (step + 1 < tok->n_pre) return pretok_encode(tok, step + 1, s, len, ids, err);
+    return bpe_encode_word(&tok->bpe, s, len, ids, err);
+}
+
+int pretok_encode(Tokenizer *tok, int step, const uint8_t *s, size_t len, TokenIds *ids, PailErr *err) {
+    if (step >= tok->n_pre) return bpe_encode_word(&tok->bpe, s, len, ids, err);
+    PreStep *st = &tok->pre[step];
+    if (st->add_prefix_space && len && s[0] != ' ') {
+        buf_reset(&st->scratch);
+        if (buf_append(&st->scratch, " ", 1) < 0 || buf_append(&st->scratch, s, len) < 0)
+            return err_set(err, PAIL_ERR_NOMEM, "tokenizer: out of memory");
+        s = st->scratch.data;
+        len = st->scratch.len;
+    }
+    if (!st->re) return emit(tok, step, s, len, ids, err);
+    size_t off = 0, prev = 0;
+    while (off <= len) {
+        int rc = st->jit ? pcre2_jit_match(st->re, s, len, off, PCRE2_NO_UTF_CHECK, st->md, tok->mctx)
+                         : pcre2_match(st->re, s, len, off, PCRE2_NO_UTF_CHECK, st->md, tok->mctx);
+        if (rc == PCRE2_ERROR_NOMATCH) break;
+        if (rc < 0) {
+            PCRE2_UCHAR msg[256];
+            pcre2_get_error_message(rc, msg, sizeof msg);
+            return err_set(err, PAIL_ERR_INVALID, "%s: pre_tokenizer regex failed on a %zu-byte piece: %s", tok->name, len, (char *)msg);
+        }
+        PCRE2_SIZE *ov = pcre2_get_ovector_pointer(st->md);
+        size_t ms = ov[0], me = ov[1];
+        if (me == ms) {  // empty match: no piece; step one character on
+            if (ms >= len) break;
+            uint32_t cp;
+            off = ms + utf8_decode1(s + ms, len - ms, &cp);
+            continue;
+        }
+        if (ms > prev && emit(tok, step, s + prev, ms - prev, ids, err) < 0) return -1;
+        if (st->behavior == SPLIT_ISOLATED && emit(tok, step, s + ms, me - ms, ids, err) < 0) return -1;
+        prev = off = me;
+    }
+    return prev < len ? emit(tok, step, s + prev, len - prev, ids, err) : 0;
+}

@@ -1,0 +1,135 @@
+// Internal layout of the tokenizer module, shared by tokenizer.c (loading, added tokens,
+// encode/decode), bpe.c (vocab, merges, word merging, word cache) and pretok.c
+// (normalizers, Split / ByteLevel pre-tokenizers, UTF-8 helpers). Not a public header.
+#pragma once
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+#include <pthread.h>
+#include <jansson.h>
+#include "tokenizer/tokenizer.h"
+
+// String -> int32 map, open addressing. Keys are borrowed: they must outlive the map.
+typedef struct {
+    const char *key;
+    uint32_t len;
+    int32_t val;
+    uint64_t hash;
+} StrSlot;
+typedef struct {
+    StrSlot *slots;  // owned, cap entries (power of 2), key == NULL when empty
+    size_t cap, n;
+} StrMap;
+uint64_t tok_hash(const void *data, size_t len);
+int strmap_put(StrMap *m, const char *key, size_t len, int32_t val);  // overwrites; -1 on OOM
+int32_t strmap_get(const StrMap *m, const char *key, size_t len);     // -1 when absent
+void strmap_free(StrMap *m);
+
+// (left id, right id) -> (rank, merged id), open addressing.
+typedef struct {
+    uint64_t key;  // (uint64)left << 32 | right, UINT64_MAX when empty
+    int32_t rank, id;
+} MergeSlot;
+typedef struct {
+    MergeSlot *slots;  // owned
+    size_t cap, n;
+} MergeMap;
+
+// Word cache: raw piece bytes -> ids. Cleared whole when full (words repeat a lot in
+// text, so a simple bounded table keeps the hit rate of an LRU at a fraction of the cost).
+typedef struct {
+    uint64_t hash;
+    uint32_t key_off, key_len, ids_off, ids_len;  // into arena / ids; key_len 0 = empty slot
+} CacheSlot;
+typedef struct {
+    CacheSlot *slots;  // owned, cap entries
+    size_t cap, n;
+    Buf keys;          // key bytes
+    TokenIds ids;      // ids of all cached words, back to back
+} WordCache;
+
+typedef struct {
+    StrMap vocab;           // token text as in the file -> id (keys point into strings)
+    StrMap raw_vocab;       // byte-level only: token as raw bytes -> id (for ignore_merges)
+    MergeMap merges;
+    int32_t byte_id[256];   // byte-level: id of the token for each single byte, -1 if absent
+    bool byte_level;        // words arrive as raw bytes to be mapped by ByteLevel
+    bool ignore_merges;
+    int32_t unk_id;         // -1 when no unk_token
+    bool fuse_unk;
+    WordCache cache;
+} Bpe;
+
+enum { SPLIT_ISOLATED, SPLIT_REMOVED };
+typedef struct {
+    pcre2_code *re;                // owned
+    pcre2_match_data *md;          // owned; used under the tokenizer lock
+    bool jit;
+    int behavior;                  // SPLIT_*
+    bool byte_level;               // this step is the final ByteLevel (maps to BPE words)
+    bool add_prefix_space;         // ByteLevel: prepend ' ' to a piece not starting with one
+    Buf scratch;                   // ByteLevel prefixed piece
+} PreStep;
+
+typedef struct {
+    char *content;  // owned, NUL-terminated
+    size_t len;
+    int32_t id;
+    bool special, single_word, lstrip, rstrip, normalized;
+} AddedToken;
+
+// Leftmost-longest matcher over a set of added tokens (the library uses Aho-Corasick
+// with LeftmostLongest; the tokens share few first bytes, so a first-byte index suffices).
+typedef struct {
+    int *order;          // owned: token indices sorted by first byte, then length descending
+    int start[257];      // tokens with first byte b are order[start[b] .. start[b+1])
+    char **patterns;     // owned: what is matched (content, or normalized content)
+    size_t *plen;
+    int n;
+} AddedMatcher;
+
+#define TOK_MAX_NORM 4
+struct Tokenizer {
+    char sha256[65];
+    char *name;                  // owned: file name for messages
+    int norm_opts[TOK_MAX_NORM]; // utf8proc option sets applied in order
+    int n_norm;
+    PreStep *pre;                // owned, n_pre steps
+    int n_pre;
+    Bpe bpe;
+    AddedToken *added;           // owned
+    int n_added;
+    AddedMatcher match_raw, match_norm;  // added tokens with normalized false / true
+    char **id_text;              // owned strings (vocab keys and added contents) by id
+    Buf *id_bytes;               // decoded bytes by id (the decoder applied once at load)
+    uint8_t *id_flags;           // 1 = added token, 2 = special
+    int32_t vocab_size;
+    int decoder;                 // DEC_*
+    int32_t bos_id, eos_id;
+    pcre2_jit_stack *jit_stack;  // owned, shared by the regexes under the lock
+    pcre2_match_context *mctx;
+    pthread_mutex_t lock;        // guards the word cache, match data and scratch buffers
+    Buf norm_buf;                // scratch for the normalized segment
+};
+enum { DEC_NONE, DEC_BYTE_LEVEL };
+
+// ---- bpe.c
+// Checks the model's settings and sizes tok->vocab_size from its ids.
+int bpe_load(Tokenizer *tok, json_t *model, PailErr *err);
+// Second phase, after tok->id_text is allocated: vocab maps, byte ids, merges.
+int bpe_load_tables(Tokenizer *tok, json_t *model, PailErr *err);
+void bpe_free(Bpe *b);
+// Appends the ids of one pre-tokenized word (raw bytes when byte_level, else UTF-8 text).
+int bpe_encode_word(Bpe *b, const uint8_t *w, size_t len, TokenIds *ids, PailErr *err);
+
+// ---- pretok.c
+uint32_t tok_byte_char(uint8_t b);  // GPT-2 bytes_to_unicode
+int tok_char_to_byte(uint32_t cp);  // inverse, -1 for chars outside the map
+size_t utf8_decode1(const uint8_t *s, size_t len, uint32_t *cp);  // valid input only
+size_t utf8_encode1(uint32_t cp, char out[4]);
+int normalizer_load(Tokenizer *tok, json_t *j, PailErr *err);
+// Normalizes s into out (replacing its contents); s must be valid UTF-8.
+int normalizer_apply(const Tokenizer *tok, const uint8_t *s, size_t len, Buf *out, PailErr *err);
+int pretok_load(Tokenizer *tok, json_t *j, PailErr *err);
+void pretok_free(Tokenizer *tok);
+// Runs the pre-tokenizer steps from step on one piece and BPE-encodes each resulting word.
+int pretok_encode(Tokenizer *tok, int step, const uint8_t *s, size_t len, TokenIds *ids, PailErr *err);

@@ -1,0 +1,54 @@
+// Byte-level BPE tokenizer loaded from a Hugging Face tokenizer.json (GPT-2, Qwen2/2.5/3,
+// Llama 3): added/special tokens matched first and never split, normalizer (NFC & co via
+// utf8proc), pre-tokenizer Split regexes (PCRE2, UTF + Unicode properties, JIT), ByteLevel,
+// BPE merges with ignore_merges, and decoding. Encoding equals the tokenizers library's
+// encode(text, add_special_tokens=False). Chat templates live in chat.h.
+#pragma once
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "core/buf.h"
+#include "core/err.h"
+
+typedef struct Tokenizer Tokenizer;  // opaque; const after load except the word cache
+
+typedef struct {
+    int32_t *data;  // owned
+    size_t len, cap;
+} TokenIds;
+
+// Loads tokenizer.json; also reads bos/eos tokens from tokenizer_config.json in the same
+// folder when that file exists. Components pail does not implement are refused with an
+// error naming them. 0 / -1 with err.
+int tokenizer_load(Tokenizer **out, const char *tokenizer_json_path, PailErr *err);
+// Same from the file's bytes (name is used in messages only).
+int tokenizer_load_mem(Tokenizer **out, const char *json, size_t len, const char *name, PailErr *err);
+void tokenizer_free(Tokenizer *tok);
+
+// Appends the ids of text (UTF-8, len bytes, may hold NUL) to ids. Text that is not valid
+// UTF-8 is refused (the library takes only str). Thread safety: calls on one Tokenizer
+// serialize on an internal lock that guards the word -> ids cache; use one Tokenizer per
+// thread for parallel encoding.
+int tokenizer_encode(Tokenizer *tok, const char *text, size_t len, TokenIds *ids, PailErr *err);
+// Appends the decoded bytes of ids to out (the decoder's bytes, which may be invalid UTF-8
+// when ids cut a character). skip_special drops special added tokens. Thread-safe.
+int tokenizer_decode(const Tokenizer *tok, const int32_t *ids, size_t n, bool skip_special, Buf *out,
+                     PailErr *err);
+// Appends text to out with invalid UTF-8 sequences replaced by U+FFFD, one per maximal
+// invalid subpart (what Rust's from_utf8_lossy and Python's errors='replace' do).
+int utf8_append_lossy(Buf *out, const uint8_t *s, size_t len);
+// Byte offset of the first invalid UTF-8 sequence, or -1 when s is valid.
+long utf8_invalid_at(const uint8_t *s, size_t len);
+
+int32_t tokenizer_token_id(const Tokenizer *tok, const char *token);  // -1 when absent
+const char *tokenizer_token_text(const Tokenizer *tok, int32_t id);     // borrowed; NULL when absent
+int32_t tokenizer_vocab_size(const Tokenizer *tok);  // max id + 1 over vocab and added tokens
+int32_t tokenizer_bos_id(const Tokenizer *tok);      // -1 when tokenizer_config.json has none
+int32_t tokenizer_eos_id(const Tokenizer *tok);
+bool tokenizer_is_special(const Tokenizer *tok, int32_t id);
+const char *tokenizer_sha256(const Tokenizer *tok);  // hex sha256 of the tokenizer.json bytes
+// Sets the bos/eos tokens by content (from a tokenizer_config.json read elsewhere).
+int tokenizer_set_bos_eos(Tokenizer *tok, const char *bos, const char *eos, PailErr *err);
+
+void token_ids_free(TokenIds *ids);
+int token_ids_push(TokenIds *ids, int32_t id);  // 0 / -1 on out of memory

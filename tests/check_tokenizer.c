@@ -1,0 +1,411 @@
+// Check suite for src/tokenizer: tiny hand-built tokenizer.json files with expectations
+// worked out by hand (merge order, ignore_merges, added tokens and their flags, NFC,
+// digit splitting, decoding), chat rendering, hostile files and text, and the published
+// Qwen3 / Llama 3 files when ../shared/reference is present (ids from the tokenizers library).
+#include <check.h>
+#include <jansson.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "core/fsutil.h"
+#include "tokenizer/chat.h"
+#include "tokenizer/tokenizer.h"
+
+#define QWEN_RE "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+#define REF "../shared/reference/tokenizers"
+
+// GPT-2 bytes_to_unicode, written out again here so the test does not borrow the code under test.
+static void byte_char(int b, char out[8]) {
+    int cp = b, n = 0;
+    bool keep = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174);
+    if (!keep) {
+        for (int i = 0; i < b; i++)
+            if (!((i >= 33 && i <= 126) || (i >= 161 && i <= 172) || (i >= 174))) n++;
+        cp = 256 + n;
+    }
+    if (cp < 0x80) { out[0] = (char)cp; out[1] = 0; }
+    else { out[0] = (char)(0xc0 | cp >> 6); out[1] = (char)(0x80 | (cp & 0x3f)); out[2] = 0; }
+}
+
+// A byte-level tokenizer: ids 0..255 are the bytes; extra tokens from 256 in order;
+// merges as given (each "a b" must form an extra token).
+static char *tiny_json(const char **extra, int nextra, const char **merges, int nmerges, bool ignore_merges,
+                       const char *added_json, bool nfc, bool merges_as_pairs) {
+    json_t *vocab = json_object();
+    for (int b = 0; b < 256; b++) {
+        char c[8];
+        byte_char(b, c);
+        json_object_set_new(vocab, c, json_integer(b));
+    }
+    for (int i = 0; i < nextra; i++) json_object_set_new(vocab, extra[i], json_integer(256 + i));
+    json_t *m = json_array();
+    for (int i = 0; i < nmerges; i++) {
+        if (!merges_as_pairs) { json_array_append_new(m, json_string(merges[i])); continue; }
+        char a[64];
+        snprintf(a, sizeof a, "%s", merges[i]);
+        char *sp = strchr(a, ' ');
+        *sp = 0;
+        json_array_append_new(m, json_pack("[ss]", a, sp + 1));
+    }
+    json_error_t je;
+    json_t *added = json_loads(added_json ? added_json : "[]", 0, &je);
+    json_t *root = json_pack("{s:o, s:o, s:{s:s, s:[{s:s, s:{s:s}, s:s, s:b}, {s:s, s:b, s:b, s:b}]}, s:{s:s}, s:{s:s, s:o, s:o, s:b}}",
+        "added_tokens", added,
+        "normalizer", nfc ? json_pack("{s:s}", "type", "NFC") : json_null(),
+        "pre_tokenizer", "type", "Sequence", "pretokenizers", "type", "Split", "pattern", "Regex", QWEN_RE,
+        "behavior", "Isolated", "invert", 0, "type", "ByteLevel", "add_prefix_space", 0, "trim_offsets", 0, "use_regex", 0,
+        "decoder", "type", "ByteLevel",
+        "model", "type", "BPE", "vocab", vocab, "merges", m, "ignore_merges", ignore_merges);
+    ck_assert_ptr_nonnull(root);
+    char *s = json_dumps(root, 0);
+    json_decref(root);
+    return s;
+}
+
+static const char *EXTRA[] = {"he", "ll", "hell", "hello", "Ġw", "aa", "bc", "ab", "xyz", "Ġ1"};
+static const char *MERGES[] = {"h e", "l l", "he ll", "hell o", "Ġ w", "a a", "b c", "a b"};
+#define ADDED "[{\"id\":300,\"content\":\"<|im_end|>\",\"single_word\":false,\"lstrip\":false,\"rstrip\":false,\"normalized\":false,\"special\":true}," \
+              "{\"id\":301,\"content\":\"<think>\",\"single_word\":false,\"lstrip\":false,\"rstrip\":false,\"normalized\":false,\"special\":false}," \
+              "{\"id\":302,\"content\":\"<mask>\",\"single_word\":false,\"lstrip\":true,\"rstrip\":true,\"normalized\":false,\"special\":true}," \
+              "{\"id\":303,\"content\":\"<|im\",\"single_word\":false,\"lstrip\":false,\"rstrip\":false,\"normalized\":false,\"special\":true}]"
+
+static Tokenizer *tiny(bool ignore_merges, bool pairs) {
+    char *js = tiny_json(EXTRA, 10, MERGES, 8, ignore_merges, ADDED, true, pairs);
+    Tokenizer *t;
+    PailErr err = {0};
+    int rc = tokenizer_load_mem(&t, js, strlen(js), "tiny.json", &err);
+    free(js);
+    ck_assert_msg(rc == 0, "%s", err.msg);
+    return t;
+}
+
+static void expect_ids(Tokenizer *t, const char *text, size_t len, const int32_t *want, size_t n) {
+    TokenIds ids = {0};
+    PailErr err = {0};
+    ck_assert_msg(tokenizer_encode(t, text, len, &ids, &err) == 0, "%s", err.msg);
+    char got[512] = "", w[512] = "";
+    for (size_t i = 0; i < ids.len; i++) snprintf(got + strlen(got), sizeof got - strlen(got), "%d ", ids.data[i]);
+    for (size_t i = 0; i < n; i++) snprintf(w + strlen(w), sizeof w - strlen(w), "%d ", want[i]);
+    ck_assert_msg(!strcmp(got, w), "\"%s\": got [%s] want [%s]", text, got, w);
+    token_ids_free(&ids);
+}
+#define EXPECT(t, text, ...) do { const int32_t w_[] = {__VA_ARGS__}; expect_ids(t, text, strlen(text), w_, sizeof w_ / sizeof w_[0]); } while (0)
+
+START_TEST(test_bpe_merges) {
+    for (int pairs = 0; pairs < 2; pairs++) {  // "a b" strings and [a, b] pairs load alike
+        Tokenizer *t = tiny(false, pairs);
+        ck_assert_int_eq(tokenizer_vocab_size(t), 304);
+        EXPECT(t, "hello", 259);                        // h e -> he, l l -> ll, he ll, hell o
+        EXPECT(t, "hello world", 259, 260, 'o', 'r', 'l', 'd');  // " world" is one piece: Ġw o r l d
+        EXPECT(t, "aaa", 261, 'a');                     // equal ranks: leftmost first
+        EXPECT(t, "abc", 'a', 262);                     // "b c" ranks before "a b"
+        EXPECT(t, "xyz", 'x', 'y', 'z');                // in the vocab but no merge makes it
+        EXPECT(t, "12345", '1', '2', '3', '4', '5');    // \p{N}: one digit per piece
+        EXPECT(t, "e\xcc\x81", 0xc3, 0xa9);             // NFC: e + U+0301 -> U+00E9 (bytes C3 A9)
+        EXPECT(t, "");
+        tokenizer_free(t);
+    }
+    Tokenizer *t = tiny(true, false);  // ignore_merges: a vocab word wins before any merge
+    EXPECT(t, "xyz", 264);
+    EXPECT(t, "xyzw", 'x', 'y', 'z', 'w');
+    tokenizer_free(t);
+}
+END_TEST
+
+START_TEST(test_added_tokens) {
+    Tokenizer *t = tiny(false, false);
+    EXPECT(t, "a<|im_end|>b", 'a', 300, 'b');
+    EXPECT(t, "<|im_end|><|im_end|>", 300, 300);
+    EXPECT(t, "<|im_en", 303, '_', 'e', 'n');       // leftmost-longest: the shorter "<|im" matches
+    EXPECT(t, "<think>hello", 301, 259);             // never split, and BPE restarts after it
+    EXPECT(t, "a  <mask>  b", 'a', 302, 'b');        // lstrip/rstrip take the spaces around
+    EXPECT(t, "e\xcc\x81<think>", 0xc3, 0xa9, 301);  // text before a token is normalized alone
+    ck_assert_int_eq(tokenizer_token_id(t, "<think>"), 301);
+    ck_assert_int_eq(tokenizer_token_id(t, "hello"), 259);
+    ck_assert_int_eq(tokenizer_token_id(t, "nope"), -1);
+    ck_assert(tokenizer_is_special(t, 300));
+    ck_assert(!tokenizer_is_special(t, 301));
+    ck_assert_str_eq(tokenizer_token_text(t, 260), "Ġw");
+    ck_assert_int_eq((int)strlen(tokenizer_sha256(t)), 64);
+    tokenizer_free(t);
+}
+END_TEST
+
+START_TEST(test_decode) {
+    Tokenizer *t = tiny(false, false);
+    Buf b = {0};
+    PailErr err = {0};
+    const int32_t ids[] = {259, 260, 'o', 300, 0xc3, 0xa9};
+    ck_assert_int_eq(tokenizer_decode(t, ids, 6, false, &b, &err), 0);
+    ck_assert_str_eq((char *)b.data, "hello wo<|im_end|>\xc3\xa9");
+    buf_reset(&b);
+    ck_assert_int_eq(tokenizer_decode(t, ids, 6, true, &b, &err), 0);  // special tokens left out
+    ck_assert_str_eq((char *)b.data, "hello wo\xc3\xa9");
+    buf_reset(&b);
+    const int32_t cut[] = {'a', 0xc3};  // a character cut in half: raw bytes, lossy on request
+    ck_assert_int_eq(tokenizer_decode(t, cut, 2, false, &b, &err), 0);
+    ck_assert_int_eq((int)b.len, 2);
+    Buf l = {0};
+    utf8_append_lossy(&l, b.data, b.len);
+    ck_assert_str_eq((char *)l.data, "a\xef\xbf\xbd");
+    const int32_t bad[] = {1, 304};
+    ck_assert_int_eq(tokenizer_decode(t, bad, 2, false, &b, &err), -1);
+    ck_assert_ptr_nonnull(strstr(err.msg, "id 304 at position 1"));
+    buf_free(&b);
+    buf_free(&l);
+    tokenizer_free(t);
+}
+END_TEST
+
+START_TEST(test_utf8_lossy) {
+    // Maximal-subpart replacement, as Python's bytes.decode('utf-8', 'replace') gives.
+    struct { const char *in; size_t len; const char *want; } v[] = {
+        {"ok", 2, "ok"},
+        {"\xf0\x9f\x98", 3, "\xef\xbf\xbd"},                                   // truncated 4-byte: one
+        {"\xc0\x80", 2, "\xef\xbf\xbd\xef\xbf\xbd"},                           // overlong: two
+        {"\xed\xa0\x80", 3, "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"},           // surrogate: three
+        {"a\xe2\x82z", 4, "a\xef\xbf\xbdz"},
+        {"\xf4\x90\x80\x80", 4, "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"},  // > U+10FFFF
+        {"\xe2\x82\xac", 3, "\xe2\x82\xac"},
+    };
+    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
+        Buf b = {0};
+        utf8_append_lossy(&b, (const uint8_t *)v[i].in, v[i].len);
+        ck_assert_msg(b.len == strlen(v[i].want) && !memcmp(b.data, v[i].want, b.len), "vector %zu", i);
+        buf_free(&b);
+    }
+    ck_assert_int_eq(utf8_invalid_at((const uint8_t *)"ab\xff", 3), 2);
+    ck_assert_int_eq(utf8_invalid_at((const uint8_t *)"\xe2\x82\xac", 3), -1);
+}
+END_TEST
+
+static void render(const ChatTemplate *t, const ChatMessage *m, int n, bool gen, int think, const char *want) {
+    Buf b = {0};
+    PailErr err = {0};
+    ChatOptions o = {gen, think};
+    ck_assert_msg(chat_render(t, m, n, &o, &b, &err) == 0, "%s", err.msg);
+    ck_assert_msg(b.data && !strcmp((char *)b.data, want), "got:\n%s\nwant:\n%s", b.data ? (char *)b.data : "", want);
+    buf_free(&b);
+}
+
+START_TEST(test_chat) {
+    ChatTemplate q = {.kind = CHAT_QWEN3, .bos_token = ""}, l = {.kind = CHAT_LLAMA3, .bos_token = "<|begin_of_text|>"},
+                 c = {.kind = CHAT_CHATML, .bos_token = ""};
+    ChatMessage m[] = {{"system", "Be brief."}, {"user", "2+2?"}, {"assistant", "<think>\nadd\n</think>\n\n4"}, {"user", " ok "}};
+    render(&q, m, 4, true, -1,
+           "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n4<|im_end|>\n"
+           "<|im_start|>user\n ok <|im_end|>\n<|im_start|>assistant\n");
+    render(&q, m + 1, 2, false, -1,  // an assistant turn after the last query keeps its reasoning
+           "<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n<think>\nadd\n</think>\n\n4<|im_end|>\n");
+    render(&q, m + 1, 1, true, 0, "<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n");
+    render(&l, m, 2, true, -1,
+           "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
+           "<|start_header_id|>user<|end_header_id|>\n\n2+2?<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
+    render(&l, m + 3, 1, true, -1,  // content trimmed
+           "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nok<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
+    render(&c, m + 1, 1, true, -1,
+           "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n");
+    // the templates in validation/ are recognised, a modified one is not
+    const char *names[] = {"qwen3", "llama3", "chatml"};
+    ChatKind kinds[] = {CHAT_QWEN3, CHAT_LLAMA3, CHAT_CHATML};
+    for (int i = 0; i < 3; i++) {
+        char path[256];
+        snprintf(path, sizeof path, "validation/tokenizer/templates/%s.jinja", names[i]);
+        Buf b = {0};
+        PailErr err = {0};
+        ck_assert_msg(fs_read_file(path, &b, &err) == 0, "%s (run from the repository root)", err.msg);
+        ck_assert_int_eq(chat_template_detect((char *)b.data, b.len), kinds[i]);
+        ck_assert_int_eq(chat_template_detect((char *)b.data, b.len - 1), CHAT_NONE);
+        buf_free(&b);
+    }
+}
+END_TEST
+
+START_TEST(test_chat_limits) {
+    ChatTemplate t;
+    PailErr err = {0};
+    ck_assert_int_eq(chat_template_load(&t, NULL, "no placeholder", &err), -1);
+    ck_assert_ptr_nonnull(strstr(err.msg, "{prompt}"));
+    ck_assert_int_eq(chat_template_load(&t, NULL, "Q: {prompt}\nA: {prompt}", &err), 0);
+    ChatMessage one = {"user", "x"}, two[] = {{"system", "s"}, {"user", "x"}};
+    render(&t, &one, 1, true, -1, "Q: x\nA: x");
+    Buf b = {0};
+    ChatOptions o = {true, -1};
+    ck_assert_int_eq(chat_render(&t, two, 2, &o, &b, &err), -1);
+    chat_template_free(&t);
+    char path[] = "/tmp/pail-check-tok-XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert(fd >= 0);
+    ck_assert(write(fd, "{\"chat_template\": \"{{ x }}\"}", 28) == 28);
+    close(fd);
+    ck_assert_int_eq(chat_template_load(&t, path, NULL, &err), -1);
+    ck_assert_ptr_nonnull(strstr(err.msg, "--prompt-format"));
+    unlink(path);
+    ChatTemplate q = {.kind = CHAT_QWEN3};
+    ck_assert_int_eq(chat_render(&q, NULL, 0, &o, &b, &err), -1);
+    json_t *bad = json_loads("[{\"role\": \"user\"}]", 0, NULL);
+    ChatMessage *msgs;
+    int n;
+    ck_assert_int_eq(chat_messages_from_json(bad, &msgs, &n, &err), -1);
+    ck_assert_ptr_nonnull(strstr(err.msg, "messages[0]"));
+    json_decref(bad);
+    buf_free(&b);
+}
+END_TEST
+
+static void expect_load_error(const char *js, const char *needle) {
+    Tokenizer *t;
+    PailErr err = {0};
+    ck_assert_int_eq(tokenizer_load_mem(&t, js, strlen(js), "bad.json", &err), -1);
+    ck_assert_ptr_null(t);
+    ck_assert_msg(strstr(err.msg, needle) && strstr(err.msg, "bad.json"), "message \"%s\" lacks \"%s\"", err.msg, needle);
+}
+
+START_TEST(test_hostile_files) {
+    expect_load_error("", "not valid JSON");
+    expect_load_error("[]", "not a JSON object");
+    expect_load_error("{\"added_tokens\": []}", "no \"model\"");
+    expect_load_error("{\"model\": {\"type\": \"WordPiece\", \"vocab\": {}}}", "model type 'WordPiece' is not supported");
+    expect_load_error("{\"model\": {\"type\": \"BPE\", \"vocab\": []}}", "model.vocab");
+    expect_load_error("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": \"0\"}}}", "is not a token id");
+    expect_load_error("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": 5}}", "model.merges is not an array");
+    expect_load_error("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"ab\": 2}, \"merges\": [\"a c\"]}}",
+                      "model.merges[0] uses token \"c\" that is not in the vocab");
+    expect_load_error("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1}, \"merges\": [[\"a\", \"b\"]]}}",
+                      "makes \"ab\" that is not in the vocab");
+    expect_load_error("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": [\"a\"]}}", "not two tokens");
+    expect_load_error("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"byte_fallback\": true}}", "byte_fallback");
+    expect_load_error("{\"pre_tokenizer\": {\"type\": \"Whitespace\"}, \"model\": {\"type\": \"BPE\", \"vocab\": {}}}",
+                      "pre_tokenizer 'Whitespace' is not supported");
+    expect_load_error("{\"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"ByteLevel\"}, {\"type\": \"Split\", "
+                      "\"pattern\": {\"Regex\": \"a\"}, \"behavior\": \"Isolated\"}]}, \"model\": {\"type\": \"BPE\", \"vocab\": {}}}",
+                      "ByteLevel before another");
+    expect_load_error("{\"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"Regex\": \"a\"}, \"behavior\": \"Contiguous\"}, "
+                      "\"model\": {\"type\": \"BPE\", \"vocab\": {}}}", "behavior 'Contiguous'");
+    expect_load_error("{\"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"Regex\": \"(\"}, \"behavior\": \"Isolated\"}, "
+                      "\"model\": {\"type\": \"BPE\", \"vocab\": {}}}", "does not compile");
+    expect_load_error("{\"normalizer\": {\"type\": \"Lowercase\"}, \"model\": {\"type\": \"BPE\", \"vocab\": {}}}",
+                      "normalizer 'Lowercase' is not supported");
+    expect_load_error("{\"decoder\": {\"type\": \"WordPiece\"}, \"model\": {\"type\": \"BPE\", \"vocab\": {}}}",
+                      "decoder 'WordPiece' is not supported");
+    expect_load_error("{\"added_tokens\": [{\"content\": \"x\"}], \"model\": {\"type\": \"BPE\", \"vocab\": {}}}", "added_tokens[0]");
+    expect_load_error("{\"added_tokens\": [{\"id\": 0, \"content\": \"x\"}], \"model\": {\"type\": \"BPE\", \"vocab\": {\"y\": 0}}}",
+                      "which the vocab gives to \"y\"");
+    // every truncation of a valid file fails cleanly (run under ASan: make asan)
+    char *js = tiny_json(EXTRA, 10, MERGES, 8, false, ADDED, true, false);
+    size_t len = strlen(js);
+    for (size_t n = 0; n < len; n += (n < 200 || len - n < 200) ? 1 : 7) {
+        Tokenizer *t;
+        PailErr err = {0};
+        ck_assert_int_eq(tokenizer_load_mem(&t, js, n, "cut.json", &err), -1);
+        ck_assert_ptr_nonnull(strstr(err.msg, "cut.json"));
+    }
+    free(js);
+}
+END_TEST
+
+START_TEST(test_hostile_text) {
+    Tokenizer *t = tiny(false, false);
+    TokenIds ids = {0};
+    PailErr err = {0};
+    ck_assert_int_eq(tokenizer_encode(t, "ab\xff", 3, &ids, &err), -1);  // the library takes only valid str
+    ck_assert_ptr_nonnull(strstr(err.msg, "not valid UTF-8 (byte 0xff at offset 2)"));
+    ck_assert_int_eq(tokenizer_encode(t, "\xed\xa0\x80", 3, &ids, &err), -1);  // a surrogate
+    ids.len = 0;
+    ck_assert_int_eq(tokenizer_encode(t, "a\0b", 3, &ids, &err), 0);  // NUL is text
+    ck_assert_int_eq((int)ids.len, 3);
+    // long runs: one 200k-character word and 200k spaces (merge heap, regex stack)
+    size_t n = 200000;
+    char *big = malloc(n);
+    memset(big, 'a', n);
+    ids.len = 0;
+    ck_assert_int_eq(tokenizer_encode(t, big, n, &ids, &err), 0);
+    ck_assert_int_eq((int)ids.len, (int)(n / 2));  // all "aa"
+    memset(big, ' ', n);
+    ids.len = 0;
+    ck_assert_int_eq(tokenizer_encode(t, big, n, &ids, &err), 0);
+    ck_assert_int_eq((int)ids.len, (int)n);
+    free(big);
+    token_ids_free(&ids);
+    tokenizer_free(t);
+}
+END_TEST
+
+typedef struct { Tokenizer *t; size_t n; } ThreadArg;
+static void *encode_many(void *p) {
+    ThreadArg *a = p;
+    TokenIds ids = {0};
+    PailErr err = {0};
+    for (int i = 0; i < 2000; i++) {
+        ids.len = 0;
+        if (tokenizer_encode(a->t, "hello world aaa abc hello", 25, &ids, &err) < 0) break;
+    }
+    a->n = ids.len;
+    token_ids_free(&ids);
+    return NULL;
+}
+
+START_TEST(test_threads) {  // one tokenizer, two threads: the cache lock keeps results right
+    Tokenizer *t = tiny(false, false);
+    ThreadArg a[2] = {{t, 0}, {t, 0}};
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++) pthread_create(&th[i], NULL, encode_many, &a[i]);
+    for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+    ck_assert_int_eq((int)a[0].n, 14);
+    ck_assert_int_eq((int)a[1].n, 14);
+    tokenizer_free(t);
+}
+END_TEST
+
+START_TEST(test_reference_files) {
+    if (access(REF "/qwen3/tokenizer.json", R_OK) || access(REF "/llama3/tokenizer.json", R_OK)) {
+        printf("SKIP reference tokenizers: " REF " absent\n");
+        return;
+    }
+    Tokenizer *q, *l;
+    PailErr err = {0};
+    ck_assert_msg(tokenizer_load(&q, REF "/qwen3/tokenizer.json", &err) == 0, "%s", err.msg);
+    ck_assert_msg(tokenizer_load(&l, REF "/llama3/tokenizer.json", &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(tokenizer_vocab_size(q), 151669);  // 151,643 + 26 added
+    ck_assert_int_eq(tokenizer_vocab_size(l), 128256);
+    ck_assert_int_eq(tokenizer_bos_id(q), -1);
+    ck_assert_int_eq(tokenizer_eos_id(q), 151645);  // <|im_end|>
+    ck_assert_int_eq(tokenizer_bos_id(l), 128000);
+    ck_assert_int_eq(tokenizer_eos_id(l), 128001);
+    // ids from tokenizers 0.23.3, encode(text, add_special_tokens=False)
+    EXPECT(q, "Hello world", 9707, 1879);
+    EXPECT(q, " 1234567 don't", 220, 16, 17, 18, 19, 20, 21, 22, 1513, 944);
+    EXPECT(q, "<|im_start|>user\n你好<|im_end|>", 151644, 872, 198, 108386, 151645);
+    EXPECT(l, "Hello world", 9906, 1917);
+    EXPECT(l, " 1234567 don't", 220, 4513, 10961, 22, 1541, 956);
+    EXPECT(l, "<|begin_of_text|><|start_header_id|>x", 128000, 128006, 87);
+    tokenizer_free(q);
+    tokenizer_free(l);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("tokenizer");
+    TCase *core = tcase_create("core"), *limits = tcase_create("limits");
+    tcase_add_test(core, test_bpe_merges);
+    tcase_add_test(core, test_added_tokens);
+    tcase_add_test(core, test_decode);
+    tcase_add_test(core, test_chat);
+    tcase_add_test(core, test_reference_files);
+    tcase_add_test(core, test_threads);
+    tcase_add_test(limits, test_utf8_lossy);
+    tcase_add_test(limits, test_chat_limits);
+    tcase_add_test(limits, test_hostile_files);
+    tcase_add_test(limits, test_hostile_text);
+    tcase_set_timeout(core, 60);
+    tcase_set_timeout(limits, 60);
+    suite_add_tcase(s, core);
+    suite_add_tcase(s, limits);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
