@@ -9,4 +9,5 @@ BUILD=${BUILD:-build}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 run() { make -s "$BUILD/bench/$1" && echo "== $1" && "$BUILD/bench/$1"; }
 
+run bench_kernels
 run bench_tokenizer

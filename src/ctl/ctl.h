@@ -16,6 +16,9 @@ int ctl_get(int argc, char **argv);
 int ctl_ls(int argc, char **argv);
 int ctl_stat(int argc, char **argv);
 int ctl_rm(int argc, char **argv);
+int ctl_logprobs(int argc, char **argv);     // src/ctl/logprobs.c
+int ctl_init_model(int argc, char **argv);   // src/ctl/model.c
+int ctl_model_info(int argc, char **argv);
 int ctl_tokenize(int argc, char **argv);
 int ctl_detokenize(int argc, char **argv);
 
@@ -35,5 +38,7 @@ int ctl_open_url(const char *url, const CtlStoreFlags *sf, Store **st, char *key
                  PailErr *err);
 // Parses flags for a subcommand; returns -1 to continue, or an exit status
 // (0 after --help, 2 on a usage error, printed).
+// Reads a local path, or a file:// / s3:// URL, into out.
+int ctl_read_url_or_path(const char *src, const CtlStoreFlags *sf, Buf *out, PailErr *err);
 int ctl_parse(const char *usage, const char *about, Flag *fl, int n, int argc, char **argv,
               char ***pos, int *npos);

@@ -185,7 +185,7 @@ int h5a_read_str(hid_t loc, const char *name, char *out, size_t cap, const char 
     } else {
         size_t n = H5Tget_size(ft);
         char *tmp = calloc(1, n + 1);
-        hid_t t = fixed_str_type(n);
+        hid_t t = fixed_str_type(n + 1);  // room for a NUL after a NULLPAD / SPACEPAD string
         H5Tset_cset(t, H5Tget_cset(ft));
         if (!tmp || H5Aread(a, t, tmp) < 0) rc = err_set(err, PAIL_ERR_INVALID, "%s: cannot read attribute '%s'", file, name);
         else snprintf(out, cap, "%s", tmp);
@@ -230,8 +230,8 @@ int h5a_read_strs(hid_t loc, const char *name, char ***out, int *n, const char *
     if (count < 0 || count > 4096) {
         rc = err_set(err, PAIL_ERR_INVALID, "%s: attribute '%s' is not a list of strings", file, name);
     } else if (H5Tis_variable_str(ft) <= 0) {
-        size_t w = H5Tget_size(ft);
-        char *flat = calloc((size_t)(count ? count : 1), w + 1);
+        size_t w = H5Tget_size(ft) + 1;  // room for a NUL after NULLPAD strings (h5py's np.bytes_)
+        char *flat = calloc((size_t)(count ? count : 1), w);
         hid_t t = fixed_str_type(w);
         H5Tset_cset(t, H5Tget_cset(ft));
         if (!flat || w > 65536 || H5Aread(a, t, flat) < 0) {

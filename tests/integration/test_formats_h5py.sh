@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# pail's HDF5 files open in the standard tools: a rollout shard written by
-# src/shard is read back by h5py (layout of doc/formats.md) and by h5dump.
+# pail's HDF5 files open in the standard tools: a rollout shard (src/shard) and
+# an adapter (src/lora) are read back by h5py (doc/formats.md) and by h5dump.
 source "$(dirname "$0")/lib.sh"
 PY=$(venv)/bin/python
 BUILD=${BUILD:-build}
-make -s -C "$ROOT" "$BUILD/tests/check_shard" >/dev/null || { bad "build check_shard"; finish; exit 1; }
+make -s -C "$ROOT" "$BUILD/tests/check_shard" "$BUILD/tests/check_lora" >/dev/null || { bad "build"; finish; exit 1; }
 check "write a sample shard" env PAIL_SHARD_SAMPLE="$WORK/shard.h5" "$ROOT/$BUILD/tests/check_shard"
 check "h5py reads the shard layout" "$PY" "$ROOT/validation/formats/read_shard_h5py.py" "$WORK/shard.h5"
 check "h5dump reads every object" h5dump "$WORK/shard.h5"
+check "write a sample adapter" env PAIL_ADAPTER_SAMPLE="$WORK/adapter.h5" "$ROOT/$BUILD/tests/check_lora"
+check "h5py reads the adapter layout" "$PY" "$ROOT/validation/formats/read_adapter_h5py.py" "$WORK/adapter.h5"
+check "h5dump reads the adapter" h5dump -H "$WORK/adapter.h5"
 finish

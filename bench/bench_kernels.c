@@ -1,0 +1,261 @@
+// bench_kernels: figures for kernels/ on this machine, each with the reference it
+// should be read against: STREAM triad bandwidth, OpenBLAS sgemm GFLOP/s on the
+// bench model's products, the small-T mat-vec's weight-streaming GB/s against
+// OpenBLAS sgemv/sgemm at T = 1..16 (the crossover sets matmul_small_t_max), and
+// per-op times at the bench shape. Validates the fast paths first. Not a test.
+#include <cblas.h>
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "kernels.h"
+
+// bench model (src/model/modelgen.c "bench"): C 512, H 8, Hkv 2, D 64, F 1408, V 32000
+enum { C = 512, H = 8, HKV = 2, D = 64, F = 1408, V = 32000, T = 512, NSEQ = 4 };
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static float *rnd(size_t n, float scale) {
+    float *p = malloc(sizeof(float) * n);
+    if (!p) { fprintf(stderr, "bench_kernels: out of memory (%zu floats)\n", n); exit(1); }
+    unsigned s = 12345;
+#pragma omp parallel for firstprivate(s) schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        unsigned h = (unsigned)i * 2654435761u ^ s;
+        h ^= h >> 15, h *= 2246822519u, h ^= h >> 13;
+        p[i] = scale * ((h & 0xffffff) / 16777216.0f - 0.5f);
+    }
+    return p;
+}
+
+// Best of `reps` wall times of fn(ctx, i) (best: the least disturbed run).
+#define TIME_BEST(reps, stmt)                                    \
+    ({                                                           \
+        double best_ = 1e30;                                     \
+        for (int rep_ = 0; rep_ < (reps); rep_++) {              \
+            double t0_ = now();                                  \
+            stmt;                                                \
+            double dt_ = now() - t0_;                            \
+            if (dt_ < best_) best_ = dt_;                        \
+        }                                                        \
+        best_;                                                   \
+    })
+
+static double stream_triad(void) {
+    size_t n = 32u << 20;  // 3 x 128 MiB, far beyond any cache
+    float *a = rnd(n, 1), *b = rnd(n, 1), *c = rnd(n, 1);
+    double t = 1e30;  // not TIME_BEST: a pragma cannot sit in a macro argument
+    for (int rep = 0; rep < 5; rep++) {
+        double t0 = now();
+#pragma omp parallel for simd schedule(static)
+        for (size_t i = 0; i < n; i++) a[i] = b[i] + 3.0f * c[i];
+        t = fmin(t, now() - t0);
+    }
+    double gbs = 3.0 * n * sizeof(float) / t / 1e9;
+    printf("stream triad: %.1f GB/s (a = b + s*c, 3 x %zu MiB, %d threads)\n", gbs,
+           n * 4 >> 20, omp_get_max_threads());
+    free(a), free(b), free(c);
+    return gbs;
+}
+
+// OpenBLAS with its own thread pool (the reference) against matmul_forward, which
+// runs OpenBLAS single-threaded on one column slice per OpenMP thread.
+static void sgemm_figures(void) {
+    struct { const char *name; int K, N; } p[] = {
+        {"q/o proj", C, C}, {"k/v proj", C, HKV * D}, {"gate/up", C, F}, {"down", F, C},
+        {"lm head", C, V}};
+    int nth = omp_get_max_threads();
+    printf("\nsgemm, T=%d rows (out = x W^T), %d threads: OpenBLAS pool vs matmul_forward (OpenMP split)\n",
+           T, nth);
+    for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) {
+        float *x = rnd((size_t)T * p[i].K, 1), *W = rnd((size_t)p[i].N * p[i].K, 1),
+              *o = rnd((size_t)T * p[i].N, 1);
+        double fl = 2.0 * T * p[i].K * p[i].N;
+        openblas_set_num_threads(nth);
+        double t = TIME_BEST(5, cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, p[i].N,
+                                             p[i].K, 1, x, p[i].K, W, p[i].K, 0, o, p[i].N));
+        double tm = TIME_BEST(5, matmul_forward(o, x, W, NULL, T, p[i].K, p[i].N, 1, 0));
+        printf("  %-9s %5d x %-5d OpenBLAS %7.1f GFLOP/s  matmul_forward %7.1f GFLOP/s  (%.2fx)\n",
+               p[i].name, p[i].N, p[i].K, fl / t / 1e9, fl / tm / 1e9, t / tm);
+        free(x), free(W), free(o);
+    }
+}
+
+// Weight-streaming rate of out(T,N) = x W^T for small T; W cycles through enough
+// copies (>= 256 MiB) that every call reads it from memory, as a decode step does.
+static void matvec_figures(int N, int K, double triad) {
+    size_t wsz = (size_t)N * K;
+    int copies = (int)((256u << 20) / (wsz * 4)) + 1;
+    float *W = rnd(wsz * copies, 1), *x = rnd((size_t)16 * K, 1), *o = rnd((size_t)16 * N, 1);
+    float *o2 = rnd((size_t)16 * N, 1);
+    // validate: small-T kernel vs sgemm on this shape before timing
+    int saved = matmul_small_t_max;
+    matmul_small_t_max = 1 << 20;
+    matmul_forward(o, x, W, NULL, 8, K, N, 1, 0);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, 8, N, K, 1, x, K, W, K, 0, o2, N);
+    double md = 0;
+    for (size_t i = 0; i < (size_t)8 * N; i++) md = fmax(md, fabs(o[i] - o2[i]));
+    if (md > 1e-3) { fprintf(stderr, "bench_kernels: mat-vec differs from sgemm by %g\n", md); exit(1); }
+    printf("\nweight streaming, W %d x %d (%.1f MiB, %d copies cycled): GB/s of W read\n", N, K,
+           wsz * 4 / 1048576.0, copies);
+    printf("  %3s %10s %10s %10s %8s %8s\n", "T", "mat-vec", "sgemm", "sgemv", "vs sgemm", "vs triad");
+    enum { NT = 10 };
+    int ts[NT] = {1, 2, 3, 4, 5, 6, 7, 8, 12, 16}, c = 0, cross = 0;
+    int reps = copies * 2 > 20 ? copies * 2 : 20;
+    double tm[NT], tg[NT], tv = 0;
+    // all mat-vec figures first, then the OpenBLAS ones: its pool keeps spinning
+    // for a while after a call and would tax whatever runs next on 2 cores
+    for (int i = 0; i < NT; i++)
+        tm[i] = TIME_BEST(3, for (int r = 0; r < reps; r++) {
+            matmul_forward(o, x, W + wsz * (c++ % copies), NULL, ts[i], K, N, 1, 0);
+        }) / reps;
+    openblas_set_num_threads(omp_get_max_threads());  // the reference: OpenBLAS's own pool
+    for (int i = 0; i < NT; i++)
+        tg[i] = TIME_BEST(3, for (int r = 0; r < reps; r++) {
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, ts[i], N, K, 1, x, K,
+                        W + wsz * (c++ % copies), K, 0, o, N);
+        }) / reps;
+    tv = TIME_BEST(3, for (int r = 0; r < reps; r++) {
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, N, K, 1, W + wsz * (c++ % copies), K, x, 1, 0, o, 1);
+    }) / reps;
+    for (int i = 0; i < NT; i++) {
+        double gm = wsz * 4 / tm[i] / 1e9, gg = wsz * 4 / tg[i] / 1e9;
+        char gv[16] = "-";
+        if (ts[i] == 1) snprintf(gv, sizeof gv, "%.1f", wsz * 4 / tv / 1e9);
+        printf("  %3d %10.1f %10.1f %10s %7.2fx %7.0f%%\n", ts[i], gm, gg, gv, gm / gg,
+               100 * gm / triad);
+        if (gm > gg && cross == i) cross = i + 1;
+    }
+    printf("  mat-vec ahead of sgemm for T <= %d (matmul_small_t_max = %d)\n",
+           cross ? ts[cross - 1] : 0, saved);
+    matmul_small_t_max = saved;
+    free(W), free(x), free(o), free(o2);
+}
+
+static void op_figures(double triad) {
+    int cu[NSEQ + 1], pos[T];
+    for (int s = 0; s <= NSEQ; s++) cu[s] = s * (T / NSEQ);
+    for (int t = 0; t < T; t++) pos[t] = t % (T / NSEQ);
+    float *x = rnd((size_t)T * C, 1), *w = rnd(C, 1), *y = rnd((size_t)T * C, 1), *rs = rnd(T, 1);
+    float *dx = rnd((size_t)T * C, 1), *dw = rnd(C, 1);
+    printf("\nper-op times, bench shape T=%d (%d packed sequences) C=%d H=%d Hkv=%d D=%d F=%d V=%d:\n",
+           T, NSEQ, C, H, HKV, D, F, V);
+    printf("  %-26s %9s  %s\n", "op", "ms", "figure (reference)");
+    double t = TIME_BEST(10, rmsnorm_forward(y, rs, x, w, T, C, 1e-5f));
+    printf("  %-26s %9.3f  %.1f GB/s (%.0f%% of triad)\n", "rmsnorm_forward", t * 1e3,
+           2.0 * T * C * 4 / t / 1e9, 100 * 2.0 * T * C * 4 / t / 1e9 / triad);
+    t = TIME_BEST(10, rmsnorm_backward(dx, dw, y, x, w, rs, T, C));
+    printf("  %-26s %9.3f  %.1f GB/s (%.0f%% of triad)\n", "rmsnorm_backward", t * 1e3,
+           5.0 * T * C * 4 / t / 1e9, 100 * 5.0 * T * C * 4 / t / 1e9 / triad);
+
+    float inv[D / 2], *ct = rnd((size_t)T * D / 2, 1), *st = rnd((size_t)T * D / 2, 1);
+    rope_inv_freq(inv, D, 10000.0f, NULL);
+    rope_table_build(ct, st, inv, T, D);
+    size_t nq = (size_t)T * H * D, nk = (size_t)T * HKV * D;
+    float *q = rnd(nq, 1), *k = rnd(nk, 1), *v = rnd(nk, 1), *o = rnd(nq, 1), *lse = rnd((size_t)T * H, 1);
+    t = TIME_BEST(10, rope_forward(q, q, pos, ct, st, T, H, D));
+    printf("  %-26s %9.3f  %.1f GB/s (%.0f%% of triad)\n", "rope_forward (q)", t * 1e3,
+           2.0 * nq * 4 / t / 1e9, 100 * 2.0 * nq * 4 / t / 1e9 / triad);
+    // causal flops: per (query, head) 4*D per visible key
+    double aflops = 0;
+    for (int s = 0; s < NSEQ; s++) {
+        double L = cu[s + 1] - cu[s];
+        aflops += 4.0 * D * H * L * (L + 1) / 2;
+    }
+    t = TIME_BEST(5, attention_forward(o, lse, q, k, v, cu, NSEQ, T, H, HKV, D));
+    printf("  %-26s %9.3f  %.1f GFLOP/s\n", "attention_forward", t * 1e3, aflops / t / 1e9);
+    float *dq = rnd(nq, 1), *dk = rnd(nk, 1), *dv = rnd(nk, 1);
+    t = TIME_BEST(3, attention_backward(dq, dk, dv, o, q, k, v, o, lse, cu, NSEQ, T, H, HKV, D));
+    printf("  %-26s %9.3f  %.1f GFLOP/s (forward-equivalent x2.5)\n", "attention_backward",
+           t * 1e3, 2.5 * aflops / t / 1e9);
+    // decode: 8 sequences, one new token each, 512 cached positions
+    int ns = 8, maxc = 512, cun[9], cl[8];
+    for (int s = 0; s <= ns; s++) cun[s] = s;
+    for (int s = 0; s < ns; s++) cl[s] = maxc;
+    float *kc = rnd((size_t)ns * maxc * HKV * D, 1), *vc = rnd((size_t)ns * maxc * HKV * D, 1);
+    t = TIME_BEST(20, attention_decode_forward(o, q, kc, vc, cun, cl, ns, maxc, H, HKV, D));
+    double kvb = 2.0 * ns * maxc * HKV * D * 4;
+    printf("  %-26s %9.3f  %.1f GB/s of KV read (%.0f%% of triad; 8 seqs x 512 cached)\n",
+           "attention_decode_forward", t * 1e3, kvb / t / 1e9, 100 * kvb / t / 1e9 / triad);
+
+    size_t nf = (size_t)T * F;
+    float *g = rnd(nf, 4), *u = rnd(nf, 1), *h = rnd(nf, 1), *dg = rnd(nf, 1), *du = rnd(nf, 1);
+    t = TIME_BEST(10, swiglu_forward(h, g, u, nf));
+    printf("  %-26s %9.3f  %.1f GB/s (%.0f%% of triad)\n", "swiglu_forward", t * 1e3,
+           3.0 * nf * 4 / t / 1e9, 100 * 3.0 * nf * 4 / t / 1e9 / triad);
+    t = TIME_BEST(10, swiglu_backward(dg, du, h, g, u, nf));
+    printf("  %-26s %9.3f  %.1f GB/s (%.0f%% of triad)\n", "swiglu_backward", t * 1e3,
+           5.0 * nf * 4 / t / 1e9, 100 * 5.0 * nf * 4 / t / 1e9 / triad);
+
+    float *wl = rnd((size_t)V * C, 0.1f), *dwl = rnd((size_t)V * C, 1), lp[T], ent[T], ls[T], dl[T];
+    int tg[T];
+    for (int i = 0; i < T; i++) tg[i] = (i * 7919) % V, dl[i] = 1;
+    int vchunk = 2048;
+    float *ws = malloc(sizeof(float) * logprob_workspace_floats(T, vchunk));
+    PailErr err = {0};
+    double lflops = 2.0 * T * C * V;
+    t = TIME_BEST(3, logprob_forward(lp, ent, ls, x, wl, tg, T, C, V, 1.0f, ws, vchunk, &err));
+    printf("  %-26s %9.3f  %.1f GFLOP/s (LM-head sgemm share; vchunk %d)\n",
+           "logprob_forward +entropy", t * 1e3, lflops / t / 1e9, vchunk);
+    t = TIME_BEST(3, logprob_backward(dx, dwl, dl, NULL, x, wl, tg, ls, NULL, T, C, V, 1.0f, ws, vchunk));
+    printf("  %-26s %9.3f  %.1f GFLOP/s (3 products: recompute, dhidden, dW)\n",
+           "logprob_backward +dW", t * 1e3, 3 * lflops / t / 1e9);
+    t = TIME_BEST(3, logprob_forward(lp, NULL, ls, x, wl, tg, 4, C, V, 1.0f, ws, vchunk, &err));
+    printf("  %-26s %9.3f  %.1f GB/s of W_lm read (decode, T=4)\n", "logprob_forward T=4",
+           t * 1e3, (double)V * C * 4 / t / 1e9);
+
+    float *tab = wl;
+    t = TIME_BEST(10, embedding_forward(y, tab, tg, T, C, V, &err));
+    printf("  %-26s %9.3f  %.1f GB/s\n", "embedding_forward", t * 1e3, 2.0 * T * C * 4 / t / 1e9);
+
+    size_t np = 8u << 20;  // an 8M-parameter flat array (LoRA params + grads + moments)
+    float *p = rnd(np, 1), *m = rnd(np, 0), *vv = rnd(np, 0), *gr = rnd(np, 1);
+    t = TIME_BEST(5, adamw_update(p, m, vv, gr, np, 1e-4f, 0.9f, 0.999f, 1e-8f, 0.01f, 3, 1.0f));
+    printf("  %-26s %9.3f  %.1f GB/s (%.0f%% of triad; 7 streams of 8M floats)\n", "adamw_update",
+           t * 1e3, 7.0 * np * 4 / t / 1e9, 100 * 7.0 * np * 4 / t / 1e9 / triad);
+    double ss = 0;
+    t = TIME_BEST(5, ss += adamw_grad_sumsq(gr, np));
+    printf("  %-26s %9.3f  %.1f GB/s (sum %.3g)\n", "adamw_grad_sumsq", t * 1e3,
+           1.0 * np * 4 / t / 1e9, ss);
+    free(x), free(w), free(y), free(rs), free(dx), free(dw), free(ct), free(st);
+    free(q), free(k), free(v), free(o), free(lse), free(dq), free(dk), free(dv), free(kc), free(vc);
+    free(g), free(u), free(h), free(dg), free(du), free(wl), free(dwl), free(ws);
+    free(p), free(m), free(vv), free(gr);
+}
+
+static int want(int argc, char **argv, const char *section) {
+    if (argc < 2) return 1;
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], section)) return 1;
+    return 0;
+}
+
+// Usage: bench_kernels [sgemm] [matvec] [ops]   (default: all; triad always runs)
+int main(int argc, char **argv) {
+    int threads = omp_get_max_threads();
+    openblas_set_num_threads(threads);
+    double load[3] = {0};
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (f) {
+        if (fscanf(f, "%lf %lf %lf", &load[0], &load[1], &load[2]) != 3) load[0] = -1;
+        fclose(f);
+    }
+    printf("bench_kernels: %d threads (OMP_NUM_THREADS / OpenBLAS), matmul_small_t_max %d, "
+           "load average %.2f (figures are only meaningful on an idle machine)\n",
+           threads, matmul_small_t_max, load[0]);
+    double triad = stream_triad();
+    if (want(argc, argv, "sgemm")) sgemm_figures();
+    if (want(argc, argv, "matvec")) {
+        matvec_figures(1408, C, triad);  // gate/up weight
+        matvec_figures(C, F, triad);     // down weight (512 x 1408)
+        matvec_figures(V, C, triad);     // LM head
+    }
+    if (want(argc, argv, "ops")) op_figures(triad);
+    return 0;
+}

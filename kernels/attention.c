@@ -1,0 +1,246 @@
+// attention: causal grouped-query attention over packed rows (several sequences
+// back to back, cu_seqlens offsets; a query never sees another sequence), its
+// backward, and the decode variant over a KV cache. The fast path is flash-style:
+// keys in blocks with an online softmax, nothing (T,T)-sized is stored; the
+// backward recomputes probabilities from lse. CPU twin of kernels/attention.cu.
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "kernels.h"
+#include "simd.h"
+
+enum { KEY_BLOCK = 64 };
+
+// Index of the sequence that holds row t: largest s with cu[s] <= t.
+static int seq_of(const int *cu, int nseq, int t) {
+    int lo = 0, hi = nseq - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (cu[mid] <= t) lo = mid; else hi = mid - 1;
+    }
+    return lo;
+}
+
+static inline float dotf(const float *a, const float *b, int D) {
+    float s = 0;
+#pragma omp simd reduction(+ : s)
+    for (int d = 0; d < D; d++) s += a[d] * b[d];
+    return s;
+}
+
+// One query row against nkeys key/value rows (row stride ks floats): online
+// softmax over blocks of KEY_BLOCK keys, the accumulator rescaled once a block.
+static void attn_row(float *o, float *lse, const float *q, const float *k, const float *v,
+                     size_t ks, int nkeys, int D, float scale) {
+    float sc[KEY_BLOCK];
+    float m = -INFINITY, l = 0;
+    for (int d = 0; d < D; d++) o[d] = 0;
+    for (int j0 = 0; j0 < nkeys; j0 += KEY_BLOCK) {
+        int nb = nkeys - j0 < KEY_BLOCK ? nkeys - j0 : KEY_BLOCK;
+        float bm = -INFINITY;
+        for (int j = 0; j < nb; j++) {
+            sc[j] = dotf(q, k + (size_t)(j0 + j) * ks, D) * scale;
+            if (sc[j] > bm) bm = sc[j];
+        }
+        float mn = bm > m ? bm : m, corr = expf(m - mn);  // exp(-inf) = 0 on the first block
+        l *= corr;
+        for (int d = 0; d < D; d++) o[d] *= corr;
+        for (int j = 0; j < nb; j++) sc[j] -= mn;
+        simd_exp(sc, nb);
+        for (int j = 0; j < nb; j++) {
+            float p = sc[j];
+            const float *vr = v + (size_t)(j0 + j) * ks;
+            l += p;
+#pragma omp simd
+            for (int d = 0; d < D; d++) o[d] += p * vr[d];
+        }
+        m = mn;
+    }
+    float inv = 1.0f / l;
+    for (int d = 0; d < D; d++) o[d] *= inv;
+    if (lse) *lse = m + logf(l);
+}
+
+void attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
+                       const int *cu_seqlens, int nseq, int T, int H, int Hkv, int D) {
+    int G = H / Hkv;
+    float scale = 1.0f / sqrtf((float)D);
+    size_t ks = (size_t)Hkv * D;
+#pragma omp parallel for collapse(2) schedule(dynamic, 4)
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < H; h++) {
+            int start = cu_seqlens[seq_of(cu_seqlens, nseq, t)], hk = h / G;
+            attn_row(out + ((size_t)t * H + h) * D, lse ? lse + (size_t)t * H + h : NULL,
+                     q + ((size_t)t * H + h) * D, k + (size_t)start * ks + (size_t)hk * D,
+                     v + (size_t)start * ks + (size_t)hk * D, ks, t - start + 1, D, scale);
+        }
+}
+
+// Backward in two passes so that every output row has one writer and nothing
+// is allocated: (A) over (query, head): dq; (B) over (key, kv head): dk, dv.
+// p = exp(s - lse), dp = dout . v, ds = p (dp - delta), delta = dout . out.
+void attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,
+                        const float *k, const float *v, const float *out, const float *lse,
+                        const int *cu_seqlens, int nseq, int T, int H, int Hkv, int D) {
+    int G = H / Hkv;
+    float scale = 1.0f / sqrtf((float)D);
+    size_t ks = (size_t)Hkv * D, qs = (size_t)H * D;
+#pragma omp parallel
+    {
+#pragma omp for collapse(2) schedule(dynamic, 4)
+        for (int i = 0; i < T; i++)
+            for (int h = 0; h < H; h++) {
+                int start = cu_seqlens[seq_of(cu_seqlens, nseq, i)], hk = h / G;
+                const float *qi = q + i * qs + (size_t)h * D, *gi = dout + i * qs + (size_t)h * D;
+                float *dqi = dq + i * qs + (size_t)h * D;
+                float delta = dotf(gi, out + i * qs + (size_t)h * D, D), L = lse[(size_t)i * H + h];
+                for (int d = 0; d < D; d++) dqi[d] = 0;
+                for (int j = start; j <= i; j++) {
+                    const float *kj = k + j * ks + (size_t)hk * D, *vj = v + j * ks + (size_t)hk * D;
+                    float p = expf(dotf(qi, kj, D) * scale - L);
+                    float ds = p * (dotf(gi, vj, D) - delta) * scale;
+#pragma omp simd
+                    for (int d = 0; d < D; d++) dqi[d] += ds * kj[d];
+                }
+            }
+#pragma omp for collapse(2) schedule(dynamic, 4)
+        for (int j = 0; j < T; j++)
+            for (int hk = 0; hk < Hkv; hk++) {
+                int end = cu_seqlens[seq_of(cu_seqlens, nseq, j) + 1];
+                const float *kj = k + j * ks + (size_t)hk * D, *vj = v + j * ks + (size_t)hk * D;
+                float *dkj = dk + j * ks + (size_t)hk * D, *dvj = dv + j * ks + (size_t)hk * D;
+                for (int d = 0; d < D; d++) dkj[d] = dvj[d] = 0;
+                for (int h = hk * G; h < (hk + 1) * G; h++)
+                    for (int i = j; i < end; i++) {
+                        const float *qi = q + i * qs + (size_t)h * D, *gi = dout + i * qs + (size_t)h * D;
+                        float p = expf(dotf(qi, kj, D) * scale - lse[(size_t)i * H + h]);
+                        float delta = dotf(gi, out + i * qs + (size_t)h * D, D);
+                        float ds = p * (dotf(gi, vj, D) - delta) * scale;
+#pragma omp simd
+                        for (int d = 0; d < D; d++) {
+                            dkj[d] += ds * qi[d];
+                            dvj[d] += p * gi[d];
+                        }
+                    }
+            }
+    }
+}
+
+void attention_decode_forward(float *out, const float *q, const float *k_cache,
+                              const float *v_cache, const int *cu_new, const int *cache_len,
+                              int nseq, int max_ctx, int H, int Hkv, int D) {
+    int G = H / Hkv, Tn = cu_new[nseq];
+    float scale = 1.0f / sqrtf((float)D);
+    size_t ks = (size_t)Hkv * D;
+#pragma omp parallel for collapse(2) schedule(dynamic, 1)
+    for (int r = 0; r < Tn; r++)
+        for (int h = 0; h < H; h++) {
+            int s = seq_of(cu_new, nseq, r), hk = h / G;
+            int pos = cache_len[s] - (cu_new[s + 1] - cu_new[s]) + (r - cu_new[s]);
+            size_t base = (size_t)s * max_ctx * ks + (size_t)hk * D;
+            attn_row(out + ((size_t)r * H + h) * D, NULL, q + ((size_t)r * H + h) * D,
+                     k_cache + base, v_cache + base, ks, pos + 1, D, scale);
+        }
+}
+
+// ---- references: three passes per query row in double (max, sum, weighted sum) ----
+
+static void ref_row(float *o, float *lse, const float *q, const float *k, const float *v,
+                    size_t ks, int nkeys, int D) {
+    double scale = 1.0 / sqrt((double)D), m = -INFINITY, l = 0;
+    for (int j = 0; j < nkeys; j++) {
+        double s = 0;
+        for (int d = 0; d < D; d++) s += (double)q[d] * k[j * ks + d];
+        if (s * scale > m) m = s * scale;
+    }
+    for (int d = 0; d < D; d++) o[d] = 0;
+    double acc[D];
+    for (int d = 0; d < D; d++) acc[d] = 0;
+    for (int j = 0; j < nkeys; j++) {
+        double s = 0;
+        for (int d = 0; d < D; d++) s += (double)q[d] * k[j * ks + d];
+        double p = exp(s * scale - m);
+        l += p;
+        for (int d = 0; d < D; d++) acc[d] += p * v[j * ks + d];
+    }
+    for (int d = 0; d < D; d++) o[d] = (float)(acc[d] / l);
+    if (lse) *lse = (float)(m + log(l));
+}
+
+void attention_forward_ref(float *out, float *lse, const float *q, const float *k,
+                           const float *v, const int *cu_seqlens, int nseq, int T, int H,
+                           int Hkv, int D) {
+    size_t ks = (size_t)Hkv * D;
+    for (int s = 0; s < nseq; s++)
+        for (int t = cu_seqlens[s]; t < cu_seqlens[s + 1]; t++)
+            for (int h = 0; h < H; h++) {
+                int hk = h / (H / Hkv), start = cu_seqlens[s];
+                ref_row(out + ((size_t)t * H + h) * D, lse ? lse + (size_t)t * H + h : NULL,
+                        q + ((size_t)t * H + h) * D, k + start * ks + (size_t)hk * D,
+                        v + start * ks + (size_t)hk * D, ks, t - start + 1, D);
+            }
+    (void)T;
+}
+
+// Reference backward, derived independently of the fast one: the softmax row is
+// recomputed naively and ds = p * (dp - sum_j p_j dp_j) (no lse, no out).
+void attention_backward_ref(float *dq, float *dk, float *dv, const float *dout,
+                            const float *q, const float *k, const float *v, const float *out,
+                            const float *lse, const int *cu_seqlens, int nseq, int T, int H,
+                            int Hkv, int D) {
+    (void)out, (void)lse;
+    size_t ks = (size_t)Hkv * D, qs = (size_t)H * D;
+    double scale = 1.0 / sqrt((double)D);
+    memset(dq, 0, sizeof(float) * T * qs);
+    memset(dk, 0, sizeof(float) * T * ks);
+    memset(dv, 0, sizeof(float) * T * ks);
+    double *p = malloc(sizeof(double) * (T + 1)), *dp = malloc(sizeof(double) * (T + 1));
+    for (int s = 0; s < nseq; s++) {
+        int start = cu_seqlens[s];
+        for (int i = start; i < cu_seqlens[s + 1]; i++)
+            for (int h = 0; h < H; h++) {
+                int hk = h / (H / Hkv), n = i - start + 1;
+                const float *qi = q + i * qs + h * D, *gi = dout + i * qs + h * D;
+                double m = -INFINITY, l = 0, pdp = 0;
+                for (int j = 0; j < n; j++) {
+                    double sc = 0, g = 0;
+                    for (int d = 0; d < D; d++) {
+                        sc += (double)qi[d] * k[(start + j) * ks + hk * D + d];
+                        g += (double)gi[d] * v[(start + j) * ks + hk * D + d];
+                    }
+                    p[j] = sc * scale, dp[j] = g;
+                    if (p[j] > m) m = p[j];
+                }
+                for (int j = 0; j < n; j++) l += (p[j] = exp(p[j] - m));
+                for (int j = 0; j < n; j++) pdp += (p[j] /= l) * dp[j];
+                for (int j = 0; j < n; j++) {
+                    double ds = p[j] * (dp[j] - pdp) * scale;
+                    for (int d = 0; d < D; d++) {
+                        size_t kv = (start + j) * ks + hk * D + d;
+                        dq[i * qs + h * D + d] += (float)(ds * k[kv]);
+                        dk[kv] += (float)(ds * qi[d]);
+                        dv[kv] += (float)(p[j] * gi[d]);
+                    }
+                }
+            }
+    }
+    free(p);
+    free(dp);
+}
+
+void attention_decode_forward_ref(float *out, const float *q, const float *k_cache,
+                                  const float *v_cache, const int *cu_new,
+                                  const int *cache_len, int nseq, int max_ctx, int H, int Hkv,
+                                  int D) {
+    size_t ks = (size_t)Hkv * D;
+    for (int s = 0; s < nseq; s++) {
+        int n = cu_new[s + 1] - cu_new[s];
+        for (int r = 0; r < n; r++)
+            for (int h = 0; h < H; h++) {
+                int row = cu_new[s] + r, hk = h / (H / Hkv), pos = cache_len[s] - n + r;
+                size_t base = (size_t)s * max_ctx * ks + (size_t)hk * D;
+                ref_row(out + ((size_t)row * H + h) * D, NULL, q + ((size_t)row * H + h) * D,
+                        k_cache + base, v_cache + base, ks, pos + 1, D);
+            }
+    }
+}

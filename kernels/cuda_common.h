@@ -1,0 +1,43 @@
+// Shared by the CUDA twins (kernels/*.cu) only: error plumbing from CUDA and
+// cuBLAS status codes into PailErr, the process-wide cuBLAS handle, launch
+// sizes and warp/block reductions. Not included from C code.
+#pragma once
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include "kernels.h"
+
+// A CUDA runtime failure is reported as PAIL_ERR_IO naming the op and the call.
+int cuda_check(cudaError_t e, const char *what, PailErr *err);
+int cublas_check(cublasStatus_t s, const char *what, PailErr *err);
+// After a kernel launch: reports a bad launch configuration (asynchronous
+// faults surface at kernels_cuda_sync).
+int cuda_launch_check(const char *what, PailErr *err);
+// The cuBLAS handle, created on first use (FP32 math, default stream); NULL with
+// err set on failure. Not thread-safe on first use: call from one thread.
+cublasHandle_t cuda_cublas(PailErr *err);
+
+static inline unsigned cuda_blocks(size_t n, unsigned threads) {
+    return (unsigned)((n + threads - 1) / threads);
+}
+
+__device__ static inline float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ static inline float warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+// Sum (or max) over a block of blockDim.x <= 1024 threads, a multiple of 32;
+// every thread gets the result. sh: 32 floats of shared memory.
+__device__ static inline float block_reduce(float v, float *sh, bool is_max) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = is_max ? warp_max(v) : warp_sum(v);
+    __syncthreads();  // sh may still be read by a previous call
+    if (lane == 0) sh[warp] = v;
+    __syncthreads();
+    float r = lane < nw ? sh[lane] : (is_max ? -INFINITY : 0.0f);
+    return is_max ? warp_max(r) : warp_sum(r);
+}

@@ -1,0 +1,52 @@
+// embedding: gather rows of the token table, out(T,C) = table(V,C)[tokens], and
+// the backward scatter-add into dtable for full fine-tuning. Token ids are
+// checked here (they come from files and tokenizers). CPU twin of embedding.cu.
+#include <string.h>
+#include "kernels.h"
+
+static int tokens_check(const int *tokens, int T, int V, PailErr *err) {
+    for (int t = 0; t < T; t++)
+        if (tokens[t] < 0 || tokens[t] >= V)
+            return err_set(err, PAIL_ERR_INVALID,
+                           "embedding: token %d at position %d is outside the vocabulary [0, %d)",
+                           tokens[t], t, V);
+    return 0;
+}
+
+int embedding_forward(float *out, const float *table, const int *tokens, int T, int C, int V,
+                      PailErr *err) {
+    if (tokens_check(tokens, T, V, err)) return -1;
+#pragma omp parallel for schedule(static)
+    for (int t = 0; t < T; t++)
+        memcpy(out + (size_t)t * C, table + (size_t)tokens[t] * C, sizeof(float) * C);
+    return 0;
+}
+
+// A token may repeat, so rows of dtable collide: threads own column blocks
+// instead of tokens and each walks all T tokens (no atomics, no scratch).
+void embedding_backward(float *dtable, const float *dout, const int *tokens, int T, int C) {
+    enum { CB = 256 };
+    int nblk = (C + CB - 1) / CB;
+#pragma omp parallel for schedule(static)
+    for (int b = 0; b < nblk; b++) {
+        int c0 = b * CB, c1 = c0 + CB < C ? c0 + CB : C;
+        for (int t = 0; t < T; t++) {
+            float *d = dtable + (size_t)tokens[t] * C;
+            const float *g = dout + (size_t)t * C;
+            for (int c = c0; c < c1; c++) d[c] += g[c];
+        }
+    }
+}
+
+int embedding_forward_ref(float *out, const float *table, const int *tokens, int T, int C,
+                          int V, PailErr *err) {
+    if (tokens_check(tokens, T, V, err)) return -1;
+    for (int t = 0; t < T; t++)
+        for (int c = 0; c < C; c++) out[(size_t)t * C + c] = table[(size_t)tokens[t] * C + c];
+    return 0;
+}
+
+void embedding_backward_ref(float *dtable, const float *dout, const int *tokens, int T, int C) {
+    for (int t = 0; t < T; t++)
+        for (int c = 0; c < C; c++) dtable[(size_t)tokens[t] * C + c] += dout[(size_t)t * C + c];
+}

@@ -1,0 +1,33 @@
+// embedding twin: gather rows of the table, and the scatter-add backward with
+// atomics (tokens repeat). Token ids must be checked on the host (the CPU
+// embedding_forward does) before they reach the device. CPU twin: embedding.c.
+#include "cuda_common.h"
+
+__global__ static void gather(float *out, const float *table, const int *tokens, int T, int C) {
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i >= (size_t)T * C) return;
+    size_t t = i / C, c = i % C;
+    out[i] = table[(size_t)tokens[t] * C + c];
+}
+
+__global__ static void scatter_add(float *dtable, const float *dout, const int *tokens, int T,
+                                   int C) {
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i >= (size_t)T * C) return;
+    size_t t = i / C, c = i % C;
+    atomicAdd(&dtable[(size_t)tokens[t] * C + c], dout[i]);
+}
+
+extern "C" int embedding_forward_cuda(float *out, const float *table, const int *tokens, int T,
+                                      int C, PailErr *err) {
+    if (T <= 0) return 0;
+    gather<<<cuda_blocks((size_t)T * C, 256), 256>>>(out, table, tokens, T, C);
+    return cuda_launch_check("embedding_forward_cuda", err);
+}
+
+extern "C" int embedding_backward_cuda(float *dtable, const float *dout, const int *tokens, int T,
+                                       int C, PailErr *err) {
+    if (T <= 0) return 0;
+    scatter_add<<<cuda_blocks((size_t)T * C, 256), 256>>>(dtable, dout, tokens, T, C);
+    return cuda_launch_check("embedding_backward_cuda", err);
+}

@@ -1,0 +1,213 @@
+// Compute kernels for the decoder forward/backward, sampling and the optimizer.
+// One op per file pair: kernels/<op>.c holds the plain-loop reference (<op>_*_ref,
+// for tests) and the fast CPU path; kernels/<op>.cu the CUDA twin (<op>_*_cuda,
+// built with `make CUDA=1`). Argument order everywhere: outputs, inputs, sizes,
+// options. Shapes use the legend of doc/kernels.md; all tensors are fp32, row-major.
+#pragma once
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {  // the CUDA twins are compiled as C++; core/err.h has no guard of its own
+#endif
+#include "core/err.h"
+
+// Gradient convention: input gradients (dx, dgate, dq, ...) are written (=),
+// parameter gradients (dw, dW, dbias, dtable, dw_lm) are accumulated (+=), so a
+// step zeroes parameter grads once and never allocates. matmul's dx takes beta.
+// Fast paths parallelise with OpenMP over the calling thread's team size
+// (OMP_NUM_THREADS); none of them allocates.
+
+// ---- matmul: out(T,N) = alpha * x(T,K) W(N,K)^T + beta * out + bias(N) ----
+// bias may be NULL; beta == 0 never reads out. Fast path: a hand-written
+// mat-vec that streams W once when T <= matmul_small_t_max, OpenBLAS sgemm above.
+extern int matmul_small_t_max;
+void matmul_forward(float *out, const float *x, const float *W, const float *bias,
+                    int T, int K, int N, float alpha, float beta);
+void matmul_forward_ref(float *out, const float *x, const float *W, const float *bias,
+                        int T, int K, int N, float alpha, float beta);
+// dx(T,K) = alpha * dout(T,N) W(N,K) + dx_beta * dx   (dx may be NULL)
+// dW(N,K) += alpha * dout^T x                          (dW may be NULL)
+// dbias(N) += alpha * sum_t dout[t]                    (dbias may be NULL)
+void matmul_backward(float *dx, float *dW, float *dbias, const float *dout, const float *x,
+                     const float *W, int T, int K, int N, float alpha, float dx_beta);
+void matmul_backward_ref(float *dx, float *dW, float *dbias, const float *dout,
+                         const float *x, const float *W, int T, int K, int N, float alpha,
+                         float dx_beta);
+
+// ---- rmsnorm: out(R,C) = x * rsqrt(mean(x^2) + eps) * w(C) over each of `rows` rows ----
+// rstd(rows) receives the per-row 1/rms for the backward (may be NULL). For the
+// per-head q_norm/k_norm, rows = T*H and C = D. out may equal x.
+void rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, int rows, int C,
+                     float eps);
+void rmsnorm_forward_ref(float *out, float *rstd, const float *x, const float *w, int rows,
+                         int C, float eps);
+// dx = written; dw += (may be NULL when the weight is frozen). rstd from forward.
+void rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x, const float *w,
+                      const float *rstd, int rows, int C);
+void rmsnorm_backward_ref(float *dx, float *dw, const float *dout, const float *x,
+                          const float *w, const float *rstd, int rows, int C);
+
+// ---- rope: rotary embedding, half-rotation layout (HF rotate_half) ----
+typedef struct {      // transformers' rope_scaling for rope_type "llama3"
+    float factor;     // 0 = no scaling (plain default rope)
+    float low_freq_factor, high_freq_factor;
+    int original_max_position;  // original_max_position_embeddings
+} RopeScaling;
+// inv_freq(D/2) as transformers computes it in fp32 (_compute_default/_llama3_parameters).
+void rope_inv_freq(float *inv_freq, int D, float theta, const RopeScaling *scaling);
+// cos, sin (P, D/2): tables for positions 0..P-1; angle = fp32(pos * inv_freq[i]).
+void rope_table_build(float *cos_t, float *sin_t, const float *inv_freq, int P, int D);
+// out(T,nh,D) = rope(x) with row t rotated by position pos[t] (0 <= pos < P, the
+// caller's table size). out may equal x. nh = H for q, Hkv for k.
+void rope_forward(float *out, const float *x, const int *pos, const float *cos_t,
+                  const float *sin_t, int T, int nh, int D);
+void rope_forward_ref(float *out, const float *x, const int *pos, const float *cos_t,
+                      const float *sin_t, int T, int nh, int D);
+// dx = R(pos)^T dout (written; dx may equal dout).
+void rope_backward(float *dx, const float *dout, const int *pos, const float *cos_t,
+                   const float *sin_t, int T, int nh, int D);
+void rope_backward_ref(float *dx, const float *dout, const int *pos, const float *cos_t,
+                       const float *sin_t, int T, int nh, int D);
+
+// ---- attention: causal grouped-query attention over a packed row ----
+// q(T,H,D), k,v(T,Hkv,D); nseq sequences packed back to back, sequence s is rows
+// cu_seqlens[s] .. cu_seqlens[s+1]-1 (cu_seqlens[0] = 0, cu_seqlens[nseq] = T).
+// Query i of sequence s attends keys cu_seqlens[s]..i only; scale = 1/sqrt(D);
+// q head h reads kv head h / (H/Hkv). out(T,H,D); lse(T,H) = log-sum-exp of the
+// scaled scores, saved for the backward (may be NULL).
+void attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
+                       const int *cu_seqlens, int nseq, int T, int H, int Hkv, int D);
+void attention_forward_ref(float *out, float *lse, const float *q, const float *k,
+                           const float *v, const int *cu_seqlens, int nseq, int T, int H,
+                           int Hkv, int D);
+// dq, dk, dv written; recomputes the probabilities from q, k and lse.
+void attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,
+                        const float *k, const float *v, const float *out, const float *lse,
+                        const int *cu_seqlens, int nseq, int T, int H, int Hkv, int D);
+void attention_backward_ref(float *dq, float *dk, float *dv, const float *dout,
+                            const float *q, const float *k, const float *v, const float *out,
+                            const float *lse, const int *cu_seqlens, int nseq, int T, int H,
+                            int Hkv, int D);
+// Decode: a few new tokens per sequence against a KV cache. k_cache, v_cache
+// (nseq, max_ctx, Hkv, D) already hold every token of sequence s up to
+// cache_len[s] (the new ones included). q(Tn,H,D): the new tokens, sequence s
+// owns rows cu_new[s]..cu_new[s+1]-1 and its r-th new token sits at cache
+// position cache_len[s] - n_s + r, attending positions 0..that one.
+void attention_decode_forward(float *out, const float *q, const float *k_cache,
+                              const float *v_cache, const int *cu_new, const int *cache_len,
+                              int nseq, int max_ctx, int H, int Hkv, int D);
+void attention_decode_forward_ref(float *out, const float *q, const float *k_cache,
+                                  const float *v_cache, const int *cu_new,
+                                  const int *cache_len, int nseq, int max_ctx, int H, int Hkv,
+                                  int D);
+
+// ---- swiglu: out(n) = silu(gate) * up, n = T*F ----
+void swiglu_forward(float *out, const float *gate, const float *up, size_t n);
+void swiglu_forward_ref(float *out, const float *gate, const float *up, size_t n);
+void swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate,
+                     const float *up, size_t n);
+void swiglu_backward_ref(float *dgate, float *dup, const float *dout, const float *gate,
+                         const float *up, size_t n);
+
+// ---- logprob: fused LM head + streaming log-softmax over V in chunks ----
+// z = hidden(T,C) w_lm(V,C)^T / temperature is produced vchunk columns at a time
+// into ws (T*vchunk floats) and never stored whole. logp(T) = z[target] - lse;
+// lse(T) saved for the backward (may be NULL); entropy(T) = -sum p log p on
+// request (NULL = skip). Returns -1 when a target is outside [0, V).
+size_t logprob_workspace_floats(int T, int vchunk);
+int logprob_forward(float *logp, float *entropy, float *lse, const float *hidden,
+                    const float *w_lm, const int *targets, int T, int C, int V,
+                    float temperature, float *ws, int vchunk, PailErr *err);
+int logprob_forward_ref(float *logp, float *entropy, float *lse, const float *hidden,
+                        const float *w_lm, const int *targets, int T, int C, int V,
+                        float temperature, PailErr *err);
+// dhidden(T,C) written; dw_lm(V,C) += (NULL for a frozen head). dlogp(T) is the
+// upstream gradient of logp; dentropy(T) of entropy (NULL = none; then entropy
+// may be NULL too). lse (and entropy) from the forward; targets already checked.
+void logprob_backward(float *dhidden, float *dw_lm, const float *dlogp, const float *dentropy,
+                      const float *hidden, const float *w_lm, const int *targets,
+                      const float *lse, const float *entropy, int T, int C, int V,
+                      float temperature, float *ws, int vchunk);
+void logprob_backward_ref(float *dhidden, float *dw_lm, const float *dlogp,
+                          const float *dentropy, const float *hidden, const float *w_lm,
+                          const int *targets, int T, int C, int V, float temperature);
+
+// ---- embedding: out(T,C) = table(V,C)[tokens[t]] ----
+// Returns -1 when a token is outside [0, V).
+int embedding_forward(float *out, const float *table, const int *tokens, int T, int C, int V,
+                      PailErr *err);
+int embedding_forward_ref(float *out, const float *table, const int *tokens, int T, int C,
+                          int V, PailErr *err);
+// dtable(V,C) += scatter of dout(T,C) (tokens already checked by the forward).
+void embedding_backward(float *dtable, const float *dout, const int *tokens, int T, int C);
+void embedding_backward_ref(float *dtable, const float *dout, const int *tokens, int T, int C);
+
+// ---- adamw: decoupled weight decay Adam over one flat array (torch.optim.AdamW) ----
+// sum of squares in double, for global grad-norm clipping across arrays.
+double adamw_grad_sumsq(const float *g, size_t n);
+double adamw_grad_sumsq_ref(const float *g, size_t n);
+// torch clip_grad_norm_: min(1, max_norm / (sqrt(sumsq) + 1e-6)); max_norm <= 0: 1.
+float adamw_clip_scale(double sumsq, float max_norm);
+// p, m, v (n) updated in place with gradient g * grad_scale; step counts from 1.
+void adamw_update(float *p, float *m, float *v, const float *g, size_t n, float lr,
+                  float beta1, float beta2, float eps, float weight_decay, int step,
+                  float grad_scale);
+void adamw_update_ref(float *p, float *m, float *v, const float *g, size_t n, float lr,
+                      float beta1, float beta2, float eps, float weight_decay, int step,
+                      float grad_scale);
+
+// ---- CUDA twins (make CUDA=1): same contracts, every pointer a device pointer ----
+// They return 0, or -1 with err set when a CUDA/cuBLAS call fails. Calls are
+// asynchronous on the default stream; kernels_cuda_sync() waits and reports.
+int kernels_cuda_device_count(void);  // 0 when no driver or no device (never fails)
+int kernels_cuda_sync(PailErr *err);
+int matmul_forward_cuda(float *out, const float *x, const float *W, const float *bias, int T,
+                        int K, int N, float alpha, float beta, PailErr *err);
+int matmul_backward_cuda(float *dx, float *dW, float *dbias, const float *dout,
+                         const float *x, const float *W, int T, int K, int N, float alpha,
+                         float dx_beta, PailErr *err);
+int rmsnorm_forward_cuda(float *out, float *rstd, const float *x, const float *w, int rows,
+                         int C, float eps, PailErr *err);
+int rmsnorm_backward_cuda(float *dx, float *dw, const float *dout, const float *x,
+                          const float *w, const float *rstd, int rows, int C, PailErr *err);
+int rope_forward_cuda(float *out, const float *x, const int *pos, const float *cos_t,
+                      const float *sin_t, int T, int nh, int D, PailErr *err);
+int rope_backward_cuda(float *dx, const float *dout, const int *pos, const float *cos_t,
+                       const float *sin_t, int T, int nh, int D, PailErr *err);
+int attention_forward_cuda(float *out, float *lse, const float *q, const float *k,
+                           const float *v, const int *cu_seqlens, int nseq, int T, int H,
+                           int Hkv, int D, PailErr *err);
+int attention_backward_cuda(float *dq, float *dk, float *dv, const float *dout,
+                            const float *q, const float *k, const float *v, const float *out,
+                            const float *lse, const int *cu_seqlens, int nseq, int T, int H,
+                            int Hkv, int D, PailErr *err);
+int attention_decode_forward_cuda(float *out, const float *q, const float *k_cache,
+                                  const float *v_cache, const int *cu_new,
+                                  const int *cache_len, int nseq, int max_ctx, int H, int Hkv,
+                                  int D, PailErr *err);
+int swiglu_forward_cuda(float *out, const float *gate, const float *up, size_t n,
+                        PailErr *err);
+int swiglu_backward_cuda(float *dgate, float *dup, const float *dout, const float *gate,
+                         const float *up, size_t n, PailErr *err);
+// Targets are not range-checked on the device: check them on the host first.
+int logprob_forward_cuda(float *logp, float *entropy, float *lse, const float *hidden,
+                         const float *w_lm, const int *targets, int T, int C, int V,
+                         float temperature, float *ws, int vchunk, PailErr *err);
+int logprob_backward_cuda(float *dhidden, float *dw_lm, const float *dlogp,
+                          const float *dentropy, const float *hidden, const float *w_lm,
+                          const int *targets, const float *lse, const float *entropy, int T,
+                          int C, int V, float temperature, float *ws, int vchunk,
+                          PailErr *err);
+int embedding_forward_cuda(float *out, const float *table, const int *tokens, int T, int C,
+                           PailErr *err);
+int embedding_backward_cuda(float *dtable, const float *dout, const int *tokens, int T, int C,
+                            PailErr *err);
+// sumsq: a device double written with the sum of squares.
+int adamw_grad_sumsq_cuda(double *sumsq, const float *g, size_t n, PailErr *err);
+int adamw_update_cuda(float *p, float *m, float *v, const float *g, size_t n, float lr,
+                      float beta1, float beta2, float eps, float weight_decay, int step,
+                      float grad_scale, PailErr *err);
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,164 @@
+// logprob: per-token log-probabilities of given targets under the LM head,
+// logp = z[target] - logsumexp(z) with z = hidden W_lm^T / temperature, and the
+// entropy of softmax(z) on request. The head matmul is fused with a streaming
+// (online) log-sum-exp over vocab chunks, so the (T,V) logits never exist; the
+// backward recomputes each chunk. CPU twin of kernels/logprob.cu.
+#include <math.h>
+#include <stdlib.h>
+#include "kernels.h"
+#include "simd.h"
+
+enum { EXP_CHUNK = 256 };  // exp over a chunk of logits at a time (simd.h)
+
+// ws layout: z chunk (T, vchunk), then running max m (T), sum s (T), and
+// a = sum exp(z - m) * z (T) for the entropy H = lse - a / s.
+size_t logprob_workspace_floats(int T, int vchunk) {
+    return (size_t)T * vchunk + 3 * (size_t)T;
+}
+
+static int targets_check(const int *targets, int T, int V, float temperature, int vchunk,
+                         PailErr *err) {
+    if (!(temperature > 0))
+        return err_set(err, PAIL_ERR_INVALID, "logprob: temperature %g must be > 0",
+                       (double)temperature);
+    if (vchunk <= 0) return err_set(err, PAIL_ERR_INVALID, "logprob: vchunk %d must be > 0", vchunk);
+    for (int t = 0; t < T; t++)
+        if (targets[t] < 0 || targets[t] >= V)
+            return err_set(err, PAIL_ERR_INVALID,
+                           "logprob: target token %d at position %d is outside the vocabulary [0, %d)",
+                           targets[t], t, V);
+    return 0;
+}
+
+int logprob_forward(float *logp, float *entropy, float *lse, const float *hidden,
+                    const float *w_lm, const int *targets, int T, int C, int V,
+                    float temperature, float *ws, int vchunk, PailErr *err) {
+    if (targets_check(targets, T, V, temperature, vchunk, err)) return -1;
+    float *z = ws, *m = ws + (size_t)T * vchunk, *s = m + T, *a = s + T;
+    for (int t = 0; t < T; t++) m[t] = -INFINITY, s[t] = 0, a[t] = 0;
+    for (int v0 = 0; v0 < V; v0 += vchunk) {
+        int nb = V - v0 < vchunk ? V - v0 : vchunk;
+        matmul_forward(z, hidden, w_lm + (size_t)v0 * C, NULL, T, C, nb, 1.0f / temperature,
+                       0.0f);
+#pragma omp parallel for schedule(static)
+        for (int t = 0; t < T; t++) {
+            const float *zr = z + (size_t)t * nb;
+            float bm = -INFINITY;
+            for (int j = 0; j < nb; j++) bm = zr[j] > bm ? zr[j] : bm;
+            float mn = bm > m[t] ? bm : m[t], corr = expf(m[t] - mn), bs = 0, ba = 0;
+            for (int j0 = 0; j0 < nb; j0 += EXP_CHUNK) {
+                int cnt = nb - j0 < EXP_CHUNK ? nb - j0 : EXP_CHUNK;
+                float e[EXP_CHUNK];
+                for (int j = 0; j < cnt; j++) e[j] = zr[j0 + j] - mn;
+                simd_exp(e, cnt);
+#pragma omp simd reduction(+ : bs, ba)
+                for (int j = 0; j < cnt; j++) {
+                    bs += e[j];
+                    ba += e[j] * zr[j0 + j];
+                }
+            }
+            s[t] = s[t] * corr + bs;
+            if (entropy) a[t] = a[t] * corr + ba;
+            m[t] = mn;
+            int tj = targets[t] - v0;
+            if (tj >= 0 && tj < nb) logp[t] = zr[tj];  // target logit, finished below
+        }
+    }
+    for (int t = 0; t < T; t++) {
+        float l = m[t] + logf(s[t]);
+        if (lse) lse[t] = l;
+        if (entropy) entropy[t] = l - a[t] / s[t];
+        logp[t] -= l;
+    }
+    return 0;
+}
+
+// dz_j = dlogp (1[j = target] - p_j) - dH p_j (log p_j + H), then d logits =
+// dz / temperature; dhidden = dlogits W, dW += dlogits^T hidden, chunk by chunk.
+void logprob_backward(float *dhidden, float *dw_lm, const float *dlogp, const float *dentropy,
+                      const float *hidden, const float *w_lm, const int *targets,
+                      const float *lse, const float *entropy, int T, int C, int V,
+                      float temperature, float *ws, int vchunk) {
+    float *z = ws, inv_t = 1.0f / temperature;
+    for (int v0 = 0; v0 < V; v0 += vchunk) {
+        int nb = V - v0 < vchunk ? V - v0 : vchunk;
+        const float *wc = w_lm + (size_t)v0 * C;
+        matmul_forward(z, hidden, wc, NULL, T, C, nb, inv_t, 0.0f);
+#pragma omp parallel for schedule(static)
+        for (int t = 0; t < T; t++) {
+            float *zr = z + (size_t)t * nb, gl = dlogp[t], ge = dentropy ? dentropy[t] : 0.0f;
+            float L = lse[t], Hent = dentropy ? entropy[t] : 0.0f;
+            int tj = targets[t] - v0;
+            for (int j0 = 0; j0 < nb; j0 += EXP_CHUNK) {
+                int cnt = nb - j0 < EXP_CHUNK ? nb - j0 : EXP_CHUNK;
+                float p[EXP_CHUNK], *zc = zr + j0;
+                for (int j = 0; j < cnt; j++) p[j] = zc[j] - L;
+                simd_exp(p, cnt);
+#pragma omp simd
+                for (int j = 0; j < cnt; j++)
+                    zc[j] = (-gl * p[j] - ge * p[j] * (zc[j] - L + Hent)) * inv_t;
+            }
+            if (tj >= 0 && tj < nb) zr[tj] += gl * inv_t;  // the 1[j = target] term
+        }
+        matmul_backward(dhidden, dw_lm ? dw_lm + (size_t)v0 * C : NULL, NULL, z, hidden, wc, T,
+                        C, nb, 1.0f, v0 == 0 ? 0.0f : 1.0f);
+    }
+}
+
+// References: the full (V) logit row per token in double, then textbook log-softmax.
+int logprob_forward_ref(float *logp, float *entropy, float *lse, const float *hidden,
+                        const float *w_lm, const int *targets, int T, int C, int V,
+                        float temperature, PailErr *err) {
+    if (targets_check(targets, T, V, temperature, 1, err)) return -1;
+    double *zr = malloc(sizeof(double) * V);
+    for (int t = 0; t < T; t++) {
+        double mx = -INFINITY, sum = 0, ent = 0;
+        for (int j = 0; j < V; j++) {
+            double d = 0;
+            for (int c = 0; c < C; c++) d += (double)hidden[(size_t)t * C + c] * w_lm[(size_t)j * C + c];
+            zr[j] = d / temperature;
+            if (zr[j] > mx) mx = zr[j];
+        }
+        for (int j = 0; j < V; j++) sum += exp(zr[j] - mx);
+        double l = mx + log(sum);
+        for (int j = 0; j < V; j++) ent -= exp(zr[j] - l) * (zr[j] - l);
+        logp[t] = (float)(zr[targets[t]] - l);
+        if (lse) lse[t] = (float)l;
+        if (entropy) entropy[t] = (float)ent;
+    }
+    free(zr);
+    return 0;
+}
+
+void logprob_backward_ref(float *dhidden, float *dw_lm, const float *dlogp,
+                          const float *dentropy, const float *hidden, const float *w_lm,
+                          const int *targets, int T, int C, int V, float temperature) {
+    double *zr = malloc(sizeof(double) * V), *dh = malloc(sizeof(double) * C);
+    for (int t = 0; t < T; t++) {
+        const float *h = hidden + (size_t)t * C;
+        double mx = -INFINITY, sum = 0, ent = 0;
+        for (int j = 0; j < V; j++) {
+            double d = 0;
+            for (int c = 0; c < C; c++) d += (double)h[c] * w_lm[(size_t)j * C + c];
+            zr[j] = d / temperature;
+            if (zr[j] > mx) mx = zr[j];
+        }
+        for (int j = 0; j < V; j++) sum += exp(zr[j] - mx);
+        double l = mx + log(sum);
+        for (int j = 0; j < V; j++) ent -= exp(zr[j] - l) * (zr[j] - l);
+        for (int c = 0; c < C; c++) dh[c] = 0;
+        for (int j = 0; j < V; j++) {
+            double p = exp(zr[j] - l);
+            double dz = dlogp[t] * ((j == targets[t]) - p);
+            if (dentropy) dz -= dentropy[t] * p * ((zr[j] - l) + ent);
+            dz /= temperature;
+            for (int c = 0; c < C; c++) {
+                dh[c] += dz * w_lm[(size_t)j * C + c];
+                if (dw_lm) dw_lm[(size_t)j * C + c] += (float)(dz * h[c]);
+            }
+        }
+        for (int c = 0; c < C; c++) dhidden[(size_t)t * C + c] = (float)dh[c];
+    }
+    free(zr);
+    free(dh);
+}

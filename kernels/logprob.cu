@@ -1,0 +1,106 @@
+// logprob twin: the LM head in vocab chunks through cuBLAS, with a streaming
+// log-sum-exp (one block per token row per chunk) so the (T,V) logits never
+// exist; the backward recomputes each chunk. Same ws layout as the CPU op
+// (logprob_workspace_floats). Targets must be range-checked on the host.
+// CPU twin: kernels/logprob.c.
+#include "cuda_common.h"
+
+__global__ static void state_init(float *m, float *s, float *a, int T) {
+    int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t < T) m[t] = -INFINITY, s[t] = 0.0f, a[t] = 0.0f;
+}
+
+__global__ static void lse_update(float *logp, float *m, float *s, float *a, const float *z,
+                                  const int *targets, int nb, int v0) {
+    __shared__ float sh[32];
+    int t = blockIdx.x;
+    const float *zr = z + (size_t)t * nb;
+    float bm = -INFINITY;
+    for (int j = threadIdx.x; j < nb; j += blockDim.x) bm = fmaxf(bm, zr[j]);
+    bm = block_reduce(bm, sh, true);
+    float mn = fmaxf(bm, m[t]), bs = 0.0f, ba = 0.0f;
+    for (int j = threadIdx.x; j < nb; j += blockDim.x) {
+        float e = expf(zr[j] - mn);
+        bs += e;
+        ba += e * zr[j];
+    }
+    bs = block_reduce(bs, sh, false);
+    ba = block_reduce(ba, sh, false);
+    if (threadIdx.x == 0) {
+        float corr = expf(m[t] - mn);
+        s[t] = s[t] * corr + bs;
+        a[t] = a[t] * corr + ba;
+        m[t] = mn;
+        int tj = targets[t] - v0;
+        if (tj >= 0 && tj < nb) logp[t] = zr[tj];
+    }
+}
+
+__global__ static void finalize(float *logp, float *entropy, float *lse, const float *m,
+                                const float *s, const float *a, int T) {
+    int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= T) return;
+    float l = m[t] + logf(s[t]);
+    if (lse) lse[t] = l;
+    if (entropy) entropy[t] = l - a[t] / s[t];
+    logp[t] -= l;
+}
+
+__global__ static void dlogits(float *z, const float *dlogp, const float *dentropy,
+                               const int *targets, const float *lse, const float *entropy, int T,
+                               int nb, int v0, float inv_t) {
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i >= (size_t)T * nb) return;
+    int t = (int)(i / nb), j = (int)(i % nb);
+    float lp = z[i] - lse[t], p = expf(lp);
+    float dz = dlogp[t] * ((j == targets[t] - v0 ? 1.0f : 0.0f) - p);
+    if (dentropy) dz -= dentropy[t] * p * (lp + entropy[t]);
+    z[i] = dz * inv_t;
+}
+
+extern "C" int logprob_forward_cuda(float *logp, float *entropy, float *lse, const float *hidden,
+                                    const float *w_lm, const int *targets, int T, int C, int V,
+                                    float temperature, float *ws, int vchunk, PailErr *err) {
+    if (!(temperature > 0) || vchunk <= 0)
+        return err_set(err, PAIL_ERR_INVALID, "logprob_forward_cuda: temperature %g, vchunk %d",
+                       (double)temperature, vchunk);
+    if (T <= 0) return 0;
+    float *z = ws, *m = ws + (size_t)T * vchunk, *s = m + T, *a = s + T;
+    state_init<<<cuda_blocks(T, 256), 256>>>(m, s, a, T);
+    if (cuda_launch_check("logprob_forward_cuda init", err)) return -1;
+    for (int v0 = 0; v0 < V; v0 += vchunk) {
+        int nb = V - v0 < vchunk ? V - v0 : vchunk;
+        if (matmul_forward_cuda(z, hidden, w_lm + (size_t)v0 * C, NULL, T, C, nb,
+                                1.0f / temperature, 0.0f, err))
+            return err_wrap(err, "logprob_forward_cuda chunk at %d", v0);
+        lse_update<<<T, 256>>>(logp, m, s, a, z, targets, nb, v0);
+        if (cuda_launch_check("logprob_forward_cuda lse", err)) return -1;
+    }
+    finalize<<<cuda_blocks(T, 256), 256>>>(logp, entropy, lse, m, s, a, T);
+    return cuda_launch_check("logprob_forward_cuda finalize", err);
+}
+
+extern "C" int logprob_backward_cuda(float *dhidden, float *dw_lm, const float *dlogp,
+                                     const float *dentropy, const float *hidden,
+                                     const float *w_lm, const int *targets, const float *lse,
+                                     const float *entropy, int T, int C, int V, float temperature,
+                                     float *ws, int vchunk, PailErr *err) {
+    if (!(temperature > 0) || vchunk <= 0)
+        return err_set(err, PAIL_ERR_INVALID, "logprob_backward_cuda: temperature %g, vchunk %d",
+                       (double)temperature, vchunk);
+    if (T <= 0) return 0;
+    float *z = ws, inv_t = 1.0f / temperature;
+    for (int v0 = 0; v0 < V; v0 += vchunk) {
+        int nb = V - v0 < vchunk ? V - v0 : vchunk;
+        const float *wc = w_lm + (size_t)v0 * C;
+        if (matmul_forward_cuda(z, hidden, wc, NULL, T, C, nb, inv_t, 0.0f, err))
+            return err_wrap(err, "logprob_backward_cuda chunk at %d", v0);
+        dlogits<<<cuda_blocks((size_t)T * nb, 256), 256>>>(z, dlogp, dentropy, targets, lse,
+                                                            entropy, T, nb, v0, inv_t);
+        if (cuda_launch_check("logprob_backward_cuda dlogits", err)) return -1;
+        if (matmul_backward_cuda(dhidden, dw_lm ? dw_lm + (size_t)v0 * C : NULL, NULL, z, hidden,
+                                 wc, T, C, nb, 1.0f, v0 == 0 ? 0.0f : 1.0f, err))
+            return err_wrap(err, "logprob_backward_cuda chunk at %d", v0);
+    }
+    return 0;
+}

@@ -1,0 +1,221 @@
+// grpo-ctl init-model (write a random-weight Hugging Face checkpoint of a given
+// shape) and model-info (config summary, parameter count, base_sha256, every
+// tensor checked; --sums adds a per-tensor fp32 checksum for validation/model/).
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "core/sha256.h"
+#include "ctl/ctl.h"
+#include "model/config.h"
+#include "model/modelgen.h"
+#include "model/safetensors.h"
+#include "model/weights.h"
+
+int ctl_init_model(int argc, char **argv) {
+    char *out = NULL, *shape = NULL, *type_s = NULL, *dtype_s = NULL, *tok = NULL, *rope_s = NULL;
+    long hidden, layers, heads, kv, ffn, vocab, head_dim, seed, bos, eos, maxpos;
+    double theta;
+    bool tie, abias;
+    Flag fl[] = {
+        {"out", FLAG_STRING, &out, NULL, 1, 0, "folder to write (created; existing files replaced)"},
+        {"shape", FLAG_STRING, &shape, NULL, 1, 0,
+         "preset: tiny (C64 L2 H4 Hkv2 F128 V512), bench (C512 L8 H8 Hkv2 F1408 V32000), "
+         "qwen2.5-0.5b (C896 L24 H14 Hkv2 F4864 V151936, tied, qwen2); size flags override it"},
+        {"model-type", FLAG_STRING, &type_s, NULL, 1, 0, "llama, qwen2 or qwen3 (default llama; qwen2 for qwen2.5-0.5b)"},
+        {"hidden", FLAG_INT, &hidden, "0", 0, 65536, "hidden size C"},
+        {"layers", FLAG_INT, &layers, "0", 0, 1024, "layers L"},
+        {"heads", FLAG_INT, &heads, "0", 0, 1024, "attention heads H"},
+        {"kv-heads", FLAG_INT, &kv, "0", 0, 1024, "key/value heads Hkv (0: = heads)"},
+        {"ffn", FLAG_INT, &ffn, "0", 0, 1 << 20, "MLP intermediate size F"},
+        {"vocab", FLAG_INT, &vocab, "0", 0, 1 << 22, "vocabulary size V"},
+        {"head-dim", FLAG_INT, &head_dim, "0", 0, 1024, "head dim D (0: C / H)"},
+        {"tie-embeddings", FLAG_BOOL, &tie, "false", 1, 0, "lm_head shares embed_tokens (qwen2.5-0.5b: always)"},
+        {"attention-bias", FLAG_BOOL, &abias, "false", 1, 0, "llama/qwen3: q, k, v and o biases"},
+        {"rope-theta", FLAG_DOUBLE, &theta, "0", 0, 1e12, "RoPE base (0: the model_type's default)"},
+        {"rope-scaling", FLAG_STRING, &rope_s, "none", 1, 0,
+         "none, or llama3 (Llama 3.2's factor 32, low 1, high 4, original 8192)"},
+        {"max-positions", FLAG_INT, &maxpos, "0", 0, 1 << 30, "max_position_embeddings (0: default)"},
+        {"dtype", FLAG_STRING, &dtype_s, "bf16", 1, 0, "f32 or bf16"},
+        {"seed", FLAG_INT, &seed, "1234", 0, (double)(1L << 52), "random seed"},
+        {"tokenizer", FLAG_STRING, &tok, NULL, 1, 0,
+         "folder whose tokenizer.json and tokenizer_config.json are copied (bos/eos ids taken from it)"},
+        {"bos-id", FLAG_INT, &bos, "-1", -1, 1 << 22, "bos_token_id (-1: from --tokenizer or the shape, else 1)"},
+        {"eos-id", FLAG_INT, &eos, "-1", -1, 1 << 22, "eos_token_id (-1: from --tokenizer or the shape, else 2)"},
+    };
+    int nfl = sizeof fl / sizeof fl[0];
+    char **pos = NULL;
+    int npos = 0, rc;
+    const char *usage = "grpo-ctl init-model --out DIR [--shape tiny|bench|qwen2.5-0.5b] [--model-type T] [sizes]";
+    if ((rc = ctl_parse(usage, "Writes a random-weight checkpoint in Hugging Face layout (config.json, "
+                        "generation_config.json, model.safetensors).", fl, nfl, argc, argv, &pos, &npos)) >= 0)
+        goto done;
+    rc = 2;
+    if (npos) { fprintf(stderr, "%s: unexpected argument '%s'\n", argv[0], pos[0]); goto done; }
+    if (!out) { fprintf(stderr, "%s: --out DIR is required\n", argv[0]); goto done; }
+    ModelType type = MODEL_LLAMA;
+    if (shape && !strcmp(shape, "qwen2.5-0.5b")) type = MODEL_QWEN2;
+    if (type_s && model_type_parse(type_s, &type) < 0) {
+        fprintf(stderr, "%s: --model-type '%s': use llama, qwen2 or qwen3\n", argv[0], type_s);
+        goto done;
+    }
+    ModelConfig cfg = {0};
+    if (shape && modelgen_shape(&cfg, shape, type) < 0) {
+        fprintf(stderr, "%s: --shape '%s' with model type %s: use tiny, bench or qwen2.5-0.5b (qwen2 only)\n",
+                argv[0], shape, model_type_name(type));
+        goto done;
+    }
+    if (!shape) {
+        model_config_defaults(&cfg, type);
+        cfg.bos_token_id = 1, cfg.eos_token_ids[0] = 2, cfg.n_eos = 1;
+    }
+    if (hidden) cfg.hidden_size = (int)hidden;
+    if (layers) cfg.num_hidden_layers = (int)layers;
+    if (heads) cfg.num_attention_heads = (int)heads;
+    if (ffn) cfg.intermediate_size = (int)ffn;
+    if (vocab) cfg.vocab_size = (int)vocab;
+    cfg.num_key_value_heads = kv ? (int)kv : (shape && !heads ? cfg.num_key_value_heads : cfg.num_attention_heads);
+    cfg.head_dim = head_dim ? (int)head_dim : (cfg.num_attention_heads ? cfg.hidden_size / cfg.num_attention_heads : 0);
+    if (!head_dim && cfg.num_attention_heads && cfg.hidden_size % cfg.num_attention_heads) {
+        fprintf(stderr, "%s: --hidden %d is not a multiple of --heads %d (give --head-dim)\n", argv[0],
+                cfg.hidden_size, cfg.num_attention_heads);
+        goto done;
+    }
+    if (tie) cfg.tie_word_embeddings = true;
+    if (abias) {
+        if (type == MODEL_QWEN2) {
+            fprintf(stderr, "%s: --attention-bias: qwen2 always has q/k/v bias and no o bias\n", argv[0]);
+            goto done;
+        }
+        cfg.has_qkv_bias = cfg.has_o_bias = true;
+    }
+    if (theta > 0) cfg.rope_theta = theta;
+    if (maxpos) cfg.max_position_embeddings = (int)maxpos;
+    if (!strcmp(rope_s, "llama3")) {
+        cfg.rope_scaling = ROPE_SCALING_LLAMA3;
+        cfg.rope_factor = 32, cfg.rope_low_freq_factor = 1, cfg.rope_high_freq_factor = 4;
+        cfg.rope_original_max_position_embeddings = 8192;
+    } else if (strcmp(rope_s, "none")) {
+        fprintf(stderr, "%s: --rope-scaling '%s': use none or llama3\n", argv[0], rope_s);
+        goto done;
+    }
+    ModelGenOptions opt = {ST_DTYPE_BF16, (uint64_t)seed, tok};
+    if (!strcmp(dtype_s, "f32")) opt.dtype = ST_DTYPE_F32;
+    else if (strcmp(dtype_s, "bf16")) {
+        fprintf(stderr, "%s: --dtype '%s': use f32 or bf16\n", argv[0], dtype_s);
+        goto done;
+    }
+    PailErr err = {0};
+    rc = 1;
+    if (tok) {
+        int tb, te, mx;
+        if (modelgen_tokenizer_ids(tok, &tb, &te, &mx, &err) < 0) {
+            fprintf(stderr, "%s: --tokenizer: %s\n", argv[0], err.msg);
+            goto done;
+        }
+        if (mx >= cfg.vocab_size) {
+            fprintf(stderr, "%s: --tokenizer %s has token ids up to %d; --vocab %d is too small\n", argv[0], tok, mx,
+                    cfg.vocab_size);
+            rc = 2;
+            goto done;
+        }
+        cfg.bos_token_id = tb;  // -1 (null) when the tokenizer has no bos_token, as Qwen's
+        if (te >= 0) cfg.eos_token_ids[0] = te, cfg.n_eos = 1;
+    }
+    if (bos >= 0) cfg.bos_token_id = (int)bos;
+    if (eos >= 0) cfg.eos_token_ids[0] = (int)eos, cfg.n_eos = 1;
+    if (model_config_validate(&cfg, "init-model", &err) < 0) {
+        fprintf(stderr, "%s: %s (give every size, or --shape)\n", argv[0], err.msg);
+        rc = 2;
+        goto done;
+    }
+    flags_print(stderr, fl, nfl);
+    if (modelgen_write(&cfg, out, &opt, &err) < 0) {
+        fprintf(stderr, "%s: %s\n", argv[0], err.msg);
+        goto done;
+    }
+    printf("wrote %s: %s C=%d L=%d H=%d Hkv=%d D=%d F=%d V=%d tied=%d %s, %zu parameters\n", out,
+           model_type_name(cfg.type), cfg.hidden_size, cfg.num_hidden_layers, cfg.num_attention_heads,
+           cfg.num_key_value_heads, cfg.head_dim, cfg.intermediate_size, cfg.vocab_size, cfg.tie_word_embeddings,
+           opt.dtype == ST_DTYPE_F32 ? "f32" : "bf16", model_config_param_count(&cfg));
+    rc = 0;
+done:
+    free(pos);
+    flags_free(fl, nfl);
+    return rc;
+}
+
+int ctl_model_info(int argc, char **argv) {
+    char *dir = NULL;
+    bool sums;
+    Flag fl[] = {
+        {"model", FLAG_STRING, &dir, NULL, 1, 0, "Hugging Face model folder (config.json + safetensors)"},
+        {"sums", FLAG_BOOL, &sums, "false", 1, 0,
+         "print every tensor's sha256 of its fp32 little-endian values and their sum"},
+    };
+    char **pos = NULL;
+    int npos = 0, rc;
+    if ((rc = ctl_parse("grpo-ctl model-info --model DIR [--sums]",
+                        "Reads config.json, checks and loads every tensor, prints a summary and base_sha256.", fl, 2,
+                        argc, argv, &pos, &npos)) >= 0)
+        goto done;
+    rc = 2;
+    if (npos || !dir) { fprintf(stderr, "%s: --model DIR is required (and nothing else)\n", argv[0]); goto done; }
+    rc = 1;
+    PailErr err = {0};
+    ModelConfig c;
+    SafeTensorsSet set;
+    ModelWeights w;
+    if (model_config_load(&c, dir, &err) < 0 || safetensors_set_open(&set, dir, &err) < 0) {
+        fprintf(stderr, "%s: %s\n", argv[0], err.msg);
+        goto done;
+    }
+    if (model_weights_load_set(&w, &c, &set, &err) < 0) {
+        fprintf(stderr, "%s: %s\n", argv[0], err.msg);
+        safetensors_set_close(&set);
+        goto done;
+    }
+    printf("model: %s\nmodel_type: %s\n", dir, model_type_name(c.type));
+    printf("hidden_size (C): %d\nintermediate_size (F): %d\nnum_hidden_layers (L): %d\n", c.hidden_size,
+           c.intermediate_size, c.num_hidden_layers);
+    printf("num_attention_heads (H): %d\nnum_key_value_heads (Hkv): %d\nhead_dim (D): %d\nvocab_size (V): %d\n",
+           c.num_attention_heads, c.num_key_value_heads, c.head_dim, c.vocab_size);
+    printf("max_position_embeddings: %d\nrms_norm_eps: %g\nrope_theta: %g\n", c.max_position_embeddings,
+           c.rms_norm_eps, c.rope_theta);
+    if (c.rope_scaling == ROPE_SCALING_LLAMA3)
+        printf("rope_scaling: llama3 factor=%g low_freq_factor=%g high_freq_factor=%g original_max=%d\n",
+               c.rope_factor, c.rope_low_freq_factor, c.rope_high_freq_factor, c.rope_original_max_position_embeddings);
+    else
+        printf("rope_scaling: none\n");
+    printf("tie_word_embeddings: %s\nqkv_bias: %s\no_bias: %s\nqk_norm: %s\n", c.tie_word_embeddings ? "true" : "false",
+           c.has_qkv_bias ? "true" : "false", c.has_o_bias ? "true" : "false", c.has_qk_norm ? "true" : "false");
+    printf("bos_token_id: %d\neos_token_id:", c.bos_token_id);
+    for (int i = 0; i < c.n_eos; i++) printf(" %d", c.eos_token_ids[i]);
+    printf("\ndtype: %s\nparameters: %zu\n", c.dtype[0] ? c.dtype : "(not given)", w.num_params);
+    int ntensors = 0;
+    for (int i = 0; i < set.nfiles; i++) {
+        printf("file: %s %d tensors %zu bytes\n", set.file_names[i], set.files[i].n, set.files[i].len);
+        ntensors += set.files[i].n;
+    }
+    printf("tensors: %d checked\nbase_sha256: %s\n", ntensors, w.base_sha256);
+    if (sums) {
+        for (int id = 0; id < PARAM_COUNT; id++) {
+            if (!w.specs[id].present) continue;
+            for (int l = 0; l < (w.specs[id].per_layer ? c.num_hidden_layers : 1); l++) {
+                char nm[256], hex[65];
+                model_param_name(&w.specs[id], l, nm, sizeof nm);
+                const float *x = model_weights_tensor(&w, id, l);
+                sha256_hex(x, w.specs[id].numel * sizeof(float), hex);
+                double s = 0;
+                for (size_t i = 0; i < w.specs[id].numel; i++) s += x[i];
+                printf("tensor %s sha256_f32=%s sum=%.17g\n", nm, hex, s);
+            }
+        }
+    }
+    model_weights_free(&w);
+    safetensors_set_close(&set);
+    rc = 0;
+done:
+    free(pos);
+    flags_free(fl, 2);
+    return rc;
+}

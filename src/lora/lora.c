@@ -1,0 +1,231 @@
+// LoRA configuration, flat layout, PEFT init and adapter files (see lora.h).
+#include "lora/lora.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "core/rng.h"
+#include "shard/h5file.h"
+
+const char *const LORA_MODULE_NAMES[LORA_NMOD] = {"q_proj", "k_proj", "v_proj", "o_proj",
+                                                  "gate_proj", "up_proj", "down_proj"};
+const char *const LORA_MODULE_PARENT[LORA_NMOD] = {"self_attn", "self_attn", "self_attn", "self_attn",
+                                                   "mlp", "mlp", "mlp"};
+
+double lora_scaling(const LoraConfig *c) {
+    return c->rslora ? c->alpha / sqrt((double)c->rank) : c->alpha / (double)c->rank;
+}
+
+int lora_targets_parse(const char *s, unsigned *targets, PailErr *err) {
+    *targets = 0;
+    if (!s || !*s) return err_set(err, PAIL_ERR_INVALID, "LoRA targets are empty");
+    char *copy = strdup(s), *save = NULL;
+    int rc = 0;
+    for (char *t = strtok_r(copy, ", ", &save); t; t = strtok_r(NULL, ", ", &save)) {
+        if (!strcmp(t, "all")) { *targets |= (1u << LORA_NMOD) - 1; continue; }
+        if (!strcmp(t, "attn")) { *targets |= 0xfu; continue; }
+        if (!strcmp(t, "mlp")) { *targets |= 0x70u; continue; }
+        int m;
+        for (m = 0; m < LORA_NMOD; m++) if (!strcmp(t, LORA_MODULE_NAMES[m])) break;
+        if (m == LORA_NMOD) {
+            rc = err_set(err, PAIL_ERR_INVALID,
+                         "LoRA target '%s' is not one of q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, "
+                         "down_proj, all, attn, mlp", t);
+            break;
+        }
+        *targets |= 1u << m;
+    }
+    free(copy);
+    if (rc == 0 && !*targets) rc = err_set(err, PAIL_ERR_INVALID, "LoRA targets '%s' name no module", s);
+    return rc;
+}
+
+void lora_targets_format(unsigned targets, char *buf, size_t cap) {
+    size_t n = 0;
+    buf[0] = 0;
+    for (int m = 0; m < LORA_NMOD; m++)
+        if (targets & (1u << m)) n += (size_t)snprintf(buf + n, n < cap ? cap - n : 0, "%s%s", n ? "," : "", LORA_MODULE_NAMES[m]);
+}
+
+static void module_dims(const ModelConfig *mc, LoraModule m, int *in, int *out) {
+    int C = mc->hidden_size, F = mc->intermediate_size, qd = mc->num_attention_heads * mc->head_dim,
+        kvd = mc->num_key_value_heads * mc->head_dim;
+    switch (m) {
+    case LORA_Q: *in = C; *out = qd; break;
+    case LORA_K:
+    case LORA_V: *in = C; *out = kvd; break;
+    case LORA_O: *in = qd; *out = C; break;
+    case LORA_GATE:
+    case LORA_UP: *in = C; *out = F; break;
+    case LORA_DOWN: *in = F; *out = C; break;
+    default: *in = *out = 0;
+    }
+}
+
+int lora_layout_build(LoraLayout *l, const ModelConfig *mc, const LoraConfig *c, PailErr *err) {
+    memset(l, 0, sizeof *l);
+    if (c->rank < 1 || c->rank > 4096) return err_set(err, PAIL_ERR_INVALID, "LoRA rank %d is not in [1, 4096]", c->rank);
+    if (!(c->alpha > 0) || !isfinite(c->alpha)) return err_set(err, PAIL_ERR_INVALID, "LoRA alpha %g must be positive", c->alpha);
+    if (!c->targets || c->targets >= (1u << LORA_NMOD)) return err_set(err, PAIL_ERR_INVALID, "LoRA targets are empty");
+    l->cfg = *c;
+    l->n_layers = mc->num_hidden_layers;
+    l->slots = calloc((size_t)l->n_layers * LORA_NMOD, sizeof *l->slots);
+    if (!l->slots) return err_set(err, PAIL_ERR_NOMEM, "out of memory");
+    int64_t off = 0, R = c->rank;
+    for (int i = 0; i < l->n_layers; i++)
+        for (int m = 0; m < LORA_NMOD; m++) {
+            LoraSlot *s = &l->slots[i * LORA_NMOD + m];
+            if (!(c->targets & (1u << m))) continue;
+            module_dims(mc, (LoraModule)m, &s->in, &s->out);
+            s->a_off = off;
+            off += R * s->in;
+            s->b_off = off;
+            off += (int64_t)s->out * R;
+        }
+    l->n_params = off;
+    return 0;
+}
+
+void lora_layout_free(LoraLayout *l) {
+    free(l->slots);
+    memset(l, 0, sizeof *l);
+}
+
+const LoraSlot *lora_slot(const LoraLayout *l, int layer, LoraModule m) {
+    const LoraSlot *s = &l->slots[layer * LORA_NMOD + m];
+    return s->in ? s : NULL;
+}
+
+void lora_init(const LoraLayout *l, float *params, uint64_t seed) {
+    memset(params, 0, (size_t)l->n_params * sizeof *params);
+    for (int i = 0; i < l->n_layers; i++)
+        for (int m = 0; m < LORA_NMOD; m++) {
+            const LoraSlot *s = lora_slot(l, i, (LoraModule)m);
+            if (!s) continue;
+            Rng r;
+            rng_seed(&r, seed, (uint64_t)(i * LORA_NMOD + m));
+            float bound = 1.0f / sqrtf((float)s->in);
+            float *a = params + s->a_off;
+            for (int64_t k = 0; k < (int64_t)l->cfg.rank * s->in; k++) a[k] = (2.0f * rng_uniform_f(&r) - 1.0f) * bound;
+        }
+}
+
+int lora_adapter_write(const LoraLayout *l, const float *params, const AdapterMeta *meta, Buf *out, PailErr *err) {
+    char name[64];
+    snprintf(name, sizeof name, "adapter v%08lld", (long long)meta->version);
+    hid_t f = h5f_create_mem(name, err);
+    if (f < 0) return -1;
+    const char *targets[LORA_NMOD];
+    int nt = 0;
+    for (int m = 0; m < LORA_NMOD; m++) if (l->cfg.targets & (1u << m)) targets[nt++] = LORA_MODULE_NAMES[m];
+    int rc = 0;
+    rc |= h5a_write_str(f, "format", LORA_FORMAT, err);
+    rc |= h5a_write_i64(f, "format_version", LORA_FORMAT_VERSION, err);
+    rc |= h5a_write_i64(f, "version", meta->version, err);
+    rc |= h5a_write_i64(f, "step", meta->step, err);
+    rc |= h5a_write_i64(f, "rank", l->cfg.rank, err);
+    rc |= h5a_write_f64(f, "alpha", l->cfg.alpha, err);
+    rc |= h5a_write_f64(f, "scaling", lora_scaling(&l->cfg), err);
+    rc |= h5a_write_i64(f, "use_rslora", l->cfg.rslora, err);
+    rc |= h5a_write_i64(f, "num_layers", l->n_layers, err);
+    rc |= h5a_write_strs(f, "target_modules", targets, nt, err);
+    rc |= h5a_write_str(f, "base_sha256", meta->base_sha256, err);
+    rc |= h5a_write_i64(f, "created_unix", meta->created_unix, err);
+    for (int i = 0; i < l->n_layers && rc == 0; i++)
+        for (int m = 0; m < LORA_NMOD && rc == 0; m++) {
+            const LoraSlot *s = lora_slot(l, i, (LoraModule)m);
+            if (!s) continue;
+            char path[96];
+            int64_t da[2] = {l->cfg.rank, s->in}, db[2] = {s->out, l->cfg.rank};
+            snprintf(path, sizeof path, "layers/%d/%s/lora_A", i, LORA_MODULE_NAMES[m]);
+            rc |= h5d_write(f, path, H5T_NATIVE_FLOAT, 2, da, params + s->a_off, err);
+            snprintf(path, sizeof path, "layers/%d/%s/lora_B", i, LORA_MODULE_NAMES[m]);
+            rc |= h5d_write(f, path, H5T_NATIVE_FLOAT, 2, db, params + s->b_off, err);
+        }
+    if (rc == 0) rc = h5f_image(f, out, name, err);
+    h5f_close(f);
+    return rc ? -1 : 0;
+}
+
+int lora_adapter_read(const void *data, size_t len, const char *name, const ModelConfig *mc, LoraLayout *layout,
+                      float **params, AdapterMeta *meta, PailErr *err) {
+    memset(layout, 0, sizeof *layout);
+    *params = NULL;
+    hid_t f = h5f_open_mem(data, len, name, err);
+    if (f < 0) return -1;
+    char format[64];
+    int64_t fv, rank, rs = 0, nl;
+    double alpha, scaling;
+    char **targets = NULL;
+    int nt = 0, rc = 0;
+    if (h5a_read_str(f, "format", format, sizeof format, name, err) < 0 ||
+        h5a_read_i64(f, "format_version", &fv, name, err) < 0) { rc = -1; goto done; }
+    if (strcmp(format, LORA_FORMAT)) {
+        rc = err_set(err, PAIL_ERR_INVALID, "adapter %s: format is '%s', expected '%s'", name, format, LORA_FORMAT);
+        goto done;
+    }
+    if (fv != LORA_FORMAT_VERSION) {
+        rc = err_set(err, PAIL_ERR_INVALID, "adapter %s: format_version %lld, this pail reads %d (use the pail "
+                     "release that wrote it)", name, (long long)fv, LORA_FORMAT_VERSION);
+        goto done;
+    }
+    if (h5a_read_i64(f, "version", &meta->version, name, err) < 0 || h5a_read_i64(f, "step", &meta->step, name, err) < 0 ||
+        h5a_read_i64(f, "created_unix", &meta->created_unix, name, err) < 0 ||
+        h5a_read_str(f, "base_sha256", meta->base_sha256, sizeof meta->base_sha256, name, err) < 0 ||
+        h5a_read_i64(f, "rank", &rank, name, err) < 0 || h5a_read_f64(f, "alpha", &alpha, name, err) < 0 ||
+        h5a_read_f64(f, "scaling", &scaling, name, err) < 0 || h5a_read_i64(f, "num_layers", &nl, name, err) < 0 ||
+        h5a_read_strs(f, "target_modules", &targets, &nt, name, err) < 0) { rc = -1; goto done; }
+    if (h5a_exists(f, "use_rslora") && h5a_read_i64(f, "use_rslora", &rs, name, err) < 0) { rc = -1; goto done; }
+    if (nl != mc->num_hidden_layers) {
+        rc = err_set(err, PAIL_ERR_INVALID, "adapter %s: %lld layers, the model has %d", name, (long long)nl,
+                     mc->num_hidden_layers);
+        goto done;
+    }
+    LoraConfig c = {.rank = (int)rank, .alpha = alpha, .rslora = rs != 0};
+    for (int i = 0; i < nt; i++) {
+        unsigned t;
+        if (lora_targets_parse(targets[i], &t, err) < 0) { rc = err_wrap(err, "adapter %s", name); goto done; }
+        c.targets |= t;
+    }
+    if (rank < 1 || rank > 4096 || lora_layout_build(layout, mc, &c, err) < 0) {
+        if (rank < 1 || rank > 4096) err_set(err, PAIL_ERR_INVALID, "adapter %s: rank %lld", name, (long long)rank);
+        rc = -1;
+        goto done;
+    }
+    if (fabs(lora_scaling(&c) - scaling) > 1e-9 * fabs(scaling)) {
+        rc = err_set(err, PAIL_ERR_INVALID, "adapter %s: scaling %g does not match alpha %g / rank %lld", name, scaling,
+                     alpha, (long long)rank);
+        goto done;
+    }
+    *params = malloc((size_t)(layout->n_params ? layout->n_params : 1) * sizeof(float));
+    if (!*params) { rc = err_set(err, PAIL_ERR_NOMEM, "adapter %s: out of memory", name); goto done; }
+    for (int i = 0; i < layout->n_layers && rc == 0; i++)
+        for (int m = 0; m < LORA_NMOD && rc == 0; m++) {
+            const LoraSlot *s = lora_slot(layout, i, (LoraModule)m);
+            if (!s) continue;
+            char path[96];
+            int64_t da[2] = {rank, s->in}, db[2] = {s->out, rank};
+            float *buf = NULL;
+            snprintf(path, sizeof path, "layers/%d/%s/lora_A", i, LORA_MODULE_NAMES[m]);
+            if ((rc = h5d_read(f, path, H5T_NATIVE_FLOAT, 2, da, NULL, INT64_C(1) << 31, (void **)&buf, name, err)) < 0) break;
+            memcpy(*params + s->a_off, buf, (size_t)(rank * s->in) * sizeof(float));
+            free(buf);
+            snprintf(path, sizeof path, "layers/%d/%s/lora_B", i, LORA_MODULE_NAMES[m]);
+            if ((rc = h5d_read(f, path, H5T_NATIVE_FLOAT, 2, db, NULL, INT64_C(1) << 31, (void **)&buf, name, err)) < 0) break;
+            memcpy(*params + s->b_off, buf, (size_t)(s->out * rank) * sizeof(float));
+            free(buf);
+        }
+    for (int64_t k = 0; rc == 0 && k < layout->n_params; k++)
+        if (!isfinite((*params)[k])) rc = err_set(err, PAIL_ERR_INVALID, "adapter %s: non-finite weight", name);
+done:
+    for (int i = 0; i < nt; i++) free(targets[i]);
+    free(targets);
+    h5f_close(f);
+    if (rc < 0) {
+        free(*params);
+        *params = NULL;
+        lora_layout_free(layout);
+        return -1;
+    }
+    return 0;
+}

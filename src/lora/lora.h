@@ -1,0 +1,62 @@
+// LoRA adapters: configuration, the flat parameter layout shared by params,
+// grads and AdamW moments (one array each, same offsets), PEFT's
+// initialisation, and the adapter file (HDF5, doc/formats.md). The forward and
+// backward of an adapted projection live with the model compute.
+// Shapes are PEFT's: lora_A (R, in), lora_B (out, R); y = x W^T + s (x A^T) B^T.
+#pragma once
+#include <stdbool.h>
+#include <stdint.h>
+#include "core/buf.h"
+#include "core/err.h"
+#include "model/config.h"
+
+typedef enum { LORA_Q, LORA_K, LORA_V, LORA_O, LORA_GATE, LORA_UP, LORA_DOWN, LORA_NMOD } LoraModule;
+extern const char *const LORA_MODULE_NAMES[LORA_NMOD];  // Hugging Face names: "q_proj", ... "down_proj"
+extern const char *const LORA_MODULE_PARENT[LORA_NMOD]; // "self_attn" or "mlp"
+
+#define LORA_FORMAT "pail.lora"
+#define LORA_FORMAT_VERSION 1
+
+typedef struct {
+    int rank;          // R
+    double alpha;
+    bool rslora;       // scaling alpha / sqrt(R) instead of alpha / R
+    unsigned targets;  // bit m set: module m adapted
+} LoraConfig;
+
+typedef struct {
+    int64_t a_off, b_off;  // offsets (floats) of lora_A (R, in) and lora_B (out, R) in the flat arrays
+    int in, out;
+} LoraSlot;
+
+typedef struct {
+    LoraConfig cfg;
+    int n_layers;          // L
+    LoraSlot *slots;       // (L, LORA_NMOD), owned; unused modules have in = out = 0
+    int64_t n_params;      // floats in one flat array
+} LoraLayout;
+
+double lora_scaling(const LoraConfig *c);
+// Parses "q_proj,k_proj,..." or "all" (the seven) or "attn" / "mlp".
+int lora_targets_parse(const char *s, unsigned *targets, PailErr *err);
+// "q_proj,v_proj" for messages and run.json (buf of >= 96 bytes).
+void lora_targets_format(unsigned targets, char *buf, size_t cap);
+int lora_layout_build(LoraLayout *l, const ModelConfig *mc, const LoraConfig *c, PailErr *err);
+void lora_layout_free(LoraLayout *l);
+const LoraSlot *lora_slot(const LoraLayout *l, int layer, LoraModule m);
+// PEFT's default init: A ~ U(-1/sqrt(in), 1/sqrt(in)) (kaiming_uniform_ with
+// a = sqrt(5)), B = 0. Deterministic in seed.
+void lora_init(const LoraLayout *l, float *params, uint64_t seed);
+
+typedef struct {
+    int64_t version, step, created_unix;
+    char base_sha256[65];
+} AdapterMeta;
+
+// Adapter file image (HDF5) of params in layout l.
+int lora_adapter_write(const LoraLayout *l, const float *params, const AdapterMeta *meta, Buf *out, PailErr *err);
+// Reads an adapter file image and checks it against the model: every target
+// module of every layer present with PEFT's shapes for this model. On success
+// *layout and *params (malloc'ed, layout->n_params floats) are the caller's.
+int lora_adapter_read(const void *data, size_t len, const char *name, const ModelConfig *mc, LoraLayout *layout,
+                      float **params, AdapterMeta *meta, PailErr *err);

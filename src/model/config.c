@@ -1,0 +1,381 @@
+// config.json / generation_config.json reading and config.json writing for the
+// llama, qwen2 and qwen3 dense decoders (see config.h). Defaults are those of
+// transformers' LlamaConfig / Qwen2Config / Qwen3Config for a field a file omits.
+#include "model/config.h"
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "core/fsutil.h"
+
+static const char *type_names[] = {"llama", "qwen2", "qwen3"};
+static const char *arch_names[] = {"LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"};
+
+const char *model_type_name(ModelType t) { return (unsigned)t < 3 ? type_names[t] : "?"; }
+
+int model_type_parse(const char *s, ModelType *out) {
+    for (int i = 0; i < 3; i++)
+        if (!strcmp(s, type_names[i])) { *out = (ModelType)i; return 0; }
+    return -1;
+}
+
+void model_config_defaults(ModelConfig *cfg, ModelType type) {
+    ModelConfig c = {0};
+    c.type = type;
+    c.rms_norm_eps = 1e-6;
+    c.rope_theta = 10000.0;
+    c.max_position_embeddings = type == MODEL_LLAMA ? 2048 : 32768;
+    c.has_qkv_bias = type == MODEL_QWEN2;
+    c.has_qk_norm = type == MODEL_QWEN3;
+    c.bos_token_id = -1;
+    // keep the sizes a caller already set
+    c.hidden_size = cfg->hidden_size;
+    c.intermediate_size = cfg->intermediate_size;
+    c.num_hidden_layers = cfg->num_hidden_layers;
+    c.num_attention_heads = cfg->num_attention_heads;
+    c.num_key_value_heads = cfg->num_key_value_heads ? cfg->num_key_value_heads : cfg->num_attention_heads;
+    c.vocab_size = cfg->vocab_size;
+    c.head_dim = cfg->head_dim ? cfg->head_dim
+                 : cfg->num_attention_heads ? cfg->hidden_size / cfg->num_attention_heads : 0;
+    *cfg = c;
+}
+
+// ---- reading ----
+
+// An integer field: absent/null -> *out unchanged (returns 0 with *present = 0).
+static int get_int(json_t *root, const char *key, long min, long max, int *out, const char *what, PailErr *err) {
+    json_t *v = json_object_get(root, key);
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_integer(v))
+        return err_set(err, PAIL_ERR_INVALID, "%s: '%s' is not an integer", what, key);
+    json_int_t x = json_integer_value(v);
+    if (x < min || x > max)
+        return err_set(err, PAIL_ERR_INVALID, "%s: %s = %lld is out of range [%ld, %ld]", what, key, (long long)x,
+                       min, max);
+    *out = (int)x;
+    return 0;
+}
+
+static int get_num(json_t *root, const char *key, double min, double max, double *out, const char *what,
+                   PailErr *err) {
+    json_t *v = json_object_get(root, key);
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_number(v)) return err_set(err, PAIL_ERR_INVALID, "%s: '%s' is not a number", what, key);
+    double x = json_number_value(v);
+    if (!(x >= min && x <= max))
+        return err_set(err, PAIL_ERR_INVALID, "%s: %s = %g is out of range [%g, %g]", what, key, x, min, max);
+    *out = x;
+    return 0;
+}
+
+static int require(json_t *root, const char *key, const char *what, PailErr *err) {
+    json_t *v = json_object_get(root, key);
+    if (!v || json_is_null(v)) return err_set(err, PAIL_ERR_INVALID, "%s: required field '%s' is missing", what, key);
+    return 0;
+}
+
+// bos_token_id: int or null; eos_token_id: int, list of ints, or null.
+static int get_special_ids(ModelConfig *c, json_t *root, const char *what, PailErr *err) {
+    json_t *b = json_object_get(root, "bos_token_id"), *e = json_object_get(root, "eos_token_id");
+    if (b && !json_is_null(b)) {
+        if (!json_is_integer(b) || json_integer_value(b) < 0 || json_integer_value(b) > (1 << 30))
+            return err_set(err, PAIL_ERR_INVALID, "%s: bos_token_id is not a non-negative integer", what);
+        c->bos_token_id = (int)json_integer_value(b);
+    }
+    if (e && !json_is_null(e)) {
+        int n = 0;
+        if (json_is_integer(e)) {
+            if (json_integer_value(e) < 0 || json_integer_value(e) > (1 << 30))
+                return err_set(err, PAIL_ERR_INVALID, "%s: eos_token_id is negative or too large", what);
+            c->eos_token_ids[n++] = (int)json_integer_value(e);
+        } else if (json_is_array(e)) {
+            size_t i;
+            json_t *x;
+            json_array_foreach(e, i, x) {
+                if (!json_is_integer(x) || json_integer_value(x) < 0 || json_integer_value(x) > (1 << 30))
+                    return err_set(err, PAIL_ERR_INVALID, "%s: eos_token_id[%zu] is not a non-negative integer",
+                                   what, i);
+                if (n == MODEL_MAX_EOS)
+                    return err_set(err, PAIL_ERR_UNSUPPORTED, "%s: eos_token_id lists more than %d ids", what,
+                                   MODEL_MAX_EOS);
+                c->eos_token_ids[n++] = (int)json_integer_value(x);
+            }
+        } else {
+            return err_set(err, PAIL_ERR_INVALID, "%s: eos_token_id is not an integer or a list", what);
+        }
+        c->n_eos = n;
+    }
+    return 0;
+}
+
+// rope: transformers 5 writes rope_parameters {rope_type, rope_theta, ...};
+// published checkpoints carry rope_theta and rope_scaling {type|rope_type, ...}.
+static int get_rope(ModelConfig *c, json_t *root, const char *what, PailErr *err) {
+    json_t *rp = json_object_get(root, "rope_parameters");
+    json_t *sc = json_object_get(root, "rope_scaling");
+    const char *field = "rope_scaling";
+    if (get_num(root, "rope_theta", 1, 1e12, &c->rope_theta, what, err) < 0) return -1;
+    if (rp && !json_is_null(rp)) {
+        if (!json_is_object(rp)) return err_set(err, PAIL_ERR_INVALID, "%s: rope_parameters is not an object", what);
+        if (get_num(rp, "rope_theta", 1, 1e12, &c->rope_theta, what, err) < 0) return -1;
+        if (!sc || json_is_null(sc)) { sc = rp; field = "rope_parameters"; }
+    }
+    if (!sc || json_is_null(sc)) return 0;
+    if (!json_is_object(sc)) return err_set(err, PAIL_ERR_INVALID, "%s: %s is not an object", what, field);
+    json_t *t = json_object_get(sc, "rope_type");
+    if (!t) t = json_object_get(sc, "type");
+    const char *type = t ? json_string_value(t) : "default";
+    if (!type) return err_set(err, PAIL_ERR_INVALID, "%s: %s.rope_type is not a string", what, field);
+    if (!strcmp(type, "default")) return 0;
+    if (strcmp(type, "llama3"))
+        return err_set(err, PAIL_ERR_UNSUPPORTED,
+                       "%s: %s.rope_type = '%s' is not supported (pail supports none/'default' and 'llama3')",
+                       what, field, type);
+    c->rope_scaling = ROPE_SCALING_LLAMA3;
+    static const char *need[] = {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"};
+    for (int i = 0; i < 4; i++)
+        if (!json_is_number(json_object_get(sc, need[i])))
+            return err_set(err, PAIL_ERR_INVALID, "%s: %s.rope_type 'llama3' needs a number '%s'", what, field,
+                           need[i]);
+    double omax = 0;
+    if (get_num(sc, "factor", 1e-6, 1e6, &c->rope_factor, what, err) < 0 ||
+        get_num(sc, "low_freq_factor", 1e-6, 1e6, &c->rope_low_freq_factor, what, err) < 0 ||
+        get_num(sc, "high_freq_factor", 1e-6, 1e6, &c->rope_high_freq_factor, what, err) < 0 ||
+        get_num(sc, "original_max_position_embeddings", 1, 1 << 30, &omax, what, err) < 0)
+        return -1;
+    c->rope_original_max_position_embeddings = (int)omax;
+    if (!(c->rope_high_freq_factor > c->rope_low_freq_factor))
+        return err_set(err, PAIL_ERR_INVALID, "%s: %s.high_freq_factor %g is not above low_freq_factor %g", what,
+                       field, c->rope_high_freq_factor, c->rope_low_freq_factor);
+    return 0;
+}
+
+// Features pail does not run: refused by name rather than silently ignored.
+static int refuse_unsupported(json_t *root, const char *what, PailErr *err) {
+    static const char *moe[] = {"num_experts", "num_local_experts", "n_routed_experts", "moe_intermediate_size",
+                                "num_experts_per_tok"};
+    for (size_t i = 0; i < sizeof moe / sizeof moe[0]; i++) {
+        json_t *v = json_object_get(root, moe[i]);
+        if (v && !json_is_null(v) && !(json_is_integer(v) && json_integer_value(v) == 0))
+            return err_set(err, PAIL_ERR_UNSUPPORTED,
+                           "%s: %s = %lld: mixture-of-experts models are not supported", what, moe[i],
+                           json_is_integer(v) ? (long long)json_integer_value(v) : -1LL);
+    }
+    json_t *sw = json_object_get(root, "use_sliding_window");
+    if (json_is_true(sw))
+        return err_set(err, PAIL_ERR_UNSUPPORTED, "%s: use_sliding_window = true: sliding-window attention is not "
+                       "supported", what);
+    json_t *lt = json_object_get(root, "layer_types");
+    if (lt && json_is_array(lt)) {
+        size_t i;
+        json_t *x;
+        json_array_foreach(lt, i, x) {
+            const char *s = json_string_value(x);
+            if (!s || strcmp(s, "full_attention"))
+                return err_set(err, PAIL_ERR_UNSUPPORTED, "%s: layer_types[%zu] = '%s': only full_attention layers "
+                               "are supported", what, i, s ? s : "(not a string)");
+        }
+    }
+    json_t *act = json_object_get(root, "hidden_act");
+    if (act && (!json_is_string(act) || strcmp(json_string_value(act), "silu")))
+        return err_set(err, PAIL_ERR_UNSUPPORTED, "%s: hidden_act = '%s' is not supported (only silu)", what,
+                       json_is_string(act) ? json_string_value(act) : "?");
+    if (json_is_true(json_object_get(root, "mlp_bias")))
+        return err_set(err, PAIL_ERR_UNSUPPORTED, "%s: mlp_bias = true is not supported", what);
+    json_t *tp = json_object_get(root, "pretraining_tp");
+    if (json_is_integer(tp) && json_integer_value(tp) != 1)
+        return err_set(err, PAIL_ERR_UNSUPPORTED, "%s: pretraining_tp = %lld is not supported (only 1)", what,
+                       (long long)json_integer_value(tp));
+    return 0;
+}
+
+int model_config_validate(const ModelConfig *c, const char *what, PailErr *err) {
+    if (c->hidden_size <= 0 || c->intermediate_size <= 0 || c->num_hidden_layers <= 0 ||
+        c->num_attention_heads <= 0 || c->num_key_value_heads <= 0 || c->head_dim <= 0 || c->vocab_size <= 0)
+        return err_set(err, PAIL_ERR_INVALID, "%s: sizes must be positive (hidden %d, ffn %d, layers %d, heads %d, "
+                       "kv heads %d, head_dim %d, vocab %d)", what, c->hidden_size, c->intermediate_size,
+                       c->num_hidden_layers, c->num_attention_heads, c->num_key_value_heads, c->head_dim,
+                       c->vocab_size);
+    if (c->num_attention_heads % c->num_key_value_heads)
+        return err_set(err, PAIL_ERR_INVALID, "%s: num_attention_heads %d is not a multiple of num_key_value_heads %d",
+                       what, c->num_attention_heads, c->num_key_value_heads);
+    if (c->head_dim % 2)
+        return err_set(err, PAIL_ERR_INVALID, "%s: head_dim %d is odd (RoPE rotates pairs)", what, c->head_dim);
+    if (!(c->rms_norm_eps > 0)) return err_set(err, PAIL_ERR_INVALID, "%s: rms_norm_eps must be > 0", what);
+    if (c->bos_token_id >= c->vocab_size)
+        return err_set(err, PAIL_ERR_INVALID, "%s: bos_token_id %d is not below vocab_size %d", what,
+                       c->bos_token_id, c->vocab_size);
+    for (int i = 0; i < c->n_eos; i++)
+        if (c->eos_token_ids[i] >= c->vocab_size)
+            return err_set(err, PAIL_ERR_INVALID, "%s: eos_token_id %d is not below vocab_size %d", what,
+                           c->eos_token_ids[i], c->vocab_size);
+    return 0;
+}
+
+int model_config_parse(ModelConfig *cfg, const char *text, size_t len, const char *what, PailErr *err) {
+    json_error_t jerr;
+    json_t *root = json_loadb(text, len, 0, &jerr);
+    if (!root) return err_set(err, PAIL_ERR_INVALID, "%s: not valid JSON: %s (line %d)", what, jerr.text, jerr.line);
+    int rc = -1;
+    ModelConfig c = {0};
+    if (!json_is_object(root)) { err_set(err, PAIL_ERR_INVALID, "%s: not a JSON object", what); goto out; }
+    json_t *mt = json_object_get(root, "model_type");
+    if (!json_is_string(mt)) { err_set(err, PAIL_ERR_INVALID, "%s: 'model_type' missing or not a string", what); goto out; }
+    ModelType type;
+    if (model_type_parse(json_string_value(mt), &type) < 0) {
+        err_set(err, PAIL_ERR_UNSUPPORTED, "%s: model_type = '%s' is not supported (pail runs llama, qwen2, qwen3 "
+                "dense decoders)", what, json_string_value(mt));
+        goto out;
+    }
+    if (refuse_unsupported(root, what, err) < 0) goto out;
+    static const char *req[] = {"hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                                "vocab_size"};
+    for (int i = 0; i < 5; i++)
+        if (require(root, req[i], what, err) < 0) goto out;
+    model_config_defaults(&c, type);
+    if (get_int(root, "hidden_size", 1, 1 << 16, &c.hidden_size, what, err) < 0 ||
+        get_int(root, "intermediate_size", 1, 1 << 20, &c.intermediate_size, what, err) < 0 ||
+        get_int(root, "num_hidden_layers", 1, 1024, &c.num_hidden_layers, what, err) < 0 ||
+        get_int(root, "num_attention_heads", 1, 1024, &c.num_attention_heads, what, err) < 0 ||
+        get_int(root, "vocab_size", 1, 1 << 22, &c.vocab_size, what, err) < 0)
+        goto out;
+    c.num_key_value_heads = c.num_attention_heads;
+    c.head_dim = 0;
+    if (get_int(root, "num_key_value_heads", 1, 1024, &c.num_key_value_heads, what, err) < 0 ||
+        get_int(root, "head_dim", 1, 1024, &c.head_dim, what, err) < 0 ||
+        get_int(root, "max_position_embeddings", 1, 1 << 30, &c.max_position_embeddings, what, err) < 0 ||
+        get_num(root, "rms_norm_eps", 1e-30, 1, &c.rms_norm_eps, what, err) < 0 ||
+        get_rope(&c, root, what, err) < 0 || get_special_ids(&c, root, what, err) < 0)
+        goto out;
+    if (c.head_dim == 0) {
+        if (c.hidden_size % c.num_attention_heads) {
+            err_set(err, PAIL_ERR_INVALID, "%s: hidden_size %d is not a multiple of num_attention_heads %d and there "
+                    "is no head_dim", what, c.hidden_size, c.num_attention_heads);
+            goto out;
+        }
+        c.head_dim = c.hidden_size / c.num_attention_heads;
+    }
+    json_t *tie = json_object_get(root, "tie_word_embeddings");
+    if (tie && !json_is_null(tie)) {
+        if (!json_is_boolean(tie)) { err_set(err, PAIL_ERR_INVALID, "%s: tie_word_embeddings is not a boolean", what); goto out; }
+        c.tie_word_embeddings = json_is_true(tie);
+    }
+    if (type != MODEL_QWEN2) {
+        json_t *ab = json_object_get(root, "attention_bias");
+        if (ab && !json_is_null(ab) && !json_is_boolean(ab)) {
+            err_set(err, PAIL_ERR_INVALID, "%s: attention_bias is not a boolean", what);
+            goto out;
+        }
+        c.has_qkv_bias = c.has_o_bias = json_is_true(ab);
+    }
+    json_t *dt = json_object_get(root, "torch_dtype");
+    if (!json_is_string(dt)) dt = json_object_get(root, "dtype");
+    if (json_is_string(dt)) snprintf(c.dtype, sizeof c.dtype, "%s", json_string_value(dt));
+    if (model_config_validate(&c, what, err) < 0) goto out;
+    *cfg = c;
+    rc = 0;
+out:
+    json_decref(root);
+    return rc;
+}
+
+int model_config_apply_generation(ModelConfig *cfg, const char *text, size_t len, const char *what, PailErr *err) {
+    json_error_t jerr;
+    json_t *root = json_loadb(text, len, 0, &jerr);
+    if (!root) return err_set(err, PAIL_ERR_INVALID, "%s: not valid JSON: %s (line %d)", what, jerr.text, jerr.line);
+    ModelConfig c = *cfg;
+    int rc = json_is_object(root) ? get_special_ids(&c, root, what, err)
+                                  : err_set(err, PAIL_ERR_INVALID, "%s: not a JSON object", what);
+    json_decref(root);
+    if (rc == 0 && (rc = model_config_validate(&c, what, err)) == 0) *cfg = c;
+    return rc;
+}
+
+int model_config_load(ModelConfig *cfg, const char *dir, PailErr *err) {
+    char path[4096];
+    Buf b = {0};
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    if (fs_read_file(path, &b, err) < 0) return -1;
+    int rc = model_config_parse(cfg, (const char *)b.data, b.len, path, err);
+    buf_free(&b);
+    if (rc < 0) return -1;
+    snprintf(path, sizeof path, "%s/generation_config.json", dir);
+    PailErr e2 = {0};
+    if (fs_read_file(path, &b, &e2) < 0) {
+        if (e2.code == PAIL_ERR_NOT_FOUND) return 0;
+        *err = e2;
+        return -1;
+    }
+    rc = model_config_apply_generation(cfg, (const char *)b.data, b.len, path, err);
+    buf_free(&b);
+    return rc;
+}
+
+// ---- writing ----
+
+int model_config_to_json(const ModelConfig *c, const char *dtype_name, Buf *out) {
+    json_t *o = json_object();
+    json_object_set_new(o, "architectures", json_pack("[s]", arch_names[c->type]));
+    json_object_set_new(o, "model_type", json_string(model_type_name(c->type)));
+    json_object_set_new(o, "attention_dropout", json_real(0.0));
+    json_object_set_new(o, "bos_token_id", c->bos_token_id >= 0 ? json_integer(c->bos_token_id) : json_null());
+    json_t *eos = json_null();
+    if (c->n_eos == 1) eos = json_integer(c->eos_token_ids[0]);
+    if (c->n_eos > 1) {
+        eos = json_array();
+        for (int i = 0; i < c->n_eos; i++) json_array_append_new(eos, json_integer(c->eos_token_ids[i]));
+    }
+    json_object_set_new(o, "eos_token_id", eos);
+    json_object_set_new(o, "hidden_act", json_string("silu"));
+    json_object_set_new(o, "hidden_size", json_integer(c->hidden_size));
+    json_object_set_new(o, "initializer_range", json_real(0.02));
+    json_object_set_new(o, "intermediate_size", json_integer(c->intermediate_size));
+    json_object_set_new(o, "max_position_embeddings", json_integer(c->max_position_embeddings));
+    json_object_set_new(o, "num_attention_heads", json_integer(c->num_attention_heads));
+    json_object_set_new(o, "num_hidden_layers", json_integer(c->num_hidden_layers));
+    json_object_set_new(o, "num_key_value_heads", json_integer(c->num_key_value_heads));
+    json_object_set_new(o, "rms_norm_eps", json_real(c->rms_norm_eps));
+    json_object_set_new(o, "rope_theta", json_real(c->rope_theta));
+    if (c->rope_scaling == ROPE_SCALING_LLAMA3)
+        json_object_set_new(o, "rope_scaling",
+                            json_pack("{s:f,s:f,s:f,s:i,s:s}", "factor", c->rope_factor, "low_freq_factor",
+                                      c->rope_low_freq_factor, "high_freq_factor", c->rope_high_freq_factor,
+                                      "original_max_position_embeddings", c->rope_original_max_position_embeddings,
+                                      "rope_type", "llama3"));
+    else
+        json_object_set_new(o, "rope_scaling", json_null());
+    json_object_set_new(o, "tie_word_embeddings", json_boolean(c->tie_word_embeddings));
+    json_object_set_new(o, "torch_dtype", json_string(dtype_name));
+    json_object_set_new(o, "use_cache", json_true());
+    json_object_set_new(o, "vocab_size", json_integer(c->vocab_size));
+    if (c->type == MODEL_LLAMA || c->type == MODEL_QWEN3) {
+        json_object_set_new(o, "attention_bias", json_boolean(c->has_qkv_bias));
+        json_object_set_new(o, "head_dim", json_integer(c->head_dim));
+    }
+    if (c->type == MODEL_LLAMA) {
+        json_object_set_new(o, "mlp_bias", json_false());
+        json_object_set_new(o, "pretraining_tp", json_integer(1));
+    } else {
+        json_object_set_new(o, "use_sliding_window", json_false());
+        json_object_set_new(o, "sliding_window", json_null());
+        json_object_set_new(o, "max_window_layers", json_integer(c->num_hidden_layers));
+    }
+    char *s = json_dumps(o, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(12));
+    json_decref(o);
+    if (!s) return -1;
+    int rc = buf_append(out, s, strlen(s));
+    rc |= buf_append(out, "\n", 1);
+    free(s);
+    return rc;
+}
+
+size_t model_config_param_count(const ModelConfig *c) {
+    size_t C = c->hidden_size, F = c->intermediate_size, D = c->head_dim, H = c->num_attention_heads,
+           Hkv = c->num_key_value_heads, V = c->vocab_size;
+    size_t layer = 2 * C + H * D * C + 2 * Hkv * D * C + C * H * D + 3 * C * F;
+    if (c->has_qkv_bias) layer += H * D + 2 * Hkv * D;
+    if (c->has_o_bias) layer += C;
+    if (c->has_qk_norm) layer += 2 * D;
+    return V * C + (size_t)c->num_hidden_layers * layer + C + (c->tie_word_embeddings ? 0 : V * C);
+}

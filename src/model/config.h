@@ -1,0 +1,69 @@
+// A Hugging Face model's config.json (+ generation_config.json) for the dense
+// decoders pail supports: model_type llama (Llama 3.x, SmolLM), qwen2 (Qwen2,
+// Qwen2.5), qwen3. Both the hub's legacy layout (rope_theta + rope_scaling,
+// torch_dtype) and transformers 5's (rope_parameters, dtype) are read. What pail
+// cannot run (other model types, MoE, sliding window in use, unknown rope
+// scaling) is refused with a message naming the field and value.
+// Shape legend (doc/models.md): C hidden, F ffn, L layers, H heads, Hkv kv heads, D head dim, V vocab.
+#pragma once
+#include <stdbool.h>
+#include <stddef.h>
+#include "core/buf.h"
+#include "core/err.h"
+
+typedef enum { MODEL_LLAMA, MODEL_QWEN2, MODEL_QWEN3 } ModelType;
+typedef enum { ROPE_SCALING_NONE, ROPE_SCALING_LLAMA3 } RopeScalingType;  // kernels.h has the RopeScaling params
+
+#define MODEL_MAX_EOS 8
+
+typedef struct {
+    ModelType type;
+    int hidden_size;              // C
+    int intermediate_size;        // F
+    int num_hidden_layers;        // L
+    int num_attention_heads;      // H
+    int num_key_value_heads;      // Hkv (defaults to H when absent); H % Hkv == 0
+    int head_dim;                 // D: config "head_dim" when present, else C / H
+    int vocab_size;               // V
+    int max_position_embeddings;
+    double rms_norm_eps;
+    double rope_theta;
+    RopeScalingType rope_scaling; // llama3: the four fields below are set
+    double rope_factor, rope_low_freq_factor, rope_high_freq_factor;
+    int rope_original_max_position_embeddings;
+    bool tie_word_embeddings;
+    // Derived from model_type and config: qwen2 always has q/k/v bias and no o
+    // bias (no config field); llama/qwen3 "attention_bias" covers q, k, v and o.
+    bool has_qkv_bias, has_o_bias;
+    bool has_qk_norm;             // qwen3: per-head RMSNorm (D) on q and k before RoPE
+    int bos_token_id;             // -1 when none
+    int eos_token_ids[MODEL_MAX_EOS];  // generation_config.json's when present, else config.json's
+    int n_eos;
+    char dtype[16];               // the checkpoint's declared dtype ("bfloat16"), "" when absent
+} ModelConfig;
+
+const char *model_type_name(ModelType t);  // "llama", "qwen2", "qwen3"
+int model_type_parse(const char *s, ModelType *out);  // 0 / -1
+
+// Parses config.json text (len bytes; need not be NUL-terminated). `what` names
+// the file in messages. Returns 0, or -1 with err: PAIL_ERR_UNSUPPORTED for a
+// model pail refuses (the message names the field and value), PAIL_ERR_INVALID
+// for a malformed or inconsistent file.
+int model_config_parse(ModelConfig *cfg, const char *json, size_t len, const char *what, PailErr *err);
+// Applies generation_config.json text: bos_token_id / eos_token_id (int or list)
+// replace config.json's when present.
+int model_config_apply_generation(ModelConfig *cfg, const char *json, size_t len, const char *what,
+                                  PailErr *err);
+// dir/config.json, then dir/generation_config.json when it exists.
+int model_config_load(ModelConfig *cfg, const char *dir, PailErr *err);
+// Checks sizes and derived fields are consistent (all positive, H % Hkv == 0, ...).
+int model_config_validate(const ModelConfig *cfg, const char *what, PailErr *err);
+// Fills the defaults pail uses for a model_type and shape: HF's defaults for
+// eps/theta/positions, qwen2 q/k/v bias, qwen3 q/k norm, head_dim = C / H.
+void model_config_defaults(ModelConfig *cfg, ModelType type);
+// Writes a config.json that transformers' AutoModelForCausalLM loads with the
+// fields a published checkpoint of this model_type carries (architectures,
+// model_type, torch_dtype, ...). dtype_name: "float32" / "bfloat16".
+int model_config_to_json(const ModelConfig *cfg, const char *dtype_name, Buf *out);
+// Number of parameters the checkpoint holds (lm_head counted only when untied).
+size_t model_config_param_count(const ModelConfig *cfg);

@@ -1,0 +1,71 @@
+// The decoder's forward and backward over packed rows, with LoRA applied
+// unmerged: per-token log-probabilities of given targets (the LM head fused
+// with a streaming log-sum-exp, never a (T, V) tensor), and gradients of a loss
+// given d logp / d params to every layer's LoRA A and B (base frozen) or, in
+// full mode, to every base weight. Memory for one plan (token budget) is
+// allocated once by transformer_init; nothing is allocated in a step.
+// Generation appends tokens to per-slot KV caches (transformer_extend). CUDA
+// twin: later, same calls through kernels/*.cu.
+// Shapes: T tokens in a packed row, C hidden, H heads, Hkv kv heads, D head dim,
+// F ffn, V vocab, L layers, R LoRA rank.
+#pragma once
+#include <stdbool.h>
+#include "lora/lora.h"
+#include "model/weights.h"
+
+typedef struct {
+    int max_tokens;   // T budget of one forward (the trainer's --token-budget)
+    bool backward;    // keep the activations the backward needs
+    bool full;        // gradients for every base weight (full fine-tuning)
+    bool recompute;   // keep only layer inputs; recompute each layer in the backward
+    int vchunk;       // vocabulary chunk of the fused LM head (0: 4096)
+    int max_pos;      // RoPE table size (0: min(max_position_embeddings, 32768))
+} TransformerPlan;
+
+typedef struct Transformer Transformer;
+
+// Plans memory for w's shape; w, and later the adapter, are borrowed.
+int transformer_init(Transformer **out, const ModelWeights *w, const TransformerPlan *plan, PailErr *err);
+void transformer_free(Transformer *tf);
+size_t transformer_bytes(const Transformer *tf);  // activation memory planned
+// Attaches an adapter (layout for w's config; params borrowed, may change
+// between calls). NULL detaches. transformer_lora_enable toggles it without
+// detaching (the KL reference is the base model: same weights, LoRA off).
+int transformer_set_lora(Transformer *tf, const LoraLayout *layout, const float *params, PailErr *err);
+void transformer_lora_enable(Transformer *tf, bool on);
+
+// Forward over T packed tokens: sequence s is rows cu_seqlens[s]..cu_seqlens[s+1]-1
+// (its tokens at positions pos[t], usually 0..len-1). For every row with
+// targets[t] >= 0, logp[t] = log p(targets[t] | tokens up to t) at the given
+// temperature (logits / temperature); rows with targets[t] < 0 get 0 and cost
+// no LM-head work. entropy (may be NULL) likewise. Keeps what the backward
+// needs when the plan has backward.
+int transformer_forward(Transformer *tf, float *logp, float *entropy, const int *tokens, const int *pos,
+                        const int *cu_seqlens, int nseq, int T, const int *targets, float temperature,
+                        PailErr *err);
+// Backward of the last forward for upstream gradient dlogp[t] (rows without a
+// target ignored): accumulates (+=) into lora_grads (the adapter's layout; NULL
+// to skip) and, in full mode, into base_grads (a ModelWeights-shaped block of
+// num_params floats, NULL to skip).
+int transformer_backward(Transformer *tf, float *lora_grads, float *base_grads, const float *dlogp, PailErr *err);
+
+// ---- generation: KV caches in slots ----
+// A cache holds n_slots independent sequences of up to max_ctx tokens each:
+// (L, n_slots, max_ctx, Hkv, D) for K and for V.
+typedef struct KvCache KvCache;
+int kvcache_init(KvCache **out, const ModelConfig *cfg, int n_slots, int max_ctx, PailErr *err);
+void kvcache_free(KvCache *kv);
+int kvcache_len(const KvCache *kv, int slot);
+void kvcache_reset(KvCache *kv, int slot);              // empty the slot
+void kvcache_fork(KvCache *kv, int dst, int src);       // dst = a copy of src's tokens (a shared prompt)
+size_t kvcache_bytes(const KvCache *kv);
+
+// Appends n_new[s] tokens to each slot s (0 = slot idle this call; tokens are
+// concatenated in slot order, Tn = sum n_new <= the plan's token budget), each
+// new token attending its slot's cached tokens and the new ones before it, and
+// writes the logits (V floats, not divided by any temperature) of the last new
+// token of every slot with n_new[s] > 0, in slot order, to logits. A prompt
+// prefill is one call with the prompt's tokens; a decode step one token per
+// active slot.
+int transformer_extend(Transformer *tf, KvCache *kv, float *logits, const int *n_new, const int *tokens,
+                       PailErr *err);

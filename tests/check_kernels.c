@@ -1,0 +1,483 @@
+// Check suite for kernels/: every fast CPU path against its plain-loop reference
+// on random inputs (T=1, odd sizes, packed rows of 3 sequences), the logprob op
+// against a naive full log-softmax, packed attention against per-sequence runs,
+// and KV-cache decode against the full forward. Gradients: check_kernels_grad.c.
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "core/rng.h"
+#include "kernels.h"
+#include "simd.h"
+
+static Rng rng;
+
+static float *rnd(size_t n, float lo, float hi) {
+    float *p = malloc(sizeof(float) * (n ? n : 1));
+    for (size_t i = 0; i < n; i++) p[i] = lo + (hi - lo) * rng_uniform_f(&rng);
+    return p;
+}
+
+static float *dup_f(const float *a, size_t n) {
+    float *p = malloc(sizeof(float) * (n ? n : 1));
+    memcpy(p, a, sizeof(float) * n);
+    return p;
+}
+
+// |got - want| <= atol + rtol * |want| for every element, else fail naming the
+// first offending index.
+static void expect_close(const char *what, const float *got, const float *want, size_t n,
+                         double atol, double rtol) {
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)got[i] - want[i]);
+        if (!(d <= atol + rtol * fabs(want[i])))
+            ck_abort_msg("%s: element %zu is %.9g, reference %.9g (|diff| %.3g > %.3g)", what, i,
+                         got[i], want[i], d, atol + rtol * fabs(want[i]));
+    }
+}
+
+// ---- matmul ----
+// Tolerance 1e-4 abs + 1e-4 rel: the fp32 sums over K <= 600 products of values
+// in [-1,1] round to ~1e-6 (errors grow ~sqrt(K) * 6e-8 * |partial sums|); an
+// indexing or blocking bug gives O(0.1..1) errors.
+static void matmul_case(int T, int K, int N, int with_bias, float alpha, float beta) {
+    float *x = rnd((size_t)T * K, -1, 1), *W = rnd((size_t)N * K, -1, 1);
+    float *bias = with_bias ? rnd(N, -1, 1) : NULL, *o0 = rnd((size_t)T * N, -1, 1);
+    float *ref = dup_f(o0, (size_t)T * N), *out = dup_f(o0, (size_t)T * N);
+    matmul_forward_ref(ref, x, W, bias, T, K, N, alpha, beta);
+    char what[128];
+    int saved = matmul_small_t_max;
+    for (int path = 0; path < 2; path++) {  // 0: sgemm, 1: small-T kernel
+        matmul_small_t_max = path ? 1 << 20 : 0;
+        memcpy(out, o0, sizeof(float) * T * N);
+        matmul_forward(out, x, W, bias, T, K, N, alpha, beta);
+        snprintf(what, sizeof what, "matmul_forward %s T=%d K=%d N=%d", path ? "small" : "sgemm", T, K, N);
+        expect_close(what, out, ref, (size_t)T * N, 1e-4, 1e-4);
+    }
+    // backward: dx with beta, dW and dbias accumulate onto nonzero values
+    float *dout = rnd((size_t)T * N, -1, 1), *dx0 = rnd((size_t)T * K, -1, 1);
+    float *dW0 = rnd((size_t)N * K, -1, 1), *db0 = rnd(N, -1, 1);
+    float *dxr = dup_f(dx0, (size_t)T * K), *dWr = dup_f(dW0, (size_t)N * K), *dbr = dup_f(db0, N);
+    matmul_backward_ref(dxr, dWr, dbr, dout, x, W, T, K, N, alpha, beta);
+    for (int path = 0; path < 2; path++) {
+        matmul_small_t_max = path ? 1 << 20 : 0;
+        float *dx = dup_f(dx0, (size_t)T * K), *dW = dup_f(dW0, (size_t)N * K), *db = dup_f(db0, N);
+        matmul_backward(dx, dW, db, dout, x, W, T, K, N, alpha, beta);
+        snprintf(what, sizeof what, "matmul_backward dx %s T=%d K=%d N=%d", path ? "small" : "sgemm", T, K, N);
+        expect_close(what, dx, dxr, (size_t)T * K, 1e-4, 1e-4);
+        expect_close("matmul_backward dW", dW, dWr, (size_t)N * K, 1e-4, 1e-4);
+        expect_close("matmul_backward dbias", db, dbr, N, 1e-4, 1e-4);
+        free(dx), free(dW), free(db);
+    }
+    matmul_small_t_max = saved;
+    free(x), free(W), free(bias), free(o0), free(ref), free(out);
+    free(dout), free(dx0), free(dW0), free(db0), free(dxr), free(dWr), free(dbr);
+}
+
+START_TEST(test_matmul) {
+    matmul_case(1, 64, 33, 1, 1.0f, 0.0f);
+    matmul_case(1, 7, 1, 0, 1.0f, 0.0f);
+    matmul_case(3, 17, 9, 0, 0.5f, 1.0f);
+    matmul_case(5, 100, 70, 1, 1.0f, 1.0f);
+    matmul_case(7, 128, 100, 1, 2.0f, 0.0f);
+    matmul_case(8, 513, 257, 0, 1.0f, 0.0f);
+    matmul_case(9, 100, 71, 1, 1.0f, 0.5f);
+    matmul_case(33, 64, 129, 1, 1.0f, 0.0f);
+    matmul_case(70, 600, 31, 0, -1.0f, 1.0f);
+}
+END_TEST
+
+// ---- rmsnorm: fp32 sums of C <= 300 squares vs double; 1e-5 abs + rel ----
+START_TEST(test_rmsnorm) {
+    int shapes[][2] = {{1, 1}, {1, 64}, {5, 7}, {37, 200}, {96, 16}, {3, 300}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int R = shapes[s][0], C = shapes[s][1];
+        size_t n = (size_t)R * C;
+        float *x = rnd(n, -2, 2), *w = rnd(C, 0.5, 1.5), *out = rnd(n, 0, 1), *ref = rnd(n, 0, 1);
+        float *rs = rnd(R, 0, 1), *rsr = rnd(R, 0, 1);
+        rmsnorm_forward(out, rs, x, w, R, C, 1e-6f);
+        rmsnorm_forward_ref(ref, rsr, x, w, R, C, 1e-6f);
+        expect_close("rmsnorm_forward out", out, ref, n, 1e-5, 1e-5);
+        expect_close("rmsnorm_forward rstd", rs, rsr, R, 1e-5, 1e-5);
+        float *dout = rnd(n, -1, 1), *dx = rnd(n, 0, 1), *dxr = rnd(n, 0, 1);
+        float *dw = rnd(C, -1, 1), *dwr = dup_f(dw, C);
+        rmsnorm_backward(dx, dw, dout, x, w, rsr, R, C);
+        rmsnorm_backward_ref(dxr, dwr, dout, x, w, rsr, R, C);
+        expect_close("rmsnorm_backward dx", dx, dxr, n, 1e-5, 1e-4);
+        expect_close("rmsnorm_backward dw", dw, dwr, C, 1e-4, 1e-4);
+        rmsnorm_backward(dx, NULL, dout, x, w, rsr, R, C);  // frozen weight
+        expect_close("rmsnorm_backward dx (no dw)", dx, dxr, n, 1e-5, 1e-4);
+        memcpy(out, x, sizeof(float) * n);  // in place
+        rmsnorm_forward(out, NULL, out, w, R, C, 1e-6f);
+        expect_close("rmsnorm_forward in place", out, ref, n, 1e-5, 1e-5);
+        free(x), free(w), free(out), free(ref), free(rs), free(rsr);
+        free(dout), free(dx), free(dxr), free(dw), free(dwr);
+    }
+}
+END_TEST
+
+// ---- rope ----
+// inv_freq against transformers 5.24 ROPE_INIT_FUNCTIONS["llama3"] for Llama 3.1
+// (theta 5e5, D 128, factor 8, low 1, high 4, original 8192): index 1 is
+// high-frequency (unscaled), 20 and 30 the smoothed band, 40+ divided by 8.
+START_TEST(test_rope_llama3_freq) {
+    float inv[64];
+    RopeScaling sc = {8.0f, 1.0f, 4.0f, 8192};
+    rope_inv_freq(inv, 128, 500000.0f, &sc);
+    const struct { int i; double want; } hf[] = {
+        {0, 1.0}, {1, 0.8146172165870667}, {20, 0.016560440883040428},
+        {30, 0.0013718936825171113}, {40, 3.428102354519069e-05},
+        {45, 1.2297638932068367e-05}, {50, 4.411534519022098e-06}, {63, 3.068925877869333e-07}};
+    for (size_t k = 0; k < sizeof hf / sizeof hf[0]; k++)  // 2 ulp of fp32
+        ck_assert_msg(fabs(inv[hf[k].i] - hf[k].want) <= 2.4e-7 * hf[k].want,
+                      "inv_freq[%d] = %.9g, transformers %.9g", hf[k].i, inv[hf[k].i], hf[k].want);
+    float plain[64];
+    rope_inv_freq(plain, 128, 500000.0f, NULL);
+    ck_assert(plain[40] > 7.9f * inv[40] && plain[40] < 8.1f * inv[40]);
+    ck_assert(plain[1] == inv[1]);
+}
+END_TEST
+
+// Fast and reference compute the same fp32 products in another order: 1e-6.
+// Rotation preserves each pair's norm, and position 0 is the identity.
+START_TEST(test_rope) {
+    int shapes[][3] = {{1, 1, 2}, {5, 3, 8}, {19, 4, 64}, {7, 2, 6}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int T = shapes[s][0], nh = shapes[s][1], D = shapes[s][2], P = 50;
+        float *inv = malloc(sizeof(float) * D / 2), *ct = malloc(sizeof(float) * P * D / 2),
+              *st = malloc(sizeof(float) * P * D / 2);
+        rope_inv_freq(inv, D, 10000.0f, NULL);
+        rope_table_build(ct, st, inv, P, D);
+        int *pos = malloc(sizeof(int) * T);
+        for (int t = 0; t < T; t++) pos[t] = (int)rng_below(&rng, P);
+        pos[0] = 0;
+        size_t n = (size_t)T * nh * D;
+        float *x = rnd(n, -1, 1), *out = rnd(n, 0, 1), *ref = rnd(n, 0, 1);
+        rope_forward(out, x, pos, ct, st, T, nh, D);
+        rope_forward_ref(ref, x, pos, ct, st, T, nh, D);
+        expect_close("rope_forward", out, ref, n, 1e-6, 1e-6);
+        expect_close("rope_forward pos 0 is identity", out, x, (size_t)nh * D, 0, 0);
+        for (size_t r = 0; r < n / D; r++)
+            for (int i = 0; i < D / 2; i++) {
+                const float *a = x + r * D, *b = out + r * D;
+                double n0 = a[i] * a[i] + a[i + D / 2] * a[i + D / 2];
+                double n1 = b[i] * b[i] + b[i + D / 2] * b[i + D / 2];
+                ck_assert_msg(fabs(n0 - n1) <= 1e-5 * (1 + n0), "rope changed a pair's norm");
+            }
+        float *dx = rnd(n, 0, 1), *dxr = rnd(n, 0, 1);
+        rope_backward(dx, x, pos, ct, st, T, nh, D);
+        rope_backward_ref(dxr, x, pos, ct, st, T, nh, D);
+        expect_close("rope_backward", dx, dxr, n, 1e-6, 1e-6);
+        rope_backward(out, out, pos, ct, st, T, nh, D);  // in place: R^T R = I
+        expect_close("rope_backward undoes forward", out, x, n, 1e-6, 1e-6);
+        free(inv), free(ct), free(st), free(pos), free(x), free(out), free(ref), free(dx), free(dxr);
+    }
+}
+END_TEST
+
+// ---- attention ----
+typedef struct {
+    int T, H, Hkv, D, nseq, cu[8];
+    float *q, *k, *v;
+} AttnCase;
+
+static AttnCase attn_make(const int *lens, int nseq, int H, int Hkv, int D) {
+    AttnCase c = {.H = H, .Hkv = Hkv, .D = D, .nseq = nseq};
+    for (int s = 0; s < nseq; s++) c.cu[s + 1] = c.cu[s] + lens[s];
+    c.T = c.cu[nseq];
+    c.q = rnd((size_t)c.T * H * D, -1.5, 1.5);
+    c.k = rnd((size_t)c.T * Hkv * D, -1.5, 1.5);
+    c.v = rnd((size_t)c.T * Hkv * D, -1, 1);
+    return c;
+}
+
+static void attn_free(AttnCase *c) { free(c->q), free(c->k), free(c->v); }
+
+// fp32 online softmax vs the double three-pass reference: outputs are convex
+// combinations of values in [-1,1], errors ~1e-6; 2e-5 abs + rel leaves margin.
+static void attention_case(const int *lens, int nseq, int H, int Hkv, int D) {
+    AttnCase c = attn_make(lens, nseq, H, Hkv, D);
+    size_t nq = (size_t)c.T * H * D, nk = (size_t)c.T * Hkv * D;
+    float *out = rnd(nq, 0, 1), *ref = rnd(nq, 0, 1), *lse = rnd((size_t)c.T * H, 0, 1),
+          *lser = rnd((size_t)c.T * H, 0, 1);
+    attention_forward(out, lse, c.q, c.k, c.v, c.cu, nseq, c.T, H, Hkv, D);
+    attention_forward_ref(ref, lser, c.q, c.k, c.v, c.cu, nseq, c.T, H, Hkv, D);
+    expect_close("attention_forward out", out, ref, nq, 2e-5, 2e-5);
+    expect_close("attention_forward lse", lse, lser, (size_t)c.T * H, 2e-5, 2e-5);
+    // packed equals each sequence alone
+    for (int s = 0; s < nseq; s++) {
+        int L = lens[s], cu1[2] = {0, L};
+        if (!L) continue;
+        float *o1 = rnd((size_t)L * H * D, 0, 1);
+        attention_forward(o1, NULL, c.q + (size_t)c.cu[s] * H * D, c.k + (size_t)c.cu[s] * Hkv * D,
+                          c.v + (size_t)c.cu[s] * Hkv * D, cu1, 1, L, H, Hkv, D);
+        expect_close("attention packed vs separate", out + (size_t)c.cu[s] * H * D, o1,
+                     (size_t)L * H * D, 1e-6, 0);
+        free(o1);
+    }
+    // backward: both derive dq/dk/dv differently (lse + delta vs naive softmax);
+    // sums over <= 100 keys of fp32 terms: 1e-4 abs + rel.
+    float *dout = rnd(nq, -1, 1);
+    float *dq = rnd(nq, 0, 1), *dk = rnd(nk, 0, 1), *dv = rnd(nk, 0, 1);
+    float *dqr = rnd(nq, 0, 1), *dkr = rnd(nk, 0, 1), *dvr = rnd(nk, 0, 1);
+    attention_backward(dq, dk, dv, dout, c.q, c.k, c.v, ref, lser, c.cu, nseq, c.T, H, Hkv, D);
+    attention_backward_ref(dqr, dkr, dvr, dout, c.q, c.k, c.v, ref, lser, c.cu, nseq, c.T, H, Hkv, D);
+    expect_close("attention_backward dq", dq, dqr, nq, 1e-4, 1e-4);
+    expect_close("attention_backward dk", dk, dkr, nk, 1e-4, 1e-4);
+    expect_close("attention_backward dv", dv, dvr, nk, 1e-4, 1e-4);
+    free(out), free(ref), free(lse), free(lser), free(dout);
+    free(dq), free(dk), free(dv), free(dqr), free(dkr), free(dvr);
+    attn_free(&c);
+}
+
+START_TEST(test_attention) {
+    int one[] = {1};
+    attention_case(one, 1, 2, 1, 8);                 // T = 1
+    int three[] = {5, 70, 1};                        // crosses the 64-key block
+    attention_case(three, 3, 4, 2, 16);
+    int odd[] = {3, 0, 9, 4};                        // an empty sequence, G = 3, odd D
+    attention_case(odd, 4, 3, 1, 7);
+    int mha[] = {13, 2, 6};                          // H == Hkv
+    attention_case(mha, 3, 2, 2, 32);
+}
+END_TEST
+
+// Decode: the last n_s rows of each sequence through the KV cache equal the
+// full causal forward's last rows (the same arithmetic, so 1e-6).
+START_TEST(test_attention_decode) {
+    int lens[] = {9, 1, 70}, nnew[] = {2, 1, 3}, nseq = 3, H = 4, Hkv = 2, D = 16, max_ctx = 80;
+    AttnCase c = attn_make(lens, nseq, H, Hkv, D);
+    size_t ks = (size_t)Hkv * D;
+    float *full = rnd((size_t)c.T * H * D, 0, 1);
+    attention_forward(full, NULL, c.q, c.k, c.v, c.cu, nseq, c.T, H, Hkv, D);
+    float *kc = rnd((size_t)nseq * max_ctx * ks, -9, 9), *vc = rnd((size_t)nseq * max_ctx * ks, -9, 9);
+    int cu_new[4] = {0}, cache_len[3];
+    for (int s = 0; s < nseq; s++) {
+        memcpy(kc + (size_t)s * max_ctx * ks, c.k + c.cu[s] * ks, sizeof(float) * lens[s] * ks);
+        memcpy(vc + (size_t)s * max_ctx * ks, c.v + c.cu[s] * ks, sizeof(float) * lens[s] * ks);
+        cu_new[s + 1] = cu_new[s] + nnew[s];
+        cache_len[s] = lens[s];
+    }
+    int Tn = cu_new[nseq];
+    float *qn = malloc(sizeof(float) * Tn * H * D), *want = malloc(sizeof(float) * Tn * H * D);
+    for (int s = 0; s < nseq; s++) {
+        size_t src = (size_t)(c.cu[s + 1] - nnew[s]) * H * D, dst = (size_t)cu_new[s] * H * D;
+        memcpy(qn + dst, c.q + src, sizeof(float) * nnew[s] * H * D);
+        memcpy(want + dst, full + src, sizeof(float) * nnew[s] * H * D);
+    }
+    float *out = rnd((size_t)Tn * H * D, 0, 1), *ref = rnd((size_t)Tn * H * D, 0, 1);
+    attention_decode_forward(out, qn, kc, vc, cu_new, cache_len, nseq, max_ctx, H, Hkv, D);
+    expect_close("attention_decode vs full forward", out, want, (size_t)Tn * H * D, 1e-6, 1e-6);
+    attention_decode_forward_ref(ref, qn, kc, vc, cu_new, cache_len, nseq, max_ctx, H, Hkv, D);
+    expect_close("attention_decode vs reference", out, ref, (size_t)Tn * H * D, 2e-5, 2e-5);
+    free(full), free(kc), free(vc), free(qn), free(want), free(out), free(ref);
+    attn_free(&c);
+}
+END_TEST
+
+// ---- swiglu: fp32 expf vs double exp, a few ulp: 1e-6 abs + rel ----
+START_TEST(test_swiglu) {
+    size_t sizes[] = {1, 7, 1001};
+    for (int s = 0; s < 3; s++) {
+        size_t n = sizes[s];
+        float *g = rnd(n, -8, 8), *u = rnd(n, -2, 2), *o = rnd(n, 0, 1), *r = rnd(n, 0, 1);
+        swiglu_forward(o, g, u, n);
+        swiglu_forward_ref(r, g, u, n);
+        expect_close("swiglu_forward", o, r, n, 1e-6, 1e-6);
+        float *d = rnd(n, -1, 1), *dg = rnd(n, 0, 1), *du = rnd(n, 0, 1), *dgr = rnd(n, 0, 1),
+              *dur = rnd(n, 0, 1);
+        swiglu_backward(dg, du, d, g, u, n);
+        swiglu_backward_ref(dgr, dur, d, g, u, n);
+        expect_close("swiglu_backward dgate", dg, dgr, n, 1e-6, 1e-5);
+        expect_close("swiglu_backward dup", du, dur, n, 1e-6, 1e-5);
+        free(g), free(u), free(o), free(r), free(d), free(dg), free(du), free(dgr), free(dur);
+    }
+}
+END_TEST
+
+// ---- logprob vs the naive full log-softmax ----
+// Logits are fp32 dot products over C = 48 (~1e-6 error each) scaled by
+// 1/0.7; the streaming LSE adds a few ulp per chunk: 2e-5 abs + rel on logp,
+// lse and entropy; 1e-4 on the gradients (sums over V = 300 of such terms).
+static void logprob_case(int T, int C, int V, float temp, int vchunk) {
+    float *h = rnd((size_t)T * C, -1, 1), *W = rnd((size_t)V * C, -1, 1);
+    int *tg = malloc(sizeof(int) * T);
+    for (int t = 0; t < T; t++) tg[t] = (int)rng_below(&rng, V);
+    tg[0] = V - 1;  // the last chunk's last column
+    float *lp = rnd(T, 0, 1), *ent = rnd(T, 0, 1), *lse = rnd(T, 0, 1);
+    float *lpr = rnd(T, 0, 1), *entr = rnd(T, 0, 1), *lser = rnd(T, 0, 1);
+    float *ws = malloc(sizeof(float) * logprob_workspace_floats(T, vchunk));
+    PailErr err = {0};
+    ck_assert_int_eq(logprob_forward(lp, ent, lse, h, W, tg, T, C, V, temp, ws, vchunk, &err), 0);
+    ck_assert_int_eq(logprob_forward_ref(lpr, entr, lser, h, W, tg, T, C, V, temp, &err), 0);
+    expect_close("logprob_forward logp", lp, lpr, T, 2e-5, 2e-5);
+    expect_close("logprob_forward lse", lse, lser, T, 2e-5, 2e-5);
+    expect_close("logprob_forward entropy", ent, entr, T, 2e-5, 2e-5);
+    float *lp2 = rnd(T, 0, 1);  // entropy and lse are optional
+    ck_assert_int_eq(logprob_forward(lp2, NULL, NULL, h, W, tg, T, C, V, temp, ws, vchunk, &err), 0);
+    expect_close("logprob_forward logp without entropy", lp2, lp, T, 0, 0);
+    float *dlp = rnd(T, -1, 1), *dent = rnd(T, -1, 1);
+    float *dh = rnd((size_t)T * C, 0, 1), *dhr = rnd((size_t)T * C, 0, 1);
+    float *dW = rnd((size_t)V * C, -1, 1), *dWr = dup_f(dW, (size_t)V * C);
+    logprob_backward(dh, dW, dlp, dent, h, W, tg, lse, ent, T, C, V, temp, ws, vchunk);
+    logprob_backward_ref(dhr, dWr, dlp, dent, h, W, tg, T, C, V, temp);
+    expect_close("logprob_backward dhidden", dh, dhr, (size_t)T * C, 1e-4, 1e-4);
+    expect_close("logprob_backward dw_lm", dW, dWr, (size_t)V * C, 1e-4, 1e-4);
+    logprob_backward(dh, NULL, dlp, NULL, h, W, tg, lse, NULL, T, C, V, temp, ws, vchunk);
+    logprob_backward_ref(dhr, NULL, dlp, NULL, h, W, tg, T, C, V, temp);
+    expect_close("logprob_backward dhidden (no entropy)", dh, dhr, (size_t)T * C, 1e-4, 1e-4);
+    free(h), free(W), free(tg), free(lp), free(ent), free(lse), free(lpr), free(entr), free(lser);
+    free(ws), free(lp2), free(dlp), free(dent), free(dh), free(dhr), free(dW), free(dWr);
+}
+
+START_TEST(test_logprob) {
+    logprob_case(1, 48, 300, 1.0f, 64);
+    logprob_case(5, 48, 300, 0.7f, 7);      // many chunks, T below the small-T bound
+    logprob_case(13, 48, 300, 0.7f, 128);   // sgemm path, ragged last chunk
+    logprob_case(9, 33, 257, 1.3f, 257);    // one chunk
+}
+END_TEST
+
+// The probabilities of every possible target for one context sum to 1.
+START_TEST(test_logprob_normalised) {
+    int C = 16, V = 200;
+    float *h1 = rnd(C, -2, 2), *W = rnd((size_t)V * C, -2, 2), *h = malloc(sizeof(float) * V * C);
+    int *tg = malloc(sizeof(int) * V);
+    for (int t = 0; t < V; t++) memcpy(h + (size_t)t * C, h1, sizeof(float) * C), tg[t] = t;
+    float *lp = malloc(sizeof(float) * V), *ws = malloc(sizeof(float) * logprob_workspace_floats(V, 32));
+    PailErr err = {0};
+    ck_assert_int_eq(logprob_forward(lp, NULL, NULL, h, W, tg, V, C, V, 0.9f, ws, 32, &err), 0);
+    double sum = 0;
+    for (int t = 0; t < V; t++) sum += exp(lp[t]);
+    ck_assert_msg(fabs(sum - 1) < 1e-5, "sum of p over the vocabulary is %.9g", sum);
+    free(h1), free(W), free(h), free(tg), free(lp), free(ws);
+}
+END_TEST
+
+// ---- embedding (exact: copies and fp32 sums in the same order) ----
+START_TEST(test_embedding) {
+    int T = 11, C = 300, V = 17;
+    int tok[11] = {3, 0, 16, 3, 3, 5, 16, 1, 2, 3, 9};
+    float *tab = rnd((size_t)V * C, -1, 1), *o = rnd((size_t)T * C, 0, 1), *r = rnd((size_t)T * C, 0, 1);
+    PailErr err = {0};
+    ck_assert_int_eq(embedding_forward(o, tab, tok, T, C, V, &err), 0);
+    ck_assert_int_eq(embedding_forward_ref(r, tab, tok, T, C, V, &err), 0);
+    expect_close("embedding_forward", o, r, (size_t)T * C, 0, 0);
+    float *d = rnd((size_t)T * C, -1, 1), *dt = rnd((size_t)V * C, -1, 1), *dtr = dup_f(dt, (size_t)V * C);
+    embedding_backward(dt, d, tok, T, C);
+    embedding_backward_ref(dtr, d, tok, T, C);
+    expect_close("embedding_backward", dt, dtr, (size_t)V * C, 0, 0);
+    free(tab), free(o), free(r), free(d), free(dt), free(dtr);
+}
+END_TEST
+
+// ---- adamw: fp32 torch-order update vs the textbook double form: 1e-6 rel ----
+START_TEST(test_adamw) {
+    size_t n = 1037;
+    float *p = rnd(n, -1, 1), *m = rnd(n, -0.1, 0.1), *v = rnd(n, 0, 0.01), *g = rnd(n, -3, 3);
+    float *pr = dup_f(p, n), *mr = dup_f(m, n), *vr = dup_f(v, n);
+    double ss = adamw_grad_sumsq(g, n), ssr = adamw_grad_sumsq_ref(g, n);
+    ck_assert(fabs(ss - ssr) <= 1e-12 * ssr);
+    float sc = adamw_clip_scale(ss, 1.0f);
+    ck_assert(fabs(sc * sqrt(ss) - 1.0) < 1e-5);
+    ck_assert(adamw_clip_scale(ss, 1e6f) == 1.0f);
+    ck_assert(adamw_clip_scale(ss, 0) == 1.0f);
+    for (int step = 1; step <= 3; step++) {
+        adamw_update(p, m, v, g, n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, step, sc);
+        adamw_update_ref(pr, mr, vr, g, n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, step, sc);
+    }
+    expect_close("adamw p", p, pr, n, 1e-6, 1e-6);
+    expect_close("adamw m", m, mr, n, 1e-7, 1e-6);
+    expect_close("adamw v", v, vr, n, 1e-9, 1e-5);
+    free(p), free(m), free(v), free(g), free(pr), free(mr), free(vr);
+}
+END_TEST
+
+// ---- limits: bad ids are refused with a message naming them ----
+START_TEST(test_bad_ids) {
+    float tab[6] = {0}, out[6], ws[64];
+    int bad[2] = {1, 3}, neg[1] = {-1};
+    PailErr err = {0};
+    ck_assert_int_eq(embedding_forward(out, tab, bad, 2, 2, 3, &err), -1);
+    ck_assert_ptr_nonnull(strstr(err.msg, "token 3 at position 1"));
+    ck_assert_int_eq(embedding_forward_ref(out, tab, neg, 1, 2, 3, &err), -1);
+    ck_assert_int_eq(err.code, PAIL_ERR_INVALID);
+    float lp[2];
+    ck_assert_int_eq(logprob_forward(lp, NULL, NULL, tab, tab, bad, 2, 2, 3, 1.0f, ws, 4, &err), -1);
+    ck_assert_ptr_nonnull(strstr(err.msg, "target token 3"));
+    int ok[2] = {0, 1};
+    ck_assert_int_eq(logprob_forward(lp, NULL, NULL, tab, tab, ok, 2, 2, 3, 0.0f, ws, 4, &err), -1);
+    ck_assert_ptr_nonnull(strstr(err.msg, "temperature"));
+    ck_assert_int_eq(logprob_forward(lp, NULL, NULL, tab, tab, ok, 2, 2, 3, 1.0f, ws, 0, &err), -1);
+    // all-zero logits: uniform over V = 3
+    ck_assert_int_eq(logprob_forward(lp, NULL, NULL, tab, tab, ok, 2, 2, 3, 1.0f, ws, 2, &err), 0);
+    ck_assert(fabsf(lp[0] + logf(3.0f)) < 1e-6f && fabsf(lp[1] + logf(3.0f)) < 1e-6f);
+}
+END_TEST
+
+// Large-magnitude scores must not overflow the online softmax.
+START_TEST(test_attention_extreme) {
+    int lens[] = {100}, H = 1, Hkv = 1, D = 4;
+    AttnCase c = attn_make(lens, 1, H, Hkv, D);
+    for (int i = 0; i < 100 * D; i++) c.q[i] *= 200, c.k[i] *= 200;
+    float *o = rnd(100 * D, 0, 1), *r = rnd(100 * D, 0, 1), *l = rnd(100, 0, 1), *lr = rnd(100, 0, 1);
+    attention_forward(o, l, c.q, c.k, c.v, c.cu, 1, 100, H, Hkv, D);
+    attention_forward_ref(r, lr, c.q, c.k, c.v, c.cu, 1, 100, H, Hkv, D);
+    for (int i = 0; i < 100 * D; i++) ck_assert(isfinite(o[i]));
+    expect_close("attention extreme out", o, r, 100 * D, 1e-4, 1e-4);
+    expect_close("attention extreme lse", l, lr, 100, 1e-2, 1e-5);
+    free(o), free(r), free(l), free(lr);
+    attn_free(&c);
+}
+END_TEST
+
+// The vectorised exp behind swiglu, logprob and attention: <= 2 ulp (2.4e-7
+// relative) against double exp over the useful range; far below and -inf give 0.
+START_TEST(test_simd_exp) {
+    enum { N = 4099 };
+    static float x[N];
+    for (int i = 0; i < N; i++) x[i] = -87.0f + 175.0f * i / (N - 1);
+    float y[N];
+    memcpy(y, x, sizeof y);
+    simd_exp(y, N);
+    for (int i = 0; i < N; i++) {
+        double want = exp((double)x[i]);
+        ck_assert_msg(fabs(y[i] - want) <= 2.4e-7 * want, "exp(%.9g) = %.9g, libm %.9g", x[i], y[i], want);
+    }
+    float z[9] = {-INFINITY, -1000, -100, -88, 0, 0, 0, 0, 0};
+    simd_exp(z, 9);
+    ck_assert(z[0] == 0 && z[1] == 0 && z[2] == 0 && z[3] < 1e-37f && z[4] == 1.0f);
+    float s[9] = {0, 1, 4, 2.25f, 1e-8f, 9, 16, 25, 7};
+    simd_sqrt(s, 9);
+    ck_assert(s[1] == 1 && s[2] == 2 && s[3] == 1.5f && s[8] == sqrtf(7.0f));
+}
+END_TEST
+
+int main(void) {
+    rng_seed(&rng, 1234, 0);
+    Suite *s = suite_create("kernels");
+    TCase *core = tcase_create("core"), *limits = tcase_create("limits");
+    tcase_set_timeout(core, 60);
+    tcase_add_test(core, test_matmul);
+    tcase_add_test(core, test_rmsnorm);
+    tcase_add_test(core, test_rope_llama3_freq);
+    tcase_add_test(core, test_rope);
+    tcase_add_test(core, test_attention);
+    tcase_add_test(core, test_attention_decode);
+    tcase_add_test(core, test_swiglu);
+    tcase_add_test(core, test_logprob);
+    tcase_add_test(core, test_logprob_normalised);
+    tcase_add_test(core, test_embedding);
+    tcase_add_test(core, test_adamw);
+    tcase_add_test(limits, test_bad_ids);
+    tcase_add_test(limits, test_attention_extreme);
+    tcase_add_test(limits, test_simd_exp);
+    suite_add_tcase(s, core);
+    suite_add_tcase(s, limits);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,267 @@
+// Check suite for the CUDA twins (kernels/*.cu): each op on the device against
+// the CPU reference on the same random inputs, at the CPU suite's tolerances
+// (the device sums in another order and uses its own expf; cuBLAS runs FP32, not
+// TF32). Built in both modes: without CUDA=1, or with no device, prints SKIP.
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "core/rng.h"
+#include "kernels.h"
+
+#ifndef PAIL_CUDA
+int main(void) {
+    printf("SKIP: built without CUDA (make CUDA=1 builds the CUDA twins)\n");
+    return 0;
+}
+#else
+#include <cuda_runtime.h>
+
+static Rng rng;
+static PailErr err;
+
+static float *rnd(size_t n, float lo, float hi) {
+    float *p = malloc(sizeof(float) * (n ? n : 1));
+    for (size_t i = 0; i < n; i++) p[i] = lo + (hi - lo) * rng_uniform_f(&rng);
+    return p;
+}
+
+static void *up(const void *h, size_t bytes) {
+    void *d = NULL;
+    ck_assert_msg(cudaMalloc(&d, bytes ? bytes : 4) == cudaSuccess, "cudaMalloc %zu bytes", bytes);
+    if (h && bytes) ck_assert(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice) == cudaSuccess);
+    return d;
+}
+#define UPF(h, n) ((float *)up((h), sizeof(float) * (n)))
+#define UPI(h, n) ((int *)up((h), sizeof(int) * (n)))
+
+static float *down(const float *d, size_t n) {
+    float *h = malloc(sizeof(float) * (n ? n : 1));
+    ck_assert_msg(kernels_cuda_sync(&err) == 0, "%s", err.msg);
+    ck_assert(cudaMemcpy(h, d, sizeof(float) * n, cudaMemcpyDeviceToHost) == cudaSuccess);
+    return h;
+}
+
+#define OK(call) ck_assert_msg((call) == 0, "%s: %s", #call, err.msg)
+
+static void expect_close(const char *what, const float *got, const float *want, size_t n,
+                         double atol, double rtol) {
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)got[i] - want[i]);
+        if (!(d <= atol + rtol * fabs(want[i])))
+            ck_abort_msg("%s: element %zu is %.9g, CPU reference %.9g", what, i, got[i], want[i]);
+    }
+}
+
+// Device result (freed) against a host reference.
+static void expect_dev(const char *what, float *dptr, const float *want, size_t n, double atol,
+                       double rtol) {
+    float *h = down(dptr, n);
+    expect_close(what, h, want, n, atol, rtol);
+    free(h);
+    cudaFree(dptr);
+}
+
+START_TEST(test_matmul_cuda) {
+    int shapes[][3] = {{1, 64, 33}, {5, 17, 9}, {37, 130, 70}};
+    for (int s = 0; s < 3; s++) {
+        int T = shapes[s][0], K = shapes[s][1], N = shapes[s][2];
+        float *x = rnd(T * K, -1, 1), *W = rnd(N * K, -1, 1), *b = rnd(N, -1, 1), *o = rnd(T * N, -1, 1);
+        float *dx = rnd(T * K, -1, 1), *dW = rnd(N * K, -1, 1), *db = rnd(N, -1, 1), *g = rnd(T * N, -1, 1);
+        float *dx_, *dW_, *db_, *o_ = UPF(o, T * N);
+        OK(matmul_forward_cuda(o_, UPF(x, T * K), UPF(W, N * K), UPF(b, N), T, K, N, 0.5f, 1.0f, &err));
+        matmul_forward_ref(o, x, W, b, T, K, N, 0.5f, 1.0f);
+        expect_dev("matmul_forward_cuda", o_, o, T * N, 1e-4, 1e-4);
+        dx_ = UPF(dx, T * K), dW_ = UPF(dW, N * K), db_ = UPF(db, N);
+        OK(matmul_backward_cuda(dx_, dW_, db_, UPF(g, T * N), UPF(x, T * K), UPF(W, N * K), T, K, N,
+                                2.0f, 1.0f, &err));
+        matmul_backward_ref(dx, dW, db, g, x, W, T, K, N, 2.0f, 1.0f);
+        expect_dev("matmul_backward_cuda dx", dx_, dx, T * K, 1e-4, 1e-4);
+        expect_dev("matmul_backward_cuda dW", dW_, dW, N * K, 1e-4, 1e-4);
+        expect_dev("matmul_backward_cuda dbias", db_, db, N, 1e-4, 1e-4);
+        free(x), free(W), free(b), free(o), free(dx), free(dW), free(db), free(g);
+    }
+}
+END_TEST
+
+START_TEST(test_rmsnorm_cuda) {
+    int R = 37, C = 300;
+    float *x = rnd(R * C, -2, 2), *w = rnd(C, 0.5, 1.5), *o = rnd(R * C, 0, 1), *rs = rnd(R, 0, 1);
+    float *g = rnd(R * C, -1, 1), *dx = rnd(R * C, 0, 1), *dw = rnd(C, -1, 1);
+    float *o_ = UPF(NULL, R * C), *rs_ = UPF(NULL, R), *x_ = UPF(x, R * C), *w_ = UPF(w, C);
+    float *dx_ = UPF(NULL, R * C), *dw_ = UPF(dw, C);
+    OK(rmsnorm_forward_cuda(o_, rs_, x_, w_, R, C, 1e-6f, &err));
+    rmsnorm_forward_ref(o, rs, x, w, R, C, 1e-6f);
+    OK(rmsnorm_backward_cuda(dx_, dw_, UPF(g, R * C), x_, w_, rs_, R, C, &err));
+    rmsnorm_backward_ref(dx, dw, g, x, w, rs, R, C);
+    expect_dev("rmsnorm_forward_cuda", o_, o, R * C, 1e-5, 1e-5);
+    expect_dev("rmsnorm_forward_cuda rstd", rs_, rs, R, 1e-5, 1e-5);
+    expect_dev("rmsnorm_backward_cuda dx", dx_, dx, R * C, 1e-5, 1e-4);
+    expect_dev("rmsnorm_backward_cuda dw", dw_, dw, C, 1e-4, 1e-4);
+    free(x), free(w), free(o), free(rs), free(g), free(dx), free(dw);
+}
+END_TEST
+
+START_TEST(test_rope_cuda) {
+    int T = 9, nh = 3, D = 64, P = 40, pos[9] = {0, 1, 2, 39, 5, 0, 7, 8, 20};
+    float inv[32], *ct = malloc(4 * P * D / 2), *st = malloc(4 * P * D / 2);
+    RopeScaling sc = {8.0f, 1.0f, 4.0f, 64};
+    rope_inv_freq(inv, D, 500000.0f, &sc);
+    rope_table_build(ct, st, inv, P, D);
+    size_t n = (size_t)T * nh * D;
+    float *x = rnd(n, -1, 1), *o = rnd(n, 0, 1), *dx = rnd(n, 0, 1);
+    float *ct_ = UPF(ct, P * D / 2), *st_ = UPF(st, P * D / 2), *x_ = UPF(x, n);
+    int *pos_ = UPI(pos, T);
+    float *o_ = UPF(NULL, n), *dx_ = UPF(NULL, n);
+    OK(rope_forward_cuda(o_, x_, pos_, ct_, st_, T, nh, D, &err));
+    OK(rope_backward_cuda(dx_, x_, pos_, ct_, st_, T, nh, D, &err));
+    rope_forward_ref(o, x, pos, ct, st, T, nh, D);
+    rope_backward_ref(dx, x, pos, ct, st, T, nh, D);
+    expect_dev("rope_forward_cuda", o_, o, n, 1e-6, 1e-6);
+    expect_dev("rope_backward_cuda", dx_, dx, n, 1e-6, 1e-6);
+    free(ct), free(st), free(x), free(o), free(dx);
+}
+END_TEST
+
+START_TEST(test_attention_cuda) {
+    int cu[5] = {0, 5, 75, 76, 76}, nseq = 4, T = 76, H = 6, Hkv = 2, D = 40;
+    size_t nq = (size_t)T * H * D, nk = (size_t)T * Hkv * D;
+    float *q = rnd(nq, -1.5, 1.5), *k = rnd(nk, -1.5, 1.5), *v = rnd(nk, -1, 1), *g = rnd(nq, -1, 1);
+    float *o = malloc(4 * nq), *lse = malloc(4 * T * H), *dq = malloc(4 * nq), *dk = malloc(4 * nk),
+          *dv = malloc(4 * nk);
+    float *q_ = UPF(q, nq), *k_ = UPF(k, nk), *v_ = UPF(v, nk), *o_ = UPF(NULL, nq),
+          *lse_ = UPF(NULL, T * H);
+    int *cu_ = UPI(cu, nseq + 1);
+    attention_forward_ref(o, lse, q, k, v, cu, nseq, T, H, Hkv, D);
+    attention_backward_ref(dq, dk, dv, g, q, k, v, o, lse, cu, nseq, T, H, Hkv, D);
+    OK(attention_forward_cuda(o_, lse_, q_, k_, v_, cu_, nseq, T, H, Hkv, D, &err));
+    float *dq_ = UPF(NULL, nq), *dk_ = UPF(NULL, nk), *dv_ = UPF(NULL, nk);
+    OK(attention_backward_cuda(dq_, dk_, dv_, UPF(g, nq), q_, k_, v_, o_, lse_, cu_, nseq, T, H,
+                               Hkv, D, &err));
+    expect_dev("attention_backward_cuda dq", dq_, dq, nq, 1e-4, 1e-4);
+    expect_dev("attention_backward_cuda dk", dk_, dk, nk, 1e-4, 1e-4);
+    expect_dev("attention_backward_cuda dv", dv_, dv, nk, 1e-4, 1e-4);
+    expect_dev("attention_forward_cuda out", o_, o, nq, 2e-5, 2e-5);
+    expect_dev("attention_forward_cuda lse", lse_, lse, T * H, 2e-5, 2e-5);
+    // decode: the sequences' caches are their packed rows; 2, 3, 1 new tokens
+    int max_ctx = 80, cl[3] = {5, 70, 1}, cun[4] = {0, 2, 5, 6};
+    size_t ks = (size_t)Hkv * D;
+    float *kc = rnd(3 * max_ctx * ks, -1, 1), *vc = rnd(3 * max_ctx * ks, -1, 1), *qn = rnd(6 * H * D, -1, 1);
+    for (int s = 0; s < 3; s++) {
+        memcpy(kc + s * max_ctx * ks, k + cu[s] * ks, 4 * cl[s] * ks);
+        memcpy(vc + s * max_ctx * ks, v + cu[s] * ks, 4 * cl[s] * ks);
+    }
+    float *od = malloc(4 * 6 * H * D), *od_ = UPF(NULL, 6 * H * D);
+    attention_decode_forward_ref(od, qn, kc, vc, cun, cl, 3, max_ctx, H, Hkv, D);
+    OK(attention_decode_forward_cuda(od_, UPF(qn, 6 * H * D), UPF(kc, 3 * max_ctx * ks),
+                                     UPF(vc, 3 * max_ctx * ks), UPI(cun, 4), UPI(cl, 3), 3, max_ctx,
+                                     H, Hkv, D, &err));
+    expect_dev("attention_decode_forward_cuda", od_, od, 6 * H * D, 2e-5, 2e-5);
+    ck_assert_int_eq(attention_forward_cuda(o_, NULL, q_, k_, v_, cu_, nseq, T, H, Hkv, 300, &err), -1);
+    ck_assert_ptr_nonnull(strstr(err.msg, "head dim 300"));
+    free(q), free(k), free(v), free(g), free(o), free(lse), free(dq), free(dk), free(dv);
+    free(kc), free(vc), free(qn), free(od);
+}
+END_TEST
+
+START_TEST(test_swiglu_cuda) {
+    size_t n = 10007;
+    float *a = rnd(n, -8, 8), *u = rnd(n, -2, 2), *g = rnd(n, -1, 1);
+    float *o = malloc(4 * n), *da = malloc(4 * n), *du = malloc(4 * n);
+    float *a_ = UPF(a, n), *u_ = UPF(u, n), *o_ = UPF(NULL, n), *da_ = UPF(NULL, n), *du_ = UPF(NULL, n);
+    OK(swiglu_forward_cuda(o_, a_, u_, n, &err));
+    OK(swiglu_backward_cuda(da_, du_, UPF(g, n), a_, u_, n, &err));
+    swiglu_forward_ref(o, a, u, n);
+    swiglu_backward_ref(da, du, g, a, u, n);
+    expect_dev("swiglu_forward_cuda", o_, o, n, 1e-6, 1e-5);
+    expect_dev("swiglu_backward_cuda dgate", da_, da, n, 1e-6, 1e-5);
+    expect_dev("swiglu_backward_cuda dup", du_, du, n, 1e-6, 1e-5);
+    free(a), free(u), free(g), free(o), free(da), free(du);
+}
+END_TEST
+
+START_TEST(test_logprob_cuda) {
+    int T = 13, C = 48, V = 300, vchunk = 64, tg[13];
+    float temp = 0.7f;
+    for (int t = 0; t < T; t++) tg[t] = (int)rng_below(&rng, V);
+    tg[0] = V - 1;
+    float *h = rnd(T * C, -1, 1), *W = rnd(V * C, -1, 1), *dl = rnd(T, -1, 1), *de = rnd(T, -1, 1);
+    float lp[13], ent[13], lse[13], *dh = malloc(4 * T * C), *dW = rnd(V * C, -1, 1);
+    float *h_ = UPF(h, T * C), *W_ = UPF(W, V * C), *ws_ = UPF(NULL, logprob_workspace_floats(T, vchunk));
+    float *lp_ = UPF(NULL, T), *ent_ = UPF(NULL, T), *lse_ = UPF(NULL, T), *dh_ = UPF(NULL, T * C),
+          *dW_ = UPF(dW, V * C);
+    int *tg_ = UPI(tg, T);
+    OK(logprob_forward_ref(lp, ent, lse, h, W, tg, T, C, V, temp, &err));
+    logprob_backward_ref(dh, dW, dl, de, h, W, tg, T, C, V, temp);
+    OK(logprob_forward_cuda(lp_, ent_, lse_, h_, W_, tg_, T, C, V, temp, ws_, vchunk, &err));
+    OK(logprob_backward_cuda(dh_, dW_, UPF(dl, T), UPF(de, T), h_, W_, tg_, lse_, ent_, T, C, V, temp,
+                             ws_, vchunk, &err));
+    expect_dev("logprob_forward_cuda logp", lp_, lp, T, 2e-5, 2e-5);
+    expect_dev("logprob_forward_cuda entropy", ent_, ent, T, 2e-5, 2e-5);
+    expect_dev("logprob_forward_cuda lse", lse_, lse, T, 2e-5, 2e-5);
+    expect_dev("logprob_backward_cuda dhidden", dh_, dh, T * C, 1e-4, 1e-4);
+    expect_dev("logprob_backward_cuda dw_lm", dW_, dW, V * C, 1e-4, 1e-4);
+    free(h), free(W), free(dl), free(de), free(dh), free(dW);
+}
+END_TEST
+
+START_TEST(test_embedding_adamw_cuda) {
+    int T = 11, C = 300, V = 17, tok[11] = {3, 0, 16, 3, 3, 5, 16, 1, 2, 3, 9};
+    float *tab = rnd(V * C, -1, 1), *o = malloc(4 * T * C), *g = rnd(T * C, -1, 1), *dt = rnd(V * C, -1, 1);
+    float *o_ = UPF(NULL, T * C), *dt_ = UPF(dt, V * C);
+    int *tok_ = UPI(tok, T);
+    OK(embedding_forward_ref(o, tab, tok, T, C, V, &err));
+    embedding_backward_ref(dt, g, tok, T, C);
+    OK(embedding_forward_cuda(o_, UPF(tab, V * C), tok_, T, C, &err));
+    OK(embedding_backward_cuda(dt_, UPF(g, T * C), tok_, T, C, &err));
+    expect_dev("embedding_forward_cuda", o_, o, T * C, 0, 0);
+    expect_dev("embedding_backward_cuda", dt_, dt, V * C, 1e-6, 1e-6);  // atomics: any order
+    size_t n = 100003;
+    float *p = rnd(n, -1, 1), *m = rnd(n, -0.1, 0.1), *v = rnd(n, 0, 0.01), *gr = rnd(n, -3, 3);
+    float *p_ = UPF(p, n), *m_ = UPF(m, n), *v_ = UPF(v, n), *gr_ = UPF(gr, n);
+    double *ss_ = up(NULL, sizeof(double)), ss;
+    OK(adamw_grad_sumsq_cuda(ss_, gr_, n, &err));
+    OK(kernels_cuda_sync(&err));
+    ck_assert(cudaMemcpy(&ss, ss_, sizeof ss, cudaMemcpyDeviceToHost) == cudaSuccess);
+    double ssr = adamw_grad_sumsq_ref(gr, n);
+    ck_assert_msg(fabs(ss - ssr) <= 1e-10 * ssr, "sumsq %.17g, CPU %.17g", ss, ssr);
+    float sc = adamw_clip_scale(ssr, 1.0f);
+    for (int step = 1; step <= 3; step++) {
+        OK(adamw_update_cuda(p_, m_, v_, gr_, n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, step, sc, &err));
+        adamw_update_ref(p, m, v, gr, n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, step, sc);
+    }
+    expect_dev("adamw_update_cuda p", p_, p, n, 1e-6, 1e-6);
+    expect_dev("adamw_update_cuda m", m_, m, n, 1e-7, 1e-6);
+    expect_dev("adamw_update_cuda v", v_, v, n, 1e-9, 1e-5);
+    free(tab), free(o), free(g), free(dt), free(p), free(m), free(v), free(gr);
+}
+END_TEST
+
+int main(void) {
+    int ndev = kernels_cuda_device_count();
+    if (ndev <= 0) {
+        printf("SKIP: no CUDA device (cudaGetDeviceCount found none)\n");
+        return 0;
+    }
+    rng_seed(&rng, 4242, 0);
+    Suite *s = suite_create("kernels_cuda");
+    TCase *core = tcase_create("core"), *limits = tcase_create("limits");
+    tcase_set_timeout(core, 120);
+    tcase_add_test(core, test_matmul_cuda);
+    tcase_add_test(core, test_rmsnorm_cuda);
+    tcase_add_test(core, test_rope_cuda);
+    tcase_add_test(core, test_attention_cuda);  // also the head-dim limit
+    tcase_add_test(core, test_swiglu_cuda);
+    tcase_add_test(core, test_logprob_cuda);
+    tcase_add_test(limits, test_embedding_adamw_cuda);
+    suite_add_tcase(s, core);
+    suite_add_tcase(s, limits);
+    SRunner *sr = srunner_create(s);
+    srunner_set_fork_status(sr, CK_NOFORK);  // a CUDA context does not survive fork()
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
+#endif

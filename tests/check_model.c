@@ -1,0 +1,723 @@
+// Check suite for src/model files: config.json parsing against published
+// configs (Llama 3.2, Qwen2.5, Qwen3) and refusals, safetensors round trips and
+// byte equality with the reference writer's files, dtype conversion against the
+// compiler's _Float16, the hostile-header corpus (tests/fuzz/corpus/safetensors),
+// sharded sets, and generated tiny / bench checkpoints loaded and checked.
+// Run from the repository root (or set PAIL_ROOT) so the corpus is found.
+#include <check.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "core/buf.h"
+#include "core/fsutil.h"
+#include "core/sha256.h"
+#include "model/config.h"
+#include "model/modelgen.h"
+#include "model/safetensors.h"
+#include "model/weights.h"
+
+static char tmpdir[256];
+
+static void setup_tmp(void) {
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/check_model.XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+}
+static void teardown_tmp(void) {
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+static const char *root_dir(void) { return getenv("PAIL_ROOT") ? getenv("PAIL_ROOT") : "."; }
+
+static int parse_cfg(ModelConfig *c, const char *json, PailErr *err) {
+    return model_config_parse(c, json, strlen(json), "config.json", err);
+}
+
+// ---- config ----
+
+// meta-llama/Llama-3.2-1B config.json as published (legacy rope_scaling layout).
+static const char *llama32 =
+    "{\"architectures\":[\"LlamaForCausalLM\"],\"attention_bias\":false,\"attention_dropout\":0.0,"
+    "\"bos_token_id\":128000,\"eos_token_id\":128001,\"head_dim\":64,\"hidden_act\":\"silu\","
+    "\"hidden_size\":2048,\"initializer_range\":0.02,\"intermediate_size\":8192,"
+    "\"max_position_embeddings\":131072,\"mlp_bias\":false,\"model_type\":\"llama\","
+    "\"num_attention_heads\":32,\"num_hidden_layers\":16,\"num_key_value_heads\":8,\"pretraining_tp\":1,"
+    "\"rms_norm_eps\":1e-05,\"rope_scaling\":{\"factor\":32.0,\"high_freq_factor\":4.0,\"low_freq_factor\":1.0,"
+    "\"original_max_position_embeddings\":8192,\"rope_type\":\"llama3\"},\"rope_theta\":500000.0,"
+    "\"tie_word_embeddings\":true,\"torch_dtype\":\"bfloat16\",\"transformers_version\":\"4.45.0.dev0\","
+    "\"use_cache\":true,\"vocab_size\":128256}";
+// Qwen/Qwen2.5-0.5B config.json as published.
+static const char *qwen25 =
+    "{\"architectures\":[\"Qwen2ForCausalLM\"],\"attention_dropout\":0.0,\"bos_token_id\":151643,"
+    "\"eos_token_id\":151643,\"hidden_act\":\"silu\",\"hidden_size\":896,\"initializer_range\":0.02,"
+    "\"intermediate_size\":4864,\"max_position_embeddings\":32768,\"max_window_layers\":24,"
+    "\"model_type\":\"qwen2\",\"num_attention_heads\":14,\"num_hidden_layers\":24,\"num_key_value_heads\":2,"
+    "\"rms_norm_eps\":1e-06,\"rope_theta\":1000000.0,\"sliding_window\":32768,\"tie_word_embeddings\":true,"
+    "\"torch_dtype\":\"bfloat16\",\"transformers_version\":\"4.40.1\",\"use_cache\":true,"
+    "\"use_mrope\":false,\"use_sliding_window\":false,\"vocab_size\":151936}";
+// Qwen/Qwen3-0.6B config.json as published (head_dim 128 != 1024 / 16).
+static const char *qwen3 =
+    "{\"architectures\":[\"Qwen3ForCausalLM\"],\"attention_bias\":false,\"attention_dropout\":0.0,"
+    "\"bos_token_id\":151643,\"eos_token_id\":151645,\"head_dim\":128,\"hidden_act\":\"silu\","
+    "\"hidden_size\":1024,\"initializer_range\":0.02,\"intermediate_size\":3072,"
+    "\"max_position_embeddings\":40960,\"max_window_layers\":28,\"model_type\":\"qwen3\","
+    "\"num_attention_heads\":16,\"num_hidden_layers\":28,\"num_key_value_heads\":8,\"rms_norm_eps\":1e-06,"
+    "\"rope_scaling\":null,\"rope_theta\":1000000,\"sliding_window\":null,\"tie_word_embeddings\":true,"
+    "\"torch_dtype\":\"bfloat16\",\"transformers_version\":\"4.51.0\",\"use_cache\":true,"
+    "\"use_sliding_window\":false,\"vocab_size\":151936}";
+
+// HuggingFaceTB/SmolLM2-135M config.json as published (llama, tied, no head_dim).
+static const char *smollm2 =
+    "{\"architectures\":[\"LlamaForCausalLM\"],\"attention_bias\":false,\"attention_dropout\":0.0,"
+    "\"bos_token_id\":0,\"eos_token_id\":0,\"hidden_act\":\"silu\",\"hidden_size\":576,"
+    "\"initializer_range\":0.041666666666666664,\"intermediate_size\":1536,\"is_llama_config\":true,"
+    "\"max_position_embeddings\":8192,\"model_type\":\"llama\",\"num_attention_heads\":9,"
+    "\"num_hidden_layers\":30,\"num_key_value_heads\":3,\"pretraining_tp\":1,\"rms_norm_eps\":1e-05,"
+    "\"rope_interleaved\":false,\"rope_scaling\":null,\"rope_theta\":100000,\"tie_word_embeddings\":true,"
+    "\"torch_dtype\":\"bfloat16\",\"transformers_version\":\"4.40.1\",\"use_cache\":true,\"vocab_size\":49152}";
+
+START_TEST(test_config_published) {
+    ModelConfig c;
+    PailErr err = {0};
+    ck_assert_msg(parse_cfg(&c, llama32, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(c.type, MODEL_LLAMA);
+    ck_assert_int_eq(c.hidden_size, 2048);
+    ck_assert_int_eq(c.num_key_value_heads, 8);
+    ck_assert_int_eq(c.head_dim, 64);
+    ck_assert_int_eq(c.rope_scaling, ROPE_SCALING_LLAMA3);
+    ck_assert(c.rope_factor == 32.0 && c.rope_low_freq_factor == 1.0 && c.rope_high_freq_factor == 4.0);
+    ck_assert_int_eq(c.rope_original_max_position_embeddings, 8192);
+    ck_assert(c.rope_theta == 500000.0 && c.rms_norm_eps == 1e-5);
+    ck_assert(c.tie_word_embeddings && !c.has_qkv_bias && !c.has_o_bias && !c.has_qk_norm);
+    ck_assert_int_eq(c.bos_token_id, 128000);
+    ck_assert_int_eq(c.n_eos, 1);
+    ck_assert_int_eq(c.eos_token_ids[0], 128001);
+    ck_assert_str_eq(c.dtype, "bfloat16");
+    // Llama 3.2 1B has 1,235,814,400 parameters (tied): the published figure.
+    ck_assert_uint_eq(model_config_param_count(&c), 1235814400u);
+
+    ck_assert_msg(parse_cfg(&c, qwen25, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(c.type, MODEL_QWEN2);
+    ck_assert(c.has_qkv_bias && !c.has_o_bias && !c.has_qk_norm);  // qwen2: always, no config field
+    ck_assert_int_eq(c.head_dim, 64);
+    ck_assert_int_eq(c.rope_scaling, ROPE_SCALING_NONE);
+    ck_assert(c.rope_theta == 1e6);
+    // Qwen2.5-0.5B: 494,032,768 parameters (the model card's 0.49B).
+    ck_assert_uint_eq(model_config_param_count(&c), 494032768u);
+
+    ck_assert_msg(parse_cfg(&c, qwen3, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(c.type, MODEL_QWEN3);
+    ck_assert_int_eq(c.head_dim, 128);
+    ck_assert(c.has_qk_norm && !c.has_qkv_bias);
+    ck_assert(c.rope_theta == 1e6);  // an integer in the file
+    ck_assert_int_eq(c.max_position_embeddings, 40960);
+    ck_assert_msg(parse_cfg(&c, smollm2, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(c.head_dim, 64);
+    ck_assert_int_eq(c.bos_token_id, 0);
+    ck_assert(c.tie_word_embeddings && c.rope_theta == 100000.0);
+    // SmolLM2-135M: 134,515,008 parameters (the "135M").
+    ck_assert_uint_eq(model_config_param_count(&c), 134515008u);
+    ck_assert_msg(parse_cfg(&c, qwen3, &err) == 0, "%s", err.msg);
+    // Qwen3-0.6B: 596,049,920 parameters with tied embeddings (0.6B; 0.44B non-embedding).
+    ck_assert_uint_eq(model_config_param_count(&c), 596049920u);
+}
+END_TEST
+
+// transformers 5 writes rope_parameters and dtype instead of rope_theta/rope_scaling/torch_dtype.
+START_TEST(test_config_transformers5) {
+    const char *j =
+        "{\"model_type\":\"llama\",\"hidden_size\":64,\"intermediate_size\":128,\"num_hidden_layers\":2,"
+        "\"num_attention_heads\":4,\"num_key_value_heads\":2,\"vocab_size\":100,\"dtype\":\"float32\","
+        "\"attention_bias\":true,\"rope_parameters\":{\"factor\":8.0,\"high_freq_factor\":4.0,"
+        "\"low_freq_factor\":1.0,\"original_max_position_embeddings\":8192,\"rope_theta\":500000.0,"
+        "\"rope_type\":\"llama3\"},\"bos_token_id\":1,\"eos_token_id\":[2,3]}";
+    ModelConfig c;
+    PailErr err = {0};
+    ck_assert_msg(parse_cfg(&c, j, &err) == 0, "%s", err.msg);
+    ck_assert(c.rope_theta == 500000.0 && c.rope_scaling == ROPE_SCALING_LLAMA3 && c.rope_factor == 8.0);
+    ck_assert(c.has_qkv_bias && c.has_o_bias);  // llama attention_bias covers q, k, v and o
+    ck_assert_str_eq(c.dtype, "float32");
+    ck_assert_int_eq(c.head_dim, 16);
+    ck_assert_int_eq(c.n_eos, 2);
+    const char *g = "{\"bos_token_id\":5,\"eos_token_id\":[7,8,9],\"do_sample\":true}";
+    ck_assert_int_eq(model_config_apply_generation(&c, g, strlen(g), "generation_config.json", &err), 0);
+    ck_assert_int_eq(c.bos_token_id, 5);
+    ck_assert_int_eq(c.n_eos, 3);
+    ck_assert_int_eq(c.eos_token_ids[2], 9);
+    // "default" rope_parameters: no scaling
+    const char *q = "{\"model_type\":\"qwen3\",\"hidden_size\":64,\"intermediate_size\":128,\"num_hidden_layers\":2,"
+                    "\"num_attention_heads\":4,\"vocab_size\":100,\"layer_types\":[\"full_attention\","
+                    "\"full_attention\"],\"rope_parameters\":{\"rope_theta\":10000.0,\"rope_type\":\"default\"}}";
+    ck_assert_msg(parse_cfg(&c, q, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(c.rope_scaling, ROPE_SCALING_NONE);
+    ck_assert_int_eq(c.num_key_value_heads, 4);  // absent: = heads
+}
+END_TEST
+
+// Each refusal names the field and the value.
+START_TEST(test_config_refusals) {
+    static const struct { const char *patch, *want; } cases[] = {
+        {"\"model_type\":\"mistral\"", "model_type = 'mistral'"},
+        {"\"model_type\":\"qwen3_moe\"", "model_type = 'qwen3_moe'"},
+        {"\"num_experts\":8", "num_experts = 8"},
+        {"\"num_local_experts\":4", "num_local_experts = 4"},
+        {"\"use_sliding_window\":true", "use_sliding_window = true"},
+        {"\"layer_types\":[\"full_attention\",\"sliding_attention\"]", "layer_types[1] = 'sliding_attention'"},
+        {"\"rope_scaling\":{\"type\":\"yarn\",\"factor\":4.0}", "rope_scaling.rope_type = 'yarn'"},
+        {"\"rope_scaling\":{\"rope_type\":\"dynamic\",\"factor\":2.0}", "rope_type = 'dynamic'"},
+        {"\"rope_scaling\":{\"rope_type\":\"llama3\",\"factor\":8.0}", "needs a number 'low_freq_factor'"},
+        {"\"hidden_act\":\"gelu\"", "hidden_act = 'gelu'"},
+        {"\"mlp_bias\":true", "mlp_bias = true"},
+        {"\"num_key_value_heads\":3", "not a multiple of num_key_value_heads 3"},
+        {"\"hidden_size\":-5", "hidden_size = -5"},
+        {"\"hidden_size\":\"64\"", "'hidden_size' is not an integer"},
+        {"\"bos_token_id\":100", "bos_token_id 100 is not below vocab_size 100"},
+        {"\"eos_token_id\":[1,\"x\"]", "eos_token_id[1]"},
+        {"\"tie_word_embeddings\":1", "tie_word_embeddings is not a boolean"},
+    };
+    const char *base = "\"hidden_size\":64,\"intermediate_size\":128,\"num_hidden_layers\":2,"
+                       "\"num_attention_heads\":4,\"vocab_size\":100";
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char j[1024];
+        // later keys are rejected as duplicates only with JSON_REJECT_DUPLICATES (not used for
+        // configs), so jansson keeps the last value: the patch wins over base
+        bool has_type = strstr(cases[i].patch, "model_type") != NULL;
+        snprintf(j, sizeof j, "{%s%s,%s}", has_type ? "" : "\"model_type\":\"llama\",", base, cases[i].patch);
+        ModelConfig c;
+        PailErr err = {0};
+        ck_assert_msg(parse_cfg(&c, j, &err) == -1, "accepted: %s", j);
+        ck_assert_msg(strstr(err.msg, cases[i].want) && strstr(err.msg, "config.json"), "case %zu: '%s' lacks '%s'",
+                      i, err.msg, cases[i].want);
+    }
+    ModelConfig c;
+    PailErr err = {0};
+    ck_assert_int_eq(parse_cfg(&c, "{\"model_type\":\"llama\"}", &err), -1);
+    ck_assert(strstr(err.msg, "required field 'hidden_size'"));
+    ck_assert_int_eq(parse_cfg(&c, "{\"model_type\":", &err), -1);
+    ck_assert(strstr(err.msg, "not valid JSON"));
+    ck_assert_int_eq(model_config_load(&c, "/nonexistent/dir", &err), -1);
+    ck_assert(strstr(err.msg, "/nonexistent/dir/config.json"));
+}
+END_TEST
+
+// ---- dtype conversion ----
+
+START_TEST(test_dtype_conversion) {
+    // Every half bit pattern against the compiler's _Float16 (an independent implementation).
+    for (uint32_t h = 0; h < 65536; h++) {
+        _Float16 x;
+        memcpy(&x, &h, 2);
+        float want = (float)x, got = f16_to_f32((uint16_t)h);
+        if (isnan(want)) ck_assert(isnan(got));
+        else ck_assert_msg(memcmp(&want, &got, 4) == 0, "f16 0x%04x: %a vs %a", h, got, want);
+    }
+    // f32 -> f16 rounding against the compiler on a sweep of bit patterns (all
+    // exponents, mantissas stepping by a prime so ties and carries are hit).
+    for (uint64_t u = 0; u < 0x100000000ull; u += 65521) {
+        uint32_t b = (uint32_t)u;
+        float f;
+        memcpy(&f, &b, 4);
+        _Float16 r = (_Float16)f;
+        uint16_t want;
+        memcpy(&want, &r, 2);
+        uint16_t got = f32_to_f16(f);
+        if (isnan(f)) ck_assert((got & 0x7c00) == 0x7c00 && (got & 0x3ff));
+        else ck_assert_msg(got == want, "f32 %a: 0x%04x vs 0x%04x", f, got, want);
+    }
+    // half ties go to even
+    ck_assert_uint_eq(f32_to_f16(1.0f + 0x1p-11f), 0x3c00);
+    ck_assert_uint_eq(f32_to_f16(1.0f + 3 * 0x1p-11f), 0x3c02);
+    // bf16: bits are the top half; round to nearest even on the dropped 16 bits
+    for (uint32_t h = 0; h < 65536; h++) {
+        float f = bf16_to_f32((uint16_t)h);
+        uint32_t b;
+        memcpy(&b, &f, 4);
+        ck_assert_uint_eq(b, h << 16);
+        if (!isnan(f)) ck_assert_uint_eq(f32_to_bf16(f), h);
+    }
+    ck_assert_uint_eq(f32_to_bf16(1.0f + 0x1p-8f), 0x3f80);              // tie, even stays
+    ck_assert_uint_eq(f32_to_bf16(1.0f + 3 * 0x1p-8f), 0x3f82);          // tie, odd rounds up
+    ck_assert_uint_eq(f32_to_bf16(1.0f + 0x1p-8f + 0x1p-20f), 0x3f81);   // above the tie
+    ck_assert(isnan(bf16_to_f32(f32_to_bf16(NAN))));
+    uint8_t raw[6] = {0x80, 0x3f, 0x00, 0xc0, 0x80, 0x7f};  // bf16 1, -2, inf little-endian
+    float out[3];
+    ck_assert_int_eq(safetensors_to_f32(out, raw, ST_DTYPE_BF16, 3), 0);
+    ck_assert(out[0] == 1.0f && out[1] == -2.0f && isinf(out[2]));
+    ck_assert_int_eq(safetensors_to_f32(out, raw, ST_DTYPE_I8, 3), -1);
+}
+END_TEST
+
+// ---- safetensors ----
+
+START_TEST(test_safetensors_roundtrip) {
+    float f32[6] = {1.5f, -2.25f, 3e-8f, 65504.0f, -0.0f, 1e30f};
+    uint16_t f16[4], bf16[4];
+    int64_t i64[3] = {1, -1, (int64_t)1 << 40};
+    for (int i = 0; i < 4; i++) f16[i] = f32_to_f16(f32[i]), bf16[i] = f32_to_bf16(f32[i]);
+    SafeTensorsWriteItem items[] = {
+        {"z.f32", ST_DTYPE_F32, 2, {2, 3}, f32},
+        {"a.f16", ST_DTYPE_F16, 1, {4}, f16},
+        {"m\"quoted\\name", ST_DTYPE_BF16, 2, {2, 2}, bf16},
+        {"ints", ST_DTYPE_I64, 1, {3}, i64},
+        {"scalar", ST_DTYPE_F32, 0, {0}, f32},
+        {"empty", ST_DTYPE_F32, 2, {0, 5}, f32},
+    };
+    const char *mk[] = {"format", "note"}, *mv[] = {"pt", "x\ny"};
+    char path[512];
+    snprintf(path, sizeof path, "%s/rt.safetensors", tmpdir);
+    PailErr err = {0};
+    ck_assert_msg(safetensors_write(path, items, 6, mk, mv, 2, &err) == 0, "%s", err.msg);
+    SafeTensors st;
+    ck_assert_msg(safetensors_open(&st, path, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(st.n, 6);
+    ck_assert_uint_eq((8 + st.header_len) % 8, 0);  // data section 8-aligned
+    ck_assert_str_eq(safetensors_meta(&st, "note"), "x\ny");
+    ck_assert_ptr_null(safetensors_meta(&st, "absent"));
+    for (int i = 1; i < st.n; i++) ck_assert(strcmp(st.tensors[i - 1].name, st.tensors[i].name) < 0);
+    for (int i = 0; i < 6; i++) {
+        const SafeTensor *t = safetensors_find(&st, items[i].name);
+        ck_assert_ptr_nonnull(t);
+        ck_assert_int_eq(t->dtype, items[i].dtype);
+        ck_assert_int_eq(t->ndim, items[i].ndim);
+        for (int d = 0; d < t->ndim; d++) ck_assert_int_eq(t->shape[d], items[i].shape[d]);
+        ck_assert_int_eq(memcmp(t->data, items[i].data, t->end - t->begin), 0);
+    }
+    ck_assert_uint_eq(safetensors_find(&st, "scalar")->nelem, 1);
+    ck_assert_uint_eq(safetensors_find(&st, "empty")->nelem, 0);
+    // conversion to fp32: F16/BF16 round trip of values they represent exactly
+    float back[6];
+    safetensors_to_f32(back, safetensors_find(&st, "a.f16")->data, ST_DTYPE_F16, 4);
+    ck_assert(back[0] == 1.5f && back[1] == -2.25f && back[3] == 65504.0f);
+    ck_assert(fabsf(back[2] - 3e-8f) <= 0x1p-25f);  // f16 subnormal: step 2^-24
+    safetensors_to_f32(back, safetensors_find(&st, "m\"quoted\\name")->data, ST_DTYPE_BF16, 4);
+    ck_assert(back[0] == 1.5f && back[1] == -2.25f && back[3] == 65536.0f);  // 65504 rounds to 2^16 in bf16
+    safetensors_to_f32(back, safetensors_find(&st, "z.f32")->data, ST_DTYPE_F32, 6);
+    ck_assert_int_eq(memcmp(back, f32, sizeof f32), 0);
+    ck_assert_ptr_null(safetensors_find(&st, "nope"));
+    safetensors_close(&st);
+    // duplicate names refused
+    SafeTensorsWriteItem dup[] = {{"a", ST_DTYPE_F32, 1, {1}, f32}, {"a", ST_DTYPE_F32, 1, {1}, f32}};
+    ck_assert_int_eq(safetensors_write(path, dup, 2, NULL, NULL, 0, &err), -1);
+    ck_assert(strstr(err.msg, "'a' given twice"));
+}
+END_TEST
+
+// The reference writer's files (validation/model/make_safetensors_corpus.py):
+// our writer must produce the same bytes from the same tensors.
+START_TEST(test_safetensors_reference_bytes) {
+    const char *names[] = {"good-f32-f16.safetensors", "good-empty.safetensors"};
+    for (int k = 0; k < 2; k++) {
+        char ref[1024], out[512];
+        snprintf(ref, sizeof ref, "%s/tests/fuzz/corpus/safetensors/%s", root_dir(), names[k]);
+        snprintf(out, sizeof out, "%s/%s", tmpdir, names[k]);
+        SafeTensors st;
+        PailErr err = {0};
+        ck_assert_msg(safetensors_open(&st, ref, &err) == 0, "%s", err.msg);
+        SafeTensorsWriteItem items[8];
+        for (int i = 0; i < st.n; i++) {
+            const SafeTensor *t = &st.tensors[i];
+            items[i] = (SafeTensorsWriteItem){t->name, t->dtype, t->ndim, {0}, t->data};
+            memcpy(items[i].shape, t->shape, sizeof t->shape);
+        }
+        ck_assert_int_eq(safetensors_write(out, items, st.n, (const char *const *)st.meta_keys,
+                                           (const char *const *)st.meta_vals, st.n_meta, &err), 0);
+        Buf a = {0}, b = {0};
+        ck_assert_int_eq(fs_read_file(ref, &a, &err), 0);
+        ck_assert_int_eq(fs_read_file(out, &b, &err), 0);
+        ck_assert_uint_eq(a.len, b.len);
+        ck_assert_msg(memcmp(a.data, b.data, a.len) == 0, "%s differs from the reference writer", names[k]);
+        buf_free(&a);
+        buf_free(&b);
+        safetensors_close(&st);
+    }
+}
+END_TEST
+
+// Every bad file of the corpus is refused with the listed message fragment.
+START_TEST(test_safetensors_corpus) {
+    char dir[512], path[1024], line[512];
+    snprintf(dir, sizeof dir, "%s/tests/fuzz/corpus/safetensors", root_dir());
+    snprintf(path, sizeof path, "%s/EXPECTED", dir);
+    FILE *f = fopen(path, "r");
+    ck_assert_msg(f != NULL, "%s missing (run from the repository root or set PAIL_ROOT)", path);
+    int n = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (line[0] == '#') continue;
+        line[strcspn(line, "\n")] = 0;
+        char *tab = strchr(line, '\t');
+        ck_assert_ptr_nonnull(tab);
+        *tab = 0;
+        snprintf(path, sizeof path, "%s/%s", dir, line);
+        SafeTensors st;
+        PailErr err = {0};
+        int rc = safetensors_open(&st, path, &err);
+        ck_assert_msg(rc == -1, "%s was accepted", line);
+        ck_assert_msg(strstr(err.msg, tab + 1) && strstr(err.msg, line), "%s: message '%s' lacks '%s'", line,
+                      err.msg, tab + 1);
+        n++;
+    }
+    fclose(f);
+    ck_assert_int_ge(n, 25);
+    const char *good[] = {"good-f32-f16.safetensors", "good-int-scalar-empty.safetensors", "good-empty.safetensors"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, good[i]);
+        SafeTensors st;
+        PailErr err = {0};
+        ck_assert_msg(safetensors_open(&st, path, &err) == 0, "%s: %s", good[i], err.msg);
+        safetensors_close(&st);
+    }
+}
+END_TEST
+
+START_TEST(test_safetensors_limits) {
+    // header length over the 100 MB limit, in a sparse file that is large enough
+    char path[512];
+    snprintf(path, sizeof path, "%s/big.safetensors", tmpdir);
+    int fd = open(path, O_CREAT | O_WRONLY | O_TRUNC, 0644);
+    ck_assert_int_ge(fd, 0);
+    uint8_t hdr[9] = {0x01, 0xe1, 0xf5, 0x05, 0, 0, 0, 0, '{'};  // 100,000,001
+    ck_assert_int_eq(write(fd, hdr, 9), 9);
+    ck_assert_int_eq(ftruncate(fd, 100000100), 0);
+    close(fd);
+    SafeTensors st;
+    PailErr err = {0};
+    ck_assert_int_eq(safetensors_open(&st, path, &err), -1);
+    ck_assert_msg(strstr(err.msg, "exceeds the 100000000-byte limit"), "%s", err.msg);
+    ck_assert_int_eq(safetensors_open(&st, tmpdir, &err), -1);  // a folder
+    ck_assert(strstr(err.msg, "not a regular file"));
+    snprintf(path, sizeof path, "%s/absent.safetensors", tmpdir);
+    ck_assert_int_eq(safetensors_open(&st, path, &err), -1);
+    ck_assert_int_eq(err.code, PAIL_ERR_NOT_FOUND);
+
+    // every truncation of a valid file is refused (and nothing reads past the end under ASan)
+    float v[5] = {1, 2, 3, 4, 5};
+    SafeTensorsWriteItem it[] = {{"a", ST_DTYPE_F32, 1, {2}, v}, {"b", ST_DTYPE_F32, 1, {3}, v + 2}};
+    snprintf(path, sizeof path, "%s/ok.safetensors", tmpdir);
+    ck_assert_int_eq(safetensors_write(path, it, 2, NULL, NULL, 0, &err), 0);
+    Buf b = {0};
+    ck_assert_int_eq(fs_read_file(path, &b, &err), 0);
+    for (size_t len = 0; len < b.len; len++) {
+        uint8_t *copy = malloc(len ? len : 1);
+        memcpy(copy, b.data, len);
+        ck_assert_msg(safetensors_parse(&st, copy, len, "trunc", &err) == -1, "prefix %zu accepted", len);
+        ck_assert(err.msg[0]);
+        free(copy);
+    }
+    // every single-byte corruption either parses to something consistent or is refused
+    for (size_t i = 0; i < b.len; i++) {
+        uint8_t *copy = malloc(b.len);
+        memcpy(copy, b.data, b.len);
+        copy[i] ^= 0x5a;
+        if (safetensors_parse(&st, copy, b.len, "flip", &err) == 0) {
+            for (int k = 0; k < st.n; k++)
+                ck_assert(st.tensors[k].data + (st.tensors[k].end - st.tensors[k].begin) <= copy + b.len);
+            safetensors_close(&st);
+        }
+        free(copy);
+    }
+    ck_assert_int_eq(safetensors_parse(&st, b.data, b.len, "ok", &err), 0);
+    safetensors_close(&st);
+    buf_free(&b);
+}
+END_TEST
+
+// Two shards plus an index; then broken indexes.
+START_TEST(test_safetensors_sharded) {
+    float v[4] = {1, 2, 3, 4};
+    SafeTensorsWriteItem s1[] = {{"x", ST_DTYPE_F32, 1, {2}, v}};
+    SafeTensorsWriteItem s2[] = {{"y", ST_DTYPE_F32, 1, {2}, v + 2}, {"z", ST_DTYPE_F32, 1, {1}, v}};
+    char p[512];
+    PailErr err = {0};
+    snprintf(p, sizeof p, "%s/model-00001-of-00002.safetensors", tmpdir);
+    ck_assert_int_eq(safetensors_write(p, s1, 1, NULL, NULL, 0, &err), 0);
+    snprintf(p, sizeof p, "%s/model-00002-of-00002.safetensors", tmpdir);
+    ck_assert_int_eq(safetensors_write(p, s2, 2, NULL, NULL, 0, &err), 0);
+    snprintf(p, sizeof p, "%s/model.safetensors.index.json", tmpdir);
+    const char *idx = "{\"metadata\":{\"total_size\":20},\"weight_map\":{\"x\":\"model-00001-of-00002.safetensors\","
+                      "\"y\":\"model-00002-of-00002.safetensors\",\"z\":\"model-00002-of-00002.safetensors\"}}";
+    ck_assert_int_eq(fs_write_file_atomic(p, idx, strlen(idx), &err), 0);
+    SafeTensorsSet set;
+    ck_assert_msg(safetensors_set_open(&set, tmpdir, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(set.nfiles, 2);
+    int fi = -1;
+    const SafeTensor *t = safetensors_set_find(&set, "y", &fi);
+    ck_assert_ptr_nonnull(t);
+    ck_assert_int_eq(fi, 1);
+    ck_assert(((const float *)(const void *)t->data)[1] == 4.0f);
+    ck_assert_ptr_null(safetensors_set_find(&set, "w", NULL));
+    safetensors_set_close(&set);
+
+    static const struct { const char *idx, *want; } bad[] = {
+        {"{\"weight_map\":{\"x\":\"model-00001-of-00002.safetensors\",\"y\":\"model-00002-of-00002.safetensors\"}}",
+         "tensor 'z' in shard model-00002-of-00002.safetensors is not in the weight_map"},
+        {"{\"weight_map\":{\"x\":\"model-00001-of-00002.safetensors\",\"y\":\"model-00002-of-00002.safetensors\","
+         "\"z\":\"model-00002-of-00002.safetensors\",\"w\":\"model-00001-of-00002.safetensors\"}}",
+         "tensor 'w' is mapped to model-00001-of-00002.safetensors but that shard does not hold it"},
+        {"{\"weight_map\":{\"x\":\"../etc/passwd\"}}", "not a file name in the model folder"},
+        {"{\"weight_map\":{\"x\":\"model-00003-of-00002.safetensors\"}}", "model-00003-of-00002.safetensors"},
+        {"{\"weight_map\":{}}", "'weight_map' missing or empty"},
+        {"{\"weight_map\":", "not valid JSON"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ck_assert_int_eq(fs_write_file_atomic(p, bad[i].idx, strlen(bad[i].idx), &err), 0);
+        ck_assert_int_eq(safetensors_set_open(&set, tmpdir, &err), -1);
+        ck_assert_msg(strstr(err.msg, bad[i].want), "case %zu: '%s' lacks '%s'", i, err.msg, bad[i].want);
+    }
+    unlink(p);
+    ck_assert_int_eq(safetensors_set_open(&set, tmpdir, &err), -1);  // no index, no model.safetensors
+    ck_assert(strstr(err.msg, "no model.safetensors"));
+}
+END_TEST
+
+// ---- weights ----
+
+static void gen(const char *sub, const char *shape, ModelType type, SafeTensorsDtype dt, uint64_t seed,
+                ModelConfig *cfg, char *dir, size_t cap) {
+    snprintf(dir, cap, "%s/%s", tmpdir, sub);
+    ck_assert_int_eq(modelgen_shape(cfg, shape, type), 0);
+    ModelGenOptions opt = {dt, seed, NULL};
+    PailErr err = {0};
+    ck_assert_msg(modelgen_write(cfg, dir, &opt, &err) == 0, "%s", err.msg);
+}
+
+// Mean and standard deviation of n floats.
+static void stats(const float *x, size_t n, double *mean, double *sd) {
+    double s = 0, s2 = 0;
+    for (size_t i = 0; i < n; i++) s += x[i], s2 += (double)x[i] * x[i];
+    *mean = s / n;
+    *sd = sqrt(s2 / n - *mean * *mean);
+}
+
+START_TEST(test_weights_tiny) {
+    for (int type = MODEL_LLAMA; type <= MODEL_QWEN3; type++) {
+        ModelConfig cfg;
+        char d32[512], d16[512];
+        gen("f32", "tiny", type, ST_DTYPE_F32, 42, &cfg, d32, sizeof d32);
+        gen("bf16", "tiny", type, ST_DTYPE_BF16, 42, &cfg, d16, sizeof d16);
+        ModelWeights a, b;
+        PailErr err = {0};
+        ck_assert_msg(model_weights_load(&a, d32, &err) == 0, "%s", err.msg);
+        ck_assert_msg(model_weights_load(&b, d16, &err) == 0, "%s", err.msg);
+        ck_assert_int_eq(a.cfg.type, type);
+        ck_assert_int_eq(a.cfg.hidden_size, cfg.hidden_size);
+        ck_assert_int_eq(a.cfg.bos_token_id, 1);
+        ck_assert_int_eq(a.cfg.eos_token_ids[0], 2);
+        ck_assert_uint_eq(a.num_params, model_config_param_count(&cfg));
+        ck_assert(!!a.p.bq == (type == MODEL_QWEN2) && !!a.p.q_norm == (type == MODEL_QWEN3));
+        ck_assert(a.p.bo == NULL && a.p.lm_head != a.p.embed_tokens);
+        // The bf16 file holds the same draws rounded: loading it equals rounding the f32 load.
+        for (size_t i = 0; i < a.num_params; i++)
+            ck_assert_msg(b.memory[i] == bf16_to_f32(f32_to_bf16(a.memory[i])), "param %zu", i);
+        // Draws look like N(0, 0.02) and norms like 1 + N(0, 0.02): with >= 8192 values the
+        // sample sd is within 5% and the mean within 5 standard errors.
+        double m, sd;
+        stats(a.p.wq, (size_t)cfg.num_hidden_layers * cfg.hidden_size * cfg.hidden_size, &m, &sd);
+        ck_assert(fabs(sd - 0.02) < 0.001 && fabs(m) < 5 * 0.02 / sqrt(8192.0));
+        stats(a.p.attn_norm, (size_t)cfg.num_hidden_layers * cfg.hidden_size, &m, &sd);
+        ck_assert(fabs(m - 1.0) < 0.01 && sd > 0.01 && sd < 0.03);
+        // Layers differ (each tensor has its own stream).
+        ck_assert(a.p.wq[0] != a.p.wq[(size_t)cfg.hidden_size * cfg.hidden_size]);
+        // base_sha256 = sha256 of `sha256sum model.safetensors` output (doc/models.md).
+        char fh[65], line[256], want[65], p[600];
+        snprintf(p, sizeof p, "%s/model.safetensors", d32);
+        ck_assert_int_eq(sha256_file_hex(p, fh, &err), 0);
+        int n = snprintf(line, sizeof line, "%s  model.safetensors\n", fh);
+        sha256_hex(line, n, want);
+        ck_assert_str_eq(a.base_sha256, want);
+        ck_assert_str_ne(a.base_sha256, b.base_sha256);
+        model_weights_free(&a);
+        model_weights_free(&b);
+    }
+    // tied + same seed: the same draws, and lm_head aliases the embedding
+    ModelConfig cfg;
+    ck_assert_int_eq(modelgen_shape(&cfg, "tiny", MODEL_QWEN2), 0);
+    cfg.tie_word_embeddings = true;
+    char d[512];
+    snprintf(d, sizeof d, "%s/tied", tmpdir);
+    ModelGenOptions opt = {ST_DTYPE_F32, 42, NULL};
+    PailErr err = {0};
+    ck_assert_int_eq(modelgen_write(&cfg, d, &opt, &err), 0);
+    ModelWeights w;
+    ck_assert_msg(model_weights_load(&w, d, &err) == 0, "%s", err.msg);
+    ck_assert(w.cfg.tie_word_embeddings && w.p.lm_head == w.p.embed_tokens);
+    ck_assert_uint_eq(w.num_params, model_config_param_count(&cfg));
+    SafeTensorsSet set;
+    ck_assert_int_eq(safetensors_set_open(&set, d, &err), 0);
+    ck_assert_ptr_null(safetensors_set_find(&set, "lm_head.weight", NULL));
+    safetensors_set_close(&set);
+    model_weights_free(&w);
+}
+END_TEST
+
+// The bench shape: generated in bf16 (~78 MB), loaded and counted.
+START_TEST(test_weights_bench_shape) {
+    ModelConfig cfg;
+    char d[512];
+    gen("bench", "bench", MODEL_LLAMA, ST_DTYPE_BF16, 1, &cfg, d, sizeof d);
+    ck_assert_int_eq(cfg.hidden_size, 512);
+    ck_assert_int_eq(cfg.num_hidden_layers, 8);
+    ck_assert_int_eq(cfg.intermediate_size, 1408);
+    ck_assert_int_eq(cfg.vocab_size, 32000);
+    ModelWeights w;
+    PailErr err = {0};
+    ck_assert_msg(model_weights_load(&w, d, &err) == 0, "%s", err.msg);
+    // V*C*2 (untied) + L*(2C + C*C + 2*C*128 + C*C + 3*C*F) + C
+    size_t want = 2ull * 32000 * 512 + 8ull * (2 * 512 + 512 * 512 + 2 * 512 * 128 + 512 * 512 + 3 * 512 * 1408) + 512;
+    ck_assert_uint_eq(w.num_params, want);
+    double m, sd;
+    stats(w.p.w_down, (size_t)8 * 512 * 1408, &m, &sd);
+    ck_assert(fabs(sd - 0.02) < 0.0005);
+    model_weights_free(&w);
+    ModelConfig q;
+    ck_assert_int_eq(modelgen_shape(&q, "qwen2.5-0.5b", MODEL_QWEN2), 0);
+    ck_assert_uint_eq(model_config_param_count(&q), 494032768u);
+    ck_assert_int_eq(modelgen_shape(&q, "qwen2.5-0.5b", MODEL_LLAMA), -1);
+    ck_assert_int_eq(modelgen_shape(&q, "huge", MODEL_LLAMA), -1);
+}
+END_TEST
+
+// Rewrites dir/model.safetensors from the loaded tensors with one change.
+enum { EDIT_DROP, EDIT_EXTRA, EDIT_RESHAPE, EDIT_DTYPE, EDIT_INV_FREQ, EDIT_LAYER };
+static void rewrite(const char *dir, int edit, const char *target) {
+    char p[600];
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    SafeTensors st;
+    PailErr err = {0};
+    ck_assert_int_eq(safetensors_open(&st, p, &err), 0);
+    SafeTensorsWriteItem *it = calloc(st.n + 1, sizeof *it);
+    int n = 0;
+    static float junk[64];
+    for (int i = 0; i < st.n; i++) {
+        const SafeTensor *t = &st.tensors[i];
+        if (edit == EDIT_DROP && !strcmp(t->name, target)) continue;
+        it[n] = (SafeTensorsWriteItem){t->name, t->dtype, t->ndim, {0}, t->data};
+        memcpy(it[n].shape, t->shape, sizeof t->shape);
+        if (!strcmp(t->name, target) && edit == EDIT_RESHAPE) {  // same bytes, transposed shape
+            it[n].shape[0] = t->shape[1];
+            it[n].shape[1] = t->shape[0];
+        }
+        if (!strcmp(t->name, target) && edit == EDIT_DTYPE) it[n].dtype = ST_DTYPE_I32;
+        n++;
+    }
+    if (edit == EDIT_EXTRA || edit == EDIT_INV_FREQ || edit == EDIT_LAYER)
+        it[n++] = (SafeTensorsWriteItem){target, ST_DTYPE_F32, 1, {8}, junk};
+    // the file is mapped: write elsewhere, then replace
+    char q[700];
+    snprintf(q, sizeof q, "%s.new", p);
+    ck_assert_msg(safetensors_write(q, it, n, NULL, NULL, 0, &err) == 0, "%s", err.msg);
+    free(it);
+    safetensors_close(&st);
+    ck_assert_int_eq(rename(q, p), 0);
+}
+
+START_TEST(test_weights_errors) {
+    static const struct { int edit; const char *target, *want; } cases[] = {
+        {EDIT_DROP, "model.layers.1.mlp.up_proj.weight", "tensor 'model.layers.1.mlp.up_proj.weight' is missing"},
+        {EDIT_DROP, "model.layers.0.self_attn.k_proj.bias", "tensor 'model.layers.0.self_attn.k_proj.bias' is missing"},
+        {EDIT_DROP, "lm_head.weight", "tensor 'lm_head.weight' is missing"},
+        {EDIT_EXTRA, "model.layers.0.mlp.experts.0.weight", "unexpected tensor 'model.layers.0.mlp.experts.0.weight'"},
+        {EDIT_EXTRA, "vision_tower.weight", "unexpected tensor 'vision_tower.weight'"},
+        {EDIT_EXTRA, "model.layers.0.self_attn.o_proj.bias", "has no self_attn.o_proj.bias"},
+        {EDIT_EXTRA, "model.layers.0.self_attn.q_norm.weight", "has no self_attn.q_norm.weight"},
+        {EDIT_LAYER, "model.layers.2.input_layernorm.weight", "num_hidden_layers = 2"},
+        {EDIT_LAYER, "model.layers.01.input_layernorm.weight", "bad layer index"},
+        {EDIT_RESHAPE, "model.layers.1.mlp.down_proj.weight", "has shape [128, 64], config.json implies [64, 128]"},
+        {EDIT_DTYPE, "model.norm.weight", "'model.norm.weight' has dtype I32"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        ModelConfig cfg;
+        char d[512];
+        gen("bad", "tiny", MODEL_QWEN2, ST_DTYPE_F32, 3, &cfg, d, sizeof d);
+        rewrite(d, cases[i].edit, cases[i].target);
+        ModelWeights w;
+        PailErr err = {0};
+        ck_assert_msg(model_weights_load(&w, d, &err) == -1, "case %zu accepted", i);
+        ck_assert_msg(strstr(err.msg, cases[i].want), "case %zu: '%s' lacks '%s'", i, err.msg, cases[i].want);
+    }
+    // harmless extras are skipped: old rotary_emb.inv_freq buffers
+    ModelConfig cfg;
+    char d[512];
+    gen("inv", "tiny", MODEL_LLAMA, ST_DTYPE_F32, 3, &cfg, d, sizeof d);
+    rewrite(d, EDIT_INV_FREQ, "model.layers.0.self_attn.rotary_emb.inv_freq");
+    ModelWeights w;
+    PailErr err = {0};
+    ck_assert_msg(model_weights_load(&w, d, &err) == 0, "%s", err.msg);
+    model_weights_free(&w);
+    // a config/weights mismatch: config says 3 layers, the file has 2
+    char p[600];
+    snprintf(p, sizeof p, "%s/config.json", d);
+    cfg.num_hidden_layers = 3;
+    Buf b = {0};
+    ck_assert_int_eq(model_config_to_json(&cfg, "float32", &b), 0);
+    ck_assert_int_eq(fs_write_file_atomic(p, b.data, b.len, &err), 0);
+    buf_free(&b);
+    ck_assert_int_eq(model_weights_load(&w, d, &err), -1);
+    ck_assert_msg(strstr(err.msg, "'model.layers.2.input_layernorm.weight' is missing"), "%s", err.msg);
+}
+END_TEST
+
+// config.json written by modelgen parses back to the same config.
+START_TEST(test_config_write_roundtrip) {
+    ModelConfig c, back;
+    ck_assert_int_eq(modelgen_shape(&c, "tiny", MODEL_LLAMA), 0);
+    c.rope_scaling = ROPE_SCALING_LLAMA3;
+    c.rope_factor = 32, c.rope_low_freq_factor = 1, c.rope_high_freq_factor = 4;
+    c.rope_original_max_position_embeddings = 8192;
+    c.rope_theta = 500000;
+    c.rms_norm_eps = 1e-5;
+    c.has_qkv_bias = c.has_o_bias = true;
+    c.eos_token_ids[1] = 3, c.n_eos = 2;
+    Buf b = {0};
+    ck_assert_int_eq(model_config_to_json(&c, "bfloat16", &b), 0);
+    PailErr err = {0};
+    ck_assert_msg(model_config_parse(&back, (char *)b.data, b.len, "w", &err) == 0, "%s", err.msg);
+    ck_assert_str_eq(back.dtype, "bfloat16");
+    ck_assert(back.type == c.type && back.hidden_size == c.hidden_size &&
+              back.intermediate_size == c.intermediate_size && back.num_hidden_layers == c.num_hidden_layers &&
+              back.num_attention_heads == c.num_attention_heads && back.num_key_value_heads == c.num_key_value_heads &&
+              back.head_dim == c.head_dim && back.vocab_size == c.vocab_size &&
+              back.max_position_embeddings == c.max_position_embeddings);
+    ck_assert(back.rms_norm_eps == c.rms_norm_eps && back.rope_theta == c.rope_theta &&
+              back.rope_scaling == c.rope_scaling && back.rope_factor == c.rope_factor &&
+              back.rope_low_freq_factor == c.rope_low_freq_factor &&
+              back.rope_high_freq_factor == c.rope_high_freq_factor &&
+              back.rope_original_max_position_embeddings == c.rope_original_max_position_embeddings);
+    ck_assert(back.tie_word_embeddings == c.tie_word_embeddings && back.has_qkv_bias && back.has_o_bias &&
+              !back.has_qk_norm && back.bos_token_id == c.bos_token_id && back.n_eos == 2 &&
+              back.eos_token_ids[0] == c.eos_token_ids[0] && back.eos_token_ids[1] == 3);
+    buf_free(&b);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("model");
+    TCase *core = tcase_create("core"), *limits = tcase_create("limits");
+    tcase_add_checked_fixture(core, setup_tmp, teardown_tmp);
+    tcase_add_checked_fixture(limits, setup_tmp, teardown_tmp);
+    tcase_set_timeout(core, 120);
+    tcase_add_test(core, test_config_published);
+    tcase_add_test(core, test_config_transformers5);
+    tcase_add_test(core, test_config_write_roundtrip);
+    tcase_add_test(core, test_dtype_conversion);
+    tcase_add_test(core, test_safetensors_roundtrip);
+    tcase_add_test(core, test_safetensors_reference_bytes);
+    tcase_add_test(core, test_safetensors_sharded);
+    tcase_add_test(core, test_weights_tiny);
+    tcase_add_test(core, test_weights_bench_shape);
+    tcase_add_test(limits, test_config_refusals);
+    tcase_add_test(limits, test_safetensors_corpus);
+    tcase_add_test(limits, test_safetensors_limits);
+    tcase_add_test(limits, test_weights_errors);
+    suite_add_tcase(s, core);
+    suite_add_tcase(s, limits);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Hugging Face model files: validation/model/check_model_files.py (pail-written
+# checkpoints load in transformers; transformers-written ones load in pail with
+# identical values), the Qwen2.5-0.5B shape (bf16, ~1 GB, ~1 min; skip with
+# PAIL_SKIP_BIG=1), real tokenizers copied by init-model, and grpo-ctl's errors
+# on bad model folders. Prints "model-files: N passed, N failed".
+source "$(dirname "$0")/lib.sh"
+TEST_NAME=model-files
+CTL="$BIN/grpo-ctl"
+PY="$(venv)/bin/python"
+
+big=--big
+[ "${PAIL_SKIP_BIG:-0}" = 1 ] && big= && echo "  (PAIL_SKIP_BIG=1: the Qwen2.5-0.5B shape is skipped)"
+"$PY" "$ROOT/validation/model/check_model_files.py" --grpo-ctl "$CTL" --work "$WORK/val" $big >"$WORK/val.log" 2>&1
+sed 's/^/  /' "$WORK/val.log" | grep -E '^  (ok|FAIL)|Traceback|Error' | head -100
+line=$(grep -E '^model-files: [0-9]+ passed, [0-9]+ failed' "$WORK/val.log")
+if [ -n "$line" ]; then
+  PASS=$((PASS + $(echo "$line" | awk '{print $2}'))); FAIL=$((FAIL + $(echo "$line" | awk '{print $4}')))
+else
+  bad "check_model_files.py did not finish"; tail -20 "$WORK/val.log" | sed 's/^/        /'
+fi
+
+# Real tokenizers (when the shared references are present): ids taken from tokenizer_config.json.
+REF=${PAIL_TOKENIZER_REF:-/work/shared/reference/tokenizers}
+if [ -f "$REF/llama3/tokenizer.json" ]; then
+  check "init-model --tokenizer llama3" "$CTL" init-model --out "$WORK/l3" --shape tiny --vocab 128256 --tokenizer "$REF/llama3"
+  check "llama3 tokenizer files copied" cmp "$REF/llama3/tokenizer.json" "$WORK/l3/tokenizer.json"
+  check "bos/eos from the llama3 tokenizer" grep -q '"bos_token_id": 128000' "$WORK/l3/generation_config.json"
+  check "eos from the llama3 tokenizer" grep -q '"eos_token_id": 128001' "$WORK/l3/config.json"
+  expect_fail "vocab smaller than the tokenizer" 2 "ids up to 128255; --vocab 512 is too small" \
+    "$CTL" init-model --out "$WORK/l3b" --shape tiny --tokenizer "$REF/llama3"
+fi
+if [ -f "$REF/qwen3/tokenizer.json" ]; then
+  check "init-model --tokenizer qwen3" "$CTL" init-model --out "$WORK/q3" --shape tiny --model-type qwen3 \
+    --vocab 151936 --tokenizer "$REF/qwen3"
+  check "qwen3 tokenizer has no bos: null" grep -q '"bos_token_id": null' "$WORK/q3/config.json"
+  check "qwen3 eos <|im_end|> = 151645" grep -q '"eos_token_id": 151645' "$WORK/q3/generation_config.json"
+  check "model-info reads it" "$CTL" model-info --model "$WORK/q3"
+fi
+
+# Bad folders and files: one clear line naming the thing, exit 1 (2 for usage).
+"$CTL" init-model --out "$WORK/m" --shape tiny --model-type qwen2 --dtype f32 >/dev/null 2>&1
+check "model-info on a fresh tiny model" "$CTL" model-info --model "$WORK/m"
+expect_fail "no folder" 1 "/no/such/dir/config.json" "$CTL" model-info --model /no/such/dir
+expect_fail "no --model" 2 "--model DIR is required" "$CTL" model-info
+cp -r "$WORK/m" "$WORK/mt"; sed -i 's/"model_type": "qwen2"/"model_type": "gemma"/' "$WORK/mt/config.json"
+expect_fail "unsupported model_type" 1 "model_type = 'gemma' is not supported" "$CTL" model-info --model "$WORK/mt"
+cp -r "$WORK/m" "$WORK/ms"; sed -i 's/"use_sliding_window": false/"use_sliding_window": true/' "$WORK/ms/config.json"
+expect_fail "sliding window in use" 1 "use_sliding_window = true" "$CTL" model-info --model "$WORK/ms"
+cp -r "$WORK/m" "$WORK/mx"; truncate -s -4 "$WORK/mx/model.safetensors"
+expect_fail "truncated safetensors" 1 "mx/model.safetensors: tensor 'model.norm.weight': data_offsets end [0-9]+ is past the data section" \
+  "$CTL" model-info --model "$WORK/mx"
+cp -r "$WORK/m" "$WORK/mh"; printf '\xff\xff\xff\x7f' | dd of="$WORK/mh/model.safetensors" bs=1 seek=0 conv=notrunc status=none
+expect_fail "header length past the end" 1 "header length [0-9]+ is larger than the file" \
+  "$CTL" model-info --model "$WORK/mh"
+cp -r "$WORK/m" "$WORK/ml"; sed -i 's/"num_hidden_layers": 2/"num_hidden_layers": 3/' "$WORK/ml/config.json"
+expect_fail "config with more layers than the weights" 1 "tensor 'model.layers.2.input_layernorm.weight' is missing" \
+  "$CTL" model-info --model "$WORK/ml"
+cp -r "$WORK/m" "$WORK/mv"; sed -i 's/"vocab_size": 512/"vocab_size": 500/' "$WORK/mv/config.json"
+expect_fail "vocab mismatch" 1 "mv/model.safetensors: tensor '(lm_head|model.embed_tokens).weight' has shape \[512, 64\], config.json implies \[500, 64\]" \
+  "$CTL" model-info --model "$WORK/mv"
+expect_fail "unknown shape" 2 "--shape 'huge'" "$CTL" init-model --out "$WORK/z" --shape huge
+expect_fail "0.5B shape is qwen2" 2 "qwen2 only" "$CTL" init-model --out "$WORK/z" --shape qwen2.5-0.5b --model-type llama
+expect_fail "sizes missing" 2 "sizes must be positive" "$CTL" init-model --out "$WORK/z" --hidden 64
+expect_fail "bad dtype" 2 "--dtype 'f16'" "$CTL" init-model --out "$WORK/z" --shape tiny --dtype f16
+check "init-model --help" "$CTL" init-model --help
+finish

@@ -1,0 +1,270 @@
+#!/usr/bin/env python3
+"""pail's Hugging Face model files against transformers (the independent reference).
+
+(a) Checkpoints pail writes (`grpo-ctl init-model`) load in transformers'
+    AutoModelForCausalLM with no missing / unexpected / mismatched keys, a forward
+    pass runs, and pail's `model-info --sums` reads the same values torch does.
+(b) Checkpoints transformers writes (save_pretrained: f32, bf16, f16, sharded,
+    tied / untied, q/k/v bias, qwen3 q/k norm, llama3 rope scaling) load in pail
+    with every tensor's fp32 values bit-identical to torch's (sha256 of the fp32
+    bytes) and the same config fields, parameter count and base_sha256 (the
+    format doc/models.md defines, recomputed here from the files).
+(c) --big: the Qwen2.5-0.5B shape (bf16, ~1 GB) generated, checked and loaded.
+
+Usage: python check_model_files.py --grpo-ctl bin/grpo-ctl --work DIR [--big]
+Prints one line per check and "model-files: N passed, N failed"; exits 1 on failure.
+"""
+import argparse, hashlib, json, os, shutil, subprocess, sys, time
+import warnings
+
+import torch
+import transformers
+from transformers import AutoConfig, AutoModelForCausalLM, LlamaConfig, Qwen2Config, Qwen3Config
+
+transformers.logging.set_verbosity_error()
+transformers.utils.logging.disable_progress_bar()
+warnings.filterwarnings("ignore")
+
+passed = failed = 0
+
+
+def report(name, ok, detail=""):
+    global passed, failed
+    if ok:
+        passed += 1
+        print(f"ok   {name}")
+    else:
+        failed += 1
+        print(f"FAIL {name}: {detail}")
+
+
+def model_info(ctl, d):
+    """Runs grpo-ctl model-info --sums; returns (fields dict, {tensor: (sha, sum)})."""
+    r = subprocess.run([ctl, "model-info", "--model", d, "--sums"], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"model-info {d} exit {r.returncode}: {r.stderr.strip()}")
+    fields, sums = {}, {}
+    for line in r.stdout.splitlines():
+        if line.startswith("tensor "):
+            _, name, sha, s = line.split(" ")
+            sums[name] = (sha.split("=", 1)[1], float(s.split("=", 1)[1]))
+        elif ": " in line:
+            k, v = line.split(": ", 1)
+            fields.setdefault(k, v)
+    return fields, sums
+
+
+def f32_sha(t):
+    return hashlib.sha256(t.detach().to(torch.float32).contiguous().cpu().numpy().tobytes()).hexdigest()
+
+
+def base_sha256(d):
+    """doc/models.md: sha256 over `sha256sum` lines "<hex>  <file>\\n" of the weight files sorted by name."""
+    idx = os.path.join(d, "model.safetensors.index.json")
+    files = sorted(set(json.load(open(idx))["weight_map"].values())) if os.path.exists(idx) else ["model.safetensors"]
+    lines = ""
+    for f in sorted(files, key=lambda s: s.encode()):
+        lines += hashlib.sha256(open(os.path.join(d, f), "rb").read()).hexdigest() + "  " + f + "\n"
+    return hashlib.sha256(lines.encode()).hexdigest()
+
+
+def compare_values(name, model, fields, sums, d):
+    """Every tensor pail reports equals torch's, bit for bit after conversion to fp32."""
+    sd = model.state_dict()
+    bad = []
+    for t, (sha, s) in sums.items():
+        if t not in sd:
+            bad.append(f"{t} not in torch's state_dict")
+            continue
+        if f32_sha(sd[t]) != sha:
+            bad.append(f"{t}: fp32 sha256 differs")
+        ts = sd[t].double().sum().item()
+        if abs(ts - s) > 1e-9 * max(1.0, sd[t].double().abs().sum().item()):
+            bad.append(f"{t}: sum {s} vs torch {ts}")
+    # pail must report every tensor torch has (lm_head only when untied)
+    tied = model.config.tie_word_embeddings
+    want = {k for k in sd if not (tied and k == "lm_head.weight") and "rotary_emb" not in k}
+    missing = want - set(sums)
+    if missing:
+        bad.append(f"pail did not report {sorted(missing)[:3]}")
+    nparams = sum(p.numel() for p in model.parameters())  # unique parameters: tied counted once
+    if int(fields["parameters"]) != nparams:
+        bad.append(f"parameters {fields['parameters']} vs torch {nparams}")
+    if fields["base_sha256"] != base_sha256(d):
+        bad.append(f"base_sha256 {fields['base_sha256']} vs recomputed {base_sha256(d)}")
+    report(f"{name}: values, parameter count, base_sha256", not bad, "; ".join(bad[:5]))
+
+
+def compare_config(name, cfg, fields):
+    rp = getattr(cfg, "rope_parameters", None) or {}
+    theta = rp.get("rope_theta", getattr(cfg, "rope_theta", None))
+    rtype = rp.get("rope_type", "default")
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    want = {
+        "model_type": cfg.model_type, "hidden_size (C)": cfg.hidden_size,
+        "intermediate_size (F)": cfg.intermediate_size, "num_hidden_layers (L)": cfg.num_hidden_layers,
+        "num_attention_heads (H)": cfg.num_attention_heads, "num_key_value_heads (Hkv)": cfg.num_key_value_heads,
+        "head_dim (D)": head_dim, "vocab_size (V)": cfg.vocab_size,
+        "max_position_embeddings": cfg.max_position_embeddings,
+        "tie_word_embeddings": str(bool(cfg.tie_word_embeddings)).lower(),
+    }
+    bad = [f"{k}: pail {fields.get(k)} vs {v}" for k, v in want.items() if fields.get(k) != str(v)]
+    if abs(float(fields["rope_theta"]) - theta) > 1e-6 * theta:
+        bad.append(f"rope_theta {fields['rope_theta']} vs {theta}")
+    if abs(float(fields["rms_norm_eps"]) - cfg.rms_norm_eps) > 1e-6 * cfg.rms_norm_eps:
+        bad.append(f"rms_norm_eps {fields['rms_norm_eps']} vs {cfg.rms_norm_eps}")
+    if rtype == "llama3":
+        want_rs = "llama3 factor=%g low_freq_factor=%g high_freq_factor=%g original_max=%d" % (
+            rp["factor"], rp["low_freq_factor"], rp["high_freq_factor"], rp["original_max_position_embeddings"])
+        if fields["rope_scaling"] != want_rs:
+            bad.append(f"rope_scaling '{fields['rope_scaling']}' vs '{want_rs}'")
+    elif fields["rope_scaling"] != "none":
+        bad.append(f"rope_scaling {fields['rope_scaling']} vs none")
+    report(f"{name}: config fields", not bad, "; ".join(bad))
+
+
+def load_hf(d, dtype=torch.float32):
+    model, info = AutoModelForCausalLM.from_pretrained(d, output_loading_info=True, dtype=dtype)
+    return model, info
+
+
+def check_pail_written(ctl, work, name, args, tokdir=None):
+    d = os.path.join(work, "pail-" + name)
+    shutil.rmtree(d, ignore_errors=True)
+    cmd = [ctl, "init-model", "--out", d] + args + (["--tokenizer", tokdir] if tokdir else [])
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        report(f"pail-{name}: init-model", False, r.stderr.strip())
+        return
+    try:
+        model, info = load_hf(d)
+    except Exception as e:  # noqa: BLE001 - any failure is the finding
+        report(f"pail-{name}: transformers loads it", False, repr(e)[:300])
+        return
+    problems = {k: v for k, v in info.items() if v}
+    report(f"pail-{name}: transformers loads it, no missing/unexpected/mismatched keys", not problems, str(problems)[:300])
+    ids = torch.tensor([[1, 5, 7, 11, 2, 3]])
+    with torch.no_grad():
+        logits = model(ids).logits
+    report(f"pail-{name}: forward runs", logits.shape == (1, 6, model.config.vocab_size) and
+           bool(torch.isfinite(logits).all()), str(logits.shape))
+    fields, sums = model_info(ctl, d)
+    compare_config(f"pail-{name}", model.config, fields)
+    compare_values(f"pail-{name}", model, fields, sums, d)
+    if tokdir:
+        tok = transformers.AutoTokenizer.from_pretrained(d)
+        ok = (tok.bos_token_id == model.config.bos_token_id and tok.eos_token_id == model.config.eos_token_id
+              and tok.bos_token_id is not None)
+        report(f"pail-{name}: tokenizer copied, bos/eos ids from it", ok,
+               f"tokenizer {tok.bos_token_id}/{tok.eos_token_id} config {model.config.bos_token_id}/"
+               f"{model.config.eos_token_id}")
+
+
+def check_hf_written(ctl, work, name, cfg, dtype, shard=None):
+    d = os.path.join(work, "hf-" + name)
+    shutil.rmtree(d, ignore_errors=True)
+    torch.manual_seed(len(name))
+    model = AutoModelForCausalLM.from_config(cfg)
+    with torch.no_grad():
+        for p in model.parameters():  # random everywhere: zero biases / unit norms would hide mix-ups
+            p.normal_(0, 0.05)
+    model = model.to(dtype)
+    kw = {"max_shard_size": shard} if shard else {}
+    model.save_pretrained(d, **kw)
+    sharded = os.path.exists(os.path.join(d, "model.safetensors.index.json"))
+    if shard and not sharded:
+        report(f"hf-{name}: save_pretrained sharded", False, "no index written")
+    try:
+        fields, sums = model_info(ctl, d)
+    except RuntimeError as e:
+        report(f"hf-{name}: pail model-info", False, str(e)[:400])
+        return
+    report(f"hf-{name}: pail loads it ({fields.get('dtype')}, {len(sums)} tensors"
+           f"{', %d shards' % sum(1 for k in os.listdir(d) if k.endswith('.safetensors')) if sharded else ''})",
+           True)
+    compare_config(f"hf-{name}", model.config, fields)
+    compare_values(f"hf-{name}", model, fields, sums, d)
+
+
+def make_tokenizer(d):
+    from tokenizers import Tokenizer, models, pre_tokenizers, decoders, trainers
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<unk>", "<s>", "</s>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(["the quick brown fox jumps over the lazy dog " * 20], trainer)
+    os.makedirs(d, exist_ok=True)
+    tok.save(os.path.join(d, "tokenizer.json"))
+    json.dump({"bos_token": "<s>", "eos_token": "</s>", "tokenizer_class": "PreTrainedTokenizerFast",
+               "model_max_length": 2048}, open(os.path.join(d, "tokenizer_config.json"), "w"))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--grpo-ctl", required=True)
+    ap.add_argument("--work", required=True)
+    ap.add_argument("--big", action="store_true", help="also the Qwen2.5-0.5B shape (~1 GB bf16, ~1 min)")
+    a = ap.parse_args()
+    ctl = os.path.abspath(a.grpo_ctl)
+    os.makedirs(a.work, exist_ok=True)
+    tokdir = os.path.join(a.work, "tokenizer")
+    make_tokenizer(tokdir)
+
+    # (a) pail writes, transformers reads
+    tiny = ["--shape", "tiny"]
+    check_pail_written(ctl, a.work, "llama-f32", tiny + ["--model-type", "llama", "--dtype", "f32"])
+    check_pail_written(ctl, a.work, "llama-bias-rope3-bf16", tiny + ["--model-type", "llama", "--attention-bias",
+                       "--rope-scaling", "llama3", "--rope-theta", "500000", "--max-positions", "131072"])
+    check_pail_written(ctl, a.work, "qwen2-tied-bf16", tiny + ["--model-type", "qwen2", "--tie-embeddings"], tokdir)
+    check_pail_written(ctl, a.work, "qwen2-f32", tiny + ["--model-type", "qwen2", "--dtype", "f32"])
+    check_pail_written(ctl, a.work, "qwen3-headdim-bf16", tiny + ["--model-type", "qwen3", "--head-dim", "32"])
+    check_pail_written(ctl, a.work, "qwen3-bias-tied-f32", tiny + ["--model-type", "qwen3", "--attention-bias",
+                       "--tie-embeddings", "--dtype", "f32"])
+    check_pail_written(ctl, a.work, "bench-llama-bf16", ["--shape", "bench"])
+
+    # (b) transformers writes, pail reads
+    small = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4,
+                 num_key_value_heads=2, vocab_size=320, bos_token_id=1, eos_token_id=2)
+    rope3 = {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+             "original_max_position_embeddings": 8192, "rope_theta": 500000.0}
+    cases = [
+        ("llama-f32-rope3-bias", LlamaConfig(**small, rope_parameters=rope3, max_position_embeddings=131072,
+                                             attention_bias=True, rms_norm_eps=1e-5), torch.float32, None),
+        ("llama-bf16-tied-sharded", LlamaConfig(**small, tie_word_embeddings=True), torch.bfloat16, "40KB"),
+        ("llama-f16", LlamaConfig(**small), torch.float16, None),
+        ("qwen2-bf16-tied", Qwen2Config(**small, tie_word_embeddings=True), torch.bfloat16, None),
+        ("qwen2-f32-sharded", Qwen2Config(**small), torch.float32, "60KB"),
+        ("qwen3-bf16-headdim-sharded", Qwen3Config(**small, head_dim=32), torch.bfloat16, "50KB"),
+        ("qwen3-f32-bias-tied", Qwen3Config(**small, attention_bias=True, tie_word_embeddings=True),
+         torch.float32, None),
+    ]
+    for name, cfg, dt, shard in cases:
+        check_hf_written(ctl, a.work, name, cfg, dt, shard)
+
+    # (c) the Qwen2.5-0.5B shape
+    if a.big:
+        t0 = time.time()
+        d = os.path.join(a.work, "pail-qwen2.5-0.5b")
+        r = subprocess.run([ctl, "init-model", "--out", d, "--shape", "qwen2.5-0.5b", "--dtype", "bf16"],
+                           capture_output=True, text=True)
+        t1 = time.time()
+        report(f"qwen2.5-0.5b: init-model ({t1 - t0:.1f} s)", r.returncode == 0, r.stderr.strip()[-300:])
+        if r.returncode == 0:
+            fields, sums = model_info(ctl, d)
+            t2 = time.time()
+            report(f"qwen2.5-0.5b: model-info --sums ({t2 - t1:.1f} s)", fields["parameters"] == "494032768",
+                   fields["parameters"])
+            model, info = load_hf(d, torch.bfloat16)
+            problems = {k: v for k, v in info.items() if v}
+            report("qwen2.5-0.5b: transformers loads it", not problems, str(problems)[:300])
+            compare_config("qwen2.5-0.5b", model.config, fields)
+            compare_values("qwen2.5-0.5b", model, fields, sums, d)
+            shutil.rmtree(d, ignore_errors=True)
+
+    print(f"model-files: {passed} passed, {failed} failed")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
