@@ -304,6 +304,9 @@ START_TEST(test_safetensors_roundtrip) {
     SafeTensorsWriteItem dup[] = {{"a", ST_DTYPE_F32, 1, {1}, f32}, {"a", ST_DTYPE_F32, 1, {1}, f32}};
     ck_assert_int_eq(safetensors_write(path, dup, 2, NULL, NULL, 0, &err), -1);
     ck_assert(strstr(err.msg, "'a' given twice"));
+    SafeTensorsWriteItem neg[] = {{"n", ST_DTYPE_F32, 2, {2, -1}, f32}};
+    ck_assert_int_eq(safetensors_write(path, neg, 1, NULL, NULL, 0, &err), -1);
+    ck_assert_msg(strstr(err.msg, "shape[1] = -1"), "%s", err.msg);
 }
 END_TEST
 

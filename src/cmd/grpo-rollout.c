@@ -1,32 +1,102 @@
-// grpo-rollout: the rollout worker. Until the worker lands (issue: grpo-rollout), it
-// parses its flags and --help, and refuses to run rather than pretend.
+// grpo-rollout: parses flags (every default is written here, once) and wires
+// the worker (src/rollout/worker.c). SIGTERM: finish the batch, exit 0.
+#include <signal.h>
 #include <stdio.h>
-#include <stdlib.h>
+#include <string.h>
 #include "core/flags.h"
+#include "core/log.h"
+#include "rollout/worker.h"
+
+static volatile sig_atomic_t g_stop;
+static void on_signal(int sig) { g_stop = (sig == SIGINT && g_stop) ? 2 : 1; }
 
 int main(int argc, char **argv) {
-    char *model = NULL, *run = NULL, *config = NULL;
-    long steps, rank;
+    log_init("grpo-rollout", LOG_INFO);
+    char *config = NULL, *model = NULL, *run = NULL, *worker = NULL, *dataset = NULL, *answer_field = NULL,
+         *marker = NULL, *regex = NULL, *cmd = NULL, *prompt_format = NULL, *eval_dataset = NULL, *endpoint = NULL,
+         *region = NULL, *ca_bundle = NULL;
+    long G, batch, max_new, max_prompt, top_k, seed, max_shards, gps, max_ahead, windex, nworkers, length_target,
+        eval_every, eval_samples;
+    double temperature, top_p, reward_timeout, wait_timeout;
+    bool chat, eval, allow_http;
+    FlagList rewards = {0}, stops = {0};
     Flag fl[] = {
         {"config", FLAG_STRING, &config, NULL, 1, 0, "file of key = value lines (the command line wins)"},
-        {"model", FLAG_STRING, &model, NULL, 1, 0, "Hugging Face model folder (or bucket URL)"},
-        {"run", FLAG_STRING, &run, NULL, 1, 0, "run prefix URL: file:///abs/dir or s3://bucket/prefix"},
-        {"group-size", FLAG_INT, &steps, "8", 1, 1024, "completions per prompt G"},
-        {"max-shards", FLAG_INT, &rank, "0", 0, 100000000, "stop after N shards (0: run until stopped)"},
+        {"model", FLAG_STRING, &model, NULL, 1, 0, "Hugging Face model folder (with tokenizer.json)"},
+        {"run", FLAG_STRING, &run, NULL, 1, 0, "the run's prefix: file:///abs/dir or s3://bucket/prefix"},
+        {"worker-id", FLAG_STRING, &worker, NULL, 1, 0, "[A-Za-z0-9_.-]{1,64} (default: from SLURM_* ids, else host-pid)"},
+        {"dataset", FLAG_STRING, &dataset, NULL, 1, 0, "prompts: JSON lines, a path or a store URL"},
+        {"group-size", FLAG_INT, &G, "8", 2, 4096, "completions per prompt G"},
+        {"batch-size", FLAG_INT, &batch, "32", 1, 4096, "sequences decoded together (continuous batching)"},
+        {"groups-per-shard", FLAG_INT, &gps, "8", 1, 100000, "prompt groups per shard"},
+        {"max-new-tokens", FLAG_INT, &max_new, "256", 1, 1 << 20, "completion length limit"},
+        {"max-prompt-tokens", FLAG_INT, &max_prompt, "1024", 1, 1 << 20, "longest prompt accepted"},
+        {"temperature", FLAG_DOUBLE, &temperature, "1.0", 0, 100, "sampling temperature (0: greedy)"},
+        {"top-p", FLAG_DOUBLE, &top_p, "1.0", 0, 1, "nucleus sampling (1: off; see doc/rollout.md on the bias)"},
+        {"top-k", FLAG_INT, &top_k, "0", 0, 1 << 24, "top-k sampling (0: off)"},
+        {"stop", FLAG_LIST, &stops, NULL, 1, 0, "stop string (besides the model's EOS)"},
+        {"reward", FLAG_LIST, &rewards, "exact_answer", 1, 0, "NAME[:WEIGHT]: exact_answer, format, length, cmd"},
+        {"answer-field", FLAG_STRING, &answer_field, "answer", 1, 0, "dataset field with the reference answer"},
+        {"answer-marker", FLAG_STRING, &marker, NULL, 1, 0, "exact_answer: the answer follows this text (e.g. ####)"},
+        {"format-regex", FLAG_STRING, &regex, NULL, 1, 0, "format: PCRE2 pattern the completion must match"},
+        {"length-target", FLAG_INT, &length_target, "0", 0, 1 << 24, "length: tokens before the penalty starts"},
+        {"reward-cmd", FLAG_STRING, &cmd, NULL, 1, 0, "cmd: external reward program (JSON lines in, numbers out)"},
+        {"reward-timeout", FLAG_DOUBLE, &reward_timeout, "30", 0.01, 86400, "cmd: seconds per batch"},
+        {"chat", FLAG_BOOL, &chat, "false", 1, 0, "render {\"prompt\"} rows as a user message with the chat template"},
+        {"prompt-format", FLAG_STRING, &prompt_format, NULL, 1, 0, "plain template with {prompt}, for unknown chat templates"},
+        {"seed", FLAG_INT, &seed, "0", 0, 9007199254740991L, "sampling seed (per prompt and sample)"},
+        {"max-shards", FLAG_INT, &max_shards, "0", 0, 100000000, "stop after N shards (0: until stopped)"},
+        {"max-ahead", FLAG_INT, &max_ahead, "8", 0, 1000000, "pause while the trainer has more unconsumed shards of this version (0: never)"},
+        {"worker-index", FLAG_INT, &windex, "0", 0, 1000000, "with --num-workers: this worker's partition"},
+        {"num-workers", FLAG_INT, &nworkers, "0", 0, 1000000, "deterministic partition of the dataset (0: own shuffle)"},
+        {"wait-timeout", FLAG_DOUBLE, &wait_timeout, "0", 0, 1e9, "give up waiting for the run (0: wait)"},
+        {"eval", FLAG_BOOL, &eval, "false", 1, 0, "evaluation worker: score --eval-dataset for each new adapter"},
+        {"eval-dataset", FLAG_STRING, &eval_dataset, NULL, 1, 0, "held-out prompts for --eval"},
+        {"eval-every", FLAG_INT, &eval_every, "1", 1, 1000000, "evaluate every N versions (and v0)"},
+        {"eval-samples", FLAG_INT, &eval_samples, "1", 1, 1024, "1: greedy; k: pass@k with the sampling settings"},
+        {"endpoint", FLAG_STRING, &endpoint, NULL, 1, 0, "s3 endpoint URL (env AWS_ENDPOINT_URL)"},
+        {"region", FLAG_STRING, &region, NULL, 1, 0, "s3 region (env AWS_REGION)"},
+        {"ca-bundle", FLAG_STRING, &ca_bundle, NULL, 1, 0, "PEM CAs for https (env AWS_CA_BUNDLE)"},
+        {"allow-http", FLAG_BOOL, &allow_http, "false", 1, 0, "allow plain http:// to a non-loopback endpoint"},
     };
     int n = sizeof fl / sizeof fl[0];
     PailErr err = {0};
     int rc = flags_parse(fl, n, argc, argv, NULL, NULL, &err);
     if (rc == FLAGS_HELP) {
         flags_usage(stdout, "grpo-rollout --model DIR --run URL --dataset FILE [flags]",
-                    "Generates groups of completions with the newest adapter and writes rollout shards (not implemented yet).", fl, n);
+                    "Generates groups of completions with the run's newest adapter, scores them and writes\n"
+                    "rollout shards (doc/protocol.md). --eval: scores a held-out set for each new version.",
+                    fl, n);
         return 0;
     }
     if (rc < 0) {
         fprintf(stderr, "grpo-rollout: %s\n", err.msg);
         return 2;
     }
-    fprintf(stderr, "grpo-rollout: not implemented yet: the rollout worker is not built in this version of pail\n");
+    if (!model || !run || (!eval && !dataset) || (eval && !eval_dataset)) {
+        fprintf(stderr, "grpo-rollout: --model, --run and --dataset (or --eval with --eval-dataset) are required\n");
+        flags_free(fl, n);
+        return 2;
+    }
+    RolloutConfig c = {
+        .model_dir = model, .run_url = run, .dataset = dataset, .worker_id = worker, .prompt_format = prompt_format,
+        .store = {.endpoint = endpoint, .region = region, .ca_bundle = ca_bundle, .allow_http = allow_http},
+        .rewards = {.specs = (const char *const *)rewards.items, .nspecs = rewards.n, .answer_field = answer_field,
+                    .answer_marker = marker, .format_regex = regex, .length_target = length_target, .cmd = cmd,
+                    .cmd_timeout_s = reward_timeout},
+        .sampler = {.temperature = temperature, .top_p = top_p, .top_k = (int)top_k},
+        .group_size = (int)G, .batch_size = (int)batch, .max_new_tokens = (int)max_new,
+        .max_prompt_tokens = (int)max_prompt, .groups_per_shard = (int)gps, .seed = seed, .max_shards = max_shards,
+        .max_ahead = max_ahead, .worker_index = windex, .num_workers = nworkers, .chat = chat,
+        .stop_strings = (const char *const *)stops.items, .n_stop_strings = stops.n, .wait_timeout = wait_timeout,
+        .eval = eval, .eval_dataset = eval_dataset, .eval_every = eval_every, .eval_samples = eval_samples};
+    fprintf(stderr, "grpo-rollout: effective configuration\n");
+    flags_print(stderr, fl, n);
+    struct sigaction sa = {.sa_handler = on_signal};
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    rc = rollout_run(&c, &g_stop, &err);
+    if (rc < 0) fprintf(stderr, "grpo-rollout: %s\n", err.msg);
     flags_free(fl, n);
-    return 1;
+    return rc < 0 ? 1 : 0;
 }

@@ -1,32 +1,181 @@
-// grpo-train: the GRPO trainer. Until the trainer lands (issue: grpo-train), it
-// parses its flags and --help, and refuses to run rather than pretend.
+// grpo-train: parses flags (every default is written here, once), wires the
+// trainer (src/grpo/trainer.c) and handles preemption signals.
+#include <jansson.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include "core/flags.h"
+#include "core/log.h"
+#include "grpo/trainer.h"
+#include "lora/lora.h"
+
+static volatile sig_atomic_t g_stop;
+
+static void on_signal(int sig) {
+    // SIGTERM / SIGUSR1 (Slurm preemption): finish the step, publish, exit.
+    // A second SIGINT abandons the current step.
+    g_stop = (sig == SIGINT && g_stop) ? 2 : 1;
+}
+
+static json_t *effective_json(const Flag *fl, int n) {
+    json_t *j = json_object();
+    for (int i = 0; i < n; i++) {
+        const Flag *f = &fl[i];
+        if (!strcmp(f->name, "config") || !strcmp(f->name, "help")) continue;
+        switch (f->type) {
+        case FLAG_BOOL: json_object_set_new(j, f->name, json_boolean(*(bool *)f->dst)); break;
+        case FLAG_INT: json_object_set_new(j, f->name, json_integer(*(long *)f->dst)); break;
+        case FLAG_DOUBLE: json_object_set_new(j, f->name, json_real(*(double *)f->dst)); break;
+        case FLAG_STRING: {
+            const char *s = *(char **)f->dst;
+            json_object_set_new(j, f->name, s ? json_string(s) : json_null());
+            break;
+        }
+        case FLAG_LIST: {
+            json_t *a = json_array();
+            FlagList *l = f->dst;
+            for (int k = 0; k < l->n; k++) json_array_append_new(a, json_string(l->items[k]));
+            json_object_set_new(j, f->name, a);
+            break;
+        }
+        }
+    }
+    return j;
+}
 
 int main(int argc, char **argv) {
-    char *model = NULL, *run = NULL, *config = NULL;
-    long steps, rank;
+    log_init("grpo-train", LOG_INFO);
+    char *config = NULL, *model = NULL, *run = NULL, *replay = NULL, *sft = NULL, *init_adapter = NULL,
+         *targets = NULL, *scale = NULL, *ratio = NULL, *loss = NULL, *schedule = NULL, *dump_grads = NULL,
+         *metrics = NULL, *endpoint = NULL, *region = NULL, *ca_bundle = NULL, *run_id = NULL, *task = NULL;
+    long rank, steps, gps, G, stale, budget, publish_every, keep, warmup, seed;
+    double alpha, lr, eps_low, eps_high, tis, beta, b1, b2, aeps, wd, clip, min_lr, rollout_timeout;
+    bool resume, full, rslora, recompute, allow_http;
     Flag fl[] = {
         {"config", FLAG_STRING, &config, NULL, 1, 0, "file of key = value lines (the command line wins)"},
-        {"model", FLAG_STRING, &model, NULL, 1, 0, "Hugging Face model folder (or bucket URL)"},
-        {"run", FLAG_STRING, &run, NULL, 1, 0, "run prefix URL: file:///abs/dir or s3://bucket/prefix"},
-        {"steps", FLAG_INT, &steps, "200", 1, 100000000, "optimizer steps"},
-        {"lora-rank", FLAG_INT, &rank, "16", 1, 4096, "LoRA rank R"},
+        {"model", FLAG_STRING, &model, NULL, 1, 0, "Hugging Face model folder (config.json, *.safetensors)"},
+        {"run", FLAG_STRING, &run, NULL, 1, 0, "the run's prefix: file:///abs/dir or s3://bucket/prefix"},
+        {"steps", FLAG_INT, &steps, "200", 1, 100000000, "optimizer steps (a resumed run counts its own)"},
+        {"groups-per-step", FLAG_INT, &gps, "16", 1, 1000000, "prompt groups per optimizer step"},
+        {"group-size", FLAG_INT, &G, "8", 2, 4096, "completions per prompt G (shards must match)"},
+        {"lora-rank", FLAG_INT, &rank, "16", 1, 64, "LoRA rank R"},
+        {"lora-alpha", FLAG_DOUBLE, &alpha, "32", 1e-6, 1e6, "LoRA alpha (scaling alpha/R)"},
+        {"lora-targets", FLAG_STRING, &targets, "all", 1, 0,
+         "modules: comma list of q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj, or all/attn/mlp"},
+        {"rslora", FLAG_BOOL, &rslora, "false", 1, 0, "scale by alpha/sqrt(R) (rsLoRA)"},
+        {"lr", FLAG_DOUBLE, &lr, "1e-5", 0, 10, "AdamW learning rate"},
+        {"lr-schedule", FLAG_STRING, &schedule, "constant", 1, 0, "constant or cosine (after warmup)"},
+        {"warmup-steps", FLAG_INT, &warmup, "0", 0, 100000000, "linear warmup steps"},
+        {"min-lr-ratio", FLAG_DOUBLE, &min_lr, "0", 0, 1, "cosine floor as a fraction of --lr"},
+        {"adam-beta1", FLAG_DOUBLE, &b1, "0.9", 0, 0.999999, "AdamW beta1"},
+        {"adam-beta2", FLAG_DOUBLE, &b2, "0.999", 0, 0.99999999, "AdamW beta2"},
+        {"adam-eps", FLAG_DOUBLE, &aeps, "1e-8", 0, 1, "AdamW epsilon"},
+        {"weight-decay", FLAG_DOUBLE, &wd, "0", 0, 10, "AdamW decoupled weight decay"},
+        {"max-grad-norm", FLAG_DOUBLE, &clip, "1.0", 0, 1e9, "global gradient-norm clip (0: off)"},
+        {"loss", FLAG_STRING, &loss, "dapo", 1, 0, "aggregation: dapo (token mean over the step), grpo, dr_grpo"},
+        {"ratio", FLAG_STRING, &ratio, "token", 1, 0, "importance ratio: token, or sequence (GSPO)"},
+        {"epsilon-low", FLAG_DOUBLE, &eps_low, "-1", -1, 10, "clip range low (-1: 0.2, or 3e-4 for --ratio sequence)"},
+        {"epsilon-high", FLAG_DOUBLE, &eps_high, "-1", -1, 10, "clip range high (-1: 0.2, or 4e-4 for --ratio sequence); 0.28 is DAPO's clip-higher"},
+        {"tis-cap", FLAG_DOUBLE, &tis, "0", 0, 1e6, "cap on the importance ratio (TRL's delta, dual clip); 0: off"},
+        {"beta", FLAG_DOUBLE, &beta, "0", 0, 100, "k3 KL penalty against the base model (LoRA off); 0: off"},
+        {"scale-rewards", FLAG_STRING, &scale, "group", 1, 0, "advantage scaling: group, batch, or none (Dr. GRPO)"},
+        {"max-staleness", FLAG_INT, &stale, "4", 0, 1000000, "use shards at most this many versions behind"},
+        {"token-budget", FLAG_INT, &budget, "16384", 16, 1 << 24, "tokens per packed micro-batch"},
+        {"publish-every", FLAG_INT, &publish_every, "1", 1, 1000000, "publish an adapter version every N steps"},
+        {"keep-versions", FLAG_INT, &keep, "0", 0, 100000000, "retention: keep the newest N versions (0: all)"},
+        {"resume", FLAG_BOOL, &resume, "true", 1, 0, "continue from the run's newest state (--no-resume refuses a run with state)"},
+        {"replay", FLAG_STRING, &replay, NULL, 1, 0, "train offline from the shards under this run prefix, in key order"},
+        {"init-adapter", FLAG_STRING, &init_adapter, NULL, 1, 0, "start v0 from this pail adapter file"},
+        {"sft", FLAG_STRING, &sft, NULL, 1, 0, "supervised warm-up from JSON lines (not built yet)"},
+        {"full", FLAG_BOOL, &full, "false", 1, 0, "with --sft: train every weight (not built yet)"},
+        {"recompute", FLAG_BOOL, &recompute, "false", 1, 0, "recompute layer activations in the backward (less memory)"},
+        {"rollout-timeout", FLAG_DOUBLE, &rollout_timeout, "0", 0, 1e9, "fail after waiting this long for rollouts (0: wait)"},
+        {"dump-grads", FLAG_STRING, &dump_grads, NULL, 1, 0, "write the first step's LoRA gradients (adapter layout) here"},
+        {"metrics", FLAG_STRING, &metrics, "metrics.jsonl", 1, 0, "local copy of the per-step metrics (JSON lines)"},
+        {"seed", FLAG_INT, &seed, "0", 0, 9007199254740991L, "seed (LoRA init, shuffles)"},
+        {"run-id", FLAG_STRING, &run_id, NULL, 1, 0, "run id for a new run (default: derived)"},
+        {"task", FLAG_STRING, &task, NULL, 1, 0, "task description recorded in run.json"},
+        {"endpoint", FLAG_STRING, &endpoint, NULL, 1, 0, "s3 endpoint URL (env AWS_ENDPOINT_URL)"},
+        {"region", FLAG_STRING, &region, NULL, 1, 0, "s3 region (env AWS_REGION)"},
+        {"ca-bundle", FLAG_STRING, &ca_bundle, NULL, 1, 0, "PEM CAs for https (env AWS_CA_BUNDLE)"},
+        {"allow-http", FLAG_BOOL, &allow_http, "false", 1, 0, "allow plain http:// to a non-loopback endpoint"},
     };
     int n = sizeof fl / sizeof fl[0];
     PailErr err = {0};
     int rc = flags_parse(fl, n, argc, argv, NULL, NULL, &err);
     if (rc == FLAGS_HELP) {
         flags_usage(stdout, "grpo-train --model DIR --run URL [flags]",
-                    "GRPO on LoRA adapters from rollout shards (not implemented yet).", fl, n);
+                    "GRPO on a LoRA adapter from rollout shards in the run's bucket prefix; publishes adapter\n"
+                    "versions and resumable state (doc/protocol.md). SIGTERM/SIGUSR1: finish the step, publish, exit.",
+                    fl, n);
         return 0;
     }
     if (rc < 0) {
         fprintf(stderr, "grpo-train: %s\n", err.msg);
         return 2;
     }
-    fprintf(stderr, "grpo-train: not implemented yet: the trainer is not built in this version of pail\n");
+    TrainerConfig c = {.model_dir = model, .run_url = run, .replay_url = replay, .init_adapter = init_adapter,
+                       .dump_grads = dump_grads, .metrics_path = metrics && *metrics ? metrics : NULL,
+                       .run_id = run_id, .task = task, .lora_rank = (int)rank, .lora_alpha = alpha, .rslora = rslora,
+                       .lr = lr, .beta1 = b1, .beta2 = b2, .adam_eps = aeps, .weight_decay = wd, .max_grad_norm = clip,
+                       .min_lr_ratio = min_lr, .warmup_steps = warmup, .steps = steps, .groups_per_step = gps,
+                       .group_size = (int)G, .max_staleness = (int)stale, .token_budget = (int)budget,
+                       .publish_every = (int)publish_every, .seed = seed, .recompute = recompute,
+                       .rollout_timeout = rollout_timeout};
+    c.store = (StoreOptions){.endpoint = endpoint, .region = region, .ca_bundle = ca_bundle, .allow_http = allow_http};
+    int usage = 0;
+    if (!model || !run) { fprintf(stderr, "grpo-train: --model and --run are required (see --help)\n"); usage = 1; }
+    if (!usage && lora_targets_parse(targets, &c.lora_targets, &err) < 0) { fprintf(stderr, "grpo-train: --lora-targets: %s\n", err.msg); usage = 1; }
+    if (!strcmp(schedule, "constant")) c.schedule = SCHEDULE_CONSTANT;
+    else if (!strcmp(schedule, "cosine")) c.schedule = SCHEDULE_COSINE;
+    else { fprintf(stderr, "grpo-train: --lr-schedule '%s': use constant or cosine\n", schedule); usage = 1; }
+    if (!strcmp(scale, "group")) c.scale_rewards = SCALE_GROUP;
+    else if (!strcmp(scale, "batch")) c.scale_rewards = SCALE_BATCH;
+    else if (!strcmp(scale, "none")) c.scale_rewards = SCALE_NONE;
+    else { fprintf(stderr, "grpo-train: --scale-rewards '%s': use group, batch or none\n", scale); usage = 1; }
+    if (!strcmp(loss, "dapo")) c.loss.type = LOSS_DAPO;
+    else if (!strcmp(loss, "grpo")) c.loss.type = LOSS_GRPO;
+    else if (!strcmp(loss, "dr_grpo")) c.loss.type = LOSS_DR_GRPO;
+    else { fprintf(stderr, "grpo-train: --loss '%s': use dapo, grpo or dr_grpo\n", loss); usage = 1; }
+    if (!strcmp(ratio, "token")) c.loss.ratio = RATIO_TOKEN;
+    else if (!strcmp(ratio, "sequence")) c.loss.ratio = RATIO_SEQUENCE;
+    else { fprintf(stderr, "grpo-train: --ratio '%s': use token or sequence\n", ratio); usage = 1; }
+    if (sft || full) {
+        fprintf(stderr, "grpo-train: not implemented yet: --sft / --full (supervised warm-up) are not built in this "
+                        "version of pail\n");
+        flags_free(fl, n);
+        return 1;
+    }
+    if (keep) {
+        fprintf(stderr, "grpo-train: not implemented yet: --keep-versions (retention) is not built in this version\n");
+        flags_free(fl, n);
+        return 1;
+    }
+    if (usage) {
+        flags_free(fl, n);
+        return 2;
+    }
+    bool seq = c.loss.ratio == RATIO_SEQUENCE;
+    if (eps_low < 0) eps_low = seq ? 3e-4 : 0.2;
+    if (eps_high < 0) eps_high = seq ? 4e-4 : 0.2;
+    c.loss.eps_low = eps_low;
+    c.loss.eps_high = eps_high;
+    c.loss.tis_cap = tis;
+    c.loss.beta = beta;
+    fprintf(stderr, "grpo-train: effective configuration\n");
+    flags_print(stderr, fl, n);
+    c.effective = effective_json(fl, n);
+    json_object_set_new(c.effective, "epsilon-low", json_real(eps_low));
+    json_object_set_new(c.effective, "epsilon-high", json_real(eps_high));
+    c.refuse_resume = !resume;
+    struct sigaction sa = {.sa_handler = on_signal};
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGUSR1, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    rc = trainer_run(&c, &g_stop, &err);
+    if (rc < 0) fprintf(stderr, "grpo-train: %s\n", err.msg);
+    json_decref(c.effective);
     flags_free(fl, n);
-    return 1;
+    return rc < 0 ? 1 : 0;
 }

@@ -110,17 +110,11 @@ void lora_init(const LoraLayout *l, float *params, uint64_t seed) {
         }
 }
 
-int lora_adapter_write(const LoraLayout *l, const float *params, const AdapterMeta *meta, Buf *out, PailErr *err) {
-    char name[64];
-    snprintf(name, sizeof name, "adapter v%08lld", (long long)meta->version);
-    hid_t f = h5f_create_mem(name, err);
-    if (f < 0) return -1;
+int lora_adapter_write_h5(hid_t f, const LoraLayout *l, const float *params, const AdapterMeta *meta, PailErr *err) {
     const char *targets[LORA_NMOD];
     int nt = 0;
     for (int m = 0; m < LORA_NMOD; m++) if (l->cfg.targets & (1u << m)) targets[nt++] = LORA_MODULE_NAMES[m];
     int rc = 0;
-    rc |= h5a_write_str(f, "format", LORA_FORMAT, err);
-    rc |= h5a_write_i64(f, "format_version", LORA_FORMAT_VERSION, err);
     rc |= h5a_write_i64(f, "version", meta->version, err);
     rc |= h5a_write_i64(f, "step", meta->step, err);
     rc |= h5a_write_i64(f, "rank", l->cfg.rank, err);
@@ -142,6 +136,18 @@ int lora_adapter_write(const LoraLayout *l, const float *params, const AdapterMe
             snprintf(path, sizeof path, "layers/%d/%s/lora_B", i, LORA_MODULE_NAMES[m]);
             rc |= h5d_write(f, path, H5T_NATIVE_FLOAT, 2, db, params + s->b_off, err);
         }
+    return rc ? -1 : 0;
+}
+
+int lora_adapter_write(const LoraLayout *l, const float *params, const AdapterMeta *meta, Buf *out, PailErr *err) {
+    char name[64];
+    snprintf(name, sizeof name, "adapter v%08lld", (long long)meta->version);
+    hid_t f = h5f_create_mem(name, err);
+    if (f < 0) return -1;
+    int rc = 0;
+    rc |= h5a_write_str(f, "format", LORA_FORMAT, err);
+    rc |= h5a_write_i64(f, "format_version", LORA_FORMAT_VERSION, err);
+    rc |= lora_adapter_write_h5(f, l, params, meta, err);
     if (rc == 0) rc = h5f_image(f, out, name, err);
     h5f_close(f);
     return rc ? -1 : 0;
@@ -154,21 +160,31 @@ int lora_adapter_read(const void *data, size_t len, const char *name, const Mode
     hid_t f = h5f_open_mem(data, len, name, err);
     if (f < 0) return -1;
     char format[64];
-    int64_t fv, rank, rs = 0, nl;
+    int64_t fv;
+    int rc = 0;
+    if (h5a_read_str(f, "format", format, sizeof format, name, err) < 0 ||
+        h5a_read_i64(f, "format_version", &fv, name, err) < 0) {
+        rc = -1;
+    } else if (strcmp(format, LORA_FORMAT)) {
+        rc = err_set(err, PAIL_ERR_INVALID, "adapter %s: format is '%s', expected '%s'", name, format, LORA_FORMAT);
+    } else if (fv != LORA_FORMAT_VERSION) {
+        rc = err_set(err, PAIL_ERR_INVALID, "adapter %s: format_version %lld, this pail reads %d (use the pail "
+                     "release that wrote it)", name, (long long)fv, LORA_FORMAT_VERSION);
+    } else {
+        rc = lora_adapter_read_h5(f, name, mc, layout, params, meta, err);
+    }
+    h5f_close(f);
+    return rc < 0 ? -1 : 0;
+}
+
+int lora_adapter_read_h5(hid_t f, const char *name, const ModelConfig *mc, LoraLayout *layout, float **params,
+                         AdapterMeta *meta, PailErr *err) {
+    memset(layout, 0, sizeof *layout);
+    *params = NULL;
+    int64_t rank, rs = 0, nl;
     double alpha, scaling;
     char **targets = NULL;
     int nt = 0, rc = 0;
-    if (h5a_read_str(f, "format", format, sizeof format, name, err) < 0 ||
-        h5a_read_i64(f, "format_version", &fv, name, err) < 0) { rc = -1; goto done; }
-    if (strcmp(format, LORA_FORMAT)) {
-        rc = err_set(err, PAIL_ERR_INVALID, "adapter %s: format is '%s', expected '%s'", name, format, LORA_FORMAT);
-        goto done;
-    }
-    if (fv != LORA_FORMAT_VERSION) {
-        rc = err_set(err, PAIL_ERR_INVALID, "adapter %s: format_version %lld, this pail reads %d (use the pail "
-                     "release that wrote it)", name, (long long)fv, LORA_FORMAT_VERSION);
-        goto done;
-    }
     if (h5a_read_i64(f, "version", &meta->version, name, err) < 0 || h5a_read_i64(f, "step", &meta->step, name, err) < 0 ||
         h5a_read_i64(f, "created_unix", &meta->created_unix, name, err) < 0 ||
         h5a_read_str(f, "base_sha256", meta->base_sha256, sizeof meta->base_sha256, name, err) < 0 ||
@@ -220,7 +236,6 @@ int lora_adapter_read(const void *data, size_t len, const char *name, const Mode
 done:
     for (int i = 0; i < nt; i++) free(targets[i]);
     free(targets);
-    h5f_close(f);
     if (rc < 0) {
         free(*params);
         *params = NULL;

@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include "core/buf.h"
 #include "core/err.h"
+#include <hdf5.h>
 #include "model/config.h"
 
 typedef enum { LORA_Q, LORA_K, LORA_V, LORA_O, LORA_GATE, LORA_UP, LORA_DOWN, LORA_NMOD } LoraModule;
@@ -53,6 +54,11 @@ typedef struct {
     char base_sha256[65];
 } AdapterMeta;
 
+// The adapter's attributes (but format) and datasets into / from an open HDF5
+// file: the trainer state embeds them.
+int lora_adapter_write_h5(hid_t f, const LoraLayout *l, const float *params, const AdapterMeta *meta, PailErr *err);
+int lora_adapter_read_h5(hid_t f, const char *name, const ModelConfig *mc, LoraLayout *layout, float **params,
+                         AdapterMeta *meta, PailErr *err);
 // Adapter file image (HDF5) of params in layout l.
 int lora_adapter_write(const LoraLayout *l, const float *params, const AdapterMeta *meta, Buf *out, PailErr *err);
 // Reads an adapter file image and checks it against the model: every target

@@ -531,9 +531,18 @@ int safetensors_write(const char *path, const SafeTensorsWriteItem *items, int n
             err_set(err, PAIL_ERR_INVALID, "%s: tensor '%s': bad name, dtype or rank", path, t->name);
             goto out;
         }
-        uint64_t ne = 1;
-        for (int d = 0; d < t->ndim; d++) ne *= (uint64_t)t->shape[d];
-        uint64_t nb = ne * safetensors_dtype_size(t->dtype);
+        uint64_t ne = 1, nb;
+        for (int d = 0; d < t->ndim; d++)
+            if (t->shape[d] < 0 || __builtin_mul_overflow(ne, (uint64_t)t->shape[d], &ne)) {
+                err_set(err, PAIL_ERR_INVALID, "%s: tensor '%s': shape[%d] = %lld is negative or overflows", path,
+                        t->name, d, (long long)t->shape[d]);
+                goto out;
+            }
+        if (__builtin_mul_overflow(ne, (uint64_t)safetensors_dtype_size(t->dtype), &nb) ||
+            __builtin_add_overflow(off, nb, &(uint64_t){0})) {
+            err_set(err, PAIL_ERR_INVALID, "%s: tensor '%s': size overflows", path, t->name);
+            goto out;
+        }
         if (nmeta > 0 || i) bad |= buf_append(&h, ",", 1);
         bad |= json_put_string(&h, t->name);
         bad |= buf_printf(&h, ":{\"dtype\":\"%s\",\"shape\":[", safetensors_dtype_name(t->dtype));

@@ -351,3 +351,52 @@ done:
     H5Dclose(ds);
     return rc;
 }
+
+int h5d_write_strs(hid_t loc, const char *path, const char *const *values, int n, PailErr *err) {
+    if (n < 0) return err_set(err, PAIL_ERR_INVALID, "dataset '%s': %d strings", path, n);
+    size_t w = 1;
+    for (int i = 0; i < n; i++) if (strlen(values[i]) + 1 > w) w = strlen(values[i]) + 1;
+    char *flat = calloc((size_t)(n ? n : 1), w);
+    if (!flat) return err_set(err, PAIL_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < n; i++) memcpy(flat + (size_t)i * w, values[i], strlen(values[i]));
+    hid_t t = fixed_str_type(w);
+    int64_t dim = n;
+    int rc = h5d_write(loc, path, t, 1, &dim, flat, err);
+    H5Tclose(t);
+    free(flat);
+    return rc;
+}
+
+int h5d_read_strs(hid_t loc, const char *path, char ***out, int *n, int max_n, const char *file, PailErr *err) {
+    *out = NULL;
+    *n = 0;
+    if (!h5l_exists(loc, path)) return err_set(err, PAIL_ERR_INVALID, "%s: dataset '%s' is missing", file, path);
+    hid_t ds = H5Dopen2(loc, path, H5P_DEFAULT);
+    if (ds < 0) return err_set(err, PAIL_ERR_INVALID, "%s: '%s' is not a dataset", file, path);
+    hid_t ft = H5Dget_type(ds), space = H5Dget_space(ds);
+    int rc = 0;
+    hssize_t count = H5Sget_simple_extent_npoints(space);
+    size_t w = H5Tget_size(ft) + 1;
+    if (H5Tget_class(ft) != H5T_STRING || H5Tis_variable_str(ft) > 0 || H5Sget_simple_extent_ndims(space) != 1 ||
+        count < 0 || count > max_n || w > 65536) {
+        rc = err_set(err, PAIL_ERR_INVALID, "%s: dataset '%s' is not a list of at most %d strings", file, path, max_n);
+    } else {
+        char *flat = calloc((size_t)(count ? count : 1), w);
+        hid_t t = fixed_str_type(w);
+        H5Tset_cset(t, H5Tget_cset(ft));
+        if (!flat || (count > 0 && H5Dread(ds, t, H5S_ALL, H5S_ALL, H5P_DEFAULT, flat) < 0)) {
+            rc = err_set(err, PAIL_ERR_INVALID, "%s: cannot read dataset '%s'", file, path);
+        } else {
+            char **v = calloc((size_t)count + 1, sizeof *v);
+            for (hssize_t i = 0; i < count; i++) v[i] = strndup(flat + (size_t)i * w, w);
+            *out = v;
+            *n = (int)count;
+        }
+        free(flat);
+        H5Tclose(t);
+    }
+    H5Tclose(ft);
+    H5Sclose(space);
+    H5Dclose(ds);
+    return rc;
+}

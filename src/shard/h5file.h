@@ -47,3 +47,7 @@ int h5d_write(hid_t loc, const char *path, hid_t type, int ndims, const int64_t 
 int h5d_read(hid_t loc, const char *path, hid_t type, int ndims, const int64_t *expect, int64_t *dims_out,
              int64_t max_elems, void **out, const char *file, PailErr *err);
 int h5l_exists(hid_t loc, const char *path);
+// 1-D dataset of fixed-length UTF-8 strings (n may be 0).
+int h5d_write_strs(hid_t loc, const char *path, const char *const *values, int n, PailErr *err);
+// Reads it into malloc'ed strings (caller frees each and the array).
+int h5d_read_strs(hid_t loc, const char *path, char ***out, int *n, int max_n, const char *file, PailErr *err);

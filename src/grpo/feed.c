@@ -1,0 +1,247 @@
+// Rollout group supply for the trainer (see feed.h; protocol in doc/protocol.md).
+#include "grpo/feed.h"
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "core/log.h"
+#include "core/timeutil.h"
+#include "store/runlayout.h"
+#include "store/versions.h"
+
+void feed_init(Feed *f, Store *st, Store *rejects, const FeedConfig *cfg) {
+    memset(f, 0, sizeof *f);
+    f->st = st;
+    f->rejects = rejects;
+    f->cfg = *cfg;
+}
+
+static void shard_entry_free(FeedShard *e) {
+    if (e->loaded) shard_free(&e->shard);
+    e->loaded = false;
+}
+
+void feed_free(Feed *f) {
+    for (int i = 0; i < f->n; i++) shard_entry_free(&f->shards[i]);
+    free(f->shards);
+    memset(f, 0, sizeof *f);
+}
+
+static int cmp_entry(const void *a, const void *b) {
+    const FeedShard *x = a, *y = b;
+    if (x->version != y->version) return x->version < y->version ? -1 : 1;
+    return strcmp(x->key, y->key);
+}
+
+static int find(const Feed *f, const char *key) {
+    for (int i = 0; i < f->n; i++) if (!strcmp(f->shards[i].key, key)) return i;
+    return -1;
+}
+
+static int add_entry(Feed *f, const char *key, int64_t version) {
+    if (f->n == f->cap) {
+        int cap = f->cap ? 2 * f->cap : 64;
+        FeedShard *p = realloc(f->shards, (size_t)cap * sizeof *p);
+        if (!p) return -1;
+        f->shards = p;
+        f->cap = cap;
+    }
+    FeedShard *e = &f->shards[f->n++];
+    memset(e, 0, sizeof *e);
+    snprintf(e->key, sizeof e->key, "%s", key);
+    e->version = version;
+    e->n_groups = -1;
+    return 0;
+}
+
+static void remove_at(Feed *f, int i) {
+    shard_entry_free(&f->shards[i]);
+    memmove(&f->shards[i], &f->shards[i + 1], (size_t)(f->n - i - 1) * sizeof *f->shards);
+    f->n--;
+}
+
+static int list_prefix(Feed *f, const char *prefix, PailErr *err) {
+    StoreList l = {0};
+    if (store_list_all(f->st, prefix, NULL, &l, err) < 0) return -1;
+    int added = 0;
+    for (int i = 0; i < l.n; i++) {
+        long v, seq;
+        char worker[WORKER_ID_MAX + 1];
+        if (run_parse_rollout(l.entries[i].key, &v, worker, sizeof worker, &seq) < 0) continue;
+        if (find(f, l.entries[i].key) >= 0) continue;
+        if (add_entry(f, l.entries[i].key, v) < 0) {
+            store_list_free(&l);
+            return err_set(err, PAIL_ERR_NOMEM, "out of memory");
+        }
+        added++;
+    }
+    store_list_free(&l);
+    if (added) qsort(f->shards, (size_t)f->n, sizeof *f->shards, cmp_entry);
+    return 0;
+}
+
+int feed_refresh(Feed *f, int64_t current, PailErr *err) {
+    if (f->cfg.replay) return list_prefix(f, "rollouts/", err);
+    int64_t lo = current - f->cfg.max_staleness;
+    // Out of the window: drop what was not fully used.
+    for (int i = 0; i < f->n;) {
+        FeedShard *e = &f->shards[i];
+        if (e->version >= lo) { i++; continue; }
+        if (e->n_groups < 0 || e->used < e->n_groups) {
+            f->stats.dropped++;
+            if (e->n_groups > 0) f->stats.groups_dropped += e->n_groups - e->used;
+            log_info("dropped %s: adapter v%lld is more than %d versions behind v%lld", e->key,
+                     (long long)e->version, f->cfg.max_staleness, (long long)current);
+        }
+        remove_at(f, i);
+    }
+    for (int64_t v = lo < 0 ? 0 : lo; v <= current; v++) {
+        char prefix[64];
+        run_key_rollout_dir(prefix, sizeof prefix, (long)v);
+        if (list_prefix(f, prefix, err) < 0) return -1;
+    }
+    return 0;
+}
+
+static void reject(Feed *f, FeedShard *e, const char *why) {
+    f->stats.rejected++;
+    snprintf(f->last_error, sizeof f->last_error, "%s", why);
+    log_warn("rejected %s: %s", e->key, why);
+    e->n_groups = 0;
+    e->used = 0;
+    char key[512];
+    if (run_key_rejected(key, sizeof key, e->key) == 0) {
+        json_t *j = json_pack("{s:s, s:s, s:I}", "key", e->key, "error", why, "time", (json_int_t)time_unix_s());
+        char *text = json_dumps(j, JSON_INDENT(2));
+        PailErr perr = {0};
+        StorePutOpts opt = {.content_type = "application/json"};
+        if (store_put(f->rejects, key, text, strlen(text), &opt, &perr) < 0)
+            log_warn("could not record the rejection of %s: %s", e->key, perr.msg);
+        free(text);
+        json_decref(j);
+    }
+}
+
+// Loads and checks one shard. 0: loaded, or rejected/vanished (n_groups = 0);
+// -1: a store error worth retrying later (nothing changed).
+static int load(Feed *f, FeedShard *e, PailErr *err) {
+    Buf b = {0};
+    PailErr gerr = {0};
+    if (versioned_get(f->st, e->key, &b, &gerr) < 0) {
+        buf_free(&b);
+        if (gerr.code == PAIL_ERR_NETWORK || gerr.code == PAIL_ERR_AUTH) {
+            *err = gerr;
+            return -1;
+        }
+        if (gerr.code == PAIL_ERR_NOT_FOUND) {  // deleted (gc) since the listing
+            e->n_groups = 0;
+            return 0;
+        }
+        reject(f, e, gerr.msg);
+        return 0;
+    }
+    RolloutShard *s = &e->shard;
+    int rc = shard_read(s, b.data, b.len, e->key, &gerr);
+    buf_free(&b);
+    if (rc < 0) {
+        reject(f, e, gerr.msg);
+        return 0;
+    }
+    char why[512] = "";
+    int64_t G = shard_group_size(s);
+    if (s->adapter_version != e->version)
+        snprintf(why, sizeof why, "shard %s: adapter_version %lld does not match its key", e->key,
+                 (long long)s->adapter_version);
+    else if (f->cfg.base_sha256 && strcmp(s->base_sha256, f->cfg.base_sha256))
+        snprintf(why, sizeof why, "shard %s: base_sha256 %.12s... is not the run's %.12s...", e->key, s->base_sha256,
+                 f->cfg.base_sha256);
+    else if (f->cfg.tokenizer_sha256 && strcmp(s->tokenizer_sha256, f->cfg.tokenizer_sha256))
+        snprintf(why, sizeof why, "shard %s: tokenizer_sha256 %.12s... is not the run's %.12s...", e->key,
+                 s->tokenizer_sha256, f->cfg.tokenizer_sha256);
+    else if (f->cfg.group_size && G != f->cfg.group_size)
+        snprintf(why, sizeof why, "shard %s: groups of %lld completions, the run uses %d", e->key, (long long)G,
+                 f->cfg.group_size);
+    else if (!(s->temperature > 0))
+        snprintf(why, sizeof why, "shard %s: temperature %g must be > 0", e->key, s->temperature);
+    else if (shard_check(s, f->cfg.vocab, e->key, &gerr) < 0)
+        snprintf(why, sizeof why, "%s", gerr.msg);
+    if (why[0]) {
+        shard_free(s);
+        reject(f, e, why);
+        return 0;
+    }
+    e->loaded = true;
+    e->n_groups = (int32_t)s->P;
+    if (e->used > e->n_groups) e->used = e->n_groups;
+    f->stats.consumed++;
+    return 0;
+}
+
+int feed_take(Feed *f, int want, GroupRef *out, int *got, PailErr *err) {
+    *got = 0;
+    for (int i = 0; i < f->n && *got < want; i++) {
+        FeedShard *e = &f->shards[i];
+        if (e->n_groups == 0) continue;
+        if (e->n_groups > 0 && e->used + e->taken >= e->n_groups) continue;
+        if (!e->loaded && load(f, e, err) < 0) return -1;
+        while (e->loaded && e->used + e->taken < e->n_groups && *got < want) {
+            GroupRef *r = &out[(*got)++];
+            r->shard = i;
+            r->group = e->used + e->taken;
+            r->version = e->version;
+            r->s = &e->shard;
+            e->taken++;
+        }
+    }
+    return 0;
+}
+
+void feed_commit(Feed *f, const GroupRef *refs, int n) {
+    (void)refs;
+    (void)n;
+    for (int i = 0; i < f->n; i++) {
+        FeedShard *e = &f->shards[i];
+        e->used += e->taken;
+        e->taken = 0;
+        // Free a finished shard's data; the entry stays while its version is in
+        // the window so a re-listing does not load it again.
+        if (e->loaded && e->used >= e->n_groups) shard_entry_free(e);
+    }
+}
+
+int64_t feed_pending_shards(const Feed *f) {
+    int64_t n = 0;
+    for (int i = 0; i < f->n; i++)
+        if (f->shards[i].n_groups < 0 || f->shards[i].used < f->shards[i].n_groups) n++;
+    return n;
+}
+
+int feed_export(const Feed *f, char ***keys, int64_t **versions, int32_t **n_groups, int32_t **used, int *n) {
+    *n = f->n;
+    *keys = calloc((size_t)f->n + 1, sizeof **keys);
+    *versions = calloc((size_t)f->n + 1, sizeof **versions);
+    *n_groups = calloc((size_t)f->n + 1, sizeof **n_groups);
+    *used = calloc((size_t)f->n + 1, sizeof **used);
+    if (!*keys || !*versions || !*n_groups || !*used) return -1;
+    for (int i = 0; i < f->n; i++) {
+        (*keys)[i] = f->shards[i].key;  // borrowed
+        (*versions)[i] = f->shards[i].version;
+        (*n_groups)[i] = f->shards[i].n_groups;
+        (*used)[i] = f->shards[i].used;
+    }
+    return 0;
+}
+
+int feed_import(Feed *f, char *const *keys, const int64_t *versions, const int32_t *n_groups, const int32_t *used,
+                int n, PailErr *err) {
+    for (int i = 0; i < n; i++) {
+        if (add_entry(f, keys[i], versions[i]) < 0) return err_set(err, PAIL_ERR_NOMEM, "out of memory");
+        FeedShard *e = &f->shards[f->n - 1];
+        e->n_groups = n_groups[i] < 0 ? -1 : n_groups[i];
+        e->used = used[i];
+        // A shard known to have groups left is reloaded lazily; fully used ones stay unloaded.
+        if (e->n_groups > 0 && e->used < e->n_groups) e->n_groups = -1;
+    }
+    qsort(f->shards, (size_t)f->n, sizeof *f->shards, cmp_entry);
+    return 0;
+}

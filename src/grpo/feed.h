@@ -1,0 +1,75 @@
+// The trainer's supply of rollout groups: lists the rollout versions inside
+// the staleness window (no start-after cursor: shards arrive late and out of
+// order), loads and checks each new shard (verified sha256, format, the run's
+// base and tokenizer, group size), rejects bad ones (recorded under
+// trainer/rejected/ and counted, never trained on), drops what fell out of the
+// window, and hands out whole groups in a deterministic order (oldest version
+// first, then key, then group). What has been consumed is part of the trainer
+// state, so a resumed trainer neither repeats nor skips a group.
+// Replay mode reads every shard under another run's rollouts/ in key order.
+#pragma once
+#include <stdbool.h>
+#include <stdint.h>
+#include "shard/shard.h"
+#include "store/store.h"
+
+typedef struct {
+    char key[256];        // rollouts/v%08d/<worker>-%06d.h5
+    int64_t version;
+    int32_t n_groups;     // -1 until loaded; 0 for a rejected shard
+    int32_t used;         // groups handed out and committed
+    int32_t taken;        // handed out by feed_take, not yet committed (not persisted)
+    bool loaded;
+    RolloutShard shard;   // when loaded
+} FeedShard;
+
+typedef struct {
+    const char *base_sha256, *tokenizer_sha256;  // the run's; shards must match
+    int64_t vocab;                               // token ids must be below it
+    int group_size;                              // required G (0: any)
+    int max_staleness;                           // versions behind the current one still used
+    bool replay;                                 // every shard in key order, no staleness
+} FeedConfig;
+
+typedef struct {
+    int64_t consumed, dropped, rejected;  // shards, cumulative
+    int64_t groups_dropped;               // groups lost with dropped shards
+} FeedStats;
+
+typedef struct {
+    Store *st;            // borrowed: where the shards are (the run, or the replay source)
+    Store *rejects;       // borrowed: where trainer/rejected/ goes (the run)
+    FeedConfig cfg;
+    FeedShard *shards;    // sorted by (version, key); owned
+    int n, cap;
+    FeedStats stats;
+    char last_error[512]; // of the last rejected shard, for logs
+} Feed;
+
+// One group handed out for a step: borrowed pointers into a loaded shard.
+typedef struct {
+    int shard;            // index in feed->shards at take time
+    int group;            // group index in the shard
+    int64_t version;      // adapter version that generated it
+    const RolloutShard *s;
+} GroupRef;
+
+void feed_init(Feed *f, Store *st, Store *rejects, const FeedConfig *cfg);
+void feed_free(Feed *f);
+// Lists new shards for current_version's window (or, in replay, all of them),
+// drops what fell out of the window. 0 / -1 on a store error (nothing lost).
+int feed_refresh(Feed *f, int64_t current_version, PailErr *err);
+// Hands out up to want groups not yet used, loading shards as needed (bad
+// shards are rejected on the way). *got may be < want: wait and refresh.
+int feed_take(Feed *f, int want, GroupRef *out, int *got, PailErr *err);
+// Marks the groups of the last take as consumed (after the step succeeded);
+// frees shards whose groups are all used.
+void feed_commit(Feed *f, const GroupRef *refs, int n);
+// Number of groups available now without listing (loaded or not yet loaded
+// shards count their groups once known).
+int64_t feed_pending_shards(const Feed *f);
+
+// Persisted consumption: (key, version, n_groups, used) per shard still tracked.
+int feed_export(const Feed *f, char ***keys, int64_t **versions, int32_t **n_groups, int32_t **used, int *n);
+int feed_import(Feed *f, char *const *keys, const int64_t *versions, const int32_t *n_groups, const int32_t *used,
+                int n, PailErr *err);

@@ -1,0 +1,102 @@
+// Trainer state reader/writer (see state.h).
+#include "grpo/state.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "shard/h5file.h"
+
+int state_write(const TrainerState *st, Buf *out, PailErr *err) {
+    char name[64];
+    snprintf(name, sizeof name, "trainer state v%08lld", (long long)st->version);
+    hid_t f = h5f_create_mem(name, err);
+    if (f < 0) return -1;
+    AdapterMeta meta = {.version = st->version, .step = st->step};
+    int rc = 0;
+    rc |= h5a_write_str(f, "format", STATE_FORMAT, err);
+    rc |= h5a_write_i64(f, "format_version", STATE_FORMAT_VERSION, err);
+    rc |= h5a_write_str(f, "run_id", st->run_id, err);
+    rc |= h5a_write_i64(f, "consumed_shards", st->consumed, err);
+    rc |= h5a_write_i64(f, "dropped_shards", st->dropped, err);
+    rc |= h5a_write_i64(f, "rejected_shards", st->rejected, err);
+    rc |= lora_adapter_write_h5(f, &st->layout, st->params, &meta, err);
+    int64_t n = st->layout.n_params, four = 4, img = (int64_t)st->adapter_image.len, ns = st->nshards;
+    rc |= h5d_write(f, "optimizer/m", H5T_NATIVE_FLOAT, 1, &n, st->m, err);
+    rc |= h5d_write(f, "optimizer/v", H5T_NATIVE_FLOAT, 1, &n, st->v, err);
+    rc |= h5d_write(f, "rng", H5T_NATIVE_UINT64, 1, &four, st->rng.s, err);
+    rc |= h5d_write(f, "adapter_image", H5T_NATIVE_UINT8, 1, &img, st->adapter_image.data, err);
+    rc |= h5d_write_strs(f, "feed/keys", (const char *const *)st->keys, st->nshards, err);
+    rc |= h5d_write(f, "feed/versions", H5T_NATIVE_INT64, 1, &ns, st->versions, err);
+    rc |= h5d_write(f, "feed/n_groups", H5T_NATIVE_INT32, 1, &ns, st->n_groups, err);
+    rc |= h5d_write(f, "feed/used", H5T_NATIVE_INT32, 1, &ns, st->used, err);
+    if (rc == 0) rc = h5f_image(f, out, name, err);
+    h5f_close(f);
+    return rc ? -1 : 0;
+}
+
+void state_free(TrainerState *st) {
+    free(st->params);
+    free(st->m);
+    free(st->v);
+    buf_free(&st->adapter_image);
+    for (int i = 0; i < st->nshards; i++) free(st->keys[i]);
+    free(st->keys);
+    free(st->versions);
+    free(st->n_groups);
+    free(st->used);
+    lora_layout_free(&st->layout);
+    memset(st, 0, sizeof *st);
+}
+
+int state_read(TrainerState *st, const void *data, size_t len, const char *name, const ModelConfig *mc, PailErr *err) {
+    memset(st, 0, sizeof *st);
+    hid_t f = h5f_open_mem(data, len, name, err);
+    if (f < 0) return -1;
+    char format[64];
+    int64_t fv, any = -1, d;
+    int rc = -1;
+    void *rng = NULL, *img = NULL;
+    if (h5a_read_str(f, "format", format, sizeof format, name, err) < 0 ||
+        h5a_read_i64(f, "format_version", &fv, name, err) < 0)
+        goto done;
+    if (strcmp(format, STATE_FORMAT)) {
+        err_set(err, PAIL_ERR_INVALID, "trainer state %s: format is '%s', expected '%s'", name, format, STATE_FORMAT);
+        goto done;
+    }
+    if (fv != STATE_FORMAT_VERSION) {
+        err_set(err, PAIL_ERR_INVALID, "trainer state %s: format_version %lld, this pail reads %d (resume with the "
+                "pail release that wrote it)", name, (long long)fv, STATE_FORMAT_VERSION);
+        goto done;
+    }
+    AdapterMeta meta;
+    if (h5a_read_str(f, "run_id", st->run_id, sizeof st->run_id, name, err) < 0 ||
+        h5a_read_i64(f, "consumed_shards", &st->consumed, name, err) < 0 ||
+        h5a_read_i64(f, "dropped_shards", &st->dropped, name, err) < 0 ||
+        h5a_read_i64(f, "rejected_shards", &st->rejected, name, err) < 0 ||
+        lora_adapter_read_h5(f, name, mc, &st->layout, &st->params, &meta, err) < 0)
+        goto done;
+    st->step = meta.step;
+    st->version = meta.version;
+    int64_t n = st->layout.n_params, four = 4;
+    if (h5d_read(f, "optimizer/m", H5T_NATIVE_FLOAT, 1, &n, NULL, n, (void **)&st->m, name, err) < 0 ||
+        h5d_read(f, "optimizer/v", H5T_NATIVE_FLOAT, 1, &n, NULL, n, (void **)&st->v, name, err) < 0 ||
+        h5d_read(f, "rng", H5T_NATIVE_UINT64, 1, &four, NULL, 4, &rng, name, err) < 0 ||
+        h5d_read(f, "adapter_image", H5T_NATIVE_UINT8, 1, &any, &d, INT64_C(1) << 34, &img, name, err) < 0)
+        goto done;
+    memcpy(st->rng.s, rng, sizeof st->rng.s);
+    buf_append(&st->adapter_image, img, (size_t)d);
+    int nk;
+    if (h5d_read_strs(f, "feed/keys", &st->keys, &nk, 1 << 22, name, err) < 0) goto done;
+    st->nshards = nk;
+    int64_t ns = nk;
+    if (h5d_read(f, "feed/versions", H5T_NATIVE_INT64, 1, &ns, NULL, ns, (void **)&st->versions, name, err) < 0 ||
+        h5d_read(f, "feed/n_groups", H5T_NATIVE_INT32, 1, &ns, NULL, ns, (void **)&st->n_groups, name, err) < 0 ||
+        h5d_read(f, "feed/used", H5T_NATIVE_INT32, 1, &ns, NULL, ns, (void **)&st->used, name, err) < 0)
+        goto done;
+    rc = 0;
+done:
+    free(rng);
+    free(img);
+    h5f_close(f);
+    if (rc < 0) state_free(st);
+    return rc;
+}

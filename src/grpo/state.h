@@ -1,0 +1,34 @@
+// Trainer state files (trainer/state-v%08d.h5, format "pail.trainer_state"):
+// everything a restarted trainer needs from the bucket alone: the adapter
+// (its exact published file bytes, so a missed commit is re-published
+// identically, and its tensors for h5py users), AdamW moments, step, version,
+// RNG, and the consumption record of every shard still inside the staleness
+// window. Layout in doc/formats.md.
+#pragma once
+#include <stdint.h>
+#include "core/buf.h"
+#include "core/rng.h"
+#include "lora/lora.h"
+
+#define STATE_FORMAT "pail.trainer_state"
+#define STATE_FORMAT_VERSION 1
+
+typedef struct {
+    int64_t step, version;
+    char run_id[128];
+    Rng rng;
+    int64_t consumed, dropped, rejected;  // cumulative shard counters
+    LoraLayout layout;
+    float *params, *m, *v;  // (n_params) each, owned after state_read
+    Buf adapter_image;      // the adapter file as published for this version (owned)
+    int nshards;            // consumption record
+    char **keys;
+    int64_t *versions;
+    int32_t *n_groups, *used;
+} TrainerState;
+
+// Serializes st (params/m/v borrowed) into an HDF5 image appended to out.
+int state_write(const TrainerState *st, Buf *out, PailErr *err);
+// Parses a state image against the model's config; allocates what it returns.
+int state_read(TrainerState *st, const void *data, size_t len, const char *name, const ModelConfig *mc, PailErr *err);
+void state_free(TrainerState *st);  // frees what state_read allocated

@@ -1,0 +1,626 @@
+// grpo-train's loop (see trainer.h): bucket -> shard -> groups -> packed
+// micro-batches -> model -> loss -> LoRA grads -> AdamW -> adapter -> bucket.
+// Memory is planned at start (token budget, groups per step); a step
+// allocates nothing but what the store and HDF5 readers need for new shards.
+#include "grpo/trainer.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "core/fsutil.h"
+#include "core/log.h"
+#include "core/rng.h"
+#include "core/sha256.h"
+#include "core/timeutil.h"
+#include "grpo/feed.h"
+#include "grpo/state.h"
+#include "kernels.h"
+#include "model/transformer.h"
+#include "shard/h5file.h"
+#include "store/runlayout.h"
+#include "store/versions.h"
+
+typedef struct {   // one completion of the step, as the packer sees it
+    const RolloutShard *s;
+    int64_t i;       // completion index in the shard
+    int64_t p;       // its prompt
+    int step_idx;    // index in the step's (n_groups * G) arrays
+} Item;
+
+typedef struct {
+    const TrainerConfig *cfg;
+    ModelWeights w;
+    char tok_sha[65];
+    Store *st, *src;
+    LoraLayout lay;
+    float *params, *grads, *m, *v;     // (n_params) each
+    Transformer *tf;
+    Feed feed;
+    int64_t step, version, published_step;
+    Rng rng;
+    char run_id[128];
+    int G;
+    // micro-batch (token budget T)
+    int *tok, *pos, *tgt, *cu;
+    float *logp, *ent, *ref, *dlogp;
+    float *new_c, *old_c, *ref_c, *d_c;  // completion tokens of the micro-batch
+    int64_t *off_c;
+    int *row_of;                         // row in the packed batch of each completion token
+    // step (groups_per_step * G completions)
+    GroupRef *refs;
+    Item *items;
+    float *rewards, *adv;
+    uint8_t *valid, *mask;
+    float *adv_c;
+    uint8_t *mask_c;
+    FILE *metrics;
+    bool grads_dumped;
+} Trainer;
+
+static double lr_at(const TrainerConfig *c, int64_t step) {
+    double lr = c->lr;
+    if (c->warmup_steps > 0 && step < c->warmup_steps) return lr * (double)(step + 1) / (double)c->warmup_steps;
+    if (c->schedule == SCHEDULE_COSINE) {
+        double span = (double)(c->steps - c->warmup_steps), t = span > 0 ? (double)(step - c->warmup_steps) / span : 1;
+        if (t > 1) t = 1;
+        return lr * (c->min_lr_ratio + (1 - c->min_lr_ratio) * 0.5 * (1 + cos(M_PI * t)));
+    }
+    return lr;
+}
+
+static json_t *lora_json(const LoraLayout *l) {
+    char targets[128];
+    lora_targets_format(l->cfg.targets, targets, sizeof targets);
+    return json_pack("{s:i, s:f, s:s, s:b}", "rank", l->cfg.rank, "alpha", l->cfg.alpha, "target_modules", targets,
+                     "use_rslora", l->cfg.rslora);
+}
+
+// --- publishing ---------------------------------------------------------------
+
+static int publish(Trainer *t, PailErr *err) {
+    double t0 = time_mono_s();
+    int64_t v = t->version + 1;
+    AdapterMeta meta = {.version = v, .step = t->step, .created_unix = time_unix_s()};
+    snprintf(meta.base_sha256, sizeof meta.base_sha256, "%s", t->w.base_sha256);
+    TrainerState s = {.step = t->step, .version = v, .rng = t->rng, .layout = t->lay, .params = t->params,
+                      .m = t->m, .v = t->v, .consumed = t->feed.stats.consumed, .dropped = t->feed.stats.dropped,
+                      .rejected = t->feed.stats.rejected};
+    snprintf(s.run_id, sizeof s.run_id, "%s", t->run_id);
+    Buf state = {0};
+    int rc = -1;
+    if (lora_adapter_write(&t->lay, t->params, &meta, &s.adapter_image, err) < 0) goto out;
+    if (feed_export(&t->feed, &s.keys, &s.versions, &s.n_groups, &s.used, &s.nshards) < 0) {
+        err_set(err, PAIL_ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    if (state_write(&s, &state, err) < 0) goto out;
+    char key[128];
+    // The order is the protocol: state, then the adapter (the commit), then the hint.
+    version_key(&SERIES_STATES, v, key, sizeof key);
+    if (versioned_put(t->st, key, state.data, state.len, err) < 0) goto out;
+    version_key(&SERIES_ADAPTERS, v, key, sizeof key);
+    if (versioned_put(t->st, key, s.adapter_image.data, s.adapter_image.len, err) < 0) goto out;
+    PailErr herr = {0};
+    if (versions_write_hint(t->st, v, &herr) < 0) log_warn("could not update adapters/LATEST: %s", herr.msg);
+    t->version = v;
+    t->published_step = t->step;
+    rc = 0;
+    log_info("published adapter v%08lld (step %lld) in %.2f s", (long long)v, (long long)t->step, time_mono_s() - t0);
+out:
+    buf_free(&state);
+    buf_free(&s.adapter_image);
+    free(s.keys);
+    free(s.versions);
+    free(s.n_groups);
+    free(s.used);
+    return rc;
+}
+
+static int write_progress(Trainer *t, PailErr *err) {
+    json_t *pend = json_object();
+    for (int i = 0; i < t->feed.n; i++) {
+        const FeedShard *e = &t->feed.shards[i];
+        if (e->n_groups >= 0 && e->used >= e->n_groups) continue;
+        char v[32];
+        snprintf(v, sizeof v, "%lld", (long long)e->version);
+        json_int_t n = json_integer_value(json_object_get(pend, v));
+        json_object_set_new(pend, v, json_integer(n + 1));
+    }
+    json_t *j = json_pack("{s:I, s:I, s:I, s:I, s:I, s:o, s:I, s:i}", "version", (json_int_t)t->version, "step",
+                          (json_int_t)t->step, "consumed_shards", (json_int_t)t->feed.stats.consumed,
+                          "dropped_shards", (json_int_t)t->feed.stats.dropped, "rejected_shards",
+                          (json_int_t)t->feed.stats.rejected, "pending_shards_by_version", pend, "time",
+                          (json_int_t)time_unix_s(), "max_staleness", t->cfg->max_staleness);
+    char *text = json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS);
+    json_decref(j);
+    StorePutOpts opt = {.content_type = "application/json"};
+    int rc = store_put(t->st, RUN_KEY_PROGRESS, text, strlen(text), &opt, err);
+    free(text);
+    return rc;
+}
+
+// --- start: manifest, v0 or resume ---------------------------------------------
+
+static int start(Trainer *t, PailErr *err) {
+    const TrainerConfig *c = t->cfg;
+    json_t *man = json_pack("{s:s, s:s, s:s, s:o, s:I}", "base_model", c->model_dir, "base_sha256",
+                            t->w.base_sha256, "tokenizer_sha256", t->tok_sha, "lora", lora_json(&t->lay),
+                            "created_unix", (json_int_t)time_unix_s());
+    if (c->task) json_object_set_new(man, "task", json_string(c->task));
+    if (c->effective) json_object_set(man, "trainer", c->effective);
+    json_object_set_new(man, "format", json_string("pail.run"));
+    json_object_set_new(man, "group_size", json_integer(c->group_size));
+    char rid[128];
+    if (c->run_id) snprintf(rid, sizeof rid, "%s", c->run_id);
+    else {
+        char h[65];
+        char seed[256];
+        snprintf(seed, sizeof seed, "%s %lld %d", c->run_url, (long long)time_unix_s(), (int)getpid());
+        sha256_hex(seed, strlen(seed), h);
+        snprintf(rid, sizeof rid, "run-%.12s", h);
+    }
+    json_object_set_new(man, "run_id", json_string(rid));
+    static const char *const must[] = {"base_sha256", "tokenizer_sha256", "lora", "group_size", NULL};
+    json_t *existing = NULL;
+    int rc = run_manifest_publish(t->st, man, must, &existing, err);
+    json_decref(man);
+    if (rc < 0) return -1;
+    const char *erid = existing ? json_string_value(json_object_get(existing, "run_id")) : NULL;
+    snprintf(t->run_id, sizeof t->run_id, "%s", erid ? erid : rid);
+    if (existing) json_decref(existing);
+
+    long sv, av;
+    if (versions_latest(t->st, &SERIES_STATES, &sv, err) < 0 || versions_latest(t->st, &SERIES_ADAPTERS, &av, err) < 0)
+        return err_wrap(err, "listing the run's versions");
+    if (sv >= 0 && c->refuse_resume)
+        return err_set(err, PAIL_ERR_INVALID, "%s holds trainer state v%08ld: --no-resume refuses to continue it "
+                       "(use a new --run prefix for a fresh start)", store_url(t->st), sv);
+    if (sv >= 0) {  // resume from the newest state, from the bucket alone
+        char key[128];
+        version_key(&SERIES_STATES, sv, key, sizeof key);
+        Buf b = {0};
+        TrainerState s;
+        if (versioned_get(t->st, key, &b, err) < 0) { buf_free(&b); return -1; }
+        rc = state_read(&s, b.data, b.len, key, &t->w.cfg, err);
+        buf_free(&b);
+        if (rc < 0) return -1;
+        if (s.layout.n_params != t->lay.n_params || s.layout.cfg.rank != t->lay.cfg.rank ||
+            s.layout.cfg.targets != t->lay.cfg.targets) {
+            state_free(&s);
+            return err_set(err, PAIL_ERR_INVALID, "%s: LoRA layout differs from --lora-rank/--lora-targets", key);
+        }
+        memcpy(t->params, s.params, (size_t)t->lay.n_params * sizeof(float));
+        memcpy(t->m, s.m, (size_t)t->lay.n_params * sizeof(float));
+        memcpy(t->v, s.v, (size_t)t->lay.n_params * sizeof(float));
+        t->step = t->published_step = s.step;
+        t->version = s.version;
+        t->rng = s.rng;
+        t->feed.stats.consumed = s.consumed;
+        t->feed.stats.dropped = s.dropped;
+        t->feed.stats.rejected = s.rejected;
+        if (feed_import(&t->feed, s.keys, s.versions, s.n_groups, s.used, s.nshards, err) < 0) {
+            state_free(&s);
+            return -1;
+        }
+        if (av < sv) {  // killed between the state and the adapter: commit it now
+            version_key(&SERIES_ADAPTERS, sv, key, sizeof key);
+            if (versioned_put(t->st, key, s.adapter_image.data, s.adapter_image.len, err) < 0) {
+                state_free(&s);
+                return -1;
+            }
+            PailErr herr = {0};
+            versions_write_hint(t->st, sv, &herr);
+            log_info("resume: published the missed adapter v%08ld from its state", sv);
+        }
+        state_free(&s);
+        log_info("resumed from trainer/state-v%08ld: step %lld, %d shards tracked", sv, (long long)t->step,
+                 t->feed.n);
+        return 0;
+    }
+    if (av >= 0)
+        return err_set(err, PAIL_ERR_INVALID,
+                       "%s: adapters exist (v%08ld) but no trainer state: not a run this trainer can resume",
+                       store_url(t->st), av);
+    // A new run: v0 is PEFT's init (B = 0) or the given adapter, published as
+    // version 0 with its state.
+    if (c->init_adapter) {
+        Buf b = {0};
+        LoraLayout l2;
+        float *p2;
+        AdapterMeta meta;
+        if ((strncmp(c->init_adapter, "file://", 7) && strncmp(c->init_adapter, "s3://", 5)
+                 ? fs_read_file(c->init_adapter, &b, err)
+                 : err_set(err, PAIL_ERR_UNSUPPORTED, "--init-adapter takes a local .h5 file")) < 0 ||
+            lora_adapter_read(b.data, b.len, c->init_adapter, &t->w.cfg, &l2, &p2, &meta, err) < 0) {
+            buf_free(&b);
+            return -1;
+        }
+        buf_free(&b);
+        if (l2.n_params != t->lay.n_params || l2.cfg.targets != t->lay.cfg.targets) {
+            free(p2);
+            lora_layout_free(&l2);
+            return err_set(err, PAIL_ERR_INVALID, "--init-adapter %s: rank/targets differ from the run's LoRA config",
+                           c->init_adapter);
+        }
+        memcpy(t->params, p2, (size_t)l2.n_params * sizeof(float));
+        free(p2);
+        lora_layout_free(&l2);
+    } else {
+        lora_init(&t->lay, t->params, (uint64_t)c->seed);
+    }
+    t->version = -1;  // publish() makes it v0
+    return publish(t, err);
+}
+
+// --- one step -------------------------------------------------------------------
+
+static int gather(Trainer *t, volatile sig_atomic_t *stop, int *ngroups, double *waited, PailErr *err) {
+    const TrainerConfig *c = t->cfg;
+    int want = (int)c->groups_per_step, have = 0;
+    double t0 = time_mono_s(), next_progress = 0;
+    int64_t sleep_ms = 100;
+    bool listed_replay = false;
+    for (;;) {
+        if (!c->replay_url || !listed_replay) {
+            if (feed_refresh(&t->feed, t->version, err) < 0) {
+                if (err->code != PAIL_ERR_NETWORK) return -1;
+                log_warn("listing rollouts: %s (retrying)", err->msg);
+            }
+            listed_replay = true;
+        }
+        int got = 0;
+        if (feed_take(&t->feed, want - have, t->refs + have, &got, err) < 0) {
+            if (err->code != PAIL_ERR_NETWORK) return -1;
+            log_warn("reading a shard: %s (retrying)", err->msg);
+        }
+        have += got;
+        if (have >= want) break;
+        if (c->replay_url) {
+            if (feed_refresh(&t->feed, t->version, err) < 0) return -1;
+            if (feed_pending_shards(&t->feed) == 0) break;  // the replay ran out of shards
+            continue;
+        }
+        if (stop && *stop) break;
+        double now = time_mono_s();
+        if (c->rollout_timeout > 0 && now - t0 > c->rollout_timeout)
+            return err_set(err, PAIL_ERR_TIMEOUT, "no rollouts for %.0f s (have %d of %d groups for step %lld): are "
+                           "rollout workers running against %s?", now - t0, have, want, (long long)t->step + 1,
+                           store_url(t->st));
+        if (now >= next_progress) {
+            PailErr perr = {0};
+            if (write_progress(t, &perr) < 0) log_warn("progress.json: %s", perr.msg);
+            StoreStat ss;
+            if (store_head(t->st, RUN_KEY_STOP, &ss, &perr) == 0) {
+                log_info("control/stop found: stopping");
+                if (stop) *stop = 1;
+                break;
+            }
+            next_progress = now + 5;
+        }
+        time_sleep_ms(sleep_ms);
+        sleep_ms = sleep_ms * 3 / 2 > 2000 ? 2000 : sleep_ms * 3 / 2;
+    }
+    *ngroups = have;
+    *waited = time_mono_s() - t0;
+    return 0;
+}
+
+typedef struct {
+    double reward_sum, reward_sq, len_sum, ent_sum, staleness_sum, staleness_max;
+    int64_t completions, truncated, tokens, too_long, ent_n;
+    double comp_sum[SHARD_MAX_COMPONENTS];
+    int64_t comp_n;
+} StepStats;
+
+// Packs n items into one row (sequence k = prompt + completion[:-1]); returns
+// T. Completion tokens are listed in order with their row (row_of), their
+// behaviour log-prob (old_c) and per-completion offsets (off_c).
+static int pack(Trainer *t, const Item *items, int n, int *nc_tokens) {
+    int T = 0, nseq = 0, ct = 0;
+    t->cu[0] = 0;
+    for (int k = 0; k < n; k++) {
+        const Item *it = &items[k];
+        const RolloutShard *s = it->s;
+        int64_t p0 = s->prompt_offsets[it->p], plen = s->prompt_offsets[it->p + 1] - p0;
+        int64_t c0 = s->completion_offsets[it->i], clen = s->completion_offsets[it->i + 1] - c0;
+        int start = T;
+        for (int64_t j = 0; j < plen; j++, T++) {
+            t->tok[T] = s->prompt_ids[p0 + j];
+            t->pos[T] = T - start;
+            t->tgt[T] = -1;
+        }
+        for (int64_t j = 0; j + 1 < clen; j++, T++) {
+            t->tok[T] = s->completion_ids[c0 + j];
+            t->pos[T] = T - start;
+            t->tgt[T] = -1;
+        }
+        // completion token j is predicted at row start + plen - 1 + j
+        for (int64_t j = 0; j < clen; j++) {
+            int row = start + (int)(plen - 1 + j);
+            t->tgt[row] = s->completion_ids[c0 + j];
+            t->row_of[ct] = row;
+            t->old_c[ct] = s->logprobs[c0 + j];
+            ct++;
+        }
+        t->off_c[k] = ct - clen;
+        t->cu[++nseq] = T;
+    }
+    t->off_c[n] = ct;
+    *nc_tokens = ct;
+    return T;
+}
+
+static int seq_tokens(const Item *it) {
+    const RolloutShard *s = it->s;
+    int64_t plen = s->prompt_offsets[it->p + 1] - s->prompt_offsets[it->p];
+    int64_t clen = s->completion_offsets[it->i + 1] - s->completion_offsets[it->i];
+    return (int)(plen + clen - 1);
+}
+
+static int train_step(Trainer *t, int ngroups, double waited, volatile sig_atomic_t *stop, PailErr *err) {
+    const TrainerConfig *c = t->cfg;
+    double t0 = time_mono_s();
+    int G = t->G, N = ngroups * G;
+    StepStats ss = {0};
+    // Items, rewards and advantages of the step's groups.
+    int64_t K = 0;
+    for (int g = 0; g < ngroups; g++) {
+        const RolloutShard *s = t->refs[g].s;
+        double stale = (double)(t->version - t->refs[g].version);
+        ss.staleness_sum += stale;
+        if (stale > ss.staleness_max) ss.staleness_max = stale;
+        if (g == 0) K = s->K;
+        for (int j = 0; j < G; j++) {
+            int64_t i = (int64_t)t->refs[g].group * G + j;
+            Item *it = &t->items[g * G + j];
+            it->s = s;
+            it->i = i;
+            it->p = t->refs[g].group;
+            it->step_idx = g * G + j;
+            t->rewards[g * G + j] = s->rewards[i];
+            t->valid[g * G + j] = s->reward_valid[i];
+        }
+    }
+    AdvantageStats ast;
+    grpo_advantages(t->adv, &ast, t->rewards, t->valid, ngroups, G, c->scale_rewards);
+    // Which completions count: valid reward, at least one token, fits the budget.
+    int64_t comps = 0, toks = 0, max_new = 1;
+    for (int k = 0; k < N; k++) {
+        Item *it = &t->items[k];
+        int64_t clen = it->s->completion_offsets[it->i + 1] - it->s->completion_offsets[it->i];
+        int fits = seq_tokens(it) <= c->token_budget;
+        if (!fits) ss.too_long++;
+        t->mask[k] = t->valid[k] && clen > 0 && fits;
+        if (it->s->max_new_tokens > max_new) max_new = it->s->max_new_tokens;
+        if (t->valid[k]) {
+            ss.reward_sum += t->rewards[k];
+            ss.reward_sq += (double)t->rewards[k] * t->rewards[k];
+            ss.completions++;
+            for (int64_t q = 0; q < K && q < SHARD_MAX_COMPONENTS && q < it->s->K; q++)
+                ss.comp_sum[q] += it->s->reward_components[it->i * it->s->K + q];
+            ss.comp_n++;
+        }
+        ss.len_sum += (double)clen;
+        ss.truncated += it->s->finish_reason[it->i] == FINISH_LENGTH;
+        if (t->mask[k]) { comps++; toks += clen; }
+    }
+    double norm = grpo_loss_norm(c->loss.type, comps, toks, max_new);
+    GrpoLossStats ls = {0};
+    memset(t->grads, 0, (size_t)t->lay.n_params * sizeof(float));
+    // Micro-batches: consecutive completions (same sampling temperature) under the token budget.
+    int k = 0;
+    while (k < N) {
+        if (!t->mask[k]) { k++; continue; }
+        float temp = (float)t->items[k].s->temperature;
+        int b = k, T = 0;
+        while (b < N && (!t->mask[b] || ((float)t->items[b].s->temperature == temp &&
+                                          T + seq_tokens(&t->items[b]) <= c->token_budget))) {
+            if (t->mask[b]) T += seq_tokens(&t->items[b]);
+            b++;
+        }
+        // Only masked-in items go into the row: compact them into the spare
+        // half of items (allocated 2N).
+        int a0 = 0;
+        Item *tmp = t->items + N;
+        float *tmp_adv = t->adv_c;
+        uint8_t *tmp_mask = t->mask_c;
+        for (int q = k; q < b; q++) {
+            if (!t->mask[q]) continue;
+            tmp[a0] = t->items[q];
+            tmp_adv[a0] = t->adv[q];
+            tmp_mask[a0] = 1;
+            a0++;
+        }
+        int nct;
+        T = pack(t, tmp, a0, &nct);
+        if (c->loss.beta > 0) {  // the KL reference: the base model, LoRA off, same row
+            transformer_lora_enable(t->tf, false);
+            if (transformer_forward(t->tf, t->ref, NULL, t->tok, t->pos, t->cu, a0, T, t->tgt, temp, err) < 0)
+                return -1;
+            transformer_lora_enable(t->tf, true);
+            for (int q = 0; q < nct; q++) t->ref_c[q] = t->ref[t->row_of[q]];
+        }
+        if (transformer_forward(t->tf, t->logp, t->ent, t->tok, t->pos, t->cu, a0, T, t->tgt, temp, err) < 0)
+            return -1;
+        for (int q = 0; q < nct; q++) {
+            t->new_c[q] = t->logp[t->row_of[q]];
+            ss.ent_sum += t->ent[t->row_of[q]];
+        }
+        ss.ent_n += nct;
+        grpo_loss_forward_backward(&ls, t->d_c, t->new_c, t->old_c, c->loss.beta > 0 ? t->ref_c : NULL, t->off_c, a0,
+                                   tmp_adv, tmp_mask, &c->loss, norm);
+        memset(t->dlogp, 0, (size_t)T * sizeof(float));
+        for (int q = 0; q < nct; q++) t->dlogp[t->row_of[q]] = t->d_c[q];
+        if (transformer_backward(t->tf, t->grads, NULL, t->dlogp, err) < 0) return -1;
+        ss.tokens += T;
+        k = b;
+        if (stop && *stop > 1) return err_set(err, PAIL_ERR_INTERRUPTED, "stopped mid-step");
+    }
+    if (c->dump_grads && !t->grads_dumped) {
+        Buf img = {0};
+        AdapterMeta gm = {.version = t->version, .step = t->step};
+        if (lora_adapter_write(&t->lay, t->grads, &gm, &img, err) < 0 || h5f_write_path(&img, c->dump_grads, err) < 0) {
+            buf_free(&img);
+            return err_wrap(err, "--dump-grads %s", c->dump_grads);
+        }
+        buf_free(&img);
+        t->grads_dumped = true;
+    }
+    double sumsq = adamw_grad_sumsq(t->grads, (size_t)t->lay.n_params);
+    float scale = adamw_clip_scale(sumsq, (float)c->max_grad_norm);
+    double lr = lr_at(c, t->step);
+    adamw_update(t->params, t->m, t->v, t->grads, (size_t)t->lay.n_params, (float)lr, (float)c->beta1,
+                 (float)c->beta2, (float)c->adam_eps, (float)c->weight_decay, (int)(t->step + 1), scale);
+    t->step++;
+    feed_commit(&t->feed, t->refs, ngroups);
+    double secs = time_mono_s() - t0;
+    // Metrics (TRL's names where one exists; doc/formats.md).
+    double rmean = ss.completions ? ss.reward_sum / (double)ss.completions : 0;
+    double rstd = ss.completions > 1 ? sqrt(fmax(0, (ss.reward_sq - ss.reward_sum * rmean) / (double)(ss.completions - 1))) : 0;
+    json_t *mj = json_pack(
+        "{s:I, s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:I, s:I, s:I, "
+        "s:I, s:f, s:f, s:f, s:f, s:I, s:I, s:I, s:I}",
+        "step", (json_int_t)t->step, "version", (json_int_t)t->version, "reward", rmean, "reward_std", rstd,
+        "frac_reward_zero_std", ast.groups ? (double)ast.zero_spread_groups / (double)ast.groups : 0.0,
+        "advantage_mean", ast.adv_mean, "advantage_std", ast.adv_std, "advantage_min", ast.adv_min,
+        "advantage_max", ast.adv_max, "loss", ls.loss, "ratio_mean", ls.tokens ? ls.ratio_sum / (double)ls.tokens : 1.0,
+        "ratio_min", ls.tokens ? ls.ratio_min : 1.0, "ratio_max", ls.tokens ? ls.ratio_max : 1.0,
+        "clip_ratio/low_mean", ls.tokens ? (double)ls.clipped_low / (double)ls.tokens : 0.0, "clip_ratio/high_mean",
+        ls.tokens ? (double)ls.clipped_high / (double)ls.tokens : 0.0, "kl", ls.tokens ? ls.kl_sum / (double)ls.tokens : 0.0,
+        "entropy", ss.ent_n ? ss.ent_sum / (double)ss.ent_n : 0.0, "completions/mean_length",
+        N ? ss.len_sum / N : 0.0, "completions/truncated", (json_int_t)ss.truncated, "completions/too_long",
+        (json_int_t)ss.too_long, "num_tokens", (json_int_t)ss.tokens, "invalid_rewards", (json_int_t)ast.invalid,
+        "tokens_per_second", secs > 0 ? (double)ss.tokens / secs : 0.0, "staleness_mean",
+        ngroups ? ss.staleness_sum / ngroups : 0.0, "staleness_max", ss.staleness_max, "wait_seconds", waited,
+        "shards_consumed", (json_int_t)t->feed.stats.consumed, "shards_dropped", (json_int_t)t->feed.stats.dropped,
+        "shards_rejected", (json_int_t)t->feed.stats.rejected, "groups", (json_int_t)ngroups);
+    json_object_set_new(mj, "learning_rate", json_real(lr));
+    json_object_set_new(mj, "grad_norm", json_real(sqrt(sumsq)));
+    json_object_set_new(mj, "step_seconds", json_real(secs));
+    json_object_set_new(mj, "time", json_integer(time_unix_s()));
+    for (int64_t q = 0; q < K && q < SHARD_MAX_COMPONENTS; q++) {
+        char name[160];
+        snprintf(name, sizeof name, "rewards/%s/mean", t->refs[0].s->component_names[q]);
+        json_object_set_new(mj, name, json_real(ss.comp_n ? ss.comp_sum[q] / (double)ss.comp_n : 0));
+    }
+    fprintf(stderr, "step %lld v%lld | reward %.3f | loss %+.4f | kl %.4f | %.0f tok/s | wait %.1f s | stale %.1f/%.0f\n",
+            (long long)t->step, (long long)t->version, rmean, ls.loss, ls.tokens ? ls.kl_sum / (double)ls.tokens : 0.0,
+            secs > 0 ? (double)ss.tokens / secs : 0.0, waited, ngroups ? ss.staleness_sum / ngroups : 0.0,
+            ss.staleness_max);
+    double p0 = time_mono_s();
+    int rc = 0;
+    if (t->step - t->published_step >= c->publish_every) rc = publish(t, err);
+    json_object_set_new(mj, "publish_seconds", json_real(time_mono_s() - p0));
+    char *text = json_dumps(mj, JSON_COMPACT | JSON_SORT_KEYS);
+    char mkey[64];
+    run_key_metrics(mkey, sizeof mkey, t->step);
+    PailErr merr = {0};
+    StorePutOpts mopt = {.create_only = true, .content_type = "application/json"};
+    if (store_put(t->st, mkey, text, strlen(text), &mopt, &merr) < 0 && merr.code != PAIL_ERR_EXISTS)
+        log_warn("metrics %s: %s", mkey, merr.msg);
+    if (t->metrics) {
+        fprintf(t->metrics, "%s\n", text);
+        fflush(t->metrics);
+    }
+    free(text);
+    json_decref(mj);
+    if (rc == 0 && write_progress(t, &merr) < 0) log_warn("progress.json: %s", merr.msg);
+    return rc;
+}
+
+// --- setup ----------------------------------------------------------------------
+
+static int setup(Trainer *t, const TrainerConfig *c, PailErr *err) {
+    t->cfg = c;
+    t->G = c->group_size;
+    if (model_weights_load(&t->w, c->model_dir, err) < 0) return -1;
+    char tj[4200];
+    snprintf(tj, sizeof tj, "%s/tokenizer.json", c->model_dir);
+    if (access(tj, R_OK) == 0) {
+        if (sha256_file_hex(tj, t->tok_sha, err) < 0) return -1;
+    } else {
+        t->tok_sha[0] = 0;
+    }
+    LoraConfig lc = {.rank = c->lora_rank, .alpha = c->lora_alpha, .rslora = c->rslora, .targets = c->lora_targets};
+    if (lora_layout_build(&t->lay, &t->w.cfg, &lc, err) < 0) return -1;
+    size_t n = (size_t)t->lay.n_params;
+    t->params = calloc(n, sizeof(float));
+    t->grads = calloc(n, sizeof(float));
+    t->m = calloc(n, sizeof(float));
+    t->v = calloc(n, sizeof(float));
+    TransformerPlan plan = {.max_tokens = c->token_budget, .backward = true, .recompute = c->recompute};
+    if (transformer_init(&t->tf, &t->w, &plan, err) < 0) return -1;
+    if (transformer_set_lora(t->tf, &t->lay, t->params, err) < 0) return -1;
+    size_t T = (size_t)c->token_budget, N = (size_t)c->groups_per_step * (size_t)c->group_size;
+    t->tok = malloc(T * sizeof(int)); t->pos = malloc(T * sizeof(int)); t->tgt = malloc(T * sizeof(int));
+    t->cu = malloc((T + 1) * sizeof(int)); t->row_of = malloc(T * sizeof(int));
+    t->logp = malloc(T * sizeof(float)); t->ent = malloc(T * sizeof(float)); t->ref = malloc(T * sizeof(float));
+    t->dlogp = malloc(T * sizeof(float)); t->new_c = malloc(T * sizeof(float)); t->old_c = malloc(T * sizeof(float));
+    t->ref_c = malloc(T * sizeof(float)); t->d_c = malloc(T * sizeof(float));
+    t->off_c = malloc((T + 1) * sizeof(int64_t));
+    t->refs = calloc((size_t)c->groups_per_step, sizeof *t->refs);
+    t->items = calloc(2 * N, sizeof *t->items);
+    t->rewards = malloc(N * sizeof(float)); t->adv = malloc(N * sizeof(float)); t->adv_c = malloc(N * sizeof(float));
+    t->valid = malloc(N); t->mask = malloc(N); t->mask_c = malloc(N);
+    if (!t->params || !t->grads || !t->m || !t->v || !t->tok || !t->items || !t->rewards || !t->off_c || !t->mask_c)
+        return err_set(err, PAIL_ERR_NOMEM, "out of memory planning the trainer");
+    if (store_open(&t->st, c->run_url, &c->store, err) < 0) return -1;
+    if (c->replay_url && store_open(&t->src, c->replay_url, &c->store, err) < 0) return -1;
+    FeedConfig fc = {.base_sha256 = t->w.base_sha256, .tokenizer_sha256 = t->tok_sha, .vocab = t->w.cfg.vocab_size,
+                     .group_size = c->group_size, .max_staleness = c->max_staleness, .replay = c->replay_url != NULL};
+    feed_init(&t->feed, c->replay_url ? t->src : t->st, t->st, &fc);
+    rng_seed(&t->rng, (uint64_t)c->seed, 0x7261696e);
+    if (c->metrics_path) {
+        t->metrics = fopen(c->metrics_path, "a");
+        if (!t->metrics) return err_set(err, PAIL_ERR_IO, "--metrics %s: cannot open for appending", c->metrics_path);
+    }
+    log_info("model %s: %zu parameters, base_sha256 %.16s..., LoRA rank %d: %lld trainable; activations %zu MiB",
+             c->model_dir, t->w.num_params, t->w.base_sha256, t->lay.cfg.rank, (long long)t->lay.n_params,
+             transformer_bytes(t->tf) >> 20);
+    return 0;
+}
+
+static void teardown(Trainer *t) {
+    feed_free(&t->feed);
+    transformer_free(t->tf);
+    model_weights_free(&t->w);
+    lora_layout_free(&t->lay);
+    store_close(t->st);
+    store_close(t->src);
+    free(t->params); free(t->grads); free(t->m); free(t->v);
+    free(t->tok); free(t->pos); free(t->tgt); free(t->cu); free(t->row_of);
+    free(t->logp); free(t->ent); free(t->ref); free(t->dlogp); free(t->new_c); free(t->old_c); free(t->ref_c);
+    free(t->d_c); free(t->off_c); free(t->refs); free(t->items); free(t->rewards); free(t->adv); free(t->adv_c);
+    free(t->valid); free(t->mask); free(t->mask_c);
+    if (t->metrics) fclose(t->metrics);
+}
+
+int trainer_run(const TrainerConfig *cfg, volatile sig_atomic_t *stop, PailErr *err) {
+    Trainer t;
+    memset(&t, 0, sizeof t);
+    int rc = setup(&t, cfg, err);
+    if (rc == 0) rc = start(&t, err);
+    while (rc == 0 && t.step < cfg->steps && !(stop && *stop)) {
+        int ngroups = 0;
+        double waited = 0;
+        if ((rc = gather(&t, stop, &ngroups, &waited, err)) < 0) break;
+        if (ngroups < cfg->groups_per_step) {
+            if (cfg->replay_url && !(stop && *stop))
+                log_info("replay: no more shards (%d groups left over, not a full step)", ngroups);
+            break;
+        }
+        rc = train_step(&t, ngroups, waited, stop, err);
+    }
+    // Publish what was trained since the last version (preemption loses nothing).
+    if (rc == 0 && t.step > t.published_step) rc = publish(&t, err);
+    if (rc == 0) {
+        PailErr perr = {0};
+        write_progress(&t, &perr);
+        log_info("done: step %lld, adapter v%08lld; shards consumed %lld, dropped %lld, rejected %lld",
+                 (long long)t.step, (long long)t.version, (long long)t.feed.stats.consumed,
+                 (long long)t.feed.stats.dropped, (long long)t.feed.stats.rejected);
+    }
+    teardown(&t);
+    return rc;
+}

@@ -1,0 +1,47 @@
+// grpo-train's loop: consume rollout groups within the staleness bound, take
+// GRPO steps on the LoRA adapter, publish each new adapter version with its
+// resumable state (doc/protocol.md), write metrics. Also replay (train from
+// stored shards, deterministic). The flags and their defaults live in
+// src/cmd/grpo-train.c; this takes the parsed values.
+#pragma once
+#include <signal.h>
+#include <stdbool.h>
+#include <jansson.h>
+#include "grpo/loss.h"
+#include "store/store.h"
+
+typedef enum { SCHEDULE_CONSTANT, SCHEDULE_COSINE } LrSchedule;
+
+typedef struct {
+    const char *model_dir;       // Hugging Face model folder
+    const char *run_url;         // the run's prefix
+    const char *replay_url;      // NULL, or a run prefix whose rollouts/ are replayed in key order
+    const char *init_adapter;    // NULL, or a pail adapter file / URL for v0
+    const char *dump_grads;      // NULL, or a local .h5 for the first step's LoRA gradients
+    const char *metrics_path;    // local metrics.jsonl (NULL: none)
+    const char *run_id;          // NULL: derived at the first start
+    const char *task;            // free text for run.json
+    StoreOptions store;
+    int lora_rank;
+    double lora_alpha;
+    unsigned lora_targets;
+    bool rslora;
+    double lr, beta1, beta2, adam_eps, weight_decay, max_grad_norm, min_lr_ratio;
+    LrSchedule schedule;
+    long warmup_steps;
+    long steps, groups_per_step;
+    int group_size, max_staleness, token_budget, publish_every;
+    ScaleRewards scale_rewards;
+    GrpoLossConfig loss;
+    long seed;
+    bool recompute;
+    bool refuse_resume;          // --no-resume: a run with state is an error, not continued
+    double rollout_timeout;      // seconds to wait for enough groups (0: forever)
+    json_t *effective;           // every flag's effective value, written into run.json (borrowed)
+} TrainerConfig;
+
+// Runs until cfg->steps optimizer steps are done (counting those of a resumed
+// state), *stop becomes non-zero (SIGTERM/SIGUSR1), control/stop appears, or
+// a replay runs out of shards. Publishes what it trained before returning.
+// 0, or -1 with err (PAIL_ERR_EXISTS: another trainer publishes this run).
+int trainer_run(const TrainerConfig *cfg, volatile sig_atomic_t *stop, PailErr *err);

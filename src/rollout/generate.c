@@ -1,0 +1,167 @@
+// Continuous-batching group generation over KV-cache slots (see generate.h).
+// Slots 0..B-1 decode; slot B stages the current prompt's prefill, from which
+// samples are forked as decode slots free up.
+#include "rollout/generate.h"
+#include <stdlib.h>
+#include <string.h>
+#include "shard/shard.h"
+
+typedef struct {
+    bool active;
+    int prompt, sample;   // which completion this slot is producing
+    int32_t last;         // token to feed next
+    Rng rng;
+} Slot;
+
+struct Generator {
+    Transformer *tf;      // borrowed
+    GenConfig cfg;
+    int V, B;
+    KvCache *kv;
+    Slot *slots;
+    float *logits;        // (B + 1, V)
+    float *stage_logits;  // (V) the staged prompt's next-token logits
+    int *n_new;           // (B + 1)
+    int32_t *feed;        // (B + 1)
+    SamplerScratch ss;
+    GenStats stats;
+};
+
+int generator_init(Generator **out, Transformer *tf, const ModelConfig *mc, const GenConfig *cfg, PailErr *err) {
+    *out = NULL;
+    if (cfg->group_size < 1 || cfg->batch_size < 1 || cfg->max_new_tokens < 1 || cfg->max_prompt_tokens < 1)
+        return err_set(err, PAIL_ERR_INVALID, "generator: group size, batch size, max new tokens and prompt length "
+                       "must be >= 1");
+    Generator *g = calloc(1, sizeof *g);
+    if (!g) return err_set(err, PAIL_ERR_NOMEM, "out of memory");
+    g->tf = tf;
+    g->cfg = *cfg;
+    g->V = mc->vocab_size;
+    g->B = cfg->batch_size;
+    int ctx = cfg->max_prompt_tokens + cfg->max_new_tokens;
+    if (kvcache_init(&g->kv, mc, g->B + 1, ctx, err) < 0) {
+        free(g);
+        return -1;
+    }
+    g->slots = calloc((size_t)g->B, sizeof *g->slots);
+    g->logits = malloc((size_t)(g->B + 1) * g->V * sizeof(float));
+    g->stage_logits = malloc((size_t)g->V * sizeof(float));
+    g->n_new = calloc((size_t)g->B + 1, sizeof(int));
+    g->feed = calloc((size_t)g->B + 1, sizeof(int32_t));
+    if (!g->slots || !g->logits || !g->stage_logits || !g->n_new || !g->feed || sampler_scratch_init(&g->ss, g->V) < 0) {
+        generator_free(g);
+        return err_set(err, PAIL_ERR_NOMEM, "generator: out of memory");
+    }
+    *out = g;
+    return 0;
+}
+
+void generator_free(Generator *g) {
+    if (!g) return;
+    kvcache_free(g->kv);
+    free(g->slots);
+    free(g->logits);
+    free(g->stage_logits);
+    free(g->n_new);
+    free(g->feed);
+    sampler_scratch_free(&g->ss);
+    free(g);
+}
+
+GenStats generator_stats(const Generator *g) { return g->stats; }
+
+void gen_completion_free(GenCompletion *c) {
+    free(c->ids);
+    free(c->logprobs);
+    memset(c, 0, sizeof *c);
+}
+
+static int push(GenCompletion *c, int32_t tok, float lp, int cap) {
+    if (!c->ids) {
+        c->ids = malloc((size_t)cap * sizeof *c->ids);
+        c->logprobs = malloc((size_t)cap * sizeof *c->logprobs);
+        if (!c->ids || !c->logprobs) return -1;
+    }
+    c->ids[c->n] = tok;
+    c->logprobs[c->n] = lp;
+    c->n++;
+    return 0;
+}
+
+// Appends a sampled token; returns true when the completion is finished.
+static bool append(Generator *g, GenCompletion *c, int32_t tok, float lp) {
+    push(c, tok, lp, g->cfg.max_new_tokens);
+    for (int k = 0; k < g->cfg.n_stop_ids; k++)
+        if (tok == g->cfg.stop_ids[k]) { c->finish = FINISH_STOP; return true; }
+    if (g->cfg.stop_fn && g->cfg.stop_fn(g->cfg.stop_ctx, c->ids, c->n)) { c->finish = FINISH_STOP; return true; }
+    if (c->n >= g->cfg.max_new_tokens) { c->finish = FINISH_LENGTH; return true; }
+    return false;
+}
+
+int generator_run(Generator *g, const GenPrompt *prompts, int P, GenCompletion *out, PailErr *err) {
+    int G = g->cfg.group_size, B = g->B, S = B;  // S: the staging slot
+    for (int p = 0; p < P; p++)
+        if (prompts[p].n < 1 || prompts[p].n > g->cfg.max_prompt_tokens)
+            return err_set(err, PAIL_ERR_INVALID, "prompt %d has %d tokens (1..%d accepted)", p, prompts[p].n,
+                           g->cfg.max_prompt_tokens);
+    memset(out, 0, (size_t)P * G * sizeof *out);
+    for (int s = 0; s < B; s++) g->slots[s].active = false;
+    int next_prompt = 0, staged = -1, staged_next_sample = 0, active = 0, done = 0;
+    while (done < P * G) {
+        // Admit: fork the staged prompt into free slots, prefilling the next prompt when needed.
+        for (int s = 0; s < B; s++) {
+            if (g->slots[s].active) continue;
+            if (staged < 0 || staged_next_sample == G) {
+                if (next_prompt == P) break;
+                staged = next_prompt++;
+                staged_next_sample = 0;
+                memset(g->n_new, 0, (size_t)(B + 1) * sizeof(int));
+                g->n_new[S] = prompts[staged].n;
+                kvcache_reset(g->kv, S);
+                if (transformer_extend(g->tf, g->kv, g->stage_logits, g->n_new, prompts[staged].ids, err) < 0)
+                    return err_wrap(err, "prefill of prompt %d", staged);
+                g->stats.prefill_calls++;
+                g->stats.prefill_tokens += prompts[staged].n;
+            }
+            int j = staged_next_sample++;
+            Slot *sl = &g->slots[s];
+            rng_seed(&sl->rng, prompts[staged].seed, (uint64_t)j);
+            float lp;
+            int32_t tok = (int32_t)sample_token(g->stage_logits, &g->cfg.sampler, &sl->rng, &g->ss, &lp);
+            GenCompletion *c = &out[staged * G + j];
+            if (append(g, c, tok, lp)) { done++; s--; continue; }  // finished at once: slot stays free
+            kvcache_fork(g->kv, s, S);
+            sl->active = true;
+            sl->prompt = staged;
+            sl->sample = j;
+            sl->last = tok;
+            active++;
+        }
+        if (active == 0) continue;
+        // One decode step over every active slot.
+        int k = 0;
+        for (int s = 0; s <= B; s++) g->n_new[s] = 0;
+        for (int s = 0; s < B; s++)
+            if (g->slots[s].active) { g->n_new[s] = 1; g->feed[k++] = g->slots[s].last; }
+        if (transformer_extend(g->tf, g->kv, g->logits, g->n_new, g->feed, err) < 0) return err_wrap(err, "decode");
+        g->stats.decode_calls++;
+        g->stats.decode_tokens += k;
+        k = 0;
+        for (int s = 0; s < B; s++) {
+            Slot *sl = &g->slots[s];
+            if (!sl->active) continue;
+            float lp;
+            int32_t tok = (int32_t)sample_token(g->logits + (size_t)k * g->V, &g->cfg.sampler, &sl->rng, &g->ss, &lp);
+            k++;
+            if (append(g, &out[sl->prompt * G + sl->sample], tok, lp)) {
+                sl->active = false;
+                kvcache_reset(g->kv, s);
+                active--;
+                done++;
+            } else {
+                sl->last = tok;
+            }
+        }
+    }
+    return 0;
+}

@@ -1,0 +1,53 @@
+// Group generation with continuous batching: each prompt is prefilled once
+// into a staging KV slot and forked into a free decode slot for each of its G
+// samples; every decode step advances all active slots in one batched call,
+// and a finished slot is refilled at once from the queue. Each (prompt,
+// sample) has its own RNG stream, so results do not depend on the batch size
+// or on which slot a sample ran in.
+#pragma once
+#include <stdbool.h>
+#include <stdint.h>
+#include "model/transformer.h"
+#include "rollout/sampler.h"
+
+typedef struct {
+    int group_size;        // G
+    int max_new_tokens;
+    int batch_size;        // decode slots
+    int max_prompt_tokens; // longest prompt accepted
+    SamplerConfig sampler;
+    const int *stop_ids;   // generation ends after one of these (kept in the completion)
+    int n_stop_ids;
+    // Optional: true when the completion so far ends the generation (stop strings).
+    bool (*stop_fn)(void *ctx, const int32_t *tokens, int n);
+    void *stop_ctx;
+} GenConfig;
+
+typedef struct {
+    const int32_t *ids;    // prompt tokens (borrowed)
+    int n;
+    uint64_t seed;         // stream seed of this prompt; sample j uses stream j
+} GenPrompt;
+
+typedef struct {           // one completion (owned arrays)
+    int32_t *ids;
+    float *logprobs;       // log-prob of each sampled token under the sampled distribution
+    int n;
+    uint8_t finish;        // FINISH_STOP / FINISH_LENGTH (shard.h)
+} GenCompletion;
+
+typedef struct Generator Generator;
+
+// Plans KV caches and buffers for cfg on tf's model (tf: a plan with
+// max_tokens >= max(max_prompt_tokens, batch_size), no backward needed).
+int generator_init(Generator **out, Transformer *tf, const ModelConfig *mc, const GenConfig *cfg, PailErr *err);
+void generator_free(Generator *g);
+// Generates G completions for each of P prompts: out[p * G + j]. Returns 0, or
+// -1 with err (a prompt longer than max_prompt_tokens is an error naming it).
+int generator_run(Generator *g, const GenPrompt *prompts, int P, GenCompletion *out, PailErr *err);
+void gen_completion_free(GenCompletion *c);
+// Counters of the last run: model calls and tokens, for tokens/s figures.
+typedef struct {
+    int64_t prefill_calls, prefill_tokens, decode_calls, decode_tokens;
+} GenStats;
+GenStats generator_stats(const Generator *g);

@@ -1,0 +1,58 @@
+// Reward functions for grpo-rollout, combined with weights from --reward NAME[:WEIGHT]
+// specs: exact_answer, format (PCRE2 regex), length (penalty beyond a target) and cmd
+// (an external program speaking JSON lines). Each component is kept unweighted for
+// the shard's reward_components; the total is sum_k weight_k * component_k.
+// doc/rewards.md describes each reward, its options and the cmd protocol.
+// Thread safety: a RewardSet is used by one thread at a time (regex match data, pipes).
+#pragma once
+#include <jansson.h>
+#include <stdint.h>
+#include "core/err.h"
+
+#define REWARD_MAX 16  // components per set (<= SHARD_MAX_COMPONENTS)
+
+typedef struct {
+    const char *const *specs;   // "NAME[:WEIGHT]" (borrowed), e.g. "exact_answer", "format:0.5"
+    int nspecs;
+    const char *answer_field;   // dataset field with the reference answer; NULL -> "answer"
+    const char *answer_marker;  // --answer-marker, e.g. "####"; NULL or "" -> none
+    const char *format_regex;   // --format-regex (PCRE2), needed by "format"
+    int64_t length_target;      // --length-target tokens, needed by "length" (> 0)
+    const char *cmd;            // --reward-cmd, run with /bin/sh -c, needed by "cmd"
+    double cmd_timeout_s;       // --reward-timeout per batch; 0 -> 30
+} RewardConfig;
+
+// One completion to score. prompt is the text the model was given; row is the
+// dataset row (its fields go to the cmd program; exact_answer reads answer_field).
+typedef struct {
+    const char *prompt;
+    const char *completion;
+    int64_t completion_tokens;
+    const json_t *row;          // borrowed, may be NULL
+} RewardInput;
+
+typedef struct RewardSet RewardSet;
+
+// Parses the specs and compiles what they need (regex, program command). Bad specs,
+// duplicates, missing options or a bad regex fail here with a message naming them.
+// The cmd program starts lazily at the first batch.
+int reward_set_build(RewardSet **out, const RewardConfig *cfg, PailErr *err);
+void reward_set_free(RewardSet *rs);  // stops the cmd program (EOF, then kill after 1 s)
+int reward_set_count(const RewardSet *rs);                 // K
+const char *const *reward_set_names(const RewardSet *rs);  // K names, for reward_components
+const float *reward_set_weights(const RewardSet *rs);      // K weights
+// "exact_answer:1 format:0.5 ..." with the options in use, for the run log.
+void reward_set_describe(const RewardSet *rs, char *buf, size_t cap);
+
+// Scores n completions: components (n, K) unweighted, total (n,), valid (n,).
+// A completion whose reward could not be computed (cmd crash/timeout/non-number,
+// a missing answer field, a regex match error) gets valid 0, total 0 and 0 for the
+// failed component. Returns the number of invalid completions (warn then says why,
+// with the cmd program's stderr), or -1 only for out of memory (err in warn).
+// Never exits or raises a signal: a failed program is restarted at the next batch.
+int reward_set_score_batch(RewardSet *rs, const RewardInput *in, int64_t n, float *components,
+                           float *total, uint8_t *valid, PailErr *warn);
+// One completion (a batch of one).
+int reward_set_score(RewardSet *rs, const char *prompt_text, const char *completion_text,
+                     int64_t completion_tokens, const json_t *row, float *components, float *total,
+                     uint8_t *valid, PailErr *warn);

@@ -1,0 +1,605 @@
+// grpo-rollout's loop and the eval worker (see worker.h): bucket -> adapter ->
+// prompts -> generate -> rewards -> shard -> bucket.
+#include "rollout/worker.h"
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "core/fsutil.h"
+#include "core/log.h"
+#include "core/rng.h"
+#include "core/sha256.h"
+#include "core/timeutil.h"
+#include "model/transformer.h"
+#include "rollout/dataset.h"
+#include "rollout/generate.h"
+#include "shard/shard.h"
+#include "store/runlayout.h"
+#include "store/versions.h"
+#include "tokenizer/chat.h"
+#include "tokenizer/tokenizer.h"
+
+typedef struct {
+    int32_t *ids;
+    int n;
+    char *text;           // the prompt as the model sees it (for rewards)
+} Prompt;
+
+typedef struct {
+    const RolloutConfig *cfg;
+    ModelWeights w;
+    Tokenizer *tok;
+    ChatTemplate chat;
+    bool have_chat;
+    Transformer *tf;
+    Generator *gen;
+    Store *st;
+    Dataset *ds;
+    DatasetSampler smp;
+    RewardSet *rs;
+    char worker_id[WORKER_ID_MAX + 1];
+    char tok_sha[65];
+    char run_id[128];
+    LoraLayout lay;
+    float *lora;
+    long version;         // loaded adapter version, -1: none
+    long seq;             // next shard sequence number
+    long shards;
+    double gen_tokens, gen_seconds;
+    int stop_ids[16], n_stop;
+    char last_error[512];
+    double last_heartbeat;
+} Worker;
+
+static bool stop_strings_hit(void *ctx, const int32_t *toks, int n) {
+    Worker *w = ctx;
+    if (!w->cfg->n_stop_strings) return false;
+    Buf b = {0};
+    PailErr err = {0};
+    bool hit = false;
+    // Only the tail can newly contain a stop string: decode the last 16 tokens.
+    int from = n > 16 ? n - 16 : 0;
+    if (tokenizer_decode(w->tok, toks + from, (size_t)(n - from), false, &b, &err) == 0)
+        for (int i = 0; i < w->cfg->n_stop_strings && !hit; i++)
+            hit = b.data && strstr((char *)b.data, w->cfg->stop_strings[i]) != NULL;
+    buf_free(&b);
+    return hit;
+}
+
+static int encode_row(Worker *w, const DatasetRow *row, Prompt *out, PailErr *err) {
+    Buf text = {0};
+    int rc = 0;
+    if (row->messages || (w->cfg->chat && row->prompt)) {
+        ChatMessage one = {.role = "user", .content = row->prompt}, *msgs = &one;
+        int n = 1;
+        if (row->messages && chat_messages_from_json((json_t *)row->messages, &msgs, &n, err) < 0) return -1;
+        if (!w->have_chat) {
+            if (row->messages) free(msgs);
+            return err_set(err, PAIL_ERR_INVALID, "%s:%lld: a chat row needs the model's chat template or "
+                           "--prompt-format", w->ds->source, (long long)row->line);
+        }
+        ChatOptions o = {.add_generation_prompt = true, .enable_thinking = -1};
+        rc = chat_render(&w->chat, msgs, n, &o, &text, err);
+        if (row->messages) free(msgs);
+    } else if (w->have_chat && w->chat.kind == CHAT_PLAIN) {
+        ChatMessage one = {.role = "user", .content = row->prompt};
+        ChatOptions o = {.add_generation_prompt = true, .enable_thinking = -1};
+        rc = chat_render(&w->chat, &one, 1, &o, &text, err);
+    } else {
+        rc = buf_append(&text, row->prompt, strlen(row->prompt));
+    }
+    if (rc < 0) { buf_free(&text); return -1; }
+    TokenIds ids = {0};
+    if (tokenizer_encode(w->tok, (char *)text.data, text.len, &ids, err) < 0) {
+        buf_free(&text);
+        return -1;
+    }
+    out->ids = ids.data;
+    out->n = (int)ids.len;
+    out->text = (char *)text.data;  // keeps the NUL-terminated bytes
+    if (out->n < 1 || out->n > w->cfg->max_prompt_tokens) {
+        int n = out->n;
+        free(out->ids);
+        free(out->text);
+        return err_set(err, PAIL_ERR_INVALID, "%s:%lld: prompt has %d tokens (1..%d accepted: --max-prompt-tokens)",
+                       w->ds->source, (long long)row->line, n, w->cfg->max_prompt_tokens);
+    }
+    return 0;
+}
+
+static void heartbeat(Worker *w, const char *state) {
+    double now = time_mono_s();
+    char key[128];
+    run_key_worker(key, sizeof key, w->worker_id);
+    char host[128] = "";
+    gethostname(host, sizeof host);
+    json_t *j = json_pack("{s:s, s:s, s:I, s:f, s:I, s:s, s:s, s:i, s:I, s:s}", "worker", w->worker_id, "state", state,
+                          "version", (json_int_t)w->version, "tokens_per_second",
+                          w->gen_seconds > 0 ? w->gen_tokens / w->gen_seconds : 0.0, "shards_written",
+                          (json_int_t)w->shards, "last_error", w->last_error, "host", host, "pid", (int)getpid(),
+                          "time", (json_int_t)time_unix_s(), "mode", w->cfg->eval ? "eval" : "rollout");
+    char *text = json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS);
+    json_decref(j);
+    PailErr err = {0};
+    StorePutOpts opt = {.content_type = "application/json"};
+    if (store_put(w->st, key, text, strlen(text), &opt, &err) < 0) log_warn("heartbeat %s: %s", key, err.msg);
+    free(text);
+    w->last_heartbeat = now;
+}
+
+static bool stop_requested(Worker *w, volatile sig_atomic_t *stop) {
+    if (stop && *stop) return true;
+    StoreStat ss;
+    PailErr err = {0};
+    if (store_head(w->st, RUN_KEY_STOP, &ss, &err) == 0) {
+        log_info("control/stop found: stopping");
+        return true;
+    }
+    return false;
+}
+
+// Loads adapter version v (verified, checked against the run's base).
+static int load_adapter(Worker *w, long v, PailErr *err) {
+    char key[128];
+    version_key(&SERIES_ADAPTERS, v, key, sizeof key);
+    Buf b = {0};
+    if (versioned_get(w->st, key, &b, err) < 0) { buf_free(&b); return -1; }
+    LoraLayout lay;
+    float *p;
+    AdapterMeta meta;
+    int rc = lora_adapter_read(b.data, b.len, key, &w->w.cfg, &lay, &p, &meta, err);
+    buf_free(&b);
+    if (rc < 0) return -1;
+    if (strcmp(meta.base_sha256, w->w.base_sha256)) {
+        free(p);
+        lora_layout_free(&lay);
+        return err_set(err, PAIL_ERR_INVALID, "%s was trained on base %.12s..., this worker's --model is %.12s...", key,
+                       meta.base_sha256, w->w.base_sha256);
+    }
+    free(w->lora);
+    lora_layout_free(&w->lay);
+    w->lay = lay;
+    w->lora = p;
+    w->version = v;
+    return transformer_set_lora(w->tf, &w->lay, w->lora, err);
+}
+
+static int check_manifest(Worker *w, volatile sig_atomic_t *stop, PailErr *err) {
+    json_t *m = NULL;
+    int64_t deadline = time_mono_ms() + (int64_t)(w->cfg->wait_timeout > 0 ? w->cfg->wait_timeout * 1000 : 1e15);
+    while (run_manifest_read(w->st, &m, err) < 0) {
+        if (err->code != PAIL_ERR_NOT_FOUND && err->code != PAIL_ERR_NETWORK) return -1;
+        if (time_mono_ms() > deadline) return err_wrap(err, "waiting for the trainer to create the run");
+        if (stop_requested(w, stop)) return err_set(err, PAIL_ERR_INTERRUPTED, "stopped before the run started");
+        time_sleep_ms(500);
+    }
+    const char *base = json_string_value(json_object_get(m, "base_sha256"));
+    const char *toks = json_string_value(json_object_get(m, "tokenizer_sha256"));
+    const char *rid = json_string_value(json_object_get(m, "run_id"));
+    json_int_t G = json_integer_value(json_object_get(m, "group_size"));
+    int rc = 0;
+    if (!base || strcmp(base, w->w.base_sha256))
+        rc = err_set(err, PAIL_ERR_INVALID, "run.json: base_sha256 %.12s... is not this --model's %.12s... (another "
+                     "base model?)", base ? base : "(none)", w->w.base_sha256);
+    else if (toks && *toks && strcmp(toks, w->tok_sha))
+        rc = err_set(err, PAIL_ERR_INVALID, "run.json: tokenizer_sha256 %.12s... is not this model folder's %.12s...",
+                     toks, w->tok_sha);
+    else if (!w->cfg->eval && G && G != w->cfg->group_size)
+        rc = err_set(err, PAIL_ERR_INVALID, "run.json: the trainer expects groups of %lld, --group-size is %d",
+                     (long long)G, w->cfg->group_size);
+    snprintf(w->run_id, sizeof w->run_id, "%s", rid ? rid : "");
+    json_decref(m);
+    return rc;
+}
+
+// Generates, scores and publishes one shard of groups_per_shard groups.
+static int one_shard(Worker *w, volatile sig_atomic_t *stop, PailErr *err) {
+    const RolloutConfig *c = w->cfg;
+    int P = c->groups_per_shard, G = c->group_size, N = P * G;
+    Prompt *pr = calloc((size_t)P, sizeof *pr);
+    GenPrompt *gp = calloc((size_t)P, sizeof *gp);
+    GenCompletion *out = calloc((size_t)N, sizeof *out);
+    int64_t *rows = calloc((size_t)P, sizeof *rows);
+    int rc = -1;
+    for (int p = 0; p < P; p++) {
+        int64_t drawn = w->smp.drawn;
+        rows[p] = dataset_sampler_next(&w->smp);
+        if (encode_row(w, &w->ds->rows[rows[p]], &pr[p], err) < 0) goto done;
+        char sk[256];
+        snprintf(sk, sizeof sk, "%s/%lld", w->worker_id, (long long)drawn);
+        gp[p] = (GenPrompt){.ids = pr[p].ids, .n = pr[p].n, .seed = (uint64_t)c->seed ^ hash64(sk, strlen(sk))};
+    }
+    double t0 = time_mono_s();
+    if (generator_run(w->gen, gp, P, out, err) < 0) goto done;
+    double secs = time_mono_s() - t0;
+    // Rewards.
+    int K = reward_set_count(w->rs);
+    RewardInput *in = calloc((size_t)N, sizeof *in);
+    char **texts = calloc((size_t)N, sizeof *texts);
+    float *comp = calloc((size_t)N * (K ? K : 1), sizeof *comp), *total = calloc((size_t)N, sizeof *total);
+    uint8_t *valid = calloc((size_t)N, 1), *fin = calloc((size_t)N, 1);
+    int64_t ntok = 0, nprompt = 0;
+    for (int i = 0; i < N; i++) {
+        Buf b = {0};
+        PailErr derr = {0};
+        tokenizer_decode(w->tok, out[i].ids, (size_t)out[i].n, true, &b, &derr);
+        texts[i] = b.data ? (char *)b.data : strdup("");
+        in[i] = (RewardInput){.prompt = pr[i / G].text, .completion = texts[i], .completion_tokens = out[i].n,
+                              .row = w->ds->rows[rows[i / G]].fields};
+        ntok += out[i].n;
+        fin[i] = out[i].finish;
+    }
+    for (int p = 0; p < P; p++) nprompt += pr[p].n;
+    PailErr warn = {0};
+    int bad = reward_set_score_batch(w->rs, in, N, comp, total, valid, &warn);
+    if (bad < 0) { *err = warn; goto free_scores; }
+    if (bad > 0) {
+        snprintf(w->last_error, sizeof w->last_error, "%s", warn.msg);
+        log_warn("%d of %d rewards failed: %s", bad, N, warn.msg);
+    }
+    if (stop && *stop > 1) {  // asked to drop the batch
+        rc = err_set(err, PAIL_ERR_INTERRUPTED, "stopped: batch dropped");
+        goto free_scores;
+    }
+    // Assemble the shard.
+    RolloutShard s = {0};
+    snprintf(s.run_id, sizeof s.run_id, "%s", w->run_id);
+    s.adapter_version = w->version;
+    snprintf(s.worker_id, sizeof s.worker_id, "%s", w->worker_id);
+    s.created_unix = time_unix_s();
+    snprintf(s.base_sha256, sizeof s.base_sha256, "%s", w->w.base_sha256);
+    snprintf(s.tokenizer_sha256, sizeof s.tokenizer_sha256, "%s", w->tok_sha);
+    s.temperature = c->sampler.temperature;
+    s.top_p = c->sampler.top_p;
+    s.top_k = c->sampler.top_k;
+    s.max_new_tokens = c->max_new_tokens;
+    s.seed = c->seed;
+    s.P = P;
+    s.N = N;
+    s.K = K;
+    s.prompt_ids = malloc((size_t)nprompt * sizeof(int32_t));
+    s.prompt_offsets = malloc(((size_t)P + 1) * sizeof(int64_t));
+    s.prompt_index = rows;
+    s.completion_ids = malloc((size_t)(ntok ? ntok : 1) * sizeof(int32_t));
+    s.logprobs = malloc((size_t)(ntok ? ntok : 1) * sizeof(float));
+    s.completion_offsets = malloc(((size_t)N + 1) * sizeof(int64_t));
+    s.group = malloc((size_t)N * sizeof(int32_t));
+    s.rewards = total;
+    s.reward_valid = valid;
+    s.reward_components = comp;
+    s.finish_reason = fin;
+    const char *const *names = reward_set_names(w->rs);
+    for (int k = 0; k < K; k++) s.component_names[k] = (char *)names[k];
+    s.prompt_offsets[0] = 0;
+    for (int p = 0; p < P; p++) {
+        memcpy(s.prompt_ids + s.prompt_offsets[p], pr[p].ids, (size_t)pr[p].n * sizeof(int32_t));
+        s.prompt_offsets[p + 1] = s.prompt_offsets[p] + pr[p].n;
+    }
+    s.completion_offsets[0] = 0;
+    for (int i = 0; i < N; i++) {
+        memcpy(s.completion_ids + s.completion_offsets[i], out[i].ids, (size_t)out[i].n * sizeof(int32_t));
+        memcpy(s.logprobs + s.completion_offsets[i], out[i].logprobs, (size_t)out[i].n * sizeof(float));
+        s.completion_offsets[i + 1] = s.completion_offsets[i] + out[i].n;
+        s.group[i] = i / G;
+    }
+    Buf img = {0};
+    if (shard_write(&s, &img, err) == 0) {
+        // Publish create-only; a taken sequence number (a restarted worker with
+        // the same id) moves on to the next one.
+        for (int tries = 0; tries < 1000; tries++) {
+            char key[256];
+            run_key_rollout(key, sizeof key, w->version, w->worker_id, w->seq);
+            rc = versioned_put(w->st, key, img.data, img.len, err);
+            if (rc == 0 || err->code != PAIL_ERR_EXISTS) {
+                if (rc == 0) {
+                    double rmean = 0;
+                    for (int i = 0; i < N; i++) rmean += total[i];
+                    log_info("wrote %s: %d groups x %d, reward %.3f, %.0f tok/s", key, P, G, rmean / N,
+                             secs > 0 ? (double)ntok / secs : 0.0);
+                }
+                break;
+            }
+            w->seq++;
+        }
+        if (rc == 0) {
+            w->seq++;
+            w->shards++;
+            w->gen_tokens += (double)ntok;
+            w->gen_seconds += secs;
+        }
+    }
+    buf_free(&img);
+    free(s.prompt_ids);
+    free(s.prompt_offsets);
+    free(s.completion_ids);
+    free(s.logprobs);
+    free(s.completion_offsets);
+    free(s.group);
+    rows = NULL;     // owned by the shard struct above, freed as prompt_index below
+    free(s.prompt_index);
+    comp = NULL; total = NULL; valid = NULL; fin = NULL;
+    free(s.rewards);
+    free(s.reward_components);
+    free(s.reward_valid);
+    free(s.finish_reason);
+free_scores:
+    for (int i = 0; i < N; i++) free(texts[i]);
+    free(texts);
+    free(in);
+    free(comp);
+    free(total);
+    free(valid);
+    free(fin);
+done:
+    for (int p = 0; p < P; p++) { free(pr[p].ids); free(pr[p].text); }
+    for (int i = 0; i < N; i++) gen_completion_free(&out[i]);
+    free(pr);
+    free(gp);
+    free(out);
+    free(rows);
+    return rc;
+}
+
+// Pauses while the trainer has more than max_ahead unconsumed shards of this version.
+static void back_pressure(Worker *w, volatile sig_atomic_t *stop) {
+    if (w->cfg->max_ahead <= 0) return;
+    for (int waited = 0;; waited++) {
+        Buf b = {0};
+        PailErr err = {0};
+        long pending = 0;
+        if (store_get(w->st, RUN_KEY_PROGRESS, &b, NULL, NULL, &err) == 0) {
+            json_t *j = json_loadb((char *)b.data, b.len, 0, NULL);
+            char v[32];
+            snprintf(v, sizeof v, "%ld", w->version);
+            pending = (long)json_integer_value(json_object_get(json_object_get(j, "pending_shards_by_version"), v));
+            json_decref(j);
+        }
+        buf_free(&b);
+        if (pending <= w->cfg->max_ahead || stop_requested(w, stop)) return;
+        long newest;
+        if (versions_latest(w->st, &SERIES_ADAPTERS, &newest, &err) == 0 && newest > w->version) return;
+        if (waited % 10 == 0) log_info("pausing: %ld shards of v%ld not yet consumed (--max-ahead %ld)", pending,
+                                       w->version, w->cfg->max_ahead);
+        if (time_mono_s() - w->last_heartbeat > 5) heartbeat(w, "paused");
+        time_sleep_ms(1000);
+    }
+}
+
+// --- eval -------------------------------------------------------------------
+
+static int eval_version(Worker *w, long v, const char *label, PailErr *err) {
+    const RolloutConfig *c = w->cfg;
+    int P = (int)w->ds->n, G = (int)(c->eval_samples > 0 ? c->eval_samples : 1), N = P * G;
+    Prompt *pr = calloc((size_t)P, sizeof *pr);
+    GenPrompt *gp = calloc((size_t)P, sizeof *gp);
+    GenCompletion *out = calloc((size_t)N, sizeof *out);
+    int rc = -1, K = reward_set_count(w->rs);
+    RewardInput *in = calloc((size_t)N, sizeof *in);
+    char **texts = calloc((size_t)N, sizeof *texts);
+    float *comp = calloc((size_t)N * (K ? K : 1), sizeof *comp), *total = calloc((size_t)N, sizeof *total);
+    uint8_t *valid = calloc((size_t)N, 1);
+    for (int p = 0; p < P; p++) {
+        if (encode_row(w, &w->ds->rows[p], &pr[p], err) < 0) goto done;
+        gp[p] = (GenPrompt){.ids = pr[p].ids, .n = pr[p].n, .seed = (uint64_t)c->seed + (uint64_t)p};
+    }
+    double t0 = time_mono_s();
+    if (generator_run(w->gen, gp, P, out, err) < 0) goto done;
+    double len_sum = 0;
+    for (int i = 0; i < N; i++) {
+        Buf b = {0};
+        PailErr derr = {0};
+        tokenizer_decode(w->tok, out[i].ids, (size_t)out[i].n, true, &b, &derr);
+        texts[i] = b.data ? (char *)b.data : strdup("");
+        in[i] = (RewardInput){.prompt = pr[i / G].text, .completion = texts[i], .completion_tokens = out[i].n,
+                              .row = w->ds->rows[i / G].fields};
+        len_sum += out[i].n;
+    }
+    PailErr warn = {0};
+    if (reward_set_score_batch(w->rs, in, N, comp, total, valid, &warn) < 0) { *err = warn; goto done; }
+    // A prompt is solved when one of its samples is: exact_answer == 1 when that
+    // reward is in the set, else a positive total reward.
+    int acc_k = -1;
+    const char *const *names = reward_set_names(w->rs);
+    for (int k = 0; k < K; k++) if (!strcmp(names[k], "exact_answer")) acc_k = k;
+    int solved = 0;
+    double rsum = 0, csum[SHARD_MAX_COMPONENTS] = {0};
+    for (int p = 0; p < P; p++) {
+        int ok = 0;
+        for (int j = 0; j < G; j++) {
+            int i = p * G + j;
+            rsum += total[i];
+            for (int k = 0; k < K && k < SHARD_MAX_COMPONENTS; k++) csum[k] += comp[(size_t)i * K + k];
+            if (valid[i] && (acc_k >= 0 ? comp[(size_t)i * K + acc_k] >= 0.5f : total[i] > 0)) ok = 1;
+        }
+        solved += ok;
+    }
+    json_t *comps = json_object();
+    for (int k = 0; k < K && k < SHARD_MAX_COMPONENTS; k++) json_object_set_new(comps, names[k], json_real(csum[k] / N));
+    json_t *j = json_pack("{s:I, s:f, s:f, s:o, s:f, s:i, s:i, s:s, s:f, s:I, s:s}", "version", (json_int_t)v,
+                          "accuracy", (double)solved / P, "reward_mean", rsum / N, "components", comps,
+                          "completion_length_mean", len_sum / N, "prompts", P, "samples", G, "metric",
+                          G > 1 ? "pass@k" : "greedy", "seconds", time_mono_s() - t0, "time",
+                          (json_int_t)time_unix_s(), "dataset", w->ds->source);
+    char *text = json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS);
+    json_decref(j);
+    log_info("eval %s: accuracy %.1f%% (%d of %d), reward %.3f", label, 100.0 * solved / P, solved, P, rsum / N);
+    rc = 0;
+    if (c->eval_out) {
+        FILE *f = fopen(c->eval_out, "w");
+        if (!f || fputs(text, f) < 0 || fclose(f) != 0) rc = err_set(err, PAIL_ERR_IO, "%s: cannot write", c->eval_out);
+    }
+    if (rc == 0 && v >= 0 && !c->eval_adapter && w->st) {
+        char key[64];
+        version_key(&SERIES_EVALS, v, key, sizeof key);
+        rc = versioned_put(w->st, key, text, strlen(text), err);
+        if (rc < 0 && err->code == PAIL_ERR_EXISTS) rc = 0;  // another eval worker got there first
+    }
+    if (!c->eval_out && !w->st) printf("%s\n", text);
+    free(text);
+done:
+    for (int p = 0; p < P; p++) { free(pr[p].ids); free(pr[p].text); }
+    for (int i = 0; i < N; i++) { gen_completion_free(&out[i]); free(texts[i]); }
+    free(pr); free(gp); free(out); free(in); free(texts); free(comp); free(total); free(valid);
+    return rc;
+}
+
+// --- setup and loop -------------------------------------------------------------
+
+static int setup(Worker *w, const RolloutConfig *c, PailErr *err) {
+    w->cfg = c;
+    w->version = -1;
+    if (model_weights_load(&w->w, c->model_dir, err) < 0) return -1;
+    char path[4200];
+    snprintf(path, sizeof path, "%s/tokenizer.json", c->model_dir);
+    if (tokenizer_load(&w->tok, path, err) < 0) return -1;
+    snprintf(w->tok_sha, sizeof w->tok_sha, "%s", tokenizer_sha256(w->tok));
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", c->model_dir);
+    PailErr cerr = {0};
+    if (c->prompt_format || access(path, R_OK) == 0) {
+        if (chat_template_load(&w->chat, path, c->prompt_format, &cerr) == 0) w->have_chat = true;
+        else log_info("chat template: %s (rows with \"messages\" will be refused)", cerr.msg);
+    }
+    const char *dspath = c->eval ? c->eval_dataset : c->dataset;
+    if (!dspath) return err_set(err, PAIL_ERR_INVALID, c->eval ? "--eval needs --eval-dataset" : "--dataset is required");
+    if (dataset_load(&w->ds, dspath, err) < 0) return -1;
+    if (reward_set_build(&w->rs, &c->rewards, err) < 0) return -1;
+    // Stop at the model's EOS ids and the tokenizer's.
+    for (int i = 0; i < w->w.cfg.n_eos && w->n_stop < 15; i++) w->stop_ids[w->n_stop++] = w->w.cfg.eos_token_ids[i];
+    int32_t te = tokenizer_eos_id(w->tok);
+    if (te >= 0 && w->n_stop < 16) w->stop_ids[w->n_stop++] = te;
+    int G = c->eval ? (int)(c->eval_samples > 0 ? c->eval_samples : 1) : c->group_size;
+    int batch = c->batch_size;
+    TransformerPlan plan = {.max_tokens = c->max_prompt_tokens > batch ? c->max_prompt_tokens : batch};
+    if (transformer_init(&w->tf, &w->w, &plan, err) < 0) return -1;
+    GenConfig gc = {.group_size = G, .max_new_tokens = c->max_new_tokens, .batch_size = batch,
+                    .max_prompt_tokens = c->max_prompt_tokens, .sampler = c->sampler, .stop_ids = w->stop_ids,
+                    .n_stop_ids = w->n_stop, .stop_fn = stop_strings_hit, .stop_ctx = w};
+    if (c->eval && c->eval_samples <= 1) gc.sampler = (SamplerConfig){.temperature = 0, .top_p = 1, .top_k = 0};
+    if (generator_init(&w->gen, w->tf, &w->w.cfg, &gc, err) < 0) return -1;
+    if (c->worker_id) snprintf(w->worker_id, sizeof w->worker_id, "%s", c->worker_id);
+    else worker_id_default(w->worker_id, sizeof w->worker_id);
+    if (worker_id_check(w->worker_id, err) < 0) return -1;
+    if (!c->eval) {
+        if (c->num_workers > 0) {
+            if (dataset_sampler_init_partition(&w->smp, w->ds, c->worker_index, c->num_workers, err) < 0) return -1;
+        } else if (dataset_sampler_init(&w->smp, w->ds, (uint64_t)c->seed, w->worker_id, err) < 0) {
+            return -1;
+        }
+    }
+    if (c->run_url && store_open(&w->st, c->run_url, &c->store, err) < 0) return -1;
+    char desc[512];
+    reward_set_describe(w->rs, desc, sizeof desc);
+    log_info("worker %s: model %s (%zu parameters), dataset %s (%lld rows), rewards: %s", w->worker_id,
+             c->model_dir, w->w.num_params, w->ds->source, (long long)w->ds->n, desc);
+    return 0;
+}
+
+static void teardown(Worker *w) {
+    generator_free(w->gen);
+    transformer_free(w->tf);
+    if (w->have_chat) chat_template_free(&w->chat);
+    tokenizer_free(w->tok);
+    if (w->ds) { if (!w->cfg->eval) dataset_sampler_free(&w->smp); dataset_free(w->ds); }
+    reward_set_free(w->rs);
+    store_close(w->st);
+    free(w->lora);
+    lora_layout_free(&w->lay);
+    model_weights_free(&w->w);
+}
+
+static int run_eval_once(Worker *w, PailErr *err) {
+    const RolloutConfig *c = w->cfg;
+    long v = -1;
+    if (c->eval_adapter) {
+        Buf b = {0};
+        AdapterMeta meta;
+        PailErr e2 = {0};
+        if (fs_read_file(c->eval_adapter, &b, &e2) < 0) { *err = e2; buf_free(&b); return -1; }
+        if (lora_adapter_read(b.data, b.len, c->eval_adapter, &w->w.cfg, &w->lay, &w->lora, &meta, err) < 0) {
+            buf_free(&b);
+            return -1;
+        }
+        buf_free(&b);
+        v = meta.version;
+        if (transformer_set_lora(w->tf, &w->lay, w->lora, err) < 0) return -1;
+    } else if (w->st) {
+        if (versions_latest(w->st, &SERIES_ADAPTERS, &v, err) < 0) return -1;
+        if (v >= 0 && load_adapter(w, v, err) < 0) return -1;
+    }
+    char label[64];
+    snprintf(label, sizeof label, v >= 0 ? "adapter v%08ld" : "base model", v);
+    return eval_version(w, v, label, err);
+}
+
+int rollout_run(const RolloutConfig *c, volatile sig_atomic_t *stop, PailErr *err) {
+    Worker w;
+    memset(&w, 0, sizeof w);
+    int rc = setup(&w, c, err);
+    if (rc == 0 && c->eval_once) {
+        rc = run_eval_once(&w, err);
+        teardown(&w);
+        return rc;
+    }
+    if (rc == 0 && !w.st) rc = err_set(err, PAIL_ERR_INVALID, "--run is required");
+    if (rc == 0) rc = check_manifest(&w, stop, err);
+    long last_eval = -1;
+    while (rc == 0) {
+        if (stop_requested(&w, stop)) break;
+        long newest = -1;
+        PailErr lerr = {0};
+        if (versions_latest(w.st, &SERIES_ADAPTERS, &newest, &lerr) < 0) {
+            log_warn("listing adapters: %s", lerr.msg);
+            time_sleep_ms(1000);
+            continue;
+        }
+        if (newest <= w.version || (c->eval && newest <= last_eval)) {
+            // Wait for a newer version (the relay's long-poll, or polling with backoff).
+            heartbeat(&w, "waiting");
+            long got;
+            long after = c->eval ? (last_eval > w.version ? last_eval : w.version) : w.version;
+            if (versions_wait_newer(w.st, &SERIES_ADAPTERS, after, 10, stop, &got, &lerr) < 0) {
+                if (lerr.code == PAIL_ERR_TIMEOUT || lerr.code == PAIL_ERR_NETWORK) continue;
+                if (lerr.code == PAIL_ERR_INTERRUPTED) break;
+                *err = lerr;
+                rc = -1;
+                break;
+            }
+            continue;
+        }
+        if (c->eval) {
+            if (c->eval_every > 1 && newest % c->eval_every && newest != 0) { last_eval = newest; continue; }
+            if ((rc = load_adapter(&w, newest, err)) < 0) break;
+            char label[64];
+            snprintf(label, sizeof label, "v%08ld", newest);
+            if ((rc = eval_version(&w, newest, label, err)) < 0) break;
+            last_eval = newest;
+            heartbeat(&w, "evaluated");
+            if (c->max_shards > 0 && ++w.shards >= c->max_shards) break;
+            continue;
+        }
+        if (newest != w.version) {  // hot swap between shards
+            if ((rc = load_adapter(&w, newest, err)) < 0) break;
+            log_info("using adapter v%08ld", newest);
+        }
+        back_pressure(&w, stop);
+        if (stop_requested(&w, stop)) break;
+        if (one_shard(&w, stop, err) < 0) {
+            if (err->code == PAIL_ERR_INTERRUPTED) { rc = 0; break; }
+            if (err->code == PAIL_ERR_NETWORK) {  // the bucket is down: the batch is lost, keep going
+                snprintf(w.last_error, sizeof w.last_error, "%s", err->msg);
+                log_warn("%s", err->msg);
+                time_sleep_ms(2000);
+                continue;
+            }
+            rc = -1;
+            break;
+        }
+        if (time_mono_s() - w.last_heartbeat > 3) heartbeat(&w, "generating");
+        if (c->max_shards > 0 && w.shards >= c->max_shards) break;
+    }
+    if (w.st) heartbeat(&w, rc == 0 ? "stopped" : "failed");
+    teardown(&w);
+    return rc;
+}

@@ -1,0 +1,34 @@
+// grpo-rollout's loop: wait for the newest adapter (relay long-poll or polling),
+// check it against run.json, hot-swap it between shards, draw prompts, generate
+// G completions per prompt (generate.h), score them (reward.h), and publish
+// each shard create-only at rollouts/v%08d/<worker>-%06d.h5. Also the eval
+// worker (--eval): greedy or pass@k scoring of a held-out set per version.
+// Flags and defaults live in src/cmd/grpo-rollout.c.
+#pragma once
+#include <signal.h>
+#include <stdbool.h>
+#include "rollout/reward.h"
+#include "rollout/sampler.h"
+#include "store/store.h"
+
+typedef struct {
+    const char *model_dir, *run_url, *dataset, *worker_id, *prompt_format;
+    StoreOptions store;
+    RewardConfig rewards;
+    SamplerConfig sampler;
+    int group_size, batch_size, max_new_tokens, max_prompt_tokens, groups_per_shard;
+    long seed, max_shards, max_ahead;
+    long worker_index, num_workers;  // num_workers > 0: partition instead of a shuffle
+    bool chat;                       // wrap {"prompt"} rows as a user message in the chat template
+    const char *const *stop_strings;
+    int n_stop_strings;
+    double wait_timeout;             // seconds to wait for an adapter (0: forever)
+    bool eval;                       // evaluation worker
+    const char *eval_dataset;
+    long eval_every, eval_samples;
+    bool eval_once;                  // evaluate the newest version, then exit (grpo-ctl eval / tests)
+    const char *eval_adapter;        // eval_once: this adapter file instead of the run's newest (NULL: newest / none)
+    const char *eval_out;            // eval_once: also write the JSON result here
+} RolloutConfig;
+
+int rollout_run(const RolloutConfig *cfg, volatile sig_atomic_t *stop, PailErr *err);
