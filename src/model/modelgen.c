@@ -112,28 +112,35 @@ static int copy_file(const char *src_dir, const char *dst_dir, const char *name,
 }
 
 int modelgen_write(const ModelConfig *cfg, const char *dir, const ModelGenOptions *opt, PailErr *err) {
+    if (model_config_validate(cfg, "model config", err) < 0) return -1;
+    ModelWeights w;
+    if (model_weights_alloc(&w, cfg, err) < 0) return -1;
+    int rc = fill_random(&w, opt->seed, err);
+    if (rc == 0) rc = model_weights_save(&w, dir, opt, err);
+    model_weights_free(&w);
+    return rc;
+}
+
+int model_weights_save(const ModelWeights *wp, const char *dir, const ModelGenOptions *opt, PailErr *err) {
     if (opt->dtype != ST_DTYPE_F32 && opt->dtype != ST_DTYPE_BF16)
         return err_set(err, PAIL_ERR_INVALID, "modelgen: dtype %s is not F32 or BF16",
                        safetensors_dtype_name(opt->dtype));
-    if (model_config_validate(cfg, "model config", err) < 0) return -1;
+    const ModelConfig *cfg = &wp->cfg;
     if (fs_mkdirs(dir, err) < 0) return -1;
-    ModelWeights w;
-    if (model_weights_alloc(&w, cfg, err) < 0) return -1;
     int rc = -1;
     uint16_t *half = NULL;
     SafeTensorsWriteItem *items = NULL;
     char(*names)[256] = NULL;
     Buf b = {0};
-    if (fill_random(&w, opt->seed, err) < 0) goto out;
-    const void *base = w.memory;
+    const void *base = wp->memory;
     if (opt->dtype == ST_DTYPE_BF16) {
         // Round the fp32 block once; the file then holds exactly these bf16 values.
-        if (!(half = malloc(w.num_params * sizeof *half))) {
-            err_set(err, PAIL_ERR_NOMEM, "out of memory for %zu bf16 parameters", w.num_params);
+        if (!(half = malloc(wp->num_params * sizeof *half))) {
+            err_set(err, PAIL_ERR_NOMEM, "out of memory for %zu bf16 parameters", wp->num_params);
             goto out;
         }
 #pragma omp parallel for schedule(static)
-        for (size_t i = 0; i < w.num_params; i++) half[i] = f32_to_bf16(w.memory[i]);
+        for (size_t i = 0; i < wp->num_params; i++) half[i] = f32_to_bf16(wp->memory[i]);
         base = half;
     }
     size_t esz = safetensors_dtype_size(opt->dtype);
@@ -142,11 +149,11 @@ int modelgen_write(const ModelConfig *cfg, const char *dir, const ModelGenOption
     names = calloc(cap, sizeof *names);
     if (!items || !names) { err_set(err, PAIL_ERR_NOMEM, "out of memory"); goto out; }
     for (int id = 0; id < PARAM_COUNT; id++) {
-        const ModelParamSpec *s = &w.specs[id];
+        const ModelParamSpec *s = &wp->specs[id];
         if (!s->present) continue;
         for (int l = 0; l < (s->per_layer ? L : 1); l++) {
             model_param_name(s, l, names[n], sizeof names[n]);
-            size_t off = (size_t)(model_weights_tensor(&w, id, l) - w.memory);
+            size_t off = (size_t)(model_weights_tensor(wp, id, l) - wp->memory);
             items[n] = (SafeTensorsWriteItem){names[n], opt->dtype, s->ndim,
                                               {(int64_t)s->shape[0], (int64_t)s->shape[1]},
                                               (const uint8_t *)base + off * esz};
@@ -185,7 +192,6 @@ out:
     free(items);
     free(names);
     free(half);
-    model_weights_free(&w);
     return rc;
 }
 

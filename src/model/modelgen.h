@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include "model/config.h"
 #include "model/safetensors.h"
+#include "model/weights.h"
 
 // The shapes tests and benches use (doc/models.md): tiny (unit tests), bench
 // (C 512, L 8, H 8, Hkv 2, F 1408, V 32000), qwen2.5-0.5b (C 896, L 24, H 14,
@@ -25,6 +26,10 @@ typedef struct {
 // so a loader that mixes two norms up is caught. Each tensor draws from its own
 // stream (seed, hash of its name): values do not depend on write order.
 int modelgen_write(const ModelConfig *cfg, const char *dir, const ModelGenOptions *opt, PailErr *err);
+
+// Writes loaded (or trained) weights as a checkpoint in the same layout: what
+// `grpo-train --sft --full` saves. opt->seed is unused.
+int model_weights_save(const ModelWeights *w, const char *dir, const ModelGenOptions *opt, PailErr *err);
 
 // From a tokenizer folder (tokenizer.json + tokenizer_config.json): the ids of
 // its bos_token and eos_token (-1 when the config names none) and the largest

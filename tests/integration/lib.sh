@@ -32,6 +32,15 @@ expect_fail() {
     bad "$d: exit $rc (want $want), stderr:"; sed 's/^/        /' "$WORK/last.err" | head -5
   fi
 }
+# expect_fail_last "description" STATUS PATTERN command...: for long-running
+# tools that log their configuration first: the LAST stderr line must match.
+expect_fail_last() {
+  local d=$1 want=$2 pat=$3; shift 3
+  "$@" >"$WORK/last.out" 2>"$WORK/last.err"; local rc=$?
+  local last; last=$(grep . "$WORK/last.err" | tail -1)
+  if [ "$rc" = "$want" ] && grep -Eq -- "$pat" <<<"$last"; then ok "$d (exit $rc: $(cut -c1-150 <<<"$last"))"
+  else bad "$d: exit $rc (want $want), last line: $last"; fi
+}
 finish() { echo "$TEST_NAME: $PASS passed, $FAIL failed"; [ "$FAIL" -eq 0 ]; }
 
 venv() { bash "$ROOT/mk/venv.sh"; }

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# The async loop on a file:// bucket with a tiny random model: one trainer and
+# two rollout workers as separate processes; then offline replay (two replays
+# give bit-identical adapters), resume after a kill between the state and the
+# adapter write, a corrupt shard rejected, and the usage errors.
+source "$(dirname "$0")/lib.sh"
+PY=$(venv)/bin/python
+M="$WORK/model" RUN="file://$WORK/run"
+"$BIN/grpo-ctl" init-model --out "$M" --shape tiny --vocab 257 --tokenizer "$ROOT/data/tokenizers/bytes" \
+  --dtype f32 >/dev/null 2>&1 || { bad "init-model"; finish; exit 1; }
+head -64 "$ROOT/data/addition/train.jsonl" >"$WORK/train.jsonl"
+# Rewards with spread on a random model: a digit somewhere, and a length penalty.
+RW=(--reward format --format-regex '[0-9]' --reward length:0.5 --length-target 3)
+COMMON=(--model "$M" --group-size 4)
+export OMP_NUM_THREADS=1
+
+"$BIN/grpo-train" "${COMMON[@]}" --run "$RUN" --steps 4 --groups-per-step 4 --lr 5e-3 --lora-rank 4 \
+  --metrics "$WORK/metrics.jsonl" --rollout-timeout 120 >"$WORK/train.log" 2>&1 &
+TRAIN=$!; PIDS+=($TRAIN)
+for w in wa wb; do
+  "$BIN/grpo-rollout" "${COMMON[@]}" --run "$RUN" --dataset "$WORK/train.jsonl" --worker-id "$w" \
+    --groups-per-shard 2 --max-new-tokens 6 --batch-size 8 --max-shards 4 --seed 7 "${RW[@]}" \
+    >"$WORK/roll-$w.log" 2>&1 &
+  PIDS+=($!)
+done
+check "trainer finishes 4 steps" wait $TRAIN
+D="$WORK/run"
+check "adapter versions v0..v4 published" test -f "$D/adapters/v00000004.h5" -a -f "$D/adapters/v00000000.h5"
+check "a state per version" test -f "$D/trainer/state-v00000004.h5"
+check "metrics per step in the bucket" test -f "$D/metrics/step-00000004.json"
+check "local metrics.jsonl has 4 lines" test "$(wc -l <"$WORK/metrics.jsonl")" -eq 4
+check "shards from both workers" bash -c "ls '$D'/rollouts/*/wa-*.h5 && ls '$D'/rollouts/*/wb-*.h5"
+check "heartbeats" test -f "$D/workers/wa.json" -a -f "$D/workers/wb.json"
+check "run.json has the manifest" grep -q '"base_sha256"' "$D/run.json"
+check "training moved the adapter" "$PY" "$ROOT/validation/train/compare_adapters.py" \
+  "$D/adapters/v00000000.h5" "$D/adapters/v00000004.h5" --differ
+for w in wa wb; do wait "${PIDS[-1]}" 2>/dev/null; done
+
+echo "replay: two replays of the same shards give bit-identical adapters"
+for r in r1 r2; do
+  "$BIN/grpo-train" "${COMMON[@]}" --run "file://$WORK/$r" --replay "$RUN" --steps 3 --groups-per-step 2 \
+    --lr 5e-3 --lora-rank 4 --metrics "" >"$WORK/$r.log" 2>&1
+  check "replay $r" test -f "$WORK/$r/adapters/v00000003.h5"
+done
+check "replays are bit-identical" "$PY" "$ROOT/validation/train/compare_adapters.py" \
+  "$WORK/r1/adapters/v00000003.h5" "$WORK/r2/adapters/v00000003.h5"
+check "replay changed the adapter" "$PY" "$ROOT/validation/train/compare_adapters.py" \
+  "$WORK/r1/adapters/v00000000.h5" "$WORK/r1/adapters/v00000003.h5" --differ
+
+echo "resume after a kill between the state and the adapter write"
+rm "$WORK/r1/adapters/v00000003.h5" "$WORK/r1/adapters/.pail-meta.v00000003.h5"
+"$BIN/grpo-train" "${COMMON[@]}" --run "file://$WORK/r1" --replay "$RUN" --steps 3 --groups-per-step 2 \
+  --lr 5e-3 --lora-rank 4 --metrics "" >"$WORK/resume.log" 2>&1
+check "resume re-published the missed adapter" grep -q "published the missed adapter v00000003" "$WORK/resume.log"
+check "...with the bytes of the first run's adapter" "$PY" "$ROOT/validation/train/compare_adapters.py" \
+  "$WORK/r1/adapters/v00000003.h5" "$WORK/r2/adapters/v00000003.h5"
+"$BIN/grpo-train" "${COMMON[@]}" --run "file://$WORK/r1" --replay "$RUN" --steps 5 --groups-per-step 2 \
+  --lr 5e-3 --lora-rank 4 --metrics "" >"$WORK/resume2.log" 2>&1
+"$BIN/grpo-train" "${COMMON[@]}" --run "file://$WORK/r3" --replay "$RUN" --steps 5 --groups-per-step 2 \
+  --lr 5e-3 --lora-rank 4 --metrics "" >"$WORK/straight.log" 2>&1
+check "3 steps + resume + 2 steps = 5 steps straight (no group trained twice or skipped)" \
+  "$PY" "$ROOT/validation/train/compare_adapters.py" "$WORK/r1/adapters/v00000005.h5" "$WORK/r3/adapters/v00000005.h5"
+
+echo "a corrupt shard is rejected, recorded, and training goes on"
+head -c 5000 /dev/urandom >"$WORK/junk.h5"
+"$BIN/grpo-ctl" put --versioned "$RUN/rollouts/v00000004/zz-000001.h5" "$WORK/junk.h5" >/dev/null
+"$BIN/grpo-rollout" "${COMMON[@]}" --run "$RUN" --dataset "$WORK/train.jsonl" --worker-id wc \
+  --groups-per-shard 4 --max-new-tokens 6 --batch-size 8 --max-shards 2 --max-ahead 0 "${RW[@]}" \
+  >"$WORK/roll-wc.log" 2>&1 &
+PIDS+=($!)
+"$BIN/grpo-train" "${COMMON[@]}" --run "$RUN" --steps 5 --groups-per-step 4 --lr 5e-3 --lora-rank 4 \
+  --metrics "" --rollout-timeout 60 >"$WORK/train2.log" 2>&1
+check "the trainer resumed and finished step 5" test -f "$D/adapters/v00000005.h5"
+check "the junk shard is recorded under trainer/rejected/" test -f "$D/trainer/rejected/rollouts/v00000004/zz-000001.h5.json"
+check "...with the reason" grep -q "not an HDF5 file" "$D/trainer/rejected/rollouts/v00000004/zz-000001.h5.json"
+check "metrics count it" grep -q '"shards_rejected": *1' "$D/metrics/step-00000005.json"
+
+echo "usage errors"
+expect_fail "missing --run" 2 "required" "$BIN/grpo-train" --model "$M"
+expect_fail "bad --loss" 2 "--loss" "$BIN/grpo-train" --model "$M" --run "$RUN" --loss ppo
+expect_fail_last "another LoRA rank on the same run" 1 "lora" "$BIN/grpo-train" "${COMMON[@]}" --run "$RUN" --steps 6 --lora-rank 8
+expect_fail_last "a model folder that does not exist" 1 "no-such-model" "$BIN/grpo-train" --model "$WORK/no-such-model" --run "$RUN"
+expect_fail "rollout: missing dataset" 2 "required" "$BIN/grpo-rollout" --model "$M" --run "$RUN"
+finish
