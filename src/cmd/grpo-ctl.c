@@ -10,6 +10,7 @@ static const CtlCommand commands[] = {
     {"ls", ctl_ls, "list keys under URL"},
     {"stat", ctl_stat, "size, etag, mtime and metadata of URL"},
     {"rm", ctl_rm, "delete URL"},
+    {"eval", ctl_eval, "score a held-out set once (greedy or pass@k) with a model and adapter"},
     {"logprobs", ctl_logprobs, "per-token log-probs of token ids under a model (+ adapter)"},
     {"init-model", ctl_init_model, "write a random-weight Hugging Face checkpoint (tiny, bench, 0.5B shapes)"},
     {"model-info", ctl_model_info, "check a model folder's config and tensors; print base_sha256"},

@@ -7,6 +7,7 @@
 #include <string.h>
 #include "core/flags.h"
 #include "core/log.h"
+#include "grpo/sft.h"
 #include "grpo/trainer.h"
 #include "lora/lora.h"
 
@@ -48,10 +49,11 @@ int main(int argc, char **argv) {
     log_init("grpo-train", LOG_INFO);
     char *config = NULL, *model = NULL, *run = NULL, *replay = NULL, *sft = NULL, *init_adapter = NULL,
          *targets = NULL, *scale = NULL, *ratio = NULL, *loss = NULL, *schedule = NULL, *dump_grads = NULL,
-         *metrics = NULL, *endpoint = NULL, *region = NULL, *ca_bundle = NULL, *run_id = NULL, *task = NULL;
+         *metrics = NULL, *out = NULL, *prompt_format = NULL, *endpoint = NULL, *region = NULL, *ca_bundle = NULL, *run_id = NULL, *task = NULL;
     long rank, steps, gps, G, stale, budget, publish_every, keep, warmup, seed;
     double alpha, lr, eps_low, eps_high, tis, beta, b1, b2, aeps, wd, clip, min_lr, rollout_timeout;
-    bool resume, full, rslora, recompute, allow_http;
+    bool resume, full, rslora, recompute, allow_http, chat;
+    long log_every;
     Flag fl[] = {
         {"config", FLAG_STRING, &config, NULL, 1, 0, "file of key = value lines (the command line wins)"},
         {"model", FLAG_STRING, &model, NULL, 1, 0, "Hugging Face model folder (config.json, *.safetensors)"},
@@ -87,8 +89,14 @@ int main(int argc, char **argv) {
         {"resume", FLAG_BOOL, &resume, "true", 1, 0, "continue from the run's newest state (--no-resume refuses a run with state)"},
         {"replay", FLAG_STRING, &replay, NULL, 1, 0, "train offline from the shards under this run prefix, in key order"},
         {"init-adapter", FLAG_STRING, &init_adapter, NULL, 1, 0, "start v0 from this pail adapter file"},
-        {"sft", FLAG_STRING, &sft, NULL, 1, 0, "supervised warm-up from JSON lines (not built yet)"},
-        {"full", FLAG_BOOL, &full, "false", 1, 0, "with --sft: train every weight (not built yet)"},
+        {"sft", FLAG_STRING, &sft, NULL, 1, 0,
+         "supervised warm-up from JSON lines {prompt, completion} or {messages} instead of GRPO (--steps steps of "
+         "--groups-per-step examples)"},
+        {"full", FLAG_BOOL, &full, "false", 1, 0, "with --sft: train every weight and write a checkpoint folder to --out"},
+        {"out", FLAG_STRING, &out, NULL, 1, 0, "with --sft: the adapter file (.h5) or, with --full, the checkpoint folder"},
+        {"chat", FLAG_BOOL, &chat, "false", 1, 0, "with --sft: render prompts as a user message with the chat template"},
+        {"prompt-format", FLAG_STRING, &prompt_format, NULL, 1, 0, "with --sft: plain template with {prompt}"},
+        {"log-every", FLAG_INT, &log_every, "10", 1, 1000000, "with --sft: log the loss every N steps"},
         {"recompute", FLAG_BOOL, &recompute, "false", 1, 0, "recompute layer activations in the backward (less memory)"},
         {"rollout-timeout", FLAG_DOUBLE, &rollout_timeout, "0", 0, 1e9, "fail after waiting this long for rollouts (0: wait)"},
         {"dump-grads", FLAG_STRING, &dump_grads, NULL, 1, 0, "write the first step's LoRA gradients (adapter layout) here"},
@@ -125,7 +133,7 @@ int main(int argc, char **argv) {
                        .rollout_timeout = rollout_timeout};
     c.store = (StoreOptions){.endpoint = endpoint, .region = region, .ca_bundle = ca_bundle, .allow_http = allow_http};
     int usage = 0;
-    if (!model || !run) { fprintf(stderr, "grpo-train: --model and --run are required (see --help)\n"); usage = 1; }
+    if (!sft && (!model || !run)) { fprintf(stderr, "grpo-train: --model and --run are required (see --help)\n"); usage = 1; }
     if (!usage && lora_targets_parse(targets, &c.lora_targets, &err) < 0) { fprintf(stderr, "grpo-train: --lora-targets: %s\n", err.msg); usage = 1; }
     if (!strcmp(schedule, "constant")) c.schedule = SCHEDULE_CONSTANT;
     else if (!strcmp(schedule, "cosine")) c.schedule = SCHEDULE_COSINE;
@@ -141,12 +149,9 @@ int main(int argc, char **argv) {
     if (!strcmp(ratio, "token")) c.loss.ratio = RATIO_TOKEN;
     else if (!strcmp(ratio, "sequence")) c.loss.ratio = RATIO_SEQUENCE;
     else { fprintf(stderr, "grpo-train: --ratio '%s': use token or sequence\n", ratio); usage = 1; }
-    if (sft || full) {
-        fprintf(stderr, "grpo-train: not implemented yet: --sft / --full (supervised warm-up) are not built in this "
-                        "version of pail\n");
-        flags_free(fl, n);
-        return 1;
-    }
+    if (full && !sft) { fprintf(stderr, "grpo-train: --full needs --sft (GRPO trains a LoRA adapter)\n"); usage = 1; }
+    if (sft && !out) { fprintf(stderr, "grpo-train: --sft needs --out (adapter file, or folder with --full)\n"); usage = 1; }
+    if (sft && !model) { fprintf(stderr, "grpo-train: --sft needs --model\n"); usage = 1; }
     if (keep) {
         fprintf(stderr, "grpo-train: not implemented yet: --keep-versions (retention) is not built in this version\n");
         flags_free(fl, n);
@@ -173,7 +178,17 @@ int main(int argc, char **argv) {
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGUSR1, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
-    rc = trainer_run(&c, &g_stop, &err);
+    if (sft) {
+        SftConfig s = {.model_dir = model, .data_path = sft, .out = out, .prompt_format = prompt_format, .full = full,
+                       .chat = chat, .lora_rank = (int)rank, .lora_alpha = alpha, .lora_targets = c.lora_targets,
+                       .rslora = rslora, .lr = lr, .beta1 = b1, .beta2 = b2, .adam_eps = aeps, .weight_decay = wd,
+                       .max_grad_norm = clip, .min_lr_ratio = min_lr, .cosine = c.schedule == SCHEDULE_COSINE,
+                       .warmup_steps = warmup, .steps = steps, .batch = gps, .seed = seed, .token_budget = (int)budget,
+                       .metrics_path = c.metrics_path, .log_every = (int)log_every};
+        rc = sft_run(&s, &g_stop, &err);
+    } else {
+        rc = trainer_run(&c, &g_stop, &err);
+    }
     if (rc < 0) fprintf(stderr, "grpo-train: %s\n", err.msg);
     json_decref(c.effective);
     flags_free(fl, n);

@@ -1,0 +1,276 @@
+// Supervised warm-up (see sft.h): rows -> token ids (prompt, completion + EOS)
+// -> seeded epoch shuffles -> packed micro-batches -> -mean log p(completion)
+// -> LoRA or full gradients -> AdamW -> adapter file or checkpoint folder.
+#include "grpo/sft.h"
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "core/fsutil.h"
+#include "core/log.h"
+#include "core/rng.h"
+#include "core/timeutil.h"
+#include "kernels.h"
+#include "lora/lora.h"
+#include "model/modelgen.h"
+#include "model/transformer.h"
+#include "shard/h5file.h"
+#include "tokenizer/chat.h"
+#include "tokenizer/tokenizer.h"
+
+typedef struct {
+    int32_t *ids;   // prompt then completion (+ EOS)
+    int n, plen;    // total, prompt part
+} Example;
+
+static int load_examples(const SftConfig *c, Tokenizer *tok, const ChatTemplate *chat, bool have_chat, int32_t eos,
+                         Example **out, int *nout, PailErr *err) {
+    Buf text = {0};
+    if (fs_read_file(c->data_path, &text, err) < 0) return -1;
+    int cap = 1024, n = 0, lineno = 0, rc = 0, skipped = 0;
+    Example *ex = malloc((size_t)cap * sizeof *ex);
+    char *save = NULL;
+    for (char *line = strtok_r((char *)text.data, "\n", &save); line && rc == 0; line = strtok_r(NULL, "\n", &save)) {
+        lineno++;
+        if (!*line) continue;
+        json_error_t jerr;
+        json_t *j = json_loads(line, 0, &jerr);
+        if (!json_is_object(j)) {
+            rc = err_set(err, PAIL_ERR_INVALID, "%s:%d: not a JSON object (%s)", c->data_path, lineno, jerr.text);
+            json_decref(j);
+            break;
+        }
+        Buf ptext = {0};
+        const char *comp = NULL;
+        json_t *msgs = json_object_get(j, "messages");
+        if (json_is_array(msgs) && json_array_size(msgs) >= 2) {
+            json_t *last = json_array_get(msgs, json_array_size(msgs) - 1);
+            comp = json_string_value(json_object_get(last, "content"));
+            const char *role = json_string_value(json_object_get(last, "role"));
+            if (!comp || !role || strcmp(role, "assistant")) {
+                rc = err_set(err, PAIL_ERR_INVALID, "%s:%d: the last message must be the assistant's completion",
+                             c->data_path, lineno);
+            } else if (!have_chat) {
+                rc = err_set(err, PAIL_ERR_INVALID, "%s:%d: a messages row needs the model's chat template or "
+                             "--prompt-format", c->data_path, lineno);
+            } else {
+                json_t *head = json_array();
+                for (size_t k = 0; k + 1 < json_array_size(msgs); k++) json_array_append(head, json_array_get(msgs, k));
+                ChatMessage *m = NULL;
+                int nm = 0;
+                ChatOptions o = {.add_generation_prompt = true, .enable_thinking = -1};
+                if (chat_messages_from_json(head, &m, &nm, err) < 0 || chat_render(chat, m, nm, &o, &ptext, err) < 0)
+                    rc = err_wrap(err, "%s:%d", c->data_path, lineno);
+                free(m);
+                json_decref(head);
+            }
+        } else {
+            const char *p = json_string_value(json_object_get(j, "prompt"));
+            comp = json_string_value(json_object_get(j, "completion"));
+            if (!p || !comp) {
+                rc = err_set(err, PAIL_ERR_INVALID, "%s:%d: expected {\"prompt\": str, \"completion\": str} or "
+                             "{\"messages\": [...]}", c->data_path, lineno);
+            } else if (c->chat && have_chat) {
+                ChatMessage m = {.role = "user", .content = p};
+                ChatOptions o = {.add_generation_prompt = true, .enable_thinking = -1};
+                if (chat_render(chat, &m, 1, &o, &ptext, err) < 0) rc = err_wrap(err, "%s:%d", c->data_path, lineno);
+            } else {
+                buf_append(&ptext, p, strlen(p));
+            }
+        }
+        TokenIds ids = {0};
+        if (rc == 0 && tokenizer_encode(tok, ptext.data ? (char *)ptext.data : "", ptext.len, &ids, err) < 0)
+            rc = err_wrap(err, "%s:%d", c->data_path, lineno);
+        int plen = (int)ids.len;
+        if (rc == 0 && tokenizer_encode(tok, comp, strlen(comp), &ids, err) < 0)
+            rc = err_wrap(err, "%s:%d", c->data_path, lineno);
+        if (rc == 0 && eos >= 0) token_ids_push(&ids, eos);
+        buf_free(&ptext);
+        json_decref(j);
+        if (rc < 0) { token_ids_free(&ids); break; }
+        if (plen < 1 || (int)ids.len <= plen || (int)ids.len - 1 > c->token_budget) {
+            skipped++;
+            token_ids_free(&ids);
+            continue;
+        }
+        if (n == cap) ex = realloc(ex, (size_t)(cap *= 2) * sizeof *ex);
+        ex[n++] = (Example){.ids = ids.data, .n = (int)ids.len, .plen = plen};
+    }
+    buf_free(&text);
+    if (rc == 0 && n == 0) rc = err_set(err, PAIL_ERR_INVALID, "%s: no usable examples", c->data_path);
+    if (rc < 0) {
+        for (int i = 0; i < n; i++) free(ex[i].ids);
+        free(ex);
+        return -1;
+    }
+    if (skipped) log_warn("%s: %d rows skipped (empty prompt or completion, or longer than --token-budget)",
+                          c->data_path, skipped);
+    *out = ex;
+    *nout = n;
+    return 0;
+}
+
+static void shuffle(int64_t *order, int n, Rng *r) {
+    for (int i = n - 1; i > 0; i--) {
+        int j = (int)rng_below(r, (uint64_t)i + 1);
+        int64_t t = order[i];
+        order[i] = order[j];
+        order[j] = t;
+    }
+}
+
+int sft_run(const SftConfig *c, volatile sig_atomic_t *stop, PailErr *err) {
+    ModelWeights w;
+    if (model_weights_load(&w, c->model_dir, err) < 0) return -1;
+    char path[4200];
+    snprintf(path, sizeof path, "%s/tokenizer.json", c->model_dir);
+    Tokenizer *tok = NULL;
+    ChatTemplate chat = {0};
+    bool have_chat = false;
+    Example *ex = NULL;
+    int nex = 0, rc = -1;
+    LoraLayout lay = {0};
+    Transformer *tf = NULL;
+    float *params = NULL, *grads = NULL, *m = NULL, *v = NULL;
+    int *tokb = NULL, *posb = NULL, *tgtb = NULL, *cub = NULL;
+    float *logp = NULL, *dlogp = NULL;
+    int64_t *order = NULL, *sel = NULL;
+    FILE *mf = NULL;
+    if (tokenizer_load(&tok, path, err) < 0) goto out;
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", c->model_dir);
+    if (c->prompt_format || access(path, R_OK) == 0) {
+        PailErr cerr = {0};
+        have_chat = chat_template_load(&chat, path, c->prompt_format, &cerr) == 0;
+    }
+    int32_t eos = w.cfg.n_eos > 0 ? w.cfg.eos_token_ids[0] : tokenizer_eos_id(tok);
+    if (load_examples(c, tok, &chat, have_chat, eos, &ex, &nex, err) < 0) goto out;
+    size_t n;
+    if (c->full) {
+        n = w.num_params;
+        params = w.memory;  // trained in place
+    } else {
+        LoraConfig lc = {.rank = c->lora_rank, .alpha = c->lora_alpha, .rslora = c->rslora, .targets = c->lora_targets};
+        if (lora_layout_build(&lay, &w.cfg, &lc, err) < 0) goto out;
+        n = (size_t)lay.n_params;
+        params = malloc(n * sizeof(float));
+        if (params) lora_init(&lay, params, (uint64_t)c->seed);
+    }
+    grads = calloc(n, sizeof(float));
+    m = calloc(n, sizeof(float));
+    v = calloc(n, sizeof(float));
+    TransformerPlan plan = {.max_tokens = c->token_budget, .backward = true, .full = c->full};
+    if (!params || !grads || !m || !v) { err_set(err, PAIL_ERR_NOMEM, "out of memory"); goto out; }
+    if (transformer_init(&tf, &w, &plan, err) < 0) goto out;
+    if (!c->full && transformer_set_lora(tf, &lay, params, err) < 0) goto out;
+    int T = c->token_budget;
+    tokb = malloc((size_t)T * sizeof(int)); posb = malloc((size_t)T * sizeof(int));
+    tgtb = malloc((size_t)T * sizeof(int)); cub = malloc(((size_t)T + 1) * sizeof(int));
+    logp = malloc((size_t)T * sizeof(float)); dlogp = malloc((size_t)T * sizeof(float));
+    order = malloc((size_t)nex * sizeof(int64_t));
+    sel = malloc((size_t)c->batch * sizeof(int64_t));
+    if (!tokb || !posb || !tgtb || !cub || !logp || !dlogp || !order || !sel) { err_set(err, PAIL_ERR_NOMEM, "out of memory"); goto out; }
+    for (int i = 0; i < nex; i++) order[i] = i;
+    Rng rng;
+    rng_seed(&rng, (uint64_t)c->seed, 0x736674);
+    shuffle(order, nex, &rng);
+    if (c->metrics_path && !(mf = fopen(c->metrics_path, "a"))) {
+        err_set(err, PAIL_ERR_IO, "--metrics %s: cannot open", c->metrics_path);
+        goto out;
+    }
+    log_info("sft: %d examples from %s, %s training of %zu parameters, %ld steps of %ld examples", nex, c->data_path,
+             c->full ? "full" : "LoRA", n, c->steps, c->batch);
+    int cursor = 0;
+    double t0 = time_mono_s(), loss_acc = 0, tok_acc = 0;
+    int64_t step;
+    for (step = 0; step < c->steps && !(stop && *stop); step++) {
+        // The step's examples and its completion-token count (the loss normalizer).
+        int nb = (int)c->batch;
+        for (int k = 0; k < nb; k++) {
+            if (cursor == nex) { shuffle(order, nex, &rng); cursor = 0; }
+            sel[k] = order[cursor++];
+        }
+        double ctoks = 0;
+        for (int k = 0; k < nb; k++) ctoks += ex[sel[k]].n - ex[sel[k]].plen;
+        memset(grads, 0, n * sizeof(float));
+        double step_loss = 0;
+        int k = 0;
+        while (k < nb) {
+            int Tn = 0, ns = 0;
+            cub[0] = 0;
+            while (k < nb && Tn + ex[sel[k]].n - 1 <= T) {
+                const Example *e = &ex[sel[k]];
+                for (int t = 0; t < e->n - 1; t++) {
+                    tokb[Tn + t] = e->ids[t];
+                    posb[Tn + t] = t;
+                    tgtb[Tn + t] = t + 1 >= e->plen ? e->ids[t + 1] : -1;  // completion tokens only
+                }
+                Tn += e->n - 1;
+                cub[++ns] = Tn;
+                k++;
+            }
+            if (transformer_forward(tf, logp, NULL, tokb, posb, cub, ns, Tn, tgtb, 1.0f, err) < 0) goto out;
+            for (int t = 0; t < Tn; t++) {
+                dlogp[t] = tgtb[t] >= 0 ? (float)(-1.0 / ctoks) : 0.0f;
+                if (tgtb[t] >= 0) step_loss -= logp[t] / ctoks;
+            }
+            if (transformer_backward(tf, c->full ? NULL : grads, c->full ? grads : NULL, dlogp, err) < 0) goto out;
+        }
+        double sumsq = adamw_grad_sumsq(grads, n);
+        float scale = adamw_clip_scale(sumsq, (float)c->max_grad_norm);
+        double lr = c->lr;
+        if (c->warmup_steps > 0 && step < c->warmup_steps) lr = c->lr * (double)(step + 1) / (double)c->warmup_steps;
+        else if (c->cosine) {
+            double span = (double)(c->steps - c->warmup_steps), x = span > 0 ? (double)(step - c->warmup_steps) / span : 1;
+            lr = c->lr * (c->min_lr_ratio + (1 - c->min_lr_ratio) * 0.5 * (1 + cos(M_PI * (x > 1 ? 1 : x))));
+        }
+        adamw_update(params, m, v, grads, n, (float)lr, (float)c->beta1, (float)c->beta2, (float)c->adam_eps,
+                     (float)c->weight_decay, (int)(step + 1), scale);
+        loss_acc += step_loss;
+        tok_acc += ctoks;
+        if ((step + 1) % c->log_every == 0 || step + 1 == c->steps) {
+            double secs = time_mono_s() - t0;
+            fprintf(stderr, "sft step %lld/%ld | loss %.4f | lr %.2e | grad norm %.3f | %.0f s\n", (long long)step + 1,
+                    c->steps, loss_acc / c->log_every, lr, sqrt(sumsq), secs);
+            if (mf) fprintf(mf, "{\"step\": %lld, \"loss\": %.6f, \"learning_rate\": %g, \"grad_norm\": %.6f, "
+                                "\"completion_tokens\": %.0f, \"seconds\": %.3f}\n",
+                            (long long)step + 1, loss_acc / c->log_every, lr, sqrt(sumsq), tok_acc, secs);
+            loss_acc = tok_acc = 0;
+        }
+    }
+    // Save.
+    if (c->full) {
+        char tdir[4200];
+        snprintf(tdir, sizeof tdir, "%s", c->model_dir);
+        ModelGenOptions o = {.dtype = ST_DTYPE_F32, .tokenizer_dir = tdir};
+        if (model_weights_save(&w, c->out, &o, err) < 0) goto out;
+        log_info("sft: wrote the trained checkpoint to %s after %lld steps", c->out, (long long)step);
+    } else {
+        Buf img = {0};
+        AdapterMeta meta = {.step = step, .created_unix = time_unix_s()};
+        snprintf(meta.base_sha256, sizeof meta.base_sha256, "%s", w.base_sha256);
+        if (lora_adapter_write(&lay, params, &meta, &img, err) < 0 || h5f_write_path(&img, c->out, err) < 0) {
+            buf_free(&img);
+            goto out;
+        }
+        buf_free(&img);
+        log_info("sft: wrote the adapter to %s after %lld steps (use it with --init-adapter)", c->out, (long long)step);
+    }
+    rc = 0;
+out:
+    if (mf) fclose(mf);
+    for (int i = 0; i < nex; i++) free(ex[i].ids);
+    free(ex);
+    free(order);
+    free(sel);
+    free(tokb); free(posb); free(tgtb); free(cub); free(logp); free(dlogp);
+    transformer_free(tf);
+    if (!c->full) free(params);
+    free(grads); free(m); free(v);
+    lora_layout_free(&lay);
+    if (have_chat) chat_template_free(&chat);
+    tokenizer_free(tok);
+    model_weights_free(&w);
+    return rc;
+}

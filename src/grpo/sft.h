@@ -1,0 +1,28 @@
+// Supervised warm-up (grpo-train --sft): next-token loss on completion tokens
+// only (the prompt is context), token mean over each step. Trains a LoRA
+// adapter (written as a pail adapter file, usable as --init-adapter) or, with
+// full, every base weight (written as a Hugging Face checkpoint folder with
+// the source model's tokenizer files). Rows: {"prompt", "completion"}, or
+// {"messages": [...]} whose last message is the assistant's completion.
+#pragma once
+#include <signal.h>
+#include <stdbool.h>
+#include "core/err.h"
+
+typedef struct {
+    const char *model_dir, *data_path, *out;  // out: adapter .h5 (LoRA) or checkpoint folder (full)
+    const char *prompt_format;
+    bool full, chat;
+    int lora_rank;
+    double lora_alpha;
+    unsigned lora_targets;
+    bool rslora;
+    double lr, beta1, beta2, adam_eps, weight_decay, max_grad_norm, min_lr_ratio;
+    int cosine;                // 1: cosine decay after warmup
+    long warmup_steps, steps, batch, seed;
+    int token_budget;
+    const char *metrics_path;  // JSON lines per logged step (NULL: none)
+    int log_every;
+} SftConfig;
+
+int sft_run(const SftConfig *cfg, volatile sig_atomic_t *stop, PailErr *err);
