@@ -11,6 +11,8 @@ static const CtlCommand commands[] = {
     {"stat", ctl_stat, "size, etag, mtime and metadata of URL"},
     {"rm", ctl_rm, "delete URL"},
     {"eval", ctl_eval, "score a held-out set once (greedy or pass@k) with a model and adapter"},
+    {"status", ctl_status, "a run at a glance: trainer step, reward trend, live workers, evaluations"},
+    {"plot", ctl_plot, "draw a run's reward and held-out accuracy curves (SVG)"},
     {"logprobs", ctl_logprobs, "per-token log-probs of token ids under a model (+ adapter)"},
     {"init-model", ctl_init_model, "write a random-weight Hugging Face checkpoint (tiny, bench, 0.5B shapes)"},
     {"model-info", ctl_model_info, "check a model folder's config and tensors; print base_sha256"},
