@@ -9,6 +9,7 @@
 #include <string.h>
 #include "core/fsutil.h"
 #include "ctl/ctl.h"
+#include "lora/peft.h"
 #include "model/transformer.h"
 
 int ctl_read_url_or_path(const char *src, const CtlStoreFlags *sf, Buf *out, PailErr *err) {
@@ -54,7 +55,7 @@ int ctl_logprobs(int argc, char **argv) {
     double temperature;
     Flag fl[CTL_STORE_NFLAGS + 5] = {
         {"model", FLAG_STRING, &model, NULL, 1, 0, "Hugging Face model folder"},
-        {"adapter", FLAG_STRING, &adapter, NULL, 1, 0, "pail adapter (.h5): a path or a store URL"},
+        {"adapter", FLAG_STRING, &adapter, NULL, 1, 0, "adapter: a pail .h5 file, a PEFT folder, or a store URL"},
         {"input", FLAG_STRING, &input, NULL, 1, 0, "JSON lines {\"ids\": [...]} (- for stdin)"},
         {"token-budget", FLAG_INT, &budget, "4096", 1, 1 << 20, "tokens per packed forward"},
         {"temperature", FLAG_DOUBLE, &temperature, "1", 1e-6, 1e6, "log-probs of logits / temperature"},
@@ -86,9 +87,11 @@ int ctl_logprobs(int argc, char **argv) {
     float *lp = NULL;
     if (adapter) {
         Buf b = {0};
-        AdapterMeta meta;
-        if (ctl_read_url_or_path(adapter, &sf, &b, &err) < 0 ||
-            lora_adapter_read(b.data, b.len, adapter, &w.cfg, &lay, &lp_params, &meta, &err) < 0) {
+        AdapterMeta meta = {0};
+        bool url = !strncmp(adapter, "file://", 7) || !strncmp(adapter, "s3://", 5);
+        if (url ? (ctl_read_url_or_path(adapter, &sf, &b, &err) < 0 ||
+                   lora_adapter_read(b.data, b.len, adapter, &w.cfg, &lay, &lp_params, &meta, &err) < 0)
+                : lora_load_any(adapter, &w.cfg, &lay, &lp_params, &meta, &err) < 0) {
             buf_free(&b);
             fprintf(stderr, "%s: %s\n", argv[0], err.msg);
             goto done;

@@ -177,6 +177,42 @@ int lora_adapter_read(const void *data, size_t len, const char *name, const Mode
     return rc < 0 ? -1 : 0;
 }
 
+// A stand-in model config whose projection dims equal the adapter's (head_dim
+// 1, so q/k widths are head counts): enough to lay out and read the adapter
+// when no model is given.
+static int lora_dims_from_file(hid_t f, const char *name, int nl, ModelConfig *mc, PailErr *err) {
+    memset(mc, 0, sizeof *mc);
+    mc->num_hidden_layers = nl;
+    mc->head_dim = 1;
+    for (int m = 0; m < LORA_NMOD; m++) {
+        char path[96];
+        snprintf(path, sizeof path, "layers/0/%s/lora_B", LORA_MODULE_NAMES[m]);
+        if (!h5l_exists(f, path)) continue;
+        hsize_t db[2] = {0}, da[2] = {0};
+        hid_t ds = H5Dopen2(f, path, H5P_DEFAULT), sp = H5Dget_space(ds);
+        H5Sget_simple_extent_dims(sp, db, NULL);
+        H5Sclose(sp);
+        H5Dclose(ds);
+        snprintf(path, sizeof path, "layers/0/%s/lora_A", LORA_MODULE_NAMES[m]);
+        if (!h5l_exists(f, path)) return err_set(err, PAIL_ERR_INVALID, "adapter %s: dataset '%s' is missing", name, path);
+        ds = H5Dopen2(f, path, H5P_DEFAULT);
+        sp = H5Dget_space(ds);
+        H5Sget_simple_extent_dims(sp, da, NULL);
+        H5Sclose(sp);
+        H5Dclose(ds);
+        int in = (int)da[1], out = (int)db[0];
+        switch (m) {
+        case LORA_Q: mc->hidden_size = in; mc->num_attention_heads = out; break;
+        case LORA_K: case LORA_V: mc->hidden_size = in; mc->num_key_value_heads = out; break;
+        case LORA_O: mc->num_attention_heads = in; mc->hidden_size = out; break;
+        case LORA_GATE: case LORA_UP: mc->hidden_size = in; mc->intermediate_size = out; break;
+        case LORA_DOWN: mc->intermediate_size = in; mc->hidden_size = out; break;
+        default: break;
+        }
+    }
+    return 0;
+}
+
 int lora_adapter_read_h5(hid_t f, const char *name, const ModelConfig *mc, LoraLayout *layout, float **params,
                          AdapterMeta *meta, PailErr *err) {
     memset(layout, 0, sizeof *layout);
@@ -192,6 +228,12 @@ int lora_adapter_read_h5(hid_t f, const char *name, const ModelConfig *mc, LoraL
         h5a_read_f64(f, "scaling", &scaling, name, err) < 0 || h5a_read_i64(f, "num_layers", &nl, name, err) < 0 ||
         h5a_read_strs(f, "target_modules", &targets, &nt, name, err) < 0) { rc = -1; goto done; }
     if (h5a_exists(f, "use_rslora") && h5a_read_i64(f, "use_rslora", &rs, name, err) < 0) { rc = -1; goto done; }
+    ModelConfig own;
+    if (!mc) {  // no model at hand (export): take the dims from the file's layer 0
+        if (nl < 1 || nl > 100000) { rc = err_set(err, PAIL_ERR_INVALID, "adapter %s: num_layers %lld", name, (long long)nl); goto done; }
+        if (lora_dims_from_file(f, name, (int)nl, &own, err) < 0) { rc = -1; goto done; }
+        mc = &own;
+    }
     if (nl != mc->num_hidden_layers) {
         rc = err_set(err, PAIL_ERR_INVALID, "adapter %s: %lld layers, the model has %d", name, (long long)nl,
                      mc->num_hidden_layers);

@@ -62,7 +62,8 @@ int lora_adapter_read_h5(hid_t f, const char *name, const ModelConfig *mc, LoraL
 // Adapter file image (HDF5) of params in layout l.
 int lora_adapter_write(const LoraLayout *l, const float *params, const AdapterMeta *meta, Buf *out, PailErr *err);
 // Reads an adapter file image and checks it against the model: every target
-// module of every layer present with PEFT's shapes for this model. On success
+// module of every layer present with PEFT's shapes for this model (mc NULL:
+// shapes taken from the file itself, for tools that have no model). On success
 // *layout and *params (malloc'ed, layout->n_params floats) are the caller's.
 int lora_adapter_read(const void *data, size_t len, const char *name, const ModelConfig *mc, LoraLayout *layout,
                       float **params, AdapterMeta *meta, PailErr *err);

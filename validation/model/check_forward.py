@@ -89,7 +89,17 @@ def rel(a, b):
     return float(np.abs(a - b).max() / max(np.abs(b).max(), 1e-12))
 
 
-def write_pail_adapter(peft_model, path, L, rank, alpha):
+def base_sha256(d):
+    """doc/models.md: sha256 of `sha256sum *.safetensors` output, files sorted by name."""
+    import glob
+    import hashlib
+    lines = ""
+    for f in sorted(glob.glob(os.path.join(d, "*.safetensors")), key=os.path.basename):
+        lines += hashlib.sha256(open(f, "rb").read()).hexdigest() + "  " + os.path.basename(f) + "\n"
+    return hashlib.sha256(lines.encode()).hexdigest()
+
+
+def write_pail_adapter(peft_model, path, L, rank, alpha, base="0" * 64):
     sd = {k: v.detach().float().numpy() for k, v in peft_model.state_dict().items() if "lora_" in k}
     with h5py.File(path, "w") as f:
         f.attrs["format"] = np.bytes_("pail.lora")
@@ -99,7 +109,7 @@ def write_pail_adapter(peft_model, path, L, rank, alpha):
         f.attrs["alpha"] = np.float64(alpha)
         f.attrs["scaling"] = np.float64(alpha / rank)
         f.attrs["target_modules"] = np.array([m.encode() for m in MODULES])
-        f.attrs["base_sha256"] = np.bytes_("0" * 64)
+        f.attrs["base_sha256"] = np.bytes_(base)
         for i in range(L):
             for m in MODULES:
                 parent = "mlp" if m in ("gate_proj", "up_proj", "down_proj") else "self_attn"
@@ -148,7 +158,7 @@ for name, cfg in variants():
             if "lora_B" in pname:
                 p.copy_(0.05 * torch.randn_like(p))
     apath = os.path.join(d, "adapter.h5")
-    write_pail_adapter(peft_model, apath, cfg.num_hidden_layers, rank, alpha)
+    write_pail_adapter(peft_model, apath, cfg.num_hidden_layers, rank, alpha, base_sha256(d))
     json.dump({"seqs": seqs, "weights": weights, "temperature": 1.0}, open(inp, "w"))
     peft_model.zero_grad()
     ref = torch_logprobs(peft_model, seqs, 1.0)
@@ -180,6 +190,42 @@ for name, cfg in variants():
         got = [json.loads(l)["logprobs"] for l in out.stdout.splitlines()]
         err = max(float((torch.tensor(a) - b.detach()).abs().max()) for a, b in zip(got, ref))
         report("grpo-ctl logprobs (packed in rows of 16 tokens)", err, 1e-4)
+        pail_lp = got
+        # Export to PEFT: PEFT loads the folder onto a fresh transformers model
+        # and gives pail's log-probs.
+        from peft import PeftModel
+        pdir = os.path.join(d, "peft-export")
+        out = subprocess.run([ctl, "export", "--adapter", apath, "--out", pdir, "--model", d],
+                             capture_output=True, text=True)
+        if out.returncode != 0:
+            raise RuntimeError(f"grpo-ctl export failed: {out.stderr.strip()}")
+        fresh = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32)
+        loaded = PeftModel.from_pretrained(fresh, pdir)
+        with torch.no_grad():
+            lp = torch_logprobs(loaded, seqs, 1.0)
+        err = max(float((torch.tensor(a) - b).abs().max()) for a, b in zip(pail_lp, lp))
+        report("PEFT loads grpo-ctl export: logprobs equal pail's", err, 1e-4)
+        # --merge: transformers loads the merged checkpoint.
+        mdir = os.path.join(d, "merged")
+        out = subprocess.run([ctl, "export", "--adapter", apath, "--out", mdir, "--model", d, "--merge"],
+                             capture_output=True, text=True)
+        if out.returncode != 0:
+            raise RuntimeError(f"grpo-ctl export --merge failed: {out.stderr.strip()}")
+        merged = AutoModelForCausalLM.from_pretrained(mdir, dtype=torch.float32)
+        with torch.no_grad():
+            lp = torch_logprobs(merged, seqs, 1.0)
+        err = max(float((torch.tensor(a) - b).abs().max()) for a, b in zip(pail_lp, lp))
+        report("merged checkpoint in transformers: logprobs equal pail's", err, 1e-4)
+        # The other way in: a folder saved by PEFT itself, read by pail.
+        sdir = os.path.join(d, "peft-saved")
+        peft_model.save_pretrained(sdir)
+        out = subprocess.run([ctl, "logprobs", "--model", d, "--adapter", sdir, "--input", "-"],
+                             input=lines, capture_output=True, text=True)
+        if out.returncode != 0:
+            raise RuntimeError(f"grpo-ctl logprobs with a PEFT folder failed: {out.stderr.strip()}")
+        got = [json.loads(l)["logprobs"] for l in out.stdout.splitlines()]
+        err = max(float((torch.tensor(a) - b.detach()).abs().max()) for a, b in zip(got, ref))
+        report("a PEFT-saved adapter read by pail: logprobs equal PEFT's", err, 1e-4)
 
 print(f"model-forward: {passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)

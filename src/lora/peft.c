@@ -1,0 +1,172 @@
+// PEFT interchange: a pail adapter as a PEFT LoRA folder (adapter_config.json +
+// adapter_model.safetensors) that PEFT and vLLM load as is, the reverse, and
+// merging an adapter into the base weights (W' = W + scaling * B A).
+#include "lora/peft.h"
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include "core/fsutil.h"
+#include "model/safetensors.h"
+#include "shard/h5file.h"
+
+static void key_of(char *out, size_t cap, int layer, LoraModule m, char ab) {
+    snprintf(out, cap, "base_model.model.model.layers.%d.%s.%s.lora_%c.weight", layer, LORA_MODULE_PARENT[m],
+             LORA_MODULE_NAMES[m], ab);
+}
+
+int peft_export(const LoraLayout *l, const float *params, const char *base_model, const char *dir, PailErr *err) {
+    if (fs_mkdirs(dir, err) < 0) return -1;
+    json_t *targets = json_array();
+    for (int m = 0; m < LORA_NMOD; m++)
+        if (l->cfg.targets & (1u << m)) json_array_append_new(targets, json_string(LORA_MODULE_NAMES[m]));
+    json_t *cfg = json_pack("{s:s, s:s, s:s, s:i, s:f, s:f, s:o, s:b, s:s, s:b, s:b, s:b, s:n, s:n, s:{}, s:{}}",
+                            "base_model_name_or_path", base_model ? base_model : "", "peft_type", "LORA", "task_type",
+                            "CAUSAL_LM", "r", l->cfg.rank, "lora_alpha", l->cfg.alpha, "lora_dropout", 0.0,
+                            "target_modules", targets, "use_rslora", l->cfg.rslora, "bias", "none", "fan_in_fan_out", 0,
+                            "inference_mode", 1, "init_lora_weights", 1, "modules_to_save", "layers_to_transform",
+                            "rank_pattern", "alpha_pattern");
+    char *text = json_dumps(cfg, JSON_INDENT(2) | JSON_SORT_KEYS);
+    json_decref(cfg);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/adapter_config.json", dir);
+    int rc = fs_write_file_atomic(path, text, strlen(text), err);
+    free(text);
+    if (rc < 0) return -1;
+    int n = 0, cap = 2 * l->n_layers * LORA_NMOD;
+    SafeTensorsWriteItem *items = calloc((size_t)cap, sizeof *items);
+    char(*names)[160] = calloc((size_t)cap, sizeof *names);
+    if (!items || !names) { free(items); free(names); return err_set(err, PAIL_ERR_NOMEM, "out of memory"); }
+    for (int i = 0; i < l->n_layers; i++)
+        for (int m = 0; m < LORA_NMOD; m++) {
+            const LoraSlot *s = lora_slot(l, i, (LoraModule)m);
+            if (!s) continue;
+            key_of(names[n], sizeof names[n], i, (LoraModule)m, 'A');
+            items[n] = (SafeTensorsWriteItem){names[n], ST_DTYPE_F32, 2, {l->cfg.rank, s->in}, params + s->a_off};
+            n++;
+            key_of(names[n], sizeof names[n], i, (LoraModule)m, 'B');
+            items[n] = (SafeTensorsWriteItem){names[n], ST_DTYPE_F32, 2, {s->out, l->cfg.rank}, params + s->b_off};
+            n++;
+        }
+    snprintf(path, sizeof path, "%s/adapter_model.safetensors", dir);
+    const char *mk[] = {"format"}, *mv[] = {"pt"};
+    rc = safetensors_write(path, items, n, mk, mv, 1, err);
+    free(items);
+    free(names);
+    return rc;
+}
+
+int peft_import(const char *dir, const ModelConfig *mc, LoraLayout *l, float **params, PailErr *err) {
+    memset(l, 0, sizeof *l);
+    *params = NULL;
+    char path[4200];
+    snprintf(path, sizeof path, "%s/adapter_config.json", dir);
+    json_error_t jerr;
+    json_t *cfg = json_load_file(path, 0, &jerr);
+    if (!cfg) return err_set(err, PAIL_ERR_INVALID, "%s: %s", path, jerr.text);
+    const char *ptype = json_string_value(json_object_get(cfg, "peft_type"));
+    json_t *tm = json_object_get(cfg, "target_modules");
+    LoraConfig c = {.rank = (int)json_integer_value(json_object_get(cfg, "r")),
+                    .alpha = json_number_value(json_object_get(cfg, "lora_alpha")),
+                    .rslora = json_is_true(json_object_get(cfg, "use_rslora"))};
+    int rc = 0;
+    if (!ptype || strcmp(ptype, "LORA")) rc = err_set(err, PAIL_ERR_UNSUPPORTED, "%s: peft_type '%s' is not LORA", path, ptype ? ptype : "");
+    else if (json_is_true(json_object_get(cfg, "fan_in_fan_out")))
+        rc = err_set(err, PAIL_ERR_UNSUPPORTED, "%s: fan_in_fan_out adapters are not supported", path);
+    else if (json_object_size(json_object_get(cfg, "rank_pattern")) || json_object_size(json_object_get(cfg, "alpha_pattern")))
+        rc = err_set(err, PAIL_ERR_UNSUPPORTED, "%s: per-module rank_pattern/alpha_pattern are not supported", path);
+    else if (json_is_string(tm)) {
+        if (lora_targets_parse(json_string_value(tm), &c.targets, err) < 0) rc = err_wrap(err, "%s: target_modules", path);
+    } else if (json_is_array(tm)) {
+        size_t i;
+        json_t *v;
+        json_array_foreach(tm, i, v) {
+            unsigned t;
+            if (!json_is_string(v) || lora_targets_parse(json_string_value(v), &t, err) < 0) {
+                rc = err_wrap(err, "%s: target_modules", path);
+                break;
+            }
+            c.targets |= t;
+        }
+    } else {
+        rc = err_set(err, PAIL_ERR_INVALID, "%s: target_modules is missing", path);
+    }
+    json_decref(cfg);
+    if (rc < 0 || lora_layout_build(l, mc, &c, err) < 0) return -1;
+    snprintf(path, sizeof path, "%s/adapter_model.safetensors", dir);
+    SafeTensors st;
+    if (safetensors_open(&st, path, err) < 0) {
+        lora_layout_free(l);
+        return -1;
+    }
+    *params = calloc((size_t)l->n_params, sizeof(float));
+    for (int i = 0; i < l->n_layers && rc == 0; i++)
+        for (int m = 0; m < LORA_NMOD && rc == 0; m++) {
+            const LoraSlot *s = lora_slot(l, i, (LoraModule)m);
+            if (!s) continue;
+            for (int ab = 0; ab < 2 && rc == 0; ab++) {
+                char key[160];
+                key_of(key, sizeof key, i, (LoraModule)m, ab ? 'B' : 'A');
+                const SafeTensor *t = safetensors_find(&st, key);
+                if (!t) {  // PEFT also saves without the "model." level for some architectures
+                    char alt[160];
+                    snprintf(alt, sizeof alt, "base_model.model.layers.%d.%s.%s.lora_%c.weight", i, LORA_MODULE_PARENT[m],
+                             LORA_MODULE_NAMES[m], ab ? 'B' : 'A');
+                    t = safetensors_find(&st, alt);
+                }
+                int64_t r0 = ab ? s->out : c.rank, r1 = ab ? c.rank : s->in;
+                if (!t) rc = err_set(err, PAIL_ERR_INVALID, "%s: tensor %s is missing", path, key);
+                else if (t->ndim != 2 || t->shape[0] != r0 || t->shape[1] != r1)
+                    rc = err_set(err, PAIL_ERR_INVALID, "%s: tensor %s has shape [%lld, %lld], expected [%lld, %lld]", path,
+                                 key, (long long)t->shape[0], (long long)(t->ndim > 1 ? t->shape[1] : 0), (long long)r0,
+                                 (long long)r1);
+                else if (safetensors_to_f32(*params + (ab ? s->b_off : s->a_off), t->data, t->dtype, t->nelem) < 0)
+                    rc = err_set(err, PAIL_ERR_INVALID, "%s: tensor %s has dtype %s", path, key,
+                                 safetensors_dtype_name(t->dtype));
+            }
+        }
+    safetensors_close(&st);
+    if (rc < 0) {
+        free(*params);
+        *params = NULL;
+        lora_layout_free(l);
+    }
+    return rc;
+}
+
+int lora_load_any(const char *path, const ModelConfig *mc, LoraLayout *l, float **params, AdapterMeta *meta,
+                  PailErr *err) {
+    struct stat sb;
+    memset(meta, 0, sizeof *meta);
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) return peft_import(path, mc, l, params, err);
+    Buf b = {0};
+    if (fs_read_file(path, &b, err) < 0) { buf_free(&b); return -1; }
+    int rc = lora_adapter_read(b.data, b.len, path, mc, l, params, meta, err);
+    buf_free(&b);
+    return rc;
+}
+
+int lora_merge(float *weights_block, const ModelWeights *w, const LoraLayout *l, const float *params) {
+    static const ModelParamId ids[LORA_NMOD] = {PARAM_WQ, PARAM_WK, PARAM_WV, PARAM_WO, PARAM_W_GATE, PARAM_W_UP,
+                                                PARAM_W_DOWN};
+    float scale = (float)lora_scaling(&l->cfg);
+    int R = l->cfg.rank;
+    for (int i = 0; i < l->n_layers; i++)
+        for (int m = 0; m < LORA_NMOD; m++) {
+            const LoraSlot *s = lora_slot(l, i, (LoraModule)m);
+            if (!s) continue;
+            float *W = weights_block + w->offsets[ids[m]] + (size_t)i * w->specs[ids[m]].numel;  // (out, in)
+            const float *A = params + s->a_off, *B = params + s->b_off;                         // (R, in), (out, R)
+            // W += scale * B A, accumulated in double per element for a faithful merge.
+#pragma omp parallel for schedule(static)
+            for (int o = 0; o < s->out; o++)
+                for (int k = 0; k < s->in; k++) {
+                    double acc = 0;
+                    for (int r = 0; r < R; r++) acc += (double)B[(size_t)o * R + r] * A[(size_t)r * s->in + k];
+                    W[(size_t)o * s->in + k] += (float)(scale * acc);
+                }
+        }
+    return 0;
+}
