@@ -12,6 +12,7 @@
 #include "core/rng.h"
 #include "core/sha256.h"
 #include "core/timeutil.h"
+#include "lora/peft.h"
 #include "model/transformer.h"
 #include "rollout/dataset.h"
 #include "rollout/generate.h"
@@ -513,15 +514,8 @@ static int run_eval_once(Worker *w, PailErr *err) {
     const RolloutConfig *c = w->cfg;
     long v = -1;
     if (c->eval_adapter) {
-        Buf b = {0};
         AdapterMeta meta;
-        PailErr e2 = {0};
-        if (fs_read_file(c->eval_adapter, &b, &e2) < 0) { *err = e2; buf_free(&b); return -1; }
-        if (lora_adapter_read(b.data, b.len, c->eval_adapter, &w->w.cfg, &w->lay, &w->lora, &meta, err) < 0) {
-            buf_free(&b);
-            return -1;
-        }
-        buf_free(&b);
+        if (lora_load_any(c->eval_adapter, &w->w.cfg, &w->lay, &w->lora, &meta, err) < 0) return -1;
         v = meta.version;
         if (transformer_set_lora(w->tf, &w->lay, w->lora, err) < 0) return -1;
     } else if (w->st) {
