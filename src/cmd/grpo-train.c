@@ -152,11 +152,7 @@ int main(int argc, char **argv) {
     if (full && !sft) { fprintf(stderr, "grpo-train: --full needs --sft (GRPO trains a LoRA adapter)\n"); usage = 1; }
     if (sft && !out) { fprintf(stderr, "grpo-train: --sft needs --out (adapter file, or folder with --full)\n"); usage = 1; }
     if (sft && !model) { fprintf(stderr, "grpo-train: --sft needs --model\n"); usage = 1; }
-    if (keep) {
-        fprintf(stderr, "grpo-train: not implemented yet: --keep-versions (retention) is not built in this version\n");
-        flags_free(fl, n);
-        return 1;
-    }
+    c.keep_versions = keep;
     if (usage) {
         flags_free(fl, n);
         return 2;

@@ -18,6 +18,7 @@
 #include "kernels.h"
 #include "model/transformer.h"
 #include "shard/h5file.h"
+#include "store/retention.h"
 #include "store/runlayout.h"
 #include "store/versions.h"
 
@@ -107,6 +108,12 @@ static int publish(Trainer *t, PailErr *err) {
     t->published_step = t->step;
     rc = 0;
     log_info("published adapter v%08lld (step %lld) in %.2f s", (long long)v, (long long)t->step, time_mono_s() - t0);
+    if (t->cfg->keep_versions > 0) {  // best effort: a relay gives deletes to the operator role only
+        GcStats g;
+        PailErr gerr = {0};
+        if (run_gc(t->st, t->cfg->keep_versions, t->cfg->max_staleness, false, &g, &gerr) < 0)
+            log_warn("--keep-versions: %s", gerr.msg);
+    }
 out:
     buf_free(&state);
     buf_free(&s.adapter_image);

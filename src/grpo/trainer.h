@@ -31,6 +31,7 @@ typedef struct {
     long warmup_steps;
     long steps, groups_per_step;
     int group_size, max_staleness, token_budget, publish_every;
+    long keep_versions;          // retention after each publish (0: keep all)
     ScaleRewards scale_rewards;
     GrpoLossConfig loss;
     long seed;

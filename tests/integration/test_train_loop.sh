@@ -75,6 +75,14 @@ check "the junk shard is recorded under trainer/rejected/" test -f "$D/trainer/r
 check "...with the reason" grep -q "not an HDF5 file" "$D/trainer/rejected/rollouts/v00000004/zz-000001.h5.json"
 check "metrics count it" grep -q '"shards_rejected": *1' "$D/metrics/step-00000005.json"
 
+echo "retention"
+check "grpo-ctl gc --dry-run deletes nothing" "$BIN/grpo-ctl" gc "$RUN" --keep-versions 2 --max-staleness 1 --dry-run
+check "...and says what it would delete" grep -q "would delete 4 adapters, 4 trainer states" "$WORK/last.out"
+check "grpo-ctl gc --keep-versions 2" "$BIN/grpo-ctl" gc "$RUN" --keep-versions 2 --max-staleness 1
+check "old versions are gone" test ! -e "$D/adapters/v00000003.h5" -a ! -e "$D/trainer/state-v00000003.h5"
+check "the newest two and the newest state stay" test -f "$D/adapters/v00000004.h5" -a -f "$D/trainer/state-v00000005.h5"
+check "no rollout version below the cutoff" bash -c "! ls -d '$D'/rollouts/v0000000[0-3] 2>/dev/null"
+
 echo "usage errors"
 expect_fail "missing --run" 2 "required" "$BIN/grpo-train" --model "$M"
 expect_fail "bad --loss" 2 "--loss" "$BIN/grpo-train" --model "$M" --run "$RUN" --loss ppo

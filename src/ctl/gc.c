@@ -1,0 +1,63 @@
+// grpo-ctl gc: retention for a run (src/store/retention.c). The staleness
+// window comes from run.json's trainer settings unless given.
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include "ctl/ctl.h"
+#include "store/retention.h"
+#include "store/runlayout.h"
+
+int ctl_gc(int argc, char **argv) {
+    CtlStoreFlags sf = {0};
+    long keep, stale;
+    bool dry;
+    Flag fl[CTL_STORE_NFLAGS + 3] = {
+        {"keep-versions", FLAG_INT, &keep, NULL, 1, 100000000, "keep the newest N adapter versions (required)"},
+        {"max-staleness", FLAG_INT, &stale, "-1", -1, 1000000, "also keep this window (-1: run.json's trainer setting)"},
+        {"dry-run", FLAG_BOOL, &dry, "false", 1, 0, "count what would be deleted, delete nothing"},
+    };
+    ctl_store_flags(fl + 3, &sf);
+    int n = CTL_STORE_NFLAGS + 3, npos = 0, rc;
+    char **pos = NULL;
+    keep = 0;
+    const char *usage = "grpo-ctl gc RUN_URL --keep-versions N [--dry-run]";
+    if ((rc = ctl_parse(usage, "Deletes adapters, trainer states and rollout versions older than the newest N\n"
+                               "(never inside the staleness window). Behind a relay it needs the operator key.",
+                        fl, n, argc, argv, &pos, &npos)) >= 0)
+        goto done;
+    rc = 2;
+    if (npos != 1 || keep < 1) {
+        fprintf(stderr, "%s: expected RUN_URL and --keep-versions N\nusage: %s\n", argv[0], usage);
+        goto done;
+    }
+    rc = 1;
+    PailErr err = {0};
+    Store *st = NULL;
+    StoreOptions so = {.endpoint = sf.endpoint, .region = sf.region, .ca_bundle = sf.ca_bundle,
+                       .allow_http = sf.allow_http, .retry_seconds = sf.retry_seconds};
+    if (store_open(&st, pos[0], &so, &err) < 0) goto fail;
+    if (stale < 0) {
+        json_t *m;
+        if (run_manifest_read(st, &m, &err) < 0) goto fail;
+        json_t *v = json_object_get(json_object_get(m, "trainer"), "max-staleness");
+        stale = json_is_integer(v) ? (long)json_integer_value(v) : 4;
+        json_decref(m);
+    }
+    GcStats g;
+    if (run_gc(st, keep, stale, dry, &g, &err) < 0) goto fail;
+    if (g.cutoff <= 0)
+        printf("nothing to delete: every version is among the newest %ld or inside the staleness window (%ld)\n", keep,
+               stale);
+    else
+        printf("%s %lld adapters, %lld trainer states, %lld rollout shards (versions below v%08lld)\n",
+               dry ? "would delete" : "deleted", (long long)g.adapters, (long long)g.states, (long long)g.shards,
+               (long long)g.cutoff);
+    rc = 0;
+fail:
+    if (rc) fprintf(stderr, "%s: %s\n", argv[0], err.msg);
+    store_close(st);
+done:
+    free(pos);
+    flags_free(fl, n);
+    return rc;
+}
