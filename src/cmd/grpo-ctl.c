@@ -12,6 +12,7 @@ static const CtlCommand commands[] = {
     {"rm", ctl_rm, "delete URL"},
     {"eval", ctl_eval, "score a held-out set once (greedy or pass@k) with a model and adapter"},
     {"status", ctl_status, "a run at a glance: trainer step, reward trend, live workers, evaluations"},
+    {"doctor", ctl_doctor, "preflight: endpoint, TLS, credentials and roles, create-only, clock, model, disk"},
     {"gc", ctl_gc, "retention: delete versions older than the newest N (outside the staleness window)"},
     {"export", ctl_export, "a pail adapter as a PEFT folder (vLLM, PEFT), or merged into the base model"},
     {"plot", ctl_plot, "draw a run's reward and held-out accuracy curves (SVG)"},

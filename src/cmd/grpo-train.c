@@ -88,7 +88,7 @@ int main(int argc, char **argv) {
         {"keep-versions", FLAG_INT, &keep, "0", 0, 100000000, "retention: keep the newest N versions (0: all)"},
         {"resume", FLAG_BOOL, &resume, "true", 1, 0, "continue from the run's newest state (--no-resume refuses a run with state)"},
         {"replay", FLAG_STRING, &replay, NULL, 1, 0, "train offline from the shards under this run prefix, in key order"},
-        {"init-adapter", FLAG_STRING, &init_adapter, NULL, 1, 0, "start v0 from this pail adapter file"},
+        {"init-adapter", FLAG_STRING, &init_adapter, NULL, 1, 0, "start v0 from an adapter: a pail .h5 file (e.g. an --sft result) or a PEFT folder"},
         {"sft", FLAG_STRING, &sft, NULL, 1, 0,
          "supervised warm-up from JSON lines {prompt, completion} or {messages} instead of GRPO (--steps steps of "
          "--groups-per-step examples)"},

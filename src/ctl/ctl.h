@@ -22,6 +22,7 @@ int ctl_plot(int argc, char **argv);         // src/ctl/plot.c
 int ctl_status(int argc, char **argv);       // src/ctl/status.c
 int ctl_export(int argc, char **argv);       // src/ctl/export.c
 int ctl_gc(int argc, char **argv);           // src/ctl/gc.c
+int ctl_doctor(int argc, char **argv);       // src/ctl/doctor.c
 int ctl_init_model(int argc, char **argv);   // src/ctl/model.c
 int ctl_model_info(int argc, char **argv);
 int ctl_tokenize(int argc, char **argv);

@@ -16,6 +16,7 @@
 #include "grpo/feed.h"
 #include "grpo/state.h"
 #include "kernels.h"
+#include "lora/peft.h"
 #include "model/transformer.h"
 #include "shard/h5file.h"
 #include "store/retention.h"
@@ -232,18 +233,16 @@ static int start(Trainer *t, PailErr *err) {
     // A new run: v0 is PEFT's init (B = 0) or the given adapter, published as
     // version 0 with its state.
     if (c->init_adapter) {
-        Buf b = {0};
         LoraLayout l2;
         float *p2;
         AdapterMeta meta;
-        if ((strncmp(c->init_adapter, "file://", 7) && strncmp(c->init_adapter, "s3://", 5)
-                 ? fs_read_file(c->init_adapter, &b, err)
-                 : err_set(err, PAIL_ERR_UNSUPPORTED, "--init-adapter takes a local .h5 file")) < 0 ||
-            lora_adapter_read(b.data, b.len, c->init_adapter, &t->w.cfg, &l2, &p2, &meta, err) < 0) {
-            buf_free(&b);
-            return -1;
+        if (lora_load_any(c->init_adapter, &t->w.cfg, &l2, &p2, &meta, err) < 0) return err_wrap(err, "--init-adapter");
+        if (meta.base_sha256[0] && strcmp(meta.base_sha256, t->w.base_sha256)) {
+            free(p2);
+            lora_layout_free(&l2);
+            return err_set(err, PAIL_ERR_INVALID, "--init-adapter %s was trained on base %.12s..., --model is %.12s...",
+                           c->init_adapter, meta.base_sha256, t->w.base_sha256);
         }
-        buf_free(&b);
         if (l2.n_params != t->lay.n_params || l2.cfg.targets != t->lay.cfg.targets) {
             free(p2);
             lora_layout_free(&l2);

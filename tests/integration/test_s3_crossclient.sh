@@ -64,6 +64,14 @@ check "rm" "$CTL" rm "$B/co/x"
 expect_fail "get after rm" 1 "not found" "$CTL" get "$B/co/x" "$WORK/x"
 expect_fail "rm of a missing key" 1 "not found" "$CTL" rm "$B/co/x"
 
+echo "grpo-ctl doctor"
+check "doctor on moto: ready" bash -c "'$CTL' doctor --run '$B/doctor-run' > '$WORK/doc-ok.out'"
+check "...create-only honoured" grep -q "create-only puts are honoured" "$WORK/doc-ok.out"
+check "...probe keys cleaned up" bash -c "! '$CTL' ls --recursive '$B/doctor-run/' | grep -q doctor-probe"
+env AWS_SECRET_ACCESS_KEY=wrong-secret-value "$CTL" doctor --run "$B/doctor-run" --retry-seconds 1 >"$WORK/doc.out" 2>&1
+rc=$?
+check "doctor with a wrong secret: NOT READY, exit 1" bash -c "[ $rc = 1 ] && grep -q 'NOT READY' '$WORK/doc.out' && grep -q SignatureDoesNotMatch '$WORK/doc.out'"
+
 echo "bad input"
 expect_fail "missing bucket" 1 "no-such-bucket" "$CTL" get s3://no-such-bucket/k "$WORK/x"
 expect_fail "missing key" 1 "not found" "$CTL" get "$B/nope/nothing" "$WORK/x"

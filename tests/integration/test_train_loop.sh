@@ -63,7 +63,7 @@ check "3 steps + resume + 2 steps = 5 steps straight (no group trained twice or 
 
 echo "a corrupt shard is rejected, recorded, and training goes on"
 head -c 5000 /dev/urandom >"$WORK/junk.h5"
-"$BIN/grpo-ctl" put --versioned "$RUN/rollouts/v00000004/zz-000001.h5" "$WORK/junk.h5" >/dev/null
+"$BIN/grpo-ctl" put --versioned "$RUN/rollouts/v00000004/aa-000001.h5" "$WORK/junk.h5" >/dev/null
 "$BIN/grpo-rollout" "${COMMON[@]}" --run "$RUN" --dataset "$WORK/train.jsonl" --worker-id wc \
   --groups-per-shard 4 --max-new-tokens 6 --batch-size 8 --max-shards 2 --max-ahead 0 "${RW[@]}" \
   >"$WORK/roll-wc.log" 2>&1 &
@@ -71,13 +71,13 @@ PIDS+=($!)
 "$BIN/grpo-train" "${COMMON[@]}" --run "$RUN" --steps 5 --groups-per-step 4 --lr 5e-3 --lora-rank 4 \
   --metrics "" --rollout-timeout 60 >"$WORK/train2.log" 2>&1
 check "the trainer resumed and finished step 5" test -f "$D/adapters/v00000005.h5"
-check "the junk shard is recorded under trainer/rejected/" test -f "$D/trainer/rejected/rollouts/v00000004/zz-000001.h5.json"
-check "...with the reason" grep -q "not an HDF5 file" "$D/trainer/rejected/rollouts/v00000004/zz-000001.h5.json"
+check "the junk shard is recorded under trainer/rejected/" test -f "$D/trainer/rejected/rollouts/v00000004/aa-000001.h5.json"
+check "...with the reason" grep -q "not an HDF5 file" "$D/trainer/rejected/rollouts/v00000004/aa-000001.h5.json"
 check "metrics count it" grep -q '"shards_rejected": *1' "$D/metrics/step-00000005.json"
 
 echo "retention"
-check "grpo-ctl gc --dry-run deletes nothing" "$BIN/grpo-ctl" gc "$RUN" --keep-versions 2 --max-staleness 1 --dry-run
-check "...and says what it would delete" grep -q "would delete 4 adapters, 4 trainer states" "$WORK/last.out"
+check "grpo-ctl gc --dry-run deletes nothing" bash -c "'$BIN/grpo-ctl' gc '$RUN' --keep-versions 2 --max-staleness 1 --dry-run > '$WORK/gc.out'"
+check "...and says what it would delete" grep -q "would delete 4 adapters, 4 trainer states" "$WORK/gc.out"
 check "grpo-ctl gc --keep-versions 2" "$BIN/grpo-ctl" gc "$RUN" --keep-versions 2 --max-staleness 1
 check "old versions are gone" test ! -e "$D/adapters/v00000003.h5" -a ! -e "$D/trainer/state-v00000003.h5"
 check "the newest two and the newest state stay" test -f "$D/adapters/v00000004.h5" -a -f "$D/trainer/state-v00000005.h5"
