@@ -51,14 +51,14 @@ static double stream_triad(void) {
     size_t n = 32u << 20;  // 3 x 128 MiB, far beyond any cache
     float *a = rnd(n, 1), *b = rnd(n, 1), *c = rnd(n, 1);
     double t = 1e30;  // not TIME_BEST: a pragma cannot sit in a macro argument
-    for (int rep = 0; rep < 5; rep++) {
+    for (int rep = 0; rep < 10; rep++) {
         double t0 = now();
 #pragma omp parallel for simd schedule(static)
         for (size_t i = 0; i < n; i++) a[i] = b[i] + 3.0f * c[i];
         t = fmin(t, now() - t0);
     }
     double gbs = 3.0 * n * sizeof(float) / t / 1e9;
-    printf("stream triad: %.1f GB/s (a = b + s*c, 3 x %zu MiB, %d threads)\n", gbs,
+    printf("stream triad: %.1f GB/s (a = b + s*c, 3 x %zu MiB, %d threads; STREAM counting, no RFO)\n", gbs,
            n * 4 >> 20, omp_get_max_threads());
     free(a), free(b), free(c);
     return gbs;
@@ -112,12 +112,12 @@ static void matvec_figures(int N, int K, double triad) {
     // all mat-vec figures first, then the OpenBLAS ones: its pool keeps spinning
     // for a while after a call and would tax whatever runs next on 2 cores
     for (int i = 0; i < NT; i++)
-        tm[i] = TIME_BEST(3, for (int r = 0; r < reps; r++) {
+        tm[i] = TIME_BEST(5, for (int r = 0; r < reps; r++) {
             matmul_forward(o, x, W + wsz * (c++ % copies), NULL, ts[i], K, N, 1, 0);
         }) / reps;
     openblas_set_num_threads(omp_get_max_threads());  // the reference: OpenBLAS's own pool
     for (int i = 0; i < NT; i++)
-        tg[i] = TIME_BEST(3, for (int r = 0; r < reps; r++) {
+        tg[i] = TIME_BEST(5, for (int r = 0; r < reps; r++) {
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, ts[i], N, K, 1, x, K,
                         W + wsz * (c++ % copies), K, 0, o, N);
         }) / reps;
@@ -138,6 +138,17 @@ static void matvec_figures(int N, int K, double triad) {
     free(W), free(x), free(o), free(o2);
 }
 
+// Bandwidth of an op that moves `bytes`: against the DRAM triad when the data
+// cannot fit in cache, else flagged as cache-resident (the triad does not apply).
+static void print_bw(const char *op, double t, double bytes, double triad) {
+    double gbs = bytes / t / 1e9;
+    if (bytes > 64e6)
+        printf("  %-26s %9.3f  %.1f GB/s (%.0f%% of triad)\n", op, t * 1e3, gbs, 100 * gbs / triad);
+    else
+        printf("  %-26s %9.3f  %.1f GB/s (%.1f MB, cache-resident: triad n/a)\n", op, t * 1e3, gbs,
+               bytes / 1e6);
+}
+
 static void op_figures(double triad) {
     int cu[NSEQ + 1], pos[T];
     for (int s = 0; s <= NSEQ; s++) cu[s] = s * (T / NSEQ);
@@ -148,11 +159,9 @@ static void op_figures(double triad) {
            T, NSEQ, C, H, HKV, D, F, V);
     printf("  %-26s %9s  %s\n", "op", "ms", "figure (reference)");
     double t = TIME_BEST(10, rmsnorm_forward(y, rs, x, w, T, C, 1e-5f));
-    printf("  %-26s %9.3f  %.1f GB/s (%.0f%% of triad)\n", "rmsnorm_forward", t * 1e3,
-           2.0 * T * C * 4 / t / 1e9, 100 * 2.0 * T * C * 4 / t / 1e9 / triad);
+    print_bw("rmsnorm_forward", t, 2.0 * T * C * 4, triad);
     t = TIME_BEST(10, rmsnorm_backward(dx, dw, y, x, w, rs, T, C));
-    printf("  %-26s %9.3f  %.1f GB/s (%.0f%% of triad)\n", "rmsnorm_backward", t * 1e3,
-           5.0 * T * C * 4 / t / 1e9, 100 * 5.0 * T * C * 4 / t / 1e9 / triad);
+    print_bw("rmsnorm_backward", t, 5.0 * T * C * 4, triad);
 
     float inv[D / 2], *ct = rnd((size_t)T * D / 2, 1), *st = rnd((size_t)T * D / 2, 1);
     rope_inv_freq(inv, D, 10000.0f, NULL);
@@ -160,13 +169,22 @@ static void op_figures(double triad) {
     size_t nq = (size_t)T * H * D, nk = (size_t)T * HKV * D;
     float *q = rnd(nq, 1), *k = rnd(nk, 1), *v = rnd(nk, 1), *o = rnd(nq, 1), *lse = rnd((size_t)T * H, 1);
     t = TIME_BEST(10, rope_forward(q, q, pos, ct, st, T, H, D));
-    printf("  %-26s %9.3f  %.1f GB/s (%.0f%% of triad)\n", "rope_forward (q)", t * 1e3,
-           2.0 * nq * 4 / t / 1e9, 100 * 2.0 * nq * 4 / t / 1e9 / triad);
+    print_bw("rope_forward (q)", t, 2.0 * nq * 4, triad);
     // causal flops: per (query, head) 4*D per visible key
     double aflops = 0;
     for (int s = 0; s < NSEQ; s++) {
         double L = cu[s + 1] - cu[s];
         aflops += 4.0 * D * H * L * (L + 1) / 2;
+    }
+    {  // validate at the bench shape before timing (the unit tests use small shapes)
+        float *r = rnd(nq, 1), *lr = rnd((size_t)T * H, 1);
+        attention_forward(o, lse, q, k, v, cu, NSEQ, T, H, HKV, D);
+        attention_forward_ref(r, lr, q, k, v, cu, NSEQ, T, H, HKV, D);
+        double md = 0;
+        for (size_t i = 0; i < nq; i++) md = fmax(md, fabs(o[i] - r[i]));
+        if (md > 1e-4) { fprintf(stderr, "bench_kernels: attention differs from reference by %g\n", md); exit(1); }
+        printf("  (attention_forward validated against the reference: max |diff| %.2g)\n", md);
+        free(r), free(lr);
     }
     t = TIME_BEST(5, attention_forward(o, lse, q, k, v, cu, NSEQ, T, H, HKV, D));
     printf("  %-26s %9.3f  %.1f GFLOP/s\n", "attention_forward", t * 1e3, aflops / t / 1e9);
@@ -181,17 +199,14 @@ static void op_figures(double triad) {
     float *kc = rnd((size_t)ns * maxc * HKV * D, 1), *vc = rnd((size_t)ns * maxc * HKV * D, 1);
     t = TIME_BEST(20, attention_decode_forward(o, q, kc, vc, cun, cl, ns, maxc, H, HKV, D));
     double kvb = 2.0 * ns * maxc * HKV * D * 4;
-    printf("  %-26s %9.3f  %.1f GB/s of KV read (%.0f%% of triad; 8 seqs x 512 cached)\n",
-           "attention_decode_forward", t * 1e3, kvb / t / 1e9, 100 * kvb / t / 1e9 / triad);
+    print_bw("attention_decode (8x512 kv)", t, kvb, triad);
 
     size_t nf = (size_t)T * F;
     float *g = rnd(nf, 4), *u = rnd(nf, 1), *h = rnd(nf, 1), *dg = rnd(nf, 1), *du = rnd(nf, 1);
     t = TIME_BEST(10, swiglu_forward(h, g, u, nf));
-    printf("  %-26s %9.3f  %.1f GB/s (%.0f%% of triad)\n", "swiglu_forward", t * 1e3,
-           3.0 * nf * 4 / t / 1e9, 100 * 3.0 * nf * 4 / t / 1e9 / triad);
+    print_bw("swiglu_forward", t, 3.0 * nf * 4, triad);
     t = TIME_BEST(10, swiglu_backward(dg, du, h, g, u, nf));
-    printf("  %-26s %9.3f  %.1f GB/s (%.0f%% of triad)\n", "swiglu_backward", t * 1e3,
-           5.0 * nf * 4 / t / 1e9, 100 * 5.0 * nf * 4 / t / 1e9 / triad);
+    print_bw("swiglu_backward", t, 5.0 * nf * 4, triad);
 
     float *wl = rnd((size_t)V * C, 0.1f), *dwl = rnd((size_t)V * C, 1), lp[T], ent[T], ls[T], dl[T];
     int tg[T];
@@ -200,6 +215,18 @@ static void op_figures(double triad) {
     float *ws = malloc(sizeof(float) * logprob_workspace_floats(T, vchunk));
     PailErr err = {0};
     double lflops = 2.0 * T * C * V;
+    {  // validate 4 rows against the naive full log-softmax
+        float lr[4], er[4];
+        if (logprob_forward(lp, ent, ls, x, wl, tg, 4, C, V, 1.0f, ws, vchunk, &err) ||
+            logprob_forward_ref(lr, er, NULL, x, wl, tg, 4, C, V, 1.0f, &err)) {
+            fprintf(stderr, "bench_kernels: %s\n", err.msg);
+            exit(1);
+        }
+        double md = 0;
+        for (int i = 0; i < 4; i++) md = fmax(md, fmax(fabs(lp[i] - lr[i]), fabs(ent[i] - er[i])));
+        if (md > 1e-4) { fprintf(stderr, "bench_kernels: logprob differs from reference by %g\n", md); exit(1); }
+        printf("  (logprob_forward validated against the naive log-softmax: max |diff| %.2g)\n", md);
+    }
     t = TIME_BEST(3, logprob_forward(lp, ent, ls, x, wl, tg, T, C, V, 1.0f, ws, vchunk, &err));
     printf("  %-26s %9.3f  %.1f GFLOP/s (LM-head sgemm share; vchunk %d)\n",
            "logprob_forward +entropy", t * 1e3, lflops / t / 1e9, vchunk);
@@ -212,17 +239,16 @@ static void op_figures(double triad) {
 
     float *tab = wl;
     t = TIME_BEST(10, embedding_forward(y, tab, tg, T, C, V, &err));
-    printf("  %-26s %9.3f  %.1f GB/s\n", "embedding_forward", t * 1e3, 2.0 * T * C * 4 / t / 1e9);
+    print_bw("embedding_forward", t, 2.0 * T * C * 4, triad);
 
     size_t np = 8u << 20;  // an 8M-parameter flat array (LoRA params + grads + moments)
     float *p = rnd(np, 1), *m = rnd(np, 0), *vv = rnd(np, 0), *gr = rnd(np, 1);
     t = TIME_BEST(5, adamw_update(p, m, vv, gr, np, 1e-4f, 0.9f, 0.999f, 1e-8f, 0.01f, 3, 1.0f));
-    printf("  %-26s %9.3f  %.1f GB/s (%.0f%% of triad; 7 streams of 8M floats)\n", "adamw_update",
-           t * 1e3, 7.0 * np * 4 / t / 1e9, 100 * 7.0 * np * 4 / t / 1e9 / triad);
+    print_bw("adamw_update (8M params)", t, 7.0 * np * 4, triad);  // p, m, v in+out, g in
     double ss = 0;
     t = TIME_BEST(5, ss += adamw_grad_sumsq(gr, np));
-    printf("  %-26s %9.3f  %.1f GB/s (sum %.3g)\n", "adamw_grad_sumsq", t * 1e3,
-           1.0 * np * 4 / t / 1e9, ss);
+    print_bw("adamw_grad_sumsq", t, 1.0 * np * 4, triad);
+    if (!(ss > 0)) printf("  (sum of squares %g: wrong)\n", ss);
     free(x), free(w), free(y), free(rs), free(dx), free(dw), free(ct), free(st);
     free(q), free(k), free(v), free(o), free(lse), free(dq), free(dk), free(dv), free(kc), free(vc);
     free(g), free(u), free(h), free(dg), free(du), free(wl), free(dwl), free(ws);
@@ -246,9 +272,11 @@ int main(int argc, char **argv) {
         if (fscanf(f, "%lf %lf %lf", &load[0], &load[1], &load[2]) != 3) load[0] = -1;
         fclose(f);
     }
-    printf("bench_kernels: %d threads (OMP_NUM_THREADS / OpenBLAS), matmul_small_t_max %d, "
-           "load average %.2f (figures are only meaningful on an idle machine)\n",
-           threads, matmul_small_t_max, load[0]);
+    const char *wp = getenv("OMP_WAIT_POLICY");
+    printf("bench_kernels: %d threads (OMP_NUM_THREADS / OpenBLAS), OMP_WAIT_POLICY %s, "
+           "matmul_small_t_max %d, load average %.2f (figures are only meaningful on an idle "
+           "machine)\n",
+           threads, wp ? wp : "(unset)", matmul_small_t_max, load[0]);
     double triad = stream_triad();
     if (want(argc, argv, "sgemm")) sgemm_figures();
     if (want(argc, argv, "matvec")) {

@@ -7,7 +7,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
+# Idle OpenMP threads sleep instead of spinning: on shared or oversubscribed
+# cores spinning cost the small-T mat-vec 4x (measured, doc/kernels.md).
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 run() { make -s "$BUILD/bench/$1" && echo "== $1" && "$BUILD/bench/$1"; }
 
 run bench_kernels
 run bench_tokenizer
+bash mk/deps.sh bench && echo "== bench_relay" && bash bench/bench_relay.sh
+echo "== bench_model" && bash bench/bench_model.sh
+run bench_rollout

@@ -77,8 +77,11 @@ void attention_forward(float *out, float *lse, const float *q, const float *k, c
 }
 
 // Backward in two passes so that every output row has one writer and nothing
-// is allocated: (A) over (query, head): dq; (B) over (key, kv head): dk, dv.
+// is allocated: (A) over (query, head): dq; (B) over (block of KEY_TILE keys, kv
+// head): dk, dv, each query's row (q, dout, delta) loaded once per tile.
 // p = exp(s - lse), dp = dout . v, ds = p (dp - delta), delta = dout . out.
+enum { KEY_TILE = 16 };
+
 void attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,
                         const float *k, const float *v, const float *out, const float *lse,
                         const int *cu_seqlens, int nseq, int T, int H, int Hkv, int D) {
@@ -94,34 +97,53 @@ void attention_backward(float *dq, float *dk, float *dv, const float *dout, cons
                 const float *qi = q + i * qs + (size_t)h * D, *gi = dout + i * qs + (size_t)h * D;
                 float *dqi = dq + i * qs + (size_t)h * D;
                 float delta = dotf(gi, out + i * qs + (size_t)h * D, D), L = lse[(size_t)i * H + h];
+                float p[KEY_BLOCK];
                 for (int d = 0; d < D; d++) dqi[d] = 0;
-                for (int j = start; j <= i; j++) {
-                    const float *kj = k + j * ks + (size_t)hk * D, *vj = v + j * ks + (size_t)hk * D;
-                    float p = expf(dotf(qi, kj, D) * scale - L);
-                    float ds = p * (dotf(gi, vj, D) - delta) * scale;
+                for (int j0 = start; j0 <= i; j0 += KEY_BLOCK) {
+                    int nb = i + 1 - j0 < KEY_BLOCK ? i + 1 - j0 : KEY_BLOCK;
+                    for (int j = 0; j < nb; j++)
+                        p[j] = dotf(qi, k + (j0 + j) * ks + (size_t)hk * D, D) * scale - L;
+                    simd_exp(p, nb);
+                    for (int j = 0; j < nb; j++) {
+                        const float *kj = k + (j0 + j) * ks + (size_t)hk * D;
+                        float ds = p[j] * (dotf(gi, v + (j0 + j) * ks + (size_t)hk * D, D) - delta) * scale;
 #pragma omp simd
-                    for (int d = 0; d < D; d++) dqi[d] += ds * kj[d];
+                        for (int d = 0; d < D; d++) dqi[d] += ds * kj[d];
+                    }
                 }
             }
-#pragma omp for collapse(2) schedule(dynamic, 4)
-        for (int j = 0; j < T; j++)
+        // (B): one task per tile start; rows that do not start a tile of their
+        // sequence are skipped (cheap, and keeps the loop flat for OpenMP).
+#pragma omp for collapse(2) schedule(dynamic, 1)
+        for (int j0 = 0; j0 < T; j0++)
             for (int hk = 0; hk < Hkv; hk++) {
-                int end = cu_seqlens[seq_of(cu_seqlens, nseq, j) + 1];
-                const float *kj = k + j * ks + (size_t)hk * D, *vj = v + j * ks + (size_t)hk * D;
-                float *dkj = dk + j * ks + (size_t)hk * D, *dvj = dv + j * ks + (size_t)hk * D;
-                for (int d = 0; d < D; d++) dkj[d] = dvj[d] = 0;
+                int s = seq_of(cu_seqlens, nseq, j0), start = cu_seqlens[s], end = cu_seqlens[s + 1];
+                if ((j0 - start) % KEY_TILE) continue;
+                int nb = end - j0 < KEY_TILE ? end - j0 : KEY_TILE;
+                float dkt[KEY_TILE * D], dvt[KEY_TILE * D], p[KEY_TILE];
+                for (int e = 0; e < nb * D; e++) dkt[e] = dvt[e] = 0;
                 for (int h = hk * G; h < (hk + 1) * G; h++)
-                    for (int i = j; i < end; i++) {
+                    for (int i = j0; i < end; i++) {
                         const float *qi = q + i * qs + (size_t)h * D, *gi = dout + i * qs + (size_t)h * D;
-                        float p = expf(dotf(qi, kj, D) * scale - lse[(size_t)i * H + h]);
-                        float delta = dotf(gi, out + i * qs + (size_t)h * D, D);
-                        float ds = p * (dotf(gi, vj, D) - delta) * scale;
+                        float delta = dotf(gi, out + i * qs + (size_t)h * D, D), L = lse[(size_t)i * H + h];
+                        int nj = i - j0 + 1 < nb ? i - j0 + 1 : nb;  // causal: keys j0..min(i, tile end)
+                        for (int j = 0; j < nj; j++)
+                            p[j] = dotf(qi, k + (j0 + j) * ks + (size_t)hk * D, D) * scale - L;
+                        simd_exp(p, nj);
+                        for (int j = 0; j < nj; j++) {
+                            float ds = p[j] * (dotf(gi, v + (j0 + j) * ks + (size_t)hk * D, D) - delta) * scale;
+                            float *dkj = dkt + j * D, *dvj = dvt + j * D, pj = p[j];
 #pragma omp simd
-                        for (int d = 0; d < D; d++) {
-                            dkj[d] += ds * qi[d];
-                            dvj[d] += p * gi[d];
+                            for (int d = 0; d < D; d++) {
+                                dkj[d] += ds * qi[d];
+                                dvj[d] += pj * gi[d];
+                            }
                         }
                     }
+                for (int j = 0; j < nb; j++) {
+                    memcpy(dk + (j0 + j) * ks + (size_t)hk * D, dkt + j * D, sizeof(float) * D);
+                    memcpy(dv + (j0 + j) * ks + (size_t)hk * D, dvt + j * D, sizeof(float) * D);
+                }
             }
     }
 }

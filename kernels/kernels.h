@@ -157,6 +157,7 @@ void adamw_update_ref(float *p, float *m, float *v, const float *g, size_t n, fl
                       float grad_scale);
 
 // ---- CUDA twins (make CUDA=1): same contracts, every pointer a device pointer ----
+// Defined only in CUDA builds: callers guard their use with #ifdef PAIL_CUDA.
 // They return 0, or -1 with err set when a CUDA/cuBLAS call fails. Calls are
 // asynchronous on the default stream; kernels_cuda_sync() waits and reports.
 int kernels_cuda_device_count(void);  // 0 when no driver or no device (never fails)

@@ -115,7 +115,8 @@ static inline void store_out(float *o, float val, float alpha, float beta, const
 static void matmul_forward_small(float *out, const float *x, const float *W, const float *bias,
                                  int T, int K, int N, float alpha, float beta) {
     int nblk = (N + 3) / 4;
-#pragma omp parallel for schedule(static)
+    // dynamic: a thread the OS preempts (shared cores) does not hold up the others
+#pragma omp parallel for schedule(dynamic, 16)
     for (int b = 0; b < nblk; b++) {
         int n0 = 4 * b, n1 = n0 + 4 < N ? n0 + 4 : N;
         for (int t0 = 0; t0 < T; t0 += 4) {
@@ -165,9 +166,9 @@ void matmul_forward_ref(float *out, const float *x, const float *W, const float 
 // walk all N rows of W, so W is streamed once and no two threads write a column.
 static void matmul_dx_small(float *dx, const float *dout, const float *W, int T, int K, int N,
                             float alpha, float beta) {
-    enum { KB = 512 };
+    enum { KB = 128 };  // 512-byte slices of each W row: K = 512 still makes 4 blocks
     int nblk = (K + KB - 1) / KB;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(dynamic, 1)
     for (int b = 0; b < nblk; b++) {
         int k0 = b * KB, k1 = k0 + KB < K ? k0 + KB : K;
         for (int t = 0; t < T; t++) {

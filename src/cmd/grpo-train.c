@@ -53,7 +53,9 @@ int main(int argc, char **argv) {
     long rank, steps, gps, G, stale, budget, publish_every, keep, warmup, seed;
     double alpha, lr, eps_low, eps_high, tis, beta, b1, b2, aeps, wd, clip, min_lr, rollout_timeout;
     bool resume, full, rslora, recompute, allow_http, chat;
-    long log_every;
+    long log_every, valid_every;
+    double stop_accuracy;
+    char *valid = NULL;
     Flag fl[] = {
         {"config", FLAG_STRING, &config, NULL, 1, 0, "file of key = value lines (the command line wins)"},
         {"model", FLAG_STRING, &model, NULL, 1, 0, "Hugging Face model folder (config.json, *.safetensors)"},
@@ -97,6 +99,9 @@ int main(int argc, char **argv) {
         {"chat", FLAG_BOOL, &chat, "false", 1, 0, "with --sft: render prompts as a user message with the chat template"},
         {"prompt-format", FLAG_STRING, &prompt_format, NULL, 1, 0, "with --sft: plain template with {prompt}"},
         {"log-every", FLAG_INT, &log_every, "10", 1, 1000000, "with --sft: log the loss every N steps"},
+        {"sft-valid", FLAG_STRING, &valid, NULL, 1, 0, "with --sft: validation rows; greedy exact-match accuracy every --valid-every steps"},
+        {"valid-every", FLAG_INT, &valid_every, "50", 1, 1000000, "with --sft-valid: steps between validations"},
+        {"stop-accuracy", FLAG_DOUBLE, &stop_accuracy, "0", 0, 1, "with --sft-valid: stop once validation accuracy reaches this (0: never)"},
         {"recompute", FLAG_BOOL, &recompute, "false", 1, 0, "recompute layer activations in the backward (less memory)"},
         {"rollout-timeout", FLAG_DOUBLE, &rollout_timeout, "0", 0, 1e9, "fail after waiting this long for rollouts (0: wait)"},
         {"dump-grads", FLAG_STRING, &dump_grads, NULL, 1, 0, "write the first step's LoRA gradients (adapter layout) here"},
@@ -180,7 +185,8 @@ int main(int argc, char **argv) {
                        .rslora = rslora, .lr = lr, .beta1 = b1, .beta2 = b2, .adam_eps = aeps, .weight_decay = wd,
                        .max_grad_norm = clip, .min_lr_ratio = min_lr, .cosine = c.schedule == SCHEDULE_COSINE,
                        .warmup_steps = warmup, .steps = steps, .batch = gps, .seed = seed, .token_budget = (int)budget,
-                       .metrics_path = c.metrics_path, .log_every = (int)log_every};
+                       .metrics_path = c.metrics_path, .log_every = (int)log_every, .valid_path = valid,
+                       .valid_every = (int)valid_every, .stop_accuracy = stop_accuracy};
         rc = sft_run(&s, &g_stop, &err);
     } else {
         rc = trainer_run(&c, &g_stop, &err);

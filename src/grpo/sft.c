@@ -16,6 +16,7 @@
 #include "lora/lora.h"
 #include "model/modelgen.h"
 #include "model/transformer.h"
+#include "rollout/generate.h"
 #include "shard/h5file.h"
 #include "tokenizer/chat.h"
 #include "tokenizer/tokenizer.h"
@@ -121,6 +122,25 @@ static void shuffle(int64_t *order, int n, Rng *r) {
     }
 }
 
+// Greedy exact-match accuracy on validation examples: the generated ids up to
+// and including EOS equal the completion's.
+static int validate(Generator *gen, const Example *ex, int n, double *acc, PailErr *err) {
+    GenPrompt *gp = calloc((size_t)n, sizeof *gp);
+    GenCompletion *out = calloc((size_t)n, sizeof *out);
+    if (!gp || !out) { free(gp); free(out); return err_set(err, PAIL_ERR_NOMEM, "out of memory"); }
+    for (int i = 0; i < n; i++) gp[i] = (GenPrompt){.ids = ex[i].ids, .n = ex[i].plen, .seed = (uint64_t)i};
+    int rc = generator_run(gen, gp, n, out, err), hits = 0;
+    for (int i = 0; i < n && rc == 0; i++) {
+        int want = ex[i].n - ex[i].plen;
+        hits += out[i].n == want && !memcmp(out[i].ids, ex[i].ids + ex[i].plen, (size_t)want * sizeof(int32_t));
+    }
+    for (int i = 0; i < n; i++) gen_completion_free(&out[i]);
+    free(gp);
+    free(out);
+    *acc = n ? (double)hits / n : 0;
+    return rc;
+}
+
 int sft_run(const SftConfig *c, volatile sig_atomic_t *stop, PailErr *err) {
     ModelWeights w;
     if (model_weights_load(&w, c->model_dir, err) < 0) return -1;
@@ -138,6 +158,10 @@ int sft_run(const SftConfig *c, volatile sig_atomic_t *stop, PailErr *err) {
     float *logp = NULL, *dlogp = NULL;
     int64_t *order = NULL, *sel = NULL;
     FILE *mf = NULL;
+    Example *vex = NULL;
+    int nvex = 0;
+    Transformer *vtf = NULL;
+    Generator *vgen = NULL;
     if (tokenizer_load(&tok, path, err) < 0) goto out;
     snprintf(path, sizeof path, "%s/tokenizer_config.json", c->model_dir);
     if (c->prompt_format || access(path, R_OK) == 0) {
@@ -146,6 +170,11 @@ int sft_run(const SftConfig *c, volatile sig_atomic_t *stop, PailErr *err) {
     }
     int32_t eos = w.cfg.n_eos > 0 ? w.cfg.eos_token_ids[0] : tokenizer_eos_id(tok);
     if (load_examples(c, tok, &chat, have_chat, eos, &ex, &nex, err) < 0) goto out;
+    if (c->valid_path) {
+        SftConfig vc = *c;
+        vc.data_path = c->valid_path;
+        if (load_examples(&vc, tok, &chat, have_chat, eos, &vex, &nvex, err) < 0) goto out;
+    }
     size_t n;
     if (c->full) {
         n = w.num_params;
@@ -164,6 +193,19 @@ int sft_run(const SftConfig *c, volatile sig_atomic_t *stop, PailErr *err) {
     if (!params || !grads || !m || !v) { err_set(err, PAIL_ERR_NOMEM, "out of memory"); goto out; }
     if (transformer_init(&tf, &w, &plan, err) < 0) goto out;
     if (!c->full && transformer_set_lora(tf, &lay, params, err) < 0) goto out;
+    if (nvex) {  // greedy generation over the same weights (and adapter) for validation
+        int maxp = 1, maxc = 1;
+        for (int i = 0; i < nvex; i++) {
+            if (vex[i].plen > maxp) maxp = vex[i].plen;
+            if (vex[i].n - vex[i].plen > maxc) maxc = vex[i].n - vex[i].plen;
+        }
+        TransformerPlan vp = {.max_tokens = maxp > 64 ? maxp : 64};
+        GenConfig gc = {.group_size = 1, .max_new_tokens = maxc, .batch_size = 64, .max_prompt_tokens = maxp,
+                        .sampler = {.temperature = 0, .top_p = 1}, .stop_ids = &eos, .n_stop_ids = eos >= 0};
+        if (transformer_init(&vtf, &w, &vp, err) < 0 || (!c->full && transformer_set_lora(vtf, &lay, params, err) < 0) ||
+            generator_init(&vgen, vtf, &w.cfg, &gc, err) < 0)
+            goto out;
+    }
     int T = c->token_budget;
     tokb = malloc((size_t)T * sizeof(int)); posb = malloc((size_t)T * sizeof(int));
     tgtb = malloc((size_t)T * sizeof(int)); cub = malloc(((size_t)T + 1) * sizeof(int));
@@ -238,6 +280,19 @@ int sft_run(const SftConfig *c, volatile sig_atomic_t *stop, PailErr *err) {
                             (long long)step + 1, loss_acc / c->log_every, lr, sqrt(sumsq), tok_acc, secs);
             loss_acc = tok_acc = 0;
         }
+        if (vgen && c->valid_every > 0 && (step + 1) % c->valid_every == 0) {
+            double acc = 0;
+            if (validate(vgen, vex, nvex, &acc, err) < 0) goto out;
+            fprintf(stderr, "sft step %lld | validation exact match %.1f%% (%d examples)\n", (long long)step + 1,
+                    100 * acc, nvex);
+            if (mf) fprintf(mf, "{\"step\": %lld, \"valid_accuracy\": %.6f}\n", (long long)step + 1, acc);
+            if (c->stop_accuracy > 0 && acc >= c->stop_accuracy) {
+                log_info("sft: validation accuracy %.1f%% reached the target %.1f%% at step %lld", 100 * acc,
+                         100 * c->stop_accuracy, (long long)step + 1);
+                step++;
+                break;
+            }
+        }
     }
     // Save.
     if (c->full) {
@@ -260,6 +315,10 @@ int sft_run(const SftConfig *c, volatile sig_atomic_t *stop, PailErr *err) {
     rc = 0;
 out:
     if (mf) fclose(mf);
+    generator_free(vgen);
+    transformer_free(vtf);
+    for (int i = 0; i < nvex; i++) free(vex[i].ids);
+    free(vex);
     for (int i = 0; i < nex; i++) free(ex[i].ids);
     free(ex);
     free(order);

@@ -23,6 +23,9 @@ typedef struct {
     int token_budget;
     const char *metrics_path;  // JSON lines per logged step (NULL: none)
     int log_every;
+    const char *valid_path;    // NULL, or rows like data_path: greedy exact-match accuracy every valid_every steps
+    int valid_every;
+    double stop_accuracy;      // > 0: stop once the validation accuracy reaches it
 } SftConfig;
 
 int sft_run(const SftConfig *cfg, volatile sig_atomic_t *stop, PailErr *err);

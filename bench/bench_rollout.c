@@ -1,0 +1,246 @@
+// bench_rollout: rollout generation (src/rollout/generate.c) at the bench shape
+// with a rank-16 LoRA on all seven projections: tokens/s of generator_run at
+// batch 1, 8, 32, 64 with G = 8, each against its roofline measured in the same
+// run (min of batch x STREAM triad / weight bytes per step and OpenBLAS sgemm /
+// FLOPs per token), and the shared-prompt prefill: prefill tokens per group
+// (generator_stats) and the time of G = 8 against G = 1 and against 8 separate
+// prefills of a long prompt. Validates determinism first. Not a test.
+#include <cblas.h>
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "model/modelgen.h"
+#include "rollout/generate.h"
+
+enum { RANK = 16, G = 8, PROMPT = 32, MAX_NEW = 64, LONG_PROMPT = 1024 };
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void die(const char *what, const PailErr *err) {
+    fprintf(stderr, "bench_rollout: %s: %s\n", what, err ? err->msg : "out of memory");
+    exit(1);
+}
+
+static void *xmalloc(size_t n) {
+    void *p = malloc(n);
+    if (!p) die("malloc", NULL);
+    return p;
+}
+
+static void fill_uniform(float *p, size_t n, float a, unsigned seed) {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        unsigned h = (unsigned)i * 2654435761u ^ seed * 0x9e3779b9u;
+        h ^= h >> 15, h *= 2246822519u, h ^= h >> 13, h *= 3266489917u, h ^= h >> 16;
+        p[i] = a * (2.0f * (h & 0xffffff) / 16777216.0f - 1.0f);
+    }
+}
+
+static double stream_triad(void) {
+    size_t n = 32u << 20;  // 3 x 128 MiB, far beyond any cache
+    float *a = xmalloc(n * 4), *b = xmalloc(n * 4), *c = xmalloc(n * 4);
+    fill_uniform(a, n, 1, 1), fill_uniform(b, n, 1, 2), fill_uniform(c, n, 1, 3);
+    double t = 1e30;
+    for (int rep = 0; rep < 10; rep++) {
+        double t0 = now();
+#pragma omp parallel for simd schedule(static)
+        for (size_t i = 0; i < n; i++) a[i] = b[i] + 3.0f * c[i];
+        t = fmin(t, now() - t0);
+    }
+    free(a), free(b), free(c);
+    return 3.0 * n * sizeof(float) / t / 1e9;
+}
+
+// OpenBLAS sgemm (own pool) on one layer's forward products + the LM head at T rows.
+static double sgemm_reference(const ModelConfig *c, int T) {
+    int C = c->hidden_size, HD = c->num_attention_heads * c->head_dim, KD = c->num_key_value_heads * c->head_dim,
+        F = c->intermediate_size, V = c->vocab_size;
+    struct { int K, N; } p[] = {{C, HD}, {C, KD}, {C, KD}, {HD, C}, {C, F}, {C, F}, {F, C}, {C, V}};
+    int np = sizeof p / sizeof p[0];
+    float *x = xmalloc((size_t)T * F * 4), *W = xmalloc((size_t)V * C * 4), *o = xmalloc((size_t)T * V * 4);
+    fill_uniform(x, (size_t)T * F, 1, 4), fill_uniform(W, (size_t)V * C, 0.05f, 5);
+    openblas_set_num_threads(omp_get_max_threads());
+    double flops = 0, best = 1e30;
+    for (int i = 0; i < np; i++) flops += 2.0 * T * p[i].K * p[i].N;
+    for (int rep = 0; rep < 4; rep++) {
+        double t0 = now();
+        for (int i = 0; i < np; i++)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, p[i].N, p[i].K, 1, x, p[i].K, W, p[i].K, 0, o,
+                        p[i].N);
+        best = fmin(best, now() - t0);
+    }
+    openblas_set_num_threads(1);
+    free(x), free(W), free(o);
+    return flops / best / 1e9;
+}
+
+typedef struct {
+    ModelWeights w;
+    LoraLayout lay;
+    float *lora;
+    Transformer *tf;
+    double params;  // matmul weights per token: projections + LM head + LoRA
+} Bench;
+
+static void bench_build(Bench *b, int max_tokens) {
+    PailErr err = {0};
+    ModelConfig cfg;
+    if (modelgen_shape(&cfg, "bench", MODEL_LLAMA) < 0) die("modelgen_shape bench", NULL);
+    if (model_weights_alloc(&b->w, &cfg, &err) < 0) die("model_weights_alloc", &err);
+    fill_uniform(b->w.memory, b->w.num_params, 0.02f * sqrtf(3.0f), 11);
+    const ModelConfig *c = &b->w.cfg;
+    int L = c->num_hidden_layers, C = c->hidden_size;
+    for (int i = 0; i < L * C; i++) b->w.p.attn_norm[i] = b->w.p.mlp_norm[i] = 1.0f;
+    for (int i = 0; i < C; i++) b->w.p.final_norm[i] = 1.0f;
+    LoraConfig lc = {.rank = RANK, .alpha = 32, .targets = (1u << LORA_NMOD) - 1};
+    if (lora_layout_build(&b->lay, c, &lc, &err) < 0) die("lora_layout_build", &err);
+    b->lora = xmalloc((size_t)b->lay.n_params * 4);
+    lora_init(&b->lay, b->lora, 3);
+    for (int l = 0; l < L; l++)
+        for (int m = 0; m < LORA_NMOD; m++) {
+            const LoraSlot *s = lora_slot(&b->lay, l, m);
+            fill_uniform(b->lora + s->b_off, (size_t)s->out * RANK, 0.01f, 100 + l * 8 + m);
+        }
+    TransformerPlan plan = {.max_tokens = max_tokens};
+    if (transformer_init(&b->tf, &b->w, &plan, &err) < 0) die("transformer_init", &err);
+    if (transformer_set_lora(b->tf, &b->lay, b->lora, &err) < 0) die("set_lora", &err);
+    size_t HD = (size_t)c->num_attention_heads * c->head_dim, KD = (size_t)c->num_key_value_heads * c->head_dim,
+           F = c->intermediate_size;
+    b->params = (double)L * (C * HD * 2 + C * KD * 2 + 3 * C * F) + (double)c->vocab_size * C +
+                (double)b->lay.n_params;
+}
+
+typedef struct {
+    double secs;
+    int64_t tokens;  // completion tokens generated
+    GenStats st;
+    uint64_t digest; // of every id, for the determinism check
+} RunResult;
+
+// P prompts of n tokens each, G samples of up to max_new tokens, decode batch B.
+static RunResult run(Bench *b, int P, int n, int group, int batch, int max_new) {
+    PailErr err = {0};
+    GenConfig gc = {.group_size = group, .max_new_tokens = max_new, .batch_size = batch, .max_prompt_tokens = n,
+                    .sampler = {.temperature = 1.0, .top_p = 1.0}};
+    Generator *g;
+    if (generator_init(&g, b->tf, &b->w.cfg, &gc, &err) < 0) die("generator_init", &err);
+    int32_t *ids = xmalloc((size_t)P * n * sizeof *ids);
+    GenPrompt *pr = xmalloc((size_t)P * sizeof *pr);
+    for (int i = 0; i < P * n; i++) ids[i] = (int32_t)(((unsigned)i * 2654435761u >> 9) % 32000u);
+    for (int p = 0; p < P; p++) pr[p] = (GenPrompt){.ids = ids + (size_t)p * n, .n = n, .seed = 1000 + (uint64_t)p};
+    GenCompletion *out = calloc((size_t)P * group, sizeof *out);
+    if (!out) die("calloc", NULL);
+    double t0 = now();
+    if (generator_run(g, pr, P, out, &err) < 0) die("generator_run", &err);
+    RunResult r = {.secs = now() - t0, .st = generator_stats(g), .digest = 1469598103934665603ull};
+    for (int i = 0; i < P * group; i++) {
+        r.tokens += out[i].n;
+        for (int k = 0; k < out[i].n; k++) r.digest = (r.digest ^ (uint64_t)out[i].ids[k]) * 1099511628211ull;
+        gen_completion_free(&out[i]);
+    }
+    free(out), free(pr), free(ids);
+    generator_free(g);
+    return r;
+}
+
+int main(void) {
+    double load = -1;
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (f) {
+        if (fscanf(f, "%lf", &load) != 1) load = -1;
+        fclose(f);
+    }
+    printf("bench_rollout: %d threads, OpenBLAS core %s, load average %.2f (figures are only meaningful on an idle "
+           "machine)\n", omp_get_max_threads(), openblas_get_corename(), load);
+    Bench b = {0};
+    bench_build(&b, LONG_PROMPT);
+    const ModelConfig *c = &b.w.cfg;
+    double triad = stream_triad(), sgemm = sgemm_reference(c, 2048);
+    double bytes = 4.0 * b.params, flops_tok = 2.0 * b.params;
+    printf("references: STREAM triad %.1f GB/s; OpenBLAS sgemm %.1f GFLOP/s (a layer's products + LM head, "
+           "T=2048); weights %.1f MB fp32 per decode step, %.1f MFLOP per token (2 x matmul params)\n",
+           triad, sgemm, bytes / 1e6, flops_tok / 1e6);
+
+    // validate: the same seeds give the same completions at another batch size
+    RunResult a = run(&b, 2, PROMPT, 4, 8, 16), a2 = run(&b, 2, PROMPT, 4, 3, 16);
+    printf("validate: same seeds, batch 8 vs 3: completions %s\n", a.digest == a2.digest ? "identical (ok)" : "DIFFER");
+    if (a.digest != a2.digest) return 1;
+
+    printf("\ngenerator_run, G=%d, prompts of %d tokens, %d new tokens each (no stop ids), temperature 1\n", G, PROMPT,
+           MAX_NEW);
+    printf("  %5s %7s %8s %10s %12s %12s %8s\n", "batch", "prompts", "tokens", "tok/s", "roofline", "bound",
+           "of roof");
+    int batches[4] = {1, 8, 32, 64};
+    double tps64 = 0;
+    for (int i = 0; i < 4; i++) {
+        int B = batches[i], P = B >= G ? 2 * B / G : 1;  // two waves of the batch (P x G completions)
+        RunResult r = run(&b, P, PROMPT, G, B, B == 1 ? MAX_NEW / 2 : MAX_NEW);
+        double bw = B * triad * 1e9 / bytes, fl = sgemm * 1e9 / flops_tok, roof = fmin(bw, fl);
+        double tps = r.tokens / r.secs;
+        tps64 = tps;
+        printf("  %5d %7d %8lld %10.1f %12.1f %12s %7.0f%%\n", B, P, (long long)r.tokens, tps, roof,
+               bw < fl ? "bandwidth" : "sgemm", 100 * tps / roof);
+    }
+    printf("  (roofline = min(batch x triad / weight bytes, sgemm / FLOPs per token); time includes prefill and "
+           "sampling)\n");
+    // The sampler runs on one thread per token, over all V logits: its share of a batch-64 token.
+    {
+        int V = c->vocab_size;
+        float *z = xmalloc((size_t)V * 4), lp;
+        fill_uniform(z, (size_t)V, 5.0f, 77);
+        SamplerScratch ss;
+        if (sampler_scratch_init(&ss, V) < 0) die("sampler_scratch_init", NULL);
+        SamplerConfig sc = {.temperature = 1.0, .top_p = 1.0};
+        Rng rng;
+        rng_seed(&rng, 1, 0);
+        int n = 2000, acc = 0;
+        double t0 = now();
+        for (int i = 0; i < n; i++) acc += sample_token(z, &sc, &rng, &ss, &lp);
+        double us = (now() - t0) / n * 1e6;
+        printf("  sample_token (V=%d, temperature 1, serial over slots): %.1f us per token = %.0f%% of a batch-64 "
+               "token's %.1f us%s\n", V, us, 100 * us / (1e6 / tps64), 1e6 / tps64, acc < 0 ? "?" : "");
+        sampler_scratch_free(&ss);
+        free(z);
+    }
+
+    printf("\nshared-prompt prefill, one prompt of %d tokens, 2 new tokens per sample\n", LONG_PROMPT);
+    RunResult g1 = run(&b, 1, LONG_PROMPT, 1, 8, 2), g8 = run(&b, 1, LONG_PROMPT, G, 8, 2);
+    // no sharing: the same prompt submitted G times as separate prompts, G = 1 each
+    Bench *bp = &b;
+    PailErr err = {0};
+    GenConfig gc = {.group_size = 1, .max_new_tokens = 2, .batch_size = 8, .max_prompt_tokens = LONG_PROMPT,
+                    .sampler = {.temperature = 1.0, .top_p = 1.0}};
+    Generator *gen;
+    if (generator_init(&gen, bp->tf, c, &gc, &err) < 0) die("generator_init", &err);
+    int32_t *ids = xmalloc(LONG_PROMPT * sizeof *ids);
+    for (int i = 0; i < LONG_PROMPT; i++) ids[i] = (int32_t)(((unsigned)i * 2654435761u >> 9) % 32000u);
+    GenPrompt pr[G];
+    for (int j = 0; j < G; j++) pr[j] = (GenPrompt){.ids = ids, .n = LONG_PROMPT, .seed = (uint64_t)j};
+    GenCompletion out[G] = {0};
+    double t0 = now();
+    if (generator_run(gen, pr, G, out, &err) < 0) die("generator_run", &err);
+    double t_sep = now() - t0;
+    GenStats ss = generator_stats(gen);
+    for (int j = 0; j < G; j++) gen_completion_free(&out[j]);
+    generator_free(gen);
+    free(ids);
+    printf("  G=1:                    %6.3f s, prefill tokens %lld (%lld call)\n", g1.secs,
+           (long long)g1.st.prefill_tokens, (long long)g1.st.prefill_calls);
+    printf("  G=%d (shared prefill):   %6.3f s, prefill tokens per group %lld for a %d-token prompt (%lld call): "
+           "%.2fx the time of G=1\n", G, g8.secs, (long long)g8.st.prefill_tokens, LONG_PROMPT,
+           (long long)g8.st.prefill_calls, g8.secs / g1.secs);
+    printf("  %d separate prompts:     %6.3f s, prefill tokens %lld (%lld calls): sharing saves %.1fx\n", G, t_sep,
+           (long long)ss.prefill_tokens, (long long)ss.prefill_calls, t_sep / g8.secs);
+    transformer_free(b.tf);
+    free(b.lora);
+    lora_layout_free(&b.lay);
+    model_weights_free(&b.w);
+    return 0;
+}
