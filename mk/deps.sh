@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Checks that the Debian 12 packages pail builds and tests with are present.
 # As root, installs what is missing with apt-get; otherwise prints the exact
-# apt-get line and exits 1. Usage: mk/deps.sh build|test|all
+# apt-get line and exits 1. Usage: mk/deps.sh build|test|bench|all
 set -euo pipefail
 what=${1:-build}
 
@@ -15,7 +15,10 @@ build_pc=(
 # command : Debian package
 build_cmd=("gcc:gcc" "make:make" "pkg-config:pkg-config")
 test_cmd=("h5dump:hdf5-tools" "aws:awscli" "s3cmd:s3cmd" "python3:python3" "curl:curl" "openssl:openssl")
-test_pkg=("python3-venv")
+# slurm: the launcher test starts its own one-host cluster (tests/integration/lib_slurm.sh)
+test_pkg=("python3-venv" "slurmctld" "slurmd" "slurm-client" "munge")
+# `make bench` only: the load generator and the reference server for grpo-relay.
+bench_cmd=("wrk:wrk" "nginx:nginx-light")
 
 missing=()
 if ! command -v pkg-config >/dev/null 2>&1; then missing+=(pkg-config); fi
@@ -29,7 +32,12 @@ if command -v pkg-config >/dev/null 2>&1; then
 else
   for pair in "${build_pc[@]}"; do missing+=("${pair##*:}"); done
 fi
-if [ "$what" != build ]; then
+if [ "$what" = bench ] || [ "$what" = all ]; then
+  for pair in "${bench_cmd[@]}"; do
+    command -v "${pair%%:*}" >/dev/null 2>&1 || missing+=("${pair##*:}")
+  done
+fi
+if [ "$what" != build ] && [ "$what" != bench ]; then
   for pair in "${test_cmd[@]}"; do
     command -v "${pair%%:*}" >/dev/null 2>&1 || missing+=("${pair##*:}")
   done

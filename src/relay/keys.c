@@ -1,0 +1,218 @@
+// Key file parsing and the role policy (keys.h). The policy reads the key
+// relative to the client's run prefix, so one rule table serves every run:
+// trainer owns run.json, adapters/, trainer/, metrics/; rollout workers own
+// rollouts/, workers/, eval/; the operator owns all of them plus control/ and is
+// the only role that deletes (gc); readers only read.
+#include "relay/keys.h"
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "core/buf.h"
+
+static const char *const ROLE_NAMES[] = {"reader", "rollout", "trainer", "operator"};
+
+const char *relay_role_name(RelayRole r) {
+    return (unsigned)r < 4 ? ROLE_NAMES[r] : "?";
+}
+
+int relay_role_parse(const char *s, RelayRole *out) {
+    for (int i = 0; i < 4; i++)
+        if (!strcmp(s, ROLE_NAMES[i])) {
+            *out = (RelayRole)i;
+            return 0;
+        }
+    return -1;
+}
+
+static bool id_ok(const char *s) {
+    if (!*s) return false;
+    for (; *s; s++)
+        if (!isalnum((unsigned char)*s) && *s != '_' && *s != '-' && *s != '.') return false;
+    return true;
+}
+
+int relay_keys_parse(RelayKeys *out, const char *text, size_t n, const char *name, PailErr *err) {
+    memset(out, 0, sizeof *out);
+    int cap = 0, lineno = 0;
+    size_t i = 0;
+    while (i < n) {
+        size_t j = i;
+        while (j < n && text[j] != '\n') j++;
+        lineno++;
+        char line[4096];
+        size_t len = j - i;
+        if (len >= sizeof line) {
+            relay_keys_free(out);
+            return err_set(err, PAIL_ERR_INVALID, "%s:%d: line longer than %zu bytes", name, lineno, sizeof line - 1);
+        }
+        memcpy(line, text + i, len);
+        line[len] = 0;
+        i = j + 1;
+        if (memchr(line, 0, len)) {
+            relay_keys_free(out);
+            return err_set(err, PAIL_ERR_INVALID, "%s:%d: NUL byte in line", name, lineno);
+        }
+        char *hash = strchr(line, '#');
+        if (hash) *hash = 0;
+        char *f[5];
+        int nf = 0;
+        for (char *save = NULL, *t = strtok_r(line, " \t\r", &save); t; t = strtok_r(NULL, " \t\r", &save)) {
+            if (nf == 5) break;
+            f[nf++] = t;
+        }
+        if (nf == 0) continue;
+        if (nf < 3 || nf > 4) {
+            relay_keys_free(out);
+            return err_set(err, PAIL_ERR_INVALID,
+                           "%s:%d: expected 'ACCESS_KEY_ID SECRET ROLE [PREFIX]', found %d field%s", name, lineno,
+                           nf, nf == 1 ? "" : "s");
+        }
+        RelayKey k = {0};
+        if (strlen(f[0]) >= sizeof k.id || !id_ok(f[0])) {
+            relay_keys_free(out);
+            return err_set(err, PAIL_ERR_INVALID, "%s:%d: access key id must be 1-127 of [A-Za-z0-9_.-]", name,
+                           lineno);
+        }
+        size_t sl = strlen(f[1]);
+        if (sl < 16 || sl >= sizeof k.secret) {
+            relay_keys_free(out);
+            return err_set(err, PAIL_ERR_INVALID, "%s:%d: secret of key '%s' must be 16-127 bytes (has %zu)", name,
+                           lineno, f[0], sl);
+        }
+        if (relay_role_parse(f[2], &k.role) < 0) {
+            relay_keys_free(out);
+            return err_set(err, PAIL_ERR_INVALID,
+                           "%s:%d: unknown role '%.32s' (reader, rollout, trainer or operator)", name, lineno, f[2]);
+        }
+        if (nf == 4) {
+            char *p = f[3];
+            size_t pl = strlen(p);
+            while (pl > 0 && p[pl - 1] == '/') p[--pl] = 0;
+            PailErr kerr = {0};
+            if (pl == 0 || store_key_check(p, &kerr) < 0) {
+                relay_keys_free(out);
+                return err_set(err, PAIL_ERR_INVALID, "%s:%d: prefix: %s", name, lineno,
+                               pl ? kerr.msg : "empty prefix (leave it out for the whole bucket)");
+            }
+            snprintf(k.prefix, sizeof k.prefix, "%s", p);
+        }
+        snprintf(k.id, sizeof k.id, "%s", f[0]);
+        memcpy(k.secret, f[1], sl + 1);
+        if (relay_keys_find(out, k.id)) {
+            relay_keys_free(out);
+            return err_set(err, PAIL_ERR_INVALID, "%s:%d: access key id '%s' appears twice", name, lineno, k.id);
+        }
+        if (out->n == cap) {
+            cap = cap ? cap * 2 : 8;
+            RelayKey *nk = realloc(out->keys, (size_t)cap * sizeof *nk);
+            if (!nk) {
+                relay_keys_free(out);
+                return err_set(err, PAIL_ERR_NOMEM, "%s: out of memory", name);
+            }
+            out->keys = nk;
+        }
+        out->keys[out->n++] = k;
+    }
+    return 0;
+}
+
+int relay_keys_load(RelayKeys *out, const char *path, PailErr *err) {
+    memset(out, 0, sizeof *out);
+    FILE *f = fopen(path, "rb");
+    if (!f) return err_set(err, PAIL_ERR_IO, "key file %s: cannot open", path);
+    Buf b = {0};
+    char chunk[4096];
+    size_t got;
+    while ((got = fread(chunk, 1, sizeof chunk, f)) > 0) {
+        if (b.len + got > (1u << 24) || buf_append(&b, chunk, got) < 0) {
+            fclose(f);
+            buf_free(&b);
+            return err_set(err, PAIL_ERR_INVALID, "key file %s: larger than 16 MiB or out of memory", path);
+        }
+    }
+    fclose(f);
+    int rc = relay_keys_parse(out, b.data ? (const char *)b.data : "", b.len, path, err);
+    if (rc == 0 && out->n == 0) rc = err_set(err, PAIL_ERR_INVALID, "key file %s: no keys", path);
+    // The buffer held secrets: wipe before freeing.
+    if (b.data) memset(b.data, 0, b.cap);
+    buf_free(&b);
+    return rc;
+}
+
+void relay_keys_free(RelayKeys *k) {
+    if (k->keys) memset(k->keys, 0, (size_t)k->n * sizeof *k->keys);
+    free(k->keys);
+    k->keys = NULL;
+    k->n = 0;
+}
+
+const RelayKey *relay_keys_find(const RelayKeys *k, const char *id) {
+    for (int i = 0; i < k->n; i++)
+        if (!strcmp(k->keys[i].id, id)) return &k->keys[i];
+    return NULL;
+}
+
+// The key relative to the prefix, or NULL when it lies outside.
+static const char *relative(const char *prefix, const char *key) {
+    size_t pl = strlen(prefix);
+    if (pl == 0) return key;
+    if (strncmp(key, prefix, pl) || key[pl] != '/') return NULL;
+    return key + pl + 1;
+}
+
+static bool under(const char *rel, const char *dir) {
+    size_t n = strlen(dir);
+    return !strncmp(rel, dir, n) && rel[n];
+}
+
+bool relay_policy_allows(RelayRole role, const char *prefix, RelayAccess what, const char *key,
+                         const char **why) {
+    const char *dummy;
+    if (!why) why = &dummy;
+    const char *rel = relative(prefix, key);
+    if (!rel) {
+        *why = "key is outside this access key's run prefix";
+        return false;
+    }
+    if (what == ACCESS_READ) return true;
+    if (what == ACCESS_DELETE) {
+        if (role == ROLE_OPERATOR) return true;
+        *why = "only the operator role deletes";
+        return false;
+    }
+    // With a run prefix the rules apply to the key below it; a key without one
+    // serves every run in the bucket, so they apply below any folder.
+    bool trainer = false, rollout = false, control = false;
+    for (const char *p = rel; p;) {
+        trainer |= !strcmp(p, "run.json") || under(p, "adapters/") || under(p, "trainer/") || under(p, "metrics/");
+        rollout |= under(p, "rollouts/") || under(p, "workers/") || under(p, "eval/");
+        control |= under(p, "control/");
+        if (prefix[0]) break;
+        p = strchr(p, '/');
+        if (p) p++;
+    }
+    switch (role) {
+    case ROLE_OPERATOR:
+        if (trainer || rollout || control) return true;
+        *why = "the operator writes run.json, adapters/, trainer/, metrics/, rollouts/, workers/, eval/, control/";
+        return false;
+    case ROLE_TRAINER:
+        if (trainer) return true;
+        *why = "the trainer role writes run.json, adapters/, trainer/ and metrics/ only";
+        return false;
+    case ROLE_ROLLOUT:
+        if (rollout) return true;
+        *why = "the rollout role writes rollouts/, workers/ and eval/ only";
+        return false;
+    default:
+        *why = "the reader role only reads";
+        return false;
+    }
+}
+
+bool relay_policy_allows_list(const char *prefix, const char *list_prefix) {
+    size_t pl = strlen(prefix);
+    if (pl == 0) return true;
+    return !strncmp(list_prefix, prefix, pl) && list_prefix[pl] == '/';
+}

@@ -1,0 +1,360 @@
+// S3 multipart uploads through the relay: parts are spooled to files (never
+// held in memory beyond one request body), CompleteMultipartUpload joins them
+// into one file and hands it to the store (store_put_file: a rename on file://,
+// a multipart upload of its own on s3://). An upload belongs to the access key
+// that created it.
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <openssl/evp.h>
+#include <openssl/rand.h>
+#include "core/log.h"
+#include "core/sha256.h"
+#include "relay/relay_int.h"
+
+#define MAX_UPLOADS 1024
+
+struct Upload {
+    char id[40];
+    char key[STORE_MAX_KEY + 1];
+    char keyid[128];
+    StoreMeta meta[STORE_MAX_META];
+    int nmeta;
+    char dir[4200];
+    char (*etags)[40];  // index = part number; "" = not uploaded
+    uint64_t *sizes;
+    int cap;
+    int jobs;           // part / complete jobs running
+    bool completing;
+    Upload *next;
+};
+
+static Upload *find(Relay *r, const char *id) {
+    for (Upload *u = r->uploads; u; u = u->next)
+        if (!strcmp(u->id, id)) return u;
+    return NULL;
+}
+
+static void rm_dir(const char *dir) {
+    char p[4400];
+    DIR *d = opendir(dir);
+    for (struct dirent *e; d && (e = readdir(d));) {
+        if (e->d_name[0] == '.') continue;
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        unlink(p);
+    }
+    if (d) closedir(d);
+    rmdir(dir);
+}
+
+static void upload_free(Relay *r, Upload *u) {
+    for (Upload **pp = &r->uploads; *pp; pp = &(*pp)->next)
+        if (*pp == u) {
+            *pp = u->next;
+            break;
+        }
+    rm_dir(u->dir);
+    free(u->etags);
+    free(u->sizes);
+    free(u);
+}
+
+void mp_free_all(Relay *r) {
+    while (r->uploads) upload_free(r, r->uploads);
+}
+
+// The upload named by the request, owned by its key id and for its key; NULL after replying.
+static Upload *lookup(RelayReq *q) {
+    Upload *u = find(q->r, q->route.upload_id);
+    if (!u || strcmp(u->key, q->route.key) || strcmp(u->keyid, q->keyid) || u->completing) {
+        relay_reply_error(q, 404, "NoSuchUpload",
+                          "The specified multipart upload does not exist (or belongs to another key or access key).");
+        return NULL;
+    }
+    return u;
+}
+
+void mp_create(RelayReq *q) {
+    Relay *r = q->r;
+    int n = 0;
+    for (Upload *u = r->uploads; u; u = u->next) n++;
+    if (n >= MAX_UPLOADS) {
+        relay_reply_error(q, 503, "SlowDown", "Too many multipart uploads in progress on this relay.");
+        return;
+    }
+    Upload *u = calloc(1, sizeof *u);
+    uint8_t rnd[16];
+    if (!u || RAND_bytes(rnd, sizeof rnd) != 1) {
+        free(u);
+        relay_reply_error(q, 500, "InternalError", "out of memory or randomness");
+        return;
+    }
+    hex_encode(rnd, sizeof rnd, u->id);
+    snprintf(u->key, sizeof u->key, "%s", q->route.key);
+    snprintf(u->keyid, sizeof u->keyid, "%s", q->keyid);
+    u->nmeta = q->put.nmeta;
+    memcpy(u->meta, q->meta, sizeof u->meta);
+    snprintf(u->dir, sizeof u->dir, "%s/%s", r->spool, u->id);
+    if (mkdir(u->dir, 0700) < 0) {
+        log_error("relay: multipart spool %s: %s", u->dir, strerror(errno));
+        free(u);
+        relay_reply_error(q, 500, "InternalError", "The relay cannot spool multipart parts; see its log.");
+        return;
+    }
+    u->next = r->uploads;
+    r->uploads = u;
+    Buf b = {0};
+    relay_xml_mp_create(&b, r->bucket, u->key, u->id);
+    relay_reply_buf(q, 200, "application/xml", &b);
+    buf_free(&b);
+}
+
+static int write_file(const char *path, const uint8_t *data, size_t len, PailErr *err) {
+    char tmp[4500];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0) return err_set(err, PAIL_ERR_IO, "spool %s: %s", tmp, strerror(errno));
+    size_t off = 0;
+    while (off < len) {
+        ssize_t w = write(fd, data + off, len - off);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            int e = errno;
+            close(fd);
+            unlink(tmp);
+            return err_set(err, PAIL_ERR_IO, "spool %s: %s", tmp, strerror(e));
+        }
+        off += (size_t)w;
+    }
+    if (close(fd) < 0 || rename(tmp, path) < 0) return err_set(err, PAIL_ERR_IO, "spool %s: %s", path, strerror(errno));
+    return 0;
+}
+
+void relay_md5_hex(const uint8_t *d, size_t n, char out[33]) {
+    uint8_t md[16];
+    unsigned int ml = 0;
+    EVP_Digest(d, n, md, &ml, EVP_md5(), NULL);
+    hex_encode(md, 16, out);
+}
+
+static void part_run(PoolJob *j, Store *st) {
+    (void)st;
+    RelayReq *q = (RelayReq *)((char *)j - offsetof(RelayReq, job));
+    RelayFail fail = {0};
+    const uint8_t *data = q->body;
+    size_t len = q->body_len;
+    Buf decoded = {0};
+    q->status = 0;
+    if (relay_payload_check(q->payload_hash, data, len, &fail, &q->err) < 0 ||
+        (!strcmp(q->payload_hash, "STREAMING-UNSIGNED-PAYLOAD-TRAILER") &&
+         relay_aws_chunked_decode(data, len, &decoded, &fail, &q->err) < 0)) {
+        q->status = fail.status;
+        snprintf(q->etag, sizeof q->etag, "%s", fail.code);
+        buf_free(&decoded);
+        return;
+    }
+    if (decoded.data || !strcmp(q->payload_hash, "STREAMING-UNSIGNED-PAYLOAD-TRAILER")) {
+        data = decoded.data ? decoded.data : (const uint8_t *)"";
+        len = decoded.len;
+    }
+    q->total = len;
+    relay_md5_hex(data, len, q->etag);
+    q->rc = write_file((const char *)q->out.data, data, len, &q->err);
+    buf_free(&decoded);
+}
+
+static void part_done(PoolJob *j) {
+    RelayReq *q = (RelayReq *)((char *)j - offsetof(RelayReq, job));
+    Upload *u = find(q->r, q->route.upload_id);
+    if (u) u->jobs--;
+    if (q->status) {
+        relay_reply_error(q, q->status, q->etag, q->err.msg);
+        return;
+    }
+    if (q->rc < 0 || !u) {
+        if (!u) relay_reply_error(q, 404, "NoSuchUpload", "The multipart upload was aborted.");
+        else relay_reply_store_error(q);
+        return;
+    }
+    int pn = q->route.part_number;
+    if (pn >= u->cap) {
+        int nc = pn + 64 > 10001 ? 10001 : pn + 64;
+        void *e = realloc(u->etags, (size_t)nc * sizeof *u->etags);
+        if (e) u->etags = e;
+        void *s = e ? realloc(u->sizes, (size_t)nc * sizeof *u->sizes) : NULL;
+        if (s) u->sizes = s;
+        if (!e || !s) {
+            relay_reply_error(q, 500, "InternalError", "out of memory");
+            return;
+        }
+        for (int i = u->cap; i < nc; i++) u->etags[i][0] = 0, u->sizes[i] = 0;
+        u->cap = nc;
+    }
+    snprintf(u->etags[pn], sizeof u->etags[pn], "%s", q->etag);
+    u->sizes[pn] = q->total;
+    char v[48];
+    snprintf(v, sizeof v, "\"%s\"", q->etag);
+    evhttp_add_header(evhttp_request_get_output_headers(q->req), "ETag", v);
+    relay_reply_buf(q, 200, NULL, NULL);
+}
+
+void mp_part(RelayReq *q) {
+    Upload *u = lookup(q);
+    if (!u) return;
+    buf_reset(&q->out);
+    buf_printf(&q->out, "%s/part-%05d", u->dir, q->route.part_number);
+    u->jobs++;
+    q->job.run = part_run;
+    q->job.done = part_done;
+    q->state = RQ_JOB;
+    pool_submit(&q->r->pool, &q->job);
+}
+
+static void complete_run(PoolJob *j, Store *st) {
+    RelayReq *q = (RelayReq *)((char *)j - offsetof(RelayReq, job));
+    const char *dir = (const char *)q->out.data;
+    char obj[4400], part[4400];
+    snprintf(obj, sizeof obj, "%s/object", dir);
+    q->rc = -1;
+    int out = open(obj, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (out < 0) {
+        err_set(&q->err, PAIL_ERR_IO, "spool %s: %s", obj, strerror(errno));
+        return;
+    }
+    static __thread uint8_t chunk[1 << 20];
+    for (int i = 0; i < q->nparts; i++) {
+        snprintf(part, sizeof part, "%s/part-%05d", dir, q->parts[i].number);
+        int in = open(part, O_RDONLY | O_CLOEXEC);
+        if (in < 0) {
+            err_set(&q->err, PAIL_ERR_IO, "spool %s: %s", part, strerror(errno));
+            close(out);
+            return;
+        }
+        ssize_t n;
+        while ((n = read(in, chunk, sizeof chunk)) > 0) {
+            ssize_t off = 0;
+            while (off < n) {
+                ssize_t w = write(out, chunk + off, (size_t)(n - off));
+                if (w <= 0) {
+                    err_set(&q->err, PAIL_ERR_IO, "spool %s: %s", obj, strerror(errno));
+                    close(in);
+                    close(out);
+                    return;
+                }
+                off += w;
+            }
+        }
+        close(in);
+        unlink(part);  // keep the spool at one copy of the data
+    }
+    if (close(out) < 0) {
+        err_set(&q->err, PAIL_ERR_IO, "spool %s: %s", obj, strerror(errno));
+        return;
+    }
+    q->rc = store_put_file(st, q->route.key, obj, &q->put, &q->err);
+    if (q->rc == 0) {
+        PailErr herr = {0};
+        if (store_head(st, q->route.key, &q->stat, &herr) < 0) q->stat.etag[0] = 0;
+        relay_stat_normalize(&q->stat);
+    }
+}
+
+static void complete_done(PoolJob *j) {
+    RelayReq *q = (RelayReq *)((char *)j - offsetof(RelayReq, job));
+    Relay *r = q->r;
+    Upload *u = find(r, q->route.upload_id);
+    if (q->rc == 0 || (u && q->err.code == PAIL_ERR_EXISTS)) {
+        if (u) upload_free(r, u);
+    } else if (u) {
+        u->completing = false;  // the client may retry the completion (parts joined are gone: it will fail)
+        u->jobs--;
+    }
+    if (q->rc < 0) {
+        relay_reply_store_error(q);
+        return;
+    }
+    cache_invalidate(&r->cache, q->route.key);
+    char key[STORE_MAX_KEY + 1];
+    snprintf(key, sizeof key, "%s", q->route.key);
+    Buf b = {0};
+    relay_xml_mp_complete(&b, r->bucket, key, q->stat.etag);
+    relay_reply_buf(q, 200, "application/xml", &b);
+    buf_free(&b);
+    longpoll_wake_key(r, key);
+}
+
+void mp_complete(RelayReq *q) {
+    RelayFail fail = {0};
+    PailErr err = {0};
+    if (relay_payload_check(q->payload_hash, q->body, q->body_len, &fail, &err) < 0) {
+        relay_reply_error(q, fail.status, fail.code, err.msg);
+        return;
+    }
+    Upload *u = lookup(q);
+    if (!u) return;
+    if (u->jobs > 0) {
+        relay_reply_error(q, 409, "OperationAborted", "Parts of this upload are still being written; retry.");
+        return;
+    }
+    if (relay_xml_parse_complete((const char *)q->body, q->body_len, &q->parts, &q->nparts, &fail, &err) < 0) {
+        relay_reply_error(q, fail.status, fail.code, err.msg);
+        return;
+    }
+    for (int i = 0; i < q->nparts; i++) {
+        int pn = q->parts[i].number;
+        if (pn >= u->cap || !u->etags[pn][0] || (q->parts[i].etag[0] && strcmp(q->parts[i].etag, u->etags[pn]))) {
+            char msg[160];
+            snprintf(msg, sizeof msg, "Part %d was not uploaded or its ETag does not match.", pn);
+            relay_reply_error(q, 400, "InvalidPart", msg);
+            return;
+        }
+    }
+    q->put.nmeta = u->nmeta;
+    memcpy(q->meta, u->meta, sizeof q->meta);
+    q->put.meta = q->meta;
+    // S3's multipart ETag: md5 of the parts' binary md5s, "-" part count.
+    Buf cat = {0};
+    for (int i = 0; i < q->nparts; i++) {
+        uint8_t raw[16];
+        const char *h = u->etags[q->parts[i].number];
+        for (int k = 0; k < 16; k++) {
+            unsigned v = 0;
+            sscanf(h + 2 * k, "%2x", &v);
+            raw[k] = (uint8_t)v;
+        }
+        buf_append(&cat, raw, 16);
+    }
+    char md5[33], etag[48];
+    relay_md5_hex(cat.data ? cat.data : (const uint8_t *)"", cat.len, md5);
+    buf_free(&cat);
+    snprintf(etag, sizeof etag, "%s-%d", md5, q->nparts);
+    if (relay_put_md5(q, etag) < 0) {
+        relay_reply_error(q, 400, "MetadataTooLarge", "The relay keeps at most 7 user metadata entries.");
+        return;
+    }
+    buf_reset(&q->out);
+    buf_printf(&q->out, "%s", u->dir);
+    u->completing = true;
+    u->jobs++;
+    q->job.run = complete_run;
+    q->job.done = complete_done;
+    q->state = RQ_JOB;
+    pool_submit(&q->r->pool, &q->job);
+}
+
+void mp_abort(RelayReq *q) {
+    Upload *u = lookup(q);
+    if (!u) return;
+    if (u->jobs > 0) {
+        relay_reply_error(q, 409, "OperationAborted", "Parts of this upload are still being written; retry.");
+        return;
+    }
+    upload_free(q->r, u);
+    relay_reply_buf(q, 204, NULL, NULL);
+}

@@ -1,0 +1,104 @@
+// Worker threads for the relay's backend I/O (file:// reads, s3:// requests):
+// the event loop never blocks on the store. Each worker owns one Store (Stores
+// are single-threaded); finished jobs go back to the loop through one event.
+#include <stdlib.h>
+#include <string.h>
+#include "relay/relay_int.h"
+
+typedef struct {
+    Pool *p;
+    int idx;
+} WorkerArg;
+
+static void *worker_main(void *arg) {
+    WorkerArg *wa = arg;
+    Pool *p = wa->p;
+    Store *st = p->stores[wa->idx];
+    free(wa);
+    for (;;) {
+        pthread_mutex_lock(&p->mu);
+        while (!p->head && !p->quit) pthread_cond_wait(&p->cv, &p->mu);
+        if (!p->head) {
+            pthread_mutex_unlock(&p->mu);
+            return NULL;
+        }
+        PoolJob *j = p->head;
+        p->head = j->next;
+        if (!p->head) p->tail = NULL;
+        pthread_mutex_unlock(&p->mu);
+        j->next = NULL;
+        j->run(j, st);
+        pthread_mutex_lock(&p->mu);
+        if (p->done_tail) p->done_tail->next = j;
+        else p->done_head = j;
+        p->done_tail = j;
+        pthread_mutex_unlock(&p->mu);
+        event_active(p->done_ev, EV_READ, 0);
+    }
+}
+
+static void done_cb(evutil_socket_t fd, short what, void *arg) {
+    (void)fd, (void)what;
+    Pool *p = arg;
+    pthread_mutex_lock(&p->mu);
+    PoolJob *j = p->done_head;
+    p->done_head = p->done_tail = NULL;
+    pthread_mutex_unlock(&p->mu);
+    while (j) {
+        PoolJob *next = j->next;
+        j->next = NULL;
+        j->done(j);
+        j = next;
+    }
+}
+
+int pool_start(Pool *p, struct event_base *base, int n, const char *url, const StoreOptions *opt, PailErr *err) {
+    memset(p, 0, sizeof *p);
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->cv, NULL);
+    p->done_ev = event_new(base, -1, 0, done_cb, p);
+    p->threads = calloc((size_t)n, sizeof *p->threads);
+    p->stores = calloc((size_t)n, sizeof *p->stores);
+    if (!p->done_ev || !p->threads || !p->stores) return err_set(err, PAIL_ERR_NOMEM, "relay: out of memory");
+    p->nstores = n;
+    for (int i = 0; i < n; i++)
+        if (store_open(&p->stores[i], url, opt, err) < 0) return err_wrap(err, "relay backend %s", url);
+    for (int i = 0; i < n; i++) {
+        WorkerArg *wa = malloc(sizeof *wa);
+        if (!wa) return err_set(err, PAIL_ERR_NOMEM, "relay: out of memory");
+        wa->p = p;
+        wa->idx = i;
+        if (pthread_create(&p->threads[i], NULL, worker_main, wa) != 0) {
+            free(wa);
+            return err_set(err, PAIL_ERR_IO, "relay: cannot start worker thread %d", i);
+        }
+        p->n++;
+    }
+    return 0;
+}
+
+void pool_submit(Pool *p, PoolJob *j) {
+    j->next = NULL;
+    pthread_mutex_lock(&p->mu);
+    if (p->tail) p->tail->next = j;
+    else p->head = j;
+    p->tail = j;
+    pthread_cond_signal(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+}
+
+void pool_stop(Pool *p) {
+    pthread_mutex_lock(&p->mu);
+    p->quit = true;
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    for (int i = 0; i < p->n; i++) pthread_join(p->threads[i], NULL);
+    for (int i = 0; p->stores && i < p->nstores; i++)
+        if (p->stores[i]) store_close(p->stores[i]);
+    free(p->threads);
+    free(p->stores);
+    if (p->done_ev) event_free(p->done_ev);
+    pthread_mutex_destroy(&p->mu);
+    pthread_cond_destroy(&p->cv);
+    memset(p, 0, sizeof *p);
+}

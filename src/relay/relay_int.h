@@ -1,0 +1,166 @@
+// Internal state of grpo-relay shared by its files (not a public interface).
+// Threading: everything here is owned by the event-loop thread, except Pool
+// jobs' run() functions, which execute on worker threads and touch only their
+// own RelayReq fields and the worker's Store.
+#pragma once
+#include <pthread.h>
+#include <stdatomic.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <event2/bufferevent.h>
+#include <openssl/ssl.h>
+#include "relay/cache.h"
+#include "relay/keys.h"
+#include "relay/relay.h"
+#include "relay/request.h"
+#include "relay/xmlout.h"
+
+#define RELAY_META_MD5 "pail-md5"  // reserved metadata: the S3-style ETag on file://
+#define RELAY_CHUNK (8u << 20)  // streaming unit for large GETs (one ranged backend read)
+
+typedef struct RelayReq RelayReq;
+typedef struct Upload Upload;
+
+// ---- worker pool (pool.c) ----
+typedef struct PoolJob {
+    void (*run)(struct PoolJob *, Store *st);  // on a worker thread
+    void (*done)(struct PoolJob *);            // back on the loop thread
+    struct PoolJob *next;
+} PoolJob;
+
+typedef struct {
+    pthread_t *threads;
+    Store **stores;              // one per worker (Stores are single-threaded)
+    int n, nstores;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    PoolJob *head, *tail;        // queued
+    PoolJob *done_head, *done_tail;
+    bool quit;
+    struct event *done_ev;       // activated by workers, drains done_* on the loop
+} Pool;
+
+int pool_start(Pool *p, struct event_base *base, int n, const char *url, const StoreOptions *opt, PailErr *err);
+void pool_submit(Pool *p, PoolJob *j);
+void pool_stop(Pool *p);
+
+// ---- connections (server.c) ----
+typedef struct Conn {
+    struct bufferevent *bev;     // one extra reference held until evhttp is done with it
+    int64_t opened_ms, idle_since_ms;
+    bool busy;                   // a request is being answered
+    bool closing;
+    struct RelayReq *q;          // the request being answered on it (borrowed)
+    struct Conn *prev, *next, *hnext;
+} Conn;
+
+// ---- the relay ----
+struct Relay {
+    RelayConfig cfg;             // strings below are owned copies
+    char *listen, *bucket, *keys_path, *spool, *store_url;
+    bool spool_owned;
+    RelayKeys keys;
+    SSL_CTX *ssl;
+    struct event_base *base;
+    struct evhttp *http;
+    struct evhttp_bound_socket *bound;
+    int port;
+    Pool pool;
+    Cache cache;
+    struct event *sweep_ev, *stop_ev, *reload_ev, *poll_ev, *sig_term, *sig_int, *sig_hup;
+    Conn *conns;                 // all open connections
+    Conn **conn_hash;
+    long nconns;
+    bool accepting_paused;
+    bool stopping;
+    int64_t stop_deadline_ms;
+    long inflight;               // requests accepted, not yet answered
+    RelayReq *waiters;           // parked long-polls
+    long nwaiters;
+    Upload *uploads;
+    struct Fetch *fetches;       // collapsed in-flight GETs of immutable keys
+    uint64_t stream_used;        // object bytes handed to connections, not yet sent
+    RelayReq *stream_wait;       // GET jobs waiting for stream_used < stream_bytes
+    atomic_long st_requests, st_backend_gets, st_conns;
+    uint64_t next_request_id;
+    FILE *log;
+};
+
+// ---- requests (handler.c) ----
+// RQ_WAITING: a parked long-poll; RQ_DRAIN: a stream waiting for its chunk to be sent.
+typedef enum { RQ_NEW, RQ_JOB, RQ_WAITING, RQ_STREAM, RQ_DRAIN } RqState;
+
+struct RelayReq {
+    Relay *r;
+    struct evhttp_request *req;
+    Conn *conn;
+    int64_t t0_us;
+    char method[8];
+    RelayRoute route;
+    char keyid[128], role[16], prefix[STORE_MAX_KEY];  // copied: a reload may free the key table
+    RelayRole role_id;
+    char payload_hash[72];
+    bool tls;
+    const uint8_t *body;         // request body (borrowed from evhttp's input buffer)
+    size_t body_len;
+    // operation inputs
+    StorePutOpts put;
+    StoreMeta meta[STORE_MAX_META];
+    char content_type[128];
+    char if_none_match[96];
+    bool has_range;
+    int64_t range_a, range_b;    // client Range (b < 0: open end; a < 0: suffix of -a bytes)
+    bool immutable;
+    // results (filled by job run(), read in done())
+    int rc;
+    PailErr err;
+    StoreStat stat;
+    Buf out;                     // response body
+    StoreList list;
+    CacheObj *obj;               // a cached (or uncacheable but shared) object to send
+    int status;
+    uint64_t off, end;           // byte range being sent [off, end)
+    uint64_t total;
+    uint64_t bytes;              // body bytes sent
+    char etag[80];
+    // plumbing
+    PoolJob job;
+    RqState state;
+    RelayReq *next;              // waiter list / fetch list
+    struct event *deadline_ev;   // long-poll deadline
+    bool relisting, expired;
+    RelayReq *group;             // long-polls answered by this one's re-list
+    Upload *upload;
+    RelayPart *parts;
+    int nparts;
+};
+
+// handler.c
+void relay_handle(struct evhttp_request *req, void *arg);
+void relay_reply_error(RelayReq *q, int status, const char *code, const char *message);
+void relay_reply_buf(RelayReq *q, int status, const char *content_type, Buf *body);
+void relay_finish(RelayReq *q, int status);  // access log, bookkeeping, free
+void relay_add_common_headers(RelayReq *q);
+void relay_stream_abort(RelayReq *q);
+void relay_stat_normalize(StoreStat *st);           // pail-md5 metadata -> etag
+int relay_put_md5(RelayReq *q, const char *etag);   // file backend: remember the S3 ETag
+void relay_md5_hex(const uint8_t *d, size_t n, char out[33]);
+void relay_reply_store_error(RelayReq *q);  // maps q->err to an S3 error
+int relay_put_conditions(RelayReq *q, const SigV4Header *h, int nh);  // -1 after replying
+bool relay_key_immutable(const char *key);
+// longpoll.c
+void longpoll_park(RelayReq *q);
+void longpoll_wake_key(Relay *r, const char *key);
+void longpoll_tick(Relay *r);
+void longpoll_drain(Relay *r);  // shutdown: answer every waiter with an empty list
+void relay_list_submit(RelayReq *q);  // LIST job (also used for re-lists)
+void relay_list_reply(RelayReq *q);
+// multipart.c
+void mp_create(RelayReq *q);
+void mp_part(RelayReq *q);
+void mp_complete(RelayReq *q);
+void mp_abort(RelayReq *q);
+void mp_free_all(Relay *r);
+// server.c
+Conn *relay_conn_of(Relay *r, struct evhttp_request *req);
+void relay_log_access(RelayReq *q, int status);

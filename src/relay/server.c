@@ -1,0 +1,456 @@
+// grpo-relay's server side: TLS context, the evhttp listener, connection
+// accounting and slowloris timeouts (evhttp 2.1 has neither a connection cap nor
+// a header timeout), signals, graceful shutdown and the access log.
+// Connections: evhttp creates each bufferevent through our bevcb; we keep one
+// extra reference so a sweep can tell (callbacks cleared) when evhttp has freed
+// it, count it down, and shut down sockets that have not delivered a request in
+// time. At the cap the listener is paused (the kernel backlog holds the rest).
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <dirent.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <event2/bufferevent_ssl.h>
+#include <event2/listener.h>
+#include <event2/thread.h>
+#include <openssl/err.h>
+#include "core/fsutil.h"
+#include "core/log.h"
+#include "core/timeutil.h"
+#include "relay/relay_int.h"
+
+#define CONN_HASH 4096
+#define SWEEP_MS 200
+
+static size_t conn_slot(const void *bev) {
+    return ((uintptr_t)bev >> 4) % CONN_HASH;
+}
+
+Conn *relay_conn_of(Relay *r, struct evhttp_request *req) {
+    struct evhttp_connection *evcon = evhttp_request_get_connection(req);
+    struct bufferevent *bev = evcon ? evhttp_connection_get_bufferevent(evcon) : NULL;
+    if (!bev) return NULL;
+    for (Conn *c = r->conn_hash[conn_slot(bev)]; c; c = c->hnext)
+        if (c->bev == bev) return c;
+    return NULL;
+}
+
+static void listener_update(Relay *r) {
+    if (!r->bound || r->stopping) return;
+    struct evconnlistener *l = evhttp_bound_socket_get_listener(r->bound);
+    bool full = r->nconns >= r->cfg.max_connections;
+    if (full && !r->accepting_paused) {
+        evconnlistener_disable(l);
+        r->accepting_paused = true;
+        log_warn("relay: %ld connections (the --max-connections cap): not accepting more", r->nconns);
+    } else if (!full && r->accepting_paused) {
+        evconnlistener_enable(l);
+        r->accepting_paused = false;
+    }
+}
+
+static struct bufferevent *bev_cb(struct event_base *base, void *arg) {
+    Relay *r = arg;
+    struct bufferevent *bev;
+    if (r->ssl) {
+        SSL *ssl = SSL_new(r->ssl);
+        if (!ssl) return NULL;
+        bev = bufferevent_openssl_socket_new(base, -1, ssl, BUFFEREVENT_SSL_ACCEPTING, BEV_OPT_CLOSE_ON_FREE);
+    } else {
+        bev = bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE);
+    }
+    if (!bev) return NULL;
+    Conn *c = calloc(1, sizeof *c);
+    if (c) {
+        bufferevent_incref(bev);
+        c->bev = bev;
+        c->opened_ms = c->idle_since_ms = time_mono_ms();
+        c->next = r->conns;
+        if (r->conns) r->conns->prev = c;
+        r->conns = c;
+        size_t s = conn_slot(bev);
+        c->hnext = r->conn_hash[s];
+        r->conn_hash[s] = c;
+        r->nconns++;
+        atomic_store(&r->st_conns, r->nconns);
+        listener_update(r);
+    }
+    return bev;
+}
+
+static void conn_release(Relay *r, Conn *c) {
+    if (c->q) {
+        RelayReq *q = c->q;
+        c->q = NULL;
+        q->conn = NULL;
+        if (q->state == RQ_DRAIN) relay_stream_abort(q);  // its drained callback will never come
+    }
+    if (c->prev) c->prev->next = c->next;
+    else r->conns = c->next;
+    if (c->next) c->next->prev = c->prev;
+    Conn **pp = &r->conn_hash[conn_slot(c->bev)];
+    while (*pp && *pp != c) pp = &(*pp)->hnext;
+    if (*pp) *pp = c->hnext;
+    bufferevent_decref(c->bev);
+    free(c);
+    r->nconns--;
+    atomic_store(&r->st_conns, r->nconns);
+}
+
+static void sweep_cb(evutil_socket_t fd, short what, void *arg) {
+    (void)fd, (void)what;
+    Relay *r = arg;
+    int64_t now = time_mono_ms();
+    fflush(r->log);
+    for (Conn *c = r->conns, *next; c; c = next) {
+        next = c->next;
+        bufferevent_data_cb rcb, wcb;
+        bufferevent_event_cb ecb;
+        bufferevent_getcb(c->bev, &rcb, &wcb, &ecb, NULL);
+        if (!rcb && !wcb && !ecb) {  // evhttp freed it: ours is the last reference
+            conn_release(r, c);
+            continue;
+        }
+        // Slowloris: a connection gets header_timeout to deliver each whole
+        // request (from opening, or from its previous response).
+        if (!c->busy && !c->closing && now - c->idle_since_ms > (int64_t)r->cfg.header_timeout_s * 1000) {
+            evutil_socket_t s = bufferevent_getfd(c->bev);
+            if (s >= 0) shutdown(s, SHUT_RDWR);
+            c->closing = true;
+        }
+    }
+    listener_update(r);
+    if (r->stopping && r->inflight == 0 && r->nwaiters == 0) event_base_loopexit(r->base, NULL);
+    if (r->stopping && now > r->stop_deadline_ms) {
+        log_warn("relay: %ld requests still in flight at the shutdown deadline; exiting", r->inflight);
+        event_base_loopexit(r->base, NULL);
+    }
+}
+
+static void do_stop(Relay *r) {
+    if (r->stopping) return;
+    r->stopping = true;
+    r->stop_deadline_ms = time_mono_ms() + 30000;
+    log_info("relay: stopping: no new connections, answering %ld long-polls, %ld requests in flight", r->nwaiters,
+             r->inflight);
+    if (r->bound) {
+        evhttp_del_accept_socket(r->http, r->bound);
+        r->bound = NULL;
+    }
+    longpoll_drain(r);
+}
+
+static void stop_cb(evutil_socket_t fd, short what, void *arg) {
+    (void)fd, (void)what;
+    do_stop(arg);
+}
+
+static void reload_cb(evutil_socket_t fd, short what, void *arg) {
+    (void)fd, (void)what;
+    Relay *r = arg;
+    RelayKeys nk;
+    PailErr err = {0};
+    if (relay_keys_load(&nk, r->keys_path, &err) < 0) {
+        log_error("relay: key reload failed, keeping the old keys: %s", err.msg);
+        return;
+    }
+    relay_keys_free(&r->keys);
+    r->keys = nk;
+    log_info("relay: reloaded %d keys from %s", nk.n, r->keys_path);
+}
+
+static void poll_cb(evutil_socket_t fd, short what, void *arg) {
+    (void)fd, (void)what;
+    longpoll_tick(arg);
+}
+
+void relay_log_access(RelayReq *q, int status) {
+    Relay *r = q->r;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    static __thread time_t last_s = -1;  // format the date once a second
+    static __thread char t[40];
+    if (ts.tv_sec != last_s) {
+        struct tm tm;
+        gmtime_r(&ts.tv_sec, &tm);
+        strftime(t, sizeof t, "%Y-%m-%dT%H:%M:%S", &tm);
+        last_s = ts.tv_sec;
+    }
+    struct timespec mono;
+    clock_gettime(CLOCK_MONOTONIC, &mono);
+    double ms = (double)((int64_t)mono.tv_sec * 1000000 + mono.tv_nsec / 1000 - q->t0_us) / 1000.0;
+    if (ms < 0) ms = 0;
+    const char *key = q->route.key[0] ? q->route.key : q->route.op == OP_LIST ? q->route.prefix : "-";
+    // One fprintf: lines from a single thread, but keep them whole for readers.
+    fprintf(r->log, "%s.%03ldZ %s %s %s %s%s %d %llu %.1f\n", t, ts.tv_nsec / 1000000, q->role[0] ? q->role : "-",
+            q->method, relay_op_name(q->route.op), q->route.op == OP_LIST ? "prefix=" : "", key[0] ? key : "-",
+            status, (unsigned long long)q->bytes, ms);
+}
+
+// Is host:port's host a loopback address? (The only place plain HTTP may listen.)
+static bool is_loopback(const char *host) {
+    struct addrinfo hints = {0}, *res = NULL;
+    hints.ai_socktype = SOCK_STREAM;
+    if (getaddrinfo(host, NULL, &hints, &res) != 0 || !res) return false;
+    bool ok = true;
+    for (struct addrinfo *a = res; a; a = a->ai_next) {
+        if (a->ai_family == AF_INET) {
+            uint32_t ip = ntohl(((struct sockaddr_in *)a->ai_addr)->sin_addr.s_addr);
+            if ((ip >> 24) != 127) ok = false;
+        } else if (a->ai_family == AF_INET6) {
+            if (!IN6_IS_ADDR_LOOPBACK(&((struct sockaddr_in6 *)a->ai_addr)->sin6_addr)) ok = false;
+        } else {
+            ok = false;
+        }
+    }
+    freeaddrinfo(res);
+    return ok;
+}
+
+static int split_listen(const char *s, char *host, size_t cap, int *port, PailErr *err) {
+    const char *colon = strrchr(s, ':');
+    if (!colon || colon == s) return err_set(err, PAIL_ERR_INVALID, "--listen '%s': want HOST:PORT", s);
+    size_t hl = (size_t)(colon - s);
+    if (s[0] == '[' && hl >= 2 && s[hl - 1] == ']') s++, hl -= 2;
+    if (hl >= cap) return err_set(err, PAIL_ERR_INVALID, "--listen '%s': host too long", s);
+    memcpy(host, s, hl);
+    host[hl] = 0;
+    char *end;
+    long p = strtol(colon + 1, &end, 10);
+    if (!colon[1] || *end || p < 0 || p > 65535)
+        return err_set(err, PAIL_ERR_INVALID, "--listen '%s': port must be 0..65535", s);
+    *port = (int)p;
+    return 0;
+}
+
+static int ssl_setup(Relay *r, PailErr *err) {
+    r->ssl = SSL_CTX_new(TLS_server_method());
+    if (!r->ssl) return err_set(err, PAIL_ERR_NOMEM, "relay: SSL_CTX_new failed");
+    SSL_CTX_set_min_proto_version(r->ssl, TLS1_2_VERSION);
+    SSL_CTX_set_max_proto_version(r->ssl, TLS1_3_VERSION);
+    SSL_CTX_set_options(r->ssl, SSL_OP_NO_COMPRESSION | SSL_OP_NO_RENEGOTIATION | SSL_OP_CIPHER_SERVER_PREFERENCE);
+    // TLS 1.2: forward-secret AEAD suites only.
+    SSL_CTX_set_cipher_list(r->ssl, "ECDHE+AESGCM:ECDHE+CHACHA20");
+    if (SSL_CTX_use_certificate_chain_file(r->ssl, r->cfg.cert) != 1) {
+        unsigned long e = ERR_get_error();
+        return err_set(err, PAIL_ERR_INVALID, "--cert %s: cannot load the certificate chain (PEM): %s", r->cfg.cert,
+                       ERR_reason_error_string(e) ? ERR_reason_error_string(e) : "?");
+    }
+    if (SSL_CTX_use_PrivateKey_file(r->ssl, r->cfg.key, SSL_FILETYPE_PEM) != 1) {
+        unsigned long e = ERR_get_error();
+        return err_set(err, PAIL_ERR_INVALID, "--key %s: cannot load the private key (PEM): %s", r->cfg.key,
+                       ERR_reason_error_string(e) ? ERR_reason_error_string(e) : "?");
+    }
+    if (SSL_CTX_check_private_key(r->ssl) != 1)
+        return err_set(err, PAIL_ERR_INVALID, "--key %s does not match the certificate %s", r->cfg.key, r->cfg.cert);
+    return 0;
+}
+
+static char *dup_or_null(const char *s) {
+    return s ? strdup(s) : NULL;
+}
+
+int relay_open(Relay **out, const RelayConfig *cfg, PailErr *err) {
+    *out = NULL;
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, (void (*)(void))evthread_use_pthreads);
+    Relay *r = calloc(1, sizeof *r);
+    if (!r) return err_set(err, PAIL_ERR_NOMEM, "relay: out of memory");
+    r->cfg = *cfg;
+    RelayConfig *c = &r->cfg;
+    if (!c->listen) c->listen = "127.0.0.1:9000";
+    if (!c->bucket) c->bucket = "pail";
+    if (!c->max_connections) c->max_connections = 1024;
+    if (!c->max_header_bytes) c->max_header_bytes = 16384;
+    if (!c->max_body_bytes) c->max_body_bytes = 64u << 20;
+    if (!c->stream_bytes) c->stream_bytes = 256u << 20;
+    if (!c->idle_timeout_s) c->idle_timeout_s = 60;
+    if (!c->header_timeout_s) c->header_timeout_s = 30;
+    if (!c->threads) c->threads = 8;
+    if (!c->max_wait_s) c->max_wait_s = 25;
+    if (c->poll_interval_s <= 0) c->poll_interval_s = 1.0;
+    r->log = c->access_log ? c->access_log : stdout;
+    r->listen = strdup(c->listen);
+    r->bucket = strdup(c->bucket);
+    r->keys_path = dup_or_null(c->keys_path);
+    c->listen = r->listen;
+    c->bucket = r->bucket;
+    c->keys_path = r->keys_path;
+    r->conn_hash = calloc(CONN_HASH, sizeof *r->conn_hash);
+    if (!r->listen || !r->bucket || !r->conn_hash) {
+        relay_close(r);
+        return err_set(err, PAIL_ERR_NOMEM, "relay: out of memory");
+    }
+    char host[256];
+    int port = 0;
+    int rc = split_listen(c->listen, host, sizeof host, &port, err);
+    if (rc == 0 && !c->keys_path) rc = err_set(err, PAIL_ERR_INVALID, "relay: --keys FILE is required");
+    if (rc == 0 && !!c->root == !!c->upstream)
+        rc = err_set(err, PAIL_ERR_INVALID, "relay: give exactly one of --root DIR and --upstream s3://bucket/prefix");
+    if (rc == 0 && c->http && !is_loopback(host))
+        rc = err_set(err, PAIL_ERR_INVALID,
+                     "relay: --http (plain HTTP) is allowed on a loopback address only, not '%s'; use --cert/--key", host);
+    if (rc == 0 && !c->http && (!c->cert || !c->key))
+        rc = err_set(err, PAIL_ERR_INVALID, "relay: --cert FILE and --key FILE are required (or --http on loopback)");
+    if (rc == 0) rc = relay_keys_load(&r->keys, c->keys_path, err);
+    if (rc == 0 && !c->http) rc = ssl_setup(r, err);
+    if (rc == 0) {
+        if (c->root) {
+            char real[4096];
+            if (!realpath(c->root, real)) rc = err_set(err, PAIL_ERR_IO, "--root %s: %s", c->root, strerror(errno));
+            else if ((r->store_url = malloc(strlen(real) + 8))) sprintf(r->store_url, "file://%s", real);
+        } else {
+            r->store_url = strdup(c->upstream);
+        }
+        if (rc == 0 && !r->store_url) rc = err_set(err, PAIL_ERR_NOMEM, "relay: out of memory");
+    }
+    if (rc == 0) {
+        if (c->spool) {
+            r->spool = strdup(c->spool);
+            if (fs_mkdirs(r->spool, err) < 0) rc = -1;
+        } else {
+            char tmpl[] = "/tmp/grpo-relay-spool-XXXXXX";
+            if (!mkdtemp(tmpl)) rc = err_set(err, PAIL_ERR_IO, "relay: cannot create a spool folder in /tmp: %s", strerror(errno));
+            else {
+                r->spool = strdup(tmpl);
+                r->spool_owned = true;
+            }
+        }
+    }
+    if (rc == 0 && cache_init(&r->cache, c->cache_bytes) < 0) rc = err_set(err, PAIL_ERR_NOMEM, "relay: out of memory");
+    if (rc == 0) {
+        // The changelist folds evhttp's per-request enable/disable of read and
+        // write into at most one epoll_ctl per descriptor and loop turn.
+        struct event_config *ec = event_config_new();
+        if (ec) event_config_set_flag(ec, EVENT_BASE_FLAG_EPOLL_USE_CHANGELIST);
+        r->base = ec ? event_base_new_with_config(ec) : NULL;
+        if (ec) event_config_free(ec);
+        if (!r->base) rc = err_set(err, PAIL_ERR_IO, "relay: event_base_new failed");
+    }
+    if (rc == 0) rc = pool_start(&r->pool, r->base, c->threads, r->store_url, c->root ? NULL : c->upstream_opt, err);
+    if (rc == 0) {
+        r->http = evhttp_new(r->base);
+        evhttp_set_max_headers_size(r->http, c->max_header_bytes);
+        evhttp_set_max_body_size(r->http, (ev_ssize_t)c->max_body_bytes);
+        evhttp_set_timeout(r->http, c->idle_timeout_s);
+        evhttp_set_allowed_methods(r->http, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD | EVHTTP_REQ_PUT | EVHTTP_REQ_POST |
+                                                EVHTTP_REQ_DELETE);
+        evhttp_set_gencb(r->http, relay_handle, r);
+        evhttp_set_bevcb(r->http, bev_cb, r);
+        r->bound = evhttp_bind_socket_with_handle(r->http, host, (ev_uint16_t)port);
+        if (!r->bound) rc = err_set(err, PAIL_ERR_IO, "relay: cannot listen on %s: %s", c->listen, strerror(errno));
+    }
+    if (rc == 0) {
+        struct sockaddr_storage ss;
+        socklen_t sl = sizeof ss;
+        evutil_socket_t fd = evhttp_bound_socket_get_fd(r->bound);
+        // Accepted sockets inherit it: small responses go out at once instead of
+        // waiting ~40 ms for a delayed ACK (Nagle), which would cap keep-alive rates.
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0)
+            r->port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                                     : ((struct sockaddr_in *)&ss)->sin_port);
+        struct timeval sweep = {0, SWEEP_MS * 1000};
+        struct timeval poll = {(long)c->poll_interval_s, (long)((c->poll_interval_s - (long)c->poll_interval_s) * 1e6)};
+        r->sweep_ev = event_new(r->base, -1, EV_PERSIST, sweep_cb, r);
+        r->poll_ev = event_new(r->base, -1, EV_PERSIST, poll_cb, r);
+        r->stop_ev = event_new(r->base, -1, 0, stop_cb, r);
+        r->reload_ev = event_new(r->base, -1, 0, reload_cb, r);
+        event_add(r->sweep_ev, &sweep);
+        event_add(r->poll_ev, &poll);
+        if (c->signals) {
+            signal(SIGPIPE, SIG_IGN);
+            r->sig_term = evsignal_new(r->base, SIGTERM, stop_cb, r);
+            r->sig_int = evsignal_new(r->base, SIGINT, stop_cb, r);
+            r->sig_hup = evsignal_new(r->base, SIGHUP, reload_cb, r);
+            event_add(r->sig_term, NULL);
+            event_add(r->sig_int, NULL);
+            event_add(r->sig_hup, NULL);
+        }
+    }
+    if (rc < 0) {
+        relay_close(r);
+        return -1;
+    }
+    *out = r;
+    return 0;
+}
+
+int relay_port(const Relay *r) {
+    return r->port;
+}
+
+int relay_run(Relay *r, PailErr *err) {
+    if (event_base_dispatch(r->base) < 0) return err_set(err, PAIL_ERR_IO, "relay: event loop failed");
+    return 0;
+}
+
+void relay_stop(Relay *r) {
+    event_active(r->stop_ev, EV_READ, 0);
+}
+
+void relay_reload_keys(Relay *r) {
+    event_active(r->reload_ev, EV_READ, 0);
+}
+
+void relay_stats(const Relay *r, RelayStats *out) {
+    memset(out, 0, sizeof *out);
+    out->connections = atomic_load(&((Relay *)r)->st_conns);
+    out->requests = atomic_load(&((Relay *)r)->st_requests);
+    out->backend_gets = atomic_load(&((Relay *)r)->st_backend_gets);
+    out->cache_hits = r->cache.hits;
+    out->cache_used = r->cache.used;
+    out->waiters = r->nwaiters;
+}
+
+static void rm_tree(const char *path) {
+    char cmd[4200];
+    // The spool holds only our own part files: a plain recursive removal.
+    DIR *d = opendir(path);
+    if (!d) {
+        unlink(path);
+        return;
+    }
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        snprintf(cmd, sizeof cmd, "%s/%s", path, e->d_name);
+        rm_tree(cmd);
+    }
+    closedir(d);
+    rmdir(path);
+}
+
+void relay_close(Relay *r) {
+    if (!r) return;
+    if (r->pool.threads) pool_stop(&r->pool);
+    mp_free_all(r);
+    struct event *evs[] = {r->sweep_ev, r->poll_ev, r->stop_ev, r->reload_ev, r->sig_term, r->sig_int, r->sig_hup};
+    for (size_t i = 0; i < sizeof evs / sizeof evs[0]; i++)
+        if (evs[i]) event_free(evs[i]);
+    if (r->http) evhttp_free(r->http);
+    while (r->conns) conn_release(r, r->conns);
+    if (r->base) event_base_free(r->base);
+    if (r->cache.buckets) cache_free(&r->cache);
+    if (r->ssl) SSL_CTX_free(r->ssl);
+    relay_keys_free(&r->keys);
+    if (r->spool_owned && r->spool) rm_tree(r->spool);
+    free(r->spool);
+    free(r->store_url);
+    free(r->listen);
+    free(r->bucket);
+    free(r->keys_path);
+    free(r->conn_hash);
+    if (r->log) fflush(r->log);
+    free(r);
+}

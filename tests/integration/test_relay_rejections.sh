@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# grpo-relay's rejections over HTTPS, signed by an independent SigV4 signer
+# (relay_sign.py: hashlib/hmac only): no signature, a wrong secret, an unknown
+# key, a stale date, a tampered payload, the wrong role's prefix, a key outside
+# the run prefix, traversal and control characters. Each gets the right status
+# and S3 error code, and nothing is written. Then the long-poll extension: a
+# waiting LIST wakes when a version is published (latency printed) and returns
+# an empty list at its deadline; a standard LIST is unchanged.
+source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/lib_relay.sh"
+start_relay --poll-interval 5 || exit 1
+SIGN=(python3 "$ROOT/tests/integration/relay_sign.py")
+U=$RELAY_URL/pail
+R=$WORK/root
+# want "desc" "STATUS CODE" args...: one signed request, its status and S3 code.
+want() {
+  local d=$1 w=$2; shift 2
+  local got; got=$("${SIGN[@]}" "$@" --ca "$RELAY_CA" 2>&1 | head -1)
+  if [ "${got% *}" = "$w" ]; then ok "$d ($got)"; else bad "$d: want '$w', got '$got'"; fi
+}
+want "signed trainer PUT" "200 -" PUT "$U/runs/r1/trainer/ok.txt" "$TR_AK" "$TR_SK" --body hello
+want "no signature" "403 AccessDenied" PUT "$U/runs/r1/trainer/a.txt" "$TR_AK" "$TR_SK" --body x --no-auth
+want "no signature (GET)" "403 AccessDenied" GET "$U/runs/r1/trainer/ok.txt" "$TR_AK" "$TR_SK" --no-auth
+want "wrong secret" "403 SignatureDoesNotMatch" PUT "$U/runs/r1/trainer/b.txt" "$TR_AK" wrong-secret-0123456789 --body x
+want "unknown access key" "403 InvalidAccessKeyId" PUT "$U/runs/r1/trainer/c.txt" nobody "$TR_SK" --body x
+want "stale date (16 min)" "403 RequestTimeTooSkewed" PUT "$U/runs/r1/trainer/d.txt" "$TR_AK" "$TR_SK" --body x --age 960
+want "date 14 min old is fine" "200 -" PUT "$U/runs/r1/trainer/e.txt" "$TR_AK" "$TR_SK" --body x --age 840
+want "tampered payload" "400 XAmzContentSHA256Mismatch" PUT "$U/runs/r1/trainer/f.txt" "$TR_AK" "$TR_SK" \
+  --body tampered --signed-body original
+want "UNSIGNED-PAYLOAD over TLS" "200 -" PUT "$U/runs/r1/trainer/g.txt" "$TR_AK" "$TR_SK" --body x --unsigned
+want "rollout writes an adapter" "403 AccessDenied" PUT "$U/runs/r1/adapters/v00000009.h5" "$RO_AK" "$RO_SK" --body x
+want "trainer writes a rollout shard" "403 AccessDenied" PUT "$U/runs/r1/rollouts/v00000001/w-000001.h5" "$TR_AK" "$TR_SK" --body x
+want "trainer writes control/" "403 AccessDenied" PUT "$U/runs/r1/control/stop" "$TR_AK" "$TR_SK" --body x
+want "reader writes anything" "403 AccessDenied" PUT "$U/runs/r1/workers/r.json" "$RD_AK" "$RD_SK" --body x
+want "trainer deletes" "403 AccessDenied" DELETE "$U/runs/r1/trainer/ok.txt" "$TR_AK" "$TR_SK"
+want "outside the run prefix (write)" "403 AccessDenied" PUT "$U/runs/r2/trainer/h.txt" "$TR_AK" "$TR_SK" --body x
+want "outside the run prefix (read)" "403 AccessDenied" GET "$U/runs/r2/run.json" "$RD_AK" "$RD_SK"
+want "outside the run prefix (list)" "403 AccessDenied" GET "$U?list-type=2&prefix=runs/" "$RD_AK" "$RD_SK"
+want "encoded traversal %2e%2e" "400 InvalidArgument" PUT "$U/runs/r1/trainer/%2e%2e/%2e%2e/%2e%2e/x" "$OP_AK" "$OP_SK" --body x
+want "literal ../ traversal" "400 InvalidArgument" PUT "$U/runs/r1/trainer/../../../x" "$OP_AK" "$OP_SK" --body x
+want "encoded NUL" "400 InvalidURI" PUT "$U/runs/r1/trainer/a%00b" "$OP_AK" "$OP_SK" --body x
+want "encoded newline" "400 InvalidArgument" PUT "$U/runs/r1/trainer/a%0Ab" "$OP_AK" "$OP_SK" --body x
+want "backslash" "400 InvalidArgument" PUT "$U/runs/r1/trainer/a%5C..%5Cb" "$OP_AK" "$OP_SK" --body x
+want "reserved .pail segment" "400 InvalidArgument" PUT "$U/runs/r1/trainer/.pail-meta.ok.txt" "$OP_AK" "$OP_SK" --body x
+want "another bucket" "404 NoSuchBucket" GET "$RELAY_URL/other/x" "$OP_AK" "$OP_SK"
+check "health needs no key" curl -sf --cacert "$RELAY_CA" "$RELAY_URL/-/health"
+check "every response carries x-pail-relay: 1" bash -c "curl -si --cacert '$RELAY_CA' '$RELAY_URL/pail/x' | grep -qi '^x-pail-relay: 1'"
+check "TLS 1.1 is refused" bash -c "! openssl s_client -connect 127.0.0.1:$RELAY_PORT -tls1_1 </dev/null >/dev/null 2>&1"
+check "TLS 1.3 is accepted" bash -c "openssl s_client -connect 127.0.0.1:$RELAY_PORT -tls1_3 -CAfile '$RELAY_CA' </dev/null 2>/dev/null | grep -q 'TLSv1.3'"
+written=$(cd "$R" && find . -type f ! -name '.pail-meta.*' | sort | tr '\n' ' ')
+check "nothing written but the three accepted PUTs (got: $written)" test "$written" = "./runs/r1/trainer/e.txt ./runs/r1/trainer/g.txt ./runs/r1/trainer/ok.txt "
+check "plain --http on a public address is refused" bash -c "! '$BIN/grpo-relay' --http --listen 0.0.0.0:0 --root '$R' --keys '$WORK/keys' 2>'$WORK/h.err' && grep -q loopback '$WORK/h.err'"
+
+# ---- long-poll ----
+LP="$U?list-type=2&prefix=runs/r1/adapters/&start-after=runs/r1/adapters/v00000001.h5"
+( t0=$(date +%s%N); "${SIGN[@]}" GET "$LP&x-pail-wait=10" "$RD_AK" "$RD_SK" --ca "$RELAY_CA" --print-body >"$WORK/lp.out"
+  echo $(( ($(date +%s%N) - t0) / 1000000 )) >"$WORK/lp.ms"; date +%s%N >"$WORK/lp.woke" ) &
+lp=$!
+sleep 1
+pub=$(date +%s%N)
+export AWS_ACCESS_KEY_ID=$TR_AK AWS_SECRET_ACCESS_KEY=$TR_SK
+"$BIN/grpo-ctl" put --endpoint "$RELAY_URL" --ca-bundle "$RELAY_CA" --versioned \
+  s3://pail/runs/r1/adapters/v00000002.h5 "$WORK/keys" 2>"$WORK/put.err"
+wait $lp
+lat=$(( ($(cat "$WORK/lp.woke") - pub) / 1000000 ))
+check "a waiting LIST wakes on publish (woke ${lat} ms after the publish started)" \
+  bash -c "grep -q 'runs/r1/adapters/v00000002.h5' '$WORK/lp.out' && [ $lat -lt 1000 ]"
+t0=$(date +%s%N)
+"${SIGN[@]}" GET "${LP/v00000001/v00000002}&x-pail-wait=2" "$RD_AK" "$RD_SK" --ca "$RELAY_CA" --print-body >"$WORK/lp2.out"
+ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+check "at the deadline: an empty list after ${ms} ms (want ~2000)" \
+  bash -c "[ $ms -ge 1900 ] && [ $ms -lt 3500 ] && grep -q '<KeyCount>0</KeyCount>' '$WORK/lp2.out'"
+t0=$(date +%s%N)
+"${SIGN[@]}" GET "${LP/v00000001/v00000002}" "$RD_AK" "$RD_SK" --ca "$RELAY_CA" --print-body >"$WORK/lp3.out"
+ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+check "without x-pail-wait a LIST answers at once (${ms} ms)" bash -c "[ $ms -lt 1000 ]"
+finish
