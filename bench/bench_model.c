@@ -52,19 +52,30 @@ static double best_of(const double *t, int n) {
     return b;
 }
 
+// Best of 10 triads over each of 3 fresh allocations: on this VM the rate
+// jumps between ~47 and ~80 GB/s from one allocation or run to the next, so the
+// roofline uses the best seen and the worst is printed next to it.
+static double triad_lo;
 static double stream_triad(void) {
     size_t n = 32u << 20;  // 3 x 128 MiB, far beyond any cache
-    float *a = xmalloc(n * 4), *b = xmalloc(n * 4), *c = xmalloc(n * 4);
-    fill_uniform(a, n, 1, 1), fill_uniform(b, n, 1, 2), fill_uniform(c, n, 1, 3);
-    double t = 1e30;
-    for (int rep = 0; rep < 10; rep++) {
-        double t0 = now();
+    double best = 0;
+    triad_lo = 1e30;
+    for (int alloc = 0; alloc < 3; alloc++) {
+        float *a = xmalloc(n * 4), *b = xmalloc(n * 4), *c = xmalloc(n * 4);
+        fill_uniform(a, n, 1, 1), fill_uniform(b, n, 1, 2), fill_uniform(c, n, 1, 3);
+        double t = 1e30;
+        for (int rep = 0; rep < 10; rep++) {
+            double t0 = now();
 #pragma omp parallel for simd schedule(static)
-        for (size_t i = 0; i < n; i++) a[i] = b[i] + 3.0f * c[i];
-        t = fmin(t, now() - t0);
+            for (size_t i = 0; i < n; i++) a[i] = b[i] + 3.0f * c[i];
+            t = fmin(t, now() - t0);
+        }
+        free(a), free(b), free(c);
+        double gbs = 3.0 * n * sizeof(float) / t / 1e9;
+        best = fmax(best, gbs);
+        triad_lo = fmin(triad_lo, gbs);
     }
-    free(a), free(b), free(c);
-    return 3.0 * n * sizeof(float) / t / 1e9;
+    return best;
 }
 
 // OpenBLAS sgemm (its own pool, all threads) on the forward products of one
@@ -86,7 +97,7 @@ static double sgemm_reference(const ModelConfig *c, int T) {
     openblas_set_num_threads(omp_get_max_threads());
     double flops = 0, best = 1e30;
     for (int i = 0; i < np; i++) flops += 2.0 * T * p[i].K * p[i].N;
-    for (int rep = 0; rep < 4; rep++) {
+    for (int rep = 0; rep < 6; rep++) {
         double t0 = now();
         for (int i = 0; i < np; i++)
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, p[i].N, p[i].K, 1, x, p[i].K, W, p[i].K, 0, o,
@@ -250,12 +261,9 @@ static double decode_rate(BenchModel *m, Transformer *tf, int n, int steps) {
     for (int s = 0; s < n; s++) n_new[s] = 1;
     double t0 = now();
     for (int st = 0; st < steps; st++) {
-        for (int s = 0; s < n; s++) {  // greedy feedback keeps the tokens data-dependent
-            const float *z = logits + (size_t)s * V;
-            int best = 0;
-            for (int j = 1; j < V; j++) if (z[j] > z[best]) best = j;
-            tok[s] = best;
-        }
+        // fixed tokens: choosing them from the logits (a serial pass over n x V)
+        // would put the harness's time into the figure
+        for (int s = 0; s < n; s++) tok[s] = (st * 7919 + s * 104729) % V;
         if (transformer_extend(tf, kv, logits, n_new, tok, &err) < 0) die("decode", &err);
     }
     double t = now() - t0;
@@ -324,8 +332,9 @@ int main(int argc, char **argv) {
            c->intermediate_size, c->vocab_size, m.w.num_params / 1e6, RANK, m.lora_params / 1e6);
     double triad = stream_triad();
     double sgemm = sgemm_reference(c, TP);
-    printf("references: STREAM triad %.1f GB/s; OpenBLAS sgemm %.1f GFLOP/s (forward products of a layer + LM "
-           "head, T=%d, %d threads)\n", triad, sgemm, TP, omp_get_max_threads());
+    printf("references: STREAM triad %.1f GB/s (best of 3 allocations; worst %.1f); OpenBLAS sgemm %.1f GFLOP/s "
+           "(forward products of a layer + LM head, T=%d, %d threads)\n", triad, triad_lo, sgemm, TP,
+           omp_get_max_threads());
     PailErr err = {0};
     Transformer *ptf, *dtf;
     TransformerPlan pp = {.max_tokens = TP, .backward = true}, dp = {.max_tokens = 64 * PREFILL};

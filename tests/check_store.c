@@ -165,6 +165,22 @@ START_TEST(test_list) {
     ck_assert_int_eq(l.n, 0);
     ck_assert_int_eq(l.nprefixes, 5);
     ck_assert_str_eq(l.prefixes[4], "r/v004/");
+    // Pages of one entry with a delimiter: each common prefix exactly once.
+    StoreListOpts d1 = {.prefix = "r/", .delimiter = "/", .max_keys = 1};
+    char tok1[sizeof l.next_token] = "";
+    int pages = 0;
+    for (;;) {
+        d1.continuation = tok1[0] ? tok1 : NULL;
+        ck_assert_int_eq(store_list(st, &d1, &l, &err), 0);
+        ck_assert_int_eq(l.nprefixes, 1);
+        char want[16];
+        snprintf(want, sizeof want, "r/v%03d/", pages);
+        ck_assert_str_eq(l.prefixes[0], want);
+        pages++;
+        if (!l.truncated) break;
+        snprintf(tok1, sizeof tok1, "%s", l.next_token);
+    }
+    ck_assert_int_eq(pages, 5);
     ck_assert_int_eq(store_list_all(st, "nothing/", NULL, &l, &err), 0);
     ck_assert_int_eq(l.n, 0);
     store_list_free(&l);

@@ -6,7 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/stat.h>
 #include <unistd.h>
+#include "core/fsutil.h"
 #include "core/log.h"
 #include "ctl/ctl.h"
 #include "store/versions.h"
@@ -103,7 +105,7 @@ int ctl_put(int argc, char **argv) {
     int n = CTL_STORE_NFLAGS + 4;
     char **pos = NULL;
     int npos = 0, rc;
-    const char *usage = "grpo-ctl put [flags] URL FILE";
+    const char *usage = "grpo-ctl put [flags] URL FILE|-";
     if ((rc = ctl_parse(usage, "Uploads a local file to URL (multipart above 16 MiB on s3).", fl, n, argc, argv,
                         &pos, &npos)) >= 0)
         goto out;
@@ -130,12 +132,21 @@ int ctl_put(int argc, char **argv) {
     Store *st = NULL;
     char key[STORE_MAX_KEY + 1];
     if (ctl_open_url(pos[0], &sf, &st, key, sizeof key, &err) < 0) { rc = fail(argv[0], &err); goto out; }
-    if (versioned) {
-        rc = versioned_put_file(st, key, pos[1], &err);
+    struct stat sb;
+    const char *src = pos[1];
+    bool stream = !strcmp(src, "-") || (stat(src, &sb) == 0 && !S_ISREG(sb.st_mode));
+    StorePutOpts opt = {.create_only = create_only, .nmeta = metas.n, .meta = meta, .content_type = content_type};
+    if (stream) {  // stdin ("-"), /dev/null, a pipe: read it whole, then one put
+        Buf body = {0};
+        rc = fs_read_file(strcmp(src, "-") ? src : "/dev/stdin", &body, &err);
+        if (rc == 0)
+            rc = versioned ? versioned_put(st, key, body.data, body.len, &err)
+                           : store_put(st, key, body.data, body.len, &opt, &err);
+        buf_free(&body);
+    } else if (versioned) {
+        rc = versioned_put_file(st, key, src, &err);
     } else {
-        StorePutOpts opt = {.create_only = create_only, .nmeta = metas.n, .meta = meta,
-                            .content_type = content_type};
-        rc = store_put_file(st, key, pos[1], &opt, &err);
+        rc = store_put_file(st, key, src, &opt, &err);
     }
     rc = rc < 0 ? fail(argv[0], &err) : 0;
     store_close(st);

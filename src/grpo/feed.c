@@ -22,32 +22,36 @@ static void shard_entry_free(FeedShard *e) {
 }
 
 void feed_free(Feed *f) {
-    for (int i = 0; i < f->n; i++) shard_entry_free(&f->shards[i]);
+    for (int i = 0; i < f->n; i++) {
+        shard_entry_free(f->shards[i]);
+        free(f->shards[i]);
+    }
     free(f->shards);
     memset(f, 0, sizeof *f);
 }
 
 static int cmp_entry(const void *a, const void *b) {
-    const FeedShard *x = a, *y = b;
+    const FeedShard *x = *(FeedShard *const *)a, *y = *(FeedShard *const *)b;
     if (x->version != y->version) return x->version < y->version ? -1 : 1;
     return strcmp(x->key, y->key);
 }
 
 static int find(const Feed *f, const char *key) {
-    for (int i = 0; i < f->n; i++) if (!strcmp(f->shards[i].key, key)) return i;
+    for (int i = 0; i < f->n; i++) if (!strcmp(f->shards[i]->key, key)) return i;
     return -1;
 }
 
 static int add_entry(Feed *f, const char *key, int64_t version) {
     if (f->n == f->cap) {
         int cap = f->cap ? 2 * f->cap : 64;
-        FeedShard *p = realloc(f->shards, (size_t)cap * sizeof *p);
+        FeedShard **p = realloc(f->shards, (size_t)cap * sizeof *p);
         if (!p) return -1;
         f->shards = p;
         f->cap = cap;
     }
-    FeedShard *e = &f->shards[f->n++];
-    memset(e, 0, sizeof *e);
+    FeedShard *e = calloc(1, sizeof *e);
+    if (!e) return -1;
+    f->shards[f->n++] = e;
     snprintf(e->key, sizeof e->key, "%s", key);
     e->version = version;
     e->n_groups = -1;
@@ -55,7 +59,8 @@ static int add_entry(Feed *f, const char *key, int64_t version) {
 }
 
 static void remove_at(Feed *f, int i) {
-    shard_entry_free(&f->shards[i]);
+    shard_entry_free(f->shards[i]);
+    free(f->shards[i]);
     memmove(&f->shards[i], &f->shards[i + 1], (size_t)(f->n - i - 1) * sizeof *f->shards);
     f->n--;
 }
@@ -85,8 +90,8 @@ int feed_refresh(Feed *f, int64_t current, PailErr *err) {
     int64_t lo = current - f->cfg.max_staleness;
     // Out of the window: drop what was not fully used.
     for (int i = 0; i < f->n;) {
-        FeedShard *e = &f->shards[i];
-        if (e->version >= lo) { i++; continue; }
+        FeedShard *e = f->shards[i];
+        if (e->version >= lo || e->taken > 0) { i++; continue; }  // groups handed out for this step stay
         if (e->n_groups < 0 || e->used < e->n_groups) {
             f->stats.dropped++;
             if (e->n_groups > 0) f->stats.groups_dropped += e->n_groups - e->used;
@@ -180,13 +185,13 @@ static int load(Feed *f, FeedShard *e, PailErr *err) {
 int feed_take(Feed *f, int want, GroupRef *out, int *got, PailErr *err) {
     *got = 0;
     for (int i = 0; i < f->n && *got < want; i++) {
-        FeedShard *e = &f->shards[i];
+        FeedShard *e = f->shards[i];
         if (e->n_groups == 0) continue;
         if (e->n_groups > 0 && e->used + e->taken >= e->n_groups) continue;
         if (!e->loaded && load(f, e, err) < 0) return -1;
         while (e->loaded && e->used + e->taken < e->n_groups && *got < want) {
             GroupRef *r = &out[(*got)++];
-            r->shard = i;
+            r->src = e;
             r->group = e->used + e->taken;
             r->version = e->version;
             r->s = &e->shard;
@@ -200,7 +205,7 @@ void feed_commit(Feed *f, const GroupRef *refs, int n) {
     (void)refs;
     (void)n;
     for (int i = 0; i < f->n; i++) {
-        FeedShard *e = &f->shards[i];
+        FeedShard *e = f->shards[i];
         e->used += e->taken;
         e->taken = 0;
         // Free a finished shard's data; the entry stays while its version is in
@@ -212,7 +217,7 @@ void feed_commit(Feed *f, const GroupRef *refs, int n) {
 int64_t feed_pending_shards(const Feed *f) {
     int64_t n = 0;
     for (int i = 0; i < f->n; i++)
-        if (f->shards[i].n_groups < 0 || f->shards[i].used < f->shards[i].n_groups) n++;
+        if (f->shards[i]->n_groups < 0 || f->shards[i]->used < f->shards[i]->n_groups) n++;
     return n;
 }
 
@@ -224,10 +229,10 @@ int feed_export(const Feed *f, char ***keys, int64_t **versions, int32_t **n_gro
     *used = calloc((size_t)f->n + 1, sizeof **used);
     if (!*keys || !*versions || !*n_groups || !*used) return -1;
     for (int i = 0; i < f->n; i++) {
-        (*keys)[i] = f->shards[i].key;  // borrowed
-        (*versions)[i] = f->shards[i].version;
-        (*n_groups)[i] = f->shards[i].n_groups;
-        (*used)[i] = f->shards[i].used;
+        (*keys)[i] = f->shards[i]->key;  // borrowed
+        (*versions)[i] = f->shards[i]->version;
+        (*n_groups)[i] = f->shards[i]->n_groups;
+        (*used)[i] = f->shards[i]->used;
     }
     return 0;
 }
@@ -236,7 +241,7 @@ int feed_import(Feed *f, char *const *keys, const int64_t *versions, const int32
                 int n, PailErr *err) {
     for (int i = 0; i < n; i++) {
         if (add_entry(f, keys[i], versions[i]) < 0) return err_set(err, PAIL_ERR_NOMEM, "out of memory");
-        FeedShard *e = &f->shards[f->n - 1];
+        FeedShard *e = f->shards[f->n - 1];
         e->n_groups = n_groups[i] < 0 ? -1 : n_groups[i];
         e->used = used[i];
         // A shard known to have groups left is reloaded lazily; fully used ones stay unloaded.

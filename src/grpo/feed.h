@@ -40,15 +40,15 @@ typedef struct {
     Store *st;            // borrowed: where the shards are (the run, or the replay source)
     Store *rejects;       // borrowed: where trainer/rejected/ goes (the run)
     FeedConfig cfg;
-    FeedShard *shards;    // sorted by (version, key); owned
-    int n, cap;
+    FeedShard **shards;   // sorted by (version, key); each entry owned and never moved, so the
+    int n, cap;           // GroupRefs of a step stay valid while the list is refreshed
     FeedStats stats;
     char last_error[512]; // of the last rejected shard, for logs
 } Feed;
 
 // One group handed out for a step: borrowed pointers into a loaded shard.
 typedef struct {
-    int shard;            // index in feed->shards at take time
+    const FeedShard *src; // the shard entry (stable until feed_commit)
     int group;            // group index in the shard
     int64_t version;      // adapter version that generated it
     const RolloutShard *s;

@@ -126,20 +126,26 @@ out:
 }
 
 static int write_progress(Trainer *t, PailErr *err) {
-    json_t *pend = json_object();
+    // Per version inside the window: shards listed but not used up, and shards
+    // used up (or rejected). Workers compare the latter with their own listing
+    // of rollouts/ for back-pressure (shards written since the trainer's last
+    // listing are not in either count).
+    json_t *pend = json_object(), *done = json_object();
     for (int i = 0; i < t->feed.n; i++) {
-        const FeedShard *e = &t->feed.shards[i];
-        if (e->n_groups >= 0 && e->used >= e->n_groups) continue;
+        const FeedShard *e = t->feed.shards[i];
+        bool used_up = e->n_groups >= 0 && e->used >= e->n_groups;
         char v[32];
         snprintf(v, sizeof v, "%lld", (long long)e->version);
-        json_int_t n = json_integer_value(json_object_get(pend, v));
-        json_object_set_new(pend, v, json_integer(n + 1));
+        json_t *obj = used_up ? done : pend;
+        json_int_t n = json_integer_value(json_object_get(obj, v));
+        json_object_set_new(obj, v, json_integer(n + 1));
     }
-    json_t *j = json_pack("{s:I, s:I, s:I, s:I, s:I, s:o, s:I, s:i}", "version", (json_int_t)t->version, "step",
+    json_t *j = json_pack("{s:I, s:I, s:I, s:I, s:I, s:o, s:o, s:I, s:i}", "version", (json_int_t)t->version, "step",
                           (json_int_t)t->step, "consumed_shards", (json_int_t)t->feed.stats.consumed,
                           "dropped_shards", (json_int_t)t->feed.stats.dropped, "rejected_shards",
-                          (json_int_t)t->feed.stats.rejected, "pending_shards_by_version", pend, "time",
-                          (json_int_t)time_unix_s(), "max_staleness", t->cfg->max_staleness);
+                          (json_int_t)t->feed.stats.rejected, "pending_shards_by_version", pend,
+                          "used_shards_by_version", done, "time", (json_int_t)time_unix_s(), "max_staleness",
+                          t->cfg->max_staleness);
     char *text = json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS);
     json_decref(j);
     StorePutOpts opt = {.content_type = "application/json"};
@@ -525,6 +531,8 @@ static int train_step(Trainer *t, int ngroups, double waited, volatile sig_atomi
     StorePutOpts mopt = {.create_only = true, .content_type = "application/json"};
     if (store_put(t->st, mkey, text, strlen(text), &mopt, &merr) < 0 && merr.code != PAIL_ERR_EXISTS)
         log_warn("metrics %s: %s", mkey, merr.msg);
+    if (c->metrics_path && !t->metrics && !(t->metrics = fopen(c->metrics_path, "a")))
+        log_warn("--metrics %s: cannot open for appending", c->metrics_path);  // opened at the first step
     if (t->metrics) {
         fprintf(t->metrics, "%s\n", text);
         fflush(t->metrics);
@@ -577,10 +585,6 @@ static int setup(Trainer *t, const TrainerConfig *c, PailErr *err) {
                      .group_size = c->group_size, .max_staleness = c->max_staleness, .replay = c->replay_url != NULL};
     feed_init(&t->feed, c->replay_url ? t->src : t->st, t->st, &fc);
     rng_seed(&t->rng, (uint64_t)c->seed, 0x7261696e);
-    if (c->metrics_path) {
-        t->metrics = fopen(c->metrics_path, "a");
-        if (!t->metrics) return err_set(err, PAIL_ERR_IO, "--metrics %s: cannot open for appending", c->metrics_path);
-    }
     log_info("model %s: %zu parameters, base_sha256 %.16s..., LoRA rank %d: %lld trainable; activations %zu MiB",
              c->model_dir, t->w.num_params, t->w.base_sha256, t->lay.cfg.rank, (long long)t->lay.n_params,
              transformer_bytes(t->tf) >> 20);

@@ -311,7 +311,10 @@ static void fetch_done(PoolJob *j) {
             break;
         }
     CacheObj *o = NULL;
-    if (f->rc == 0 && !f->too_big) {
+    // Only what pail published whole (with its pail-sha256) is cached: a
+    // versioned key read mid-publish, or uploaded by another tool, is served
+    // but never pinned in the cache.
+    if (f->rc == 0 && !f->too_big && store_stat_meta(&f->stat, "pail-sha256")) {
         uint8_t *data = f->out.data;
         uint64_t size = f->out.len;
         if (!data) data = malloc(1);

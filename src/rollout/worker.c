@@ -343,7 +343,7 @@ done:
     return rc;
 }
 
-// Pauses while the trainer has more than max_ahead unconsumed shards of this version.
+// Pauses while the trainer has more than max_ahead listed but unconsumed shards.
 static void back_pressure(Worker *w, volatile sig_atomic_t *stop) {
     if (w->cfg->max_ahead <= 0) return;
     for (int waited = 0;; waited++) {
@@ -351,20 +351,31 @@ static void back_pressure(Worker *w, volatile sig_atomic_t *stop) {
         PailErr err = {0};
         long pending = 0;
         if (store_get(w->st, RUN_KEY_PROGRESS, &b, NULL, NULL, &err) == 0) {
+            // Shards in the bucket inside the trainer's window that it has not
+            // used up yet, whatever their version (a trainer publishing every
+            // step would otherwise reset a per-version count while older shards
+            // pile up and go stale): what is listed minus what it used.
             json_t *j = json_loadb((char *)b.data, b.len, 0, NULL);
-            char v[32];
-            snprintf(v, sizeof v, "%ld", w->version);
-            pending = (long)json_integer_value(json_object_get(json_object_get(j, "pending_shards_by_version"), v));
+            long cur = (long)json_integer_value(json_object_get(j, "version")),
+                 win = (long)json_integer_value(json_object_get(j, "max_staleness"));
+            json_t *used = json_object_get(j, "used_shards_by_version");
+            for (long v = cur - win < 0 ? 0 : cur - win; v <= cur; v++) {
+                char prefix[64], vs[32];
+                run_key_rollout_dir(prefix, sizeof prefix, v);
+                snprintf(vs, sizeof vs, "%ld", v);
+                StoreList l = {0};
+                if (store_list_all(w->st, prefix, NULL, &l, &err) == 0)
+                    pending += l.n - (long)json_integer_value(json_object_get(used, vs));
+                store_list_free(&l);
+            }
             json_decref(j);
         }
         buf_free(&b);
         if (pending <= w->cfg->max_ahead || stop_requested(w, stop)) return;
-        long newest;
-        if (versions_latest(w->st, &SERIES_ADAPTERS, &newest, &err) == 0 && newest > w->version) return;
-        if (waited % 10 == 0) log_info("pausing: %ld shards of v%ld not yet consumed (--max-ahead %ld)", pending,
-                                       w->version, w->cfg->max_ahead);
+        if (waited % 10 == 0) log_info("pausing: the trainer has %ld shards not yet consumed (--max-ahead %ld)", pending,
+                                       w->cfg->max_ahead);
         if (time_mono_s() - w->last_heartbeat > 5) heartbeat(w, "paused");
-        time_sleep_ms(1000);
+        time_sleep_ms(waited < 20 ? 100 : 1000);  // fast trainers consume within a step: look again soon
     }
 }
 
@@ -548,7 +559,9 @@ int rollout_run(const RolloutConfig *c, volatile sig_atomic_t *stop, PailErr *er
             time_sleep_ms(1000);
             continue;
         }
-        if (newest <= w.version || (c->eval && newest <= last_eval)) {
+        // Rollout workers keep generating with the version they have; they wait
+        // only for the first one. The eval worker waits for each new version.
+        if (newest < 0 || (c->eval && newest <= last_eval)) {
             // Wait for a newer version (the relay's long-poll, or polling with backoff).
             heartbeat(&w, "waiting");
             long got;
@@ -563,6 +576,12 @@ int rollout_run(const RolloutConfig *c, volatile sig_atomic_t *stop, PailErr *er
             continue;
         }
         if (c->eval) {
+            if (last_eval < 0 && newest > 0) {  // the baseline first: v0 (the base model) when not yet evaluated
+                char k0[64];
+                StoreStat ss0;
+                version_key(&SERIES_EVALS, 0, k0, sizeof k0);
+                if (store_head(w.st, k0, &ss0, &lerr) < 0 && lerr.code == PAIL_ERR_NOT_FOUND) newest = 0;
+            }
             if (c->eval_every > 1 && newest % c->eval_every && newest != 0) { last_eval = newest; continue; }
             if ((rc = load_adapter(&w, newest, err)) < 0) break;
             char label[64];

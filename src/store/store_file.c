@@ -2,8 +2,12 @@
 // machine). Objects are plain files at ROOT/key; writes go to a temp file that
 // is fsynced and then renamed (overwrite) or hard-linked (create-only: link(2)
 // fails with EEXIST atomically, the If-None-Match: * semantics). User metadata
-// and the etag live in a sidecar ".pail-meta.<name>" beside the object, written
-// after the object; names starting with ".pail" are reserved and never listed.
+// and the etag travel with the object as an extended attribute (user.pail.meta)
+// set on the temp file before it is linked, so they appear atomically with it.
+// Where the file system has no user xattrs (older tmpfs), they go to a sidecar
+// ".pail-meta.<name>" written after the object; readers of versioned objects
+// wait out that window (versions.c). Names starting with ".pail" are reserved
+// and never listed.
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -12,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 #include "core/fsutil.h"
 #include "core/sha256.h"
@@ -73,11 +78,19 @@ static void etag_of(const struct stat *sb, char *out, size_t cap) {
 
 // Reads the sidecar into stat (meta, etag). A missing sidecar is not an error:
 // the object may be mid-publish (object first, sidecar second).
+#define META_XATTR "user.pail.meta"
+
 static void read_sidecar(const char *path, StoreStat *stat) {
-    char side[4200];
-    sidecar_path(path, side, sizeof side);
+    char side[4200], xv[8192];
     json_error_t jerr;
-    json_t *j = json_load_file(side, 0, &jerr);
+    json_t *j = NULL;
+    ssize_t xn = lgetxattr(path, META_XATTR, xv, sizeof xv - 1);
+    if (xn > 0) {
+        j = json_loadb(xv, (size_t)xn, 0, &jerr);
+    } else {
+        sidecar_path(path, side, sizeof side);
+        j = json_load_file(side, 0, &jerr);
+    }
     if (!j) return;
     const char *etag = json_string_value(json_object_get(j, "etag"));
     if (etag) snprintf(stat->etag, sizeof stat->etag, "%s", etag);
@@ -93,9 +106,7 @@ static void read_sidecar(const char *path, StoreStat *stat) {
     json_decref(j);
 }
 
-static int write_sidecar(const char *path, const char *etag, const StorePutOpts *opt, PailErr *err) {
-    char side[4200];
-    sidecar_path(path, side, sizeof side);
+static char *meta_text(const char *etag, const StorePutOpts *opt) {
     json_t *j = json_object(), *meta = json_object();
     json_object_set_new(j, "etag", json_string(etag));
     for (int i = 0; i < opt->nmeta; i++) json_object_set_new(meta, opt->meta[i].name, json_string(opt->meta[i].value));
@@ -103,15 +114,31 @@ static int write_sidecar(const char *path, const char *etag, const StorePutOpts 
     if (opt->content_type) json_object_set_new(j, "content_type", json_string(opt->content_type));
     char *text = json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS);
     json_decref(j);
+    return text;
+}
+
+static int write_sidecar(const char *path, const char *etag, const StorePutOpts *opt, PailErr *err) {
+    char side[4200];
+    sidecar_path(path, side, sizeof side);
+    char *text = meta_text(etag, opt);
     int rc = fs_write_file_atomic(side, text, strlen(text), err);
     free(text);
     return rc;
 }
 
+// Attaches the metadata to the temp file; false when the file system has no
+// user xattrs (the caller then writes a sidecar after the object).
+static bool set_meta_xattr(int fd, const char *etag, const StorePutOpts *opt) {
+    char *text = meta_text(etag, opt);
+    bool ok = fsetxattr(fd, META_XATTR, text, strlen(text), 0) == 0;
+    free(text);
+    return ok;
+}
+
 // Moves a finished temp file into place (rename, or link for create-only) and
 // writes the sidecar. On any failure the temp file is removed.
 static int commit_temp(Store *st, const char *key, const char *tmp, const char *path,
-                       const char *etag, const StorePutOpts *opt, PailErr *err) {
+                       const char *etag, const StorePutOpts *opt, bool xattr, PailErr *err) {
     char u[STORE_MAX_KEY + 300];
     if (opt->create_only) {
         if (link(tmp, path) < 0) {
@@ -127,7 +154,13 @@ static int commit_temp(Store *st, const char *key, const char *tmp, const char *
         unlink(tmp);
         return err_set(err, PAIL_ERR_IO, "%s: rename: %s", key, strerror(e));
     }
-    if (write_sidecar(path, etag, opt, err) < 0) return err_wrap(err, "%s: metadata", key);
+    if (xattr) {  // the metadata came with the object; an older object's sidecar is stale
+        char side[4400];
+        sidecar_path(path, side, sizeof side);
+        unlink(side);
+    } else if (write_sidecar(path, etag, opt, err) < 0) {
+        return err_wrap(err, "%s: metadata", key);
+    }
     char dir[4096];
     const char *base;
     split_path(path, dir, sizeof dir, &base);
@@ -151,17 +184,18 @@ static int file_put(Store *st, const char *key, const void *data, size_t len, co
     temp_path(path, tmp, sizeof tmp);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0) return err_set(err, PAIL_ERR_IO, "%s: create temp: %s", key, strerror(errno));
+    char hex[65];
+    sha256_hex(data, len, hex);
+    snprintf(etag, sizeof etag, "%.32s", hex);
     if (write_all(fd, data, len) < 0 || fsync(fd) < 0) {
         int e = errno;
         close(fd);
         unlink(tmp);
         return err_set(err, PAIL_ERR_IO, "%s: write: %s", key, strerror(e));
     }
+    bool xattr = set_meta_xattr(fd, etag, opt);
     close(fd);
-    char hex[65];
-    sha256_hex(data, len, hex);
-    snprintf(etag, sizeof etag, "%.32s", hex);
-    return commit_temp(st, key, tmp, path, etag, opt, err);
+    return commit_temp(st, key, tmp, path, etag, opt, xattr, err);
 }
 
 static int file_put_file(Store *st, const char *key, const char *src, const StorePutOpts *opt,
@@ -199,9 +233,10 @@ static int file_put_file(Store *st, const char *key, const char *src, const Stor
         unlink(tmp);
         return err_set(err, PAIL_ERR_IO, "%s: copy from %s: %s", key, src, strerror(e));
     }
-    close(fd);
     snprintf(etag, sizeof etag, "%.32s", hex);
-    return commit_temp(st, key, tmp, path, etag, opt, err);
+    bool xattr = set_meta_xattr(fd, etag, opt);
+    close(fd);
+    return commit_temp(st, key, tmp, path, etag, opt, xattr, err);
 }
 
 static int open_object(Store *st, const char *key, char *path, size_t cap, struct stat *sb,
@@ -403,17 +438,21 @@ static int file_list(Store *st, const StoreListOpts *opt, StoreList *out, PailEr
     const char *last = NULL;
     for (int i = 0; i < w.n && rc == 0; i++) {
         const char *key = w.keys[i];
+        const char *dl = opt->delimiter && *opt->delimiter ? strstr(key + plen, opt->delimiter) : NULL;
+        char cp[STORE_MAX_KEY + 1] = "";
+        if (dl) {
+            size_t cl = (size_t)(dl - key) + strlen(opt->delimiter);
+            snprintf(cp, sizeof cp, "%.*s", (int)cl, key);
+            // Keys of the common prefix just returned are part of it, even past a
+            // full page: the continuation token then skips the whole group.
+            if (out->nprefixes && !strcmp(out->prefixes[out->nprefixes - 1], cp)) { last = key; continue; }
+        }
         if (count == opt->max_keys) {
             out->truncated = true;
             snprintf(out->next_token, sizeof out->next_token, "%s", last);
             break;
         }
-        const char *dl = opt->delimiter && *opt->delimiter ? strstr(key + plen, opt->delimiter) : NULL;
         if (dl) {
-            char cp[STORE_MAX_KEY + 1];
-            size_t cl = (size_t)(dl - key) + strlen(opt->delimiter);
-            snprintf(cp, sizeof cp, "%.*s", (int)cl, key);
-            if (out->nprefixes && !strcmp(out->prefixes[out->nprefixes - 1], cp)) { last = key; continue; }
             rc = store_list_push_prefix(out, cp);
         } else {
             char path[4400];

@@ -21,7 +21,9 @@ check "... lands under the upstream prefix" bash -c "$(printf '%q ' "${UP[@]}") 
 check "aws cp back through the relay" bash -c "aws s3 cp s3://pail/runs/r1/trainer/a.txt - | cmp - '$WORK/a.txt'"
 check "aws ls through the relay" bash -c "aws s3 ls s3://pail/runs/r1/trainer/ | grep -q a.txt"
 head -c $((20 << 20)) /dev/urandom >"$WORK/big.bin"
-check "20 MiB multipart through the relay to the upstream" aws s3 cp "$WORK/big.bin" s3://pail/runs/r1/adapters/v00000001.h5
+# Published like pail does (x-amz-meta-pail-sha256): only such objects are cached.
+check "20 MiB multipart through the relay to the upstream" aws s3 cp "$WORK/big.bin" s3://pail/runs/r1/adapters/v00000001.h5 \
+  --metadata "pail-sha256=$(sha256sum "$WORK/big.bin" | cut -c1-64)"
 check "... intact in the upstream" bash -c "$(printf '%q ' "${UP[@]}") s3 cp s3://upbucket/team/pail/runs/r1/adapters/v00000001.h5 - | cmp - '$WORK/big.bin'"
 export AWS_ACCESS_KEY_ID=$RO_AK AWS_SECRET_ACCESS_KEY=$RO_SK
 G=(--endpoint "$RELAY_URL" --ca-bundle "$RELAY_CA")

@@ -48,7 +48,7 @@ check "replay changed the adapter" "$PY" "$ROOT/validation/train/compare_adapter
   "$WORK/r1/adapters/v00000000.h5" "$WORK/r1/adapters/v00000003.h5" --differ
 
 echo "resume after a kill between the state and the adapter write"
-rm "$WORK/r1/adapters/v00000003.h5" "$WORK/r1/adapters/.pail-meta.v00000003.h5"
+rm -f "$WORK/r1/adapters/v00000003.h5" "$WORK/r1/adapters/.pail-meta.v00000003.h5"
 "$BIN/grpo-train" "${COMMON[@]}" --run "file://$WORK/r1" --replay "$RUN" --steps 3 --groups-per-step 2 \
   --lr 5e-3 --lora-rank 4 --metrics "" >"$WORK/resume.log" 2>&1
 check "resume re-published the missed adapter" grep -q "published the missed adapter v00000003" "$WORK/resume.log"
