@@ -279,6 +279,7 @@ int relay_open(Relay **out, const RelayConfig *cfg, PailErr *err) {
     if (!c->max_wait_s) c->max_wait_s = 25;
     if (c->poll_interval_s <= 0) c->poll_interval_s = 1.0;
     r->log = c->access_log ? c->access_log : stdout;
+    setvbuf(r->log, NULL, _IOLBF, 0);  // one access-log line is visible as soon as its request ends (tail -f)
     r->listen = strdup(c->listen);
     r->bucket = strdup(c->bucket);
     r->keys_path = dup_or_null(c->keys_path);

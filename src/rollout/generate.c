@@ -2,6 +2,7 @@
 // Slots 0..B-1 decode; slot B stages the current prompt's prefill, from which
 // samples are forked as decode slots free up.
 #include "rollout/generate.h"
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 #include "shard/shard.h"
@@ -23,7 +24,12 @@ struct Generator {
     float *stage_logits;  // (V) the staged prompt's next-token logits
     int *n_new;           // (B + 1)
     int32_t *feed;        // (B + 1)
-    SamplerScratch ss;
+    SamplerScratch ss;    // for the staged prompt's samples
+    SamplerScratch *tss;  // one per OpenMP thread, for the batched decode step
+    int nthreads;
+    int *act;             // (B) active slots of a decode step
+    int32_t *tok;         // (B) their sampled tokens
+    float *lp;            // (B) and log-probs
     GenStats stats;
 };
 
@@ -48,7 +54,15 @@ int generator_init(Generator **out, Transformer *tf, const ModelConfig *mc, cons
     g->stage_logits = malloc((size_t)g->V * sizeof(float));
     g->n_new = calloc((size_t)g->B + 1, sizeof(int));
     g->feed = calloc((size_t)g->B + 1, sizeof(int32_t));
-    if (!g->slots || !g->logits || !g->stage_logits || !g->n_new || !g->feed || sampler_scratch_init(&g->ss, g->V) < 0) {
+    g->nthreads = omp_get_max_threads();
+    g->tss = calloc((size_t)g->nthreads, sizeof *g->tss);
+    g->act = malloc((size_t)g->B * sizeof(int));
+    g->tok = malloc((size_t)g->B * sizeof(int32_t));
+    g->lp = malloc((size_t)g->B * sizeof(float));
+    bool scratch_ok = g->tss != NULL;
+    for (int i = 0; scratch_ok && i < g->nthreads; i++) scratch_ok = sampler_scratch_init(&g->tss[i], g->V) == 0;
+    if (!g->slots || !g->logits || !g->stage_logits || !g->n_new || !g->feed || !g->act || !g->tok || !g->lp ||
+        !scratch_ok || sampler_scratch_init(&g->ss, g->V) < 0) {
         generator_free(g);
         return err_set(err, PAIL_ERR_NOMEM, "generator: out of memory");
     }
@@ -65,6 +79,11 @@ void generator_free(Generator *g) {
     free(g->n_new);
     free(g->feed);
     sampler_scratch_free(&g->ss);
+    for (int i = 0; g->tss && i < g->nthreads; i++) sampler_scratch_free(&g->tss[i]);
+    free(g->tss);
+    free(g->act);
+    free(g->tok);
+    free(g->lp);
     free(g);
 }
 
@@ -146,13 +165,21 @@ int generator_run(Generator *g, const GenPrompt *prompts, int P, GenCompletion *
         if (transformer_extend(g->tf, g->kv, g->logits, g->n_new, g->feed, err) < 0) return err_wrap(err, "decode");
         g->stats.decode_calls++;
         g->stats.decode_tokens += k;
-        k = 0;
-        for (int s = 0; s < B; s++) {
+        // Sample every active slot in parallel (each has its own RNG stream, so
+        // the result does not depend on the threads), then book-keep serially.
+        int na = 0;
+        for (int s = 0; s < B; s++) if (g->slots[s].active) g->act[na++] = s;
+#pragma omp parallel for schedule(static)
+        for (int a = 0; a < na; a++) {
+            Slot *sl = &g->slots[g->act[a]];
+            g->tok[a] = (int32_t)sample_token(g->logits + (size_t)a * g->V, &g->cfg.sampler, &sl->rng,
+                                              &g->tss[omp_get_thread_num()], &g->lp[a]);
+        }
+        for (int a = 0; a < na; a++) {
+            int s = g->act[a];
             Slot *sl = &g->slots[s];
-            if (!sl->active) continue;
-            float lp;
-            int32_t tok = (int32_t)sample_token(g->logits + (size_t)k * g->V, &g->cfg.sampler, &sl->rng, &g->ss, &lp);
-            k++;
+            int32_t tok = g->tok[a];
+            float lp = g->lp[a];
             if (append(g, &out[sl->prompt * G + sl->sample], tok, lp)) {
                 sl->active = false;
                 kvcache_reset(g->kv, s);

@@ -2,6 +2,7 @@
 // sampled token under the sampled distribution (see sampler.h).
 #define _GNU_SOURCE  // qsort_r
 #include "rollout/sampler.h"
+#include "simd.h"
 #include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -35,14 +36,14 @@ int sample_token(const float *logits, const SamplerConfig *cfg, Rng *rng, Sample
         *logprob = 0.0f;
         return best;
     }
-    double inv_t = 1.0 / cfg->temperature;
-    float m = -INFINITY;
-    for (int j = 0; j < V; j++) m = fmaxf(m, logits[j]);
+    float inv_t = (float)(1.0 / cfg->temperature), m = -INFINITY;
+    for (int j = 0; j < V; j++) m = logits[j] > m ? logits[j] : m;
+    // exp over the whole vocabulary dominates sampling: kernels/simd.h's
+    // vectorised exp (2 ulp), summed in double.
+    for (int j = 0; j < V; j++) s->p[j] = (logits[j] - m) * inv_t;
+    simd_exp(s->p, V);
     double sum = 0;
-    for (int j = 0; j < V; j++) {
-        s->p[j] = (float)exp(((double)logits[j] - m) * inv_t);
-        sum += s->p[j];
-    }
+    for (int j = 0; j < V; j++) sum += s->p[j];
     bool truncate = (cfg->top_k > 0 && cfg->top_k < V) || (cfg->top_p > 0 && cfg->top_p < 1);
     if (!truncate) {
         double u = rng_uniform(rng) * sum, acc = 0;
