@@ -60,7 +60,7 @@ int main(int argc, char **argv) {
         {"config", FLAG_STRING, &config, NULL, 1, 0, "file of key = value lines (the command line wins)"},
         {"model", FLAG_STRING, &model, NULL, 1, 0, "Hugging Face model folder (config.json, *.safetensors)"},
         {"run", FLAG_STRING, &run, NULL, 1, 0, "the run's prefix: file:///abs/dir or s3://bucket/prefix"},
-        {"steps", FLAG_INT, &steps, "200", 1, 100000000, "optimizer steps (a resumed run counts its own)"},
+        {"steps", FLAG_INT, &steps, "200", 0, 100000000, "optimizer steps (a resumed run counts its own; 0: publish v0 and stop)"},
         {"groups-per-step", FLAG_INT, &gps, "16", 1, 1000000, "prompt groups per optimizer step"},
         {"group-size", FLAG_INT, &G, "8", 2, 4096, "completions per prompt G (shards must match)"},
         {"lora-rank", FLAG_INT, &rank, "16", 1, 64, "LoRA rank R"},

@@ -1,0 +1,167 @@
+// Check suite for src/grpo/feed.c on a file:// bucket: groups handed out in
+// (version, key) order, commit and re-take, shards arriving late and out of
+// order, the staleness window (drops counted), rejections recorded under
+// trainer/rejected/, and the consumption record surviving export/import.
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "grpo/feed.h"
+#include "store/runlayout.h"
+#include "store/versions.h"
+
+static char g_dir[256], g_url[300];
+
+static void setup(void) {
+    snprintf(g_dir, sizeof g_dir, "/tmp/pail-check-feed-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(g_dir));
+    snprintf(g_url, sizeof g_url, "file://%s", g_dir);
+}
+
+static void teardown(void) {
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+// A valid shard of P groups x G=2 completions for adapter version v.
+static void put_shard(Store *st, long v, const char *worker, long seq, int P) {
+    int N = 2 * P;
+    int32_t pid[64], cid[64], grp[64];
+    int64_t poff[33], pidx[32], coff[65];
+    float lp[64], rew[64], comp[64];
+    uint8_t valid[64], fin[64];
+    for (int p = 0; p <= P; p++) poff[p] = p;
+    for (int p = 0; p < P; p++) { pid[p] = 5; pidx[p] = p; }
+    for (int i = 0; i <= N; i++) coff[i] = i;
+    for (int i = 0; i < N; i++) {
+        cid[i] = 7; grp[i] = i / 2; lp[i] = -0.5f; rew[i] = (float)(i % 2); comp[i] = rew[i]; valid[i] = 1; fin[i] = 0;
+    }
+    RolloutShard s = {.adapter_version = v, .created_unix = 1, .temperature = 1, .top_p = 1, .max_new_tokens = 4,
+                      .P = P, .N = N, .K = 1, .prompt_ids = pid, .prompt_offsets = poff, .prompt_index = pidx,
+                      .completion_ids = cid, .completion_offsets = coff, .group = grp, .logprobs = lp,
+                      .rewards = rew, .reward_valid = valid, .reward_components = comp, .finish_reason = fin};
+    s.component_names[0] = "r";
+    snprintf(s.worker_id, sizeof s.worker_id, "%s", worker);
+    memset(s.base_sha256, 'a', 64);
+    Buf img = {0};
+    PailErr err = {0};
+    ck_assert_int_eq(shard_write(&s, &img, &err), 0);
+    char key[256];
+    run_key_rollout(key, sizeof key, v, worker, seq);
+    ck_assert_int_eq(versioned_put(st, key, img.data, img.len, &err), 0);
+    buf_free(&img);
+}
+
+static char g_base[65];
+static FeedConfig cfg(int stale) {
+    memset(g_base, 'a', 64);
+    g_base[64] = 0;
+    return (FeedConfig){.base_sha256 = g_base, .tokenizer_sha256 = "", .vocab = 100, .group_size = 2,
+                        .max_staleness = stale};
+}
+
+START_TEST(test_order_commit_late) {
+    Store *st;
+    PailErr err = {0};
+    ck_assert_int_eq(store_open(&st, g_url, NULL, &err), 0);
+    put_shard(st, 1, "wb", 1, 2);
+    put_shard(st, 0, "wa", 1, 3);
+    FeedConfig c = cfg(4);
+    Feed f;
+    feed_init(&f, st, st, &c);
+    ck_assert_int_eq(feed_refresh(&f, 1, &err), 0);
+    GroupRef refs[16];
+    int got;
+    ck_assert_int_eq(feed_take(&f, 4, refs, &got, &err), 0);
+    ck_assert_int_eq(got, 4);
+    ck_assert_int_eq(refs[0].version, 0);  // oldest version first
+    ck_assert_int_eq(refs[2].group, 2);
+    ck_assert_int_eq(refs[3].version, 1);
+    // A shard arriving late for an old version is still found (no start-after cursor).
+    put_shard(st, 0, "wc", 1, 1);
+    ck_assert_int_eq(feed_refresh(&f, 1, &err), 0);
+    // A take before commit does not hand out the same groups again.
+    ck_assert_int_eq(feed_take(&f, 8, refs + 4, &got, &err), 0);
+    ck_assert_int_eq(got, 2);  // wb's second group, then wc's
+    ck_assert(refs[0].s->rewards[1] == 1.0f);  // refs from before the refresh still point at their shard
+    feed_commit(&f, refs, 6);
+    ck_assert_int_eq(feed_take(&f, 8, refs, &got, &err), 0);
+    ck_assert_int_eq(got, 0);
+    ck_assert_int_eq(f.stats.consumed, 3);
+    ck_assert_int_eq(feed_pending_shards(&f), 0);
+    feed_free(&f);
+    store_close(st);
+}
+END_TEST
+
+START_TEST(test_staleness_and_rejects) {
+    Store *st;
+    PailErr err = {0};
+    ck_assert_int_eq(store_open(&st, g_url, NULL, &err), 0);
+    put_shard(st, 0, "wa", 1, 2);
+    put_shard(st, 1, "wa", 2, 2);
+    put_shard(st, 2, "wa", 3, 2);
+    ck_assert_int_eq(versioned_put(st, "rollouts/v00000002/zz-000001.h5", "junk", 4, &err), 0);
+    FeedConfig c = cfg(1);
+    Feed f;
+    feed_init(&f, st, st, &c);
+    ck_assert_int_eq(feed_refresh(&f, 1, &err), 0);  // window v0..v1
+    ck_assert_int_eq(f.n, 2);
+    ck_assert_int_eq(feed_refresh(&f, 3, &err), 0);  // window v2..v3: v0 and v1 fall out, unused
+    ck_assert_int_eq(f.stats.dropped, 2);
+    GroupRef refs[8];
+    int got;
+    ck_assert_int_eq(feed_take(&f, 8, refs, &got, &err), 0);
+    ck_assert_int_eq(got, 2);  // v2's good shard; the junk one rejected on the way
+    ck_assert_int_eq(f.stats.rejected, 1);
+    StoreStat ss;
+    ck_assert_int_eq(store_head(st, "trainer/rejected/rollouts/v00000002/zz-000001.h5.json", &ss, &err), 0);
+    feed_commit(&f, refs, got);
+    // The consumption record survives a restart (export -> import).
+    char **keys;
+    int64_t *vers;
+    int32_t *ng, *used;
+    int n;
+    ck_assert_int_eq(feed_export(&f, &keys, &vers, &ng, &used, &n), 0);
+    Feed f2;
+    feed_init(&f2, st, st, &c);
+    ck_assert_int_eq(feed_import(&f2, keys, vers, ng, used, n, &err), 0);
+    free(keys); free(vers); free(ng); free(used);
+    put_shard(st, 3, "wb", 1, 1);
+    ck_assert_int_eq(feed_refresh(&f2, 3, &err), 0);
+    ck_assert_int_eq(feed_take(&f2, 8, refs, &got, &err), 0);
+    ck_assert_int_eq(got, 1);  // only the new shard: nothing trained twice
+    ck_assert_int_eq(refs[0].version, 3);
+    feed_free(&f2);
+    feed_free(&f);
+    // A shard of another base is rejected, not trained on.
+    Feed f3;
+    FeedConfig c3 = cfg(4);
+    c3.base_sha256 = "bbbb";
+    feed_init(&f3, st, st, &c3);
+    ck_assert_int_eq(feed_refresh(&f3, 3, &err), 0);
+    ck_assert_int_eq(feed_take(&f3, 8, refs, &got, &err), 0);
+    ck_assert_int_eq(got, 0);
+    ck_assert_int_eq(f3.stats.rejected, 5);  // four good-but-foreign shards (v0..v3) and the junk
+    feed_free(&f3);
+    store_close(st);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("grpo_feed");
+    TCase *core = tcase_create("core"), *limits = tcase_create("limits");
+    tcase_add_checked_fixture(core, setup, teardown);
+    tcase_add_checked_fixture(limits, setup, teardown);
+    tcase_add_test(core, test_order_commit_late);
+    tcase_add_test(limits, test_staleness_and_rejects);
+    tcase_set_timeout(limits, 60);
+    suite_add_tcase(s, core);
+    suite_add_tcase(s, limits);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}

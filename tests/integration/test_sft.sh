@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Supervised warm-up end to end: --full writes a checkpoint folder that loads
+# and evaluates; LoRA writes an adapter that --init-adapter starts a run from;
+# the loss goes down; --sft-valid stops at its target.
+source "$(dirname "$0")/lib.sh"
+PY=$(venv)/bin/python
+M="$WORK/model"
+"$BIN/grpo-ctl" init-model --out "$M" --model-type llama --hidden 64 --layers 2 --heads 4 --kv-heads 2 --ffn 128 \
+  --vocab 257 --tokenizer "$ROOT/data/tokenizers/bytes" --dtype f32 >/dev/null 2>&1 || { bad "init-model"; finish; exit 1; }
+head -400 "$ROOT/data/addition/sft.jsonl" >"$WORK/sft.jsonl"
+head -40 "$ROOT/data/addition/sft-valid.jsonl" >"$WORK/valid.jsonl"
+export OMP_NUM_THREADS=1
+check "sft --full" "$BIN/grpo-train" --sft "$WORK/sft.jsonl" --full --model "$M" --out "$WORK/full" --steps 60 \
+  --groups-per-step 16 --lr 3e-3 --log-every 20 --metrics "$WORK/full.jsonl"
+check "the checkpoint folder loads (model-info checks every tensor)" "$BIN/grpo-ctl" model-info --model "$WORK/full"
+check "...with the tokenizer files" test -f "$WORK/full/tokenizer.json" -a -f "$WORK/full/tokenizer_config.json"
+check "...and evaluates" "$BIN/grpo-ctl" eval --model "$WORK/full" --dataset "$WORK/valid.jsonl" --max-new-tokens 4
+first=$(head -1 "$WORK/full.jsonl" | grep -o '"loss": [0-9.]*' | grep -o '[0-9.]*$')
+last=$(tail -1 "$WORK/full.jsonl" | grep -o '"loss": [0-9.]*' | grep -o '[0-9.]*$')
+check "the loss went down ($first -> $last)" awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a * 0.8) }'
+check "transformers loads the trained checkpoint" "$PY" -c "
+import sys, transformers
+m = transformers.AutoModelForCausalLM.from_pretrained(sys.argv[1])
+print(sum(p.numel() for p in m.parameters()))" "$WORK/full"
+check "sft LoRA" "$BIN/grpo-train" --sft "$WORK/sft.jsonl" --model "$M" --out "$WORK/lora.h5" --steps 20 \
+  --groups-per-step 16 --lr 3e-3 --lora-rank 4 --metrics ""
+check "--init-adapter starts a run from it" "$BIN/grpo-train" --model "$M" --run "file://$WORK/run" \
+  --init-adapter "$WORK/lora.h5" --lora-rank 4 --steps 0 --metrics ""
+check "...v0 is the SFT adapter" "$PY" "$ROOT/validation/train/compare_adapters.py" "$WORK/lora.h5" \
+  "$WORK/run/adapters/v00000000.h5"
+for i in $(seq 16); do echo '{"prompt": "1+1=", "completion": "2"}'; done >"$WORK/one.jsonl"
+"$BIN/grpo-train" --sft "$WORK/one.jsonl" --sft-valid "$WORK/one.jsonl" --valid-every 5 --stop-accuracy 1 \
+  --full --model "$M" --out "$WORK/early" --steps 2000 --groups-per-step 8 --lr 3e-3 --metrics "" >"$WORK/early.log" 2>&1
+check "--stop-accuracy stops once the validation set is learnt" grep -q "reached the target 100.0% at step" "$WORK/early.log"
+check "...long before --steps" bash -c "! grep -q 'sft step 2000' '$WORK/early.log'"
+expect_fail_last "--sft without --out" 2 "--out" "$BIN/grpo-train" --sft "$WORK/sft.jsonl" --model "$M"
+printf '{"prompt": "1+1="}\n' >"$WORK/bad.jsonl"
+expect_fail_last "a row without a completion" 1 "bad.jsonl:1" "$BIN/grpo-train" --sft "$WORK/bad.jsonl" --model "$M" --out "$WORK/x"
+finish
