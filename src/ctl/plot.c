@@ -28,9 +28,9 @@ static int cmp_pt(const void *a, const void *b) {
 
 // Polyline in the plot box [x0, x0+w] x [y0, y0+h] for data in [xmin, xmax] x [ymin, ymax].
 static void polyline(FILE *f, const Pt *p, int n, double xmin, double xmax, double ymin, double ymax, double x0,
-                     double y0, double w, double h, const char *color, bool dots) {
+                     double y0, double w, double h, const char *color, bool dots, double width) {
     if (n == 0) return;
-    fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"", color);
+    fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"%.1f\" points=\"", color, width);
     for (int i = 0; i < n; i++)
         fprintf(f, "%.1f,%.1f ", x0 + (p[i].x - xmin) / (xmax - xmin) * w, y0 + h - (p[i].y - ymin) / (ymax - ymin) * h);
     fprintf(f, "\"/>\n");
@@ -127,7 +127,7 @@ int ctl_plot(int argc, char **argv) {
         free(acc);
         goto done;
     }
-    double W = 900, H = 480, x0 = 70, y0 = 50, w = 740, h = 360;
+    double W = 900, H = 500, x0 = 70, y0 = 50, w = 740, h = 360;
     fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" font-family=\"sans-serif\" "
                "font-size=\"13\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n", W, H);
     fprintf(f, "<text x=\"%.0f\" y=\"28\" font-size=\"16\" font-weight=\"bold\">%s</text>\n", x0,
@@ -143,11 +143,23 @@ int ctl_plot(int argc, char **argv) {
         fprintf(f, "<text x=\"%.0f\" y=\"%.1f\" fill=\"#d62728\">%.0f%%</text>\n", x0 + w + 6, gy + 4, 100.0 * k / 5);
     }
     fprintf(f, "<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"middle\">optimizer step</text>\n", x0 + w / 2, y0 + h + 38);
-    polyline(f, rw, nr, 0, xmax, rmin, rmax, x0, y0, w, h, "#1f77b4", false);
-    polyline(f, acc, na, 0, xmax, 0, 100, x0, y0, w, h, "#d62728", true);
-    fprintf(f, "<text x=\"%.0f\" y=\"%.0f\" fill=\"#1f77b4\">&#8212; reward (mean per step)</text>\n", x0 + 10, y0 + 18);
-    fprintf(f, "<text x=\"%.0f\" y=\"%.0f\" fill=\"#d62728\">&#8212;&#9679; held-out accuracy (eval worker)</text>\n",
-            x0 + 10, y0 + 36);
+    // The per-step reward is noisy: drawn light, with a centred moving average
+    // over 11 steps on top.
+    Pt *avg = calloc((size_t)nr + 1, sizeof *avg);
+    for (int i = 0; i < nr; i++) {
+        double sum = 0;
+        int k = 0;
+        for (int j = i - 5; j <= i + 5; j++) if (j >= 0 && j < nr) { sum += rw[j].y; k++; }
+        avg[i] = (Pt){rw[i].x, sum / k};
+    }
+    polyline(f, rw, nr, 0, xmax, rmin, rmax, x0, y0, w, h, "#aec7e8", false, 1);
+    polyline(f, avg, nr, 0, xmax, rmin, rmax, x0, y0, w, h, "#1f77b4", false, 2.5);
+    polyline(f, acc, na, 0, xmax, 0, 100, x0, y0, w, h, "#d62728", na < 60, 2);
+    free(avg);
+    fprintf(f, "<text x=\"%.0f\" y=\"%.0f\" fill=\"#1f77b4\">&#8212; reward per step (light) and its 11-step mean</text>\n",
+            x0, y0 + h + 60);
+    fprintf(f, "<text x=\"%.0f\" y=\"%.0f\" fill=\"#d62728\" text-anchor=\"end\">&#8212; held-out accuracy (eval worker, right axis)</text>\n",
+            x0 + w, y0 + h + 60);
     fprintf(f, "</svg>\n");
     rc = fclose(f) == 0 ? 0 : 1;
     if (rc == 0) fprintf(stderr, "%s: wrote %s (%d steps, %d evaluations)\n", argv[0], out, nr, na);

@@ -32,6 +32,8 @@ check "local metrics.jsonl has 4 lines" test "$(wc -l <"$WORK/metrics.jsonl")" -
 check "shards from both workers" bash -c "ls '$D'/rollouts/*/wa-*.h5 && ls '$D'/rollouts/*/wb-*.h5"
 check "heartbeats" test -f "$D/workers/wa.json" -a -f "$D/workers/wb.json"
 check "run.json has the manifest" grep -q '"base_sha256"' "$D/run.json"
+check "grpo-ctl status shows the run" bash -c "'$BIN/grpo-ctl' status '$RUN' --steps 4 | grep -q 'trainer  step 4/4'"
+check "grpo-ctl plot draws the reward curve" bash -c "'$BIN/grpo-ctl' plot '$RUN' --out '$WORK/curve.svg' && grep -c '<polyline' '$WORK/curve.svg' | grep -q '^[23]'"
 check "training moved the adapter" "$PY" "$ROOT/validation/train/compare_adapters.py" \
   "$D/adapters/v00000000.h5" "$D/adapters/v00000004.h5" --differ
 for w in wa wb; do wait "${PIDS[-1]}" 2>/dev/null; done
