@@ -38,6 +38,8 @@ typedef struct {
 } CtlStoreFlags;
 #define CTL_STORE_NFLAGS 6
 void ctl_store_flags(Flag *out, CtlStoreFlags *dst);
+// The StoreOptions those flags describe (addressing left to ctl_open_url).
+StoreOptions ctl_store_options(const CtlStoreFlags *sf);
 // Splits a URL "file:///abs/dir/key" or "s3://bucket/key" into a store root URL
 // and a key, opens the store. key may be "" (bucket root / "/").
 int ctl_open_url(const char *url, const CtlStoreFlags *sf, Store **st, char *key, size_t keycap,

@@ -54,8 +54,8 @@ int ctl_doctor(int argc, char **argv) {
     Tally t = {0};
     PailErr err = {0};
     Store *st = NULL;
-    StoreOptions so = {.endpoint = sf.endpoint, .region = sf.region, .ca_bundle = sf.ca_bundle,
-                       .allow_http = sf.allow_http, .retry_seconds = sf.retry_seconds ? sf.retry_seconds : 10};
+    StoreOptions so = ctl_store_options(&sf);
+    if (!so.retry_seconds) so.retry_seconds = 10;  // a preflight should answer quickly
     if (store_open(&st, run, &so, &err) < 0) {
         line(&t, 2, "store: %s", err.msg);
         goto verdict;

@@ -33,8 +33,7 @@ int ctl_gc(int argc, char **argv) {
     rc = 1;
     PailErr err = {0};
     Store *st = NULL;
-    StoreOptions so = {.endpoint = sf.endpoint, .region = sf.region, .ca_bundle = sf.ca_bundle,
-                       .allow_http = sf.allow_http, .retry_seconds = sf.retry_seconds};
+    StoreOptions so = ctl_store_options(&sf);
     if (store_open(&st, pos[0], &so, &err) < 0) goto fail;
     if (stale < 0) {
         json_t *m;

@@ -62,9 +62,8 @@ int ctl_plot(int argc, char **argv) {
     rc = 1;
     PailErr err = {0};
     Store *st = NULL;
-    if (store_open(&st, pos[0], &(StoreOptions){.endpoint = sf.endpoint, .region = sf.region, .ca_bundle = sf.ca_bundle,
-                                                .allow_http = sf.allow_http, .retry_seconds = sf.retry_seconds},
-                   &err) < 0) {
+    StoreOptions so = ctl_store_options(&sf);
+    if (store_open(&st, pos[0], &so, &err) < 0) {
         fprintf(stderr, "%s: %s\n", argv[0], err.msg);
         goto done;
     }

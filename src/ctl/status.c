@@ -135,8 +135,7 @@ int ctl_status(int argc, char **argv) {
     }
     PailErr err = {0};
     Store *st = NULL;
-    StoreOptions so = {.endpoint = sf.endpoint, .region = sf.region, .ca_bundle = sf.ca_bundle,
-                       .allow_http = sf.allow_http, .retry_seconds = sf.retry_seconds};
+    StoreOptions so = ctl_store_options(&sf);
     if (store_open(&st, pos[0], &so, &err) < 0) {
         fprintf(stderr, "%s: %s\n", argv[0], err.msg);
         rc = 1;

@@ -29,6 +29,11 @@ void ctl_store_flags(Flag *out, CtlStoreFlags *d) {
     memcpy(out, f, sizeof f);
 }
 
+StoreOptions ctl_store_options(const CtlStoreFlags *sf) {
+    return (StoreOptions){.endpoint = sf->endpoint, .region = sf->region, .ca_bundle = sf->ca_bundle,
+                          .allow_http = sf->allow_http, .retry_seconds = sf->retry_seconds};
+}
+
 int ctl_parse(const char *usage, const char *about, Flag *fl, int n, int argc, char **argv, char ***pos,
               int *npos) {
     PailErr err = {0};
@@ -65,8 +70,7 @@ int ctl_open_url(const char *url, const CtlStoreFlags *sf, Store **st, char *key
     }
     if (strlen(k) >= keycap) return err_set(err, PAIL_ERR_INVALID, "URL '%s': key too long", url);
     snprintf(key, keycap, "%s", k);
-    StoreOptions opt = {.endpoint = sf->endpoint, .region = sf->region, .ca_bundle = sf->ca_bundle,
-                        .allow_http = sf->allow_http, .retry_seconds = sf->retry_seconds};
+    StoreOptions opt = ctl_store_options(sf);
     if (sf->addressing && !strcmp(sf->addressing, "path")) opt.addressing = 1;
     else if (sf->addressing && !strcmp(sf->addressing, "virtual")) opt.addressing = 2;
     else if (sf->addressing && strcmp(sf->addressing, "auto"))
