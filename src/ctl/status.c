@@ -64,7 +64,8 @@ static int show(Store *st, const char *url, long target, FILE *o) {
     char b[64] = "";
     if (target > 0) bar(b, sizeof b, (double)step / (double)target, 30);
     int64_t age = prog ? now - (int64_t)num(prog, "time") : -1;
-    fprintf(o, "trainer  step %ld%s%ld %s v%ld", step, target > 0 ? "/" : "", target > 0 ? target : 0L, b, version);
+    if (target > 0) fprintf(o, "trainer  step %ld/%ld %s v%ld", step, target, b, version);
+    else fprintf(o, "trainer  step %ld  v%ld", step, version);
     if (last)
         fprintf(o, "  reward %.3f  loss %+.4f  kl %.4f  %.0f tok/s  wait %.1fs  staleness %.1f/%.0f", num(last, "reward"),
                 num(last, "loss"), num(last, "kl"), num(last, "tokens_per_second"), num(last, "wait_seconds"),
