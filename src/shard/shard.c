@@ -126,6 +126,7 @@ void shard_free(RolloutShard *s) {
     free(s->rewards);
     free(s->reward_valid);
     free(s->reward_components);
+    free(s->finish_reason);
     for (int k = 0; k < SHARD_MAX_COMPONENTS; k++) free(s->component_names[k]);
     memset(s, 0, sizeof *s);
 }
