@@ -22,9 +22,13 @@ CONNS=${BENCH_CONNS:-32}
 start_relay --threads 4 --cache-bytes $((1 << 30)) --access-log "$WORK/bench-access.log" >/dev/null
 R=$WORK/root
 mkdir -p "$R/runs/r1/rollouts/v00000001"
-head -c 4096 /dev/urandom >"$R/runs/r1/rollouts/v00000001/w-000001.h5"
-head -c $((512 << 20)) /dev/urandom >"$R/runs/r1/adapters.big" 2>/dev/null || true
-mkdir -p "$R/runs/r1/adapters" && mv "$R/runs/r1/adapters.big" "$R/runs/r1/adapters/v00000000.h5"
+# Published as pail publishes (create-only, x-amz-meta-pail-sha256): the relay
+# caches only objects that carry it.
+head -c 4096 /dev/urandom >"$WORK/small.bin"
+"$BIN/grpo-ctl" put --versioned "file://$R/runs/r1/rollouts/v00000001/w-000001.h5" "$WORK/small.bin"
+head -c $((512 << 20)) /dev/urandom >"$WORK/big.bin" 2>/dev/null || true
+"$BIN/grpo-ctl" put --versioned "file://$R/runs/r1/adapters/v00000000.h5" "$WORK/big.bin"
+rm -f "$WORK/big.bin"
 
 # nginx on the same files, same certificate and key.
 NGINX_PORT=$(free_port)

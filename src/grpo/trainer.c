@@ -146,6 +146,7 @@ static int write_progress(Trainer *t, PailErr *err) {
                           (json_int_t)t->feed.stats.rejected, "pending_shards_by_version", pend,
                           "used_shards_by_version", done, "time", (json_int_t)time_unix_s(), "max_staleness",
                           t->cfg->max_staleness);
+    json_object_set_new(j, "groups_per_step", json_integer(t->cfg->groups_per_step));
     char *text = json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS);
     json_decref(j);
     StorePutOpts opt = {.content_type = "application/json"};

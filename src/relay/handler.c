@@ -357,31 +357,39 @@ static void get_run(PoolJob *j, Store *st) {
             q->rc = err_set(&q->err, PAIL_ERR_IO, "%s changed while it was being sent", q->route.key);
         return;
     }
-    q->rc = store_head(st, q->route.key, &q->stat, &q->err);
-    if (q->rc < 0) return;
-    relay_stat_normalize(&q->stat);
-    if (!strcmp(q->method, "HEAD")) return;
-    if (etag_matches(q->if_none_match, q->stat.etag)) {
-        q->status = 304;
+    // A mutable key (adapters/LATEST, progress.json) may be replaced between
+    // the HEAD and the first read: nothing is sent yet, so take a fresh look.
+    for (int attempt = 0;; attempt++) {
+        buf_reset(&q->out);
+        q->rc = store_head(st, q->route.key, &q->stat, &q->err);
+        if (q->rc < 0) return;
+        relay_stat_normalize(&q->stat);
+        if (!strcmp(q->method, "HEAD")) return;
+        if (etag_matches(q->if_none_match, q->stat.etag)) {
+            q->status = 304;
+            return;
+        }
+        uint64_t a, b;
+        if (!resolve_range(q, q->stat.size, &a, &b)) {
+            q->status = 416;
+            return;
+        }
+        q->off = a;
+        q->end = b;
+        q->total = q->stat.size;
+        snprintf(q->etag, sizeof q->etag, "%s", q->stat.etag);
+        if (b == a) return;
+        uint64_t n = b - a > RELAY_CHUNK ? RELAY_CHUNK : b - a;
+        StoreGetOpts go = {.range_start = (int64_t)a, .range_end = (int64_t)(a + n - 1)};
+        StoreStat gs;
+        q->rc = store_get(st, q->route.key, &q->out, &go, &gs, &q->err);
+        relay_stat_normalize(&gs);
+        if (q->rc == 0 && (strcmp(gs.etag, q->etag) || q->out.len != n)) {
+            if (attempt < 4) continue;
+            q->rc = err_set(&q->err, PAIL_ERR_IO, "%s changed while it was being read", q->route.key);
+        }
         return;
     }
-    uint64_t a, b;
-    if (!resolve_range(q, q->stat.size, &a, &b)) {
-        q->status = 416;
-        return;
-    }
-    q->off = a;
-    q->end = b;
-    q->total = q->stat.size;
-    snprintf(q->etag, sizeof q->etag, "%s", q->stat.etag);
-    if (b == a) return;
-    uint64_t n = b - a > RELAY_CHUNK ? RELAY_CHUNK : b - a;
-    StoreGetOpts go = {.range_start = (int64_t)a, .range_end = (int64_t)(a + n - 1)};
-    StoreStat gs;
-    q->rc = store_get(st, q->route.key, &q->out, &go, &gs, &q->err);
-    relay_stat_normalize(&gs);
-    if (q->rc == 0 && (strcmp(gs.etag, q->etag) || q->out.len != n))
-        q->rc = err_set(&q->err, PAIL_ERR_IO, "%s changed while it was being read", q->route.key);
 }
 
 static void stream_drained(struct evhttp_connection *evcon, void *arg);

@@ -349,7 +349,7 @@ static void back_pressure(Worker *w, volatile sig_atomic_t *stop) {
     for (int waited = 0;; waited++) {
         Buf b = {0};
         PailErr err = {0};
-        long pending = 0;
+        long pending = 0, allowed = w->cfg->max_ahead;
         if (store_get(w->st, RUN_KEY_PROGRESS, &b, NULL, NULL, &err) == 0) {
             // Shards in the bucket inside the trainer's window that it has not
             // used up yet, whatever their version (a trainer publishing every
@@ -359,6 +359,11 @@ static void back_pressure(Worker *w, volatile sig_atomic_t *stop) {
             long cur = (long)json_integer_value(json_object_get(j, "version")),
                  win = (long)json_integer_value(json_object_get(j, "max_staleness"));
             json_t *used = json_object_get(j, "used_shards_by_version");
+            // Never hold back what one step needs, whatever --max-ahead says:
+            // a trainer short of a step's groups would wait forever.
+            long gps = (long)json_integer_value(json_object_get(j, "groups_per_step"));
+            long need = (gps + w->cfg->groups_per_shard - 1) / w->cfg->groups_per_shard;
+            if (need > allowed) allowed = need;
             for (long v = cur - win < 0 ? 0 : cur - win; v <= cur; v++) {
                 char prefix[64], vs[32];
                 run_key_rollout_dir(prefix, sizeof prefix, v);
@@ -371,7 +376,7 @@ static void back_pressure(Worker *w, volatile sig_atomic_t *stop) {
             json_decref(j);
         }
         buf_free(&b);
-        if (pending <= w->cfg->max_ahead || stop_requested(w, stop)) return;
+        if (pending <= allowed || stop_requested(w, stop)) return;
         if (waited % 10 == 0) log_info("pausing: the trainer has %ld shards not yet consumed (--max-ahead %ld)", pending,
                                        w->cfg->max_ahead);
         if (time_mono_s() - w->last_heartbeat > 5) heartbeat(w, "paused");

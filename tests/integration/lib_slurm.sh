@@ -1,0 +1,138 @@
+# shellcheck shell=bash
+# A real one-host Slurm cluster for the launcher tests (sourced after lib.sh).
+# munged (own socket, as the munge user) + slurmctld + one slurmd per virtual
+# node, all state under $WORK/slurm, ports on 127.0.0.1, stopped on exit. Nothing
+# global is touched except /etc/munge/munge.key, created if missing (doc/slurm.md).
+#   slurm_start NODES CPUS   -> cluster up; exports SLURM_CONF; sets SLURM_DIR
+#   slurm_wait_state JOB SECS STATE_REGEX  -> polls squeue/scontrol (never sbatch --wait)
+#   slurm_job_state JOB      -> prints the job's state (PENDING, RUNNING, COMPLETED, ...)
+#   slurm_stop               -> stops the daemons (also run on exit)
+
+SLURM_DIR=
+SLURM_DAEMONS=()
+
+slurm_have() { command -v sbatch >/dev/null && command -v slurmctld >/dev/null && command -v slurmd >/dev/null \
+  && command -v munged >/dev/null; }
+
+# Consecutive free loopback ports: slurmd ports are given as one range.
+slurm_free_ports() {  # slurm_free_ports COUNT -> first port of COUNT free ones
+  local n=$1 base p ok
+  for _ in $(seq 1 50); do
+    base=$(( 20000 + RANDOM % 30000 )); ok=1
+    for p in $(seq "$base" $(( base + n - 1 ))); do
+      if (exec 3<>/dev/tcp/127.0.0.1/"$p") 2>/dev/null; then ok=0; break; fi
+    done
+    [ $ok = 1 ] && { echo "$base"; return 0; }
+  done
+  return 1
+}
+
+slurm_start() {  # slurm_start NODES CPUS
+  local nodes=$1 cpus=$2 i
+  SLURM_DIR="$WORK/slurm"
+  mkdir -p "$SLURM_DIR/state" "$SLURM_DIR/munge"
+  # munged refuses sockets in folders others cannot traverse.
+  chmod 755 "$WORK" "$SLURM_DIR"
+  chown munge:munge "$SLURM_DIR/munge"; chmod 755 "$SLURM_DIR/munge"
+  if [ ! -s /etc/munge/munge.key ]; then
+    mkdir -p /etc/munge
+    dd if=/dev/urandom of=/etc/munge/munge.key bs=1 count=128 2>/dev/null
+    chown munge:munge /etc/munge/munge.key; chmod 400 /etc/munge/munge.key
+  fi
+  local sock="$SLURM_DIR/munge/munge.socket"
+  runuser -u munge -- munged --socket="$sock" --pid-file="$SLURM_DIR/munge/munged.pid" \
+    --log-file="$SLURM_DIR/munge/munged.log" --seed-file="$SLURM_DIR/munge/munged.seed" \
+    || { echo "munged did not start:"; cat "$SLURM_DIR/munge/munged.log"; return 1; }
+  SLURM_DAEMONS+=("$(cat "$SLURM_DIR/munge/munged.pid")")
+
+  local ctl_port node_port
+  ctl_port=$(slurm_free_ports 1) && node_port=$(slurm_free_ports "$nodes") || { echo "no free ports"; return 1; }
+  local host; host=$(hostname -s)
+  cat >"$SLURM_DIR/slurm.conf" <<CONF
+# one-host test cluster (tests/integration/lib_slurm.sh)
+ClusterName=pailtest
+SlurmctldHost=$host(127.0.0.1)
+SlurmctldPort=$ctl_port
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+# cred_expire: a requeued job may start again after this many seconds (default 120)
+AuthInfo=socket=$sock,cred_expire=5
+StateSaveLocation=$SLURM_DIR/state
+SlurmdSpoolDir=$SLURM_DIR/spool-%n
+SlurmctldPidFile=$SLURM_DIR/slurmctld.pid
+SlurmdPidFile=$SLURM_DIR/slurmd-%n.pid
+SlurmctldLogFile=$SLURM_DIR/slurmctld.log
+SlurmdLogFile=$SLURM_DIR/slurmd-%n.log
+SlurmctldDebug=info
+SlurmdDebug=info
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+SlurmdParameters=config_overrides
+SchedulerType=sched/backfill
+AccountingStorageType=accounting_storage/none
+JobAcctGatherType=jobacct_gather/none
+JobCompType=jobcomp/none
+MpiDefault=none
+ReturnToService=2
+JobRequeue=1
+MinJobAge=300
+KillWait=10
+# heterogeneous jobs are started by the backfill scheduler only (default every 30 s)
+SchedulerParameters=bf_interval=1
+NodeName=n[1-$nodes] NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=4000 Port=[$node_port-$(( node_port + nodes - 1 ))] State=UNKNOWN
+PartitionName=debug Nodes=n[1-$nodes] Default=YES MaxTime=INFINITE State=UP
+CONF
+  export SLURM_CONF="$SLURM_DIR/slurm.conf"
+  slurmctld -i -f "$SLURM_CONF" || { echo "slurmctld did not start:"; tail -20 "$SLURM_DIR/slurmctld.log"; return 1; }
+  for i in $(seq 1 50); do [ -s "$SLURM_DIR/slurmctld.pid" ] && break; sleep 0.1; done
+  SLURM_DAEMONS+=("$(cat "$SLURM_DIR/slurmctld.pid")")
+  for i in $(seq 1 "$nodes"); do
+    slurmd -N "n$i" -f "$SLURM_CONF" || { echo "slurmd n$i did not start:"; tail -20 "$SLURM_DIR/slurmd-n$i.log"; return 1; }
+  done
+  for i in $(seq 1 "$nodes"); do
+    for _ in $(seq 1 50); do [ -s "$SLURM_DIR/slurmd-n$i.pid" ] && break; sleep 0.1; done
+    SLURM_DAEMONS+=("$(cat "$SLURM_DIR/slurmd-n$i.pid")")
+  done
+  # Nodes register within a few seconds; idle means ready for jobs.
+  for i in $(seq 1 300); do
+    [ "$(sinfo -h -t idle -o '%D' 2>/dev/null | awk '{s += $1} END {print s + 0}')" = "$nodes" ] && return 0
+    sleep 0.1
+  done
+  echo "slurm nodes did not become idle within 30 s:"; sinfo 2>&1; tail -5 "$SLURM_DIR/slurmctld.log"; return 1
+}
+
+slurm_job_state() {  # the job's (het leader's) state; scontrol keeps finished jobs MinJobAge seconds
+  scontrol show job "$1" 2>/dev/null | grep -o 'JobState=[A-Z_]*' | head -1 | cut -d= -f2
+}
+
+slurm_wait_state() {  # slurm_wait_state JOB SECONDS REGEX: 0 when the state matches before the deadline
+  local job=$1 deadline=$(( $(date +%s) + $2 )) re=$3 st
+  while [ "$(date +%s)" -lt "$deadline" ]; do
+    st=$(slurm_job_state "$job")
+    [[ "$st" =~ ^($re)$ ]] && return 0
+    sleep 1
+  done
+  echo "job $job: state '$st' after $2 s (waited for $re)"; return 1
+}
+
+slurm_stop() {
+  local p
+  if [ -n "${SLURM_CONF:-}" ] && [ -f "$SLURM_CONF" ]; then
+    scancel --quiet --user=root 2>/dev/null || true
+    # Let slurmd end the jobs' steps (slurmstepd lives on after slurmd).
+    for _ in $(seq 1 30); do [ -z "$(squeue -h 2>/dev/null)" ] && break; sleep 1; done
+  fi
+  # slurmd first (it kills its steps), then slurmctld, then munged.
+  for (( i=${#SLURM_DAEMONS[@]}-1; i>=0; i-- )); do
+    p=${SLURM_DAEMONS[$i]}; [ -n "$p" ] && kill "$p" 2>/dev/null
+  done
+  for p in "${SLURM_DAEMONS[@]}"; do
+    for _ in $(seq 1 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$p" 2>/dev/null
+  done
+  SLURM_DAEMONS=()
+}
