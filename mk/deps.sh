@@ -14,7 +14,7 @@ build_pc=(
 )
 # command : Debian package
 build_cmd=("gcc:gcc" "make:make" "pkg-config:pkg-config")
-test_cmd=("h5dump:hdf5-tools" "aws:awscli" "s3cmd:s3cmd" "python3:python3" "curl:curl" "openssl:openssl")
+test_cmd=("bc:bc" "h5dump:hdf5-tools" "aws:awscli" "s3cmd:s3cmd" "python3:python3" "curl:curl" "openssl:openssl")
 # slurm: the launcher test starts its own one-host cluster (tests/integration/lib_slurm.sh)
 test_pkg=("python3-venv" "slurmctld" "slurmd" "slurm-client" "munge")
 # `make bench` only: the load generator and the reference server for grpo-relay.
