@@ -90,9 +90,9 @@ while kill -0 $TRAIN 2>/dev/null; do
     printf '%s\n' "$out"
     lines=$(printf '%s\n' "$out" | wc -l)
   else
-    printf '%s\n' "$out" | grep -E '^(trainer|eval) ' | head -2 | sed "s/^/demo [$(( $(date +%s) - start ))s]: /" || true
+    printf '%s\n' "$out" | grep -E '^(trainer|worker|eval) ' | sed "s/^/demo [$(( $(date +%s) - start ))s]: /" || true
   fi
-  sleep 3
+  sleep $((3 + 3 * (1 - tty)))  # a log gets a block every 6 s, a terminal a redraw every 3 s
 done
 wait $TRAIN || { say "the trainer failed:"; tail -5 "$D/logs/trainer.log"; exit 1; }
 final=$(grep -o 'adapter v[0-9]*' "$D/logs/trainer.log" | tail -1 | grep -o '[0-9]*$')
