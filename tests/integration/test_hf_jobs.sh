@@ -135,11 +135,12 @@ job_env() {
       --secrets) out+=("${c[$((i + 1))]}=${!c[$((i + 1))]}") ;;
     esac
   done
+  # Each worker is capped at 6 shards (12 for the 10 the 5 steps need), so both must contribute.
   out+=(PAIL_BIN="$BIN" PAIL_MODEL="$WORK/model" PAIL_DATASET="$ROOT/data/addition/train.jsonl" PAIL_RELAY_HOST=127.0.0.1
         PAIL_RELAY_PORT="$PORT" PAIL_TMP="$WORK/tmp-$1" PAIL_START_TIMEOUT=60 PAIL_STOP_GRACE=60 PAIL_UPSTREAM=
         PAIL_RELAY_ROOT="$WORK/bucket" PAIL_STEPS=5 PAIL_GROUP_SIZE=4 PAIL_ACCESS_LOG="$WORK/access.log"
         PAIL_TRAIN_ARGS="--groups-per-step 4 --lora-rank 4 --lora-alpha 8 --token-budget 1024"
-        PAIL_ROLLOUT_ARGS="--groups-per-shard 2 --batch-size 8 --max-new-tokens 4 --max-ahead 2" OMP_NUM_THREADS=1)
+        PAIL_ROLLOUT_ARGS="--groups-per-shard 2 --batch-size 8 --max-new-tokens 4 --max-ahead 2 --max-shards 6" OMP_NUM_THREADS=1)
   printf '%s\0' "${out[@]}"
 }
 role_of() { sed -n "${1}p" "$WORK/cmds.txt" | awk '{print $NF}'; }
