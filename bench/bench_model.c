@@ -14,35 +14,14 @@
 #include <time.h>
 #include "kernels.h"
 #include "model/modelgen.h"
+#include "refs.h"
 #include "model/transformer.h"
 
 enum { NSEQ = 8, SEQ = 256, TP = NSEQ * SEQ, RANK = 16, PREFILL = 32, DECODE_STEPS = 256, BATCH_STEPS = 48 };
 
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static void die(const char *what, const PailErr *err) {
     fprintf(stderr, "bench_model: %s: %s\n", what, err ? err->msg : "out of memory");
     exit(1);
-}
-
-static void *xmalloc(size_t n) {
-    void *p = malloc(n);
-    if (!p) die("malloc", NULL);
-    return p;
-}
-
-// Uniform(-a, a) from a counter hash: fast, thread-count independent.
-static void fill_uniform(float *p, size_t n, float a, unsigned seed) {
-#pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) {
-        unsigned h = (unsigned)i * 2654435761u ^ seed * 0x9e3779b9u;
-        h ^= h >> 15, h *= 2246822519u, h ^= h >> 13, h *= 3266489917u, h ^= h >> 16;
-        p[i] = a * (2.0f * (h & 0xffffff) / 16777216.0f - 1.0f);
-    }
 }
 
 // Best (least disturbed) of n times, as bench_kernels and torch_policy.py.
@@ -50,63 +29,6 @@ static double best_of(const double *t, int n) {
     double b = t[0];
     for (int i = 1; i < n; i++) b = fmin(b, t[i]);
     return b;
-}
-
-// Best of 10 triads over each of 3 fresh allocations: on this VM the rate
-// jumps between ~47 and ~80 GB/s from one allocation or run to the next, so the
-// roofline uses the best seen and the worst is printed next to it.
-static double triad_lo;
-static double stream_triad(void) {
-    size_t n = 32u << 20;  // 3 x 128 MiB, far beyond any cache
-    double best = 0;
-    triad_lo = 1e30;
-    for (int alloc = 0; alloc < 3; alloc++) {
-        float *a = xmalloc(n * 4), *b = xmalloc(n * 4), *c = xmalloc(n * 4);
-        fill_uniform(a, n, 1, 1), fill_uniform(b, n, 1, 2), fill_uniform(c, n, 1, 3);
-        double t = 1e30;
-        for (int rep = 0; rep < 10; rep++) {
-            double t0 = now();
-#pragma omp parallel for simd schedule(static)
-            for (size_t i = 0; i < n; i++) a[i] = b[i] + 3.0f * c[i];
-            t = fmin(t, now() - t0);
-        }
-        free(a), free(b), free(c);
-        double gbs = 3.0 * n * sizeof(float) / t / 1e9;
-        best = fmax(best, gbs);
-        triad_lo = fmin(triad_lo, gbs);
-    }
-    return best;
-}
-
-// OpenBLAS sgemm (its own pool, all threads) on the forward products of one
-// layer and the LM head at rows T: the best dense rate this machine gives on the
-// model's own shapes, the reference for model FLOP/s.
-static double sgemm_reference(const ModelConfig *c, int T) {
-    int C = c->hidden_size, HD = c->num_attention_heads * c->head_dim, KD = c->num_key_value_heads * c->head_dim,
-        F = c->intermediate_size, V = c->vocab_size;
-    struct { int K, N; } p[] = {{C, HD}, {C, KD}, {C, KD}, {HD, C}, {C, F}, {C, F}, {F, C}, {C, V}};
-    int np = sizeof p / sizeof p[0];
-    size_t maxw = 0, maxo = 0, maxx = 0;
-    for (int i = 0; i < np; i++) {
-        if ((size_t)p[i].K * p[i].N > maxw) maxw = (size_t)p[i].K * p[i].N;
-        if ((size_t)T * p[i].N > maxo) maxo = (size_t)T * p[i].N;
-        if ((size_t)T * p[i].K > maxx) maxx = (size_t)T * p[i].K;
-    }
-    float *x = xmalloc(maxx * 4), *W = xmalloc(maxw * 4), *o = xmalloc(maxo * 4);
-    fill_uniform(x, maxx, 1, 4), fill_uniform(W, maxw, 0.05f, 5);
-    openblas_set_num_threads(omp_get_max_threads());
-    double flops = 0, best = 1e30;
-    for (int i = 0; i < np; i++) flops += 2.0 * T * p[i].K * p[i].N;
-    for (int rep = 0; rep < 6; rep++) {
-        double t0 = now();
-        for (int i = 0; i < np; i++)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, p[i].N, p[i].K, 1, x, p[i].K, W, p[i].K, 0, o,
-                        p[i].N);
-        best = fmin(best, now() - t0);
-    }
-    openblas_set_num_threads(1);  // matmul.c runs OpenBLAS single-threaded inside OpenMP
-    free(x), free(W), free(o);
-    return flops / best / 1e9;
 }
 
 // ---- the model ----
@@ -124,7 +46,7 @@ static void model_build(BenchModel *m) {
     if (modelgen_shape(&cfg, "bench", MODEL_LLAMA) < 0) die("modelgen_shape bench", NULL);
     if (model_weights_alloc(&m->w, &cfg, &err) < 0) die("model_weights_alloc", &err);
     // N(0, 0.02^2)-sized uniform values (std 0.02), norms 1: a realistic scale
-    fill_uniform(m->w.memory, m->w.num_params, 0.02f * sqrtf(3.0f), 11);
+    bench_fill_uniform(m->w.memory, m->w.num_params, 0.02f * sqrtf(3.0f), 11);
     const ModelConfig *c = &m->w.cfg;
     int L = c->num_hidden_layers, C = c->hidden_size;
     for (int l = 0; l < L; l++)
@@ -132,12 +54,12 @@ static void model_build(BenchModel *m) {
     for (int i = 0; i < C; i++) m->w.p.final_norm[i] = 1.0f;
     LoraConfig lc = {.rank = RANK, .alpha = 32, .targets = (1u << LORA_NMOD) - 1};
     if (lora_layout_build(&m->lay, c, &lc, &err) < 0) die("lora_layout_build", &err);
-    m->lora = xmalloc((size_t)m->lay.n_params * sizeof(float));
+    m->lora = bench_malloc((size_t)m->lay.n_params * sizeof(float));
     lora_init(&m->lay, m->lora, 3);
     for (int l = 0; l < L; l++)
         for (int mod = 0; mod < LORA_NMOD; mod++) {
             const LoraSlot *s = lora_slot(&m->lay, l, mod);
-            fill_uniform(m->lora + s->b_off, (size_t)s->out * RANK, 0.01f, 100 + l * 8 + mod);
+            bench_fill_uniform(m->lora + s->b_off, (size_t)s->out * RANK, 0.01f, 100 + l * 8 + mod);
         }
     size_t HD = (size_t)c->num_attention_heads * c->head_dim, KD = (size_t)c->num_key_value_heads * c->head_dim,
            F = c->intermediate_size;
@@ -175,7 +97,7 @@ static void validate_decode(BenchModel *m, Transformer *fwd_tf, Transformer *dec
     int V = m->w.cfg.vocab_size, tok[N], pos[N], tgt[N], cu[2] = {0, N};
     for (int i = 0; i < N; i++) tok[i] = (i * 7919 + 13) % V, pos[i] = i;
     for (int i = 0; i < N; i++) tgt[i] = i + 1 < N ? tok[i + 1] : -1;
-    float logp[N], *logits = xmalloc((size_t)V * 4);
+    float logp[N], *logits = bench_malloc((size_t)V * 4);
     if (transformer_forward(fwd_tf, logp, NULL, tok, pos, cu, 1, N, tgt, 1.0f, &err) < 0) die("forward", &err);
     KvCache *kv;
     if (kvcache_init(&kv, &m->w.cfg, 1, N, &err) < 0) die("kvcache", &err);
@@ -200,9 +122,9 @@ static void validate_decode(BenchModel *m, Transformer *fwd_tf, Transformer *dec
 static double policy(BenchModel *m, Transformer *tf, double sgemm, int iters) {
     PailErr err = {0};
     int V = m->w.cfg.vocab_size;
-    int *tok = xmalloc(TP * sizeof(int)), *pos = xmalloc(TP * sizeof(int)), *tgt = xmalloc(TP * sizeof(int)),
+    int *tok = bench_malloc(TP * sizeof(int)), *pos = bench_malloc(TP * sizeof(int)), *tgt = bench_malloc(TP * sizeof(int)),
         cu[NSEQ + 1], nsel = 0;
-    float *logp = xmalloc(TP * 4), *dlogp = xmalloc(TP * 4), *grads = xmalloc((size_t)m->lay.n_params * 4);
+    float *logp = bench_malloc(TP * 4), *dlogp = bench_malloc(TP * 4), *grads = bench_malloc((size_t)m->lay.n_params * 4);
     for (int s = 0; s <= NSEQ; s++) cu[s] = s * SEQ;
     for (int t = 0; t < TP; t++) tok[t] = (int)(((unsigned)t * 2654435761u >> 7) % (unsigned)V), pos[t] = t % SEQ;
     for (int t = 0; t < TP; t++) {
@@ -214,11 +136,11 @@ static double policy(BenchModel *m, Transformer *tf, double sgemm, int iters) {
     double flops = policy_flops(m, cu, NSEQ, nsel, &fwd_flops);
     for (int it = -1; it < iters; it++) {  // it -1: warm-up
         memset(grads, 0, (size_t)m->lay.n_params * 4);
-        double t0 = now();
+        double t0 = bench_now();
         if (transformer_forward(tf, logp, NULL, tok, pos, cu, NSEQ, TP, tgt, 1.0f, &err) < 0) die("forward", &err);
-        double t1 = now();
+        double t1 = bench_now();
         if (transformer_backward(tf, grads, NULL, dlogp, &err) < 0) die("backward", &err);
-        double t2 = now();
+        double t2 = bench_now();
         if (it >= 0) tf_s[it] = t1 - t0, tb_s[it] = t2 - t1;
     }
     double gn = 0, lsum = 0;
@@ -253,20 +175,20 @@ static double decode_rate(BenchModel *m, Transformer *tf, int n, int steps) {
     int V = m->w.cfg.vocab_size;
     KvCache *kv;
     if (kvcache_init(&kv, &m->w.cfg, n, PREFILL + steps, &err) < 0) die("kvcache", &err);
-    int *n_new = xmalloc((size_t)n * sizeof(int)), *tok = xmalloc((size_t)n * PREFILL * sizeof(int));
-    float *logits = xmalloc((size_t)n * V * 4);
+    int *n_new = bench_malloc((size_t)n * sizeof(int)), *tok = bench_malloc((size_t)n * PREFILL * sizeof(int));
+    float *logits = bench_malloc((size_t)n * V * 4);
     for (int s = 0; s < n; s++) n_new[s] = PREFILL;
     for (int i = 0; i < n * PREFILL; i++) tok[i] = (i * 7919 + 5) % V;
     if (transformer_extend(tf, kv, logits, n_new, tok, &err) < 0) die("prefill", &err);
     for (int s = 0; s < n; s++) n_new[s] = 1;
-    double t0 = now();
+    double t0 = bench_now();
     for (int st = 0; st < steps; st++) {
         // fixed tokens: choosing them from the logits (a serial pass over n x V)
         // would put the harness's time into the figure
         for (int s = 0; s < n; s++) tok[s] = (st * 7919 + s * 104729) % V;
         if (transformer_extend(tf, kv, logits, n_new, tok, &err) < 0) die("decode", &err);
     }
-    double t = now() - t0;
+    double t = bench_now() - t0;
     kvcache_free(kv);
     free(n_new), free(tok), free(logits);
     return (double)n * steps / t;
@@ -330,8 +252,8 @@ int main(int argc, char **argv) {
     printf("model: bench shape C %d L %d H %d Hkv %d D %d F %d V %d, %.1fM params, LoRA rank %d: %.2fM params\n",
            c->hidden_size, c->num_hidden_layers, c->num_attention_heads, c->num_key_value_heads, c->head_dim,
            c->intermediate_size, c->vocab_size, m.w.num_params / 1e6, RANK, m.lora_params / 1e6);
-    double triad = stream_triad();
-    double sgemm = sgemm_reference(c, TP);
+    double triad_lo, triad = bench_stream_triad(&triad_lo);
+    double sgemm = bench_sgemm_reference(c, TP);
     printf("references: STREAM triad %.1f GB/s (best of 3 allocations; worst %.1f); OpenBLAS sgemm %.1f GFLOP/s "
            "(forward products of a layer + LM head, T=%d, %d threads)\n", triad, triad_lo, sgemm, TP,
            omp_get_max_threads());

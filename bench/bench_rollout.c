@@ -13,83 +13,14 @@
 #include <string.h>
 #include <time.h>
 #include "model/modelgen.h"
+#include "refs.h"
 #include "rollout/generate.h"
 
 enum { RANK = 16, G = 8, PROMPT = 32, MAX_NEW = 64, LONG_PROMPT = 1024 };
 
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static void die(const char *what, const PailErr *err) {
     fprintf(stderr, "bench_rollout: %s: %s\n", what, err ? err->msg : "out of memory");
     exit(1);
-}
-
-static void *xmalloc(size_t n) {
-    void *p = malloc(n);
-    if (!p) die("malloc", NULL);
-    return p;
-}
-
-static void fill_uniform(float *p, size_t n, float a, unsigned seed) {
-#pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) {
-        unsigned h = (unsigned)i * 2654435761u ^ seed * 0x9e3779b9u;
-        h ^= h >> 15, h *= 2246822519u, h ^= h >> 13, h *= 3266489917u, h ^= h >> 16;
-        p[i] = a * (2.0f * (h & 0xffffff) / 16777216.0f - 1.0f);
-    }
-}
-
-// Best of 10 triads over each of 3 fresh allocations: on this VM the rate
-// jumps between ~47 and ~80 GB/s from one allocation or run to the next, so the
-// roofline uses the best seen and the worst is printed next to it.
-static double triad_lo;
-static double stream_triad(void) {
-    size_t n = 32u << 20;  // 3 x 128 MiB, far beyond any cache
-    double best = 0;
-    triad_lo = 1e30;
-    for (int alloc = 0; alloc < 3; alloc++) {
-        float *a = xmalloc(n * 4), *b = xmalloc(n * 4), *c = xmalloc(n * 4);
-        fill_uniform(a, n, 1, 1), fill_uniform(b, n, 1, 2), fill_uniform(c, n, 1, 3);
-        double t = 1e30;
-        for (int rep = 0; rep < 10; rep++) {
-            double t0 = now();
-#pragma omp parallel for simd schedule(static)
-            for (size_t i = 0; i < n; i++) a[i] = b[i] + 3.0f * c[i];
-            t = fmin(t, now() - t0);
-        }
-        free(a), free(b), free(c);
-        double gbs = 3.0 * n * sizeof(float) / t / 1e9;
-        best = fmax(best, gbs);
-        triad_lo = fmin(triad_lo, gbs);
-    }
-    return best;
-}
-
-// OpenBLAS sgemm (own pool) on one layer's forward products + the LM head at T rows.
-static double sgemm_reference(const ModelConfig *c, int T) {
-    int C = c->hidden_size, HD = c->num_attention_heads * c->head_dim, KD = c->num_key_value_heads * c->head_dim,
-        F = c->intermediate_size, V = c->vocab_size;
-    struct { int K, N; } p[] = {{C, HD}, {C, KD}, {C, KD}, {HD, C}, {C, F}, {C, F}, {F, C}, {C, V}};
-    int np = sizeof p / sizeof p[0];
-    float *x = xmalloc((size_t)T * F * 4), *W = xmalloc((size_t)V * C * 4), *o = xmalloc((size_t)T * V * 4);
-    fill_uniform(x, (size_t)T * F, 1, 4), fill_uniform(W, (size_t)V * C, 0.05f, 5);
-    openblas_set_num_threads(omp_get_max_threads());
-    double flops = 0, best = 1e30;
-    for (int i = 0; i < np; i++) flops += 2.0 * T * p[i].K * p[i].N;
-    for (int rep = 0; rep < 6; rep++) {
-        double t0 = now();
-        for (int i = 0; i < np; i++)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, p[i].N, p[i].K, 1, x, p[i].K, W, p[i].K, 0, o,
-                        p[i].N);
-        best = fmin(best, now() - t0);
-    }
-    openblas_set_num_threads(1);
-    free(x), free(W), free(o);
-    return flops / best / 1e9;
 }
 
 typedef struct {
@@ -105,19 +36,19 @@ static void bench_build(Bench *b, int max_tokens) {
     ModelConfig cfg;
     if (modelgen_shape(&cfg, "bench", MODEL_LLAMA) < 0) die("modelgen_shape bench", NULL);
     if (model_weights_alloc(&b->w, &cfg, &err) < 0) die("model_weights_alloc", &err);
-    fill_uniform(b->w.memory, b->w.num_params, 0.02f * sqrtf(3.0f), 11);
+    bench_fill_uniform(b->w.memory, b->w.num_params, 0.02f * sqrtf(3.0f), 11);
     const ModelConfig *c = &b->w.cfg;
     int L = c->num_hidden_layers, C = c->hidden_size;
     for (int i = 0; i < L * C; i++) b->w.p.attn_norm[i] = b->w.p.mlp_norm[i] = 1.0f;
     for (int i = 0; i < C; i++) b->w.p.final_norm[i] = 1.0f;
     LoraConfig lc = {.rank = RANK, .alpha = 32, .targets = (1u << LORA_NMOD) - 1};
     if (lora_layout_build(&b->lay, c, &lc, &err) < 0) die("lora_layout_build", &err);
-    b->lora = xmalloc((size_t)b->lay.n_params * 4);
+    b->lora = bench_malloc((size_t)b->lay.n_params * 4);
     lora_init(&b->lay, b->lora, 3);
     for (int l = 0; l < L; l++)
         for (int m = 0; m < LORA_NMOD; m++) {
             const LoraSlot *s = lora_slot(&b->lay, l, m);
-            fill_uniform(b->lora + s->b_off, (size_t)s->out * RANK, 0.01f, 100 + l * 8 + m);
+            bench_fill_uniform(b->lora + s->b_off, (size_t)s->out * RANK, 0.01f, 100 + l * 8 + m);
         }
     TransformerPlan plan = {.max_tokens = max_tokens};
     if (transformer_init(&b->tf, &b->w, &plan, &err) < 0) die("transformer_init", &err);
@@ -142,15 +73,15 @@ static RunResult run(Bench *b, int P, int n, int group, int batch, int max_new) 
                     .sampler = {.temperature = 1.0, .top_p = 1.0}};
     Generator *g;
     if (generator_init(&g, b->tf, &b->w.cfg, &gc, &err) < 0) die("generator_init", &err);
-    int32_t *ids = xmalloc((size_t)P * n * sizeof *ids);
-    GenPrompt *pr = xmalloc((size_t)P * sizeof *pr);
+    int32_t *ids = bench_malloc((size_t)P * n * sizeof *ids);
+    GenPrompt *pr = bench_malloc((size_t)P * sizeof *pr);
     for (int i = 0; i < P * n; i++) ids[i] = (int32_t)(((unsigned)i * 2654435761u >> 9) % 32000u);
     for (int p = 0; p < P; p++) pr[p] = (GenPrompt){.ids = ids + (size_t)p * n, .n = n, .seed = 1000 + (uint64_t)p};
     GenCompletion *out = calloc((size_t)P * group, sizeof *out);
     if (!out) die("calloc", NULL);
-    double t0 = now();
+    double t0 = bench_now();
     if (generator_run(g, pr, P, out, &err) < 0) die("generator_run", &err);
-    RunResult r = {.secs = now() - t0, .st = generator_stats(g), .digest = 1469598103934665603ull};
+    RunResult r = {.secs = bench_now() - t0, .st = generator_stats(g), .digest = 1469598103934665603ull};
     for (int i = 0; i < P * group; i++) {
         r.tokens += out[i].n;
         for (int k = 0; k < out[i].n; k++) r.digest = (r.digest ^ (uint64_t)out[i].ids[k]) * 1099511628211ull;
@@ -173,7 +104,7 @@ int main(void) {
     Bench b = {0};
     bench_build(&b, LONG_PROMPT);
     const ModelConfig *c = &b.w.cfg;
-    double triad = stream_triad(), sgemm = sgemm_reference(c, 2048);
+    double triad_lo, triad = bench_stream_triad(&triad_lo), sgemm = bench_sgemm_reference(c, 2048);
     double bytes = 4.0 * b.params, flops_tok = 2.0 * b.params;
     printf("references: STREAM triad %.1f GB/s (best of 3 allocations; worst %.1f); OpenBLAS sgemm %.1f GFLOP/s "
            "(a layer's products + LM head, T=2048); weights %.1f MB fp32 per decode step, %.1f MFLOP per token "
@@ -205,17 +136,17 @@ int main(void) {
     // The sampler runs on one thread per token, over all V logits: its share of a batch-64 token.
     {
         int V = c->vocab_size;
-        float *z = xmalloc((size_t)V * 4), lp;
-        fill_uniform(z, (size_t)V, 5.0f, 77);
+        float *z = bench_malloc((size_t)V * 4), lp;
+        bench_fill_uniform(z, (size_t)V, 5.0f, 77);
         SamplerScratch ss;
         if (sampler_scratch_init(&ss, V) < 0) die("sampler_scratch_init", NULL);
         SamplerConfig sc = {.temperature = 1.0, .top_p = 1.0};
         Rng rng;
         rng_seed(&rng, 1, 0);
         int n = 2000, acc = 0;
-        double t0 = now();
+        double t0 = bench_now();
         for (int i = 0; i < n; i++) acc += sample_token(z, &sc, &rng, &ss, &lp);
-        double us = (now() - t0) / n * 1e6;
+        double us = (bench_now() - t0) / n * 1e6;
         printf("  sample_token (V=%d, temperature 1, serial over slots): %.1f us per token = %.0f%% of a batch-64 "
                "token's %.1f us%s\n", V, us, 100 * us / (1e6 / tps64), 1e6 / tps64, acc < 0 ? "?" : "");
         sampler_scratch_free(&ss);
@@ -230,14 +161,14 @@ int main(void) {
                     .sampler = {.temperature = 1.0, .top_p = 1.0}};
     Generator *gen;
     if (generator_init(&gen, b.tf, c, &gc, &err) < 0) die("generator_init", &err);
-    int32_t *ids = xmalloc(LONG_PROMPT * sizeof *ids);
+    int32_t *ids = bench_malloc(LONG_PROMPT * sizeof *ids);
     for (int i = 0; i < LONG_PROMPT; i++) ids[i] = (int32_t)(((unsigned)i * 2654435761u >> 9) % 32000u);
     GenPrompt pr[G];
     for (int j = 0; j < G; j++) pr[j] = (GenPrompt){.ids = ids, .n = LONG_PROMPT, .seed = (uint64_t)j};
     GenCompletion out[G] = {0};
-    double t0 = now();
+    double t0 = bench_now();
     if (generator_run(gen, pr, G, out, &err) < 0) die("generator_run", &err);
-    double t_sep = now() - t0;
+    double t_sep = bench_now() - t0;
     GenStats ss = generator_stats(gen);
     for (int j = 0; j < G; j++) gen_completion_free(&out[j]);
     generator_free(gen);
