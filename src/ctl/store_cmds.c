@@ -53,21 +53,7 @@ int ctl_open_url(const char *url, const CtlStoreFlags *sf, Store **st, char *key
                  PailErr *err) {
     char root[STORE_MAX_KEY + 64];
     const char *k;
-    if (!strncmp(url, "file://", 7)) {
-        if (url[7] != '/')
-            return err_set(err, PAIL_ERR_INVALID, "URL '%s': file:// needs an absolute path (file:///abs/dir/key)", url);
-        snprintf(root, sizeof root, "file:///");
-        k = url + 8;
-    } else if (!strncmp(url, "s3://", 5)) {
-        const char *slash = strchr(url + 5, '/');
-        size_t n = slash ? (size_t)(slash - url) : strlen(url);
-        if (n >= sizeof root) return err_set(err, PAIL_ERR_INVALID, "URL '%s': bucket name too long", url);
-        memcpy(root, url, n);
-        root[n] = 0;
-        k = slash ? slash + 1 : "";
-    } else {
-        return err_set(err, PAIL_ERR_INVALID, "URL '%s': use file:///abs/dir/key or s3://bucket/key", url);
-    }
+    if (store_split_url(url, root, sizeof root, &k, err) < 0) return -1;
     if (strlen(k) >= keycap) return err_set(err, PAIL_ERR_INVALID, "URL '%s': key too long", url);
     snprintf(key, keycap, "%s", k);
     StoreOptions opt = ctl_store_options(sf);

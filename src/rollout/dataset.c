@@ -110,32 +110,13 @@ int dataset_load_store(Dataset **out, Store *st, const char *key, PailErr *err) 
     return rc;
 }
 
-// Splits file:///abs/dir/key or s3://bucket/key into a store root and key, the way
-// grpo-ctl does (src/ctl/store_cmds.c): file:// stores are rooted at "/".
-static int url_split(const char *url, char *root, size_t rootcap, const char **key, PailErr *err) {
-    if (!strncmp(url, "file://", 7)) {
-        if (url[7] != '/')
-            return err_set(err, PAIL_ERR_INVALID, "dataset URL '%s': file:// needs an absolute path (file:///abs/file.jsonl)", url);
-        snprintf(root, rootcap, "file:///");
-        *key = url + 8;
-    } else {
-        const char *slash = strchr(url + 5, '/');
-        size_t n = slash ? (size_t)(slash - url) : strlen(url);
-        if (n >= rootcap) return err_set(err, PAIL_ERR_INVALID, "dataset URL '%s': bucket name too long", url);
-        memcpy(root, url, n);
-        root[n] = 0;
-        *key = slash ? slash + 1 : "";
-    }
-    if (!**key) return err_set(err, PAIL_ERR_INVALID, "dataset URL '%s': no key after the bucket", url);
-    return 0;
-}
-
 int dataset_load(Dataset **out, const char *path_or_url, PailErr *err) {
     *out = NULL;
     if (!strncmp(path_or_url, "file://", 7) || !strncmp(path_or_url, "s3://", 5)) {
         char root[STORE_MAX_KEY + 64];
         const char *key = NULL;
-        if (url_split(path_or_url, root, sizeof root, &key, err) < 0) return -1;
+        if (store_split_url(path_or_url, root, sizeof root, &key, err) < 0) return err_wrap(err, "dataset");
+        if (!*key) return err_set(err, PAIL_ERR_INVALID, "dataset URL '%s': no key after the bucket", path_or_url);
         Store *st;
         if (store_open(&st, root, NULL, err) < 0) return err_wrap(err, "dataset %s", path_or_url);
         int rc = dataset_load_store(out, st, key, err);

@@ -80,6 +80,25 @@ int store_open(Store **out, const char *url, const StoreOptions *opt, PailErr *e
     return 0;
 }
 
+int store_split_url(const char *url, char *root, size_t rootcap, const char **key, PailErr *err) {
+    if (!strncmp(url, "file://", 7)) {
+        if (url[7] != '/')
+            return err_set(err, PAIL_ERR_INVALID, "URL '%s': file:// needs an absolute path (file:///abs/dir/key)", url);
+        snprintf(root, rootcap, "file:///");
+        *key = url + 8;
+    } else if (!strncmp(url, "s3://", 5)) {
+        const char *slash = strchr(url + 5, '/');
+        size_t n = slash ? (size_t)(slash - url) : strlen(url);
+        if (n >= rootcap) return err_set(err, PAIL_ERR_INVALID, "URL '%s': bucket name too long", url);
+        memcpy(root, url, n);
+        root[n] = 0;
+        *key = slash ? slash + 1 : "";
+    } else {
+        return err_set(err, PAIL_ERR_INVALID, "URL '%s': use file:///abs/dir/key or s3://bucket/key", url);
+    }
+    return 0;
+}
+
 void store_close(Store *st) {
     if (!st) return;
     if (st->be && st->be->close) st->be->close(st);

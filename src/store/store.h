@@ -83,6 +83,10 @@ typedef struct Store Store;
 // Opens a store from a URL (see above). Returns 0 / -1 with err (PAIL_ERR_INVALID
 // for a malformed URL, missing credentials, or http:// to a remote host).
 int store_open(Store **out, const char *url, const StoreOptions *opt, PailErr *err);
+// Splits an object URL, file:///abs/dir/key or s3://bucket/key, into the URL of
+// its store (file:// stores are rooted at "/") and the key (*key points into
+// url; may be ""). -1 with err naming the URL for another scheme or shape.
+int store_split_url(const char *url, char *root, size_t rootcap, const char **key, PailErr *err);
 void store_close(Store *st);
 const char *store_url(const Store *st);  // the URL it was opened with (no secrets)
 // "URL/key" for messages (no doubled '/'); returns buf.
