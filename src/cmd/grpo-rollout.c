@@ -46,7 +46,7 @@ int main(int argc, char **argv) {
         {"prompt-format", FLAG_STRING, &prompt_format, NULL, 1, 0, "plain template with {prompt}, for unknown chat templates"},
         {"seed", FLAG_INT, &seed, "0", 0, 9007199254740991L, "sampling seed (per prompt and sample)"},
         {"max-shards", FLAG_INT, &max_shards, "0", 0, 100000000, "stop after N shards (0: until stopped)"},
-        {"max-ahead", FLAG_INT, &max_ahead, "8", 0, 1000000, "pause while the trainer has more unconsumed shards of this version (0: never)"},
+        {"max-ahead", FLAG_INT, &max_ahead, "8", 0, 1000000, "pause while more shards than this wait unused in the trainer's window (0: never; never below one step's worth)"},
         {"worker-index", FLAG_INT, &windex, "0", 0, 1000000, "with --num-workers: this worker's partition"},
         {"num-workers", FLAG_INT, &nworkers, "0", 0, 1000000, "deterministic partition of the dataset (0: own shuffle)"},
         {"wait-timeout", FLAG_DOUBLE, &wait_timeout, "0", 0, 1e9, "give up waiting for the run (0: wait)"},
