@@ -132,6 +132,20 @@ void logprob_backward_ref(float *dhidden, float *dw_lm, const float *dlogp,
                           const float *dentropy, const float *hidden, const float *w_lm,
                           const int *targets, int T, int C, int V, float temperature);
 
+// The head for a LoRA step (frozen head, no entropy gradient) without the
+// backward's second pass over V: the forward also writes expect(T,C) = sum_j
+// p_tj w_lm[j] / temperature, computed from each row's full logits (rows in
+// blocks of ws_floats / V; ws must hold at least V floats), and the backward
+// is then dhidden_t = dlogp_t (w_lm[target_t] / temperature - expect_t).
+// Same logp, lse, entropy as logprob_forward.
+int logprob_forward_expect(float *logp, float *entropy, float *lse, float *expect,
+                           const float *hidden, const float *w_lm, const int *targets, int T,
+                           int C, int V, float temperature, float *ws, size_t ws_floats,
+                           PailErr *err);
+void logprob_backward_expect(float *dhidden, const float *dlogp, const float *expect,
+                             const float *w_lm, const int *targets, int T, int C,
+                             float temperature);
+
 // ---- embedding: out(T,C) = table(V,C)[tokens[t]] ----
 // Returns -1 when a token is outside [0, V).
 int embedding_forward(float *out, const float *table, const int *tokens, int T, int C, int V,
@@ -199,6 +213,13 @@ int logprob_backward_cuda(float *dhidden, float *dw_lm, const float *dlogp,
                           const int *targets, const float *lse, const float *entropy, int T,
                           int C, int V, float temperature, float *ws, int vchunk,
                           PailErr *err);
+int logprob_forward_expect_cuda(float *logp, float *entropy, float *lse, float *expect,
+                                const float *hidden, const float *w_lm, const int *targets,
+                                int T, int C, int V, float temperature, float *ws,
+                                size_t ws_floats, PailErr *err);
+int logprob_backward_expect_cuda(float *dhidden, const float *dlogp, const float *expect,
+                                 const float *w_lm, const int *targets, int T, int C,
+                                 float temperature, PailErr *err);
 int embedding_forward_cuda(float *out, const float *table, const int *tokens, int T, int C,
                            PailErr *err);
 int embedding_backward_cuda(float *dtable, const float *dout, const int *tokens, int T, int C,

@@ -105,6 +105,69 @@ void logprob_backward(float *dhidden, float *dw_lm, const float *dlogp, const fl
     }
 }
 
+// ---- the head with its gradient's expectation, for a later backward without recompute ----
+// d logp_t / d hidden_t = (W[target_t] - sum_j p_tj W_j) / temperature: the sum is
+// the same whatever dlogp turns out to be, so the forward computes it while each
+// row's full logits are at hand (rows in blocks of ws_floats / V) and the
+// backward is a scaled difference of two rows per token, no second pass over V.
+int logprob_forward_expect(float *logp, float *entropy, float *lse, float *expect,
+                           const float *hidden, const float *w_lm, const int *targets, int T,
+                           int C, int V, float temperature, float *ws, size_t ws_floats,
+                           PailErr *err) {
+    if (targets_check(targets, T, V, temperature, 1, err)) return -1;
+    size_t rows = ws_floats / (size_t)V;
+    if (rows < 1)
+        return err_set(err, PAIL_ERR_INVALID,
+                       "logprob_forward_expect: workspace of %zu floats holds no row of %d logits",
+                       ws_floats, V);
+    float inv_t = 1.0f / temperature;
+    for (int t0 = 0; t0 < T; t0 += (int)rows) {
+        int nr = T - t0 < (int)rows ? T - t0 : (int)rows;
+        float *z = ws;
+        matmul_forward(z, hidden + (size_t)t0 * C, w_lm, NULL, nr, C, V, inv_t, 0.0f);
+#pragma omp parallel for schedule(static)
+        for (int r = 0; r < nr; r++) {
+            float *zr = z + (size_t)r * V, m = -INFINITY, s = 0, a = 0;
+            for (int j = 0; j < V; j++) m = zr[j] > m ? zr[j] : m;
+            float zt = zr[targets[t0 + r]];
+            for (int j0 = 0; j0 < V; j0 += EXP_CHUNK) {  // zr becomes exp(z - m)
+                int cnt = V - j0 < EXP_CHUNK ? V - j0 : EXP_CHUNK;
+                float e[EXP_CHUNK], *zc = zr + j0;
+                for (int j = 0; j < cnt; j++) e[j] = zc[j] - m;
+                simd_exp(e, cnt);
+#pragma omp simd reduction(+ : s, a)
+                for (int j = 0; j < cnt; j++) {
+                    s += e[j];
+                    a += e[j] * zc[j];
+                    zc[j] = e[j];
+                }
+            }
+            float l = m + logf(s), inv_s = 1.0f / s;
+            logp[t0 + r] = zt - l;
+            if (lse) lse[t0 + r] = l;
+            if (entropy) entropy[t0 + r] = l - a * inv_s;
+#pragma omp simd
+            for (int j = 0; j < V; j++) zr[j] *= inv_s;  // p
+        }
+        // expect = p W / temperature: the dx form of the head's product
+        matmul_backward(expect + (size_t)t0 * C, NULL, NULL, z, NULL, w_lm, nr, C, V, inv_t, 0.0f);
+    }
+    return 0;
+}
+
+void logprob_backward_expect(float *dhidden, const float *dlogp, const float *expect,
+                             const float *w_lm, const int *targets, int T, int C,
+                             float temperature) {
+    float inv_t = 1.0f / temperature;
+#pragma omp parallel for schedule(static)
+    for (int t = 0; t < T; t++) {
+        const float *w = w_lm + (size_t)targets[t] * C, *e = expect + (size_t)t * C;
+        float g = dlogp[t], *d = dhidden + (size_t)t * C;
+#pragma omp simd
+        for (int c = 0; c < C; c++) d[c] = g * (w[c] * inv_t - e[c]);
+    }
+}
+
 // References: the full (V) logit row per token in double, then textbook log-softmax.
 int logprob_forward_ref(float *logp, float *entropy, float *lse, const float *hidden,
                         const float *w_lm, const int *targets, int T, int C, int V,

@@ -104,3 +104,75 @@ extern "C" int logprob_backward_cuda(float *dhidden, float *dw_lm, const float *
     }
     return 0;
 }
+
+// One block per row of a row block's full logits: max, sum of exp, the target's
+// logit; the row becomes p in place. CPU twin: logprob_forward_expect.
+__global__ static void row_softmax(float *logp, float *entropy, float *lse, float *z,
+                                   const int *targets, int V) {
+    __shared__ float sh[32];
+    int r = blockIdx.x;
+    float *zr = z + (size_t)r * V;
+    float m = -INFINITY;
+    for (int j = threadIdx.x; j < V; j += blockDim.x) m = fmaxf(m, zr[j]);
+    m = block_reduce(m, sh, true);
+    float s = 0.0f, a = 0.0f;
+    for (int j = threadIdx.x; j < V; j += blockDim.x) {
+        float e = expf(zr[j] - m);
+        s += e;
+        a += e * zr[j];
+    }
+    s = block_reduce(s, sh, false);
+    a = block_reduce(a, sh, false);
+    float l = m + logf(s), inv_s = 1.0f / s;
+    if (threadIdx.x == 0) {
+        logp[r] = zr[targets[r]] - l;  // read before any thread rewrites the row
+        if (lse) lse[r] = l;
+        if (entropy) entropy[r] = l - a * inv_s;
+    }
+    __syncthreads();
+    for (int j = threadIdx.x; j < V; j += blockDim.x) zr[j] = expf(zr[j] - m) * inv_s;
+}
+
+__global__ static void expect_diff(float *dhidden, const float *dlogp, const float *expect,
+                                   const float *w_lm, const int *targets, int T, int C,
+                                   float inv_t) {
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i >= (size_t)T * C) return;
+    int t = (int)(i / C), c = (int)(i % C);
+    dhidden[i] = dlogp[t] * (w_lm[(size_t)targets[t] * C + c] * inv_t - expect[i]);
+}
+
+extern "C" int logprob_forward_expect_cuda(float *logp, float *entropy, float *lse,
+                                           float *expect, const float *hidden, const float *w_lm,
+                                           const int *targets, int T, int C, int V,
+                                           float temperature, float *ws, size_t ws_floats,
+                                           PailErr *err) {
+    size_t rows = ws_floats / (size_t)V;
+    if (!(temperature > 0) || rows < 1)
+        return err_set(err, PAIL_ERR_INVALID,
+                       "logprob_forward_expect_cuda: temperature %g, workspace %zu floats for V %d",
+                       (double)temperature, ws_floats, V);
+    float inv_t = 1.0f / temperature;
+    for (int t0 = 0; t0 < T; t0 += (int)rows) {
+        int nr = T - t0 < (int)rows ? T - t0 : (int)rows;
+        if (matmul_forward_cuda(ws, hidden + (size_t)t0 * C, w_lm, NULL, nr, C, V, inv_t, 0.0f, err))
+            return err_wrap(err, "logprob_forward_expect_cuda rows at %d", t0);
+        row_softmax<<<nr, 256>>>(logp + t0, entropy ? entropy + t0 : NULL, lse ? lse + t0 : NULL, ws,
+                                 targets + t0, V);
+        if (cuda_launch_check("logprob_forward_expect_cuda softmax", err)) return -1;
+        if (matmul_backward_cuda(expect + (size_t)t0 * C, NULL, NULL, ws, NULL, w_lm, nr, C, V, inv_t,
+                                 0.0f, err))
+            return err_wrap(err, "logprob_forward_expect_cuda rows at %d", t0);
+    }
+    return 0;
+}
+
+extern "C" int logprob_backward_expect_cuda(float *dhidden, const float *dlogp,
+                                            const float *expect, const float *w_lm,
+                                            const int *targets, int T, int C, float temperature,
+                                            PailErr *err) {
+    if (T <= 0) return 0;
+    expect_diff<<<cuda_blocks((size_t)T * C, 256), 256>>>(dhidden, dlogp, expect, w_lm, targets, T,
+                                                           C, 1.0f / temperature);
+    return cuda_launch_check("logprob_backward_expect_cuda", err);
+}

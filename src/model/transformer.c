@@ -46,8 +46,10 @@ struct Transformer {
     float **resid;                // (L+1) x (T,C): layer inputs, resid[L] = before the final norm
     float *xf, *rstdf;            // final norm out (T,C), (T)
     float *hsel, *lse_sel, *ent_sel, *dlogp_sel;  // rows with a target (Tsel,C), (Tsel) x3
+    float *expect_sel;            // (Tsel,C): the head's p W / temperature, for a backward without recompute
     int *sel, *tsel;              // (T) selected row index, its target
     float *ws;                    // logprob workspace
+    size_t ws_floats;
     float *cos_t, *sin_t, *inv_freq;
     // backward scratch
     float *dres, *dtmp, *dq, *dk, *dv, *datt, *dgate, *dup, *dact, *dla, *dhsel, *dxn;
@@ -58,6 +60,7 @@ struct Transformer {
     int T, nseq, Tsel;
     float temperature;
     bool have_forward;
+    bool have_expect;             // the last forward wrote expect_sel
     float *block;
     size_t block_floats;
 };
@@ -96,14 +99,17 @@ static void plan_memory(Transformer *tf, Bump *b) {
     for (size_t l = 0; l <= L; l++) tf->resid[l] = take(b, T * C);
     tf->xf = take(b, T * C); tf->rstdf = take(b, T);
     tf->hsel = take(b, T * C); tf->lse_sel = take(b, T); tf->ent_sel = take(b, T); tf->dlogp_sel = take(b, T);
-    tf->ws = take(b, logprob_workspace_floats((int)T, tf->plan.vchunk));
+    // The head's workspace: vocab chunks of all rows, or (expectation path) blocks of full rows.
+    size_t wsf = logprob_workspace_floats((int)T, tf->plan.vchunk), V = (size_t)c->vocab_size;
+    tf->ws_floats = wsf > V ? wsf : V;
+    tf->ws = take(b, tf->ws_floats);
     size_t P = (size_t)tf->plan.max_pos, D2 = (size_t)c->head_dim / 2;
     tf->cos_t = take(b, P * D2); tf->sin_t = take(b, P * D2); tf->inv_freq = take(b, D2);
     if (tf->plan.backward) {
         tf->dres = take(b, T * C); tf->dtmp = take(b, T * C); tf->dxn = take(b, T * C);
         tf->dq = take(b, T * HD); tf->dk = take(b, T * KD); tf->dv = take(b, T * KD); tf->datt = take(b, T * HD);
         tf->dgate = take(b, T * F); tf->dup = take(b, T * F); tf->dact = take(b, T * F);
-        tf->dla = take(b, T * R); tf->dhsel = take(b, T * C);
+        tf->dla = take(b, T * R); tf->dhsel = take(b, T * C); tf->expect_sel = take(b, T * C);
     }
 }
 
@@ -272,7 +278,7 @@ int transformer_forward(Transformer *tf, float *logp, float *entropy, const int 
                         const int *cu_seqlens, int nseq, int T, const int *targets, float temperature,
                         PailErr *err) {
     const ModelConfig *c = &tf->cfg;
-    tf->have_forward = false;
+    tf->have_forward = tf->have_expect = false;
     if (T < 1 || T > tf->plan.max_tokens)
         return err_set(err, PAIL_ERR_INVALID, "transformer: %d tokens, the plan holds 1..%d", T, tf->plan.max_tokens);
     if (nseq < 1 || cu_seqlens[0] != 0 || cu_seqlens[nseq] != T)
@@ -314,9 +320,16 @@ int transformer_forward(Transformer *tf, float *logp, float *entropy, const int 
     tf->Tsel = n;
     if (n > 0) {
         float *lp = tf->dlogp_sel;  // reused as the compact logp buffer
-        if (logprob_forward(lp, entropy ? tf->ent_sel : NULL, tf->lse_sel, tf->hsel, tf->w->p.lm_head, tf->tsel, n,
-                            C, V, temperature, tf->ws, tf->plan.vchunk, err) < 0)
-            return err_wrap(err, "transformer");
+        // A LoRA step's backward (frozen head) needs only sum_j p_j W_j per row:
+        // computed here, it spares the backward a second pass over the vocabulary.
+        bool expect = tf->plan.backward && !tf->plan.full && tf->lora_on;
+        int rc = expect ? logprob_forward_expect(lp, entropy ? tf->ent_sel : NULL, tf->lse_sel, tf->expect_sel,
+                                                 tf->hsel, tf->w->p.lm_head, tf->tsel, n, C, V, temperature, tf->ws,
+                                                 tf->ws_floats, err)
+                        : logprob_forward(lp, entropy ? tf->ent_sel : NULL, tf->lse_sel, tf->hsel, tf->w->p.lm_head,
+                                          tf->tsel, n, C, V, temperature, tf->ws, tf->plan.vchunk, err);
+        if (rc < 0) return err_wrap(err, "transformer");
+        tf->have_expect = expect;
         for (int i = 0; i < n; i++) {
             logp[tf->sel[i]] = lp[i];
             if (entropy) entropy[tf->sel[i]] = tf->ent_sel[i];
@@ -385,8 +398,12 @@ int transformer_backward(Transformer *tf, float *lora_grads, float *base_grads, 
     if (full && c->tie_word_embeddings) dlm = base_grads + tf->w->offsets[PARAM_EMBED];
     memset(tf->dxn, 0, (size_t)T * C * sizeof(float));
     if (tf->Tsel > 0) {
-        logprob_backward(tf->dhsel, dlm, tf->dlogp_sel, NULL, tf->hsel, tf->w->p.lm_head, tf->tsel, tf->lse_sel, NULL,
-                         tf->Tsel, C, V, tf->temperature, tf->ws, tf->plan.vchunk);
+        if (tf->have_expect && !dlm)
+            logprob_backward_expect(tf->dhsel, tf->dlogp_sel, tf->expect_sel, tf->w->p.lm_head, tf->tsel, tf->Tsel, C,
+                                    tf->temperature);
+        else
+            logprob_backward(tf->dhsel, dlm, tf->dlogp_sel, NULL, tf->hsel, tf->w->p.lm_head, tf->tsel, tf->lse_sel,
+                             NULL, tf->Tsel, C, V, tf->temperature, tf->ws, tf->plan.vchunk);
         for (int i = 0; i < tf->Tsel; i++)
             memcpy(tf->dxn + (size_t)tf->sel[i] * C, tf->dhsel + (size_t)i * C, (size_t)C * sizeof(float));
     }
@@ -457,7 +474,7 @@ int transformer_extend(Transformer *tf, KvCache *kv, float *logits, const int *n
                        PailErr *err) {
     const ModelConfig *c = &tf->cfg;
     int C = c->hidden_size, V = c->vocab_size, T = 0, npart = 0;
-    tf->have_forward = false;
+    tf->have_forward = tf->have_expect = false;
     if (kv->L != c->num_hidden_layers || kv->kvd != c->num_key_value_heads * c->head_dim)
         return err_set(err, PAIL_ERR_INVALID, "KV cache was made for another model shape");
     kv->cu_new[0] = 0;
