@@ -6,6 +6,8 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <cblas.h>
+#include <omp.h>
 #include "kernels.h"
 #include "simd.h"
 
@@ -61,8 +63,100 @@ static void attn_row(float *o, float *lse, const float *q, const float *k, const
     if (lse) *lse = m + logf(l);
 }
 
+// ---- forward and backward over packed rows: tiles of BQ queries x BK keys ----
+// Each tile's products go to OpenBLAS (single-threaded; the OpenMP team splits
+// the work): S = Q K^T and O += P V in the forward; S, dP = dO V^T, dV += P^T dO,
+// dK += dS^T Q, dQ += dS K in the backward. Tiles live on the thread's stack
+// (BQ x BK floats, 64 KiB at 128 x 128), so nothing is allocated and nothing
+// (T,T)-sized exists. Tiles on the diagonal are masked (j > i gives p = 0).
+enum { BQ = 128, BK = 128, DMAX = 256 };
+
+static void blas_single_threaded(void) {
+    // kernels/ owns OpenBLAS's threading (see matmul.c): one thread per call
+    if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
+}
+
+// Rows r of a tile s(nq, nk) whose absolute query index i0 + r sees keys up to
+// itself: columns with j0 + c > i0 + r are set to -inf.
+static void mask_tile(float *s, int nq, int nk, int i0, int j0) {
+    for (int r = 0; r < nq; r++)
+        for (int c = i0 + r - j0 + 1; c < nk; c++)
+            if (c >= 0) s[(size_t)r * BK + c] = -INFINITY;
+}
+
+// One (sequence, head, query block): online softmax over key tiles.
+static void attn_fwd_block(float *out, float *lse, const float *q, const float *k, const float *v,
+                           int i0, int nq, int H, int Hkv, int D, float scale) {
+    float S[BQ * BK], O[BQ * DMAX], m[BQ], l[BQ];
+    size_t qs = (size_t)H * D, ks = (size_t)Hkv * D;
+    for (int r = 0; r < nq; r++) m[r] = -INFINITY, l[r] = 0;
+    int nkeys = i0 + nq;  // causal: the block's last query sees keys 0..i0+nq-1
+    for (int j0 = 0; j0 < nkeys; j0 += BK) {
+        int nk = nkeys - j0 < BK ? nkeys - j0 : BK;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, D, scale, q + (size_t)i0 * qs, (int)qs,
+                    k + (size_t)j0 * ks, (int)ks, 0.0f, S, BK);
+        if (j0 + nk > i0 + 1) mask_tile(S, nq, nk, i0, j0);
+        for (int r = 0; r < nq; r++) {
+            float *sr = S + (size_t)r * BK, bm = -INFINITY;
+            for (int c = 0; c < nk; c++) bm = sr[c] > bm ? sr[c] : bm;
+            float mn = bm > m[r] ? bm : m[r], corr = expf(m[r] - mn), sum = 0;
+            for (int c = 0; c < nk; c++) sr[c] -= mn;
+            simd_exp(sr, nk);
+#pragma omp simd reduction(+ : sum)
+            for (int c = 0; c < nk; c++) sum += sr[c];
+            l[r] = l[r] * corr + sum;
+            m[r] = mn;
+            if (j0 > 0) {
+                float *o = O + (size_t)r * D;
+#pragma omp simd
+                for (int d = 0; d < D; d++) o[d] *= corr;
+            }
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, D, nk, 1.0f, S, BK, v + (size_t)j0 * ks,
+                    (int)ks, j0 > 0 ? 1.0f : 0.0f, O, D);
+    }
+    for (int r = 0; r < nq; r++) {
+        float inv = 1.0f / l[r], *o = out + (size_t)(i0 + r) * qs, *src = O + (size_t)r * D;
+#pragma omp simd
+        for (int d = 0; d < D; d++) o[d] = src[d] * inv;
+        if (lse) lse[(size_t)(i0 + r) * H] = m[r] + logf(l[r]);
+    }
+}
+
+static void attention_forward_rowwise(float *out, float *lse, const float *q, const float *k,
+                                      const float *v, const int *cu_seqlens, int nseq, int T,
+                                      int H, int Hkv, int D);
+
 void attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
                        const int *cu_seqlens, int nseq, int T, int H, int Hkv, int D) {
+    if (D > DMAX) {
+        attention_forward_rowwise(out, lse, q, k, v, cu_seqlens, nseq, T, H, Hkv, D);
+        return;
+    }
+    blas_single_threaded();
+    int G = H / Hkv, nblk = 0;
+    float scale = 1.0f / sqrtf((float)D);
+    for (int s = 0; s < nseq; s++) nblk += (cu_seqlens[s + 1] - cu_seqlens[s] + BQ - 1) / BQ;
+    // tasks: (query block of some sequence, head); later blocks of a sequence cost more,
+    // so dynamic scheduling
+#pragma omp parallel for collapse(2) schedule(dynamic, 1)
+    for (int b = 0; b < nblk; b++)
+        for (int h = 0; h < H; h++) {
+            int s = 0, bb = b;
+            while (bb >= (cu_seqlens[s + 1] - cu_seqlens[s] + BQ - 1) / BQ)
+                bb -= (cu_seqlens[s + 1] - cu_seqlens[s] + BQ - 1) / BQ, s++;
+            int start = cu_seqlens[s], n = cu_seqlens[s + 1] - start, i0 = bb * BQ;
+            int nq = n - i0 < BQ ? n - i0 : BQ, hk = h / G;
+            size_t qs = (size_t)H * D, ks = (size_t)Hkv * D;
+            attn_fwd_block(out + (size_t)start * qs + (size_t)h * D, lse ? lse + (size_t)start * H + h : NULL,
+                           q + (size_t)start * qs + (size_t)h * D, k + (size_t)start * ks + (size_t)hk * D,
+                           v + (size_t)start * ks + (size_t)hk * D, i0, nq, H, Hkv, D, scale);
+        }
+}
+
+static void attention_forward_rowwise(float *out, float *lse, const float *q, const float *k,
+                                      const float *v, const int *cu_seqlens, int nseq, int T,
+                                      int H, int Hkv, int D) {
     int G = H / Hkv;
     float scale = 1.0f / sqrtf((float)D);
     size_t ks = (size_t)Hkv * D;
@@ -76,15 +170,94 @@ void attention_forward(float *out, float *lse, const float *q, const float *k, c
         }
 }
 
-// Backward in two passes so that every output row has one writer and nothing
+// Backward of one (sequence, kv head): every query head of the group, every
+// query tile against the key tiles up to its diagonal. p = exp(s - lse),
+// dp = dO V^T, ds = p (dp - delta) scale with delta = dO . O per row; the task
+// owns dK, dV of its kv head and dQ of its query heads, so no two tasks write
+// the same float.
+static void attn_bwd_seq_head(float *dq, float *dk, float *dv, const float *dout, const float *q,
+                              const float *k, const float *v, const float *out, const float *lse,
+                              int n, int hk, int H, int Hkv, int D, float scale) {
+    float P[BQ * BK], dP[BQ * BK], delta[BQ], L[BQ];
+    int G = H / Hkv;
+    size_t qs = (size_t)H * D, ks = (size_t)Hkv * D;
+    const float *kh = k + (size_t)hk * D, *vh = v + (size_t)hk * D;
+    float *dkh = dk + (size_t)hk * D, *dvh = dv + (size_t)hk * D;
+    for (int j = 0; j < n; j++)
+        for (int d = 0; d < D; d++) dkh[(size_t)j * ks + d] = dvh[(size_t)j * ks + d] = 0;
+    for (int h = hk * G; h < (hk + 1) * G; h++) {
+        const float *qh = q + (size_t)h * D, *gh = dout + (size_t)h * D, *oh = out + (size_t)h * D;
+        float *dqh = dq + (size_t)h * D;
+        for (int i0 = 0; i0 < n; i0 += BQ) {
+            int nq = n - i0 < BQ ? n - i0 : BQ;
+            for (int r = 0; r < nq; r++) {
+                delta[r] = dotf(gh + (size_t)(i0 + r) * qs, oh + (size_t)(i0 + r) * qs, D);
+                L[r] = lse[(size_t)(i0 + r) * H + h];
+            }
+            for (int j0 = 0; j0 < i0 + nq; j0 += BK) {
+                int nk = i0 + nq - j0 < BK ? i0 + nq - j0 : BK;
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, D, scale, qh + (size_t)i0 * qs,
+                            (int)qs, kh + (size_t)j0 * ks, (int)ks, 0.0f, P, BK);
+                if (j0 + nk > i0 + 1) mask_tile(P, nq, nk, i0, j0);
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, D, 1.0f, gh + (size_t)i0 * qs,
+                            (int)qs, vh + (size_t)j0 * ks, (int)ks, 0.0f, dP, BK);
+                for (int r = 0; r < nq; r++) {
+                    float *pr = P + (size_t)r * BK, *dpr = dP + (size_t)r * BK, Lr = L[r], dr = delta[r];
+                    for (int c = 0; c < nk; c++) pr[c] -= Lr;
+                    simd_exp(pr, nk);
+#pragma omp simd
+                    for (int c = 0; c < nk; c++) dpr[c] = pr[c] * (dpr[c] - dr) * scale;  // dS
+                }
+                // dV += P^T dO, dK += dS^T Q, dQ += dS K
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, D, nq, 1.0f, P, BK, gh + (size_t)i0 * qs,
+                            (int)qs, 1.0f, dvh + (size_t)j0 * ks, (int)ks);
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, D, nq, 1.0f, dP, BK, qh + (size_t)i0 * qs,
+                            (int)qs, 1.0f, dkh + (size_t)j0 * ks, (int)ks);
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, D, nk, 1.0f, dP, BK, kh + (size_t)j0 * ks,
+                            (int)ks, j0 > 0 ? 1.0f : 0.0f, dqh + (size_t)i0 * qs, (int)qs);
+            }
+        }
+    }
+}
+
+static void attention_backward_rowwise(float *dq, float *dk, float *dv, const float *dout,
+                                       const float *q, const float *k, const float *v,
+                                       const float *out, const float *lse, const int *cu_seqlens,
+                                       int nseq, int T, int H, int Hkv, int D);
+
+void attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,
+                        const float *k, const float *v, const float *out, const float *lse,
+                        const int *cu_seqlens, int nseq, int T, int H, int Hkv, int D) {
+    // (sequence, kv head) tasks: too few to keep the team busy on one long
+    // sequence, or D beyond the tiles: the row-wise path
+    if (D > DMAX || nseq * Hkv < 2 * omp_get_max_threads()) {
+        attention_backward_rowwise(dq, dk, dv, dout, q, k, v, out, lse, cu_seqlens, nseq, T, H, Hkv, D);
+        return;
+    }
+    blas_single_threaded();
+    float scale = 1.0f / sqrtf((float)D);
+    size_t qs = (size_t)H * D, ks = (size_t)Hkv * D;
+    // longest sequences first would balance better; dynamic is enough for packed rows
+#pragma omp parallel for collapse(2) schedule(dynamic, 1)
+    for (int s = 0; s < nseq; s++)
+        for (int hk = 0; hk < Hkv; hk++) {
+            size_t a = (size_t)cu_seqlens[s];
+            attn_bwd_seq_head(dq + a * qs, dk + a * ks, dv + a * ks, dout + a * qs, q + a * qs, k + a * ks,
+                              v + a * ks, out + a * qs, lse + a * H, cu_seqlens[s + 1] - cu_seqlens[s], hk, H, Hkv,
+                              D, scale);
+        }
+}
+
+// Row-wise backward in two passes so that every output row has one writer and nothing
 // is allocated: (A) over (query, head): dq; (B) over (block of KEY_TILE keys, kv
 // head): dk, dv, each query's row (q, dout, delta) loaded once per tile.
 // p = exp(s - lse), dp = dout . v, ds = p (dp - delta), delta = dout . out.
 enum { KEY_TILE = 16 };
 
-void attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,
-                        const float *k, const float *v, const float *out, const float *lse,
-                        const int *cu_seqlens, int nseq, int T, int H, int Hkv, int D) {
+static void attention_backward_rowwise(float *dq, float *dk, float *dv, const float *dout,
+                                       const float *q, const float *k, const float *v,
+                                       const float *out, const float *lse, const int *cu_seqlens,
+                                       int nseq, int T, int H, int Hkv, int D) {
     int G = H / Hkv;
     float scale = 1.0f / sqrtf((float)D);
     size_t ks = (size_t)Hkv * D, qs = (size_t)H * D;
