@@ -86,6 +86,7 @@ static void dot_dispatch(float *r, const float *w, const float *x, int K, int R,
 // C(M, N) = alpha op(A) op(B) + beta C, row-major, with the N columns of C split
 // across the OpenMP team in slices of 16: slice [n0, n1) reads B's rows n0..n1-1
 // when B is transposed (B is (N, K)), else B's columns n0..n1-1 (B is (K, N)).
+// A C too narrow for that (N < 32 per thread) is split by rows.
 static void sgemm_omp(int transA, int transB, int M, int N, int K, float alpha, const float *A,
                       int lda, const float *B, int ldb, float beta, float *C, int ldc) {
     // kernels/ owns OpenBLAS's threading: one thread per call, set again if
@@ -94,12 +95,25 @@ static void sgemm_omp(int transA, int transB, int M, int N, int K, float alpha, 
 #pragma omp parallel
     {
         int nth = omp_get_num_threads(), id = omp_get_thread_num();
+        if (N < 32 * nth && M >= 64 * nth) {
+            // narrow C (a LoRA rank's 16 columns): slices of rows instead, or one
+            // thread would do it all. op(A) rows m0..m1-1 are A's rows, or its
+            // columns when A is transposed.
+            int mper = ((M + nth - 1) / nth + 7) / 8 * 8;
+            int m0 = id * mper, m1 = m0 + mper < M ? m0 + mper : M;
+            if (m0 < m1)
+                cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans,
+                            transB ? CblasTrans : CblasNoTrans, m1 - m0, N, K, alpha,
+                            transA ? A + m0 : A + (size_t)m0 * lda, lda, B, ldb, beta,
+                            C + (size_t)m0 * ldc, ldc);
+        } else {
         int per = ((N + nth - 1) / nth + 15) / 16 * 16;
         int n0 = id * per, n1 = n0 + per < N ? n0 + per : N;
         if (n0 < n1)
             cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans,
                         transB ? CblasTrans : CblasNoTrans, M, n1 - n0, K, alpha, A, lda,
                         transB ? B + (size_t)n0 * ldb : B + n0, ldb, beta, C + n0, ldc);
+        }
     }
 }
 
