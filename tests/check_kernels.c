@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <omp.h>
 #include "core/rng.h"
 #include "kernels.h"
 #include "simd.h"
@@ -85,6 +86,10 @@ START_TEST(test_matmul) {
     matmul_case(9, 100, 71, 1, 1.0f, 0.5f);
     matmul_case(33, 64, 129, 1, 1.0f, 0.0f);
     matmul_case(70, 600, 31, 0, -1.0f, 1.0f);
+    // LoRA shapes: C 16 columns wide (x A^T; dx of B; dW of B) is split by rows
+    matmul_case(300, 40, 16, 0, 1.0f, 0.0f);
+    matmul_case(301, 16, 200, 1, 0.5f, 1.0f);
+    matmul_case(1030, 16, 12, 0, 1.0f, 1.0f);
 }
 END_TEST
 
@@ -240,6 +245,19 @@ START_TEST(test_attention) {
     attention_case(odd, 4, 3, 1, 7);
     int mha[] = {13, 2, 6};                          // H == Hkv
     attention_case(mha, 3, 2, 2, 32);
+    // Tiles of 128 queries x 128 keys: several per sequence, diagonal and
+    // off-diagonal, ragged ends. One thread: the backward takes the tiled path
+    // whenever there are 2 (sequence, kv head) tasks per thread.
+    int tiles[] = {300, 129, 7};
+    int nth = omp_get_max_threads();
+    omp_set_num_threads(1);
+    attention_case(tiles, 3, 4, 2, 16);
+    omp_set_num_threads(nth);
+    attention_case(tiles, 3, 4, 2, 16);              // the team as set (row-wise below 2 tasks a thread)
+    int long1[] = {260};                             // one sequence, one kv head: row-wise backward
+    attention_case(long1, 1, 2, 1, 24);
+    int wide[] = {3, 20};                            // D beyond the tiles' 256: row-wise forward
+    attention_case(wide, 2, 2, 1, 272);
 }
 END_TEST
 
@@ -327,6 +345,19 @@ static void logprob_case(int T, int C, int V, float temp, int vchunk) {
     logprob_backward(dh, NULL, dlp, NULL, h, W, tg, lse, NULL, T, C, V, temp, ws, vchunk);
     logprob_backward_ref(dhr, NULL, dlp, NULL, h, W, tg, T, C, V, temp);
     expect_close("logprob_backward dhidden (no entropy)", dh, dhr, (size_t)T * C, 1e-4, 1e-4);
+    // The expectation path: same forward figures, the backward without a second
+    // pass; its workspace holds 3 rows of logits (blocks of 3 rows, a ragged last).
+    float *ex = rnd((size_t)T * C, 0, 1), *ws3 = malloc(sizeof(float) * 3 * V + 5);
+    float *lp3 = rnd(T, 0, 1), *ent3 = rnd(T, 0, 1), *lse3 = rnd(T, 0, 1);
+    ck_assert_int_eq(logprob_forward_expect(lp3, ent3, lse3, ex, h, W, tg, T, C, V, temp, ws3, 3 * V + 5, &err), 0);
+    expect_close("logprob_forward_expect logp", lp3, lpr, T, 2e-5, 2e-5);
+    expect_close("logprob_forward_expect lse", lse3, lser, T, 2e-5, 2e-5);
+    expect_close("logprob_forward_expect entropy", ent3, entr, T, 2e-5, 2e-5);
+    logprob_backward_expect(dh, dlp, ex, W, tg, T, C, temp);
+    expect_close("logprob_backward_expect dhidden", dh, dhr, (size_t)T * C, 1e-4, 1e-4);
+    ck_assert_int_eq(logprob_forward_expect(lp3, NULL, NULL, ex, h, W, tg, T, C, V, temp, ws3, V - 1, &err), -1);
+    ck_assert_msg(strstr(err.msg, "holds no row"), "%s", err.msg);
+    free(ex), free(ws3), free(lp3), free(ent3), free(lse3);
     free(h), free(W), free(tg), free(lp), free(ent), free(lse), free(lpr), free(entr), free(lser);
     free(ws), free(lp2), free(dlp), free(dent), free(dh), free(dhr), free(dW), free(dWr);
 }

@@ -202,6 +202,16 @@ START_TEST(test_logprob_cuda) {
     expect_dev("logprob_forward_cuda lse", lse_, lse, T, 2e-5, 2e-5);
     expect_dev("logprob_backward_cuda dhidden", dh_, dh, T * C, 1e-4, 1e-4);
     expect_dev("logprob_backward_cuda dw_lm", dW_, dW, V * C, 1e-4, 1e-4);
+    // the expectation path, 4 rows per block (ragged last), no entropy gradient
+    logprob_backward_ref(dh, NULL, dl, NULL, h, W, tg, T, C, V, temp);
+    float *ex_ = UPF(NULL, T * C), *ws4_ = UPF(NULL, 4 * V), *dh2_ = UPF(NULL, T * C);
+    lp_ = UPF(NULL, T), ent_ = UPF(NULL, T), lse_ = UPF(NULL, T);
+    OK(logprob_forward_expect_cuda(lp_, ent_, lse_, ex_, h_, W_, tg_, T, C, V, temp, ws4_, 4 * V, &err));
+    OK(logprob_backward_expect_cuda(dh2_, UPF(dl, T), ex_, W_, tg_, T, C, temp, &err));
+    expect_dev("logprob_forward_expect_cuda logp", lp_, lp, T, 2e-5, 2e-5);
+    expect_dev("logprob_forward_expect_cuda entropy", ent_, ent, T, 2e-5, 2e-5);
+    expect_dev("logprob_forward_expect_cuda lse", lse_, lse, T, 2e-5, 2e-5);
+    expect_dev("logprob_backward_expect_cuda dhidden", dh2_, dh, T * C, 1e-4, 1e-4);
     free(h), free(W), free(dl), free(de), free(dh), free(dW);
 }
 END_TEST
