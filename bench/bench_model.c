@@ -194,7 +194,7 @@ static double decode_rate(BenchModel *m, Transformer *tf, int n, int steps) {
     return (double)n * steps / t;
 }
 
-static void decode(BenchModel *m, Transformer *tf, double triad, double sgemm) {
+static void decode(BenchModel *m, Transformer *tf, double triad) {
     const ModelConfig *c = &m->w.cfg;
     double bytes = 4.0 * (m->mat_params + m->lora_params);  // every weight once per step, fp32
     double kv_bytes = 2.0 * c->num_hidden_layers * c->num_key_value_heads * c->head_dim * 4 *
@@ -209,6 +209,10 @@ static void decode(BenchModel *m, Transformer *tf, double triad, double sgemm) {
            (double)c->vocab_size * c->hidden_size / 1e6, m->lora_params / 1e6, kv_bytes / 1e6);
     printf("  %.1f tok/s vs roofline %.1f tok/s (STREAM triad %.1f GB/s / %.1f MB): %.0f%% (target >= 85%%)\n", r1,
            roof, triad, bytes / 1e6, 100 * r1 / roof);
+}
+
+static void batched(BenchModel *m, Transformer *tf, double triad, double sgemm) {
+    double bytes = 4.0 * (m->mat_params + m->lora_params), roof = triad * 1e9 / bytes;
     printf("\nbatched decode (prefill %d per sequence, then %d steps of one token per sequence)\n", PREFILL,
            BATCH_STEPS);
     printf("  %5s %10s %12s %10s %14s\n", "seqs", "tok/s", "GFLOP/s", "of sgemm", "bw roofline");
@@ -232,7 +236,7 @@ static int want(int argc, char **argv, const char *section) {
     return !named;
 }
 
-// Usage: bench_model [policy] [decode] [--iters N]   (default: both, 5 iterations)
+// Usage: bench_model [policy] [decode] [batched] [--iters N]   (default: all three, 5 iterations)
 int main(int argc, char **argv) {
     int iters = 5;
     for (int i = 1; i + 1 < argc; i++)
@@ -266,7 +270,8 @@ int main(int argc, char **argv) {
         die("set_lora", &err);
     validate_decode(&m, ptf, dtf);
     if (want(argc, argv, "policy")) policy(&m, ptf, sgemm, iters);
-    if (want(argc, argv, "decode")) decode(&m, dtf, triad, sgemm);
+    if (want(argc, argv, "decode")) decode(&m, dtf, triad);
+    if (want(argc, argv, "batched")) batched(&m, dtf, triad, sgemm);
     transformer_free(ptf);
     transformer_free(dtf);
     free(m.lora);
