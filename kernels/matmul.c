@@ -1,14 +1,15 @@
 // matmul: out(T,N) = alpha * x(T,K) W(N,K)^T + beta * out + bias, and its backward.
 // CPU twin of kernels/matmul.cu. Large T goes to OpenBLAS sgemm; for T <=
-// matmul_small_t_max a hand-written OpenMP + AVX2/FMA kernel streams W once,
-// because OpenBLAS streams weights at only a fraction of memory bandwidth for
-// products with a few rows (bench/bench_kernels.c measures the crossover).
+// matmul_small_t_max a hand-written OpenMP kernel (AVX-512 where compiled for it,
+// else AVX2/FMA) streams W once, in memory order, because OpenBLAS streams
+// weights at only a fraction of memory bandwidth for products with a few rows
+// (bench/bench_kernels.c measures the crossover).
 // OpenBLAS runs single-threaded inside an OpenMP team, one column slice per
 // thread: its own pthread pool would spin against OpenMP's for the same cores.
 #include <cblas.h>
 #include <omp.h>
 #include <string.h>
-#if defined(__AVX2__) && defined(__FMA__)
+#if defined(__AVX2__) || defined(__AVX512F__)
 #include <immintrin.h>
 #endif
 #include "kernels.h"
@@ -17,69 +18,94 @@
 // at T=8 the mat-vec still beats sgemm on a 512x1408 and a 32000x512 weight.
 int matmul_small_t_max = 8;
 
-enum { PREFETCH_FLOATS = 128 };  // 512 bytes ahead of the W loads
-
-#if defined(__AVX2__) && defined(__FMA__)
+#if defined(__AVX512F__)
+typedef __m512 vf;
+#define VW 16
+#define VZERO() _mm512_setzero_ps()
+#define VLOAD(p) _mm512_loadu_ps(p)
+#define VFMA(a, b, c) _mm512_fmadd_ps(a, b, c)
+#define VADD(a, b) _mm512_add_ps(a, b)
+#define VSUM(v) _mm512_reduce_add_ps(v)
+#elif defined(__AVX2__) && defined(__FMA__)
+typedef __m256 vf;
+#define VW 8
+#define VZERO() _mm256_setzero_ps()
+#define VLOAD(p) _mm256_loadu_ps(p)
+#define VFMA(a, b, c) _mm256_fmadd_ps(a, b, c)
+#define VADD(a, b) _mm256_add_ps(a, b)
 static inline float hsum8(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
 }
+#define VSUM(v) hsum8(v)
 #endif
 
-// r[i*NT + t] = dot(W row i, x row t) for R consecutive W rows (stride K) and NT
-// consecutive x rows (stride K). R and NT are compile-time constants at every
-// call, so the accumulators live in registers: R*NT + NT + 1 <= 13 ymm, within
-// AVX2's 16. Each W vector loaded feeds NT FMAs; each x vector R of them.
-static inline __attribute__((always_inline)) void dot_rows(float *r, const float *w,
-                                                           const float *x, int K, int R,
-                                                           int NT) {
+// r[t] = dot(w, x row t) for NT (1..4) consecutive x rows of stride K. W is read
+// in memory order, one row after another: a few long sequential streams keep
+// the hardware prefetcher ahead (measured here: 57 GB/s against 36 GB/s when
+// four rows were read side by side, each only K floats long). U partial sums per
+// x row hide the FMA latency: NT * U accumulators, 4 or more in flight.
+static inline __attribute__((always_inline)) void dot_row(float *r, const float *w,
+                                                          const float *x, int K, int NT) {
     int k = 0;
-#if defined(__AVX2__) && defined(__FMA__)
-    __m256 acc[4][4];
+#ifdef VW
+    enum { U = 2 };
+    vf acc[4][U];
 #pragma GCC unroll 4
-    for (int i = 0; i < R; i++)
+    for (int t = 0; t < NT; t++)
+#pragma GCC unroll 2
+        for (int u = 0; u < U; u++) acc[t][u] = VZERO();
+    for (; k + U * VW <= K; k += U * VW) {
+#pragma GCC unroll 2
+        for (int u = 0; u < U; u++) {
+            vf wv = VLOAD(w + k + u * VW);
 #pragma GCC unroll 4
-        for (int t = 0; t < NT; t++) acc[i][t] = _mm256_setzero_ps();
-    for (; k + 8 <= K; k += 8) {
-        __m256 xv[4];
-#pragma GCC unroll 4
-        for (int t = 0; t < NT; t++) xv[t] = _mm256_loadu_ps(x + (size_t)t * K + k);
-#pragma GCC unroll 4
-        for (int i = 0; i < R; i++) {
-            // W comes from DRAM once: prefetch a few cache lines ahead of the loads
-            _mm_prefetch((const char *)(w + (size_t)i * K + k + PREFETCH_FLOATS), _MM_HINT_T0);
-            __m256 wv = _mm256_loadu_ps(w + (size_t)i * K + k);
-#pragma GCC unroll 4
-            for (int t = 0; t < NT; t++) acc[i][t] = _mm256_fmadd_ps(wv, xv[t], acc[i][t]);
+            for (int t = 0; t < NT; t++) acc[t][u] = VFMA(wv, VLOAD(x + (size_t)t * K + k + u * VW), acc[t][u]);
         }
     }
+    for (; k + VW <= K; k += VW) {
+        vf wv = VLOAD(w + k);
 #pragma GCC unroll 4
-    for (int i = 0; i < R; i++)
+        for (int t = 0; t < NT; t++) acc[t][0] = VFMA(wv, VLOAD(x + (size_t)t * K + k), acc[t][0]);
+    }
 #pragma GCC unroll 4
-        for (int t = 0; t < NT; t++) r[i * NT + t] = hsum8(acc[i][t]);
+    for (int t = 0; t < NT; t++) r[t] = VSUM(VADD(acc[t][0], acc[t][1]));
 #else
-    for (int i = 0; i < R * NT; i++) r[i] = 0;
+    for (int t = 0; t < NT; t++) r[t] = 0;
 #endif
-    for (; k < K; k++)  // tail (K % 8), or the whole row without AVX2
-        for (int i = 0; i < R; i++)
-            for (int t = 0; t < NT; t++) r[i * NT + t] += w[(size_t)i * K + k] * x[(size_t)t * K + k];
+    for (; k < K; k++)  // tail (K % VW), or the whole row without SIMD
+        for (int t = 0; t < NT; t++) r[t] += w[k] * x[(size_t)t * K + k];
 }
 
-// W rows per call for NT x rows: 4 while one x vector is reused (NT <= 2), else 2.
-static const int ROWS_FOR_NT[5] = {0, 4, 4, 2, 2};
+// One x row: four partial sums of one W row.
+static inline __attribute__((always_inline)) void dot_row1(float *r, const float *w, const float *x, int K) {
+    int k = 0;
+#ifdef VW
+    vf a0 = VZERO(), a1 = VZERO(), a2 = VZERO(), a3 = VZERO();
+    for (; k + 4 * VW <= K; k += 4 * VW) {
+        // the four W loads first: four misses in flight before any FMA waits
+        vf w0 = VLOAD(w + k), w1 = VLOAD(w + k + VW), w2 = VLOAD(w + k + 2 * VW), w3 = VLOAD(w + k + 3 * VW);
+        a0 = VFMA(w0, VLOAD(x + k), a0);
+        a1 = VFMA(w1, VLOAD(x + k + VW), a1);
+        a2 = VFMA(w2, VLOAD(x + k + 2 * VW), a2);
+        a3 = VFMA(w3, VLOAD(x + k + 3 * VW), a3);
+    }
+    for (; k + VW <= K; k += VW) a0 = VFMA(VLOAD(w + k), VLOAD(x + k), a0);
+    *r = VSUM(VADD(VADD(a0, a1), VADD(a2, a3)));
+#else
+    *r = 0;
+#endif
+    for (; k < K; k++) *r += w[k] * x[k];
+}
 
-static void dot_dispatch(float *r, const float *w, const float *x, int K, int R, int NT) {
-    switch (NT * 8 + R) {
-    case 8 + 4: dot_rows(r, w, x, K, 4, 1); break;
-    case 8 + 1: dot_rows(r, w, x, K, 1, 1); break;
-    case 16 + 4: dot_rows(r, w, x, K, 4, 2); break;
-    case 16 + 1: dot_rows(r, w, x, K, 1, 2); break;
-    case 24 + 2: dot_rows(r, w, x, K, 2, 3); break;
-    case 24 + 1: dot_rows(r, w, x, K, 1, 3); break;
-    case 32 + 2: dot_rows(r, w, x, K, 2, 4); break;
-    default: dot_rows(r, w, x, K, 1, 4); break;
+static void dot_dispatch(float *r, const float *w, const float *x, int K, int NT) {
+    switch (NT) {
+    case 1: dot_row1(r, w, x, K); break;
+    case 2: dot_row(r, w, x, K, 2); break;
+    case 3: dot_row(r, w, x, K, 3); break;
+    default: dot_row(r, w, x, K, 4); break;
     }
 }
 
@@ -123,29 +149,36 @@ static inline void store_out(float *o, float val, float alpha, float beta, const
     *o = beta == 0.0f ? y : y + beta * *o;
 }
 
-// Small-T forward: threads own blocks of 4 W rows and read each block once; for
-// T > 4 the block is revisited from L1/L2 per group of 4 x rows, which stay in
-// cache throughout.
+// Small-T forward: threads own blocks of W rows, each row read once from
+// memory; for T > 4 it is read again from L1 per group of 4 x rows, which stay
+// in cache throughout.
 static void matmul_forward_small(float *out, const float *x, const float *W, const float *bias,
                                  int T, int K, int N, float alpha, float beta) {
-    int nblk = (N + 3) / 4;
+    // blocks of 16 rows, fewer when W is short (a LoRA A of 16 rows) so that
+    // every thread gets some
+    int nth = omp_get_max_threads(), ROWS = N >= 64 * nth ? 16 : (N + 4 * nth - 1) / (4 * nth);
+    if (ROWS < 1) ROWS = 1;
+    int nblk = (N + ROWS - 1) / ROWS;
     // dynamic: a thread the OS preempts (shared cores) does not hold up the others
-#pragma omp parallel for schedule(dynamic, 16)
+#pragma omp parallel for schedule(static)
     for (int b = 0; b < nblk; b++) {
-        int n0 = 4 * b, n1 = n0 + 4 < N ? n0 + 4 : N;
-        for (int t0 = 0; t0 < T; t0 += 4) {
-            int nt = T - t0 < 4 ? T - t0 : 4, R = ROWS_FOR_NT[nt];
-            for (int n = n0; n < n1;) {
-                int rr = n1 - n >= R ? R : 1;
-                float r[16];
-                dot_dispatch(r, W + (size_t)n * K, x + (size_t)t0 * K, K, rr, nt);
-                for (int i = 0; i < rr; i++)
-                    for (int t = 0; t < nt; t++)
-                        store_out(out + (size_t)(t0 + t) * N + n + i, r[i * nt + t], alpha, beta,
-                                  bias, n + i);
-                n += rr;
+        int n1 = (b + 1) * ROWS < N ? (b + 1) * ROWS : N;
+        if (T == 1) {  // decode's case, without a call per row
+            for (int n = b * ROWS; n < n1; n++) {
+                float r;
+                dot_row1(&r, W + (size_t)n * K, x, K);
+                store_out(out + n, r, alpha, beta, bias, n);
             }
+            continue;
         }
+        for (int n = b * ROWS; n < n1; n++)
+            for (int t0 = 0; t0 < T; t0 += 4) {
+                int nt = T - t0 < 4 ? T - t0 : 4;
+                float r[4];
+                dot_dispatch(r, W + (size_t)n * K, x + (size_t)t0 * K, K, nt);
+                for (int t = 0; t < nt; t++)
+                    store_out(out + (size_t)(t0 + t) * N + n, r[t], alpha, beta, bias, n);
+            }
     }
 }
 
