@@ -3,6 +3,7 @@
 // Memory is planned at start (token budget, groups per step); a step
 // allocates nothing but what the store and HDF5 readers need for new shards.
 #include "grpo/trainer.h"
+#include "core/mem.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -560,10 +561,10 @@ static int setup(Trainer *t, const TrainerConfig *c, PailErr *err) {
     LoraConfig lc = {.rank = c->lora_rank, .alpha = c->lora_alpha, .rslora = c->rslora, .targets = c->lora_targets};
     if (lora_layout_build(&t->lay, &t->w.cfg, &lc, err) < 0) return -1;
     size_t n = (size_t)t->lay.n_params;
-    t->params = calloc(n, sizeof(float));
-    t->grads = calloc(n, sizeof(float));
-    t->m = calloc(n, sizeof(float));
-    t->v = calloc(n, sizeof(float));
+    t->params = mem_calloc_big(n * sizeof(float));
+    t->grads = mem_calloc_big(n * sizeof(float));
+    t->m = mem_calloc_big(n * sizeof(float));
+    t->v = mem_calloc_big(n * sizeof(float));
     TransformerPlan plan = {.max_tokens = c->token_budget, .backward = true, .recompute = c->recompute};
     if (transformer_init(&t->tf, &t->w, &plan, err) < 0) return -1;
     if (transformer_set_lora(t->tf, &t->lay, t->params, err) < 0) return -1;

@@ -1,5 +1,6 @@
 // LoRA configuration, flat layout, PEFT init and adapter files (see lora.h).
 #include "lora/lora.h"
+#include "core/mem.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -255,7 +256,7 @@ int lora_adapter_read_h5(hid_t f, const char *name, const ModelConfig *mc, LoraL
                      alpha, (long long)rank);
         goto done;
     }
-    *params = malloc((size_t)(layout->n_params ? layout->n_params : 1) * sizeof(float));
+    *params = mem_alloc_big((size_t)(layout->n_params ? layout->n_params : 1) * sizeof(float));
     if (!*params) { rc = err_set(err, PAIL_ERR_NOMEM, "adapter %s: out of memory", name); goto done; }
     for (int i = 0; i < layout->n_layers && rc == 0; i++)
         for (int m = 0; m < LORA_NMOD && rc == 0; m++) {

@@ -7,6 +7,7 @@
 // The backward walks it in reverse, accumulating LoRA grads (and base grads
 // in full mode). All buffers come from one block planned in transformer_init.
 #include "model/transformer.h"
+#include "core/mem.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -429,8 +430,8 @@ int kvcache_init(KvCache **out, const ModelConfig *cfg, int n_slots, int max_ctx
     kv->max_ctx = max_ctx;
     kv->kvd = cfg->num_key_value_heads * cfg->head_dim;
     size_t n = (size_t)kv->L * n_slots * max_ctx * kv->kvd;
-    kv->k = malloc(n * sizeof(float));
-    kv->v = malloc(n * sizeof(float));
+    kv->k = mem_alloc_big(n * sizeof(float));
+    kv->v = mem_alloc_big(n * sizeof(float));
     kv->len = calloc((size_t)n_slots, sizeof(int));
     kv->cu_new = calloc((size_t)n_slots + 1, sizeof(int));
     kv->new_len = calloc((size_t)n_slots, sizeof(int));

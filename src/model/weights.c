@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "core/mem.h"
 #include "core/sha256.h"
 
 void model_param_specs(const ModelConfig *c, ModelParamSpec s[PARAM_COUNT]) {
@@ -53,7 +54,7 @@ int model_weights_alloc(ModelWeights *w, const ModelConfig *cfg, PailErr *err) {
         if (w->specs[i].present) total += w->specs[i].numel * (w->specs[i].per_layer ? L : 1);
     }
     w->num_params = total;
-    w->memory = malloc(total * sizeof(float));
+    w->memory = mem_alloc_big(total * sizeof(float));
     if (!w->memory)
         return err_set(err, PAIL_ERR_NOMEM, "out of memory for %zu parameters (%.1f GiB fp32)", total,
                        total * 4.0 / (1 << 30));
