@@ -28,6 +28,17 @@ void matmul_forward_ref(float *out, const float *x, const float *W, const float 
 // dx(T,K) = alpha * dout(T,N) W(N,K) + dx_beta * dx   (dx may be NULL)
 // dW(N,K) += alpha * dout^T x                          (dW may be NULL)
 // dbias(N) += alpha * sum_t dout[t]                    (dbias may be NULL)
+// A LoRA-adapted projection in one pass: out(T,N) = x W^T + beta out + bias
+// + scale (x A^T) B^T, with la(T,R) = x A^T written (A (R,K), B (N,R)). For
+// T <= matmul_small_t_max one OpenMP region computes la, then streams W with
+// each row's B term added before its sum (decode: one region, not three);
+// above, the three products.
+void matmul_forward_lora(float *out, float *la, const float *x, const float *W, const float *bias,
+                         const float *A, const float *B, int T, int K, int N, int R, float scale,
+                         float beta);
+void matmul_forward_lora_ref(float *out, float *la, const float *x, const float *W,
+                             const float *bias, const float *A, const float *B, int T, int K,
+                             int N, int R, float scale, float beta);
 void matmul_backward(float *dx, float *dW, float *dbias, const float *dout, const float *x,
                      const float *W, int T, int K, int N, float alpha, float dx_beta);
 void matmul_backward_ref(float *dx, float *dW, float *dbias, const float *dout,
@@ -178,6 +189,9 @@ int kernels_cuda_device_count(void);  // 0 when no driver or no device (never fa
 int kernels_cuda_sync(PailErr *err);
 int matmul_forward_cuda(float *out, const float *x, const float *W, const float *bias, int T,
                         int K, int N, float alpha, float beta, PailErr *err);
+int matmul_forward_lora_cuda(float *out, float *la, const float *x, const float *W,
+                             const float *bias, const float *A, const float *B, int T, int K,
+                             int N, int R, float scale, float beta, PailErr *err);
 int matmul_backward_cuda(float *dx, float *dW, float *dbias, const float *dout,
                          const float *x, const float *W, int T, int K, int N, float alpha,
                          float dx_beta, PailErr *err);

@@ -197,6 +197,68 @@ void matmul_forward(float *out, const float *x, const float *W, const float *bia
     }
 }
 
+void matmul_forward_lora(float *out, float *la, const float *x, const float *W, const float *bias,
+                         const float *A, const float *B, int T, int K, int N, int R, float scale,
+                         float beta) {
+    if (T <= 0 || N <= 0) return;
+    if (T > matmul_small_t_max) {
+        matmul_forward(out, x, W, bias, T, K, N, 1.0f, beta);
+        matmul_forward(la, x, A, NULL, T, K, R, 1.0f, 0.0f);
+        matmul_forward(out, la, B, NULL, T, R, N, scale, 1.0f);
+        return;
+    }
+    int nth = omp_get_max_threads(), ROWS = N >= 64 * nth ? 16 : (N + 4 * nth - 1) / (4 * nth);
+    if (ROWS < 1) ROWS = 1;
+    int nblk = (N + ROWS - 1) / ROWS;
+#pragma omp parallel
+    {
+#pragma omp for schedule(static)
+        for (int r = 0; r < R; r++)
+            for (int t0 = 0; t0 < T; t0 += 4) {
+                int nt = T - t0 < 4 ? T - t0 : 4;
+                float d[4];
+                dot_dispatch(d, A + (size_t)r * K, x + (size_t)t0 * K, K, nt);
+                for (int t = 0; t < nt; t++) la[(size_t)(t0 + t) * R + r] = d[t];
+            }
+        // (implicit barrier: la is whole) W rows, each with its B row's term
+#pragma omp for schedule(static)
+        for (int b = 0; b < nblk; b++) {
+            int n1 = (b + 1) * ROWS < N ? (b + 1) * ROWS : N;
+            for (int n = b * ROWS; n < n1; n++) {
+                const float *bn = B + (size_t)n * R;
+                for (int t0 = 0; t0 < T; t0 += 4) {
+                    int nt = T - t0 < 4 ? T - t0 : 4;
+                    float d[4];
+                    if (nt == 1) dot_row1(d, W + (size_t)n * K, x + (size_t)t0 * K, K);
+                    else dot_dispatch(d, W + (size_t)n * K, x + (size_t)t0 * K, K, nt);
+                    for (int t = 0; t < nt; t++) {
+                        const float *lt = la + (size_t)(t0 + t) * R;
+                        float l = 0;
+#pragma omp simd reduction(+ : l)
+                        for (int r = 0; r < R; r++) l += bn[r] * lt[r];
+                        store_out(out + (size_t)(t0 + t) * N + n, d[t] + scale * l, 1.0f, beta, bias, n);
+                    }
+                }
+            }
+        }
+    }
+}
+
+void matmul_forward_lora_ref(float *out, float *la, const float *x, const float *W,
+                             const float *bias, const float *A, const float *B, int T, int K,
+                             int N, int R, float scale, float beta) {
+    matmul_forward_ref(la, x, A, NULL, T, K, R, 1.0f, 0.0f);
+    for (int t = 0; t < T; t++)
+        for (int n = 0; n < N; n++) {
+            double s = 0, l = 0;
+            for (int k = 0; k < K; k++) s += (double)x[(size_t)t * K + k] * W[(size_t)n * K + k];
+            for (int r = 0; r < R; r++) l += (double)la[(size_t)t * R + r] * B[(size_t)n * R + r];
+            double y = s + scale * l + (bias ? bias[n] : 0.0);
+            float *o = &out[(size_t)t * N + n];
+            *o = (float)(beta == 0.0f ? y : y + (double)beta * *o);
+        }
+}
+
 void matmul_forward_ref(float *out, const float *x, const float *W, const float *bias, int T,
                         int K, int N, float alpha, float beta) {
     for (int t = 0; t < T; t++)

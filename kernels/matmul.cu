@@ -55,3 +55,16 @@ extern "C" int matmul_backward_cuda(float *dx, float *dW, float *dbias, const fl
     }
     return 0;
 }
+
+// The three products of a LoRA-adapted projection (the CPU twin fuses them for
+// small T; here cuBLAS runs each).
+extern "C" int matmul_forward_lora_cuda(float *out, float *la, const float *x, const float *W,
+                                        const float *bias, const float *A, const float *B, int T,
+                                        int K, int N, int R, float scale, float beta,
+                                        PailErr *err) {
+    if (matmul_forward_cuda(out, x, W, bias, T, K, N, 1.0f, beta, err) ||
+        matmul_forward_cuda(la, x, A, NULL, T, K, R, 1.0f, 0.0f, err) ||
+        matmul_forward_cuda(out, la, B, NULL, T, R, N, scale, 1.0f, err))
+        return err_wrap(err, "matmul_forward_lora_cuda");
+    return 0;
+}

@@ -93,6 +93,28 @@ START_TEST(test_matmul) {
 }
 END_TEST
 
+// ---- a LoRA-adapted projection in one pass vs the three products in double ----
+START_TEST(test_matmul_lora) {
+    int shapes[][4] = {{1, 64, 300, 16}, {3, 100, 70, 5}, {8, 33, 16, 16}, {1, 512, 1408, 16}, {20, 64, 129, 8}};
+    for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++) {
+        int T = shapes[c][0], K = shapes[c][1], N = shapes[c][2], R = shapes[c][3];
+        for (int v = 0; v < 2; v++) {  // no bias, beta 0 / bias, beta 1
+            float *x = rnd((size_t)T * K, -1, 1), *W = rnd((size_t)N * K, -1, 1), *A = rnd((size_t)R * K, -1, 1);
+            float *B = rnd((size_t)N * R, -1, 1), *bias = v ? rnd(N, -1, 1) : NULL, *o0 = rnd((size_t)T * N, -1, 1);
+            float *out = dup_f(o0, (size_t)T * N), *ref = dup_f(o0, (size_t)T * N);
+            float *la = rnd((size_t)T * R, 0, 1), *lar = rnd((size_t)T * R, 0, 1);
+            matmul_forward_lora(out, la, x, W, bias, A, B, T, K, N, R, 0.75f, v ? 1.0f : 0.0f);
+            matmul_forward_lora_ref(ref, lar, x, W, bias, A, B, T, K, N, R, 0.75f, v ? 1.0f : 0.0f);
+            char what[96];
+            snprintf(what, sizeof what, "matmul_forward_lora T=%d K=%d N=%d R=%d", T, K, N, R);
+            expect_close(what, out, ref, (size_t)T * N, 1e-4, 1e-4);
+            expect_close("matmul_forward_lora la", la, lar, (size_t)T * R, 1e-4, 1e-4);
+            free(x), free(W), free(A), free(B), free(bias), free(o0), free(out), free(ref), free(la), free(lar);
+        }
+    }
+}
+END_TEST
+
 // ---- rmsnorm: fp32 sums of C <= 300 squares vs double; 1e-5 abs + rel ----
 START_TEST(test_rmsnorm) {
     int shapes[][2] = {{1, 1}, {1, 64}, {5, 7}, {37, 200}, {96, 16}, {3, 300}};
@@ -492,6 +514,7 @@ int main(void) {
     TCase *core = tcase_create("core"), *limits = tcase_create("limits");
     tcase_set_timeout(core, 60);
     tcase_add_test(core, test_matmul);
+    tcase_add_test(core, test_matmul_lora);
     tcase_add_test(core, test_rmsnorm);
     tcase_add_test(core, test_rope_llama3_freq);
     tcase_add_test(core, test_rope);

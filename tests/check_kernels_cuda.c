@@ -181,6 +181,20 @@ START_TEST(test_swiglu_cuda) {
 }
 END_TEST
 
+START_TEST(test_matmul_lora_cuda) {
+    int T = 3, K = 100, N = 70, R = 5;
+    float *x = rnd(T * K, -1, 1), *W = rnd(N * K, -1, 1), *A = rnd(R * K, -1, 1), *B = rnd(N * R, -1, 1);
+    float *bias = rnd(N, -1, 1), *o = rnd(T * N, -1, 1), *la = malloc(4 * T * R);
+    float *o_ = UPF(o, T * N), *la_ = UPF(NULL, T * R);
+    OK(matmul_forward_lora_cuda(o_, la_, UPF(x, T * K), UPF(W, N * K), UPF(bias, N), UPF(A, R * K), UPF(B, N * R),
+                                T, K, N, R, 0.75f, 1.0f, &err));
+    matmul_forward_lora_ref(o, la, x, W, bias, A, B, T, K, N, R, 0.75f, 1.0f);
+    expect_dev("matmul_forward_lora_cuda", o_, o, T * N, 1e-4, 1e-4);
+    expect_dev("matmul_forward_lora_cuda la", la_, la, T * R, 1e-4, 1e-4);
+    free(x), free(W), free(A), free(B), free(bias), free(o), free(la);
+}
+END_TEST
+
 START_TEST(test_logprob_cuda) {
     int T = 13, C = 48, V = 300, vchunk = 64, tg[13];
     float temp = 0.7f;
@@ -263,6 +277,7 @@ int main(void) {
     tcase_add_test(core, test_rope_cuda);
     tcase_add_test(core, test_attention_cuda);  // also the head-dim limit
     tcase_add_test(core, test_swiglu_cuda);
+    tcase_add_test(core, test_matmul_lora_cuda);
     tcase_add_test(core, test_logprob_cuda);
     tcase_add_test(limits, test_embedding_adamw_cuda);
     suite_add_tcase(s, core);

@@ -197,13 +197,13 @@ void transformer_lora_enable(Transformer *tf, bool on) { tf->lora_on = on && tf-
 // y(T,out) (+)= x W^T + bias, then + s (x A^T) B^T when module m is adapted.
 static void proj_forward(Transformer *tf, float *y, float *la, const float *x, const float *W, const float *bias,
                          int T, int in, int outd, int layer, LoraModule m, float beta) {
-    matmul_forward(y, x, W, bias, T, in, outd, 1.0f, beta);
     const LoraSlot *s = tf->lora_on ? lora_slot(tf->lora, layer, m) : NULL;
-    if (!s) return;
+    if (!s) {
+        matmul_forward(y, x, W, bias, T, in, outd, 1.0f, beta);
+        return;
+    }
     const float *A = tf->lora_params + s->a_off, *B = tf->lora_params + s->b_off;
-    int R = tf->lora->cfg.rank;
-    matmul_forward(la, x, A, NULL, T, in, R, 1.0f, 0.0f);
-    matmul_forward(y, la, B, NULL, T, R, outd, tf->lora_scale, 1.0f);
+    matmul_forward_lora(y, la, x, W, bias, A, B, T, in, outd, tf->lora->cfg.rank, tf->lora_scale, beta);
 }
 
 // dx (=, or += when dx_beta = 1) dy W (+ LoRA path); dW, dbias += in full mode; dA, dB += into lora_grads.
