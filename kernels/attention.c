@@ -6,8 +6,8 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <cblas.h>
 #include <omp.h>
+#include "blas.h"
 #include "kernels.h"
 #include "simd.h"
 
@@ -70,11 +70,6 @@ static void attn_row(float *o, float *lse, const float *q, const float *k, const
 // (BQ x BK floats, 64 KiB at 128 x 128), so nothing is allocated and nothing
 // (T,T)-sized exists. Tiles on the diagonal are masked (j > i gives p = 0).
 enum { BQ = 128, BK = 128, DMAX = 256 };
-
-static void blas_single_threaded(void) {
-    // kernels/ owns OpenBLAS's threading (see matmul.c): one thread per call
-    if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
-}
 
 // Rows r of a tile s(nq, nk) whose absolute query index i0 + r sees keys up to
 // itself: columns with j0 + c > i0 + r are set to -inf.

@@ -6,12 +6,12 @@
 // (bench/bench_kernels.c measures the crossover).
 // OpenBLAS runs single-threaded inside an OpenMP team, one column slice per
 // thread: its own pthread pool would spin against OpenMP's for the same cores.
-#include <cblas.h>
 #include <omp.h>
 #include <string.h>
 #if defined(__AVX2__) || defined(__AVX512F__)
 #include <immintrin.h>
 #endif
+#include "blas.h"
 #include "kernels.h"
 
 // Crossover measured by bench/bench_kernels.c (doc/kernels.md has the figures):
@@ -100,7 +100,8 @@ static inline __attribute__((always_inline)) void dot_row1(float *r, const float
     for (; k < K; k++) *r += w[k] * x[k];
 }
 
-static void dot_dispatch(float *r, const float *w, const float *x, int K, int NT) {
+static inline __attribute__((always_inline)) void dot_dispatch(float *r, const float *w, const float *x, int K,
+                                                               int NT) {
     switch (NT) {
     case 1: dot_row1(r, w, x, K); break;
     case 2: dot_row(r, w, x, K, 2); break;
@@ -115,9 +116,7 @@ static void dot_dispatch(float *r, const float *w, const float *x, int K, int NT
 // A C too narrow for that (N < 32 per thread) is split by rows.
 static void sgemm_omp(int transA, int transB, int M, int N, int K, float alpha, const float *A,
                       int lda, const float *B, int ldb, float beta, float *C, int ldc) {
-    // kernels/ owns OpenBLAS's threading: one thread per call, set again if
-    // someone (a bench measuring OpenBLAS itself) changed it.
-    if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
+    blas_single_threaded();
 #pragma omp parallel
     {
         int nth = omp_get_num_threads(), id = omp_get_thread_num();
@@ -143,42 +142,53 @@ static void sgemm_omp(int transA, int transB, int M, int N, int K, float alpha, 
     }
 }
 
-static inline void store_out(float *o, float val, float alpha, float beta, const float *bias,
-                             int n) {
-    float y = alpha * val + (bias ? bias[n] : 0.0f);
-    *o = beta == 0.0f ? y : y + beta * *o;
-}
-
-// Small-T forward: threads own blocks of W rows, each row read once from
-// memory; for T > 4 it is read again from L1 per group of 4 x rows, which stay
-// in cache throughout.
-static void matmul_forward_small(float *out, const float *x, const float *W, const float *bias,
-                                 int T, int K, int N, float alpha, float beta) {
-    // blocks of 16 rows, fewer when W is short (a LoRA A of 16 rows) so that
-    // every thread gets some
-    int nth = omp_get_max_threads(), ROWS = N >= 64 * nth ? 16 : (N + 4 * nth - 1) / (4 * nth);
-    if (ROWS < 1) ROWS = 1;
-    int nblk = (N + ROWS - 1) / ROWS;
-    // dynamic: a thread the OS preempts (shared cores) does not hold up the others
-#pragma omp parallel for schedule(static)
-    for (int b = 0; b < nblk; b++) {
-        int n1 = (b + 1) * ROWS < N ? (b + 1) * ROWS : N;
-        if (T == 1) {  // decode's case, without a call per row
-            for (int n = b * ROWS; n < n1; n++) {
-                float r;
-                dot_row1(&r, W + (size_t)n * K, x, K);
-                store_out(out + n, r, alpha, beta, bias, n);
-            }
-            continue;
+// Small-T forward: out = alpha x W^T + beta out + bias, plus, when A is given,
+// scale (x A^T) B^T with la = x A^T written (a LoRA-adapted projection). One
+// OpenMP region: la first, then threads own blocks of W rows (16, fewer when W
+// is short, as a LoRA A of 16 rows, so that every thread gets some), each row
+// read once from memory with its B row's term added before the store; for T > 4
+// the row is read again from L1 per group of 4 x rows, which stay in cache.
+static void forward_small(float *out, float *la, const float *x, const float *W, const float *bias,
+                          const float *A, const float *B, int T, int K, int N, int R, float alpha,
+                          float scale, float beta) {
+    int nth = omp_get_max_threads(), rows = N >= 64 * nth ? 16 : (N + 4 * nth - 1) / (4 * nth);
+    if (rows < 1) rows = 1;
+    int nblk = (N + rows - 1) / rows;
+#pragma omp parallel
+    {
+        if (A) {
+#pragma omp for schedule(static)
+            for (int r = 0; r < R; r++)
+                for (int t0 = 0; t0 < T; t0 += 4) {
+                    int nt = T - t0 < 4 ? T - t0 : 4;
+                    float d[4];
+                    dot_dispatch(d, A + (size_t)r * K, x + (size_t)t0 * K, K, nt);
+                    for (int t = 0; t < nt; t++) la[(size_t)(t0 + t) * R + r] = d[t];
+                }
+        }  // (implicit barrier: la is whole)
+#pragma omp for schedule(static)
+        for (int b = 0; b < nblk; b++) {
+            int n1 = (b + 1) * rows < N ? (b + 1) * rows : N;
+            for (int n = b * rows; n < n1; n++)
+                for (int t0 = 0; t0 < T; t0 += 4) {
+                    int nt = T - t0 < 4 ? T - t0 : 4;
+                    float d[4];
+                    dot_dispatch(d, W + (size_t)n * K, x + (size_t)t0 * K, K, nt);
+                    for (int t = 0; t < nt; t++) {
+                        float y = alpha * d[t];
+                        if (A) {
+                            const float *bn = B + (size_t)n * R, *lt = la + (size_t)(t0 + t) * R;
+                            float l = 0;
+#pragma omp simd reduction(+ : l)
+                            for (int r = 0; r < R; r++) l += bn[r] * lt[r];
+                            y += scale * l;
+                        }
+                        if (bias) y += bias[n];
+                        float *o = out + (size_t)(t0 + t) * N + n;
+                        *o = beta == 0.0f ? y : y + beta * *o;
+                    }
+                }
         }
-        for (int n = b * ROWS; n < n1; n++)
-            for (int t0 = 0; t0 < T; t0 += 4) {
-                int nt = T - t0 < 4 ? T - t0 : 4;
-                float r[4];
-                dot_dispatch(r, W + (size_t)n * K, x + (size_t)t0 * K, K, nt);
-                for (int t = 0; t < nt; t++)
-                    store_out(out + (size_t)(t0 + t) * N + n, r[t], alpha, beta, bias, n);
-            }
     }
 }
 
@@ -186,7 +196,7 @@ void matmul_forward(float *out, const float *x, const float *W, const float *bia
                     int K, int N, float alpha, float beta) {
     if (T <= 0 || N <= 0) return;
     if (T <= matmul_small_t_max) {
-        matmul_forward_small(out, x, W, bias, T, K, N, alpha, beta);
+        forward_small(out, NULL, x, W, bias, NULL, NULL, T, K, N, 0, alpha, 0.0f, beta);
         return;
     }
     sgemm_omp(0, 1, T, N, K, alpha, x, K, W, K, beta, out, N);
@@ -207,41 +217,7 @@ void matmul_forward_lora(float *out, float *la, const float *x, const float *W, 
         matmul_forward(out, la, B, NULL, T, R, N, scale, 1.0f);
         return;
     }
-    int nth = omp_get_max_threads(), ROWS = N >= 64 * nth ? 16 : (N + 4 * nth - 1) / (4 * nth);
-    if (ROWS < 1) ROWS = 1;
-    int nblk = (N + ROWS - 1) / ROWS;
-#pragma omp parallel
-    {
-#pragma omp for schedule(static)
-        for (int r = 0; r < R; r++)
-            for (int t0 = 0; t0 < T; t0 += 4) {
-                int nt = T - t0 < 4 ? T - t0 : 4;
-                float d[4];
-                dot_dispatch(d, A + (size_t)r * K, x + (size_t)t0 * K, K, nt);
-                for (int t = 0; t < nt; t++) la[(size_t)(t0 + t) * R + r] = d[t];
-            }
-        // (implicit barrier: la is whole) W rows, each with its B row's term
-#pragma omp for schedule(static)
-        for (int b = 0; b < nblk; b++) {
-            int n1 = (b + 1) * ROWS < N ? (b + 1) * ROWS : N;
-            for (int n = b * ROWS; n < n1; n++) {
-                const float *bn = B + (size_t)n * R;
-                for (int t0 = 0; t0 < T; t0 += 4) {
-                    int nt = T - t0 < 4 ? T - t0 : 4;
-                    float d[4];
-                    if (nt == 1) dot_row1(d, W + (size_t)n * K, x + (size_t)t0 * K, K);
-                    else dot_dispatch(d, W + (size_t)n * K, x + (size_t)t0 * K, K, nt);
-                    for (int t = 0; t < nt; t++) {
-                        const float *lt = la + (size_t)(t0 + t) * R;
-                        float l = 0;
-#pragma omp simd reduction(+ : l)
-                        for (int r = 0; r < R; r++) l += bn[r] * lt[r];
-                        store_out(out + (size_t)(t0 + t) * N + n, d[t] + scale * l, 1.0f, beta, bias, n);
-                    }
-                }
-            }
-        }
-    }
+    forward_small(out, la, x, W, bias, A, B, T, K, N, R, 1.0f, scale, beta);
 }
 
 void matmul_forward_lora_ref(float *out, float *la, const float *x, const float *W,

@@ -1,0 +1,10 @@
+// OpenBLAS inside kernels/ (internal): every call runs single-threaded inside an
+// OpenMP team that splits the work; OpenBLAS's own pthread pool would spin
+// against OpenMP's threads for the same cores.
+#pragma once
+#include <cblas.h>
+
+// Set again if someone (a bench measuring OpenBLAS itself) changed it.
+static inline void blas_single_threaded(void) {
+    if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
+}
