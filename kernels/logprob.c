@@ -5,6 +5,7 @@
 // backward recomputes each chunk. CPU twin of kernels/logprob.cu.
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 #include "kernels.h"
 #include "simd.h"
 
@@ -14,6 +15,33 @@ enum { EXP_CHUNK = 256 };  // exp over a chunk of logits at a time (simd.h)
 // a = sum exp(z - m) * z (T) for the entropy H = lse - a / s.
 size_t logprob_workspace_floats(int T, int vchunk) {
     return (size_t)T * vchunk + 3 * (size_t)T;
+}
+
+static inline float row_max(const float *z, int n) {
+    float m = -INFINITY;
+    for (int j = 0; j < n; j++) m = z[j] > m ? z[j] : m;
+    return m;
+}
+
+// sum_j exp(z_j - m), and *a = sum_j exp(z_j - m) z_j; the exponentials are also
+// written to e_out when given (which may be z itself).
+static inline float exp_sums(float *e_out, const float *z, int n, float m, float *a) {
+    float s = 0, sa = 0;
+    for (int j0 = 0; j0 < n; j0 += EXP_CHUNK) {
+        int cnt = n - j0 < EXP_CHUNK ? n - j0 : EXP_CHUNK;
+        float e[EXP_CHUNK];
+        const float *zc = z + j0;
+        for (int j = 0; j < cnt; j++) e[j] = zc[j] - m;
+        simd_exp(e, cnt);
+#pragma omp simd reduction(+ : s, sa)
+        for (int j = 0; j < cnt; j++) {
+            s += e[j];
+            sa += e[j] * zc[j];
+        }
+        if (e_out) memcpy(e_out + j0, e, sizeof(float) * cnt);
+    }
+    *a = sa;
+    return s;
 }
 
 static int targets_check(const int *targets, int T, int V, float temperature, int vchunk,
@@ -43,20 +71,8 @@ int logprob_forward(float *logp, float *entropy, float *lse, const float *hidden
 #pragma omp parallel for schedule(static)
         for (int t = 0; t < T; t++) {
             const float *zr = z + (size_t)t * nb;
-            float bm = -INFINITY;
-            for (int j = 0; j < nb; j++) bm = zr[j] > bm ? zr[j] : bm;
-            float mn = bm > m[t] ? bm : m[t], corr = expf(m[t] - mn), bs = 0, ba = 0;
-            for (int j0 = 0; j0 < nb; j0 += EXP_CHUNK) {
-                int cnt = nb - j0 < EXP_CHUNK ? nb - j0 : EXP_CHUNK;
-                float e[EXP_CHUNK];
-                for (int j = 0; j < cnt; j++) e[j] = zr[j0 + j] - mn;
-                simd_exp(e, cnt);
-#pragma omp simd reduction(+ : bs, ba)
-                for (int j = 0; j < cnt; j++) {
-                    bs += e[j];
-                    ba += e[j] * zr[j0 + j];
-                }
-            }
+            float bm = row_max(zr, nb), mn = bm > m[t] ? bm : m[t], corr = expf(m[t] - mn), ba;
+            float bs = exp_sums(NULL, zr, nb, mn, &ba);
             s[t] = s[t] * corr + bs;
             if (entropy) a[t] = a[t] * corr + ba;
             m[t] = mn;
@@ -127,21 +143,8 @@ int logprob_forward_expect(float *logp, float *entropy, float *lse, float *expec
         matmul_forward(z, hidden + (size_t)t0 * C, w_lm, NULL, nr, C, V, inv_t, 0.0f);
 #pragma omp parallel for schedule(static)
         for (int r = 0; r < nr; r++) {
-            float *zr = z + (size_t)r * V, m = -INFINITY, s = 0, a = 0;
-            for (int j = 0; j < V; j++) m = zr[j] > m ? zr[j] : m;
-            float zt = zr[targets[t0 + r]];
-            for (int j0 = 0; j0 < V; j0 += EXP_CHUNK) {  // zr becomes exp(z - m)
-                int cnt = V - j0 < EXP_CHUNK ? V - j0 : EXP_CHUNK;
-                float e[EXP_CHUNK], *zc = zr + j0;
-                for (int j = 0; j < cnt; j++) e[j] = zc[j] - m;
-                simd_exp(e, cnt);
-#pragma omp simd reduction(+ : s, a)
-                for (int j = 0; j < cnt; j++) {
-                    s += e[j];
-                    a += e[j] * zc[j];
-                    zc[j] = e[j];
-                }
-            }
+            float *zr = z + (size_t)r * V, m = row_max(zr, V), zt = zr[targets[t0 + r]], a;
+            float s = exp_sums(zr, zr, V, m, &a);  // zr becomes exp(z - m)
             float l = m + logf(s), inv_s = 1.0f / s;
             logp[t0 + r] = zt - l;
             if (lse) lse[t0 + r] = l;

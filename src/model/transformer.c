@@ -110,7 +110,8 @@ static void plan_memory(Transformer *tf, Bump *b) {
         tf->dres = take(b, T * C); tf->dtmp = take(b, T * C); tf->dxn = take(b, T * C);
         tf->dq = take(b, T * HD); tf->dk = take(b, T * KD); tf->dv = take(b, T * KD); tf->datt = take(b, T * HD);
         tf->dgate = take(b, T * F); tf->dup = take(b, T * F); tf->dact = take(b, T * F);
-        tf->dla = take(b, T * R); tf->dhsel = take(b, T * C); tf->expect_sel = take(b, T * C);
+        tf->dla = take(b, T * R); tf->dhsel = take(b, T * C);
+        if (!tf->plan.full) tf->expect_sel = take(b, T * C);  // the LoRA step's head (transformer_forward)
     }
 }
 
@@ -139,7 +140,7 @@ int transformer_init(Transformer **out, const ModelWeights *w, const Transformer
     Bump dry = {0};
     plan_memory(tf, &dry);
     tf->block_floats = dry.used;
-    tf->block = aligned_alloc(64, dry.used * sizeof(float));
+    tf->block = mem_alloc_big(dry.used * sizeof(float));
     if (!tf->acts || !tf->resid || !tf->tokens_copy || !tf->pos_copy || !tf->cu_copy || !tf->sel || !tf->tsel ||
         !tf->block) {
         size_t mb = dry.used * sizeof(float) >> 20;
@@ -399,7 +400,7 @@ int transformer_backward(Transformer *tf, float *lora_grads, float *base_grads, 
     if (full && c->tie_word_embeddings) dlm = base_grads + tf->w->offsets[PARAM_EMBED];
     memset(tf->dxn, 0, (size_t)T * C * sizeof(float));
     if (tf->Tsel > 0) {
-        if (tf->have_expect && !dlm)
+        if (tf->have_expect)  // a LoRA plan: no head gradient (dlm) can be asked for
             logprob_backward_expect(tf->dhsel, tf->dlogp_sel, tf->expect_sel, tf->w->p.lm_head, tf->tsel, tf->Tsel, C,
                                     tf->temperature);
         else
