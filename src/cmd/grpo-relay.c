@@ -41,20 +41,13 @@ int main(int argc, char **argv) {
         {"access-log", FLAG_STRING, &access_log, NULL, 1, 0, "append access-log lines here (default stdout)"},
     };
     int n = sizeof fl / sizeof fl[0];
+    int rc = flags_cli("grpo-relay",
+                       "grpo-relay --listen HOST:PORT (--root DIR | --upstream s3://B/P) --keys FILE --cert F --key F",
+                       "HTTPS S3 gateway for pail runs: SigV4 keys with roles, a cache of immutable objects, "
+                       "long-polls for new versions. See doc/relay.md.",
+                       fl, n, argc, argv, NULL, NULL);
+    if (rc >= 0) return rc;
     PailErr err = {0};
-    int rc = flags_parse(fl, n, argc, argv, NULL, NULL, &err);
-    if (rc == FLAGS_HELP) {
-        flags_usage(stdout,
-                    "grpo-relay --listen HOST:PORT (--root DIR | --upstream s3://B/P) --keys FILE --cert F --key F",
-                    "HTTPS S3 gateway for pail runs: SigV4 keys with roles, a cache of immutable objects, "
-                    "long-polls for new versions. See doc/relay.md.",
-                    fl, n);
-        return 0;
-    }
-    if (rc < 0) {
-        fprintf(stderr, "grpo-relay: %s\n", err.msg);
-        return 2;
-    }
     log_init("grpo-relay", LOG_INFO);
     flags_print(stderr, fl, n);
     // Each connection is a descriptor: lift the soft limit to the hard one.

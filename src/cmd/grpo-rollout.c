@@ -6,6 +6,7 @@
 #include "core/flags.h"
 #include "core/log.h"
 #include "rollout/worker.h"
+#include "store/cli.h"
 
 static volatile sig_atomic_t g_stop;
 static void on_signal(int sig) { g_stop = (sig == SIGINT && g_stop) ? 2 : 1; }
@@ -13,12 +14,12 @@ static void on_signal(int sig) { g_stop = (sig == SIGINT && g_stop) ? 2 : 1; }
 int main(int argc, char **argv) {
     log_init("grpo-rollout", LOG_INFO);
     char *config = NULL, *model = NULL, *run = NULL, *worker = NULL, *dataset = NULL, *answer_field = NULL,
-         *marker = NULL, *regex = NULL, *cmd = NULL, *prompt_format = NULL, *eval_dataset = NULL, *endpoint = NULL,
-         *region = NULL, *ca_bundle = NULL;
+         *marker = NULL, *regex = NULL, *cmd = NULL, *prompt_format = NULL, *eval_dataset = NULL;
     long G, batch, max_new, max_prompt, top_k, seed, max_shards, gps, max_ahead, windex, nworkers, length_target,
         eval_every, eval_samples;
     double temperature, top_p, reward_timeout, wait_timeout;
-    bool chat, eval, allow_http;
+    bool chat, eval;
+    StoreCliFlags sf = {0};
     FlagList rewards = {0}, stops = {0};
     Flag fl[] = {
         {"config", FLAG_STRING, &config, NULL, 1, 0, "file of key = value lines (the command line wins)"},
@@ -54,25 +55,16 @@ int main(int argc, char **argv) {
         {"eval-dataset", FLAG_STRING, &eval_dataset, NULL, 1, 0, "held-out prompts for --eval"},
         {"eval-every", FLAG_INT, &eval_every, "1", 1, 1000000, "evaluate every N versions (and v0)"},
         {"eval-samples", FLAG_INT, &eval_samples, "1", 1, 1024, "1: greedy; k: pass@k with the sampling settings"},
-        {"endpoint", FLAG_STRING, &endpoint, NULL, 1, 0, "s3 endpoint URL (env AWS_ENDPOINT_URL)"},
-        {"region", FLAG_STRING, &region, NULL, 1, 0, "s3 region (env AWS_REGION)"},
-        {"ca-bundle", FLAG_STRING, &ca_bundle, NULL, 1, 0, "PEM CAs for https (env AWS_CA_BUNDLE)"},
-        {"allow-http", FLAG_BOOL, &allow_http, "false", 1, 0, "allow plain http:// to a non-loopback endpoint"},
+        STORE_CLI_FLAGS(&sf),
     };
     int n = sizeof fl / sizeof fl[0];
+    int rc = flags_cli("grpo-rollout",
+                       "grpo-rollout --model DIR --run URL --dataset FILE [flags]",
+                       "Generates groups of completions with the run's newest adapter, scores them and writes\n"
+                       "rollout shards (doc/protocol.md). --eval: scores a held-out set for each new version.",
+                       fl, n, argc, argv, NULL, NULL);
+    if (rc >= 0) return rc;
     PailErr err = {0};
-    int rc = flags_parse(fl, n, argc, argv, NULL, NULL, &err);
-    if (rc == FLAGS_HELP) {
-        flags_usage(stdout, "grpo-rollout --model DIR --run URL --dataset FILE [flags]",
-                    "Generates groups of completions with the run's newest adapter, scores them and writes\n"
-                    "rollout shards (doc/protocol.md). --eval: scores a held-out set for each new version.",
-                    fl, n);
-        return 0;
-    }
-    if (rc < 0) {
-        fprintf(stderr, "grpo-rollout: %s\n", err.msg);
-        return 2;
-    }
     if (!model || !run || (!eval && !dataset) || (eval && !eval_dataset)) {
         fprintf(stderr, "grpo-rollout: --model, --run and --dataset (or --eval with --eval-dataset) are required\n");
         flags_free(fl, n);
@@ -80,7 +72,7 @@ int main(int argc, char **argv) {
     }
     RolloutConfig c = {
         .model_dir = model, .run_url = run, .dataset = dataset, .worker_id = worker, .prompt_format = prompt_format,
-        .store = {.endpoint = endpoint, .region = region, .ca_bundle = ca_bundle, .allow_http = allow_http},
+        .store = store_cli_options(&sf),
         .rewards = {.specs = (const char *const *)rewards.items, .nspecs = rewards.n, .answer_field = answer_field,
                     .answer_marker = marker, .format_regex = regex, .length_target = length_target, .cmd = cmd,
                     .cmd_timeout_s = reward_timeout},

@@ -10,6 +10,7 @@
 #include "grpo/sft.h"
 #include "grpo/trainer.h"
 #include "lora/lora.h"
+#include "store/cli.h"
 
 static volatile sig_atomic_t g_stop;
 
@@ -49,10 +50,11 @@ int main(int argc, char **argv) {
     log_init("grpo-train", LOG_INFO);
     char *config = NULL, *model = NULL, *run = NULL, *replay = NULL, *sft = NULL, *init_adapter = NULL,
          *targets = NULL, *scale = NULL, *ratio = NULL, *loss = NULL, *schedule = NULL, *dump_grads = NULL,
-         *metrics = NULL, *out = NULL, *prompt_format = NULL, *endpoint = NULL, *region = NULL, *ca_bundle = NULL, *run_id = NULL, *task = NULL;
+         *metrics = NULL, *out = NULL, *prompt_format = NULL, *run_id = NULL, *task = NULL;
     long rank, steps, gps, G, stale, budget, publish_every, keep, warmup, seed;
     double alpha, lr, eps_low, eps_high, tis, beta, b1, b2, aeps, wd, clip, min_lr, rollout_timeout;
-    bool resume, full, rslora, recompute, allow_http, chat;
+    bool resume, full, rslora, recompute, chat;
+    StoreCliFlags sf = {0};
     long log_every, valid_every;
     double stop_accuracy;
     char *valid = NULL;
@@ -109,25 +111,16 @@ int main(int argc, char **argv) {
         {"seed", FLAG_INT, &seed, "0", 0, 9007199254740991L, "seed (LoRA init, shuffles)"},
         {"run-id", FLAG_STRING, &run_id, NULL, 1, 0, "run id for a new run (default: derived)"},
         {"task", FLAG_STRING, &task, NULL, 1, 0, "task description recorded in run.json"},
-        {"endpoint", FLAG_STRING, &endpoint, NULL, 1, 0, "s3 endpoint URL (env AWS_ENDPOINT_URL)"},
-        {"region", FLAG_STRING, &region, NULL, 1, 0, "s3 region (env AWS_REGION)"},
-        {"ca-bundle", FLAG_STRING, &ca_bundle, NULL, 1, 0, "PEM CAs for https (env AWS_CA_BUNDLE)"},
-        {"allow-http", FLAG_BOOL, &allow_http, "false", 1, 0, "allow plain http:// to a non-loopback endpoint"},
+        STORE_CLI_FLAGS(&sf),
     };
     int n = sizeof fl / sizeof fl[0];
+    int rc = flags_cli("grpo-train",
+                       "grpo-train --model DIR --run URL [flags]",
+                       "GRPO on a LoRA adapter from rollout shards in the run's bucket prefix; publishes adapter\n"
+                       "versions and resumable state (doc/protocol.md). SIGTERM/SIGUSR1: finish the step, publish, exit.",
+                       fl, n, argc, argv, NULL, NULL);
+    if (rc >= 0) return rc;
     PailErr err = {0};
-    int rc = flags_parse(fl, n, argc, argv, NULL, NULL, &err);
-    if (rc == FLAGS_HELP) {
-        flags_usage(stdout, "grpo-train --model DIR --run URL [flags]",
-                    "GRPO on a LoRA adapter from rollout shards in the run's bucket prefix; publishes adapter\n"
-                    "versions and resumable state (doc/protocol.md). SIGTERM/SIGUSR1: finish the step, publish, exit.",
-                    fl, n);
-        return 0;
-    }
-    if (rc < 0) {
-        fprintf(stderr, "grpo-train: %s\n", err.msg);
-        return 2;
-    }
     TrainerConfig c = {.model_dir = model, .run_url = run, .replay_url = replay, .init_adapter = init_adapter,
                        .dump_grads = dump_grads, .metrics_path = metrics && *metrics ? metrics : NULL,
                        .run_id = run_id, .task = task, .lora_rank = (int)rank, .lora_alpha = alpha, .rslora = rslora,
@@ -136,7 +129,7 @@ int main(int argc, char **argv) {
                        .group_size = (int)G, .max_staleness = (int)stale, .token_budget = (int)budget,
                        .publish_every = (int)publish_every, .seed = seed, .recompute = recompute,
                        .rollout_timeout = rollout_timeout};
-    c.store = (StoreOptions){.endpoint = endpoint, .region = region, .ca_bundle = ca_bundle, .allow_http = allow_http};
+    c.store = store_cli_options(&sf);
     int usage = 0;
     if (!sft && (!model || !run)) { fprintf(stderr, "grpo-train: --model and --run are required (see --help)\n"); usage = 1; }
     if (!usage && lora_targets_parse(targets, &c.lora_targets, &err) < 0) { fprintf(stderr, "grpo-train: --lora-targets: %s\n", err.msg); usage = 1; }

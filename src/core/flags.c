@@ -283,3 +283,18 @@ void flags_free(const Flag *fl, int n) {
         }
     }
 }
+
+int flags_cli(const char *prog, const char *usage_line, const char *about, const Flag *fl, int n,
+              int argc, char **argv, char ***positional, int *npos) {
+    PailErr err = {0};
+    int rc = flags_parse(fl, n, argc, argv, positional, npos, &err);
+    if (rc == FLAGS_HELP) {
+        flags_usage(stdout, usage_line, about, fl, n);
+        return 0;
+    }
+    if (rc < 0) {
+        fprintf(stderr, "%s: %s\nusage: %s (see --help)\n", prog, err.msg, usage_line);
+        return 2;
+    }
+    return -1;
+}

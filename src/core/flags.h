@@ -32,6 +32,12 @@ enum { FLAGS_OK = 0, FLAGS_HELP = 1 };
 int flags_parse(const Flag *fl, int n, int argc, char **argv, char ***positional, int *npos,
                 PailErr *err);
 void flags_usage(FILE *out, const char *usage_line, const char *about, const Flag *fl, int n);
+// flags_parse for a tool's command line, with the answers every tool gives:
+// --help prints the usage to stdout and returns 0; a bad flag prints
+// "prog: message" and the usage line to stderr and returns 2 (the exit status);
+// otherwise -1: go on. positional / npos may be NULL as for flags_parse.
+int flags_cli(const char *prog, const char *usage_line, const char *about, const Flag *fl, int n,
+              int argc, char **argv, char ***positional, int *npos);
 // "name = value" for every flag: the effective configuration, for logs.
 void flags_print(FILE *out, const Flag *fl, int n);
 void flags_free(const Flag *fl, int n);

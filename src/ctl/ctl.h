@@ -3,7 +3,7 @@
 // 0 success, 1 runtime failure, 2 usage error.
 #pragma once
 #include "core/flags.h"
-#include "store/store.h"
+#include "store/cli.h"
 
 typedef struct {
     const char *name;
@@ -32,8 +32,8 @@ int ctl_detokenize(int argc, char **argv);
 // --ca-bundle, --allow-http, --addressing, --retry-seconds), appended to a
 // subcommand's own flag table by ctl_store_flags().
 typedef struct {
-    char *endpoint, *region, *ca_bundle, *addressing;
-    bool allow_http;
+    StoreCliFlags s;  // --endpoint, --region, --ca-bundle, --allow-http (store/cli.h)
+    char *addressing;
     double retry_seconds;
 } CtlStoreFlags;
 #define CTL_STORE_NFLAGS 6

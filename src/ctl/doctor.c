@@ -70,7 +70,7 @@ int ctl_doctor(int argc, char **argv) {
         goto verdict;
     }
     store_list_free(&l);
-    const char *ep = sf.endpoint ? sf.endpoint : getenv("AWS_ENDPOINT_URL");
+    const char *ep = sf.s.endpoint ? sf.s.endpoint : getenv("AWS_ENDPOINT_URL");
     line(&t, 0, "reachable: %s listed in %.0f ms%s%s%s", run, (time_mono_s() - t0) * 1000,
          ep ? " via " : "", ep ? ep : "", !strncmp(run, "s3://", 5) && (!ep || !strncmp(ep, "https", 5))
                                                ? " (TLS certificate verified)" : "");

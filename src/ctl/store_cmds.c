@@ -15,12 +15,7 @@
 
 void ctl_store_flags(Flag *out, CtlStoreFlags *d) {
     Flag f[CTL_STORE_NFLAGS] = {
-        {"endpoint", FLAG_STRING, &d->endpoint, NULL, 1, 0,
-         "s3 endpoint URL, e.g. https://host:9000 (env AWS_ENDPOINT_URL; none: AWS S3)"},
-        {"region", FLAG_STRING, &d->region, NULL, 1, 0, "s3 region (env AWS_REGION, AWS_DEFAULT_REGION; us-east-1)"},
-        {"ca-bundle", FLAG_STRING, &d->ca_bundle, NULL, 1, 0, "PEM file of CAs to trust for https (env AWS_CA_BUNDLE)"},
-        {"allow-http", FLAG_BOOL, &d->allow_http, "false", 1, 0,
-         "allow plain http:// to a non-loopback endpoint (credentials travel in clear)"},
+        STORE_CLI_FLAGS(&d->s),
         {"addressing", FLAG_STRING, &d->addressing, "auto", 1, 0,
          "s3 bucket addressing: auto, path or virtual"},
         {"retry-seconds", FLAG_DOUBLE, &d->retry_seconds, "60", 0, 86400,
@@ -30,23 +25,14 @@ void ctl_store_flags(Flag *out, CtlStoreFlags *d) {
 }
 
 StoreOptions ctl_store_options(const CtlStoreFlags *sf) {
-    return (StoreOptions){.endpoint = sf->endpoint, .region = sf->region, .ca_bundle = sf->ca_bundle,
-                          .allow_http = sf->allow_http, .retry_seconds = sf->retry_seconds};
+    StoreOptions o = store_cli_options(&sf->s);
+    o.retry_seconds = sf->retry_seconds;
+    return o;
 }
 
 int ctl_parse(const char *usage, const char *about, Flag *fl, int n, int argc, char **argv, char ***pos,
               int *npos) {
-    PailErr err = {0};
-    int rc = flags_parse(fl, n, argc, argv, pos, npos, &err);
-    if (rc == FLAGS_HELP) {
-        flags_usage(stdout, usage, about, fl, n);
-        return 0;
-    }
-    if (rc < 0) {
-        fprintf(stderr, "%s: %s\nusage: %s (see --help)\n", argv[0], err.msg, usage);
-        return 2;
-    }
-    return -1;
+    return flags_cli(argv[0], usage, about, fl, n, argc, argv, pos, npos);
 }
 
 int ctl_open_url(const char *url, const CtlStoreFlags *sf, Store **st, char *key, size_t keycap,
