@@ -37,7 +37,8 @@ warnings.filterwarnings("ignore", category=FutureWarning)
 torch.set_num_threads(1)
 torch.manual_seed(0)
 DRIVER, WORK = sys.argv[1], sys.argv[2]
-MODULES = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from pail_files import MODULES, base_sha256, write_pail_adapter  # noqa: E402
 G, MAX_NEW = 4, 20
 passed = failed = 0
 
@@ -69,35 +70,6 @@ def randomize(model):
                 p.copy_(1.0 + 0.1 * torch.randn_like(p))
             elif p.dim() == 2:
                 p.copy_(0.15 * torch.randn_like(p))
-
-
-def base_sha256(d):
-    """doc/models.md: sha256 of `sha256sum *.safetensors` output, files sorted by name."""
-    import glob
-    import hashlib
-    lines = ""
-    for f in sorted(glob.glob(os.path.join(d, "*.safetensors")), key=os.path.basename):
-        lines += hashlib.sha256(open(f, "rb").read()).hexdigest() + "  " + os.path.basename(f) + "\n"
-    return hashlib.sha256(lines.encode()).hexdigest()
-
-
-def write_pail_adapter(peft_model, path, L, rank, alpha, base):
-    sd = {k: v.detach().float().numpy() for k, v in peft_model.state_dict().items() if "lora_" in k}
-    with h5py.File(path, "w") as f:
-        f.attrs["format"] = np.bytes_("pail.lora")
-        f.attrs["format_version"] = np.int64(1)
-        for k, v in dict(version=0, step=0, rank=rank, use_rslora=0, num_layers=L, created_unix=0).items():
-            f.attrs[k] = np.int64(v)
-        f.attrs["alpha"] = np.float64(alpha)
-        f.attrs["scaling"] = np.float64(alpha / rank)
-        f.attrs["target_modules"] = np.array([m.encode() for m in MODULES])
-        f.attrs["base_sha256"] = np.bytes_(base)
-        for i in range(L):
-            for m in MODULES:
-                parent = "mlp" if m in ("gate_proj", "up_proj", "down_proj") else "self_attn"
-                for ab in ("A", "B"):
-                    key = f"base_model.model.model.layers.{i}.{parent}.{m}.lora_{ab}.default.weight"
-                    f[f"layers/{i}/{m}/lora_{ab}"] = sd[key]
 
 
 def generate(model_dir, prompts_path, temperature=1.0, top_p=1.0, top_k=0, seed=7, batch=8, adapter=None,

@@ -9,8 +9,6 @@ formulas (relative error <= 1e-3 per tensor), for each loss aggregation, both
 ratio types (token with DAPO's clip-higher 0.2/0.28 given as flags, sequence
 with GSPO's defaults), with and without the KL term, at a temperature != 1.
 Usage: check_trainer_grads.py BIN WORKDIR -> "trainer-grads: N passed, N failed"."""
-import glob
-import hashlib
 import os
 import subprocess
 import sys
@@ -23,16 +21,10 @@ from transformers import AutoModelForCausalLM, Qwen2Config
 
 torch.set_num_threads(2)
 BIN, WORK = sys.argv[1], sys.argv[2]
-MODULES = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from pail_files import MODULES, base_sha256, write_pail_adapter  # noqa: E402
 R, ALPHA, P, G, TEMP = 4, 8.0, 3, 4, 0.8
 passed = failed = 0
-
-
-def base_sha256(d):
-    lines = ""
-    for f in sorted(glob.glob(os.path.join(d, "*.safetensors")), key=os.path.basename):
-        lines += hashlib.sha256(open(f, "rb").read()).hexdigest() + "  " + os.path.basename(f) + "\n"
-    return hashlib.sha256(lines.encode()).hexdigest()
 
 
 model_dir = os.path.join(WORK, "model")
@@ -54,17 +46,7 @@ with torch.no_grad():
 lora_params = {n: p for n, p in peft.named_parameters() if "lora_" in n}
 
 adapter = os.path.join(WORK, "init.h5")
-with h5py.File(adapter, "w") as f:
-    f.attrs["format"] = np.bytes_("pail.lora")
-    for k, v in dict(format_version=1, version=0, step=0, rank=R, use_rslora=0,
-                     num_layers=cfg.num_hidden_layers, created_unix=0).items():
-        f.attrs[k] = np.int64(v)
-    f.attrs["alpha"], f.attrs["scaling"] = np.float64(ALPHA), np.float64(ALPHA / R)
-    f.attrs["target_modules"] = np.array([m.encode() for m in MODULES])
-    f.attrs["base_sha256"] = np.bytes_(sha)
-    for n, p in lora_params.items():
-        parts = n.split(".")
-        f[f"layers/{parts[4]}/{parts[6]}/{parts[7]}"] = p.detach().numpy()
+write_pail_adapter(peft, adapter, cfg.num_hidden_layers, R, ALPHA, sha)
 
 # A crafted shard: P prompts x G completions, behaviour log-probs = the policy's
 # at TEMP plus noise, rewards with spread (one group flat: no signal).
