@@ -9,20 +9,16 @@
 #include "grpo/feed.h"
 #include "store/runlayout.h"
 #include "store/versions.h"
+#include "check_tmp.h"
 
 static char g_dir[256], g_url[300];
 
 static void setup(void) {
-    snprintf(g_dir, sizeof g_dir, "/tmp/pail-check-feed-XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(g_dir));
+    tmp_make(g_dir, sizeof g_dir, "check-feed");
     snprintf(g_url, sizeof g_url, "file://%s", g_dir);
 }
 
-static void teardown(void) {
-    char cmd[400];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
-    ck_assert_int_eq(system(cmd), 0);
-}
+static void teardown(void) { tmp_remove(g_dir); }
 
 // A valid shard of P groups x G=2 completions for adapter version v.
 static void put_shard(Store *st, long v, const char *worker, long seq, int P) {

@@ -19,18 +19,14 @@
 #include "model/modelgen.h"
 #include "model/safetensors.h"
 #include "model/weights.h"
+#include "check_tmp.h"
 
 static char tmpdir[256];
 
 static void setup_tmp(void) {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/check_model.XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+    tmp_make(tmpdir, sizeof tmpdir, "check-model");
 }
-static void teardown_tmp(void) {
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    ck_assert_int_eq(system(cmd), 0);
-}
+static void teardown_tmp(void) { tmp_remove(tmpdir); }
 
 static const char *root_dir(void) { return getenv("PAIL_ROOT") ? getenv("PAIL_ROOT") : "."; }
 

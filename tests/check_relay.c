@@ -27,6 +27,7 @@
 #include "store/sigv4.h"
 #include "store/store.h"
 #include "store/versions.h"
+#include "check_tmp.h"
 
 #define OP_ID "optest"
 #define OP_SECRET "operator-secret-0123456789"
@@ -52,9 +53,7 @@ static void *relay_thread(void *arg) {
 static FILE *g_log;
 
 static void relay_start_cfg(TestRelay *t, RelayConfig *cfg) {
-    memset(t->dir, 0, sizeof t->dir);
-    snprintf(t->dir, sizeof t->dir, "/tmp/check-relay-XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(t->dir));
+    tmp_make(t->dir, sizeof t->dir, "check-relay");
     snprintf(t->root, sizeof t->root, "%s/root", t->dir);
     snprintf(t->keys, sizeof t->keys, "%s/keys", t->dir);
     mkdir(t->root, 0755);
@@ -87,9 +86,7 @@ static void relay_end(TestRelay *t) {
     relay_stop(t->relay);
     pthread_join(t->th, NULL);
     relay_close(t->relay);
-    char cmd[400];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", t->dir);
-    ck_assert_int_eq(system(cmd), 0);
+    tmp_remove(t->dir);
 }
 
 static Store *client(TestRelay *t, const char *ak, const char *sk) {
@@ -652,9 +649,7 @@ START_TEST(test_slowloris_and_stop) {
     w.stop = 1;
     pthread_join(th, NULL);
     relay_close(t.relay);
-    char cmd[400];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", t.dir);
-    ck_assert_int_eq(system(cmd), 0);
+    tmp_remove(t.dir);
 }
 END_TEST
 
@@ -731,9 +726,7 @@ START_TEST(test_client_gone_mid_stream) {
     ck_assert_msg(time_mono_ms() - t0 < 2000, "stop waited %lld ms for abandoned streams",
                   (long long)(time_mono_ms() - t0));
     relay_close(t.relay);
-    char cmd[400];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", t.dir);
-    ck_assert_int_eq(system(cmd), 0);
+    tmp_remove(t.dir);
 }
 END_TEST
 

@@ -17,6 +17,7 @@
 #include "core/timeutil.h"
 #include "rollout/reward.h"
 #include "rollout/reward_answer.h"
+#include "check_tmp.h"
 
 static const char *root_dir(void) { return getenv("PAIL_ROOT") ? getenv("PAIL_ROOT") : "."; }
 
@@ -237,15 +238,10 @@ END_TEST
 static char tmpdir[64];
 
 static void tmp_setup(void) {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/pail-reward-XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+    tmp_make(tmpdir, sizeof tmpdir, "reward");
 }
 
-static void tmp_teardown(void) {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
-}
+static void tmp_teardown(void) { tmp_remove(tmpdir); }
 
 // Writes a shell script into tmpdir; returns "sh PATH" in cmd.
 static void script(const char *name, const char *body, char *cmd, size_t cap) {

@@ -15,21 +15,17 @@
 #include "store/runlayout.h"
 #include "store/store.h"
 #include "store/versions.h"
+#include "check_tmp.h"
 
 static char g_dir[256];
 static char g_url[300];
 
 static void setup(void) {
-    snprintf(g_dir, sizeof g_dir, "/tmp/pail-check-store-XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(g_dir));
+    tmp_make(g_dir, sizeof g_dir, "check-store");
     snprintf(g_url, sizeof g_url, "file://%s", g_dir);
 }
 
-static void teardown(void) {
-    char cmd[400];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
-    ck_assert_int_eq(system(cmd), 0);
-}
+static void teardown(void) { tmp_remove(g_dir); }
 
 static Store *open_store(void) {
     Store *st;
