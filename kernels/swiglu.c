@@ -7,15 +7,22 @@
 
 enum { CHUNK = 256 };  // exp computed a chunk at a time (simd.h)
 
+// e = exp(-gate) over chunk b (from b * CHUNK); returns the chunk's length.
+static inline int exp_neg_chunk(float *e, const float *gate, size_t n, size_t b) {
+    size_t i0 = b * CHUNK;
+    int m = n - i0 < CHUNK ? (int)(n - i0) : CHUNK;
+    for (int i = 0; i < m; i++) e[i] = -gate[i0 + i];
+    simd_exp(e, m);
+    return m;
+}
+
 void swiglu_forward(float *out, const float *gate, const float *up, size_t n) {
     size_t nch = (n + CHUNK - 1) / CHUNK;
 #pragma omp parallel for schedule(static)
     for (size_t b = 0; b < nch; b++) {
         size_t i0 = b * CHUNK;
-        int m = n - i0 < CHUNK ? (int)(n - i0) : CHUNK;
         float e[CHUNK];
-        for (int i = 0; i < m; i++) e[i] = -gate[i0 + i];
-        simd_exp(e, m);
+        int m = exp_neg_chunk(e, gate, n, b);
 #pragma omp simd
         for (int i = 0; i < m; i++) out[i0 + i] = gate[i0 + i] / (1.0f + e[i]) * up[i0 + i];
     }
@@ -28,10 +35,8 @@ void swiglu_backward(float *dgate, float *dup, const float *dout, const float *g
 #pragma omp parallel for schedule(static)
     for (size_t b = 0; b < nch; b++) {
         size_t i0 = b * CHUNK;
-        int m = n - i0 < CHUNK ? (int)(n - i0) : CHUNK;
         float e[CHUNK];
-        for (int i = 0; i < m; i++) e[i] = -gate[i0 + i];
-        simd_exp(e, m);
+        int m = exp_neg_chunk(e, gate, n, b);
 #pragma omp simd
         for (int i = 0; i < m; i++) {
             float g = gate[i0 + i], s = 1.0f / (1.0f + e[i]), d = dout[i0 + i];
