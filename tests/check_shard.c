@@ -4,6 +4,7 @@
 // With PAIL_SHARD_SAMPLE=PATH set, also writes a sample shard there (the
 // integration test reads it back with h5py).
 #include <check.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -182,6 +183,47 @@ static void write_broken(const Sample *x, Break b, Buf *out) {
     h5f_close(f);
 }
 
+// The fault probe's shard: a finite log-prob of -1.34e38 passed the reader and
+// the next adapter was all NaN. Values are bounded on read and write.
+START_TEST(test_value_bounds) {
+    Sample x;
+    PailErr err = {0};
+    struct { int what; float v; const char *msg; } bad[] = {
+        {0, -1.34e38f, "logprobs[3] = -1.34e+38 is outside [-1000, 0]"},
+        {0, -1000.5f, "logprobs[3]"},
+        {0, NAN, "logprobs[3]"},
+        {1, 2e6f, "rewards[4] = 2e+06 is outside"},
+        {1, -INFINITY, "rewards[4]"},
+        {1, NAN, "rewards[4]"},
+        {2, 3e7f, "reward_components[4, 1] = 3e+07"},
+        {2, NAN, "reward_components[4, 1]"},
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        sample_init(&x);
+        if (bad[k].what == 0) x.lp[3] = bad[k].v;
+        else if (bad[k].what == 1) x.rew[4] = bad[k].v;
+        else x.comp[2 * 4 + 1] = bad[k].v;
+        ck_assert_int_eq(shard_check(&x.s, 0, "s", &err), -1);
+        ck_assert_msg(strstr(err.msg, bad[k].msg), "case %zu: %s", k, err.msg);
+        // and on read, from a file that bypassed the writer's check
+        Buf img = {0};
+        RolloutShard r;
+        write_broken(&x, BREAK_NONE, &img);
+        ck_assert_int_eq(shard_read(&r, img.data, img.len, "s", &err), -1);
+        ck_assert_msg(strstr(err.msg, bad[k].msg), "read case %zu: %s", k, err.msg);
+        buf_free(&img);
+    }
+    // The bounds themselves are fine, and an invalid reward's value is not read.
+    sample_init(&x);
+    x.lp[3] = -1000.0f;
+    x.rew[4] = -1e6f;
+    x.comp[2 * 4 + 1] = 1e6f;
+    x.rew[5] = NAN;  // reward_valid[5] is 0
+    x.comp[2 * 5] = INFINITY;
+    ck_assert_msg(shard_check(&x.s, 0, "s", &err) == 0, "%s", err.msg);
+}
+END_TEST
+
 START_TEST(test_read_refuses) {
     Sample x;
     sample_init(&x);
@@ -249,6 +291,7 @@ int main(void) {
     tcase_add_test(core, test_round_trip);
     tcase_add_test(limits, test_check_refuses);
     tcase_add_test(limits, test_read_refuses);
+    tcase_add_test(limits, test_value_bounds);
     tcase_add_test(limits, test_read_garbage);
     tcase_set_timeout(limits, 60);
     suite_add_tcase(s, core);

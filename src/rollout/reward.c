@@ -11,6 +11,7 @@
 #include "core/buf.h"
 #include "rollout/reward_answer.h"
 #include "rollout/reward_cmd.h"
+#include "shard/shard.h"
 
 typedef enum { REWARD_EXACT_ANSWER, REWARD_FORMAT, REWARD_LENGTH, REWARD_CMD } RewardKind;
 
@@ -348,10 +349,17 @@ int reward_set_score_batch(RewardSet *rs, const RewardInput *in, int64_t n, floa
     int bad = 0;
     for (int64_t i = 0; i < n; i++) {
         double t = 0;
-        for (int k = 0; k < K; k++) t += (double)rs->weight[k] * components[i * K + k];
-        if (valid[i] && !isfinite((float)t)) {  // a huge cmd answer times a weight
+        double cmax = 0;
+        for (int k = 0; k < K; k++) {
+            t += (double)rs->weight[k] * components[i * K + k];
+            cmax = fmax(cmax, fabs((double)components[i * K + k]));
+        }
+        // Past the shard bound (a huge cmd answer, or one times a weight): the
+        // trainer would reject the whole shard.
+        if (valid[i] && !(fabs(t) <= SHARD_REWARD_MAX && cmax <= SHARD_REWARD_MAX)) {
             PailErr e;
-            err_set(&e, PAIL_ERR_INVALID, "reward: completion %lld's weighted total %g is out of float range", (long long)i, t);
+            err_set(&e, PAIL_ERR_INVALID, "reward: completion %lld's weighted total %g or a component (max |%g|) is "
+                    "outside +-%g", (long long)i, t, cmax, (double)SHARD_REWARD_MAX);
             warn_add(&w, &e);
             valid[i] = 0;
         }

@@ -54,12 +54,22 @@ static int check_body(const RolloutShard *s, int64_t ptok, int64_t ctok, int64_t
             return err_set(err, PAIL_ERR_INVALID, "shard %s: finish_reason[%lld] = %d (0 stop, 1 length)", name, (long long)i, s->finish_reason[i]);
         if (s->reward_valid[i] > 1)
             return err_set(err, PAIL_ERR_INVALID, "shard %s: reward_valid[%lld] = %d (0 or 1)", name, (long long)i, s->reward_valid[i]);
-        if (s->reward_valid[i] && !isfinite(s->rewards[i]))
-            return err_set(err, PAIL_ERR_INVALID, "shard %s: rewards[%lld] is %g but reward_valid is 1", name, (long long)i, (double)s->rewards[i]);
+        if (!s->reward_valid[i]) continue;
+        if (!(fabsf(s->rewards[i]) <= SHARD_REWARD_MAX))  // also NaN
+            return err_set(err, PAIL_ERR_INVALID, "shard %s: rewards[%lld] = %g is outside [-%g, %g] but reward_valid is 1",
+                           name, (long long)i, (double)s->rewards[i], (double)SHARD_REWARD_MAX, (double)SHARD_REWARD_MAX);
+        for (int64_t k = 0; k < s->K; k++) {
+            float c = s->reward_components[i * s->K + k];
+            if (!(fabsf(c) <= SHARD_REWARD_MAX))
+                return err_set(err, PAIL_ERR_INVALID, "shard %s: reward_components[%lld, %lld] = %g is outside [-%g, %g]",
+                               name, (long long)i, (long long)k, (double)c, (double)SHARD_REWARD_MAX,
+                               (double)SHARD_REWARD_MAX);
+        }
     }
     for (int64_t t = 0; t < ctok; t++)
-        if (!(s->logprobs[t] <= 0.0f) || !isfinite(s->logprobs[t]))
-            return err_set(err, PAIL_ERR_INVALID, "shard %s: logprobs[%lld] = %g is not a finite log-probability", name, (long long)t, (double)s->logprobs[t]);
+        if (!(s->logprobs[t] <= 0.0f && s->logprobs[t] >= SHARD_LOGPROB_MIN))  // also NaN
+            return err_set(err, PAIL_ERR_INVALID, "shard %s: logprobs[%lld] = %g is outside [%g, 0]", name, (long long)t,
+                           (double)s->logprobs[t], (double)SHARD_LOGPROB_MIN);
     for (int64_t k = 0; k < s->K; k++)
         if (!s->component_names[k] || !s->component_names[k][0])
             return err_set(err, PAIL_ERR_INVALID, "shard %s: reward component %lld has no name", name, (long long)k);

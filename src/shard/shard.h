@@ -40,10 +40,18 @@ typedef struct {
     uint8_t *finish_reason;       // (N,) FINISH_STOP / FINISH_LENGTH
 } RolloutShard;
 
+// Bounds on values (checked on read and write). A sampled token's log-prob
+// below -1e3 cannot happen (exp underflows in float32 long before), and one
+// such value makes the importance ratio exp(new - old) overflow; rewards and
+// their components past 1e6 in magnitude are a broken reward function.
+#define SHARD_LOGPROB_MIN (-1e3f)
+#define SHARD_REWARD_MAX 1e6f
+
 // Checks sizes, offsets (start at 0, non-decreasing, end at the id count),
 // groups (in range, each prompt has the same number G of completions, stored
-// contiguously), token ids in [0, vocab) when vocab > 0, finite logprobs <= 0
-// and finite valid rewards. name is used in messages.
+// contiguously), token ids in [0, vocab) when vocab > 0, log-probs in
+// [SHARD_LOGPROB_MIN, 0], and valid rewards and their components within
+// +-SHARD_REWARD_MAX. name is used in messages.
 int shard_check(const RolloutShard *s, int64_t vocab, const char *name, PailErr *err);
 // Serializes a checked shard into an HDF5 file image appended to out.
 int shard_write(const RolloutShard *s, Buf *out, PailErr *err);
