@@ -51,6 +51,11 @@ int ctl_gc(int argc, char **argv) {
         printf("%s %lld adapters, %lld trainer states, %lld rollout shards (versions below v%08lld)\n",
                dry ? "would delete" : "deleted", (long long)g.adapters, (long long)g.states, (long long)g.shards,
                (long long)g.cutoff);
+    int cleaned = 0;
+    if (!dry) {  // what killed writers left (file:// temp files over an hour old)
+        if (store_clean_stale(st, 3600, &cleaned, &err) < 0) goto fail;
+        if (cleaned) printf("removed %d stale temp file(s) of killed writers\n", cleaned);
+    }
     rc = 0;
 fail:
     if (rc) fprintf(stderr, "%s: %s\n", argv[0], err.msg);

@@ -158,6 +158,11 @@ int store_delete(Store *st, const char *key, PailErr *err) {
     return st->be->del(st, key, err);
 }
 
+int store_clean_stale(Store *st, double max_age_s, int *removed, PailErr *err) {
+    *removed = 0;
+    return st->be->clean ? st->be->clean(st, max_age_s, removed, err) : 0;
+}
+
 int store_list(Store *st, const StoreListOpts *opt, StoreList *out, PailErr *err) {
     store_list_reset(out);
     StoreListOpts o = *opt;

@@ -119,6 +119,9 @@ int store_list_all(Store *st, const char *prefix, const char *start_after, Store
                    PailErr *err);
 void store_list_free(StoreList *l);
 const char *store_stat_meta(const StoreStat *s, const char *name);  // NULL when absent
+// Removes what killed writers left behind (file://: temp files older than
+// max_age_s under the store's root; s3://: nothing). *removed counts them.
+int store_clean_stale(Store *st, double max_age_s, int *removed, PailErr *err);
 
 // ---- backend vtable (store_file.c, store_s3.c) ----
 typedef struct {
@@ -130,6 +133,7 @@ typedef struct {
     int (*head)(Store *, const char *key, StoreStat *, PailErr *);
     int (*del)(Store *, const char *key, PailErr *);
     int (*list)(Store *, const StoreListOpts *, StoreList *, PailErr *);
+    int (*clean)(Store *, double max_age_s, int *removed, PailErr *);  // NULL: nothing to clean
     void (*close)(Store *);
 } StoreBackend;
 

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/xattr.h>
+#include <time.h>
 #include <unistd.h>
 #include "core/fsutil.h"
 #include "core/sha256.h"
@@ -474,6 +475,37 @@ static int file_list(Store *st, const StoreListOpts *opt, StoreList *out, PailEr
     return 0;
 }
 
+// Temp files of writers killed between the write and the rename/link
+// (".pail-tmp.<name>.<pid>.<n>"): removed once older than max_age_s, which a
+// live writer never reaches (each write updates the mtime).
+static int clean_dir(const char *dir, int depth, time_t cutoff, int *removed) {
+    if (depth > 64) return 0;
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        const char *name = de->d_name;
+        if (name[0] == '.' && (!name[1] || (name[1] == '.' && !name[2]))) continue;
+        char full[4400];
+        if ((size_t)snprintf(full, sizeof full, "%s/%s", dir, name) >= sizeof full) continue;
+        struct stat sb;
+        if (lstat(full, &sb) < 0) continue;
+        if (S_ISDIR(sb.st_mode)) {
+            if (strncmp(name, ".pail", 5)) clean_dir(full, depth + 1, cutoff, removed);
+        } else if (S_ISREG(sb.st_mode) && !strncmp(name, ".pail-tmp.", 10) && sb.st_mtime < cutoff) {
+            if (unlink(full) == 0) (*removed)++;
+        }
+    }
+    closedir(d);
+    return 0;
+}
+
+static int file_clean(Store *st, double max_age_s, int *removed, PailErr *err) {
+    (void)err;
+    const FileStore *f = fs_of(st);
+    return clean_dir(f->root[0] ? f->root : "/", 0, time(NULL) - (time_t)max_age_s, removed);
+}
+
 static void file_close(Store *st) { free(st->impl); }
 
 static const StoreBackend file_backend = {
@@ -485,6 +517,7 @@ static const StoreBackend file_backend = {
     .head = file_head,
     .del = file_del,
     .list = file_list,
+    .clean = file_clean,
     .close = file_close,
 };
 
