@@ -13,14 +13,30 @@
 #include "store/runlayout.h"
 #include "store/versions.h"
 
-static json_t *get_json(Store *st, const char *key) {
+// The JSON object at key, or NULL. why (when non-NULL) says why not: empty
+// when the key does not exist, else what was wrong with it.
+static json_t *get_json_why(Store *st, const char *key, char *why, size_t cap) {
     Buf b = {0};
     PailErr err = {0};
     json_t *j = NULL;
-    if (store_get(st, key, &b, NULL, NULL, &err) == 0) j = json_loadb((char *)b.data, b.len, 0, NULL);
+    json_error_t je;
+    if (why) why[0] = 0;
+    if (store_get(st, key, &b, NULL, NULL, &err) == 0) {
+        j = json_loadb((char *)b.data, b.len, 0, &je);
+        if (!j && why) snprintf(why, cap, "not valid JSON (%s at line %d)", je.text, je.line);
+        else if (j && !json_is_object(j)) {
+            if (why) snprintf(why, cap, "not a JSON object");
+            json_decref(j);
+            j = NULL;
+        }
+    } else if (why && err.code != PAIL_ERR_NOT_FOUND) {
+        snprintf(why, cap, "%s", err.msg);
+    }
     buf_free(&b);
     return j;
 }
+
+static json_t *get_json(Store *st, const char *key) { return get_json_why(st, key, NULL, 0); }
 
 static double num(json_t *j, const char *k) { return json_number_value(json_object_get(j, k)); }
 
@@ -37,7 +53,10 @@ static void bar(char *out, size_t cap, double frac, int width) {
 
 static int show(Store *st, const char *url, long target, FILE *o) {
     int64_t now = time_unix_s();
-    json_t *man = get_json(st, RUN_KEY_MANIFEST), *prog = get_json(st, RUN_KEY_PROGRESS);
+    char why[1200];
+    json_t *man = get_json(st, RUN_KEY_MANIFEST), *prog = get_json_why(st, RUN_KEY_PROGRESS, why, sizeof why);
+    if (!prog && why[0]) fprintf(stderr, "grpo-ctl status: warning: %s: %s (step and version below are from the "
+                                 "adapters and metrics)\n", RUN_KEY_PROGRESS, why);
     if (!man) {
         fprintf(o, "run %s: no run.json yet (the trainer has not started)\n", url);
         json_decref(prog);
@@ -50,6 +69,10 @@ static int show(Store *st, const char *url, long target, FILE *o) {
     long step = prog ? (long)num(prog, "step") : 0, version = prog ? (long)num(prog, "version") : -1;
     StoreList l = {0};
     PailErr err = {0};
+    if (!prog) {  // no (readable) progress.json: the newest adapter says the version
+        long av;
+        if (versions_latest(st, &SERIES_ADAPTERS, &av, &err) == 0) version = av;
+    }
     json_t *last = NULL;
     double trend[8];
     int nt = 0;
@@ -58,7 +81,12 @@ static int show(Store *st, const char *url, long target, FILE *o) {
             json_t *m = get_json(st, l.entries[i].key);
             if (!m) continue;
             trend[nt++] = num(m, "reward");
-            if (!last) last = m; else json_decref(m);
+            if (!last) {
+                last = m;
+                if (!prog) step = (long)num(m, "step");
+            } else {
+                json_decref(m);
+            }
         }
     }
     char b[64] = "";
