@@ -51,7 +51,7 @@ int main(int argc, char **argv) {
     char *config = NULL, *model = NULL, *run = NULL, *replay = NULL, *sft = NULL, *init_adapter = NULL,
          *targets = NULL, *scale = NULL, *ratio = NULL, *loss = NULL, *schedule = NULL, *dump_grads = NULL,
          *metrics = NULL, *out = NULL, *prompt_format = NULL, *run_id = NULL, *task = NULL;
-    long rank, steps, gps, G, stale, budget, publish_every, keep, warmup, seed;
+    long rank, steps, gps, G, stale, budget, publish_every, keep, warmup, seed, resume_from;
     double alpha, lr, eps_low, eps_high, tis, beta, b1, b2, aeps, wd, clip, min_lr, rollout_timeout;
     bool resume, full, rslora, recompute, chat;
     StoreCliFlags sf = {0};
@@ -91,6 +91,9 @@ int main(int argc, char **argv) {
         {"publish-every", FLAG_INT, &publish_every, "1", 1, 1000000, "publish an adapter version every N steps"},
         {"keep-versions", FLAG_INT, &keep, "0", 0, 100000000, "retention: keep the newest N versions (0: all)"},
         {"resume", FLAG_BOOL, &resume, "true", 1, 0, "continue from the run's newest state (--no-resume refuses a run with state)"},
+        {"resume-from", FLAG_INT, &resume_from, "-1", -1, 99999999,
+         "resume from this trainer state version instead of the newest (after a corrupt or missing state; new "
+         "versions follow the newest published one); -1: the newest"},
         {"replay", FLAG_STRING, &replay, NULL, 1, 0, "train offline from the shards under this run prefix, in key order"},
         {"init-adapter", FLAG_STRING, &init_adapter, NULL, 1, 0, "start v0 from an adapter: a pail .h5 file (e.g. an --sft result) or a PEFT folder"},
         {"sft", FLAG_STRING, &sft, NULL, 1, 0,
@@ -128,7 +131,7 @@ int main(int argc, char **argv) {
                        .min_lr_ratio = min_lr, .warmup_steps = warmup, .steps = steps, .groups_per_step = gps,
                        .group_size = (int)G, .max_staleness = (int)stale, .token_budget = (int)budget,
                        .publish_every = (int)publish_every, .seed = seed, .recompute = recompute,
-                       .rollout_timeout = rollout_timeout};
+                       .rollout_timeout = rollout_timeout, .resume_from = resume_from};
     c.store = store_cli_options(&sf);
     int usage = 0;
     if (!sft && (!model || !run)) { fprintf(stderr, "grpo-train: --model and --run are required (see --help)\n"); usage = 1; }

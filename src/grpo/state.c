@@ -18,6 +18,7 @@ int state_write(const TrainerState *st, Buf *out, PailErr *err) {
     rc |= h5a_write_i64(f, "consumed_shards", st->consumed, err);
     rc |= h5a_write_i64(f, "dropped_shards", st->dropped, err);
     rc |= h5a_write_i64(f, "rejected_shards", st->rejected, err);
+    rc |= h5a_write_i64(f, "skipped_steps", st->skipped_steps, err);
     rc |= lora_adapter_write_h5(f, &st->layout, st->params, &meta, err);
     int64_t n = st->layout.n_params, four = 4, img = (int64_t)st->adapter_image.len, ns = st->nshards;
     rc |= h5d_write(f, "optimizer/m", H5T_NATIVE_FLOAT, 1, &n, st->m, err);
@@ -28,6 +29,10 @@ int state_write(const TrainerState *st, Buf *out, PailErr *err) {
     rc |= h5d_write(f, "feed/versions", H5T_NATIVE_INT64, 1, &ns, st->versions, err);
     rc |= h5d_write(f, "feed/n_groups", H5T_NATIVE_INT32, 1, &ns, st->n_groups, err);
     rc |= h5d_write(f, "feed/used", H5T_NATIVE_INT32, 1, &ns, st->used, err);
+    if (st->metrics.len) {
+        int64_t ml = (int64_t)st->metrics.len;
+        rc |= h5d_write(f, "metrics", H5T_NATIVE_UINT8, 1, &ml, st->metrics.data, err);
+    }
     if (rc == 0) rc = h5f_image(f, out, name, err);
     h5f_close(f);
     return rc ? -1 : 0;
@@ -38,6 +43,7 @@ void state_free(TrainerState *st) {
     free(st->m);
     free(st->v);
     buf_free(&st->adapter_image);
+    buf_free(&st->metrics);
     for (int i = 0; i < st->nshards; i++) free(st->keys[i]);
     free(st->keys);
     free(st->versions);
@@ -74,6 +80,9 @@ int state_read(TrainerState *st, const void *data, size_t len, const char *name,
         h5a_read_i64(f, "rejected_shards", &st->rejected, name, err) < 0 ||
         lora_adapter_read_h5(f, name, mc, &st->layout, &st->params, &meta, err) < 0)
         goto done;
+    // Optional (states written before these existed read as zero / none).
+    if (h5a_exists(f, "skipped_steps") > 0 && h5a_read_i64(f, "skipped_steps", &st->skipped_steps, name, err) < 0)
+        goto done;
     st->step = meta.step;
     st->version = meta.version;
     int64_t n = st->layout.n_params, four = 4;
@@ -83,7 +92,21 @@ int state_read(TrainerState *st, const void *data, size_t len, const char *name,
         h5d_read(f, "adapter_image", H5T_NATIVE_UINT8, 1, &any, &d, INT64_C(1) << 34, &img, name, err) < 0)
         goto done;
     memcpy(st->rng.s, rng, sizeof st->rng.s);
-    buf_append(&st->adapter_image, img, (size_t)d);
+    if (buf_append(&st->adapter_image, img, (size_t)d) < 0) {
+        err_set(err, PAIL_ERR_NOMEM, "trainer state %s: out of memory for the adapter image", name);
+        goto done;
+    }
+    if (h5l_exists(f, "metrics") > 0) {
+        void *mt = NULL;
+        int64_t ml;
+        if (h5d_read(f, "metrics", H5T_NATIVE_UINT8, 1, &any, &ml, INT64_C(1) << 30, &mt, name, err) < 0) goto done;
+        int ok = buf_append(&st->metrics, mt, (size_t)ml);
+        free(mt);
+        if (ok < 0) {
+            err_set(err, PAIL_ERR_NOMEM, "trainer state %s: out of memory for the metrics", name);
+            goto done;
+        }
+    }
     int nk;
     if (h5d_read_strs(f, "feed/keys", &st->keys, &nk, 1 << 22, name, err) < 0) goto done;
     st->nshards = nk;

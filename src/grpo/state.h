@@ -18,6 +18,7 @@ typedef struct {
     char run_id[128];
     Rng rng;
     int64_t consumed, dropped, rejected;  // cumulative shard counters
+    int64_t skipped_steps;                // cumulative steps skipped for non-finite gradients
     LoraLayout layout;
     float *params, *m, *v;  // (n_params) each, owned after state_read
     Buf adapter_image;      // the adapter file as published for this version (owned)
@@ -25,6 +26,10 @@ typedef struct {
     char **keys;
     int64_t *versions;
     int32_t *n_groups, *used;
+    // The metrics lines (JSON, one per line) of the steps this version commits:
+    // written to metrics/ and --metrics only after the commit, and again on a
+    // resume that finds them missing (owned after state_read; borrowed to write).
+    Buf metrics;
 } TrainerState;
 
 // Serializes st (params/m/v borrowed) into an HDF5 image appended to out.

@@ -4,6 +4,8 @@
 // allocates nothing but what the store and HDF5 readers need for new shards.
 #include "grpo/trainer.h"
 #include "core/mem.h"
+#include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,6 +60,8 @@ typedef struct {
     float *adv_c;
     uint8_t *mask_c;
     FILE *metrics;
+    Buf pending_metrics;     // JSON lines of the steps since the last publish (committed with it)
+    int64_t skipped_steps;   // cumulative: steps whose gradients were non-finite
     bool grads_dumped;
 } Trainer;
 
@@ -81,14 +85,102 @@ static json_t *lora_json(const LoraLayout *l) {
 
 // --- publishing ---------------------------------------------------------------
 
+// --- metrics: written only for committed steps ----------------------------------
+
+// A metrics value: JSON has no NaN or infinity, so those become null (one bad
+// number must not lose the line).
+static void jnum(json_t *o, const char *k, double x) { json_object_set_new(o, k, isfinite(x) ? json_real(x) : json_null()); }
+static void jint(json_t *o, const char *k, int64_t x) { json_object_set_new(o, k, json_integer((json_int_t)x)); }
+
+// Opens --metrics for appending. On a resume, drops a line a killed writer left
+// half-written, so the lines appended after it stay parseable.
+static int metrics_open(Trainer *t, PailErr *err) {
+    const char *path = t->cfg->metrics_path;
+    if (!path || t->metrics) return 0;
+    if (!(t->metrics = fopen(path, "a+")))
+        return err_set(err, PAIL_ERR_IO, "--metrics %s: cannot open for appending: %s", path, strerror(errno));
+    if (fseeko(t->metrics, 0, SEEK_END) == 0) {
+        off_t end = ftello(t->metrics), keep = end;
+        while (keep > 0) {  // back to just after the last newline
+            if (fseeko(t->metrics, keep - 1, SEEK_SET) < 0 || fgetc(t->metrics) == '\n') break;
+            keep--;
+        }
+        if (keep < end) {
+            log_warn("--metrics %s: dropping a half-written last line (%lld bytes)", path, (long long)(end - keep));
+            if (ftruncate(fileno(t->metrics), keep) < 0)
+                return err_set(err, PAIL_ERR_IO, "--metrics %s: truncate: %s", path, strerror(errno));
+        }
+        fseeko(t->metrics, 0, SEEK_END);
+    }
+    return 0;
+}
+
+// Is a line for this step already in the local --metrics file?
+static bool metrics_file_has(Trainer *t, int64_t step) {
+    if (!t->metrics || fseeko(t->metrics, 0, SEEK_SET) < 0) return false;
+    char *line = NULL;
+    size_t cap = 0;
+    bool found = false;
+    while (!found && getline(&line, &cap, t->metrics) > 0) {
+        json_t *j = json_loads(line, 0, NULL);
+        found = j && json_integer_value(json_object_get(j, "step")) == step;
+        json_decref(j);
+    }
+    free(line);
+    fseeko(t->metrics, 0, SEEK_END);
+    return found;
+}
+
+// Writes committed metrics lines: metrics/step-N (create-only) and the local
+// file. resumed: lines of the state a restart resumed from; the ones already
+// written (bucket or file) are left as they are.
+static void metrics_emit(Trainer *t, const Buf *lines, bool resumed) {
+    const char *p = (const char *)lines->data, *end = p + lines->len;
+    int rewritten = 0;
+    while (p < end) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        size_t n = nl ? (size_t)(nl - p) : (size_t)(end - p);
+        json_t *j = json_loadb(p, n, 0, NULL);
+        int64_t step = j ? (int64_t)json_integer_value(json_object_get(j, "step")) : -1;
+        json_decref(j);
+        if (step > 0) {
+            char mkey[64];
+            run_key_metrics(mkey, sizeof mkey, step);
+            PailErr merr = {0};
+            StorePutOpts mopt = {.create_only = true, .content_type = "application/json"};
+            int rc = store_put(t->st, mkey, p, n, &mopt, &merr);
+            if (rc < 0 && merr.code != PAIL_ERR_EXISTS) log_warn("metrics %s: %s", mkey, merr.msg);
+            if (resumed && rc == 0) rewritten++;
+            if (t->metrics && !(resumed && metrics_file_has(t, step))) {
+                fprintf(t->metrics, "%.*s\n", (int)n, p);
+                fflush(t->metrics);
+            }
+        }
+        p += n + 1;
+    }
+    if (rewritten) log_info("resume: wrote the metrics of %d committed step(s) a kill had lost", rewritten);
+}
+
+static bool all_finite(const float *x, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x[i])) return false;
+    return true;
+}
+
 static int publish(Trainer *t, PailErr *err) {
     double t0 = time_mono_s();
     int64_t v = t->version + 1;
+    // Readers refuse a non-finite adapter; one in the bucket would stop the run.
+    if (!all_finite(t->params, (size_t)t->lay.n_params))
+        return err_set(err, PAIL_ERR_INVALID, "adapter v%08lld (step %lld) has non-finite weights: not published; "
+                       "the bucket still ends at v%08lld, which a restart resumes from", (long long)v,
+                       (long long)t->step, (long long)t->version);
     AdapterMeta meta = {.version = v, .step = t->step, .created_unix = time_unix_s()};
     snprintf(meta.base_sha256, sizeof meta.base_sha256, "%s", t->w.base_sha256);
     TrainerState s = {.step = t->step, .version = v, .rng = t->rng, .layout = t->lay, .params = t->params,
                       .m = t->m, .v = t->v, .consumed = t->feed.stats.consumed, .dropped = t->feed.stats.dropped,
-                      .rejected = t->feed.stats.rejected};
+                      .rejected = t->feed.stats.rejected, .skipped_steps = t->skipped_steps,
+                      .metrics = t->pending_metrics};  // borrowed
     snprintf(s.run_id, sizeof s.run_id, "%s", t->run_id);
     Buf state = {0};
     int rc = -1;
@@ -110,6 +202,8 @@ static int publish(Trainer *t, PailErr *err) {
     t->published_step = t->step;
     rc = 0;
     log_info("published adapter v%08lld (step %lld) in %.2f s", (long long)v, (long long)t->step, time_mono_s() - t0);
+    metrics_emit(t, &t->pending_metrics, false);  // the steps are committed: now their metrics
+    buf_reset(&t->pending_metrics);
     if (t->cfg->keep_versions > 0) {  // best effort: a relay gives deletes to the operator role only
         GcStats g;
         PailErr gerr = {0};
@@ -148,6 +242,7 @@ static int write_progress(Trainer *t, PailErr *err) {
                           "used_shards_by_version", done, "time", (json_int_t)time_unix_s(), "max_staleness",
                           t->cfg->max_staleness);
     json_object_set_new(j, "groups_per_step", json_integer(t->cfg->groups_per_step));
+    json_object_set_new(j, "steps_skipped", json_integer(t->skipped_steps));
     char *text = json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS);
     json_decref(j);
     StorePutOpts opt = {.content_type = "application/json"};
@@ -158,8 +253,153 @@ static int write_progress(Trainer *t, PailErr *err) {
 
 // --- start: manifest, v0 or resume ---------------------------------------------
 
+// Pairs trainer/state-v<use> (read into s) with adapters/v<use>: the state
+// embeds the adapter's exact bytes, so the two must be equal. An adapter not
+// yet published (killed between the two puts) is published from the state.
+static int pair_state(Trainer *t, const TrainerState *s, long use, long av, PailErr *err) {
+    char skey[128], akey[128];
+    version_key(&SERIES_STATES, use, skey, sizeof skey);
+    version_key(&SERIES_ADAPTERS, use, akey, sizeof akey);
+    Buf a = {0};
+    PailErr gerr = {0};
+    if (versioned_get(t->st, akey, &a, &gerr) < 0) {
+        buf_free(&a);
+        if (gerr.code != PAIL_ERR_NOT_FOUND) {
+            *err = gerr;
+            return err_wrap(err, "resume: reading the adapter of %s", skey);
+        }
+        if (use != av + 1)
+            return err_set(err, PAIL_ERR_INVALID, "resume: %s exists but %s is missing while the newest adapter is "
+                           "v%08ld: the run's adapters were deleted or moved; restore %s or start a new --run prefix",
+                           skey, akey, av, akey);
+        // killed between the state and the adapter: commit it now
+        if (versioned_put(t->st, akey, s->adapter_image.data, s->adapter_image.len, err) < 0) return -1;
+        PailErr herr = {0};
+        versions_write_hint(t->st, use, &herr);
+        log_info("resume: published the missed adapter v%08ld from its state", use);
+        return 0;
+    }
+    bool same = a.len == s->adapter_image.len && !memcmp(a.data, s->adapter_image.data, a.len);
+    buf_free(&a);
+    if (!same)
+        return err_set(err, PAIL_ERR_INVALID, "resume: %s and %s disagree (the state embeds other adapter bytes than "
+                       "the published ones: the state was rewritten after the adapter). Nothing was changed; "
+                       "to continue from an earlier state pass --resume-from %ld (new versions follow the newest "
+                       "published one)", skey, akey, use > 0 ? use - 1 : 0);
+    return 0;
+}
+
+// The step recorded in the newest published adapter (its metadata), so a run
+// resumed from an older state continues the step count after it.
+static int adapter_step(Trainer *t, long v, int64_t *step, PailErr *err) {
+    char key[128];
+    version_key(&SERIES_ADAPTERS, v, key, sizeof key);
+    Buf b = {0};
+    LoraLayout l;
+    float *p = NULL;
+    AdapterMeta meta;
+    int rc = versioned_get(t->st, key, &b, err);
+    if (rc == 0) rc = lora_adapter_read(b.data, b.len, key, &t->w.cfg, &l, &p, &meta, err);
+    buf_free(&b);
+    if (rc < 0) return err_wrap(err, "resume");
+    *step = meta.step;
+    free(p);
+    lora_layout_free(&l);
+    return 0;
+}
+
+static int resume(Trainer *t, long sv, long av, PailErr *err) {
+    const TrainerConfig *c = t->cfg;
+    long use = c->resume_from >= 0 ? c->resume_from : sv;
+    char key[128];
+    version_key(&SERIES_STATES, use, key, sizeof key);
+    if (use > sv)
+        return err_set(err, PAIL_ERR_INVALID, "--resume-from %ld: the newest trainer state is v%08ld", use, sv);
+    if (c->resume_from < 0 && av > sv)
+        return err_set(err, PAIL_ERR_INVALID, "resume: adapters/v%08ld is newer than the newest trainer state %s: the "
+                       "states after it are missing (deleted?). Continuing from %s would fork the run, so nothing "
+                       "was changed; pass --resume-from %ld to continue from it with new versions after v%08ld "
+                       "(nothing published is rewritten)", av, key, key, sv, av);
+    Buf b = {0};
+    TrainerState s;
+    int rc = versioned_get(t->st, key, &b, err);
+    if (rc == 0) rc = state_read(&s, b.data, b.len, key, &t->w.cfg, err);
+    buf_free(&b);
+    if (rc < 0) {
+        if (use > 0 && err->code == PAIL_ERR_INVALID) {  // corrupt, not a network failure
+            char inner[sizeof err->msg];
+            snprintf(inner, sizeof inner, "%s", err->msg);
+            return err_set(err, PAIL_ERR_INVALID, "resume from %s: %s; nothing was changed: to continue from the "
+                           "previous state pass --resume-from %ld", key, inner, use - 1);
+        }
+        return err_wrap(err, "resume from %s", key);
+    }
+    if (s.layout.n_params != t->lay.n_params || s.layout.cfg.rank != t->lay.cfg.rank ||
+        s.layout.cfg.targets != t->lay.cfg.targets) {
+        state_free(&s);
+        return err_set(err, PAIL_ERR_INVALID, "%s: LoRA layout differs from --lora-rank/--lora-targets", key);
+    }
+    if (pair_state(t, &s, use, av, err) < 0) {
+        state_free(&s);
+        return -1;
+    }
+    memcpy(t->params, s.params, (size_t)t->lay.n_params * sizeof(float));
+    memcpy(t->m, s.m, (size_t)t->lay.n_params * sizeof(float));
+    memcpy(t->v, s.v, (size_t)t->lay.n_params * sizeof(float));
+    t->step = t->published_step = s.step;
+    t->version = s.version;
+    t->rng = s.rng;
+    t->skipped_steps = s.skipped_steps;
+    t->feed.stats.consumed = s.consumed;
+    t->feed.stats.dropped = s.dropped;
+    t->feed.stats.rejected = s.rejected;
+    if (feed_import(&t->feed, s.keys, s.versions, s.n_groups, s.used, s.nshards, err) < 0) {
+        state_free(&s);
+        return -1;
+    }
+    metrics_emit(t, &s.metrics, true);  // the metrics a kill right after the commit lost
+    state_free(&s);
+    long newest = av > sv ? av : sv;
+    if (use < newest) {  // an older state: the next version follows the newest one that exists
+        int64_t step = 0;
+        if (adapter_step(t, av, &step, err) < 0) return -1;
+        log_warn("resumed from %s (step %lld) by --resume-from; versions v%08ld..v%08ld stay as published, the next "
+                 "is v%08ld at step %lld", key, (long long)t->step, use + 1, newest, newest + 1,
+                 (long long)(step > t->step ? step : t->step) + 1);
+        t->version = newest;
+        if (step > t->step) t->step = t->published_step = step;
+        return 0;
+    }
+    log_info("resumed from %s: step %lld, %d shards tracked", key, (long long)t->step, t->feed.n);
+    return 0;
+}
+
+// Temp files older than this are a killed writer's (doc/protocol.md).
+#define STALE_TMP_SECONDS 3600
+
 static int start(Trainer *t, PailErr *err) {
     const TrainerConfig *c = t->cfg;
+    int cleaned = 0;
+    PailErr cerr = {0};
+    if (store_clean_stale(t->st, STALE_TMP_SECONDS, &cleaned, &cerr) < 0) log_warn("cleaning temp files: %s", cerr.msg);
+    else if (cleaned) log_info("removed %d temp file(s) that killed writers left over an hour ago", cleaned);
+    long sv, av;
+    if (versions_latest(t->st, &SERIES_STATES, &sv, err) < 0 || versions_latest(t->st, &SERIES_ADAPTERS, &av, err) < 0)
+        return err_wrap(err, "listing the run's versions");
+    if (sv >= 0 || av >= 0) {  // a run with versions: its run.json must still be there
+        StoreStat ms;
+        PailErr herr = {0};
+        if (store_head(t->st, RUN_KEY_MANIFEST, &ms, &herr) < 0) {
+            if (herr.code != PAIL_ERR_NOT_FOUND) {
+                *err = herr;
+                return err_wrap(err, "%s", RUN_KEY_MANIFEST);
+            }
+            return err_set(err, PAIL_ERR_INVALID, "%s/%s is missing but the run has versions (adapters up to v%08ld, "
+                           "trainer state up to v%08ld): refusing to start a new run over it; restore run.json "
+                           "(its run_id is in the trainer state) or use a new --run prefix", store_url(t->st),
+                           RUN_KEY_MANIFEST, av, sv);
+        }
+    }
     json_t *man = json_pack("{s:s, s:s, s:s, s:o, s:I}", "base_model", c->model_dir, "base_sha256",
                             t->w.base_sha256, "tokenizer_sha256", t->tok_sha, "lora", lora_json(&t->lay),
                             "created_unix", (json_int_t)time_unix_s());
@@ -186,54 +426,13 @@ static int start(Trainer *t, PailErr *err) {
     snprintf(t->run_id, sizeof t->run_id, "%s", erid ? erid : rid);
     if (existing) json_decref(existing);
 
-    long sv, av;
-    if (versions_latest(t->st, &SERIES_STATES, &sv, err) < 0 || versions_latest(t->st, &SERIES_ADAPTERS, &av, err) < 0)
-        return err_wrap(err, "listing the run's versions");
     if (sv >= 0 && c->refuse_resume)
         return err_set(err, PAIL_ERR_INVALID, "%s holds trainer state v%08ld: --no-resume refuses to continue it "
                        "(use a new --run prefix for a fresh start)", store_url(t->st), sv);
-    if (sv >= 0) {  // resume from the newest state, from the bucket alone
-        char key[128];
-        version_key(&SERIES_STATES, sv, key, sizeof key);
-        Buf b = {0};
-        TrainerState s;
-        if (versioned_get(t->st, key, &b, err) < 0) { buf_free(&b); return -1; }
-        rc = state_read(&s, b.data, b.len, key, &t->w.cfg, err);
-        buf_free(&b);
-        if (rc < 0) return -1;
-        if (s.layout.n_params != t->lay.n_params || s.layout.cfg.rank != t->lay.cfg.rank ||
-            s.layout.cfg.targets != t->lay.cfg.targets) {
-            state_free(&s);
-            return err_set(err, PAIL_ERR_INVALID, "%s: LoRA layout differs from --lora-rank/--lora-targets", key);
-        }
-        memcpy(t->params, s.params, (size_t)t->lay.n_params * sizeof(float));
-        memcpy(t->m, s.m, (size_t)t->lay.n_params * sizeof(float));
-        memcpy(t->v, s.v, (size_t)t->lay.n_params * sizeof(float));
-        t->step = t->published_step = s.step;
-        t->version = s.version;
-        t->rng = s.rng;
-        t->feed.stats.consumed = s.consumed;
-        t->feed.stats.dropped = s.dropped;
-        t->feed.stats.rejected = s.rejected;
-        if (feed_import(&t->feed, s.keys, s.versions, s.n_groups, s.used, s.nshards, err) < 0) {
-            state_free(&s);
-            return -1;
-        }
-        if (av < sv) {  // killed between the state and the adapter: commit it now
-            version_key(&SERIES_ADAPTERS, sv, key, sizeof key);
-            if (versioned_put(t->st, key, s.adapter_image.data, s.adapter_image.len, err) < 0) {
-                state_free(&s);
-                return -1;
-            }
-            PailErr herr = {0};
-            versions_write_hint(t->st, sv, &herr);
-            log_info("resume: published the missed adapter v%08ld from its state", sv);
-        }
-        state_free(&s);
-        log_info("resumed from trainer/state-v%08ld: step %lld, %d shards tracked", sv, (long long)t->step,
-                 t->feed.n);
-        return 0;
-    }
+    if (sv < 0 && c->resume_from >= 0)
+        return err_set(err, PAIL_ERR_INVALID, "--resume-from %ld: %s holds no trainer state", c->resume_from,
+                       store_url(t->st));
+    if (sv >= 0) return resume(t, sv, av, err);  // from the bucket alone
     if (av >= 0)
         return err_set(err, PAIL_ERR_INVALID,
                        "%s: adapters exist (v%08ld) but no trainer state: not a run this trainer can resume",
@@ -269,12 +468,39 @@ static int start(Trainer *t, PailErr *err) {
 
 // --- one step -------------------------------------------------------------------
 
+// While waiting for rollouts: is the newest adapter still readable? One that
+// was corrupted in the bucket after its publish is refused by every worker, so
+// no shard of its version will come; the same weights go out again as the next
+// version (a new state, the step unchanged) and workers move on to it.
+static int check_newest_adapter(Trainer *t, PailErr *err) {
+    char key[128];
+    version_key(&SERIES_ADAPTERS, t->version, key, sizeof key);
+    Buf b = {0};
+    PailErr gerr = {0};
+    LoraLayout l;
+    float *p = NULL;
+    AdapterMeta meta;
+    int rc = versioned_get(t->st, key, &b, &gerr);
+    if (rc == 0) rc = lora_adapter_read(b.data, b.len, key, &t->w.cfg, &l, &p, &meta, &gerr);
+    buf_free(&b);
+    if (rc == 0) {
+        free(p);
+        lora_layout_free(&l);
+        return 0;
+    }
+    if (gerr.code == PAIL_ERR_NETWORK || gerr.code == PAIL_ERR_AUTH) return 0;  // not a verdict on the bytes
+    log_warn("the newest adapter %s does not verify (%s): workers refuse it; publishing its weights again as "
+             "v%08lld", key, gerr.msg, (long long)t->version + 1);
+    return publish(t, err);
+}
+
 static int gather(Trainer *t, volatile sig_atomic_t *stop, int *ngroups, double *waited, PailErr *err) {
     const TrainerConfig *c = t->cfg;
     int want = (int)c->groups_per_step, have = 0;
     double t0 = time_mono_s(), next_progress = 0;
     int64_t sleep_ms = 100;
     bool listed_replay = false;
+    double next_adapter_check = t0 + 10;  // then every 30 s of waiting
     for (;;) {
         if (!c->replay_url || !listed_replay) {
             if (feed_refresh(&t->feed, t->version, err) < 0) {
@@ -311,6 +537,12 @@ static int gather(Trainer *t, volatile sig_atomic_t *stop, int *ngroups, double 
                 break;
             }
             next_progress = now + 5;
+        }
+        if (now >= next_adapter_check) {
+            int64_t v = t->version;
+            if (check_newest_adapter(t, err) < 0) return -1;
+            next_adapter_check = now + 30;
+            if (t->version != v) continue;  // a new version: list its window at once
         }
         time_sleep_ms(sleep_ms);
         sleep_ms = sleep_ms * 3 / 2 > 2000 ? 2000 : sleep_ms * 3 / 2;
@@ -482,65 +714,88 @@ static int train_step(Trainer *t, int ngroups, double waited, volatile sig_atomi
         t->grads_dumped = true;
     }
     double sumsq = adamw_grad_sumsq(t->grads, (size_t)t->lay.n_params);
+    // A square sum past float range (or NaN) would put inf into AdamW's second
+    // moment and NaN into the adapter: the step is skipped, its groups used up.
+    if (!(sumsq <= FLT_MAX)) {
+        t->skipped_steps++;
+        char used[1024] = "";
+        size_t ul = 0;
+        for (int g = 0; g < ngroups && ul + 2 < sizeof used; g++) {
+            if (g > 0 && t->refs[g].src == t->refs[g - 1].src) continue;
+            ul += (size_t)snprintf(used + ul, sizeof used - ul, "%s%s", ul ? ", " : "", t->refs[g].src->key);
+        }
+        log_warn("step %lld skipped (%lld so far): non-finite gradients (sum of squares %g) from %d groups of %s",
+                 (long long)t->step + 1, (long long)t->skipped_steps, sumsq, ngroups, used);
+        feed_commit(&t->feed, t->refs, ngroups);
+        return 0;
+    }
     float scale = adamw_clip_scale(sumsq, (float)c->max_grad_norm);
     double lr = lr_at(c, t->step);
     adamw_update(t->params, t->m, t->v, t->grads, (size_t)t->lay.n_params, (float)lr, (float)c->beta1,
                  (float)c->beta2, (float)c->adam_eps, (float)c->weight_decay, (int)(t->step + 1), scale);
     t->step++;
-    feed_commit(&t->feed, t->refs, ngroups);
     double secs = time_mono_s() - t0;
-    // Metrics (TRL's names where one exists; doc/formats.md).
+    // Metrics (TRL's names where one exists; doc/formats.md), before feed_commit
+    // releases the shards the component names live in.
     double rmean = ss.completions ? ss.reward_sum / (double)ss.completions : 0;
     double rstd = ss.completions > 1 ? sqrt(fmax(0, (ss.reward_sq - ss.reward_sum * rmean) / (double)(ss.completions - 1))) : 0;
-    json_t *mj = json_pack(
-        "{s:I, s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:I, s:I, s:I, "
-        "s:I, s:f, s:f, s:f, s:f, s:I, s:I, s:I, s:I}",
-        "step", (json_int_t)t->step, "version", (json_int_t)t->version, "reward", rmean, "reward_std", rstd,
-        "frac_reward_zero_std", ast.groups ? (double)ast.zero_spread_groups / (double)ast.groups : 0.0,
-        "advantage_mean", ast.adv_mean, "advantage_std", ast.adv_std, "advantage_min", ast.adv_min,
-        "advantage_max", ast.adv_max, "loss", ls.loss, "ratio_mean", ls.tokens ? ls.ratio_sum / (double)ls.tokens : 1.0,
-        "ratio_min", ls.tokens ? ls.ratio_min : 1.0, "ratio_max", ls.tokens ? ls.ratio_max : 1.0,
-        "clip_ratio/low_mean", ls.tokens ? (double)ls.clipped_low / (double)ls.tokens : 0.0, "clip_ratio/high_mean",
-        ls.tokens ? (double)ls.clipped_high / (double)ls.tokens : 0.0, "kl", ls.tokens ? ls.kl_sum / (double)ls.tokens : 0.0,
-        "entropy", ss.ent_n ? ss.ent_sum / (double)ss.ent_n : 0.0, "completions/mean_length",
-        N ? ss.len_sum / N : 0.0, "completions/truncated", (json_int_t)ss.truncated, "completions/too_long",
-        (json_int_t)ss.too_long, "num_tokens", (json_int_t)ss.tokens, "invalid_rewards", (json_int_t)ast.invalid,
-        "tokens_per_second", secs > 0 ? (double)ss.tokens / secs : 0.0, "staleness_mean",
-        ngroups ? ss.staleness_sum / ngroups : 0.0, "staleness_max", ss.staleness_max, "wait_seconds", waited,
-        "shards_consumed", (json_int_t)t->feed.stats.consumed, "shards_dropped", (json_int_t)t->feed.stats.dropped,
-        "shards_rejected", (json_int_t)t->feed.stats.rejected, "groups", (json_int_t)ngroups);
-    json_object_set_new(mj, "learning_rate", json_real(lr));
-    json_object_set_new(mj, "grad_norm", json_real(sqrt(sumsq)));
-    json_object_set_new(mj, "step_seconds", json_real(secs));
-    json_object_set_new(mj, "time", json_integer(time_unix_s()));
+    double tok = (double)ls.tokens, kl = ls.tokens ? ls.kl_sum / tok : 0.0;
+    json_t *mj = json_object();
+    jint(mj, "step", t->step);
+    jint(mj, "version", t->version);
+    jnum(mj, "reward", rmean);
+    jnum(mj, "reward_std", rstd);
+    jnum(mj, "frac_reward_zero_std", ast.groups ? (double)ast.zero_spread_groups / (double)ast.groups : 0.0);
+    jnum(mj, "advantage_mean", ast.adv_mean);
+    jnum(mj, "advantage_std", ast.adv_std);
+    jnum(mj, "advantage_min", ast.adv_min);
+    jnum(mj, "advantage_max", ast.adv_max);
+    jnum(mj, "loss", ls.loss);
+    jnum(mj, "ratio_mean", ls.tokens ? ls.ratio_sum / tok : 1.0);
+    jnum(mj, "ratio_min", ls.tokens ? ls.ratio_min : 1.0);
+    jnum(mj, "ratio_max", ls.tokens ? ls.ratio_max : 1.0);
+    jnum(mj, "clip_ratio/low_mean", ls.tokens ? (double)ls.clipped_low / tok : 0.0);
+    jnum(mj, "clip_ratio/high_mean", ls.tokens ? (double)ls.clipped_high / tok : 0.0);
+    jnum(mj, "kl", kl);
+    jnum(mj, "entropy", ss.ent_n ? ss.ent_sum / (double)ss.ent_n : 0.0);
+    jnum(mj, "completions/mean_length", N ? ss.len_sum / N : 0.0);
+    jint(mj, "completions/truncated", ss.truncated);
+    jint(mj, "completions/too_long", ss.too_long);
+    jint(mj, "num_tokens", ss.tokens);
+    jint(mj, "invalid_rewards", ast.invalid);
+    jnum(mj, "tokens_per_second", secs > 0 ? (double)ss.tokens / secs : 0.0);
+    jnum(mj, "staleness_mean", ngroups ? ss.staleness_sum / ngroups : 0.0);
+    jnum(mj, "staleness_max", ss.staleness_max);
+    jnum(mj, "wait_seconds", waited);
+    jint(mj, "shards_consumed", t->feed.stats.consumed);
+    jint(mj, "shards_dropped", t->feed.stats.dropped);
+    jint(mj, "shards_rejected", t->feed.stats.rejected);
+    jint(mj, "steps_skipped", t->skipped_steps);
+    jint(mj, "groups", ngroups);
+    jnum(mj, "learning_rate", lr);
+    jnum(mj, "grad_norm", sqrt(sumsq));
+    jnum(mj, "step_seconds", secs);
+    jint(mj, "time", time_unix_s());
     for (int64_t q = 0; q < K && q < SHARD_MAX_COMPONENTS; q++) {
         char name[160];
         snprintf(name, sizeof name, "rewards/%s/mean", t->refs[0].s->component_names[q]);
-        json_object_set_new(mj, name, json_real(ss.comp_n ? ss.comp_sum[q] / (double)ss.comp_n : 0));
+        jnum(mj, name, ss.comp_n ? ss.comp_sum[q] / (double)ss.comp_n : 0);
     }
+    feed_commit(&t->feed, t->refs, ngroups);
     fprintf(stderr, "step %lld v%lld | reward %.3f | loss %+.4f | kl %.4f | %.0f tok/s | wait %.1f s | stale %.1f/%.0f\n",
-            (long long)t->step, (long long)t->version, rmean, ls.loss, ls.tokens ? ls.kl_sum / (double)ls.tokens : 0.0,
-            secs > 0 ? (double)ss.tokens / secs : 0.0, waited, ngroups ? ss.staleness_sum / ngroups : 0.0,
-            ss.staleness_max);
-    double p0 = time_mono_s();
-    int rc = 0;
-    if (t->step - t->published_step >= c->publish_every) rc = publish(t, err);
-    json_object_set_new(mj, "publish_seconds", json_real(time_mono_s() - p0));
+            (long long)t->step, (long long)t->version, rmean, ls.loss, kl, secs > 0 ? (double)ss.tokens / secs : 0.0,
+            waited, ngroups ? ss.staleness_sum / ngroups : 0.0, ss.staleness_max);
+    // The line waits in pending_metrics for the publish that commits this step.
     char *text = json_dumps(mj, JSON_COMPACT | JSON_SORT_KEYS);
-    char mkey[64];
-    run_key_metrics(mkey, sizeof mkey, t->step);
-    PailErr merr = {0};
-    StorePutOpts mopt = {.create_only = true, .content_type = "application/json"};
-    if (store_put(t->st, mkey, text, strlen(text), &mopt, &merr) < 0 && merr.code != PAIL_ERR_EXISTS)
-        log_warn("metrics %s: %s", mkey, merr.msg);
-    if (c->metrics_path && !t->metrics && !(t->metrics = fopen(c->metrics_path, "a")))
-        log_warn("--metrics %s: cannot open for appending", c->metrics_path);  // opened at the first step
-    if (t->metrics) {
-        fprintf(t->metrics, "%s\n", text);
-        fflush(t->metrics);
+    json_decref(mj);
+    if (!text || buf_append(&t->pending_metrics, text, strlen(text)) < 0 || buf_append(&t->pending_metrics, "\n", 1) < 0) {
+        free(text);
+        return err_set(err, PAIL_ERR_NOMEM, "step %lld: out of memory for its metrics", (long long)t->step);
     }
     free(text);
-    json_decref(mj);
+    int rc = 0;
+    if (t->step - t->published_step >= c->publish_every) rc = publish(t, err);
+    PailErr merr = {0};
     if (rc == 0 && write_progress(t, &merr) < 0) log_warn("progress.json: %s", merr.msg);
     return rc;
 }
@@ -606,12 +861,14 @@ static void teardown(Trainer *t) {
     free(t->d_c); free(t->off_c); free(t->refs); free(t->items); free(t->rewards); free(t->adv); free(t->adv_c);
     free(t->valid); free(t->mask); free(t->mask_c);
     if (t->metrics) fclose(t->metrics);
+    buf_free(&t->pending_metrics);
 }
 
 int trainer_run(const TrainerConfig *cfg, volatile sig_atomic_t *stop, PailErr *err) {
     Trainer t;
     memset(&t, 0, sizeof t);
     int rc = setup(&t, cfg, err);
+    if (rc == 0) rc = metrics_open(&t, err);
     if (rc == 0) rc = start(&t, err);
     while (rc == 0 && t.step < cfg->steps && !(stop && *stop)) {
         int ngroups = 0;

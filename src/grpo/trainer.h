@@ -37,6 +37,7 @@ typedef struct {
     long seed;
     bool recompute;
     bool refuse_resume;          // --no-resume: a run with state is an error, not continued
+    long resume_from;            // -1: the newest state; else this state's version (versions go on after the newest)
     double rollout_timeout;      // seconds to wait for enough groups (0: forever)
     json_t *effective;           // every flag's effective value, written into run.json (borrowed)
 } TrainerConfig;
