@@ -90,8 +90,17 @@ static int request_path(const S3 *s, const char *key, Buf *out) {
 }
 
 // Sends one request, retrying transient failures within the budget. Returns 0
-// with the final response (any status; *attempts says how many were made), or
-// -1 with err (PAIL_ERR_NETWORK) when the transport failed or retries ran out.
+// with the final response (any status; *attempts says how many times it was
+// sent, libcurl's own resends included), or -1 with err (PAIL_ERR_NETWORK)
+// when the transport failed or retries ran out.
+//
+// Every request this backend sends may be sent again, even when the failure
+// came after the whole request went out: GET, HEAD, DELETE, a plain PUT and
+// UploadPart are idempotent; a create-only PUT and CompleteMultipartUpload are
+// settled by the retried-412 / NoSuchUpload rule (create_only_verdict), which
+// needs *attempts > 1 whenever an earlier copy may have landed. The one request
+// that is not idempotent, CreateMultipartUpload, at worst leaves an empty
+// upload behind; lifecycle rules for incomplete uploads remove those.
 static int s3_call(Store *st, const S3Call *c, HttpResponse *resp, int *attempts, PailErr *err) {
     S3 *s = s3_of(st);
     char name[STORE_MAX_KEY + 300];
@@ -163,6 +172,7 @@ static int s3_call(Store *st, const S3Call *c, HttpResponse *resp, int *attempts
                           .sink = c->sink, .sink_fd = c->sink_fd, .sink_hash = c->sink_hash,
                           .extra_timeout_s = c->extra_timeout_s};
         int prc = http_perform(&s->http, &hq, resp);
+        *attempts += resp->resends;
         for (t = hl; t; t = t->next)
             if (!strncmp(t->data, "Authorization:", 14)) memset(t->data, 0, strlen(t->data));
         curl_slist_free_all(hl);
