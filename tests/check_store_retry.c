@@ -581,6 +581,8 @@ typedef struct {
     int64_t listen_at_ms;   // connections are refused until then (bound, not listening)
     atomic_bool quit;
     atomic_int live;        // connection threads running
+    int cut_conns;          // the first N connections are closed at once (a TLS handshake cut)
+    bool cut_rst;           // ...with a reset (else a plain close)
     RawFault script[8];     // the i-th PUT (0-based, counting from puts = 0) gets script[i]
     int nscript;
     int puts, gets, heads, conns, resets;
@@ -729,8 +731,13 @@ static void *raw_accept(void *arg) {
         int fd = accept(R.lfd, NULL, NULL);
         if (fd < 0) continue;
         pthread_mutex_lock(&R.mu);
-        R.conns++;
+        bool cut = R.conns++ < R.cut_conns;
         pthread_mutex_unlock(&R.mu);
+        if (cut) {
+            if (R.cut_rst) raw_reset(fd);
+            else close(fd);
+            continue;
+        }
         atomic_fetch_add(&R.live, 1);
         pthread_t t;
         ck_assert_int_eq(pthread_create(&t, NULL, raw_conn, (void *)(intptr_t)fd), 0);
@@ -896,6 +903,46 @@ START_TEST(test_reset_after_body) {
 }
 END_TEST
 
+START_TEST(test_tls_handshake_cut) {
+    // https to an endpoint that takes the connection and drops it during the
+    // TLS handshake (a relay restarting): reset, or closed without a word.
+    // That is an outage, retried, not a certificate problem given up at once.
+    for (int rst = 0; rst < 2; rst++) {
+        raw_start(0);
+        R.cut_conns = 1 << 30;
+        R.cut_rst = rst;
+        char ep[64];
+        snprintf(ep, sizeof ep, "https://127.0.0.1:%d", R.port);
+        StoreOptions o = {.endpoint = ep, .access_key = AK, .secret_key = SECRET, .retry_seconds = 1,
+                          .timeout_seconds = 5};
+        Store *st = NULL;
+        PailErr err = {0};
+        ck_assert_msg(store_open(&st, "s3://testbucket", &o, &err) == 0, "%s", err.msg);
+        ck_assert_int_eq(store_put(st, "k", "x", 1, NULL, &err), -1);
+        ck_assert_int_eq(err.code, PAIL_ERR_NETWORK);
+        ck_assert_msg(strstr(err.msg, "gave up after") && !strstr(err.msg, "TLS: check"), "%s", err.msg);
+        ck_assert_int_ge(R.conns, 2);
+        store_close(st);
+        raw_stop();
+    }
+    // A handshake refused for what the peer said (https to a plain-http
+    // server: "wrong version number") is configuration, and still final.
+    srv_start();
+    char ep[64];
+    snprintf(ep, sizeof ep, "https://127.0.0.1:%d", S.port);
+    StoreOptions o = {.endpoint = ep, .access_key = AK, .secret_key = SECRET, .retry_seconds = 5, .timeout_seconds = 5};
+    Store *st = NULL;
+    PailErr err = {0};
+    ck_assert_msg(store_open(&st, "s3://testbucket", &o, &err) == 0, "%s", err.msg);
+    double t0 = time_mono_s();
+    ck_assert_int_eq(store_put(st, "k", "x", 1, NULL, &err), -1);
+    ck_assert_msg(strstr(err.msg, "TLS: check") && !strstr(err.msg, "gave up"), "%s", err.msg);
+    ck_assert_double_lt(time_mono_s() - t0, 1.0);
+    store_close(st);
+    srv_stop();
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("store_retry");
     TCase *core = tcase_create("core");
@@ -915,6 +962,7 @@ int main(void) {
     tcase_add_test(lim, test_create_only_lost_response_differs);
     tcase_add_test(lim, test_connection_refused);
     tcase_add_test(lim, test_tls_verification);
+    tcase_add_test(lim, test_tls_handshake_cut);
     tcase_set_timeout(lim, 30);
     suite_add_tcase(s, lim);
     SRunner *sr = srunner_create(s);

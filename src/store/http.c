@@ -214,6 +214,17 @@ static XferResult classify(CURLcode rc) {
     }
 }
 
+// CURLE_SSL_CONNECT_ERROR covers a handshake the configuration refuses (wrong
+// protocol or version) and one the peer cut short: reset, or closed without a
+// word (OpenSSL's SSL_ERROR_SYSCALL), as a relay or proxy does while it
+// restarts. The second is the network's doing and worth another attempt.
+static bool handshake_cut(CURL *h, const char *msg) {
+    long e = 0;
+    curl_easy_getinfo(h, CURLINFO_OS_ERRNO, &e);
+    if (e == ECONNRESET || e == EPIPE || e == ECONNABORTED || e == ETIMEDOUT) return true;
+    return strstr(msg, "SSL_ERROR_SYSCALL") != NULL;
+}
+
 int http_perform(HttpClient *c, const HttpRequest *q, HttpResponse *r) {
     buf_reset(&r->err_body);
     r->xfer = XFER_OK;
@@ -265,6 +276,7 @@ int http_perform(HttpClient *c, const HttpRequest *q, HttpResponse *r) {
     CURLcode rc = curl_easy_perform(h);
     if (rc == CURLE_OK) return 0;
     r->xfer = classify(rc);
+    if (rc == CURLE_SSL_CONNECT_ERROR && handshake_cut(h, errbuf)) r->xfer = XFER_BROKEN;
     if (x.sink_errno) {
         r->xfer = XFER_OTHER;
         snprintf(r->xfer_msg, sizeof r->xfer_msg, "writing the response: %s", strerror(x.sink_errno));
