@@ -79,13 +79,15 @@ START_TEST(test_backoff) {
     ck_assert_int_eq(retry_backoff_ms(60, 100, 5000, 0.5), 2500);  // no overflow for large n
     ck_assert_int_eq(retry_backoff_ms(4, 100, 5000, 0.0), 0);
     ck_assert_int_lt(retry_backoff_ms(4, 100, 5000, 1.0), 1600);
-    // The loop gives up before a sleep would cross the deadline.
+    // No sleep crosses the deadline; the last one ends at it (a last attempt
+    // there), then the loop gives up.
     RetryState rs;
     retry_init(&rs, 0.3);
     int64_t t0 = time_mono_ms();
     int n = 0;
     while (retry_wait(&rs)) n++;
-    ck_assert_int_le(time_mono_ms() - t0, 300);
+    ck_assert_int_ge(time_mono_ms() - t0, 300);
+    ck_assert_int_le(time_mono_ms() - t0, 330);
     ck_assert_int_eq(rs.retries, n);
 }
 END_TEST
@@ -943,6 +945,55 @@ START_TEST(test_tls_handshake_cut) {
 }
 END_TEST
 
+START_TEST(test_outage_budget) {
+    // The default budget is an hour (--max-outage), no longer 60 s.
+    RetryState rs;
+    retry_init(&rs, 0);
+    ck_assert_int_eq(rs.deadline_ms - rs.start_ms, (int64_t)RETRY_DEFAULT_BUDGET_S * 1000);
+    ck_assert_int_eq(RETRY_DEFAULT_BUDGET_S, 3600);
+    // "Still failing" lines: the first after 10 s, then every 30 s, not per retry.
+    retry_init(&rs, 100);
+    int64_t t = rs.start_ms;
+    ck_assert(!retry_report_due(&rs, t + 9999));
+    ck_assert(retry_report_due(&rs, t + 10000));
+    ck_assert(!retry_report_due(&rs, t + 10001));
+    ck_assert(!retry_report_due(&rs, t + 39999));
+    ck_assert(retry_report_due(&rs, t + 40000));
+    ck_assert(!retry_report_due(&rs, t + 60000));
+    ck_assert(retry_report_due(&rs, t + 75000));  // a late check reports once, then 30 s on
+    ck_assert(!retry_report_due(&rs, t + 104999));
+    ck_assert(retry_report_due(&rs, t + 105000));
+    // An outage (connections refused) shorter than the budget costs time only.
+    raw_start(2000);
+    Store *st = raw_store(3);
+    PailErr err = {0};
+    double t0 = time_mono_s();
+    ck_assert_msg(store_put(st, "k", "after the outage", 16, NULL, &err) == 0, "%s", err.msg);
+    ck_assert_double_ge(time_mono_s() - t0, 1.9);
+    raw_obj_is((const uint8_t *)"after the outage", 16);
+    store_close(st);
+    raw_stop();
+    // Longer than the budget: the error names the request, the key, the time
+    // spent and the budget.
+    raw_start(-1);
+    st = raw_store(1);
+    t0 = time_mono_s();
+    ck_assert_int_eq(store_put(st, "adapters/v00000012.h5", "x", 1, NULL, &err), -1);
+    double dt = time_mono_s() - t0;
+    ck_assert_int_eq(err.code, PAIL_ERR_NETWORK);
+    ck_assert_ptr_nonnull(strstr(err.msg, "s3://testbucket/pre/adapters/v00000012.h5"));
+    ck_assert_ptr_nonnull(strstr(err.msg, "PUT"));
+    ck_assert_ptr_nonnull(strstr(err.msg, "--max-outage 1 s"));
+    const char *in = strstr(err.msg, " attempts in ");
+    ck_assert_msg(in, "%s", err.msg);
+    double said = strtod(in + 13, NULL);
+    ck_assert_msg(said > 0.5 && said <= dt + 0.05, "said %.2f s, took %.2f s: %s", said, dt, err.msg);
+    ck_assert_double_lt(dt, 1.6);
+    store_close(st);
+    raw_stop();
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("store_retry");
     TCase *core = tcase_create("core");
@@ -963,6 +1014,7 @@ int main(void) {
     tcase_add_test(lim, test_connection_refused);
     tcase_add_test(lim, test_tls_verification);
     tcase_add_test(lim, test_tls_handshake_cut);
+    tcase_add_test(lim, test_outage_budget);
     tcase_set_timeout(lim, 30);
     suite_add_tcase(s, lim);
     SRunner *sr = srunner_create(s);
