@@ -54,7 +54,7 @@ wait_relay() {  # until the relay answers a signed LIST with the given key
   local id sk deadline=$(( $(date +%s) + START_TIMEOUT ))
   read -r id sk <<<"$(key_of "$1")"
   until AWS_ACCESS_KEY_ID=$id AWS_SECRET_ACCESS_KEY=$sk "$BIN/grpo-ctl" ls "$URL/adapters/" --endpoint "$ENDPOINT" \
-      --ca-bundle "$CA" --retry-seconds 0 >/dev/null 2>&1; do
+      --ca-bundle "$CA" --max-outage 2 >/dev/null 2>&1; do
     [ "$(date +%s)" -lt "$deadline" ] || die "the relay at $ENDPOINT did not answer within ${START_TIMEOUT}s"
     sleep 3
   done
@@ -99,15 +99,15 @@ relay)
     local n=0 u j st t now; now=$(date +%s)
     while read -r _ _ u; do
       case $u in *.json) ;; *) continue ;; esac
-      j=$(ctl get "$u" - --retry-seconds 0 2>/dev/null) || continue
+      j=$(ctl get "$u" - --max-outage 2 2>/dev/null) || continue
       st=$(sed -n 's/.*"state": *"\([a-z]*\)".*/\1/p' <<<"$j"); t=$(sed -n 's/.*"time": *\([0-9]*\).*/\1/p' <<<"$j")
       case $st in stopped|failed) continue ;; esac
       [ $(( now - ${t:-0} )) -lt 60 ] && n=$((n + 1))
-    done < <(ctl ls "$URL/workers/" --retry-seconds 0 2>/dev/null)
+    done < <(ctl ls "$URL/workers/" --max-outage 2 2>/dev/null)
     echo "$n"
   }
   while kill -0 "$CHILD" 2>/dev/null; do
-    if ctl stat "$URL/control/stop" --retry-seconds 0 >/dev/null 2>&1; then
+    if ctl stat "$URL/control/stop" --max-outage 2 >/dev/null 2>&1; then
       say "control/stop found: waiting (${grace}s at most) for the workers to stop"
       end=$(( $(date +%s) + grace ))
       while [ "$(date +%s)" -lt "$end" ] && [ "$(workers_live)" != 0 ]; do sleep 3; done

@@ -3,6 +3,9 @@
 // client against a loopback HTTP server (libevent evhttp in a thread on
 // 127.0.0.1, port 0) that fails on purpose. The server also checks every
 // request's SigV4 signature and x-amz-content-sha256 with the verifier API.
+// Faults below HTTP (connections reset mid-body or before the answer, refused
+// for a while) come from a small raw-socket server further down.
+#define _GNU_SOURCE  // memmem
 #include <arpa/inet.h>
 #include <check.h>
 #include <event2/buffer.h>
@@ -17,10 +20,13 @@
 #include <openssl/pem.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
+#include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <unistd.h>
 #include "core/sha256.h"
@@ -28,6 +34,7 @@
 #include "store/retry.h"
 #include "store/sigv4.h"
 #include "store/store.h"
+#include "store/versions.h"
 
 #define AK "AKIDTESTRETRY"
 #define SECRET "retry-secret-do-not-print"
@@ -72,13 +79,15 @@ START_TEST(test_backoff) {
     ck_assert_int_eq(retry_backoff_ms(60, 100, 5000, 0.5), 2500);  // no overflow for large n
     ck_assert_int_eq(retry_backoff_ms(4, 100, 5000, 0.0), 0);
     ck_assert_int_lt(retry_backoff_ms(4, 100, 5000, 1.0), 1600);
-    // The loop gives up before a sleep would cross the deadline.
+    // No sleep crosses the deadline; the last one ends at it (a last attempt
+    // there), then the loop gives up.
     RetryState rs;
     retry_init(&rs, 0.3);
     int64_t t0 = time_mono_ms();
     int n = 0;
     while (retry_wait(&rs)) n++;
-    ck_assert_int_le(time_mono_ms() - t0, 300);
+    ck_assert_int_ge(time_mono_ms() - t0, 300);
+    ck_assert_int_le(time_mono_ms() - t0, 330);
     ck_assert_int_eq(rs.retries, n);
 }
 END_TEST
@@ -557,6 +566,434 @@ START_TEST(test_tls_verification) {
 }
 END_TEST
 
+// ---- a raw loopback server: faults below HTTP ----
+// evhttp cannot drop a connection halfway through a request body, nor refuse
+// connections for a while, so these cases use a small blocking HTTP/1.1
+// server: keep-alive, a thread per connection, one object (no signature
+// checks: the evhttp server above does those), and a script of what the i-th
+// PUT gets. A reset is a close with SO_LINGER 0 (RST), as when a relay or
+// proxy process dies mid-request.
+
+typedef enum { RAW_ANSWER = 0, RAW_RESET_MID_BODY, RAW_RESET_AFTER_BODY } RawFault;
+
+typedef struct {
+    pthread_mutex_t mu;
+    int lfd, port;
+    pthread_t thread;
+    int64_t listen_at_ms;   // connections are refused until then (bound, not listening)
+    atomic_bool quit;
+    atomic_int live;        // connection threads running
+    int cut_conns;          // the first N connections are closed at once (a TLS handshake cut)
+    bool cut_rst;           // ...with a reset (else a plain close)
+    RawFault script[8];     // the i-th PUT (0-based, counting from puts = 0) gets script[i]
+    int nscript;
+    int puts, gets, heads, conns, resets;
+    bool exists;
+    Buf obj;
+    char meta_sha[80];
+} RawSrv;
+
+static RawSrv R;
+
+// Header value (trimmed) of `name` in a request head, or false.
+static bool raw_header(const char *head, const char *name, char *out, size_t cap) {
+    size_t nl = strlen(name);
+    for (const char *p = strstr(head, "\r\n"); p && p[2]; p = strstr(p + 2, "\r\n")) {
+        if (strncasecmp(p + 2, name, nl) || p[2 + nl] != ':') continue;
+        const char *v = p + 3 + nl, *e = strstr(v, "\r\n");
+        while (*v == ' ') v++;
+        snprintf(out, cap, "%.*s", (int)(e - v), v);
+        return true;
+    }
+    return false;
+}
+
+static void raw_send(int fd, const char *head, const void *body, size_t blen) {
+    send(fd, head, strlen(head), MSG_NOSIGNAL);
+    if (blen) send(fd, body, blen, MSG_NOSIGNAL);
+}
+
+static void raw_reset(int fd) {
+    struct linger lg = {1, 0};
+    setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+    close(fd);
+    pthread_mutex_lock(&R.mu);
+    R.resets++;
+    pthread_mutex_unlock(&R.mu);
+}
+
+// Reads until buf holds `want` bytes; false on EOF, error or quit.
+static bool raw_fill(int fd, Buf *in, size_t want) {
+    char chunk[65536];
+    while (in->len < want) {
+        struct pollfd pf = {.fd = fd, .events = POLLIN};
+        int pr = poll(&pf, 1, 100);
+        if (atomic_load(&R.quit)) return false;
+        if (pr <= 0) continue;
+        ssize_t got = recv(fd, chunk, sizeof chunk, 0);
+        if (got <= 0) return false;
+        ck_assert_int_eq(buf_append(in, chunk, (size_t)got), 0);
+    }
+    return true;
+}
+
+// Stores a PUT body unless create-only finds the key taken; true when stored.
+static bool raw_apply_put(const char *head, const uint8_t *body, size_t blen) {
+    char inm[8], sha[80];
+    if (raw_header(head, "if-none-match", inm, sizeof inm) && !strcmp(inm, "*") && R.exists) return false;
+    buf_reset(&R.obj);
+    buf_append(&R.obj, body, blen);
+    R.exists = true;
+    snprintf(R.meta_sha, sizeof R.meta_sha, "%s", raw_header(head, "x-amz-meta-pail-sha256", sha, sizeof sha) ? sha : "");
+    return true;
+}
+
+static void *raw_conn(void *arg) {
+    int fd = (int)(intptr_t)arg;
+    Buf in = {0};
+    for (;;) {
+        char *end = NULL;
+        while (!(end = in.len ? memmem(in.data, in.len, "\r\n\r\n", 4) : NULL))
+            if (!raw_fill(fd, &in, in.len + 1)) goto closed;
+        size_t hlen = (size_t)(end - (char *)in.data) + 4;
+        char *head = strndup((char *)in.data, hlen), cl[32];
+        size_t blen = raw_header(head, "content-length", cl, sizeof cl) ? strtoull(cl, NULL, 10) : 0;
+        bool put = !strncmp(head, "PUT ", 4), get = !strncmp(head, "GET ", 4), hd = !strncmp(head, "HEAD ", 5);
+        pthread_mutex_lock(&R.mu);
+        RawFault f = put && R.puts < R.nscript ? R.script[R.puts] : RAW_ANSWER;
+        if (put) R.puts++;
+        pthread_mutex_unlock(&R.mu);
+        if (f == RAW_RESET_MID_BODY) {
+            raw_fill(fd, &in, hlen + blen / 2);
+            free(head);
+            raw_reset(fd);
+            buf_free(&in);
+            goto done;
+        }
+        if (!raw_fill(fd, &in, hlen + blen)) {
+            free(head);
+            goto closed;
+        }
+        const uint8_t *body = in.data + hlen;
+        char resp[512];
+        pthread_mutex_lock(&R.mu);
+        if (put) {
+            bool stored = raw_apply_put(head, body, blen);
+            if (f == RAW_RESET_AFTER_BODY) {  // the write landed; the answer never leaves
+                pthread_mutex_unlock(&R.mu);
+                free(head);
+                raw_reset(fd);
+                buf_free(&in);
+                goto done;
+            }
+            if (stored) raw_send(fd, "HTTP/1.1 200 OK\r\nETag: \"e1\"\r\nContent-Length: 0\r\n\r\n", NULL, 0);
+            else {
+                const char *x = "<Error><Code>PreconditionFailed</Code><Message>taken</Message></Error>";
+                snprintf(resp, sizeof resp, "HTTP/1.1 412 Precondition Failed\r\nContent-Type: application/xml\r\n"
+                                            "Content-Length: %zu\r\n\r\n", strlen(x));
+                raw_send(fd, resp, x, strlen(x));
+            }
+        } else if ((get || hd) && R.exists) {
+            get ? R.gets++ : R.heads++;
+            char meta[160] = "";
+            if (R.meta_sha[0]) snprintf(meta, sizeof meta, "x-amz-meta-pail-sha256: %s\r\n", R.meta_sha);
+            snprintf(resp, sizeof resp, "HTTP/1.1 200 OK\r\nETag: \"e1\"\r\n%sContent-Length: %zu\r\n\r\n", meta,
+                     R.obj.len);
+            raw_send(fd, resp, R.obj.data, get ? R.obj.len : 0);
+        } else if (get || hd) {
+            get ? R.gets++ : R.heads++;
+            const char *x = "<Error><Code>NoSuchKey</Code><Message>no</Message></Error>";
+            snprintf(resp, sizeof resp, "HTTP/1.1 404 Not Found\r\nContent-Length: %zu\r\n\r\n", hd ? 0 : strlen(x));
+            raw_send(fd, resp, x, hd ? 0 : strlen(x));
+        } else {
+            raw_send(fd, "HTTP/1.1 501 Not Implemented\r\nContent-Length: 0\r\n\r\n", NULL, 0);
+        }
+        pthread_mutex_unlock(&R.mu);
+        free(head);
+        memmove(in.data, in.data + hlen + blen, in.len - hlen - blen);
+        in.len -= hlen + blen;
+    }
+closed:
+    close(fd);
+    buf_free(&in);
+done:
+    atomic_fetch_sub(&R.live, 1);
+    return NULL;
+}
+
+static void *raw_accept(void *arg) {
+    (void)arg;
+    while (time_mono_ms() < R.listen_at_ms)
+        if (atomic_load(&R.quit)) return NULL;
+        else time_sleep_ms(10);
+    ck_assert_int_eq(listen(R.lfd, 16), 0);
+    while (!atomic_load(&R.quit)) {
+        struct pollfd pf = {.fd = R.lfd, .events = POLLIN};
+        if (poll(&pf, 1, 50) <= 0) continue;
+        int fd = accept(R.lfd, NULL, NULL);
+        if (fd < 0) continue;
+        pthread_mutex_lock(&R.mu);
+        bool cut = R.conns++ < R.cut_conns;
+        pthread_mutex_unlock(&R.mu);
+        if (cut) {
+            if (R.cut_rst) raw_reset(fd);
+            else close(fd);
+            continue;
+        }
+        atomic_fetch_add(&R.live, 1);
+        pthread_t t;
+        ck_assert_int_eq(pthread_create(&t, NULL, raw_conn, (void *)(intptr_t)fd), 0);
+        pthread_detach(t);
+    }
+    return NULL;
+}
+
+// Starts the server; it refuses connections for the first refuse_ms (< 0: for good).
+static void raw_start(int64_t refuse_ms) {
+    memset(&R, 0, sizeof R);
+    pthread_mutex_init(&R.mu, NULL);
+    R.lfd = socket(AF_INET, SOCK_STREAM, 0);
+    int one = 1;
+    setsockopt(R.lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    ck_assert_int_eq(bind(R.lfd, (struct sockaddr *)&sa, sizeof sa), 0);
+    socklen_t sl = sizeof sa;
+    getsockname(R.lfd, (struct sockaddr *)&sa, &sl);
+    R.port = ntohs(sa.sin_port);
+    R.listen_at_ms = refuse_ms < 0 ? INT64_MAX : time_mono_ms() + refuse_ms;
+    ck_assert_int_eq(pthread_create(&R.thread, NULL, raw_accept, NULL), 0);
+}
+
+// Call after store_close (which closes the client's keep-alive connections).
+static void raw_stop(void) {
+    atomic_store(&R.quit, true);
+    pthread_join(R.thread, NULL);
+    close(R.lfd);
+    for (int i = 0; i < 100 && atomic_load(&R.live) > 0; i++) time_sleep_ms(20);
+    ck_assert_int_eq(atomic_load(&R.live), 0);
+    buf_free(&R.obj);
+    pthread_mutex_destroy(&R.mu);
+}
+
+static void raw_script(int n, const RawFault *f) {
+    pthread_mutex_lock(&R.mu);
+    R.puts = R.gets = R.heads = R.resets = 0;
+    R.nscript = n;
+    memcpy(R.script, f, (size_t)n * sizeof *f);
+    pthread_mutex_unlock(&R.mu);
+}
+
+static Store *raw_store(double retry_s) {
+    char ep[64];
+    snprintf(ep, sizeof ep, "http://127.0.0.1:%d", R.port);
+    StoreOptions o = {.endpoint = ep, .access_key = AK, .secret_key = SECRET, .retry_seconds = retry_s,
+                      .timeout_seconds = 5};
+    Store *st = NULL;
+    PailErr err = {0};
+    ck_assert_msg(store_open(&st, "s3://testbucket/pre", &o, &err) == 0, "%s", err.msg);
+    return st;
+}
+
+static uint8_t *pattern(size_t n) {
+    uint8_t *b = malloc(n);
+    ck_assert_ptr_nonnull(b);
+    for (size_t i = 0; i < n; i++) b[i] = (uint8_t)(i * 131 + (i >> 9));
+    return b;
+}
+
+static void raw_obj_is(const uint8_t *body, size_t n) {
+    pthread_mutex_lock(&R.mu);
+    ck_assert_uint_eq(R.obj.len, n);
+    ck_assert(memcmp(R.obj.data, body, n) == 0);
+    pthread_mutex_unlock(&R.mu);
+}
+
+START_TEST(test_reset_mid_body) {
+    // A PUT whose connection is reset halfway through the body: first on the
+    // reused keep-alive connection (libcurl resends on a fresh one by itself
+    // and must be able to rewind the body), then on that fresh one (the store's
+    // loop retries). What lands is the whole body, from memory and from a file.
+    size_t n = 96 << 10;
+    uint8_t *body = pattern(n);
+    raw_start(0);
+    Store *st = raw_store(10);
+    PailErr err = {0};
+    RawFault f[] = {RAW_ANSWER, RAW_RESET_MID_BODY, RAW_RESET_MID_BODY};
+    raw_script(3, f);
+    ck_assert_msg(store_put(st, "warm", "w", 1, NULL, &err) == 0, "%s", err.msg);  // leaves a keep-alive connection
+    ck_assert_msg(store_put(st, "k", body, n, NULL, &err) == 0, "%s", err.msg);
+    raw_obj_is(body, n);
+    ck_assert_int_eq(R.resets, 2);
+    ck_assert_int_eq(R.puts, 4);
+    // The same from a file (pread at an offset: the rewind is an offset too).
+    char path[] = "/tmp/pail-check-retry-XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_eq(write(fd, body, n), (ssize_t)n);
+    close(fd);
+    raw_script(3, f);
+    ck_assert_msg(store_put(st, "warm", "w", 1, NULL, &err) == 0, "%s", err.msg);
+    ck_assert_msg(store_put_file(st, "f", path, NULL, &err) == 0, "%s", err.msg);
+    raw_obj_is(body, n);
+    ck_assert_int_eq(R.resets, 2);
+    // A reset on the reused connection only: libcurl's own resend is enough.
+    RawFault g[] = {RAW_ANSWER, RAW_RESET_MID_BODY};
+    raw_script(2, g);
+    ck_assert_msg(store_put(st, "warm", "w", 1, NULL, &err) == 0, "%s", err.msg);
+    ck_assert_msg(store_put_file(st, "f", path, NULL, &err) == 0, "%s", err.msg);
+    raw_obj_is(body, n);
+    ck_assert_int_eq(R.puts, 3);
+    unlink(path);
+    store_close(st);
+    raw_stop();
+    free(body);
+}
+END_TEST
+
+START_TEST(test_reset_after_body) {
+    // The server takes the whole body and applies the PUT, then resets the
+    // connection without answering (a relay killed mid-request). The PUT is
+    // sent again: a plain one just lands again; a create-only one gets 412 for
+    // its own first copy, which the retried-412 rule settles as success.
+    raw_start(0);
+    Store *st = raw_store(10);
+    PailErr err = {0};
+    RawFault f[] = {RAW_ANSWER, RAW_RESET_AFTER_BODY};
+    raw_script(2, f);
+    ck_assert_msg(store_put(st, "warm", "w", 1, NULL, &err) == 0, "%s", err.msg);
+    ck_assert_msg(store_put(st, "k", "plain put", 9, NULL, &err) == 0, "%s", err.msg);
+    raw_obj_is((const uint8_t *)"plain put", 9);
+    ck_assert_int_eq(R.puts, 3);
+    // Create-only without pail-sha256: the object is downloaded and hashed.
+    R.exists = false;
+    raw_script(2, f);
+    StorePutOpts co = {.create_only = true};
+    ck_assert_msg(store_put(st, "warm", "w", 1, NULL, &err) == 0, "%s", err.msg);
+    R.exists = false;
+    ck_assert_msg(store_put(st, "k", "create-only", 11, &co, &err) == 0, "%s", err.msg);
+    raw_obj_is((const uint8_t *)"create-only", 11);
+    ck_assert_int_eq(R.gets, 1);
+    // A versioned publish (pail-sha256): one HEAD settles it.
+    R.exists = false;
+    raw_script(2, f);
+    ck_assert_msg(store_put(st, "warm", "w", 1, NULL, &err) == 0, "%s", err.msg);
+    R.exists = false;
+    ck_assert_msg(versioned_put(st, "k", "versioned", 9, &err) == 0, "%s", err.msg);
+    raw_obj_is((const uint8_t *)"versioned", 9);
+    ck_assert_int_eq(R.gets, 0);
+    ck_assert_int_ge(R.heads, 1);
+    // From a file, create-only.
+    char path[] = "/tmp/pail-check-retry-XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_eq(write(fd, "file body", 9), 9);
+    close(fd);
+    R.exists = false;
+    raw_script(2, f);
+    ck_assert_msg(store_put(st, "warm", "w", 1, NULL, &err) == 0, "%s", err.msg);
+    R.exists = false;
+    ck_assert_msg(store_put_file(st, "k", path, &co, &err) == 0, "%s", err.msg);
+    raw_obj_is((const uint8_t *)"file body", 9);
+    unlink(path);
+    // Someone else's object was there all along: still a conflict, not ours.
+    raw_script(2, f);
+    ck_assert_msg(store_put(st, "warm", "w", 1, NULL, &err) == 0, "%s", err.msg);  // "w" is now there
+    ck_assert_int_eq(store_put(st, "k", "mine", 4, &co, &err), -1);
+    ck_assert_int_eq(err.code, PAIL_ERR_EXISTS);
+    ck_assert_ptr_nonnull(strstr(err.msg, "other content"));
+    raw_obj_is((const uint8_t *)"w", 1);
+    store_close(st);
+    raw_stop();
+}
+END_TEST
+
+START_TEST(test_tls_handshake_cut) {
+    // https to an endpoint that takes the connection and drops it during the
+    // TLS handshake (a relay restarting): reset, or closed without a word.
+    // That is an outage, retried, not a certificate problem given up at once.
+    for (int rst = 0; rst < 2; rst++) {
+        raw_start(0);
+        R.cut_conns = 1 << 30;
+        R.cut_rst = rst;
+        char ep[64];
+        snprintf(ep, sizeof ep, "https://127.0.0.1:%d", R.port);
+        StoreOptions o = {.endpoint = ep, .access_key = AK, .secret_key = SECRET, .retry_seconds = 1,
+                          .timeout_seconds = 5};
+        Store *st = NULL;
+        PailErr err = {0};
+        ck_assert_msg(store_open(&st, "s3://testbucket", &o, &err) == 0, "%s", err.msg);
+        ck_assert_int_eq(store_put(st, "k", "x", 1, NULL, &err), -1);
+        ck_assert_int_eq(err.code, PAIL_ERR_NETWORK);
+        ck_assert_msg(strstr(err.msg, "gave up after") && !strstr(err.msg, "TLS: check"), "%s", err.msg);
+        ck_assert_int_ge(R.conns, 2);
+        store_close(st);
+        raw_stop();
+    }
+    // A handshake refused for what the peer said (https to a plain-http
+    // server: "wrong version number") is configuration, and still final.
+    srv_start();
+    char ep[64];
+    snprintf(ep, sizeof ep, "https://127.0.0.1:%d", S.port);
+    StoreOptions o = {.endpoint = ep, .access_key = AK, .secret_key = SECRET, .retry_seconds = 5, .timeout_seconds = 5};
+    Store *st = NULL;
+    PailErr err = {0};
+    ck_assert_msg(store_open(&st, "s3://testbucket", &o, &err) == 0, "%s", err.msg);
+    double t0 = time_mono_s();
+    ck_assert_int_eq(store_put(st, "k", "x", 1, NULL, &err), -1);
+    ck_assert_msg(strstr(err.msg, "TLS: check") && !strstr(err.msg, "gave up"), "%s", err.msg);
+    ck_assert_double_lt(time_mono_s() - t0, 1.0);
+    store_close(st);
+    srv_stop();
+}
+END_TEST
+
+START_TEST(test_outage_budget) {
+    // The default budget is an hour (--max-outage), no longer 60 s.
+    RetryState rs;
+    retry_init(&rs, 0);
+    ck_assert_int_eq(rs.deadline_ms - rs.start_ms, (int64_t)RETRY_DEFAULT_BUDGET_S * 1000);
+    ck_assert_int_eq(RETRY_DEFAULT_BUDGET_S, 3600);
+    // "Still failing" lines: the first after 10 s, then every 30 s, not per retry.
+    retry_init(&rs, 100);
+    int64_t t = rs.start_ms;
+    ck_assert(!retry_report_due(&rs, t + 9999));
+    ck_assert(retry_report_due(&rs, t + 10000));
+    ck_assert(!retry_report_due(&rs, t + 10001));
+    ck_assert(!retry_report_due(&rs, t + 39999));
+    ck_assert(retry_report_due(&rs, t + 40000));
+    ck_assert(!retry_report_due(&rs, t + 60000));
+    ck_assert(retry_report_due(&rs, t + 75000));  // a late check reports once, then 30 s on
+    ck_assert(!retry_report_due(&rs, t + 104999));
+    ck_assert(retry_report_due(&rs, t + 105000));
+    // An outage (connections refused) shorter than the budget costs time only.
+    raw_start(2000);
+    Store *st = raw_store(3);
+    PailErr err = {0};
+    double t0 = time_mono_s();
+    ck_assert_msg(store_put(st, "k", "after the outage", 16, NULL, &err) == 0, "%s", err.msg);
+    ck_assert_double_ge(time_mono_s() - t0, 1.9);
+    raw_obj_is((const uint8_t *)"after the outage", 16);
+    store_close(st);
+    raw_stop();
+    // Longer than the budget: the error names the request, the key, the time
+    // spent and the budget.
+    raw_start(-1);
+    st = raw_store(1);
+    t0 = time_mono_s();
+    ck_assert_int_eq(store_put(st, "adapters/v00000012.h5", "x", 1, NULL, &err), -1);
+    double dt = time_mono_s() - t0;
+    ck_assert_int_eq(err.code, PAIL_ERR_NETWORK);
+    ck_assert_ptr_nonnull(strstr(err.msg, "s3://testbucket/pre/adapters/v00000012.h5"));
+    ck_assert_ptr_nonnull(strstr(err.msg, "PUT"));
+    ck_assert_ptr_nonnull(strstr(err.msg, "--max-outage 1 s"));
+    const char *in = strstr(err.msg, " attempts in ");
+    ck_assert_msg(in, "%s", err.msg);
+    double said = strtod(in + 13, NULL);
+    ck_assert_msg(said > 0.5 && said <= dt + 0.05, "said %.2f s, took %.2f s: %s", said, dt, err.msg);
+    ck_assert_double_lt(dt, 1.6);
+    store_close(st);
+    raw_stop();
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("store_retry");
     TCase *core = tcase_create("core");
@@ -566,6 +1003,8 @@ int main(void) {
     tcase_add_test(core, test_429_then_ok);
     tcase_add_test(core, test_create_only_lost_response_same);
     tcase_add_test(core, test_relay_long_poll);
+    tcase_add_test(core, test_reset_mid_body);
+    tcase_add_test(core, test_reset_after_body);
     tcase_set_timeout(core, 30);
     suite_add_tcase(s, core);
     TCase *lim = tcase_create("limits");
@@ -574,6 +1013,8 @@ int main(void) {
     tcase_add_test(lim, test_create_only_lost_response_differs);
     tcase_add_test(lim, test_connection_refused);
     tcase_add_test(lim, test_tls_verification);
+    tcase_add_test(lim, test_tls_handshake_cut);
+    tcase_add_test(lim, test_outage_budget);
     tcase_set_timeout(lim, 30);
     suite_add_tcase(s, lim);
     SRunner *sr = srunner_create(s);

@@ -13,7 +13,7 @@ int main(int argc, char **argv) {
     char *endpoint = NULL, *ca_bundle = NULL, *region = NULL, *spool = NULL, *access_log = NULL;
     bool http = false;
     long cache_bytes, stream_bytes, max_body, max_conns, max_header, idle_s, header_s, threads, max_wait;
-    double poll_s;
+    double poll_s, max_outage;
     Flag fl[] = {
         {"listen", FLAG_STRING, &listen, "127.0.0.1:9000", 1, 0, "HOST:PORT to listen on (port 0: any free port)"},
         {"root", FLAG_STRING, &root, NULL, 1, 0, "serve a local folder as the bucket (file:// store)"},
@@ -21,6 +21,12 @@ int main(int argc, char **argv) {
         {"endpoint", FLAG_STRING, &endpoint, NULL, 1, 0, "upstream endpoint URL (default AWS_ENDPOINT_URL, else AWS S3)"},
         {"ca-bundle", FLAG_STRING, &ca_bundle, NULL, 1, 0, "CA bundle for the upstream (default AWS_CA_BUNDLE)"},
         {"region", FLAG_STRING, &region, NULL, 1, 0, "upstream region (default AWS_REGION)"},
+        // Short, unlike the other tools' hour: a request held longer than the
+        // clients' 30 s stall limit is resent by them while a backend thread
+        // still retries the first copy; a 503 hands the waiting to the clients.
+        {"max-outage", FLAG_DOUBLE, &max_outage, "20", 0.1, 1e7,
+         "seconds an --upstream request is retried before the client gets 503 ServiceUnavailable (clients "
+         "keep retrying under their own --max-outage); keep it under their 30 s stall limit"},
         {"bucket", FLAG_STRING, &bucket, "pail", 1, 0, "the bucket name clients address (path or virtual-host style)"},
         {"keys", FLAG_STRING, &keys, NULL, 1, 0, "key file: ACCESS_KEY_ID SECRET ROLE [PREFIX] per line (SIGHUP reloads)"},
         {"cert", FLAG_STRING, &cert, NULL, 1, 0, "TLS certificate chain (PEM)"},
@@ -64,7 +70,7 @@ int main(int argc, char **argv) {
     }
     // Fully buffered: the relay flushes the access log every 200 ms, not per line.
     setvbuf(alog ? alog : stdout, NULL, _IOFBF, 1 << 16);
-    StoreOptions so = {.endpoint = endpoint, .ca_bundle = ca_bundle, .region = region};
+    StoreOptions so = {.endpoint = endpoint, .ca_bundle = ca_bundle, .region = region, .retry_seconds = max_outage};
     RelayConfig cfg = {.listen = listen, .root = root, .upstream = upstream, .upstream_opt = &so, .bucket = bucket,
                        .keys_path = keys, .cert = cert, .key = key, .http = http,
                        .cache_bytes = (uint64_t)cache_bytes, .stream_bytes = (uint64_t)stream_bytes, .max_body_bytes = (uint64_t)max_body,

@@ -29,12 +29,11 @@ int ctl_tokenize(int argc, char **argv);
 int ctl_detokenize(int argc, char **argv);
 
 // The store options every store-facing subcommand takes (--endpoint, --region,
-// --ca-bundle, --allow-http, --addressing, --retry-seconds), appended to a
+// --ca-bundle, --allow-http, --max-outage, --addressing), appended to a
 // subcommand's own flag table by ctl_store_flags().
 typedef struct {
-    StoreCliFlags s;  // --endpoint, --region, --ca-bundle, --allow-http (store/cli.h)
+    StoreCliFlags s;  // --endpoint, --region, --ca-bundle, --allow-http, --max-outage (store/cli.h)
     char *addressing;
-    double retry_seconds;
 } CtlStoreFlags;
 #define CTL_STORE_NFLAGS 6
 void ctl_store_flags(Flag *out, CtlStoreFlags *dst);

@@ -42,6 +42,8 @@ int ctl_doctor(int argc, char **argv) {
     };
     ctl_store_flags(fl + 3, &sf);
     int n = CTL_STORE_NFLAGS + 3, rc;
+    for (int i = 3; i < n; i++)  // a preflight should answer quickly, not wait out an outage
+        if (!strcmp(fl[i].name, "max-outage")) fl[i].def = "10";
     const char *usage = "grpo-ctl doctor --run URL [--model DIR]";
     if ((rc = ctl_parse(usage, "Checks a run's bucket, credentials, roles, create-only support, clock and model.", fl,
                         n, argc, argv, NULL, NULL)) >= 0)
@@ -55,7 +57,6 @@ int ctl_doctor(int argc, char **argv) {
     PailErr err = {0};
     Store *st = NULL;
     StoreOptions so = ctl_store_options(&sf);
-    if (!so.retry_seconds) so.retry_seconds = 10;  // a preflight should answer quickly
     if (store_open(&st, run, &so, &err) < 0) {
         line(&t, 2, "store: %s", err.msg);
         goto verdict;

@@ -18,17 +18,11 @@ void ctl_store_flags(Flag *out, CtlStoreFlags *d) {
         STORE_CLI_FLAGS(&d->s),
         {"addressing", FLAG_STRING, &d->addressing, "auto", 1, 0,
          "s3 bucket addressing: auto, path or virtual"},
-        {"retry-seconds", FLAG_DOUBLE, &d->retry_seconds, "60", 0, 86400,
-         "total time budget for retrying a failing request"},
     };
     memcpy(out, f, sizeof f);
 }
 
-StoreOptions ctl_store_options(const CtlStoreFlags *sf) {
-    StoreOptions o = store_cli_options(&sf->s);
-    o.retry_seconds = sf->retry_seconds;
-    return o;
-}
+StoreOptions ctl_store_options(const CtlStoreFlags *sf) { return store_cli_options(&sf->s); }
 
 int ctl_parse(const char *usage, const char *about, Flag *fl, int n, int argc, char **argv, char ***pos,
               int *npos) {

@@ -44,7 +44,7 @@ void http_response_free(HttpResponse *r) { buf_free(&r->err_body); }
 typedef struct {
     const HttpRequest *req;
     HttpResponse *resp;
-    uint64_t sent;
+    uint64_t sent;   // body bytes handed to libcurl since the last (re)start
     int sink_errno;  // write() failure on sink_fd
     int body_errno;  // read failure on body_fd
 } Xfer;
@@ -164,6 +164,25 @@ static size_t on_read(char *out, size_t size, size_t nmemb, void *ud) {
     return want;
 }
 
+// libcurl resends a request by itself when a reused keep-alive connection
+// turns out dead (reset or closed before any response byte: a restarted relay
+// or proxy). To send the body again it seeks back here; without this callback
+// it gives up with CURLE_SEND_FAIL_REWIND. Both body sources are (pointer or
+// fd, offset) pairs read with pread, so a rewind is just resetting `sent`.
+static int on_seek(void *ud, curl_off_t offset, int origin) {
+    Xfer *x = ud;
+    HttpResponse *r = x->resp;
+    if (origin != SEEK_SET || offset < 0 || (uint64_t)offset > x->req->body_len) return CURL_SEEKFUNC_FAIL;
+    // Response bytes already went to the sink: only http_perform's caller can
+    // roll those back, so let the transfer fail and the caller retry whole.
+    if (r->received > 0) return CURL_SEEKFUNC_FAIL;
+    x->sent = (uint64_t)offset;
+    x->body_errno = 0;
+    buf_reset(&r->err_body);
+    r->resends++;
+    return CURL_SEEKFUNC_OK;
+}
+
 static XferResult classify(CURLcode rc) {
     switch (rc) {
     case CURLE_COULDNT_CONNECT:
@@ -175,6 +194,7 @@ static XferResult classify(CURLcode rc) {
         return XFER_TIMEOUT;
     case CURLE_SEND_ERROR:
     case CURLE_RECV_ERROR:
+    case CURLE_SEND_FAIL_REWIND:  // a resend libcurl could not rewind for: the caller starts over
     case CURLE_GOT_NOTHING:
     case CURLE_PARTIAL_FILE:
     case CURLE_HTTP2:
@@ -194,6 +214,17 @@ static XferResult classify(CURLcode rc) {
     }
 }
 
+// CURLE_SSL_CONNECT_ERROR covers a handshake the configuration refuses (wrong
+// protocol or version) and one the peer cut short: reset, or closed without a
+// word (OpenSSL's SSL_ERROR_SYSCALL), as a relay or proxy does while it
+// restarts. The second is the network's doing and worth another attempt.
+static bool handshake_cut(CURL *h, const char *msg) {
+    long e = 0;
+    curl_easy_getinfo(h, CURLINFO_OS_ERRNO, &e);
+    if (e == ECONNRESET || e == EPIPE || e == ECONNABORTED || e == ETIMEDOUT) return true;
+    return strstr(msg, "SSL_ERROR_SYSCALL") != NULL;
+}
+
 int http_perform(HttpClient *c, const HttpRequest *q, HttpResponse *r) {
     buf_reset(&r->err_body);
     r->xfer = XFER_OK;
@@ -201,6 +232,7 @@ int http_perform(HttpClient *c, const HttpRequest *q, HttpResponse *r) {
     r->status = 0;
     r->relay = false;
     r->received = 0;
+    r->resends = 0;
     reset_headers(r);
     Xfer x = {.req = q, .resp = r};
     char errbuf[CURL_ERROR_SIZE] = "";
@@ -235,6 +267,8 @@ int http_perform(HttpClient *c, const HttpRequest *q, HttpResponse *r) {
         curl_easy_setopt(h, CURLOPT_INFILESIZE_LARGE, (curl_off_t)q->body_len);
         curl_easy_setopt(h, CURLOPT_READFUNCTION, on_read);
         curl_easy_setopt(h, CURLOPT_READDATA, &x);
+        curl_easy_setopt(h, CURLOPT_SEEKFUNCTION, on_seek);
+        curl_easy_setopt(h, CURLOPT_SEEKDATA, &x);
         if (strcmp(q->method, "PUT")) curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, q->method);
     } else if (strcmp(q->method, "GET")) {
         curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, q->method);
@@ -242,6 +276,7 @@ int http_perform(HttpClient *c, const HttpRequest *q, HttpResponse *r) {
     CURLcode rc = curl_easy_perform(h);
     if (rc == CURLE_OK) return 0;
     r->xfer = classify(rc);
+    if (rc == CURLE_SSL_CONNECT_ERROR && handshake_cut(h, errbuf)) r->xfer = XFER_BROKEN;
     if (x.sink_errno) {
         r->xfer = XFER_OTHER;
         snprintf(r->xfer_msg, sizeof r->xfer_msg, "writing the response: %s", strerror(x.sink_errno));

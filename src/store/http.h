@@ -44,12 +44,16 @@ typedef struct {
     StoreMeta meta[STORE_MAX_META];
     int meta_dropped;              // x-amz-meta-* headers beyond STORE_MAX_META
     uint64_t received;             // body bytes delivered to the sink
+    int resends;                   // times libcurl rewound the body and sent the request again
+                                   // within this perform (a reused connection had died): an
+                                   // earlier copy may have reached the server
 } HttpResponse;
 
 int http_client_init(HttpClient *c, const char *ca_bundle, int timeout_s, PailErr *err);
 void http_client_free(HttpClient *c);
 // Runs one request. Returns 0 when an HTTP response arrived (any status), -1 on
 // a transport failure (resp->xfer / xfer_msg say which). resp is reset first;
-// free it with http_response_free.
+// free it with http_response_free. A body can be sent more than once (see
+// resends): libcurl retries a request whose reused connection died unanswered.
 int http_perform(HttpClient *c, const HttpRequest *req, HttpResponse *resp);
 void http_response_free(HttpResponse *r);

@@ -36,9 +36,11 @@ int64_t retry_backoff_ms(int retry, int64_t base_ms, int64_t cap_ms, double u) {
 }
 
 void retry_init(RetryState *rs, double budget_s) {
-    if (budget_s <= 0) budget_s = 60;
+    if (budget_s <= 0) budget_s = RETRY_DEFAULT_BUDGET_S;
+    rs->budget_s = budget_s;
     rs->start_ms = time_mono_ms();
     rs->deadline_ms = rs->start_ms + (int64_t)(budget_s * 1000);
+    rs->report_ms = rs->start_ms + RETRY_REPORT_AFTER_MS;
     rs->base_ms = 100;
     rs->cap_ms = 5000;
     rs->retries = 0;
@@ -47,10 +49,20 @@ void retry_init(RetryState *rs, double budget_s) {
 
 bool retry_wait(RetryState *rs) {
     int64_t delay = retry_backoff_ms(rs->retries, rs->base_ms, rs->cap_ms, rng_uniform(&rs->rng));
-    if (time_mono_ms() + delay >= rs->deadline_ms) return false;
+    int64_t now = time_mono_ms();
+    if (now >= rs->deadline_ms) return false;
+    // The last attempt is made at the deadline, not one backoff before it: an
+    // outage that ends within the budget is always survived.
+    if (now + delay > rs->deadline_ms) delay = rs->deadline_ms - now;
     time_sleep_ms(delay);
     rs->retries++;
     return true;
 }
 
 double retry_elapsed_s(const RetryState *rs) { return (double)(time_mono_ms() - rs->start_ms) / 1000.0; }
+
+bool retry_report_due(RetryState *rs, int64_t now_ms) {
+    if (now_ms < rs->report_ms) return false;
+    rs->report_ms = now_ms + RETRY_REPORT_EVERY_MS;
+    return true;
+}

@@ -1,7 +1,8 @@
 // Retry policy for object-store requests: which failures are worth another
 // attempt (a pure function, unit-tested on its own) and exponential backoff
-// with full jitter bounded by a total time budget. The loop that uses it is in
-// store_s3.c; nothing here knows about curl or S3 beyond status codes.
+// with full jitter bounded by a total time budget (the tools' --max-outage).
+// The loop that uses it is in store_s3.c; nothing here knows about curl or S3
+// beyond status codes.
 #pragma once
 #include <stdbool.h>
 #include <stdint.h>
@@ -13,7 +14,8 @@ typedef enum {
     XFER_CONNECT,     // connection refused / reset before a response
     XFER_RESOLVE,     // DNS lookup failed
     XFER_TIMEOUT,     // connect or transfer stalled past the timeout
-    XFER_BROKEN,      // connection dropped mid-request or mid-response
+    XFER_BROKEN,      // connection dropped mid-request or mid-response (also after the
+                      // whole request went out: an earlier copy may have landed)
     XFER_TLS,         // certificate or handshake refused: configuration, not luck
     XFER_OTHER,       // anything else (out of memory, bad URL, aborted by us)
 } XferResult;
@@ -26,16 +28,31 @@ bool retry_is_transient(XferResult xfer, long status, const char *code);
 // Full-jitter backoff for a 0-based retry number: u * min(cap, base * 2^n), u in [0,1).
 int64_t retry_backoff_ms(int retry, int64_t base_ms, int64_t cap_ms, double u);
 
+// The budget when none is given: an outage of the bucket or relay this long
+// costs time, not the run (--max-outage; a plain integer: cli.h prints it).
+#define RETRY_DEFAULT_BUDGET_S 3600
+// A request still failing this long is reported (one line), then at this period.
+#define RETRY_REPORT_AFTER_MS 10000
+#define RETRY_REPORT_EVERY_MS 30000
+
 typedef struct {
     int64_t start_ms, deadline_ms;  // monotonic clock
     int64_t base_ms, cap_ms;
+    int64_t report_ms;              // next "still failing" report is due then
+    double budget_s;
     int retries;                    // retries done so far
     Rng rng;
 } RetryState;
 
-// budget_s <= 0 -> 60 s. Seeds the jitter from the clock and the address of rs.
+// budget_s <= 0 -> RETRY_DEFAULT_BUDGET_S. Seeds the jitter from the clock and
+// the address of rs.
 void retry_init(RetryState *rs, double budget_s);
-// Decides and waits before the next attempt: false (no sleep) when the next
-// attempt would start after the deadline, else sleeps the backoff and returns true.
+// Decides and waits before the next attempt: false (no sleep) once the
+// deadline has passed, else sleeps the backoff (cut short to end at the
+// deadline, so the last attempt is made there) and returns true.
 bool retry_wait(RetryState *rs);
 double retry_elapsed_s(const RetryState *rs);
+// True when a long failure should be reported at now_ms (monotonic): once
+// RETRY_REPORT_AFTER_MS after the start, then every RETRY_REPORT_EVERY_MS
+// after the previous report; never per retry.
+bool retry_report_due(RetryState *rs, int64_t now_ms);

@@ -34,7 +34,8 @@ typedef struct {
     const char *ca_bundle;    // NULL -> AWS_CA_BUNDLE; peer verification is never off
     bool allow_http;          // plain http:// to a non-loopback endpoint (explicit opt-in)
     int addressing;           // 0 auto (path-style for custom endpoints), 1 path, 2 virtual-host
-    double retry_seconds;     // total time budget for retries; 0 -> 60
+    double retry_seconds;     // how long one request may keep failing (retried with backoff)
+                              // before it fails: the tools' --max-outage; 0 -> 3600
     int timeout_seconds;      // per request connect+transfer stall; 0 -> 30
     uint64_t multipart_threshold;  // 0 -> 16 MiB; parts of this size
     // credentials: NULL -> AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN

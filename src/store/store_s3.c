@@ -90,8 +90,17 @@ static int request_path(const S3 *s, const char *key, Buf *out) {
 }
 
 // Sends one request, retrying transient failures within the budget. Returns 0
-// with the final response (any status; *attempts says how many were made), or
-// -1 with err (PAIL_ERR_NETWORK) when the transport failed or retries ran out.
+// with the final response (any status; *attempts says how many times it was
+// sent, libcurl's own resends included), or -1 with err (PAIL_ERR_NETWORK)
+// when the transport failed or retries ran out.
+//
+// Every request this backend sends may be sent again, even when the failure
+// came after the whole request went out: GET, HEAD, DELETE, a plain PUT and
+// UploadPart are idempotent; a create-only PUT and CompleteMultipartUpload are
+// settled by the retried-412 / NoSuchUpload rule (create_only_verdict), which
+// needs *attempts > 1 whenever an earlier copy may have landed. The one request
+// that is not idempotent, CreateMultipartUpload, at worst leaves an empty
+// upload behind; lifecycle rules for incomplete uploads remove those.
 static int s3_call(Store *st, const S3Call *c, HttpResponse *resp, int *attempts, PailErr *err) {
     S3 *s = s3_of(st);
     char name[STORE_MAX_KEY + 300];
@@ -163,6 +172,7 @@ static int s3_call(Store *st, const S3Call *c, HttpResponse *resp, int *attempts
                           .sink = c->sink, .sink_fd = c->sink_fd, .sink_hash = c->sink_hash,
                           .extra_timeout_s = c->extra_timeout_s};
         int prc = http_perform(&s->http, &hq, resp);
+        *attempts += resp->resends;
         for (t = hl; t; t = t->next)
             if (!strncmp(t->data, "Authorization:", 14)) memset(t->data, 0, strlen(t->data));
         curl_slist_free_all(hl);
@@ -190,11 +200,18 @@ static int s3_call(Store *st, const S3Call *c, HttpResponse *resp, int *attempts
             goto out;
         }
         if (!retry_wait(&rs)) {
-            err_set(err, PAIL_ERR_NETWORK, "%s: %s at %s gave up after %d attempts in %.1f s: %s", name, c->method,
-                    s->endpoint, *attempts, retry_elapsed_s(&rs), why);
+            err_set(err, PAIL_ERR_NETWORK, "%s: %s at %s gave up after %d attempts in %.1f s (--max-outage %g s): %s",
+                    name, c->method, s->endpoint, *attempts, retry_elapsed_s(&rs), rs.budget_s, why);
             goto out;
         }
-        log_info("s3: %s %s: %s, retry %d", c->method, name, why, rs.retries);
+        // A blip is logged per retry; a long outage once in a while, so that a
+        // tool waiting on the bucket says what it waits for, without flooding.
+        int64_t now = time_mono_ms();
+        if (retry_report_due(&rs, now))
+            log_warn("s3: %s %s failing for %.0f s (%s), retrying until --max-outage %g s", c->method, name,
+                     (double)(now - rs.start_ms) / 1000.0, why, rs.budget_s);
+        else if (now - rs.start_ms < RETRY_REPORT_AFTER_MS)
+            log_info("s3: %s %s: %s, retry %d", c->method, name, why, rs.retries);
     }
 out:
     buf_free(&path);
@@ -928,7 +945,7 @@ int store_s3_open(Store *st, const char *bucket, const char *prefix, const Store
         err_set(err, PAIL_ERR_INVALID, "s3://%s: CA bundle %s: %s", bucket, ca, strerror(errno));
         goto fail;
     }
-    s->retry_seconds = opt->retry_seconds > 0 ? opt->retry_seconds : 60;
+    s->retry_seconds = opt->retry_seconds > 0 ? opt->retry_seconds : RETRY_DEFAULT_BUDGET_S;
     s->part_size = opt->multipart_threshold ? opt->multipart_threshold : 16ull << 20;
     if (s->part_size < MIN_PART) {
         err_set(err, PAIL_ERR_INVALID, "s3://%s: multipart_threshold %llu is below S3's 5 MiB minimum part size",

@@ -3,7 +3,8 @@
 # certificate for 127.0.0.1 / localhost, made with the openssl CLI in $WORK.
 #   relay_tls DIR          -> DIR/ca.pem, DIR/server.pem, DIR/server.key
 #   relay_keys FILE        -> a key file with one key per role (names below)
-#   start_relay [flags]    -> starts bin/grpo-relay on a free port over TLS with
+#   start_relay [flags]    -> starts bin/grpo-relay on a free port (or on
+#                             RELAY_REUSE_PORT when set: a restart) over TLS with
 #                             --root $WORK/root (or the flags in RELAY_BACKEND, e.g.
 #                             "--upstream s3://b/p --endpoint URL"); sets RELAY_PORT
 #                             RELAY_URL RELAY_PID
@@ -40,13 +41,13 @@ start_relay() {
   mkdir -p "$WORK/root" "$WORK/tls"
   [ -f "$WORK/tls/ca.pem" ] || relay_tls "$WORK/tls" || { echo "openssl failed"; return 1; }
   [ -f "$WORK/keys" ] || relay_keys "$WORK/keys"
-  RELAY_PORT=$(free_port)
+  RELAY_PORT=${RELAY_REUSE_PORT:-$(free_port)}
   RELAY_URL="https://127.0.0.1:$RELAY_PORT"
   RELAY_CA="$WORK/tls/ca.pem"
   local backend; read -r -a backend <<<"${RELAY_BACKEND:---root $WORK/root}"
   "$BIN/grpo-relay" --listen "127.0.0.1:$RELAY_PORT" "${backend[@]}" --keys "$WORK/keys" \
     --cert "$WORK/tls/server.pem" --key "$WORK/tls/server.key" "$@" \
-    >"$WORK/access.log" 2>"$WORK/relay.log" &
+    >>"$WORK/access.log" 2>>"$WORK/relay.log" &
   RELAY_PID=$!
   PIDS+=($RELAY_PID)
   local i

@@ -68,7 +68,7 @@ echo "grpo-ctl doctor"
 check "doctor on moto: ready" bash -c "'$CTL' doctor --run '$B/doctor-run' > '$WORK/doc-ok.out'"
 check "...create-only honoured" grep -q "create-only puts are honoured" "$WORK/doc-ok.out"
 check "...probe keys cleaned up" bash -c "! '$CTL' ls --recursive '$B/doctor-run/' | grep -q doctor-probe"
-env AWS_SECRET_ACCESS_KEY=wrong-secret-value "$CTL" doctor --run "$B/doctor-run" --retry-seconds 1 >"$WORK/doc.out" 2>&1
+env AWS_SECRET_ACCESS_KEY=wrong-secret-value "$CTL" doctor --run "$B/doctor-run" --max-outage 1 >"$WORK/doc.out" 2>&1
 rc=$?
 check "doctor with a wrong secret: NOT READY, exit 1" bash -c "[ $rc = 1 ] && grep -q 'NOT READY' '$WORK/doc.out' && grep -q SignatureDoesNotMatch '$WORK/doc.out'"
 
@@ -78,7 +78,7 @@ expect_fail "missing key" 1 "not found" "$CTL" get "$B/nope/nothing" "$WORK/x"
 expect_fail "wrong secret" 1 "SignatureDoesNotMatch" env AWS_SECRET_ACCESS_KEY=wrong-secret-value "$CTL" get "$B/ctl/small.bin" "$WORK/x"
 expect_fail "unknown access key" 1 "InvalidAccessKeyId" env AWS_ACCESS_KEY_ID=AKIAUNKNOWNKEY000000 "$CTL" get "$B/ctl/small.bin" "$WORK/x"
 dead=$(free_port)
-expect_fail "unreachable endpoint" 1 "127.0.0.1:$dead" "$CTL" get --retry-seconds 2 --endpoint "http://127.0.0.1:$dead" "$B/k" "$WORK/x"
+expect_fail "unreachable endpoint" 1 "127.0.0.1:$dead" "$CTL" get --max-outage 2 --endpoint "http://127.0.0.1:$dead" "$B/k" "$WORK/x"
 expect_fail "plain http to a remote host is refused" 1 "http" "$CTL" ls --endpoint http://192.0.2.1:9000 "$B/"
 expect_fail "key with .." 1 "'\.\.'" "$CTL" put "$B/a/../b" "$WORK/small.bin"
 expect_fail "missing arguments" 2 "expected" "$CTL" put "$B/a"
