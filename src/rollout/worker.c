@@ -52,6 +52,8 @@ typedef struct {
     int stop_ids[16], n_stop;
     char last_error[512];
     double last_heartbeat;
+    uint8_t *row_refused;  // (rows,) 1: longer than --max-prompt-tokens, skipped (owned)
+    long skipped_prompts;  // rows refused so far
 } Worker;
 
 static bool stop_strings_hit(void *ctx, const int32_t *toks, int n) {
@@ -94,20 +96,37 @@ static int encode_row(Worker *w, const DatasetRow *row, Prompt *out, PailErr *er
     if (rc < 0) { buf_free(&text); return -1; }
     TokenIds ids = {0};
     if (tokenizer_encode(w->tok, (char *)text.data, text.len, &ids, err) < 0) {
+        token_ids_free(&ids);
         buf_free(&text);
         return -1;
+    }
+    if (ids.len < 1 || ids.len > (size_t)w->cfg->max_prompt_tokens) {
+        err_set(err, PAIL_ERR_INVALID, "%s:%lld: prompt has %zu tokens (1..%d accepted: --max-prompt-tokens)",
+                w->ds->source, (long long)row->line, ids.len, w->cfg->max_prompt_tokens);
+        token_ids_free(&ids);
+        buf_free(&text);
+        return 1;
     }
     out->ids = ids.data;
     out->n = (int)ids.len;
     out->text = (char *)text.data;  // keeps the NUL-terminated bytes
-    if (out->n < 1 || out->n > w->cfg->max_prompt_tokens) {
-        int n = out->n;
-        free(out->ids);
-        free(out->text);
-        return err_set(err, PAIL_ERR_INVALID, "%s:%lld: prompt has %d tokens (1..%d accepted: --max-prompt-tokens)",
-                       w->ds->source, (long long)row->line, n, w->cfg->max_prompt_tokens);
-    }
     return 0;
+}
+
+// Encodes dataset row r, or refuses it when it does not fit --max-prompt-tokens:
+// one line naming the row and its length, counted, and the row remembered so it
+// is neither encoded nor reported again (a 10 MB row costs one tokenization).
+// Returns 0 (encoded), 1 (skipped; *out untouched) or -1 with err.
+static int prompt_encode(Worker *w, int64_t r, Prompt *out, PailErr *err) {
+    if (w->row_refused[r]) return 1;
+    int rc = encode_row(w, &w->ds->rows[r], out, err);
+    if (rc == 1) {
+        w->row_refused[r] = 1;
+        w->skipped_prompts++;
+        snprintf(w->last_error, sizeof w->last_error, "%s", err->msg);
+        log_warn("%s: row skipped (%ld skipped so far)", err->msg, w->skipped_prompts);
+    }
+    return rc;
 }
 
 static void heartbeat(Worker *w, const char *state) {
@@ -116,13 +135,18 @@ static void heartbeat(Worker *w, const char *state) {
     run_key_worker(key, sizeof key, w->worker_id);
     char host[128] = "";
     gethostname(host, sizeof host);
-    json_t *j = json_pack("{s:s, s:s, s:I, s:f, s:I, s:s, s:s, s:i, s:I, s:s}", "worker", w->worker_id, "state", state,
-                          "version", (json_int_t)w->version, "tokens_per_second",
+    json_t *j = json_pack("{s:s, s:s, s:I, s:f, s:I, s:I, s:s, s:s, s:i, s:I, s:s}", "worker", w->worker_id, "state",
+                          state, "version", (json_int_t)w->version, "tokens_per_second",
                           w->gen_seconds > 0 ? w->gen_tokens / w->gen_seconds : 0.0, "shards_written",
-                          (json_int_t)w->shards, "last_error", w->last_error, "host", host, "pid", (int)getpid(),
-                          "time", (json_int_t)time_unix_s(), "mode", w->cfg->eval ? "eval" : "rollout");
-    char *text = json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS);
+                          (json_int_t)w->shards, "skipped_prompts", (json_int_t)w->skipped_prompts, "last_error",
+                          w->last_error, "host", host, "pid", (int)getpid(), "time", (json_int_t)time_unix_s(), "mode",
+                          w->cfg->eval ? "eval" : "rollout");
+    char *text = j ? json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS) : NULL;
     json_decref(j);
+    if (!text) {  // e.g. last_error cut inside a UTF-8 sequence: not worth failing the worker over
+        log_warn("heartbeat %s: cannot build the JSON", key);
+        return;
+    }
     PailErr err = {0};
     StorePutOpts opt = {.content_type = "application/json"};
     if (store_put(w->st, key, text, strlen(text), &opt, &err) < 0) log_warn("heartbeat %s: %s", key, err.msg);
@@ -204,10 +228,23 @@ static int one_shard(Worker *w, volatile sig_atomic_t *stop, PailErr *err) {
     GenCompletion *out = calloc((size_t)N, sizeof *out);
     int64_t *rows = calloc((size_t)P, sizeof *rows);
     int rc = -1;
+    if (!pr || !gp || !out || !rows) {
+        err_set(err, PAIL_ERR_NOMEM, "out of memory for a shard of %d groups x %d", P, G);
+        goto done;
+    }
     for (int p = 0; p < P; p++) {
-        int64_t drawn = w->smp.drawn;
-        rows[p] = dataset_sampler_next(&w->smp);
-        if (encode_row(w, &w->ds->rows[rows[p]], &pr[p], err) < 0) goto done;
+        int64_t drawn, misses = 0;
+        int e;
+        do {  // skip refused rows; a whole cycle of them means none fits
+            if (misses++ > w->ds->n) {
+                err_set(err, PAIL_ERR_INVALID, "dataset %s: no row fits --max-prompt-tokens %d (%ld of %lld refused)",
+                        w->ds->source, c->max_prompt_tokens, w->skipped_prompts, (long long)w->ds->n);
+                goto done;
+            }
+            drawn = w->smp.drawn;
+            rows[p] = dataset_sampler_next(&w->smp);
+        } while ((e = prompt_encode(w, rows[p], &pr[p], err)) == 1);
+        if (e < 0) goto done;
         char sk[256];
         snprintf(sk, sizeof sk, "%s/%lld", w->worker_id, (long long)drawn);
         gp[p] = (GenPrompt){.ids = pr[p].ids, .n = pr[p].n, .seed = (uint64_t)c->seed ^ hash64(sk, strlen(sk))};
@@ -334,8 +371,8 @@ free_scores:
     free(valid);
     free(fin);
 done:
-    for (int p = 0; p < P; p++) { free(pr[p].ids); free(pr[p].text); }
-    for (int i = 0; i < N; i++) gen_completion_free(&out[i]);
+    for (int p = 0; pr && p < P; p++) { free(pr[p].ids); free(pr[p].text); }
+    for (int i = 0; out && i < N; i++) gen_completion_free(&out[i]);
     free(pr);
     free(gp);
     free(out);
@@ -388,18 +425,36 @@ static void back_pressure(Worker *w, volatile sig_atomic_t *stop) {
 
 static int eval_version(Worker *w, long v, const char *label, PailErr *err) {
     const RolloutConfig *c = w->cfg;
-    int P = (int)w->ds->n, G = (int)(c->eval_samples > 0 ? c->eval_samples : 1), N = P * G;
-    Prompt *pr = calloc((size_t)P, sizeof *pr);
-    GenPrompt *gp = calloc((size_t)P, sizeof *gp);
-    GenCompletion *out = calloc((size_t)N, sizeof *out);
+    // Sized for every row; P counts the rows that fit --max-prompt-tokens.
+    int R = (int)w->ds->n, G = (int)(c->eval_samples > 0 ? c->eval_samples : 1), P = 0, N = 0;
+    Prompt *pr = calloc((size_t)R, sizeof *pr);
+    GenPrompt *gp = calloc((size_t)R, sizeof *gp);
+    int64_t *rix = calloc((size_t)R, sizeof *rix);  // (P,) dataset row of each prompt
+    GenCompletion *out = calloc((size_t)R * G, sizeof *out);
     int rc = -1, K = reward_set_count(w->rs);
-    RewardInput *in = calloc((size_t)N, sizeof *in);
-    char **texts = calloc((size_t)N, sizeof *texts);
-    float *comp = calloc((size_t)N * (K ? K : 1), sizeof *comp), *total = calloc((size_t)N, sizeof *total);
-    uint8_t *valid = calloc((size_t)N, 1);
-    for (int p = 0; p < P; p++) {
-        if (encode_row(w, &w->ds->rows[p], &pr[p], err) < 0) goto done;
-        gp[p] = (GenPrompt){.ids = pr[p].ids, .n = pr[p].n, .seed = (uint64_t)c->seed + (uint64_t)p};
+    RewardInput *in = calloc((size_t)R * G, sizeof *in);
+    char **texts = calloc((size_t)R * G, sizeof *texts);
+    float *comp = calloc((size_t)R * G * (K ? K : 1), sizeof *comp), *total = calloc((size_t)R * G, sizeof *total);
+    uint8_t *valid = calloc((size_t)R * G, 1);
+    if (!pr || !gp || !rix || !out || !in || !texts || !comp || !total || !valid) {
+        err_set(err, PAIL_ERR_NOMEM, "eval %s: out of memory for %d prompts x %d samples", label, R, G);
+        goto done;
+    }
+    long skipped = 0;
+    for (int r = 0; r < R; r++) {
+        int e = prompt_encode(w, r, &pr[P], err);
+        if (e < 0) goto done;
+        if (e == 1) { skipped++; continue; }
+        rix[P] = r;
+        // Seeded by the row, so a skipped row does not change the other rows' samples.
+        gp[P] = (GenPrompt){.ids = pr[P].ids, .n = pr[P].n, .seed = (uint64_t)c->seed + (uint64_t)r};
+        P++;
+    }
+    N = P * G;
+    if (P == 0) {
+        err_set(err, PAIL_ERR_INVALID, "eval dataset %s: no row fits --max-prompt-tokens %d (%ld of %d refused)",
+                w->ds->source, c->max_prompt_tokens, skipped, R);
+        goto done;
     }
     double t0 = time_mono_s();
     if (generator_run(w->gen, gp, P, out, err) < 0) goto done;
@@ -410,7 +465,7 @@ static int eval_version(Worker *w, long v, const char *label, PailErr *err) {
         tokenizer_decode(w->tok, out[i].ids, (size_t)out[i].n, true, &b, &derr);
         texts[i] = b.data ? (char *)b.data : strdup("");
         in[i] = (RewardInput){.prompt = pr[i / G].text, .completion = texts[i], .completion_tokens = out[i].n,
-                              .row = w->ds->rows[i / G].fields};
+                              .row = w->ds->rows[rix[i / G]].fields};
         len_sum += out[i].n;
     }
     PailErr warn = {0};
@@ -434,14 +489,17 @@ static int eval_version(Worker *w, long v, const char *label, PailErr *err) {
     }
     json_t *comps = json_object();
     for (int k = 0; k < K && k < SHARD_MAX_COMPONENTS; k++) json_object_set_new(comps, names[k], json_real(csum[k] / N));
-    json_t *j = json_pack("{s:I, s:f, s:f, s:o, s:f, s:i, s:i, s:s, s:f, s:I, s:s}", "version", (json_int_t)v,
+    json_t *j = json_pack("{s:I, s:f, s:f, s:o, s:f, s:i, s:I, s:i, s:s, s:f, s:I, s:s}", "version", (json_int_t)v,
                           "accuracy", (double)solved / P, "reward_mean", rsum / N, "components", comps,
-                          "completion_length_mean", len_sum / N, "prompts", P, "samples", G, "metric",
-                          G > 1 ? "pass@k" : "greedy", "seconds", time_mono_s() - t0, "time",
-                          (json_int_t)time_unix_s(), "dataset", w->ds->source);
+                          "completion_length_mean", len_sum / N, "prompts", P, "skipped_prompts",
+                          (json_int_t)skipped, "samples", G, "metric", G > 1 ? "pass@k" : "greedy", "seconds",
+                          time_mono_s() - t0, "time", (json_int_t)time_unix_s(), "dataset", w->ds->source);
     char *text = json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS);
     json_decref(j);
-    log_info("eval %s: accuracy %.1f%% (%d of %d), reward %.3f", label, 100.0 * solved / P, solved, P, rsum / N);
+    char sk[64] = "";
+    if (skipped) snprintf(sk, sizeof sk, "; %ld over --max-prompt-tokens skipped", skipped);
+    log_info("eval %s: accuracy %.1f%% (%d of %d%s), reward %.3f", label, 100.0 * solved / P, solved, P, sk,
+             rsum / N);
     rc = 0;
     if (c->eval_out) {
         FILE *f = fopen(c->eval_out, "w");
@@ -458,7 +516,7 @@ static int eval_version(Worker *w, long v, const char *label, PailErr *err) {
 done:
     for (int p = 0; p < P; p++) { free(pr[p].ids); free(pr[p].text); }
     for (int i = 0; i < N; i++) { gen_completion_free(&out[i]); free(texts[i]); }
-    free(pr); free(gp); free(out); free(in); free(texts); free(comp); free(total); free(valid);
+    free(pr); free(gp); free(rix); free(out); free(in); free(texts); free(comp); free(total); free(valid);
     return rc;
 }
 
@@ -481,6 +539,8 @@ static int setup(Worker *w, const RolloutConfig *c, PailErr *err) {
     const char *dspath = c->eval ? c->eval_dataset : c->dataset;
     if (!dspath) return err_set(err, PAIL_ERR_INVALID, c->eval ? "--eval needs --eval-dataset" : "--dataset is required");
     if (dataset_load(&w->ds, dspath, err) < 0) return -1;
+    if (!(w->row_refused = calloc((size_t)w->ds->n, 1)))
+        return err_set(err, PAIL_ERR_NOMEM, "dataset %s: out of memory", w->ds->source);
     if (reward_set_build(&w->rs, &c->rewards, err) < 0) return -1;
     // Stop at the model's EOS ids and the tokenizer's.
     for (int i = 0; i < w->w.cfg.n_eos && w->n_stop < 15; i++) w->stop_ids[w->n_stop++] = w->w.cfg.eos_token_ids[i];
@@ -524,6 +584,7 @@ static void teardown(Worker *w) {
     free(w->lora);
     lora_layout_free(&w->lay);
     model_weights_free(&w->w);
+    free(w->row_refused);
 }
 
 static int run_eval_once(Worker *w, PailErr *err) {
