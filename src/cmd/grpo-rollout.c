@@ -6,6 +6,7 @@
 #include "core/flags.h"
 #include "core/log.h"
 #include "rollout/worker.h"
+#include "store/runlayout.h"
 #include "store/cli.h"
 
 static volatile sig_atomic_t g_stop;
@@ -67,6 +68,11 @@ int main(int argc, char **argv) {
     PailErr err = {0};
     if (!model || !run || (!eval && !dataset) || (eval && !eval_dataset)) {
         fprintf(stderr, "grpo-rollout: --model, --run and --dataset (or --eval with --eval-dataset) are required\n");
+        flags_free(fl, n);
+        return 2;
+    }
+    if (worker && worker_id_check(worker, &err) < 0) {  // before any model is loaded
+        fprintf(stderr, "grpo-rollout: --worker-id: %s\n", err.msg);
         flags_free(fl, n);
         return 2;
     }

@@ -555,9 +555,13 @@ static int setup(Worker *w, const RolloutConfig *c, PailErr *err) {
                     .n_stop_ids = w->n_stop, .stop_fn = stop_strings_hit, .stop_ctx = w};
     if (c->eval && c->eval_samples <= 1) gc.sampler = (SamplerConfig){.temperature = 0, .top_p = 1, .top_k = 0};
     if (generator_init(&w->gen, w->tf, &w->w.cfg, &gc, err) < 0) return -1;
-    if (c->worker_id) snprintf(w->worker_id, sizeof w->worker_id, "%s", c->worker_id);
-    else worker_id_default(w->worker_id, sizeof w->worker_id);
-    if (worker_id_check(w->worker_id, err) < 0) return -1;
+    if (c->worker_id) {  // checked before the copy: a longer id would be cut silently
+        if (worker_id_check(c->worker_id, err) < 0) return -1;
+        snprintf(w->worker_id, sizeof w->worker_id, "%s", c->worker_id);
+    } else {
+        worker_id_default(w->worker_id, sizeof w->worker_id);
+        if (worker_id_check(w->worker_id, err) < 0) return -1;
+    }
     if (!c->eval) {
         if (c->num_workers > 0) {
             if (dataset_sampler_init_partition(&w->smp, w->ds, c->worker_index, c->num_workers, err) < 0) return -1;

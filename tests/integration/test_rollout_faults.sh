@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The rollout worker under bad input, on file:// buckets with a tiny random
 # model: prompts longer than --max-prompt-tokens (one of 10 MB) are skipped and
-# counted (rollout and --eval).
+# counted (rollout and --eval); a worker id over 64 characters is refused.
 source "$(dirname "$0")/lib.sh"
 PY=$(venv)/bin/python
 M="$WORK/model"
@@ -64,4 +64,9 @@ check "...and counts it" grep -q '"skipped_prompts": 1' "$WORK/huge-eval.out"
 expect_fail_last "a dataset with no row short enough: refused" 1 "all-long.jsonl.*no row.*--max-prompt-tokens 64" \
   "${ROLL[@]}" --run "$RUN" --dataset "$WORK/all-long.jsonl" --worker-id wal --max-shards 1 --max-prompt-tokens 64
 
+echo "worker ids"
+LONG_ID=$(printf 'w%.0s' $(seq 1 65))
+expect_fail "a 65-character --worker-id is refused" 2 "worker id .*1 to 64 characters" \
+  "${ROLL[@]}" --run "file://$WORK/long" --dataset "$WORK/train.jsonl" --worker-id "$LONG_ID" --max-shards 1
+check "...before writing anything" bash -c "! ls '$WORK'/long/rollouts/*/www* 2>/dev/null"
 finish
