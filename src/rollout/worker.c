@@ -54,7 +54,13 @@ typedef struct {
     double last_heartbeat;
     uint8_t *row_refused;  // (rows,) 1: longer than --max-prompt-tokens, skipped (owned)
     long skipped_prompts;  // rows refused so far
+    long *refused;         // (n_refused,) adapter versions that did not verify (owned)
+    int n_refused, cap_refused;
+    long run_staleness;    // run.json's trainer max-staleness
+    long waiting_after;    // newest version for which "waiting for the next version" was said (-1: none)
 } Worker;
+
+#define TRAINER_MAX_STALENESS 4  // grpo-train's --max-staleness default, when run.json lacks it
 
 static bool stop_strings_hit(void *ctx, const int32_t *toks, int n) {
     Worker *w = ctx;
@@ -165,23 +171,30 @@ static bool stop_requested(Worker *w, volatile sig_atomic_t *stop) {
     return false;
 }
 
-// Loads adapter version v (verified, checked against the run's base).
+// Loads adapter version v (verified, checked against the run's base). Returns 0,
+// 1 when the adapter itself is bad (size or sha256 mismatch, not a pail adapter,
+// another model's, non-finite weights: err says which), -1 for anything else
+// (the store unreachable, the key gone, out of memory).
 static int load_adapter(Worker *w, long v, PailErr *err) {
     char key[128];
     version_key(&SERIES_ADAPTERS, v, key, sizeof key);
     Buf b = {0};
-    if (versioned_get(w->st, key, &b, err) < 0) { buf_free(&b); return -1; }
+    if (versioned_get(w->st, key, &b, err) < 0) {
+        buf_free(&b);
+        return err->code == PAIL_ERR_INVALID ? 1 : -1;
+    }
     LoraLayout lay;
     float *p;
     AdapterMeta meta;
     int rc = lora_adapter_read(b.data, b.len, key, &w->w.cfg, &lay, &p, &meta, err);
     buf_free(&b);
-    if (rc < 0) return -1;
+    if (rc < 0) return err->code == PAIL_ERR_NOMEM ? -1 : 1;
     if (strcmp(meta.base_sha256, w->w.base_sha256)) {
         free(p);
         lora_layout_free(&lay);
-        return err_set(err, PAIL_ERR_INVALID, "%s was trained on base %.12s..., this worker's --model is %.12s...", key,
-                       meta.base_sha256, w->w.base_sha256);
+        err_set(err, PAIL_ERR_INVALID, "%s was trained on base %.12s..., this worker's --model is %.12s...", key,
+                meta.base_sha256, w->w.base_sha256);
+        return 1;
     }
     free(w->lora);
     lora_layout_free(&w->lay);
@@ -189,6 +202,100 @@ static int load_adapter(Worker *w, long v, PailErr *err) {
     w->lora = p;
     w->version = v;
     return transformer_set_lora(w->tf, &w->lay, w->lora, err);
+}
+
+static bool adapter_refused(const Worker *w, long v) {
+    for (int i = 0; i < w->n_refused; i++)
+        if (w->refused[i] == v) return true;
+    return false;
+}
+
+// Remembers a bad version (published objects never change, so it is never
+// fetched again) and reports it in one line.
+static void adapter_refuse(Worker *w, long v, const char *why) {
+    log_warn("%s: adapter refused, not fetched again", why);
+    snprintf(w->last_error, sizeof w->last_error, "%s", why);
+    if (w->n_refused == w->cap_refused) {
+        int nc = w->cap_refused ? 2 * w->cap_refused : 8;
+        long *nr = realloc(w->refused, (size_t)nc * sizeof *nr);
+        if (!nr) return;  // it is fetched and refused again next time: slower, still right
+        w->refused = nr;
+        w->cap_refused = nc;
+    }
+    w->refused[w->n_refused++] = v;
+}
+
+// The newest adapter version in [lo, newest] (with every > 1: newest or a
+// multiple of every) that verifies, trying newest first and skipping refused
+// ones; loads it unless it is the one in use. *got = that version, or -1 when
+// none in the range verifies. -1 with err on a store or memory failure.
+static int adapter_pick(Worker *w, long newest, long lo, long every, long *got, PailErr *err) {
+    *got = -1;
+    long *vs = NULL;
+    int n = 0;
+    bool listed = false;
+    for (long v = newest; v >= 0 && v >= lo;) {
+        if (!adapter_refused(w, v)) {
+            if (v == w->version) { *got = v; break; }
+            int rc = load_adapter(w, v, err);
+            if (rc < 0) { free(vs); return -1; }
+            if (rc == 0) { *got = v; break; }
+            adapter_refuse(w, v, err->msg);
+        }
+        // The next older one from a listing: versions need not be contiguous (gc).
+        if (!listed && versions_list(w->st, &SERIES_ADAPTERS, &vs, &n, err) < 0) return -1;
+        listed = true;
+        long next = -1;
+        for (int i = n - 1; i >= 0 && next < 0; i--)
+            if (vs[i] < v && (every <= 1 || vs[i] % every == 0)) next = vs[i];
+        v = next;
+    }
+    free(vs);
+    return 0;
+}
+
+// The trainer's staleness window: trainer/progress.json's max_staleness (the
+// running trainer's), else run.json's (the first trainer's settings).
+static long staleness_window(Worker *w) {
+    long s = w->run_staleness;
+    Buf b = {0};
+    PailErr e = {0};
+    if (store_get(w->st, RUN_KEY_PROGRESS, &b, NULL, NULL, &e) == 0) {
+        json_t *j = json_loadb((char *)b.data, b.len, 0, NULL);
+        json_t *v = json_object_get(j, "max_staleness");
+        if (json_is_integer(v) && json_integer_value(v) >= 0) s = (long)json_integer_value(v);
+        json_decref(j);
+    }
+    buf_free(&b);
+    return s;
+}
+
+// Nothing in [lo, newest] verifies: said once per newest version.
+static void say_waiting(Worker *w, long newest, long lo, long staleness) {
+    if (w->waiting_after == newest) return;
+    w->waiting_after = newest;
+    char key[128], why[96] = "";
+    version_key(&SERIES_ADAPTERS, newest, key, sizeof key);
+    if (lo == newest - staleness) snprintf(why, sizeof why, " (max_staleness %ld)", staleness);
+    if (lo >= newest)
+        log_warn("%s is refused and no older version is eligible%s: waiting for the next version", key, why);
+    else
+        log_warn("%s is refused and no version back to v%08ld verifies%s: waiting for the next version", key,
+                 lo < 0 ? 0 : lo, why);
+}
+
+// Waits (10 s at most, then the loop looks again) for a version newer than
+// after: the relay's long-poll, or polling with backoff. Returns 0 to go on, 1
+// when stopped, -1 with err.
+static int wait_newer(Worker *w, long after, volatile sig_atomic_t *stop, PailErr *err) {
+    heartbeat(w, "waiting");
+    long got;
+    PailErr lerr = {0};
+    if (versions_wait_newer(w->st, &SERIES_ADAPTERS, after, 10, stop, &got, &lerr) == 0) return 0;
+    if (lerr.code == PAIL_ERR_TIMEOUT || lerr.code == PAIL_ERR_NETWORK) return 0;
+    if (lerr.code == PAIL_ERR_INTERRUPTED) return 1;
+    *err = lerr;
+    return -1;
 }
 
 static int check_manifest(Worker *w, volatile sig_atomic_t *stop, PailErr *err) {
@@ -215,6 +322,9 @@ static int check_manifest(Worker *w, volatile sig_atomic_t *stop, PailErr *err) 
         rc = err_set(err, PAIL_ERR_INVALID, "run.json: the trainer expects groups of %lld, --group-size is %d",
                      (long long)G, w->cfg->group_size);
     snprintf(w->run_id, sizeof w->run_id, "%s", rid ? rid : "");
+    json_t *ms = json_object_get(json_object_get(m, "trainer"), "max-staleness");
+    w->run_staleness = json_is_integer(ms) && json_integer_value(ms) >= 0 ? (long)json_integer_value(ms)
+                                                                           : TRAINER_MAX_STALENESS;
     json_decref(m);
     return rc;
 }
@@ -525,6 +635,8 @@ done:
 static int setup(Worker *w, const RolloutConfig *c, PailErr *err) {
     w->cfg = c;
     w->version = -1;
+    w->waiting_after = -1;
+    w->run_staleness = TRAINER_MAX_STALENESS;
     if (model_weights_load(&w->w, c->model_dir, err) < 0) return -1;
     char path[4200];
     snprintf(path, sizeof path, "%s/tokenizer.json", c->model_dir);
@@ -589,6 +701,7 @@ static void teardown(Worker *w) {
     lora_layout_free(&w->lay);
     model_weights_free(&w->w);
     free(w->row_refused);
+    free(w->refused);
 }
 
 static int run_eval_once(Worker *w, PailErr *err) {
@@ -601,7 +714,7 @@ static int run_eval_once(Worker *w, PailErr *err) {
         if (transformer_set_lora(w->tf, &w->lay, w->lora, err) < 0) return -1;
     } else if (w->st) {
         if (versions_latest(w->st, &SERIES_ADAPTERS, &v, err) < 0) return -1;
-        if (v >= 0 && load_adapter(w, v, err) < 0) return -1;
+        if (v >= 0 && load_adapter(w, v, err) != 0) return -1;
     }
     char label[64];
     snprintf(label, sizeof label, v >= 0 ? "adapter v%08ld" : "base model", v);
@@ -632,39 +745,64 @@ int rollout_run(const RolloutConfig *c, volatile sig_atomic_t *stop, PailErr *er
         // Rollout workers keep generating with the version they have; they wait
         // only for the first one. The eval worker waits for each new version.
         if (newest < 0 || (c->eval && newest <= last_eval)) {
-            // Wait for a newer version (the relay's long-poll, or polling with backoff).
-            heartbeat(&w, "waiting");
-            long got;
             long after = c->eval ? (last_eval > w.version ? last_eval : w.version) : w.version;
-            if (versions_wait_newer(w.st, &SERIES_ADAPTERS, after, 10, stop, &got, &lerr) < 0) {
-                if (lerr.code == PAIL_ERR_TIMEOUT || lerr.code == PAIL_ERR_NETWORK) continue;
-                if (lerr.code == PAIL_ERR_INTERRUPTED) break;
-                *err = lerr;
-                rc = -1;
-                break;
-            }
+            int wr = wait_newer(&w, after, stop, err);
+            if (wr != 0) { rc = wr < 0 ? -1 : 0; break; }
             continue;
         }
+        // A version that does not verify is refused once; the newest one that
+        // does inside the trainer's staleness window is used instead, and
+        // when there is none the worker waits for the next version.
+        long got = -1, S = 0, lo = 0;
+        PailErr perr = {0};
+        int pr = 0;
         if (c->eval) {
-            if (last_eval < 0 && newest > 0) {  // the baseline first: v0 (the base model) when not yet evaluated
+            bool baseline = false;  // v0 (the base model) first when not yet evaluated
+            if (last_eval < 0 && newest > 0 && !adapter_refused(&w, 0)) {
                 char k0[64];
                 StoreStat ss0;
                 version_key(&SERIES_EVALS, 0, k0, sizeof k0);
-                if (store_head(w.st, k0, &ss0, &lerr) < 0 && lerr.code == PAIL_ERR_NOT_FOUND) newest = 0;
+                baseline = store_head(w.st, k0, &ss0, &lerr) < 0 && lerr.code == PAIL_ERR_NOT_FOUND;
             }
-            if (c->eval_every > 1 && newest % c->eval_every && newest != 0) { last_eval = newest; continue; }
-            if ((rc = load_adapter(&w, newest, err)) < 0) break;
+            if (!baseline && c->eval_every > 1 && newest % c->eval_every) { last_eval = newest; continue; }
+            S = staleness_window(&w);
+            lo = newest - S > last_eval + 1 ? newest - S : last_eval + 1;
+            if (baseline) pr = adapter_pick(&w, 0, 0, 1, &got, &perr);
+            if (pr == 0 && got < 0) pr = adapter_pick(&w, newest, lo, c->eval_every, &got, &perr);
+        } else if (newest != w.version) {  // hot swap between shards
+            long prev = w.version;
+            S = staleness_window(&w);
+            lo = newest - S;
+            pr = adapter_pick(&w, newest, lo, 1, &got, &perr);
+            if (pr == 0 && got >= 0 && got != prev) {
+                if (got == newest) log_info("using adapter v%08ld", got);
+                else log_info("using adapter v%08ld: the newest that verifies (v%08ld is refused)", got, newest);
+            }
+        } else {
+            got = newest;
+        }
+        if (pr < 0) {
+            if (perr.code != PAIL_ERR_NETWORK && perr.code != PAIL_ERR_NOT_FOUND) { *err = perr; rc = -1; break; }
+            snprintf(w.last_error, sizeof w.last_error, "%s", perr.msg);
+            log_warn("loading an adapter: %s", perr.msg);
+            time_sleep_ms(1000);
+            continue;
+        }
+        if (got < 0) {
+            say_waiting(&w, newest, lo, S);
+            if (c->eval) { last_eval = newest; continue; }
+            int wr = wait_newer(&w, newest, stop, err);
+            if (wr != 0) { rc = wr < 0 ? -1 : 0; break; }
+            continue;
+        }
+        if (c->eval) {
             char label[64];
-            snprintf(label, sizeof label, "v%08ld", newest);
-            if ((rc = eval_version(&w, newest, label, err)) < 0) break;
-            last_eval = newest;
+            snprintf(label, sizeof label, "v%08ld", got);
+            if ((rc = eval_version(&w, got, label, err)) < 0) break;
+            last_eval = got;
             heartbeat(&w, "evaluated");
             if (c->max_shards > 0 && ++w.shards >= c->max_shards) break;
             continue;
-        }
-        if (newest != w.version) {  // hot swap between shards
-            if ((rc = load_adapter(&w, newest, err)) < 0) break;
-            log_info("using adapter v%08ld", newest);
         }
         back_pressure(&w, stop);
         if (stop_requested(&w, stop)) break;

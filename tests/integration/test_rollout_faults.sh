@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # The rollout worker under bad input, on file:// buckets with a tiny random
 # model: prompts longer than --max-prompt-tokens (one of 10 MB) are skipped and
-# counted (rollout and --eval); a worker id over 64 characters is refused.
+# counted (rollout and --eval); a corrupt newest adapter (truncated, flipped
+# bytes, junk HDF5 under a right hash) is reported once and the worker falls back
+# to the newest version that verifies inside the staleness window, or waits for
+# the next version with --max-staleness 0; a worker id over 64 characters is
+# refused.
 source "$(dirname "$0")/lib.sh"
 PY=$(venv)/bin/python
 M="$WORK/model"
@@ -63,6 +67,63 @@ check "...and counts it" grep -q '"skipped_prompts": 1' "$WORK/huge-eval.out"
 { "$PY" -c 'import json; print(json.dumps({"prompt": "1+" * 100 + "1=", "answer": "101"}))'; } >"$WORK/all-long.jsonl"
 expect_fail_last "a dataset with no row short enough: refused" 1 "all-long.jsonl.*no row.*--max-prompt-tokens 64" \
   "${ROLL[@]}" --run "$RUN" --dataset "$WORK/all-long.jsonl" --worker-id wal --max-shards 1 --max-prompt-tokens 64
+
+echo "a corrupt newest adapter"
+new_run bad 3
+RUN="file://$WORK/bad"
+A="$WORK/bad/adapters"
+cp "$A/v00000000.h5" "$WORK/v0.h5"
+"$CTL" put --versioned "$RUN/adapters/v00000001.h5" "$WORK/v0.h5" >/dev/null
+"$CTL" put --versioned "$RUN/adapters/v00000002.h5" "$WORK/v0.h5" >/dev/null
+"$CTL" put --versioned "$RUN/adapters/v00000003.h5" "$WORK/v0.h5" >/dev/null
+head -c 5000 /dev/urandom >"$WORK/junk.h5"
+"$CTL" put --versioned "$RUN/adapters/v00000004.h5" "$WORK/junk.h5" >/dev/null
+truncate -s 30000 "$A/v00000002.h5"                                            # truncated
+printf '\xff\xff\xff\xff' | dd of="$A/v00000003.h5" bs=1 seek=20000 conv=notrunc 2>/dev/null  # flipped bytes
+"${ROLL[@]}" --run "$RUN" --dataset "$WORK/train.jsonl" --worker-id wa --groups-per-shard 2 --max-shards 2 \
+  >"$WORK/bad.log" 2>&1
+check "the worker finishes (exit 0)" test $? -eq 0
+check "...names the junk adapter once" test "$(count 'adapters/v00000004.h5.*HDF5' "$WORK/bad.log")" -eq 1
+check "...the flipped one once" test "$(count 'adapters/v00000003.h5.*sha256' "$WORK/bad.log")" -eq 1
+check "...the truncated one once" test "$(count 'adapters/v00000002.h5.*sha256' "$WORK/bad.log")" -eq 1
+check "...and generates with v1" test "$(ls "$WORK"/bad/rollouts/v00000001/wa-*.h5 | wc -l)" -eq 2
+"${ROLL[@]}" --run "$RUN" --dataset "$WORK/train.jsonl" --worker-id wa2 --groups-per-shard 2 --max-shards 1 \
+  >"$WORK/bad2.log" 2>&1
+check "another worker started later generates with v1 too" test $? -eq 0 -a -f "$WORK/bad/rollouts/v00000001/wa2-000000.h5"
+"${ROLL[@]}" --run "$RUN" --eval --eval-dataset "$WORK/train.jsonl" --worker-id ev --max-shards 2 \
+  >"$WORK/bad-eval.log" 2>&1
+check "the eval worker finishes (exit 0)" test $? -eq 0
+check "...names the bad adapters" test "$(count 'adapters/v0000000[234].h5' "$WORK/bad-eval.log")" -eq 3
+check "...and evaluates v0 and v1" test -f "$WORK/bad/eval/v00000000.json" -a -f "$WORK/bad/eval/v00000001.json"
+
+echo "a corrupt newest adapter with --max-staleness 0"
+new_run strict 0
+RUN="file://$WORK/strict"
+"$CTL" put --versioned "$RUN/adapters/v00000001.h5" "$WORK/junk.h5" >/dev/null
+"${ROLL[@]}" --run "$RUN" --dataset "$WORK/train.jsonl" --worker-id ws --groups-per-shard 2 --max-shards 1 \
+  >"$WORK/strict.log" 2>&1 &
+WS=$!; PIDS+=($WS)
+"${ROLL[@]}" --run "$RUN" --eval --eval-dataset "$WORK/train.jsonl" --worker-id evs --max-shards 2 \
+  >"$WORK/strict-eval.log" 2>&1 &
+EV=$!; PIDS+=($EV)
+for i in $(seq 1 100); do
+  grep -q "waiting for the next version" "$WORK/strict.log" && grep -q "waiting for the next version" \
+    "$WORK/strict-eval.log" && break
+  sleep 0.1
+done
+check "the worker says it waits for the next version" grep -q 'adapters/v00000001.h5.*waiting for the next version' "$WORK/strict.log"
+check "...and is still running" kill -0 $WS
+check "the eval worker says so too" grep -q 'adapters/v00000001.h5.*waiting for the next version' "$WORK/strict-eval.log"
+check "...and is still running" kill -0 $EV
+sleep 1.5
+"$CTL" put --versioned "$RUN/adapters/v00000002.h5" "$WORK/v0.h5" >/dev/null
+for i in $(seq 1 300); do kill -0 $WS 2>/dev/null || kill -0 $EV 2>/dev/null || break; sleep 0.1; done
+wait $WS
+check "the worker then generates with v2 and exits 0" test $? -eq 0 -a -f "$WORK/strict/rollouts/v00000002/ws-000000.h5"
+check "...having said it waits once" test "$(count 'waiting for the next version' "$WORK/strict.log")" -eq 1
+wait $EV
+check "the eval worker evaluates v2 and exits 0" test $? -eq 0 -a -f "$WORK/strict/eval/v00000002.json"
+check "...never v1" test ! -f "$WORK/strict/eval/v00000001.json"
 
 echo "worker ids"
 LONG_ID=$(printf 'w%.0s' $(seq 1 65))
