@@ -26,7 +26,7 @@ int main(int argc, char **argv) {
         {"config", FLAG_STRING, &config, NULL, 1, 0, "file of key = value lines (the command line wins)"},
         {"model", FLAG_STRING, &model, NULL, 1, 0, "Hugging Face model folder (with tokenizer.json)"},
         {"run", FLAG_STRING, &run, NULL, 1, 0, "the run's prefix: file:///abs/dir or s3://bucket/prefix"},
-        {"worker-id", FLAG_STRING, &worker, NULL, 1, 0, "[A-Za-z0-9_.-]{1,64} (default: from SLURM_* ids, else host-pid)"},
+        {"worker-id", FLAG_STRING, &worker, NULL, 1, 0, "[A-Za-z0-9_.-]{1,64} (default: from SLURM_* ids, else host-pid); a restart with the same id continues its prompt stream"},
         {"dataset", FLAG_STRING, &dataset, NULL, 1, 0, "prompts: JSON lines, a path or a store URL"},
         {"group-size", FLAG_INT, &G, "8", 2, 4096, "completions per prompt G"},
         {"batch-size", FLAG_INT, &batch, "32", 1, 4096, "sequences decoded together (continuous batching)"},

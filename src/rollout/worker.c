@@ -147,6 +147,7 @@ static void heartbeat(Worker *w, const char *state) {
                           (json_int_t)w->shards, "skipped_prompts", (json_int_t)w->skipped_prompts, "last_error",
                           w->last_error, "host", host, "pid", (int)getpid(), "time", (json_int_t)time_unix_s(), "mode",
                           w->cfg->eval ? "eval" : "rollout");
+    if (j && !w->cfg->eval) json_object_set_new(j, "prompts_drawn", json_integer((json_int_t)w->smp.drawn));
     char *text = j ? json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS) : NULL;
     json_decref(j);
     if (!text) {  // e.g. last_error cut inside a UTF-8 sequence: not worth failing the worker over
@@ -329,6 +330,76 @@ static int check_manifest(Worker *w, volatile sig_atomic_t *stop, PailErr *err) 
     return rc;
 }
 
+// A restarted worker continues its own prompt stream: the sampler is seeked to
+// the larger of the position recorded in this worker id's last shard (the one
+// with the highest sequence number; prompts_drawn) and in its heartbeat, and
+// shard numbers go on after the last one. The heartbeat's version narrows the
+// listing: a worker's versions only grow. Nothing found: from the beginning.
+static void resume_position(Worker *w) {
+    char hkey[128], after[64] = "", last[STORE_MAX_KEY + 1] = "", src[STORE_MAX_KEY + 1] = "";
+    run_key_worker(hkey, sizeof hkey, w->worker_id);
+    long hb_version = -1, last_seq = -1, last_version = -1;
+    int64_t hb_drawn = 0, drawn = 0;
+    Buf b = {0};
+    PailErr e = {0};
+    if (store_get(w->st, hkey, &b, NULL, NULL, &e) == 0) {
+        json_t *j = json_loadb((char *)b.data, b.len, 0, NULL);
+        const char *id = json_string_value(json_object_get(j, "worker"));
+        const char *mode = json_string_value(json_object_get(j, "mode"));
+        if (id && !strcmp(id, w->worker_id) && (!mode || !strcmp(mode, "rollout"))) {
+            json_t *v = json_object_get(j, "version"), *d = json_object_get(j, "prompts_drawn");
+            if (json_is_integer(v)) hb_version = (long)json_integer_value(v);
+            if (json_is_integer(d) && json_integer_value(d) > 0) hb_drawn = (int64_t)json_integer_value(d);
+        }
+        json_decref(j);
+    }
+    buf_free(&b);
+    if (hb_version >= 0) snprintf(after, sizeof after, "rollouts/v%08ld", hb_version);
+    StoreList l = {0};
+    if (store_list_all(w->st, "rollouts/", after[0] ? after : NULL, &l, &e) < 0) {
+        log_warn("listing this worker's earlier shards: %s", e.msg);
+    } else {
+        for (int i = 0; i < l.n; i++) {
+            long v, seq;
+            char wid[WORKER_ID_MAX + 1];
+            if (run_parse_rollout(l.entries[i].key, &v, wid, sizeof wid, &seq) < 0 || strcmp(wid, w->worker_id))
+                continue;
+            if (seq > last_seq || (seq == last_seq && v > last_version)) {
+                last_seq = seq;
+                last_version = v;
+                snprintf(last, sizeof last, "%s", l.entries[i].key);
+            }
+        }
+    }
+    store_list_free(&l);
+    if (last[0]) {
+        w->seq = last_seq + 1;
+        RolloutShard sh;
+        if (versioned_get(w->st, last, &b, &e) == 0 && shard_read(&sh, b.data, b.len, last, &e) == 0) {
+            drawn = sh.prompts_drawn;
+            shard_free(&sh);
+            if (drawn > 0) snprintf(src, sizeof src, "%s", last);
+        } else {
+            log_warn("reading this worker's last shard: %s", e.msg);
+        }
+        buf_free(&b);
+    }
+    if (hb_drawn > drawn) {
+        drawn = hb_drawn;
+        snprintf(src, sizeof src, "%s", hkey);
+    }
+    if (drawn > 0) {
+        dataset_sampler_seek(&w->smp, drawn);
+        log_info("worker %s: resuming after %lld prompts drawn (from %s)", w->worker_id, (long long)drawn, src);
+    } else if (last[0]) {
+        log_info("worker %s: %s records no prompt position (an older pail wrote it): the prompt stream starts from "
+                 "the beginning", w->worker_id, last);
+    } else {
+        log_info("worker %s: no earlier shard or heartbeat of this id: the prompt stream starts from the beginning",
+                 w->worker_id);
+    }
+}
+
 // Generates, scores and publishes one shard of groups_per_shard groups.
 static int one_shard(Worker *w, volatile sig_atomic_t *stop, PailErr *err) {
     const RolloutConfig *c = w->cfg;
@@ -404,6 +475,7 @@ static int one_shard(Worker *w, volatile sig_atomic_t *stop, PailErr *err) {
     s.top_k = c->sampler.top_k;
     s.max_new_tokens = c->max_new_tokens;
     s.seed = c->seed;
+    s.prompts_drawn = w->smp.drawn;  // where a restart with this worker id continues (resume_position)
     s.P = P;
     s.N = N;
     s.K = K;
@@ -732,6 +804,7 @@ int rollout_run(const RolloutConfig *c, volatile sig_atomic_t *stop, PailErr *er
     }
     if (rc == 0 && !w.st) rc = err_set(err, PAIL_ERR_INVALID, "--run is required");
     if (rc == 0) rc = check_manifest(&w, stop, err);
+    if (rc == 0 && !c->eval) resume_position(&w);
     long last_eval = -1;
     while (rc == 0) {
         if (stop_requested(&w, stop)) break;

@@ -5,7 +5,7 @@
 # bytes, junk HDF5 under a right hash) is reported once and the worker falls back
 # to the newest version that verifies inside the staleness window, or waits for
 # the next version with --max-staleness 0; a worker id over 64 characters is
-# refused.
+# refused; a worker restarted with the same id continues its prompt stream.
 source "$(dirname "$0")/lib.sh"
 PY=$(venv)/bin/python
 M="$WORK/model"
@@ -130,4 +130,30 @@ LONG_ID=$(printf 'w%.0s' $(seq 1 65))
 expect_fail "a 65-character --worker-id is refused" 2 "worker id .*1 to 64 characters" \
   "${ROLL[@]}" --run "file://$WORK/long" --dataset "$WORK/train.jsonl" --worker-id "$LONG_ID" --max-shards 1
 check "...before writing anything" bash -c "! ls '$WORK'/long/rollouts/*/www* 2>/dev/null"
+
+echo "a worker restarted with the same id continues its prompt stream"
+new_run ref 4
+new_run resume 4
+RS=(--dataset "$WORK/train.jsonl" --worker-id wr --groups-per-shard 2 --seed 7)
+"${ROLL[@]}" --run "file://$WORK/ref" "${RS[@]}" --max-shards 6 >"$WORK/ref.log" 2>&1
+check "reference: 6 shards in one go" test "$(ls "$WORK"/ref/rollouts/v00000000/wr-*.h5 | wc -l)" -eq 6
+"${ROLL[@]}" --run "file://$WORK/resume" "${RS[@]}" --max-shards 2 >"$WORK/resume1.log" 2>&1
+check "first start says it starts from the beginning" grep -q 'wr: no earlier shard or heartbeat.*beginning' "$WORK/resume1.log"
+rm "$WORK/resume/workers/wr.json"
+"${ROLL[@]}" --run "file://$WORK/resume" "${RS[@]}" --max-shards 2 >"$WORK/resume2.log" 2>&1
+check "restart without a heartbeat resumes from its last shard" grep -q 'resuming after 4 prompts.*wr-000001.h5' "$WORK/resume2.log"
+"${ROLL[@]}" --run "file://$WORK/resume" "${RS[@]}" --max-shards 2 >"$WORK/resume3.log" 2>&1
+check "restart with both resumes too" grep -q 'resuming after 8 prompts' "$WORK/resume3.log"
+check "2 + 2 + 2 shards hold the prompts of 6 straight (no replay)" "$PY" -c '
+import glob, sys, h5py
+def rows(d):
+    fs = sorted(glob.glob(d + "/rollouts/v00000000/wr-*.h5"))
+    return [int(r) for f in fs for r in h5py.File(f, "r")["prompt_index"][:]], [f[-9:-3] for f in fs]
+a, ka = rows(sys.argv[1]); b, kb = rows(sys.argv[2])
+assert a == b, (a, b)
+assert ka == kb, (ka, kb)' "$WORK/ref" "$WORK/resume"
+"$CTL" rm "file://$WORK/resume/rollouts/v00000000/wr-000005.h5" >/dev/null
+"${ROLL[@]}" --run "file://$WORK/resume" "${RS[@]}" --max-shards 1 >"$WORK/resume4.log" 2>&1
+check "restart after its last shard is gone resumes from its heartbeat" \
+  grep -q 'resuming after 12 prompts drawn (from workers/wr.json)' "$WORK/resume4.log"
 finish
