@@ -93,7 +93,17 @@ START_TEST(test_round_trip) {
     ck_assert_int_eq(r.reward_valid[5], 0);
     ck_assert_str_eq(r.component_names[1], "format");
     ck_assert_str_eq(r.base_sha256, x.s.base_sha256);
+    ck_assert_int_eq(r.prompts_drawn, 0);
     shard_free(&r);
+    // The optional sampler position round-trips.
+    Buf img2 = {0};
+    x.s.prompts_drawn = 1234567890123LL;
+    ck_assert_msg(shard_write(&x.s, &img2, &err) == 0, "%s", err.msg);
+    ck_assert_msg(shard_read(&r, img2.data, img2.len, "sample", &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(r.prompts_drawn, 1234567890123LL);
+    shard_free(&r);
+    buf_free(&img2);
+    x.s.prompts_drawn = 0;
     // The same bytes open in the standard tools.
     char path[] = "/tmp/pail-check-shard-XXXXXX";
     int fd = mkstemp(path);
@@ -141,7 +151,7 @@ END_TEST
 
 // Writes a shard like shard_write but lets the test break one thing.
 typedef enum { BREAK_NONE, BREAK_FORMAT, BREAK_VERSION, BREAK_LOGPROBS_LEN, BREAK_DROP_GROUP, BREAK_FLOAT_IDS,
-               BREAK_NAMES } Break;
+               BREAK_NAMES, BREAK_DRAWN_NEGATIVE, BREAK_DRAWN_STRING } Break;
 
 static void write_broken(const Sample *x, Break b, Buf *out) {
     PailErr err = {0};
@@ -161,6 +171,8 @@ static void write_broken(const Sample *x, Break b, Buf *out) {
     h5a_write_i64(f, "top_k", 0, &err);
     h5a_write_i64(f, "max_new_tokens", 8, &err);
     h5a_write_i64(f, "seed", 1, &err);
+    if (b == BREAK_DRAWN_NEGATIVE) h5a_write_i64(f, "prompts_drawn", -3, &err);
+    if (b == BREAK_DRAWN_STRING) h5a_write_str(f, "prompts_drawn", "12", &err);
     int64_t ptok = 9, ctok = x->coff[12], lpn = b == BREAK_LOGPROBS_LEN ? ctok - 3 : ctok, p1 = 4, n1 = 13, P = 3,
             N = 12, nk[2] = {12, 2};
     h5d_write(f, "prompt_ids", H5T_NATIVE_INT32, 1, &ptok, x->pid, &err);
@@ -235,6 +247,8 @@ START_TEST(test_read_refuses) {
         {BREAK_DROP_GROUP, "dataset 'group' is missing"},
         {BREAK_FLOAT_IDS, "'completion_ids' has type float"},
         {BREAK_NAMES, "2 columns but 1 names"},
+        {BREAK_DRAWN_NEGATIVE, "prompts_drawn -3 is negative"},
+        {BREAK_DRAWN_STRING, "attribute 'prompts_drawn' is not"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         Buf img = {0};
@@ -244,6 +258,7 @@ START_TEST(test_read_refuses) {
         int rc = shard_read(&r, img.data, img.len, "rollouts/v00000007/w3-000001.h5", &err);
         if (!cases[i].want) {
             ck_assert_msg(rc == 0, "%s", err.msg);
+            ck_assert_int_eq(r.prompts_drawn, 0);  // an older writer's shard: not recorded
             shard_free(&r);
         } else {
             ck_assert_msg(rc == -1, "case %zu accepted", i);

@@ -6,6 +6,7 @@
 #include "core/flags.h"
 #include "core/log.h"
 #include "rollout/worker.h"
+#include "store/runlayout.h"
 #include "store/cli.h"
 
 static volatile sig_atomic_t g_stop;
@@ -25,13 +26,13 @@ int main(int argc, char **argv) {
         {"config", FLAG_STRING, &config, NULL, 1, 0, "file of key = value lines (the command line wins)"},
         {"model", FLAG_STRING, &model, NULL, 1, 0, "Hugging Face model folder (with tokenizer.json)"},
         {"run", FLAG_STRING, &run, NULL, 1, 0, "the run's prefix: file:///abs/dir or s3://bucket/prefix"},
-        {"worker-id", FLAG_STRING, &worker, NULL, 1, 0, "[A-Za-z0-9_.-]{1,64} (default: from SLURM_* ids, else host-pid)"},
+        {"worker-id", FLAG_STRING, &worker, NULL, 1, 0, "[A-Za-z0-9_.-]{1,64} (default: from SLURM_* ids, else host-pid); a restart with the same id continues its prompt stream"},
         {"dataset", FLAG_STRING, &dataset, NULL, 1, 0, "prompts: JSON lines, a path or a store URL"},
         {"group-size", FLAG_INT, &G, "8", 2, 4096, "completions per prompt G"},
         {"batch-size", FLAG_INT, &batch, "32", 1, 4096, "sequences decoded together (continuous batching)"},
         {"groups-per-shard", FLAG_INT, &gps, "8", 1, 100000, "prompt groups per shard"},
         {"max-new-tokens", FLAG_INT, &max_new, "256", 1, 1 << 20, "completion length limit"},
-        {"max-prompt-tokens", FLAG_INT, &max_prompt, "1024", 1, 1 << 20, "longest prompt accepted"},
+        {"max-prompt-tokens", FLAG_INT, &max_prompt, "1024", 1, 1 << 20, "longest prompt accepted (longer rows are skipped, reported and counted)"},
         {"temperature", FLAG_DOUBLE, &temperature, "1.0", 0, 100, "sampling temperature (0: greedy)"},
         {"top-p", FLAG_DOUBLE, &top_p, "1.0", 0, 1, "nucleus sampling (1: off; see doc/rollout.md on the bias)"},
         {"top-k", FLAG_INT, &top_k, "0", 0, 1 << 24, "top-k sampling (0: off)"},
@@ -67,6 +68,11 @@ int main(int argc, char **argv) {
     PailErr err = {0};
     if (!model || !run || (!eval && !dataset) || (eval && !eval_dataset)) {
         fprintf(stderr, "grpo-rollout: --model, --run and --dataset (or --eval with --eval-dataset) are required\n");
+        flags_free(fl, n);
+        return 2;
+    }
+    if (worker && worker_id_check(worker, &err) < 0) {  // before any model is loaded
+        fprintf(stderr, "grpo-rollout: --worker-id: %s\n", err.msg);
         flags_free(fl, n);
         return 2;
     }

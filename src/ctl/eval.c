@@ -22,7 +22,7 @@ int ctl_eval(int argc, char **argv) {
         {"samples", FLAG_INT, &samples, "1", 1, 1024, "1: greedy; k: pass@k at --temperature"},
         {"temperature", FLAG_DOUBLE, &temperature, "1.0", 0, 100, "sampling temperature for pass@k"},
         {"max-new-tokens", FLAG_INT, &max_new, "256", 1, 1 << 20, "completion length limit"},
-        {"max-prompt-tokens", FLAG_INT, &max_prompt, "1024", 1, 1 << 20, "longest prompt accepted"},
+        {"max-prompt-tokens", FLAG_INT, &max_prompt, "1024", 1, 1 << 20, "longest prompt accepted (longer rows are skipped and counted)"},
         {"batch-size", FLAG_INT, &batch, "64", 1, 4096, "sequences decoded together"},
         {"chat", FLAG_BOOL, &chat, "false", 1, 0, "render {\"prompt\"} rows with the chat template"},
         {"prompt-format", FLAG_STRING, &prompt_format, NULL, 1, 0, "plain template with {prompt}"},

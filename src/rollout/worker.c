@@ -52,7 +52,15 @@ typedef struct {
     int stop_ids[16], n_stop;
     char last_error[512];
     double last_heartbeat;
+    uint8_t *row_refused;  // (rows,) 1: longer than --max-prompt-tokens, skipped (owned)
+    long skipped_prompts;  // rows refused so far
+    long *refused;         // (n_refused,) adapter versions that did not verify (owned)
+    int n_refused, cap_refused;
+    long run_staleness;    // run.json's trainer max-staleness
+    long waiting_after;    // newest version for which "waiting for the next version" was said (-1: none)
 } Worker;
+
+#define TRAINER_MAX_STALENESS 4  // grpo-train's --max-staleness default, when run.json lacks it
 
 static bool stop_strings_hit(void *ctx, const int32_t *toks, int n) {
     Worker *w = ctx;
@@ -94,20 +102,37 @@ static int encode_row(Worker *w, const DatasetRow *row, Prompt *out, PailErr *er
     if (rc < 0) { buf_free(&text); return -1; }
     TokenIds ids = {0};
     if (tokenizer_encode(w->tok, (char *)text.data, text.len, &ids, err) < 0) {
+        token_ids_free(&ids);
         buf_free(&text);
         return -1;
+    }
+    if (ids.len < 1 || ids.len > (size_t)w->cfg->max_prompt_tokens) {
+        err_set(err, PAIL_ERR_INVALID, "%s:%lld: prompt has %zu tokens (1..%d accepted: --max-prompt-tokens)",
+                w->ds->source, (long long)row->line, ids.len, w->cfg->max_prompt_tokens);
+        token_ids_free(&ids);
+        buf_free(&text);
+        return 1;
     }
     out->ids = ids.data;
     out->n = (int)ids.len;
     out->text = (char *)text.data;  // keeps the NUL-terminated bytes
-    if (out->n < 1 || out->n > w->cfg->max_prompt_tokens) {
-        int n = out->n;
-        free(out->ids);
-        free(out->text);
-        return err_set(err, PAIL_ERR_INVALID, "%s:%lld: prompt has %d tokens (1..%d accepted: --max-prompt-tokens)",
-                       w->ds->source, (long long)row->line, n, w->cfg->max_prompt_tokens);
-    }
     return 0;
+}
+
+// Encodes dataset row r, or refuses it when it does not fit --max-prompt-tokens:
+// one line naming the row and its length, counted, and the row remembered so it
+// is neither encoded nor reported again (a 10 MB row costs one tokenization).
+// Returns 0 (encoded), 1 (skipped; *out untouched) or -1 with err.
+static int prompt_encode(Worker *w, int64_t r, Prompt *out, PailErr *err) {
+    if (w->row_refused[r]) return 1;
+    int rc = encode_row(w, &w->ds->rows[r], out, err);
+    if (rc == 1) {
+        w->row_refused[r] = 1;
+        w->skipped_prompts++;
+        snprintf(w->last_error, sizeof w->last_error, "%s", err->msg);
+        log_warn("%s: row skipped (%ld skipped so far)", err->msg, w->skipped_prompts);
+    }
+    return rc;
 }
 
 static void heartbeat(Worker *w, const char *state) {
@@ -116,13 +141,19 @@ static void heartbeat(Worker *w, const char *state) {
     run_key_worker(key, sizeof key, w->worker_id);
     char host[128] = "";
     gethostname(host, sizeof host);
-    json_t *j = json_pack("{s:s, s:s, s:I, s:f, s:I, s:s, s:s, s:i, s:I, s:s}", "worker", w->worker_id, "state", state,
-                          "version", (json_int_t)w->version, "tokens_per_second",
+    json_t *j = json_pack("{s:s, s:s, s:I, s:f, s:I, s:I, s:s, s:s, s:i, s:I, s:s}", "worker", w->worker_id, "state",
+                          state, "version", (json_int_t)w->version, "tokens_per_second",
                           w->gen_seconds > 0 ? w->gen_tokens / w->gen_seconds : 0.0, "shards_written",
-                          (json_int_t)w->shards, "last_error", w->last_error, "host", host, "pid", (int)getpid(),
-                          "time", (json_int_t)time_unix_s(), "mode", w->cfg->eval ? "eval" : "rollout");
-    char *text = json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS);
+                          (json_int_t)w->shards, "skipped_prompts", (json_int_t)w->skipped_prompts, "last_error",
+                          w->last_error, "host", host, "pid", (int)getpid(), "time", (json_int_t)time_unix_s(), "mode",
+                          w->cfg->eval ? "eval" : "rollout");
+    if (j && !w->cfg->eval) json_object_set_new(j, "prompts_drawn", json_integer((json_int_t)w->smp.drawn));
+    char *text = j ? json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS) : NULL;
     json_decref(j);
+    if (!text) {  // e.g. last_error cut inside a UTF-8 sequence: not worth failing the worker over
+        log_warn("heartbeat %s: cannot build the JSON", key);
+        return;
+    }
     PailErr err = {0};
     StorePutOpts opt = {.content_type = "application/json"};
     if (store_put(w->st, key, text, strlen(text), &opt, &err) < 0) log_warn("heartbeat %s: %s", key, err.msg);
@@ -141,23 +172,30 @@ static bool stop_requested(Worker *w, volatile sig_atomic_t *stop) {
     return false;
 }
 
-// Loads adapter version v (verified, checked against the run's base).
+// Loads adapter version v (verified, checked against the run's base). Returns 0,
+// 1 when the adapter itself is bad (size or sha256 mismatch, not a pail adapter,
+// another model's, non-finite weights: err says which), -1 for anything else
+// (the store unreachable, the key gone, out of memory).
 static int load_adapter(Worker *w, long v, PailErr *err) {
     char key[128];
     version_key(&SERIES_ADAPTERS, v, key, sizeof key);
     Buf b = {0};
-    if (versioned_get(w->st, key, &b, err) < 0) { buf_free(&b); return -1; }
+    if (versioned_get(w->st, key, &b, err) < 0) {
+        buf_free(&b);
+        return err->code == PAIL_ERR_INVALID ? 1 : -1;
+    }
     LoraLayout lay;
     float *p;
     AdapterMeta meta;
     int rc = lora_adapter_read(b.data, b.len, key, &w->w.cfg, &lay, &p, &meta, err);
     buf_free(&b);
-    if (rc < 0) return -1;
+    if (rc < 0) return err->code == PAIL_ERR_NOMEM ? -1 : 1;
     if (strcmp(meta.base_sha256, w->w.base_sha256)) {
         free(p);
         lora_layout_free(&lay);
-        return err_set(err, PAIL_ERR_INVALID, "%s was trained on base %.12s..., this worker's --model is %.12s...", key,
-                       meta.base_sha256, w->w.base_sha256);
+        err_set(err, PAIL_ERR_INVALID, "%s was trained on base %.12s..., this worker's --model is %.12s...", key,
+                meta.base_sha256, w->w.base_sha256);
+        return 1;
     }
     free(w->lora);
     lora_layout_free(&w->lay);
@@ -165,6 +203,100 @@ static int load_adapter(Worker *w, long v, PailErr *err) {
     w->lora = p;
     w->version = v;
     return transformer_set_lora(w->tf, &w->lay, w->lora, err);
+}
+
+static bool adapter_refused(const Worker *w, long v) {
+    for (int i = 0; i < w->n_refused; i++)
+        if (w->refused[i] == v) return true;
+    return false;
+}
+
+// Remembers a bad version (published objects never change, so it is never
+// fetched again) and reports it in one line.
+static void adapter_refuse(Worker *w, long v, const char *why) {
+    log_warn("%s: adapter refused, not fetched again", why);
+    snprintf(w->last_error, sizeof w->last_error, "%s", why);
+    if (w->n_refused == w->cap_refused) {
+        int nc = w->cap_refused ? 2 * w->cap_refused : 8;
+        long *nr = realloc(w->refused, (size_t)nc * sizeof *nr);
+        if (!nr) return;  // it is fetched and refused again next time: slower, still right
+        w->refused = nr;
+        w->cap_refused = nc;
+    }
+    w->refused[w->n_refused++] = v;
+}
+
+// The newest adapter version in [lo, newest] (with every > 1: newest or a
+// multiple of every) that verifies, trying newest first and skipping refused
+// ones; loads it unless it is the one in use. *got = that version, or -1 when
+// none in the range verifies. -1 with err on a store or memory failure.
+static int adapter_pick(Worker *w, long newest, long lo, long every, long *got, PailErr *err) {
+    *got = -1;
+    long *vs = NULL;
+    int n = 0;
+    bool listed = false;
+    for (long v = newest; v >= 0 && v >= lo;) {
+        if (!adapter_refused(w, v)) {
+            if (v == w->version) { *got = v; break; }
+            int rc = load_adapter(w, v, err);
+            if (rc < 0) { free(vs); return -1; }
+            if (rc == 0) { *got = v; break; }
+            adapter_refuse(w, v, err->msg);
+        }
+        // The next older one from a listing: versions need not be contiguous (gc).
+        if (!listed && versions_list(w->st, &SERIES_ADAPTERS, &vs, &n, err) < 0) return -1;
+        listed = true;
+        long next = -1;
+        for (int i = n - 1; i >= 0 && next < 0; i--)
+            if (vs[i] < v && (every <= 1 || vs[i] % every == 0)) next = vs[i];
+        v = next;
+    }
+    free(vs);
+    return 0;
+}
+
+// The trainer's staleness window: trainer/progress.json's max_staleness (the
+// running trainer's), else run.json's (the first trainer's settings).
+static long staleness_window(Worker *w) {
+    long s = w->run_staleness;
+    Buf b = {0};
+    PailErr e = {0};
+    if (store_get(w->st, RUN_KEY_PROGRESS, &b, NULL, NULL, &e) == 0) {
+        json_t *j = json_loadb((char *)b.data, b.len, 0, NULL);
+        json_t *v = json_object_get(j, "max_staleness");
+        if (json_is_integer(v) && json_integer_value(v) >= 0) s = (long)json_integer_value(v);
+        json_decref(j);
+    }
+    buf_free(&b);
+    return s;
+}
+
+// Nothing in [lo, newest] verifies: said once per newest version.
+static void say_waiting(Worker *w, long newest, long lo, long staleness) {
+    if (w->waiting_after == newest) return;
+    w->waiting_after = newest;
+    char key[128], why[96] = "";
+    version_key(&SERIES_ADAPTERS, newest, key, sizeof key);
+    if (lo == newest - staleness) snprintf(why, sizeof why, " (max_staleness %ld)", staleness);
+    if (lo >= newest)
+        log_warn("%s is refused and no older version is eligible%s: waiting for the next version", key, why);
+    else
+        log_warn("%s is refused and no version back to v%08ld verifies%s: waiting for the next version", key,
+                 lo < 0 ? 0 : lo, why);
+}
+
+// Waits (10 s at most, then the loop looks again) for a version newer than
+// after: the relay's long-poll, or polling with backoff. Returns 0 to go on, 1
+// when stopped, -1 with err.
+static int wait_newer(Worker *w, long after, volatile sig_atomic_t *stop, PailErr *err) {
+    heartbeat(w, "waiting");
+    long got;
+    PailErr lerr = {0};
+    if (versions_wait_newer(w->st, &SERIES_ADAPTERS, after, 10, stop, &got, &lerr) == 0) return 0;
+    if (lerr.code == PAIL_ERR_TIMEOUT || lerr.code == PAIL_ERR_NETWORK) return 0;
+    if (lerr.code == PAIL_ERR_INTERRUPTED) return 1;
+    *err = lerr;
+    return -1;
 }
 
 static int check_manifest(Worker *w, volatile sig_atomic_t *stop, PailErr *err) {
@@ -191,8 +323,81 @@ static int check_manifest(Worker *w, volatile sig_atomic_t *stop, PailErr *err) 
         rc = err_set(err, PAIL_ERR_INVALID, "run.json: the trainer expects groups of %lld, --group-size is %d",
                      (long long)G, w->cfg->group_size);
     snprintf(w->run_id, sizeof w->run_id, "%s", rid ? rid : "");
+    json_t *ms = json_object_get(json_object_get(m, "trainer"), "max-staleness");
+    w->run_staleness = json_is_integer(ms) && json_integer_value(ms) >= 0 ? (long)json_integer_value(ms)
+                                                                           : TRAINER_MAX_STALENESS;
     json_decref(m);
     return rc;
+}
+
+// A restarted worker continues its own prompt stream: the sampler is seeked to
+// the larger of the position recorded in this worker id's last shard (the one
+// with the highest sequence number; prompts_drawn) and in its heartbeat, and
+// shard numbers go on after the last one. The heartbeat's version narrows the
+// listing: a worker's versions only grow. Nothing found: from the beginning.
+static void resume_position(Worker *w) {
+    char hkey[128], after[64] = "", last[STORE_MAX_KEY + 1] = "", src[STORE_MAX_KEY + 1] = "";
+    run_key_worker(hkey, sizeof hkey, w->worker_id);
+    long hb_version = -1, last_seq = -1, last_version = -1;
+    int64_t hb_drawn = 0, drawn = 0;
+    Buf b = {0};
+    PailErr e = {0};
+    if (store_get(w->st, hkey, &b, NULL, NULL, &e) == 0) {
+        json_t *j = json_loadb((char *)b.data, b.len, 0, NULL);
+        const char *id = json_string_value(json_object_get(j, "worker"));
+        const char *mode = json_string_value(json_object_get(j, "mode"));
+        if (id && !strcmp(id, w->worker_id) && (!mode || !strcmp(mode, "rollout"))) {
+            json_t *v = json_object_get(j, "version"), *d = json_object_get(j, "prompts_drawn");
+            if (json_is_integer(v)) hb_version = (long)json_integer_value(v);
+            if (json_is_integer(d) && json_integer_value(d) > 0) hb_drawn = (int64_t)json_integer_value(d);
+        }
+        json_decref(j);
+    }
+    buf_free(&b);
+    if (hb_version >= 0) snprintf(after, sizeof after, "rollouts/v%08ld", hb_version);
+    StoreList l = {0};
+    if (store_list_all(w->st, "rollouts/", after[0] ? after : NULL, &l, &e) < 0) {
+        log_warn("listing this worker's earlier shards: %s", e.msg);
+    } else {
+        for (int i = 0; i < l.n; i++) {
+            long v, seq;
+            char wid[WORKER_ID_MAX + 1];
+            if (run_parse_rollout(l.entries[i].key, &v, wid, sizeof wid, &seq) < 0 || strcmp(wid, w->worker_id))
+                continue;
+            if (seq > last_seq || (seq == last_seq && v > last_version)) {
+                last_seq = seq;
+                last_version = v;
+                snprintf(last, sizeof last, "%s", l.entries[i].key);
+            }
+        }
+    }
+    store_list_free(&l);
+    if (last[0]) {
+        w->seq = last_seq + 1;
+        RolloutShard sh;
+        if (versioned_get(w->st, last, &b, &e) == 0 && shard_read(&sh, b.data, b.len, last, &e) == 0) {
+            drawn = sh.prompts_drawn;
+            shard_free(&sh);
+            if (drawn > 0) snprintf(src, sizeof src, "%s", last);
+        } else {
+            log_warn("reading this worker's last shard: %s", e.msg);
+        }
+        buf_free(&b);
+    }
+    if (hb_drawn > drawn) {
+        drawn = hb_drawn;
+        snprintf(src, sizeof src, "%s", hkey);
+    }
+    if (drawn > 0) {
+        dataset_sampler_seek(&w->smp, drawn);
+        log_info("worker %s: resuming after %lld prompts drawn (from %s)", w->worker_id, (long long)drawn, src);
+    } else if (last[0]) {
+        log_info("worker %s: %s records no prompt position (an older pail wrote it): the prompt stream starts from "
+                 "the beginning", w->worker_id, last);
+    } else {
+        log_info("worker %s: no earlier shard or heartbeat of this id: the prompt stream starts from the beginning",
+                 w->worker_id);
+    }
 }
 
 // Generates, scores and publishes one shard of groups_per_shard groups.
@@ -204,10 +409,23 @@ static int one_shard(Worker *w, volatile sig_atomic_t *stop, PailErr *err) {
     GenCompletion *out = calloc((size_t)N, sizeof *out);
     int64_t *rows = calloc((size_t)P, sizeof *rows);
     int rc = -1;
+    if (!pr || !gp || !out || !rows) {
+        err_set(err, PAIL_ERR_NOMEM, "out of memory for a shard of %d groups x %d", P, G);
+        goto done;
+    }
     for (int p = 0; p < P; p++) {
-        int64_t drawn = w->smp.drawn;
-        rows[p] = dataset_sampler_next(&w->smp);
-        if (encode_row(w, &w->ds->rows[rows[p]], &pr[p], err) < 0) goto done;
+        int64_t drawn, misses = 0;
+        int e;
+        do {  // skip refused rows; a whole cycle of them means none fits
+            if (misses++ > w->ds->n) {
+                err_set(err, PAIL_ERR_INVALID, "dataset %s: no row fits --max-prompt-tokens %d (%ld of %lld refused)",
+                        w->ds->source, c->max_prompt_tokens, w->skipped_prompts, (long long)w->ds->n);
+                goto done;
+            }
+            drawn = w->smp.drawn;
+            rows[p] = dataset_sampler_next(&w->smp);
+        } while ((e = prompt_encode(w, rows[p], &pr[p], err)) == 1);
+        if (e < 0) goto done;
         char sk[256];
         snprintf(sk, sizeof sk, "%s/%lld", w->worker_id, (long long)drawn);
         gp[p] = (GenPrompt){.ids = pr[p].ids, .n = pr[p].n, .seed = (uint64_t)c->seed ^ hash64(sk, strlen(sk))};
@@ -257,6 +475,7 @@ static int one_shard(Worker *w, volatile sig_atomic_t *stop, PailErr *err) {
     s.top_k = c->sampler.top_k;
     s.max_new_tokens = c->max_new_tokens;
     s.seed = c->seed;
+    s.prompts_drawn = w->smp.drawn;  // where a restart with this worker id continues (resume_position)
     s.P = P;
     s.N = N;
     s.K = K;
@@ -334,8 +553,8 @@ free_scores:
     free(valid);
     free(fin);
 done:
-    for (int p = 0; p < P; p++) { free(pr[p].ids); free(pr[p].text); }
-    for (int i = 0; i < N; i++) gen_completion_free(&out[i]);
+    for (int p = 0; pr && p < P; p++) { free(pr[p].ids); free(pr[p].text); }
+    for (int i = 0; out && i < N; i++) gen_completion_free(&out[i]);
     free(pr);
     free(gp);
     free(out);
@@ -388,18 +607,36 @@ static void back_pressure(Worker *w, volatile sig_atomic_t *stop) {
 
 static int eval_version(Worker *w, long v, const char *label, PailErr *err) {
     const RolloutConfig *c = w->cfg;
-    int P = (int)w->ds->n, G = (int)(c->eval_samples > 0 ? c->eval_samples : 1), N = P * G;
-    Prompt *pr = calloc((size_t)P, sizeof *pr);
-    GenPrompt *gp = calloc((size_t)P, sizeof *gp);
-    GenCompletion *out = calloc((size_t)N, sizeof *out);
+    // Sized for every row; P counts the rows that fit --max-prompt-tokens.
+    int R = (int)w->ds->n, G = (int)(c->eval_samples > 0 ? c->eval_samples : 1), P = 0, N = 0;
+    Prompt *pr = calloc((size_t)R, sizeof *pr);
+    GenPrompt *gp = calloc((size_t)R, sizeof *gp);
+    int64_t *rix = calloc((size_t)R, sizeof *rix);  // (P,) dataset row of each prompt
+    GenCompletion *out = calloc((size_t)R * G, sizeof *out);
     int rc = -1, K = reward_set_count(w->rs);
-    RewardInput *in = calloc((size_t)N, sizeof *in);
-    char **texts = calloc((size_t)N, sizeof *texts);
-    float *comp = calloc((size_t)N * (K ? K : 1), sizeof *comp), *total = calloc((size_t)N, sizeof *total);
-    uint8_t *valid = calloc((size_t)N, 1);
-    for (int p = 0; p < P; p++) {
-        if (encode_row(w, &w->ds->rows[p], &pr[p], err) < 0) goto done;
-        gp[p] = (GenPrompt){.ids = pr[p].ids, .n = pr[p].n, .seed = (uint64_t)c->seed + (uint64_t)p};
+    RewardInput *in = calloc((size_t)R * G, sizeof *in);
+    char **texts = calloc((size_t)R * G, sizeof *texts);
+    float *comp = calloc((size_t)R * G * (K ? K : 1), sizeof *comp), *total = calloc((size_t)R * G, sizeof *total);
+    uint8_t *valid = calloc((size_t)R * G, 1);
+    if (!pr || !gp || !rix || !out || !in || !texts || !comp || !total || !valid) {
+        err_set(err, PAIL_ERR_NOMEM, "eval %s: out of memory for %d prompts x %d samples", label, R, G);
+        goto done;
+    }
+    long skipped = 0;
+    for (int r = 0; r < R; r++) {
+        int e = prompt_encode(w, r, &pr[P], err);
+        if (e < 0) goto done;
+        if (e == 1) { skipped++; continue; }
+        rix[P] = r;
+        // Seeded by the row, so a skipped row does not change the other rows' samples.
+        gp[P] = (GenPrompt){.ids = pr[P].ids, .n = pr[P].n, .seed = (uint64_t)c->seed + (uint64_t)r};
+        P++;
+    }
+    N = P * G;
+    if (P == 0) {
+        err_set(err, PAIL_ERR_INVALID, "eval dataset %s: no row fits --max-prompt-tokens %d (%ld of %d refused)",
+                w->ds->source, c->max_prompt_tokens, skipped, R);
+        goto done;
     }
     double t0 = time_mono_s();
     if (generator_run(w->gen, gp, P, out, err) < 0) goto done;
@@ -410,7 +647,7 @@ static int eval_version(Worker *w, long v, const char *label, PailErr *err) {
         tokenizer_decode(w->tok, out[i].ids, (size_t)out[i].n, true, &b, &derr);
         texts[i] = b.data ? (char *)b.data : strdup("");
         in[i] = (RewardInput){.prompt = pr[i / G].text, .completion = texts[i], .completion_tokens = out[i].n,
-                              .row = w->ds->rows[i / G].fields};
+                              .row = w->ds->rows[rix[i / G]].fields};
         len_sum += out[i].n;
     }
     PailErr warn = {0};
@@ -434,14 +671,17 @@ static int eval_version(Worker *w, long v, const char *label, PailErr *err) {
     }
     json_t *comps = json_object();
     for (int k = 0; k < K && k < SHARD_MAX_COMPONENTS; k++) json_object_set_new(comps, names[k], json_real(csum[k] / N));
-    json_t *j = json_pack("{s:I, s:f, s:f, s:o, s:f, s:i, s:i, s:s, s:f, s:I, s:s}", "version", (json_int_t)v,
+    json_t *j = json_pack("{s:I, s:f, s:f, s:o, s:f, s:i, s:I, s:i, s:s, s:f, s:I, s:s}", "version", (json_int_t)v,
                           "accuracy", (double)solved / P, "reward_mean", rsum / N, "components", comps,
-                          "completion_length_mean", len_sum / N, "prompts", P, "samples", G, "metric",
-                          G > 1 ? "pass@k" : "greedy", "seconds", time_mono_s() - t0, "time",
-                          (json_int_t)time_unix_s(), "dataset", w->ds->source);
+                          "completion_length_mean", len_sum / N, "prompts", P, "skipped_prompts",
+                          (json_int_t)skipped, "samples", G, "metric", G > 1 ? "pass@k" : "greedy", "seconds",
+                          time_mono_s() - t0, "time", (json_int_t)time_unix_s(), "dataset", w->ds->source);
     char *text = json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS);
     json_decref(j);
-    log_info("eval %s: accuracy %.1f%% (%d of %d), reward %.3f", label, 100.0 * solved / P, solved, P, rsum / N);
+    char sk[64] = "";
+    if (skipped) snprintf(sk, sizeof sk, "; %ld over --max-prompt-tokens skipped", skipped);
+    log_info("eval %s: accuracy %.1f%% (%d of %d%s), reward %.3f", label, 100.0 * solved / P, solved, P, sk,
+             rsum / N);
     rc = 0;
     if (c->eval_out) {
         FILE *f = fopen(c->eval_out, "w");
@@ -458,7 +698,7 @@ static int eval_version(Worker *w, long v, const char *label, PailErr *err) {
 done:
     for (int p = 0; p < P; p++) { free(pr[p].ids); free(pr[p].text); }
     for (int i = 0; i < N; i++) { gen_completion_free(&out[i]); free(texts[i]); }
-    free(pr); free(gp); free(out); free(in); free(texts); free(comp); free(total); free(valid);
+    free(pr); free(gp); free(rix); free(out); free(in); free(texts); free(comp); free(total); free(valid);
     return rc;
 }
 
@@ -467,6 +707,8 @@ done:
 static int setup(Worker *w, const RolloutConfig *c, PailErr *err) {
     w->cfg = c;
     w->version = -1;
+    w->waiting_after = -1;
+    w->run_staleness = TRAINER_MAX_STALENESS;
     if (model_weights_load(&w->w, c->model_dir, err) < 0) return -1;
     char path[4200];
     snprintf(path, sizeof path, "%s/tokenizer.json", c->model_dir);
@@ -481,6 +723,8 @@ static int setup(Worker *w, const RolloutConfig *c, PailErr *err) {
     const char *dspath = c->eval ? c->eval_dataset : c->dataset;
     if (!dspath) return err_set(err, PAIL_ERR_INVALID, c->eval ? "--eval needs --eval-dataset" : "--dataset is required");
     if (dataset_load(&w->ds, dspath, err) < 0) return -1;
+    if (!(w->row_refused = calloc((size_t)w->ds->n, 1)))
+        return err_set(err, PAIL_ERR_NOMEM, "dataset %s: out of memory", w->ds->source);
     if (reward_set_build(&w->rs, &c->rewards, err) < 0) return -1;
     // Stop at the model's EOS ids and the tokenizer's.
     for (int i = 0; i < w->w.cfg.n_eos && w->n_stop < 15; i++) w->stop_ids[w->n_stop++] = w->w.cfg.eos_token_ids[i];
@@ -495,9 +739,13 @@ static int setup(Worker *w, const RolloutConfig *c, PailErr *err) {
                     .n_stop_ids = w->n_stop, .stop_fn = stop_strings_hit, .stop_ctx = w};
     if (c->eval && c->eval_samples <= 1) gc.sampler = (SamplerConfig){.temperature = 0, .top_p = 1, .top_k = 0};
     if (generator_init(&w->gen, w->tf, &w->w.cfg, &gc, err) < 0) return -1;
-    if (c->worker_id) snprintf(w->worker_id, sizeof w->worker_id, "%s", c->worker_id);
-    else worker_id_default(w->worker_id, sizeof w->worker_id);
-    if (worker_id_check(w->worker_id, err) < 0) return -1;
+    if (c->worker_id) {  // checked before the copy: a longer id would be cut silently
+        if (worker_id_check(c->worker_id, err) < 0) return -1;
+        snprintf(w->worker_id, sizeof w->worker_id, "%s", c->worker_id);
+    } else {
+        worker_id_default(w->worker_id, sizeof w->worker_id);
+        if (worker_id_check(w->worker_id, err) < 0) return -1;
+    }
     if (!c->eval) {
         if (c->num_workers > 0) {
             if (dataset_sampler_init_partition(&w->smp, w->ds, c->worker_index, c->num_workers, err) < 0) return -1;
@@ -524,6 +772,8 @@ static void teardown(Worker *w) {
     free(w->lora);
     lora_layout_free(&w->lay);
     model_weights_free(&w->w);
+    free(w->row_refused);
+    free(w->refused);
 }
 
 static int run_eval_once(Worker *w, PailErr *err) {
@@ -536,7 +786,7 @@ static int run_eval_once(Worker *w, PailErr *err) {
         if (transformer_set_lora(w->tf, &w->lay, w->lora, err) < 0) return -1;
     } else if (w->st) {
         if (versions_latest(w->st, &SERIES_ADAPTERS, &v, err) < 0) return -1;
-        if (v >= 0 && load_adapter(w, v, err) < 0) return -1;
+        if (v >= 0 && load_adapter(w, v, err) != 0) return -1;
     }
     char label[64];
     snprintf(label, sizeof label, v >= 0 ? "adapter v%08ld" : "base model", v);
@@ -554,6 +804,7 @@ int rollout_run(const RolloutConfig *c, volatile sig_atomic_t *stop, PailErr *er
     }
     if (rc == 0 && !w.st) rc = err_set(err, PAIL_ERR_INVALID, "--run is required");
     if (rc == 0) rc = check_manifest(&w, stop, err);
+    if (rc == 0 && !c->eval) resume_position(&w);
     long last_eval = -1;
     while (rc == 0) {
         if (stop_requested(&w, stop)) break;
@@ -567,39 +818,64 @@ int rollout_run(const RolloutConfig *c, volatile sig_atomic_t *stop, PailErr *er
         // Rollout workers keep generating with the version they have; they wait
         // only for the first one. The eval worker waits for each new version.
         if (newest < 0 || (c->eval && newest <= last_eval)) {
-            // Wait for a newer version (the relay's long-poll, or polling with backoff).
-            heartbeat(&w, "waiting");
-            long got;
             long after = c->eval ? (last_eval > w.version ? last_eval : w.version) : w.version;
-            if (versions_wait_newer(w.st, &SERIES_ADAPTERS, after, 10, stop, &got, &lerr) < 0) {
-                if (lerr.code == PAIL_ERR_TIMEOUT || lerr.code == PAIL_ERR_NETWORK) continue;
-                if (lerr.code == PAIL_ERR_INTERRUPTED) break;
-                *err = lerr;
-                rc = -1;
-                break;
-            }
+            int wr = wait_newer(&w, after, stop, err);
+            if (wr != 0) { rc = wr < 0 ? -1 : 0; break; }
             continue;
         }
+        // A version that does not verify is refused once; the newest one that
+        // does inside the trainer's staleness window is used instead, and
+        // when there is none the worker waits for the next version.
+        long got = -1, S = 0, lo = 0;
+        PailErr perr = {0};
+        int pr = 0;
         if (c->eval) {
-            if (last_eval < 0 && newest > 0) {  // the baseline first: v0 (the base model) when not yet evaluated
+            bool baseline = false;  // v0 (the base model) first when not yet evaluated
+            if (last_eval < 0 && newest > 0 && !adapter_refused(&w, 0)) {
                 char k0[64];
                 StoreStat ss0;
                 version_key(&SERIES_EVALS, 0, k0, sizeof k0);
-                if (store_head(w.st, k0, &ss0, &lerr) < 0 && lerr.code == PAIL_ERR_NOT_FOUND) newest = 0;
+                baseline = store_head(w.st, k0, &ss0, &lerr) < 0 && lerr.code == PAIL_ERR_NOT_FOUND;
             }
-            if (c->eval_every > 1 && newest % c->eval_every && newest != 0) { last_eval = newest; continue; }
-            if ((rc = load_adapter(&w, newest, err)) < 0) break;
+            if (!baseline && c->eval_every > 1 && newest % c->eval_every) { last_eval = newest; continue; }
+            S = staleness_window(&w);
+            lo = newest - S > last_eval + 1 ? newest - S : last_eval + 1;
+            if (baseline) pr = adapter_pick(&w, 0, 0, 1, &got, &perr);
+            if (pr == 0 && got < 0) pr = adapter_pick(&w, newest, lo, c->eval_every, &got, &perr);
+        } else if (newest != w.version) {  // hot swap between shards
+            long prev = w.version;
+            S = staleness_window(&w);
+            lo = newest - S;
+            pr = adapter_pick(&w, newest, lo, 1, &got, &perr);
+            if (pr == 0 && got >= 0 && got != prev) {
+                if (got == newest) log_info("using adapter v%08ld", got);
+                else log_info("using adapter v%08ld: the newest that verifies (v%08ld is refused)", got, newest);
+            }
+        } else {
+            got = newest;
+        }
+        if (pr < 0) {
+            if (perr.code != PAIL_ERR_NETWORK && perr.code != PAIL_ERR_NOT_FOUND) { *err = perr; rc = -1; break; }
+            snprintf(w.last_error, sizeof w.last_error, "%s", perr.msg);
+            log_warn("loading an adapter: %s", perr.msg);
+            time_sleep_ms(1000);
+            continue;
+        }
+        if (got < 0) {
+            say_waiting(&w, newest, lo, S);
+            if (c->eval) { last_eval = newest; continue; }
+            int wr = wait_newer(&w, newest, stop, err);
+            if (wr != 0) { rc = wr < 0 ? -1 : 0; break; }
+            continue;
+        }
+        if (c->eval) {
             char label[64];
-            snprintf(label, sizeof label, "v%08ld", newest);
-            if ((rc = eval_version(&w, newest, label, err)) < 0) break;
-            last_eval = newest;
+            snprintf(label, sizeof label, "v%08ld", got);
+            if ((rc = eval_version(&w, got, label, err)) < 0) break;
+            last_eval = got;
             heartbeat(&w, "evaluated");
             if (c->max_shards > 0 && ++w.shards >= c->max_shards) break;
             continue;
-        }
-        if (newest != w.version) {  // hot swap between shards
-            if ((rc = load_adapter(&w, newest, err)) < 0) break;
-            log_info("using adapter v%08ld", newest);
         }
         back_pressure(&w, stop);
         if (stop_requested(&w, stop)) break;

@@ -104,6 +104,7 @@ int shard_write(const RolloutShard *s, Buf *out, PailErr *err) {
     rc |= h5a_write_i64(f, "top_k", s->top_k, err);
     rc |= h5a_write_i64(f, "max_new_tokens", s->max_new_tokens, err);
     rc |= h5a_write_i64(f, "seed", s->seed, err);
+    if (s->prompts_drawn > 0) rc |= h5a_write_i64(f, "prompts_drawn", s->prompts_drawn, err);  // optional
     rc |= h5d_write(f, "prompt_ids", H5T_NATIVE_INT32, 1, &ptok, s->prompt_ids, err);
     rc |= h5d_write(f, "prompt_offsets", H5T_NATIVE_INT64, 1, &p1, s->prompt_offsets, err);
     rc |= h5d_write(f, "prompt_index", H5T_NATIVE_INT64, 1, &P, s->prompt_index, err);
@@ -173,8 +174,13 @@ int shard_read(RolloutShard *s, const void *data, size_t len, const char *name, 
         h5a_read_f64(f, "top_p", &s->top_p, name, err) < 0 ||
         h5a_read_i64(f, "top_k", &s->top_k, name, err) < 0 ||
         h5a_read_i64(f, "max_new_tokens", &s->max_new_tokens, name, err) < 0 ||
-        h5a_read_i64(f, "seed", &s->seed, name, err) < 0) {
+        h5a_read_i64(f, "seed", &s->seed, name, err) < 0 ||
+        (h5a_exists(f, "prompts_drawn") && h5a_read_i64(f, "prompts_drawn", &s->prompts_drawn, name, err) < 0)) {
         rc = err_wrap(err, "shard");
+        goto done;
+    }
+    if (s->prompts_drawn < 0) {
+        rc = err_set(err, PAIL_ERR_INVALID, "shard %s: prompts_drawn %lld is negative", name, (long long)s->prompts_drawn);
         goto done;
     }
     int64_t any = -1, ptok, ctok;

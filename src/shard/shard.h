@@ -23,6 +23,7 @@ typedef struct {
     double temperature, top_p;
     int64_t top_k, max_new_tokens;
     int64_t seed;
+    int64_t prompts_drawn;        // the writer's prompt-sampler position after this shard (0: not recorded)
     // sizes
     int64_t P, N, K;
     // datasets (owned by the shard after shard_read; borrowed while writing)
