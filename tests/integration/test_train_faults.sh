@@ -11,6 +11,8 @@
 #   - metrics belong to committed steps: a kill right after a commit loses none,
 #     and kill -9 at random points gives the straight run's metrics, each step
 #     once, in the bucket and in the local file;
+#   - a newest adapter corrupted in the bucket is published again by the
+#     waiting trainer (with --max-staleness 0 workers have nothing else);
 #   - reward component names in metrics, a deleted run.json, stale temp files,
 #     and grpo-ctl status on an unreadable progress.json.
 source "$(dirname "$0")/lib.sh"
@@ -165,6 +167,33 @@ assert [d["step"] for d in straight] == list(range(1, n + 1)), straight
 assert local == straight, ("local", local, straight)
 assert bucket == straight, ("bucket", bucket, straight)
 EOF
+
+echo "a newest adapter corrupted in the bucket: the waiting trainer publishes it again"
+L="$WORK/live"
+"$BIN/grpo-train" "${COMMON[@]}" "${TR[@]}" --run "file://$L" --steps 1 --max-staleness 0 --metrics "" \
+  --rollout-timeout 120 >"$WORK/live-train.log" 2>&1 &
+TRAIN=$!; PIDS+=($TRAIN)
+for i in $(seq 1 100); do [ -f "$L/adapters/v00000000.h5" ] && break; sleep 0.1; done
+printf 'garbage' | dd of="$L/adapters/v00000000.h5" bs=1 seek=2000 conv=notrunc 2>/dev/null
+"$BIN/grpo-rollout" "${COMMON[@]}" --run "file://$L" --dataset "$WORK/train.jsonl" --worker-id wl \
+  --groups-per-shard 2 --max-new-tokens 6 --batch-size 8 --max-shards 1 --max-ahead 0 "${RW[@]}" \
+  >"$WORK/live-roll.log" 2>&1 &
+ROLL=$!; PIDS+=($ROLL)
+check "the trainer finishes its step" wait $TRAIN
+check "...after publishing v0's weights again as v1" grep -q \
+  "adapters/v00000000.h5 does not verify .*publishing its weights again as v00000001" "$WORK/live-train.log"
+check "the worker refused v0, waited, and generated with v1" bash -c "wait $ROLL; grep -q 'v00000000.h5.*adapter refused' '$WORK/live-roll.log' && ls '$L'/rollouts/v00000001/wl-*.h5"
+check "v1 holds v0's weights (its state's copy)" "$PY" - "$L" <<'EOF'
+import io, sys
+import h5py, numpy as np
+d = sys.argv[1]
+s0 = h5py.File(io.BytesIO(bytes(h5py.File(d + "/trainer/state-v00000000.h5", "r")["adapter_image"][:])), "r")
+a1 = h5py.File(d + "/adapters/v00000001.h5", "r")
+names = []
+a1.visit(lambda n: names.append(n) if isinstance(a1[n], h5py.Dataset) else None)
+assert names and all(np.array_equal(s0[n][:], a1[n][:]) for n in names)
+EOF
+check "v2 is the trained step" test -f "$L/adapters/v00000002.h5"
 
 echo "run.json, temp files, grpo-ctl status"
 S="$WORK/straight"
