@@ -22,7 +22,7 @@ int main(int argc, char **argv) {
         {"ca-bundle", FLAG_STRING, &ca_bundle, NULL, 1, 0, "CA bundle for the upstream (default AWS_CA_BUNDLE)"},
         {"region", FLAG_STRING, &region, NULL, 1, 0, "upstream region (default AWS_REGION)"},
         {"bucket", FLAG_STRING, &bucket, "pail", 1, 0, "the bucket name clients address (path or virtual-host style)"},
-        {"keys", FLAG_STRING, &keys, NULL, 1, 0, "key file: ACCESS_KEY_ID SECRET ROLE [PREFIX] per line (SIGHUP reloads)"},
+        {"keys", FLAG_STRING, &keys, NULL, 1, 0, "key file: ACCESS_KEY_ID SECRET ROLE [PREFIX] per line; trainer and rollout need PREFIX, their run (SIGHUP reloads)"},
         {"cert", FLAG_STRING, &cert, NULL, 1, 0, "TLS certificate chain (PEM)"},
         {"key", FLAG_STRING, &key, NULL, 1, 0, "TLS private key (PEM)"},
         {"http", FLAG_BOOL, &http, "false", 1, 0, "plain HTTP instead of TLS (loopback addresses only)"},
