@@ -546,6 +546,8 @@ START_TEST(test_keys_and_policy) {
     ck_assert(!relay_policy_allows(ROLE_READER, "runs/a", ACCESS_WRITE, "runs/a/workers/x.json", NULL));
     ck_assert(!relay_policy_allows(ROLE_READER, "runs/a", ACCESS_READ, "runs/b/run.json", NULL));
     ck_assert(relay_policy_allows(ROLE_OPERATOR, "", ACCESS_WRITE, "x/y/control/stop", NULL));
+    ck_assert(relay_policy_allows(ROLE_OPERATOR, "runs", ACCESS_WRITE, "runs/exp1/control/stop", NULL));
+    ck_assert(!relay_policy_allows(ROLE_OPERATOR, "runs", ACCESS_WRITE, "runs/exp1/notes.txt", NULL));
     ck_assert(relay_policy_allows(ROLE_OPERATOR, "", ACCESS_DELETE, "anything", NULL));
     ck_assert(!relay_policy_allows(ROLE_TRAINER, "", ACCESS_DELETE, "adapters/v00000001.h5", NULL));
     ck_assert(relay_policy_allows_list("runs/a", "runs/a/adapters/"));
@@ -589,7 +591,7 @@ START_TEST(test_role_folders_anchored) {
         snprintf(key, sizeof key, "runs/exp1/%s", rollout[i]);
         ck_assert_msg(relay_policy_allows(ROLE_ROLLOUT, "runs/exp1", ACCESS_WRITE, key, NULL), "%s", key);
         ck_assert_msg(!relay_policy_allows(ROLE_TRAINER, "runs/exp1", ACCESS_WRITE, key, NULL), "%s", key);
-        ck_assert_msg(relay_policy_allows(ROLE_OPERATOR, "", ACCESS_WRITE, key, NULL), "%s", key);
+        ck_assert_msg(relay_policy_allows(ROLE_OPERATOR, "runs", ACCESS_WRITE, key, NULL), "%s", key);
     }
     ck_assert(!relay_policy_allows(ROLE_TRAINER, "runs/exp1", ACCESS_WRITE, "runs/exp1/control/stop", NULL));
     ck_assert(!relay_policy_allows(ROLE_ROLLOUT, "runs/exp1", ACCESS_WRITE, "runs/exp1/control/stop", NULL));

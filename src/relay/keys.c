@@ -238,8 +238,9 @@ bool relay_policy_allows(RelayRole role, const char *prefix, RelayAccess what, c
         return false;
     }
     // A trainer or rollout key's prefix is its run's root: the role folders
-    // count directly below it only. An operator key without a prefix serves
-    // every run in the bucket, so for it they count below any folder.
+    // count directly below it only. The operator's prefix is a scope over any
+    // number of runs (it deletes anything in it anyway), so for the operator
+    // they count below any folder.
     if (!prefix[0] && writes_run(role)) {
         *why = "a trainer or rollout key needs a run prefix";
         return false;
@@ -249,7 +250,7 @@ bool relay_policy_allows(RelayRole role, const char *prefix, RelayAccess what, c
         trainer |= !strcmp(p, "run.json") || under(p, "adapters/") || under(p, "trainer/") || under(p, "metrics/");
         rollout |= under(p, "rollouts/") || under(p, "workers/") || under(p, "eval/");
         control |= under(p, "control/");
-        if (role != ROLE_OPERATOR || prefix[0]) break;
+        if (role != ROLE_OPERATOR) break;
         p = strchr(p, '/');
         if (p) p++;
     }
