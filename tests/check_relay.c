@@ -647,6 +647,9 @@ START_TEST(test_role_folders_anchored) {
         raw_req(&t, "PUT", probe[i].path, probe[i].ak, probe[i].sk, now, "data", "data", &r);
         ck_assert_msg(r.status == 403, "%s: status %ld", probe[i].path, r.status);
         expect_s3_error(&r, 403, "AccessDenied");
+        // The answer says whose key it was and where it may write.
+        ck_assert_msg(strstr((char *)r.body.data, probe[i].ak) && strstr((char *)r.body.data, "prefix runs/r1)"),
+                      "%s", (char *)r.body.data);
         buf_free(&r.body);
         ck_assert_msg(!file_exists(&t, probe[i].path + 6), "%s written", probe[i].path);
     }
