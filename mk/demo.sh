@@ -52,7 +52,7 @@ port=19100
 while (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null; do port=$((port + 1)); done
 key() { head -c 18 /dev/urandom | od -An -tx1 | tr -d ' \n'; }
 TK=trainer-$(key | cut -c1-8) TS=$(key) RK=rollout-$(key | cut -c1-8) RS=$(key) OK=operator-$(key | cut -c1-8) OS=$(key)
-printf '# demo keys: ACCESS_KEY_ID SECRET ROLE\n%s %s trainer\n%s %s rollout\n%s %s operator\n' \
+printf '# demo keys: ACCESS_KEY_ID SECRET ROLE [PREFIX]\n%s %s trainer demo\n%s %s rollout demo\n%s %s operator\n' \
   "$TK" "$TS" "$RK" "$RS" "$OK" "$OS" >"$D/keys.txt"
 chmod 600 "$D/keys.txt"
 "$BIN/grpo-relay" --root "$D/bucket" --http --listen "127.0.0.1:$port" --keys "$D/keys.txt" --bucket pail \

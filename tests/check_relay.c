@@ -530,7 +530,7 @@ START_TEST(test_keys_and_policy) {
     relay_keys_free(&k);
     static const char *const bads[] = {"AK 0123456789abcdef wizard\n", "AK short trainer\n", "AK\n",
                                        "AK 0123456789abcdef trainer ../x\n",
-                                       "AK 0123456789abcdef trainer\nAK 0123456789abcdef reader\n",
+                                       "AK 0123456789abcdef trainer runs/a\nAK 0123456789abcdef reader\n",
                                        "A/K 0123456789abcdef trainer\n", "AK 0123456789abcdef trainer a b\n"};
     for (size_t i = 0; i < sizeof bads / sizeof bads[0]; i++) {
         ck_assert_msg(relay_keys_parse(&k, bads[i], strlen(bads[i]), "k", &err) == -1, "accepted: %s", bads[i]);
@@ -546,11 +546,129 @@ START_TEST(test_keys_and_policy) {
     ck_assert(!relay_policy_allows(ROLE_READER, "runs/a", ACCESS_WRITE, "runs/a/workers/x.json", NULL));
     ck_assert(!relay_policy_allows(ROLE_READER, "runs/a", ACCESS_READ, "runs/b/run.json", NULL));
     ck_assert(relay_policy_allows(ROLE_OPERATOR, "", ACCESS_WRITE, "x/y/control/stop", NULL));
+    ck_assert(relay_policy_allows(ROLE_OPERATOR, "runs", ACCESS_WRITE, "runs/exp1/control/stop", NULL));
+    ck_assert(!relay_policy_allows(ROLE_OPERATOR, "runs", ACCESS_WRITE, "runs/exp1/notes.txt", NULL));
     ck_assert(relay_policy_allows(ROLE_OPERATOR, "", ACCESS_DELETE, "anything", NULL));
     ck_assert(!relay_policy_allows(ROLE_TRAINER, "", ACCESS_DELETE, "adapters/v00000001.h5", NULL));
     ck_assert(relay_policy_allows_list("runs/a", "runs/a/adapters/"));
     ck_assert(!relay_policy_allows_list("runs/a", "runs/"));
     ck_assert(!relay_policy_allows_list("runs/a", "runs/ab/"));
+}
+END_TEST
+
+// Role folders count only directly below a writer's run prefix, and trainer and
+// rollout keys must have one: an un-prefixed rollout key once matched eval/ at
+// any depth, so it could write another run's adapters.
+START_TEST(test_role_folders_anchored) {
+    const char *why = NULL;
+    ck_assert(!relay_policy_allows(ROLE_ROLLOUT, "", ACCESS_WRITE, "runs/eval/exp1/adapters/v00000001.h5", &why));
+    ck_assert_msg(strstr(why, "prefix"), "%s", why);
+    ck_assert(!relay_policy_allows(ROLE_ROLLOUT, "", ACCESS_WRITE, "runs/workers/exp2/run.json", NULL));
+    ck_assert(!relay_policy_allows(ROLE_TRAINER, "", ACCESS_WRITE, "runs/metrics/exp4/control/stop", NULL));
+    ck_assert(!relay_policy_allows(ROLE_ROLLOUT, "", ACCESS_WRITE, "rollouts/v00000001/w-000001.h5", NULL));
+    // The probe's keys with a run prefix: below the run root only.
+    ck_assert(!relay_policy_allows(ROLE_ROLLOUT, "runs/eval", ACCESS_WRITE, "runs/eval/exp1/adapters/v00000001.h5",
+                                   NULL));
+    ck_assert(!relay_policy_allows(ROLE_ROLLOUT, "runs/workers", ACCESS_WRITE, "runs/workers/exp2/run.json", NULL));
+    ck_assert(!relay_policy_allows(ROLE_TRAINER, "runs/metrics", ACCESS_WRITE, "runs/metrics/exp4/control/stop",
+                                   NULL));
+    ck_assert(!relay_policy_allows(ROLE_ROLLOUT, "runs/a", ACCESS_WRITE, "runs/a/x/eval/v00000001.json", NULL));
+    ck_assert(!relay_policy_allows(ROLE_TRAINER, "runs/a", ACCESS_WRITE, "runs/a/x/run.json", NULL));
+    // Every file of the run layout (doc/protocol.md) for its own role.
+    static const char *const trainer[] = {"run.json", "adapters/v00000001.h5", "adapters/LATEST",
+                                          "trainer/state-v00000001.h5", "trainer/progress.json",
+                                          "trainer/rejected/rollouts/v00000001/w-000001.h5.json",
+                                          "metrics/step-00000001.json"};
+    static const char *const rollout[] = {"rollouts/v00000001/w-000001.h5", "workers/w.json", "eval/v00000001.json"};
+    char key[256];
+    for (size_t i = 0; i < sizeof trainer / sizeof *trainer; i++) {
+        snprintf(key, sizeof key, "runs/exp1/%s", trainer[i]);
+        ck_assert_msg(relay_policy_allows(ROLE_TRAINER, "runs/exp1", ACCESS_WRITE, key, NULL), "%s", key);
+        ck_assert_msg(!relay_policy_allows(ROLE_ROLLOUT, "runs/exp1", ACCESS_WRITE, key, NULL), "%s", key);
+        ck_assert_msg(relay_policy_allows(ROLE_OPERATOR, "", ACCESS_WRITE, key, NULL), "%s", key);
+    }
+    for (size_t i = 0; i < sizeof rollout / sizeof *rollout; i++) {
+        snprintf(key, sizeof key, "runs/exp1/%s", rollout[i]);
+        ck_assert_msg(relay_policy_allows(ROLE_ROLLOUT, "runs/exp1", ACCESS_WRITE, key, NULL), "%s", key);
+        ck_assert_msg(!relay_policy_allows(ROLE_TRAINER, "runs/exp1", ACCESS_WRITE, key, NULL), "%s", key);
+        ck_assert_msg(relay_policy_allows(ROLE_OPERATOR, "runs", ACCESS_WRITE, key, NULL), "%s", key);
+    }
+    ck_assert(!relay_policy_allows(ROLE_TRAINER, "runs/exp1", ACCESS_WRITE, "runs/exp1/control/stop", NULL));
+    ck_assert(!relay_policy_allows(ROLE_ROLLOUT, "runs/exp1", ACCESS_WRITE, "runs/exp1/control/stop", NULL));
+    ck_assert(relay_policy_allows(ROLE_OPERATOR, "runs/exp1", ACCESS_WRITE, "runs/exp1/control/stop", NULL));
+
+    // At load: a trainer or rollout key without a prefix is refused, naming the
+    // key and what to add; operator and reader keys may serve the whole bucket.
+    RelayKeys k;
+    PailErr err = {0};
+    static const char *const roles[] = {"trainer", "rollout"};
+    char text[256];
+    for (int i = 0; i < 2; i++) {
+        snprintf(text, sizeof text, "ops 0123456789abcdef operator\nexp1-%s 0123456789abcdef %s\n", roles[i],
+                 roles[i]);
+        ck_assert_int_eq(relay_keys_parse(&k, text, strlen(text), "keys.txt", &err), -1);
+        ck_assert_msg(strstr(err.msg, "keys.txt:2:") && strstr(err.msg, "exp1-") && strstr(err.msg, roles[i]) &&
+                          strstr(err.msg, "run prefix") && !strchr(err.msg, '\n'),
+                      "%s", err.msg);
+    }
+    const char *ok = "ops 0123456789abcdef operator\nall 0123456789abcdef reader\n"
+                     "t1 0123456789abcdef trainer runs/exp1\nr1 0123456789abcdef rollout runs/exp1\n"
+                     "o1 0123456789abcdef operator runs\nd1 0123456789abcdef reader runs\n"
+                     "t2 0123456789abcdef trainer runs/exp10\nt3 0123456789abcdef trainer runs/exp1-b\n"
+                     "m1 0123456789abcdef reader runs/exp1/metrics\no2 0123456789abcdef operator runs/exp1/x\n";
+    ck_assert_msg(relay_keys_parse(&k, ok, strlen(ok), "keys.txt", &err) == 0, "%s", err.msg);
+    relay_keys_free(&k);
+    // A run does not hold another run: a rollout key for runs/exp1 would own
+    // the eval/ run's adapters below it.
+    static const char *const nested[] = {"r 0123456789abcdef rollout runs/exp1\nt 0123456789abcdef trainer "
+                                         "runs/exp1/eval\n",
+                                         "t 0123456789abcdef rollout runs/exp1/eval/x\nr 0123456789abcdef trainer "
+                                         "runs/exp1\n"};
+    for (int i = 0; i < 2; i++) {
+        ck_assert_int_eq(relay_keys_parse(&k, nested[i], strlen(nested[i]), "keys.txt", &err), -1);
+        ck_assert_msg(strstr(err.msg, "keys.txt:") && strstr(err.msg, "runs/exp1") && strstr(err.msg, "inside"), "%s",
+                      err.msg);
+    }
+
+    // Through the relay: the probe's writes are 403 and write nothing; a relay
+    // with an un-prefixed rollout key does not start.
+    TestRelay t;
+    relay_start(&t);
+    Raw r;
+    int64_t now = time_unix_s();
+    static const struct { const char *path, *ak, *sk; } probe[] = {
+        {"/pail/runs/eval/exp1/adapters/v00000001.h5", RO_ID, RO_SECRET},
+        {"/pail/runs/workers/exp2/run.json", RO_ID, RO_SECRET},
+        {"/pail/runs/metrics/exp4/control/stop", TR_ID, TR_SECRET},
+        {"/pail/runs/r1/eval/exp1/adapters/v00000001.h5", TR_ID, TR_SECRET},
+        {"/pail/runs/r1/x/eval/v00000001.json", RO_ID, RO_SECRET},
+    };
+    for (size_t i = 0; i < sizeof probe / sizeof *probe; i++) {
+        raw_req(&t, "PUT", probe[i].path, probe[i].ak, probe[i].sk, now, "data", "data", &r);
+        ck_assert_msg(r.status == 403, "%s: status %ld", probe[i].path, r.status);
+        expect_s3_error(&r, 403, "AccessDenied");
+        // The answer says whose key it was and where it may write.
+        ck_assert_msg(strstr((char *)r.body.data, probe[i].ak) && strstr((char *)r.body.data, "prefix runs/r1)"),
+                      "%s", (char *)r.body.data);
+        buf_free(&r.body);
+        ck_assert_msg(!file_exists(&t, probe[i].path + 6), "%s written", probe[i].path);
+    }
+    raw_req(&t, "PUT", "/pail/runs/r1/eval/v00000001.json", RO_ID, RO_SECRET, now, "data", "data", &r);
+    ck_assert_int_eq(r.status, 200);
+    buf_free(&r.body);
+    FILE *f = fopen(t.keys, "a");
+    fprintf(f, "exp2-rollout 0123456789abcdef rollout\n");
+    fclose(f);
+    RelayConfig cfg = {.listen = "127.0.0.1:0", .root = t.root, .keys_path = t.keys, .http = true};
+    Relay *bad = NULL;
+    ck_assert_int_eq(relay_open(&bad, &cfg, &err), -1);
+    ck_assert_msg(strstr(err.msg, "exp2-rollout") && strstr(err.msg, "run prefix"), "%s", err.msg);
+    // SIGHUP's reload of that file keeps the old keys.
+    relay_reload_keys(t.relay);
+    raw_req(&t, "PUT", "/pail/runs/r1/eval/v00000002.json", RO_ID, RO_SECRET, now, "data", "data", &r);
+    ck_assert_int_eq(r.status, 200);
+    buf_free(&r.body);
+    relay_end(&t);
 }
 END_TEST
 
@@ -792,6 +910,7 @@ int main(void) {
     TCase *lim = tcase_create("limits");
     tcase_add_test(lim, test_rejections);
     tcase_add_test(lim, test_keys_and_policy);
+    tcase_add_test(lim, test_role_folders_anchored);
     tcase_add_test(lim, test_route_parse);
     tcase_add_test(lim, test_slowloris_and_stop);
     tcase_add_test(lim, test_open_errors);

@@ -28,7 +28,7 @@ int main(int argc, char **argv) {
          "seconds an --upstream request is retried before the client gets 503 ServiceUnavailable (clients "
          "keep retrying under their own --max-outage); keep it under their 30 s stall limit"},
         {"bucket", FLAG_STRING, &bucket, "pail", 1, 0, "the bucket name clients address (path or virtual-host style)"},
-        {"keys", FLAG_STRING, &keys, NULL, 1, 0, "key file: ACCESS_KEY_ID SECRET ROLE [PREFIX] per line (SIGHUP reloads)"},
+        {"keys", FLAG_STRING, &keys, NULL, 1, 0, "key file: ACCESS_KEY_ID SECRET ROLE [PREFIX] per line; trainer and rollout need PREFIX, their run (SIGHUP reloads)"},
         {"cert", FLAG_STRING, &cert, NULL, 1, 0, "TLS certificate chain (PEM)"},
         {"key", FLAG_STRING, &key, NULL, 1, 0, "TLS private key (PEM)"},
         {"http", FLAG_BOOL, &http, "false", 1, 0, "plain HTTP instead of TLS (loopback addresses only)"},

@@ -742,8 +742,9 @@ static const char *method_name(enum evhttp_cmd_type t) {
 static bool allowed(RelayReq *q, RelayAccess what) {
     const char *why = NULL;
     if (relay_policy_allows(q->role_id, q->prefix, what, q->route.key, &why)) return true;
-    char msg[512];
-    snprintf(msg, sizeof msg, "Access Denied: %s (key id %s, role %s)", why, q->keyid, q->role);
+    char msg[768];
+    snprintf(msg, sizeof msg, "Access Denied: %s (key id %s, role %s, prefix %.300s)", why, q->keyid, q->role,
+             q->prefix[0] ? q->prefix : "none");
     relay_reply_error(q, 403, "AccessDenied", msg);
     return false;
 }

@@ -2,7 +2,8 @@
 // relative to the client's run prefix, so one rule table serves every run:
 // trainer owns run.json, adapters/, trainer/, metrics/; rollout workers own
 // rollouts/, workers/, eval/; the operator owns all of them plus control/ and is
-// the only role that deletes (gc); readers only read.
+// the only role that deletes (gc); readers only read. A trainer or rollout
+// key's prefix is its run's root: the folders count only directly below it.
 #include "relay/keys.h"
 #include <ctype.h>
 #include <stdio.h>
@@ -30,6 +31,48 @@ static bool id_ok(const char *s) {
     for (; *s; s++)
         if (!isalnum((unsigned char)*s) && *s != '_' && *s != '-' && *s != '.') return false;
     return true;
+}
+
+static bool writes_run(RelayRole r) { return r == ROLE_TRAINER || r == ROLE_ROLLOUT; }
+
+static int by_prefix(const void *a, const void *b) {
+    return strcmp((*(const RelayKey *const *)a)->prefix, (*(const RelayKey *const *)b)->prefix);
+}
+
+static int prefix_vs_key(const void *prefix, const void *k) {
+    return strcmp(prefix, (*(const RelayKey *const *)k)->prefix);
+}
+
+// A trainer or rollout key's prefix is a run's root, so no other run may lie
+// below it: a rollout key for runs/x would own the adapters/ of a run at
+// runs/x/eval/y. (Reader and operator prefixes are not runs: a reader of
+// runs/x/metrics is fine.) Each writer's ancestors are looked up among the
+// writers' prefixes (sorted), so a large file costs n log n, not n^2.
+static int nested_check(const RelayKeys *ks, const char *name, PailErr *err) {
+    const RelayKey **w = malloc((size_t)(ks->n ? ks->n : 1) * sizeof *w);
+    if (!w) return err_set(err, PAIL_ERR_NOMEM, "%s: out of memory", name);
+    int nw = 0;
+    for (int i = 0; i < ks->n; i++)
+        if (writes_run(ks->keys[i].role)) w[nw++] = &ks->keys[i];
+    qsort(w, (size_t)nw, sizeof *w, by_prefix);
+    int rc = 0;
+    for (int i = 0; i < nw && rc == 0; i++) {
+        const RelayKey *k = w[i];
+        char up[STORE_MAX_KEY];
+        for (const char *s = strchr(k->prefix, '/'); s && rc == 0; s = strchr(s + 1, '/')) {
+            memcpy(up, k->prefix, (size_t)(s - k->prefix));
+            up[s - k->prefix] = 0;
+            const RelayKey **hit = bsearch(up, w, (size_t)nw, sizeof *w, prefix_vs_key);
+            if (hit)
+                rc = err_set(err, PAIL_ERR_INVALID,
+                             "%s:%d: run %s of %s key '%s' lies inside run %s of %s key '%s' (line %d): a trainer "
+                             "or rollout key's prefix is one run's root and no run holds another",
+                             name, k->line, k->prefix, relay_role_name(k->role), k->id, (*hit)->prefix,
+                             relay_role_name((*hit)->role), (*hit)->id, (*hit)->line);
+        }
+    }
+    free(w);
+    return rc;
 }
 
 int relay_keys_parse(RelayKeys *out, const char *text, size_t n, const char *name, PailErr *err) {
@@ -97,6 +140,15 @@ int relay_keys_parse(RelayKeys *out, const char *text, size_t n, const char *nam
             }
             snprintf(k.prefix, sizeof k.prefix, "%s", p);
         }
+        if (!k.prefix[0] && writes_run(k.role)) {
+            relay_keys_free(out);
+            return err_set(err, PAIL_ERR_INVALID,
+                           "%s:%d: %s key '%s' has no run prefix: add its run's prefix as the 4th field (e.g. "
+                           "'runs/exp1' for --run s3://BUCKET/runs/exp1); only operator and reader keys serve the "
+                           "whole bucket",
+                           name, lineno, f[2], f[0]);
+        }
+        k.line = lineno;
         snprintf(k.id, sizeof k.id, "%s", f[0]);
         memcpy(k.secret, f[1], sl + 1);
         if (relay_keys_find(out, k.id)) {
@@ -113,6 +165,10 @@ int relay_keys_parse(RelayKeys *out, const char *text, size_t n, const char *nam
             out->keys = nk;
         }
         out->keys[out->n++] = k;
+    }
+    if (nested_check(out, name, err) < 0) {
+        relay_keys_free(out);
+        return -1;
     }
     return 0;
 }
@@ -181,14 +237,20 @@ bool relay_policy_allows(RelayRole role, const char *prefix, RelayAccess what, c
         *why = "only the operator role deletes";
         return false;
     }
-    // With a run prefix the rules apply to the key below it; a key without one
-    // serves every run in the bucket, so they apply below any folder.
+    // A trainer or rollout key's prefix is its run's root: the role folders
+    // count directly below it only. The operator's prefix is a scope over any
+    // number of runs (it deletes anything in it anyway), so for the operator
+    // they count below any folder.
+    if (!prefix[0] && writes_run(role)) {
+        *why = "a trainer or rollout key needs a run prefix";
+        return false;
+    }
     bool trainer = false, rollout = false, control = false;
     for (const char *p = rel; p;) {
         trainer |= !strcmp(p, "run.json") || under(p, "adapters/") || under(p, "trainer/") || under(p, "metrics/");
         rollout |= under(p, "rollouts/") || under(p, "workers/") || under(p, "eval/");
         control |= under(p, "control/");
-        if (prefix[0]) break;
+        if (role != ROLE_OPERATOR) break;
         p = strchr(p, '/');
         if (p) p++;
     }
@@ -199,11 +261,11 @@ bool relay_policy_allows(RelayRole role, const char *prefix, RelayAccess what, c
         return false;
     case ROLE_TRAINER:
         if (trainer) return true;
-        *why = "the trainer role writes run.json, adapters/, trainer/ and metrics/ only";
+        *why = "the trainer role writes run.json, adapters/, trainer/ and metrics/ directly below its run prefix only";
         return false;
     case ROLE_ROLLOUT:
         if (rollout) return true;
-        *why = "the rollout role writes rollouts/, workers/ and eval/ only";
+        *why = "the rollout role writes rollouts/, workers/ and eval/ directly below its run prefix only";
         return false;
     default:
         *why = "the reader role only reads";

@@ -15,7 +15,8 @@ typedef struct {
     char id[128];
     char secret[128];            // never logged
     RelayRole role;
-    char prefix[STORE_MAX_KEY];  // "" (whole bucket) or "runs/x" (no trailing '/')
+    char prefix[STORE_MAX_KEY];  // "" (whole bucket: operator, reader) or "runs/x" (no trailing '/')
+    int line;                    // in the key file, for messages
 } RelayKey;
 
 typedef struct {
@@ -24,8 +25,9 @@ typedef struct {
 } RelayKeys;
 
 // Parses key-file text (name is used in messages). Duplicate ids, unknown
-// roles, malformed prefixes, secrets shorter than 16 bytes are errors naming
-// the line. Returns 0 / -1.
+// roles, malformed prefixes, secrets shorter than 16 bytes, a trainer or
+// rollout key without a prefix, and a trainer's or rollout key's prefix inside
+// another's are errors naming the line. Returns 0 / -1.
 int relay_keys_parse(RelayKeys *out, const char *text, size_t n, const char *name, PailErr *err);
 int relay_keys_load(RelayKeys *out, const char *path, PailErr *err);
 void relay_keys_free(RelayKeys *k);
@@ -36,9 +38,10 @@ int relay_role_parse(const char *s, RelayRole *out);  // 0 / -1
 typedef enum { ACCESS_READ, ACCESS_WRITE, ACCESS_DELETE } RelayAccess;
 // May this client do `what` on object key `key` (already validated with
 // store_key_check)? Returns true / false; *why (when non-NULL) says why not.
-// With a prefix the role rules apply to the key below it ("runs/x" +
-// "/adapters/v1.h5"); without one they apply below any folder (the key serves
-// every run in the bucket).
+// For trainer and rollout the prefix is the run's root: the role folders count
+// directly below it only ("runs/x" + "/adapters/v1.h5"), and without a prefix
+// they write nothing. For the operator they count below any folder inside its
+// prefix (or the bucket).
 bool relay_policy_allows(RelayRole role, const char *prefix, RelayAccess what, const char *key,
                          const char **why);
 // May this client list under `list_prefix` (may be "")? Only inside its prefix.

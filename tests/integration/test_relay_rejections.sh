@@ -2,7 +2,8 @@
 # grpo-relay's rejections over HTTPS, signed by an independent SigV4 signer
 # (relay_sign.py: hashlib/hmac only): no signature, a wrong secret, an unknown
 # key, a stale date, a tampered payload, the wrong role's prefix, a key outside
-# the run prefix, traversal and control characters. Each gets the right status
+# the run prefix, role folders below the run root, traversal and control
+# characters; a key file with a trainer or rollout key without a run prefix. Each gets the right status
 # and S3 error code, and nothing is written. Then the long-poll extension: a
 # waiting LIST wakes when a version is published (latency printed) and returns
 # an empty list at its deadline; a standard LIST is unchanged.
@@ -33,6 +34,14 @@ want "trainer writes a rollout shard" "403 AccessDenied" PUT "$U/runs/r1/rollout
 want "trainer writes control/" "403 AccessDenied" PUT "$U/runs/r1/control/stop" "$TR_AK" "$TR_SK" --body x
 want "reader writes anything" "403 AccessDenied" PUT "$U/runs/r1/workers/r.json" "$RD_AK" "$RD_SK" --body x
 want "trainer deletes" "403 AccessDenied" DELETE "$U/runs/r1/trainer/ok.txt" "$TR_AK" "$TR_SK"
+want "rollout writes another run's adapter (eval/ below the bucket root)" "403 AccessDenied" \
+  PUT "$U/runs/eval/exp1/adapters/v00000001.h5" "$RO_AK" "$RO_SK" --body x
+want "rollout writes another run's run.json (workers/ below the bucket root)" "403 AccessDenied" \
+  PUT "$U/runs/workers/exp2/run.json" "$RO_AK" "$RO_SK" --body x
+want "trainer writes another run's control/stop (metrics/ below the bucket root)" "403 AccessDenied" \
+  PUT "$U/runs/metrics/exp4/control/stop" "$TR_AK" "$TR_SK" --body x
+want "rollout writes eval/ one folder below its run" "403 AccessDenied" \
+  PUT "$U/runs/r1/x/eval/v00000001.json" "$RO_AK" "$RO_SK" --body x
 want "outside the run prefix (write)" "403 AccessDenied" PUT "$U/runs/r2/trainer/h.txt" "$TR_AK" "$TR_SK" --body x
 want "outside the run prefix (read)" "403 AccessDenied" GET "$U/runs/r2/run.json" "$RD_AK" "$RD_SK"
 want "outside the run prefix (list)" "403 AccessDenied" GET "$U?list-type=2&prefix=runs/" "$RD_AK" "$RD_SK"
@@ -49,6 +58,14 @@ check "TLS 1.1 is refused" bash -c "! openssl s_client -connect 127.0.0.1:$RELAY
 check "TLS 1.3 is accepted" bash -c "openssl s_client -connect 127.0.0.1:$RELAY_PORT -tls1_3 -CAfile '$RELAY_CA' </dev/null 2>/dev/null | grep -q 'TLSv1.3'"
 written=$(cd "$R" && find . -type f ! -name '.pail-meta.*' | sort | tr '\n' ' ')
 check "nothing written but the three accepted PUTs (got: $written)" test "$written" = "./runs/r1/trainer/e.txt ./runs/r1/trainer/g.txt ./runs/r1/trainer/ok.txt "
+printf '%s\nexp2-rollout %s rollout\n' "$(grep -v '^#' "$WORK/keys")" "$RO_SK" >"$WORK/keys.noprefix"
+expect_fail_last "a rollout key without a run prefix: the relay does not start, naming the key" 2 \
+  "keys.noprefix:[0-9]+: rollout key 'exp2-rollout' has no run prefix" \
+  timeout 10 "$BIN/grpo-relay" --http --listen 127.0.0.1:0 --root "$R" --keys "$WORK/keys.noprefix"
+printf '%s\nexp2-trainer %s trainer runs/r1/eval\n' "$(grep -v '^#' "$WORK/keys")" "$TR_SK" >"$WORK/keys.nested"
+expect_fail_last "a trainer key for a run inside another run: the relay does not start" 2 \
+  "keys.nested:[0-9]+: run runs/r1/eval of trainer key 'exp2-trainer' lies inside run runs/r1" \
+  timeout 10 "$BIN/grpo-relay" --http --listen 127.0.0.1:0 --root "$R" --keys "$WORK/keys.nested"
 check "plain --http on a public address is refused" bash -c "! '$BIN/grpo-relay' --http --listen 0.0.0.0:0 --root '$R' --keys '$WORK/keys' 2>'$WORK/h.err' && grep -q loopback '$WORK/h.err'"
 
 # ---- long-poll ----
