@@ -370,7 +370,7 @@ static int resume(Trainer *t, long sv, long av, PailErr *err) {
         if (step > t->step) t->step = t->published_step = step;
         return 0;
     }
-    log_info("resumed from %s: step %lld, %d shards tracked", key, (long long)t->step, t->feed.n);
+    log_info("resumed from trainer/state-v%08ld: step %lld, %d shards tracked", use, (long long)t->step, t->feed.n);
     return 0;
 }
 

@@ -121,7 +121,7 @@ check "--resume-from 2 continues" replay r "$D" 5 --metrics "" --resume-from 2
 check "...saying what it keeps" grep -q "versions v00000003..v00000003 stay as published, the next is v00000004" "$WORK/r.log"
 check "...adapters/v3 is untouched" test "$(sha256sum <"$WORK/r/adapters/v00000003.h5")" = "$sha_v3"
 check "...v5 published with its state" test -f "$WORK/r/adapters/v00000005.h5" -a -f "$WORK/r/trainer/state-v00000005.h5"
-check "a plain restart then resumes from state v5" bash -c "'$BIN/grpo-train' ${COMMON[*]} ${TR[*]} --run 'file://$WORK/r' --replay 'file://$D' --steps 5 --metrics '' 2>&1 | grep -q 'resumed from trainer/state-v00000005.h5'"
+check "a plain restart then resumes from state v5" bash -c "'$BIN/grpo-train' ${COMMON[*]} ${TR[*]} --run 'file://$WORK/r' --replay 'file://$D' --steps 5 --metrics '' 2>&1 | grep -q 'resumed from trainer/state-v00000005: step 5'"
 # A state that disagrees with its adapter (written by another trainer).
 replay ra "$D" 3 --metrics "" 2>/dev/null
 replay rb "$D" 3 --metrics "" --lr 1e-3 2>/dev/null
