@@ -3,11 +3,12 @@
 // embedding_forward does) before they reach the device. CPU twin: embedding.c.
 #include "cuda_common.h"
 
-__global__ static void gather(float *out, const float *table, const int *tokens, int T, int C) {
+__global__ static void gather(float *out, const float *table, const int *tokens, int T, int C, int V) {
     size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
     if (i >= (size_t)T * C) return;
     size_t t = i / C, c = i % C;
-    out[i] = table[(size_t)tokens[t] * C + c];
+    int tok = tokens[t];
+    out[i] = tok >= 0 && tok < V ? table[(size_t)tok * C + c] : 0.0f;  // never read out of bounds
 }
 
 __global__ static void scatter_add(float *dtable, const float *dout, const int *tokens, int T,
@@ -19,9 +20,9 @@ __global__ static void scatter_add(float *dtable, const float *dout, const int *
 }
 
 extern "C" int embedding_forward_cuda(float *out, const float *table, const int *tokens, int T,
-                                      int C, PailErr *err) {
+                                      int C, int V, PailErr *err) {
     if (T <= 0) return 0;
-    gather<<<cuda_blocks((size_t)T * C, 256), 256>>>(out, table, tokens, T, C);
+    gather<<<cuda_blocks((size_t)T * C, 256), 256>>>(out, table, tokens, T, C, V);
     return cuda_launch_check("embedding_forward_cuda", err);
 }
 

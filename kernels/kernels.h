@@ -234,7 +234,8 @@ int logprob_forward_expect_cuda(float *logp, float *entropy, float *lse, float *
 int logprob_backward_expect_cuda(float *dhidden, const float *dlogp, const float *expect,
                                  const float *w_lm, const int *targets, int T, int C,
                                  float temperature, PailErr *err);
-int embedding_forward_cuda(float *out, const float *table, const int *tokens, int T, int C,
+// Token ids must be checked on the host (out-of-range ones read as zero rows).
+int embedding_forward_cuda(float *out, const float *table, const int *tokens, int T, int C, int V,
                            PailErr *err);
 int embedding_backward_cuda(float *dtable, const float *dout, const int *tokens, int T, int C,
                             PailErr *err);

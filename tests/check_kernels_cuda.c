@@ -237,7 +237,7 @@ START_TEST(test_embedding_adamw_cuda) {
     int *tok_ = UPI(tok, T);
     OK(embedding_forward_ref(o, tab, tok, T, C, V, &err));
     embedding_backward_ref(dt, g, tok, T, C);
-    OK(embedding_forward_cuda(o_, UPF(tab, V * C), tok_, T, C, &err));
+    OK(embedding_forward_cuda(o_, UPF(tab, V * C), tok_, T, C, V, &err));
     OK(embedding_backward_cuda(dt_, UPF(g, T * C), tok_, T, C, &err));
     expect_dev("embedding_forward_cuda", o_, o, T * C, 0, 0);
     expect_dev("embedding_backward_cuda", dt_, dt, V * C, 1e-6, 1e-6);  // atomics: any order

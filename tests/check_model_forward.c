@@ -74,7 +74,7 @@ START_TEST(test_kv_cache_matches_full) {
         int n_new[4] = {7, 0, 0, 0};
         ck_assert_msg(transformer_extend(tf, kv, logits, n_new, prompt, &err) == 0, "%s", err.msg);
         float first = log_softmax_at(logits, V, cont[0][0]);
-        for (int g = 1; g < 4; g++) kvcache_fork(kv, g, 0);
+        for (int g = 1; g < 4; g++) ck_assert_int_eq(kvcache_fork(kv, g, 0, &err), 0);
         float dec[4][6];
         for (int g = 0; g < 4; g++) dec[g][0] = log_softmax_at(logits, V, cont[g][0]);  // the shared prompt's logits
         for (int step = 0; step < 5; step++) {  // batched decode: one token per slot

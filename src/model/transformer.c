@@ -5,14 +5,22 @@
 //   h = x + o_proj(att); xn2 = rmsnorm(h); act = silu(gate(xn2)) * up(xn2);
 //   x' = h + down(act).
 // The backward walks it in reverse, accumulating LoRA grads (and base grads
-// in full mode). All buffers come from one block planned in transformer_init.
+// in full mode). All buffers come from one block planned in transformer_init,
+// allocated by the plan's backend. Every op on tensor data goes through the
+// backend's table (kernels/backend.h): this file never reads or writes tensor
+// memory, only the small host-side index arrays it uploads.
 #include "model/transformer.h"
-#include "core/mem.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "kernels.h"
+
+// One backend op; a failure returns -1 from the enclosing function with err set.
+#define OP(name, ...)                                                    \
+    do {                                                                 \
+        if (tf->be->ops->name(tf->be, __VA_ARGS__, err) < 0) return -1;  \
+    } while (0)
 
 typedef struct {      // one layer's saved activations, T rows each
     float *xn1, *rstd1;           // (T,C), (T)
@@ -28,14 +36,21 @@ typedef struct {      // one layer's saved activations, T rows each
 } LayerActs;
 
 struct KvCache {
+    Backend *be;                   // borrowed: where k, v and the d_ arrays live
     int L, n_slots, max_ctx, kvd;  // kvd = Hkv * D
-    float *k, *v;                  // (L, n_slots, max_ctx, Hkv, D), owned
-    int *len;                      // (n_slots) tokens cached per slot
-    int *cu_new, *new_len;         // (n_slots + 1), (n_slots): scratch of one extend call
+    float *k, *v;                  // (L, n_slots, max_ctx, Hkv, D), backend memory, owned
+    float *logits;                 // (n_slots, V) backend memory, owned (NULL on a host backend)
+    int V;
+    int *len;                      // (n_slots) host: tokens cached per slot
+    int *cu_new, *new_len;         // (n_slots + 1), (n_slots) host: scratch of one extend call
+    int *d_cu_new, *d_new_len;     // the same in backend memory (== the host ones on a host backend)
 };
 
 struct Transformer {
     const ModelWeights *w;        // borrowed
+    Backend *be;                  // borrowed (the plan's, or the CPU)
+    const float *wbase;           // the weights' block in backend memory (w->memory on a host backend)
+    float *wdev;                  // owned device copy of w->memory (NULL on a host backend)
     ModelConfig cfg;
     TransformerPlan plan;
     const LoraLayout *lora;       // borrowed, NULL = none
@@ -48,7 +63,11 @@ struct Transformer {
     float *xf, *rstdf;            // final norm out (T,C), (T)
     float *hsel, *lse_sel, *ent_sel, *dlogp_sel;  // rows with a target (Tsel,C), (Tsel) x3
     float *expect_sel;            // (Tsel,C): the head's p W / temperature, for a backward without recompute
-    int *sel, *tsel;              // (T) selected row index, its target
+    int *sel, *tsel;              // (T) host: selected row index, its target
+    int *d_tokens, *d_pos, *d_cu; // (T), (T), (T+1) in backend memory
+    int *d_sel, *d_tsel, *d_rows; // (T) in backend memory: selected rows, their targets, KV destination rows
+    int *rows;                    // (T) host: KV destination rows of one extend call
+    float *h_lp, *h_ent;          // (T) host copies of the compact logp / entropy (device backends)
     float *ws;                    // logprob workspace
     size_t ws_floats;
     float *cos_t, *sin_t, *inv_freq;
@@ -57,12 +76,12 @@ struct Transformer {
     // last forward
     const int *tokens, *pos, *cu;
     KvCache *kv;                  // set during transformer_extend only
-    int *tokens_copy, *pos_copy, *cu_copy;
+    int *tokens_copy, *pos_copy, *cu_copy;  // host
     int T, nseq, Tsel;
     float temperature;
     bool have_forward;
     bool have_expect;             // the last forward wrote expect_sel
-    float *block;
+    float *block;                 // backend memory, owned
     size_t block_floats;
 };
 
@@ -98,6 +117,8 @@ static void plan_memory(Transformer *tf, Bump *b) {
         for (int m = 0; m < LORA_NMOD; m++) a->la[m] = take(b, T * R);
     }
     for (size_t l = 0; l <= L; l++) tf->resid[l] = take(b, T * C);
+    tf->d_tokens = (int *)take(b, T); tf->d_pos = (int *)take(b, T); tf->d_cu = (int *)take(b, T + 1);
+    tf->d_sel = (int *)take(b, T); tf->d_tsel = (int *)take(b, T); tf->d_rows = (int *)take(b, T);
     tf->xf = take(b, T * C); tf->rstdf = take(b, T);
     tf->hsel = take(b, T * C); tf->lse_sel = take(b, T); tf->ent_sel = take(b, T); tf->dlogp_sel = take(b, T);
     // The head's workspace: vocab chunks of all rows, or (expectation path) blocks of full rows.
@@ -123,6 +144,7 @@ int transformer_init(Transformer **out, const ModelWeights *w, const Transformer
     Transformer *tf = calloc(1, sizeof *tf);
     if (!tf) return err_set(err, PAIL_ERR_NOMEM, "out of memory");
     tf->w = w;
+    tf->be = plan->backend ? plan->backend : backend_cpu();
     tf->cfg = *c;
     tf->plan = *plan;
     if (tf->plan.vchunk <= 0) tf->plan.vchunk = 4096;
@@ -137,20 +159,35 @@ int transformer_init(Transformer **out, const ModelWeights *w, const Transformer
     tf->cu_copy = malloc(((size_t)plan->max_tokens + 1) * sizeof(int));
     tf->sel = malloc((size_t)plan->max_tokens * sizeof(int));
     tf->tsel = malloc((size_t)plan->max_tokens * sizeof(int));
+    tf->rows = malloc((size_t)plan->max_tokens * sizeof(int));
+    tf->h_lp = malloc((size_t)plan->max_tokens * sizeof(float));
+    tf->h_ent = malloc((size_t)plan->max_tokens * sizeof(float));
     Bump dry = {0};
     plan_memory(tf, &dry);
     tf->block_floats = dry.used;
-    tf->block = mem_alloc_big(dry.used * sizeof(float));
+    PailErr aerr = {0};
+    tf->block = tf->be->ops->alloc(tf->be, dry.used * sizeof(float), &aerr);
     if (!tf->acts || !tf->resid || !tf->tokens_copy || !tf->pos_copy || !tf->cu_copy || !tf->sel || !tf->tsel ||
-        !tf->block) {
+        !tf->rows || !tf->h_lp || !tf->h_ent || !tf->block) {
         size_t mb = dry.used * sizeof(float) >> 20;
         transformer_free(tf);
         return err_set(err, PAIL_ERR_NOMEM,
-                       "transformer: cannot allocate %zu MiB of activations for %d tokens (lower the token budget, "
-                       "or use activation recomputation)", mb, plan->max_tokens);
+                       "transformer: cannot allocate %zu MiB of activations for %d tokens on %s (lower the token "
+                       "budget, or use activation recomputation)", mb, plan->max_tokens, tf->be->desc);
     }
     Bump real = {tf->block, 0};
     plan_memory(tf, &real);
+    if (tf->be->host_memory) {
+        tf->wbase = w->memory;
+    } else {  // a device copy of the base weights
+        size_t bytes = w->num_params * sizeof(float);
+        if (!(tf->wdev = tf->be->ops->alloc(tf->be, bytes, err)) ||
+            tf->be->ops->to_device(tf->be, tf->wdev, w->memory, bytes, err) < 0) {
+            transformer_free(tf);
+            return err_wrap(err, "transformer: the base weights");
+        }
+        tf->wbase = tf->wdev;
+    }
     RopeScaling rs = {0};
     if (c->rope_scaling == ROPE_SCALING_LLAMA3) {
         rs.factor = (float)c->rope_factor;
@@ -158,15 +195,40 @@ int transformer_init(Transformer **out, const ModelWeights *w, const Transformer
         rs.high_freq_factor = (float)c->rope_high_freq_factor;
         rs.original_max_position = c->rope_original_max_position_embeddings;
     }
-    rope_inv_freq(tf->inv_freq, c->head_dim, (float)c->rope_theta, &rs);
-    rope_table_build(tf->cos_t, tf->sin_t, tf->inv_freq, tf->plan.max_pos, c->head_dim);
+    // The RoPE tables are built on the host and uploaded (in place on a host backend).
+    size_t D2 = (size_t)c->head_dim / 2, P = (size_t)tf->plan.max_pos;
+    float *inv = tf->inv_freq, *cs = tf->cos_t, *sn = tf->sin_t, *host = NULL;
+    if (!tf->be->host_memory) {
+        if (!(host = malloc((2 * P * D2 + D2) * sizeof(float)))) {
+            transformer_free(tf);
+            return err_set(err, PAIL_ERR_NOMEM, "transformer: out of memory for the RoPE tables");
+        }
+        inv = host, cs = host + D2, sn = host + D2 + P * D2;
+    }
+    rope_inv_freq(inv, c->head_dim, (float)c->rope_theta, &rs);
+    rope_table_build(cs, sn, inv, (int)P, c->head_dim);
+    if (host) {
+        int rc = tf->be->ops->to_device(tf->be, tf->inv_freq, inv, D2 * sizeof(float), err);
+        if (rc == 0) rc = tf->be->ops->to_device(tf->be, tf->cos_t, cs, P * D2 * sizeof(float), err);
+        if (rc == 0) rc = tf->be->ops->to_device(tf->be, tf->sin_t, sn, P * D2 * sizeof(float), err);
+        if (rc == 0) rc = tf->be->ops->sync(tf->be, err);  // host is freed next
+        free(host);
+        if (rc < 0) {
+            transformer_free(tf);
+            return err_wrap(err, "transformer: the RoPE tables");
+        }
+    }
     *out = tf;
     return 0;
 }
 
 void transformer_free(Transformer *tf) {
     if (!tf) return;
-    free(tf->block);
+    tf->be->ops->release(tf->be, tf->block);
+    tf->be->ops->release(tf->be, tf->wdev);
+    free(tf->rows);
+    free(tf->h_lp);
+    free(tf->h_ent);
     free(tf->acts);
     free(tf->resid);
     free(tf->tokens_copy);
@@ -196,84 +258,112 @@ int transformer_set_lora(Transformer *tf, const LoraLayout *layout, const float 
 void transformer_lora_enable(Transformer *tf, bool on) { tf->lora_on = on && tf->lora; }
 
 // y(T,out) (+)= x W^T + bias, then + s (x A^T) B^T when module m is adapted.
-static void proj_forward(Transformer *tf, float *y, float *la, const float *x, const float *W, const float *bias,
-                         int T, int in, int outd, int layer, LoraModule m, float beta) {
+static int proj_forward(Transformer *tf, float *y, float *la, const float *x, const float *W, const float *bias, int T,
+                        int in, int outd, int layer, LoraModule m, float beta, PailErr *err) {
     const LoraSlot *s = tf->lora_on ? lora_slot(tf->lora, layer, m) : NULL;
     if (!s) {
-        matmul_forward(y, x, W, bias, T, in, outd, 1.0f, beta);
-        return;
+        OP(matmul_forward, y, x, W, bias, T, in, outd, 1.0f, beta);
+        return 0;
     }
     const float *A = tf->lora_params + s->a_off, *B = tf->lora_params + s->b_off;
-    matmul_forward_lora(y, la, x, W, bias, A, B, T, in, outd, tf->lora->cfg.rank, tf->lora_scale, beta);
+    OP(matmul_forward_lora, y, la, x, W, bias, A, B, T, in, outd, tf->lora->cfg.rank, tf->lora_scale, beta);
+    return 0;
 }
 
 // dx (=, or += when dx_beta = 1) dy W (+ LoRA path); dW, dbias += in full mode; dA, dB += into lora_grads.
-static void proj_backward(Transformer *tf, float *dx, float *lora_grads, float *base_grads, ModelParamId wid,
-                          ModelParamId bid, const float *dy, const float *x, const float *la, const float *W, int T,
-                          int in, int outd, int layer, LoraModule m, float dx_beta) {
+static int proj_backward(Transformer *tf, float *dx, float *lora_grads, float *base_grads, ModelParamId wid,
+                         ModelParamId bid, const float *dy, const float *x, const float *la, const float *W, int T,
+                         int in, int outd, int layer, LoraModule m, float dx_beta, PailErr *err) {
     float *dW = NULL, *db = NULL;
     if (base_grads && tf->plan.full) {
         dW = base_grads + tf->w->offsets[wid] + (size_t)layer * tf->w->specs[wid].numel;
         if (bid != PARAM_COUNT && tf->w->specs[bid].present)
             db = base_grads + tf->w->offsets[bid] + (size_t)layer * tf->w->specs[bid].numel;
     }
-    matmul_backward(dx, dW, db, dy, x, W, T, in, outd, 1.0f, dx_beta);
+    OP(matmul_backward, dx, dW, db, dy, x, W, T, in, outd, 1.0f, dx_beta);
     const LoraSlot *s = tf->lora_on ? lora_slot(tf->lora, layer, m) : NULL;
-    if (!s) return;
+    if (!s) return 0;
     const float *A = tf->lora_params + s->a_off, *B = tf->lora_params + s->b_off;
     float *dA = lora_grads ? lora_grads + s->a_off : NULL, *dB = lora_grads ? lora_grads + s->b_off : NULL;
     int R = tf->lora->cfg.rank;
     // dla = s dy B, dB += s dy^T la; then dx += dla A, dA += dla^T x.
-    matmul_backward(tf->dla, dB, NULL, dy, la, B, T, R, outd, tf->lora_scale, 0.0f);
-    matmul_backward(dx, dA, NULL, tf->dla, x, A, T, in, R, 1.0f, 1.0f);
+    OP(matmul_backward, tf->dla, dB, NULL, dy, la, B, T, R, outd, tf->lora_scale, 0.0f);
+    OP(matmul_backward, dx, dA, NULL, tf->dla, x, A, T, in, R, 1.0f, 1.0f);
+    return 0;
 }
 
-static float *wl(const Transformer *tf, ModelParamId id, int layer) {
-    return tf->w->specs[id].present ? model_weights_tensor(tf->w, id, layer) : NULL;
+// Family id at layer in backend memory (NULL when this config has none).
+static const float *wl(const Transformer *tf, ModelParamId id, int layer) {
+    if (!tf->w->specs[id].present) return NULL;
+    return tf->wbase + (model_weights_tensor(tf->w, id, layer) - tf->w->memory);
+}
+static const float *wg(const Transformer *tf, const float *host_tensor) {  // a global tensor (embed, norm, head)
+    return tf->wbase + (host_tensor - tf->w->memory);
 }
 
-static void layer_forward(Transformer *tf, int l, LayerActs *a, int T) {
+static int layer_forward(Transformer *tf, int l, LayerActs *a, int T, PailErr *err) {
     const ModelConfig *c = &tf->cfg;
     int C = c->hidden_size, F = c->intermediate_size, H = c->num_attention_heads, Hk = c->num_key_value_heads,
         D = c->head_dim, HD = H * D, KD = Hk * D;
     float eps = (float)c->rms_norm_eps;
     const float *x = tf->resid[l];
-    rmsnorm_forward(a->xn1, a->rstd1, x, wl(tf, PARAM_ATTN_NORM, l), T, C, eps);
-    proj_forward(tf, a->q, a->la[LORA_Q], a->xn1, wl(tf, PARAM_WQ, l), wl(tf, PARAM_BQ, l), T, C, HD, l, LORA_Q, 0);
-    proj_forward(tf, a->k, a->la[LORA_K], a->xn1, wl(tf, PARAM_WK, l), wl(tf, PARAM_BK, l), T, C, KD, l, LORA_K, 0);
-    proj_forward(tf, a->v, a->la[LORA_V], a->xn1, wl(tf, PARAM_WV, l), wl(tf, PARAM_BV, l), T, C, KD, l, LORA_V, 0);
+    OP(rmsnorm_forward, a->xn1, a->rstd1, x, wl(tf, PARAM_ATTN_NORM, l), T, C, eps);
+    if (proj_forward(tf, a->q, a->la[LORA_Q], a->xn1, wl(tf, PARAM_WQ, l), wl(tf, PARAM_BQ, l), T, C, HD, l, LORA_Q, 0,
+                     err) < 0 ||
+        proj_forward(tf, a->k, a->la[LORA_K], a->xn1, wl(tf, PARAM_WK, l), wl(tf, PARAM_BK, l), T, C, KD, l, LORA_K, 0,
+                     err) < 0 ||
+        proj_forward(tf, a->v, a->la[LORA_V], a->xn1, wl(tf, PARAM_WV, l), wl(tf, PARAM_BV, l), T, C, KD, l, LORA_V, 0,
+                     err) < 0)
+        return -1;
     const float *qin = a->q, *kin = a->k;
     if (c->has_qk_norm) {
-        rmsnorm_forward(a->qn, a->qrstd, a->q, wl(tf, PARAM_Q_NORM, l), T * H, D, eps);
-        rmsnorm_forward(a->kn, a->krstd, a->k, wl(tf, PARAM_K_NORM, l), T * Hk, D, eps);
+        OP(rmsnorm_forward, a->qn, a->qrstd, a->q, wl(tf, PARAM_Q_NORM, l), T * H, D, eps);
+        OP(rmsnorm_forward, a->kn, a->krstd, a->k, wl(tf, PARAM_K_NORM, l), T * Hk, D, eps);
         qin = a->qn;
         kin = a->kn;
     }
-    rope_forward(a->qr, qin, tf->pos, tf->cos_t, tf->sin_t, T, H, D);
-    rope_forward(a->kr, kin, tf->pos, tf->cos_t, tf->sin_t, T, Hk, D);
+    OP(rope_forward, a->qr, qin, tf->d_pos, tf->cos_t, tf->sin_t, T, H, D);
+    OP(rope_forward, a->kr, kin, tf->d_pos, tf->cos_t, tf->sin_t, T, Hk, D);
     if (tf->kv) {  // generation: append this call's K, V to each slot's cache, attend over the cache
         KvCache *kv = tf->kv;
-        size_t slot_stride = (size_t)kv->max_ctx * KD;
-        float *kc = kv->k + (size_t)l * kv->n_slots * slot_stride, *vc = kv->v + (size_t)l * kv->n_slots * slot_stride;
-        for (int s = 0; s < kv->n_slots; s++)
-            for (int t = kv->cu_new[s]; t < kv->cu_new[s + 1]; t++) {
-                size_t at = (size_t)s * slot_stride + (size_t)(kv->len[s] + t - kv->cu_new[s]) * KD;
-                memcpy(kc + at, a->kr + (size_t)t * KD, (size_t)KD * sizeof(float));
-                memcpy(vc + at, a->v + (size_t)t * KD, (size_t)KD * sizeof(float));
-            }
-        attention_decode_forward(a->att, a->qr, kc, vc, kv->cu_new, kv->new_len, kv->n_slots, kv->max_ctx, H, Hk, D);
+        size_t layer_stride = (size_t)kv->n_slots * kv->max_ctx * KD;
+        float *kc = kv->k + (size_t)l * layer_stride, *vc = kv->v + (size_t)l * layer_stride;
+        OP(scatter_rows, kc, a->kr, tf->d_rows, T, KD);
+        OP(scatter_rows, vc, a->v, tf->d_rows, T, KD);
+        OP(attention_decode_forward, a->att, a->qr, kc, vc, kv->d_cu_new, kv->d_new_len, kv->n_slots, kv->max_ctx, H,
+           Hk, D);
     } else {
-        attention_forward(a->att, a->lse, a->qr, a->kr, a->v, tf->cu, tf->nseq, T, H, Hk, D);
+        OP(attention_forward, a->att, a->lse, a->qr, a->kr, a->v, tf->d_cu, tf->nseq, T, H, Hk, D);
     }
-    memcpy(a->h, x, (size_t)T * C * sizeof(float));
-    proj_forward(tf, a->h, a->la[LORA_O], a->att, wl(tf, PARAM_WO, l), wl(tf, PARAM_BO, l), T, HD, C, l, LORA_O, 1);
-    rmsnorm_forward(a->xn2, a->rstd2, a->h, wl(tf, PARAM_MLP_NORM, l), T, C, eps);
-    proj_forward(tf, a->gate, a->la[LORA_GATE], a->xn2, wl(tf, PARAM_W_GATE, l), NULL, T, C, F, l, LORA_GATE, 0);
-    proj_forward(tf, a->up, a->la[LORA_UP], a->xn2, wl(tf, PARAM_W_UP, l), NULL, T, C, F, l, LORA_UP, 0);
-    swiglu_forward(a->act, a->gate, a->up, (size_t)T * F);
+    OP(copy, a->h, x, (size_t)T * C);
+    if (proj_forward(tf, a->h, a->la[LORA_O], a->att, wl(tf, PARAM_WO, l), wl(tf, PARAM_BO, l), T, HD, C, l, LORA_O,
+                     1, err) < 0)
+        return -1;
+    OP(rmsnorm_forward, a->xn2, a->rstd2, a->h, wl(tf, PARAM_MLP_NORM, l), T, C, eps);
+    if (proj_forward(tf, a->gate, a->la[LORA_GATE], a->xn2, wl(tf, PARAM_W_GATE, l), NULL, T, C, F, l, LORA_GATE, 0,
+                     err) < 0 ||
+        proj_forward(tf, a->up, a->la[LORA_UP], a->xn2, wl(tf, PARAM_W_UP, l), NULL, T, C, F, l, LORA_UP, 0, err) < 0)
+        return -1;
+    OP(swiglu_forward, a->act, a->gate, a->up, (size_t)T * F);
     float *y = tf->resid[l + 1];
-    memcpy(y, a->h, (size_t)T * C * sizeof(float));
-    proj_forward(tf, y, a->la[LORA_DOWN], a->act, wl(tf, PARAM_W_DOWN, l), NULL, T, F, C, l, LORA_DOWN, 1);
+    OP(copy, y, a->h, (size_t)T * C);
+    return proj_forward(tf, y, a->la[LORA_DOWN], a->act, wl(tf, PARAM_W_DOWN, l), NULL, T, F, C, l, LORA_DOWN, 1, err);
+}
+
+// Token ids checked on the host: a device cannot say which one is bad.
+static int check_ids(const int *ids, int n, int V, const char *what, PailErr *err) {
+    for (int i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= V)
+            return err_set(err, PAIL_ERR_INVALID, "%s %d at position %d is outside the vocabulary [0, %d)", what,
+                           ids[i], i, V);
+    return 0;
+}
+
+// The host view of n floats at src in backend memory: src itself on a host
+// backend, else a copy in host (n floats).
+static const float *host_view(Transformer *tf, const float *src, float *host, size_t n, PailErr *err) {
+    if (tf->be->host_memory) return src;
+    return tf->be->ops->to_host(tf->be, host, src, n * sizeof(float), err) < 0 ? NULL : host;
 }
 
 int transformer_forward(Transformer *tf, float *logp, float *entropy, const int *tokens, const int *pos,
@@ -292,6 +382,8 @@ int transformer_forward(Transformer *tf, float *logp, float *entropy, const int 
         if (pos[t] < 0 || pos[t] >= tf->plan.max_pos)
             return err_set(err, PAIL_ERR_INVALID, "transformer: position %d at row %d is outside [0, %d)", pos[t], t,
                            tf->plan.max_pos);
+    int C = c->hidden_size, V = c->vocab_size;
+    if (check_ids(tokens, T, V, "transformer: embedding: token", err) < 0) return -1;
     memcpy(tf->tokens_copy, tokens, (size_t)T * sizeof(int));
     memcpy(tf->pos_copy, pos, (size_t)T * sizeof(int));
     memcpy(tf->cu_copy, cu_seqlens, ((size_t)nseq + 1) * sizeof(int));
@@ -301,47 +393,58 @@ int transformer_forward(Transformer *tf, float *logp, float *entropy, const int 
     tf->T = T;
     tf->nseq = nseq;
     tf->temperature = temperature;
-    int C = c->hidden_size, V = c->vocab_size;
-    if (embedding_forward(tf->resid[0], tf->w->p.embed_tokens, tokens, T, C, V, err) < 0)
-        return err_wrap(err, "transformer");
-    for (int l = 0; l < c->num_hidden_layers; l++)
-        layer_forward(tf, l, &tf->acts[tf->nacts == 1 ? 0 : l], T);
-    rmsnorm_forward(tf->xf, tf->rstdf, tf->resid[c->num_hidden_layers], tf->w->p.final_norm, T, C,
-                    (float)c->rms_norm_eps);
     // Only rows with a target go through the LM head.
     int n = 0;
     for (int t = 0; t < T; t++) {
-        logp[t] = 0;
-        if (entropy) entropy[t] = 0;
         if (targets[t] < 0) continue;
         tf->sel[n] = t;
         tf->tsel[n] = targets[t];
-        memcpy(tf->hsel + (size_t)n * C, tf->xf + (size_t)t * C, (size_t)C * sizeof(float));
         n++;
     }
+    if (check_ids(tf->tsel, n, V, "transformer: target", err) < 0) return -1;
+    OP(to_device, tf->d_tokens, tokens, (size_t)T * sizeof(int));
+    OP(to_device, tf->d_pos, pos, (size_t)T * sizeof(int));
+    OP(to_device, tf->d_cu, cu_seqlens, ((size_t)nseq + 1) * sizeof(int));
+    OP(to_device, tf->d_sel, tf->sel, (size_t)n * sizeof(int));
+    OP(to_device, tf->d_tsel, tf->tsel, (size_t)n * sizeof(int));
+    OP(embedding_forward, tf->resid[0], wg(tf, tf->w->p.embed_tokens), tf->d_tokens, T, C, V);
+    for (int l = 0; l < c->num_hidden_layers; l++)
+        if (layer_forward(tf, l, &tf->acts[tf->nacts == 1 ? 0 : l], T, err) < 0) return -1;
+    OP(rmsnorm_forward, tf->xf, tf->rstdf, tf->resid[c->num_hidden_layers], wg(tf, tf->w->p.final_norm), T, C,
+       (float)c->rms_norm_eps);
     tf->Tsel = n;
+    for (int t = 0; t < T; t++) {
+        logp[t] = 0;
+        if (entropy) entropy[t] = 0;
+    }
     if (n > 0) {
+        OP(gather_rows, tf->hsel, tf->xf, tf->d_sel, n, C);
         float *lp = tf->dlogp_sel;  // reused as the compact logp buffer
+        float *ent = entropy ? tf->ent_sel : NULL;
+        const float *head = wg(tf, tf->w->p.lm_head);
         // A LoRA step's backward (frozen head) needs only sum_j p_j W_j per row:
         // computed here, it spares the backward a second pass over the vocabulary.
         bool expect = tf->plan.backward && !tf->plan.full && tf->lora_on;
-        int rc = expect ? logprob_forward_expect(lp, entropy ? tf->ent_sel : NULL, tf->lse_sel, tf->expect_sel,
-                                                 tf->hsel, tf->w->p.lm_head, tf->tsel, n, C, V, temperature, tf->ws,
-                                                 tf->ws_floats, err)
-                        : logprob_forward(lp, entropy ? tf->ent_sel : NULL, tf->lse_sel, tf->hsel, tf->w->p.lm_head,
-                                          tf->tsel, n, C, V, temperature, tf->ws, tf->plan.vchunk, err);
-        if (rc < 0) return err_wrap(err, "transformer");
+        if (expect)
+            OP(logprob_forward_expect, lp, ent, tf->lse_sel, tf->expect_sel, tf->hsel, head, tf->d_tsel, n, C, V,
+               temperature, tf->ws, tf->ws_floats);
+        else
+            OP(logprob_forward, lp, ent, tf->lse_sel, tf->hsel, head, tf->d_tsel, n, C, V, temperature, tf->ws,
+               tf->plan.vchunk);
         tf->have_expect = expect;
+        const float *hlp = host_view(tf, lp, tf->h_lp, (size_t)n, err);
+        const float *hent = ent ? host_view(tf, ent, tf->h_ent, (size_t)n, err) : NULL;
+        if (!hlp || (ent && !hent)) return err_wrap(err, "transformer");
         for (int i = 0; i < n; i++) {
-            logp[tf->sel[i]] = lp[i];
-            if (entropy) entropy[tf->sel[i]] = tf->ent_sel[i];
+            logp[tf->sel[i]] = hlp[i];
+            if (entropy) entropy[tf->sel[i]] = hent[i];
         }
     }
     tf->have_forward = true;
     return 0;
 }
 
-static void layer_backward(Transformer *tf, int l, LayerActs *a, int T, float *lg, float *bg) {
+static int layer_backward(Transformer *tf, int l, LayerActs *a, int T, float *lg, float *bg, PailErr *err) {
     const ModelConfig *c = &tf->cfg;
     int C = c->hidden_size, F = c->intermediate_size, H = c->num_attention_heads, Hk = c->num_key_value_heads,
         D = c->head_dim, HD = H * D, KD = Hk * D;
@@ -349,41 +452,46 @@ static void layer_backward(Transformer *tf, int l, LayerActs *a, int T, float *l
     const float *x = tf->resid[l];
     float *dres = tf->dres;  // d resid[l+1] on entry, d resid[l] on exit
     // MLP: resid[l+1] = h + down(act)
-    proj_backward(tf, tf->dact, lg, bg, PARAM_W_DOWN, PARAM_COUNT, dres, a->act, a->la[LORA_DOWN],
-                  wl(tf, PARAM_W_DOWN, l), T, F, C, l, LORA_DOWN, 0);
-    swiglu_backward(tf->dgate, tf->dup, tf->dact, a->gate, a->up, (size_t)T * F);
-    proj_backward(tf, tf->dxn, lg, bg, PARAM_W_GATE, PARAM_COUNT, tf->dgate, a->xn2, a->la[LORA_GATE],
-                  wl(tf, PARAM_W_GATE, l), T, C, F, l, LORA_GATE, 0);
-    proj_backward(tf, tf->dxn, lg, bg, PARAM_W_UP, PARAM_COUNT, tf->dup, a->xn2, a->la[LORA_UP],
-                  wl(tf, PARAM_W_UP, l), T, C, F, l, LORA_UP, 1);
+    if (proj_backward(tf, tf->dact, lg, bg, PARAM_W_DOWN, PARAM_COUNT, dres, a->act, a->la[LORA_DOWN],
+                      wl(tf, PARAM_W_DOWN, l), T, F, C, l, LORA_DOWN, 0, err) < 0)
+        return -1;
+    OP(swiglu_backward, tf->dgate, tf->dup, tf->dact, a->gate, a->up, (size_t)T * F);
+    if (proj_backward(tf, tf->dxn, lg, bg, PARAM_W_GATE, PARAM_COUNT, tf->dgate, a->xn2, a->la[LORA_GATE],
+                      wl(tf, PARAM_W_GATE, l), T, C, F, l, LORA_GATE, 0, err) < 0 ||
+        proj_backward(tf, tf->dxn, lg, bg, PARAM_W_UP, PARAM_COUNT, tf->dup, a->xn2, a->la[LORA_UP],
+                      wl(tf, PARAM_W_UP, l), T, C, F, l, LORA_UP, 1, err) < 0)
+        return -1;
     float *dnw = full ? bg + tf->w->offsets[PARAM_MLP_NORM] + (size_t)l * C : NULL;
-    rmsnorm_backward(tf->dtmp, dnw, tf->dxn, a->h, wl(tf, PARAM_MLP_NORM, l), a->rstd2, T, C);
-    for (size_t i = 0; i < (size_t)T * C; i++) dres[i] += tf->dtmp[i];  // now d h
+    OP(rmsnorm_backward, tf->dtmp, dnw, tf->dxn, a->h, wl(tf, PARAM_MLP_NORM, l), a->rstd2, T, C);
+    OP(add, dres, tf->dtmp, (size_t)T * C);  // now d h
     // Attention: h = x + o_proj(att)
-    proj_backward(tf, tf->datt, lg, bg, PARAM_WO, PARAM_BO, dres, a->att, a->la[LORA_O], wl(tf, PARAM_WO, l), T,
-                  HD, C, l, LORA_O, 0);
-    attention_backward(tf->dq, tf->dk, tf->dv, tf->datt, a->qr, a->kr, a->v, a->att, a->lse, tf->cu, tf->nseq, T, H,
-                       Hk, D);
-    rope_backward(tf->dq, tf->dq, tf->pos, tf->cos_t, tf->sin_t, T, H, D);
-    rope_backward(tf->dk, tf->dk, tf->pos, tf->cos_t, tf->sin_t, T, Hk, D);
+    if (proj_backward(tf, tf->datt, lg, bg, PARAM_WO, PARAM_BO, dres, a->att, a->la[LORA_O], wl(tf, PARAM_WO, l), T,
+                      HD, C, l, LORA_O, 0, err) < 0)
+        return -1;
+    OP(attention_backward, tf->dq, tf->dk, tf->dv, tf->datt, a->qr, a->kr, a->v, a->att, a->lse, tf->d_cu, tf->nseq,
+       T, H, Hk, D);
+    OP(rope_backward, tf->dq, tf->dq, tf->d_pos, tf->cos_t, tf->sin_t, T, H, D);
+    OP(rope_backward, tf->dk, tf->dk, tf->d_pos, tf->cos_t, tf->sin_t, T, Hk, D);
     if (c->has_qk_norm) {
         float *dqw = full ? bg + tf->w->offsets[PARAM_Q_NORM] + (size_t)l * D : NULL;
         float *dkw = full ? bg + tf->w->offsets[PARAM_K_NORM] + (size_t)l * D : NULL;
-        // in place: dx of the norm over the pre-norm q (datt is free now)
-        rmsnorm_backward(tf->datt, dqw, tf->dq, a->q, wl(tf, PARAM_Q_NORM, l), a->qrstd, T * H, D);
-        memcpy(tf->dq, tf->datt, (size_t)T * HD * sizeof(float));
-        rmsnorm_backward(tf->datt, dkw, tf->dk, a->k, wl(tf, PARAM_K_NORM, l), a->krstd, T * Hk, D);
-        memcpy(tf->dk, tf->datt, (size_t)T * KD * sizeof(float));
+        // dx of the norm over the pre-norm q into datt (free now), then back
+        OP(rmsnorm_backward, tf->datt, dqw, tf->dq, a->q, wl(tf, PARAM_Q_NORM, l), a->qrstd, T * H, D);
+        OP(copy, tf->dq, tf->datt, (size_t)T * HD);
+        OP(rmsnorm_backward, tf->datt, dkw, tf->dk, a->k, wl(tf, PARAM_K_NORM, l), a->krstd, T * Hk, D);
+        OP(copy, tf->dk, tf->datt, (size_t)T * KD);
     }
-    proj_backward(tf, tf->dxn, lg, bg, PARAM_WQ, PARAM_BQ, tf->dq, a->xn1, a->la[LORA_Q], wl(tf, PARAM_WQ, l), T, C,
-                  HD, l, LORA_Q, 0);
-    proj_backward(tf, tf->dxn, lg, bg, PARAM_WK, PARAM_BK, tf->dk, a->xn1, a->la[LORA_K], wl(tf, PARAM_WK, l), T, C,
-                  KD, l, LORA_K, 1);
-    proj_backward(tf, tf->dxn, lg, bg, PARAM_WV, PARAM_BV, tf->dv, a->xn1, a->la[LORA_V], wl(tf, PARAM_WV, l), T, C,
-                  KD, l, LORA_V, 1);
+    if (proj_backward(tf, tf->dxn, lg, bg, PARAM_WQ, PARAM_BQ, tf->dq, a->xn1, a->la[LORA_Q], wl(tf, PARAM_WQ, l), T,
+                      C, HD, l, LORA_Q, 0, err) < 0 ||
+        proj_backward(tf, tf->dxn, lg, bg, PARAM_WK, PARAM_BK, tf->dk, a->xn1, a->la[LORA_K], wl(tf, PARAM_WK, l), T,
+                      C, KD, l, LORA_K, 1, err) < 0 ||
+        proj_backward(tf, tf->dxn, lg, bg, PARAM_WV, PARAM_BV, tf->dv, a->xn1, a->la[LORA_V], wl(tf, PARAM_WV, l), T,
+                      C, KD, l, LORA_V, 1, err) < 0)
+        return -1;
     dnw = full ? bg + tf->w->offsets[PARAM_ATTN_NORM] + (size_t)l * C : NULL;
-    rmsnorm_backward(tf->dtmp, dnw, tf->dxn, x, wl(tf, PARAM_ATTN_NORM, l), a->rstd1, T, C);
-    for (size_t i = 0; i < (size_t)T * C; i++) dres[i] += tf->dtmp[i];  // now d resid[l]
+    OP(rmsnorm_backward, tf->dtmp, dnw, tf->dxn, x, wl(tf, PARAM_ATTN_NORM, l), a->rstd1, T, C);
+    OP(add, dres, tf->dtmp, (size_t)T * C);  // now d resid[l]
+    return 0;
 }
 
 int transformer_backward(Transformer *tf, float *lora_grads, float *base_grads, const float *dlogp, PailErr *err) {
@@ -395,60 +503,88 @@ int transformer_backward(Transformer *tf, float *lora_grads, float *base_grads, 
     int T = tf->T, C = c->hidden_size, V = c->vocab_size, L = c->num_hidden_layers;
     bool full = base_grads != NULL;
     // LM head (rows with a target only), then scatter back into (T,C).
-    for (int i = 0; i < tf->Tsel; i++) tf->dlogp_sel[i] = dlogp[tf->sel[i]];
+    for (int i = 0; i < tf->Tsel; i++) tf->h_lp[i] = dlogp[tf->sel[i]];
+    OP(to_device, tf->dlogp_sel, tf->h_lp, (size_t)tf->Tsel * sizeof(float));
     float *dlm = full ? base_grads + tf->w->offsets[PARAM_LM_HEAD] : NULL;
     if (full && c->tie_word_embeddings) dlm = base_grads + tf->w->offsets[PARAM_EMBED];
-    memset(tf->dxn, 0, (size_t)T * C * sizeof(float));
+    OP(zero, tf->dxn, (size_t)T * C);
     if (tf->Tsel > 0) {
+        const float *head = wg(tf, tf->w->p.lm_head);
         if (tf->have_expect)  // a LoRA plan: no head gradient (dlm) can be asked for
-            logprob_backward_expect(tf->dhsel, tf->dlogp_sel, tf->expect_sel, tf->w->p.lm_head, tf->tsel, tf->Tsel, C,
-                                    tf->temperature);
+            OP(logprob_backward_expect, tf->dhsel, tf->dlogp_sel, tf->expect_sel, head, tf->d_tsel, tf->Tsel, C,
+               tf->temperature);
         else
-            logprob_backward(tf->dhsel, dlm, tf->dlogp_sel, NULL, tf->hsel, tf->w->p.lm_head, tf->tsel, tf->lse_sel,
-                             NULL, tf->Tsel, C, V, tf->temperature, tf->ws, tf->plan.vchunk);
-        for (int i = 0; i < tf->Tsel; i++)
-            memcpy(tf->dxn + (size_t)tf->sel[i] * C, tf->dhsel + (size_t)i * C, (size_t)C * sizeof(float));
+            OP(logprob_backward, tf->dhsel, dlm, tf->dlogp_sel, NULL, tf->hsel, head, tf->d_tsel, tf->lse_sel, NULL,
+               tf->Tsel, C, V, tf->temperature, tf->ws, tf->plan.vchunk);
+        OP(scatter_rows, tf->dxn, tf->dhsel, tf->d_sel, tf->Tsel, C);
     }
     float *dfw = full ? base_grads + tf->w->offsets[PARAM_FINAL_NORM] : NULL;
-    rmsnorm_backward(tf->dres, dfw, tf->dxn, tf->resid[L], tf->w->p.final_norm, tf->rstdf, T, C);
+    OP(rmsnorm_backward, tf->dres, dfw, tf->dxn, tf->resid[L], wg(tf, tf->w->p.final_norm), tf->rstdf, T, C);
     for (int l = L - 1; l >= 0; l--) {
         LayerActs *a = &tf->acts[tf->nacts == 1 ? 0 : l];
-        if (tf->nacts == 1 && l != L - 1) layer_forward(tf, l, a, T);  // recompute this layer's activations
-        layer_backward(tf, l, a, T, lora_grads, base_grads);
+        // recompute this layer's activations
+        if (tf->nacts == 1 && l != L - 1 && layer_forward(tf, l, a, T, err) < 0) return -1;
+        if (layer_backward(tf, l, a, T, lora_grads, base_grads, err) < 0) return -1;
     }
-    if (full) embedding_backward(base_grads + tf->w->offsets[PARAM_EMBED], tf->dres, tf->tokens, T, C);
+    if (full) OP(embedding_backward, base_grads + tf->w->offsets[PARAM_EMBED], tf->dres, tf->d_tokens, T, C);
     return 0;
 }
 
-int kvcache_init(KvCache **out, const ModelConfig *cfg, int n_slots, int max_ctx, PailErr *err) {
+int kvcache_init_on(KvCache **out, Backend *be, const ModelConfig *cfg, int n_slots, int max_ctx, PailErr *err) {
     *out = NULL;
     if (n_slots < 1 || max_ctx < 1)
         return err_set(err, PAIL_ERR_INVALID, "KV cache: %d slots of %d tokens", n_slots, max_ctx);
+    if ((int64_t)n_slots * max_ctx > INT32_MAX)
+        return err_set(err, PAIL_ERR_INVALID, "KV cache: %d slots x %d tokens exceed 2^31 rows", n_slots, max_ctx);
     KvCache *kv = calloc(1, sizeof *kv);
     if (!kv) return err_set(err, PAIL_ERR_NOMEM, "out of memory");
+    kv->be = be ? be : backend_cpu();
     kv->L = cfg->num_hidden_layers;
     kv->n_slots = n_slots;
     kv->max_ctx = max_ctx;
     kv->kvd = cfg->num_key_value_heads * cfg->head_dim;
+    kv->V = cfg->vocab_size;
     size_t n = (size_t)kv->L * n_slots * max_ctx * kv->kvd;
-    kv->k = mem_alloc_big(n * sizeof(float));
-    kv->v = mem_alloc_big(n * sizeof(float));
+    PailErr aerr = {0};
+    const BackendOps *o = kv->be->ops;
+    kv->k = o->alloc(kv->be, n * sizeof(float), &aerr);
+    kv->v = o->alloc(kv->be, n * sizeof(float), &aerr);
     kv->len = calloc((size_t)n_slots, sizeof(int));
     kv->cu_new = calloc((size_t)n_slots + 1, sizeof(int));
     kv->new_len = calloc((size_t)n_slots, sizeof(int));
-    if (!kv->k || !kv->v || !kv->len || !kv->cu_new || !kv->new_len) {
+    bool ok = kv->k && kv->v && kv->len && kv->cu_new && kv->new_len;
+    if (ok && kv->be->host_memory) {
+        kv->d_cu_new = kv->cu_new;
+        kv->d_new_len = kv->new_len;
+    } else if (ok) {
+        kv->d_cu_new = o->alloc(kv->be, ((size_t)n_slots + 1) * sizeof(int), &aerr);
+        kv->d_new_len = o->alloc(kv->be, (size_t)n_slots * sizeof(int), &aerr);
+        kv->logits = o->alloc(kv->be, (size_t)n_slots * kv->V * sizeof(float), &aerr);
+        ok = kv->d_cu_new && kv->d_new_len && kv->logits;
+    }
+    if (!ok) {
         kvcache_free(kv);
-        return err_set(err, PAIL_ERR_NOMEM, "KV cache: cannot allocate %zu MiB for %d slots x %d tokens",
-                       2 * n * sizeof(float) >> 20, n_slots, max_ctx);
+        return err_set(err, PAIL_ERR_NOMEM, "KV cache: cannot allocate %zu MiB for %d slots x %d tokens on %s",
+                       2 * n * sizeof(float) >> 20, n_slots, max_ctx, (be ? be : backend_cpu())->desc);
     }
     *out = kv;
     return 0;
 }
 
+int kvcache_init(KvCache **out, const ModelConfig *cfg, int n_slots, int max_ctx, PailErr *err) {
+    return kvcache_init_on(out, backend_cpu(), cfg, n_slots, max_ctx, err);
+}
+
 void kvcache_free(KvCache *kv) {
     if (!kv) return;
-    free(kv->k);
-    free(kv->v);
+    const BackendOps *o = kv->be->ops;
+    o->release(kv->be, kv->k);
+    o->release(kv->be, kv->v);
+    o->release(kv->be, kv->logits);
+    if (!kv->be->host_memory) {
+        o->release(kv->be, kv->d_cu_new);
+        o->release(kv->be, kv->d_new_len);
+    }
     free(kv->len);
     free(kv->cu_new);
     free(kv->new_len);
@@ -461,15 +597,18 @@ size_t kvcache_bytes(const KvCache *kv) {
     return 2 * (size_t)kv->L * kv->n_slots * kv->max_ctx * kv->kvd * sizeof(float);
 }
 
-void kvcache_fork(KvCache *kv, int dst, int src) {
-    if (dst == src) return;
+int kvcache_fork(KvCache *kv, int dst, int src, PailErr *err) {
+    if (dst == src) return 0;
     size_t stride = (size_t)kv->max_ctx * kv->kvd, n = (size_t)kv->len[src] * kv->kvd;
+    const BackendOps *o = kv->be->ops;
     for (int l = 0; l < kv->L; l++) {
         size_t base = (size_t)l * kv->n_slots * stride;
-        memcpy(kv->k + base + (size_t)dst * stride, kv->k + base + (size_t)src * stride, n * sizeof(float));
-        memcpy(kv->v + base + (size_t)dst * stride, kv->v + base + (size_t)src * stride, n * sizeof(float));
+        if (o->copy(kv->be, kv->k + base + (size_t)dst * stride, kv->k + base + (size_t)src * stride, n, err) < 0 ||
+            o->copy(kv->be, kv->v + base + (size_t)dst * stride, kv->v + base + (size_t)src * stride, n, err) < 0)
+            return err_wrap(err, "KV cache fork %d -> %d", src, dst);
     }
     kv->len[dst] = kv->len[src];
+    return 0;
 }
 
 int transformer_extend(Transformer *tf, KvCache *kv, float *logits, const int *n_new, const int *tokens,
@@ -479,6 +618,8 @@ int transformer_extend(Transformer *tf, KvCache *kv, float *logits, const int *n
     tf->have_forward = tf->have_expect = false;
     if (kv->L != c->num_hidden_layers || kv->kvd != c->num_key_value_heads * c->head_dim)
         return err_set(err, PAIL_ERR_INVALID, "KV cache was made for another model shape");
+    if (kv->be != tf->be)
+        return err_set(err, PAIL_ERR_INVALID, "KV cache is on %s, the model on %s", kv->be->desc, tf->be->desc);
     kv->cu_new[0] = 0;
     for (int s = 0; s < kv->n_slots; s++) {
         if (n_new[s] < 0 || kv->len[s] + n_new[s] > kv->max_ctx)
@@ -495,27 +636,40 @@ int transformer_extend(Transformer *tf, KvCache *kv, float *logits, const int *n
     if (T < 1 || T > tf->plan.max_tokens)
         return err_set(err, PAIL_ERR_INVALID, "transformer_extend: %d new tokens, the plan holds 1..%d", T,
                        tf->plan.max_tokens);
-    for (int s = 0; s < kv->n_slots; s++)
-        for (int t = kv->cu_new[s]; t < kv->cu_new[s + 1]; t++) tf->pos_copy[t] = kv->len[s] + t - kv->cu_new[s];
+    if (check_ids(tokens, T, V, "transformer_extend: embedding: token", err) < 0) return -1;
+    // Each new token's position, and its physical row in a layer's cache.
+    int n = 0;
+    for (int s = 0; s < kv->n_slots; s++) {
+        for (int t = kv->cu_new[s]; t < kv->cu_new[s + 1]; t++) {
+            tf->pos_copy[t] = kv->len[s] + t - kv->cu_new[s];
+            tf->rows[t] = s * kv->max_ctx + tf->pos_copy[t];
+        }
+        if (n_new[s]) tf->sel[n++] = kv->cu_new[s + 1] - 1;  // the last new row of each participating slot
+    }
     memcpy(tf->tokens_copy, tokens, (size_t)T * sizeof(int));
     tf->tokens = tf->tokens_copy;
     tf->pos = tf->pos_copy;
     tf->T = T;
-    if (embedding_forward(tf->resid[0], tf->w->p.embed_tokens, tokens, T, C, V, err) < 0)
-        return err_wrap(err, "transformer_extend");
+    OP(to_device, tf->d_tokens, tokens, (size_t)T * sizeof(int));
+    OP(to_device, tf->d_pos, tf->pos_copy, (size_t)T * sizeof(int));
+    OP(to_device, tf->d_rows, tf->rows, (size_t)T * sizeof(int));
+    OP(to_device, tf->d_sel, tf->sel, (size_t)npart * sizeof(int));
+    OP(to_device, kv->d_cu_new, kv->cu_new, ((size_t)kv->n_slots + 1) * sizeof(int));
+    OP(to_device, kv->d_new_len, kv->new_len, (size_t)kv->n_slots * sizeof(int));
+    OP(embedding_forward, tf->resid[0], wg(tf, tf->w->p.embed_tokens), tf->d_tokens, T, C, V);
     tf->kv = kv;
-    for (int l = 0; l < c->num_hidden_layers; l++) layer_forward(tf, l, &tf->acts[0], T);
+    for (int l = 0; l < c->num_hidden_layers; l++)
+        if (layer_forward(tf, l, &tf->acts[0], T, err) < 0) {
+            tf->kv = NULL;
+            return -1;
+        }
     tf->kv = NULL;
-    // The last new row of each participating slot through the final norm and the head.
-    int n = 0;
-    for (int s = 0; s < kv->n_slots; s++) {
-        if (!n_new[s]) continue;
-        memcpy(tf->hsel + (size_t)n * C, tf->resid[c->num_hidden_layers] + (size_t)(kv->cu_new[s + 1] - 1) * C,
-               (size_t)C * sizeof(float));
-        n++;
-    }
-    rmsnorm_forward(tf->xf, NULL, tf->hsel, tf->w->p.final_norm, npart, C, (float)c->rms_norm_eps);
-    matmul_forward(logits, tf->xf, tf->w->p.lm_head, NULL, npart, C, V, 1.0f, 0.0f);
+    OP(gather_rows, tf->hsel, tf->resid[c->num_hidden_layers], tf->d_sel, npart, C);
+    OP(rmsnorm_forward, tf->xf, NULL, tf->hsel, wg(tf, tf->w->p.final_norm), npart, C, (float)c->rms_norm_eps);
+    // On a host backend the logits go straight into the caller's buffer.
+    float *out = tf->be->host_memory ? logits : kv->logits;
+    OP(matmul_forward, out, tf->xf, wg(tf, tf->w->p.lm_head), NULL, npart, C, V, 1.0f, 0.0f);
+    if (!tf->be->host_memory) OP(to_host, logits, out, (size_t)npart * V * sizeof(float));
     for (int s = 0; s < kv->n_slots; s++) kv->len[s] = kv->new_len[s];
     return 0;
 }

@@ -4,13 +4,17 @@
 // given d logp / d params to every layer's LoRA A and B (base frozen) or, in
 // full mode, to every base weight. Memory for one plan (token budget) is
 // allocated once by transformer_init; nothing is allocated in a step.
-// Generation appends tokens to per-slot KV caches (transformer_extend). CUDA
-// twin: later, same calls through kernels/*.cu.
+// Generation appends tokens to per-slot KV caches (transformer_extend). The ops
+// run on the plan's backend (kernels/backend.h: the CPU, or CUDA with make
+// CUDA=1): activations, KV caches and the adapter and gradient arrays given to
+// it live in that backend's memory; the token, position, target and logp /
+// logits arrays of these calls are host memory.
 // Shapes: T tokens in a packed row, C hidden, H heads, Hkv kv heads, D head dim,
 // F ffn, V vocab, L layers, R LoRA rank.
 #pragma once
 #include <stdbool.h>
 #include "lora/lora.h"
+#include "backend.h"
 #include "model/weights.h"
 
 typedef struct {
@@ -20,6 +24,7 @@ typedef struct {
     bool recompute;   // keep only layer inputs; recompute each layer in the backward
     int vchunk;       // vocabulary chunk of the fused LM head (0: 4096)
     int max_pos;      // RoPE table size (0: min(max_position_embeddings, 32768))
+    Backend *backend; // where it runs (borrowed; NULL: the CPU)
 } TransformerPlan;
 
 typedef struct Transformer Transformer;
@@ -53,11 +58,17 @@ int transformer_backward(Transformer *tf, float *lora_grads, float *base_grads, 
 // A cache holds n_slots independent sequences of up to max_ctx tokens each:
 // (L, n_slots, max_ctx, Hkv, D) for K and for V.
 typedef struct KvCache KvCache;
-int kvcache_init(KvCache **out, const ModelConfig *cfg, int n_slots, int max_ctx, PailErr *err);
+int kvcache_init(KvCache **out, const ModelConfig *cfg, int n_slots, int max_ctx, PailErr *err);  // on the CPU
+// On a backend (the transformer's: transformer_extend refuses another's).
+int kvcache_init_on(KvCache **out, Backend *be, const ModelConfig *cfg, int n_slots, int max_ctx, PailErr *err);
 void kvcache_free(KvCache *kv);
 int kvcache_len(const KvCache *kv, int slot);
 void kvcache_reset(KvCache *kv, int slot);              // empty the slot
-void kvcache_fork(KvCache *kv, int dst, int src);       // dst = a copy of src's tokens (a shared prompt)
+// dst = a copy of src's tokens (a shared prompt). Slots address physical cache
+// rows through the rows transformer_extend computes per call, so blocks shared
+// between slots (a group's prompt) or a slot kept across an episode's turns can
+// replace the copy without changing these calls.
+int kvcache_fork(KvCache *kv, int dst, int src, PailErr *err);
 size_t kvcache_bytes(const KvCache *kv);
 
 // Appends n_new[s] tokens to each slot s (0 = slot idle this call; tokens are

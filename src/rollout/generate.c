@@ -149,7 +149,7 @@ int generator_run(Generator *g, const GenPrompt *prompts, int P, GenCompletion *
             int32_t tok = (int32_t)sample_token(g->stage_logits, &g->cfg.sampler, &sl->rng, &g->ss, &lp);
             GenCompletion *c = &out[staged * G + j];
             if (append(g, c, tok, lp)) { done++; s--; continue; }  // finished at once: slot stays free
-            kvcache_fork(g->kv, s, S);
+            if (kvcache_fork(g->kv, s, S, err) < 0) return -1;
             sl->active = true;
             sl->prompt = staged;
             sl->sample = j;

@@ -1,0 +1,131 @@
+// The compute backend: one table of ops, the way src/store/store.h's
+// StoreBackend serves file:// and s3://. The model driver (src/model/
+// transformer.c) calls every op through it and never dereferences tensor
+// memory, so a CPU backend (kernels/backend_cpu.c over the kernels/<op>.c fast
+// paths) and a CUDA backend (kernels/backend_cuda.cu over the <op>.cu twins,
+// `make CUDA=1`) are interchangeable: switching is a pointer.
+//
+// The op contract, the same on both backends:
+//   - argument order: the backend (the context), outputs, inputs, sizes,
+//     options, the caller's error; each op returns 0, or -1 with err filled in;
+//   - every tensor and index array is in the backend's memory (host memory on
+//     the CPU, device memory on CUDA): alloc / to_device / to_host move bytes;
+//   - shapes and semantics are those of kernels/kernels.h (doc/kernels.md);
+//     input gradients are written, parameter gradients accumulated;
+//   - ops are ordered on the backend's stream; sync waits and reports
+//     (to_host syncs first). The CPU backend runs each op to completion on the
+//     calling thread's OpenMP team (OMP_NUM_THREADS).
+#pragma once
+#include <stdbool.h>
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {  // the CUDA backend is compiled as C++; core/err.h has no guard of its own
+#endif
+#include "core/err.h"
+
+typedef struct Backend Backend;
+
+typedef enum { BACKEND_CPU, BACKEND_CUDA } BackendKind;
+
+typedef struct {
+    const char *name;  // "cpu", "cuda"
+    // ---- memory (bytes; 64-byte aligned blocks) ----
+    void *(*alloc)(Backend *b, size_t bytes, PailErr *err);  // NULL with err naming the size
+    void (*release)(Backend *b, void *p);                    // NULL is fine
+    int (*to_device)(Backend *b, void *dst, const void *host_src, size_t bytes, PailErr *err);
+    int (*to_host)(Backend *b, void *host_dst, const void *src, size_t bytes, PailErr *err);
+    int (*sync)(Backend *b, PailErr *err);
+    // ---- moving tensor data (what the driver did by hand between ops) ----
+    int (*copy)(Backend *b, float *dst, const float *src, size_t n, PailErr *err);
+    int (*zero)(Backend *b, float *dst, size_t n, PailErr *err);
+    int (*add)(Backend *b, float *y, const float *x, size_t n, PailErr *err);  // y += x
+    // dst(n,C)[i] = src[rows[i]]
+    int (*gather_rows)(Backend *b, float *dst, const float *src, const int *rows, int n, int C, PailErr *err);
+    // dst[rows[i]] = src(n,C)[i]: scattering selected rows back, and appending
+    // to a KV cache (rows = each new token's physical cache row, computed by
+    // the cache's owner: contiguous per slot today, a block table later)
+    int (*scatter_rows)(Backend *b, float *dst, const float *src, const int *rows, int n, int C, PailErr *err);
+    // ---- compute: the contracts of kernels/kernels.h ----
+    int (*matmul_forward)(Backend *b, float *out, const float *x, const float *W, const float *bias, int T, int K,
+                          int N, float alpha, float beta, PailErr *err);
+    int (*matmul_forward_lora)(Backend *b, float *out, float *la, const float *x, const float *W, const float *bias,
+                               const float *A, const float *B, int T, int K, int N, int R, float scale, float beta,
+                               PailErr *err);
+    int (*matmul_backward)(Backend *b, float *dx, float *dW, float *dbias, const float *dout, const float *x,
+                           const float *W, int T, int K, int N, float alpha, float dx_beta, PailErr *err);
+    int (*rmsnorm_forward)(Backend *b, float *out, float *rstd, const float *x, const float *w, int rows, int C,
+                           float eps, PailErr *err);
+    int (*rmsnorm_backward)(Backend *b, float *dx, float *dw, const float *dout, const float *x, const float *w,
+                            const float *rstd, int rows, int C, PailErr *err);
+    int (*rope_forward)(Backend *b, float *out, const float *x, const int *pos, const float *cos_t,
+                        const float *sin_t, int T, int nh, int D, PailErr *err);
+    int (*rope_backward)(Backend *b, float *dx, const float *dout, const int *pos, const float *cos_t,
+                         const float *sin_t, int T, int nh, int D, PailErr *err);
+    int (*attention_forward)(Backend *b, float *out, float *lse, const float *q, const float *k, const float *v,
+                             const int *cu_seqlens, int nseq, int T, int H, int Hkv, int D, PailErr *err);
+    int (*attention_backward)(Backend *b, float *dq, float *dk, float *dv, const float *dout, const float *q,
+                              const float *k, const float *v, const float *out, const float *lse,
+                              const int *cu_seqlens, int nseq, int T, int H, int Hkv, int D, PailErr *err);
+    int (*attention_decode_forward)(Backend *b, float *out, const float *q, const float *k_cache,
+                                    const float *v_cache, const int *cu_new, const int *cache_len, int nseq,
+                                    int max_ctx, int H, int Hkv, int D, PailErr *err);
+    int (*swiglu_forward)(Backend *b, float *out, const float *gate, const float *up, size_t n, PailErr *err);
+    int (*swiglu_backward)(Backend *b, float *dgate, float *dup, const float *dout, const float *gate,
+                           const float *up, size_t n, PailErr *err);
+    // targets must be in [0, V): the driver checks them on the host (a device
+    // cannot report which one is not)
+    int (*logprob_forward)(Backend *b, float *logp, float *entropy, float *lse, const float *hidden,
+                           const float *w_lm, const int *targets, int T, int C, int V, float temperature, float *ws,
+                           int vchunk, PailErr *err);
+    int (*logprob_backward)(Backend *b, float *dhidden, float *dw_lm, const float *dlogp, const float *dentropy,
+                            const float *hidden, const float *w_lm, const int *targets, const float *lse,
+                            const float *entropy, int T, int C, int V, float temperature, float *ws, int vchunk,
+                            PailErr *err);
+    int (*logprob_forward_expect)(Backend *b, float *logp, float *entropy, float *lse, float *expect,
+                                  const float *hidden, const float *w_lm, const int *targets, int T, int C, int V,
+                                  float temperature, float *ws, size_t ws_floats, PailErr *err);
+    int (*logprob_backward_expect)(Backend *b, float *dhidden, const float *dlogp, const float *expect,
+                                   const float *w_lm, const int *targets, int T, int C, float temperature,
+                                   PailErr *err);
+    // tokens must be in [0, V) (checked on the host, as targets)
+    int (*embedding_forward)(Backend *b, float *out, const float *table, const int *tokens, int T, int C, int V,
+                             PailErr *err);
+    int (*embedding_backward)(Backend *b, float *dtable, const float *dout, const int *tokens, int T, int C,
+                              PailErr *err);
+    // *sumsq: a host double (the CUDA backend waits for it)
+    int (*adamw_grad_sumsq)(Backend *b, double *sumsq, const float *g, size_t n, PailErr *err);
+    int (*adamw_update)(Backend *b, float *p, float *m, float *v, const float *g, size_t n, float lr, float beta1,
+                        float beta2, float eps, float weight_decay, int step, float grad_scale, PailErr *err);
+} BackendOps;
+
+struct Backend {
+    const BackendOps *ops;
+    BackendKind kind;
+    bool host_memory;  // tensors are host memory (the CPU): results need no to_host copy
+    int device;        // CUDA ordinal; -1 on the CPU
+    char desc[160];    // "cpu (2 threads)", "cuda:0 NVIDIA H200 (139 GiB)"
+    void *impl;        // backend state (CUDA: stream, cuBLAS handle, workspace), owned
+};
+
+// --device values: "cpu", "cuda" (= cuda:0), "cuda:N", "auto" (cuda:0 when a
+// usable GPU is there, else cpu). Checks the spelling only.
+int backend_parse_device(const char *spec, BackendKind *kind, int *ordinal, PailErr *err);
+// Opens the backend for a --device value. "cuda" where there is no usable GPU
+// (a CPU-only build, no driver, no device, the CUDA runtime or cuBLAS missing)
+// fails at once with one line naming what is missing (PAIL_ERR_UNSUPPORTED).
+int backend_open(Backend **out, const char *spec, PailErr *err);
+void backend_close(Backend *b);
+// The CPU backend (a process-wide instance; never fails, never closed).
+Backend *backend_cpu(void);
+
+// ---- for the backends' own files ----
+int backend_cpu_init(Backend *b);
+#ifdef PAIL_CUDA
+int backend_cuda_init(Backend *b, int ordinal, PailErr *err);  // backend_cuda.cu
+void backend_cuda_free(Backend *b);
+#endif
+
+#ifdef __cplusplus
+}
+#endif

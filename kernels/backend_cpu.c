@@ -1,0 +1,299 @@
+// The CPU backend (see backend.h): the table over the fast CPU paths of
+// kernels/<op>.c, host memory, nothing asynchronous. Also --device parsing and
+// backend_open, which picks this or the CUDA backend (backend_cuda.cu).
+#include "backend.h"
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "core/mem.h"
+#include "kernels.h"
+
+static void *cpu_alloc(Backend *b, size_t bytes, PailErr *err) {
+    (void)b;
+    void *p = mem_alloc_big(bytes ? bytes : 64);
+    if (!p) err_set(err, PAIL_ERR_NOMEM, "cpu: cannot allocate %zu MiB", bytes >> 20);
+    return p;
+}
+static void cpu_release(Backend *b, void *p) { (void)b; free(p); }
+static int cpu_move(Backend *b, void *dst, const void *src, size_t bytes, PailErr *err) {
+    (void)b; (void)err;
+    if (dst != src && bytes) memcpy(dst, src, bytes);
+    return 0;
+}
+static int cpu_sync(Backend *b, PailErr *err) { (void)b; (void)err; return 0; }
+
+static int cpu_copy(Backend *b, float *dst, const float *src, size_t n, PailErr *err) {
+    return cpu_move(b, dst, src, n * sizeof(float), err);
+}
+static int cpu_zero(Backend *b, float *dst, size_t n, PailErr *err) {
+    (void)b; (void)err;
+    memset(dst, 0, n * sizeof(float));
+    return 0;
+}
+static int cpu_add(Backend *b, float *y, const float *x, size_t n, PailErr *err) {
+    (void)b; (void)err;
+    for (size_t i = 0; i < n; i++) y[i] += x[i];
+    return 0;
+}
+static int cpu_gather_rows(Backend *b, float *dst, const float *src, const int *rows, int n, int C, PailErr *err) {
+    (void)b; (void)err;
+    for (int i = 0; i < n; i++) memcpy(dst + (size_t)i * C, src + (size_t)rows[i] * C, (size_t)C * sizeof(float));
+    return 0;
+}
+static int cpu_scatter_rows(Backend *b, float *dst, const float *src, const int *rows, int n, int C, PailErr *err) {
+    (void)b; (void)err;
+    for (int i = 0; i < n; i++) memcpy(dst + (size_t)rows[i] * C, src + (size_t)i * C, (size_t)C * sizeof(float));
+    return 0;
+}
+
+#define UNUSED (void)b; (void)err
+
+static int cpu_matmul_forward(Backend *b, float *out, const float *x, const float *W, const float *bias, int T, int K,
+                              int N, float alpha, float beta, PailErr *err) {
+    UNUSED;
+    matmul_forward(out, x, W, bias, T, K, N, alpha, beta);
+    return 0;
+}
+static int cpu_matmul_forward_lora(Backend *b, float *out, float *la, const float *x, const float *W,
+                                   const float *bias, const float *A, const float *B, int T, int K, int N, int R,
+                                   float scale, float beta, PailErr *err) {
+    UNUSED;
+    matmul_forward_lora(out, la, x, W, bias, A, B, T, K, N, R, scale, beta);
+    return 0;
+}
+static int cpu_matmul_backward(Backend *b, float *dx, float *dW, float *dbias, const float *dout, const float *x,
+                               const float *W, int T, int K, int N, float alpha, float dx_beta, PailErr *err) {
+    UNUSED;
+    matmul_backward(dx, dW, dbias, dout, x, W, T, K, N, alpha, dx_beta);
+    return 0;
+}
+static int cpu_rmsnorm_forward(Backend *b, float *out, float *rstd, const float *x, const float *w, int rows, int C,
+                               float eps, PailErr *err) {
+    UNUSED;
+    rmsnorm_forward(out, rstd, x, w, rows, C, eps);
+    return 0;
+}
+static int cpu_rmsnorm_backward(Backend *b, float *dx, float *dw, const float *dout, const float *x, const float *w,
+                                const float *rstd, int rows, int C, PailErr *err) {
+    UNUSED;
+    rmsnorm_backward(dx, dw, dout, x, w, rstd, rows, C);
+    return 0;
+}
+static int cpu_rope_forward(Backend *b, float *out, const float *x, const int *pos, const float *cos_t,
+                            const float *sin_t, int T, int nh, int D, PailErr *err) {
+    UNUSED;
+    rope_forward(out, x, pos, cos_t, sin_t, T, nh, D);
+    return 0;
+}
+static int cpu_rope_backward(Backend *b, float *dx, const float *dout, const int *pos, const float *cos_t,
+                             const float *sin_t, int T, int nh, int D, PailErr *err) {
+    UNUSED;
+    rope_backward(dx, dout, pos, cos_t, sin_t, T, nh, D);
+    return 0;
+}
+static int cpu_attention_forward(Backend *b, float *out, float *lse, const float *q, const float *k, const float *v,
+                                 const int *cu, int nseq, int T, int H, int Hkv, int D, PailErr *err) {
+    UNUSED;
+    attention_forward(out, lse, q, k, v, cu, nseq, T, H, Hkv, D);
+    return 0;
+}
+static int cpu_attention_backward(Backend *b, float *dq, float *dk, float *dv, const float *dout, const float *q,
+                                  const float *k, const float *v, const float *out, const float *lse, const int *cu,
+                                  int nseq, int T, int H, int Hkv, int D, PailErr *err) {
+    UNUSED;
+    attention_backward(dq, dk, dv, dout, q, k, v, out, lse, cu, nseq, T, H, Hkv, D);
+    return 0;
+}
+static int cpu_attention_decode_forward(Backend *b, float *out, const float *q, const float *k_cache,
+                                        const float *v_cache, const int *cu_new, const int *cache_len, int nseq,
+                                        int max_ctx, int H, int Hkv, int D, PailErr *err) {
+    UNUSED;
+    attention_decode_forward(out, q, k_cache, v_cache, cu_new, cache_len, nseq, max_ctx, H, Hkv, D);
+    return 0;
+}
+static int cpu_swiglu_forward(Backend *b, float *out, const float *gate, const float *up, size_t n, PailErr *err) {
+    UNUSED;
+    swiglu_forward(out, gate, up, n);
+    return 0;
+}
+static int cpu_swiglu_backward(Backend *b, float *dgate, float *dup, const float *dout, const float *gate,
+                               const float *up, size_t n, PailErr *err) {
+    UNUSED;
+    swiglu_backward(dgate, dup, dout, gate, up, n);
+    return 0;
+}
+static int cpu_logprob_forward(Backend *b, float *logp, float *entropy, float *lse, const float *hidden,
+                               const float *w_lm, const int *targets, int T, int C, int V, float temperature,
+                               float *ws, int vchunk, PailErr *err) {
+    (void)b;
+    return logprob_forward(logp, entropy, lse, hidden, w_lm, targets, T, C, V, temperature, ws, vchunk, err);
+}
+static int cpu_logprob_backward(Backend *b, float *dhidden, float *dw_lm, const float *dlogp, const float *dentropy,
+                                const float *hidden, const float *w_lm, const int *targets, const float *lse,
+                                const float *entropy, int T, int C, int V, float temperature, float *ws, int vchunk,
+                                PailErr *err) {
+    UNUSED;
+    logprob_backward(dhidden, dw_lm, dlogp, dentropy, hidden, w_lm, targets, lse, entropy, T, C, V, temperature, ws,
+                     vchunk);
+    return 0;
+}
+static int cpu_logprob_forward_expect(Backend *b, float *logp, float *entropy, float *lse, float *expect,
+                                      const float *hidden, const float *w_lm, const int *targets, int T, int C, int V,
+                                      float temperature, float *ws, size_t ws_floats, PailErr *err) {
+    (void)b;
+    return logprob_forward_expect(logp, entropy, lse, expect, hidden, w_lm, targets, T, C, V, temperature, ws,
+                                  ws_floats, err);
+}
+static int cpu_logprob_backward_expect(Backend *b, float *dhidden, const float *dlogp, const float *expect,
+                                       const float *w_lm, const int *targets, int T, int C, float temperature,
+                                       PailErr *err) {
+    UNUSED;
+    logprob_backward_expect(dhidden, dlogp, expect, w_lm, targets, T, C, temperature);
+    return 0;
+}
+static int cpu_embedding_forward(Backend *b, float *out, const float *table, const int *tokens, int T, int C, int V,
+                                 PailErr *err) {
+    (void)b;
+    return embedding_forward(out, table, tokens, T, C, V, err);
+}
+static int cpu_embedding_backward(Backend *b, float *dtable, const float *dout, const int *tokens, int T, int C,
+                                  PailErr *err) {
+    UNUSED;
+    embedding_backward(dtable, dout, tokens, T, C);
+    return 0;
+}
+static int cpu_adamw_grad_sumsq(Backend *b, double *sumsq, const float *g, size_t n, PailErr *err) {
+    UNUSED;
+    *sumsq = adamw_grad_sumsq(g, n);
+    return 0;
+}
+static int cpu_adamw_update(Backend *b, float *p, float *m, float *v, const float *g, size_t n, float lr,
+                            float beta1, float beta2, float eps, float weight_decay, int step, float grad_scale,
+                            PailErr *err) {
+    UNUSED;
+    adamw_update(p, m, v, g, n, lr, beta1, beta2, eps, weight_decay, step, grad_scale);
+    return 0;
+}
+
+static const BackendOps cpu_ops = {
+    .name = "cpu",
+    .alloc = cpu_alloc,
+    .release = cpu_release,
+    .to_device = cpu_move,
+    .to_host = cpu_move,
+    .sync = cpu_sync,
+    .copy = cpu_copy,
+    .zero = cpu_zero,
+    .add = cpu_add,
+    .gather_rows = cpu_gather_rows,
+    .scatter_rows = cpu_scatter_rows,
+    .matmul_forward = cpu_matmul_forward,
+    .matmul_forward_lora = cpu_matmul_forward_lora,
+    .matmul_backward = cpu_matmul_backward,
+    .rmsnorm_forward = cpu_rmsnorm_forward,
+    .rmsnorm_backward = cpu_rmsnorm_backward,
+    .rope_forward = cpu_rope_forward,
+    .rope_backward = cpu_rope_backward,
+    .attention_forward = cpu_attention_forward,
+    .attention_backward = cpu_attention_backward,
+    .attention_decode_forward = cpu_attention_decode_forward,
+    .swiglu_forward = cpu_swiglu_forward,
+    .swiglu_backward = cpu_swiglu_backward,
+    .logprob_forward = cpu_logprob_forward,
+    .logprob_backward = cpu_logprob_backward,
+    .logprob_forward_expect = cpu_logprob_forward_expect,
+    .logprob_backward_expect = cpu_logprob_backward_expect,
+    .embedding_forward = cpu_embedding_forward,
+    .embedding_backward = cpu_embedding_backward,
+    .adamw_grad_sumsq = cpu_adamw_grad_sumsq,
+    .adamw_update = cpu_adamw_update,
+};
+
+int backend_cpu_init(Backend *b) {
+    memset(b, 0, sizeof *b);
+    b->ops = &cpu_ops;
+    b->kind = BACKEND_CPU;
+    b->host_memory = true;
+    b->device = -1;
+    snprintf(b->desc, sizeof b->desc, "cpu (%d threads)", omp_get_max_threads());
+    return 0;
+}
+
+Backend *backend_cpu(void) {
+    static Backend cpu;
+    static int ready;  // benign race: every thread writes the same bytes
+    if (!ready) {
+        backend_cpu_init(&cpu);
+        ready = 1;
+    }
+    return &cpu;
+}
+
+int backend_parse_device(const char *spec, BackendKind *kind, int *ordinal, PailErr *err) {
+    *ordinal = -1;
+    if (!spec || !strcmp(spec, "cpu")) {
+        *kind = BACKEND_CPU;
+        return 0;
+    }
+    if (!strcmp(spec, "auto")) {
+        *kind = BACKEND_CUDA;  // with ordinal -1: fall back to the CPU
+        return 0;
+    }
+    if (!strncmp(spec, "cuda", 4)) {
+        const char *n = spec + 4;
+        *kind = BACKEND_CUDA;
+        *ordinal = 0;
+        if (!*n) return 0;
+        char *end;
+        long v = *n == ':' ? strtol(n + 1, &end, 10) : -1;
+        if (*n == ':' && end != n + 1 && !*end && v >= 0 && v < 1024) {
+            *ordinal = (int)v;
+            return 0;
+        }
+    }
+    return err_set(err, PAIL_ERR_INVALID, "--device '%s': use cpu, cuda, cuda:N or auto", spec);
+}
+
+int backend_open(Backend **out, const char *spec, PailErr *err) {
+    *out = NULL;
+    BackendKind kind;
+    int ordinal;
+    if (backend_parse_device(spec, &kind, &ordinal, err) < 0) return -1;
+    if (kind == BACKEND_CPU) {
+        *out = backend_cpu();
+        return 0;
+    }
+    bool auto_pick = ordinal < 0;
+#ifdef PAIL_CUDA
+    Backend *b = calloc(1, sizeof *b);
+    if (!b) return err_set(err, PAIL_ERR_NOMEM, "out of memory");
+    PailErr cerr = {0};
+    if (backend_cuda_init(b, auto_pick ? 0 : ordinal, &cerr) == 0) {
+        *out = b;
+        return 0;
+    }
+    free(b);
+    if (auto_pick) {
+        *out = backend_cpu();
+        return 0;
+    }
+    *err = cerr;
+    return -1;
+#else
+    if (auto_pick) {
+        *out = backend_cpu();
+        return 0;
+    }
+    return err_set(err, PAIL_ERR_UNSUPPORTED, "--device %s: this pail was built without CUDA (build it with make CUDA=1)",
+                   spec);
+#endif
+}
+
+void backend_close(Backend *b) {
+    if (!b || b == backend_cpu()) return;
+#ifdef PAIL_CUDA
+    backend_cuda_free(b);
+#endif
+    free(b);
+}

@@ -1,0 +1,286 @@
+// The CUDA backend (see backend.h): the same table over the <op>.cu twins,
+// device memory from cudaMalloc, the ops on the backend's stream (the default
+// stream, which the twins launch on), the process-wide cuBLAS handle, and a
+// small workspace (the sum of squares' device double). cuBLAS is loaded at run
+// time (kernels/cublas_dl.c) and the CUDA runtime is linked statically, so a
+// CUDA build starts on a machine without a GPU, a driver or CUDA libraries and
+// serves --device cpu there. CPU twin of the table: backend_cpu.c.
+#include <dlfcn.h>
+#include <stdio.h>
+#include <string.h>
+#include "backend.h"
+#include "cuda_common.h"
+
+extern "C" int cuda_dl_cublas(PailErr *err);  // cublas_dl.c
+
+typedef struct {
+    cudaStream_t stream;  // 0: the default stream the twins use
+    double *d_sumsq;      // workspace: adamw_grad_sumsq's device double
+} CudaImpl;
+
+static CudaImpl *impl(Backend *b) { return (CudaImpl *)b->impl; }
+
+static void *cu_alloc(Backend *b, size_t bytes, PailErr *err) {
+    (void)b;
+    void *p = NULL;
+    cudaError_t e = cudaMalloc(&p, bytes ? bytes : 64);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        err_set(err, PAIL_ERR_NOMEM, "cuda: cannot allocate %zu MiB of device memory: %s", bytes >> 20,
+                cudaGetErrorString(e));
+        return NULL;
+    }
+    return p;
+}
+static void cu_release(Backend *b, void *p) {
+    (void)b;
+    if (p) cudaFree(p);
+}
+static int cu_to_device(Backend *b, void *dst, const void *src, size_t bytes, PailErr *err) {
+    if (!bytes) return 0;
+    return cuda_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, impl(b)->stream), "to_device", err);
+}
+static int cu_sync(Backend *b, PailErr *err) {
+    return cuda_check(cudaStreamSynchronize(impl(b)->stream), "cudaStreamSynchronize", err);
+}
+static int cu_to_host(Backend *b, void *dst, const void *src, size_t bytes, PailErr *err) {
+    if (!bytes) return 0;
+    if (cuda_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, impl(b)->stream), "to_host", err))
+        return -1;
+    return cu_sync(b, err);
+}
+static int cu_copy(Backend *b, float *dst, const float *src, size_t n, PailErr *err) {
+    if (!n || dst == src) return 0;
+    return cuda_check(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, impl(b)->stream),
+                      "copy", err);
+}
+static int cu_zero(Backend *b, float *dst, size_t n, PailErr *err) {
+    if (!n) return 0;
+    return cuda_check(cudaMemsetAsync(dst, 0, n * sizeof(float), impl(b)->stream), "zero", err);
+}
+
+__global__ static void add_kernel(float *y, const float *x, size_t n) {
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i < n) y[i] += x[i];
+}
+__global__ static void rows_kernel(float *dst, const float *src, const int *rows, int n, int C, int scatter) {
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i >= (size_t)n * C) return;
+    size_t r = i / C, c = i % C;
+    if (scatter) dst[(size_t)rows[r] * C + c] = src[i];
+    else dst[i] = src[(size_t)rows[r] * C + c];
+}
+
+static int cu_add(Backend *b, float *y, const float *x, size_t n, PailErr *err) {
+    if (!n) return 0;
+    add_kernel<<<cuda_blocks(n, 256), 256, 0, impl(b)->stream>>>(y, x, n);
+    return cuda_launch_check("add", err);
+}
+static int cu_gather_rows(Backend *b, float *dst, const float *src, const int *rows, int n, int C, PailErr *err) {
+    if (n <= 0) return 0;
+    rows_kernel<<<cuda_blocks((size_t)n * C, 256), 256, 0, impl(b)->stream>>>(dst, src, rows, n, C, 0);
+    return cuda_launch_check("gather_rows", err);
+}
+static int cu_scatter_rows(Backend *b, float *dst, const float *src, const int *rows, int n, int C, PailErr *err) {
+    if (n <= 0) return 0;
+    rows_kernel<<<cuda_blocks((size_t)n * C, 256), 256, 0, impl(b)->stream>>>(dst, src, rows, n, C, 1);
+    return cuda_launch_check("scatter_rows", err);
+}
+
+#define B_ Backend *b
+#define NOB (void)b
+
+static int cu_matmul_forward(B_, float *out, const float *x, const float *W, const float *bias, int T, int K, int N,
+                             float alpha, float beta, PailErr *err) {
+    NOB;
+    return matmul_forward_cuda(out, x, W, bias, T, K, N, alpha, beta, err);
+}
+static int cu_matmul_forward_lora(B_, float *out, float *la, const float *x, const float *W, const float *bias,
+                                  const float *A, const float *Bm, int T, int K, int N, int R, float scale,
+                                  float beta, PailErr *err) {
+    NOB;
+    return matmul_forward_lora_cuda(out, la, x, W, bias, A, Bm, T, K, N, R, scale, beta, err);
+}
+static int cu_matmul_backward(B_, float *dx, float *dW, float *dbias, const float *dout, const float *x,
+                              const float *W, int T, int K, int N, float alpha, float dx_beta, PailErr *err) {
+    NOB;
+    return matmul_backward_cuda(dx, dW, dbias, dout, x, W, T, K, N, alpha, dx_beta, err);
+}
+static int cu_rmsnorm_forward(B_, float *out, float *rstd, const float *x, const float *w, int rows, int C,
+                              float eps, PailErr *err) {
+    NOB;
+    return rmsnorm_forward_cuda(out, rstd, x, w, rows, C, eps, err);
+}
+static int cu_rmsnorm_backward(B_, float *dx, float *dw, const float *dout, const float *x, const float *w,
+                               const float *rstd, int rows, int C, PailErr *err) {
+    NOB;
+    return rmsnorm_backward_cuda(dx, dw, dout, x, w, rstd, rows, C, err);
+}
+static int cu_rope_forward(B_, float *out, const float *x, const int *pos, const float *cos_t, const float *sin_t,
+                           int T, int nh, int D, PailErr *err) {
+    NOB;
+    return rope_forward_cuda(out, x, pos, cos_t, sin_t, T, nh, D, err);
+}
+static int cu_rope_backward(B_, float *dx, const float *dout, const int *pos, const float *cos_t, const float *sin_t,
+                            int T, int nh, int D, PailErr *err) {
+    NOB;
+    return rope_backward_cuda(dx, dout, pos, cos_t, sin_t, T, nh, D, err);
+}
+static int cu_attention_forward(B_, float *out, float *lse, const float *q, const float *k, const float *v,
+                                const int *cu, int nseq, int T, int H, int Hkv, int D, PailErr *err) {
+    NOB;
+    return attention_forward_cuda(out, lse, q, k, v, cu, nseq, T, H, Hkv, D, err);
+}
+static int cu_attention_backward(B_, float *dq, float *dk, float *dv, const float *dout, const float *q,
+                                 const float *k, const float *v, const float *out, const float *lse, const int *cu,
+                                 int nseq, int T, int H, int Hkv, int D, PailErr *err) {
+    NOB;
+    return attention_backward_cuda(dq, dk, dv, dout, q, k, v, out, lse, cu, nseq, T, H, Hkv, D, err);
+}
+static int cu_attention_decode_forward(B_, float *out, const float *q, const float *kc, const float *vc,
+                                       const int *cu_new, const int *cache_len, int nseq, int max_ctx, int H,
+                                       int Hkv, int D, PailErr *err) {
+    NOB;
+    return attention_decode_forward_cuda(out, q, kc, vc, cu_new, cache_len, nseq, max_ctx, H, Hkv, D, err);
+}
+static int cu_swiglu_forward(B_, float *out, const float *gate, const float *up, size_t n, PailErr *err) {
+    NOB;
+    return swiglu_forward_cuda(out, gate, up, n, err);
+}
+static int cu_swiglu_backward(B_, float *dgate, float *dup, const float *dout, const float *gate, const float *up,
+                              size_t n, PailErr *err) {
+    NOB;
+    return swiglu_backward_cuda(dgate, dup, dout, gate, up, n, err);
+}
+static int cu_logprob_forward(B_, float *logp, float *entropy, float *lse, const float *hidden, const float *w_lm,
+                              const int *targets, int T, int C, int V, float temperature, float *ws, int vchunk,
+                              PailErr *err) {
+    NOB;
+    return logprob_forward_cuda(logp, entropy, lse, hidden, w_lm, targets, T, C, V, temperature, ws, vchunk, err);
+}
+static int cu_logprob_backward(B_, float *dhidden, float *dw_lm, const float *dlogp, const float *dentropy,
+                               const float *hidden, const float *w_lm, const int *targets, const float *lse,
+                               const float *entropy, int T, int C, int V, float temperature, float *ws, int vchunk,
+                               PailErr *err) {
+    NOB;
+    return logprob_backward_cuda(dhidden, dw_lm, dlogp, dentropy, hidden, w_lm, targets, lse, entropy, T, C, V,
+                                 temperature, ws, vchunk, err);
+}
+static int cu_logprob_forward_expect(B_, float *logp, float *entropy, float *lse, float *expect,
+                                     const float *hidden, const float *w_lm, const int *targets, int T, int C, int V,
+                                     float temperature, float *ws, size_t ws_floats, PailErr *err) {
+    NOB;
+    return logprob_forward_expect_cuda(logp, entropy, lse, expect, hidden, w_lm, targets, T, C, V, temperature, ws,
+                                       ws_floats, err);
+}
+static int cu_logprob_backward_expect(B_, float *dhidden, const float *dlogp, const float *expect, const float *w_lm,
+                                      const int *targets, int T, int C, float temperature, PailErr *err) {
+    NOB;
+    return logprob_backward_expect_cuda(dhidden, dlogp, expect, w_lm, targets, T, C, temperature, err);
+}
+static int cu_embedding_forward(B_, float *out, const float *table, const int *tokens, int T, int C, int V,
+                                PailErr *err) {
+    NOB;
+    return embedding_forward_cuda(out, table, tokens, T, C, V, err);
+}
+static int cu_embedding_backward(B_, float *dtable, const float *dout, const int *tokens, int T, int C,
+                                 PailErr *err) {
+    NOB;
+    return embedding_backward_cuda(dtable, dout, tokens, T, C, err);
+}
+static int cu_adamw_grad_sumsq(B_, double *sumsq, const float *g, size_t n, PailErr *err) {
+    if (adamw_grad_sumsq_cuda(impl(b)->d_sumsq, g, n, err)) return -1;
+    return cu_to_host(b, sumsq, impl(b)->d_sumsq, sizeof(double), err);
+}
+static int cu_adamw_update(B_, float *p, float *m, float *v, const float *g, size_t n, float lr, float beta1,
+                           float beta2, float eps, float weight_decay, int step, float grad_scale, PailErr *err) {
+    NOB;
+    return adamw_update_cuda(p, m, v, g, n, lr, beta1, beta2, eps, weight_decay, step, grad_scale, err);
+}
+
+static BackendOps make_ops(void) {  // C++ has no designated initializers for this struct's order
+    BackendOps o;
+    memset(&o, 0, sizeof o);
+    o.name = "cuda";
+    o.alloc = cu_alloc;
+    o.release = cu_release;
+    o.to_device = cu_to_device;
+    o.to_host = cu_to_host;
+    o.sync = cu_sync;
+    o.copy = cu_copy;
+    o.zero = cu_zero;
+    o.add = cu_add;
+    o.gather_rows = cu_gather_rows;
+    o.scatter_rows = cu_scatter_rows;
+    o.matmul_forward = cu_matmul_forward;
+    o.matmul_forward_lora = cu_matmul_forward_lora;
+    o.matmul_backward = cu_matmul_backward;
+    o.rmsnorm_forward = cu_rmsnorm_forward;
+    o.rmsnorm_backward = cu_rmsnorm_backward;
+    o.rope_forward = cu_rope_forward;
+    o.rope_backward = cu_rope_backward;
+    o.attention_forward = cu_attention_forward;
+    o.attention_backward = cu_attention_backward;
+    o.attention_decode_forward = cu_attention_decode_forward;
+    o.swiglu_forward = cu_swiglu_forward;
+    o.swiglu_backward = cu_swiglu_backward;
+    o.logprob_forward = cu_logprob_forward;
+    o.logprob_backward = cu_logprob_backward;
+    o.logprob_forward_expect = cu_logprob_forward_expect;
+    o.logprob_backward_expect = cu_logprob_backward_expect;
+    o.embedding_forward = cu_embedding_forward;
+    o.embedding_backward = cu_embedding_backward;
+    o.adamw_grad_sumsq = cu_adamw_grad_sumsq;
+    o.adamw_update = cu_adamw_update;
+    return o;
+}
+static const BackendOps cuda_ops = make_ops();
+
+extern "C" int backend_cuda_init(Backend *b, int ordinal, PailErr *err) {
+    memset(b, 0, sizeof *b);
+    void *drv = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);  // what the runtime would open
+    if (!drv)
+        return err_set(err, PAIL_ERR_UNSUPPORTED, "--device cuda: no NVIDIA driver on this machine (%s)",
+                       dlerror());
+    dlclose(drv);
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n == 0) {
+        cudaGetLastError();  // clear the sticky "no driver" error
+        return err_set(err, PAIL_ERR_UNSUPPORTED, "--device cuda: no usable NVIDIA GPU (%s)",
+                       e != cudaSuccess ? cudaGetErrorString(e) : "the driver reports 0 devices");
+    }
+    if (ordinal >= n)
+        return err_set(err, PAIL_ERR_UNSUPPORTED, "--device cuda:%d: this machine has %d GPU%s (cuda:0..cuda:%d)",
+                       ordinal, n, n == 1 ? "" : "s", n - 1);
+    if (cuda_check(cudaSetDevice(ordinal), "cudaSetDevice", err)) return -1;
+    if (cuda_dl_cublas(err) < 0) return -1;
+    if (!cuda_cublas(err)) return -1;
+    CudaImpl *ci = (CudaImpl *)calloc(1, sizeof *ci);
+    if (!ci) return err_set(err, PAIL_ERR_NOMEM, "out of memory");
+    b->ops = &cuda_ops;
+    b->kind = BACKEND_CUDA;
+    b->host_memory = false;
+    b->device = ordinal;
+    b->impl = ci;
+    ci->d_sumsq = (double *)cu_alloc(b, sizeof(double), err);
+    if (!ci->d_sumsq) {
+        free(ci);
+        b->impl = NULL;
+        return -1;
+    }
+    cudaDeviceProp prop;
+    if (cudaGetDeviceProperties(&prop, ordinal) == cudaSuccess)
+        snprintf(b->desc, sizeof b->desc, "cuda:%d %.100s (%zu GiB)", ordinal, prop.name, prop.totalGlobalMem >> 30);
+    else
+        snprintf(b->desc, sizeof b->desc, "cuda:%d", ordinal);
+    return 0;
+}
+
+extern "C" void backend_cuda_free(Backend *b) {
+    CudaImpl *ci = impl(b);
+    if (!ci) return;
+    cu_release(b, ci->d_sumsq);
+    free(ci);
+    b->impl = NULL;
+}

@@ -1,0 +1,383 @@
+// Check suite for the model driver over the backend table (kernels/backend.h),
+// in the spirit of ggml's test-backend-ops: the whole model (forward log-probs
+// and entropy, the LoRA gradients of a backward, with recomputation too, and a
+// KV-cache prefill + decode) on each backend against a reference backend built
+// here from the plain-loop *_ref kernels. The CPU backend is always checked;
+// the CUDA backend when the build has it and a device is there (else it says
+// SKIP for that part). Tolerances: the fast CPU paths and the device sum in
+// other orders than the reference loops: 2e-4 absolute + 2e-4 relative on
+// log-probs and logits, 1e-3 + 2e-3 on gradients (fp32 throughout).
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "core/rng.h"
+#include "kernels.h"
+#include "model/transformer.h"
+
+// ---- a reference backend: host memory, the *_ref loops ----
+#define NOB (void)b; (void)err
+static int r_matmul_forward(Backend *b, float *out, const float *x, const float *W, const float *bias, int T, int K,
+                            int N, float alpha, float beta, PailErr *err) {
+    NOB;
+    matmul_forward_ref(out, x, W, bias, T, K, N, alpha, beta);
+    return 0;
+}
+static int r_matmul_forward_lora(Backend *b, float *out, float *la, const float *x, const float *W, const float *bias,
+                                 const float *A, const float *B, int T, int K, int N, int R, float scale, float beta,
+                                 PailErr *err) {
+    NOB;
+    matmul_forward_lora_ref(out, la, x, W, bias, A, B, T, K, N, R, scale, beta);
+    return 0;
+}
+static int r_matmul_backward(Backend *b, float *dx, float *dW, float *dbias, const float *dout, const float *x,
+                             const float *W, int T, int K, int N, float alpha, float dx_beta, PailErr *err) {
+    NOB;
+    matmul_backward_ref(dx, dW, dbias, dout, x, W, T, K, N, alpha, dx_beta);
+    return 0;
+}
+static int r_rmsnorm_forward(Backend *b, float *out, float *rstd, const float *x, const float *w, int rows, int C,
+                             float eps, PailErr *err) {
+    NOB;
+    rmsnorm_forward_ref(out, rstd, x, w, rows, C, eps);
+    return 0;
+}
+static int r_rmsnorm_backward(Backend *b, float *dx, float *dw, const float *dout, const float *x, const float *w,
+                              const float *rstd, int rows, int C, PailErr *err) {
+    NOB;
+    rmsnorm_backward_ref(dx, dw, dout, x, w, rstd, rows, C);
+    return 0;
+}
+static int r_rope_forward(Backend *b, float *out, const float *x, const int *pos, const float *c, const float *s,
+                          int T, int nh, int D, PailErr *err) {
+    NOB;
+    rope_forward_ref(out, x, pos, c, s, T, nh, D);
+    return 0;
+}
+static int r_rope_backward(Backend *b, float *dx, const float *dout, const int *pos, const float *c, const float *s,
+                           int T, int nh, int D, PailErr *err) {
+    NOB;
+    rope_backward_ref(dx, dout, pos, c, s, T, nh, D);
+    return 0;
+}
+static int r_attention_forward(Backend *b, float *out, float *lse, const float *q, const float *k, const float *v,
+                               const int *cu, int nseq, int T, int H, int Hkv, int D, PailErr *err) {
+    NOB;
+    attention_forward_ref(out, lse, q, k, v, cu, nseq, T, H, Hkv, D);
+    return 0;
+}
+static int r_attention_backward(Backend *b, float *dq, float *dk, float *dv, const float *dout, const float *q,
+                                const float *k, const float *v, const float *out, const float *lse, const int *cu,
+                                int nseq, int T, int H, int Hkv, int D, PailErr *err) {
+    NOB;
+    attention_backward_ref(dq, dk, dv, dout, q, k, v, out, lse, cu, nseq, T, H, Hkv, D);
+    return 0;
+}
+static int r_attention_decode_forward(Backend *b, float *out, const float *q, const float *kc, const float *vc,
+                                      const int *cu_new, const int *len, int nseq, int max_ctx, int H, int Hkv, int D,
+                                      PailErr *err) {
+    NOB;
+    attention_decode_forward_ref(out, q, kc, vc, cu_new, len, nseq, max_ctx, H, Hkv, D);
+    return 0;
+}
+static int r_swiglu_forward(Backend *b, float *out, const float *g, const float *u, size_t n, PailErr *err) {
+    NOB;
+    swiglu_forward_ref(out, g, u, n);
+    return 0;
+}
+static int r_swiglu_backward(Backend *b, float *dg, float *du, const float *dout, const float *g, const float *u,
+                             size_t n, PailErr *err) {
+    NOB;
+    swiglu_backward_ref(dg, du, dout, g, u, n);
+    return 0;
+}
+static int r_logprob_forward(Backend *b, float *logp, float *ent, float *lse, const float *h, const float *w,
+                             const int *tg, int T, int C, int V, float temp, float *ws, int vchunk, PailErr *err) {
+    (void)b; (void)ws; (void)vchunk;
+    return logprob_forward_ref(logp, ent, lse, h, w, tg, T, C, V, temp, err);
+}
+static int r_logprob_backward(Backend *b, float *dh, float *dw, const float *dlogp, const float *dent, const float *h,
+                              const float *w, const int *tg, const float *lse, const float *ent, int T, int C, int V,
+                              float temp, float *ws, int vchunk, PailErr *err) {
+    NOB;
+    (void)lse; (void)ent; (void)ws; (void)vchunk;
+    logprob_backward_ref(dh, dw, dlogp, dent, h, w, tg, T, C, V, temp);
+    return 0;
+}
+// The expectation path has no plain-loop twin: the reference computes the same
+// gradient the long way (logprob_backward_ref), keeping hidden and targets.
+typedef struct { const float *h; const int *tg; int V; } ExpectCtx;
+static ExpectCtx ectx;
+static int r_logprob_forward_expect(Backend *b, float *logp, float *ent, float *lse, float *expect, const float *h,
+                                    const float *w, const int *tg, int T, int C, int V, float temp, float *ws,
+                                    size_t wsf, PailErr *err) {
+    (void)b; (void)expect; (void)ws; (void)wsf;
+    ectx = (ExpectCtx){h, tg, V};
+    return logprob_forward_ref(logp, ent, lse, h, w, tg, T, C, V, temp, err);
+}
+static int r_logprob_backward_expect(Backend *b, float *dh, const float *dlogp, const float *expect, const float *w,
+                                     const int *tg, int T, int C, float temp, PailErr *err) {
+    NOB;
+    (void)expect; (void)tg;
+    logprob_backward_ref(dh, NULL, dlogp, NULL, ectx.h, w, ectx.tg, T, C, ectx.V, temp);
+    return 0;
+}
+static int r_embedding_forward(Backend *b, float *out, const float *t, const int *tok, int T, int C, int V,
+                               PailErr *err) {
+    (void)b;
+    return embedding_forward_ref(out, t, tok, T, C, V, err);
+}
+static int r_embedding_backward(Backend *b, float *dt, const float *dout, const int *tok, int T, int C,
+                                PailErr *err) {
+    NOB;
+    embedding_backward_ref(dt, dout, tok, T, C);
+    return 0;
+}
+
+// Data movement as plain loops too, so the CPU backend's own are checked.
+static int r_copy(Backend *b, float *dst, const float *src, size_t n, PailErr *err) {
+    NOB;
+    for (size_t i = 0; i < n; i++) dst[i] = src[i];
+    return 0;
+}
+static int r_zero(Backend *b, float *dst, size_t n, PailErr *err) {
+    NOB;
+    for (size_t i = 0; i < n; i++) dst[i] = 0;
+    return 0;
+}
+static int r_add(Backend *b, float *y, const float *x, size_t n, PailErr *err) {
+    NOB;
+    for (size_t i = 0; i < n; i++) y[i] = y[i] + x[i];
+    return 0;
+}
+static int r_gather_rows(Backend *b, float *dst, const float *src, const int *rows, int n, int C, PailErr *err) {
+    NOB;
+    for (int i = 0; i < n; i++)
+        for (int c = 0; c < C; c++) dst[(size_t)i * C + c] = src[(size_t)rows[i] * C + c];
+    return 0;
+}
+static int r_scatter_rows(Backend *b, float *dst, const float *src, const int *rows, int n, int C, PailErr *err) {
+    NOB;
+    for (int i = 0; i < n; i++)
+        for (int c = 0; c < C; c++) dst[(size_t)rows[i] * C + c] = src[(size_t)i * C + c];
+    return 0;
+}
+
+static BackendOps ref_ops;
+static Backend ref_backend;
+
+static void ref_backend_init(void) {
+    ref_ops = *backend_cpu()->ops;  // memory as the CPU's
+    ref_ops.name = "reference";
+    ref_ops.copy = r_copy;
+    ref_ops.zero = r_zero;
+    ref_ops.add = r_add;
+    ref_ops.gather_rows = r_gather_rows;
+    ref_ops.scatter_rows = r_scatter_rows;
+    ref_ops.matmul_forward = r_matmul_forward;
+    ref_ops.matmul_forward_lora = r_matmul_forward_lora;
+    ref_ops.matmul_backward = r_matmul_backward;
+    ref_ops.rmsnorm_forward = r_rmsnorm_forward;
+    ref_ops.rmsnorm_backward = r_rmsnorm_backward;
+    ref_ops.rope_forward = r_rope_forward;
+    ref_ops.rope_backward = r_rope_backward;
+    ref_ops.attention_forward = r_attention_forward;
+    ref_ops.attention_backward = r_attention_backward;
+    ref_ops.attention_decode_forward = r_attention_decode_forward;
+    ref_ops.swiglu_forward = r_swiglu_forward;
+    ref_ops.swiglu_backward = r_swiglu_backward;
+    ref_ops.logprob_forward = r_logprob_forward;
+    ref_ops.logprob_backward = r_logprob_backward;
+    ref_ops.logprob_forward_expect = r_logprob_forward_expect;
+    ref_ops.logprob_backward_expect = r_logprob_backward_expect;
+    ref_ops.embedding_forward = r_embedding_forward;
+    ref_ops.embedding_backward = r_embedding_backward;
+    ref_backend = *backend_cpu();
+    ref_backend.ops = &ref_ops;
+    snprintf(ref_backend.desc, sizeof ref_backend.desc, "reference (plain loops)");
+}
+
+// ---- the model and one pass over it on a backend ----
+static void small_model(ModelWeights *w, ModelType type) {
+    ModelConfig c;
+    model_config_defaults(&c, type);
+    c.hidden_size = 64; c.intermediate_size = 96; c.num_hidden_layers = 2; c.num_attention_heads = 4;
+    c.num_key_value_heads = 2; c.head_dim = 16; c.vocab_size = 300; c.max_position_embeddings = 256;
+    c.tie_word_embeddings = type == MODEL_QWEN2;
+    PailErr err = {0};
+    ck_assert_msg(model_weights_alloc(w, &c, &err) == 0, "%s", err.msg);
+    Rng r;
+    rng_seed(&r, 77, (uint64_t)type);
+    for (size_t i = 0; i < w->num_params; i++) w->memory[i] = (float)(0.12 * rng_normal(&r));
+    ModelParamId norms[] = {PARAM_ATTN_NORM, PARAM_MLP_NORM, PARAM_FINAL_NORM, PARAM_Q_NORM, PARAM_K_NORM};
+    for (size_t k = 0; k < sizeof norms / sizeof norms[0]; k++) {
+        if (!w->specs[norms[k]].present) continue;
+        size_t n = w->specs[norms[k]].numel * (w->specs[norms[k]].per_layer ? (size_t)c.num_hidden_layers : 1);
+        for (size_t i = 0; i < n; i++) w->memory[w->offsets[norms[k]] + i] = 1.0f + 0.1f * (float)rng_normal(&r);
+    }
+}
+
+enum { T = 40, NSEQ = 3, SLOTS = 3, PROMPT = 9, DECODE = 4 };
+
+typedef struct {
+    float logp[T], ent[T];
+    float *grads;             // (n_params) host
+    float *logits;            // (SLOTS * (DECODE + 1), V) host: prefill then decode steps
+} Outputs;
+
+static void run(Backend *be, const ModelWeights *w, const LoraLayout *lay, const float *params, bool recompute,
+                Outputs *o) {
+    PailErr err = {0};
+    const BackendOps *ops = be->ops;
+    size_t np = (size_t)lay->n_params, V = (size_t)w->cfg.vocab_size;
+    // The adapter and its gradients in the backend's memory.
+    float *dp = ops->alloc(be, np * sizeof(float), &err), *dg = ops->alloc(be, np * sizeof(float), &err);
+    ck_assert_msg(dp && dg, "%s", err.msg);
+    ck_assert_int_eq(ops->to_device(be, dp, params, np * sizeof(float), &err), 0);
+    ck_assert_int_eq(ops->zero(be, dg, np, &err), 0);
+    TransformerPlan plan = {.max_tokens = T, .backward = true, .recompute = recompute, .vchunk = 64, .backend = be};
+    Transformer *tf;
+    ck_assert_msg(transformer_init(&tf, w, &plan, &err) == 0, "%s", err.msg);
+    ck_assert_msg(transformer_set_lora(tf, lay, dp, &err) == 0, "%s", err.msg);
+    int tok[T], pos[T], tgt[T], cu[NSEQ + 1] = {0, 11, 25, T};
+    Rng r;
+    rng_seed(&r, 5, 1);
+    for (int s = 0; s < NSEQ; s++)
+        for (int t = cu[s]; t < cu[s + 1]; t++) {
+            tok[t] = (int)rng_below(&r, V);
+            pos[t] = t - cu[s];
+        }
+    for (int t = 0; t < T; t++) tgt[t] = (t + 1 < T && t % 5 != 3) ? tok[t + 1] : -1;
+    ck_assert_msg(transformer_forward(tf, o->logp, o->ent, tok, pos, cu, NSEQ, T, tgt, 0.9f, &err) == 0, "%s",
+                  err.msg);
+    float dlogp[T];
+    for (int t = 0; t < T; t++) dlogp[t] = tgt[t] >= 0 ? (float)(0.3 * rng_normal(&r)) : 0;
+    ck_assert_msg(transformer_backward(tf, dg, NULL, dlogp, &err) == 0, "%s", err.msg);
+    o->grads = malloc(np * sizeof(float));
+    ck_assert_int_eq(ops->to_host(be, o->grads, dg, np * sizeof(float), &err), 0);
+    // Generation: three prompts of PROMPT tokens, one prefill call, then DECODE steps.
+    KvCache *kv;
+    ck_assert_msg(kvcache_init_on(&kv, be, &w->cfg, SLOTS, PROMPT + DECODE, &err) == 0, "%s", err.msg);
+    o->logits = malloc((size_t)SLOTS * (DECODE + 1) * V * sizeof(float));
+    int n_new[SLOTS], ptok[SLOTS * PROMPT];
+    for (int i = 0; i < SLOTS * PROMPT; i++) ptok[i] = tok[i];
+    for (int s = 0; s < SLOTS; s++) n_new[s] = PROMPT;
+    ck_assert_msg(transformer_extend(tf, kv, o->logits, n_new, ptok, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(kvcache_fork(kv, 2, 0, &err), 0);  // slot 2 continues slot 0's prompt
+    for (int step = 1; step <= DECODE; step++) {
+        int next[SLOTS];
+        for (int s = 0; s < SLOTS; s++) {
+            n_new[s] = 1;
+            next[s] = (7 * step + 13 * s) % (int)V;
+        }
+        ck_assert_msg(transformer_extend(tf, kv, o->logits + (size_t)step * SLOTS * V, n_new, next, &err) == 0, "%s",
+                      err.msg);
+    }
+    kvcache_free(kv);
+    transformer_free(tf);
+    ops->release(be, dp);
+    ops->release(be, dg);
+}
+
+static void expect_close(const char *what, const char *be, const float *got, const float *want, size_t n, double atol,
+                         double rtol) {
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)got[i] - want[i]);
+        if (!(d <= atol + rtol * fabs(want[i])))
+            ck_abort_msg("%s on %s: element %zu is %.9g, reference %.9g", what, be, i, got[i], want[i]);
+    }
+}
+
+static void compare(Backend *be) {
+    for (int type = 0; type < 3; type++)
+        for (int rec = 0; rec < 2; rec++) {
+            ModelWeights w;
+            small_model(&w, (ModelType)type);
+            LoraConfig lc = {.rank = 4, .alpha = 8, .targets = (1u << LORA_NMOD) - 1};
+            LoraLayout lay;
+            PailErr err = {0};
+            ck_assert_int_eq(lora_layout_build(&lay, &w.cfg, &lc, &err), 0);
+            float *p = malloc((size_t)lay.n_params * sizeof(float));
+            lora_init(&lay, p, 3);
+            Rng r;
+            rng_seed(&r, 11, 2);
+            for (int64_t i = 0; i < lay.n_params; i++) p[i] += (float)(0.05 * rng_normal(&r));  // B != 0
+            Outputs want, got;
+            run(&ref_backend, &w, &lay, p, rec, &want);
+            run(be, &w, &lay, p, rec, &got);
+            expect_close("log-probs", be->desc, got.logp, want.logp, T, 2e-4, 2e-4);
+            expect_close("entropy", be->desc, got.ent, want.ent, T, 2e-4, 2e-4);
+            expect_close("LoRA gradients", be->desc, got.grads, want.grads, (size_t)lay.n_params, 1e-3, 2e-3);
+            expect_close("KV-cache logits", be->desc, got.logits, want.logits,
+                         (size_t)SLOTS * (DECODE + 1) * w.cfg.vocab_size, 2e-4, 2e-4);
+            // The gradients are not all zero (the comparison has something to compare).
+            double s = 0;
+            for (int64_t i = 0; i < lay.n_params; i++) s += fabs(want.grads[i]);
+            ck_assert(s > 1e-3);
+            free(want.grads); free(want.logits); free(got.grads); free(got.logits);
+            free(p);
+            lora_layout_free(&lay);
+            model_weights_free(&w);
+        }
+}
+
+START_TEST(test_cpu_backend) { compare(backend_cpu()); }
+END_TEST
+
+START_TEST(test_cuda_backend) {
+    Backend *be;
+    PailErr err = {0};
+#ifdef PAIL_CUDA
+    if (backend_open(&be, "cuda", &err) < 0) {
+        printf("SKIP: CUDA backend: %s\n", err.msg);
+        return;
+    }
+    compare(be);
+    backend_close(be);
+#else
+    ck_assert_int_eq(backend_open(&be, "cuda", &err), -1);  // a CPU build says so
+    ck_assert_ptr_nonnull(strstr(err.msg, "built without CUDA"));
+    printf("SKIP: CUDA backend: built without CUDA\n");
+#endif
+}
+END_TEST
+
+START_TEST(test_device_flag) {
+    BackendKind k;
+    int ord;
+    PailErr err = {0};
+    ck_assert_int_eq(backend_parse_device("cpu", &k, &ord, &err), 0);
+    ck_assert_int_eq(k, BACKEND_CPU);
+    ck_assert_int_eq(backend_parse_device("cuda:3", &k, &ord, &err), 0);
+    ck_assert(k == BACKEND_CUDA && ord == 3);
+    ck_assert_int_eq(backend_parse_device("auto", &k, &ord, &err), 0);
+    ck_assert(k == BACKEND_CUDA && ord == -1);
+    const char *bad[] = {"gpu", "cuda:", "cuda:x", "cuda:-1", "cuda0", "CPU"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ck_assert_int_eq(backend_parse_device(bad[i], &k, &ord, &err), -1);
+        ck_assert_ptr_nonnull(strstr(err.msg, "use cpu, cuda, cuda:N or auto"));
+    }
+    Backend *be;
+    ck_assert_int_eq(backend_open(&be, "auto", &err), 0);  // a GPU when there is one, else the CPU
+    ck_assert_ptr_nonnull(be);
+    backend_close(be);
+}
+END_TEST
+
+int main(void) {
+    ref_backend_init();
+    Suite *s = suite_create("model_backend");
+    TCase *core = tcase_create("core"), *limits = tcase_create("limits");
+    tcase_set_timeout(core, 120);
+    tcase_add_test(core, test_cpu_backend);
+    tcase_add_test(core, test_cuda_backend);
+    tcase_add_test(limits, test_device_flag);
+    suite_add_tcase(s, core);
+    suite_add_tcase(s, limits);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
