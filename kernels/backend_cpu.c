@@ -278,8 +278,7 @@ int backend_open(Backend **out, const char *spec, PailErr *err) {
         *out = backend_cpu();
         return 0;
     }
-    *err = cerr;
-    return -1;
+    return err_set(err, cerr.code, "--device %s: %s", spec, cerr.msg);
 #else
     if (auto_pick) {
         *out = backend_cpu();

@@ -240,19 +240,19 @@ extern "C" int backend_cuda_init(Backend *b, int ordinal, PailErr *err) {
     memset(b, 0, sizeof *b);
     void *drv = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);  // what the runtime would open
     if (!drv)
-        return err_set(err, PAIL_ERR_UNSUPPORTED, "--device cuda: no NVIDIA driver on this machine (%s)",
+        return err_set(err, PAIL_ERR_UNSUPPORTED, "no NVIDIA driver on this machine (%s)",
                        dlerror());
     dlclose(drv);
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess || n == 0) {
         cudaGetLastError();  // clear the sticky "no driver" error
-        return err_set(err, PAIL_ERR_UNSUPPORTED, "--device cuda: no usable NVIDIA GPU (%s)",
+        return err_set(err, PAIL_ERR_UNSUPPORTED, "no usable NVIDIA GPU (%s)",
                        e != cudaSuccess ? cudaGetErrorString(e) : "the driver reports 0 devices");
     }
     if (ordinal >= n)
-        return err_set(err, PAIL_ERR_UNSUPPORTED, "--device cuda:%d: this machine has %d GPU%s (cuda:0..cuda:%d)",
-                       ordinal, n, n == 1 ? "" : "s", n - 1);
+        return err_set(err, PAIL_ERR_UNSUPPORTED, "this machine has %d GPU%s (cuda:0..cuda:%d)",
+                       n, n == 1 ? "" : "s", n - 1);
     if (cuda_check(cudaSetDevice(ordinal), "cudaSetDevice", err)) return -1;
     if (cuda_dl_cublas(err) < 0) return -1;
     if (!cuda_cublas(err)) return -1;

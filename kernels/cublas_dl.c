@@ -50,7 +50,7 @@ static void dl_load(void) {
 
 int cuda_dl_cublas(PailErr *err) {
     pthread_once(&dl_once, dl_load);
-    return dl.lib ? 0 : err_set(err, PAIL_ERR_UNSUPPORTED, "--device cuda: %s", dl.why);
+    return dl.lib ? 0 : err_set(err, PAIL_ERR_UNSUPPORTED, "%s", dl.why);
 }
 
 cublasStatus_t cublasCreate_v2(cublasHandle_t *h) {

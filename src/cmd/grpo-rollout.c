@@ -5,6 +5,7 @@
 #include <string.h>
 #include "core/flags.h"
 #include "core/log.h"
+#include "model/device.h"
 #include "rollout/worker.h"
 #include "store/runlayout.h"
 #include "store/cli.h"
@@ -14,7 +15,7 @@ static void on_signal(int sig) { g_stop = (sig == SIGINT && g_stop) ? 2 : 1; }
 
 int main(int argc, char **argv) {
     log_init("grpo-rollout", LOG_INFO);
-    char *config = NULL, *model = NULL, *run = NULL, *worker = NULL, *dataset = NULL, *answer_field = NULL,
+    char *device = NULL, *config = NULL, *model = NULL, *run = NULL, *worker = NULL, *dataset = NULL, *answer_field = NULL,
          *marker = NULL, *regex = NULL, *cmd = NULL, *prompt_format = NULL, *eval_dataset = NULL;
     long G, batch, max_new, max_prompt, top_k, seed, max_shards, gps, max_ahead, windex, nworkers, length_target,
         eval_every, eval_samples;
@@ -56,6 +57,7 @@ int main(int argc, char **argv) {
         {"eval-dataset", FLAG_STRING, &eval_dataset, NULL, 1, 0, "held-out prompts for --eval"},
         {"eval-every", FLAG_INT, &eval_every, "1", 1, 1000000, "evaluate every N versions (and v0)"},
         {"eval-samples", FLAG_INT, &eval_samples, "1", 1, 1024, "1: greedy; k: pass@k with the sampling settings"},
+        DEVICE_CLI_FLAG(&device),
         STORE_CLI_FLAGS(&sf),
     };
     int n = sizeof fl / sizeof fl[0];
@@ -75,6 +77,11 @@ int main(int argc, char **argv) {
         fprintf(stderr, "grpo-rollout: --worker-id: %s\n", err.msg);
         flags_free(fl, n);
         return 2;
+    }
+    Backend *be;
+    if ((rc = device_open_cli("grpo-rollout", device, false, &be)) != 0) {
+        flags_free(fl, n);
+        return rc;
     }
     RolloutConfig c = {
         .model_dir = model, .run_url = run, .dataset = dataset, .worker_id = worker, .prompt_format = prompt_format,

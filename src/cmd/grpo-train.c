@@ -10,6 +10,7 @@
 #include "grpo/sft.h"
 #include "grpo/trainer.h"
 #include "lora/lora.h"
+#include "model/device.h"
 #include "store/cli.h"
 
 static volatile sig_atomic_t g_stop;
@@ -50,7 +51,7 @@ int main(int argc, char **argv) {
     log_init("grpo-train", LOG_INFO);
     char *config = NULL, *model = NULL, *run = NULL, *replay = NULL, *sft = NULL, *init_adapter = NULL,
          *targets = NULL, *scale = NULL, *ratio = NULL, *loss = NULL, *schedule = NULL, *dump_grads = NULL,
-         *metrics = NULL, *out = NULL, *prompt_format = NULL, *run_id = NULL, *task = NULL;
+         *metrics = NULL, *out = NULL, *prompt_format = NULL, *run_id = NULL, *task = NULL, *device = NULL;
     long rank, steps, gps, G, stale, budget, publish_every, keep, warmup, seed, resume_from;
     double alpha, lr, eps_low, eps_high, tis, beta, b1, b2, aeps, wd, clip, min_lr, rollout_timeout;
     bool resume, full, rslora, recompute, chat;
@@ -114,6 +115,7 @@ int main(int argc, char **argv) {
         {"seed", FLAG_INT, &seed, "0", 0, 9007199254740991L, "seed (LoRA init, shuffles)"},
         {"run-id", FLAG_STRING, &run_id, NULL, 1, 0, "run id for a new run (default: derived)"},
         {"task", FLAG_STRING, &task, NULL, 1, 0, "task description recorded in run.json"},
+        DEVICE_CLI_FLAG(&device),
         STORE_CLI_FLAGS(&sf),
     };
     int n = sizeof fl / sizeof fl[0];
@@ -157,6 +159,11 @@ int main(int argc, char **argv) {
     if (usage) {
         flags_free(fl, n);
         return 2;
+    }
+    Backend *be;
+    if ((rc = device_open_cli("grpo-train", device, false, &be)) != 0) {
+        flags_free(fl, n);
+        return rc;
     }
     bool seq = c.loss.ratio == RATIO_SEQUENCE;
     if (eps_low < 0) eps_low = seq ? 3e-4 : 0.2;

@@ -3,6 +3,7 @@
 // users checking a model. Prints the JSON result (accuracy, mean reward, ...).
 #include <stdio.h>
 #include "ctl/ctl.h"
+#include "model/device.h"
 #include "rollout/worker.h"
 
 int ctl_eval(int argc, char **argv) {
@@ -12,6 +13,7 @@ int ctl_eval(int argc, char **argv) {
     double temperature;
     bool chat;
     FlagList rewards = {0};
+    char *device = NULL;
     Flag fl[] = {
         {"model", FLAG_STRING, &model, NULL, 1, 0, "Hugging Face model folder"},
         {"adapter", FLAG_STRING, &adapter, NULL, 1, 0, "pail adapter file (.h5); none: the base model"},
@@ -28,6 +30,7 @@ int ctl_eval(int argc, char **argv) {
         {"prompt-format", FLAG_STRING, &prompt_format, NULL, 1, 0, "plain template with {prompt}"},
         {"seed", FLAG_INT, &seed, "0", 0, 9007199254740991L, "sampling seed for pass@k"},
         {"out", FLAG_STRING, &out, NULL, 1, 0, "also write the JSON result to this file"},
+        DEVICE_CLI_FLAG(&device),
     };
     int n = sizeof fl / sizeof fl[0], rc;
     const char *usage = "grpo-ctl eval --model DIR [--adapter FILE] --dataset FILE";
@@ -39,6 +42,8 @@ int ctl_eval(int argc, char **argv) {
         fprintf(stderr, "%s: --model and --dataset are required\nusage: %s\n", argv[0], usage);
         goto done;
     }
+    Backend *be;
+    if ((rc = device_open_cli("grpo-ctl eval", device, false, &be)) != 0) goto done;
     RolloutConfig c = {.model_dir = model, .eval = true, .eval_dataset = dataset, .eval_samples = samples,
                        .eval_once = true, .eval_adapter = adapter, .eval_out = out, .prompt_format = prompt_format,
                        .chat = chat, .max_new_tokens = (int)max_new, .max_prompt_tokens = (int)max_prompt,

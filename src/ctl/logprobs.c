@@ -10,6 +10,7 @@
 #include "core/fsutil.h"
 #include "ctl/ctl.h"
 #include "lora/peft.h"
+#include "model/device.h"
 #include "model/transformer.h"
 
 int ctl_read_url_or_path(const char *src, const CtlStoreFlags *sf, Buf *out, PailErr *err) {
@@ -50,18 +51,19 @@ static int flush(Transformer *tf, Line *lines, int nl, int *tok, int *pos, int *
 
 int ctl_logprobs(int argc, char **argv) {
     CtlStoreFlags sf = {0};
-    char *model = NULL, *adapter = NULL, *input = NULL;
+    char *model = NULL, *adapter = NULL, *input = NULL, *device = NULL;
     long budget;
     double temperature;
-    Flag fl[CTL_STORE_NFLAGS + 5] = {
+    Flag fl[CTL_STORE_NFLAGS + 6] = {
         {"model", FLAG_STRING, &model, NULL, 1, 0, "Hugging Face model folder"},
         {"adapter", FLAG_STRING, &adapter, NULL, 1, 0, "adapter: a pail .h5 file, a PEFT folder, or a store URL"},
         {"input", FLAG_STRING, &input, NULL, 1, 0, "JSON lines {\"ids\": [...]} (- for stdin)"},
         {"token-budget", FLAG_INT, &budget, "4096", 1, 1 << 20, "tokens per packed forward"},
         {"temperature", FLAG_DOUBLE, &temperature, "1", 1e-6, 1e6, "log-probs of logits / temperature"},
+        DEVICE_CLI_FLAG(&device),
     };
-    ctl_store_flags(fl + 5, &sf);
-    int n = CTL_STORE_NFLAGS + 5, rc;
+    ctl_store_flags(fl + 6, &sf);
+    int n = CTL_STORE_NFLAGS + 6, rc;
     const char *usage = "grpo-ctl logprobs --model DIR [--adapter FILE|URL] --input FILE.jsonl";
     if ((rc = ctl_parse(usage, "Prints {\"logprobs\": [...]} per input line: log p(ids[t] | ids[<t]), t >= 1.", fl,
                         n, argc, argv, NULL, NULL)) >= 0)
@@ -71,6 +73,8 @@ int ctl_logprobs(int argc, char **argv) {
         fprintf(stderr, "%s: --model and --input are required\nusage: %s\n", argv[0], usage);
         goto out;
     }
+    Backend *be;
+    if ((rc = device_open_cli("grpo-ctl logprobs", device, false, &be)) != 0) goto out;
     rc = 1;
     PailErr err = {0};
     ModelWeights w;

@@ -1,0 +1,30 @@
+// --device handling shared by the computing tools (see device.h).
+#include "model/device.h"
+#include <stdio.h>
+#include "core/log.h"
+
+int device_open_cli(const char *tool, const char *spec, bool cuda_ready, Backend **out) {
+    PailErr err = {0};
+    BackendKind kind;
+    int ordinal;
+    *out = NULL;
+    if (backend_parse_device(spec, &kind, &ordinal, &err) < 0) {
+        fprintf(stderr, "%s: %s\n", tool, err.msg);
+        return 2;
+    }
+    bool auto_pick = kind == BACKEND_CUDA && ordinal < 0;
+    if (auto_pick && !cuda_ready) spec = "cpu";
+    if (backend_open(out, spec, &err) < 0) {
+        fprintf(stderr, "%s: %s\n", tool, err.msg);
+        return 1;
+    }
+    if ((*out)->kind == BACKEND_CUDA && !cuda_ready) {
+        fprintf(stderr, "%s: --device %s: %s computes on the CPU only in this release (found %s): use --device cpu\n",
+                tool, spec, tool, (*out)->desc);
+        backend_close(*out);
+        *out = NULL;
+        return 1;
+    }
+    log_info("device: %s", (*out)->desc);
+    return 0;
+}

@@ -1,0 +1,18 @@
+// --device for the tools that compute (grpo-train, grpo-rollout, grpo-ctl eval,
+// grpo-ctl logprobs): one spelling, one help text, one way of failing. The
+// backends themselves are kernels/backend.h.
+#pragma once
+#include <stdbool.h>
+#include "backend.h"
+#include "core/flags.h"
+
+#define DEVICE_CLI_FLAG(v)                                                                             \
+    {"device", FLAG_STRING, (v), "cpu", 1, 0,                                                          \
+     "where to compute: cpu, cuda (= cuda:0), cuda:N, or auto (a usable GPU, else the CPU)"}
+
+// Opens the backend a tool's --device names. cuda_ready: this tool computes on
+// CUDA in this build (else cuda is refused saying so, and auto means the CPU).
+// Returns 0 with *out set; 2 after printing a usage error (a bad spelling); 1
+// after printing one line naming what is missing (no CUDA in the build, no
+// driver, no device, no cuBLAS) or not built yet.
+int device_open_cli(const char *tool, const char *spec, bool cuda_ready, Backend **out);
