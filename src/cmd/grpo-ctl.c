@@ -17,6 +17,7 @@ static const CtlCommand commands[] = {
     {"export", ctl_export, "a pail adapter as a PEFT folder (vLLM, PEFT), or merged into the base model"},
     {"plot", ctl_plot, "draw a run's reward and held-out accuracy curves (SVG)"},
     {"logprobs", ctl_logprobs, "per-token log-probs of token ids under a model (+ adapter)"},
+    {"plan", ctl_plan, "the memory plan of a trainer or rollout worker for a model or shape, allocating nothing"},
     {"init-model", ctl_init_model, "write a random-weight Hugging Face checkpoint (tiny, bench, 0.5B shapes)"},
     {"model-info", ctl_model_info, "check a model folder's config and tensors; print base_sha256"},
     {"tokenize", ctl_tokenize, "encode text (or JSON lines, or chats) with a tokenizer.json"},

@@ -24,6 +24,7 @@ int ctl_export(int argc, char **argv);       // src/ctl/export.c
 int ctl_gc(int argc, char **argv);           // src/ctl/gc.c
 int ctl_doctor(int argc, char **argv);       // src/ctl/doctor.c
 int ctl_init_model(int argc, char **argv);   // src/ctl/model.c
+int ctl_plan(int argc, char **argv);         // src/ctl/plan.c
 int ctl_model_info(int argc, char **argv);
 int ctl_tokenize(int argc, char **argv);
 int ctl_detokenize(int argc, char **argv);

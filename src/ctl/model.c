@@ -20,7 +20,8 @@ int ctl_init_model(int argc, char **argv) {
         {"out", FLAG_STRING, &out, NULL, 1, 0, "folder to write (created; existing files replaced)"},
         {"shape", FLAG_STRING, &shape, NULL, 1, 0,
          "preset: tiny (C64 L2 H4 Hkv2 F128 V512), bench (C512 L8 H8 Hkv2 F1408 V32000), "
-         "qwen2.5-0.5b (C896 L24 H14 Hkv2 F4864 V151936, tied, qwen2); size flags override it"},
+         "qwen2.5-0.5b (C896 L24 H14 Hkv2 F4864 V151936, tied, qwen2), qwen2.5-7b (C3584 L28 H28 Hkv4 "
+         "F18944 V152064, qwen2); size flags override it (e.g. --layers 4)"},
         {"model-type", FLAG_STRING, &type_s, NULL, 1, 0, "llama, qwen2 or qwen3 (default llama; qwen2 for qwen2.5-0.5b)"},
         {"hidden", FLAG_INT, &hidden, "0", 0, 65536, "hidden size C"},
         {"layers", FLAG_INT, &layers, "0", 0, 1024, "layers L"},
@@ -45,7 +46,7 @@ int ctl_init_model(int argc, char **argv) {
     int nfl = sizeof fl / sizeof fl[0];
     char **pos = NULL;
     int npos = 0, rc;
-    const char *usage = "grpo-ctl init-model --out DIR [--shape tiny|bench|qwen2.5-0.5b] [--model-type T] [sizes]";
+    const char *usage = "grpo-ctl init-model --out DIR [--shape tiny|bench|qwen2.5-0.5b|qwen2.5-7b] [--model-type T] [sizes]";
     if ((rc = ctl_parse(usage, "Writes a random-weight checkpoint in Hugging Face layout (config.json, "
                         "generation_config.json, model.safetensors).", fl, nfl, argc, argv, &pos, &npos)) >= 0)
         goto done;
@@ -53,14 +54,14 @@ int ctl_init_model(int argc, char **argv) {
     if (npos) { fprintf(stderr, "%s: unexpected argument '%s'\n", argv[0], pos[0]); goto done; }
     if (!out) { fprintf(stderr, "%s: --out DIR is required\n", argv[0]); goto done; }
     ModelType type = MODEL_LLAMA;
-    if (shape && !strcmp(shape, "qwen2.5-0.5b")) type = MODEL_QWEN2;
+    if (shape && (!strcmp(shape, "qwen2.5-0.5b") || !strcmp(shape, "qwen2.5-7b"))) type = MODEL_QWEN2;
     if (type_s && model_type_parse(type_s, &type) < 0) {
         fprintf(stderr, "%s: --model-type '%s': use llama, qwen2 or qwen3\n", argv[0], type_s);
         goto done;
     }
     ModelConfig cfg = {0};
     if (shape && modelgen_shape(&cfg, shape, type) < 0) {
-        fprintf(stderr, "%s: --shape '%s' with model type %s: use tiny, bench or qwen2.5-0.5b (qwen2 only)\n",
+        fprintf(stderr, "%s: --shape '%s' with model type %s: use tiny, bench, qwen2.5-0.5b or qwen2.5-7b (the last two qwen2 only)\n",
                 argv[0], shape, model_type_name(type));
         goto done;
     }

@@ -25,12 +25,17 @@ int modelgen_shape(ModelConfig *cfg, const char *shape, ModelType type) {
         c.hidden_size = 896, c.num_hidden_layers = 24, c.num_attention_heads = 14, c.num_key_value_heads = 2;
         c.intermediate_size = 4864, c.vocab_size = 151936;
         bos = eos = 151643;  // <|endoftext|>, as Qwen/Qwen2.5-0.5B's config.json
+    } else if (!strcmp(shape, "qwen2.5-7b")) {  // Qwen/Qwen2.5-7B's config.json
+        if (type != MODEL_QWEN2) return -1;
+        c.hidden_size = 3584, c.num_hidden_layers = 28, c.num_attention_heads = 28, c.num_key_value_heads = 4;
+        c.intermediate_size = 18944, c.vocab_size = 152064;
+        bos = eos = 151643;
     } else {
         return -1;
     }
     model_config_defaults(&c, type);
-    if (!strcmp(shape, "qwen2.5-0.5b")) {
-        c.tie_word_embeddings = true;
+    if (!strcmp(shape, "qwen2.5-0.5b") || !strcmp(shape, "qwen2.5-7b")) {
+        c.tie_word_embeddings = !strcmp(shape, "qwen2.5-0.5b");  // 7B has its own lm_head
         c.rope_theta = 1000000.0;
         c.max_position_embeddings = 32768;
     }

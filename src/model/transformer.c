@@ -136,6 +136,31 @@ static void plan_memory(Transformer *tf, Bump *b) {
     }
 }
 
+static void plan_defaults(TransformerPlan *p, const ModelConfig *c) {
+    if (p->vchunk <= 0) p->vchunk = 4096;
+    if (p->max_pos <= 0) p->max_pos = c->max_position_embeddings < 32768 ? c->max_position_embeddings : 32768;
+    if (p->max_pos < 1) p->max_pos = 4096;
+}
+
+size_t transformer_plan_bytes(const ModelConfig *c, const TransformerPlan *plan) {
+    Transformer tf = {.cfg = *c, .plan = *plan};
+    plan_defaults(&tf.plan, c);
+    tf.nacts = (plan->recompute || !plan->backward) ? 1 : c->num_hidden_layers;
+    LayerActs *acts = calloc((size_t)tf.nacts, sizeof *acts);
+    float **resid = calloc((size_t)c->num_hidden_layers + 1, sizeof *resid);
+    size_t bytes = 0;
+    if (acts && resid) {
+        tf.acts = acts;
+        tf.resid = resid;
+        Bump dry = {0};
+        plan_memory(&tf, &dry);
+        bytes = dry.used * sizeof(float);
+    }
+    free(acts);
+    free(resid);
+    return bytes;
+}
+
 int transformer_init(Transformer **out, const ModelWeights *w, const TransformerPlan *plan, PailErr *err) {
     *out = NULL;
     const ModelConfig *c = &w->cfg;
@@ -147,9 +172,7 @@ int transformer_init(Transformer **out, const ModelWeights *w, const Transformer
     tf->be = plan->backend ? plan->backend : backend_cpu();
     tf->cfg = *c;
     tf->plan = *plan;
-    if (tf->plan.vchunk <= 0) tf->plan.vchunk = 4096;
-    if (tf->plan.max_pos <= 0) tf->plan.max_pos = c->max_position_embeddings < 32768 ? c->max_position_embeddings : 32768;
-    if (tf->plan.max_pos < 1) tf->plan.max_pos = 4096;
+    plan_defaults(&tf->plan, c);
     // Saved activations per layer only when a backward will read them.
     tf->nacts = (plan->recompute || !plan->backward) ? 1 : c->num_hidden_layers;
     tf->acts = calloc((size_t)tf->nacts, sizeof *tf->acts);

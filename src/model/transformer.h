@@ -33,6 +33,9 @@ typedef struct Transformer Transformer;
 int transformer_init(Transformer **out, const ModelWeights *w, const TransformerPlan *plan, PailErr *err);
 void transformer_free(Transformer *tf);
 size_t transformer_bytes(const Transformer *tf);  // activation memory planned
+// The same figure for a config and a plan, computed by the planner's dry pass
+// without allocating (the memory plan printed before anything is).
+size_t transformer_plan_bytes(const ModelConfig *cfg, const TransformerPlan *plan);
 // Attaches an adapter (layout for w's config; params borrowed, may change
 // between calls). NULL detaches. transformer_lora_enable toggles it without
 // detaching (the KL reference is the base model: same weights, LoRA off).

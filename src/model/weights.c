@@ -44,6 +44,15 @@ void model_param_name(const ModelParamSpec *s, int layer, char *out, size_t cap)
     else snprintf(out, cap, "%s", s->name);
 }
 
+size_t model_params_count(const ModelConfig *cfg) {
+    ModelParamSpec specs[PARAM_COUNT];
+    model_param_specs(cfg, specs);
+    size_t total = 0, L = cfg->num_hidden_layers;
+    for (int i = 0; i < PARAM_COUNT; i++)
+        if (specs[i].present) total += specs[i].numel * (specs[i].per_layer ? L : 1);
+    return total;
+}
+
 int model_weights_alloc(ModelWeights *w, const ModelConfig *cfg, PailErr *err) {
     memset(w, 0, sizeof *w);
     w->cfg = *cfg;

@@ -61,6 +61,8 @@ typedef struct {
 
 // The tensor families of cfg (specs[PARAM_COUNT]); absent ones have present = false.
 void model_param_specs(const ModelConfig *cfg, ModelParamSpec specs[PARAM_COUNT]);
+// Floats the block holds for cfg (lm_head counted once when tied), without allocating.
+size_t model_params_count(const ModelConfig *cfg);
 // Sizes the block from cfg, allocates it (uninitialised) and points the params.
 int model_weights_alloc(ModelWeights *w, const ModelConfig *cfg, PailErr *err);
 void model_weights_free(ModelWeights *w);

@@ -1,0 +1,96 @@
+// grpo-ctl plan: the memory plan a tool would print before allocating, for a
+// model folder (its config.json only) or a named shape, without loading or
+// running anything: e.g. whether the 7B shape in bf16 with --recompute fits a
+// 24 GB card (--max-memory 24G; exit 1 when it does not).
+#include <stdio.h>
+#include <string.h>
+#include "ctl/ctl.h"
+#include "lora/lora.h"
+#include "model/memplan.h"
+#include "model/modelgen.h"
+
+int ctl_plan(int argc, char **argv) {
+    char *model = NULL, *shape = NULL, *role = NULL, *dtype = NULL, *targets = NULL, *max_memory = NULL,
+         *device = NULL;
+    long layers, rank, budget, batch, max_new, max_prompt, gps, G;
+    bool recompute;
+    Flag fl[] = {
+        {"model", FLAG_STRING, &model, NULL, 1, 0, "a Hugging Face model folder (config.json is read, nothing else)"},
+        {"shape", FLAG_STRING, &shape, NULL, 1, 0, "or a shape of grpo-ctl init-model (tiny, bench, qwen2.5-0.5b, qwen2.5-7b)"},
+        {"layers", FLAG_INT, &layers, "0", 0, 100000, "override the number of layers (0: the model's)"},
+        {"role", FLAG_STRING, &role, "train", 1, 0, "train (grpo-train), rollout (grpo-rollout), or forward (grpo-ctl logprobs)"},
+        {"dtype", FLAG_STRING, &dtype, "fp32", 1, 0, "base weights held as fp32 (today) or bf16"},
+        {"lora-rank", FLAG_INT, &rank, "16", 0, 64, "LoRA rank (0: no adapter)"},
+        {"lora-targets", FLAG_STRING, &targets, "all", 1, 0, "LoRA target modules as grpo-train"},
+        {"token-budget", FLAG_INT, &budget, "16384", 1, 1 << 24, "train/forward: tokens per packed micro-batch"},
+        {"recompute", FLAG_BOOL, &recompute, "false", 1, 0, "train: keep only layer inputs"},
+        {"groups-per-step", FLAG_INT, &gps, "16", 1, 1000000, "train: prompt groups per step"},
+        {"group-size", FLAG_INT, &G, "8", 1, 4096, "train: completions per prompt"},
+        {"batch-size", FLAG_INT, &batch, "32", 1, 4096, "rollout: sequences decoded together"},
+        {"max-new-tokens", FLAG_INT, &max_new, "256", 1, 1 << 20, "rollout: completion length limit"},
+        {"max-prompt-tokens", FLAG_INT, &max_prompt, "1024", 1, 1 << 20, "rollout: longest prompt"},
+        {"max-memory", FLAG_STRING, &max_memory, NULL, 1, 0, "the device's memory, e.g. 24G (default: this host's available memory)"},
+        {"device", FLAG_STRING, &device, "cpu", 1, 0, "the device named in the plan (cpu, cuda:0, ...)"},
+    };
+    int n = sizeof fl / sizeof fl[0], rc;
+    const char *usage = "grpo-ctl plan (--model DIR | --shape NAME) [--role train|rollout|forward] [sizes]";
+    if ((rc = ctl_parse(usage, "Prints the memory plan of a training or rollout process without allocating it.", fl, n,
+                        argc, argv, NULL, NULL)) >= 0)
+        goto done;
+    rc = 2;
+    PailErr err = {0};
+    ModelConfig cfg;
+    MemoryPlanSpec spec = {.weights_dtype = dtype, .lora_rank = (int)rank, .token_budget = (int)budget,
+                        .recompute = recompute, .groups_per_step = (int)gps, .group_size = (int)G,
+                        .batch_size = (int)batch, .max_ctx = (int)(max_prompt + max_new)};
+    size_t limit = 0;
+    if (!!model == !!shape) {
+        fprintf(stderr, "%s: give --model DIR or --shape NAME\nusage: %s\n", argv[0], usage);
+        goto done;
+    }
+    if (strcmp(dtype, "fp32") && strcmp(dtype, "bf16")) {
+        fprintf(stderr, "%s: --dtype '%s': use fp32 or bf16\n", argv[0], dtype);
+        goto done;
+    }
+    if (!strcmp(role, "train")) spec.role = MEMPLAN_TRAIN;
+    else if (!strcmp(role, "rollout")) spec.role = MEMPLAN_ROLLOUT;
+    else if (!strcmp(role, "forward")) spec.role = MEMPLAN_FORWARD;
+    else {
+        fprintf(stderr, "%s: --role '%s': use train, rollout or forward\n", argv[0], role);
+        goto done;
+    }
+    if (spec.role == MEMPLAN_ROLLOUT) spec.token_budget = (int)(max_prompt > batch ? max_prompt : batch);
+    if (lora_targets_parse(targets, &spec.lora_targets, &err) < 0 ||
+        (max_memory && memplan_parse_size(max_memory, &limit, &err) < 0)) {
+        fprintf(stderr, "%s: %s\n", argv[0], err.msg);
+        goto done;
+    }
+    rc = 1;
+    if (shape) {
+        ModelType type = !strncmp(shape, "qwen2.5", 7) ? MODEL_QWEN2 : MODEL_LLAMA;
+        if (modelgen_shape(&cfg, shape, type) < 0) {
+            fprintf(stderr, "%s: --shape '%s': use tiny, bench, qwen2.5-0.5b or qwen2.5-7b\n", argv[0], shape);
+            rc = 2;
+            goto done;
+        }
+        cfg.head_dim = cfg.hidden_size / cfg.num_attention_heads;
+    } else if (model_config_load(&cfg, model, &err) < 0) {
+        fprintf(stderr, "%s: %s\n", argv[0], err.msg);
+        goto done;
+    }
+    if (layers) cfg.num_hidden_layers = (int)layers;
+    MemoryPlan p;
+    if (memplan_build(&p, &cfg, &spec, device, &err) < 0) {
+        fprintf(stderr, "%s: %s\n", argv[0], err.msg);
+        goto done;
+    }
+    memplan_print(stdout, &p, shape ? shape : model);
+    if (memplan_check(&p, limit, &err) < 0) {
+        fprintf(stderr, "%s: %s\n", argv[0], err.msg);
+        goto done;
+    }
+    rc = 0;
+done:
+    flags_free(fl, n);
+    return rc;
+}

@@ -1,0 +1,129 @@
+// The memory plan (see memplan.h). Every figure is what the tools allocate,
+// computed the way they size it: model_params_count for the base weights,
+// the LoRA layout for the adapter, transformer_plan_bytes (the planner's dry
+// pass) for activations, the KV cache's (L, slots, ctx, Hkv, D) pair.
+#include "model/memplan.h"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "lora/lora.h"
+#include "model/transformer.h"
+#include "model/weights.h"
+
+int memplan_build(MemoryPlan *p, const ModelConfig *cfg, const MemoryPlanSpec *spec, const char *device, PailErr *err) {
+    memset(p, 0, sizeof *p);
+    p->spec = *spec;
+    snprintf(p->device, sizeof p->device, "%s", device ? device : "cpu");
+    size_t wbytes = spec->weights_dtype && !strcmp(spec->weights_dtype, "bf16") ? 2 : 4;
+    p->n_weights = model_params_count(cfg);
+    p->weights = p->n_weights * wbytes;
+    if (spec->lora_rank > 0) {
+        LoraLayout lay;
+        LoraConfig lc = {.rank = spec->lora_rank, .alpha = 1, .targets = spec->lora_targets};
+        if (lora_layout_build(&lay, cfg, &lc, err) < 0) return -1;
+        p->n_lora = (size_t)lay.n_params;
+        lora_layout_free(&lay);
+    }
+    size_t T = (size_t)(spec->token_budget > 0 ? spec->token_budget : 1), V = (size_t)cfg->vocab_size;
+    TransformerPlan tp = {.max_tokens = (int)T};
+    switch (spec->role) {
+    case MEMPLAN_TRAIN: {
+        // params, grads, m, v (fp32); full fine-tuning: grads and moments of every weight
+        p->lora = 4 * p->n_lora * sizeof(float);
+        if (spec->full) p->lora += 3 * p->n_weights * sizeof(float);
+        tp.backward = true, tp.recompute = spec->recompute, tp.full = spec->full;
+        size_t N = (size_t)spec->groups_per_step * spec->group_size;
+        // packed row (tok, pos, tgt, cu, row map: ints; logp, entropy, ref, dlogp, 4 completion arrays: floats,
+        // off_c int64) and the step's items (Item 32 bytes x 2N, rewards/advantages/masks)
+        p->workspace = T * (5 * sizeof(int) + 8 * sizeof(float) + sizeof(int64_t)) + N * (2 * 32 + 3 * 4 + 3);
+        break;
+    }
+    case MEMPLAN_ROLLOUT:
+        p->lora = p->n_lora * sizeof(float);
+        p->kv_slots = spec->batch_size + 1;
+        p->kv_ctx = spec->max_ctx;
+        p->kv_cache = 2 * (size_t)cfg->num_hidden_layers * p->kv_slots * p->kv_ctx * cfg->num_key_value_heads *
+                      cfg->head_dim * sizeof(float);
+        p->workspace = ((size_t)p->kv_slots + 1) * V * sizeof(float);  // the generator's logits
+        break;
+    case MEMPLAN_FORWARD:
+        p->lora = p->n_lora * sizeof(float);
+        p->workspace = T * (4 * sizeof(int) + sizeof(float));
+        break;
+    }
+    p->activations = transformer_plan_bytes(cfg, &tp);
+    p->total = p->weights + p->lora + p->activations + p->kv_cache + p->workspace;
+    return 0;
+}
+
+static const char *human(size_t b, char *buf, size_t cap) {
+    if (b >= (size_t)1 << 30) snprintf(buf, cap, "%.2f GiB", (double)b / (1 << 30));
+    else snprintf(buf, cap, "%.1f MiB", (double)b / (1 << 20));
+    return buf;
+}
+
+void memplan_print(FILE *f, const MemoryPlan *p, const char *tool) {
+    char a[32];
+    const MemoryPlanSpec *s = &p->spec;
+    fprintf(f, "%s: memory plan on %s\n", tool, p->device);
+    fprintf(f, "  weights      %10s  %zu parameters, %s\n", human(p->weights, a, sizeof a), p->n_weights,
+            s->weights_dtype ? s->weights_dtype : "fp32");
+    if (s->role == MEMPLAN_TRAIN)
+        fprintf(f, "  LoRA + AdamW %10s  %zu parameters (rank %d): params, grads, m, v in fp32%s\n",
+                human(p->lora, a, sizeof a), p->n_lora, s->lora_rank, s->full ? "; full: grads, m, v of every weight" : "");
+    else if (p->n_lora)
+        fprintf(f, "  LoRA         %10s  %zu parameters (rank %d), fp32\n", human(p->lora, a, sizeof a), p->n_lora,
+                s->lora_rank);
+    fprintf(f, "  activations  %10s  %d tokens%s, fp32\n", human(p->activations, a, sizeof a), s->token_budget,
+            s->role != MEMPLAN_TRAIN ? "" : s->recompute ? ", layer inputs only (--recompute)" : ", every layer saved");
+    if (p->kv_cache)
+        fprintf(f, "  KV cache     %10s  %d slots x %d tokens, fp32\n", human(p->kv_cache, a, sizeof a), p->kv_slots,
+                p->kv_ctx);
+    fprintf(f, "  workspace    %10s  %s\n", human(p->workspace, a, sizeof a),
+            s->role == MEMPLAN_ROLLOUT ? "logits of every slot" : "packed batch and step arrays");
+    fprintf(f, "  total        %10s\n", human(p->total, a, sizeof a));
+}
+
+size_t memplan_available(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return 0;
+    char line[256];
+    size_t kb = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %zu kB", &kb) == 1) break;
+    fclose(f);
+    return kb * 1024;
+}
+
+int memplan_check(const MemoryPlan *p, size_t limit, PailErr *err) {
+    bool flag = limit > 0;
+    if (!limit) limit = memplan_available();
+    if (!limit || p->total <= limit) return 0;
+    char t[32], l[32], w[32], ac[32], kv[32], lo[32];
+    const char *hint = p->spec.role == MEMPLAN_TRAIN
+                           ? (p->spec.recompute ? "lower --token-budget or --lora-rank"
+                                                : "add --recompute, or lower --token-budget or --lora-rank")
+                       : p->spec.role == MEMPLAN_ROLLOUT ? "lower --batch-size or --max-new-tokens"
+                                                         : "lower --token-budget";
+    return err_set(err, PAIL_ERR_NOMEM,
+                   "memory plan needs %s on %s but %s %s (weights %s, adapter %s, activations %s, KV cache %s): %s",
+                   human(p->total, t, sizeof t), p->device, flag ? "--max-memory is" : "only",
+                   human(limit, l, sizeof l), human(p->weights, w, sizeof w), human(p->lora, lo, sizeof lo),
+                   human(p->activations, ac, sizeof ac), human(p->kv_cache, kv, sizeof kv),
+                   flag ? hint : (hint[0] ? hint : ""));
+}
+
+int memplan_parse_size(const char *s, size_t *out, PailErr *err) {
+    char *end;
+    double v = strtod(s, &end);
+    double mul = 1;
+    if (*end == 'K' || *end == 'k') mul = 1024.0, end++;
+    else if (*end == 'M' || *end == 'm') mul = 1024.0 * 1024, end++;
+    else if (*end == 'G' || *end == 'g') mul = 1024.0 * 1024 * 1024, end++;
+    else if (*end == 'T' || *end == 't') mul = 1024.0 * 1024 * 1024 * 1024, end++;
+    if (*end == 'i' || *end == 'B') end += *end == 'i' && end[1] == 'B' ? 2 : 1;
+    if (end == s || *end || !(v > 0) || !isfinite(v * mul))
+        return err_set(err, PAIL_ERR_INVALID, "'%s' is not a memory size (e.g. 24G, 512M, or bytes)", s);
+    *out = (size_t)(v * mul);
+    return 0;
+}

@@ -1,0 +1,44 @@
+// The memory plan a tool prints before it allocates anything: base weights by
+// dtype, the LoRA adapter (+ gradients and AdamW moments when training),
+// activations (the transformer planner's dry pass), the KV cache by dtype and
+// slots, and workspace (logits, packed batches), per device; and the refusal
+// of a plan that does not fit the device (or --max-memory) with the sizes and
+// the flags that shrink it. Sizes come from the config alone (no weights read).
+#pragma once
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+#include "core/err.h"
+#include "model/config.h"
+
+typedef enum { MEMPLAN_TRAIN, MEMPLAN_ROLLOUT, MEMPLAN_FORWARD } MemoryPlanRole;
+
+typedef struct {
+    MemoryPlanRole role;
+    const char *weights_dtype;  // "fp32" (how pail holds base weights today), "bf16" for a projection
+    int lora_rank;              // 0: no adapter
+    unsigned lora_targets;      // LORA_* bit mask
+    int token_budget;           // tokens of one packed forward (train: --token-budget)
+    bool recompute;             // train: --recompute
+    bool full;                  // train: --sft --full (gradients and moments for every weight)
+    int batch_size;             // rollout: sequences decoded together (KV slots = batch + 1)
+    int max_ctx;                // rollout: prompt + completion tokens per slot
+    int groups_per_step, group_size;  // train: completions per step (the step's item arrays)
+} MemoryPlanSpec;
+
+typedef struct {
+    char device[160];
+    size_t weights, lora, activations, kv_cache, workspace, total;
+    size_t n_weights, n_lora;   // parameter counts
+    int kv_slots, kv_ctx;
+    MemoryPlanSpec spec;
+} MemoryPlan;
+
+int memplan_build(MemoryPlan *p, const ModelConfig *cfg, const MemoryPlanSpec *spec, const char *device, PailErr *err);
+void memplan_print(FILE *f, const MemoryPlan *p, const char *tool);
+// 0 when the plan fits limit bytes (0: the device's available memory); else -1
+// with err listing the sizes and the flags that shrink the plan.
+int memplan_check(const MemoryPlan *p, size_t limit, PailErr *err);
+size_t memplan_available(void);  // the host's MemAvailable, 0 when unknown
+// "24G", "512M", "1.5T", "300000000" (bytes; K M G T are powers of 1024).
+int memplan_parse_size(const char *s, size_t *out, PailErr *err);
