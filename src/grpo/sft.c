@@ -223,6 +223,8 @@ int sft_run(const SftConfig *c, volatile sig_atomic_t *stop, PailErr *err) {
     }
     log_info("sft: %d examples from %s, %s training of %zu parameters, %ld steps of %ld examples", nex, c->data_path,
              c->full ? "full" : "LoRA", n, c->steps, c->batch);
+    LrSchedule sched = {.kind = c->schedule, .lr = c->lr, .min_lr_ratio = c->min_lr_ratio,
+                        .warmup_steps = c->warmup_steps, .steps = c->steps};
     int cursor = 0;
     double t0 = time_mono_s(), loss_acc = 0, tok_acc = 0;
     int64_t step;
@@ -261,12 +263,7 @@ int sft_run(const SftConfig *c, volatile sig_atomic_t *stop, PailErr *err) {
         }
         double sumsq = adamw_grad_sumsq(grads, n);
         float scale = adamw_clip_scale(sumsq, (float)c->max_grad_norm);
-        double lr = c->lr;
-        if (c->warmup_steps > 0 && step < c->warmup_steps) lr = c->lr * (double)(step + 1) / (double)c->warmup_steps;
-        else if (c->cosine) {
-            double span = (double)(c->steps - c->warmup_steps), x = span > 0 ? (double)(step - c->warmup_steps) / span : 1;
-            lr = c->lr * (c->min_lr_ratio + (1 - c->min_lr_ratio) * 0.5 * (1 + cos(M_PI * (x > 1 ? 1 : x))));
-        }
+        double lr = lr_schedule_at(&sched, step);
         adamw_update(params, m, v, grads, n, (float)lr, (float)c->beta1, (float)c->beta2, (float)c->adam_eps,
                      (float)c->weight_decay, (int)(step + 1), scale);
         loss_acc += step_loss;

@@ -65,17 +65,6 @@ typedef struct {
     bool grads_dumped;
 } Trainer;
 
-static double lr_at(const TrainerConfig *c, int64_t step) {
-    double lr = c->lr;
-    if (c->warmup_steps > 0 && step < c->warmup_steps) return lr * (double)(step + 1) / (double)c->warmup_steps;
-    if (c->schedule == SCHEDULE_COSINE) {
-        double span = (double)(c->steps - c->warmup_steps), t = span > 0 ? (double)(step - c->warmup_steps) / span : 1;
-        if (t > 1) t = 1;
-        return lr * (c->min_lr_ratio + (1 - c->min_lr_ratio) * 0.5 * (1 + cos(M_PI * t)));
-    }
-    return lr;
-}
-
 static json_t *lora_json(const LoraLayout *l) {
     char targets[128];
     lora_targets_format(l->cfg.targets, targets, sizeof targets);
@@ -730,7 +719,9 @@ static int train_step(Trainer *t, int ngroups, double waited, volatile sig_atomi
         return 0;
     }
     float scale = adamw_clip_scale(sumsq, (float)c->max_grad_norm);
-    double lr = lr_at(c, t->step);
+    LrSchedule sched = {.kind = c->schedule, .lr = c->lr, .min_lr_ratio = c->min_lr_ratio,
+                        .warmup_steps = c->warmup_steps, .steps = c->steps};
+    double lr = lr_schedule_at(&sched, t->step);
     adamw_update(t->params, t->m, t->v, t->grads, (size_t)t->lay.n_params, (float)lr, (float)c->beta1,
                  (float)c->beta2, (float)c->adam_eps, (float)c->weight_decay, (int)(t->step + 1), scale);
     t->step++;
