@@ -1,5 +1,6 @@
 // Row packer (see pack.h).
 #include "grpo/pack.h"
+#include <limits.h>
 #include <stddef.h>
 
 void pack_plan(PackRow *r, MemPlan *p, int cap, int max_seqs) {
@@ -30,10 +31,10 @@ static int seq_scored(const PackSeq *s, int j) {
 }
 
 int pack_rows(const PackSeq *s) {
-    int n = s->n_prompt + s->n_completion;
-    if (!s->mask) return s->n_completion > 0 && n > 1 ? n - 1 : 0;
-    for (int j = n - 1; j >= 1; j--)
-        if (s->mask[j]) return j;
+    int64_t n = (int64_t)s->n_prompt + s->n_completion;
+    if (!s->mask) return s->n_completion > 0 && n > 1 ? (int)(n - 1 < INT_MAX ? n - 1 : INT_MAX) : 0;
+    for (int64_t j = n - 1; j >= 1; j--)
+        if (s->mask[j]) return j < INT_MAX ? (int)j : INT_MAX;
     return 0;
 }
 
