@@ -50,7 +50,7 @@ static void bench_build(Bench *b, int max_tokens) {
             const LoraSlot *s = lora_slot(&b->lay, l, m);
             bench_fill_uniform(b->lora + s->b_off, (size_t)s->out * RANK, 0.01f, 100 + l * 8 + m);
         }
-    TransformerPlan plan = {.max_tokens = max_tokens};
+    TransformerPlan plan = {.max_tokens = max_tokens, .lora_rank = RANK};
     if (transformer_init(&b->tf, &b->w, &plan, &err) < 0) die("transformer_init", &err);
     if (transformer_set_lora(b->tf, &b->lay, b->lora, &err) < 0) die("set_lora", &err);
     size_t HD = (size_t)c->num_attention_heads * c->head_dim, KD = (size_t)c->num_key_value_heads * c->head_dim,

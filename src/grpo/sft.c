@@ -226,7 +226,8 @@ int sft_run(const SftConfig *c, volatile sig_atomic_t *stop, PailErr *err) {
     grads = calloc(n, sizeof(float));
     m = calloc(n, sizeof(float));
     v = calloc(n, sizeof(float));
-    TransformerPlan plan = {.max_tokens = c->token_budget, .backward = true, .full = c->full};
+    TransformerPlan plan = {.max_tokens = c->token_budget, .backward = true, .full = c->full,
+                            .lora_rank = c->full ? 0 : lay.cfg.rank};
     if (!params || !grads || !m || !v) { err_set(err, PAIL_ERR_NOMEM, "out of memory"); goto out; }
     if (transformer_init(&tf, &w, &plan, err) < 0) goto out;
     if (!c->full && transformer_set_lora(tf, &lay, params, err) < 0) goto out;
@@ -236,7 +237,7 @@ int sft_run(const SftConfig *c, volatile sig_atomic_t *stop, PailErr *err) {
             if (vex[i].plen > maxp) maxp = vex[i].plen;
             if (vex[i].n - vex[i].plen > maxc) maxc = vex[i].n - vex[i].plen;
         }
-        TransformerPlan vp = {.max_tokens = maxp > 64 ? maxp : 64};
+        TransformerPlan vp = {.max_tokens = maxp > 64 ? maxp : 64, .lora_rank = plan.lora_rank};
         GenConfig gc = {.group_size = 1, .max_new_tokens = maxc, .batch_size = 64, .max_prompt_tokens = maxp,
                         .sampler = {.temperature = 0, .top_p = 1}, .stop_ids = &eos, .n_stop_ids = eos >= 0};
         if (transformer_init(&vtf, &w, &vp, err) < 0 || (!c->full && transformer_set_lora(vtf, &lay, params, err) < 0) ||

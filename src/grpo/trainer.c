@@ -237,8 +237,9 @@ static int write_progress(Trainer *t, PailErr *err) {
                           t->cfg->max_staleness);
     json_object_set_new(j, "groups_per_step", json_integer(t->cfg->groups_per_step));
     json_object_set_new(j, "steps_skipped", json_integer(t->skipped_steps));
-    char *text = json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS);
+    char *text = j ? json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS) : NULL;
     json_decref(j);
+    if (!text) return err_set(err, PAIL_ERR_NOMEM, "%s: out of memory for its JSON", RUN_KEY_PROGRESS);
     StorePutOpts opt = {.content_type = "application/json"};
     int rc = store_put(t->st, RUN_KEY_PROGRESS, text, strlen(text), &opt, err);
     free(text);
@@ -397,6 +398,7 @@ static int start(Trainer *t, PailErr *err) {
     json_t *man = json_pack("{s:s, s:s, s:s, s:o, s:I}", "base_model", c->model_dir, "base_sha256",
                             t->w.base_sha256, "tokenizer_sha256", t->tok_sha, "lora", lora_json(&t->lay),
                             "created_unix", (json_int_t)time_unix_s());
+    if (!man) return err_set(err, PAIL_ERR_NOMEM, "%s: out of memory for its JSON", RUN_KEY_MANIFEST);
     if (c->task) json_object_set_new(man, "task", json_string(c->task));
     if (c->effective) json_object_set(man, "trainer", c->effective);
     json_object_set_new(man, "format", json_string("pail.run"));
@@ -855,7 +857,8 @@ static int setup(Trainer *t, const TrainerConfig *c, PailErr *err) {
     t->block_bytes = dry.used;
     MemPlan real = {t->block, 0};
     plan_buffers(t, &real);
-    TransformerPlan plan = {.max_tokens = c->token_budget, .backward = true, .recompute = c->recompute};
+    TransformerPlan plan = {.max_tokens = c->token_budget, .backward = true, .recompute = c->recompute,
+                            .lora_rank = t->lay.cfg.rank};
     if (transformer_init(&t->tf, &t->w, &plan, err) < 0) return -1;
     if (transformer_set_lora(t->tf, &t->lay, t->params, err) < 0) return -1;
     if (store_open(&t->st, c->run_url, &c->store, err) < 0) return -1;

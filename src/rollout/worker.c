@@ -34,8 +34,10 @@ typedef struct {
     Tokenizer *tok;
     ChatTemplate chat;
     bool have_chat;
-    Transformer *tf;
-    Generator *gen;
+    Transformer *tf;      // planned for adapters of rank up to lora_rank (worker_plan)
+    Generator *gen;       // on tf
+    GenConfig gc;
+    int lora_rank;
     Store *st;
     Dataset *ds;
     DatasetSampler smp;
@@ -172,6 +174,24 @@ static bool stop_requested(Worker *w, volatile sig_atomic_t *stop) {
     return false;
 }
 
+// The model's buffers for adapters of LoRA rank up to `rank`: planned at
+// start without LoRA buffers, and again when an adapter of a higher rank
+// comes (once: a run's adapters share one rank). The generator holds the
+// transformer, so it is made again with it.
+static int worker_plan(Worker *w, int rank, PailErr *err) {
+    if (w->tf && rank <= w->lora_rank) return 0;
+    generator_free(w->gen);
+    transformer_free(w->tf);
+    w->gen = NULL;
+    w->tf = NULL;
+    int batch = w->cfg->batch_size, maxp = w->cfg->max_prompt_tokens;
+    TransformerPlan plan = {.max_tokens = maxp > batch ? maxp : batch, .lora_rank = rank};
+    if (transformer_init(&w->tf, &w->w, &plan, err) < 0 || generator_init(&w->gen, w->tf, &w->w.cfg, &w->gc, err) < 0)
+        return -1;
+    w->lora_rank = rank;
+    return 0;
+}
+
 // Loads adapter version v (verified, checked against the run's base). Returns 0,
 // 1 when the adapter itself is bad (size or sha256 mismatch, not a pail adapter,
 // another model's, non-finite weights: err says which), -1 for anything else
@@ -202,6 +222,7 @@ static int load_adapter(Worker *w, long v, PailErr *err) {
     w->lay = lay;
     w->lora = p;
     w->version = v;
+    if (worker_plan(w, w->lay.cfg.rank, err) < 0) return -1;
     return transformer_set_lora(w->tf, &w->lay, w->lora, err);
 }
 
@@ -732,13 +753,11 @@ static int setup(Worker *w, const RolloutConfig *c, PailErr *err) {
     if (te >= 0 && w->n_stop < 16) w->stop_ids[w->n_stop++] = te;
     int G = c->eval ? (int)(c->eval_samples > 0 ? c->eval_samples : 1) : c->group_size;
     int batch = c->batch_size;
-    TransformerPlan plan = {.max_tokens = c->max_prompt_tokens > batch ? c->max_prompt_tokens : batch};
-    if (transformer_init(&w->tf, &w->w, &plan, err) < 0) return -1;
-    GenConfig gc = {.group_size = G, .max_new_tokens = c->max_new_tokens, .batch_size = batch,
-                    .max_prompt_tokens = c->max_prompt_tokens, .sampler = c->sampler, .stop_ids = w->stop_ids,
-                    .n_stop_ids = w->n_stop, .stop_fn = stop_strings_hit, .stop_ctx = w};
-    if (c->eval && c->eval_samples <= 1) gc.sampler = (SamplerConfig){.temperature = 0, .top_p = 1, .top_k = 0};
-    if (generator_init(&w->gen, w->tf, &w->w.cfg, &gc, err) < 0) return -1;
+    w->gc = (GenConfig){.group_size = G, .max_new_tokens = c->max_new_tokens, .batch_size = batch,
+                        .max_prompt_tokens = c->max_prompt_tokens, .sampler = c->sampler, .stop_ids = w->stop_ids,
+                        .n_stop_ids = w->n_stop, .stop_fn = stop_strings_hit, .stop_ctx = w};
+    if (c->eval && c->eval_samples <= 1) w->gc.sampler = (SamplerConfig){.temperature = 0, .top_p = 1, .top_k = 0};
+    if (worker_plan(w, 0, err) < 0) return -1;  // no adapter yet
     if (c->worker_id) {  // checked before the copy: a longer id would be cut silently
         if (worker_id_check(c->worker_id, err) < 0) return -1;
         snprintf(w->worker_id, sizeof w->worker_id, "%s", c->worker_id);
@@ -783,7 +802,8 @@ static int run_eval_once(Worker *w, PailErr *err) {
         AdapterMeta meta;
         if (lora_load_any(c->eval_adapter, &w->w.cfg, &w->lay, &w->lora, &meta, err) < 0) return -1;
         v = meta.version;
-        if (transformer_set_lora(w->tf, &w->lay, w->lora, err) < 0) return -1;
+        if (worker_plan(w, w->lay.cfg.rank, err) < 0 || transformer_set_lora(w->tf, &w->lay, w->lora, err) < 0)
+            return -1;
     } else if (w->st) {
         if (versions_latest(w->st, &SERIES_ADAPTERS, &v, err) < 0) return -1;
         if (v >= 0 && load_adapter(w, v, err) != 0) return -1;

@@ -96,7 +96,7 @@ int main(int argc, char **argv) {
         buf_free(&b);
     }
     TransformerPlan plan = {.max_tokens = gc.max_prompt_tokens > gc.batch_size ? gc.max_prompt_tokens : gc.batch_size,
-                            .max_pos = gc.max_prompt_tokens + gc.max_new_tokens};
+                            .max_pos = gc.max_prompt_tokens + gc.max_new_tokens, .lora_rank = adapter ? lay.cfg.rank : 0};
     Transformer *tf;
     if (transformer_init(&tf, &w, &plan, &err) < 0) die("init", &err);
     if (adapter && transformer_set_lora(tf, &lay, lp, &err) < 0) die("lora", &err);
