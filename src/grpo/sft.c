@@ -172,7 +172,6 @@ static int validate(Generator *gen, const Example *ex, int n, double *acc, PailE
         int want = ex[i].n - ex[i].plen;
         hits += out[i].n == want && !memcmp(out[i].ids, ex[i].ids + ex[i].plen, (size_t)want * sizeof(int32_t));
     }
-    for (int i = 0; i < n; i++) gen_completion_free(&out[i]);
     free(gp);
     free(out);
     *acc = n ? (double)hits / n : 0;
@@ -239,6 +238,7 @@ int sft_run(const SftConfig *c, volatile sig_atomic_t *stop, PailErr *err) {
         }
         TransformerPlan vp = {.max_tokens = maxp > 64 ? maxp : 64, .lora_rank = plan.lora_rank};
         GenConfig gc = {.group_size = 1, .max_new_tokens = maxc, .batch_size = 64, .max_prompt_tokens = maxp,
+                        .max_prompts = nvex,
                         .sampler = {.temperature = 0, .top_p = 1}, .stop_ids = &eos, .n_stop_ids = eos >= 0};
         if (transformer_init(&vtf, &w, &vp, err) < 0 || (!c->full && transformer_set_lora(vtf, &lay, params, err) < 0) ||
             generator_init(&vgen, vtf, &w.cfg, &gc, err) < 0)

@@ -60,6 +60,7 @@ typedef struct {
     int n_refused, cap_refused;
     long run_staleness;    // run.json's trainer max-staleness
     long waiting_after;    // newest version for which "waiting for the next version" was said (-1: none)
+    Buf stop_text;         // stop_strings_hit's decoded tail (kept: the decode loop allocates nothing once it has grown)
 } Worker;
 
 #define TRAINER_MAX_STALENESS 4  // grpo-train's --max-staleness default, when run.json lacks it
@@ -67,15 +68,15 @@ typedef struct {
 static bool stop_strings_hit(void *ctx, const int32_t *toks, int n) {
     Worker *w = ctx;
     if (!w->cfg->n_stop_strings) return false;
-    Buf b = {0};
+    Buf *b = &w->stop_text;
     PailErr err = {0};
     bool hit = false;
+    buf_reset(b);
     // Only the tail can newly contain a stop string: decode the last 16 tokens.
     int from = n > 16 ? n - 16 : 0;
-    if (tokenizer_decode(w->tok, toks + from, (size_t)(n - from), false, &b, &err) == 0)
+    if (tokenizer_decode(w->tok, toks + from, (size_t)(n - from), false, b, &err) == 0)
         for (int i = 0; i < w->cfg->n_stop_strings && !hit; i++)
-            hit = b.data && strstr((char *)b.data, w->cfg->stop_strings[i]) != NULL;
-    buf_free(&b);
+            hit = b->data && strstr((char *)b->data, w->cfg->stop_strings[i]) != NULL;
     return hit;
 }
 
@@ -575,7 +576,6 @@ free_scores:
     free(fin);
 done:
     for (int p = 0; pr && p < P; p++) { free(pr[p].ids); free(pr[p].text); }
-    for (int i = 0; out && i < N; i++) gen_completion_free(&out[i]);
     free(pr);
     free(gp);
     free(out);
@@ -718,7 +718,7 @@ static int eval_version(Worker *w, long v, const char *label, PailErr *err) {
     free(text);
 done:
     for (int p = 0; p < P; p++) { free(pr[p].ids); free(pr[p].text); }
-    for (int i = 0; i < N; i++) { gen_completion_free(&out[i]); free(texts[i]); }
+    for (int i = 0; i < N; i++) free(texts[i]);
     free(pr); free(gp); free(rix); free(out); free(in); free(texts); free(comp); free(total); free(valid);
     return rc;
 }
@@ -753,8 +753,11 @@ static int setup(Worker *w, const RolloutConfig *c, PailErr *err) {
     if (te >= 0 && w->n_stop < 16) w->stop_ids[w->n_stop++] = te;
     int G = c->eval ? (int)(c->eval_samples > 0 ? c->eval_samples : 1) : c->group_size;
     int batch = c->batch_size;
+    // A shard's groups, or every row of the eval dataset, in one run.
+    int max_prompts = c->eval ? (int)w->ds->n : c->groups_per_shard;
     w->gc = (GenConfig){.group_size = G, .max_new_tokens = c->max_new_tokens, .batch_size = batch,
-                        .max_prompt_tokens = c->max_prompt_tokens, .sampler = c->sampler, .stop_ids = w->stop_ids,
+                        .max_prompt_tokens = c->max_prompt_tokens, .max_prompts = max_prompts > 0 ? max_prompts : 1,
+                        .sampler = c->sampler, .stop_ids = w->stop_ids,
                         .n_stop_ids = w->n_stop, .stop_fn = stop_strings_hit, .stop_ctx = w};
     if (c->eval && c->eval_samples <= 1) w->gc.sampler = (SamplerConfig){.temperature = 0, .top_p = 1, .top_k = 0};
     if (worker_plan(w, 0, err) < 0) return -1;  // no adapter yet
@@ -793,6 +796,7 @@ static void teardown(Worker *w) {
     model_weights_free(&w->w);
     free(w->row_refused);
     free(w->refused);
+    buf_free(&w->stop_text);
 }
 
 static int run_eval_once(Worker *w, PailErr *err) {

@@ -86,6 +86,7 @@ int main(int argc, char **argv) {
     }
     gc.stop_ids = stop;
     gc.n_stop_ids = nstop;
+    gc.max_prompts = P;
     LoraLayout lay = {0};
     float *lp = NULL;
     if (adapter) {
@@ -119,7 +120,6 @@ int main(int argc, char **argv) {
             json_object_set_new(o, "logprobs", jl);
             json_object_set_new(o, "finish", json_string(c->finish == FINISH_STOP ? "stop" : "length"));
             json_array_append_new(arr, o);
-            gen_completion_free(c);
         }
     GenStats st = generator_stats(g);
     json_object_set_new(res, "completions", arr);
