@@ -4,6 +4,7 @@
 // where logprobs[t-1] = log p(ids[t] | ids[<t]) for t >= 1. Lines are packed
 // into rows of up to --token-budget tokens (a line of n ids takes n - 1 rows:
 // its last id is predicted, never fed).
+#include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -137,7 +138,7 @@ int ctl_logprobs(int argc, char **argv) {
     ssize_t len;
     int lineno = 0;
     rc = 0;
-    while (rc == 0 && (len = getline(&text, &cap, f)) > 0) {
+    while (rc == 0 && (errno = 0, len = getline(&text, &cap, f)) > 0) {
         lineno++;
         json_error_t jerr;
         json_t *j = json_loadb(text, (size_t)len, 0, &jerr), *ids = j ? json_object_get(j, "ids") : NULL;
@@ -169,6 +170,10 @@ int ctl_logprobs(int argc, char **argv) {
             if (rc == 0 && flush(tf, &pend, temperature, &err) < 0) rc = 1;
         }
         json_decref(j);
+    }
+    if (rc == 0 && len < 0 && (errno || ferror(f))) {  // not the end: out of memory for a line, or a read error
+        fprintf(stderr, "%s: %s: reading after line %d: %s\n", argv[0], input, lineno, strerror(errno ? errno : EIO));
+        rc = 1;
     }
     if (rc == 0 && pend.row.nadded > 0 && flush(tf, &pend, temperature, &err) < 0) rc = 1;
     if (rc && err.msg[0]) fprintf(stderr, "%s: %s:%d: %s\n", argv[0], input, lineno, err.msg);
