@@ -54,8 +54,7 @@ typedef struct {
     PackRow row;                         // tokens, positions, targets, cu_seqlens; row_of, off per completion token
     float *logp, *ent, *ref, *dlogp;     // (T) per row
     float *new_c, *old_c, *ref_c, *d_c;  // (T) per completion token of the micro-batch
-    int *mb_item;                        // (S) step item of each sequence in the row
-    float *adv_c;                        // (S) and its advantage
+    float *adv_c;                        // (S) advantage of each sequence in the row
     uint8_t *mask_c;                     // (S) all 1 (the loss takes a mask)
     // step: N = groups_per_step * G completions
     GroupRef *refs;                      // (groups_per_step)
@@ -637,7 +636,6 @@ static int micro_batch(Trainer *t, Step *st, int *k, PailErr *err) {
         PackSeq seq = item_seq(it);
         int a = r->nadded;
         if ((float)it->s->temperature != temp || pack_add(r, &seq) < 0) break;
-        t->mb_item[a] = b;
         t->adv_c[a] = t->adv[b];
         t->mask_c[a] = 1;
         // behaviour log-probs: the scored token's index in its sequence is its row's position + 1
@@ -823,7 +821,6 @@ static void plan_buffers(Trainer *t, MemPlan *p) {
     pack_plan(&t->row, p, (int)T, (int)S);
     float **per_row[] = {&t->logp, &t->ent, &t->ref, &t->dlogp, &t->new_c, &t->old_c, &t->ref_c, &t->d_c};
     for (size_t i = 0; i < sizeof per_row / sizeof *per_row; i++) *per_row[i] = mem_plan_take(p, T * sizeof(float));
-    t->mb_item = mem_plan_take(p, S * sizeof(int));
     t->adv_c = mem_plan_take(p, S * sizeof(float));
     t->mask_c = mem_plan_take(p, S);
     t->refs = mem_plan_take(p, (size_t)c->groups_per_step * sizeof *t->refs);
