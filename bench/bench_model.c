@@ -263,7 +263,8 @@ int main(int argc, char **argv) {
            omp_get_max_threads());
     PailErr err = {0};
     Transformer *ptf, *dtf;
-    TransformerPlan pp = {.max_tokens = TP, .backward = true}, dp = {.max_tokens = 64 * PREFILL};
+    TransformerPlan pp = {.max_tokens = TP, .backward = true, .lora_rank = RANK},
+                    dp = {.max_tokens = 64 * PREFILL, .lora_rank = RANK};
     if (transformer_init(&ptf, &m.w, &pp, &err) < 0) die("transformer_init (policy)", &err);
     if (transformer_init(&dtf, &m.w, &dp, &err) < 0) die("transformer_init (decode)", &err);
     if (transformer_set_lora(ptf, &m.lay, m.lora, &err) < 0 || transformer_set_lora(dtf, &m.lay, m.lora, &err) < 0)

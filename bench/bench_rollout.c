@@ -50,7 +50,7 @@ static void bench_build(Bench *b, int max_tokens) {
             const LoraSlot *s = lora_slot(&b->lay, l, m);
             bench_fill_uniform(b->lora + s->b_off, (size_t)s->out * RANK, 0.01f, 100 + l * 8 + m);
         }
-    TransformerPlan plan = {.max_tokens = max_tokens};
+    TransformerPlan plan = {.max_tokens = max_tokens, .lora_rank = RANK};
     if (transformer_init(&b->tf, &b->w, &plan, &err) < 0) die("transformer_init", &err);
     if (transformer_set_lora(b->tf, &b->lay, b->lora, &err) < 0) die("set_lora", &err);
     size_t HD = (size_t)c->num_attention_heads * c->head_dim, KD = (size_t)c->num_key_value_heads * c->head_dim,
@@ -70,6 +70,7 @@ typedef struct {
 static RunResult run(Bench *b, int P, int n, int group, int batch, int max_new) {
     PailErr err = {0};
     GenConfig gc = {.group_size = group, .max_new_tokens = max_new, .batch_size = batch, .max_prompt_tokens = n,
+                    .max_prompts = P,
                     .sampler = {.temperature = 1.0, .top_p = 1.0}};
     Generator *g;
     if (generator_init(&g, b->tf, &b->w.cfg, &gc, &err) < 0) die("generator_init", &err);
@@ -85,7 +86,6 @@ static RunResult run(Bench *b, int P, int n, int group, int batch, int max_new) 
     for (int i = 0; i < P * group; i++) {
         r.tokens += out[i].n;
         for (int k = 0; k < out[i].n; k++) r.digest = (r.digest ^ (uint64_t)out[i].ids[k]) * 1099511628211ull;
-        gen_completion_free(&out[i]);
     }
     free(out), free(pr), free(ids);
     generator_free(g);
@@ -158,7 +158,7 @@ int main(void) {
     // no sharing: the same prompt submitted G times as separate prompts, G = 1 each
     PailErr err = {0};
     GenConfig gc = {.group_size = 1, .max_new_tokens = 2, .batch_size = 8, .max_prompt_tokens = LONG_PROMPT,
-                    .sampler = {.temperature = 1.0, .top_p = 1.0}};
+                    .max_prompts = G, .sampler = {.temperature = 1.0, .top_p = 1.0}};
     Generator *gen;
     if (generator_init(&gen, b.tf, c, &gc, &err) < 0) die("generator_init", &err);
     int32_t *ids = bench_malloc(LONG_PROMPT * sizeof *ids);
@@ -170,7 +170,6 @@ int main(void) {
     if (generator_run(gen, pr, G, out, &err) < 0) die("generator_run", &err);
     double t_sep = bench_now() - t0;
     GenStats ss = generator_stats(gen);
-    for (int j = 0; j < G; j++) gen_completion_free(&out[j]);
     generator_free(gen);
     free(ids);
     printf("  G=1:                    %6.3f s, prefill tokens %lld (%lld call)\n", g1.secs,

@@ -1,5 +1,5 @@
 // Check suite for src/core: flags parsing, sha256/hmac against published
-// vectors (FIPS 180-2, RFC 4231), rng determinism, buffers.
+// vectors (FIPS 180-2, RFC 4231), rng determinism, buffers, planned blocks.
 #include <check.h>
 #include <stdlib.h>
 #include <math.h>
@@ -7,6 +7,7 @@
 #include <unistd.h>
 #include "core/buf.h"
 #include "core/flags.h"
+#include "core/mem.h"
 #include "core/rng.h"
 #include "core/sha256.h"
 
@@ -136,6 +137,31 @@ START_TEST(test_buf) {
 }
 END_TEST
 
+// The two passes of a plan agree, every piece is 64-byte aligned and inside
+// the block, and pieces do not overlap.
+static void plan_three(MemPlan *p, void **a, void **b, void **c) {
+    *a = mem_plan_take(p, 1);
+    *b = mem_plan_take(p, 100);
+    *c = mem_plan_take(p, 0);
+}
+
+START_TEST(test_mem_plan) {
+    MemPlan dry = {0};
+    void *a, *b, *c;
+    plan_three(&dry, &a, &b, &c);
+    ck_assert(a == NULL && b == NULL && c == NULL);
+    ck_assert_uint_eq(dry.used, 64 + 128);
+    char *block = mem_calloc_big(dry.used);
+    ck_assert_ptr_nonnull(block);
+    MemPlan real = {block, 0};
+    plan_three(&real, &a, &b, &c);
+    ck_assert_uint_eq(real.used, dry.used);
+    ck_assert(a == block && (char *)b == block + 64 && (char *)c == block + 192);
+    ck_assert_uint_eq((uintptr_t)b % 64, 0);
+    free(block);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("core");
     TCase *core = tcase_create("core"), *limits = tcase_create("limits");
@@ -144,6 +170,7 @@ int main(void) {
     tcase_add_test(core, test_flags_config);
     tcase_add_test(core, test_rng);
     tcase_add_test(core, test_buf);
+    tcase_add_test(core, test_mem_plan);
     tcase_add_test(limits, test_flags_limits);
     suite_add_tcase(s, core);
     suite_add_tcase(s, limits);

@@ -1,12 +1,13 @@
 // Check suite for src/grpo: advantages (group/batch/none, zero-spread and
-// failed rewards), loss invariance under micro-batching, and the gradient
-// against central finite differences of the loss (the PyTorch/TRL comparison
-// is validation/grpo/check_loss.py).
+// failed rewards), loss invariance under micro-batching, the gradient against
+// central finite differences of the loss (the PyTorch/TRL comparison is
+// validation/grpo/check_loss.py), and the learning-rate schedule.
 #include <check.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include "grpo/loss.h"
+#include "grpo/schedule.h"
 
 START_TEST(test_advantages) {
     float r[8] = {1, 0, 1, 0, 2, 2, 2, 2}, adv[8];
@@ -92,11 +93,43 @@ START_TEST(test_loss_micro_and_fd) {
 }
 END_TEST
 
+// Exact where the formula is exact in binary (warmup fractions, the cosine's
+// ends); the midpoint within 1 ulp-ish of the closed form.
+START_TEST(test_schedule) {
+    LrSchedule c = {.kind = SCHEDULE_CONSTANT, .lr = 1e-3, .warmup_steps = 4, .steps = 100};
+    ck_assert(lr_schedule_at(&c, 0) == 1e-3 * 1 / 4.0);
+    ck_assert(lr_schedule_at(&c, 3) == 1e-3);
+    ck_assert(lr_schedule_at(&c, 4) == 1e-3);
+    ck_assert(lr_schedule_at(&c, 99) == 1e-3);
+    LrSchedule k = {.kind = SCHEDULE_COSINE, .lr = 2.0, .min_lr_ratio = 0.1, .warmup_steps = 2, .steps = 12};
+    ck_assert(lr_schedule_at(&k, 0) == 1.0);
+    ck_assert(lr_schedule_at(&k, 1) == 2.0);
+    ck_assert(lr_schedule_at(&k, 2) == 2.0);                              // t = 0: the peak
+    ck_assert(fabs(lr_schedule_at(&k, 7) - 2.0 * (0.1 + 0.9 * 0.5)) < 1e-12);  // t = 1/2
+    ck_assert(fabs(lr_schedule_at(&k, 12) - 0.2) < 1e-12);                // t = 1: the floor
+    for (int64_t s = 3; s < 12; s++) ck_assert(lr_schedule_at(&k, s) < lr_schedule_at(&k, s - 1));
+}
+END_TEST
+
+START_TEST(test_schedule_limits) {
+    LrSchedule k = {.kind = SCHEDULE_COSINE, .lr = 1.0, .min_lr_ratio = 0.25, .warmup_steps = 0, .steps = 10};
+    ck_assert(lr_schedule_at(&k, 0) == 1.0);                  // no warmup: the peak at step 0
+    ck_assert(fabs(lr_schedule_at(&k, 50) - 0.25) < 1e-12);  // past the end: stays at the floor
+    LrSchedule w = {.kind = SCHEDULE_COSINE, .lr = 1.0, .min_lr_ratio = 0.5, .warmup_steps = 10, .steps = 10};
+    ck_assert(lr_schedule_at(&w, 9) == 1.0);                  // warmup covers every step
+    ck_assert(lr_schedule_at(&w, 10) == 0.5);                 // no span left: the floor at once
+    LrSchedule z = {.kind = SCHEDULE_COSINE, .lr = 0, .warmup_steps = 3, .steps = 5};
+    for (int64_t s = 0; s < 8; s++) ck_assert(lr_schedule_at(&z, s) == 0);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("grpo");
     TCase *core = tcase_create("core"), *limits = tcase_create("limits");
     tcase_add_test(core, test_advantages);
     tcase_add_test(core, test_loss_micro_and_fd);
+    tcase_add_test(core, test_schedule);
+    tcase_add_test(limits, test_schedule_limits);
     suite_add_tcase(s, core);
     suite_add_tcase(s, limits);
     SRunner *sr = srunner_create(s);

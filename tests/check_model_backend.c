@@ -236,7 +236,8 @@ static void run(Backend *be, const ModelWeights *w, const LoraLayout *lay, const
     ck_assert_msg(dp && dg, "%s", err.msg);
     ck_assert_int_eq(ops->to_device(be, dp, params, np * sizeof(float), &err), 0);
     ck_assert_int_eq(ops->zero(be, dg, np, &err), 0);
-    TransformerPlan plan = {.max_tokens = T, .backward = true, .recompute = recompute, .vchunk = 64, .backend = be};
+    TransformerPlan plan = {.max_tokens = T, .backward = true, .recompute = recompute, .vchunk = 64, .lora_rank = 4,
+                           .backend = be};
     Transformer *tf;
     ck_assert_msg(transformer_init(&tf, w, &plan, &err) == 0, "%s", err.msg);
     ck_assert_msg(transformer_set_lora(tf, lay, dp, &err) == 0, "%s", err.msg);

@@ -124,7 +124,7 @@ END_TEST
 START_TEST(test_packing_and_lora) {
     ModelWeights w;
     tiny_model(&w, MODEL_QWEN3);
-    TransformerPlan plan = {.max_tokens = 32, .backward = true};
+    TransformerPlan plan = {.max_tokens = 32, .backward = true, .lora_rank = 4};
     Transformer *tf;
     PailErr err = {0};
     ck_assert_int_eq(transformer_init(&tf, &w, &plan, &err), 0);
@@ -171,6 +171,21 @@ START_TEST(test_packing_and_lora) {
     ck_assert_int_eq(transformer_forward(tf, lp2, NULL, packed, pos, cu_bad, 2, 9, tgt, 1.0f, &err), -1);
     ck_assert_int_eq(transformer_backward(tf, NULL, NULL, dl, &err), -1);  // no forward to go back through
     free(bg);
+    // The LoRA buffers are sized by the plan's rank (7 modules x L layers, and
+    // the backward's one, of T x R floats): a lower plan is that much smaller
+    // and refuses the rank-4 adapter; a plan without LoRA refuses any.
+    for (int r = 0; r <= 2; r += 2) {
+        TransformerPlan lower = plan;
+        lower.lora_rank = r;
+        Transformer *t2;
+        ck_assert_int_eq(transformer_init(&t2, &w, &lower, &err), 0);
+        size_t want = ((size_t)LORA_NMOD * w.cfg.num_hidden_layers + 1) * 32 * (4 - r) * sizeof(float);
+        ck_assert_uint_eq(transformer_bytes(tf) - transformer_bytes(t2), want);
+        ck_assert_int_eq(transformer_set_lora(t2, &lay, p, &err), -1);
+        ck_assert_msg(strstr(err.msg, "rank 4") != NULL, "%s", err.msg);
+        ck_assert_int_eq(transformer_set_lora(t2, NULL, NULL, &err), 0);  // detaching is always fine
+        transformer_free(t2);
+    }
     free(p);
     lora_layout_free(&lay);
     transformer_free(tf);

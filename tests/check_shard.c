@@ -139,6 +139,10 @@ START_TEST(test_check_refuses) {
     ck_assert_int_eq(shard_write(&x.s, &img, &err), -1);
     ck_assert_ptr_nonnull(strstr(err.msg, "logprobs[3]"));
     sample_init(&x);
+    x.poff[1] = 0;  // an empty prompt (the trainer's packer had nothing predicting its completions' first token)
+    ck_assert_int_eq(shard_write(&x.s, &img, &err), -1);
+    ck_assert_ptr_nonnull(strstr(err.msg, "prompt 0 is empty"));
+    sample_init(&x);
     x.s.N = 11;  // not a whole group size
     ck_assert_int_eq(shard_write(&x.s, &img, &err), -1);
     sample_init(&x);

@@ -186,7 +186,7 @@ int main(int argc, char **argv) {
         SftConfig s = {.model_dir = model, .data_path = sft, .out = out, .prompt_format = prompt_format, .full = full,
                        .chat = chat, .lora_rank = (int)rank, .lora_alpha = alpha, .lora_targets = c.lora_targets,
                        .rslora = rslora, .lr = lr, .beta1 = b1, .beta2 = b2, .adam_eps = aeps, .weight_decay = wd,
-                       .max_grad_norm = clip, .min_lr_ratio = min_lr, .cosine = c.schedule == SCHEDULE_COSINE,
+                       .max_grad_norm = clip, .min_lr_ratio = min_lr, .schedule = c.schedule,
                        .warmup_steps = warmup, .steps = steps, .batch = gps, .seed = seed, .token_budget = (int)budget,
                        .metrics_path = c.metrics_path, .log_every = (int)log_every, .valid_path = valid,
                        .valid_every = (int)valid_every, .stop_accuracy = stop_accuracy};

@@ -20,3 +20,9 @@ void *mem_calloc_big(size_t bytes) {
     if (p) memset(p, 0, bytes);
     return p;
 }
+
+void *mem_plan_take(MemPlan *p, size_t bytes) {
+    void *at = p->base ? p->base + p->used : NULL;
+    p->used += (bytes + 63) & ~(size_t)63;
+    return at;
+}

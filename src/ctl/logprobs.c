@@ -2,13 +2,17 @@
 // model (and optionally a LoRA adapter), for users checking pail against
 // their own stack. Input lines {"ids": [...]}; output lines {"logprobs": [...]}
 // where logprobs[t-1] = log p(ids[t] | ids[<t]) for t >= 1. Lines are packed
-// into rows of up to --token-budget tokens.
+// into rows of up to --token-budget tokens (a line of n ids takes n - 1 rows:
+// its last id is predicted, never fed).
+#include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "core/fsutil.h"
+#include "core/mem.h"
 #include "ctl/ctl.h"
+#include "grpo/pack.h"
 #include "lora/peft.h"
 #include "model/device.h"
 #include "model/transformer.h"
@@ -23,29 +27,38 @@ int ctl_read_url_or_path(const char *src, const CtlStoreFlags *sf, Buf *out, Pai
     return rc;
 }
 
+// The pending lines: their ids (a line of n ids takes n - 1 rows and one
+// sequence, so 2 x budget ids hold every line a row can take) and the row.
 typedef struct {
-    int *ids;
-    int n;
-} Line;
+    int32_t *ids;       // (2 * budget)
+    PackSeq *seqs;      // (budget) the pending lines, every token after the first scored
+    uint8_t *all;       // (budget + 1) all ones: the mask
+    PackRow row;
+    float *lp;          // (budget)
+    int nids;
+} Pending;
 
-static int flush(Transformer *tf, Line *lines, int nl, int *tok, int *pos, int *tgt, int *cu, float *lp,
-                 double temperature, PailErr *err) {
-    int T = 0;
-    cu[0] = 0;
-    for (int i = 0; i < nl; i++) {
-        for (int t = 0; t < lines[i].n; t++, T++) {
-            tok[T] = lines[i].ids[t];
-            pos[T] = t;
-            tgt[T] = t + 1 < lines[i].n ? lines[i].ids[t + 1] : -1;
-        }
-        cu[i + 1] = T;
-    }
-    if (transformer_forward(tf, lp, NULL, tok, pos, cu, nl, T, tgt, (float)temperature, err) < 0) return -1;
-    for (int i = 0; i < nl; i++) {
+static void plan_pending(Pending *p, MemPlan *m, int budget) {
+    p->ids = mem_plan_take(m, 2 * (size_t)budget * sizeof(int32_t));
+    p->seqs = mem_plan_take(m, (size_t)budget * sizeof(PackSeq));
+    p->all = mem_plan_take(m, (size_t)budget + 1);
+    pack_plan(&p->row, m, budget, budget);
+    p->lp = mem_plan_take(m, (size_t)budget * sizeof(float));
+}
+
+// Forwards the pending lines and prints one {"logprobs": [...]} per line.
+static int flush(Transformer *tf, Pending *p, double temperature, PailErr *err) {
+    PackRow *r = &p->row;
+    if (r->T > 0 &&
+        transformer_forward(tf, p->lp, NULL, r->tok, r->pos, r->cu, r->nseq, r->T, r->tgt, (float)temperature, err) < 0)
+        return -1;
+    for (int i = 0; i < r->nadded; i++) {
         printf("{\"logprobs\": [");
-        for (int t = cu[i]; t < cu[i + 1] - 1; t++) printf("%s%.9g", t > cu[i] ? ", " : "", lp[t]);
+        for (int64_t q = r->off[i]; q < r->off[i + 1]; q++) printf("%s%.9g", q > r->off[i] ? ", " : "", p->lp[r->row_of[q]]);
         printf("]}\n");
     }
+    pack_reset(r);
+    p->nids = 0;
     return 0;
 }
 
@@ -86,9 +99,8 @@ int ctl_logprobs(int argc, char **argv) {
     float *lp_params = NULL;
     Transformer *tf = NULL;
     FILE *f = NULL;
-    Line *lines = NULL;
-    int *tok = NULL, *pos = NULL, *tgt = NULL, *cu = NULL;
-    float *lp = NULL;
+    void *block = NULL;
+    Pending pend = {0};
     if (adapter) {
         Buf b = {0};
         AdapterMeta meta = {0};
@@ -105,7 +117,7 @@ int ctl_logprobs(int argc, char **argv) {
             fprintf(stderr, "%s: warning: adapter %s was trained on base %.12s..., this model is %.12s...\n", argv[0],
                     adapter, meta.base_sha256, w.base_sha256);
     }
-    TransformerPlan plan = {.max_tokens = (int)budget};
+    TransformerPlan plan = {.max_tokens = (int)budget, .lora_rank = adapter ? lay.cfg.rank : 0};
     if (transformer_init(&tf, &w, &plan, &err) < 0 || (adapter && transformer_set_lora(tf, &lay, lp_params, &err) < 0)) {
         fprintf(stderr, "%s: %s\n", argv[0], err.msg);
         goto done;
@@ -115,18 +127,22 @@ int ctl_logprobs(int argc, char **argv) {
         fprintf(stderr, "%s: %s: cannot open\n", argv[0], input);
         goto done;
     }
-    lines = calloc((size_t)budget, sizeof *lines);
-    tok = malloc((size_t)budget * sizeof *tok);
-    pos = malloc((size_t)budget * sizeof *pos);
-    tgt = malloc((size_t)budget * sizeof *tgt);
-    cu = malloc(((size_t)budget + 1) * sizeof *cu);
-    lp = malloc((size_t)budget * sizeof *lp);
+    MemPlan dry = {0};
+    plan_pending(&pend, &dry, (int)budget);
+    if (!(block = mem_alloc_big(dry.used))) {
+        fprintf(stderr, "%s: out of memory for rows of --token-budget %ld (%zu MiB)\n", argv[0], budget, dry.used >> 20);
+        goto done;
+    }
+    MemPlan real = {block, 0};
+    plan_pending(&pend, &real, (int)budget);
+    memset(pend.all, 1, (size_t)budget + 1);
+    pack_reset(&pend.row);
     char *text = NULL;
     size_t cap = 0;
     ssize_t len;
-    int nl = 0, used = 0, lineno = 0;
+    int lineno = 0;
     rc = 0;
-    while ((len = getline(&text, &cap, f)) > 0 && rc == 0) {
+    while (rc == 0 && (errno = 0, len = getline(&text, &cap, f)) > 0) {
         lineno++;
         json_error_t jerr;
         json_t *j = json_loadb(text, (size_t)len, 0, &jerr), *ids = j ? json_object_get(j, "ids") : NULL;
@@ -134,37 +150,41 @@ int ctl_logprobs(int argc, char **argv) {
         if (!json_is_array(ids) || cnt < 1) {
             fprintf(stderr, "%s: %s:%d: expected {\"ids\": [int, ...]} with at least one id\n", argv[0], input, lineno);
             rc = 1;
-        } else if (cnt > budget) {
-            fprintf(stderr, "%s: %s:%d: %d ids exceed --token-budget %ld\n", argv[0], input, lineno, cnt, budget);
+        } else if (cnt - 1 > budget) {
+            fprintf(stderr, "%s: %s:%d: %d ids need %d rows, more than --token-budget %ld\n", argv[0], input, lineno,
+                    cnt, cnt - 1, budget);
             rc = 1;
-        } else {
-            if (used + cnt > budget) {
-                if (flush(tf, lines, nl, tok, pos, tgt, cu, lp, temperature, &err) < 0) rc = 1;
-                for (int i = 0; i < nl; i++) free(lines[i].ids);
-                nl = used = 0;
-            }
-            lines[nl].ids = malloc((size_t)cnt * sizeof(int));
-            lines[nl].n = cnt;
-            for (int t = 0; t < cnt; t++) {
+        }
+        for (int pass = 0; rc == 0 && pass < 2; pass++) {  // a full row is flushed, then the line goes in
+            int32_t *at = pend.ids + pend.nids;
+            for (int t = 0; t < cnt && rc == 0; t++) {
                 json_t *v = json_array_get(ids, (size_t)t);
                 if (!json_is_integer(v)) {
                     fprintf(stderr, "%s: %s:%d: ids[%d] is not an integer\n", argv[0], input, lineno, t);
                     rc = 1;
                 }
-                lines[nl].ids[t] = (int)json_integer_value(v);
+                at[t] = (int32_t)json_integer_value(v);
             }
-            nl++;
-            used += cnt;
+            PackSeq *seq = &pend.seqs[pend.row.nadded];
+            *seq = (PackSeq){.prompt = at, .n_prompt = cnt, .mask = pend.all};
+            if (rc == 0 && pend.nids + cnt <= 2 * budget && pack_add(&pend.row, seq) == 0) {
+                pend.nids += cnt;
+                break;
+            }
+            if (rc == 0 && flush(tf, &pend, temperature, &err) < 0) rc = 1;
         }
         json_decref(j);
     }
-    if (rc == 0 && nl > 0 && flush(tf, lines, nl, tok, pos, tgt, cu, lp, temperature, &err) < 0) rc = 1;
+    if (rc == 0 && len < 0 && (errno || ferror(f))) {  // not the end: out of memory for a line, or a read error
+        fprintf(stderr, "%s: %s: reading after line %d: %s\n", argv[0], input, lineno, strerror(errno ? errno : EIO));
+        rc = 1;
+    }
+    if (rc == 0 && pend.row.nadded > 0 && flush(tf, &pend, temperature, &err) < 0) rc = 1;
     if (rc && err.msg[0]) fprintf(stderr, "%s: %s:%d: %s\n", argv[0], input, lineno, err.msg);
-    for (int i = 0; i < nl; i++) free(lines[i].ids);
     free(text);
 done:
     if (f && f != stdin) fclose(f);
-    free(lines); free(tok); free(pos); free(tgt); free(cu); free(lp);
+    free(block);
     transformer_free(tf);
     free(lp_params);
     lora_layout_free(&lay);

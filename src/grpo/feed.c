@@ -247,6 +247,6 @@ int feed_import(Feed *f, char *const *keys, const int64_t *versions, const int32
         // A shard known to have groups left is reloaded lazily; fully used ones stay unloaded.
         if (e->n_groups > 0 && e->used < e->n_groups) e->n_groups = -1;
     }
-    qsort(f->shards, (size_t)f->n, sizeof *f->shards, cmp_entry);
+    if (f->n > 1) qsort(f->shards, (size_t)f->n, sizeof *f->shards, cmp_entry);  // none: shards is NULL
     return 0;
 }

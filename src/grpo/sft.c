@@ -10,8 +10,10 @@
 #include <unistd.h>
 #include "core/fsutil.h"
 #include "core/log.h"
+#include "core/mem.h"
 #include "core/rng.h"
 #include "core/timeutil.h"
+#include "grpo/pack.h"
 #include "kernels.h"
 #include "lora/lora.h"
 #include "model/modelgen.h"
@@ -26,12 +28,21 @@ typedef struct {
     int n, plen;    // total, prompt part
 } Example;
 
+// The packer's view of an example: the completion (after plen) is scored.
+static PackSeq example_seq(const Example *e) {
+    return (PackSeq){.prompt = e->ids, .n_prompt = e->plen, .completion = e->ids + e->plen, .n_completion = e->n - e->plen};
+}
+
 static int load_examples(const SftConfig *c, Tokenizer *tok, const ChatTemplate *chat, bool have_chat, int32_t eos,
                          Example **out, int *nout, PailErr *err) {
     Buf text = {0};
     if (fs_read_file(c->data_path, &text, err) < 0) return -1;
     int cap = 1024, n = 0, lineno = 0, rc = 0, skipped = 0;
     Example *ex = malloc((size_t)cap * sizeof *ex);
+    if (!ex) {
+        buf_free(&text);
+        return err_set(err, PAIL_ERR_NOMEM, "%s: out of memory", c->data_path);
+    }
     char *save = NULL;
     for (char *line = strtok_r((char *)text.data, "\n", &save); line && rc == 0; line = strtok_r(NULL, "\n", &save)) {
         lineno++;
@@ -77,8 +88,8 @@ static int load_examples(const SftConfig *c, Tokenizer *tok, const ChatTemplate 
                 ChatMessage m = {.role = "user", .content = p};
                 ChatOptions o = {.add_generation_prompt = true, .enable_thinking = -1};
                 if (chat_render(chat, &m, 1, &o, &ptext, err) < 0) rc = err_wrap(err, "%s:%d", c->data_path, lineno);
-            } else {
-                buf_append(&ptext, p, strlen(p));
+            } else if (buf_append(&ptext, p, strlen(p)) < 0) {
+                rc = err_set(err, PAIL_ERR_NOMEM, "%s:%d: out of memory", c->data_path, lineno);
             }
         }
         TokenIds ids = {0};
@@ -87,17 +98,29 @@ static int load_examples(const SftConfig *c, Tokenizer *tok, const ChatTemplate 
         int plen = (int)ids.len;
         if (rc == 0 && tokenizer_encode(tok, comp, strlen(comp), &ids, err) < 0)
             rc = err_wrap(err, "%s:%d", c->data_path, lineno);
-        if (rc == 0 && eos >= 0) token_ids_push(&ids, eos);
+        if (rc == 0 && eos >= 0 && token_ids_push(&ids, eos) < 0)
+            rc = err_set(err, PAIL_ERR_NOMEM, "%s:%d: out of memory", c->data_path, lineno);
         buf_free(&ptext);
         json_decref(j);
         if (rc < 0) { token_ids_free(&ids); break; }
-        if (plen < 1 || (int)ids.len <= plen || (int)ids.len - 1 > c->token_budget) {
+        Example e = {.ids = ids.data, .n = (int)ids.len, .plen = plen};
+        PackSeq seq = example_seq(&e);
+        if (plen < 1 || e.n <= plen || pack_rows(&seq) > c->token_budget) {
             skipped++;
             token_ids_free(&ids);
             continue;
         }
-        if (n == cap) ex = realloc(ex, (size_t)(cap *= 2) * sizeof *ex);
-        ex[n++] = (Example){.ids = ids.data, .n = (int)ids.len, .plen = plen};
+        if (n == cap) {
+            Example *grown = realloc(ex, (size_t)cap * 2 * sizeof *ex);
+            if (!grown) {
+                token_ids_free(&ids);
+                rc = err_set(err, PAIL_ERR_NOMEM, "%s:%d: out of memory for %d examples", c->data_path, lineno, n);
+                break;
+            }
+            ex = grown;
+            cap *= 2;
+        }
+        ex[n++] = e;
     }
     buf_free(&text);
     if (rc == 0 && n == 0) rc = err_set(err, PAIL_ERR_INVALID, "%s: no usable examples", c->data_path);
@@ -111,6 +134,21 @@ static int load_examples(const SftConfig *c, Tokenizer *tok, const ChatTemplate 
     *out = ex;
     *nout = n;
     return 0;
+}
+
+typedef struct {  // a step's buffers, pieces of one planned block
+    PackRow row;      // token budget T
+    float *logp, *dlogp;  // (T)
+    int64_t *order;   // (examples) the epoch's shuffled order
+    int64_t *sel;     // (batch) the step's examples
+} SftBufs;
+
+static void plan_step(SftBufs *b, MemPlan *p, int T, int nex, long batch) {
+    pack_plan(&b->row, p, T, T);
+    b->logp = mem_plan_take(p, (size_t)T * sizeof(float));
+    b->dlogp = mem_plan_take(p, (size_t)T * sizeof(float));
+    b->order = mem_plan_take(p, (size_t)nex * sizeof(int64_t));
+    b->sel = mem_plan_take(p, (size_t)batch * sizeof(int64_t));
 }
 
 static void shuffle(int64_t *order, int n, Rng *r) {
@@ -134,7 +172,6 @@ static int validate(Generator *gen, const Example *ex, int n, double *acc, PailE
         int want = ex[i].n - ex[i].plen;
         hits += out[i].n == want && !memcmp(out[i].ids, ex[i].ids + ex[i].plen, (size_t)want * sizeof(int32_t));
     }
-    for (int i = 0; i < n; i++) gen_completion_free(&out[i]);
     free(gp);
     free(out);
     *acc = n ? (double)hits / n : 0;
@@ -154,9 +191,8 @@ int sft_run(const SftConfig *c, volatile sig_atomic_t *stop, PailErr *err) {
     LoraLayout lay = {0};
     Transformer *tf = NULL;
     float *params = NULL, *grads = NULL, *m = NULL, *v = NULL;
-    int *tokb = NULL, *posb = NULL, *tgtb = NULL, *cub = NULL;
-    float *logp = NULL, *dlogp = NULL;
-    int64_t *order = NULL, *sel = NULL;
+    void *block = NULL;  // the step's buffers (plan_step)
+    SftBufs b = {0};
     FILE *mf = NULL;
     Example *vex = NULL;
     int nvex = 0;
@@ -189,7 +225,8 @@ int sft_run(const SftConfig *c, volatile sig_atomic_t *stop, PailErr *err) {
     grads = calloc(n, sizeof(float));
     m = calloc(n, sizeof(float));
     v = calloc(n, sizeof(float));
-    TransformerPlan plan = {.max_tokens = c->token_budget, .backward = true, .full = c->full};
+    TransformerPlan plan = {.max_tokens = c->token_budget, .backward = true, .full = c->full,
+                            .lora_rank = c->full ? 0 : lay.cfg.rank};
     if (!params || !grads || !m || !v) { err_set(err, PAIL_ERR_NOMEM, "out of memory"); goto out; }
     if (transformer_init(&tf, &w, &plan, err) < 0) goto out;
     if (!c->full && transformer_set_lora(tf, &lay, params, err) < 0) goto out;
@@ -199,20 +236,24 @@ int sft_run(const SftConfig *c, volatile sig_atomic_t *stop, PailErr *err) {
             if (vex[i].plen > maxp) maxp = vex[i].plen;
             if (vex[i].n - vex[i].plen > maxc) maxc = vex[i].n - vex[i].plen;
         }
-        TransformerPlan vp = {.max_tokens = maxp > 64 ? maxp : 64};
+        TransformerPlan vp = {.max_tokens = maxp > 64 ? maxp : 64, .lora_rank = plan.lora_rank};
         GenConfig gc = {.group_size = 1, .max_new_tokens = maxc, .batch_size = 64, .max_prompt_tokens = maxp,
+                        .max_prompts = nvex,
                         .sampler = {.temperature = 0, .top_p = 1}, .stop_ids = &eos, .n_stop_ids = eos >= 0};
         if (transformer_init(&vtf, &w, &vp, err) < 0 || (!c->full && transformer_set_lora(vtf, &lay, params, err) < 0) ||
             generator_init(&vgen, vtf, &w.cfg, &gc, err) < 0)
             goto out;
     }
-    int T = c->token_budget;
-    tokb = malloc((size_t)T * sizeof(int)); posb = malloc((size_t)T * sizeof(int));
-    tgtb = malloc((size_t)T * sizeof(int)); cub = malloc(((size_t)T + 1) * sizeof(int));
-    logp = malloc((size_t)T * sizeof(float)); dlogp = malloc((size_t)T * sizeof(float));
-    order = malloc((size_t)nex * sizeof(int64_t));
-    sel = malloc((size_t)c->batch * sizeof(int64_t));
-    if (!tokb || !posb || !tgtb || !cub || !logp || !dlogp || !order || !sel) { err_set(err, PAIL_ERR_NOMEM, "out of memory"); goto out; }
+    MemPlan dry = {0};
+    plan_step(&b, &dry, c->token_budget, nex, c->batch);
+    if (!(block = mem_alloc_big(dry.used))) {
+        err_set(err, PAIL_ERR_NOMEM, "sft: out of memory for the step's buffers (%zu MiB)", dry.used >> 20);
+        goto out;
+    }
+    MemPlan real = {block, 0};
+    plan_step(&b, &real, c->token_budget, nex, c->batch);
+    int64_t *order = b.order, *sel = b.sel;
+    PackRow *row = &b.row;
     for (int i = 0; i < nex; i++) order[i] = i;
     Rng rng;
     rng_seed(&rng, (uint64_t)c->seed, 0x736674);
@@ -223,6 +264,8 @@ int sft_run(const SftConfig *c, volatile sig_atomic_t *stop, PailErr *err) {
     }
     log_info("sft: %d examples from %s, %s training of %zu parameters, %ld steps of %ld examples", nex, c->data_path,
              c->full ? "full" : "LoRA", n, c->steps, c->batch);
+    LrSchedule sched = {.kind = c->schedule, .lr = c->lr, .min_lr_ratio = c->min_lr_ratio,
+                        .warmup_steps = c->warmup_steps, .steps = c->steps};
     int cursor = 0;
     double t0 = time_mono_s(), loss_acc = 0, tok_acc = 0;
     int64_t step;
@@ -238,35 +281,25 @@ int sft_run(const SftConfig *c, volatile sig_atomic_t *stop, PailErr *err) {
         memset(grads, 0, n * sizeof(float));
         double step_loss = 0;
         int k = 0;
-        while (k < nb) {
-            int Tn = 0, ns = 0;
-            cub[0] = 0;
-            while (k < nb && Tn + ex[sel[k]].n - 1 <= T) {
-                const Example *e = &ex[sel[k]];
-                for (int t = 0; t < e->n - 1; t++) {
-                    tokb[Tn + t] = e->ids[t];
-                    posb[Tn + t] = t;
-                    tgtb[Tn + t] = t + 1 >= e->plen ? e->ids[t + 1] : -1;  // completion tokens only
-                }
-                Tn += e->n - 1;
-                cub[++ns] = Tn;
-                k++;
+        while (k < nb) {  // micro-batches: as many examples as the token budget holds
+            pack_reset(row);
+            for (; k < nb; k++) {
+                PackSeq seq = example_seq(&ex[sel[k]]);
+                if (pack_add(row, &seq) < 0) break;
             }
-            if (transformer_forward(tf, logp, NULL, tokb, posb, cub, ns, Tn, tgtb, 1.0f, err) < 0) goto out;
-            for (int t = 0; t < Tn; t++) {
-                dlogp[t] = tgtb[t] >= 0 ? (float)(-1.0 / ctoks) : 0.0f;
-                if (tgtb[t] >= 0) step_loss -= logp[t] / ctoks;
+            const int *tgt = row->tgt;
+            float *logp = b.logp, *dlogp = b.dlogp;
+            if (transformer_forward(tf, logp, NULL, row->tok, row->pos, row->cu, row->nseq, row->T, tgt, 1.0f, err) < 0)
+                goto out;
+            for (int t = 0; t < row->T; t++) {
+                dlogp[t] = tgt[t] >= 0 ? (float)(-1.0 / ctoks) : 0.0f;
+                if (tgt[t] >= 0) step_loss -= logp[t] / ctoks;
             }
             if (transformer_backward(tf, c->full ? NULL : grads, c->full ? grads : NULL, dlogp, err) < 0) goto out;
         }
         double sumsq = adamw_grad_sumsq(grads, n);
         float scale = adamw_clip_scale(sumsq, (float)c->max_grad_norm);
-        double lr = c->lr;
-        if (c->warmup_steps > 0 && step < c->warmup_steps) lr = c->lr * (double)(step + 1) / (double)c->warmup_steps;
-        else if (c->cosine) {
-            double span = (double)(c->steps - c->warmup_steps), x = span > 0 ? (double)(step - c->warmup_steps) / span : 1;
-            lr = c->lr * (c->min_lr_ratio + (1 - c->min_lr_ratio) * 0.5 * (1 + cos(M_PI * (x > 1 ? 1 : x))));
-        }
+        double lr = lr_schedule_at(&sched, step);
         adamw_update(params, m, v, grads, n, (float)lr, (float)c->beta1, (float)c->beta2, (float)c->adam_eps,
                      (float)c->weight_decay, (int)(step + 1), scale);
         loss_acc += step_loss;
@@ -321,9 +354,7 @@ out:
     free(vex);
     for (int i = 0; i < nex; i++) free(ex[i].ids);
     free(ex);
-    free(order);
-    free(sel);
-    free(tokb); free(posb); free(tgtb); free(cub); free(logp); free(dlogp);
+    free(block);
     transformer_free(tf);
     if (!c->full) free(params);
     free(grads); free(m); free(v);

@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <stdbool.h>
 #include "core/err.h"
+#include "grpo/schedule.h"
 
 typedef struct {
     const char *model_dir, *data_path, *out;  // out: adapter .h5 (LoRA) or checkpoint folder (full)
@@ -18,7 +19,7 @@ typedef struct {
     unsigned lora_targets;
     bool rslora;
     double lr, beta1, beta2, adam_eps, weight_decay, max_grad_norm, min_lr_ratio;
-    int cosine;                // 1: cosine decay after warmup
+    LrScheduleKind schedule;   // after warmup: constant or cosine decay
     long warmup_steps, steps, batch, seed;
     int token_budget;
     const char *metrics_path;  // JSON lines per logged step (NULL: none)

@@ -1,7 +1,10 @@
 // grpo-train's loop (see trainer.h): bucket -> shard -> groups -> packed
 // micro-batches -> model -> loss -> LoRA grads -> AdamW -> adapter -> bucket.
-// Memory is planned at start (token budget, groups per step); a step
-// allocates nothing but what the store and HDF5 readers need for new shards.
+// A step is four parts: its items (rewards, advantages, masks), micro-batches
+// (pack, [reference forward], forward, loss, backward), the update (clip,
+// skip a non-finite step, AdamW) and its metrics. Memory is planned at start
+// (token budget, groups per step) into one block; a step allocates nothing
+// but what the store and HDF5 readers need for new shards, and its metrics line.
 #include "grpo/trainer.h"
 #include "core/mem.h"
 #include <errno.h>
@@ -17,6 +20,7 @@
 #include "core/sha256.h"
 #include "core/timeutil.h"
 #include "grpo/feed.h"
+#include "grpo/pack.h"
 #include "grpo/state.h"
 #include "kernels.h"
 #include "lora/peft.h"
@@ -26,11 +30,10 @@
 #include "store/runlayout.h"
 #include "store/versions.h"
 
-typedef struct {   // one completion of the step, as the packer sees it
-    const RolloutShard *s;
+typedef struct {   // one completion of the step
+    const RolloutShard *s;  // borrowed: the shard of its group (held until feed_commit)
     int64_t i;       // completion index in the shard
     int64_t p;       // its prompt
-    int step_idx;    // index in the step's (n_groups * G) arrays
 } Item;
 
 typedef struct {
@@ -39,42 +42,32 @@ typedef struct {
     char tok_sha[65];
     Store *st, *src;
     LoraLayout lay;
-    float *params, *grads, *m, *v;     // (n_params) each
+    // params, grads and moments, and the micro-batch and step buffers below: pieces of `block`
+    float *params, *grads, *m, *v;     // (n_params) each: one layout
     Transformer *tf;
     Feed feed;
     int64_t step, version, published_step;
     Rng rng;
     char run_id[128];
     int G;
-    // micro-batch (token budget T)
-    int *tok, *pos, *tgt, *cu;
-    float *logp, *ent, *ref, *dlogp;
-    float *new_c, *old_c, *ref_c, *d_c;  // completion tokens of the micro-batch
-    int64_t *off_c;
-    int *row_of;                         // row in the packed batch of each completion token
-    // step (groups_per_step * G completions)
-    GroupRef *refs;
-    Item *items;
-    float *rewards, *adv;
-    uint8_t *valid, *mask;
-    float *adv_c;
-    uint8_t *mask_c;
+    // micro-batch: token budget T rows, S = min(T, N) sequences
+    PackRow row;                         // tokens, positions, targets, cu_seqlens; row_of, off per completion token
+    float *logp, *ent, *ref, *dlogp;     // (T) per row
+    float *new_c, *old_c, *ref_c, *d_c;  // (T) per completion token of the micro-batch
+    float *adv_c;                        // (S) advantage of each sequence in the row
+    uint8_t *mask_c;                     // (S) all 1 (the loss takes a mask)
+    // step: N = groups_per_step * G completions
+    GroupRef *refs;                      // (groups_per_step)
+    Item *items;                         // (N)
+    float *rewards, *adv;                // (N)
+    uint8_t *valid, *mask;               // (N) reward valid; trained (valid, tokens, fits the budget)
+    void *block;                         // owned: the pieces above (plan_buffers)
+    size_t block_bytes;
     FILE *metrics;
     Buf pending_metrics;     // JSON lines of the steps since the last publish (committed with it)
     int64_t skipped_steps;   // cumulative: steps whose gradients were non-finite
     bool grads_dumped;
 } Trainer;
-
-static double lr_at(const TrainerConfig *c, int64_t step) {
-    double lr = c->lr;
-    if (c->warmup_steps > 0 && step < c->warmup_steps) return lr * (double)(step + 1) / (double)c->warmup_steps;
-    if (c->schedule == SCHEDULE_COSINE) {
-        double span = (double)(c->steps - c->warmup_steps), t = span > 0 ? (double)(step - c->warmup_steps) / span : 1;
-        if (t > 1) t = 1;
-        return lr * (c->min_lr_ratio + (1 - c->min_lr_ratio) * 0.5 * (1 + cos(M_PI * t)));
-    }
-    return lr;
-}
 
 static json_t *lora_json(const LoraLayout *l) {
     char targets[128];
@@ -243,8 +236,9 @@ static int write_progress(Trainer *t, PailErr *err) {
                           t->cfg->max_staleness);
     json_object_set_new(j, "groups_per_step", json_integer(t->cfg->groups_per_step));
     json_object_set_new(j, "steps_skipped", json_integer(t->skipped_steps));
-    char *text = json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS);
+    char *text = j ? json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS) : NULL;
     json_decref(j);
+    if (!text) return err_set(err, PAIL_ERR_NOMEM, "%s: out of memory for its JSON", RUN_KEY_PROGRESS);
     StorePutOpts opt = {.content_type = "application/json"};
     int rc = store_put(t->st, RUN_KEY_PROGRESS, text, strlen(text), &opt, err);
     free(text);
@@ -403,6 +397,7 @@ static int start(Trainer *t, PailErr *err) {
     json_t *man = json_pack("{s:s, s:s, s:s, s:o, s:I}", "base_model", c->model_dir, "base_sha256",
                             t->w.base_sha256, "tokenizer_sha256", t->tok_sha, "lora", lora_json(&t->lay),
                             "created_unix", (json_int_t)time_unix_s());
+    if (!man) return err_set(err, PAIL_ERR_NOMEM, "%s: out of memory for its JSON", RUN_KEY_MANIFEST);
     if (c->task) json_object_set_new(man, "task", json_string(c->task));
     if (c->effective) json_object_set(man, "trainer", c->effective);
     json_object_set_new(man, "format", json_string("pail.run"));
@@ -559,232 +554,222 @@ typedef struct {
     int64_t comp_n;
 } StepStats;
 
-// Packs n items into one row (sequence k = prompt + completion[:-1]); returns
-// T. Completion tokens are listed in order with their row (row_of), their
-// behaviour log-prob (old_c) and per-completion offsets (off_c).
-static int pack(Trainer *t, const Item *items, int n, int *nc_tokens) {
-    int T = 0, nseq = 0, ct = 0;
-    t->cu[0] = 0;
-    for (int k = 0; k < n; k++) {
-        const Item *it = &items[k];
-        const RolloutShard *s = it->s;
-        int64_t p0 = s->prompt_offsets[it->p], plen = s->prompt_offsets[it->p + 1] - p0;
-        int64_t c0 = s->completion_offsets[it->i], clen = s->completion_offsets[it->i + 1] - c0;
-        int start = T;
-        for (int64_t j = 0; j < plen; j++, T++) {
-            t->tok[T] = s->prompt_ids[p0 + j];
-            t->pos[T] = T - start;
-            t->tgt[T] = -1;
-        }
-        for (int64_t j = 0; j + 1 < clen; j++, T++) {
-            t->tok[T] = s->completion_ids[c0 + j];
-            t->pos[T] = T - start;
-            t->tgt[T] = -1;
-        }
-        // completion token j is predicted at row start + plen - 1 + j
-        for (int64_t j = 0; j < clen; j++) {
-            int row = start + (int)(plen - 1 + j);
-            t->tgt[row] = s->completion_ids[c0 + j];
-            t->row_of[ct] = row;
-            t->old_c[ct] = s->logprobs[c0 + j];
-            ct++;
-        }
-        t->off_c[k] = ct - clen;
-        t->cu[++nseq] = T;
-    }
-    t->off_c[n] = ct;
-    *nc_tokens = ct;
-    return T;
-}
+typedef struct {   // one optimizer step in the making
+    int ngroups, N;  // groups, completions (N = ngroups * G)
+    int64_t K;       // reward components (of the first group's shard)
+    double t0, waited;
+    StepStats ss;
+    AdvantageStats ast;
+    GrpoLossStats ls;
+    double norm;     // the loss normalizer of the whole step
+    double sumsq, lr;
+} Step;
 
-static int seq_tokens(const Item *it) {
+// The packer's view of a completion: its prompt, then the completion, scored.
+static PackSeq item_seq(const Item *it) {
     const RolloutShard *s = it->s;
-    int64_t plen = s->prompt_offsets[it->p + 1] - s->prompt_offsets[it->p];
-    int64_t clen = s->completion_offsets[it->i + 1] - s->completion_offsets[it->i];
-    return (int)(plen + clen - 1);
+    int64_t p0 = s->prompt_offsets[it->p], c0 = s->completion_offsets[it->i];
+    return (PackSeq){.prompt = s->prompt_ids + p0, .n_prompt = (int)(s->prompt_offsets[it->p + 1] - p0),
+                     .completion = s->completion_ids + c0,
+                     .n_completion = (int)(s->completion_offsets[it->i + 1] - c0)};
 }
 
-static int train_step(Trainer *t, int ngroups, double waited, volatile sig_atomic_t *stop, PailErr *err) {
+// Step items: the completions of the step's groups, their rewards and
+// advantages, which ones are trained (valid reward, at least one token, fits
+// the token budget), the loss normalizer and the reward statistics.
+static void step_items(Trainer *t, Step *st) {
     const TrainerConfig *c = t->cfg;
-    double t0 = time_mono_s();
-    int G = t->G, N = ngroups * G;
-    StepStats ss = {0};
-    // Items, rewards and advantages of the step's groups.
-    int64_t K = 0;
-    for (int g = 0; g < ngroups; g++) {
+    int G = t->G, N = st->N;
+    StepStats *ss = &st->ss;
+    for (int g = 0; g < st->ngroups; g++) {
         const RolloutShard *s = t->refs[g].s;
         double stale = (double)(t->version - t->refs[g].version);
-        ss.staleness_sum += stale;
-        if (stale > ss.staleness_max) ss.staleness_max = stale;
-        if (g == 0) K = s->K;
+        ss->staleness_sum += stale;
+        if (stale > ss->staleness_max) ss->staleness_max = stale;
+        if (g == 0) st->K = s->K;
         for (int j = 0; j < G; j++) {
             int64_t i = (int64_t)t->refs[g].group * G + j;
-            Item *it = &t->items[g * G + j];
-            it->s = s;
-            it->i = i;
-            it->p = t->refs[g].group;
-            it->step_idx = g * G + j;
+            t->items[g * G + j] = (Item){.s = s, .i = i, .p = t->refs[g].group};
             t->rewards[g * G + j] = s->rewards[i];
             t->valid[g * G + j] = s->reward_valid[i];
         }
     }
-    AdvantageStats ast;
-    grpo_advantages(t->adv, &ast, t->rewards, t->valid, ngroups, G, c->scale_rewards);
-    // Which completions count: valid reward, at least one token, fits the budget.
+    grpo_advantages(t->adv, &st->ast, t->rewards, t->valid, st->ngroups, G, c->scale_rewards);
     int64_t comps = 0, toks = 0, max_new = 1;
     for (int k = 0; k < N; k++) {
         Item *it = &t->items[k];
-        int64_t clen = it->s->completion_offsets[it->i + 1] - it->s->completion_offsets[it->i];
-        int fits = seq_tokens(it) <= c->token_budget;
-        if (!fits) ss.too_long++;
+        PackSeq seq = item_seq(it);
+        int64_t clen = seq.n_completion;
+        int fits = pack_rows(&seq) <= c->token_budget;
+        if (!fits) ss->too_long++;
         t->mask[k] = t->valid[k] && clen > 0 && fits;
         if (it->s->max_new_tokens > max_new) max_new = it->s->max_new_tokens;
         if (t->valid[k]) {
-            ss.reward_sum += t->rewards[k];
-            ss.reward_sq += (double)t->rewards[k] * t->rewards[k];
-            ss.completions++;
-            for (int64_t q = 0; q < K && q < SHARD_MAX_COMPONENTS && q < it->s->K; q++)
-                ss.comp_sum[q] += it->s->reward_components[it->i * it->s->K + q];
-            ss.comp_n++;
+            ss->reward_sum += t->rewards[k];
+            ss->reward_sq += (double)t->rewards[k] * t->rewards[k];
+            ss->completions++;
+            for (int64_t q = 0; q < st->K && q < SHARD_MAX_COMPONENTS && q < it->s->K; q++)
+                ss->comp_sum[q] += it->s->reward_components[it->i * it->s->K + q];
+            ss->comp_n++;
         }
-        ss.len_sum += (double)clen;
-        ss.truncated += it->s->finish_reason[it->i] == FINISH_LENGTH;
+        ss->len_sum += (double)clen;
+        ss->truncated += it->s->finish_reason[it->i] == FINISH_LENGTH;
         if (t->mask[k]) { comps++; toks += clen; }
     }
-    double norm = grpo_loss_norm(c->loss.type, comps, toks, max_new);
-    GrpoLossStats ls = {0};
-    memset(t->grads, 0, (size_t)t->lay.n_params * sizeof(float));
-    // Micro-batches: consecutive completions (same sampling temperature) under the token budget.
-    int k = 0;
-    while (k < N) {
-        if (!t->mask[k]) { k++; continue; }
-        float temp = (float)t->items[k].s->temperature;
-        int b = k, T = 0;
-        while (b < N && (!t->mask[b] || ((float)t->items[b].s->temperature == temp &&
-                                          T + seq_tokens(&t->items[b]) <= c->token_budget))) {
-            if (t->mask[b]) T += seq_tokens(&t->items[b]);
-            b++;
-        }
-        // Only masked-in items go into the row: compact them into the spare
-        // half of items (allocated 2N).
-        int a0 = 0;
-        Item *tmp = t->items + N;
-        float *tmp_adv = t->adv_c;
-        uint8_t *tmp_mask = t->mask_c;
-        for (int q = k; q < b; q++) {
-            if (!t->mask[q]) continue;
-            tmp[a0] = t->items[q];
-            tmp_adv[a0] = t->adv[q];
-            tmp_mask[a0] = 1;
-            a0++;
-        }
-        int nct;
-        T = pack(t, tmp, a0, &nct);
-        if (c->loss.beta > 0) {  // the KL reference: the base model, LoRA off, same row
-            transformer_lora_enable(t->tf, false);
-            if (transformer_forward(t->tf, t->ref, NULL, t->tok, t->pos, t->cu, a0, T, t->tgt, temp, err) < 0)
-                return -1;
-            transformer_lora_enable(t->tf, true);
-            for (int q = 0; q < nct; q++) t->ref_c[q] = t->ref[t->row_of[q]];
-        }
-        if (transformer_forward(t->tf, t->logp, t->ent, t->tok, t->pos, t->cu, a0, T, t->tgt, temp, err) < 0)
-            return -1;
-        for (int q = 0; q < nct; q++) {
-            t->new_c[q] = t->logp[t->row_of[q]];
-            ss.ent_sum += t->ent[t->row_of[q]];
-        }
-        ss.ent_n += nct;
-        grpo_loss_forward_backward(&ls, t->d_c, t->new_c, t->old_c, c->loss.beta > 0 ? t->ref_c : NULL, t->off_c, a0,
-                                   tmp_adv, tmp_mask, &c->loss, norm);
-        memset(t->dlogp, 0, (size_t)T * sizeof(float));
-        for (int q = 0; q < nct; q++) t->dlogp[t->row_of[q]] = t->d_c[q];
-        if (transformer_backward(t->tf, t->grads, NULL, t->dlogp, err) < 0) return -1;
-        ss.tokens += T;
-        k = b;
-        if (stop && *stop > 1) return err_set(err, PAIL_ERR_INTERRUPTED, "stopped mid-step");
+    st->norm = grpo_loss_norm(c->loss.type, comps, toks, max_new);
+}
+
+// One micro-batch from trained item *k on: the consecutive trained items of
+// the same sampling temperature that fit the token budget, packed into one
+// row; [the KL reference's forward, LoRA off]; the policy's forward; the loss
+// and its gradient per completion token; the backward into t->grads (+=).
+// *k moves past the items taken (and the untrained ones among them).
+static int micro_batch(Trainer *t, Step *st, int *k, PailErr *err) {
+    const TrainerConfig *c = t->cfg;
+    PackRow *r = &t->row;
+    float temp = (float)t->items[*k].s->temperature;
+    int b = *k;
+    pack_reset(r);
+    for (; b < st->N; b++) {
+        if (!t->mask[b]) continue;
+        const Item *it = &t->items[b];
+        PackSeq seq = item_seq(it);
+        int a = r->nadded;
+        if ((float)it->s->temperature != temp || pack_add(r, &seq) < 0) break;
+        t->adv_c[a] = t->adv[b];
+        t->mask_c[a] = 1;
+        // behaviour log-probs: the scored token's index in its sequence is its row's position + 1
+        const float *lp = it->s->logprobs + it->s->completion_offsets[it->i];
+        for (int64_t q = r->off[a]; q < r->off[a + 1]; q++) t->old_c[q] = lp[r->pos[r->row_of[q]] + 1 - seq.n_prompt];
     }
-    if (c->dump_grads && !t->grads_dumped) {
-        Buf img = {0};
-        AdapterMeta gm = {.version = t->version, .step = t->step};
-        if (lora_adapter_write(&t->lay, t->grads, &gm, &img, err) < 0 || h5f_write_path(&img, c->dump_grads, err) < 0) {
-            buf_free(&img);
-            return err_wrap(err, "--dump-grads %s", c->dump_grads);
-        }
+    *k = b;
+    int T = r->T, n = r->nadded, nct = r->nscored;
+    if (c->loss.beta > 0) {  // the KL reference: the base model, LoRA off, same row
+        transformer_lora_enable(t->tf, false);
+        int rc = transformer_forward(t->tf, t->ref, NULL, r->tok, r->pos, r->cu, r->nseq, T, r->tgt, temp, err);
+        transformer_lora_enable(t->tf, true);
+        if (rc < 0) return -1;
+        for (int q = 0; q < nct; q++) t->ref_c[q] = t->ref[r->row_of[q]];
+    }
+    if (transformer_forward(t->tf, t->logp, t->ent, r->tok, r->pos, r->cu, r->nseq, T, r->tgt, temp, err) < 0)
+        return -1;
+    for (int q = 0; q < nct; q++) {
+        t->new_c[q] = t->logp[r->row_of[q]];
+        st->ss.ent_sum += t->ent[r->row_of[q]];
+    }
+    st->ss.ent_n += nct;
+    grpo_loss_forward_backward(&st->ls, t->d_c, t->new_c, t->old_c, c->loss.beta > 0 ? t->ref_c : NULL, r->off, n,
+                               t->adv_c, t->mask_c, &c->loss, st->norm);
+    memset(t->dlogp, 0, (size_t)T * sizeof(float));
+    for (int q = 0; q < nct; q++) t->dlogp[r->row_of[q]] = t->d_c[q];
+    if (transformer_backward(t->tf, t->grads, NULL, t->dlogp, err) < 0) return -1;
+    st->ss.tokens += T;
+    return 0;
+}
+
+// --dump-grads: the first step's LoRA gradients, in the adapter's layout.
+static int dump_grads(Trainer *t, PailErr *err) {
+    const char *path = t->cfg->dump_grads;
+    Buf img = {0};
+    AdapterMeta gm = {.version = t->version, .step = t->step};
+    if (lora_adapter_write(&t->lay, t->grads, &gm, &img, err) < 0 || h5f_write_path(&img, path, err) < 0) {
         buf_free(&img);
-        t->grads_dumped = true;
+        return err_wrap(err, "--dump-grads %s", path);
     }
-    double sumsq = adamw_grad_sumsq(t->grads, (size_t)t->lay.n_params);
+    buf_free(&img);
+    t->grads_dumped = true;
+    return 0;
+}
+
+// The update: the global gradient norm, clipping, AdamW at the schedule's
+// learning rate. Returns 1 (nothing changed, the step counted as skipped)
+// when the gradients are not finite, else 0.
+static int step_update(Trainer *t, Step *st) {
+    const TrainerConfig *c = t->cfg;
+    size_t n = (size_t)t->lay.n_params;
+    st->sumsq = adamw_grad_sumsq(t->grads, n);
     // A square sum past float range (or NaN) would put inf into AdamW's second
     // moment and NaN into the adapter: the step is skipped, its groups used up.
-    if (!(sumsq <= FLT_MAX)) {
+    if (!(st->sumsq <= FLT_MAX)) {
         t->skipped_steps++;
         char used[1024] = "";
         size_t ul = 0;
-        for (int g = 0; g < ngroups && ul + 2 < sizeof used; g++) {
+        for (int g = 0; g < st->ngroups && ul + 2 < sizeof used; g++) {
             if (g > 0 && t->refs[g].src == t->refs[g - 1].src) continue;
             ul += (size_t)snprintf(used + ul, sizeof used - ul, "%s%s", ul ? ", " : "", t->refs[g].src->key);
         }
         log_warn("step %lld skipped (%lld so far): non-finite gradients (sum of squares %g) from %d groups of %s",
-                 (long long)t->step + 1, (long long)t->skipped_steps, sumsq, ngroups, used);
-        feed_commit(&t->feed, t->refs, ngroups);
-        return 0;
+                 (long long)t->step + 1, (long long)t->skipped_steps, st->sumsq, st->ngroups, used);
+        return 1;
     }
-    float scale = adamw_clip_scale(sumsq, (float)c->max_grad_norm);
-    double lr = lr_at(c, t->step);
-    adamw_update(t->params, t->m, t->v, t->grads, (size_t)t->lay.n_params, (float)lr, (float)c->beta1,
-                 (float)c->beta2, (float)c->adam_eps, (float)c->weight_decay, (int)(t->step + 1), scale);
+    float scale = adamw_clip_scale(st->sumsq, (float)c->max_grad_norm);
+    LrSchedule sched = {.kind = c->schedule, .lr = c->lr, .min_lr_ratio = c->min_lr_ratio,
+                        .warmup_steps = c->warmup_steps, .steps = c->steps};
+    st->lr = lr_schedule_at(&sched, t->step);
+    adamw_update(t->params, t->m, t->v, t->grads, n, (float)st->lr, (float)c->beta1, (float)c->beta2,
+                 (float)c->adam_eps, (float)c->weight_decay, (int)(t->step + 1), scale);
     t->step++;
-    double secs = time_mono_s() - t0;
-    // Metrics (TRL's names where one exists; doc/formats.md), before feed_commit
-    // releases the shards the component names live in.
-    double rmean = ss.completions ? ss.reward_sum / (double)ss.completions : 0;
-    double rstd = ss.completions > 1 ? sqrt(fmax(0, (ss.reward_sq - ss.reward_sum * rmean) / (double)(ss.completions - 1))) : 0;
-    double tok = (double)ls.tokens, kl = ls.tokens ? ls.kl_sum / tok : 0.0;
+    return 0;
+}
+
+// The step's metrics (TRL's names where one exists; doc/formats.md): a JSON
+// line into pending_metrics, written out by the publish that commits the step,
+// and a line on stderr. Read before feed_commit releases the shards the
+// reward component names live in; commits the step's groups.
+static int step_metrics(Trainer *t, Step *st, PailErr *err) {
+    const StepStats *ss = &st->ss;
+    const GrpoLossStats *ls = &st->ls;
+    const AdvantageStats *ast = &st->ast;
+    int ngroups = st->ngroups, N = st->N;
+    double secs = time_mono_s() - st->t0;
+    double rmean = ss->completions ? ss->reward_sum / (double)ss->completions : 0;
+    double rstd = ss->completions > 1 ? sqrt(fmax(0, (ss->reward_sq - ss->reward_sum * rmean) / (double)(ss->completions - 1))) : 0;
+    double tok = (double)ls->tokens, kl = ls->tokens ? ls->kl_sum / tok : 0.0;
     json_t *mj = json_object();
     jint(mj, "step", t->step);
     jint(mj, "version", t->version);
     jnum(mj, "reward", rmean);
     jnum(mj, "reward_std", rstd);
-    jnum(mj, "frac_reward_zero_std", ast.groups ? (double)ast.zero_spread_groups / (double)ast.groups : 0.0);
-    jnum(mj, "advantage_mean", ast.adv_mean);
-    jnum(mj, "advantage_std", ast.adv_std);
-    jnum(mj, "advantage_min", ast.adv_min);
-    jnum(mj, "advantage_max", ast.adv_max);
-    jnum(mj, "loss", ls.loss);
-    jnum(mj, "ratio_mean", ls.tokens ? ls.ratio_sum / tok : 1.0);
-    jnum(mj, "ratio_min", ls.tokens ? ls.ratio_min : 1.0);
-    jnum(mj, "ratio_max", ls.tokens ? ls.ratio_max : 1.0);
-    jnum(mj, "clip_ratio/low_mean", ls.tokens ? (double)ls.clipped_low / tok : 0.0);
-    jnum(mj, "clip_ratio/high_mean", ls.tokens ? (double)ls.clipped_high / tok : 0.0);
+    jnum(mj, "frac_reward_zero_std", ast->groups ? (double)ast->zero_spread_groups / (double)ast->groups : 0.0);
+    jnum(mj, "advantage_mean", ast->adv_mean);
+    jnum(mj, "advantage_std", ast->adv_std);
+    jnum(mj, "advantage_min", ast->adv_min);
+    jnum(mj, "advantage_max", ast->adv_max);
+    jnum(mj, "loss", ls->loss);
+    jnum(mj, "ratio_mean", ls->tokens ? ls->ratio_sum / tok : 1.0);
+    jnum(mj, "ratio_min", ls->tokens ? ls->ratio_min : 1.0);
+    jnum(mj, "ratio_max", ls->tokens ? ls->ratio_max : 1.0);
+    jnum(mj, "clip_ratio/low_mean", ls->tokens ? (double)ls->clipped_low / tok : 0.0);
+    jnum(mj, "clip_ratio/high_mean", ls->tokens ? (double)ls->clipped_high / tok : 0.0);
     jnum(mj, "kl", kl);
-    jnum(mj, "entropy", ss.ent_n ? ss.ent_sum / (double)ss.ent_n : 0.0);
-    jnum(mj, "completions/mean_length", N ? ss.len_sum / N : 0.0);
-    jint(mj, "completions/truncated", ss.truncated);
-    jint(mj, "completions/too_long", ss.too_long);
-    jint(mj, "num_tokens", ss.tokens);
-    jint(mj, "invalid_rewards", ast.invalid);
-    jnum(mj, "tokens_per_second", secs > 0 ? (double)ss.tokens / secs : 0.0);
-    jnum(mj, "staleness_mean", ngroups ? ss.staleness_sum / ngroups : 0.0);
-    jnum(mj, "staleness_max", ss.staleness_max);
-    jnum(mj, "wait_seconds", waited);
+    jnum(mj, "entropy", ss->ent_n ? ss->ent_sum / (double)ss->ent_n : 0.0);
+    jnum(mj, "completions/mean_length", N ? ss->len_sum / N : 0.0);
+    jint(mj, "completions/truncated", ss->truncated);
+    jint(mj, "completions/too_long", ss->too_long);
+    jint(mj, "num_tokens", ss->tokens);
+    jint(mj, "invalid_rewards", ast->invalid);
+    jnum(mj, "tokens_per_second", secs > 0 ? (double)ss->tokens / secs : 0.0);
+    jnum(mj, "staleness_mean", ngroups ? ss->staleness_sum / ngroups : 0.0);
+    jnum(mj, "staleness_max", ss->staleness_max);
+    jnum(mj, "wait_seconds", st->waited);
     jint(mj, "shards_consumed", t->feed.stats.consumed);
     jint(mj, "shards_dropped", t->feed.stats.dropped);
     jint(mj, "shards_rejected", t->feed.stats.rejected);
     jint(mj, "steps_skipped", t->skipped_steps);
     jint(mj, "groups", ngroups);
-    jnum(mj, "learning_rate", lr);
-    jnum(mj, "grad_norm", sqrt(sumsq));
+    jnum(mj, "learning_rate", st->lr);
+    jnum(mj, "grad_norm", sqrt(st->sumsq));
     jnum(mj, "step_seconds", secs);
     jint(mj, "time", time_unix_s());
-    for (int64_t q = 0; q < K && q < SHARD_MAX_COMPONENTS; q++) {
+    for (int64_t q = 0; q < st->K && q < SHARD_MAX_COMPONENTS; q++) {
         char name[160];
         snprintf(name, sizeof name, "rewards/%s/mean", t->refs[0].s->component_names[q]);
-        jnum(mj, name, ss.comp_n ? ss.comp_sum[q] / (double)ss.comp_n : 0);
+        jnum(mj, name, ss->comp_n ? ss->comp_sum[q] / (double)ss->comp_n : 0);
     }
     feed_commit(&t->feed, t->refs, ngroups);
     fprintf(stderr, "step %lld v%lld | reward %.3f | loss %+.4f | kl %.4f | %.0f tok/s | wait %.1f s | stale %.1f/%.0f\n",
-            (long long)t->step, (long long)t->version, rmean, ls.loss, kl, secs > 0 ? (double)ss.tokens / secs : 0.0,
-            waited, ngroups ? ss.staleness_sum / ngroups : 0.0, ss.staleness_max);
+            (long long)t->step, (long long)t->version, rmean, ls->loss, kl, secs > 0 ? (double)ss->tokens / secs : 0.0,
+            st->waited, ngroups ? ss->staleness_sum / ngroups : 0.0, ss->staleness_max);
     // The line waits in pending_metrics for the publish that commits this step.
     char *text = json_dumps(mj, JSON_COMPACT | JSON_SORT_KEYS);
     json_decref(mj);
@@ -793,6 +778,27 @@ static int train_step(Trainer *t, int ngroups, double waited, volatile sig_atomi
         return err_set(err, PAIL_ERR_NOMEM, "step %lld: out of memory for its metrics", (long long)t->step);
     }
     free(text);
+    return 0;
+}
+
+// One optimizer step on the ngroups groups in t->refs: items, micro-batches,
+// update, metrics; then the publish when one is due, and progress.json.
+static int train_step(Trainer *t, int ngroups, double waited, volatile sig_atomic_t *stop, PailErr *err) {
+    const TrainerConfig *c = t->cfg;
+    Step st = {.ngroups = ngroups, .N = ngroups * t->G, .t0 = time_mono_s(), .waited = waited};
+    step_items(t, &st);
+    memset(t->grads, 0, (size_t)t->lay.n_params * sizeof(float));
+    for (int k = 0; k < st.N;) {
+        if (!t->mask[k]) { k++; continue; }
+        if (micro_batch(t, &st, &k, err) < 0) return -1;
+        if (stop && *stop > 1) return err_set(err, PAIL_ERR_INTERRUPTED, "stopped mid-step");
+    }
+    if (c->dump_grads && !t->grads_dumped && dump_grads(t, err) < 0) return -1;
+    if (step_update(t, &st)) {  // skipped: its groups are used up all the same
+        feed_commit(&t->feed, t->refs, ngroups);
+        return 0;
+    }
+    if (step_metrics(t, &st, err) < 0) return -1;
     int rc = 0;
     if (t->step - t->published_step >= c->publish_every) rc = publish(t, err);
     PailErr merr = {0};
@@ -801,6 +807,29 @@ static int train_step(Trainer *t, int ngroups, double waited, volatile sig_atomi
 }
 
 // --- setup ----------------------------------------------------------------------
+
+// The trainer's buffers, pieces of one block (sizes from the LoRA layout,
+// the token budget and the step's groups); run twice, see core/mem.h.
+static void plan_buffers(Trainer *t, MemPlan *p) {
+    const TrainerConfig *c = t->cfg;
+    size_t n = (size_t)t->lay.n_params, T = (size_t)c->token_budget;
+    size_t N = (size_t)c->groups_per_step * (size_t)c->group_size, S = T < N ? T : N;
+    t->params = mem_plan_take(p, n * sizeof(float));
+    t->grads = mem_plan_take(p, n * sizeof(float));
+    t->m = mem_plan_take(p, n * sizeof(float));
+    t->v = mem_plan_take(p, n * sizeof(float));
+    pack_plan(&t->row, p, (int)T, (int)S);
+    float **per_row[] = {&t->logp, &t->ent, &t->ref, &t->dlogp, &t->new_c, &t->old_c, &t->ref_c, &t->d_c};
+    for (size_t i = 0; i < sizeof per_row / sizeof *per_row; i++) *per_row[i] = mem_plan_take(p, T * sizeof(float));
+    t->adv_c = mem_plan_take(p, S * sizeof(float));
+    t->mask_c = mem_plan_take(p, S);
+    t->refs = mem_plan_take(p, (size_t)c->groups_per_step * sizeof *t->refs);
+    t->items = mem_plan_take(p, N * sizeof *t->items);
+    t->rewards = mem_plan_take(p, N * sizeof(float));
+    t->adv = mem_plan_take(p, N * sizeof(float));
+    t->valid = mem_plan_take(p, N);
+    t->mask = mem_plan_take(p, N);
+}
 
 static int setup(Trainer *t, const TrainerConfig *c, PailErr *err) {
     t->cfg = c;
@@ -815,36 +844,29 @@ static int setup(Trainer *t, const TrainerConfig *c, PailErr *err) {
     }
     LoraConfig lc = {.rank = c->lora_rank, .alpha = c->lora_alpha, .rslora = c->rslora, .targets = c->lora_targets};
     if (lora_layout_build(&t->lay, &t->w.cfg, &lc, err) < 0) return -1;
-    size_t n = (size_t)t->lay.n_params;
-    t->params = mem_calloc_big(n * sizeof(float));
-    t->grads = mem_calloc_big(n * sizeof(float));
-    t->m = mem_calloc_big(n * sizeof(float));
-    t->v = mem_calloc_big(n * sizeof(float));
-    TransformerPlan plan = {.max_tokens = c->token_budget, .backward = true, .recompute = c->recompute};
+    MemPlan dry = {0};
+    plan_buffers(t, &dry);
+    if (!(t->block = mem_calloc_big(dry.used)))
+        return err_set(err, PAIL_ERR_NOMEM, "trainer: cannot allocate %zu MiB for LoRA rank %d (%lld parameters, "
+                       "their gradients and AdamW moments), %d groups of %d and a token budget of %d",
+                       dry.used >> 20, t->lay.cfg.rank, (long long)t->lay.n_params, (int)c->groups_per_step,
+                       c->group_size, c->token_budget);
+    t->block_bytes = dry.used;
+    MemPlan real = {t->block, 0};
+    plan_buffers(t, &real);
+    TransformerPlan plan = {.max_tokens = c->token_budget, .backward = true, .recompute = c->recompute,
+                            .lora_rank = t->lay.cfg.rank};
     if (transformer_init(&t->tf, &t->w, &plan, err) < 0) return -1;
     if (transformer_set_lora(t->tf, &t->lay, t->params, err) < 0) return -1;
-    size_t T = (size_t)c->token_budget, N = (size_t)c->groups_per_step * (size_t)c->group_size;
-    t->tok = malloc(T * sizeof(int)); t->pos = malloc(T * sizeof(int)); t->tgt = malloc(T * sizeof(int));
-    t->cu = malloc((T + 1) * sizeof(int)); t->row_of = malloc(T * sizeof(int));
-    t->logp = malloc(T * sizeof(float)); t->ent = malloc(T * sizeof(float)); t->ref = malloc(T * sizeof(float));
-    t->dlogp = malloc(T * sizeof(float)); t->new_c = malloc(T * sizeof(float)); t->old_c = malloc(T * sizeof(float));
-    t->ref_c = malloc(T * sizeof(float)); t->d_c = malloc(T * sizeof(float));
-    t->off_c = malloc((T + 1) * sizeof(int64_t));
-    t->refs = calloc((size_t)c->groups_per_step, sizeof *t->refs);
-    t->items = calloc(2 * N, sizeof *t->items);
-    t->rewards = malloc(N * sizeof(float)); t->adv = malloc(N * sizeof(float)); t->adv_c = malloc(N * sizeof(float));
-    t->valid = malloc(N); t->mask = malloc(N); t->mask_c = malloc(N);
-    if (!t->params || !t->grads || !t->m || !t->v || !t->tok || !t->items || !t->rewards || !t->off_c || !t->mask_c)
-        return err_set(err, PAIL_ERR_NOMEM, "out of memory planning the trainer");
     if (store_open(&t->st, c->run_url, &c->store, err) < 0) return -1;
     if (c->replay_url && store_open(&t->src, c->replay_url, &c->store, err) < 0) return -1;
     FeedConfig fc = {.base_sha256 = t->w.base_sha256, .tokenizer_sha256 = t->tok_sha, .vocab = t->w.cfg.vocab_size,
                      .group_size = c->group_size, .max_staleness = c->max_staleness, .replay = c->replay_url != NULL};
     feed_init(&t->feed, c->replay_url ? t->src : t->st, t->st, &fc);
     rng_seed(&t->rng, (uint64_t)c->seed, 0x7261696e);
-    log_info("model %s: %zu parameters, base_sha256 %.16s..., LoRA rank %d: %lld trainable; activations %zu MiB",
-             c->model_dir, t->w.num_params, t->w.base_sha256, t->lay.cfg.rank, (long long)t->lay.n_params,
-             transformer_bytes(t->tf) >> 20);
+    log_info("model %s: %zu parameters, base_sha256 %.16s..., LoRA rank %d: %lld trainable; activations %zu MiB, "
+             "trainer buffers %zu MiB", c->model_dir, t->w.num_params, t->w.base_sha256, t->lay.cfg.rank,
+             (long long)t->lay.n_params, transformer_bytes(t->tf) >> 20, t->block_bytes >> 20);
     return 0;
 }
 
@@ -855,11 +877,7 @@ static void teardown(Trainer *t) {
     lora_layout_free(&t->lay);
     store_close(t->st);
     store_close(t->src);
-    free(t->params); free(t->grads); free(t->m); free(t->v);
-    free(t->tok); free(t->pos); free(t->tgt); free(t->cu); free(t->row_of);
-    free(t->logp); free(t->ent); free(t->ref); free(t->dlogp); free(t->new_c); free(t->old_c); free(t->ref_c);
-    free(t->d_c); free(t->off_c); free(t->refs); free(t->items); free(t->rewards); free(t->adv); free(t->adv_c);
-    free(t->valid); free(t->mask); free(t->mask_c);
+    free(t->block);
     if (t->metrics) fclose(t->metrics);
     buf_free(&t->pending_metrics);
 }

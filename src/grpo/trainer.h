@@ -8,9 +8,8 @@
 #include <stdbool.h>
 #include <jansson.h>
 #include "grpo/loss.h"
+#include "grpo/schedule.h"
 #include "store/store.h"
-
-typedef enum { SCHEDULE_CONSTANT, SCHEDULE_COSINE } LrSchedule;
 
 typedef struct {
     const char *model_dir;       // Hugging Face model folder
@@ -27,7 +26,7 @@ typedef struct {
     unsigned lora_targets;
     bool rslora;
     double lr, beta1, beta2, adam_eps, weight_decay, max_grad_norm, min_lr_ratio;
-    LrSchedule schedule;
+    LrScheduleKind schedule;
     long warmup_steps;
     long steps, groups_per_step;
     int group_size, max_staleness, token_budget, publish_every;

@@ -25,7 +25,7 @@ int memplan_build(MemoryPlan *p, const ModelConfig *cfg, const MemoryPlanSpec *s
         lora_layout_free(&lay);
     }
     size_t T = (size_t)(spec->token_budget > 0 ? spec->token_budget : 1), V = (size_t)cfg->vocab_size;
-    TransformerPlan tp = {.max_tokens = (int)T};
+    TransformerPlan tp = {.max_tokens = (int)T, .lora_rank = spec->lora_rank};
     switch (spec->role) {
     case MEMPLAN_TRAIN: {
         // params, grads, m, v (fp32); full fine-tuning: grads and moments of every weight

@@ -100,7 +100,7 @@ static void plan_memory(Transformer *tf, Bump *b) {
     size_t T = (size_t)tf->plan.max_tokens, C = (size_t)c->hidden_size, F = (size_t)c->intermediate_size,
            HD = (size_t)c->num_attention_heads * c->head_dim, KD = (size_t)c->num_key_value_heads * c->head_dim,
            H = (size_t)c->num_attention_heads, Hk = (size_t)c->num_key_value_heads, L = (size_t)c->num_hidden_layers;
-    size_t R = 64;  // LoRA rank bound for the la buffers; transformer_set_lora checks
+    size_t R = (size_t)tf->plan.lora_rank;  // the la buffers' width; transformer_set_lora checks
     for (int l = 0; l < tf->nacts; l++) {
         LayerActs *a = &tf->acts[l];
         a->xn1 = take(b, T * C); a->rstd1 = take(b, T);
@@ -114,7 +114,7 @@ static void plan_memory(Transformer *tf, Bump *b) {
         a->h = take(b, T * C);
         a->xn2 = take(b, T * C); a->rstd2 = take(b, T);
         a->gate = take(b, T * F); a->up = take(b, T * F); a->act = take(b, T * F);
-        for (int m = 0; m < LORA_NMOD; m++) a->la[m] = take(b, T * R);
+        for (int m = 0; m < LORA_NMOD && R > 0; m++) a->la[m] = take(b, T * R);
     }
     for (size_t l = 0; l <= L; l++) tf->resid[l] = take(b, T * C);
     tf->d_tokens = (int *)take(b, T); tf->d_pos = (int *)take(b, T); tf->d_cu = (int *)take(b, T + 1);
@@ -131,7 +131,8 @@ static void plan_memory(Transformer *tf, Bump *b) {
         tf->dres = take(b, T * C); tf->dtmp = take(b, T * C); tf->dxn = take(b, T * C);
         tf->dq = take(b, T * HD); tf->dk = take(b, T * KD); tf->dv = take(b, T * KD); tf->datt = take(b, T * HD);
         tf->dgate = take(b, T * F); tf->dup = take(b, T * F); tf->dact = take(b, T * F);
-        tf->dla = take(b, T * R); tf->dhsel = take(b, T * C);
+        if (R > 0) tf->dla = take(b, T * R);
+        tf->dhsel = take(b, T * C);
         if (!tf->plan.full) tf->expect_sel = take(b, T * C);  // the LoRA step's head (transformer_forward)
     }
 }
@@ -165,6 +166,8 @@ int transformer_init(Transformer **out, const ModelWeights *w, const Transformer
     *out = NULL;
     const ModelConfig *c = &w->cfg;
     if (plan->max_tokens < 1) return err_set(err, PAIL_ERR_INVALID, "transformer: token budget %d must be >= 1", plan->max_tokens);
+    if (plan->lora_rank < 0 || plan->lora_rank > 4096)
+        return err_set(err, PAIL_ERR_INVALID, "transformer: LoRA rank bound %d is not in [0, 4096]", plan->lora_rank);
     if (c->head_dim % 2) return err_set(err, PAIL_ERR_UNSUPPORTED, "transformer: head_dim %d is odd (RoPE needs pairs)", c->head_dim);
     Transformer *tf = calloc(1, sizeof *tf);
     if (!tf) return err_set(err, PAIL_ERR_NOMEM, "out of memory");
@@ -267,9 +270,11 @@ int transformer_set_lora(Transformer *tf, const LoraLayout *layout, const float 
         if (layout->n_layers != tf->cfg.num_hidden_layers)
             return err_set(err, PAIL_ERR_INVALID, "adapter has %d layers, the model %d", layout->n_layers,
                            tf->cfg.num_hidden_layers);
-        if (layout->cfg.rank > 64)
-            return err_set(err, PAIL_ERR_UNSUPPORTED, "LoRA rank %d: this build supports ranks up to 64",
-                           layout->cfg.rank);
+        if (layout->cfg.rank > tf->plan.lora_rank)
+            return err_set(err, PAIL_ERR_INVALID, tf->plan.lora_rank
+                           ? "adapter of LoRA rank %d: this model's buffers were planned for ranks up to %d"
+                           : "adapter of LoRA rank %d: this model was planned without LoRA buffers (lora_rank %d)",
+                           layout->cfg.rank, tf->plan.lora_rank);
     }
     tf->lora = layout;
     tf->lora_params = params;

@@ -24,6 +24,7 @@ typedef struct {
     bool recompute;   // keep only layer inputs; recompute each layer in the backward
     int vchunk;       // vocabulary chunk of the fused LM head (0: 4096)
     int max_pos;      // RoPE table size (0: min(max_position_embeddings, 32768))
+    int lora_rank;    // highest LoRA rank transformer_set_lora accepts (0: no LoRA buffers, no adapter)
     Backend *backend; // where it runs (borrowed; NULL: the CPU)
 } TransformerPlan;
 
@@ -37,7 +38,7 @@ size_t transformer_bytes(const Transformer *tf);  // activation memory planned
 // without allocating (the memory plan printed before anything is).
 size_t transformer_plan_bytes(const ModelConfig *cfg, const TransformerPlan *plan);
 // Attaches an adapter (layout for w's config; params borrowed, may change
-// between calls). NULL detaches. transformer_lora_enable toggles it without
+// between calls); its rank must be at most the plan's lora_rank. NULL detaches. transformer_lora_enable toggles it without
 // detaching (the KL reference is the base model: same weights, LoRA off).
 int transformer_set_lora(Transformer *tf, const LoraLayout *layout, const float *params, PailErr *err);
 void transformer_lora_enable(Transformer *tf, bool on);

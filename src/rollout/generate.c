@@ -1,10 +1,12 @@
 // Continuous-batching group generation over KV-cache slots (see generate.h).
 // Slots 0..B-1 decode; slot B stages the current prompt's prefill, from which
-// samples are forked as decode slots free up.
+// samples are forked as decode slots free up. Buffers are planned once in
+// generator_init (one block, the KV cache and the samplers' scratch).
 #include "rollout/generate.h"
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
+#include "core/mem.h"
 #include "shard/shard.h"
 
 typedef struct {
@@ -18,53 +20,75 @@ struct Generator {
     Transformer *tf;      // borrowed
     GenConfig cfg;
     int V, B;
-    KvCache *kv;
-    Slot *slots;
+    KvCache *kv;          // owned
+    SamplerScratch ss;    // for the staged prompt's samples
+    SamplerScratch *tss;  // (nthreads) one per OpenMP thread, for the batched decode step; a piece of block
+    int nthreads;
+    // Pieces of block (plan):
+    Slot *slots;          // (B)
     float *logits;        // (B + 1, V)
     float *stage_logits;  // (V) the staged prompt's next-token logits
     int *n_new;           // (B + 1)
     int32_t *feed;        // (B + 1)
-    SamplerScratch ss;    // for the staged prompt's samples
-    SamplerScratch *tss;  // one per OpenMP thread, for the batched decode step
-    int nthreads;
     int *act;             // (B) active slots of a decode step
     int32_t *tok;         // (B) their sampled tokens
     float *lp;            // (B) and log-probs
+    int32_t *out_ids;     // (max_prompts * G, max_new_tokens) the completions of a run
+    float *out_lp;        // (max_prompts * G, max_new_tokens) their log-probs
+    void *block;          // owned
     GenStats stats;
 };
 
+static void plan(Generator *g, MemPlan *p) {
+    size_t B = (size_t)g->B, V = (size_t)g->V;
+    size_t nout = (size_t)g->cfg.max_prompts * g->cfg.group_size * g->cfg.max_new_tokens;
+    g->tss = mem_plan_take(p, (size_t)g->nthreads * sizeof *g->tss);
+    g->slots = mem_plan_take(p, B * sizeof *g->slots);
+    g->logits = mem_plan_take(p, (B + 1) * V * sizeof(float));
+    g->stage_logits = mem_plan_take(p, V * sizeof(float));
+    g->n_new = mem_plan_take(p, (B + 1) * sizeof(int));
+    g->feed = mem_plan_take(p, (B + 1) * sizeof(int32_t));
+    g->act = mem_plan_take(p, B * sizeof(int));
+    g->tok = mem_plan_take(p, B * sizeof(int32_t));
+    g->lp = mem_plan_take(p, B * sizeof(float));
+    g->out_ids = mem_plan_take(p, nout * sizeof(int32_t));
+    g->out_lp = mem_plan_take(p, nout * sizeof(float));
+}
+
 int generator_init(Generator **out, Transformer *tf, const ModelConfig *mc, const GenConfig *cfg, PailErr *err) {
     *out = NULL;
-    if (cfg->group_size < 1 || cfg->batch_size < 1 || cfg->max_new_tokens < 1 || cfg->max_prompt_tokens < 1)
-        return err_set(err, PAIL_ERR_INVALID, "generator: group size, batch size, max new tokens and prompt length "
-                       "must be >= 1");
+    if (cfg->group_size < 1 || cfg->batch_size < 1 || cfg->max_new_tokens < 1 || cfg->max_prompt_tokens < 1 ||
+        cfg->max_prompts < 1)
+        return err_set(err, PAIL_ERR_INVALID, "generator: group size, batch size, max new tokens, prompt length and "
+                       "prompts per run must be >= 1");
     Generator *g = calloc(1, sizeof *g);
-    if (!g) return err_set(err, PAIL_ERR_NOMEM, "out of memory");
+    if (!g) return err_set(err, PAIL_ERR_NOMEM, "generator: out of memory");
     g->tf = tf;
     g->cfg = *cfg;
     g->V = mc->vocab_size;
     g->B = cfg->batch_size;
+    g->nthreads = omp_get_max_threads();
     int ctx = cfg->max_prompt_tokens + cfg->max_new_tokens;
     if (kvcache_init(&g->kv, mc, g->B + 1, ctx, err) < 0) {
         free(g);
         return -1;
     }
-    g->slots = calloc((size_t)g->B, sizeof *g->slots);
-    g->logits = malloc((size_t)(g->B + 1) * g->V * sizeof(float));
-    g->stage_logits = malloc((size_t)g->V * sizeof(float));
-    g->n_new = calloc((size_t)g->B + 1, sizeof(int));
-    g->feed = calloc((size_t)g->B + 1, sizeof(int32_t));
-    g->nthreads = omp_get_max_threads();
-    g->tss = calloc((size_t)g->nthreads, sizeof *g->tss);
-    g->act = malloc((size_t)g->B * sizeof(int));
-    g->tok = malloc((size_t)g->B * sizeof(int32_t));
-    g->lp = malloc((size_t)g->B * sizeof(float));
-    bool scratch_ok = g->tss != NULL;
-    for (int i = 0; scratch_ok && i < g->nthreads; i++) scratch_ok = sampler_scratch_init(&g->tss[i], g->V) == 0;
-    if (!g->slots || !g->logits || !g->stage_logits || !g->n_new || !g->feed || !g->act || !g->tok || !g->lp ||
-        !scratch_ok || sampler_scratch_init(&g->ss, g->V) < 0) {
+    MemPlan dry = {0};
+    plan(g, &dry);
+    if (!(g->block = mem_calloc_big(dry.used))) {
         generator_free(g);
-        return err_set(err, PAIL_ERR_NOMEM, "generator: out of memory");
+        return err_set(err, PAIL_ERR_NOMEM, "generator: cannot allocate %zu MiB for %d slots and %d prompts x %d "
+                       "completions of up to %d tokens", dry.used >> 20, cfg->batch_size, cfg->max_prompts,
+                       cfg->group_size, cfg->max_new_tokens);
+    }
+    MemPlan real = {g->block, 0};
+    plan(g, &real);
+    bool scratch_ok = sampler_scratch_init(&g->ss, g->V) == 0;
+    for (int i = 0; scratch_ok && i < g->nthreads; i++) scratch_ok = sampler_scratch_init(&g->tss[i], g->V) == 0;
+    if (!scratch_ok) {
+        generator_free(g);
+        return err_set(err, PAIL_ERR_NOMEM, "generator: out of memory for the samplers' scratch (%d threads, "
+                       "vocabulary %d)", omp_get_max_threads(), mc->vocab_size);
     }
     *out = g;
     return 0;
@@ -73,43 +97,20 @@ int generator_init(Generator **out, Transformer *tf, const ModelConfig *mc, cons
 void generator_free(Generator *g) {
     if (!g) return;
     kvcache_free(g->kv);
-    free(g->slots);
-    free(g->logits);
-    free(g->stage_logits);
-    free(g->n_new);
-    free(g->feed);
     sampler_scratch_free(&g->ss);
-    for (int i = 0; g->tss && i < g->nthreads; i++) sampler_scratch_free(&g->tss[i]);
-    free(g->tss);
-    free(g->act);
-    free(g->tok);
-    free(g->lp);
+    for (int i = 0; g->block && i < g->nthreads; i++) sampler_scratch_free(&g->tss[i]);
+    free(g->block);
     free(g);
 }
 
 GenStats generator_stats(const Generator *g) { return g->stats; }
 
-void gen_completion_free(GenCompletion *c) {
-    free(c->ids);
-    free(c->logprobs);
-    memset(c, 0, sizeof *c);
-}
-
-static int push(GenCompletion *c, int32_t tok, float lp, int cap) {
-    if (!c->ids) {
-        c->ids = malloc((size_t)cap * sizeof *c->ids);
-        c->logprobs = malloc((size_t)cap * sizeof *c->logprobs);
-        if (!c->ids || !c->logprobs) return -1;
-    }
+// Appends a sampled token (c has room for max_new_tokens); returns true when
+// the completion is finished.
+static bool append(Generator *g, GenCompletion *c, int32_t tok, float lp) {
     c->ids[c->n] = tok;
     c->logprobs[c->n] = lp;
     c->n++;
-    return 0;
-}
-
-// Appends a sampled token; returns true when the completion is finished.
-static bool append(Generator *g, GenCompletion *c, int32_t tok, float lp) {
-    push(c, tok, lp, g->cfg.max_new_tokens);
     for (int k = 0; k < g->cfg.n_stop_ids; k++)
         if (tok == g->cfg.stop_ids[k]) { c->finish = FINISH_STOP; return true; }
     if (g->cfg.stop_fn && g->cfg.stop_fn(g->cfg.stop_ctx, c->ids, c->n)) { c->finish = FINISH_STOP; return true; }
@@ -119,11 +120,15 @@ static bool append(Generator *g, GenCompletion *c, int32_t tok, float lp) {
 
 int generator_run(Generator *g, const GenPrompt *prompts, int P, GenCompletion *out, PailErr *err) {
     int G = g->cfg.group_size, B = g->B, S = B;  // S: the staging slot
+    if (P > g->cfg.max_prompts)
+        return err_set(err, PAIL_ERR_INVALID, "generator: %d prompts in one run, planned for %d", P, g->cfg.max_prompts);
     for (int p = 0; p < P; p++)
         if (prompts[p].n < 1 || prompts[p].n > g->cfg.max_prompt_tokens)
             return err_set(err, PAIL_ERR_INVALID, "prompt %d has %d tokens (1..%d accepted)", p, prompts[p].n,
                            g->cfg.max_prompt_tokens);
-    memset(out, 0, (size_t)P * G * sizeof *out);
+    size_t M = (size_t)g->cfg.max_new_tokens;
+    for (int i = 0; i < P * G; i++)
+        out[i] = (GenCompletion){.ids = g->out_ids + (size_t)i * M, .logprobs = g->out_lp + (size_t)i * M};
     for (int s = 0; s < B; s++) g->slots[s].active = false;
     int next_prompt = 0, staged = -1, staged_next_sample = 0, active = 0, done = 0;
     while (done < P * G) {

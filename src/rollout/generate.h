@@ -3,7 +3,8 @@
 // samples; every decode step advances all active slots in one batched call,
 // and a finished slot is refilled at once from the queue. Each (prompt,
 // sample) has its own RNG stream, so results do not depend on the batch size
-// or on which slot a sample ran in.
+// or on which slot a sample ran in. Everything, the completions' tokens
+// included, is planned and allocated by generator_init: nothing in the loop.
 #pragma once
 #include <stdbool.h>
 #include <stdint.h>
@@ -15,6 +16,7 @@ typedef struct {
     int max_new_tokens;
     int batch_size;        // decode slots
     int max_prompt_tokens; // longest prompt accepted
+    int max_prompts;       // prompts per generator_run (the completions' storage: max_prompts x G x max_new_tokens)
     SamplerConfig sampler;
     const int *stop_ids;   // generation ends after one of these (kept in the completion)
     int n_stop_ids;
@@ -29,7 +31,7 @@ typedef struct {
     uint64_t seed;         // stream seed of this prompt; sample j uses stream j
 } GenPrompt;
 
-typedef struct {           // one completion (owned arrays)
+typedef struct {           // one completion: borrowed from the generator until its next run or free
     int32_t *ids;
     float *logprobs;       // log-prob of each sampled token under the sampled distribution
     int n;
@@ -40,12 +42,14 @@ typedef struct Generator Generator;
 
 // Plans KV caches and buffers for cfg on tf's model (tf: a plan with
 // max_tokens >= max(max_prompt_tokens, batch_size), no backward needed).
+// An allocation that fails is an error naming what it was for.
 int generator_init(Generator **out, Transformer *tf, const ModelConfig *mc, const GenConfig *cfg, PailErr *err);
 void generator_free(Generator *g);
-// Generates G completions for each of P prompts: out[p * G + j]. Returns 0, or
-// -1 with err (a prompt longer than max_prompt_tokens is an error naming it).
+// Generates G completions for each of P <= max_prompts prompts: out[p * G + j],
+// whose ids and logprobs are the generator's (valid until the next run).
+// Returns 0, or -1 with err (a prompt longer than max_prompt_tokens is an
+// error naming it).
 int generator_run(Generator *g, const GenPrompt *prompts, int P, GenCompletion *out, PailErr *err);
-void gen_completion_free(GenCompletion *c);
 // Counters of the last run: model calls and tokens, for tokens/s figures.
 typedef struct {
     int64_t prefill_calls, prefill_tokens, decode_calls, decode_tokens;

@@ -34,8 +34,10 @@ typedef struct {
     Tokenizer *tok;
     ChatTemplate chat;
     bool have_chat;
-    Transformer *tf;
-    Generator *gen;
+    Transformer *tf;      // planned for adapters of rank up to lora_rank (worker_plan)
+    Generator *gen;       // on tf
+    GenConfig gc;
+    int lora_rank;
     Store *st;
     Dataset *ds;
     DatasetSampler smp;
@@ -58,6 +60,7 @@ typedef struct {
     int n_refused, cap_refused;
     long run_staleness;    // run.json's trainer max-staleness
     long waiting_after;    // newest version for which "waiting for the next version" was said (-1: none)
+    Buf stop_text;         // stop_strings_hit's decoded tail (kept: the decode loop allocates nothing once it has grown)
 } Worker;
 
 #define TRAINER_MAX_STALENESS 4  // grpo-train's --max-staleness default, when run.json lacks it
@@ -65,15 +68,15 @@ typedef struct {
 static bool stop_strings_hit(void *ctx, const int32_t *toks, int n) {
     Worker *w = ctx;
     if (!w->cfg->n_stop_strings) return false;
-    Buf b = {0};
+    Buf *b = &w->stop_text;
     PailErr err = {0};
     bool hit = false;
+    buf_reset(b);
     // Only the tail can newly contain a stop string: decode the last 16 tokens.
     int from = n > 16 ? n - 16 : 0;
-    if (tokenizer_decode(w->tok, toks + from, (size_t)(n - from), false, &b, &err) == 0)
+    if (tokenizer_decode(w->tok, toks + from, (size_t)(n - from), false, b, &err) == 0)
         for (int i = 0; i < w->cfg->n_stop_strings && !hit; i++)
-            hit = b.data && strstr((char *)b.data, w->cfg->stop_strings[i]) != NULL;
-    buf_free(&b);
+            hit = b->data && strstr((char *)b->data, w->cfg->stop_strings[i]) != NULL;
     return hit;
 }
 
@@ -172,6 +175,24 @@ static bool stop_requested(Worker *w, volatile sig_atomic_t *stop) {
     return false;
 }
 
+// The model's buffers for adapters of LoRA rank up to `rank`: planned at
+// start without LoRA buffers, and again when an adapter of a higher rank
+// comes (once: a run's adapters share one rank). The generator holds the
+// transformer, so it is made again with it.
+static int worker_plan(Worker *w, int rank, PailErr *err) {
+    if (w->tf && rank <= w->lora_rank) return 0;
+    generator_free(w->gen);
+    transformer_free(w->tf);
+    w->gen = NULL;
+    w->tf = NULL;
+    int batch = w->cfg->batch_size, maxp = w->cfg->max_prompt_tokens;
+    TransformerPlan plan = {.max_tokens = maxp > batch ? maxp : batch, .lora_rank = rank};
+    if (transformer_init(&w->tf, &w->w, &plan, err) < 0 || generator_init(&w->gen, w->tf, &w->w.cfg, &w->gc, err) < 0)
+        return -1;
+    w->lora_rank = rank;
+    return 0;
+}
+
 // Loads adapter version v (verified, checked against the run's base). Returns 0,
 // 1 when the adapter itself is bad (size or sha256 mismatch, not a pail adapter,
 // another model's, non-finite weights: err says which), -1 for anything else
@@ -202,6 +223,7 @@ static int load_adapter(Worker *w, long v, PailErr *err) {
     w->lay = lay;
     w->lora = p;
     w->version = v;
+    if (worker_plan(w, w->lay.cfg.rank, err) < 0) return -1;
     return transformer_set_lora(w->tf, &w->lay, w->lora, err);
 }
 
@@ -554,7 +576,6 @@ free_scores:
     free(fin);
 done:
     for (int p = 0; pr && p < P; p++) { free(pr[p].ids); free(pr[p].text); }
-    for (int i = 0; out && i < N; i++) gen_completion_free(&out[i]);
     free(pr);
     free(gp);
     free(out);
@@ -697,7 +718,7 @@ static int eval_version(Worker *w, long v, const char *label, PailErr *err) {
     free(text);
 done:
     for (int p = 0; p < P; p++) { free(pr[p].ids); free(pr[p].text); }
-    for (int i = 0; i < N; i++) { gen_completion_free(&out[i]); free(texts[i]); }
+    for (int i = 0; i < N; i++) free(texts[i]);
     free(pr); free(gp); free(rix); free(out); free(in); free(texts); free(comp); free(total); free(valid);
     return rc;
 }
@@ -732,13 +753,14 @@ static int setup(Worker *w, const RolloutConfig *c, PailErr *err) {
     if (te >= 0 && w->n_stop < 16) w->stop_ids[w->n_stop++] = te;
     int G = c->eval ? (int)(c->eval_samples > 0 ? c->eval_samples : 1) : c->group_size;
     int batch = c->batch_size;
-    TransformerPlan plan = {.max_tokens = c->max_prompt_tokens > batch ? c->max_prompt_tokens : batch};
-    if (transformer_init(&w->tf, &w->w, &plan, err) < 0) return -1;
-    GenConfig gc = {.group_size = G, .max_new_tokens = c->max_new_tokens, .batch_size = batch,
-                    .max_prompt_tokens = c->max_prompt_tokens, .sampler = c->sampler, .stop_ids = w->stop_ids,
-                    .n_stop_ids = w->n_stop, .stop_fn = stop_strings_hit, .stop_ctx = w};
-    if (c->eval && c->eval_samples <= 1) gc.sampler = (SamplerConfig){.temperature = 0, .top_p = 1, .top_k = 0};
-    if (generator_init(&w->gen, w->tf, &w->w.cfg, &gc, err) < 0) return -1;
+    // A shard's groups, or every row of the eval dataset, in one run.
+    int max_prompts = c->eval ? (int)w->ds->n : c->groups_per_shard;
+    w->gc = (GenConfig){.group_size = G, .max_new_tokens = c->max_new_tokens, .batch_size = batch,
+                        .max_prompt_tokens = c->max_prompt_tokens, .max_prompts = max_prompts > 0 ? max_prompts : 1,
+                        .sampler = c->sampler, .stop_ids = w->stop_ids,
+                        .n_stop_ids = w->n_stop, .stop_fn = stop_strings_hit, .stop_ctx = w};
+    if (c->eval && c->eval_samples <= 1) w->gc.sampler = (SamplerConfig){.temperature = 0, .top_p = 1, .top_k = 0};
+    if (worker_plan(w, 0, err) < 0) return -1;  // no adapter yet
     if (c->worker_id) {  // checked before the copy: a longer id would be cut silently
         if (worker_id_check(c->worker_id, err) < 0) return -1;
         snprintf(w->worker_id, sizeof w->worker_id, "%s", c->worker_id);
@@ -774,6 +796,7 @@ static void teardown(Worker *w) {
     model_weights_free(&w->w);
     free(w->row_refused);
     free(w->refused);
+    buf_free(&w->stop_text);
 }
 
 static int run_eval_once(Worker *w, PailErr *err) {
@@ -783,7 +806,8 @@ static int run_eval_once(Worker *w, PailErr *err) {
         AdapterMeta meta;
         if (lora_load_any(c->eval_adapter, &w->w.cfg, &w->lay, &w->lora, &meta, err) < 0) return -1;
         v = meta.version;
-        if (transformer_set_lora(w->tf, &w->lay, w->lora, err) < 0) return -1;
+        if (worker_plan(w, w->lay.cfg.rank, err) < 0 || transformer_set_lora(w->tf, &w->lay, w->lora, err) < 0)
+            return -1;
     } else if (w->st) {
         if (versions_latest(w->st, &SERIES_ADAPTERS, &v, err) < 0) return -1;
         if (v >= 0 && load_adapter(w, v, err) != 0) return -1;

@@ -42,6 +42,11 @@ static int check_body(const RolloutShard *s, int64_t ptok, int64_t ctok, int64_t
     if (s->K < 0 || s->K > SHARD_MAX_COMPONENTS) return err_set(err, PAIL_ERR_INVALID, "shard %s: %lld reward components (max %d)", name, (long long)s->K, SHARD_MAX_COMPONENTS);
     if (check_offsets(s->prompt_offsets, s->P, ptok, "prompt", name, err) < 0) return -1;
     if (check_offsets(s->completion_offsets, s->N, ctok, "completion", name, err) < 0) return -1;
+    for (int64_t p = 0; p < s->P; p++)  // nothing would predict a completion's first token
+        if (s->prompt_offsets[p + 1] == s->prompt_offsets[p])
+            return err_set(err, PAIL_ERR_INVALID, "shard %s: prompt %lld is empty (prompt_offsets[%lld] = "
+                           "prompt_offsets[%lld] = %lld)", name, (long long)p, (long long)p, (long long)p + 1,
+                           (long long)s->prompt_offsets[p]);
     if (check_ids(s->prompt_ids, ptok, vocab, "prompt", name, err) < 0) return -1;
     if (check_ids(s->completion_ids, ctok, vocab, "completion", name, err) < 0) return -1;
     int64_t G = s->N / s->P;

@@ -71,7 +71,7 @@ int main(int argc, char **argv) {
     }
     if (!p || !g || (train && (!m || !v))) die("out of memory for the adapter", NULL);
     lora_init(&lay, p, 1);
-    TransformerPlan tp = {.max_tokens = spec.token_budget, .backward = train, .recompute = recompute};
+    TransformerPlan tp = {.max_tokens = spec.token_budget, .backward = train, .recompute = recompute, .lora_rank = rank};
     Transformer *tf;
     if (transformer_init(&tf, &w, &tp, &err) < 0 || transformer_set_lora(tf, &lay, p, &err) < 0) die("init", &err);
     Rng r;

@@ -67,7 +67,8 @@ int main(int argc, char **argv) {
         buf_free(&b);
     }
     TransformerPlan plan = {.max_tokens = T, .backward = grads != NULL, .full = full, .recompute = recompute,
-                            .vchunk = 37};  // an odd chunk exercises the streaming LSE's chunk edges
+                            .vchunk = 37,  // an odd chunk exercises the streaming LSE's chunk edges
+                            .lora_rank = adapter ? lay.cfg.rank : 0};
     Transformer *tf;
     if (transformer_init(&tf, &w, &plan, &err) < 0) die("init", &err);
     if (adapter && transformer_set_lora(tf, &lay, lp, &err) < 0) die("lora", &err);

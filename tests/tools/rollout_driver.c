@@ -86,6 +86,7 @@ int main(int argc, char **argv) {
     }
     gc.stop_ids = stop;
     gc.n_stop_ids = nstop;
+    gc.max_prompts = P;
     LoraLayout lay = {0};
     float *lp = NULL;
     if (adapter) {
@@ -96,7 +97,7 @@ int main(int argc, char **argv) {
         buf_free(&b);
     }
     TransformerPlan plan = {.max_tokens = gc.max_prompt_tokens > gc.batch_size ? gc.max_prompt_tokens : gc.batch_size,
-                            .max_pos = gc.max_prompt_tokens + gc.max_new_tokens};
+                            .max_pos = gc.max_prompt_tokens + gc.max_new_tokens, .lora_rank = adapter ? lay.cfg.rank : 0};
     Transformer *tf;
     if (transformer_init(&tf, &w, &plan, &err) < 0) die("init", &err);
     if (adapter && transformer_set_lora(tf, &lay, lp, &err) < 0) die("lora", &err);
@@ -119,7 +120,6 @@ int main(int argc, char **argv) {
             json_object_set_new(o, "logprobs", jl);
             json_object_set_new(o, "finish", json_string(c->finish == FINISH_STOP ? "stop" : "length"));
             json_array_append_new(arr, o);
-            gen_completion_free(c);
         }
     GenStats st = generator_stats(g);
     json_object_set_new(res, "completions", arr);
