@@ -15,7 +15,7 @@ static void on_signal(int sig) { g_stop = (sig == SIGINT && g_stop) ? 2 : 1; }
 
 int main(int argc, char **argv) {
     log_init("grpo-rollout", LOG_INFO);
-    char *device = NULL, *config = NULL, *model = NULL, *run = NULL, *worker = NULL, *dataset = NULL, *answer_field = NULL,
+    char *device = NULL, *max_memory = NULL, *config = NULL, *model = NULL, *run = NULL, *worker = NULL, *dataset = NULL, *answer_field = NULL,
          *marker = NULL, *regex = NULL, *cmd = NULL, *prompt_format = NULL, *eval_dataset = NULL;
     long G, batch, max_new, max_prompt, top_k, seed, max_shards, gps, max_ahead, windex, nworkers, length_target,
         eval_every, eval_samples;
@@ -58,6 +58,7 @@ int main(int argc, char **argv) {
         {"eval-every", FLAG_INT, &eval_every, "1", 1, 1000000, "evaluate every N versions (and v0)"},
         {"eval-samples", FLAG_INT, &eval_samples, "1", 1, 1024, "1: greedy; k: pass@k with the sampling settings"},
         DEVICE_CLI_FLAG(&device),
+        MAX_MEMORY_CLI_FLAG(&max_memory),
         STORE_CLI_FLAGS(&sf),
     };
     int n = sizeof fl / sizeof fl[0];
@@ -79,7 +80,9 @@ int main(int argc, char **argv) {
         return 2;
     }
     Backend *be;
-    if ((rc = device_open_cli("grpo-rollout", device, false, &be)) != 0) {
+    size_t max_mem;
+    if ((rc = max_memory_cli("grpo-rollout", max_memory, &max_mem)) != 0 ||
+        (rc = device_open_cli("grpo-rollout", device, false, &be)) != 0) {
         flags_free(fl, n);
         return rc;
     }
@@ -94,7 +97,8 @@ int main(int argc, char **argv) {
         .max_prompt_tokens = (int)max_prompt, .groups_per_shard = (int)gps, .seed = seed, .max_shards = max_shards,
         .max_ahead = max_ahead, .worker_index = windex, .num_workers = nworkers, .chat = chat,
         .stop_strings = (const char *const *)stops.items, .n_stop_strings = stops.n, .wait_timeout = wait_timeout,
-        .eval = eval, .eval_dataset = eval_dataset, .eval_every = eval_every, .eval_samples = eval_samples};
+        .eval = eval, .eval_dataset = eval_dataset, .eval_every = eval_every, .eval_samples = eval_samples,
+        .backend = be, .max_memory = max_mem};
     fprintf(stderr, "grpo-rollout: effective configuration\n");
     flags_print(stderr, fl, n);
     struct sigaction sa = {.sa_handler = on_signal};

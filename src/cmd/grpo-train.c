@@ -51,7 +51,8 @@ int main(int argc, char **argv) {
     log_init("grpo-train", LOG_INFO);
     char *config = NULL, *model = NULL, *run = NULL, *replay = NULL, *sft = NULL, *init_adapter = NULL,
          *targets = NULL, *scale = NULL, *ratio = NULL, *loss = NULL, *schedule = NULL, *dump_grads = NULL,
-         *metrics = NULL, *out = NULL, *prompt_format = NULL, *run_id = NULL, *task = NULL, *device = NULL;
+         *metrics = NULL, *out = NULL, *prompt_format = NULL, *run_id = NULL, *task = NULL, *device = NULL,
+         *max_memory = NULL;
     long rank, steps, gps, G, stale, budget, publish_every, keep, warmup, seed, resume_from;
     double alpha, lr, eps_low, eps_high, tis, beta, b1, b2, aeps, wd, clip, min_lr, rollout_timeout;
     bool resume, full, rslora, recompute, chat;
@@ -116,6 +117,7 @@ int main(int argc, char **argv) {
         {"run-id", FLAG_STRING, &run_id, NULL, 1, 0, "run id for a new run (default: derived)"},
         {"task", FLAG_STRING, &task, NULL, 1, 0, "task description recorded in run.json"},
         DEVICE_CLI_FLAG(&device),
+        MAX_MEMORY_CLI_FLAG(&max_memory),
         STORE_CLI_FLAGS(&sf),
     };
     int n = sizeof fl / sizeof fl[0];
@@ -161,10 +163,12 @@ int main(int argc, char **argv) {
         return 2;
     }
     Backend *be;
-    if ((rc = device_open_cli("grpo-train", device, false, &be)) != 0) {
+    if ((rc = max_memory_cli("grpo-train", max_memory, &c.max_memory)) != 0 ||
+        (rc = device_open_cli("grpo-train", device, false, &be)) != 0) {
         flags_free(fl, n);
         return rc;
     }
+    c.backend = be;
     bool seq = c.loss.ratio == RATIO_SEQUENCE;
     if (eps_low < 0) eps_low = seq ? 3e-4 : 0.2;
     if (eps_high < 0) eps_high = seq ? 4e-4 : 0.2;

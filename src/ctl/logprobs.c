@@ -117,7 +117,7 @@ int ctl_logprobs(int argc, char **argv) {
             fprintf(stderr, "%s: warning: adapter %s was trained on base %.12s..., this model is %.12s...\n", argv[0],
                     adapter, meta.base_sha256, w.base_sha256);
     }
-    TransformerPlan plan = {.max_tokens = (int)budget, .lora_rank = adapter ? lay.cfg.rank : 0};
+    TransformerPlan plan = {.max_tokens = (int)budget, .lora_rank = adapter ? lay.cfg.rank : 0, .backend = be};
     if (transformer_init(&tf, &w, &plan, &err) < 0 || (adapter && transformer_set_lora(tf, &lay, lp_params, &err) < 0)) {
         fprintf(stderr, "%s: %s\n", argv[0], err.msg);
         goto done;

@@ -24,8 +24,8 @@ int ctl_plan(int argc, char **argv) {
         {"lora-targets", FLAG_STRING, &targets, "all", 1, 0, "LoRA target modules as grpo-train"},
         {"token-budget", FLAG_INT, &budget, "16384", 1, 1 << 24, "train/forward: tokens per packed micro-batch"},
         {"recompute", FLAG_BOOL, &recompute, "false", 1, 0, "train: keep only layer inputs"},
-        {"groups-per-step", FLAG_INT, &gps, "16", 1, 1000000, "train: prompt groups per step"},
-        {"group-size", FLAG_INT, &G, "8", 1, 4096, "train: completions per prompt"},
+        {"groups-per-step", FLAG_INT, &gps, "16", 1, 1000000, "train: prompt groups per step; rollout: groups per shard"},
+        {"group-size", FLAG_INT, &G, "8", 1, 4096, "train, rollout: completions per prompt"},
         {"batch-size", FLAG_INT, &batch, "32", 1, 4096, "rollout: sequences decoded together"},
         {"max-new-tokens", FLAG_INT, &max_new, "256", 1, 1 << 20, "rollout: completion length limit"},
         {"max-prompt-tokens", FLAG_INT, &max_prompt, "1024", 1, 1 << 20, "rollout: longest prompt"},
@@ -42,7 +42,8 @@ int ctl_plan(int argc, char **argv) {
     ModelConfig cfg;
     MemoryPlanSpec spec = {.weights_dtype = dtype, .lora_rank = (int)rank, .token_budget = (int)budget,
                         .recompute = recompute, .groups_per_step = (int)gps, .group_size = (int)G,
-                        .batch_size = (int)batch, .max_ctx = (int)(max_prompt + max_new)};
+                        .batch_size = (int)batch, .max_ctx = (int)(max_prompt + max_new),
+                        .max_new_tokens = (int)max_new};
     size_t limit = 0;
     if (!!model == !!shape) {
         fprintf(stderr, "%s: give --model DIR or --shape NAME\nusage: %s\n", argv[0], usage);

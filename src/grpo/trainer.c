@@ -24,6 +24,7 @@
 #include "grpo/state.h"
 #include "kernels.h"
 #include "lora/peft.h"
+#include "model/memplan.h"
 #include "model/transformer.h"
 #include "shard/h5file.h"
 #include "store/retention.h"
@@ -831,9 +832,32 @@ static void plan_buffers(Trainer *t, MemPlan *p) {
     t->mask = mem_plan_take(p, N);
 }
 
+// The memory plan from the config alone, printed and checked before the
+// weights or anything else is allocated.
+static int plan_check(Trainer *t, const TrainerConfig *c, PailErr *err) {
+    ModelConfig mc;
+    if (model_config_load(&mc, c->model_dir, err) < 0) return -1;
+    LoraConfig lc = {.rank = c->lora_rank, .alpha = c->lora_alpha, .rslora = c->rslora, .targets = c->lora_targets};
+    if (lora_layout_build(&t->lay, &mc, &lc, err) < 0) return -1;
+    MemPlan dry = {0};
+    plan_buffers(t, &dry);  // the trainer's own block: adapter state and step arrays
+    Backend *be = c->backend ? c->backend : backend_cpu();
+    MemoryPlanSpec spec = {.role = MEMPLAN_TRAIN, .weights_dtype = "fp32", .lora_rank = c->lora_rank,
+                           .lora_targets = c->lora_targets, .token_budget = c->token_budget,
+                           .recompute = c->recompute, .groups_per_step = (int)c->groups_per_step,
+                           .group_size = c->group_size};
+    MemoryPlan mp;
+    if (memplan_build(&mp, &mc, &spec, be->desc, err) < 0) return -1;
+    memplan_set_own(&mp, dry.used);
+    memplan_print(stderr, &mp, "grpo-train");
+    lora_layout_free(&t->lay);
+    return memplan_check(&mp, c->max_memory, err);
+}
+
 static int setup(Trainer *t, const TrainerConfig *c, PailErr *err) {
     t->cfg = c;
     t->G = c->group_size;
+    if (plan_check(t, c, err) < 0) return -1;
     if (model_weights_load(&t->w, c->model_dir, err) < 0) return -1;
     char tj[4200];
     snprintf(tj, sizeof tj, "%s/tokenizer.json", c->model_dir);
@@ -855,7 +879,7 @@ static int setup(Trainer *t, const TrainerConfig *c, PailErr *err) {
     MemPlan real = {t->block, 0};
     plan_buffers(t, &real);
     TransformerPlan plan = {.max_tokens = c->token_budget, .backward = true, .recompute = c->recompute,
-                            .lora_rank = t->lay.cfg.rank};
+                            .lora_rank = t->lay.cfg.rank, .backend = c->backend};
     if (transformer_init(&t->tf, &t->w, &plan, err) < 0) return -1;
     if (transformer_set_lora(t->tf, &t->lay, t->params, err) < 0) return -1;
     if (store_open(&t->st, c->run_url, &c->store, err) < 0) return -1;

@@ -9,6 +9,7 @@
 #include <jansson.h>
 #include "grpo/loss.h"
 #include "grpo/schedule.h"
+#include "backend.h"
 #include "store/store.h"
 
 typedef struct {
@@ -39,6 +40,8 @@ typedef struct {
     long resume_from;            // -1: the newest state; else this state's version (versions go on after the newest)
     double rollout_timeout;      // seconds to wait for enough groups (0: forever)
     json_t *effective;           // every flag's effective value, written into run.json (borrowed)
+    Backend *backend;            // where the model computes (borrowed; NULL: the CPU)
+    size_t max_memory;           // refuse a memory plan above this many bytes (0: the device's available memory)
 } TrainerConfig;
 
 // Runs until cfg->steps optimizer steps are done (counting those of a resumed

@@ -2,6 +2,18 @@
 #include "model/device.h"
 #include <stdio.h>
 #include "core/log.h"
+#include "model/memplan.h"
+
+int max_memory_cli(const char *tool, const char *value, size_t *bytes) {
+    PailErr err = {0};
+    *bytes = 0;
+    if (!value) return 0;
+    if (memplan_parse_size(value, bytes, &err) < 0) {
+        fprintf(stderr, "%s: --max-memory: %s\n", tool, err.msg);
+        return 2;
+    }
+    return 0;
+}
 
 int device_open_cli(const char *tool, const char *spec, bool cuda_ready, Backend **out) {
     PailErr err = {0};

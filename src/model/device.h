@@ -9,6 +9,10 @@
 #define DEVICE_CLI_FLAG(v)                                                                             \
     {"device", FLAG_STRING, (v), "cpu", 1, 0,                                                          \
      "where to compute: cpu, cuda (= cuda:0), cuda:N, or auto (a usable GPU, else the CPU)"}
+#define MAX_MEMORY_CLI_FLAG(v)                                                                         \
+    {"max-memory", FLAG_STRING, (v), NULL, 1, 0,                                                       \
+     "refuse to start when the memory plan (printed at start) exceeds this, e.g. 20G (none: the "      \
+     "device's available memory)"}
 
 // Opens the backend a tool's --device names. cuda_ready: this tool computes on
 // CUDA in this build (else cuda is refused saying so, and auto means the CPU).
@@ -16,3 +20,6 @@
 // after printing one line naming what is missing (no CUDA in the build, no
 // driver, no device, no cuBLAS) or not built yet.
 int device_open_cli(const char *tool, const char *spec, bool cuda_ready, Backend **out);
+// --max-memory's value in bytes (NULL: 0, no limit but the device's); 2 after
+// printing a usage error.
+int max_memory_cli(const char *tool, const char *value, size_t *bytes);

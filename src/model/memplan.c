@@ -44,7 +44,12 @@ int memplan_build(MemoryPlan *p, const ModelConfig *cfg, const MemoryPlanSpec *s
         p->kv_ctx = spec->max_ctx;
         p->kv_cache = 2 * (size_t)cfg->num_hidden_layers * p->kv_slots * p->kv_ctx * cfg->num_key_value_heads *
                       cfg->head_dim * sizeof(float);
-        p->workspace = ((size_t)p->kv_slots + 1) * V * sizeof(float);  // the generator's logits
+        // the generator's logits (slots + the staged prompt), the run's completions (ids and log-probs),
+        // and each thread's sampler scratch (probabilities and indices over V)
+        p->workspace = ((size_t)p->kv_slots + 1) * V * sizeof(float) +
+                       (size_t)spec->groups_per_step * spec->group_size * spec->max_new_tokens *
+                           (sizeof(int32_t) + sizeof(float)) +
+                       (size_t)(spec->threads > 0 ? spec->threads + 1 : 2) * V * (sizeof(float) + sizeof(int));
         break;
     case MEMPLAN_FORWARD:
         p->lora = p->n_lora * sizeof(float);
@@ -54,6 +59,11 @@ int memplan_build(MemoryPlan *p, const ModelConfig *cfg, const MemoryPlanSpec *s
     p->activations = transformer_plan_bytes(cfg, &tp);
     p->total = p->weights + p->lora + p->activations + p->kv_cache + p->workspace;
     return 0;
+}
+
+void memplan_set_own(MemoryPlan *p, size_t own) {
+    p->workspace = own > p->lora ? own - p->lora : 0;
+    p->total = p->weights + p->lora + p->activations + p->kv_cache + p->workspace;
 }
 
 static const char *human(size_t b, char *buf, size_t cap) {

@@ -23,7 +23,10 @@ typedef struct {
     bool full;                  // train: --sft --full (gradients and moments for every weight)
     int batch_size;             // rollout: sequences decoded together (KV slots = batch + 1)
     int max_ctx;                // rollout: prompt + completion tokens per slot
-    int groups_per_step, group_size;  // train: completions per step (the step's item arrays)
+    int max_new_tokens;         // rollout: completion tokens stored per completion
+    int groups_per_step, group_size;  // train: completions per step (the step's item arrays);
+                                      // rollout: prompts per run (groups per shard, or eval rows) and G
+    int threads;                // rollout: sampler scratch per OpenMP thread (0: 1)
 } MemoryPlanSpec;
 
 typedef struct {
@@ -35,6 +38,10 @@ typedef struct {
 } MemoryPlan;
 
 int memplan_build(MemoryPlan *p, const ModelConfig *cfg, const MemoryPlanSpec *spec, const char *device, PailErr *err);
+// A tool that plans part of its own memory by a dry pass (the trainer's block
+// of adapter state and step arrays) gives that figure: it replaces the
+// estimate of the adapter + workspace lines (the adapter line keeps its size).
+void memplan_set_own(MemoryPlan *p, size_t adapter_and_workspace);
 void memplan_print(FILE *f, const MemoryPlan *p, const char *tool);
 // 0 when the plan fits limit bytes (0: the device's available memory); else -1
 // with err listing the sizes and the flags that shrink the plan.

@@ -86,6 +86,7 @@ struct Transformer {
 };
 
 size_t transformer_bytes(const Transformer *tf) { return tf->block_floats * sizeof(float); }
+Backend *transformer_backend(const Transformer *tf) { return tf->be; }
 
 // Bump allocator over the planned block (sizes computed by a first dry pass).
 typedef struct { float *base; size_t used; } Bump;

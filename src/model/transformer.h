@@ -34,6 +34,7 @@ typedef struct Transformer Transformer;
 int transformer_init(Transformer **out, const ModelWeights *w, const TransformerPlan *plan, PailErr *err);
 void transformer_free(Transformer *tf);
 size_t transformer_bytes(const Transformer *tf);  // activation memory planned
+Backend *transformer_backend(const Transformer *tf);  // the backend it runs on (borrowed)
 // The same figure for a config and a plan, computed by the planner's dry pass
 // without allocating (the memory plan printed before anything is).
 size_t transformer_plan_bytes(const ModelConfig *cfg, const TransformerPlan *plan);

@@ -69,7 +69,7 @@ int generator_init(Generator **out, Transformer *tf, const ModelConfig *mc, cons
     g->B = cfg->batch_size;
     g->nthreads = omp_get_max_threads();
     int ctx = cfg->max_prompt_tokens + cfg->max_new_tokens;
-    if (kvcache_init(&g->kv, mc, g->B + 1, ctx, err) < 0) {
+    if (kvcache_init_on(&g->kv, transformer_backend(tf), mc, g->B + 1, ctx, err) < 0) {
         free(g);
         return -1;
     }

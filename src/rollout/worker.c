@@ -3,6 +3,7 @@
 #include "rollout/worker.h"
 #include <jansson.h>
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,7 @@
 #include "core/sha256.h"
 #include "core/timeutil.h"
 #include "lora/peft.h"
+#include "model/memplan.h"
 #include "model/transformer.h"
 #include "rollout/dataset.h"
 #include "rollout/generate.h"
@@ -186,7 +188,7 @@ static int worker_plan(Worker *w, int rank, PailErr *err) {
     w->gen = NULL;
     w->tf = NULL;
     int batch = w->cfg->batch_size, maxp = w->cfg->max_prompt_tokens;
-    TransformerPlan plan = {.max_tokens = maxp > batch ? maxp : batch, .lora_rank = rank};
+    TransformerPlan plan = {.max_tokens = maxp > batch ? maxp : batch, .lora_rank = rank, .backend = w->cfg->backend};
     if (transformer_init(&w->tf, &w->w, &plan, err) < 0 || generator_init(&w->gen, w->tf, &w->w.cfg, &w->gc, err) < 0)
         return -1;
     w->lora_rank = rank;
@@ -725,12 +727,31 @@ done:
 
 // --- setup and loop -------------------------------------------------------------
 
+// The memory plan from the config alone, printed and checked before the
+// weights are loaded. The adapter's rank is not known before the first one
+// arrives (its few MiB are not in the plan).
+static int plan_check(Worker *w, const RolloutConfig *c, PailErr *err) {
+    ModelConfig mc;
+    if (model_config_load(&mc, c->model_dir, err) < 0) return -1;
+    Backend *be = c->backend ? c->backend : backend_cpu();
+    int G = c->eval ? (int)(c->eval_samples > 0 ? c->eval_samples : 1) : c->group_size;
+    int prompts = c->eval ? (int)w->ds->n : c->groups_per_shard;
+    MemoryPlanSpec spec = {.role = MEMPLAN_ROLLOUT, .weights_dtype = "fp32",
+                           .token_budget = c->max_prompt_tokens > c->batch_size ? c->max_prompt_tokens : c->batch_size,
+                           .batch_size = c->batch_size, .max_ctx = c->max_prompt_tokens + c->max_new_tokens,
+                           .max_new_tokens = c->max_new_tokens, .groups_per_step = prompts > 0 ? prompts : 1,
+                           .group_size = G, .threads = omp_get_max_threads()};
+    MemoryPlan mp;
+    if (memplan_build(&mp, &mc, &spec, be->desc, err) < 0) return -1;
+    memplan_print(stderr, &mp, c->eval_once ? "grpo-ctl eval" : "grpo-rollout");
+    return memplan_check(&mp, c->max_memory, err);
+}
+
 static int setup(Worker *w, const RolloutConfig *c, PailErr *err) {
     w->cfg = c;
     w->version = -1;
     w->waiting_after = -1;
     w->run_staleness = TRAINER_MAX_STALENESS;
-    if (model_weights_load(&w->w, c->model_dir, err) < 0) return -1;
     char path[4200];
     snprintf(path, sizeof path, "%s/tokenizer.json", c->model_dir);
     if (tokenizer_load(&w->tok, path, err) < 0) return -1;
@@ -747,6 +768,8 @@ static int setup(Worker *w, const RolloutConfig *c, PailErr *err) {
     if (!(w->row_refused = calloc((size_t)w->ds->n, 1)))
         return err_set(err, PAIL_ERR_NOMEM, "dataset %s: out of memory", w->ds->source);
     if (reward_set_build(&w->rs, &c->rewards, err) < 0) return -1;
+    if (plan_check(w, c, err) < 0) return -1;  // before the weights or anything large is allocated
+    if (model_weights_load(&w->w, c->model_dir, err) < 0) return -1;
     // Stop at the model's EOS ids and the tokenizer's.
     for (int i = 0; i < w->w.cfg.n_eos && w->n_stop < 15; i++) w->stop_ids[w->n_stop++] = w->w.cfg.eos_token_ids[i];
     int32_t te = tokenizer_eos_id(w->tok);

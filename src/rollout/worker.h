@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <stdbool.h>
 #include "rollout/reward.h"
+#include "backend.h"
 #include "rollout/sampler.h"
 #include "store/store.h"
 
@@ -29,6 +30,8 @@ typedef struct {
     bool eval_once;                  // evaluate the newest version, then exit (grpo-ctl eval / tests)
     const char *eval_adapter;        // eval_once: this adapter file instead of the run's newest (NULL: newest / none)
     const char *eval_out;            // eval_once: also write the JSON result here
+    Backend *backend;                // where the model computes (borrowed; NULL: the CPU)
+    size_t max_memory;               // refuse a memory plan above this many bytes (0: the device's available memory)
 } RolloutConfig;
 
 int rollout_run(const RolloutConfig *cfg, volatile sig_atomic_t *stop, PailErr *err);

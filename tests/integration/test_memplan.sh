@@ -30,4 +30,21 @@ for mode in "train --token-budget 1024" "decode --batch-size 16 --prompt 128 --c
   check "${a[0]}: the printed plan is within 10% of the peak RSS (plan/peak $ratio)" \
     awk -v r="${ratio:-0}" 'BEGIN { exit !(r >= 0.9 && r <= 1.1) }'
 done
+T="$WORK/tiny"
+"$BIN/grpo-ctl" init-model --out "$T" --shape tiny --vocab 257 --tokenizer "$ROOT/data/tokenizers/bytes" \
+  --dtype f32 >/dev/null 2>&1 || bad "init-model tiny"
+"$BIN/grpo-train" --model "$T" --run "file://$WORK/run" --steps 0 --metrics "" >"$WORK/train.out" 2>&1
+plan_at=$(grep -n 'memory plan on cpu' "$WORK/train.out" | head -1 | cut -d: -f1)
+model_at=$(grep -n 'info: model .* parameters' "$WORK/train.out" | head -1 | cut -d: -f1)
+check "grpo-train prints its plan before loading the model (line ${plan_at:-none}, the model at ${model_at:-none})" \
+  test "${plan_at:-9999}" -lt "${model_at:-0}"
+expect_fail_last "grpo-train refuses a plan over --max-memory" 1 \
+  "memory plan needs .* MiB on cpu .* but --max-memory is 1.0 MiB .*: add --recompute, or lower --token-budget" \
+  "$BIN/grpo-train" --model "$T" --run "file://$WORK/run2" --steps 0 --metrics "" --max-memory 1M
+check "...before writing anything to the run" test ! -e "$WORK/run2"
+head -4 "$ROOT/data/addition/train.jsonl" >"$WORK/d.jsonl"
+expect_fail_last "grpo-rollout refuses one too, naming its flags" 1 "lower --batch-size or --max-new-tokens" \
+  "$BIN/grpo-rollout" --model "$T" --run "file://$WORK/run" --dataset "$WORK/d.jsonl" --max-memory 2M
+expect_fail "a bad --max-memory on grpo-rollout" 2 "--max-memory: '12parsecs' is not a memory size" \
+  "$BIN/grpo-rollout" --model "$T" --run "file://$WORK/run" --dataset "$WORK/d.jsonl" --max-memory 12parsecs
 finish
