@@ -65,6 +65,7 @@ typedef struct {
     void *block;                         // owned: the pieces above (plan_buffers)
     size_t block_bytes;
     FILE *metrics;
+    bool metrics_failed;     // --metrics could not be opened (said once)
     Buf pending_metrics;     // JSON lines of the steps since the last publish (committed with it)
     int64_t skipped_steps;   // cumulative: steps whose gradients were non-finite
     bool grads_dumped;
@@ -130,6 +131,12 @@ static bool metrics_file_has(Trainer *t, int64_t step) {
 // written (bucket or file) are left as they are.
 static void metrics_emit(Trainer *t, const Buf *lines, bool resumed) {
     const char *p = (const char *)lines->data, *end = p + lines->len;
+    PailErr oerr = {0};
+    // Opened at the first line to write (a run that trains nothing makes no file); a failure is said once.
+    if (lines->len && t->cfg->metrics_path && !t->metrics && !t->metrics_failed && metrics_open(t, &oerr) < 0) {
+        log_warn("%s", oerr.msg);
+        t->metrics_failed = true;
+    }
     int rewritten = 0;
     while (p < end) {
         const char *nl = memchr(p, '\n', (size_t)(end - p));
@@ -910,7 +917,6 @@ int trainer_run(const TrainerConfig *cfg, volatile sig_atomic_t *stop, PailErr *
     Trainer t;
     memset(&t, 0, sizeof t);
     int rc = setup(&t, cfg, err);
-    if (rc == 0) rc = metrics_open(&t, err);
     if (rc == 0) rc = start(&t, err);
     while (rc == 0 && t.step < cfg->steps && !(stop && *stop)) {
         int ngroups = 0;
