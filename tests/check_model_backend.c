@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/rng.h"
+#include "check_model_fill.h"
 #include "kernels.h"
 #include "model/transformer.h"
 
@@ -205,17 +206,7 @@ static void small_model(ModelWeights *w, ModelType type) {
     c.hidden_size = 64; c.intermediate_size = 96; c.num_hidden_layers = 2; c.num_attention_heads = 4;
     c.num_key_value_heads = 2; c.head_dim = 16; c.vocab_size = 300; c.max_position_embeddings = 256;
     c.tie_word_embeddings = type == MODEL_QWEN2;
-    PailErr err = {0};
-    ck_assert_msg(model_weights_alloc(w, &c, &err) == 0, "%s", err.msg);
-    Rng r;
-    rng_seed(&r, 77, (uint64_t)type);
-    for (size_t i = 0; i < w->num_params; i++) w->memory[i] = (float)(0.12 * rng_normal(&r));
-    ModelParamId norms[] = {PARAM_ATTN_NORM, PARAM_MLP_NORM, PARAM_FINAL_NORM, PARAM_Q_NORM, PARAM_K_NORM};
-    for (size_t k = 0; k < sizeof norms / sizeof norms[0]; k++) {
-        if (!w->specs[norms[k]].present) continue;
-        size_t n = w->specs[norms[k]].numel * (w->specs[norms[k]].per_layer ? (size_t)c.num_hidden_layers : 1);
-        for (size_t i = 0; i < n; i++) w->memory[w->offsets[norms[k]] + i] = 1.0f + 0.1f * (float)rng_normal(&r);
-    }
+    model_fill_random(w, &c, 0.12, 77, (uint64_t)type);
 }
 
 enum { T = 40, NSEQ = 3, SLOTS = 3, PROMPT = 9, DECODE = 4 };

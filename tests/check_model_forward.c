@@ -8,6 +8,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include "check_model_fill.h"
 #include "core/rng.h"
 #include "model/transformer.h"
 
@@ -22,19 +23,7 @@ static void tiny_model(ModelWeights *w, ModelType type) {
         c.rope_factor = 8; c.rope_low_freq_factor = 1; c.rope_high_freq_factor = 4;
         c.rope_original_max_position_embeddings = 32;
     }
-    PailErr err = {0};
-    ck_assert_msg(model_weights_alloc(w, &c, &err) == 0, "%s", err.msg);
-    Rng r;
-    rng_seed(&r, 1234, (uint64_t)type);
-    for (size_t i = 0; i < w->num_params; i++) w->memory[i] = (float)(0.15 * rng_normal(&r));
-    // norm weights near 1, as trained models have
-    ModelParamId norms[] = {PARAM_ATTN_NORM, PARAM_MLP_NORM, PARAM_FINAL_NORM, PARAM_Q_NORM, PARAM_K_NORM};
-    for (size_t k = 0; k < sizeof norms / sizeof norms[0]; k++) {
-        if (!w->specs[norms[k]].present) continue;
-        size_t n = w->specs[norms[k]].numel * (w->specs[norms[k]].per_layer ? (size_t)c.num_hidden_layers : 1);
-        float *p = w->memory + w->offsets[norms[k]];
-        for (size_t i = 0; i < n; i++) p[i] = 1.0f + 0.1f * (float)rng_normal(&r);
-    }
+    model_fill_random(w, &c, 0.15, 1234, (uint64_t)type);
 }
 
 static float log_softmax_at(const float *logits, int V, int target) {
