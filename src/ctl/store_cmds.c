@@ -59,6 +59,33 @@ static int fail(const char *prog, const PailErr *err) {
     return err->code == PAIL_ERR_INVALID && strstr(err->msg, "URL '") ? 2 : 1;
 }
 
+static bool is_url(const char *s) { return !strncmp(s, "file://", 7) || !strncmp(s, "s3://", 5); }
+
+// put takes URL FILE; FILE URL (aws s3 cp's order) is swapped when it is
+// unambiguous: exactly one argument is a URL and the other an existing local
+// path or "-". Otherwise says which order it wants.
+static int put_order(const char *prog, char **pos) {
+    struct stat sb;
+    bool u0 = is_url(pos[0]), u1 = is_url(pos[1]);
+    bool local0 = !strcmp(pos[0], "-") || stat(pos[0], &sb) == 0;
+    if (u0 && !u1) return 0;
+    if (u1 && !u0 && local0) {
+        char *t = pos[0];
+        pos[0] = pos[1];
+        pos[1] = t;
+        return 0;
+    }
+    if (u0 && u1)
+        fprintf(stderr, "%s: '%s' and '%s' are both URLs: put uploads a local FILE to a URL (grpo-ctl put URL FILE)\n",
+                prog, pos[0], pos[1]);
+    else if (u1)
+        fprintf(stderr, "%s: FILE '%s' does not exist (grpo-ctl put URL FILE, or FILE URL)\n", prog, pos[0]);
+    else
+        fprintf(stderr, "%s: neither '%s' nor '%s' is a file:///abs/dir/key or s3://bucket/key URL "
+                "(grpo-ctl put URL FILE, or FILE URL)\n", prog, pos[0], pos[1]);
+    return -1;
+}
+
 int ctl_put(int argc, char **argv) {
     CtlStoreFlags sf = {0};
     bool create_only = false, versioned = false;
@@ -75,8 +102,9 @@ int ctl_put(int argc, char **argv) {
     int n = CTL_STORE_NFLAGS + 4;
     char **pos = NULL;
     int npos = 0, rc;
-    const char *usage = "grpo-ctl put [flags] URL FILE|-";
-    if ((rc = ctl_parse(usage, "Uploads a local file to URL (multipart above 16 MiB on s3).", fl, n, argc, argv,
+    const char *usage = "grpo-ctl put [flags] URL FILE|-   (or FILE URL, as aws s3 cp)";
+    if ((rc = ctl_parse(usage, "Uploads a local file to URL (multipart above 16 MiB on s3). The two arguments may "
+                        "come in either order when exactly one is a file:// or s3:// URL.", fl, n, argc, argv,
                         &pos, &npos)) >= 0)
         goto out;
     rc = 2;
@@ -84,6 +112,7 @@ int ctl_put(int argc, char **argv) {
         fprintf(stderr, "%s: expected URL and FILE\nusage: %s\n", argv[0], usage);
         goto out;
     }
+    if (put_order(argv[0], pos) < 0) goto out;
     StoreMeta meta[STORE_MAX_META];
     if (metas.n > STORE_MAX_META - 1) {
         fprintf(stderr, "%s: at most %d --meta\n", argv[0], STORE_MAX_META - 1);
