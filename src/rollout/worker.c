@@ -61,6 +61,9 @@ typedef struct {
     long *refused;         // (n_refused,) adapter versions that did not verify (owned)
     int n_refused, cap_refused;
     long run_staleness;    // run.json's trainer max-staleness
+    long trainer_window;   // the trainer's max_staleness as pacing last read it
+    bool abandon_stale;    // this shard: abandon it when a newer adapter is out (window 0: it would be dropped)
+    double next_version_check;
     long run_gps, run_publish_every;  // run.json's trainer groups-per-step (0: unknown) and publish-every (pacing)
     long waiting_after;    // newest version for which "waiting for the next version" was said (-1: none)
     Buf stop_text;         // stop_strings_hit's decoded tail (kept: the decode loop allocates nothing once it has grown)
@@ -81,6 +84,22 @@ static bool stop_strings_hit(void *ctx, const int32_t *toks, int n) {
         for (int i = 0; i < w->cfg->n_stop_strings && !hit; i++)
             hit = b->data && strstr((char *)b->data, w->cfg->stop_strings[i]) != NULL;
     return hit;
+}
+
+// The generator's abandon_fn: with a staleness window of 0 the trainer drops
+// a shard of any version but its newest, so a shard in generation is
+// abandoned as soon as a newer adapter is out (looked up at most every
+// VERSION_CHECK_S seconds: one LIST, between decode steps).
+#define VERSION_CHECK_S 0.5
+static bool adapter_outdated(void *ctx) {
+    Worker *w = ctx;
+    if (!w->abandon_stale) return false;
+    double now = time_mono_s();
+    if (now < w->next_version_check) return false;
+    w->next_version_check = now + VERSION_CHECK_S;
+    long newest = -1;
+    PailErr err = {0};
+    return versions_latest(w->st, &SERIES_ADAPTERS, &newest, &err) == 0 && newest > w->version;
 }
 
 static int encode_row(Worker *w, const DatasetRow *row, Prompt *out, PailErr *err) {
@@ -351,6 +370,7 @@ static int check_manifest(Worker *w, volatile sig_atomic_t *stop, PailErr *err) 
     json_t *ms = json_object_get(json_object_get(m, "trainer"), "max-staleness");
     w->run_staleness = json_is_integer(ms) && json_integer_value(ms) >= 0 ? (long)json_integer_value(ms)
                                                                            : TRAINER_MAX_STALENESS;
+    w->trainer_window = w->run_staleness;
     json_t *tr = json_object_get(m, "trainer"), *gs = json_object_get(tr, "groups-per-step"),
            *pe = json_object_get(tr, "publish-every");
     w->run_gps = json_is_integer(gs) && json_integer_value(gs) > 0 ? (long)json_integer_value(gs) : 0;
@@ -430,6 +450,7 @@ static void resume_position(Worker *w) {
 }
 
 // Generates, scores and publishes one shard of groups_per_shard groups.
+// Returns 0, 1 when it was abandoned (adapter_outdated), -1 with err.
 static int one_shard(Worker *w, volatile sig_atomic_t *stop, PailErr *err) {
     const RolloutConfig *c = w->cfg;
     int P = c->groups_per_shard, G = c->group_size, N = P * G;
@@ -442,6 +463,7 @@ static int one_shard(Worker *w, volatile sig_atomic_t *stop, PailErr *err) {
         err_set(err, PAIL_ERR_NOMEM, "out of memory for a shard of %d groups x %d", P, G);
         goto done;
     }
+    int64_t drawn_before = w->smp.drawn;
     for (int p = 0; p < P; p++) {
         int64_t drawn, misses = 0;
         int e;
@@ -460,7 +482,18 @@ static int one_shard(Worker *w, volatile sig_atomic_t *stop, PailErr *err) {
         gp[p] = (GenPrompt){.ids = pr[p].ids, .n = pr[p].n, .seed = (uint64_t)c->seed ^ hash64(sk, strlen(sk))};
     }
     double t0 = time_mono_s();
-    if (generator_run(w->gen, gp, P, out, err) < 0) goto done;
+    w->abandon_stale = w->trainer_window == 0;
+    w->next_version_check = t0;
+    int gr = generator_run(w->gen, gp, P, out, err);
+    w->abandon_stale = false;
+    if (gr < 0) goto done;
+    if (gr == 1) {  // the prompts are drawn again, with the new adapter
+        log_info("abandoned a shard of adapter v%08ld after %.1f s: a newer version is out and with "
+                 "--max-staleness 0 the trainer would drop it", w->version, time_mono_s() - t0);
+        dataset_sampler_seek(&w->smp, drawn_before);
+        rc = 1;
+        goto done;
+    }
     double secs = time_mono_s() - t0;
     // Rewards.
     int K = reward_set_count(w->rs);
@@ -638,6 +671,7 @@ static bool back_pressure(Worker *w, volatile sig_atomic_t *stop) {
                 json_t *g = json_object_get(j, "groups_per_step");
                 cur = (long)json_integer_value(json_object_get(j, "version"));
                 win = (long)json_integer_value(json_object_get(j, "max_staleness"));
+                w->trainer_window = win;
                 if (json_integer_value(g) > 0) gps = (long)json_integer_value(g);  // else run.json's
                 used = json_object_get(j, "used_shards_by_version");
             }
@@ -812,6 +846,7 @@ static int setup(Worker *w, const RolloutConfig *c, PailErr *err) {
     w->version = -1;
     w->waiting_after = -1;
     w->run_staleness = TRAINER_MAX_STALENESS;
+    w->trainer_window = -1;  // unknown until pacing reads progress.json (or run.json)
     char path[4200];
     snprintf(path, sizeof path, "%s/tokenizer.json", c->model_dir);
     if (tokenizer_load(&w->tok, path, err) < 0) return -1;
@@ -841,7 +876,8 @@ static int setup(Worker *w, const RolloutConfig *c, PailErr *err) {
     w->gc = (GenConfig){.group_size = G, .max_new_tokens = c->max_new_tokens, .batch_size = batch,
                         .max_prompt_tokens = c->max_prompt_tokens, .max_prompts = max_prompts > 0 ? max_prompts : 1,
                         .sampler = c->sampler, .stop_ids = w->stop_ids,
-                        .n_stop_ids = w->n_stop, .stop_fn = stop_strings_hit, .stop_ctx = w};
+                        .n_stop_ids = w->n_stop, .stop_fn = stop_strings_hit, .stop_ctx = w,
+                        .abandon_fn = adapter_outdated, .abandon_ctx = w};
     if (c->eval && c->eval_samples <= 1) w->gc.sampler = (SamplerConfig){.temperature = 0, .top_p = 1, .top_k = 0};
     if (worker_plan(w, 0, err) < 0) return -1;  // no adapter yet
     if (c->worker_id) {  // checked before the copy: a longer id would be cut silently
@@ -988,7 +1024,9 @@ int rollout_run(const RolloutConfig *c, volatile sig_atomic_t *stop, PailErr *er
         // After a pause the trainer has moved on: pick the adapter again.
         if (back_pressure(&w, stop)) continue;
         if (stop_requested(&w, stop)) break;
-        if (one_shard(&w, stop, err) < 0) {
+        int sr = one_shard(&w, stop, err);
+        if (sr == 1) continue;  // abandoned: pick the newer adapter
+        if (sr < 0) {
             if (err->code == PAIL_ERR_INTERRUPTED) { rc = 0; break; }
             if (err->code == PAIL_ERR_NETWORK) {  // the bucket is down: the batch is lost, keep going
                 snprintf(w.last_error, sizeof w.last_error, "%s", err->msg);

@@ -3,7 +3,8 @@
 # outrun the trainer) with default worker flags, at most 5% of the shards are
 # dropped as too stale, with 1 and 3 workers and --max-staleness 1 and 2; the
 # old fixed --max-ahead 8 drops far more in the same run. The fraction is in
-# the metrics and in grpo-ctl status. --max-ahead's usage error.
+# the metrics and in grpo-ctl status. With --max-staleness 0 a shard in
+# generation is abandoned at a new version. --max-ahead's usage error.
 source "$(dirname "$0")/lib.sh"
 M="$WORK/model"
 "$BIN/grpo-ctl" init-model --out "$M" --shape tiny --vocab 257 --tokenizer "$ROOT/data/tokenizers/bytes" \
@@ -50,6 +51,14 @@ check "grpo-ctl status shows the dropped share" \
 run old 3 1 --max-ahead 8 >"$WORK/old.frac"
 echo "  --max-staleness 1, 3 workers, --max-ahead 8 (the old default): $(cat "$WORK/old.frac") of the shards dropped"
 check "the old fixed --max-ahead 8 drops far more (over 20%)" bash -c "! awk -v f=$(cat "$WORK/old.frac") 'BEGIN { exit !(f <= 0.2) }'"
+
+# --max-staleness 0: a shard in generation when a newer adapter comes out
+# would be dropped; it is abandoned instead and its prompts drawn again. Big
+# shards, and no pacing, so that generation spans the trainer's publishes.
+STEPS=4 run s0 1 0 --max-ahead 0 --groups-per-shard 32 --max-new-tokens 256 >/dev/null
+check "--max-staleness 0: a shard in generation is abandoned at a new version" \
+  grep -Eq "abandoned a shard of adapter v[0-9]+ after .*--max-staleness 0 the trainer would drop it" "$WORK/s0-w1.log"
+check "...and the trainer finishes" test -f "$WORK/s0/adapters/v00000004.h5"
 
 expect_fail "--max-ahead takes auto or a number" 2 "max-ahead 'soon': want auto or a number" \
   "$BIN/grpo-rollout" --model "$M" --run "file://$WORK/x" --dataset "$WORK/train.jsonl" --max-ahead soon
