@@ -114,6 +114,9 @@ START_TEST(test_run_allocates_nothing) {
 }
 END_TEST
 
+// abandon_fn: true from its third call on.
+static bool abandon_third(void *ctx) { return ++*(int *)ctx >= 3; }
+
 START_TEST(test_limits) {
     Fixture f;
     fixture_open(&f, P - 1);
@@ -130,6 +133,16 @@ START_TEST(test_limits) {
     ck_assert_int_eq(generator_init(&g2, f.tf, &f.w.cfg, &none, &err), -1);  // max_prompts 0
     ck_assert_ptr_null(g2);
     ck_assert_msg(strstr(err.msg, "prompts per run") != NULL, "%s", err.msg);
+    // Abandoned before its third decode step: returns 1 after two of them.
+    int asked = 0;
+    GenConfig ab = {.group_size = G, .max_new_tokens = MAX_NEW, .batch_size = BATCH, .max_prompt_tokens = PLEN,
+                    .max_prompts = P, .sampler = {.temperature = 1.5, .top_p = 1.0}, .abandon_fn = abandon_third,
+                    .abandon_ctx = &asked};
+    ck_assert_msg(generator_init(&g2, f.tf, &f.w.cfg, &ab, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(generator_run(g2, f.pr, P, out, &err), 1);
+    ck_assert_int_eq(asked, 3);
+    ck_assert_int_eq(generator_stats(g2).decode_calls, 2);
+    generator_free(g2);
     fixture_close(&f);
 }
 END_TEST

@@ -1,7 +1,9 @@
 // grpo-rollout: parses flags (every default is written here, once) and wires
 // the worker (src/rollout/worker.c). SIGTERM: finish the batch, exit 0.
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include "core/flags.h"
 #include "core/log.h"
@@ -16,8 +18,9 @@ static void on_signal(int sig) { g_stop = (sig == SIGINT && g_stop) ? 2 : 1; }
 int main(int argc, char **argv) {
     log_init("grpo-rollout", LOG_INFO);
     char *device = NULL, *max_memory = NULL, *config = NULL, *model = NULL, *run = NULL, *worker = NULL, *dataset = NULL, *answer_field = NULL,
-         *marker = NULL, *regex = NULL, *cmd = NULL, *prompt_format = NULL, *eval_dataset = NULL;
-    long G, batch, max_new, max_prompt, top_k, seed, max_shards, gps, max_ahead, windex, nworkers, length_target,
+         *marker = NULL, *regex = NULL, *cmd = NULL, *prompt_format = NULL, *eval_dataset = NULL,
+         *max_ahead_s = NULL;
+    long G, batch, max_new, max_prompt, top_k, seed, max_shards, gps, windex, nworkers, length_target,
         eval_every, eval_samples;
     double temperature, top_p, reward_timeout, wait_timeout;
     bool chat, eval;
@@ -49,7 +52,7 @@ int main(int argc, char **argv) {
         {"prompt-format", FLAG_STRING, &prompt_format, NULL, 1, 0, "plain template with {prompt}, for unknown chat templates"},
         {"seed", FLAG_INT, &seed, "0", 0, 9007199254740991L, "sampling seed (per prompt and sample)"},
         {"max-shards", FLAG_INT, &max_shards, "0", 0, 100000000, "stop after N shards (0: until stopped)"},
-        {"max-ahead", FLAG_INT, &max_ahead, "8", 0, 1000000, "pause while more shards than this wait unused in the trainer's window (0: never; never below one step's worth)"},
+        {"max-ahead", FLAG_STRING, &max_ahead_s, "auto", 1, 0, "pacing. auto: pause while the groups waiting unused in the trainer's window, this shard's and one shard per other active worker exceed (max_staleness + 1) x groups_per_step (trainer/progress.json), so none waits until it is too stale; N: pause while more than N shards wait unused in the window; 0: never pause (never below one step's worth; doc/rollout.md)"},
         {"worker-index", FLAG_INT, &windex, "0", 0, 1000000, "with --num-workers: this worker's partition"},
         {"num-workers", FLAG_INT, &nworkers, "0", 0, 1000000, "deterministic partition of the dataset (0: own shuffle)"},
         {"wait-timeout", FLAG_DOUBLE, &wait_timeout, "0", 0, 1e9, "give up waiting for the run (0: wait)"},
@@ -78,6 +81,17 @@ int main(int argc, char **argv) {
         fprintf(stderr, "grpo-rollout: --worker-id: %s\n", err.msg);
         flags_free(fl, n);
         return 2;
+    }
+    long max_ahead = -1;  // auto
+    if (strcmp(max_ahead_s, "auto")) {
+        char *end;
+        errno = 0;
+        max_ahead = strtol(max_ahead_s, &end, 10);
+        if (errno || end == max_ahead_s || *end || max_ahead < 0 || max_ahead > 1000000) {
+            fprintf(stderr, "grpo-rollout: --max-ahead '%s': want auto or a number of shards 0..1000000\n", max_ahead_s);
+            flags_free(fl, n);
+            return 2;
+        }
     }
     Backend *be;
     size_t max_mem;

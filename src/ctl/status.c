@@ -105,9 +105,12 @@ static int show(Store *st, const char *url, long target, FILE *o) {
         for (int i = nt - 1; i >= 0; i--) fprintf(o, " %.2f", trend[i]);
         fprintf(o, "\n");
     }
-    if (prog)
-        fprintf(o, "         shards consumed %lld, dropped %lld, rejected %lld\n", (long long)num(prog, "consumed_shards"),
-                (long long)num(prog, "dropped_shards"), (long long)num(prog, "rejected_shards"));
+    if (prog) {
+        double used = num(prog, "consumed_shards"), dropped = num(prog, "dropped_shards");
+        fprintf(o, "         shards consumed %lld, dropped %lld (%.1f%% as too stale), rejected %lld\n", (long long)used,
+                (long long)dropped, used + dropped > 0 ? 100.0 * dropped / (used + dropped) : 0.0,
+                (long long)num(prog, "rejected_shards"));
+    }
     json_decref(last);
     store_list_reset(&l);
     if (store_list_all(st, "workers/", NULL, &l, &err) == 0) {

@@ -762,6 +762,8 @@ static int step_metrics(Trainer *t, Step *st, PailErr *err) {
     jnum(mj, "wait_seconds", st->waited);
     jint(mj, "shards_consumed", t->feed.stats.consumed);
     jint(mj, "shards_dropped", t->feed.stats.dropped);
+    int64_t seen = t->feed.stats.consumed + t->feed.stats.dropped;  // the share of shards lost as too stale
+    jnum(mj, "shards_dropped_fraction", seen ? (double)t->feed.stats.dropped / (double)seen : 0.0);
     jint(mj, "shards_rejected", t->feed.stats.rejected);
     jint(mj, "steps_skipped", t->skipped_steps);
     jint(mj, "groups", ngroups);

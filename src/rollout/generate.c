@@ -162,6 +162,7 @@ int generator_run(Generator *g, const GenPrompt *prompts, int P, GenCompletion *
             active++;
         }
         if (active == 0) continue;
+        if (g->cfg.abandon_fn && g->cfg.abandon_fn(g->cfg.abandon_ctx)) return 1;
         // One decode step over every active slot.
         int k = 0;
         for (int s = 0; s <= B; s++) g->n_new[s] = 0;

@@ -23,6 +23,10 @@ typedef struct {
     // Optional: true when the completion so far ends the generation (stop strings).
     bool (*stop_fn)(void *ctx, const int32_t *tokens, int n);
     void *stop_ctx;
+    // Optional: asked before each decode step; true abandons the run (e.g. the
+    // adapter it samples from is out of date). It rate-limits itself.
+    bool (*abandon_fn)(void *ctx);
+    void *abandon_ctx;
 } GenConfig;
 
 typedef struct {
@@ -47,8 +51,8 @@ int generator_init(Generator **out, Transformer *tf, const ModelConfig *mc, cons
 void generator_free(Generator *g);
 // Generates G completions for each of P <= max_prompts prompts: out[p * G + j],
 // whose ids and logprobs are the generator's (valid until the next run).
-// Returns 0, or -1 with err (a prompt longer than max_prompt_tokens is an
-// error naming it).
+// Returns 0, 1 when abandon_fn said so (out holds nothing usable), or -1 with
+// err (a prompt longer than max_prompt_tokens is an error naming it).
 int generator_run(Generator *g, const GenPrompt *prompts, int P, GenCompletion *out, PailErr *err);
 // Counters of the last run: model calls and tokens, for tokens/s figures.
 typedef struct {

@@ -61,6 +61,10 @@ typedef struct {
     long *refused;         // (n_refused,) adapter versions that did not verify (owned)
     int n_refused, cap_refused;
     long run_staleness;    // run.json's trainer max-staleness
+    long trainer_window;   // the trainer's max_staleness as pacing last read it
+    bool abandon_stale;    // this shard: abandon it when a newer adapter is out (window 0: it would be dropped)
+    double next_version_check;
+    long run_gps, run_publish_every;  // run.json's trainer groups-per-step (0: unknown) and publish-every (pacing)
     long waiting_after;    // newest version for which "waiting for the next version" was said (-1: none)
     Buf stop_text;         // stop_strings_hit's decoded tail (kept: the decode loop allocates nothing once it has grown)
 } Worker;
@@ -80,6 +84,22 @@ static bool stop_strings_hit(void *ctx, const int32_t *toks, int n) {
         for (int i = 0; i < w->cfg->n_stop_strings && !hit; i++)
             hit = b->data && strstr((char *)b->data, w->cfg->stop_strings[i]) != NULL;
     return hit;
+}
+
+// The generator's abandon_fn: with a staleness window of 0 the trainer drops
+// a shard of any version but its newest, so a shard in generation is
+// abandoned as soon as a newer adapter is out (looked up at most every
+// VERSION_CHECK_S seconds: one LIST, between decode steps).
+#define VERSION_CHECK_S 0.5
+static bool adapter_outdated(void *ctx) {
+    Worker *w = ctx;
+    if (!w->abandon_stale) return false;
+    double now = time_mono_s();
+    if (now < w->next_version_check) return false;
+    w->next_version_check = now + VERSION_CHECK_S;
+    long newest = -1;
+    PailErr err = {0};
+    return versions_latest(w->st, &SERIES_ADAPTERS, &newest, &err) == 0 && newest > w->version;
 }
 
 static int encode_row(Worker *w, const DatasetRow *row, Prompt *out, PailErr *err) {
@@ -350,6 +370,11 @@ static int check_manifest(Worker *w, volatile sig_atomic_t *stop, PailErr *err) 
     json_t *ms = json_object_get(json_object_get(m, "trainer"), "max-staleness");
     w->run_staleness = json_is_integer(ms) && json_integer_value(ms) >= 0 ? (long)json_integer_value(ms)
                                                                            : TRAINER_MAX_STALENESS;
+    w->trainer_window = w->run_staleness;
+    json_t *tr = json_object_get(m, "trainer"), *gs = json_object_get(tr, "groups-per-step"),
+           *pe = json_object_get(tr, "publish-every");
+    w->run_gps = json_is_integer(gs) && json_integer_value(gs) > 0 ? (long)json_integer_value(gs) : 0;
+    w->run_publish_every = json_is_integer(pe) && json_integer_value(pe) > 0 ? (long)json_integer_value(pe) : 1;
     json_decref(m);
     return rc;
 }
@@ -425,6 +450,7 @@ static void resume_position(Worker *w) {
 }
 
 // Generates, scores and publishes one shard of groups_per_shard groups.
+// Returns 0, 1 when it was abandoned (adapter_outdated), -1 with err.
 static int one_shard(Worker *w, volatile sig_atomic_t *stop, PailErr *err) {
     const RolloutConfig *c = w->cfg;
     int P = c->groups_per_shard, G = c->group_size, N = P * G;
@@ -437,6 +463,7 @@ static int one_shard(Worker *w, volatile sig_atomic_t *stop, PailErr *err) {
         err_set(err, PAIL_ERR_NOMEM, "out of memory for a shard of %d groups x %d", P, G);
         goto done;
     }
+    int64_t drawn_before = w->smp.drawn;
     for (int p = 0; p < P; p++) {
         int64_t drawn, misses = 0;
         int e;
@@ -455,7 +482,18 @@ static int one_shard(Worker *w, volatile sig_atomic_t *stop, PailErr *err) {
         gp[p] = (GenPrompt){.ids = pr[p].ids, .n = pr[p].n, .seed = (uint64_t)c->seed ^ hash64(sk, strlen(sk))};
     }
     double t0 = time_mono_s();
-    if (generator_run(w->gen, gp, P, out, err) < 0) goto done;
+    w->abandon_stale = w->trainer_window == 0;
+    w->next_version_check = t0;
+    int gr = generator_run(w->gen, gp, P, out, err);
+    w->abandon_stale = false;
+    if (gr < 0) goto done;
+    if (gr == 1) {  // the prompts are drawn again, with the new adapter
+        log_info("abandoned a shard of adapter v%08ld after %.1f s: a newer version is out and with "
+                 "--max-staleness 0 the trainer would drop it", w->version, time_mono_s() - t0);
+        dataset_sampler_seek(&w->smp, drawn_before);
+        rc = 1;
+        goto done;
+    }
     double secs = time_mono_s() - t0;
     // Rewards.
     int K = reward_set_count(w->rs);
@@ -585,27 +623,77 @@ done:
     return rc;
 }
 
-// Pauses while the trainer has more than max_ahead listed but unconsumed shards.
-static void back_pressure(Worker *w, volatile sig_atomic_t *stop) {
-    if (w->cfg->max_ahead <= 0) return;
+// Other workers that may have a shard in generation: heartbeats under
+// workers/ written in the last ACTIVE_WORKER_S seconds (a worker writes one
+// after each shard and while paused or waiting; a stopped one or an eval
+// worker is counted until its heartbeat ages out: it only slows the pace).
+#define ACTIVE_WORKER_S 120
+static long others_active(Worker *w) {
+    StoreList l = {0};
+    PailErr err = {0};
+    char own[128];
+    long n = 0;
+    run_key_worker(own, sizeof own, w->worker_id);
+    if (store_list_all(w->st, "workers/", NULL, &l, &err) == 0)
+        for (int i = 0; i < l.n; i++)
+            if (strcmp(l.entries[i].key, own) && l.entries[i].mtime >= (int64_t)time_unix_s() - ACTIVE_WORKER_S) n++;
+    store_list_free(&l);
+    return n;
+}
+
+// Pacing: pauses before a shard while the trainer has enough unused groups
+// that this one would wait past its staleness window. A shard of version v is
+// used while the trainer's version is at most v + S, and the trainer takes
+// groups_per_step groups a step, oldest first, one version a step: so
+// (S + 1) steps' groups can be in the window unused (the step in training
+// counts: its groups stay unused until it commits) before a new one goes
+// stale. Auto (--max-ahead not given, max_ahead < 0) pauses while the unused
+// groups plus this shard's exceed that; --max-ahead N pauses while more than N
+// shards are unused; 0 never pauses. Never below what one step needs: a trainer
+// short of a step's groups would wait forever. Other workers' shards in
+// generation are not in the bucket yet: auto leaves room for one from each
+// worker whose heartbeat is recent (others_active). Returns true when it
+// paused (the trainer has moved on since the adapter was picked).
+static bool back_pressure(Worker *w, volatile sig_atomic_t *stop) {
+    long ahead = w->cfg->max_ahead, gsh = w->cfg->groups_per_shard;
+    if (ahead == 0) return false;
+    bool paused = false;
     for (int waited = 0;; waited++) {
         Buf b = {0};
         PailErr err = {0};
-        long pending = 0, allowed = w->cfg->max_ahead;
+        long pending = 0, allowed = ahead, capacity = 0, others = 0;
+        // The trainer's window and rate: progress.json, else (a trainer not yet
+        // past its start) run.json's settings and the adapter in use.
+        long cur = w->version, win = w->run_staleness, gps = w->run_gps;
+        json_t *j = NULL, *used = NULL;
         if (store_get(w->st, RUN_KEY_PROGRESS, &b, NULL, NULL, &err) == 0) {
+            if ((j = json_loadb((char *)b.data, b.len, 0, NULL))) {
+                json_t *g = json_object_get(j, "groups_per_step");
+                cur = (long)json_integer_value(json_object_get(j, "version"));
+                win = (long)json_integer_value(json_object_get(j, "max_staleness"));
+                w->trainer_window = win;
+                if (json_integer_value(g) > 0) gps = (long)json_integer_value(g);  // else run.json's
+                used = json_object_get(j, "used_shards_by_version");
+            }
+        }
+        buf_free(&b);
+        // Auto needs the trainer's rate: without it (no progress.json nor
+        // run.json groups-per-step, an older trainer) it does not pause.
+        if ((j && ahead > 0) || (ahead < 0 && gps > 0 && cur >= 0)) {
+            long need = (gps + gsh - 1) / gsh;
+            if (ahead < 0) {  // in shards of this worker's size, this one and the others' in generation included
+                // A version lasts publish_every steps: S of them and the rest of this one.
+                capacity = (win * w->run_publish_every + 1) * gps;
+                others = others_active(w);
+                allowed = capacity / gsh - 1 - others;
+                if (allowed < need - 1) allowed = need - 1;  // pending shards up to one step's: go
+            } else if (need > allowed) {
+                allowed = need;
+            }
             // Shards in the bucket inside the trainer's window that it has not
             // used up yet, whatever their version (a trainer publishing every
             // step would otherwise reset a per-version count while older shards
             // pile up and go stale): what is listed minus what it used.
-            json_t *j = json_loadb((char *)b.data, b.len, 0, NULL);
-            long cur = (long)json_integer_value(json_object_get(j, "version")),
-                 win = (long)json_integer_value(json_object_get(j, "max_staleness"));
-            json_t *used = json_object_get(j, "used_shards_by_version");
-            // Never hold back what one step needs, whatever --max-ahead says:
-            // a trainer short of a step's groups would wait forever.
-            long gps = (long)json_integer_value(json_object_get(j, "groups_per_step"));
-            long need = (gps + w->cfg->groups_per_shard - 1) / w->cfg->groups_per_shard;
-            if (need > allowed) allowed = need;
             for (long v = cur - win < 0 ? 0 : cur - win; v <= cur; v++) {
                 char prefix[64], vs[32];
                 run_key_rollout_dir(prefix, sizeof prefix, v);
@@ -615,12 +703,18 @@ static void back_pressure(Worker *w, volatile sig_atomic_t *stop) {
                     pending += l.n - (long)json_integer_value(json_object_get(used, vs));
                 store_list_free(&l);
             }
-            json_decref(j);
         }
-        buf_free(&b);
-        if (pending <= allowed || stop_requested(w, stop)) return;
-        if (waited % 10 == 0) log_info("pausing: the trainer has %ld shards not yet consumed (--max-ahead %ld)", pending,
-                                       w->cfg->max_ahead);
+        json_decref(j);
+        if (pending <= allowed || stop_requested(w, stop)) return paused;
+        paused = true;
+        if (waited % 10 == 0) {
+            if (ahead < 0)
+                log_info("pausing: the trainer has %ld shards (%ld groups) not yet consumed and %ld other workers may "
+                         "be generating; it uses %ld groups before a new shard goes stale (--max-ahead auto)",
+                         pending, pending * gsh, others, capacity);
+            else
+                log_info("pausing: the trainer has %ld shards not yet consumed (--max-ahead %ld)", pending, ahead);
+        }
         if (time_mono_s() - w->last_heartbeat > 5) heartbeat(w, "paused");
         time_sleep_ms(waited < 20 ? 100 : 1000);  // fast trainers consume within a step: look again soon
     }
@@ -752,6 +846,7 @@ static int setup(Worker *w, const RolloutConfig *c, PailErr *err) {
     w->version = -1;
     w->waiting_after = -1;
     w->run_staleness = TRAINER_MAX_STALENESS;
+    w->trainer_window = -1;  // unknown until pacing reads progress.json (or run.json)
     char path[4200];
     snprintf(path, sizeof path, "%s/tokenizer.json", c->model_dir);
     if (tokenizer_load(&w->tok, path, err) < 0) return -1;
@@ -781,7 +876,8 @@ static int setup(Worker *w, const RolloutConfig *c, PailErr *err) {
     w->gc = (GenConfig){.group_size = G, .max_new_tokens = c->max_new_tokens, .batch_size = batch,
                         .max_prompt_tokens = c->max_prompt_tokens, .max_prompts = max_prompts > 0 ? max_prompts : 1,
                         .sampler = c->sampler, .stop_ids = w->stop_ids,
-                        .n_stop_ids = w->n_stop, .stop_fn = stop_strings_hit, .stop_ctx = w};
+                        .n_stop_ids = w->n_stop, .stop_fn = stop_strings_hit, .stop_ctx = w,
+                        .abandon_fn = adapter_outdated, .abandon_ctx = w};
     if (c->eval && c->eval_samples <= 1) w->gc.sampler = (SamplerConfig){.temperature = 0, .top_p = 1, .top_k = 0};
     if (worker_plan(w, 0, err) < 0) return -1;  // no adapter yet
     if (c->worker_id) {  // checked before the copy: a longer id would be cut silently
@@ -852,6 +948,7 @@ int rollout_run(const RolloutConfig *c, volatile sig_atomic_t *stop, PailErr *er
     if (rc == 0 && !w.st) rc = err_set(err, PAIL_ERR_INVALID, "--run is required");
     if (rc == 0) rc = check_manifest(&w, stop, err);
     if (rc == 0 && !c->eval) resume_position(&w);
+    if (rc == 0) heartbeat(&w, "starting");  // seen at once by the other workers' pacing (others_active)
     long last_eval = -1;
     while (rc == 0) {
         if (stop_requested(&w, stop)) break;
@@ -924,9 +1021,12 @@ int rollout_run(const RolloutConfig *c, volatile sig_atomic_t *stop, PailErr *er
             if (c->max_shards > 0 && ++w.shards >= c->max_shards) break;
             continue;
         }
-        back_pressure(&w, stop);
+        // After a pause the trainer has moved on: pick the adapter again.
+        if (back_pressure(&w, stop)) continue;
         if (stop_requested(&w, stop)) break;
-        if (one_shard(&w, stop, err) < 0) {
+        int sr = one_shard(&w, stop, err);
+        if (sr == 1) continue;  // abandoned: pick the newer adapter
+        if (sr < 0) {
             if (err->code == PAIL_ERR_INTERRUPTED) { rc = 0; break; }
             if (err->code == PAIL_ERR_NETWORK) {  // the bucket is down: the batch is lost, keep going
                 snprintf(w.last_error, sizeof w.last_error, "%s", err->msg);

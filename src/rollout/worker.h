@@ -18,7 +18,8 @@ typedef struct {
     RewardConfig rewards;
     SamplerConfig sampler;
     int group_size, batch_size, max_new_tokens, max_prompt_tokens, groups_per_shard;
-    long seed, max_shards, max_ahead;
+    long seed, max_shards;
+    long max_ahead;                  // pacing: < 0 auto (from the trainer's window), 0 never pause, N shards
     long worker_index, num_workers;  // num_workers > 0: partition instead of a shuffle
     bool chat;                       // wrap {"prompt"} rows as a user message in the chat template
     const char *const *stop_strings;
