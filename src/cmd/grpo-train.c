@@ -193,7 +193,7 @@ int main(int argc, char **argv) {
                        .max_grad_norm = clip, .min_lr_ratio = min_lr, .schedule = c.schedule,
                        .warmup_steps = warmup, .steps = steps, .batch = gps, .seed = seed, .token_budget = (int)budget,
                        .metrics_path = c.metrics_path, .log_every = (int)log_every, .valid_path = valid,
-                       .valid_every = (int)valid_every, .stop_accuracy = stop_accuracy};
+                       .valid_every = (int)valid_every, .stop_accuracy = stop_accuracy, .max_memory = c.max_memory};
         rc = sft_run(&s, &g_stop, &err);
     } else {
         rc = trainer_run(&c, &g_stop, &err);

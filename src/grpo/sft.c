@@ -16,6 +16,7 @@
 #include "grpo/pack.h"
 #include "kernels.h"
 #include "lora/lora.h"
+#include "model/memplan.h"
 #include "model/modelgen.h"
 #include "model/transformer.h"
 #include "rollout/generate.h"
@@ -178,8 +179,22 @@ static int validate(Generator *gen, const Example *ex, int n, double *acc, PailE
     return rc;
 }
 
+// The memory plan from the config alone, printed and checked before the weights are loaded.
+static int sft_plan_check(const SftConfig *c, PailErr *err) {
+    ModelConfig mc;
+    if (model_config_load(&mc, c->model_dir, err) < 0) return -1;
+    MemoryPlanSpec spec = {.role = MEMPLAN_TRAIN, .weights_dtype = "fp32", .lora_rank = c->full ? 0 : c->lora_rank,
+                           .lora_targets = c->lora_targets, .token_budget = c->token_budget, .full = c->full,
+                           .groups_per_step = (int)c->batch, .group_size = 1};
+    MemoryPlan mp;
+    if (memplan_build(&mp, &mc, &spec, backend_cpu()->desc, err) < 0) return -1;
+    memplan_print(stderr, &mp, "grpo-train --sft");
+    return memplan_check(&mp, c->max_memory, err);
+}
+
 int sft_run(const SftConfig *c, volatile sig_atomic_t *stop, PailErr *err) {
     ModelWeights w;
+    if (sft_plan_check(c, err) < 0) return -1;
     if (model_weights_load(&w, c->model_dir, err) < 0) return -1;
     char path[4200];
     snprintf(path, sizeof path, "%s/tokenizer.json", c->model_dir);

@@ -27,6 +27,7 @@ typedef struct {
     const char *valid_path;    // NULL, or rows like data_path: greedy exact-match accuracy every valid_every steps
     int valid_every;
     double stop_accuracy;      // > 0: stop once the validation accuracy reaches it
+    size_t max_memory;         // refuse a memory plan above this many bytes (0: the host's available memory)
 } SftConfig;
 
 int sft_run(const SftConfig *cfg, volatile sig_atomic_t *stop, PailErr *err);

@@ -45,6 +45,11 @@ check "...before writing anything to the run" test ! -e "$WORK/run2"
 head -4 "$ROOT/data/addition/train.jsonl" >"$WORK/d.jsonl"
 expect_fail_last "grpo-rollout refuses one too, naming its flags" 1 "lower --batch-size or --max-new-tokens" \
   "$BIN/grpo-rollout" --model "$T" --run "file://$WORK/run" --dataset "$WORK/d.jsonl" --max-memory 2M
+printf '{"prompt": "1+1=", "completion": "2"}\n{"prompt": "2+2=", "completion": "4"}\n' >"$WORK/sft.jsonl"
+expect_fail_last "grpo-train --sft --full refuses a plan over --max-memory (grads and moments of every weight)" 1 \
+  "memory plan needs .* but --max-memory is 1.0 MiB" "$BIN/grpo-train" --sft "$WORK/sft.jsonl" --model "$T" --full \
+  --out "$WORK/full" --steps 1 --max-memory 1M
+check "...and writes nothing" test ! -e "$WORK/full"
 expect_fail "a bad --max-memory on grpo-rollout" 2 "--max-memory: '12parsecs' is not a memory size" \
   "$BIN/grpo-rollout" --model "$T" --run "file://$WORK/run" --dataset "$WORK/d.jsonl" --max-memory 12parsecs
 finish
