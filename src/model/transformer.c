@@ -73,10 +73,9 @@ struct Transformer {
     float *cos_t, *sin_t, *inv_freq;
     // backward scratch
     float *dres, *dtmp, *dq, *dk, *dv, *datt, *dgate, *dup, *dact, *dla, *dhsel, *dxn;
-    // last forward
-    const int *tokens, *pos, *cu;
+    // last forward (its tokens, positions and offsets are the d_ arrays)
     KvCache *kv;                  // set during transformer_extend only
-    int *tokens_copy, *pos_copy, *cu_copy;  // host
+    int *h_pos;                   // (T) host: positions of one extend call's new tokens
     int T, nseq, Tsel;
     float temperature;
     bool have_forward;
@@ -181,9 +180,7 @@ int transformer_init(Transformer **out, const ModelWeights *w, const Transformer
     tf->nacts = (plan->recompute || !plan->backward) ? 1 : c->num_hidden_layers;
     tf->acts = calloc((size_t)tf->nacts, sizeof *tf->acts);
     tf->resid = calloc((size_t)c->num_hidden_layers + 1, sizeof *tf->resid);
-    tf->tokens_copy = malloc((size_t)plan->max_tokens * sizeof(int));
-    tf->pos_copy = malloc((size_t)plan->max_tokens * sizeof(int));
-    tf->cu_copy = malloc(((size_t)plan->max_tokens + 1) * sizeof(int));
+    tf->h_pos = malloc((size_t)plan->max_tokens * sizeof(int));
     tf->sel = malloc((size_t)plan->max_tokens * sizeof(int));
     tf->tsel = malloc((size_t)plan->max_tokens * sizeof(int));
     tf->rows = malloc((size_t)plan->max_tokens * sizeof(int));
@@ -194,7 +191,7 @@ int transformer_init(Transformer **out, const ModelWeights *w, const Transformer
     tf->block_floats = dry.used;
     PailErr aerr = {0};
     tf->block = tf->be->ops->alloc(tf->be, dry.used * sizeof(float), &aerr);
-    if (!tf->acts || !tf->resid || !tf->tokens_copy || !tf->pos_copy || !tf->cu_copy || !tf->sel || !tf->tsel ||
+    if (!tf->acts || !tf->resid || !tf->h_pos || !tf->sel || !tf->tsel ||
         !tf->rows || !tf->h_lp || !tf->h_ent || !tf->block) {
         size_t mb = dry.used * sizeof(float) >> 20;
         transformer_free(tf);
@@ -258,9 +255,7 @@ void transformer_free(Transformer *tf) {
     free(tf->h_ent);
     free(tf->acts);
     free(tf->resid);
-    free(tf->tokens_copy);
-    free(tf->pos_copy);
-    free(tf->cu_copy);
+    free(tf->h_pos);
     free(tf->sel);
     free(tf->tsel);
     free(tf);
@@ -413,12 +408,6 @@ int transformer_forward(Transformer *tf, float *logp, float *entropy, const int 
                            tf->plan.max_pos);
     int C = c->hidden_size, V = c->vocab_size;
     if (check_ids(tokens, T, V, "transformer: embedding: token", err) < 0) return -1;
-    memcpy(tf->tokens_copy, tokens, (size_t)T * sizeof(int));
-    memcpy(tf->pos_copy, pos, (size_t)T * sizeof(int));
-    memcpy(tf->cu_copy, cu_seqlens, ((size_t)nseq + 1) * sizeof(int));
-    tf->tokens = tf->tokens_copy;
-    tf->pos = tf->pos_copy;
-    tf->cu = tf->cu_copy;
     tf->T = T;
     tf->nseq = nseq;
     tf->temperature = temperature;
@@ -670,17 +659,14 @@ int transformer_extend(Transformer *tf, KvCache *kv, float *logits, const int *n
     int n = 0;
     for (int s = 0; s < kv->n_slots; s++) {
         for (int t = kv->cu_new[s]; t < kv->cu_new[s + 1]; t++) {
-            tf->pos_copy[t] = kv->len[s] + t - kv->cu_new[s];
-            tf->rows[t] = s * kv->max_ctx + tf->pos_copy[t];
+            tf->h_pos[t] = kv->len[s] + t - kv->cu_new[s];
+            tf->rows[t] = s * kv->max_ctx + tf->h_pos[t];
         }
         if (n_new[s]) tf->sel[n++] = kv->cu_new[s + 1] - 1;  // the last new row of each participating slot
     }
-    memcpy(tf->tokens_copy, tokens, (size_t)T * sizeof(int));
-    tf->tokens = tf->tokens_copy;
-    tf->pos = tf->pos_copy;
     tf->T = T;
     OP(to_device, tf->d_tokens, tokens, (size_t)T * sizeof(int));
-    OP(to_device, tf->d_pos, tf->pos_copy, (size_t)T * sizeof(int));
+    OP(to_device, tf->d_pos, tf->h_pos, (size_t)T * sizeof(int));
     OP(to_device, tf->d_rows, tf->rows, (size_t)T * sizeof(int));
     OP(to_device, tf->d_sel, tf->sel, (size_t)npart * sizeof(int));
     OP(to_device, kv->d_cu_new, kv->cu_new, ((size_t)kv->n_slots + 1) * sizeof(int));
