@@ -291,20 +291,18 @@ static int pair_state(Trainer *t, const TrainerState *s, long use, long av, Pail
     return 0;
 }
 
-// The step recorded in the newest published adapter (its metadata), so a run
-// resumed from an older state continues the step count after it.
-static int adapter_step(Trainer *t, long v, int64_t *step, PailErr *err) {
-    char key[128];
-    version_key(&SERIES_ADAPTERS, v, key, sizeof key);
+// Fetches adapters/v<v>, verifies it (sha256) and decodes it against the
+// model; *meta gets its metadata, the tensors are dropped. key (128 bytes)
+// gets its key.
+static int adapter_check(Trainer *t, long v, AdapterMeta *meta, char *key, PailErr *err) {
+    version_key(&SERIES_ADAPTERS, v, key, 128);
     Buf b = {0};
     LoraLayout l;
     float *p = NULL;
-    AdapterMeta meta;
     int rc = versioned_get(t->st, key, &b, err);
-    if (rc == 0) rc = lora_adapter_read(b.data, b.len, key, &t->w.cfg, &l, &p, &meta, err);
+    if (rc == 0) rc = lora_adapter_read(b.data, b.len, key, &t->w.cfg, &l, &p, meta, err);
     buf_free(&b);
-    if (rc < 0) return err_wrap(err, "resume");
-    *step = meta.step;
+    if (rc < 0) return -1;
     free(p);
     lora_layout_free(&l);
     return 0;
@@ -363,8 +361,11 @@ static int resume(Trainer *t, long sv, long av, PailErr *err) {
     state_free(&s);
     long newest = av > sv ? av : sv;
     if (use < newest) {  // an older state: the next version follows the newest one that exists
-        int64_t step = 0;
-        if (adapter_step(t, av, &step, err) < 0) return -1;
+        // the step recorded in the newest adapter: the step count goes on after it
+        AdapterMeta meta;
+        char akey[128];
+        if (adapter_check(t, av, &meta, akey, err) < 0) return err_wrap(err, "resume");
+        int64_t step = meta.step;
         log_warn("resumed from %s (step %lld) by --resume-from; versions v%08ld..v%08ld stay as published, the next "
                  "is v%08ld at step %lld", key, (long long)t->step, use + 1, newest, newest + 1,
                  (long long)(step > t->step ? step : t->step) + 1);
@@ -477,20 +478,9 @@ static int start(Trainer *t, PailErr *err) {
 // version (a new state, the step unchanged) and workers move on to it.
 static int check_newest_adapter(Trainer *t, PailErr *err) {
     char key[128];
-    version_key(&SERIES_ADAPTERS, t->version, key, sizeof key);
-    Buf b = {0};
     PailErr gerr = {0};
-    LoraLayout l;
-    float *p = NULL;
     AdapterMeta meta;
-    int rc = versioned_get(t->st, key, &b, &gerr);
-    if (rc == 0) rc = lora_adapter_read(b.data, b.len, key, &t->w.cfg, &l, &p, &meta, &gerr);
-    buf_free(&b);
-    if (rc == 0) {
-        free(p);
-        lora_layout_free(&l);
-        return 0;
-    }
+    if (adapter_check(t, t->version, &meta, key, &gerr) == 0) return 0;
     if (gerr.code == PAIL_ERR_NETWORK || gerr.code == PAIL_ERR_AUTH) return 0;  // not a verdict on the bytes
     log_warn("the newest adapter %s does not verify (%s): workers refuse it; publishing its weights again as "
              "v%08lld", key, gerr.msg, (long long)t->version + 1);
