@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "ctl/ctl.h"
+#include "grpo/trainer.h"
 #include "lora/lora.h"
 #include "model/memplan.h"
 #include "model/modelgen.h"
@@ -84,6 +85,10 @@ int ctl_plan(int argc, char **argv) {
     if (memplan_build(&p, &cfg, &spec, device, &err) < 0) {
         fprintf(stderr, "%s: %s\n", argv[0], err.msg);
         goto done;
+    }
+    if (spec.role == MEMPLAN_TRAIN) {  // the trainer's own block, sized as grpo-train sizes it
+        TrainerConfig tc = {.token_budget = (int)budget, .groups_per_step = gps, .group_size = (int)G};
+        memplan_set_own(&p, trainer_buffers_bytes(&tc, (int64_t)p.n_lora));
     }
     memplan_print(stdout, &p, shape ? shape : model);
     if (memplan_check(&p, limit, &err) < 0) {

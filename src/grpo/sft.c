@@ -184,10 +184,13 @@ static int sft_plan_check(const SftConfig *c, PailErr *err) {
     ModelConfig mc;
     if (model_config_load(&mc, c->model_dir, err) < 0) return -1;
     MemoryPlanSpec spec = {.role = MEMPLAN_TRAIN, .weights_dtype = "fp32", .lora_rank = c->full ? 0 : c->lora_rank,
-                           .lora_targets = c->lora_targets, .token_budget = c->token_budget, .full = c->full,
-                           .groups_per_step = (int)c->batch, .group_size = 1};
+                           .lora_targets = c->lora_targets, .token_budget = c->token_budget, .full = c->full};
     MemoryPlan mp;
     if (memplan_build(&mp, &mc, &spec, backend_cpu()->desc, err) < 0) return -1;
+    SftBufs b = {0};  // the step's block as sft_run sizes it (the examples' order, 8 bytes each, aside)
+    MemPlan dry = {0};
+    plan_step(&b, &dry, c->token_budget, 0, c->batch);
+    memplan_set_own(&mp, mp.lora + dry.used);
     memplan_print(stderr, &mp, "grpo-train --sft");
     return memplan_check(&mp, c->max_memory, err);
 }

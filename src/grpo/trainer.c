@@ -831,6 +831,13 @@ static void plan_buffers(Trainer *t, MemPlan *p) {
     t->mask = mem_plan_take(p, N);
 }
 
+size_t trainer_buffers_bytes(const TrainerConfig *c, int64_t n_params) {
+    Trainer t = {.cfg = c, .lay = {.n_params = n_params}};
+    MemPlan dry = {0};
+    plan_buffers(&t, &dry);
+    return dry.used;
+}
+
 // The memory plan from the config alone, printed and checked before the
 // weights or anything else is allocated.
 static int plan_check(Trainer *t, const TrainerConfig *c, PailErr *err) {
@@ -838,8 +845,7 @@ static int plan_check(Trainer *t, const TrainerConfig *c, PailErr *err) {
     if (model_config_load(&mc, c->model_dir, err) < 0) return -1;
     LoraConfig lc = {.rank = c->lora_rank, .alpha = c->lora_alpha, .rslora = c->rslora, .targets = c->lora_targets};
     if (lora_layout_build(&t->lay, &mc, &lc, err) < 0) return -1;
-    MemPlan dry = {0};
-    plan_buffers(t, &dry);  // the trainer's own block: adapter state and step arrays
+    size_t own = trainer_buffers_bytes(c, t->lay.n_params);  // the trainer's block: adapter state, step arrays
     Backend *be = c->backend ? c->backend : backend_cpu();
     MemoryPlanSpec spec = {.role = MEMPLAN_TRAIN, .weights_dtype = "fp32", .lora_rank = c->lora_rank,
                            .lora_targets = c->lora_targets, .token_budget = c->token_budget,
@@ -847,7 +853,7 @@ static int plan_check(Trainer *t, const TrainerConfig *c, PailErr *err) {
                            .group_size = c->group_size};
     MemoryPlan mp;
     if (memplan_build(&mp, &mc, &spec, be->desc, err) < 0) return -1;
-    memplan_set_own(&mp, dry.used);
+    memplan_set_own(&mp, own);
     memplan_print(stderr, &mp, "grpo-train");
     lora_layout_free(&t->lay);
     return memplan_check(&mp, c->max_memory, err);

@@ -49,3 +49,7 @@ typedef struct {
 // a replay runs out of shards. Publishes what it trained before returning.
 // 0, or -1 with err (PAIL_ERR_EXISTS: another trainer publishes this run).
 int trainer_run(const TrainerConfig *cfg, volatile sig_atomic_t *stop, PailErr *err);
+// Bytes of the trainer's own block for n_params LoRA parameters: params,
+// grads, both AdamW moments, the packed micro-batch and the step's arrays
+// (token_budget, groups_per_step, group_size of cfg). Allocates nothing.
+size_t trainer_buffers_bytes(const TrainerConfig *cfg, int64_t n_params);

@@ -27,17 +27,13 @@ int memplan_build(MemoryPlan *p, const ModelConfig *cfg, const MemoryPlanSpec *s
     size_t T = (size_t)(spec->token_budget > 0 ? spec->token_budget : 1), V = (size_t)cfg->vocab_size;
     TransformerPlan tp = {.max_tokens = (int)T, .lora_rank = spec->lora_rank};
     switch (spec->role) {
-    case MEMPLAN_TRAIN: {
-        // params, grads, m, v (fp32); full fine-tuning: grads and moments of every weight
+    case MEMPLAN_TRAIN:
+        // params, grads, m, v (fp32); full fine-tuning: grads and moments of every weight. The
+        // workspace (packed row, step arrays) is the tool's own block: it gives it (memplan_set_own)
         p->lora = 4 * p->n_lora * sizeof(float);
         if (spec->full) p->lora += 3 * p->n_weights * sizeof(float);
         tp.backward = true, tp.recompute = spec->recompute, tp.full = spec->full;
-        size_t N = (size_t)spec->groups_per_step * spec->group_size;
-        // packed row (tok, pos, tgt, cu, row map: ints; logp, entropy, ref, dlogp, 4 completion arrays: floats,
-        // off_c int64) and the step's items (Item 32 bytes x 2N, rewards/advantages/masks)
-        p->workspace = T * (5 * sizeof(int) + 8 * sizeof(float) + sizeof(int64_t)) + N * (2 * 32 + 3 * 4 + 3);
         break;
-    }
     case MEMPLAN_ROLLOUT:
         p->lora = p->n_lora * sizeof(float);
         p->kv_slots = spec->batch_size + 1;

@@ -24,8 +24,7 @@ typedef struct {
     int batch_size;             // rollout: sequences decoded together (KV slots = batch + 1)
     int max_ctx;                // rollout: prompt + completion tokens per slot
     int max_new_tokens;         // rollout: completion tokens stored per completion
-    int groups_per_step, group_size;  // train: completions per step (the step's item arrays);
-                                      // rollout: prompts per run (groups per shard, or eval rows) and G
+    int groups_per_step, group_size;  // rollout: prompts per run (groups per shard, or eval rows) and G
     int threads;                // rollout: sampler scratch per OpenMP thread (0: 1)
 } MemoryPlanSpec;
 

@@ -51,7 +51,7 @@ int main(int argc, char **argv) {
     if (model_config_load(&cfg, model, &err) < 0) die("config", &err);
     MemoryPlanSpec spec = {.role = train ? MEMPLAN_TRAIN : MEMPLAN_ROLLOUT, .weights_dtype = "fp32", .lora_rank = rank,
                         .lora_targets = (1u << LORA_NMOD) - 1, .token_budget = train ? budget : prompt > batch ? prompt : batch,
-                        .recompute = recompute, .groups_per_step = train ? 16 : 0, .group_size = 8, .batch_size = batch,
+                        .recompute = recompute, .batch_size = batch,
                         .max_ctx = ctx, .max_new_tokens = ctx - prompt};
     MemoryPlan plan;
     if (memplan_build(&plan, &cfg, &spec, "cpu", &err) < 0) die("plan", &err);
