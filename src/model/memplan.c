@@ -116,7 +116,7 @@ int memplan_check(const MemoryPlan *p, size_t limit, PailErr *err) {
                    human(p->total, t, sizeof t), p->device, flag ? "--max-memory is" : "only",
                    human(limit, l, sizeof l), human(p->weights, w, sizeof w), human(p->lora, lo, sizeof lo),
                    human(p->activations, ac, sizeof ac), human(p->kv_cache, kv, sizeof kv),
-                   flag ? hint : (hint[0] ? hint : ""));
+                   hint);
 }
 
 int memplan_parse_size(const char *s, size_t *out, PailErr *err) {
