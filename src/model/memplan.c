@@ -112,9 +112,9 @@ int memplan_check(const MemoryPlan *p, size_t limit, PailErr *err) {
                        : p->spec.role == MEMPLAN_ROLLOUT ? "lower --batch-size or --max-new-tokens"
                                                          : "lower --token-budget";
     return err_set(err, PAIL_ERR_NOMEM,
-                   "memory plan needs %s on %s but %s %s (weights %s, adapter %s, activations %s, KV cache %s): %s",
-                   human(p->total, t, sizeof t), p->device, flag ? "--max-memory is" : "only",
-                   human(limit, l, sizeof l), human(p->weights, w, sizeof w), human(p->lora, lo, sizeof lo),
+                   "memory plan needs %s on %s but %s%s%s (weights %s, adapter %s, activations %s, KV cache %s): %s",
+                   human(p->total, t, sizeof t), p->device, flag ? "--max-memory is " : "", human(limit, l, sizeof l),
+                   flag ? "" : " is available", human(p->weights, w, sizeof w), human(p->lora, lo, sizeof lo),
                    human(p->activations, ac, sizeof ac), human(p->kv_cache, kv, sizeof kv),
                    hint);
 }
