@@ -2,7 +2,8 @@
 // One op per file pair: kernels/<op>.c holds the plain-loop reference (<op>_*_ref,
 // for tests) and the fast CPU path; kernels/<op>.cu the CUDA twin (<op>_*_cuda,
 // built with `make CUDA=1`). Argument order everywhere: outputs, inputs, sizes,
-// options. Shapes use the legend of doc/kernels.md; all tensors are fp32, row-major.
+// options. Shapes use the legend of doc/kernels.md; tensors are fp32, row-major, but
+// for the frozen weights of the _dt functions (kernels/dtype.h).
 #pragma once
 #include <stddef.h>
 
@@ -10,12 +11,14 @@
 extern "C" {  // the CUDA twins are compiled as C++; core/err.h has no guard of its own
 #endif
 #include "core/err.h"
+#include "dtype.h"
 
 // Gradient convention: input gradients (dx, dgate, dq, ...) are written (=),
 // parameter gradients (dw, dW, dbias, dtable, dw_lm) are accumulated (+=), so a
 // step zeroes parameter grads once and never allocates. matmul's dx takes beta.
 // Fast paths parallelise with OpenMP over the calling thread's team size
-// (OMP_NUM_THREADS); none of them allocates.
+// (OMP_NUM_THREADS); none of them allocates (but for the per-thread conversion
+// panels of the _dt GEMMs, allocated once).
 
 // ---- matmul: out(T,N) = alpha * x(T,K) W(N,K)^T + beta * out + bias(N) ----
 // bias may be NULL; beta == 0 never reads out. Fast path: a hand-written
@@ -44,6 +47,26 @@ void matmul_backward(float *dx, float *dW, float *dbias, const float *dout, cons
 void matmul_backward_ref(float *dx, float *dW, float *dbias, const float *dout,
                          const float *x, const float *W, int T, int K, int N, float alpha,
                          float dx_beta);
+
+// ---- the same products with W in a storage dtype (kernels/dtype.h) ----
+// W (N,K) is f32, bf16 or f16 and is converted to fp32 exactly; x, out, bias,
+// the LoRA A and B and every gradient are fp32. With wdt == DT_F32 each is the
+// function above, bit for bit. Small T (the mat-vec) converts each W row in
+// registers as it streams it; larger T converts W a panel at a time into
+// per-thread scratch (allocated once per thread, at its first such call) and
+// runs the fp32 GEMM on it. dW (an fp32 gradient) does not read W.
+void matmul_forward_dt(float *out, const float *x, const void *W, DType wdt, const float *bias,
+                       int T, int K, int N, float alpha, float beta);
+void matmul_forward_lora_dt(float *out, float *la, const float *x, const void *W, DType wdt,
+                            const float *bias, const float *A, const float *B, int T, int K,
+                            int N, int R, float scale, float beta);
+void matmul_backward_dt(float *dx, float *dW, float *dbias, const float *dout, const float *x,
+                        const void *W, DType wdt, int T, int K, int N, float alpha,
+                        float dx_beta);
+// Which path a product of T rows over a wdt weight takes on this CPU, for the
+// benches and logs: "mat-vec bf16->f32 (avx512)", "sgemm on f32 panels (avx2
+// conversion)", ...
+const char *matmul_path_name(int T, DType wdt);
 
 // ---- rmsnorm: out(R,C) = x * rsqrt(mean(x^2) + eps) * w(C) over each of `rows` rows ----
 // rstd(rows) receives the per-row 1/rms for the backward (may be NULL). For the
@@ -157,12 +180,33 @@ void logprob_backward_expect(float *dhidden, const float *dlogp, const float *ex
                              const float *w_lm, const int *targets, int T, int C,
                              float temperature);
 
+// The head with w_lm (V,C) in a storage dtype (converted exactly); DT_F32 is
+// the functions above bit for bit. dw_lm (a full fine-tune's head gradient)
+// needs an fp32 head: pass NULL otherwise.
+int logprob_forward_dt(float *logp, float *entropy, float *lse, const float *hidden,
+                       const void *w_lm, DType wdt, const int *targets, int T, int C, int V,
+                       float temperature, float *ws, int vchunk, PailErr *err);
+void logprob_backward_dt(float *dhidden, float *dw_lm, const float *dlogp,
+                         const float *dentropy, const float *hidden, const void *w_lm,
+                         DType wdt, const int *targets, const float *lse, const float *entropy,
+                         int T, int C, int V, float temperature, float *ws, int vchunk);
+int logprob_forward_expect_dt(float *logp, float *entropy, float *lse, float *expect,
+                              const float *hidden, const void *w_lm, DType wdt,
+                              const int *targets, int T, int C, int V, float temperature,
+                              float *ws, size_t ws_floats, PailErr *err);
+void logprob_backward_expect_dt(float *dhidden, const float *dlogp, const float *expect,
+                                const void *w_lm, DType wdt, const int *targets, int T, int C,
+                                float temperature);
+
 // ---- embedding: out(T,C) = table(V,C)[tokens[t]] ----
 // Returns -1 when a token is outside [0, V).
 int embedding_forward(float *out, const float *table, const int *tokens, int T, int C, int V,
                       PailErr *err);
 int embedding_forward_ref(float *out, const float *table, const int *tokens, int T, int C,
                           int V, PailErr *err);
+// table (V,C) in a storage dtype; rows converted exactly.
+int embedding_forward_dt(float *out, const void *table, DType tdt, const int *tokens, int T, int C,
+                         int V, PailErr *err);
 // dtable(V,C) += scatter of dout(T,C) (tokens already checked by the forward).
 void embedding_backward(float *dtable, const float *dout, const int *tokens, int T, int C);
 void embedding_backward_ref(float *dtable, const float *dout, const int *tokens, int T, int C);
@@ -195,6 +239,16 @@ int matmul_forward_lora_cuda(float *out, float *la, const float *x, const float 
 int matmul_backward_cuda(float *dx, float *dW, float *dbias, const float *dout,
                          const float *x, const float *W, int T, int K, int N, float alpha,
                          float dx_beta, PailErr *err);
+// W / w_lm / table in a storage dtype (device memory), converted exactly.
+int matmul_forward_dt_cuda(float *out, const float *x, const void *W, DType wdt,
+                           const float *bias, int T, int K, int N, float alpha, float beta,
+                           PailErr *err);
+int matmul_forward_lora_dt_cuda(float *out, float *la, const float *x, const void *W, DType wdt,
+                                const float *bias, const float *A, const float *B, int T,
+                                int K, int N, int R, float scale, float beta, PailErr *err);
+int matmul_backward_dt_cuda(float *dx, float *dW, float *dbias, const float *dout,
+                            const float *x, const void *W, DType wdt, int T, int K, int N,
+                            float alpha, float dx_beta, PailErr *err);
 int rmsnorm_forward_cuda(float *out, float *rstd, const float *x, const float *w, int rows,
                          int C, float eps, PailErr *err);
 int rmsnorm_backward_cuda(float *dx, float *dw, const float *dout, const float *x,
@@ -234,6 +288,23 @@ int logprob_forward_expect_cuda(float *logp, float *entropy, float *lse, float *
 int logprob_backward_expect_cuda(float *dhidden, const float *dlogp, const float *expect,
                                  const float *w_lm, const int *targets, int T, int C,
                                  float temperature, PailErr *err);
+int logprob_forward_dt_cuda(float *logp, float *entropy, float *lse, const float *hidden,
+                            const void *w_lm, DType wdt, const int *targets, int T, int C,
+                            int V, float temperature, float *ws, int vchunk, PailErr *err);
+int logprob_backward_dt_cuda(float *dhidden, float *dw_lm, const float *dlogp,
+                             const float *dentropy, const float *hidden, const void *w_lm,
+                             DType wdt, const int *targets, const float *lse,
+                             const float *entropy, int T, int C, int V, float temperature,
+                             float *ws, int vchunk, PailErr *err);
+int logprob_forward_expect_dt_cuda(float *logp, float *entropy, float *lse, float *expect,
+                                   const float *hidden, const void *w_lm, DType wdt,
+                                   const int *targets, int T, int C, int V, float temperature,
+                                   float *ws, size_t ws_floats, PailErr *err);
+int logprob_backward_expect_dt_cuda(float *dhidden, const float *dlogp, const float *expect,
+                                    const void *w_lm, DType wdt, const int *targets, int T,
+                                    int C, float temperature, PailErr *err);
+int embedding_forward_dt_cuda(float *out, const void *table, DType tdt, const int *tokens,
+                              int T, int C, int V, PailErr *err);
 // Token ids must be checked on the host (out-of-range ones read as zero rows).
 int embedding_forward_cuda(float *out, const float *table, const int *tokens, int T, int C, int V,
                            PailErr *err);
