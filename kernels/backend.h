@@ -23,6 +23,7 @@
 extern "C" {  // the CUDA backend is compiled as C++; core/err.h has no guard of its own
 #endif
 #include "core/err.h"
+#include "dtype.h"
 
 typedef struct Backend Backend;
 
@@ -47,13 +48,15 @@ typedef struct {
     // the cache's owner: contiguous per slot today, a block table later)
     int (*scatter_rows)(Backend *b, float *dst, const float *src, const int *rows, int n, int C, PailErr *err);
     // ---- compute: the contracts of kernels/kernels.h ----
-    int (*matmul_forward)(Backend *b, float *out, const float *x, const float *W, const float *bias, int T, int K,
-                          int N, float alpha, float beta, PailErr *err);
-    int (*matmul_forward_lora)(Backend *b, float *out, float *la, const float *x, const float *W, const float *bias,
-                               const float *A, const float *B, int T, int K, int N, int R, float scale, float beta,
-                               PailErr *err);
+    // W (and w_lm, the embedding table) in its storage dtype wdt (kernels/dtype.h):
+    // the _dt contracts of kernels/kernels.h; LoRA A and B are DT_F32
+    int (*matmul_forward)(Backend *b, float *out, const float *x, const void *W, DType wdt, const float *bias, int T,
+                          int K, int N, float alpha, float beta, PailErr *err);
+    int (*matmul_forward_lora)(Backend *b, float *out, float *la, const float *x, const void *W, DType wdt,
+                               const float *bias, const float *A, const float *B, int T, int K, int N, int R,
+                               float scale, float beta, PailErr *err);
     int (*matmul_backward)(Backend *b, float *dx, float *dW, float *dbias, const float *dout, const float *x,
-                           const float *W, int T, int K, int N, float alpha, float dx_beta, PailErr *err);
+                           const void *W, DType wdt, int T, int K, int N, float alpha, float dx_beta, PailErr *err);
     int (*rmsnorm_forward)(Backend *b, float *out, float *rstd, const float *x, const float *w, int rows, int C,
                            float eps, PailErr *err);
     int (*rmsnorm_backward)(Backend *b, float *dx, float *dw, const float *dout, const float *x, const float *w,
@@ -76,21 +79,21 @@ typedef struct {
     // targets must be in [0, V): the driver checks them on the host (a device
     // cannot report which one is not)
     int (*logprob_forward)(Backend *b, float *logp, float *entropy, float *lse, const float *hidden,
-                           const float *w_lm, const int *targets, int T, int C, int V, float temperature, float *ws,
+                           const void *w_lm, DType wdt, const int *targets, int T, int C, int V, float temperature, float *ws,
                            int vchunk, PailErr *err);
     int (*logprob_backward)(Backend *b, float *dhidden, float *dw_lm, const float *dlogp, const float *dentropy,
-                            const float *hidden, const float *w_lm, const int *targets, const float *lse,
+                            const float *hidden, const void *w_lm, DType wdt, const int *targets, const float *lse,
                             const float *entropy, int T, int C, int V, float temperature, float *ws, int vchunk,
                             PailErr *err);
     int (*logprob_forward_expect)(Backend *b, float *logp, float *entropy, float *lse, float *expect,
-                                  const float *hidden, const float *w_lm, const int *targets, int T, int C, int V,
+                                  const float *hidden, const void *w_lm, DType wdt, const int *targets, int T, int C, int V,
                                   float temperature, float *ws, size_t ws_floats, PailErr *err);
     int (*logprob_backward_expect)(Backend *b, float *dhidden, const float *dlogp, const float *expect,
-                                   const float *w_lm, const int *targets, int T, int C, float temperature,
+                                   const void *w_lm, DType wdt, const int *targets, int T, int C, float temperature,
                                    PailErr *err);
     // tokens must be in [0, V) (checked on the host, as targets)
-    int (*embedding_forward)(Backend *b, float *out, const float *table, const int *tokens, int T, int C, int V,
-                             PailErr *err);
+    int (*embedding_forward)(Backend *b, float *out, const void *table, DType tdt, const int *tokens, int T, int C,
+                             int V, PailErr *err);
     int (*embedding_backward)(Backend *b, float *dtable, const float *dout, const int *tokens, int T, int C,
                               PailErr *err);
     // *sumsq: a host double (the CUDA backend waits for it)

@@ -49,23 +49,24 @@ static int cpu_scatter_rows(Backend *b, float *dst, const float *src, const int 
 
 #define UNUSED (void)b; (void)err
 
-static int cpu_matmul_forward(Backend *b, float *out, const float *x, const float *W, const float *bias, int T, int K,
-                              int N, float alpha, float beta, PailErr *err) {
+static int cpu_matmul_forward(Backend *b, float *out, const float *x, const void *W, DType wdt, const float *bias,
+                              int T, int K, int N, float alpha, float beta, PailErr *err) {
     UNUSED;
-    matmul_forward(out, x, W, bias, T, K, N, alpha, beta);
+    matmul_forward_dt(out, x, W, wdt, bias, T, K, N, alpha, beta);
     return 0;
 }
-static int cpu_matmul_forward_lora(Backend *b, float *out, float *la, const float *x, const float *W,
+static int cpu_matmul_forward_lora(Backend *b, float *out, float *la, const float *x, const void *W, DType wdt,
                                    const float *bias, const float *A, const float *B, int T, int K, int N, int R,
                                    float scale, float beta, PailErr *err) {
     UNUSED;
-    matmul_forward_lora(out, la, x, W, bias, A, B, T, K, N, R, scale, beta);
+    matmul_forward_lora_dt(out, la, x, W, wdt, bias, A, B, T, K, N, R, scale, beta);
     return 0;
 }
 static int cpu_matmul_backward(Backend *b, float *dx, float *dW, float *dbias, const float *dout, const float *x,
-                               const float *W, int T, int K, int N, float alpha, float dx_beta, PailErr *err) {
+                               const void *W, DType wdt, int T, int K, int N, float alpha, float dx_beta,
+                               PailErr *err) {
     UNUSED;
-    matmul_backward(dx, dW, dbias, dout, x, W, T, K, N, alpha, dx_beta);
+    matmul_backward_dt(dx, dW, dbias, dout, x, W, wdt, T, K, N, alpha, dx_beta);
     return 0;
 }
 static int cpu_rmsnorm_forward(Backend *b, float *out, float *rstd, const float *x, const float *w, int rows, int C,
@@ -124,38 +125,38 @@ static int cpu_swiglu_backward(Backend *b, float *dgate, float *dup, const float
     return 0;
 }
 static int cpu_logprob_forward(Backend *b, float *logp, float *entropy, float *lse, const float *hidden,
-                               const float *w_lm, const int *targets, int T, int C, int V, float temperature,
-                               float *ws, int vchunk, PailErr *err) {
+                               const void *w_lm, DType wdt, const int *targets, int T, int C, int V,
+                               float temperature, float *ws, int vchunk, PailErr *err) {
     (void)b;
-    return logprob_forward(logp, entropy, lse, hidden, w_lm, targets, T, C, V, temperature, ws, vchunk, err);
+    return logprob_forward_dt(logp, entropy, lse, hidden, w_lm, wdt, targets, T, C, V, temperature, ws, vchunk, err);
 }
 static int cpu_logprob_backward(Backend *b, float *dhidden, float *dw_lm, const float *dlogp, const float *dentropy,
-                                const float *hidden, const float *w_lm, const int *targets, const float *lse,
-                                const float *entropy, int T, int C, int V, float temperature, float *ws, int vchunk,
-                                PailErr *err) {
+                                const float *hidden, const void *w_lm, DType wdt, const int *targets,
+                                const float *lse, const float *entropy, int T, int C, int V, float temperature,
+                                float *ws, int vchunk, PailErr *err) {
     UNUSED;
-    logprob_backward(dhidden, dw_lm, dlogp, dentropy, hidden, w_lm, targets, lse, entropy, T, C, V, temperature, ws,
-                     vchunk);
+    logprob_backward_dt(dhidden, dw_lm, dlogp, dentropy, hidden, w_lm, wdt, targets, lse, entropy, T, C, V,
+                        temperature, ws, vchunk);
     return 0;
 }
 static int cpu_logprob_forward_expect(Backend *b, float *logp, float *entropy, float *lse, float *expect,
-                                      const float *hidden, const float *w_lm, const int *targets, int T, int C, int V,
-                                      float temperature, float *ws, size_t ws_floats, PailErr *err) {
+                                      const float *hidden, const void *w_lm, DType wdt, const int *targets, int T,
+                                      int C, int V, float temperature, float *ws, size_t ws_floats, PailErr *err) {
     (void)b;
-    return logprob_forward_expect(logp, entropy, lse, expect, hidden, w_lm, targets, T, C, V, temperature, ws,
+    return logprob_forward_expect_dt(logp, entropy, lse, expect, hidden, w_lm, wdt, targets, T, C, V, temperature, ws,
                                   ws_floats, err);
 }
 static int cpu_logprob_backward_expect(Backend *b, float *dhidden, const float *dlogp, const float *expect,
-                                       const float *w_lm, const int *targets, int T, int C, float temperature,
-                                       PailErr *err) {
+                                       const void *w_lm, DType wdt, const int *targets, int T, int C,
+                                       float temperature, PailErr *err) {
     UNUSED;
-    logprob_backward_expect(dhidden, dlogp, expect, w_lm, targets, T, C, temperature);
+    logprob_backward_expect_dt(dhidden, dlogp, expect, w_lm, wdt, targets, T, C, temperature);
     return 0;
 }
-static int cpu_embedding_forward(Backend *b, float *out, const float *table, const int *tokens, int T, int C, int V,
-                                 PailErr *err) {
+static int cpu_embedding_forward(Backend *b, float *out, const void *table, DType tdt, const int *tokens, int T,
+                                 int C, int V, PailErr *err) {
     (void)b;
-    return embedding_forward(out, table, tokens, T, C, V, err);
+    return embedding_forward_dt(out, table, tdt, tokens, T, C, V, err);
 }
 static int cpu_embedding_backward(Backend *b, float *dtable, const float *dout, const int *tokens, int T, int C,
                                   PailErr *err) {

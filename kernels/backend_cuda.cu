@@ -90,21 +90,23 @@ static int cu_scatter_rows(Backend *b, float *dst, const float *src, const int *
 #define B_ Backend *b
 #define NOB (void)b
 
-static int cu_matmul_forward(B_, float *out, const float *x, const float *W, const float *bias, int T, int K, int N,
-                             float alpha, float beta, PailErr *err) {
+static int cu_matmul_forward(B_, float *out, const float *x, const void *W, DType wdt, const float *bias, int T, int K,
+                             int N, float alpha, float beta, PailErr *err) {
     NOB;
-    return matmul_forward_cuda(out, x, W, bias, T, K, N, alpha, beta, err);
+    return matmul_forward_dt_cuda(out, x, W, wdt, bias, T, K, N, alpha, beta, err);
 }
-static int cu_matmul_forward_lora(B_, float *out, float *la, const float *x, const float *W, const float *bias,
+static int cu_matmul_forward_lora(B_, float *out, float *la, const float *x, const void *W, DType wdt,
+                                  const float *bias,
                                   const float *A, const float *Bm, int T, int K, int N, int R, float scale,
                                   float beta, PailErr *err) {
     NOB;
-    return matmul_forward_lora_cuda(out, la, x, W, bias, A, Bm, T, K, N, R, scale, beta, err);
+    return matmul_forward_lora_dt_cuda(out, la, x, W, wdt, bias, A, Bm, T, K, N, R, scale, beta, err);
 }
 static int cu_matmul_backward(B_, float *dx, float *dW, float *dbias, const float *dout, const float *x,
-                              const float *W, int T, int K, int N, float alpha, float dx_beta, PailErr *err) {
+                              const void *W, DType wdt, int T, int K, int N, float alpha, float dx_beta,
+                              PailErr *err) {
     NOB;
-    return matmul_backward_cuda(dx, dW, dbias, dout, x, W, T, K, N, alpha, dx_beta, err);
+    return matmul_backward_dt_cuda(dx, dW, dbias, dout, x, W, wdt, T, K, N, alpha, dx_beta, err);
 }
 static int cu_rmsnorm_forward(B_, float *out, float *rstd, const float *x, const float *w, int rows, int C,
                               float eps, PailErr *err) {
@@ -152,36 +154,37 @@ static int cu_swiglu_backward(B_, float *dgate, float *dup, const float *dout, c
     NOB;
     return swiglu_backward_cuda(dgate, dup, dout, gate, up, n, err);
 }
-static int cu_logprob_forward(B_, float *logp, float *entropy, float *lse, const float *hidden, const float *w_lm,
-                              const int *targets, int T, int C, int V, float temperature, float *ws, int vchunk,
-                              PailErr *err) {
+static int cu_logprob_forward(B_, float *logp, float *entropy, float *lse, const float *hidden, const void *w_lm,
+                              DType wdt, const int *targets, int T, int C, int V, float temperature, float *ws,
+                              int vchunk, PailErr *err) {
     NOB;
-    return logprob_forward_cuda(logp, entropy, lse, hidden, w_lm, targets, T, C, V, temperature, ws, vchunk, err);
+    return logprob_forward_dt_cuda(logp, entropy, lse, hidden, w_lm, wdt, targets, T, C, V, temperature, ws, vchunk,
+                                   err);
 }
 static int cu_logprob_backward(B_, float *dhidden, float *dw_lm, const float *dlogp, const float *dentropy,
-                               const float *hidden, const float *w_lm, const int *targets, const float *lse,
-                               const float *entropy, int T, int C, int V, float temperature, float *ws, int vchunk,
-                               PailErr *err) {
+                               const float *hidden, const void *w_lm, DType wdt, const int *targets,
+                               const float *lse, const float *entropy, int T, int C, int V, float temperature,
+                               float *ws, int vchunk, PailErr *err) {
     NOB;
-    return logprob_backward_cuda(dhidden, dw_lm, dlogp, dentropy, hidden, w_lm, targets, lse, entropy, T, C, V,
-                                 temperature, ws, vchunk, err);
+    return logprob_backward_dt_cuda(dhidden, dw_lm, dlogp, dentropy, hidden, w_lm, wdt, targets, lse, entropy, T, C,
+                                    V, temperature, ws, vchunk, err);
 }
 static int cu_logprob_forward_expect(B_, float *logp, float *entropy, float *lse, float *expect,
-                                     const float *hidden, const float *w_lm, const int *targets, int T, int C, int V,
-                                     float temperature, float *ws, size_t ws_floats, PailErr *err) {
+                                     const float *hidden, const void *w_lm, DType wdt, const int *targets, int T,
+                                     int C, int V, float temperature, float *ws, size_t ws_floats, PailErr *err) {
     NOB;
-    return logprob_forward_expect_cuda(logp, entropy, lse, expect, hidden, w_lm, targets, T, C, V, temperature, ws,
-                                       ws_floats, err);
+    return logprob_forward_expect_dt_cuda(logp, entropy, lse, expect, hidden, w_lm, wdt, targets, T, C, V,
+                                          temperature, ws, ws_floats, err);
 }
-static int cu_logprob_backward_expect(B_, float *dhidden, const float *dlogp, const float *expect, const float *w_lm,
-                                      const int *targets, int T, int C, float temperature, PailErr *err) {
+static int cu_logprob_backward_expect(B_, float *dhidden, const float *dlogp, const float *expect, const void *w_lm,
+                                      DType wdt, const int *targets, int T, int C, float temperature, PailErr *err) {
     NOB;
-    return logprob_backward_expect_cuda(dhidden, dlogp, expect, w_lm, targets, T, C, temperature, err);
+    return logprob_backward_expect_dt_cuda(dhidden, dlogp, expect, w_lm, wdt, targets, T, C, temperature, err);
 }
-static int cu_embedding_forward(B_, float *out, const float *table, const int *tokens, int T, int C, int V,
+static int cu_embedding_forward(B_, float *out, const void *table, DType tdt, const int *tokens, int T, int C, int V,
                                 PailErr *err) {
     NOB;
-    return embedding_forward_cuda(out, table, tokens, T, C, V, err);
+    return embedding_forward_dt_cuda(out, table, tdt, tokens, T, C, V, err);
 }
 static int cu_embedding_backward(B_, float *dtable, const float *dout, const int *tokens, int T, int C,
                                  PailErr *err) {

@@ -510,17 +510,18 @@ START_TEST(test_weights_tiny) {
         ck_assert(!!a.p.bq == (type == MODEL_QWEN2) && !!a.p.q_norm == (type == MODEL_QWEN3));
         ck_assert(a.p.bo == NULL && a.p.lm_head != a.p.embed_tokens);
         // The bf16 file holds the same draws rounded: loading it equals rounding the f32 load.
+        const float *am = model_weights_f32(&a), *bm = model_weights_f32(&b);
         for (size_t i = 0; i < a.num_params; i++)
-            ck_assert_msg(b.memory[i] == bf16_to_f32(f32_to_bf16(a.memory[i])), "param %zu", i);
+            ck_assert_msg(bm[i] == bf16_to_f32(f32_to_bf16(am[i])), "param %zu", i);
         // Draws look like N(0, 0.02) and norms like 1 + N(0, 0.02): with >= 8192 values the
         // sample sd is within 5% and the mean within 5 standard errors.
         double m, sd;
-        stats(a.p.wq, (size_t)cfg.num_hidden_layers * cfg.hidden_size * cfg.hidden_size, &m, &sd);
+        stats((const float *)a.p.wq, (size_t)cfg.num_hidden_layers * cfg.hidden_size * cfg.hidden_size, &m, &sd);
         ck_assert(fabs(sd - 0.02) < 0.001 && fabs(m) < 5 * 0.02 / sqrt(8192.0));
         stats(a.p.attn_norm, (size_t)cfg.num_hidden_layers * cfg.hidden_size, &m, &sd);
         ck_assert(fabs(m - 1.0) < 0.01 && sd > 0.01 && sd < 0.03);
         // Layers differ (each tensor has its own stream).
-        ck_assert(a.p.wq[0] != a.p.wq[(size_t)cfg.hidden_size * cfg.hidden_size]);
+        ck_assert(((float *)a.p.wq)[0] != ((float *)a.p.wq)[(size_t)cfg.hidden_size * cfg.hidden_size]);
         // base_sha256 = sha256 of `sha256sum model.safetensors` output (doc/models.md).
         char fh[65], line[256], want[65], p[600];
         snprintf(p, sizeof p, "%s/model.safetensors", d32);
@@ -569,7 +570,7 @@ START_TEST(test_weights_bench_shape) {
     size_t want = 2ull * 32000 * 512 + 8ull * (2 * 512 + 512 * 512 + 2 * 512 * 128 + 512 * 512 + 3 * 512 * 1408) + 512;
     ck_assert_uint_eq(w.num_params, want);
     double m, sd;
-    stats(w.p.w_down, (size_t)8 * 512 * 1408, &m, &sd);
+    stats((const float *)w.p.w_down, (size_t)8 * 512 * 1408, &m, &sd);
     ck_assert(fabs(sd - 0.02) < 0.0005);
     model_weights_free(&w);
     ModelConfig q;

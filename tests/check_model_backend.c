@@ -19,23 +19,40 @@
 
 // ---- a reference backend: host memory, the *_ref loops ----
 #define NOB (void)b; (void)err
-static int r_matmul_forward(Backend *b, float *out, const float *x, const float *W, const float *bias, int T, int K,
-                            int N, float alpha, float beta, PailErr *err) {
+// A weight in its storage dtype as fp32 (a converted copy the caller frees, or W itself).
+static float *f32_of(const void *W, DType dt, size_t n) {
+    if (dt == DT_F32) return (float *)W;
+    float *f = malloc(n * sizeof(float));
+    ck_assert(f != NULL);
+    dtype_to_f32(f, W, dt, n);
+    return f;
+}
+static void f32_done(float *f, const void *W) {
+    if ((const void *)f != W) free(f);
+}
+static int r_matmul_forward(Backend *b, float *out, const float *x, const void *Wd, DType wdt, const float *bias, int T,
+                            int K, int N, float alpha, float beta, PailErr *err) {
     NOB;
+    float *W = f32_of(Wd, wdt, (size_t)N * K);
     matmul_forward_ref(out, x, W, bias, T, K, N, alpha, beta);
+    f32_done(W, Wd);
     return 0;
 }
-static int r_matmul_forward_lora(Backend *b, float *out, float *la, const float *x, const float *W, const float *bias,
-                                 const float *A, const float *B, int T, int K, int N, int R, float scale, float beta,
-                                 PailErr *err) {
+static int r_matmul_forward_lora(Backend *b, float *out, float *la, const float *x, const void *Wd, DType wdt,
+                                 const float *bias, const float *A, const float *B, int T, int K, int N, int R,
+                                 float scale, float beta, PailErr *err) {
     NOB;
+    float *W = f32_of(Wd, wdt, (size_t)N * K);
     matmul_forward_lora_ref(out, la, x, W, bias, A, B, T, K, N, R, scale, beta);
+    f32_done(W, Wd);
     return 0;
 }
 static int r_matmul_backward(Backend *b, float *dx, float *dW, float *dbias, const float *dout, const float *x,
-                             const float *W, int T, int K, int N, float alpha, float dx_beta, PailErr *err) {
+                             const void *Wd, DType wdt, int T, int K, int N, float alpha, float dx_beta, PailErr *err) {
     NOB;
+    float *W = f32_of(Wd, wdt, (size_t)N * K);
     matmul_backward_ref(dx, dW, dbias, dout, x, W, T, K, N, alpha, dx_beta);
+    f32_done(W, Wd);
     return 0;
 }
 static int r_rmsnorm_forward(Backend *b, float *out, float *rstd, const float *x, const float *w, int rows, int C,
@@ -93,17 +110,23 @@ static int r_swiglu_backward(Backend *b, float *dg, float *du, const float *dout
     swiglu_backward_ref(dg, du, dout, g, u, n);
     return 0;
 }
-static int r_logprob_forward(Backend *b, float *logp, float *ent, float *lse, const float *h, const float *w,
-                             const int *tg, int T, int C, int V, float temp, float *ws, int vchunk, PailErr *err) {
+static int r_logprob_forward(Backend *b, float *logp, float *ent, float *lse, const float *h, const void *wd,
+                             DType wdt, const int *tg, int T, int C, int V, float temp, float *ws, int vchunk,
+                             PailErr *err) {
     (void)b; (void)ws; (void)vchunk;
-    return logprob_forward_ref(logp, ent, lse, h, w, tg, T, C, V, temp, err);
+    float *w = f32_of(wd, wdt, (size_t)V * C);
+    int rc = logprob_forward_ref(logp, ent, lse, h, w, tg, T, C, V, temp, err);
+    f32_done(w, wd);
+    return rc;
 }
 static int r_logprob_backward(Backend *b, float *dh, float *dw, const float *dlogp, const float *dent, const float *h,
-                              const float *w, const int *tg, const float *lse, const float *ent, int T, int C, int V,
-                              float temp, float *ws, int vchunk, PailErr *err) {
+                              const void *wd, DType wdt, const int *tg, const float *lse, const float *ent, int T,
+                              int C, int V, float temp, float *ws, int vchunk, PailErr *err) {
     NOB;
     (void)lse; (void)ent; (void)ws; (void)vchunk;
+    float *w = f32_of(wd, wdt, (size_t)V * C);
     logprob_backward_ref(dh, dw, dlogp, dent, h, w, tg, T, C, V, temp);
+    f32_done(w, wd);
     return 0;
 }
 // The expectation path has no plain-loop twin: the reference computes the same
@@ -111,23 +134,31 @@ static int r_logprob_backward(Backend *b, float *dh, float *dw, const float *dlo
 typedef struct { const float *h; const int *tg; int V; } ExpectCtx;
 static ExpectCtx ectx;
 static int r_logprob_forward_expect(Backend *b, float *logp, float *ent, float *lse, float *expect, const float *h,
-                                    const float *w, const int *tg, int T, int C, int V, float temp, float *ws,
-                                    size_t wsf, PailErr *err) {
+                                    const void *wd, DType wdt, const int *tg, int T, int C, int V, float temp,
+                                    float *ws, size_t wsf, PailErr *err) {
     (void)b; (void)expect; (void)ws; (void)wsf;
     ectx = (ExpectCtx){h, tg, V};
-    return logprob_forward_ref(logp, ent, lse, h, w, tg, T, C, V, temp, err);
+    float *w = f32_of(wd, wdt, (size_t)V * C);
+    int rc = logprob_forward_ref(logp, ent, lse, h, w, tg, T, C, V, temp, err);
+    f32_done(w, wd);
+    return rc;
 }
-static int r_logprob_backward_expect(Backend *b, float *dh, const float *dlogp, const float *expect, const float *w,
-                                     const int *tg, int T, int C, float temp, PailErr *err) {
+static int r_logprob_backward_expect(Backend *b, float *dh, const float *dlogp, const float *expect, const void *wd,
+                                     DType wdt, const int *tg, int T, int C, float temp, PailErr *err) {
     NOB;
     (void)expect; (void)tg;
+    float *w = f32_of(wd, wdt, (size_t)ectx.V * C);
     logprob_backward_ref(dh, NULL, dlogp, NULL, ectx.h, w, ectx.tg, T, C, ectx.V, temp);
+    f32_done(w, wd);
     return 0;
 }
-static int r_embedding_forward(Backend *b, float *out, const float *t, const int *tok, int T, int C, int V,
+static int r_embedding_forward(Backend *b, float *out, const void *td, DType tdt, const int *tok, int T, int C, int V,
                                PailErr *err) {
     (void)b;
-    return embedding_forward_ref(out, t, tok, T, C, V, err);
+    float *t = f32_of(td, tdt, (size_t)V * C);
+    int rc = embedding_forward_ref(out, t, tok, T, C, V, err);
+    f32_done(t, td);
+    return rc;
 }
 static int r_embedding_backward(Backend *b, float *dt, const float *dout, const int *tok, int T, int C,
                                 PailErr *err) {

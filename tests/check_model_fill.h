@@ -12,12 +12,13 @@ static inline void model_fill_random(ModelWeights *w, const ModelConfig *c, doub
     ck_assert_msg(model_weights_alloc(w, c, &err) == 0, "%s", err.msg);
     Rng r;
     rng_seed(&r, seed, stream);
-    for (size_t i = 0; i < w->num_params; i++) w->memory[i] = (float)(scale * rng_normal(&r));
+    float *m = model_weights_f32(w);
+    for (size_t i = 0; i < w->num_params; i++) m[i] = (float)(scale * rng_normal(&r));
     ModelParamId norms[] = {PARAM_ATTN_NORM, PARAM_MLP_NORM, PARAM_FINAL_NORM, PARAM_Q_NORM, PARAM_K_NORM};
     for (size_t k = 0; k < sizeof norms / sizeof norms[0]; k++) {
         if (!w->specs[norms[k]].present) continue;
         size_t n = w->specs[norms[k]].numel * (w->specs[norms[k]].per_layer ? (size_t)c->num_hidden_layers : 1);
-        float *p = w->memory + w->offsets[norms[k]];
+        float *p = m + w->offsets[norms[k]];
         for (size_t i = 0; i < n; i++) p[i] = 1.0f + 0.1f * (float)rng_normal(&r);
     }
 }

@@ -48,7 +48,8 @@ static void tiny_model(ModelWeights *w) {
     ck_assert_msg(model_weights_alloc(w, &c, &err) == 0, "%s", err.msg);
     Rng r;
     rng_seed(&r, 99, 0);
-    for (size_t i = 0; i < w->num_params; i++) w->memory[i] = (float)(0.2 * rng_normal(&r));
+    float *m = model_weights_f32(w);
+    for (size_t i = 0; i < w->num_params; i++) m[i] = (float)(0.2 * rng_normal(&r));
 }
 
 typedef struct {

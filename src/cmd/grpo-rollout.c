@@ -17,13 +17,13 @@ static void on_signal(int sig) { g_stop = (sig == SIGINT && g_stop) ? 2 : 1; }
 
 int main(int argc, char **argv) {
     log_init("grpo-rollout", LOG_INFO);
-    char *device = NULL, *max_memory = NULL, *config = NULL, *model = NULL, *run = NULL, *worker = NULL, *dataset = NULL, *answer_field = NULL,
+    char *device = NULL, *max_memory = NULL, *dtype = NULL, *config = NULL, *model = NULL, *run = NULL, *worker = NULL, *dataset = NULL, *answer_field = NULL,
          *marker = NULL, *regex = NULL, *cmd = NULL, *prompt_format = NULL, *eval_dataset = NULL,
          *max_ahead_s = NULL;
     long G, batch, max_new, max_prompt, top_k, seed, max_shards, gps, windex, nworkers, length_target,
         eval_every, eval_samples;
     double temperature, top_p, reward_timeout, wait_timeout;
-    bool chat, eval;
+    bool chat, eval, strict_dtype;
     StoreCliFlags sf = {0};
     FlagList rewards = {0}, stops = {0};
     Flag fl[] = {
@@ -61,6 +61,9 @@ int main(int argc, char **argv) {
         {"eval-every", FLAG_INT, &eval_every, "1", 1, 1000000, "evaluate every N versions (and v0)"},
         {"eval-samples", FLAG_INT, &eval_samples, "1", 1, 1024, "1: greedy; k: pass@k with the sampling settings"},
         DEVICE_CLI_FLAG(&device),
+        DTYPE_CLI_FLAG(&dtype),
+        {"strict-dtype", FLAG_BOOL, &strict_dtype, "false", 1, 0,
+         "refuse a run whose trainer computes in another dtype than --dtype gives this worker (default: warn)"},
         MAX_MEMORY_CLI_FLAG(&max_memory),
         STORE_CLI_FLAGS(&sf),
     };
@@ -95,7 +98,9 @@ int main(int argc, char **argv) {
     }
     Backend *be;
     size_t max_mem;
-    if ((rc = max_memory_cli("grpo-rollout", max_memory, &max_mem)) != 0 ||
+    int want_dtype;
+    if ((rc = dtype_cli("grpo-rollout", dtype, &want_dtype)) != 0 ||
+        (rc = max_memory_cli("grpo-rollout", max_memory, &max_mem)) != 0 ||
         (rc = device_open_cli("grpo-rollout", device, false, &be)) != 0) {
         flags_free(fl, n);
         return rc;
@@ -112,7 +117,7 @@ int main(int argc, char **argv) {
         .max_ahead = max_ahead, .worker_index = windex, .num_workers = nworkers, .chat = chat,
         .stop_strings = (const char *const *)stops.items, .n_stop_strings = stops.n, .wait_timeout = wait_timeout,
         .eval = eval, .eval_dataset = eval_dataset, .eval_every = eval_every, .eval_samples = eval_samples,
-        .backend = be, .max_memory = max_mem};
+        .backend = be, .max_memory = max_mem, .weights_dtype = want_dtype, .strict_dtype = strict_dtype};
     fprintf(stderr, "grpo-rollout: effective configuration\n");
     flags_print(stderr, fl, n);
     struct sigaction sa = {.sa_handler = on_signal};

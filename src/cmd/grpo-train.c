@@ -52,7 +52,7 @@ int main(int argc, char **argv) {
     char *config = NULL, *model = NULL, *run = NULL, *replay = NULL, *sft = NULL, *init_adapter = NULL,
          *targets = NULL, *scale = NULL, *ratio = NULL, *loss = NULL, *schedule = NULL, *dump_grads = NULL,
          *metrics = NULL, *out = NULL, *prompt_format = NULL, *run_id = NULL, *task = NULL, *device = NULL,
-         *max_memory = NULL;
+         *max_memory = NULL, *dtype = NULL;
     long rank, steps, gps, G, stale, budget, publish_every, keep, warmup, seed, resume_from;
     double alpha, lr, eps_low, eps_high, tis, beta, b1, b2, aeps, wd, clip, min_lr, rollout_timeout;
     bool resume, full, rslora, recompute, chat;
@@ -117,6 +117,7 @@ int main(int argc, char **argv) {
         {"run-id", FLAG_STRING, &run_id, NULL, 1, 0, "run id for a new run (default: derived)"},
         {"task", FLAG_STRING, &task, NULL, 1, 0, "task description recorded in run.json"},
         DEVICE_CLI_FLAG(&device),
+        DTYPE_CLI_FLAG(&dtype),
         MAX_MEMORY_CLI_FLAG(&max_memory),
         STORE_CLI_FLAGS(&sf),
     };
@@ -157,6 +158,11 @@ int main(int argc, char **argv) {
     if (full && !sft) { fprintf(stderr, "grpo-train: --full needs --sft (GRPO trains a LoRA adapter)\n"); usage = 1; }
     if (sft && !out) { fprintf(stderr, "grpo-train: --sft needs --out (adapter file, or folder with --full)\n"); usage = 1; }
     if (sft && !model) { fprintf(stderr, "grpo-train: --sft needs --model\n"); usage = 1; }
+    if (dtype_cli("grpo-train", dtype, &c.weights_dtype) != 0) usage = 1;
+    else if (full && c.weights_dtype != MODEL_DTYPE_AUTO && c.weights_dtype != DT_F32) {
+        fprintf(stderr, "grpo-train: --full trains fp32 master weights: --dtype must be auto or f32\n");
+        usage = 1;
+    }
     c.keep_versions = keep;
     if (usage) {
         flags_free(fl, n);
@@ -193,7 +199,8 @@ int main(int argc, char **argv) {
                        .max_grad_norm = clip, .min_lr_ratio = min_lr, .schedule = c.schedule,
                        .warmup_steps = warmup, .steps = steps, .batch = gps, .seed = seed, .token_budget = (int)budget,
                        .metrics_path = c.metrics_path, .log_every = (int)log_every, .valid_path = valid,
-                       .valid_every = (int)valid_every, .stop_accuracy = stop_accuracy, .max_memory = c.max_memory};
+                       .valid_every = (int)valid_every, .stop_accuracy = stop_accuracy, .max_memory = c.max_memory,
+                       .weights_dtype = c.weights_dtype};
         rc = sft_run(&s, &g_stop, &err);
     } else {
         rc = trainer_run(&c, &g_stop, &err);

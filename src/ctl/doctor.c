@@ -158,7 +158,7 @@ int ctl_doctor(int argc, char **argv) {
     if (model) {
         ModelWeights w;
         PailErr werr = {0};
-        if (model_weights_load(&w, model, &werr) < 0) {
+        if (model_weights_load_as(&w, model, MODEL_DTYPE_AUTO, &werr) < 0) {  // as stored: the least memory
             line(&t, 2, "model %s: %s", model, werr.msg);
         } else {
             const char *base = man ? json_string_value(json_object_get(man, "base_sha256")) : NULL;

@@ -13,7 +13,7 @@ int ctl_eval(int argc, char **argv) {
     double temperature;
     bool chat;
     FlagList rewards = {0};
-    char *device = NULL, *max_memory = NULL;
+    char *device = NULL, *max_memory = NULL, *dtype = NULL;
     Flag fl[] = {
         {"model", FLAG_STRING, &model, NULL, 1, 0, "Hugging Face model folder"},
         {"adapter", FLAG_STRING, &adapter, NULL, 1, 0, "pail adapter file (.h5); none: the base model"},
@@ -31,6 +31,7 @@ int ctl_eval(int argc, char **argv) {
         {"seed", FLAG_INT, &seed, "0", 0, 9007199254740991L, "sampling seed for pass@k"},
         {"out", FLAG_STRING, &out, NULL, 1, 0, "also write the JSON result to this file"},
         DEVICE_CLI_FLAG(&device),
+        DTYPE_CLI_FLAG(&dtype),
         MAX_MEMORY_CLI_FLAG(&max_memory),
     };
     int n = sizeof fl / sizeof fl[0], rc;
@@ -45,7 +46,9 @@ int ctl_eval(int argc, char **argv) {
     }
     Backend *be;
     size_t max_mem;
-    if ((rc = max_memory_cli("grpo-ctl eval", max_memory, &max_mem)) != 0 ||
+    int want;
+    if ((rc = dtype_cli("grpo-ctl eval", dtype, &want)) != 0 ||
+        (rc = max_memory_cli("grpo-ctl eval", max_memory, &max_mem)) != 0 ||
         (rc = device_open_cli("grpo-ctl eval", device, false, &be)) != 0)
         goto done;
     RolloutConfig c = {.model_dir = model, .eval = true, .eval_dataset = dataset, .eval_samples = samples,
@@ -55,7 +58,7 @@ int ctl_eval(int argc, char **argv) {
                        .sampler = {.temperature = temperature, .top_p = 1, .top_k = 0},
                        .rewards = {.specs = (const char *const *)rewards.items, .nspecs = rewards.n,
                                    .answer_marker = marker, .format_regex = regex},
-                       .backend = be, .max_memory = max_mem};
+                       .backend = be, .max_memory = max_mem, .weights_dtype = want};
     PailErr err = {0};
     rc = rollout_run(&c, NULL, &err) < 0 ? 1 : 0;
     if (rc) fprintf(stderr, "%s: %s\n", argv[0], err.msg);

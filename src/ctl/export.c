@@ -19,7 +19,7 @@ int ctl_export(int argc, char **argv) {
         {"merge", FLAG_BOOL, &merge, "false", 1, 0, "write the base model with the adapter merged (needs --model)"},
         {"model", FLAG_STRING, &model, NULL, 1, 0, "the base model folder (checks base_sha256; needed by --merge)"},
         {"base-model", FLAG_STRING, &base_name, NULL, 1, 0, "base_model_name_or_path for adapter_config.json (default: --model)"},
-        {"dtype", FLAG_STRING, &dtype, "f32", 1, 0, "--merge: f32 or bf16 weights"},
+        {"dtype", FLAG_STRING, &dtype, "f32", 1, 0, "--merge: the merged checkpoint's dtype: f32, bf16 or f16"},
     };
     ctl_store_flags(fl + 6, &sf);
     int n = CTL_STORE_NFLAGS + 6, rc;
@@ -29,8 +29,8 @@ int ctl_export(int argc, char **argv) {
                         fl, n, argc, argv, NULL, NULL)) >= 0)
         goto done;
     rc = 2;
-    if (!adapter || !out || (merge && !model) || (strcmp(dtype, "f32") && strcmp(dtype, "bf16"))) {
-        fprintf(stderr, "%s: need --adapter and --out (--merge needs --model; --dtype f32|bf16)\nusage: %s\n", argv[0], usage);
+    if (!adapter || !out || (merge && !model) || (strcmp(dtype, "f32") && strcmp(dtype, "bf16") && strcmp(dtype, "f16"))) {
+        fprintf(stderr, "%s: need --adapter and --out (--merge needs --model; --dtype f32|bf16|f16)\nusage: %s\n", argv[0], usage);
         goto done;
     }
     rc = 1;
@@ -54,10 +54,10 @@ int ctl_export(int argc, char **argv) {
         goto fail;
     }
     if (merge) {
-        lora_merge(w.memory, &w, &lay, p);
+        lora_merge(model_weights_f32(&w), &w, &lay, p);  // loaded as f32: merged in fp32, rounded once at save
         char tj[4200];
         snprintf(tj, sizeof tj, "%s/tokenizer.json", model);
-        ModelGenOptions o = {.dtype = strcmp(dtype, "bf16") ? ST_DTYPE_F32 : ST_DTYPE_BF16,
+        ModelGenOptions o = {.dtype = !strcmp(dtype, "bf16") ? ST_DTYPE_BF16 : !strcmp(dtype, "f16") ? ST_DTYPE_F16 : ST_DTYPE_F32,
                              .tokenizer_dir = access(tj, R_OK) == 0 ? model : NULL};  // tokenizer files when present
         if (model_weights_save(&w, out, &o, &err) < 0) goto fail;
         fprintf(stderr, "%s: wrote %s: %s with adapter v%08lld merged\n", argv[0], out, model, (long long)meta.version);

@@ -64,19 +64,20 @@ static int flush(Transformer *tf, Pending *p, double temperature, PailErr *err) 
 
 int ctl_logprobs(int argc, char **argv) {
     CtlStoreFlags sf = {0};
-    char *model = NULL, *adapter = NULL, *input = NULL, *device = NULL;
+    char *model = NULL, *adapter = NULL, *input = NULL, *device = NULL, *dtype = NULL;
     long budget;
     double temperature;
-    Flag fl[CTL_STORE_NFLAGS + 6] = {
+    Flag fl[CTL_STORE_NFLAGS + 7] = {
         {"model", FLAG_STRING, &model, NULL, 1, 0, "Hugging Face model folder"},
         {"adapter", FLAG_STRING, &adapter, NULL, 1, 0, "adapter: a pail .h5 file, a PEFT folder, or a store URL"},
         {"input", FLAG_STRING, &input, NULL, 1, 0, "JSON lines {\"ids\": [...]} (- for stdin)"},
         {"token-budget", FLAG_INT, &budget, "4096", 1, 1 << 20, "tokens per packed forward"},
         {"temperature", FLAG_DOUBLE, &temperature, "1", 1e-6, 1e6, "log-probs of logits / temperature"},
         DEVICE_CLI_FLAG(&device),
+        DTYPE_CLI_FLAG(&dtype),
     };
-    ctl_store_flags(fl + 6, &sf);
-    int n = CTL_STORE_NFLAGS + 6, rc;
+    ctl_store_flags(fl + 7, &sf);
+    int n = CTL_STORE_NFLAGS + 7, rc;
     const char *usage = "grpo-ctl logprobs --model DIR [--adapter FILE|URL] --input FILE.jsonl";
     if ((rc = ctl_parse(usage, "Prints {\"logprobs\": [...]} per input line: log p(ids[t] | ids[<t]), t >= 1.", fl,
                         n, argc, argv, NULL, NULL)) >= 0)
@@ -87,11 +88,14 @@ int ctl_logprobs(int argc, char **argv) {
         goto out;
     }
     Backend *be;
-    if ((rc = device_open_cli("grpo-ctl logprobs", device, false, &be)) != 0) goto out;
+    int want;
+    if ((rc = dtype_cli("grpo-ctl logprobs", dtype, &want)) != 0 ||
+        (rc = device_open_cli("grpo-ctl logprobs", device, false, &be)) != 0)
+        goto out;
     rc = 1;
     PailErr err = {0};
     ModelWeights w;
-    if (model_weights_load(&w, model, &err) < 0) {
+    if (model_weights_load_as(&w, model, want, &err) < 0) {
         fprintf(stderr, "%s: %s\n", argv[0], err.msg);
         goto out;
     }

@@ -36,7 +36,7 @@ int ctl_init_model(int argc, char **argv) {
         {"rope-scaling", FLAG_STRING, &rope_s, "none", 1, 0,
          "none, or llama3 (Llama 3.2's factor 32, low 1, high 4, original 8192)"},
         {"max-positions", FLAG_INT, &maxpos, "0", 0, 1 << 30, "max_position_embeddings (0: default)"},
-        {"dtype", FLAG_STRING, &dtype_s, "bf16", 1, 0, "f32 or bf16"},
+        {"dtype", FLAG_STRING, &dtype_s, "bf16", 1, 0, "the checkpoint's dtype: bf16, f16 or f32"},
         {"seed", FLAG_INT, &seed, "1234", 0, (double)(1L << 52), "random seed"},
         {"tokenizer", FLAG_STRING, &tok, NULL, 1, 0,
          "folder whose tokenizer.json and tokenizer_config.json are copied (bos/eos ids taken from it)"},
@@ -101,8 +101,9 @@ int ctl_init_model(int argc, char **argv) {
     }
     ModelGenOptions opt = {ST_DTYPE_BF16, (uint64_t)seed, tok};
     if (!strcmp(dtype_s, "f32")) opt.dtype = ST_DTYPE_F32;
+    else if (!strcmp(dtype_s, "f16")) opt.dtype = ST_DTYPE_F16;
     else if (strcmp(dtype_s, "bf16")) {
-        fprintf(stderr, "%s: --dtype '%s': use f32 or bf16\n", argv[0], dtype_s);
+        fprintf(stderr, "%s: --dtype '%s': use bf16, f16 or f32\n", argv[0], dtype_s);
         goto done;
     }
     PailErr err = {0};
@@ -137,7 +138,7 @@ int ctl_init_model(int argc, char **argv) {
     printf("wrote %s: %s C=%d L=%d H=%d Hkv=%d D=%d F=%d V=%d tied=%d %s, %zu parameters\n", out,
            model_type_name(cfg.type), cfg.hidden_size, cfg.num_hidden_layers, cfg.num_attention_heads,
            cfg.num_key_value_heads, cfg.head_dim, cfg.intermediate_size, cfg.vocab_size, cfg.tie_word_embeddings,
-           opt.dtype == ST_DTYPE_F32 ? "f32" : "bf16", model_config_param_count(&cfg));
+           opt.dtype == ST_DTYPE_F32 ? "f32" : opt.dtype == ST_DTYPE_F16 ? "f16" : "bf16", model_config_param_count(&cfg));
     rc = 0;
 done:
     free(pos);
@@ -170,7 +171,7 @@ int ctl_model_info(int argc, char **argv) {
         fprintf(stderr, "%s: %s\n", argv[0], err.msg);
         goto done;
     }
-    if (model_weights_load_set(&w, &c, &set, &err) < 0) {
+    if (model_weights_load_set(&w, &c, &set, DT_F32, &err) < 0) {  // --sums hashes fp32 values
         fprintf(stderr, "%s: %s\n", argv[0], err.msg);
         safetensors_set_close(&set);
         goto done;
@@ -191,7 +192,12 @@ int ctl_model_info(int argc, char **argv) {
            c.has_qkv_bias ? "true" : "false", c.has_o_bias ? "true" : "false", c.has_qk_norm ? "true" : "false");
     printf("bos_token_id: %d\neos_token_id:", c.bos_token_id);
     for (int i = 0; i < c.n_eos; i++) printf(" %d", c.eos_token_ids[i]);
-    printf("\ndtype: %s\nparameters: %zu\n", c.dtype[0] ? c.dtype : "(not given)", w.num_params);
+    DType stored[PARAM_COUNT];
+    char sdesc[32];
+    model_weights_choose_dtypes(&c, &set, MODEL_DTYPE_AUTO, stored);
+    model_dtypes_desc(&c, stored, sdesc, sizeof sdesc);
+    printf("\ndtype: %s\nstored: %s (the matrices; --dtype auto holds them so: %.1f MiB)\nparameters: %zu\n",
+           c.dtype[0] ? c.dtype : "(not given)", sdesc, model_weights_bytes(&c, stored) / 1048576.0, w.num_params);
     int ntensors = 0;
     for (int i = 0; i < set.nfiles; i++) {
         printf("file: %s %d tensors %zu bytes\n", set.file_names[i], set.files[i].n, set.files[i].len);

@@ -9,6 +9,7 @@
 #include "lora/lora.h"
 #include "model/memplan.h"
 #include "model/modelgen.h"
+#include "model/weights.h"
 
 int ctl_plan(int argc, char **argv) {
     char *model = NULL, *shape = NULL, *role = NULL, *dtype = NULL, *targets = NULL, *max_memory = NULL,
@@ -20,7 +21,9 @@ int ctl_plan(int argc, char **argv) {
         {"shape", FLAG_STRING, &shape, NULL, 1, 0, "or a shape of grpo-ctl init-model (tiny, bench, qwen2.5-0.5b, qwen2.5-7b)"},
         {"layers", FLAG_INT, &layers, "0", 0, 100000, "override the number of layers (0: the model's)"},
         {"role", FLAG_STRING, &role, "train", 1, 0, "train (grpo-train), rollout (grpo-rollout), or forward (grpo-ctl logprobs)"},
-        {"dtype", FLAG_STRING, &dtype, "fp32", 1, 0, "base weights held as fp32 (today) or bf16"},
+        {"dtype", FLAG_STRING, &dtype, "auto", 1, 0,
+         "base weights: auto (--model: as its safetensors store them; --shape: bf16, as checkpoints ship), "
+         "bf16, f16 or f32"},
         {"lora-rank", FLAG_INT, &rank, "16", 0, 64, "LoRA rank (0: no adapter)"},
         {"lora-targets", FLAG_STRING, &targets, "all", 1, 0, "LoRA target modules as grpo-train"},
         {"token-budget", FLAG_INT, &budget, "16384", 1, 1 << 24, "train/forward: tokens per packed micro-batch"},
@@ -50,10 +53,14 @@ int ctl_plan(int argc, char **argv) {
         fprintf(stderr, "%s: give --model DIR or --shape NAME\nusage: %s\n", argv[0], usage);
         goto done;
     }
-    if (strcmp(dtype, "fp32") && strcmp(dtype, "bf16")) {
-        fprintf(stderr, "%s: --dtype '%s': use fp32 or bf16\n", argv[0], dtype);
+    int want;
+    if (model_dtype_parse(dtype, &want) < 0) {
+        fprintf(stderr, "%s: --dtype '%s': use auto, bf16, f16 or f32\n", argv[0], dtype);
         goto done;
     }
+    char wdesc[32];
+    if (want != MODEL_DTYPE_AUTO) spec.weights_dtype = dtype;
+    else if (shape) spec.weights_dtype = "bf16";
     if (!strcmp(role, "train")) spec.role = MEMPLAN_TRAIN;
     else if (!strcmp(role, "rollout")) spec.role = MEMPLAN_ROLLOUT;
     else if (!strcmp(role, "forward")) spec.role = MEMPLAN_FORWARD;
@@ -80,7 +87,21 @@ int ctl_plan(int argc, char **argv) {
         fprintf(stderr, "%s: %s\n", argv[0], err.msg);
         goto done;
     }
+    DType dts[PARAM_COUNT];
+    bool probed = false;
+    if (model && want == MODEL_DTYPE_AUTO) {
+        // as its safetensors store them; a folder with config.json alone: its torch_dtype
+        PailErr perr = {0};
+        probed = model_weights_probe(model, want, dts, NULL, &perr) == 0;
+        if (!probed)
+            spec.weights_dtype = !strcmp(cfg.dtype, "bfloat16") ? "bf16" : !strcmp(cfg.dtype, "float16") ? "f16" : "f32";
+    }
     if (layers) cfg.num_hidden_layers = (int)layers;
+    if (probed) {
+        model_dtypes_desc(&cfg, dts, wdesc, sizeof wdesc);
+        spec.weights_dtype = wdesc;
+        spec.weights_bytes = model_weights_bytes(&cfg, dts);
+    }
     MemoryPlan p;
     if (memplan_build(&p, &cfg, &spec, device, &err) < 0) {
         fprintf(stderr, "%s: %s\n", argv[0], err.msg);

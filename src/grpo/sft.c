@@ -17,6 +17,7 @@
 #include "kernels.h"
 #include "lora/lora.h"
 #include "model/memplan.h"
+#include "model/device.h"
 #include "model/modelgen.h"
 #include "model/transformer.h"
 #include "rollout/generate.h"
@@ -179,11 +180,18 @@ static int validate(Generator *gen, const Example *ex, int n, double *acc, PailE
     return rc;
 }
 
+// --full trains fp32 master weights in place; a LoRA warm-up holds the base as --dtype says.
+static int sft_dtype(const SftConfig *c) { return c->full ? (int)DT_F32 : c->weights_dtype; }
+
 // The memory plan from the config alone, printed and checked before the weights are loaded.
 static int sft_plan_check(const SftConfig *c, PailErr *err) {
     ModelConfig mc;
     if (model_config_load(&mc, c->model_dir, err) < 0) return -1;
-    MemoryPlanSpec spec = {.role = MEMPLAN_TRAIN, .weights_dtype = "fp32", .lora_rank = c->full ? 0 : c->lora_rank,
+    char wdesc[32];
+    size_t wbytes = 0;
+    if (dtype_plan(c->model_dir, sft_dtype(c), wdesc, &wbytes, err) < 0) return -1;
+    MemoryPlanSpec spec = {.role = MEMPLAN_TRAIN, .weights_dtype = wdesc, .weights_bytes = wbytes,
+                           .lora_rank = c->full ? 0 : c->lora_rank,
                            .lora_targets = c->lora_targets, .token_budget = c->token_budget, .full = c->full};
     MemoryPlan mp;
     if (memplan_build(&mp, &mc, &spec, backend_cpu()->desc, err) < 0) return -1;
@@ -198,7 +206,7 @@ static int sft_plan_check(const SftConfig *c, PailErr *err) {
 int sft_run(const SftConfig *c, volatile sig_atomic_t *stop, PailErr *err) {
     ModelWeights w;
     if (sft_plan_check(c, err) < 0) return -1;
-    if (model_weights_load(&w, c->model_dir, err) < 0) return -1;
+    if (model_weights_load_as(&w, c->model_dir, sft_dtype(c), err) < 0) return -1;
     char path[4200];
     snprintf(path, sizeof path, "%s/tokenizer.json", c->model_dir);
     Tokenizer *tok = NULL;
@@ -232,7 +240,7 @@ int sft_run(const SftConfig *c, volatile sig_atomic_t *stop, PailErr *err) {
     size_t n;
     if (c->full) {
         n = w.num_params;
-        params = w.memory;  // trained in place
+        params = model_weights_f32(&w);  // trained in place (loaded as f32)
     } else {
         LoraConfig lc = {.rank = c->lora_rank, .alpha = c->lora_alpha, .rslora = c->rslora, .targets = c->lora_targets};
         if (lora_layout_build(&lay, &w.cfg, &lc, err) < 0) goto out;

@@ -28,6 +28,7 @@ typedef struct {
     int valid_every;
     double stop_accuracy;      // > 0: stop once the validation accuracy reaches it
     size_t max_memory;         // refuse a memory plan above this many bytes (0: the host's available memory)
+    int weights_dtype;         // --dtype (MODEL_DTYPE_AUTO or a DType; 0: DT_F32); --full always holds f32
 } SftConfig;
 
 int sft_run(const SftConfig *cfg, volatile sig_atomic_t *stop, PailErr *err);

@@ -25,6 +25,7 @@
 #include "kernels.h"
 #include "lora/peft.h"
 #include "model/memplan.h"
+#include "model/device.h"
 #include "model/transformer.h"
 #include "shard/h5file.h"
 #include "store/retention.h"
@@ -411,6 +412,11 @@ static int start(Trainer *t, PailErr *err) {
     if (c->effective) json_object_set(man, "trainer", c->effective);
     json_object_set_new(man, "format", json_string("pail.run"));
     json_object_set_new(man, "group_size", json_integer(c->group_size));
+    // What the trainer computes its log-probs with: workers compare theirs (a
+    // bf16 worker's behaviour log-probs differ from an f32 trainer's by the rounding).
+    char dtd[32];
+    model_weights_dtype_desc(&t->w, dtd, sizeof dtd);
+    json_object_set_new(man, "compute_dtype", json_string(dtd));
     char rid[128];
     if (c->run_id) snprintf(rid, sizeof rid, "%s", c->run_id);
     else {
@@ -427,6 +433,10 @@ static int start(Trainer *t, PailErr *err) {
     json_decref(man);
     if (rc < 0) return -1;
     const char *erid = existing ? json_string_value(json_object_get(existing, "run_id")) : NULL;
+    const char *edt = existing ? json_string_value(json_object_get(existing, "compute_dtype")) : NULL;
+    if (edt && strcmp(edt, dtd))
+        log_warn("run.json: the run was created computing in %s; this trainer holds its weights as %s (--dtype %s): "
+                 "log-probs differ by the rounding", edt, dtd, c->weights_dtype == MODEL_DTYPE_AUTO ? "auto" : dtype_name(c->weights_dtype));
     snprintf(t->run_id, sizeof t->run_id, "%s", erid ? erid : rid);
     if (existing) json_decref(existing);
 
@@ -847,7 +857,11 @@ static int plan_check(Trainer *t, const TrainerConfig *c, PailErr *err) {
     if (lora_layout_build(&t->lay, &mc, &lc, err) < 0) return -1;
     size_t own = trainer_buffers_bytes(c, t->lay.n_params);  // the trainer's block: adapter state, step arrays
     Backend *be = c->backend ? c->backend : backend_cpu();
-    MemoryPlanSpec spec = {.role = MEMPLAN_TRAIN, .weights_dtype = "fp32", .lora_rank = c->lora_rank,
+    char wdesc[32];
+    size_t wbytes = 0;
+    if (dtype_plan(c->model_dir, c->weights_dtype, wdesc, &wbytes, err) < 0) return -1;
+    MemoryPlanSpec spec = {.role = MEMPLAN_TRAIN, .weights_dtype = wdesc, .weights_bytes = wbytes,
+                           .lora_rank = c->lora_rank,
                            .lora_targets = c->lora_targets, .token_budget = c->token_budget,
                            .recompute = c->recompute, .groups_per_step = (int)c->groups_per_step,
                            .group_size = c->group_size};
@@ -863,7 +877,7 @@ static int setup(Trainer *t, const TrainerConfig *c, PailErr *err) {
     t->cfg = c;
     t->G = c->group_size;
     if (plan_check(t, c, err) < 0) return -1;
-    if (model_weights_load(&t->w, c->model_dir, err) < 0) return -1;
+    if (model_weights_load_as(&t->w, c->model_dir, c->weights_dtype, err) < 0) return -1;
     char tj[4200];
     snprintf(tj, sizeof tj, "%s/tokenizer.json", c->model_dir);
     if (access(tj, R_OK) == 0) {

@@ -42,6 +42,7 @@ typedef struct {
     json_t *effective;           // every flag's effective value, written into run.json (borrowed)
     Backend *backend;            // where the model computes (borrowed; NULL: the CPU)
     size_t max_memory;           // refuse a memory plan above this many bytes (0: the device's available memory)
+    int weights_dtype;           // --dtype: MODEL_DTYPE_AUTO or a DType the base matrices are held in (0: DT_F32)
 } TrainerConfig;
 
 // Runs until cfg->steps optimizer steps are done (counting those of a resumed

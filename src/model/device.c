@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include "core/log.h"
 #include "model/memplan.h"
+#include "model/weights.h"
 
 int max_memory_cli(const char *tool, const char *value, size_t *bytes) {
     PailErr err = {0};
@@ -12,6 +13,22 @@ int max_memory_cli(const char *tool, const char *value, size_t *bytes) {
         fprintf(stderr, "%s: --max-memory: %s\n", tool, err.msg);
         return 2;
     }
+    return 0;
+}
+
+int dtype_cli(const char *tool, const char *value, int *want) {
+    if (model_dtype_parse(value, want) < 0) {
+        fprintf(stderr, "%s: --dtype '%s': use auto, bf16, f16 or f32\n", tool, value ? value : "");
+        return 2;
+    }
+    return 0;
+}
+
+int dtype_plan(const char *dir, int want, char desc[32], size_t *bytes, PailErr *err) {
+    DType dt[PARAM_COUNT];
+    ModelConfig cfg;
+    if (model_config_load(&cfg, dir, err) < 0 || model_weights_probe(dir, want, dt, bytes, err) < 0) return -1;
+    model_dtypes_desc(&cfg, dt, desc, 32);
     return 0;
 }
 

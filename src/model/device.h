@@ -5,6 +5,7 @@
 #include <stdbool.h>
 #include "backend.h"
 #include "core/flags.h"
+#include "model/weights.h"
 
 #define DEVICE_CLI_FLAG(v)                                                                             \
     {"device", FLAG_STRING, (v), "cpu", 1, 0,                                                          \
@@ -13,6 +14,18 @@
     {"max-memory", FLAG_STRING, (v), NULL, 1, 0,                                                       \
      "refuse to start when the memory plan (printed at start) exceeds this, e.g. 20G (none: the "      \
      "device's available memory)"}
+
+#define DTYPE_CLI_FLAG(v)                                                                              \
+    {"dtype", FLAG_STRING, (v), "auto", 1, 0,                                                          \
+     "base weights: auto (each matrix as the checkpoint stores it), bf16, f16 or f32 (LoRA, gradients " \
+     "and optimiser state are always f32)"}
+
+// --dtype's value (model_dtype_parse: MODEL_DTYPE_AUTO or a DType); 2 after
+// printing a usage error.
+int dtype_cli(const char *tool, const char *value, int *want);
+// What a tool loading dir with want will hold, for its memory plan (spec's
+// weights_dtype and weights_bytes; desc holds 32 bytes). -1 with err.
+int dtype_plan(const char *dir, int want, char desc[32], size_t *bytes, PailErr *err);
 
 // Opens the backend a tool's --device names. cuda_ready: this tool computes on
 // CUDA in this build (else cuda is refused saying so, and auto means the CPU).

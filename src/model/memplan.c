@@ -14,9 +14,12 @@ int memplan_build(MemoryPlan *p, const ModelConfig *cfg, const MemoryPlanSpec *s
     memset(p, 0, sizeof *p);
     p->spec = *spec;
     snprintf(p->device, sizeof p->device, "%s", device ? device : "cpu");
-    size_t wbytes = spec->weights_dtype && !strcmp(spec->weights_dtype, "bf16") ? 2 : 4;
     p->n_weights = model_params_count(cfg);
-    p->weights = p->n_weights * wbytes;
+    DType dt = DT_F32;
+    if (spec->weights_dtype && dtype_parse(spec->weights_dtype, &dt) < 0) dt = DT_F32;  // a mix: bytes are given
+    DType dts[PARAM_COUNT];
+    model_dtypes_uniform(dt, dts);
+    p->weights = spec->weights_bytes ? spec->weights_bytes : model_weights_bytes(cfg, dts);
     if (spec->lora_rank > 0) {
         LoraLayout lay;
         LoraConfig lc = {.rank = spec->lora_rank, .alpha = 1, .targets = spec->lora_targets};
@@ -73,7 +76,7 @@ void memplan_print(FILE *f, const MemoryPlan *p, const char *tool) {
     const MemoryPlanSpec *s = &p->spec;
     fprintf(f, "%s: memory plan on %s\n", tool, p->device);
     fprintf(f, "  weights      %10s  %zu parameters, %s\n", human(p->weights, a, sizeof a), p->n_weights,
-            s->weights_dtype ? s->weights_dtype : "fp32");
+            s->weights_dtype ? s->weights_dtype : "f32");
     if (s->role == MEMPLAN_TRAIN)
         fprintf(f, "  LoRA + AdamW %10s  %zu parameters (rank %d): params, grads, m, v in fp32%s\n",
                 human(p->lora, a, sizeof a), p->n_lora, s->lora_rank, s->full ? "; full: grads, m, v of every weight" : "");

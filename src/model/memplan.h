@@ -15,7 +15,8 @@ typedef enum { MEMPLAN_TRAIN, MEMPLAN_ROLLOUT, MEMPLAN_FORWARD } MemoryPlanRole;
 
 typedef struct {
     MemoryPlanRole role;
-    const char *weights_dtype;  // "fp32" (how pail holds base weights today), "bf16" for a projection
+    const char *weights_dtype;  // how the matrices are held: "f32", "bf16", "f16" or a mix ("bf16+f32")
+    size_t weights_bytes;       // the block's bytes (model_weights_bytes); 0: from weights_dtype for every matrix
     int lora_rank;              // 0: no adapter
     unsigned lora_targets;      // LORA_* bit mask
     int token_budget;           // tokens of one packed forward (train: --token-budget)

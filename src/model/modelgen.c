@@ -126,42 +126,66 @@ int modelgen_write(const ModelConfig *cfg, const char *dir, const ModelGenOption
     return rc;
 }
 
+// dst(n) in dtype to = src(n) in dtype from (through fp32 in chunks; exact when widening).
+static void convert_any(void *dst, DType to, const void *src, DType from, size_t n) {
+    if (to == from) {
+        memcpy(dst, src, n * dtype_size(to));
+        return;
+    }
+    enum { CH = 4096 };
+    float buf[CH];
+    for (size_t i = 0; i < n; i += CH) {
+        size_t m = n - i < CH ? n - i : CH;
+        dtype_to_f32(buf, (const char *)src + i * dtype_size(from), from, m);
+        dtype_from_f32((char *)dst + i * dtype_size(to), buf, to, m);
+    }
+}
+
 int model_weights_save(const ModelWeights *wp, const char *dir, const ModelGenOptions *opt, PailErr *err) {
-    if (opt->dtype != ST_DTYPE_F32 && opt->dtype != ST_DTYPE_BF16)
-        return err_set(err, PAIL_ERR_INVALID, "modelgen: dtype %s is not F32 or BF16",
+    DType out_dt;
+    if (opt->dtype == ST_DTYPE_F32) out_dt = DT_F32;
+    else if (opt->dtype == ST_DTYPE_BF16) out_dt = DT_BF16;
+    else if (opt->dtype == ST_DTYPE_F16) out_dt = DT_F16;
+    else
+        return err_set(err, PAIL_ERR_INVALID, "modelgen: dtype %s is not F32, BF16 or F16",
                        safetensors_dtype_name(opt->dtype));
     const ModelConfig *cfg = &wp->cfg;
     if (fs_mkdirs(dir, err) < 0) return -1;
     int rc = -1;
-    uint16_t *half = NULL;
+    uint8_t *conv = NULL;
     SafeTensorsWriteItem *items = NULL;
     char(*names)[256] = NULL;
     Buf b = {0};
-    const void *base = wp->memory;
-    if (opt->dtype == ST_DTYPE_BF16) {
-        // Round the fp32 block once; the file then holds exactly these bf16 values.
-        if (!(half = malloc(wp->num_params * sizeof *half))) {
-            err_set(err, PAIL_ERR_NOMEM, "out of memory for %zu bf16 parameters", wp->num_params);
-            goto out;
-        }
-#pragma omp parallel for schedule(static)
-        for (size_t i = 0; i < wp->num_params; i++) half[i] = f32_to_bf16(wp->memory[i]);
-        base = half;
+    size_t esz = dtype_size(out_dt);
+    // Tensors stored in another dtype than the file's are converted (rounded
+    // once, to nearest even) into one block; the file then holds exactly these values.
+    size_t conv_elems = 0;
+    for (int id = 0; id < PARAM_COUNT; id++)
+        if (wp->specs[id].present && wp->dtype[id] != out_dt)
+            conv_elems += wp->specs[id].numel * (wp->specs[id].per_layer ? cfg->num_hidden_layers : 1);
+    if (conv_elems && !(conv = malloc(conv_elems * esz))) {
+        err_set(err, PAIL_ERR_NOMEM, "out of memory for %zu converted parameters", conv_elems);
+        goto out;
     }
-    size_t esz = safetensors_dtype_size(opt->dtype);
     int L = cfg->num_hidden_layers, cap = PARAM_COUNT * L, n = 0;
     items = calloc(cap, sizeof *items);
     names = calloc(cap, sizeof *names);
     if (!items || !names) { err_set(err, PAIL_ERR_NOMEM, "out of memory"); goto out; }
+    size_t used = 0;
     for (int id = 0; id < PARAM_COUNT; id++) {
         const ModelParamSpec *s = &wp->specs[id];
         if (!s->present) continue;
         for (int l = 0; l < (s->per_layer ? L : 1); l++) {
             model_param_name(s, l, names[n], sizeof names[n]);
-            size_t off = (size_t)(model_weights_tensor(wp, id, l) - wp->memory);
+            const void *src = model_weights_tensor(wp, id, l);
+            if (wp->dtype[id] != out_dt) {
+                uint8_t *d = conv + used * esz;
+                convert_any(d, out_dt, src, wp->dtype[id], s->numel);
+                used += s->numel;
+                src = d;
+            }
             items[n] = (SafeTensorsWriteItem){names[n], opt->dtype, s->ndim,
-                                              {(int64_t)s->shape[0], (int64_t)s->shape[1]},
-                                              (const uint8_t *)base + off * esz};
+                                              {(int64_t)s->shape[0], (int64_t)s->shape[1]}, src};
             n++;
         }
     }
@@ -170,7 +194,7 @@ int model_weights_save(const ModelWeights *wp, const char *dir, const ModelGenOp
     const char *mk[] = {"format"}, *mv[] = {"pt"};  // transformers refuses files without format "pt"
     if (safetensors_write(path, items, n, mk, mv, 1, err) < 0) goto out;
 
-    const char *dtname = opt->dtype == ST_DTYPE_BF16 ? "bfloat16" : "float32";
+    const char *dtname = out_dt == DT_BF16 ? "bfloat16" : out_dt == DT_F16 ? "float16" : "float32";
     if (model_config_to_json(cfg, dtname, &b) < 0) { err_set(err, PAIL_ERR_NOMEM, "out of memory"); goto out; }
     if (write_json_file(dir, "config.json", &b, err) < 0) goto out;
     buf_reset(&b);
@@ -196,7 +220,7 @@ out:
     buf_free(&b);
     free(items);
     free(names);
-    free(half);
+    free(conv);
     return rc;
 }
 

@@ -16,7 +16,7 @@
 int modelgen_shape(ModelConfig *cfg, const char *shape, ModelType type);
 
 typedef struct {
-    SafeTensorsDtype dtype;      // ST_DTYPE_F32 or ST_DTYPE_BF16
+    SafeTensorsDtype dtype;      // ST_DTYPE_F32, ST_DTYPE_BF16 or ST_DTYPE_F16
     uint64_t seed;
     const char *tokenizer_dir;   // NULL: no tokenizer files
 } ModelGenOptions;

@@ -49,8 +49,8 @@ struct KvCache {
 struct Transformer {
     const ModelWeights *w;        // borrowed
     Backend *be;                  // borrowed (the plan's, or the CPU)
-    const float *wbase;           // the weights' block in backend memory (w->memory on a host backend)
-    float *wdev;                  // owned device copy of w->memory (NULL on a host backend)
+    const char *wbase;            // the weights' block in backend memory (w->memory on a host backend)
+    void *wdev;                   // owned device copy of w->memory (NULL on a host backend)
     ModelConfig cfg;
     TransformerPlan plan;
     const LoraLayout *lora;       // borrowed, NULL = none
@@ -169,6 +169,9 @@ int transformer_init(Transformer **out, const ModelWeights *w, const Transformer
     if (plan->lora_rank < 0 || plan->lora_rank > 4096)
         return err_set(err, PAIL_ERR_INVALID, "transformer: LoRA rank bound %d is not in [0, 4096]", plan->lora_rank);
     if (c->head_dim % 2) return err_set(err, PAIL_ERR_UNSUPPORTED, "transformer: head_dim %d is odd (RoPE needs pairs)", c->head_dim);
+    if (plan->full && !model_weights_f32(w))
+        return err_set(err, PAIL_ERR_INVALID,
+                       "transformer: full fine-tuning trains the base weights in fp32; load them with --dtype f32");
     Transformer *tf = calloc(1, sizeof *tf);
     if (!tf) return err_set(err, PAIL_ERR_NOMEM, "out of memory");
     tf->w = w;
@@ -204,7 +207,7 @@ int transformer_init(Transformer **out, const ModelWeights *w, const Transformer
     if (tf->be->host_memory) {
         tf->wbase = w->memory;
     } else {  // a device copy of the base weights
-        size_t bytes = w->num_params * sizeof(float);
+        size_t bytes = w->bytes;
         if (!(tf->wdev = tf->be->ops->alloc(tf->be, bytes, err)) ||
             tf->be->ops->to_device(tf->be, tf->wdev, w->memory, bytes, err) < 0) {
             transformer_free(tf);
@@ -281,49 +284,54 @@ int transformer_set_lora(Transformer *tf, const LoraLayout *layout, const float 
 
 void transformer_lora_enable(Transformer *tf, bool on) { tf->lora_on = on && tf->lora; }
 
-// y(T,out) (+)= x W^T + bias, then + s (x A^T) B^T when module m is adapted.
-static int proj_forward(Transformer *tf, float *y, float *la, const float *x, const float *W, const float *bias, int T,
-                        int in, int outd, int layer, LoraModule m, float beta, PailErr *err) {
+// Family id at layer in backend memory (NULL when this config has none): a
+// matrix in its storage dtype (tf->w->dtype[id]), a vector (norm, bias) as fp32.
+static const void *wm(const Transformer *tf, ModelParamId id, int layer) {
+    if (id == PARAM_LM_HEAD && tf->cfg.tie_word_embeddings) id = PARAM_EMBED;
+    if (!tf->w->specs[id].present) return NULL;
+    return tf->wbase + ((const char *)model_weights_tensor(tf->w, id, layer) - (const char *)tf->w->memory);
+}
+static const float *wv(const Transformer *tf, ModelParamId id, int layer) { return wm(tf, id, layer); }
+static DType wdt(const Transformer *tf, ModelParamId id) { return tf->w->dtype[id]; }
+
+// y(T,out) (+)= x W^T + bias, then + s (x A^T) B^T when module m is adapted;
+// W is family wid's layer, in its storage dtype.
+static int proj_forward(Transformer *tf, float *y, float *la, const float *x, ModelParamId wid, const float *bias,
+                        int T, int in, int outd, int layer, LoraModule m, float beta, PailErr *err) {
+    const void *W = wm(tf, wid, layer);
     const LoraSlot *s = tf->lora_on ? lora_slot(tf->lora, layer, m) : NULL;
     if (!s) {
-        OP(matmul_forward, y, x, W, bias, T, in, outd, 1.0f, beta);
+        OP(matmul_forward, y, x, W, wdt(tf, wid), bias, T, in, outd, 1.0f, beta);
         return 0;
     }
     const float *A = tf->lora_params + s->a_off, *B = tf->lora_params + s->b_off;
-    OP(matmul_forward_lora, y, la, x, W, bias, A, B, T, in, outd, tf->lora->cfg.rank, tf->lora_scale, beta);
+    OP(matmul_forward_lora, y, la, x, W, wdt(tf, wid), bias, A, B, T, in, outd, tf->lora->cfg.rank, tf->lora_scale,
+       beta);
     return 0;
 }
 
 // dx (=, or += when dx_beta = 1) dy W (+ LoRA path); dW, dbias += in full mode; dA, dB += into lora_grads.
 static int proj_backward(Transformer *tf, float *dx, float *lora_grads, float *base_grads, ModelParamId wid,
-                         ModelParamId bid, const float *dy, const float *x, const float *la, const float *W, int T,
-                         int in, int outd, int layer, LoraModule m, float dx_beta, PailErr *err) {
+                         ModelParamId bid, const float *dy, const float *x, const float *la, int T, int in,
+                         int outd, int layer, LoraModule m, float dx_beta, PailErr *err) {
     float *dW = NULL, *db = NULL;
     if (base_grads && tf->plan.full) {
         dW = base_grads + tf->w->offsets[wid] + (size_t)layer * tf->w->specs[wid].numel;
         if (bid != PARAM_COUNT && tf->w->specs[bid].present)
             db = base_grads + tf->w->offsets[bid] + (size_t)layer * tf->w->specs[bid].numel;
     }
-    OP(matmul_backward, dx, dW, db, dy, x, W, T, in, outd, 1.0f, dx_beta);
+    OP(matmul_backward, dx, dW, db, dy, x, wm(tf, wid, layer), wdt(tf, wid), T, in, outd, 1.0f, dx_beta);
     const LoraSlot *s = tf->lora_on ? lora_slot(tf->lora, layer, m) : NULL;
     if (!s) return 0;
     const float *A = tf->lora_params + s->a_off, *B = tf->lora_params + s->b_off;
     float *dA = lora_grads ? lora_grads + s->a_off : NULL, *dB = lora_grads ? lora_grads + s->b_off : NULL;
     int R = tf->lora->cfg.rank;
     // dla = s dy B, dB += s dy^T la; then dx += dla A, dA += dla^T x.
-    OP(matmul_backward, tf->dla, dB, NULL, dy, la, B, T, R, outd, tf->lora_scale, 0.0f);
-    OP(matmul_backward, dx, dA, NULL, tf->dla, x, A, T, in, R, 1.0f, 1.0f);
+    OP(matmul_backward, tf->dla, dB, NULL, dy, la, B, DT_F32, T, R, outd, tf->lora_scale, 0.0f);
+    OP(matmul_backward, dx, dA, NULL, tf->dla, x, A, DT_F32, T, in, R, 1.0f, 1.0f);
     return 0;
 }
 
-// Family id at layer in backend memory (NULL when this config has none).
-static const float *wl(const Transformer *tf, ModelParamId id, int layer) {
-    if (!tf->w->specs[id].present) return NULL;
-    return tf->wbase + (model_weights_tensor(tf->w, id, layer) - tf->w->memory);
-}
-static const float *wg(const Transformer *tf, const float *host_tensor) {  // a global tensor (embed, norm, head)
-    return tf->wbase + (host_tensor - tf->w->memory);
-}
 
 static int layer_forward(Transformer *tf, int l, LayerActs *a, int T, PailErr *err) {
     const ModelConfig *c = &tf->cfg;
@@ -331,18 +339,18 @@ static int layer_forward(Transformer *tf, int l, LayerActs *a, int T, PailErr *e
         D = c->head_dim, HD = H * D, KD = Hk * D;
     float eps = (float)c->rms_norm_eps;
     const float *x = tf->resid[l];
-    OP(rmsnorm_forward, a->xn1, a->rstd1, x, wl(tf, PARAM_ATTN_NORM, l), T, C, eps);
-    if (proj_forward(tf, a->q, a->la[LORA_Q], a->xn1, wl(tf, PARAM_WQ, l), wl(tf, PARAM_BQ, l), T, C, HD, l, LORA_Q, 0,
+    OP(rmsnorm_forward, a->xn1, a->rstd1, x, wv(tf, PARAM_ATTN_NORM, l), T, C, eps);
+    if (proj_forward(tf, a->q, a->la[LORA_Q], a->xn1, PARAM_WQ, wv(tf, PARAM_BQ, l), T, C, HD, l, LORA_Q, 0,
                      err) < 0 ||
-        proj_forward(tf, a->k, a->la[LORA_K], a->xn1, wl(tf, PARAM_WK, l), wl(tf, PARAM_BK, l), T, C, KD, l, LORA_K, 0,
+        proj_forward(tf, a->k, a->la[LORA_K], a->xn1, PARAM_WK, wv(tf, PARAM_BK, l), T, C, KD, l, LORA_K, 0,
                      err) < 0 ||
-        proj_forward(tf, a->v, a->la[LORA_V], a->xn1, wl(tf, PARAM_WV, l), wl(tf, PARAM_BV, l), T, C, KD, l, LORA_V, 0,
+        proj_forward(tf, a->v, a->la[LORA_V], a->xn1, PARAM_WV, wv(tf, PARAM_BV, l), T, C, KD, l, LORA_V, 0,
                      err) < 0)
         return -1;
     const float *qin = a->q, *kin = a->k;
     if (c->has_qk_norm) {
-        OP(rmsnorm_forward, a->qn, a->qrstd, a->q, wl(tf, PARAM_Q_NORM, l), T * H, D, eps);
-        OP(rmsnorm_forward, a->kn, a->krstd, a->k, wl(tf, PARAM_K_NORM, l), T * Hk, D, eps);
+        OP(rmsnorm_forward, a->qn, a->qrstd, a->q, wv(tf, PARAM_Q_NORM, l), T * H, D, eps);
+        OP(rmsnorm_forward, a->kn, a->krstd, a->k, wv(tf, PARAM_K_NORM, l), T * Hk, D, eps);
         qin = a->qn;
         kin = a->kn;
     }
@@ -360,18 +368,18 @@ static int layer_forward(Transformer *tf, int l, LayerActs *a, int T, PailErr *e
         OP(attention_forward, a->att, a->lse, a->qr, a->kr, a->v, tf->d_cu, tf->nseq, T, H, Hk, D);
     }
     OP(copy, a->h, x, (size_t)T * C);
-    if (proj_forward(tf, a->h, a->la[LORA_O], a->att, wl(tf, PARAM_WO, l), wl(tf, PARAM_BO, l), T, HD, C, l, LORA_O,
+    if (proj_forward(tf, a->h, a->la[LORA_O], a->att, PARAM_WO, wv(tf, PARAM_BO, l), T, HD, C, l, LORA_O,
                      1, err) < 0)
         return -1;
-    OP(rmsnorm_forward, a->xn2, a->rstd2, a->h, wl(tf, PARAM_MLP_NORM, l), T, C, eps);
-    if (proj_forward(tf, a->gate, a->la[LORA_GATE], a->xn2, wl(tf, PARAM_W_GATE, l), NULL, T, C, F, l, LORA_GATE, 0,
+    OP(rmsnorm_forward, a->xn2, a->rstd2, a->h, wv(tf, PARAM_MLP_NORM, l), T, C, eps);
+    if (proj_forward(tf, a->gate, a->la[LORA_GATE], a->xn2, PARAM_W_GATE, NULL, T, C, F, l, LORA_GATE, 0,
                      err) < 0 ||
-        proj_forward(tf, a->up, a->la[LORA_UP], a->xn2, wl(tf, PARAM_W_UP, l), NULL, T, C, F, l, LORA_UP, 0, err) < 0)
+        proj_forward(tf, a->up, a->la[LORA_UP], a->xn2, PARAM_W_UP, NULL, T, C, F, l, LORA_UP, 0, err) < 0)
         return -1;
     OP(swiglu_forward, a->act, a->gate, a->up, (size_t)T * F);
     float *y = tf->resid[l + 1];
     OP(copy, y, a->h, (size_t)T * C);
-    return proj_forward(tf, y, a->la[LORA_DOWN], a->act, wl(tf, PARAM_W_DOWN, l), NULL, T, F, C, l, LORA_DOWN, 1, err);
+    return proj_forward(tf, y, a->la[LORA_DOWN], a->act, PARAM_W_DOWN, NULL, T, F, C, l, LORA_DOWN, 1, err);
 }
 
 // Token ids checked on the host: a device cannot say which one is bad.
@@ -425,10 +433,10 @@ int transformer_forward(Transformer *tf, float *logp, float *entropy, const int 
     OP(to_device, tf->d_cu, cu_seqlens, ((size_t)nseq + 1) * sizeof(int));
     OP(to_device, tf->d_sel, tf->sel, (size_t)n * sizeof(int));
     OP(to_device, tf->d_tsel, tf->tsel, (size_t)n * sizeof(int));
-    OP(embedding_forward, tf->resid[0], wg(tf, tf->w->p.embed_tokens), tf->d_tokens, T, C, V);
+    OP(embedding_forward, tf->resid[0], wm(tf, PARAM_EMBED, 0), wdt(tf, PARAM_EMBED), tf->d_tokens, T, C, V);
     for (int l = 0; l < c->num_hidden_layers; l++)
         if (layer_forward(tf, l, &tf->acts[tf->nacts == 1 ? 0 : l], T, err) < 0) return -1;
-    OP(rmsnorm_forward, tf->xf, tf->rstdf, tf->resid[c->num_hidden_layers], wg(tf, tf->w->p.final_norm), T, C,
+    OP(rmsnorm_forward, tf->xf, tf->rstdf, tf->resid[c->num_hidden_layers], wv(tf, PARAM_FINAL_NORM, 0), T, C,
        (float)c->rms_norm_eps);
     tf->Tsel = n;
     for (int t = 0; t < T; t++) {
@@ -439,15 +447,16 @@ int transformer_forward(Transformer *tf, float *logp, float *entropy, const int 
         OP(gather_rows, tf->hsel, tf->xf, tf->d_sel, n, C);
         float *lp = tf->dlogp_sel;  // reused as the compact logp buffer
         float *ent = entropy ? tf->ent_sel : NULL;
-        const float *head = wg(tf, tf->w->p.lm_head);
+        const void *head = wm(tf, PARAM_LM_HEAD, 0);
+        DType hdt = wdt(tf, PARAM_LM_HEAD);
         // A LoRA step's backward (frozen head) needs only sum_j p_j W_j per row:
         // computed here, it spares the backward a second pass over the vocabulary.
         bool expect = tf->plan.backward && !tf->plan.full && tf->lora_on;
         if (expect)
-            OP(logprob_forward_expect, lp, ent, tf->lse_sel, tf->expect_sel, tf->hsel, head, tf->d_tsel, n, C, V,
+            OP(logprob_forward_expect, lp, ent, tf->lse_sel, tf->expect_sel, tf->hsel, head, hdt, tf->d_tsel, n, C, V,
                temperature, tf->ws, tf->ws_floats);
         else
-            OP(logprob_forward, lp, ent, tf->lse_sel, tf->hsel, head, tf->d_tsel, n, C, V, temperature, tf->ws,
+            OP(logprob_forward, lp, ent, tf->lse_sel, tf->hsel, head, hdt, tf->d_tsel, n, C, V, temperature, tf->ws,
                tf->plan.vchunk);
         tf->have_expect = expect;
         const float *hlp = host_view(tf, lp, tf->h_lp, (size_t)n, err);
@@ -470,20 +479,17 @@ static int layer_backward(Transformer *tf, int l, LayerActs *a, int T, float *lg
     const float *x = tf->resid[l];
     float *dres = tf->dres;  // d resid[l+1] on entry, d resid[l] on exit
     // MLP: resid[l+1] = h + down(act)
-    if (proj_backward(tf, tf->dact, lg, bg, PARAM_W_DOWN, PARAM_COUNT, dres, a->act, a->la[LORA_DOWN],
-                      wl(tf, PARAM_W_DOWN, l), T, F, C, l, LORA_DOWN, 0, err) < 0)
+    if (proj_backward(tf, tf->dact, lg, bg, PARAM_W_DOWN, PARAM_COUNT, dres, a->act, a->la[LORA_DOWN], T, F, C, l, LORA_DOWN, 0, err) < 0)
         return -1;
     OP(swiglu_backward, tf->dgate, tf->dup, tf->dact, a->gate, a->up, (size_t)T * F);
-    if (proj_backward(tf, tf->dxn, lg, bg, PARAM_W_GATE, PARAM_COUNT, tf->dgate, a->xn2, a->la[LORA_GATE],
-                      wl(tf, PARAM_W_GATE, l), T, C, F, l, LORA_GATE, 0, err) < 0 ||
-        proj_backward(tf, tf->dxn, lg, bg, PARAM_W_UP, PARAM_COUNT, tf->dup, a->xn2, a->la[LORA_UP],
-                      wl(tf, PARAM_W_UP, l), T, C, F, l, LORA_UP, 1, err) < 0)
+    if (proj_backward(tf, tf->dxn, lg, bg, PARAM_W_GATE, PARAM_COUNT, tf->dgate, a->xn2, a->la[LORA_GATE], T, C, F, l, LORA_GATE, 0, err) < 0 ||
+        proj_backward(tf, tf->dxn, lg, bg, PARAM_W_UP, PARAM_COUNT, tf->dup, a->xn2, a->la[LORA_UP], T, C, F, l, LORA_UP, 1, err) < 0)
         return -1;
     float *dnw = full ? bg + tf->w->offsets[PARAM_MLP_NORM] + (size_t)l * C : NULL;
-    OP(rmsnorm_backward, tf->dtmp, dnw, tf->dxn, a->h, wl(tf, PARAM_MLP_NORM, l), a->rstd2, T, C);
+    OP(rmsnorm_backward, tf->dtmp, dnw, tf->dxn, a->h, wv(tf, PARAM_MLP_NORM, l), a->rstd2, T, C);
     OP(add, dres, tf->dtmp, (size_t)T * C);  // now d h
     // Attention: h = x + o_proj(att)
-    if (proj_backward(tf, tf->datt, lg, bg, PARAM_WO, PARAM_BO, dres, a->att, a->la[LORA_O], wl(tf, PARAM_WO, l), T,
+    if (proj_backward(tf, tf->datt, lg, bg, PARAM_WO, PARAM_BO, dres, a->att, a->la[LORA_O], T,
                       HD, C, l, LORA_O, 0, err) < 0)
         return -1;
     OP(attention_backward, tf->dq, tf->dk, tf->dv, tf->datt, a->qr, a->kr, a->v, a->att, a->lse, tf->d_cu, tf->nseq,
@@ -494,20 +500,20 @@ static int layer_backward(Transformer *tf, int l, LayerActs *a, int T, float *lg
         float *dqw = full ? bg + tf->w->offsets[PARAM_Q_NORM] + (size_t)l * D : NULL;
         float *dkw = full ? bg + tf->w->offsets[PARAM_K_NORM] + (size_t)l * D : NULL;
         // dx of the norm over the pre-norm q into datt (free now), then back
-        OP(rmsnorm_backward, tf->datt, dqw, tf->dq, a->q, wl(tf, PARAM_Q_NORM, l), a->qrstd, T * H, D);
+        OP(rmsnorm_backward, tf->datt, dqw, tf->dq, a->q, wv(tf, PARAM_Q_NORM, l), a->qrstd, T * H, D);
         OP(copy, tf->dq, tf->datt, (size_t)T * HD);
-        OP(rmsnorm_backward, tf->datt, dkw, tf->dk, a->k, wl(tf, PARAM_K_NORM, l), a->krstd, T * Hk, D);
+        OP(rmsnorm_backward, tf->datt, dkw, tf->dk, a->k, wv(tf, PARAM_K_NORM, l), a->krstd, T * Hk, D);
         OP(copy, tf->dk, tf->datt, (size_t)T * KD);
     }
-    if (proj_backward(tf, tf->dxn, lg, bg, PARAM_WQ, PARAM_BQ, tf->dq, a->xn1, a->la[LORA_Q], wl(tf, PARAM_WQ, l), T,
+    if (proj_backward(tf, tf->dxn, lg, bg, PARAM_WQ, PARAM_BQ, tf->dq, a->xn1, a->la[LORA_Q], T,
                       C, HD, l, LORA_Q, 0, err) < 0 ||
-        proj_backward(tf, tf->dxn, lg, bg, PARAM_WK, PARAM_BK, tf->dk, a->xn1, a->la[LORA_K], wl(tf, PARAM_WK, l), T,
+        proj_backward(tf, tf->dxn, lg, bg, PARAM_WK, PARAM_BK, tf->dk, a->xn1, a->la[LORA_K], T,
                       C, KD, l, LORA_K, 1, err) < 0 ||
-        proj_backward(tf, tf->dxn, lg, bg, PARAM_WV, PARAM_BV, tf->dv, a->xn1, a->la[LORA_V], wl(tf, PARAM_WV, l), T,
+        proj_backward(tf, tf->dxn, lg, bg, PARAM_WV, PARAM_BV, tf->dv, a->xn1, a->la[LORA_V], T,
                       C, KD, l, LORA_V, 1, err) < 0)
         return -1;
     dnw = full ? bg + tf->w->offsets[PARAM_ATTN_NORM] + (size_t)l * C : NULL;
-    OP(rmsnorm_backward, tf->dtmp, dnw, tf->dxn, x, wl(tf, PARAM_ATTN_NORM, l), a->rstd1, T, C);
+    OP(rmsnorm_backward, tf->dtmp, dnw, tf->dxn, x, wv(tf, PARAM_ATTN_NORM, l), a->rstd1, T, C);
     OP(add, dres, tf->dtmp, (size_t)T * C);  // now d resid[l]
     return 0;
 }
@@ -527,17 +533,18 @@ int transformer_backward(Transformer *tf, float *lora_grads, float *base_grads, 
     if (full && c->tie_word_embeddings) dlm = base_grads + tf->w->offsets[PARAM_EMBED];
     OP(zero, tf->dxn, (size_t)T * C);
     if (tf->Tsel > 0) {
-        const float *head = wg(tf, tf->w->p.lm_head);
+        const void *head = wm(tf, PARAM_LM_HEAD, 0);
+        DType hdt = wdt(tf, PARAM_LM_HEAD);
         if (tf->have_expect)  // a LoRA plan: no head gradient (dlm) can be asked for
-            OP(logprob_backward_expect, tf->dhsel, tf->dlogp_sel, tf->expect_sel, head, tf->d_tsel, tf->Tsel, C,
+            OP(logprob_backward_expect, tf->dhsel, tf->dlogp_sel, tf->expect_sel, head, hdt, tf->d_tsel, tf->Tsel, C,
                tf->temperature);
         else
-            OP(logprob_backward, tf->dhsel, dlm, tf->dlogp_sel, NULL, tf->hsel, head, tf->d_tsel, tf->lse_sel, NULL,
+            OP(logprob_backward, tf->dhsel, dlm, tf->dlogp_sel, NULL, tf->hsel, head, hdt, tf->d_tsel, tf->lse_sel, NULL,
                tf->Tsel, C, V, tf->temperature, tf->ws, tf->plan.vchunk);
         OP(scatter_rows, tf->dxn, tf->dhsel, tf->d_sel, tf->Tsel, C);
     }
     float *dfw = full ? base_grads + tf->w->offsets[PARAM_FINAL_NORM] : NULL;
-    OP(rmsnorm_backward, tf->dres, dfw, tf->dxn, tf->resid[L], wg(tf, tf->w->p.final_norm), tf->rstdf, T, C);
+    OP(rmsnorm_backward, tf->dres, dfw, tf->dxn, tf->resid[L], wv(tf, PARAM_FINAL_NORM, 0), tf->rstdf, T, C);
     for (int l = L - 1; l >= 0; l--) {
         LayerActs *a = &tf->acts[tf->nacts == 1 ? 0 : l];
         // recompute this layer's activations
@@ -671,7 +678,7 @@ int transformer_extend(Transformer *tf, KvCache *kv, float *logits, const int *n
     OP(to_device, tf->d_sel, tf->sel, (size_t)npart * sizeof(int));
     OP(to_device, kv->d_cu_new, kv->cu_new, ((size_t)kv->n_slots + 1) * sizeof(int));
     OP(to_device, kv->d_new_len, kv->new_len, (size_t)kv->n_slots * sizeof(int));
-    OP(embedding_forward, tf->resid[0], wg(tf, tf->w->p.embed_tokens), tf->d_tokens, T, C, V);
+    OP(embedding_forward, tf->resid[0], wm(tf, PARAM_EMBED, 0), wdt(tf, PARAM_EMBED), tf->d_tokens, T, C, V);
     tf->kv = kv;
     for (int l = 0; l < c->num_hidden_layers; l++)
         if (layer_forward(tf, l, &tf->acts[0], T, err) < 0) {
@@ -680,10 +687,10 @@ int transformer_extend(Transformer *tf, KvCache *kv, float *logits, const int *n
         }
     tf->kv = NULL;
     OP(gather_rows, tf->hsel, tf->resid[c->num_hidden_layers], tf->d_sel, npart, C);
-    OP(rmsnorm_forward, tf->xf, NULL, tf->hsel, wg(tf, tf->w->p.final_norm), npart, C, (float)c->rms_norm_eps);
+    OP(rmsnorm_forward, tf->xf, NULL, tf->hsel, wv(tf, PARAM_FINAL_NORM, 0), npart, C, (float)c->rms_norm_eps);
     // On a host backend the logits go straight into the caller's buffer.
     float *out = tf->be->host_memory ? logits : kv->logits;
-    OP(matmul_forward, out, tf->xf, wg(tf, tf->w->p.lm_head), NULL, npart, C, V, 1.0f, 0.0f);
+    OP(matmul_forward, out, tf->xf, wm(tf, PARAM_LM_HEAD, 0), wdt(tf, PARAM_LM_HEAD), NULL, npart, C, V, 1.0f, 0.0f);
     if (!tf->be->host_memory) OP(to_host, logits, out, (size_t)npart * V * sizeof(float));
     for (int s = 0; s < kv->n_slots; s++) kv->len[s] = kv->new_len[s];
     return 0;

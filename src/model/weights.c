@@ -1,4 +1,5 @@
-// Base weights: expected tensors per config, one fp32 block, checked loading
+// Base weights: expected tensors per config, one block (matrices in their
+// storage dtype, vectors fp32), checked loading
 // from a SafeTensorsSet, base_sha256 (see weights.h). Loading validates the whole
 // set first and converts only when everything matches, so a bad checkpoint never
 // leaves a half-filled model behind.
@@ -6,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <math.h>
 #include "core/mem.h"
 #include "core/sha256.h"
 
@@ -53,27 +55,86 @@ size_t model_params_count(const ModelConfig *cfg) {
     return total;
 }
 
-int model_weights_alloc(ModelWeights *w, const ModelConfig *cfg, PailErr *err) {
+bool model_param_is_matrix(ModelParamId id) {
+    switch (id) {
+    case PARAM_EMBED: case PARAM_WQ: case PARAM_WK: case PARAM_WV: case PARAM_WO:
+    case PARAM_W_GATE: case PARAM_W_UP: case PARAM_W_DOWN: case PARAM_LM_HEAD: return true;
+    default: return false;
+    }
+}
+
+int model_dtype_parse(const char *s, int *want) {
+    DType d;
+    if (s && !strcmp(s, "auto")) *want = MODEL_DTYPE_AUTO;
+    else if (s && dtype_parse(s, &d) == 0) *want = (int)d;
+    else return -1;
+    return 0;
+}
+
+void model_dtypes_uniform(DType mat, DType dt[PARAM_COUNT]) {
+    for (int i = 0; i < PARAM_COUNT; i++) dt[i] = model_param_is_matrix((ModelParamId)i) ? mat : DT_F32;
+}
+
+// Family byte offsets for dt; returns the total. fp32 families follow each other
+// unpadded, as they always did, so an all-fp32 block is one float array indexed
+// by the element offsets (full fine-tuning trains it in place); a 2-byte family
+// is padded to 64 bytes so that the next one starts aligned.
+static size_t layout(const ModelConfig *cfg, const ModelParamSpec *specs, const DType dt[PARAM_COUNT],
+                     size_t *elem_off, size_t *byte_off, size_t *num_params) {
+    size_t elems = 0, bytes = 0, L = cfg->num_hidden_layers;
+    for (int i = 0; i < PARAM_COUNT; i++) {
+        if (elem_off) elem_off[i] = elems;
+        if (byte_off) byte_off[i] = bytes;
+        if (!specs[i].present) continue;
+        size_t n = specs[i].numel * (specs[i].per_layer ? L : 1);
+        elems += n;
+        bytes += dt[i] == DT_F32 ? n * 4 : (n * dtype_size(dt[i]) + 63) & ~(size_t)63;
+    }
+    if (num_params) *num_params = elems;
+    return bytes;
+}
+
+size_t model_weights_bytes(const ModelConfig *cfg, const DType dt[PARAM_COUNT]) {
+    ModelParamSpec specs[PARAM_COUNT];
+    model_param_specs(cfg, specs);
+    return layout(cfg, specs, dt, NULL, NULL, NULL);
+}
+
+int model_weights_alloc_as(ModelWeights *w, const ModelConfig *cfg, const DType dt_in[PARAM_COUNT], PailErr *err) {
     memset(w, 0, sizeof *w);
     w->cfg = *cfg;
     model_param_specs(cfg, w->specs);
-    size_t total = 0, L = cfg->num_hidden_layers;
-    for (int i = 0; i < PARAM_COUNT; i++) {
-        w->offsets[i] = total;
-        if (w->specs[i].present) total += w->specs[i].numel * (w->specs[i].per_layer ? L : 1);
-    }
-    w->num_params = total;
-    w->memory = mem_alloc_big(total * sizeof(float));
+    for (int i = 0; i < PARAM_COUNT; i++)
+        w->dtype[i] = model_param_is_matrix((ModelParamId)i) && dt_in[i] < DT_COUNT ? dt_in[i] : DT_F32;
+    w->bytes = layout(cfg, w->specs, w->dtype, w->offsets, w->byte_offsets, &w->num_params);
+    w->memory = mem_alloc_big(w->bytes ? w->bytes : 64);
     if (!w->memory)
-        return err_set(err, PAIL_ERR_NOMEM, "out of memory for %zu parameters (%.1f GiB fp32)", total,
-                       total * 4.0 / (1 << 30));
-    float **ptrs[PARAM_COUNT] = {&w->p.embed_tokens, &w->p.attn_norm, &w->p.wq, &w->p.wk, &w->p.wv, &w->p.wo,
-                                 &w->p.bq, &w->p.bk, &w->p.bv, &w->p.bo, &w->p.q_norm, &w->p.k_norm,
-                                 &w->p.mlp_norm, &w->p.w_gate, &w->p.w_up, &w->p.w_down, &w->p.final_norm,
-                                 &w->p.lm_head};
-    for (int i = 0; i < PARAM_COUNT; i++) *ptrs[i] = w->specs[i].present ? w->memory + w->offsets[i] : NULL;
-    if (cfg->tie_word_embeddings) w->p.lm_head = w->p.embed_tokens;
+        return err_set(err, PAIL_ERR_NOMEM, "out of memory for %zu parameters (%.1f GiB)", w->num_params,
+                       w->bytes / (double)(1 << 30));
+    void **mats[PARAM_COUNT] = {[PARAM_EMBED] = &w->p.embed_tokens, [PARAM_WQ] = &w->p.wq, [PARAM_WK] = &w->p.wk,
+                                [PARAM_WV] = &w->p.wv, [PARAM_WO] = &w->p.wo, [PARAM_W_GATE] = &w->p.w_gate,
+                                [PARAM_W_UP] = &w->p.w_up, [PARAM_W_DOWN] = &w->p.w_down,
+                                [PARAM_LM_HEAD] = &w->p.lm_head};
+    float **vecs[PARAM_COUNT] = {[PARAM_ATTN_NORM] = &w->p.attn_norm, [PARAM_BQ] = &w->p.bq, [PARAM_BK] = &w->p.bk,
+                                 [PARAM_BV] = &w->p.bv, [PARAM_BO] = &w->p.bo, [PARAM_Q_NORM] = &w->p.q_norm,
+                                 [PARAM_K_NORM] = &w->p.k_norm, [PARAM_MLP_NORM] = &w->p.mlp_norm,
+                                 [PARAM_FINAL_NORM] = &w->p.final_norm};
+    for (int i = 0; i < PARAM_COUNT; i++) {
+        void *p = w->specs[i].present ? (char *)w->memory + w->byte_offsets[i] : NULL;
+        if (mats[i]) *mats[i] = p;
+        else *vecs[i] = p;
+    }
+    if (cfg->tie_word_embeddings) {
+        w->p.lm_head = w->p.embed_tokens;
+        w->dtype[PARAM_LM_HEAD] = w->dtype[PARAM_EMBED];
+    }
     return 0;
+}
+
+int model_weights_alloc(ModelWeights *w, const ModelConfig *cfg, PailErr *err) {
+    DType dt[PARAM_COUNT];
+    model_dtypes_uniform(DT_F32, dt);
+    return model_weights_alloc_as(w, cfg, dt, err);
 }
 
 void model_weights_free(ModelWeights *w) {
@@ -82,11 +143,35 @@ void model_weights_free(ModelWeights *w) {
     memset(w, 0, sizeof *w);
 }
 
-float *model_weights_tensor(const ModelWeights *w, ModelParamId id, int layer) {
+void *model_weights_tensor(const ModelWeights *w, ModelParamId id, int layer) {
     if (id == PARAM_LM_HEAD && w->cfg.tie_word_embeddings) return w->p.embed_tokens;
     const ModelParamSpec *s = &w->specs[id];
     if (!s->present) return NULL;
-    return w->memory + w->offsets[id] + (s->per_layer ? (size_t)layer * s->numel : 0);
+    return (char *)w->memory + w->byte_offsets[id] +
+           (s->per_layer ? (size_t)layer * s->numel * dtype_size(w->dtype[id]) : 0);
+}
+
+float *model_weights_f32(const ModelWeights *w) {
+    for (int i = 0; i < PARAM_COUNT; i++)
+        if (w->specs[i].present && w->dtype[i] != DT_F32) return NULL;
+    return w->memory;  // unpadded: byte_offsets[i] == 4 * offsets[i] (layout)
+}
+
+void model_dtypes_desc(const ModelConfig *cfg, const DType dt[PARAM_COUNT], char *out, size_t cap) {
+    ModelParamSpec specs[PARAM_COUNT];
+    model_param_specs(cfg, specs);
+    bool seen[DT_COUNT] = {0};
+    for (int i = 0; i < PARAM_COUNT; i++)
+        if (specs[i].present && model_param_is_matrix((ModelParamId)i)) seen[dt[i]] = true;
+    size_t n = 0;
+    out[0] = 0;
+    const DType order[DT_COUNT] = {DT_BF16, DT_F16, DT_F32};  // the narrow one first: "bf16+f32"
+    for (int k = 0; k < DT_COUNT; k++)
+        if (seen[order[k]] && n < cap) n += snprintf(out + n, cap - n, "%s%s", n ? "+" : "", dtype_name(order[k]));
+}
+
+void model_weights_dtype_desc(const ModelWeights *w, char *out, size_t cap) {
+    model_dtypes_desc(&w->cfg, w->dtype, out, cap);
 }
 
 // Maps a tensor name to (family, layer). Returns 1 when expected, 0 when it is a
@@ -215,29 +300,139 @@ void model_base_sha256(const SafeTensorsSet *set, char hex[65]) {
     free(file_hex);
 }
 
-int model_weights_load_set(ModelWeights *w, const ModelConfig *cfg, const SafeTensorsSet *set, PailErr *err) {
-    if (model_weights_check(cfg, set, err) < 0) return -1;
-    if (model_weights_alloc(w, cfg, err) < 0) return -1;
-    int L = cfg->num_hidden_layers;
+static DType from_st(SafeTensorsDtype d) {
+    return d == ST_DTYPE_BF16 ? DT_BF16 : d == ST_DTYPE_F16 ? DT_F16 : DT_F32;
+}
+
+void model_weights_choose_dtypes(const ModelConfig *cfg, const SafeTensorsSet *set, int want, DType dt[PARAM_COUNT]) {
+    ModelParamSpec specs[PARAM_COUNT];
+    model_param_specs(cfg, specs);
     for (int id = 0; id < PARAM_COUNT; id++) {
-        if (!w->specs[id].present) continue;
-        for (int l = 0; l < (w->specs[id].per_layer ? L : 1); l++) {
+        dt[id] = DT_F32;
+        if (!specs[id].present || !model_param_is_matrix((ModelParamId)id)) continue;
+        if (want != MODEL_DTYPE_AUTO) {
+            dt[id] = (DType)want;
+            continue;
+        }
+        // as stored: the family's one dtype, or f32 (exact) when its layers differ
+        int first = -1;
+        for (int l = 0; l < (specs[id].per_layer ? cfg->num_hidden_layers : 1); l++) {
             char nm[256];
-            model_param_name(&w->specs[id], l, nm, sizeof nm);
-            const SafeTensor *t = safetensors_set_find(set, nm, NULL);  // present: checked above
-            safetensors_to_f32(model_weights_tensor(w, id, l), t->data, t->dtype, t->nelem);
+            model_param_name(&specs[id], l, nm, sizeof nm);
+            const SafeTensor *t = safetensors_set_find(set, nm, NULL);
+            int d = t ? (int)from_st(t->dtype) : (int)DT_F32;
+            if (first < 0) first = d;
+            else if (d != first) first = DT_F32;
+        }
+        dt[id] = first < 0 ? DT_F32 : (DType)first;
+    }
+    if (cfg->tie_word_embeddings) dt[PARAM_LM_HEAD] = dt[PARAM_EMBED];
+}
+
+// dst (n, in dtype to) = the tensor t, copied when the dtypes match, else
+// converted through fp32 a chunk at a time. -1 when a finite value overflows f16.
+static int convert_tensor(void *dst, DType to, const SafeTensor *t, size_t *bad) {
+    DType from = from_st(t->dtype);
+    size_t n = t->nelem;
+    if (from == to) {
+        memcpy(dst, t->data, n * dtype_size(to));
+        return 0;
+    }
+    if (to == DT_F32) {
+        safetensors_to_f32(dst, t->data, t->dtype, n);
+        return 0;
+    }
+    enum { CH = 4096 };
+    float buf[CH];
+    size_t esz = safetensors_dtype_size(t->dtype);
+    for (size_t i = 0; i < n; i += CH) {
+        size_t m = n - i < CH ? n - i : CH;
+        safetensors_to_f32(buf, (const char *)t->data + i * esz, t->dtype, m);
+        uint16_t *o = (uint16_t *)dst + i;
+        dtype_from_f32(o, buf, to, m);
+        if (to == DT_F16)
+            for (size_t k = 0; k < m; k++)
+                if ((o[k] & 0x7fff) == 0x7c00 && isfinite(buf[k])) {
+                    *bad = i + k;
+                    return -1;
+                }
+    }
+    return 0;
+}
+
+int model_weights_load_set(ModelWeights *w, const ModelConfig *cfg, const SafeTensorsSet *set, int want,
+                           PailErr *err) {
+    if (want != MODEL_DTYPE_AUTO && (want < 0 || want >= DT_COUNT))
+        return err_set(err, PAIL_ERR_INVALID, "weights: dtype %d is not auto, f32, bf16 or f16", want);
+    if (model_weights_check(cfg, set, err) < 0) return -1;
+    DType dt[PARAM_COUNT];
+    model_weights_choose_dtypes(cfg, set, want, dt);
+    if (model_weights_alloc_as(w, cfg, dt, err) < 0) return -1;
+    int L = cfg->num_hidden_layers, nwork = 0;
+    int *work = malloc((size_t)PARAM_COUNT * L * sizeof *work);  // id * L + layer
+    if (!work) {
+        model_weights_free(w);
+        return err_set(err, PAIL_ERR_NOMEM, "out of memory");
+    }
+    for (int id = 0; id < PARAM_COUNT; id++)
+        if (w->specs[id].present)
+            for (int l = 0; l < (w->specs[id].per_layer ? L : 1); l++) work[nwork++] = id * L + l;
+    int failed = -1;  // the work item whose tensor overflowed f16
+    size_t bad_at = 0;
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int i = 0; i < nwork; i++) {
+        int id = work[i] / L, l = work[i] % L;
+        char nm[256];
+        model_param_name(&w->specs[id], l, nm, sizeof nm);
+        const SafeTensor *t = safetensors_set_find(set, nm, NULL);  // present: checked above
+        size_t bad = 0;
+        if (convert_tensor(model_weights_tensor(w, id, l), w->dtype[id], t, &bad) < 0) {
+#pragma omp critical(weights_load_fail)
+            if (failed < 0 || i < failed) failed = i, bad_at = bad;
         }
     }
+    if (failed >= 0) {
+        int id = work[failed] / L, l = work[failed] % L;
+        char nm[256];
+        model_param_name(&w->specs[id], l, nm, sizeof nm);
+        const SafeTensor *t = safetensors_set_find(set, nm, NULL);
+        float v = 0;
+        safetensors_to_f32(&v, (const char *)t->data + bad_at * safetensors_dtype_size(t->dtype), t->dtype, 1);
+        free(work);
+        model_weights_free(w);
+        return err_set(err, PAIL_ERR_INVALID,
+                       "%s: tensor '%s' holds %g (element %zu), beyond f16's range: load it with --dtype bf16 or f32",
+                       set->dir, nm, v, bad_at);
+    }
+    free(work);
     model_base_sha256(set, w->base_sha256);
     return 0;
 }
 
-int model_weights_load(ModelWeights *w, const char *dir, PailErr *err) {
+int model_weights_load_as(ModelWeights *w, const char *dir, int want, PailErr *err) {
     ModelConfig cfg;
     if (model_config_load(&cfg, dir, err) < 0) return -1;
     SafeTensorsSet set;
     if (safetensors_set_open(&set, dir, err) < 0) return -1;
-    int rc = model_weights_load_set(w, &cfg, &set, err);
+    int rc = model_weights_load_set(w, &cfg, &set, want, err);
+    safetensors_set_close(&set);
+    return rc;
+}
+
+int model_weights_load(ModelWeights *w, const char *dir, PailErr *err) {
+    return model_weights_load_as(w, dir, DT_F32, err);
+}
+
+int model_weights_probe(const char *dir, int want, DType dt[PARAM_COUNT], size_t *bytes, PailErr *err) {
+    ModelConfig cfg;
+    if (model_config_load(&cfg, dir, err) < 0) return -1;
+    SafeTensorsSet set;
+    if (safetensors_set_open(&set, dir, err) < 0) return -1;
+    int rc = model_weights_check(&cfg, &set, err);
+    if (rc == 0) {
+        model_weights_choose_dtypes(&cfg, &set, want, dt);
+        if (bytes) *bytes = model_weights_bytes(&cfg, dt);
+    }
     safetensors_set_close(&set);
     return rc;
 }

@@ -1,6 +1,7 @@
 // Base model weights: the tensor names a llama / qwen2 / qwen3 checkpoint must
-// hold, one fp32 block for all of them computed from the config (llm.c
-// fill_in_parameter_sizes + malloc_and_point), loading from safetensors with
+// hold, one block for all of them computed from the config (llm.c
+// fill_in_parameter_sizes + malloc_and_point), each matrix family in its
+// storage dtype (--dtype: as stored, or bf16 / f16 / f32), loading from safetensors with
 // every tensor checked by name, shape and dtype, and the base_sha256 that ties an
 // adapter to its base (format in doc/models.md). Not the forward pass.
 // Per-layer tensors are stacked over layers: layer l of wq is wq + l * H*D*C.
@@ -9,6 +10,7 @@
 #include <stddef.h>
 #include "model/config.h"
 #include "model/safetensors.h"
+#include "dtype.h"
 
 typedef enum {
     PARAM_EMBED, PARAM_ATTN_NORM, PARAM_WQ, PARAM_WK, PARAM_WV, PARAM_WO, PARAM_BQ, PARAM_BK, PARAM_BV,
@@ -17,14 +19,17 @@ typedef enum {
 } ModelParamId;
 
 // Named pointers into ModelWeights.memory (all borrowed from it). NULL when the
-// config has no such tensor. lm_head == embed_tokens when tied.
+// config has no such tensor. lm_head == embed_tokens when tied. The matrices
+// (void *) are stored in their family's dtype (ModelWeights.dtype: f32, bf16 or
+// f16, kernels/dtype.h); norms and biases are always fp32 (converted exactly at
+// load: a few KiB, and the kernels that read them stay fp32-only).
 typedef struct {
-    float *embed_tokens;  // (V, C)       model.embed_tokens.weight
+    void *embed_tokens;   // (V, C)       model.embed_tokens.weight
     float *attn_norm;     // (L, C)       model.layers.N.input_layernorm.weight
-    float *wq;            // (L, H*D, C)  self_attn.q_proj.weight
-    float *wk;            // (L, Hkv*D, C)
-    float *wv;            // (L, Hkv*D, C)
-    float *wo;            // (L, C, H*D)  self_attn.o_proj.weight
+    void *wq;             // (L, H*D, C)  self_attn.q_proj.weight
+    void *wk;             // (L, Hkv*D, C)
+    void *wv;             // (L, Hkv*D, C)
+    void *wo;             // (L, C, H*D)  self_attn.o_proj.weight
     float *bq;            // (L, H*D)     qwen2; llama/qwen3 with attention_bias
     float *bk;            // (L, Hkv*D)
     float *bv;            // (L, Hkv*D)
@@ -32,11 +37,11 @@ typedef struct {
     float *q_norm;        // (L, D)       qwen3: self_attn.q_norm.weight
     float *k_norm;        // (L, D)
     float *mlp_norm;      // (L, C)       post_attention_layernorm.weight
-    float *w_gate;        // (L, F, C)    mlp.gate_proj.weight
-    float *w_up;          // (L, F, C)
-    float *w_down;        // (L, C, F)
+    void *w_gate;         // (L, F, C)    mlp.gate_proj.weight
+    void *w_up;           // (L, F, C)
+    void *w_down;         // (L, C, F)
     float *final_norm;    // (C)          model.norm.weight
-    float *lm_head;       // (V, C)       lm_head.weight, or embed_tokens when tied
+    void *lm_head;        // (V, C)       lm_head.weight, or embed_tokens when tied
 } ModelParams;
 
 // One tensor family: its HF name (the part after "model.layers.N." when per
@@ -53,33 +58,71 @@ typedef struct {
     ModelConfig cfg;
     ModelParams p;
     ModelParamSpec specs[PARAM_COUNT];
-    size_t offsets[PARAM_COUNT];  // element offset of each family in memory
-    size_t num_params;            // floats in memory (lm_head counted once when tied)
-    float *memory;                // owned: the one fp32 block
+    DType dtype[PARAM_COUNT];     // storage dtype of each family (DT_F32 for norms and biases)
+    size_t offsets[PARAM_COUNT];  // element offset of each family: its place in a num_params-float
+                                  // block (gradients, AdamW state), whatever the storage dtype
+    size_t byte_offsets[PARAM_COUNT];  // where each family starts in memory (64-byte aligned)
+    size_t num_params;            // elements (lm_head counted once when tied)
+    size_t bytes;                 // of memory
+    void *memory;                 // owned: the one block
     char base_sha256[65];         // "" until loaded from files
 } ModelWeights;
+
+// --dtype of the tools that load a model: every matrix as f32, bf16 or f16, or
+// MODEL_DTYPE_AUTO, each family as the checkpoint stores it (a family whose
+// layers mix dtypes, or a non-float one, as f32).
+#define MODEL_DTYPE_AUTO (-1)
+#define MODEL_DTYPE_CLI_HELP "base weights: auto (as the checkpoint stores them), bf16, f16 or f32"
+// "auto", "f32", "bf16", "f16"; -1 otherwise.
+int model_dtype_parse(const char *s, int *want);
+// True for the families a --dtype applies to (projections, embedding, head).
+bool model_param_is_matrix(ModelParamId id);
 
 // The tensor families of cfg (specs[PARAM_COUNT]); absent ones have present = false.
 void model_param_specs(const ModelConfig *cfg, ModelParamSpec specs[PARAM_COUNT]);
 // Floats the block holds for cfg (lm_head counted once when tied), without allocating.
 size_t model_params_count(const ModelConfig *cfg);
-// Sizes the block from cfg, allocates it (uninitialised) and points the params.
+// Sizes the block from cfg, allocates it (uninitialised) and points the params:
+// every family fp32 (model_weights_alloc), or as dt[] says (matrices only:
+// vectors stay fp32 whatever dt says).
 int model_weights_alloc(ModelWeights *w, const ModelConfig *cfg, PailErr *err);
+int model_weights_alloc_as(ModelWeights *w, const ModelConfig *cfg, const DType dt[PARAM_COUNT], PailErr *err);
 void model_weights_free(ModelWeights *w);
-// Pointer to (family, layer) in w (layer ignored for global tensors).
-float *model_weights_tensor(const ModelWeights *w, ModelParamId id, int layer);
+// dt[] with every matrix family mat and every vector DT_F32.
+void model_dtypes_uniform(DType mat, DType dt[PARAM_COUNT]);
+// Bytes the block takes for cfg with dt[] (without allocating).
+size_t model_weights_bytes(const ModelConfig *cfg, const DType dt[PARAM_COUNT]);
+// Pointer to (family, layer) in w (layer ignored for global tensors), in the family's dtype.
+void *model_weights_tensor(const ModelWeights *w, ModelParamId id, int layer);
+// The block as fp32 when every family is (full fine-tuning, merging, tests); NULL otherwise.
+float *model_weights_f32(const ModelWeights *w);
+// What the matrices are stored as: "bf16", "f32", "f16", or the mix ("bf16+f32")
+// when families differ; out holds at least 32 bytes. Recorded in run.json.
+void model_weights_dtype_desc(const ModelWeights *w, char *out, size_t cap);
+void model_dtypes_desc(const ModelConfig *cfg, const DType dt[PARAM_COUNT], char *out, size_t cap);
 // HF name of (family, layer): "model.layers.3.self_attn.q_proj.weight".
 void model_param_name(const ModelParamSpec *s, int layer, char *out, size_t cap);
 
 // Checks set against cfg without loading: every expected tensor present with the
 // expected shape and a float dtype (F32/F16/BF16); nothing unexpected except
 // harmless extras (rotary_emb.inv_freq buffers; lm_head.weight when tied). The
-// message names the tensor and file.
+// message names the tensor, its dtype or shape, and the file.
 int model_weights_check(const ModelConfig *cfg, const SafeTensorsSet *set, PailErr *err);
-// Alloc + check + convert every tensor to fp32 + base_sha256. w->cfg = *cfg.
-int model_weights_load_set(ModelWeights *w, const ModelConfig *cfg, const SafeTensorsSet *set, PailErr *err);
-// dir/config.json (+ generation_config.json) and the safetensors in dir.
+// The storage dtype of every family for --dtype want (MODEL_DTYPE_AUTO or a
+// DType) over a checked set. A --dtype f16 of a family stored wider is refused
+// at load if a value would overflow f16.
+void model_weights_choose_dtypes(const ModelConfig *cfg, const SafeTensorsSet *set, int want, DType dt[PARAM_COUNT]);
+// Alloc (as chosen) + check + copy or convert every tensor + base_sha256. w->cfg = *cfg.
+int model_weights_load_set(ModelWeights *w, const ModelConfig *cfg, const SafeTensorsSet *set, int want,
+                           PailErr *err);
+// dir/config.json (+ generation_config.json) and the safetensors in dir;
+// model_weights_load is want = DT_F32 (every weight fp32, as pail held them before --dtype).
+int model_weights_load_as(ModelWeights *w, const char *dir, int want, PailErr *err);
 int model_weights_load(ModelWeights *w, const char *dir, PailErr *err);
+// The dtypes a load of dir with want would choose and the block's bytes, reading
+// only config.json and the safetensors headers (for the memory plan printed
+// before anything is loaded).
+int model_weights_probe(const char *dir, int want, DType dt[PARAM_COUNT], size_t *bytes, PailErr *err);
 // base_sha256 of the set's files: sha256 over the lines "<file sha256 hex>  <file
 // name>\n" sorted by file name (bytewise), i.e. `sha256sum` output. Hashes the
 // mapped bytes; no second read.

@@ -14,6 +14,7 @@
 #include "core/sha256.h"
 #include "core/timeutil.h"
 #include "lora/peft.h"
+#include "model/device.h"
 #include "model/memplan.h"
 #include "model/transformer.h"
 #include "rollout/dataset.h"
@@ -366,6 +367,20 @@ static int check_manifest(Worker *w, volatile sig_atomic_t *stop, PailErr *err) 
     else if (!w->cfg->eval && G && G != w->cfg->group_size)
         rc = err_set(err, PAIL_ERR_INVALID, "run.json: the trainer expects groups of %lld, --group-size is %d",
                      (long long)G, w->cfg->group_size);
+    // The trainer's compute dtype (run.json of a trainer from before --dtype has none: it held f32).
+    const char *tdt = json_string_value(json_object_get(m, "compute_dtype"));
+    char mine[32];
+    model_weights_dtype_desc(&w->w, mine, sizeof mine);
+    if (rc == 0 && strcmp(tdt ? tdt : "f32", mine)) {
+        if (w->cfg->strict_dtype)
+            rc = err_set(err, PAIL_ERR_INVALID, "run.json: the trainer computes in %s, this worker holds its weights as %s "
+                         "(--strict-dtype; give --dtype %s, or drop --strict-dtype)", tdt ? tdt : "f32", mine,
+                         tdt && dtype_parse(tdt, &(DType){0}) == 0 ? tdt : "f32");
+        else
+            log_warn("run.json: the trainer computes in %s, this worker holds its weights as %s: behaviour log-probs "
+                     "differ from the trainer's by the rounding (importance weights correct it; --strict-dtype refuses)",
+                     tdt ? tdt : "f32", mine);
+    }
     snprintf(w->run_id, sizeof w->run_id, "%s", rid ? rid : "");
     json_t *ms = json_object_get(json_object_get(m, "trainer"), "max-staleness");
     w->run_staleness = json_is_integer(ms) && json_integer_value(ms) >= 0 ? (long)json_integer_value(ms)
@@ -830,7 +845,10 @@ static int plan_check(Worker *w, const RolloutConfig *c, PailErr *err) {
     Backend *be = c->backend ? c->backend : backend_cpu();
     int G = c->eval ? (int)(c->eval_samples > 0 ? c->eval_samples : 1) : c->group_size;
     int prompts = c->eval ? (int)w->ds->n : c->groups_per_shard;
-    MemoryPlanSpec spec = {.role = MEMPLAN_ROLLOUT, .weights_dtype = "fp32",
+    char wdesc[32];
+    size_t wbytes = 0;
+    if (dtype_plan(c->model_dir, c->weights_dtype, wdesc, &wbytes, err) < 0) return -1;
+    MemoryPlanSpec spec = {.role = MEMPLAN_ROLLOUT, .weights_dtype = wdesc, .weights_bytes = wbytes,
                            .token_budget = c->max_prompt_tokens > c->batch_size ? c->max_prompt_tokens : c->batch_size,
                            .batch_size = c->batch_size, .max_ctx = c->max_prompt_tokens + c->max_new_tokens,
                            .max_new_tokens = c->max_new_tokens, .groups_per_step = prompts > 0 ? prompts : 1,
@@ -864,7 +882,7 @@ static int setup(Worker *w, const RolloutConfig *c, PailErr *err) {
         return err_set(err, PAIL_ERR_NOMEM, "dataset %s: out of memory", w->ds->source);
     if (reward_set_build(&w->rs, &c->rewards, err) < 0) return -1;
     if (plan_check(w, c, err) < 0) return -1;  // before the weights or anything large is allocated
-    if (model_weights_load(&w->w, c->model_dir, err) < 0) return -1;
+    if (model_weights_load_as(&w->w, c->model_dir, c->weights_dtype, err) < 0) return -1;
     // Stop at the model's EOS ids and the tokenizer's.
     for (int i = 0; i < w->w.cfg.n_eos && w->n_stop < 15; i++) w->stop_ids[w->n_stop++] = w->w.cfg.eos_token_ids[i];
     int32_t te = tokenizer_eos_id(w->tok);

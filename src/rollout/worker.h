@@ -33,6 +33,8 @@ typedef struct {
     const char *eval_out;            // eval_once: also write the JSON result here
     Backend *backend;                // where the model computes (borrowed; NULL: the CPU)
     size_t max_memory;               // refuse a memory plan above this many bytes (0: the device's available memory)
+    int weights_dtype;               // --dtype: MODEL_DTYPE_AUTO or a DType for the base matrices (0: DT_F32)
+    bool strict_dtype;               // refuse a run whose trainer computes in another dtype (else warn)
 } RolloutConfig;
 
 int rollout_run(const RolloutConfig *cfg, volatile sig_atomic_t *stop, PailErr *err);

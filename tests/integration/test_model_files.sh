@@ -62,6 +62,6 @@ expect_fail "vocab mismatch" 1 "mv/model.safetensors: tensor '(lm_head|model.emb
 expect_fail "unknown shape" 2 "--shape 'huge'" "$CTL" init-model --out "$WORK/z" --shape huge
 expect_fail "0.5B shape is qwen2" 2 "qwen2 only" "$CTL" init-model --out "$WORK/z" --shape qwen2.5-0.5b --model-type llama
 expect_fail "sizes missing" 2 "sizes must be positive" "$CTL" init-model --out "$WORK/z" --hidden 64
-expect_fail "bad dtype" 2 "--dtype 'f16'" "$CTL" init-model --out "$WORK/z" --shape tiny --dtype f16
+expect_fail "bad dtype" 2 "--dtype 'f8'" "$CTL" init-model --out "$WORK/z" --shape tiny --dtype f8
 check "init-model --help" "$CTL" init-model --help
 finish
