@@ -19,6 +19,7 @@
 #include "model/modelgen.h"
 #include "model/safetensors.h"
 #include "model/weights.h"
+#include "model/transformer.h"
 #include "check_tmp.h"
 
 static char tmpdir[256];
@@ -661,6 +662,188 @@ START_TEST(test_weights_errors) {
 }
 END_TEST
 
+// Every element of family id (all layers) of a as fp32, exactly.
+static float *family_f32(const ModelWeights *a, ModelParamId id) {
+    const ModelParamSpec *sp = &a->specs[id];
+    size_t n = sp->numel * (sp->per_layer ? (size_t)a->cfg.num_hidden_layers : 1);
+    float *f = malloc(n * sizeof *f);
+    ck_assert(f != NULL);
+    dtype_to_f32(f, model_weights_tensor(a, id, 0), a->dtype[id], n);
+    return f;
+}
+
+// The rounding of src (f32) to dt, back to f32.
+static float round_to(float x, DType dt) {
+    uint16_t h;
+    float y;
+    dtype_from_f32(&h, &x, dt, 1);
+    dtype_to_f32(&y, &h, dt, 1);
+    return y;
+}
+
+// --dtype: auto holds each matrix as stored and vectors as fp32, the values exact;
+// bf16 / f16 / f32 convert (rounding to nearest even once); the bytes halve.
+START_TEST(test_weights_dtypes) {
+    for (int type = MODEL_QWEN2; type <= MODEL_QWEN3; type++) {  // biases (qwen2), q/k norms (qwen3)
+        ModelConfig cfg;
+        char d16[512], d32[512];
+        gen("dt16", "tiny", type, ST_DTYPE_BF16, 7, &cfg, d16, sizeof d16);
+        gen("dt32", "tiny", type, ST_DTYPE_F32, 7, &cfg, d32, sizeof d32);
+        ModelWeights a, f, r, h;
+        PailErr err = {0};
+        ck_assert_msg(model_weights_load_as(&a, d16, MODEL_DTYPE_AUTO, &err) == 0, "%s", err.msg);
+        ck_assert_msg(model_weights_load_as(&f, d16, DT_F32, &err) == 0, "%s", err.msg);
+        ck_assert_msg(model_weights_load_as(&r, d32, DT_BF16, &err) == 0, "%s", err.msg);
+        ck_assert_msg(model_weights_load_as(&h, d32, DT_F16, &err) == 0, "%s", err.msg);
+        ck_assert_str_eq(a.base_sha256, f.base_sha256);  // the files' hash, whatever the dtype held
+        ck_assert_ptr_null(model_weights_f32(&a));
+        ck_assert_ptr_nonnull(model_weights_f32(&f));
+        char desc[32];
+        model_weights_dtype_desc(&a, desc, sizeof desc);
+        ck_assert_str_eq(desc, "bf16");
+        model_weights_dtype_desc(&f, desc, sizeof desc);
+        ck_assert_str_eq(desc, "f32");
+        model_weights_dtype_desc(&h, desc, sizeof desc);
+        ck_assert_str_eq(desc, "f16");
+        // matrices at 2 bytes, vectors at 4: a bit over half the fp32 block
+        ck_assert_uint_eq(f.bytes, f.num_params * 4);
+        ck_assert_msg(a.bytes < f.bytes * 52 / 100 && a.bytes > f.bytes / 2, "%zu vs %zu", a.bytes, f.bytes);
+        DType dts[PARAM_COUNT];
+        size_t probed = 0;
+        ck_assert_msg(model_weights_probe(d16, MODEL_DTYPE_AUTO, dts, &probed, &err) == 0, "%s", err.msg);
+        ck_assert_uint_eq(probed, a.bytes);  // the memory plan's figure is the block's
+        for (int id = 0; id < PARAM_COUNT; id++) {
+            if (!a.specs[id].present) continue;
+            bool mat = model_param_is_matrix((ModelParamId)id);
+            ck_assert_int_eq(a.dtype[id], mat ? DT_BF16 : DT_F32);
+            ck_assert_int_eq(dts[id], a.dtype[id]);
+            ck_assert_int_eq(r.dtype[id], mat ? DT_BF16 : DT_F32);
+            ck_assert_int_eq(h.dtype[id], mat ? DT_F16 : DT_F32);
+            ck_assert_int_eq(f.dtype[id], DT_F32);
+            ck_assert_int_eq((int)((uintptr_t)model_weights_tensor(&a, id, 0) % 64), 0);  // families aligned
+            float *av = family_f32(&a, id), *fv = family_f32(&f, id), *rv = family_f32(&r, id),
+                  *hv = family_f32(&h, id);
+            const ModelParamSpec *sp = &a.specs[id];
+            size_t n = sp->numel * (sp->per_layer ? (size_t)cfg.num_hidden_layers : 1);
+            // the f32 file's values: rounding them to bf16 gives the bf16 file's (modelgen rounds once)
+            ModelWeights g;
+            ck_assert_msg(model_weights_load_as(&g, d32, DT_F32, &err) == 0, "%s", err.msg);
+            float *gv = family_f32(&g, id);
+            for (size_t i = 0; i < n; i++) {
+                ck_assert_msg(av[i] == fv[i], "family %d elem %zu: auto %g, f32 %g", id, i, av[i], fv[i]);
+                ck_assert_msg(!mat || rv[i] == round_to(gv[i], DT_BF16), "family %d elem %zu: bf16 rounding", id, i);
+                ck_assert_msg(mat ? hv[i] == round_to(gv[i], DT_F16) : hv[i] == gv[i], "family %d elem %zu: f16", id,
+                              i);
+            }
+            free(av), free(fv), free(rv), free(hv), free(gv);
+            model_weights_free(&g);
+        }
+        // tied head: the embedding's dtype
+        if (cfg.tie_word_embeddings) ck_assert_int_eq(a.dtype[PARAM_LM_HEAD], a.dtype[PARAM_EMBED]);
+        // saving the bf16-held weights as bf16 writes the same values (no second rounding)
+        char dsave[600];
+        snprintf(dsave, sizeof dsave, "%s/saved", tmpdir);
+        ModelGenOptions o = {.dtype = ST_DTYPE_BF16};
+        ck_assert_msg(model_weights_save(&a, dsave, &o, &err) == 0, "%s", err.msg);
+        ModelWeights s2;
+        ck_assert_msg(model_weights_load_as(&s2, dsave, DT_F32, &err) == 0, "%s", err.msg);
+        const float *s2v = model_weights_f32(&s2), *fv2 = model_weights_f32(&f);
+        for (size_t i = 0; i < f.num_params; i++) ck_assert_msg(s2v[i] == fv2[i], "saved param %zu", i);
+        model_weights_free(&s2);
+        model_weights_free(&a), model_weights_free(&f), model_weights_free(&r), model_weights_free(&h);
+    }
+    // parse: the four spellings, nothing else
+    int want = 99;
+    ck_assert_int_eq(model_dtype_parse("auto", &want), 0);
+    ck_assert_int_eq(want, MODEL_DTYPE_AUTO);
+    ck_assert_int_eq(model_dtype_parse("bf16", &want), 0);
+    ck_assert_int_eq(want, DT_BF16);
+    ck_assert_int_eq(model_dtype_parse("f16", &want), 0);
+    ck_assert_int_eq(want, DT_F16);
+    ck_assert_int_eq(model_dtype_parse("f32", &want), 0);
+    ck_assert_int_eq(want, DT_F32);
+    const char *bad[] = {"fp32", "BF16", "bfloat16", "f8", "", "auto "};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) ck_assert_int_eq(model_dtype_parse(bad[i], &want), -1);
+}
+END_TEST
+
+// Rewrites dir's model.safetensors with the tensors named in to_bf16 stored as
+// BF16 (their f32 values rounded), the rest as they are.
+static void restore_as_bf16(const char *dir, const char *const *to_bf16, int n16) {
+    char p[600];
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    SafeTensors st;
+    PailErr err = {0};
+    ck_assert_int_eq(safetensors_open(&st, p, &err), 0);
+    SafeTensorsWriteItem *it = calloc(st.n, sizeof *it);
+    uint16_t **bufs = calloc(st.n, sizeof *bufs);
+    for (int i = 0; i < st.n; i++) {
+        const SafeTensor *t = &st.tensors[i];
+        it[i] = (SafeTensorsWriteItem){t->name, t->dtype, t->ndim, {0}, t->data};
+        memcpy(it[i].shape, t->shape, sizeof t->shape);
+        for (int k = 0; k < n16; k++)
+            if (!strcmp(t->name, to_bf16[k])) {
+                ck_assert_int_eq(t->dtype, ST_DTYPE_F32);
+                bufs[i] = malloc(t->nelem * 2);
+                float *tmp = malloc(t->nelem * 4);
+                memcpy(tmp, t->data, t->nelem * 4);
+                dtype_from_f32(bufs[i], tmp, DT_BF16, t->nelem);
+                free(tmp);
+                it[i].dtype = ST_DTYPE_BF16;
+                it[i].data = bufs[i];
+            }
+    }
+    char q[700];
+    snprintf(q, sizeof q, "%s.new", p);
+    ck_assert_msg(safetensors_write(q, it, st.n, NULL, NULL, 0, &err) == 0, "%s", err.msg);
+    for (int i = 0; i < st.n; i++) free(bufs[i]);
+    free(bufs);
+    free(it);
+    safetensors_close(&st);
+    ck_assert_int_eq(rename(q, p), 0);
+}
+
+// A family whose layers mix dtypes is held as f32 (exactly); the others as stored;
+// a value beyond f16's range refuses --dtype f16 naming the tensor; full
+// fine-tuning refuses non-fp32 weights.
+START_TEST(test_weights_dtype_limits) {
+    ModelConfig cfg;
+    char d[512];
+    gen("mix", "tiny", MODEL_LLAMA, ST_DTYPE_F32, 5, &cfg, d, sizeof d);
+    const char *const to16[] = {"model.layers.0.self_attn.q_proj.weight", "model.layers.0.self_attn.k_proj.weight",
+                                "model.layers.1.self_attn.k_proj.weight"};
+    restore_as_bf16(d, to16, 3);
+    ModelWeights w;
+    PailErr err = {0};
+    ck_assert_msg(model_weights_load_as(&w, d, MODEL_DTYPE_AUTO, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(w.dtype[PARAM_WQ], DT_F32);  // layer 0 bf16, layer 1 f32
+    ck_assert_int_eq(w.dtype[PARAM_WK], DT_BF16);
+    ck_assert_int_eq(w.dtype[PARAM_WV], DT_F32);
+    char desc[32];
+    model_weights_dtype_desc(&w, desc, sizeof desc);
+    ck_assert_str_eq(desc, "bf16+f32");
+    TransformerPlan fp = {.max_tokens = 8, .backward = true, .full = true};
+    Transformer *tf = NULL;
+    ck_assert_int_eq(transformer_init(&tf, &w, &fp, &err), -1);
+    ck_assert_msg(strstr(err.msg, "--dtype f32"), "%s", err.msg);
+    model_weights_free(&w);
+    // f16 overflow: one weight at 1e6
+    char d2[512];
+    gen("big", "tiny", MODEL_LLAMA, ST_DTYPE_F32, 5, &cfg, d2, sizeof d2);
+    ModelWeights g;
+    ck_assert_msg(model_weights_load(&g, d2, &err) == 0, "%s", err.msg);
+    ((float *)model_weights_tensor(&g, PARAM_W_UP, 1))[17] = 1e6f;
+    ModelGenOptions o = {.dtype = ST_DTYPE_F32};
+    ck_assert_msg(model_weights_save(&g, d2, &o, &err) == 0, "%s", err.msg);
+    model_weights_free(&g);
+    ck_assert_int_eq(model_weights_load_as(&w, d2, DT_F16, &err), -1);
+    ck_assert_msg(strstr(err.msg, "'model.layers.1.mlp.up_proj.weight'") && strstr(err.msg, "f16"), "%s", err.msg);
+    ck_assert_msg(model_weights_load_as(&w, d2, DT_BF16, &err) == 0, "%s", err.msg);  // bf16 has the range
+    model_weights_free(&w);
+    ck_assert_int_eq(model_weights_load_as(&w, d2, 7, &err), -1);  // not a dtype
+}
+END_TEST
+
 // config.json written by modelgen parses back to the same config.
 START_TEST(test_config_write_roundtrip) {
     ModelConfig c, back;
@@ -709,10 +892,12 @@ int main(void) {
     tcase_add_test(core, test_safetensors_sharded);
     tcase_add_test(core, test_weights_tiny);
     tcase_add_test(core, test_weights_bench_shape);
+    tcase_add_test(core, test_weights_dtypes);
     tcase_add_test(limits, test_config_refusals);
     tcase_add_test(limits, test_safetensors_corpus);
     tcase_add_test(limits, test_safetensors_limits);
     tcase_add_test(limits, test_weights_errors);
+    tcase_add_test(limits, test_weights_dtype_limits);
     suite_add_tcase(s, core);
     suite_add_tcase(s, limits);
     SRunner *sr = srunner_create(s);

@@ -312,11 +312,39 @@ static void expect_close(const char *what, const char *be, const float *got, con
     }
 }
 
+// w with every matrix held as dt (through fp32: rounded once when narrowing, exact when widening), into out.
+static void hold_as(const ModelWeights *w, DType dt, ModelWeights *out) {
+    DType dts[PARAM_COUNT];
+    model_dtypes_uniform(dt, dts);
+    PailErr err = {0};
+    ck_assert_msg(model_weights_alloc_as(out, &w->cfg, dts, &err) == 0, "%s", err.msg);
+    for (int id = 0; id < PARAM_COUNT; id++) {
+        const ModelParamSpec *sp = &w->specs[id];
+        if (!sp->present) continue;
+        size_t n = sp->numel * (sp->per_layer ? (size_t)w->cfg.num_hidden_layers : 1);
+        float *f = malloc(n * sizeof *f);
+        ck_assert(f != NULL);
+        dtype_to_f32(f, model_weights_tensor(w, id, 0), w->dtype[id], n);
+        dtype_from_f32(model_weights_tensor(out, id, 0), f, out->dtype[id], n);
+        free(f);
+    }
+}
+
 static void compare(Backend *be) {
+    for (int dt = 0; dt < DT_COUNT; dt++)
     for (int type = 0; type < 3; type++)
         for (int rec = 0; rec < 2; rec++) {
-            ModelWeights w;
-            small_model(&w, (ModelType)type);
+            if (dt != DT_F32 && rec) continue;  // recomputation does not touch the weights' dtype
+            ModelWeights w32, w;
+            small_model(&w32, (ModelType)type);
+            if (dt == DT_F32) {
+                w = w32;
+            } else {
+                // bf16 / f16 weights; the f32 model the checks below compare with holds the same values
+                hold_as(&w32, (DType)dt, &w);
+                model_weights_free(&w32);
+                hold_as(&w, DT_F32, &w32);
+            }
             LoraConfig lc = {.rank = 4, .alpha = 8, .targets = (1u << LORA_NMOD) - 1};
             LoraLayout lay;
             PailErr err = {0};
@@ -338,6 +366,20 @@ static void compare(Backend *be) {
             double s = 0;
             for (int64_t i = 0; i < lay.n_params; i++) s += fabs(want.grads[i]);
             ck_assert(s > 1e-3);
+            if (dt != DT_F32) {
+                // Weights held as bf16 / f16 compute what the same values held as fp32 do:
+                // the conversion is exact and the arithmetic fp32 (only the summation order may differ).
+                Outputs up;
+                char what[64];
+                snprintf(what, sizeof what, "%s weights vs the same values in f32", dtype_name((DType)dt));
+                run(be, &w32, &lay, p, rec, &up);
+                expect_close(what, be->desc, got.logp, up.logp, T, 2e-5, 2e-5);
+                expect_close(what, be->desc, got.grads, up.grads, (size_t)lay.n_params, 1e-4, 2e-4);
+                expect_close(what, be->desc, got.logits, up.logits, (size_t)SLOTS * (DECODE + 1) * w.cfg.vocab_size,
+                             2e-5, 2e-5);
+                free(up.grads); free(up.logits);
+                model_weights_free(&w32);
+            }
             free(want.grads); free(want.logits); free(got.grads); free(got.logits);
             free(p);
             lora_layout_free(&lay);
