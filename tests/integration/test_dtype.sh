@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# --dtype on the tools that load a model, on file:// buckets with a tiny random
+# bf16 checkpoint: auto holds the matrices as stored (model-info, the memory
+# plan), log-probs on bf16-held weights equal those on the same values held as
+# f32, a bad spelling is a usage error (exit 2), --full refuses a non-f32
+# --dtype, run.json records the trainer's compute dtype, and a worker holding
+# another dtype warns, or refuses with --strict-dtype.
+source "$(dirname "$0")/lib.sh"
+PY=$(venv)/bin/python
+M="$WORK/model"
+CTL="$BIN/grpo-ctl"
+export OMP_NUM_THREADS=1
+"$CTL" init-model --out "$M" --shape tiny --vocab 257 --tokenizer "$ROOT/data/tokenizers/bytes" \
+  --dtype bf16 >/dev/null 2>&1 || { bad "init-model"; finish; exit 1; }
+printf '{"ids": [1, 5, 9, 33, 7, 100, 3]}\n{"ids": [4, 4, 200, 18]}\n' >"$WORK/ids.jsonl"
+head -8 "$ROOT/data/addition/train.jsonl" >"$WORK/train.jsonl"
+
+check "model-info: the matrices are stored as bf16" bash -c "'$CTL' model-info --model '$M' | grep -q '^stored: bf16 '"
+check "grpo-ctl plan --model: the weights line says bf16" \
+  bash -c "'$CTL' plan --model '$M' --role forward | grep -Eq '^ +weights .* bf16$'"
+check "...and f32 with --dtype f32" bash -c "'$CTL' plan --model '$M' --role forward --dtype f32 | grep -Eq '^ +weights .* f32$'"
+for d in auto bf16 f32 f16; do
+  check "grpo-ctl logprobs --dtype $d" bash -c "'$CTL' logprobs --model '$M' --input '$WORK/ids.jsonl' --dtype $d >'$WORK/lp-$d.out'"
+done
+check "log-probs on bf16-held weights equal those on the same values in f32 (<= 1e-5)" "$PY" -c '
+import json, sys
+a = [json.loads(l)["logprobs"] for l in open(sys.argv[1])]
+b = [json.loads(l)["logprobs"] for l in open(sys.argv[2])]
+assert len(a) == len(b) == 2 and all(len(x) == len(y) for x, y in zip(a, b))
+d = max(abs(p - q) for x, y in zip(a, b) for p, q in zip(x, y))
+assert d <= 1e-5, d' "$WORK/lp-auto.out" "$WORK/lp-f32.out"
+check "...--dtype bf16 of a bf16 checkpoint is --dtype auto" cmp "$WORK/lp-auto.out" "$WORK/lp-bf16.out"
+check "...f16 (the bf16 values rounded again) is close but not the same" "$PY" -c '
+import json, sys
+a = [p for l in open(sys.argv[1]) for p in json.loads(l)["logprobs"]]
+b = [p for l in open(sys.argv[2]) for p in json.loads(l)["logprobs"]]
+d = max(abs(p - q) for p, q in zip(a, b))
+assert 0 < d < 1e-2, d' "$WORK/lp-auto.out" "$WORK/lp-f16.out"
+
+for tool in "grpo-train --model $M --run file://$WORK/r" "grpo-rollout --model $M --run file://$WORK/r --dataset $WORK/train.jsonl" \
+            "grpo-ctl logprobs --model $M --input $WORK/ids.jsonl" "grpo-ctl eval --model $M --dataset $WORK/train.jsonl"; do
+  name=$(cut -d' ' -f1-2 <<<"$tool" | sed 's/ --model//')
+  read -r -a argv <<<"$tool"
+  argv[0]="$BIN/${argv[0]}"
+  expect_fail "$name --dtype fp8: a usage error" 2 "--dtype 'fp8': use auto, bf16, f16 or f32" "${argv[@]}" --dtype fp8
+done
+printf '{"prompt": "1+1=", "completion": "2"}\n' >"$WORK/sft.jsonl"
+expect_fail "grpo-train --sft --full --dtype bf16: refused" 2 "--full trains fp32 master weights" \
+  "$BIN/grpo-train" --model "$M" --sft "$WORK/sft.jsonl" --full --out "$WORK/full" --dtype bf16
+
+# A trainer computing in f32 (v0 published, then it stops), workers in bf16.
+"$BIN/grpo-train" --model "$M" --group-size 4 --run "file://$WORK/r" --steps 0 --lora-rank 4 --metrics "" \
+  --dtype f32 >"$WORK/train.log" 2>&1
+check "the trainer ran (--dtype f32)" test $? -eq 0
+check "run.json records compute_dtype f32" "$PY" -c '
+import json, sys; assert json.load(open(sys.argv[1]))["compute_dtype"] == "f32"' "$WORK/r/run.json"
+check "the trainer's memory plan counts the f32 weights" grep -Eq '^ +weights .* f32$' "$WORK/train.log"
+ROLL=("$BIN/grpo-rollout" --model "$M" --run "file://$WORK/r" --dataset "$WORK/train.jsonl" --group-size 4
+      --max-new-tokens 4 --batch-size 8 --groups-per-shard 2 --max-shards 1 --max-ahead 0)
+expect_fail_last "a bf16 worker with --strict-dtype refuses the f32 run" 1 \
+  "run.json: the trainer computes in f32, this worker holds its weights as bf16 \(--strict-dtype" \
+  "${ROLL[@]}" --worker-id ws --strict-dtype
+check "...and wrote nothing" test ! -e "$WORK/r/rollouts/v00000000/ws-00000000.h5"
+"${ROLL[@]}" --worker-id ww >"$WORK/warn.log" 2>&1
+check "without --strict-dtype it warns once and writes its shard" \
+  bash -c "test \$(grep -c 'the trainer computes in f32, this worker holds its weights as bf16' '$WORK/warn.log') -eq 1 && ls '$WORK'/r/rollouts/v00000000/ww-*.h5"
+check "...its memory plan counts bf16 weights" grep -Eq '^ +weights .* bf16$' "$WORK/warn.log"
+"${ROLL[@]}" --worker-id wf --dtype f32 --strict-dtype >"$WORK/f32.log" 2>&1
+check "an f32 worker with --strict-dtype runs" bash -c "ls '$WORK'/r/rollouts/v00000000/wf-*.h5"
+finish
