@@ -207,6 +207,7 @@ int sft_run(const SftConfig *c, volatile sig_atomic_t *stop, PailErr *err) {
     ModelWeights w;
     if (sft_plan_check(c, err) < 0) return -1;
     if (model_weights_load_as(&w, c->model_dir, sft_dtype(c), err) < 0) return -1;
+    dtype_log_weights(&w);
     char path[4200];
     snprintf(path, sizeof path, "%s/tokenizer.json", c->model_dir);
     Tokenizer *tok = NULL;

@@ -878,6 +878,7 @@ static int setup(Trainer *t, const TrainerConfig *c, PailErr *err) {
     t->G = c->group_size;
     if (plan_check(t, c, err) < 0) return -1;
     if (model_weights_load_as(&t->w, c->model_dir, c->weights_dtype, err) < 0) return -1;
+    dtype_log_weights(&t->w);
     char tj[4200];
     snprintf(tj, sizeof tj, "%s/tokenizer.json", c->model_dir);
     if (access(tj, R_OK) == 0) {

@@ -4,6 +4,7 @@
 #include "core/log.h"
 #include "model/memplan.h"
 #include "model/weights.h"
+#include "kernels.h"
 
 int max_memory_cli(const char *tool, const char *value, size_t *bytes) {
     PailErr err = {0};
@@ -30,6 +31,14 @@ int dtype_plan(const char *dir, int want, char desc[32], size_t *bytes, PailErr 
     if (model_config_load(&cfg, dir, err) < 0 || model_weights_probe(dir, want, dt, bytes, err) < 0) return -1;
     model_dtypes_desc(&cfg, dt, desc, 32);
     return 0;
+}
+
+void dtype_log_weights(const ModelWeights *w) {
+    char desc[32];
+    model_weights_dtype_desc(w, desc, sizeof desc);
+    DType dt = w->dtype[PARAM_WQ];  // the projections' (a mix logs the first layer family's paths)
+    log_info("weights: %s, %.1f MiB; products: decode %s; prefill and training %s", desc, w->bytes / 1048576.0,
+             matmul_path_name(1, dt), matmul_path_name(1 << 12, dt));
 }
 
 int device_open_cli(const char *tool, const char *spec, bool cuda_ready, Backend **out) {

@@ -27,6 +27,11 @@ int dtype_cli(const char *tool, const char *value, int *want);
 // weights_dtype and weights_bytes; desc holds 32 bytes). -1 with err.
 int dtype_plan(const char *dir, int want, char desc[32], size_t *bytes, PailErr *err);
 
+// One log line after a model is loaded: how its matrices are held (dtype,
+// MiB) and the product paths the kernels take for them on this CPU (decode's
+// mat-vec, and prefill / training's GEMM).
+void dtype_log_weights(const ModelWeights *w);
+
 // Opens the backend a tool's --device names. cuda_ready: this tool computes on
 // CUDA in this build (else cuda is refused saying so, and auto means the CPU).
 // Returns 0 with *out set; 2 after printing a usage error (a bad spelling); 1

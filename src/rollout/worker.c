@@ -883,6 +883,7 @@ static int setup(Worker *w, const RolloutConfig *c, PailErr *err) {
     if (reward_set_build(&w->rs, &c->rewards, err) < 0) return -1;
     if (plan_check(w, c, err) < 0) return -1;  // before the weights or anything large is allocated
     if (model_weights_load_as(&w->w, c->model_dir, c->weights_dtype, err) < 0) return -1;
+    dtype_log_weights(&w->w);
     // Stop at the model's EOS ids and the tokenizer's.
     for (int i = 0; i < w->w.cfg.n_eos && w->n_stop < 15; i++) w->stop_ids[w->n_stop++] = w->w.cfg.eos_token_ids[i];
     int32_t te = tokenizer_eos_id(w->tok);
