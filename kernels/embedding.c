@@ -1,6 +1,8 @@
 // embedding: gather rows of the token table, out(T,C) = table(V,C)[tokens], and
 // the backward scatter-add into dtable for full fine-tuning. Token ids are
 // checked here (they come from files and tokenizers). CPU twin of embedding.cu.
+// embedding_forward_dt gathers from a table in a storage dtype (rows converted
+// exactly, kernels/dtype.h).
 #include <string.h>
 #include "kernels.h"
 
@@ -19,6 +21,17 @@ int embedding_forward(float *out, const float *table, const int *tokens, int T, 
 #pragma omp parallel for schedule(static)
     for (int t = 0; t < T; t++)
         memcpy(out + (size_t)t * C, table + (size_t)tokens[t] * C, sizeof(float) * C);
+    return 0;
+}
+
+int embedding_forward_dt(float *out, const void *table, DType tdt, const int *tokens, int T, int C,
+                         int V, PailErr *err) {
+    if (tdt == DT_F32) return embedding_forward(out, table, tokens, T, C, V, err);
+    if (tokens_check(tokens, T, V, err)) return -1;
+    size_t row = (size_t)C * dtype_size(tdt);
+#pragma omp parallel for schedule(static)
+    for (int t = 0; t < T; t++)
+        dtype_to_f32(out + (size_t)t * C, (const char *)table + (size_t)tokens[t] * row, tdt, C);
     return 0;
 }
 

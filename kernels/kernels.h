@@ -64,8 +64,9 @@ void matmul_backward_dt(float *dx, float *dW, float *dbias, const float *dout, c
                         const void *W, DType wdt, int T, int K, int N, float alpha,
                         float dx_beta);
 // Which path a product of T rows over a wdt weight takes on this CPU, for the
-// benches and logs: "mat-vec bf16->f32 (avx512)", "sgemm on f32 panels (avx2
-// conversion)", ...
+// benches and logs: "mat-vec, bf16 rows converted in registers (avx512)",
+// "sgemm over f32 panels converted from bf16 (avx2)", "sgemm (fp32 weights)", ...
+// (a static string; the ISA is dtype_isa()'s).
 const char *matmul_path_name(int T, DType wdt);
 
 // ---- rmsnorm: out(R,C) = x * rsqrt(mean(x^2) + eps) * w(C) over each of `rows` rows ----
@@ -181,8 +182,9 @@ void logprob_backward_expect(float *dhidden, const float *dlogp, const float *ex
                              float temperature);
 
 // The head with w_lm (V,C) in a storage dtype (converted exactly); DT_F32 is
-// the functions above bit for bit. dw_lm (a full fine-tune's head gradient)
-// needs an fp32 head: pass NULL otherwise.
+// the functions above bit for bit. dw_lm (fp32, +=) is dz^T hidden and never
+// reads w_lm, so it is computed for any head dtype (a trained head is fp32
+// anyway; a frozen one passes NULL).
 int logprob_forward_dt(float *logp, float *entropy, float *lse, const float *hidden,
                        const void *w_lm, DType wdt, const int *targets, int T, int C, int V,
                        float temperature, float *ws, int vchunk, PailErr *err);

@@ -2,10 +2,13 @@
 // logp = z[target] - logsumexp(z) with z = hidden W_lm^T / temperature, and the
 // entropy of softmax(z) on request. The head matmul is fused with a streaming
 // (online) log-sum-exp over vocab chunks, so the (T,V) logits never exist; the
-// backward recomputes each chunk. CPU twin of kernels/logprob.cu.
+// backward recomputes each chunk. CPU twin of kernels/logprob.cu. The _dt
+// variants take w_lm in a storage dtype: its products go through the _dt
+// matmuls, and the rows read directly (a target's) are converted exactly.
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include "dtype_cpu.h"
 #include "kernels.h"
 #include "simd.h"
 
@@ -58,16 +61,16 @@ static int targets_check(const int *targets, int T, int V, float temperature, in
     return 0;
 }
 
-int logprob_forward(float *logp, float *entropy, float *lse, const float *hidden,
-                    const float *w_lm, const int *targets, int T, int C, int V,
-                    float temperature, float *ws, int vchunk, PailErr *err) {
+int logprob_forward_dt(float *logp, float *entropy, float *lse, const float *hidden,
+                       const void *w_lm, DType wdt, const int *targets, int T, int C, int V,
+                       float temperature, float *ws, int vchunk, PailErr *err) {
     if (targets_check(targets, T, V, temperature, vchunk, err)) return -1;
     float *z = ws, *m = ws + (size_t)T * vchunk, *s = m + T, *a = s + T;
     for (int t = 0; t < T; t++) m[t] = -INFINITY, s[t] = 0, a[t] = 0;
     for (int v0 = 0; v0 < V; v0 += vchunk) {
         int nb = V - v0 < vchunk ? V - v0 : vchunk;
-        matmul_forward(z, hidden, w_lm + (size_t)v0 * C, NULL, T, C, nb, 1.0f / temperature,
-                       0.0f);
+        matmul_forward_dt(z, hidden, (const char *)w_lm + (size_t)v0 * C * dtype_size(wdt), wdt,
+                          NULL, T, C, nb, 1.0f / temperature, 0.0f);
 #pragma omp parallel for schedule(static)
         for (int t = 0; t < T; t++) {
             const float *zr = z + (size_t)t * nb;
@@ -89,17 +92,25 @@ int logprob_forward(float *logp, float *entropy, float *lse, const float *hidden
     return 0;
 }
 
+int logprob_forward(float *logp, float *entropy, float *lse, const float *hidden,
+                    const float *w_lm, const int *targets, int T, int C, int V,
+                    float temperature, float *ws, int vchunk, PailErr *err) {
+    return logprob_forward_dt(logp, entropy, lse, hidden, w_lm, DT_F32, targets, T, C, V,
+                              temperature, ws, vchunk, err);
+}
+
 // dz_j = dlogp (1[j = target] - p_j) - dH p_j (log p_j + H), then d logits =
 // dz / temperature; dhidden = dlogits W, dW += dlogits^T hidden, chunk by chunk.
-void logprob_backward(float *dhidden, float *dw_lm, const float *dlogp, const float *dentropy,
-                      const float *hidden, const float *w_lm, const int *targets,
-                      const float *lse, const float *entropy, int T, int C, int V,
-                      float temperature, float *ws, int vchunk) {
+// dW (fp32) is dz^T hidden: it never reads w_lm, so any head dtype may have one.
+void logprob_backward_dt(float *dhidden, float *dw_lm, const float *dlogp,
+                         const float *dentropy, const float *hidden, const void *w_lm,
+                         DType wdt, const int *targets, const float *lse, const float *entropy,
+                         int T, int C, int V, float temperature, float *ws, int vchunk) {
     float *z = ws, inv_t = 1.0f / temperature;
     for (int v0 = 0; v0 < V; v0 += vchunk) {
         int nb = V - v0 < vchunk ? V - v0 : vchunk;
-        const float *wc = w_lm + (size_t)v0 * C;
-        matmul_forward(z, hidden, wc, NULL, T, C, nb, inv_t, 0.0f);
+        const void *wc = (const char *)w_lm + (size_t)v0 * C * dtype_size(wdt);
+        matmul_forward_dt(z, hidden, wc, wdt, NULL, T, C, nb, inv_t, 0.0f);
 #pragma omp parallel for schedule(static)
         for (int t = 0; t < T; t++) {
             float *zr = z + (size_t)t * nb, gl = dlogp[t], ge = dentropy ? dentropy[t] : 0.0f;
@@ -116,9 +127,17 @@ void logprob_backward(float *dhidden, float *dw_lm, const float *dlogp, const fl
             }
             if (tj >= 0 && tj < nb) zr[tj] += gl * inv_t;  // the 1[j = target] term
         }
-        matmul_backward(dhidden, dw_lm ? dw_lm + (size_t)v0 * C : NULL, NULL, z, hidden, wc, T,
-                        C, nb, 1.0f, v0 == 0 ? 0.0f : 1.0f);
+        matmul_backward_dt(dhidden, dw_lm ? dw_lm + (size_t)v0 * C : NULL, NULL, z, hidden, wc,
+                           wdt, T, C, nb, 1.0f, v0 == 0 ? 0.0f : 1.0f);
     }
+}
+
+void logprob_backward(float *dhidden, float *dw_lm, const float *dlogp, const float *dentropy,
+                      const float *hidden, const float *w_lm, const int *targets,
+                      const float *lse, const float *entropy, int T, int C, int V,
+                      float temperature, float *ws, int vchunk) {
+    logprob_backward_dt(dhidden, dw_lm, dlogp, dentropy, hidden, w_lm, DT_F32, targets, lse,
+                        entropy, T, C, V, temperature, ws, vchunk);
 }
 
 // ---- the head with its gradient's expectation, for a later backward without recompute ----
@@ -126,10 +145,10 @@ void logprob_backward(float *dhidden, float *dw_lm, const float *dlogp, const fl
 // the same whatever dlogp turns out to be, so the forward computes it while each
 // row's full logits are at hand (rows in blocks of ws_floats / V) and the
 // backward is a scaled difference of two rows per token, no second pass over V.
-int logprob_forward_expect(float *logp, float *entropy, float *lse, float *expect,
-                           const float *hidden, const float *w_lm, const int *targets, int T,
-                           int C, int V, float temperature, float *ws, size_t ws_floats,
-                           PailErr *err) {
+int logprob_forward_expect_dt(float *logp, float *entropy, float *lse, float *expect,
+                              const float *hidden, const void *w_lm, DType wdt,
+                              const int *targets, int T, int C, int V, float temperature,
+                              float *ws, size_t ws_floats, PailErr *err) {
     if (targets_check(targets, T, V, temperature, 1, err)) return -1;
     size_t rows = ws_floats / (size_t)V;
     if (rows < 1)
@@ -140,7 +159,7 @@ int logprob_forward_expect(float *logp, float *entropy, float *lse, float *expec
     for (int t0 = 0; t0 < T; t0 += (int)rows) {
         int nr = T - t0 < (int)rows ? T - t0 : (int)rows;
         float *z = ws;
-        matmul_forward(z, hidden + (size_t)t0 * C, w_lm, NULL, nr, C, V, inv_t, 0.0f);
+        matmul_forward_dt(z, hidden + (size_t)t0 * C, w_lm, wdt, NULL, nr, C, V, inv_t, 0.0f);
 #pragma omp parallel for schedule(static)
         for (int r = 0; r < nr; r++) {
             float *zr = z + (size_t)r * V, m = row_max(zr, V), zt = zr[targets[t0 + r]], a;
@@ -153,22 +172,52 @@ int logprob_forward_expect(float *logp, float *entropy, float *lse, float *expec
             for (int j = 0; j < V; j++) zr[j] *= inv_s;  // p
         }
         // expect = p W / temperature: the dx form of the head's product
-        matmul_backward(expect + (size_t)t0 * C, NULL, NULL, z, NULL, w_lm, nr, C, V, inv_t, 0.0f);
+        matmul_backward_dt(expect + (size_t)t0 * C, NULL, NULL, z, NULL, w_lm, wdt, nr, C, V,
+                           inv_t, 0.0f);
     }
     return 0;
+}
+
+int logprob_forward_expect(float *logp, float *entropy, float *lse, float *expect,
+                           const float *hidden, const float *w_lm, const int *targets, int T,
+                           int C, int V, float temperature, float *ws, size_t ws_floats,
+                           PailErr *err) {
+    return logprob_forward_expect_dt(logp, entropy, lse, expect, hidden, w_lm, DT_F32, targets,
+                                     T, C, V, temperature, ws, ws_floats, err);
+}
+
+// A stored-dtype head's target row is converted EXP_CHUNK floats at a time on
+// the thread's stack: the same products as on the fp32 row.
+void logprob_backward_expect_dt(float *dhidden, const float *dlogp, const float *expect,
+                                const void *w_lm, DType wdt, const int *targets, int T, int C,
+                                float temperature) {
+    float inv_t = 1.0f / temperature;
+    DtCvtFn cvt = dtype_to_f32_fn(wdt, dtype_isa_id());
+    size_t esz = dtype_size(wdt);
+#pragma omp parallel for schedule(static)
+    for (int t = 0; t < T; t++) {
+        const float *w = (const float *)w_lm + (size_t)targets[t] * C, *e = expect + (size_t)t * C;
+        float g = dlogp[t], *d = dhidden + (size_t)t * C;
+        if (!cvt) {
+#pragma omp simd
+            for (int c = 0; c < C; c++) d[c] = g * (w[c] * inv_t - e[c]);
+            continue;
+        }
+        const char *row = (const char *)w_lm + (size_t)targets[t] * C * esz;
+        for (int c0 = 0; c0 < C; c0 += EXP_CHUNK) {
+            int cnt = C - c0 < EXP_CHUNK ? C - c0 : EXP_CHUNK;
+            float wb[EXP_CHUNK];
+            cvt(wb, row + (size_t)c0 * esz, cnt);
+#pragma omp simd
+            for (int c = 0; c < cnt; c++) d[c0 + c] = g * (wb[c] * inv_t - e[c0 + c]);
+        }
+    }
 }
 
 void logprob_backward_expect(float *dhidden, const float *dlogp, const float *expect,
                              const float *w_lm, const int *targets, int T, int C,
                              float temperature) {
-    float inv_t = 1.0f / temperature;
-#pragma omp parallel for schedule(static)
-    for (int t = 0; t < T; t++) {
-        const float *w = w_lm + (size_t)targets[t] * C, *e = expect + (size_t)t * C;
-        float g = dlogp[t], *d = dhidden + (size_t)t * C;
-#pragma omp simd
-        for (int c = 0; c < C; c++) d[c] = g * (w[c] * inv_t - e[c]);
-    }
+    logprob_backward_expect_dt(dhidden, dlogp, expect, w_lm, DT_F32, targets, T, C, temperature);
 }
 
 // References: the full (V) logit row per token in double, then textbook log-softmax.

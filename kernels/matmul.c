@@ -6,117 +6,254 @@
 // (bench/bench_kernels.c measures the crossover).
 // OpenBLAS runs single-threaded inside an OpenMP team, one column slice per
 // thread: its own pthread pool would spin against OpenMP's for the same cores.
-#include <omp.h>
-#include <string.h>
-#if defined(__AVX2__) || defined(__AVX512F__)
+// The _dt variants take W as bf16 or f16 (kernels/dtype.h) and compute in fp32:
+// the mat-vec converts each row in registers, the GEMMs convert W a panel at a
+// time into per-thread scratch and run the same sgemm on it (doc/kernels.md).
 #include <immintrin.h>
-#endif
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
 #include "blas.h"
+#include "dtype_cpu.h"
 #include "kernels.h"
 
 // Crossover measured by bench/bench_kernels.c (doc/kernels.md has the figures):
 // at T=8 the mat-vec still beats sgemm on a 512x1408 and a 32000x512 weight.
 int matmul_small_t_max = 8;
 
-#if defined(__AVX512F__)
-typedef __m512 vf;
-#define VW 16
-#define VZERO() _mm512_setzero_ps()
-#define VLOAD(p) _mm512_loadu_ps(p)
-#define VFMA(a, b, c) _mm512_fmadd_ps(a, b, c)
-#define VADD(a, b) _mm512_add_ps(a, b)
-#define VSUM(v) _mm512_reduce_add_ps(v)
-#elif defined(__AVX2__) && defined(__FMA__)
-typedef __m256 vf;
-#define VW 8
-#define VZERO() _mm256_setzero_ps()
-#define VLOAD(p) _mm256_loadu_ps(p)
-#define VFMA(a, b, c) _mm256_fmadd_ps(a, b, c)
-#define VADD(a, b) _mm256_add_ps(a, b)
+// ---- the mat-vec's dot products (matmul_dot.h), one variant per ISA and dtype ----
+// fp32 weights: the build's vector width (AVX-512 where compiled for it, else
+// AVX2/FMA, else scalar). bf16 / f16 weights: every run-time ISA (dtype_cpu.h),
+// each compiled for its own target and picked per call; a row is loaded as 16-bit
+// values and converted in registers (bf16: zero-extend and shift left 16; f16:
+// vcvtph2ps), so a decode step reads half the bytes of the fp32 path.
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
 static inline float hsum8(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
 }
+#pragma GCC pop_options
+
+#if defined(__AVX512F__)
+#define VW 16
+#define VF __m512
+#define VZERO() _mm512_setzero_ps()
+#define VLOAD(p) _mm512_loadu_ps(p)
+#define VFMA(a, b, c) _mm512_fmadd_ps(a, b, c)
+#define VADD(a, b) _mm512_add_ps(a, b)
+#define VSUM(v) _mm512_reduce_add_ps(v)
+#define F32_WIDTH "avx512"
+#elif defined(__AVX2__) && defined(__FMA__)
+#define VW 8
+#define VF __m256
+#define VZERO() _mm256_setzero_ps()
+#define VLOAD(p) _mm256_loadu_ps(p)
+#define VFMA(a, b, c) _mm256_fmadd_ps(a, b, c)
+#define VADD(a, b) _mm256_add_ps(a, b)
 #define VSUM(v) hsum8(v)
+#define F32_WIDTH "avx2"
+#else
+#define F32_WIDTH "scalar"
 #endif
+#define DOT_NAME(n) n##_f32
+#define DOT_W_T float
+#define DOT_LOADW(p) VLOAD(p)
+#define DOT_W1(p) (*(p))
+#include "matmul_dot.h"
+#undef VW
+#undef VF
+#undef VZERO
+#undef VLOAD
+#undef VFMA
+#undef VADD
+#undef VSUM
 
-// r[t] = dot(w, x row t) for NT (1..4) consecutive x rows of stride K. W is read
-// in memory order, one row after another: a few long sequential streams keep
-// the hardware prefetcher ahead (measured here: 57 GB/s against 36 GB/s when
-// four rows were read side by side, each only K floats long). U partial sums per
-// x row hide the FMA latency: NT * U accumulators, 4 or more in flight.
-static inline __attribute__((always_inline)) void dot_row(float *r, const float *w,
-                                                          const float *x, int K, int NT) {
-    int k = 0;
-#ifdef VW
-    enum { U = 2 };
-    vf acc[4][U];
-#pragma GCC unroll 4
-    for (int t = 0; t < NT; t++)
-#pragma GCC unroll 2
-        for (int u = 0; u < U; u++) acc[t][u] = VZERO();
-    for (; k + U * VW <= K; k += U * VW) {
-#pragma GCC unroll 2
-        for (int u = 0; u < U; u++) {
-            vf wv = VLOAD(w + k + u * VW);
-#pragma GCC unroll 4
-            for (int t = 0; t < NT; t++) acc[t][u] = VFMA(wv, VLOAD(x + (size_t)t * K + k + u * VW), acc[t][u]);
+typedef void (*DotFn)(float *r, const void *w, const float *x, int K, int NT);
+
+// Scalar: the same loops, one element at a time (the compiler may vectorise them).
+#define DOT_NAME(n) n##_bf16_scalar
+#define DOT_W_T dt_u16_unaligned
+#define DOT_W1(p) dt_bf16_to_f32(*(p))
+#include "matmul_dot.h"
+#define DOT_NAME(n) n##_f16_scalar
+#define DOT_W_T dt_u16_unaligned
+#define DOT_W1(p) dt_f16_to_f32(*(p))
+#include "matmul_dot.h"
+static void dot_bf16_scalar(float *r, const void *w, const float *x, int K, int NT) {
+    dot_dispatch_bf16_scalar(r, w, x, K, NT);
+}
+static void dot_f16_scalar(float *r, const void *w, const float *x, int K, int NT) {
+    dot_dispatch_f16_scalar(r, w, x, K, NT);
+}
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+#define VW 8
+#define VF __m256
+#define VZERO() _mm256_setzero_ps()
+#define VLOAD(p) _mm256_loadu_ps(p)
+#define VFMA(a, b, c) _mm256_fmadd_ps(a, b, c)
+#define VADD(a, b) _mm256_add_ps(a, b)
+#define VSUM(v) hsum8(v)
+#define DOT_NAME(n) n##_bf16_avx2
+#define DOT_W_T dt_u16_unaligned
+#define DOT_LOADW(p) \
+    _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p))), 16))
+#define DOT_W1(p) dt_bf16_to_f32(*(p))
+#include "matmul_dot.h"
+#define DOT_NAME(n) n##_f16_avx2
+#define DOT_W_T dt_u16_unaligned
+#define DOT_LOADW(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
+#define DOT_W1(p) dt_f16_to_f32(*(p))
+#include "matmul_dot.h"
+static void dot_bf16_avx2(float *r, const void *w, const float *x, int K, int NT) {
+    dot_dispatch_bf16_avx2(r, w, x, K, NT);
+}
+static void dot_f16_avx2(float *r, const void *w, const float *x, int K, int NT) {
+    dot_dispatch_f16_avx2(r, w, x, K, NT);
+}
+#undef VW
+#undef VF
+#undef VZERO
+#undef VLOAD
+#undef VFMA
+#undef VADD
+#undef VSUM
+#pragma GCC pop_options
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")
+#define VW 16
+#define VF __m512
+#define VZERO() _mm512_setzero_ps()
+#define VLOAD(p) _mm512_loadu_ps(p)
+#define VFMA(a, b, c) _mm512_fmadd_ps(a, b, c)
+#define VADD(a, b) _mm512_add_ps(a, b)
+#define VSUM(v) _mm512_reduce_add_ps(v)
+#define DOT_NAME(n) n##_bf16_avx512
+#define DOT_W_T dt_u16_unaligned
+#define DOT_LOADW(p) \
+    _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(p))), 16))
+#define DOT_W1(p) dt_bf16_to_f32(*(p))
+#include "matmul_dot.h"
+#define DOT_NAME(n) n##_f16_avx512
+#define DOT_W_T dt_u16_unaligned
+#define DOT_LOADW(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p)))
+#define DOT_W1(p) dt_f16_to_f32(*(p))
+#include "matmul_dot.h"
+static void dot_bf16_avx512(float *r, const void *w, const float *x, int K, int NT) {
+    dot_dispatch_bf16_avx512(r, w, x, K, NT);
+}
+static void dot_f16_avx512(float *r, const void *w, const float *x, int K, int NT) {
+    dot_dispatch_f16_avx512(r, w, x, K, NT);
+}
+#undef VW
+#undef VF
+#undef VZERO
+#undef VLOAD
+#undef VFMA
+#undef VADD
+#undef VSUM
+#pragma GCC pop_options
+
+static const DotFn dot_fns[DT_ISA_COUNT][DT_COUNT] = {
+    [DT_ISA_SCALAR] = {NULL, dot_bf16_scalar, dot_f16_scalar},
+    [DT_ISA_AVX2] = {NULL, dot_bf16_avx2, dot_f16_avx2},
+    [DT_ISA_AVX512] = {NULL, dot_bf16_avx512, dot_f16_avx512},
+};
+
+// ---- the GEMMs over a converted weight ----
+// Floats per thread of a conversion panel. bench/bench_kernels.c measured the
+// bf16-panel GEMM against sgemm on the fp32 weight at the model shapes
+// (doc/kernels.md): small panels pay OpenBLAS's packing of the other operand
+// once per panel; past ~1M floats (4 MiB) nothing more is gained.
+size_t matmul_dt_panel_floats = (size_t)1 << 20;
+
+// The calling thread's scratch for panels, allocated at its first _dt GEMM and
+// grown when a larger panel is asked for (a thread's team keeps its threads,
+// so this happens once per thread and shape family). NULL when the allocation
+// fails: the caller then converts through a small panel on its stack.
+static _Thread_local float *panel_buf;
+static _Thread_local size_t panel_cap;
+
+static float *panel_get(size_t floats) {
+    if (floats <= panel_cap) return panel_buf;
+    float *p = NULL;
+    if (posix_memalign((void **)&p, 64, floats * sizeof(float))) return NULL;
+    free(panel_buf);
+    panel_buf = p, panel_cap = floats;
+    return p;
+}
+
+enum { PANEL_STACK = 4096, DX_PANEL_COLS = 256 };
+
+// Panel shape for C[:, n0..n1) from `budget` floats: nb columns of op(B) by kb
+// of the reduction. transB (a weight's rows are the output columns, the
+// forward): whole rows of W, all of K while 16 rows fit, as many rows as the
+// budget holds. Else (the dx product: W's rows are the reduction, its columns
+// the output): DX_PANEL_COLS columns of each of as many rows as fit.
+static void panel_shape(int transB, int K, int width, size_t budget, int *nb, int *kb) {
+    if (budget < PANEL_STACK) budget = PANEL_STACK;
+    if (transB) {
+        *kb = (size_t)K * 16 <= budget ? K : (int)(budget / 16);
+        size_t rows = budget / (size_t)*kb / 16 * 16;
+        *nb = rows < 16 ? 16 : rows > (size_t)width ? width : (int)rows;
+    } else {
+        *nb = width < DX_PANEL_COLS ? width : DX_PANEL_COLS;
+        size_t rows = budget / (size_t)*nb;
+        *kb = rows > (size_t)K ? K : (int)rows;
+    }
+}
+
+// C[:, n0..n1) (M rows) = alpha op(A) op(B)[:, n0..n1) + beta C with B stored as
+// bdt (ldb in elements): each panel of op(B) is converted exactly into this
+// thread's scratch and multiplied by cblas_sgemm, the reduction's later panels
+// accumulating onto the first (beta 1).
+static void sgemm_panels(int transA, int transB, int M, int n0, int n1, int K, float alpha,
+                         const float *A, int lda, const void *B, DType bdt, int ldb, float beta,
+                         float *C, int ldc, DtCvtFn cvt) {
+    if (n0 >= n1) return;
+    float stack_panel[PANEL_STACK];
+    int nb, kb;
+    panel_shape(transB, K, n1 - n0, matmul_dt_panel_floats, &nb, &kb);
+    float *buf = panel_get((size_t)nb * kb);
+    if (!buf) {
+        panel_shape(transB, K, n1 - n0, PANEL_STACK, &nb, &kb);
+        buf = stack_panel;
+    }
+    const char *b = B;
+    size_t esz = dtype_size(bdt);
+    for (int n = n0; n < n1; n += nb) {
+        int nn = n1 - n < nb ? n1 - n : nb;
+        for (int k = 0; k < K; k += kb) {
+            int nk = K - k < kb ? K - k : kb;
+            if (transB)  // op(B)[k][n] = B[n][k]: nn rows of nk
+                for (int i = 0; i < nn; i++)
+                    cvt(buf + (size_t)i * nk, b + ((size_t)(n + i) * ldb + k) * esz, nk);
+            else  // B[k][n]: nk rows of nn
+                for (int i = 0; i < nk; i++)
+                    cvt(buf + (size_t)i * nn, b + ((size_t)(k + i) * ldb + n) * esz, nn);
+            cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans,
+                        transB ? CblasTrans : CblasNoTrans, M, nn, nk, alpha,
+                        transA ? A + (size_t)k * lda : A + k, lda, buf, transB ? nk : nn,
+                        k == 0 ? beta : 1.0f, C + n, ldc);
         }
-    }
-    for (; k + VW <= K; k += VW) {
-        vf wv = VLOAD(w + k);
-#pragma GCC unroll 4
-        for (int t = 0; t < NT; t++) acc[t][0] = VFMA(wv, VLOAD(x + (size_t)t * K + k), acc[t][0]);
-    }
-#pragma GCC unroll 4
-    for (int t = 0; t < NT; t++) r[t] = VSUM(VADD(acc[t][0], acc[t][1]));
-#else
-    for (int t = 0; t < NT; t++) r[t] = 0;
-#endif
-    for (; k < K; k++)  // tail (K % VW), or the whole row without SIMD
-        for (int t = 0; t < NT; t++) r[t] += w[k] * x[(size_t)t * K + k];
-}
-
-// One x row: four partial sums of one W row.
-static inline __attribute__((always_inline)) void dot_row1(float *r, const float *w, const float *x, int K) {
-    int k = 0;
-#ifdef VW
-    vf a0 = VZERO(), a1 = VZERO(), a2 = VZERO(), a3 = VZERO();
-    for (; k + 4 * VW <= K; k += 4 * VW) {
-        // the four W loads first: four misses in flight before any FMA waits
-        vf w0 = VLOAD(w + k), w1 = VLOAD(w + k + VW), w2 = VLOAD(w + k + 2 * VW), w3 = VLOAD(w + k + 3 * VW);
-        a0 = VFMA(w0, VLOAD(x + k), a0);
-        a1 = VFMA(w1, VLOAD(x + k + VW), a1);
-        a2 = VFMA(w2, VLOAD(x + k + 2 * VW), a2);
-        a3 = VFMA(w3, VLOAD(x + k + 3 * VW), a3);
-    }
-    for (; k + VW <= K; k += VW) a0 = VFMA(VLOAD(w + k), VLOAD(x + k), a0);
-    *r = VSUM(VADD(VADD(a0, a1), VADD(a2, a3)));
-#else
-    *r = 0;
-#endif
-    for (; k < K; k++) *r += w[k] * x[k];
-}
-
-static inline __attribute__((always_inline)) void dot_dispatch(float *r, const float *w, const float *x, int K,
-                                                               int NT) {
-    switch (NT) {
-    case 1: dot_row1(r, w, x, K); break;
-    case 2: dot_row(r, w, x, K, 2); break;
-    case 3: dot_row(r, w, x, K, 3); break;
-    default: dot_row(r, w, x, K, 4); break;
     }
 }
 
 // C(M, N) = alpha op(A) op(B) + beta C, row-major, with the N columns of C split
 // across the OpenMP team in slices of 16: slice [n0, n1) reads B's rows n0..n1-1
 // when B is transposed (B is (N, K)), else B's columns n0..n1-1 (B is (K, N)).
-// A C too narrow for that (N < 32 per thread) is split by rows.
+// A C too narrow for that (N < 32 per thread) is split by rows. B is stored as
+// bdt: not fp32, each thread converts its slice a panel at a time (sgemm_panels).
 static void sgemm_omp(int transA, int transB, int M, int N, int K, float alpha, const float *A,
-                      int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+                      int lda, const void *Bv, DType bdt, int ldb, float beta, float *C, int ldc) {
     blas_single_threaded();
+    const float *B = Bv;
+    DtCvtFn cvt = dtype_to_f32_fn(bdt, dtype_isa_id());
 #pragma omp parallel
     {
         int nth = omp_get_num_threads(), id = omp_get_thread_num();
@@ -126,18 +263,24 @@ static void sgemm_omp(int transA, int transB, int M, int N, int K, float alpha, 
             // columns when A is transposed.
             int mper = ((M + nth - 1) / nth + 7) / 8 * 8;
             int m0 = id * mper, m1 = m0 + mper < M ? m0 + mper : M;
-            if (m0 < m1)
+            const float *Am = transA ? A + m0 : A + (size_t)m0 * lda;
+            if (m0 < m1 && !cvt)
                 cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans,
                             transB ? CblasTrans : CblasNoTrans, m1 - m0, N, K, alpha,
-                            transA ? A + m0 : A + (size_t)m0 * lda, lda, B, ldb, beta,
-                            C + (size_t)m0 * ldc, ldc);
+                            Am, lda, B, ldb, beta, C + (size_t)m0 * ldc, ldc);
+            else if (m0 < m1)
+                sgemm_panels(transA, transB, m1 - m0, 0, N, K, alpha, Am, lda, Bv, bdt, ldb, beta,
+                             C + (size_t)m0 * ldc, ldc, cvt);
         } else {
         int per = ((N + nth - 1) / nth + 15) / 16 * 16;
         int n0 = id * per, n1 = n0 + per < N ? n0 + per : N;
-        if (n0 < n1)
+        if (n0 < n1 && !cvt)
             cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans,
                         transB ? CblasTrans : CblasNoTrans, M, n1 - n0, K, alpha, A, lda,
                         transB ? B + (size_t)n0 * ldb : B + n0, ldb, beta, C + n0, ldc);
+        else if (n0 < n1)
+            sgemm_panels(transA, transB, M, n0, n1, K, alpha, A, lda, Bv, bdt, ldb, beta, C, ldc,
+                         cvt);
         }
     }
 }
@@ -148,12 +291,15 @@ static void sgemm_omp(int transA, int transB, int M, int N, int K, float alpha, 
 // is short, as a LoRA A of 16 rows, so that every thread gets some), each row
 // read once from memory with its B row's term added before the store; for T > 4
 // the row is read again from L1 per group of 4 x rows, which stay in cache.
-static void forward_small(float *out, float *la, const float *x, const float *W, const float *bias,
-                          const float *A, const float *B, int T, int K, int N, int R, float alpha,
-                          float scale, float beta) {
+// W is stored as wdt (A and B are fp32): the dot products of dot_fns.
+static void forward_small(float *out, float *la, const float *x, const void *W, DType wdt,
+                          const float *bias, const float *A, const float *B, int T, int K, int N,
+                          int R, float alpha, float scale, float beta) {
     int nth = omp_get_max_threads(), rows = N >= 64 * nth ? 16 : (N + 4 * nth - 1) / (4 * nth);
     if (rows < 1) rows = 1;
     int nblk = (N + rows - 1) / rows;
+    DotFn dot = wdt == DT_F32 ? NULL : dot_fns[dtype_isa_id()][wdt];
+    size_t row_bytes = (size_t)K * dtype_size(wdt);
 #pragma omp parallel
     {
         if (A) {
@@ -162,7 +308,7 @@ static void forward_small(float *out, float *la, const float *x, const float *W,
                 for (int t0 = 0; t0 < T; t0 += 4) {
                     int nt = T - t0 < 4 ? T - t0 : 4;
                     float d[4];
-                    dot_dispatch(d, A + (size_t)r * K, x + (size_t)t0 * K, K, nt);
+                    dot_dispatch_f32(d, A + (size_t)r * K, x + (size_t)t0 * K, K, nt);
                     for (int t = 0; t < nt; t++) la[(size_t)(t0 + t) * R + r] = d[t];
                 }
         }  // (implicit barrier: la is whole)
@@ -173,7 +319,11 @@ static void forward_small(float *out, float *la, const float *x, const float *W,
                 for (int t0 = 0; t0 < T; t0 += 4) {
                     int nt = T - t0 < 4 ? T - t0 : 4;
                     float d[4];
-                    dot_dispatch(d, W + (size_t)n * K, x + (size_t)t0 * K, K, nt);
+                    const void *wn = (const char *)W + (size_t)n * row_bytes;
+                    if (dot)
+                        dot(d, wn, x + (size_t)t0 * K, K, nt);
+                    else
+                        dot_dispatch_f32(d, wn, x + (size_t)t0 * K, K, nt);
                     for (int t = 0; t < nt; t++) {
                         float y = alpha * d[t];
                         if (A) {
@@ -192,14 +342,14 @@ static void forward_small(float *out, float *la, const float *x, const float *W,
     }
 }
 
-void matmul_forward(float *out, const float *x, const float *W, const float *bias, int T,
-                    int K, int N, float alpha, float beta) {
+void matmul_forward_dt(float *out, const float *x, const void *W, DType wdt, const float *bias,
+                       int T, int K, int N, float alpha, float beta) {
     if (T <= 0 || N <= 0) return;
     if (T <= matmul_small_t_max) {
-        forward_small(out, NULL, x, W, bias, NULL, NULL, T, K, N, 0, alpha, 0.0f, beta);
+        forward_small(out, NULL, x, W, wdt, bias, NULL, NULL, T, K, N, 0, alpha, 0.0f, beta);
         return;
     }
-    sgemm_omp(0, 1, T, N, K, alpha, x, K, W, K, beta, out, N);
+    sgemm_omp(0, 1, T, N, K, alpha, x, K, W, wdt, K, beta, out, N);
     if (bias) {
 #pragma omp parallel for schedule(static)
         for (int t = 0; t < T; t++)
@@ -207,17 +357,28 @@ void matmul_forward(float *out, const float *x, const float *W, const float *bia
     }
 }
 
-void matmul_forward_lora(float *out, float *la, const float *x, const float *W, const float *bias,
-                         const float *A, const float *B, int T, int K, int N, int R, float scale,
-                         float beta) {
+void matmul_forward(float *out, const float *x, const float *W, const float *bias, int T,
+                    int K, int N, float alpha, float beta) {
+    matmul_forward_dt(out, x, W, DT_F32, bias, T, K, N, alpha, beta);
+}
+
+void matmul_forward_lora_dt(float *out, float *la, const float *x, const void *W, DType wdt,
+                            const float *bias, const float *A, const float *B, int T, int K,
+                            int N, int R, float scale, float beta) {
     if (T <= 0 || N <= 0) return;
     if (T > matmul_small_t_max) {
-        matmul_forward(out, x, W, bias, T, K, N, 1.0f, beta);
+        matmul_forward_dt(out, x, W, wdt, bias, T, K, N, 1.0f, beta);
         matmul_forward(la, x, A, NULL, T, K, R, 1.0f, 0.0f);
         matmul_forward(out, la, B, NULL, T, R, N, scale, 1.0f);
         return;
     }
-    forward_small(out, la, x, W, bias, A, B, T, K, N, R, 1.0f, scale, beta);
+    forward_small(out, la, x, W, wdt, bias, A, B, T, K, N, R, 1.0f, scale, beta);
+}
+
+void matmul_forward_lora(float *out, float *la, const float *x, const float *W, const float *bias,
+                         const float *A, const float *B, int T, int K, int N, int R, float scale,
+                         float beta) {
+    matmul_forward_lora_dt(out, la, x, W, DT_F32, bias, A, B, T, K, N, R, scale, beta);
 }
 
 void matmul_forward_lora_ref(float *out, float *la, const float *x, const float *W,
@@ -249,40 +410,52 @@ void matmul_forward_ref(float *out, const float *x, const float *W, const float 
 
 // Small-T dx = alpha * dout W + beta * dx: threads own column blocks of dx and
 // walk all N rows of W, so W is streamed once and no two threads write a column.
-static void matmul_dx_small(float *dx, const float *dout, const float *W, int T, int K, int N,
-                            float alpha, float beta) {
+// W stored as wdt: each row's slice is converted into a 512-byte buffer (L1)
+// first, then read once per dout row (the same products as fp32 on the
+// converted W, bit for bit).
+static void matmul_dx_small(float *dx, const float *dout, const void *W, DType wdt, int T, int K,
+                            int N, float alpha, float beta) {
     enum { KB = 128 };  // 512-byte slices of each W row: K = 512 still makes 4 blocks
     int nblk = (K + KB - 1) / KB;
+    DtCvtFn cvt = dtype_to_f32_fn(wdt, dtype_isa_id());
+    size_t esz = dtype_size(wdt);
 #pragma omp parallel for schedule(dynamic, 1)
     for (int b = 0; b < nblk; b++) {
         int k0 = b * KB, k1 = k0 + KB < K ? k0 + KB : K;
+        float wb[KB];
         for (int t = 0; t < T; t++) {
             float *d = dx + (size_t)t * K;
             for (int k = k0; k < k1; k++) d[k] = beta == 0.0f ? 0.0f : beta * d[k];
         }
         for (int n = 0; n < N; n++) {
-            const float *w = W + (size_t)n * K;
+            const float *w = (const float *)W + (size_t)n * K;
+            int off = 0;  // w[k - off] is W[n][k]
+            if (cvt) {
+                cvt(wb, (const char *)W + ((size_t)n * K + k0) * esz, k1 - k0);
+                w = wb, off = k0;
+            }
             for (int t = 0; t < T; t++) {
                 float a = alpha * dout[(size_t)t * N + n];
                 float *d = dx + (size_t)t * K;
 #pragma omp simd
-                for (int k = k0; k < k1; k++) d[k] += a * w[k];
+                for (int k = k0; k < k1; k++) d[k] += a * w[k - off];
             }
         }
     }
 }
 
-void matmul_backward(float *dx, float *dW, float *dbias, const float *dout, const float *x,
-                     const float *W, int T, int K, int N, float alpha, float dx_beta) {
+void matmul_backward_dt(float *dx, float *dW, float *dbias, const float *dout, const float *x,
+                        const void *W, DType wdt, int T, int K, int N, float alpha,
+                        float dx_beta) {
     if (T <= 0) return;
     if (dx) {
         if (T <= matmul_small_t_max)
-            matmul_dx_small(dx, dout, W, T, K, N, alpha, dx_beta);
+            matmul_dx_small(dx, dout, W, wdt, T, K, N, alpha, dx_beta);
         else
-            sgemm_omp(0, 0, T, K, N, alpha, dout, N, W, K, dx_beta, dx, K);
+            sgemm_omp(0, 0, T, K, N, alpha, dout, N, W, wdt, K, dx_beta, dx, K);
     }
-    if (dW)
-        sgemm_omp(1, 0, N, K, T, alpha, dout, N, x, K, 1.0f, dW, K);
+    if (dW)  // an fp32 gradient from dout and x: W is not read
+        sgemm_omp(1, 0, N, K, T, alpha, dout, N, x, DT_F32, K, 1.0f, dW, K);
     if (dbias) {
 #pragma omp parallel for schedule(static)
         for (int n = 0; n < N; n++) {
@@ -291,6 +464,35 @@ void matmul_backward(float *dx, float *dW, float *dbias, const float *dout, cons
             dbias[n] += alpha * s;
         }
     }
+}
+
+void matmul_backward(float *dx, float *dW, float *dbias, const float *dout, const float *x,
+                     const float *W, int T, int K, int N, float alpha, float dx_beta) {
+    matmul_backward_dt(dx, dW, dbias, dout, x, W, DT_F32, T, K, N, alpha, dx_beta);
+}
+
+// Names of the paths, for benches and logs: [small T][wdt][ISA].
+static const char *const path_names[2][DT_COUNT][DT_ISA_COUNT] = {
+    {{"sgemm (fp32 weights)", "sgemm (fp32 weights)", "sgemm (fp32 weights)"},
+     {"sgemm over f32 panels converted from bf16 (scalar)",
+      "sgemm over f32 panels converted from bf16 (avx2)",
+      "sgemm over f32 panels converted from bf16 (avx512)"},
+     {"sgemm over f32 panels converted from f16 (scalar)",
+      "sgemm over f32 panels converted from f16 (avx2)",
+      "sgemm over f32 panels converted from f16 (avx512)"}},
+    {{"mat-vec, fp32 rows (" F32_WIDTH ", build time)", "mat-vec, fp32 rows (" F32_WIDTH ", build time)",
+      "mat-vec, fp32 rows (" F32_WIDTH ", build time)"},
+     {"mat-vec, bf16 rows converted in registers (scalar)",
+      "mat-vec, bf16 rows converted in registers (avx2)",
+      "mat-vec, bf16 rows converted in registers (avx512)"},
+     {"mat-vec, f16 rows converted in registers (scalar)",
+      "mat-vec, f16 rows converted in registers (avx2)",
+      "mat-vec, f16 rows converted in registers (avx512)"}},
+};
+
+const char *matmul_path_name(int T, DType wdt) {
+    if ((unsigned)wdt >= DT_COUNT) return "?";
+    return path_names[T <= matmul_small_t_max][wdt][dtype_isa_id()];
 }
 
 void matmul_backward_ref(float *dx, float *dW, float *dbias, const float *dout,
