@@ -3,6 +3,7 @@
 // sizes and warp/block reductions. Not included from C code.
 #pragma once
 #include <cublas_v2.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include "kernels.h"
 
@@ -40,4 +41,12 @@ __device__ static inline float block_reduce(float v, float *sh, bool is_max) {
     __syncthreads();
     float r = lane < nw ? sh[lane] : (is_max ? -INFINITY : 0.0f);
     return is_max ? warp_max(r) : warp_sum(r);
+}
+
+// Element i of a weight stored as dt (kernels/dtype.h) as fp32, exactly.
+__device__ static inline float dt_load(const void *w, DType dt, size_t i) {
+    if (dt == DT_F32) return ((const float *)w)[i];
+    unsigned short h = ((const unsigned short *)w)[i];
+    if (dt == DT_BF16) return __uint_as_float((unsigned)h << 16);
+    return __half2float(__ushort_as_half(h));
 }

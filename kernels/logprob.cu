@@ -2,7 +2,9 @@
 // log-sum-exp (one block per token row per chunk) so the (T,V) logits never
 // exist; the backward recomputes each chunk. Same ws layout as the CPU op
 // (logprob_workspace_floats). Targets must be range-checked on the host.
-// CPU twin: kernels/logprob.c.
+// The _dt variants take w_lm in a storage dtype (the products through the _dt
+// matmul twins, the target rows converted in the kernel). CPU twin:
+// kernels/logprob.c.
 #include "cuda_common.h"
 
 __global__ static void state_init(float *m, float *s, float *a, int T) {
@@ -58,9 +60,10 @@ __global__ static void dlogits(float *z, const float *dlogp, const float *dentro
     z[i] = dz * inv_t;
 }
 
-extern "C" int logprob_forward_cuda(float *logp, float *entropy, float *lse, const float *hidden,
-                                    const float *w_lm, const int *targets, int T, int C, int V,
-                                    float temperature, float *ws, int vchunk, PailErr *err) {
+extern "C" int logprob_forward_dt_cuda(float *logp, float *entropy, float *lse,
+                                       const float *hidden, const void *w_lm, DType wdt,
+                                       const int *targets, int T, int C, int V, float temperature,
+                                       float *ws, int vchunk, PailErr *err) {
     if (!(temperature > 0) || vchunk <= 0)
         return err_set(err, PAIL_ERR_INVALID, "logprob_forward_cuda: temperature %g, vchunk %d",
                        (double)temperature, vchunk);
@@ -70,8 +73,8 @@ extern "C" int logprob_forward_cuda(float *logp, float *entropy, float *lse, con
     if (cuda_launch_check("logprob_forward_cuda init", err)) return -1;
     for (int v0 = 0; v0 < V; v0 += vchunk) {
         int nb = V - v0 < vchunk ? V - v0 : vchunk;
-        if (matmul_forward_cuda(z, hidden, w_lm + (size_t)v0 * C, NULL, T, C, nb,
-                                1.0f / temperature, 0.0f, err))
+        if (matmul_forward_dt_cuda(z, hidden, (const char *)w_lm + (size_t)v0 * C * dtype_size(wdt),
+                                   wdt, NULL, T, C, nb, 1.0f / temperature, 0.0f, err))
             return err_wrap(err, "logprob_forward_cuda chunk at %d", v0);
         lse_update<<<T, 256>>>(logp, m, s, a, z, targets, nb, v0);
         if (cuda_launch_check("logprob_forward_cuda lse", err)) return -1;
@@ -80,11 +83,19 @@ extern "C" int logprob_forward_cuda(float *logp, float *entropy, float *lse, con
     return cuda_launch_check("logprob_forward_cuda finalize", err);
 }
 
-extern "C" int logprob_backward_cuda(float *dhidden, float *dw_lm, const float *dlogp,
-                                     const float *dentropy, const float *hidden,
-                                     const float *w_lm, const int *targets, const float *lse,
-                                     const float *entropy, int T, int C, int V, float temperature,
-                                     float *ws, int vchunk, PailErr *err) {
+extern "C" int logprob_forward_cuda(float *logp, float *entropy, float *lse, const float *hidden,
+                                    const float *w_lm, const int *targets, int T, int C, int V,
+                                    float temperature, float *ws, int vchunk, PailErr *err) {
+    return logprob_forward_dt_cuda(logp, entropy, lse, hidden, w_lm, DT_F32, targets, T, C, V,
+                                   temperature, ws, vchunk, err);
+}
+
+extern "C" int logprob_backward_dt_cuda(float *dhidden, float *dw_lm, const float *dlogp,
+                                        const float *dentropy, const float *hidden,
+                                        const void *w_lm, DType wdt, const int *targets,
+                                        const float *lse, const float *entropy, int T, int C,
+                                        int V, float temperature, float *ws, int vchunk,
+                                        PailErr *err) {
     if (!(temperature > 0) || vchunk <= 0)
         return err_set(err, PAIL_ERR_INVALID, "logprob_backward_cuda: temperature %g, vchunk %d",
                        (double)temperature, vchunk);
@@ -92,17 +103,26 @@ extern "C" int logprob_backward_cuda(float *dhidden, float *dw_lm, const float *
     float *z = ws, inv_t = 1.0f / temperature;
     for (int v0 = 0; v0 < V; v0 += vchunk) {
         int nb = V - v0 < vchunk ? V - v0 : vchunk;
-        const float *wc = w_lm + (size_t)v0 * C;
-        if (matmul_forward_cuda(z, hidden, wc, NULL, T, C, nb, inv_t, 0.0f, err))
+        const void *wc = (const char *)w_lm + (size_t)v0 * C * dtype_size(wdt);
+        if (matmul_forward_dt_cuda(z, hidden, wc, wdt, NULL, T, C, nb, inv_t, 0.0f, err))
             return err_wrap(err, "logprob_backward_cuda chunk at %d", v0);
         dlogits<<<cuda_blocks((size_t)T * nb, 256), 256>>>(z, dlogp, dentropy, targets, lse,
                                                             entropy, T, nb, v0, inv_t);
         if (cuda_launch_check("logprob_backward_cuda dlogits", err)) return -1;
-        if (matmul_backward_cuda(dhidden, dw_lm ? dw_lm + (size_t)v0 * C : NULL, NULL, z, hidden,
-                                 wc, T, C, nb, 1.0f, v0 == 0 ? 0.0f : 1.0f, err))
+        if (matmul_backward_dt_cuda(dhidden, dw_lm ? dw_lm + (size_t)v0 * C : NULL, NULL, z,
+                                    hidden, wc, wdt, T, C, nb, 1.0f, v0 == 0 ? 0.0f : 1.0f, err))
             return err_wrap(err, "logprob_backward_cuda chunk at %d", v0);
     }
     return 0;
+}
+
+extern "C" int logprob_backward_cuda(float *dhidden, float *dw_lm, const float *dlogp,
+                                     const float *dentropy, const float *hidden,
+                                     const float *w_lm, const int *targets, const float *lse,
+                                     const float *entropy, int T, int C, int V, float temperature,
+                                     float *ws, int vchunk, PailErr *err) {
+    return logprob_backward_dt_cuda(dhidden, dw_lm, dlogp, dentropy, hidden, w_lm, DT_F32, targets,
+                                    lse, entropy, T, C, V, temperature, ws, vchunk, err);
 }
 
 // One block per row of a row block's full logits: max, sum of exp, the target's
@@ -134,19 +154,19 @@ __global__ static void row_softmax(float *logp, float *entropy, float *lse, floa
 }
 
 __global__ static void expect_diff(float *dhidden, const float *dlogp, const float *expect,
-                                   const float *w_lm, const int *targets, int T, int C,
+                                   const void *w_lm, DType wdt, const int *targets, int T, int C,
                                    float inv_t) {
     size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
     if (i >= (size_t)T * C) return;
     int t = (int)(i / C), c = (int)(i % C);
-    dhidden[i] = dlogp[t] * (w_lm[(size_t)targets[t] * C + c] * inv_t - expect[i]);
+    dhidden[i] = dlogp[t] * (dt_load(w_lm, wdt, (size_t)targets[t] * C + c) * inv_t - expect[i]);
 }
 
-extern "C" int logprob_forward_expect_cuda(float *logp, float *entropy, float *lse,
-                                           float *expect, const float *hidden, const float *w_lm,
-                                           const int *targets, int T, int C, int V,
-                                           float temperature, float *ws, size_t ws_floats,
-                                           PailErr *err) {
+extern "C" int logprob_forward_expect_dt_cuda(float *logp, float *entropy, float *lse,
+                                              float *expect, const float *hidden,
+                                              const void *w_lm, DType wdt, const int *targets,
+                                              int T, int C, int V, float temperature, float *ws,
+                                              size_t ws_floats, PailErr *err) {
     size_t rows = ws_floats / (size_t)V;
     if (!(temperature > 0) || rows < 1)
         return err_set(err, PAIL_ERR_INVALID,
@@ -155,24 +175,42 @@ extern "C" int logprob_forward_expect_cuda(float *logp, float *entropy, float *l
     float inv_t = 1.0f / temperature;
     for (int t0 = 0; t0 < T; t0 += (int)rows) {
         int nr = T - t0 < (int)rows ? T - t0 : (int)rows;
-        if (matmul_forward_cuda(ws, hidden + (size_t)t0 * C, w_lm, NULL, nr, C, V, inv_t, 0.0f, err))
+        if (matmul_forward_dt_cuda(ws, hidden + (size_t)t0 * C, w_lm, wdt, NULL, nr, C, V, inv_t,
+                                   0.0f, err))
             return err_wrap(err, "logprob_forward_expect_cuda rows at %d", t0);
         row_softmax<<<nr, 256>>>(logp + t0, entropy ? entropy + t0 : NULL, lse ? lse + t0 : NULL, ws,
                                  targets + t0, V);
         if (cuda_launch_check("logprob_forward_expect_cuda softmax", err)) return -1;
-        if (matmul_backward_cuda(expect + (size_t)t0 * C, NULL, NULL, ws, NULL, w_lm, nr, C, V, inv_t,
-                                 0.0f, err))
+        if (matmul_backward_dt_cuda(expect + (size_t)t0 * C, NULL, NULL, ws, NULL, w_lm, wdt, nr, C,
+                                    V, inv_t, 0.0f, err))
             return err_wrap(err, "logprob_forward_expect_cuda rows at %d", t0);
     }
     return 0;
+}
+
+extern "C" int logprob_forward_expect_cuda(float *logp, float *entropy, float *lse,
+                                           float *expect, const float *hidden, const float *w_lm,
+                                           const int *targets, int T, int C, int V,
+                                           float temperature, float *ws, size_t ws_floats,
+                                           PailErr *err) {
+    return logprob_forward_expect_dt_cuda(logp, entropy, lse, expect, hidden, w_lm, DT_F32, targets,
+                                          T, C, V, temperature, ws, ws_floats, err);
+}
+
+extern "C" int logprob_backward_expect_dt_cuda(float *dhidden, const float *dlogp,
+                                               const float *expect, const void *w_lm, DType wdt,
+                                               const int *targets, int T, int C,
+                                               float temperature, PailErr *err) {
+    if (T <= 0) return 0;
+    expect_diff<<<cuda_blocks((size_t)T * C, 256), 256>>>(dhidden, dlogp, expect, w_lm, wdt, targets,
+                                                           T, C, 1.0f / temperature);
+    return cuda_launch_check("logprob_backward_expect_cuda", err);
 }
 
 extern "C" int logprob_backward_expect_cuda(float *dhidden, const float *dlogp,
                                             const float *expect, const float *w_lm,
                                             const int *targets, int T, int C, float temperature,
                                             PailErr *err) {
-    if (T <= 0) return 0;
-    expect_diff<<<cuda_blocks((size_t)T * C, 256), 256>>>(dhidden, dlogp, expect, w_lm, targets, T,
-                                                           C, 1.0f / temperature);
-    return cuda_launch_check("logprob_backward_expect_cuda", err);
+    return logprob_backward_expect_dt_cuda(dhidden, dlogp, expect, w_lm, DT_F32, targets, T, C,
+                                           temperature, err);
 }

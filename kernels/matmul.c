@@ -345,6 +345,7 @@ static void forward_small(float *out, float *la, const float *x, const void *W, 
 void matmul_forward_dt(float *out, const float *x, const void *W, DType wdt, const float *bias,
                        int T, int K, int N, float alpha, float beta) {
     if (T <= 0 || N <= 0) return;
+    if (K <= 0) wdt = DT_F32;  // an empty W: nothing to convert
     if (T <= matmul_small_t_max) {
         forward_small(out, NULL, x, W, wdt, bias, NULL, NULL, T, K, N, 0, alpha, 0.0f, beta);
         return;
@@ -366,6 +367,7 @@ void matmul_forward_lora_dt(float *out, float *la, const float *x, const void *W
                             const float *bias, const float *A, const float *B, int T, int K,
                             int N, int R, float scale, float beta) {
     if (T <= 0 || N <= 0) return;
+    if (K <= 0) wdt = DT_F32;
     if (T > matmul_small_t_max) {
         matmul_forward_dt(out, x, W, wdt, bias, T, K, N, 1.0f, beta);
         matmul_forward(la, x, A, NULL, T, K, R, 1.0f, 0.0f);
@@ -448,6 +450,7 @@ void matmul_backward_dt(float *dx, float *dW, float *dbias, const float *dout, c
                         const void *W, DType wdt, int T, int K, int N, float alpha,
                         float dx_beta) {
     if (T <= 0) return;
+    if (K <= 0 || N <= 0) wdt = DT_F32;  // an empty W: nothing to convert
     if (dx) {
         if (T <= matmul_small_t_max)
             matmul_dx_small(dx, dout, W, wdt, T, K, N, alpha, dx_beta);

@@ -1,7 +1,8 @@
 // Check suite for the CUDA twins (kernels/*.cu): each op on the device against
 // the CPU reference on the same random inputs, at the CPU suite's tolerances
 // (the device sums in another order and uses its own expf; cuBLAS runs FP32, not
-// TF32). Built in both modes: without CUDA=1, or with no device, prints SKIP.
+// TF32; weights in a storage dtype against the CPU reference on the converted
+// weight). Built in both modes: without CUDA=1, or with no device, prints SKIP.
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -262,6 +263,117 @@ START_TEST(test_embedding_adamw_cuda) {
 }
 END_TEST
 
+// ---- weights in a storage dtype: every _dt twin against the CPU reference on
+// the exactly converted weight, at the tolerances above; the conversion panel
+// shrunk to 1000 floats as well (several row panels a product) ----
+extern size_t matmul_dt_cuda_panel_floats;  // kernels/matmul.cu
+
+// n values from uniform [-1, 1) rounded to dt (host), and back as fp32 into wc.
+static uint16_t *dt_weight(float *wc, size_t n, DType dt) {
+    float *f = rnd(n, -1, 1);
+    uint16_t *h = malloc(2 * (n ? n : 1));
+    dtype_from_f32(h, f, dt, n);
+    dtype_to_f32(wc, h, dt, n);
+    free(f);
+    return h;
+}
+
+static void dtype_cuda_case(DType dt, size_t panel) {
+    matmul_dt_cuda_panel_floats = panel;
+    char what[96];
+    int shapes[][3] = {{1, 64, 33}, {5, 17, 9}, {37, 130, 70}};
+    for (int sh = 0; sh < 3; sh++) {
+        int T = shapes[sh][0], K = shapes[sh][1], N = shapes[sh][2];
+        float *Wc = malloc(4 * N * K);
+        uint16_t *W16 = dt_weight(Wc, (size_t)N * K, dt);
+        void *W_ = up(W16, 2 * (size_t)N * K);
+        float *x = rnd(T * K, -1, 1), *b = rnd(N, -1, 1), *o = rnd(T * N, -1, 1);
+        float *dx = rnd(T * K, -1, 1), *dW = rnd(N * K, -1, 1), *db = rnd(N, -1, 1), *g = rnd(T * N, -1, 1);
+        float *o_ = UPF(o, T * N), *x_ = UPF(x, T * K);
+        OK(matmul_forward_dt_cuda(o_, x_, W_, dt, UPF(b, N), T, K, N, 0.5f, 1.0f, &err));
+        matmul_forward_ref(o, x, Wc, b, T, K, N, 0.5f, 1.0f);
+        snprintf(what, sizeof what, "matmul_forward_dt_cuda %s T=%d K=%d N=%d panel %zu", dtype_name(dt), T, K, N, panel);
+        expect_dev(what, o_, o, T * N, 1e-4, 1e-4);
+        float *dx_ = UPF(dx, T * K), *dW_ = UPF(dW, N * K), *db_ = UPF(db, N);
+        OK(matmul_backward_dt_cuda(dx_, dW_, db_, UPF(g, T * N), x_, W_, dt, T, K, N, 2.0f, 0.5f, &err));
+        matmul_backward_ref(dx, dW, db, g, x, Wc, T, K, N, 2.0f, 0.5f);
+        snprintf(what, sizeof what, "matmul_backward_dt_cuda dx %s T=%d K=%d N=%d panel %zu", dtype_name(dt), T, K, N, panel);
+        expect_dev(what, dx_, dx, T * K, 1e-4, 1e-4);
+        expect_dev("matmul_backward_dt_cuda dW", dW_, dW, N * K, 1e-4, 1e-4);
+        expect_dev("matmul_backward_dt_cuda dbias", db_, db, N, 1e-4, 1e-4);
+        int R = 5;
+        float *A = rnd(R * K, -1, 1), *B = rnd(N * R, -1, 1), *la = malloc(4 * T * R), *o2 = rnd(T * N, -1, 1);
+        float *o2_ = UPF(o2, T * N), *la_ = UPF(NULL, T * R);
+        OK(matmul_forward_lora_dt_cuda(o2_, la_, x_, W_, dt, UPF(b, N), UPF(A, R * K), UPF(B, N * R), T, K, N, R,
+                                       0.75f, 1.0f, &err));
+        matmul_forward_lora_ref(o2, la, x, Wc, b, A, B, T, K, N, R, 0.75f, 1.0f);
+        expect_dev("matmul_forward_lora_dt_cuda", o2_, o2, T * N, 1e-4, 1e-4);
+        expect_dev("matmul_forward_lora_dt_cuda la", la_, la, T * R, 1e-4, 1e-4);
+        free(Wc), free(W16), free(x), free(b), free(o), free(dx), free(dW), free(db), free(g);
+        free(A), free(B), free(la), free(o2);
+    }
+    // the head
+    int T = 13, C = 48, V = 300, vchunk = 64, tg[13];
+    float temp = 0.7f;
+    for (int t = 0; t < T; t++) tg[t] = (int)rng_below(&rng, V);
+    tg[0] = V - 1;
+    float *Wc = malloc(4 * V * C);
+    uint16_t *W16 = dt_weight(Wc, (size_t)V * C, dt);
+    void *W_ = up(W16, 2 * (size_t)V * C);
+    float *h = rnd(T * C, -1, 1), *dl = rnd(T, -1, 1), *de = rnd(T, -1, 1);
+    float lp[13], ent[13], lse[13], *dh = malloc(4 * T * C), *dW = rnd(V * C, -1, 1);
+    float *h_ = UPF(h, T * C), *ws_ = UPF(NULL, logprob_workspace_floats(T, vchunk));
+    float *lp_ = UPF(NULL, T), *ent_ = UPF(NULL, T), *lse_ = UPF(NULL, T), *dh_ = UPF(NULL, T * C),
+          *dW_ = UPF(dW, V * C), *dl_ = UPF(dl, T);
+    int *tg_ = UPI(tg, T);
+    OK(logprob_forward_ref(lp, ent, lse, h, Wc, tg, T, C, V, temp, &err));
+    logprob_backward_ref(dh, dW, dl, de, h, Wc, tg, T, C, V, temp);
+    OK(logprob_forward_dt_cuda(lp_, ent_, lse_, h_, W_, dt, tg_, T, C, V, temp, ws_, vchunk, &err));
+    OK(logprob_backward_dt_cuda(dh_, dW_, dl_, UPF(de, T), h_, W_, dt, tg_, lse_, ent_, T, C, V, temp, ws_,
+                                vchunk, &err));
+    snprintf(what, sizeof what, "logprob_forward_dt_cuda %s panel %zu", dtype_name(dt), panel);
+    expect_dev(what, lp_, lp, T, 2e-5, 2e-5);
+    expect_dev("logprob_forward_dt_cuda entropy", ent_, ent, T, 2e-5, 2e-5);
+    expect_dev("logprob_forward_dt_cuda lse", lse_, lse, T, 2e-5, 2e-5);
+    expect_dev("logprob_backward_dt_cuda dhidden", dh_, dh, T * C, 1e-4, 1e-4);
+    expect_dev("logprob_backward_dt_cuda dw_lm", dW_, dW, V * C, 1e-4, 1e-4);
+    logprob_backward_ref(dh, NULL, dl, NULL, h, Wc, tg, T, C, V, temp);
+    float *ex_ = UPF(NULL, T * C), *ws4_ = UPF(NULL, 4 * V), *dh2_ = UPF(NULL, T * C);
+    lp_ = UPF(NULL, T), ent_ = UPF(NULL, T), lse_ = UPF(NULL, T);
+    OK(logprob_forward_expect_dt_cuda(lp_, ent_, lse_, ex_, h_, W_, dt, tg_, T, C, V, temp, ws4_, 4 * V, &err));
+    OK(logprob_backward_expect_dt_cuda(dh2_, dl_, ex_, W_, dt, tg_, T, C, temp, &err));
+    expect_dev("logprob_forward_expect_dt_cuda logp", lp_, lp, T, 2e-5, 2e-5);
+    expect_dev("logprob_forward_expect_dt_cuda entropy", ent_, ent, T, 2e-5, 2e-5);
+    expect_dev("logprob_forward_expect_dt_cuda lse", lse_, lse, T, 2e-5, 2e-5);
+    expect_dev("logprob_backward_expect_dt_cuda dhidden", dh2_, dh, T * C, 1e-4, 1e-4);
+    // the embedding: exact
+    int ET = 11, tok[11] = {3, 0, 16, 3, 3, 5, 16, 1, 2, 3, 9};
+    float *eo = malloc(4 * ET * C), *eo_ = UPF(NULL, ET * C);
+    OK(embedding_forward_ref(eo, Wc, tok, ET, C, V, &err));
+    OK(embedding_forward_dt_cuda(eo_, W_, dt, UPI(tok, ET), ET, C, V, &err));
+    expect_dev("embedding_forward_dt_cuda", eo_, eo, ET * C, 0, 0);
+    free(Wc), free(W16), free(h), free(dl), free(de), free(dh), free(dW), free(eo);
+}
+
+START_TEST(test_dtype_cuda) {
+    size_t saved = matmul_dt_cuda_panel_floats;
+    DType dts[2] = {DT_BF16, DT_F16};
+    for (int d = 0; d < 2; d++) {
+        dtype_cuda_case(dts[d], saved);
+        dtype_cuda_case(dts[d], 1000);
+    }
+    matmul_dt_cuda_panel_floats = saved;
+    // DT_F32 takes the fp32 twins
+    int T = 5, K = 17, N = 9;
+    float *x = rnd(T * K, -1, 1), *W = rnd(N * K, -1, 1), *o = rnd(T * N, -1, 1);
+    float *o_ = UPF(o, T * N);
+    OK(matmul_forward_dt_cuda(o_, UPF(x, T * K), UPF(W, N * K), DT_F32, NULL, T, K, N, 1.0f, 0.0f, &err));
+    matmul_forward_ref(o, x, W, NULL, T, K, N, 1.0f, 0.0f);
+    expect_dev("matmul_forward_dt_cuda f32", o_, o, T * N, 1e-4, 1e-4);
+    free(x), free(W), free(o);
+}
+END_TEST
+
 int main(void) {
     int ndev = kernels_cuda_device_count();
     if (ndev <= 0) {
@@ -279,6 +391,7 @@ int main(void) {
     tcase_add_test(core, test_swiglu_cuda);
     tcase_add_test(core, test_matmul_lora_cuda);
     tcase_add_test(core, test_logprob_cuda);
+    tcase_add_test(core, test_dtype_cuda);
     tcase_add_test(limits, test_embedding_adamw_cuda);
     suite_add_tcase(s, core);
     suite_add_tcase(s, limits);
