@@ -333,6 +333,12 @@ int main(int argc, char **argv) {
     printf("bench_model: %d threads, OpenBLAS core %s (OPENBLAS_CORETYPE %s), load average %.2f (figures are only "
            "meaningful on an idle machine)\n", omp_get_max_threads(), openblas_get_corename(),
            coretype ? coretype : "unset", load);
+    __builtin_cpu_init();
+    if (!strcmp(openblas_get_corename(), "Prescott") && __builtin_cpu_supports("avx2"))
+        printf("  (OpenBLAS did not recognise this CPU and runs its SSE3 kernels on an AVX2%s machine: sgemm, and "
+               "every figure against it, runs far under what OPENBLAS_CORETYPE=%s gives)\n",
+               __builtin_cpu_supports("avx512f") ? "/AVX-512" : "",
+               __builtin_cpu_supports("avx512f") ? "SkylakeX or Cooperlake" : "Haswell");
     printf("kernels: dtype ISA %s; matmul path for bf16 weights at T = 1 %s, T = 64 %s, T = %d %s\n", dtype_isa(),
            matmul_path_name(1, DT_BF16), matmul_path_name(64, DT_BF16), TP, matmul_path_name(TP, DT_BF16));
     BenchModel m = {0};
