@@ -1,10 +1,13 @@
 // bench_model: figures for the decoder (src/model/transformer.c) at the bench
 // shape (C 512, L 8, H 8, Hkv 2, F 1408, V 32000; LoRA rank 16 on all seven
 // projections), each against a reference measured in the same run: policy
-// forward + backward to LoRA (tokens/s, model FLOP/s vs OpenBLAS sgemm on the
-// model's own products), single-sequence decode vs the STREAM-triad roofline,
-// batched decode vs sgemm. bench/bench_model.sh adds the transformers + PEFT
-// reference (validation/bench/torch_policy.py). Validates first. Not a test.
+// forward + backward to LoRA with the base held as f32 and as bf16 (tokens/s,
+// model FLOP/s vs OpenBLAS sgemm on the model's own products, the bf16 / f32
+// ratio), single-sequence decode vs the STREAM-triad roofline, batched decode
+// (both dtypes) vs sgemm and vs the cores' measured FMA peak.
+// bench/bench_model.sh adds the transformers + PEFT reference
+// (validation/bench/torch_policy.py); bench_model_dtype the decode at a shape
+// beyond the caches. Validates first. Not a test.
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
@@ -32,8 +35,12 @@ static double best_of(const double *t, int n) {
 }
 
 // ---- the model ----
+// The same values held twice: w's matrices are fp32 rounded to bf16 (so that
+// the bf16 copy holds exactly the same numbers and both give the same math),
+// wb's are bf16 (vectors fp32 in both). Index d of the Transformer pairs below:
+// 0 runs on w, 1 on wb.
 typedef struct {
-    ModelWeights w;
+    ModelWeights w, wb;
     LoraLayout lay;
     float *lora;        // (n_params) A ~ PEFT's init, B non-zero (B = 0 would make LoRA free)
     double mat_params;  // weights read by the matmuls per token: projections + LM head (+ LoRA)
@@ -52,6 +59,22 @@ static void model_build(BenchModel *m) {
     for (int l = 0; l < L; l++)
         for (int i = 0; i < C; i++) m->w.p.attn_norm[l * C + i] = m->w.p.mlp_norm[l * C + i] = 1.0f;
     for (int i = 0; i < C; i++) m->w.p.final_norm[i] = 1.0f;
+    DType bf16[PARAM_COUNT];
+    model_dtypes_uniform(DT_BF16, bf16);
+    if (model_weights_alloc_as(&m->wb, c, bf16, &err) < 0) die("model_weights_alloc_as bf16", &err);
+    for (int id = 0; id < PARAM_COUNT; id++) {
+        const ModelParamSpec *s = &m->w.specs[id];
+        if (!s->present) continue;
+        size_t n = s->numel * (s->per_layer ? L : 1);
+        void *f = model_weights_tensor(&m->w, (ModelParamId)id, 0),
+             *b = model_weights_tensor(&m->wb, (ModelParamId)id, 0);
+        if (m->wb.dtype[id] == DT_F32) {
+            memcpy(b, f, n * sizeof(float));
+        } else {
+            dtype_from_f32(b, f, m->wb.dtype[id], n);
+            dtype_to_f32(f, b, m->wb.dtype[id], n);
+        }
+    }
     LoraConfig lc = {.rank = RANK, .alpha = 32, .targets = (1u << LORA_NMOD) - 1};
     if (lora_layout_build(&m->lay, c, &lc, &err) < 0) die("lora_layout_build", &err);
     m->lora = bench_malloc((size_t)m->lay.n_params * sizeof(float));
@@ -91,7 +114,7 @@ static double policy_flops(const BenchModel *m, const int *cu, int nseq, int nse
 }
 
 // ---- validation: the KV-cache decode gives the full forward's log-probs ----
-static void validate_decode(BenchModel *m, Transformer *fwd_tf, Transformer *dec_tf) {
+static void validate_decode(BenchModel *m, Transformer *fwd_tf, Transformer *dec_tf, const char *base) {
     PailErr err = {0};
     enum { N = PREFILL + 16 };
     int V = m->w.cfg.vocab_size, tok[N], pos[N], tgt[N], cu[2] = {0, N};
@@ -113,18 +136,39 @@ static void validate_decode(BenchModel *m, Transformer *fwd_tf, Transformer *dec
     }
     kvcache_free(kv);
     free(logits);
-    printf("validate: KV-cache decode vs full forward log-probs (LoRA on), %d tokens: max abs diff %.2e %s\n", N,
-           worst, worst <= 1e-4 ? "(ok, <= 1e-4)" : "(WRONG: > 1e-4)");
+    printf("validate: KV-cache decode vs full forward log-probs (LoRA on, base %s), %d tokens: max abs diff %.2e %s\n",
+           base, N, worst, worst <= 1e-4 ? "(ok, <= 1e-4)" : "(WRONG: > 1e-4)");
+    if (!(worst <= 1e-4)) exit(1);
+}
+
+// ---- validation: the same values held as bf16 and as f32 give the same log-probs ----
+// (fp32 arithmetic in both; only the kernels' summation order may differ)
+static void validate_dtypes(BenchModel *m, Transformer *tf[2]) {
+    PailErr err = {0};
+    enum { N = 96 };
+    int V = m->w.cfg.vocab_size, tok[N], pos[N], tgt[N], cu[2] = {0, N};
+    float logp[2][N];
+    for (int i = 0; i < N; i++) tok[i] = (i * 104729 + 7) % V, pos[i] = i;
+    for (int i = 0; i < N; i++) tgt[i] = i + 1 < N ? tok[i + 1] : -1;
+    for (int d = 0; d < 2; d++)
+        if (transformer_forward(tf[d], logp[d], NULL, tok, pos, cu, 1, N, tgt, 1.0f, &err) < 0) die("forward", &err);
+    double worst = 0;
+    for (int i = 0; i < N - 1; i++) worst = fmax(worst, fabs((double)logp[0][i] - logp[1][i]));
+    printf("validate: forward log-probs, base held as bf16 vs the same values as f32, %d tokens: max abs diff %.2e "
+           "%s\n", N, worst, worst <= 1e-4 ? "(ok, <= 1e-4)" : "(WRONG: > 1e-4)");
     if (!(worst <= 1e-4)) exit(1);
 }
 
 // ---- policy forward + backward ----
-static double policy(BenchModel *m, Transformer *tf, double sgemm, int iters) {
+// The step on the f32-held base and on the bf16-held one, alternating
+// iteration by iteration (so a disturbance hits both alike), best of iters each.
+static void policy(BenchModel *m, Transformer *tf[2], double sgemm, int iters) {
     PailErr err = {0};
     int V = m->w.cfg.vocab_size;
     int *tok = bench_malloc(TP * sizeof(int)), *pos = bench_malloc(TP * sizeof(int)), *tgt = bench_malloc(TP * sizeof(int)),
         cu[NSEQ + 1], nsel = 0;
-    float *logp = bench_malloc(TP * 4), *dlogp = bench_malloc(TP * 4), *grads = bench_malloc((size_t)m->lay.n_params * 4);
+    float *logp[2], *grads[2], *dlogp = bench_malloc(TP * 4);
+    for (int d = 0; d < 2; d++) logp[d] = bench_malloc(TP * 4), grads[d] = bench_malloc((size_t)m->lay.n_params * 4);
     for (int s = 0; s <= NSEQ; s++) cu[s] = s * SEQ;
     for (int t = 0; t < TP; t++) tok[t] = (int)(((unsigned)t * 2654435761u >> 7) % (unsigned)V), pos[t] = t % SEQ;
     for (int t = 0; t < TP; t++) {
@@ -132,39 +176,51 @@ static double policy(BenchModel *m, Transformer *tf, double sgemm, int iters) {
         dlogp[t] = tgt[t] >= 0;
         nsel += tgt[t] >= 0;
     }
-    double tf_s[16], tb_s[16], fwd_flops;
+    double tf_s[2][16], tb_s[2][16], fwd_flops;
     double flops = policy_flops(m, cu, NSEQ, nsel, &fwd_flops);
-    for (int it = -1; it < iters; it++) {  // it -1: warm-up
-        memset(grads, 0, (size_t)m->lay.n_params * 4);
-        double t0 = bench_now();
-        if (transformer_forward(tf, logp, NULL, tok, pos, cu, NSEQ, TP, tgt, 1.0f, &err) < 0) die("forward", &err);
-        double t1 = bench_now();
-        if (transformer_backward(tf, grads, NULL, dlogp, &err) < 0) die("backward", &err);
-        double t2 = bench_now();
-        if (it >= 0) tf_s[it] = t1 - t0, tb_s[it] = t2 - t1;
-    }
-    double gn = 0, lsum = 0;
-    for (int64_t i = 0; i < m->lay.n_params; i++) gn += (double)grads[i] * grads[i];
-    for (int t = 0; t < TP; t++) lsum += logp[t];
-    double tot[16];
-    for (int i = 0; i < iters; i++) tot[i] = tf_s[i] + tb_s[i];
-    int bi = 0;
-    for (int i = 1; i < iters; i++) if (tot[i] < tot[bi]) bi = i;
-    double t = best_of(tot, iters), tf_m = tf_s[bi], tb_m = tb_s[bi];
-    double toks = TP / t;
+    for (int it = -1; it < iters; it++)  // it -1: warm-up
+        for (int d = 0; d < 2; d++) {
+            memset(grads[d], 0, (size_t)m->lay.n_params * 4);
+            double t0 = bench_now();
+            if (transformer_forward(tf[d], logp[d], NULL, tok, pos, cu, NSEQ, TP, tgt, 1.0f, &err) < 0)
+                die("forward", &err);
+            double t1 = bench_now();
+            if (transformer_backward(tf[d], grads[d], NULL, dlogp, &err) < 0) die("backward", &err);
+            double t2 = bench_now();
+            if (it >= 0) tf_s[d][it] = t1 - t0, tb_s[d][it] = t2 - t1;
+        }
     printf("\npolicy forward + backward to LoRA (frozen base), %d x %d tokens packed (T=%d), rank %d on all 7 "
-           "projections, best of %d after a warm-up\n", NSEQ, SEQ, TP, RANK, iters);
-    printf("  loss (sum of target log-probs) %.1f, |grad LoRA| %.3g (finite and non-zero: %s)\n", lsum, sqrt(gn),
-           isfinite(gn) && gn > 0 ? "yes" : "NO");
-    printf("  time: forward %.3f s, backward %.3f s, step %.3f s\n", tf_m, tb_m, t);
-    printf("  pail: %.0f tok/s\n", toks);
+           "projections, the base held as f32 and as bf16 (the same values), alternating, best of %d after a "
+           "warm-up\n", NSEQ, SEQ, TP, RANK, iters);
     printf("  model FLOPs per step %.1f G (forward %.1f G; matmuls 2MNK, causal attention, no recompute)\n",
            flops / 1e9, fwd_flops / 1e9);
-    printf("  model FLOP/s: %.1f GFLOP/s vs OpenBLAS sgemm %.1f GFLOP/s on the model's shapes: %.0f%% "
-           "(target >= 60%%)\n", flops / t / 1e9, sgemm, 100 * flops / t / 1e9 / sgemm);
-    printf("pail_policy_tok_s %.1f\n", toks);  // read by bench/bench_model.sh
-    free(tok), free(pos), free(tgt), free(logp), free(dlogp), free(grads);
-    return toks;
+    double toks[2], gn[2] = {0}, gd = 0, lsum[2] = {0};
+    const char *name[2] = {"f32", "bf16"};
+    for (int d = 0; d < 2; d++) {
+        for (int64_t i = 0; i < m->lay.n_params; i++) gn[d] += (double)grads[d][i] * grads[d][i];
+        for (int t = 0; t < TP; t++) lsum[d] += logp[d][t];
+        double tot[16];
+        for (int i = 0; i < iters; i++) tot[i] = tf_s[d][i] + tb_s[d][i];
+        int bi = 0;
+        for (int i = 1; i < iters; i++) if (tot[i] < tot[bi]) bi = i;
+        double t = best_of(tot, iters);
+        toks[d] = TP / t;
+        printf("  base %-4s: loss (sum of target log-probs) %.1f, |grad LoRA| %.3g (finite and non-zero: %s)\n",
+               name[d], lsum[d], sqrt(gn[d]), isfinite(gn[d]) && gn[d] > 0 ? "yes" : "NO");
+        printf("             forward %.3f s, backward %.3f s, step %.3f s: %.0f tok/s; model FLOP/s %.1f GFLOP/s vs "
+               "OpenBLAS sgemm %.1f GFLOP/s on the model's shapes: %.0f%% (target >= 60%%)\n", tf_s[d][bi],
+               tb_s[d][bi], t, toks[d], flops / t / 1e9, sgemm, 100 * flops / t / 1e9 / sgemm);
+    }
+    for (int64_t i = 0; i < m->lay.n_params; i++)
+        gd += ((double)grads[1][i] - grads[0][i]) * (grads[1][i] - grads[0][i]);
+    printf("  bf16-held vs f32-held (same values): loss differs by %.2e, LoRA gradients by %.2e (relative L2)\n",
+           fabs(lsum[1] - lsum[0]), sqrt(gd / gn[0]));
+    printf("  pail: %.0f tok/s (f32 base), %.0f tok/s (bf16 base): bf16 / f32 %.2fx (target >= 1.3x)\n", toks[0],
+           toks[1], toks[1] / toks[0]);
+    printf("pail_policy_tok_s %.1f\n", toks[0]);  // read by bench/bench_model.sh
+    printf("pail_policy_bf16_tok_s %.1f\n", toks[1]);
+    free(tok), free(pos), free(tgt), free(dlogp);
+    for (int d = 0; d < 2; d++) free(logp[d]), free(grads[d]);
 }
 
 // ---- decode ----
@@ -211,19 +267,44 @@ static void decode(BenchModel *m, Transformer *tf, double triad) {
            roof, triad, bytes / 1e6, 100 * r1 / roof);
 }
 
-static void batched(BenchModel *m, Transformer *tf, double triad, double sgemm) {
-    double bytes = 4.0 * (m->mat_params + m->lora_params), roof = triad * 1e9 / bytes;
+// Batched decode on the f32-held and the bf16-held base, against sgemm and
+// against the cores' fp32 FMA peak (the kernels convert bf16 exactly and
+// compute in fp32, so the fp32 FMA rate is their ceiling): one thread's
+// measured peak x the thread count, the all-threads-at-once figure beside it.
+static void batched(BenchModel *m, Transformer *tf[2], double triad, double sgemm, const BenchPeak *pk) {
+    double peak = pk->fp32_core * pk->threads, bpeak = pk->bf16_core * pk->threads;
     printf("\nbatched decode (prefill %d per sequence, then %d steps of one token per sequence)\n", PREFILL,
            BATCH_STEPS);
-    printf("  %5s %10s %12s %10s %14s\n", "seqs", "tok/s", "GFLOP/s", "of sgemm", "bw roofline");
+    printf("  %5s %5s %10s %12s %10s %10s %14s\n", "seqs", "base", "tok/s", "GFLOP/s", "of sgemm", "of peak",
+           "bw roofline");
     int ns[3] = {8, 32, 64};
-    for (int i = 0; i < 3; i++) {
-        double r = decode_rate(m, tf, ns[i], BATCH_STEPS);
-        double gf = 2.0 * (m->mat_params + m->lora_params) * r / 1e9;  // 2 * matmul params per token
-        printf("  %5d %10.1f %12.1f %9.0f%% %13.0f%%%s\n", ns[i], r, gf, 100 * gf / sgemm,
-               100 * r / (roof * ns[i]), ns[i] == 64 ? "  (target >= 50% of sgemm at 64)" : "");
+    double gf64 = 0;
+    for (int d = 0; d < 2; d++) {
+        double bytes = (d ? 2.0 : 4.0) * (m->mat_params) + 4.0 * m->lora_params, roof = triad * 1e9 / bytes;
+        for (int i = 0; i < 3; i++) {
+            double r = decode_rate(m, tf[d], ns[i], BATCH_STEPS);
+            double gf = 2.0 * (m->mat_params + m->lora_params) * r / 1e9;  // 2 * matmul params per token
+            if (d && ns[i] == 64) gf64 = gf;
+            printf("  %5d %5s %10.1f %12.1f %9.0f%% %9.0f%% %13.0f%%%s\n", ns[i], d ? "bf16" : "f32", r, gf,
+                   100 * gf / sgemm, peak > 0 ? 100 * gf / peak : 0, 100 * r / (roof * ns[i]),
+                   ns[i] != 64 ? "" : d ? "  (target >= 60% of sgemm at 64)" : "  (target >= 50% of sgemm at 64)");
+        }
     }
-    printf("  (sgemm reference %.1f GFLOP/s; bw roofline = seqs x triad / weight bytes per step)\n", sgemm);
+    printf("  (sgemm reference %.1f GFLOP/s; of peak = GFLOP/s / (fp32 FMA peak of one thread x %d threads) = "
+           "%.1f GFLOP/s; bw roofline = seqs x triad / weight bytes per step in the base's dtype)\n", sgemm,
+           pk->threads, peak);
+    printf("  peak, measured in this run: clock %.2f GHz (a chain of dependent register adds on one thread, 1 cycle "
+           "each); fp32 %s: %.1f GFLOP/s on one thread alone (%.1f FLOP/cycle at that clock); all %d threads at "
+           "once %.1f GFLOP/s%s\n", pk->ghz, pk->fp32_isa, pk->fp32_core, pk->ghz > 0 ? pk->fp32_core / pk->ghz : 0,
+           pk->threads, pk->fp32_all,
+           pk->fp32_all < 0.9 * peak ? " (under threads x one thread: the vCPUs share a core, or were busy)" : "");
+    if (bpeak > 0)
+        printf("  bf16 dot product vdpbf16ps (zmm, 16 chains): %.1f GFLOP/s on one thread (%.1f FLOP/cycle), %.1f on "
+               "%d threads at once; bf16 at 64 sequences: %.0f%% of one thread's x %d\n", pk->bf16_core,
+               pk->ghz > 0 ? pk->bf16_core / pk->ghz : 0, pk->bf16_all, pk->threads, 100 * gf64 / bpeak,
+               pk->threads);
+    else
+        printf("  bf16 dot product: the CPU has no avx512_bf16\n");
 }
 
 // Sections named on the command line (emptied arguments were options); none named: all.
@@ -248,35 +329,57 @@ int main(int argc, char **argv) {
         if (fscanf(f, "%lf", &load) != 1) load = -1;
         fclose(f);
     }
-    printf("bench_model: %d threads, OpenBLAS core %s, load average %.2f (figures are only meaningful on an idle "
-           "machine)\n", omp_get_max_threads(), openblas_get_corename(), load);
+    const char *coretype = getenv("OPENBLAS_CORETYPE");
+    printf("bench_model: %d threads, OpenBLAS core %s (OPENBLAS_CORETYPE %s), load average %.2f (figures are only "
+           "meaningful on an idle machine)\n", omp_get_max_threads(), openblas_get_corename(),
+           coretype ? coretype : "unset", load);
+    __builtin_cpu_init();
+    if (!strcmp(openblas_get_corename(), "Prescott") && __builtin_cpu_supports("avx2"))
+        printf("  (OpenBLAS did not recognise this CPU and runs its SSE3 kernels on an AVX2%s machine: sgemm, and "
+               "every figure against it, runs far under what OPENBLAS_CORETYPE=%s gives)\n",
+               __builtin_cpu_supports("avx512f") ? "/AVX-512" : "",
+               __builtin_cpu_supports("avx512f") ? "SkylakeX or Cooperlake" : "Haswell");
+    printf("kernels: dtype ISA %s; matmul path for bf16 weights at T = 1 %s, T = 64 %s, T = %d %s\n", dtype_isa(),
+           matmul_path_name(1, DT_BF16), matmul_path_name(64, DT_BF16), TP, matmul_path_name(TP, DT_BF16));
     BenchModel m = {0};
     model_build(&m);
     const ModelConfig *c = &m.w.cfg;
-    printf("model: bench shape C %d L %d H %d Hkv %d D %d F %d V %d, %.1fM params, LoRA rank %d: %.2fM params\n",
+    printf("model: bench shape C %d L %d H %d Hkv %d D %d F %d V %d, %.1fM params held as f32 (%.0f MB) and as "
+           "bf16 (%.0f MB; the f32 copy holds the same bf16-rounded values), LoRA rank %d: %.2fM params\n",
            c->hidden_size, c->num_hidden_layers, c->num_attention_heads, c->num_key_value_heads, c->head_dim,
-           c->intermediate_size, c->vocab_size, m.w.num_params / 1e6, RANK, m.lora_params / 1e6);
+           c->intermediate_size, c->vocab_size, m.w.num_params / 1e6, m.w.bytes / 1e6, m.wb.bytes / 1e6, RANK,
+           m.lora_params / 1e6);
     double triad_lo, triad = bench_stream_triad(&triad_lo);
     double sgemm = bench_sgemm_reference(c, TP);
     printf("references: STREAM triad %.1f GB/s (best of 3 allocations; worst %.1f); OpenBLAS sgemm %.1f GFLOP/s "
            "(forward products of a layer + LM head, T=%d, %d threads)\n", triad, triad_lo, sgemm, TP,
            omp_get_max_threads());
     PailErr err = {0};
-    Transformer *ptf, *dtf;
+    Transformer *ptf[2], *dtf[2];
     TransformerPlan pp = {.max_tokens = TP, .backward = true, .lora_rank = RANK},
                     dp = {.max_tokens = 64 * PREFILL, .lora_rank = RANK};
-    if (transformer_init(&ptf, &m.w, &pp, &err) < 0) die("transformer_init (policy)", &err);
-    if (transformer_init(&dtf, &m.w, &dp, &err) < 0) die("transformer_init (decode)", &err);
-    if (transformer_set_lora(ptf, &m.lay, m.lora, &err) < 0 || transformer_set_lora(dtf, &m.lay, m.lora, &err) < 0)
-        die("set_lora", &err);
-    validate_decode(&m, ptf, dtf);
+    for (int d = 0; d < 2; d++) {
+        const ModelWeights *w = d ? &m.wb : &m.w;
+        if (transformer_init(&ptf[d], w, &pp, &err) < 0) die("transformer_init (policy)", &err);
+        if (transformer_init(&dtf[d], w, &dp, &err) < 0) die("transformer_init (decode)", &err);
+        if (transformer_set_lora(ptf[d], &m.lay, m.lora, &err) < 0 ||
+            transformer_set_lora(dtf[d], &m.lay, m.lora, &err) < 0)
+            die("set_lora", &err);
+    }
+    validate_decode(&m, ptf[0], dtf[0], "f32");
+    validate_decode(&m, ptf[1], dtf[1], "bf16");
+    validate_dtypes(&m, ptf);
     if (want(argc, argv, "policy")) policy(&m, ptf, sgemm, iters);
-    if (want(argc, argv, "decode")) decode(&m, dtf, triad);
-    if (want(argc, argv, "batched")) batched(&m, dtf, triad, sgemm);
-    transformer_free(ptf);
-    transformer_free(dtf);
+    if (want(argc, argv, "decode")) decode(&m, dtf[0], triad);
+    if (want(argc, argv, "batched")) {
+        BenchPeak pk;
+        bench_peak(&pk);
+        batched(&m, dtf, triad, sgemm, &pk);
+    }
+    for (int d = 0; d < 2; d++) transformer_free(ptf[d]), transformer_free(dtf[d]);
     free(m.lora);
     lora_layout_free(&m.lay);
     model_weights_free(&m.w);
+    model_weights_free(&m.wb);
     return 0;
 }

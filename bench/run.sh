@@ -6,6 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
+BIN=${BIN:-bin}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 # Idle OpenMP threads sleep instead of spinning: on shared or oversubscribed
 # cores spinning cost the small-T mat-vec 4x (measured, doc/kernels.md).
@@ -16,4 +17,11 @@ run bench_kernels
 run bench_tokenizer
 bash mk/deps.sh bench && echo "== bench_relay" && bash bench/bench_relay.sh
 echo "== bench_model" && bash bench/bench_model.sh
+# Base weights held as bf16 (issue 14): decode beyond the caches, log-prob
+# distances against transformers, peak memory (doc/performance.md).
+run bench_model_dtype
+echo "== dtype log-probs (validation/bench/dtype_logprobs.py)" &&
+  "$(bash mk/venv.sh)/bin/python" validation/bench/dtype_logprobs.py --ctl "$BIN/grpo-ctl" \
+    --decode "$BUILD/bench/bench_model_dtype" --tokenizer data/tokenizers/bytes
+echo "== dtype memory (bench/dtype_memory.sh)" && BIN="$BIN" bash bench/dtype_memory.sh
 run bench_rollout
