@@ -28,9 +28,11 @@ typedef void (*DtCvtFn)(float *dst, const void *src, size_t n);
 DtCvtFn dtype_to_f32_fn(DType dt, DtIsa isa);  // NULL for DT_F32 (a copy) or a bad dtype
 void dtype_from_f32_isa(void *dst, const float *src, DType dt, size_t n, DtIsa isa);
 
-// The _dt GEMMs' conversion panel (kernels/matmul.c): floats per thread.
-// Measured by bench/bench_kernels.c (doc/kernels.md); the bench varies it.
+// The _dt GEMMs' conversion panel (kernels/matmul.c): floats per thread, and
+// at most this many columns of the product a panel. Measured by
+// bench/bench_kernels.c (doc/kernels.md); the bench and tests vary them.
 extern size_t matmul_dt_panel_floats;
+extern int matmul_dt_panel_rows;
 
 // ---- scalar conversions (exact to fp32; round to nearest even from it) ----
 // A 16-bit element at any address (safetensors data offsets need not be even).

@@ -166,21 +166,28 @@ static const DotFn dot_fns[DT_ISA_COUNT][DT_COUNT] = {
 };
 
 // ---- the GEMMs over a converted weight ----
-// Floats per thread of a conversion panel. bench/bench_kernels.c measured the
-// bf16-panel GEMM against sgemm on the fp32 weight at the model shapes
-// (doc/kernels.md): small panels pay OpenBLAS's packing of the other operand
-// once per panel; past ~1M floats (4 MiB) nothing more is gained.
+// A panel is up to matmul_dt_panel_rows columns of op(B) (rows of W in the
+// forward, columns of W for dx) by as much of the reduction as fits in
+// matmul_dt_panel_floats. The width is what matters: OpenBLAS packs the other
+// operand (x, or dout) once per call, T x (the panel's reduction), for 2 T x
+// reduction x width flops, so narrow panels pay that packing over and over
+// (208-row panels of the 896 x 4864 down projection ran 10% behind sgemm). The
+// reduction may be cut: OpenBLAS accumulates into C per K block anyway.
+// bench/bench_kernels.c (`panels`) measured both (doc/kernels.md).
 size_t matmul_dt_panel_floats = (size_t)1 << 20;
+int matmul_dt_panel_rows = 1024;
 
-// The calling thread's scratch for panels, allocated at its first _dt GEMM and
-// grown when a larger panel is asked for (a thread's team keeps its threads,
-// so this happens once per thread and shape family). NULL when the allocation
-// fails: the caller then converts through a small panel on its stack.
+// The calling thread's scratch for panels: matmul_dt_panel_floats, allocated at
+// the thread's first _dt GEMM (OpenMP keeps its threads, so once per thread),
+// grown only if a larger panel is asked for (a bench raising the budget). NULL
+// when the allocation fails: the caller then converts through a small panel on
+// its stack instead.
 static _Thread_local float *panel_buf;
 static _Thread_local size_t panel_cap;
 
 static float *panel_get(size_t floats) {
     if (floats <= panel_cap) return panel_buf;
+    if (floats < matmul_dt_panel_floats) floats = matmul_dt_panel_floats;
     float *p = NULL;
     if (posix_memalign((void **)&p, 64, floats * sizeof(float))) return NULL;
     free(panel_buf);
@@ -188,24 +195,18 @@ static float *panel_get(size_t floats) {
     return p;
 }
 
-enum { PANEL_STACK = 4096, DX_PANEL_COLS = 256 };
+enum { PANEL_STACK = 4096 };
 
-// Panel shape for C[:, n0..n1) from `budget` floats: nb columns of op(B) by kb
-// of the reduction. transB (a weight's rows are the output columns, the
-// forward): whole rows of W, all of K while 16 rows fit, as many rows as the
-// budget holds. Else (the dx product: W's rows are the reduction, its columns
-// the output): DX_PANEL_COLS columns of each of as many rows as fit.
-static void panel_shape(int transB, int K, int width, size_t budget, int *nb, int *kb) {
+// Panel shape for C[:, n0..n1) from `budget` floats: nb columns of op(B) (up to
+// matmul_dt_panel_rows, a multiple of 16) by kb of the reduction (all of K when
+// it fits).
+static void panel_shape(int K, int width, size_t budget, int *nb, int *kb) {
     if (budget < PANEL_STACK) budget = PANEL_STACK;
-    if (transB) {
-        *kb = (size_t)K * 16 <= budget ? K : (int)(budget / 16);
-        size_t rows = budget / (size_t)*kb / 16 * 16;
-        *nb = rows < 16 ? 16 : rows > (size_t)width ? width : (int)rows;
-    } else {
-        *nb = width < DX_PANEL_COLS ? width : DX_PANEL_COLS;
-        size_t rows = budget / (size_t)*nb;
-        *kb = rows > (size_t)K ? K : (int)rows;
-    }
+    int cap = matmul_dt_panel_rows < 16 ? 16 : matmul_dt_panel_rows / 16 * 16;
+    if ((size_t)cap > budget / 16) cap = (int)(budget / 16) / 16 * 16;
+    *nb = width < cap ? width : cap;
+    size_t k = budget / (size_t)*nb;
+    *kb = k > (size_t)K ? K : (int)k;
 }
 
 // C[:, n0..n1) (M rows) = alpha op(A) op(B)[:, n0..n1) + beta C with B stored as
@@ -218,10 +219,10 @@ static void sgemm_panels(int transA, int transB, int M, int n0, int n1, int K, f
     if (n0 >= n1) return;
     float stack_panel[PANEL_STACK];
     int nb, kb;
-    panel_shape(transB, K, n1 - n0, matmul_dt_panel_floats, &nb, &kb);
+    panel_shape(K, n1 - n0, matmul_dt_panel_floats, &nb, &kb);
     float *buf = panel_get((size_t)nb * kb);
     if (!buf) {
-        panel_shape(transB, K, n1 - n0, PANEL_STACK, &nb, &kb);
+        panel_shape(K, n1 - n0, PANEL_STACK, &nb, &kb);
         buf = stack_panel;
     }
     const char *b = B;

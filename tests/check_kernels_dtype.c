@@ -297,6 +297,7 @@ static void matmul_dt_case(int T, int K, int N, int with_bias, float alpha, floa
     float *dx0 = rnd((size_t)T * K, -1, 1), *dW0 = rnd((size_t)N * K, -1, 1), *db0 = rnd(N, -1, 1);
     int saved = matmul_small_t_max;
     size_t saved_panel = matmul_dt_panel_floats;
+    int saved_rows = matmul_dt_panel_rows;
     char what[160];
     for (int di = 0; di < 2; di++) {
         DType dt = dts[di];
@@ -310,6 +311,7 @@ static void matmul_dt_case(int T, int K, int N, int with_bias, float alpha, floa
                 ck_assert_int_eq(dtype_isa_force((DtIsa)isa), 0);
                 matmul_small_t_max = path == 2 ? 1 << 20 : 0;
                 matmul_dt_panel_floats = path == 1 ? 1 : saved_panel;  // 1: the smallest (4096)
+                matmul_dt_panel_rows = path == 1 ? 16 : saved_rows;     // panels of 16 columns
                 const char *pn = matmul_path_name(T, dt);
                 float *out = dup_f(o0, (size_t)T * N), *o32 = dup_f(o0, (size_t)T * N);
                 matmul_forward_dt(out, x, w.w16, dt, bias, T, K, N, alpha, beta);
@@ -347,6 +349,7 @@ static void matmul_dt_case(int T, int K, int N, int with_bias, float alpha, floa
     }
     matmul_small_t_max = saved;
     matmul_dt_panel_floats = saved_panel;
+    matmul_dt_panel_rows = saved_rows;
     dtype_isa_force(dtype_isa_best());
     free(W), free(x), free(bias), free(o0), free(dout), free(dx0), free(dW0), free(db0);
 }
