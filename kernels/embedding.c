@@ -5,6 +5,7 @@
 // exactly, kernels/dtype.h).
 #include <string.h>
 #include "kernels.h"
+#include "parallel.h"
 
 static int tokens_check(const int *tokens, int T, int V, PailErr *err) {
     for (int t = 0; t < T; t++)
@@ -15,23 +16,28 @@ static int tokens_check(const int *tokens, int T, int V, PailErr *err) {
     return 0;
 }
 
-int embedding_forward(float *out, const float *table, const int *tokens, int T, int C, int V,
-                      PailErr *err) {
-    if (tokens_check(tokens, T, V, err)) return -1;
-#pragma omp parallel for schedule(static)
-    for (int t = 0; t < T; t++)
-        memcpy(out + (size_t)t * C, table + (size_t)tokens[t] * C, sizeof(float) * C);
-    return 0;
+// The gather on a team (kernels/parallel.h); rows converted from tdt.
+static void gather_team(float *out, const void *table, DType tdt, const int *tokens, int T, int C) {
+    size_t row = (size_t)C * dtype_size(tdt);
+#pragma omp for schedule(static)
+    for (int t = 0; t < T; t++) {
+        const void *src = (const char *)table + (size_t)tokens[t] * row;
+        if (tdt == DT_F32) memcpy(out + (size_t)t * C, src, sizeof(float) * C);
+        else dtype_to_f32(out + (size_t)t * C, src, tdt, C);
+    }
 }
 
+int embedding_forward(float *out, const float *table, const int *tokens, int T, int C, int V,
+                      PailErr *err) {
+    return embedding_forward_dt(out, table, DT_F32, tokens, T, C, V, err);
+}
+
+// The token check runs on every thread of a caller's team alike (the same ids),
+// so a bad id takes every thread out before the gather's barrier.
 int embedding_forward_dt(float *out, const void *table, DType tdt, const int *tokens, int T, int C,
                          int V, PailErr *err) {
-    if (tdt == DT_F32) return embedding_forward(out, table, tokens, T, C, V, err);
     if (tokens_check(tokens, T, V, err)) return -1;
-    size_t row = (size_t)C * dtype_size(tdt);
-#pragma omp parallel for schedule(static)
-    for (int t = 0; t < T; t++)
-        dtype_to_f32(out + (size_t)t * C, (const char *)table + (size_t)tokens[t] * row, tdt, C);
+    KERNEL_TEAM(gather_team(out, table, tdt, tokens, T, C));
     return 0;
 }
 

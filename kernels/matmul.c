@@ -16,6 +16,7 @@
 #include "blas.h"
 #include "dtype_cpu.h"
 #include "kernels.h"
+#include "parallel.h"
 
 // Crossover measured by bench/bench_kernels.c (doc/kernels.md has the figures):
 // at T=8 the mat-vec still beats sgemm on a 512x1408 and a 32000x512 weight.
@@ -250,12 +251,11 @@ static void sgemm_panels(int transA, int transB, int M, int n0, int n1, int K, f
 // when B is transposed (B is (N, K)), else B's columns n0..n1-1 (B is (K, N)).
 // A C too narrow for that (N < 32 per thread) is split by rows. B is stored as
 // bdt: not fp32, each thread converts its slice a panel at a time (sgemm_panels).
-static void sgemm_omp(int transA, int transB, int M, int N, int K, float alpha, const float *A,
-                      int lda, const void *Bv, DType bdt, int ldb, float beta, float *C, int ldc) {
-    blas_single_threaded();
+// The body runs on a team (kernels/parallel.h): every thread its slice, then a barrier.
+static void sgemm_team(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
+                       const void *Bv, DType bdt, int ldb, float beta, float *C, int ldc) {
     const float *B = Bv;
     DtCvtFn cvt = dtype_to_f32_fn(bdt, dtype_isa_id());
-#pragma omp parallel
     {
         int nth = omp_get_num_threads(), id = omp_get_thread_num();
         if (N < 32 * nth && M >= 64 * nth) {
@@ -284,6 +284,13 @@ static void sgemm_omp(int transA, int transB, int M, int N, int K, float alpha, 
                          cvt);
         }
     }
+#pragma omp barrier  // C is whole on every thread
+}
+
+static void sgemm_omp(int transA, int transB, int M, int N, int K, float alpha, const float *A,
+                      int lda, const void *Bv, DType bdt, int ldb, float beta, float *C, int ldc) {
+    blas_single_threaded();
+    KERNEL_TEAM(sgemm_team(transA, transB, M, N, K, alpha, A, lda, Bv, bdt, ldb, beta, C, ldc));
 }
 
 // Small-T forward: out = alpha x W^T + beta out + bias, plus, when A is given,
@@ -293,15 +300,14 @@ static void sgemm_omp(int transA, int transB, int M, int N, int K, float alpha, 
 // read once from memory with its B row's term added before the store; for T > 4
 // the row is read again from L1 per group of 4 x rows, which stay in cache.
 // W is stored as wdt (A and B are fp32): the dot products of dot_fns.
-static void forward_small(float *out, float *la, const float *x, const void *W, DType wdt,
-                          const float *bias, const float *A, const float *B, int T, int K, int N,
-                          int R, float alpha, float scale, float beta) {
-    int nth = omp_get_max_threads(), rows = N >= 64 * nth ? 16 : (N + 4 * nth - 1) / (4 * nth);
+static void forward_small_team(float *out, float *la, const float *x, const void *W, DType wdt,
+                               const float *bias, const float *A, const float *B, int T, int K, int N,
+                               int R, float alpha, float scale, float beta) {
+    int nth = omp_get_num_threads(), rows = N >= 64 * nth ? 16 : (N + 4 * nth - 1) / (4 * nth);
     if (rows < 1) rows = 1;
     int nblk = (N + rows - 1) / rows;
     DotFn dot = wdt == DT_F32 ? NULL : dot_fns[dtype_isa_id()][wdt];
     size_t row_bytes = (size_t)K * dtype_size(wdt);
-#pragma omp parallel
     {
         if (A) {
 #pragma omp for schedule(static)
@@ -343,6 +349,19 @@ static void forward_small(float *out, float *la, const float *x, const void *W, 
     }
 }
 
+static void forward_small(float *out, float *la, const float *x, const void *W, DType wdt,
+                          const float *bias, const float *A, const float *B, int T, int K, int N,
+                          int R, float alpha, float scale, float beta) {
+    KERNEL_TEAM(forward_small_team(out, la, x, W, wdt, bias, A, B, T, K, N, R, alpha, scale, beta));
+}
+
+// out(T,N) += bias on a team.
+static void add_bias_team(float *out, const float *bias, int T, int N) {
+#pragma omp for schedule(static)
+    for (int t = 0; t < T; t++)
+        for (int n = 0; n < N; n++) out[(size_t)t * N + n] += bias[n];
+}
+
 void matmul_forward_dt(float *out, const float *x, const void *W, DType wdt, const float *bias,
                        int T, int K, int N, float alpha, float beta) {
     if (T <= 0 || N <= 0) return;
@@ -352,11 +371,7 @@ void matmul_forward_dt(float *out, const float *x, const void *W, DType wdt, con
         return;
     }
     sgemm_omp(0, 1, T, N, K, alpha, x, K, W, wdt, K, beta, out, N);
-    if (bias) {
-#pragma omp parallel for schedule(static)
-        for (int t = 0; t < T; t++)
-            for (int n = 0; n < N; n++) out[(size_t)t * N + n] += bias[n];
-    }
+    if (bias) KERNEL_TEAM(add_bias_team(out, bias, T, N));
 }
 
 void matmul_forward(float *out, const float *x, const float *W, const float *bias, int T,
@@ -416,13 +431,13 @@ void matmul_forward_ref(float *out, const float *x, const float *W, const float 
 // W stored as wdt: each row's slice is converted into a 512-byte buffer (L1)
 // first, then read once per dout row (the same products as fp32 on the
 // converted W, bit for bit).
-static void matmul_dx_small(float *dx, const float *dout, const void *W, DType wdt, int T, int K,
-                            int N, float alpha, float beta) {
+static void matmul_dx_small_team(float *dx, const float *dout, const void *W, DType wdt, int T, int K,
+                                 int N, float alpha, float beta) {
     enum { KB = 128 };  // 512-byte slices of each W row: K = 512 still makes 4 blocks
     int nblk = (K + KB - 1) / KB;
     DtCvtFn cvt = dtype_to_f32_fn(wdt, dtype_isa_id());
     size_t esz = dtype_size(wdt);
-#pragma omp parallel for schedule(dynamic, 1)
+#pragma omp for schedule(dynamic, 1)
     for (int b = 0; b < nblk; b++) {
         int k0 = b * KB, k1 = k0 + KB < K ? k0 + KB : K;
         float wb[KB];
@@ -447,6 +462,21 @@ static void matmul_dx_small(float *dx, const float *dout, const void *W, DType w
     }
 }
 
+static void matmul_dx_small(float *dx, const float *dout, const void *W, DType wdt, int T, int K, int N,
+                            float alpha, float beta) {
+    KERNEL_TEAM(matmul_dx_small_team(dx, dout, W, wdt, T, K, N, alpha, beta));
+}
+
+// dbias(N) += alpha * sum_t dout[t] on a team.
+static void dbias_team(float *dbias, const float *dout, int T, int N, float alpha) {
+#pragma omp for schedule(static)
+    for (int n = 0; n < N; n++) {
+        float s = 0;
+        for (int t = 0; t < T; t++) s += dout[(size_t)t * N + n];
+        dbias[n] += alpha * s;
+    }
+}
+
 void matmul_backward_dt(float *dx, float *dW, float *dbias, const float *dout, const float *x,
                         const void *W, DType wdt, int T, int K, int N, float alpha,
                         float dx_beta) {
@@ -460,14 +490,7 @@ void matmul_backward_dt(float *dx, float *dW, float *dbias, const float *dout, c
     }
     if (dW)  // an fp32 gradient from dout and x: W is not read
         sgemm_omp(1, 0, N, K, T, alpha, dout, N, x, DT_F32, K, 1.0f, dW, K);
-    if (dbias) {
-#pragma omp parallel for schedule(static)
-        for (int n = 0; n < N; n++) {
-            float s = 0;
-            for (int t = 0; t < T; t++) s += dout[(size_t)t * N + n];
-            dbias[n] += alpha * s;
-        }
-    }
+    if (dbias) KERNEL_TEAM(dbias_team(dbias, dout, T, N, alpha));
 }
 
 void matmul_backward(float *dx, float *dW, float *dbias, const float *dout, const float *x,

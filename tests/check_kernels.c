@@ -713,11 +713,72 @@ static void team_attention(int nth) {
     free(a.q), free(a.k), free(a.v), free(a.out);
 }
 
+// The products a decode step issues (matmul.c, embedding.c), with W in each
+// storage dtype: the mat-vec (T <= matmul_small_t_max) and the sgemm path (its
+// column slices, and the bf16 panels), LoRA-adapted, accumulating (beta = 1:
+// an op run whole on every thread would add twice), and the embedding gather.
+typedef struct {
+    float *out, *la, *x, *A, *B, *bias;
+    const void *W, *table;
+    DType dt;
+    const int *tok;
+    int T, K, N, R, V;
+    float beta;
+} MmArgs;
+static void t_mm(void *c) {
+    MmArgs *a = c;
+    matmul_forward_dt(a->out, a->x, a->W, a->dt, a->bias, a->T, a->K, a->N, 1.0f, a->beta);
+}
+static void t_mm_lora(void *c) {
+    MmArgs *a = c;
+    matmul_forward_lora_dt(a->out, a->la, a->x, a->W, a->dt, a->bias, a->A, a->B, a->T, a->K, a->N, a->R, 0.5f,
+                           a->beta);
+}
+static void t_embed(void *c) {
+    MmArgs *a = c;
+    PailErr e = {0};
+    if (embedding_forward_dt(a->out, a->table, a->dt, a->tok, a->T, a->K, a->V, &e) != 0) a->out[0] = NAN;
+}
+
+static void team_matmul(int nth) {
+    int K = 200, N = 300, R = 4, Ts[] = {1, 3, 8, 21};
+    float *W32 = rnd((size_t)N * K, -1, 1);
+    uint16_t *W16 = malloc((size_t)N * K * 2);
+    for (int dt = 0; dt < DT_COUNT; dt++) {
+        const void *W = W32;
+        if (dt != DT_F32) {
+            dtype_from_f32(W16, W32, (DType)dt, (size_t)N * K);
+            W = W16;
+        }
+        for (size_t ti = 0; ti < sizeof Ts / sizeof Ts[0]; ti++) {
+            int T = Ts[ti];
+            MmArgs a = {.out = rnd((size_t)T * N, -1, 1), .la = rnd((size_t)T * R, 0, 1), .x = rnd((size_t)T * K, -1, 1),
+                        .A = rnd((size_t)R * K, -1, 1), .B = rnd((size_t)N * R, -1, 1), .bias = rnd(N, -1, 1),
+                        .W = W, .dt = (DType)dt, .T = T, .K = K, .N = N, .R = R, .beta = 1.0f};
+            char n1[64], n2[64];
+            snprintf(n1, sizeof n1, "matmul_forward_dt %s T=%d (beta 1)", dtype_name((DType)dt), T);
+            snprintf(n2, sizeof n2, "matmul_forward_lora_dt %s T=%d (beta 1)", dtype_name((DType)dt), T);
+            TeamCase mc = {n1, t_mm, &a, {a.out}, {(size_t)T * N}};
+            team_case(&mc, nth);
+            TeamCase lc = {n2, t_mm_lora, &a, {a.out, a.la}, {(size_t)T * N, (size_t)T * R}};
+            team_case(&lc, nth);
+            free(a.out), free(a.la), free(a.x), free(a.A), free(a.B), free(a.bias);
+        }
+        int tok[7] = {4, 299, 0, 4, 17, 250, 3};
+        MmArgs e = {.out = rnd((size_t)7 * K, 0, 1), .table = W, .dt = (DType)dt, .tok = tok, .T = 7, .K = K, .V = N};
+        TeamCase ec = {"embedding_forward_dt", t_embed, &e, {e.out}, {(size_t)7 * K}};
+        team_case(&ec, nth);
+        free(e.out);
+    }
+    free(W32), free(W16);
+}
+
 START_TEST(test_ops_in_team) {
     for (int nth = 2; nth <= 3; nth++) {  // 3: more threads than this machine may have cores, an odd split
         team_moves(nth);
         team_norm_rope_swiglu(nth);
         team_attention(nth);
+        team_matmul(nth);
     }
 }
 END_TEST

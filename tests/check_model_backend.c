@@ -413,64 +413,26 @@ START_TEST(test_cuda_backend) {
 END_TEST
 
 // ---- transformer_extend in one OpenMP region (team_ops) ----
-// A backend over the CPU's ops with team_ops set: transformer_extend then runs
-// the whole call in one region and every op shares the team. The CPU ops whose
-// fast paths may still open a region of their own (matmul.c, embedding.c; see
-// kernels/parallel.h) run here on the team's first thread, in a one-thread
-// region of their own between two barriers: the same arithmetic, serially.
-// The logits must equal the CPU backend's on one thread (no region) to the
-// bit: every output element of every op is computed by one thread with the
-// same arithmetic whatever the team, and the stand-ins run the very same code.
+// A backend over the CPU's ops with team_ops set (as the CPU backend's own):
+// transformer_extend then runs the whole call in one region and every op
+// shares the team (kernels/parallel.h). The error case swaps in an embedding
+// that refuses on every thread.
 static BackendOps team_ops_table;
 static Backend team_backend;
-static int solo_rc;  // the stand-in's result: written by thread 0, read by all after a barrier
-
-#define SOLO(call)                                    \
-    do {                                              \
-        if (!omp_in_parallel()) return (call);        \
-        _Pragma("omp barrier")                        \
-        if (omp_get_thread_num() == 0) {              \
-            _Pragma("omp parallel num_threads(1)")    \
-            solo_rc = (call);                         \
-        }                                             \
-        _Pragma("omp barrier")                        \
-        return solo_rc;                               \
-    } while (0)
-
-static int t_matmul_forward(Backend *b, float *out, const float *x, const float *W, const float *bias, int T, int K,
-                            int N, float alpha, float beta, PailErr *err) {
-    (void)b;
-    SOLO(backend_cpu()->ops->matmul_forward(backend_cpu(), out, x, W, bias, T, K, N, alpha, beta, err));
-}
-static int t_matmul_forward_lora(Backend *b, float *out, float *la, const float *x, const float *W, const float *bias,
-                                 const float *A, const float *B, int T, int K, int N, int R, float scale, float beta,
-                                 PailErr *err) {
-    (void)b;
-    SOLO(backend_cpu()->ops->matmul_forward_lora(backend_cpu(), out, la, x, W, bias, A, B, T, K, N, R, scale, beta,
-                                                 err));
-}
-static int t_embedding_forward(Backend *b, float *out, const float *table, const int *tok, int T, int C, int V,
-                               PailErr *err) {
-    (void)b;
-    SOLO(backend_cpu()->ops->embedding_forward(backend_cpu(), out, table, tok, T, C, V, err));
-}
 // Every thread refuses alike (as the CPU ops' argument checks do).
-static int t_embedding_refuse(Backend *b, float *out, const float *table, const int *tok, int T, int C, int V,
-                              PailErr *err) {
-    (void)b; (void)out; (void)table; (void)tok; (void)C;
+static int t_embedding_refuse(Backend *b, float *out, const void *table, DType tdt, const int *tok, int T, int C,
+                              int V, PailErr *err) {
+    (void)b; (void)out; (void)table; (void)tdt; (void)tok; (void)C;
     return err_set(err, PAIL_ERR_INVALID, "test embedding: %d tokens of a vocabulary of %d refused", T, V);
 }
 
 static void team_backend_init(void) {
     team_ops_table = *backend_cpu()->ops;
     team_ops_table.name = "cpu-team";
-    team_ops_table.matmul_forward = t_matmul_forward;
-    team_ops_table.matmul_forward_lora = t_matmul_forward_lora;
-    team_ops_table.embedding_forward = t_embedding_forward;
     team_backend = *backend_cpu();
     team_backend.ops = &team_ops_table;
     team_backend.team_ops = true;
-    snprintf(team_backend.desc, sizeof team_backend.desc, "cpu, one region a step (test stand-ins)");
+    snprintf(team_backend.desc, sizeof team_backend.desc, "cpu, one region a step");
 }
 
 enum { XSLOTS = 4, XCALLS = 6 };
@@ -561,7 +523,7 @@ START_TEST(test_extend_one_region_error) {
     ck_assert_int_eq(transformer_extend(tf, kv, logits, n_new, tok, &err), -1);
     ck_assert_str_eq(err.msg, "test embedding: 4 tokens of a vocabulary of 300 refused");
     ck_assert(kvcache_len(kv, 0) == 0 && kvcache_len(kv, 1) == 0);
-    team_ops_table.embedding_forward = t_embedding_forward;
+    team_ops_table.embedding_forward = backend_cpu()->ops->embedding_forward;
     err_clear(&err);
     ck_assert_msg(transformer_extend(tf, kv, logits, n_new, tok, &err) == 0, "%s", err.msg);
     ck_assert(kvcache_len(kv, 0) == 3 && kvcache_len(kv, 1) == 1);
