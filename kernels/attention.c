@@ -9,6 +9,7 @@
 #include <omp.h>
 #include "blas.h"
 #include "kernels.h"
+#include "parallel.h"
 #include "simd.h"
 
 enum { KEY_BLOCK = 64 };
@@ -122,19 +123,15 @@ static void attention_forward_rowwise(float *out, float *lse, const float *q, co
                                       const float *v, const int *cu_seqlens, int nseq, int T,
                                       int H, int Hkv, int D);
 
-void attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
-                       const int *cu_seqlens, int nseq, int T, int H, int Hkv, int D) {
-    if (D > DMAX) {
-        attention_forward_rowwise(out, lse, q, k, v, cu_seqlens, nseq, T, H, Hkv, D);
-        return;
-    }
-    blas_single_threaded();
+// The op bodies below run on the caller's team or on their own (kernels/parallel.h).
+static void forward_team(float *out, float *lse, const float *q, const float *k, const float *v,
+                         const int *cu_seqlens, int nseq, int H, int Hkv, int D) {
     int G = H / Hkv, nblk = 0;
     float scale = 1.0f / sqrtf((float)D);
     for (int s = 0; s < nseq; s++) nblk += (cu_seqlens[s + 1] - cu_seqlens[s] + BQ - 1) / BQ;
     // tasks: (query block of some sequence, head); later blocks of a sequence cost more,
     // so dynamic scheduling
-#pragma omp parallel for collapse(2) schedule(dynamic, 1)
+#pragma omp for collapse(2) schedule(dynamic, 1) nowait
     for (int b = 0; b < nblk; b++)
         for (int h = 0; h < H; h++) {
             int s = 0, bb = b;
@@ -149,13 +146,22 @@ void attention_forward(float *out, float *lse, const float *q, const float *k, c
         }
 }
 
-static void attention_forward_rowwise(float *out, float *lse, const float *q, const float *k,
-                                      const float *v, const int *cu_seqlens, int nseq, int T,
-                                      int H, int Hkv, int D) {
+void attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
+                       const int *cu_seqlens, int nseq, int T, int H, int Hkv, int D) {
+    if (D > DMAX) {
+        attention_forward_rowwise(out, lse, q, k, v, cu_seqlens, nseq, T, H, Hkv, D);
+        return;
+    }
+    blas_single_threaded();
+    KERNEL_TEAM(forward_team(out, lse, q, k, v, cu_seqlens, nseq, H, Hkv, D));
+}
+
+static void forward_rowwise_team(float *out, float *lse, const float *q, const float *k, const float *v,
+                                 const int *cu_seqlens, int nseq, int T, int H, int Hkv, int D) {
     int G = H / Hkv;
     float scale = 1.0f / sqrtf((float)D);
     size_t ks = (size_t)Hkv * D;
-#pragma omp parallel for collapse(2) schedule(dynamic, 4)
+#pragma omp for collapse(2) schedule(dynamic, 4) nowait
     for (int t = 0; t < T; t++)
         for (int h = 0; h < H; h++) {
             int start = cu_seqlens[seq_of(cu_seqlens, nseq, t)], hk = h / G;
@@ -163,6 +169,12 @@ static void attention_forward_rowwise(float *out, float *lse, const float *q, co
                      q + ((size_t)t * H + h) * D, k + (size_t)start * ks + (size_t)hk * D,
                      v + (size_t)start * ks + (size_t)hk * D, ks, t - start + 1, D, scale);
         }
+}
+
+static void attention_forward_rowwise(float *out, float *lse, const float *q, const float *k,
+                                      const float *v, const int *cu_seqlens, int nseq, int T,
+                                      int H, int Hkv, int D) {
+    KERNEL_TEAM(forward_rowwise_team(out, lse, q, k, v, cu_seqlens, nseq, T, H, Hkv, D));
 }
 
 // Backward of one (sequence, kv head): every query head of the group, every
@@ -220,20 +232,13 @@ static void attention_backward_rowwise(float *dq, float *dk, float *dv, const fl
                                        const float *out, const float *lse, const int *cu_seqlens,
                                        int nseq, int T, int H, int Hkv, int D);
 
-void attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,
-                        const float *k, const float *v, const float *out, const float *lse,
-                        const int *cu_seqlens, int nseq, int T, int H, int Hkv, int D) {
-    // (sequence, kv head) tasks: too few to keep the team busy on one long
-    // sequence, or D beyond the tiles: the row-wise path
-    if (D > DMAX || nseq * Hkv < 2 * omp_get_max_threads()) {
-        attention_backward_rowwise(dq, dk, dv, dout, q, k, v, out, lse, cu_seqlens, nseq, T, H, Hkv, D);
-        return;
-    }
-    blas_single_threaded();
+static void backward_team(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
+                          const float *v, const float *out, const float *lse, const int *cu_seqlens, int nseq,
+                          int H, int Hkv, int D) {
     float scale = 1.0f / sqrtf((float)D);
     size_t qs = (size_t)H * D, ks = (size_t)Hkv * D;
     // longest sequences first would balance better; dynamic is enough for packed rows
-#pragma omp parallel for collapse(2) schedule(dynamic, 1)
+#pragma omp for collapse(2) schedule(dynamic, 1) nowait
     for (int s = 0; s < nseq; s++)
         for (int hk = 0; hk < Hkv; hk++) {
             size_t a = (size_t)cu_seqlens[s];
@@ -243,86 +248,101 @@ void attention_backward(float *dq, float *dk, float *dv, const float *dout, cons
         }
 }
 
+void attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,
+                        const float *k, const float *v, const float *out, const float *lse,
+                        const int *cu_seqlens, int nseq, int T, int H, int Hkv, int D) {
+    // (sequence, kv head) tasks: too few to keep the team busy on one long
+    // sequence, or D beyond the tiles: the row-wise path
+    if (D > DMAX || nseq * Hkv < 2 * kernel_team_size()) {
+        attention_backward_rowwise(dq, dk, dv, dout, q, k, v, out, lse, cu_seqlens, nseq, T, H, Hkv, D);
+        return;
+    }
+    blas_single_threaded();
+    KERNEL_TEAM(backward_team(dq, dk, dv, dout, q, k, v, out, lse, cu_seqlens, nseq, H, Hkv, D));
+}
+
 // Row-wise backward in two passes so that every output row has one writer and nothing
 // is allocated: (A) over (query, head): dq; (B) over (block of KEY_TILE keys, kv
 // head): dk, dv, each query's row (q, dout, delta) loaded once per tile.
 // p = exp(s - lse), dp = dout . v, ds = p (dp - delta), delta = dout . out.
 enum { KEY_TILE = 16 };
 
+static void backward_rowwise_team(float *dq, float *dk, float *dv, const float *dout, const float *q,
+                                  const float *k, const float *v, const float *out, const float *lse,
+                                  const int *cu_seqlens, int nseq, int T, int H, int Hkv, int D) {
+    int G = H / Hkv;
+    float scale = 1.0f / sqrtf((float)D);
+    size_t ks = (size_t)Hkv * D, qs = (size_t)H * D;
+#pragma omp for collapse(2) schedule(dynamic, 4) nowait
+    for (int i = 0; i < T; i++)
+        for (int h = 0; h < H; h++) {
+            int start = cu_seqlens[seq_of(cu_seqlens, nseq, i)], hk = h / G;
+            const float *qi = q + i * qs + (size_t)h * D, *gi = dout + i * qs + (size_t)h * D;
+            float *dqi = dq + i * qs + (size_t)h * D;
+            float delta = dotf(gi, out + i * qs + (size_t)h * D, D), L = lse[(size_t)i * H + h];
+            float p[KEY_BLOCK];
+            for (int d = 0; d < D; d++) dqi[d] = 0;
+            for (int j0 = start; j0 <= i; j0 += KEY_BLOCK) {
+                int nb = i + 1 - j0 < KEY_BLOCK ? i + 1 - j0 : KEY_BLOCK;
+                for (int j = 0; j < nb; j++)
+                    p[j] = dotf(qi, k + (j0 + j) * ks + (size_t)hk * D, D) * scale - L;
+                simd_exp(p, nb);
+                for (int j = 0; j < nb; j++) {
+                    const float *kj = k + (j0 + j) * ks + (size_t)hk * D;
+                    float ds = p[j] * (dotf(gi, v + (j0 + j) * ks + (size_t)hk * D, D) - delta) * scale;
+#pragma omp simd
+                    for (int d = 0; d < D; d++) dqi[d] += ds * kj[d];
+                }
+            }
+        }
+    // (B): one task per tile start; rows that do not start a tile of their
+    // sequence are skipped (cheap, and keeps the loop flat for OpenMP).
+#pragma omp for collapse(2) schedule(dynamic, 1) nowait
+    for (int j0 = 0; j0 < T; j0++)
+        for (int hk = 0; hk < Hkv; hk++) {
+            int s = seq_of(cu_seqlens, nseq, j0), start = cu_seqlens[s], end = cu_seqlens[s + 1];
+            if ((j0 - start) % KEY_TILE) continue;
+            int nb = end - j0 < KEY_TILE ? end - j0 : KEY_TILE;
+            float dkt[KEY_TILE * D], dvt[KEY_TILE * D], p[KEY_TILE];
+            for (int e = 0; e < nb * D; e++) dkt[e] = dvt[e] = 0;
+            for (int h = hk * G; h < (hk + 1) * G; h++)
+                for (int i = j0; i < end; i++) {
+                    const float *qi = q + i * qs + (size_t)h * D, *gi = dout + i * qs + (size_t)h * D;
+                    float delta = dotf(gi, out + i * qs + (size_t)h * D, D), L = lse[(size_t)i * H + h];
+                    int nj = i - j0 + 1 < nb ? i - j0 + 1 : nb;  // causal: keys j0..min(i, tile end)
+                    for (int j = 0; j < nj; j++)
+                        p[j] = dotf(qi, k + (j0 + j) * ks + (size_t)hk * D, D) * scale - L;
+                    simd_exp(p, nj);
+                    for (int j = 0; j < nj; j++) {
+                        float ds = p[j] * (dotf(gi, v + (j0 + j) * ks + (size_t)hk * D, D) - delta) * scale;
+                        float *dkj = dkt + j * D, *dvj = dvt + j * D, pj = p[j];
+#pragma omp simd
+                        for (int d = 0; d < D; d++) {
+                            dkj[d] += ds * qi[d];
+                            dvj[d] += pj * gi[d];
+                        }
+                    }
+                }
+            for (int j = 0; j < nb; j++) {
+                memcpy(dk + (j0 + j) * ks + (size_t)hk * D, dkt + j * D, sizeof(float) * D);
+                memcpy(dv + (j0 + j) * ks + (size_t)hk * D, dvt + j * D, sizeof(float) * D);
+            }
+        }
+}
+
 static void attention_backward_rowwise(float *dq, float *dk, float *dv, const float *dout,
                                        const float *q, const float *k, const float *v,
                                        const float *out, const float *lse, const int *cu_seqlens,
                                        int nseq, int T, int H, int Hkv, int D) {
-    int G = H / Hkv;
-    float scale = 1.0f / sqrtf((float)D);
-    size_t ks = (size_t)Hkv * D, qs = (size_t)H * D;
-#pragma omp parallel
-    {
-#pragma omp for collapse(2) schedule(dynamic, 4)
-        for (int i = 0; i < T; i++)
-            for (int h = 0; h < H; h++) {
-                int start = cu_seqlens[seq_of(cu_seqlens, nseq, i)], hk = h / G;
-                const float *qi = q + i * qs + (size_t)h * D, *gi = dout + i * qs + (size_t)h * D;
-                float *dqi = dq + i * qs + (size_t)h * D;
-                float delta = dotf(gi, out + i * qs + (size_t)h * D, D), L = lse[(size_t)i * H + h];
-                float p[KEY_BLOCK];
-                for (int d = 0; d < D; d++) dqi[d] = 0;
-                for (int j0 = start; j0 <= i; j0 += KEY_BLOCK) {
-                    int nb = i + 1 - j0 < KEY_BLOCK ? i + 1 - j0 : KEY_BLOCK;
-                    for (int j = 0; j < nb; j++)
-                        p[j] = dotf(qi, k + (j0 + j) * ks + (size_t)hk * D, D) * scale - L;
-                    simd_exp(p, nb);
-                    for (int j = 0; j < nb; j++) {
-                        const float *kj = k + (j0 + j) * ks + (size_t)hk * D;
-                        float ds = p[j] * (dotf(gi, v + (j0 + j) * ks + (size_t)hk * D, D) - delta) * scale;
-#pragma omp simd
-                        for (int d = 0; d < D; d++) dqi[d] += ds * kj[d];
-                    }
-                }
-            }
-        // (B): one task per tile start; rows that do not start a tile of their
-        // sequence are skipped (cheap, and keeps the loop flat for OpenMP).
-#pragma omp for collapse(2) schedule(dynamic, 1)
-        for (int j0 = 0; j0 < T; j0++)
-            for (int hk = 0; hk < Hkv; hk++) {
-                int s = seq_of(cu_seqlens, nseq, j0), start = cu_seqlens[s], end = cu_seqlens[s + 1];
-                if ((j0 - start) % KEY_TILE) continue;
-                int nb = end - j0 < KEY_TILE ? end - j0 : KEY_TILE;
-                float dkt[KEY_TILE * D], dvt[KEY_TILE * D], p[KEY_TILE];
-                for (int e = 0; e < nb * D; e++) dkt[e] = dvt[e] = 0;
-                for (int h = hk * G; h < (hk + 1) * G; h++)
-                    for (int i = j0; i < end; i++) {
-                        const float *qi = q + i * qs + (size_t)h * D, *gi = dout + i * qs + (size_t)h * D;
-                        float delta = dotf(gi, out + i * qs + (size_t)h * D, D), L = lse[(size_t)i * H + h];
-                        int nj = i - j0 + 1 < nb ? i - j0 + 1 : nb;  // causal: keys j0..min(i, tile end)
-                        for (int j = 0; j < nj; j++)
-                            p[j] = dotf(qi, k + (j0 + j) * ks + (size_t)hk * D, D) * scale - L;
-                        simd_exp(p, nj);
-                        for (int j = 0; j < nj; j++) {
-                            float ds = p[j] * (dotf(gi, v + (j0 + j) * ks + (size_t)hk * D, D) - delta) * scale;
-                            float *dkj = dkt + j * D, *dvj = dvt + j * D, pj = p[j];
-#pragma omp simd
-                            for (int d = 0; d < D; d++) {
-                                dkj[d] += ds * qi[d];
-                                dvj[d] += pj * gi[d];
-                            }
-                        }
-                    }
-                for (int j = 0; j < nb; j++) {
-                    memcpy(dk + (j0 + j) * ks + (size_t)hk * D, dkt + j * D, sizeof(float) * D);
-                    memcpy(dv + (j0 + j) * ks + (size_t)hk * D, dvt + j * D, sizeof(float) * D);
-                }
-            }
-    }
+    KERNEL_TEAM(backward_rowwise_team(dq, dk, dv, dout, q, k, v, out, lse, cu_seqlens, nseq, T, H, Hkv, D));
 }
 
-void attention_decode_forward(float *out, const float *q, const float *k_cache,
-                              const float *v_cache, const int *cu_new, const int *cache_len,
-                              int nseq, int max_ctx, int H, int Hkv, int D) {
+static void decode_team(float *out, const float *q, const float *k_cache, const float *v_cache, const int *cu_new,
+                        const int *cache_len, int nseq, int max_ctx, int H, int Hkv, int D) {
     int G = H / Hkv, Tn = cu_new[nseq];
     float scale = 1.0f / sqrtf((float)D);
     size_t ks = (size_t)Hkv * D;
-#pragma omp parallel for collapse(2) schedule(dynamic, 1)
+#pragma omp for collapse(2) schedule(dynamic, 1) nowait
     for (int r = 0; r < Tn; r++)
         for (int h = 0; h < H; h++) {
             int s = seq_of(cu_new, nseq, r), hk = h / G;
@@ -331,6 +351,12 @@ void attention_decode_forward(float *out, const float *q, const float *k_cache,
             attn_row(out + ((size_t)r * H + h) * D, NULL, q + ((size_t)r * H + h) * D,
                      k_cache + base, v_cache + base, ks, pos + 1, D, scale);
         }
+}
+
+void attention_decode_forward(float *out, const float *q, const float *k_cache,
+                              const float *v_cache, const int *cu_new, const int *cache_len,
+                              int nseq, int max_ctx, int H, int Hkv, int D) {
+    KERNEL_TEAM(decode_team(out, q, k_cache, v_cache, cu_new, cache_len, nseq, max_ctx, H, Hkv, D));
 }
 
 // ---- references: three passes per query row in double (max, sum, weighted sum) ----

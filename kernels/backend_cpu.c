@@ -8,6 +8,7 @@
 #include <string.h>
 #include "core/mem.h"
 #include "kernels.h"
+#include "parallel.h"
 
 static void *cpu_alloc(Backend *b, size_t bytes, PailErr *err) {
     (void)b;
@@ -16,9 +17,51 @@ static void *cpu_alloc(Backend *b, size_t bytes, PailErr *err) {
     return p;
 }
 static void cpu_release(Backend *b, void *p) { (void)b; free(p); }
+
+// ---- moving data: work-shared on a caller's team (kernels/parallel.h) ----
+// Outside a region a move runs on the calling thread unless it is big: waking
+// the team costs more than copying a few KiB (a decode step's rows).
+enum { MOVE_CHUNK = 64 << 10, MOVE_BIG = 1 << 20 };  // bytes per task; bytes worth a region of their own
+
+static void move_team(char *dst, const char *src, size_t bytes) {
+    size_t nch = (bytes + MOVE_CHUNK - 1) / MOVE_CHUNK;
+#pragma omp for schedule(static) nowait
+    for (size_t c = 0; c < nch; c++) {
+        size_t o = c * MOVE_CHUNK, n = bytes - o < MOVE_CHUNK ? bytes - o : MOVE_CHUNK;
+        memcpy(dst + o, src + o, n);
+    }
+}
+static void zero_team(char *dst, size_t bytes) {
+    size_t nch = (bytes + MOVE_CHUNK - 1) / MOVE_CHUNK;
+#pragma omp for schedule(static) nowait
+    for (size_t c = 0; c < nch; c++) {
+        size_t o = c * MOVE_CHUNK, n = bytes - o < MOVE_CHUNK ? bytes - o : MOVE_CHUNK;
+        memset(dst + o, 0, n);
+    }
+}
+static void add_team(float *y, const float *x, size_t n) {
+    enum { F = MOVE_CHUNK / sizeof(float) };
+    size_t nch = (n + F - 1) / F;
+#pragma omp for schedule(static) nowait
+    for (size_t c = 0; c < nch; c++) {
+        size_t i1 = (c + 1) * F < n ? (c + 1) * F : n;
+#pragma omp simd
+        for (size_t i = c * F; i < i1; i++) y[i] += x[i];
+    }
+}
+// dst[rows[i]] = src[i] (scatter) or dst[i] = src[rows[i]] (gather); rows of a
+// scatter are distinct (each has one writer).
+static void rows_team(float *dst, const float *src, const int *rows, int n, int C, int scatter) {
+#pragma omp for schedule(static) nowait
+    for (int i = 0; i < n; i++) {
+        size_t d = scatter ? (size_t)rows[i] : (size_t)i, s = scatter ? (size_t)i : (size_t)rows[i];
+        memcpy(dst + d * C, src + s * C, (size_t)C * sizeof(float));
+    }
+}
+
 static int cpu_move(Backend *b, void *dst, const void *src, size_t bytes, PailErr *err) {
     (void)b; (void)err;
-    if (dst != src && bytes) memcpy(dst, src, bytes);
+    if (dst != src && bytes) KERNEL_TEAM_IF(bytes >= MOVE_BIG, move_team(dst, src, bytes));
     return 0;
 }
 static int cpu_sync(Backend *b, PailErr *err) { (void)b; (void)err; return 0; }
@@ -28,22 +71,22 @@ static int cpu_copy(Backend *b, float *dst, const float *src, size_t n, PailErr 
 }
 static int cpu_zero(Backend *b, float *dst, size_t n, PailErr *err) {
     (void)b; (void)err;
-    memset(dst, 0, n * sizeof(float));
+    KERNEL_TEAM_IF(n * sizeof(float) >= MOVE_BIG, zero_team((char *)dst, n * sizeof(float)));
     return 0;
 }
 static int cpu_add(Backend *b, float *y, const float *x, size_t n, PailErr *err) {
     (void)b; (void)err;
-    for (size_t i = 0; i < n; i++) y[i] += x[i];
+    KERNEL_TEAM_IF(n * sizeof(float) >= MOVE_BIG, add_team(y, x, n));
     return 0;
 }
 static int cpu_gather_rows(Backend *b, float *dst, const float *src, const int *rows, int n, int C, PailErr *err) {
     (void)b; (void)err;
-    for (int i = 0; i < n; i++) memcpy(dst + (size_t)i * C, src + (size_t)rows[i] * C, (size_t)C * sizeof(float));
+    KERNEL_TEAM_IF((size_t)n * C * sizeof(float) >= MOVE_BIG, rows_team(dst, src, rows, n, C, 0));
     return 0;
 }
 static int cpu_scatter_rows(Backend *b, float *dst, const float *src, const int *rows, int n, int C, PailErr *err) {
     (void)b; (void)err;
-    for (int i = 0; i < n; i++) memcpy(dst + (size_t)rows[i] * C, src + (size_t)i * C, (size_t)C * sizeof(float));
+    KERNEL_TEAM_IF((size_t)n * C * sizeof(float) >= MOVE_BIG, rows_team(dst, src, rows, n, C, 1));
     return 0;
 }
 

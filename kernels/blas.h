@@ -4,7 +4,12 @@
 #pragma once
 #include <cblas.h>
 
-// Set again if someone (a bench measuring OpenBLAS itself) changed it.
+// Set again if someone (a bench measuring OpenBLAS itself) changed it. Safe
+// when every thread of a caller's region calls it (kernels/parallel.h): the
+// setting is changed once, in a critical section, and only ever to 1.
 static inline void blas_single_threaded(void) {
-    if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
+    if (openblas_get_num_threads() != 1) {
+#pragma omp critical(pail_blas_threads)
+        if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
+    }
 }

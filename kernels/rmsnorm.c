@@ -3,10 +3,11 @@
 // q_norm/k_norm (rows = T*H, C = D). CPU twin of kernels/rmsnorm.cu.
 #include <math.h>
 #include "kernels.h"
+#include "parallel.h"
 
-void rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, int rows, int C,
-                     float eps) {
-#pragma omp parallel for schedule(static)
+// The op bodies run on the caller's team or on their own (kernels/parallel.h).
+static void forward_team(float *out, float *rstd, const float *x, const float *w, int rows, int C, float eps) {
+#pragma omp for schedule(static) nowait
     for (int r = 0; r < rows; r++) {
         const float *xr = x + (size_t)r * C;
         float *o = out + (size_t)r * C;
@@ -18,6 +19,11 @@ void rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, in
 #pragma omp simd
         for (int c = 0; c < C; c++) o[c] = xr[c] * s * w[c];
     }
+}
+
+void rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, int rows, int C,
+                     float eps) {
+    KERNEL_TEAM(forward_team(out, rstd, x, w, rows, C, eps));
 }
 
 void rmsnorm_forward_ref(float *out, float *rstd, const float *x, const float *w, int rows,
@@ -35,37 +41,39 @@ void rmsnorm_forward_ref(float *out, float *rstd, const float *x, const float *w
 // With xh = x * rstd: dx = rstd * (g - xh * mean(g * xh)), g = dout * w;
 // dw += sum_rows dout * xh. dx is parallel over rows; dw over column blocks
 // (each thread owns its columns: no per-thread partial buffers to allocate).
-void rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x, const float *w,
-                      const float *rstd, int rows, int C) {
-#pragma omp parallel
-    {
-#pragma omp for schedule(static)
-        for (int r = 0; r < rows; r++) {
-            const float *xr = x + (size_t)r * C, *dr = dout + (size_t)r * C;
-            float s = rstd[r], dot = 0;
+static void backward_team(float *dx, float *dw, const float *dout, const float *x, const float *w,
+                          const float *rstd, int rows, int C) {
+#pragma omp for schedule(static) nowait
+    for (int r = 0; r < rows; r++) {
+        const float *xr = x + (size_t)r * C, *dr = dout + (size_t)r * C;
+        float s = rstd[r], dot = 0;
 #pragma omp simd reduction(+ : dot)
-            for (int c = 0; c < C; c++) dot += dr[c] * w[c] * xr[c];
-            float m = dot * s * s / C;  // mean(g * xh) * rstd
-            float *o = dx + (size_t)r * C;
+        for (int c = 0; c < C; c++) dot += dr[c] * w[c] * xr[c];
+        float m = dot * s * s / C;  // mean(g * xh) * rstd
+        float *o = dx + (size_t)r * C;
 #pragma omp simd
-            for (int c = 0; c < C; c++) o[c] = s * (dr[c] * w[c] - xr[c] * m);
-        }
-        if (dw) {
-            enum { CB = 64 };
-            int nblk = (C + CB - 1) / CB;
-#pragma omp for schedule(static)
-            for (int b = 0; b < nblk; b++) {
-                int c0 = b * CB, c1 = c0 + CB < C ? c0 + CB : C;
-                float acc[CB] = {0};
-                for (int r = 0; r < rows; r++) {
-                    const float *xr = x + (size_t)r * C, *dr = dout + (size_t)r * C;
-                    float s = rstd[r];
-                    for (int c = c0; c < c1; c++) acc[c - c0] += dr[c] * xr[c] * s;
-                }
-                for (int c = c0; c < c1; c++) dw[c] += acc[c - c0];
+        for (int c = 0; c < C; c++) o[c] = s * (dr[c] * w[c] - xr[c] * m);
+    }
+    if (dw) {
+        enum { CB = 64 };
+        int nblk = (C + CB - 1) / CB;
+#pragma omp for schedule(static) nowait
+        for (int b = 0; b < nblk; b++) {
+            int c0 = b * CB, c1 = c0 + CB < C ? c0 + CB : C;
+            float acc[CB] = {0};
+            for (int r = 0; r < rows; r++) {
+                const float *xr = x + (size_t)r * C, *dr = dout + (size_t)r * C;
+                float s = rstd[r];
+                for (int c = c0; c < c1; c++) acc[c - c0] += dr[c] * xr[c] * s;
             }
+            for (int c = c0; c < c1; c++) dw[c] += acc[c - c0];
         }
     }
+}
+
+void rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x, const float *w,
+                      const float *rstd, int rows, int C) {
+    KERNEL_TEAM(backward_team(dx, dw, dout, x, w, rstd, rows, C));
 }
 
 void rmsnorm_backward_ref(float *dx, float *dw, const float *dout, const float *x,

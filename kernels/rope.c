@@ -4,6 +4,7 @@
 // sequences each restart at 0. CPU twin of kernels/rope.cu.
 #include <math.h>
 #include "kernels.h"
+#include "parallel.h"
 
 // transformers _compute_default_rope_parameters: inv_freq = 1 / base^(2i/D),
 // computed in fp32 as torch does; then _compute_llama3_parameters when scaled.
@@ -41,13 +42,15 @@ void rope_table_build(float *cos_t, float *sin_t, const float *inv_freq, int P, 
 }
 
 // sign = +1 forward (rotate by +angle), -1 backward (the transpose rotates back).
-static void rope_apply(float *out, const float *x, const int *pos, const float *cos_t,
-                       const float *sin_t, int T, int nh, int D, float sign) {
+// Work-shared over (token, head) pairs, so a decode step's one token still
+// splits (kernels/parallel.h: on the caller's team or its own). out may be x.
+static void rope_team(float *out, const float *x, const int *pos, const float *cos_t, const float *sin_t, int T,
+                      int nh, int D, float sign) {
     int half = D / 2;
-#pragma omp parallel for schedule(static)
-    for (int t = 0; t < T; t++) {
-        const float *c = cos_t + (size_t)pos[t] * half, *s = sin_t + (size_t)pos[t] * half;
+#pragma omp for collapse(2) schedule(static) nowait
+    for (int t = 0; t < T; t++)
         for (int h = 0; h < nh; h++) {
+            const float *c = cos_t + (size_t)pos[t] * half, *s = sin_t + (size_t)pos[t] * half;
             const float *xr = x + ((size_t)t * nh + h) * D;
             float *o = out + ((size_t)t * nh + h) * D;
 #pragma omp simd
@@ -57,7 +60,11 @@ static void rope_apply(float *out, const float *x, const int *pos, const float *
                 o[i + half] = b * c[i] + a * sn;
             }
         }
-    }
+}
+
+static void rope_apply(float *out, const float *x, const int *pos, const float *cos_t,
+                       const float *sin_t, int T, int nh, int D, float sign) {
+    KERNEL_TEAM(rope_team(out, x, pos, cos_t, sin_t, T, nh, D, sign));
 }
 
 void rope_forward(float *out, const float *x, const int *pos, const float *cos_t,

@@ -3,6 +3,7 @@
 // n = T*F values, and its backward. CPU twin of kernels/swiglu.cu.
 #include <math.h>
 #include "kernels.h"
+#include "parallel.h"
 #include "simd.h"
 
 enum { CHUNK = 256 };  // exp computed a chunk at a time (simd.h)
@@ -16,9 +17,10 @@ static inline int exp_neg_chunk(float *e, const float *gate, size_t n, size_t b)
     return m;
 }
 
-void swiglu_forward(float *out, const float *gate, const float *up, size_t n) {
+// The op bodies run on the caller's team or on their own (kernels/parallel.h).
+static void forward_team(float *out, const float *gate, const float *up, size_t n) {
     size_t nch = (n + CHUNK - 1) / CHUNK;
-#pragma omp parallel for schedule(static)
+#pragma omp for schedule(static) nowait
     for (size_t b = 0; b < nch; b++) {
         size_t i0 = b * CHUNK;
         float e[CHUNK];
@@ -28,11 +30,15 @@ void swiglu_forward(float *out, const float *gate, const float *up, size_t n) {
     }
 }
 
+void swiglu_forward(float *out, const float *gate, const float *up, size_t n) {
+    KERNEL_TEAM(forward_team(out, gate, up, n));
+}
+
 // silu'(g) = s (1 + g (1 - s)) with s = sigmoid(g).
-void swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate,
-                     const float *up, size_t n) {
+static void backward_team(float *dgate, float *dup, const float *dout, const float *gate, const float *up,
+                          size_t n) {
     size_t nch = (n + CHUNK - 1) / CHUNK;
-#pragma omp parallel for schedule(static)
+#pragma omp for schedule(static) nowait
     for (size_t b = 0; b < nch; b++) {
         size_t i0 = b * CHUNK;
         float e[CHUNK];
@@ -44,6 +50,11 @@ void swiglu_backward(float *dgate, float *dup, const float *dout, const float *g
             dup[i0 + i] = d * g * s;
         }
     }
+}
+
+void swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate,
+                     const float *up, size_t n) {
+    KERNEL_TEAM(backward_team(dgate, dup, dout, gate, up, n));
 }
 
 void swiglu_forward_ref(float *out, const float *gate, const float *up, size_t n) {

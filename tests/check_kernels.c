@@ -1,13 +1,15 @@
 // Check suite for kernels/: every fast CPU path against its plain-loop reference
 // on random inputs (T=1, odd sizes, packed rows of 3 sequences), the logprob op
 // against a naive full log-softmax, packed attention against per-sequence runs,
-// and KV-cache decode against the full forward. Gradients: check_kernels_grad.c.
+// and KV-cache decode against the full forward; every op on a caller's OpenMP
+// team against the same op on its own. Gradients: check_kernels_grad.c.
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <omp.h>
+#include "backend.h"
 #include "core/rng.h"
 #include "kernels.h"
 #include "simd.h"
@@ -508,6 +510,218 @@ START_TEST(test_simd_exp) {
 }
 END_TEST
 
+// ---- ops on a caller's team (kernels/parallel.h) ----
+// Called by every thread of a region the caller opened, each op must give to
+// the bit what it gives on its own: every output element is computed by one
+// thread with the same arithmetic whatever the team. The cases that accumulate
+// or work in place (add, the rmsnorm dw, rope in place) also catch an op that
+// runs whole on every thread instead of sharing (y += x twice); and every
+// thread checks the outputs as soon as the op returns (the op must end with a
+// barrier, its outputs whole on every thread).
+enum { OUTS = 3 };
+typedef struct {
+    const char *name;
+    void (*run)(void *ctx);
+    void *ctx;
+    float *out[OUTS];  // the op's outputs (n[i] floats), restored before each run
+    size_t n[OUTS];
+} TeamCase;
+
+static void team_case(const TeamCase *tc, int nth) {
+    float *init[OUTS] = {0}, *want[OUTS] = {0};
+    for (int i = 0; i < OUTS && tc->out[i]; i++) init[i] = dup_f(tc->out[i], tc->n[i]);
+    int saved = omp_get_max_threads();
+    omp_set_num_threads(nth);  // its own region: the same team size (paths chosen by it are the same)
+    tc->run(tc->ctx);
+    for (int i = 0; i < OUTS && tc->out[i]; i++) {
+        want[i] = dup_f(tc->out[i], tc->n[i]);
+        memcpy(tc->out[i], init[i], sizeof(float) * tc->n[i]);
+    }
+    int bad_out = -1, bad_thread = -1, team = 0;
+#pragma omp parallel num_threads(nth)
+    {
+        tc->run(tc->ctx);
+        for (int i = 0; i < OUTS && tc->out[i]; i++)
+            if (memcmp(tc->out[i], want[i], sizeof(float) * tc->n[i])) {
+#pragma omp critical
+                bad_out = i, bad_thread = omp_get_thread_num();
+            }
+#pragma omp single
+        team = omp_get_num_threads();
+    }
+    omp_set_num_threads(saved);
+    ck_assert_msg(team == nth, "%s: the region has %d threads, asked for %d", tc->name, team, nth);
+    if (bad_out >= 0) {
+        size_t j = 0;
+        while (j < tc->n[bad_out] && tc->out[bad_out][j] == want[bad_out][j]) j++;
+        ck_abort_msg("%s on a caller's team of %d: output %d differs from the op on its own (seen by thread %d%s)",
+                     tc->name, nth, bad_out, bad_thread,
+                     j < tc->n[bad_out] ? "" : "; whole after the region: the op returned before its work was done");
+    }
+    for (int i = 0; i < OUTS; i++) free(init[i]), free(want[i]);
+}
+
+typedef struct {
+    Backend *be;
+    float *y, *x, *out, *rstd, *w, *dx, *dw, *dout, *g, *u, *dg, *du, *lse, *q, *k, *v, *dq, *dk, *dv;
+    const float *ct, *st;
+    int *rows, *pos, *cu, *len;
+    size_t n;
+    int R, C, T, nh, D, nseq, H, Hkv, max_ctx;
+    int failed;  // backend ops that returned non-zero
+} TeamArgs;
+
+// A backend op's failure is counted (ck_assert is for the test's own thread).
+#define BE_OK(call)                          \
+    do {                                     \
+        int rc_ = (call);                    \
+        _Pragma("omp atomic") a->failed += rc_ != 0; \
+    } while (0)
+static void t_copy(void *c) { TeamArgs *a = c; BE_OK(a->be->ops->copy(a->be, a->y, a->x, a->n, NULL)); }
+static void t_zero(void *c) { TeamArgs *a = c; BE_OK(a->be->ops->zero(a->be, a->y, a->n, NULL)); }
+static void t_add(void *c) { TeamArgs *a = c; BE_OK(a->be->ops->add(a->be, a->y, a->x, a->n, NULL)); }
+static void t_to_device(void *c) {
+    TeamArgs *a = c;
+    BE_OK(a->be->ops->to_device(a->be, a->y, a->x, a->n * sizeof(float), NULL));
+}
+static void t_gather(void *c) {
+    TeamArgs *a = c;
+    BE_OK(a->be->ops->gather_rows(a->be, a->y, a->x, a->rows, a->R, a->C, NULL));
+}
+static void t_scatter(void *c) {
+    TeamArgs *a = c;
+    BE_OK(a->be->ops->scatter_rows(a->be, a->y, a->x, a->rows, a->R, a->C, NULL));
+}
+static void t_rmsnorm(void *c) { TeamArgs *a = c; rmsnorm_forward(a->out, a->rstd, a->x, a->w, a->R, a->C, 1e-6f); }
+static void t_rmsnorm_in_place(void *c) { TeamArgs *a = c; rmsnorm_forward(a->out, NULL, a->out, a->w, a->R, a->C, 1e-6f); }
+static void t_rmsnorm_bwd(void *c) {
+    TeamArgs *a = c;
+    rmsnorm_backward(a->dx, a->dw, a->dout, a->x, a->w, a->rstd, a->R, a->C);
+}
+static void t_rope_in_place(void *c) { TeamArgs *a = c; rope_forward(a->out, a->out, a->pos, a->ct, a->st, a->T, a->nh, a->D); }
+static void t_rope_bwd(void *c) { TeamArgs *a = c; rope_backward(a->dx, a->dout, a->pos, a->ct, a->st, a->T, a->nh, a->D); }
+static void t_swiglu(void *c) { TeamArgs *a = c; swiglu_forward(a->out, a->g, a->u, a->n); }
+static void t_swiglu_bwd(void *c) { TeamArgs *a = c; swiglu_backward(a->dg, a->du, a->dout, a->g, a->u, a->n); }
+static void t_attention(void *c) {
+    TeamArgs *a = c;
+    attention_forward(a->out, a->lse, a->q, a->k, a->v, a->cu, a->nseq, a->T, a->H, a->Hkv, a->D);
+}
+static void t_attention_bwd(void *c) {
+    TeamArgs *a = c;
+    attention_backward(a->dq, a->dk, a->dv, a->dout, a->q, a->k, a->v, a->out, a->lse, a->cu, a->nseq, a->T, a->H,
+                       a->Hkv, a->D);
+}
+static void t_decode(void *c) {
+    TeamArgs *a = c;
+    attention_decode_forward(a->out, a->q, a->k, a->v, a->cu, a->len, a->nseq, a->max_ctx, a->H, a->Hkv, a->D);
+}
+
+// The backend's data movement (the table the model driver calls), big enough
+// to split (64 KiB a task) and a decode step's few floats.
+static void team_moves(int nth) {
+    size_t sizes[] = {5, 100003};
+    for (int s = 0; s < 2; s++) {
+        size_t n = sizes[s];
+        TeamArgs a = {.be = backend_cpu(), .n = n, .x = rnd(n, -1, 1), .y = rnd(n, -1, 1)};
+        TeamCase cs[] = {{"cpu copy", t_copy, &a, {a.y}, {n}}, {"cpu zero", t_zero, &a, {a.y}, {n}},
+                         {"cpu add", t_add, &a, {a.y}, {n}}, {"cpu to_device", t_to_device, &a, {a.y}, {n}}};
+        for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) team_case(&cs[i], nth);
+        ck_assert_int_eq(a.failed, 0);
+        free(a.x), free(a.y);
+    }
+    int C = 300, M = 700, R = 500;  // rows of 1200 bytes; a gather may repeat rows, a scatter's are distinct
+    TeamArgs a = {.be = backend_cpu(), .R = R, .C = C, .x = rnd((size_t)M * C, -1, 1),
+                  .y = rnd((size_t)M * C, -1, 1), .rows = malloc(sizeof(int) * R)};
+    for (int i = 0; i < R; i++) a.rows[i] = (int)rng_below(&rng, M);
+    TeamCase g = {"cpu gather_rows", t_gather, &a, {a.y}, {(size_t)R * C}};
+    team_case(&g, nth);
+    for (int i = 0; i < R; i++) a.rows[i] = (i * 3 + 1) % M;  // 3 and 700 coprime: distinct
+    TeamCase sc = {"cpu scatter_rows", t_scatter, &a, {a.y}, {(size_t)M * C}};
+    team_case(&sc, nth);
+    ck_assert_int_eq(a.failed, 0);
+    free(a.x), free(a.y), free(a.rows);
+}
+
+static void team_norm_rope_swiglu(int nth) {
+    int R = 37, C = 200;
+    size_t n = (size_t)R * C;
+    TeamArgs a = {.R = R, .C = C, .x = rnd(n, -2, 2), .w = rnd(C, 0.5, 1.5), .out = rnd(n, -1, 1),
+                  .rstd = rnd(R, 0, 1), .dx = rnd(n, 0, 1), .dw = rnd(C, -1, 1), .dout = rnd(n, -1, 1)};
+    TeamCase cs[] = {{"rmsnorm_forward", t_rmsnorm, &a, {a.out, a.rstd}, {n, (size_t)R}},
+                     {"rmsnorm_forward in place", t_rmsnorm_in_place, &a, {a.out}, {n}},
+                     {"rmsnorm_backward (dw accumulates)", t_rmsnorm_bwd, &a, {a.dx, a.dw}, {n, (size_t)C}}};
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) team_case(&cs[i], nth);
+    int T = 9, nh = 8, D = 64, P = 40;  // rope: (token, head) pairs split, also T = 1 (a decode step)
+    float *inv = malloc(sizeof(float) * D / 2), *ct = malloc(sizeof(float) * P * D / 2),
+          *st = malloc(sizeof(float) * P * D / 2);
+    rope_inv_freq(inv, D, 10000.0f, NULL);
+    rope_table_build(ct, st, inv, P, D);
+    int pos[9] = {3, 0, 17, 39, 5, 5, 1, 22, 8};
+    for (int t1 = 0; t1 < 2; t1++) {
+        int Tn = t1 ? 1 : T;
+        size_t m = (size_t)Tn * nh * D;
+        TeamArgs r = {.T = Tn, .nh = nh, .D = D, .pos = pos, .ct = ct, .st = st, .out = rnd(m, -1, 1),
+                      .dx = rnd(m, 0, 1), .dout = rnd(m, -1, 1)};
+        TeamCase rc[] = {{"rope_forward in place", t_rope_in_place, &r, {r.out}, {m}},
+                         {"rope_backward", t_rope_bwd, &r, {r.dx}, {m}}};
+        for (size_t i = 0; i < 2; i++) team_case(&rc[i], nth);
+        free(r.out), free(r.dx), free(r.dout);
+    }
+    size_t ns[] = {1408, 5};
+    for (int s = 0; s < 2; s++) {
+        size_t m = ns[s];
+        TeamArgs w = {.n = m, .g = rnd(m, -8, 8), .u = rnd(m, -2, 2), .out = rnd(m, 0, 1), .dg = rnd(m, 0, 1),
+                      .du = rnd(m, 0, 1), .dout = rnd(m, -1, 1)};
+        TeamCase wc[] = {{"swiglu_forward", t_swiglu, &w, {w.out}, {m}},
+                         {"swiglu_backward", t_swiglu_bwd, &w, {w.dg, w.du}, {m, m}}};
+        for (size_t i = 0; i < 2; i++) team_case(&wc[i], nth);
+        free(w.g), free(w.u), free(w.out), free(w.dg), free(w.du), free(w.dout);
+    }
+    free(inv), free(ct), free(st);
+    free(a.x), free(a.w), free(a.out), free(a.rstd), free(a.dx), free(a.dw), free(a.dout);
+}
+
+// Attention: the tiled forward, the row-wise one (D > 256), the backward's
+// tiled path (>= 2 (sequence, kv head) tasks a thread) and its row-wise one,
+// and decode over a cache.
+static void team_attention(int nth) {
+    struct { int lens[3], nseq, H, Hkv, D; } cases[] = {{{150, 7, 40}, 3, 4, 2, 16},   // 6 tasks: tiled bwd
+                                                       {{70, 0, 0}, 1, 2, 1, 24},      // 1 task: row-wise bwd
+                                                       {{3, 20, 0}, 2, 2, 1, 272}};    // row-wise fwd
+    for (int ci = 0; ci < 3; ci++) {
+        AttnCase c = attn_make(cases[ci].lens, cases[ci].nseq, cases[ci].H, cases[ci].Hkv, cases[ci].D);
+        size_t nq = (size_t)c.T * c.H * c.D, nk = (size_t)c.T * c.Hkv * c.D;
+        TeamArgs a = {.q = c.q, .k = c.k, .v = c.v, .cu = c.cu, .nseq = c.nseq, .T = c.T, .H = c.H, .Hkv = c.Hkv,
+                      .D = c.D, .out = rnd(nq, 0, 1), .lse = rnd((size_t)c.T * c.H, 0, 1), .dout = rnd(nq, -1, 1),
+                      .dq = rnd(nq, 0, 1), .dk = rnd(nk, 0, 1), .dv = rnd(nk, 0, 1)};
+        TeamCase f = {"attention_forward", t_attention, &a, {a.out, a.lse}, {nq, (size_t)c.T * c.H}};
+        team_case(&f, nth);
+        t_attention(&a);  // out and lse for the backward
+        if (c.D <= 256) {
+            TeamCase b = {"attention_backward", t_attention_bwd, &a, {a.dq, a.dk, a.dv}, {nq, nk, nk}};
+            team_case(&b, nth);
+        }
+        free(a.out), free(a.lse), free(a.dout), free(a.dq), free(a.dk), free(a.dv);
+        attn_free(&c);
+    }
+    int H = 8, Hkv = 2, D = 64, nseq = 3, max_ctx = 80, cu[4] = {0, 1, 3, 4}, len[3] = {70, 9, 1};
+    size_t kn = (size_t)nseq * max_ctx * Hkv * D, nq = (size_t)cu[nseq] * H * D;
+    TeamArgs a = {.q = rnd(nq, -1.5, 1.5), .k = rnd(kn, -1.5, 1.5), .v = rnd(kn, -1, 1), .cu = cu, .len = len,
+                  .nseq = nseq, .max_ctx = max_ctx, .H = H, .Hkv = Hkv, .D = D, .out = rnd(nq, 0, 1)};
+    TeamCase dc = {"attention_decode_forward", t_decode, &a, {a.out}, {nq}};
+    team_case(&dc, nth);
+    free(a.q), free(a.k), free(a.v), free(a.out);
+}
+
+START_TEST(test_ops_in_team) {
+    for (int nth = 2; nth <= 3; nth++) {  // 3: more threads than this machine may have cores, an odd split
+        team_moves(nth);
+        team_norm_rope_swiglu(nth);
+        team_attention(nth);
+    }
+}
+END_TEST
+
 int main(void) {
     rng_seed(&rng, 1234, 0);
     Suite *s = suite_create("kernels");
@@ -525,6 +739,7 @@ int main(void) {
     tcase_add_test(core, test_logprob_normalised);
     tcase_add_test(core, test_embedding);
     tcase_add_test(core, test_adamw);
+    tcase_add_test(core, test_ops_in_team);
     tcase_add_test(limits, test_bad_ids);
     tcase_add_test(limits, test_attention_extreme);
     tcase_add_test(limits, test_simd_exp);
