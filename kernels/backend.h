@@ -14,7 +14,8 @@
 //     input gradients are written, parameter gradients accumulated;
 //   - ops are ordered on the backend's stream; sync waits and reports
 //     (to_host syncs first). The CPU backend runs each op to completion on the
-//     calling thread's OpenMP team (OMP_NUM_THREADS).
+//     calling thread's OpenMP team (OMP_NUM_THREADS), or, called by every
+//     thread of a parallel region the caller opened, on that team (team_ops).
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>
@@ -103,6 +104,10 @@ struct Backend {
     const BackendOps *ops;
     BackendKind kind;
     bool host_memory;  // tensors are host memory (the CPU): results need no to_host copy
+    // Every thread of a caller's OpenMP parallel region may issue the same ops
+    // in the same order, and each op then shares out its work on that team
+    // (kernels/parallel.h): a decode step opens one region for all its ops.
+    bool team_ops;
     int device;        // CUDA ordinal; -1 on the CPU
     char desc[160];    // "cpu (2 threads)", "cuda:0 NVIDIA H200 (139 GiB)"
     void *impl;        // backend state (CUDA: stream, cuBLAS handle, workspace), owned

@@ -258,6 +258,10 @@ int backend_cpu_init(Backend *b) {
     b->ops = &cpu_ops;
     b->kind = BACKEND_CPU;
     b->host_memory = true;
+    // false until matmul.c and embedding.c, the decode step's last two, share
+    // a caller's team as the other ops do (kernels/parallel.h; logprob.c and
+    // adamw.c too before anything but transformer_extend opens such a region)
+    b->team_ops = false;
     b->device = -1;
     snprintf(b->desc, sizeof b->desc, "cpu (%d threads)", omp_get_max_threads());
     return 0;

@@ -6,9 +6,12 @@
 // the CUDA backend when the build has it and a device is there (else it says
 // SKIP for that part). Tolerances: the fast CPU paths and the device sum in
 // other orders than the reference loops: 2e-4 absolute + 2e-4 relative on
-// log-probs and logits, 1e-3 + 2e-3 on gradients (fp32 throughout).
+// log-probs and logits, 1e-3 + 2e-3 on gradients (fp32 throughout). Also a
+// decode step in one OpenMP region (a backend with team_ops) against the CPU
+// backend on one thread, to the bit.
 #include <check.h>
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -196,6 +199,7 @@ static void ref_backend_init(void) {
     ref_ops.embedding_backward = r_embedding_backward;
     ref_backend = *backend_cpu();
     ref_backend.ops = &ref_ops;
+    ref_backend.team_ops = false;  // the plain loops are not written to share a caller's team
     snprintf(ref_backend.desc, sizeof ref_backend.desc, "reference (plain loops)");
 }
 
@@ -335,6 +339,167 @@ START_TEST(test_cuda_backend) {
 }
 END_TEST
 
+// ---- transformer_extend in one OpenMP region (team_ops) ----
+// A backend over the CPU's ops with team_ops set: transformer_extend then runs
+// the whole call in one region and every op shares the team. The CPU ops whose
+// fast paths may still open a region of their own (matmul.c, embedding.c; see
+// kernels/parallel.h) run here on the team's first thread, in a one-thread
+// region of their own between two barriers: the same arithmetic, serially.
+// The logits must equal the CPU backend's on one thread (no region) to the
+// bit: every output element of every op is computed by one thread with the
+// same arithmetic whatever the team, and the stand-ins run the very same code.
+static BackendOps team_ops_table;
+static Backend team_backend;
+static int solo_rc;  // the stand-in's result: written by thread 0, read by all after a barrier
+
+#define SOLO(call)                                    \
+    do {                                              \
+        if (!omp_in_parallel()) return (call);        \
+        _Pragma("omp barrier")                        \
+        if (omp_get_thread_num() == 0) {              \
+            _Pragma("omp parallel num_threads(1)")    \
+            solo_rc = (call);                         \
+        }                                             \
+        _Pragma("omp barrier")                        \
+        return solo_rc;                               \
+    } while (0)
+
+static int t_matmul_forward(Backend *b, float *out, const float *x, const float *W, const float *bias, int T, int K,
+                            int N, float alpha, float beta, PailErr *err) {
+    (void)b;
+    SOLO(backend_cpu()->ops->matmul_forward(backend_cpu(), out, x, W, bias, T, K, N, alpha, beta, err));
+}
+static int t_matmul_forward_lora(Backend *b, float *out, float *la, const float *x, const float *W, const float *bias,
+                                 const float *A, const float *B, int T, int K, int N, int R, float scale, float beta,
+                                 PailErr *err) {
+    (void)b;
+    SOLO(backend_cpu()->ops->matmul_forward_lora(backend_cpu(), out, la, x, W, bias, A, B, T, K, N, R, scale, beta,
+                                                 err));
+}
+static int t_embedding_forward(Backend *b, float *out, const float *table, const int *tok, int T, int C, int V,
+                               PailErr *err) {
+    (void)b;
+    SOLO(backend_cpu()->ops->embedding_forward(backend_cpu(), out, table, tok, T, C, V, err));
+}
+// Every thread refuses alike (as the CPU ops' argument checks do).
+static int t_embedding_refuse(Backend *b, float *out, const float *table, const int *tok, int T, int C, int V,
+                              PailErr *err) {
+    (void)b; (void)out; (void)table; (void)tok; (void)C;
+    return err_set(err, PAIL_ERR_INVALID, "test embedding: %d tokens of a vocabulary of %d refused", T, V);
+}
+
+static void team_backend_init(void) {
+    team_ops_table = *backend_cpu()->ops;
+    team_ops_table.name = "cpu-team";
+    team_ops_table.matmul_forward = t_matmul_forward;
+    team_ops_table.matmul_forward_lora = t_matmul_forward_lora;
+    team_ops_table.embedding_forward = t_embedding_forward;
+    team_backend = *backend_cpu();
+    team_backend.ops = &team_ops_table;
+    team_backend.team_ops = true;
+    snprintf(team_backend.desc, sizeof team_backend.desc, "cpu, one region a step (test stand-ins)");
+}
+
+enum { XSLOTS = 4, XCALLS = 6 };
+// Prompts of 12, 3 and 5 tokens (slot 2 idle: the 12 take the sgemm path, T >
+// 8), decode steps of one token per active slot, one step that adds 2 tokens
+// to slot 0; the logits of every call, (XCALLS, XSLOTS, V).
+static void extend_calls(Backend *be, const ModelWeights *w, const LoraLayout *lay, const float *params, float *logits) {
+    PailErr err = {0};
+    int V = w->cfg.vocab_size;
+    TransformerPlan plan = {.max_tokens = 24, .lora_rank = 4, .backend = be};
+    Transformer *tf;
+    KvCache *kv;
+    ck_assert_msg(transformer_init(&tf, w, &plan, &err) == 0, "%s", err.msg);
+    ck_assert_msg(transformer_set_lora(tf, lay, params, &err) == 0, "%s", err.msg);
+    ck_assert_msg(kvcache_init_on(&kv, be, &w->cfg, XSLOTS, 32, &err) == 0, "%s", err.msg);
+    int n_new[XCALLS][XSLOTS] = {{12, 3, 0, 5}, {1, 1, 0, 1}, {2, 1, 0, 1}, {1, 0, 0, 1}, {1, 1, 0, 1}, {1, 1, 0, 1}};
+    int tok[24];
+    for (int call = 0; call < XCALLS; call++) {
+        for (int i = 0; i < 24; i++) tok[i] = (31 * call + 17 * i + 5) % V;
+        memset(logits + (size_t)call * XSLOTS * V, 0, (size_t)XSLOTS * V * sizeof(float));
+        ck_assert_msg(transformer_extend(tf, kv, logits + (size_t)call * XSLOTS * V, n_new[call], tok, &err) == 0,
+                      "%s", err.msg);
+    }
+    kvcache_free(kv);
+    transformer_free(tf);
+}
+
+static void lora_for(const ModelWeights *w, LoraLayout *lay, float **p) {
+    LoraConfig lc = {.rank = 4, .alpha = 8, .targets = (1u << LORA_NMOD) - 1};
+    PailErr err = {0};
+    ck_assert_int_eq(lora_layout_build(lay, &w->cfg, &lc, &err), 0);
+    *p = malloc((size_t)lay->n_params * sizeof(float));
+    lora_init(lay, *p, 3);
+    Rng r;
+    rng_seed(&r, 11, 2);
+    for (int64_t i = 0; i < lay->n_params; i++) (*p)[i] += (float)(0.05 * rng_normal(&r));  // B != 0
+}
+
+START_TEST(test_extend_one_region) {
+    int saved = omp_get_max_threads();
+    for (int type = 0; type < 3; type++) {  // llama, qwen2 (biases), qwen3 (q/k norms: rows T*H)
+        ModelWeights w;
+        small_model(&w, (ModelType)type);
+        LoraLayout lay;
+        float *p;
+        lora_for(&w, &lay, &p);
+        size_t n = (size_t)XCALLS * XSLOTS * w.cfg.vocab_size;
+        float *want = malloc(n * sizeof(float)), *got = malloc(n * sizeof(float));
+        omp_set_num_threads(1);
+        extend_calls(backend_cpu(), &w, &lay, p, want);
+        for (int nth = 2; nth <= 3; nth++) {
+            omp_set_num_threads(nth);
+            extend_calls(&team_backend, &w, &lay, p, got);
+            for (size_t i = 0; i < n; i++)
+                if (got[i] != want[i])
+                    ck_abort_msg("model type %d, one region of %d threads: logit %zu is %.9g, on one thread %.9g",
+                                 type, nth, i, got[i], want[i]);
+            // The CPU backend itself at this team size (one region a call once
+            // its team_ops is set): the same, within 1e-6 (OpenBLAS's sgemm on
+            // a column slice may round differently from the whole product).
+            extend_calls(backend_cpu(), &w, &lay, p, got);
+            expect_close("KV-cache logits, 1 vs more threads", backend_cpu()->desc, got, want, n, 1e-6, 1e-6);
+        }
+        omp_set_num_threads(saved);
+        free(want), free(got), free(p);
+        lora_layout_free(&lay);
+        model_weights_free(&w);
+    }
+}
+END_TEST
+
+// An op that fails inside the region: every thread leaves at the same op (no
+// thread waits at a barrier the others never reach), the caller's err holds
+// the op's message, the caches are unchanged and the next call works.
+START_TEST(test_extend_one_region_error) {
+    ModelWeights w;
+    small_model(&w, MODEL_LLAMA);
+    PailErr err = {0};
+    TransformerPlan plan = {.max_tokens = 8, .backend = &team_backend};
+    Transformer *tf;
+    KvCache *kv;
+    ck_assert_msg(transformer_init(&tf, &w, &plan, &err) == 0, "%s", err.msg);
+    ck_assert_msg(kvcache_init_on(&kv, &team_backend, &w.cfg, 2, 16, &err) == 0, "%s", err.msg);
+    int saved = omp_get_max_threads(), n_new[2] = {3, 1}, tok[4] = {1, 2, 3, 4};
+    float *logits = malloc(2 * (size_t)w.cfg.vocab_size * sizeof(float));
+    omp_set_num_threads(2);
+    team_ops_table.embedding_forward = t_embedding_refuse;
+    ck_assert_int_eq(transformer_extend(tf, kv, logits, n_new, tok, &err), -1);
+    ck_assert_str_eq(err.msg, "test embedding: 4 tokens of a vocabulary of 300 refused");
+    ck_assert(kvcache_len(kv, 0) == 0 && kvcache_len(kv, 1) == 0);
+    team_ops_table.embedding_forward = t_embedding_forward;
+    err_clear(&err);
+    ck_assert_msg(transformer_extend(tf, kv, logits, n_new, tok, &err) == 0, "%s", err.msg);
+    ck_assert(kvcache_len(kv, 0) == 3 && kvcache_len(kv, 1) == 1);
+    omp_set_num_threads(saved);
+    free(logits);
+    kvcache_free(kv);
+    transformer_free(tf);
+    model_weights_free(&w);
+}
+END_TEST
+
 START_TEST(test_device_flag) {
     BackendKind k;
     int ord;
@@ -359,11 +524,14 @@ END_TEST
 
 int main(void) {
     ref_backend_init();
+    team_backend_init();
     Suite *s = suite_create("model_backend");
     TCase *core = tcase_create("core"), *limits = tcase_create("limits");
     tcase_set_timeout(core, 120);
     tcase_add_test(core, test_cpu_backend);
     tcase_add_test(core, test_cuda_backend);
+    tcase_add_test(core, test_extend_one_region);
+    tcase_add_test(limits, test_extend_one_region_error);
     tcase_add_test(limits, test_device_flag);
     suite_add_tcase(s, core);
     suite_add_tcase(s, limits);

@@ -11,6 +11,7 @@
 // memory, only the small host-side index arrays it uploads.
 #include "model/transformer.h"
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -629,10 +630,24 @@ int kvcache_fork(KvCache *kv, int dst, int src, PailErr *err) {
     return 0;
 }
 
+// The backend's part of an extend call (tf->kv set): the embedding, the
+// layers over the cache, the head's logits for the npart selected rows.
+static int extend_ops(Transformer *tf, float *out, int T, int npart, PailErr *err) {
+    const ModelConfig *c = &tf->cfg;
+    int C = c->hidden_size, V = c->vocab_size;
+    OP(embedding_forward, tf->resid[0], wg(tf, tf->w->p.embed_tokens), tf->d_tokens, T, C, V);
+    for (int l = 0; l < c->num_hidden_layers; l++)
+        if (layer_forward(tf, l, &tf->acts[0], T, err) < 0) return -1;
+    OP(gather_rows, tf->hsel, tf->resid[c->num_hidden_layers], tf->d_sel, npart, C);
+    OP(rmsnorm_forward, tf->xf, NULL, tf->hsel, wg(tf, tf->w->p.final_norm), npart, C, (float)c->rms_norm_eps);
+    OP(matmul_forward, out, tf->xf, wg(tf, tf->w->p.lm_head), NULL, npart, C, V, 1.0f, 0.0f);
+    return 0;
+}
+
 int transformer_extend(Transformer *tf, KvCache *kv, float *logits, const int *n_new, const int *tokens,
                        PailErr *err) {
     const ModelConfig *c = &tf->cfg;
-    int C = c->hidden_size, V = c->vocab_size, T = 0, npart = 0;
+    int V = c->vocab_size, T = 0, npart = 0;
     tf->have_forward = tf->have_expect = false;
     if (kv->L != c->num_hidden_layers || kv->kvd != c->num_key_value_heads * c->head_dim)
         return err_set(err, PAIL_ERR_INVALID, "KV cache was made for another model shape");
@@ -671,19 +686,31 @@ int transformer_extend(Transformer *tf, KvCache *kv, float *logits, const int *n
     OP(to_device, tf->d_sel, tf->sel, (size_t)npart * sizeof(int));
     OP(to_device, kv->d_cu_new, kv->cu_new, ((size_t)kv->n_slots + 1) * sizeof(int));
     OP(to_device, kv->d_new_len, kv->new_len, (size_t)kv->n_slots * sizeof(int));
-    OP(embedding_forward, tf->resid[0], wg(tf, tf->w->p.embed_tokens), tf->d_tokens, T, C, V);
-    tf->kv = kv;
-    for (int l = 0; l < c->num_hidden_layers; l++)
-        if (layer_forward(tf, l, &tf->acts[0], T, err) < 0) {
-            tf->kv = NULL;
-            return -1;
-        }
-    tf->kv = NULL;
-    OP(gather_rows, tf->hsel, tf->resid[c->num_hidden_layers], tf->d_sel, npart, C);
-    OP(rmsnorm_forward, tf->xf, NULL, tf->hsel, wg(tf, tf->w->p.final_norm), npart, C, (float)c->rms_norm_eps);
     // On a host backend the logits go straight into the caller's buffer.
     float *out = tf->be->host_memory ? logits : kv->logits;
-    OP(matmul_forward, out, tf->xf, wg(tf, tf->w->p.lm_head), NULL, npart, C, V, 1.0f, 0.0f);
+    tf->kv = kv;
+    int rc;
+    if (tf->be->team_ops && omp_get_max_threads() > 1) {
+        // One OpenMP region for the whole step: every thread issues the same
+        // ops in the same order and each op shares out its work on this team
+        // (kernels/parallel.h), so the team wakes once a call, not ~20 times a
+        // layer. Errors take the same path on every thread: the ops return -1
+        // only from checks of their arguments, which every thread evaluates
+        // alike before any barrier, so all threads leave at the same op.
+        // Thread 0 writes the caller's err; the others their own copy.
+        rc = 0;
+#pragma omp parallel
+        {
+            PailErr own = {0};
+            int first = omp_get_thread_num() == 0;
+            int r = extend_ops(tf, out, T, npart, first ? err : &own);
+            if (first) rc = r;
+        }
+    } else {
+        rc = extend_ops(tf, out, T, npart, err);
+    }
+    tf->kv = NULL;
+    if (rc < 0) return -1;
     if (!tf->be->host_memory) OP(to_host, logits, out, (size_t)npart * V * sizeof(float));
     for (int s = 0; s < kv->n_slots; s++) kv->len[s] = kv->new_len[s];
     return 0;
