@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include "core/threads.h"
 #include "kernels.h"
 #include "model/modelgen.h"
 #include "refs.h"
@@ -238,6 +239,7 @@ static int want(int argc, char **argv, const char *section) {
 
 // Usage: bench_model [policy] [decode] [batched] [--iters N]   (default: all three, 5 iterations)
 int main(int argc, char **argv) {
+    threads_policy_apply(argv);  // the executables' OpenMP wait policy (may start this program again)
     int iters = 5;
     for (int i = 1; i + 1 < argc; i++)
         if (!strcmp(argv[i], "--iters")) iters = atoi(argv[i + 1]), argv[i][0] = argv[i + 1][0] = 0;
@@ -249,7 +251,7 @@ int main(int argc, char **argv) {
         fclose(f);
     }
     printf("bench_model: %d threads, OpenBLAS core %s, load average %.2f (figures are only meaningful on an idle "
-           "machine)\n", omp_get_max_threads(), openblas_get_corename(), load);
+           "machine)\n%s\n", omp_get_max_threads(), openblas_get_corename(), load, threads_policy_note());
     BenchModel m = {0};
     model_build(&m);
     const ModelConfig *c = &m.w.cfg;
