@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include "core/threads.h"
 #include "kernels.h"
 
 // bench model (src/model/modelgen.c "bench"): C 512, H 8, Hkv 2, D 64, F 1408, V 32000
@@ -264,6 +265,7 @@ static int want(int argc, char **argv, const char *section) {
 
 // Usage: bench_kernels [sgemm] [matvec] [ops]   (default: all; triad always runs)
 int main(int argc, char **argv) {
+    threads_policy_apply(argv);  // the executables' OpenMP wait policy (may start this program again)
     int threads = omp_get_max_threads();
     openblas_set_num_threads(threads);
     double load[3] = {0};
@@ -272,11 +274,9 @@ int main(int argc, char **argv) {
         if (fscanf(f, "%lf %lf %lf", &load[0], &load[1], &load[2]) != 3) load[0] = -1;
         fclose(f);
     }
-    const char *wp = getenv("OMP_WAIT_POLICY");
-    printf("bench_kernels: %d threads (OMP_NUM_THREADS / OpenBLAS), OMP_WAIT_POLICY %s, "
-           "matmul_small_t_max %d, load average %.2f (figures are only meaningful on an idle "
-           "machine)\n",
-           threads, wp ? wp : "(unset)", matmul_small_t_max, load[0]);
+    printf("bench_kernels: %d threads (OMP_NUM_THREADS / OpenBLAS), matmul_small_t_max %d, load average %.2f "
+           "(figures are only meaningful on an idle machine)\n%s\n",
+           threads, matmul_small_t_max, load[0], threads_policy_note());
     double triad = stream_triad();
     if (want(argc, argv, "sgemm")) sgemm_figures();
     if (want(argc, argv, "matvec")) {

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include "core/threads.h"
 #include "kernels.h"
 #include "model/modelgen.h"
 #include "refs.h"
@@ -319,6 +320,7 @@ static int want(int argc, char **argv, const char *section) {
 
 // Usage: bench_model [policy] [decode] [batched] [--iters N]   (default: all three, 5 iterations)
 int main(int argc, char **argv) {
+    threads_policy_apply(argv);  // the executables' OpenMP wait policy (may start this program again)
     int iters = 5;
     for (int i = 1; i + 1 < argc; i++)
         if (!strcmp(argv[i], "--iters")) iters = atoi(argv[i + 1]), argv[i][0] = argv[i + 1][0] = 0;
@@ -331,8 +333,8 @@ int main(int argc, char **argv) {
     }
     const char *coretype = getenv("OPENBLAS_CORETYPE");
     printf("bench_model: %d threads, OpenBLAS core %s (OPENBLAS_CORETYPE %s), load average %.2f (figures are only "
-           "meaningful on an idle machine)\n", omp_get_max_threads(), openblas_get_corename(),
-           coretype ? coretype : "unset", load);
+           "meaningful on an idle machine)\n%s\n", omp_get_max_threads(), openblas_get_corename(),
+           coretype ? coretype : "unset", load, threads_policy_note());
     __builtin_cpu_init();
     if (!strcmp(openblas_get_corename(), "Prescott") && __builtin_cpu_supports("avx2"))
         printf("  (OpenBLAS did not recognise this CPU and runs its SSE3 kernels on an AVX2%s machine: sgemm, and "

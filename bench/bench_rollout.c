@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include "core/threads.h"
 #include "model/modelgen.h"
 #include "refs.h"
 #include "rollout/generate.h"
@@ -92,7 +93,9 @@ static RunResult run(Bench *b, int P, int n, int group, int batch, int max_new) 
     return r;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    (void)argc;
+    threads_policy_apply(argv);  // the executables' OpenMP wait policy (may start this program again)
     double load = -1;
     FILE *f = fopen("/proc/loadavg", "r");
     if (f) {
@@ -100,7 +103,7 @@ int main(void) {
         fclose(f);
     }
     printf("bench_rollout: %d threads, OpenBLAS core %s, load average %.2f (figures are only meaningful on an idle "
-           "machine)\n", omp_get_max_threads(), openblas_get_corename(), load);
+           "machine)\n%s\n", omp_get_max_threads(), openblas_get_corename(), load, threads_policy_note());
     Bench b = {0};
     bench_build(&b, LONG_PROMPT);
     const ModelConfig *c = &b.w.cfg;

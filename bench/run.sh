@@ -8,9 +8,9 @@ cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
 BIN=${BIN:-bin}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
-# Idle OpenMP threads sleep instead of spinning: on shared or oversubscribed
-# cores spinning cost the small-T mat-vec 4x (measured, doc/kernels.md).
-export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
+# The OpenMP wait policy: the benches set the executables' own (src/core/
+# threads.h: a short spin, then sleep) unless OMP_WAIT_POLICY or GOMP_SPINCOUNT
+# is set here; doc/kernels.md ("Threads") has the measurements.
 run() { make -s "$BUILD/bench/$1" && echo "== $1" && "$BUILD/bench/$1"; }
 
 run bench_kernels

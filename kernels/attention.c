@@ -131,7 +131,7 @@ static void forward_team(float *out, float *lse, const float *q, const float *k,
     for (int s = 0; s < nseq; s++) nblk += (cu_seqlens[s + 1] - cu_seqlens[s] + BQ - 1) / BQ;
     // tasks: (query block of some sequence, head); later blocks of a sequence cost more,
     // so dynamic scheduling
-#pragma omp for collapse(2) schedule(dynamic, 1)
+#pragma omp for collapse(2) schedule(dynamic, 1) nowait
     for (int b = 0; b < nblk; b++)
         for (int h = 0; h < H; h++) {
             int s = 0, bb = b;
@@ -161,7 +161,7 @@ static void forward_rowwise_team(float *out, float *lse, const float *q, const f
     int G = H / Hkv;
     float scale = 1.0f / sqrtf((float)D);
     size_t ks = (size_t)Hkv * D;
-#pragma omp for collapse(2) schedule(dynamic, 4)
+#pragma omp for collapse(2) schedule(dynamic, 4) nowait
     for (int t = 0; t < T; t++)
         for (int h = 0; h < H; h++) {
             int start = cu_seqlens[seq_of(cu_seqlens, nseq, t)], hk = h / G;
@@ -238,7 +238,7 @@ static void backward_team(float *dq, float *dk, float *dv, const float *dout, co
     float scale = 1.0f / sqrtf((float)D);
     size_t qs = (size_t)H * D, ks = (size_t)Hkv * D;
     // longest sequences first would balance better; dynamic is enough for packed rows
-#pragma omp for collapse(2) schedule(dynamic, 1)
+#pragma omp for collapse(2) schedule(dynamic, 1) nowait
     for (int s = 0; s < nseq; s++)
         for (int hk = 0; hk < Hkv; hk++) {
             size_t a = (size_t)cu_seqlens[s];
@@ -273,7 +273,7 @@ static void backward_rowwise_team(float *dq, float *dk, float *dv, const float *
     int G = H / Hkv;
     float scale = 1.0f / sqrtf((float)D);
     size_t ks = (size_t)Hkv * D, qs = (size_t)H * D;
-#pragma omp for collapse(2) schedule(dynamic, 4)
+#pragma omp for collapse(2) schedule(dynamic, 4) nowait
     for (int i = 0; i < T; i++)
         for (int h = 0; h < H; h++) {
             int start = cu_seqlens[seq_of(cu_seqlens, nseq, i)], hk = h / G;
@@ -297,7 +297,7 @@ static void backward_rowwise_team(float *dq, float *dk, float *dv, const float *
         }
     // (B): one task per tile start; rows that do not start a tile of their
     // sequence are skipped (cheap, and keeps the loop flat for OpenMP).
-#pragma omp for collapse(2) schedule(dynamic, 1)
+#pragma omp for collapse(2) schedule(dynamic, 1) nowait
     for (int j0 = 0; j0 < T; j0++)
         for (int hk = 0; hk < Hkv; hk++) {
             int s = seq_of(cu_seqlens, nseq, j0), start = cu_seqlens[s], end = cu_seqlens[s + 1];
@@ -342,7 +342,7 @@ static void decode_team(float *out, const float *q, const float *k_cache, const 
     int G = H / Hkv, Tn = cu_new[nseq];
     float scale = 1.0f / sqrtf((float)D);
     size_t ks = (size_t)Hkv * D;
-#pragma omp for collapse(2) schedule(dynamic, 1)
+#pragma omp for collapse(2) schedule(dynamic, 1) nowait
     for (int r = 0; r < Tn; r++)
         for (int h = 0; h < H; h++) {
             int s = seq_of(cu_new, nseq, r), hk = h / G;

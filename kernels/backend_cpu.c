@@ -25,7 +25,7 @@ enum { MOVE_CHUNK = 64 << 10, MOVE_BIG = 1 << 20 };  // bytes per task; bytes wo
 
 static void move_team(char *dst, const char *src, size_t bytes) {
     size_t nch = (bytes + MOVE_CHUNK - 1) / MOVE_CHUNK;
-#pragma omp for schedule(static)
+#pragma omp for schedule(static) nowait
     for (size_t c = 0; c < nch; c++) {
         size_t o = c * MOVE_CHUNK, n = bytes - o < MOVE_CHUNK ? bytes - o : MOVE_CHUNK;
         memcpy(dst + o, src + o, n);
@@ -33,7 +33,7 @@ static void move_team(char *dst, const char *src, size_t bytes) {
 }
 static void zero_team(char *dst, size_t bytes) {
     size_t nch = (bytes + MOVE_CHUNK - 1) / MOVE_CHUNK;
-#pragma omp for schedule(static)
+#pragma omp for schedule(static) nowait
     for (size_t c = 0; c < nch; c++) {
         size_t o = c * MOVE_CHUNK, n = bytes - o < MOVE_CHUNK ? bytes - o : MOVE_CHUNK;
         memset(dst + o, 0, n);
@@ -42,7 +42,7 @@ static void zero_team(char *dst, size_t bytes) {
 static void add_team(float *y, const float *x, size_t n) {
     enum { F = MOVE_CHUNK / sizeof(float) };
     size_t nch = (n + F - 1) / F;
-#pragma omp for schedule(static)
+#pragma omp for schedule(static) nowait
     for (size_t c = 0; c < nch; c++) {
         size_t i1 = (c + 1) * F < n ? (c + 1) * F : n;
 #pragma omp simd
@@ -52,7 +52,7 @@ static void add_team(float *y, const float *x, size_t n) {
 // dst[rows[i]] = src[i] (scatter) or dst[i] = src[rows[i]] (gather); rows of a
 // scatter are distinct (each has one writer).
 static void rows_team(float *dst, const float *src, const int *rows, int n, int C, int scatter) {
-#pragma omp for schedule(static)
+#pragma omp for schedule(static) nowait
     for (int i = 0; i < n; i++) {
         size_t d = scatter ? (size_t)rows[i] : (size_t)i, s = scatter ? (size_t)i : (size_t)rows[i];
         memcpy(dst + d * C, src + s * C, (size_t)C * sizeof(float));

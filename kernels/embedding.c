@@ -19,7 +19,7 @@ static int tokens_check(const int *tokens, int T, int V, PailErr *err) {
 // The gather on a team (kernels/parallel.h); rows converted from tdt.
 static void gather_team(float *out, const void *table, DType tdt, const int *tokens, int T, int C) {
     size_t row = (size_t)C * dtype_size(tdt);
-#pragma omp for schedule(static)
+#pragma omp for schedule(static) nowait
     for (int t = 0; t < T; t++) {
         const void *src = (const char *)table + (size_t)tokens[t] * row;
         if (tdt == DT_F32) memcpy(out + (size_t)t * C, src, sizeof(float) * C);

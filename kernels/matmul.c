@@ -251,7 +251,7 @@ static void sgemm_panels(int transA, int transB, int M, int n0, int n1, int K, f
 // when B is transposed (B is (N, K)), else B's columns n0..n1-1 (B is (K, N)).
 // A C too narrow for that (N < 32 per thread) is split by rows. B is stored as
 // bdt: not fp32, each thread converts its slice a panel at a time (sgemm_panels).
-// The body runs on a team (kernels/parallel.h): every thread its slice, then a barrier.
+// The body runs on a team (kernels/parallel.h): every thread its slice (KERNEL_TEAM adds the barrier).
 static void sgemm_team(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
                        const void *Bv, DType bdt, int ldb, float beta, float *C, int ldc) {
     const float *B = Bv;
@@ -284,7 +284,6 @@ static void sgemm_team(int transA, int transB, int M, int N, int K, float alpha,
                          cvt);
         }
     }
-#pragma omp barrier  // C is whole on every thread
 }
 
 static void sgemm_omp(int transA, int transB, int M, int N, int K, float alpha, const float *A,
@@ -319,7 +318,7 @@ static void forward_small_team(float *out, float *la, const float *x, const void
                     for (int t = 0; t < nt; t++) la[(size_t)(t0 + t) * R + r] = d[t];
                 }
         }  // (implicit barrier: la is whole)
-#pragma omp for schedule(static)
+#pragma omp for schedule(static) nowait
         for (int b = 0; b < nblk; b++) {
             int n1 = (b + 1) * rows < N ? (b + 1) * rows : N;
             for (int n = b * rows; n < n1; n++)
@@ -357,7 +356,7 @@ static void forward_small(float *out, float *la, const float *x, const void *W, 
 
 // out(T,N) += bias on a team.
 static void add_bias_team(float *out, const float *bias, int T, int N) {
-#pragma omp for schedule(static)
+#pragma omp for schedule(static) nowait
     for (int t = 0; t < T; t++)
         for (int n = 0; n < N; n++) out[(size_t)t * N + n] += bias[n];
 }
@@ -437,7 +436,7 @@ static void matmul_dx_small_team(float *dx, const float *dout, const void *W, DT
     int nblk = (K + KB - 1) / KB;
     DtCvtFn cvt = dtype_to_f32_fn(wdt, dtype_isa_id());
     size_t esz = dtype_size(wdt);
-#pragma omp for schedule(dynamic, 1)
+#pragma omp for schedule(dynamic, 1) nowait
     for (int b = 0; b < nblk; b++) {
         int k0 = b * KB, k1 = k0 + KB < K ? k0 + KB : K;
         float wb[KB];
@@ -469,7 +468,7 @@ static void matmul_dx_small(float *dx, const float *dout, const void *W, DType w
 
 // dbias(N) += alpha * sum_t dout[t] on a team.
 static void dbias_team(float *dbias, const float *dout, int T, int N, float alpha) {
-#pragma omp for schedule(static)
+#pragma omp for schedule(static) nowait
     for (int n = 0; n < N; n++) {
         float s = 0;
         for (int t = 0; t < T; t++) s += dout[(size_t)t * N + n];

@@ -17,35 +17,43 @@
 //     thread: it must be the same on each and write nothing shared (or be an
 //     `omp single`). A reduction across threads needs a shared target (a
 //     local of the body is private). Every thread must reach the same
-//     barriers: no early return that depends on the thread. The body ends
-//     with a barrier (a loop without `nowait`), so the next op may read what
-//     this one wrote.
+//     barriers: no early return that depends on the thread;
+//   - the body ends WITHOUT a barrier (its last loop `nowait`, and any loop
+//     whose results no later loop of the body reads): KERNEL_TEAM adds the
+//     one barrier an op needs, the end of its own region or an explicit
+//     barrier in the caller's, after which the next op may read what this one
+//     wrote. (A loop's own barrier before the region's end would cost a second
+//     wake-up an op where idle threads sleep.)
 #pragma once
 #include <omp.h>
 
 // Runs `call` (a call of the op's body) on the current team inside an active
-// parallel region, else under `#pragma omp parallel`.
-#define KERNEL_TEAM(call)               \
-    do {                                \
-        if (omp_in_parallel()) {        \
-            call;                       \
-        } else {                        \
-            _Pragma("omp parallel")     \
-            { call; }                   \
-        }                               \
+// parallel region, then a barrier; else under `#pragma omp parallel`.
+#define KERNEL_TEAM(call)                  \
+    do {                                   \
+        if (omp_in_parallel()) {           \
+            call;                          \
+            _Pragma("omp barrier")         \
+        } else {                           \
+            _Pragma("omp parallel")        \
+            { call; }                      \
+        }                                  \
     } while (0)
 
 // The same, but outside a region only opens one when `big` (the data-movement
 // ops: a copy of a few KiB costs less than waking the team); else `call` runs
 // on the calling thread, whose work-shared loops then run every iteration.
-#define KERNEL_TEAM_IF(big, call)       \
-    do {                                \
-        if (omp_in_parallel() || !(big)) { \
-            call;                       \
-        } else {                        \
-            _Pragma("omp parallel")     \
-            { call; }                   \
-        }                               \
+#define KERNEL_TEAM_IF(big, call)          \
+    do {                                   \
+        if (omp_in_parallel()) {           \
+            call;                          \
+            _Pragma("omp barrier")         \
+        } else if (big) {                  \
+            _Pragma("omp parallel")        \
+            { call; }                      \
+        } else {                           \
+            call;                          \
+        }                                  \
     } while (0)
 
 // The size of the team a KERNEL_TEAM body runs on, for choices made before it

@@ -7,7 +7,7 @@
 
 // The op bodies run on the caller's team or on their own (kernels/parallel.h).
 static void forward_team(float *out, float *rstd, const float *x, const float *w, int rows, int C, float eps) {
-#pragma omp for schedule(static)
+#pragma omp for schedule(static) nowait
     for (int r = 0; r < rows; r++) {
         const float *xr = x + (size_t)r * C;
         float *o = out + (size_t)r * C;
@@ -43,7 +43,7 @@ void rmsnorm_forward_ref(float *out, float *rstd, const float *x, const float *w
 // (each thread owns its columns: no per-thread partial buffers to allocate).
 static void backward_team(float *dx, float *dw, const float *dout, const float *x, const float *w,
                           const float *rstd, int rows, int C) {
-#pragma omp for schedule(static)
+#pragma omp for schedule(static) nowait
     for (int r = 0; r < rows; r++) {
         const float *xr = x + (size_t)r * C, *dr = dout + (size_t)r * C;
         float s = rstd[r], dot = 0;
@@ -57,7 +57,7 @@ static void backward_team(float *dx, float *dw, const float *dout, const float *
     if (dw) {
         enum { CB = 64 };
         int nblk = (C + CB - 1) / CB;
-#pragma omp for schedule(static)
+#pragma omp for schedule(static) nowait
         for (int b = 0; b < nblk; b++) {
             int c0 = b * CB, c1 = c0 + CB < C ? c0 + CB : C;
             float acc[CB] = {0};

@@ -47,7 +47,7 @@ void rope_table_build(float *cos_t, float *sin_t, const float *inv_freq, int P, 
 static void rope_team(float *out, const float *x, const int *pos, const float *cos_t, const float *sin_t, int T,
                       int nh, int D, float sign) {
     int half = D / 2;
-#pragma omp for collapse(2) schedule(static)
+#pragma omp for collapse(2) schedule(static) nowait
     for (int t = 0; t < T; t++)
         for (int h = 0; h < nh; h++) {
             const float *c = cos_t + (size_t)pos[t] * half, *s = sin_t + (size_t)pos[t] * half;

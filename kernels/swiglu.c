@@ -20,7 +20,7 @@ static inline int exp_neg_chunk(float *e, const float *gate, size_t n, size_t b)
 // The op bodies run on the caller's team or on their own (kernels/parallel.h).
 static void forward_team(float *out, const float *gate, const float *up, size_t n) {
     size_t nch = (n + CHUNK - 1) / CHUNK;
-#pragma omp for schedule(static)
+#pragma omp for schedule(static) nowait
     for (size_t b = 0; b < nch; b++) {
         size_t i0 = b * CHUNK;
         float e[CHUNK];
@@ -38,7 +38,7 @@ void swiglu_forward(float *out, const float *gate, const float *up, size_t n) {
 static void backward_team(float *dgate, float *dup, const float *dout, const float *gate, const float *up,
                           size_t n) {
     size_t nch = (n + CHUNK - 1) / CHUNK;
-#pragma omp for schedule(static)
+#pragma omp for schedule(static) nowait
     for (size_t b = 0; b < nch; b++) {
         size_t i0 = b * CHUNK;
         float e[CHUNK];

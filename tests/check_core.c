@@ -1,6 +1,9 @@
 // Check suite for src/core: flags parsing, sha256/hmac against published
-// vectors (FIPS 180-2, RFC 4231), rng determinism, buffers, planned blocks.
+// vectors (FIPS 180-2, RFC 4231), rng determinism, buffers, planned blocks,
+// the executables' OpenMP wait policy (this binary re-executed as a child).
 #include <check.h>
+#include <omp.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <math.h>
 #include <string.h>
@@ -10,6 +13,7 @@
 #include "core/mem.h"
 #include "core/rng.h"
 #include "core/sha256.h"
+#include "core/threads.h"
 
 START_TEST(test_sha256_vectors) {
     char hex[65];
@@ -162,7 +166,82 @@ START_TEST(test_mem_plan) {
 }
 END_TEST
 
-int main(void) {
+// ---- threads_policy_apply: this binary started again as a child ----
+// The child (CHECK_CORE_THREADS_CHILD set) applies the policy, then prints
+// what its own children would see and libgomp's settings (omp_display_env).
+// OMP_DISPLAY_ENV=true makes libgomp print its settings once per program
+// image it is loaded into: the count of BEGIN lines is the count of execs + 1.
+static int threads_child(char **argv) {
+    threads_policy_apply(argv);
+    const char *spin = getenv("GOMP_SPINCOUNT"), *mark = getenv("PAIL_THREADS_REEXEC");
+    printf("env GOMP_SPINCOUNT=%s PAIL_THREADS_REEXEC=%s\nnote %s\n", spin ? spin : "-", mark ? mark : "-",
+           threads_policy_note());
+    fflush(stdout);
+    omp_display_env(1);
+    return 0;
+}
+
+// Runs the child with `env` (VAR=value words) in a clean OpenMP environment;
+// returns its output (stdout and stderr, malloc'd) and the BEGIN line count.
+static char *run_child(const char *env, int *images) {
+    char self[4096], cmd[8192];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    ck_assert(n > 0);
+    self[n] = 0;
+    snprintf(cmd, sizeof cmd, "env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT -u PAIL_THREADS_REEXEC "
+             "OMP_DISPLAY_ENV=true CHECK_CORE_THREADS_CHILD=1 %s '%s' 2>&1", env, self);
+    FILE *p = popen(cmd, "r");
+    ck_assert_ptr_nonnull(p);
+    Buf b = {0};
+    char chunk[4096];
+    size_t got;
+    while ((got = fread(chunk, 1, sizeof chunk, p)) > 0) ck_assert_int_eq(buf_append(&b, chunk, got), 0);
+    ck_assert_int_eq(pclose(p), 0);
+    char *text = b.data ? (char *)b.data : strdup("");  // Buf keeps a NUL after the data
+    *images = 0;
+    for (const char *q = text; (q = strstr(q, "OPENMP DISPLAY ENVIRONMENT BEGIN")); q++) (*images)++;
+    return text;
+}
+
+START_TEST(test_threads_policy) {
+    // Nothing set: pail's spin count, one exec, and the children see none of it.
+    int images;
+    char *out = run_child("", &images);
+    ck_assert_msg(images == 3, "%d program images (want 2, plus the child's own display):\n%s", images - 1, out);
+    ck_assert_msg(strstr(out, "env GOMP_SPINCOUNT=- PAIL_THREADS_REEXEC=-\n"), "%s", out);
+    ck_assert_msg(strstr(out, "note OpenMP waits: GOMP_SPINCOUNT=" THREADS_SPINCOUNT " (pail's choice"), "%s", out);
+    // libgomp's own display after the exec, then the child's call: both pail's value.
+    const char *last = strstr(strstr(out, "OPENMP DISPLAY ENVIRONMENT BEGIN") + 1, "OPENMP DISPLAY ENVIRONMENT BEGIN");
+    ck_assert_msg(last && strstr(last, "GOMP_SPINCOUNT = '" THREADS_SPINCOUNT "'"), "%s", out);
+    free(out);
+}
+END_TEST
+
+START_TEST(test_threads_policy_limits) {
+    int images;
+    // The user's choice wins, and nothing is executed again.
+    char *out = run_child("OMP_WAIT_POLICY=passive", &images);
+    ck_assert_msg(images == 2, "%s", out);
+    ck_assert_msg(strstr(out, "note OpenMP waits: OMP_WAIT_POLICY=passive (set by the environment)"), "%s", out);
+    ck_assert_msg(strstr(out, "GOMP_SPINCOUNT = '0'"), "%s", out);
+    free(out);
+    out = run_child("GOMP_SPINCOUNT=77", &images);
+    ck_assert_msg(images == 2 && strstr(out, "env GOMP_SPINCOUNT=77 PAIL_THREADS_REEXEC=-\n"), "%s", out);
+    ck_assert_msg(strstr(out, "GOMP_SPINCOUNT = '77'"), "%s", out);
+    free(out);
+    // A marker already there (not ours): no exec at all, never a loop.
+    out = run_child("PAIL_THREADS_REEXEC=1", &images);
+    ck_assert_msg(images == 2, "%s", out);
+    ck_assert_msg(strstr(out, "note OpenMP waits: libgomp's default (PAIL_THREADS_REEXEC was already set)"), "%s",
+                  out);
+    ck_assert_msg(strstr(out, "env GOMP_SPINCOUNT=- PAIL_THREADS_REEXEC=-\n"), "%s", out);
+    free(out);
+}
+END_TEST
+
+int main(int argc, char **argv) {
+    (void)argc;
+    if (getenv("CHECK_CORE_THREADS_CHILD")) return threads_child(argv);
     Suite *s = suite_create("core");
     TCase *core = tcase_create("core"), *limits = tcase_create("limits");
     tcase_add_test(core, test_sha256_vectors);
@@ -171,7 +250,9 @@ int main(void) {
     tcase_add_test(core, test_rng);
     tcase_add_test(core, test_buf);
     tcase_add_test(core, test_mem_plan);
+    tcase_add_test(core, test_threads_policy);
     tcase_add_test(limits, test_flags_limits);
+    tcase_add_test(limits, test_threads_policy_limits);
     suite_add_tcase(s, core);
     suite_add_tcase(s, limits);
     SRunner *sr = srunner_create(s);

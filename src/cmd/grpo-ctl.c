@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "core/log.h"
+#include "core/threads.h"
 #include "ctl/ctl.h"
 
 static const CtlCommand commands[] = {
@@ -38,6 +39,7 @@ static void usage(FILE *out) {
 }
 
 int main(int argc, char **argv) {
+    threads_policy_apply(argv);  // first: it may start this program again (core/threads.h)
     log_init("grpo-ctl", LOG_WARN);  // one-shot tool: retries are info (PAIL_LOG=info shows them)
     if (argc < 2) {
         fprintf(stderr, "grpo-ctl: missing command (see grpo-ctl --help)\n");

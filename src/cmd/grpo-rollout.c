@@ -7,6 +7,7 @@
 #include <string.h>
 #include "core/flags.h"
 #include "core/log.h"
+#include "core/threads.h"
 #include "model/device.h"
 #include "rollout/worker.h"
 #include "store/runlayout.h"
@@ -16,6 +17,7 @@ static volatile sig_atomic_t g_stop;
 static void on_signal(int sig) { g_stop = (sig == SIGINT && g_stop) ? 2 : 1; }
 
 int main(int argc, char **argv) {
+    threads_policy_apply(argv);  // first: it may start this program again (core/threads.h)
     log_init("grpo-rollout", LOG_INFO);
     char *device = NULL, *max_memory = NULL, *dtype = NULL, *config = NULL, *model = NULL, *run = NULL, *worker = NULL, *dataset = NULL, *answer_field = NULL,
          *marker = NULL, *regex = NULL, *cmd = NULL, *prompt_format = NULL, *eval_dataset = NULL,

@@ -7,6 +7,7 @@
 #include <string.h>
 #include "core/flags.h"
 #include "core/log.h"
+#include "core/threads.h"
 #include "grpo/sft.h"
 #include "grpo/trainer.h"
 #include "lora/lora.h"
@@ -48,6 +49,7 @@ static json_t *effective_json(const Flag *fl, int n) {
 }
 
 int main(int argc, char **argv) {
+    threads_policy_apply(argv);  // first: it may start this program again (core/threads.h)
     log_init("grpo-train", LOG_INFO);
     char *config = NULL, *model = NULL, *run = NULL, *replay = NULL, *sft = NULL, *init_adapter = NULL,
          *targets = NULL, *scale = NULL, *ratio = NULL, *loss = NULL, *schedule = NULL, *dump_grads = NULL,

@@ -2,6 +2,7 @@
 #include "model/device.h"
 #include <stdio.h>
 #include "core/log.h"
+#include "core/threads.h"
 #include "model/memplan.h"
 #include "model/weights.h"
 #include "kernels.h"
@@ -63,6 +64,6 @@ int device_open_cli(const char *tool, const char *spec, bool cuda_ready, Backend
         *out = NULL;
         return 1;
     }
-    log_info("device: %s", (*out)->desc);
+    log_info("device: %s; %s", (*out)->desc, threads_policy_note());
     return 0;
 }
