@@ -239,6 +239,21 @@ START_TEST(test_threads_policy_limits) {
 }
 END_TEST
 
+// OpenBLAS's fallback cores on a CPU with AVX2 / AVX-512 are replaced; a core it
+// recognised, or a CPU without AVX2, is kept.
+START_TEST(test_threads_blas_core) {
+    ck_assert_str_eq(threads_blas_core_for("Prescott", true, true), "SkylakeX");
+    ck_assert_str_eq(threads_blas_core_for("Prescott", true, false), "Haswell");
+    ck_assert_str_eq(threads_blas_core_for("Core2", true, false), "Haswell");
+    ck_assert_str_eq(threads_blas_core_for("Sandybridge", true, true), "SkylakeX");
+    ck_assert_ptr_null(threads_blas_core_for("Prescott", false, false));  // an old CPU: its own kernels are right
+    ck_assert_ptr_null(threads_blas_core_for("Haswell", true, true));     // recognised (or pinned)
+    ck_assert_ptr_null(threads_blas_core_for("SkylakeX", true, true));
+    ck_assert_ptr_null(threads_blas_core_for("Zen", true, false));
+    ck_assert_ptr_null(threads_blas_core_for(NULL, true, true));
+}
+END_TEST
+
 int main(int argc, char **argv) {
     (void)argc;
     if (getenv("CHECK_CORE_THREADS_CHILD")) return threads_child(argv);
@@ -251,6 +266,7 @@ int main(int argc, char **argv) {
     tcase_add_test(core, test_buf);
     tcase_add_test(core, test_mem_plan);
     tcase_add_test(core, test_threads_policy);
+    tcase_add_test(core, test_threads_blas_core);
     tcase_add_test(limits, test_flags_limits);
     tcase_add_test(limits, test_threads_policy_limits);
     suite_add_tcase(s, core);
