@@ -318,7 +318,7 @@ static void forward_small_team(float *out, float *la, const float *x, const void
                     for (int t = 0; t < nt; t++) la[(size_t)(t0 + t) * R + r] = d[t];
                 }
         }  // (implicit barrier: la is whole)
-#pragma omp for schedule(static) nowait
+#pragma omp for schedule(dynamic, 1) nowait  // the same bits; balances the two halves (doc/kernels.md)
         for (int b = 0; b < nblk; b++) {
             int n1 = (b + 1) * rows < N ? (b + 1) * rows : N;
             for (int n = b * rows; n < n1; n++)

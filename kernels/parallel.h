@@ -1,8 +1,9 @@
 // How a fast CPU path shares work (internal to kernels/): on the team of a
-// parallel region its caller already opened, or on a region of its own. A
-// decode step (transformer_extend) opens one region for all its ~20 ops a
-// layer, so the team wakes once a step instead of once an op; an op called
-// anywhere else opens its own region as before. Not for the CUDA twins.
+// parallel region its caller already opened, or on a region of its own. On a
+// backend with team_ops a decode step (transformer_extend) opens one region
+// for all its ~20 ops a layer, so the team wakes once a step instead of once
+// an op; an op called anywhere else opens its own region as before. Not for
+// the CUDA twins.
 //
 // The contract of an op written this way:
 //   - outside any parallel region (or in a one-thread one) it opens its own;
