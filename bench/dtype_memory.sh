@@ -33,7 +33,7 @@ measure() {  # label model dtype -> one line; sets kb_<label>
     "$1 checkpoint, --dtype $3:" "$((hwm / 1000))" "$((anon / 1000))" "$((file / 1000))" "$wall"
   eval "kb_${1}_$3=$hwm"
 }
-echo "  grpo-ctl logprobs, one line of 64 ids, --token-budget 64, $OMP_NUM_THREADS threads:"
+echo "  grpo-ctl logprobs, one line of 64 ids, --token-budget 64, ${OMP_NUM_THREADS:-all} threads:"
 measure bf16 bf16 auto
 measure f32 f32 auto
 measure f32 f32 bf16

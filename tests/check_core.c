@@ -188,8 +188,10 @@ static char *run_child(const char *env, int *images) {
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
     ck_assert(n > 0);
     self[n] = 0;
+    // OPENBLAS_CORETYPE set (as a user may): whether OpenBLAS knows this CPU
+    // would otherwise decide whether there is an exec for its kernels too
     snprintf(cmd, sizeof cmd, "env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT -u PAIL_THREADS_REEXEC "
-             "OMP_DISPLAY_ENV=true CHECK_CORE_THREADS_CHILD=1 %s '%s' 2>&1", env, self);
+             "OPENBLAS_CORETYPE=Haswell OMP_DISPLAY_ENV=true CHECK_CORE_THREADS_CHILD=1 %s '%s' 2>&1", env, self);
     FILE *p = popen(cmd, "r");
     ck_assert_ptr_nonnull(p);
     Buf b = {0};

@@ -49,7 +49,8 @@ void threads_policy_apply(char **argv) {
                           pol ? "OMP_WAIT_POLICY=" : "", pol ? pol : "", pol && spin ? " " : "",
                           spin ? "GOMP_SPINCOUNT=" : "", spin ? spin : "");
         else
-            n += snprintf(note + n, sizeof note - n, "OpenMP waits: libgomp's default");
+            n += snprintf(note + n, sizeof note - n, "OpenMP waits: libgomp's default%s",
+                          core_ours ? "" : " (" MARKER " was already set)");  // not ours: never exec twice
         if (core_ours && n < sizeof note)
             snprintf(note + n, sizeof note - n, "; OpenBLAS: OPENBLAS_CORETYPE=%s (pail's choice: OpenBLAS does not "
                      "know this CPU and fell back to slower kernels; set OPENBLAS_CORETYPE to choose)", core_env);
