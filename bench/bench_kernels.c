@@ -1,8 +1,10 @@
 // bench_kernels: figures for kernels/ on this machine, each with the reference it
 // should be read against: STREAM triad bandwidth, OpenBLAS sgemm GFLOP/s on the
 // bench model's products, the small-T mat-vec's weight-streaming GB/s against
-// OpenBLAS sgemv/sgemm at T = 1..16 (the crossover sets matmul_small_t_max), and
-// per-op times at the bench shape. Validates the fast paths first. Not a test.
+// OpenBLAS sgemv/sgemm at T = 1..16 (the crossover sets matmul_small_t_max) with
+// the same weight stored as bf16 beside it, the bf16 / f16 panel GEMMs against
+// sgemm at the model shapes, and per-op times at the bench shape. Validates the
+// fast paths first. Not a test.
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
@@ -11,6 +13,7 @@
 #include <string.h>
 #include <time.h>
 #include "core/threads.h"
+#include "dtype_cpu.h"
 #include "kernels.h"
 
 // bench model (src/model/modelgen.c "bench"): C 512, H 8, Hkv 2, D 64, F 1408, V 32000
@@ -72,8 +75,9 @@ static void sgemm_figures(void) {
         {"q/o proj", C, C}, {"k/v proj", C, HKV * D}, {"gate/up", C, F}, {"down", F, C},
         {"lm head", C, V}};
     int nth = omp_get_max_threads();
-    printf("\nsgemm, T=%d rows (out = x W^T), %d threads: OpenBLAS pool vs matmul_forward (OpenMP split)\n",
-           T, nth);
+    printf("\nsgemm, T=%d rows (out = x W^T), %d threads: OpenBLAS pool vs matmul_forward (OpenMP split)\n"
+           "  and matmul_forward_dt on the weight stored as bf16 (%s)\n",
+           T, nth, matmul_path_name(T, DT_BF16));
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) {
         float *x = rnd((size_t)T * p[i].K, 1), *W = rnd((size_t)p[i].N * p[i].K, 1),
               *o = rnd((size_t)T * p[i].N, 1);
@@ -82,20 +86,43 @@ static void sgemm_figures(void) {
         double t = TIME_BEST(5, cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, p[i].N,
                                              p[i].K, 1, x, p[i].K, W, p[i].K, 0, o, p[i].N));
         double tm = TIME_BEST(5, matmul_forward(o, x, W, NULL, T, p[i].K, p[i].N, 1, 0));
-        printf("  %-9s %5d x %-5d OpenBLAS %7.1f GFLOP/s  matmul_forward %7.1f GFLOP/s  (%.2fx)\n",
-               p[i].name, p[i].N, p[i].K, fl / t / 1e9, fl / tm / 1e9, t / tm);
-        free(x), free(W), free(o);
+        uint16_t *W16 = malloc((size_t)p[i].N * p[i].K * 2);
+        if (!W16) { fprintf(stderr, "bench_kernels: out of memory\n"); exit(1); }
+        dtype_from_f32(W16, W, DT_BF16, (size_t)p[i].N * p[i].K);
+        double tb = TIME_BEST(5, matmul_forward_dt(o, x, W16, DT_BF16, NULL, T, p[i].K, p[i].N, 1, 0));
+        printf("  %-9s %5d x %-5d OpenBLAS %7.1f GFLOP/s  matmul_forward %7.1f GFLOP/s  (%.2fx)  "
+               "bf16 panels %7.1f (%.2fx of matmul_forward)\n",
+               p[i].name, p[i].N, p[i].K, fl / t / 1e9, fl / tm / 1e9, t / tm, fl / tb / 1e9, tm / tb);
+        free(x), free(W), free(o), free(W16);
     }
 }
 
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n) {
+    qsort(v, n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
 // Weight-streaming rate of out(T,N) = x W^T for small T; W cycles through enough
-// copies (>= 256 MiB) that every call reads it from memory, as a decode step does.
+// copies (>= 1 GiB, several times the last-level cache) that every call reads it
+// from memory, as a decode step does. The bf16 columns stream the same weight
+// stored as bf16 (its own >= 1 GiB of copies): GB/s of the bytes actually read
+// (half the fp32 ones), and the median over 7 alternating batches of the bf16
+// time over the fp32 time (per product).
 static void matvec_figures(int N, int K, double triad) {
     size_t wsz = (size_t)N * K;
-    int copies = (int)((256u << 20) / (wsz * 4)) + 1;
+    int copies = (int)((1024u << 20) / (wsz * 4)) + 1, copies16 = (int)((1024u << 20) / (wsz * 2)) + 1;
     float *W = rnd(wsz * copies, 1), *x = rnd((size_t)16 * K, 1), *o = rnd((size_t)16 * N, 1);
     float *o2 = rnd((size_t)16 * N, 1);
-    // validate: small-T kernel vs sgemm on this shape before timing
+    uint16_t *W16 = malloc(wsz * copies16 * 2);
+    if (!W16) { fprintf(stderr, "bench_kernels: out of memory (bf16 copies)\n"); exit(1); }
+    for (int c = 0; c < copies16; c++) dtype_from_f32(W16 + wsz * c, W + wsz * (c % copies), DT_BF16, wsz);
+    // validate: small-T kernel vs sgemm on this shape before timing, and the
+    // bf16 mat-vec vs the fp32 one on the same weight converted
     int saved = matmul_small_t_max;
     matmul_small_t_max = 1 << 20;
     matmul_forward(o, x, W, NULL, 8, K, N, 1, 0);
@@ -103,19 +130,43 @@ static void matvec_figures(int N, int K, double triad) {
     double md = 0;
     for (size_t i = 0; i < (size_t)8 * N; i++) md = fmax(md, fabs(o[i] - o2[i]));
     if (md > 1e-3) { fprintf(stderr, "bench_kernels: mat-vec differs from sgemm by %g\n", md); exit(1); }
-    printf("\nweight streaming, W %d x %d (%.1f MiB, %d copies cycled): GB/s of W read\n", N, K,
-           wsz * 4 / 1048576.0, copies);
-    printf("  %3s %10s %10s %10s %8s %8s\n", "T", "mat-vec", "sgemm", "sgemv", "vs sgemm", "vs triad");
+    float *Wc = malloc(wsz * 4);
+    if (!Wc) { fprintf(stderr, "bench_kernels: out of memory\n"); exit(1); }
+    dtype_to_f32(Wc, W16, DT_BF16, wsz);
+    matmul_forward(o, x, Wc, NULL, 8, K, N, 1, 0);
+    matmul_forward_dt(o2, x, W16, DT_BF16, NULL, 8, K, N, 1, 0);
+    md = 0;
+    for (size_t i = 0; i < (size_t)8 * N; i++) md = fmax(md, fabs(o[i] - o2[i]));
+    if (md > 1e-3) { fprintf(stderr, "bench_kernels: bf16 mat-vec differs from fp32 by %g\n", md); exit(1); }
+    free(Wc);
+    printf("\nweight streaming, W %d x %d (%.1f MiB fp32, %d copies cycled; bf16 %d copies): GB/s of W read\n",
+           N, K, wsz * 4 / 1048576.0, copies, copies16);
+    printf("  fp32: %s; bf16: %s\n", matmul_path_name(1, DT_F32), matmul_path_name(1, DT_BF16));
+    printf("  %3s %10s %10s %9s %10s %10s %8s %8s %8s\n", "T", "mat-vec", "bf16", "bf16 time", "sgemm", "sgemv",
+           "vs sgemm", "vs triad", "bf16/tr");
     enum { NT = 10 };
     int ts[NT] = {1, 2, 3, 4, 5, 6, 7, 8, 12, 16}, c = 0, cross = 0;
-    int reps = copies * 2 > 20 ? copies * 2 : 20;
-    double tm[NT], tg[NT], tv = 0;
+    int reps = copies * 2 > 20 ? copies * 2 : 20, reps16 = copies16 * 2 > 20 ? copies16 * 2 : 20;
+    double tm[NT], tb[NT], tg[NT], tv = 0;
     // all mat-vec figures first, then the OpenBLAS ones: its pool keeps spinning
     // for a while after a call and would tax whatever runs next on 2 cores
-    for (int i = 0; i < NT; i++)
-        tm[i] = TIME_BEST(5, for (int r = 0; r < reps; r++) {
-            matmul_forward(o, x, W + wsz * (c++ % copies), NULL, ts[i], K, N, 1, 0);
-        }) / reps;
+    // fp32 and bf16 batches alternate: rt is the median of each pair's time ratio
+    double rt[NT];
+    for (int i = 0; i < NT; i++) {
+        double ratio[7];
+        tm[i] = tb[i] = 1e30;
+        for (int b = 0; b < 7; b++) {
+            double t0 = now();
+            for (int r = 0; r < reps; r++) matmul_forward(o, x, W + wsz * (c++ % copies), NULL, ts[i], K, N, 1, 0);
+            double t1 = now();
+            for (int r = 0; r < reps16; r++)
+                matmul_forward_dt(o, x, W16 + wsz * (c++ % copies16), DT_BF16, NULL, ts[i], K, N, 1, 0);
+            double t2 = now();
+            tm[i] = fmin(tm[i], (t1 - t0) / reps), tb[i] = fmin(tb[i], (t2 - t1) / reps16);
+            ratio[b] = ((t2 - t1) / reps16) / ((t1 - t0) / reps);
+        }
+        rt[i] = median(ratio, 7);
+    }
     openblas_set_num_threads(omp_get_max_threads());  // the reference: OpenBLAS's own pool
     for (int i = 0; i < NT; i++)
         tg[i] = TIME_BEST(5, for (int r = 0; r < reps; r++) {
@@ -126,17 +177,96 @@ static void matvec_figures(int N, int K, double triad) {
         cblas_sgemv(CblasRowMajor, CblasNoTrans, N, K, 1, W + wsz * (c++ % copies), K, x, 1, 0, o, 1);
     }) / reps;
     for (int i = 0; i < NT; i++) {
-        double gm = wsz * 4 / tm[i] / 1e9, gg = wsz * 4 / tg[i] / 1e9;
+        double gm = wsz * 4 / tm[i] / 1e9, gb = wsz * 2 / tb[i] / 1e9, gg = wsz * 4 / tg[i] / 1e9;
         char gv[16] = "-";
         if (ts[i] == 1) snprintf(gv, sizeof gv, "%.1f", wsz * 4 / tv / 1e9);
-        printf("  %3d %10.1f %10.1f %10s %7.2fx %7.0f%%\n", ts[i], gm, gg, gv, gm / gg,
-               100 * gm / triad);
+        printf("  %3d %10.1f %10.1f %8.2fx %10.1f %10s %7.2fx %7.0f%% %7.0f%%\n", ts[i], gm, gb, rt[i],
+               gg, gv, gm / gg, 100 * gm / triad, 100 * gb / triad);
         if (gm > gg && cross == i) cross = i + 1;
     }
     printf("  mat-vec ahead of sgemm for T <= %d (matmul_small_t_max = %d)\n",
            cross ? ts[cross - 1] : 0, saved);
     matmul_small_t_max = saved;
-    free(W), free(x), free(o), free(o2);
+    free(W), free(W16), free(x), free(o), free(o2);
+}
+
+// The large-T products over a bf16 (and f16) weight, converted a panel at a
+// time into per-thread scratch for the same OpenBLAS sgemm (matmul_forward_dt,
+// matmul_backward_dt's dx), against matmul_forward / matmul_backward on the
+// fp32 weight: GFLOP/s, and the bf16 time over the fp32 one. The runs
+// alternate between the two so that a neighbour's load hits both alike.
+static void dtgemm_shape(const char *name, int T, int N, int K, int reps) {
+    size_t wsz = (size_t)N * K, big = (size_t)T * (N > K ? N : K);
+    float *W = rnd(wsz, 1), *x = rnd(big, 1), *o = rnd((size_t)T * N, 1), *o2 = rnd((size_t)T * N, 1);
+    uint16_t *W16 = malloc(wsz * 2), *W16h = malloc(wsz * 2);
+    float *Wc = malloc(wsz * 4), *dx = rnd((size_t)T * K, 1);
+    if (!W16 || !W16h || !Wc) { fprintf(stderr, "bench_kernels: out of memory\n"); exit(1); }
+    dtype_from_f32(W16, W, DT_BF16, wsz);
+    dtype_from_f32(W16h, W, DT_F16, wsz);
+    dtype_to_f32(Wc, W16, DT_BF16, wsz);
+    // validate: the panel GEMM against sgemm on the converted weight
+    matmul_forward(o, x, Wc, NULL, T, K, N, 1, 0);
+    matmul_forward_dt(o2, x, W16, DT_BF16, NULL, T, K, N, 1, 0);
+    double md = 0, mx = 0;
+    for (size_t i = 0; i < (size_t)T * N; i++) md = fmax(md, fabs(o[i] - o2[i])), mx = fmax(mx, fabs(o[i]));
+    if (md > 1e-5 * mx * sqrt(K)) {
+        fprintf(stderr, "bench_kernels: bf16 panel GEMM differs from sgemm by %g (max |out| %g)\n", md, mx);
+        exit(1);
+    }
+    enum { MAXR = 15 };
+    if (reps > MAXR) reps = MAXR;
+    double fl = 2.0 * T * N * K, tf = 1e30, tb = 1e30, th = 1e30, df = 1e30, db = 1e30;
+    double rb[MAXR], rh[MAXR], rd[MAXR];
+    for (int r = 0; r < reps; r++) {
+        double t0 = now();
+        matmul_forward(o, x, W, NULL, T, K, N, 1, 0);
+        double t1 = now();
+        matmul_forward_dt(o, x, W16, DT_BF16, NULL, T, K, N, 1, 0);
+        double t2 = now();
+        matmul_forward_dt(o, x, W16h, DT_F16, NULL, T, K, N, 1, 0);
+        double t3 = now();
+        matmul_backward(dx, NULL, NULL, o, x, W, T, K, N, 1, 0);
+        double t4 = now();
+        matmul_backward_dt(dx, NULL, NULL, o, x, W16, DT_BF16, T, K, N, 1, 0);
+        double t5 = now();
+        tf = fmin(tf, t1 - t0), tb = fmin(tb, t2 - t1), th = fmin(th, t3 - t2);
+        df = fmin(df, t4 - t3), db = fmin(db, t5 - t4);
+        rb[r] = (t2 - t1) / (t1 - t0), rh[r] = (t3 - t2) / (t1 - t0), rd[r] = (t5 - t4) / (t4 - t3);
+    }
+    printf("  %-9s %6d x %-5d T=%-4d fwd %6.1f  bf16 %6.1f (%.3fx, median %.3fx)  f16 %6.1f (%.3fx) | "
+           "dx %6.1f  bf16 %6.1f (%.3fx, median %.3fx)\n",
+           name, N, K, T, fl / tf / 1e9, fl / tb / 1e9, tb / tf, median(rb, reps), fl / th / 1e9,
+           median(rh, reps), fl / df / 1e9, fl / db / 1e9, db / df, median(rd, reps));
+    free(W), free(x), free(o), free(o2), free(W16), free(W16h), free(Wc), free(dx);
+}
+
+static const struct { const char *name; int T, N, K; } dt_shapes[] = {
+    {"gate/up", 2048, 1408, 512}, {"down", 2048, 512, 1408}, {"gate/up", 2048, 4864, 896},
+    {"down", 2048, 896, 4864},    {"lm head", 2048, 32000, 512}, {"lm head", 512, 151936, 896}};
+
+static void dtgemm_figures(void) {
+    printf("\nbf16 / f16 weights, large T, GFLOP/s (%s; %s), panel %zu floats a thread, at most %d columns:\n",
+           matmul_path_name(1 << 20, DT_BF16), matmul_path_name(1 << 20, DT_F32), matmul_dt_panel_floats,
+           matmul_dt_panel_rows);
+    printf("  (fwd: out = x W^T; dx = dout W; ratios: the dtype time over the fp32 sgemm's)\n");
+    for (size_t i = 0; i < sizeof dt_shapes / sizeof dt_shapes[0]; i++)
+        dtgemm_shape(dt_shapes[i].name, dt_shapes[i].T, dt_shapes[i].N, dt_shapes[i].K, 9);
+}
+
+// The panel shape's effect (what set matmul_dt_panel_floats and _rows): the
+// same rows at several budgets and widths. `bench_kernels panels`.
+static void panel_figures(void) {
+    size_t saved = matmul_dt_panel_floats, sizes[] = {1u << 18, 1u << 20, 1u << 22};
+    int saved_rows = matmul_dt_panel_rows, rows[] = {256, 1024};
+    for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++)
+        for (size_t p = 0; p < sizeof sizes / sizeof sizes[0]; p++) {
+            matmul_dt_panel_floats = sizes[p], matmul_dt_panel_rows = rows[r];
+            printf("\npanel %zu floats (%zu KiB) a thread, at most %d columns:\n", sizes[p], sizes[p] * 4 / 1024,
+                   rows[r]);
+            for (size_t i = 0; i < sizeof dt_shapes / sizeof dt_shapes[0]; i++)
+                dtgemm_shape(dt_shapes[i].name, dt_shapes[i].T, dt_shapes[i].N, dt_shapes[i].K, 3);
+        }
+    matmul_dt_panel_floats = saved, matmul_dt_panel_rows = saved_rows;
 }
 
 // Bandwidth of an op that moves `bytes`: against the DRAM triad when the data
@@ -257,13 +387,14 @@ static void op_figures(double triad) {
 }
 
 static int want(int argc, char **argv, const char *section) {
-    if (argc < 2) return 1;
+    if (argc < 2) return strcmp(section, "panels") != 0;
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], section)) return 1;
     return 0;
 }
 
-// Usage: bench_kernels [sgemm] [matvec] [ops]   (default: all; triad always runs)
+// Usage: bench_kernels [sgemm] [matvec] [dtgemm] [ops] [panels]   (default: all
+// but panels; triad always runs)
 int main(int argc, char **argv) {
     threads_policy_apply(argv);  // the executables' OpenMP wait policy (may start this program again)
     int threads = omp_get_max_threads();
@@ -275,8 +406,9 @@ int main(int argc, char **argv) {
         fclose(f);
     }
     printf("bench_kernels: %d threads (OMP_NUM_THREADS / OpenBLAS), matmul_small_t_max %d, load average %.2f "
-           "(figures are only meaningful on an idle machine)\n%s\n",
-           threads, matmul_small_t_max, load[0], threads_policy_note());
+           "(figures are only meaningful on an idle machine); dtype kernels: %s (best %s)\n%s\n",
+           threads, matmul_small_t_max, load[0], dtype_isa(), dtype_isa_label(dtype_isa_best()),
+           threads_policy_note());
     double triad = stream_triad();
     if (want(argc, argv, "sgemm")) sgemm_figures();
     if (want(argc, argv, "matvec")) {
@@ -284,6 +416,8 @@ int main(int argc, char **argv) {
         matvec_figures(C, F, triad);     // down weight (512 x 1408)
         matvec_figures(V, C, triad);     // LM head
     }
+    if (want(argc, argv, "dtgemm")) dtgemm_figures();
+    if (want(argc, argv, "panels")) panel_figures();
     if (want(argc, argv, "ops")) op_figures(triad);
     return 0;
 }
