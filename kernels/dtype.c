@@ -266,3 +266,22 @@ void dtype_from_f32_isa(void *dst, const float *src, DType dt, size_t n, DtIsa i
 void dtype_from_f32(void *dst, const float *src, DType dt, size_t n) {
     dtype_from_f32_isa(dst, src, dt, n, dtype_isa_id());
 }
+
+void dtype_convert(void *dst, DType to, const void *src, DType from, size_t n) {
+    if (to == from) {
+        memcpy(dst, src, n * dtype_size(to));
+        return;
+    }
+    if (to == DT_F32 || from == DT_F32) {
+        if (to == DT_F32) dtype_to_f32(dst, src, from, n);
+        else dtype_from_f32(dst, src, to, n);
+        return;
+    }
+    enum { CH = 4096 };
+    float buf[CH];
+    for (size_t i = 0; i < n; i += CH) {
+        size_t m = n - i < CH ? n - i : CH;
+        dtype_to_f32(buf, (const char *)src + i * dtype_size(from), from, m);
+        dtype_from_f32((char *)dst + i * dtype_size(to), buf, to, m);
+    }
+}

@@ -20,6 +20,10 @@ int dtype_parse(const char *s, DType *out);       // those spellings; -1 otherwi
 void dtype_to_f32(float *dst, const void *src, DType dt, size_t n);
 // dst(n) = src(n) rounded to nearest even (torch's .to()); NaN stays NaN, f16 overflow -> inf.
 void dtype_from_f32(void *dst, const float *src, DType dt, size_t n);
+// dst(n) in dtype to = src(n) in dtype from: a copy when they match, else
+// through fp32 a chunk at a time (exact when widening, rounded once when
+// narrowing). src any alignment; one thread.
+void dtype_convert(void *dst, DType to, const void *src, DType from, size_t n);
 // The instruction set the CPU kernels picked at run time for dtype work
 // ("avx512", "avx2", "scalar"); PAIL_KERNELS_ISA=avx2|scalar in the environment
 // forces a lower one (tests run each path).

@@ -1,9 +1,8 @@
 // The CPU side of kernels/dtype.h, internal to kernels/ (and their tests and
 // bench): the scalar conversions, the instruction set chosen at run time and
 // the per-ISA row converters that the matmul, logprob and embedding kernels
-// call. The scalar conversions have the semantics of src/model/safetensors.c's
-// (f32_to_bf16, f32_to_f16, ...), which keeps its own copy: the model module's
-// loader does not go through kernels/.
+// call. The scalar conversions are header-only: src/model/safetensors.c's
+// f32_to_bf16, f32_to_f16, ... are these (its fuzzer links no kernels/).
 #pragma once
 #include <stdint.h>
 #include <string.h>

@@ -326,11 +326,7 @@ static void hold_as(const ModelWeights *w, DType dt, ModelWeights *out) {
         const ModelParamSpec *sp = &w->specs[id];
         if (!sp->present) continue;
         size_t n = sp->numel * (sp->per_layer ? (size_t)w->cfg.num_hidden_layers : 1);
-        float *f = malloc(n * sizeof *f);
-        ck_assert(f != NULL);
-        dtype_to_f32(f, model_weights_tensor(w, id, 0), w->dtype[id], n);
-        dtype_from_f32(model_weights_tensor(out, id, 0), f, out->dtype[id], n);
-        free(f);
+        dtype_convert(model_weights_tensor(out, id, 0), out->dtype[id], model_weights_tensor(w, id, 0), w->dtype[id], n);
     }
 }
 

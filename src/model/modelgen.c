@@ -126,21 +126,6 @@ int modelgen_write(const ModelConfig *cfg, const char *dir, const ModelGenOption
     return rc;
 }
 
-// dst(n) in dtype to = src(n) in dtype from (through fp32 in chunks; exact when widening).
-static void convert_any(void *dst, DType to, const void *src, DType from, size_t n) {
-    if (to == from) {
-        memcpy(dst, src, n * dtype_size(to));
-        return;
-    }
-    enum { CH = 4096 };
-    float buf[CH];
-    for (size_t i = 0; i < n; i += CH) {
-        size_t m = n - i < CH ? n - i : CH;
-        dtype_to_f32(buf, (const char *)src + i * dtype_size(from), from, m);
-        dtype_from_f32((char *)dst + i * dtype_size(to), buf, to, m);
-    }
-}
-
 int model_weights_save(const ModelWeights *wp, const char *dir, const ModelGenOptions *opt, PailErr *err) {
     DType out_dt;
     if (opt->dtype == ST_DTYPE_F32) out_dt = DT_F32;
@@ -180,7 +165,7 @@ int model_weights_save(const ModelWeights *wp, const char *dir, const ModelGenOp
             const void *src = model_weights_tensor(wp, id, l);
             if (wp->dtype[id] != out_dt) {
                 uint8_t *d = conv + used * esz;
-                convert_any(d, out_dt, src, wp->dtype[id], s->numel);
+                dtype_convert(d, out_dt, src, wp->dtype[id], s->numel);
                 used += s->numel;
                 src = d;
             }

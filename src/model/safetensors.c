@@ -3,6 +3,7 @@
 // header parser only trusts what it has checked: every offset and size is
 // validated against the file before a tensor's data pointer is formed.
 #include "model/safetensors.h"
+#include "dtype_cpu.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -41,47 +42,12 @@ int safetensors_dtype_parse(const char *s, SafeTensorsDtype *out) {
 
 // ---- dtype conversion ----
 
-static inline float f32_from_bits(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
-static inline uint32_t f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
-
-float bf16_to_f32(uint16_t b) { return f32_from_bits((uint32_t)b << 16); }
-
-// IEEE half: 1 sign, 5 exponent (bias 15), 10 mantissa bits. Subnormals are
-// normalised by shifting the mantissa up, so the result is exact.
-float f16_to_f32(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
-    if (exp == 0x1f) return f32_from_bits(sign | 0x7f800000u | (man << 13));  // inf / nan
-    if (exp == 0) {
-        if (man == 0) return f32_from_bits(sign);
-        int e = -1;
-        do { man <<= 1; e++; } while (!(man & 0x400));
-        return f32_from_bits(sign | ((uint32_t)(127 - 15 - e) << 23) | ((man & 0x3ff) << 13));
-    }
-    return f32_from_bits(sign | ((exp + 127 - 15) << 23) | (man << 13));
-}
-
-uint16_t f32_to_bf16(float f) {
-    uint32_t u = f32_bits(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);  // quiet NaN
-    u += 0x7fffu + ((u >> 16) & 1);  // round to nearest, ties to even
-    return (uint16_t)(u >> 16);
-}
-
-uint16_t f32_to_f16(float f) {
-    uint32_t u = f32_bits(f), sign = (u >> 16) & 0x8000, a = u & 0x7fffffffu;
-    if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00);   // NaN
-    if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00);  // >= 65520 rounds to inf
-    if (a < 0x38800000u) {  // below the smallest normal half (2^-14): subnormal or zero
-        if (a < 0x33000000u) return (uint16_t)sign;  // < 2^-25 rounds to 0 (ties to even)
-        uint32_t e = a >> 23, m = (a & 0x7fffff) | 0x800000;
-        int shift = (int)(126 - e);  // value = m * 2^(e-150); half subnormal unit = 2^-24
-        uint32_t q = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
-        if (rem > half || (rem == half && (q & 1))) q++;
-        return (uint16_t)(sign | q);
-    }
-    uint32_t r = a + 0x0fffu + ((a >> 13) & 1);  // round mantissa to 10 bits, ties to even
-    return (uint16_t)(sign | (((r >> 23) - 112) << 10 | ((r >> 13) & 0x3ff)));
-}
+// The scalar conversions are the kernels' (kernels/dtype_cpu.h, header-only):
+// one definition of the rounding for the loader, the writers and the kernels.
+float bf16_to_f32(uint16_t b) { return dt_bf16_to_f32(b); }
+float f16_to_f32(uint16_t h) { return dt_f16_to_f32(h); }
+uint16_t f32_to_bf16(float f) { return dt_f32_to_bf16(f); }
+uint16_t f32_to_f16(float f) { return dt_f32_to_f16(f); }
 
 int safetensors_to_f32(float *dst, const void *src, SafeTensorsDtype dtype, size_t n) {
     const uint8_t *p = src;

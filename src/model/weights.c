@@ -329,34 +329,22 @@ void model_weights_choose_dtypes(const ModelConfig *cfg, const SafeTensorsSet *s
     if (cfg->tie_word_embeddings) dt[PARAM_LM_HEAD] = dt[PARAM_EMBED];
 }
 
-// dst (n, in dtype to) = the tensor t, copied when the dtypes match, else
-// converted through fp32 a chunk at a time. -1 when a finite value overflows f16.
+// dst (n, in dtype to) = the tensor t (dtype_convert). -1 when a finite value
+// overflowed to f16's infinity; *bad is its element.
 static int convert_tensor(void *dst, DType to, const SafeTensor *t, size_t *bad) {
     DType from = from_st(t->dtype);
-    size_t n = t->nelem;
-    if (from == to) {
-        memcpy(dst, t->data, n * dtype_size(to));
-        return 0;
-    }
-    if (to == DT_F32) {
-        safetensors_to_f32(dst, t->data, t->dtype, n);
-        return 0;
-    }
-    enum { CH = 4096 };
-    float buf[CH];
-    size_t esz = safetensors_dtype_size(t->dtype);
-    for (size_t i = 0; i < n; i += CH) {
-        size_t m = n - i < CH ? n - i : CH;
-        safetensors_to_f32(buf, (const char *)t->data + i * esz, t->dtype, m);
-        uint16_t *o = (uint16_t *)dst + i;
-        dtype_from_f32(o, buf, to, m);
-        if (to == DT_F16)
-            for (size_t k = 0; k < m; k++)
-                if ((o[k] & 0x7fff) == 0x7c00 && isfinite(buf[k])) {
-                    *bad = i + k;
-                    return -1;
-                }
-    }
+    dtype_convert(dst, to, t->data, from, t->nelem);
+    if (to != DT_F16 || from == DT_F16) return 0;
+    const uint16_t *o = dst;
+    for (size_t k = 0; k < t->nelem; k++)
+        if ((o[k] & 0x7fff) == 0x7c00) {
+            float v;
+            dtype_to_f32(&v, (const char *)t->data + k * dtype_size(from), from, 1);
+            if (isfinite(v)) {
+                *bad = k;
+                return -1;
+            }
+        }
     return 0;
 }
 
@@ -423,7 +411,7 @@ int model_weights_load(ModelWeights *w, const char *dir, PailErr *err) {
     return model_weights_load_as(w, dir, DT_F32, err);
 }
 
-int model_weights_probe(const char *dir, int want, DType dt[PARAM_COUNT], size_t *bytes, PailErr *err) {
+int model_weights_probe(const char *dir, int want, DType dt[PARAM_COUNT], size_t *bytes, char *desc, PailErr *err) {
     ModelConfig cfg;
     if (model_config_load(&cfg, dir, err) < 0) return -1;
     SafeTensorsSet set;
@@ -432,6 +420,7 @@ int model_weights_probe(const char *dir, int want, DType dt[PARAM_COUNT], size_t
     if (rc == 0) {
         model_weights_choose_dtypes(&cfg, &set, want, dt);
         if (bytes) *bytes = model_weights_bytes(&cfg, dt);
+        if (desc) model_dtypes_desc(&cfg, dt, desc, 32);
     }
     safetensors_set_close(&set);
     return rc;
