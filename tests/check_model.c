@@ -710,8 +710,10 @@ START_TEST(test_weights_dtypes) {
         ck_assert_msg(a.bytes < f.bytes * 52 / 100 && a.bytes > f.bytes / 2, "%zu vs %zu", a.bytes, f.bytes);
         DType dts[PARAM_COUNT];
         size_t probed = 0;
-        ck_assert_msg(model_weights_probe(d16, MODEL_DTYPE_AUTO, dts, &probed, &err) == 0, "%s", err.msg);
+        char pdesc[32];
+        ck_assert_msg(model_weights_probe(d16, MODEL_DTYPE_AUTO, dts, &probed, pdesc, &err) == 0, "%s", err.msg);
         ck_assert_uint_eq(probed, a.bytes);  // the memory plan's figure is the block's
+        ck_assert_str_eq(pdesc, "bf16");
         for (int id = 0; id < PARAM_COUNT; id++) {
             if (!a.specs[id].present) continue;
             bool mat = model_param_is_matrix((ModelParamId)id);

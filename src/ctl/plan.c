@@ -92,7 +92,7 @@ int ctl_plan(int argc, char **argv) {
     if (model && want == MODEL_DTYPE_AUTO) {
         // as its safetensors store them; a folder with config.json alone: its torch_dtype
         PailErr perr = {0};
-        probed = model_weights_probe(model, want, dts, NULL, &perr) == 0;
+        probed = model_weights_probe(model, want, dts, NULL, NULL, &perr) == 0;
         if (!probed)
             spec.weights_dtype = !strcmp(cfg.dtype, "bfloat16") ? "bf16" : !strcmp(cfg.dtype, "float16") ? "f16" : "f32";
     }

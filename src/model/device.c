@@ -28,10 +28,7 @@ int dtype_cli(const char *tool, const char *value, int *want) {
 
 int dtype_plan(const char *dir, int want, char desc[32], size_t *bytes, PailErr *err) {
     DType dt[PARAM_COUNT];
-    ModelConfig cfg;
-    if (model_config_load(&cfg, dir, err) < 0 || model_weights_probe(dir, want, dt, bytes, err) < 0) return -1;
-    model_dtypes_desc(&cfg, dt, desc, 32);
-    return 0;
+    return model_weights_probe(dir, want, dt, bytes, desc, err);
 }
 
 void dtype_log_weights(const ModelWeights *w) {

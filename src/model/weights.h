@@ -119,10 +119,11 @@ int model_weights_load_set(ModelWeights *w, const ModelConfig *cfg, const SafeTe
 // model_weights_load is want = DT_F32 (every weight fp32, as pail held them before --dtype).
 int model_weights_load_as(ModelWeights *w, const char *dir, int want, PailErr *err);
 int model_weights_load(ModelWeights *w, const char *dir, PailErr *err);
-// The dtypes a load of dir with want would choose and the block's bytes, reading
-// only config.json and the safetensors headers (for the memory plan printed
-// before anything is loaded).
-int model_weights_probe(const char *dir, int want, DType dt[PARAM_COUNT], size_t *bytes, PailErr *err);
+// The dtypes a load of dir with want would choose, the block's bytes and
+// model_dtypes_desc of them (bytes, desc may be NULL; desc holds 32 bytes),
+// reading only config.json and the safetensors headers (for the memory plan
+// printed before anything is loaded).
+int model_weights_probe(const char *dir, int want, DType dt[PARAM_COUNT], size_t *bytes, char *desc, PailErr *err);
 // base_sha256 of the set's files: sha256 over the lines "<file sha256 hex>  <file
 // name>\n" sorted by file name (bytewise), i.e. `sha256sum` output. Hashes the
 // mapped bytes; no second read.
