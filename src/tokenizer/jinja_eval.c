@@ -394,6 +394,8 @@ static int binop(Eval *E, const char *op, JValue a, JValue b, JValue *out) {
         if (seq_a && bn && bi) return seq_repeat(r, a, y, out);
         if (seq_b && an && ai) return seq_repeat(r, b, x, out);
     }
+    if (op[0] == '+' && (a.kind == JV_STR || a.kind == JV_LIST || a.kind == JV_TUPLE))
+        return jr_fail(r, "can only concatenate %s (not \"%s\") to %s", jv_type_name(a), jv_type_name(b), jv_type_name(a));
     if (op[0] == '%' && a.kind == JV_STR)
         return jr_fail(r, "printf-style string formatting ('...' %% value) is not supported");
     return jr_fail(r, "unsupported operand type(s) for %s: '%s' and '%s'", op, jv_type_name(a), jv_type_name(b));
@@ -673,6 +675,8 @@ static int assign_targets(Eval *E, const Node *nd, Scope *s, JValue v) {
     const JValue *items;
     size_t n;
     if (v.kind == JV_UNDEFINED) return fail_undefined(r, v);
+    if (v.kind != JV_LIST && v.kind != JV_TUPLE && v.kind != JV_DICT && v.kind != JV_STR)
+        return jr_fail(r, "cannot unpack non-iterable %s object", jv_type_name(v));
     if (iter_items(r, v, &items, &n) < 0) return -1;
     if (n < (size_t)nd->ntargets)
         return jr_fail(r, "not enough values to unpack (expected %d, got %zu)", nd->ntargets, n);
