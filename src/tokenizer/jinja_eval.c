@@ -125,10 +125,12 @@ static int eval_list(Eval *E, const NodeList *l, Scope *s, JValue *vals) {
 
 // Arguments of a call, filter or test (extra = one more keyword argument, e.g. caller).
 static int eval_args(Eval *E, const Node *nd, Scope *s, JArgs *a, const char *extra_name, JValue extra) {
+    static JValue none_v[1];  // never written: zero-length arrays point here, not at NULL
+    static const char *none_n[1];
     int nkw = nd->kwargs.n + (extra_name ? 1 : 0);
-    JValue *pos = nd->args.n ? ja_alloc(E->r, (size_t)nd->args.n * sizeof *pos) : NULL;
-    JValue *kw = nkw ? ja_alloc(E->r, (size_t)nkw * sizeof *kw) : NULL;
-    const char **names = nkw ? ja_alloc(E->r, (size_t)nkw * sizeof *names) : NULL;
+    JValue *pos = nd->args.n ? ja_alloc(E->r, (size_t)nd->args.n * sizeof *pos) : none_v;
+    JValue *kw = nkw ? ja_alloc(E->r, (size_t)nkw * sizeof *kw) : none_v;
+    const char **names = nkw ? ja_alloc(E->r, (size_t)nkw * sizeof *names) : none_n;
     if ((nd->args.n && !pos) || (nkw && (!kw || !names))) return -1;
     if (eval_list(E, &nd->args, s, pos) < 0 || eval_list(E, &nd->kwargs, s, kw) < 0) return -1;
     for (int i = 0; i < nd->kwargs.n; i++) names[i] = nd->kwnames[i];

@@ -231,16 +231,18 @@ static int lex_tag(Lex *L, size_t *pos, bool block, bool *line_starting) {
         } else if (isdigit((unsigned char)c)) {
             char num[128];
             size_t j = i, k = 0;
-            bool flt = false;
+            bool flt = false, too_long = false;
+#define NUM_PUT(ch) (k < sizeof num - 1 ? (void)(num[k++] = (ch)) : (void)(too_long = true))
             while (j < n && (isdigit((unsigned char)s[j]) || (s[j] == '_' && j + 1 < n && isdigit((unsigned char)s[j + 1])))) {
-                if (s[j] != '_' && k < sizeof num - 1) num[k++] = s[j];
+                if (s[j] != '_') NUM_PUT(s[j]);
                 j++;
             }
             if (j + 1 < n && s[j] == '.' && isdigit((unsigned char)s[j + 1])) {
                 flt = true;
-                num[k++] = s[j++];
+                NUM_PUT(s[j]);
+                j++;
                 while (j < n && (isdigit((unsigned char)s[j]) || (s[j] == '_' && j + 1 < n && isdigit((unsigned char)s[j + 1])))) {
-                    if (s[j] != '_' && k < sizeof num - 1) num[k++] = s[j];
+                    if (s[j] != '_') NUM_PUT(s[j]);
                     j++;
                 }
             }
@@ -249,17 +251,18 @@ static int lex_tag(Lex *L, size_t *pos, bool block, bool *line_starting) {
                 if (m < n && (s[m] == '+' || s[m] == '-')) m++;
                 if (m < n && isdigit((unsigned char)s[m])) {
                     flt = true;
-                    if (k < sizeof num - 1) num[k++] = 'e';
-                    for (size_t q = j + 1; q < m; q++) num[k++] = s[q];
+                    NUM_PUT('e');
+                    for (size_t q = j + 1; q < m; q++) NUM_PUT(s[q]);
                     j = m;
                     while (j < n && (isdigit((unsigned char)s[j]) || (s[j] == '_' && j + 1 < n && isdigit((unsigned char)s[j + 1])))) {
-                        if (s[j] != '_' && k < sizeof num - 1) num[k++] = s[j];
+                        if (s[j] != '_') NUM_PUT(s[j]);
                         j++;
                     }
                 }
             }
             num[k] = 0;
-            if (k >= sizeof num - 2) return lex_fail(L, i, "number literal too long", NULL);
+            if (too_long) return lex_fail(L, i, "number literal too long", NULL);
+#undef NUM_PUT
             Tok *tk = tok_push(L, flt ? TK_FLOAT : TK_INT, i, s + i, j - i);
             if (!tk) return -1;
             errno = 0;

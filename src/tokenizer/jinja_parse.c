@@ -409,6 +409,12 @@ static Node *parse_postfix(Parser *P, Node *nd) {
                 key = g.v[0];
                 grow_drop(&g);
             } else {
+                for (int i = 0; i < g.n; i++)
+                    if (g.v[i]->kind == E_SLICE) {
+                        grow_drop(&g);
+                        fail_at(P, at, "a slice inside a tuple subscript is not supported");
+                        return NULL;
+                    }
                 key = node_new(P, E_TUPLE, at);
                 if (!key || grow_freeze(P, &g, &key->args, NULL) < 0) return grow_drop(&g), NULL;
             }
