@@ -375,6 +375,13 @@ START_TEST(test_chat_limits) {
     render_fails(&t, "[{\"role\": \"system\", \"content\": \"s\"}]", "user first");
     render_fails(&t, "[]", "the conversation is empty");
     render_fails(&t, "[\"hi\"]", "messages[0]: not a JSON object");
+    json_t *m = json_loads("[{\"role\": \"user\", \"content\": \"x\"}]", 0, NULL), *tools = json_loads("[{}, \"f\"]", 0, NULL);
+    Buf b = {0};
+    PailErr err = {0};
+    ck_assert_int_eq(chat_render(&t, m, tools, true, &b, &err), -1);
+    ck_assert_msg(strstr(err.msg, "tools[1]: not a JSON object"), "%s", err.msg);
+    json_decref(m);
+    json_decref(tools);
     chat_template_free(&t);
     tmp_remove(dir);
 }

@@ -286,6 +286,15 @@ START_TEST(test_methods) {
     // {{ 'hello world foo-bar'.title() }}{{ 'hELLO wORLD'.capitalize() }}
     ck_assert_str_eq(meth(S("hello world foo-bar"), "title", NOARGS), "Hello World Foo-Bar");
     ck_assert_str_eq(meth(S("hELLO wORLD"), "capitalize", NOARGS), "Hello world");
+    // CPython's full case mappings and final sigma (jinja_case.h):
+    // {{ 'ß'.upper() }}|{{ 'ﬁx'.title() }}|{{ 'ﬁ'.capitalize() }}|{{ 'ΟΔΟΣ ΟΔΟΣ.'.lower() }}|{{ 'Σ'.lower() }}|{{ 'İ'.lower() }}
+    ck_assert_str_eq(meth(S("\u00df"), "upper", NOARGS), "SS");
+    ck_assert_str_eq(meth(S("\ufb01x"), "title", NOARGS), "Fix");
+    ck_assert_str_eq(meth(S("\ufb01"), "capitalize", NOARGS), "Fi");
+    ck_assert_str_eq(meth(S("\u039f\u0394\u039f\u03a3 \u039f\u0394\u039f\u03a3."), "lower", NOARGS),
+                     "\u03bf\u03b4\u03bf\u03c2 \u03bf\u03b4\u03bf\u03c2.");
+    ck_assert_str_eq(meth(S("\u03a3"), "lower", NOARGS), "\u03c3");
+    ck_assert_str_eq(meth(S("\u0130"), "lower", NOARGS), "i\u0307");
     ck_assert_str_eq(meth(S("abc"), "find", POS(S("c"))), "2");
     ck_assert_str_eq(meth(S("abc"), "index", POS(S("z"))), "t: substring not found");
     ck_assert_str_eq(meth(D(S("a"), I(1)), "get", POS(S("b"), I(5))), "5");

@@ -322,6 +322,9 @@ int chat_render(const ChatTemplate *t, json_t *messages, json_t *tools, bool add
     json_array_foreach(messages, i, m) {
         if (!json_is_object(m)) return err_set(err, PAIL_ERR_INVALID, "messages[%zu]: not a JSON object", i);
     }
+    json_array_foreach(tools, i, m) {  // as transformers: each tool a JSON schema
+        if (!json_is_object(m)) return err_set(err, PAIL_ERR_INVALID, "tools[%zu]: not a JSON object (a tool is a JSON schema)", i);
+    }
     if (t->plain_format) return render_plain(t, messages, out, err);
     json_t *vars = json_object(), *msgs = json_array();
     int rc = vars && msgs && json_object_update(vars, t->vars) == 0 ? 0 : err_set(err, PAIL_ERR_NOMEM, "out of memory");

@@ -91,8 +91,7 @@ static int f_title(JRender *r, JValue s, const JArgs *a, JValue *out) {
         int32_t c;
         i += jl_utf8_next(t->p + i, t->len - i, &c);
         bool sep = title_sep(c);
-        int32_t m = sep ? c : start ? utf8proc_toupper(c) : utf8proc_tolower(c);
-        if (jl_utf8_put(r, &b, m) < 0) return -1;
+        if ((sep ? jl_utf8_put(r, &b, c) : jl_case_put(r, &b, c, start ? JCASE_UPPER : JCASE_LOWER)) < 0) return -1;
         start = sep;
     }
     return jl_str_from(r, &b, out);

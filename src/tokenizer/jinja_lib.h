@@ -27,7 +27,10 @@ bool jl_is_space(int32_t cp);
 int jl_str_from(JRender *r, const JBuf *b, JValue *out);
 // str(v) as a string value (v itself when it is one).
 int jl_to_string(JRender *r, JValue v, JValue *out);
-// Python's str.lower() / upper() of a string value (simple case mappings, see jinja_methods.c).
+// One code point case-mapped as CPython does (up to three code points out), appended to b.
+typedef enum { JCASE_LOWER, JCASE_UPPER, JCASE_TITLE } JCase;
+int jl_case_put(JRender *r, JBuf *b, int32_t cp, JCase kind);
+// Python's str.lower() / upper() of a string value (full case mappings, final sigma; jinja_methods.c).
 int jl_lower(JRender *r, JValue s, JValue *out);
 int jl_upper(JRender *r, JValue s, JValue *out);
 

@@ -1,34 +1,93 @@
 // The str, dict, list and tuple methods chat templates call ('x'.strip(), d.get('k'),
-// s.split(',')), with CPython's semantics on code points. Case mapping is utf8proc's simple
-// (one code point to one) mapping where CPython applies the full one: 'ß'.upper() stays 'ß'
-// (Python: 'SS') and a final sigma lowers to 'σ' (Python: 'ς'). Mutating methods are bound
+// s.split(',')), with CPython's semantics on code points. Case mapping is CPython's: utf8proc's
+// simple mappings, overridden by jinja_case.h where CPython's full ones differ ('ß'.upper() is
+// 'SS', 'ﬁ'.title() 'Fi'), and a final sigma lowers to 'ς'. Mutating methods are bound
 // like the others; calling one fails as jinja2's ImmutableSandboxedEnvironment does.
 #define _GNU_SOURCE  // memmem
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <utf8proc.h>
+#include "tokenizer/jinja_case.h"
 #include "tokenizer/jinja_lib.h"
 
 static const JStr *self_str(const JValue *self) { return self->u.s; }
 
-static int str_map(JRender *r, JValue s, utf8proc_int32_t (*f)(utf8proc_int32_t), JValue *out) {
-    JBuf b = {0};
-    const JStr *t = s.u.s;
-    for (size_t i = 0; i < t->len;) {
-        int32_t c;
-        i += jl_utf8_next(t->p + i, t->len - i, &c);
-        if (jl_utf8_put(r, &b, f(c)) < 0) return -1;
+static const JCaseRow *case_find(const JCaseRow *t, size_t n, int32_t c) {
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (t[mid].cp == c) return &t[mid];
+        if (t[mid].cp < c) lo = mid + 1;
+        else hi = mid;
     }
-    return jl_str_from(r, &b, out);
+    return NULL;
 }
 
-int jl_lower(JRender *r, JValue s, JValue *out) { return str_map(r, s, utf8proc_tolower, out); }
-int jl_upper(JRender *r, JValue s, JValue *out) { return str_map(r, s, utf8proc_toupper, out); }
+int jl_case_put(JRender *r, JBuf *b, int32_t c, JCase kind) {
+    const JCaseRow *row = kind == JCASE_LOWER   ? case_find(jcase_lower, sizeof jcase_lower / sizeof *jcase_lower, c)
+                          : kind == JCASE_UPPER ? case_find(jcase_upper, sizeof jcase_upper / sizeof *jcase_upper, c)
+                                                : case_find(jcase_title, sizeof jcase_title / sizeof *jcase_title, c);
+    if (!row)
+        return jl_utf8_put(r, b, kind == JCASE_LOWER ? utf8proc_tolower(c) : kind == JCASE_UPPER ? utf8proc_toupper(c)
+                                                                                                  : utf8proc_totitle(c));
+    for (int k = 0; k < 3 && row->to[k]; k++)
+        if (jl_utf8_put(r, b, row->to[k]) < 0) return -1;
+    return 0;
+}
 
 static bool is_cased(int32_t c) {
     return utf8proc_isupper(c) || utf8proc_islower(c) || utf8proc_category(c) == UTF8PROC_CATEGORY_LT;
 }
+
+// Unicode's Case_Ignorable, close enough: marks, format characters, modifier letters and
+// symbols, and the word-internal punctuation the property lists.
+static bool case_ignorable(int32_t c) {
+    utf8proc_category_t k = utf8proc_category(c);
+    return k == UTF8PROC_CATEGORY_MN || k == UTF8PROC_CATEGORY_ME || k == UTF8PROC_CATEGORY_CF ||
+           k == UTF8PROC_CATEGORY_LM || k == UTF8PROC_CATEGORY_SK || c == '\'' || c == '.' || c == ':' || c == '^' ||
+           c == '`' || c == 0xB7 || c == 0x2018 || c == 0x2019 || c == 0x2024 || c == 0x2027;
+}
+
+// CPython's Final_Sigma: U+03A3 after a cased letter and not before one (case-ignorables skipped).
+static bool final_sigma(const JStr *t, size_t at, size_t next) {
+    bool before = false;
+    for (size_t i = at; i > 0;) {
+        size_t j = i - 1;
+        while (j > 0 && ((unsigned char)t->p[j] & 0xC0) == 0x80) j--;
+        int32_t c;
+        jl_utf8_next(t->p + j, t->len - j, &c);
+        i = j;
+        if (case_ignorable(c)) continue;
+        before = is_cased(c);
+        break;
+    }
+    if (!before) return false;
+    for (size_t i = next; i < t->len;) {
+        int32_t c;
+        i += jl_utf8_next(t->p + i, t->len - i, &c);
+        if (case_ignorable(c)) continue;
+        return !is_cased(c);
+    }
+    return true;
+}
+
+static int str_map(JRender *r, JValue s, JCase kind, JValue *out) {
+    JBuf b = {0};
+    const JStr *t = s.u.s;
+    for (size_t i = 0; i < t->len;) {
+        int32_t c;
+        size_t at = i;
+        i += jl_utf8_next(t->p + i, t->len - i, &c);
+        int rc = kind == JCASE_LOWER && c == 0x3A3 && final_sigma(t, at, i) ? jl_utf8_put(r, &b, 0x3C2)
+                                                                            : jl_case_put(r, &b, c, kind);
+        if (rc < 0) return -1;
+    }
+    return jl_str_from(r, &b, out);
+}
+
+int jl_lower(JRender *r, JValue s, JValue *out) { return str_map(r, s, JCASE_LOWER, out); }
+int jl_upper(JRender *r, JValue s, JValue *out) { return str_map(r, s, JCASE_UPPER, out); }
 
 // ---- str methods
 
@@ -47,7 +106,7 @@ static int m_title(JRender *r, const JValue *self, const JArgs *a, JValue *out) 
     for (size_t i = 0; i < s->len;) {
         int32_t c;
         i += jl_utf8_next(s->p + i, s->len - i, &c);
-        if (jl_utf8_put(r, &b, prev_cased ? utf8proc_tolower(c) : utf8proc_totitle(c)) < 0) return -1;
+        if (jl_case_put(r, &b, c, prev_cased ? JCASE_LOWER : JCASE_TITLE) < 0) return -1;
         prev_cased = is_cased(c);
     }
     return jl_str_from(r, &b, out);
@@ -61,7 +120,7 @@ static int m_capitalize(JRender *r, const JValue *self, const JArgs *a, JValue *
         int32_t c;
         bool first = i == 0;
         i += jl_utf8_next(s->p + i, s->len - i, &c);
-        if (jl_utf8_put(r, &b, first ? utf8proc_totitle(c) : utf8proc_tolower(c)) < 0) return -1;
+        if (jl_case_put(r, &b, c, first ? JCASE_TITLE : JCASE_LOWER) < 0) return -1;
     }
     return jl_str_from(r, &b, out);
 }
