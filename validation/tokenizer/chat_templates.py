@@ -144,7 +144,7 @@ def pail_render(ctl, d, rows_path, n, gen, kw):
         return [("err", "pail: timed out after 120 s")] * n, "timed out after 120 s"
     stderr = p.stderr.decode("utf-8", errors="replace").strip()
     if p.returncode != 0:
-        msg = f"exited {p.returncode}: {stderr[-300:]}"
+        msg = f"exited {p.returncode}: {(stderr.splitlines() or [''])[0][:300]}"
         return [("err", "pail " + msg)] * n, msg
     lines = [x for x in p.stdout.decode("utf-8", errors="replace").split("\n") if x]  # not splitlines: U+2028
     if len(lines) != n:
@@ -322,7 +322,7 @@ def main():
     firsts = []
     for n in names:
         counts, tcases, first = compare_template(n, ref[n], mine[n], case_names)
-        bad = counts["differ"] + counts["pail_refuses"] + counts["pail_renders"]
+        bad = counts["differ"] + counts["pail_refuses"] + counts["pail_renders"] + len(run_errors.get(n, []))
         for k in counts:
             tot[k] += counts[k]
         tot["fully_identical"] += not bad
@@ -341,17 +341,20 @@ def main():
                                         reference_seconds=round(ref_secs[n], 2),
                                         cases=[c for c in tcases if c["status"] != "identical"]))
     d = tot["differ"] + tot["pail_refuses"] + tot["pail_renders"]
+    tot["pail_runs_failed"] = sum(len(v) for v in run_errors.values())
     summary = (f"chat templates: {tot['fully_identical']}/{tot['templates']} templates fully identical, {tot['cases']} cases, "
                f"{tot['identical']} identical, {tot['refused_both']} refused by both, {d} differ")
     if d:
         summary += (f" ({tot['differ']} texts differ, {tot['pail_refuses']} pail refuses what transformers renders, "
                     f"{tot['pail_renders']} pail renders what transformers refuses)")
+    if tot["pail_runs_failed"]:  # a run that failed as a whole refused every row: its "refused by both" mean nothing
+        summary += f"; {tot['pail_runs_failed']} pail runs failed as a whole"
     print(summary + f" [{time.time() - t0:.1f} s]")
     report["summary"] = dict(tot, differ_total=d, line=summary)
     if a.json:
         with open(a.json, "w", encoding="utf-8") as f:
             json.dump(report, f, ensure_ascii=False, indent=1)
-    return 1 if d else 0
+    return 1 if d or tot["pail_runs_failed"] else 0
 
 
 if __name__ == "__main__":
