@@ -38,7 +38,7 @@ NUMBERS = {"a": 0.1, "b": 1e-07, "c": 3.0, "d": 12345678901234567, "e": -0.0, "f
            "h": 123456789.123, "i": 1e16, "j": 2.5e-05, "k": 9223372036854775807, "l": -9223372036854775808,
            "m": 9007199254740993, "n": 100.0, "o": 0, "p": -17, "t": True, "u": False, "v": None,
            "nested": {"list": [1, 2.0, [3, {"x": "y"}], []], "empty": {}, "s": "it's \"quoted\" \\ back\nslash"},
-           "unicode": "héllo 世界 😀 \u200b\xa0\x7f\t", "quotes": "it's", "dq": 'say "hi"', "both": "' and \""}
+           "unicode": "héllo 世界 😀 \u200b\xa0\x7f\t", "ключ с пробелом": 1, "quotes": "it's", "dq": 'say "hi"', "both": "' and \""}
 
 
 def call(cid, name, args):
@@ -117,6 +117,20 @@ def cases():
     add("tool_call_long_id", {"messages": [
         _u("Weather in Lima?"), _a("", tool_calls=[call("call_abc123def456ghi789", "get_weather", {"city": "Lima"})]),
         _tool("call_abc123def456ghi789", "get_weather", "Cloudy"), _a("Cloudy in Lima.")], "tools": TOOLS})
+    add("tool_calls_empty_list", [_u("Hi"), _a("Hello.", tool_calls=[]), _u("Bye")])
+    add("tool_call_bare", {"messages": [  # {name, arguments} without the {"type", "function"} wrapper
+        _u("Weather in Nice?"), _a("", tool_calls=[{"name": "get_weather", "arguments": {"city": "Nice"}}]),
+        _tool("callIIIII", "get_weather", "Sunny"), _a("Sunny.")], "tools": TOOLS})
+    add("tool_result_object", {"messages": [
+        _u("Weather in Riga?"), _a("", tool_calls=[call("callJJJJJ", "get_weather", {"city": "Riga"})]),
+        {"role": "tool", "tool_call_id": "callJJJJJ", "name": "get_weather", "content": {"temp": -1.5, "sky": "snow"}}],
+        "tools": TOOLS})
+    add("agent_turn", {"messages": [  # reasoning, text and a tool call in one assistant turn, then the result
+        _s("You are an agent."), _u("Find the weather in Kyiv and tell me."),
+        _a("Checking.", reasoning_content="I need the weather tool.",
+           tool_calls=[call("callKKKKK", "get_weather", {"city": "Kyiv", "unit": "celsius", "days": 1})]),
+        _tool("callKKKKK", "get_weather", "12C, windy"),
+        _a("It is 12 °C and windy in Kyiv.", reasoning_content="Report it.")], "tools": TOOLS})
     add("reasoning_content", [
         _u("What is 17*3?"), _a("51.", reasoning_content="17*3 = 51. Double-check: 17*3 = 34+17 = 51."),
         _u("And 17*4?"), _a("68.", reasoning_content="51+17 = 68.")])
@@ -153,6 +167,9 @@ def cases():
     add("unknown_role", [{"role": "narrator", "content": "Once upon a time."}, _u("Go on.")])
     add("developer_role", [{"role": "developer", "content": "Follow the rules."}, _u("Hi")])
     add("empty_conversation", [])
+    add("content_number", [{"role": "user", "content": 42}])
+    add("system_in_middle", [_u("Hi"), _a("Hello."), _s("Now be formal."), _u("Greetings.")])
+    add("many_turns", [m for i in range(12) for m in (_u(f"Question {i}?"), _a(f"Answer {i}."))] + [_u("Last?")])
     add("long_content", [_u(("The quick brown fox jumps over the lazy dog. " * 40).strip() + "\n" + "word " * 500)])
     return c
 
