@@ -319,7 +319,6 @@ def main():
                 json.dump(report, f, ensure_ascii=False, indent=1)
         return 0
     print(f"     {'template':<48} {'cases':>5} {'ident':>5} {'refused':>7} {'differ':>6} {'pail-refuses':>12}")
-    firsts = []
     for n in names:
         counts, tcases, first = compare_template(n, ref[n], mine[n], case_names)
         bad = counts["differ"] + counts["pail_refuses"] + counts["pail_renders"] + len(run_errors.get(n, []))
@@ -331,14 +330,14 @@ def main():
               f"{counts['refused_both']:>7} {differ:>6} {counts['pail_refuses']:>12}", flush=True)
         for e in run_errors.get(n, [])[:2]:
             print(f"    pail run: {e}")
-        if first:
-            firsts.append(n)
-            for line in describe_first(*first):
-                print(line)
+        first_lines = describe_first(*first) if first else []
+        for line in first_lines:
+            print(line)
         report["templates"].append(dict({k: v for k, v in meta[n].items() if k not in ("folder", "flagsets")},
                                         name=n, flagsets=[f[0] for f in meta[n]["flagsets"]], counts=counts,
                                         fully_identical=not bad, pail_run_errors=run_errors.get(n, []),
                                         reference_seconds=round(ref_secs[n], 2),
+                                        first_difference="\n".join(x.strip() for x in first_lines) or None,
                                         cases=[c for c in tcases if c["status"] != "identical"]))
     d = tot["differ"] + tot["pail_refuses"] + tot["pail_renders"]
     tot["pail_runs_failed"] = sum(len(v) for v in run_errors.values())
