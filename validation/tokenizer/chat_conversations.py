@@ -38,7 +38,8 @@ NUMBERS = {"a": 0.1, "b": 1e-07, "c": 3.0, "d": 12345678901234567, "e": -0.0, "f
            "h": 123456789.123, "i": 1e16, "j": 2.5e-05, "k": 9223372036854775807, "l": -9223372036854775808,
            "m": 9007199254740993, "n": 100.0, "o": 0, "p": -17, "t": True, "u": False, "v": None,
            "nested": {"list": [1, 2.0, [3, {"x": "y"}], []], "empty": {}, "s": "it's \"quoted\" \\ back\nslash"},
-           "unicode": "héllo 世界 😀 \u200b\xa0\x7f\t", "ключ с пробелом": 1, "quotes": "it's", "dq": 'say "hi"', "both": "' and \""}
+           "unicode": "héllo 世界 😀 \u200b\xa0\x7f\t\x1b\u2028\u0085\xad\U000e0001\ufeff", "ключ с пробелом": 1,
+           "floats": [1e22, 1e21, 1e-5, 1.7976931348623157e308, 5e-324, 2.5, 0.30000000000000004, 1.0e-4, 123e-20], "quotes": "it's", "dq": 'say "hi"', "both": "' and \""}
 
 
 def call(cid, name, args):
@@ -123,7 +124,9 @@ def cases():
         _tool("callIIIII", "get_weather", "Sunny"), _a("Sunny.")], "tools": TOOLS})
     add("tool_result_object", {"messages": [
         _u("Weather in Riga?"), _a("", tool_calls=[call("callJJJJJ", "get_weather", {"city": "Riga"})]),
-        {"role": "tool", "tool_call_id": "callJJJJJ", "name": "get_weather", "content": {"temp": -1.5, "sky": "snow"}}],
+        {"role": "tool", "tool_call_id": "callJJJJJ", "name": "get_weather",
+         "content": {"temp": -1.5, "sky": "snow", "note": "it's \"cold\"\n\x1b\u2028\xad", "ok": True, "none": None,
+                     "big": 1e22, "list": [1, 2.0, "three"]}}],
         "tools": TOOLS})
     add("agent_turn", {"messages": [  # reasoning, text and a tool call in one assistant turn, then the result
         _s("You are an agent."), _u("Find the weather in Kyiv and tell me."),
@@ -168,6 +171,18 @@ def cases():
     add("developer_role", [{"role": "developer", "content": "Follow the rules."}, _u("Hi")])
     add("empty_conversation", [])
     add("content_number", [{"role": "user", "content": 42}])
+    add("content_float_bool", [{"role": "user", "content": 2.50}, {"role": "assistant", "content": True}, _u("ok")])
+    add("content_media_parts", [{"role": "user", "content": [
+        {"type": "image"}, {"type": "text", "text": "What is in the image?"},
+        {"type": "image_url", "image_url": {"url": "https://example.com/cat.png?x=1&y='2'"}}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "A cat."}]}, _u("Sure?")])
+    # str.strip() and jinja2's trim strip every Unicode whitespace character (U+00A0, U+2028,
+    # U+3000, U+0085, \x1c-\x1f, \x0b, \x0c), not only ASCII; str()/repr() escape non-printables.
+    add("unicode_whitespace", [_s("\u3000\u2003system\u00a0\u2028"), _u("\x1c\x1f\x0b\x0c\u0085 hi \u2029\u205f\u1680"),
+                               _a("\u00a0\u200bzero-width stays\u200b\u00a0"), _u("\ufeffBOM \x1b[31mred\x1b[0m \xad\U000e0001")])
+    add("no_role", [{"content": "Who am I?"}])
+    add("key_order", [{"content": "Content first.", "role": "user"}, {"content": "Fine.", "role": "assistant", "name": "x"},
+                      {"name": "y", "content": "Name first.", "role": "user"}])
     add("system_in_middle", [_u("Hi"), _a("Hello."), _s("Now be formal."), _u("Greetings.")])
     add("many_turns", [m for i in range(12) for m in (_u(f"Question {i}?"), _a(f"Answer {i}."))] + [_u("Last?")])
     add("long_content", [_u(("The quick brown fox jumps over the lazy dog. " * 40).strip() + "\n" + "word " * 500)])
