@@ -170,6 +170,10 @@ def cases():
     add("unknown_role", [{"role": "narrator", "content": "Once upon a time."}, _u("Go on.")])
     add("developer_role", [{"role": "developer", "content": "Follow the rules."}, _u("Hi")])
     add("empty_conversation", [])
+    # rows transformers refuses before the template runs (a row error, not a failure of the run)
+    add("tools_null", {"messages": [_u("Hi")], "tools": None})
+    add("tools_not_objects", {"messages": [_u("Hi")], "tools": ["get_weather"]})
+    add("message_not_object", [_u("Hi"), "a bare string"])
     add("content_number", [{"role": "user", "content": 42}])
     add("content_float_bool", [{"role": "user", "content": 2.50}, {"role": "assistant", "content": True}, _u("ok")])
     add("content_media_parts", [{"role": "user", "content": [
