@@ -100,11 +100,15 @@ def make_folder(work, name, man, src_path, qwen_json):
 # ---- the reference side (runs in pool workers forked after transformers is imported) ----
 
 def reference_render(job):
-    """(name, folder, rows, flagsets) -> (name, {label: [("ok", text) | ("err", message)]}, seconds)."""
+    """(name, folder, rows, flagsets) -> (name, {label: [("ok", text) | ("err", message)]}, seconds);
+    the results are an error message instead when transformers cannot load the folder."""
     name, d, rows, fsets = job
     from transformers import AutoTokenizer
     t0 = time.time()
-    tok = AutoTokenizer.from_pretrained(d)
+    try:
+        tok = AutoTokenizer.from_pretrained(d)
+    except Exception as e:  # the folder itself: a failure of the check, not a refusal
+        return name, f"AutoTokenizer.from_pretrained({d}): {type(e).__name__}: {e}", time.time() - t0
     out = {}
     for label, gen, kw in fsets:
         res = []
@@ -230,7 +234,7 @@ def describe_first(case, want, got):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__)
+    ap = argparse.ArgumentParser(description="pail's chat templates against transformers' apply_chat_template")
     ap.add_argument("--ctl", help="grpo-ctl to check (required unless --reference-only)")
     ap.add_argument("--reference", default=os.environ.get("PAIL_REFERENCE_DIR", os.path.join(ROOT, "..", "shared", "reference")),
                     help="the reference folder (chat-templates/, tokenizers/qwen3/); default ../shared/reference")
@@ -296,28 +300,50 @@ def main():
     report = {"transformers": transformers.__version__, "jinja2": jinja2.__version__,
               "chat_time": CHAT_TIME.isoformat(), "tz": "UTC", "ctl": a.ctl, "reference_only": a.reference_only,
               "conversations": len(cases), "templates": []}
+    load_errors = {n: ref[n] for n in names if isinstance(ref[n], str)}
+    for n, e in load_errors.items():
+        print(f"FAIL {n}: {e}")
+    names = [n for n in names if n not in load_errors]
+    if a.reference_only:
+        rc = reference_summary(names, ref, meta, case_names, report, t0)
+    else:
+        rc = comparison_summary(names, ref, ref_secs, mine, run_errors, meta, case_names, report, t0)
+    report["load_errors"] = load_errors
+    if a.json:
+        with open(a.json, "w", encoding="utf-8") as f:
+            json.dump(report, f, ensure_ascii=False, indent=1)
+    return 1 if rc or load_errors else 0
+
+
+def template_entry(n, meta, **kw):
+    return dict({k: v for k, v in meta[n].items() if k not in ("folder", "flagsets")},
+                name=n, flagsets=[f[0] for f in meta[n]["flagsets"]], **kw)
+
+
+def reference_summary(names, ref, meta, case_names, report, t0):
+    """--reference-only: what transformers renders and refuses, per template."""
+    import transformers
+    print(f"{'template':<48} {'cases':>5} {'renders':>7} {'refuses':>7}  first refusal")
+    cases = refused = 0
+    for n in names:
+        errs = [(case_names[i], label, r[1]) for label in ref[n] for i, r in enumerate(ref[n][label]) if r[0] == "err"]
+        total = sum(len(v) for v in ref[n].values())
+        first = f"{errs[0][0]}: {errs[0][2][:70]}" if errs else ""
+        print(f"{n:<48} {total:>5} {total - len(errs):>7} {len(errs):>7}  {first}")
+        cases, refused = cases + total, refused + len(errs)
+        report["templates"].append(template_entry(n, meta, cases=total, renders=total - len(errs), refuses=len(errs),
+                                                  refusals=[{"case": c, "flags": fl, "transformers_error": m}
+                                                            for c, fl, m in errs]))
+    print(f"chat templates (transformers {transformers.__version__} alone): {len(names)} templates, "
+          f"{cases} cases, {cases - refused} rendered, {refused} refused ({time.time() - t0:.1f} s)")
+    report["summary"] = {"templates": len(names), "cases": cases, "refused": refused}
+    return 0
+
+
+def comparison_summary(names, ref, ref_secs, mine, run_errors, meta, case_names, report, t0):
+    """One PASS/FAIL row per template, its first difference, the summary line; 1 on any difference."""
     tot = {"templates": len(names), "fully_identical": 0, "cases": 0, "identical": 0, "refused_both": 0,
            "differ": 0, "pail_refuses": 0, "pail_renders": 0}
-    if a.reference_only:
-        print(f"{'template':<48} {'cases':>5} {'renders':>7} {'refuses':>7}  first refusal")
-        for n in names:
-            flat = [r for label in ref[n] for r in ref[n][label]]
-            errs = [(case_names[i % len(rows)], label, r[1]) for label in ref[n] for i, r in enumerate(ref[n][label]) if r[0] == "err"]
-            ok = len(flat) - len(errs)
-            print(f"{n:<48} {len(flat):>5} {ok:>7} {len(errs):>7}  {(errs[0][0] + ': ' + errs[0][2][:70]) if errs else ''}")
-            tot["cases"] += len(flat)
-            report["templates"].append(dict({k: v for k, v in meta[n].items() if k not in ("folder", "flagsets")},
-                                            name=n, flagsets=[f[0] for f in meta[n]["flagsets"]], cases=len(flat),
-                                            renders=ok, refuses=len(errs),
-                                            refusals=[{"case": c, "flags": l, "transformers_error": m} for c, l, m in errs]))
-        refused = sum(t["refuses"] for t in report["templates"])
-        print(f"chat templates (transformers {transformers.__version__} alone): {len(names)} templates, "
-              f"{tot['cases']} cases, {tot['cases'] - refused} rendered, {refused} refused ({time.time() - t0:.1f} s)")
-        report["summary"] = {"templates": len(names), "cases": tot["cases"], "refused": refused}
-        if a.json:
-            with open(a.json, "w", encoding="utf-8") as f:
-                json.dump(report, f, ensure_ascii=False, indent=1)
-        return 0
     print(f"     {'template':<48} {'cases':>5} {'ident':>5} {'refused':>7} {'differ':>6} {'pail-refuses':>12}")
     for n in names:
         counts, tcases, first = compare_template(n, ref[n], mine[n], case_names)
@@ -333,12 +359,11 @@ def main():
         first_lines = describe_first(*first) if first else []
         for line in first_lines:
             print(line)
-        report["templates"].append(dict({k: v for k, v in meta[n].items() if k not in ("folder", "flagsets")},
-                                        name=n, flagsets=[f[0] for f in meta[n]["flagsets"]], counts=counts,
-                                        fully_identical=not bad, pail_run_errors=run_errors.get(n, []),
-                                        reference_seconds=round(ref_secs[n], 2),
-                                        first_difference="\n".join(x.strip() for x in first_lines) or None,
-                                        cases=[c for c in tcases if c["status"] != "identical"]))
+        report["templates"].append(template_entry(n, meta, counts=counts, fully_identical=not bad,
+                                                  pail_run_errors=run_errors.get(n, []),
+                                                  reference_seconds=round(ref_secs[n], 2),
+                                                  first_difference="\n".join(x.strip() for x in first_lines) or None,
+                                                  cases=[c for c in tcases if c["status"] != "identical"]))
     d = tot["differ"] + tot["pail_refuses"] + tot["pail_renders"]
     tot["pail_runs_failed"] = sum(len(v) for v in run_errors.values())
     summary = (f"chat templates: {tot['fully_identical']}/{tot['templates']} templates fully identical, {tot['cases']} cases, "
@@ -350,9 +375,6 @@ def main():
         summary += f"; {tot['pail_runs_failed']} pail runs failed as a whole"
     print(summary + f" [{time.time() - t0:.1f} s]")
     report["summary"] = dict(tot, differ_total=d, line=summary)
-    if a.json:
-        with open(a.json, "w", encoding="utf-8") as f:
-            json.dump(report, f, ensure_ascii=False, indent=1)
     return 1 if d or tot["pail_runs_failed"] else 0
 
 
