@@ -255,7 +255,8 @@ START_TEST(test_parse_errors) {
     parse_fails("{\"messages\": [\"hi\"]}\n", "data/x.jsonl:1: \"messages\"[0] is not an object");
     parse_fails("{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"content\": \"b\"}]}\n",
                 "data/x.jsonl:1: \"messages\"[1] has no string \"role\"");
-    parse_fails("{\"messages\": [{\"role\": \"user\", \"content\": 3}]}\n", "\"messages\"[0] has no string \"content\"");
+    parse_fails("{\"messages\": [{\"role\": \"user\", \"content\": 3}]}\n", "\"messages\"[0] \"content\" is not a string, a list or null");
+    parse_fails("{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"tools\": {}}\n", "\"tools\" is not an array");
     parse_fails("{\"prompt\": \"a\", \"prompt\": \"b\"}\n", "data/x.jsonl:1: bad JSON");  // duplicate key
     parse_fails("{\"prompt\": \"a\"} {\"prompt\": \"b\"}\n", "data/x.jsonl:1: bad JSON");  // two values on a line
     parse_fails("{\"prompt\": \"\xFF\"}\n", "data/x.jsonl:1: bad JSON");                    // invalid UTF-8

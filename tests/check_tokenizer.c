@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/stat.h>
+#include "check_tmp.h"
 #include "core/fsutil.h"
 #include "tokenizer/chat.h"
 #include "tokenizer/tokenizer.h"
@@ -181,77 +183,200 @@ START_TEST(test_utf8_lossy) {
 }
 END_TEST
 
-static void render(const ChatTemplate *t, const ChatMessage *m, int n, bool gen, int think, const char *want) {
-    Buf b = {0};
-    PailErr err = {0};
-    ChatOptions o = {gen, think};
-    ck_assert_msg(chat_render(t, m, n, &o, &b, &err) == 0, "%s", err.msg);
-    ck_assert_msg(b.data && !strcmp((char *)b.data, want), "got:\n%s\nwant:\n%s", b.data ? (char *)b.data : "", want);
-    buf_free(&b);
+// ---- chat: the model's template found where transformers looks, rendered by the interpreter
+
+static void put_file(const char *dir, const char *name, const char *text) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(fputs(text, f) >= 0, 1);
+    fclose(f);
 }
 
+static char *slurp(const char *path) {
+    Buf b = {0};
+    PailErr err = {0};
+    ck_assert_msg(fs_read_file(path, &b, &err) == 0, "%s (run from the repository root)", err.msg);
+    return (char *)b.data;  // the Buf's storage, NUL-terminated
+}
+
+static void render_js(const ChatTemplate *t, const char *msgs_json, const char *tools_json, bool gen, const char *want) {
+    json_t *m = json_loads(msgs_json, 0, NULL), *tl = tools_json ? json_loads(tools_json, 0, NULL) : NULL;
+    ck_assert_ptr_nonnull(m);
+    Buf b = {0};
+    PailErr err = {0};
+    ck_assert_msg(chat_render(t, m, tl, gen, &b, &err) == 0, "%s", err.msg);
+    ck_assert_msg(b.data && !strcmp((char *)b.data, want), "got:\n%s\nwant:\n%s", b.data ? (char *)b.data : "", want);
+    buf_free(&b);
+    json_decref(m);
+    json_decref(tl);
+}
+
+static void load_ok(ChatTemplate *t, const char *dir, const ChatSource *src) {
+    PailErr err = {0};
+    ck_assert_msg(chat_template_load(t, dir, NULL, src, &err) == 0, "%s", err.msg);
+}
+
+// The three templates validation/tokenizer/templates/ holds (checked there against transformers), with
+// the renderings the former fixed renderers were validated to give.
 START_TEST(test_chat) {
-    ChatTemplate q = {.kind = CHAT_QWEN3, .bos_token = ""}, l = {.kind = CHAT_LLAMA3, .bos_token = "<|begin_of_text|>"},
-                 c = {.kind = CHAT_CHATML, .bos_token = ""};
-    ChatMessage m[] = {{"system", "Be brief."}, {"user", "2+2?"}, {"assistant", "<think>\nadd\n</think>\n\n4"}, {"user", " ok "}};
-    render(&q, m, 4, true, -1,
-           "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n4<|im_end|>\n"
-           "<|im_start|>user\n ok <|im_end|>\n<|im_start|>assistant\n");
-    render(&q, m + 1, 2, false, -1,  // an assistant turn after the last query keeps its reasoning
-           "<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n<think>\nadd\n</think>\n\n4<|im_end|>\n");
-    render(&q, m + 1, 1, true, 0, "<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n");
-    render(&l, m, 2, true, -1,
-           "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
-           "<|start_header_id|>user<|end_header_id|>\n\n2+2?<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
-    render(&l, m + 3, 1, true, -1,  // content trimmed
-           "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nok<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
-    render(&c, m + 1, 1, true, -1,
-           "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n");
-    // the templates in validation/ are recognised, a modified one is not
-    const char *names[] = {"qwen3", "llama3", "chatml"};
-    ChatKind kinds[] = {CHAT_QWEN3, CHAT_LLAMA3, CHAT_CHATML};
-    for (int i = 0; i < 3; i++) {
-        char path[256];
-        snprintf(path, sizeof path, "validation/tokenizer/templates/%s.jinja", names[i]);
-        Buf b = {0};
-        PailErr err = {0};
-        ck_assert_msg(fs_read_file(path, &b, &err) == 0, "%s (run from the repository root)", err.msg);
-        ck_assert_int_eq(chat_template_detect((char *)b.data, b.len), kinds[i]);
-        ck_assert_int_eq(chat_template_detect((char *)b.data, b.len - 1), CHAT_NONE);
-        buf_free(&b);
-    }
+    char dir[64];
+    tmp_make(dir, sizeof dir, "chat");
+    const char *conv = "[{\"role\": \"system\", \"content\": \"Be brief.\"}, {\"role\": \"user\", \"content\": \"2+2?\"}, "
+                       "{\"role\": \"assistant\", \"content\": \"<think>\\nadd\\n</think>\\n\\n4\"}, {\"role\": \"user\", \"content\": \" ok \"}]";
+    ChatTemplate t;
+    char *q = slurp("validation/tokenizer/templates/qwen3.jinja");
+    put_file(dir, "chat_template.jinja", q);
+    put_file(dir, "tokenizer_config.json", "{\"eos_token\": \"<|im_end|>\"}");
+    load_ok(&t, dir, NULL);
+    ck_assert_ptr_nonnull(strstr(t.source, "chat_template.jinja"));
+    render_js(&t, conv, NULL, true,
+              "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n4<|im_end|>\n"
+              "<|im_start|>user\n ok <|im_end|>\n<|im_start|>assistant\n");
+    render_js(&t, "[{\"role\": \"user\", \"content\": \"2+2?\"}, {\"role\": \"assistant\", \"content\": \"<think>\\nadd\\n</think>\\n\\n4\"}]",
+              NULL, false, "<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n<think>\nadd\n</think>\n\n4<|im_end|>\n");
+    json_t *f = json_false();
+    PailErr err = {0};
+    ck_assert_int_eq(chat_template_set_var(&t, "enable_thinking", f, &err), 0);
+    render_js(&t, "[{\"role\": \"user\", \"content\": \"2+2?\"}]", NULL, true,
+              "<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n");
+    ck_assert_int_eq(chat_template_set_var(&t, "messages", f, &err), -1);  // transformers sets it itself
+    ck_assert_ptr_nonnull(strstr(err.msg, "'messages'"));
+    json_decref(f);
+    chat_template_free(&t);
+    free(q);
+    // Llama 3 from tokenizer_config.json (no chat_template.jinja): bos from the config, content trimmed
+    char *l = slurp("validation/tokenizer/templates/llama3.jinja");
+    char path[128];
+    snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
+    unlink(path);
+    json_t *cfg = json_pack("{s:s, s:{s:s}}", "chat_template", l, "bos_token", "content", "<|begin_of_text|>");
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    ck_assert_int_eq(json_dump_file(cfg, path, 0), 0);
+    json_decref(cfg);
+    load_ok(&t, dir, NULL);
+    ck_assert_ptr_nonnull(strstr(t.source, "tokenizer_config.json"));
+    render_js(&t, "[{\"role\": \"system\", \"content\": \"Be brief.\"}, {\"role\": \"user\", \"content\": \"2+2?\"}]", NULL, true,
+              "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
+              "<|start_header_id|>user<|end_header_id|>\n\n2+2?<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
+    render_js(&t, "[{\"role\": \"user\", \"content\": \" ok \"}]", NULL, true,
+              "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nok<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
+    chat_template_free(&t);
+    free(l);
+    // --chat-template FILE wins over the model's; ChatML's default system message
+    snprintf(path, sizeof path, "%s/other.jinja", dir);
+    char *c = slurp("validation/tokenizer/templates/chatml.jinja");
+    put_file(dir, "other.jinja", c);
+    put_file(dir, "chat_template.jinja", "never used");
+    ChatSource src = {.template_file = path};
+    load_ok(&t, dir, &src);
+    render_js(&t, "[{\"role\": \"user\", \"content\": \"2+2?\"}]", NULL, true,
+              "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n");
+    chat_template_free(&t);
+    free(c);
+    tmp_remove(dir);
 }
 END_TEST
 
-START_TEST(test_chat_limits) {
+// What the template sees: special tokens as the config sets them (unset ones undefined), kwargs,
+// messages with null keys dropped and reasoning aliased, tools/documents None, named templates.
+START_TEST(test_chat_inputs) {
+    char dir[64];
+    tmp_make(dir, sizeof dir, "chat");
+    put_file(dir, "tokenizer_config.json",
+             "{\"bos_token\": null, \"eos_token\": {\"content\": \"</s>\", \"special\": true}, \"pad_token\": \"<pad>\","
+             " \"added_tokens_decoder\": {}}");
+    put_file(dir, "special_tokens_map.json", "{\"bos_token\": \"<ignored>\"}");  // read only without added_tokens_decoder
+    put_file(dir, "chat_template.jinja",
+             "{{ bos_token is defined }}|{{ eos_token }}|{{ pad_token }}|{{ unk_token is defined }}|{{ tools }}|{{ documents }}|"
+             "{{ add_generation_prompt }}|{{ greeting }}|{% for m in messages %}{{ m | tojson }}{% endfor %}\n");
+    ChatTemplate t;
+    ChatSource src = {.kwargs_json = "{\"greeting\": \"hé\", \"eos_token\": \"<kw>\"}"};
+    load_ok(&t, dir, &src);
+    render_js(&t, "[{\"role\": \"assistant\", \"content\": null, \"reasoning\": \"r\", \"x\": [1, 2.5]}]", NULL, false,
+              "False|<kw>|<pad>|False|None|None|False|hé|"
+              "{\"thinking\": \"r\", \"role\": \"assistant\", \"reasoning\": \"r\", \"x\": [1, 2.5], \"reasoning_content\": \"r\"}");
+    chat_template_free(&t);
+    // named templates in tokenizer_config.json: "default", or "tool_use" for rows with tools, or by name
+    char path[128];
+    snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
+    ck_assert_int_eq(unlink(path), 0);
+    put_file(dir, "tokenizer_config.json",
+             "{\"chat_template\": [{\"name\": \"default\", \"template\": \"D{{ messages | length }}\"},"
+             " {\"name\": \"tool_use\", \"template\": \"T{{ tools | length }}\"}, {\"name\": \"rag\", \"template\": \"R\"}]}");
+    load_ok(&t, dir, NULL);
+    render_js(&t, "[{\"role\": \"user\", \"content\": \"a\"}]", NULL, true, "D1");
+    render_js(&t, "[{\"role\": \"user\", \"content\": \"a\"}]", "[{\"type\": \"function\"}]", true, "T1");
+    chat_template_free(&t);
+    ChatSource named = {.template_name = "rag"};
+    load_ok(&t, dir, &named);
+    render_js(&t, "[{\"role\": \"user\", \"content\": \"a\"}]", "[{\"type\": \"function\"}]", true, "R");
+    chat_template_free(&t);
+    // additional_chat_templates/ beside chat_template.jinja replace the config's list
+    snprintf(path, sizeof path, "%s/additional_chat_templates", dir);
+    ck_assert_int_eq(mkdir(path, 0755), 0);
+    put_file(path, "tool_use.jinja", "FT");
+    put_file(dir, "chat_template.jinja", "FD");
+    load_ok(&t, dir, NULL);
+    render_js(&t, "[{\"role\": \"user\", \"content\": \"a\"}]", NULL, true, "FD");
+    render_js(&t, "[{\"role\": \"user\", \"content\": \"a\"}]", "[]", true, "FT");
+    chat_template_free(&t);
+    tmp_remove(dir);
+}
+END_TEST
+
+static void load_fails(const char *dir, const ChatSource *src, const char *needle) {
     ChatTemplate t;
     PailErr err = {0};
-    ck_assert_int_eq(chat_template_load(&t, NULL, "no placeholder", &err), -1);
-    ck_assert_ptr_nonnull(strstr(err.msg, "{prompt}"));
-    ck_assert_int_eq(chat_template_load(&t, NULL, "Q: {prompt}\nA: {prompt}", &err), 0);
-    ChatMessage one = {"user", "x"}, two[] = {{"system", "s"}, {"user", "x"}};
-    render(&t, &one, 1, true, -1, "Q: x\nA: x");
+    ck_assert_int_eq(chat_template_load(&t, dir, NULL, src, &err), -1);
+    ck_assert_msg(strstr(err.msg, needle), "error '%s' lacks '%s'", err.msg, needle);
+}
+
+static void render_fails(const ChatTemplate *t, const char *msgs_json, const char *needle) {
+    json_t *m = json_loads(msgs_json, 0, NULL);
     Buf b = {0};
-    ChatOptions o = {true, -1};
-    ck_assert_int_eq(chat_render(&t, two, 2, &o, &b, &err), -1);
-    chat_template_free(&t);
-    char path[] = "/tmp/pail-check-tok-XXXXXX";
-    int fd = mkstemp(path);
-    ck_assert(fd >= 0);
-    ck_assert(write(fd, "{\"chat_template\": \"{{ x }}\"}", 28) == 28);
-    close(fd);
-    ck_assert_int_eq(chat_template_load(&t, path, NULL, &err), -1);
-    ck_assert_ptr_nonnull(strstr(err.msg, "--prompt-format"));
-    unlink(path);
-    ChatTemplate q = {.kind = CHAT_QWEN3};
-    ck_assert_int_eq(chat_render(&q, NULL, 0, &o, &b, &err), -1);
-    json_t *bad = json_loads("[{\"role\": \"user\"}]", 0, NULL);
-    ChatMessage *msgs;
-    int n;
-    ck_assert_int_eq(chat_messages_from_json(bad, &msgs, &n, &err), -1);
-    ck_assert_ptr_nonnull(strstr(err.msg, "messages[0]"));
-    json_decref(bad);
+    buf_append(&b, "kept", 4);
+    PailErr err = {0};
+    ck_assert_int_eq(chat_render(t, m, NULL, true, &b, &err), -1);
+    ck_assert_msg(strstr(err.msg, needle), "error '%s' lacks '%s'", err.msg, needle);
+    ck_assert_msg(b.len == 4 && !memcmp(b.data, "kept", 4), "a failed render changed the output");
     buf_free(&b);
+    json_decref(m);
+}
+
+START_TEST(test_chat_limits) {
+    char dir[64];
+    tmp_make(dir, sizeof dir, "chat");
+    ChatSource plain_bad = {.prompt_format = "no placeholder"}, plain = {.prompt_format = "Q: {prompt}\nA: {prompt}"};
+    load_fails(dir, &plain_bad, "{prompt}");
+    ChatTemplate t;
+    load_ok(&t, dir, &plain);
+    render_js(&t, "[{\"role\": \"user\", \"content\": \"x\"}]", NULL, true, "Q: x\nA: x");
+    render_fails(&t, "[{\"role\": \"system\", \"content\": \"s\"}, {\"role\": \"user\", \"content\": \"x\"}]", "exactly one user message");
+    chat_template_free(&t);
+    load_fails(dir, NULL, "no chat template");  // nothing in the folder
+    put_file(dir, "tokenizer_config.json", "{\"chat_template\": [{\"name\": \"a\", \"template\": \"x\"}]}");
+    load_fails(dir, NULL, "none named \"default\" (there are: a)");
+    ChatSource named = {.template_name = "b"};
+    load_fails(dir, &named, "no chat template named \"b\" (there are: a)");
+    put_file(dir, "tokenizer_config.json", "{\"chat_template\": 3}");
+    load_fails(dir, NULL, "neither a string nor a list");
+    put_file(dir, "tokenizer_config.json", "{\"chat_template\": \"{% for m in messages %}{{ m.content }}\"}");
+    load_fails(dir, NULL, "tokenizer_config.json (chat_template):1:");  // where it fails to parse
+    put_file(dir, "tokenizer_config.json", "not json");
+    load_fails(dir, NULL, "cannot read as a JSON object");
+    put_file(dir, "tokenizer_config.json",
+             "{\"chat_template\": \"{% if messages[0].role != 'user' %}{{ raise_exception('user first') }}{% endif %}ok\"}");
+    ChatSource badkw = {.kwargs_json = "[1]"}, reserved = {.kwargs_json = "{\"tools\": 1}"};
+    load_fails(dir, &badkw, "--chat-template-kwargs: not a JSON object");
+    load_fails(dir, &reserved, "'tools' is set by pail itself");
+    load_ok(&t, dir, NULL);
+    render_fails(&t, "[{\"role\": \"system\", \"content\": \"s\"}]", "user first");
+    render_fails(&t, "[]", "the conversation is empty");
+    render_fails(&t, "[\"hi\"]", "messages[0]: not a JSON object");
+    chat_template_free(&t);
+    tmp_remove(dir);
 }
 END_TEST
 
@@ -393,6 +518,7 @@ int main(void) {
     tcase_add_test(core, test_added_tokens);
     tcase_add_test(core, test_decode);
     tcase_add_test(core, test_chat);
+    tcase_add_test(core, test_chat_inputs);
     tcase_add_test(core, test_reference_files);
     tcase_add_test(core, test_threads);
     tcase_add_test(limits, test_utf8_lossy);

@@ -20,12 +20,12 @@ int main(int argc, char **argv) {
     threads_policy_apply(argv);  // first: it may start this program again (core/threads.h)
     log_init("grpo-rollout", LOG_INFO);
     char *device = NULL, *max_memory = NULL, *dtype = NULL, *config = NULL, *model = NULL, *run = NULL, *worker = NULL, *dataset = NULL, *answer_field = NULL,
-         *marker = NULL, *regex = NULL, *cmd = NULL, *prompt_format = NULL, *eval_dataset = NULL,
+         *marker = NULL, *regex = NULL, *cmd = NULL, *prompt_format = NULL, *eval_dataset = NULL, *chat_file = NULL, *chat_name = NULL, *chat_kwargs = NULL,
          *max_ahead_s = NULL;
     long G, batch, max_new, max_prompt, top_k, seed, max_shards, gps, windex, nworkers, length_target,
         eval_every, eval_samples;
     double temperature, top_p, reward_timeout, wait_timeout;
-    bool chat, eval, strict_dtype;
+    bool chat, eval, strict_dtype, gen_defaults;
     StoreCliFlags sf = {0};
     FlagList rewards = {0}, stops = {0};
     Flag fl[] = {
@@ -42,6 +42,8 @@ int main(int argc, char **argv) {
         {"temperature", FLAG_DOUBLE, &temperature, "1.0", 0, 100, "sampling temperature (0: greedy)"},
         {"top-p", FLAG_DOUBLE, &top_p, "1.0", 0, 1, "nucleus sampling (1: off; see doc/rollout.md on the bias)"},
         {"top-k", FLAG_INT, &top_k, "0", 0, 1 << 24, "top-k sampling (0: off)"},
+        {"generation-defaults", FLAG_BOOL, &gen_defaults, "false", 1, 0,
+         "take temperature, top_p and top_k from the model's generation_config.json (flags given on the command line win)"},
         {"stop", FLAG_LIST, &stops, NULL, 1, 0, "stop string (besides the model's EOS)"},
         {"reward", FLAG_LIST, &rewards, "exact_answer", 1, 0, "NAME[:WEIGHT]: exact_answer, format, length, cmd"},
         {"answer-field", FLAG_STRING, &answer_field, "answer", 1, 0, "dataset field with the reference answer"},
@@ -51,7 +53,7 @@ int main(int argc, char **argv) {
         {"reward-cmd", FLAG_STRING, &cmd, NULL, 1, 0, "cmd: external reward program (JSON lines in, numbers out)"},
         {"reward-timeout", FLAG_DOUBLE, &reward_timeout, "30", 0.01, 86400, "cmd: seconds per batch"},
         {"chat", FLAG_BOOL, &chat, "false", 1, 0, "render {\"prompt\"} rows as a user message with the chat template"},
-        {"prompt-format", FLAG_STRING, &prompt_format, NULL, 1, 0, "plain template with {prompt}, for unknown chat templates"},
+        CHAT_CLI_FLAGS(&chat_file, &chat_name, &chat_kwargs, &prompt_format),
         {"seed", FLAG_INT, &seed, "0", 0, 9007199254740991L, "sampling seed (per prompt and sample)"},
         {"max-shards", FLAG_INT, &max_shards, "0", 0, 100000000, "stop after N shards (0: until stopped)"},
         {"max-ahead", FLAG_STRING, &max_ahead_s, "auto", 1, 0, "pacing. auto: pause while the groups waiting unused in the trainer's window, this shard's and one shard per other active worker exceed (max_staleness + 1) x groups_per_step (trainer/progress.json), so none waits until it is too stale; N: pause while more than N shards wait unused in the window; 0: never pause (never below one step's worth; doc/rollout.md)"},
@@ -108,7 +110,8 @@ int main(int argc, char **argv) {
         return rc;
     }
     RolloutConfig c = {
-        .model_dir = model, .run_url = run, .dataset = dataset, .worker_id = worker, .prompt_format = prompt_format,
+        .model_dir = model, .run_url = run, .dataset = dataset, .worker_id = worker,
+        .chat_source = {.template_file = chat_file, .template_name = chat_name, .kwargs_json = chat_kwargs, .prompt_format = prompt_format},
         .store = store_cli_options(&sf),
         .rewards = {.specs = (const char *const *)rewards.items, .nspecs = rewards.n, .answer_field = answer_field,
                     .answer_marker = marker, .format_regex = regex, .length_target = length_target, .cmd = cmd,
@@ -120,6 +123,18 @@ int main(int argc, char **argv) {
         .stop_strings = (const char *const *)stops.items, .n_stop_strings = stops.n, .wait_timeout = wait_timeout,
         .eval = eval, .eval_dataset = eval_dataset, .eval_every = eval_every, .eval_samples = eval_samples,
         .backend = be, .max_memory = max_mem, .weights_dtype = want_dtype, .strict_dtype = strict_dtype};
+    if (gen_defaults) {
+        unsigned keep = (flags_given(argc, argv, "temperature") ? SAMPLER_KEEP_TEMPERATURE : 0) |
+                        (flags_given(argc, argv, "top-p") ? SAMPLER_KEEP_TOP_P : 0) |
+                        (flags_given(argc, argv, "top-k") ? SAMPLER_KEEP_TOP_K : 0);
+        char took[256];
+        if (sampler_generation_defaults(&c.sampler, model, keep, took, &err) < 0) {
+            fprintf(stderr, "grpo-rollout: --generation-defaults: %s\n", err.msg);
+            flags_free(fl, n);
+            return 1;
+        }
+        log_info("--generation-defaults: %s", took);
+    }
     fprintf(stderr, "grpo-rollout: effective configuration\n");
     flags_print(stderr, fl, n);
     struct sigaction sa = {.sa_handler = on_signal};

@@ -53,7 +53,7 @@ int main(int argc, char **argv) {
     log_init("grpo-train", LOG_INFO);
     char *config = NULL, *model = NULL, *run = NULL, *replay = NULL, *sft = NULL, *init_adapter = NULL,
          *targets = NULL, *scale = NULL, *ratio = NULL, *loss = NULL, *schedule = NULL, *dump_grads = NULL,
-         *metrics = NULL, *out = NULL, *prompt_format = NULL, *run_id = NULL, *task = NULL, *device = NULL,
+         *metrics = NULL, *out = NULL, *prompt_format = NULL, *chat_file = NULL, *chat_name = NULL, *chat_kwargs = NULL, *run_id = NULL, *task = NULL, *device = NULL,
          *max_memory = NULL, *dtype = NULL;
     long rank, steps, gps, G, stale, budget, publish_every, keep, warmup, seed, resume_from;
     double alpha, lr, eps_low, eps_high, tis, beta, b1, b2, aeps, wd, clip, min_lr, rollout_timeout;
@@ -106,7 +106,7 @@ int main(int argc, char **argv) {
         {"full", FLAG_BOOL, &full, "false", 1, 0, "with --sft: train every weight and write a checkpoint folder to --out"},
         {"out", FLAG_STRING, &out, NULL, 1, 0, "with --sft: the adapter file (.h5) or, with --full, the checkpoint folder"},
         {"chat", FLAG_BOOL, &chat, "false", 1, 0, "with --sft: render prompts as a user message with the chat template"},
-        {"prompt-format", FLAG_STRING, &prompt_format, NULL, 1, 0, "with --sft: plain template with {prompt}"},
+        CHAT_CLI_FLAGS(&chat_file, &chat_name, &chat_kwargs, &prompt_format),  // with --sft
         {"log-every", FLAG_INT, &log_every, "10", 1, 1000000, "with --sft: log the loss every N steps"},
         {"sft-valid", FLAG_STRING, &valid, NULL, 1, 0, "with --sft: validation rows; greedy exact-match accuracy every --valid-every steps"},
         {"valid-every", FLAG_INT, &valid_every, "50", 1, 1000000, "with --sft-valid: steps between validations"},
@@ -195,7 +195,8 @@ int main(int argc, char **argv) {
     sigaction(SIGUSR1, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
     if (sft) {
-        SftConfig s = {.model_dir = model, .data_path = sft, .out = out, .prompt_format = prompt_format, .full = full,
+        SftConfig s = {.model_dir = model, .data_path = sft, .out = out, .full = full,
+                       .chat_source = {.template_file = chat_file, .template_name = chat_name, .kwargs_json = chat_kwargs, .prompt_format = prompt_format},
                        .chat = chat, .lora_rank = (int)rank, .lora_alpha = alpha, .lora_targets = c.lora_targets,
                        .rslora = rslora, .lr = lr, .beta1 = b1, .beta2 = b2, .adam_eps = aeps, .weight_decay = wd,
                        .max_grad_norm = clip, .min_lr_ratio = min_lr, .schedule = c.schedule,

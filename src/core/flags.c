@@ -298,3 +298,13 @@ int flags_cli(const char *prog, const char *usage_line, const char *about, const
     }
     return -1;
 }
+
+bool flags_given(int argc, char **argv, const char *name) {
+    size_t n = strlen(name);
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--")) break;
+        if (a[0] == '-' && a[1] == '-' && !strncmp(a + 2, name, n) && (a[2 + n] == 0 || a[2 + n] == '=')) return true;
+    }
+    return false;
+}

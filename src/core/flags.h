@@ -40,6 +40,8 @@ int flags_cli(const char *prog, const char *usage_line, const char *about, const
               int argc, char **argv, char ***positional, int *npos);
 // "name = value" for every flag: the effective configuration, for logs.
 void flags_print(FILE *out, const Flag *fl, int n);
+// Whether argv (before any "--") gives --name (as --name, --name=V or --name V).
+bool flags_given(int argc, char **argv, const char *name);
 void flags_free(const Flag *fl, int n);
 // Parses a whole decimal integer / float with range check; -1 on bad text.
 int parse_long(const char *s, long min, long max, long *out);

@@ -8,7 +8,7 @@
 
 int ctl_eval(int argc, char **argv) {
     char *model = NULL, *adapter = NULL, *dataset = NULL, *out = NULL, *marker = NULL, *regex = NULL,
-         *prompt_format = NULL;
+         *prompt_format = NULL, *chat_file = NULL, *chat_name = NULL, *chat_kwargs = NULL;
     long max_new, batch, samples, max_prompt, seed;
     double temperature;
     bool chat;
@@ -27,7 +27,7 @@ int ctl_eval(int argc, char **argv) {
         {"max-prompt-tokens", FLAG_INT, &max_prompt, "1024", 1, 1 << 20, "longest prompt accepted (longer rows are skipped and counted)"},
         {"batch-size", FLAG_INT, &batch, "64", 1, 4096, "sequences decoded together"},
         {"chat", FLAG_BOOL, &chat, "false", 1, 0, "render {\"prompt\"} rows with the chat template"},
-        {"prompt-format", FLAG_STRING, &prompt_format, NULL, 1, 0, "plain template with {prompt}"},
+        CHAT_CLI_FLAGS(&chat_file, &chat_name, &chat_kwargs, &prompt_format),
         {"seed", FLAG_INT, &seed, "0", 0, 9007199254740991L, "sampling seed for pass@k"},
         {"out", FLAG_STRING, &out, NULL, 1, 0, "also write the JSON result to this file"},
         DEVICE_CLI_FLAG(&device),
@@ -52,7 +52,8 @@ int ctl_eval(int argc, char **argv) {
         (rc = device_open_cli("grpo-ctl eval", device, false, &be)) != 0)
         goto done;
     RolloutConfig c = {.model_dir = model, .eval = true, .eval_dataset = dataset, .eval_samples = samples,
-                       .eval_once = true, .eval_adapter = adapter, .eval_out = out, .prompt_format = prompt_format,
+                       .eval_once = true, .eval_adapter = adapter, .eval_out = out,
+                       .chat_source = {.template_file = chat_file, .template_name = chat_name, .kwargs_json = chat_kwargs, .prompt_format = prompt_format},
                        .chat = chat, .max_new_tokens = (int)max_new, .max_prompt_tokens = (int)max_prompt,
                        .batch_size = (int)batch, .group_size = 1, .seed = seed,
                        .sampler = {.temperature = temperature, .top_p = 1, .top_k = 0},

@@ -1,7 +1,9 @@
 // grpo-ctl tokenize / detokenize: the tokenizer from the command line, one text or whole
 // JSON-lines files (datasets, the oracle comparison in validation/tokenizer/), and chat
 // rendering of conversations through the model's template.
+#define _GNU_SOURCE  // strptime
 #include <jansson.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,8 +63,7 @@ static int jsonl_each(const char *path, LineFn fn, void *ctx, PailErr *err) {
 typedef struct {
     Tokenizer *tok;
     ChatTemplate chat;
-    ChatOptions opt;
-    bool print_text, skip_special;
+    bool gen_prompt, print_text, skip_special, keep_going;
     TokenIds ids;
     Buf line, text;
 } Ctx;
@@ -76,15 +77,27 @@ static int line_encode(json_t *v, size_t lineno, void *p, PailErr *err) {
     return ids_print(stdout, &c->ids, &c->line) < 0 ? err_set(err, PAIL_ERR_IO, "stdout: write failed") : 0;
 }
 
+// A row: a JSON array of messages, or {"messages": [...], "tools": [...]}.
 static int line_chat(json_t *v, size_t lineno, void *p, PailErr *err) {
     (void)lineno;
     Ctx *c = p;
-    ChatMessage *msgs;
-    int n;
-    if (chat_messages_from_json(v, &msgs, &n, err) < 0) return -1;
+    json_t *msgs = v, *tools = NULL;
+    if (json_is_object(v)) {
+        msgs = json_object_get(v, "messages");
+        tools = json_object_get(v, "tools");
+    }
     buf_reset(&c->text);
-    int rc = chat_render(&c->chat, msgs, n, &c->opt, &c->text, err);
-    free(msgs);
+    int rc = json_is_array(msgs) ? chat_render(&c->chat, msgs, tools, c->gen_prompt, &c->text, err)
+                                 : err_set(err, PAIL_ERR_INVALID, "expected a JSON array of messages or {\"messages\": [...]}");
+    if (rc < 0 && c->keep_going) {  // one line for the failed row; the run goes on
+        json_t *e = json_pack("{s:s}", "error", err->msg);
+        char *txt = e ? json_dumps(e, JSON_ENSURE_ASCII) : NULL;
+        rc = txt && printf("%s\n", txt) >= 0 ? 0 : err_set(err, PAIL_ERR_IO, "stdout: write failed");
+        free(txt);
+        json_decref(e);
+        err_clear(err);
+        return rc;
+    }
     if (rc < 0) return -1;
     if (c->print_text)
         return json_string_print(stdout, (const char *)c->text.data, c->text.len) < 0 ? err_set(err, PAIL_ERR_IO, "stdout: write failed") : 0;
@@ -130,22 +143,55 @@ static int fail(const char *prog, const PailErr *err, Ctx *c) {
     return 1;
 }
 
+// --chat-time: "YYYY-MM-DDTHH:MM:SS" in local time (as Python's datetime.now() gives it), or @SECONDS.
+static int chat_time_parse(const char *s, int64_t *out) {
+    if (s[0] == '@') {
+        char *end;
+        long long v = strtoll(s + 1, &end, 10);
+        if (end == s + 1 || *end) return -1;
+        *out = v;
+        return 0;
+    }
+    struct tm tm = {0};
+    const char *end = strptime(s, "%Y-%m-%dT%H:%M:%S", &tm);
+    if (!end || *end) return -1;
+    tm.tm_isdst = -1;
+    time_t t = mktime(&tm);
+    if (t == (time_t)-1) return -1;
+    *out = (int64_t)t;
+    return 0;
+}
+
+static char *dir_of(const char *path) {
+    const char *slash = strrchr(path, '/');
+    return slash ? strndup(path, (size_t)(slash - path)) : strdup(".");
+}
+
 int ctl_tokenize(int argc, char **argv) {
     char *tokenizer = NULL, *text = NULL, *file = NULL, *jsonl = NULL, *chat_jsonl = NULL, *config = NULL,
-         *prompt_format = NULL, *thinking = NULL;
-    bool gen = true, print_text = false;
+         *prompt_format = NULL, *thinking = NULL, *chat_file = NULL, *chat_name = NULL, *chat_kwargs = NULL,
+         *chat_time = NULL;
+    bool gen = true, print_text = false, keep_going = false;
     Flag fl[] = {
-        {"tokenizer", FLAG_STRING, &tokenizer, NULL, 1, 0, "tokenizer.json (required)"},
+        {"tokenizer", FLAG_STRING, &tokenizer, NULL, 1, 0, "tokenizer.json (required but with --chat-jsonl --print-text)"},
         {"text", FLAG_STRING, &text, NULL, 1, 0, "encode this text"},
         {"file", FLAG_STRING, &file, NULL, 1, 0, "encode the contents of this file"},
         {"jsonl", FLAG_STRING, &jsonl, NULL, 1, 0, "each line a JSON string; prints one JSON array of ids per line (- = stdin)"},
         {"chat-jsonl", FLAG_STRING, &chat_jsonl, NULL, 1, 0,
-         "each line a JSON array of {role, content}: rendered with the chat template, then encoded"},
-        {"tokenizer-config", FLAG_STRING, &config, NULL, 1, 0, "tokenizer_config.json with chat_template (default: beside --tokenizer)"},
-        {"prompt-format", FLAG_STRING, &prompt_format, NULL, 1, 0, "plain format with {prompt} instead of the chat template"},
+         "each line a JSON array of messages, or {\"messages\": [...], \"tools\": [...]}: rendered with the chat template, "
+         "then encoded"},
+        {"tokenizer-config", FLAG_STRING, &config, NULL, 1, 0,
+         "tokenizer_config.json (special tokens, chat_template; default: beside --tokenizer); chat_template.jinja is "
+         "looked for beside it"},
+        CHAT_CLI_FLAGS(&chat_file, &chat_name, &chat_kwargs, &prompt_format),
         {"generation-prompt", FLAG_BOOL, &gen, "true", 1, 0, "chat: add_generation_prompt"},
-        {"thinking", FLAG_STRING, &thinking, "default", 1, 0, "chat: enable_thinking: default (undefined), true or false"},
+        {"thinking", FLAG_STRING, &thinking, "default", 1, 0,
+         "chat: enable_thinking: default (undefined), true or false (a --chat-template-kwargs shorthand)"},
+        {"chat-time", FLAG_STRING, &chat_time, NULL, 1, 0,
+         "chat: the clock strftime_now reads, YYYY-MM-DDTHH:MM:SS local time or @UNIX_SECONDS (default: now)"},
         {"print-text", FLAG_BOOL, &print_text, "false", 1, 0, "chat: print the rendered text (a JSON string) instead of ids"},
+        {"keep-going", FLAG_BOOL, &keep_going, "false", 1, 0,
+         "chat: a row that fails to render prints {\"error\": \"...\"} and the rest go on"},
     };
     const int n = sizeof fl / sizeof fl[0];
     const char *usage = "grpo-ctl tokenize --tokenizer FILE (--text STR | --file F | --jsonl F | --chat-jsonl F)";
@@ -154,28 +200,41 @@ int ctl_tokenize(int argc, char **argv) {
     Ctx c = {0};
     PailErr err = {0};
     int inputs = !!text + !!file + !!jsonl + !!chat_jsonl;
-    if (!tokenizer || inputs != 1) {
-        fprintf(stderr, "%s: give --tokenizer and exactly one of --text, --file, --jsonl, --chat-jsonl\nusage: %s\n", argv[0], usage);
+    bool need_tok = !(chat_jsonl && print_text);
+    if ((need_tok && !tokenizer) || inputs != 1 || (!tokenizer && !config)) {
+        fprintf(stderr, "%s: give --tokenizer (or, for --chat-jsonl --print-text, --tokenizer-config) and exactly one of "
+                "--text, --file, --jsonl, --chat-jsonl\nusage: %s\n", argv[0], usage);
         flags_free(fl, n);
         return 2;
     }
+    int64_t now = INT64_MIN;
     if (strcmp(thinking, "default") && strcmp(thinking, "true") && strcmp(thinking, "false")) {
         fprintf(stderr, "%s: --thinking '%s': use default, true or false\n", argv[0], thinking);
         flags_free(fl, n);
         return 2;
     }
-    c.opt.add_generation_prompt = gen;
-    c.opt.enable_thinking = !strcmp(thinking, "default") ? -1 : !strcmp(thinking, "true");
+    if (chat_time && chat_time_parse(chat_time, &now) < 0) {
+        fprintf(stderr, "%s: --chat-time '%s': use YYYY-MM-DDTHH:MM:SS (local time) or @UNIX_SECONDS\n", argv[0], chat_time);
+        flags_free(fl, n);
+        return 2;
+    }
+    c.gen_prompt = gen;
     c.print_text = print_text;
-    if (tokenizer_load(&c.tok, tokenizer, &err) < 0) { flags_free(fl, n); return fail(argv[0], &err, &c); }
+    c.keep_going = keep_going;
+    if (tokenizer && tokenizer_load(&c.tok, tokenizer, &err) < 0) { flags_free(fl, n); return fail(argv[0], &err, &c); }
     if (chat_jsonl) {
-        char cfg[4096];
-        if (config) snprintf(cfg, sizeof cfg, "%s", config);
-        else {
-            const char *slash = strrchr(tokenizer, '/');
-            snprintf(cfg, sizeof cfg, "%.*stokenizer_config.json", slash ? (int)(slash - tokenizer + 1) : 0, tokenizer);
+        char *dir = dir_of(config ? config : tokenizer);
+        ChatSource src = {.template_file = chat_file, .template_name = chat_name, .kwargs_json = chat_kwargs,
+                          .prompt_format = prompt_format};
+        rc = dir ? chat_template_load(&c.chat, dir, config, &src, &err) : err_set(&err, PAIL_ERR_NOMEM, "out of memory");
+        free(dir);
+        if (rc == 0 && strcmp(thinking, "default")) {
+            json_t *b = json_boolean(!strcmp(thinking, "true"));
+            rc = chat_template_set_var(&c.chat, "enable_thinking", b, &err);
+            json_decref(b);
         }
-        if (chat_template_load(&c.chat, cfg, prompt_format, &err) < 0) { flags_free(fl, n); return fail(argv[0], &err, &c); }
+        if (rc < 0) { flags_free(fl, n); return fail(argv[0], &err, &c); }
+        c.chat.now = now;
         rc = jsonl_each(chat_jsonl, line_chat, &c, &err);
     } else if (jsonl) {
         rc = jsonl_each(jsonl, line_encode, &c, &err);

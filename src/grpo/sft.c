@@ -72,12 +72,8 @@ static int load_examples(const SftConfig *c, Tokenizer *tok, const ChatTemplate 
             } else {
                 json_t *head = json_array();
                 for (size_t k = 0; k + 1 < json_array_size(msgs); k++) json_array_append(head, json_array_get(msgs, k));
-                ChatMessage *m = NULL;
-                int nm = 0;
-                ChatOptions o = {.add_generation_prompt = true, .enable_thinking = -1};
-                if (chat_messages_from_json(head, &m, &nm, err) < 0 || chat_render(chat, m, nm, &o, &ptext, err) < 0)
+                if (chat_render(chat, head, json_object_get(j, "tools"), true, &ptext, err) < 0)
                     rc = err_wrap(err, "%s:%d", c->data_path, lineno);
-                free(m);
                 json_decref(head);
             }
         } else {
@@ -87,9 +83,7 @@ static int load_examples(const SftConfig *c, Tokenizer *tok, const ChatTemplate 
                 rc = err_set(err, PAIL_ERR_INVALID, "%s:%d: expected {\"prompt\": str, \"completion\": str} or "
                              "{\"messages\": [...]}", c->data_path, lineno);
             } else if (c->chat && have_chat) {
-                ChatMessage m = {.role = "user", .content = p};
-                ChatOptions o = {.add_generation_prompt = true, .enable_thinking = -1};
-                if (chat_render(chat, &m, 1, &o, &ptext, err) < 0) rc = err_wrap(err, "%s:%d", c->data_path, lineno);
+                if (chat_render_prompt(chat, p, true, &ptext, err) < 0) rc = err_wrap(err, "%s:%d", c->data_path, lineno);
             } else if (buf_append(&ptext, p, strlen(p)) < 0) {
                 rc = err_set(err, PAIL_ERR_NOMEM, "%s:%d: out of memory", c->data_path, lineno);
             }
@@ -226,11 +220,14 @@ int sft_run(const SftConfig *c, volatile sig_atomic_t *stop, PailErr *err) {
     Transformer *vtf = NULL;
     Generator *vgen = NULL;
     if (tokenizer_load(&tok, path, err) < 0) goto out;
-    snprintf(path, sizeof path, "%s/tokenizer_config.json", c->model_dir);
-    if (c->prompt_format || access(path, R_OK) == 0) {
-        PailErr cerr = {0};
-        have_chat = chat_template_load(&chat, path, c->prompt_format, &cerr) == 0;
+    const ChatSource *cs = &c->chat_source;
+    PailErr cerr = {0};
+    have_chat = chat_template_load(&chat, c->model_dir, NULL, cs, &cerr) == 0;
+    if (!have_chat && (c->chat || cs->template_file || cs->template_name || cs->kwargs_json || cs->prompt_format)) {
+        *err = cerr;
+        goto out;
     }
+    if (have_chat) log_info("chat template: %s (sha256 %.16s)", chat.source, chat.sha256);
     int32_t eos = w.cfg.n_eos > 0 ? w.cfg.eos_token_ids[0] : tokenizer_eos_id(tok);
     if (load_examples(c, tok, &chat, have_chat, eos, &ex, &nex, err) < 0) goto out;
     if (c->valid_path) {

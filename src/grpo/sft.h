@@ -9,10 +9,11 @@
 #include <stdbool.h>
 #include "core/err.h"
 #include "grpo/schedule.h"
+#include "tokenizer/chat.h"
 
 typedef struct {
     const char *model_dir, *data_path, *out;  // out: adapter .h5 (LoRA) or checkpoint folder (full)
-    const char *prompt_format;
+    ChatSource chat_source;  // --chat-template, --chat-template-name, --chat-template-kwargs, --prompt-format
     bool full, chat;
     int lora_rank;
     double lora_alpha;

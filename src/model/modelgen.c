@@ -197,7 +197,8 @@ int model_weights_save(const ModelWeights *wp, const char *dir, const ModelGenOp
     if (opt->tokenizer_dir) {
         if (copy_file(opt->tokenizer_dir, dir, "tokenizer.json", true, err) < 0 ||
             copy_file(opt->tokenizer_dir, dir, "tokenizer_config.json", true, err) < 0 ||
-            copy_file(opt->tokenizer_dir, dir, "special_tokens_map.json", false, err) < 0)
+            copy_file(opt->tokenizer_dir, dir, "special_tokens_map.json", false, err) < 0 ||
+            copy_file(opt->tokenizer_dir, dir, "chat_template.jinja", false, err) < 0)
             goto out;
     }
     rc = 0;

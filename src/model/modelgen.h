@@ -18,7 +18,8 @@ int modelgen_shape(ModelConfig *cfg, const char *shape, ModelType type);
 typedef struct {
     SafeTensorsDtype dtype;      // ST_DTYPE_F32, ST_DTYPE_BF16 or ST_DTYPE_F16
     uint64_t seed;
-    const char *tokenizer_dir;   // NULL: no tokenizer files
+    const char *tokenizer_dir;   // NULL: no tokenizer files (else tokenizer.json, tokenizer_config.json and, when
+                                 // present, special_tokens_map.json and chat_template.jinja are copied)
 } ModelGenOptions;
 
 // Writes the checkpoint into dir (created if needed). Matrices, embeddings and

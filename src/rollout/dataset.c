@@ -11,7 +11,8 @@
 #include "core/sha256.h"
 
 // One row: an object with exactly one of "prompt" (non-empty string) or
-// "messages" (non-empty array of {"role": str, "content": str}).
+// "messages" (non-empty array of objects with a string "role"; "content" a string, a list of
+// content blocks, null or absent, as in a tool-calling assistant turn), and "tools" an array if given.
 static int row_check(DatasetRow *r, const char *name, PailErr *err) {
     json_t *o = r->fields;
     long long ln = (long long)r->line;
@@ -34,10 +35,16 @@ static int row_check(DatasetRow *r, const char *name, PailErr *err) {
             return err_set(err, PAIL_ERR_INVALID, "%s:%lld: \"messages\"[%zu] is not an object", name, ln, i);
         if (!json_is_string(json_object_get(msg, "role")))
             return err_set(err, PAIL_ERR_INVALID, "%s:%lld: \"messages\"[%zu] has no string \"role\"", name, ln, i);
-        if (!json_is_string(json_object_get(msg, "content")))
-            return err_set(err, PAIL_ERR_INVALID, "%s:%lld: \"messages\"[%zu] has no string \"content\"", name, ln, i);
+        json_t *c = json_object_get(msg, "content");
+        if (c && !json_is_string(c) && !json_is_array(c) && !json_is_null(c))
+            return err_set(err, PAIL_ERR_INVALID, "%s:%lld: \"messages\"[%zu] \"content\" is not a string, a list or null",
+                           name, ln, i);
     }
+    json_t *tools = json_object_get(o, "tools");
+    if (tools && !json_is_array(tools) && !json_is_null(tools))
+        return err_set(err, PAIL_ERR_INVALID, "%s:%lld: \"tools\" is not an array", name, ln);
     r->messages = m;
+    r->tools = json_is_array(tools) ? tools : NULL;
     return 0;
 }
 

@@ -1,6 +1,7 @@
 // Prompt datasets for grpo-rollout: JSON lines from a local file or a store URL
 // (file:///abs/key, s3://bucket/key), one row per line, either {"prompt": str} or
-// {"messages": [{"role", "content"}, ...]}, plus any fields rewards need ("answer").
+// {"messages": [{"role", ...}, ...]} (optionally with "tools" for the chat template), plus any
+// fields rewards need ("answer").
 // Samplers turn a dataset into an endless sequence of row indices: a per-worker
 // seeded shuffle (workers may join and leave) or a fixed k-of-n partition.
 // Not here: chat templates and tokenization (src/tokenizer), rewards (reward.h).
@@ -13,6 +14,7 @@
 typedef struct {
     const char *prompt;      // the "prompt" string, or NULL for a messages row (borrowed from fields)
     const json_t *messages;  // the "messages" array, or NULL for a prompt row (borrowed from fields)
+    const json_t *tools;     // the "tools" array the chat template sees, or NULL (borrowed from fields)
     json_t *fields;          // the whole row object (owned by the dataset): rewards read it
     int64_t line;            // 1-based line number in the source, for messages
 } DatasetRow;

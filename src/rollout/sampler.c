@@ -3,9 +3,48 @@
 #define _GNU_SOURCE  // qsort_r
 #include "rollout/sampler.h"
 #include "simd.h"
+#include <jansson.h>
 #include <math.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+int sampler_generation_defaults(SamplerConfig *s, const char *model_dir, unsigned keep, char *desc, PailErr *err) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/generation_config.json", model_dir);
+    if (desc) snprintf(desc, 256, "%s: none", path);
+    if (access(path, F_OK) != 0) return 0;
+    json_error_t je;
+    json_t *g = json_load_file(path, 0, &je);
+    if (!json_is_object(g)) {
+        json_decref(g);
+        return err_set(err, PAIL_ERR_INVALID, "%s: not a JSON object (line %d: %s)", path, je.line, je.text);
+    }
+    static const struct { const char *key; unsigned bit; double lo, hi; } keys[] = {
+        {"temperature", SAMPLER_KEEP_TEMPERATURE, 0, 100}, {"top_p", SAMPLER_KEEP_TOP_P, 0, 1}, {"top_k", SAMPLER_KEEP_TOP_K, 0, 1 << 24}};
+    SamplerConfig out = *s;
+    char took[200] = "";
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        json_t *v = json_object_get(g, keys[i].key);
+        if (!v || json_is_null(v) || (keep & keys[i].bit)) continue;
+        double x = json_number_value(v);
+        if (!json_is_number(v) || !(x >= keys[i].lo && x <= keys[i].hi) || (i == 2 && x != floor(x))) {
+            json_decref(g);
+            return err_set(err, PAIL_ERR_INVALID, "%s: %s is not a number in [%g, %g]", path, keys[i].key, keys[i].lo, keys[i].hi);
+        }
+        if (i == 0) out.temperature = x;
+        else if (i == 1) out.top_p = x;
+        else out.top_k = (int)x;
+        size_t l = strlen(took);
+        snprintf(took + l, sizeof took - l, "%s%s=%g", l ? " " : "", keys[i].key, x);
+    }
+    json_decref(g);
+    *s = out;
+    if (desc) snprintf(desc, 256, "%s: %s", path, took[0] ? took : "nothing to take");
+    return 0;
+}
 
 int sampler_scratch_init(SamplerScratch *s, int V) {
     s->V = V;

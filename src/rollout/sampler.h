@@ -5,6 +5,7 @@
 // importance ratio, which is why the default is no truncation). Temperature 0
 // is greedy (log-probability 0: a point mass).
 #pragma once
+#include "core/err.h"
 #include "core/rng.h"
 
 typedef struct {
@@ -18,6 +19,13 @@ typedef struct {
     int *idx;    // (V) candidate order for top-k / top-p
     int V;
 } SamplerScratch;
+
+enum { SAMPLER_KEEP_TEMPERATURE = 1, SAMPLER_KEEP_TOP_P = 2, SAMPLER_KEEP_TOP_K = 4 };
+// --generation-defaults: temperature, top_p and top_k from model_dir/generation_config.json
+// where it sets them, except those keep names (given on the command line). No file, or a
+// key absent or null: that setting stays. A value out of range is an error naming the file.
+// desc (may be NULL, 256 bytes) says what was taken. 0 / -1 with err.
+int sampler_generation_defaults(SamplerConfig *s, const char *model_dir, unsigned keep, char *desc, PailErr *err);
 
 int sampler_scratch_init(SamplerScratch *s, int V);
 void sampler_scratch_free(SamplerScratch *s);

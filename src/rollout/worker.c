@@ -107,21 +107,14 @@ static int encode_row(Worker *w, const DatasetRow *row, Prompt *out, PailErr *er
     Buf text = {0};
     int rc = 0;
     if (row->messages || (w->cfg->chat && row->prompt)) {
-        ChatMessage one = {.role = "user", .content = row->prompt}, *msgs = &one;
-        int n = 1;
-        if (row->messages && chat_messages_from_json((json_t *)row->messages, &msgs, &n, err) < 0) return -1;
-        if (!w->have_chat) {
-            if (row->messages) free(msgs);
-            return err_set(err, PAIL_ERR_INVALID, "%s:%lld: a chat row needs the model's chat template or "
-                           "--prompt-format", w->ds->source, (long long)row->line);
-        }
-        ChatOptions o = {.add_generation_prompt = true, .enable_thinking = -1};
-        rc = chat_render(&w->chat, msgs, n, &o, &text, err);
-        if (row->messages) free(msgs);
-    } else if (w->have_chat && w->chat.kind == CHAT_PLAIN) {
-        ChatMessage one = {.role = "user", .content = row->prompt};
-        ChatOptions o = {.add_generation_prompt = true, .enable_thinking = -1};
-        rc = chat_render(&w->chat, &one, 1, &o, &text, err);
+        if (!w->have_chat)
+            return err_set(err, PAIL_ERR_INVALID, "%s:%lld: a chat row needs the model's chat template, --chat-template "
+                           "or --prompt-format", w->ds->source, (long long)row->line);
+        if (row->messages) rc = chat_render(&w->chat, (json_t *)row->messages, (json_t *)row->tools, true, &text, err);
+        else rc = chat_render_prompt(&w->chat, row->prompt, true, &text, err);
+        if (rc < 0) err_wrap(err, "%s:%lld", w->ds->source, (long long)row->line);
+    } else if (w->have_chat && w->chat.plain_format) {
+        rc = chat_render_prompt(&w->chat, row->prompt, true, &text, err);
     } else {
         rc = buf_append(&text, row->prompt, strlen(row->prompt));
     }
@@ -869,11 +862,17 @@ static int setup(Worker *w, const RolloutConfig *c, PailErr *err) {
     snprintf(path, sizeof path, "%s/tokenizer.json", c->model_dir);
     if (tokenizer_load(&w->tok, path, err) < 0) return -1;
     snprintf(w->tok_sha, sizeof w->tok_sha, "%s", tokenizer_sha256(w->tok));
-    snprintf(path, sizeof path, "%s/tokenizer_config.json", c->model_dir);
     PailErr cerr = {0};
-    if (c->prompt_format || access(path, R_OK) == 0) {
-        if (chat_template_load(&w->chat, path, c->prompt_format, &cerr) == 0) w->have_chat = true;
-        else log_info("chat template: %s (rows with \"messages\" will be refused)", cerr.msg);
+    const ChatSource *cs = &c->chat_source;
+    bool asked = c->chat || cs->template_file || cs->template_name || cs->kwargs_json || cs->prompt_format;
+    if (chat_template_load(&w->chat, c->model_dir, NULL, cs, &cerr) == 0) {
+        w->have_chat = true;
+        log_info("chat template: %s (sha256 %.16s)", w->chat.source, w->chat.sha256);
+    } else if (asked) {
+        *err = cerr;
+        return -1;
+    } else {
+        log_info("chat template: %s (rows with \"messages\" will be refused)", cerr.msg);
     }
     const char *dspath = c->eval ? c->eval_dataset : c->dataset;
     if (!dspath) return err_set(err, PAIL_ERR_INVALID, c->eval ? "--eval needs --eval-dataset" : "--dataset is required");

@@ -11,9 +11,10 @@
 #include "backend.h"
 #include "rollout/sampler.h"
 #include "store/store.h"
+#include "tokenizer/chat.h"
 
 typedef struct {
-    const char *model_dir, *run_url, *dataset, *worker_id, *prompt_format;
+    const char *model_dir, *run_url, *dataset, *worker_id;
     StoreOptions store;
     RewardConfig rewards;
     SamplerConfig sampler;
@@ -22,6 +23,8 @@ typedef struct {
     long max_ahead;                  // pacing: < 0 auto (from the trainer's window), 0 never pause, N shards
     long worker_index, num_workers;  // num_workers > 0: partition instead of a shuffle
     bool chat;                       // wrap {"prompt"} rows as a user message in the chat template
+    ChatSource chat_source;          // --chat-template, --chat-template-name, --chat-template-kwargs, --prompt-format
+    bool generation_defaults;        // --generation-defaults: temperature/top_p/top_k from generation_config.json
     const char *const *stop_strings;
     int n_stop_strings;
     double wait_timeout;             // seconds to wait for an adapter (0: forever)

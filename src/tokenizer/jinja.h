@@ -49,7 +49,9 @@ typedef struct {
 // Renders with vars (a JSON object: each key a template global; strings, numbers, bools,
 // null as None, arrays as lists, objects as dicts in their key order) and appends the
 // output to out. jinja2 drops one trailing newline of the template text; so does this.
-// raise_exception(msg) fails with err->msg = msg, code PAIL_ERR_INVALID; a limit reached
+// raise_exception(msg) fails with err->msg = msg, code PAIL_ERR_INVALID (the builtin sets the error
+// itself with JRender.raw_error; the evaluator never prefixes, wraps or replaces an error once set);
+// a limit reached
 // fails with PAIL_ERR_INVALID naming it; other failures name the template line and what
 // went wrong ("NAME:12: 'dict object' has no attribute 'foo'"). On failure out holds
 // what it held before the call. gen (may be NULL) receives the spans of {% generation %}

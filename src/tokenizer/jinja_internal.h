@@ -116,6 +116,8 @@ struct JRender {
     int line;                // template line being evaluated (for messages)
     const char *tname;       // the template's name (for messages)
     PailErr *err;
+    bool raw_error;          // set with the error by raise_exception(msg): err->msg is exactly msg (code
+                             // PAIL_ERR_INVALID) and whoever sees the -1 passes it up unprefixed, unwrapped
     void *eval;              // evaluator-private state
 };
 

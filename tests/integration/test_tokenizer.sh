@@ -43,11 +43,34 @@ expect_fail "no input flag" 2 'exactly one of' "$CTL" tokenize --tokenizer "$q"
 printf '"ok"\n[1,2]\n' >"$WORK/bad.jsonl"
 expect_fail "jsonl line that is not a string" 1 'bad.jsonl:2' "$CTL" tokenize --tokenizer "$q" --jsonl "$WORK/bad.jsonl"
 expect_fail "id outside the vocabulary" 1 'id 99999999 at position 1 is not in the vocabulary' "$CTL" detokenize --tokenizer "$q" --ids '[1,99999999]'
-printf '{"chat_template": "{{ messages }}"}' >"$WORK/tokenizer_config.json"
+# Chat templates from the CLI: any template renders (here Python's str() of the messages), in
+# transformers' order of sources; errors name the file, line and column.
+printf '{"chat_template": "{{ messages }}", "bos_token": "<|endoftext|>"}' >"$WORK/tokenizer_config.json"
 cp "$q" "$WORK/tokenizer.json"
-printf '[{"role":"user","content":"hi"}]\n' >"$WORK/chat.jsonl"
-expect_fail "unknown chat template" 1 'not one pail renders.*--prompt-format' "$CTL" tokenize --tokenizer "$WORK/tokenizer.json" --chat-jsonl "$WORK/chat.jsonl"
-check "--prompt-format renders the unknown template's chats" "$CTL" tokenize --tokenizer "$WORK/tokenizer.json" --chat-jsonl "$WORK/chat.jsonl" --prompt-format 'Q: {prompt}
+printf '[{"role":"user","content":"hi"}]\n{"messages": [{"role":"user","content":"x"}], "tools": [{"type": "function"}]}\n' >"$WORK/chat.jsonl"
+check "tokenizer_config.json's chat_template renders" "$CTL" tokenize --tokenizer "$WORK/tokenizer.json" --chat-jsonl "$WORK/chat.jsonl" --print-text
+if [ "$(head -1 "$WORK/last.out")" = '"[{'"'"'role'"'"': '"'"'user'"'"', '"'"'content'"'"': '"'"'hi'"'"'}]"' ]; then ok "str() of the messages"; else bad "str() of the messages: $(cat "$WORK/last.out")"; fi
+printf '{{ bos_token }}{{ messages[0].content }}{%% if tools %%}+{{ tools | length }} tool{%% endif %%}' >"$WORK/chat_template.jinja"
+check "chat_template.jinja wins over tokenizer_config.json" "$CTL" tokenize --tokenizer "$WORK/tokenizer.json" --chat-jsonl "$WORK/chat.jsonl" --print-text
+if [ "$(cat "$WORK/last.out" | tr '\n' ' ')" = '"<|endoftext|>hi" "<|endoftext|>x+1 tool" ' ]; then ok "chat_template.jinja text, tools from the row"; else bad "chat_template.jinja: $(cat "$WORK/last.out")"; fi
+printf '{{ greeting }} {{ strftime_now("%%Y-%%m-%%d %%H:%%M") }}' >"$WORK/other.jinja"
+check "--chat-template FILE, --chat-template-kwargs and --chat-time" env TZ=UTC "$CTL" tokenize --tokenizer "$WORK/tokenizer.json" --chat-jsonl "$WORK/chat.jsonl" --print-text \
+  --chat-template "$WORK/other.jinja" --chat-template-kwargs '{"greeting": "hé"}' --chat-time 2026-03-07T12:34:56
+if [ "$(head -1 "$WORK/last.out")" = '"hé 2026-03-07 12:34"' ]; then ok "kwargs and the fixed clock"; else bad "kwargs/clock: $(cat "$WORK/last.out")"; fi
+printf '{%% for m in messages %%}\n{{ m.content }\n' >"$WORK/broken.jinja"
+expect_fail "a template that does not parse" 1 'broken.jinja:2:' "$CTL" tokenize --tokenizer "$WORK/tokenizer.json" --chat-jsonl "$WORK/chat.jsonl" --chat-template "$WORK/broken.jinja"
+printf '{%% if messages[0].content == "x" %%}{{ raise_exception("no x here") }}{%% endif %%}ok' >"$WORK/raise.jinja"
+expect_fail "raise_exception stops the run" 1 'chat.jsonl:2: no x here' "$CTL" tokenize --tokenizer "$WORK/tokenizer.json" --chat-jsonl "$WORK/chat.jsonl" --chat-template "$WORK/raise.jinja" --print-text
+check "--keep-going: the failed row is a JSON error line" "$CTL" tokenize --tokenizer-config "$WORK/tokenizer_config.json" --chat-jsonl "$WORK/chat.jsonl" --chat-template "$WORK/raise.jinja" --print-text --keep-going
+if [ "$(cat "$WORK/last.out" | tr '\n' ' ')" = '"ok" {"error": "no x here"} ' ]; then ok "--keep-going lines"; else bad "--keep-going: $(cat "$WORK/last.out")"; fi
+expect_fail "bad --chat-template-kwargs" 1 'chat-template-kwargs: not a JSON object' "$CTL" tokenize --tokenizer "$WORK/tokenizer.json" --chat-jsonl "$WORK/chat.jsonl" --chat-template-kwargs '[1'
+expect_fail "bad --chat-time" 2 'chat-time' "$CTL" tokenize --tokenizer "$WORK/tokenizer.json" --chat-jsonl "$WORK/chat.jsonl" --chat-time yesterday
+expect_fail "unknown template name" 1 'no chat template named "rag"' "$CTL" tokenize --tokenizer "$WORK/tokenizer.json" --chat-jsonl "$WORK/chat.jsonl" --chat-template-name rag
+rm "$WORK/chat_template.jinja"
+printf '{}' >"$WORK/tokenizer_config.json"
+expect_fail "no chat template anywhere" 1 'no chat template.*--prompt-format' "$CTL" tokenize --tokenizer "$WORK/tokenizer.json" --chat-jsonl "$WORK/chat.jsonl"
+printf '[{"role":"user","content":"hi"}]\n' >"$WORK/chat1.jsonl"
+check "--prompt-format renders without a template" "$CTL" tokenize --tokenizer "$WORK/tokenizer.json" --chat-jsonl "$WORK/chat1.jsonl" --prompt-format 'Q: {prompt}
 A:' --print-text
 if [ "$(cat "$WORK/last.out")" = '"Q: hi\nA:"' ]; then ok "--prompt-format text"; else bad "--prompt-format text: $(cat "$WORK/last.out")"; fi
 check "round trip on the command line" bash -c "ids=\$('$CTL' tokenize --tokenizer '$q' --text 'héllo <|im_end|> 42'); [ \"\$('$CTL' detokenize --tokenizer '$q' --ids \"\$ids\")\" = 'héllo <|im_end|> 42' ]"

@@ -1,0 +1,675 @@
+// The str, dict, list and tuple methods chat templates call ('x'.strip(), d.get('k'),
+// s.split(',')), with CPython's semantics on code points. Case mapping is utf8proc's simple
+// (one code point to one) mapping where CPython applies the full one: 'ß'.upper() stays 'ß'
+// (Python: 'SS') and a final sigma lowers to 'σ' (Python: 'ς'). Mutating methods are bound
+// like the others; calling one fails as jinja2's ImmutableSandboxedEnvironment does.
+#define _GNU_SOURCE  // memmem
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <utf8proc.h>
+#include "tokenizer/jinja_lib.h"
+
+static const JStr *self_str(const JValue *self) { return self->u.s; }
+
+static int str_map(JRender *r, JValue s, utf8proc_int32_t (*f)(utf8proc_int32_t), JValue *out) {
+    JBuf b = {0};
+    const JStr *t = s.u.s;
+    for (size_t i = 0; i < t->len;) {
+        int32_t c;
+        i += jl_utf8_next(t->p + i, t->len - i, &c);
+        if (jl_utf8_put(r, &b, f(c)) < 0) return -1;
+    }
+    return jl_str_from(r, &b, out);
+}
+
+int jl_lower(JRender *r, JValue s, JValue *out) { return str_map(r, s, utf8proc_tolower, out); }
+int jl_upper(JRender *r, JValue s, JValue *out) { return str_map(r, s, utf8proc_toupper, out); }
+
+static bool is_cased(int32_t c) {
+    return utf8proc_isupper(c) || utf8proc_islower(c) || utf8proc_category(c) == UTF8PROC_CATEGORY_LT;
+}
+
+// ---- str methods
+
+static int m_upper(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
+    return jl_no_args(r, "upper", a) < 0 ? -1 : jl_upper(r, *self, out);
+}
+static int m_lower(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
+    return jl_no_args(r, "lower", a) < 0 ? -1 : jl_lower(r, *self, out);
+}
+
+static int m_title(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
+    if (jl_no_args(r, "title", a) < 0) return -1;
+    const JStr *s = self_str(self);
+    JBuf b = {0};
+    bool prev_cased = false;  // str.title(): a letter after a cased letter lowers, else titles
+    for (size_t i = 0; i < s->len;) {
+        int32_t c;
+        i += jl_utf8_next(s->p + i, s->len - i, &c);
+        if (jl_utf8_put(r, &b, prev_cased ? utf8proc_tolower(c) : utf8proc_totitle(c)) < 0) return -1;
+        prev_cased = is_cased(c);
+    }
+    return jl_str_from(r, &b, out);
+}
+
+static int m_capitalize(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
+    if (jl_no_args(r, "capitalize", a) < 0) return -1;
+    const JStr *s = self_str(self);
+    JBuf b = {0};
+    for (size_t i = 0; i < s->len;) {
+        int32_t c;
+        bool first = i == 0;
+        i += jl_utf8_next(s->p + i, s->len - i, &c);
+        if (jl_utf8_put(r, &b, first ? utf8proc_totitle(c) : utf8proc_tolower(c)) < 0) return -1;
+    }
+    return jl_str_from(r, &b, out);
+}
+
+// chars: NULL = whitespace, else the set of code points in chars.
+static bool in_set(int32_t c, const JStr *chars) {
+    if (!chars) return jl_is_space(c);
+    for (size_t i = 0; i < chars->len;) {
+        int32_t d;
+        i += jl_utf8_next(chars->p + i, chars->len - i, &d);
+        if (c == d) return true;
+    }
+    return false;
+}
+
+// Previous code point start before byte offset i (> 0).
+static size_t prev_cp(const char *p, size_t i) {
+    do i--;
+    while (i > 0 && ((unsigned char)p[i] & 0xC0) == 0x80);
+    return i;
+}
+
+static int strip_impl(JRender *r, const char *fn, const JValue *self, const JArgs *a, bool left, bool right, JValue *out) {
+    static const char *const names[] = {"chars"};
+    JValue v[1];
+    unsigned given;
+    if (jl_bind(r, fn, a, names, 1, v, &given) < 0) return -1;
+    const JStr *chars = NULL;
+    if (given && v[0].kind == JV_STR) chars = v[0].u.s;
+    else if (given && v[0].kind != JV_NONE)
+        return jr_fail(r, "%s arg must be None or str", fn);
+    const JStr *s = self_str(self);
+    size_t b = 0, e = s->len;
+    while (left && b < e) {
+        int32_t c;
+        size_t k = jl_utf8_next(s->p + b, e - b, &c);
+        if (!in_set(c, chars)) break;
+        b += k;
+    }
+    while (right && e > b) {
+        size_t p = prev_cp(s->p, e);
+        int32_t c;
+        jl_utf8_next(s->p + p, e - p, &c);
+        if (!in_set(c, chars)) break;
+        e = p;
+    }
+    return jv_str_new(r, s->p + b, e - b, out);
+}
+
+static int m_strip(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
+    return strip_impl(r, "strip", self, a, true, true, out);
+}
+static int m_lstrip(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
+    return strip_impl(r, "lstrip", self, a, true, false, out);
+}
+static int m_rstrip(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
+    return strip_impl(r, "rstrip", self, a, false, true, out);
+}
+
+static int push_str(JRender *r, JList *l, const char *p, size_t n) {
+    JValue v;
+    return jv_str_new(r, p, n, &v) < 0 ? -1 : jlist_push(r, l, v);
+}
+
+static int split_args(JRender *r, const char *fn, const JArgs *a, const JStr **sep, int64_t *maxsplit) {
+    static const char *const names[] = {"sep", "maxsplit"};
+    JValue v[2];
+    unsigned given;
+    if (jl_bind(r, fn, a, names, 2, v, &given) < 0) return -1;
+    *sep = NULL;
+    *maxsplit = -1;
+    if ((given & 1) && v[0].kind == JV_STR) {
+        *sep = v[0].u.s;
+        if (!(*sep)->len) return jr_fail(r, "empty separator");
+    } else if ((given & 1) && v[0].kind != JV_NONE)
+        return jr_fail(r, "must be str or None, not %s", jv_type_name(v[0]));
+    if (given & 2) {
+        if (v[1].kind == JV_INT) *maxsplit = v[1].u.i;
+        else if (v[1].kind == JV_BOOL) *maxsplit = v[1].u.b;
+        else return jr_fail(r, "'%s' object cannot be interpreted as an integer", jv_type_name(v[1]));
+    }
+    return 0;
+}
+
+static int m_split(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
+    const JStr *sep;
+    int64_t max;
+    if (split_args(r, "split", a, &sep, &max) < 0) return -1;
+    const JStr *s = self_str(self);
+    JList *l = jlist_new(r, 0);
+    if (!l) return -1;
+    size_t i = 0;
+    if (sep) {
+        for (;;) {
+            const char *hit = max != 0 ? memmem(s->p + i, s->len - i, sep->p, sep->len) : NULL;
+            if (!hit) break;
+            if (push_str(r, l, s->p + i, (size_t)(hit - s->p) - i) < 0) return -1;
+            i = (size_t)(hit - s->p) + sep->len;
+            if (max > 0) max--;
+        }
+        if (push_str(r, l, s->p + i, s->len - i) < 0) return -1;
+    } else {  // runs of whitespace; no empty strings at the ends
+        for (;;) {
+            int32_t c;
+            size_t k;
+            while (i < s->len && jl_is_space((k = jl_utf8_next(s->p + i, s->len - i, &c), c))) i += k;
+            if (i >= s->len) break;
+            if (max == 0) {  // the rest, trailing whitespace stripped
+                size_t e = s->len;
+                while (e > i) {
+                    size_t p = prev_cp(s->p, e);
+                    jl_utf8_next(s->p + p, e - p, &c);
+                    if (!jl_is_space(c)) break;
+                    e = p;
+                }
+                if (push_str(r, l, s->p + i, e - i) < 0) return -1;
+                break;
+            }
+            size_t b = i;
+            while (i < s->len && !jl_is_space((k = jl_utf8_next(s->p + i, s->len - i, &c), c))) i += k;
+            if (push_str(r, l, s->p + b, i - b) < 0) return -1;
+            if (max > 0) max--;
+        }
+    }
+    *out = jl_list_value(l);
+    return 0;
+}
+
+static void list_reverse(JList *l) {
+    for (size_t i = 0, j = l->n ? l->n - 1 : 0; i < j; i++, j--) {
+        JValue t = l->v[i];
+        l->v[i] = l->v[j];
+        l->v[j] = t;
+    }
+}
+
+static int m_rsplit(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
+    const JStr *sep;
+    int64_t max;
+    if (split_args(r, "rsplit", a, &sep, &max) < 0) return -1;
+    const JStr *s = self_str(self);
+    JList *l = jlist_new(r, 0);
+    if (!l) return -1;
+    size_t e = s->len;
+    if (sep) {
+        for (;;) {
+            const char *hit = NULL;
+            if (max != 0 && e >= sep->len)
+                for (size_t k = e - sep->len + 1; k-- > 0;)
+                    if (!memcmp(s->p + k, sep->p, sep->len)) { hit = s->p + k; break; }
+            if (!hit) break;
+            size_t h = (size_t)(hit - s->p);
+            if (push_str(r, l, hit + sep->len, e - h - sep->len) < 0) return -1;
+            e = h;
+            if (max > 0) max--;
+        }
+        if (push_str(r, l, s->p, e) < 0) return -1;
+    } else {
+        for (;;) {
+            int32_t c;
+            while (e > 0) {
+                size_t p = prev_cp(s->p, e);
+                jl_utf8_next(s->p + p, e - p, &c);
+                if (!jl_is_space(c)) break;
+                e = p;
+            }
+            if (e == 0) break;
+            if (max == 0) {
+                size_t b = 0, k;
+                while (b < e && jl_is_space((k = jl_utf8_next(s->p + b, e - b, &c), c))) b += k;
+                if (push_str(r, l, s->p + b, e - b) < 0) return -1;
+                break;
+            }
+            size_t b = e;
+            while (b > 0) {
+                size_t p = prev_cp(s->p, b);
+                jl_utf8_next(s->p + p, b - p, &c);
+                if (jl_is_space(c)) break;
+                b = p;
+            }
+            if (push_str(r, l, s->p + b, e - b) < 0) return -1;
+            e = b;
+            if (max > 0) max--;
+        }
+    }
+    list_reverse(l);
+    *out = jl_list_value(l);
+    return 0;
+}
+
+static bool line_break(int32_t c) {
+    return c == '\n' || c == '\r' || c == 0x0b || c == 0x0c || c == 0x1c || c == 0x1d || c == 0x1e || c == 0x85 ||
+           c == 0x2028 || c == 0x2029;
+}
+
+static int m_splitlines(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
+    static const char *const names[] = {"keepends"};
+    JValue v[1];
+    unsigned given;
+    if (jl_bind(r, "splitlines", a, names, 1, v, &given) < 0) return -1;
+    bool keep = given && jv_truthy(v[0]);
+    const JStr *s = self_str(self);
+    JList *l = jlist_new(r, 0);
+    if (!l) return -1;
+    size_t b = 0, i = 0;
+    while (i < s->len) {
+        int32_t c;
+        size_t k = jl_utf8_next(s->p + i, s->len - i, &c);
+        if (!line_break(c)) {
+            i += k;
+            continue;
+        }
+        size_t e = i + k;
+        if (c == '\r' && e < s->len && s->p[e] == '\n') e++;
+        if (push_str(r, l, s->p + b, (keep ? e : i) - b) < 0) return -1;
+        b = i = e;
+    }
+    if (b < s->len && push_str(r, l, s->p + b, s->len - b) < 0) return -1;
+    *out = jl_list_value(l);
+    return 0;
+}
+
+static int affix(JRender *r, const char *fn, const JValue *self, const JArgs *a, bool end, JValue *out) {
+    static const char *const names[] = {"prefix"};
+    JValue v[1];
+    unsigned given;
+    if (jl_bind(r, fn, a, names, 1, v, &given) < 0) return -1;
+    if (!given) return jr_fail(r, "%s() takes at least 1 argument (0 given)", fn);
+    const JStr *s = self_str(self);
+    const JValue *cand = &v[0];
+    size_t nc = 1;
+    if (v[0].kind == JV_TUPLE) {
+        cand = v[0].u.l->v;
+        nc = v[0].u.l->n;
+    }
+    bool hit = false;
+    for (size_t i = 0; i < nc; i++) {
+        if (cand[i].kind != JV_STR)
+            return jr_fail(r, v[0].kind == JV_TUPLE ? "tuple for %s must only contain str, not %s"
+                                                    : "%s first arg must be str or a tuple of str, not %s",
+                           fn, jv_type_name(cand[i]));
+        const JStr *p = cand[i].u.s;
+        if (p->len <= s->len && !memcmp(s->p + (end ? s->len - p->len : 0), p->p, p->len)) hit = true;
+    }
+    *out = jv_bool(hit);
+    return 0;
+}
+
+static int m_startswith(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
+    return affix(r, "startswith", self, a, false, out);
+}
+static int m_endswith(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
+    return affix(r, "endswith", self, a, true, out);
+}
+
+static int str_arg(JRender *r, const char *fn, JValue v, const char *what, const JStr **out) {
+    if (v.kind != JV_STR)
+        return jr_fail(r, "%s() argument %s must be str, not %s", fn, what, jv_type_name(v));
+    *out = v.u.s;
+    return 0;
+}
+
+// str.replace(old, new, count=-1), also the replace filter's body.
+static int replace_impl(JRender *r, const JStr *s, const JStr *old, const JStr *rep, int64_t count, JValue *out) {
+    JBuf b = {0};
+    size_t i = 0;
+    if (!old->len) {  // '' matches before every character and at the end
+        for (size_t k = 0; count != 0 && k <= s->len;) {
+            if (jbuf_put(r, &b, rep->p, rep->len) < 0) return -1;
+            if (count > 0) count--;
+            if (k == s->len) { i = k; break; }
+            int32_t c;
+            size_t n = jl_utf8_next(s->p + k, s->len - k, &c);
+            if (jbuf_put(r, &b, s->p + k, n) < 0) return -1;
+            k += n;
+            i = k;
+        }
+    } else {
+        while (count != 0) {
+            const char *hit = memmem(s->p + i, s->len - i, old->p, old->len);
+            if (!hit) break;
+            size_t h = (size_t)(hit - s->p);
+            if (jbuf_put(r, &b, s->p + i, h - i) < 0 || jbuf_put(r, &b, rep->p, rep->len) < 0) return -1;
+            i = h + old->len;
+            if (count > 0) count--;
+        }
+    }
+    if (jbuf_put(r, &b, s->p + i, s->len - i) < 0) return -1;
+    return jl_str_from(r, &b, out);
+}
+
+int jl_replace(JRender *r, const char *fn, JValue s, const JArgs *a, JValue *out) {
+    static const char *const names[] = {"old", "new", "count"};
+    JValue v[3];
+    unsigned given;
+    const JStr *old = NULL, *rep = NULL;
+    if (jl_bind(r, fn, a, names, 3, v, &given) < 0) return -1;
+    if ((given & 3) != 3) return jr_fail(r, "%s() takes at least 2 arguments", fn);
+    JValue o, n;  // the filter converts both to str (soft_str); str.replace checked them already
+    if (jl_to_string(r, v[0], &o) < 0 || jl_to_string(r, v[1], &n) < 0) return -1;
+    if (str_arg(r, fn, o, "1", &old) < 0 || str_arg(r, fn, n, "2", &rep) < 0) return -1;
+    int64_t count = -1;
+    if (given & 4) {
+        if (v[2].kind == JV_INT) count = v[2].u.i;
+        else if (v[2].kind == JV_BOOL) count = v[2].u.b;
+        else if (v[2].kind == JV_NONE) count = -1;
+        else return jr_fail(r, "'%s' object cannot be interpreted as an integer", jv_type_name(v[2]));
+    }
+    return replace_impl(r, s.u.s, old, rep, count, out);
+}
+
+static int m_replace(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
+    for (int i = 0; i < a->n && i < 2; i++)
+        if (a->pos[i].kind != JV_STR)
+            return jr_fail(r, "replace() argument %d must be str, not %s", i + 1, jv_type_name(a->pos[i]));
+    return jl_replace(r, "str.replace", *self, a, out);
+}
+
+// Code point index of byte offset off in s.
+static int64_t cp_index(const JStr *s, size_t off) {
+    int64_t n = 0;
+    for (size_t i = 0; i < off; i++) n += ((unsigned char)s->p[i] & 0xC0) != 0x80;
+    return n;
+}
+
+static int find_impl(JRender *r, const char *fn, const JValue *self, const JArgs *a, bool rev, bool raise,
+                     JValue *out) {
+    static const char *const names[] = {"sub"};
+    JValue v[1];
+    unsigned given;
+    if (jl_bind(r, fn, a, names, 1, v, &given) < 0) return -1;
+    if (!given) return jr_fail(r, "%s() takes at least 1 argument (0 given)", fn);
+    if (v[0].kind != JV_STR) return jr_fail(r, "must be str, not %s", jv_type_name(v[0]));
+    const JStr *s = self_str(self), *sub = v[0].u.s;
+    int64_t at = -1;
+    if (!rev) {
+        const char *h = sub->len ? memmem(s->p, s->len, sub->p, sub->len) : s->p;
+        if (h) at = cp_index(s, (size_t)(h - s->p));
+    } else if (sub->len <= s->len) {
+        for (size_t k = s->len - sub->len + 1; k-- > 0;)
+            if (!memcmp(s->p + k, sub->p, sub->len)) { at = cp_index(s, k); break; }
+    }
+    if (at < 0 && raise) return jr_fail(r, "substring not found");
+    *out = jv_int(at);
+    return 0;
+}
+
+static int m_find(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
+    return find_impl(r, "find", self, a, false, false, out);
+}
+static int m_rfind(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
+    return find_impl(r, "rfind", self, a, true, false, out);
+}
+static int m_index(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
+    return find_impl(r, "index", self, a, false, true, out);
+}
+static int m_rindex(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
+    return find_impl(r, "rindex", self, a, true, true, out);
+}
+
+static int m_str_count(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
+    static const char *const names[] = {"sub"};
+    JValue v[1];
+    unsigned given;
+    if (jl_bind(r, "count", a, names, 1, v, &given) < 0) return -1;
+    if (!given) return jr_fail(r, "count() takes at least 1 argument (0 given)");
+    if (v[0].kind != JV_STR) return jr_fail(r, "must be str, not %s", jv_type_name(v[0]));
+    const JStr *s = self_str(self), *sub = v[0].u.s;
+    if (!sub->len) {
+        *out = jv_int((int64_t)jv_str_nchars(s) + 1);
+        return 0;
+    }
+    int64_t n = 0;
+    for (const char *p = s->p, *h; (h = memmem(p, s->len - (size_t)(p - s->p), sub->p, sub->len)); p = h + sub->len) n++;
+    *out = jv_int(n);
+    return 0;
+}
+
+static int m_join(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
+    static const char *const names[] = {"iterable"};
+    JValue v[1];
+    unsigned given;
+    if (jl_bind(r, "join", a, names, 1, v, &given) < 0) return -1;
+    if (!given) return jr_fail(r, "join() takes exactly one argument (0 given)");
+    if (v[0].kind == JV_UNDEFINED) return jr_fail(r, "can only join an iterable");
+    JList *l;
+    if (jl_iter_list(r, v[0], &l) < 0) return -1;
+    const JStr *sep = self_str(self);
+    JBuf b = {0};
+    for (size_t i = 0; i < l->n; i++) {
+        if (l->v[i].kind != JV_STR)
+            return jr_fail(r, "sequence item %zu: expected str instance, %s found", i, jv_type_name(l->v[i]));
+        if ((i && jbuf_put(r, &b, sep->p, sep->len) < 0) || jbuf_put(r, &b, l->v[i].u.s->p, l->v[i].u.s->len) < 0)
+            return -1;
+    }
+    return jl_str_from(r, &b, out);
+}
+
+// str.format: {} / {0} / {name} fields, optional !s / !r; {{ and }} are literal braces. Format
+// specs (after ':') are refused rather than guessed.
+static int m_format(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
+    const JStr *s = self_str(self);
+    JBuf b = {0};
+    int auto_idx = 0;
+    for (size_t i = 0; i < s->len; i++) {
+        char c = s->p[i];
+        if (c == '}') {
+            if (i + 1 < s->len && s->p[i + 1] == '}') i++;
+            else return jr_fail(r, "Single '}' encountered in format string");
+            if (jbuf_put(r, &b, "}", 1) < 0) return -1;
+            continue;
+        }
+        if (c != '{') {
+            if (jbuf_put(r, &b, &c, 1) < 0) return -1;
+            continue;
+        }
+        if (i + 1 < s->len && s->p[i + 1] == '{') {
+            i++;
+            if (jbuf_put(r, &b, "{", 1) < 0) return -1;
+            continue;
+        }
+        const char *close = memchr(s->p + i, '}', s->len - i);
+        if (!close) return jr_fail(r, "Single '{' encountered in format string");
+        size_t fb = i + 1, fe = (size_t)(close - s->p);
+        char conv = 0;
+        const char *bang = memchr(s->p + fb, '!', fe - fb), *colon = memchr(s->p + fb, ':', fe - fb);
+        if (colon) return jr_fail(r, "str.format: format specs ('%.*s') are not supported", (int)(fe - fb), s->p + fb);
+        size_t ne = fe;
+        if (bang) {
+            ne = (size_t)(bang - s->p);
+            if (fe - ne != 2 || (bang[1] != 's' && bang[1] != 'r'))
+                return jr_fail(r, "str.format: unknown conversion in '%.*s'", (int)(fe - fb), s->p + fb);
+            conv = bang[1];
+        }
+        JValue v;
+        if (ne == fb) {
+            if (auto_idx >= a->n) return jr_fail(r, "Replacement index %d out of range for positional args tuple", auto_idx);
+            v = a->pos[auto_idx++];
+        } else if (s->p[fb] >= '0' && s->p[fb] <= '9') {
+            int k = atoi(s->p + fb);
+            if (k >= a->n) return jr_fail(r, "Replacement index %d out of range for positional args tuple", k);
+            v = a->pos[k];
+        } else {
+            int k = 0;
+            while (k < a->nkw && (strlen(a->kw_names[k]) != ne - fb || memcmp(a->kw_names[k], s->p + fb, ne - fb))) k++;
+            if (k == a->nkw) return jr_fail(r, "'%.*s'", (int)(ne - fb), s->p + fb);  // KeyError's text
+            v = a->kw[k];
+        }
+        if ((conv == 'r' ? jv_to_repr(r, v, &b) : jv_to_str(r, v, &b)) < 0) return -1;
+        i = fe;
+    }
+    return jl_str_from(r, &b, out);
+}
+
+static int str_all(JRender *r, const char *fn, const JValue *self, const JArgs *a, bool (*pred)(int32_t), JValue *out) {
+    if (jl_no_args(r, fn, a) < 0) return -1;
+    const JStr *s = self_str(self);
+    bool ok = s->len > 0;
+    for (size_t i = 0; i < s->len && ok;) {
+        int32_t c;
+        i += jl_utf8_next(s->p + i, s->len - i, &c);
+        ok = pred(c);
+    }
+    *out = jv_bool(ok);
+    return 0;
+}
+static bool p_digit(int32_t c) {
+    return utf8proc_category(c) == UTF8PROC_CATEGORY_ND || (c >= 0xb2 && c <= 0xb3) || c == 0xb9;  // Python also counts superscripts
+}
+static bool p_alpha(int32_t c) {
+    utf8proc_category_t k = utf8proc_category(c);
+    return k == UTF8PROC_CATEGORY_LU || k == UTF8PROC_CATEGORY_LL || k == UTF8PROC_CATEGORY_LT ||
+           k == UTF8PROC_CATEGORY_LM || k == UTF8PROC_CATEGORY_LO;
+}
+static bool p_alnum(int32_t c) { return p_alpha(c) || p_digit(c) || utf8proc_category(c) == UTF8PROC_CATEGORY_NL || utf8proc_category(c) == UTF8PROC_CATEGORY_NO; }
+static int m_isdigit(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
+    return str_all(r, "isdigit", self, a, p_digit, out);
+}
+static int m_isalpha(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
+    return str_all(r, "isalpha", self, a, p_alpha, out);
+}
+static int m_isalnum(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
+    return str_all(r, "isalnum", self, a, p_alnum, out);
+}
+static int m_isspace(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
+    return str_all(r, "isspace", self, a, jl_is_space, out);
+}
+
+// ---- dict methods
+
+static int m_get(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
+    static const char *const names[] = {"key", "default"};
+    JValue v[2];
+    unsigned given;
+    if (jl_bind(r, "get", a, names, 2, v, &given) < 0) return -1;
+    if (!(given & 1)) return jr_fail(r, "get expected at least 1 argument, got 0");
+    const JValue *hit = jdict_get(self->u.d, v[0]);
+    *out = hit ? *hit : (given & 2) ? v[1] : jv_none();
+    return 0;
+}
+
+static int dict_view(JRender *r, const JValue *self, const JArgs *a, int which, JValue *out) {
+    static const char *const fn[] = {"keys", "values", "items"};
+    if (jl_no_args(r, fn[which], a) < 0) return -1;
+    const JDict *d = self->u.d;
+    JList *l = jlist_new(r, d->n);
+    if (!l) return -1;
+    for (size_t i = 0; i < d->n; i++) {
+        JValue e = which == 0 ? d->k[i] : d->v[i];
+        if (which == 2) {
+            JList *p = jlist_new(r, 2);
+            if (!p || jlist_push(r, p, d->k[i]) < 0 || jlist_push(r, p, d->v[i]) < 0) return -1;
+            e = (JValue){.kind = JV_TUPLE, .u.l = p};
+        }
+        if (jlist_push(r, l, e) < 0) return -1;
+    }
+    *out = jl_list_value(l);
+    return 0;
+}
+static int m_keys(JRender *r, const JValue *self, const JArgs *a, JValue *out) { return dict_view(r, self, a, 0, out); }
+static int m_values(JRender *r, const JValue *self, const JArgs *a, JValue *out) { return dict_view(r, self, a, 1, out); }
+static int m_items(JRender *r, const JValue *self, const JArgs *a, JValue *out) { return dict_view(r, self, a, 2, out); }
+
+static int m_copy(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
+    if (jl_no_args(r, "copy", a) < 0) return -1;
+    JDict *d = jdict_new(r, self->u.d->n);
+    if (!d) return -1;
+    for (size_t i = 0; i < self->u.d->n; i++)
+        if (jdict_set(r, d, self->u.d->k[i], self->u.d->v[i]) < 0) return -1;
+    *out = (JValue){.kind = JV_DICT, .u.d = d};
+    return 0;
+}
+
+// ---- list / tuple methods
+
+static int m_list_index(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
+    if (a->nkw || a->n != 1) return jr_fail(r, "index() takes exactly one argument (%d given)", a->n + a->nkw);
+    for (size_t i = 0; i < self->u.l->n; i++)
+        if (jv_equal(self->u.l->v[i], a->pos[0])) {
+            *out = jv_int((int64_t)i);
+            return 0;
+        }
+    JBuf b = {0};
+    if (jv_to_repr(r, a->pos[0], &b) < 0) return -1;
+    return jr_fail(r, self->kind == JV_TUPLE ? "tuple.index(x): x not in tuple" : "%s is not in list", b.p ? b.p : "");
+}
+
+static int m_list_count(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
+    if (a->nkw || a->n != 1) return jr_fail(r, "count() takes exactly one argument (%d given)", a->n + a->nkw);
+    int64_t n = 0;
+    for (size_t i = 0; i < self->u.l->n; i++) n += jv_equal(self->u.l->v[i], a->pos[0]);
+    *out = jv_int(n);
+    return 0;
+}
+
+// What the sandbox refuses (jinja2.sandbox._mutable_spec): bound like any method, failing when
+// called. A builtin gets self but not its JFunc, so each name has its own function.
+static int unsafe(JRender *r, const char *name, JValue self) {
+    return jr_fail(r, "access to attribute '%s' of '%s' object is unsafe.", name, jv_type_name(self));
+}
+#define UNSAFE(n)                                                                         \
+    static int u_##n(JRender *r, const JValue *self, const JArgs *a, JValue *out) { \
+        (void)a;                                                                          \
+        (void)out;                                                                        \
+        return unsafe(r, #n, *self);                                                      \
+    }
+UNSAFE(append) UNSAFE(extend) UNSAFE(insert) UNSAFE(pop) UNSAFE(remove) UNSAFE(sort) UNSAFE(reverse)
+UNSAFE(clear) UNSAFE(update) UNSAFE(popitem) UNSAFE(setdefault)
+
+typedef struct {
+    const char *name;
+    JBuiltinFn fn;
+} Method;
+
+static const Method str_methods[] = {
+    {"strip", m_strip}, {"lstrip", m_lstrip}, {"rstrip", m_rstrip}, {"split", m_split}, {"rsplit", m_rsplit},
+    {"splitlines", m_splitlines}, {"startswith", m_startswith}, {"endswith", m_endswith}, {"replace", m_replace},
+    {"title", m_title}, {"upper", m_upper}, {"lower", m_lower}, {"capitalize", m_capitalize}, {"find", m_find},
+    {"rfind", m_rfind}, {"index", m_index}, {"rindex", m_rindex}, {"count", m_str_count}, {"join", m_join},
+    {"format", m_format}, {"isdigit", m_isdigit}, {"isalpha", m_isalpha}, {"isalnum", m_isalnum},
+    {"isspace", m_isspace}, {NULL, NULL}};
+static const Method dict_methods[] = {{"get", m_get}, {"items", m_items}, {"keys", m_keys}, {"values", m_values},
+                                      {"copy", m_copy}, {NULL, NULL}};
+static const Method seq_methods[] = {{"index", m_list_index}, {"count", m_list_count}, {NULL, NULL}};
+static const Method list_unsafe[] = {{"append", u_append}, {"extend", u_extend}, {"insert", u_insert},
+                                     {"pop", u_pop}, {"remove", u_remove}, {"sort", u_sort},
+                                     {"reverse", u_reverse}, {"clear", u_clear}, {NULL, NULL}};
+static const Method dict_unsafe[] = {{"update", u_update}, {"pop", u_pop}, {"popitem", u_popitem},
+                                     {"setdefault", u_setdefault}, {"clear", u_clear}, {NULL, NULL}};
+
+int jl_method_get(JRender *r, JValue obj, const char *name, JValue *out, bool *found) {
+    const Method *tables[2] = {NULL, NULL};
+    switch (obj.kind) {
+    case JV_STR: tables[0] = str_methods; break;
+    case JV_DICT: tables[0] = dict_methods; tables[1] = dict_unsafe; break;
+    case JV_LIST: tables[0] = seq_methods; tables[1] = list_unsafe; break;
+    case JV_TUPLE: tables[0] = seq_methods; break;
+    default: break;
+    }
+    *found = false;
+    for (int t = 0; t < 2; t++)
+        for (const Method *m = tables[t]; m && m->name; m++)
+            if (!strcmp(m->name, name)) {
+                JFunc *f = jfunc_builtin(r, m->name, m->fn, obj);  // m->name: static, outlives the caller's
+                if (!f) return -1;
+                *out = (JValue){.kind = JV_FUNC, .u.fn = f};
+                *found = true;
+                return 0;
+            }
+    return 0;
+}

@@ -1,0 +1,436 @@
+// Check suite for the chat-template interpreter's lexer, parser and evaluator
+// (src/tokenizer/jinja*.c): whitespace control, scoping, loops and loop.*, macros and caller,
+// set and filter blocks, expressions, undefined semantics, render and parse errors, generation
+// spans, limits, and the real templates of ../shared/reference/chat-templates when present.
+// Every expected string in CORE and RENDER_ERRORS is what jinja2 3.1.6 renders in transformers'
+// environment (ImmutableSandboxedEnvironment, trim_blocks, lstrip_blocks, loopcontrols) with the
+// variables of VARS_JSON: the table was written by running the project venv's jinja2 on each
+// template, not by reading this code.
+#include <check.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "core/fsutil.h"
+#include "tokenizer/jinja.h"
+
+typedef struct {
+    const char *tpl, *want;
+} Case;
+
+static const Case CORE[] = {
+    {"  {% if true %}\n  yes\n  {% endif %}\n  {{ 'v' }}\nend\n",
+     "  yes\n  v\nend"},
+    {"a {%- if true -%}   b   {%- endif -%}   c",
+     "abc"},
+    {"a\n  {%+ if true %}b{% endif +%}\nc",
+     "a\n  b\nc"},
+    {"{# c #}\nx\n  {# c2 #}\ny\n  {#- c3 -#}  z",
+     "x\nyz"},
+    {"  {% raw %}{{ a }}{% endraw %}\nq",
+     "{{ a }}q"},
+    {"l1\r\nl2\rl3\n",
+     "l1\nl2\nl3"},
+    {"{{ 'a' }}\n{{ 'b' }}\n\n",
+     "a\nb\n"},
+    {"{% set y = 0 %}{% for i in [1,2] %}{{ y }}{% set y = i %}{{ y }}{% endfor %}{{ y }}",
+     "01020"},
+    {"{% for m in messages %}{% set r = m.role %}{% endfor %}[{{ r }}][{{ m }}]",
+     "[][]"},
+    {"{% if true %}{% set z = 3 %}{% endif %}{{ z }}",
+     "3"},
+    {"{% set ns = namespace(a=1) %}{% for i in x %}{% set ns.a = ns.a + i %}{% endfor %}{{ ns.a }}",
+     "7"},
+    {"{% set g = 'top' %}{% macro m() %}{{ g }}{% set g = 'in' %}{{ g }}{% endmacro %}{{ m() }}{{ g }}",
+     "topintop"},
+    {"{% for m in messages %}{{ loop.index }}{{ loop.index0 }}{{ loop.revindex }}{{ loop.revindex0 }}{{ loop.first }}{{ loop.last }}{{ loop.length }}{{ m.role }};{% endfor %}",
+     "1021TrueFalse2system;2110FalseTrue2user;"},
+    {"{% for i in x if i > 1 %}{{ loop.index }}/{{ loop.length }}:{{ i }} {{ loop.previtem }} {{ loop.nextitem }} {{ loop.cycle('a','b') }}|{% else %}none{% endfor %}",
+     "1/2:2  3 a|2/2:3 2  b|"},
+    {"{% for i in [] %}x{% else %}empty{% endfor %}{% for i in nope %}x{% else %}undef{% endfor %}",
+     "emptyundef"},
+    {"{% for i in x %}{% if i == 2 %}{% continue %}{% endif %}{{ i }}{% if i == 3 %}{% break %}{% endif %}{% endfor %}",
+     "13"},
+    {"{% for k, v in d.items() %}{{ k }}={{ v }};{% endfor %}{% for c in 'ab' %}{{ c }}.{% endfor %}{% for k in d %}{{ k }}{% endfor %}",
+     "a=1;b=s;a.b.ab"},
+    {"{% macro m(a, b=2) %}[{{a}}{{b}}{{ varargs }}{{ kwargs }}]{% endmacro %}{{ m(1) }}{{ m(1, 3, 4, k=5) }}{{ m(b=7, a=6) }}",
+     "[12(){}][13(4,){'k': 5}][67(){}]"},
+    {"{% macro m() %}<{{ caller() }}>{% endmacro %}{% call m() %}inner{% endcall %}",
+     "<inner>"},
+    {"{% macro m(t) %}<{{ caller(t) }}>{% endmacro %}{% call(v) m('q') %}in{{ v }}{% endcall %}",
+     "<inq>"},
+    {"{% macro f(n) %}{% if n > 0 %}{{ n }}{{ f(n - 1) }}{% endif %}{% endmacro %}{{ f(3) }}",
+     "321"},
+    {"{% macro m(p) %}{{ p is defined }}{% endmacro %}{{ m() }}",
+     "False"},
+    {"{% set t %}a{{ 1 }}b{% endset %}{{ t }}|{% set u | upper %}xy{% endset %}{{ u }}",
+     "a1b|XY"},
+    {"{% filter upper %}abc{{ s }}{% endfilter %}",
+     "ABCH\303\211LLO"},
+    {"{{ 7 // 2 }} {{ -7 // 2 }} {{ 7 % -3 }} {{ -7 % 3 }} {{ 2 ** 10 }} {{ 2 ** -1 }} {{ 1 / 2 }} {{ 4 / 2 }} {{ 3 * 'ab' }} {{ [1] + [2] }} {{ 1.5 * 2 }} {{ 7.5 // 2 }} {{ True + 1 }}",
+     "3 -4 -2 2 1024 0.5 0.5 2.0 ababab [1, 2] 3.0 3.0 2"},
+    {"{{ 1 < 2 < 3 }} {{ 3 > 2 > 2 }} {{ 2 in x }} {{ 'l' in s }} {{ 'z' not in s }} {{ 'a' in d }} {{ 1 if false }}|{{ 1 if false else 2 }}",
+     "True False True True True True |2"},
+    {"{{ x[1:] }} {{ x[::-1] }} {{ s[1:3] }} {{ x[-1] }} {{ x[:-1] }}",
+     "[2, 3] [3, 2, 1] \303\251l 3 [1, 2]"},
+    {"{{ -1|abs }} {{ x|length }} {{ not 1 is none }} {{ 1 == 1.0 }} {{ 'a' ~ 1 ~ none }}",
+     "1 3 True True a1None"},
+    {"{{ (1, 2) }} {{ 1, 2 }} {{ {'a': [1, 'b'], 2: none} }} {{ () }} {{ [] }} {{ (1,) }}",
+     "(1, 2) (1, 2) {'a': [1, 'b'], 2: None} () [] (1,)"},
+    {"{{ \"a\" \"b\" 'c' }} {{ \"\\x41\\u00e9\\t|\\d\\\\\" }} {{ 1_000 }} {{ 1e3 }} {{ 1.5e-3 }} {{ 0.1 }} {{ none }} {{ None }} {{ True }} {{ false }}",
+     "abc A\303\251\t|\\d\\ 1000 1000.0 0.0015 0.1 None None True False"},
+    {"{% set a, b = 1, 2 %}{{ a }}{{ b }}{% set c = 1, 2 %}{{ c }}",
+     "12(1, 2)"},
+    {"{% if x is defined and x|length > 2 %}big{% elif x %}small{% else %}none{% endif %}{% if 0 %}a{% elif 0 %}b{% elif 1 %}c{% endif %}",
+     "bigc"},
+    {"{{ x is iterable }}{{ 3 is divisibleby 3 }}{{ 2 is equalto(2) }}{{ d is not mapping }}{{ s is string }}",
+     "TrueTrueTrueFalseTrue"},
+    {"{{ 'a b'.split() }} {{ '  x '.strip() }} {{ d.get('a') }} {{ d.get('zz', 5) }} {{ messages[0]['content'] }} {{ x.0 }}",
+     "['a', 'b'] x 1 5 Sys 1"},
+    {"[{{ nope }}][{{ nope is defined }}][{{ d.zz is defined }}][{{ d.zz }}][{{ n.a }}][{{ x[7] }}][{{ nope|length }}][{{ nope ~ 'q' }}]",
+     "[][False][False][][][][0][q]"},
+    {"{{ nope if nope else 'dflt' }}{{ not nope }}{{ nope == nope }}",
+     "dfltTrueTrue"},
+};
+static const Case RENDER_ERRORS[] = {
+    {"{{ nope.a }}",
+     "'nope' is undefined"},
+    {"{{ d.zz.y }}",
+     "'dict object' has no attribute 'zz'"},
+    {"{{ x[9].y }}",
+     "list object has no element 9"},
+    {"{{ nope + 1 }}",
+     "'nope' is undefined"},
+    {"{{ nope() }}",
+     "'nope' is undefined"},
+    {"{{ 1 + 'a' }}",
+     "unsupported operand type(s) for +: 'int' and 'str'"},
+    {"{{ 'a' + 1 }}",
+     "can only concatenate str (not \"int\") to str"},
+    {"{{ 1 // 0 }}",
+     "integer division or modulo by zero"},
+    {"{{ 1 / 0 }}",
+     "division by zero"},
+    {"{{ -x }}",
+     "bad operand type for unary -: 'list'"},
+    {"{{ 1 < 'a' }}",
+     "'<' not supported between instances of 'int' and 'str'"},
+    {"{% for a, b in x %}{% endfor %}",
+     "cannot unpack non-iterable int object"},
+    {"{{ 5() }}",
+     "'int' object is not callable"},
+    {"{% macro m(a) %}{% endmacro %}{{ m(1, 2) }}",
+     "macro 'm' takes not more than 1 argument(s)"},
+    {"{% macro m(a) %}{% endmacro %}{{ m(b=1) }}",
+     "macro 'm' takes no keyword argument 'b'"},
+    {"{% for i in 5 %}{% endfor %}",
+     "'int' object is not iterable"},
+    {"{% set q = 1 %}{% set q.a = 2 %}",
+     "cannot assign attribute on non-namespace object"},
+};
+#define VARS_JSON "{\"messages\": [{\"role\": \"system\", \"content\": \"Sys\"}, {\"role\": \"user\", \"content\": \"Hi\"}], \"x\": [1, 2, 3], \"d\": {\"a\": 1, \"b\": \"s\"}, \"s\": \"h\\u00e9llo\", \"n\": null}"
+
+// Renders tpl with vars (JSON text); returns 0 / -1, output in *out (malloc'd), error in err.
+static int render(const char *tpl, const char *vars, const JinjaLimits *lim, char **out, JinjaSpans *gen, PailErr *err) {
+    JinjaTemplate *t;
+    *out = NULL;
+    if (jinja_parse(&t, tpl, strlen(tpl), "t", err) < 0) return -1;
+    json_error_t je;
+    json_t *v = json_loads(vars ? vars : "{}", 0, &je);
+    ck_assert_ptr_nonnull(v);
+    Buf b = {0};
+    int rc = jinja_render(t, v, lim, &b, gen, err);
+    if (rc == 0) *out = strndup(b.data ? (char *)b.data : "", b.len);
+    buf_free(&b);
+    json_decref(v);
+    jinja_free(t);
+    return rc;
+}
+
+START_TEST(test_core_table) {
+    for (size_t i = 0; i < sizeof CORE / sizeof *CORE; i++) {
+        PailErr err = {0};
+        char *out;
+        int rc = render(CORE[i].tpl, VARS_JSON, NULL, &out, NULL, &err);
+        ck_assert_msg(rc == 0, "case %zu %s: %s", i, CORE[i].tpl, err.msg);
+        ck_assert_msg(!strcmp(out, CORE[i].want), "case %zu %s:\n got  [%s]\n want [%s]", i, CORE[i].tpl, out, CORE[i].want);
+        free(out);
+    }
+}
+END_TEST
+
+START_TEST(test_render_errors) {
+    for (size_t i = 0; i < sizeof RENDER_ERRORS / sizeof *RENDER_ERRORS; i++) {
+        PailErr err = {0};
+        char *out;
+        ck_assert_msg(render(RENDER_ERRORS[i].tpl, VARS_JSON, NULL, &out, NULL, &err) < 0, "case %zu renders", i);
+        // "t:LINE: " then jinja2's own message
+        char want[1200];
+        snprintf(want, sizeof want, "t:1: %s", RENDER_ERRORS[i].want);
+        ck_assert_msg(!strcmp(err.msg, want), "case %zu %s:\n got  [%s]\n want [%s]", i, RENDER_ERRORS[i].tpl, err.msg, want);
+        ck_assert_int_eq(err.code, PAIL_ERR_INVALID);
+    }
+    // the line of the failing expression
+    PailErr err = {0};
+    char *out;
+    ck_assert_int_lt(render("a\n{% if true %}\n  {{ nope.x }}\n{% endif %}", NULL, NULL, &out, NULL, &err), 0);
+    ck_assert_str_eq(err.msg, "t:3: 'nope' is undefined");
+    // raise_exception's message is exactly the template's text: no line prefix
+    ck_assert_int_lt(render("{% if true %}\n{{ raise_exception('Only user and assistant roles!') }}{% endif %}", NULL,
+                            NULL, &out, NULL, &err), 0);
+    ck_assert_str_eq(err.msg, "Only user and assistant roles!");
+    ck_assert_int_eq(err.code, PAIL_ERR_INVALID);
+}
+END_TEST
+
+// jinja2 refuses every one of these when compiling; the messages are this parser's, with line:col.
+START_TEST(test_parse_errors) {
+    static const Case P[] = {
+        {"{% for x in y %}\n\n  {{ x }}", "t:3:10: expected 'endfor' or 'else', got end of template"},
+        {"{% if a %}{% endfor %}", "t:1:14: expected 'elif', 'else' or 'endif', got 'endfor'"},
+        {"{% frobnicate %}", "t:1:4: unknown tag 'frobnicate'"},
+        {"{{ x|nosuchfilter }}", "t:1:6: no filter named 'nosuchfilter'"},
+        {"{{ x is nosuchtest }}", "t:1:9: no test named 'nosuchtest'"},
+        {"{% break %}", "t:1:4: 'break' outside of a loop"},
+        {"{% for x in y %}{% macro m() %}{% continue %}{% endmacro %}{% endfor %}", "t:1:35: 'continue' outside of a loop"},
+        {"{{ 1 + }}", "t:1:8: expected an expression, got '}}'"},
+        {"{{ 'abc }}", "t:1:4: unterminated string literal"},
+        {"{# never closed", "t:1:1: missing end of comment tag"},
+        {"{{ a b }}", "t:1:6: expected '}}', got 'b'"},
+        {"{% if a %}x{% endif b %}", "t:1:21: expected '%}', got 'b'"},
+        {"{{ f(a=1, 2) }}", "t:1:5: invalid syntax for function call expression (positional argument after keyword argument)"},
+        {"{% macro m(a=1, b) %}{% endmacro %}", "t:1:18: non-default argument follows default argument"},
+        {"{{ x is defined is defined }}", "t:1:17: you cannot chain multiple tests with is"},
+        {"{% set x %}a", "t:1:13: expected 'endset', got end of template"},
+    };
+    for (size_t i = 0; i < sizeof P / sizeof *P; i++) {
+        JinjaTemplate *t = NULL;
+        PailErr err = {0};
+        ck_assert_msg(jinja_parse(&t, P[i].tpl, strlen(P[i].tpl), "t", &err) < 0, "case %zu parses", i);
+        ck_assert_msg(!strcmp(err.msg, P[i].want), "case %zu %s:\n got  [%s]\n want [%s]", i, P[i].tpl, err.msg, P[i].want);
+        ck_assert_ptr_null(t);
+    }
+}
+END_TEST
+
+// transformers' AssistantTracker: the span starts at the length of the output so far and covers
+// what the block rendered; the block's body is a caller() with a scope of its own.
+START_TEST(test_generation) {
+    PailErr err = {0};
+    char *out;
+    JinjaSpans gen;
+    const char *tpl = "{% for m in messages %}<{{ m.role }}>{% if m.role == 'assistant' %}{% generation %}"
+                      "{{ m.content }}!{% set leak = 1 %}{% endgeneration %}{% endif %}{% endfor %}[{{ leak }}]";
+    const char *vars = "{\"messages\":[{\"role\":\"user\",\"content\":\"q\"},{\"role\":\"assistant\",\"content\":\"a\\u00e9\"},"
+                       "{\"role\":\"user\",\"content\":\"r\"},{\"role\":\"assistant\",\"content\":\"bb\"}]}";
+    ck_assert_int_eq(render(tpl, vars, NULL, &out, &gen, &err), 0);
+    ck_assert_str_eq(out, "<user><assistant>a\xc3\xa9!<user><assistant>bb![]");
+    ck_assert_int_eq(gen.n, 2);
+    ck_assert_uint_eq(gen.spans[0].begin, 17);
+    ck_assert_uint_eq(gen.spans[0].end, 21);  // bytes: é is two
+    ck_assert_uint_eq(gen.spans[1].begin, 38);
+    ck_assert_uint_eq(gen.spans[1].end, 41);
+    free(gen.spans);
+    free(out);
+    // no spans asked for: renders the same
+    ck_assert_int_eq(render(tpl, vars, NULL, &out, NULL, &err), 0);
+    ck_assert_str_eq(out, "<user><assistant>a\xc3\xa9!<user><assistant>bb![]");
+    free(out);
+}
+END_TEST
+
+START_TEST(test_failure_restores_output) {
+    JinjaTemplate *t;
+    PailErr err = {0};
+    const char *tpl = "{% for m in messages %}{{ m.content }}{% endfor %}{{ raise_exception('stop') }}";
+    ck_assert_int_eq(jinja_parse(&t, tpl, strlen(tpl), "t", &err), 0);
+    json_t *v = json_loads("{\"messages\":[{\"content\":\"abc\"}]}", 0, NULL);
+    Buf b = {0};
+    buf_append(&b, "keep", 4);
+    JinjaSpans gen;
+    ck_assert_int_lt(jinja_render(t, v, NULL, &b, &gen, &err), 0);
+    ck_assert_uint_eq(b.len, 4);
+    ck_assert_str_eq((char *)b.data, "keep");
+    ck_assert_int_eq(gen.n, 0);
+    ck_assert_ptr_null(gen.spans);
+    ck_assert_str_eq(err.msg, "stop");
+    // appends after what the Buf held
+    const char *ok = "{{ 1 }}";
+    jinja_free(t);
+    ck_assert_int_eq(jinja_parse(&t, ok, strlen(ok), "t", &err), 0);
+    ck_assert_int_eq(jinja_render(t, v, NULL, &b, NULL, &err), 0);
+    ck_assert_str_eq((char *)b.data, "keep1");
+    buf_free(&b);
+    json_decref(v);
+    jinja_free(t);
+}
+END_TEST
+
+// ---- limits
+
+START_TEST(test_limit_steps) {
+    PailErr err = {0};
+    char *out;
+    JinjaLimits lim = JINJA_LIMITS_DEFAULT;
+    lim.max_steps = 1000;
+    const char *tpl = "{% for a in x %}{% for b in x %}{% for c in x %}.{% endfor %}{% endfor %}{% endfor %}";
+    const char *vars = "{\"x\":[0,1,2,3,4,5,6,7,8,9,10,11]}";  // 12 + 144 + 1728 iterations
+    ck_assert_int_lt(render(tpl, vars, &lim, &out, NULL, &err), 0);
+    ck_assert_ptr_nonnull(strstr(err.msg, "more than 1000 steps"));
+    lim.max_steps = 2000;
+    ck_assert_int_eq(render(tpl, vars, &lim, &out, NULL, &err), 0);
+    ck_assert_uint_eq(strlen(out), 1728);
+    free(out);
+    // an endless recursion of macros stops at the depth bound
+    ck_assert_int_lt(render("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}", NULL, NULL, &out, NULL, &err), 0);
+    ck_assert_ptr_nonnull(strstr(err.msg, "deeper than 64"));
+}
+END_TEST
+
+START_TEST(test_limit_output) {
+    PailErr err = {0};
+    char *out;
+    JinjaLimits lim = JINJA_LIMITS_DEFAULT;
+    lim.max_output = 1000;
+    const char *vars = "{\"x\":[0,1,2,3,4,5,6,7,8,9]}";
+    ck_assert_int_eq(render("{% for a in x %}{% for b in x %}{{ '12345678' }}{% endfor %}{% endfor %}", vars, &lim, &out, NULL, &err), 0);
+    free(out);  // 800 bytes
+    ck_assert_int_lt(render("{% for a in x %}{% for b in x %}{{ '123456789ab' }}{% endfor %}{% endfor %}", vars, &lim, &out, NULL, &err), 0);
+    ck_assert_ptr_nonnull(strstr(err.msg, "over the limit of 1000 bytes"));
+    // inside a capture, and strings built by operators
+    ck_assert_int_lt(render("{% set s %}{% for a in x %}{% for b in x %}{{ '123456789ab' }}{% endfor %}{% endfor %}{% endset %}",
+                            vars, &lim, &out, NULL, &err), 0);
+    ck_assert_int_lt(render("{{ ('x' * 600) + ('y' * 600) }}", vars, &lim, &out, NULL, &err), 0);
+    ck_assert_int_lt(render("{{ 'x' * 100000000000 }}", vars, &lim, &out, NULL, &err), 0);
+}
+END_TEST
+
+START_TEST(test_limit_nesting) {
+    PailErr err = {0};
+    size_t n = 100000;
+    char *src = malloc(2 * n + 8);
+    ck_assert_ptr_nonnull(src);
+    strcpy(src, "{{ ");
+    memset(src + 3, '(', n);
+    src[3 + n] = '1';
+    memset(src + 4 + n, ')', n);
+    strcpy(src + 4 + 2 * n, " }}");
+    JinjaTemplate *t = NULL;
+    ck_assert_int_lt(jinja_parse(&t, src, strlen(src), "t", &err), 0);
+    ck_assert_msg(strstr(err.msg, "nested deeper than") != NULL, "%s", err.msg);
+    // blocks too
+    char *p = src;
+    for (int i = 0; i < 5000; i++) p += sprintf(p, "{%%if 1%%}");
+    ck_assert_int_lt(jinja_parse(&t, src, strlen(src), "t", &err), 0);
+    ck_assert_msg(strstr(err.msg, "nested deeper than") != NULL, "%s", err.msg);
+    // - - - ... 1 and not not not ... 1
+    for (int k = 0; k < 2; k++) {
+        p = src + sprintf(src, "{{ ");
+        for (size_t i = 0; i < 20000; i++) p += sprintf(p, k ? "not " : "- ");
+        strcpy(p, "1 }}");
+        ck_assert_int_lt(jinja_parse(&t, src, strlen(src), "t", &err), 0);
+        ck_assert_msg(strstr(err.msg, "nested deeper than") != NULL, "%s", err.msg);
+    }
+    free(src);
+    // moderate nesting parses and renders; the render's expression depth bound is max_depth
+    char *out;
+    ck_assert_int_eq(render("{{ ((((((((((1)))))))))) }}", NULL, NULL, &out, NULL, &err), 0);
+    ck_assert_str_eq(out, "1");
+    free(out);
+    JinjaLimits lim = JINJA_LIMITS_DEFAULT;
+    lim.max_depth = 4;
+    ck_assert_int_lt(render("{{ [[[[[[1]]]]]] }}", NULL, &lim, &out, NULL, &err), 0);
+    ck_assert_ptr_nonnull(strstr(err.msg, "deeper than 4"));
+}
+END_TEST
+
+START_TEST(test_integer_overflow) {
+    PailErr err = {0};
+    char *out;
+    ck_assert_int_lt(render("{{ 9223372036854775807 + 1 }}", NULL, NULL, &out, NULL, &err), 0);
+    ck_assert_ptr_nonnull(strstr(err.msg, "beyond 64 bits"));
+    ck_assert_int_lt(render("{{ 3 ** 64 }}", NULL, NULL, &out, NULL, &err), 0);
+    ck_assert_int_lt(render("{{ 99999999999999999999 }}", NULL, NULL, &out, NULL, &err), 0);
+}
+END_TEST
+
+// ---- the real templates
+
+#define REF "../shared/reference/chat-templates"
+
+// What jinja2 renders for Qwen3-0.6B with a system and a user message and the generation prompt.
+static const char QWEN3_SYS_USER[] = "<|im_start|>system\nYou are helpful.<|im_end|>\n<|im_start|>user\nHello!<|im_end|>\n<|im_start|>assistant\n";
+
+START_TEST(test_reference_templates) {
+    FILE *m = fopen(REF "/MANIFEST.tsv", "r");
+    if (!m) {
+        fprintf(stderr, "check_tokenizer_jinja: " REF " absent, reference templates skipped\n");
+        return;
+    }
+    char line[2048];
+    int n = 0;
+    const char *vars = "{\"messages\":[{\"role\":\"system\",\"content\":\"You are helpful.\"},{\"role\":\"user\",\"content\":\"Hello!\"}],"
+                       "\"add_generation_prompt\":true,\"tools\":null,\"documents\":null}";
+    while (fgets(line, sizeof line, m)) {
+        char name[512], bos[256], eos[256];
+        if (sscanf(line, "%511[^\t]\t%*[^\t]\t%*[^\t]\t%*[^\t]\t%255[^\t]\t%255[^\t]", name, bos, eos) != 3 ||
+            !strcmp(name, "name"))
+            continue;
+        char path[700];
+        snprintf(path, sizeof path, REF "/%s.jinja", name);
+        FILE *f = fopen(path, "rb");
+        ck_assert_msg(f != NULL, "%s", path);
+        static char src[1 << 20];
+        size_t len = fread(src, 1, sizeof src - 1, f);
+        fclose(f);
+        src[len] = 0;
+        JinjaTemplate *t;
+        PailErr err = {0};
+        ck_assert_msg(jinja_parse(&t, src, len, name, &err) == 0, "%s", err.msg);
+        json_t *v = json_loads(vars, 0, NULL);
+        if (strcmp(bos, "null")) json_object_set_new(v, "bos_token", json_string(bos));  // MANIFEST: null = none set
+        if (strcmp(eos, "null")) json_object_set_new(v, "eos_token", json_string(eos));
+        Buf b = {0};
+        int rc = jinja_render(t, v, NULL, &b, NULL, &err);
+        // Gemma 2 and Mistral 7B v0.1 refuse a system message with raise_exception, as in transformers
+        if (strstr(name, "gemma-2"))
+            ck_assert_msg(rc < 0 && !strcmp(err.msg, "System role not supported"), "%s: %s", name, err.msg);
+        else if (strstr(name, "Mistral-7B-Instruct-v0.1"))
+            ck_assert_msg(rc < 0 && !strcmp(err.msg, "Conversation roles must alternate user/assistant/user/assistant/..."),
+                          "%s: %s", name, err.msg);
+        else
+            ck_assert_msg(rc == 0, "%s: %s", name, err.msg);
+        if (!strcmp(name, "Qwen-Qwen3-0.6B")) ck_assert_str_eq((char *)b.data, QWEN3_SYS_USER);
+        buf_free(&b);
+        json_decref(v);
+        jinja_free(t);
+        n++;
+    }
+    fclose(m);
+    ck_assert_int_eq(n, 44);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("tokenizer_jinja");
+    TCase *core = tcase_create("core"), *limits = tcase_create("limits");
+    tcase_add_test(core, test_core_table);
+    tcase_add_test(core, test_render_errors);
+    tcase_add_test(core, test_parse_errors);
+    tcase_add_test(core, test_generation);
+    tcase_add_test(core, test_failure_restores_output);
+    tcase_add_test(core, test_reference_templates);
+    tcase_add_test(limits, test_limit_steps);
+    tcase_add_test(limits, test_limit_output);
+    tcase_add_test(limits, test_limit_nesting);
+    tcase_add_test(limits, test_integer_overflow);
+    tcase_set_timeout(core, 60);
+    tcase_set_timeout(limits, 60);
+    suite_add_tcase(s, core);
+    suite_add_tcase(s, limits);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
