@@ -95,7 +95,8 @@ def cases():
         _u("Search for owls."), _a("", tool_calls=[call("callGGGGG", "web_search", {"query": "owls", "max_results": 3})]),
         _tool("callGGGGG", "web_search", "Owls are birds."), _a("Owls are birds.")], "tools": FLAT_TOOLS})
     add("tools_flat_call_json_string", {"messages": [
-        _u("Weather in Bern?"), _a("", tool_calls=[call("callHHHHH", "get_weather", json.dumps({"city": "Bern", "days": 1}))]),
+        _u("Weather in Bern?"), _a("", tool_calls=[call("callHHHHH", "get_weather", json.dumps(
+            {"city": "Bern \"BE\" é\n\t\u2028\x1b 😀", "days": 1}, ensure_ascii=False))]),
         _tool("callHHHHH", "get_weather", "Fog"), _a("Foggy.")], "tools": FLAT_TOOLS})
     add("tool_calls_parallel", {"messages": [
         _u("Weather in Paris and Rome, and search news about both."),
@@ -115,6 +116,9 @@ def cases():
         _u("Compute things."), _a("", tool_calls=[call("callFFFFF", "web_search", dict(NUMBERS, query="n"))]),
         _tool("callFFFFF", "web_search", json.dumps({"ok": True, "value": 0.30000000000000004, "n": None})),
         _a("Done.")], "tools": TOOLS})
+    add("tool_call_unicode_id", {"messages": [  # 9 code points, 10 bytes: Mistral's templates check |length == 9
+        _u("Weather in Malmö?"), _a("", tool_calls=[call("cäll0A1b2", "get_weather", {"city": "Malmö"})]),
+        _tool("cäll0A1b2", "get_weather", "Mild"), _a("Mild in Malmö.")], "tools": TOOLS})
     add("tool_call_long_id", {"messages": [
         _u("Weather in Lima?"), _a("", tool_calls=[call("call_abc123def456ghi789", "get_weather", {"city": "Lima"})]),
         _tool("call_abc123def456ghi789", "get_weather", "Cloudy"), _a("Cloudy in Lima.")], "tools": TOOLS})
@@ -142,6 +146,7 @@ def cases():
     add("thinking_field", [_u("Pick a number."), _a("7.", thinking="Any small number will do.")])
     add("reasoning_field", [_u("Pick a letter."), _a("Q.", reasoning="Something rare.")])
     add("think_in_content", [_u("2+2?"), _a("<think>\nI should add.\n</think>\n\nThe answer is 4."), _u("3+3?")])
+    add("think_in_content_last", [_u("2+2?"), _a("<think>\n思考 🤔 \u00e9\n</think>\n\n答え: 4 ✅")])
     add("unicode", [_u("Réponds en français. 日本語も可。"), _a("D'accord."),
                     _u("你好，世界！👩‍👩‍👧‍👦 🇫🇷 café vs cafe\u0301, Zalgo: Z\u0351\u0327a\u0336l\u0334g\u035fo; "
                        "עברית: שלום עולם \u200f; العربية: مرحبا بالعالم"),
@@ -167,6 +172,7 @@ def cases():
     add("system_only", [_s("You are alone.")])
     add("assistant_first", [_a("I speak first."), _u("OK.")])
     add("consecutive_users", [_u("One."), _u("Two.")])
+    add("odd_role", [{"role": "ǆemal o'brien x2y straße ﬁ", "content": "Hi"}, _u("Hello?")])  # str.title(): ǅ, O'Brien, X2Y
     add("unknown_role", [{"role": "narrator", "content": "Once upon a time."}, _u("Go on.")])
     add("developer_role", [{"role": "developer", "content": "Follow the rules."}, _u("Hi")])
     add("empty_conversation", [])
