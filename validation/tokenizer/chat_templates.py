@@ -7,8 +7,9 @@
 #
 # Each template gets a tokenizer folder as a user would have it: the published Qwen3
 # tokenizer.json, a tokenizer_config.json setting only the bos/eos tokens MANIFEST.tsv
-# gives for the model, and the template as chat_template.jinja (the way transformers 5 saves
-# it); transformers loads it with AutoTokenizer, pail with --tokenizer-config/--chat-template.
+# gives for the model (as strings, or for every other template as AddedToken objects, the
+# form older configs use), and the template as chat_template.jinja (the way transformers 5
+# saves it); transformers loads it with AutoTokenizer, pail with --tokenizer-config/--chat-template.
 # strftime_now sees one fixed instant on both sides (--chat-time; TZ=UTC).
 #
 # Usage: chat_templates.py --ctl BIN/grpo-ctl [--reference DIR] [--work DIR] [--json OUT]
@@ -83,13 +84,22 @@ def flag_sets(src, env):
     return out
 
 
-def make_folder(work, name, man, src_path, qwen_json):
+def added_token(s):
+    """A special token as older tokenizer_config.json files write it (Llama 2, Mistral v0.1)."""
+    if s is None:
+        return None
+    return {"__type": "AddedToken", "content": s, "lstrip": False, "normalized": False, "rstrip": False,
+            "single_word": False}
+
+
+def make_folder(work, name, man, src_path, qwen_json, token_form="string"):
     d = os.path.join(work, name)
     os.makedirs(d, exist_ok=True)
     link = os.path.join(d, "tokenizer.json")
     if not os.path.lexists(link):
         os.symlink(os.path.abspath(qwen_json), link)
-    cfg = {"bos_token": token_or_none(man["bos_token"]), "eos_token": token_or_none(man["eos_token"])}
+    wrap = added_token if token_form == "AddedToken" else (lambda s: s)
+    cfg = {"bos_token": wrap(token_or_none(man["bos_token"])), "eos_token": wrap(token_or_none(man["eos_token"]))}
     with open(os.path.join(d, "tokenizer_config.json"), "w", encoding="utf-8") as f:
         json.dump(cfg, f, ensure_ascii=False)
     with open(src_path, "rb") as fi, open(os.path.join(d, "chat_template.jinja"), "wb") as fo:
@@ -269,13 +279,16 @@ def main():
         import jinja2
         import transformers
         jobs, meta = [], {}
-        for n in names:
+        for i, n in enumerate(names):
             src_path = os.path.join(tdir, n + ".jinja")
             with open(src_path, "rb") as f:
                 raw = f.read()
-            d = make_folder(work, n, manifest[n], src_path, qwen)
+            # both ways configs write special tokens: a string, or (every other template) an AddedToken object
+            form = "AddedToken" if i % 2 else "string"
+            d = make_folder(work, n, manifest[n], src_path, qwen, form)
             fsets = flag_sets(raw.decode("utf-8"), env)
             meta[n] = {"folder": d, "flagsets": fsets, "sha256_16": hashlib.sha256(raw).hexdigest()[:16],
+                       "special_token_form": form,
                        "manifest_sha256_16": manifest[n].get("sha256_16"),
                        "bos_token": token_or_none(manifest[n]["bos_token"]),
                        "eos_token": token_or_none(manifest[n]["eos_token"])}
