@@ -28,6 +28,7 @@ int ctl_doctor(int argc, char **argv);       // src/ctl/doctor.c
 int ctl_init_model(int argc, char **argv);   // src/ctl/model.c
 int ctl_plan(int argc, char **argv);         // src/ctl/plan.c
 int ctl_model_info(int argc, char **argv);
+int ctl_import_gguf(int argc, char **argv);  // src/ctl/import_gguf.c
 int ctl_tokenize(int argc, char **argv);
 int ctl_detokenize(int argc, char **argv);
 

@@ -7,10 +7,10 @@
 #include "rollout/worker.h"
 
 int ctl_eval(int argc, char **argv) {
-    char *model = NULL, *adapter = NULL, *dataset = NULL, *out = NULL, *marker = NULL, *regex = NULL,
+    char *model = NULL, *adapter = NULL, *dataset = NULL, *out = NULL, *marker = NULL, *regex = NULL, *cmd = NULL,
          *prompt_format = NULL, *chat_file = NULL, *chat_name = NULL, *chat_kwargs = NULL;
     long max_new, batch, samples, max_prompt, seed;
-    double temperature;
+    double temperature, reward_timeout;
     bool chat;
     FlagList rewards = {0};
     char *device = NULL, *max_memory = NULL, *dtype = NULL;
@@ -21,6 +21,8 @@ int ctl_eval(int argc, char **argv) {
         {"reward", FLAG_LIST, &rewards, "exact_answer", 1, 0, "NAME[:WEIGHT] as grpo-rollout"},
         {"answer-marker", FLAG_STRING, &marker, NULL, 1, 0, "exact_answer: the answer follows this text"},
         {"format-regex", FLAG_STRING, &regex, NULL, 1, 0, "format: PCRE2 pattern"},
+        {"reward-cmd", FLAG_STRING, &cmd, NULL, 1, 0, "cmd: external reward program, as grpo-rollout"},
+        {"reward-timeout", FLAG_DOUBLE, &reward_timeout, "30", 0.01, 86400, "cmd: seconds per batch"},
         {"samples", FLAG_INT, &samples, "1", 1, 1024, "1: greedy; k: pass@k at --temperature"},
         {"temperature", FLAG_DOUBLE, &temperature, "1.0", 0, 100, "sampling temperature for pass@k"},
         {"max-new-tokens", FLAG_INT, &max_new, "256", 1, 1 << 20, "completion length limit"},
@@ -58,7 +60,8 @@ int ctl_eval(int argc, char **argv) {
                        .batch_size = (int)batch, .group_size = 1, .seed = seed,
                        .sampler = {.temperature = temperature, .top_p = 1, .top_k = 0},
                        .rewards = {.specs = (const char *const *)rewards.items, .nspecs = rewards.n,
-                                   .answer_marker = marker, .format_regex = regex},
+                                   .answer_marker = marker, .format_regex = regex, .cmd = cmd,
+                                   .cmd_timeout_s = reward_timeout},
                        .backend = be, .max_memory = max_mem, .weights_dtype = want};
     PailErr err = {0};
     rc = rollout_run(&c, NULL, &err) < 0 ? 1 : 0;

@@ -35,7 +35,7 @@ static PackSeq example_seq(const Example *e) {
     return (PackSeq){.prompt = e->ids, .n_prompt = e->plen, .completion = e->ids + e->plen, .n_completion = e->n - e->plen};
 }
 
-static int load_examples(const SftConfig *c, Tokenizer *tok, const ChatTemplate *chat, bool have_chat, int32_t eos,
+static int load_examples(const SftConfig *c, Tokenizer *tok, const ChatTemplate *chat, const PailErr *no_chat, int32_t eos,
                          Example **out, int *nout, PailErr *err) {
     Buf text = {0};
     if (fs_read_file(c->data_path, &text, err) < 0) return -1;
@@ -66,9 +66,9 @@ static int load_examples(const SftConfig *c, Tokenizer *tok, const ChatTemplate 
             if (!comp || !role || strcmp(role, "assistant")) {
                 rc = err_set(err, PAIL_ERR_INVALID, "%s:%d: the last message must be the assistant's completion",
                              c->data_path, lineno);
-            } else if (!have_chat) {
-                rc = err_set(err, PAIL_ERR_INVALID, "%s:%d: a messages row needs the model's chat template or "
-                             "--prompt-format", c->data_path, lineno);
+            } else if (no_chat) {
+                rc = err_set(err, PAIL_ERR_INVALID, "%s:%d: a messages row needs a chat template: %s", c->data_path,
+                             lineno, no_chat->msg);
             } else {
                 json_t *head = json_array();
                 for (size_t k = 0; k + 1 < json_array_size(msgs); k++) json_array_append(head, json_array_get(msgs, k));
@@ -82,7 +82,7 @@ static int load_examples(const SftConfig *c, Tokenizer *tok, const ChatTemplate 
             if (!p || !comp) {
                 rc = err_set(err, PAIL_ERR_INVALID, "%s:%d: expected {\"prompt\": str, \"completion\": str} or "
                              "{\"messages\": [...]}", c->data_path, lineno);
-            } else if (c->chat && have_chat) {
+            } else if (c->chat && !no_chat) {
                 if (chat_render_prompt(chat, p, true, &ptext, err) < 0) rc = err_wrap(err, "%s:%d", c->data_path, lineno);
             } else if (buf_append(&ptext, p, strlen(p)) < 0) {
                 rc = err_set(err, PAIL_ERR_NOMEM, "%s:%d: out of memory", c->data_path, lineno);
@@ -229,11 +229,11 @@ int sft_run(const SftConfig *c, volatile sig_atomic_t *stop, PailErr *err) {
     }
     if (have_chat) log_info("chat template: %s (sha256 %.16s)", chat.source, chat.sha256);
     int32_t eos = w.cfg.n_eos > 0 ? w.cfg.eos_token_ids[0] : tokenizer_eos_id(tok);
-    if (load_examples(c, tok, &chat, have_chat, eos, &ex, &nex, err) < 0) goto out;
+    if (load_examples(c, tok, &chat, have_chat ? NULL : &cerr, eos, &ex, &nex, err) < 0) goto out;
     if (c->valid_path) {
         SftConfig vc = *c;
         vc.data_path = c->valid_path;
-        if (load_examples(&vc, tok, &chat, have_chat, eos, &vex, &nvex, err) < 0) goto out;
+        if (load_examples(&vc, tok, &chat, have_chat ? NULL : &cerr, eos, &vex, &nvex, err) < 0) goto out;
     }
     size_t n;
     if (c->full) {

@@ -37,6 +37,7 @@ typedef struct {
     Tokenizer *tok;
     ChatTemplate chat;
     bool have_chat;
+    PailErr chat_err;     // why there is no chat template (when !have_chat)
     Transformer *tf;      // planned for adapters of rank up to lora_rank (worker_plan)
     Generator *gen;       // on tf
     GenConfig gc;
@@ -108,8 +109,8 @@ static int encode_row(Worker *w, const DatasetRow *row, Prompt *out, PailErr *er
     int rc = 0;
     if (row->messages || (w->cfg->chat && row->prompt)) {
         if (!w->have_chat)
-            return err_set(err, PAIL_ERR_INVALID, "%s:%lld: a chat row needs the model's chat template, --chat-template "
-                           "or --prompt-format", w->ds->source, (long long)row->line);
+            return err_set(err, PAIL_ERR_INVALID, "%s:%lld: a chat row needs a chat template: %s", w->ds->source,
+                           (long long)row->line, w->chat_err.msg);
         if (row->messages) rc = chat_render(&w->chat, (json_t *)row->messages, (json_t *)row->tools, true, &text, err);
         else rc = chat_render_prompt(&w->chat, row->prompt, true, &text, err);
         if (rc < 0) err_wrap(err, "%s:%lld", w->ds->source, (long long)row->line);
@@ -873,6 +874,7 @@ static int setup(Worker *w, const RolloutConfig *c, PailErr *err) {
         return -1;
     } else {
         log_info("chat template: %s (rows with \"messages\" will be refused)", cerr.msg);
+        w->chat_err = cerr;
     }
     const char *dspath = c->eval ? c->eval_dataset : c->dataset;
     if (!dspath) return err_set(err, PAIL_ERR_INVALID, c->eval ? "--eval needs --eval-dataset" : "--dataset is required");

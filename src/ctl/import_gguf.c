@@ -1,0 +1,49 @@
+// grpo-ctl import-gguf: a GGUF file (llama, qwen2, qwen3 with a gpt2 tokenizer)
+// as a Hugging Face folder pail and transformers load (model/gguf_import.h).
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "ctl/ctl.h"
+#include "model/gguf_import.h"
+
+int ctl_import_gguf(int argc, char **argv) {
+    char *out = NULL, *dtype_s = NULL;
+    Flag fl[] = {
+        {"out", FLAG_STRING, &out, NULL, 1, 0, "folder to write (created; existing files replaced)"},
+        {"dtype", FLAG_STRING, &dtype_s, "bf16", 1, 0, "model.safetensors dtype: bf16 or f32 (exact dequantized values)"},
+    };
+    char **pos = NULL;
+    int npos = 0, rc;
+    const char *usage = "grpo-ctl import-gguf FILE.gguf --out DIR [--dtype bf16|f32]";
+    if ((rc = ctl_parse(usage,
+                        "Dequantizes a GGUF file (llama, qwen2 or qwen3 architecture; F32, F16, BF16, Q4_0, Q4_1, Q5_0, "
+                        "Q5_1, Q8_0, Q2_K..Q6_K tensors; gpt2 byte-level BPE tokenizer) into config.json, "
+                        "generation_config.json, model.safetensors, tokenizer.json, tokenizer_config.json and "
+                        "chat_template.jinja, as transformers' from_pretrained(..., gguf_file=...) reads it.",
+                        fl, 2, argc, argv, &pos, &npos)) >= 0)
+        goto done;
+    rc = 2;
+    if (npos != 1) { fprintf(stderr, "%s: give one FILE.gguf (see --help)\n", argv[0]); goto done; }
+    if (!out) { fprintf(stderr, "%s: --out DIR is required\n", argv[0]); goto done; }
+    GgufImportOptions opt;
+    if (!strcmp(dtype_s, "bf16")) opt.dtype = ST_DTYPE_BF16;
+    else if (!strcmp(dtype_s, "f32")) opt.dtype = ST_DTYPE_F32;
+    else { fprintf(stderr, "%s: --dtype '%s': use bf16 or f32\n", argv[0], dtype_s); goto done; }
+    rc = 1;
+    GgufFile g;
+    PailErr err = {0};
+    if (gguf_open(&g, pos[0], &err) < 0) { fprintf(stderr, "%s: %s\n", argv[0], err.msg); goto done; }
+    GgufImportInfo info;
+    if (gguf_import(&g, out, &opt, &info, &err) < 0) {
+        fprintf(stderr, "%s: %s\n", argv[0], err.msg);
+    } else {
+        printf("wrote %s: %s, %d tensors (%s) as %s, vocab %d\n", out, info.arch, info.n_tensors, info.types, dtype_s,
+               info.vocab);
+        rc = 0;
+    }
+    gguf_close(&g);
+done:
+    free(pos);
+    flags_free(fl, 2);
+    return rc;
+}

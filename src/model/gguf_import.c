@@ -1,0 +1,499 @@
+// GGUF -> Hugging Face folder (see gguf_import.h). The mapping follows
+// transformers 5's GGUF loader (modeling_gguf_pytorch_utils.py for the config
+// and tensors, integrations/gguf/gguf_tokenizer_mapping.py for the tokenizer):
+// llama.cpp's key and tensor names to HF's, Q and K rows un-permuted for
+// llama-architecture files (llama.cpp's convert permutes them for its RoPE
+// layout), the byte-level BPE vocabulary respelled in GPT-2's byte alphabet
+// where a token is not already, CONTROL tokens special, USER_DEFINED ones added.
+#include "model/gguf_import.h"
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "core/buf.h"
+#include "core/fsutil.h"
+#include "model/modelgen.h"
+#include "model/weights.h"
+
+// ---- config ----
+
+static int key_int(const GgufFile *g, const char *arch, const char *k, int64_t *v, bool required, PailErr *err) {
+    char full[128];
+    snprintf(full, sizeof full, "%s.%s", arch, k);
+    PailErr e = {0};
+    if (gguf_get_int(g, full, v, &e) == 0) {
+        if (*v < 0 || *v > (1 << 30))
+            return err_set(err, PAIL_ERR_INVALID, "gguf %s: %s is %lld, out of range", g->path, full, (long long)*v);
+        return 1;
+    }
+    if (e.code == PAIL_ERR_NOT_FOUND && !required) return 0;
+    *err = e;
+    return -1;
+}
+
+static int key_float(const GgufFile *g, const char *arch, const char *k, double *v, PailErr *err) {
+    char full[128];
+    snprintf(full, sizeof full, "%s.%s", arch, k);
+    PailErr e = {0};
+    if (gguf_get_float(g, full, v, &e) == 0) return 1;
+    if (e.code == PAIL_ERR_NOT_FOUND) return 0;
+    *err = e;
+    return -1;
+}
+
+static int build_config(const GgufFile *g, const char *arch, ModelType type, int n_vocab, ModelConfig *cfg,
+                        PailErr *err) {
+    ModelConfig c = {0};
+    model_config_defaults(&c, type);
+    int64_t v;
+    struct { const char *k; int *dst; bool req; } ints[] = {
+        {"block_count", &c.num_hidden_layers, true}, {"embedding_length", &c.hidden_size, true},
+        {"feed_forward_length", &c.intermediate_size, true}, {"attention.head_count", &c.num_attention_heads, true},
+        {"context_length", &c.max_position_embeddings, false}, {"vocab_size", &c.vocab_size, false},
+    };
+    c.vocab_size = n_vocab;
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
+        int r = key_int(g, arch, ints[i].k, &v, ints[i].req, err);
+        if (r < 0) return -1;
+        if (r) *ints[i].dst = (int)v;
+    }
+    c.num_key_value_heads = c.num_attention_heads;
+    int r = key_int(g, arch, "attention.head_count_kv", &v, false, err);
+    if (r < 0) return -1;
+    if (r) c.num_key_value_heads = (int)v;
+    double f;
+    if ((r = key_float(g, arch, "attention.layer_norm_rms_epsilon", &f, err)) < 0) return -1;
+    if (r) c.rms_norm_eps = f;
+    if ((r = key_float(g, arch, "rope.freq_base", &f, err)) < 0) return -1;
+    if (r) c.rope_theta = f;
+    // Llama 3's rope scaling travels as a rope_freqs tensor, which transformers
+    // drops; importing the model without it would change it, so it is refused.
+    char sk[128];
+    snprintf(sk, sizeof sk, "%s.rope.scaling.type", arch);
+    const char *s;
+    size_t sl;
+    PailErr e = {0};
+    if (gguf_find_tensor(g, "rope_freqs.weight") ||
+        (gguf_get_string(g, sk, &s, &sl, &e) == 0 && !(sl == 4 && !memcmp(s, "none", 4))))
+        return err_set(err, PAIL_ERR_UNSUPPORTED, "gguf %s: RoPE scaling (rope_freqs.weight or %s) is not imported",
+                       g->path, sk);
+    // D from the q projection: HF's head_dim for qwen3 (transformers reads no key for it)
+    const GgufTensor *q = gguf_find_tensor(g, "blk.0.attn_q.weight");
+    if (!q || q->ndim != 2 || !c.num_attention_heads || q->dims[1] % (uint64_t)c.num_attention_heads)
+        return err_set(err, PAIL_ERR_INVALID, "gguf %s: blk.0.attn_q.weight is missing or not (H*D, C)", g->path);
+    c.head_dim = (int)(q->dims[1] / (uint64_t)c.num_attention_heads);
+    c.tie_word_embeddings = gguf_find_tensor(g, "output.weight") == NULL;
+    if (type != MODEL_QWEN2) c.has_qkv_bias = c.has_o_bias = gguf_find_tensor(g, "blk.0.attn_q.bias") != NULL;
+    c.bos_token_id = -1;
+    if (gguf_get_int(g, "tokenizer.ggml.bos_token_id", &v, &e) == 0) c.bos_token_id = (int)v;
+    if (gguf_get_int(g, "tokenizer.ggml.eos_token_id", &v, &e) == 0) c.eos_token_ids[0] = (int)v, c.n_eos = 1;
+    *cfg = c;
+    return model_config_validate(cfg, g->path, err);
+}
+
+// ---- tensors ----
+
+static const char *gguf_param_name(ModelParamId id) {
+    switch (id) {
+    case PARAM_EMBED: return "token_embd.weight";
+    case PARAM_ATTN_NORM: return "attn_norm.weight";
+    case PARAM_WQ: return "attn_q.weight";
+    case PARAM_WK: return "attn_k.weight";
+    case PARAM_WV: return "attn_v.weight";
+    case PARAM_WO: return "attn_output.weight";
+    case PARAM_BQ: return "attn_q.bias";
+    case PARAM_BK: return "attn_k.bias";
+    case PARAM_BV: return "attn_v.bias";
+    case PARAM_BO: return "attn_output.bias";
+    case PARAM_Q_NORM: return "attn_q_norm.weight";
+    case PARAM_K_NORM: return "attn_k_norm.weight";
+    case PARAM_MLP_NORM: return "ffn_norm.weight";
+    case PARAM_W_GATE: return "ffn_gate.weight";
+    case PARAM_W_UP: return "ffn_up.weight";
+    case PARAM_W_DOWN: return "ffn_down.weight";
+    case PARAM_FINAL_NORM: return "output_norm.weight";
+    case PARAM_LM_HEAD: return "output.weight";
+    default: return NULL;
+    }
+}
+
+// llama.cpp's convert permuted each head's rows (i, t) -> (t, i) for its rotate-half
+// RoPE; transformers' _reverse_permute_weights undoes it: row h*R + t*dim + i of
+// the result is row h*R + 2*i + t of the file (R = rows per head, dim = R / 2).
+static void unpermute(float *dst, const float *src, size_t rows, size_t cols, int n_head) {
+    size_t R = rows / (size_t)n_head, dim = R / 2;
+    for (int h = 0; h < n_head; h++)
+        for (size_t t = 0; t < 2; t++)
+            for (size_t i = 0; i < dim; i++)
+                memcpy(dst + (h * R + t * dim + i) * cols, src + (h * R + 2 * i + t) * cols, cols * sizeof *dst);
+}
+
+static int load_tensors(const GgufFile *g, ModelWeights *w, ModelType type, GgufImportInfo *info, PailErr *err) {
+    const ModelConfig *cfg = &w->cfg;
+    int L = cfg->num_hidden_layers, used = 0;
+    float *tmp = NULL;
+    size_t tmp_cap = 0;
+    for (int id = 0; id < PARAM_COUNT; id++) {
+        const ModelParamSpec *s = &w->specs[id];
+        if (!s->present || (id == PARAM_LM_HEAD && cfg->tie_word_embeddings)) continue;
+        for (int l = 0; l < (s->per_layer ? L : 1); l++) {
+            char nm[128];
+            if (s->per_layer) snprintf(nm, sizeof nm, "blk.%d.%s", l, gguf_param_name(id));
+            else snprintf(nm, sizeof nm, "%s", gguf_param_name(id));
+            const GgufTensor *t = gguf_find_tensor(g, nm);
+            if (!t) { free(tmp); return err_set(err, PAIL_ERR_INVALID, "gguf %s: no tensor '%s'", g->path, nm); }
+            // GGUF dims are HF's shape reversed
+            bool ok = t->ndim == s->ndim && t->dims[0] == s->shape[s->ndim - 1] &&
+                      (s->ndim == 1 || t->dims[1] == s->shape[0]);
+            if (!ok) {
+                free(tmp);
+                return err_set(err, PAIL_ERR_INVALID, "gguf %s: tensor '%s' is [%llu, %llu], expected [%zu, %zu] (ggml order)",
+                               g->path, nm, (unsigned long long)t->dims[0], (unsigned long long)t->dims[1],
+                               s->shape[s->ndim - 1], s->ndim == 2 ? s->shape[0] : (size_t)1);
+            }
+            float *dst = model_weights_tensor(w, id, l);
+            bool perm = type == MODEL_LLAMA && (id == PARAM_WQ || id == PARAM_WK || id == PARAM_BQ || id == PARAM_BK);
+            if (perm && tmp_cap < s->numel) {
+                free(tmp);
+                if (!(tmp = malloc(s->numel * sizeof *tmp))) return err_set(err, PAIL_ERR_NOMEM, "out of memory");
+                tmp_cap = s->numel;
+            }
+            gguf_dequantize(perm ? tmp : dst, t->data, t->type, t->nelem);  // the reader checked type and size
+            if (perm) {
+                int nh = id == PARAM_WQ || id == PARAM_BQ ? cfg->num_attention_heads : cfg->num_key_value_heads;
+                size_t rows = s->shape[0], cols = s->ndim == 2 ? s->shape[1] : 1;
+                if (rows % (size_t)(2 * nh)) {
+                    free(tmp);
+                    return err_set(err, PAIL_ERR_INVALID, "gguf %s: tensor '%s' rows %zu are not 2 x %d heads", g->path, nm,
+                                   rows, nh);
+                }
+                unpermute(dst, tmp, rows, cols, nh);
+            }
+            const char *tn = gguf_type_name(t->type);
+            if (!strstr(info->types, tn) && strlen(info->types) + strlen(tn) + 2 < sizeof info->types) {
+                if (info->types[0]) strcat(info->types, " ");
+                strcat(info->types, tn);
+            }
+            used++;
+        }
+    }
+    free(tmp);
+    if (used != g->ntensors)
+        for (int i = 0; i < g->ntensors; i++) {
+            const char *n = g->tensors[i].name, *p = n;
+            if (!strncmp(p, "blk.", 4)) {
+                p += 4;
+                while (*p >= '0' && *p <= '9') p++;
+                if (*p == '.') p++;
+            }
+            bool known = false;
+            for (int id = 0; id < PARAM_COUNT && !known; id++)
+                known = w->specs[id].present && gguf_param_name(id) && !strcmp(p, gguf_param_name(id)) &&
+                        (w->specs[id].per_layer == (p != n));
+            if (!known)
+                return err_set(err, PAIL_ERR_UNSUPPORTED, "gguf %s: tensor '%s' has no place in a %s model", g->path, n,
+                               model_type_name(type));
+        }
+    info->n_tensors = used;
+    return 0;
+}
+
+// ---- tokenizer ----
+
+// GPT-2's bytes_to_unicode: printable Latin-1 bytes map to themselves, the
+// other 68 to U+0100.. in byte order.
+static void byte_alphabet(uint32_t map[256]) {
+    int n = 0;
+    for (int b = 0; b < 256; b++) {
+        bool keep = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
+        map[b] = keep ? (uint32_t)b : (uint32_t)(256 + n++);
+    }
+}
+
+static bool in_alphabet(uint32_t cp) { return (cp >= 33 && cp <= 126) || (cp >= 161 && cp <= 172) || (cp >= 174 && cp <= 323); }
+
+static int utf8_put(Buf *b, uint32_t cp) {
+    char s[4];
+    int n;
+    if (cp < 0x80) s[0] = (char)cp, n = 1;
+    else if (cp < 0x800) s[0] = (char)(0xC0 | cp >> 6), s[1] = (char)(0x80 | (cp & 0x3F)), n = 2;
+    else s[0] = (char)(0xE0 | cp >> 12), s[1] = (char)(0x80 | ((cp >> 6) & 0x3F)), s[2] = (char)(0x80 | (cp & 0x3F)), n = 3;
+    return buf_append(b, s, (size_t)n);
+}
+
+// Decodes one UTF-8 code point at s (n bytes left); returns its length, 0 when invalid.
+static int utf8_get(const unsigned char *s, size_t n, uint32_t *cp) {
+    if (s[0] < 0x80) { *cp = s[0]; return 1; }
+    int len = s[0] >= 0xF0 && s[0] < 0xF5 ? 4 : s[0] >= 0xE0 ? 3 : s[0] >= 0xC2 && s[0] < 0xE0 ? 2 : 0;
+    if (!len || (size_t)len > n) return 0;
+    uint32_t c = s[0] & (0x7F >> len);
+    for (int i = 1; i < len; i++) {
+        if ((s[i] & 0xC0) != 0x80) return 0;
+        c = c << 6 | (s[i] & 0x3F);
+    }
+    *cp = c;
+    return len;
+}
+
+// The vocabulary key of a token: itself when every character is in the byte
+// alphabet, else each of its UTF-8 bytes spelled in it (transformers' byte_level_tokenizer).
+static int respell(const char *tok, size_t len, const uint32_t map[256], Buf *out, bool *same) {
+    buf_reset(out);
+    *same = true;
+    for (size_t i = 0; i < len;) {
+        uint32_t cp;
+        int n = utf8_get((const unsigned char *)tok + i, len - i, &cp);
+        if (!n) return -1;
+        if (!in_alphabet(cp)) *same = false;
+        i += (size_t)n;
+    }
+    if (*same) return buf_append(out, tok, len);
+    for (size_t i = 0; i < len; i++)
+        if (utf8_put(out, map[(unsigned char)tok[i]]) < 0) return -1;
+    return 0;
+}
+
+static const char *LLAMA3_SPLIT =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+static const char *QWEN2_SPLIT =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
+// tokenizer.ggml.pre -> the Split regex transformers gives it (GGUF_PRE_TOKENIZER_SPLITS);
+// NULL: GPT-2's ByteLevel regex, as transformers does for any name it does not list.
+static const char *pre_split(const char *pre, size_t n) {
+    static const char *llama3[] = {"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0",
+                                   "lfm2", "jina-v5-nano", "dbrx", "smaug-bpe"};
+    static const char *qwen2[] = {"qwen2", "deepseek-r1-qwen", "kormo", "f2llmv2", "megrez"};
+    for (size_t i = 0; i < sizeof llama3 / sizeof llama3[0]; i++)
+        if (strlen(llama3[i]) == n && !memcmp(pre, llama3[i], n)) return LLAMA3_SPLIT;
+    for (size_t i = 0; i < sizeof qwen2 / sizeof qwen2[0]; i++)
+        if (strlen(qwen2[i]) == n && !memcmp(pre, qwen2[i], n)) return QWEN2_SPLIT;
+    return NULL;
+}
+
+static json_t *byte_level(bool prefix, bool regex) {
+    return json_pack("{s:s, s:b, s:b, s:b}", "type", "ByteLevel", "add_prefix_space", prefix, "trim_offsets", 1,
+                     "use_regex", regex);
+}
+
+typedef struct {
+    uint64_t n;
+    const char **tok;
+    size_t *len;
+    int32_t *type;            // token_type, NULL when absent
+    int64_t bos, eos, unk, pad;  // -1 when absent
+    bool add_bos, add_eos;
+} Vocab;
+
+static bool is_named_special(const Vocab *v, uint64_t i) {
+    return (int64_t)i == v->bos || (int64_t)i == v->eos || (int64_t)i == v->unk || (int64_t)i == v->pad;
+}
+
+static int write_json(const char *dir, const char *name, json_t *j, PailErr *err) {
+    char *s = json_dumps(j, JSON_INDENT(2));
+    json_decref(j);
+    if (!s) return err_set(err, PAIL_ERR_NOMEM, "out of memory writing %s", name);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    Buf b = {0};
+    int rc = buf_printf(&b, "%s\n", s) < 0 ? err_set(err, PAIL_ERR_NOMEM, "out of memory")
+                                          : fs_write_file_atomic(path, b.data, b.len, err);
+    free(s);
+    buf_free(&b);
+    return rc;
+}
+
+static int build_tokenizer_json(const GgufFile *g, const Vocab *v, const char *dir, PailErr *err) {
+    uint32_t map[256];
+    byte_alphabet(map);
+    json_t *vocab = json_object(), *merges = json_array(), *added = json_array();
+    Buf key = {0};
+    int rc = -1;
+    if (!vocab || !merges || !added) { err_set(err, PAIL_ERR_NOMEM, "out of memory"); goto out; }
+    for (uint64_t i = 0; i < v->n; i++) {
+        bool same;
+        if (respell(v->tok[i], v->len[i], map, &key, &same) < 0 || buf_append(&key, "", 1) < 0) {
+            err_set(err, PAIL_ERR_INVALID, "gguf %s: token %llu is not UTF-8", g->path, (unsigned long long)i);
+            goto out;
+        }
+        json_object_set_new(vocab, (char *)key.data, json_integer((json_int_t)i));
+    }
+    for (uint64_t i = 0; i < v->n; i++) {
+        int32_t t = v->type ? v->type[i] : 1;
+        bool special = t == 3, user = t == 4;
+        if (special) {  // a CONTROL token outside the byte alphabet is a llama.cpp mislabel (transformers skips it)
+            bool same;
+            if (respell(v->tok[i], v->len[i], map, &key, &same) < 0 || !same) special = false;
+        }
+        if (user) user = json_object_getn(vocab, v->tok[i], v->len[i]) != NULL;
+        if (!special && !user && !is_named_special(v, i)) continue;
+        json_t *c = json_stringn(v->tok[i], v->len[i]);
+        if (!c) { err_set(err, PAIL_ERR_INVALID, "gguf %s: token %llu is not UTF-8", g->path, (unsigned long long)i); goto out; }
+        json_array_append_new(added, json_pack("{s:I, s:o, s:b, s:b, s:b, s:b, s:b}", "id", (json_int_t)i, "content", c,
+                                               "single_word", 0, "lstrip", 0, "rstrip", 0, "normalized", 0,
+                                               "special", !user));
+    }
+    uint64_t nm = 0;
+    const uint8_t *md;
+    PailErr e = {0};
+    if (gguf_get_array(g, "tokenizer.ggml.merges", GGUF_TYPE_STRING, &nm, &md, &e) < 0) {
+        *err = e;
+        goto out;
+    }
+    for (uint64_t i = 0; i < nm; i++) {
+        uint64_t l;
+        memcpy(&l, md, 8);
+        const char *s = (const char *)md + 8, *sp = memchr(s, ' ', l);
+        md += 8 + l;
+        json_t *a = sp ? json_stringn(s, (size_t)(sp - s)) : NULL, *b = sp ? json_stringn(sp + 1, l - (size_t)(sp - s) - 1) : NULL;
+        if (!a || !b || memchr(sp + 1, ' ', l - (size_t)(sp - s) - 1)) {
+            json_decref(a), json_decref(b);
+            err_set(err, PAIL_ERR_INVALID, "gguf %s: merge %llu is not two UTF-8 tokens separated by one space", g->path,
+                    (unsigned long long)i);
+            goto out;
+        }
+        json_array_append_new(merges, json_pack("[o, o]", a, b));
+    }
+    const char *pre = "";
+    size_t pl = 0;
+    gguf_get_string(g, "tokenizer.ggml.pre", &pre, &pl, &e);
+    const char *split = pre_split(pre, pl);
+    json_t *pretok = split ? json_pack("{s:s, s:[{s:s, s:{s:s}, s:s, s:b}, o]}", "type", "Sequence", "pretokenizers",
+                                       "type", "Split", "pattern", "Regex", split, "behavior", "Isolated", "invert", 0,
+                                       byte_level(false, false))
+                           : byte_level(false, true);
+    // TokenizersBackend.update_post_processor: bos / eos around each sequence as the file asks
+    const char *bos = v->add_bos && v->bos >= 0 ? v->tok[v->bos] : NULL, *eos = v->add_eos && v->eos >= 0 ? v->tok[v->eos] : NULL;
+    size_t bl = bos ? v->len[v->bos] : 0, el = eos ? v->len[v->eos] : 0;
+    json_t *single = json_array(), *pair = json_array(), *specials = json_object();
+    for (int seq = 0; seq < 2; seq++) {
+        json_t *arr = seq ? pair : single;
+        for (int k = 0; k <= seq; k++) {
+            if (bos) json_array_append_new(arr, json_pack("{s:{s:s%, s:i}}", "SpecialToken", "id", bos, bl, "type_id", k));
+            json_array_append_new(arr, json_pack("{s:{s:s, s:i}}", "Sequence", "id", k ? "B" : "A", "type_id", k));
+            if (eos) json_array_append_new(arr, json_pack("{s:{s:s%, s:i}}", "SpecialToken", "id", eos, el, "type_id", k));
+        }
+    }
+    if (bos) json_object_setn_new(specials, bos, bl, json_pack("{s:s%, s:[I], s:[s%]}", "id", bos, bl, "ids", (json_int_t)v->bos, "tokens", bos, bl));
+    if (eos) json_object_setn_new(specials, eos, el, json_pack("{s:s%, s:[I], s:[s%]}", "id", eos, el, "ids", (json_int_t)v->eos, "tokens", eos, el));
+    json_t *model = json_pack("{s:s, s:n, s:n, s:s, s:s, s:b, s:b, s:b, s:o, s:o}", "type", "BPE", "dropout", "unk_token",
+                              "continuing_subword_prefix", "", "end_of_word_suffix", "", "fuse_unk", 0, "byte_fallback", 0,
+                              "ignore_merges", 0, "vocab", vocab, "merges", merges);
+    vocab = merges = NULL;
+    json_t *tj = json_pack("{s:s, s:n, s:n, s:o, s:n, s:o, s:{s:s, s:o, s:o, s:o}, s:o, s:o}", "version", "1.0",
+                           "truncation", "padding", "added_tokens", added, "normalizer", "pre_tokenizer", pretok,
+                           "post_processor", "type", "TemplateProcessing", "single", single, "pair", pair,
+                           "special_tokens", specials, "decoder", byte_level(true, true), "model", model);
+    added = NULL;
+    if (!tj) { err_set(err, PAIL_ERR_NOMEM, "out of memory building tokenizer.json"); goto out; }
+    rc = write_json(dir, "tokenizer.json", tj, err);
+out:
+    json_decref(vocab);
+    json_decref(merges);
+    json_decref(added);
+    buf_free(&key);
+    return rc;
+}
+
+static json_t *token_or_null(const Vocab *v, int64_t id) {
+    return id >= 0 ? json_stringn(v->tok[id], v->len[id]) : json_null();
+}
+
+static int write_tokenizer(const GgufFile *g, const char *dir, int *n_vocab, PailErr *err) {
+    const char *model;
+    size_t ml;
+    PailErr e = {0};
+    if (gguf_get_string(g, "tokenizer.ggml.model", &model, &ml, &e) < 0) {
+        *err = e;
+        return err_wrap(err, "tokenizer");
+    }
+    if (!(ml == 4 && !memcmp(model, "gpt2", 4)))
+        return err_set(err, PAIL_ERR_UNSUPPORTED,
+                       "gguf %s: tokenizer.ggml.model is '%.*s'; pail imports only 'gpt2' (byte-level BPE), not "
+                       "SentencePiece ('llama') or others", g->path, (int)(ml > 32 ? 32 : ml), model);
+    Vocab v = {0};
+    const uint8_t *td;
+    if (gguf_get_array(g, "tokenizer.ggml.tokens", GGUF_TYPE_STRING, &v.n, &td, err) < 0) return -1;
+    if (v.n == 0 || v.n > (1u << 22)) return err_set(err, PAIL_ERR_INVALID, "gguf %s: %llu tokens", g->path, (unsigned long long)v.n);
+    v.tok = malloc(v.n * sizeof *v.tok);
+    v.len = malloc(v.n * sizeof *v.len);
+    int rc = -1;
+    if (!v.tok || !v.len) { err_set(err, PAIL_ERR_NOMEM, "out of memory"); goto out; }
+    gguf_array_strings(td, v.n, v.tok, v.len);
+    uint64_t nt;
+    const uint8_t *tt;
+    if (gguf_find(g, "tokenizer.ggml.token_type")) {
+        if (gguf_get_array(g, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, &nt, &tt, err) < 0) goto out;
+        if (nt != v.n) { err_set(err, PAIL_ERR_INVALID, "gguf %s: %llu token types for %llu tokens", g->path, (unsigned long long)nt, (unsigned long long)v.n); goto out; }
+        if (!(v.type = malloc(nt * sizeof *v.type))) { err_set(err, PAIL_ERR_NOMEM, "out of memory"); goto out; }
+        memcpy(v.type, tt, nt * 4);
+    }
+    const char *ids[4] = {"bos_token_id", "eos_token_id", "unknown_token_id", "padding_token_id"};
+    int64_t *dst[4] = {&v.bos, &v.eos, &v.unk, &v.pad};
+    for (int i = 0; i < 4; i++) {
+        char k[64];
+        snprintf(k, sizeof k, "tokenizer.ggml.%s", ids[i]);
+        *dst[i] = -1;
+        if (gguf_get_int(g, k, dst[i], &e) == 0 && (*dst[i] < 0 || (uint64_t)*dst[i] >= v.n)) {
+            err_set(err, PAIL_ERR_INVALID, "gguf %s: %s %lld is not a token id (%llu tokens)", g->path, k,
+                    (long long)*dst[i], (unsigned long long)v.n);
+            goto out;
+        }
+    }
+    gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &v.add_bos, &e);
+    gguf_get_bool(g, "tokenizer.ggml.add_eos_token", &v.add_eos, &e);
+    if (build_tokenizer_json(g, &v, dir, err) < 0) goto out;
+    const char *ct = NULL;
+    size_t cl = 0;
+    gguf_get_string(g, "tokenizer.chat_template", &ct, &cl, &e);
+    json_t *cfg = json_pack("{s:b, s:b, s:o, s:o, s:o, s:o, s:s}", "add_bos_token", v.add_bos, "add_eos_token", v.add_eos,
+                            "bos_token", token_or_null(&v, v.bos), "eos_token", token_or_null(&v, v.eos), "pad_token",
+                            token_or_null(&v, v.pad), "unk_token", token_or_null(&v, v.unk), "tokenizer_class",
+                            "PreTrainedTokenizerFast");
+    if (!cfg) { err_set(err, PAIL_ERR_INVALID, "gguf %s: a special token is not UTF-8", g->path); goto out; }
+    if (ct) {
+        json_t *s = json_stringn(ct, cl);
+        if (!s) { json_decref(cfg); err_set(err, PAIL_ERR_INVALID, "gguf %s: tokenizer.chat_template is not UTF-8", g->path); goto out; }
+        json_object_set_new(cfg, "chat_template", s);
+        char path[4096];
+        snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
+        if (fs_write_file_atomic(path, ct, cl, err) < 0) { json_decref(cfg); goto out; }
+    }
+    if (write_json(dir, "tokenizer_config.json", cfg, err) < 0) goto out;
+    *n_vocab = (int)v.n;
+    rc = 0;
+out:
+    free(v.tok);
+    free(v.len);
+    free(v.type);
+    return rc;
+}
+
+int gguf_import(const GgufFile *g, const char *dir, const GgufImportOptions *opt, GgufImportInfo *info, PailErr *err) {
+    memset(info, 0, sizeof *info);
+    const char *arch;
+    size_t al;
+    if (gguf_get_string(g, "general.architecture", &arch, &al, err) < 0) return -1;
+    ModelType type;
+    char a[16] = "";
+    if (al < sizeof a) memcpy(a, arch, al);
+    if (al >= sizeof a || model_type_parse(a, &type) < 0)
+        return err_set(err, PAIL_ERR_UNSUPPORTED, "gguf %s: architecture '%.*s' (pail imports llama, qwen2 and qwen3)",
+                       g->path, (int)(al > 32 ? 32 : al), arch);
+    snprintf(info->arch, sizeof info->arch, "%s", a);
+    if (opt->dtype != ST_DTYPE_BF16 && opt->dtype != ST_DTYPE_F32)
+        return err_set(err, PAIL_ERR_INVALID, "gguf import: dtype %s is not BF16 or F32", safetensors_dtype_name(opt->dtype));
+    if (fs_mkdirs(dir, err) < 0) return -1;
+    int n_vocab = 0;
+    if (write_tokenizer(g, dir, &n_vocab, err) < 0) return -1;
+    ModelConfig cfg;
+    if (build_config(g, a, type, n_vocab, &cfg, err) < 0) return -1;
+    info->vocab = cfg.vocab_size;
+    ModelWeights w;
+    if (model_weights_alloc(&w, &cfg, err) < 0) return -1;
+    int rc = load_tensors(g, &w, type, info, err);
+    ModelGenOptions mo = {.dtype = opt->dtype};
+    if (rc == 0) rc = model_weights_save(&w, dir, &mo, err);
+    model_weights_free(&w);
+    return rc;
+}

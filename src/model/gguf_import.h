@@ -1,0 +1,27 @@
+// A GGUF file (llama, qwen2 or qwen3 architecture, gpt2 byte-level BPE
+// tokenizer) imported as a Hugging Face folder the way transformers'
+// from_pretrained(..., gguf_file=...) reads it: config.json, generation_config.json,
+// model.safetensors (bf16 or f32), tokenizer.json, tokenizer_config.json and,
+// when the file has one, chat_template.jinja. Byte-deterministic: the same file
+// gives the same bytes. What pail cannot import is refused with one line.
+#pragma once
+#include "core/err.h"
+#include "model/gguf.h"
+#include "model/safetensors.h"
+
+typedef struct {
+    SafeTensorsDtype dtype;   // ST_DTYPE_BF16 (default) or ST_DTYPE_F32
+} GgufImportOptions;
+
+// What the import wrote, for the command's summary line.
+typedef struct {
+    char arch[16];            // "llama"
+    int n_tensors, vocab;
+    char types[128];          // the tensor types the file held: "Q4_1 F32 Q8_0"
+} GgufImportInfo;
+
+// Writes the folder dir (created). Returns 0, or -1 with err: UNSUPPORTED for an
+// architecture, tokenizer or feature pail does not import, INVALID for a file
+// whose metadata and tensors disagree.
+int gguf_import(const GgufFile *g, const char *dir, const GgufImportOptions *opt, GgufImportInfo *info,
+                PailErr *err);

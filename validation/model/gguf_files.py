@@ -1,0 +1,199 @@
+"""GGUF files for tests/integration/test_gguf.sh, written with gguf-py's GGUFWriter,
+and the checks against gguf-py and transformers.
+
+  types OUT.gguf                 every tensor type pail reads, random values; K-quants as
+                                 random blocks with finite fp16 scales (gguf-py cannot quantize them)
+  check-dequant FILE.gguf DIR    DIR/<name>.f32 (pail's) bit-equal to gguf.quants.dequantize
+  model OUT.gguf --arch A --qtype T   a tiny random llama / qwen2 / qwen3 model with a gpt2 tokenizer
+"""
+import argparse
+import sys
+
+import numpy as np
+import gguf
+from gguf import GGMLQuantizationType as Q
+
+QUANTIZED = [Q.F32, Q.F16, Q.BF16, Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1]
+K_TYPES = [Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K]
+
+
+def random_k_blocks(rng, qtype, n_blocks):
+    """Random bytes with every fp16 field (d, dmin) set to a finite value."""
+    block, size = gguf.GGML_QUANT_SIZES[qtype]
+    b = rng.integers(0, 256, size=(n_blocks, size), dtype=np.uint8)
+    # byte offsets of the fp16 scales in each layout (gguf/quants.py)
+    f16_at = {Q.Q2_K: [80, 82], Q.Q3_K: [108], Q.Q4_K: [0, 2], Q.Q5_K: [0, 2], Q.Q6_K: [208]}[qtype]
+    for off in f16_at:
+        d = rng.uniform(-0.05, 0.05, size=n_blocks).astype(np.float16)
+        b[:, off:off + 2] = d.view(np.uint8).reshape(n_blocks, 2)
+    return b
+
+
+def add(writer, name, data, qtype):
+    """Adds a float32 array quantized by gguf-py (or raw K blocks)."""
+    if qtype in (Q.F32, Q.F16):
+        writer.add_tensor(name, data.astype(np.float32 if qtype == Q.F32 else np.float16))
+    else:
+        writer.add_tensor(name, gguf.quants.quantize(data, qtype), raw_dtype=qtype)
+
+
+def cmd_types(a):
+    rng = np.random.default_rng(7)
+    w = gguf.GGUFWriter(a.out, "llama")
+    for qt in QUANTIZED:
+        add(w, f"t.{qt.name}", rng.normal(0, 1, size=(3, 64)).astype(np.float32), qt)
+    for qt in K_TYPES:
+        w.add_tensor(f"t.{qt.name}", random_k_blocks(rng, qt, 6).reshape(2, -1), raw_dtype=qt)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def cmd_check_dequant(a):
+    r = gguf.GGUFReader(a.file)
+    bad = 0
+    for t in r.tensors:
+        ref = gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float32).ravel()
+        got = np.fromfile(f"{a.dir}/{t.name}.f32", dtype=np.float32)
+        same = got.shape == ref.shape and np.array_equal(got.view(np.uint32), ref.view(np.uint32))
+        print(f"dequant {t.tensor_type.name:5s} {t.name}: {ref.size} values {'bit-equal' if same else 'DIFFER'}")
+        bad += not same
+    sys.exit(1 if bad else 0)
+
+
+STRINGS = ["Hello world! 123 4567", "  two  spaces\n\nand tabs\t.", "<|im_start|>user\nhi<|im_end|>",
+           "caf\u00e9 na\u00efve \u65e5\u672c\u8a9e \U0001F600", "don't I'll 3.14159 x=y+z"]
+
+
+def tiny_vocab():
+    """A byte-level BPE vocabulary: the 256 byte symbols, merges of common pairs, then
+    control tokens; a user-defined one (<think>)."""
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+    alphabet = [bytes_to_unicode()[b] for b in range(256)]
+    tokens, merges = list(alphabet), []
+    have = set(tokens)
+    corpus = " ".join(STRINGS * 3).encode()
+    words = ["".join(bytes_to_unicode()[b] for b in w) for w in corpus.replace(b" ", b" \x00").split(b"\x00")]
+    seqs = [list(w) for w in words]
+    for _ in range(80):  # greedy BPE on the strings themselves
+        counts = {}
+        for s in seqs:
+            for a, b in zip(s, s[1:]):
+                counts[(a, b)] = counts.get((a, b), 0) + 1
+        if not counts:
+            break
+        (a, b), _ = max(counts.items(), key=lambda kv: (kv[1], kv[0]))
+        merges.append(f"{a} {b}")
+        if a + b not in have:
+            tokens.append(a + b); have.add(a + b)
+        for s in seqs:
+            i = 0
+            while i < len(s) - 1:
+                if s[i] == a and s[i + 1] == b:
+                    s[i:i + 2] = [a + b]
+                i += 1
+    types = [1] * len(tokens)
+    for t, ty in (("<|endoftext|>", 3), ("<|im_start|>", 3), ("<|im_end|>", 3), ("<think>", 4)):
+        tokens.append(t); types.append(ty)
+    return tokens, types, merges
+
+
+def cmd_model(a):
+    rng = np.random.default_rng(a.seed)
+    arch, qt = a.arch, Q[a.qtype]
+    C, L, H, Hkv, F = 64, 2, 4, 2, 128
+    D = 128 if arch == "qwen3" else C // H  # transformers reads no head_dim for qwen3: Qwen3Config's 128
+    tokens, types, merges = tiny_vocab()
+    V = len(tokens)
+    w = gguf.GGUFWriter(a.out, arch)
+    w.add_block_count(L); w.add_context_length(256); w.add_embedding_length(C)
+    w.add_feed_forward_length(F); w.add_head_count(H); w.add_head_count_kv(Hkv)
+    w.add_layer_norm_rms_eps(1e-6); w.add_rope_freq_base(10000.0)
+    if arch == "llama":
+        w.add_rope_dimension_count(D)
+    if arch == "qwen3":
+        w.add_key_length(D); w.add_value_length(D)
+    w.add_tokenizer_model("gpt2"); w.add_tokenizer_pre({"llama": "llama-bpe", "qwen2": "qwen2", "qwen3": "smollm"}[arch])
+    w.add_token_list(tokens); w.add_token_types(types); w.add_token_merges(merges)
+    w.add_bos_token_id(V - 3); w.add_eos_token_id(V - 2); w.add_pad_token_id(V - 2)
+    w.add_add_bos_token(arch == "llama")
+    w.add_chat_template("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}")
+
+    def mat(name, rows, cols, scale=0.1, q=qt):
+        add(w, name, rng.normal(0, scale, size=(rows, cols)).astype(np.float32), q)
+
+    def vec(name, n, base=0.0):
+        w.add_tensor(name, (base + rng.normal(0, 0.1, size=n)).astype(np.float32))
+
+    mat("token_embd.weight", V, C, 1.0, Q.F32 if V * C % 32 else qt)
+    for l in range(L):
+        p = f"blk.{l}."
+        vec(p + "attn_norm.weight", C, 1.0); vec(p + "ffn_norm.weight", C, 1.0)
+        mat(p + "attn_q.weight", H * D, C); mat(p + "attn_k.weight", Hkv * D, C); mat(p + "attn_v.weight", Hkv * D, C)
+        mat(p + "attn_output.weight", C, H * D)
+        if arch == "qwen2":
+            vec(p + "attn_q.bias", H * D); vec(p + "attn_k.bias", Hkv * D); vec(p + "attn_v.bias", Hkv * D)
+        if arch == "qwen3":
+            vec(p + "attn_q_norm.weight", D, 1.0); vec(p + "attn_k_norm.weight", D, 1.0)
+        mat(p + "ffn_gate.weight", F, C); mat(p + "ffn_up.weight", F, C); mat(p + "ffn_down.weight", C, F)
+    vec("output_norm.weight", C, 1.0)
+    if arch != "qwen2":  # qwen2 tied, the others with their own head
+        mat("output.weight", V, C, 0.5, Q.F32 if V * C % 32 else qt)
+    w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+
+
+def cmd_check_import(a):
+    """pail's folder against transformers' reading of the same GGUF: tokenizer ids on STRINGS
+    (pail's grpo-ctl tokenize, given as a JSON file of lists), and log-probs (f32)."""
+    import json, os, subprocess, torch
+    from transformers import AutoTokenizer, AutoModelForCausalLM
+    d, f = os.path.dirname(os.path.abspath(a.file)), os.path.basename(a.file)
+    tok = AutoTokenizer.from_pretrained(d, gguf_file=f)
+    from tokenizers import Tokenizer
+    written = Tokenizer.from_file(f"{a.dir}/tokenizer.json")  # pail's file as the HF library reads it
+    pail_ids = [json.loads(l) for l in open(a.pail_ids)]
+    bad = 0
+    for s, got in zip(STRINGS, pail_ids):
+        ref = tok(s, add_special_tokens=False)["input_ids"]
+        ref_sp, got_sp = tok(s)["input_ids"], written.encode(s).ids  # with the post-processor's bos / eos
+        ok = ref == got and ref_sp == got_sp
+        bad += not ok
+        print(f"tokenize {s[:24]!r:28s} {len(ref)} ids {'equal' if ok else f'DIFFER pail {got} {got_sp} hf {ref} {ref_sp}'}")
+    model = AutoModelForCausalLM.from_pretrained(d, gguf_file=f, dtype=torch.float32).eval()
+    with open(a.ids_out, "w") as out:
+        for s in STRINGS:
+            out.write(json.dumps({"ids": tok(s)["input_ids"]}) + "\n")
+    r = subprocess.run([a.ctl, "logprobs", "--model", a.dir, "--input", a.ids_out, "--dtype", "f32"],
+                       capture_output=True, text=True)
+    if r.returncode:
+        print(r.stderr); sys.exit(1)
+    worst = 0.0
+    for s, line in zip(STRINGS, r.stdout.splitlines()):
+        ids = tok(s)["input_ids"]
+        with torch.no_grad():
+            lp = torch.log_softmax(model(torch.tensor([ids])).logits[0].double(), -1)
+        ref = lp[torch.arange(len(ids) - 1), torch.tensor(ids[1:])].numpy()
+        got = np.array(json.loads(line)["logprobs"])
+        worst = max(worst, float(np.abs(got - ref).max()))
+    ok = worst <= a.tol
+    print(f"logprobs: max |pail - transformers| = {worst:.3g} over {len(STRINGS)} strings ({'<=' if ok else '>'} {a.tol})")
+    sys.exit(0 if ok and not bad else 1)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    sub = p.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("types"); s.add_argument("out"); s.set_defaults(f=cmd_types)
+    s = sub.add_parser("check-dequant"); s.add_argument("file"); s.add_argument("dir"); s.set_defaults(f=cmd_check_dequant)
+    s = sub.add_parser("model"); s.add_argument("out"); s.add_argument("--arch", required=True)
+    s.add_argument("--qtype", default="Q8_0"); s.add_argument("--seed", type=int, default=1); s.set_defaults(f=cmd_model)
+    s = sub.add_parser("check-import"); s.add_argument("file"); s.add_argument("dir"); s.add_argument("--ctl", required=True)
+    s.add_argument("--pail-ids", required=True); s.add_argument("--ids-out", required=True)
+    s.add_argument("--tol", type=float, default=1e-4); s.set_defaults(f=cmd_check_import)
+    a = p.parse_args()
+    a.f(a)
+
+
+if __name__ == "__main__":
+    main()
