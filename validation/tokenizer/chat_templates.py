@@ -39,6 +39,7 @@ import chat_conversations  # noqa: E402
 
 CHAT_TIME = _dt.datetime(2026, 3, 7, 12, 34, 56)
 CONTEXT = 60  # characters shown each side of a first difference
+SHOW = 3  # differing cases named per template
 
 
 class FixedDatetime(_dt.datetime):
@@ -192,7 +193,7 @@ def first_diff(a, b):
 def diff_lines(want, got):
     p = first_diff(want, got)
     lo = max(0, p - CONTEXT)
-    return (p, [f"      first difference at offset {p} (transformers {len(want)} chars, pail {len(got)})",
+    return (p, [f"      offset {p} of transformers' {len(want)} characters, pail's {len(got)}:",
                 f"      transformers: {want[lo:p]!r} | {want[p:p + CONTEXT]!r}",
                 f"      pail:         {got[lo:p]!r} | {got[p:p + CONTEXT]!r}"])
 
@@ -208,7 +209,7 @@ def classify(want, got):
 
 def compare_template(name, ref, mine, names):
     counts = {"cases": 0, "identical": 0, "refused_both": 0, "differ": 0, "pail_refuses": 0, "pail_renders": 0}
-    cases, first = [], None
+    cases, firsts = [], {}  # case name -> its first difference
     for label, want_rows in ref.items():
         got_rows = mine[label]
         for cname, want, got in zip(names, want_rows, got_rows):
@@ -228,16 +229,17 @@ def compare_template(name, ref, mine, names):
             elif st == "pail_renders":
                 case["pail"] = got[1]
             cases.append(case)
-            if first is None and st not in ("identical", "refused_both"):
-                first = (case, want, got)
-    return counts, cases, first
+            if st not in ("identical", "refused_both") and cname not in firsts:
+                firsts[cname] = (case, want, got)
+    return counts, cases, list(firsts.values())
 
 
 def describe_first(case, want, got):
     st = case["status"]
     head = f"    first difference: case {case['case']} ({case['flags']}): "
     if st == "differ":
-        return [head + "texts differ"] + diff_lines(want[1], got[1])[1]
+        p, lines = diff_lines(want[1], got[1])
+        return [head + f"texts differ at offset {p}"] + lines
     if st == "pail_refuses":
         return [head + f"pail refuses: {got[1][:200]!r}", f"      transformers renders {want[1][:120]!r}..."]
     return [head + f"transformers refuses ({want[1][:200]!r}) but pail renders {got[1][:120]!r}"]
@@ -359,7 +361,7 @@ def comparison_summary(names, ref, ref_secs, mine, run_errors, meta, case_names,
            "differ": 0, "pail_refuses": 0, "pail_renders": 0}
     print(f"     {'template':<48} {'cases':>5} {'ident':>5} {'refused':>7} {'differ':>6} {'pail-refuses':>12}")
     for n in names:
-        counts, tcases, first = compare_template(n, ref[n], mine[n], case_names)
+        counts, tcases, firsts = compare_template(n, ref[n], mine[n], case_names)
         bad = counts["differ"] + counts["pail_refuses"] + counts["pail_renders"] + len(run_errors.get(n, []))
         for k in counts:
             tot[k] += counts[k]
@@ -369,9 +371,13 @@ def comparison_summary(names, ref, ref_secs, mine, run_errors, meta, case_names,
               f"{counts['refused_both']:>7} {differ:>6} {counts['pail_refuses']:>12}", flush=True)
         for e in run_errors.get(n, [])[:2]:
             print(f"    pail run: {e}")
-        first_lines = describe_first(*first) if first else []
+        first_lines = describe_first(*firsts[0]) if firsts else []
         for line in first_lines:
             print(line)
+        for f in firsts[1:SHOW]:  # the first difference of a few other cases, one line each
+            print(describe_first(*f)[0].replace("first difference", "also differs", 1))
+        if len(firsts) > SHOW:
+            print(f"    ... and {len(firsts) - SHOW} more cases with differences (see the JSON report)")
         report["templates"].append(template_entry(n, meta, counts=counts, fully_identical=not bad,
                                                   pail_run_errors=run_errors.get(n, []),
                                                   reference_seconds=round(ref_secs[n], 2),
