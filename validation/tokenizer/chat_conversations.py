@@ -29,6 +29,25 @@ SEARCH = {"type": "function", "function": {
         "tags": {"type": "array", "items": {"type": "string"}, "description": "Tags to match"},
         "max_results": {"type": ["integer", "null"], "description": "At most this many"},
     }, "required": ["query"]}}}
+# Schemas the templates that write TypeScript or XML from them (gpt-oss, functionary, Apertus,
+# Qwen3-Coder, Seed-OSS) walk deeply: arrays of objects, enums of ints, oneOf/anyOf, defaults of
+# several types, type lists, additionalProperties, and a tool without parameters or description.
+BOOK = {"type": "function", "function": {
+    "name": "book_flight",
+    "description": "Book a flight. Prices in EUR.",
+    "parameters": {"type": "object", "properties": {
+        "passengers": {"type": "array", "description": "Who flies", "items": {
+            "type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}}, "required": ["name"]}},
+        "cabin": {"type": "string", "enum": ["economy", "business"], "default": "economy", "description": "Cabin"},
+        "seats": {"type": "integer", "enum": [1, 2, 3]},
+        "when": {"oneOf": [{"type": "string", "description": "ISO date"}, {"type": "number", "description": "Unix time"}]},
+        "flexible": {"anyOf": [{"type": "boolean"}, {"type": "null"}]},
+        "price_limit": {"type": "number", "default": 499.99, "description": "At most"},
+        "notes": {"type": ["string", "null"], "default": None},
+        "meta": {"type": "object", "additionalProperties": {"type": "string"}},
+    }, "required": ["passengers", "when"]}}}
+NOOP = {"type": "function", "function": {"name": "noop", "description": "",
+                                         "parameters": {"type": "object", "properties": {}, "required": []}}}
 TOOLS = [WEATHER, SEARCH]
 FLAT_TOOLS = [WEATHER["function"], SEARCH["function"]]  # the bare schema, as some templates expect
 
@@ -77,6 +96,17 @@ def cases():
     add("tools_user", {"messages": [_u("What's the weather in Paris?")], "tools": TOOLS})
     add("tools_system_user", {"messages": [_s("You can call tools."), _u("Weather in Zürich for 2 days?")],
                               "tools": TOOLS})
+    add("tools_rich_schema", {"messages": [_s("Book travel."), _u("Two seats to Rome, flexible.")], "tools": [BOOK, NOOP]})
+    add("tools_rich_schema_call", {"messages": [
+        _u("Book it."), _a("", tool_calls=[call("callLLLLL", "book_flight", {
+            "passengers": [{"name": "Ann", "age": 31}, {"name": "Bo"}], "cabin": "business", "seats": 2,
+            "when": "2026-04-01", "flexible": None, "price_limit": 350.0, "meta": {"ref": "x"}})]),
+        _tool("callLLLLL", "book_flight", '{"booked": true, "pnr": "AB12CD"}'), _a("Booked: AB12CD.")],
+        "tools": [BOOK, NOOP]})
+    add("tools_rich_schema_flat", {"messages": [  # the bare schemas (Apertus) and JSON-string arguments (functionary)
+        _u("Book it."), _a("", tool_calls=[call("callMMMMM", "book_flight", json.dumps(
+            {"passengers": [{"name": "Ann"}], "when": 1775000000, "price_limit": 1e3}))]),
+        _tool("callMMMMM", "book_flight", "booked"), _a("Booked.")], "tools": [BOOK["function"], NOOP["function"]]})
     add("tools_empty_list", {"messages": [_u("Hi")], "tools": []})
     wx = call("call0A1b2", "get_weather", {"city": "Paris", "unit": "celsius"})
     add("tool_call_dict", {"messages": [
