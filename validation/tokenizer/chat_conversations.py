@@ -173,6 +173,9 @@ def cases():
         _u("And 17*4?"), _a("68.", reasoning_content="51+17 = 68.")])
     add("reasoning_content_then_user", [
         _u("Is 91 prime?"), _a("No, 91 = 7 x 13.", reasoning_content="Try 7: 7*13 = 91."), _u("Is 97?")])
+    add("reasoning_empty", [_u("Hi"), _a("Hello.", reasoning_content="")])  # "" is not None: still aliased
+    add("reasoning_and_thinking", [_u("Hi"), _a("Hello.", reasoning_content="from reasoning_content",
+                                                thinking="from thinking")])  # the message's own thinking wins
     add("thinking_field", [_u("Pick a number."), _a("7.", thinking="Any small number will do.")])
     add("reasoning_field", [_u("Pick a letter."), _a("Q.", reasoning="Something rare.")])
     add("think_in_content", [_u("2+2?"), _a("<think>\nI should add.\n</think>\n\nThe answer is 4."), _u("3+3?")])
@@ -199,6 +202,11 @@ def cases():
                           {"role": "user", "content": [{"type": "text", "text": "First part."},
                                                        {"type": "text", "text": "Second part."}]}])
     add("content_none_user", [{"role": "user", "content": None}])
+    add("two_systems", [_s("First system."), _s("Second system."), _u("Hi")])
+    add("tool_result_parts", {"messages": [
+        _u("Weather in Faro?"), _a("", tool_calls=[call("callNNNNN", "get_weather", {"city": "Faro"})]),
+        {"role": "tool", "tool_call_id": "callNNNNN", "name": "get_weather", "content": [{"type": "text", "text": "Hot"}]}],
+        "tools": TOOLS})
     add("system_only", [_s("You are alone.")])
     add("assistant_first", [_a("I speak first."), _u("OK.")])
     add("consecutive_users", [_u("One."), _u("Two.")])
