@@ -253,6 +253,7 @@ KWARGS = {
     "custom_instructions": [{"custom_instructions": "Answer tersely."}],
     "xml_tools": [{"xml_tools": [WEATHER]}],
     "use_json_tooldef": [{"use_json_tooldef": True}],
+    "bos_token": [{"bos_token": "<|kwarg-bos|>"}],  # kwargs override the config's special tokens
 }
 
 
