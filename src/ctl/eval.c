@@ -11,7 +11,7 @@ int ctl_eval(int argc, char **argv) {
          *prompt_format = NULL, *chat_file = NULL, *chat_name = NULL, *chat_kwargs = NULL;
     long max_new, batch, samples, max_prompt, seed;
     double temperature, reward_timeout;
-    bool chat;
+    bool chat, gen_defaults;
     FlagList rewards = {0};
     char *device = NULL, *max_memory = NULL, *dtype = NULL;
     Flag fl[] = {
@@ -25,6 +25,8 @@ int ctl_eval(int argc, char **argv) {
         {"reward-timeout", FLAG_DOUBLE, &reward_timeout, "30", 0.01, 86400, "cmd: seconds per batch"},
         {"samples", FLAG_INT, &samples, "1", 1, 1024, "1: greedy; k: pass@k at --temperature"},
         {"temperature", FLAG_DOUBLE, &temperature, "1.0", 0, 100, "sampling temperature for pass@k"},
+        {"generation-defaults", FLAG_BOOL, &gen_defaults, "false", 1, 0,
+         "pass@k: temperature, top_p and top_k from the model's generation_config.json (--temperature given wins)"},
         {"max-new-tokens", FLAG_INT, &max_new, "256", 1, 1 << 20, "completion length limit"},
         {"max-prompt-tokens", FLAG_INT, &max_prompt, "1024", 1, 1 << 20, "longest prompt accepted (longer rows are skipped and counted)"},
         {"batch-size", FLAG_INT, &batch, "64", 1, 4096, "sequences decoded together"},
@@ -64,6 +66,14 @@ int ctl_eval(int argc, char **argv) {
                                    .cmd_timeout_s = reward_timeout},
                        .backend = be, .max_memory = max_mem, .weights_dtype = want};
     PailErr err = {0};
+    char took[256];
+    unsigned keep = flags_given(argc, argv, "temperature") ? SAMPLER_KEEP_TEMPERATURE : 0;
+    if (gen_defaults && sampler_generation_defaults(&c.sampler, model, keep, took, &err) < 0) {
+        fprintf(stderr, "%s: --generation-defaults: %s\n", argv[0], err.msg);
+        rc = 1;
+        goto done;
+    }
+    if (gen_defaults) fprintf(stderr, "%s: --generation-defaults: %s\n", argv[0], took);
     rc = rollout_run(&c, NULL, &err) < 0 ? 1 : 0;
     if (rc) fprintf(stderr, "%s: %s\n", argv[0], err.msg);
 done:

@@ -69,6 +69,10 @@ printf '{"eos_token_id": 0, "temperature": 0.6, "top_p": 0.95, "top_k": 20}' >"$
   --wait-timeout 0.01 >"$WORK/gd.log" 2>&1
 check "--generation-defaults takes temperature and top_p, not the top_k given" \
   grep -q 'generation_config.json: temperature=0.6 top_p=0.95$' "$WORK/gd.log"
+"$BIN/grpo-ctl" eval --model "$M" --dataset "$WORK/rows.jsonl" --max-new-tokens 1 --chat --samples 2 \
+  --generation-defaults --temperature 0.9 >"$WORK/gd-eval.out" 2>"$WORK/gd-eval.log"
+check "eval --generation-defaults (pass@k): top_p and top_k taken, --temperature given wins" \
+  grep -q 'generation_config.json: top_p=0.95 top_k=20$' "$WORK/gd-eval.log"
 printf '{"temperature": "hot"}' >"$M/generation_config.json"
 expect_fail_last "--generation-defaults: a bad value names the file" 1 'generation_config.json: temperature is not a number' \
   "$BIN/grpo-rollout" --model "$M" --run "file://$WORK/run" --dataset "$WORK/rows.jsonl" --generation-defaults
