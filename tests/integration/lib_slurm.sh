@@ -88,14 +88,17 @@ PartitionName=debug Nodes=n[1-$nodes] Default=YES MaxTime=INFINITE State=UP
 CONF
   export SLURM_CONF="$SLURM_DIR/slurm.conf"
   slurmctld -i -f "$SLURM_CONF" || { echo "slurmctld did not start:"; tail -20 "$SLURM_DIR/slurmctld.log"; return 1; }
-  # The daemons write their pid files after start-up: seconds on a loaded 2-core machine.
-  for i in $(seq 1 300); do [ -s "$SLURM_DIR/slurmctld.pid" ] && break; sleep 0.1; done
+  # The daemons write their pid files after start-up: seconds on a loaded 2-core machine, over
+  # 30 s at a load of 10 (seen in CI while other work ran), so wait up to 120 s and say which one.
+  for i in $(seq 1 1200); do [ -s "$SLURM_DIR/slurmctld.pid" ] && break; sleep 0.1; done
+  [ -s "$SLURM_DIR/slurmctld.pid" ] || { echo "slurmctld wrote no pid file in 120 s"; return 1; }
   SLURM_DAEMONS+=("$(cat "$SLURM_DIR/slurmctld.pid")")
   for i in $(seq 1 "$nodes"); do
     slurmd -N "n$i" -f "$SLURM_CONF" || { echo "slurmd n$i did not start:"; tail -20 "$SLURM_DIR/slurmd-n$i.log"; return 1; }
   done
   for i in $(seq 1 "$nodes"); do
-    for _ in $(seq 1 300); do [ -s "$SLURM_DIR/slurmd-n$i.pid" ] && break; sleep 0.1; done
+    for _ in $(seq 1 1200); do [ -s "$SLURM_DIR/slurmd-n$i.pid" ] && break; sleep 0.1; done
+    [ -s "$SLURM_DIR/slurmd-n$i.pid" ] || { echo "slurmd n$i wrote no pid file in 120 s"; return 1; }
     SLURM_DAEMONS+=("$(cat "$SLURM_DIR/slurmd-n$i.pid")")
   done
   # Nodes register within a few seconds; idle means ready for jobs.
