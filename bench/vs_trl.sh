@@ -62,8 +62,9 @@ if [[ " $SIDES " == *" pail "* ]]; then
   mkdir -p "$W/bucket"
   URL="file://$W/bucket/run"
   say "pail: grpo-train + 1 grpo-rollout on $URL, OMP_NUM_THREADS=1 each, base $DTYPE"
+  load0=$(cut -d' ' -f1-3 /proc/loadavg)
   t0=$(now)
-  OMP_NUM_THREADS=1 taskset -c "$CPUS" "$BIN/grpo-train" --model "$M" --run "$URL" --steps "$N" \
+  OMP_NUM_THREADS=1 /usr/bin/time -f '%U %S' -o "$W/logs/trainer.cpu" taskset -c "$CPUS" "$BIN/grpo-train" --model "$M" --run "$URL" --steps "$N" \
     --groups-per-step "$PROMPTS" --group-size "$G" --lora-rank "$RANK" --lora-alpha "$ALPHA" --lr "$LR" \
     --loss dapo --beta 0 --dtype "$DTYPE" --seed "$SEED" --metrics "$W/pail-metrics.jsonl" \
     --task "vs_trl: multiplication" >"$W/logs/trainer.log" 2>&1 &
@@ -73,27 +74,37 @@ if [[ " $SIDES " == *" pail "* ]]; then
     --max-new-tokens "$MAXNEW" --temperature 1 --top-p 1 --reward exact_answer --max-ahead 2 --seed "$SEED" \
     --dtype "$DTYPE" >"$W/logs/worker.log" 2>&1 &
   WORKER=$!
-  trap 'kill $TRAIN $WORKER 2>/dev/null || true' EXIT
+  trap 'pkill -P $TRAIN 2>/dev/null; kill $WORKER 2>/dev/null || true' EXIT  # $TRAIN is time(1)
   wait $TRAIN || { say "the trainer failed:"; tail -5 "$W/logs/trainer.log" >&2; exit 1; }
   t1=$(now)
+  # the worker's CPU time so far (it is stopped here, not finished): utime + stime in clock ticks
+  worker_cpu=$(awk -v hz="$(getconf CLK_TCK)" '{ sub(/^.*\) /, ""); printf "%.2f", ($12 + $13) / hz }' "/proc/$WORKER/stat")
   kill $WORKER 2>/dev/null || true
   wait $WORKER 2>/dev/null || true
   trap - EXIT
   python3 -c 'import json, sys; json.dump({"side": "pail", "wall_seconds": float(sys.argv[2]) - float(sys.argv[1]),
-    "dtype": sys.argv[3], "group_size": int(sys.argv[6]), "steps": [json.loads(l) for l in open(sys.argv[4]) if l.strip()]},
-    open(sys.argv[5], "w"), indent=1)' "$t0" "$t1" "$DTYPE" "$W/pail-metrics.jsonl" "$W/pail.json" "$G"
+    "dtype": sys.argv[3], "group_size": int(sys.argv[6]),
+    "cpu_seconds": {"trainer": sum(map(float, open(sys.argv[7]).read().split()[-2:])), "worker": float(sys.argv[8])},
+    "load_start": sys.argv[9], "load_end": open("/proc/loadavg").read().split()[:3], "steps": [json.loads(l) for l in open(sys.argv[4]) if l.strip()]},
+    open(sys.argv[5], "w"), indent=1)' "$t0" "$t1" "$DTYPE" "$W/pail-metrics.jsonl" "$W/pail.json" "$G" \
+    "$W/logs/trainer.cpu" "$worker_cpu" "$load0"
   say "pail: $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }') s"
 fi
 
 if [[ " $SIDES " == *" trl "* ]]; then
   py="$(bash mk/venv.sh)/bin/python"
   say "TRL: GRPOTrainer + PEFT, one process, $NCPU torch threads, fp32"
-  OMP_NUM_THREADS=$NCPU taskset -c "$CPUS" "$py" validation/bench/trl_grpo.py --model "$M" \
+  t0=$(now)
+  OMP_NUM_THREADS=$NCPU /usr/bin/time -f '%U %S' -o "$W/logs/trl.cpu" taskset -c "$CPUS" "$py" validation/bench/trl_grpo.py --model "$M" \
     --dataset "$W/multiply.jsonl" --out "$W/trl.json" --steps "$N" --groups-per-step "$PROMPTS" --group-size "$G" \
     --max-new-tokens "$MAXNEW" --lora-rank "$RANK" --lora-alpha "$ALPHA" --lr "$LR" --epsilon-low 0.2 \
     --epsilon-high 0.2 --max-grad-norm 1 --micro-batch "$TRL_MICRO" --threads "$NCPU" --seed "$SEED" \
     2>"$W/logs/trl.err" | tee "$W/logs/trl.log" | grep --line-buffered '^trl' | sed -u 's/^/  /' ||
     { say "TRL failed:"; tail -5 "$W/logs/trl.err" >&2; exit 1; }
+  t1=$(now)
+  python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); d["wall_seconds_in_process"] = d["wall_seconds"]
+d["wall_seconds"] = float(sys.argv[4]) - float(sys.argv[3]); d["cpu_seconds"] = sum(map(float, open(sys.argv[2]).read().split()[-2:]))
+d["load_end"] = open("/proc/loadavg").read().split()[:3]; json.dump(d, open(sys.argv[1], "w"), indent=1)' "$W/trl.json" "$W/logs/trl.cpu" "$t0" "$t1"
 fi
 
 python3 bench/vs_trl_report.py "$W"

@@ -32,6 +32,9 @@ if pail:
         "trainer_tokens_per_second": sum(st["num_tokens"] for st in s) / sum(st["step_seconds"] for st in s),
         "completion_tokens": sum(comp),
         "completion_tokens_per_wall_second": sum(comp) / pail["wall_seconds"],
+        "cpu_seconds": pail["cpu_seconds"]["trainer"] + pail["cpu_seconds"]["worker"],
+        "cpu_seconds_trainer": pail["cpu_seconds"]["trainer"], "cpu_seconds_worker": pail["cpu_seconds"]["worker"],
+        "load_start": pail.get("load_start"), "load_end": pail.get("load_end"),
         "staleness_mean": mean([st.get("staleness_mean") for st in s]),
         "reward": [st["reward"] for st in s],
     }
@@ -41,6 +44,7 @@ if trl:
     summary["trl"] = {
         "wall_seconds": trl["wall_seconds"], "train_call_seconds": trl["train_call_seconds"], "steps": len(s),
         "versions": trl.get("versions"), "micro_batch": trl.get("micro_batch"),
+        "cpu_seconds": trl.get("cpu_seconds"), "load_end": trl.get("load_end"),
         "step_seconds": mean([st.get("step_time") for st in s]),
         "generate_seconds_per_step": mean([st.get("generate_seconds") for st in s]),
         "trainer_seconds_per_step": mean(train),
@@ -58,11 +62,12 @@ def f(x, fmt="%.1f"):
 P, T = summary.get("pail", {}), summary.get("trl", {})
 rows = [
     ("end-to-end wall clock, s", P.get("wall_seconds"), T.get("wall_seconds"), "%.1f"),
+    ("CPU seconds (user + sys, all processes)", P.get("cpu_seconds"), T.get("cpu_seconds"), "%.1f"),
     ("trainer-only s/step", P.get("trainer_seconds_per_step"), T.get("trainer_seconds_per_step"), "%.2f"),
     ("trainer tokens/s (prompt + completion)", P.get("trainer_tokens_per_second"),
      T.get("trainer_tokens_per_second"), "%.0f"),
-    ("completion tokens generated", P.get("completion_tokens"), T.get("completion_tokens"), "%.0f"),
-    ("completion tokens / wall s", P.get("completion_tokens_per_wall_second"),
+    ("completion tokens trained on", P.get("completion_tokens"), T.get("completion_tokens"), "%.0f"),
+    ("  ... per wall-clock second", P.get("completion_tokens_per_wall_second"),
      T.get("completion_tokens_per_wall_second"), "%.1f"),
 ]
 print(f"  {'':40s} {'pail':>10s} {'TRL':>10s}")
@@ -72,7 +77,11 @@ if P:
     print(f"  pail trainer waiting for rollouts: {f(P['trainer_wait_seconds_per_step'], '%.2f')} s/step; "
           f"mean staleness {f(P['staleness_mean'], '%.2f')} versions (async: step k trains on groups "
           f"sampled by older adapters)")
+if P:
+    print(f"  pail CPU seconds: trainer {P['cpu_seconds_trainer']:.1f}, worker {P['cpu_seconds_worker']:.1f}; "
+          f"load average {P['load_start']} at the start, {' '.join(P['load_end'] or [])} at the end")
 if T:
+    print(f"  TRL load average at the end: {' '.join(T['load_end'] or [])}")
     print(f"  TRL step {f(T['step_seconds'], '%.2f')} s = generation (+ rewards) "
           f"{f(T['generate_seconds_per_step'], '%.2f')} s + trainer {f(T['trainer_seconds_per_step'], '%.2f')} s "
           f"(micro-batch {T['micro_batch']} completions)")
