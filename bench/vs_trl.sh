@@ -32,6 +32,10 @@ TRL_MICRO=${PAIL_VS_TRL_TRL_MICRO:-0}
 # all seven projections, epsilon 0.2/0.2, grad-norm clip 1, AdamW 0.9/0.999/1e-8, no weight
 # decay, constant lr, temperature 1, top_p 1).
 G=8 PROMPTS=8 MAXNEW=32 RANK=16 ALPHA=32 LR=2e-4 SEED=1
+# pail's packed micro-batch: a whole step (64 x <= 72 tokens: a ~40-token chat prompt and
+# <= 32 new) in one, as TRL's one micro-batch of 64; the default 16384 plans 18 GiB of
+# activations, more than a shared 24 GiB machine may have free.
+BUDGET=6144
 NCPU=$(awk -F, '{ print NF }' <<<"$CPUS")
 WHEEL_SHA=bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70
 case $W in /*) ;; *) W="$root/$W" ;; esac
@@ -66,7 +70,7 @@ if [[ " $SIDES " == *" pail "* ]]; then
   t0=$(now)
   OMP_NUM_THREADS=1 /usr/bin/time -f '%U %S' -o "$W/logs/trainer.cpu" taskset -c "$CPUS" "$BIN/grpo-train" --model "$M" --run "$URL" --steps "$N" \
     --groups-per-step "$PROMPTS" --group-size "$G" --lora-rank "$RANK" --lora-alpha "$ALPHA" --lr "$LR" \
-    --loss dapo --beta 0 --dtype "$DTYPE" --seed "$SEED" --metrics "$W/pail-metrics.jsonl" \
+    --loss dapo --beta 0 --token-budget "$BUDGET" --dtype "$DTYPE" --seed "$SEED" --metrics "$W/pail-metrics.jsonl" \
     --task "vs_trl: multiplication" >"$W/logs/trainer.log" 2>&1 &
   TRAIN=$!
   OMP_NUM_THREADS=1 taskset -c "$CPUS" "$BIN/grpo-rollout" --model "$M" --run "$URL" --worker-id w0 \
@@ -74,12 +78,14 @@ if [[ " $SIDES " == *" pail "* ]]; then
     --max-new-tokens "$MAXNEW" --temperature 1 --top-p 1 --reward exact_answer --max-ahead 2 --seed "$SEED" \
     --dtype "$DTYPE" >"$W/logs/worker.log" 2>&1 &
   WORKER=$!
-  trap 'pkill -P $TRAIN 2>/dev/null; kill $WORKER 2>/dev/null || true' EXIT  # $TRAIN is time(1)
+  # $TRAIN is time(1). SIGKILL for the worker: on SIGTERM it finishes its batch first, and
+  # one still waiting for the run's first adapter (the trainer failed) did not stop at all.
+  trap 'pkill -P $TRAIN 2>/dev/null; kill -9 $WORKER 2>/dev/null || true' EXIT
   wait $TRAIN || { say "the trainer failed:"; tail -5 "$W/logs/trainer.log" >&2; exit 1; }
   t1=$(now)
   # the worker's CPU time so far (it is stopped here, not finished): utime + stime in clock ticks
   worker_cpu=$(awk -v hz="$(getconf CLK_TCK)" '{ sub(/^.*\) /, ""); printf "%.2f", ($12 + $13) / hz }' "/proc/$WORKER/stat")
-  kill $WORKER 2>/dev/null || true
+  kill -9 $WORKER 2>/dev/null || true
   wait $WORKER 2>/dev/null || true
   trap - EXIT
   python3 -c 'import json, sys; json.dump({"side": "pail", "wall_seconds": float(sys.argv[2]) - float(sys.argv[1]),
