@@ -70,6 +70,7 @@ typedef struct {
     Buf pending_metrics;     // JSON lines of the steps since the last publish (committed with it)
     int64_t skipped_steps;   // cumulative: steps whose gradients were non-finite
     int64_t state_parent;    // the state version the next one follows (-1: none yet)
+    bool republish;          // resumed past a damaged newest adapter: publish its weights again first
     bool grads_dumped;
 } Trainer;
 
@@ -263,6 +264,18 @@ static int write_progress(Trainer *t, PailErr *err) {
 // Pairs trainer/state-v<use> (read into s) with adapters/v<use>: the state
 // embeds the adapter's exact bytes, so the two must be equal. An adapter not
 // yet published (killed between the two puts) is published from the state.
+// True when the state's adapter image is what adapters/vN was published as
+// (its pail-sha256 metadata), i.e. the object was damaged after its publish.
+static bool image_is_published(Trainer *t, const TrainerState *s, const char *akey) {
+    StoreStat ss;
+    PailErr e = {0};
+    if (store_head(t->st, akey, &ss, &e) < 0) return false;
+    const char *want = store_stat_meta(&ss, META_SHA256);
+    char hex[65];
+    sha256_hex(s->adapter_image.data, s->adapter_image.len, hex);
+    return want && !strcmp(want, hex);
+}
+
 static int pair_state(Trainer *t, const TrainerState *s, long use, long av, PailErr *err) {
     char skey[128], akey[128];
     version_key(&SERIES_STATES, use, skey, sizeof skey);
@@ -271,6 +284,15 @@ static int pair_state(Trainer *t, const TrainerState *s, long use, long av, Pail
     PailErr gerr = {0};
     if (versioned_get(t->st, akey, &a, &gerr) < 0) {
         buf_free(&a);
+        if (gerr.code == PAIL_ERR_INVALID && use == av && image_is_published(t, s, akey)) {
+            // Damaged after its publish (the state's copy hashes to what was
+            // published): workers refuse it, so the same weights go out again
+            // as the next version, as a live trainer does (check_newest_adapter).
+            log_warn("resume: the newest adapter %s does not verify (%s): %s holds its exact bytes; resuming from "
+                     "it and publishing its weights again as v%08ld", akey, gerr.msg, skey, use + 1);
+            t->republish = true;
+            return 0;
+        }
         if (gerr.code != PAIL_ERR_NOT_FOUND) {
             *err = gerr;
             return err_wrap(err, "resume: reading the adapter of %s", skey);
@@ -451,7 +473,10 @@ static int start(Trainer *t, PailErr *err) {
     if (sv < 0 && c->resume_from >= 0)
         return err_set(err, PAIL_ERR_INVALID, "--resume-from %ld: %s holds no trainer state", c->resume_from,
                        store_url(t->st));
-    if (sv >= 0) return resume(t, sv, av, err);  // from the bucket alone
+    if (sv >= 0) {  // from the bucket alone
+        if (resume(t, sv, av, err) < 0) return -1;
+        return t->republish ? publish(t, err) : 0;
+    }
     if (av >= 0)
         return err_set(err, PAIL_ERR_INVALID,
                        "%s: adapters exist (v%08ld) but no trainer state: not a run this trainer can resume",
