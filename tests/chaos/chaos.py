@@ -148,7 +148,7 @@ class Round:
             self.bucket = os.path.join(self.dir, "bucket")
             os.makedirs(self.bucket)
             # A small tmpfs under the bucket so that a full disk can be injected.
-            if os.geteuid() == 0 and subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", self.bucket],
+            if os.geteuid() == 0 and subprocess.run(["mount", "-t", "tmpfs", "-o", "size=384m", "tmpfs", self.bucket],
                                                     capture_output=True).returncode == 0:
                 self.mount = self.bucket
             self.url = "file://" + self.bucket
@@ -314,8 +314,10 @@ class Round:
             p.set(f["mode"], f.get("arg", 0))
             self.later(f["secs"], lambda p=p: p.set("ok"))
         elif kind == "gc":
+            # The archive first: the replay needs every state and shard gc deletes.
+            self.mirror()
             a, e = self.client("operator", "ctl")
-            r = subprocess.run([f"{BIN}/grpo-ctl", "gc"] + a[1:2] + a[2:] + ["--keep-versions", "3"],
+            r = subprocess.run([f"{BIN}/grpo-ctl", "gc"] + a[1:2] + a[2:] + ["--keep-versions", "8"],
                                capture_output=True, text=True, env=e, timeout=120)
             self.note_ctl("gc", r)
         elif kind == "twin":
@@ -330,6 +332,14 @@ class Round:
             self.extra("dup-w1", argv, e, f["secs"])
         elif kind == "corrupt":
             self.corrupt(f)
+        elif kind == "resume_adapter":  # damaged while the trainer is down: the restart must go on
+            tr = self.roles["trainer"]
+            tr.expect_exit = "kill9"
+            tr.signal(signal.SIGKILL)
+            if tr.proc:
+                tr.proc.wait()
+            self.pending_trainer_kill = time.monotonic()
+            self.corrupt({"what": "adapter", "how": f["how"]})
         elif kind == "disk_full":
             self.disk_full(f["secs"])
         elif kind == "skew":
@@ -399,7 +409,7 @@ class Round:
             self.faults["disk_full"] -= 1
             return
         path = os.path.join(self.bucket, ".pail-chaos-filler")  # .pail*: never listed
-        subprocess.run(["dd", "if=/dev/zero", f"of={path}", "bs=1M", "count=64"], capture_output=True)
+        subprocess.run(["dd", "if=/dev/zero", f"of={path}", "bs=1M", "count=512"], capture_output=True)  # to the brim
         self.later(secs, lambda: os.path.exists(path) and os.remove(path))
 
     # --- resume faults: damage then restart, expect a one-line refusal ----------
@@ -493,6 +503,22 @@ class Round:
                 last_mirror = now
             time.sleep(0.05)
         self.finish(stuck)
+
+    def kill_all(self):
+        """On the way out (a finished round, SIGTERM, ^C): no process of the round outlives it."""
+        procs = [r.proc for r in getattr(self, "roles", {}).values() if r.proc] + \
+            [p for _, p in getattr(self, "extras", [])] + ([self.relay] if getattr(self, "relay", None) else [])
+        for p in procs:
+            if p.poll() is None:
+                try:
+                    p.send_signal(signal.SIGCONT)
+                    p.kill()
+                except ProcessLookupError:
+                    pass
+                p.wait()
+        if self.mount:
+            subprocess.run(["umount", "-l", self.mount], capture_output=True)
+            self.mount = None
 
     def n_adapters(self):
         try:
@@ -629,9 +655,10 @@ class Round:
                 self.relay.wait(10)
             except subprocess.TimeoutExpired:
                 self.relay.kill()
-        invariants.check_round(self)
-        if self.mount:
-            subprocess.run(["umount", "-l", self.mount], capture_output=True)
+        try:
+            invariants.check_round(self)
+        finally:
+            self.kill_all()
 
 
 class Campaign:
@@ -680,6 +707,9 @@ class Campaign:
                 f.write(f"{ak} {sk} {role}{'' if role == 'operator' else ' runs/r1'}\n")
 
     def close(self):
+        rnd = getattr(self, "current", None)
+        if rnd is not None:
+            rnd.kill_all()
         if self.moto:
             self.moto.terminate()
             self.moto.wait()
@@ -695,6 +725,7 @@ def main():
     ap.add_argument("--round-limit", type=float, default=400, help="seconds before a round counts as stuck")
     ap.add_argument("--keep", action="store_true", help="keep the work folder")
     a = ap.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # -> the finally below: nothing left running
     camp = Campaign(a)
     backends = a.backends.split(",")
     log(f"chaos: seed {a.seed}, {a.rounds} rounds, backends {','.join(backends)}, work {camp.work}; "
@@ -710,7 +741,7 @@ def main():
             if backend == "s3":
                 camp.start_s3()
             rnd = Round(camp, i, rseed, backend)
-            rnd.watch = []
+            camp.current = rnd
             try:
                 rnd.run()
             except Exception as e:  # the runner's own failure is a failed round too

@@ -23,6 +23,7 @@ def make_schedule(rng, backend, has_tmpfs, faketime):
         (1, lambda: {"kind": "corrupt", "what": "progress", "how": "junk"}),
         (1, lambda: {"kind": "resume_state"}),
         (1, lambda: {"kind": "resume_runjson"}),
+        (1, lambda: {"kind": "resume_adapter", "how": rng.choice(["flip", "truncate"])}),
     ]
     if backend == "file" and has_tmpfs:
         menu.append((2, lambda: {"kind": "disk_full", "secs": round(rng.uniform(2, 6), 1)}))
