@@ -304,6 +304,20 @@ class Round:
             self.relay.kill()
             self.relay.wait()
             self.relay_down_until = time.monotonic() + f["secs"]
+        elif kind == "relay_term":  # a clean stop: in-flight requests end, then back on the same port
+            self.relay.send_signal(signal.SIGCONT)  # a frozen relay (relay_stop) first thaws
+            self.relay.terminate()
+            try:
+                self.relay.wait(30)
+            except subprocess.TimeoutExpired:
+                self.findings.append("grpo-relay did not exit within 30 s of SIGTERM")
+                self.relay.kill()
+                self.relay.wait()
+            self.checks += 1
+            self.relay_down_until = time.monotonic() + f["secs"]
+        elif kind == "relay_stop":  # frozen: connections stay open, nothing answers
+            self.relay.send_signal(signal.SIGSTOP)
+            self.later(f["secs"], lambda: self.relay.send_signal(signal.SIGCONT))
         elif kind == "relay_hup":
             self.relay.send_signal(signal.SIGHUP)
         elif kind == "upstream":

@@ -31,6 +31,8 @@ def make_schedule(rng, backend, has_tmpfs, faketime):
         menu += [
             (5, lambda: {"kind": "relay_restart", "secs": round(rng.uniform(0.2, 3), 2)}),
             (1, lambda: {"kind": "relay_hup"}),
+            (1, lambda: {"kind": "relay_term", "secs": round(rng.uniform(0.2, 2), 2)}),
+            (1, lambda: {"kind": "relay_stop", "secs": round(rng.uniform(3, 10), 1)}),
             (2, lambda: {"kind": "upstream", "mode": rng.choice(["refuse", "blackhole"]),
                          "secs": round(rng.uniform(2, 8), 1)}),
             (6, lambda: net()),
