@@ -153,6 +153,34 @@ START_TEST(test_staleness_and_rejects) {
 }
 END_TEST
 
+// A shard that lands for a version after the trainer's last listing of it,
+// just before the window moves past it, is counted as dropped (the leaving
+// versions are listed one last time), not silently never seen.
+START_TEST(test_late_shard_counted) {
+    Store *st;
+    PailErr err = {0};
+    ck_assert_int_eq(store_open(&st, g_url, NULL, &err), 0);
+    put_shard(st, 0, "wa", 1, 2);
+    FeedConfig c = cfg(1);
+    Feed f;
+    feed_init(&f, st, st, &c);
+    ck_assert_int_eq(feed_refresh(&f, 1, &err), 0);  // window v0..v1
+    GroupRef refs[8];
+    int got;
+    ck_assert_int_eq(feed_take(&f, 2, refs, &got, &err), 0);
+    ck_assert_int_eq(feed_commit(&f, refs, got, 1), 0);
+    put_shard(st, 0, "wb", 1, 2);                     // lands late for v0
+    ck_assert_int_eq(feed_refresh(&f, 2, &err), 0);  // window v1..v2: v0 leaves
+    ck_assert_int_eq(f.stats.dropped, 1);
+    ck_assert_int_eq(f.n, 0);
+    put_shard(st, 0, "wc", 1, 2);                     // later still: v0 is never listed again
+    ck_assert_int_eq(feed_refresh(&f, 2, &err), 0);
+    ck_assert_int_eq(f.stats.dropped, 1);
+    feed_free(&f);
+    store_close(st);
+}
+END_TEST
+
 // The record: each commit appends runs of consecutive groups of one shard,
 // tagged with the step; a feed replaying it hands out exactly those groups, in
 // that order, across shards, and says when a named shard cannot serve them.
@@ -223,6 +251,7 @@ int main(void) {
     tcase_add_checked_fixture(limits, setup, teardown);
     tcase_add_test(core, test_order_commit_late);
     tcase_add_test(core, test_record_replay);
+    tcase_add_test(core, test_late_shard_counted);
     tcase_add_test(limits, test_staleness_and_rejects);
     tcase_set_timeout(limits, 60);
     suite_add_tcase(s, core);

@@ -14,6 +14,7 @@ void feed_init(Feed *f, Store *st, Store *rejects, const FeedConfig *cfg) {
     f->st = st;
     f->rejects = rejects;
     f->cfg = *cfg;
+    f->listed_lo = -1;
 }
 
 static void shard_entry_free(FeedShard *e) {
@@ -91,6 +92,16 @@ int feed_refresh(Feed *f, int64_t current, PailErr *err) {
     if (f->seq) return 0;  // a replayed record names its shards
     if (f->cfg.replay) return list_prefix(f, "rollouts/", err);
     int64_t lo = current - f->cfg.max_staleness;
+    // The versions leaving the window are listed one last time, so that a
+    // shard that landed since the last listing is counted as dropped below
+    // instead of never being seen.
+    int64_t from = f->listed_lo < 0 ? lo : f->listed_lo;
+    if (from < lo - 1000) from = lo - 1000;
+    for (int64_t v = from < 0 ? 0 : from; v < lo; v++) {
+        char prefix[64];
+        run_key_rollout_dir(prefix, sizeof prefix, (long)v);
+        if (list_prefix(f, prefix, err) < 0) return -1;
+    }
     // Out of the window: drop what was not fully used.
     for (int i = 0; i < f->n;) {
         FeedShard *e = f->shards[i];
@@ -108,6 +119,7 @@ int feed_refresh(Feed *f, int64_t current, PailErr *err) {
         run_key_rollout_dir(prefix, sizeof prefix, (long)v);
         if (list_prefix(f, prefix, err) < 0) return -1;
     }
+    f->listed_lo = lo;
     return 0;
 }
 

@@ -59,6 +59,7 @@ typedef struct {
     FeedShard **shards;   // sorted by (version, key); each entry owned and never moved, so the
     int n, cap;           // GroupRefs of a step stay valid while the list is refreshed
     FeedStats stats;
+    int64_t listed_lo;    // the oldest version of the window last listed (-1: none yet)
     char last_error[512]; // of the last rejected shard, for logs
     FeedRecord *rec;      // committed since the last feed_record_reset (owned)
     int rec_n, rec_cap;
