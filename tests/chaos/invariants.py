@@ -127,6 +127,16 @@ def check_round(rnd):
         v = p
     check(rnd, chain and chain[-1] == 0, f"the state chain from v{newest} does not reach v0: {chain}")
     chain.reverse()
+    # Along the chain the step never goes back, and each state's step is its adapter's.
+    csteps = [int(states[v][1].get("step", -1)) for v in chain]
+    check(rnd, csteps == sorted(csteps), f"the state chain's steps go back: {csteps[:20]}")
+    for v in chain:
+        path = os.path.join(rnd.archive, f"adapters/v{v:08d}.h5")
+        if os.path.exists(path):
+            with h5py.File(path, "r") as h:
+                a_step = int(h.attrs.get("step", -1))
+            check(rnd, a_step == int(states[v][1].get("step", -2)),
+                  f"adapters/v{v:08d}.h5 says step {a_step}, its state {states[v][1].get('step')}")
     steps = [int(states[v][1].get("step", 0)) if "step" in states[v][1] else None for v in chain]
     # 3. the record: no group twice; every shard consumed, dropped, rejected or left over.
     used = {}
