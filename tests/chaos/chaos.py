@@ -284,11 +284,12 @@ class Round:
     # --- faults ----------------------------------------------------------------
     def fault(self, f):
         kind = f["kind"]
-        self.faults[kind] = self.faults.get(kind, 0) + 1
+        key = ":".join([kind] + [str(f[k]) for k in ("role", "mode", "what") if k in f])  # the class counted
+        self.faults[key] = self.faults.get(key, 0) + 1
         role = self.roles.get(f.get("role"))
         if kind in ("kill9", "term"):
             if not role.alive():
-                self.faults[kind] -= 1
+                self.faults[key] -= 1
                 return
             role.expect_exit = kind
             role.signal(signal.SIGKILL if kind == "kill9" else signal.SIGTERM)
@@ -296,7 +297,7 @@ class Round:
                 self.pending_trainer_kill = time.monotonic()
         elif kind == "stop":
             if not role.alive():
-                self.faults[kind] -= 1
+                self.faults[key] -= 1
                 return
             role.signal(signal.SIGSTOP)
             role.stopped_until = time.monotonic() + f["secs"]
@@ -420,7 +421,6 @@ class Round:
 
     def disk_full(self, secs):
         if not self.mount:
-            self.faults["disk_full"] -= 1
             return
         path = os.path.join(self.bucket, ".pail-chaos-filler")  # .pail*: never listed
         subprocess.run(["dd", "if=/dev/zero", f"of={path}", "bs=1M", "count=512"], capture_output=True)  # to the brim
