@@ -746,7 +746,7 @@ def main():
         f"faketime {'yes' if camp.faketime else 'no (clock-skew faults skipped)'}")
     rounds = [a.round] if a.round is not None else range(a.rounds)
     totals = {"rounds": 0, "checks": 0, "failed_rounds": 0, "faults": {}, "relay_restart": [], "trainer_kill": [],
-              "relay_rss_kb": 0, "findings": []}
+              "relay_rss_kb": 0, "findings": [], "shards": {}}
     t0 = time.monotonic()
     try:
         for i in rounds:
@@ -766,6 +766,8 @@ def main():
             totals["checks"] += rnd.checks
             for k, v in rnd.faults.items():
                 totals["faults"][k] = totals["faults"].get(k, 0) + v
+            for k, v in getattr(rnd, "shard_figures", {}).items():
+                totals["shards"][k] = totals["shards"].get(k, 0) + v
             totals["relay_restart"] += rnd.recovery["relay_restart"]
             totals["trainer_kill"] += rnd.recovery["trainer_kill"]
             totals["relay_rss_kb"] = max([totals["relay_rss_kb"]] + rnd.relay_rss)
@@ -791,7 +793,9 @@ def main():
     log(f"chaos summary: {totals['rounds']} rounds in {time.monotonic() - t0:.0f} s, "
         f"{totals['checks'] - len(totals['findings'])}/{totals['checks']} invariant checks passed, "
         f"{totals['failed_rounds']} rounds failed")
-    log("  faults: " + ", ".join(f"{k} {v}" for k, v in sorted(totals["faults"].items())))
+    log(f"  faults: {sum(totals['faults'].values())} in all: " +
+        ", ".join(f"{k} {v}" for k, v in sorted(totals["faults"].items()) if v > 0))
+    log("  shards: " + ", ".join(f"{k} {v}" for k, v in sorted(totals["shards"].items())))
     for k in ("relay_restart", "trainer_kill"):
         xs = totals[k]
         log(f"  recovery after {k.replace('_', ' ')}: n={len(xs)} p50 {pct(xs, 0.5)} s, p99 {pct(xs, 0.99)} s")
