@@ -775,8 +775,11 @@ def main():
             log(f"round {i} {status}: {rnd.checks - len(rnd.findings)}/{rnd.checks} checks, "
                 f"faults {sum(rnd.faults.values())}, {time.monotonic() - rnd.t0:.0f} s"
                 + (f"; replay: --seed {a.seed} --round {i}" if rnd.findings else ""))
+            seen = {}
             for f in rnd.findings:
-                log(f"  FAIL  {f}")
+                seen[f] = seen.get(f, 0) + 1
+            for f, n in seen.items():
+                log(f"  FAIL  {f}" + (f" (x{n})" if n > 1 else ""))
             if rnd.findings:
                 totals["failed_rounds"] += 1
                 totals["findings"] += [f"round {i}: {f}" for f in rnd.findings]
