@@ -1,7 +1,8 @@
 // Check suite for src/grpo/feed.c on a file:// bucket: groups handed out in
 // (version, key) order, commit and re-take, shards arriving late and out of
 // order, the staleness window (drops counted), rejections recorded under
-// trainer/rejected/, and the consumption record surviving export/import.
+// trainer/rejected/, the consumption record surviving export/import, and the
+// per-step record of committed groups replayed in its order.
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -81,7 +82,7 @@ START_TEST(test_order_commit_late) {
     ck_assert_int_eq(feed_take(&f, 8, refs + 4, &got, &err), 0);
     ck_assert_int_eq(got, 2);  // wb's second group, then wc's
     ck_assert(refs[0].s->rewards[1] == 1.0f);  // refs from before the refresh still point at their shard
-    feed_commit(&f, refs, 6);
+    feed_commit(&f, refs, 6, 1);
     ck_assert_int_eq(feed_take(&f, 8, refs, &got, &err), 0);
     ck_assert_int_eq(got, 0);
     ck_assert_int_eq(f.stats.consumed, 3);
@@ -113,7 +114,7 @@ START_TEST(test_staleness_and_rejects) {
     ck_assert_int_eq(f.stats.rejected, 1);
     StoreStat ss;
     ck_assert_int_eq(store_head(st, "trainer/rejected/rollouts/v00000002/zz-000001.h5.json", &ss, &err), 0);
-    feed_commit(&f, refs, got);
+    feed_commit(&f, refs, got, 1);
     // The consumption record survives a restart (export -> import).
     char **keys;
     int64_t *vers;
@@ -152,12 +153,105 @@ START_TEST(test_staleness_and_rejects) {
 }
 END_TEST
 
+// A shard that lands for a version after the trainer's last listing of it,
+// just before the window moves past it, is counted as dropped (the leaving
+// versions are listed one last time), not silently never seen.
+START_TEST(test_late_shard_counted) {
+    Store *st;
+    PailErr err = {0};
+    ck_assert_int_eq(store_open(&st, g_url, NULL, &err), 0);
+    put_shard(st, 0, "wa", 1, 2);
+    FeedConfig c = cfg(1);
+    Feed f;
+    feed_init(&f, st, st, &c);
+    ck_assert_int_eq(feed_refresh(&f, 1, &err), 0);  // window v0..v1
+    GroupRef refs[8];
+    int got;
+    ck_assert_int_eq(feed_take(&f, 2, refs, &got, &err), 0);
+    ck_assert_int_eq(feed_commit(&f, refs, got, 1), 0);
+    put_shard(st, 0, "wb", 1, 2);                     // lands late for v0
+    ck_assert_int_eq(feed_refresh(&f, 2, &err), 0);  // window v1..v2: v0 leaves
+    ck_assert_int_eq(f.stats.dropped, 1);
+    ck_assert_int_eq(f.n, 0);
+    put_shard(st, 0, "wc", 1, 2);                     // later still: v0 is never listed again
+    ck_assert_int_eq(feed_refresh(&f, 2, &err), 0);
+    ck_assert_int_eq(f.stats.dropped, 1);
+    feed_free(&f);
+    store_close(st);
+}
+END_TEST
+
+// The record: each commit appends runs of consecutive groups of one shard,
+// tagged with the step; a feed replaying it hands out exactly those groups, in
+// that order, across shards, and says when a named shard cannot serve them.
+START_TEST(test_record_replay) {
+    Store *st;
+    PailErr err = {0};
+    ck_assert_int_eq(store_open(&st, g_url, NULL, &err), 0);
+    put_shard(st, 0, "wa", 1, 3);
+    put_shard(st, 0, "wb", 1, 2);
+    FeedConfig c = cfg(4);
+    Feed f;
+    feed_init(&f, st, st, &c);
+    ck_assert_int_eq(feed_refresh(&f, 0, &err), 0);
+    GroupRef refs[8];
+    int got;
+    ck_assert_int_eq(feed_take(&f, 2, refs, &got, &err), 0);  // wa g0 g1
+    ck_assert_int_eq(feed_commit(&f, refs, got, 1), 0);
+    ck_assert_int_eq(feed_take(&f, 2, refs, &got, &err), 0);  // wa g2, wb g0
+    ck_assert_int_eq(feed_commit(&f, refs, got, 2), 0);
+    ck_assert_int_eq(f.rec_n, 3);
+    ck_assert_str_eq(f.rec[0].key, "rollouts/v00000000/wa-000001.h5");
+    ck_assert_int_eq(f.rec[0].step, 1);
+    ck_assert_int_eq(f.rec[0].first, 0);
+    ck_assert_int_eq(f.rec[0].count, 2);
+    ck_assert_int_eq(f.rec[1].first, 2);
+    ck_assert_int_eq(f.rec[1].step, 2);
+    ck_assert_str_eq(f.rec[2].key, "rollouts/v00000000/wb-000001.h5");
+    // Replayed in another order than key order: wb first, then wa's groups 1 and 0.
+    FeedRecord rec[3] = {{.step = 1, .key = "rollouts/v00000000/wb-000001.h5", .first = 1, .count = 1},
+                         {.step = 1, .key = "rollouts/v00000000/wa-000001.h5", .first = 1, .count = 1},
+                         {.step = 2, .key = "rollouts/v00000000/wa-000001.h5", .first = 0, .count = 1}};
+    Feed r;
+    FeedConfig rc = c;
+    rc.replay = true;
+    feed_init(&r, st, st, &rc);
+    ck_assert_int_eq(feed_replay_record(&r, rec, 3, &err), 0);
+    ck_assert_int_eq(feed_refresh(&r, 0, &err), 0);
+    ck_assert_int_eq(feed_pending_shards(&r), 3);
+    ck_assert_int_eq(feed_take(&r, 2, refs, &got, &err), 0);
+    ck_assert_int_eq(got, 2);
+    ck_assert_str_eq(refs[0].src->key, "rollouts/v00000000/wb-000001.h5");
+    ck_assert_int_eq(refs[0].group, 1);
+    ck_assert_str_eq(refs[1].src->key, "rollouts/v00000000/wa-000001.h5");
+    ck_assert_int_eq(refs[1].group, 1);
+    ck_assert_int_eq(feed_commit(&r, refs, got, 1), 0);
+    ck_assert_int_eq(feed_take(&r, 2, refs, &got, &err), 0);
+    ck_assert_int_eq(got, 1);
+    ck_assert_int_eq(refs[0].group, 0);
+    ck_assert_int_eq(feed_commit(&r, refs, got, 2), 0);
+    ck_assert_int_eq(feed_pending_shards(&r), 0);
+    feed_free(&r);
+    // A record naming a group the shard does not have: one line naming both.
+    FeedRecord bad = {.step = 1, .key = "rollouts/v00000000/wb-000001.h5", .first = 5, .count = 1};
+    feed_init(&r, st, st, &rc);
+    ck_assert_int_eq(feed_replay_record(&r, &bad, 1, &err), 0);
+    ck_assert_int_eq(feed_take(&r, 1, refs, &got, &err), -1);
+    ck_assert_msg(strstr(err.msg, "group 5 of rollouts/v00000000/wb-000001.h5"), "%s", err.msg);
+    feed_free(&r);
+    feed_free(&f);
+    store_close(st);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("grpo_feed");
     TCase *core = tcase_create("core"), *limits = tcase_create("limits");
     tcase_add_checked_fixture(core, setup, teardown);
     tcase_add_checked_fixture(limits, setup, teardown);
     tcase_add_test(core, test_order_commit_late);
+    tcase_add_test(core, test_record_replay);
+    tcase_add_test(core, test_late_shard_counted);
     tcase_add_test(limits, test_staleness_and_rejects);
     tcase_set_timeout(limits, 60);
     suite_add_tcase(s, core);

@@ -57,7 +57,7 @@ int main(int argc, char **argv) {
          *max_memory = NULL, *dtype = NULL;
     long rank, steps, gps, G, stale, budget, publish_every, keep, warmup, seed, resume_from;
     double alpha, lr, eps_low, eps_high, tis, beta, b1, b2, aeps, wd, clip, min_lr, rollout_timeout;
-    bool resume, full, rslora, recompute, chat;
+    bool resume, replay_record, full, rslora, recompute, chat;
     StoreCliFlags sf = {0};
     long log_every, valid_every;
     double stop_accuracy;
@@ -99,6 +99,9 @@ int main(int argc, char **argv) {
          "resume from this trainer state version instead of the newest (after a corrupt or missing state; new "
          "versions follow the newest published one); -1: the newest"},
         {"replay", FLAG_STRING, &replay, NULL, 1, 0, "train offline from the shards under this run prefix, in key order"},
+        {"replay-record", FLAG_BOOL, &replay_record, "false", 1, 0,
+         "with --replay: consume exactly the groups the source run's trainer committed, in its order (the record "
+         "in its trainer states), instead of key order"},
         {"init-adapter", FLAG_STRING, &init_adapter, NULL, 1, 0, "start v0 from an adapter: a pail .h5 file (e.g. an --sft result) or a PEFT folder"},
         {"sft", FLAG_STRING, &sft, NULL, 1, 0,
          "supervised warm-up from JSON lines {prompt, completion} or {messages} instead of GRPO (--steps steps of "
@@ -131,7 +134,7 @@ int main(int argc, char **argv) {
                        fl, n, argc, argv, NULL, NULL);
     if (rc >= 0) return rc;
     PailErr err = {0};
-    TrainerConfig c = {.model_dir = model, .run_url = run, .replay_url = replay, .init_adapter = init_adapter,
+    TrainerConfig c = {.model_dir = model, .run_url = run, .replay_url = replay, .replay_record = replay_record, .init_adapter = init_adapter,
                        .dump_grads = dump_grads, .metrics_path = metrics && *metrics ? metrics : NULL,
                        .run_id = run_id, .task = task, .lora_rank = (int)rank, .lora_alpha = alpha, .rslora = rslora,
                        .lr = lr, .beta1 = b1, .beta2 = b2, .adam_eps = aeps, .weight_decay = wd, .max_grad_norm = clip,
@@ -157,6 +160,7 @@ int main(int argc, char **argv) {
     if (!strcmp(ratio, "token")) c.loss.ratio = RATIO_TOKEN;
     else if (!strcmp(ratio, "sequence")) c.loss.ratio = RATIO_SEQUENCE;
     else { fprintf(stderr, "grpo-train: --ratio '%s': use token or sequence\n", ratio); usage = 1; }
+    if (replay_record && !replay) { fprintf(stderr, "grpo-train: --replay-record needs --replay (the source run)\n"); usage = 1; }
     if (full && !sft) { fprintf(stderr, "grpo-train: --full needs --sft (GRPO trains a LoRA adapter)\n"); usage = 1; }
     if (sft && !out) { fprintf(stderr, "grpo-train: --sft needs --out (adapter file, or folder with --full)\n"); usage = 1; }
     if (sft && !model) { fprintf(stderr, "grpo-train: --sft needs --model\n"); usage = 1; }

@@ -14,6 +14,7 @@ void feed_init(Feed *f, Store *st, Store *rejects, const FeedConfig *cfg) {
     f->st = st;
     f->rejects = rejects;
     f->cfg = *cfg;
+    f->listed_lo = -1;
 }
 
 static void shard_entry_free(FeedShard *e) {
@@ -27,6 +28,8 @@ void feed_free(Feed *f) {
         free(f->shards[i]);
     }
     free(f->shards);
+    free(f->rec);
+    free(f->seq);
     memset(f, 0, sizeof *f);
 }
 
@@ -86,8 +89,19 @@ static int list_prefix(Feed *f, const char *prefix, PailErr *err) {
 }
 
 int feed_refresh(Feed *f, int64_t current, PailErr *err) {
+    if (f->seq) return 0;  // a replayed record names its shards
     if (f->cfg.replay) return list_prefix(f, "rollouts/", err);
     int64_t lo = current - f->cfg.max_staleness;
+    // The versions leaving the window are listed one last time, so that a
+    // shard that landed since the last listing is counted as dropped below
+    // instead of never being seen.
+    int64_t from = f->listed_lo < 0 ? lo : f->listed_lo;
+    if (from < lo - 1000) from = lo - 1000;
+    for (int64_t v = from < 0 ? 0 : from; v < lo; v++) {
+        char prefix[64];
+        run_key_rollout_dir(prefix, sizeof prefix, (long)v);
+        if (list_prefix(f, prefix, err) < 0) return -1;
+    }
     // Out of the window: drop what was not fully used.
     for (int i = 0; i < f->n;) {
         FeedShard *e = f->shards[i];
@@ -105,6 +119,7 @@ int feed_refresh(Feed *f, int64_t current, PailErr *err) {
         run_key_rollout_dir(prefix, sizeof prefix, (long)v);
         if (list_prefix(f, prefix, err) < 0) return -1;
     }
+    f->listed_lo = lo;
     return 0;
 }
 
@@ -182,8 +197,26 @@ static int load(Feed *f, FeedShard *e, PailErr *err) {
     return 0;
 }
 
+// Replay of a record: the next groups of the sequence, whatever shard they are in.
+static int take_recorded(Feed *f, int want, GroupRef *out, int *got, PailErr *err) {
+    while (*got < want && f->seq_pos + f->seq_taken < f->seq_n) {
+        FeedShard *e = f->seq[f->seq_pos + f->seq_taken].e;
+        int32_t g = f->seq[f->seq_pos + f->seq_taken].group;
+        if (!e->loaded && e->n_groups != 0 && load(f, e, err) < 0) return -1;
+        if (!e->loaded || g >= e->n_groups)
+            return err_set(err, PAIL_ERR_INVALID, "replay: the record names group %d of %s, which %s", (int)g, e->key,
+                           e->loaded ? "has fewer groups" : "was rejected (see trainer/rejected/)");
+        GroupRef *r = &out[(*got)++];
+        *r = (GroupRef){.src = e, .group = g, .version = e->version, .s = &e->shard};
+        e->taken++;
+        f->seq_taken++;
+    }
+    return 0;
+}
+
 int feed_take(Feed *f, int want, GroupRef *out, int *got, PailErr *err) {
     *got = 0;
+    if (f->seq) return take_recorded(f, want, out, got, err);
     for (int i = 0; i < f->n && *got < want; i++) {
         FeedShard *e = f->shards[i];
         if (e->n_groups == 0) continue;
@@ -201,9 +234,58 @@ int feed_take(Feed *f, int want, GroupRef *out, int *got, PailErr *err) {
     return 0;
 }
 
-void feed_commit(Feed *f, const GroupRef *refs, int n) {
-    (void)refs;
-    (void)n;
+static int record_add(Feed *f, int64_t step, const char *key, int32_t group) {
+    FeedRecord *last = f->rec_n ? &f->rec[f->rec_n - 1] : NULL;
+    if (last && last->step == step && last->first + last->count == group && !strcmp(last->key, key)) {
+        last->count++;
+        return 0;
+    }
+    if (f->rec_n == f->rec_cap) {
+        int cap = f->rec_cap ? 2 * f->rec_cap : 16;
+        FeedRecord *p = realloc(f->rec, (size_t)cap * sizeof *p);
+        if (!p) return -1;
+        f->rec = p;
+        f->rec_cap = cap;
+    }
+    FeedRecord *r = &f->rec[f->rec_n++];
+    r->step = step;
+    snprintf(r->key, sizeof r->key, "%s", key);
+    r->first = group;
+    r->count = 1;
+    return 0;
+}
+
+void feed_record_reset(Feed *f) { f->rec_n = 0; }
+
+int feed_replay_record(Feed *f, const FeedRecord *rec, int n, PailErr *err) {
+    int64_t total = 0;
+    for (int i = 0; i < n; i++) total += rec[i].count;
+    free(f->seq);
+    if (!(f->seq = calloc((size_t)total + 1, sizeof *f->seq))) return err_set(err, PAIL_ERR_NOMEM, "out of memory");
+    f->seq_n = f->seq_pos = f->seq_taken = 0;
+    for (int i = 0; i < n; i++) {
+        int at = find(f, rec[i].key);
+        if (at < 0) {
+            long v, seq;
+            char worker[WORKER_ID_MAX + 1];
+            if (run_parse_rollout(rec[i].key, &v, worker, sizeof worker, &seq) < 0)
+                return err_set(err, PAIL_ERR_INVALID, "replay: the record names '%s', which is not a shard key",
+                               rec[i].key);
+            if (add_entry(f, rec[i].key, v) < 0) return err_set(err, PAIL_ERR_NOMEM, "out of memory");
+            at = f->n - 1;
+        }
+        for (int32_t g = 0; g < rec[i].count; g++)
+            f->seq[f->seq_n++] = (__typeof__(*f->seq)){.e = f->shards[at], .group = rec[i].first + g};
+    }
+    return 0;
+}
+
+int feed_commit(Feed *f, const GroupRef *refs, int n, int64_t step) {
+    int rc = 0;
+    for (int i = 0; i < n; i++)
+        if (record_add(f, step, refs[i].src->key, refs[i].group) < 0) rc = -1;
+    f->seq_pos += f->seq_taken;
+    f->seq_taken = 0;
     for (int i = 0; i < f->n; i++) {
         FeedShard *e = f->shards[i];
         e->used += e->taken;
@@ -212,9 +294,11 @@ void feed_commit(Feed *f, const GroupRef *refs, int n) {
         // the window so a re-listing does not load it again.
         if (e->loaded && e->used >= e->n_groups) shard_entry_free(e);
     }
+    return rc;
 }
 
 int64_t feed_pending_shards(const Feed *f) {
+    if (f->seq) return f->seq_n - f->seq_pos - f->seq_taken;
     int64_t n = 0;
     for (int i = 0; i < f->n; i++)
         if (f->shards[i]->n_groups < 0 || f->shards[i]->used < f->shards[i]->n_groups) n++;

@@ -6,7 +6,14 @@
 // window, and hands out whole groups in a deterministic order (oldest version
 // first, then key, then group). What has been consumed is part of the trainer
 // state, so a resumed trainer neither repeats nor skips a group.
-// Replay mode reads every shard under another run's rollouts/ in key order.
+// Replay mode reads every shard under another run's rollouts/ in key order,
+// or, with a record (feed_replay_record), exactly the groups another trainer
+// consumed, in its order.
+//
+// The consumption record: every committed take is appended as runs of
+// consecutive groups of one shard, (step, key, first group, count); the trainer
+// stores the runs since its previous state in each state it writes (so the
+// chain of states holds every committed step's groups in order) and resets it.
 #pragma once
 #include <stdbool.h>
 #include <stdint.h>
@@ -36,6 +43,15 @@ typedef struct {
     int64_t groups_dropped;               // groups lost with dropped shards
 } FeedStats;
 
+// One run of the consumption record: groups first..first+count-1 of a shard,
+// consumed in that order by step `step` (a step skipped for non-finite
+// gradients uses its groups up under the number of the step that follows it).
+typedef struct {
+    int64_t step;
+    char key[256];
+    int32_t first, count;
+} FeedRecord;
+
 typedef struct {
     Store *st;            // borrowed: where the shards are (the run, or the replay source)
     Store *rejects;       // borrowed: where trainer/rejected/ goes (the run)
@@ -43,7 +59,12 @@ typedef struct {
     FeedShard **shards;   // sorted by (version, key); each entry owned and never moved, so the
     int n, cap;           // GroupRefs of a step stay valid while the list is refreshed
     FeedStats stats;
+    int64_t listed_lo;    // the oldest version of the window last listed (-1: none yet)
     char last_error[512]; // of the last rejected shard, for logs
+    FeedRecord *rec;      // committed since the last feed_record_reset (owned)
+    int rec_n, rec_cap;
+    struct { FeedShard *e; int32_t group; } *seq;  // replay of a record: the groups in order (owned)
+    int seq_n, seq_pos, seq_taken;                 // committed / handed out, not committed
 } Feed;
 
 // One group handed out for a step: borrowed pointers into a loaded shard.
@@ -62,11 +83,16 @@ int feed_refresh(Feed *f, int64_t current_version, PailErr *err);
 // Hands out up to want groups not yet used, loading shards as needed (bad
 // shards are rejected on the way). *got may be < want: wait and refresh.
 int feed_take(Feed *f, int want, GroupRef *out, int *got, PailErr *err);
-// Marks the groups of the last take as consumed (after the step succeeded);
-// frees shards whose groups are all used.
-void feed_commit(Feed *f, const GroupRef *refs, int n);
-// Number of groups available now without listing (loaded or not yet loaded
-// shards count their groups once known).
+// Marks the groups of the last take as consumed by step `step` (after the step
+// succeeded or was skipped), appends them to the record; frees shards whose
+// groups are all used. -1 only when out of memory for the record.
+int feed_commit(Feed *f, const GroupRef *refs, int n, int64_t step);
+void feed_record_reset(Feed *f);  // after the record went into a published state
+// Replay mode: hand out exactly these groups, in this order (another trainer's
+// record); the feed lists nothing. -1 when out of memory.
+int feed_replay_record(Feed *f, const FeedRecord *rec, int n, PailErr *err);
+// Number of shards with groups not used yet (not yet loaded ones count); with a
+// replayed record, the groups of the record not handed out yet.
 int64_t feed_pending_shards(const Feed *f);
 
 // Persisted consumption: (key, version, n_groups, used) per shard still tracked.

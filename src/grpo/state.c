@@ -29,6 +29,31 @@ int state_write(const TrainerState *st, Buf *out, PailErr *err) {
     rc |= h5d_write(f, "feed/versions", H5T_NATIVE_INT64, 1, &ns, st->versions, err);
     rc |= h5d_write(f, "feed/n_groups", H5T_NATIVE_INT32, 1, &ns, st->n_groups, err);
     rc |= h5d_write(f, "feed/used", H5T_NATIVE_INT32, 1, &ns, st->used, err);
+    rc |= h5a_write_i64(f, "record_parent", st->parent, err);
+    if (st->rec_n) {  // a version without steps (v0, a republish) has no record/
+        int64_t nr = st->rec_n;
+        char **rk = calloc((size_t)nr, sizeof *rk);
+        int64_t *rs = calloc((size_t)nr, sizeof *rs);
+        int32_t *rf = calloc((size_t)nr, sizeof *rf), *rcnt = calloc((size_t)nr, sizeof *rcnt);
+        if (!rk || !rs || !rf || !rcnt) {
+            rc |= err_set(err, PAIL_ERR_NOMEM, "%s: out of memory for the consumption record", name);
+        } else {
+            for (int i = 0; i < st->rec_n; i++) {
+                rk[i] = st->rec[i].key;
+                rs[i] = st->rec[i].step;
+                rf[i] = st->rec[i].first;
+                rcnt[i] = st->rec[i].count;
+            }
+            rc |= h5d_write(f, "record/steps", H5T_NATIVE_INT64, 1, &nr, rs, err);
+            rc |= h5d_write_strs(f, "record/keys", (const char *const *)rk, st->rec_n, err);
+            rc |= h5d_write(f, "record/first", H5T_NATIVE_INT32, 1, &nr, rf, err);
+            rc |= h5d_write(f, "record/count", H5T_NATIVE_INT32, 1, &nr, rcnt, err);
+        }
+        free(rk);
+        free(rs);
+        free(rf);
+        free(rcnt);
+    }
     if (st->metrics.len) {
         int64_t ml = (int64_t)st->metrics.len;
         rc |= h5d_write(f, "metrics", H5T_NATIVE_UINT8, 1, &ml, st->metrics.data, err);
@@ -49,8 +74,44 @@ void state_free(TrainerState *st) {
     free(st->versions);
     free(st->n_groups);
     free(st->used);
+    free(st->rec);
     lora_layout_free(&st->layout);
     memset(st, 0, sizeof *st);
+}
+
+static int read_record(hid_t f, TrainerState *st, const char *name, PailErr *err) {
+    char **keys = NULL;
+    int nk = 0, rc = -1;
+    int64_t *steps = NULL;
+    int32_t *first = NULL, *count = NULL;
+    if (h5d_read_strs(f, "record/keys", &keys, &nk, 1 << 24, name, err) < 0) return -1;
+    int64_t n = nk;
+    if (h5d_read(f, "record/steps", H5T_NATIVE_INT64, 1, &n, NULL, n, (void **)&steps, name, err) < 0 ||
+        h5d_read(f, "record/first", H5T_NATIVE_INT32, 1, &n, NULL, n, (void **)&first, name, err) < 0 ||
+        h5d_read(f, "record/count", H5T_NATIVE_INT32, 1, &n, NULL, n, (void **)&count, name, err) < 0)
+        goto done;
+    if (!(st->rec = calloc((size_t)nk + 1, sizeof *st->rec))) {
+        err_set(err, PAIL_ERR_NOMEM, "trainer state %s: out of memory for the consumption record", name);
+        goto done;
+    }
+    for (int i = 0; i < nk; i++) {
+        if (strlen(keys[i]) >= sizeof st->rec[i].key || first[i] < 0 || count[i] < 1) {
+            err_set(err, PAIL_ERR_INVALID, "trainer state %s: record entry %d (%.80s, first %d, count %d) is not valid",
+                    name, i, keys[i], (int)first[i], (int)count[i]);
+            goto done;
+        }
+        st->rec[i] = (FeedRecord){.step = steps[i], .first = first[i], .count = count[i]};
+        snprintf(st->rec[i].key, sizeof st->rec[i].key, "%s", keys[i]);
+    }
+    st->rec_n = nk;
+    rc = 0;
+done:
+    for (int i = 0; i < nk; i++) free(keys[i]);
+    free(keys);
+    free(steps);
+    free(first);
+    free(count);
+    return rc;
 }
 
 int state_read(TrainerState *st, const void *data, size_t len, const char *name, const ModelConfig *mc, PailErr *err) {
@@ -115,6 +176,9 @@ int state_read(TrainerState *st, const void *data, size_t len, const char *name,
         h5d_read(f, "feed/n_groups", H5T_NATIVE_INT32, 1, &ns, NULL, ns, (void **)&st->n_groups, name, err) < 0 ||
         h5d_read(f, "feed/used", H5T_NATIVE_INT32, 1, &ns, NULL, ns, (void **)&st->used, name, err) < 0)
         goto done;
+    st->parent = -2;
+    if (h5a_exists(f, "record_parent") > 0 && h5a_read_i64(f, "record_parent", &st->parent, name, err) < 0) goto done;
+    if (h5l_exists(f, "record") > 0 && read_record(f, st, name, err) < 0) goto done;
     rc = 0;
 done:
     free(rng);

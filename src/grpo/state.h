@@ -2,12 +2,15 @@
 // everything a restarted trainer needs from the bucket alone: the adapter
 // (its exact published file bytes, so a missed commit is re-published
 // identically, and its tensors for h5py users), AdamW moments, step, version,
-// RNG, and the consumption record of every shard still inside the staleness
-// window. Layout in doc/formats.md.
+// RNG, the consumption record of every shard still inside the staleness
+// window, and the groups consumed by the steps this version commits, in order
+// (record/*, with record_parent: the state version the trainer continued from,
+// so the chain of states back to v0 is the whole run). Layout in doc/formats.md.
 #pragma once
 #include <stdint.h>
 #include "core/buf.h"
 #include "core/rng.h"
+#include "grpo/feed.h"
 #include "lora/lora.h"
 
 #define STATE_FORMAT "pail.trainer_state"
@@ -30,6 +33,12 @@ typedef struct {
     // written to metrics/ and --metrics only after the commit, and again on a
     // resume that finds them missing (owned after state_read; borrowed to write).
     Buf metrics;
+    // The groups the steps of this version consumed, in order (borrowed to
+    // write; owned after state_read), and the state version this one follows:
+    // -1 for v0, -2 when read from a state written before the record existed.
+    FeedRecord *rec;
+    int rec_n;
+    int64_t parent;
 } TrainerState;
 
 // Serializes st (params/m/v borrowed) into an HDF5 image appended to out.

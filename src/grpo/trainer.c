@@ -69,6 +69,8 @@ typedef struct {
     bool metrics_failed;     // --metrics could not be opened (said once)
     Buf pending_metrics;     // JSON lines of the steps since the last publish (committed with it)
     int64_t skipped_steps;   // cumulative: steps whose gradients were non-finite
+    int64_t state_parent;    // the state version the next one follows (-1: none yet)
+    bool republish;          // resumed past a damaged newest adapter: publish its weights again first
     bool grads_dumped;
 } Trainer;
 
@@ -182,7 +184,8 @@ static int publish(Trainer *t, PailErr *err) {
     TrainerState s = {.step = t->step, .version = v, .rng = t->rng, .layout = t->lay, .params = t->params,
                       .m = t->m, .v = t->v, .consumed = t->feed.stats.consumed, .dropped = t->feed.stats.dropped,
                       .rejected = t->feed.stats.rejected, .skipped_steps = t->skipped_steps,
-                      .metrics = t->pending_metrics};  // borrowed
+                      .metrics = t->pending_metrics,  // borrowed
+                      .rec = t->feed.rec, .rec_n = t->feed.rec_n, .parent = t->state_parent};
     snprintf(s.run_id, sizeof s.run_id, "%s", t->run_id);
     Buf state = {0};
     int rc = -1;
@@ -202,6 +205,8 @@ static int publish(Trainer *t, PailErr *err) {
     if (versions_write_hint(t->st, v, &herr) < 0) log_warn("could not update adapters/LATEST: %s", herr.msg);
     t->version = v;
     t->published_step = t->step;
+    t->state_parent = v;
+    feed_record_reset(&t->feed);  // those groups are in state vN now
     rc = 0;
     log_info("published adapter v%08lld (step %lld) in %.2f s", (long long)v, (long long)t->step, time_mono_s() - t0);
     metrics_emit(t, &t->pending_metrics, false);  // the steps are committed: now their metrics
@@ -259,6 +264,18 @@ static int write_progress(Trainer *t, PailErr *err) {
 // Pairs trainer/state-v<use> (read into s) with adapters/v<use>: the state
 // embeds the adapter's exact bytes, so the two must be equal. An adapter not
 // yet published (killed between the two puts) is published from the state.
+// True when the state's adapter image is what adapters/vN was published as
+// (its pail-sha256 metadata), i.e. the object was damaged after its publish.
+static bool image_is_published(Trainer *t, const TrainerState *s, const char *akey) {
+    StoreStat ss;
+    PailErr e = {0};
+    if (store_head(t->st, akey, &ss, &e) < 0) return false;
+    const char *want = store_stat_meta(&ss, META_SHA256);
+    char hex[65];
+    sha256_hex(s->adapter_image.data, s->adapter_image.len, hex);
+    return want && !strcmp(want, hex);
+}
+
 static int pair_state(Trainer *t, const TrainerState *s, long use, long av, PailErr *err) {
     char skey[128], akey[128];
     version_key(&SERIES_STATES, use, skey, sizeof skey);
@@ -267,6 +284,15 @@ static int pair_state(Trainer *t, const TrainerState *s, long use, long av, Pail
     PailErr gerr = {0};
     if (versioned_get(t->st, akey, &a, &gerr) < 0) {
         buf_free(&a);
+        if (gerr.code == PAIL_ERR_INVALID && use == av && image_is_published(t, s, akey)) {
+            // Damaged after its publish (the state's copy hashes to what was
+            // published): workers refuse it, so the same weights go out again
+            // as the next version, as a live trainer does (check_newest_adapter).
+            log_warn("resume: the newest adapter %s does not verify (%s): %s holds its exact bytes; resuming from "
+                     "it and publishing its weights again as v%08ld", akey, gerr.msg, skey, use + 1);
+            t->republish = true;
+            return 0;
+        }
         if (gerr.code != PAIL_ERR_NOT_FOUND) {
             *err = gerr;
             return err_wrap(err, "resume: reading the adapter of %s", skey);
@@ -351,6 +377,7 @@ static int resume(Trainer *t, long sv, long av, PailErr *err) {
     t->version = s.version;
     t->rng = s.rng;
     t->skipped_steps = s.skipped_steps;
+    t->state_parent = use;
     t->feed.stats.consumed = s.consumed;
     t->feed.stats.dropped = s.dropped;
     t->feed.stats.rejected = s.rejected;
@@ -446,7 +473,10 @@ static int start(Trainer *t, PailErr *err) {
     if (sv < 0 && c->resume_from >= 0)
         return err_set(err, PAIL_ERR_INVALID, "--resume-from %ld: %s holds no trainer state", c->resume_from,
                        store_url(t->st));
-    if (sv >= 0) return resume(t, sv, av, err);  // from the bucket alone
+    if (sv >= 0) {  // from the bucket alone
+        if (resume(t, sv, av, err) < 0) return -1;
+        return t->republish ? publish(t, err) : 0;
+    }
     if (av >= 0)
         return err_set(err, PAIL_ERR_INVALID,
                        "%s: adapters exist (v%08ld) but no trainer state: not a run this trainer can resume",
@@ -776,7 +806,8 @@ static int step_metrics(Trainer *t, Step *st, PailErr *err) {
         snprintf(name, sizeof name, "rewards/%s/mean", t->refs[0].s->component_names[q]);
         jnum(mj, name, ss->comp_n ? ss->comp_sum[q] / (double)ss->comp_n : 0);
     }
-    feed_commit(&t->feed, t->refs, ngroups);
+    if (feed_commit(&t->feed, t->refs, ngroups, t->step) < 0)
+        return err_set(err, PAIL_ERR_NOMEM, "step %lld: out of memory for the consumption record", (long long)t->step);
     fprintf(stderr, "step %lld v%lld | reward %.3f | loss %+.4f | kl %.4f | %.0f tok/s | wait %.1f s | stale %.1f/%.0f\n",
             (long long)t->step, (long long)t->version, rmean, ls->loss, kl, secs > 0 ? (double)ss->tokens / secs : 0.0,
             st->waited, ngroups ? ss->staleness_sum / ngroups : 0.0, ss->staleness_max);
@@ -805,7 +836,9 @@ static int train_step(Trainer *t, int ngroups, double waited, volatile sig_atomi
     }
     if (c->dump_grads && !t->grads_dumped && dump_grads(t, err) < 0) return -1;
     if (step_update(t, &st)) {  // skipped: its groups are used up all the same
-        feed_commit(&t->feed, t->refs, ngroups);
+        if (feed_commit(&t->feed, t->refs, ngroups, t->step + 1) < 0)
+            return err_set(err, PAIL_ERR_NOMEM, "step %lld: out of memory for the consumption record",
+                           (long long)t->step + 1);
         return 0;
     }
     if (step_metrics(t, &st, err) < 0) return -1;
@@ -873,6 +906,58 @@ static int plan_check(Trainer *t, const TrainerConfig *c, PailErr *err) {
     return memplan_check(&mp, c->max_memory, err);
 }
 
+// --replay-record: the groups the source run's trainer committed, in order,
+// from the chain of its states (newest back to v0 through record_parent).
+static int replay_record_load(Trainer *t, PailErr *err) {
+    long v;
+    if (versions_latest(t->src, &SERIES_STATES, &v, err) < 0) return err_wrap(err, "--replay-record");
+    if (v < 0)
+        return err_set(err, PAIL_ERR_INVALID, "--replay-record: %s holds no trainer state", store_url(t->src));
+    FeedRecord *all = NULL;
+    int n = 0, rc = -1, states = 0;
+    while (v >= 0) {
+        char key[128];
+        version_key(&SERIES_STATES, v, key, sizeof key);
+        Buf b = {0};
+        TrainerState s;
+        int r = versioned_get(t->src, key, &b, err);
+        if (r == 0) r = state_read(&s, b.data, b.len, key, &t->w.cfg, err);
+        buf_free(&b);
+        if (r < 0) {
+            err_wrap(err, "--replay-record");
+            goto out;
+        }
+        if (s.parent == -2 || s.parent >= v) {
+            err_set(err, PAIL_ERR_INVALID, "--replay-record: %s %s", key, s.parent == -2 ?
+                    "has no consumption record (written by an older pail)" : "names a later state as its parent");
+            state_free(&s);
+            goto out;
+        }
+        FeedRecord *p = realloc(all, (size_t)(n + s.rec_n + 1) * sizeof *p);
+        if (!p) {
+            state_free(&s);
+            err_set(err, PAIL_ERR_NOMEM, "--replay-record: out of memory");
+            goto out;
+        }
+        all = p;
+        memmove(all + s.rec_n, all, (size_t)n * sizeof *all);  // older states go first
+        memcpy(all, s.rec, (size_t)s.rec_n * sizeof *all);
+        n += s.rec_n;
+        v = (long)s.parent;
+        states++;
+        state_free(&s);
+    }
+    int64_t groups = 0;
+    for (int i = 0; i < n; i++) groups += all[i].count;
+    rc = feed_replay_record(&t->feed, all, n, err);
+    if (rc == 0)
+        log_info("--replay-record: %lld groups in %d runs from a chain of %d trainer states of %s", (long long)groups,
+                 n, states, store_url(t->src));
+out:
+    free(all);
+    return rc;
+}
+
 static int setup(Trainer *t, const TrainerConfig *c, PailErr *err) {
     t->cfg = c;
     t->G = c->group_size;
@@ -907,6 +992,8 @@ static int setup(Trainer *t, const TrainerConfig *c, PailErr *err) {
     FeedConfig fc = {.base_sha256 = t->w.base_sha256, .tokenizer_sha256 = t->tok_sha, .vocab = t->w.cfg.vocab_size,
                      .group_size = c->group_size, .max_staleness = c->max_staleness, .replay = c->replay_url != NULL};
     feed_init(&t->feed, c->replay_url ? t->src : t->st, t->st, &fc);
+    if (c->replay_record && replay_record_load(t, err) < 0) return -1;
+    t->state_parent = -1;
     rng_seed(&t->rng, (uint64_t)c->seed, 0x7261696e);
     log_info("model %s: %zu parameters, base_sha256 %.16s..., LoRA rank %d: %lld trainable; activations %zu MiB, "
              "trainer buffers %zu MiB", c->model_dir, t->w.num_params, t->w.base_sha256, t->lay.cfg.rank,

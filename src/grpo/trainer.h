@@ -16,6 +16,7 @@ typedef struct {
     const char *model_dir;       // Hugging Face model folder
     const char *run_url;         // the run's prefix
     const char *replay_url;      // NULL, or a run prefix whose rollouts/ are replayed in key order
+    bool replay_record;          // with replay_url: the groups its trainer consumed, in order (its states' record)
     const char *init_adapter;    // NULL, or a pail adapter file / URL for v0
     const char *dump_grads;      // NULL, or a local .h5 for the first step's LoRA gradients
     const char *metrics_path;    // local metrics.jsonl (NULL: none)

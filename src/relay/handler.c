@@ -15,6 +15,7 @@
 #include <event2/buffer.h>
 #include <event2/keyvalq_struct.h>
 #include "core/log.h"
+#include "core/sha256.h"
 #include "core/timeutil.h"
 #include "relay/relay_int.h"
 #include "store/runlayout.h"
@@ -280,6 +281,7 @@ typedef struct Fetch {
     StoreStat stat;
     Buf out;
     bool too_big;
+    bool verified;   // the bytes hash to their pail-sha256: may be cached
     struct Fetch *next;
 } Fetch;
 
@@ -299,7 +301,18 @@ static void fetch_run(PoolJob *j, Store *st) {
     StoreStat gs;
     f->rc = store_get(st, f->key, &f->out, &go, &gs, &f->err);
     relay_stat_normalize(&gs);
-    if (f->rc == 0) f->stat = gs;
+    if (f->rc == 0) {
+        f->stat = gs;
+        const char *want = store_stat_meta(&f->stat, "pail-sha256");
+        char hex[65];
+        if (want) {
+            sha256_hex(f->out.data ? f->out.data : (const uint8_t *)"", f->out.len, hex);
+            f->verified = !strcmp(hex, want);
+            if (!f->verified)  // served as stored (the reader refuses it), never cached
+                log_warn("%s: sha256 %.16s... does not match its pail-sha256 %.16s...: not cached", f->key, hex,
+                         want);
+        }
+    }
 }
 
 static void fetch_done(PoolJob *j) {
@@ -311,10 +324,11 @@ static void fetch_done(PoolJob *j) {
             break;
         }
     CacheObj *o = NULL;
-    // Only what pail published whole (with its pail-sha256) is cached: a
-    // versioned key read mid-publish, or uploaded by another tool, is served
-    // but never pinned in the cache.
-    if (f->rc == 0 && !f->too_big && store_stat_meta(&f->stat, "pail-sha256")) {
+    // Only what pail published whole (with its pail-sha256, and bytes that
+    // match it) is cached: a versioned key read mid-publish, uploaded by
+    // another tool, or damaged in the bucket is served but never pinned in the
+    // cache, so a repaired object is served as repaired.
+    if (f->rc == 0 && !f->too_big && f->verified) {
         uint8_t *data = f->out.data;
         uint64_t size = f->out.len;
         if (!data) data = malloc(1);

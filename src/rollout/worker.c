@@ -60,6 +60,7 @@ typedef struct {
     double last_heartbeat;
     uint8_t *row_refused;  // (rows,) 1: longer than --max-prompt-tokens, skipped (owned)
     long skipped_prompts;  // rows refused so far
+    long stale_unwritten;  // shards not written: their version had left the trainer's window meanwhile
     long *refused;         // (n_refused,) adapter versions that did not verify (owned)
     int n_refused, cap_refused;
     long run_staleness;    // run.json's trainer max-staleness
@@ -167,7 +168,10 @@ static void heartbeat(Worker *w, const char *state) {
                           (json_int_t)w->shards, "skipped_prompts", (json_int_t)w->skipped_prompts, "last_error",
                           w->last_error, "host", host, "pid", (int)getpid(), "time", (json_int_t)time_unix_s(), "mode",
                           w->cfg->eval ? "eval" : "rollout");
-    if (j && !w->cfg->eval) json_object_set_new(j, "prompts_drawn", json_integer((json_int_t)w->smp.drawn));
+    if (j && !w->cfg->eval) {
+        json_object_set_new(j, "prompts_drawn", json_integer((json_int_t)w->smp.drawn));
+        json_object_set_new(j, "shards_not_written_stale", json_integer((json_int_t)w->stale_unwritten));
+    }
     char *text = j ? json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS) : NULL;
     json_decref(j);
     if (!text) {  // e.g. last_error cut inside a UTF-8 sequence: not worth failing the worker over
@@ -308,6 +312,29 @@ static long staleness_window(Worker *w) {
     }
     buf_free(&b);
     return s;
+}
+
+// A finished shard of version v is still worth writing unless the trainer
+// (progress.json, read now) has moved past v + max_staleness while it was
+// generated (a worker frozen, cut off or retrying a long time): the trainer
+// never lists that version again, so such a shard would be lost uncounted.
+// *tv gets the trainer's version. An unreadable progress.json: write.
+static bool shard_out_of_window(Worker *w, long v, long *tv, long *ts) {
+    Buf b = {0};
+    PailErr e = {0};
+    bool out = false;
+    if (store_get(w->st, RUN_KEY_PROGRESS, &b, NULL, NULL, &e) == 0) {
+        json_t *j = json_loadb((char *)b.data, b.len, 0, NULL);
+        json_t *jv = json_object_get(j, "version"), *js = json_object_get(j, "max_staleness");
+        if (json_is_integer(jv) && json_is_integer(js) && json_integer_value(js) >= 0) {
+            *tv = (long)json_integer_value(jv);
+            *ts = (long)json_integer_value(js);
+            out = v < *tv - *ts;
+        }
+        json_decref(j);
+    }
+    buf_free(&b);
+    return out;
 }
 
 // Nothing in [lo, newest] verifies: said once per newest version.
@@ -531,6 +558,16 @@ static int one_shard(Worker *w, volatile sig_atomic_t *stop, PailErr *err) {
     }
     if (stop && *stop > 1) {  // asked to drop the batch
         rc = err_set(err, PAIL_ERR_INTERRUPTED, "stopped: batch dropped");
+        goto free_scores;
+    }
+    long tv, ts;
+    if (shard_out_of_window(w, w->version, &tv, &ts)) {  // the prompts are drawn again, with a newer adapter
+        w->stale_unwritten++;
+        log_warn("shard of adapter v%08ld not written (%ld so far): the trainer is at v%08ld and uses shards at most "
+                 "%ld versions old (--max-staleness); its prompts are drawn again", w->version, w->stale_unwritten,
+                 tv, ts);
+        dataset_sampler_seek(&w->smp, drawn_before);
+        rc = 1;
         goto free_scores;
     }
     // Assemble the shard.

@@ -20,12 +20,21 @@
 #include <time.h>
 #include <unistd.h>
 #include "core/fsutil.h"
+#include "core/log.h"
 #include "core/sha256.h"
+#include "core/timeutil.h"
+#include "store/retry.h"
 #include "store/store.h"
 
 typedef struct {
     char root[4096];  // absolute folder, no trailing '/'
+    double retry_seconds;  // how long a put waits for space on a full disk (--max-outage)
 } FileStore;
+
+// errno of the last failed system call of a put, so that a full disk (which
+// frees up: a cleaner, gc, an operator) is waited out like a bucket outage.
+static __thread int g_put_errno;
+static bool disk_full(int e) { return e == ENOSPC || e == EDQUOT; }
 
 static FileStore *fs_of(Store *st) { return st->impl; }
 
@@ -143,7 +152,7 @@ static int commit_temp(Store *st, const char *key, const char *tmp, const char *
     char u[STORE_MAX_KEY + 300];
     if (opt->create_only) {
         if (link(tmp, path) < 0) {
-            int e = errno;
+            int e = g_put_errno = errno;
             unlink(tmp);
             if (e == EEXIST)
                 return err_set(err, PAIL_ERR_EXISTS, "%s: key already exists (create-only put)", store_key_url(st, key, u, sizeof u));
@@ -151,7 +160,7 @@ static int commit_temp(Store *st, const char *key, const char *tmp, const char *
         }
         unlink(tmp);
     } else if (rename(tmp, path) < 0) {
-        int e = errno;
+        int e = g_put_errno = errno;
         unlink(tmp);
         return err_set(err, PAIL_ERR_IO, "%s: rename: %s", key, strerror(e));
     }
@@ -160,6 +169,7 @@ static int commit_temp(Store *st, const char *key, const char *tmp, const char *
         sidecar_path(path, side, sizeof side);
         unlink(side);
     } else if (write_sidecar(path, etag, opt, err) < 0) {
+        g_put_errno = errno;
         return err_wrap(err, "%s: metadata", key);
     }
     char dir[4096];
@@ -175,21 +185,25 @@ static int prepare_dir(const char *path, PailErr *err) {
     return fs_mkdirs(dir, err);
 }
 
-static int file_put(Store *st, const char *key, const void *data, size_t len, const StorePutOpts *opt,
+static int put_once(Store *st, const char *key, const void *data, size_t len, const StorePutOpts *opt,
                     PailErr *err) {
     FileStore *f = fs_of(st);
     char path[4200], tmp[4400], etag[80], u[STORE_MAX_KEY + 300];
-    if (join(f, key, path, sizeof path, err) < 0 || prepare_dir(path, err) < 0) return -1;
+    if (join(f, key, path, sizeof path, err) < 0) return -1;
+    if (prepare_dir(path, err) < 0) {
+        g_put_errno = errno;
+        return -1;
+    }
     if (opt->create_only && access(path, F_OK) == 0)
         return err_set(err, PAIL_ERR_EXISTS, "%s: key already exists (create-only put)", store_key_url(st, key, u, sizeof u));
     temp_path(path, tmp, sizeof tmp);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0) return err_set(err, PAIL_ERR_IO, "%s: create temp: %s", key, strerror(errno));
+    if (fd < 0) return err_set(err, PAIL_ERR_IO, "%s: create temp: %s", key, strerror(g_put_errno = errno));
     char hex[65];
     sha256_hex(data, len, hex);
     snprintf(etag, sizeof etag, "%.32s", hex);
     if (write_all(fd, data, len) < 0 || fsync(fd) < 0) {
-        int e = errno;
+        int e = g_put_errno = errno;
         close(fd);
         unlink(tmp);
         return err_set(err, PAIL_ERR_IO, "%s: write: %s", key, strerror(e));
@@ -199,11 +213,15 @@ static int file_put(Store *st, const char *key, const void *data, size_t len, co
     return commit_temp(st, key, tmp, path, etag, opt, xattr, err);
 }
 
-static int file_put_file(Store *st, const char *key, const char *src, const StorePutOpts *opt,
+static int put_file_once(Store *st, const char *key, const char *src, const StorePutOpts *opt,
                          PailErr *err) {
     FileStore *f = fs_of(st);
     char path[4200], tmp[4400], etag[80], u[STORE_MAX_KEY + 300];
-    if (join(f, key, path, sizeof path, err) < 0 || prepare_dir(path, err) < 0) return -1;
+    if (join(f, key, path, sizeof path, err) < 0) return -1;
+    if (prepare_dir(path, err) < 0) {
+        g_put_errno = errno;
+        return -1;
+    }
     int in = open(src, O_RDONLY | O_CLOEXEC);
     if (in < 0) return err_set(err, PAIL_ERR_NOT_FOUND, "%s: %s", src, strerror(errno));
     if (opt->create_only && access(path, F_OK) == 0) {
@@ -213,8 +231,9 @@ static int file_put_file(Store *st, const char *key, const char *src, const Stor
     temp_path(path, tmp, sizeof tmp);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0) {
+        g_put_errno = errno;
         close(in);
-        return err_set(err, PAIL_ERR_IO, "%s: create temp: %s", key, strerror(errno));
+        return err_set(err, PAIL_ERR_IO, "%s: create temp: %s", key, strerror(g_put_errno));
     }
     Sha256 *h = sha256_new();
     static __thread char chunk[1 << 20];
@@ -229,7 +248,7 @@ static int file_put_file(Store *st, const char *key, const char *src, const Stor
     sha256_final_hex(h, hex);
     close(in);
     if (bad || fsync(fd) < 0) {
-        int e = bad ? bad : errno;
+        int e = g_put_errno = bad ? bad : errno;
         close(fd);
         unlink(tmp);
         return err_set(err, PAIL_ERR_IO, "%s: copy from %s: %s", key, src, strerror(e));
@@ -238,6 +257,42 @@ static int file_put_file(Store *st, const char *key, const char *src, const Stor
     bool xattr = set_meta_xattr(fd, etag, opt);
     close(fd);
     return commit_temp(st, key, tmp, path, etag, opt, xattr, err);
+}
+
+// A put that found the disk full (ENOSPC, EDQUOT) is tried again with backoff
+// for up to --max-outage: one line when it starts waiting, one every 30 s after
+// 10 s, and one error line naming the key when the budget is spent. The temp
+// file of each failed attempt is removed, so waiting takes no space.
+static int put_retrying(Store *st, const char *key, const void *data, size_t len, const char *src,
+                        const StorePutOpts *opt, PailErr *err) {
+    FileStore *f = fs_of(st);
+    RetryState rs;
+    retry_init(&rs, f->retry_seconds);
+    for (;;) {
+        g_put_errno = 0;
+        int rc = src ? put_file_once(st, key, src, opt, err) : put_once(st, key, data, len, opt, err);
+        if (rc == 0 || !disk_full(g_put_errno)) return rc;
+        if (rs.retries == 0)
+            log_warn("%s: %s; retrying for up to %g s (--max-outage)", key, strerror(g_put_errno), rs.budget_s);
+        else if (retry_report_due(&rs, time_mono_ms()))
+            log_warn("%s: disk still full after %.0f s, retrying until --max-outage %g s", key,
+                     retry_elapsed_s(&rs), rs.budget_s);
+        if (!retry_wait(&rs)) {
+            char inner[sizeof err->msg];
+            snprintf(inner, sizeof inner, "%s", err->msg);
+            return err_set(err, PAIL_ERR_IO, "%s (gave up after %.1f s, --max-outage %g s)", inner,
+                           retry_elapsed_s(&rs), rs.budget_s);
+        }
+    }
+}
+
+static int file_put(Store *st, const char *key, const void *data, size_t len, const StorePutOpts *opt,
+                    PailErr *err) {
+    return put_retrying(st, key, data, len, NULL, opt, err);
+}
+
+static int file_put_file(Store *st, const char *key, const char *src, const StorePutOpts *opt, PailErr *err) {
+    return put_retrying(st, key, NULL, 0, src, opt, err);
 }
 
 static int open_object(Store *st, const char *key, char *path, size_t cap, struct stat *sb,
@@ -522,9 +577,9 @@ static const StoreBackend file_backend = {
 };
 
 int store_file_open(Store *st, const char *path, const StoreOptions *opt, PailErr *err) {
-    (void)opt;
     FileStore *f = calloc(1, sizeof *f);
     if (!f) return err_set(err, PAIL_ERR_NOMEM, "out of memory");
+    f->retry_seconds = opt && opt->retry_seconds > 0 ? opt->retry_seconds : RETRY_DEFAULT_BUDGET_S;
     size_t n = strlen(path);
     while (n > 1 && path[n - 1] == '/') n--;
     if (n >= sizeof f->root) {

@@ -5,7 +5,9 @@
 # bytes, junk HDF5 under a right hash) is reported once and the worker falls back
 # to the newest version that verifies inside the staleness window, or waits for
 # the next version with --max-staleness 0; a worker id over 64 characters is
-# refused; a worker restarted with the same id continues its prompt stream.
+# refused; a worker restarted with the same id continues its prompt stream; a
+# shard whose version left the trainer's window while it was generated is not
+# written (it would never be listed), said and counted.
 source "$(dirname "$0")/lib.sh"
 PY=$(venv)/bin/python
 M="$WORK/model"
@@ -124,6 +126,40 @@ check "...having said it waits once" test "$(count 'waiting for the next version
 wait $EV
 check "the eval worker evaluates v2 and exits 0" test $? -eq 0 -a -f "$WORK/strict/eval/v00000002.json"
 check "...never v1" test ! -f "$WORK/strict/eval/v00000001.json"
+
+echo "a shard whose version left the trainer's window while it was generated is not written"
+# The reward program holds the shard until $WORK/go exists; meanwhile the
+# trainer (played here: adapters v1..v5 and its progress.json) moves to v5 with
+# --max-staleness 1, so a v0 shard would never be listed: lost, uncounted.
+new_run late 1
+RUN="file://$WORK/late"
+cat >"$WORK/hold.sh" <<HOLD
+#!/bin/sh
+while read -r line; do
+  i=0; while [ ! -e "$WORK/go" ] && [ \$i -lt 300 ]; do sleep 0.1; i=\$((i + 1)); done
+  echo 1
+done
+HOLD
+chmod +x "$WORK/hold.sh"
+"${ROLL[@]}" --run "$RUN" --dataset "$WORK/train.jsonl" --worker-id wk --groups-per-shard 2 --max-shards 1 \
+  --reward cmd --reward-cmd "$WORK/hold.sh" >"$WORK/late.log" 2>&1 &
+WK=$!; PIDS+=($WK)
+for i in $(seq 1 200); do grep -q "using adapter v00000000" "$WORK/late.log" && break; sleep 0.1; done
+cp "$WORK/late/adapters/v00000000.h5" "$WORK/late-v0.h5"
+for v in 1 2 3 4 5; do "$CTL" put --versioned "$RUN/adapters/v0000000$v.h5" "$WORK/late-v0.h5" >/dev/null; done
+"$PY" -c '
+import json, sys
+p = json.load(open(sys.argv[1])); p["version"] = 5; p["step"] = 5
+json.dump(p, open(sys.argv[2], "w"))' "$WORK/late/trainer/progress.json" "$WORK/progress5.json"
+"$CTL" put "$RUN/trainer/progress.json" "$WORK/progress5.json" >/dev/null
+touch "$WORK/go"
+wait $WK
+check "the worker finishes (exit 0)" test $? -eq 0
+check "...writes no shard of v0" bash -c "! ls '$WORK'/late/rollouts/v00000000/wk-*.h5 2>/dev/null"
+check "...says why, naming the trainer's version" grep -q \
+  "shard of adapter v00000000 not written (1 so far): the trainer is at v00000005 .*--max-staleness" "$WORK/late.log"
+check "...and writes its shard with v5 instead" test -f "$WORK/late/rollouts/v00000005/wk-000000.h5"
+check "...counted in its heartbeat" grep -q '"shards_not_written_stale": 1' "$WORK/late/workers/wk.json"
 
 echo "worker ids"
 LONG_ID=$(printf 'w%.0s' $(seq 1 65))

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Outages of the bucket or relay cost time, not the run: --max-outage on every
 # tool (validated), a grpo-ctl upload that waits out a relay that is down, one
-# that gives up past its budget with a message saying so, and a trainer and a
+# that gives up past its budget with a message saying so, a put into a file://
+# bucket on a full disk (a 2 MiB tmpfs, as root) that waits for space, and a trainer and a
 # rollout worker that finish while the relay between them is killed (SIGKILL:
 # connections reset mid-request) and restarted on the same port, again and again.
 source "$(dirname "$0")/lib.sh"
@@ -38,6 +39,29 @@ kill -KILL "$RELAY_PID"; wait "$RELAY_PID" 2>/dev/null
 expect_fail "put gives up after --max-outage 1" 1 \
   "s3://pail/runs/r1/trainer/late: PUT at https://127.0.0.1:$PORT gave up after [0-9]+ attempts in [0-9.]+ s \(--max-outage 1 s\)" \
   "$BIN/grpo-ctl" put "${G[@]}" --max-outage 1 s3://pail/runs/r1/trainer/late "$WORK/blob"
+
+echo "a full disk under a file:// bucket: the put waits for space (--max-outage), then lands"
+if [ "$(id -u)" = 0 ] && mkdir -p "$WORK/full" && mount -t tmpfs -o size=2m tmpfs "$WORK/full" 2>/dev/null; then
+  head -c 600000 /dev/urandom >"$WORK/blob600k"
+  dd if=/dev/zero of="$WORK/full/.pail-filler" bs=64k count=100 2>/dev/null  # fills the 2 MiB
+  "$BIN/grpo-ctl" put --versioned --max-outage 30 "file://$WORK/full/adapters/v00000001.h5" "$WORK/blob600k" \
+    >"$WORK/full.out" 2>"$WORK/full.err" &
+  FP=$!
+  sleep 2
+  rm -f "$WORK/full/.pail-filler"
+  check "the put waited out a full disk" wait $FP
+  check "...its bytes landed" cmp "$WORK/blob600k" "$WORK/full/adapters/v00000001.h5"
+  check "...after one line saying it waits for space" grep -q \
+    "adapters/v00000001.h5: No space left on device; retrying for up to 30 s (--max-outage)" "$WORK/full.err"
+  check "...and no temp file is left" bash -c "! ls -a '$WORK/full/adapters' | grep -q pail-tmp"
+  dd if=/dev/zero of="$WORK/full/.pail-filler" bs=64k count=100 2>/dev/null
+  expect_fail_last "a disk still full after --max-outage 1: one line" 1 \
+    "adapters/v00000002.h5: .*No space left on device \(gave up after [0-9.]+ s, --max-outage 1 s\)" \
+    "$BIN/grpo-ctl" put --versioned --max-outage 1 "file://$WORK/full/adapters/v00000002.h5" "$WORK/blob600k"
+  umount -l "$WORK/full"
+else
+  echo "  skip  a full disk: mounting a small tmpfs needs root (run as root to include it)"
+fi
 
 echo "trainer and worker through a relay killed and restarted while they run"
 RELAY_REUSE_PORT=$PORT start_relay || { bad "relay restart"; finish; exit 1; }

@@ -7,7 +7,8 @@
 #     and no non-finite adapter is ever published;
 #   - a corrupt or deleted newest trainer state, or a state that disagrees with
 #     its adapter, is refused naming the keys; --resume-from continues without
-#     rewriting anything published;
+#     rewriting anything published; a newest adapter damaged while the trainer
+#     was down is published again from the state;
 #   - metrics belong to committed steps: a kill right after a commit loses none,
 #     and kill -9 at random points gives the straight run's metrics, each step
 #     once, in the bucket and in the local file;
@@ -129,6 +130,27 @@ rm -f "$WORK/ra/trainer/state-v00000003.h5" "$WORK/ra/trainer/.pail-meta.state-v
 "$BIN/grpo-ctl" put --versioned "file://$WORK/ra/trainer/state-v00000003.h5" "$WORK/rb/trainer/state-v00000003.h5" >/dev/null
 expect_fail_last "a state that disagrees with its adapter is refused naming both" 1 \
   "trainer/state-v00000003.h5 and adapters/v00000003.h5 disagree.*--resume-from 2" replay ra "$D" 5 --metrics ""
+
+# The newest adapter damaged in the bucket while the trainer was down: the
+# state holds the adapter's exact bytes, so the restart resumes and publishes
+# the same weights again as the next version (as a live trainer does).
+replay rc "$D" 3 --metrics "" 2>/dev/null
+printf 'garbage' | dd of="$WORK/rc/adapters/v00000003.h5" bs=1 seek=3000 conv=notrunc 2>/dev/null
+check "a restart after the newest adapter was damaged goes on" replay rc "$D" 5 --metrics ""
+check "...saying it publishes v3's weights again as v4" grep -q \
+  "adapters/v00000003.h5 does not verify .*publishing its weights again as v00000004" "$WORK/rc.log"
+check "...v4 holds v3's weights (the state's copy), v5 is trained" "$PY" - "$WORK/rc" <<'EOF2'
+import io, sys
+import h5py, numpy as np
+d = sys.argv[1]
+s3 = h5py.File(io.BytesIO(bytes(h5py.File(d + "/trainer/state-v00000003.h5", "r")["adapter_image"][:])), "r")
+a4 = h5py.File(d + "/adapters/v00000004.h5", "r")
+names = []
+a4.visit(lambda n: names.append(n) if isinstance(a4[n], h5py.Dataset) else None)
+assert names and all(np.array_equal(s3[n][:], a4[n][:]) for n in names)
+assert a4.attrs["step"] == 3, a4.attrs["step"]
+assert h5py.File(d + "/adapters/v00000006.h5", "r").attrs["step"] == 5
+EOF2
 
 echo "metrics belong to committed steps"
 replay m1 "$D" 3 --metrics "$WORK/m1.jsonl" 2>/dev/null
