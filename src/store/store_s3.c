@@ -361,10 +361,16 @@ static int create_only_verdict(Store *st, const char *fkey, const HttpResponse *
                    s->bucket, fkey);
 }
 
+static int put_multipart(Store *st, const char *fkey, int fd, const uint8_t *mem, const char *path, uint64_t size,
+                         const StorePutOpts *o, PailErr *err);
+
 static int s3_put(Store *st, const char *key, const void *data, size_t len, const StorePutOpts *o, PailErr *err) {
     S3 *s = s3_of(st);
     char fkey[STORE_MAX_KEY + 2];
     if (full_key(s, key, fkey, sizeof fkey, err) < 0) return -1;
+    // Above the part size in parts, as a file is: one request of a trainer state (79 MB for LoRA r16 on a
+    // 135M model) was over grpo-relay's --max-body-bytes and every S3 single-PUT limit beyond 5 GB.
+    if (len > s->part_size) return put_multipart(st, fkey, -1, data, key, len, o, err);
     SigV4Header h[MAX_HEADERS];
     char names[STORE_MAX_META][80];
     int nh;
@@ -424,7 +430,8 @@ static void abort_upload(Store *st, const char *fkey, const char *upload_id) {
     http_response_free(&r);
 }
 
-static int put_multipart(Store *st, const char *fkey, int fd, const char *path, uint64_t size,
+// Parts come from the file fd (path names it in messages) or, with mem non-NULL, from memory.
+static int put_multipart(Store *st, const char *fkey, int fd, const uint8_t *mem, const char *path, uint64_t size,
                          const StorePutOpts *o, PailErr *err) {
     S3 *s = s3_of(st);
     uint64_t part = s->part_size;
@@ -466,13 +473,18 @@ static int put_multipart(Store *st, const char *fkey, int fd, const char *path, 
         snprintf(num, sizeof num, "%d", i + 1);
         // Over https TLS protects the bytes; over http each part is hashed and signed.
         if (s->https) snprintf(hex, sizeof hex, "%s", SIGV4_UNSIGNED_PAYLOAD);
+        else if (mem) sha256_hex(mem + off, len, hex);
         else if (hash_range(fd, off, len, hex, path, err) < 0) goto abort;
         SigV4Param pp[] = {{"partNumber", num}, {"uploadId", upload_id}};
         call_init(&c, "PUT", fkey);
         c.params = pp;
         c.nparams = 2;
-        c.body_fd = fd;
-        c.body_off = off;
+        if (mem) {
+            c.body = mem + off;
+        } else {
+            c.body_fd = fd;
+            c.body_off = off;
+        }
         c.body_len = len;
         c.payload_hash = hex;
         if (s3_call(st, &c, &r, &attempts, err) < 0) goto abort;
@@ -522,7 +534,9 @@ static int put_multipart(Store *st, const char *fkey, int fd, const char *path, 
     // A retried complete whose first attempt succeeded: 412 (create-only) or
     // NoSuchUpload. Either way the object decides.
     if ((r.status == 412 && o->create_only) || (r.status == 404 && attempts > 1 && !strcmp(e2.code, "NoSuchUpload"))) {
-        rc = create_only_verdict(st, fkey, &r, attempts, size, NULL, path, err);
+        char whole[65];
+        if (mem) sha256_hex(mem, size, whole);
+        rc = create_only_verdict(st, fkey, &r, attempts, size, mem ? whole : NULL, mem ? NULL : path, err);
         if (rc == 0 || r.status == 404) goto out;
         goto abort;
     }
@@ -550,7 +564,7 @@ static int s3_put_file(Store *st, const char *key, const char *path, const Store
     uint64_t size = (uint64_t)sb.st_size;
     int rc;
     if (size > s->part_size) {
-        rc = put_multipart(st, fkey, fd, path, size, o, err);
+        rc = put_multipart(st, fkey, fd, NULL, path, size, o, err);
     } else {
         SigV4Header h[MAX_HEADERS];
         char names[STORE_MAX_META][80];
