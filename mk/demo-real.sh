@@ -27,7 +27,7 @@ TEMP=${PAIL_DEMO_TEMPERATURE:-0.6}
 EVAL_EVERY=${PAIL_DEMO_EVAL_EVERY:-$STEPS}
 T_TRAIN=${PAIL_DEMO_THREADS_TRAIN:-2}
 T_ROLLOUT=${PAIL_DEMO_THREADS_ROLLOUT:-1}
-T_EVAL=${PAIL_DEMO_THREADS_EVAL:-1}
+T_EVAL=${PAIL_DEMO_THREADS_EVAL:-2}
 # Four compute processes share the cores: an OpenMP thread that spins while it
 # waits would take a core from the others.
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
@@ -100,11 +100,13 @@ OMP_NUM_THREADS=$T_TRAIN as "$TK" "$TS" "$BIN/grpo-train" --model "$M" --run "$U
 TRAIN=$!
 PIDS+=($TRAIN)
 seed=1
+ROLLOUT=()
 for w in worker-a worker-b; do
   OMP_NUM_THREADS=$T_ROLLOUT as "$RK" "$RS" "$BIN/grpo-rollout" --model "$M" --run "$URL" "${EP[@]}" --worker-id "$w" \
     --dataset "$DATA/train.jsonl" --group-size 8 --groups-per-shard 4 --batch-size 32 --max-new-tokens $NEW_TOKENS \
     --max-prompt-tokens 128 --temperature "$TEMP" --reward exact_answer --max-ahead 2 --seed $seed >"$D/logs/$w.log" 2>&1 &
   PIDS+=($!)
+  ROLLOUT+=($!)
   seed=$((seed + 1))
 done
 OMP_NUM_THREADS=$T_EVAL as "$RK" "$RS" "$BIN/grpo-rollout" --eval --model "$M" --run "$URL" "${EP[@]}" --worker-id eval \
@@ -131,6 +133,7 @@ wait $TRAIN || { say "the trainer failed:"; tail -5 "$D/logs/trainer.log"; exit 
 final=$(grep -o 'adapter v[0-9]*' "$D/logs/trainer.log" | tail -1 | grep -o '[0-9]*$')
 ev=$D/bucket/demo/eval
 say "5/5 training done (adapter v$final); the eval worker scores it"
+for p in "${ROLLOUT[@]}"; do kill -TERM "$p" 2>/dev/null || true; done  # their cores go to the evaluation
 for _ in $(seq 600); do
   [ -f "$ev/v$final.json" ] && break
   kill -0 $EVAL 2>/dev/null || break
