@@ -44,8 +44,17 @@ die() { say "$*" >&2; exit 1; }
 rm -rf "$D"
 mkdir -p "$D/bucket" "$D/logs"
 PIDS=()
-cleanup() {  # the relay last: the others finish their step through it
-  for p in "${PIDS[@]:1}" "${PIDS[@]:0:1}"; do kill "$p" 2>/dev/null || true; done
+cleanup() {  # the relay last: the others finish their step or shard through it
+  local p alive
+  for p in "${PIDS[@]:1}"; do kill "$p" 2>/dev/null || true; done
+  for _ in $(seq 30); do
+    alive=0
+    for p in "${PIDS[@]:1}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+    [ $alive = 0 ] && break
+    sleep 1
+  done
+  for p in "${PIDS[@]:1}"; do kill -9 "$p" 2>/dev/null || true; done
+  [ ${#PIDS[@]} -gt 0 ] && kill "${PIDS[0]}" 2>/dev/null
   wait 2>/dev/null || true
 }
 trap cleanup EXIT
