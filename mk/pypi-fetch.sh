@@ -4,14 +4,12 @@
 # JSON API, and both that sha256 and the downloaded bytes must equal the pinned
 # one (a re-uploaded or tampered file is refused). Nothing else is downloaded.
 #   mk/pypi-fetch.sh PACKAGE VERSION FILENAME SHA256
-#   PAIL_CACHE  cache folder (default /var/cache/pail as root, else ~/.cache/pail);
-#               files go to $PAIL_CACHE/downloads/
+#   files go to downloads/ in pail's cache folder (mk/cache.sh: PAIL_VENV_CACHE, else
+#   /var/cache/pail as root, else ~/.cache/pail)
 set -euo pipefail
 [ $# -eq 4 ] || { echo "usage: mk/pypi-fetch.sh PACKAGE VERSION FILENAME SHA256" >&2; exit 2; }
 pkg=$1 ver=$2 file=$3 sha=$4
-if [ -n "${PAIL_CACHE:-}" ]; then cache=$PAIL_CACHE
-elif [ "$(id -u)" -eq 0 ]; then cache=/var/cache/pail
-else cache=${XDG_CACHE_HOME:-$HOME/.cache}/pail; fi
+cache=$(bash "$(dirname "$0")/cache.sh")
 dir="$cache/downloads"
 dest="$dir/$file"
 have() { [ -f "$dest" ] && [ "$(sha256sum "$dest" | cut -d' ' -f1)" = "$sha" ]; }

@@ -3,14 +3,12 @@
 # The venv lives in a cache folder outside the checkout, keyed by the sha256 of
 # validation/requirements.txt, so CI on the same machine and later checkouts
 # reuse it (PyPI's torch wheel is a few GB). Never touches the system Python.
-#   PAIL_VENV_CACHE  cache folder (default /var/cache/pail as root, else ~/.cache/pail)
+#   PAIL_VENV_CACHE  cache folder (mk/cache.sh: default /var/cache/pail as root, else ~/.cache/pail)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 req="$root/validation/requirements.txt"
 hash=$(sha256sum "$req" | cut -c1-16)
-if [ -n "${PAIL_VENV_CACHE:-}" ]; then cache=$PAIL_VENV_CACHE
-elif [ "$(id -u)" -eq 0 ]; then cache=/var/cache/pail
-else cache=${XDG_CACHE_HOME:-$HOME/.cache}/pail; fi
+cache=$(bash "$root/mk/cache.sh")
 venv="$cache/venv-$hash"
 if [ -f "$venv/.complete" ]; then echo "$venv"; exit 0; fi
 mkdir -p "$cache"
