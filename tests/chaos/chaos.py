@@ -331,10 +331,10 @@ class Round:
         elif kind == "gc":
             # The archive first: the replay needs every state and shard gc deletes.
             self.mirror()
+            # In the background: the loop must go on (a relay restart in progress
+            # is finished by the loop; gc waits for it like any client).
             a, e = self.client("operator", "ctl")
-            r = subprocess.run([f"{BIN}/grpo-ctl", "gc"] + a[1:2] + a[2:] + ["--keep-versions", "8"],
-                               capture_output=True, text=True, env=e, timeout=120)
-            self.note_ctl("gc", r)
+            self.extra("gc", [f"{BIN}/grpo-ctl", "gc"] + a[1:2] + a[2:] + ["--keep-versions", "8"], e, 120)
         elif kind == "twin":
             a, e = self.client("trainer", "twin")
             argv = [f"{BIN}/grpo-train", "--model", self.camp.model, "--steps", str(STEPS)] + TRAIN + a
@@ -590,6 +590,10 @@ class Round:
         lines = [l for l in open(path, errors="replace").read().splitlines() if l.strip()]
         last = lines[-1] if lines else ""
         self.checks += 1
+        if name == "gc":  # must finish, within 120 s
+            if rc != 0:
+                self.findings.append(f"grpo-ctl gc during the run: exit {rc}: {last[:300]}")
+            return
         if rc in (0, -signal.SIGKILL) or (rc == 1 and re.search(self.EXTRA_OK[name], last)):
             if rc == 1:
                 self.refusals.append(last)
