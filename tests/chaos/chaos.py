@@ -435,6 +435,9 @@ class Round:
         tr.signal(signal.SIGKILL)
         if tr.proc:
             tr.proc.wait()
+        if self.relay_down_until:  # the refused start below runs in the loop: the relay must be up
+            self.start_relay()
+            self.relay_down_until = None
         if what == "state":
             states = [k for k in self.list_keys("trainer/") if k.startswith("trainer/state-v")]
             if not states:
@@ -484,7 +487,7 @@ class Round:
             tr = self.roles["trainer"]
             if tr.done:
                 break
-            if not sched and not self.timers and not self.stopping and not any(
+            if not sched and not self.timers and not self.stopping and self.relay_down_until is None and not any(
                     r.stopped_until for r in self.roles.values()):
                 if self.settle is None:
                     self.settle = (now, self.n_adapters())
