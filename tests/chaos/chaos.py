@@ -438,6 +438,8 @@ class Round:
         if self.relay_down_until:  # the refused start below runs in the loop: the relay must be up
             self.start_relay()
             self.relay_down_until = None
+        elif self.backend == "s3":
+            self.relay.send_signal(signal.SIGCONT)  # and not frozen (relay_stop)
         if what == "state":
             states = [k for k in self.list_keys("trainer/") if k.startswith("trainer/state-v")]
             if not states:
