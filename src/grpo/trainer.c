@@ -415,7 +415,11 @@ static int start(Trainer *t, PailErr *err) {
     if (store_clean_stale(t->st, STALE_TMP_SECONDS, &cleaned, &cerr) < 0) log_warn("cleaning temp files: %s", cerr.msg);
     else if (cleaned) log_info("removed %d temp file(s) that killed writers left over an hour ago", cleaned);
     long sv, av;
-    if (versions_latest(t->st, &SERIES_STATES, &sv, err) < 0 || versions_latest(t->st, &SERIES_ADAPTERS, &av, err) < 0)
+    // Adapters first: a state is written before its adapter, so with a twin
+    // publishing meanwhile the states listed after the adapters are never
+    // behind them unless some were deleted (states first read a live twin's
+    // publish as "states missing" and advised --resume-from, a fork).
+    if (versions_latest(t->st, &SERIES_ADAPTERS, &av, err) < 0 || versions_latest(t->st, &SERIES_STATES, &sv, err) < 0)
         return err_wrap(err, "listing the run's versions");
     if (sv >= 0 || av >= 0) {  // a run with versions: its run.json must still be there
         StoreStat ms;

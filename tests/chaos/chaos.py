@@ -331,10 +331,10 @@ class Round:
         elif kind == "gc":
             # The archive first: the replay needs every state and shard gc deletes.
             self.mirror()
+            # In the background: the loop must go on (a relay restart in progress
+            # is finished by the loop; gc waits for it like any client).
             a, e = self.client("operator", "ctl")
-            r = subprocess.run([f"{BIN}/grpo-ctl", "gc"] + a[1:2] + a[2:] + ["--keep-versions", "8"],
-                               capture_output=True, text=True, env=e, timeout=120)
-            self.note_ctl("gc", r)
+            self.extra("gc", [f"{BIN}/grpo-ctl", "gc"] + a[1:2] + a[2:] + ["--keep-versions", "8"], e, 120)
         elif kind == "twin":
             a, e = self.client("trainer", "twin")
             argv = [f"{BIN}/grpo-train", "--model", self.camp.model, "--steps", str(STEPS)] + TRAIN + a
@@ -435,6 +435,11 @@ class Round:
         tr.signal(signal.SIGKILL)
         if tr.proc:
             tr.proc.wait()
+        if self.relay_down_until:  # the refused start below runs in the loop: the relay must be up
+            self.start_relay()
+            self.relay_down_until = None
+        elif self.backend == "s3":
+            self.relay.send_signal(signal.SIGCONT)  # and not frozen (relay_stop)
         if what == "state":
             states = [k for k in self.list_keys("trainer/") if k.startswith("trainer/state-v")]
             if not states:
@@ -484,7 +489,7 @@ class Round:
             tr = self.roles["trainer"]
             if tr.done:
                 break
-            if not sched and not self.timers and not self.stopping and not any(
+            if not sched and not self.timers and not self.stopping and self.relay_down_until is None and not any(
                     r.stopped_until for r in self.roles.values()):
                 if self.settle is None:
                     self.settle = (now, self.n_adapters())
@@ -590,6 +595,10 @@ class Round:
         lines = [l for l in open(path, errors="replace").read().splitlines() if l.strip()]
         last = lines[-1] if lines else ""
         self.checks += 1
+        if name == "gc":  # must finish, within 120 s
+            if rc != 0:
+                self.findings.append(f"grpo-ctl gc during the run: exit {rc}: {last[:300]}")
+            return
         if rc in (0, -signal.SIGKILL) or (rc == 1 and re.search(self.EXTRA_OK[name], last)):
             if rc == 1:
                 self.refusals.append(last)
