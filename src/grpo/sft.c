@@ -223,7 +223,7 @@ int sft_run(const SftConfig *c, volatile sig_atomic_t *stop, PailErr *err) {
     const ChatSource *cs = &c->chat_source;
     PailErr cerr = {0};
     have_chat = chat_template_load(&chat, c->model_dir, NULL, cs, &cerr) == 0;
-    if (!have_chat && (c->chat || cs->template_file || cs->template_name || cs->kwargs_json || cs->prompt_format)) {
+    if (!have_chat && (c->chat || chat_source_given(cs))) {
         *err = cerr;
         goto out;
     }

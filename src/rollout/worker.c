@@ -902,7 +902,7 @@ static int setup(Worker *w, const RolloutConfig *c, PailErr *err) {
     snprintf(w->tok_sha, sizeof w->tok_sha, "%s", tokenizer_sha256(w->tok));
     PailErr cerr = {0};
     const ChatSource *cs = &c->chat_source;
-    bool asked = c->chat || cs->template_file || cs->template_name || cs->kwargs_json || cs->prompt_format;
+    bool asked = c->chat || chat_source_given(cs);
     if (chat_template_load(&w->chat, c->model_dir, NULL, cs, &cerr) == 0) {
         w->have_chat = true;
         log_info("chat template: %s (sha256 %.16s)", w->chat.source, w->chat.sha256);

@@ -51,6 +51,11 @@ typedef struct {
     int64_t now;                // strftime_now's clock (JinjaLimits.now); INT64_MIN = the real clock
 } ChatTemplate;
 
+// Whether any chat flag was given (then a template that fails to load stops the tool).
+static inline bool chat_source_given(const ChatSource *s) {
+    return s->template_file || s->template_name || s->kwargs_json || s->prompt_format;
+}
+
 // Loads the template for the tokenizer in dir (the model folder: tokenizer.json,
 // tokenizer_config.json, chat_template.jinja). tokenizer_config NULL = dir/tokenizer_config.json.
 // src may be NULL (all defaults). A missing template is PAIL_ERR_NOT_FOUND naming where it
