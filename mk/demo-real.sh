@@ -19,6 +19,7 @@
 # of each process), PAIL_VENV_CACHE (the cache folder).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source mk/demo-lib.sh
 BIN=${BIN:-bin}
 D=${PAIL_DEMO_DIR:-demo-real-run}
 STEPS=${PAIL_DEMO_STEPS:-30}
@@ -71,21 +72,7 @@ rm -f "$D/model.gguf"
 M=$D/model
 
 say "3/5 relay on $D/bucket, trainer, two rollout workers, one eval worker"
-port=19100
-while (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null; do port=$((port + 1)); done
-key() { head -c 18 /dev/urandom | od -An -tx1 | tr -d ' \n'; }
-TK=trainer-$(key | cut -c1-8) TS=$(key) RK=rollout-$(key | cut -c1-8) RS=$(key) OK=operator-$(key | cut -c1-8) OS=$(key)
-printf '# demo keys: ACCESS_KEY_ID SECRET ROLE [PREFIX]\n%s %s trainer demo\n%s %s rollout demo\n%s %s operator\n' \
-  "$TK" "$TS" "$RK" "$RS" "$OK" "$OS" >"$D/keys.txt"
-chmod 600 "$D/keys.txt"
-"$BIN/grpo-relay" --root "$D/bucket" --http --listen "127.0.0.1:$port" --keys "$D/keys.txt" --bucket pail \
-  --max-body-bytes 268435456 --access-log "$D/logs/relay-access.log" >"$D/logs/relay.log" 2>&1 &
-PIDS+=($!)
-for _ in $(seq 50); do (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null && break; sleep 0.1; done
-URL=s3://pail/demo
-EP=(--endpoint "http://127.0.0.1:$port")
-export AWS_REGION=us-east-1
-as() { local k=$1 s=$2; shift 2; AWS_ACCESS_KEY_ID=$k AWS_SECRET_ACCESS_KEY=$s "$@"; }
+demo_relay_start --max-body-bytes 268435456
 
 OMP_NUM_THREADS=$T_TRAIN as "$TK" "$TS" "$BIN/grpo-train" --model "$M" --run "$URL" "${EP[@]}" --steps "$STEPS" \
   --groups-per-step 8 --group-size 8 --lora-rank 16 --lora-alpha 32 --lr "$LR" --max-staleness 2 --token-budget 4096 --seed 1 \
@@ -110,19 +97,7 @@ EVAL=$!
 PIDS+=($EVAL)
 
 say "4/5 GRPO: $STEPS steps of 8 prompts x 8 samples at temperature $TEMP, <= $NEW_TOKENS new tokens (LoRA rank 16, lr $LR)"
-tty=0; [ -t 1 ] && tty=1
-lines=0
-while kill -0 $TRAIN 2>/dev/null; do
-  out=$(as "$OK" "$OS" "$BIN/grpo-ctl" status "$URL" "${EP[@]}" --steps "$STEPS" 2>/dev/null || true)
-  if [ $tty = 1 ]; then
-    [ $lines -gt 0 ] && printf '\033[%dA\033[J' "$lines"
-    printf '%s\n' "$out"
-    lines=$(printf '%s\n' "$out" | wc -l)
-  else
-    printf '%s\n' "$out" | grep -E '^(trainer|worker|eval) ' | sed "s/^/demo [$(( $(date +%s) - start ))s]: /" || true
-  fi
-  sleep $((5 + 10 * (1 - tty)))  # a log gets a block every 15 s, a terminal a redraw every 5 s
-done
+demo_watch 5 15  # a terminal redrawn every 5 s, a log a block every 15 s
 wait $TRAIN || { say "the trainer failed:"; tail -5 "$D/logs/trainer.log"; exit 1; }
 final=$(grep -o 'adapter v[0-9]*' "$D/logs/trainer.log" | tail -1 | grep -o '[0-9]*$')
 ev=$D/bucket/demo/eval

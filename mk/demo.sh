@@ -13,6 +13,7 @@
 # PAIL_DEMO_STEPS (GRPO steps, 300), PAIL_DEMO_LR (5e-4).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source mk/demo-lib.sh
 BIN=${BIN:-bin}
 D=${PAIL_DEMO_DIR:-demo-run}
 SFT_TARGET=${PAIL_DEMO_SFT_TARGET:-0.5}
@@ -48,21 +49,7 @@ say "2/4 supervised warm-up on 8,500 sums until 500 held-out ones reach $SFT_TAR
 A=$(grep -o '"accuracy": *[0-9.]*' "$D/eval-before.json" | grep -o '[0-9.]*$')
 say "   held-out greedy accuracy after the warm-up: $(awk -v a="$A" 'BEGIN { printf "%.1f%%", 100 * a }') (1,000 sums never trained on)"
 say "3/4 relay on $D/bucket, trainer, two rollout workers, one eval worker"
-port=19100
-while (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null; do port=$((port + 1)); done
-key() { head -c 18 /dev/urandom | od -An -tx1 | tr -d ' \n'; }
-TK=trainer-$(key | cut -c1-8) TS=$(key) RK=rollout-$(key | cut -c1-8) RS=$(key) OK=operator-$(key | cut -c1-8) OS=$(key)
-printf '# demo keys: ACCESS_KEY_ID SECRET ROLE [PREFIX]\n%s %s trainer demo\n%s %s rollout demo\n%s %s operator\n' \
-  "$TK" "$TS" "$RK" "$RS" "$OK" "$OS" >"$D/keys.txt"
-chmod 600 "$D/keys.txt"
-"$BIN/grpo-relay" --root "$D/bucket" --http --listen "127.0.0.1:$port" --keys "$D/keys.txt" --bucket pail \
-  --access-log "$D/logs/relay-access.log" >"$D/logs/relay.log" 2>&1 &
-PIDS+=($!)
-for _ in $(seq 50); do (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null && break; sleep 0.1; done
-URL=s3://pail/demo
-EP=(--endpoint "http://127.0.0.1:$port")
-export AWS_REGION=us-east-1
-as() { local k=$1 s=$2; shift 2; AWS_ACCESS_KEY_ID=$k AWS_SECRET_ACCESS_KEY=$s "$@"; }
+demo_relay_start
 
 as "$TK" "$TS" "$BIN/grpo-train" --model "$D/model-sft" --run "$URL" "${EP[@]}" --steps "$STEPS" \
   --groups-per-step 16 --group-size 8 --lora-rank 8 --lora-alpha 16 --lr "$LR" --warmup-steps 10 --max-staleness 2 \
@@ -81,19 +68,7 @@ EVAL=$!
 PIDS+=($EVAL)
 
 say "4/4 GRPO: $STEPS steps of 16 prompts x 8 samples (LoRA rank 8, lr $LR)"
-tty=0; [ -t 1 ] && tty=1
-lines=0
-while kill -0 $TRAIN 2>/dev/null; do
-  out=$(as "$OK" "$OS" "$BIN/grpo-ctl" status "$URL" "${EP[@]}" --steps "$STEPS" 2>/dev/null || true)
-  if [ $tty = 1 ]; then
-    [ $lines -gt 0 ] && printf '\033[%dA\033[J' "$lines"
-    printf '%s\n' "$out"
-    lines=$(printf '%s\n' "$out" | wc -l)
-  else
-    printf '%s\n' "$out" | grep -E '^(trainer|worker|eval) ' | sed "s/^/demo [$(( $(date +%s) - start ))s]: /" || true
-  fi
-  sleep $((3 + 3 * (1 - tty)))  # a log gets a block every 6 s, a terminal a redraw every 3 s
-done
+demo_watch 3 6  # a terminal redrawn every 3 s, a log a block every 6 s
 wait $TRAIN || { say "the trainer failed:"; tail -5 "$D/logs/trainer.log"; exit 1; }
 final=$(grep -o 'adapter v[0-9]*' "$D/logs/trainer.log" | tail -1 | grep -o '[0-9]*$')
 say "training done (adapter v$final); waiting for its evaluation"

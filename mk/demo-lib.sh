@@ -1,0 +1,44 @@
+# Shared by mk/demo.sh and mk/demo-real.sh (sourced): the relay with per-role keys, and
+# the live progress view. Uses the caller's BIN, D, PIDS, STEPS, TRAIN, start.
+
+# as KEY SECRET command...: runs a command with that role's credentials.
+as() { local k=$1 s=$2; shift 2; AWS_ACCESS_KEY_ID=$k AWS_SECRET_ACCESS_KEY=$s "$@"; }
+
+# demo_relay_start [grpo-relay flags...]: grpo-relay serving $D/bucket on a free loopback port
+# with fresh trainer / rollout / operator keys (TK TS, RK RS, OK OS) in $D/keys.txt; sets URL
+# and EP (the --endpoint flags) and waits until it listens.
+demo_relay_start() {
+  port=19100
+  while (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null; do port=$((port + 1)); done
+  key() { head -c 18 /dev/urandom | od -An -tx1 | tr -d ' \n'; }
+  TK=trainer-$(key | cut -c1-8) TS=$(key) RK=rollout-$(key | cut -c1-8) RS=$(key) OK=operator-$(key | cut -c1-8) OS=$(key)
+  printf '# demo keys: ACCESS_KEY_ID SECRET ROLE [PREFIX]\n%s %s trainer demo\n%s %s rollout demo\n%s %s operator\n' \
+    "$TK" "$TS" "$RK" "$RS" "$OK" "$OS" >"$D/keys.txt"
+  chmod 600 "$D/keys.txt"
+  "$BIN/grpo-relay" --root "$D/bucket" --http --listen "127.0.0.1:$port" --keys "$D/keys.txt" --bucket pail \
+    "$@" --access-log "$D/logs/relay-access.log" >"$D/logs/relay.log" 2>&1 &
+  PIDS+=($!)
+  for _ in $(seq 50); do (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null && break; sleep 0.1; done
+  URL=s3://pail/demo
+  EP=(--endpoint "http://127.0.0.1:$port")
+  export AWS_REGION=us-east-1
+}
+
+# demo_watch TERMINAL_S LOG_S: grpo-ctl status while the trainer ($TRAIN) runs: redrawn in place
+# every TERMINAL_S seconds on a terminal, a block of lines every LOG_S seconds into a log.
+demo_watch() {
+  local tty=0 lines=0 out
+  [ -t 1 ] && tty=1
+  while kill -0 "$TRAIN" 2>/dev/null; do
+    out=$(as "$OK" "$OS" "$BIN/grpo-ctl" status "$URL" "${EP[@]}" --steps "$STEPS" 2>/dev/null || true)
+    if [ $tty = 1 ]; then
+      [ $lines -gt 0 ] && printf '\033[%dA\033[J' "$lines"
+      printf '%s\n' "$out"
+      lines=$(printf '%s\n' "$out" | wc -l)
+      sleep "$1"
+    else
+      printf '%s\n' "$out" | grep -E '^(trainer|worker|eval) ' | sed "s/^/demo [$(( $(date +%s) - start ))s]: /" || true
+      sleep "$2"
+    fi
+  done
+}
