@@ -24,7 +24,8 @@ static void write_state(const ModelConfig *mc, LoraLayout *l, int64_t v, int64_t
     float *p = calloc(n, sizeof *p), *m = calloc(n, sizeof *m), *vv = calloc(n, sizeof *vv);
     for (size_t i = 0; i < n; i++) p[i] = (float)i * 1e-3f;
     TrainerState st = {.step = v, .version = v, .layout = *l, .params = p, .m = m, .v = vv, .rec = (FeedRecord *)rec,
-                       .rec_n = rec_n, .parent = parent};
+                       .rec_n = rec_n, .parent = parent, .late_listed_unix = 1700000000 + v,
+                       .late_listed_from = v - 3};
     snprintf(st.run_id, sizeof st.run_id, "run-x");
     buf_append(&st.adapter_image, "adapter", 7);
     ck_assert_msg(state_write(&st, img, &err) == 0, "%s", err.msg);
@@ -45,6 +46,8 @@ START_TEST(test_record_round_trip) {
     PailErr err = {0};
     ck_assert_msg(state_read(&s, img.data, img.len, "state-v8", &mc, &err) == 0, "%s", err.msg);
     ck_assert_int_eq(s.parent, 6);
+    ck_assert_int_eq(s.late_listed_unix, 1700000008);
+    ck_assert_int_eq(s.late_listed_from, 5);
     ck_assert_int_eq(s.rec_n, 2);
     ck_assert_str_eq(s.rec[0].key, rec[0].key);
     ck_assert_int_eq(s.rec[0].step, 7);

@@ -56,7 +56,7 @@ int main(int argc, char **argv) {
          *metrics = NULL, *out = NULL, *prompt_format = NULL, *chat_file = NULL, *chat_name = NULL, *chat_kwargs = NULL, *run_id = NULL, *task = NULL, *device = NULL,
          *max_memory = NULL, *dtype = NULL;
     long rank, steps, gps, G, stale, budget, publish_every, keep, warmup, seed, resume_from;
-    double alpha, lr, eps_low, eps_high, tis, beta, b1, b2, aeps, wd, clip, min_lr, rollout_timeout;
+    double alpha, lr, eps_low, eps_high, tis, beta, b1, b2, aeps, wd, clip, min_lr, rollout_timeout, late_grace;
     bool resume, replay_record, full, rslora, recompute, chat;
     StoreCliFlags sf = {0};
     long log_every, valid_every;
@@ -116,6 +116,7 @@ int main(int argc, char **argv) {
         {"stop-accuracy", FLAG_DOUBLE, &stop_accuracy, "0", 0, 1, "with --sft-valid: stop once validation accuracy reaches this (0: never)"},
         {"recompute", FLAG_BOOL, &recompute, "false", 1, 0, "recompute layer activations in the backward (less memory)"},
         {"rollout-timeout", FLAG_DOUBLE, &rollout_timeout, "0", 0, 1e9, "fail after waiting this long for rollouts (0: wait)"},
+        {"late-grace", FLAG_DOUBLE, &late_grace, "600", 0, 1e6, "seconds a version that left the staleness window is still re-listed (every 30 s) so a shard landing late for it is counted as dropped, not missed"},
         {"dump-grads", FLAG_STRING, &dump_grads, NULL, 1, 0, "write the first step's LoRA gradients (adapter layout) here"},
         {"metrics", FLAG_STRING, &metrics, "metrics.jsonl", 1, 0, "local copy of the per-step metrics (JSON lines)"},
         {"seed", FLAG_INT, &seed, "0", 0, 9007199254740991L, "seed (LoRA init, shuffles)"},
@@ -141,7 +142,7 @@ int main(int argc, char **argv) {
                        .min_lr_ratio = min_lr, .warmup_steps = warmup, .steps = steps, .groups_per_step = gps,
                        .group_size = (int)G, .max_staleness = (int)stale, .token_budget = (int)budget,
                        .publish_every = (int)publish_every, .seed = seed, .recompute = recompute,
-                       .rollout_timeout = rollout_timeout, .resume_from = resume_from};
+                       .rollout_timeout = rollout_timeout, .late_grace = late_grace, .resume_from = resume_from};
     c.store = store_cli_options(&sf);
     int usage = 0;
     if (!sft && (!model || !run)) { fprintf(stderr, "grpo-train: --model and --run are required (see --help)\n"); usage = 1; }

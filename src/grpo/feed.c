@@ -15,6 +15,7 @@ void feed_init(Feed *f, Store *st, Store *rejects, const FeedConfig *cfg) {
     f->rejects = rejects;
     f->cfg = *cfg;
     f->listed_lo = -1;
+    f->late_listed_unix = f->late_listed_from = -1;
 }
 
 static void shard_entry_free(FeedShard *e) {
@@ -30,6 +31,7 @@ void feed_free(Feed *f) {
     free(f->shards);
     free(f->rec);
     free(f->seq);
+    free(f->gone);
     memset(f, 0, sizeof *f);
 }
 
@@ -68,9 +70,11 @@ static void remove_at(Feed *f, int i) {
     f->n--;
 }
 
-static int list_prefix(Feed *f, const char *prefix, PailErr *err) {
+// Adds the shards under prefix (after start_after, may be NULL) not yet tracked;
+// one found for a version below lo (out of the window) is logged as late.
+static int list_prefix(Feed *f, const char *prefix, const char *start_after, int64_t lo, PailErr *err) {
     StoreList l = {0};
-    if (store_list_all(f->st, prefix, NULL, &l, err) < 0) return -1;
+    if (store_list_all(f->st, prefix, start_after, &l, err) < 0) return -1;
     int added = 0;
     for (int i = 0; i < l.n; i++) {
         long v, seq;
@@ -81,6 +85,9 @@ static int list_prefix(Feed *f, const char *prefix, PailErr *err) {
             store_list_free(&l);
             return err_set(err, PAIL_ERR_NOMEM, "out of memory");
         }
+        if (v < lo)
+            log_info("late shard %s: adapter v%ld had left the window (v%lld..) when it landed", l.entries[i].key, v,
+                     (long long)lo);
         added++;
     }
     store_list_free(&l);
@@ -88,21 +95,68 @@ static int list_prefix(Feed *f, const char *prefix, PailErr *err) {
     return 0;
 }
 
-int feed_refresh(Feed *f, int64_t current, PailErr *err) {
-    if (f->seq) return 0;  // a replayed record names its shards
-    if (f->cfg.replay) return list_prefix(f, "rollouts/", err);
-    int64_t lo = current - f->cfg.max_staleness;
-    // The versions leaving the window are listed one last time, so that a
-    // shard that landed since the last listing is counted as dropped below
-    // instead of never being seen.
-    int64_t from = f->listed_lo < 0 ? lo : f->listed_lo;
-    if (from < lo - 1000) from = lo - 1000;
-    for (int64_t v = from < 0 ? 0 : from; v < lo; v++) {
-        char prefix[64];
-        run_key_rollout_dir(prefix, sizeof prefix, (long)v);
-        if (list_prefix(f, prefix, err) < 0) return -1;
+static int gone_push(Feed *f, int64_t version, double now) {
+    if (f->gone_n && f->gone[f->gone_n - 1].version >= version) return 0;
+    if (f->gone_n == f->gone_cap) {
+        int cap = f->gone_cap ? 2 * f->gone_cap : 64;
+        __typeof__(f->gone) p = realloc(f->gone, (size_t)cap * sizeof *p);
+        if (!p) return -1;
+        f->gone = p;
+        f->gone_cap = cap;
     }
-    // Out of the window: drop what was not fully used.
+    f->gone[f->gone_n].version = version;
+    f->gone[f->gone_n++].left = now;
+    return 0;
+}
+
+#define LATE_MAX_VERSIONS 1000  // re-listed at most this many versions below the window
+
+static int refresh(Feed *f, int64_t current, bool late_now, PailErr *err) {
+    if (f->seq) return 0;  // a replayed record names its shards
+    if (f->cfg.replay) return list_prefix(f, "rollouts/", NULL, -1, err);
+    int64_t lo = current - f->cfg.max_staleness;
+    double now = time_mono_s();
+    char prefix[64];
+    if (f->listed_lo < 0 && f->cfg.late_grace_s > 0) {  // after an import: the versions below the window it tracks stay re-listed
+        int64_t oldest = lo;
+        for (int i = 0; i < f->n; i++) if (f->shards[i]->version < oldest) oldest = f->shards[i]->version;
+        for (int64_t v = oldest < lo - LATE_MAX_VERSIONS ? lo - LATE_MAX_VERSIONS : oldest; v < lo; v++)
+            if (gone_push(f, v, now) < 0) return err_set(err, PAIL_ERR_NOMEM, "out of memory");
+    }
+    // The versions leaving the window are listed one last time, so that a
+    // shard that landed since the last listing is counted as dropped below;
+    // then they are re-listed for late_grace_s.
+    int64_t from = f->listed_lo < 0 ? lo : f->listed_lo;
+    if (from < lo - LATE_MAX_VERSIONS) from = lo - LATE_MAX_VERSIONS;
+    for (int64_t v = from < 0 ? 0 : from; v < lo; v++) {
+        run_key_rollout_dir(prefix, sizeof prefix, (long)v);
+        if (list_prefix(f, prefix, NULL, lo, err) < 0) return -1;
+        if (f->cfg.late_grace_s > 0 && gone_push(f, v, now) < 0) return err_set(err, PAIL_ERR_NOMEM, "out of memory");
+    }
+    int drop = 0;  // versions whose grace is over
+    while (drop < f->gone_n && (f->gone[drop].left + f->cfg.late_grace_s < now || f->gone_n - drop > LATE_MAX_VERSIONS))
+        drop++;
+    if (drop) {
+        memmove(f->gone, f->gone + drop, (size_t)(f->gone_n - drop) * sizeof *f->gone);
+        f->gone_n -= drop;
+    }
+    // The re-listing: one LIST from the oldest version in grace to the newest
+    // (so it lists the window too).
+    bool listed_window = false;
+    if (f->gone_n && (late_now || !f->late_listed || now - f->late_listed >= f->cfg.late_every_s)) {
+        char after[64];
+        run_key_rollout_dir(after, sizeof after, (long)f->gone[0].version);
+        after[strlen(after) - 1] = 0;  // "rollouts/v%08d": every key of that version and the newer ones
+        int64_t unix_now = time_unix_s();
+        if (list_prefix(f, "rollouts/", after, lo, err) < 0) return -1;
+        f->late_listed = now;
+        f->late_listed_unix = unix_now;
+        f->late_listed_from = f->gone[0].version;
+        listed_window = true;
+    }
+    // Out of the window: count what was not fully used as dropped, once, and
+    // keep the entry while its version is re-listed (so it is not counted again).
+    int64_t keep_from = f->gone_n ? f->gone[0].version : lo;
     for (int i = 0; i < f->n;) {
         FeedShard *e = f->shards[i];
         if (e->version >= lo || e->taken > 0) { i++; continue; }  // groups handed out for this step stay
@@ -111,17 +165,22 @@ int feed_refresh(Feed *f, int64_t current, PailErr *err) {
             if (e->n_groups > 0) f->stats.groups_dropped += e->n_groups - e->used;
             log_info("dropped %s: adapter v%lld is more than %d versions behind v%lld", e->key,
                      (long long)e->version, f->cfg.max_staleness, (long long)current);
+            shard_entry_free(e);
+            e->n_groups = e->used = 0;  // settled
         }
-        remove_at(f, i);
+        if (e->version < keep_from) remove_at(f, i);
+        else i++;
     }
-    for (int64_t v = lo < 0 ? 0 : lo; v <= current; v++) {
-        char prefix[64];
+    for (int64_t v = lo < 0 ? 0 : lo; v <= current && !listed_window; v++) {
         run_key_rollout_dir(prefix, sizeof prefix, (long)v);
-        if (list_prefix(f, prefix, err) < 0) return -1;
+        if (list_prefix(f, prefix, NULL, lo, err) < 0) return -1;
     }
     f->listed_lo = lo;
     return 0;
 }
+
+int feed_refresh(Feed *f, int64_t current, PailErr *err) { return refresh(f, current, false, err); }
+int feed_refresh_all(Feed *f, int64_t current, PailErr *err) { return refresh(f, current, true, err); }
 
 static void reject(Feed *f, FeedShard *e, const char *why) {
     f->stats.rejected++;

@@ -10,6 +10,15 @@
 // or, with a record (feed_replay_record), exactly the groups another trainer
 // consumed, in its order.
 //
+// Late shards: a worker can check the window, stall (frozen, a long retry) and
+// land its upload after the trainer's last listing of that version. Versions
+// that left the window are therefore re-listed, one LIST with start-after
+// every late_every_s, for late_grace_s after they left; a newcomer there is
+// counted as dropped. feed_refresh_all forces that listing (before the final
+// publish); late_listed_unix / late_listed_from say what the counts cover:
+// every shard of a version >= late_listed_from that landed before
+// late_listed_unix was seen and counted.
+//
 // The consumption record: every committed take is appended as runs of
 // consecutive groups of one shard, (step, key, first group, count); the trainer
 // stores the runs since its previous state in each state it writes (so the
@@ -36,6 +45,8 @@ typedef struct {
     int group_size;                              // required G (0: any)
     int max_staleness;                           // versions behind the current one still used
     bool replay;                                 // every shard in key order, no staleness
+    double late_grace_s;                         // re-list a version this long after it left the window
+    double late_every_s;                         // how often (0: at every refresh)
 } FeedConfig;
 
 typedef struct {
@@ -60,6 +71,11 @@ typedef struct {
     int n, cap;           // GroupRefs of a step stay valid while the list is refreshed
     FeedStats stats;
     int64_t listed_lo;    // the oldest version of the window last listed (-1: none yet)
+    struct { int64_t version; double left; } *gone;  // versions out of the window, still re-listed
+    int gone_n, gone_cap;                           // (oldest first; left: time_mono_s)
+    double late_listed;          // time_mono_s of the last re-listing (0: none yet)
+    int64_t late_listed_unix;    // its wall clock, and the oldest version it covered (-1: none)
+    int64_t late_listed_from;
     char last_error[512]; // of the last rejected shard, for logs
     FeedRecord *rec;      // committed since the last feed_record_reset (owned)
     int rec_n, rec_cap;
@@ -80,6 +96,8 @@ void feed_free(Feed *f);
 // Lists new shards for current_version's window (or, in replay, all of them),
 // drops what fell out of the window. 0 / -1 on a store error (nothing lost).
 int feed_refresh(Feed *f, int64_t current_version, PailErr *err);
+// The same, with the re-listing of the versions that left the window now.
+int feed_refresh_all(Feed *f, int64_t current_version, PailErr *err);
 // Hands out up to want groups not yet used, loading shards as needed (bad
 // shards are rejected on the way). *got may be < want: wait and refresh.
 int feed_take(Feed *f, int want, GroupRef *out, int *got, PailErr *err);

@@ -19,6 +19,8 @@ int state_write(const TrainerState *st, Buf *out, PailErr *err) {
     rc |= h5a_write_i64(f, "dropped_shards", st->dropped, err);
     rc |= h5a_write_i64(f, "rejected_shards", st->rejected, err);
     rc |= h5a_write_i64(f, "skipped_steps", st->skipped_steps, err);
+    rc |= h5a_write_i64(f, "late_listed_unix", st->late_listed_unix, err);
+    rc |= h5a_write_i64(f, "late_listed_from", st->late_listed_from, err);
     rc |= lora_adapter_write_h5(f, &st->layout, st->params, &meta, err);
     int64_t n = st->layout.n_params, four = 4, img = (int64_t)st->adapter_image.len, ns = st->nshards;
     rc |= h5d_write(f, "optimizer/m", H5T_NATIVE_FLOAT, 1, &n, st->m, err);
@@ -143,6 +145,12 @@ int state_read(TrainerState *st, const void *data, size_t len, const char *name,
         goto done;
     // Optional (states written before these existed read as zero / none).
     if (h5a_exists(f, "skipped_steps") > 0 && h5a_read_i64(f, "skipped_steps", &st->skipped_steps, name, err) < 0)
+        goto done;
+    st->late_listed_unix = st->late_listed_from = -1;
+    if ((h5a_exists(f, "late_listed_unix") > 0 &&
+         h5a_read_i64(f, "late_listed_unix", &st->late_listed_unix, name, err) < 0) ||
+        (h5a_exists(f, "late_listed_from") > 0 &&
+         h5a_read_i64(f, "late_listed_from", &st->late_listed_from, name, err) < 0))
         goto done;
     st->step = meta.step;
     st->version = meta.version;

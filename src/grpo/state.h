@@ -22,6 +22,10 @@ typedef struct {
     Rng rng;
     int64_t consumed, dropped, rejected;  // cumulative shard counters
     int64_t skipped_steps;                // cumulative steps skipped for non-finite gradients
+    // The trainer's last re-listing of the versions behind its window (feed.h):
+    // every shard of a version >= late_listed_from that landed before the wall
+    // clock late_listed_unix is counted (-1: none yet, or an older state).
+    int64_t late_listed_unix, late_listed_from;
     LoraLayout layout;
     float *params, *m, *v;  // (n_params) each, owned after state_read
     Buf adapter_image;      // the adapter file as published for this version (owned)

@@ -185,7 +185,8 @@ static int publish(Trainer *t, PailErr *err) {
                       .m = t->m, .v = t->v, .consumed = t->feed.stats.consumed, .dropped = t->feed.stats.dropped,
                       .rejected = t->feed.stats.rejected, .skipped_steps = t->skipped_steps,
                       .metrics = t->pending_metrics,  // borrowed
-                      .rec = t->feed.rec, .rec_n = t->feed.rec_n, .parent = t->state_parent};
+                      .rec = t->feed.rec, .rec_n = t->feed.rec_n, .parent = t->state_parent,
+                      .late_listed_unix = t->feed.late_listed_unix, .late_listed_from = t->feed.late_listed_from};
     snprintf(s.run_id, sizeof s.run_id, "%s", t->run_id);
     Buf state = {0};
     int rc = -1;
@@ -235,6 +236,7 @@ static int write_progress(Trainer *t, PailErr *err) {
     json_t *pend = json_object(), *done = json_object();
     for (int i = 0; i < t->feed.n; i++) {
         const FeedShard *e = t->feed.shards[i];
+        if (e->version < t->version - t->cfg->max_staleness) continue;  // kept to count late shards
         bool used_up = e->n_groups >= 0 && e->used >= e->n_groups;
         char v[32];
         snprintf(v, sizeof v, "%lld", (long long)e->version);
@@ -994,7 +996,8 @@ static int setup(Trainer *t, const TrainerConfig *c, PailErr *err) {
     if (store_open(&t->st, c->run_url, &c->store, err) < 0) return -1;
     if (c->replay_url && store_open(&t->src, c->replay_url, &c->store, err) < 0) return -1;
     FeedConfig fc = {.base_sha256 = t->w.base_sha256, .tokenizer_sha256 = t->tok_sha, .vocab = t->w.cfg.vocab_size,
-                     .group_size = c->group_size, .max_staleness = c->max_staleness, .replay = c->replay_url != NULL};
+                     .group_size = c->group_size, .max_staleness = c->max_staleness, .replay = c->replay_url != NULL,
+                     .late_grace_s = c->late_grace, .late_every_s = 30};
     feed_init(&t->feed, c->replay_url ? t->src : t->st, t->st, &fc);
     if (c->replay_record && replay_record_load(t, err) < 0) return -1;
     t->state_parent = -1;
@@ -1033,8 +1036,16 @@ int trainer_run(const TrainerConfig *cfg, volatile sig_atomic_t *stop, PailErr *
         }
         rc = train_step(&t, ngroups, waited, stop, err);
     }
-    // Publish what was trained since the last version (preemption loses nothing).
-    if (rc == 0 && t.step > t.published_step) rc = publish(&t, err);
+    // Publish what was trained since the last version (preemption loses nothing),
+    // with the late shards of the versions behind the window counted up to now.
+    if (rc == 0 && t.step > t.published_step) {
+        if (!cfg->replay_url && feed_refresh_all(&t.feed, t.version, err) < 0) {
+            log_warn("listing rollouts before the last publish: %s (their late shards are counted by the next "
+                     "trainer)", err->msg);
+            *err = (PailErr){0};
+        }
+        rc = publish(&t, err);
+    }
     if (rc == 0) {
         PailErr perr = {0};
         write_progress(&t, &perr);

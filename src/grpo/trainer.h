@@ -40,6 +40,7 @@ typedef struct {
     bool refuse_resume;          // --no-resume: a run with state is an error, not continued
     long resume_from;            // -1: the newest state; else this state's version (versions go on after the newest)
     double rollout_timeout;      // seconds to wait for enough groups (0: forever)
+    double late_grace;           // seconds a version that left the window is re-listed for late shards
     json_t *effective;           // every flag's effective value, written into run.json (borrowed)
     Backend *backend;            // where the model computes (borrowed; NULL: the CPU)
     size_t max_memory;           // refuse a memory plan above this many bytes (0: the device's available memory)

@@ -126,6 +126,7 @@ class Round:
         self.archive = os.path.join(self.dir, "archive")  # every shard as first seen, for the replay
         os.makedirs(self.archive)
         self.corrupted = set()      # keys the campaign damaged on purpose
+        self.landed = {}            # shard key -> when it landed in the store (unix s), as first archived
         self.findings = []          # invariant or behaviour failures (one line each)
         self.checks = 0
         self.recovery = {"relay_restart": [], "trainer_kill": []}
@@ -249,6 +250,20 @@ class Round:
         o = self.camp.s3.get_object(Bucket="chaos", Key=f"{self.prefix}/runs/r1/{key}")
         return o["Body"].read(), o.get("Metadata", {}).get("pail-sha256")
 
+    def landed_time(self, key):
+        """When an object landed: its file's mtime, or its S3 LastModified (unix seconds)."""
+        if self.backend == "file":
+            return os.stat(os.path.join(self.bucket, key)).st_mtime
+        o = self.camp.s3.head_object(Bucket="chaos", Key=f"{self.prefix}/runs/r1/{key}")
+        return o["LastModified"].timestamp()
+
+    def note_landed(self, key):
+        if invariants.SHARD.match(key):
+            try:
+                self.landed[key] = self.landed_time(key)
+            except Exception:
+                pass  # deleted since (gc): landed long before the end
+
     def put_raw(self, key, data, sha):
         """Overwrites an object behind pail's back, keeping its sha256 metadata (damage)."""
         if self.backend == "file":
@@ -280,6 +295,7 @@ class Round:
             if sha is None or hashlib.sha256(data).hexdigest() != sha:
                 continue  # mid-publish (file://: metadata not yet there) or damaged: next pass
             invariants.write_archived(dst, data, sha)
+            self.note_landed(k)
 
     # --- faults ----------------------------------------------------------------
     def fault(self, f):

@@ -77,6 +77,7 @@ def check_round(rnd):
             if check(rnd, verifies, f"{k}: does not verify against its pail-sha256 ({sha}) and the campaign did "
                                     f"not damage it"):
                 write_archived(dst, data, sha)
+                rnd.note_landed(k)
     # Also every object still in the store that the campaign did not damage verifies.
     for k in rnd.list_keys(""):
         if k in rnd.corrupted or not (ADAPTER.match(k) or STATE.match(k) or SHARD.match(k)):
@@ -166,8 +167,12 @@ def check_round(rnd):
         rejected = {k[len("trainer/rejected/"):-5] for k in rnd.list_keys("trainer/rejected/")}
     except Exception:
         rejected = set()
-    consumed = dropped = rej = left = 0
+    consumed = dropped = rej = left = after = 0
     lost = []
+    # The trainer counts every shard behind its window that landed before its
+    # last re-listing (late_listed_unix, whole seconds); one landing after it
+    # (the run was stopping) is nobody's to count.
+    listed_unix = int(final.get("late_listed_unix", -1))
     for k in archive_keys(rnd, "rollouts/"):
         m = SHARD.match(k)
         if not m:
@@ -184,7 +189,10 @@ def check_round(rnd):
         elif k in rejected:
             rej += 1
         elif int(m.group(1)) < final_version - rnd.camp_stale:
-            dropped += 1
+            if listed_unix >= 0 and rnd.landed.get(k, 0) >= listed_unix:
+                after += 1
+            else:
+                dropped += 1
         elif k in tracked or int(m.group(1)) >= final_version - rnd.camp_stale:
             left += 1
         else:
@@ -196,7 +204,8 @@ def check_round(rnd):
     check(rnd, not lost, f"shards lost (not consumed, dropped, rejected or pending): {lost[:5]}")
     cd = int(final.get("dropped_shards", -1))
     check(rnd, dropped <= cd, f"{dropped} shards fell out of the window unused but the trainer counts {cd} dropped")
-    rnd.shard_figures = dict(consumed=consumed, dropped=dropped, rejected=rej, left_over=left, counted_dropped=cd)
+    rnd.shard_figures = dict(consumed=consumed, dropped=dropped, rejected=rej, left_over=left, counted_dropped=cd,
+                             landed_after_last_listing=after)
     # 4. the final adapter equals an offline replay of the record.
     replay(rnd, newest)
     # 5. eval results parse, once per version (create-only keys).
