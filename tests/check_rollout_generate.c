@@ -115,6 +115,54 @@ START_TEST(test_run_allocates_nothing) {
 }
 END_TEST
 
+// Prompts prefilled together in one call (each into the first of its G free
+// slots) give the completions of prompts prefilled one per call: for G = 1
+// (evaluation: every prompt in one call), G = 2 (two prompts per call, the
+// third staged) and G = 4 (one prompt per call, forks from the staging slot).
+START_TEST(test_batched_prefill_same_completions) {
+    static const int gs[] = {1, 2, 4};
+    for (int gi = 0; gi < 3; gi++) {
+        int g = gs[gi];
+        Fixture f;
+        fixture_open(&f, P);
+        PailErr err = {0};
+        GenCompletion one[P * G], many[P * G];
+        int32_t ids[P * G][MAX_NEW];
+        float lps[P * G][MAX_NEW];
+        int64_t calls[2];
+        for (int batched = 0; batched < 2; batched++) {
+            Generator *gen;
+            GenConfig gc = {.group_size = g, .max_new_tokens = MAX_NEW, .batch_size = BATCH, .max_prompt_tokens = PLEN,
+                            .max_prompts = P, .prefill_tokens = batched ? 5 * PLEN : 1,
+                            .sampler = {.temperature = 1.5, .top_p = 1.0}, .stop_ids = &f.stop, .n_stop_ids = 1};
+            TransformerPlan plan = {.max_tokens = generator_token_budget(PLEN, BATCH, gc.prefill_tokens)};
+            Transformer *tf;
+            ck_assert_msg(transformer_init(&tf, &f.w, &plan, &err) == 0, "%s", err.msg);
+            ck_assert_msg(generator_init(&gen, tf, &f.w.cfg, &gc, &err) == 0, "%s", err.msg);
+            GenCompletion *out = batched ? many : one;
+            ck_assert_msg(generator_run(gen, f.pr, P, out, &err) == 0, "%s", err.msg);
+            calls[batched] = generator_stats(gen).prefill_calls;
+            for (int i = 0; i < P * g; i++) {
+                if (!batched) {
+                    memcpy(ids[i], out[i].ids, (size_t)out[i].n * sizeof(int32_t));
+                    memcpy(lps[i], out[i].logprobs, (size_t)out[i].n * sizeof(float));
+                    continue;
+                }
+                ck_assert_int_eq(out[i].n, one[i].n);
+                ck_assert_int_eq(out[i].finish, one[i].finish);
+                ck_assert(!memcmp(out[i].ids, ids[i], (size_t)out[i].n * sizeof(int32_t)));
+                for (int k = 0; k < out[i].n; k++) ck_assert_float_eq_tol(out[i].logprobs[k], lps[i][k], 1e-5);
+            }
+            generator_free(gen);
+            transformer_free(tf);
+        }
+        ck_assert_int_eq(calls[0], P);  // one prompt per call
+        ck_assert_int_eq(calls[1], g == 1 ? 1 : g == 2 ? 2 : 3);
+        fixture_close(&f);
+    }
+}
+END_TEST
+
 // abandon_fn: true from its third call on.
 static bool abandon_third(void *ctx) { return ++*(int *)ctx >= 3; }
 
@@ -152,6 +200,7 @@ int main(void) {
     Suite *s = suite_create("rollout_generate");
     TCase *core = tcase_create("core"), *limits = tcase_create("limits");
     tcase_add_test(core, test_run_allocates_nothing);
+    tcase_add_test(core, test_batched_prefill_same_completions);
     tcase_add_test(limits, test_limits);
     suite_add_tcase(s, core);
     suite_add_tcase(s, limits);

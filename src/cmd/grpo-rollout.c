@@ -22,7 +22,7 @@ int main(int argc, char **argv) {
     char *device = NULL, *max_memory = NULL, *dtype = NULL, *config = NULL, *model = NULL, *run = NULL, *worker = NULL, *dataset = NULL, *answer_field = NULL,
          *marker = NULL, *regex = NULL, *cmd = NULL, *prompt_format = NULL, *eval_dataset = NULL, *chat_file = NULL, *chat_name = NULL, *chat_kwargs = NULL,
          *max_ahead_s = NULL;
-    long G, batch, max_new, max_prompt, top_k, seed, max_shards, gps, windex, nworkers, length_target,
+    long G, batch, max_new, max_prompt, prefill, top_k, seed, max_shards, gps, windex, nworkers, length_target,
         eval_every, eval_samples;
     double temperature, top_p, reward_timeout, wait_timeout;
     bool chat, eval, strict_dtype, gen_defaults;
@@ -39,6 +39,7 @@ int main(int argc, char **argv) {
         {"groups-per-shard", FLAG_INT, &gps, "8", 1, 100000, "prompt groups per shard"},
         {"max-new-tokens", FLAG_INT, &max_new, "256", 1, 1 << 20, "completion length limit"},
         {"max-prompt-tokens", FLAG_INT, &max_prompt, "1024", 1, 1 << 20, "longest prompt accepted (longer rows are skipped, reported and counted)"},
+        {"prefill-tokens", FLAG_INT, &prefill, "1024", 1, 1 << 20, "prompts prefilled together in one model call, up to this many tokens (the activation plan holds max(this, --max-prompt-tokens, --batch-size) tokens)"},
         {"temperature", FLAG_DOUBLE, &temperature, "1.0", 0, 100, "sampling temperature (0: greedy)"},
         {"top-p", FLAG_DOUBLE, &top_p, "1.0", 0, 1, "nucleus sampling (1: off; see doc/rollout.md on the bias)"},
         {"top-k", FLAG_INT, &top_k, "0", 0, 1 << 24, "top-k sampling (0: off)"},
@@ -118,7 +119,7 @@ int main(int argc, char **argv) {
                     .cmd_timeout_s = reward_timeout},
         .sampler = {.temperature = temperature, .top_p = top_p, .top_k = (int)top_k},
         .group_size = (int)G, .batch_size = (int)batch, .max_new_tokens = (int)max_new,
-        .max_prompt_tokens = (int)max_prompt, .groups_per_shard = (int)gps, .seed = seed, .max_shards = max_shards,
+        .max_prompt_tokens = (int)max_prompt, .prefill_tokens = (int)prefill, .groups_per_shard = (int)gps, .seed = seed, .max_shards = max_shards,
         .max_ahead = max_ahead, .worker_index = windex, .num_workers = nworkers, .chat = chat,
         .stop_strings = (const char *const *)stops.items, .n_stop_strings = stops.n, .wait_timeout = wait_timeout,
         .eval = eval, .eval_dataset = eval_dataset, .eval_every = eval_every, .eval_samples = eval_samples,

@@ -9,7 +9,7 @@
 int ctl_eval(int argc, char **argv) {
     char *model = NULL, *adapter = NULL, *dataset = NULL, *out = NULL, *marker = NULL, *regex = NULL, *cmd = NULL,
          *prompt_format = NULL, *chat_file = NULL, *chat_name = NULL, *chat_kwargs = NULL;
-    long max_new, batch, samples, max_prompt, seed;
+    long max_new, batch, samples, max_prompt, prefill, seed;
     double temperature, reward_timeout;
     bool chat, gen_defaults;
     FlagList rewards = {0};
@@ -29,6 +29,7 @@ int ctl_eval(int argc, char **argv) {
          "pass@k: temperature, top_p and top_k from the model's generation_config.json (--temperature given wins)"},
         {"max-new-tokens", FLAG_INT, &max_new, "256", 1, 1 << 20, "completion length limit"},
         {"max-prompt-tokens", FLAG_INT, &max_prompt, "1024", 1, 1 << 20, "longest prompt accepted (longer rows are skipped and counted)"},
+        {"prefill-tokens", FLAG_INT, &prefill, "1024", 1, 1 << 20, "prompts prefilled together in one model call, up to this many tokens (the activation plan holds max(this, --max-prompt-tokens, --batch-size) tokens)"},
         {"batch-size", FLAG_INT, &batch, "64", 1, 4096, "sequences decoded together"},
         {"chat", FLAG_BOOL, &chat, "false", 1, 0, "render {\"prompt\"} rows with the chat template"},
         CHAT_CLI_FLAGS(&chat_file, &chat_name, &chat_kwargs, &prompt_format),
@@ -58,7 +59,7 @@ int ctl_eval(int argc, char **argv) {
     RolloutConfig c = {.model_dir = model, .eval = true, .eval_dataset = dataset, .eval_samples = samples,
                        .eval_once = true, .eval_adapter = adapter, .eval_out = out,
                        .chat_source = {.template_file = chat_file, .template_name = chat_name, .kwargs_json = chat_kwargs, .prompt_format = prompt_format},
-                       .chat = chat, .max_new_tokens = (int)max_new, .max_prompt_tokens = (int)max_prompt,
+                       .chat = chat, .max_new_tokens = (int)max_new, .max_prompt_tokens = (int)max_prompt, .prefill_tokens = (int)prefill,
                        .batch_size = (int)batch, .group_size = 1, .seed = seed,
                        .sampler = {.temperature = temperature, .top_p = 1, .top_k = 0},
                        .rewards = {.specs = (const char *const *)rewards.items, .nspecs = rewards.n,

@@ -10,11 +10,12 @@
 #include "model/memplan.h"
 #include "model/modelgen.h"
 #include "model/weights.h"
+#include "rollout/generate.h"
 
 int ctl_plan(int argc, char **argv) {
     char *model = NULL, *shape = NULL, *role = NULL, *dtype = NULL, *targets = NULL, *max_memory = NULL,
          *device = NULL;
-    long layers, rank, budget, batch, max_new, max_prompt, gps, G;
+    long layers, rank, budget, batch, max_new, max_prompt, prefill, gps, G;
     bool recompute;
     Flag fl[] = {
         {"model", FLAG_STRING, &model, NULL, 1, 0, "a Hugging Face model folder (config.json is read, nothing else)"},
@@ -33,6 +34,7 @@ int ctl_plan(int argc, char **argv) {
         {"batch-size", FLAG_INT, &batch, "32", 1, 4096, "rollout: sequences decoded together"},
         {"max-new-tokens", FLAG_INT, &max_new, "256", 1, 1 << 20, "rollout: completion length limit"},
         {"max-prompt-tokens", FLAG_INT, &max_prompt, "1024", 1, 1 << 20, "rollout: longest prompt"},
+        {"prefill-tokens", FLAG_INT, &prefill, "1024", 1, 1 << 20, "rollout: tokens of one batched prompt prefill"},
         {"max-memory", FLAG_STRING, &max_memory, NULL, 1, 0, "the device's memory, e.g. 24G (default: this host's available memory)"},
         {"device", FLAG_STRING, &device, "cpu", 1, 0, "the device named in the plan (cpu, cuda:0, ...)"},
     };
@@ -68,7 +70,7 @@ int ctl_plan(int argc, char **argv) {
         fprintf(stderr, "%s: --role '%s': use train, rollout or forward\n", argv[0], role);
         goto done;
     }
-    if (spec.role == MEMPLAN_ROLLOUT) spec.token_budget = (int)(max_prompt > batch ? max_prompt : batch);
+    if (spec.role == MEMPLAN_ROLLOUT) spec.token_budget = generator_token_budget((int)max_prompt, (int)batch, (int)prefill);
     if (lora_targets_parse(targets, &spec.lora_targets, &err) < 0 ||
         (max_memory && memplan_parse_size(max_memory, &limit, &err) < 0)) {
         fprintf(stderr, "%s: %s\n", argv[0], err.msg);

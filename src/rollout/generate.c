@@ -33,6 +33,9 @@ struct Generator {
     int *act;             // (B) active slots of a decode step
     int32_t *tok;         // (B) their sampled tokens
     float *lp;            // (B) and log-probs
+    int *freel;           // (B) free slots of an admission
+    int32_t *pf_tokens;   // (prefill_tokens) the prompts of one batched prefill, concatenated
+    int prefill_tokens;
     int32_t *out_ids;     // (max_prompts * G, max_new_tokens) the completions of a run
     float *out_lp;        // (max_prompts * G, max_new_tokens) their log-probs
     void *block;          // owned
@@ -51,6 +54,8 @@ static void plan(Generator *g, MemPlan *p) {
     g->act = mem_plan_take(p, B * sizeof(int));
     g->tok = mem_plan_take(p, B * sizeof(int32_t));
     g->lp = mem_plan_take(p, B * sizeof(float));
+    g->freel = mem_plan_take(p, B * sizeof(int));
+    g->pf_tokens = mem_plan_take(p, (size_t)g->prefill_tokens * sizeof(int32_t));
     g->out_ids = mem_plan_take(p, nout * sizeof(int32_t));
     g->out_lp = mem_plan_take(p, nout * sizeof(float));
 }
@@ -68,6 +73,7 @@ int generator_init(Generator **out, Transformer *tf, const ModelConfig *mc, cons
     g->V = mc->vocab_size;
     g->B = cfg->batch_size;
     g->nthreads = omp_get_max_threads();
+    g->prefill_tokens = cfg->prefill_tokens > cfg->max_prompt_tokens ? cfg->prefill_tokens : cfg->max_prompt_tokens;
     int ctx = cfg->max_prompt_tokens + cfg->max_new_tokens;
     if (kvcache_init_on(&g->kv, transformer_backend(tf), mc, g->B + 1, ctx, err) < 0) {
         free(g);
@@ -103,6 +109,11 @@ void generator_free(Generator *g) {
     free(g);
 }
 
+int generator_token_budget(int max_prompt_tokens, int batch_size, int prefill_tokens) {
+    int t = max_prompt_tokens > batch_size ? max_prompt_tokens : batch_size;
+    return prefill_tokens > t ? prefill_tokens : t;
+}
+
 GenStats generator_stats(const Generator *g) { return g->stats; }
 
 // Appends a sampled token (c has room for max_new_tokens); returns true when
@@ -116,6 +127,25 @@ static bool append(Generator *g, GenCompletion *c, int32_t tok, float lp) {
     if (g->cfg.stop_fn && g->cfg.stop_fn(g->cfg.stop_ctx, c->ids, c->n)) { c->finish = FINISH_STOP; return true; }
     if (c->n >= g->cfg.max_new_tokens) { c->finish = FINISH_LENGTH; return true; }
     return false;
+}
+
+// Starts sample j of prompt p in free slot s from the next-token logits of
+// its prompt, held in KV slot src (forked into s unless it is s). Returns true
+// when the completion finished at its first token (s stays free).
+static int start_sample(Generator *g, const GenPrompt *prompts, int p, int j, int s, int src, const float *logits,
+                        GenCompletion *out, bool *finished, PailErr *err) {
+    Slot *sl = &g->slots[s];
+    rng_seed(&sl->rng, prompts[p].seed, (uint64_t)j);
+    float lp;
+    int32_t tok = (int32_t)sample_token(logits, &g->cfg.sampler, &sl->rng, &g->ss, &lp);
+    *finished = append(g, &out[p * g->cfg.group_size + j], tok, lp);
+    if (*finished) return 0;
+    if (s != src && kvcache_fork(g->kv, s, src, err) < 0) return -1;
+    sl->active = true;
+    sl->prompt = p;
+    sl->sample = j;
+    sl->last = tok;
+    return 0;
 }
 
 int generator_run(Generator *g, const GenPrompt *prompts, int P, GenCompletion *out, PailErr *err) {
@@ -132,34 +162,65 @@ int generator_run(Generator *g, const GenPrompt *prompts, int P, GenCompletion *
     for (int s = 0; s < B; s++) g->slots[s].active = false;
     int next_prompt = 0, staged = -1, staged_next_sample = 0, active = 0, done = 0;
     while (done < P * G) {
-        // Admit: fork the staged prompt into free slots, prefilling the next prompt when needed.
-        for (int s = 0; s < B; s++) {
-            if (g->slots[s].active) continue;
-            if (staged < 0 || staged_next_sample == G) {
-                if (next_prompt == P) break;
-                staged = next_prompt++;
-                staged_next_sample = 0;
-                memset(g->n_new, 0, (size_t)(B + 1) * sizeof(int));
-                g->n_new[S] = prompts[staged].n;
-                kvcache_reset(g->kv, S);
-                if (transformer_extend(g->tf, g->kv, g->stage_logits, g->n_new, prompts[staged].ids, err) < 0)
-                    return err_wrap(err, "prefill of prompt %d", staged);
-                g->stats.prefill_calls++;
-                g->stats.prefill_tokens += prompts[staged].n;
+        // Admit, in prompt order: first the staged prompt's samples; then whole
+        // prompts, as many as have G free slots each and fit the prefill
+        // budget, prefilled in one call, each into the first of its slots and
+        // forked into the others; a prompt without G free slots is prefilled
+        // into the staging slot and forked as slots free up.
+        for (;;) {
+            int nfree = 0;
+            for (int s = 0; s < B; s++) if (!g->slots[s].active) g->freel[nfree++] = s;
+            int used = 0;  // of freel
+            while (staged >= 0 && staged_next_sample < G && used < nfree) {
+                bool fin;
+                int j = staged_next_sample++;
+                if (start_sample(g, prompts, staged, j, g->freel[used], S, g->stage_logits, out, &fin, err) < 0)
+                    return -1;
+                if (fin) done++;
+                else { used++; active++; }
             }
-            int j = staged_next_sample++;
-            Slot *sl = &g->slots[s];
-            rng_seed(&sl->rng, prompts[staged].seed, (uint64_t)j);
-            float lp;
-            int32_t tok = (int32_t)sample_token(g->stage_logits, &g->cfg.sampler, &sl->rng, &g->ss, &lp);
-            GenCompletion *c = &out[staged * G + j];
-            if (append(g, c, tok, lp)) { done++; s--; continue; }  // finished at once: slot stays free
-            if (kvcache_fork(g->kv, s, S, err) < 0) return -1;
-            sl->active = true;
-            sl->prompt = staged;
-            sl->sample = j;
-            sl->last = tok;
-            active++;
+            if (used == nfree || next_prompt == P) break;  // else the staged prompt is done
+            int k = 0, ntok = 0;
+            memset(g->n_new, 0, (size_t)(B + 1) * sizeof(int));
+            while (next_prompt + k < P && nfree - used - k * G >= G &&
+                   (k == 0 || ntok + prompts[next_prompt + k].n <= g->prefill_tokens)) {
+                const GenPrompt *pr = &prompts[next_prompt + k];
+                int host = g->freel[used + k * G];
+                g->n_new[host] = pr->n;
+                memcpy(g->pf_tokens + ntok, pr->ids, (size_t)pr->n * sizeof *pr->ids);
+                ntok += pr->n;
+                kvcache_reset(g->kv, host);
+                k++;
+            }
+            if (k > 0) {
+                if (transformer_extend(g->tf, g->kv, g->logits, g->n_new, g->pf_tokens, err) < 0)
+                    return err_wrap(err, "prefill of prompts %d..%d", next_prompt, next_prompt + k - 1);
+                g->stats.prefill_calls++;
+                g->stats.prefill_tokens += ntok;
+                for (int i = 0; i < k; i++) {
+                    int p = next_prompt + i, host = g->freel[used + i * G];
+                    const float *lg = g->logits + (size_t)i * g->V;
+                    // The host last: the others fork from its KV before its own sample can end at once.
+                    for (int j = G - 1; j >= 0; j--) {
+                        bool fin;
+                        if (start_sample(g, prompts, p, j, g->freel[used + i * G + j], host, lg, out, &fin, err) < 0)
+                            return -1;
+                        if (fin) done++;
+                        else active++;
+                    }
+                }
+                next_prompt += k;
+                continue;  // slots that finished at once are free again
+            }
+            // Fewer than G free slots: stage the next prompt.
+            staged = next_prompt++;
+            staged_next_sample = 0;
+            g->n_new[S] = prompts[staged].n;
+            kvcache_reset(g->kv, S);
+            if (transformer_extend(g->tf, g->kv, g->stage_logits, g->n_new, prompts[staged].ids, err) < 0)
+                return err_wrap(err, "prefill of prompt %d", staged);
+            g->stats.prefill_calls++;
+            g->stats.prefill_tokens += prompts[staged].n;
         }
         if (active == 0) continue;
         if (g->cfg.abandon_fn && g->cfg.abandon_fn(g->cfg.abandon_ctx)) return 1;

@@ -1,6 +1,7 @@
 // Group generation with continuous batching: each prompt is prefilled once
-// into a staging KV slot and forked into a free decode slot for each of its G
-// samples; every decode step advances all active slots in one batched call,
+// and forked into a free decode slot for each of its G samples (prompts with
+// G free slots are prefilled together, up to prefill_tokens per call, each
+// into one of its slots; one without waits in a staging slot); every decode step advances all active slots in one batched call,
 // and a finished slot is refilled at once from the queue. Each (prompt,
 // sample) has its own RNG stream, so results do not depend on the batch size
 // or on which slot a sample ran in. Everything, the completions' tokens
@@ -17,6 +18,7 @@ typedef struct {
     int batch_size;        // decode slots
     int max_prompt_tokens; // longest prompt accepted
     int max_prompts;       // prompts per generator_run (the completions' storage: max_prompts x G x max_new_tokens)
+    int prefill_tokens;    // prompts prefilled together in one call, up to this many tokens (at least one prompt)
     SamplerConfig sampler;
     const int *stop_ids;   // generation ends after one of these (kept in the completion)
     int n_stop_ids;
@@ -45,10 +47,12 @@ typedef struct {           // one completion: borrowed from the generator until 
 typedef struct Generator Generator;
 
 // Plans KV caches and buffers for cfg on tf's model (tf: a plan with
-// max_tokens >= max(max_prompt_tokens, batch_size), no backward needed).
+// max_tokens >= generator_token_budget(cfg), no backward needed).
 // An allocation that fails is an error naming what it was for.
 int generator_init(Generator **out, Transformer *tf, const ModelConfig *mc, const GenConfig *cfg, PailErr *err);
 void generator_free(Generator *g);
+// Tokens of the generator's largest model call: max(max_prompt_tokens, batch_size, prefill_tokens).
+int generator_token_budget(int max_prompt_tokens, int batch_size, int prefill_tokens);
 // Generates G completions for each of P <= max_prompts prompts: out[p * G + j],
 // whose ids and logprobs are the generator's (valid until the next run).
 // Returns 0, 1 when abandon_fn said so (out holds nothing usable), or -1 with

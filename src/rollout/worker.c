@@ -206,8 +206,9 @@ static int worker_plan(Worker *w, int rank, PailErr *err) {
     transformer_free(w->tf);
     w->gen = NULL;
     w->tf = NULL;
-    int batch = w->cfg->batch_size, maxp = w->cfg->max_prompt_tokens;
-    TransformerPlan plan = {.max_tokens = maxp > batch ? maxp : batch, .lora_rank = rank, .backend = w->cfg->backend};
+    TransformerPlan plan = {.max_tokens = generator_token_budget(w->cfg->max_prompt_tokens, w->cfg->batch_size,
+                                                                 w->cfg->prefill_tokens),
+                            .lora_rank = rank, .backend = w->cfg->backend};
     if (transformer_init(&w->tf, &w->w, &plan, err) < 0 || generator_init(&w->gen, w->tf, &w->w.cfg, &w->gc, err) < 0)
         return -1;
     w->lora_rank = rank;
@@ -880,7 +881,7 @@ static int plan_check(Worker *w, const RolloutConfig *c, PailErr *err) {
     size_t wbytes = 0;
     if (dtype_plan(c->model_dir, c->weights_dtype, wdesc, &wbytes, err) < 0) return -1;
     MemoryPlanSpec spec = {.role = MEMPLAN_ROLLOUT, .weights_dtype = wdesc, .weights_bytes = wbytes,
-                           .token_budget = c->max_prompt_tokens > c->batch_size ? c->max_prompt_tokens : c->batch_size,
+                           .token_budget = generator_token_budget(c->max_prompt_tokens, c->batch_size, c->prefill_tokens),
                            .batch_size = c->batch_size, .max_ctx = c->max_prompt_tokens + c->max_new_tokens,
                            .max_new_tokens = c->max_new_tokens, .groups_per_step = prompts > 0 ? prompts : 1,
                            .group_size = G, .threads = omp_get_max_threads()};
@@ -932,6 +933,7 @@ static int setup(Worker *w, const RolloutConfig *c, PailErr *err) {
     int max_prompts = c->eval ? (int)w->ds->n : c->groups_per_shard;
     w->gc = (GenConfig){.group_size = G, .max_new_tokens = c->max_new_tokens, .batch_size = batch,
                         .max_prompt_tokens = c->max_prompt_tokens, .max_prompts = max_prompts > 0 ? max_prompts : 1,
+                        .prefill_tokens = c->prefill_tokens,
                         .sampler = c->sampler, .stop_ids = w->stop_ids,
                         .n_stop_ids = w->n_stop, .stop_fn = stop_strings_hit, .stop_ctx = w,
                         .abandon_fn = adapter_outdated, .abandon_ctx = w};

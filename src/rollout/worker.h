@@ -19,6 +19,7 @@ typedef struct {
     RewardConfig rewards;
     SamplerConfig sampler;
     int group_size, batch_size, max_new_tokens, max_prompt_tokens, groups_per_shard;
+    int prefill_tokens;          // prompts prefilled together, up to this many tokens per call
     long seed, max_shards;
     long max_ahead;                  // pacing: < 0 auto (from the trainer's window), 0 never pause, N shards
     long worker_index, num_workers;  // num_workers > 0: partition instead of a shuffle
