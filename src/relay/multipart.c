@@ -1,8 +1,12 @@
 // S3 multipart uploads through the relay: parts are spooled to files (never
 // held in memory beyond one request body), CompleteMultipartUpload joins them
 // into one file and hands it to the store (store_put_file: a rename on file://,
-// a multipart upload of its own on s3://). An upload belongs to the access key
-// that created it.
+// a multipart upload of its own on s3://). Each part is deleted once it is
+// joined, so the spool holds one copy of the data and one part more; a join
+// cut short (a full spool) is cut back to its last whole part and a retried
+// completion with the same parts carries on from there, as does one whose
+// store put failed (the upstream down past --max-outage). An upload belongs to
+// the access key that created it.
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -30,6 +34,9 @@ struct Upload {
     char (*etags)[40];  // index = part number; "" = not uploaded
     uint64_t *sizes;
     int cap;
+    int *joined;        // (njoined) part numbers already joined into dir/object, in order (their files are gone)
+    int njoined;
+    uint64_t joined_size;
     int jobs;           // part / complete jobs running
     bool completing;
     Upload *next;
@@ -60,6 +67,7 @@ static void upload_free(Relay *r, Upload *u) {
             break;
         }
     rm_dir(u->dir);
+    free(u->joined);
     free(u->etags);
     free(u->sizes);
     free(u);
@@ -207,6 +215,12 @@ static void part_done(PoolJob *j) {
 void mp_part(RelayReq *q) {
     Upload *u = lookup(q);
     if (!u) return;
+    for (int i = 0; i < u->njoined; i++)
+        if (u->joined[i] == q->route.part_number) {
+            relay_reply_error(q, 400, "InvalidPart", "This part was joined by an earlier completion of the upload; "
+                              "complete it with the same parts.");
+            return;
+        }
     buf_reset(&q->out);
     buf_printf(&q->out, "%s/part-%05d", u->dir, q->route.part_number);
     u->jobs++;
@@ -222,36 +236,51 @@ static void complete_run(PoolJob *j, Store *st) {
     char obj[4400], part[4400];
     snprintf(obj, sizeof obj, "%s/object", dir);
     q->rc = -1;
-    int out = open(obj, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    int out = open(obj, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
     if (out < 0) {
         err_set(&q->err, PAIL_ERR_IO, "spool %s: %s", obj, strerror(errno));
         return;
     }
     static __thread uint8_t chunk[1 << 20];
-    for (int i = 0; i < q->nparts; i++) {
+    // q->joined leading parts are in the object already (an earlier completion).
+    bool failed = ftruncate(out, (off_t)q->joined_size) < 0 || lseek(out, (off_t)q->joined_size, SEEK_SET) < 0;
+    if (failed) err_set(&q->err, PAIL_ERR_IO, "spool %s: %s", obj, strerror(errno));
+    for (int i = q->joined; i < q->nparts && !failed; i++) {
         snprintf(part, sizeof part, "%s/part-%05d", dir, q->parts[i].number);
         int in = open(part, O_RDONLY | O_CLOEXEC);
         if (in < 0) {
             err_set(&q->err, PAIL_ERR_IO, "spool %s: %s", part, strerror(errno));
-            close(out);
-            return;
+            failed = true;
+            break;
         }
         ssize_t n;
-        while ((n = read(in, chunk, sizeof chunk)) > 0) {
-            ssize_t off = 0;
-            while (off < n) {
+        uint64_t size = 0;
+        while (!failed && (n = read(in, chunk, sizeof chunk)) > 0) {
+            for (ssize_t off = 0; off < n;) {
                 ssize_t w = write(out, chunk + off, (size_t)(n - off));
                 if (w <= 0) {
-                    err_set(&q->err, PAIL_ERR_IO, "spool %s: %s", obj, strerror(errno));
-                    close(in);
-                    close(out);
-                    return;
+                    err_set(&q->err, PAIL_ERR_IO, "spool %s: %s", obj, strerror(w < 0 ? errno : ENOSPC));
+                    failed = true;
+                    break;
                 }
                 off += w;
             }
+            size += (uint64_t)n;
+        }
+        if (!failed && n < 0) {
+            err_set(&q->err, PAIL_ERR_IO, "spool %s: %s", part, strerror(errno));
+            failed = true;
         }
         close(in);
-        unlink(part);  // keep the spool at one copy of the data
+        if (failed) break;
+        unlink(part);  // joined: the spool keeps one copy of the data
+        q->joined = i + 1;
+        q->joined_size += size;
+    }
+    if (failed) {  // back to the last whole part, for a retried completion
+        if (ftruncate(out, (off_t)q->joined_size) < 0) log_warn("relay: spool %s: %s", obj, strerror(errno));
+        close(out);
+        return;
     }
     if (close(out) < 0) {
         err_set(&q->err, PAIL_ERR_IO, "spool %s: %s", obj, strerror(errno));
@@ -272,8 +301,11 @@ static void complete_done(PoolJob *j) {
     if (q->rc == 0 || (u && q->err.code == PAIL_ERR_EXISTS)) {
         if (u) upload_free(r, u);
     } else if (u) {
-        u->completing = false;  // the client may retry the completion (parts joined are gone: it will fail)
+        u->completing = false;  // the client may retry the completion: it carries on from the parts joined
         u->jobs--;
+        for (int i = u->njoined; i < q->joined; i++) u->joined[i] = q->parts[i].number;
+        u->njoined = q->joined;
+        u->joined_size = q->joined_size;
     }
     if (q->rc < 0) {
         relay_reply_store_error(q);
@@ -315,6 +347,22 @@ void mp_complete(RelayReq *q) {
             return;
         }
     }
+    // Parts already joined by an earlier completion must lead this one's list.
+    bool same = q->nparts >= u->njoined;
+    for (int i = 0; same && i < u->njoined; i++) same = q->parts[i].number == u->joined[i];
+    if (!same) {
+        relay_reply_error(q, 400, "InvalidPart", "An earlier completion of this upload joined other parts first; "
+                          "complete it with the same parts.");
+        return;
+    }
+    int *jn = realloc(u->joined, ((size_t)q->nparts + 1) * sizeof *jn);
+    if (!jn) {
+        relay_reply_error(q, 503, "SlowDown", "The relay is out of memory; retry.");
+        return;
+    }
+    u->joined = jn;
+    q->joined = u->njoined;
+    q->joined_size = u->joined_size;
     q->put.nmeta = u->nmeta;
     memcpy(q->meta, u->meta, sizeof q->meta);
     q->put.meta = q->meta;

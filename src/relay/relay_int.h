@@ -133,6 +133,8 @@ struct RelayReq {
     Upload *upload;
     RelayPart *parts;
     int nparts;
+    int joined;                  // a completion: leading parts already in the joined object
+    uint64_t joined_size;        // its bytes
 };
 
 // handler.c
