@@ -538,6 +538,16 @@ START_TEST(test_open_policy) {
     o.multipart_threshold = 1 << 20;
     ck_assert_int_eq(try_open("s3://bucket", o, &err), -1);
     ck_assert_ptr_nonnull(strstr(err.msg, "5 MiB"));
+    // PAIL_S3_PART_BYTES: smaller parts for a relay, when no threshold is given; bad values refused.
+    o.multipart_threshold = 0;
+    setenv("PAIL_S3_PART_BYTES", "65536", 1);
+    ck_assert_int_eq(try_open("s3://bucket", o, &err), 0);
+    setenv("PAIL_S3_PART_BYTES", "1000", 1);
+    ck_assert_int_eq(try_open("s3://bucket", o, &err), -1);
+    ck_assert_msg(strstr(err.msg, "PAIL_S3_PART_BYTES '1000'") != NULL, "%s", err.msg);
+    setenv("PAIL_S3_PART_BYTES", "64k", 1);
+    ck_assert_int_eq(try_open("s3://bucket", o, &err), -1);
+    unsetenv("PAIL_S3_PART_BYTES");
     o = base;
     o.ca_bundle = "/nonexistent/ca.pem";
     ck_assert_int_eq(try_open("s3://bucket", o, &err), -1);

@@ -37,6 +37,7 @@ KEYS = {"operator": ("pail-operator", "operator-secret-0123456789abcdef"),
         "rollout": ("pail-rollout", "rollout-secret-0123456789abcdef"),
         "reader": ("pail-reader", "reader-secret-0123456789abcdef")}
 UPSTREAM = ("chaos-upstream-key", "chaos-upstream-secret-0123456789")
+PART_BYTES = 48 << 10  # s3 rounds: clients' multipart part size (PAIL_S3_PART_BYTES): states and adapters go in parts
 STEPS = 100000  # never reached: a round ends with grpo-ctl stop once the faults are over
 SETTLE = 120     # seconds after the last fault for the trainer to publish twice (else: stuck)
 STALE = 2
@@ -158,6 +159,13 @@ class Round:
                 self.env[r] = dict(base_env)
         else:
             self.prefix = f"round-{self.index:04d}-{self.seed}"
+            # The relay's multipart spool on a small tmpfs (a full-spool fault), and
+            # parts small enough that every trainer state and adapter goes through it.
+            self.spool = os.path.join(self.dir, "spool")
+            os.makedirs(self.spool)
+            if os.geteuid() == 0 and subprocess.run(["mount", "-t", "tmpfs", "-o", "size=32m", "tmpfs", self.spool],
+                                                    capture_output=True).returncode == 0:
+                self.mount = self.spool
             self.proxies = {}
             self.up_proxy = c.host.proxy(c.moto_port, "upstream")
             self.relay_port = free_port()
@@ -166,7 +174,7 @@ class Round:
             self.env, self.args = {}, {}
             for r in ("trainer", "rollout", "operator"):
                 e = dict(base_env, AWS_ACCESS_KEY_ID=KEYS[r][0], AWS_SECRET_ACCESS_KEY=KEYS[r][1],
-                         AWS_REGION="us-east-1")
+                         AWS_REGION="us-east-1", PAIL_S3_PART_BYTES=str(PART_BYTES))
                 self.env[r] = e
             for name in PROC_ROLES + ["twin", "dup", "ctl"]:
                 self.proxies[name] = c.host.proxy(self.relay_port, name)
@@ -181,7 +189,7 @@ class Round:
             [f"{BIN}/grpo-relay", "--listen", f"127.0.0.1:{self.relay_port}", "--upstream",
              f"s3://chaos/{self.prefix}", "--endpoint", f"http://127.0.0.1:{self.up_proxy.port}",
              "--keys", c.keys, "--cert", c.tls + "/server.pem", "--key", c.tls + "/server.key",
-             "--poll-interval", "0.5", "--max-outage", "300"], stdout=acc, stderr=f, env=env)
+             "--poll-interval", "0.5", "--max-outage", "300", "--spool", self.spool], stdout=acc, stderr=f, env=env)
         f.close()
         acc.close()
         if not wait_port(self.relay_port, 20):
@@ -301,6 +309,8 @@ class Round:
     def fault(self, f):
         kind = f["kind"]
         key = ":".join([kind] + [str(f[k]) for k in ("role", "mode", "what") if k in f])  # the class counted
+        if kind == "disk_full" and self.backend == "s3":
+            key += ":spool"
         self.faults[key] = self.faults.get(key, 0) + 1
         role = self.roles.get(f.get("role"))
         if kind in ("kill9", "term"):
@@ -436,9 +446,10 @@ class Round:
         self.put_raw(k, bad, sha)
 
     def disk_full(self, secs):
+        """Fills the tmpfs under the file:// bucket, or under the relay's multipart spool, for secs."""
         if not self.mount:
             return
-        path = os.path.join(self.bucket, ".pail-chaos-filler")  # .pail*: never listed
+        path = os.path.join(self.mount, ".pail-chaos-filler")  # .pail*: never listed
         subprocess.run(["dd", "if=/dev/zero", f"of={path}", "bs=1M", "count=512"], capture_output=True)  # to the brim
         self.later(secs, lambda: os.path.exists(path) and os.remove(path))
 

@@ -25,7 +25,7 @@ def make_schedule(rng, backend, has_tmpfs, faketime):
         (1, lambda: {"kind": "resume_runjson"}),
         (1, lambda: {"kind": "resume_adapter", "how": rng.choice(["flip", "truncate"])}),
     ]
-    if backend == "file" and has_tmpfs:
+    if has_tmpfs:  # under the file:// bucket, or under the relay's multipart spool
         menu.append((2, lambda: {"kind": "disk_full", "secs": round(rng.uniform(2, 6), 1)}))
     if backend == "s3":
         menu += [
