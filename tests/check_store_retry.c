@@ -89,6 +89,34 @@ START_TEST(test_backoff) {
     ck_assert_int_ge(time_mono_ms() - t0, 300);
     ck_assert_int_le(time_mono_ms() - t0, 330);
     ck_assert_int_eq(rs.retries, n);
+    ck_assert(!rs.stopped);
+}
+END_TEST
+
+// A stop (retry_stop_on's flag set) ends the retries within its grace, long
+// before the budget, and says so; without the flag set nothing changes.
+START_TEST(test_stop_cuts_retries_short) {
+    static volatile sig_atomic_t stop;
+    stop = 0;
+    retry_stop_on(&stop, 0.2);
+    RetryState rs;
+    retry_init(&rs, 3600);
+    ck_assert(retry_wait(&rs));
+    ck_assert(!rs.stopped);
+    stop = 1;
+    int64_t t0 = time_mono_ms();
+    while (retry_wait(&rs)) {}
+    ck_assert(rs.stopped);
+    ck_assert_int_ge(time_mono_ms() - t0, 200);
+    ck_assert_int_le(time_mono_ms() - t0, 400);
+    RetryState later;  // a request after the grace is not retried at all
+    retry_init(&later, 3600);
+    ck_assert(!retry_wait(&later));
+    ck_assert(later.stopped);
+    retry_stop_on(NULL, 0);
+    retry_init(&later, 0.05);
+    while (retry_wait(&later)) {}
+    ck_assert(!later.stopped);
 }
 END_TEST
 
@@ -999,6 +1027,7 @@ int main(void) {
     TCase *core = tcase_create("core");
     tcase_add_test(core, test_policy);
     tcase_add_test(core, test_backoff);
+    tcase_add_test(core, test_stop_cuts_retries_short);
     tcase_add_test(core, test_503_twice_then_ok);
     tcase_add_test(core, test_429_then_ok);
     tcase_add_test(core, test_create_only_lost_response_same);

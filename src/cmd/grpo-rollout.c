@@ -10,6 +10,7 @@
 #include "core/threads.h"
 #include "model/device.h"
 #include "rollout/worker.h"
+#include "store/retry.h"
 #include "store/runlayout.h"
 #include "store/cli.h"
 
@@ -141,6 +142,7 @@ int main(int argc, char **argv) {
     struct sigaction sa = {.sa_handler = on_signal};
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
+    retry_stop_on(&g_stop, 5);  // stopping with the bucket down: a shard nearly up gets 5 s
     rc = rollout_run(&c, &g_stop, &err);
     if (rc < 0) fprintf(stderr, "grpo-rollout: %s\n", err.msg);
     flags_free(fl, n);

@@ -199,6 +199,8 @@ int main(int argc, char **argv) {
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGUSR1, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
+    // Stopping with the bucket down: 20 s more to publish (within Slurm's default 30 s KillWait).
+    retry_stop_on(&g_stop, 20);
     if (sft) {
         SftConfig s = {.model_dir = model, .data_path = sft, .out = out, .full = full,
                        .chat_source = {.template_file = chat_file, .template_name = chat_name, .kwargs_json = chat_kwargs, .prompt_format = prompt_format},

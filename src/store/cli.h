@@ -25,7 +25,8 @@ typedef struct {
      "allow plain http:// to a non-loopback endpoint (credentials travel in clear)"},                     \
     {"max-outage", FLAG_DOUBLE, &(v)->max_outage, STORE_CLI_STR(RETRY_DEFAULT_BUDGET_S), 0.1, 1e7,         \
      "seconds a failing store request is retried (bucket or relay down, connections reset, 5xx) before "    \
-     "the tool gives up; a still-failing request is logged every 30 s"}
+     "the tool gives up; a still-failing request is logged every 30 s (after SIGTERM: 20 s for grpo-train, "  \
+     "5 s for grpo-rollout)"}
 
 // The StoreOptions those flags describe (the rest at their defaults).
 static inline StoreOptions store_cli_options(const StoreCliFlags *v) {

@@ -44,16 +44,35 @@ void retry_init(RetryState *rs, double budget_s) {
     rs->base_ms = 100;
     rs->cap_ms = 5000;
     rs->retries = 0;
+    rs->stopped = false;
     rng_seed(&rs->rng, (uint64_t)rs->start_ms ^ (uint64_t)(uintptr_t)rs, (uint64_t)time_unix_s());
+}
+
+static volatile sig_atomic_t *g_stop_flag;
+static int64_t g_stop_grace_ms, g_stop_seen_ms = -1;
+
+void retry_stop_on(volatile sig_atomic_t *flag, double grace_s) {
+    g_stop_flag = flag;
+    g_stop_grace_ms = grace_s > 0 ? (int64_t)(grace_s * 1000) : 0;
+    g_stop_seen_ms = -1;
 }
 
 bool retry_wait(RetryState *rs) {
     int64_t delay = retry_backoff_ms(rs->retries, rs->base_ms, rs->cap_ms, rng_uniform(&rs->rng));
     int64_t now = time_mono_ms();
     if (now >= rs->deadline_ms) return false;
+    int64_t deadline = rs->deadline_ms;
+    if (g_stop_flag && *g_stop_flag) {
+        if (g_stop_seen_ms < 0) g_stop_seen_ms = now;
+        if (g_stop_seen_ms + g_stop_grace_ms < deadline) deadline = g_stop_seen_ms + g_stop_grace_ms;
+        if (now >= deadline) {
+            rs->stopped = true;
+            return false;
+        }
+    }
     // The last attempt is made at the deadline, not one backoff before it: an
     // outage that ends within the budget is always survived.
-    if (now + delay > rs->deadline_ms) delay = rs->deadline_ms - now;
+    if (now + delay > deadline) delay = deadline - now;
     time_sleep_ms(delay);
     rs->retries++;
     return true;

@@ -4,6 +4,7 @@
 // The loop that uses it is in store_s3.c; nothing here knows about curl or S3
 // beyond status codes.
 #pragma once
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include "core/rng.h"
@@ -41,15 +42,23 @@ typedef struct {
     int64_t report_ms;              // next "still failing" report is due then
     double budget_s;
     int retries;                    // retries done so far
+    bool stopped;                   // retry_wait said no because the process is stopping
     Rng rng;
 } RetryState;
+
+// A process that is asked to stop (SIGTERM: *flag set by its handler) stops
+// retrying within grace_s of the first retry that sees it, whatever is left of
+// --max-outage: an outage must not hold a preempted process until SIGKILL. A
+// retry's sleep ends early on the signal itself. flag NULL: never.
+void retry_stop_on(volatile sig_atomic_t *flag, double grace_s);
 
 // budget_s <= 0 -> RETRY_DEFAULT_BUDGET_S. Seeds the jitter from the clock and
 // the address of rs.
 void retry_init(RetryState *rs, double budget_s);
 // Decides and waits before the next attempt: false (no sleep) once the
 // deadline has passed, else sleeps the backoff (cut short to end at the
-// deadline, so the last attempt is made there) and returns true.
+// deadline, so the last attempt is made there) and returns true; false (and
+// rs->stopped) also once a stop (retry_stop_on) is older than its grace.
 bool retry_wait(RetryState *rs);
 double retry_elapsed_s(const RetryState *rs);
 // True when a long failure should be reported at now_ms (monotonic): once

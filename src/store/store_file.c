@@ -280,6 +280,9 @@ static int put_retrying(Store *st, const char *key, const void *data, size_t len
         if (!retry_wait(&rs)) {
             char inner[sizeof err->msg];
             snprintf(inner, sizeof inner, "%s", err->msg);
+            if (rs.stopped)
+                return err_set(err, PAIL_ERR_INTERRUPTED, "%s (not retried further after %.1f s: the process is "
+                               "stopping)", inner, retry_elapsed_s(&rs));
             return err_set(err, PAIL_ERR_IO, "%s (gave up after %.1f s, --max-outage %g s)", inner,
                            retry_elapsed_s(&rs), rs.budget_s);
         }
