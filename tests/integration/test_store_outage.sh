@@ -63,6 +63,89 @@ else
   echo "  skip  a full disk: mounting a small tmpfs needs root (run as root to include it)"
 fi
 
+echo "a full multipart spool under the relay: a put in parts waits for space (--max-outage), then lands"
+if [ "$(id -u)" = 0 ] && mkdir -p "$WORK/spool" && mount -t tmpfs -o size=1m tmpfs "$WORK/spool" 2>/dev/null; then
+  MAIN_PID=$RELAY_PID MAIN_PORT=$PORT
+  start_relay --spool "$WORK/spool" || { bad "relay with a spool"; finish; exit 1; }
+  SP=(--endpoint "$RELAY_URL" --ca-bundle "$RELAY_CA")
+  dd if=/dev/zero of="$WORK/spool/.filler" bs=64k count=16 2>/dev/null  # fills the 1 MiB
+  PAIL_S3_PART_BYTES=65536 PAIL_LOG=info "$BIN/grpo-ctl" put "${SP[@]}" --max-outage 30 \
+    s3://pail/runs/r9/trainer/blob "$WORK/blob" >"$WORK/spool.out" 2>"$WORK/spool.err" &
+  SPUT=$!
+  sleep 3
+  rm -f "$WORK/spool/.filler"
+  check "the put in 5 parts waited out a full spool" wait $SPUT
+  check "...its bytes landed" cmp "$WORK/blob" "$WORK/root/runs/r9/trainer/blob"
+  check "...after the relay said why (one line naming the spool)" grep -q "spool $WORK/spool/.*No space left on device" "$WORK/relay.log"
+  check "...and the client retried" grep -q "retry" "$WORK/spool.err"
+  check "...and the spool holds nothing afterwards" bash -c "[ -z \"\$(ls -A '$WORK/spool')\" ]"
+  # The spool fills between the last part and the completion (boto3 as the client), leaving
+  # room for the first two (small) parts but not the third: the join stops there with a 500;
+  # once there is room the same completion carries on from the third part and lands the bytes.
+  cat >"$WORK/mp_full.py" <<'PY'
+import os, subprocess, sys, boto3, botocore
+url, ca, spool, blob = sys.argv[1:5]
+s3 = boto3.client("s3", endpoint_url=url, verify=ca, region_name="us-east-1",
+                  config=botocore.config.Config(retries={"max_attempts": 1}))
+data = open(blob, "rb").read()[:248 << 10]
+key = "runs/r9/trainer/joined"
+up = s3.create_multipart_upload(Bucket="pail", Key=key)["UploadId"]
+parts, at = [], 0
+for n, size in enumerate([16 << 10, 16 << 10, 200 << 10, 16 << 10], 1):  # the relay has no 5 MiB minimum
+    e = s3.upload_part(Bucket="pail", Key=key, UploadId=up, PartNumber=n, Body=data[at:at + size])["ETag"]
+    parts.append({"PartNumber": n, "ETag": e})
+    at += size
+hole, fill = os.path.join(spool, ".hole"), os.path.join(spool, ".filler")
+subprocess.run(["dd", "if=/dev/zero", f"of={hole}", "bs=4k", "count=12"], capture_output=True)
+subprocess.run(["dd", "if=/dev/zero", f"of={fill}", "bs=4k", "count=1000"], capture_output=True)
+os.remove(hole)  # 48 KiB free: parts 1 and 2 join (each deleted once joined), part 3 does not fit
+try:
+    s3.complete_multipart_upload(Bucket="pail", Key=key, UploadId=up, MultipartUpload={"Parts": parts})
+    print("completed on a full spool"); sys.exit(1)
+except botocore.exceptions.ClientError as e:
+    print("full:", e.response["ResponseMetadata"]["HTTPStatusCode"], e.response["Error"]["Code"])
+upload_dir = [d for d in os.listdir(spool) if not d.startswith(".")][0]
+print("spooled:", " ".join(sorted(os.listdir(os.path.join(spool, upload_dir)))))
+os.remove(fill)
+s3.complete_multipart_upload(Bucket="pail", Key=key, UploadId=up, MultipartUpload={"Parts": parts})
+got = s3.get_object(Bucket="pail", Key=key)["Body"].read()
+print("retried:", "same bytes" if got == data else "DIFFERENT bytes")
+PY
+  "$(venv)/bin/python" "$WORK/mp_full.py" "$RELAY_URL" "$RELAY_CA" "$WORK/spool" "$WORK/blob" >"$WORK/mp_full.out" 2>&1
+  check "a completion on a full spool: a 500" grep -q "^full: 500 InternalError" "$WORK/mp_full.out"
+  check "...parts 1 and 2 joined, 3 and 4 kept" grep -q "^spooled: object part-00003 part-00004$" "$WORK/mp_full.out"
+  check "...completed again once there is room: the same bytes" grep -q "^retried: same bytes" "$WORK/mp_full.out"
+  [ "$FAIL" = 0 ] || sed 's/^/        /' "$WORK/mp_full.out" | tail -5
+  check "...and the spool holds nothing afterwards" bash -c "[ -z \"\$(ls -A '$WORK/spool')\" ]"
+  kill "$RELAY_PID"; wait "$RELAY_PID" 2>/dev/null
+  umount -l "$WORK/spool"
+  RELAY_PID=$MAIN_PID RELAY_URL="https://127.0.0.1:$MAIN_PORT" PORT=$MAIN_PORT
+else
+  echo "  skip  a full relay spool: mounting a small tmpfs needs root (run as root to include it)"
+fi
+
+echo "SIGTERM during an outage: the worker stops within 5 s, the trainer within 20 s, not at --max-outage"
+mkdir -p "$WORK/stop"
+"$BIN/grpo-ctl" init-model --out "$WORK/stop/m" --shape tiny --vocab 300 --tokenizer "$ROOT/data/tokenizers/bytes" \
+  --dtype f32 >/dev/null 2>&1 || bad "init-model for the stop test"
+DEAD=$(free_port)
+"$BIN/grpo-rollout" --model "$WORK/stop/m" --run s3://pail/x --endpoint "http://127.0.0.1:$DEAD" --max-outage 600 \
+  --dataset "$ROOT/data/multiplication/train.jsonl" >"$WORK/stop/w.log" 2>&1 &
+SW=$!
+"$BIN/grpo-train" --model "$WORK/stop/m" --run s3://pail/x --endpoint "http://127.0.0.1:$DEAD" --max-outage 600 \
+  >"$WORK/stop/t.log" 2>&1 &
+ST=$!
+sleep 3
+kill -TERM $SW $ST
+t0=$(date +%s)
+wait $SW; wrc=$?; tw=$(( $(date +%s) - t0 ))
+wait $ST; trc=$?; tt=$(( $(date +%s) - t0 ))
+echo "        worker exit $wrc after ${tw} s, trainer exit $trc after ${tt} s"
+check "the worker stopped within 15 s of SIGTERM (its --max-outage is 600 s)" test $wrc = 1 -a $tw -le 15
+check "...saying why in one line" grep -q "^grpo-rollout: .*run.json: GET at .*: not retried further, the process is stopping (a stop signal)" "$WORK/stop/w.log"
+check "the trainer stopped within 40 s (20 s of grace to publish)" test $trc = 1 -a $tt -le 40
+check "...saying why in one line" grep -q "^grpo-train: .*not retried further, the process is stopping (a stop signal)" "$WORK/stop/t.log"
+
 echo "trainer and worker through a relay killed and restarted while they run"
 RELAY_REUSE_PORT=$PORT start_relay || { bad "relay restart"; finish; exit 1; }
 M="$WORK/model" RUN=s3://pail/runs/r1
