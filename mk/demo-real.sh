@@ -72,7 +72,7 @@ rm -f "$D/model.gguf"
 M=$D/model
 
 say "3/5 relay on $D/bucket, trainer, two rollout workers, one eval worker"
-demo_relay_start --max-body-bytes 268435456
+demo_relay_start
 
 OMP_NUM_THREADS=$T_TRAIN as "$TK" "$TS" "$BIN/grpo-train" --model "$M" --run "$URL" "${EP[@]}" --steps "$STEPS" \
   --groups-per-step 8 --group-size 8 --lora-rank 16 --lora-alpha 32 --lr "$LR" --max-staleness 2 --token-budget 4096 --seed 1 \
