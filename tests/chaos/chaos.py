@@ -398,15 +398,18 @@ class Round:
             self.findings.append(f"grpo-ctl {what} during the run exited {r.returncode}: "
                                  f"{(r.stderr.strip().splitlines() or [''])[-1][:200]}")
 
-    def later(self, secs, fn):
-        self.timers.append((time.monotonic() + secs, fn))
+    def later(self, secs, fn, moot=None):
+        """Runs fn in secs; dropped sooner once moot() is true (a helper process that ended by itself)."""
+        self.timers.append((time.monotonic() + secs, fn, moot))
 
     def extra(self, name, argv, env, secs):
         f = open(os.path.join(self.dir, f"{name}.log"), "a")
         p = subprocess.Popen(argv, stdout=f, stderr=f, env=env, cwd=self.dir)
         f.close()
         self.extras.append((name, p))
-        self.later(secs, lambda: p.poll() is None and p.kill())
+        # The kill is moot once the process ends: a pending one would hold the round open (a 120 s
+        # gc timer kept a fast trainer publishing until the bucket's tmpfs was full).
+        self.later(secs, lambda: p.poll() is None and p.kill(), moot=lambda: p.poll() is not None)
 
     def corrupt(self, f):
         what = f["what"]
@@ -532,6 +535,7 @@ class Round:
                     tr.restart_at = time.monotonic()
                 else:
                     self.fault(x)
+            self.timers = [t for t in self.timers if not (t[2] and t[2]())]
             for t in [t for t in self.timers if t[0] <= now]:
                 self.timers.remove(t)
                 t[1]()
