@@ -465,6 +465,13 @@ class Round:
         tr.signal(signal.SIGKILL)
         if tr.proc:
             tr.proc.wait()
+        # A twin trainer still running (its kill timer cannot fire while the refused start
+        # below blocks the loop) would publish past the damaged state and the start would not
+        # refuse: it goes first (seed 11 round 33).
+        for name, p in self.extras:
+            if name == "twin" and p.poll() is None:
+                p.kill()
+                p.wait()
         if self.relay_down_until:  # the refused start below runs in the loop: the relay must be up
             self.start_relay()
             self.relay_down_until = None
@@ -480,6 +487,11 @@ class Round:
         data, sha = self.get_obj(key)
         bad = data[: len(data) // 2] if what == "runjson" else data[:100] + b"garbage" + data[107:]
         self.put_raw(key, bad, sha)
+        if self.backend == "s3":  # damaged behind the relay: a copy it cached (it verified) would hide it
+            self.relay.send_signal(signal.SIGCONT)
+            self.relay.kill()
+            self.relay.wait()
+            self.start_relay()
         self.faults[f"resume_{what}"] = self.faults.get(f"resume_{what}", 0) + 1
         r = subprocess.run(self.trainer_argv, capture_output=True, text=True, env=tr.env, cwd=self.dir, timeout=300)
         lines = [l for l in r.stderr.splitlines() if l.strip()]
