@@ -171,6 +171,15 @@ static bool all_finite(const float *x, size_t n) {
     return true;
 }
 
+// Reads and parses the trainer state `key` of st (verified, against the model's config).
+static int state_load(const Trainer *t, Store *st, const char *key, TrainerState *s, PailErr *err) {
+    Buf b = {0};
+    int rc = versioned_get(st, key, &b, err);
+    if (rc == 0) rc = state_read(s, b.data, b.len, key, &t->w.cfg, err);
+    buf_free(&b);
+    return rc;
+}
+
 static int publish(Trainer *t, PailErr *err) {
     double t0 = time_mono_s();
     int64_t v = t->version + 1;
@@ -349,11 +358,8 @@ static int resume(Trainer *t, long sv, long av, PailErr *err) {
                        "states after it are missing (deleted?). Continuing from %s would fork the run, so nothing "
                        "was changed; pass --resume-from %ld to continue from it with new versions after v%08ld "
                        "(nothing published is rewritten)", av, key, key, sv, av);
-    Buf b = {0};
     TrainerState s;
-    int rc = versioned_get(t->st, key, &b, err);
-    if (rc == 0) rc = state_read(&s, b.data, b.len, key, &t->w.cfg, err);
-    buf_free(&b);
+    int rc = state_load(t, t->st, key, &s, err);
     if (rc < 0) {
         if (use > 0 && err->code == PAIL_ERR_INVALID) {  // corrupt, not a network failure
             char inner[sizeof err->msg];
@@ -924,11 +930,8 @@ static int replay_record_load(Trainer *t, PailErr *err) {
     while (v >= 0) {
         char key[128];
         version_key(&SERIES_STATES, v, key, sizeof key);
-        Buf b = {0};
         TrainerState s;
-        int r = versioned_get(t->src, key, &b, err);
-        if (r == 0) r = state_read(&s, b.data, b.len, key, &t->w.cfg, err);
-        buf_free(&b);
+        int r = state_load(t, t->src, key, &s, err);
         if (r < 0) {
             err_wrap(err, "--replay-record");
             goto out;
