@@ -613,6 +613,7 @@ typedef struct {   // one optimizer step in the making
     GrpoLossStats ls;
     double norm;     // the loss normalizer of the whole step
     double sumsq, lr;
+    int64_t zero_adv_skipped;  // completions left out of the forward/backward: advantage 0, no KL term
 } Step;
 
 // The packer's view of a completion: its prompt, then the completion, scored.
@@ -667,6 +668,15 @@ static void step_items(Trainer *t, Step *st) {
         if (t->mask[k]) { comps++; toks += clen; }
     }
     st->norm = grpo_loss_norm(c->loss.type, comps, toks, max_new);
+    // A completion with advantage 0 (a group whose rewards had no spread, or
+    // an invalid reward) adds 0 to the loss and to every gradient when there
+    // is no KL term: every loss variant multiplies its term by A. It still
+    // counts in the normalizer above, as in TRL, so leaving it out of the
+    // forward and backward changes nothing but the time (and the token
+    // statistics, which then cover the trained completions only).
+    if (c->loss.beta == 0 && !c->train_zero_advantage)
+        for (int k = 0; k < N; k++)
+            if (t->mask[k] && t->adv[k] == 0.0f) t->mask[k] = 0, st->zero_adv_skipped++;
 }
 
 // One micro-batch from trained item *k on: the consecutive trained items of
@@ -792,11 +802,12 @@ static int step_metrics(Trainer *t, Step *st, PailErr *err) {
     jnum(mj, "clip_ratio/low_mean", ls->tokens ? (double)ls->clipped_low / tok : 0.0);
     jnum(mj, "clip_ratio/high_mean", ls->tokens ? (double)ls->clipped_high / tok : 0.0);
     jnum(mj, "kl", kl);
-    jnum(mj, "entropy", ss->ent_n ? ss->ent_sum / (double)ss->ent_n : 0.0);
+    jnum(mj, "entropy", ss->ent_n ? ss->ent_sum / (double)ss->ent_n : NAN);  // null: nothing trained
     jnum(mj, "completions/mean_length", N ? ss->len_sum / N : 0.0);
     jint(mj, "completions/truncated", ss->truncated);
     jint(mj, "completions/too_long", ss->too_long);
     jint(mj, "num_tokens", ss->tokens);
+    jint(mj, "completions/zero_advantage_skipped", st->zero_adv_skipped);
     jint(mj, "invalid_rewards", ast->invalid);
     jnum(mj, "tokens_per_second", secs > 0 ? (double)ss->tokens / secs : 0.0);
     jnum(mj, "staleness_mean", ngroups ? ss->staleness_sum / ngroups : 0.0);

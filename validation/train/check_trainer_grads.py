@@ -7,8 +7,13 @@ so ratios spread across the clip range) are given to
 it dumps must equal autograd's through transformers + PEFT with TRL's loss
 formulas (relative error <= 1e-3 per tensor), for each loss aggregation, both
 ratio types (token with DAPO's clip-higher 0.2/0.28 given as flags, sequence
-with GSPO's defaults), with and without the KL term, at a temperature != 1.
+with GSPO's defaults), with and without the KL term, at a temperature != 1. One group has no reward
+spread: without KL the trainer leaves its completions (and any whose reward is
+its group's mean: advantage 0) out of the forward and backward (their gradient
+is 0), which the metrics must say and the gradients
+must not show; --train-zero-advantage runs them and must give the same.
 Usage: check_trainer_grads.py BIN WORKDIR -> "trainer-grads: N passed, N failed"."""
+import json
 import os
 import subprocess
 import sys
@@ -125,34 +130,43 @@ def reference(loss_type, ratio, beta):
     return {n: p.grad.clone() for n, p in lora_params.items()}
 
 
-for loss_type in ("dapo", "grpo", "dr_grpo"):
-    for ratio in ("token", "sequence"):
-        for beta in (0.0, 0.05):
-            name = f"{loss_type}/{ratio}/beta={beta}"
-            run = os.path.join(WORK, "run-" + name.replace("/", "-"))
-            dump = run + "-grads.h5"
-            cmd = [os.path.join(BIN, "grpo-train"), "--model", model_dir, "--run", f"file://{run}", "--replay",
-                   f"file://{src}", "--init-adapter", adapter, "--steps", "1", "--groups-per-step", str(P),
-                   "--group-size", str(G), "--lora-rank", str(R), "--lora-alpha", str(ALPHA), "--lr", "0",
-                   "--loss", loss_type, "--ratio", ratio, "--beta", str(beta), "--dump-grads", dump,
-                   "--metrics", ""] + (["--epsilon-high", "0.28"] if ratio == "token" else [])
-            out = subprocess.run(cmd, capture_output=True, text=True)
-            if out.returncode != 0:
-                print(f"  FAIL {name}: grpo-train exited {out.returncode}: {out.stderr.strip().splitlines()[-1]}")
-                failed += 1
-                continue
-            ref = reference(loss_type, ratio, beta)
-            worst, wname = 0.0, ""
-            with h5py.File(dump) as f:
-                for n, gr in ref.items():
-                    parts = n.split(".")
-                    got = f[f"layers/{parts[4]}/{parts[6]}/{parts[7]}"][:]
-                    e = float(np.abs(got - gr.numpy()).max() / max(np.abs(gr.numpy()).max(), 1e-12))
-                    if e > worst:
-                        worst, wname = e, f"layers/{parts[4]}/{parts[6]}/{parts[7]}"
-            ok = worst <= 1e-3
-            passed += ok
-            failed += not ok
-            print(f"  {'ok  ' if ok else 'FAIL'} {name}: LoRA grads rel err {worst:.2e} (worst {wname})")
+cases = [(lt, ra, b, False) for lt in ("dapo", "grpo", "dr_grpo") for ra in ("token", "sequence") for b in (0.0, 0.05)]
+cases += [("dapo", "token", 0.0, True), ("grpo", "sequence", 0.0, True)]
+for loss_type, ratio, beta, train_zero in cases:
+    name = f"{loss_type}/{ratio}/beta={beta}" + ("/train-zero-advantage" if train_zero else "")
+    run = os.path.join(WORK, "run-" + name.replace("/", "-"))
+    dump = run + "-grads.h5"
+    metrics = run + "-metrics.jsonl"
+    cmd = [os.path.join(BIN, "grpo-train"), "--model", model_dir, "--run", f"file://{run}", "--replay",
+           f"file://{src}", "--init-adapter", adapter, "--steps", "1", "--groups-per-step", str(P),
+           "--group-size", str(G), "--lora-rank", str(R), "--lora-alpha", str(ALPHA), "--lr", "0",
+           "--loss", loss_type, "--ratio", ratio, "--beta", str(beta), "--dump-grads", dump,
+           "--metrics", metrics] + (["--epsilon-high", "0.28"] if ratio == "token" else []) + \
+        (["--train-zero-advantage"] if train_zero else [])
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    if out.returncode != 0:
+        print(f"  FAIL {name}: grpo-train exited {out.returncode}: {out.stderr.strip().splitlines()[-1]}")
+        failed += 1
+        continue
+    ref = reference(loss_type, ratio, beta)
+    worst, wname = 0.0, ""
+    with h5py.File(dump) as f:
+        for n, gr in ref.items():
+            parts = n.split(".")
+            got = f[f"layers/{parts[4]}/{parts[6]}/{parts[7]}"][:]
+            e = float(np.abs(got - gr.numpy()).max() / max(np.abs(gr.numpy()).max(), 1e-12))
+            if e > worst:
+                worst, wname = e, f"layers/{parts[4]}/{parts[6]}/{parts[7]}"
+    with open(metrics) as f:
+        skipped = json.loads(f.readline())["completions/zero_advantage_skipped"]
+    # the flat group, and completions whose reward is their group's mean; none with KL or the flag
+    r = rewards.view(P, G)
+    zero_adv = int(((r - r.mean(1, keepdim=True)) == 0).sum())
+    want_skipped = zero_adv if beta == 0 and not train_zero else 0
+    ok = worst <= 1e-3 and skipped == want_skipped
+    passed += ok
+    failed += not ok
+    print(f"  {'ok  ' if ok else 'FAIL'} {name}: LoRA grads rel err {worst:.2e} (worst {wname}); "
+          f"{skipped} zero-advantage completions skipped (want {want_skipped})")
 print(f"trainer-grads: {passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)
