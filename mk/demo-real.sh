@@ -13,7 +13,8 @@
 # Rollouts sample at temperature 0.6: at 1 this model solves ~3% of the training
 # products (a group of 8 is then nearly always all-zero: no signal), at 0.5 ~31%.
 # Knobs (environment): PAIL_DEMO_DIR (demo-real-run), PAIL_DEMO_STEPS (GRPO steps,
-# 30), PAIL_DEMO_LR (3e-4), PAIL_DEMO_TEMPERATURE (0.6), PAIL_DEMO_EVAL_EVERY (versions between evaluations,
+# 30), PAIL_DEMO_LR (3e-4), PAIL_DEMO_GROUPS (groups per step, 8), PAIL_DEMO_EPS_HIGH (--epsilon-high,
+# 0.2), PAIL_DEMO_TEMPERATURE (0.6), PAIL_DEMO_EVAL_EVERY (versions between evaluations,
 # default PAIL_DEMO_STEPS: the base model and the final adapter only; each one is
 # ~150 core-seconds), PAIL_DEMO_THREADS_TRAIN / _ROLLOUT / _EVAL (OMP_NUM_THREADS
 # of each process), PAIL_VENV_CACHE (the cache folder).
@@ -24,6 +25,8 @@ BIN=${BIN:-bin}
 D=${PAIL_DEMO_DIR:-demo-real-run}
 STEPS=${PAIL_DEMO_STEPS:-30}
 LR=${PAIL_DEMO_LR:-3e-4}
+EPS_HIGH=${PAIL_DEMO_EPS_HIGH:-0.2}
+NGROUPS=${PAIL_DEMO_GROUPS:-8}
 TEMP=${PAIL_DEMO_TEMPERATURE:-0.6}
 EVAL_EVERY=${PAIL_DEMO_EVAL_EVERY:-$STEPS}
 T_TRAIN=${PAIL_DEMO_THREADS_TRAIN:-2}
@@ -75,7 +78,7 @@ say "3/5 relay on $D/bucket, trainer, two rollout workers, one eval worker"
 demo_relay_start
 
 OMP_NUM_THREADS=$T_TRAIN as "$TK" "$TS" "$BIN/grpo-train" --model "$M" --run "$URL" "${EP[@]}" --steps "$STEPS" \
-  --groups-per-step 8 --group-size 8 --lora-rank 16 --lora-alpha 32 --lr "$LR" --max-staleness 2 --token-budget 4096 --seed 1 \
+  --groups-per-step "$NGROUPS" --group-size 8 --lora-rank 16 --lora-alpha 32 --lr "$LR" --epsilon-high "$EPS_HIGH" --max-staleness 2 --token-budget 4096 --seed 1 \
   --metrics "$D/logs/metrics.jsonl" --task "two-number multiplication (SmolLM2-135M-Instruct)" \
   >"$D/logs/trainer.log" 2>&1 &
 TRAIN=$!
