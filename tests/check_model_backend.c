@@ -481,16 +481,18 @@ START_TEST(test_extend_one_region) {
         extend_calls(backend_cpu(), &w, &lay, p, want);
         for (int nth = 2; nth <= 3; nth++) {
             omp_set_num_threads(nth);
+            // Within 1e-5, not bit for bit: the 12-token prompt takes the
+            // sgemm path, and OpenBLAS's sgemm on one thread's column slice may
+            // round differently from the whole product (its Zen kernels do:
+            // up to 6e-6 relative on a logit, after the layers); a thread
+            // reading another's unfinished output would be off by far more.
             extend_calls(&team_backend, &w, &lay, p, got);
-            for (size_t i = 0; i < n; i++)
-                if (got[i] != want[i])
-                    ck_abort_msg("model type %d, one region of %d threads: logit %zu is %.9g, on one thread %.9g",
-                                 type, nth, i, got[i], want[i]);
+            expect_close("KV-cache logits, one region of more threads vs one thread", team_backend.desc, got, want,
+                         n, 1e-5, 1e-5);
             // The CPU backend itself at this team size (one region a call once
-            // its team_ops is set): the same, within 1e-6 (OpenBLAS's sgemm on
-            // a column slice may round differently from the whole product).
+            // its team_ops is set): the same.
             extend_calls(backend_cpu(), &w, &lay, p, got);
-            expect_close("KV-cache logits, 1 vs more threads", backend_cpu()->desc, got, want, n, 1e-6, 1e-6);
+            expect_close("KV-cache logits, 1 vs more threads", backend_cpu()->desc, got, want, n, 1e-5, 1e-5);
         }
         omp_set_num_threads(saved);
         free(want), free(got), free(p);
