@@ -668,8 +668,8 @@ static void step_items(Trainer *t, Step *st) {
         if (t->mask[k]) { comps++; toks += clen; }
     }
     st->norm = grpo_loss_norm(c->loss.type, comps, toks, max_new);
-    // A completion with advantage 0 (a group whose rewards had no spread, or
-    // an invalid reward) adds 0 to the loss and to every gradient when there
+    // A completion with advantage 0 (its group's rewards had no spread, or its
+    // reward is its group's mean) adds 0 to the loss and to every gradient when there
     // is no KL term: every loss variant multiplies its term by A. It still
     // counts in the normalizer above, as in TRL, so leaving it out of the
     // forward and backward changes nothing but the time (and the token
