@@ -1,6 +1,7 @@
 // Check suite for src/grpo/pack.c: several sequences in one row (tokens,
 // positions, cu_seqlens, targets and the scored-token map as the trainer, the
-// SFT warm-up and grpo-ctl logprobs read them), a train mask with holes, the
+// SFT warm-up and grpo-ctl logprobs read them), a train mask with holes, a
+// multi-turn completion mask, the
 // budget's edges, and sequences that do not fit or have nothing scored.
 #include <check.h>
 #include <stdlib.h>
@@ -99,6 +100,54 @@ START_TEST(test_mask_holes) {
 }
 END_TEST
 
+// A multi-turn episode's completion: the model's tokens (cmask 1) are scored,
+// the environment's (cmask 0) are context; its trailing environment tokens
+// take no row. The behaviour log-prob index the trainer reads (row position +
+// 1 - n_prompt) lands on the scored completion tokens.
+START_TEST(test_completion_mask) {
+    Row w;
+    row_open(&w, 16, 4);
+    PackRow *r = &w.r;
+    int32_t p[] = {10, 11}, c[] = {20, 21, 22, 23, 24, 25};
+    uint8_t cm[] = {1, 0, 0, 1, 1, 0};
+    PackSeq s = {.prompt = p, .n_prompt = 2, .completion = c, .n_completion = 6, .cmask = cm};
+    ck_assert_int_eq(pack_rows(&s), 6);  // token 25 (the environment's, last) is never fed
+    ck_assert_int_eq(pack_scored(&s), 3);
+    ck_assert_int_eq(pack_add(r, &s), 0);
+    ck_assert(r->T == 6 && r->nseq == 1 && r->cu[1] == 6 && r->nscored == 3 && r->off[1] == 3);
+    int tok[] = {10, 11, 20, 21, 22, 23}, tgt[] = {-1, 20, -1, -1, 23, 24};
+    for (int t = 0; t < 6; t++) {
+        ck_assert_int_eq(r->tok[t], tok[t]);
+        ck_assert_int_eq(r->pos[t], t);
+        ck_assert_int_eq(r->tgt[t], tgt[t]);
+    }
+    int row_of[] = {1, 4, 5}, cidx[] = {0, 3, 4};
+    for (int q = 0; q < 3; q++) {
+        ck_assert_int_eq(r->row_of[q], row_of[q]);
+        ck_assert_int_eq(r->pos[r->row_of[q]] + 1 - s.n_prompt, cidx[q]);
+    }
+    // All ones is the unmasked completion; all zeros scores nothing and takes no row.
+    uint8_t ones[] = {1, 1, 1, 1, 1, 1}, zeros[6] = {0};
+    PackSeq a = {.prompt = p, .n_prompt = 2, .completion = c, .n_completion = 6, .cmask = ones};
+    PackSeq plain = {.prompt = p, .n_prompt = 2, .completion = c, .n_completion = 6};
+    PackSeq none = {.prompt = p, .n_prompt = 2, .completion = c, .n_completion = 6, .cmask = zeros};
+    ck_assert(pack_rows(&a) == pack_rows(&plain) && pack_rows(&a) == 7);
+    ck_assert(pack_scored(&a) == pack_scored(&plain) && pack_scored(&a) == 6);
+    ck_assert(pack_rows(&none) == 0 && pack_scored(&none) == 0);
+    ck_assert_int_eq(pack_add(r, &none), 0);
+    ck_assert(r->T == 6 && r->nseq == 1 && r->nadded == 2 && r->off[2] == 3);
+    // A full-sequence mask wins over cmask; no prompt: completion token 0 is never scored.
+    uint8_t m[] = {0, 0, 1, 1, 0, 0, 0, 0};
+    PackSeq both = {.prompt = p, .n_prompt = 2, .completion = c, .n_completion = 6, .mask = m, .cmask = cm};
+    ck_assert(pack_rows(&both) == 3 && pack_scored(&both) == 2);
+    PackSeq bare = {.completion = c, .n_completion = 6, .cmask = cm};
+    ck_assert(pack_rows(&bare) == 4 && pack_scored(&bare) == 2);
+    PackSeq bare_plain = {.completion = c, .n_completion = 6};
+    ck_assert(pack_rows(&bare_plain) == 5 && pack_scored(&bare_plain) == 5);
+    row_close(&w);
+}
+END_TEST
+
 // The budget's edges: a sequence that exactly fills what is left goes in, one
 // row more does not (and leaves the row as it was); max_seqs bounds the count;
 // a sequence longer than the budget never fits.
@@ -169,6 +218,7 @@ int main(void) {
     TCase *core = tcase_create("core"), *limits = tcase_create("limits");
     tcase_add_test(core, test_prompt_completion);
     tcase_add_test(core, test_mask_holes);
+    tcase_add_test(core, test_completion_mask);
     tcase_add_test(limits, test_budget_edges);
     tcase_add_test(limits, test_nothing_scored);
     suite_add_tcase(s, core);

@@ -1,6 +1,8 @@
-// Check suite for src/shard: rollout shard round trip, h5dump readability, and
-// rejection of bad files (truncated, wrong format or version, inconsistent
-// offsets, groups, types, missing datasets) with messages naming the problem.
+// Check suite for src/shard: rollout shard round trip (version 2, with and
+// without a multi-turn completion mask; version-1 files still read), h5dump
+// readability, and rejection of bad files (truncated, wrong format or version,
+// inconsistent offsets, groups, types, missing datasets, masks and turns) with
+// messages naming the problem.
 // With PAIL_SHARD_SAMPLE=PATH set, also writes a sample shard there (the
 // integration test reads it back with h5py).
 #include <check.h>
@@ -21,6 +23,8 @@ typedef struct {
     int32_t grp[12];
     float lp[64], rew[12], comp[24];
     uint8_t valid[12], fin[12];
+    uint8_t cm[64];    // completion mask: all ones unless a test sets it (s.completion_mask stays NULL)
+    int32_t turns[12]; // 1 each (s.turns stays NULL)
     char *names[2];
 } Sample;
 
@@ -58,7 +62,9 @@ static void sample_init(Sample *x) {
     for (int t = 0; t < off; t++) {
         x->cid[t] = 200 + t;
         x->lp[t] = -0.01f * (float)(t + 1);
+        x->cm[t] = 1;
     }
+    for (int i = 0; i < 12; i++) x->turns[i] = 1;
     x->names[0] = "exact_answer";
     x->names[1] = "format";
     s->prompt_ids = x->pid; s->prompt_offsets = x->poff; s->prompt_index = x->pidx;
@@ -67,6 +73,25 @@ static void sample_init(Sample *x) {
     s->reward_components = x->comp; s->finish_reason = x->fin;
     s->component_names[0] = x->names[0];
     s->component_names[1] = x->names[1];
+}
+
+// Makes the sample multi-turn: completions 4 (5 tokens: model, env, env, model,
+// model) and 9 (5 tokens, ending with the environment's) get mask-0 stretches
+// with log-prob 0, and 2 or 3 turns; the mask and turns are passed to the writer.
+static void sample_multi_turn(Sample *x) {
+    int64_t a = x->coff[4], b = x->coff[9];
+    ck_assert(x->coff[5] - a == 5 && x->coff[10] - b == 5);
+    uint8_t m4[5] = {1, 0, 0, 1, 1}, m9[5] = {1, 1, 0, 1, 0};
+    for (int t = 0; t < 5; t++) {
+        x->cm[a + t] = m4[t];
+        x->cm[b + t] = m9[t];
+        if (!m4[t]) x->lp[a + t] = 0;
+        if (!m9[t]) x->lp[b + t] = 0;
+    }
+    x->turns[4] = 2;
+    x->turns[9] = 3;
+    x->s.completion_mask = x->cm;
+    x->s.turns = x->turns;
 }
 
 START_TEST(test_round_trip) {
@@ -94,7 +119,12 @@ START_TEST(test_round_trip) {
     ck_assert_str_eq(r.component_names[1], "format");
     ck_assert_str_eq(r.base_sha256, x.s.base_sha256);
     ck_assert_int_eq(r.prompts_drawn, 0);
+    // A single-turn writer's NULL mask and turns are written as all ones and 1.
+    ck_assert(r.completion_mask && r.turns);
+    for (int64_t t = 0; t < x.coff[12]; t++) ck_assert_int_eq(r.completion_mask[t], 1);
+    for (int i = 0; i < 12; i++) ck_assert_int_eq(r.turns[i], 1);
     shard_free(&r);
+    ck_assert_ptr_null(r.completion_mask);
     // The optional sampler position round-trips.
     Buf img2 = {0};
     x.s.prompts_drawn = 1234567890123LL;
@@ -117,6 +147,19 @@ START_TEST(test_round_trip) {
              (long long)x.coff[12]);
     ck_assert_int_eq(system(cmd), 0);
     unlink(path);
+    buf_free(&img);
+    // Version 2 with a multi-turn mask: the mask, turns and the 0 log-probs round-trip.
+    sample_multi_turn(&x);
+    ck_assert_msg(shard_write(&x.s, &img, &err) == 0, "%s", err.msg);
+    ck_assert_msg(shard_read(&r, img.data, img.len, "multi", &err) == 0, "%s", err.msg);
+    ck_assert(!memcmp(r.completion_mask, x.cm, (size_t)x.coff[12]));
+    ck_assert(!memcmp(r.turns, x.turns, sizeof x.turns));
+    ck_assert(!memcmp(r.logprobs, x.lp, sizeof(float) * (size_t)x.coff[12]));
+    ck_assert_int_eq(r.completion_mask[x.coff[4] + 1], 0);
+    ck_assert_int_eq(r.completion_mask[x.coff[10] - 1], 0);
+    ck_assert_int_eq(r.turns[9], 3);
+    shard_free(&r);
+    // The sample h5py reads (test_formats_h5py.sh) is the multi-turn one.
     const char *sample = getenv("PAIL_SHARD_SAMPLE");
     if (sample) ck_assert_int_eq(h5f_write_path(&img, sample, &err), 0);
     buf_free(&img);
@@ -154,8 +197,12 @@ START_TEST(test_check_refuses) {
 END_TEST
 
 // Writes a shard like shard_write but lets the test break one thing.
+// BREAK_NONE writes a version-1 file (no completion_mask, turns): what older
+// pails and the h5py writers of validation/ write; BREAK_V2 and those after it
+// a version-2 file with x->cm and x->turns.
 typedef enum { BREAK_NONE, BREAK_FORMAT, BREAK_VERSION, BREAK_LOGPROBS_LEN, BREAK_DROP_GROUP, BREAK_FLOAT_IDS,
-               BREAK_NAMES, BREAK_DRAWN_NEGATIVE, BREAK_DRAWN_STRING } Break;
+               BREAK_NAMES, BREAK_DRAWN_NEGATIVE, BREAK_DRAWN_STRING, BREAK_V0,
+               BREAK_V2, BREAK_V2_NO_MASK, BREAK_V2_NO_TURNS, BREAK_V2_MASK_LEN, BREAK_V2_FLOAT_MASK } Break;
 
 static void write_broken(const Sample *x, Break b, Buf *out) {
     PailErr err = {0};
@@ -163,7 +210,7 @@ static void write_broken(const Sample *x, Break b, Buf *out) {
     hid_t f = h5f_create_mem("broken", &err);
     ck_assert_int_ge(f, 0);
     h5a_write_str(f, "format", b == BREAK_FORMAT ? "pail.lora" : SHARD_FORMAT, &err);
-    h5a_write_i64(f, "format_version", b == BREAK_VERSION ? 2 : 1, &err);
+    h5a_write_i64(f, "format_version", b == BREAK_VERSION ? 3 : b == BREAK_V0 ? 0 : b >= BREAK_V2 ? 2 : 1, &err);
     h5a_write_str(f, "run_id", s->run_id, &err);
     h5a_write_i64(f, "adapter_version", s->adapter_version, &err);
     h5a_write_str(f, "worker_id", s->worker_id, &err);
@@ -191,6 +238,12 @@ static void write_broken(const Sample *x, Break b, Buf *out) {
     h5d_write(f, "reward_valid", H5T_NATIVE_UINT8, 1, &N, x->valid, &err);
     h5d_write(f, "reward_components", H5T_NATIVE_FLOAT, 2, nk, x->comp, &err);
     h5d_write(f, "finish_reason", H5T_NATIVE_UINT8, 1, &N, x->fin, &err);
+    if (b >= BREAK_V2) {
+        int64_t mn = b == BREAK_V2_MASK_LEN ? ctok - 1 : ctok;
+        if (b == BREAK_V2_FLOAT_MASK) h5d_write(f, "completion_mask", H5T_NATIVE_FLOAT, 1, &ctok, x->lp, &err);
+        else if (b != BREAK_V2_NO_MASK) h5d_write(f, "completion_mask", H5T_NATIVE_UINT8, 1, &mn, x->cm, &err);
+        if (b != BREAK_V2_NO_TURNS) h5d_write(f, "turns", H5T_NATIVE_INT32, 1, &N, x->turns, &err);
+    }
     hid_t ds = H5Dopen2(f, "reward_components", H5P_DEFAULT);
     const char *names[2] = {"a", "b"};
     h5a_write_strs(ds, "names", names, b == BREAK_NAMES ? 1 : 2, &err);
@@ -240,13 +293,70 @@ START_TEST(test_value_bounds) {
 }
 END_TEST
 
+// The mask-aware checks, on write and on read: mask values in {0, 1}, an
+// environment token's log-prob exactly 0, turns >= 1 for a completion with
+// tokens (0 allowed for an empty one); a mask-0 stretch lifts only the
+// log-prob bound of its own tokens.
+START_TEST(test_mask_checks) {
+    Sample x;
+    PailErr err = {0};
+    enum { MASK, LP, TURNS };
+    struct { int what; int64_t at; float v; const char *msg; } bad[] = {
+        {MASK, 6, 2, "completion_mask[6] = 2 (0 or 1)"},
+        {LP, 11, -0.5f, "logprobs[11] = -0.5 but completion_mask[11] is 0"},
+        {LP, 11, NAN, "logprobs[11] = nan but completion_mask[11] is 0"},
+        {LP, 11, 1e-30f, "logprobs[11] = 1e-30 but completion_mask[11] is 0"},
+        {TURNS, 7, -1, "turns[7] = -1 is negative"},
+        {LP, 13, -2000, "logprobs[13] = -2000 is outside [-1000, 0]"},  // a mask-1 token of the same completion
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        sample_init(&x);
+        sample_multi_turn(&x);  // completion 4 is tokens 10..14, mask 1 0 0 1 1
+        if (bad[k].what == MASK) x.cm[bad[k].at] = (uint8_t)bad[k].v;
+        else if (bad[k].what == LP) x.lp[bad[k].at] = bad[k].v;
+        else x.turns[bad[k].at] = (int32_t)bad[k].v;
+        Buf img = {0};
+        ck_assert_int_eq(shard_write(&x.s, &img, &err), -1);
+        ck_assert_msg(strstr(err.msg, bad[k].msg), "case %zu: %s", k, err.msg);
+        ck_assert_uint_eq(img.len, 0);
+        RolloutShard r;
+        write_broken(&x, BREAK_V2, &img);
+        ck_assert_int_eq(shard_read(&r, img.data, img.len, "s", &err), -1);
+        ck_assert_msg(strstr(err.msg, bad[k].msg), "read case %zu: %s", k, err.msg);
+        buf_free(&img);
+    }
+    // -0.0 is 0; a mask all 0 (an episode the environment wrote alone) is a shard
+    // the trainer skips, not a broken one; 0 turns, with or without tokens (an
+    // episode that failed in its opening or its first turn) is fine.
+    sample_init(&x);
+    sample_multi_turn(&x);
+    x.lp[11] = -0.0f;
+    for (int64_t t = x.coff[2]; t < x.coff[3]; t++) x.cm[t] = 0, x.lp[t] = 0;
+    x.coff[1] = 0;  // completion 0 empty (completion 1 takes its token)
+    x.turns[0] = 0;
+    ck_assert_msg(shard_check(&x.s, 0, "s", &err) == 0, "%s", err.msg);
+    x.turns[1] = 0;
+    ck_assert_msg(shard_check(&x.s, 0, "s", &err) == 0, "%s", err.msg);
+    // With no mask every token is the model's: a log-prob of 0 is fine, the bound holds everywhere.
+    sample_init(&x);
+    x.lp[11] = 0;
+    ck_assert_msg(shard_check(&x.s, 0, "s", &err) == 0, "%s", err.msg);
+}
+END_TEST
+
 START_TEST(test_read_refuses) {
     Sample x;
     sample_init(&x);
     struct { Break b; const char *want; } cases[] = {
         {BREAK_NONE, NULL},
         {BREAK_FORMAT, "format is 'pail.lora'"},
-        {BREAK_VERSION, "format_version 2"},
+        {BREAK_VERSION, "format_version 3, this pail reads 1 to 2"},
+        {BREAK_V0, "format_version 0"},
+        {BREAK_V2, NULL},
+        {BREAK_V2_NO_MASK, "dataset 'completion_mask' is missing"},
+        {BREAK_V2_NO_TURNS, "dataset 'turns' is missing"},
+        {BREAK_V2_MASK_LEN, "dataset 'completion_mask' has"},
+        {BREAK_V2_FLOAT_MASK, "'completion_mask' has type float"},
         {BREAK_LOGPROBS_LEN, "dataset 'logprobs' has"},
         {BREAK_DROP_GROUP, "dataset 'group' is missing"},
         {BREAK_FLOAT_IDS, "'completion_ids' has type float"},
@@ -263,6 +373,11 @@ START_TEST(test_read_refuses) {
         if (!cases[i].want) {
             ck_assert_msg(rc == 0, "%s", err.msg);
             ck_assert_int_eq(r.prompts_drawn, 0);  // an older writer's shard: not recorded
+            // version 1 (BREAK_NONE) or 2 with the defaults: every token the model's, one turn each
+            ck_assert(r.completion_mask && r.turns);
+            for (int64_t t = 0; t < x.coff[12]; t++) ck_assert_int_eq(r.completion_mask[t], 1);
+            for (int k = 0; k < 12; k++) ck_assert_int_eq(r.turns[k], 1);
+            ck_assert(!memcmp(r.logprobs, x.lp, sizeof(float) * (size_t)x.coff[12]));
             shard_free(&r);
         } else {
             ck_assert_msg(rc == -1, "case %zu accepted", i);
@@ -277,6 +392,7 @@ END_TEST
 START_TEST(test_read_garbage) {
     Sample x;
     sample_init(&x);
+    sample_multi_turn(&x);  // flips reach the mask and turns too
     Buf img = {0};
     PailErr err = {0};
     ck_assert_int_eq(shard_write(&x.s, &img, &err), 0);
@@ -311,6 +427,7 @@ int main(void) {
     tcase_add_test(limits, test_check_refuses);
     tcase_add_test(limits, test_read_refuses);
     tcase_add_test(limits, test_value_bounds);
+    tcase_add_test(limits, test_mask_checks);
     tcase_add_test(limits, test_read_garbage);
     tcase_set_timeout(limits, 60);
     suite_add_tcase(s, core);

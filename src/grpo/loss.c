@@ -5,6 +5,8 @@
 //   loss_t = -obj + beta (exp(ref - new) - (ref - new) - 1)
 // aggregated: dapo sum_t loss_t / tokens(step); grpo mean_i(mean_t loss_t);
 // dr_grpo sum_t loss_t / (completions(step) * max_new_tokens).
+// t runs over a completion's scored tokens, the only ones its range holds
+// (a multi-turn episode's environment tokens are left out by the packer).
 #include "grpo/loss.h"
 #include <math.h>
 #include <string.h>

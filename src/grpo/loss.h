@@ -3,7 +3,9 @@
 // respect to the policy's log-probs (the model's backward takes it from there).
 // Formulas follow TRL's GRPOTrainer (advantages, ratio, clipping, aggregation,
 // k3 KL), validated in validation/grpo/ against PyTorch autograd and TRL.
-// Sizes: n completions in a micro-batch, tokens of completion i in [off[i], off[i+1]).
+// Sizes: n completions in a micro-batch, tokens of completion i in [off[i], off[i+1]):
+// its scored tokens only (the packer leaves a multi-turn completion's
+// environment tokens out), so every mean and count here is over those.
 #pragma once
 #include <stdbool.h>
 #include <stdint.h>
@@ -41,9 +43,10 @@ typedef struct {   // accumulated over the micro-batches of a step (zero it firs
     int64_t tokens, clipped_low, clipped_high, completions;
 } GrpoLossStats;
 
-// The normalizer of a step (all its micro-batches): dapo: completion tokens in
-// the step; grpo: completions in the step; dr_grpo: completions in the step *
-// max_new_tokens. Only completions with mask 1 count.
+// The normalizer of a step (all its micro-batches): dapo: scored completion
+// tokens in the step (a multi-turn completion's mask-1 tokens); grpo:
+// completions in the step; dr_grpo: completions in the step * max_new_tokens.
+// Only completions with mask 1 count.
 double grpo_loss_norm(LossType type, int64_t completions, int64_t tokens, int64_t max_new_tokens);
 
 // One micro-batch: adds its loss contribution and statistics to st and writes

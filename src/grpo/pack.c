@@ -25,17 +25,27 @@ static int seq_token(const PackSeq *s, int j) {
     return j < s->n_prompt ? s->prompt[j] : s->completion[j - s->n_prompt];
 }
 
-static int seq_scored(const PackSeq *s, int j) {
+static int seq_scored(const PackSeq *s, int64_t j) {
     if (j < 1) return 0;
-    return s->mask ? s->mask[j] != 0 : j >= s->n_prompt;
+    if (s->mask) return s->mask[j] != 0;
+    if (j < s->n_prompt) return 0;
+    return s->cmask ? s->cmask[j - s->n_prompt] != 0 : 1;
 }
 
 int pack_rows(const PackSeq *s) {
     int64_t n = (int64_t)s->n_prompt + s->n_completion;
-    if (!s->mask) return s->n_completion > 0 && n > 1 ? (int)(n - 1 < INT_MAX ? n - 1 : INT_MAX) : 0;
-    for (int64_t j = n - 1; j >= 1; j--)
-        if (s->mask[j]) return j < INT_MAX ? (int)j : INT_MAX;
+    if (!s->mask && !s->cmask) return s->n_completion > 0 && n > 1 ? (int)(n - 1 < INT_MAX ? n - 1 : INT_MAX) : 0;
+    for (int64_t j = n - 1; j >= 1; j--)  // the tokens after the last scored one are never fed
+        if (seq_scored(s, j)) return j < INT_MAX ? (int)j : INT_MAX;
     return 0;
+}
+
+int pack_scored(const PackSeq *s) {
+    int64_t n = (int64_t)s->n_prompt + s->n_completion, k = 0;
+    if (!s->mask && !s->cmask) k = s->n_prompt > 0 ? s->n_completion : s->n_completion - (s->n_completion > 0);
+    else
+        for (int64_t j = 1; j < n; j++) k += seq_scored(s, j);
+    return k < INT_MAX ? (int)k : INT_MAX;
 }
 
 int pack_add(PackRow *r, const PackSeq *s) {

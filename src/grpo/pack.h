@@ -3,7 +3,8 @@
 // scored token to the row that predicts it. A per-token train mask says which
 // tokens are scored (their log-prob computed and trained on): the completion
 // of a GRPO sample, the assistant turns of an SFT row, every token after the
-// first for grpo-ctl logprobs. Row r of a sequence feeds its token r and
+// first for grpo-ctl logprobs; the tokens a multi-turn episode's model
+// generated, not the environment's, through a completion mask. Row r of a sequence feeds its token r and
 // predicts token r + 1, so a sequence takes as many rows as the index of its
 // last scored token (the tokens after it are never fed) and its token 0 is
 // never scored. It only lays out tokens: no model, no loss.
@@ -16,8 +17,11 @@ typedef struct {   // one sequence: prompt then completion (either may be empty)
     int n_prompt;
     const int32_t *completion;
     int n_completion;
-    const uint8_t *mask;  // NULL: the completion's tokens are scored; else (n_prompt + n_completion)
+    const uint8_t *mask;  // NULL: the completion's tokens are scored (see cmask); else (n_prompt + n_completion)
                           // flags, 1 = scored (mask[0] is ignored: nothing predicts token 0)
+    const uint8_t *cmask; // NULL: every completion token is scored; else (n_completion) flags, used when mask
+                          // is NULL: 1 = scored (a multi-turn episode's own tokens), 0 = context (the
+                          // environment's tokens)
 } PackSeq;
 
 typedef struct {
@@ -39,6 +43,8 @@ void pack_plan(PackRow *r, MemPlan *p, int cap, int max_seqs);
 void pack_reset(PackRow *r);  // empty the row
 // Rows s needs: the index of its last scored token (0: nothing is scored).
 int pack_rows(const PackSeq *s);
+// Tokens of s that are scored (pack_add adds as many to nscored).
+int pack_scored(const PackSeq *s);
 // Appends s. 0, or -1 when it does not fit the rows or sequences left (the row
 // is unchanged; a sequence refused by an empty row never fits: pack_rows > cap).
 int pack_add(PackRow *r, const PackSeq *s);

@@ -599,6 +599,7 @@ static int gather(Trainer *t, volatile sig_atomic_t *stop, int *ngroups, double 
 
 typedef struct {
     double reward_sum, reward_sq, len_sum, ent_sum, staleness_sum, staleness_max;
+    double trained_len_sum, turns_sum;  // mask-1 (model) tokens and assistant turns of the completions
     int64_t completions, truncated, tokens, too_long, ent_n;
     double comp_sum[SHARD_MAX_COMPONENTS];
     int64_t comp_n;
@@ -616,18 +617,23 @@ typedef struct {   // one optimizer step in the making
     int64_t zero_adv_skipped;  // completions left out of the forward/backward: advantage 0, no KL term
 } Step;
 
-// The packer's view of a completion: its prompt, then the completion, scored.
+// The packer's view of a completion: its prompt, then the completion, whose
+// mask-1 tokens (the model's; a multi-turn episode's environment tokens are
+// mask 0, context only) are scored.
 static PackSeq item_seq(const Item *it) {
     const RolloutShard *s = it->s;
     int64_t p0 = s->prompt_offsets[it->p], c0 = s->completion_offsets[it->i];
     return (PackSeq){.prompt = s->prompt_ids + p0, .n_prompt = (int)(s->prompt_offsets[it->p + 1] - p0),
                      .completion = s->completion_ids + c0,
-                     .n_completion = (int)(s->completion_offsets[it->i + 1] - c0)};
+                     .n_completion = (int)(s->completion_offsets[it->i + 1] - c0),
+                     .cmask = s->completion_mask ? s->completion_mask + c0 : NULL};  // never NULL after shard_read
 }
 
 // Step items: the completions of the step's groups, their rewards and
-// advantages, which ones are trained (valid reward, at least one token, fits
-// the token budget), the loss normalizer and the reward statistics.
+// advantages, which ones are trained (valid reward, at least one scored
+// token, fits the token budget), the loss normalizer and the reward
+// statistics. Scored tokens are the completion's mask-1 tokens (all of a
+// single-turn completion's): the normalizer counts those only.
 static void step_items(Trainer *t, Step *st) {
     const TrainerConfig *c = t->cfg;
     int G = t->G, N = st->N;
@@ -650,10 +656,12 @@ static void step_items(Trainer *t, Step *st) {
     for (int k = 0; k < N; k++) {
         Item *it = &t->items[k];
         PackSeq seq = item_seq(it);
-        int64_t clen = seq.n_completion;
+        int64_t clen = seq.n_completion, scored = pack_scored(&seq);
         int fits = pack_rows(&seq) <= c->token_budget;
         if (!fits) ss->too_long++;
-        t->mask[k] = t->valid[k] && clen > 0 && fits;
+        t->mask[k] = t->valid[k] && scored > 0 && fits;
+        // Dr.GRPO's constant: the generation budget (an episode shard's max_new_tokens is
+        // the writer's --max-episode-tokens, which bounds the mask-1 and mask-0 tokens together)
         if (it->s->max_new_tokens > max_new) max_new = it->s->max_new_tokens;
         if (t->valid[k]) {
             ss->reward_sum += t->rewards[k];
@@ -664,8 +672,10 @@ static void step_items(Trainer *t, Step *st) {
             ss->comp_n++;
         }
         ss->len_sum += (double)clen;
+        ss->trained_len_sum += (double)scored;
+        ss->turns_sum += it->s->turns ? it->s->turns[it->i] : 1;
         ss->truncated += it->s->finish_reason[it->i] == FINISH_LENGTH;
-        if (t->mask[k]) { comps++; toks += clen; }
+        if (t->mask[k]) { comps++; toks += scored; }
     }
     st->norm = grpo_loss_norm(c->loss.type, comps, toks, max_new);
     // A completion with advantage 0 (its group's rewards had no spread, or its
@@ -699,6 +709,7 @@ static int micro_batch(Trainer *t, Step *st, int *k, PailErr *err) {
         t->adv_c[a] = t->adv[b];
         t->mask_c[a] = 1;
         // behaviour log-probs: the scored token's index in its sequence is its row's position + 1
+        // (only mask-1 completion tokens are scored, so never an environment token's stored 0)
         const float *lp = it->s->logprobs + it->s->completion_offsets[it->i];
         for (int64_t q = r->off[a]; q < r->off[a + 1]; q++) t->old_c[q] = lp[r->pos[r->row_of[q]] + 1 - seq.n_prompt];
     }
@@ -804,6 +815,8 @@ static int step_metrics(Trainer *t, Step *st, PailErr *err) {
     jnum(mj, "kl", kl);
     jnum(mj, "entropy", ss->ent_n ? ss->ent_sum / (double)ss->ent_n : NAN);  // null: nothing trained
     jnum(mj, "completions/mean_length", N ? ss->len_sum / N : 0.0);
+    jnum(mj, "completions/mean_trained_tokens", N ? ss->trained_len_sum / N : 0.0);
+    jnum(mj, "completions/mean_turns", N ? ss->turns_sum / N : 0.0);
     jint(mj, "completions/truncated", ss->truncated);
     jint(mj, "completions/too_long", ss->too_long);
     jint(mj, "num_tokens", ss->tokens);

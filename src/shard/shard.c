@@ -71,10 +71,28 @@ static int check_body(const RolloutShard *s, int64_t ptok, int64_t ctok, int64_t
                                (double)SHARD_REWARD_MAX);
         }
     }
-    for (int64_t t = 0; t < ctok; t++)
+    // turns: assistant turns completed; 0 for an episode that failed in its
+    // opening or its first turn (it may hold tokens, none of them trained on).
+    for (int64_t i = 0; s->turns && i < s->N; i++)
+        if (s->turns[i] < 0)
+            return err_set(err, PAIL_ERR_INVALID, "shard %s: turns[%lld] = %d is negative", name, (long long)i, s->turns[i]);
+    const uint8_t *cm = s->completion_mask;
+    for (int64_t t = 0; t < ctok; t++) {
+        if (cm && cm[t] > 1)
+            return err_set(err, PAIL_ERR_INVALID, "shard %s: completion_mask[%lld] = %d (0 or 1)", name, (long long)t, cm[t]);
+        if (cm && !cm[t]) {
+            // An environment's token was not sampled: it has no behaviour log-prob, and
+            // the writer stores exactly 0 (anything else is a writer mixing up the arrays).
+            if (s->logprobs[t] != 0.0f)
+                return err_set(err, PAIL_ERR_INVALID, "shard %s: logprobs[%lld] = %g but completion_mask[%lld] is 0 "
+                               "(a token the environment appended has log-prob 0)", name, (long long)t,
+                               (double)s->logprobs[t], (long long)t);
+            continue;
+        }
         if (!(s->logprobs[t] <= 0.0f && s->logprobs[t] >= SHARD_LOGPROB_MIN))  // also NaN
             return err_set(err, PAIL_ERR_INVALID, "shard %s: logprobs[%lld] = %g is outside [%g, 0]", name, (long long)t,
                            (double)s->logprobs[t], (double)SHARD_LOGPROB_MIN);
+    }
     for (int64_t k = 0; k < s->K; k++)
         if (!s->component_names[k] || !s->component_names[k][0])
             return err_set(err, PAIL_ERR_INVALID, "shard %s: reward component %lld has no name", name, (long long)k);
@@ -91,9 +109,31 @@ int shard_write(const RolloutShard *s, Buf *out, PailErr *err) {
     char name[160];
     snprintf(name, sizeof name, "%s-v%lld", s->worker_id, (long long)s->adapter_version);
     if (shard_check(s, 0, name, err) < 0) return -1;
-    hid_t f = h5f_create_mem(name, err);
-    if (f < 0) return -1;
     int64_t P = s->P, N = s->N, K = s->K, ptok = n_prompt_tokens(s), ctok = n_completion_tokens(s);
+    // A single-turn writer leaves the mask and turns NULL: every token is the model's, one turn each.
+    uint8_t *ones = NULL;
+    int32_t *one_turn = NULL;
+    const uint8_t *cmask = s->completion_mask;
+    const int32_t *turns = s->turns;
+    if (!cmask) {
+        if (!(ones = malloc((size_t)(ctok > 0 ? ctok : 1)))) return err_set(err, PAIL_ERR_NOMEM, "shard %s: out of memory", name);
+        memset(ones, 1, (size_t)ctok);
+        cmask = ones;
+    }
+    if (!turns) {
+        if (!(one_turn = malloc((size_t)N * sizeof *one_turn))) {
+            free(ones);
+            return err_set(err, PAIL_ERR_NOMEM, "shard %s: out of memory", name);
+        }
+        for (int64_t i = 0; i < N; i++) one_turn[i] = 1;
+        turns = one_turn;
+    }
+    hid_t f = h5f_create_mem(name, err);
+    if (f < 0) {
+        free(ones);
+        free(one_turn);
+        return -1;
+    }
     int64_t p1 = P + 1, n1 = N + 1, nk[2] = {N, K};
     int rc = 0;
     rc |= h5a_write_str(f, "format", SHARD_FORMAT, err);
@@ -121,6 +161,8 @@ int shard_write(const RolloutShard *s, Buf *out, PailErr *err) {
     rc |= h5d_write(f, "reward_valid", H5T_NATIVE_UINT8, 1, &N, s->reward_valid, err);
     rc |= h5d_write(f, "reward_components", H5T_NATIVE_FLOAT, 2, nk, s->reward_components, err);
     rc |= h5d_write(f, "finish_reason", H5T_NATIVE_UINT8, 1, &N, s->finish_reason, err);
+    rc |= h5d_write(f, "completion_mask", H5T_NATIVE_UINT8, 1, &ctok, cmask, err);
+    rc |= h5d_write(f, "turns", H5T_NATIVE_INT32, 1, &N, turns, err);
     if (rc == 0) {
         hid_t ds = H5Dopen2(f, "reward_components", H5P_DEFAULT);
         rc = h5a_write_strs(ds, "names", (const char *const *)s->component_names, (int)K, err);
@@ -128,6 +170,8 @@ int shard_write(const RolloutShard *s, Buf *out, PailErr *err) {
     }
     if (rc == 0) rc = h5f_image(f, out, name, err);
     h5f_close(f);
+    free(ones);
+    free(one_turn);
     return rc ? err_wrap(err, "shard %s", name) : 0;
 }
 
@@ -143,6 +187,8 @@ void shard_free(RolloutShard *s) {
     free(s->reward_valid);
     free(s->reward_components);
     free(s->finish_reason);
+    free(s->completion_mask);
+    free(s->turns);
     for (int k = 0; k < SHARD_MAX_COMPONENTS; k++) free(s->component_names[k]);
     memset(s, 0, sizeof *s);
 }
@@ -163,10 +209,11 @@ int shard_read(RolloutShard *s, const void *data, size_t len, const char *name, 
         rc = err_set(err, PAIL_ERR_INVALID, "shard %s: format is '%s', expected '%s'", name, format, SHARD_FORMAT);
         goto done;
     }
-    if (version != SHARD_FORMAT_VERSION) {
+    if (version < SHARD_FORMAT_VERSION_MIN || version > SHARD_FORMAT_VERSION) {
         rc = err_set(err, PAIL_ERR_INVALID,
-                     "shard %s: format_version %lld, this pail reads %d (use the pail release that wrote it, "
-                     "or regenerate the rollouts)", name, (long long)version, SHARD_FORMAT_VERSION);
+                     "shard %s: format_version %lld, this pail reads %d to %d (use the pail release that wrote it, "
+                     "or regenerate the rollouts)", name, (long long)version, SHARD_FORMAT_VERSION_MIN,
+                     SHARD_FORMAT_VERSION);
         goto done;
     }
     if (h5a_read_str(f, "run_id", s->run_id, sizeof s->run_id, name, err) < 0 ||
@@ -206,6 +253,19 @@ int shard_read(RolloutShard *s, const void *data, size_t len, const char *name, 
     if ((rc = h5d_read(f, "rewards", H5T_NATIVE_FLOAT, 1, &N, NULL, MAX_ELEMS, (void **)&s->rewards, name, err)) < 0) goto done;
     if ((rc = h5d_read(f, "reward_valid", H5T_NATIVE_UINT8, 1, &N, NULL, MAX_ELEMS, (void **)&s->reward_valid, name, err)) < 0) goto done;
     if ((rc = h5d_read(f, "finish_reason", H5T_NATIVE_UINT8, 1, &N, NULL, MAX_ELEMS, (void **)&s->finish_reason, name, err)) < 0) goto done;
+    if (version >= 2) {
+        if ((rc = h5d_read(f, "completion_mask", H5T_NATIVE_UINT8, 1, &ctok, NULL, MAX_ELEMS, (void **)&s->completion_mask, name, err)) < 0) goto done;
+        if ((rc = h5d_read(f, "turns", H5T_NATIVE_INT32, 1, &N, NULL, MAX_ELEMS, (void **)&s->turns, name, err)) < 0) goto done;
+    } else {  // version 1: single-turn completions, every token the model's
+        s->completion_mask = malloc((size_t)(ctok > 0 ? ctok : 1));
+        s->turns = malloc((size_t)N * sizeof *s->turns);
+        if (!s->completion_mask || !s->turns) {
+            rc = err_set(err, PAIL_ERR_NOMEM, "shard %s: out of memory", name);
+            goto done;
+        }
+        memset(s->completion_mask, 1, (size_t)ctok);
+        for (int64_t i = 0; i < N; i++) s->turns[i] = 1;
+    }
     int64_t nk[2] = {N, -1};
     if ((rc = h5d_read(f, "reward_components", H5T_NATIVE_FLOAT, 2, nk, d, MAX_ELEMS, (void **)&s->reward_components, name, err)) < 0) goto done;
     s->K = d[1];

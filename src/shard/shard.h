@@ -8,7 +8,8 @@
 #include "core/err.h"
 
 #define SHARD_FORMAT "pail.rollout"
-#define SHARD_FORMAT_VERSION 1
+#define SHARD_FORMAT_VERSION 2     // written; version 1 (no completion_mask, turns) is still read
+#define SHARD_FORMAT_VERSION_MIN 1
 #define SHARD_MAX_COMPONENTS 32
 
 enum { FINISH_STOP = 0, FINISH_LENGTH = 1 };
@@ -26,14 +27,18 @@ typedef struct {
     int64_t prompts_drawn;        // the writer's prompt-sampler position after this shard (0: not recorded)
     // sizes
     int64_t P, N, K;
-    // datasets (owned by the shard after shard_read; borrowed while writing)
+    // datasets (owned by the shard after shard_read; borrowed while writing, where
+    // completion_mask and turns may be NULL: all ones, and 1 each)
     int32_t *prompt_ids;          // (sum of prompt lengths,)
     int64_t *prompt_offsets;      // (P+1,) prompt p is prompt_ids[off[p]:off[p+1]]
     int64_t *prompt_index;        // (P,) row of the prompt in the dataset
     int32_t *completion_ids;      // (sum of completion lengths,)
     int64_t *completion_offsets;  // (N+1,)
     int32_t *group;               // (N,) index into prompts
-    float *logprobs;              // (sum of completion lengths,) behaviour log-probs
+    float *logprobs;              // (sum of completion lengths,) behaviour log-probs (0 where the mask is 0)
+    uint8_t *completion_mask;     // (sum of completion lengths,) 1: a token the model generated (trained),
+                                  // 0: appended by the environment (tool results, user turns; never scored)
+    int32_t *turns;               // (N,) assistant turns completed (1 for a single-turn completion; 0: failed before one)
     float *rewards;               // (N,)
     uint8_t *reward_valid;        // (N,) 0: reward failed, left out of the loss
     float *reward_components;     // (N, K)
@@ -51,12 +56,17 @@ typedef struct {
 // Checks sizes, offsets (start at 0, non-decreasing, end at the id count),
 // groups (in range, each prompt has the same number G of completions, stored
 // contiguously), token ids in [0, vocab) when vocab > 0, log-probs in
-// [SHARD_LOGPROB_MIN, 0], and valid rewards and their components within
-// +-SHARD_REWARD_MAX. name is used in messages.
+// [SHARD_LOGPROB_MIN, 0], completion_mask in {0, 1} with the log-prob of a
+// mask-0 token exactly 0, turns >= 0, and
+// valid rewards and their components within +-SHARD_REWARD_MAX. A NULL
+// completion_mask or turns checks as all ones / 1. name is used in messages.
 int shard_check(const RolloutShard *s, int64_t vocab, const char *name, PailErr *err);
-// Serializes a checked shard into an HDF5 file image appended to out.
+// Serializes a checked shard into an HDF5 file image (format version 2)
+// appended to out; NULL completion_mask / turns are written as all ones / 1.
 int shard_write(const RolloutShard *s, Buf *out, PailErr *err);
-// Parses and checks a shard file image; on failure nothing is left allocated.
+// Parses and checks a shard file image, version 1 or 2 (a version-1 shard gets
+// completion_mask all ones and turns 1, so neither is ever NULL after a read);
+// on failure nothing is left allocated.
 int shard_read(RolloutShard *s, const void *data, size_t len, const char *name, PailErr *err);
 void shard_free(RolloutShard *s);  // frees what shard_read allocated
 int64_t shard_group_size(const RolloutShard *s);  // G = N / P

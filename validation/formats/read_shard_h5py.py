@@ -1,5 +1,7 @@
 """Reads a pail rollout shard with h5py (an independent HDF5 reader) and checks
-the layout of doc/formats.md: attributes, dataset dtypes and shapes, offsets.
+the layout of doc/formats.md: attributes, dataset dtypes and shapes, offsets;
+for version 2 the multi-turn completion mask (environment tokens have log-prob
+0) and the turns (at least 1 for a completion with tokens).
 Usage: read_shard_h5py.py SHARD.h5   (exit 1 with a message on any mismatch)"""
 import sys
 
@@ -14,7 +16,8 @@ def s(v):
 with h5py.File(sys.argv[1], "r") as f:
     a = f.attrs
     assert s(a["format"]) == "pail.rollout", a["format"]
-    assert int(a["format_version"]) == 1
+    version = int(a["format_version"])
+    assert version in (1, 2), version
     for k in ("run_id", "worker_id", "base_sha256", "tokenizer_sha256"):
         assert isinstance(s(a[k]), str)
     for k in ("adapter_version", "created_unix", "top_k", "max_new_tokens", "seed"):
@@ -39,5 +42,16 @@ with h5py.File(sys.argv[1], "r") as f:
     g = f["group"][:]
     G = N // P
     assert (g == np.arange(N) // G).all()
-    assert (f["logprobs"][:] <= 0).all()
-    print(f"h5py: {sys.argv[1]}: P={P} N={N} G={G} components={names} ok")
+    lp = f["logprobs"][:]
+    assert (lp <= 0).all()
+    extra = ""
+    if version >= 2:
+        for name, (dt, shape) in {"completion_mask": ("uint8", (co[-1],)), "turns": ("int32", (N,))}.items():
+            assert f[name].dtype == np.dtype(dt) and f[name].shape == shape, (name, f[name].dtype, f[name].shape)
+        m, turns = f["completion_mask"][:], f["turns"][:]
+        assert np.isin(m, (0, 1)).all(), "completion_mask outside {0, 1}"
+        assert (lp[m == 0] == 0).all(), "an environment token has a log-prob other than 0"
+        lens = np.diff(co)
+        assert (turns >= np.where(lens > 0, 1, 0)).all(), turns
+        extra = f" model tokens {int(m.sum())}/{len(m)} turns={turns.tolist()}"
+    print(f"h5py: {sys.argv[1]}: version {version} P={P} N={N} G={G} components={names}{extra} ok")

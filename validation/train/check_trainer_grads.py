@@ -7,7 +7,14 @@ so ratios spread across the clip range) are given to
 it dumps must equal autograd's through transformers + PEFT with TRL's loss
 formulas (relative error <= 1e-3 per tensor), for each loss aggregation, both
 ratio types (token with DAPO's clip-higher 0.2/0.28 given as flags, sequence
-with GSPO's defaults), with and without the KL term, at a temperature != 1. One group has no reward
+with GSPO's defaults), with and without the KL term, at a temperature != 1.
+The shard is a version-2 multi-turn one: some completions carry stretches of
+environment tokens (completion_mask 0, log-prob 0) in the middle or at the
+end, which are context for the model but never scored, so the reference loss
+runs over mask-1 tokens only (DAPO's token count, GRPO's per-sequence mean and
+GSPO's sequence log-ratio are over those; Dr.GRPO's constant stays
+max_new_tokens). One case replays the same completions as a version-1 shard
+(no mask: every token scored) against the unmasked reference. One group has no reward
 spread: without KL the trainer leaves its completions (and any whose reward is
 its group's mean: advantage 0) out of the forward and backward (their gradient
 is 0), which the metrics must say and the gradients
@@ -28,7 +35,7 @@ torch.set_num_threads(2)
 BIN, WORK = sys.argv[1], sys.argv[2]
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from pail_files import MODULES, base_sha256, write_pail_adapter  # noqa: E402
-R, ALPHA, P, G, TEMP = 4, 8.0, 3, 4, 0.8
+R, ALPHA, P, G, TEMP, MAX_NEW = 4, 8.0, 3, 4, 0.8, 8
 passed = failed = 0
 
 
@@ -60,6 +67,19 @@ prompts = [torch.randint(0, 97, (int(n),), generator=g) for n in torch.randint(3
 comps = [torch.randint(0, 97, (int(n),), generator=g) for n in torch.randint(2, 8, (P * G,), generator=g)]
 rewards = torch.randint(0, 3, (P * G,), generator=g).float()
 rewards[G:2 * G] = 1.0
+# Multi-turn completions: the model's tokens (1) and the environment's (0).
+# Every third completion of 4+ tokens gets a stretch of 2 environment tokens
+# after its first token (a tool result between two assistant turns); the
+# first other one of 3+ tokens ends with 2 (the environment had the last word).
+masks = [torch.ones(len(c), dtype=torch.bool) for c in comps]
+for i, c in enumerate(comps):
+    if i % 3 == 1 and len(c) >= 4:
+        masks[i][1:3] = False
+tail = next(i for i, c in enumerate(comps) if i % 3 != 1 and len(c) >= 3)
+masks[tail][-2:] = False
+turns = [int(m[0]) + int((m[1:] & ~m[:-1]).sum()) for m in masks]  # runs of the model's tokens
+assert any(not m[-1] for m in masks) and any(not m.all() and m[-1] for m in masks)
+ALL = [torch.ones(len(c), dtype=torch.bool) for c in comps]
 
 
 def completion_logprobs(model, temp):
@@ -78,40 +98,58 @@ with torch.no_grad():
     with peft.disable_adapter():
         ref_lp = completion_logprobs(peft, TEMP)
 
-src = os.path.join(WORK, "src")
-shard = os.path.join(WORK, "shard.h5")
-with h5py.File(shard, "w") as f:
-    a = f.attrs
-    a["format"], a["run_id"], a["worker_id"] = np.bytes_("pail.rollout"), np.bytes_("crafted"), np.bytes_("w")
-    a["base_sha256"], a["tokenizer_sha256"] = np.bytes_(sha), np.bytes_("")
-    for k, v in dict(format_version=1, adapter_version=0, created_unix=0, top_k=0, max_new_tokens=8, seed=0).items():
-        a[k] = np.int64(v)
-    a["temperature"], a["top_p"] = np.float64(TEMP), np.float64(1.0)
-    f["prompt_ids"] = torch.cat(prompts).numpy().astype(np.int32)
-    f["prompt_offsets"] = np.cumsum([0] + [len(p) for p in prompts]).astype(np.int64)
-    f["prompt_index"] = np.arange(P, dtype=np.int64)
-    f["completion_ids"] = torch.cat(comps).numpy().astype(np.int32)
-    f["completion_offsets"] = np.cumsum([0] + [len(c) for c in comps]).astype(np.int64)
-    f["group"] = (np.arange(P * G) // G).astype(np.int32)
-    f["logprobs"] = torch.cat(behaviour).numpy().astype(np.float32)
-    f["rewards"] = rewards.numpy()
-    f["reward_valid"] = np.ones(P * G, np.uint8)
-    rc = f.create_dataset("reward_components", data=rewards.numpy()[:, None])
-    rc.attrs["names"] = np.array([b"exact_answer"])
-    f["finish_reason"] = np.zeros(P * G, np.uint8)
-subprocess.run([os.path.join(BIN, "grpo-ctl"), "put", "--versioned",
-                f"file://{src}/rollouts/v00000000/w-000000.h5", shard], check=True)
+
+def write_shard(path, version):
+    """The crafted shard; version 2 carries the masks (the environment's tokens get log-prob 0)."""
+    with h5py.File(path, "w") as f:
+        a = f.attrs
+        a["format"], a["run_id"], a["worker_id"] = np.bytes_("pail.rollout"), np.bytes_("crafted"), np.bytes_("w")
+        a["base_sha256"], a["tokenizer_sha256"] = np.bytes_(sha), np.bytes_("")
+        for k, v in dict(format_version=version, adapter_version=0, created_unix=0, top_k=0, max_new_tokens=MAX_NEW,
+                         seed=0).items():
+            a[k] = np.int64(v)
+        a["temperature"], a["top_p"] = np.float64(TEMP), np.float64(1.0)
+        f["prompt_ids"] = torch.cat(prompts).numpy().astype(np.int32)
+        f["prompt_offsets"] = np.cumsum([0] + [len(p) for p in prompts]).astype(np.int64)
+        f["prompt_index"] = np.arange(P, dtype=np.int64)
+        f["completion_ids"] = torch.cat(comps).numpy().astype(np.int32)
+        f["completion_offsets"] = np.cumsum([0] + [len(c) for c in comps]).astype(np.int64)
+        f["group"] = (np.arange(P * G) // G).astype(np.int32)
+        lp = torch.cat(behaviour)
+        if version >= 2:
+            m = torch.cat(masks)
+            lp = torch.where(m, lp, torch.zeros_like(lp))
+            f["completion_mask"] = m.numpy().astype(np.uint8)
+            f["turns"] = np.array(turns, np.int32)
+        f["logprobs"] = lp.numpy().astype(np.float32)
+        f["rewards"] = rewards.numpy()
+        f["reward_valid"] = np.ones(P * G, np.uint8)
+        rc = f.create_dataset("reward_components", data=rewards.numpy()[:, None])
+        rc.attrs["names"] = np.array([b"exact_answer"])
+        f["finish_reason"] = np.zeros(P * G, np.uint8)
 
 
-def reference(loss_type, ratio, beta):
+src, src_v1 = os.path.join(WORK, "src"), os.path.join(WORK, "src-v1")
+for d, version in ((src, 2), (src_v1, 1)):
+    shard = os.path.join(WORK, f"shard-v{version}.h5")
+    write_shard(shard, version)
+    subprocess.run([os.path.join(BIN, "grpo-ctl"), "put", "--versioned",
+                    f"file://{d}/rollouts/v00000000/w-000000.h5", shard], check=True)
+print(f"  crafted shard: {sum(len(c) for c in comps)} completion tokens, {int(sum(m.sum() for m in masks))} of "
+      f"them the model's; turns {turns}")
+
+
+def reference(loss_type, ratio, beta, masks):
+    """TRL's loss over the mask-1 tokens: the environment's tokens are context only."""
     eps = (3e-4, 4e-4) if ratio == "sequence" else (0.2, 0.28)
     r = rewards.view(P, G)
     adv = ((r - r.mean(1, keepdim=True)) / (r.std(1, keepdim=True) + 1e-4)).flatten()
     peft.zero_grad()
     new = completion_logprobs(peft, TEMP)
-    total_tokens = sum(len(c) for c in comps)
+    total_tokens = int(sum(m.sum() for m in masks))
     loss = 0
-    for i, (n_lp, o_lp, r_lp) in enumerate(zip(new, behaviour, ref_lp)):
+    for i, (n_lp, o_lp, r_lp, m) in enumerate(zip(new, behaviour, ref_lp, masks)):
+        n_lp, o_lp, r_lp = n_lp[m], o_lp[m], r_lp[m]
         lr = n_lp - o_lp
         if ratio == "sequence":
             lr = lr.mean().expand_as(lr)
@@ -125,20 +163,24 @@ def reference(loss_type, ratio, beta):
         elif loss_type == "grpo":
             loss = loss + ptl.mean() / (P * G)
         else:
-            loss = loss + ptl.sum() / (P * G * 8)
+            loss = loss + ptl.sum() / (P * G * MAX_NEW)
     loss.backward()
     return {n: p.grad.clone() for n, p in lora_params.items()}
 
 
-cases = [(lt, ra, b, False) for lt in ("dapo", "grpo", "dr_grpo") for ra in ("token", "sequence") for b in (0.0, 0.05)]
-cases += [("dapo", "token", 0.0, True), ("grpo", "sequence", 0.0, True)]
-for loss_type, ratio, beta, train_zero in cases:
-    name = f"{loss_type}/{ratio}/beta={beta}" + ("/train-zero-advantage" if train_zero else "")
+cases = [(lt, ra, b, False, 2) for lt in ("dapo", "grpo", "dr_grpo") for ra in ("token", "sequence")
+         for b in (0.0, 0.05)]
+cases += [("dapo", "token", 0.0, True, 2), ("grpo", "sequence", 0.0, True, 2)]
+cases += [("dapo", "token", 0.0, False, 1), ("grpo", "sequence", 0.05, False, 1)]  # a version-1 shard: all scored
+for loss_type, ratio, beta, train_zero, version in cases:
+    name = f"{loss_type}/{ratio}/beta={beta}" + ("/train-zero-advantage" if train_zero else "") + \
+        ("/shard-v1" if version == 1 else "/masked")
     run = os.path.join(WORK, "run-" + name.replace("/", "-"))
     dump = run + "-grads.h5"
     metrics = run + "-metrics.jsonl"
     cmd = [os.path.join(BIN, "grpo-train"), "--model", model_dir, "--run", f"file://{run}", "--replay",
-           f"file://{src}", "--init-adapter", adapter, "--steps", "1", "--groups-per-step", str(P),
+           f"file://{src if version == 2 else src_v1}", "--init-adapter", adapter, "--steps", "1",
+           "--groups-per-step", str(P),
            "--group-size", str(G), "--lora-rank", str(R), "--lora-alpha", str(ALPHA), "--lr", "0",
            "--loss", loss_type, "--ratio", ratio, "--beta", str(beta), "--dump-grads", dump,
            "--metrics", metrics] + (["--epsilon-high", "0.28"] if ratio == "token" else []) + \
@@ -148,7 +190,7 @@ for loss_type, ratio, beta, train_zero in cases:
         print(f"  FAIL {name}: grpo-train exited {out.returncode}: {out.stderr.strip().splitlines()[-1]}")
         failed += 1
         continue
-    ref = reference(loss_type, ratio, beta)
+    ref = reference(loss_type, ratio, beta, masks if version == 2 else ALL)
     worst, wname = 0.0, ""
     with h5py.File(dump) as f:
         for n, gr in ref.items():
@@ -158,15 +200,24 @@ for loss_type, ratio, beta, train_zero in cases:
             if e > worst:
                 worst, wname = e, f"layers/{parts[4]}/{parts[6]}/{parts[7]}"
     with open(metrics) as f:
-        skipped = json.loads(f.readline())["completions/zero_advantage_skipped"]
+        mline = json.loads(f.readline())
+    skipped = mline["completions/zero_advantage_skipped"]
+    # the trained-token and turn means cover every completion of the step
+    used = masks if version == 2 else ALL
+    want_trained = float(sum(m.sum() for m in used)) / (P * G)
+    want_turns = sum(turns) / (P * G) if version == 2 else 1.0
+    means_ok = abs(mline["completions/mean_trained_tokens"] - want_trained) < 1e-9 and \
+        abs(mline["completions/mean_turns"] - want_turns) < 1e-9
     # the flat group, and completions whose reward is their group's mean; none with KL or the flag
     r = rewards.view(P, G)
     zero_adv = int(((r - r.mean(1, keepdim=True)) == 0).sum())
     want_skipped = zero_adv if beta == 0 and not train_zero else 0
-    ok = worst <= 1e-3 and skipped == want_skipped
+    ok = worst <= 1e-3 and skipped == want_skipped and means_ok
     passed += ok
     failed += not ok
     print(f"  {'ok  ' if ok else 'FAIL'} {name}: LoRA grads rel err {worst:.2e} (worst {wname}); "
-          f"{skipped} zero-advantage completions skipped (want {want_skipped})")
+          f"{skipped} zero-advantage completions skipped (want {want_skipped})" +
+          ("" if means_ok else f"; mean trained tokens {mline['completions/mean_trained_tokens']} (want "
+           f"{want_trained}), mean turns {mline['completions/mean_turns']} (want {want_turns})"))
 print(f"trainer-grads: {passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)
