@@ -22,10 +22,10 @@ int main(int argc, char **argv) {
     log_init("grpo-rollout", LOG_INFO);
     char *device = NULL, *max_memory = NULL, *dtype = NULL, *config = NULL, *model = NULL, *run = NULL, *worker = NULL, *dataset = NULL, *answer_field = NULL,
          *marker = NULL, *regex = NULL, *cmd = NULL, *prompt_format = NULL, *eval_dataset = NULL, *chat_file = NULL, *chat_name = NULL, *chat_kwargs = NULL,
-         *max_ahead_s = NULL;
+         *max_ahead_s = NULL, *env = NULL, *tool_format = NULL;
     long G, batch, max_new, max_prompt, prefill, top_k, seed, max_shards, gps, windex, nworkers, length_target,
-        eval_every, eval_samples;
-    double temperature, top_p, reward_timeout, wait_timeout;
+        eval_every, eval_samples, max_turns, max_episode;
+    double temperature, top_p, reward_timeout, wait_timeout, env_timeout;
     bool chat, eval, strict_dtype, gen_defaults;
     StoreCliFlags sf = {0};
     FlagList rewards = {0}, stops = {0};
@@ -54,6 +54,11 @@ int main(int argc, char **argv) {
         {"length-target", FLAG_INT, &length_target, "0", 0, 1 << 24, "length: tokens before the penalty starts"},
         {"reward-cmd", FLAG_STRING, &cmd, NULL, 1, 0, "cmd: external reward program (JSON lines in, numbers out)"},
         {"reward-timeout", FLAG_DOUBLE, &reward_timeout, "30", 0.01, 86400, "cmd: seconds per batch"},
+        {"env", FLAG_STRING, &env, NULL, 1, 0, "multi-turn episodes with this environment program (run with /bin/sh -c; JSON lines, doc/environments.md); it gives the rewards"},
+        {"max-turns", FLAG_INT, &max_turns, "8", 1, 100000, "--env: assistant turns per episode (the last is sent with \"final\": true)"},
+        {"max-episode-tokens", FLAG_INT, &max_episode, "2048", 2, 1 << 20, "--env: tokens of an episode after its opening, generated and appended (also Dr.GRPO's constant)"},
+        {"env-timeout", FLAG_DOUBLE, &env_timeout, "30", 0.01, 86400, "--env: seconds the program has to answer a request"},
+        {"tool-format", FLAG_STRING, &tool_format, "auto", 1, 0, "--env: how tool calls are parsed: auto (from the chat template), hermes (Qwen2.5/Qwen3/Hermes <tool_call>), llama3 (JSON), none"},
         {"chat", FLAG_BOOL, &chat, "false", 1, 0, "render {\"prompt\"} rows as a user message with the chat template"},
         CHAT_CLI_FLAGS(&chat_file, &chat_name, &chat_kwargs, &prompt_format),
         {"seed", FLAG_INT, &seed, "0", 0, 9007199254740991L, "sampling seed (per prompt and sample)"},
@@ -91,6 +96,12 @@ int main(int argc, char **argv) {
         flags_free(fl, n);
         return 2;
     }
+    if (env && (flags_given(argc, argv, "reward") || eval)) {
+        fprintf(stderr, "grpo-rollout: --env: the environment program gives the rewards (no --reward%s)\n",
+                eval ? "; --eval scores single completions" : "");
+        flags_free(fl, n);
+        return 2;
+    }
     long max_ahead = -1;  // auto
     if (strcmp(max_ahead_s, "auto")) {
         char *end;
@@ -124,6 +135,8 @@ int main(int argc, char **argv) {
         .max_ahead = max_ahead, .worker_index = windex, .num_workers = nworkers, .chat = chat,
         .stop_strings = (const char *const *)stops.items, .n_stop_strings = stops.n, .wait_timeout = wait_timeout,
         .eval = eval, .eval_dataset = eval_dataset, .eval_every = eval_every, .eval_samples = eval_samples,
+        .env_cmd = env, .env_timeout = env_timeout, .max_turns = (int)max_turns, .max_episode_tokens = (int)max_episode,
+        .tool_format = tool_format,
         .backend = be, .max_memory = max_mem, .weights_dtype = want_dtype, .strict_dtype = strict_dtype};
     if (gen_defaults) {
         unsigned keep = (flags_given(argc, argv, "temperature") ? SAMPLER_KEEP_TEMPERATURE : 0) |

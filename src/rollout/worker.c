@@ -18,7 +18,10 @@
 #include "model/memplan.h"
 #include "model/transformer.h"
 #include "rollout/dataset.h"
+#include "rollout/env.h"
+#include "rollout/episode.h"
 #include "rollout/generate.h"
+#include "rollout/toolcall.h"
 #include "shard/shard.h"
 #include "store/runlayout.h"
 #include "store/versions.h"
@@ -39,8 +42,12 @@ typedef struct {
     bool have_chat;
     PailErr chat_err;     // why there is no chat template (when !have_chat)
     Transformer *tf;      // planned for adapters of rank up to lora_rank (worker_plan)
-    Generator *gen;       // on tf
+    Generator *gen;       // on tf (single completions)
     GenConfig gc;
+    Env *env;             // --env: the environment program
+    Episodes *eps;        // --env: on tf, instead of gen
+    EpisodeConfig ec;
+    long env_batches;     // episode batches started (their ids' prefix)
     int lora_rank;
     Store *st;
     Dataset *ds;
@@ -203,14 +210,21 @@ static bool stop_requested(Worker *w, volatile sig_atomic_t *stop) {
 static int worker_plan(Worker *w, int rank, PailErr *err) {
     if (w->tf && rank <= w->lora_rank) return 0;
     generator_free(w->gen);
+    episodes_free(w->eps);
     transformer_free(w->tf);
     w->gen = NULL;
+    w->eps = NULL;
     w->tf = NULL;
     TransformerPlan plan = {.max_tokens = generator_token_budget(w->cfg->max_prompt_tokens, w->cfg->batch_size,
                                                                  w->cfg->prefill_tokens),
                             .lora_rank = rank, .backend = w->cfg->backend};
-    if (transformer_init(&w->tf, &w->w, &plan, err) < 0 || generator_init(&w->gen, w->tf, &w->w.cfg, &w->gc, err) < 0)
+    if (transformer_init(&w->tf, &w->w, &plan, err) < 0) return -1;
+    if (w->env) {
+        w->ec.token_budget = plan.max_tokens;
+        if (episodes_init(&w->eps, w->tf, &w->w.cfg, &w->ec, err) < 0) return -1;
+    } else if (generator_init(&w->gen, w->tf, &w->w.cfg, &w->gc, err) < 0) {
         return -1;
+    }
     w->lora_rank = rank;
     return 0;
 }
@@ -486,6 +500,257 @@ static void resume_position(Worker *w) {
     }
 }
 
+// The attributes of a shard of this worker's adapter (sizes and data are the caller's).
+static void shard_header(Worker *w, RolloutShard *s) {
+    const RolloutConfig *c = w->cfg;
+    snprintf(s->run_id, sizeof s->run_id, "%s", w->run_id);
+    s->adapter_version = w->version;
+    snprintf(s->worker_id, sizeof s->worker_id, "%s", w->worker_id);
+    s->created_unix = time_unix_s();
+    snprintf(s->base_sha256, sizeof s->base_sha256, "%s", w->w.base_sha256);
+    snprintf(s->tokenizer_sha256, sizeof s->tokenizer_sha256, "%s", w->tok_sha);
+    s->temperature = c->sampler.temperature;
+    s->top_p = c->sampler.top_p;
+    s->top_k = c->sampler.top_k;
+    // Dr.GRPO's constant: a completion's token limit (an episode's, with --env).
+    s->max_new_tokens = c->env_cmd ? c->max_episode_tokens : c->max_new_tokens;
+    s->seed = c->seed;
+    s->prompts_drawn = w->smp.drawn;  // where a restart with this worker id continues (resume_position)
+}
+
+// Before a generated shard is written: 0 to write it; -1 (err: interrupted)
+// when asked to drop the batch; 1 when the trainer moved past its version's
+// window meanwhile (its prompts are drawn again, with a newer adapter).
+static int shard_still_wanted(Worker *w, volatile sig_atomic_t *stop, int64_t drawn_before, PailErr *err) {
+    if (stop && *stop > 1) return err_set(err, PAIL_ERR_INTERRUPTED, "stopped: batch dropped");
+    long tv, ts;
+    if (!shard_out_of_window(w, w->version, &tv, &ts)) return 0;
+    w->stale_unwritten++;
+    log_warn("shard of adapter v%08ld not written (%ld so far): the trainer is at v%08ld and uses shards at most "
+             "%ld versions old (--max-staleness); its prompts are drawn again", w->version, w->stale_unwritten, tv, ts);
+    dataset_sampler_seek(&w->smp, drawn_before);
+    return 1;
+}
+
+// Writes s create-only at the next free sequence number (a restarted worker
+// with the same id moves on past the taken ones) and counts it. extra: more
+// of the log line. 0 / -1 with err.
+static int publish_shard(Worker *w, const RolloutShard *s, int64_t ntok, double secs, const char *extra,
+                         PailErr *err) {
+    Buf img = {0};
+    int rc = shard_write(s, &img, err);
+    bool put = false;
+    for (int tries = 0; rc == 0 && !put; tries++) {
+        if (tries == 1000) {
+            rc = err_set(err, PAIL_ERR_EXISTS, "1000 shard sequence numbers of worker %s taken in a row", w->worker_id);
+            break;
+        }
+        char key[256];
+        run_key_rollout(key, sizeof key, w->version, w->worker_id, w->seq);
+        rc = versioned_put(w->st, key, img.data, img.len, err);
+        if (rc == 0) {
+            double rmean = 0;
+            for (int64_t i = 0; i < s->N; i++) rmean += s->rewards[i];
+            log_info("wrote %s: %lld groups x %lld, reward %.3f, %.0f tok/s%s", key, (long long)s->P,
+                     (long long)shard_group_size(s), rmean / (double)s->N, secs > 0 ? (double)ntok / secs : 0.0, extra);
+            w->seq++;
+            w->shards++;
+            w->gen_tokens += (double)ntok;
+            w->gen_seconds += secs;
+            put = true;
+            break;
+        }
+        if (err->code != PAIL_ERR_EXISTS) break;
+        rc = 0;
+        w->seq++;
+    }
+    buf_free(&img);
+    return rc;
+}
+
+// --env: the program and how tool calls are parsed (needs the chat template:
+// episodes are conversations).
+static int env_setup(Worker *w, PailErr *err) {
+    const RolloutConfig *c = w->cfg;
+    if (!w->have_chat || w->chat.plain_format)
+        return err_set(err, PAIL_ERR_INVALID, "--env needs the model's chat template (episodes are conversations): %s",
+                       w->have_chat ? "--prompt-format renders one user message only" : w->chat_err.msg);
+    bool detect = !c->tool_format || !strcmp(c->tool_format, "auto");
+    ToolFormat tf = TOOL_FORMAT_NONE;
+    if (detect) tf = tool_format_detect(w->chat.text);
+    else if (tool_format_parse(c->tool_format, &tf, err) < 0) return err_wrap(err, "--tool-format");
+    w->ec.tool_format = tf;
+    log_info("environment '%s': tool calls parsed as %s%s; at most %d turns and %d tokens an episode", c->env_cmd,
+             tool_format_name(tf), detect ? " (from the chat template)" : "", c->max_turns, c->max_episode_tokens);
+    return env_init(&w->env, c->env_cmd, c->env_timeout, c->groups_per_shard * c->group_size, err);
+}
+
+static int common_prefix(const int32_t *a, int na, const int32_t *b, int nb) {
+    int i = 0;
+    while (i < na && i < nb && a[i] == b[i]) i++;
+    return i;
+}
+
+// --env: runs groups_per_shard x G episodes and publishes them as one shard.
+// A group's prompt is the tokens its episodes' openings share (all of them,
+// when the program opens each alike); the rest of an opening starts its
+// completion, with mask 0. Returns 0, 1 when abandoned or out of the window
+// (the prompts are drawn again), -1 with err.
+static int one_shard_env(Worker *w, volatile sig_atomic_t *stop, PailErr *err) {
+    const RolloutConfig *c = w->cfg;
+    int P = c->groups_per_shard, G = c->group_size, N = P * G, rc = -1;
+    json_t **rows = calloc((size_t)P, sizeof *rows);
+    uint64_t *seeds = calloc((size_t)P, sizeof *seeds);
+    int64_t *rix = calloc((size_t)P, sizeof *rix);
+    int *lcp = calloc((size_t)P, sizeof *lcp), *base = calloc((size_t)P, sizeof *base);
+    EpisodeOut *out = calloc((size_t)N, sizeof *out);
+    RolloutShard s = {0};
+    if (!rows || !seeds || !rix || !lcp || !base || !out) {
+        err_set(err, PAIL_ERR_NOMEM, "out of memory for a shard of %d groups x %d episodes", P, G);
+        goto done;
+    }
+    int64_t drawn_before = w->smp.drawn;
+    for (int p = 0; p < P; p++) {
+        int64_t drawn = w->smp.drawn;
+        rix[p] = dataset_sampler_next(&w->smp);
+        rows[p] = (json_t *)w->ds->rows[rix[p]].fields;
+        char sk[256];
+        snprintf(sk, sizeof sk, "%s/%lld", w->worker_id, (long long)drawn);
+        seeds[p] = (uint64_t)c->seed ^ hash64(sk, strlen(sk));
+    }
+    char prefix[160];
+    snprintf(prefix, sizeof prefix, "%s/%ld", w->worker_id, w->env_batches++);
+    double t0 = time_mono_s();
+    w->abandon_stale = w->trainer_window == 0;
+    w->next_version_check = t0;
+    int er = episodes_run(w->eps, prefix, rows, seeds, P, out, err);
+    w->abandon_stale = false;
+    if (er < 0) goto done;
+    if (er == 1) {
+        log_info("abandoned a shard of adapter v%08ld after %.1f s: a newer version is out and with "
+                 "--max-staleness 0 the trainer would drop it", w->version, time_mono_s() - t0);
+        dataset_sampler_seek(&w->smp, drawn_before);
+        rc = 1;
+        goto done;
+    }
+    double secs = time_mono_s() - t0;
+    // Reward components: every name the program gave, in first-seen order (0 where an episode has none).
+    const char *names[SHARD_MAX_COMPONENTS];
+    int K = 0, failed = 0;
+    const char *why = NULL;
+    for (int i = 0; i < N; i++) {
+        const char *key;
+        json_t *v;
+        if (!out[i].valid) { failed++; if (!why) why = out[i].why; }
+        json_object_foreach((json_t *)out[i].components, key, v) {
+            int k = 0;
+            while (k < K && strcmp(names[k], key)) k++;
+            if (k == K && K < SHARD_MAX_COMPONENTS) names[K++] = key;
+        }
+    }
+    int64_t nprompt = 0, ntok = 0, ngen = 0;
+    double turns = 0;
+    for (int p = 0; p < P; p++) {
+        base[p] = -1;
+        for (int j = 0; j < G; j++) {
+            const EpisodeOut *o = &out[p * G + j];
+            if (!o->n_open) continue;
+            if (base[p] < 0) { base[p] = p * G + j; lcp[p] = o->n_open; }
+            else lcp[p] = common_prefix(out[base[p]].open_ids, lcp[p], o->open_ids, o->n_open);
+        }
+        nprompt += lcp[p] > 0 ? lcp[p] : 1;
+        for (int j = 0; j < G; j++) {
+            const EpisodeOut *o = &out[p * G + j];
+            ntok += o->n + (o->n_open ? o->n_open - (lcp[p] > 0 ? lcp[p] : 0) : 0);
+            for (int t = 0; t < o->n; t++) ngen += o->mask[t];
+            turns += o->turns;
+        }
+    }
+    shard_header(w, &s);
+    s.P = P;
+    s.N = N;
+    s.K = K;
+    s.prompt_ids = malloc((size_t)nprompt * sizeof(int32_t));
+    s.prompt_offsets = malloc(((size_t)P + 1) * sizeof(int64_t));
+    s.prompt_index = rix;
+    s.completion_ids = malloc((size_t)(ntok ? ntok : 1) * sizeof(int32_t));
+    s.logprobs = malloc((size_t)(ntok ? ntok : 1) * sizeof(float));
+    s.completion_mask = malloc((size_t)(ntok ? ntok : 1));
+    s.completion_offsets = malloc(((size_t)N + 1) * sizeof(int64_t));
+    s.group = malloc((size_t)N * sizeof(int32_t));
+    s.turns = malloc((size_t)N * sizeof(int32_t));
+    s.rewards = calloc((size_t)N, sizeof(float));
+    s.reward_valid = calloc((size_t)N, 1);
+    s.reward_components = calloc((size_t)N * (K ? K : 1), sizeof(float));
+    s.finish_reason = malloc((size_t)N);
+    for (int k = 0; k < K; k++) s.component_names[k] = (char *)names[k];
+    if (!s.prompt_ids || !s.prompt_offsets || !s.completion_ids || !s.logprobs || !s.completion_mask ||
+        !s.completion_offsets || !s.group || !s.turns || !s.rewards || !s.reward_valid || !s.reward_components ||
+        !s.finish_reason) {
+        err_set(err, PAIL_ERR_NOMEM, "out of memory for a shard of %lld tokens", (long long)ntok);
+        goto free_shard;
+    }
+    s.prompt_offsets[0] = 0;
+    s.completion_offsets[0] = 0;
+    for (int p = 0; p < P; p++) {
+        int32_t *pp = s.prompt_ids + s.prompt_offsets[p];
+        // A group no episode of which was opened (or whose openings share no
+        // token: their rows would not be what the model saw) gets a one-token
+        // placeholder prompt, the model's first stop id, and failed rewards.
+        if (lcp[p] > 0) memcpy(pp, out[base[p]].open_ids, (size_t)lcp[p] * sizeof(int32_t));
+        else pp[0] = w->n_stop ? w->stop_ids[0] : 0;
+        s.prompt_offsets[p + 1] = s.prompt_offsets[p] + (lcp[p] > 0 ? lcp[p] : 1);
+        int shared = lcp[p] > 0 ? lcp[p] : 0;
+        for (int j = 0; j < G; j++) {
+            int i = p * G + j;
+            const EpisodeOut *o = &out[i];
+            int64_t q = s.completion_offsets[i];
+            int rest = o->n_open ? o->n_open - shared : 0;
+            if (rest > 0) {
+                memcpy(s.completion_ids + q, o->open_ids + shared, (size_t)rest * sizeof(int32_t));
+                memset(s.logprobs + q, 0, (size_t)rest * sizeof(float));
+                memset(s.completion_mask + q, 0, (size_t)rest);
+                q += rest;
+            }
+            memcpy(s.completion_ids + q, o->ids, (size_t)o->n * sizeof(int32_t));
+            memcpy(s.logprobs + q, o->logprobs, (size_t)o->n * sizeof(float));
+            memcpy(s.completion_mask + q, o->mask, (size_t)o->n);
+            s.completion_offsets[i + 1] = q + o->n;
+            s.group[i] = p;
+            s.turns[i] = o->turns;
+            s.finish_reason[i] = o->finish;
+            s.reward_valid[i] = o->valid && lcp[p] > 0;
+            s.rewards[i] = o->valid ? (float)o->reward : 0.0f;
+            for (int k = 0; k < K && o->valid; k++) {
+                json_t *v = json_object_get(o->components, names[k]);
+                s.reward_components[(size_t)i * K + k] = v ? (float)json_number_value(v) : 0.0f;
+            }
+        }
+    }
+    if (failed) {
+        snprintf(w->last_error, sizeof w->last_error, "%s", why);
+        log_warn("%d of %d episodes failed (left out of the advantages): %s", failed, N, why);
+    }
+    if ((rc = shard_still_wanted(w, stop, drawn_before, err)) != 0) goto free_shard;
+    char extra[160];
+    EpisodeStats es = episodes_stats(w->eps);
+    snprintf(extra, sizeof extra, "; %.2f turns an episode, %d failed, %lld tokens appended", turns / N, failed,
+             (long long)es.appended_tokens);
+    rc = publish_shard(w, &s, ngen, secs, extra, err);
+free_shard:
+    s.prompt_index = NULL;  // rix, freed below
+    for (int k = 0; k < SHARD_MAX_COMPONENTS; k++) s.component_names[k] = NULL;  // borrowed
+    shard_free(&s);
+done:
+    free(rows);
+    free(seeds);
+    free(rix);
+    free(lcp);
+    free(base);
+    free(out);
+    return rc;
+}
+
 // Generates, scores and publishes one shard of groups_per_shard groups.
 // Returns 0, 1 when it was abandoned (adapter_outdated), -1 with err.
 static int one_shard(Worker *w, volatile sig_atomic_t *stop, PailErr *err) {
@@ -557,34 +822,11 @@ static int one_shard(Worker *w, volatile sig_atomic_t *stop, PailErr *err) {
         snprintf(w->last_error, sizeof w->last_error, "%s", warn.msg);
         log_warn("%d of %d rewards failed: %s", bad, N, warn.msg);
     }
-    if (stop && *stop > 1) {  // asked to drop the batch
-        rc = err_set(err, PAIL_ERR_INTERRUPTED, "stopped: batch dropped");
-        goto free_scores;
-    }
-    long tv, ts;
-    if (shard_out_of_window(w, w->version, &tv, &ts)) {  // the prompts are drawn again, with a newer adapter
-        w->stale_unwritten++;
-        log_warn("shard of adapter v%08ld not written (%ld so far): the trainer is at v%08ld and uses shards at most "
-                 "%ld versions old (--max-staleness); its prompts are drawn again", w->version, w->stale_unwritten,
-                 tv, ts);
-        dataset_sampler_seek(&w->smp, drawn_before);
-        rc = 1;
-        goto free_scores;
-    }
+    if ((rc = shard_still_wanted(w, stop, drawn_before, err)) != 0) goto free_scores;
+    rc = -1;
     // Assemble the shard.
     RolloutShard s = {0};
-    snprintf(s.run_id, sizeof s.run_id, "%s", w->run_id);
-    s.adapter_version = w->version;
-    snprintf(s.worker_id, sizeof s.worker_id, "%s", w->worker_id);
-    s.created_unix = time_unix_s();
-    snprintf(s.base_sha256, sizeof s.base_sha256, "%s", w->w.base_sha256);
-    snprintf(s.tokenizer_sha256, sizeof s.tokenizer_sha256, "%s", w->tok_sha);
-    s.temperature = c->sampler.temperature;
-    s.top_p = c->sampler.top_p;
-    s.top_k = c->sampler.top_k;
-    s.max_new_tokens = c->max_new_tokens;
-    s.seed = c->seed;
-    s.prompts_drawn = w->smp.drawn;  // where a restart with this worker id continues (resume_position)
+    shard_header(w, &s);
     s.P = P;
     s.N = N;
     s.K = K;
@@ -613,33 +855,7 @@ static int one_shard(Worker *w, volatile sig_atomic_t *stop, PailErr *err) {
         s.completion_offsets[i + 1] = s.completion_offsets[i] + out[i].n;
         s.group[i] = i / G;
     }
-    Buf img = {0};
-    if (shard_write(&s, &img, err) == 0) {
-        // Publish create-only; a taken sequence number (a restarted worker with
-        // the same id) moves on to the next one.
-        for (int tries = 0; tries < 1000; tries++) {
-            char key[256];
-            run_key_rollout(key, sizeof key, w->version, w->worker_id, w->seq);
-            rc = versioned_put(w->st, key, img.data, img.len, err);
-            if (rc == 0 || err->code != PAIL_ERR_EXISTS) {
-                if (rc == 0) {
-                    double rmean = 0;
-                    for (int i = 0; i < N; i++) rmean += total[i];
-                    log_info("wrote %s: %d groups x %d, reward %.3f, %.0f tok/s", key, P, G, rmean / N,
-                             secs > 0 ? (double)ntok / secs : 0.0);
-                }
-                break;
-            }
-            w->seq++;
-        }
-        if (rc == 0) {
-            w->seq++;
-            w->shards++;
-            w->gen_tokens += (double)ntok;
-            w->gen_seconds += secs;
-        }
-    }
-    buf_free(&img);
+    rc = publish_shard(w, &s, ntok, secs, "", err);
     free(s.prompt_ids);
     free(s.prompt_offsets);
     free(s.completion_ids);
@@ -882,8 +1098,9 @@ static int plan_check(Worker *w, const RolloutConfig *c, PailErr *err) {
     if (dtype_plan(c->model_dir, c->weights_dtype, wdesc, &wbytes, err) < 0) return -1;
     MemoryPlanSpec spec = {.role = MEMPLAN_ROLLOUT, .weights_dtype = wdesc, .weights_bytes = wbytes,
                            .token_budget = generator_token_budget(c->max_prompt_tokens, c->batch_size, c->prefill_tokens),
-                           .batch_size = c->batch_size, .max_ctx = c->max_prompt_tokens + c->max_new_tokens,
-                           .max_new_tokens = c->max_new_tokens, .groups_per_step = prompts > 0 ? prompts : 1,
+                           .batch_size = c->batch_size,
+                           .max_ctx = c->max_prompt_tokens + (c->env_cmd ? c->max_episode_tokens : c->max_new_tokens),
+                           .max_new_tokens = c->env_cmd ? c->max_episode_tokens : c->max_new_tokens, .groups_per_step = prompts > 0 ? prompts : 1,
                            .group_size = G, .threads = omp_get_max_threads()};
     MemoryPlan mp;
     if (memplan_build(&mp, &mc, &spec, be->desc, err) < 0) return -1;
@@ -919,7 +1136,8 @@ static int setup(Worker *w, const RolloutConfig *c, PailErr *err) {
     if (dataset_load(&w->ds, dspath, err) < 0) return -1;
     if (!(w->row_refused = calloc((size_t)w->ds->n, 1)))
         return err_set(err, PAIL_ERR_NOMEM, "dataset %s: out of memory", w->ds->source);
-    if (reward_set_build(&w->rs, &c->rewards, err) < 0) return -1;
+    if (!c->env_cmd && reward_set_build(&w->rs, &c->rewards, err) < 0) return -1;
+    if (c->env_cmd && env_setup(w, err) < 0) return -1;
     if (plan_check(w, c, err) < 0) return -1;  // before the weights or anything large is allocated
     if (model_weights_load_as(&w->w, c->model_dir, c->weights_dtype, err) < 0) return -1;
     dtype_log_weights(&w->w);
@@ -938,6 +1156,25 @@ static int setup(Worker *w, const RolloutConfig *c, PailErr *err) {
                         .n_stop_ids = w->n_stop, .stop_fn = stop_strings_hit, .stop_ctx = w,
                         .abandon_fn = adapter_outdated, .abandon_ctx = w};
     if (c->eval && c->eval_samples <= 1) w->gc.sampler = (SamplerConfig){.temperature = 0, .top_p = 1, .top_k = 0};
+    if (w->env) {
+        w->ec.group_size = G;
+        w->ec.batch_size = batch;
+        w->ec.max_groups = c->groups_per_shard;
+        w->ec.max_prompt_tokens = c->max_prompt_tokens;
+        w->ec.max_episode_tokens = c->max_episode_tokens;
+        w->ec.max_turn_tokens = c->max_new_tokens;
+        w->ec.max_turns = c->max_turns;
+        w->ec.sampler = c->sampler;
+        w->ec.stop_ids = w->stop_ids;
+        w->ec.n_stop_ids = w->n_stop;
+        w->ec.stop_fn = stop_strings_hit;
+        w->ec.stop_ctx = w;
+        w->ec.abandon_fn = adapter_outdated;
+        w->ec.abandon_ctx = w;
+        w->ec.chat = &w->chat;
+        w->ec.tok = w->tok;
+        w->ec.env = w->env;
+    }
     if (worker_plan(w, 0, err) < 0) return -1;  // no adapter yet
     if (c->worker_id) {  // checked before the copy: a longer id would be cut silently
         if (worker_id_check(c->worker_id, err) < 0) return -1;
@@ -955,7 +1192,8 @@ static int setup(Worker *w, const RolloutConfig *c, PailErr *err) {
     }
     if (c->run_url && store_open(&w->st, c->run_url, &c->store, err) < 0) return -1;
     char desc[512];
-    reward_set_describe(w->rs, desc, sizeof desc);
+    if (w->env) snprintf(desc, sizeof desc, "from the environment program '%.400s'", c->env_cmd);
+    else reward_set_describe(w->rs, desc, sizeof desc);
     log_info("worker %s: model %s (%zu parameters), dataset %s (%lld rows), rewards: %s", w->worker_id,
              c->model_dir, w->w.num_params, w->ds->source, (long long)w->ds->n, desc);
     return 0;
@@ -963,6 +1201,8 @@ static int setup(Worker *w, const RolloutConfig *c, PailErr *err) {
 
 static void teardown(Worker *w) {
     generator_free(w->gen);
+    episodes_free(w->eps);
+    env_free(w->env);
     transformer_free(w->tf);
     if (w->have_chat) chat_template_free(&w->chat);
     tokenizer_free(w->tok);
@@ -1083,7 +1323,7 @@ int rollout_run(const RolloutConfig *c, volatile sig_atomic_t *stop, PailErr *er
         // After a pause the trainer has moved on: pick the adapter again.
         if (back_pressure(&w, stop)) continue;
         if (stop_requested(&w, stop)) break;
-        int sr = one_shard(&w, stop, err);
+        int sr = w.env ? one_shard_env(&w, stop, err) : one_shard(&w, stop, err);
         if (sr == 1) continue;  // abandoned: pick the newer adapter
         if (sr < 0) {
             if (err->code == PAIL_ERR_INTERRUPTED) { rc = 0; break; }

@@ -35,6 +35,10 @@ typedef struct {
     bool eval_once;                  // evaluate the newest version, then exit (grpo-ctl eval / tests)
     const char *eval_adapter;        // eval_once: this adapter file instead of the run's newest (NULL: newest / none)
     const char *eval_out;            // eval_once: also write the JSON result here
+    const char *env_cmd;             // --env: multi-turn episodes with this program (NULL: single completions)
+    double env_timeout;              // --env-timeout seconds per answer
+    int max_turns, max_episode_tokens;
+    const char *tool_format;         // --tool-format: auto, hermes, llama3, none
     Backend *backend;                // where the model computes (borrowed; NULL: the CPU)
     size_t max_memory;               // refuse a memory plan above this many bytes (0: the device's available memory)
     int weights_dtype;               // --dtype: MODEL_DTYPE_AUTO or a DType for the base matrices (0: DT_F32)

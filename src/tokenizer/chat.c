@@ -20,6 +20,7 @@ void chat_template_free(ChatTemplate *t) {
     jinja_free(t->tmpl);
     jinja_free(t->tmpl_tools);
     free(t->plain_format);
+    free(t->text);
     json_decref(t->vars);
     memset(t, 0, sizeof *t);
     t->now = INT64_MIN;
@@ -257,6 +258,9 @@ int chat_template_load(ChatTemplate *out, const char *dir, const char *tokenizer
     if (rc == 0) {
         sha256_hex(use->text.data, use->text.len, out->sha256);
         snprintf(out->source, sizeof out->source, "%s", use->origin);
+        const Cand *tt = tools ? tools : use;
+        if (!(out->text = strndup((const char *)tt->text.data, tt->text.len)))
+            rc = err_set(err, PAIL_ERR_NOMEM, "%s: out of memory", dir);
         if (src->kwargs_json) rc = apply_kwargs(out, src->kwargs_json, err);
     }
     cands_free(&cs);

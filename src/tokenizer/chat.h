@@ -48,6 +48,7 @@ typedef struct {
     char source[600];           // where the template came from: "DIR/chat_template.jinja", "FILE",
                                 // "DIR/tokenizer_config.json (chat_template \"default\")", "--prompt-format"
     char sha256[65];            // of the template text used
+    char *text;                 // owned: the source of the template rows with tools get (NULL with a plain format)
     int64_t now;                // strftime_now's clock (JinjaLimits.now); INT64_MIN = the real clock
 } ChatTemplate;
 

@@ -1,0 +1,63 @@
+// An environment program (grpo-rollout --env CMD, doc/environments.md): one
+// long-lived program, started with /bin/sh -c, speaking JSON lines on its
+// stdin / stdout, with many episodes interleaved by id. pail writes
+//   {"type": "start", "id": ID, "row": {...the dataset row...}}
+//   {"type": "step",  "id": ID, "turn": n, "text": "...", "tool_calls": [...], "finish": "stop"|"length",
+//    "final": bool}
+//   {"type": "end",   "id": ID, "reason": "max_episode_tokens"}   (asks for the reward)
+//   {"type": "cancel", "id": ID}                                   (no answer expected)
+// and the program answers each start, step or end with one line:
+//   {"id": ID, "messages": [...], "tools": [...]}   the next messages (tools: with the opening only)
+//   {"id": ID, "reward": R, "components": {"name": x, ...}}   the episode is over
+//   {"id": ID, "error": "..."}                      the episode failed
+// Failures end episodes with a failed reward, never the worker: an answer that
+// breaks the protocol fails its episode; a line that is not JSON, or the
+// program exiting, fails every episode open with it and restarts it (with
+// back-off); an episode unanswered within the timeout fails, and the program
+// is restarted when it wrote nothing at all in that time. Answers for ids not
+// open (late ones, after a timeout) are counted and dropped.
+// Episodes are handles k in [0, max_episodes) of the current batch (env_begin).
+#pragma once
+#include <jansson.h>
+#include <stdint.h>
+#include "core/err.h"
+
+typedef struct Env Env;
+
+typedef enum { ENV_MESSAGES, ENV_REWARD, ENV_FAILED } EnvEventType;
+
+typedef struct {
+    EnvEventType type;
+    int k;               // the episode
+    json_t *messages;    // ENV_MESSAGES: the array (owned by the event: json_decref it)
+    json_t *tools;       // ENV_MESSAGES: the opening's tools, or NULL (owned)
+    double reward;       // ENV_REWARD
+    json_t *components;  // ENV_REWARD: an object of numbers, or NULL (owned)
+    char why[512];       // ENV_FAILED: one line, with the program's stderr tail where it helps
+} EnvEvent;
+
+typedef struct {
+    int64_t starts, crashes, timeouts, bad_lines, unknown_ids, failed;  // cumulative
+} EnvStats;
+
+// Keeps a copy of cmd; the program starts at the first request. timeout_s > 0.
+int env_init(Env **out, const char *cmd, double timeout_s, int max_episodes, PailErr *err);
+// Cancels what is open, closes its stdin, waits up to 1 s, then kills its group.
+void env_free(Env *e);
+// A new batch of episodes, ids "<prefix>.<k>" (episodes of the last batch still
+// open are cancelled). prefix: at most 200 bytes, no '"' or '\\'.
+void env_begin(Env *e, const char *prefix);
+// Requests (queued; env_poll writes them). -1 with err only when out of memory
+// or k is out of range.
+int env_start(Env *e, int k, const json_t *row, PailErr *err);
+// fields: "turn", "text", "tool_calls", "finish", "final" (borrowed; "type" and "id" are added).
+int env_step(Env *e, int k, const json_t *fields, PailErr *err);
+int env_end(Env *e, int k, const char *reason, PailErr *err);
+void env_cancel(Env *e, int k);
+// Writes what is queued, reads answers, applies the timeouts; waits at most
+// wait_ms for something to happen (0: never blocks). Fills up to cap events
+// (*n); a failed episode is closed. -1 with err only when out of memory.
+int env_poll(Env *e, int wait_ms, EnvEvent *ev, int cap, int *n, PailErr *err);
+int env_open(const Env *e);  // episodes open (started, not yet over)
+EnvStats env_stats(const Env *e);
+const char *env_cmd(const Env *e);

@@ -1,0 +1,66 @@
+"""An environment program for test_env_faults.sh (doc/environments.md's
+protocol), well-behaved or broken on purpose: env_modes.py MODE [STATE_DIR].
+Episodes: the row's prompt as the user's message, a tool result after each
+turn until the last (`final`), then reward = 1 when the last turn's text has
+a digit, else 0, with components {"digit", "turns"}. MODE:
+  ok         as above
+  crash      exits with status 3 at its 5th request, once (STATE_DIR/crashed)
+  slow       never answers episodes whose id ends in ".1"
+  hang       answers the starts, then never again (once: STATE_DIR/hung)
+  badline    writes a line that is not JSON at its 3rd request, once
+  unknown    answers an id that is not open before each real answer
+  twice      answers every start twice
+  nofinal    answers the final turn with messages instead of a reward
+  badreward  a reward of "high" for every episode
+  error      {"error": ...} for every episode at its first step
+  log        as ok, and appends each request line to STATE_DIR/requests.jsonl
+"""
+import json
+import os
+import sys
+import time
+
+mode = sys.argv[1]
+state = sys.argv[2] if len(sys.argv) > 2 else "."
+once = lambda name: not os.path.exists(os.path.join(state, name)) and not open(os.path.join(state, name), "w").close()
+n = 0
+
+
+def say(o):
+    print(json.dumps(o), flush=True)
+
+
+for line in sys.stdin:
+    m = json.loads(line)
+    n += 1
+    if mode == "log":
+        with open(os.path.join(state, "requests.jsonl"), "a") as f:
+            f.write(line)
+    i, t = m["id"], m["type"]
+    if t == "cancel":
+        continue
+    if mode == "crash" and n == 5 and once("crashed"):
+        print("crashing on purpose", file=sys.stderr, flush=True)
+        sys.exit(3)
+    if mode == "slow" and i.endswith(".1"):
+        continue
+    if mode == "hang" and t != "start" and once("hung"):
+        time.sleep(3600)
+    if mode == "badline" and n == 3 and once("badline"):
+        print("hello, not json", flush=True)
+    if mode == "unknown":
+        say({"id": "nobody.7", "reward": 1.0})
+    if t == "start":
+        say({"id": i, "messages": [{"role": "user", "content": m["row"]["prompt"]}]})
+        if mode == "twice":
+            say({"id": i, "messages": [{"role": "user", "content": "again"}]})
+        continue
+    if mode == "error":
+        say({"id": i, "error": "the tool broke"})
+        continue
+    if t == "end" or (m.get("final") and mode != "nofinal"):
+        digit = any(c.isdigit() for c in m.get("text", ""))
+        r = "high" if mode == "badreward" else float(digit)
+        say({"id": i, "reward": r, "components": {"digit": float(digit), "turns": m.get("turn", 0)}})
+        continue
+    say({"id": i, "messages": [{"role": "tool", "content": "r%d" % m["turn"]}]})
