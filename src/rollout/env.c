@@ -129,6 +129,7 @@ static void program_failed(Env *e, int grace_ms, const char *what) {
     child_tail_text(&e->ch, tail, sizeof tail);
     snprintf(why, sizeof why, "%s %s%s%s; restarted; stderr: %s", e->what, what, how[0] ? " and " : "", how, tail);
     log_warn("%s (%d episodes open with it fail)", why, env_open(e));
+    e->st.restarts++;
     fail_all(e, why);
     e->failures++;
     int64_t backoff = (int64_t)ENV_BACKOFF_MS << (e->failures - 1 < 6 ? e->failures - 1 : 6);

@@ -37,7 +37,7 @@ typedef struct {
 } EnvEvent;
 
 typedef struct {
-    int64_t starts, crashes, timeouts, bad_lines, unknown_ids, failed;  // cumulative
+    int64_t starts, restarts, timeouts, bad_lines, unknown_ids, failed;  // cumulative (restarts: after a crash, a hang, a bad line)
 } EnvStats;
 
 // Keeps a copy of cmd; the program starts at the first request. timeout_s > 0.

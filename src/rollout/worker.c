@@ -175,6 +175,13 @@ static void heartbeat(Worker *w, const char *state) {
                           (json_int_t)w->shards, "skipped_prompts", (json_int_t)w->skipped_prompts, "last_error",
                           w->last_error, "host", host, "pid", (int)getpid(), "time", (json_int_t)time_unix_s(), "mode",
                           w->cfg->eval ? "eval" : "rollout");
+    if (j && w->env) {
+        EnvStats es = env_stats(w->env);
+        json_object_set_new(j, "environment", json_pack("{s:I, s:I, s:I, s:I, s:I, s:I}", "episodes", (json_int_t)es.starts,
+                                                        "failed", (json_int_t)es.failed, "restarts", (json_int_t)es.restarts,
+                                                        "timeouts", (json_int_t)es.timeouts, "bad_lines",
+                                                        (json_int_t)es.bad_lines, "unknown_ids", (json_int_t)es.unknown_ids));
+    }
     if (j && !w->cfg->eval) {
         json_object_set_new(j, "prompts_drawn", json_integer((json_int_t)w->smp.drawn));
         json_object_set_new(j, "shards_not_written_stale", json_integer((json_int_t)w->stale_unwritten));

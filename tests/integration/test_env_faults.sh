@@ -83,6 +83,10 @@ check "the worker exits 0 and writes its 2 shards" test $? -eq 0 -a "$(ls "$WORK
 check "...says how the program ended, with its stderr" grep -q "exited with status 3.*restarted; stderr: crashing on purpose" "$WORK/crash.log"
 check "...the episodes open with it failed, the restarted program's did not" \
   test "$(valid crash)" -ge 4 -a "$(valid crash)" -lt 8
+check "...the heartbeat counts the restart and the failed episodes" "$PY" -c '
+import json, sys
+e = json.load(open(sys.argv[1]))["environment"]
+assert e["restarts"] == 1 and e["episodes"] == 8 and 0 < e["failed"] <= 4, e' "$WORK/run/workers/crash.json"
 
 echo "an episode never answered"
 roll slow slow
