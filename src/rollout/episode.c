@@ -336,8 +336,9 @@ static void on_messages(Episodes *r, int k, json_t *messages) {
     memcpy(e->ids + e->n, ids.data, ids.len * sizeof(int32_t));
     memset(e->lp + e->n, 0, ids.len * sizeof(float));
     memset(e->mask + e->n, 0, ids.len);
-    e->feed = e->ids + e->n;
-    e->n_feed = (int)ids.len;
+    // The turn's last sampled token was never fed (its turn ended at it): it goes first.
+    e->feed = e->ids + e->n - 1;
+    e->n_feed = (int)ids.len + 1;
     e->n += (int)ids.len;
     e->turn_start = e->n;
     r->stats.appended_tokens += (int64_t)ids.len;
