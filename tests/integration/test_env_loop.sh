@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# The async loop with multi-turn episodes (grpo-rollout --env, doc/environments.md),
+# a tiny random model and tests/integration/env_modes.py (3 turns an episode,
+# tool results between them, reward: a digit in the last turn): one trainer and
+# one worker on a file:// bucket, then the same through grpo-relay (TLS, per-role
+# keys). The trainer trains on the episodes' rows: its metrics show their turns
+# and that only the model's tokens are trained; the adapter moves; a replay of
+# the stored episode shards gives the same adapter.
+source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/lib_relay.sh"
+PY=$(venv)/bin/python
+M="$WORK/model"
+"$BIN/grpo-ctl" init-model --out "$M" --shape tiny --vocab 257 --tokenizer "$ROOT/data/tokenizers/bytes" \
+  --dtype f32 >/dev/null 2>&1 || { bad "init-model"; finish; exit 1; }
+cp "$ROOT/data/calc/chat_template.jinja" "$M/chat_template.jinja"
+head -32 "$ROOT/data/addition/train.jsonl" >"$WORK/train.jsonl"
+export OMP_NUM_THREADS=1
+COMMON=(--model "$M" --group-size 4)
+TRAIN_FLAGS=(--steps 3 --groups-per-step 2 --lr 5e-3 --lora-rank 4 --rollout-timeout 120)
+ROLL_FLAGS=(--dataset "$WORK/train.jsonl" --groups-per-shard 2 --batch-size 8 --max-shards 3 --seed 7
+  --max-new-tokens 5 --max-turns 3 --max-episode-tokens 48 --env-timeout 10)
+
+# loop NAME URL [store flags...]: trainer + one --env worker; ok when the trainer finishes 3 steps.
+loop() {
+  local name=$1 url=$2; shift 2
+  mkdir -p "$WORK/st-$name"
+  "$BIN/grpo-train" "${COMMON[@]}" --run "$url" "$@" "${TRAIN_FLAGS[@]}" --metrics "$WORK/$name-metrics.jsonl" \
+    >"$WORK/$name-train.log" 2>&1 &
+  local train=$!; PIDS+=($train)
+  "$BIN/grpo-rollout" "${COMMON[@]}" --run "$url" "$@" "${ROLL_FLAGS[@]}" --worker-id "w-$name" \
+    --env "python3 $ROOT/tests/integration/env_modes.py ok $WORK/st-$name" >"$WORK/$name-roll.log" 2>&1 &
+  PIDS+=($!)
+  check "$name: the trainer finishes 3 steps on episode shards" wait $train
+  wait "${PIDS[-1]}" 2>/dev/null
+}
+metrics_ok() {  # FILE: every step trained multi-turn rows, on fewer tokens than they hold
+  "$PY" - "$1" <<'PYEOF'
+import json, sys
+steps = [json.loads(l) for l in open(sys.argv[1])]
+assert len(steps) == 3, len(steps)
+for s in steps:
+    assert s["completions/mean_turns"] > 2.5, s["completions/mean_turns"]
+    assert 0 < s["completions/mean_trained_tokens"] < s["completions/mean_length"], s
+PYEOF
+}
+
+echo "file://"
+loop file "file://$WORK/run"
+check "...its metrics: 3 turns an episode, only the model's tokens trained" metrics_ok "$WORK/file-metrics.jsonl"
+check "...the worker's shards are episode shards (mask 0 tokens, 3 turns)" "$PY" -c '
+import glob, sys, h5py
+fs = sorted(glob.glob(sys.argv[1] + "/rollouts/*/w-file-*.h5"))
+assert fs
+for f in fs:
+    h = h5py.File(f, "r")
+    assert h.attrs["format_version"] == 2 and h.attrs["max_new_tokens"] == 48
+    m = h["completion_mask"][:]
+    assert 0 < m.sum() < len(m) and (h["logprobs"][:][m == 0] == 0).all()
+    assert (h["turns"][:] == 3).all()' "$WORK/run"
+check "...training moved the adapter" "$PY" "$ROOT/validation/train/compare_adapters.py" \
+  "$WORK/run/adapters/v00000000.h5" "$WORK/run/adapters/v00000003.h5" --differ
+"$BIN/grpo-train" "${COMMON[@]}" --run "file://$WORK/replay" --replay "file://$WORK/run" --replay-record \
+  "${TRAIN_FLAGS[@]}" --metrics "" >"$WORK/replay.log" 2>&1
+check "...a replay of its episode shards gives the same adapter" "$PY" "$ROOT/validation/train/compare_adapters.py" \
+  "$WORK/run/adapters/v00000003.h5" "$WORK/replay/adapters/v00000003.h5"
+
+echo "through grpo-relay"
+start_relay || { bad "relay"; finish; exit 1; }
+export AWS_CA_BUNDLE=$RELAY_CA AWS_REGION=us-east-1
+AWS_ACCESS_KEY_ID=$TR_AK AWS_SECRET_ACCESS_KEY=$TR_SK \
+  "$BIN/grpo-train" "${COMMON[@]}" --run s3://pail/runs/r1 --endpoint "$RELAY_URL" "${TRAIN_FLAGS[@]}" \
+  --metrics "$WORK/relay-metrics.jsonl" >"$WORK/relay-train.log" 2>&1 &
+TRAIN=$!; PIDS+=($TRAIN)
+mkdir -p "$WORK/st-relay"
+AWS_ACCESS_KEY_ID=$RO_AK AWS_SECRET_ACCESS_KEY=$RO_SK \
+  "$BIN/grpo-rollout" "${COMMON[@]}" --run s3://pail/runs/r1 --endpoint "$RELAY_URL" "${ROLL_FLAGS[@]}" \
+  --worker-id w-relay --env "python3 $ROOT/tests/integration/env_modes.py ok $WORK/st-relay" \
+  >"$WORK/relay-roll.log" 2>&1 &
+PIDS+=($!)
+check "relay: the trainer finishes 3 steps on episode shards" wait $TRAIN
+check "...its metrics: 3 turns an episode, only the model's tokens trained" metrics_ok "$WORK/relay-metrics.jsonl"
+check "...the shards went through the relay into its root" \
+  bash -c "ls '$WORK'/root/runs/r1/rollouts/*/w-relay-*.h5 >/dev/null"
+finish
