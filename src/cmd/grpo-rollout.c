@@ -96,9 +96,8 @@ int main(int argc, char **argv) {
         flags_free(fl, n);
         return 2;
     }
-    if (env && (flags_given(argc, argv, "reward") || eval)) {
-        fprintf(stderr, "grpo-rollout: --env: the environment program gives the rewards (no --reward%s)\n",
-                eval ? "; --eval scores single completions" : "");
+    if (env && flags_given(argc, argv, "reward")) {
+        fprintf(stderr, "grpo-rollout: --env: the environment program gives the rewards (no --reward)\n");
         flags_free(fl, n);
         return 2;
     }

@@ -8,9 +8,10 @@
 
 int ctl_eval(int argc, char **argv) {
     char *model = NULL, *adapter = NULL, *dataset = NULL, *out = NULL, *marker = NULL, *regex = NULL, *cmd = NULL,
-         *prompt_format = NULL, *chat_file = NULL, *chat_name = NULL, *chat_kwargs = NULL;
-    long max_new, batch, samples, max_prompt, prefill, seed;
-    double temperature, reward_timeout;
+         *prompt_format = NULL, *chat_file = NULL, *chat_name = NULL, *chat_kwargs = NULL, *env = NULL,
+         *tool_format = NULL;
+    long max_new, batch, samples, max_prompt, prefill, seed, max_turns, max_episode;
+    double temperature, reward_timeout, env_timeout;
     bool chat, gen_defaults;
     FlagList rewards = {0};
     char *device = NULL, *max_memory = NULL, *dtype = NULL;
@@ -23,6 +24,11 @@ int ctl_eval(int argc, char **argv) {
         {"format-regex", FLAG_STRING, &regex, NULL, 1, 0, "format: PCRE2 pattern"},
         {"reward-cmd", FLAG_STRING, &cmd, NULL, 1, 0, "cmd: external reward program, as grpo-rollout"},
         {"reward-timeout", FLAG_DOUBLE, &reward_timeout, "30", 0.01, 86400, "cmd: seconds per batch"},
+        {"env", FLAG_STRING, &env, NULL, 1, 0, "episodes with this environment program, as grpo-rollout --env (it gives the rewards; a row is solved when an episode's reward is > 0)"},
+        {"max-turns", FLAG_INT, &max_turns, "8", 1, 100000, "--env: assistant turns per episode"},
+        {"max-episode-tokens", FLAG_INT, &max_episode, "2048", 2, 1 << 20, "--env: tokens of an episode after its opening"},
+        {"env-timeout", FLAG_DOUBLE, &env_timeout, "30", 0.01, 86400, "--env: seconds the program has to answer a request"},
+        {"tool-format", FLAG_STRING, &tool_format, "auto", 1, 0, "--env: auto, hermes, llama3, none"},
         {"samples", FLAG_INT, &samples, "1", 1, 1024, "1: greedy; k: pass@k at --temperature"},
         {"temperature", FLAG_DOUBLE, &temperature, "1.0", 0, 100, "sampling temperature for pass@k"},
         {"generation-defaults", FLAG_BOOL, &gen_defaults, "false", 1, 0,
@@ -49,6 +55,10 @@ int ctl_eval(int argc, char **argv) {
         fprintf(stderr, "%s: --model and --dataset are required\nusage: %s\n", argv[0], usage);
         goto done;
     }
+    if (env && flags_given(argc, argv, "reward")) {
+        fprintf(stderr, "%s: --env: the environment program gives the rewards (no --reward)\n", argv[0]);
+        goto done;
+    }
     Backend *be;
     size_t max_mem;
     int want;
@@ -65,6 +75,8 @@ int ctl_eval(int argc, char **argv) {
                        .rewards = {.specs = (const char *const *)rewards.items, .nspecs = rewards.n,
                                    .answer_marker = marker, .format_regex = regex, .cmd = cmd,
                                    .cmd_timeout_s = reward_timeout},
+                       .env_cmd = env, .env_timeout = env_timeout, .max_turns = (int)max_turns,
+                       .max_episode_tokens = (int)max_episode, .tool_format = tool_format,
                        .backend = be, .max_memory = max_mem, .weights_dtype = want};
     PailErr err = {0};
     char took[256];

@@ -589,7 +589,9 @@ static int env_setup(Worker *w, PailErr *err) {
     w->ec.tool_format = tf;
     log_info("environment '%s': tool calls parsed as %s%s; at most %d turns and %d tokens an episode", c->env_cmd,
              tool_format_name(tf), detect ? " (from the chat template)" : "", c->max_turns, c->max_episode_tokens);
-    return env_init(&w->env, c->env_cmd, c->env_timeout, c->groups_per_shard * c->group_size, err);
+    int G = c->eval ? (int)(c->eval_samples > 0 ? c->eval_samples : 1) : c->group_size;
+    int rows = c->eval ? (int)w->ds->n : c->groups_per_shard;
+    return env_init(&w->env, c->env_cmd, c->env_timeout, rows * G, err);
 }
 
 static int common_prefix(const int32_t *a, int na, const int32_t *b, int nb) {
@@ -992,7 +994,91 @@ static bool back_pressure(Worker *w, volatile sig_atomic_t *stop) {
 
 // --- eval -------------------------------------------------------------------
 
+// An evaluation's result j (consumed): to --out, to eval/v%08d.json in the
+// run (unless of a given adapter file), else printed. 0 / -1 with err.
+static int eval_write(Worker *w, long v, json_t *j, PailErr *err) {
+    const RolloutConfig *c = w->cfg;
+    char *text = j ? json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS) : NULL;
+    json_decref(j);
+    if (!text) return err_set(err, PAIL_ERR_NOMEM, "eval: out of memory for the result");
+    int rc = 0;
+    if (c->eval_out) {
+        FILE *f = fopen(c->eval_out, "w");
+        if (!f || fputs(text, f) < 0 || fclose(f) != 0) rc = err_set(err, PAIL_ERR_IO, "%s: cannot write", c->eval_out);
+    }
+    if (rc == 0 && v >= 0 && !c->eval_adapter && w->st) {
+        char key[64];
+        version_key(&SERIES_EVALS, v, key, sizeof key);
+        rc = versioned_put(w->st, key, text, strlen(text), err);
+        if (rc < 0 && err->code == PAIL_ERR_EXISTS) rc = 0;  // another eval worker got there first
+    }
+    if (!c->eval_out && !w->st) printf("%s\n", text);
+    free(text);
+    return rc;
+}
+
+// --eval with --env: G episodes of every row (greedy for one sample); a row is
+// solved when one of its episodes has a positive reward.
+static int eval_version_env(Worker *w, long v, const char *label, PailErr *err) {
+    const RolloutConfig *c = w->cfg;
+    int R = (int)w->ds->n, G = (int)(c->eval_samples > 0 ? c->eval_samples : 1), N = R * G, rc = -1;
+    json_t **rows = calloc((size_t)R, sizeof *rows);
+    uint64_t *seeds = calloc((size_t)R, sizeof *seeds);
+    EpisodeOut *out = calloc((size_t)N, sizeof *out);
+    if (!rows || !seeds || !out) {
+        err_set(err, PAIL_ERR_NOMEM, "eval %s: out of memory for %d rows x %d episodes", label, R, G);
+        goto done;
+    }
+    for (int r = 0; r < R; r++) {
+        rows[r] = (json_t *)w->ds->rows[r].fields;
+        seeds[r] = (uint64_t)c->seed + (uint64_t)r;
+    }
+    char prefix[160];
+    snprintf(prefix, sizeof prefix, "eval-%s/%ld", w->worker_id, w->env_batches++);
+    double t0 = time_mono_s();
+    if (episodes_run(w->eps, prefix, rows, seeds, R, out, err) != 0) goto done;
+    int solved = 0, failed = 0;
+    double rsum = 0, turns = 0, gen = 0;
+    json_t *sums = json_object();
+    for (int r = 0; r < R; r++) {
+        int ok = 0;
+        for (int j = 0; j < G; j++) {
+            const EpisodeOut *o = &out[r * G + j];
+            const char *key;
+            json_t *x;
+            failed += !o->valid;
+            ok |= o->valid && o->reward > 0;
+            rsum += o->valid ? o->reward : 0;
+            turns += o->turns;
+            for (int t = 0; t < o->n; t++) gen += o->mask[t];
+            json_object_foreach((json_t *)o->components, key, x) {
+                json_t *acc = json_object_get(sums, key);
+                json_object_set_new(sums, key, json_real(json_number_value(acc) + json_number_value(x)));
+            }
+        }
+        solved += ok;
+    }
+    const char *key;
+    json_t *x;
+    json_object_foreach(sums, key, x) json_real_set(x, json_real_value(x) / N);
+    json_t *res = json_pack("{s:I, s:f, s:f, s:o, s:f, s:f, s:i, s:i, s:i, s:s, s:f, s:I, s:s, s:s}", "version",
+                            (json_int_t)v, "accuracy", (double)solved / R, "reward_mean", rsum / N, "components", sums,
+                            "completion_length_mean", gen / N, "turns_mean", turns / N, "prompts", R,
+                            "failed_episodes", failed, "samples", G, "metric", G > 1 ? "pass@k" : "greedy", "seconds",
+                            time_mono_s() - t0, "time", (json_int_t)time_unix_s(), "dataset", w->ds->source,
+                            "environment", c->env_cmd);
+    log_info("eval %s: accuracy %.1f%% (%d of %d rows), reward %.3f, %.2f turns an episode, %d episodes failed",
+             label, 100.0 * solved / R, solved, R, rsum / N, turns / N, failed);
+    rc = eval_write(w, v, res, err);
+done:
+    free(rows);
+    free(seeds);
+    free(out);
+    return rc;
+}
+
 static int eval_version(Worker *w, long v, const char *label, PailErr *err) {
+    if (w->env) return eval_version_env(w, v, label, err);
     const RolloutConfig *c = w->cfg;
     // Sized for every row; P counts the rows that fit --max-prompt-tokens.
     int R = (int)w->ds->n, G = (int)(c->eval_samples > 0 ? c->eval_samples : 1), P = 0, N = 0;
@@ -1063,25 +1149,11 @@ static int eval_version(Worker *w, long v, const char *label, PailErr *err) {
                           "completion_length_mean", len_sum / N, "prompts", P, "skipped_prompts",
                           (json_int_t)skipped, "samples", G, "metric", G > 1 ? "pass@k" : "greedy", "seconds",
                           time_mono_s() - t0, "time", (json_int_t)time_unix_s(), "dataset", w->ds->source);
-    char *text = json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS);
-    json_decref(j);
     char sk[64] = "";
     if (skipped) snprintf(sk, sizeof sk, "; %ld over --max-prompt-tokens skipped", skipped);
     log_info("eval %s: accuracy %.1f%% (%d of %d%s), reward %.3f", label, 100.0 * solved / P, solved, P, sk,
              rsum / N);
-    rc = 0;
-    if (c->eval_out) {
-        FILE *f = fopen(c->eval_out, "w");
-        if (!f || fputs(text, f) < 0 || fclose(f) != 0) rc = err_set(err, PAIL_ERR_IO, "%s: cannot write", c->eval_out);
-    }
-    if (rc == 0 && v >= 0 && !c->eval_adapter && w->st) {
-        char key[64];
-        version_key(&SERIES_EVALS, v, key, sizeof key);
-        rc = versioned_put(w->st, key, text, strlen(text), err);
-        if (rc < 0 && err->code == PAIL_ERR_EXISTS) rc = 0;  // another eval worker got there first
-    }
-    if (!c->eval_out && !w->st) printf("%s\n", text);
-    free(text);
+    rc = eval_write(w, v, j, err);
 done:
     for (int p = 0; p < P; p++) { free(pr[p].ids); free(pr[p].text); }
     for (int i = 0; i < N; i++) free(texts[i]);
@@ -1166,12 +1238,12 @@ static int setup(Worker *w, const RolloutConfig *c, PailErr *err) {
     if (w->env) {
         w->ec.group_size = G;
         w->ec.batch_size = batch;
-        w->ec.max_groups = c->groups_per_shard;
+        w->ec.max_groups = max_prompts > 0 ? max_prompts : 1;  // a shard's groups, or every eval row
         w->ec.max_prompt_tokens = c->max_prompt_tokens;
         w->ec.max_episode_tokens = c->max_episode_tokens;
         w->ec.max_turn_tokens = c->max_new_tokens;
         w->ec.max_turns = c->max_turns;
-        w->ec.sampler = c->sampler;
+        w->ec.sampler = w->gc.sampler;  // greedy for a one-sample eval
         w->ec.stop_ids = w->stop_ids;
         w->ec.n_stop_ids = w->n_stop;
         w->ec.stop_fn = stop_strings_hit;

@@ -8,8 +8,9 @@
 # answer for an unknown episode (dropped, counted), two answers to one request,
 # messages where a reward was due, a reward that is not a number, the program's
 # own error; --max-turns (the last turn sent with "final": true), the episode
-# token limit ("end" then the reward, finish length), a command not found, and
-# --env refused with --reward or without a chat template.
+# token limit ("end" then the reward, finish length), a command not found,
+# evaluation through the program (grpo-ctl eval --env, grpo-rollout --eval --env),
+# and --env refused with --reward or without a chat template.
 source "$(dirname "$0")/lib.sh"
 PY=$(venv)/bin/python
 M="$WORK/model"
@@ -133,6 +134,25 @@ timeout 120 "$BIN/grpo-rollout" --model "$M" --run "file://$WORK/run" --dataset 
 check "the worker exits 0 with every episode failed" test $? -eq 0 -a "$(valid missing)" -eq 0 \
   -a "$(ls "$WORK"/run/rollouts/v00000000/missing-*.h5 | wc -l)" -eq 2
 check "...saying the command was not found" grep -q "exited with status 127 (command not found)" "$WORK/missing.log"
+
+echo "evaluation through the program"
+head -6 "$WORK/train.jsonl" >"$WORK/eval.jsonl"
+mkdir -p "$WORK/st-eval"
+"$BIN/grpo-ctl" eval --model "$M" --dataset "$WORK/eval.jsonl" --env "$ENVPY ok $WORK/st-eval" --max-new-tokens 4 \
+  --max-turns 2 --max-episode-tokens 60 --out "$WORK/eval.json" >/dev/null 2>"$WORK/eval.log"
+check "grpo-ctl eval --env: greedy episodes of every row, scored by the program" "$PY" -c '
+import json, sys
+e = json.load(open(sys.argv[1]))
+assert e["prompts"] == 6 and e["samples"] == 1 and e["turns_mean"] == 2 and e["failed_episodes"] == 0, e
+assert 0 <= e["accuracy"] <= 1 and e["components"]["turns"] == 2 and e["environment"].endswith("st-eval"), e' "$WORK/eval.json"
+timeout 120 "$BIN/grpo-rollout" --eval --model "$M" --run "file://$WORK/run" --eval-dataset "$WORK/eval.jsonl" \
+  --worker-id ev --env "$ENVPY ok $WORK/st-eval" --max-new-tokens 4 --max-turns 2 --max-episode-tokens 60 \
+  --max-shards 1 >"$WORK/ev.log" 2>&1
+check "grpo-rollout --eval --env writes eval/v00000000.json, the same greedy result" "$PY" -c '
+import json, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:])
+assert a["version"] == 0 and a["accuracy"] == b["accuracy"] and a["reward_mean"] == b["reward_mean"], (a, b)' \
+  "$WORK/run/eval/v00000000.json" "$WORK/eval.json"
 
 echo "refused at startup"
 expect_fail_last "--env with --reward" 2 "the environment program gives the rewards" \
