@@ -7,16 +7,17 @@
 # with `grpo-train --sft --full` (each problem's two assistant turns: the call,
 # then the answer after the tool's result) until PAIL_DEMO_SFT_TARGET of held-out
 # turns are exact; then one trainer and two `grpo-rollout --env` workers run on a
-# file:// bucket. Ends with
-#   demo-env: reward R0 -> R1 (first and last 5 steps), correct C0 -> C1, turns T
-# and an SVG of the reward curve. Knobs (environment): PAIL_DEMO_DIR (demo-env-run),
-# PAIL_DEMO_SFT_TARGET (0.3), PAIL_DEMO_STEPS (40), PAIL_DEMO_LR (1e-3).
+# file:// bucket, on problems the warm-up never saw. Ends with
+#   demo-env: held-out accuracy A% -> B% (greedy, 1,000 problems); training reward R0 -> R1 ...
+# (A and B through the same program, grpo-ctl eval --env) and an SVG of the reward curve. Knobs (environment): PAIL_DEMO_DIR (demo-env-run),
+# PAIL_DEMO_SFT_TARGET (0.3), PAIL_DEMO_STEPS (60), PAIL_DEMO_LR (1e-3), PAIL_DEMO_SFT_MODEL (a
+# warmed-up model folder of an earlier run: skips the warm-up).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-bin}
 D=${PAIL_DEMO_DIR:-demo-env-run}
 SFT_TARGET=${PAIL_DEMO_SFT_TARGET:-0.3}
-STEPS=${PAIL_DEMO_STEPS:-40}
+STEPS=${PAIL_DEMO_STEPS:-60}
 LR=${PAIL_DEMO_LR:-1e-3}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 start=$(date +%s)
@@ -36,12 +37,27 @@ head -200 "$D/data/sft-valid.jsonl" >"$D/data/sft-valid-200.jsonl"
   --seed 1 >"$D/logs/init.log" 2>&1
 cp data/calc/chat_template.jinja "$D/model-random/"
 
+if [ -n "${PAIL_DEMO_SFT_MODEL:-}" ]; then
+  say "2/4 the warmed-up model $PAIL_DEMO_SFT_MODEL (PAIL_DEMO_SFT_MODEL)"
+  cp -r "$PAIL_DEMO_SFT_MODEL" "$D/model-sft"
+else
 say "2/4 supervised warm-up on the tool format until $SFT_TARGET of 200 held-out turns are exact (grpo-train --sft --full)"
 "$BIN/grpo-train" --sft "$D/data/sft.jsonl" --sft-valid "$D/data/sft-valid-200.jsonl" --valid-every 50 \
   --stop-accuracy "$SFT_TARGET" --full --model "$D/model-random" --out "$D/model-sft" --steps 4000 \
   --groups-per-step 64 --lr 2e-3 --warmup-steps 30 --log-every 100 --token-budget 8192 \
   --metrics "$D/logs/sft-metrics.jsonl" 2>&1 | grep --line-buffered -E '^sft step [0-9]+/|reached' \
   | sed -u 's/^/      /'
+fi
+
+ENVFLAGS=(--env "python3 data/calc/env.py" --max-new-tokens 96 --max-turns 3 --max-episode-tokens 224)
+heldout() {  # OUT [--adapter FILE]: greedy accuracy on the 1,000 held-out problems
+  local out=$1; shift
+  "$BIN/grpo-ctl" eval --model "$D/model-sft" --dataset "$D/data/eval.jsonl" "${ENVFLAGS[@]}" --batch-size 64 \
+    --out "$out" "$@" >/dev/null 2>"$out.log"
+  python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["accuracy"])' "$out"
+}
+A=$(heldout "$D/eval-before.json")
+say "   held-out greedy accuracy after the warm-up: $(awk -v a="$A" 'BEGIN { printf "%.1f%%", 100 * a }') (1,000 problems never trained on)"
 
 say "3/4 one trainer and two rollout workers with the environment program (file://$D/bucket)"
 RUN="file://$D/bucket"
@@ -52,8 +68,8 @@ TRAIN=$!
 PIDS+=($TRAIN)
 for w in worker-a worker-b; do
   "$BIN/grpo-rollout" --model "$D/model-sft" --run "$RUN" --worker-id "$w" --dataset "$D/data/train.jsonl" \
-    --group-size 8 --groups-per-shard 8 --batch-size 64 --max-new-tokens 64 --max-turns 3 \
-    --max-episode-tokens 160 --env "python3 data/calc/env.py" --max-ahead 2 --seed 1 >"$D/logs/$w.log" 2>&1 &
+    --group-size 8 --groups-per-shard 8 --batch-size 64 "${ENVFLAGS[@]}" --max-ahead 2 --seed 1 \
+    >"$D/logs/$w.log" 2>&1 &
   PIDS+=($!)
 done
 
@@ -76,6 +92,8 @@ done
 wait $TRAIN || { say "the trainer failed:"; tail -5 "$D/logs/trainer.log"; exit 1; }
 "$BIN/grpo-ctl" put "$RUN/control/stop" /dev/null >/dev/null
 for p in "${PIDS[@]:1}"; do wait "$p" 2>/dev/null || true; done
+final=$(ls "$D/bucket/adapters/" | grep -o 'v[0-9]*' | sort | tail -1)
+B=$(heldout "$D/eval-after.json" --adapter "$D/bucket/adapters/$final.h5")
 "$BIN/grpo-ctl" plot "$RUN" --title "pail demo-env: GRPO with a calculator tool" --out "$D/curve.svg" 2>/dev/null || true
 echo
 echo "  bucket:   $D/bucket"
@@ -83,12 +101,12 @@ echo "  metrics:  $D/logs/metrics.jsonl"
 echo "  curve:    $D/curve.svg"
 echo "  logs:     $D/logs/"
 echo "  time:     $(( $(date +%s) - start )) s"
-python3 - "$D/logs/metrics.jsonl" <<'PYEOF'
+python3 - "$D/logs/metrics.jsonl" "$A" "$B" <<'PYEOF'
 import json, sys
 m = [json.loads(l) for l in open(sys.argv[1])]
-f, l = m[:5], m[-5:]
+f, l = m[:10], m[-10:]
 avg = lambda rows, k: sum(r.get(k) or 0 for r in rows) / len(rows)
-print("demo-env: reward %.3f -> %.3f (first and last 5 steps), correct %.3f -> %.3f, %.2f turns an episode"
-      % (avg(f, "reward"), avg(l, "reward"), avg(f, "rewards/correct/mean"), avg(l, "rewards/correct/mean"),
-         avg(m, "completions/mean_turns")))
+print("demo-env: held-out accuracy %.1f%% -> %.1f%% (greedy, 1,000 problems); training reward %.3f -> %.3f "
+      "(first and last 10 steps), %.2f turns an episode" % (100 * float(sys.argv[2]), 100 * float(sys.argv[3]),
+      avg(f, "reward"), avg(l, "reward"), avg(m, "completions/mean_turns")))
 PYEOF
