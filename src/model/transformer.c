@@ -623,9 +623,13 @@ size_t kvcache_bytes(const KvCache *kv) {
     return 2 * (size_t)kv->L * kv->n_slots * kv->max_ctx * kv->kvd * sizeof(float);
 }
 
-int kvcache_fork(KvCache *kv, int dst, int src, PailErr *err) {
-    if (dst == src) return 0;
-    size_t stride = (size_t)kv->max_ctx * kv->kvd, n = (size_t)kv->len[src] * kv->kvd;
+int kvcache_fork(KvCache *kv, int dst, int src, PailErr *err) { return kvcache_fork_prefix(kv, dst, src, kv->len[src], err); }
+
+int kvcache_fork_prefix(KvCache *kv, int dst, int src, int ntok, PailErr *err) {
+    if (ntok < 0 || ntok > kv->len[src])
+        return err_set(err, PAIL_ERR_INVALID, "KV cache fork %d -> %d: %d tokens of %d", src, dst, ntok, kv->len[src]);
+    if (dst == src) { kv->len[dst] = ntok; return 0; }
+    size_t stride = (size_t)kv->max_ctx * kv->kvd, n = (size_t)ntok * kv->kvd;
     const BackendOps *o = kv->be->ops;
     for (int l = 0; l < kv->L; l++) {
         size_t base = (size_t)l * kv->n_slots * stride;
@@ -633,7 +637,7 @@ int kvcache_fork(KvCache *kv, int dst, int src, PailErr *err) {
             o->copy(kv->be, kv->v + base + (size_t)dst * stride, kv->v + base + (size_t)src * stride, n, err) < 0)
             return err_wrap(err, "KV cache fork %d -> %d", src, dst);
     }
-    kv->len[dst] = kv->len[src];
+    kv->len[dst] = ntok;
     return 0;
 }
 

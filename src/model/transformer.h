@@ -74,6 +74,9 @@ void kvcache_reset(KvCache *kv, int slot);              // empty the slot
 // between slots (a group's prompt) or a slot kept across an episode's turns can
 // replace the copy without changing these calls.
 int kvcache_fork(KvCache *kv, int dst, int src, PailErr *err);
+// dst = a copy of src's first ntok tokens (<= its length): an episode whose
+// opening another of its group already holds.
+int kvcache_fork_prefix(KvCache *kv, int dst, int src, int ntok, PailErr *err);
 size_t kvcache_bytes(const KvCache *kv);
 
 // Appends n_new[s] tokens to each slot s (0 = slot idle this call; tokens are

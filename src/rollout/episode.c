@@ -429,20 +429,44 @@ static void on_token(Episodes *r, int k, int32_t tok, float lp) {
     }
 }
 
-static void admit(Episodes *r, int N) {
+// Queued episodes into free slots, in order. The KV of a row only grows, so
+// when an episode of the same group holds the same opening in its slot, the
+// opening but its last token is copied from there and only that token is fed
+// (for its logits); one whose twin is still prefilling it waits for that
+// call. A group's openings, usually alike, are prefilled once.
+static int admit(Episodes *r, int N, PailErr *err) {
+    int G = r->cfg.group_size;
     for (int k = 0; k < N; k++) {
         Ep *e = &r->eps[k];
         if (e->state != EP_QUEUED) continue;
+        int src = -1;
+        bool wait = false;
+        for (int j = k - k % G; j < k - k % G + G && e->n_open > 1 && src < 0 && !wait; j++) {
+            const Ep *h = &r->eps[j];
+            if (j == k || h->slot < 0 || h->n_open != e->n_open ||
+                memcmp(h->open, e->open, (size_t)e->n_open * sizeof(int32_t)))
+                continue;
+            if (kvcache_len(r->kv, h->slot) >= e->n_open - 1) src = h->slot;
+            else wait = h->state == EP_RUNNING;  // its prefill is under way
+        }
+        if (wait) continue;
         int s = 0;
         while (s < r->B && r->slot_ep[s] >= 0) s++;
-        if (s == r->B) return;
+        if (s == r->B) return 0;
         r->slot_ep[s] = k;
         e->slot = s;
+        e->state = EP_RUNNING;
         kvcache_reset(r->kv, s);
         e->feed = e->open;
         e->n_feed = e->n_open;
-        e->state = EP_RUNNING;
+        if (src >= 0) {
+            if (kvcache_fork_prefix(r->kv, s, src, e->n_open - 1, err) < 0) return -1;
+            e->feed = e->open + e->n_open - 1;
+            e->n_feed = 1;
+            r->stats.forked_openings++;
+        }
     }
+    return 0;
 }
 
 // One model call over every running slot: decoding slots first (one token
@@ -468,7 +492,8 @@ static int model_call(Episodes *r, PailErr *err) {
         Ep *e = &r->eps[r->slot_ep[s]];
         memcpy(r->feed + pos, e->feed, (size_t)r->n_new[s] * sizeof(int32_t));
         pos += r->n_new[s];
-        if (r->n_new[s] == 1 && e->n_feed == 1 && e->feed != e->open) r->stats.decode_tokens++;
+        if (r->n_new[s] == 1 && e->n_feed == 1 && (e->feed < e->open || e->feed >= e->open + e->n_open))
+            r->stats.decode_tokens++;
         else r->stats.prefill_tokens += r->n_new[s];
         e->feed += r->n_new[s];
         e->n_feed -= r->n_new[s];
@@ -516,7 +541,7 @@ int episodes_run(Episodes *r, const char *prefix, json_t *const *rows, const uin
             json_decref(r->evs[i].tools);
             json_decref(r->evs[i].components);
         }
-        admit(r, N);
+        if (admit(r, N, err) < 0) return -1;
         if (r->cfg.abandon_fn && r->cfg.abandon_fn(r->cfg.abandon_ctx)) {
             for (int k = 0; k < N; k++) env_cancel(env, k);
             return 1;

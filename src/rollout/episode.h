@@ -7,7 +7,9 @@
 // program is appended as the tokens the template adds for it (mask 0, log-prob
 // 0), by the rules below, and prefilled into the episode's KV slot, which the
 // episode keeps across its turns (no re-prefill). An episode waiting for its
-// program parks its slot; the others keep decoding.
+// program parks its slot; the others keep decoding. An opening that another
+// episode of the group holds in its slot is copied from there (its last token
+// fed again for the logits): a group's openings are prefilled once.
 //
 // The tokens for new messages: with T(h) the template's rendering of history
 // h with the generation prompt, A the text of the assistant turn just
@@ -68,6 +70,7 @@ typedef struct {             // one episode: borrowed from the runner until its 
 
 typedef struct {
     int64_t prefill_tokens, decode_tokens, model_calls, appended_tokens, turns, failed, prefix_fallbacks;
+    int64_t forked_openings;  // episodes whose opening was copied from another's slot (its last token fed)
 } EpisodeStats;
 
 typedef struct Episodes Episodes;

@@ -743,8 +743,9 @@ static int one_shard_env(Worker *w, volatile sig_atomic_t *stop, PailErr *err) {
     if ((rc = shard_still_wanted(w, stop, drawn_before, err)) != 0) goto free_shard;
     char extra[160];
     EpisodeStats es = episodes_stats(w->eps);
-    snprintf(extra, sizeof extra, "; %.2f turns an episode, %d failed, %lld tokens appended", turns / N, failed,
-             (long long)es.appended_tokens);
+    snprintf(extra, sizeof extra, "; %.2f turns an episode, %d failed, %lld tokens appended, %lld of %d openings "
+             "copied from their group's prefill", turns / N, failed, (long long)es.appended_tokens,
+             (long long)es.forked_openings, N);
     rc = publish_shard(w, &s, ngen, secs, extra, err);
 free_shard:
     s.prompt_index = NULL;  // rix, freed below

@@ -65,6 +65,8 @@ check "...the starts carry the dataset row" "$PY" -c '
 import json, sys
 st = [json.loads(l) for l in open(sys.argv[1]) if json.loads(l)["type"] == "start"]
 assert len(st) == 8 and all("prompt" in s["row"] and "answer" in s["row"] for s in st)' "$WORK/st-good/requests.jsonl"
+check "...a group's two openings are prefilled once (the second copied)" \
+  test "$(grep -c '2 of 4 openings copied from their group' "$WORK/good.log")" -eq 2
 check "...the components are the program's" "$PY" -c '
 import glob, sys, h5py
 h = h5py.File(sorted(glob.glob(sys.argv[1] + "/good-*.h5"))[0], "r")
