@@ -974,7 +974,7 @@ static int replay_record_load(Trainer *t, PailErr *err) {
         }
         all = p;
         memmove(all + s.rec_n, all, (size_t)n * sizeof *all);  // older states go first
-        memcpy(all, s.rec, (size_t)s.rec_n * sizeof *all);
+        if (s.rec_n) memcpy(all, s.rec, (size_t)s.rec_n * sizeof *all);  // a first state has none (NULL)
         n += s.rec_n;
         v = (long)s.parent;
         states++;
