@@ -229,6 +229,22 @@ START_TEST(test_store_url) {
     snprintf(url, sizeof url, "file://%s", path);
     ck_assert_int_eq(dataset_load(&remote, url, &err), -1);
     ck_assert_msg(strstr(err.msg, "task.jsonl:2: neither \"prompt\" nor \"messages\""), "%s", err.msg);
+    // An environment program's rows: any object, through a path and a URL; a prompt
+    // or messages that is there is still checked.
+    ck_assert_msg(dataset_load_objects(&remote, url, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(remote->n, 2);
+    ck_assert_str_eq(remote->rows[0].prompt, "ok");
+    ck_assert(!remote->rows[1].prompt && !remote->rows[1].messages);
+    ck_assert_str_eq(json_string_value(json_object_get(remote->rows[1].fields, "question")), "no prompt");
+    dataset_free(remote);
+    const char *bad2 = "{\"question\": 1}\n{\"prompt\": 7}\n";
+    ck_assert_int_eq(fs_write_file_atomic(path, bad2, strlen(bad2), &err), 0);
+    ck_assert_int_eq(dataset_load_objects(&remote, path, &err), -1);
+    ck_assert_msg(strstr(err.msg, "task.jsonl:2: \"prompt\" is not a string"), "%s", err.msg);
+    const char *bad3 = "{\"question\": 1}\n[1, 2]\n";
+    ck_assert_int_eq(fs_write_file_atomic(path, bad3, strlen(bad3), &err), 0);
+    ck_assert_int_eq(dataset_load_objects(&remote, path, &err), -1);
+    ck_assert_msg(strstr(err.msg, "task.jsonl:2: a row must be a JSON object"), "%s", err.msg);
     ck_assert_int_eq(dataset_load(&remote, "file://relative/x.jsonl", &err), -1);
     ck_assert_msg(strstr(err.msg, "absolute path"), "%s", err.msg);
     ck_assert_int_eq(dataset_load(&remote, "http://example.com/x.jsonl", &err), -1);

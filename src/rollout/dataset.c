@@ -2,6 +2,7 @@
 // loading from a local path or a store URL, and the two samplers (per-worker
 // seeded shuffle, k-of-n partition).
 #include "rollout/dataset.h"
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,13 +14,14 @@
 // One row: an object with exactly one of "prompt" (non-empty string) or
 // "messages" (non-empty array of objects with a string "role"; "content" a string, a list of
 // content blocks, null or absent, as in a tool-calling assistant turn), and "tools" an array if given.
-static int row_check(DatasetRow *r, const char *name, PailErr *err) {
+// any: an object with neither is a row too (an environment program reads it).
+static int row_check(DatasetRow *r, const char *name, bool any, PailErr *err) {
     json_t *o = r->fields;
     long long ln = (long long)r->line;
     if (!json_is_object(o)) return err_set(err, PAIL_ERR_INVALID, "%s:%lld: a row must be a JSON object", name, ln);
     json_t *p = json_object_get(o, "prompt"), *m = json_object_get(o, "messages");
     if (p && m) return err_set(err, PAIL_ERR_INVALID, "%s:%lld: both \"prompt\" and \"messages\" (give one)", name, ln);
-    if (!p && !m) return err_set(err, PAIL_ERR_INVALID, "%s:%lld: neither \"prompt\" nor \"messages\"", name, ln);
+    if (!p && !m) return any ? 0 : err_set(err, PAIL_ERR_INVALID, "%s:%lld: neither \"prompt\" nor \"messages\"", name, ln);
     if (p) {
         if (!json_is_string(p)) return err_set(err, PAIL_ERR_INVALID, "%s:%lld: \"prompt\" is not a string", name, ln);
         if (json_string_length(p) == 0) return err_set(err, PAIL_ERR_INVALID, "%s:%lld: \"prompt\" is empty", name, ln);
@@ -48,7 +50,7 @@ static int row_check(DatasetRow *r, const char *name, PailErr *err) {
     return 0;
 }
 
-int dataset_parse(Dataset **out, const char *text, size_t len, const char *name, PailErr *err) {
+static int parse(Dataset **out, const char *text, size_t len, const char *name, bool any, PailErr *err) {
     *out = NULL;
     Dataset *ds = calloc(1, sizeof *ds);
     if (!ds) return err_set(err, PAIL_ERR_NOMEM, "%s: out of memory", name);
@@ -90,7 +92,7 @@ int dataset_parse(Dataset **out, const char *text, size_t len, const char *name,
         }
         DatasetRow *r = &ds->rows[ds->n++];
         *r = (DatasetRow){.fields = o, .line = line};
-        if (row_check(r, name, err) < 0) {
+        if (row_check(r, name, any, err) < 0) {
             dataset_free(ds);
             return -1;
         }
@@ -103,7 +105,11 @@ int dataset_parse(Dataset **out, const char *text, size_t len, const char *name,
     return 0;
 }
 
-int dataset_load_store(Dataset **out, Store *st, const char *key, PailErr *err) {
+int dataset_parse(Dataset **out, const char *text, size_t len, const char *name, PailErr *err) {
+    return parse(out, text, len, name, false, err);
+}
+
+static int load_store(Dataset **out, Store *st, const char *key, bool any, PailErr *err) {
     *out = NULL;
     char name[STORE_MAX_KEY + 256];
     store_key_url(st, key, name, sizeof name);
@@ -112,12 +118,16 @@ int dataset_load_store(Dataset **out, Store *st, const char *key, PailErr *err) 
         buf_free(&b);
         return err_wrap(err, "dataset %s", name);
     }
-    int rc = dataset_parse(out, b.len ? (const char *)b.data : "", b.len, name, err);
+    int rc = parse(out, b.len ? (const char *)b.data : "", b.len, name, any, err);
     buf_free(&b);
     return rc;
 }
 
-int dataset_load(Dataset **out, const char *path_or_url, PailErr *err) {
+int dataset_load_store(Dataset **out, Store *st, const char *key, PailErr *err) {
+    return load_store(out, st, key, false, err);
+}
+
+static int load(Dataset **out, const char *path_or_url, bool any, PailErr *err) {
     *out = NULL;
     if (!strncmp(path_or_url, "file://", 7) || !strncmp(path_or_url, "s3://", 5)) {
         char root[STORE_MAX_KEY + 64];
@@ -126,7 +136,7 @@ int dataset_load(Dataset **out, const char *path_or_url, PailErr *err) {
         if (!*key) return err_set(err, PAIL_ERR_INVALID, "dataset URL '%s': no key after the bucket", path_or_url);
         Store *st;
         if (store_open(&st, root, NULL, err) < 0) return err_wrap(err, "dataset %s", path_or_url);
-        int rc = dataset_load_store(out, st, key, err);
+        int rc = load_store(out, st, key, any, err);
         store_close(st);
         return rc;
     }
@@ -137,9 +147,14 @@ int dataset_load(Dataset **out, const char *path_or_url, PailErr *err) {
         buf_free(&b);
         return err_wrap(err, "dataset");
     }
-    int rc = dataset_parse(out, b.len ? (const char *)b.data : "", b.len, path_or_url, err);
+    int rc = parse(out, b.len ? (const char *)b.data : "", b.len, path_or_url, any, err);
     buf_free(&b);
     return rc;
+}
+
+int dataset_load(Dataset **out, const char *path_or_url, PailErr *err) { return load(out, path_or_url, false, err); }
+int dataset_load_objects(Dataset **out, const char *path_or_url, PailErr *err) {
+    return load(out, path_or_url, true, err);
 }
 
 void dataset_free(Dataset *ds) {

@@ -29,6 +29,9 @@ typedef struct {
 // Loads a local path, or a file:// / s3:// URL through the store (s3 options from
 // the AWS_* environment). Errors name the source and line: `data/x.jsonl:17: ...`.
 int dataset_load(Dataset **out, const char *path_or_url, PailErr *err);
+// The same for an environment program's rows (grpo-rollout --env): any JSON object is a
+// row (prompt and messages NULL when it has neither; checked as above when it has one).
+int dataset_load_objects(Dataset **out, const char *path_or_url, PailErr *err);
 // Loads `key` from an open store (grpo-rollout's run store with its flags).
 int dataset_load_store(Dataset **out, Store *st, const char *key, PailErr *err);
 // Parses JSON-lines text already in memory; name is used in messages.

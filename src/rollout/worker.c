@@ -1213,7 +1213,7 @@ static int setup(Worker *w, const RolloutConfig *c, PailErr *err) {
     }
     const char *dspath = c->eval ? c->eval_dataset : c->dataset;
     if (!dspath) return err_set(err, PAIL_ERR_INVALID, c->eval ? "--eval needs --eval-dataset" : "--dataset is required");
-    if (dataset_load(&w->ds, dspath, err) < 0) return -1;
+    if ((c->env_cmd ? dataset_load_objects : dataset_load)(&w->ds, dspath, err) < 0) return -1;
     if (!(w->row_refused = calloc((size_t)w->ds->n, 1)))
         return err_set(err, PAIL_ERR_NOMEM, "dataset %s: out of memory", w->ds->source);
     if (!c->env_cmd && reward_set_build(&w->rs, &c->rewards, err) < 0) return -1;

@@ -51,7 +51,8 @@ for line in sys.stdin:
     if mode == "unknown":
         say({"id": "nobody.7", "reward": 1.0})
     if t == "start":
-        say({"id": i, "messages": [{"role": "user", "content": m["row"]["prompt"]}]})
+        row = m["row"]
+        say({"id": i, "messages": [{"role": "user", "content": row.get("prompt") or row["question"]}]})
         if mode == "twice":
             say({"id": i, "messages": [{"role": "user", "content": "again"}]})
         continue

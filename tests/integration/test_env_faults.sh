@@ -74,6 +74,18 @@ names = [n.decode() for n in h["reward_components"].attrs["names"]]
 assert names == ["digit", "turns"], names
 assert (h["reward_components"][:, 1] == 3).all()' "$WORK/run/rollouts/v00000000"
 
+echo "rows an environment program reads: any JSON object"
+printf '{"question": "1+1", "answer": 2}\n{"question": "2+3", "answer": 5}\n' >"$WORK/questions.jsonl"
+mkdir -p "$WORK/st-rows"
+timeout 120 "$BIN/grpo-rollout" --model "$M" --run "file://$WORK/run" --dataset "$WORK/questions.jsonl" \
+  --worker-id rows --group-size 2 --groups-per-shard 2 --max-shards 1 --max-ahead 0 --max-new-tokens 4 \
+  --max-turns 2 --max-episode-tokens 60 --env "$ENVPY log $WORK/st-rows" >"$WORK/rows.log" 2>&1
+check "rows with neither prompt nor messages: episodes of them, the program gets each row" \
+  test $? -eq 0 -a "$(valid rows)" -eq 4 -a "$(grep -c '"question"' "$WORK/st-rows/requests.jsonl")" -eq 4
+expect_fail_last "...while single completions still need a prompt or messages" 1 'questions.jsonl:1: neither "prompt" nor "messages"' \
+  "$BIN/grpo-rollout" --model "$M" --run "file://$WORK/run" --dataset "$WORK/questions.jsonl" --group-size 2 \
+  --max-shards 1 --reward format --format-regex x
+
 echo "the episode token limit"
 roll short ok --max-episode-tokens 16 --max-turns 8
 check "the worker exits 0" test $? -eq 0
