@@ -575,6 +575,28 @@ static int publish_shard(Worker *w, const RolloutShard *s, int64_t ntok, double 
     return rc;
 }
 
+// The token arrays of a shard of s->P prompts and s->N completions holding
+// nprompt and ntok tokens; with masked also its completion mask and turns
+// (without, shard_write stores all ones and 1). 0, or -1 with err (what was
+// allocated stays in s, for the caller's frees).
+static int shard_alloc_tokens(RolloutShard *s, int64_t nprompt, int64_t ntok, bool masked, PailErr *err) {
+    size_t nt = (size_t)(ntok ? ntok : 1), N = (size_t)s->N;
+    s->prompt_ids = malloc((size_t)nprompt * sizeof(int32_t));
+    s->prompt_offsets = malloc(((size_t)s->P + 1) * sizeof(int64_t));
+    s->completion_ids = malloc(nt * sizeof(int32_t));
+    s->logprobs = malloc(nt * sizeof(float));
+    s->completion_offsets = malloc((N + 1) * sizeof(int64_t));
+    s->group = malloc(N * sizeof(int32_t));
+    if (masked) {
+        s->completion_mask = malloc(nt);
+        s->turns = malloc(N * sizeof(int32_t));
+    }
+    if (!s->prompt_ids || !s->prompt_offsets || !s->completion_ids || !s->logprobs || !s->completion_offsets ||
+        !s->group || (masked && (!s->completion_mask || !s->turns)))
+        return err_set(err, PAIL_ERR_NOMEM, "out of memory for a shard of %lld tokens", (long long)ntok);
+    return 0;
+}
+
 // --env: the program and how tool calls are parsed (needs the chat template:
 // episodes are conversations).
 static int env_setup(Worker *w, PailErr *err) {
@@ -679,24 +701,15 @@ static int one_shard_env(Worker *w, volatile sig_atomic_t *stop, PailErr *err) {
     s.P = P;
     s.N = N;
     s.K = K;
-    s.prompt_ids = malloc((size_t)nprompt * sizeof(int32_t));
-    s.prompt_offsets = malloc(((size_t)P + 1) * sizeof(int64_t));
     s.prompt_index = rix;
-    s.completion_ids = malloc((size_t)(ntok ? ntok : 1) * sizeof(int32_t));
-    s.logprobs = malloc((size_t)(ntok ? ntok : 1) * sizeof(float));
-    s.completion_mask = malloc((size_t)(ntok ? ntok : 1));
-    s.completion_offsets = malloc(((size_t)N + 1) * sizeof(int64_t));
-    s.group = malloc((size_t)N * sizeof(int32_t));
-    s.turns = malloc((size_t)N * sizeof(int32_t));
     s.rewards = calloc((size_t)N, sizeof(float));
     s.reward_valid = calloc((size_t)N, 1);
     s.reward_components = calloc((size_t)N * (K ? K : 1), sizeof(float));
     s.finish_reason = malloc((size_t)N);
     for (int k = 0; k < K; k++) s.component_names[k] = (char *)names[k];
-    if (!s.prompt_ids || !s.prompt_offsets || !s.completion_ids || !s.logprobs || !s.completion_mask ||
-        !s.completion_offsets || !s.group || !s.turns || !s.rewards || !s.reward_valid || !s.reward_components ||
-        !s.finish_reason) {
-        err_set(err, PAIL_ERR_NOMEM, "out of memory for a shard of %lld tokens", (long long)ntok);
+    if (shard_alloc_tokens(&s, nprompt, ntok, true, err) < 0) goto free_shard;
+    if (!s.rewards || !s.reward_valid || !s.reward_components || !s.finish_reason) {
+        err_set(err, PAIL_ERR_NOMEM, "out of memory for a shard of %d episodes", N);
         goto free_shard;
     }
     s.prompt_offsets[0] = 0;
@@ -840,32 +853,28 @@ static int one_shard(Worker *w, volatile sig_atomic_t *stop, PailErr *err) {
     s.P = P;
     s.N = N;
     s.K = K;
-    s.prompt_ids = malloc((size_t)nprompt * sizeof(int32_t));
-    s.prompt_offsets = malloc(((size_t)P + 1) * sizeof(int64_t));
     s.prompt_index = rows;
-    s.completion_ids = malloc((size_t)(ntok ? ntok : 1) * sizeof(int32_t));
-    s.logprobs = malloc((size_t)(ntok ? ntok : 1) * sizeof(float));
-    s.completion_offsets = malloc(((size_t)N + 1) * sizeof(int64_t));
-    s.group = malloc((size_t)N * sizeof(int32_t));
     s.rewards = total;
     s.reward_valid = valid;
     s.reward_components = comp;
     s.finish_reason = fin;
     const char *const *names = reward_set_names(w->rs);
     for (int k = 0; k < K; k++) s.component_names[k] = (char *)names[k];
-    s.prompt_offsets[0] = 0;
-    for (int p = 0; p < P; p++) {
-        memcpy(s.prompt_ids + s.prompt_offsets[p], pr[p].ids, (size_t)pr[p].n * sizeof(int32_t));
-        s.prompt_offsets[p + 1] = s.prompt_offsets[p] + pr[p].n;
+    if (shard_alloc_tokens(&s, nprompt, ntok, false, err) == 0) {
+        s.prompt_offsets[0] = 0;
+        for (int p = 0; p < P; p++) {
+            memcpy(s.prompt_ids + s.prompt_offsets[p], pr[p].ids, (size_t)pr[p].n * sizeof(int32_t));
+            s.prompt_offsets[p + 1] = s.prompt_offsets[p] + pr[p].n;
+        }
+        s.completion_offsets[0] = 0;
+        for (int i = 0; i < N; i++) {
+            memcpy(s.completion_ids + s.completion_offsets[i], out[i].ids, (size_t)out[i].n * sizeof(int32_t));
+            memcpy(s.logprobs + s.completion_offsets[i], out[i].logprobs, (size_t)out[i].n * sizeof(float));
+            s.completion_offsets[i + 1] = s.completion_offsets[i] + out[i].n;
+            s.group[i] = i / G;
+        }
+        rc = publish_shard(w, &s, ntok, secs, "", err);
     }
-    s.completion_offsets[0] = 0;
-    for (int i = 0; i < N; i++) {
-        memcpy(s.completion_ids + s.completion_offsets[i], out[i].ids, (size_t)out[i].n * sizeof(int32_t));
-        memcpy(s.logprobs + s.completion_offsets[i], out[i].logprobs, (size_t)out[i].n * sizeof(float));
-        s.completion_offsets[i + 1] = s.completion_offsets[i] + out[i].n;
-        s.group[i] = i / G;
-    }
-    rc = publish_shard(w, &s, ntok, secs, "", err);
     free(s.prompt_ids);
     free(s.prompt_offsets);
     free(s.completion_ids);
