@@ -229,9 +229,9 @@ static bool starts_with(const Buf *s, const Buf *prefix) {
     return s->len >= prefix->len && !memcmp(s->data, prefix->data, prefix->len);
 }
 
-// The text the template adds for the new messages (see episode.h) into r->a,
+// The text the template adds for the new messages (the history's last n_new; see episode.h) into r->a,
 // with T(H + assistant + new) in r->b. 0, or -1 (err says why).
-static int new_text(Episodes *r, Ep *e, const char *gen_text, const char *stop_text, PailErr *err) {
+static int new_text(Episodes *r, Ep *e, const char *gen_text, const char *stop_text, size_t n_new, PailErr *err) {
     Buf *a = &r->a, *b = &r->b;
     // T(H) + A against T(H + assistant + new).
     buf_reset(a);
@@ -247,14 +247,8 @@ static int new_text(Episodes *r, Ep *e, const char *gen_text, const char *stop_t
     r->stats.prefix_fallbacks++;
     json_t *base = json_pack("[{s:s, s:s}]", "role", "user", "content", ".");
     json_t *ext = json_pack("[{s:s, s:s}, {s:s, s:s}]", "role", "user", "content", ".", "role", "assistant", "content", ".");
-    size_t i, n = json_array_size(e->history), from = n;
-    // The new messages: those after the last assistant message.
-    for (i = n; i > 0; i--)
-        if (!strcmp(json_string_value(json_object_get(json_array_get(e->history, i - 1), "role")) ?: "", "assistant")) {
-            from = i;
-            break;
-        }
-    for (i = from; i < n; i++) json_array_append(ext, json_array_get(e->history, i));
+    for (size_t i = json_array_size(e->history) - n_new; i < json_array_size(e->history); i++)
+        json_array_append(ext, json_array_get(e->history, i));  // the new messages: the history's last n_new
     int rc = -1;
     Buf c = {0};
     if (base && ext && render(r, base, e->tools, a, err) == 0 && buf_append(a, ".", 1) == 0 &&
@@ -301,7 +295,7 @@ static void on_messages(Episodes *r, int k, json_t *messages) {
     json_array_append_new(e->history, json_pack("{s:s, s:s}", "role", "assistant", "content",
                                                 content.data ? (char *)content.data : ""));
     json_array_extend(e->history, messages);
-    int nrc = new_text(r, e, gen.data ? (char *)gen.data : "", stop_text, &err);
+    int nrc = new_text(r, e, gen.data ? (char *)gen.data : "", stop_text, json_array_size(messages), &err);
     buf_free(&gen);
     buf_free(&content);
     if (nrc < 0) {
