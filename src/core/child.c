@@ -162,6 +162,12 @@ void child_stop(Child *c, int grace_ms, char *how, size_t cap) {
     c->pid = -1;
 }
 
+int64_t child_backoff_ms(int failures) {
+    int doublings = failures <= 1 ? 0 : failures - 1 < 6 ? failures - 1 : 6;
+    int64_t b = (int64_t)250 << doublings;
+    return b < CHILD_BACKOFF_MAX_MS ? b : CHILD_BACKOFF_MAX_MS;
+}
+
 // SIGPIPE for a pipe write goes to the writing thread: block it here, and if the
 // write failed with EPIPE consume the signal before unblocking (unless one was
 // already pending).

@@ -6,10 +6,12 @@
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 #include "core/err.h"
 
 #define CHILD_TAIL 2048  // stderr bytes kept
+#define CHILD_BACKOFF_MAX_MS 10000  // the longest wait before a restart
 
 typedef struct {
     pid_t pid;            // -1 when not running; also its process group id
@@ -29,5 +31,8 @@ void child_close_stdin(Child *c);  // EOF on its stdin: a well-behaved program e
 void child_drain_stderr(Child *c);  // reads what its stderr has, without blocking
 // The last lines of its stderr on one line ("a | b | c"), "(empty)" when none.
 void child_tail_text(const Child *c, char *out, size_t cap);
+// How long to wait before starting a program again after `failures` failures in a
+// row (>= 1): 0.25 s, doubling, at most CHILD_BACKOFF_MAX_MS.
+int64_t child_backoff_ms(int failures);
 // write() to its stdin that cannot raise SIGPIPE in this process (EPIPE instead).
 ssize_t child_write(Child *c, const void *p, size_t n);

@@ -16,8 +16,6 @@
 #include "core/timeutil.h"
 
 #define ENV_MAX_LINE (16 << 20)  // one answer; longer is a runaway program
-#define ENV_BACKOFF_MS 250       // first restart delay, doubling per failure in a row
-#define ENV_BACKOFF_MAX_MS 10000
 #define ENV_REWARD_MAX 1e6       // as the shard's bound
 
 typedef struct {
@@ -132,8 +130,7 @@ static void program_failed(Env *e, int grace_ms, const char *what) {
     e->st.restarts++;
     fail_all(e, why);
     e->failures++;
-    int64_t backoff = (int64_t)ENV_BACKOFF_MS << (e->failures - 1 < 6 ? e->failures - 1 : 6);
-    e->restart_at_ms = time_mono_ms() + (backoff < ENV_BACKOFF_MAX_MS ? backoff : ENV_BACKOFF_MAX_MS);
+    e->restart_at_ms = time_mono_ms() + child_backoff_ms(e->failures);
     buf_reset(&e->wq);  // requests of episodes that just failed
     e->wpos = 0;
     buf_reset(&e->line);
@@ -382,7 +379,7 @@ int env_poll(Env *e, int wait_ms, EnvEvent *ev, int cap, int *n, PailErr *err) {
                 log_warn("%s", serr.msg);
                 fail_all(e, serr.msg);
                 e->failures++;
-                e->restart_at_ms = now + ENV_BACKOFF_MAX_MS;
+                e->restart_at_ms = now + CHILD_BACKOFF_MAX_MS;
                 buf_reset(&e->wq);
                 e->wpos = 0;
                 break;

@@ -17,8 +17,6 @@
 #include "core/timeutil.h"
 
 #define CMD_MAX_LINE (64 * 1024)   // an answer is a number: a longer line is garbage
-#define CMD_BACKOFF_MS 250         // first restart delay after a crash or timeout
-#define CMD_BACKOFF_MAX_MS 10000
 
 struct RewardCmd {
     char *cmd;          // owned
@@ -82,8 +80,7 @@ static void quote_snippet(const char *s, size_t n, char *out, size_t cap) {
 // row, at most 10 s.
 static void note_failure(RewardCmd *c) {
     c->failures++;
-    int64_t backoff = (int64_t)CMD_BACKOFF_MS << (c->failures - 1 < 6 ? c->failures - 1 : 6);
-    c->restart_at_ms = time_mono_ms() + (backoff < CMD_BACKOFF_MAX_MS ? backoff : CMD_BACKOFF_MAX_MS);
+    c->restart_at_ms = time_mono_ms() + child_backoff_ms(c->failures);
 }
 
 int reward_cmd_run(RewardCmd *c, const char *text, size_t len, int64_t n, double *scores, uint8_t *ok,
