@@ -25,6 +25,7 @@
 #include <openssl/err.h>
 #include "core/fsutil.h"
 #include "core/log.h"
+#include "core/net.h"
 #include "core/timeutil.h"
 #include "relay/relay_int.h"
 
@@ -196,63 +197,8 @@ void relay_log_access(RelayReq *q, int status) {
             status, (unsigned long long)q->bytes, ms);
 }
 
-// Is host:port's host a loopback address? (The only place plain HTTP may listen.)
-static bool is_loopback(const char *host) {
-    struct addrinfo hints = {0}, *res = NULL;
-    hints.ai_socktype = SOCK_STREAM;
-    if (getaddrinfo(host, NULL, &hints, &res) != 0 || !res) return false;
-    bool ok = true;
-    for (struct addrinfo *a = res; a; a = a->ai_next) {
-        if (a->ai_family == AF_INET) {
-            uint32_t ip = ntohl(((struct sockaddr_in *)a->ai_addr)->sin_addr.s_addr);
-            if ((ip >> 24) != 127) ok = false;
-        } else if (a->ai_family == AF_INET6) {
-            if (!IN6_IS_ADDR_LOOPBACK(&((struct sockaddr_in6 *)a->ai_addr)->sin6_addr)) ok = false;
-        } else {
-            ok = false;
-        }
-    }
-    freeaddrinfo(res);
-    return ok;
-}
-
-static int split_listen(const char *s, char *host, size_t cap, int *port, PailErr *err) {
-    const char *colon = strrchr(s, ':');
-    if (!colon || colon == s) return err_set(err, PAIL_ERR_INVALID, "--listen '%s': want HOST:PORT", s);
-    size_t hl = (size_t)(colon - s);
-    if (s[0] == '[' && hl >= 2 && s[hl - 1] == ']') s++, hl -= 2;
-    if (hl >= cap) return err_set(err, PAIL_ERR_INVALID, "--listen '%s': host too long", s);
-    memcpy(host, s, hl);
-    host[hl] = 0;
-    char *end;
-    long p = strtol(colon + 1, &end, 10);
-    if (!colon[1] || *end || p < 0 || p > 65535)
-        return err_set(err, PAIL_ERR_INVALID, "--listen '%s': port must be 0..65535", s);
-    *port = (int)p;
-    return 0;
-}
-
 static int ssl_setup(Relay *r, PailErr *err) {
-    r->ssl = SSL_CTX_new(TLS_server_method());
-    if (!r->ssl) return err_set(err, PAIL_ERR_NOMEM, "relay: SSL_CTX_new failed");
-    SSL_CTX_set_min_proto_version(r->ssl, TLS1_2_VERSION);
-    SSL_CTX_set_max_proto_version(r->ssl, TLS1_3_VERSION);
-    SSL_CTX_set_options(r->ssl, SSL_OP_NO_COMPRESSION | SSL_OP_NO_RENEGOTIATION | SSL_OP_CIPHER_SERVER_PREFERENCE);
-    // TLS 1.2: forward-secret AEAD suites only.
-    SSL_CTX_set_cipher_list(r->ssl, "ECDHE+AESGCM:ECDHE+CHACHA20");
-    if (SSL_CTX_use_certificate_chain_file(r->ssl, r->cfg.cert) != 1) {
-        unsigned long e = ERR_get_error();
-        return err_set(err, PAIL_ERR_INVALID, "--cert %s: cannot load the certificate chain (PEM): %s", r->cfg.cert,
-                       ERR_reason_error_string(e) ? ERR_reason_error_string(e) : "?");
-    }
-    if (SSL_CTX_use_PrivateKey_file(r->ssl, r->cfg.key, SSL_FILETYPE_PEM) != 1) {
-        unsigned long e = ERR_get_error();
-        return err_set(err, PAIL_ERR_INVALID, "--key %s: cannot load the private key (PEM): %s", r->cfg.key,
-                       ERR_reason_error_string(e) ? ERR_reason_error_string(e) : "?");
-    }
-    if (SSL_CTX_check_private_key(r->ssl) != 1)
-        return err_set(err, PAIL_ERR_INVALID, "--key %s does not match the certificate %s", r->cfg.key, r->cfg.cert);
-    return 0;
+    return net_tls_server(r->cfg.cert, r->cfg.key, "--cert", "--key", &r->ssl, err);
 }
 
 static char *dup_or_null(const char *s) {
@@ -293,11 +239,11 @@ int relay_open(Relay **out, const RelayConfig *cfg, PailErr *err) {
     }
     char host[256];
     int port = 0;
-    int rc = split_listen(c->listen, host, sizeof host, &port, err);
+    int rc = net_split_listen(c->listen, "--listen", host, sizeof host, &port, err);
     if (rc == 0 && !c->keys_path) rc = err_set(err, PAIL_ERR_INVALID, "relay: --keys FILE is required");
     if (rc == 0 && !!c->root == !!c->upstream)
         rc = err_set(err, PAIL_ERR_INVALID, "relay: give exactly one of --root DIR and --upstream s3://bucket/prefix");
-    if (rc == 0 && c->http && !is_loopback(host))
+    if (rc == 0 && c->http && !net_is_loopback(host))
         rc = err_set(err, PAIL_ERR_INVALID,
                      "relay: --http (plain HTTP) is allowed on a loopback address only, not '%s'; use --cert/--key", host);
     if (rc == 0 && !c->http && (!c->cert || !c->key))
