@@ -23,7 +23,8 @@ typedef struct {
     int64_t deadline_ms;  // of the request it awaits
 } EnvEp;
 
-struct Env {
+typedef struct {
+    Env base;             // first: an Env * is a ProgEnv *
     char *cmd;            // owned
     char what[256];       // "environment 'cmd'" for messages
     double timeout_s;
@@ -39,7 +40,9 @@ struct Env {
     EnvEvent *q;          // events not yet handed out
     int qn, qcap;
     EnvStats st;
-};
+} ProgEnv;
+
+static const EnvOps PROG_OPS;
 
 int env_init(Env **out, const char *cmd, double timeout_s, int max_episodes, PailErr *err) {
     *out = NULL;
@@ -47,7 +50,7 @@ int env_init(Env **out, const char *cmd, double timeout_s, int max_episodes, Pai
     if (!(timeout_s > 0) || !isfinite(timeout_s))
         return err_set(err, PAIL_ERR_INVALID, "--env-timeout %g s: need > 0", timeout_s);
     if (max_episodes < 1) return err_set(err, PAIL_ERR_INVALID, "environment: %d episodes per batch", max_episodes);
-    Env *e = calloc(1, sizeof *e);
+    ProgEnv *e = calloc(1, sizeof *e);
     if (!e || !(e->cmd = strdup(cmd)) || !(e->eps = calloc((size_t)max_episodes, sizeof *e->eps))) {
         if (e) free(e->cmd);
         free(e);
@@ -58,21 +61,17 @@ int env_init(Env **out, const char *cmd, double timeout_s, int max_episodes, Pai
     e->cap = max_episodes;
     child_init(&e->ch);
     snprintf(e->prefix, sizeof e->prefix, "e");
-    *out = e;
+    e->base.ops = &PROG_OPS;
+    *out = &e->base;
     return 0;
 }
 
-static void free_event(EnvEvent *ev) {
-    json_decref(ev->messages);
-    json_decref(ev->tools);
-    json_decref(ev->components);
-}
 
-void env_free(Env *e) {
+static void prog_free(ProgEnv *e) {
     if (!e) return;
     child_close_stdin(&e->ch);  // EOF: a well-behaved program exits now
     child_stop(&e->ch, 1000, NULL, 0);
-    for (int i = 0; i < e->qn; i++) free_event(&e->q[i]);
+    for (int i = 0; i < e->qn; i++) env_event_free(&e->q[i]);
     free(e->q);
     buf_free(&e->wq);
     buf_free(&e->line);
@@ -81,10 +80,10 @@ void env_free(Env *e) {
     free(e);
 }
 
-const char *env_cmd(const Env *e) { return e->cmd; }
-EnvStats env_stats(const Env *e) { return e->st; }
+static const char *prog_describe(const ProgEnv *e) { return e->what; }
+static EnvStats prog_stats(const ProgEnv *e) { return e->st; }
 
-int env_open(const Env *e) {
+static int prog_open(const ProgEnv *e) {
     int n = 0;
     for (int k = 0; k < e->cap; k++) n += e->eps[k].open;
     return n;
@@ -92,7 +91,7 @@ int env_open(const Env *e) {
 
 // Queues an event; on out of memory the episode still closes (its caller sees
 // no event and times it out itself: env_open drops).
-static EnvEvent *push_event(Env *e, EnvEventType type, int k) {
+static EnvEvent *push_event(ProgEnv *e, EnvEventType type, int k) {
     if (e->qn == e->qcap) {
         int nc = e->qcap ? 2 * e->qcap : 64;
         EnvEvent *nq = realloc(e->q, (size_t)nc * sizeof *nq);
@@ -107,7 +106,7 @@ static EnvEvent *push_event(Env *e, EnvEventType type, int k) {
     return ev;
 }
 
-static void fail_episode(Env *e, int k, const char *why) {
+static void fail_episode(ProgEnv *e, int k, const char *why) {
     if (!e->eps[k].open) return;
     e->eps[k].open = e->eps[k].awaiting = false;
     e->st.failed++;
@@ -115,18 +114,18 @@ static void fail_episode(Env *e, int k, const char *why) {
     if (ev) snprintf(ev->why, sizeof ev->why, "%s", why);
 }
 
-static void fail_all(Env *e, const char *why) {
+static void fail_all(ProgEnv *e, const char *why) {
     for (int k = 0; k < e->cap; k++) fail_episode(e, k, why);
 }
 
 // The program is gone or not to be trusted: stop it, fail what was open with
 // it, start again after the back-off.
-static void program_failed(Env *e, int grace_ms, const char *what) {
+static void program_failed(ProgEnv *e, int grace_ms, const char *what) {
     char how[160], tail[600], why[1024];
     child_stop(&e->ch, grace_ms, how, sizeof how);
     child_tail_text(&e->ch, tail, sizeof tail);
     snprintf(why, sizeof why, "%s %s%s%s; restarted; stderr: %s", e->what, what, how[0] ? " and " : "", how, tail);
-    log_warn("%s (%d episodes open with it fail)", why, env_open(e));
+    log_warn("%s (%d episodes open with it fail)", why, prog_open(e));
     e->st.restarts++;
     fail_all(e, why);
     e->failures++;
@@ -136,9 +135,9 @@ static void program_failed(Env *e, int grace_ms, const char *what) {
     buf_reset(&e->line);
 }
 
-static void id_of(const Env *e, int k, char *out, size_t cap) { snprintf(out, cap, "%s.%d", e->prefix, k); }
+static void id_of(const ProgEnv *e, int k, char *out, size_t cap) { snprintf(out, cap, "%s.%d", e->prefix, k); }
 
-static int queue(Env *e, int k, json_t *msg, bool await, PailErr *err) {
+static int queue(ProgEnv *e, int k, json_t *msg, bool await, PailErr *err) {
     char id[232];
     id_of(e, k, id, sizeof id);
     json_object_set_new(msg, "id", json_string(id));
@@ -156,17 +155,19 @@ static int queue(Env *e, int k, json_t *msg, bool await, PailErr *err) {
     return 0;
 }
 
-void env_begin(Env *e, const char *prefix) {
-    for (int k = 0; k < e->cap; k++) env_cancel(e, k);
+static void prog_cancel(ProgEnv *e, int k, const char *why);
+
+static void prog_begin(ProgEnv *e, const char *prefix) {
+    for (int k = 0; k < e->cap; k++) prog_cancel(e, k, NULL);
     snprintf(e->prefix, sizeof e->prefix, "%s", prefix);
 }
 
-static int check_k(const Env *e, int k, PailErr *err) {
+static int check_k(const ProgEnv *e, int k, PailErr *err) {
     if (k < 0 || k >= e->cap) return err_set(err, PAIL_ERR_INVALID, "%s: episode %d of %d", e->what, k, e->cap);
     return 0;
 }
 
-int env_start(Env *e, int k, const json_t *row, PailErr *err) {
+static int prog_start(ProgEnv *e, int k, const json_t *row, PailErr *err) {
     if (check_k(e, k, err) < 0) return -1;
     json_t *m = json_pack("{s:s, s:O}", "type", "start", "row", row ? (json_t *)row : json_null());
     if (!m) return err_set(err, PAIL_ERR_NOMEM, "%s: out of memory for a request", e->what);
@@ -175,7 +176,7 @@ int env_start(Env *e, int k, const json_t *row, PailErr *err) {
     return queue(e, k, m, true, err);
 }
 
-int env_step(Env *e, int k, const json_t *fields, PailErr *err) {
+static int prog_step(ProgEnv *e, int k, const json_t *fields, PailErr *err) {
     if (check_k(e, k, err) < 0) return -1;
     if (!e->eps[k].open) return 0;  // failed meanwhile: its event is queued
     json_t *m = json_deep_copy(fields);
@@ -184,7 +185,7 @@ int env_step(Env *e, int k, const json_t *fields, PailErr *err) {
     return queue(e, k, m, true, err);
 }
 
-int env_end(Env *e, int k, const char *reason, PailErr *err) {
+static int prog_end(ProgEnv *e, int k, const char *reason, PailErr *err) {
     if (check_k(e, k, err) < 0) return -1;
     if (!e->eps[k].open) return 0;
     json_t *m = json_pack("{s:s, s:s}", "type", "end", "reason", reason);
@@ -192,7 +193,8 @@ int env_end(Env *e, int k, const char *reason, PailErr *err) {
     return queue(e, k, m, true, err);
 }
 
-void env_cancel(Env *e, int k) {
+static void prog_cancel(ProgEnv *e, int k, const char *why) {
+    (void)why;  // the program needs no reason
     if (k < 0 || k >= e->cap || !e->eps[k].open) return;
     e->eps[k].open = e->eps[k].awaiting = false;
     PailErr err = {0};
@@ -207,7 +209,7 @@ static void snippet(const char *s, size_t n, char *out, size_t cap) {
 }
 
 // The episode an answer's id names, or -1 (not of this batch, out of range, not open).
-static int episode_of(const Env *e, const char *id) {
+static int episode_of(const ProgEnv *e, const char *id) {
     size_t pl = strlen(e->prefix);
     if (strncmp(id, e->prefix, pl) || id[pl] != '.') return -1;
     char *end;
@@ -236,7 +238,7 @@ static bool messages_ok(const json_t *m) {
 }
 
 // One answer line. Returns false when the stream cannot be trusted any more.
-static bool handle_line(Env *e, const char *s, size_t n) {
+static bool handle_line(ProgEnv *e, const char *s, size_t n) {
     char snip[120], why[512];
     json_t *j = json_loadb(s, n, JSON_REJECT_DUPLICATES, NULL);
     if (!json_is_object(j)) {
@@ -308,7 +310,7 @@ static bool handle_line(Env *e, const char *s, size_t n) {
     return true;
 }
 
-static void read_output(Env *e) {
+static void read_output(ProgEnv *e) {
     char b[65536];
     for (;;) {
         ssize_t r = read(e->ch.out, b, sizeof b);
@@ -338,7 +340,7 @@ static void read_output(Env *e) {
     }
 }
 
-static void apply_timeouts(Env *e) {
+static void apply_timeouts(ProgEnv *e) {
     int64_t now = time_mono_ms();
     bool any = false;
     for (int k = 0; k < e->cap; k++) {
@@ -361,14 +363,14 @@ static void apply_timeouts(Env *e) {
     }
 }
 
-static int64_t next_deadline(const Env *e) {
+static int64_t next_deadline(const ProgEnv *e) {
     int64_t d = INT64_MAX;
     for (int k = 0; k < e->cap; k++)
         if (e->eps[k].open && e->eps[k].awaiting && e->eps[k].deadline_ms < d) d = e->eps[k].deadline_ms;
     return d;
 }
 
-int env_poll(Env *e, int wait_ms, EnvEvent *ev, int cap, int *n, PailErr *err) {
+static int prog_poll(ProgEnv *e, int wait_ms, EnvEvent *ev, int cap, int *n, PailErr *err) {
     *n = 0;
     int64_t end = time_mono_ms() + (wait_ms > 0 ? wait_ms : 0);
     for (bool first = true; e->qn == 0 && (first || time_mono_ms() < end); first = false) {
@@ -422,4 +424,44 @@ int env_poll(Env *e, int wait_ms, EnvEvent *ev, int cap, int *n, PailErr *err) {
     e->qn -= m;
     *n = m;
     return 0;
+}
+
+// The vtable: Env * -> ProgEnv *.
+#define P(e) ((ProgEnv *)(e))
+#define CP(e) ((const ProgEnv *)(e))
+static void op_free(Env *e) { prog_free(P(e)); }
+static void op_begin(Env *e, const char *prefix) { prog_begin(P(e), prefix); }
+static int op_start(Env *e, int k, const json_t *row, PailErr *err) { return prog_start(P(e), k, row, err); }
+static int op_step(Env *e, int k, const json_t *f, PailErr *err) { return prog_step(P(e), k, f, err); }
+static int op_end(Env *e, int k, const char *reason, PailErr *err) { return prog_end(P(e), k, reason, err); }
+static void op_cancel(Env *e, int k, const char *why) { prog_cancel(P(e), k, why); }
+static int op_poll(Env *e, int wait_ms, EnvEvent *ev, int cap, int *n, PailErr *err) {
+    return prog_poll(P(e), wait_ms, ev, cap, n, err);
+}
+static int op_open(const Env *e) { return prog_open(CP(e)); }
+static EnvStats op_stats(const Env *e) { return prog_stats(CP(e)); }
+static const char *op_describe(const Env *e) { return prog_describe(CP(e)); }
+static const EnvOps PROG_OPS = {op_free, op_begin, op_start, op_step, op_end, op_cancel, op_poll, op_open, op_stats,
+                                op_describe, NULL};
+
+// The interface (env.h), for every implementation.
+void env_free(Env *e) { if (e) e->ops->free(e); }
+void env_begin(Env *e, const char *prefix) { e->ops->begin(e, prefix); }
+int env_start(Env *e, int k, const json_t *row, PailErr *err) { return e->ops->start(e, k, row, err); }
+int env_step(Env *e, int k, const json_t *fields, PailErr *err) { return e->ops->step(e, k, fields, err); }
+int env_end(Env *e, int k, const char *reason, PailErr *err) { return e->ops->end(e, k, reason, err); }
+void env_cancel(Env *e, int k, const char *why) { e->ops->cancel(e, k, why); }
+int env_poll(Env *e, int wait_ms, EnvEvent *ev, int cap, int *n, PailErr *err) {
+    return e->ops->poll(e, wait_ms, ev, cap, n, err);
+}
+int env_open(const Env *e) { return e->ops->open(e); }
+EnvStats env_stats(const Env *e) { return e->ops->stats(e); }
+const char *env_describe(const Env *e) { return e->ops->describe(e); }
+bool env_token(Env *e, int k, const int32_t *turn, int n) { return e->ops->token && e->ops->token(e, k, turn, n); }
+void env_event_free(EnvEvent *ev) {
+    json_decref(ev->messages);
+    json_decref(ev->tools);
+    json_decref(ev->components);
+    json_decref(ev->params);
+    ev->messages = ev->tools = ev->components = ev->params = NULL;
 }

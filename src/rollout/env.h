@@ -17,30 +17,57 @@
 // is restarted when it wrote nothing at all in that time. Answers for ids not
 // open (late ones, after a timeout) are counted and dropped.
 // Episodes are handles k in [0, max_episodes) of the current batch (env_begin).
+//
+// Env is an interface (EnvOps): the program above (env_init) and the
+// OpenAI-compatible endpoint (serve.h, where the agent is the environment)
+// implement it; the episode engine (episode.h) sees only this.
 #pragma once
 #include <jansson.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include "core/err.h"
 
 typedef struct Env Env;
+typedef struct EnvEvent EnvEvent;
 
 typedef enum { ENV_MESSAGES, ENV_REWARD, ENV_FAILED } EnvEventType;
 
-typedef struct {
+struct EnvEvent {
     EnvEventType type;
     int k;               // the episode
     json_t *messages;    // ENV_MESSAGES: the array (owned by the event: json_decref it)
     json_t *tools;       // ENV_MESSAGES: the opening's tools, or NULL (owned)
     double reward;       // ENV_REWARD
     json_t *components;  // ENV_REWARD: an object of numbers, or NULL (owned)
+    json_t *params;      // ENV_MESSAGES opening an ad-hoc request (k >= the batch's episodes): its sampling
+                         // settings {"temperature", "top_p", "top_k", "max_tokens", "seed"}, or NULL (owned); its
+                         // messages may then be a string: a raw prompt, tokenized without the chat template
     char why[512];       // ENV_FAILED: one line, with the program's stderr tail where it helps
-} EnvEvent;
+};
 
 typedef struct {
     int64_t starts, restarts, timeouts, bad_lines, unknown_ids, failed;  // cumulative (restarts: after a crash, a hang, a bad line)
 } EnvStats;
 
-// Keeps a copy of cmd; the program starts at the first request. timeout_s > 0.
+typedef struct {  // an implementation's functions, as the env_* calls below describe them
+    void (*free)(Env *);
+    void (*begin)(Env *, const char *prefix);
+    int (*start)(Env *, int k, const json_t *row, PailErr *err);
+    int (*step)(Env *, int k, const json_t *fields, PailErr *err);
+    int (*end)(Env *, int k, const char *reason, PailErr *err);
+    void (*cancel)(Env *, int k, const char *why);
+    int (*poll)(Env *, int wait_ms, EnvEvent *ev, int cap, int *n, PailErr *err);
+    int (*open)(const Env *);
+    EnvStats (*stats)(const Env *);
+    const char *(*describe)(const Env *);
+    bool (*token)(Env *, int k, const int32_t *turn, int n);  // optional
+} EnvOps;
+
+struct Env {  // the first member of each implementation's state
+    const EnvOps *ops;
+};
+
+// The environment program. Keeps a copy of cmd; the program starts at the first request. timeout_s > 0.
 int env_init(Env **out, const char *cmd, double timeout_s, int max_episodes, PailErr *err);
 // Cancels what is open, closes its stdin, waits up to 1 s, then kills its group.
 void env_free(Env *e);
@@ -53,11 +80,18 @@ int env_start(Env *e, int k, const json_t *row, PailErr *err);
 // fields: "turn", "text", "tool_calls", "finish", "final" (borrowed; "type" and "id" are added).
 int env_step(Env *e, int k, const json_t *fields, PailErr *err);
 int env_end(Env *e, int k, const char *reason, PailErr *err);
-void env_cancel(Env *e, int k);
+// No answer expected; why (or NULL) says what ended it, for an implementation
+// that has someone waiting to tell.
+void env_cancel(Env *e, int k, const char *why);
+// After each token sampled in episode k's current turn (turn: its tokens so
+// far, n of them): true ends the turn there (a stop string of an ad-hoc
+// request). Streams the turn where the implementation can.
+bool env_token(Env *e, int k, const int32_t *turn, int n);
 // Writes what is queued, reads answers, applies the timeouts; waits at most
 // wait_ms for something to happen (0: never blocks). Fills up to cap events
 // (*n); a failed episode is closed. -1 with err only when out of memory.
 int env_poll(Env *e, int wait_ms, EnvEvent *ev, int cap, int *n, PailErr *err);
 int env_open(const Env *e);  // episodes open (started, not yet over)
 EnvStats env_stats(const Env *e);
-const char *env_cmd(const Env *e);
+const char *env_describe(const Env *e);  // for messages: "environment 'cmd'", "endpoint https://..."
+void env_event_free(EnvEvent *ev);        // what an event owns

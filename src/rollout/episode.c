@@ -29,6 +29,9 @@ typedef struct {
     int turns;
     uint8_t finish;
     bool valid, final_sent;
+    bool extra;               // an ad-hoc request (k >= nb): one turn, its own sampling settings, no reward
+    SamplerConfig smp;
+    int max_turn;             // tokens of one turn
     bool stopped, stop_tok;   // the last turn ended with a stop id or string / with a stop id
     double reward;
     json_t *comps;            // owned
@@ -40,7 +43,8 @@ typedef struct {
 struct Episodes {
     Transformer *tf;          // borrowed
     EpisodeConfig cfg;
-    int V, B, cap;            // vocabulary, slots, episodes per run
+    int V, B, cap, nb;        // vocabulary, slots, episodes (nb of a batch, then the ad-hoc requests)
+    uint64_t extra_seq;       // ad-hoc requests started (their RNG streams when they give no seed)
     int nthreads;
     KvCache *kv;              // owned
     // pieces of block:
@@ -96,7 +100,8 @@ int episodes_init(Episodes **out, Transformer *tf, const ModelConfig *mc, const 
     r->cfg = *cfg;
     r->V = mc->vocab_size;
     r->B = cfg->batch_size;
-    r->cap = cfg->max_groups * cfg->group_size;
+    r->nb = cfg->max_groups * cfg->group_size;
+    r->cap = r->nb + (cfg->max_extra > 0 ? cfg->max_extra : 0);
     r->nthreads = omp_get_max_threads();
     if (kvcache_init_on(&r->kv, transformer_backend(tf), mc, r->B, cfg->max_prompt_tokens + cfg->max_episode_tokens,
                         err) < 0) {
@@ -139,7 +144,7 @@ static void ep_clear(Ep *e) {
     e->n_open = e->n = e->turn_start = e->n_feed = e->turns = 0;
     e->feed = NULL;
     e->finish = FINISH_STOP;
-    e->valid = e->final_sent = e->stopped = e->stop_tok = false;
+    e->valid = e->final_sent = e->stopped = e->stop_tok = e->extra = false;
     e->reward = 0;
     e->why[0] = 0;
     e->slot = -1;
@@ -174,9 +179,9 @@ static void ep_fail(Episodes *r, int k, const char *why) {
     if (!e->why[0]) snprintf(e->why, sizeof e->why, "%s", why);
     e->valid = false;
     e->state = EP_DONE;
-    r->stats.failed++;
+    if (!e->extra) r->stats.failed++;
     release_slot(r, e);
-    env_cancel(r->cfg.env, k);
+    env_cancel(r->cfg.env, k, e->why);
 }
 
 // T(messages) into out (reset first): the conversation with the generation prompt.
@@ -190,19 +195,25 @@ static void on_opening(Episodes *r, int k, json_t *messages, json_t *tools) {
     Ep *e = &r->eps[k];
     PailErr err = {0};
     char why[600];
-    e->history = json_deep_copy(messages);
+    bool raw = json_is_string(messages);  // an ad-hoc completion's prompt: no template
+    e->history = raw ? NULL : json_deep_copy(messages);
     e->tools = tools ? json_incref(tools) : NULL;
     TokenIds ids = {0};
-    if (!e->history || render(r, e->history, e->tools, &e->rendered, &err) < 0 ||
+    if (raw) {
+        buf_reset(&e->rendered);
+        if (buf_append(&e->rendered, json_string_value(messages), json_string_length(messages)) < 0)
+            err_set(&err, PAIL_ERR_NOMEM, "out of memory");
+    }
+    if (err.msg[0] || (!raw && !e->history) || (!raw && render(r, e->history, e->tools, &e->rendered, &err) < 0) ||
         tokenizer_encode(r->cfg.tok, (char *)e->rendered.data, e->rendered.len, &ids, &err) < 0) {
         token_ids_free(&ids);
-        snprintf(why, sizeof why, "the opening messages: %s", err.msg[0] ? err.msg : "out of memory");
+        snprintf(why, sizeof why, "the opening %s: %s", raw ? "prompt" : "messages", err.msg[0] ? err.msg : "out of memory");
         ep_fail(r, k, why);
         return;
     }
     if (ids.len < 1 || ids.len > (size_t)r->cfg.max_prompt_tokens) {
-        snprintf(why, sizeof why, "the opening messages render as %zu tokens (1..%d accepted: --max-prompt-tokens)",
-                 ids.len, r->cfg.max_prompt_tokens);
+        snprintf(why, sizeof why, "the opening %s as %zu tokens (1..%d accepted: --max-prompt-tokens)",
+                 raw ? "prompt is" : "messages render", ids.len, r->cfg.max_prompt_tokens);
         token_ids_free(&ids);
         ep_fail(r, k, why);
         return;
@@ -340,9 +351,34 @@ static void on_messages(Episodes *r, int k, json_t *messages) {
     e->state = EP_RUNNING;
 }
 
-static void on_event(Episodes *r, EnvEvent *ev) {
+// An ad-hoc request: one turn of its messages (or raw prompt) with its own
+// sampling settings (params, checked by the implementation; clamped here).
+static void start_extra(Episodes *r, EnvEvent *ev) {
     Ep *e = &r->eps[ev->k];
-    if (ev->k < 0 || ev->k >= r->cap || e->state == EP_DONE) return;
+    ep_clear(e);
+    e->extra = true;
+    e->state = EP_OPENING;
+    e->smp = r->cfg.sampler;
+    e->max_turn = r->cfg.max_turn_tokens;
+    json_t *p = ev->params, *v;
+    if ((v = json_object_get(p, "temperature")) && json_is_number(v)) e->smp.temperature = (float)json_number_value(v);
+    if ((v = json_object_get(p, "top_p")) && json_is_number(v)) e->smp.top_p = (float)json_number_value(v);
+    if ((v = json_object_get(p, "top_k")) && json_is_integer(v)) e->smp.top_k = (int)json_integer_value(v);
+    if ((v = json_object_get(p, "max_tokens")) && json_is_integer(v) && json_integer_value(v) > 0)
+        e->max_turn = (int)json_integer_value(v);
+    if (e->max_turn > r->cfg.max_episode_tokens - 1) e->max_turn = r->cfg.max_episode_tokens - 1;
+    if (e->max_turn < 1) e->max_turn = 1;
+    if ((v = json_object_get(p, "seed")) && json_is_integer(v)) rng_seed(&e->rng, (uint64_t)json_integer_value(v), 0);
+    else rng_seed(&e->rng, 0x9e3779b97f4a7c15ull ^ r->extra_seq, 1);
+    r->extra_seq++;
+    on_opening(r, ev->k, ev->messages, ev->tools);
+}
+
+static void on_event(Episodes *r, EnvEvent *ev) {
+    if (ev->k < 0 || ev->k >= r->cap) return;
+    Ep *e = &r->eps[ev->k];
+    if (ev->k >= r->nb && e->state == EP_DONE && ev->type == ENV_MESSAGES) { start_extra(r, ev); return; }
+    if (e->state == EP_DONE) return;
     switch (ev->type) {
     case ENV_FAILED:
         ep_fail(r, ev->k, ev->why);
@@ -373,14 +409,16 @@ static void end_turn(Episodes *r, int k) {
     json_t *calls = NULL;
     char *content = NULL, *reasoning = NULL;
     bool full = e->n >= c->max_episode_tokens - 1;  // no room for another turn
-    e->final_sent = e->turns >= c->max_turns || full;
+    e->final_sent = e->extra || e->turns >= c->max_turns || full;
     if (full) e->finish = FINISH_LENGTH;
     int rc = decode_text(r, e->ids + e->turn_start, e->n - e->turn_start, true, &text, &err);
     if (rc == 0) rc = tool_calls_parse(c->tool_format, text.data ? (char *)text.data : "", &calls, &content,
                                        &reasoning, &err);
-    json_t *f = rc < 0 ? NULL : json_pack("{s:i, s:s, s:o, s:s, s:b}", "turn", e->turns, "text",
+    json_t *f = rc < 0 ? NULL : json_pack("{s:i, s:s, s:o, s:s, s:b, s:{s:i, s:i}}", "turn", e->turns, "text",
                                           text.data ? (char *)text.data : "", "tool_calls", calls, "finish",
-                                          e->stopped ? "stop" : "length", "final", e->final_sent);
+                                          e->stopped ? "stop" : "length", "final", e->final_sent, "usage",
+                                          "prompt_tokens", e->n_open + e->turn_start, "completion_tokens",
+                                          e->n - e->turn_start);
     if (f && content) json_object_set_new(f, "content", json_string(content));
     if (f && reasoning) json_object_set_new(f, "reasoning", json_string(reasoning));
     free(content);
@@ -392,7 +430,10 @@ static void end_turn(Episodes *r, int k) {
         return;
     }
     json_decref(f);
-    if (e->final_sent) {
+    if (e->extra) {  // answered: the request is over
+        e->state = EP_DONE;
+        release_slot(r, e);
+    } else if (e->final_sent) {
         e->state = EP_WAIT_REWARD;
         release_slot(r, e);
     } else {
@@ -412,9 +453,10 @@ static void on_token(Episodes *r, int k, int32_t tok, float lp) {
     e->stop_tok = false;
     for (int i = 0; i < c->n_stop_ids; i++) e->stop_tok |= tok == c->stop_ids[i];
     e->stopped = e->stop_tok;
-    bool over = e->stopped || e->n - e->turn_start >= c->max_turn_tokens || e->n >= c->max_episode_tokens - 1;
+    bool over = e->stopped || e->n - e->turn_start >= e->max_turn || e->n >= c->max_episode_tokens - 1;
     if (!over && c->stop_fn && c->stop_fn(c->stop_ctx, e->ids + e->turn_start, e->n - e->turn_start))
         over = e->stopped = true;
+    if (!over && env_token(c->env, k, e->ids + e->turn_start, e->n - e->turn_start)) over = e->stopped = true;
     if (over) {
         end_turn(r, k);
     } else {
@@ -430,12 +472,14 @@ static void on_token(Episodes *r, int k, int32_t tok, float lp) {
 // call. A group's openings, usually alike, are prefilled once.
 static int admit(Episodes *r, int N, PailErr *err) {
     int G = r->cfg.group_size;
-    for (int k = 0; k < N; k++) {
+    for (int k = 0; k < r->cap; k++) {
+        if (k == N) k = r->nb;  // then the ad-hoc requests
+        if (k >= r->cap) break;
         Ep *e = &r->eps[k];
         if (e->state != EP_QUEUED) continue;
         int src = -1;
         bool wait = false;
-        for (int j = k - k % G; j < k - k % G + G && e->n_open > 1 && src < 0 && !wait; j++) {
+        for (int j = k - k % G; !e->extra && j < k - k % G + G && e->n_open > 1 && src < 0 && !wait; j++) {
             const Ep *h = &r->eps[j];
             if (j == k || h->slot < 0 || h->n_open != e->n_open ||
                 memcmp(h->open, e->open, (size_t)e->n_open * sizeof(int32_t)))
@@ -499,11 +543,20 @@ static int model_call(Episodes *r, PailErr *err) {
 #pragma omp parallel for schedule(static)
     for (int a = 0; a < na; a++) {
         Ep *e = &r->eps[r->slot_ep[r->sampled_slot[a]]];
-        r->tok[a] = (int32_t)sample_token(r->logits + (size_t)r->act[a] * r->V, &r->cfg.sampler, &e->rng,
+        r->tok[a] = (int32_t)sample_token(r->logits + (size_t)r->act[a] * r->V, &e->smp, &e->rng,
                                           &r->tss[omp_get_thread_num()], &r->lp[a]);
     }
     for (int a = 0; a < na; a++) on_token(r, r->slot_ep[r->sampled_slot[a]], r->tok[a], r->lp[a]);
     return 1;
+}
+
+static void cancel_all(Episodes *r, int N, const char *why) {
+    for (int k = 0; k < r->cap; k++)
+        if ((k < N || k >= r->nb) && r->eps[k].state != EP_DONE) {
+            release_slot(r, &r->eps[k]);
+            r->eps[k].state = EP_DONE;
+            env_cancel(r->cfg.env, k, why);
+        }
 }
 
 int episodes_run(Episodes *r, const char *prefix, json_t *const *rows, const uint64_t *seeds, int P, EpisodeOut *out,
@@ -515,34 +568,36 @@ int episodes_run(Episodes *r, const char *prefix, json_t *const *rows, const uin
     for (int s = 0; s < r->B; s++) { r->slot_ep[s] = -1; kvcache_reset(r->kv, s); }
     Env *env = r->cfg.env;
     env_begin(env, prefix);
+    for (int k = r->nb; k < r->cap; k++) { ep_clear(&r->eps[k]); r->eps[k].state = EP_DONE; }  // no request open
     for (int k = 0; k < N; k++) {
         Ep *e = &r->eps[k];
         ep_clear(e);
         e->state = EP_OPENING;
+        e->smp = r->cfg.sampler;
+        e->max_turn = r->cfg.max_turn_tokens;
         rng_seed(&e->rng, seeds[k / G], (uint64_t)(k % G));
         if (env_start(env, k, rows[k / G], err) < 0) return -1;
     }
     for (bool worked = false;;) {
         int done = 0;
         for (int k = 0; k < N; k++) done += r->eps[k].state == EP_DONE;
+        for (int k = r->nb; k < r->cap; k++) done -= r->eps[k].state != EP_DONE;  // ad-hoc requests in flight
         if (done == N) break;
         int nev = 0;
         // Nothing was computed: wait for the program (env_poll returns at its first event).
         if (env_poll(env, worked ? 0 : 1000, r->evs, EV_CAP, &nev, err) < 0) return -1;
         for (int i = 0; i < nev; i++) {
             on_event(r, &r->evs[i]);
-            json_decref(r->evs[i].messages);
-            json_decref(r->evs[i].tools);
-            json_decref(r->evs[i].components);
+            env_event_free(&r->evs[i]);
         }
         if (admit(r, N, err) < 0) return -1;
         if (r->cfg.abandon_fn && r->cfg.abandon_fn(r->cfg.abandon_ctx)) {
-            for (int k = 0; k < N; k++) env_cancel(env, k);
+            cancel_all(r, N, "abandoned: a newer adapter is out and the trainer would drop what this one generates");
             return 1;
         }
         int mc = model_call(r, err);
         if (mc < 0) {
-            for (int k = 0; k < N; k++) env_cancel(env, k);
+            cancel_all(r, N, err->msg);
             return -1;
         }
         worked = mc > 0;

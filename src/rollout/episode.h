@@ -35,6 +35,8 @@ typedef struct {
     int group_size;          // G episodes per row
     int batch_size;          // KV slots: episodes in flight (parked ones included)
     int max_groups;          // rows per episodes_run
+    int max_extra;           // ad-hoc requests in flight (k in [max_groups * G, + max_extra), EnvEvent.params):
+                             // one turn each, answered through the environment, never in the output
     int max_prompt_tokens;   // longest opening accepted
     int max_episode_tokens;  // the row after the opening: generated and appended tokens
     int max_turn_tokens;     // one assistant turn (--max-new-tokens)
@@ -79,7 +81,9 @@ int episodes_init(Episodes **out, Transformer *tf, const ModelConfig *mc, const 
 void episodes_free(Episodes *r);
 // Runs G episodes for each of P <= max_groups rows: out[p * G + j], sample j
 // of row p drawing from RNG stream (seeds[p], j). prefix names the batch's
-// episode ids ("<prefix>.<k>"). Returns 0, 1 when abandon_fn said so (the
+// episode ids ("<prefix>.<k>"). Ad-hoc requests the environment opens meanwhile
+// are served alongside; the run returns once the batch is over and none is in
+// flight. Returns 0, 1 when abandon_fn said so (the
 // open episodes are cancelled; out holds nothing usable), -1 with err.
 int episodes_run(Episodes *r, const char *prefix, json_t *const *rows, const uint64_t *seeds, int P, EpisodeOut *out,
                  PailErr *err);
