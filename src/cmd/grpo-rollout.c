@@ -22,10 +22,11 @@ int main(int argc, char **argv) {
     log_init("grpo-rollout", LOG_INFO);
     char *device = NULL, *max_memory = NULL, *dtype = NULL, *config = NULL, *model = NULL, *run = NULL, *worker = NULL, *dataset = NULL, *answer_field = NULL,
          *marker = NULL, *regex = NULL, *cmd = NULL, *prompt_format = NULL, *eval_dataset = NULL, *chat_file = NULL, *chat_name = NULL, *chat_kwargs = NULL,
-         *max_ahead_s = NULL, *env = NULL, *tool_format = NULL;
+         *max_ahead_s = NULL, *env = NULL, *tool_format = NULL, *serve = NULL, *serve_cert = NULL,
+         *serve_tls_key = NULL, *serve_key_file = NULL, *served_name = NULL;
     long G, batch, max_new, max_prompt, prefill, top_k, seed, max_shards, gps, windex, nworkers, length_target,
-        eval_every, eval_samples, max_turns, max_episode;
-    double temperature, top_p, reward_timeout, wait_timeout, env_timeout;
+        eval_every, eval_samples, max_turns, max_episode, serve_max;
+    double temperature, top_p, reward_timeout, wait_timeout, env_timeout, episode_timeout;
     bool chat, eval, strict_dtype, gen_defaults;
     StoreCliFlags sf = {0};
     FlagList rewards = {0}, stops = {0};
@@ -58,6 +59,13 @@ int main(int argc, char **argv) {
         {"max-turns", FLAG_INT, &max_turns, "8", 1, 100000, "--env: assistant turns per episode (the last is sent with \"final\": true)"},
         {"max-episode-tokens", FLAG_INT, &max_episode, "2048", 2, 1 << 20, "--env: tokens of an episode after its opening, generated and appended (also Dr.GRPO's constant)"},
         {"env-timeout", FLAG_DOUBLE, &env_timeout, "30", 0.01, 86400, "--env: seconds the program has to answer a request"},
+        {"serve", FLAG_STRING, &serve, NULL, 1, 0, "HOST:PORT: serve an OpenAI-compatible API (/v1/chat/completions, /v1/completions, /v1/models, /v1/episodes); agents are the environment and post the rewards (doc/environments.md). Off loopback it needs TLS and a bearer key"},
+        {"serve-cert", FLAG_STRING, &serve_cert, NULL, 1, 0, "--serve: TLS certificate chain (PEM)"},
+        {"serve-tls-key", FLAG_STRING, &serve_tls_key, NULL, 1, 0, "--serve: TLS private key (PEM)"},
+        {"serve-api-key-file", FLAG_STRING, &serve_key_file, NULL, 1, 0, "--serve: file whose first line is the bearer key clients send (Authorization: Bearer KEY; at least 16 characters)"},
+        {"served-model-name", FLAG_STRING, &served_name, NULL, 1, 0, "--serve: the model id clients name (default: the --model folder's name)"},
+        {"episode-timeout", FLAG_DOUBLE, &episode_timeout, "300", 0.01, 86400, "--serve: seconds an episode may sit with no request in flight before it fails"},
+        {"serve-max-requests", FLAG_INT, &serve_max, "64", 1, 4096, "--serve: requests without X-Pail-Episode in flight (more get 429)"},
         {"tool-format", FLAG_STRING, &tool_format, "auto", 1, 0, "--env: how tool calls are parsed: auto (from the chat template), hermes (Qwen2.5/Qwen3/Hermes <tool_call>), llama3 (JSON), none"},
         {"chat", FLAG_BOOL, &chat, "false", 1, 0, "render {\"prompt\"} rows as a user message with the chat template"},
         CHAT_CLI_FLAGS(&chat_file, &chat_name, &chat_kwargs, &prompt_format),
@@ -93,6 +101,13 @@ int main(int argc, char **argv) {
     }
     if (worker && worker_id_check(worker, &err) < 0) {  // before any model is loaded
         fprintf(stderr, "grpo-rollout: --worker-id: %s\n", err.msg);
+        flags_free(fl, n);
+        return 2;
+    }
+    const char *clash = serve && env ? "--env" : serve && flags_given(argc, argv, "reward") ? "--reward"
+                      : serve && eval ? "--eval" : NULL;
+    if (clash) {
+        fprintf(stderr, "grpo-rollout: --serve: the agents are the environment and give the rewards (no %s)\n", clash);
         flags_free(fl, n);
         return 2;
     }
@@ -135,7 +150,9 @@ int main(int argc, char **argv) {
         .stop_strings = (const char *const *)stops.items, .n_stop_strings = stops.n, .wait_timeout = wait_timeout,
         .eval = eval, .eval_dataset = eval_dataset, .eval_every = eval_every, .eval_samples = eval_samples,
         .env_cmd = env, .env_timeout = env_timeout, .max_turns = (int)max_turns, .max_episode_tokens = (int)max_episode,
-        .tool_format = tool_format,
+        .tool_format = tool_format, .serve = serve, .serve_cert = serve_cert, .serve_tls_key = serve_tls_key,
+        .serve_api_key_file = serve_key_file, .served_model_name = served_name, .episode_timeout = episode_timeout,
+        .serve_max_requests = (int)serve_max,
         .backend = be, .max_memory = max_mem, .weights_dtype = want_dtype, .strict_dtype = strict_dtype};
     if (gen_defaults) {
         unsigned keep = (flags_given(argc, argv, "temperature") ? SAMPLER_KEEP_TEMPERATURE : 0) |

@@ -1,6 +1,7 @@
 // grpo-rollout's loop and the eval worker (see worker.h): bucket -> adapter ->
 // prompts -> generate -> rewards -> shard -> bucket.
 #include "rollout/worker.h"
+#include <errno.h>
 #include <jansson.h>
 #include <math.h>
 #include <omp.h>
@@ -19,6 +20,7 @@
 #include "model/transformer.h"
 #include "rollout/dataset.h"
 #include "rollout/env.h"
+#include "rollout/serve.h"
 #include "rollout/episode.h"
 #include "rollout/generate.h"
 #include "rollout/toolcall.h"
@@ -76,8 +78,12 @@ typedef struct {
     double next_version_check;
     long run_gps, run_publish_every;  // run.json's trainer groups-per-step (0: unknown) and publish-every (pacing)
     long waiting_after;    // newest version for which "waiting for the next version" was said (-1: none)
+    volatile sig_atomic_t *stop;  // the caller's stop flag
     Buf stop_text;         // stop_strings_hit's decoded tail (kept: the decode loop allocates nothing once it has grown)
 } Worker;
+
+// Multi-turn episodes: with an environment program or the endpoint's agents.
+static bool episodic(const RolloutConfig *c) { return c->env_cmd || c->serve; }
 
 #define TRAINER_MAX_STALENESS 4  // grpo-train's --max-staleness default, when run.json lacks it
 
@@ -103,6 +109,8 @@ static bool stop_strings_hit(void *ctx, const int32_t *toks, int n) {
 #define VERSION_CHECK_S 0.5
 static bool adapter_outdated(void *ctx) {
     Worker *w = ctx;
+    // --serve: a batch waits for agents that may never come; stopping cancels it.
+    if (w->cfg->serve && w->stop && *w->stop) return true;
     if (!w->abandon_stale) return false;
     double now = time_mono_s();
     if (now < w->next_version_check) return false;
@@ -181,6 +189,7 @@ static void heartbeat(Worker *w, const char *state) {
                                                         "failed", (json_int_t)es.failed, "restarts", (json_int_t)es.restarts,
                                                         "timeouts", (json_int_t)es.timeouts, "bad_lines",
                                                         (json_int_t)es.bad_lines, "unknown_ids", (json_int_t)es.unknown_ids));
+        if (w->cfg->serve) json_object_set_new(j, "endpoint", json_string(env_describe(w->env) + 9));
     }
     if (j && !w->cfg->eval) {
         json_object_set_new(j, "prompts_drawn", json_integer((json_int_t)w->smp.drawn));
@@ -266,6 +275,7 @@ static int load_adapter(Worker *w, long v, PailErr *err) {
     w->lay = lay;
     w->lora = p;
     w->version = v;
+    if (w->cfg->serve) serve_set_version(w->env, v);
     if (worker_plan(w, w->lay.cfg.rank, err) < 0) return -1;
     return transformer_set_lora(w->tf, &w->lay, w->lora, err);
 }
@@ -520,7 +530,7 @@ static void shard_header(Worker *w, RolloutShard *s) {
     s->top_p = c->sampler.top_p;
     s->top_k = c->sampler.top_k;
     // Dr.GRPO's constant: a completion's token limit (an episode's, with --env).
-    s->max_new_tokens = c->env_cmd ? c->max_episode_tokens : c->max_new_tokens;
+    s->max_new_tokens = episodic(c) ? c->max_episode_tokens : c->max_new_tokens;
     s->seed = c->seed;
     s->prompts_drawn = w->smp.drawn;  // where a restart with this worker id continues (resume_position)
 }
@@ -602,18 +612,49 @@ static int shard_alloc_tokens(RolloutShard *s, int64_t nprompt, int64_t ntok, bo
 static int env_setup(Worker *w, PailErr *err) {
     const RolloutConfig *c = w->cfg;
     if (!w->have_chat || w->chat.plain_format)
-        return err_set(err, PAIL_ERR_INVALID, "--env needs the model's chat template (episodes are conversations): %s",
+        return err_set(err, PAIL_ERR_INVALID, "%s needs the model's chat template (episodes are conversations): %s",
+                       c->serve ? "--serve" : "--env",
                        w->have_chat ? "--prompt-format renders one user message only" : w->chat_err.msg);
     bool detect = !c->tool_format || !strcmp(c->tool_format, "auto");
     ToolFormat tf = TOOL_FORMAT_NONE;
     if (detect) tf = tool_format_detect(w->chat.text);
     else if (tool_format_parse(c->tool_format, &tf, err) < 0) return err_wrap(err, "--tool-format");
     w->ec.tool_format = tf;
-    log_info("environment '%s': tool calls parsed as %s%s; at most %d turns and %d tokens an episode", c->env_cmd,
+    log_info("%s: tool calls parsed as %s%s; at most %d turns and %d tokens an episode",
+             c->serve ? "the endpoint's episodes" : c->env_cmd,
              tool_format_name(tf), detect ? " (from the chat template)" : "", c->max_turns, c->max_episode_tokens);
     int G = c->eval ? (int)(c->eval_samples > 0 ? c->eval_samples : 1) : c->group_size;
     int rows = c->eval ? (int)w->ds->n : c->groups_per_shard;
-    return env_init(&w->env, c->env_cmd, c->env_timeout, rows * G, err);
+    if (!c->serve) return env_init(&w->env, c->env_cmd, c->env_timeout, rows * G, err);
+    // --serve: the endpoint. The bearer key comes from a file (never the command line: ps shows that).
+    char key[512] = "";
+    if (c->serve_api_key_file) {
+        FILE *f = fopen(c->serve_api_key_file, "r");
+        if (!f) return err_set(err, PAIL_ERR_IO, "--serve-api-key-file %s: %s", c->serve_api_key_file, strerror(errno));
+        bool ok = fgets(key, sizeof key, f) != NULL;
+        fclose(f);
+        key[strcspn(key, "\r\n")] = 0;
+        if (!ok || strlen(key) < 16)
+            return err_set(err, PAIL_ERR_INVALID, "--serve-api-key-file %s: the first line must hold the key (16 "
+                           "characters or more)", c->serve_api_key_file);
+    }
+    char name[256];
+    if (c->served_model_name) snprintf(name, sizeof name, "%s", c->served_model_name);
+    else {
+        char real[4096];
+        const char *m = realpath(c->model_dir, real) ? real : c->model_dir;
+        const char *slash = strrchr(m, '/');
+        snprintf(name, sizeof name, "%s", slash && slash[1] ? slash + 1 : m);
+    }
+    ServeConfig sc = {.listen = c->serve, .cert = c->serve_cert, .key = c->serve_tls_key,
+                      .api_key = key[0] ? key : NULL, .model_name = name, .max_episodes = rows * G,
+                      .max_extra = c->serve_max_requests, .group_size = G, .max_turns = c->max_turns,
+                      .max_new_tokens = c->max_new_tokens, .episode_timeout_s = c->episode_timeout,
+                      .tool_format = tf, .tok = w->tok};
+    if (serve_open(&w->env, &sc, err) < 0) return -1;
+    log_info("serving the OpenAI API at %s/v1 (model '%s'%s)", env_describe(w->env) + 9, name,
+             key[0] ? ", bearer key required" : "");
+    return 0;
 }
 
 static int common_prefix(const int32_t *a, int na, const int32_t *b, int nb) {
@@ -657,6 +698,11 @@ static int one_shard_env(Worker *w, volatile sig_atomic_t *stop, PailErr *err) {
     int er = episodes_run(w->eps, prefix, rows, seeds, P, out, err);
     w->abandon_stale = false;
     if (er < 0) goto done;
+    if (er == 1 && stop && *stop) {
+        log_info("stopping: the open episodes of this batch are cancelled (their agents get 503)");
+        rc = 1;
+        goto done;
+    }
     if (er == 1) {
         log_info("abandoned a shard of adapter v%08ld after %.1f s: a newer version is out and with "
                  "--max-staleness 0 the trainer would drop it", w->version, time_mono_s() - t0);
@@ -1188,8 +1234,8 @@ static int plan_check(Worker *w, const RolloutConfig *c, PailErr *err) {
     MemoryPlanSpec spec = {.role = MEMPLAN_ROLLOUT, .weights_dtype = wdesc, .weights_bytes = wbytes,
                            .token_budget = generator_token_budget(c->max_prompt_tokens, c->batch_size, c->prefill_tokens),
                            .batch_size = c->batch_size,
-                           .max_ctx = c->max_prompt_tokens + (c->env_cmd ? c->max_episode_tokens : c->max_new_tokens),
-                           .max_new_tokens = c->env_cmd ? c->max_episode_tokens : c->max_new_tokens, .groups_per_step = prompts > 0 ? prompts : 1,
+                           .max_ctx = c->max_prompt_tokens + (episodic(c) ? c->max_episode_tokens : c->max_new_tokens),
+                           .max_new_tokens = episodic(c) ? c->max_episode_tokens : c->max_new_tokens, .groups_per_step = prompts > 0 ? prompts : 1,
                            .group_size = G, .threads = omp_get_max_threads()};
     MemoryPlan mp;
     if (memplan_build(&mp, &mc, &spec, be->desc, err) < 0) return -1;
@@ -1222,11 +1268,11 @@ static int setup(Worker *w, const RolloutConfig *c, PailErr *err) {
     }
     const char *dspath = c->eval ? c->eval_dataset : c->dataset;
     if (!dspath) return err_set(err, PAIL_ERR_INVALID, c->eval ? "--eval needs --eval-dataset" : "--dataset is required");
-    if ((c->env_cmd ? dataset_load_objects : dataset_load)(&w->ds, dspath, err) < 0) return -1;
+    if ((episodic(c) ? dataset_load_objects : dataset_load)(&w->ds, dspath, err) < 0) return -1;
     if (!(w->row_refused = calloc((size_t)w->ds->n, 1)))
         return err_set(err, PAIL_ERR_NOMEM, "dataset %s: out of memory", w->ds->source);
-    if (!c->env_cmd && reward_set_build(&w->rs, &c->rewards, err) < 0) return -1;
-    if (c->env_cmd && env_setup(w, err) < 0) return -1;
+    if (!episodic(c) && reward_set_build(&w->rs, &c->rewards, err) < 0) return -1;
+    if (episodic(c) && env_setup(w, err) < 0) return -1;
     if (plan_check(w, c, err) < 0) return -1;  // before the weights or anything large is allocated
     if (model_weights_load_as(&w->w, c->model_dir, c->weights_dtype, err) < 0) return -1;
     dtype_log_weights(&w->w);
@@ -1249,6 +1295,7 @@ static int setup(Worker *w, const RolloutConfig *c, PailErr *err) {
         w->ec.group_size = G;
         w->ec.batch_size = batch;
         w->ec.max_groups = max_prompts > 0 ? max_prompts : 1;  // a shard's groups, or every eval row
+        w->ec.max_extra = c->serve ? c->serve_max_requests : 0;
         w->ec.max_prompt_tokens = c->max_prompt_tokens;
         w->ec.max_episode_tokens = c->max_episode_tokens;
         w->ec.max_turn_tokens = c->max_new_tokens;
@@ -1281,7 +1328,8 @@ static int setup(Worker *w, const RolloutConfig *c, PailErr *err) {
     }
     if (c->run_url && store_open(&w->st, c->run_url, &c->store, err) < 0) return -1;
     char desc[512];
-    if (w->env) snprintf(desc, sizeof desc, "from the environment program '%.400s'", c->env_cmd);
+    if (c->serve) snprintf(desc, sizeof desc, "from the agents, through the %.400s", env_describe(w->env));
+    else if (w->env) snprintf(desc, sizeof desc, "from the environment program '%.400s'", c->env_cmd);
     else reward_set_describe(w->rs, desc, sizeof desc);
     log_info("worker %s: model %s (%zu parameters), dataset %s (%lld rows), rewards: %s", w->worker_id,
              c->model_dir, w->w.num_params, w->ds->source, (long long)w->ds->n, desc);
@@ -1327,6 +1375,7 @@ static int run_eval_once(Worker *w, PailErr *err) {
 int rollout_run(const RolloutConfig *c, volatile sig_atomic_t *stop, PailErr *err) {
     Worker w;
     memset(&w, 0, sizeof w);
+    w.stop = stop;
     int rc = setup(&w, c, err);
     if (rc == 0 && c->eval_once) {
         rc = run_eval_once(&w, err);

@@ -39,6 +39,11 @@ typedef struct {
     double env_timeout;              // --env-timeout seconds per answer
     int max_turns, max_episode_tokens;
     const char *tool_format;         // --tool-format: auto, hermes, llama3, none
+    const char *serve;               // --serve HOST:PORT: the OpenAI-compatible endpoint is the environment (serve.h)
+    const char *serve_cert, *serve_tls_key, *serve_api_key_file;
+    const char *served_model_name;   // NULL: the model folder's name
+    double episode_timeout;          // --episode-timeout: an endpoint episode idle this long fails
+    int serve_max_requests;          // ad-hoc requests in flight
     Backend *backend;                // where the model computes (borrowed; NULL: the CPU)
     size_t max_memory;               // refuse a memory plan above this many bytes (0: the device's available memory)
     int weights_dtype;               // --dtype: MODEL_DTYPE_AUTO or a DType for the base matrices (0: DT_F32)

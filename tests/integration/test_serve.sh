@@ -1,0 +1,156 @@
+#!/usr/bin/env bash
+# grpo-rollout --serve (doc/environments.md, "An agent as the environment"):
+# the OpenAI-compatible endpoint with the official openai package as the client
+# (tests/integration/serve_openai.py). A tiny byte-level model is warmed up in a
+# second on four calculator problems (data/calc's format: "A*B" -> the tool call
+# mul(A, B) -> after the tool's result, the result). One trainer and one serving
+# worker on a file:// bucket; then:
+#   - models, completions and chat (streamed chunks = the whole answer), stop
+#     strings, tool calls both ways, a dropped stream, every malformed request
+#     class answered with OpenAI's error body;
+#   - the endpoint's greedy answer equals grpo-ctl eval's for the same opening;
+#   - 64 concurrent agents (the openai client + their own tool code) play
+#     episodes to their rewards, twice; the trainer trains 4 steps on the
+#     shards, a new adapter version goes live on the endpoint;
+#   - a second worker over TLS with a bearer key; the refusals at startup.
+source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/lib_relay.sh"
+PY=$(venv)/bin/python
+export OMP_NUM_THREADS=1
+
+# The four problems, the warm-up rows and the dataset.
+"$PY" - "$WORK" <<'PYEOF'
+import json, sys
+w = sys.argv[1]
+P = [(100, 48), (100, 94), (101, 57), (101, 73)]
+with open(w + "/sft.jsonl", "w") as f, open(w + "/calc.jsonl", "w") as d:
+    for a, b in P:
+        call = {"role": "assistant", "content": '<tool_call>{"name":"mul","arguments":{"a":%d,"b":%d}}</tool_call>' % (a, b)}
+        u = {"role": "user", "content": "%d*%d" % (a, b)}
+        f.write(json.dumps({"messages": [u, call]}) + "\n")
+        f.write(json.dumps({"messages": [u, call, {"role": "tool", "content": str(a * b)},
+                                         {"role": "assistant", "content": str(a * b)}]}) + "\n")
+        d.write(json.dumps({"prompt": "%d*%d" % (a, b), "answer": str(a * b)}) + "\n")
+PYEOF
+M="$WORK/model"
+"$BIN/grpo-ctl" init-model --out "$WORK/model-random" --model-type llama --hidden 64 --layers 2 --heads 2 --kv-heads 1 \
+  --ffn 128 --vocab 257 --max-positions 320 --tokenizer "$ROOT/data/tokenizers/bytes" --dtype f32 --seed 1 \
+  >/dev/null 2>&1 || { bad "init-model"; finish; exit 1; }
+cp "$ROOT/data/calc/chat_template.jinja" "$WORK/model-random/"
+check "a tiny model learns the four problems' tool format (grpo-train --sft --full)" \
+  "$BIN/grpo-train" --sft "$WORK/sft.jsonl" --sft-valid "$WORK/sft.jsonl" --valid-every 50 --stop-accuracy 1 --full \
+  --model "$WORK/model-random" --out "$M" --steps 1500 --groups-per-step 8 --lr 3e-3 --warmup-steps 10 \
+  --token-budget 4096 --metrics ""
+grep -q 'reached the target' "$WORK/last.err" || bad "...it reached 100% (see the warm-up log)"
+
+RUN="file://$WORK/run"
+PORT=$(free_port)
+BASE="http://127.0.0.1:$PORT/v1"
+ROLL=(--model "$M" --run "$RUN" --dataset "$WORK/calc.jsonl" --group-size 4 --groups-per-shard 16 --batch-size 64
+  --max-new-tokens 96 --max-turns 3 --max-episode-tokens 256 --served-model-name tiny --seed 3)
+"$BIN/grpo-train" --model "$M" --run "$RUN" --group-size 4 --groups-per-step 8 --steps 4 --lr 5e-3 --lora-rank 4 \
+  --rollout-timeout 300 --metrics "$WORK/metrics.jsonl" >"$WORK/train.log" 2>&1 &
+TRAIN=$!; PIDS+=($TRAIN)
+"$BIN/grpo-rollout" "${ROLL[@]}" --worker-id ws --serve "127.0.0.1:$PORT" >"$WORK/roll.log" 2>&1 &
+PIDS+=($!)
+up() { for _ in $(seq 1 300); do curl -sf "$1" 2>/dev/null | grep -q '"adapter_version":0' && return 0; sleep 0.1; done; return 1; }
+check "the worker serves /health with adapter v0" up "http://127.0.0.1:$PORT/health"
+
+echo "the API (ad hoc requests)"
+"$PY" "$ROOT/tests/integration/serve_openai.py" api "$BASE" tiny "$WORK"; rc=$?
+[ $rc = 0 ] && ok "...every API check" || bad "...API checks failed (above)"
+
+# grpo-ctl eval's greedy episode of the same opening, recorded by its environment program.
+cat >"$WORK/record_env.py" <<'PYEOF'
+import json, sys
+g = json.load(open(sys.argv[1]))
+for line in sys.stdin:
+    m = json.loads(line)
+    if m["type"] == "start":
+        print(json.dumps({"id": m["id"], "messages": g["messages"]}), flush=True)
+    elif m["type"] == "step":
+        open(sys.argv[2], "w").write(m["text"])
+        print(json.dumps({"id": m["id"], "reward": 1.0}), flush=True)
+PYEOF
+v=$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["adapter_version"])' "$WORK/greedy.json")
+"$BIN/grpo-ctl" eval --model "$M" --adapter "$WORK/run/adapters/v$(printf %08d "$v").h5" --dataset "$WORK/calc.jsonl" \
+  --env "python3 $WORK/record_env.py $WORK/greedy.json $WORK/eval-text" --max-turns 1 --max-new-tokens 96 \
+  --max-episode-tokens 256 --tool-format none >"$WORK/eval.log" 2>&1
+check "the endpoint's greedy answer equals grpo-ctl eval's for the same opening (adapter v$v)" "$PY" -c '
+import json, sys
+want = json.load(open(sys.argv[1]))["content"]; got = open(sys.argv[2]).read()
+assert want and got == want, (got, want)' "$WORK/greedy.json" "$WORK/eval-text"
+
+echo "episodes: 64 concurrent agents, twice"
+"$PY" "$ROOT/tests/integration/serve_openai.py" episodes "$BASE" tiny 64 "$WORK" | tee "$WORK/episodes1.out"
+[ "${PIPESTATUS[0]}" = 0 ] && ok "...first round" || bad "...first round failed (above)"
+"$PY" "$ROOT/tests/integration/serve_openai.py" episodes "$BASE" tiny 64 "$WORK" | tee "$WORK/episodes2.out"
+[ "${PIPESTATUS[0]}" = 0 ] && ok "...second round" || bad "...second round failed (above)"
+check "the trainer trains 4 steps on the endpoint's episode shards" wait $TRAIN
+check "...its metrics: multi-turn rows (tool call, then the answer), only the model's tokens trained" "$PY" - \
+  "$WORK/metrics.jsonl" <<'PYEOF'
+import json, sys
+steps = [json.loads(l) for l in open(sys.argv[1])]
+assert len(steps) == 4, len(steps)
+for s in steps:
+    assert s["completions/mean_turns"] > 1.2, s["completions/mean_turns"]
+    assert 0 < s["completions/mean_trained_tokens"] < s["completions/mean_length"], s
+PYEOF
+check "...the shards hold the agents' rewards and components" "$PY" -c '
+import glob, sys, h5py
+fs = sorted(glob.glob(sys.argv[1] + "/rollouts/*/ws-*.h5"))
+assert len(fs) >= 2, fs
+for f in fs:
+    h = h5py.File(f, "r")
+    assert h.attrs["format_version"] == 2 and h.attrs["max_new_tokens"] == 256
+    names = [n.decode() if isinstance(n, bytes) else n for n in h["reward_components"].attrs["names"]]
+    assert names == ["correct", "tool_calls"], names
+    m = h["completion_mask"][:]
+    assert 0 < m.sum() < len(m) and (h["logprobs"][:][m == 0] == 0).all()
+    assert h["reward_valid"][:].sum() >= 60 and h["turns"][:].max() >= 2' "$WORK/run"
+live() {  # a version the trainer published after v0 is the one the endpoint generates with
+  for _ in $(seq 1 100); do
+    "$PY" "$ROOT/tests/integration/serve_openai.py" episodes "$BASE" tiny 4 "$WORK/live" >/dev/null 2>&1 || true
+    curl -sf "$BASE/models" | "$PY" -c 'import json,sys; sys.exit(json.load(sys.stdin)["data"][0]["adapter_version"] < 1)' && return 0
+    sleep 0.2
+  done
+  return 1
+}
+mkdir -p "$WORK/live"
+check "a new adapter version goes live on the endpoint (/v1/models)" live
+check "the heartbeat names the endpoint and counts its episodes" "$PY" -c '
+import json, sys
+h = json.load(open(sys.argv[1]))
+assert h["endpoint"] == sys.argv[2], h
+assert h["environment"]["episodes"] >= 128, h["environment"]' "$WORK/run/workers/ws.json" "http://127.0.0.1:$PORT"
+
+echo "TLS and a bearer key"
+mkdir -p "$WORK/tls"
+relay_tls "$WORK/tls" || bad "openssl"
+echo "serve-key-0123456789abcdef" >"$WORK/api-key"
+TPORT=$(free_port)
+"$BIN/grpo-rollout" "${ROLL[@]}" --worker-id wt --serve "127.0.0.1:$TPORT" --serve-cert "$WORK/tls/server.pem" \
+  --serve-tls-key "$WORK/tls/server.key" --serve-api-key-file "$WORK/api-key" >"$WORK/roll-tls.log" 2>&1 &
+PIDS+=($!)
+for _ in $(seq 1 300); do curl -sf --cacert "$WORK/tls/ca.pem" "https://127.0.0.1:$TPORT/health" >/dev/null && break; sleep 0.1; done
+"$PY" "$ROOT/tests/integration/serve_openai.py" tls "https://127.0.0.1:$TPORT/v1" tiny "$WORK/tls/ca.pem" \
+  serve-key-0123456789abcdef; rc=$?
+[ $rc = 0 ] && ok "...every TLS check" || bad "...TLS checks failed (above)"
+
+echo "refusals"
+expect_fail_last "--serve off loopback without TLS and a key" 1 "not a loopback address: it needs TLS" \
+  "$BIN/grpo-rollout" "${ROLL[@]}" --worker-id wr --serve 0.0.0.0:0
+expect_fail_last "--serve on a port in use" 1 "cannot listen" \
+  "$BIN/grpo-rollout" "${ROLL[@]}" --worker-id wr --serve "127.0.0.1:$PORT"
+expect_fail_last "--serve-api-key-file missing" 1 "api-key-file .*No such file" \
+  "$BIN/grpo-rollout" "${ROLL[@]}" --worker-id wr --serve 127.0.0.1:0 --serve-api-key-file "$WORK/nope"
+echo short >"$WORK/short-key"
+expect_fail_last "a bearer key under 16 characters" 1 "16 characters" \
+  "$BIN/grpo-rollout" "${ROLL[@]}" --worker-id wr --serve 127.0.0.1:0 --serve-api-key-file "$WORK/short-key"
+expect_fail_last "--serve-cert without --serve-tls-key" 1 "come together" \
+  "$BIN/grpo-rollout" "${ROLL[@]}" --worker-id wr --serve 127.0.0.1:0 --serve-cert "$WORK/tls/server.pem"
+expect_fail "--serve with --env" 2 "no --env" \
+  "$BIN/grpo-rollout" "${ROLL[@]}" --worker-id wr --serve 127.0.0.1:0 --env "cat"
+expect_fail "--serve with --reward" 2 "no --reward" \
+  "$BIN/grpo-rollout" "${ROLL[@]}" --worker-id wr --serve 127.0.0.1:0 --reward exact_answer
+finish
