@@ -9,19 +9,24 @@
 # turns are exact; then one trainer and two `grpo-rollout --env` workers run on a
 # file:// bucket, on problems the warm-up never saw. Ends with
 #   demo-env: held-out accuracy A% -> B% (greedy, 1,000 problems); training reward R0 -> R1 ...
-# (A and B through the same program, grpo-ctl eval --env) and an SVG of the reward curve. Knobs (environment): PAIL_DEMO_DIR (demo-env-run),
+# (A and B through the same program, grpo-ctl eval --env) and an SVG of the reward curve.
+# `make demo-agent` (DEMO_AGENT=1) runs the same with an agent as the environment: the
+# workers serve the OpenAI API (grpo-rollout --serve) and validation/agent/calc_agent.py,
+# written against the openai client, plays the episodes (64 agents per worker). Knobs (environment): PAIL_DEMO_DIR (demo-env-run),
 # PAIL_DEMO_SFT_TARGET (0.3), PAIL_DEMO_STEPS (60), PAIL_DEMO_LR (1e-3), PAIL_DEMO_SFT_MODEL (a
 # warmed-up model folder of an earlier run: skips the warm-up).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-bin}
-D=${PAIL_DEMO_DIR:-demo-env-run}
+AGENT=${DEMO_AGENT:-}
+NAME=demo-env; [ -z "$AGENT" ] || NAME=demo-agent
+D=${PAIL_DEMO_DIR:-$NAME-run}
 SFT_TARGET=${PAIL_DEMO_SFT_TARGET:-0.3}
 STEPS=${PAIL_DEMO_STEPS:-60}
 LR=${PAIL_DEMO_LR:-1e-3}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 start=$(date +%s)
-say() { printf 'demo-env [%4ds]: %s\n' $(( $(date +%s) - start )) "$*"; }
+say() { printf '%s [%4ds]: %s\n' "$NAME" $(( $(date +%s) - start )) "$*"; }
 rm -rf "$D"
 mkdir -p "$D/logs"
 D=$(cd "$D" && pwd)
@@ -49,7 +54,8 @@ say "2/4 supervised warm-up on the tool format until $SFT_TARGET of 200 held-out
   | sed -u 's/^/      /'
 fi
 
-ENVFLAGS=(--env "python3 data/calc/env.py" --max-new-tokens 96 --max-turns 3 --max-episode-tokens 224)
+LIMITS=(--max-new-tokens 96 --max-turns 3 --max-episode-tokens 224)
+ENVFLAGS=(--env "python3 data/calc/env.py" "${LIMITS[@]}")
 heldout() {  # OUT [--adapter FILE]: greedy accuracy on the 1,000 held-out problems
   local out=$1; shift
   "$BIN/grpo-ctl" eval --model "$D/model-sft" --dataset "$D/data/eval.jsonl" "${ENVFLAGS[@]}" --batch-size 64 \
@@ -59,18 +65,35 @@ heldout() {  # OUT [--adapter FILE]: greedy accuracy on the 1,000 held-out probl
 A=$(heldout "$D/eval-before.json")
 say "   held-out greedy accuracy after the warm-up: $(awk -v a="$A" 'BEGIN { printf "%.1f%%", 100 * a }') (1,000 problems never trained on)"
 
-say "3/4 one trainer and two rollout workers with the environment program (file://$D/bucket)"
+if [ -n "$AGENT" ]; then
+  say "3/4 one trainer and two rollout workers serving the OpenAI API, 64 agents each (file://$D/bucket)"
+else
+  say "3/4 one trainer and two rollout workers with the environment program (file://$D/bucket)"
+fi
 RUN="file://$D/bucket"
 "$BIN/grpo-train" --model "$D/model-sft" --run "$RUN" --steps "$STEPS" --groups-per-step 16 --group-size 8 \
   --lora-rank 8 --lora-alpha 16 --lr "$LR" --warmup-steps 5 --max-staleness 2 --token-budget 8192 \
   --metrics "$D/logs/metrics.jsonl" --task "multiplication with a calculator tool" >"$D/logs/trainer.log" 2>&1 &
 TRAIN=$!
 PIDS+=($TRAIN)
+AGENTS=()
 for w in worker-a worker-b; do
+  if [ -n "$AGENT" ]; then
+    port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+    WFLAGS=(--serve "127.0.0.1:$port" "${LIMITS[@]}")
+  else
+    WFLAGS=("${ENVFLAGS[@]}")
+  fi
   "$BIN/grpo-rollout" --model "$D/model-sft" --run "$RUN" --worker-id "$w" --dataset "$D/data/train.jsonl" \
-    --group-size 8 --groups-per-shard 8 --batch-size 64 "${ENVFLAGS[@]}" --max-ahead 2 --seed 1 \
+    --group-size 8 --groups-per-shard 8 --batch-size 64 "${WFLAGS[@]}" --max-ahead 2 --seed 1 \
     >"$D/logs/$w.log" 2>&1 &
   PIDS+=($!)
+  if [ -n "$AGENT" ]; then
+    "$(bash mk/venv.sh)/bin/python" validation/agent/calc_agent.py --base "http://127.0.0.1:$port/v1" \
+      --model model-sft --agents 64 --stop-file "$D/agents-stop" >"$D/logs/agents-$w.log" 2>&1 &
+    AGENTS+=($!)
+    PIDS+=($!)
+  fi
 done
 
 say "4/4 GRPO: $STEPS steps of 16 problems x 8 episodes (LoRA rank 8, lr $LR)"
@@ -91,22 +114,24 @@ for l in sys.stdin:
 done
 wait $TRAIN || { say "the trainer failed:"; tail -5 "$D/logs/trainer.log"; exit 1; }
 "$BIN/grpo-ctl" put "$RUN/control/stop" /dev/null >/dev/null
+touch "$D/agents-stop"
 for p in "${PIDS[@]:1}"; do wait "$p" 2>/dev/null || true; done
+[ -z "$AGENT" ] || cat "$D"/logs/agents-*.log | grep '^calc_agent:' | sed 's/^/  /' 
 final=$(ls "$D/bucket/adapters/" | grep -o 'v[0-9]*' | sort | tail -1)
 B=$(heldout "$D/eval-after.json" --adapter "$D/bucket/adapters/$final.h5")
-"$BIN/grpo-ctl" plot "$RUN" --title "pail demo-env: GRPO with a calculator tool" --out "$D/curve.svg" 2>/dev/null || true
+"$BIN/grpo-ctl" plot "$RUN" --title "pail $NAME: GRPO with a calculator tool" --out "$D/curve.svg" 2>/dev/null || true
 echo
 echo "  bucket:   $D/bucket"
 echo "  metrics:  $D/logs/metrics.jsonl"
 echo "  curve:    $D/curve.svg"
 echo "  logs:     $D/logs/"
 echo "  time:     $(( $(date +%s) - start )) s"
-python3 - "$D/logs/metrics.jsonl" "$A" "$B" <<'PYEOF'
+python3 - "$D/logs/metrics.jsonl" "$A" "$B" "$NAME" <<'PYEOF'
 import json, sys
 m = [json.loads(l) for l in open(sys.argv[1])]
 f, l = m[:10], m[-10:]
 avg = lambda rows, k: sum(r.get(k) or 0 for r in rows) / len(rows)
-print("demo-env: held-out accuracy %.1f%% -> %.1f%% (greedy, 1,000 problems); training reward %.3f -> %.3f "
+print(sys.argv[4] + ": held-out accuracy %.1f%% -> %.1f%% (greedy, 1,000 problems); training reward %.3f -> %.3f "
       "(first and last 10 steps), %.2f turns an episode" % (100 * float(sys.argv[2]), 100 * float(sys.argv[3]),
       avg(f, "reward"), avg(l, "reward"), avg(m, "completions/mean_turns")))
 PYEOF

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1324,6 +1325,10 @@ int serve_open(Env **out, const ServeConfig *cfg, PailErr *err) {
     *out = NULL;
     static pthread_once_t once = PTHREAD_ONCE_INIT;
     pthread_once(&once, (void (*)(void))evthread_use_pthreads);
+    // A client that closes its connection while we write must not kill the
+    // worker (SIGPIPE); the write fails and evhttp drops the connection. (A
+    // --serve worker starts no child programs, which would inherit this.)
+    signal(SIGPIPE, SIG_IGN);
     char host[256];
     int port = 0;
     if (net_split_listen(cfg->listen, "--serve", host, sizeof host, &port, err) < 0) return -1;

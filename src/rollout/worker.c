@@ -79,6 +79,8 @@ typedef struct {
     long run_gps, run_publish_every;  // run.json's trainer groups-per-step (0: unknown) and publish-every (pacing)
     long waiting_after;    // newest version for which "waiting for the next version" was said (-1: none)
     volatile sig_atomic_t *stop;  // the caller's stop flag
+    bool stop_seen;               // --serve: control/stop found while a batch waited for agents
+    double next_stop_check;
     Buf stop_text;         // stop_strings_hit's decoded tail (kept: the decode loop allocates nothing once it has grown)
 } Worker;
 
@@ -109,8 +111,15 @@ static bool stop_strings_hit(void *ctx, const int32_t *toks, int n) {
 #define VERSION_CHECK_S 0.5
 static bool adapter_outdated(void *ctx) {
     Worker *w = ctx;
-    // --serve: a batch waits for agents that may never come; stopping cancels it.
+    // --serve: a batch waits for agents that may never come; stopping (a signal,
+    // or control/stop, looked for every few seconds) cancels it.
     if (w->cfg->serve && w->stop && *w->stop) return true;
+    if (w->cfg->serve && time_mono_s() >= w->next_stop_check) {
+        w->next_stop_check = time_mono_s() + 2.0;  // one HEAD every 2 s
+        StoreStat ss;
+        PailErr serr = {0};
+        if (store_head(w->st, RUN_KEY_STOP, &ss, &serr) == 0) return w->stop_seen = true;
+    }
     if (!w->abandon_stale) return false;
     double now = time_mono_s();
     if (now < w->next_version_check) return false;
@@ -698,7 +707,7 @@ static int one_shard_env(Worker *w, volatile sig_atomic_t *stop, PailErr *err) {
     int er = episodes_run(w->eps, prefix, rows, seeds, P, out, err);
     w->abandon_stale = false;
     if (er < 0) goto done;
-    if (er == 1 && stop && *stop) {
+    if (er == 1 && ((stop && *stop) || w->stop_seen)) {
         log_info("stopping: the open episodes of this batch are cancelled (their agents get 503)");
         rc = 1;
         goto done;

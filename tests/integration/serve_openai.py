@@ -6,9 +6,10 @@ the environment"), with the official openai package as the client.
                                            writes OUT/greedy.json (the greedy answer of one opening)
   serve_openai.py episodes BASE MODEL N OUT  N concurrent agents playing one episode each of the
                                            calculator task; OUT/episodes.json
+  serve_openai.py timeout BASE MODEL SECS  an idle episode fails after --episode-timeout SECS
   serve_openai.py tls BASE MODEL CA KEY    TLS with the bearer key: a wrong key is 401, the right one works
 
-The model is the test's warmed-up tiny model: it answers "A*B" with the tool
+Episodes are played by validation/agent/calc_agent.py. The model is the test's warmed-up tiny model: it answers "A*B" with the tool
 call mul(A, B) and, after the tool's result, with the result.
 Prints one line per check; exits 1 when one fails.
 """
@@ -17,15 +18,17 @@ import json
 import sys
 import time
 
+import os
+
 import httpx2
 import openai
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../validation/agent"))
+import calc_agent  # noqa: E402  (the agent the validation trains through the endpoint)
+
 FAILED = []
 VERIFY = True  # the CA bundle of a TLS endpoint (tls)
-TOOLS = [{"type": "function", "function": {
-    "name": "mul", "description": "a times b",
-    "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-                   "required": ["a", "b"]}}}]
+TOOLS = calc_agent.TOOLS
 
 
 def check(name, cond, detail=""):
@@ -191,53 +194,12 @@ def api(base, model, out):
     return 0
 
 
-def claim(base, key=None):
-    for _ in range(100):
-        st, j = raw(base, "POST", "/episodes", {"wait": 30}, key=key)
-        if st == 200:
-            return j
-        if st != 503:
-            raise RuntimeError(f"POST /v1/episodes: {st} {j}")
-    raise RuntimeError("no episode handed out")
-
-
-def play(c, base, model, ep, key=None):
-    """One episode of the calculator task, as an agent would play it."""
-    msgs = [{"role": "user", "content": ep["row"]["prompt"]}]
-    hdr = {"X-Pail-Episode": ep["id"]}
-    tokens, calls, answer = 0, 0, None
-    for turn in range(ep["max_turns"]):
-        r = c.chat.completions.create(model=model, messages=msgs, tools=TOOLS, extra_headers=hdr)
-        tokens += r.usage.completion_tokens
-        m = r.choices[0].message
-        msgs.append(m.model_dump(exclude_none=True))
-        if not m.tool_calls or r.model_extra["pail"]["final"]:
-            answer = m.content or ""
-            break
-        calls += 1
-        for tc in m.tool_calls:
-            try:
-                a = json.loads(tc.function.arguments)
-                res = str(int(a["a"]) * int(a["b"])) if tc.function.name == "mul" else "error: no such tool"
-            except (ValueError, KeyError, TypeError):
-                res = "error: mul takes integers a and b"
-            msgs.append({"role": "tool", "tool_call_id": tc.id, "content": res})
-    reward = float(answer is not None and answer.strip() == ep["row"]["answer"])
-    st, j = raw(base, "POST", f"/episodes/{ep['id']}/reward", {"reward": reward, "components": {
-        "correct": reward, "tool_calls": calls}}, key=key)
-    if st != 200:
-        raise RuntimeError(f"reward: {st} {j}")
-    return {"id": ep["id"], "group": ep["group"], "row": ep["row"], "reward": reward, "tokens": tokens,
-            "turns": len([m for m in msgs if m["role"] == "assistant"]), "calls": calls,
-            "version": ep["adapter_version"]}
-
-
 def episodes(base, model, n, out):
     n = int(n)
     c = openai.OpenAI(api_key="unused", base_url=base, max_retries=0, timeout=600)
 
     # Protocol errors of an episode first (one episode, played by hand).
-    ep = claim(base)
+    ep = calc_agent.claim(base)
     hdr = {"X-Pail-Episode": ep["id"]}
     st, j = raw(base, "POST", f"/episodes/{ep['id']}/reward", {"reward": 1})
     check("a reward before the episode's first turn: 400 episode_has_no_turn",
@@ -268,7 +230,7 @@ def episodes(base, model, n, out):
     # n agents at once, each one episode.
     t0 = time.time()
     with cf.ThreadPoolExecutor(n) as ex:
-        res = list(ex.map(lambda _: play(c, base, model, claim(base)), range(n)))
+        res = list(ex.map(lambda _: calc_agent.play(c, base, model, calc_agent.claim(base)), range(n)))
     secs = time.time() - t0
     groups = {}
     for e in res:
@@ -288,6 +250,23 @@ def episodes(base, model, n, out):
     return 0
 
 
+def timeout(base, model, secs):
+    """An episode left with no request past --episode-timeout fails: its id is gone."""
+    c = openai.OpenAI(api_key="unused", base_url=base, max_retries=0)
+    ep = calc_agent.claim(base)
+    msgs = [{"role": "user", "content": ep["row"]["prompt"]}]
+    r = c.chat.completions.create(model=model, messages=msgs, tools=TOOLS, extra_headers={"X-Pail-Episode": ep["id"]})
+    time.sleep(float(secs) + 1.5)
+    m = r.choices[0].message.model_dump(exclude_none=True)
+    st, j = raw(base, "POST", "/chat/completions", {"model": model, "messages": msgs + [m, {"role": "tool",
+                "content": "1"}]}, {"X-Pail-Episode": ep["id"]})
+    check(f"an episode idle past --episode-timeout {secs} s is gone (404 episode_not_found)",
+          st == 404 and error_shape(j) and j["error"]["code"] == "episode_not_found", (st, j))
+    st, j = raw(base, "POST", f"/episodes/{ep['id']}/reward", {"reward": 1})
+    check("...and its reward is refused (404)", st == 404 and error_shape(j), (st, j))
+    return 0
+
+
 def tls(base, model, ca, key):
     global VERIFY
     VERIFY = ca
@@ -304,8 +283,8 @@ def tls(base, model, ca, key):
     r = c.chat.completions.create(model=model, messages=[{"role": "user", "content": "100*48"}], temperature=0,
                                   max_tokens=16, stream=True)
     check("TLS endpoint: a streamed chat answers", len(stream_text(r, True)[0]) > 0)
-    ep = claim(base, key)
-    res = play(c, base, model, ep, key)
+    ep = calc_agent.claim(base, key, VERIFY)
+    res = calc_agent.play(c, base, model, ep, key, VERIFY)
     check("TLS endpoint: an episode is played to its reward", res["turns"] >= 1, res)
     try:
         httpx2.get(base.replace("https://", "http://") + "/models", timeout=5)
@@ -317,5 +296,5 @@ def tls(base, model, ca, key):
 
 if __name__ == "__main__":
     cmd, args = sys.argv[1], sys.argv[2:]
-    {"api": api, "episodes": episodes, "tls": tls}[cmd](*args)
+    {"api": api, "episodes": episodes, "timeout": timeout, "tls": tls}[cmd](*args)
     sys.exit(1 if FAILED else 0)

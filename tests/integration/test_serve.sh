@@ -124,6 +124,15 @@ h = json.load(open(sys.argv[1]))
 assert h["endpoint"] == sys.argv[2], h
 assert h["environment"]["episodes"] >= 128, h["environment"]' "$WORK/run/workers/ws.json" "http://127.0.0.1:$PORT"
 
+echo "an idle episode"
+OPORT=$(free_port)
+"$BIN/grpo-rollout" "${ROLL[@]}" --worker-id wo --serve "127.0.0.1:$OPORT" --episode-timeout 1 \
+  >"$WORK/roll-timeout.log" 2>&1 &
+PIDS+=($!)
+for _ in $(seq 1 300); do curl -sf "http://127.0.0.1:$OPORT/health" >/dev/null && break; sleep 0.1; done
+"$PY" "$ROOT/tests/integration/serve_openai.py" timeout "http://127.0.0.1:$OPORT/v1" tiny 1; rc=$?
+[ $rc = 0 ] && ok "...the timeout checks" || bad "...timeout checks failed (above)"
+
 echo "TLS and a bearer key"
 mkdir -p "$WORK/tls"
 relay_tls "$WORK/tls" || bad "openssl"
