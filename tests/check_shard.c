@@ -166,6 +166,91 @@ START_TEST(test_round_trip) {
 }
 END_TEST
 
+// Version 3: an episode's further segment is a row after the N, sharing its
+// reward; a shard without one is still written as version 2.
+typedef struct {
+    RolloutShard s;
+    int32_t pid[2], cid[9], grp[3], turns[3], seg[1];
+    int64_t poff[2], pidx[1], coff[4];
+    float lp[9], rew[3], comp[3];
+    uint8_t valid[3], fin[3], cm[9];
+    char *names[1];
+} SegSample;
+
+static void seg_init(SegSample *x) {
+    memset(x, 0, sizeof *x);
+    RolloutShard *s = &x->s;
+    snprintf(s->run_id, sizeof s->run_id, "run-1");
+    snprintf(s->worker_id, sizeof s->worker_id, "w3");
+    memset(s->base_sha256, 'a', 64);
+    memset(s->tokenizer_sha256, 'b', 64);
+    s->temperature = 1.0; s->top_p = 1.0; s->max_new_tokens = 8;
+    s->P = 1; s->N = 2; s->X = 1; s->K = 1;
+    x->pid[0] = 1; x->pid[1] = 2;
+    x->poff[1] = 2;
+    int64_t co[4] = {0, 3, 5, 9};  // episode 0, episode 1, episode 0's second segment
+    memcpy(x->coff, co, sizeof co);
+    for (int t = 0; t < 9; t++) { x->cid[t] = 10 + t; x->cm[t] = t != 5 && t != 6; x->lp[t] = x->cm[t] ? -0.5f : 0; }
+    x->rew[0] = x->rew[2] = 1; x->rew[1] = 0;
+    x->comp[0] = x->comp[2] = 1;
+    for (int i = 0; i < 3; i++) { x->valid[i] = 1; x->turns[i] = 1 + (i == 2); }
+    x->seg[0] = 0;
+    x->names[0] = "correct";
+    s->prompt_ids = x->pid; s->prompt_offsets = x->poff; s->prompt_index = x->pidx;
+    s->completion_ids = x->cid; s->completion_offsets = x->coff; s->group = x->grp;
+    s->logprobs = x->lp; s->rewards = x->rew; s->reward_valid = x->valid; s->reward_components = x->comp;
+    s->finish_reason = x->fin; s->completion_mask = x->cm; s->turns = x->turns; s->segment_of = x->seg;
+    s->component_names[0] = x->names[0];
+}
+
+START_TEST(test_segments) {
+    SegSample x;
+    seg_init(&x);
+    Buf img = {0};
+    PailErr err = {0};
+    ck_assert_msg(shard_write(&x.s, &img, &err) == 0, "%s", err.msg);
+    RolloutShard r;
+    ck_assert_msg(shard_read(&r, img.data, img.len, "seg", &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(r.N, 2);
+    ck_assert_int_eq(r.X, 1);
+    ck_assert_int_eq(r.segment_of[0], 0);
+    ck_assert_int_eq(r.completion_offsets[3], 9);
+    for (int t = 0; t < 9; t++) { ck_assert_int_eq(r.completion_ids[t], 10 + t); ck_assert_int_eq(r.completion_mask[t], x.cm[t]); }
+    ck_assert_int_eq(r.turns[2], 2);
+    ck_assert_float_eq(r.rewards[2], 1.0f);
+    ck_assert_int_eq(shard_group_size(&r), 2);
+    hid_t f = h5f_open_mem(img.data, img.len, "seg", &err);
+    int64_t v = 0;
+    ck_assert(f >= 0 && h5a_read_i64(f, "format_version", &v, "seg", &err) == 0);
+    ck_assert_int_eq(v, 3);
+    h5f_close(f);
+    shard_free(&r);
+    // Refused: a segment of no episode, or with another reward than its episode's.
+    x.seg[0] = 2;
+    ck_assert_int_eq(shard_check(&x.s, 0, "seg", &err), -1);
+    ck_assert_msg(strstr(err.msg, "segment_of[0] = 2 is not an episode row in [0, 2)"), "%s", err.msg);
+    x.seg[0] = 1;
+    ck_assert_int_eq(shard_check(&x.s, 0, "seg", &err), -1);
+    ck_assert_msg(strstr(err.msg, "row 2, a segment of episode row 1, has another group, reward or components"), "%s",
+                  err.msg);
+    x.seg[0] = 0;
+    x.comp[2] = 0.5f;
+    ck_assert_int_eq(shard_check(&x.s, 0, "seg", &err), -1);
+    // Without segments: version 2, as before.
+    seg_init(&x);
+    x.s.X = 0;
+    x.s.segment_of = NULL;
+    x.coff[3] = 0;
+    buf_reset(&img);
+    ck_assert_msg(shard_write(&x.s, &img, &err) == 0, "%s", err.msg);
+    f = h5f_open_mem(img.data, img.len, "plain", &err);
+    ck_assert(f >= 0 && h5a_read_i64(f, "format_version", &v, "plain", &err) == 0);
+    ck_assert_int_eq(v, 2);
+    h5f_close(f);
+    buf_free(&img);
+}
+END_TEST
+
 START_TEST(test_check_refuses) {
     Sample x;
     PailErr err = {0};
@@ -210,7 +295,7 @@ static void write_broken(const Sample *x, Break b, Buf *out) {
     hid_t f = h5f_create_mem("broken", &err);
     ck_assert_int_ge(f, 0);
     h5a_write_str(f, "format", b == BREAK_FORMAT ? "pail.lora" : SHARD_FORMAT, &err);
-    h5a_write_i64(f, "format_version", b == BREAK_VERSION ? 3 : b == BREAK_V0 ? 0 : b >= BREAK_V2 ? 2 : 1, &err);
+    h5a_write_i64(f, "format_version", b == BREAK_VERSION ? 4 : b == BREAK_V0 ? 0 : b >= BREAK_V2 ? 2 : 1, &err);
     h5a_write_str(f, "run_id", s->run_id, &err);
     h5a_write_i64(f, "adapter_version", s->adapter_version, &err);
     h5a_write_str(f, "worker_id", s->worker_id, &err);
@@ -350,7 +435,7 @@ START_TEST(test_read_refuses) {
     struct { Break b; const char *want; } cases[] = {
         {BREAK_NONE, NULL},
         {BREAK_FORMAT, "format is 'pail.lora'"},
-        {BREAK_VERSION, "format_version 3, this pail reads 1 to 2"},
+        {BREAK_VERSION, "format_version 4, this pail reads 1 to 3"},
         {BREAK_V0, "format_version 0"},
         {BREAK_V2, NULL},
         {BREAK_V2_NO_MASK, "dataset 'completion_mask' is missing"},
@@ -424,6 +509,7 @@ int main(void) {
     Suite *s = suite_create("shard");
     TCase *core = tcase_create("core"), *limits = tcase_create("limits");
     tcase_add_test(core, test_round_trip);
+    tcase_add_test(core, test_segments);
     tcase_add_test(limits, test_check_refuses);
     tcase_add_test(limits, test_read_refuses);
     tcase_add_test(limits, test_value_bounds);

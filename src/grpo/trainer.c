@@ -60,7 +60,7 @@ typedef struct {
     uint8_t *mask_c;                     // (S) all 1 (the loss takes a mask)
     // step: N = groups_per_step * G completions
     GroupRef *refs;                      // (groups_per_step)
-    Item *items;                         // (N)
+    Item *items;                         // (2N): completions, then segments
     float *rewards, *adv;                // (N)
     uint8_t *valid, *mask;               // (N) reward valid; trained (valid, tokens, fits the budget)
     void *block;                         // owned: the pieces above (plan_buffers)
@@ -607,6 +607,8 @@ typedef struct {
 
 typedef struct {   // one optimizer step in the making
     int ngroups, N;  // groups, completions (N = ngroups * G)
+    int n_items;     // N, then the episodes' further segments (shard format 3), at most N of them
+    int64_t segments, segments_dropped;  // segments trained; left out (more than N in one step)
     int64_t K;       // reward components (of the first group's shard)
     double t0, waited;
     StepStats ss;
@@ -652,8 +654,28 @@ static void step_items(Trainer *t, Step *st) {
         }
     }
     grpo_advantages(t->adv, &st->ast, t->rewards, t->valid, st->ngroups, G, c->scale_rewards);
+    // An episode's further segments (an agent edited its history, doc/formats.md)
+    // are items of their own with the episode's advantage; the group's
+    // statistics count each episode once.
+    st->n_items = N;
+    for (int g = 0; g < st->ngroups; g++) {
+        const RolloutShard *s = t->refs[g].s;
+        for (int64_t x = 0; x < s->X; x++) {
+            int64_t e = s->segment_of[x];
+            if (e / G != t->refs[g].group) continue;
+            if (st->n_items == 2 * N) { st->segments_dropped++; continue; }
+            int k = st->n_items++, parent = g * G + (int)(e % G);
+            t->items[k] = (Item){.s = s, .i = s->N + x, .p = t->refs[g].group};
+            t->rewards[k] = t->rewards[parent];
+            t->valid[k] = t->valid[parent];
+            t->adv[k] = t->adv[parent];
+            st->segments++;
+        }
+    }
+    if (st->segments_dropped)
+        log_warn("step %ld: %lld segments past the step's %d left out", t->step + 1, (long long)st->segments_dropped, N);
     int64_t comps = 0, toks = 0, max_new = 1;
-    for (int k = 0; k < N; k++) {
+    for (int k = 0; k < st->n_items; k++) {
         Item *it = &t->items[k];
         PackSeq seq = item_seq(it);
         int64_t clen = seq.n_completion, scored = pack_scored(&seq);
@@ -663,7 +685,7 @@ static void step_items(Trainer *t, Step *st) {
         // Dr.GRPO's constant: the generation budget (an episode shard's max_new_tokens is
         // the writer's --max-episode-tokens, which bounds the mask-1 and mask-0 tokens together)
         if (it->s->max_new_tokens > max_new) max_new = it->s->max_new_tokens;
-        if (t->valid[k]) {
+        if (t->valid[k] && k < N) {
             ss->reward_sum += t->rewards[k];
             ss->reward_sq += (double)t->rewards[k] * t->rewards[k];
             ss->completions++;
@@ -685,7 +707,7 @@ static void step_items(Trainer *t, Step *st) {
     // forward and backward changes nothing but the time (and the token
     // statistics, which then cover the trained completions only).
     if (c->loss.beta == 0 && !c->train_zero_advantage)
-        for (int k = 0; k < N; k++)
+        for (int k = 0; k < st->n_items; k++)
             if (t->mask[k] && t->adv[k] == 0.0f) t->mask[k] = 0, st->zero_adv_skipped++;
 }
 
@@ -700,7 +722,7 @@ static int micro_batch(Trainer *t, Step *st, int *k, PailErr *err) {
     float temp = (float)t->items[*k].s->temperature;
     int b = *k;
     pack_reset(r);
-    for (; b < st->N; b++) {
+    for (; b < st->n_items; b++) {
         if (!t->mask[b]) continue;
         const Item *it = &t->items[b];
         PackSeq seq = item_seq(it);
@@ -821,6 +843,7 @@ static int step_metrics(Trainer *t, Step *st, PailErr *err) {
     jint(mj, "completions/too_long", ss->too_long);
     jint(mj, "num_tokens", ss->tokens);
     jint(mj, "completions/zero_advantage_skipped", st->zero_adv_skipped);
+    jint(mj, "completions/segments", st->segments);
     jint(mj, "invalid_rewards", ast->invalid);
     jnum(mj, "tokens_per_second", secs > 0 ? (double)ss->tokens / secs : 0.0);
     jnum(mj, "staleness_mean", ngroups ? ss->staleness_sum / ngroups : 0.0);
@@ -865,7 +888,7 @@ static int train_step(Trainer *t, int ngroups, double waited, volatile sig_atomi
     Step st = {.ngroups = ngroups, .N = ngroups * t->G, .t0 = time_mono_s(), .waited = waited};
     step_items(t, &st);
     memset(t->grads, 0, (size_t)t->lay.n_params * sizeof(float));
-    for (int k = 0; k < st.N;) {
+    for (int k = 0; k < st.n_items;) {
         if (!t->mask[k]) { k++; continue; }
         if (micro_batch(t, &st, &k, err) < 0) return -1;
         if (stop && *stop > 1) return err_set(err, PAIL_ERR_INTERRUPTED, "stopped mid-step");
@@ -892,7 +915,8 @@ static int train_step(Trainer *t, int ngroups, double waited, volatile sig_atomi
 static void plan_buffers(Trainer *t, MemPlan *p) {
     const TrainerConfig *c = t->cfg;
     size_t n = (size_t)t->lay.n_params, T = (size_t)c->token_budget;
-    size_t N = (size_t)c->groups_per_step * (size_t)c->group_size, S = T < N ? T : N;
+    // Items: a step's N completions and up to N further segments of its episodes.
+    size_t N = 2 * (size_t)c->groups_per_step * (size_t)c->group_size, S = T < N ? T : N;
     t->params = mem_plan_take(p, n * sizeof(float));
     t->grads = mem_plan_take(p, n * sizeof(float));
     t->m = mem_plan_take(p, n * sizeof(float));

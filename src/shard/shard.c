@@ -33,7 +33,7 @@ static int check_ids(const int32_t *ids, int64_t n, int64_t vocab, const char *w
 
 // Totals implied by the offsets (the ids arrays are as long as the last offset).
 static int64_t n_prompt_tokens(const RolloutShard *s) { return s->prompt_offsets[s->P]; }
-static int64_t n_completion_tokens(const RolloutShard *s) { return s->completion_offsets[s->N]; }
+static int64_t n_completion_tokens(const RolloutShard *s) { return s->completion_offsets[s->N + s->X]; }
 
 static int check_body(const RolloutShard *s, int64_t ptok, int64_t ctok, int64_t vocab, const char *name,
                       PailErr *err) {
@@ -41,7 +41,10 @@ static int check_body(const RolloutShard *s, int64_t ptok, int64_t ctok, int64_t
     if (s->N % s->P) return err_set(err, PAIL_ERR_INVALID, "shard %s: %lld completions for %lld prompts is not a whole group size", name, (long long)s->N, (long long)s->P);
     if (s->K < 0 || s->K > SHARD_MAX_COMPONENTS) return err_set(err, PAIL_ERR_INVALID, "shard %s: %lld reward components (max %d)", name, (long long)s->K, SHARD_MAX_COMPONENTS);
     if (check_offsets(s->prompt_offsets, s->P, ptok, "prompt", name, err) < 0) return -1;
-    if (check_offsets(s->completion_offsets, s->N, ctok, "completion", name, err) < 0) return -1;
+    if (s->X < 0 || (s->X > 0 && !s->segment_of))
+        return err_set(err, PAIL_ERR_INVALID, "shard %s: %lld segments without segment_of", name, (long long)s->X);
+    int64_t R = s->N + s->X;  // rows: the episodes', then their further segments
+    if (check_offsets(s->completion_offsets, R, ctok, "completion", name, err) < 0) return -1;
     for (int64_t p = 0; p < s->P; p++)  // nothing would predict a completion's first token
         if (s->prompt_offsets[p + 1] == s->prompt_offsets[p])
             return err_set(err, PAIL_ERR_INVALID, "shard %s: prompt %lld is empty (prompt_offsets[%lld] = "
@@ -50,11 +53,24 @@ static int check_body(const RolloutShard *s, int64_t ptok, int64_t ctok, int64_t
     if (check_ids(s->prompt_ids, ptok, vocab, "prompt", name, err) < 0) return -1;
     if (check_ids(s->completion_ids, ctok, vocab, "completion", name, err) < 0) return -1;
     int64_t G = s->N / s->P;
-    for (int64_t i = 0; i < s->N; i++) {
+    for (int64_t i = 0; i < R; i++) {
         if (s->group[i] < 0 || s->group[i] >= s->P)
             return err_set(err, PAIL_ERR_INVALID, "shard %s: group[%lld] = %d is not a prompt index in [0, %lld)", name, (long long)i, s->group[i], (long long)s->P);
-        if (s->group[i] != i / G)  // a group's G completions stay together
+        if (i < s->N && s->group[i] != i / G)  // a group's G completions stay together
             return err_set(err, PAIL_ERR_INVALID, "shard %s: group[%lld] = %d, expected %lld (groups of %lld stored contiguously)", name, (long long)i, s->group[i], (long long)(i / G), (long long)G);
+        if (i >= s->N) {  // a segment: its episode's group and reward
+            int64_t e = s->segment_of[i - s->N];
+            if (e < 0 || e >= s->N)
+                return err_set(err, PAIL_ERR_INVALID, "shard %s: segment_of[%lld] = %lld is not an episode row in [0, %lld)",
+                               name, (long long)(i - s->N), (long long)e, (long long)s->N);
+            bool same = s->group[i] == s->group[e] && s->reward_valid[i] == s->reward_valid[e] &&
+                        (!s->reward_valid[i] || s->rewards[i] == s->rewards[e]);
+            for (int64_t k = 0; same && s->reward_valid[i] && k < s->K; k++)
+                same = s->reward_components[i * s->K + k] == s->reward_components[e * s->K + k];
+            if (!same)
+                return err_set(err, PAIL_ERR_INVALID, "shard %s: row %lld, a segment of episode row %lld, has another "
+                               "group, reward or components than that episode", name, (long long)i, (long long)e);
+        }
         if (s->finish_reason[i] > FINISH_LENGTH)
             return err_set(err, PAIL_ERR_INVALID, "shard %s: finish_reason[%lld] = %d (0 stop, 1 length)", name, (long long)i, s->finish_reason[i]);
         if (s->reward_valid[i] > 1)
@@ -73,7 +89,7 @@ static int check_body(const RolloutShard *s, int64_t ptok, int64_t ctok, int64_t
     }
     // turns: assistant turns completed; 0 for an episode that failed in its
     // opening or its first turn (it may hold tokens, none of them trained on).
-    for (int64_t i = 0; s->turns && i < s->N; i++)
+    for (int64_t i = 0; s->turns && i < R; i++)
         if (s->turns[i] < 0)
             return err_set(err, PAIL_ERR_INVALID, "shard %s: turns[%lld] = %d is negative", name, (long long)i, s->turns[i]);
     const uint8_t *cm = s->completion_mask;
@@ -109,8 +125,8 @@ int shard_write(const RolloutShard *s, Buf *out, PailErr *err) {
     char name[160];
     snprintf(name, sizeof name, "%s-v%lld", s->worker_id, (long long)s->adapter_version);
     if (shard_check(s, 0, name, err) < 0) return -1;
-    int64_t P = s->P, N = s->N, K = s->K, ptok = n_prompt_tokens(s), ctok = n_completion_tokens(s);
-    // A single-turn writer leaves the mask and turns NULL: every token is the model's, one turn each.
+    int64_t P = s->P, N = s->N + s->X, K = s->K, X = s->X, ptok = n_prompt_tokens(s), ctok = n_completion_tokens(s);
+    // (N: every row, the segments' included.) A single-turn writer leaves the mask and turns NULL: every token is the model's, one turn each.
     uint8_t *ones = NULL;
     int32_t *one_turn = NULL;
     const uint8_t *cmask = s->completion_mask;
@@ -137,7 +153,7 @@ int shard_write(const RolloutShard *s, Buf *out, PailErr *err) {
     int64_t p1 = P + 1, n1 = N + 1, nk[2] = {N, K};
     int rc = 0;
     rc |= h5a_write_str(f, "format", SHARD_FORMAT, err);
-    rc |= h5a_write_i64(f, "format_version", SHARD_FORMAT_VERSION, err);
+    rc |= h5a_write_i64(f, "format_version", X ? SHARD_FORMAT_VERSION : SHARD_FORMAT_VERSION_PLAIN, err);
     rc |= h5a_write_str(f, "run_id", s->run_id, err);
     rc |= h5a_write_i64(f, "adapter_version", s->adapter_version, err);
     rc |= h5a_write_str(f, "worker_id", s->worker_id, err);
@@ -163,6 +179,7 @@ int shard_write(const RolloutShard *s, Buf *out, PailErr *err) {
     rc |= h5d_write(f, "finish_reason", H5T_NATIVE_UINT8, 1, &N, s->finish_reason, err);
     rc |= h5d_write(f, "completion_mask", H5T_NATIVE_UINT8, 1, &ctok, cmask, err);
     rc |= h5d_write(f, "turns", H5T_NATIVE_INT32, 1, &N, turns, err);
+    if (X) rc |= h5d_write(f, "segment_of", H5T_NATIVE_INT32, 1, &X, s->segment_of, err);
     if (rc == 0) {
         hid_t ds = H5Dopen2(f, "reward_components", H5P_DEFAULT);
         rc = h5a_write_strs(ds, "names", (const char *const *)s->component_names, (int)K, err);
@@ -189,6 +206,7 @@ void shard_free(RolloutShard *s) {
     free(s->finish_reason);
     free(s->completion_mask);
     free(s->turns);
+    free(s->segment_of);
     for (int k = 0; k < SHARD_MAX_COMPONENTS; k++) free(s->component_names[k]);
     memset(s, 0, sizeof *s);
 }
@@ -240,11 +258,16 @@ int shard_read(RolloutShard *s, const void *data, size_t len, const char *name, 
     s->P = d[0] - 1;
     if ((rc = h5d_read(f, "completion_offsets", H5T_NATIVE_INT64, 1, &any, d, MAX_ELEMS, (void **)&s->completion_offsets, name, err)) < 0) goto done;
     s->N = d[0] - 1;
+    if (version >= 3) {  // segments: rows after the episodes'
+        if ((rc = h5d_read(f, "segment_of", H5T_NATIVE_INT32, 1, &any, d, MAX_ELEMS, (void **)&s->segment_of, name, err)) < 0) goto done;
+        s->X = d[0];
+        s->N -= s->X;
+    }
     if (s->P <= 0 || s->N <= 0) {
         rc = err_set(err, PAIL_ERR_INVALID, "shard %s: no prompts or no completions", name);
         goto done;
     }
-    int64_t P = s->P, N = s->N;
+    int64_t P = s->P, N = s->N + s->X;  // (N: every row here)
     if ((rc = h5d_read(f, "prompt_ids", H5T_NATIVE_INT32, 1, &any, &ptok, MAX_ELEMS, (void **)&s->prompt_ids, name, err)) < 0) goto done;
     if ((rc = h5d_read(f, "prompt_index", H5T_NATIVE_INT64, 1, &P, NULL, MAX_ELEMS, (void **)&s->prompt_index, name, err)) < 0) goto done;
     if ((rc = h5d_read(f, "completion_ids", H5T_NATIVE_INT32, 1, &any, &ctok, MAX_ELEMS, (void **)&s->completion_ids, name, err)) < 0) goto done;
