@@ -442,7 +442,7 @@ static int op_open(const Env *e) { return prog_open(CP(e)); }
 static EnvStats op_stats(const Env *e) { return prog_stats(CP(e)); }
 static const char *op_describe(const Env *e) { return prog_describe(CP(e)); }
 static const EnvOps PROG_OPS = {op_free, op_begin, op_start, op_step, op_end, op_cancel, op_poll, op_open, op_stats,
-                                op_describe, NULL};
+                                op_describe, NULL, NULL};
 
 // The interface (env.h), for every implementation.
 void env_free(Env *e) { if (e) e->ops->free(e); }
@@ -458,6 +458,7 @@ int env_open(const Env *e) { return e->ops->open(e); }
 EnvStats env_stats(const Env *e) { return e->ops->stats(e); }
 const char *env_describe(const Env *e) { return e->ops->describe(e); }
 bool env_token(Env *e, int k, const int32_t *turn, int n) { return e->ops->token && e->ops->token(e, k, turn, n); }
+void env_refuse(Env *e, int k, const char *why) { if (e->ops->refuse) e->ops->refuse(e, k, why); }
 void env_event_free(EnvEvent *ev) {
     json_decref(ev->messages);
     json_decref(ev->tools);

@@ -30,7 +30,9 @@
 typedef struct Env Env;
 typedef struct EnvEvent EnvEvent;
 
-typedef enum { ENV_MESSAGES, ENV_REWARD, ENV_FAILED } EnvEventType;
+// ENV_SEGMENT (the endpoint, serve.h): messages is the whole history again,
+// edited by its agent: the episode goes on in a new segment (episode.h).
+typedef enum { ENV_MESSAGES, ENV_REWARD, ENV_FAILED, ENV_SEGMENT } EnvEventType;
 
 struct EnvEvent {
     EnvEventType type;
@@ -61,6 +63,7 @@ typedef struct {  // an implementation's functions, as the env_* calls below des
     EnvStats (*stats)(const Env *);
     const char *(*describe)(const Env *);
     bool (*token)(Env *, int k, const int32_t *turn, int n);  // optional
+    void (*refuse)(Env *, int k, const char *why);           // optional: an ENV_SEGMENT not taken
 } EnvOps;
 
 struct Env {  // the first member of each implementation's state
@@ -87,6 +90,9 @@ void env_cancel(Env *e, int k, const char *why);
 // far, n of them): true ends the turn there (a stop string of an ad-hoc
 // request). Streams the turn where the implementation can.
 bool env_token(Env *e, int k, const int32_t *turn, int n);
+// The engine could not take episode k's ENV_SEGMENT (why: one line); the
+// episode goes on as it was, waiting for its next messages.
+void env_refuse(Env *e, int k, const char *why);
 // Writes what is queued, reads answers, applies the timeouts; waits at most
 // wait_ms for something to happen (0: never blocks). Fills up to cap events
 // (*n); a failed episode is closed. -1 with err only when out of memory.

@@ -38,6 +38,8 @@ typedef struct {
     char why[512];
     Rng rng;
     Buf rendered;             // T(H): the history so far as the template renders it, generation prompt included
+    EpisodeSeg *segs;         // earlier segments (owned, and their arrays)
+    int n_segs, seg_turns;    // seg_turns: the turns those hold
 } Ep;
 
 struct Episodes {
@@ -135,6 +137,14 @@ int episodes_init(Episodes **out, Transformer *tf, const ModelConfig *mc, const 
 }
 
 static void ep_clear(Ep *e) {
+    for (int i = 0; i < e->n_segs; i++) {
+        free((void *)e->segs[i].ids);
+        free((void *)e->segs[i].logprobs);
+        free((void *)e->segs[i].mask);
+    }
+    free(e->segs);
+    e->segs = NULL;
+    e->n_segs = e->seg_turns = 0;
     json_decref(e->history);
     json_decref(e->tools);
     json_decref(e->comps);
@@ -374,6 +384,86 @@ static void start_extra(Episodes *r, EnvEvent *ev) {
     on_opening(r, ev->k, ev->messages, ev->tools);
 }
 
+// The agent resent its history edited: the row so far is kept as a segment
+// and a new one starts from the edited history (see episode.h). A history
+// that does not begin with the episode's opening, or does not fit, is refused
+// (the episode goes on as it was).
+static void on_segment(Episodes *r, int k, json_t *messages) {
+    Ep *e = &r->eps[k];
+    Env *env = r->cfg.env;
+    char why[700];
+    if (e->state != EP_WAIT_ENV || e->slot < 0 || !messages || e->final_sent) {
+        env_refuse(env, k, "the episode is not waiting for messages");
+        return;
+    }
+    PailErr err = {0};
+    Buf text = {0};
+    TokenIds ids = {0};
+    if (render(r, messages, e->tools, &text, &err) < 0 ||
+        tokenizer_encode(r->cfg.tok, (char *)text.data, text.len, &ids, &err) < 0) {
+        snprintf(why, sizeof why, "the edited history: %s", err.msg[0] ? err.msg : "out of memory");
+        goto refuse;
+    }
+    int rest = (int)ids.len - e->n_open;
+    if (rest < 1 || memcmp(ids.data, e->open, (size_t)e->n_open * sizeof(int32_t))) {
+        snprintf(why, sizeof why, "the edited history does not begin with the episode's opening (its first "
+                 "messages, as rendered): a new segment must keep them");
+        goto refuse;
+    }
+    if (rest + 1 >= r->cfg.max_episode_tokens) {
+        snprintf(why, sizeof why, "the edited history renders as %d tokens after the opening, and a segment holds "
+                 "%d (--max-episode-tokens)", rest, r->cfg.max_episode_tokens);
+        goto refuse;
+    }
+    EpisodeSeg *ns = realloc(e->segs, (size_t)(e->n_segs + 1) * sizeof *ns);
+    EpisodeSeg sg = {.n = e->n, .turns = e->turns - e->seg_turns, .finish = e->finish};
+    int32_t *sid = malloc((size_t)(e->n ? e->n : 1) * sizeof *sid);
+    float *slp = malloc((size_t)(e->n ? e->n : 1) * sizeof *slp);
+    uint8_t *sm = malloc((size_t)(e->n ? e->n : 1));
+    if (ns) e->segs = ns;
+    if (!ns || !sid || !slp || !sm) {
+        free(sid);
+        free(slp);
+        free(sm);
+        snprintf(why, sizeof why, "out of memory for a segment");
+        goto refuse;
+    }
+    memcpy(sid, e->ids, (size_t)e->n * sizeof *sid);
+    memcpy(slp, e->lp, (size_t)e->n * sizeof *slp);
+    memcpy(sm, e->mask, (size_t)e->n);
+    sg.ids = sid, sg.logprobs = slp, sg.mask = sm;
+    e->segs[e->n_segs++] = sg;
+    e->seg_turns = e->turns;
+    // The new row: the edited history after the opening (mask 0), prefilled after the opening's KV.
+    memcpy(e->ids, ids.data + e->n_open, (size_t)rest * sizeof(int32_t));
+    memset(e->lp, 0, (size_t)rest * sizeof(float));
+    memset(e->mask, 0, (size_t)rest);
+    e->n = e->turn_start = rest;
+    e->finish = FINISH_STOP;
+    json_decref(e->history);
+    e->history = json_deep_copy(messages);
+    buf_reset(&e->rendered);
+    buf_append(&e->rendered, text.data, text.len);
+    if (kvcache_fork_prefix(r->kv, e->slot, e->slot, e->n_open, &err) < 0) {
+        buf_free(&text);
+        token_ids_free(&ids);
+        ep_fail(r, k, err.msg);
+        return;
+    }
+    e->feed = e->ids;
+    e->n_feed = rest;
+    r->stats.appended_tokens += rest;
+    r->stats.segments++;
+    e->state = EP_RUNNING;
+    buf_free(&text);
+    token_ids_free(&ids);
+    return;
+refuse:
+    buf_free(&text);
+    token_ids_free(&ids);
+    env_refuse(env, k, why);
+}
+
 static void on_event(Episodes *r, EnvEvent *ev) {
     if (ev->k < 0 || ev->k >= r->cap) return;
     Ep *e = &r->eps[ev->k];
@@ -394,6 +484,9 @@ static void on_event(Episodes *r, EnvEvent *ev) {
     case ENV_MESSAGES:
         if (e->state == EP_OPENING) on_opening(r, ev->k, ev->messages, ev->tools);
         else on_messages(r, ev->k, ev->messages);
+        break;
+    case ENV_SEGMENT:
+        on_segment(r, ev->k, ev->messages);
         break;
     }
 }
@@ -606,7 +699,8 @@ int episodes_run(Episodes *r, const char *prefix, json_t *const *rows, const uin
         Ep *e = &r->eps[k];
         out[k] = (EpisodeOut){.open_ids = e->open, .n_open = e->n_open, .ids = e->ids, .logprobs = e->lp,
                               .mask = e->mask, .n = e->n, .turns = e->turns, .finish = e->finish, .valid = e->valid,
-                              .reward = e->reward, .components = e->comps};
+                              .reward = e->reward, .components = e->comps, .segs = e->segs,
+                              .n_segs = e->n_segs};
         snprintf(out[k].why, sizeof out[k].why, "%s", e->why);
     }
     return 0;

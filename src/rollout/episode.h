@@ -20,6 +20,12 @@
 // past reasoning, or trims the content) it is the same difference over a fixed
 // one-exchange history [user ".", assistant "."], less the end-of-turn token the
 // model already produced; the episode fails when neither is a prefix.
+//
+// Segments (an endpoint's agent resent an edited history, ENV_SEGMENT): the
+// episode's row so far becomes a finished segment and a new one starts, whose
+// row is the edited history rendered, less the episode's opening (which it must
+// begin with; mask 0), then the turns that follow. The slot keeps the
+// opening's KV and prefills the rest. Every segment shares the episode's reward.
 #pragma once
 #include <jansson.h>
 #include <stdbool.h>
@@ -55,6 +61,14 @@ typedef struct {
     Env *env;                  // borrowed
 } EpisodeConfig;
 
+typedef struct {             // an earlier segment of an episode (ENV_SEGMENT: its agent edited the history)
+    const int32_t *ids;      // the row after the episode's opening: the rest of the segment's history (mask 0),
+    const float *logprobs;   // then its turns
+    const uint8_t *mask;
+    int n, turns;
+    uint8_t finish;
+} EpisodeSeg;
+
 typedef struct {             // one episode: borrowed from the runner until its next run or free
     const int32_t *open_ids; // the opening, rendered and tokenized (n_open; 0 when the program never opened it)
     int n_open;
@@ -68,11 +82,14 @@ typedef struct {             // one episode: borrowed from the runner until its 
     double reward;
     const json_t *components;  // the program's named components, or NULL
     char why[512];           // !valid: what went wrong
+    const EpisodeSeg *segs;  // earlier segments, oldest first (n_segs; ids above is the last one's row);
+    int n_segs;              // turns above counts every segment's
 } EpisodeOut;
 
 typedef struct {
     int64_t prefill_tokens, decode_tokens, model_calls, appended_tokens, turns, failed, prefix_fallbacks;
     int64_t forked_openings;  // episodes whose opening was copied from another's slot (its last token fed)
+    int64_t segments;         // new segments started (ENV_SEGMENT)
 } EpisodeStats;
 
 typedef struct Episodes Episodes;

@@ -50,6 +50,7 @@ typedef struct Held {            // a request answered later (freed by the libev
     char id[48];                 // chatcmpl-... / cmpl-...
     int64_t created, deadline_ms;
     json_t *stop;                // ad hoc: an array of stop strings, or NULL
+    json_t *seg;                 // an episode's edited history, its new segment once the engine takes it (owned)
     Buf sent;                    // the turn's text streamed so far
     struct Held *next;           // claim waiters
 } Held;
@@ -70,6 +71,7 @@ typedef struct {
     int turns;
     bool final;                  // no turns left: only its reward
     bool tools;                  // its opening offered tools (its turns' calls are parsed)
+    int segments;                // segments after the first (edited histories taken)
 } SEp;
 
 struct Serve {
@@ -231,6 +233,7 @@ static void held_free(Held *h) {
     if (!h) return;
     buf_free(&h->sent);
     json_decref(h->stop);
+    json_decref(h->seg);
     free(h);
 }
 
@@ -622,26 +625,22 @@ static void episode_turn(Serve *s, struct evhttp_request *req, const char *id, j
         return;
     }
     json_t *add;
+    bool edited = false;
     if (!e->history) {
         add = json_incref(msgs);
     } else {
         size_t have = json_array_size(e->history), n = json_array_size(msgs), i = 0;
         while (i < have && i < n && same_message(json_array_get(e->history, i), json_array_get(msgs, i))) i++;
-        if (i < have) {
-            snprintf(msg, sizeof msg, "messages[%zu] differs from the episode's history (%zu messages, the assistant "
-                     "turns as this endpoint returned them): resend the history unchanged and append to it", i, have);
-            send_error(req, 400, "messages", "history_mismatch", msg);
-            return;
-        }
-        if (n == have) {
+        edited = i < have;  // the agent edited its history: a new segment (episode.h)
+        if (!edited && n == have) {
             send_error(req, 400, "messages", "no_new_messages", "no new messages after the episode's history");
             return;
         }
         add = json_array();
-        for (i = have; i < n; i++) json_array_append(add, json_array_get(msgs, i));
+        for (i = edited ? 0 : have; i < n; i++) json_array_append(add, json_array_get(msgs, i));
     }
     Held *h = held_new(s, req, HK_CHAT, k);
-    EnvEvent *ev = h ? push_event(s, ENV_MESSAGES, k) : NULL;
+    EnvEvent *ev = h ? push_event(s, edited ? ENV_SEGMENT : ENV_MESSAGES, k) : NULL;
     if (!ev) {
         json_decref(add);
         if (h) { held_detach(h); held_free(h); }
@@ -656,6 +655,8 @@ static void episode_turn(Serve *s, struct evhttp_request *req, const char *id, j
     if (!e->history) {
         ev->tools = json_array_size(tools) ? json_incref(tools) : NULL;
         e->history = json_deep_copy(msgs);
+    } else if (edited) {
+        h->seg = json_deep_copy(msgs);  // the history once the engine takes the segment (op_refuse: not)
     } else {
         json_array_extend(e->history, add);
     }
@@ -1084,6 +1085,7 @@ static char *turn_reply(Serve *s, Held *h, const json_t *fields, json_t **assist
         json_object_set_new(pail, "episode", json_string(eid));
         json_object_set_new(pail, "turn", json_integer(json_integer_value(json_object_get(fields, "turn"))));
         json_object_set_new(pail, "final", json_boolean(json_is_true(json_object_get(fields, "final"))));
+        json_object_set_new(pail, "segment", json_integer(s->eps[h->k].segments + 1 + (h->seg != NULL)));
     }
     json_t *msg = NULL;
     if (h->kind == HK_CHAT) {
@@ -1163,6 +1165,12 @@ static void answer_turn(Serve *s, int k, const json_t *fields) {
     unhold(s, k);
     if (k < s->cfg.max_episodes) {
         SEp *e = &s->eps[k];
+        if (h->seg) {  // the engine took the edited history: it is the episode's now
+            json_decref(e->history);
+            e->history = h->seg;
+            h->seg = NULL;
+            e->segments++;
+        }
         e->turns++;
         e->last_ms = time_mono_ms();
         if (json_is_true(json_object_get(fields, "final"))) e->final = true;
@@ -1254,6 +1262,21 @@ static int op_end(Env *env, int k, const char *reason, PailErr *err) {
     return 0;
 }
 
+static void op_refuse(Env *env, int k, const char *why) {
+    Serve *s = (Serve *)env;
+    pthread_mutex_lock(&s->mu);
+    Held *h = holder(s, k);
+    if (h && k < s->cfg.max_episodes) {
+        char msg[800];
+        snprintf(msg, sizeof msg, "the edited history cannot start a new segment: %s", why);
+        push_error(s, h, 400, "history_mismatch", msg);
+        unhold(s, k);
+        s->eps[k].last_ms = time_mono_ms();
+        wake(s);
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
 static void op_cancel(Env *env, int k, const char *why) {
     Serve *s = (Serve *)env;
     pthread_mutex_lock(&s->mu);
@@ -1310,7 +1333,7 @@ static EnvStats op_stats(const Env *env) {
 static const char *op_describe(const Env *env) { return ((const Serve *)env)->what; }
 
 static const EnvOps SERVE_OPS = {op_free, op_begin, op_start, op_step, op_end, op_cancel, op_poll, op_open, op_stats,
-                                 op_describe, op_token};
+                                 op_describe, op_token, op_refuse};
 
 void serve_set_version(Env *env, long version) {
     Serve *s = (Serve *)env;

@@ -594,12 +594,12 @@ static int publish_shard(Worker *w, const RolloutShard *s, int64_t ntok, double 
     return rc;
 }
 
-// The token arrays of a shard of s->P prompts and s->N completions holding
+// The token arrays of a shard of s->P prompts and s->N + s->X rows holding
 // nprompt and ntok tokens; with masked also its completion mask and turns
 // (without, shard_write stores all ones and 1). 0, or -1 with err (what was
 // allocated stays in s, for the caller's frees).
 static int shard_alloc_tokens(RolloutShard *s, int64_t nprompt, int64_t ntok, bool masked, PailErr *err) {
-    size_t nt = (size_t)(ntok ? ntok : 1), N = (size_t)s->N;
+    size_t nt = (size_t)(ntok ? ntok : 1), N = (size_t)(s->N + s->X);
     s->prompt_ids = malloc((size_t)nprompt * sizeof(int32_t));
     s->prompt_offsets = malloc(((size_t)s->P + 1) * sizeof(int64_t));
     s->completion_ids = malloc(nt * sizeof(int32_t));
@@ -610,8 +610,9 @@ static int shard_alloc_tokens(RolloutShard *s, int64_t nprompt, int64_t ntok, bo
         s->completion_mask = malloc(nt);
         s->turns = malloc(N * sizeof(int32_t));
     }
+    if (s->X) s->segment_of = malloc((size_t)s->X * sizeof(int32_t));
     if (!s->prompt_ids || !s->prompt_offsets || !s->completion_ids || !s->logprobs || !s->completion_offsets ||
-        !s->group || (masked && (!s->completion_mask || !s->turns)))
+        !s->group || (masked && (!s->completion_mask || !s->turns)) || (s->X && !s->segment_of))
         return err_set(err, PAIL_ERR_NOMEM, "out of memory for a shard of %lld tokens", (long long)ntok);
     return 0;
 }
@@ -670,6 +671,26 @@ static int common_prefix(const int32_t *a, int na, const int32_t *b, int nb) {
     int i = 0;
     while (i < na && i < nb && a[i] == b[i]) i++;
     return i;
+}
+
+// Row i of an episode shard: the rest of the episode's opening after the
+// group's shared prompt (mask 0), then the row (ids, lp, mask: n tokens).
+// Rows are written in order: row i starts where row i - 1 ended.
+static void episode_row(RolloutShard *s, int i, const EpisodeOut *o, int shared, const int32_t *ids,
+                        const float *lp, const uint8_t *mask, int n) {
+    int64_t q = s->completion_offsets[i];
+    int rest = o->n_open ? o->n_open - shared : 0;
+    if (rest > 0) {
+        memcpy(s->completion_ids + q, o->open_ids + shared, (size_t)rest * sizeof(int32_t));
+        memset(s->logprobs + q, 0, (size_t)rest * sizeof(float));
+        memset(s->completion_mask + q, 0, (size_t)rest);
+        q += rest;
+    }
+    memcpy(s->completion_ids + q, ids, (size_t)n * sizeof(int32_t));
+    memcpy(s->logprobs + q, lp, (size_t)n * sizeof(float));
+    memcpy(s->completion_mask + q, mask, (size_t)n);
+    s->completion_offsets[i + 1] = q + n;
+    s->group[i] = i < s->N ? i / (int)shard_group_size(s) : s->group[s->segment_of[i - s->N]];
 }
 
 // --env: runs groups_per_shard x G episodes and publishes them as one shard.
@@ -735,6 +756,7 @@ static int one_shard_env(Worker *w, volatile sig_atomic_t *stop, PailErr *err) {
         }
     }
     int64_t nprompt = 0, ntok = 0, ngen = 0;
+    int X = 0;  // further segments (an endpoint's agent edited its history): rows after the N
     double turns = 0;
     for (int p = 0; p < P; p++) {
         base[p] = -1;
@@ -747,20 +769,28 @@ static int one_shard_env(Worker *w, volatile sig_atomic_t *stop, PailErr *err) {
         nprompt += lcp[p] > 0 ? lcp[p] : 1;
         for (int j = 0; j < G; j++) {
             const EpisodeOut *o = &out[p * G + j];
-            ntok += o->n + (o->n_open ? o->n_open - (lcp[p] > 0 ? lcp[p] : 0) : 0);
+            int rest = o->n_open ? o->n_open - (lcp[p] > 0 ? lcp[p] : 0) : 0;
+            ntok += o->n + rest;
             for (int t = 0; t < o->n; t++) ngen += o->mask[t];
+            for (int g = 0; g < o->n_segs; g++) {
+                ntok += o->segs[g].n + rest;
+                for (int t = 0; t < o->segs[g].n; t++) ngen += o->segs[g].mask[t];
+            }
+            X += o->n_segs;
             turns += o->turns;
         }
     }
     shard_header(w, &s);
     s.P = P;
     s.N = N;
+    s.X = X;
     s.K = K;
     s.prompt_index = rix;
-    s.rewards = calloc((size_t)N, sizeof(float));
-    s.reward_valid = calloc((size_t)N, 1);
-    s.reward_components = calloc((size_t)N * (K ? K : 1), sizeof(float));
-    s.finish_reason = malloc((size_t)N);
+    size_t R = (size_t)(N + X);
+    s.rewards = calloc(R, sizeof(float));
+    s.reward_valid = calloc(R, 1);
+    s.reward_components = calloc(R * (K ? K : 1), sizeof(float));
+    s.finish_reason = malloc(R);
     for (int k = 0; k < K; k++) s.component_names[k] = (char *)names[k];
     if (shard_alloc_tokens(&s, nprompt, ntok, true, err) < 0) goto free_shard;
     if (!s.rewards || !s.reward_valid || !s.reward_components || !s.finish_reason) {
@@ -781,20 +811,10 @@ static int one_shard_env(Worker *w, volatile sig_atomic_t *stop, PailErr *err) {
         for (int j = 0; j < G; j++) {
             int i = p * G + j;
             const EpisodeOut *o = &out[i];
-            int64_t q = s.completion_offsets[i];
-            int rest = o->n_open ? o->n_open - shared : 0;
-            if (rest > 0) {
-                memcpy(s.completion_ids + q, o->open_ids + shared, (size_t)rest * sizeof(int32_t));
-                memset(s.logprobs + q, 0, (size_t)rest * sizeof(float));
-                memset(s.completion_mask + q, 0, (size_t)rest);
-                q += rest;
-            }
-            memcpy(s.completion_ids + q, o->ids, (size_t)o->n * sizeof(int32_t));
-            memcpy(s.logprobs + q, o->logprobs, (size_t)o->n * sizeof(float));
-            memcpy(s.completion_mask + q, o->mask, (size_t)o->n);
-            s.completion_offsets[i + 1] = q + o->n;
-            s.group[i] = p;
-            s.turns[i] = o->turns;
+            int segturns = 0;
+            for (int g = 0; g < o->n_segs; g++) segturns += o->segs[g].turns;
+            episode_row(&s, i, o, shared, o->ids, o->logprobs, o->mask, o->n);
+            s.turns[i] = o->turns - segturns;
             s.finish_reason[i] = o->finish;
             s.reward_valid[i] = o->valid && lcp[p] > 0;
             s.rewards[i] = o->valid ? (float)o->reward : 0.0f;
@@ -804,16 +824,30 @@ static int one_shard_env(Worker *w, volatile sig_atomic_t *stop, PailErr *err) {
             }
         }
     }
+    // The segments, in the same token layout, after the N rows; each shares its episode's reward.
+    for (int i = 0, x = 0; i < N; i++)
+        for (int g = 0; g < out[i].n_segs; g++, x++) {
+            const EpisodeSeg *sg = &out[i].segs[g];
+            int r = N + x, p = i / G;
+            s.segment_of[x] = i;
+            episode_row(&s, r, &out[i], lcp[p] > 0 ? lcp[p] : 0, sg->ids, sg->logprobs, sg->mask, sg->n);
+            s.turns[r] = sg->turns;
+            s.finish_reason[r] = sg->finish;
+            s.reward_valid[r] = s.reward_valid[i];
+            s.rewards[r] = s.rewards[i];
+            for (int k = 0; k < K; k++) s.reward_components[(size_t)r * K + k] = s.reward_components[(size_t)i * K + k];
+        }
     if (failed) {
         snprintf(w->last_error, sizeof w->last_error, "%s", why);
         log_warn("%d of %d episodes failed (left out of the advantages): %s", failed, N, why);
     }
     if ((rc = shard_still_wanted(w, stop, drawn_before, err)) != 0) goto free_shard;
-    char extra[160];
+    char extra[224];
     EpisodeStats es = episodes_stats(w->eps);
     snprintf(extra, sizeof extra, "; %.2f turns an episode, %d failed, %lld tokens appended, %lld of %d openings "
              "copied from their group's prefill", turns / N, failed, (long long)es.appended_tokens,
              (long long)es.forked_openings, N);
+    if (X) snprintf(extra + strlen(extra), sizeof extra - strlen(extra), "; %d more segments (edited histories)", X);
     rc = publish_shard(w, &s, ngen, secs, extra, err);
 free_shard:
     s.prompt_index = NULL;  // rix, freed below

@@ -210,14 +210,25 @@ def episodes(base, model, n, out):
           r.model_extra["pail"]["episode"] == ep["id"] and r.model_extra["pail"]["turn"] == 1 and
           r.model_extra["pail"]["adapter_version"] == ep["adapter_version"], r.model_extra)
     m = r.choices[0].message.model_dump(exclude_none=True)
-    edited = msgs + [dict(m, content="something else", tool_calls=None)] + [{"role": "user", "content": "go on"}]
-    st, j = raw(base, "POST", "/chat/completions", {"model": model, "messages": [
-        {k: v for k, v in x.items() if v is not None} for x in edited]}, hdr)
-    check("an edited history: 400 history_mismatch naming the message",
-          st == 400 and error_shape(j) and j["error"]["code"] == "history_mismatch" and "messages[1]" in
-          j["error"]["message"], (st, j))
     st, j = raw(base, "POST", "/chat/completions", {"model": model, "messages": msgs + [m]}, hdr)
-    check("a history with no new message: 400", st == 400 and error_shape(j), (st, j))
+    check("a history with no new message: 400 no_new_messages",
+          st == 400 and error_shape(j) and j["error"]["code"] == "no_new_messages", (st, j))
+    bad = [{"role": "user", "content": "999*999"}, m, {"role": "tool", "content": "1"}]
+    st, j = raw(base, "POST", "/chat/completions", {"model": model, "messages": bad}, hdr)
+    check("a history edited in its opening: 400 history_mismatch (a segment must keep the opening)",
+          st == 400 and error_shape(j) and j["error"]["code"] == "history_mismatch" and "opening" in
+          j["error"]["message"], (st, j))
+    # An edit after the opening: the episode goes on in a second segment, sharing its reward.
+    edited = msgs + [{"role": "assistant", "content": "let me think"}, {"role": "user", "content": "go on"}]
+    r2 = c.chat.completions.create(model=model, messages=edited, tools=TOOLS, extra_headers=hdr)
+    check("a history edited after the opening: a new segment of the episode (pail.segment 2, turn 2)",
+          r2.model_extra["pail"]["segment"] == 2 and r2.model_extra["pail"]["turn"] == 2, r2.model_extra)
+    m2 = r2.choices[0].message.model_dump(exclude_none=True)
+    r3 = c.chat.completions.create(model=model, messages=edited + [m2, {"role": "user", "content": "and?"}],
+                                   tools=TOOLS, extra_headers=hdr)
+    check("...and goes on from the edited history (turn 3, still segment 2, the last turn)",
+          r3.model_extra["pail"]["segment"] == 2 and r3.model_extra["pail"]["turn"] == 3 and
+          r3.model_extra["pail"]["final"], r3.model_extra)
     for bad in ({"reward": "1"}, {"reward": 1, "components": {"x": "y"}}, {}):
         st, j = raw(base, "POST", f"/episodes/{ep['id']}/reward", bad)
         check(f"a malformed reward {json.dumps(bad)}: 400", st == 400 and error_shape(j), (st, j))

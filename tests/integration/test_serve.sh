@@ -96,18 +96,31 @@ for s in steps:
     assert s["completions/mean_turns"] > 1.2, s["completions/mean_turns"]
     assert 0 < s["completions/mean_trained_tokens"] < s["completions/mean_length"], s
 PYEOF
+check "...it trained the segment of the episode whose history was edited (completions/segments), and on data of its own version the importance ratio is 1: the behaviour log-probs of every row, the segment's too, are the trainer's" "$PY" -c '
+import json, sys
+m = [json.loads(l) for l in open(sys.argv[1])]
+assert sum(s["completions/segments"] for s in m) >= 1, [s["completions/segments"] for s in m]
+fresh = [s for s in m if s["staleness_max"] == 0]
+assert fresh and all(abs(s["ratio_min"] - 1) < 1e-3 and abs(s["ratio_max"] - 1) < 1e-3 for s in fresh), fresh' "$WORK/metrics.jsonl"
 check "...the shards hold the agents' rewards and components" "$PY" -c '
 import glob, sys, h5py
 fs = sorted(glob.glob(sys.argv[1] + "/rollouts/*/ws-*.h5"))
 assert len(fs) >= 2, fs
+segs = False
 for f in fs:
     h = h5py.File(f, "r")
-    assert h.attrs["format_version"] == 2 and h.attrs["max_new_tokens"] == 256
+    assert h.attrs["format_version"] in (2, 3) and h.attrs["max_new_tokens"] == 256
     names = [n.decode() if isinstance(n, bytes) else n for n in h["reward_components"].attrs["names"]]
     assert names == ["correct", "tool_calls"], names
     m = h["completion_mask"][:]
     assert 0 < m.sum() < len(m) and (h["logprobs"][:][m == 0] == 0).all()
-    assert h["reward_valid"][:].sum() >= 60 and h["turns"][:].max() >= 2' "$WORK/run"
+    assert h["reward_valid"][:].sum() >= 60 and h["turns"][:].max() >= 2
+    if "segment_of" in h:  # format 3: a segment shares the reward of its episode row
+        seg, r = h["segment_of"][:], h["rewards"][:]
+        N = len(h["group"]) - len(seg)
+        assert h.attrs["format_version"] == 3 and all(r[N + x] == r[e] for x, e in enumerate(seg))
+        segs = True
+assert segs, "no shard with a segment"' "$WORK/run"
 live() {  # a version the trainer published after v0 is the one the endpoint generates with
   for _ in $(seq 1 100); do
     "$PY" "$ROOT/tests/integration/serve_openai.py" episodes "$BASE" tiny 4 "$WORK/live" >/dev/null 2>&1 || true
