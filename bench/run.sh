@@ -25,6 +25,9 @@ echo "== dtype log-probs (validation/bench/dtype_logprobs.py)" &&
     --decode "$BUILD/bench/bench_model_dtype" --tokenizer data/tokenizers/bytes
 echo "== dtype memory (bench/dtype_memory.sh)" && BIN="$BIN" bash bench/dtype_memory.sh
 run bench_rollout
+# The OpenAI-compatible endpoint (issue 21): the same episodes through an
+# environment program and through --serve with 64 concurrent clients.
+echo "== serve (bench/serve.sh)" && BIN="$BIN" bash bench/serve.sh
 # A real model against TRL (issue 17): SmolLM2-135M-Instruct, GRPO + LoRA on
 # multiplication, end-to-end wall clock and reward curves (doc/performance.md).
 echo "== vs_trl (bench/vs_trl.sh)" && BIN="$BIN" bash bench/vs_trl.sh

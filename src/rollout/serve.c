@@ -95,6 +95,7 @@ struct Serve {
     char prefix[208];
     long version, batch_version;
     Held *claims;                // POST /v1/episodes waiting, oldest first
+    bool closing;                // op_free: answer what waits, hand out nothing more
     EnvEvent *q;                 // events for env_poll
     int qn, qcap;
     Out *out;                    // replies for the libevent thread
@@ -437,6 +438,13 @@ static json_t *episode_json(Serve *s, int k) {
 
 // Hands out unclaimed episodes to waiting claims, oldest first (under mu, libevent thread).
 static void serve_claims(Serve *s) {
+    while (s->closing && s->claims) {
+        Held *h = s->claims;
+        s->claims = h->next;
+        held_detach(h);
+        if (h->req) send_error(h->req, 503, NULL, "stopping", "the worker is stopping: retry with another one");
+        held_free(h);
+    }
     for (int k = 0; k < s->cfg.max_episodes && s->claims; k++) {
         if (s->eps[k].st != SE_UNCLAIMED) continue;
         Held *h = s->claims;
@@ -452,6 +460,10 @@ static void serve_claims(Serve *s) {
 
 static void handle_claim(Serve *s, struct evhttp_request *req) {
     char msg[512];
+    if (s->closing) {
+        send_error(req, 503, NULL, "stopping", "the worker is stopping: retry with another one");
+        return;
+    }
     json_t *b = read_body(req, true, msg, sizeof msg);
     if (!b) { send_error(req, 400, NULL, NULL, msg); return; }
     json_t *wv = json_object_get(b, "wait");
@@ -1184,17 +1196,30 @@ static void op_free(Env *env) {
     Serve *s = (Serve *)env;
     if (!s) return;
     if (s->thread_up) {
-        event_base_loopexit(s->evb, NULL);
+        // Claims still waiting get 503, and what is queued goes out: the loop runs
+        // a little longer for the writes to leave.
+        pthread_mutex_lock(&s->mu);
+        s->closing = true;
+        wake(s);
+        pthread_mutex_unlock(&s->mu);
+        struct timeval tv = {0, 300000};
+        event_base_loopexit(s->evb, &tv);
         pthread_join(s->thread, NULL);
+    }
+    // The connections first: closing them runs on_close on the requests still
+    // held (a claim is freed there), which must still exist.
+    if (s->http) evhttp_free(s->http);
+    s->http = NULL;
+    for (int i = 0; i < s->on; i++) {  // replies never sent: a last one frees its request
+        free(s->out[i].body);
+        if (s->out[i].last) held_free(s->out[i].h);
     }
     for (int k = 0; s->eps && k < s->cfg.max_episodes; k++) { held_free(s->eps[k].pend); ep_reset(&s->eps[k]); }
     for (int x = 0; s->extra && x < s->cfg.max_extra; x++) held_free(s->extra[x]);
     for (Held *h = s->claims, *n; h; h = n) { n = h->next; held_free(h); }
     for (int i = 0; i < s->qn; i++) env_event_free(&s->q[i]);
-    for (int i = 0; i < s->on; i++) { free(s->out[i].body); if (s->out[i].last) {} }
     if (s->wake) event_free(s->wake);
     if (s->tick) event_free(s->tick);
-    if (s->http) evhttp_free(s->http);
     if (s->evb) event_base_free(s->evb);
     if (s->ssl) SSL_CTX_free(s->ssl);
     pthread_mutex_destroy(&s->mu);

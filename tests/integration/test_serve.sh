@@ -52,7 +52,7 @@ ROLL=(--model "$M" --run "$RUN" --dataset "$WORK/calc.jsonl" --group-size 4 --gr
   --rollout-timeout 300 --metrics "$WORK/metrics.jsonl" >"$WORK/train.log" 2>&1 &
 TRAIN=$!; PIDS+=($TRAIN)
 "$BIN/grpo-rollout" "${ROLL[@]}" --worker-id ws --serve "127.0.0.1:$PORT" >"$WORK/roll.log" 2>&1 &
-PIDS+=($!)
+WS=$!; PIDS+=($WS)
 up() { for _ in $(seq 1 300); do curl -sf "$1" 2>/dev/null | grep -q '"adapter_version":0' && return 0; sleep 0.1; done; return 1; }
 check "the worker serves /health with adapter v0" up "http://127.0.0.1:$PORT/health"
 
@@ -141,7 +141,7 @@ echo "an idle episode"
 OPORT=$(free_port)
 "$BIN/grpo-rollout" "${ROLL[@]}" --worker-id wo --serve "127.0.0.1:$OPORT" --episode-timeout 1 \
   >"$WORK/roll-timeout.log" 2>&1 &
-PIDS+=($!)
+WO=$!; PIDS+=($WO)
 for _ in $(seq 1 300); do curl -sf "http://127.0.0.1:$OPORT/health" >/dev/null && break; sleep 0.1; done
 "$PY" "$ROOT/tests/integration/serve_openai.py" timeout "http://127.0.0.1:$OPORT/v1" tiny 1; rc=$?
 [ $rc = 0 ] && ok "...the timeout checks" || bad "...timeout checks failed (above)"
@@ -153,7 +153,7 @@ echo "serve-key-0123456789abcdef" >"$WORK/api-key"
 TPORT=$(free_port)
 "$BIN/grpo-rollout" "${ROLL[@]}" --worker-id wt --serve "127.0.0.1:$TPORT" --serve-cert "$WORK/tls/server.pem" \
   --serve-tls-key "$WORK/tls/server.key" --serve-api-key-file "$WORK/api-key" >"$WORK/roll-tls.log" 2>&1 &
-PIDS+=($!)
+WT=$!; PIDS+=($WT)
 for _ in $(seq 1 300); do curl -sf --cacert "$WORK/tls/ca.pem" "https://127.0.0.1:$TPORT/health" >/dev/null && break; sleep 0.1; done
 "$PY" "$ROOT/tests/integration/serve_openai.py" tls "https://127.0.0.1:$TPORT/v1" tiny "$WORK/tls/ca.pem" \
   serve-key-0123456789abcdef; rc=$?
@@ -175,4 +175,22 @@ expect_fail "--serve with --env" 2 "no --env" \
   "$BIN/grpo-rollout" "${ROLL[@]}" --worker-id wr --serve 127.0.0.1:0 --env "cat"
 expect_fail "--serve with --reward" 2 "no --reward" \
   "$BIN/grpo-rollout" "${ROLL[@]}" --worker-id wr --serve 127.0.0.1:0 --reward exact_answer
+echo "stopping"
+# An agent waiting for an episode while the worker stops: its claim is answered, the worker exits 0.
+"$PY" -c 'import httpx2, sys; r = httpx2.post(sys.argv[1] + "/episodes", json={"wait": 60}, timeout=90)
+print(r.status_code)' "$BASE" >"$WORK/claim-at-stop.out" 2>&1 &
+CL=$!
+sleep 1
+stopped() {  # PID LOG: SIGTERM ends a serving worker (its open batch cancelled) with status 0, its log clean
+  kill -TERM "$1"; wait "$1" || return 1
+  ! grep -E 'Sanitizer|double free|corruption' "$2"
+}
+check "SIGTERM stops the serving worker (exit 0, nothing left behind by the sanitizers when built with them)" \
+  stopped $WS "$WORK/roll.log"
+wait $CL
+check "...an agent waiting for an episode then gets an answer (an episode, or 503 while it stops), not a hang" \
+  grep -Eq '^(503|200)$' "$WORK/claim-at-stop.out"
+check "...the TLS worker too" stopped $WT "$WORK/roll-tls.log"
+check "...and the one with the short episode timeout" stopped $WO "$WORK/roll-timeout.log"
+
 finish

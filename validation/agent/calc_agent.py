@@ -29,12 +29,18 @@ TOOLS = [{"type": "function", "function": {
                    "required": ["a", "b"]}}}]
 
 
+_clients = {}  # one pooled HTTP client per CA setting (keep-alive across the episode API's requests)
+_clients_lock = threading.Lock()
+
+
 def post(base, path, body, key=None, verify=True, timeout=60):
     """(status, JSON) of a POST to the endpoint's episode API."""
     h = {"Content-Type": "application/json"}
     if key:
         h["Authorization"] = "Bearer " + key
-    r = httpx2.post(base + path, content=json.dumps(body), headers=h, timeout=timeout, verify=verify)
+    with _clients_lock:
+        c = _clients.setdefault(str(verify), httpx2.Client(verify=verify, limits=httpx2.Limits(max_connections=256)))
+    r = c.post(base + path, content=json.dumps(body), headers=h, timeout=timeout)
     return r.status_code, r.json()
 
 
