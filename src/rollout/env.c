@@ -92,14 +92,18 @@ static int prog_open(const ProgEnv *e) {
 // Queues an event; on out of memory the episode still closes (its caller sees
 // no event and times it out itself: env_open drops).
 static EnvEvent *push_event(ProgEnv *e, EnvEventType type, int k) {
-    if (e->qn == e->qcap) {
-        int nc = e->qcap ? 2 * e->qcap : 64;
-        EnvEvent *nq = realloc(e->q, (size_t)nc * sizeof *nq);
+    return env_event_push(&e->q, &e->qn, &e->qcap, type, k);
+}
+
+EnvEvent *env_event_push(EnvEvent **q, int *n, int *cap, EnvEventType type, int k) {
+    if (*n == *cap) {
+        int nc = *cap ? 2 * *cap : 64;
+        EnvEvent *nq = realloc(*q, (size_t)nc * sizeof *nq);
         if (!nq) return NULL;
-        e->q = nq;
-        e->qcap = nc;
+        *q = nq;
+        *cap = nc;
     }
-    EnvEvent *ev = &e->q[e->qn++];
+    EnvEvent *ev = &(*q)[(*n)++];
     memset(ev, 0, sizeof *ev);
     ev->type = type;
     ev->k = k;
@@ -419,8 +423,10 @@ static int prog_poll(ProgEnv *e, int wait_ms, EnvEvent *ev, int cap, int *n, Pai
         apply_timeouts(e);
     }
     int m = e->qn < cap ? e->qn : cap;
-    memcpy(ev, e->q, (size_t)m * sizeof *ev);
-    memmove(e->q, e->q + m, (size_t)(e->qn - m) * sizeof *e->q);
+    if (m) {  // (the queue is NULL until its first event)
+        memcpy(ev, e->q, (size_t)m * sizeof *ev);
+        memmove(e->q, e->q + m, (size_t)(e->qn - m) * sizeof *e->q);
+    }
     e->qn -= m;
     *n = m;
     return 0;

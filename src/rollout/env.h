@@ -101,3 +101,6 @@ int env_open(const Env *e);  // episodes open (started, not yet over)
 EnvStats env_stats(const Env *e);
 const char *env_describe(const Env *e);  // for messages: "environment 'cmd'", "endpoint https://..."
 void env_event_free(EnvEvent *ev);        // what an event owns
+// For implementations: a zeroed event of type for episode k at the end of the
+// growing array *q (*n used, *cap allocated), or NULL when out of memory.
+EnvEvent *env_event_push(EnvEvent **q, int *n, int *cap, EnvEventType type, int k);

@@ -209,18 +209,8 @@ static void push_error(Serve *s, Held *h, int status, const char *code, const ch
 }
 
 static EnvEvent *push_event(Serve *s, EnvEventType type, int k) {
-    if (s->qn == s->qcap) {
-        int nc = s->qcap ? 2 * s->qcap : 64;
-        EnvEvent *nq = realloc(s->q, (size_t)nc * sizeof *nq);
-        if (!nq) return NULL;
-        s->q = nq;
-        s->qcap = nc;
-    }
-    EnvEvent *ev = &s->q[s->qn++];
-    memset(ev, 0, sizeof *ev);
-    ev->type = type;
-    ev->k = k;
-    pthread_cond_signal(&s->cv);
+    EnvEvent *ev = env_event_push(&s->q, &s->qn, &s->qcap, type, k);
+    if (ev) pthread_cond_signal(&s->cv);
     return ev;
 }
 
@@ -494,14 +484,20 @@ static void handle_claim(Serve *s, struct evhttp_request *req) {
     }
 }
 
+// The open episode id names, or -1 after answering 404 (where: how the id came).
+static int open_episode(Serve *s, struct evhttp_request *req, const char *id, const char *where) {
+    int k = episode_k(s, id);
+    if (k >= 0 && s->eps[k].st == SE_OPEN) return k;
+    char msg[512];
+    snprintf(msg, sizeof msg, "no open episode '%.200s' (%s: ended, timed out, or of an earlier batch)", id, where);
+    send_error(req, 404, NULL, "episode_not_found", msg);
+    return -1;
+}
+
 static void handle_reward(Serve *s, struct evhttp_request *req, const char *id) {
     char msg[512];
-    int k = episode_k(s, id);
-    if (k < 0 || s->eps[k].st != SE_OPEN) {
-        snprintf(msg, sizeof msg, "no open episode '%.200s' (ended, timed out, or of an earlier batch)", id);
-        send_error(req, 404, NULL, "episode_not_found", msg);
-        return;
-    }
+    int k = open_episode(s, req, id, "POST /v1/episodes/{id}/reward");
+    if (k < 0) return;
     SEp *e = &s->eps[k];
     json_t *b = read_body(req, false, msg, sizeof msg);
     if (!b) { send_error(req, 400, NULL, NULL, msg); return; }
@@ -619,12 +615,8 @@ static bool tools_check(const json_t *t, char *msg, size_t cap) {
 static void episode_turn(Serve *s, struct evhttp_request *req, const char *id, json_t *msgs, json_t *tools,
                          bool stream, bool usage) {
     char msg[700];
-    int k = episode_k(s, id);
-    if (k < 0 || s->eps[k].st != SE_OPEN) {
-        snprintf(msg, sizeof msg, "no open episode '%.200s' (X-Pail-Episode: ended, timed out, or of an earlier batch)", id);
-        send_error(req, 404, NULL, "episode_not_found", msg);
-        return;
-    }
+    int k = open_episode(s, req, id, "X-Pail-Episode");
+    if (k < 0) return;
     SEp *e = &s->eps[k];
     if (e->pend) {
         send_error(req, 409, NULL, "turn_in_flight", "the episode already has a chat request in flight");
@@ -1332,8 +1324,10 @@ static int op_poll(Env *env, int wait_ms, EnvEvent *ev, int cap, int *n, PailErr
         while (!s->qn && pthread_cond_timedwait(&s->cv, &s->mu, &ts) == 0) {}
     }
     int m = s->qn < cap ? s->qn : cap;
-    memcpy(ev, s->q, (size_t)m * sizeof *ev);
-    memmove(s->q, s->q + m, (size_t)(s->qn - m) * sizeof *s->q);
+    if (m) {  // (the queue is NULL until its first event)
+        memcpy(ev, s->q, (size_t)m * sizeof *ev);
+        memmove(s->q, s->q + m, (size_t)(s->qn - m) * sizeof *s->q);
+    }
     s->qn -= m;
     *n = m;
     pthread_mutex_unlock(&s->mu);
