@@ -59,7 +59,7 @@ int main(int argc, char **argv) {
         {"max-turns", FLAG_INT, &max_turns, "8", 1, 100000, "--env: assistant turns per episode (the last is sent with \"final\": true)"},
         {"max-episode-tokens", FLAG_INT, &max_episode, "2048", 2, 1 << 20, "--env: tokens of an episode after its opening, generated and appended (also Dr.GRPO's constant)"},
         {"env-timeout", FLAG_DOUBLE, &env_timeout, "30", 0.01, 86400, "--env: seconds the program has to answer a request"},
-        {"serve", FLAG_STRING, &serve, NULL, 1, 0, "HOST:PORT: serve an OpenAI-compatible API (/v1/chat/completions, /v1/completions, /v1/models, /v1/episodes); agents are the environment and post the rewards (doc/environments.md). Off loopback it needs TLS and a bearer key"},
+        {"serve", FLAG_STRING, &serve, NULL, 1, 0, "HOST:PORT (or PORT: loopback): serve an OpenAI-compatible API (/v1/chat/completions, /v1/completions, /v1/models, /v1/episodes); agents are the environment and post the rewards (doc/environments.md). Off loopback it needs TLS and a bearer key"},
         {"serve-cert", FLAG_STRING, &serve_cert, NULL, 1, 0, "--serve: TLS certificate chain (PEM)"},
         {"serve-tls-key", FLAG_STRING, &serve_tls_key, NULL, 1, 0, "--serve: TLS private key (PEM)"},
         {"serve-api-key-file", FLAG_STRING, &serve_key_file, NULL, 1, 0, "--serve: file whose first line is the bearer key clients send (Authorization: Bearer KEY; at least 16 characters)"},

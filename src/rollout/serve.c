@@ -42,7 +42,9 @@ typedef struct Serve Serve;
 
 typedef struct Held {            // a request answered later (freed by the libevent thread after its last reply)
     Serve *s;
-    struct evhttp_request *req;  // NULL once its connection closed
+    struct evhttp_request *req;  // NULL once evhttp freed it (its connection freed by evhttp_free)
+    bool gone;                   // its client closed the connection: evhttp left req to us, and our
+                                 // last reply to it (which goes nowhere) frees it
     int kind, k;                 // k: the episode or ad-hoc slot
     bool stream, include_usage, tools_on, role_sent;
     bool queued;                 // worker: event-stream pieces queued (an error must be one too)
@@ -382,15 +384,24 @@ static bool authorized(Serve *s, struct evhttp_request *req) {
     return strlen(h) == kl && CRYPTO_memcmp(h, s->api_key, kl) == 0;
 }
 
+// A held request's connection is closing. When its client went away, evhttp
+// has already detached the request (it is ours: the reply we owe it frees it);
+// when the server frees the connection (evhttp_free) the request goes with it.
 static void on_close(struct evhttp_connection *evcon, void *arg) {
     (void)evcon;
     Held *h = arg;
     Serve *s = h->s;
     pthread_mutex_lock(&s->mu);
-    h->req = NULL;
+    if (h->req && !evhttp_request_get_connection(h->req)) h->gone = true;
+    else h->req = NULL;
     if (h->kind == HK_CLAIM) {  // a claim waiter: nobody else holds it
         for (Held **pp = &s->claims; *pp; pp = &(*pp)->next)
-            if (*pp == h) { *pp = h->next; held_free(h); break; }
+            if (*pp == h) {
+                *pp = h->next;
+                if (h->gone) evhttp_request_free(h->req);
+                held_free(h);
+                break;
+            }
     }
     pthread_mutex_unlock(&s->mu);
 }
@@ -408,6 +419,11 @@ static Held *held_new(Serve *s, struct evhttp_request *req, int kind, int k) {
     struct evhttp_connection *evcon = evhttp_request_get_connection(req);
     if (evcon) evhttp_connection_set_closecb(evcon, on_close, h);
     return h;
+}
+
+static void held_drop(Held *h) {  // at the end: a held request never answered
+    if (h && h->gone && h->req) evhttp_request_free(h->req);
+    held_free(h);
 }
 
 static void held_detach(Held *h) {  // before its last reply: the connection is not ours to watch any more
@@ -844,7 +860,10 @@ static void wake_cb(evutil_socket_t fd, short what, void *arg) {
         Out *o = &s->out[i];
         Held *h = o->h;
         if (o->last) held_detach(h);
-        if (h->req) {
+        if (h->req && h->gone) {  // its client left: only the last reply, which frees the request
+            if (o->last && h->started) evhttp_send_reply_end(h->req);
+            else if (o->last) evhttp_send_reply(h->req, 499, "Client Closed Request", NULL);
+        } else if (h->req) {
             if (o->status == 0) {  // an event-stream piece
                 if (!h->started) {
                     struct evkeyvalq *oh = evhttp_request_get_output_headers(h->req);
@@ -998,9 +1017,9 @@ static bool op_token(Env *env, int k, const int32_t *turn, int n) {
     Serve *s = (Serve *)env;
     pthread_mutex_lock(&s->mu);
     Held *h = holder(s, k);
-    bool live = h && h->req && h->stream && !h->tools_on;
+    bool live = h && h->req && !h->gone && h->stream && !h->tools_on;
     bool stops = h && h->stop;
-    bool gone = h && !h->req && k >= s->cfg.max_episodes;  // an ad-hoc request whose client left: stop
+    bool gone = h && (!h->req || h->gone) && k >= s->cfg.max_episodes;  // an ad-hoc request whose client left: stop
     pthread_mutex_unlock(&s->mu);
     if (gone) return true;
     if (!live && !stops) return false;
@@ -1202,13 +1221,14 @@ static void op_free(Env *env) {
     // held (a claim is freed there), which must still exist.
     if (s->http) evhttp_free(s->http);
     s->http = NULL;
+    // What is still held; a request whose client left is ours to free.
     for (int i = 0; i < s->on; i++) {  // replies never sent: a last one frees its request
         free(s->out[i].body);
-        if (s->out[i].last) held_free(s->out[i].h);
+        if (s->out[i].last) held_drop(s->out[i].h);
     }
-    for (int k = 0; s->eps && k < s->cfg.max_episodes; k++) { held_free(s->eps[k].pend); ep_reset(&s->eps[k]); }
-    for (int x = 0; s->extra && x < s->cfg.max_extra; x++) held_free(s->extra[x]);
-    for (Held *h = s->claims, *n; h; h = n) { n = h->next; held_free(h); }
+    for (int k = 0; s->eps && k < s->cfg.max_episodes; k++) { held_drop(s->eps[k].pend); ep_reset(&s->eps[k]); }
+    for (int x = 0; s->extra && x < s->cfg.max_extra; x++) held_drop(s->extra[x]);
+    for (Held *h = s->claims, *n; h; h = n) { n = h->next; held_drop(h); }
     for (int i = 0; i < s->qn; i++) env_event_free(&s->q[i]);
     if (s->wake) event_free(s->wake);
     if (s->tick) event_free(s->tick);
@@ -1361,8 +1381,6 @@ void serve_set_version(Env *env, long version) {
     pthread_mutex_unlock(&s->mu);
 }
 
-int serve_port(const Env *env) { return ((const Serve *)env)->port; }
-
 int serve_open(Env **out, const ServeConfig *cfg, PailErr *err) {
     *out = NULL;
     static pthread_once_t once = PTHREAD_ONCE_INIT;
@@ -1371,9 +1389,12 @@ int serve_open(Env **out, const ServeConfig *cfg, PailErr *err) {
     // worker (SIGPIPE); the write fails and evhttp drops the connection. (A
     // --serve worker starts no child programs, which would inherit this.)
     signal(SIGPIPE, SIG_IGN);
-    char host[256];
+    char host[256], listen[300];
     int port = 0;
-    if (net_split_listen(cfg->listen, "--serve", host, sizeof host, &port, err) < 0) return -1;
+    // A bare port listens on loopback.
+    snprintf(listen, sizeof listen, "%s%s", strspn(cfg->listen, "0123456789") == strlen(cfg->listen) ? "127.0.0.1:" : "",
+             cfg->listen);
+    if (net_split_listen(listen, "--serve", host, sizeof host, &port, err) < 0) return -1;
     bool loop = net_is_loopback(host), tls = cfg->cert || cfg->key;
     if (!!cfg->cert != !!cfg->key)
         return err_set(err, PAIL_ERR_INVALID, "--serve-cert and --serve-tls-key come together");

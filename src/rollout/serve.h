@@ -32,7 +32,7 @@
 #include "tokenizer/tokenizer.h"
 
 typedef struct {
-    const char *listen;         // HOST:PORT (port 0: any free one; serve_port says which)
+    const char *listen;         // HOST:PORT, or PORT (loopback); port 0: any free one
     const char *cert, *key;     // TLS: PEM certificate chain and private key (required off loopback)
     const char *api_key;        // the bearer key clients send (required off loopback; NULL: none on loopback)
     const char *model_name;     // the model id clients name
@@ -49,4 +49,3 @@ typedef struct {
 int serve_open(Env **out, const ServeConfig *cfg, PailErr *err);
 // The adapter version generating now (/v1/models, each response's "pail" object). -1: the base model.
 void serve_set_version(Env *e, long version);
-int serve_port(const Env *e);  // the port listened on

@@ -137,9 +137,9 @@ h = json.load(open(sys.argv[1]))
 assert h["endpoint"] == sys.argv[2], h
 assert h["environment"]["episodes"] >= 128, h["environment"]' "$WORK/run/workers/ws.json" "http://127.0.0.1:$PORT"
 
-echo "an idle episode"
+echo "an idle episode (a worker given a bare port: loopback)"
 OPORT=$(free_port)
-"$BIN/grpo-rollout" "${ROLL[@]}" --worker-id wo --serve "127.0.0.1:$OPORT" --episode-timeout 1 \
+"$BIN/grpo-rollout" "${ROLL[@]}" --worker-id wo --serve "$OPORT" --episode-timeout 1 \
   >"$WORK/roll-timeout.log" 2>&1 &
 WO=$!; PIDS+=($WO)
 for _ in $(seq 1 300); do curl -sf "http://127.0.0.1:$OPORT/health" >/dev/null && break; sleep 0.1; done
