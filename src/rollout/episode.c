@@ -11,6 +11,7 @@
 #include "core/log.h"
 #include "core/mem.h"
 #include "core/rng.h"
+#include "core/timeutil.h"
 #include "shard/shard.h"
 
 enum { EP_OPENING, EP_QUEUED, EP_RUNNING, EP_WAIT_ENV, EP_WAIT_REWARD, EP_DONE };
@@ -124,8 +125,10 @@ int episodes_init(Episodes **out, Transformer *tf, const ModelConfig *mc, const 
             episodes_free(r);
             return err_set(err, PAIL_ERR_NOMEM, "episodes: out of memory for the samplers' scratch");
         }
+    for (int i = 0; i < r->B; i++) r->slot_ep[i] = -1;  // every KV slot free
     for (int k = 0; k < r->cap; k++) {
         Ep *e = &r->eps[k];
+        e->state = EP_DONE;  // (an ad-hoc slot: free)
         size_t M = (size_t)cfg->max_episode_tokens;
         e->ids = r->row_ids + (size_t)k * M;
         e->lp = r->row_lp + (size_t)k * M;
@@ -661,7 +664,8 @@ int episodes_run(Episodes *r, const char *prefix, json_t *const *rows, const uin
     for (int s = 0; s < r->B; s++) { r->slot_ep[s] = -1; kvcache_reset(r->kv, s); }
     Env *env = r->cfg.env;
     env_begin(env, prefix);
-    for (int k = r->nb; k < r->cap; k++) { ep_clear(&r->eps[k]); r->eps[k].state = EP_DONE; }  // no request open
+    for (int k = r->nb; k < r->cap; k++)  // ad-hoc requests: none in flight between runs (episodes_serve_idle)
+        if (r->eps[k].state == EP_DONE) ep_clear(&r->eps[k]);
     for (int k = 0; k < N; k++) {
         Ep *e = &r->eps[k];
         ep_clear(e);
@@ -704,4 +708,28 @@ int episodes_run(Episodes *r, const char *prefix, json_t *const *rows, const uin
         snprintf(out[k].why, sizeof out[k].why, "%s", e->why);
     }
     return 0;
+}
+
+int episodes_serve_idle(Episodes *r, int wait_ms, PailErr *err) {
+    Env *env = r->cfg.env;
+    int64_t end = time_mono_ms() + (wait_ms > 0 ? wait_ms : 0);
+    for (bool worked = false;;) {
+        int active = 0;
+        for (int k = r->nb; k < r->cap; k++) active += r->eps[k].state != EP_DONE;
+        int64_t now = time_mono_ms();
+        if (now >= end && !active) return 0;
+        int nev = 0, wait = worked ? 0 : now < end ? (int)(end - now < 1000 ? end - now : 1000) : 10;
+        if (env_poll(env, wait, r->evs, EV_CAP, &nev, err) < 0) return -1;
+        for (int i = 0; i < nev; i++) {
+            if (r->evs[i].k >= r->nb) on_event(r, &r->evs[i]);  // no batch is open: nothing else is asked
+            env_event_free(&r->evs[i]);
+        }
+        if (admit(r, 0, err) < 0) return -1;
+        int mc = model_call(r, err);
+        if (mc < 0) {
+            cancel_all(r, 0, err->msg);
+            return -1;
+        }
+        worked = mc > 0;
+    }
 }

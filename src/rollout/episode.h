@@ -105,3 +105,7 @@ void episodes_free(Episodes *r);
 int episodes_run(Episodes *r, const char *prefix, json_t *const *rows, const uint64_t *seeds, int P, EpisodeOut *out,
                  PailErr *err);
 EpisodeStats episodes_stats(const Episodes *r);  // of the last run
+// Between runs: serves the ad-hoc requests the environment opens for about
+// wait_ms (longer while one is in flight), so that an endpoint answers while
+// its worker waits (for an adapter, for the trainer). 0, or -1 with err.
+int episodes_serve_idle(Episodes *r, int wait_ms, PailErr *err);

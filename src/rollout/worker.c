@@ -395,8 +395,28 @@ static void say_waiting(Worker *w, long newest, long lo, long staleness) {
 // Waits (10 s at most, then the loop looks again) for a version newer than
 // after: the relay's long-poll, or polling with backoff. Returns 0 to go on, 1
 // when stopped, -1 with err.
+// A pause of ms: with --serve, spent answering the endpoint's ad-hoc requests.
+static void pause_ms(Worker *w, int ms) {
+    PailErr err = {0};
+    if (w->cfg->serve && w->eps) {
+        if (episodes_serve_idle(w->eps, ms, &err) < 0) log_warn("serving while waiting: %s", err.msg);
+    } else {
+        time_sleep_ms(ms);
+    }
+}
+
 static int wait_newer(Worker *w, long after, volatile sig_atomic_t *stop, PailErr *err) {
     heartbeat(w, "waiting");
+    if (w->cfg->serve) {  // answering requests meanwhile: look for a version every 0.5 s
+        for (int i = 0; i < 20; i++) {
+            long newest = -1;
+            PailErr lerr = {0};
+            if (versions_latest(w->st, &SERIES_ADAPTERS, &newest, &lerr) == 0 && newest > after) return 0;
+            if (stop && *stop) return 1;
+            pause_ms(w, 500);
+        }
+        return 0;
+    }
     long got;
     PailErr lerr = {0};
     if (versions_wait_newer(w->st, &SERIES_ADAPTERS, after, 10, stop, &got, &lerr) == 0) return 0;
@@ -413,7 +433,7 @@ static int check_manifest(Worker *w, volatile sig_atomic_t *stop, PailErr *err) 
         if (err->code != PAIL_ERR_NOT_FOUND && err->code != PAIL_ERR_NETWORK) return -1;
         if (time_mono_ms() > deadline) return err_wrap(err, "waiting for the trainer to create the run");
         if (stop_requested(w, stop)) return err_set(err, PAIL_ERR_INTERRUPTED, "stopped before the run started");
-        time_sleep_ms(500);
+        pause_ms(w, 500);
     }
     const char *base = json_string_value(json_object_get(m, "base_sha256"));
     const char *toks = json_string_value(json_object_get(m, "tokenizer_sha256"));
@@ -1087,7 +1107,7 @@ static bool back_pressure(Worker *w, volatile sig_atomic_t *stop) {
                 log_info("pausing: the trainer has %ld shards not yet consumed (--max-ahead %ld)", pending, ahead);
         }
         if (time_mono_s() - w->last_heartbeat > 5) heartbeat(w, "paused");
-        time_sleep_ms(waited < 20 ? 100 : 1000);  // fast trainers consume within a step: look again soon
+        pause_ms(w, waited < 20 ? 100 : 1000);  // fast trainers consume within a step: look again soon
     }
 }
 
@@ -1436,7 +1456,7 @@ int rollout_run(const RolloutConfig *c, volatile sig_atomic_t *stop, PailErr *er
         PailErr lerr = {0};
         if (versions_latest(w.st, &SERIES_ADAPTERS, &newest, &lerr) < 0) {
             log_warn("listing adapters: %s", lerr.msg);
-            time_sleep_ms(1000);
+            pause_ms(&w, 1000);
             continue;
         }
         // Rollout workers keep generating with the version they have; they wait
@@ -1482,7 +1502,7 @@ int rollout_run(const RolloutConfig *c, volatile sig_atomic_t *stop, PailErr *er
             if (perr.code != PAIL_ERR_NETWORK && perr.code != PAIL_ERR_NOT_FOUND) { *err = perr; rc = -1; break; }
             snprintf(w.last_error, sizeof w.last_error, "%s", perr.msg);
             log_warn("loading an adapter: %s", perr.msg);
-            time_sleep_ms(1000);
+            pause_ms(&w, 1000);
             continue;
         }
         if (got < 0) {
@@ -1511,7 +1531,7 @@ int rollout_run(const RolloutConfig *c, volatile sig_atomic_t *stop, PailErr *er
             if (err->code == PAIL_ERR_NETWORK) {  // the bucket is down: the batch is lost, keep going
                 snprintf(w.last_error, sizeof w.last_error, "%s", err->msg);
                 log_warn("%s", err->msg);
-                time_sleep_ms(2000);
+                pause_ms(&w, 2000);
                 continue;
             }
             rc = -1;

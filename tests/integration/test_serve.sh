@@ -146,6 +146,18 @@ for _ in $(seq 1 300); do curl -sf "http://127.0.0.1:$OPORT/health" >/dev/null &
 "$PY" "$ROOT/tests/integration/serve_openai.py" timeout "http://127.0.0.1:$OPORT/v1" tiny 1; rc=$?
 [ $rc = 0 ] && ok "...the timeout checks" || bad "...timeout checks failed (above)"
 
+echo "before the first adapter"
+BPORT=$(free_port)
+"$BIN/grpo-rollout" "${ROLL[@]/$RUN/file://$WORK/no-run-yet}" --worker-id wb --serve "$BPORT" >"$WORK/roll-before.log" 2>&1 &
+WB=$!; PIDS+=($WB)
+for _ in $(seq 1 300); do curl -sf "http://127.0.0.1:$BPORT/health" >/dev/null && break; sleep 0.1; done
+check "a worker still waiting for its run answers ad-hoc requests with the base model (adapter_version -1)" "$PY" -c '
+import openai, sys
+c = openai.OpenAI(api_key="unused", base_url=sys.argv[1], max_retries=0, timeout=30)
+r = c.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "100*48"}], temperature=0, max_tokens=8)
+assert r.model_extra["pail"]["adapter_version"] == -1 and r.usage.completion_tokens > 0, r' "http://127.0.0.1:$BPORT/v1"
+kill $WB; wait $WB 2>/dev/null
+
 echo "TLS and a bearer key"
 mkdir -p "$WORK/tls"
 relay_tls "$WORK/tls" || bad "openssl"
