@@ -628,8 +628,11 @@ static bool tools_check(const json_t *t, char *msg, size_t cap) {
 }
 
 // An episode's chat request: its opening, or the history so far plus new messages.
+// stop: the request's stop strings (borrowed; NULL: none): the turn ends at one,
+// as at the model's end of turn (the row keeps every sampled token; the answer is
+// cut before the string).
 static void episode_turn(Serve *s, struct evhttp_request *req, const char *id, json_t *msgs, json_t *tools,
-                         bool stream, bool usage) {
+                         json_t *stop, bool stream, bool usage) {
     char msg[700];
     int k = open_episode(s, req, id, "X-Pail-Episode");
     if (k < 0) return;
@@ -669,6 +672,7 @@ static void episode_turn(Serve *s, struct evhttp_request *req, const char *id, j
     }
     h->stream = stream;
     h->include_usage = usage;
+    h->stop = stop ? json_incref(stop) : NULL;
     if (!e->history) e->tools = json_array_size(tools) && s->cfg.tool_format != TOOL_FORMAT_NONE;
     h->tools_on = e->tools;
     ev->messages = add;
@@ -750,7 +754,7 @@ static void handle_generate(Serve *s, struct evhttp_request *req, bool chat) {
         goto fail;
     }
     if (epid) {
-        episode_turn(s, req, epid, msgs, tools, stream, usage);
+        episode_turn(s, req, epid, msgs, tools, stop, stream, usage);
         goto done;
     }
     int x = 0;

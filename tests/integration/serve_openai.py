@@ -238,6 +238,17 @@ def episodes(base, model, n, out):
                                                     "content": "1"}]}, hdr)
     check("a request for an ended episode: 404", st == 404 and error_shape(j), (st, j))
 
+    # An episode's turn ends at the request's stop strings, as an agent's stop sequences (ReAct) want.
+    ep = calc_agent.claim(base)
+    stops = ["<", "{", "a", "e"]
+    r = c.chat.completions.create(model=model, messages=[{"role": "user", "content": ep["row"]["prompt"]}],
+                                  stop=stops, extra_headers={"X-Pail-Episode": ep["id"]})
+    text = r.choices[0].message.content or ""
+    check("an episode's turn ends at the request's stop strings (cut before them, finish_reason stop)",
+          r.choices[0].finish_reason == "stop" and not any(x in text for x in stops) and
+          r.usage.completion_tokens <= 12, (r.choices[0], r.usage))
+    raw(base, "POST", f"/episodes/{ep['id']}/reward", {"reward": 0})
+
     # n agents at once, each one episode.
     t0 = time.time()
     with cf.ThreadPoolExecutor(n) as ex:
