@@ -61,8 +61,8 @@ typedef struct {
     // step: N = groups_per_step * G completions
     GroupRef *refs;                      // (groups_per_step)
     Item *items;                         // (2N): completions, then segments
-    float *rewards, *adv;                // (N)
-    uint8_t *valid, *mask;               // (N) reward valid; trained (valid, tokens, fits the budget)
+    float *rewards, *adv;                // (2N), as items
+    uint8_t *valid, *mask;               // (2N) reward valid; trained (valid, tokens, fits the budget)
     void *block;                         // owned: the pieces above (plan_buffers)
     size_t block_bytes;
     FILE *metrics;

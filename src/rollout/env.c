@@ -139,7 +139,7 @@ static void program_failed(ProgEnv *e, int grace_ms, const char *what) {
     buf_reset(&e->line);
 }
 
-static void id_of(const ProgEnv *e, int k, char *out, size_t cap) { snprintf(out, cap, "%s.%d", e->prefix, k); }
+static void id_of(const ProgEnv *e, int k, char *out, size_t cap) { env_episode_id(e->prefix, k, out, cap); }
 
 static int queue(ProgEnv *e, int k, json_t *msg, bool await, PailErr *err) {
     char id[232];
@@ -214,22 +214,19 @@ static void snippet(const char *s, size_t n, char *out, size_t cap) {
 
 // The episode an answer's id names, or -1 (not of this batch, out of range, not open).
 static int episode_of(const ProgEnv *e, const char *id) {
-    size_t pl = strlen(e->prefix);
-    if (strncmp(id, e->prefix, pl) || id[pl] != '.') return -1;
-    char *end;
-    errno = 0;
-    long k = strtol(id + pl + 1, &end, 10);
-    if (errno || *end || end == id + pl + 1 || k < 0 || k >= e->cap || !e->eps[k].open) return -1;
-    return (int)k;
+    int k = env_episode_index(e->prefix, id, e->cap);
+    return k >= 0 && e->eps[k].open ? k : -1;
 }
 
-static bool all_numbers(const json_t *o) {
+bool env_reward_ok(const json_t *v) {
+    return json_is_number(v) && isfinite(json_number_value(v)) && fabs(json_number_value(v)) <= ENV_REWARD_MAX;
+}
+
+bool env_components_ok(const json_t *o) {
+    if (!json_is_object(o)) return false;
     const char *key;
     json_t *v;
-    json_object_foreach((json_t *)o, key, v) {
-        if (!json_is_number(v) || !isfinite(json_number_value(v)) || fabs(json_number_value(v)) > ENV_REWARD_MAX)
-            return false;
-    }
+    json_object_foreach((json_t *)o, key, v) if (!env_reward_ok(v)) return false;
     return true;
 }
 
@@ -274,9 +271,9 @@ static bool handle_line(ProgEnv *e, const char *s, size_t n) {
         snprintf(why, sizeof why, "%s: episode %s: the program says: %s", e->what, id, snip);
         fail_episode(e, k, why);
     } else if (rew) {
-        if (!json_is_number(rew) || !isfinite(json_number_value(rew)) || fabs(json_number_value(rew)) > ENV_REWARD_MAX)
+        if (!env_reward_ok(rew))
             bad = "\"reward\" is not a finite number within +-1e6";
-        else if (comps && (!json_is_object(comps) || !all_numbers(comps)))
+        else if (comps && !env_components_ok(comps))
             bad = "\"components\" is not an object of finite numbers within +-1e6";
         else if (msgs)
             bad = "both \"reward\" and \"messages\"";
@@ -465,6 +462,18 @@ EnvStats env_stats(const Env *e) { return e->ops->stats(e); }
 const char *env_describe(const Env *e) { return e->ops->describe(e); }
 bool env_token(Env *e, int k, const int32_t *turn, int n) { return e->ops->token && e->ops->token(e, k, turn, n); }
 void env_refuse(Env *e, int k, const char *why) { if (e->ops->refuse) e->ops->refuse(e, k, why); }
+void env_episode_id(const char *prefix, int k, char *out, size_t cap) { snprintf(out, cap, "%s.%d", prefix, k); }
+
+int env_episode_index(const char *prefix, const char *id, int n) {
+    size_t pl = strlen(prefix);
+    if (!id || strncmp(id, prefix, pl) || id[pl] != '.') return -1;
+    char *end;
+    errno = 0;
+    long k = strtol(id + pl + 1, &end, 10);
+    if (errno || *end || end == id + pl + 1 || k < 0 || k >= n) return -1;
+    return (int)k;
+}
+
 void env_event_free(EnvEvent *ev) {
     json_decref(ev->messages);
     json_decref(ev->tools);

@@ -101,6 +101,14 @@ int env_open(const Env *e);  // episodes open (started, not yet over)
 EnvStats env_stats(const Env *e);
 const char *env_describe(const Env *e);  // for messages: "environment 'cmd'", "endpoint https://..."
 void env_event_free(EnvEvent *ev);        // what an event owns
+// A reward: a finite number within +-1e6 (the shard's bound); components: an
+// object of such numbers.
+bool env_reward_ok(const json_t *v);
+bool env_components_ok(const json_t *o);
+// For implementations: episode k's id in the batch named prefix, "<prefix>.<k>"
+// (out: cap bytes), and back: the k an id names, in [0, n), or -1.
+void env_episode_id(const char *prefix, int k, char *out, size_t cap);
+int env_episode_index(const char *prefix, const char *id, int n);
 // For implementations: a zeroed event of type for episode k at the end of the
 // growing array *q (*n used, *cap allocated), or NULL when out of memory.
 EnvEvent *env_event_push(EnvEvent **q, int *n, int *cap, EnvEventType type, int k);

@@ -655,6 +655,28 @@ static void cancel_all(Episodes *r, int N, const char *why) {
         }
 }
 
+// One round of the engine: the environment's events (waiting up to wait_ms
+// for the first), admissions into free slots, then -- unless abandon_fn says
+// so -- one model call. 1: something was computed, 0: nothing, 2: abandoned
+// (the open episodes of the batch's n and the ad-hoc requests cancelled), -1
+// with err (the same cancelled).
+static int engine_round(Episodes *r, int n, int wait_ms, bool abandon, PailErr *err) {
+    int nev = 0;
+    if (env_poll(r->cfg.env, wait_ms, r->evs, EV_CAP, &nev, err) < 0) return -1;
+    for (int i = 0; i < nev; i++) {
+        on_event(r, &r->evs[i]);  // (an episode no longer open ignores its events)
+        env_event_free(&r->evs[i]);
+    }
+    if (admit(r, n, err) < 0) return -1;
+    if (abandon && r->cfg.abandon_fn && r->cfg.abandon_fn(r->cfg.abandon_ctx)) {
+        cancel_all(r, n, "abandoned: a newer adapter is out and the trainer would drop what this one generates");
+        return 2;
+    }
+    int mc = model_call(r, err);
+    if (mc < 0) cancel_all(r, n, err->msg);
+    return mc;
+}
+
 int episodes_run(Episodes *r, const char *prefix, json_t *const *rows, const uint64_t *seeds, int P, EpisodeOut *out,
                  PailErr *err) {
     int G = r->cfg.group_size, N = P * G;
@@ -680,24 +702,11 @@ int episodes_run(Episodes *r, const char *prefix, json_t *const *rows, const uin
         for (int k = 0; k < N; k++) done += r->eps[k].state == EP_DONE;
         for (int k = r->nb; k < r->cap; k++) done -= r->eps[k].state != EP_DONE;  // ad-hoc requests in flight
         if (done == N) break;
-        int nev = 0;
         // Nothing was computed: wait for the program (env_poll returns at its first event).
-        if (env_poll(env, worked ? 0 : 1000, r->evs, EV_CAP, &nev, err) < 0) return -1;
-        for (int i = 0; i < nev; i++) {
-            on_event(r, &r->evs[i]);
-            env_event_free(&r->evs[i]);
-        }
-        if (admit(r, N, err) < 0) return -1;
-        if (r->cfg.abandon_fn && r->cfg.abandon_fn(r->cfg.abandon_ctx)) {
-            cancel_all(r, N, "abandoned: a newer adapter is out and the trainer would drop what this one generates");
-            return 1;
-        }
-        int mc = model_call(r, err);
-        if (mc < 0) {
-            cancel_all(r, N, err->msg);
-            return -1;
-        }
-        worked = mc > 0;
+        int rc = engine_round(r, N, worked ? 0 : 1000, true, err);
+        if (rc < 0) return -1;
+        if (rc == 2) return 1;
+        worked = rc > 0;
     }
     for (int k = 0; k < N; k++) {
         Ep *e = &r->eps[k];
@@ -711,25 +720,15 @@ int episodes_run(Episodes *r, const char *prefix, json_t *const *rows, const uin
 }
 
 int episodes_serve_idle(Episodes *r, int wait_ms, PailErr *err) {
-    Env *env = r->cfg.env;
     int64_t end = time_mono_ms() + (wait_ms > 0 ? wait_ms : 0);
     for (bool worked = false;;) {
         int active = 0;
         for (int k = r->nb; k < r->cap; k++) active += r->eps[k].state != EP_DONE;
         int64_t now = time_mono_ms();
         if (now >= end && !active) return 0;
-        int nev = 0, wait = worked ? 0 : now < end ? (int)(end - now < 1000 ? end - now : 1000) : 10;
-        if (env_poll(env, wait, r->evs, EV_CAP, &nev, err) < 0) return -1;
-        for (int i = 0; i < nev; i++) {
-            if (r->evs[i].k >= r->nb) on_event(r, &r->evs[i]);  // no batch is open: nothing else is asked
-            env_event_free(&r->evs[i]);
-        }
-        if (admit(r, 0, err) < 0) return -1;
-        int mc = model_call(r, err);
-        if (mc < 0) {
-            cancel_all(r, 0, err->msg);
-            return -1;
-        }
-        worked = mc > 0;
+        // No batch is open (its episodes are all over): only ad-hoc requests.
+        int rc = engine_round(r, 0, worked ? 0 : now < end ? (int)(end - now < 1000 ? end - now : 1000) : 10, false, err);
+        if (rc < 0) return -1;
+        worked = rc > 0;
     }
 }

@@ -4,7 +4,6 @@
 // alone calls evhttp, the worker's thread alone the tokenizer.
 #include "rollout/serve.h"
 #include <errno.h>
-#include <math.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -29,7 +28,6 @@
 #include "core/net.h"
 #include "core/timeutil.h"
 
-#define REWARD_MAX 1e6           // as the shard's bound
 #define CLAIM_WAIT_S 30          // POST /v1/episodes: default wait for an episode
 #define CLAIM_WAIT_MAX_S 300
 #define MAX_BODY (8u << 20)
@@ -80,7 +78,8 @@ struct Serve {
     Env base;
     ServeConfig cfg;
     char *model_name, *api_key;  // owned copies
-    char what[128];
+    char url[112];               // http(s)://host:port
+    char what[128];              // "endpoint URL", for messages
     int port;
     pthread_mutex_t mu;
     pthread_cond_t cv;           // an event for env_poll
@@ -198,11 +197,20 @@ static void out_push(Serve *s, Held *h, int status, char *body, bool last) {
     s->out[s->on++] = (Out){h, status, body, last};
 }
 
+// One server-sent event, "data: TEXT\n\n", onto b.
+static void sse_event(Buf *b, const char *text) {
+    buf_append(b, "data: ", 6);
+    buf_append(b, text, strlen(text));
+    buf_append(b, "\n\n", 2);
+}
+
 static void push_error(Serve *s, Held *h, int status, const char *code, const char *msg) {
     if (h->stream && h->queued) {  // an event stream already under way: the error is its last event
         char *b = error_body(status, NULL, code, "%s", msg);
         Buf sse = {0};
-        if (b) { buf_append(&sse, "data: ", 6); buf_append(&sse, b, strlen(b)); buf_append(&sse, "\n\ndata: [DONE]\n\n", 16); buf_append(&sse, "", 1); }
+        if (b) sse_event(&sse, b);
+        sse_event(&sse, "[DONE]");
+        buf_append(&sse, "", 1);
         free(b);
         out_push(s, h, 0, (char *)sse.data, true);
         return;
@@ -230,15 +238,9 @@ static void held_free(Held *h) {
     free(h);
 }
 
-// Which batch episode an id names (-1: none open).
+// Which batch episode an id names (-1: none; no batch has begun while the prefix is empty).
 static int episode_k(const Serve *s, const char *id) {
-    size_t pl = strlen(s->prefix);
-    if (!id || !pl || strncmp(id, s->prefix, pl) || id[pl] != '.') return -1;
-    char *end;
-    errno = 0;
-    long k = strtol(id + pl + 1, &end, 10);
-    if (errno || *end || end == id + pl + 1 || k < 0 || k >= s->cfg.max_episodes) return -1;
-    return (int)k;
+    return s->prefix[0] ? env_episode_index(s->prefix, id, s->cfg.max_episodes) : -1;
 }
 
 // ---------- message normalization ----------
@@ -435,21 +437,28 @@ static void held_detach(Held *h) {  // before its last reply: the connection is 
 static json_t *episode_json(Serve *s, int k) {
     int G = s->cfg.group_size;
     char id[232], group[232];
-    snprintf(id, sizeof id, "%s.%d", s->prefix, k);
+    env_episode_id(s->prefix, k, id, sizeof id);
     snprintf(group, sizeof group, "%s.g%d", s->prefix, k / G);
     return json_pack("{s:s, s:s, s:i, s:i, s:O, s:I, s:i}", "id", id, "group", group, "index", k % G, "group_size", G,
                      "row", s->eps[k].row ? s->eps[k].row : json_null(), "adapter_version",
                      (json_int_t)s->batch_version, "max_turns", s->cfg.max_turns);
 }
 
+// A claim (already off the list) gets no episode: 503 with code and msg.
+static void claim_refuse(Held *h, const char *code, const char *msg) {
+    held_detach(h);
+    if (h->req) send_error(h->req, 503, NULL, code, msg);
+    held_free(h);
+}
+
+#define STOPPING_MSG "the worker is stopping: retry with another one"
+
 // Hands out unclaimed episodes to waiting claims, oldest first (under mu, libevent thread).
 static void serve_claims(Serve *s) {
     while (s->closing && s->claims) {
         Held *h = s->claims;
         s->claims = h->next;
-        held_detach(h);
-        if (h->req) send_error(h->req, 503, NULL, "stopping", "the worker is stopping: retry with another one");
-        held_free(h);
+        claim_refuse(h, "stopping", STOPPING_MSG);
     }
     for (int k = 0; k < s->cfg.max_episodes && s->claims; k++) {
         if (s->eps[k].st != SE_UNCLAIMED) continue;
@@ -467,7 +476,7 @@ static void serve_claims(Serve *s) {
 static void handle_claim(Serve *s, struct evhttp_request *req) {
     char msg[512];
     if (s->closing) {
-        send_error(req, 503, NULL, "stopping", "the worker is stopping: retry with another one");
+        send_error(req, 503, NULL, "stopping", STOPPING_MSG);
         return;
     }
     json_t *b = read_body(req, true, msg, sizeof msg);
@@ -492,9 +501,7 @@ static void handle_claim(Serve *s, struct evhttp_request *req) {
         for (pp = &s->claims; *pp; pp = &(*pp)->next)
             if (*pp == h) {
                 *pp = h->next;
-                held_detach(h);
-                send_error(req, 503, NULL, "no_episode", "no episode to hand out now (the worker is between batches)");
-                held_free(h);
+                claim_refuse(h, "no_episode", "no episode to hand out now (the worker is between batches)");
                 break;
             }
     }
@@ -519,18 +526,12 @@ static void handle_reward(Serve *s, struct evhttp_request *req, const char *id) 
     if (!b) { send_error(req, 400, NULL, NULL, msg); return; }
     json_t *r = json_object_get(b, "reward"), *c = json_object_get(b, "components");
     const char *bad = NULL, *param = NULL;
-    if (!json_is_number(r) || !isfinite(json_number_value(r)) || fabs(json_number_value(r)) > REWARD_MAX)
+    if (!env_reward_ok(r))
         bad = "'reward' must be a finite number within +-1e6", param = "reward";
     else if (c && !json_is_null(c) && !json_is_object(c))
         bad = "'components' must be an object of numbers", param = "components";
-    else if (json_is_object(c)) {
-        const char *key;
-        json_t *v;
-        json_object_foreach(c, key, v) if (!json_is_number(v) || !isfinite(json_number_value(v)) ||
-                                           fabs(json_number_value(v)) > REWARD_MAX) {
-            bad = "'components' must be an object of finite numbers within +-1e6", param = "components";
-        }
-    }
+    else if (json_is_object(c) && !env_components_ok(c))
+        bad = "'components' must be an object of finite numbers within +-1e6", param = "components";
     if (bad) { json_decref(b); send_error(req, 400, param, NULL, bad); return; }
     if (e->pend) {
         json_decref(b);
@@ -551,7 +552,7 @@ static void handle_reward(Serve *s, struct evhttp_request *req, const char *id) 
     json_decref(b);
     ep_reset(e);
     char eid[232];
-    snprintf(eid, sizeof eid, "%s.%d", s->prefix, k);
+    env_episode_id(s->prefix, k, eid, sizeof eid);
     send_json(req, 200, json_pack("{s:s, s:s, s:f}", "id", eid, "status", "ended", "reward", rv));
 }
 
@@ -902,18 +903,18 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg) {
         Held *h = *pp;
         if (now < h->deadline_ms) { pp = &h->next; continue; }
         *pp = h->next;
-        held_detach(h);
-        if (h->req) send_error(h->req, 503, NULL, "no_episode", "no episode to hand out within 'wait' (the worker is "
-                               "between batches, or every episode of this one is out): retry");
-        held_free(h);
+        claim_refuse(h, "no_episode", "no episode to hand out within 'wait' (the worker is between batches, or every "
+                     "episode of this one is out): retry");
     }
     int64_t lim = (int64_t)(s->cfg.episode_timeout_s * 1000);
     for (int k = 0; k < s->cfg.max_episodes; k++) {
         SEp *e = &s->eps[k];
         if (e->st != SE_OPEN || e->pend || now - e->last_ms < lim) continue;
         EnvEvent *ev = push_event(s, ENV_FAILED, k);
-        if (ev) snprintf(ev->why, sizeof ev->why, "%s: episode %s.%d left open past --episode-timeout %g s (no request "
-                         "and no reward)", s->what, s->prefix, k, s->cfg.episode_timeout_s);
+        char eid[232];
+        env_episode_id(s->prefix, k, eid, sizeof eid);
+        if (ev) snprintf(ev->why, sizeof ev->why, "%s: episode %s left open past --episode-timeout %g s (no request "
+                         "and no reward)", s->what, eid, s->cfg.episode_timeout_s);
         s->st.timeouts++;
         s->st.failed++;
         ep_reset(e);
@@ -992,10 +993,7 @@ static void unhold(Serve *s, int k) {
 static void sse_append(Buf *b, json_t *j) {  // steals j
     char *t = j ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
-    if (!t) return;
-    buf_append(b, "data: ", 6);
-    buf_append(b, t, strlen(t));
-    buf_append(b, "\n\n", 2);
+    if (t) sse_event(b, t);
     free(t);
 }
 
@@ -1108,7 +1106,7 @@ static char *turn_reply(Serve *s, Held *h, const json_t *fields, json_t **assist
     json_t *pail = json_pack("{s:I}", "adapter_version", (json_int_t)s->version);
     if (h->kind == HK_CHAT && h->k < s->cfg.max_episodes) {
         char eid[232];
-        snprintf(eid, sizeof eid, "%s.%d", s->prefix, h->k);
+        env_episode_id(s->prefix, h->k, eid, sizeof eid);
         json_object_set_new(pail, "episode", json_string(eid));
         json_object_set_new(pail, "turn", json_integer(json_integer_value(json_object_get(fields, "turn"))));
         json_object_set_new(pail, "final", json_boolean(json_is_true(json_object_get(fields, "final"))));
@@ -1165,7 +1163,7 @@ static char *turn_reply(Serve *s, Held *h, const json_t *fields, json_t **assist
                                   (json_int_t)h->created, "model", s->model_name, "choices", "usage", usage);
             sse_append(&b, u);
         }
-        buf_append(&b, "data: [DONE]\n\n", 14);
+        sse_event(&b, "[DONE]");
         buf_append(&b, "", 1);
         body = (char *)b.data;
         json_decref(usage);
@@ -1177,7 +1175,9 @@ static char *turn_reply(Serve *s, Held *h, const json_t *fields, json_t **assist
     return body;
 }
 
-static void answer_turn(Serve *s, int k, const json_t *fields) {
+// The held request of k gets its answer (fields as env_step gives them; took_turn:
+// the model took a turn, as op_end's empty answer does not).
+static void answer_turn(Serve *s, int k, const json_t *fields, bool took_turn) {
     Held *h = holder(s, k);
     if (!h) return;
     json_t *assistant = NULL;
@@ -1198,7 +1198,7 @@ static void answer_turn(Serve *s, int k, const json_t *fields) {
             h->seg = NULL;
             e->segments++;
         }
-        e->turns++;
+        e->turns += took_turn;
         e->last_ms = time_mono_ms();
         if (json_is_true(json_object_get(fields, "final"))) e->final = true;
         if (assistant && e->history) json_array_append(e->history, assistant);
@@ -1280,7 +1280,7 @@ static int op_step(Env *env, int k, const json_t *fields, PailErr *err) {
     (void)err;
     Serve *s = (Serve *)env;
     pthread_mutex_lock(&s->mu);
-    answer_turn(s, k, fields);
+    answer_turn(s, k, fields, true);
     pthread_mutex_unlock(&s->mu);
     return 0;
 }
@@ -1294,9 +1294,8 @@ static int op_end(Env *env, int k, const char *reason, PailErr *err) {
     pthread_mutex_lock(&s->mu);
     if (k >= 0 && k < s->cfg.max_episodes) {
         json_object_set_new(f, "turn", json_integer(s->eps[k].turns));
-        answer_turn(s, k, f);
-        s->eps[k].turns--;  // no turn was taken
-        s->eps[k].final = true;
+        answer_turn(s, k, f, false);
+        s->eps[k].final = true;  // (also without a request to answer)
     }
     pthread_mutex_unlock(&s->mu);
     json_decref(f);
@@ -1385,6 +1384,8 @@ void serve_set_version(Env *env, long version) {
     pthread_mutex_unlock(&s->mu);
 }
 
+const char *serve_url(const Env *env) { return ((const Serve *)env)->url; }
+
 int serve_open(Env **out, const ServeConfig *cfg, PailErr *err) {
     *out = NULL;
     static pthread_once_t once = PTHREAD_ONCE_INIT;
@@ -1454,8 +1455,9 @@ int serve_open(Env **out, const ServeConfig *cfg, PailErr *err) {
     if (getsockname(evhttp_bound_socket_get_fd(s->bound), (struct sockaddr *)&ss, &sl) == 0)
         s->port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
                                                  : ((struct sockaddr_in *)&ss)->sin_port);
-    snprintf(s->what, sizeof s->what, "endpoint %s://%s%s%s:%d", s->ssl ? "https" : "http",
-             strchr(host, ':') ? "[" : "", host, strchr(host, ':') ? "]" : "", s->port);
+    snprintf(s->url, sizeof s->url, "%s://%s%s%s:%d", s->ssl ? "https" : "http", strchr(host, ':') ? "[" : "", host,
+             strchr(host, ':') ? "]" : "", s->port);
+    snprintf(s->what, sizeof s->what, "endpoint %s", s->url);
     struct timeval tv = {0, 200000};
     event_add(s->tick, &tv);
     if (pthread_create(&s->thread, NULL, loop_main, s) != 0) {

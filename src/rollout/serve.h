@@ -49,3 +49,4 @@ typedef struct {
 int serve_open(Env **out, const ServeConfig *cfg, PailErr *err);
 // The adapter version generating now (/v1/models, each response's "pail" object). -1: the base model.
 void serve_set_version(Env *e, long version);
+const char *serve_url(const Env *e);  // "http(s)://host:port", the port the one bound

@@ -198,7 +198,7 @@ static void heartbeat(Worker *w, const char *state) {
                                                         "failed", (json_int_t)es.failed, "restarts", (json_int_t)es.restarts,
                                                         "timeouts", (json_int_t)es.timeouts, "bad_lines",
                                                         (json_int_t)es.bad_lines, "unknown_ids", (json_int_t)es.unknown_ids));
-        if (w->cfg->serve) json_object_set_new(j, "endpoint", json_string(env_describe(w->env) + 9));
+        if (w->cfg->serve) json_object_set_new(j, "endpoint", json_string(serve_url(w->env)));
     }
     if (j && !w->cfg->eval) {
         json_object_set_new(j, "prompts_drawn", json_integer((json_int_t)w->smp.drawn));
@@ -392,9 +392,6 @@ static void say_waiting(Worker *w, long newest, long lo, long staleness) {
                  lo < 0 ? 0 : lo, why);
 }
 
-// Waits (10 s at most, then the loop looks again) for a version newer than
-// after: the relay's long-poll, or polling with backoff. Returns 0 to go on, 1
-// when stopped, -1 with err.
 // A pause of ms: with --serve, spent answering the endpoint's ad-hoc requests.
 static void pause_ms(Worker *w, int ms) {
     PailErr err = {0};
@@ -404,6 +401,10 @@ static void pause_ms(Worker *w, int ms) {
         time_sleep_ms(ms);
     }
 }
+
+// Waits (10 s at most, then the loop looks again) for a version newer than
+// after: the relay's long-poll, or polling with backoff (--serve: every 0.5 s,
+// answering requests between). Returns 0 to go on, 1 when stopped, -1 with err.
 
 static int wait_newer(Worker *w, long after, volatile sig_atomic_t *stop, PailErr *err) {
     heartbeat(w, "waiting");
@@ -682,7 +683,7 @@ static int env_setup(Worker *w, PailErr *err) {
                       .max_new_tokens = c->max_new_tokens, .episode_timeout_s = c->episode_timeout,
                       .tool_format = tf, .tok = w->tok};
     if (serve_open(&w->env, &sc, err) < 0) return -1;
-    log_info("serving the OpenAI API at %s/v1 (model '%s'%s)", env_describe(w->env) + 9, name,
+    log_info("serving the OpenAI API at %s/v1 (model '%s'%s)", serve_url(w->env), name,
              key[0] ? ", bearer key required" : "");
     return 0;
 }
