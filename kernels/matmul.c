@@ -16,6 +16,7 @@
 #include "blas.h"
 #include "dtype_cpu.h"
 #include "kernels.h"
+#include "matmul_amx.h"
 #include "parallel.h"
 
 // Crossover measured by bench/bench_kernels.c (doc/kernels.md has the figures):
@@ -255,6 +256,11 @@ static void sgemm_panels(int transA, int transB, int M, int n0, int n1, int K, f
 static void sgemm_team(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
                        const void *Bv, DType bdt, int ldb, float beta, float *C, int ldc) {
     const float *B = Bv;
+    // bf16 W on a CPU with AMX: the tile GEMM (A rounded to bf16), unless its
+    // scratch could not be had (then every thread falls through).
+    if (bdt == DT_BF16 && !transA && matmul_bf16_amx_on() &&
+        amx_gemm_team(transB, M, N, K, alpha, A, lda, Bv, ldb, beta, C, ldc) == 0)
+        return;
     DtCvtFn cvt = dtype_to_f32_fn(bdt, dtype_isa_id());
     {
         int nth = omp_get_num_threads(), id = omp_get_thread_num();
@@ -518,6 +524,8 @@ static const char *const path_names[2][DT_COUNT][DT_ISA_COUNT] = {
 
 const char *matmul_path_name(int T, DType wdt) {
     if ((unsigned)wdt >= DT_COUNT) return "?";
+    if (wdt == DT_BF16 && T > matmul_small_t_max && matmul_bf16_amx_on())
+        return "AMX tiles on the bf16 weights as stored, activations rounded to bf16, fp32 accumulation";
     return path_names[T <= matmul_small_t_max][wdt][dtype_isa_id()];
 }
 

@@ -14,6 +14,7 @@
 #include "core/rng.h"
 #include "dtype_cpu.h"
 #include "kernels.h"
+#include "matmul_amx.h"
 
 static Rng rng;
 
@@ -370,6 +371,85 @@ START_TEST(test_matmul_dt_large) {
 }
 END_TEST
 
+// ---- the bf16 GEMM on AMX tiles (kernels/matmul_amx.h) ----
+// Its contract: activations rounded to bf16 (nearest even), the bf16 weight as
+// stored, fp32 accumulation. So against the double reference run on the
+// rounded activations it is as close as an fp32 GEMM (1e-4 abs + rel), and
+// against the reference on the unrounded ones it must differ (the rounding
+// happened: the tests above, which force the exact path, cannot see it). dW
+// (fp32 dout and x) and dbias are not rounded. Without AMX: nothing to run,
+// and asking for it changes nothing.
+static float *rounded_bf16(const float *x, size_t n) {
+    float *p = malloc(4 * (n ? n : 1));
+    for (size_t i = 0; i < n; i++) p[i] = dt_bf16_to_f32(dt_f32_to_bf16(x[i]));
+    return p;
+}
+
+static void amx_case(int T, int K, int N, int with_bias, float alpha, float beta) {
+    float *x = rnd((size_t)T * K, -1, 1), *bias = with_bias ? rnd(N, -1, 1) : NULL;
+    float *o0 = rnd((size_t)T * N, -1, 1), *dout = rnd((size_t)T * N, -1, 1);
+    float *dx0 = rnd((size_t)T * K, -1, 1), *dW0 = rnd((size_t)N * K, -1, 1), *db0 = rnd(N, -1, 1);
+    float *xb = rounded_bf16(x, (size_t)T * K), *doutb = rounded_bf16(dout, (size_t)T * N);
+    DtWeight w = dt_weight((size_t)N * K, DT_BF16);
+    float *ref = dup_f(o0, (size_t)T * N), *ref_x = dup_f(o0, (size_t)T * N), *dxr = dup_f(dx0, (size_t)T * K);
+    float *dWr = dup_f(dW0, (size_t)N * K), *dbr = dup_f(db0, N);
+    matmul_forward_ref(ref, xb, w.wc, bias, T, K, N, alpha, beta);
+    matmul_forward_ref(ref_x, x, w.wc, bias, T, K, N, alpha, beta);
+    matmul_backward_ref(dxr, NULL, NULL, doutb, NULL, w.wc, T, K, N, alpha, beta);
+    matmul_backward_ref(NULL, dWr, dbr, dout, x, w.wc, T, K, N, alpha, beta);
+    int saved = matmul_small_t_max;
+    matmul_small_t_max = 0;  // every T on the GEMM path
+    ck_assert_int_eq(matmul_bf16_amx_force(1), 0);
+    char what[160];
+    snprintf(what, sizeof what, "AMX T=%d K=%d N=%d [%s]", T, K, N, matmul_path_name(T, DT_BF16));
+    ck_assert_msg(strstr(what, "AMX tiles"), "%s", what);
+    float *out = dup_f(o0, (size_t)T * N), *dx = dup_f(dx0, (size_t)T * K), *dW = dup_f(dW0, (size_t)N * K),
+          *db = dup_f(db0, N);
+    matmul_forward_dt(out, x, w.w16, DT_BF16, bias, T, K, N, alpha, beta);
+    matmul_backward_dt(dx, dW, db, dout, x, w.w16, DT_BF16, T, K, N, alpha, beta);
+    ck_assert_int_eq(matmul_bf16_amx_force(0), 0);
+    matmul_small_t_max = saved;
+    expect_close(what, out, ref, (size_t)T * N, 1e-4, 1e-4);
+    expect_close(what, dx, dxr, (size_t)T * K, 1e-4, 1e-4);
+    expect_close(what, dW, dWr, (size_t)N * K, 1e-4, 1e-4);
+    expect_close(what, db, dbr, N, 1e-4, 1e-4);
+    double far = 0;
+    for (size_t i = 0; i < (size_t)T * N; i++) far = fmax(far, fabs((double)out[i] - ref_x[i]));
+    ck_assert_msg(far > 1e-5, "%s: equals the unrounded reference (%.3g): were the activations rounded?", what, far);
+    free(out), free(dx), free(dW), free(db), free(ref), free(ref_x), free(dxr), free(dWr), free(dbr);
+    free(x), free(xb), free(bias), free(o0), free(dout), free(doutb), free(dx0), free(dW0), free(db0);
+    dt_weight_free(&w);
+}
+
+START_TEST(test_matmul_amx) {
+    if (!amx_bf16_usable()) {
+        ck_assert_int_eq(matmul_bf16_amx_force(1), -1);
+        ck_assert(!strstr(matmul_path_name(1000, DT_BF16), "AMX"));
+        printf("SKIP: AMX: this CPU (or kernel) has no AMX-BF16 tiles\n");
+        return;
+    }
+    amx_case(9, 49, 37, 1, 1.0f, 0.0f);      // tails everywhere: rows, reduction, columns
+    amx_case(33, 100, 70, 1, 0.7f, 0.5f);    // alpha, beta
+    amx_case(17, 64, 5, 0, 1.0f, 1.0f);      // fewer column pairs than threads: split by rows
+    amx_case(70, 600, 31, 0, -1.0f, 1.0f);
+    amx_case(300, 513, 257, 1, 0.5f, 0.5f);  // several row blocks, odd K
+    amx_case(65, 40, 600, 0, 1.0f, 0.0f);    // dx: 600 reduction rows, 40 columns
+    amx_case(40, 4100, 33, 0, 1.0f, 0.0f);   // forward reduction past one block (4096)
+    amx_case(40, 33, 4130, 0, 1.0f, 0.5f);   // dx reduction past one block
+    amx_case(100, 3, 20, 1, 1.0f, 0.0f);     // K below one pair
+    amx_case(64, 512, 1408, 0, 1.0f, 0.0f);  // a model's shape
+    // f16 weights keep the exact path (AMX-BF16 has no f16)
+    ck_assert_int_eq(matmul_bf16_amx_force(1), 0);
+    ck_assert(!strstr(matmul_path_name(1000, DT_F16), "AMX"));
+    // a lower ISA turns it off with the rest
+    ck_assert_int_eq(dtype_isa_force(DT_ISA_AVX2), 0);
+    ck_assert(!matmul_bf16_amx_on());
+    ck_assert_int_eq(dtype_isa_force(dtype_isa_best()), 0);
+    ck_assert(matmul_bf16_amx_on());
+    ck_assert_int_eq(matmul_bf16_amx_force(0), 0);
+}
+END_TEST
+
 // The adapted projection with a stored-dtype W (A, B fp32).
 START_TEST(test_matmul_lora_dt) {
     int shapes[][4] = {{1, 64, 300, 16}, {3, 100, 70, 5}, {8, 33, 16, 16}, {1, 512, 1408, 16}, {20, 64, 129, 8}};
@@ -568,14 +648,48 @@ START_TEST(test_isa_env) {
 }
 END_TEST
 
+// PAIL_KERNELS_GEMM=exact: the bf16 GEMMs take the exact path even with AMX.
+START_TEST(test_gemm_env) {
+    char cmd[8192], out[4096];
+    const char *envs[2] = {"env -u PAIL_KERNELS_GEMM", "PAIL_KERNELS_GEMM=exact"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(cmd, sizeof cmd, "%s '%s' --print-gemm 2>&1", envs[i], self_exe);
+        FILE *p = popen(cmd, "r");
+        ck_assert_ptr_nonnull(p);
+        size_t n = fread(out, 1, sizeof out - 1, p);
+        out[n] = 0;
+        ck_assert_int_eq(pclose(p), 0);
+        int amx = strstr(out, "AMX tiles") != NULL;
+        ck_assert_msg(amx == (i == 0 && amx_bf16_usable()), "%s: %s", envs[i], out);
+        if (!amx) ck_assert_msg(strstr(out, "sgemm over f32 panels converted from bf16"), "%s: %s", envs[i], out);
+    }
+    // a bad spelling: one line naming it, and the default
+    snprintf(cmd, sizeof cmd, "PAIL_KERNELS_GEMM=fast '%s' --print-gemm 2>&1", self_exe);
+    FILE *p = popen(cmd, "r");
+    ck_assert_ptr_nonnull(p);
+    size_t n = fread(out, 1, sizeof out - 1, p);
+    out[n] = 0;
+    ck_assert_int_eq(pclose(p), 0);
+    ck_assert_msg(strstr(out, "PAIL_KERNELS_GEMM=fast is not amx or exact: ignored"), "%s", out);
+    ck_assert_msg(!!strstr(out, "AMX tiles") == amx_bf16_usable(), "%s", out);
+}
+END_TEST
+
 int main(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "--print-isa")) {  // for test_isa_env
         printf("isa %s\n", dtype_isa());
         return 0;
     }
+    if (argc > 1 && !strcmp(argv[1], "--print-gemm")) {  // for test_gemm_env
+        printf("%s\n", matmul_path_name(1000, DT_BF16));
+        return 0;
+    }
     ssize_t n = readlink("/proc/self/exe", self_exe, sizeof self_exe - 1);
     if (n > 0) self_exe[n] = 0;
     rng_seed(&rng, 777, 0);
+    // The tests of the exact path (every product's fp32 arithmetic on the
+    // converted weight) run with AMX off; test_matmul_amx turns it on.
+    if (amx_bf16_usable()) matmul_bf16_amx_force(0);
     Suite *s = suite_create("kernels_dtype");
     TCase *core = tcase_create("core"), *limits = tcase_create("limits");
     tcase_set_timeout(core, 120);
@@ -586,11 +700,13 @@ int main(int argc, char **argv) {
     tcase_add_test(core, test_matmul_dt_small);
     tcase_add_test(core, test_matmul_dt_large);
     tcase_add_test(core, test_matmul_lora_dt);
+    tcase_add_test(core, test_matmul_amx);
     tcase_add_test(core, test_logprob_dt);
     tcase_add_test(core, test_embedding_dt);
     tcase_add_test(limits, test_dtype_parse_bad);
     tcase_add_test(limits, test_dtype_from_f32_sweep);
     tcase_add_test(limits, test_isa_env);
+    tcase_add_test(limits, test_gemm_env);
     suite_add_tcase(s, core);
     suite_add_tcase(s, limits);
     SRunner *sr = srunner_create(s);

@@ -18,6 +18,7 @@
 #include "core/rng.h"
 #include "check_model_fill.h"
 #include "kernels.h"
+#include "matmul_amx.h"
 #include "model/transformer.h"
 
 // ---- a reference backend: host memory, the *_ref loops ----
@@ -366,6 +367,29 @@ static void compare(Backend *be) {
             double s = 0;
             for (int64_t i = 0; i < lay.n_params; i++) s += fabs(want.grads[i]);
             ck_assert(s > 1e-3);
+            if (dt == DT_BF16 && amx_bf16_usable() && be == backend_cpu()) {
+                // The default on a CPU with AMX: the GEMMs round their
+                // activations to bf16 (kernels/matmul_amx.h). bf16-sized
+                // distances from the reference, and not the exact path's bits.
+                Outputs am;
+                ck_assert_int_eq(matmul_bf16_amx_force(1), 0);
+                run(be, &w, &lay, p, rec, &am);
+                ck_assert_int_eq(matmul_bf16_amx_force(0), 0);
+                // (measured: log-probs 1.0-1.3e-2 off, logits 1.3-2.6e-2 of a largest 3.4-4.4,
+                // the size of transformers' own bf16-vs-fp32 distance; a wrong element is O(1))
+                size_t nl = (size_t)SLOTS * (DECODE + 1) * w.cfg.vocab_size;
+                double lmax = 0;
+                for (size_t i = 0; i < nl; i++) lmax = fmax(lmax, fabs(want.logits[i]));
+                expect_close("log-probs (AMX)", be->desc, am.logp, want.logp, T, 5e-2, 0);
+                expect_close("KV-cache logits (AMX)", be->desc, am.logits, want.logits, nl, 0.02 * lmax, 0);
+                double gd = 0, gn = 0, ld = 0;
+                for (int64_t i = 0; i < lay.n_params; i++)
+                    gd += pow((double)am.grads[i] - want.grads[i], 2), gn += pow(want.grads[i], 2);
+                for (int t = 0; t < T; t++) ld = fmax(ld, fabs((double)am.logp[t] - got.logp[t]));
+                ck_assert_msg(sqrt(gd / gn) < 2e-2, "LoRA gradients (AMX): relative L2 %.3g", sqrt(gd / gn));
+                ck_assert_msg(ld > 0, "the AMX run gave the exact path's log-probs bit for bit: did it run?");
+                free(am.grads); free(am.logits);
+            }
             if (dt != DT_F32) {
                 // Weights held as bf16 / f16 compute what the same values held as fp32 do:
                 // the conversion is exact and the arithmetic fp32 (only the summation order may differ).
@@ -387,7 +411,12 @@ static void compare(Backend *be) {
         }
 }
 
-START_TEST(test_cpu_backend) { compare(backend_cpu()); }
+START_TEST(test_cpu_backend) {
+    // The exact path first (fp32 arithmetic on the converted weights); compare
+    // adds the AMX path where the CPU has it.
+    if (amx_bf16_usable()) ck_assert_int_eq(matmul_bf16_amx_force(0), 0);
+    compare(backend_cpu());
+}
 END_TEST
 
 START_TEST(test_cuda_backend) {
