@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <immintrin.h>
+#include "matmul_amx.h"
 
 double bench_now(void) {
     struct timespec ts;
@@ -117,6 +119,33 @@ __attribute__((target("avx2,fma"))) static void peak_fma_ymm(long n) {  // 12 x 
                        "xmm10", "xmm11", "xmm12", "xmm13", "cc");
 }
 
+// 4 independent accumulator tiles, 16 x 16 fp32 each, by 16 x 32 bf16 inputs:
+// 16 x 16 x 32 x 2 FLOPs a tdpbf16ps.
+__attribute__((target("amx-tile,amx-bf16"))) static void peak_amx(long n) {
+    struct { uint8_t palette, start, res[14]; uint16_t colsb[16]; uint8_t rows[16]; } cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int i = 0; i < 8; i++) cfg.rows[i] = 16, cfg.colsb[i] = 64;
+    static const uint16_t ones[16 * 32] __attribute__((aligned(64))) = {0};
+    __asm__ volatile("" : : "m"(cfg) : "memory");  // GCC 12 may drop the stores to cfg otherwise
+    _tile_loadconfig(&cfg);
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    _tile_loadd(4, ones, 64);
+    _tile_loadd(5, ones, 64);
+    _tile_loadd(6, ones, 64);
+    _tile_loadd(7, ones, 64);
+    for (long i = 0; i < n; i++) {
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+    }
+    _tile_release();
+}
+
 // Register-register adds: Golden Cove and later fold a dependent add of an
 // immediate at rename (several per cycle), so the chain adds a register.
 #define ADD8 "add %2, %1\n\t" "add %2, %1\n\t" "add %2, %1\n\t" "add %2, %1\n\t" \
@@ -168,6 +197,10 @@ void bench_peak(BenchPeak *pk) {
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16")) {
         pk->bf16_core = peak_rate(peak_dpbf16_zmm, 10000000, 16 * 16 * 4, 0) / 1e9;
         pk->bf16_all = peak_rate(peak_dpbf16_zmm, 10000000, 16 * 16 * 4, 1) / 1e9;
+    }
+    if (amx_bf16_usable()) {
+        pk->amx_core = peak_rate(peak_amx, 2000000, 4.0 * 16 * 16 * 32 * 2, 0) / 1e9;
+        pk->amx_all = peak_rate(peak_amx, 2000000, 4.0 * 16 * 16 * 32 * 2, 1) / 1e9;
     }
 }
 

@@ -28,13 +28,15 @@ double bench_thp_fraction(const void *p, size_t bytes);
 // The cores' arithmetic peak, measured (bench_peak): independent chains of
 // fp32 FMAs on the widest vectors the CPU has (zmm with AVX-512, else ymm with
 // AVX2 + FMA; none: fp32_core 0) and of the bf16 dot product vdpbf16ps (zmm,
-// avx512_bf16; else bf16_core 0), on one thread and on all OpenMP threads at
+// avx512_bf16; else bf16_core 0) and of AMX tdpbf16ps (4 accumulator tiles;
+// where kernels/matmul_amx.h finds AMX usable, else amx_core 0), on one thread and on all OpenMP threads at
 // once; the clock from a chain of dependent 1-cycle integer adds.
 typedef struct {
     double ghz;                    // one thread's clock while running integer adds
     const char *fp32_isa;          // "zmm vfmadd231ps, 16 chains", "ymm ..., 12 chains" or "none"
     double fp32_core, fp32_all;    // GFLOP/s: one thread alone; all threads together (FMA = 2 FLOPs)
     double bf16_core, bf16_all;    // GFLOP/s of vdpbf16ps (2 products + 2 adds per fp32 lane)
+    double amx_core, amx_all;      // GFLOP/s of AMX tdpbf16ps (16 x 16 x 32 x 2 a tile op); 0 without AMX
     int threads;
 } BenchPeak;
 void bench_peak(BenchPeak *pk);

@@ -46,9 +46,9 @@ torch.set_num_threads(args.threads)
 LENS = [int(x) for x in args.lens.split(",")]
 
 
-def run(cmd):
+def run(cmd, env=None):
     t0 = time.perf_counter()
-    out = subprocess.run(cmd, capture_output=True, text=True)
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if out.returncode != 0:
         sys.exit(f"dtype_logprobs: {' '.join(cmd[:2])} failed ({out.returncode}): {out.stderr.strip()}")
     return out, time.perf_counter() - t0
@@ -86,8 +86,14 @@ try:
           f"C {cfg['hidden_size']} L {cfg['num_hidden_layers']} V {V}, torch_dtype {cfg.get('torch_dtype')}); "
           f"{len(seqs)} sequences of {', '.join(map(str, LENS))} random ids; {args.threads} threads")
 
-    out, t_ctl = run([args.ctl, "logprobs", "--model", m, "--input", ids_path, "--dtype", "auto"])
+    # the exact path (W converted to fp32), then the default one: on a CPU with
+    # AMX the GEMMs round their activations to bf16 (kernels/matmul_amx.h)
+    exact_env = dict(os.environ, PAIL_KERNELS_GEMM="exact")
+    out, t_ctl = run([args.ctl, "logprobs", "--model", m, "--input", ids_path, "--dtype", "auto"], exact_env)
     pail = [json.loads(line)["logprobs"] for line in out.stdout.splitlines()]
+    out, t_amx = run([args.ctl, "logprobs", "--model", m, "--input", ids_path, "--dtype", "auto"])
+    pail_def = [json.loads(line)["logprobs"] for line in out.stdout.splitlines()]
+    amx = pail_def != pail  # the default took another path: AMX
     out, t_dec = run([args.decode, "decode-logprobs", "--model", m, "--input", ids_path,
                       "--prefill", str(args.prefill)])
     held = out.stderr.rsplit("weights held as ", 1)[-1].strip() if "weights held as " in out.stderr else "?"
@@ -114,13 +120,22 @@ try:
     d_t16_dec = max_dist(t16, t32, first=args.prefill)
     print(f"  pail (weights held as {held}) computes in fp32; transformers {torch.__version__.split('+')[0]} "
           f"fp32 on the same weights upcast (torch_dtype=float32) is the reference")
-    print(f"  pail grpo-ctl logprobs --dtype auto ({t_ctl:.1f} s) vs transformers fp32 ({t_t32:.1f} s): "
-          f"max abs {d_ctl:.2e} (target <= 1e-3)")
+    print(f"  pail grpo-ctl logprobs --dtype auto, PAIL_KERNELS_GEMM=exact ({t_ctl:.1f} s) vs transformers fp32 "
+          f"({t_t32:.1f} s): max abs {d_ctl:.2e} (target <= 1e-3)")
     print(f"  pail decode path (bench_model_dtype decode-logprobs: prefill {args.prefill}, then one token a step, "
           f"each sequence in its own slot of one KvCache, stepped together; {t_dec:.1f} s) vs transformers fp32, tokens t >= {args.prefill}: "
           f"max abs {d_dec:.2e} (target <= 1e-3)")
     print(f"  transformers bf16 (torch_dtype=bfloat16, {t_t16:.1f} s) vs transformers fp32: max abs {d_t16:.2e} "
           f"({d_t16_dec:.2e} over t >= {args.prefill})")
+    if amx:
+        d_amx, d_amx16 = max_dist(pail_def, t32), max_dist(pail_def, t16)
+        print(f"  pail grpo-ctl logprobs --dtype auto, GEMMs on AMX tiles (activations rounded to bf16 at the "
+              f"GEMMs; {t_amx:.1f} s) vs transformers fp32: max abs {d_amx:.2e}; vs transformers bf16: "
+              f"{d_amx16:.2e}")
+        print(f"  pail on AMX no farther from fp32 than transformers' own bf16: "
+              f"{'yes' if d_amx <= d_t16 else 'NO'} ({d_amx:.2e} vs {d_t16:.2e})")
+    else:
+        print("  (no AMX here: the default path is the exact one above)")
     ok = d_ctl <= d_t16 and d_dec <= d_t16_dec
     print(f"  pail's distances no larger than transformers' own bf16 vs fp32: {'yes' if ok else 'NO'} "
           f"({d_ctl:.2e} and {d_dec:.2e} vs {d_t16:.2e})")
