@@ -58,6 +58,10 @@ static inline __attribute__((always_inline)) void DOT_NAME(dot_row1)(float *r, c
     VF a0 = VZERO(), a1 = VZERO(), a2 = VZERO(), a3 = VZERO();
     for (; k + 4 * VW <= K; k += 4 * VW) {
         // the four W loads first: four misses in flight before any FMA waits
+#ifdef DOT_PF
+        _mm_prefetch((const char *)(w + k) + DOT_PF, _MM_HINT_T0);
+        _mm_prefetch((const char *)(w + k) + DOT_PF + 64, _MM_HINT_T0);
+#endif
         VF w0 = DOT_LOADW(w + k), w1 = DOT_LOADW(w + k + VW), w2 = DOT_LOADW(w + k + 2 * VW),
            w3 = DOT_LOADW(w + k + 3 * VW);
         a0 = VFMA(w0, VLOAD(x + k), a0);
