@@ -7,10 +7,15 @@ upcast to fp32 (torch_dtype=float32) up to fp32 rounding; transformers running
 natively in bf16 (torch_dtype=bfloat16, activations in bf16; the logits
 upcast to fp32 before the log-softmax) is the distance users accept today.
 Prints, each as max abs over every token:
-- pail grpo-ctl logprobs --dtype auto vs transformers fp32 (target <= 1e-3);
+- pail grpo-ctl logprobs --dtype auto on the exact path
+  (PAIL_KERNELS_GEMM=exact) vs transformers fp32 (target <= 1e-3);
 - pail's decode path (KV cache, one token a step: bench_model_dtype
-  decode-logprobs) vs transformers fp32 (target <= 1e-3);
+  decode-logprobs), its prefill exact too, vs transformers fp32 (target <= 1e-3);
 - transformers bf16 vs transformers fp32;
+- on a CPU with AMX (the default path then differs from the exact one): the
+  default grpo-ctl logprobs (GEMMs on AMX tiles, activations rounded to bf16)
+  and the default decode path (an AMX prefill) vs transformers fp32, and the
+  former vs transformers bf16;
 and whether pail's distances are no larger than transformers' own. A figure,
 not a test: it exits 0 either way unless a tool fails.
 Usage: dtype_logprobs.py --ctl bin/grpo-ctl --decode build/bench/bench_model_dtype
@@ -94,13 +99,20 @@ try:
     out, t_amx = run([args.ctl, "logprobs", "--model", m, "--input", ids_path, "--dtype", "auto"])
     pail_def = [json.loads(line)["logprobs"] for line in out.stdout.splitlines()]
     amx = pail_def != pail  # the default took another path: AMX
-    out, t_dec = run([args.decode, "decode-logprobs", "--model", m, "--input", ids_path,
-                      "--prefill", str(args.prefill)])
-    held = out.stderr.rsplit("weights held as ", 1)[-1].strip() if "weights held as " in out.stderr else "?"
-    dec = []
-    for line in out.stdout.splitlines():
-        j = json.loads(line)
-        dec.append([float("nan")] * (j["from"] - 1) + j["logprobs"])  # indexed from t = 1 like the others
+    def decode_run(env):
+        out, t = run([args.decode, "decode-logprobs", "--model", m, "--input", ids_path,
+                      "--prefill", str(args.prefill)], env)
+        held = out.stderr.rsplit("weights held as ", 1)[-1].strip() if "weights held as " in out.stderr else "?"
+        dec = []
+        for line in out.stdout.splitlines():
+            j = json.loads(line)
+            dec.append([float("nan")] * (j["from"] - 1) + j["logprobs"])  # indexed from t = 1 like the others
+        return dec, t, held
+
+    # the decode path with fp32 activations: its prefill (a GEMM of 4 x 16
+    # rows) exact too; then as the worker runs it (an AMX prefill where usable)
+    dec, t_dec, held = decode_run(exact_env)
+    dec_def, t_dec_def, _ = decode_run(None)
     assert [len(x) for x in pail] == [len(x) for x in dec] == [n - 1 for n in LENS]
 
     ref32 = AutoModelForCausalLM.from_pretrained(m, torch_dtype=torch.float32).eval()
@@ -122,12 +134,16 @@ try:
           f"fp32 on the same weights upcast (torch_dtype=float32) is the reference")
     print(f"  pail grpo-ctl logprobs --dtype auto, PAIL_KERNELS_GEMM=exact ({t_ctl:.1f} s) vs transformers fp32 "
           f"({t_t32:.1f} s): max abs {d_ctl:.2e} (target <= 1e-3)")
-    print(f"  pail decode path (bench_model_dtype decode-logprobs: prefill {args.prefill}, then one token a step, "
+    print(f"  pail decode path, PAIL_KERNELS_GEMM=exact (bench_model_dtype decode-logprobs: prefill {args.prefill}, then one token a step, "
           f"each sequence in its own slot of one KvCache, stepped together; {t_dec:.1f} s) vs transformers fp32, tokens t >= {args.prefill}: "
           f"max abs {d_dec:.2e} (target <= 1e-3)")
     print(f"  transformers bf16 (torch_dtype=bfloat16, {t_t16:.1f} s) vs transformers fp32: max abs {d_t16:.2e} "
           f"({d_t16_dec:.2e} over t >= {args.prefill})")
     if amx:
+        d_dec_amx = max_dist(dec_def, t32, first=args.prefill)
+        print(f"  pail decode path as the worker runs it (the prefill's GEMM on AMX, the decode's mat-vecs exact; "
+              f"{t_dec_def:.1f} s) vs transformers fp32, t >= {args.prefill}: max abs {d_dec_amx:.2e} "
+              f"(transformers bf16: {d_t16_dec:.2e})")
         d_amx, d_amx16 = max_dist(pail_def, t32), max_dist(pail_def, t16)
         print(f"  pail grpo-ctl logprobs --dtype auto, GEMMs on AMX tiles (activations rounded to bf16 at the "
               f"GEMMs; {t_amx:.1f} s) vs transformers fp32: max abs {d_amx:.2e}; vs transformers bf16: "
