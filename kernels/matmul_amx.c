@@ -170,7 +170,20 @@ static void store_tile(float *C, int ldc, const float *t, int trans, int m0, int
     }
 }
 
-// The 2 x 2 block's four accumulators out to C.
+// The 2 x 2 block's step: the pair-interleaved tiles b0, b1 (64-byte rows)
+// into tmm6, tmm7, then tmm0..3 += tmm4/5 x tmm6/7.
+static inline void tiles_dp4(const uint16_t *b0, const uint16_t *b1) {
+    _tile_loadd(6, b0, 64);
+    _tile_loadd(7, b1, 64);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+}
+
+// The 2 x 2 block's four accumulators out to C[ma.., na..]: tiles 0..3 are
+// (m, n), (m, n+16), (m+16, n), (m+16, n+16); trans (the forward's C^T): each
+// tile is t[n][m] and they are (n, m), (n, m+16), (n+16, m), (n+16, m+16).
 static void store_block(float *C, int ldc, int trans, int M, int N, int ma, int na, float alpha,
                         float beta) {
     float t[4][256] __attribute__((aligned(64)));
@@ -179,7 +192,8 @@ static void store_block(float *C, int ldc, int trans, int M, int N, int ma, int 
     _tile_stored(2, t[2], 64);
     _tile_stored(3, t[3], 64);
     for (int b = 0; b < 4; b++) {
-        int m0 = ma + (b >> 1) * 16, n0 = na + (b & 1) * 16;
+        int hi = (b >> 1) * 16, lo = (b & 1) * 16;
+        int m0 = ma + (trans ? lo : hi), n0 = na + (trans ? hi : lo);
         if (m0 >= M || n0 >= N) continue;
         store_tile(C, ldc, t[b], trans, m0, M - m0 < 16 ? M - m0 : 16, n0, N - n0 < 16 ? N - n0 : 16,
                    alpha, beta);
@@ -221,26 +235,10 @@ static void fwd_block(float *C, int ldc, const uint16_t *W, int ldw, const uint1
                     _tile_loadd(4, pad[0], 64);
                     _tile_loadd(5, pad[1], 64);
                 }
-                _tile_loadd(6, b0 + (size_t)kb * 512, 64);
-                _tile_loadd(7, b1 + (size_t)kb * 512, 64);
                 // C^T tiles: 0 = (n, m), 1 = (n, m+16), 2 = (n+16, m), 3 = (n+16, m+16)
-                _tile_dpbf16ps(0, 4, 6);
-                _tile_dpbf16ps(1, 4, 7);
-                _tile_dpbf16ps(2, 5, 6);
-                _tile_dpbf16ps(3, 5, 7);
+                tiles_dp4(b0 + (size_t)kb * 512, b1 + (size_t)kb * 512);
             }
-            // store_block's numbering is (m half, n half); here tiles are (n half, m half).
-            float t[4][256] __attribute__((aligned(64)));
-            _tile_stored(0, t[0], 64);
-            _tile_stored(1, t[1], 64);
-            _tile_stored(2, t[2], 64);
-            _tile_stored(3, t[3], 64);
-            for (int b = 0; b < 4; b++) {
-                int n0 = n + (b >> 1) * 16, m0 = m + (b & 1) * 16;
-                if (m0 >= M || n0 >= N) continue;
-                store_tile(C, ldc, t[b], 1, m0, M - m0 < 16 ? M - m0 : 16, n0,
-                           N - n0 < 16 ? N - n0 : 16, alpha, beta);
-            }
+            store_block(C, ldc, 1, M, N, m, n, alpha, beta);
         }
     }
 }
@@ -288,12 +286,7 @@ static void bwd_block(float *C, int ldc, const uint16_t *W, int ldw, const uint1
                 for (int kb = 0; kb < nkb; kb++) {
                     _tile_loadd(4, ab + (size_t)m * kc + kb * 32, kc * 2);
                     _tile_loadd(5, ab + (size_t)(m + 16) * kc + kb * 32, kc * 2);
-                    _tile_loadd(6, p0 + (size_t)kb * 512, 64);
-                    _tile_loadd(7, p1 + (size_t)kb * 512, 64);
-                    _tile_dpbf16ps(0, 4, 6);
-                    _tile_dpbf16ps(1, 4, 7);
-                    _tile_dpbf16ps(2, 5, 6);
-                    _tile_dpbf16ps(3, 5, 7);
+                    tiles_dp4(p0 + (size_t)kb * 512, p1 + (size_t)kb * 512);
                 }
                 store_block(C, ldc, 0, M, Nc, m, c0 + j, alpha, beta);
             }
