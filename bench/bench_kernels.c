@@ -15,6 +15,7 @@
 #include "core/threads.h"
 #include "dtype_cpu.h"
 #include "kernels.h"
+#include "matmul_amx.h"
 
 // bench model (src/model/modelgen.c "bench"): C 512, H 8, Hkv 2, D 64, F 1408, V 32000
 enum { C = 512, H = 8, HKV = 2, D = 64, F = 1408, V = 32000, T = 512, NSEQ = 4 };
@@ -204,6 +205,10 @@ static void dtgemm_shape(const char *name, int T, int N, int K, int reps) {
     dtype_from_f32(W16, W, DT_BF16, wsz);
     dtype_from_f32(W16h, W, DT_F16, wsz);
     dtype_to_f32(Wc, W16, DT_BF16, wsz);
+    // the exact path's panels (on a CPU with AMX the bf16 default is the
+    // tiles, timed after: amx_figures)
+    int amx = amx_bf16_usable();
+    if (amx) matmul_bf16_amx_force(0);
     // validate: the panel GEMM against sgemm on the converted weight
     matmul_forward(o, x, Wc, NULL, T, K, N, 1, 0);
     matmul_forward_dt(o2, x, W16, DT_BF16, NULL, T, K, N, 1, 0);
@@ -237,20 +242,48 @@ static void dtgemm_shape(const char *name, int T, int N, int K, int reps) {
            "dx %6.1f  bf16 %6.1f (%.3fx, median %.3fx)\n",
            name, N, K, T, fl / tf / 1e9, fl / tb / 1e9, tb / tf, median(rb, reps), fl / th / 1e9,
            median(rh, reps), fl / df / 1e9, fl / db / 1e9, db / df, median(rd, reps));
+    if (amx) {
+        // the AMX tiles: x rounded to bf16, so the distance to sgemm is bf16-sized
+        matmul_bf16_amx_force(1);
+        matmul_forward_dt(o2, x, W16, DT_BF16, NULL, T, K, N, 1, 0);
+        md = 0;
+        for (size_t i = 0; i < (size_t)T * N; i++) md = fmax(md, fabs(o[i] - o2[i]));
+        if (md > 1e-2 * mx) {
+            fprintf(stderr, "bench_kernels: AMX GEMM differs from sgemm by %g (max |out| %g)\n", md, mx);
+            exit(1);
+        }
+        double ta = 1e30, da = 1e30;
+        for (int r = 0; r < reps; r++) {
+            double t0 = now();
+            matmul_forward_dt(o, x, W16, DT_BF16, NULL, T, K, N, 1, 0);
+            double t1 = now();
+            matmul_backward_dt(dx, NULL, NULL, o, x, W16, DT_BF16, T, K, N, 1, 0);
+            ta = fmin(ta, t1 - t0), da = fmin(da, now() - t1);
+        }
+        printf("  %-9s %6d x %-5d T=%-4d bf16 on AMX: fwd %6.1f (%.2fx the sgemm's rate) | dx %6.1f (%.2fx); "
+               "max |AMX - sgemm| %.2g of max |out| %.2g\n", "", N, K, T, fl / ta / 1e9, tf / ta, fl / da / 1e9,
+               df / da, md, mx);
+        matmul_bf16_amx_force(0);
+    }
     free(W), free(x), free(o), free(o2), free(W16), free(W16h), free(Wc), free(dx);
 }
 
 static const struct { const char *name; int T, N, K; } dt_shapes[] = {
     {"gate/up", 2048, 1408, 512}, {"down", 2048, 512, 1408}, {"gate/up", 2048, 4864, 896},
-    {"down", 2048, 896, 4864},    {"lm head", 2048, 32000, 512}, {"lm head", 512, 151936, 896}};
+    {"down", 2048, 896, 4864},    {"lm head", 2048, 32000, 512}, {"lm head", 512, 151936, 896},
+    {"gate/up", 64, 4864, 896},   {"down", 64, 896, 4864}};  // T = 64: a batched decode step
 
 static void dtgemm_figures(void) {
+    int amx = amx_bf16_usable();
+    if (amx) matmul_bf16_amx_force(0);  // the header names the exact path; the AMX rows follow each shape
     printf("\nbf16 / f16 weights, large T, GFLOP/s (%s; %s), panel %zu floats a thread, at most %d columns:\n",
            matmul_path_name(1 << 20, DT_BF16), matmul_path_name(1 << 20, DT_F32), matmul_dt_panel_floats,
            matmul_dt_panel_rows);
-    printf("  (fwd: out = x W^T; dx = dout W; ratios: the dtype time over the fp32 sgemm's)\n");
+    printf("  (fwd: out = x W^T; dx = dout W; ratios: the dtype time over the fp32 sgemm's)%s\n",
+           amx ? "; with a \"bf16 on AMX\" row after each (the default for bf16 weights on this CPU)" : "");
     for (size_t i = 0; i < sizeof dt_shapes / sizeof dt_shapes[0]; i++)
         dtgemm_shape(dt_shapes[i].name, dt_shapes[i].T, dt_shapes[i].N, dt_shapes[i].K, 9);
+    if (amx) matmul_bf16_amx_force(1);
 }
 
 // The panel shape's effect (what set matmul_dt_panel_floats and _rows): the
