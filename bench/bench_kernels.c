@@ -92,7 +92,7 @@ static void sgemm_figures(void) {
         dtype_from_f32(W16, W, DT_BF16, (size_t)p[i].N * p[i].K);
         double tb = TIME_BEST(5, matmul_forward_dt(o, x, W16, DT_BF16, NULL, T, p[i].K, p[i].N, 1, 0));
         printf("  %-9s %5d x %-5d OpenBLAS %7.1f GFLOP/s  matmul_forward %7.1f GFLOP/s  (%.2fx)  "
-               "bf16 panels %7.1f (%.2fx of matmul_forward)\n",
+               "bf16 %7.1f (%.2fx of matmul_forward)\n",
                p[i].name, p[i].N, p[i].K, fl / t / 1e9, fl / tm / 1e9, t / tm, fl / tb / 1e9, tm / tb);
         free(x), free(W), free(o), free(W16);
     }
