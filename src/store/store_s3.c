@@ -300,9 +300,12 @@ static int put_headers(const S3 *s, const char *key, const StorePutOpts *o, SigV
     return 0;
 }
 
+enum { CREATE_AGAIN = 2, WRITE_ROUNDS = 3 };
+
 // After a retried create-only write got 412 (or a retried complete got
 // NoSuchUpload), the object may be our own first attempt whose response was
-// lost. Same content (pail-sha256 metadata, else a download hashed) -> 1.
+// lost. Same content (pail-sha256 metadata, else a download hashed) -> 1;
+// no object at all -> 2.
 static int same_content(Store *st, const char *fkey, uint64_t size, const char *sha_hex, PailErr *err) {
     S3 *s = s3_of(st);
     HttpResponse r = {0};
@@ -310,6 +313,10 @@ static int same_content(Store *st, const char *fkey, uint64_t size, const char *
     S3Call c;
     call_init(&c, "HEAD", fkey);
     if (s3_call(st, &c, &r, &attempts, err) < 0) goto out;
+    if (r.status == 404) {  // the conflicting write is gone (or never landed): the key is free again
+        rc = 2;
+        goto out;
+    }
     if (r.status != 200) {
         s3_fail(s, fkey, "HEAD", &r, err);
         goto out;
@@ -347,6 +354,9 @@ out:
 
 // A create-only write ended with `status` after `attempts`: decides success
 // when an earlier attempt (whose response we never saw) may have written it.
+// CREATE_AGAIN (err set) when there is no object after all: a conflicting
+// write (an earlier attempt still in flight at a restarting relay, say) did
+// not stay, and the caller starts the write again (at most WRITE_ROUNDS times).
 static int create_only_verdict(Store *st, const char *fkey, const HttpResponse *r, int attempts, uint64_t size,
                                const char *sha_hex, const char *path_for_hash, PailErr *err) {
     S3 *s = s3_of(st);
@@ -358,6 +368,11 @@ static int create_only_verdict(Store *st, const char *fkey, const HttpResponse *
     }
     int same = same_content(st, fkey, size, sha_hex, err);
     if (same < 0) return err_wrap(err, "s3://%s/%s: checking a create-only conflict after a retry", s->bucket, fkey);
+    if (same == 2) {  // 412, then no object: the write it conflicted with did not stay; the caller writes again
+        err_set(err, PAIL_ERR_NETWORK, "s3://%s/%s: create-only write refused (412), yet no object is there",
+                s->bucket, fkey);
+        return CREATE_AGAIN;
+    }
     if (same) {
         log_info("s3: s3://%s/%s: create-only write retried; the existing object is ours", s->bucket, fkey);
         return 0;
@@ -389,14 +404,19 @@ static int s3_put(Store *st, const char *key, const void *data, size_t len, cons
     c.body = data ? data : (const uint8_t *)"";
     c.body_len = len;
     c.payload_hash = sha;
-    HttpResponse r = {0};
-    int attempts, rc = s3_call(st, &c, &r, &attempts, err);
-    if (rc == 0 && r.status != 200) {
-        if (r.status == 412 && o->create_only) rc = create_only_verdict(st, fkey, &r, attempts, len, sha, NULL, err);
-        else rc = s3_fail(s, fkey, "PUT", &r, err);
+    int rc = CREATE_AGAIN;
+    for (int round = 0; rc == CREATE_AGAIN && round < WRITE_ROUNDS; round++) {
+        if (round) log_warn("%s: writing it again", err->msg);
+        HttpResponse r = {0};
+        int attempts;
+        rc = s3_call(st, &c, &r, &attempts, err);
+        if (rc == 0 && r.status != 200) {
+            if (r.status == 412 && o->create_only) rc = create_only_verdict(st, fkey, &r, attempts, len, sha, NULL, err);
+            else rc = s3_fail(s, fkey, "PUT", &r, err);
+        }
+        http_response_free(&r);
     }
-    http_response_free(&r);
-    return rc;
+    return rc == CREATE_AGAIN ? -1 : rc;
 }
 
 // sha256 of fd[off, off+len) (for signed part uploads over plain http).
@@ -436,8 +456,11 @@ static void abort_upload(Store *st, const char *fkey, const char *upload_id) {
 }
 
 // Parts come from the file fd (path names it in messages) or, with mem non-NULL, from memory.
-static int put_multipart(Store *st, const char *fkey, int fd, const uint8_t *mem, const char *path, uint64_t size,
-                         const StorePutOpts *o, PailErr *err) {
+// One multipart upload: 0, -1 (err), or CREATE_AGAIN (err set) when the
+// upload vanished under it (UploadPart: NoSuchUpload, as after a relay
+// restart lost its spool) or its create-only complete found no object.
+static int put_multipart_once(Store *st, const char *fkey, int fd, const uint8_t *mem, const char *path,
+                              uint64_t size, const StorePutOpts *o, PailErr *err) {
     S3 *s = s3_of(st);
     uint64_t part = s->part_size;
     while ((size + part - 1) / part > MAX_PARTS) part *= 2;
@@ -494,7 +517,13 @@ static int put_multipart(Store *st, const char *fkey, int fd, const uint8_t *mem
         c.payload_hash = hex;
         if (s3_call(st, &c, &r, &attempts, err) < 0) goto abort;
         if (r.status != 200) {
+            S3Error pe = {0};
+            s3_xml_error((char *)r.err_body.data, r.err_body.len, &pe);
             s3_fail(s, fkey, "UploadPart", &r, err);
+            if (r.status == 404 && !strcmp(pe.code, "NoSuchUpload")) {
+                rc = CREATE_AGAIN;  // nothing left to abort
+                goto out;
+            }
             goto abort;
         }
         if (!r.etag[0]) {
@@ -542,7 +571,7 @@ static int put_multipart(Store *st, const char *fkey, int fd, const uint8_t *mem
         char whole[65];
         if (mem) sha256_hex(mem, size, whole);
         rc = create_only_verdict(st, fkey, &r, attempts, size, mem ? whole : NULL, mem ? NULL : path, err);
-        if (rc == 0 || r.status == 404) goto out;
+        if (rc == 0 || rc == CREATE_AGAIN || r.status == 404) goto out;
         goto abort;
     }
     s3_fail(s, fkey, "CompleteMultipartUpload", &r, err);
@@ -553,6 +582,16 @@ out:
     buf_free(&body);
     http_response_free(&r);
     return rc;
+}
+
+static int put_multipart(Store *st, const char *fkey, int fd, const uint8_t *mem, const char *path, uint64_t size,
+                         const StorePutOpts *o, PailErr *err) {
+    int rc = CREATE_AGAIN;
+    for (int round = 0; rc == CREATE_AGAIN && round < WRITE_ROUNDS; round++) {
+        if (round) log_warn("%s: starting the upload again", err->msg);
+        rc = put_multipart_once(st, fkey, fd, mem, path, size, o, err);
+    }
+    return rc == CREATE_AGAIN ? -1 : rc;
 }
 
 static int s3_put_file(Store *st, const char *key, const char *path, const StorePutOpts *o, PailErr *err) {
@@ -589,15 +628,20 @@ static int s3_put_file(Store *st, const char *key, const char *path, const Store
         c.body_fd = fd;
         c.body_len = size;
         c.payload_hash = hex;
-        HttpResponse r = {0};
-        int attempts;
-        rc = s3_call(st, &c, &r, &attempts, err);
-        if (rc == 0 && r.status != 200) {
-            if (r.status == 412 && o->create_only)
-                rc = create_only_verdict(st, fkey, &r, attempts, size, hashed ? hex : NULL, path, err);
-            else rc = s3_fail(s, fkey, "PUT", &r, err);
+        rc = CREATE_AGAIN;
+        for (int round = 0; rc == CREATE_AGAIN && round < WRITE_ROUNDS; round++) {
+            if (round) log_warn("%s: writing it again", err->msg);
+            HttpResponse r = {0};
+            int attempts;
+            rc = s3_call(st, &c, &r, &attempts, err);
+            if (rc == 0 && r.status != 200) {
+                if (r.status == 412 && o->create_only)
+                    rc = create_only_verdict(st, fkey, &r, attempts, size, hashed ? hex : NULL, path, err);
+                else rc = s3_fail(s, fkey, "PUT", &r, err);
+            }
+            http_response_free(&r);
         }
-        http_response_free(&r);
+        if (rc == CREATE_AGAIN) rc = -1;
     }
     close(fd);
     return rc;
