@@ -453,7 +453,7 @@ static void matmul_dx_small_team(float *dx, const float *dout, const void *W, DT
     int nblk = (K + KB - 1) / KB;
     DtCvtFn cvt = dtype_to_f32_fn(wdt, dtype_isa_id());
     size_t esz = dtype_size(wdt);
-#pragma omp for schedule(guided) nowait
+#pragma omp for schedule(dynamic, 1) nowait
     for (int b = 0; b < nblk; b++) {
         int k0 = b * KB, k1 = k0 + KB < K ? k0 + KB : K;
         float wb[KB];
