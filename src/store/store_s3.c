@@ -384,6 +384,29 @@ static int create_only_verdict(Store *st, const char *fkey, const HttpResponse *
 static int put_multipart(Store *st, const char *fkey, int fd, const uint8_t *mem, const char *path, uint64_t size,
                          const StorePutOpts *o, PailErr *err);
 
+// One PUT of the object c describes (size bytes; sha_hex its sha256, or NULL
+// with path to hash it from when a create-only verdict needs it), made again
+// while the create-only verdict finds no object behind a 412 (CREATE_AGAIN),
+// at most WRITE_ROUNDS times. 0 or -1 (err).
+static int put_single(Store *st, const char *fkey, const S3Call *c, const StorePutOpts *o, uint64_t size,
+                      const char *sha_hex, const char *path, PailErr *err) {
+    S3 *s = s3_of(st);
+    int rc = CREATE_AGAIN;
+    for (int round = 0; rc == CREATE_AGAIN && round < WRITE_ROUNDS; round++) {
+        if (round) log_warn("%s: writing it again", err->msg);
+        HttpResponse r = {0};
+        int attempts;
+        rc = s3_call(st, c, &r, &attempts, err);
+        if (rc == 0 && r.status != 200) {
+            if (r.status == 412 && o->create_only)
+                rc = create_only_verdict(st, fkey, &r, attempts, size, sha_hex, path, err);
+            else rc = s3_fail(s, fkey, "PUT", &r, err);
+        }
+        http_response_free(&r);
+    }
+    return rc == CREATE_AGAIN ? -1 : rc;
+}
+
 static int s3_put(Store *st, const char *key, const void *data, size_t len, const StorePutOpts *o, PailErr *err) {
     S3 *s = s3_of(st);
     char fkey[STORE_MAX_KEY + 2];
@@ -404,19 +427,7 @@ static int s3_put(Store *st, const char *key, const void *data, size_t len, cons
     c.body = data ? data : (const uint8_t *)"";
     c.body_len = len;
     c.payload_hash = sha;
-    int rc = CREATE_AGAIN;
-    for (int round = 0; rc == CREATE_AGAIN && round < WRITE_ROUNDS; round++) {
-        if (round) log_warn("%s: writing it again", err->msg);
-        HttpResponse r = {0};
-        int attempts;
-        rc = s3_call(st, &c, &r, &attempts, err);
-        if (rc == 0 && r.status != 200) {
-            if (r.status == 412 && o->create_only) rc = create_only_verdict(st, fkey, &r, attempts, len, sha, NULL, err);
-            else rc = s3_fail(s, fkey, "PUT", &r, err);
-        }
-        http_response_free(&r);
-    }
-    return rc == CREATE_AGAIN ? -1 : rc;
+    return put_single(st, fkey, &c, o, len, sha, NULL, err);
 }
 
 // sha256 of fd[off, off+len) (for signed part uploads over plain http).
@@ -628,20 +639,7 @@ static int s3_put_file(Store *st, const char *key, const char *path, const Store
         c.body_fd = fd;
         c.body_len = size;
         c.payload_hash = hex;
-        rc = CREATE_AGAIN;
-        for (int round = 0; rc == CREATE_AGAIN && round < WRITE_ROUNDS; round++) {
-            if (round) log_warn("%s: writing it again", err->msg);
-            HttpResponse r = {0};
-            int attempts;
-            rc = s3_call(st, &c, &r, &attempts, err);
-            if (rc == 0 && r.status != 200) {
-                if (r.status == 412 && o->create_only)
-                    rc = create_only_verdict(st, fkey, &r, attempts, size, hashed ? hex : NULL, path, err);
-                else rc = s3_fail(s, fkey, "PUT", &r, err);
-            }
-            http_response_free(&r);
-        }
-        if (rc == CREATE_AGAIN) rc = -1;
+        rc = put_single(st, fkey, &c, o, size, hashed ? hex : NULL, path, err);
     }
     close(fd);
     return rc;
