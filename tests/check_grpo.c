@@ -27,6 +27,16 @@ START_TEST(test_advantages) {
     ck_assert(adv[0] == 0);
     ck_assert(fabs(adv[1] - (0 - 1.0 / 3)) < 1e-6);
     ck_assert_int_eq(st.invalid, 1);
+    // grpo_group_flat (--dynamic-sampling) agrees with the advantages' notion
+    ck_assert(!grpo_group_flat(r, valid, 0, 4));
+    ck_assert(grpo_group_flat(r, valid, 4, 8));           // {2,2,2,2}
+    ck_assert(grpo_group_flat(r, NULL, 4, 8));
+    uint8_t one[4] = {0, 0, 1, 0};
+    ck_assert(grpo_group_flat(r, one, 0, 4));             // one valid reward: no spread to learn from
+    uint8_t two[4] = {1, 1, 0, 0};
+    ck_assert(!grpo_group_flat(r, two, 0, 4));            // {1, 0}
+    float spread[4] = {2, 2, 2, 2.0000002f};
+    ck_assert(!grpo_group_flat(spread, NULL, 0, 4));      // any spread is a signal
 }
 END_TEST
 

@@ -57,7 +57,7 @@ int main(int argc, char **argv) {
          *max_memory = NULL, *dtype = NULL;
     long rank, steps, gps, G, stale, budget, publish_every, keep, warmup, seed, resume_from;
     double alpha, lr, eps_low, eps_high, tis, beta, b1, b2, aeps, wd, clip, min_lr, rollout_timeout, late_grace;
-    bool resume, replay_record, full, rslora, recompute, chat, train_zero_adv;
+    bool resume, replay_record, full, rslora, recompute, chat, train_zero_adv, dynamic_sampling;
     StoreCliFlags sf = {0};
     long log_every, valid_every;
     double stop_accuracy;
@@ -119,6 +119,10 @@ int main(int argc, char **argv) {
          "also run the forward and backward of completions whose advantage is 0 (groups with no reward spread); "
          "without --beta their gradient is 0, so this only costs time and makes entropy and ratio metrics cover "
          "every completion"},
+        {"dynamic-sampling", FLAG_BOOL, &dynamic_sampling, "false", 1, 0,
+         "DAPO's dynamic sampling: a group whose rewards have no spread (all right, all wrong) is consumed but not "
+         "trained, and a step waits for --groups-per-step groups with a signal; the workers then generate more "
+         "groups per step (metrics: groups_filtered, reward_sampled)"},
         {"rollout-timeout", FLAG_DOUBLE, &rollout_timeout, "0", 0, 1e9, "fail after waiting this long for rollouts (0: wait)"},
         {"late-grace", FLAG_DOUBLE, &late_grace, "600", 0, 1e6, "seconds a version that left the staleness window is still re-listed (every 30 s) so a shard landing late for it is counted as dropped, not missed"},
         {"dump-grads", FLAG_STRING, &dump_grads, NULL, 1, 0, "write the first step's LoRA gradients (adapter layout) here"},
@@ -145,7 +149,7 @@ int main(int argc, char **argv) {
                        .lr = lr, .beta1 = b1, .beta2 = b2, .adam_eps = aeps, .weight_decay = wd, .max_grad_norm = clip,
                        .min_lr_ratio = min_lr, .warmup_steps = warmup, .steps = steps, .groups_per_step = gps,
                        .group_size = (int)G, .max_staleness = (int)stale, .token_budget = (int)budget,
-                       .publish_every = (int)publish_every, .seed = seed, .recompute = recompute, .train_zero_advantage = train_zero_adv,
+                       .publish_every = (int)publish_every, .seed = seed, .recompute = recompute, .train_zero_advantage = train_zero_adv, .dynamic_sampling = dynamic_sampling,
                        .rollout_timeout = rollout_timeout, .late_grace = late_grace, .resume_from = resume_from};
     c.store = store_cli_options(&sf);
     int usage = 0;

@@ -28,6 +28,9 @@ typedef struct {
 // group with fewer than 2 valid completions, or zero spread, gets A = 0.
 void grpo_advantages(float *adv, AdvantageStats *st, const float *rewards, const uint8_t *valid, int64_t P, int G,
                      ScaleRewards scale);
+// Whether the group of rewards[lo, hi) carries no learning signal: fewer than
+// 2 valid rewards, or no spread among them (what grpo_advantages zeroes).
+bool grpo_group_flat(const float *rewards, const uint8_t *valid, int64_t lo, int64_t hi);
 
 typedef struct {
     LossType type;

@@ -72,6 +72,10 @@ typedef struct {
     int64_t state_parent;    // the state version the next one follows (-1: none yet)
     bool republish;          // resumed past a damaged newest adapter: publish its weights again first
     bool grads_dumped;
+    // --dynamic-sampling: groups consumed without spread since the last step
+    // (and all run long), and their rewards (for reward_sampled)
+    int64_t flat_groups, flat_total, flat_n;
+    double flat_reward_sum;
 } Trainer;
 
 static json_t *lora_json(const LoraLayout *l) {
@@ -241,12 +245,15 @@ static int write_progress(Trainer *t, PailErr *err) {
     // Per version inside the window: shards listed but not used up, and shards
     // used up (or rejected). Workers compare the latter with their own listing
     // of rollouts/ for back-pressure (shards written since the trainer's last
-    // listing are not in either count).
+    // listing are not in either count). A shard whose groups were all taken by
+    // the step being gathered counts as used: nothing of it waits, and a
+    // trainer still short of its step's groups (with --dynamic-sampling, the
+    // flat groups dropped too) must never hold the workers in a pause.
     json_t *pend = json_object(), *done = json_object();
     for (int i = 0; i < t->feed.n; i++) {
         const FeedShard *e = t->feed.shards[i];
         if (e->version < t->version - t->cfg->max_staleness) continue;  // kept to count late shards
-        bool used_up = e->n_groups >= 0 && e->used >= e->n_groups;
+        bool used_up = e->n_groups >= 0 && e->used + e->taken >= e->n_groups;
         char v[32];
         snprintf(v, sizeof v, "%lld", (long long)e->version);
         json_t *obj = used_up ? done : pend;
@@ -539,12 +546,35 @@ static int check_newest_adapter(Trainer *t, PailErr *err) {
     return publish(t, err);
 }
 
+// --dynamic-sampling (DAPO): of the `got` groups just taken into refs[have..],
+// those without reward spread are consumed (the feed counts them taken, so the
+// step's feed_commit uses them up) but not kept: the step waits for
+// groups_per_step groups with a signal. A replayed record names only kept
+// groups, so a replay trains the same steps. Returns how many were kept.
+static int drop_flat(Trainer *t, int have, int got) {
+    int kept = 0, G = t->G;
+    for (int k = have; k < have + got; k++) {
+        GroupRef r = t->refs[k];
+        const RolloutShard *s = r.s;
+        int64_t lo = (int64_t)r.group * G;
+        if (!grpo_group_flat(s->rewards, s->reward_valid, lo, lo + G)) {
+            t->refs[have + kept++] = r;
+            continue;
+        }
+        t->flat_groups++;
+        t->flat_total++;
+        for (int64_t i = lo; i < lo + G; i++)
+            if (s->reward_valid[i]) t->flat_reward_sum += s->rewards[i], t->flat_n++;
+    }
+    return kept;
+}
+
 static int gather(Trainer *t, volatile sig_atomic_t *stop, int *ngroups, double *waited, PailErr *err) {
     const TrainerConfig *c = t->cfg;
     int want = (int)c->groups_per_step, have = 0;
     double t0 = time_mono_s(), next_progress = 0;
     int64_t sleep_ms = 100;
-    bool listed_replay = false;
+    bool listed_replay = false, relisted = false;
     double next_adapter_check = t0 + 10;  // then every 30 s of waiting
     for (;;) {
         if (!c->replay_url || !listed_replay) {
@@ -555,22 +585,30 @@ static int gather(Trainer *t, volatile sig_atomic_t *stop, int *ngroups, double 
             listed_replay = true;
         }
         int got = 0;
+        bool take_failed = false;
         if (feed_take(&t->feed, want - have, t->refs + have, &got, err) < 0) {
             if (err->code != PAIL_ERR_NETWORK) return -1;
             log_warn("reading a shard: %s (retrying)", err->msg);
+            take_failed = true;
         }
-        have += got;
+        have += c->dynamic_sampling ? drop_flat(t, have, got) : got;
         if (have >= want) break;
         if (c->replay_url) {
+            // Every group listed is handed out (the step's own stay pending until
+            // it commits, so the pending count cannot tell): list once more for
+            // shards written since, and stop when there are none.
+            if (got > 0 || take_failed) { relisted = false; continue; }
+            if (relisted) break;  // the replay ran out of shards
             if (feed_refresh(&t->feed, t->version, err) < 0) return -1;
-            if (feed_pending_shards(&t->feed) == 0) break;  // the replay ran out of shards
+            relisted = true;
             continue;
         }
         if (stop && *stop) break;
         double now = time_mono_s();
         if (c->rollout_timeout > 0 && now - t0 > c->rollout_timeout)
-            return err_set(err, PAIL_ERR_TIMEOUT, "no rollouts for %.0f s (have %d of %d groups for step %lld): are "
+            return err_set(err, PAIL_ERR_TIMEOUT, "no rollouts for %.0f s (have %d of %d groups for step %lld%s): are "
                            "rollout workers running against %s?", now - t0, have, want, (long long)t->step + 1,
+                           t->flat_groups ? ", more dropped by --dynamic-sampling for no reward spread" : "",
                            store_url(t->st));
         if (now >= next_progress) {
             PailErr perr = {0};
@@ -856,6 +894,12 @@ static int step_metrics(Trainer *t, Step *st, PailErr *err) {
     jint(mj, "shards_rejected", t->feed.stats.rejected);
     jint(mj, "steps_skipped", t->skipped_steps);
     jint(mj, "groups", ngroups);
+    if (t->cfg->dynamic_sampling) {  // what the policy's samples scored, the dropped groups too
+        double n = (double)ss->completions + (double)t->flat_n;
+        jint(mj, "groups_filtered", t->flat_groups);
+        jint(mj, "groups_filtered_total", t->flat_total);
+        jnum(mj, "reward_sampled", n > 0 ? (ss->reward_sum + t->flat_reward_sum) / n : 0.0);
+    }
     jnum(mj, "learning_rate", st->lr);
     jnum(mj, "grad_norm", sqrt(st->sumsq));
     jnum(mj, "step_seconds", secs);
@@ -867,9 +911,11 @@ static int step_metrics(Trainer *t, Step *st, PailErr *err) {
     }
     if (feed_commit(&t->feed, t->refs, ngroups, t->step) < 0)
         return err_set(err, PAIL_ERR_NOMEM, "step %lld: out of memory for the consumption record", (long long)t->step);
-    fprintf(stderr, "step %lld v%lld | reward %.3f | loss %+.4f | kl %.4f | %.0f tok/s | wait %.1f s | stale %.1f/%.0f\n",
+    char flat[48] = "";
+    if (t->cfg->dynamic_sampling) snprintf(flat, sizeof flat, " | %lld flat groups dropped", (long long)t->flat_groups);
+    fprintf(stderr, "step %lld v%lld | reward %.3f | loss %+.4f | kl %.4f | %.0f tok/s | wait %.1f s | stale %.1f/%.0f%s\n",
             (long long)t->step, (long long)t->version, rmean, ls->loss, kl, secs > 0 ? (double)ss->tokens / secs : 0.0,
-            st->waited, ngroups ? ss->staleness_sum / ngroups : 0.0, ss->staleness_max);
+            st->waited, ngroups ? ss->staleness_sum / ngroups : 0.0, ss->staleness_max, flat);
     // The line waits in pending_metrics for the publish that commits this step.
     char *text = json_dumps(mj, JSON_COMPACT | JSON_SORT_KEYS);
     json_decref(mj);
@@ -898,9 +944,11 @@ static int train_step(Trainer *t, int ngroups, double waited, volatile sig_atomi
         if (feed_commit(&t->feed, t->refs, ngroups, t->step + 1) < 0)
             return err_set(err, PAIL_ERR_NOMEM, "step %lld: out of memory for the consumption record",
                            (long long)t->step + 1);
+        t->flat_groups = t->flat_n = 0, t->flat_reward_sum = 0;
         return 0;
     }
     if (step_metrics(t, &st, err) < 0) return -1;
+    t->flat_groups = t->flat_n = 0, t->flat_reward_sum = 0;
     int rc = 0;
     if (t->step - t->published_step >= c->publish_every) rc = publish(t, err);
     PailErr merr = {0};
@@ -1100,9 +1148,12 @@ int trainer_run(const TrainerConfig *cfg, volatile sig_atomic_t *stop, PailErr *
     if (rc == 0) {
         PailErr perr = {0};
         write_progress(&t, &perr);
-        log_info("done: step %lld, adapter v%08lld; shards consumed %lld, dropped %lld, rejected %lld",
+        char flat[80] = "";
+        if (cfg->dynamic_sampling)
+            snprintf(flat, sizeof flat, "; groups without reward spread dropped %lld", (long long)t.flat_total);
+        log_info("done: step %lld, adapter v%08lld; shards consumed %lld, dropped %lld, rejected %lld%s",
                  (long long)t.step, (long long)t.version, (long long)t.feed.stats.consumed,
-                 (long long)t.feed.stats.dropped, (long long)t.feed.stats.rejected);
+                 (long long)t.feed.stats.dropped, (long long)t.feed.stats.rejected, flat);
     }
     teardown(&t);
     return rc;

@@ -63,6 +63,51 @@ check "...with the bytes of the first run's adapter" "$PY" "$ROOT/validation/tra
 check "3 steps + resume + 2 steps = 5 steps straight (no group trained twice or skipped)" \
   "$PY" "$ROOT/validation/train/compare_adapters.py" "$WORK/r1/adapters/v00000005.h5" "$WORK/r3/adapters/v00000005.h5"
 
+echo "--dynamic-sampling: groups without reward spread are consumed, not trained"
+# A binary reward on a random model: many groups of 4 all-wrong or all-right.
+# --max-ahead 1: the shards the trainer has taken while still short of a
+# step's groups must not hold the worker in a pause (they did: a deadlock).
+DS="file://$WORK/ds"
+"$BIN/grpo-train" "${COMMON[@]}" --run "$DS" --steps 3 --groups-per-step 4 --lr 5e-3 --lora-rank 4 --dynamic-sampling \
+  --metrics "$WORK/ds.jsonl" --rollout-timeout 120 >"$WORK/ds-train.log" 2>&1 &
+TRAIN=$!; PIDS+=($TRAIN)
+"$BIN/grpo-rollout" "${COMMON[@]}" --run "$DS" --dataset "$WORK/train.jsonl" --worker-id wd --groups-per-shard 2 \
+  --max-new-tokens 6 --batch-size 8 --max-ahead 1 --seed 11 --reward format --format-regex '[0-9]' \
+  >"$WORK/roll-wd.log" 2>&1 &
+WD=$!; PIDS+=($WD)
+check "trainer finishes 3 steps, the worker never held in a pause" wait $TRAIN
+kill $WD 2>/dev/null; wait $WD 2>/dev/null
+cat >"$WORK/flat.py" <<'PYEOF'
+import glob, json, sys
+import h5py
+import numpy as np
+# flat groups in every shard of a run; per-step metrics: each step 4 groups, all with spread
+flat = total = 0
+for f in sorted(glob.glob(sys.argv[1] + "/rollouts/*/*.h5")):
+    with h5py.File(f) as h:
+        r, v, g = h["rewards"][:], h["reward_valid"][:], h["group"][:]
+    for p in np.unique(g):
+        rv = r[(g == p) & (v == 1)]
+        total += 1
+        flat += len(rv) < 2 or rv.min() == rv.max()
+rows = [json.loads(l) for l in open(sys.argv[2])] if len(sys.argv) > 2 else []
+assert all(x["groups"] == 4 and x["frac_reward_zero_std"] == 0 for x in rows), rows
+print(flat, total, sum(x["groups_filtered"] for x in rows), rows[-1]["groups_filtered_total"] if rows else -1)
+PYEOF
+read -r nflat ntotal sumf lastf < <("$PY" "$WORK/flat.py" "$WORK/ds" "$WORK/ds.jsonl" 2>"$WORK/flat.err") || true
+check "every trained step had 4 groups with spread (metrics)" test -n "$nflat"
+check "flat groups were dropped ($sumf of them; groups_filtered_total agrees)" test "${sumf:-0}" -gt 0 -a "$sumf" = "$lastf"
+"$BIN/grpo-train" "${COMMON[@]}" --run "file://$WORK/ds-replay" --replay "$DS" --steps 1000 --groups-per-step 4 --lr 5e-3 \
+  --lora-rank 4 --dynamic-sampling --metrics "" >"$WORK/ds-replay.log" 2>&1
+read -r nflat ntotal _ _ < <("$PY" "$WORK/flat.py" "$WORK/ds" 2>>"$WORK/flat.err") || true
+check "a replay of every shard drops exactly the flat groups h5py finds ($nflat of $ntotal)" \
+  grep -q "groups without reward spread dropped ${nflat:-x}\$" "$WORK/ds-replay.log"
+check "...and trains the others" test -f "$WORK/ds-replay/adapters/v$(printf %08d $(( (ntotal - nflat) / 4 ))).h5"
+"$BIN/grpo-train" "${COMMON[@]}" --run "file://$WORK/ds-rec" --replay "$DS" --replay-record --steps 3 --groups-per-step 4 \
+  --lr 5e-3 --lora-rank 4 --metrics "" >"$WORK/ds-rec.log" 2>&1
+check "replaying its record gives the live run's adapter, bit for bit" "$PY" "$ROOT/validation/train/compare_adapters.py" \
+  "$WORK/ds/adapters/v00000003.h5" "$WORK/ds-rec/adapters/v00000003.h5"
+
 echo "a corrupt shard is rejected, recorded, and training goes on"
 head -c 5000 /dev/urandom >"$WORK/junk.h5"
 "$BIN/grpo-ctl" put --versioned "$RUN/rollouts/v00000004/aa-000001.h5" "$WORK/junk.h5" >/dev/null
