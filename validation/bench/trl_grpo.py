@@ -68,7 +68,7 @@ def final_answer(text):
     return float(nums[-1].replace(",", "")) if nums else None
 
 
-def multiplication_reward(completions, answer, **_):
+def exact_answer_reward(completions, answer, **_):
     out = []
     for c, a in zip(completions, answer):
         text = c[-1]["content"] if isinstance(c, list) else c  # conversational: the assistant message
@@ -134,7 +134,7 @@ class Record(TrainerCallback):
                   f"length {s.get('completions/mean_length', 0):.1f}", flush=True)
 
 
-trainer = TimedGRPOTrainer(model=model, reward_funcs=multiplication_reward, args=cfg, train_dataset=ds,
+trainer = TimedGRPOTrainer(model=model, reward_funcs=exact_answer_reward, args=cfg, train_dataset=ds,
                            processing_class=tok, peft_config=peft_cfg, callbacks=[Record()])
 t_train = time.perf_counter()
 trainer.train()
