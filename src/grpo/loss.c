@@ -23,11 +23,14 @@ static void group_mean_std(const float *r, const uint8_t *valid, int64_t lo, int
     *count = n;
 }
 
+// No spread, or too few valid rewards: no learning signal.
+static bool flat_of(int64_t n, double sd) { return n < 2 || sd == 0; }
+
 bool grpo_group_flat(const float *rewards, const uint8_t *valid, int64_t lo, int64_t hi) {
     double m, sd;
     int64_t n;
     group_mean_std(rewards, valid, lo, hi, &m, &sd, &n);
-    return n < 2 || sd == 0;
+    return flat_of(n, sd);
 }
 
 void grpo_advantages(float *adv, AdvantageStats *st, const float *rewards, const uint8_t *valid, int64_t P, int G,
@@ -47,7 +50,7 @@ void grpo_advantages(float *adv, AdvantageStats *st, const float *rewards, const
         int64_t n;
         group_mean_std(rewards, valid, p * G, (p + 1) * G, &m, &sd, &n);
         st->groups++;
-        bool flat = n < 2 || sd == 0;  // grpo_group_flat: no learning signal
+        bool flat = flat_of(n, sd);
         if (flat) st->zero_spread_groups++;
         double denom = scale == SCALE_GROUP ? sd + 1e-4 : scale == SCALE_BATCH ? bstd + 1e-4 : 1.0;
         for (int64_t i = p * G; i < (p + 1) * G; i++) {

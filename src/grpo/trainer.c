@@ -72,8 +72,8 @@ typedef struct {
     int64_t state_parent;    // the state version the next one follows (-1: none yet)
     bool republish;          // resumed past a damaged newest adapter: publish its weights again first
     bool grads_dumped;
-    // --dynamic-sampling: groups consumed without spread since the last step
-    // (and all run long), and their rewards (for reward_sampled)
+    // --dynamic-sampling: groups consumed without spread while the current
+    // step gathered (and all run long), and their rewards (for reward_sampled)
     int64_t flat_groups, flat_total, flat_n;
     double flat_reward_sum;
 } Trainer;
@@ -576,6 +576,7 @@ static int gather(Trainer *t, volatile sig_atomic_t *stop, int *ngroups, double 
     int64_t sleep_ms = 100;
     bool listed_replay = false, relisted = false;
     double next_adapter_check = t0 + 10;  // then every 30 s of waiting
+    t->flat_groups = t->flat_n = 0, t->flat_reward_sum = 0;  // this step's
     for (;;) {
         if (!c->replay_url || !listed_replay) {
             if (feed_refresh(&t->feed, t->version, err) < 0) {
@@ -944,11 +945,9 @@ static int train_step(Trainer *t, int ngroups, double waited, volatile sig_atomi
         if (feed_commit(&t->feed, t->refs, ngroups, t->step + 1) < 0)
             return err_set(err, PAIL_ERR_NOMEM, "step %lld: out of memory for the consumption record",
                            (long long)t->step + 1);
-        t->flat_groups = t->flat_n = 0, t->flat_reward_sum = 0;
         return 0;
     }
     if (step_metrics(t, &st, err) < 0) return -1;
-    t->flat_groups = t->flat_n = 0, t->flat_reward_sum = 0;
     int rc = 0;
     if (t->step - t->published_step >= c->publish_every) rc = publish(t, err);
     PailErr merr = {0};
