@@ -6,6 +6,7 @@
 // for the frozen weights of the _dt functions (kernels/dtype.h).
 #pragma once
 #include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {  // the CUDA twins are compiled as C++; core/err.h has no guard of its own
@@ -226,6 +227,34 @@ void adamw_update(float *p, float *m, float *v, const float *g, size_t n, float 
 void adamw_update_ref(float *p, float *m, float *v, const float *g, size_t n, float lr,
                       float beta1, float beta2, float eps, float weight_decay, int step,
                       float grad_scale);
+
+// ---- sample: one next token per row (src/rollout/sampler.h states the rules) ----
+typedef struct {
+    double temperature;  // 0: greedy (first maximum; log-prob 0)
+    double top_p;        // in (0, 1): nucleus; else off
+    double min_p;        // in (0, 1]: keep p >= min_p * p_max (after top-k / top-p); else off
+    int top_k;           // in (0, V): keep the k most likely; else off
+} SampleParams;
+// The sampler's exp (simd.h's Cephes polynomial): the same bits for every
+// element on every path, scalar, AVX2 and CUDA, so the logits and the stream
+// fix the token.
+void sample_exp(float *x, int n);
+// One row: returns the token, advances the xoshiro256** state rng (4 words,
+// core/rng.h's Rng), *logprob = its log-probability under the distribution
+// sampled from. p (V floats) and idx (V ints) are scratch.
+int sample_row(float *logprob, uint64_t rng[4], const float *logits, const SampleParams *sp, float *p, int *idx,
+               int V);
+// n rows: row a draws from logits row lrow[a] ((*, V)) with the stream rng
+// (4 words a slot) of slot rslot[a], writing tok[a], logp[a] and stopped[a] =
+// 1 when tok[a] is one of stop_ids (else 0). Slots of one call are distinct.
+// The fast path runs rows in parallel on its own OpenMP region (never call it
+// inside one: -1) with each thread's scratch kept from its first call.
+int sample_forward(int32_t *tok, float *logp, uint8_t *stopped, uint64_t *rng, const float *logits, const int *lrow,
+                   const int *rslot, int n, int V, const SampleParams *sp, const int32_t *stop_ids, int n_stop,
+                   PailErr *err);
+int sample_forward_ref(int32_t *tok, float *logp, uint8_t *stopped, uint64_t *rng, const float *logits,
+                       const int *lrow, const int *rslot, int n, int V, const SampleParams *sp,
+                       const int32_t *stop_ids, int n_stop, PailErr *err);
 
 // ---- CUDA twins (make CUDA=1): same contracts, every pointer a device pointer ----
 // Defined only in CUDA builds: callers guard their use with #ifdef PAIL_CUDA.

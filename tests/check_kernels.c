@@ -510,6 +510,65 @@ START_TEST(test_simd_exp) {
 }
 END_TEST
 
+// ---- sample ----
+// sample_exp gives one value per input whatever the lane (an 8-wide chunk or
+// the scalar tail), and the batched op equals one row at a time: rows mapped
+// to logits rows and RNG slots, each slot's stream advanced once, stop flags.
+START_TEST(test_sample) {
+    enum { N = 4099 };
+    static float x[N], y[N + 7];
+    for (int i = 0; i < N; i++) x[i] = -90.0f + 180.0f * (float)rng_uniform_f(&rng);
+    for (int shift = 0; shift < 8; shift++) {  // the same value in every lane and in the tail
+        memcpy(y + shift, x, sizeof x);
+        sample_exp(y + shift, N - shift);
+        for (int i = 0; i < N - shift; i++) {
+            float one = x[i];
+            sample_exp(&one, 1);
+            ck_assert_msg(memcmp(&one, &y[shift + i], 4) == 0, "sample_exp(%.9g): %.9g in a chunk, %.9g alone", x[i],
+                          y[shift + i], one);
+        }
+    }
+    enum { V = 517, R = 3, ROWS = 7, SLOTS = 9 };
+    float *logits = rnd((size_t)R * V, -6, 6);
+    int lrow[ROWS] = {0, 0, 1, 2, 2, 2, 1}, rslot[ROWS] = {8, 0, 3, 1, 2, 6, 5};
+    int32_t stops[2] = {-1, 0};
+    SampleParams cases[] = {{1.0, 1, 0, 0}, {0.7, 0.9, 0, 0}, {1.1, 1, 0.2, 0}, {0.8, 0.95, 0.1, 40}, {0, 1, 0, 0}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        uint64_t st0[SLOTS * 4], st1[SLOTS * 4], st2[SLOTS * 4];
+        for (int k = 0; k < SLOTS; k++) rng_seed((Rng *)&st0[4 * k], 11 + c, (uint64_t)k);
+        memcpy(st1, st0, sizeof st0);
+        memcpy(st2, st0, sizeof st0);
+        int32_t t1[ROWS], t2[ROWS];
+        float l1[ROWS], l2[ROWS], p[V];
+        uint8_t s1[ROWS], s2[ROWS];
+        int idx[V];
+        PailErr err = {0};
+        stops[0] = -1;
+        ck_assert_int_eq(sample_forward(t1, l1, s1, st1, logits, lrow, rslot, ROWS, V, &cases[c], stops, 2, &err), 0);
+        stops[0] = t1[3];  // a token drawn: flagged wherever it is drawn
+        memcpy(st1, st0, sizeof st0);
+        ck_assert_int_eq(sample_forward(t1, l1, s1, st1, logits, lrow, rslot, ROWS, V, &cases[c], stops, 2, &err), 0);
+        ck_assert_int_eq(sample_forward_ref(t2, l2, s2, st2, logits, lrow, rslot, ROWS, V, &cases[c], stops, 2, &err), 0);
+        ck_assert(memcmp(st1, st2, sizeof st1) == 0 && memcmp(t1, t2, sizeof t1) == 0 && memcmp(l1, l2, sizeof l1) == 0);
+        ck_assert(memcmp(s1, s2, sizeof s1) == 0 && s1[3] == 1);
+        for (int a = 0; a < ROWS; a++) {
+            uint64_t one[4];
+            memcpy(one, &st0[4 * rslot[a]], sizeof one);
+            float lp;
+            int tok = sample_row(&lp, one, logits + (size_t)lrow[a] * V, &cases[c], p, idx, V);
+            ck_assert_msg(tok == t1[a] && lp == l1[a], "case %zu row %d: %d (%g) batched, %d (%g) alone", c, a, t1[a],
+                          l1[a], tok, lp);
+            ck_assert(s1[a] == (tok == stops[0] || tok == stops[1]));
+            // the slot's stream moved on by one draw (greedy draws none)
+            ck_assert((memcmp(one, &st1[4 * rslot[a]], sizeof one) == 0));
+            ck_assert((memcmp(one, &st0[4 * rslot[a]], sizeof one) == 0) == (cases[c].temperature == 0));
+        }
+        ck_assert((memcmp(&st1[4 * 4], &st0[4 * 4], 32) == 0));  // slot 4 is no row's
+    }
+    free(logits);
+}
+END_TEST
+
 // ---- ops on a caller's team (kernels/parallel.h) ----
 // Called by every thread of a region the caller opened, each op must give to
 // the bit what it gives on its own: every output element is computed by one
@@ -800,6 +859,7 @@ int main(void) {
     tcase_add_test(core, test_logprob_normalised);
     tcase_add_test(core, test_embedding);
     tcase_add_test(core, test_adamw);
+    tcase_add_test(core, test_sample);
     tcase_add_test(core, test_ops_in_team);
     tcase_add_test(limits, test_bad_ids);
     tcase_add_test(limits, test_attention_extreme);

@@ -218,6 +218,34 @@ START_TEST(test_top_p) {
 }
 END_TEST
 
+// HF MinPLogitsWarper after TopK / TopP: keep p >= min_p * max(p) of what is
+// left (at least one); alone it needs no sort, with top-k it cuts the sorted set.
+START_TEST(test_min_p) {
+    float l[V];
+    test_logits(l);
+    struct { double t, min_p; int top_k; } cases[] = {{0.7, 0.1, 0}, {1.2, 0.3, 0}, {1.0, 0.5, 6}};
+    for (int c = 0; c < 3; c++) {
+        double want[V], mx = 0;
+        softmax_ref(want, l, cases[c].t);
+        bool keep[V];
+        int idx[V];
+        order_desc(idx, want);
+        int k = cases[c].top_k > 0 ? cases[c].top_k : V;
+        memset(keep, 0, sizeof keep);
+        for (int j = 0; j < k; j++) keep[idx[j]] = true;
+        for (int j = 0; j < V; j++) mx = fmax(mx, want[j]);
+        int nk = 0;
+        for (int j = 0; j < V; j++) nk += keep[j] = keep[j] && want[j] >= cases[c].min_p * mx;
+        ck_assert(nk >= 2 && nk < k);  // min-p really cuts
+        renorm(want, keep);
+        SamplerConfig cfg = {.temperature = cases[c].t, .top_p = 1.0, .top_k = cases[c].top_k, .min_p = cases[c].min_p};
+        double p = draw_and_test(l, &cfg, want, 900 + c);
+        ck_assert_msg(p > P_MIN, "case %d (T %g min-p %g top-k %d, %d kept): chi-square p-value %g", c, cases[c].t,
+                      cases[c].min_p, cases[c].top_k, nk, p);
+    }
+}
+END_TEST
+
 START_TEST(test_greedy) {
     float l[V];
     test_logits(l);
@@ -316,6 +344,7 @@ int main(void) {
     tcase_add_test(core, test_chi2_rejects_wrong_temperature);
     tcase_add_test(core, test_top_k);
     tcase_add_test(core, test_top_p);
+    tcase_add_test(core, test_min_p);
     tcase_add_test(core, test_greedy);
     tcase_add_test(core, test_seed_determinism);
     tcase_add_test(limits, test_masked_logits);

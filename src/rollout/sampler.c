@@ -1,8 +1,7 @@
-// Sampling with temperature / top-k / top-p and the log-probability of the
-// sampled token under the sampled distribution (see sampler.h).
-#define _GNU_SOURCE  // qsort_r
+// Sampling settings from generation_config.json, and sample_token: one row of
+// kernels/sample.c's op (the one sampler of the code base; see sampler.h).
 #include "rollout/sampler.h"
-#include "simd.h"
+#include "kernels.h"
 #include <jansson.h>
 #include <math.h>
 #include <stdbool.h>
@@ -60,64 +59,7 @@ void sampler_scratch_free(SamplerScratch *s) {
     s->idx = NULL;
 }
 
-static int by_prob_desc(const void *a, const void *b, void *arg) {
-    const float *p = arg;
-    float x = p[*(const int *)a], y = p[*(const int *)b];
-    if (x != y) return x > y ? -1 : 1;
-    return *(const int *)a - *(const int *)b;  // ties: lower id first (deterministic)
-}
-
 int sample_token(const float *logits, const SamplerConfig *cfg, Rng *rng, SamplerScratch *s, float *logprob) {
-    int V = s->V;
-    if (!(cfg->temperature > 0)) {  // greedy: first maximum
-        int best = 0;
-        for (int j = 1; j < V; j++) if (logits[j] > logits[best]) best = j;
-        *logprob = 0.0f;
-        return best;
-    }
-    float inv_t = (float)(1.0 / cfg->temperature), m = -INFINITY;
-    for (int j = 0; j < V; j++) m = logits[j] > m ? logits[j] : m;
-    // exp over the whole vocabulary dominates sampling: kernels/simd.h's
-    // vectorised exp (2 ulp), summed in double.
-    for (int j = 0; j < V; j++) s->p[j] = (logits[j] - m) * inv_t;
-    simd_exp(s->p, V);
-    double sum = 0;
-    for (int j = 0; j < V; j++) sum += s->p[j];
-    bool truncate = (cfg->top_k > 0 && cfg->top_k < V) || (cfg->top_p > 0 && cfg->top_p < 1);
-    if (!truncate) {
-        double u = rng_uniform(rng) * sum, acc = 0;
-        int tok = V - 1;
-        for (int j = 0; j < V; j++) {
-            acc += s->p[j];
-            if (u < acc) { tok = j; break; }
-        }
-        while (s->p[tok] == 0 && tok > 0) tok--;  // u landed on rounding slack
-        *logprob = (float)(log(s->p[tok]) - log(sum));
-        return tok;
-    }
-    // Candidates in descending probability; keep the top k, then the smallest
-    // prefix whose mass reaches top_p (as HF's TopKLogitsWarper then TopPLogitsWarper).
-    for (int j = 0; j < V; j++) s->idx[j] = j;
-    qsort_r(s->idx, (size_t)V, sizeof *s->idx, by_prob_desc, s->p);
-    int keep = cfg->top_k > 0 && cfg->top_k < V ? cfg->top_k : V;
-    double kept = 0;
-    for (int j = 0; j < keep; j++) kept += s->p[s->idx[j]];
-    if (cfg->top_p > 0 && cfg->top_p < 1) {
-        double acc = 0;
-        int n = 0;
-        while (n < keep) {
-            acc += s->p[s->idx[n++]];
-            if (acc >= cfg->top_p * kept) break;
-        }
-        keep = n;
-        kept = acc;
-    }
-    double u = rng_uniform(rng) * kept, acc = 0;
-    int tok = s->idx[keep - 1];
-    for (int j = 0; j < keep; j++) {
-        acc += s->p[s->idx[j]];
-        if (u < acc) { tok = s->idx[j]; break; }
-    }
-    *logprob = (float)(log(s->p[tok]) - log(kept));
-    return tok;
+    SampleParams sp = {.temperature = cfg->temperature, .top_p = cfg->top_p, .min_p = cfg->min_p, .top_k = cfg->top_k};
+    return sample_row(logprob, rng->s, logits, &sp, s->p, s->idx, s->V);
 }

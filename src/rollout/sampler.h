@@ -1,4 +1,4 @@
-// Token sampling from logits: temperature, top-k, top-p (nucleus). Returns the
+// Token sampling from logits: temperature, top-k, top-p (nucleus), min-p. Returns the
 // token and its log-probability under the distribution actually sampled from
 // (after temperature; with top-k/top-p, of the truncated, renormalised
 // distribution: doc/rollout.md explains the bias this brings to the trainer's
@@ -12,6 +12,7 @@ typedef struct {
     double temperature;  // 0: greedy
     double top_p;        // 1: off
     int top_k;           // 0: off
+    double min_p;        // 0: off; keep p >= min_p * p_max (after top-k and top-p, as HF)
 } SamplerConfig;
 
 typedef struct {

@@ -1,0 +1,197 @@
+// sample: one token per row from next-token logits (temperature, top-k, top-p,
+// min-p, stop ids), with the log-probability of the token under the
+// distribution sampled from and a per-row xoshiro256** stream advanced in
+// place. The rules are those of src/rollout/sampler.h (which calls sample_row):
+// probabilities through sample_exp, summed in double in a fixed order, so the
+// stream and the logits fix the token. CUDA twin: kernels/sample.cu (the same
+// exp bits; its sums are reduced in another order, see doc/kernels.md).
+#define _GNU_SOURCE  // qsort_r
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include "kernels.h"
+#include "parallel.h"
+#include "simd.h"
+
+// The scalar twin of simd.h's exp8, operation for operation (fmaf is the
+// vector FMA's single rounding), so every element of a row gets the same bits
+// whether it falls in an 8-wide chunk, the tail, a non-AVX2 build or the GPU.
+static inline float exp1(float x) {
+    const float hi = 88.3762626647949f, lo = -87.3365478515625f;
+    bool under = x < lo;
+    x = x < hi ? x : hi;  // _mm256_min_ps(x, hi): hi when x is NaN
+    x = x > lo ? x : lo;
+    float fx = floorf(fmaf(x, 1.44269504088896341f, 0.5f));
+    x = fmaf(-fx, 0.693359375f, x);
+    x = fmaf(-fx, -2.12194440e-4f, x);
+    float y = 1.9875691500e-4f;
+    y = fmaf(y, x, 1.3981999507e-3f);
+    y = fmaf(y, x, 8.3334519073e-3f);
+    y = fmaf(y, x, 4.1665795894e-2f);
+    y = fmaf(y, x, 1.6666665459e-1f);
+    y = fmaf(y, x, 5.0000001201e-1f);
+    y = fmaf(y, x * x, x + 1.0f);
+    union { uint32_t u; float f; } n = {.u = (uint32_t)((int32_t)fx + 127) << 23};
+    return under ? 0.0f : y * n.f;
+}
+
+void sample_exp(float *x, int n) {
+    int i = 0;
+#if defined(__AVX2__) && defined(__FMA__)
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, exp8(_mm256_loadu_ps(x + i)));
+#endif
+    for (; i < n; i++) x[i] = exp1(x[i]);
+}
+
+// xoshiro256** (core/rng.c's rng_u64 and rng_uniform, on a bare state).
+static inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+static double uniform(uint64_t *s) {
+    uint64_t result = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return (result >> 11) * 0x1.0p-53;
+}
+
+static int by_prob_desc(const void *a, const void *b, void *arg) {
+    const float *p = arg;
+    float x = p[*(const int *)a], y = p[*(const int *)b];
+    if (x != y) return x > y ? -1 : 1;
+    return *(const int *)a - *(const int *)b;  // ties: lower id first (deterministic)
+}
+
+static bool on(double knob) { return knob > 0 && knob < 1; }
+
+int sample_row(float *logprob, uint64_t rng[4], const float *logits, const SampleParams *sp, float *p, int *idx,
+               int V) {
+    if (!(sp->temperature > 0)) {  // greedy: first maximum
+        int best = 0;
+        for (int j = 1; j < V; j++)
+            if (logits[j] > logits[best]) best = j;
+        *logprob = 0.0f;
+        return best;
+    }
+    float inv_t = (float)(1.0 / sp->temperature), m = -INFINITY;
+    for (int j = 0; j < V; j++) m = logits[j] > m ? logits[j] : m;
+    for (int j = 0; j < V; j++) p[j] = (logits[j] - m) * inv_t;
+    sample_exp(p, V);  // the largest is exp(0) = 1 exactly
+    bool sorted = (sp->top_k > 0 && sp->top_k < V) || on(sp->top_p);
+    if (!sorted) {
+        // Every token, or (min-p alone) those with p >= min_p * p_max, in id order.
+        float floor_p = on(sp->min_p) || sp->min_p == 1 ? (float)sp->min_p : 0.0f;
+        double sum = 0;
+        for (int j = 0; j < V; j++)
+            if (p[j] >= floor_p) sum += p[j];
+        double u = uniform(rng) * sum, acc = 0;
+        int tok = -1;
+        for (int j = 0; j < V; j++) {
+            if (p[j] < floor_p) continue;
+            acc += p[j];
+            if (u < acc) { tok = j; break; }
+        }
+        if (tok < 0) tok = V - 1;  // u landed on rounding slack: the last kept token with mass
+        while (tok > 0 && (p[tok] == 0 || p[tok] < floor_p)) tok--;
+        *logprob = (float)(log(p[tok]) - log(sum));
+        return tok;
+    }
+    // Candidates in descending probability; keep the top k, then the smallest
+    // prefix whose mass reaches top_p, then those >= min_p times the largest
+    // (HF's TopK, TopP then MinP warpers).
+    for (int j = 0; j < V; j++) idx[j] = j;
+    qsort_r(idx, (size_t)V, sizeof *idx, by_prob_desc, p);
+    int keep = sp->top_k > 0 && sp->top_k < V ? sp->top_k : V;
+    double kept = 0;
+    for (int j = 0; j < keep; j++) kept += p[idx[j]];
+    if (on(sp->top_p)) {
+        double acc = 0;
+        int n = 0;
+        while (n < keep) {
+            acc += p[idx[n++]];
+            if (acc >= sp->top_p * kept) break;
+        }
+        keep = n;
+        kept = acc;
+    }
+    if (on(sp->min_p) || sp->min_p == 1) {
+        float floor_p = (float)sp->min_p * p[idx[0]];
+        int n = 1;
+        while (n < keep && p[idx[n]] >= floor_p) n++;
+        if (n < keep) {
+            keep = n;
+            kept = 0;
+            for (int j = 0; j < keep; j++) kept += p[idx[j]];
+        }
+    }
+    double u = uniform(rng) * kept, acc = 0;
+    int tok = idx[keep - 1];
+    for (int j = 0; j < keep; j++) {
+        acc += p[idx[j]];
+        if (u < acc) { tok = idx[j]; break; }
+    }
+    *logprob = (float)(log(p[tok]) - log(kept));
+    return tok;
+}
+
+static uint8_t is_stop(int32_t tok, const int32_t *stop_ids, int n_stop) {
+    for (int k = 0; k < n_stop; k++)
+        if (tok == stop_ids[k]) return 1;
+    return 0;
+}
+
+int sample_forward_ref(int32_t *tok, float *logp, uint8_t *stopped, uint64_t *rng, const float *logits,
+                       const int *lrow, const int *rslot, int n, int V, const SampleParams *sp,
+                       const int32_t *stop_ids, int n_stop, PailErr *err) {
+    float *p = malloc((size_t)V * sizeof *p);
+    int *idx = malloc((size_t)V * sizeof *idx);
+    if (!p || !idx) {
+        free(p);
+        free(idx);
+        return err_set(err, PAIL_ERR_NOMEM, "sample: out of memory for a row's scratch (V = %d)", V);
+    }
+    for (int a = 0; a < n; a++) {
+        tok[a] = sample_row(&logp[a], rng + 4 * (size_t)rslot[a], logits + (size_t)lrow[a] * V, sp, p, idx, V);
+        stopped[a] = is_stop(tok[a], stop_ids, n_stop);
+    }
+    free(p);
+    free(idx);
+    return 0;
+}
+
+// Each thread's scratch, kept from its first call (V floats and ints): the
+// decode loop allocates nothing after its first step.
+static __thread float *tls_p;
+static __thread int *tls_idx;
+static __thread int tls_v;
+
+static bool scratch(int V) {
+    if (tls_v >= V) return true;
+    free(tls_p);
+    free(tls_idx);
+    tls_p = malloc((size_t)V * sizeof *tls_p);
+    tls_idx = malloc((size_t)V * sizeof *tls_idx);
+    tls_v = tls_p && tls_idx ? V : 0;
+    return tls_v > 0;
+}
+
+int sample_forward(int32_t *tok, float *logp, uint8_t *stopped, uint64_t *rng, const float *logits, const int *lrow,
+                   const int *rslot, int n, int V, const SampleParams *sp, const int32_t *stop_ids, int n_stop,
+                   PailErr *err) {
+    // Not a team op (parallel.h): inside a region every thread would draw every row.
+    if (omp_in_parallel())
+        return err_set(err, PAIL_ERR_INVALID, "sample_forward: called inside a parallel region (it opens its own)");
+    int failed = 0;
+    // Rows are independent (each its own stream), so the split does not change a bit.
+#pragma omp parallel for schedule(dynamic, 1) if (n > 1) reduction(| : failed)
+    for (int a = 0; a < n; a++) {
+        if (!scratch(V)) { failed = 1; continue; }
+        tok[a] = sample_row(&logp[a], rng + 4 * (size_t)rslot[a], logits + (size_t)lrow[a] * V, sp, tls_p, tls_idx, V);
+        stopped[a] = is_stop(tok[a], stop_ids, n_stop);
+    }
+    if (failed) return err_set(err, PAIL_ERR_NOMEM, "sample: out of memory for a thread's scratch (V = %d)", V);
+    return 0;
+}
