@@ -346,6 +346,12 @@ int adamw_grad_sumsq_cuda(double *sumsq, const float *g, size_t n, PailErr *err)
 int adamw_update_cuda(float *p, float *m, float *v, const float *g, size_t n, float lr,
                       float beta1, float beta2, float eps, float weight_decay, int step,
                       float grad_scale, PailErr *err);
+// ws: sample_ws_bytes_cuda(n, V, sp) bytes of device memory (the rows'
+// probabilities; with top-k / top-p also the sort's buffers). stop_ids on the device.
+size_t sample_ws_bytes_cuda(int n, int V, const SampleParams *sp);
+int sample_forward_cuda(int32_t *tok, float *logp, uint8_t *stopped, uint64_t *rng, const float *logits,
+                        const int *lrow, const int *rslot, int n, int V, const SampleParams *sp,
+                        const int32_t *stop_ids, int n_stop, void *ws, size_t ws_bytes, PailErr *err);
 
 #ifdef __cplusplus
 }

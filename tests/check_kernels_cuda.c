@@ -355,6 +355,55 @@ static void dtype_cuda_case(DType dt, size_t panel) {
     free(Wc), free(W16), free(h), free(dl), free(de), free(dh), free(dW), free(eo);
 }
 
+// The sampler: the CPU's tokens and log-probs from the same logits and
+// streams. The probabilities are the same bits; the double sums are reduced in
+// another order, so a token may differ only when the uniform lands within a
+// few ulps of a cumulative boundary: over these rows none does (a mismatch in
+// more than 1 row of 512 a case is a bug, not rounding). Every slot's stream
+// advanced exactly as on the CPU.
+START_TEST(test_sample_cuda) {
+    enum { V = 1031, R = 64, ROWS = 512 };
+    float *logits = rnd((size_t)R * V, -8, 8);
+    int lrow[ROWS], rslot[ROWS];
+    for (int a = 0; a < ROWS; a++) lrow[a] = a % R, rslot[a] = (a * 7) % ROWS;
+    int32_t stops[2] = {5, 17};
+    SampleParams cases[] = {{1.0, 1, 0, 0}, {0.7, 0.9, 0, 0}, {1.1, 1, 0.2, 0}, {0.8, 0.95, 0.1, 40}, {0, 1, 0, 0}};
+    float *dl = UPF(logits, (size_t)R * V);
+    int *dlr = UPI(lrow, ROWS), *drs = UPI(rslot, ROWS);
+    int32_t *dstop = (int32_t *)up(stops, sizeof stops), *dtok = (int32_t *)up(NULL, ROWS * sizeof(int32_t));
+    float *dlp = UPF(NULL, ROWS);
+    uint8_t *dst = (uint8_t *)up(NULL, ROWS);
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        static uint64_t st[ROWS * 4], got_st[ROWS * 4];
+        for (int k = 0; k < ROWS; k++) rng_seed((Rng *)&st[4 * k], 3 + c, (uint64_t)k);
+        uint64_t *drng = (uint64_t *)up(st, sizeof st);
+        size_t wsb = sample_ws_bytes_cuda(ROWS, V, &cases[c]);
+        void *ws = up(NULL, wsb);
+        OK(sample_forward_cuda(dtok, dlp, dst, drng, dl, dlr, drs, ROWS, V, &cases[c], dstop, 2, ws, wsb, &err));
+        int32_t tok[ROWS], ctok[ROWS];
+        float lp[ROWS], clp[ROWS];
+        uint8_t stp[ROWS], cstp[ROWS];
+        OK(kernels_cuda_sync(&err));
+        ck_assert(cudaMemcpy(tok, dtok, sizeof tok, cudaMemcpyDeviceToHost) == cudaSuccess);
+        ck_assert(cudaMemcpy(lp, dlp, sizeof lp, cudaMemcpyDeviceToHost) == cudaSuccess);
+        ck_assert(cudaMemcpy(stp, dst, sizeof stp, cudaMemcpyDeviceToHost) == cudaSuccess);
+        ck_assert(cudaMemcpy(got_st, drng, sizeof got_st, cudaMemcpyDeviceToHost) == cudaSuccess);
+        OK(sample_forward_ref(ctok, clp, cstp, st, logits, lrow, rslot, ROWS, V, &cases[c], stops, 2, &err));
+        int differ = 0;
+        for (int a = 0; a < ROWS; a++) {
+            if (tok[a] != ctok[a]) { differ++; continue; }
+            ck_assert_msg(fabsf(lp[a] - clp[a]) <= 1e-5f, "case %zu row %d: log-prob %g, CPU %g", c, a, lp[a], clp[a]);
+            ck_assert(stp[a] == cstp[a]);
+        }
+        ck_assert_msg(differ <= 1, "case %zu: %d of %d tokens differ from the CPU's", c, differ, ROWS);
+        ck_assert_msg(memcmp(st, got_st, sizeof st) == 0, "case %zu: the streams moved otherwise", c);
+        cudaFree(drng), cudaFree(ws);
+    }
+    cudaFree(dl), cudaFree(dlr), cudaFree(drs), cudaFree(dstop), cudaFree(dtok), cudaFree(dlp), cudaFree(dst);
+    free(logits);
+}
+END_TEST
+
 START_TEST(test_dtype_cuda) {
     size_t saved = matmul_dt_cuda_panel_floats;
     DType dts[2] = {DT_BF16, DT_F16};
@@ -392,6 +441,7 @@ int main(void) {
     tcase_add_test(core, test_matmul_lora_cuda);
     tcase_add_test(core, test_logprob_cuda);
     tcase_add_test(core, test_dtype_cuda);
+    tcase_add_test(core, test_sample_cuda);
     tcase_add_test(limits, test_embedding_adamw_cuda);
     suite_add_tcase(s, core);
     suite_add_tcase(s, limits);
