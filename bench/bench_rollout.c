@@ -14,6 +14,7 @@
 #include <time.h>
 #include "core/threads.h"
 #include "model/modelgen.h"
+#include "kernels.h"
 #include "refs.h"
 #include "rollout/generate.h"
 
@@ -182,6 +183,14 @@ int main(int argc, char **argv) {
            (long long)g8.st.prefill_calls, g8.secs / g1.secs);
     printf("  %d separate prompts:     %6.3f s, prefill tokens %lld (%lld calls): sharing saves %.1fx\n", G, t_sep,
            (long long)ss.prefill_tokens, (long long)ss.prefill_calls, t_sep / g8.secs);
+    // KV memory of the group: the paged cache holds the prompt's blocks once
+    // (forks share them; each sample copies only the prompt's last, partial
+    // block when it first writes); the copying cache it replaced held G copies.
+    size_t per_tok = 2 * (size_t)c->num_hidden_layers * c->num_key_value_heads * c->head_dim * sizeof(float);
+    double copy_mib = (double)G * (LONG_PROMPT + 2) * per_tok / 1048576.0;
+    printf("  KV bytes per group (G=%d, %d + 2 tokens each): %.1f MiB held at the peak (blocks of %d tokens); "
+           "G copies of the prompt (the cache before paging) %.1f MiB: %.1fx less\n", G, LONG_PROMPT,
+           g8.st.kv_peak_bytes / 1048576.0, KV_BLOCK, copy_mib, copy_mib / (g8.st.kv_peak_bytes / 1048576.0));
     transformer_free(b.tf);
     free(b.lora);
     lora_layout_free(&b.lay);

@@ -13,6 +13,7 @@
 #include "simd.h"
 
 enum { KEY_BLOCK = 64 };
+_Static_assert(KV_BLOCK % KEY_BLOCK == 0, "a key chunk must not straddle two KV blocks");
 
 // Index of the sequence that holds row t: largest s with cu[s] <= t.
 static int seq_of(const int *cu, int nseq, int t) {
@@ -33,8 +34,16 @@ static inline float dotf(const float *a, const float *b, int D) {
 
 // One query row against nkeys key/value rows (row stride ks floats): online
 // softmax over blocks of KEY_BLOCK keys, the accumulator rescaled once a block.
+// Keys j0.. of a chunk: contiguous from k, or, with a block table, in the
+// physical block table[j0 / KV_BLOCK] of a pool (KV_BLOCK a multiple of
+// KEY_BLOCK, so a chunk never straddles two blocks and the arithmetic is the
+// same as over contiguous keys, bit for bit).
+static inline size_t key_row(const int *table, int j0) {
+    return table ? (size_t)table[j0 / KV_BLOCK] * KV_BLOCK + (size_t)(j0 % KV_BLOCK) : (size_t)j0;
+}
+
 static void attn_row(float *o, float *lse, const float *q, const float *k, const float *v,
-                     size_t ks, int nkeys, int D, float scale) {
+                     size_t ks, int nkeys, int D, float scale, const int *table) {
     float sc[KEY_BLOCK];
     float m = -INFINITY, l = 0;
     for (int d = 0; d < D; d++) o[d] = 0;
@@ -42,7 +51,7 @@ static void attn_row(float *o, float *lse, const float *q, const float *k, const
         int nb = nkeys - j0 < KEY_BLOCK ? nkeys - j0 : KEY_BLOCK;
         float bm = -INFINITY;
         for (int j = 0; j < nb; j++) {
-            sc[j] = dotf(q, k + (size_t)(j0 + j) * ks, D) * scale;
+            sc[j] = dotf(q, k + (key_row(table, j0) + j) * ks, D) * scale;
             if (sc[j] > bm) bm = sc[j];
         }
         float mn = bm > m ? bm : m, corr = expf(m - mn);  // exp(-inf) = 0 on the first block
@@ -52,7 +61,7 @@ static void attn_row(float *o, float *lse, const float *q, const float *k, const
         simd_exp(sc, nb);
         for (int j = 0; j < nb; j++) {
             float p = sc[j];
-            const float *vr = v + (size_t)(j0 + j) * ks;
+            const float *vr = v + (key_row(table, j0) + j) * ks;
             l += p;
 #pragma omp simd
             for (int d = 0; d < D; d++) o[d] += p * vr[d];
@@ -167,7 +176,7 @@ static void forward_rowwise_team(float *out, float *lse, const float *q, const f
             int start = cu_seqlens[seq_of(cu_seqlens, nseq, t)], hk = h / G;
             attn_row(out + ((size_t)t * H + h) * D, lse ? lse + (size_t)t * H + h : NULL,
                      q + ((size_t)t * H + h) * D, k + (size_t)start * ks + (size_t)hk * D,
-                     v + (size_t)start * ks + (size_t)hk * D, ks, t - start + 1, D, scale);
+                     v + (size_t)start * ks + (size_t)hk * D, ks, t - start + 1, D, scale, NULL);
         }
 }
 
@@ -337,8 +346,8 @@ static void attention_backward_rowwise(float *dq, float *dk, float *dv, const fl
     KERNEL_TEAM(backward_rowwise_team(dq, dk, dv, dout, q, k, v, out, lse, cu_seqlens, nseq, T, H, Hkv, D));
 }
 
-static void decode_team(float *out, const float *q, const float *k_cache, const float *v_cache, const int *cu_new,
-                        const int *cache_len, int nseq, int max_ctx, int H, int Hkv, int D) {
+static void decode_team(float *out, const float *q, const float *k_pool, const float *v_pool, const int *cu_new,
+                        const int *cache_len, const int *table, int max_blocks, int nseq, int H, int Hkv, int D) {
     int G = H / Hkv, Tn = cu_new[nseq];
     float scale = 1.0f / sqrtf((float)D);
     size_t ks = (size_t)Hkv * D;
@@ -347,16 +356,15 @@ static void decode_team(float *out, const float *q, const float *k_cache, const 
         for (int h = 0; h < H; h++) {
             int s = seq_of(cu_new, nseq, r), hk = h / G;
             int pos = cache_len[s] - (cu_new[s + 1] - cu_new[s]) + (r - cu_new[s]);
-            size_t base = (size_t)s * max_ctx * ks + (size_t)hk * D;
-            attn_row(out + ((size_t)r * H + h) * D, NULL, q + ((size_t)r * H + h) * D,
-                     k_cache + base, v_cache + base, ks, pos + 1, D, scale);
+            attn_row(out + ((size_t)r * H + h) * D, NULL, q + ((size_t)r * H + h) * D, k_pool + (size_t)hk * D,
+                     v_pool + (size_t)hk * D, ks, pos + 1, D, scale, table + (size_t)s * max_blocks);
         }
 }
 
-void attention_decode_forward(float *out, const float *q, const float *k_cache,
-                              const float *v_cache, const int *cu_new, const int *cache_len,
-                              int nseq, int max_ctx, int H, int Hkv, int D) {
-    KERNEL_TEAM(decode_team(out, q, k_cache, v_cache, cu_new, cache_len, nseq, max_ctx, H, Hkv, D));
+void attention_decode_forward(float *out, const float *q, const float *k_pool, const float *v_pool, const int *cu_new,
+                              const int *cache_len, const int *table, int max_blocks, int nseq, int H, int Hkv,
+                              int D) {
+    KERNEL_TEAM(decode_team(out, q, k_pool, v_pool, cu_new, cache_len, table, max_blocks, nseq, H, Hkv, D));
 }
 
 // ---- references: three passes per query row in double (max, sum, weighted sum) ----
@@ -444,19 +452,26 @@ void attention_backward_ref(float *dq, float *dk, float *dv, const float *dout,
     free(dp);
 }
 
-void attention_decode_forward_ref(float *out, const float *q, const float *k_cache,
-                                  const float *v_cache, const int *cu_new,
-                                  const int *cache_len, int nseq, int max_ctx, int H, int Hkv,
-                                  int D) {
+void attention_decode_forward_ref(float *out, const float *q, const float *k_pool, const float *v_pool,
+                                  const int *cu_new, const int *cache_len, const int *table, int max_blocks, int nseq,
+                                  int H, int Hkv, int D) {
     size_t ks = (size_t)Hkv * D;
     for (int s = 0; s < nseq; s++) {
-        int n = cu_new[s + 1] - cu_new[s];
+        int n = cu_new[s + 1] - cu_new[s], len = cache_len[s];
+        // the sequence's keys gathered in order from its blocks
+        float *k = malloc(sizeof(float) * ((size_t)len * ks + 1)), *v = malloc(sizeof(float) * ((size_t)len * ks + 1));
+        for (int j = 0; j < len; j++) {
+            size_t row = (size_t)table[(size_t)s * max_blocks + j / KV_BLOCK] * KV_BLOCK + (size_t)(j % KV_BLOCK);
+            memcpy(k + (size_t)j * ks, k_pool + row * ks, sizeof(float) * ks);
+            memcpy(v + (size_t)j * ks, v_pool + row * ks, sizeof(float) * ks);
+        }
         for (int r = 0; r < n; r++)
             for (int h = 0; h < H; h++) {
-                int row = cu_new[s] + r, hk = h / (H / Hkv), pos = cache_len[s] - n + r;
-                size_t base = (size_t)s * max_ctx * ks + (size_t)hk * D;
-                ref_row(out + ((size_t)row * H + h) * D, NULL, q + ((size_t)row * H + h) * D,
-                        k_cache + base, v_cache + base, ks, pos + 1, D);
+                int row = cu_new[s] + r, hk = h / (H / Hkv), pos = len - n + r;
+                ref_row(out + ((size_t)row * H + h) * D, NULL, q + ((size_t)row * H + h) * D, k + (size_t)hk * D,
+                        v + (size_t)hk * D, ks, pos + 1, D);
             }
+        free(k);
+        free(v);
     }
 }

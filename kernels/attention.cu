@@ -15,8 +15,11 @@ __device__ static int seq_of(const int *cu, int nseq, int t) {
     return lo;
 }
 
+// Keys contiguous from k, or (table) key j in row j % KV_BLOCK of the pool's
+// block table[j / KV_BLOCK].
 __device__ static void warp_row(float *o, float *lse, const float *q, const float *k,
-                                const float *v, size_t ks, int nkeys, int D, float scale) {
+                                const float *v, size_t ks, int nkeys, int D, float scale,
+                                const int *table = NULL) {
     int lane = threadIdx.x & 31;
     float qr[PER_LANE], acc[PER_LANE];
 #pragma unroll
@@ -27,7 +30,8 @@ __device__ static void warp_row(float *o, float *lse, const float *q, const floa
     }
     float m = -INFINITY, l = 0.0f;
     for (int j = 0; j < nkeys; j++) {
-        const float *kj = k + (size_t)j * ks, *vj = v + (size_t)j * ks;
+        size_t row = table ? (size_t)table[j / KV_BLOCK] * KV_BLOCK + (size_t)(j % KV_BLOCK) : (size_t)j;
+        const float *kj = k + row * ks, *vj = v + row * ks;
         float part = 0.0f;
 #pragma unroll
         for (int i = 0; i < PER_LANE; i++) {
@@ -64,16 +68,16 @@ __global__ static void attn_fwd(float *out, float *lse, const float *q, const fl
              ks, t - start + 1, D, rsqrtf((float)D));
 }
 
-__global__ static void attn_decode(float *out, const float *q, const float *kc, const float *vc,
-                                   const int *cu_new, const int *cache_len, int nseq, int max_ctx,
-                                   int Tn, int H, int Hkv, int D) {
+__global__ static void attn_decode(float *out, const float *q, const float *kp, const float *vp,
+                                   const int *cu_new, const int *cache_len, const int *table,
+                                   int max_blocks, int nseq, int Tn, int H, int Hkv, int D) {
     int pair = blockIdx.x * WARPS + (threadIdx.x >> 5);
     if (pair >= Tn * H) return;
     int r = pair / H, h = pair % H, s = seq_of(cu_new, nseq, r), hk = h / (H / Hkv);
     int pos = cache_len[s] - (cu_new[s + 1] - cu_new[s]) + (r - cu_new[s]);
-    size_t ks = (size_t)Hkv * D, off = (size_t)s * max_ctx * ks + (size_t)hk * D;
-    warp_row(out + (size_t)pair * D, NULL, q + (size_t)pair * D, kc + off, vc + off, ks, pos + 1, D,
-             rsqrtf((float)D));
+    size_t ks = (size_t)Hkv * D, off = (size_t)hk * D;
+    warp_row(out + (size_t)pair * D, NULL, q + (size_t)pair * D, kp + off, vp + off, ks, pos + 1, D,
+             rsqrtf((float)D), table + (size_t)s * max_blocks);
 }
 
 // p = exp(s - lse), ds = p (dout.v - dout.out) * scale; dq in registers, dk/dv
@@ -158,10 +162,10 @@ extern "C" int attention_backward_cuda(float *dq, float *dk, float *dv, const fl
 
 // cu_new and cache_len are device arrays; Tn = cu_new[nseq] is needed on the host
 // for the launch size, so it is read back (one small copy per decode step).
-extern "C" int attention_decode_forward_cuda(float *out, const float *q, const float *k_cache,
-                                             const float *v_cache, const int *cu_new,
-                                             const int *cache_len, int nseq, int max_ctx, int H,
-                                             int Hkv, int D, PailErr *err) {
+extern "C" int attention_decode_forward_cuda(float *out, const float *q, const float *k_pool,
+                                             const float *v_pool, const int *cu_new,
+                                             const int *cache_len, const int *table, int max_blocks,
+                                             int nseq, int H, int Hkv, int D, PailErr *err) {
     if (check_dims("attention_decode_forward_cuda", H, Hkv, D, err)) return -1;
     int Tn = 0;
     if (cuda_check(cudaMemcpy(&Tn, cu_new + nseq, sizeof(int), cudaMemcpyDeviceToHost),
@@ -169,6 +173,6 @@ extern "C" int attention_decode_forward_cuda(float *out, const float *q, const f
         return -1;
     if (Tn <= 0) return 0;
     attn_decode<<<cuda_blocks((size_t)Tn * H, WARPS), 32 * WARPS>>>(
-        out, q, k_cache, v_cache, cu_new, cache_len, nseq, max_ctx, Tn, H, Hkv, D);
+        out, q, k_pool, v_pool, cu_new, cache_len, table, max_blocks, nseq, Tn, H, Hkv, D);
     return cuda_launch_check("attention_decode_forward_cuda", err);
 }

@@ -25,6 +25,7 @@ extern "C" {  // the CUDA backend is compiled as C++; core/err.h has no guard of
 #endif
 #include "core/err.h"
 #include "dtype.h"
+#include "kernels.h"
 
 typedef struct Backend Backend;
 
@@ -71,9 +72,11 @@ typedef struct {
     int (*attention_backward)(Backend *b, float *dq, float *dk, float *dv, const float *dout, const float *q,
                               const float *k, const float *v, const float *out, const float *lse,
                               const int *cu_seqlens, int nseq, int T, int H, int Hkv, int D, PailErr *err);
-    int (*attention_decode_forward)(Backend *b, float *out, const float *q, const float *k_cache,
-                                    const float *v_cache, const int *cu_new, const int *cache_len, int nseq,
-                                    int max_ctx, int H, int Hkv, int D, PailErr *err);
+    // a paged KV cache: table (nseq, max_blocks) of KV_BLOCK-token blocks of the pools
+    int (*attention_decode_forward)(Backend *b, float *out, const float *q, const float *k_pool,
+                                    const float *v_pool, const int *cu_new, const int *cache_len,
+                                    const int *table, int max_blocks, int nseq, int H, int Hkv, int D,
+                                    PailErr *err);
     int (*swiglu_forward)(Backend *b, float *out, const float *gate, const float *up, size_t n, PailErr *err);
     int (*swiglu_backward)(Backend *b, float *dgate, float *dup, const float *dout, const float *gate,
                            const float *up, size_t n, PailErr *err);
@@ -97,6 +100,14 @@ typedef struct {
                              int V, PailErr *err);
     int (*embedding_backward)(Backend *b, float *dtable, const float *dout, const int *tokens, int T, int C,
                               PailErr *err);
+    // ---- generation: one next token per row, kernels.h's sample_forward (every
+    // array in backend memory, sp on the host); the ids, log-probs and stop
+    // flags are what crosses to the host, never the logits ----
+    // ws: sample_ws(b, n, V, sp) bytes of backend memory, the caller's (planned once)
+    size_t (*sample_ws)(Backend *b, int n, int V, const SampleParams *sp);
+    int (*sample)(Backend *b, int32_t *tok, float *logp, uint8_t *stopped, uint64_t *rng, const float *logits,
+                  const int *lrow, const int *rslot, int n, int V, const SampleParams *sp, const int32_t *stop_ids,
+                  int n_stop, void *ws, size_t ws_bytes, PailErr *err);
     // *sumsq: a host double (the CUDA backend waits for it)
     int (*adamw_grad_sumsq)(Backend *b, double *sumsq, const float *g, size_t n, PailErr *err);
     int (*adamw_update)(Backend *b, float *p, float *m, float *v, const float *g, size_t n, float lr, float beta1,

@@ -149,11 +149,12 @@ static int cpu_attention_backward(Backend *b, float *dq, float *dk, float *dv, c
     attention_backward(dq, dk, dv, dout, q, k, v, out, lse, cu, nseq, T, H, Hkv, D);
     return 0;
 }
-static int cpu_attention_decode_forward(Backend *b, float *out, const float *q, const float *k_cache,
-                                        const float *v_cache, const int *cu_new, const int *cache_len, int nseq,
-                                        int max_ctx, int H, int Hkv, int D, PailErr *err) {
+static int cpu_attention_decode_forward(Backend *b, float *out, const float *q, const float *k_pool,
+                                        const float *v_pool, const int *cu_new, const int *cache_len,
+                                        const int *table, int max_blocks, int nseq, int H, int Hkv, int D,
+                                        PailErr *err) {
     UNUSED;
-    attention_decode_forward(out, q, k_cache, v_cache, cu_new, cache_len, nseq, max_ctx, H, Hkv, D);
+    attention_decode_forward(out, q, k_pool, v_pool, cu_new, cache_len, table, max_blocks, nseq, H, Hkv, D);
     return 0;
 }
 static int cpu_swiglu_forward(Backend *b, float *out, const float *gate, const float *up, size_t n, PailErr *err) {
@@ -207,6 +208,16 @@ static int cpu_embedding_backward(Backend *b, float *dtable, const float *dout, 
     embedding_backward(dtable, dout, tokens, T, C);
     return 0;
 }
+static size_t cpu_sample_ws(Backend *b, int n, int V, const SampleParams *sp) {
+    (void)b, (void)n, (void)sp;
+    return sample_ws_bytes(V);
+}
+static int cpu_sample(Backend *b, int32_t *tok, float *logp, uint8_t *stopped, uint64_t *rng, const float *logits,
+                      const int *lrow, const int *rslot, int n, int V, const SampleParams *sp, const int32_t *stop_ids,
+                      int n_stop, void *ws, size_t ws_bytes, PailErr *err) {
+    (void)b;
+    return sample_forward(tok, logp, stopped, rng, logits, lrow, rslot, n, V, sp, stop_ids, n_stop, ws, ws_bytes, err);
+}
 static int cpu_adamw_grad_sumsq(Backend *b, double *sumsq, const float *g, size_t n, PailErr *err) {
     UNUSED;
     *sumsq = adamw_grad_sumsq(g, n);
@@ -250,6 +261,8 @@ static const BackendOps cpu_ops = {
     .logprob_backward_expect = cpu_logprob_backward_expect,
     .embedding_forward = cpu_embedding_forward,
     .embedding_backward = cpu_embedding_backward,
+    .sample_ws = cpu_sample_ws,
+    .sample = cpu_sample,
     .adamw_grad_sumsq = cpu_adamw_grad_sumsq,
     .adamw_update = cpu_adamw_update,
 };

@@ -139,11 +139,11 @@ static int cu_attention_backward(B_, float *dq, float *dk, float *dv, const floa
     NOB;
     return attention_backward_cuda(dq, dk, dv, dout, q, k, v, out, lse, cu, nseq, T, H, Hkv, D, err);
 }
-static int cu_attention_decode_forward(B_, float *out, const float *q, const float *kc, const float *vc,
-                                       const int *cu_new, const int *cache_len, int nseq, int max_ctx, int H,
-                                       int Hkv, int D, PailErr *err) {
+static int cu_attention_decode_forward(B_, float *out, const float *q, const float *kp, const float *vp,
+                                       const int *cu_new, const int *cache_len, const int *table, int max_blocks,
+                                       int nseq, int H, int Hkv, int D, PailErr *err) {
     NOB;
-    return attention_decode_forward_cuda(out, q, kc, vc, cu_new, cache_len, nseq, max_ctx, H, Hkv, D, err);
+    return attention_decode_forward_cuda(out, q, kp, vp, cu_new, cache_len, table, max_blocks, nseq, H, Hkv, D, err);
 }
 static int cu_swiglu_forward(B_, float *out, const float *gate, const float *up, size_t n, PailErr *err) {
     NOB;
@@ -201,6 +201,18 @@ static int cu_adamw_update(B_, float *p, float *m, float *v, const float *g, siz
     return adamw_update_cuda(p, m, v, g, n, lr, beta1, beta2, eps, weight_decay, step, grad_scale, err);
 }
 
+static size_t cu_sample_ws(Backend *b, int n, int V, const SampleParams *sp) {
+    (void)b;
+    return sample_ws_bytes_cuda(n, V, sp);
+}
+static int cu_sample(Backend *b, int32_t *tok, float *logp, uint8_t *stopped, uint64_t *rng, const float *logits,
+                     const int *lrow, const int *rslot, int n, int V, const SampleParams *sp, const int32_t *stop_ids,
+                     int n_stop, void *ws, size_t ws_bytes, PailErr *err) {
+    NOB;
+    return sample_forward_cuda(tok, logp, stopped, rng, logits, lrow, rslot, n, V, sp, stop_ids, n_stop, ws, ws_bytes,
+                               err);
+}
+
 static BackendOps make_ops(void) {  // C++ has no designated initializers for this struct's order
     BackendOps o;
     memset(&o, 0, sizeof o);
@@ -233,6 +245,8 @@ static BackendOps make_ops(void) {  // C++ has no designated initializers for th
     o.logprob_backward_expect = cu_logprob_backward_expect;
     o.embedding_forward = cu_embedding_forward;
     o.embedding_backward = cu_embedding_backward;
+    o.sample_ws = cu_sample_ws;
+    o.sample = cu_sample;
     o.adamw_grad_sumsq = cu_adamw_grad_sumsq;
     o.adamw_update = cu_adamw_update;
     return o;

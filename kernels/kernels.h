@@ -124,18 +124,19 @@ void attention_backward_ref(float *dq, float *dk, float *dv, const float *dout,
                             const float *q, const float *k, const float *v, const float *out,
                             const float *lse, const int *cu_seqlens, int nseq, int T, int H,
                             int Hkv, int D);
-// Decode: a few new tokens per sequence against a KV cache. k_cache, v_cache
-// (nseq, max_ctx, Hkv, D) already hold every token of sequence s up to
-// cache_len[s] (the new ones included). q(Tn,H,D): the new tokens, sequence s
-// owns rows cu_new[s]..cu_new[s+1]-1 and its r-th new token sits at cache
-// position cache_len[s] - n_s + r, attending positions 0..that one.
-void attention_decode_forward(float *out, const float *q, const float *k_cache,
-                              const float *v_cache, const int *cu_new, const int *cache_len,
-                              int nseq, int max_ctx, int H, int Hkv, int D);
-void attention_decode_forward_ref(float *out, const float *q, const float *k_cache,
-                                  const float *v_cache, const int *cu_new,
-                                  const int *cache_len, int nseq, int max_ctx, int H, int Hkv,
-                                  int D);
+// Decode: a few new tokens per sequence against a paged KV cache. A layer's
+// pool k_pool, v_pool (n_blocks, KV_BLOCK, Hkv, D) holds sequence s's token j
+// in block table[s * max_blocks + j / KV_BLOCK], row j % KV_BLOCK, for every j
+// up to cache_len[s] (the new ones included); blocks may be shared between
+// sequences. q(Tn,H,D): the new tokens, sequence s owns rows
+// cu_new[s]..cu_new[s+1]-1 and its r-th new token sits at position
+// cache_len[s] - n_s + r, attending positions 0..that one.
+enum { KV_BLOCK = 64 };  // tokens a KV block (a multiple of the CPU path's key chunk)
+void attention_decode_forward(float *out, const float *q, const float *k_pool, const float *v_pool, const int *cu_new,
+                              const int *cache_len, const int *table, int max_blocks, int nseq, int H, int Hkv, int D);
+void attention_decode_forward_ref(float *out, const float *q, const float *k_pool, const float *v_pool,
+                                  const int *cu_new, const int *cache_len, const int *table, int max_blocks, int nseq,
+                                  int H, int Hkv, int D);
 
 // ---- swiglu: out(n) = silu(gate) * up, n = T*F ----
 void swiglu_forward(float *out, const float *gate, const float *up, size_t n);
@@ -248,10 +249,12 @@ int sample_row(float *logprob, uint64_t rng[4], const float *logits, const Sampl
 // (4 words a slot) of slot rslot[a], writing tok[a], logp[a] and stopped[a] =
 // 1 when tok[a] is one of stop_ids (else 0). Slots of one call are distinct.
 // The fast path runs rows in parallel on its own OpenMP region (never call it
-// inside one: -1) with each thread's scratch kept from its first call.
+// inside one: -1), each thread on its share of ws (sample_ws_bytes(V): V
+// floats and ints a thread of omp_get_max_threads()).
+size_t sample_ws_bytes(int V);
 int sample_forward(int32_t *tok, float *logp, uint8_t *stopped, uint64_t *rng, const float *logits, const int *lrow,
-                   const int *rslot, int n, int V, const SampleParams *sp, const int32_t *stop_ids, int n_stop,
-                   PailErr *err);
+                   const int *rslot, int n, int V, const SampleParams *sp, const int32_t *stop_ids, int n_stop, void *ws,
+                   size_t ws_bytes, PailErr *err);
 int sample_forward_ref(int32_t *tok, float *logp, uint8_t *stopped, uint64_t *rng, const float *logits,
                        const int *lrow, const int *rslot, int n, int V, const SampleParams *sp,
                        const int32_t *stop_ids, int n_stop, PailErr *err);
@@ -295,10 +298,9 @@ int attention_backward_cuda(float *dq, float *dk, float *dv, const float *dout,
                             const float *q, const float *k, const float *v, const float *out,
                             const float *lse, const int *cu_seqlens, int nseq, int T, int H,
                             int Hkv, int D, PailErr *err);
-int attention_decode_forward_cuda(float *out, const float *q, const float *k_cache,
-                                  const float *v_cache, const int *cu_new,
-                                  const int *cache_len, int nseq, int max_ctx, int H, int Hkv,
-                                  int D, PailErr *err);
+int attention_decode_forward_cuda(float *out, const float *q, const float *k_pool, const float *v_pool,
+                                  const int *cu_new, const int *cache_len, const int *table, int max_blocks,
+                                  int nseq, int H, int Hkv, int D, PailErr *err);
 int swiglu_forward_cuda(float *out, const float *gate, const float *up, size_t n,
                         PailErr *err);
 int swiglu_backward_cuda(float *dgate, float *dup, const float *dout, const float *gate,

@@ -162,36 +162,36 @@ int sample_forward_ref(int32_t *tok, float *logp, uint8_t *stopped, uint64_t *rn
     return 0;
 }
 
-// Each thread's scratch, kept from its first call (V floats and ints): the
-// decode loop allocates nothing after its first step.
-static __thread float *tls_p;
-static __thread int *tls_idx;
-static __thread int tls_v;
-
-static bool scratch(int V) {
-    if (tls_v >= V) return true;
-    free(tls_p);
-    free(tls_idx);
-    tls_p = malloc((size_t)V * sizeof *tls_p);
-    tls_idx = malloc((size_t)V * sizeof *tls_idx);
-    tls_v = tls_p && tls_idx ? V : 0;
-    return tls_v > 0;
+static void sample_one(int32_t *tok, float *logp, uint8_t *stopped, uint64_t *rng, const float *logits,
+                       const int *lrow, const int *rslot, int a, int V, const SampleParams *sp,
+                       const int32_t *stop_ids, int n_stop, void *mine) {
+    tok[a] = sample_row(&logp[a], rng + 4 * (size_t)rslot[a], logits + (size_t)lrow[a] * V, sp, (float *)mine,
+                        (int *)((char *)mine + (size_t)V * sizeof(float)), V);
+    stopped[a] = is_stop(tok[a], stop_ids, n_stop);
 }
 
+size_t sample_ws_bytes(int V) { return (size_t)omp_get_max_threads() * V * (sizeof(float) + sizeof(int)); }
+
 int sample_forward(int32_t *tok, float *logp, uint8_t *stopped, uint64_t *rng, const float *logits, const int *lrow,
-                   const int *rslot, int n, int V, const SampleParams *sp, const int32_t *stop_ids, int n_stop,
-                   PailErr *err) {
+                   const int *rslot, int n, int V, const SampleParams *sp, const int32_t *stop_ids, int n_stop, void *ws,
+                   size_t ws_bytes, PailErr *err) {
     // Not a team op (parallel.h): inside a region every thread would draw every row.
     if (omp_in_parallel())
         return err_set(err, PAIL_ERR_INVALID, "sample_forward: called inside a parallel region (it opens its own)");
-    int failed = 0;
+    size_t per = (size_t)V * (sizeof(float) + sizeof(int));
+    int nth = (int)(ws_bytes / per);
+    if (nth < 1) return err_set(err, PAIL_ERR_INVALID, "sample_forward: workspace of %zu bytes, %zu needed", ws_bytes, per);
+    if (nth > omp_get_max_threads()) nth = omp_get_max_threads();
+    if (n < nth) nth = n;
     // Rows are independent (each its own stream), so the split does not change a bit.
-#pragma omp parallel for schedule(dynamic, 1) if (n > 1) reduction(| : failed)
-    for (int a = 0; a < n; a++) {
-        if (!scratch(V)) { failed = 1; continue; }
-        tok[a] = sample_row(&logp[a], rng + 4 * (size_t)rslot[a], logits + (size_t)lrow[a] * V, sp, tls_p, tls_idx, V);
-        stopped[a] = is_stop(tok[a], stop_ids, n_stop);
+    // One row opens no region (libgomp allocates a team for every one-thread region).
+    if (nth <= 1) {
+        for (int a = 0; a < n; a++) sample_one(tok, logp, stopped, rng, logits, lrow, rslot, a, V, sp, stop_ids, n_stop, ws);
+        return 0;
     }
-    if (failed) return err_set(err, PAIL_ERR_NOMEM, "sample: out of memory for a thread's scratch (V = %d)", V);
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nth)
+    for (int a = 0; a < n; a++)
+        sample_one(tok, logp, stopped, rng, logits, lrow, rslot, a, V, sp, stop_ids, n_stop,
+                   (char *)ws + (size_t)omp_get_thread_num() * per);
     return 0;
 }

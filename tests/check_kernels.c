@@ -285,19 +285,24 @@ START_TEST(test_attention) {
 }
 END_TEST
 
-// Decode: the last n_s rows of each sequence through the KV cache equal the
-// full causal forward's last rows (the same arithmetic, so 1e-6).
+// Decode: the last n_s rows of each sequence through the paged KV cache equal
+// the full causal forward's last rows (the same arithmetic, so 1e-6), with the
+// sequences' blocks scattered over the pool out of order.
 START_TEST(test_attention_decode) {
-    int lens[] = {9, 1, 70}, nnew[] = {2, 1, 3}, nseq = 3, H = 4, Hkv = 2, D = 16, max_ctx = 80;
+    int lens[] = {9, 1, 70}, nnew[] = {2, 1, 3}, nseq = 3, H = 4, Hkv = 2, D = 16, max_blocks = 2, n_blocks = 7;
+    int table[] = {5, -1, 0, -1, 3, 6};  // sequence 2 spans blocks 3 and 6
     AttnCase c = attn_make(lens, nseq, H, Hkv, D);
-    size_t ks = (size_t)Hkv * D;
+    size_t ks = (size_t)Hkv * D, pool = (size_t)n_blocks * KV_BLOCK * ks;
     float *full = rnd((size_t)c.T * H * D, 0, 1);
     attention_forward(full, NULL, c.q, c.k, c.v, c.cu, nseq, c.T, H, Hkv, D);
-    float *kc = rnd((size_t)nseq * max_ctx * ks, -9, 9), *vc = rnd((size_t)nseq * max_ctx * ks, -9, 9);
+    float *kc = rnd(pool, -9, 9), *vc = rnd(pool, -9, 9);
     int cu_new[4] = {0}, cache_len[3];
     for (int s = 0; s < nseq; s++) {
-        memcpy(kc + (size_t)s * max_ctx * ks, c.k + c.cu[s] * ks, sizeof(float) * lens[s] * ks);
-        memcpy(vc + (size_t)s * max_ctx * ks, c.v + c.cu[s] * ks, sizeof(float) * lens[s] * ks);
+        for (int j = 0; j < lens[s]; j++) {
+            size_t row = (size_t)table[s * max_blocks + j / KV_BLOCK] * KV_BLOCK + j % KV_BLOCK;
+            memcpy(kc + row * ks, c.k + (c.cu[s] + j) * ks, sizeof(float) * ks);
+            memcpy(vc + row * ks, c.v + (c.cu[s] + j) * ks, sizeof(float) * ks);
+        }
         cu_new[s + 1] = cu_new[s] + nnew[s];
         cache_len[s] = lens[s];
     }
@@ -309,9 +314,9 @@ START_TEST(test_attention_decode) {
         memcpy(want + dst, full + src, sizeof(float) * nnew[s] * H * D);
     }
     float *out = rnd((size_t)Tn * H * D, 0, 1), *ref = rnd((size_t)Tn * H * D, 0, 1);
-    attention_decode_forward(out, qn, kc, vc, cu_new, cache_len, nseq, max_ctx, H, Hkv, D);
+    attention_decode_forward(out, qn, kc, vc, cu_new, cache_len, table, max_blocks, nseq, H, Hkv, D);
     expect_close("attention_decode vs full forward", out, want, (size_t)Tn * H * D, 1e-6, 1e-6);
-    attention_decode_forward_ref(ref, qn, kc, vc, cu_new, cache_len, nseq, max_ctx, H, Hkv, D);
+    attention_decode_forward_ref(ref, qn, kc, vc, cu_new, cache_len, table, max_blocks, nseq, H, Hkv, D);
     expect_close("attention_decode vs reference", out, ref, (size_t)Tn * H * D, 2e-5, 2e-5);
     free(full), free(kc), free(vc), free(qn), free(want), free(out), free(ref);
     attn_free(&c);
@@ -533,6 +538,15 @@ START_TEST(test_sample) {
     int lrow[ROWS] = {0, 0, 1, 2, 2, 2, 1}, rslot[ROWS] = {8, 0, 3, 1, 2, 6, 5};
     int32_t stops[2] = {-1, 0};
     SampleParams cases[] = {{1.0, 1, 0, 0}, {0.7, 0.9, 0, 0}, {1.1, 1, 0.2, 0}, {0.8, 0.95, 0.1, 40}, {0, 1, 0, 0}};
+    size_t wsb = sample_ws_bytes(V);
+    void *ws = malloc(wsb);
+    PailErr e0 = {0};
+    uint64_t s0[4 * SLOTS] = {0};
+    int32_t t0[ROWS];
+    float l0[ROWS];
+    uint8_t f0[ROWS];
+    ck_assert_int_eq(sample_forward(t0, l0, f0, s0, logits, lrow, rslot, ROWS, V, &cases[0], stops, 2, ws, 100, &e0), -1);
+    ck_assert_ptr_nonnull(strstr(e0.msg, "workspace"));
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         uint64_t st0[SLOTS * 4], st1[SLOTS * 4], st2[SLOTS * 4];
         for (int k = 0; k < SLOTS; k++) rng_seed((Rng *)&st0[4 * k], 11 + c, (uint64_t)k);
@@ -544,10 +558,10 @@ START_TEST(test_sample) {
         int idx[V];
         PailErr err = {0};
         stops[0] = -1;
-        ck_assert_int_eq(sample_forward(t1, l1, s1, st1, logits, lrow, rslot, ROWS, V, &cases[c], stops, 2, &err), 0);
+        ck_assert_int_eq(sample_forward(t1, l1, s1, st1, logits, lrow, rslot, ROWS, V, &cases[c], stops, 2, ws, wsb, &err), 0);
         stops[0] = t1[3];  // a token drawn: flagged wherever it is drawn
         memcpy(st1, st0, sizeof st0);
-        ck_assert_int_eq(sample_forward(t1, l1, s1, st1, logits, lrow, rslot, ROWS, V, &cases[c], stops, 2, &err), 0);
+        ck_assert_int_eq(sample_forward(t1, l1, s1, st1, logits, lrow, rslot, ROWS, V, &cases[c], stops, 2, ws, wsb, &err), 0);
         ck_assert_int_eq(sample_forward_ref(t2, l2, s2, st2, logits, lrow, rslot, ROWS, V, &cases[c], stops, 2, &err), 0);
         ck_assert(memcmp(st1, st2, sizeof st1) == 0 && memcmp(t1, t2, sizeof t1) == 0 && memcmp(l1, l2, sizeof l1) == 0);
         ck_assert(memcmp(s1, s2, sizeof s1) == 0 && s1[3] == 1);
@@ -565,6 +579,7 @@ START_TEST(test_sample) {
         }
         ck_assert((memcmp(&st1[4 * 4], &st0[4 * 4], 32) == 0));  // slot 4 is no row's
     }
+    free(ws);
     free(logits);
 }
 END_TEST
@@ -624,7 +639,7 @@ typedef struct {
     Backend *be;
     float *y, *x, *out, *rstd, *w, *dx, *dw, *dout, *g, *u, *dg, *du, *lse, *q, *k, *v, *dq, *dk, *dv;
     const float *ct, *st;
-    int *rows, *pos, *cu, *len;
+    int *rows, *pos, *cu, *len, *table;
     size_t n;
     int R, C, T, nh, D, nseq, H, Hkv, max_ctx;
     int failed;  // backend ops that returned non-zero
@@ -672,7 +687,8 @@ static void t_attention_bwd(void *c) {
 }
 static void t_decode(void *c) {
     TeamArgs *a = c;
-    attention_decode_forward(a->out, a->q, a->k, a->v, a->cu, a->len, a->nseq, a->max_ctx, a->H, a->Hkv, a->D);
+    attention_decode_forward(a->out, a->q, a->k, a->v, a->cu, a->len, a->table, a->max_ctx, a->nseq, a->H, a->Hkv,
+                             a->D);
 }
 
 // The backend's data movement (the table the model driver calls), big enough
@@ -763,10 +779,13 @@ static void team_attention(int nth) {
         free(a.out), free(a.lse), free(a.dout), free(a.dq), free(a.dk), free(a.dv);
         attn_free(&c);
     }
-    int H = 8, Hkv = 2, D = 64, nseq = 3, max_ctx = 80, cu[4] = {0, 1, 3, 4}, len[3] = {70, 9, 1};
-    size_t kn = (size_t)nseq * max_ctx * Hkv * D, nq = (size_t)cu[nseq] * H * D;
+    // decode: max_ctx holds the blocks a sequence may hold; 4 blocks in the pool
+    int H = 8, Hkv = 2, D = 64, nseq = 3, max_blocks = 2, cu[4] = {0, 1, 3, 4}, len[3] = {70, 9, 1};
+    int table[6] = {2, 0, 3, -1, 1, -1};
+    size_t kn = (size_t)4 * KV_BLOCK * Hkv * D, nq = (size_t)cu[nseq] * H * D;
     TeamArgs a = {.q = rnd(nq, -1.5, 1.5), .k = rnd(kn, -1.5, 1.5), .v = rnd(kn, -1, 1), .cu = cu, .len = len,
-                  .nseq = nseq, .max_ctx = max_ctx, .H = H, .Hkv = Hkv, .D = D, .out = rnd(nq, 0, 1)};
+                  .table = table, .nseq = nseq, .max_ctx = max_blocks, .H = H, .Hkv = Hkv, .D = D,
+                  .out = rnd(nq, 0, 1)};
     TeamCase dc = {"attention_decode_forward", t_decode, &a, {a.out}, {nq}};
     team_case(&dc, nth);
     free(a.q), free(a.k), free(a.v), free(a.out);

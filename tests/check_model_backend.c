@@ -97,10 +97,10 @@ static int r_attention_backward(Backend *b, float *dq, float *dk, float *dv, con
     return 0;
 }
 static int r_attention_decode_forward(Backend *b, float *out, const float *q, const float *kc, const float *vc,
-                                      const int *cu_new, const int *len, int nseq, int max_ctx, int H, int Hkv, int D,
-                                      PailErr *err) {
+                                      const int *cu_new, const int *len, const int *table, int max_blocks, int nseq,
+                                      int H, int Hkv, int D, PailErr *err) {
     NOB;
-    attention_decode_forward_ref(out, q, kc, vc, cu_new, len, nseq, max_ctx, H, Hkv, D);
+    attention_decode_forward_ref(out, q, kc, vc, cu_new, len, table, max_blocks, nseq, H, Hkv, D);
     return 0;
 }
 static int r_swiglu_forward(Backend *b, float *out, const float *g, const float *u, size_t n, PailErr *err) {

@@ -10,6 +10,7 @@
 #include <string.h>
 #include "check_model_fill.h"
 #include "core/rng.h"
+#include "kernels.h"
 #include "model/transformer.h"
 
 static void tiny_model(ModelWeights *w, ModelType type) {
@@ -110,6 +111,70 @@ START_TEST(test_kv_cache_matches_full) {
 }
 END_TEST
 
+// The paged cache: a prompt of 70 tokens (one full block and a partial one)
+// forked into 4 slots is stored once; the first decode step gives each slot
+// its own copy of the partial block only (copy on write), crossing into a
+// third block takes one more each, and a reset gives the blocks back. Each
+// slot's decode equals the full forward of its own sequence, so no slot wrote
+// into another's blocks.
+START_TEST(test_kv_blocks_shared) {
+    ModelWeights w;
+    tiny_model(&w, MODEL_QWEN3);
+    int V = w.cfg.vocab_size, P = 70, steps = 62;  // positions 70..131: a third block from 128 on
+    TransformerPlan plan = {.max_tokens = 140, .vchunk = 16, .max_pos = 256};
+    Transformer *tf;
+    PailErr err = {0};
+    ck_assert_int_eq(transformer_init(&tf, &w, &plan, &err), 0);
+    KvCache *kv;
+    ck_assert_int_eq(kvcache_init(&kv, &w.cfg, 4, 140, &err), 0);
+    size_t blk = 2 * (size_t)w.cfg.num_hidden_layers * KV_BLOCK * w.cfg.num_key_value_heads * w.cfg.head_dim * 4;
+    ck_assert_uint_eq(kvcache_bytes(kv), 4 * 3 * blk);
+    Rng r;
+    rng_seed(&r, 4, 0);
+    int seq[4][140];
+    for (int t = 0; t < P; t++) seq[0][t] = (int)rng_below(&r, (uint64_t)V);
+    for (int g = 1; g < 4; g++) memcpy(seq[g], seq[0], P * sizeof(int));
+    for (int g = 0; g < 4; g++)
+        for (int t = P; t < P + steps + 1; t++) seq[g][t] = (int)rng_below(&r, (uint64_t)V);
+    float *logits = malloc(4 * (size_t)V * sizeof(float)), last[4];
+    int n_new[4] = {P, 0, 0, 0};
+    ck_assert_msg(transformer_extend(tf, kv, logits, n_new, seq[0], &err) == 0, "%s", err.msg);
+    for (int g = 1; g < 4; g++) ck_assert_int_eq(kvcache_fork(kv, g, 0, &err), 0);
+    ck_assert_uint_eq(kvcache_used_bytes(kv, false), 2 * blk);  // the prompt once, not 4 times
+    for (int step = 0; step < steps; step++) {
+        int toks[4], ones[4] = {1, 1, 1, 1};
+        for (int g = 0; g < 4; g++) toks[g] = seq[g][P + step];
+        ck_assert_msg(transformer_extend(tf, kv, logits, ones, toks, &err) == 0, "%s", err.msg);
+        if (step == 0) ck_assert_uint_eq(kvcache_used_bytes(kv, false), (1 + 4) * blk);
+        for (int g = 0; g < 4; g++) last[g] = log_softmax_at(logits + (size_t)g * V, V, seq[g][P + step + 1]);
+    }
+    ck_assert_uint_eq(kvcache_used_bytes(kv, false), (1 + 4 + 4) * blk);
+    ck_assert_uint_eq(kvcache_used_bytes(kv, true), (1 + 4 + 4) * blk);
+    for (int g = 0; g < 4; g++) {
+        int n = P + steps + 1, pos[140], tgt[140], cu[2] = {0, n};
+        float lp[140];
+        for (int t = 0; t < n; t++) pos[t] = t, tgt[t] = t + 1 < n ? seq[g][t + 1] : -1;
+        ck_assert_msg(transformer_forward(tf, lp, NULL, seq[g], pos, cu, 1, n, tgt, 1.0f, &err) == 0, "%s", err.msg);
+        ck_assert_msg(fabsf(last[g] - lp[n - 2]) <= 1e-5f, "slot %d: decode %g, full forward %g", g, last[g],
+                      lp[n - 2]);
+    }
+    for (int g = 1; g < 4; g++) kvcache_reset(kv, g);
+    ck_assert_uint_eq(kvcache_used_bytes(kv, false), 3 * blk);  // slot 0: the shared block, its copy, its third
+    kvcache_reset(kv, 0);
+    ck_assert_uint_eq(kvcache_used_bytes(kv, false), 0);
+    ck_assert_uint_eq(kvcache_used_bytes(kv, true), 9 * blk);
+    // A truncating fork keeps a prefix: 64 tokens are exactly one block.
+    ck_assert_msg(transformer_extend(tf, kv, logits, n_new, seq[0], &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(kvcache_fork_prefix(kv, 0, 0, 64, &err), 0);
+    ck_assert_uint_eq(kvcache_used_bytes(kv, false), blk);
+    ck_assert_int_eq(kvcache_fork_prefix(kv, 1, 0, 70, &err), -1);  // past what slot 0 holds
+    free(logits);
+    kvcache_free(kv);
+    transformer_free(tf);
+    model_weights_free(&w);
+}
+END_TEST
+
 START_TEST(test_packing_and_lora) {
     ModelWeights w;
     tiny_model(&w, MODEL_QWEN3);
@@ -186,6 +251,7 @@ int main(void) {
     Suite *s = suite_create("model_forward");
     TCase *core = tcase_create("core"), *limits = tcase_create("limits");
     tcase_add_test(core, test_kv_cache_matches_full);
+    tcase_add_test(core, test_kv_blocks_shared);
     tcase_add_test(limits, test_packing_and_lora);
     tcase_set_timeout(core, 60);
     suite_add_tcase(s, core);

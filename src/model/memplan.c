@@ -3,6 +3,7 @@
 // the LoRA layout for the adapter, transformer_plan_bytes (the planner's dry
 // pass) for activations, the KV cache's (L, slots, ctx, Hkv, D) pair.
 #include "model/memplan.h"
+#include "kernels.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,7 +41,7 @@ int memplan_build(MemoryPlan *p, const ModelConfig *cfg, const MemoryPlanSpec *s
     case MEMPLAN_ROLLOUT:
         p->lora = p->n_lora * sizeof(float);
         p->kv_slots = spec->batch_size + 1;
-        p->kv_ctx = spec->max_ctx;
+        p->kv_ctx = (spec->max_ctx + KV_BLOCK - 1) / KV_BLOCK * KV_BLOCK;  // whole blocks (kvcache_init_on)
         p->kv_cache = 2 * (size_t)cfg->num_hidden_layers * p->kv_slots * p->kv_ctx * cfg->num_key_value_heads *
                       cfg->head_dim * sizeof(float);
         // the generator's logits (slots + the staged prompt), the run's completions (ids and log-probs),

@@ -36,15 +36,28 @@ typedef struct {      // one layer's saved activations, T rows each
     float *la[LORA_NMOD];         // (T,R) x A^T of each adapted module
 } LayerActs;
 
+// A paged cache: each layer's K and V are pools of KV_BLOCK-token blocks, and
+// a slot's tokens live in the blocks its row of the block table names. Blocks
+// are counted by reference: a fork shares the source's blocks (a group's
+// prompt is stored once for its G samples), a slot about to write into a
+// block that another slot also holds gets its own copy of that one block
+// first (copy on write: at most the prompt's last, partial block), and a
+// block no slot holds goes back to the free list.
 struct KvCache {
-    Backend *be;                   // borrowed: where k, v and the d_ arrays live
+    Backend *be;                   // borrowed: where the pools and the d_ arrays live
     int L, n_slots, max_ctx, kvd;  // kvd = Hkv * D
-    float *k, *v;                  // (L, n_slots, max_ctx, Hkv, D), backend memory, owned
-    float *logits;                 // (n_slots, V) backend memory, owned (NULL on a host backend)
+    int n_blocks, max_blocks;      // pool blocks; blocks a slot may hold (ceil(max_ctx / KV_BLOCK))
+    float *k, *v;                  // (L, n_blocks, KV_BLOCK, Hkv, D), backend memory, owned
+    float *logits;                 // (n_slots, V) backend memory, owned: an extend's logits left on the backend
     int V;
     int *len;                      // (n_slots) host: tokens cached per slot
+    int *table;                    // (n_slots, max_blocks) host: physical block of each logical one (-1: none)
+    int *ref;                      // (n_blocks) host: slots holding each block
+    int *free_list, n_free;        // (n_blocks) host: a stack of blocks no slot holds
+    int used_peak;                 // most blocks held at once since init (kvcache_used_peak)
     int *cu_new, *new_len;         // (n_slots + 1), (n_slots) host: scratch of one extend call
     int *d_cu_new, *d_new_len;     // the same in backend memory (== the host ones on a host backend)
+    int *d_table;                  // the block table in backend memory (== table on a host backend)
 };
 
 struct Transformer {
@@ -359,12 +372,12 @@ static int layer_forward(Transformer *tf, int l, LayerActs *a, int T, PailErr *e
     OP(rope_forward, a->kr, kin, tf->d_pos, tf->cos_t, tf->sin_t, T, Hk, D);
     if (tf->kv) {  // generation: append this call's K, V to each slot's cache, attend over the cache
         KvCache *kv = tf->kv;
-        size_t layer_stride = (size_t)kv->n_slots * kv->max_ctx * KD;
+        size_t layer_stride = (size_t)kv->n_blocks * KV_BLOCK * KD;
         float *kc = kv->k + (size_t)l * layer_stride, *vc = kv->v + (size_t)l * layer_stride;
         OP(scatter_rows, kc, a->kr, tf->d_rows, T, KD);
         OP(scatter_rows, vc, a->v, tf->d_rows, T, KD);
-        OP(attention_decode_forward, a->att, a->qr, kc, vc, kv->d_cu_new, kv->d_new_len, kv->n_slots, kv->max_ctx, H,
-           Hk, D);
+        OP(attention_decode_forward, a->att, a->qr, kc, vc, kv->d_cu_new, kv->d_new_len, kv->d_table, kv->max_blocks,
+           kv->n_slots, H, Hk, D);
     } else {
         OP(attention_forward, a->att, a->lse, a->qr, a->kr, a->v, tf->d_cu, tf->nseq, T, H, Hk, D);
     }
@@ -560,7 +573,8 @@ int kvcache_init_on(KvCache **out, Backend *be, const ModelConfig *cfg, int n_sl
     *out = NULL;
     if (n_slots < 1 || max_ctx < 1)
         return err_set(err, PAIL_ERR_INVALID, "KV cache: %d slots of %d tokens", n_slots, max_ctx);
-    if ((int64_t)n_slots * max_ctx > INT32_MAX)
+    int max_blocks = (max_ctx + KV_BLOCK - 1) / KV_BLOCK;
+    if ((int64_t)n_slots * max_blocks * KV_BLOCK > INT32_MAX)
         return err_set(err, PAIL_ERR_INVALID, "KV cache: %d slots x %d tokens exceed 2^31 rows", n_slots, max_ctx);
     KvCache *kv = calloc(1, sizeof *kv);
     if (!kv) return err_set(err, PAIL_ERR_NOMEM, "out of memory");
@@ -568,31 +582,44 @@ int kvcache_init_on(KvCache **out, Backend *be, const ModelConfig *cfg, int n_sl
     kv->L = cfg->num_hidden_layers;
     kv->n_slots = n_slots;
     kv->max_ctx = max_ctx;
+    kv->max_blocks = max_blocks;
+    // Every slot can hold max_ctx tokens of its own at once: a pool that never
+    // runs dry, whatever the sharing (which makes most of it idle in a group).
+    kv->n_blocks = n_slots * max_blocks;
     kv->kvd = cfg->num_key_value_heads * cfg->head_dim;
     kv->V = cfg->vocab_size;
-    size_t n = (size_t)kv->L * n_slots * max_ctx * kv->kvd;
+    size_t n = (size_t)kv->L * kv->n_blocks * KV_BLOCK * kv->kvd, nt = (size_t)n_slots * max_blocks;
     PailErr aerr = {0};
     const BackendOps *o = kv->be->ops;
     kv->k = o->alloc(kv->be, n * sizeof(float), &aerr);
     kv->v = o->alloc(kv->be, n * sizeof(float), &aerr);
     kv->len = calloc((size_t)n_slots, sizeof(int));
+    kv->table = malloc(nt * sizeof(int));
+    kv->ref = calloc((size_t)kv->n_blocks, sizeof(int));
+    kv->free_list = malloc((size_t)kv->n_blocks * sizeof(int));
     kv->cu_new = calloc((size_t)n_slots + 1, sizeof(int));
     kv->new_len = calloc((size_t)n_slots, sizeof(int));
-    bool ok = kv->k && kv->v && kv->len && kv->cu_new && kv->new_len;
+    kv->logits = o->alloc(kv->be, (size_t)n_slots * kv->V * sizeof(float), &aerr);
+    bool ok = kv->k && kv->v && kv->len && kv->table && kv->ref && kv->free_list && kv->cu_new && kv->new_len &&
+              kv->logits;
     if (ok && kv->be->host_memory) {
         kv->d_cu_new = kv->cu_new;
         kv->d_new_len = kv->new_len;
+        kv->d_table = kv->table;
     } else if (ok) {
         kv->d_cu_new = o->alloc(kv->be, ((size_t)n_slots + 1) * sizeof(int), &aerr);
         kv->d_new_len = o->alloc(kv->be, (size_t)n_slots * sizeof(int), &aerr);
-        kv->logits = o->alloc(kv->be, (size_t)n_slots * kv->V * sizeof(float), &aerr);
-        ok = kv->d_cu_new && kv->d_new_len && kv->logits;
+        kv->d_table = o->alloc(kv->be, nt * sizeof(int), &aerr);
+        ok = kv->d_cu_new && kv->d_new_len && kv->d_table;
     }
     if (!ok) {
         kvcache_free(kv);
         return err_set(err, PAIL_ERR_NOMEM, "KV cache: cannot allocate %zu MiB for %d slots x %d tokens on %s",
                        2 * n * sizeof(float) >> 20, n_slots, max_ctx, (be ? be : backend_cpu())->desc);
     }
+    for (size_t i = 0; i < nt; i++) kv->table[i] = -1;
+    for (int b = 0; b < kv->n_blocks; b++) kv->free_list[b] = kv->n_blocks - 1 - b;  // block 0 popped first
+    kv->n_free = kv->n_blocks;
     *out = kv;
     return 0;
 }
@@ -610,34 +637,100 @@ void kvcache_free(KvCache *kv) {
     if (!kv->be->host_memory) {
         o->release(kv->be, kv->d_cu_new);
         o->release(kv->be, kv->d_new_len);
+        o->release(kv->be, kv->d_table);
     }
     free(kv->len);
+    free(kv->table);
+    free(kv->ref);
+    free(kv->free_list);
     free(kv->cu_new);
     free(kv->new_len);
     free(kv);
 }
 
-int kvcache_len(const KvCache *kv, int slot) { return kv->len[slot]; }
-void kvcache_reset(KvCache *kv, int slot) { kv->len[slot] = 0; }
-size_t kvcache_bytes(const KvCache *kv) {
-    return 2 * (size_t)kv->L * kv->n_slots * kv->max_ctx * kv->kvd * sizeof(float);
+static int *slot_table(KvCache *kv, int slot) { return kv->table + (size_t)slot * kv->max_blocks; }
+static int blocks_for(int ntok) { return (ntok + KV_BLOCK - 1) / KV_BLOCK; }
+
+// Drops the slot's hold on its logical blocks from `from` on.
+static void release_from(KvCache *kv, int slot, int from) {
+    int *t = slot_table(kv, slot);
+    for (int i = from; i < kv->max_blocks && t[i] >= 0; i++) {
+        if (--kv->ref[t[i]] == 0) kv->free_list[kv->n_free++] = t[i];
+        t[i] = -1;
+    }
 }
+
+static int block_take(KvCache *kv, PailErr *err) {
+    if (kv->n_free == 0)  // the pool is planned so that this cannot happen
+        return err_set(err, PAIL_ERR_NOMEM, "KV cache: all %d blocks of %d tokens are in use", kv->n_blocks, KV_BLOCK);
+    int b = kv->free_list[--kv->n_free];
+    kv->ref[b] = 1;
+    int used = kv->n_blocks - kv->n_free;
+    if (used > kv->used_peak) kv->used_peak = used;
+    return b;
+}
+
+int kvcache_len(const KvCache *kv, int slot) { return kv->len[slot]; }
+void kvcache_reset(KvCache *kv, int slot) {
+    release_from(kv, slot, 0);
+    kv->len[slot] = 0;
+}
+const float *kvcache_logits(const KvCache *kv) { return kv->logits; }
+size_t kvcache_bytes(const KvCache *kv) {
+    return 2 * (size_t)kv->L * kv->n_blocks * KV_BLOCK * kv->kvd * sizeof(float);
+}
+size_t kvcache_used_bytes(const KvCache *kv, bool peak) {
+    size_t blocks = peak ? (size_t)kv->used_peak : (size_t)(kv->n_blocks - kv->n_free);
+    return 2 * (size_t)kv->L * blocks * KV_BLOCK * kv->kvd * sizeof(float);
+}
+void kvcache_reset_peak(KvCache *kv) { kv->used_peak = kv->n_blocks - kv->n_free; }
 
 int kvcache_fork(KvCache *kv, int dst, int src, PailErr *err) { return kvcache_fork_prefix(kv, dst, src, kv->len[src], err); }
 
 int kvcache_fork_prefix(KvCache *kv, int dst, int src, int ntok, PailErr *err) {
     if (ntok < 0 || ntok > kv->len[src])
         return err_set(err, PAIL_ERR_INVALID, "KV cache fork %d -> %d: %d tokens of %d", src, dst, ntok, kv->len[src]);
-    if (dst == src) { kv->len[dst] = ntok; return 0; }
-    size_t stride = (size_t)kv->max_ctx * kv->kvd, n = (size_t)ntok * kv->kvd;
-    const BackendOps *o = kv->be->ops;
-    for (int l = 0; l < kv->L; l++) {
-        size_t base = (size_t)l * kv->n_slots * stride;
-        if (o->copy(kv->be, kv->k + base + (size_t)dst * stride, kv->k + base + (size_t)src * stride, n, err) < 0 ||
-            o->copy(kv->be, kv->v + base + (size_t)dst * stride, kv->v + base + (size_t)src * stride, n, err) < 0)
-            return err_wrap(err, "KV cache fork %d -> %d", src, dst);
+    int nb = blocks_for(ntok);
+    if (dst == src) {  // truncate: the blocks past the prefix are let go
+        release_from(kv, dst, nb);
+        kv->len[dst] = ntok;
+        return 0;
+    }
+    release_from(kv, dst, 0);
+    int *d = slot_table(kv, dst), *s_ = slot_table(kv, src);
+    for (int i = 0; i < nb; i++) {
+        d[i] = s_[i];
+        kv->ref[d[i]]++;
     }
     kv->len[dst] = ntok;
+    return 0;
+}
+
+// Before slot s writes tokens len..len+n-1: its partly filled last block, if
+// another slot holds it too, becomes a copy of its own; the blocks the new
+// tokens reach are taken from the free list.
+static int kv_prepare(KvCache *kv, int s, int n, PailErr *err) {
+    int *t = slot_table(kv, s), len = kv->len[s];
+    if (len % KV_BLOCK && kv->ref[t[len / KV_BLOCK]] > 1) {
+        int old = t[len / KV_BLOCK], nb = block_take(kv, err);
+        if (nb < 0) return -1;
+        size_t blk = (size_t)KV_BLOCK * kv->kvd, layer = (size_t)kv->n_blocks * blk;
+        const BackendOps *o = kv->be->ops;
+        for (int l = 0; l < kv->L; l++) {
+            size_t from = (size_t)l * layer + (size_t)old * blk, to = (size_t)l * layer + (size_t)nb * blk;
+            if (o->copy(kv->be, kv->k + to, kv->k + from, blk, err) < 0 ||
+                o->copy(kv->be, kv->v + to, kv->v + from, blk, err) < 0)
+                return err_wrap(err, "KV cache slot %d: copying a shared block", s);
+        }
+        kv->ref[old]--;
+        t[len / KV_BLOCK] = nb;
+    }
+    for (int i = blocks_for(len); i < blocks_for(len + n); i++) {
+        if (t[i] >= 0) continue;  // taken by a call that failed later
+        int b = block_take(kv, err);
+        if (b < 0) return -1;
+        t[i] = b;
+    }
     return 0;
 }
 
@@ -681,12 +774,14 @@ int transformer_extend(Transformer *tf, KvCache *kv, float *logits, const int *n
         return err_set(err, PAIL_ERR_INVALID, "transformer_extend: %d new tokens, the plan holds 1..%d", T,
                        tf->plan.max_tokens);
     if (check_ids(tokens, T, V, "transformer_extend: embedding: token", err) < 0) return -1;
-    // Each new token's position, and its physical row in a layer's cache.
+    // Each new token's position, and its physical row in a layer's pool.
     int n = 0;
     for (int s = 0; s < kv->n_slots; s++) {
+        if (n_new[s] && kv_prepare(kv, s, n_new[s], err) < 0) return -1;
+        const int *tb = slot_table(kv, s);
         for (int t = kv->cu_new[s]; t < kv->cu_new[s + 1]; t++) {
-            tf->h_pos[t] = kv->len[s] + t - kv->cu_new[s];
-            tf->rows[t] = s * kv->max_ctx + tf->h_pos[t];
+            int pos = tf->h_pos[t] = kv->len[s] + t - kv->cu_new[s];
+            tf->rows[t] = tb[pos / KV_BLOCK] * KV_BLOCK + pos % KV_BLOCK;
         }
         if (n_new[s]) tf->sel[n++] = kv->cu_new[s + 1] - 1;  // the last new row of each participating slot
     }
@@ -697,8 +792,11 @@ int transformer_extend(Transformer *tf, KvCache *kv, float *logits, const int *n
     OP(to_device, tf->d_sel, tf->sel, (size_t)npart * sizeof(int));
     OP(to_device, kv->d_cu_new, kv->cu_new, ((size_t)kv->n_slots + 1) * sizeof(int));
     OP(to_device, kv->d_new_len, kv->new_len, (size_t)kv->n_slots * sizeof(int));
-    // On a host backend the logits go straight into the caller's buffer.
-    float *out = tf->be->host_memory ? logits : kv->logits;
+    if (!tf->be->host_memory)
+        OP(to_device, kv->d_table, kv->table, (size_t)kv->n_slots * kv->max_blocks * sizeof(int));
+    // On a host backend the logits go straight into the caller's buffer; with
+    // none they stay in the cache's (kvcache_logits).
+    float *out = tf->be->host_memory && logits ? logits : kv->logits;
     tf->kv = kv;
     int rc;
     if (tf->be->team_ops && omp_get_max_threads() > 1) {
@@ -722,7 +820,7 @@ int transformer_extend(Transformer *tf, KvCache *kv, float *logits, const int *n
     }
     tf->kv = NULL;
     if (rc < 0) return -1;
-    if (!tf->be->host_memory) OP(to_host, logits, out, (size_t)npart * V * sizeof(float));
+    if (logits && out != logits) OP(to_host, logits, out, (size_t)npart * V * sizeof(float));
     for (int s = 0; s < kv->n_slots; s++) kv->len[s] = kv->new_len[s];
     return 0;
 }

@@ -60,30 +60,38 @@ int transformer_forward(Transformer *tf, float *logp, float *entropy, const int 
 int transformer_backward(Transformer *tf, float *lora_grads, float *base_grads, const float *dlogp, PailErr *err);
 
 // ---- generation: KV caches in slots ----
-// A cache holds n_slots independent sequences of up to max_ctx tokens each:
-// (L, n_slots, max_ctx, Hkv, D) for K and for V.
+// A cache holds n_slots independent sequences of up to max_ctx tokens each,
+// paged: every layer's K and V are pools of KV_BLOCK-token blocks
+// (kernels/kernels.h) and each slot a row of a block table. Forks share
+// blocks instead of copying them; a slot that appends to a block another slot
+// holds first gets its own copy of that block (doc/model.md).
 typedef struct KvCache KvCache;
 int kvcache_init(KvCache **out, const ModelConfig *cfg, int n_slots, int max_ctx, PailErr *err);  // on the CPU
 // On a backend (the transformer's: transformer_extend refuses another's).
 int kvcache_init_on(KvCache **out, Backend *be, const ModelConfig *cfg, int n_slots, int max_ctx, PailErr *err);
 void kvcache_free(KvCache *kv);
 int kvcache_len(const KvCache *kv, int slot);
-void kvcache_reset(KvCache *kv, int slot);              // empty the slot
-// dst = a copy of src's tokens (a shared prompt). Slots address physical cache
-// rows through the rows transformer_extend computes per call, so blocks shared
-// between slots (a group's prompt) or a slot kept across an episode's turns can
-// replace the copy without changing these calls.
+void kvcache_reset(KvCache *kv, int slot);              // empty the slot (its blocks go back to the pool)
+// dst = src's tokens (a shared prompt): dst holds src's blocks, nothing is copied.
 int kvcache_fork(KvCache *kv, int dst, int src, PailErr *err);
-// dst = a copy of src's first ntok tokens (<= its length): an episode whose
-// opening another of its group already holds.
+// dst = src's first ntok tokens (<= its length): an episode whose opening
+// another of its group already holds. dst == src truncates.
 int kvcache_fork_prefix(KvCache *kv, int dst, int src, int ntok, PailErr *err);
-size_t kvcache_bytes(const KvCache *kv);
+size_t kvcache_bytes(const KvCache *kv);                // the pools, allocated once
+// (n_slots, V) backend memory: the rows of the last transformer_extend called
+// with logits NULL, in slot order (valid until the next extend).
+const float *kvcache_logits(const KvCache *kv);
+// Bytes of the blocks held now (peak: the most held at once since init or the
+// last kvcache_reset_peak), for the figures of a group's KV memory.
+size_t kvcache_used_bytes(const KvCache *kv, bool peak);
+void kvcache_reset_peak(KvCache *kv);
 
 // Appends n_new[s] tokens to each slot s (0 = slot idle this call; tokens are
 // concatenated in slot order, Tn = sum n_new <= the plan's token budget), each
 // new token attending its slot's cached tokens and the new ones before it, and
 // writes the logits (V floats, not divided by any temperature) of the last new
-// token of every slot with n_new[s] > 0, in slot order, to logits. A prompt
+// token of every slot with n_new[s] > 0, in slot order, to logits (host
+// memory; NULL: left on the backend, kvcache_logits, for a sampler op there). A prompt
 // prefill is one call with the prompt's tokens; a decode step one token per
 // active slot.
 int transformer_extend(Transformer *tf, KvCache *kv, float *logits, const int *n_new, const int *tokens,

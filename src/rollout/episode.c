@@ -3,7 +3,7 @@
 // slots with something to feed: one sampled token for a decoding slot, a chunk
 // of an opening or of appended messages for the others, within the token budget.
 #include "rollout/episode.h"
-#include <omp.h>
+#include "rollout/draw.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,18 +48,18 @@ struct Episodes {
     EpisodeConfig cfg;
     int V, B, cap, nb;        // vocabulary, slots, episodes (nb of a batch, then the ad-hoc requests)
     uint64_t extra_seq;       // ad-hoc requests started (their RNG streams when they give no seed)
-    int nthreads;
     KvCache *kv;              // owned
+    TokenDraw *draw;          // owned: the slots' streams and the sampler, on the transformer's backend
     // pieces of block:
     Ep *eps;                  // (cap)
     int *slot_ep;             // (B) the episode in each slot, -1: free
-    float *logits;            // (B, V)
     int *n_new;               // (B)
     int32_t *feed;            // (token_budget)
     int *act, *sampled_slot;  // (B)
     int32_t *tok;             // (B)
     float *lp;                // (B)
-    SamplerScratch *tss;      // (nthreads)
+    int *lrow, *rslot;        // (B) one draw's rows: logits row, slot
+    uint8_t *drawn;           // (B) the sampled slots already drawn for in this call
     int32_t *row_ids;         // (cap, max_episode_tokens)
     float *row_lp;
     uint8_t *row_mask;
@@ -72,17 +72,18 @@ struct Episodes {
 #define EV_CAP 64
 
 static void plan(Episodes *r, MemPlan *p) {
-    size_t B = (size_t)r->B, V = (size_t)r->V, M = (size_t)r->cfg.max_episode_tokens, C = (size_t)r->cap;
+    size_t B = (size_t)r->B, M = (size_t)r->cfg.max_episode_tokens, C = (size_t)r->cap;
     r->eps = mem_plan_take(p, C * sizeof *r->eps);
     r->slot_ep = mem_plan_take(p, B * sizeof(int));
-    r->logits = mem_plan_take(p, B * V * sizeof(float));
     r->n_new = mem_plan_take(p, B * sizeof(int));
     r->feed = mem_plan_take(p, (size_t)r->cfg.token_budget * sizeof(int32_t));
     r->act = mem_plan_take(p, B * sizeof(int));
     r->sampled_slot = mem_plan_take(p, B * sizeof(int));
     r->tok = mem_plan_take(p, B * sizeof(int32_t));
     r->lp = mem_plan_take(p, B * sizeof(float));
-    r->tss = mem_plan_take(p, (size_t)r->nthreads * sizeof *r->tss);
+    r->lrow = mem_plan_take(p, B * sizeof(int));
+    r->rslot = mem_plan_take(p, B * sizeof(int));
+    r->drawn = mem_plan_take(p, B);
     r->row_ids = mem_plan_take(p, C * M * sizeof(int32_t));
     r->row_lp = mem_plan_take(p, C * M * sizeof(float));
     r->row_mask = mem_plan_take(p, C * M);
@@ -105,7 +106,6 @@ int episodes_init(Episodes **out, Transformer *tf, const ModelConfig *mc, const 
     r->B = cfg->batch_size;
     r->nb = cfg->max_groups * cfg->group_size;
     r->cap = r->nb + (cfg->max_extra > 0 ? cfg->max_extra : 0);
-    r->nthreads = omp_get_max_threads();
     if (kvcache_init_on(&r->kv, transformer_backend(tf), mc, r->B, cfg->max_prompt_tokens + cfg->max_episode_tokens,
                         err) < 0) {
         free(r);
@@ -120,11 +120,11 @@ int episodes_init(Episodes **out, Transformer *tf, const ModelConfig *mc, const 
     }
     MemPlan real = {r->block, 0};
     plan(r, &real);
-    for (int i = 0; i < r->nthreads; i++)
-        if (sampler_scratch_init(&r->tss[i], r->V) < 0) {
-            episodes_free(r);
-            return err_set(err, PAIL_ERR_NOMEM, "episodes: out of memory for the samplers' scratch");
-        }
+    // Ad-hoc requests may ask for top-k / top-p of their own: the sampler plans for it.
+    if (token_draw_init(&r->draw, transformer_backend(tf), r->B, r->V, cfg->stop_ids, cfg->n_stop_ids, true, err) < 0) {
+        episodes_free(r);
+        return err_wrap(err, "episodes");
+    }
     for (int i = 0; i < r->B; i++) r->slot_ep[i] = -1;  // every KV slot free
     for (int k = 0; k < r->cap; k++) {
         Ep *e = &r->eps[k];
@@ -167,8 +167,8 @@ static void ep_clear(Ep *e) {
 void episodes_free(Episodes *r) {
     if (!r) return;
     kvcache_free(r->kv);
+    token_draw_free(r->draw);
     if (r->block) {
-        for (int i = 0; i < r->nthreads; i++) sampler_scratch_free(&r->tss[i]);
         for (int k = 0; k < r->cap; k++) { ep_clear(&r->eps[k]); buf_free(&r->eps[k].rendered); }
     }
     buf_free(&r->a);
@@ -591,6 +591,7 @@ static int admit(Episodes *r, int N, PailErr *err) {
         e->slot = s;
         e->state = EP_RUNNING;
         kvcache_reset(r->kv, s);
+        if (token_draw_seed(r->draw, s, &e->rng, err) < 0) return -1;  // the episode's stream, for its life
         e->feed = e->open;
         e->n_feed = e->n_open;
         if (src >= 0) {
@@ -599,6 +600,38 @@ static int admit(Episodes *r, int N, PailErr *err) {
             e->n_feed = 1;
             r->stats.forked_openings++;
         }
+    }
+    return 0;
+}
+
+static bool same_params(const SamplerConfig *a, const SamplerConfig *b) {
+    return a->temperature == b->temperature && a->top_p == b->top_p && a->top_k == b->top_k && a->min_p == b->min_p;
+}
+
+// The tokens of the na sampled slots (logits row act[a], slot sampled_slot[a])
+// into tok and lp: one draw on the backend for each set of sampling settings
+// (one, but for ad-hoc requests that bring their own).
+static int draw_rows(Episodes *r, int na, PailErr *err) {
+    uint8_t *done = r->drawn;
+    memset(done, 0, (size_t)na);
+    for (int a0 = 0; a0 < na; a0++) {
+        if (done[a0]) continue;
+        const SamplerConfig *smp = &r->eps[r->slot_ep[r->sampled_slot[a0]]].smp;
+        int n = 0;
+        for (int a = a0; a < na; a++)
+            if (!done[a] && same_params(smp, &r->eps[r->slot_ep[r->sampled_slot[a]]].smp)) {
+                r->lrow[n] = r->act[a];
+                r->rslot[n++] = r->sampled_slot[a];
+            }
+        SampleParams sp = {.temperature = smp->temperature, .top_p = smp->top_p, .min_p = smp->min_p,
+                           .top_k = smp->top_k};
+        if (token_draw_run(r->draw, kvcache_logits(r->kv), r->lrow, r->rslot, n, &sp, err) < 0) return -1;
+        for (int a = a0, i = 0; a < na; a++)
+            if (!done[a] && same_params(smp, &r->eps[r->slot_ep[r->sampled_slot[a]]].smp)) {
+                r->tok[a] = token_draw_tok(r->draw)[i];
+                r->lp[a] = token_draw_logp(r->draw)[i++];
+                done[a] = 1;
+            }
     }
     return 0;
 }
@@ -634,14 +667,9 @@ static int model_call(Episodes *r, PailErr *err) {
         if (e->n_feed == 0) { r->act[na] = ns; r->sampled_slot[na++] = s; }
         ns++;
     }
-    if (transformer_extend(r->tf, r->kv, r->logits, r->n_new, r->feed, err) < 0) return err_wrap(err, "episodes");
+    if (transformer_extend(r->tf, r->kv, NULL, r->n_new, r->feed, err) < 0) return err_wrap(err, "episodes");
     r->stats.model_calls++;
-#pragma omp parallel for schedule(static)
-    for (int a = 0; a < na; a++) {
-        Ep *e = &r->eps[r->slot_ep[r->sampled_slot[a]]];
-        r->tok[a] = (int32_t)sample_token(r->logits + (size_t)r->act[a] * r->V, &e->smp, &e->rng,
-                                          &r->tss[omp_get_thread_num()], &r->lp[a]);
-    }
+    if (draw_rows(r, na, err) < 0) return -1;
     for (int a = 0; a < na; a++) on_token(r, r->slot_ep[r->sampled_slot[a]], r->tok[a], r->lp[a]);
     return 1;
 }

@@ -61,5 +61,6 @@ int generator_run(Generator *g, const GenPrompt *prompts, int P, GenCompletion *
 // Counters of the last run: model calls and tokens, for tokens/s figures.
 typedef struct {
     int64_t prefill_calls, prefill_tokens, decode_calls, decode_tokens;
+    int64_t kv_peak_bytes;  // the most KV-cache bytes held at once (the paged cache's blocks in use)
 } GenStats;
 GenStats generator_stats(const Generator *g);
