@@ -681,7 +681,8 @@ static int env_setup(Worker *w, PailErr *err) {
                       .api_key = key[0] ? key : NULL, .model_name = name, .max_episodes = rows * G,
                       .max_extra = c->serve_max_requests, .group_size = G, .max_turns = c->max_turns,
                       .max_new_tokens = c->max_new_tokens, .episode_timeout_s = c->episode_timeout,
-                      .tool_format = tf, .tok = w->tok};
+                      .max_connections = c->serve_max_connections, .header_timeout_s = c->serve_header_timeout,
+                      .idle_timeout_s = c->serve_idle_timeout, .tool_format = tf, .tok = w->tok};
     if (serve_open(&w->env, &sc, err) < 0) return -1;
     log_info("serving the OpenAI API at %s/v1 (model '%s'%s)", serve_url(w->env), name,
              key[0] ? ", bearer key required" : "");
