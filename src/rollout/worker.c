@@ -109,8 +109,11 @@ static bool stop_strings_hit(void *ctx, const int32_t *toks, int n) {
 // abandoned as soon as a newer adapter is out (looked up at most every
 // VERSION_CHECK_S seconds: one LIST, between decode steps).
 #define VERSION_CHECK_S 0.5
+static void heartbeat(Worker *w, const char *state);
 static bool adapter_outdated(void *ctx) {
     Worker *w = ctx;
+    // --serve: a batch can wait long for its agents; the heartbeat says the worker serves.
+    if (w->cfg->serve && time_mono_s() - w->last_heartbeat > 5) heartbeat(w, "serving");
     // --serve: a batch waits for agents that may never come; stopping (a signal,
     // or control/stop, looked for every few seconds) cancels it.
     if (w->cfg->serve && w->stop && *w->stop) return true;

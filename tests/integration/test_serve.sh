@@ -15,7 +15,7 @@
 #   - a worker under a connection flood at --serve-max-connections (loopback, 200 idle sockets,
 #     192 descriptors): /health and its work go on, the log stays short, the timeouts close
 #     them; a 9 MiB body, a false Content-Length, DELETE, 5,000 reward components: JSON errors;
-#   - a second worker over TLS with a bearer key (handshake timeout);
+#   - a second worker over TLS with a bearer key (handshake timeout, heartbeat while serving);
 #     the refusals at startup.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/lib_relay.sh"
@@ -189,13 +189,21 @@ TPORT=$(free_port)
 "$BIN/grpo-rollout" "${ROLL[@]}" --worker-id wt --serve "127.0.0.1:$TPORT" --serve-cert "$WORK/tls/server.pem" \
   --serve-tls-key "$WORK/tls/server.key" --serve-api-key-file "$WORK/api-key" --serve-header-timeout 3 \
   >"$WORK/roll-tls.log" 2>&1 &
-WT=$!; PIDS+=($WT)
+WT=$!; PIDS+=($WT); WT_T0=$(date +%s)
 for _ in $(seq 1 300); do curl -sf --cacert "$WORK/tls/ca.pem" "https://127.0.0.1:$TPORT/health" >/dev/null && break; sleep 0.1; done
 "$PY" "$ROOT/tests/integration/serve_openai.py" tls "https://127.0.0.1:$TPORT/v1" tiny "$WORK/tls/ca.pem" \
   serve-key-0123456789abcdef; rc=$?
 [ $rc = 0 ] && ok "...every TLS check" || bad "...TLS checks failed (above)"
 "$PY" "$ROOT/tests/integration/serve_limits.py" handshake 127.0.0.1 "$TPORT" 3 50; rc=$?
 [ $rc = 0 ] && ok "...connections that never start the TLS handshake are closed" || bad "...handshake timeout (above)"
+beat() {  # the worker waiting for its agents refreshes its heartbeat while it serves (not "starting ... LATE")
+  sleep $((WT_T0 + 14 - $(date +%s) > 0 ? WT_T0 + 14 - $(date +%s) : 0))
+  "$PY" -c '
+import json, sys, time
+h = json.load(open(sys.argv[1]))
+assert h["state"] == "serving" and time.time() - h["time"] < 8, (h["state"], time.time() - h["time"])' "$WORK/run/workers/wt.json"
+}
+check "the TLS worker, waiting for agents 14 s after its start, has a fresh heartbeat in state serving" beat
 
 echo "refusals"
 expect_fail_last "--serve off loopback without TLS and a key" 1 "not a loopback address: it needs TLS" \
