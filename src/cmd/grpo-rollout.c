@@ -25,8 +25,9 @@ int main(int argc, char **argv) {
          *max_ahead_s = NULL, *env = NULL, *tool_format = NULL, *serve = NULL, *serve_cert = NULL,
          *serve_tls_key = NULL, *serve_key_file = NULL, *served_name = NULL;
     long G, batch, max_new, max_prompt, prefill, top_k, seed, max_shards, gps, windex, nworkers, length_target,
-        eval_every, eval_samples, max_turns, max_episode, serve_max;
-    double temperature, top_p, reward_timeout, wait_timeout, env_timeout, episode_timeout;
+        eval_every, eval_samples, max_turns, max_episode, serve_max, serve_max_conns;
+    double temperature, top_p, reward_timeout, wait_timeout, env_timeout, episode_timeout, serve_header_timeout,
+        serve_idle_timeout;
     bool chat, eval, strict_dtype, gen_defaults;
     StoreCliFlags sf = {0};
     FlagList rewards = {0}, stops = {0};
@@ -66,6 +67,9 @@ int main(int argc, char **argv) {
         {"served-model-name", FLAG_STRING, &served_name, NULL, 1, 0, "--serve: the model id clients name (default: the --model folder's name)"},
         {"episode-timeout", FLAG_DOUBLE, &episode_timeout, "300", 0.01, 86400, "--serve: seconds an episode may sit with no request in flight before it fails"},
         {"serve-max-requests", FLAG_INT, &serve_max, "64", 1, 4096, "--serve: requests without X-Pail-Episode in flight (more get 429)"},
+        {"serve-max-connections", FLAG_INT, &serve_max_conns, "512", 1, 1000000, "--serve: open connections; at the cap the oldest one with no request in flight (one that never sent the key first) is closed for a newcomer, so /health and agents get in (one rate-limited log line); the file descriptor limit is raised to fit or the worker refuses to start"},
+        {"serve-header-timeout", FLAG_DOUBLE, &serve_header_timeout, "30", 0.1, 86400, "--serve: seconds a new connection has to deliver its first whole request (a TLS handshake included); then it is closed"},
+        {"serve-idle-timeout", FLAG_DOUBLE, &serve_idle_timeout, "60", 0.1, 86400, "--serve: seconds a keep-alive connection may wait for its next whole request, and a read or write may stall; a turn being generated is not cut by it"},
         {"tool-format", FLAG_STRING, &tool_format, "auto", 1, 0, "--env, --serve: how tool calls are parsed: auto (from the chat template), hermes (Qwen2.5/Qwen3/Hermes <tool_call>), llama3 (JSON), none"},
         {"chat", FLAG_BOOL, &chat, "false", 1, 0, "render {\"prompt\"} rows as a user message with the chat template"},
         CHAT_CLI_FLAGS(&chat_file, &chat_name, &chat_kwargs, &prompt_format),
@@ -152,7 +156,8 @@ int main(int argc, char **argv) {
         .env_cmd = env, .env_timeout = env_timeout, .max_turns = (int)max_turns, .max_episode_tokens = (int)max_episode,
         .tool_format = tool_format, .serve = serve, .serve_cert = serve_cert, .serve_tls_key = serve_tls_key,
         .serve_api_key_file = serve_key_file, .served_model_name = served_name, .episode_timeout = episode_timeout,
-        .serve_max_requests = (int)serve_max,
+        .serve_max_requests = (int)serve_max, .serve_max_connections = (int)serve_max_conns,
+        .serve_header_timeout = serve_header_timeout, .serve_idle_timeout = serve_idle_timeout,
         .backend = be, .max_memory = max_mem, .weights_dtype = want_dtype, .strict_dtype = strict_dtype};
     if (gen_defaults) {
         unsigned keep = (flags_given(argc, argv, "temperature") ? SAMPLER_KEEP_TEMPERATURE : 0) |

@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <openssl/err.h>
 
@@ -67,5 +68,19 @@ int net_tls_server(const char *cert, const char *key, const char *cert_flag, con
                        ssl_reason());
     if (SSL_CTX_check_private_key(c) != 1)
         return err_set(err, PAIL_ERR_INVALID, "%s %s does not match the certificate %s", key_flag, key, cert);
+    return 0;
+}
+
+int net_reserve_fds(long need, const char *flag, PailErr *err) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) < 0) return 0;  // (nothing to check against)
+    if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= (rlim_t)need) return 0;
+    if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < (rlim_t)need)
+        return err_set(err, PAIL_ERR_INVALID, "%s needs about %ld file descriptors and the limit is %llu (ulimit -Hn): "
+                       "lower %s or raise the limit", flag, need, (unsigned long long)rl.rlim_max, flag);
+    rl.rlim_cur = (rlim_t)need;
+    if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+        return err_set(err, PAIL_ERR_INVALID, "%s needs about %ld file descriptors and the limit (ulimit -n) cannot be "
+                       "raised to it", flag, need);
     return 0;
 }

@@ -16,3 +16,7 @@ bool net_is_loopback(const char *host);
 // name the options in messages. *out: SSL_CTX_free it.
 int net_tls_server(const char *cert, const char *key, const char *cert_flag, const char *key_flag, SSL_CTX **out,
                    PailErr *err);
+// The process may hold need file descriptors: raises the soft RLIMIT_NOFILE
+// (up to the hard one) when it is lower. -1 with err when the hard limit is
+// lower; flag names the option that asks for them.
+int net_reserve_fds(long need, const char *flag, PailErr *err);

@@ -85,7 +85,7 @@ void relay_finish(RelayReq *q, int status) {
     if (q->conn) {
         q->conn->busy = false;
         q->conn->idle_since_ms = time_mono_ms();
-        if (q->conn->q == q) q->conn->q = NULL;
+        if (q->conn->user == q) q->conn->user = NULL;
     }
     if (q->obj) cache_unref(q->obj);
     if (q->deadline_ev) event_free(q->deadline_ev);
@@ -450,7 +450,7 @@ static void stream_send_chunk(RelayReq *q) {
     q->off += q->out.len;
     out_to_evbuffer(q, eb);
     q->state = RQ_DRAIN;
-    if (q->conn) q->conn->q = q;
+    if (q->conn) q->conn->user = q;
     evhttp_send_reply_chunk_with_cb(q->req, eb, stream_drained, q);
     evbuffer_free(eb);
 }
@@ -776,7 +776,7 @@ void relay_handle(struct evhttp_request *req, void *arg) {
     q->conn = relay_conn_of(r, req);
     if (q->conn) {
         q->conn->busy = true;
-        q->conn->q = q;
+        q->conn->user = q;
     }
     q->tls = r->ssl != NULL;
     r->inflight++;

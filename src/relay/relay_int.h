@@ -9,6 +9,7 @@
 #include <event2/http.h>
 #include <event2/bufferevent.h>
 #include <openssl/ssl.h>
+#include "core/conns.h"
 #include "relay/cache.h"
 #include "relay/keys.h"
 #include "relay/relay.h"
@@ -44,15 +45,7 @@ int pool_start(Pool *p, struct event_base *base, int n, const char *url, const S
 void pool_submit(Pool *p, PoolJob *j);
 void pool_stop(Pool *p);
 
-// ---- connections (server.c) ----
-typedef struct Conn {
-    struct bufferevent *bev;     // one extra reference held until evhttp is done with it
-    int64_t opened_ms, idle_since_ms;
-    bool busy;                   // a request is being answered
-    bool closing;
-    struct RelayReq *q;          // the request being answered on it (borrowed)
-    struct Conn *prev, *next, *hnext;
-} Conn;
+// ---- connections (server.c; core/conns.h: a Conn's user is the RelayReq answered on it) ----
 
 // ---- the relay ----
 struct Relay {
@@ -68,9 +61,7 @@ struct Relay {
     Pool pool;
     Cache cache;
     struct event *sweep_ev, *stop_ev, *reload_ev, *poll_ev, *sig_term, *sig_int, *sig_hup;
-    Conn *conns;                 // all open connections
-    Conn **conn_hash;
-    long nconns;
+    Conns conns;                 // all open connections
     bool accepting_paused;
     bool stopping;
     int64_t stop_deadline_ms;

@@ -29,30 +29,20 @@
 #include "core/timeutil.h"
 #include "relay/relay_int.h"
 
-#define CONN_HASH 4096
 #define SWEEP_MS 200
 
-static size_t conn_slot(const void *bev) {
-    return ((uintptr_t)bev >> 4) % CONN_HASH;
-}
-
 Conn *relay_conn_of(Relay *r, struct evhttp_request *req) {
-    struct evhttp_connection *evcon = evhttp_request_get_connection(req);
-    struct bufferevent *bev = evcon ? evhttp_connection_get_bufferevent(evcon) : NULL;
-    if (!bev) return NULL;
-    for (Conn *c = r->conn_hash[conn_slot(bev)]; c; c = c->hnext)
-        if (c->bev == bev) return c;
-    return NULL;
+    return conns_of(&r->conns, req);
 }
 
 static void listener_update(Relay *r) {
     if (!r->bound || r->stopping) return;
     struct evconnlistener *l = evhttp_bound_socket_get_listener(r->bound);
-    bool full = r->nconns >= r->cfg.max_connections;
+    bool full = r->conns.n >= r->cfg.max_connections;
     if (full && !r->accepting_paused) {
         evconnlistener_disable(l);
         r->accepting_paused = true;
-        log_warn("relay: %ld connections (the --max-connections cap): not accepting more", r->nconns);
+        log_warn("relay: %ld connections (the --max-connections cap): not accepting more", r->conns.n);
     } else if (!full && r->accepting_paused) {
         evconnlistener_enable(l);
         r->accepting_paused = false;
@@ -70,41 +60,21 @@ static struct bufferevent *bev_cb(struct event_base *base, void *arg) {
         bev = bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE);
     }
     if (!bev) return NULL;
-    Conn *c = calloc(1, sizeof *c);
-    if (c) {
-        bufferevent_incref(bev);
-        c->bev = bev;
-        c->opened_ms = c->idle_since_ms = time_mono_ms();
-        c->next = r->conns;
-        if (r->conns) r->conns->prev = c;
-        r->conns = c;
-        size_t s = conn_slot(bev);
-        c->hnext = r->conn_hash[s];
-        r->conn_hash[s] = c;
-        r->nconns++;
-        atomic_store(&r->st_conns, r->nconns);
+    if (conns_add(&r->conns, bev)) {
+        atomic_store(&r->st_conns, r->conns.n);
         listener_update(r);
     }
     return bev;
 }
 
-static void conn_release(Relay *r, Conn *c) {
-    if (c->q) {
-        RelayReq *q = c->q;
-        c->q = NULL;
+static void conn_release(Conn *c, void *ctx) {
+    (void)ctx;
+    RelayReq *q = c->user;
+    if (q) {
+        c->user = NULL;
         q->conn = NULL;
         if (q->state == RQ_DRAIN) relay_stream_abort(q);  // its drained callback will never come
     }
-    if (c->prev) c->prev->next = c->next;
-    else r->conns = c->next;
-    if (c->next) c->next->prev = c->prev;
-    Conn **pp = &r->conn_hash[conn_slot(c->bev)];
-    while (*pp && *pp != c) pp = &(*pp)->hnext;
-    if (*pp) *pp = c->hnext;
-    bufferevent_decref(c->bev);
-    free(c);
-    r->nconns--;
-    atomic_store(&r->st_conns, r->nconns);
 }
 
 static void sweep_cb(evutil_socket_t fd, short what, void *arg) {
@@ -112,23 +82,11 @@ static void sweep_cb(evutil_socket_t fd, short what, void *arg) {
     Relay *r = arg;
     int64_t now = time_mono_ms();
     fflush(r->log);
-    for (Conn *c = r->conns, *next; c; c = next) {
-        next = c->next;
-        bufferevent_data_cb rcb, wcb;
-        bufferevent_event_cb ecb;
-        bufferevent_getcb(c->bev, &rcb, &wcb, &ecb, NULL);
-        if (!rcb && !wcb && !ecb) {  // evhttp freed it: ours is the last reference
-            conn_release(r, c);
-            continue;
-        }
-        // Slowloris: a connection gets header_timeout to deliver each whole
-        // request (from opening, or from its previous response).
-        if (!c->busy && !c->closing && now - c->idle_since_ms > (int64_t)r->cfg.header_timeout_s * 1000) {
-            evutil_socket_t s = bufferevent_getfd(c->bev);
-            if (s >= 0) shutdown(s, SHUT_RDWR);
-            c->closing = true;
-        }
-    }
+    // Slowloris: a connection gets header_timeout to deliver each whole request
+    // (from opening, or from its previous response).
+    int64_t hdr = (int64_t)r->cfg.header_timeout_s * 1000;
+    conns_sweep(&r->conns, now, hdr, hdr);
+    atomic_store(&r->st_conns, r->conns.n);
     listener_update(r);
     if (r->stopping && r->inflight == 0 && r->nwaiters == 0) event_base_loopexit(r->base, NULL);
     if (r->stopping && now > r->stop_deadline_ms) {
@@ -232,8 +190,7 @@ int relay_open(Relay **out, const RelayConfig *cfg, PailErr *err) {
     c->listen = r->listen;
     c->bucket = r->bucket;
     c->keys_path = r->keys_path;
-    r->conn_hash = calloc(CONN_HASH, sizeof *r->conn_hash);
-    if (!r->listen || !r->bucket || !r->conn_hash) {
+    if (!r->listen || !r->bucket || conns_init(&r->conns, conn_release, NULL, r) < 0) {
         relay_close(r);
         return err_set(err, PAIL_ERR_NOMEM, "relay: out of memory");
     }
@@ -386,7 +343,7 @@ void relay_close(Relay *r) {
     for (size_t i = 0; i < sizeof evs / sizeof evs[0]; i++)
         if (evs[i]) event_free(evs[i]);
     if (r->http) evhttp_free(r->http);
-    while (r->conns) conn_release(r, r->conns);
+    conns_free(&r->conns);
     if (r->base) event_base_free(r->base);
     if (r->cache.buckets) cache_free(&r->cache);
     if (r->ssl) SSL_CTX_free(r->ssl);
@@ -397,7 +354,6 @@ void relay_close(Relay *r) {
     free(r->listen);
     free(r->bucket);
     free(r->keys_path);
-    free(r->conn_hash);
     if (r->log) fflush(r->log);
     free(r);
 }

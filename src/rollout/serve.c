@@ -1,7 +1,9 @@
 // The OpenAI-compatible endpoint (see serve.h). Everything both threads touch
 // (episodes, ad-hoc slots, the event queue, the reply queue, whether a held
 // request's connection is still there) sits under s->mu; the libevent thread
-// alone calls evhttp, the worker's thread alone the tokenizer.
+// alone calls evhttp, the worker's thread alone the tokenizer. What a request
+// says and what a reply looks like is openai.c's; connections (the cap, the
+// timeouts) are core/conns.c's.
 #include "rollout/serve.h"
 #include <errno.h>
 #include <pthread.h>
@@ -20,18 +22,21 @@
 #include <event2/event.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
+#include <event2/listener.h>
 #include <event2/thread.h>
 #include <openssl/crypto.h>
 #include <openssl/ssl.h>
 #include "core/buf.h"
+#include "core/conns.h"
 #include "core/log.h"
 #include "core/net.h"
 #include "core/timeutil.h"
+#include "rollout/openai.h"
 
-#define CLAIM_WAIT_S 30          // POST /v1/episodes: default wait for an episode
-#define CLAIM_WAIT_MAX_S 300
-#define MAX_BODY (8u << 20)
-#define MAX_STOP 4
+#define MAX_HEAD 65536
+#define LINGER_MS 5000           // a refused body read and dropped at most this long before the close
+#define CAP_LOG_MS 10000         // at most one line about the connection cap this often
+#define SWEEP_MS 200
 
 enum { HK_CLAIM, HK_CHAT, HK_TEXT };                  // what a held request waits for
 enum { SE_NONE, SE_UNCLAIMED, SE_OPEN };              // a batch episode
@@ -44,14 +49,20 @@ typedef struct Held {            // a request answered later (freed by the libev
     bool gone;                   // its client closed the connection: evhttp left req to us, and our
                                  // last reply to it (which goes nowhere) frees it
     int kind, k;                 // k: the episode or ad-hoc slot
-    bool stream, include_usage, tools_on, role_sent;
+    bool stream, tools_on;
+    OpenAIStream os;             // the reply's id, model, usage wanted, role sent
     bool queued;                 // worker: event-stream pieces queued (an error must be one too)
     bool started;                // libevent thread: the streamed reply's head is sent
     char id[48];                 // chatcmpl-... / cmpl-...
     int64_t created, deadline_ms;
-    json_t *stop;                // ad hoc: an array of stop strings, or NULL
+    json_t *stop;                // an array of stop strings, or NULL (owned)
     json_t *seg;                 // an episode's edited history, its new segment once the engine takes it (owned)
     Buf sent;                    // the turn's text streamed so far
+    // The worker's thread, decoding the turn as it grows (op_token): tokens
+    // [pre, rd) decoded last time give the context of the next piece.
+    OpenAIStop scan;             // the turn's text so far, and where a stop string cut it
+    int pre, rd;
+    Buf pend;                    // decoded bytes of an unfinished UTF-8 character
     struct Held *next;           // claim waiters
 } Held;
 
@@ -90,6 +101,13 @@ struct Serve {
     struct evhttp_bound_socket *bound;
     struct event *wake, *tick;
     SSL_CTX *ssl;
+    // the libevent thread's:
+    Conns conns;                 // open connections (core/conns.h; their user an SConn)
+    int slack;                   // connections closed, not yet let go by evhttp, before accepting pauses
+    bool paused;                 // accepting paused (above cap + slack, or accept() failing)
+    long cap_closed, cap_refused, accept_errors;  // since the last line about them
+    char accept_why[96];
+    int64_t cap_log_ms;
     // under mu:
     SEp *eps;                    // (max_episodes)
     Held **extra;                // (max_extra) the ad-hoc request in each slot, or NULL
@@ -106,50 +124,16 @@ struct Serve {
     uint64_t seq;                // response ids
 };
 
+// What the endpoint keeps of a connection (a Conn's user).
+typedef struct {
+    Serve *s;
+    OpenAIFrame fr;              // its requests' heads, followed as they arrive
+    uint64_t too_large;          // a head declared this body, over the limit: answered 413, the body dropped
+    int64_t linger_until_ms;     // kept after evhttp let it go, reading out that body until then
+    bool linger_end;             // its client closed
+} SConn;
+
 // ---------- small helpers ----------
-
-static const char *status_reason(int status) {
-    switch (status) {
-    case 200: return "OK";
-    case 400: return "Bad Request";
-    case 401: return "Unauthorized";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 409: return "Conflict";
-    case 413: return "Payload Too Large";
-    case 429: return "Too Many Requests";
-    case 503: return "Service Unavailable";
-    default: return "Internal Server Error";
-    }
-}
-
-static const char *error_type(int status) {
-    switch (status) {
-    case 401: return "authentication_error";
-    case 404: return "not_found_error";
-    case 409: return "conflict_error";
-    case 429: return "rate_limit_error";
-    case 503: return "service_unavailable_error";
-    case 500: return "server_error";
-    default: return "invalid_request_error";
-    }
-}
-
-// {"error": {"message", "type", "param", "code"}} (malloc'd).
-static char *error_body(int status, const char *param, const char *code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static char *error_body(int status, const char *param, const char *code, const char *fmt, ...) {
-    char msg[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    json_t *j = json_pack("{s:{s:s, s:s, s:o, s:o}}", "error", "message", msg, "type", error_type(status), "param",
-                          param ? json_string(param) : json_null(), "code", code ? json_string(code) : json_null());
-    char *b = j ? json_dumps(j, JSON_COMPACT) : NULL;
-    json_decref(j);
-    return b;
-}
 
 static void send_body(struct evhttp_request *req, int status, const char *ctype, const char *body) {
     struct evkeyvalq *oh = evhttp_request_get_output_headers(req);
@@ -157,7 +141,7 @@ static void send_body(struct evhttp_request *req, int status, const char *ctype,
     if (status == 503 || status == 429) evhttp_add_header(oh, "Retry-After", "1");
     struct evbuffer *b = evbuffer_new();
     if (b && body) evbuffer_add(b, body, strlen(body));
-    evhttp_send_reply(req, status, status_reason(status), b);
+    evhttp_send_reply(req, status, openai_status_reason(status), b);
     if (b) evbuffer_free(b);
 }
 
@@ -174,7 +158,7 @@ static void send_json(struct evhttp_request *req, int status, json_t *j) {  // s
 }
 
 static void send_error(struct evhttp_request *req, int status, const char *param, const char *code, const char *msg) {
-    char *b = error_body(status, param, code, "%s", msg);
+    char *b = openai_error_body(status, param, code, "%s", msg);
     send_body(req, status, "application/json", b ? b : "{}");
     free(b);
 }
@@ -197,25 +181,18 @@ static void out_push(Serve *s, Held *h, int status, char *body, bool last) {
     s->out[s->on++] = (Out){h, status, body, last};
 }
 
-// One server-sent event, "data: TEXT\n\n", onto b.
-static void sse_event(Buf *b, const char *text) {
-    buf_append(b, "data: ", 6);
-    buf_append(b, text, strlen(text));
-    buf_append(b, "\n\n", 2);
-}
-
 static void push_error(Serve *s, Held *h, int status, const char *code, const char *msg) {
     if (h->stream && h->queued) {  // an event stream already under way: the error is its last event
-        char *b = error_body(status, NULL, code, "%s", msg);
+        char *b = openai_error_body(status, NULL, code, "%s", msg);
         Buf sse = {0};
-        if (b) sse_event(&sse, b);
-        sse_event(&sse, "[DONE]");
+        if (b) openai_sse_event(&sse, b);
+        openai_sse_event(&sse, "[DONE]");
         buf_append(&sse, "", 1);
         free(b);
         out_push(s, h, 0, (char *)sse.data, true);
         return;
     }
-    out_push(s, h, status, error_body(status, NULL, code, "%s", msg), true);
+    out_push(s, h, status, openai_error_body(status, NULL, code, "%s", msg), true);
 }
 
 static EnvEvent *push_event(Serve *s, EnvEventType type, int k) {
@@ -233,6 +210,8 @@ static void ep_reset(SEp *e) {
 static void held_free(Held *h) {
     if (!h) return;
     buf_free(&h->sent);
+    buf_free(&h->pend);
+    openai_stop_free(&h->scan);
     json_decref(h->stop);
     json_decref(h->seg);
     free(h);
@@ -243,138 +222,19 @@ static int episode_k(const Serve *s, const char *id) {
     return s->prefix[0] ? env_episode_index(s->prefix, id, s->cfg.max_episodes) : -1;
 }
 
-// ---------- message normalization ----------
-
-// A message's content as one string: a string, null / absent (""), or an
-// array of {"type": "text", "text": ...} parts joined. NULL: not text.
-static json_t *content_text(const json_t *c) {
-    if (!c || json_is_null(c)) return json_string("");
-    if (json_is_string(c)) return json_incref((json_t *)c);
-    if (!json_is_array(c)) return NULL;
-    Buf b = {0};
-    size_t i;
-    json_t *p;
-    json_array_foreach(c, i, p) {
-        const char *t = json_string_value(json_object_get(p, "text"));
-        const char *ty = json_string_value(json_object_get(p, "type"));
-        if (!t || !ty || strcmp(ty, "text")) { buf_free(&b); return NULL; }
-        buf_append(&b, t, strlen(t));
-    }
-    json_t *r = json_stringn(b.data ? (char *)b.data : "", b.len);
-    buf_free(&b);
-    return r;
-}
-
-// The request's messages as the template takes them (content a string), or
-// NULL with why in msg.
-static json_t *messages_check(const json_t *m, char *msg, size_t cap) {
-    if (!json_is_array(m) || !json_array_size(m)) {
-        snprintf(msg, cap, "'messages' must be a non-empty array");
-        return NULL;
-    }
-    json_t *out = json_array();
-    size_t i;
-    json_t *v;
-    json_array_foreach(m, i, v) {
-        const char *role = json_string_value(json_object_get(v, "role"));
-        static const char *roles[] = {"system", "developer", "user", "assistant", "tool", "ipython", NULL};
-        int r = 0;
-        while (role && roles[r] && strcmp(roles[r], role)) r++;
-        if (!json_is_object(v) || !role || !roles[r]) {
-            snprintf(msg, cap, "messages[%zu]: 'role' must be one of system, developer, user, assistant, tool", i);
-            json_decref(out);
-            return NULL;
-        }
-        json_t *t = content_text(json_object_get(v, "content"));
-        if (!t) {
-            snprintf(msg, cap, "messages[%zu].content: a string, null or an array of text parts (only text is served)", i);
-            json_decref(out);
-            return NULL;
-        }
-        json_t *c = json_copy(v);
-        json_object_set_new(c, "content", t);
-        json_t *tc = json_object_get(c, "tool_calls");
-        if (tc && !json_is_null(tc) && !json_is_array(tc)) {
-            snprintf(msg, cap, "messages[%zu].tool_calls: an array", i);
-            json_decref(c);
-            json_decref(out);
-            return NULL;
-        }
-        // Templates read arguments as objects: decode the OpenAI string form.
-        if (json_is_array(tc)) {
-            json_t *ntc = json_array(), *call;
-            size_t ci;
-            json_array_foreach(tc, ci, call) {
-                json_t *cc = json_deep_copy(call), *fn = json_object_get(cc, "function");
-                json_t *args = json_object_get(fn, "arguments");
-                if (json_is_string(args)) {
-                    json_t *a = json_loads(json_string_value(args), 0, NULL);
-                    if (a) json_object_set_new(fn, "arguments", a);
-                }
-                json_array_append_new(ntc, cc);
-            }
-            json_object_set_new(c, "tool_calls", ntc);
-        } else if (tc) {
-            json_object_del(c, "tool_calls");
-        }
-        json_array_append_new(out, c);
-    }
-    return out;
-}
-
-// What must agree between a message the client resends and the one it was
-// given (or sent before): role, content, the calls' names and arguments, the
-// tool message's id and name.
-static json_t *canon(const json_t *m) {
-    json_t *c = json_pack("{s:O}", "role", json_object_get(m, "role"));
-    json_t *t = content_text(json_object_get(m, "content"));
-    json_object_set_new(c, "content", t ? t : json_null());
-    const char *keys[] = {"tool_call_id", "name", NULL};
-    for (int i = 0; keys[i]; i++) {
-        json_t *v = json_object_get(m, keys[i]);
-        if (v && !json_is_null(v)) json_object_set(c, keys[i], v);
-    }
-    json_t *tc = json_object_get(m, "tool_calls");
-    if (json_array_size(tc)) {
-        json_t *calls = json_array(), *call;
-        size_t i;
-        json_array_foreach(tc, i, call) {
-            json_t *fn = json_object_get(call, "function"), *args = json_object_get(fn, "arguments");
-            json_t *a = json_is_string(args) ? json_loads(json_string_value(args), 0, NULL) : NULL;
-            json_array_append_new(calls, json_pack("{s:O, s:o}", "name", json_object_get(fn, "name") ?
-                                                   json_object_get(fn, "name") : json_null(), "arguments",
-                                                   a ? a : args ? json_incref(args) : json_object()));
-        }
-        json_object_set_new(c, "tool_calls", calls);
-    }
-    return c;
-}
-
-static bool same_message(const json_t *a, const json_t *b) {
-    json_t *ca = canon(a), *cb = canon(b);
-    bool eq = json_equal(ca, cb);
-    json_decref(ca);
-    json_decref(cb);
-    return eq;
-}
-
 // ---------- requests (libevent thread) ----------
 
-static json_t *read_body(struct evhttp_request *req, bool optional, char *msg, size_t cap) {
+// The request's body bytes (evhttp holds them; the libevent thread only).
+static const char *body_of(struct evhttp_request *req, size_t *n) {
     struct evbuffer *in = evhttp_request_get_input_buffer(req);
-    size_t n = evbuffer_get_length(in);
-    if (!n && optional) return json_object();
-    const char *p = (const char *)evbuffer_pullup(in, -1);
-    json_error_t je;
-    json_t *j = p ? json_loadb(p, n, JSON_REJECT_DUPLICATES, &je) : NULL;
-    if (!json_is_object(j)) {
-        if (j) snprintf(msg, cap, "the request body must be a JSON object");
-        else snprintf(msg, cap, "we could not parse the JSON body of your request (%s at line %d)", p ? je.text : "empty",
-                      p ? je.line : 0);
-        json_decref(j);
-        return NULL;
-    }
-    return j;
+    *n = evbuffer_get_length(in);
+    const char *p = *n ? (const char *)evbuffer_pullup(in, -1) : "";
+    if (!p) *n = 0, p = "";
+    return p;
+}
+
+static void send_openai_error(struct evhttp_request *req, const OpenAIError *e) {
+    send_error(req, e->status, e->param, e->code, e->msg);
 }
 
 static bool authorized(Serve *s, struct evhttp_request *req) {
@@ -421,6 +281,15 @@ static Held *held_new(Serve *s, struct evhttp_request *req, int kind, int k) {
     struct evhttp_connection *evcon = evhttp_request_get_connection(req);
     if (evcon) evhttp_connection_set_closecb(evcon, on_close, h);
     return h;
+}
+
+// The reply's shape and the turn's stop strings, from its request (before h is published).
+static void held_stream(Held *h, const OpenAIRequest *rq) {
+    h->stream = rq->stream;
+    h->os = (OpenAIStream){.text = h->kind == HK_TEXT, .id = h->id, .created = h->created,
+                           .model = h->s->model_name, .include_usage = rq->include_usage};
+    h->stop = rq->stop ? json_incref(rq->stop) : NULL;
+    openai_stop_init(&h->scan, h->stop);
 }
 
 static void held_drop(Held *h) {  // at the end: a held request never answered
@@ -473,23 +342,11 @@ static void serve_claims(Serve *s) {
     }
 }
 
-static void handle_claim(Serve *s, struct evhttp_request *req) {
-    char msg[512];
+static void handle_claim(Serve *s, struct evhttp_request *req, double wait_s) {
     if (s->closing) {
         send_error(req, 503, NULL, "stopping", STOPPING_MSG);
         return;
     }
-    json_t *b = read_body(req, true, msg, sizeof msg);
-    if (!b) { send_error(req, 400, NULL, NULL, msg); return; }
-    json_t *wv = json_object_get(b, "wait");
-    double wait_s = CLAIM_WAIT_S;
-    if (wv && (!json_is_number(wv) || json_number_value(wv) < 0 || json_number_value(wv) > CLAIM_WAIT_MAX_S)) {
-        json_decref(b);
-        send_error(req, 400, "wait", NULL, "'wait' must be a number of seconds in 0..300");
-        return;
-    }
-    if (wv) wait_s = json_number_value(wv);
-    json_decref(b);
     Held *h = held_new(s, req, HK_CLAIM, -1);
     if (!h) { send_error(req, 500, NULL, NULL, "out of memory"); return; }
     h->deadline_ms = time_mono_ms() + (int64_t)(wait_s * 1000);
@@ -517,127 +374,41 @@ static int open_episode(Serve *s, struct evhttp_request *req, const char *id, co
     return -1;
 }
 
-static void handle_reward(Serve *s, struct evhttp_request *req, const char *id) {
-    char msg[512];
+// bad: the body's refusal (checked before the lock), answered once the episode is known.
+static void handle_reward(Serve *s, struct evhttp_request *req, const char *id, const OpenAIError *bad, double rv,
+                          json_t *comps) {
     int k = open_episode(s, req, id, "POST /v1/episodes/{id}/reward");
     if (k < 0) return;
     SEp *e = &s->eps[k];
-    json_t *b = read_body(req, false, msg, sizeof msg);
-    if (!b) { send_error(req, 400, NULL, NULL, msg); return; }
-    json_t *r = json_object_get(b, "reward"), *c = json_object_get(b, "components");
-    const char *bad = NULL, *param = NULL;
-    if (!env_reward_ok(r))
-        bad = "'reward' must be a finite number within +-1e6", param = "reward";
-    else if (c && !json_is_null(c) && !json_is_object(c))
-        bad = "'components' must be an object of numbers", param = "components";
-    else if (json_is_object(c) && !env_components_ok(c))
-        bad = "'components' must be an object of finite numbers within +-1e6", param = "components";
-    if (bad) { json_decref(b); send_error(req, 400, param, NULL, bad); return; }
+    if (bad) { send_openai_error(req, bad); return; }
     if (e->pend) {
-        json_decref(b);
         send_error(req, 409, NULL, "turn_in_flight", "the episode has a chat request in flight: its reward comes after");
         return;
     }
     if (!e->turns) {
-        json_decref(b);
         send_error(req, 400, NULL, "episode_has_no_turn", "the episode has had no assistant turn yet: nothing to reward");
         return;
     }
     EnvEvent *ev = push_event(s, ENV_REWARD, k);
-    double rv = json_number_value(r);
     if (ev) {
         ev->reward = rv;
-        ev->components = json_is_object(c) ? json_incref(c) : NULL;
+        ev->components = comps ? json_incref(comps) : NULL;
     }
-    json_decref(b);
     ep_reset(e);
     char eid[232];
     env_episode_id(s->prefix, k, eid, sizeof eid);
     send_json(req, 200, json_pack("{s:s, s:s, s:f}", "id", eid, "status", "ended", "reward", rv));
 }
 
-// Sampling settings of a request, checked (ad hoc: they apply; in an episode
-// the run's apply). NULL with param and msg.
-static json_t *sampling_params(const json_t *b, bool chat, int default_max, const char **param, char *msg, size_t cap) {
-    json_t *p = json_object(), *v;
-    if ((v = json_object_get(b, "temperature")) && !json_is_null(v)) {
-        if (!json_is_number(v) || json_number_value(v) < 0 || json_number_value(v) > 2) { *param = "temperature"; goto bad; }
-        json_object_set(p, "temperature", v);
-    }
-    if ((v = json_object_get(b, "top_p")) && !json_is_null(v)) {
-        if (!json_is_number(v) || !(json_number_value(v) > 0) || json_number_value(v) > 1) { *param = "top_p"; goto bad; }
-        json_object_set(p, "top_p", v);
-    }
-    if ((v = json_object_get(b, "top_k")) && !json_is_null(v)) {
-        if (!json_is_integer(v) || json_integer_value(v) < 0) { *param = "top_k"; goto bad; }
-        json_object_set(p, "top_k", v);
-    }
-    if ((v = json_object_get(b, "seed")) && !json_is_null(v)) {
-        if (!json_is_integer(v)) { *param = "seed"; goto bad; }
-        json_object_set(p, "seed", v);
-    }
-    const char *mk = chat && json_object_get(b, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
-    if ((v = json_object_get(b, mk)) && !json_is_null(v)) {
-        if (!json_is_integer(v) || json_integer_value(v) < 1) { *param = mk; goto bad; }
-        json_object_set(p, "max_tokens", v);
-    } else {
-        json_object_set_new(p, "max_tokens", json_integer(default_max));
-    }
-    if ((v = json_object_get(b, "n")) && !json_is_null(v) && (!json_is_integer(v) || json_integer_value(v) != 1)) {
-        *param = "n";
-        snprintf(msg, cap, "'n': only 1 is served (send n requests)");
-        json_decref(p);
-        return NULL;
-    }
-    return p;
-bad:
-    snprintf(msg, cap, "'%s' is out of range or of the wrong type", *param);
-    json_decref(p);
-    return NULL;
-}
-
-// stop: a string or an array of up to 4 non-empty strings; *out NULL when none.
-static int stop_check(const json_t *v, json_t **out) {
-    *out = NULL;
-    if (!v || json_is_null(v)) return 0;
-    if (json_is_string(v)) {
-        if (!json_string_length(v)) return -1;
-        *out = json_pack("[O]", v);
-        return 0;
-    }
-    if (!json_is_array(v) || json_array_size(v) > MAX_STOP) return -1;
-    size_t i;
-    json_t *x;
-    json_array_foreach(v, i, x) if (!json_is_string(x) || !json_string_length(x)) return -1;
-    *out = json_array_size(v) ? json_incref((json_t *)v) : NULL;
-    return 0;
-}
-
-static bool tools_check(const json_t *t, char *msg, size_t cap) {
-    if (!t || json_is_null(t)) return true;
-    if (!json_is_array(t)) { snprintf(msg, cap, "'tools' must be an array"); return false; }
-    size_t i;
-    json_t *x;
-    json_array_foreach(t, i, x) {
-        const char *ty = json_string_value(json_object_get(x, "type"));
-        if (!ty || strcmp(ty, "function") || !json_is_string(json_object_get(json_object_get(x, "function"), "name"))) {
-            snprintf(msg, cap, "tools[%zu]: want {\"type\": \"function\", \"function\": {\"name\": ..., ...}}", i);
-            return false;
-        }
-    }
-    return true;
-}
-
 // An episode's chat request: its opening, or the history so far plus new messages.
-// stop: the request's stop strings (borrowed; NULL: none): the turn ends at one,
-// as at the model's end of turn (the row keeps every sampled token; the answer is
-// cut before the string).
-static void episode_turn(Serve *s, struct evhttp_request *req, const char *id, json_t *msgs, json_t *tools,
-                         json_t *stop, bool stream, bool usage) {
+// The request's stop strings end the turn as the model's end of turn does (the
+// row keeps every sampled token; the answer is cut before the string).
+static void episode_turn(Serve *s, struct evhttp_request *req, const char *id, OpenAIRequest *rq) {
     char msg[700];
     int k = open_episode(s, req, id, "X-Pail-Episode");
     if (k < 0) return;
     SEp *e = &s->eps[k];
+    json_t *msgs = rq->messages, *tools = rq->tools;
     if (e->pend) {
         send_error(req, 409, NULL, "turn_in_flight", "the episode already has a chat request in flight");
         return;
@@ -654,7 +425,7 @@ static void episode_turn(Serve *s, struct evhttp_request *req, const char *id, j
         add = json_incref(msgs);
     } else {
         size_t have = json_array_size(e->history), n = json_array_size(msgs), i = 0;
-        while (i < have && i < n && same_message(json_array_get(e->history, i), json_array_get(msgs, i))) i++;
+        while (i < have && i < n && openai_same_message(json_array_get(e->history, i), json_array_get(msgs, i))) i++;
         edited = i < have;  // the agent edited its history: a new segment (episode.h)
         if (!edited && n == have) {
             send_error(req, 400, "messages", "no_new_messages", "no new messages after the episode's history");
@@ -671,9 +442,7 @@ static void episode_turn(Serve *s, struct evhttp_request *req, const char *id, j
         send_error(req, 500, NULL, NULL, "out of memory");
         return;
     }
-    h->stream = stream;
-    h->include_usage = usage;
-    h->stop = stop ? json_incref(stop) : NULL;
+    held_stream(h, rq);
     if (!e->history) e->tools = json_array_size(tools) && s->cfg.tool_format != TOOL_FORMAT_NONE;
     h->tools_on = e->tools;
     ev->messages = add;
@@ -689,109 +458,31 @@ static void episode_turn(Serve *s, struct evhttp_request *req, const char *id, j
     e->last_ms = time_mono_ms();
 }
 
-static void handle_generate(Serve *s, struct evhttp_request *req, bool chat) {
-    char msg[700];
-    const char *param = NULL;
-    json_t *b = read_body(req, false, msg, sizeof msg);
-    if (!b) { send_error(req, 400, NULL, NULL, msg); return; }
-    const char *model = json_string_value(json_object_get(b, "model"));
-    json_t *stream_v = json_object_get(b, "stream"), *so = json_object_get(b, "stream_options");
-    const char *epid = evhttp_find_header(evhttp_request_get_input_headers(req), "X-Pail-Episode");
-    json_t *msgs = NULL, *params = NULL, *stop = NULL, *tools = json_object_get(b, "tools");
-    const char *tc = json_string_value(json_object_get(b, "tool_choice"));
-    json_t *tcv = json_object_get(b, "tool_choice");
-    int status = 400;
-    const char *code = NULL;
-    if (!model) { param = "model"; snprintf(msg, sizeof msg, "you must provide a model parameter"); goto fail; }
-    if (strcmp(model, s->model_name)) {
-        status = 404, code = "model_not_found", param = "model";
-        snprintf(msg, sizeof msg, "the model '%.200s' does not exist; this endpoint serves '%.200s' (GET /v1/models)",
-                 model, s->model_name);
-        goto fail;
-    }
-    if (stream_v && !json_is_boolean(stream_v) && !json_is_null(stream_v)) {
-        param = "stream";
-        snprintf(msg, sizeof msg, "'stream' must be a boolean");
-        goto fail;
-    }
-    bool stream = json_is_true(stream_v), usage = json_is_true(json_object_get(so, "include_usage"));
-    if (chat) {
-        if (!(msgs = messages_check(json_object_get(b, "messages"), msg, sizeof msg))) { param = "messages"; goto fail; }
-        if (!tools_check(tools, msg, sizeof msg)) { param = "tools"; goto fail; }
-        if (tcv && !json_is_null(tcv) && (!tc || (strcmp(tc, "auto") && strcmp(tc, "none")))) {
-            param = "tool_choice";
-            snprintf(msg, sizeof msg, "'tool_choice': \"auto\" and \"none\" are served (the model decides)");
-            goto fail;
-        }
-        if (tc && !strcmp(tc, "none")) tools = NULL;
-    } else {
-        if (epid) {
-            snprintf(msg, sizeof msg, "episodes are conversations: use /v1/chat/completions with X-Pail-Episode");
-            goto fail;
-        }
-        json_t *p = json_object_get(b, "prompt");
-        if (json_is_array(p) && json_array_size(p) == 1) p = json_array_get(p, 0);
-        if (!json_is_string(p) || !json_string_length(p)) {
-            param = "prompt";
-            snprintf(msg, sizeof msg, "'prompt' must be a non-empty string (or an array of one)");
-            goto fail;
-        }
-        msgs = json_incref(p);
-        const char *unsup[] = {"echo", "logprobs", "suffix", "best_of", NULL};
-        for (int i = 0; unsup[i]; i++) {
-            json_t *v = json_object_get(b, unsup[i]);
-            if (v && !json_is_null(v) && !json_is_false(v) && !(json_is_integer(v) && json_integer_value(v) <= 1 &&
-                                                               !strcmp(unsup[i], "best_of"))) {
-                param = unsup[i];
-                snprintf(msg, sizeof msg, "'%s' is not served", unsup[i]);
-                goto fail;
-            }
-        }
-    }
-    if (!(params = sampling_params(b, chat, chat ? s->cfg.max_new_tokens : 16, &param, msg, sizeof msg))) goto fail;
-    if (stop_check(json_object_get(b, "stop"), &stop) < 0) {
-        param = "stop";
-        snprintf(msg, sizeof msg, "'stop' must be a non-empty string or an array of up to %d of them", MAX_STOP);
-        goto fail;
-    }
-    if (epid) {
-        episode_turn(s, req, epid, msgs, tools, stop, stream, usage);
-        goto done;
-    }
+// A request without X-Pail-Episode: its own settings, into a free ad-hoc slot.
+static void adhoc_turn(Serve *s, struct evhttp_request *req, bool chat, OpenAIRequest *rq) {
     int x = 0;
     while (x < s->cfg.max_extra && s->extra[x]) x++;
     if (x == s->cfg.max_extra) {
-        status = 429, code = "too_many_requests";
+        char msg[200];
         snprintf(msg, sizeof msg, "%d requests are in flight (--serve-max-requests): retry", s->cfg.max_extra);
-        goto fail;
+        send_error(req, 429, NULL, "too_many_requests", msg);
+        return;
     }
     Held *h = held_new(s, req, chat ? HK_CHAT : HK_TEXT, s->cfg.max_episodes + x);
     EnvEvent *ev = h ? push_event(s, ENV_MESSAGES, s->cfg.max_episodes + x) : NULL;
     if (!ev) {
         if (h) { held_detach(h); held_free(h); }
-        status = 500;
-        snprintf(msg, sizeof msg, "out of memory");
-        goto fail;
+        send_error(req, 500, NULL, NULL, "out of memory");
+        return;
     }
-    h->stream = stream;
-    h->include_usage = usage;
-    h->tools_on = chat && json_array_size(tools) && s->cfg.tool_format != TOOL_FORMAT_NONE;
-    h->stop = stop;
-    stop = NULL;
-    ev->messages = msgs;
-    msgs = NULL;
-    ev->tools = chat && json_array_size(tools) ? json_incref(tools) : NULL;
-    ev->params = params;
-    params = NULL;
+    held_stream(h, rq);
+    h->tools_on = chat && json_array_size(rq->tools) && s->cfg.tool_format != TOOL_FORMAT_NONE;
+    ev->messages = rq->messages;
+    rq->messages = NULL;
+    ev->tools = chat && json_array_size(rq->tools) ? json_incref(rq->tools) : NULL;
+    ev->params = rq->params;
+    rq->params = NULL;
     s->extra[x] = h;
-    goto done;
-fail:
-    send_error(req, status, param, code, msg);
-done:
-    json_decref(b);
-    json_decref(msgs);
-    json_decref(params);
-    json_decref(stop);
 }
 
 static void handle_models(Serve *s, struct evhttp_request *req, const char *one) {
@@ -811,6 +502,40 @@ static void handle_models(Serve *s, struct evhttp_request *req, const char *one)
     send_json(req, 200, json_pack("{s:s, s:[o]}", "object", "list", "data", m));
 }
 
+// A request's reply went out: its connection waits for the next one (the idle timeout).
+static void req_done(struct evhttp_request *req, void *arg) {
+    Serve *s = arg;
+    Conn *c = conns_of(&s->conns, req);
+    if (c) {
+        c->busy = false;
+        c->idle_since_ms = time_mono_ms();
+    }
+}
+
+enum { R_NONE, R_HEALTH, R_MODELS, R_MODEL, R_CHAT, R_TEXT, R_CLAIM, R_REWARD };
+
+// What path names (id: the model or episode it names, owned), or R_NONE.
+static int route(const char *path, char **id) {
+    *id = NULL;
+    if (!strcmp(path, "/health")) return R_HEALTH;
+    if (!strcmp(path, "/v1/models")) return R_MODELS;
+    if (!strncmp(path, "/v1/models/", 11)) {
+        *id = evhttp_uridecode(path + 11, 0, NULL);
+        return R_MODEL;
+    }
+    if (!strcmp(path, "/v1/chat/completions")) return R_CHAT;
+    if (!strcmp(path, "/v1/completions")) return R_TEXT;
+    if (!strcmp(path, "/v1/episodes")) return R_CLAIM;
+    size_t n = strlen(path);
+    if (!strncmp(path, "/v1/episodes/", 13) && n > 20 && !strcmp(path + n - 7, "/reward")) {
+        char raw[256];  // /v1/episodes/{id}/reward
+        snprintf(raw, sizeof raw, "%.*s", (int)(n - 20 < 255 ? n - 20 : 255), path + 13);
+        *id = evhttp_uridecode(raw, 0, NULL);
+        return R_REWARD;
+    }
+    return R_NONE;
+}
+
 static void handle(struct evhttp_request *req, void *arg) {
     Serve *s = arg;
     const char *uri = evhttp_request_get_uri(req);
@@ -818,40 +543,81 @@ static void handle(struct evhttp_request *req, void *arg) {
     const char *path = u ? evhttp_uri_get_path(u) : NULL;
     enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
     bool get = cmd == EVHTTP_REQ_GET, post = cmd == EVHTTP_REQ_POST;
-    char msg[600];
     if (!path) path = "";
-    pthread_mutex_lock(&s->mu);
-    if (!strcmp(path, "/health") && get) {
-        send_json(req, 200, json_pack("{s:s, s:I, s:i}", "status", "ok", "adapter_version", (json_int_t)s->version,
-                                      "episodes_open", s->base.ops->open(&s->base)));
-    } else if (!authorized(s, req)) {
+    char *id = NULL;
+    int r = route(path, &id);
+    bool ok_method = r == R_HEALTH || r == R_MODELS || r == R_MODEL ? get : r != R_NONE && post;
+    bool auth = authorized(s, req);
+    Conn *c = conns_of(&s->conns, req);
+    SConn *sc = c ? c->user : NULL;
+    if (c) {
+        c->busy = c->served = true;
+        if (auth && s->api_key) c->trusted = true;
+        evhttp_request_set_on_complete_cb(req, req_done, s);
+    }
+    // What needs no lock: the refusals, then the bodies parsed.
+    OpenAIRequest rq = {0};
+    OpenAIError e = {0};
+    double wait_s = 0, reward = 0;
+    json_t *comps = NULL;
+    size_t n = 0;
+    const char *body = ok_method && r >= R_CHAT && auth ? body_of(req, &n) : "";
+    const char *epid = evhttp_find_header(evhttp_request_get_input_headers(req), "X-Pail-Episode");
+    bool parsed = false;
+    if (sc && sc->too_large) {  // its head's Content-Length was over the limit (conn_input): the body is not read
+        char msg[300];
+        snprintf(msg, sizeof msg, "the request body of %llu bytes is over the limit of %u bytes",
+                 (unsigned long long)sc->too_large, OPENAI_MAX_BODY);
+        evhttp_add_header(evhttp_request_get_output_headers(req), "Connection", "close");
+        send_error(req, 413, NULL, "request_too_large", msg);
+        goto out;
+    }
+    if (r == R_HEALTH && get) {
+        pthread_mutex_lock(&s->mu);
+        json_t *j = json_pack("{s:s, s:I, s:i, s:I}", "status", "ok", "adapter_version", (json_int_t)s->version,
+                              "episodes_open", s->base.ops->open(&s->base), "connections", (json_int_t)s->conns.live);
+        pthread_mutex_unlock(&s->mu);
+        send_json(req, 200, j);
+        goto out;
+    }
+    if (!auth) {
         send_error(req, 401, NULL, "invalid_api_key", "incorrect API key provided (Authorization: Bearer KEY)");
-    } else if (!strcmp(path, "/v1/models") && get) {
-        handle_models(s, req, NULL);
-    } else if (!strncmp(path, "/v1/models/", 11) && get) {
-        char *one = evhttp_uridecode(path + 11, 0, NULL);
-        handle_models(s, req, one ? one : "");
-        free(one);
-    } else if (!strcmp(path, "/v1/chat/completions") && post) {
-        handle_generate(s, req, true);
-    } else if (!strcmp(path, "/v1/completions") && post) {
-        handle_generate(s, req, false);
-    } else if (!strcmp(path, "/v1/episodes") && post) {
-        handle_claim(s, req);
-    } else if (!strncmp(path, "/v1/episodes/", 13) && post && strlen(path) > 20 &&
-               !strcmp(path + strlen(path) - 7, "/reward")) {
-        char raw[256];  // /v1/episodes/{id}/reward
-        snprintf(raw, sizeof raw, "%.*s", (int)(strlen(path) - 20 < 255 ? strlen(path) - 20 : 255), path + 13);
-        char *id = evhttp_uridecode(raw, 0, NULL);
-        handle_reward(s, req, id ? id : "");
-        free(id);
-    } else {
-        bool known = !strcmp(path, "/v1/models") || !strcmp(path, "/v1/chat/completions") ||
-                     !strcmp(path, "/v1/completions") || !strcmp(path, "/v1/episodes") || !strcmp(path, "/health");
-        snprintf(msg, sizeof msg, "%s %.300s", known ? "method not allowed:" : "unknown request URL:", path);
-        send_error(req, known ? 405 : 404, NULL, known ? "method_not_allowed" : "unknown_url", msg);
+        goto out;
+    }
+    if (!ok_method) {
+        char msg[400];
+        snprintf(msg, sizeof msg, "%s %.300s", r != R_NONE ? "method not allowed:" : "unknown request URL:", path);
+        send_error(req, r != R_NONE ? 405 : 404, NULL, r != R_NONE ? "method_not_allowed" : "unknown_url", msg);
+        goto out;
+    }
+    if (r == R_CHAT || r == R_TEXT)
+        parsed = openai_request_parse(body, n, r == R_CHAT, s->model_name, r == R_CHAT ? s->cfg.max_new_tokens : 16,
+                                      epid != NULL, &rq, &e) == 0;
+    else if (r == R_CLAIM)
+        parsed = openai_claim_parse(body, n, &wait_s, &e) == 0;
+    else if (r == R_REWARD)
+        parsed = openai_reward_parse(body, n, &reward, &comps, &e) == 0;
+    if (!parsed && r != R_REWARD && r >= R_CHAT) {
+        send_openai_error(req, &e);
+        goto out;
+    }
+    pthread_mutex_lock(&s->mu);
+    switch (r) {
+    case R_MODELS: handle_models(s, req, NULL); break;
+    case R_MODEL: handle_models(s, req, id ? id : ""); break;
+    case R_CHAT:
+    case R_TEXT:
+        if (epid) episode_turn(s, req, epid, &rq);
+        else adhoc_turn(s, req, r == R_CHAT, &rq);
+        break;
+    case R_CLAIM: handle_claim(s, req, wait_s); break;
+    case R_REWARD: handle_reward(s, req, id ? id : "", parsed ? NULL : &e, reward, comps); break;
     }
     pthread_mutex_unlock(&s->mu);
+out:
+    openai_request_free(&rq);
+    json_decref(comps);
+    free(id);
     if (u) evhttp_uri_free(u);
 }
 
@@ -893,11 +659,15 @@ static void wake_cb(evutil_socket_t fd, short what, void *arg) {
     pthread_mutex_unlock(&s->mu);
 }
 
-// Every 200 ms: claims past their wait, episodes idle past the timeout.
+static void conns_tick(Serve *s, int64_t now);
+
+// Every SWEEP_MS: connections (timeouts, the cap), claims past their wait,
+// episodes idle past the timeout.
 static void tick_cb(evutil_socket_t fd, short what, void *arg) {
     (void)fd, (void)what;
     Serve *s = arg;
     int64_t now = time_mono_ms();
+    conns_tick(s, now);
     pthread_mutex_lock(&s->mu);
     for (Held **pp = &s->claims; *pp;) {
         Held *h = *pp;
@@ -922,10 +692,168 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg) {
     pthread_mutex_unlock(&s->mu);
 }
 
+// ---------- connections (libevent thread) ----------
+
+// The rate-limited line about the cap: counts since the last one.
+static void cap_log(Serve *s, int64_t now, bool force) {
+    if (!s->cap_closed && !s->cap_refused && !s->accept_errors) return;
+    if (!force && now - s->cap_log_ms < CAP_LOG_MS) return;
+    if (s->cap_closed || s->cap_refused)
+        log_warn("%s: at the --serve-max-connections cap (%d): %ld idle connections closed to make room, %ld "
+                 "refused (every one busy) since the last line", s->what, s->cfg.max_connections, s->cap_closed,
+                 s->cap_refused);
+    if (s->accept_errors)
+        log_warn("%s: accepting a connection failed %ld times (%s) since the last line; accepting paused for %d ms "
+                 "each time", s->what, s->accept_errors, s->accept_why, SWEEP_MS);
+    s->cap_closed = s->cap_refused = s->accept_errors = 0;
+    s->cap_log_ms = now;
+}
+
+// Bytes arrived on a connection, before evhttp reads them: a head whose
+// Content-Length is over the limit gets that header renamed while evhttp has
+// not parsed its line yet (it parses whole lines only), so evhttp reads no
+// body and hands us the request to refuse with a JSON 413 (evhttp's own 413
+// is an HTML page, and it closes while an honest client still sends: a reset).
+static void conn_input(struct evbuffer *in, const struct evbuffer_cb_info *info, void *arg) {
+    Conn *c = arg;
+    SConn *sc = c->user;
+    if (!info->n_added) return;
+    size_t len = evbuffer_get_length(in), base = len - info->n_added, off = 0;
+    if (sc->fr.body_left >= info->n_added) {  // all of it body (the common case for a big one): counted, not copied
+        OpenAIFrameHit hit;
+        openai_frame_feed(&sc->fr, NULL, info->n_added, OPENAI_MAX_BODY, MAX_HEAD, &hit);
+        return;
+    }
+    while (off < info->n_added) {
+        char tmp[4096];
+        struct evbuffer_ptr at;
+        if (evbuffer_ptr_set(in, &at, base + off, EVBUFFER_PTR_SET) < 0) return;
+        size_t want = info->n_added - off < sizeof tmp ? info->n_added - off : sizeof tmp;
+        ev_ssize_t got = evbuffer_copyout_from(in, &at, tmp, want);
+        if (got <= 0) return;
+        OpenAIFrameHit hit;
+        size_t took = openai_frame_feed(&sc->fr, tmp, (size_t)got, OPENAI_MAX_BODY, MAX_HEAD, &hit);
+        if (hit.line_len) {
+            size_t start = base + off + hit.line_end - hit.line_len;
+            struct evbuffer_iovec v[4];
+            if (evbuffer_ptr_set(in, &at, start, EVBUFFER_PTR_SET) == 0) {
+                int nv = evbuffer_peek(in, 14, &at, v, 4);
+                const char *name = "x-pail-too-big";  // as long as "content-length"
+                for (int i = 0, w = 0; i < nv && i < 4 && w < 14; i++)
+                    for (size_t j = 0; j < v[i].iov_len && w < 14; j++) ((char *)v[i].iov_base)[j] = name[w++];
+                sc->too_large = hit.declared;
+            }
+        }
+        off += took;
+    }
+}
+
+static void linger_read(struct bufferevent *bev, void *arg) {
+    (void)arg;
+    struct evbuffer *in = bufferevent_get_input(bev);
+    evbuffer_drain(in, evbuffer_get_length(in));  // (conn_input counted it down first)
+}
+
+static void linger_event(struct bufferevent *bev, short what, void *arg) {
+    (void)bev;
+    Conn *c = arg;
+    if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) ((SConn *)c->user)->linger_end = true;
+}
+
+// evhttp let c go. One refused for its body keeps being read (and the body
+// dropped) until that body is in, its client closes or LINGER_MS pass: closing
+// while an honest client still sends would reset its connection before it
+// reads the 413.
+static bool conn_freed(Conn *c, void *arg) {
+    Serve *s = arg;
+    SConn *sc = c->user;
+    if (!sc || !sc->too_large || !sc->fr.body_left) return false;
+    sc->linger_until_ms = time_mono_ms() + (s->cfg.header_timeout_s * 1000 < LINGER_MS ?
+                                             (int64_t)(s->cfg.header_timeout_s * 1000) : LINGER_MS);
+    bufferevent_setcb(c->bev, linger_read, NULL, linger_event, c);
+    bufferevent_enable(c->bev, EV_READ);
+    linger_read(c->bev, c);
+    return true;
+}
+
+static void conn_release(Conn *c, void *arg) {
+    (void)arg;
+    SConn *sc = c->user;
+    if (!sc) return;
+    evbuffer_remove_cb(bufferevent_get_input(c->bev), conn_input, c);
+    free(sc);
+    c->user = NULL;
+}
+
+static void listener_pause(Serve *s, bool pause) {
+    struct evconnlistener *l = s->bound ? evhttp_bound_socket_get_listener(s->bound) : NULL;
+    if (!l || pause == s->paused) return;
+    if (pause) evconnlistener_disable(l);
+    else evconnlistener_enable(l);
+    s->paused = pause;
+}
+
+// accept() failed (out of descriptors: EMFILE): evconnlistener would retry at
+// once, and log, for as long as it lasts. Paused until the next sweep instead,
+// and counted into the rate-limited line.
+static void accept_error(struct evconnlistener *l, void *arg) {
+    (void)l;
+    Serve *s = arg;
+    s->accept_errors++;
+    snprintf(s->accept_why, sizeof s->accept_why, "%s", evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
+    listener_pause(s, true);
+    cap_log(s, time_mono_ms(), false);
+}
+
+// evhttp's bufferevent for a new connection. At the cap the oldest connection
+// with nothing in flight (one that never showed the key first) is closed to
+// make room, so a flood of idle sockets cannot lock out /health or an agent;
+// when every one is busy the newcomer is closed instead. Accepting is paused
+// while closed ones wait for evhttp to let them go (the descriptors are
+// bounded: cap + slack), and resumed by the sweep.
 static struct bufferevent *bev_cb(struct event_base *base, void *arg) {
     Serve *s = arg;
-    SSL *ssl = SSL_new(s->ssl);
-    return ssl ? bufferevent_openssl_socket_new(base, -1, ssl, BUFFEREVENT_SSL_ACCEPTING, BEV_OPT_CLOSE_ON_FREE) : NULL;
+    struct bufferevent *bev;
+    if (s->ssl) {
+        SSL *ssl = SSL_new(s->ssl);
+        bev = ssl ? bufferevent_openssl_socket_new(base, -1, ssl, BUFFEREVENT_SSL_ACCEPTING, BEV_OPT_CLOSE_ON_FREE) : NULL;
+    } else {
+        bev = bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE);
+    }
+    if (!bev) return NULL;
+    SConn *sc = calloc(1, sizeof *sc);
+    Conn *c = sc ? conns_add(&s->conns, bev) : NULL;
+    if (!c) { free(sc); return bev; }  // (uncounted; the sweep's timeouts do not see it)
+    sc->s = s;
+    openai_frame_init(&sc->fr);
+    c->user = sc;
+    evbuffer_add_cb(bufferevent_get_input(bev), conn_input, c);
+    int64_t now = time_mono_ms();
+    if (s->conns.live > s->cfg.max_connections) {
+        Conn *v = conns_victim(&s->conns);
+        if (v == c) v = NULL;  // (the newest: only when nothing else is idle)
+        conns_close(&s->conns, v ? v : c);
+        if (v) s->cap_closed++;
+        else s->cap_refused++;
+        cap_log(s, now, false);
+    }
+    if (s->conns.n >= s->cfg.max_connections + s->slack) listener_pause(s, true);
+    return bev;
+}
+
+// Releases what evhttp let go, closes what waited past --serve-header-timeout
+// (first request) or --serve-idle-timeout (the next), ends lingering reads,
+// resumes accepting below the cap.
+static void conns_tick(Serve *s, int64_t now) {
+    conns_sweep(&s->conns, now, (int64_t)(s->cfg.header_timeout_s * 1000), (int64_t)(s->cfg.idle_timeout_s * 1000));
+    for (Conn *c = s->conns.head, *next; c; c = next) {
+        next = c->next;
+        SConn *sc = c->user;
+        if (c->kept && (!sc || !sc->fr.body_left || sc->linger_end || now > sc->linger_until_ms))
+            conns_release(&s->conns, c);
+    }
+    if (s->conns.n < s->cfg.max_connections + s->slack) listener_pause(s, false);
+    cap_log(s, now, false);
 }
 
 static void *loop_main(void *arg) {
@@ -935,49 +863,6 @@ static void *loop_main(void *arg) {
 }
 
 // ---------- the worker's side (Env) ----------
-
-// Raw decoded text of a turn (special tokens skipped), invalid UTF-8 replaced. 0 / -1.
-static int turn_text(const Serve *s, const int32_t *ids, int n, Buf *out) {
-    Buf raw = {0};
-    PailErr err = {0};
-    buf_reset(out);
-    int rc = tokenizer_decode(s->cfg.tok, ids, (size_t)n, true, &raw, &err);
-    // Hold back a trailing incomplete UTF-8 sequence (the next token completes it).
-    size_t len = raw.len;
-    if (rc == 0 && len) {
-        size_t i = len, back = 0;
-        while (i > 0 && back < 4 && (raw.data[i - 1] & 0xC0) == 0x80) i--, back++;
-        if (i > 0) {
-            uint8_t c = raw.data[i - 1];
-            size_t need = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
-            if (need > 1 && back + 1 < need) len = i - 1;
-        }
-    }
-    if (rc == 0 && (utf8_append_lossy(out, raw.data ? raw.data : (const uint8_t *)"", len) < 0 ||
-                    buf_append(out, "", 0) < 0))
-        rc = -1;
-    buf_free(&raw);
-    return rc;
-}
-
-// The first stop string in text: its offset, or -1.
-static long stop_at(const json_t *stop, const char *text) {
-    long best = -1;
-    size_t i;
-    json_t *x;
-    json_array_foreach(stop, i, x) {
-        const char *p = strstr(text, json_string_value(x));
-        if (p && (best < 0 || p - text < best)) best = p - text;
-    }
-    return best;
-}
-
-static size_t stop_longest(const json_t *stop) {
-    size_t m = 0, i;
-    json_t *x;
-    json_array_foreach(stop, i, x) if (json_string_length(x) > m) m = json_string_length(x);
-    return m;
-}
 
 static Held *holder(Serve *s, int k) {
     if (k >= 0 && k < s->cfg.max_episodes) return s->eps[k].pend;
@@ -990,29 +875,43 @@ static void unhold(Serve *s, int k) {
     else if (k >= s->cfg.max_episodes && k < s->cfg.max_episodes + s->cfg.max_extra) s->extra[k - s->cfg.max_episodes] = NULL;
 }
 
-static void sse_append(Buf *b, json_t *j) {  // steals j
-    char *t = j ? json_dumps(j, JSON_COMPACT) : NULL;
-    json_decref(j);
-    if (t) sse_event(b, t);
-    free(t);
-}
-
-static json_t *chunk_json(Serve *s, Held *h, json_t *delta, const char *finish) {  // steals delta
-    if (h->kind == HK_TEXT)
-        return json_pack("{s:s, s:s, s:I, s:s, s:[{s:i, s:o, s:n, s:o}]}", "id", h->id, "object", "text_completion",
-                         "created", (json_int_t)h->created, "model", s->model_name, "choices", "index", 0, "text",
-                         delta, "logprobs", "finish_reason", finish ? json_string(finish) : json_null());
-    return json_pack("{s:s, s:s, s:I, s:s, s:[{s:i, s:o, s:n, s:o}]}", "id", h->id, "object", "chat.completion.chunk",
-                     "created", (json_int_t)h->created, "model", s->model_name, "choices", "index", 0, "delta", delta,
-                     "logprobs", "finish_reason", finish ? json_string(finish) : json_null());
-}
-
-static json_t *content_delta(Held *h, const char *text) {
-    if (h->kind == HK_TEXT) return json_string(text);
-    json_t *d = json_pack("{s:s}", "content", text);
-    if (d && !h->role_sent) json_object_set_new(d, "role", json_string("assistant"));
-    if (d) h->role_sent = true;
-    return d;
+// The turn grew to ids[0, n): the text of tokens [h->rd, n) onto h->scan.
+// Those tokens are decoded after the ones before them, [h->pre, h->rd), and
+// that context's text left out (a token's text can depend on the one before,
+// e.g. a leading space a decoder strips at the start): each token is decoded
+// about twice, not the whole turn again per token. Bytes of a UTF-8 character
+// not yet complete wait in h->pend; invalid ones are replaced. The worker's
+// thread (h is its own until it queues its last reply). 0 / -1.
+static int turn_grow(const Serve *s, Held *h, const int32_t *ids, int n) {
+    if (n <= h->rd) return 0;
+    Buf all = {0}, ctx = {0}, piece = {0};
+    PailErr err = {0};
+    int rc = tokenizer_decode(s->cfg.tok, ids + h->pre, (size_t)(n - h->pre), true, &all, &err);
+    if (rc == 0 && h->rd > h->pre) rc = tokenizer_decode(s->cfg.tok, ids + h->pre, (size_t)(h->rd - h->pre), true, &ctx, &err);
+    if (rc == 0 && all.len > ctx.len) rc = buf_append(&h->pend, all.data + ctx.len, all.len - ctx.len);
+    // Hold back a trailing incomplete UTF-8 sequence (the next token completes it).
+    size_t len = h->pend.len;
+    if (rc == 0 && len) {
+        size_t i = len, back = 0;
+        while (i > 0 && back < 4 && (h->pend.data[i - 1] & 0xC0) == 0x80) i--, back++;
+        if (i > 0) {
+            uint8_t c = h->pend.data[i - 1];
+            size_t need = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+            if (need > 1 && back + 1 < need) len = i - 1;
+        }
+    }
+    if (rc == 0 && len && utf8_append_lossy(&piece, h->pend.data, len) < 0) rc = -1;
+    if (rc == 0 && openai_stop_feed(&h->scan, piece.data ? (const char *)piece.data : "", piece.len) == -2) rc = -1;
+    if (rc == 0) {
+        memmove(h->pend.data, h->pend.data + len, h->pend.len - len);
+        h->pend.len -= len;
+        h->pre = h->rd;
+        h->rd = n;
+    }
+    buf_free(&all);
+    buf_free(&ctx);
+    buf_free(&piece);
+    return rc;
 }
 
 static bool op_token(Env *env, int k, const int32_t *turn, int n) {
@@ -1025,26 +924,17 @@ static bool op_token(Env *env, int k, const int32_t *turn, int n) {
     pthread_mutex_unlock(&s->mu);
     if (gone) return true;
     if (!live && !stops) return false;
-    Buf t = {0};
-    if (turn_text(s, turn, n, &t) < 0) { buf_free(&t); return false; }
-    const char *text = t.data ? (char *)t.data : "";
-    long cut = stops ? stop_at(h->stop, text) : -1;
-    bool hit = cut >= 0;
-    size_t safe = hit ? (size_t)cut : t.len ? t.len - 1 : 0;  // t.len counts the NUL
-    if (!hit && stops) {  // keep back what could begin a stop string
-        size_t hold = stop_longest(h->stop) - 1;
-        safe = safe > hold ? safe - hold : 0;
-    }
-    while (safe > 0 && ((uint8_t)text[safe] & 0xC0) == 0x80) safe--;  // never inside a character
+    if (turn_grow(s, h, turn, n) < 0) return false;
+    bool hit = h->scan.cut >= 0;
+    if (!live) return hit;
+    size_t safe = openai_stop_safe(&h->scan);
+    const char *text = (const char *)h->scan.text.data;
     pthread_mutex_lock(&s->mu);
     size_t have = h->sent.len;
-    // The text so far extends what was streamed (it does unless a decode changed an earlier piece).
-    if (live && safe > have && !memcmp(text, h->sent.data ? (char *)h->sent.data : "", have)) {
-        char *piece = strndup(text + have, safe - have);
+    if (safe > have) {
         Buf sse = {0};
-        if (piece) sse_append(&sse, chunk_json(s, h, content_delta(h, piece), NULL));
-        free(piece);
-        if (sse.len && buf_append(&sse, "", 1) == 0 && buf_append(&h->sent, text + have, safe - have) == 0) {
+        if (openai_sse_content(&sse, &h->os, text + have, safe - have) == 0 && buf_append(&sse, "", 1) == 0 &&
+            buf_append(&h->sent, text + have, safe - have) == 0) {
             h->queued = true;
             out_push(s, h, 0, (char *)sse.data, false);
             wake(s);
@@ -1053,58 +943,14 @@ static bool op_token(Env *env, int k, const int32_t *turn, int n) {
         }
     }
     pthread_mutex_unlock(&s->mu);
-    buf_free(&t);
     return hit;
 }
 
 // The answer to h for a finished turn (fields as env_step gives them); for a
 // chat, *assistant is the message as the client will see it.
 static char *turn_reply(Serve *s, Held *h, const json_t *fields, json_t **assistant, bool *sse) {
-    const char *text = json_string_value(json_object_get(fields, "text"));
-    const char *finish = json_string_value(json_object_get(fields, "finish"));
-    json_t *usage_in = json_object_get(fields, "usage");
-    json_int_t pt = json_integer_value(json_object_get(usage_in, "prompt_tokens")),
-               ct = json_integer_value(json_object_get(usage_in, "completion_tokens"));
-    Buf content = {0};
-    json_t *calls = json_array();
-    const char *reasoning = NULL;
-    if (h->tools_on) {
-        const char *c = json_string_value(json_object_get(fields, "content"));
-        buf_append(&content, c ? c : text ? text : "", strlen(c ? c : text ? text : ""));
-        reasoning = json_string_value(json_object_get(fields, "reasoning"));
-        size_t i;
-        json_t *call;
-        json_array_foreach(json_object_get(fields, "tool_calls"), i, call) {
-            const char *raw = json_string_value(json_object_get(call, "raw"));
-            if (raw) {  // malformed: the model's text stays visible to the agent
-                if (content.len) buf_append(&content, "\n", 1);
-                buf_append(&content, raw, strlen(raw));
-                continue;
-            }
-            char cid[96];
-            snprintf(cid, sizeof cid, "call_%s_%d_%zu", h->id + (h->kind == HK_TEXT ? 5 : 9),
-                     (int)json_integer_value(json_object_get(fields, "turn")), i);
-            char *args = json_dumps(json_object_get(call, "arguments"), JSON_COMPACT);
-            json_array_append_new(calls, json_pack("{s:s, s:s, s:{s:O, s:s}}", "id", cid, "type", "function",
-                                                   "function", "name", json_object_get(call, "name"), "arguments",
-                                                   args ? args : "{}"));
-            free(args);
-        }
-    } else {
-        buf_append(&content, text ? text : "", strlen(text ? text : ""));
-    }
-    buf_append(&content, "", 1);
-    char *ctext = (char *)content.data;
-    bool stopped_by_string = false;
-    if (h->stop) {
-        long cut = stop_at(h->stop, ctext);
-        if (cut >= 0) { ctext[cut] = 0; stopped_by_string = true; }
-    }
-    const char *fr = finish && !strcmp(finish, "length") && !stopped_by_string ? "length"
-                     : json_array_size(calls) ? "tool_calls" : "stop";
-    json_t *usage = json_pack("{s:I, s:I, s:I}", "prompt_tokens", pt, "completion_tokens", ct, "total_tokens", pt + ct);
     json_t *pail = json_pack("{s:I}", "adapter_version", (json_int_t)s->version);
-    if (h->kind == HK_CHAT && h->k < s->cfg.max_episodes) {
+    if (pail && h->kind == HK_CHAT && h->k < s->cfg.max_episodes) {
         char eid[232];
         env_episode_id(s->prefix, h->k, eid, sizeof eid);
         json_object_set_new(pail, "episode", json_string(eid));
@@ -1112,66 +958,10 @@ static char *turn_reply(Serve *s, Held *h, const json_t *fields, json_t **assist
         json_object_set_new(pail, "final", json_boolean(json_is_true(json_object_get(fields, "final"))));
         json_object_set_new(pail, "segment", json_integer(s->eps[h->k].segments + 1 + (h->seg != NULL)));
     }
-    json_t *msg = NULL;
-    if (h->kind == HK_CHAT) {
-        msg = json_pack("{s:s, s:o}", "role", "assistant", "content",
-                        ctext[0] || !json_array_size(calls) ? json_string(ctext) : json_null());
-        if (json_array_size(calls)) json_object_set(msg, "tool_calls", calls);
-        if (assistant) *assistant = json_deep_copy(msg);
-        if (reasoning && reasoning[0]) json_object_set_new(msg, "reasoning_content", json_string(reasoning));
-    }
-    char *body = NULL;
     *sse = h->stream;
-    if (!h->stream) {
-        json_t *j;
-        if (h->kind == HK_TEXT)
-            j = json_pack("{s:s, s:s, s:I, s:s, s:[{s:i, s:s, s:n, s:s}], s:o, s:o}", "id", h->id, "object",
-                          "text_completion", "created", (json_int_t)h->created, "model", s->model_name, "choices",
-                          "index", 0, "text", ctext, "logprobs", "finish_reason", fr, "usage", usage, "pail", pail);
-        else
-            j = json_pack("{s:s, s:s, s:I, s:s, s:s, s:[{s:i, s:o, s:n, s:s}], s:o, s:o}", "id", h->id, "object",
-                          "chat.completion", "created", (json_int_t)h->created, "model", s->model_name,
-                          "system_fingerprint", "pail", "choices", "index", 0, "message", msg, "logprobs",
-                          "finish_reason", fr, "usage", usage, "pail", pail);
-        msg = NULL;
-        body = j ? json_dumps(j, JSON_COMPACT) : NULL;
-        json_decref(j);
-    } else {
-        Buf b = {0};
-        size_t len = strlen(ctext), have = h->sent.len;
-        if (len > have && !memcmp(ctext, h->sent.data ? (char *)h->sent.data : "", have))
-            sse_append(&b, chunk_json(s, h, content_delta(h, ctext + have), NULL));
-        else if (h->kind == HK_CHAT && !h->role_sent) sse_append(&b, chunk_json(s, h, content_delta(h, ""), NULL));
-        if (json_array_size(calls)) {
-            json_t *dc = json_array(), *call;
-            size_t i;
-            json_array_foreach(calls, i, call) {
-                json_t *c = json_deep_copy(call);
-                json_object_set_new(c, "index", json_integer((json_int_t)i));
-                json_array_append_new(dc, c);
-            }
-            sse_append(&b, chunk_json(s, h, json_pack("{s:o}", "tool_calls", dc), NULL));
-        }
-        if (reasoning && reasoning[0] && h->kind == HK_CHAT)
-            sse_append(&b, chunk_json(s, h, json_pack("{s:s}", "reasoning_content", reasoning), NULL));
-        json_t *fin = chunk_json(s, h, h->kind == HK_TEXT ? json_string("") : json_object(), fr);
-        if (fin) json_object_set(fin, "pail", pail);
-        sse_append(&b, fin);
-        if (h->include_usage) {
-            json_t *u = json_pack("{s:s, s:s, s:I, s:s, s:[], s:O}", "id", h->id, "object",
-                                  h->kind == HK_TEXT ? "text_completion" : "chat.completion.chunk", "created",
-                                  (json_int_t)h->created, "model", s->model_name, "choices", "usage", usage);
-            sse_append(&b, u);
-        }
-        sse_event(&b, "[DONE]");
-        buf_append(&b, "", 1);
-        body = (char *)b.data;
-        json_decref(usage);
-        json_decref(pail);
-    }
-    json_decref(msg);
-    json_decref(calls);
-    buf_free(&content);
+    char *body = pail ? openai_turn_reply(&h->os, fields, h->tools_on, h->stop, pail, h->stream,
+                                          (const char *)h->sent.data, h->sent.len, assistant) : NULL;
+    json_decref(pail);
     return body;
 }
 
@@ -1225,6 +1015,7 @@ static void op_free(Env *env) {
     // held (a claim is freed there), which must still exist.
     if (s->http) evhttp_free(s->http);
     s->http = NULL;
+    conns_free(&s->conns);
     // What is still held; a request whose client left is ours to free.
     for (int i = 0; i < s->on; i++) {  // replies never sent: a last one frees its request
         free(s->out[i].body);
@@ -1410,6 +1201,13 @@ int serve_open(Env **out, const ServeConfig *cfg, PailErr *err) {
         !(cfg->episode_timeout_s > 0))
         return err_set(err, PAIL_ERR_INVALID, "serve: episodes, requests and group size >= 1, a tokenizer, a model name "
                        "and an episode timeout > 0");
+    if (cfg->max_connections < 1 || !(cfg->header_timeout_s > 0) || !(cfg->idle_timeout_s > 0))
+        return err_set(err, PAIL_ERR_INVALID, "serve: --serve-max-connections >= 1, --serve-header-timeout and "
+                       "--serve-idle-timeout > 0");
+    // Descriptors for every connection up to the cap and those closed but not
+    // yet let go (slack), plus the worker's own files.
+    int slack = cfg->max_connections / 4 > 16 ? cfg->max_connections / 4 : 16;
+    if (net_reserve_fds((long)cfg->max_connections + slack + 64, "--serve-max-connections", err) < 0) return -1;
     Serve *s = calloc(1, sizeof *s);
     if (!s) return err_set(err, PAIL_ERR_NOMEM, "serve: out of memory");
     s->base.ops = &SERVE_OPS;
@@ -1422,7 +1220,9 @@ int serve_open(Env **out, const ServeConfig *cfg, PailErr *err) {
     s->api_key = cfg->api_key ? strdup(cfg->api_key) : NULL;
     s->eps = calloc((size_t)cfg->max_episodes, sizeof *s->eps);
     s->extra = calloc((size_t)cfg->max_extra, sizeof *s->extra);
-    if (!s->model_name || (cfg->api_key && !s->api_key) || !s->eps || !s->extra) {
+    s->slack = slack;
+    if (!s->model_name || (cfg->api_key && !s->api_key) || !s->eps || !s->extra ||
+        conns_init(&s->conns, conn_release, conn_freed, s) < 0) {
         op_free(&s->base);
         return err_set(err, PAIL_ERR_NOMEM, "serve: out of memory");
     }
@@ -1438,12 +1238,18 @@ int serve_open(Env **out, const ServeConfig *cfg, PailErr *err) {
         op_free(&s->base);
         return err_set(err, PAIL_ERR_NOMEM, "serve: cannot set up the event loop");
     }
-    evhttp_set_max_body_size(s->http, MAX_BODY);
-    evhttp_set_max_headers_size(s->http, 65536);
-    evhttp_set_timeout(s->http, 3600);  // a turn can take long under load; idle keep-alive closes after this
-    evhttp_set_allowed_methods(s->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST);
+    // (a body over the limit never reaches evhttp's check: conn_input; a chunked one does)
+    evhttp_set_max_body_size(s->http, OPENAI_MAX_BODY);
+    evhttp_set_max_headers_size(s->http, MAX_HEAD);
+    // A stall while reading a request or writing a reply. evhttp reads nothing
+    // while a request waits for its answer, so a long turn is not cut by it.
+    evhttp_set_timeout(s->http, (int)(s->cfg.idle_timeout_s + 0.999));
+    // Every method reaches handle(), which answers with OpenAI's JSON (evhttp's own refusal is an HTML 501).
+    evhttp_set_allowed_methods(s->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD | EVHTTP_REQ_PUT |
+                                            EVHTTP_REQ_DELETE | EVHTTP_REQ_OPTIONS | EVHTTP_REQ_TRACE |
+                                            EVHTTP_REQ_CONNECT | EVHTTP_REQ_PATCH);
     evhttp_set_gencb(s->http, handle, s);
-    if (s->ssl) evhttp_set_bevcb(s->http, bev_cb, s);
+    evhttp_set_bevcb(s->http, bev_cb, s);
     s->bound = evhttp_bind_socket_with_handle(s->http, host, (ev_uint16_t)port);
     if (!s->bound) {
         int e = errno;
@@ -1458,7 +1264,8 @@ int serve_open(Env **out, const ServeConfig *cfg, PailErr *err) {
     snprintf(s->url, sizeof s->url, "%s://%s%s%s:%d", s->ssl ? "https" : "http", strchr(host, ':') ? "[" : "", host,
              strchr(host, ':') ? "]" : "", s->port);
     snprintf(s->what, sizeof s->what, "endpoint %s", s->url);
-    struct timeval tv = {0, 200000};
+    evconnlistener_set_error_cb(evhttp_bound_socket_get_listener(s->bound), accept_error);
+    struct timeval tv = {0, SWEEP_MS * 1000};
     event_add(s->tick, &tv);
     if (pthread_create(&s->thread, NULL, loop_main, s) != 0) {
         op_free(&s->base);

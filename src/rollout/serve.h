@@ -21,6 +21,12 @@
 // trained on. Errors are OpenAI's JSON: {"error": {"message", "type", "param",
 // "code"}} with the status.
 //
+// Limits (doc/environments.md, "The endpoint's limits"): a request body of 8 MiB
+// (more: 413, also when only its Content-Length says so), --serve-max-connections
+// (at the cap the oldest connection with nothing in flight is closed for the
+// newcomer, so /health and the agents get in), --serve-header-timeout and
+// --serve-idle-timeout. A refusal is logged in one rate-limited line.
+//
 // Threads: one libevent thread owns the sockets; the worker's thread runs the
 // engine and calls the Env functions; both meet under one mutex, and replies
 // go back to the libevent thread through a queue.
@@ -42,6 +48,9 @@ typedef struct {
     int max_turns;              // told to clients with each episode
     int max_new_tokens;         // an ad-hoc request's default max_tokens (chat)
     double episode_timeout_s;   // an episode idle (no request in flight) this long fails
+    int max_connections;        // open connections; at the cap the oldest idle one is closed for a newcomer
+    double header_timeout_s;    // a new connection's first whole request (a TLS handshake included) within this
+    double idle_timeout_s;      // a keep-alive connection's next request within this (and a read / write stall)
     ToolFormat tool_format;
     const Tokenizer *tok;       // borrowed: decodes streamed text on the worker's thread
 } ServeConfig;

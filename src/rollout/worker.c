@@ -109,8 +109,11 @@ static bool stop_strings_hit(void *ctx, const int32_t *toks, int n) {
 // abandoned as soon as a newer adapter is out (looked up at most every
 // VERSION_CHECK_S seconds: one LIST, between decode steps).
 #define VERSION_CHECK_S 0.5
+static void heartbeat(Worker *w, const char *state);
 static bool adapter_outdated(void *ctx) {
     Worker *w = ctx;
+    // --serve: a batch can wait long for its agents; the heartbeat says the worker serves.
+    if (w->cfg->serve && time_mono_s() - w->last_heartbeat > 5) heartbeat(w, "serving");
     // --serve: a batch waits for agents that may never come; stopping (a signal,
     // or control/stop, looked for every few seconds) cancels it.
     if (w->cfg->serve && w->stop && *w->stop) return true;
@@ -681,7 +684,8 @@ static int env_setup(Worker *w, PailErr *err) {
                       .api_key = key[0] ? key : NULL, .model_name = name, .max_episodes = rows * G,
                       .max_extra = c->serve_max_requests, .group_size = G, .max_turns = c->max_turns,
                       .max_new_tokens = c->max_new_tokens, .episode_timeout_s = c->episode_timeout,
-                      .tool_format = tf, .tok = w->tok};
+                      .max_connections = c->serve_max_connections, .header_timeout_s = c->serve_header_timeout,
+                      .idle_timeout_s = c->serve_idle_timeout, .tool_format = tf, .tok = w->tok};
     if (serve_open(&w->env, &sc, err) < 0) return -1;
     log_info("serving the OpenAI API at %s/v1 (model '%s'%s)", serve_url(w->env), name,
              key[0] ? ", bearer key required" : "");

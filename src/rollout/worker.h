@@ -44,6 +44,8 @@ typedef struct {
     const char *served_model_name;   // NULL: the model folder's name
     double episode_timeout;          // --episode-timeout: an endpoint episode idle this long fails
     int serve_max_requests;          // ad-hoc requests in flight
+    int serve_max_connections;       // --serve-max-connections
+    double serve_header_timeout, serve_idle_timeout;  // --serve-header-timeout, --serve-idle-timeout (seconds)
     Backend *backend;                // where the model computes (borrowed; NULL: the CPU)
     size_t max_memory;               // refuse a memory plan above this many bytes (0: the device's available memory)
     int weights_dtype;               // --dtype: MODEL_DTYPE_AUTO or a DType for the base matrices (0: DT_F32)

@@ -12,7 +12,11 @@
 #   - 64 concurrent agents (the openai client + their own tool code) play
 #     episodes to their rewards, twice; the trainer trains 4 steps on the
 #     shards, a new adapter version goes live on the endpoint;
-#   - a second worker over TLS with a bearer key; the refusals at startup.
+#   - a worker under a connection flood at --serve-max-connections (loopback, 200 idle sockets,
+#     192 descriptors): /health and its work go on, the log stays short, the timeouts close
+#     them; a 9 MiB body, a false Content-Length, DELETE, 5,000 reward components: JSON errors;
+#   - a second worker over TLS with a bearer key (handshake timeout, heartbeat while serving);
+#     the refusals at startup.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/lib_relay.sh"
 PY=$(venv)/bin/python
@@ -158,18 +162,48 @@ r = c.chat.completions.create(model="tiny", messages=[{"role": "user", "content"
 assert r.model_extra["pail"]["adapter_version"] == -1 and r.usage.completion_tokens > 0, r' "http://127.0.0.1:$BPORT/v1"
 kill $WB; wait $WB 2>/dev/null
 
+echo "the endpoint's limits (doc/environments.md): a connection flood, hostile requests"
+# 192 descriptors: the old endpoint, which had no cap, ran out of them under this flood.
+LPORT=$(free_port)
+(ulimit -n 192; exec "$BIN/grpo-rollout" "${ROLL[@]}" --worker-id wl --serve "127.0.0.1:$LPORT" \
+  --serve-max-connections 64 --serve-header-timeout 2 --serve-idle-timeout 3) >"$WORK/roll-limits.log" 2>&1 &
+WL=$!; PIDS+=($WL)
+for _ in $(seq 1 300); do curl -sf "http://127.0.0.1:$LPORT/health" >/dev/null && break; sleep 0.1; done
+"$PY" "$ROOT/tests/integration/serve_limits.py" flood "http://127.0.0.1:$LPORT/v1" tiny 64 2 200; rc=$?
+[ $rc = 0 ] && ok "...every flood check" || bad "...flood checks failed (above)"
+check "...the log says so in at most a few lines (one rate-limited line, not one per refusal)" "$PY" -c '
+import os, sys
+t = open(sys.argv[1], errors="replace").read()
+assert os.path.getsize(sys.argv[1]) < 200000, os.path.getsize(sys.argv[1])
+n = t.count("max-connections"); m = t.count("Too many open files")
+assert 1 <= n <= 3 and m <= 3, (n, m)' "$WORK/roll-limits.log"
+"$PY" "$ROOT/tests/integration/serve_limits.py" http "http://127.0.0.1:$LPORT/v1" tiny; rc=$?
+[ $rc = 0 ] && ok "...every hostile-request check" || bad "...hostile-request checks failed (above)"
+kill $WL; wait $WL 2>/dev/null
+
 echo "TLS and a bearer key"
 mkdir -p "$WORK/tls"
 relay_tls "$WORK/tls" || bad "openssl"
 echo "serve-key-0123456789abcdef" >"$WORK/api-key"
 TPORT=$(free_port)
 "$BIN/grpo-rollout" "${ROLL[@]}" --worker-id wt --serve "127.0.0.1:$TPORT" --serve-cert "$WORK/tls/server.pem" \
-  --serve-tls-key "$WORK/tls/server.key" --serve-api-key-file "$WORK/api-key" >"$WORK/roll-tls.log" 2>&1 &
-WT=$!; PIDS+=($WT)
+  --serve-tls-key "$WORK/tls/server.key" --serve-api-key-file "$WORK/api-key" --serve-header-timeout 3 \
+  >"$WORK/roll-tls.log" 2>&1 &
+WT=$!; PIDS+=($WT); WT_T0=$(date +%s)
 for _ in $(seq 1 300); do curl -sf --cacert "$WORK/tls/ca.pem" "https://127.0.0.1:$TPORT/health" >/dev/null && break; sleep 0.1; done
 "$PY" "$ROOT/tests/integration/serve_openai.py" tls "https://127.0.0.1:$TPORT/v1" tiny "$WORK/tls/ca.pem" \
   serve-key-0123456789abcdef; rc=$?
 [ $rc = 0 ] && ok "...every TLS check" || bad "...TLS checks failed (above)"
+"$PY" "$ROOT/tests/integration/serve_limits.py" handshake 127.0.0.1 "$TPORT" 3 50; rc=$?
+[ $rc = 0 ] && ok "...connections that never start the TLS handshake are closed" || bad "...handshake timeout (above)"
+beat() {  # the worker waiting for its agents refreshes its heartbeat while it serves (not "starting ... LATE")
+  sleep $((WT_T0 + 14 - $(date +%s) > 0 ? WT_T0 + 14 - $(date +%s) : 0))
+  "$PY" -c '
+import json, sys, time
+h = json.load(open(sys.argv[1]))
+assert h["state"] == "serving" and time.time() - h["time"] < 8, (h["state"], time.time() - h["time"])' "$WORK/run/workers/wt.json"
+}
+check "the TLS worker, waiting for agents 14 s after its start, has a fresh heartbeat in state serving" beat
 
 echo "refusals"
 expect_fail_last "--serve off loopback without TLS and a key" 1 "not a loopback address: it needs TLS" \
@@ -183,6 +217,9 @@ expect_fail_last "a bearer key under 16 characters" 1 "16 characters" \
   "$BIN/grpo-rollout" "${ROLL[@]}" --worker-id wr --serve 127.0.0.1:0 --serve-api-key-file "$WORK/short-key"
 expect_fail_last "--serve-cert without --serve-tls-key" 1 "come together" \
   "$BIN/grpo-rollout" "${ROLL[@]}" --worker-id wr --serve 127.0.0.1:0 --serve-cert "$WORK/tls/server.pem"
+expect_fail_last "--serve-max-connections beyond the descriptor limit (ulimit -Hn 256)" 1 "file descriptors.*lower --serve-max-connections" \
+  bash -c 'ulimit -n 256; ulimit -Hn 256; exec "$@"' _ "$BIN/grpo-rollout" "${ROLL[@]}" --worker-id wr --serve 127.0.0.1:0 \
+  --serve-max-connections 4000
 expect_fail "--serve with --env" 2 "no --env" \
   "$BIN/grpo-rollout" "${ROLL[@]}" --worker-id wr --serve 127.0.0.1:0 --env "cat"
 expect_fail "--serve with --reward" 2 "no --reward" \
