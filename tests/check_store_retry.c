@@ -601,6 +601,49 @@ START_TEST(test_list_skips_unusable_keys) {
 }
 END_TEST
 
+// A clock that jumps past the server's 15-minute window mid-run: the client
+// had requests accepted before, so it backs off (not a request a second for
+// ever), says so once a minute naming the fix, and goes on when the clock is
+// right again. The same skew on a Store's first request is refused at once.
+START_TEST(test_clock_skew_mid_run) {
+    srv_start();
+    set_obj("hello");
+    Buf out = {0};
+    PailErr err = {0};
+    Store *fresh = open_store(30);
+    S.fail_next = 1, S.fail_status = 403, S.fail_code = "RequestTimeTooSkewed";
+    ck_assert_int_eq(store_get(fresh, "k", &out, NULL, NULL, &err), -1);
+    ck_assert_int_eq(err.code, PAIL_ERR_AUTH);
+    ck_assert_int_eq(S.requests, 1);
+    ck_assert_msg(strstr(err.msg, "RequestTimeTooSkewed") && strstr(err.msg, "chrony"), "%s", err.msg);
+    store_close(fresh);
+
+    Store *st = open_store(30);
+    ck_assert_msg(store_get(st, "k", &out, NULL, NULL, &err) == 0, "%s", err.msg);
+    int saved;
+    char *path = capture_stderr_begin(&saved);
+    S.fail_next = 3;
+    int before = S.requests;
+    double t0 = time_mono_s();
+    int rc1 = store_get(st, "k", &out, NULL, NULL, &err);
+    double dt = time_mono_s() - t0;
+    int sent = S.requests - before;
+    S.fail_next = 2;
+    int rc2 = store_get(st, "k", &out, NULL, NULL, &err);
+    char *text = capture_stderr_end(saved, path);
+    ck_assert_msg(rc1 == 0 && rc2 == 0, "%s", err.msg);
+    ck_assert_int_eq(sent, 4);
+    // Backoff: 0.5-1 s, 1-2 s, 2-4 s before the three retries.
+    ck_assert_msg(dt >= 3.4 && dt < 8, "3 retries took %.2f s", dt);
+    ck_assert_msg(count_lines_with(text, "RequestTimeTooSkewed") == 1, "%s", text);
+    ck_assert_msg(strstr(text, "chrony") && strstr(text, "clock"), "%s", text);
+    free(text);
+    buf_free(&out);
+    store_close(st);
+    srv_stop();
+}
+END_TEST
+
 START_TEST(test_connection_refused) {
     // A port nobody listens on: bind, read the port, close.
     int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -1120,6 +1163,7 @@ int main(void) {
     tcase_add_test(lim, test_tls_handshake_cut);
     tcase_add_test(lim, test_outage_budget);
     tcase_add_test(lim, test_list_skips_unusable_keys);
+    tcase_add_test(lim, test_clock_skew_mid_run);
     tcase_set_timeout(lim, 30);
     suite_add_tcase(s, lim);
     SRunner *sr = srunner_create(s);
