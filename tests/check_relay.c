@@ -9,6 +9,7 @@
 #include <arpa/inet.h>
 #include <check.h>
 #include <curl/curl.h>
+#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -1034,6 +1035,118 @@ START_TEST(test_key_grammar_and_folders) {
 }
 END_TEST
 
+// One POST ?uploads signed as (ak, sk); returns the status, the upload id in id.
+static long mp_open(TestRelay *t, const char *key, const char *ak, const char *sk, char *id, size_t cap) {
+    Raw r;
+    char path[512];
+    snprintf(path, sizeof path, "/pail/%s?uploads", key);
+    raw_req(t, "POST", path, ak, sk, time_unix_s(), "", "", &r);
+    id[0] = 0;
+    const char *s = r.body.data ? strstr((char *)r.body.data, "<UploadId>") : NULL;
+    if (s) snprintf(id, cap, "%.32s", s + 10);
+    long st = r.status;
+    if (st != 200)
+        ck_assert_msg(strstr((char *)r.body.data, "<Code>SlowDown</Code>") && strstr((char *)r.body.data, "--max-uploads"),
+                      "%ld: %s", st, (char *)r.body.data);
+    buf_free(&r.body);
+    return st;
+}
+
+// Multipart quotas: a rollout key that opened 1,024 uploads once left the
+// trainer unable to publish anything over 16 MiB. Each access key holds at
+// most --max-uploads-per-key (64) uploads, and the last --trainer-uploads of
+// --max-uploads are the trainer's. A loopback load of 70 uploads.
+START_TEST(test_multipart_quota) {
+    TestRelay t;
+    relay_start(&t);
+    char id[64], key[128];
+    int ok = 0, refused = 0;
+    for (int i = 0; i < 70; i++) {
+        snprintf(key, sizeof key, "runs/r1/rollouts/v00000001/w1-%06d.h5", i);
+        long st = mp_open(&t, key, RO_ID, RO_SECRET, id, sizeof id);
+        st == 200 ? ok++ : refused++;
+        ck_assert(st == 200 || st == 503);
+    }
+    ck_assert_int_eq(ok, 64);
+    ck_assert_int_eq(refused, 6);
+    // The trainer still publishes a multipart state (parts of 64 KiB).
+    setenv("PAIL_S3_PART_BYTES", "65536", 1);
+    Store *tr = client(&t, TR_ID, TR_SECRET);
+    unsetenv("PAIL_S3_PART_BYTES");
+    size_t n = 300000;
+    uint8_t *data = malloc(n);
+    for (size_t i = 0; i < n; i++) data[i] = (uint8_t)(i * 7);
+    PailErr err = {0};
+    ck_assert_msg(versioned_put(tr, "runs/r1/trainer/state-v00000001.h5", data, n, &err) == 0, "%s", err.msg);
+    Buf b = {0};
+    ck_assert_msg(versioned_get(tr, "runs/r1/trainer/state-v00000001.h5", &b, &err) == 0, "%s", err.msg);
+    ck_assert(b.len == n && !memcmp(b.data, data, n));
+    buf_free(&b);
+    free(data);
+    store_close(tr);
+    relay_end(&t);
+}
+END_TEST
+
+static int spool_entries(const char *dir) {
+    int n = 0;
+    DIR *d = opendir(dir);
+    for (struct dirent *e; d && (e = readdir(d));) n += e->d_name[0] != '.';
+    if (d) closedir(d);
+    return n;
+}
+
+// The trainer's reserve and the expiry of idle uploads: with 6 uploads in
+// all and 2 for trainer keys, a rollout key gets 4, the trainer still
+// publishes in parts, and uploads left idle past --upload-expiry are aborted
+// with their spool files removed (abandoned parts once filled a 2 MiB spool and
+// failed the trainer's parts), after which the rollout key opens uploads again.
+START_TEST(test_multipart_reserve_and_expiry) {
+    TestRelay t;
+    char spool[400];
+    RelayConfig cfg = {.max_uploads = 6, .trainer_uploads = 2, .max_uploads_per_key = 8, .upload_expiry_s = 1.5};
+    tmp_make(spool, sizeof spool, "check-relay-spool");
+    cfg.spool = spool;
+    relay_start_cfg(&t, &cfg);
+    char id[64], key[128], path[256];
+    int ok = 0;
+    for (int i = 0; i < 5; i++) {
+        snprintf(key, sizeof key, "runs/r1/rollouts/v00000001/w1-%06d.h5", i);
+        if (mp_open(&t, key, RO_ID, RO_SECRET, id, sizeof id) != 200) continue;
+        ok++;
+        Raw r;
+        snprintf(path, sizeof path, "/pail/%s?partNumber=1&uploadId=%s", key, id);
+        char part[4097];
+        memset(part, 'p', 4096);
+        part[4096] = 0;
+        raw_req(&t, "PUT", path, RO_ID, RO_SECRET, time_unix_s(), part, part, &r);
+        ck_assert_int_eq(r.status, 200);
+        buf_free(&r.body);
+    }
+    ck_assert_int_eq(ok, 4);
+    ck_assert_int_eq(spool_entries(spool), 4);
+    setenv("PAIL_S3_PART_BYTES", "65536", 1);
+    Store *tr = client(&t, TR_ID, TR_SECRET);
+    unsetenv("PAIL_S3_PART_BYTES");
+    size_t n = 200000;
+    uint8_t *data = calloc(1, n);
+    PailErr err = {0};
+    ck_assert_msg(versioned_put(tr, "runs/r1/adapters/v00000001.h5", data, n, &err) == 0, "%s", err.msg);
+    free(data);
+    store_close(tr);
+    // Idle past the expiry: aborted, spool reclaimed, the part's upload is gone.
+    for (int i = 0; i < 40 && spool_entries(spool) > 0; i++) time_sleep_ms(100);
+    ck_assert_int_eq(spool_entries(spool), 0);
+    Raw r;
+    raw_req(&t, "PUT", path, RO_ID, RO_SECRET, time_unix_s(), "x", "x", &r);
+    expect_s3_error(&r, 404, "NoSuchUpload");
+    buf_free(&r.body);
+    ck_assert_int_eq(mp_open(&t, "runs/r1/rollouts/v00000001/w1-000009.h5", RO_ID, RO_SECRET, id, sizeof id), 200);
+    relay_end(&t);
+    tmp_remove(spool);
+}
+END_TEST
+
 int main(void) {
     signal(SIGPIPE, SIG_IGN);
     curl_global_init(CURL_GLOBAL_DEFAULT);
@@ -1057,6 +1170,8 @@ int main(void) {
     tcase_add_test(lim, test_client_gone_mid_stream);
     tcase_add_test(lim, test_keys_not_utf8);
     tcase_add_test(lim, test_key_grammar_and_folders);
+    tcase_add_test(lim, test_multipart_quota);
+    tcase_add_test(lim, test_multipart_reserve_and_expiry);
     tcase_set_timeout(lim, 60);
     suite_add_tcase(s, lim);
     SRunner *sr = srunner_create(s);
