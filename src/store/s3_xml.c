@@ -128,7 +128,9 @@ static bool usable(const char *key, bool prefix) {
     if (prefix && kl > 1 && k[kl - 1] == '/') k[kl - 1] = 0;
     PailErr kerr = {0};
     if (store_key_check(k, &kerr) == 0) return true;
-    store_warn_skipped("ListObjectsV2", key, kerr.msg);
+    char why[sizeof kerr.msg + 96];
+    snprintf(why, sizeof why, "%s; no pail tool can name it: remove it with another tool", kerr.msg);
+    store_warn_skipped("ListObjectsV2", key, why);
     return false;
 }
 

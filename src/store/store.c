@@ -66,8 +66,7 @@ void store_warn_skipped(const char *where, const char *key, const char *why) {
     if (seen) return;
     char esc[STORE_MAX_KEY * 4 + 8];
     store_key_escape(key, esc, sizeof esc);
-    log_warn("%s: skipped '%s' (%s): no pail tool can read, write or delete it by name; remove it with another "
-             "tool", where, esc, why);
+    log_warn("%s: skipped '%s': %s", where, esc, why);
 }
 
 int store_key_check(const char *key, PailErr *err) {

@@ -107,8 +107,9 @@ size_t store_utf8_len(const unsigned char *s, size_t n);
 // key for a message: control characters, backslashes and bytes that are not
 // UTF-8 as \xNN; always terminated.
 void store_key_escape(const char *key, char *out, size_t cap);
-// A listing met an entry no pail tool can use (store_key_check refuses it):
-// one warning naming it (escaped) and why, once per key and process. Thread-safe.
+// A listing met an entry no pail tool can use (a key store_key_check refuses,
+// a malformed size): one warning naming it (escaped) and why, once per key and
+// process. Thread-safe.
 void store_warn_skipped(const char *where, const char *key, const char *why);
 
 int store_put(Store *st, const char *key, const void *data, size_t len, const StorePutOpts *opt,

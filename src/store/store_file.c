@@ -500,7 +500,9 @@ static int walk_dir(Walk *w, const char *root, const char *rel, int depth) {
             if (w->after && strcmp(key, w->after) <= 0) continue;
             PailErr kerr = {0};
             if (store_key_check(key, &kerr) < 0) {  // put there behind the store's back: no key can name it
-                store_warn_skipped(root, key, kerr.msg);
+                char why[sizeof kerr.msg + 64];
+                snprintf(why, sizeof why, "%s; no key can name it: remove the file", kerr.msg);
+                store_warn_skipped(root, key, why);
                 continue;
             }
             if (walk_push(w, key) < 0) { closedir(d); return -1; }
