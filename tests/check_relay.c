@@ -9,6 +9,7 @@
 #include <arpa/inet.h>
 #include <check.h>
 #include <curl/curl.h>
+#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -472,19 +473,19 @@ START_TEST(test_rejections) {
     ck_assert_int_eq(r.status, 200);
     ck_assert(strstr(r.headers, "x-pail-relay: 1"));
     buf_free(&r.body);
-    raw_req(&t, "PUT", "/pail/runs/r1/trainer/x", NULL, NULL, now, NULL, "data", &r);
+    raw_req(&t, "PUT", "/pail/runs/r1/trainer/progress.json", NULL, NULL, now, NULL, "data", &r);
     expect_s3_error(&r, 403, "AccessDenied");
     buf_free(&r.body);
-    raw_req(&t, "PUT", "/pail/runs/r1/trainer/x", TR_ID, "not-the-secret-0123456", now, "data", "data", &r);
+    raw_req(&t, "PUT", "/pail/runs/r1/trainer/progress.json", TR_ID, "not-the-secret-0123456", now, "data", "data", &r);
     expect_s3_error(&r, 403, "SignatureDoesNotMatch");
     buf_free(&r.body);
-    raw_req(&t, "PUT", "/pail/runs/r1/trainer/x", "nobody", TR_SECRET, now, "data", "data", &r);
+    raw_req(&t, "PUT", "/pail/runs/r1/trainer/progress.json", "nobody", TR_SECRET, now, "data", "data", &r);
     expect_s3_error(&r, 403, "InvalidAccessKeyId");
     buf_free(&r.body);
-    raw_req(&t, "PUT", "/pail/runs/r1/trainer/x", TR_ID, TR_SECRET, now - 16 * 60, "data", "data", &r);
+    raw_req(&t, "PUT", "/pail/runs/r1/trainer/progress.json", TR_ID, TR_SECRET, now - 16 * 60, "data", "data", &r);
     expect_s3_error(&r, 403, "RequestTimeTooSkewed");
     buf_free(&r.body);
-    raw_req(&t, "PUT", "/pail/runs/r1/trainer/x", TR_ID, TR_SECRET, now, "data", "DATA", &r);
+    raw_req(&t, "PUT", "/pail/runs/r1/trainer/progress.json", TR_ID, TR_SECRET, now, "data", "DATA", &r);
     expect_s3_error(&r, 400, "XAmzContentSHA256Mismatch");
     buf_free(&r.body);
     raw_req(&t, "PUT", "/pail/runs/r1/adapters/v00000001.h5", RO_ID, RO_SECRET, now, "data", "data", &r);
@@ -511,10 +512,10 @@ START_TEST(test_rejections) {
     ck_assert(!file_exists(&t, "runs/r1/adapters"));
     ck_assert(!file_exists(&t, "x"));
     // The signed one goes through.
-    raw_req(&t, "PUT", "/pail/runs/r1/trainer/x", TR_ID, TR_SECRET, now, "data", "data", &r);
+    raw_req(&t, "PUT", "/pail/runs/r1/trainer/progress.json", TR_ID, TR_SECRET, now, "data", "data", &r);
     ck_assert_int_eq(r.status, 200);
     buf_free(&r.body);
-    ck_assert(file_exists(&t, "runs/r1/trainer/x"));
+    ck_assert(file_exists(&t, "runs/r1/trainer/progress.json"));
     relay_end(&t);
 }
 END_TEST
@@ -895,6 +896,257 @@ START_TEST(test_open_errors) {
 }
 END_TEST
 
+// ---- what an adversarial probe found (keys, folders, uploads) ----
+
+// Keys that are not UTF-8 (or carry control characters) are refused before any
+// I/O, as S3 does: such a key in a listing made every LIST of its folder
+// unreadable XML, failing the trainer and the workers until it was deleted. A
+// file of that name put straight into --root is left out of listings.
+START_TEST(test_keys_not_utf8) {
+    TestRelay t;
+    relay_start(&t);
+    Raw r;
+    int64_t now = time_unix_s();
+    static const char *const bad[] = {"/pail/runs/r1/rollouts/v00000101/%FF%FE.h5",
+                                      "/pail/runs/r1/rollouts/v00000101/w%C0%AF-000001.h5",   // overlong '/'
+                                      "/pail/runs/r1/rollouts/v00000101/w%ED%A0%80-000001.h5",  // a surrogate
+                                      "/pail/runs/r1/rollouts/v00000101/w%E2%82-000001.h5",  // truncated
+                                      "/pail/runs/r1/rollouts/v00000101/w%01-000001.h5"};
+    const char *who[][2] = {{RO_ID, RO_SECRET}, {OP_ID, OP_SECRET}};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        for (int k = 0; k < 2; k++) {
+            raw_req(&t, "PUT", bad[i], who[k][0], who[k][1], now, "data", "data", &r);
+            expect_s3_error(&r, 400, "InvalidArgument");
+            buf_free(&r.body);
+        }
+    ck_assert(!file_exists(&t, "runs/r1/rollouts"));
+    // UTF-8 is fine (for the operator; a rollout key writes shard names only).
+    raw_req(&t, "PUT", "/pail/runs/r1/control/%C3%A9t%C3%A9", OP_ID, OP_SECRET, now, "data", "data", &r);
+    ck_assert_int_eq(r.status, 200);
+    buf_free(&r.body);
+    // A bad name put into --root behind the relay's back: listings skip it.
+    char p[1400];
+    snprintf(p, sizeof p, "%s/runs/r1/rollouts/v00000101", t.root);
+    PailErr err = {0};
+    ck_assert_int_eq(fs_mkdirs(p, &err), 0);
+    snprintf(p, sizeof p, "%s/runs/r1/rollouts/v00000101/\xff\xfe.h5", t.root);
+    FILE *f = fopen(p, "w");
+    fputs("x", f);
+    fclose(f);
+    Store *ro = client(&t, RO_ID, RO_SECRET);
+    ck_assert_msg(store_put(ro, "runs/r1/rollouts/v00000101/w1-000001.h5", "x", 1, NULL, &err) == 0, "%s", err.msg);
+    StoreList l = {0};
+    ck_assert_msg(store_list_all(ro, "runs/r1/rollouts/v00000101/", NULL, &l, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(l.n, 1);
+    ck_assert_str_eq(l.entries[0].key, "runs/r1/rollouts/v00000101/w1-000001.h5");
+    store_list_free(&l);
+    store_close(ro);
+    relay_end(&t);
+}
+END_TEST
+
+// Role writes follow the run layout of doc/protocol.md: a rollout key that
+// wrote objects named like version folders (rollouts/v00000005) made every
+// worker's shard of those versions a 500, retried for an hour. On the file
+// store a key that is a folder of another, or the reverse, is a final 409.
+START_TEST(test_key_grammar_and_folders) {
+    TestRelay t;
+    relay_start(&t);
+    Raw r;
+    int64_t now = time_unix_s();
+    static const struct { const char *path, *ak, *sk; } refused[] = {
+        {"/pail/runs/r1/rollouts/v00000005", RO_ID, RO_SECRET},
+        {"/pail/runs/r1/rollouts/v00000005/", RO_ID, RO_SECRET},
+        {"/pail/runs/r1/rollouts/v5/w1-000001.h5", RO_ID, RO_SECRET},
+        {"/pail/runs/r1/rollouts/v00000005/w1-1.h5", RO_ID, RO_SECRET},
+        {"/pail/runs/r1/rollouts/v00000005/w1-000001.h5/x", RO_ID, RO_SECRET},
+        {"/pail/runs/r1/workers/w1.json/x", RO_ID, RO_SECRET},
+        {"/pail/runs/r1/workers/w1", RO_ID, RO_SECRET},
+        {"/pail/runs/r1/eval/v00000001", RO_ID, RO_SECRET},
+        {"/pail/runs/r1/adapters/v00000001", TR_ID, TR_SECRET},
+        {"/pail/runs/r1/adapters/notes.txt", TR_ID, TR_SECRET},
+        {"/pail/runs/r1/trainer/x", TR_ID, TR_SECRET},
+        {"/pail/runs/r1/metrics/step-1.json", TR_ID, TR_SECRET},
+        {"/pail/runs/r1/run.json/x", TR_ID, TR_SECRET},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
+        raw_req(&t, "PUT", refused[i].path, refused[i].ak, refused[i].sk, now, "data", "data", &r);
+        ck_assert_msg(r.status == 403 || r.status == 400, "%s: status %ld", refused[i].path, r.status);
+        ck_assert_msg(r.status != 403 || strstr((char *)r.body.data, "doc/protocol.md") ||
+                          strstr((char *)r.body.data, "directly below"),
+                      "%s: %s", refused[i].path, (char *)r.body.data);
+        buf_free(&r.body);
+        // A multipart upload is held to the same grammar.
+        char mp[512];
+        snprintf(mp, sizeof mp, "%s?uploads", refused[i].path);
+        raw_req(&t, "POST", mp, refused[i].ak, refused[i].sk, now, "", "", &r);
+        ck_assert_msg(r.status == 403 || r.status == 400, "%s: status %ld", mp, r.status);
+        buf_free(&r.body);
+    }
+    ck_assert(!file_exists(&t, "runs/r1/rollouts"));
+    ck_assert(!file_exists(&t, "runs/r1/adapters"));
+    // The layout's own keys go through (doc/protocol.md).
+    static const struct { const char *path, *ak, *sk; } layout[] = {
+        {"/pail/runs/r1/rollouts/v00000005/w1-000001.h5", RO_ID, RO_SECRET},
+        {"/pail/runs/r1/workers/w1.json", RO_ID, RO_SECRET},
+        {"/pail/runs/r1/eval/v00000001.json", RO_ID, RO_SECRET},
+        {"/pail/runs/r1/run.json", TR_ID, TR_SECRET},
+        {"/pail/runs/r1/adapters/v00000001.h5", TR_ID, TR_SECRET},
+        {"/pail/runs/r1/adapters/LATEST", TR_ID, TR_SECRET},
+        {"/pail/runs/r1/trainer/state-v00000001.h5", TR_ID, TR_SECRET},
+        {"/pail/runs/r1/trainer/progress.json", TR_ID, TR_SECRET},
+        {"/pail/runs/r1/trainer/rejected/rollouts/v00000005/w1-000001.h5.json", TR_ID, TR_SECRET},
+        {"/pail/runs/r1/metrics/step-00000001.json", TR_ID, TR_SECRET},
+    };
+    for (size_t i = 0; i < sizeof layout / sizeof *layout; i++) {
+        raw_req(&t, "PUT", layout[i].path, layout[i].ak, layout[i].sk, now, "data", "data", &r);
+        ck_assert_msg(r.status == 200, "%s: status %ld %s", layout[i].path, r.status, (char *)r.body.data);
+        buf_free(&r.body);
+    }
+    // The operator writes anything in the role folders, but on the file store
+    // a key cannot be both an object and a folder: 409, final, nothing lost.
+    Store *op = client(&t, OP_ID, OP_SECRET);
+    PailErr err = {0};
+    ck_assert_msg(store_put(op, "runs/r1/rollouts/v00000006", "x", 1, NULL, &err) == 0, "%s", err.msg);
+    Store *ro = client(&t, RO_ID, RO_SECRET);
+    double t0 = time_mono_s();
+    ck_assert_int_eq(store_put(ro, "runs/r1/rollouts/v00000006/w1-000001.h5", "x", 1, NULL, &err), -1);
+    ck_assert_msg(err.code == PAIL_ERR_INVALID && strstr(err.msg, "409") && strstr(err.msg, "rollouts/v00000006"),
+                  "%s", err.msg);
+    ck_assert_msg(time_mono_s() - t0 < 1.5, "the conflict was retried (%.1f s): %s", time_mono_s() - t0, err.msg);
+    t0 = time_mono_s();
+    ck_assert_int_eq(store_put(op, "runs/r1/rollouts/v00000005", "x", 1, NULL, &err), -1);
+    ck_assert_msg(err.code == PAIL_ERR_INVALID && strstr(err.msg, "409"), "%s", err.msg);
+    ck_assert_msg(time_mono_s() - t0 < 1.5, "the conflict was retried (%.1f s): %s", time_mono_s() - t0, err.msg);
+    StorePutOpts co = {.create_only = true};
+    ck_assert_int_eq(store_put(op, "runs/r1/rollouts/v00000005", "x", 1, &co, &err), -1);
+    ck_assert_msg(strstr(err.msg, "409"), "%s", err.msg);
+    Buf b = {0};
+    StoreGetOpts go = {.range_end = -1};
+    ck_assert_msg(store_get(ro, "runs/r1/rollouts/v00000005/w1-000001.h5", &b, &go, NULL, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(b.len, 4);
+    buf_reset(&b);
+    ck_assert_msg(store_get(ro, "runs/r1/rollouts/v00000006", &b, &go, NULL, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(b.len, 1);
+    buf_free(&b);
+    store_close(ro);
+    store_close(op);
+    relay_end(&t);
+}
+END_TEST
+
+// One POST ?uploads signed as (ak, sk); returns the status, the upload id in id.
+static long mp_open(TestRelay *t, const char *key, const char *ak, const char *sk, char *id, size_t cap) {
+    Raw r;
+    char path[512];
+    snprintf(path, sizeof path, "/pail/%s?uploads", key);
+    raw_req(t, "POST", path, ak, sk, time_unix_s(), "", "", &r);
+    id[0] = 0;
+    const char *s = r.body.data ? strstr((char *)r.body.data, "<UploadId>") : NULL;
+    if (s) snprintf(id, cap, "%.32s", s + 10);
+    long st = r.status;
+    if (st != 200)
+        ck_assert_msg(strstr((char *)r.body.data, "<Code>SlowDown</Code>") && strstr((char *)r.body.data, "--max-uploads"),
+                      "%ld: %s", st, (char *)r.body.data);
+    buf_free(&r.body);
+    return st;
+}
+
+// Multipart quotas: a rollout key that opened 1,024 uploads once left the
+// trainer unable to publish anything over 16 MiB. Each access key holds at
+// most --max-uploads-per-key (64) uploads, and the last --trainer-uploads of
+// --max-uploads are the trainer's. A loopback load of 70 uploads.
+START_TEST(test_multipart_quota) {
+    TestRelay t;
+    relay_start(&t);
+    char id[64], key[128];
+    int ok = 0, refused = 0;
+    for (int i = 0; i < 70; i++) {
+        snprintf(key, sizeof key, "runs/r1/rollouts/v00000001/w1-%06d.h5", i);
+        long st = mp_open(&t, key, RO_ID, RO_SECRET, id, sizeof id);
+        st == 200 ? ok++ : refused++;
+        ck_assert(st == 200 || st == 503);
+    }
+    ck_assert_int_eq(ok, 64);
+    ck_assert_int_eq(refused, 6);
+    // The trainer still publishes a multipart state (parts of 64 KiB).
+    setenv("PAIL_S3_PART_BYTES", "65536", 1);
+    Store *tr = client(&t, TR_ID, TR_SECRET);
+    unsetenv("PAIL_S3_PART_BYTES");
+    size_t n = 300000;
+    uint8_t *data = malloc(n);
+    for (size_t i = 0; i < n; i++) data[i] = (uint8_t)(i * 7);
+    PailErr err = {0};
+    ck_assert_msg(versioned_put(tr, "runs/r1/trainer/state-v00000001.h5", data, n, &err) == 0, "%s", err.msg);
+    Buf b = {0};
+    ck_assert_msg(versioned_get(tr, "runs/r1/trainer/state-v00000001.h5", &b, &err) == 0, "%s", err.msg);
+    ck_assert(b.len == n && !memcmp(b.data, data, n));
+    buf_free(&b);
+    free(data);
+    store_close(tr);
+    relay_end(&t);
+}
+END_TEST
+
+static int spool_entries(const char *dir) {
+    int n = 0;
+    DIR *d = opendir(dir);
+    for (struct dirent *e; d && (e = readdir(d));) n += e->d_name[0] != '.';
+    if (d) closedir(d);
+    return n;
+}
+
+// The trainer's reserve and the expiry of idle uploads: with 6 uploads in
+// all and 2 for trainer keys, a rollout key gets 4, the trainer still
+// publishes in parts, and uploads left idle past --upload-expiry are aborted
+// with their spool files removed (abandoned parts once filled a 2 MiB spool and
+// failed the trainer's parts), after which the rollout key opens uploads again.
+START_TEST(test_multipart_reserve_and_expiry) {
+    TestRelay t;
+    char spool[400];
+    RelayConfig cfg = {.max_uploads = 6, .trainer_uploads = 2, .max_uploads_per_key = 8, .upload_expiry_s = 1.5};
+    tmp_make(spool, sizeof spool, "check-relay-spool");
+    cfg.spool = spool;
+    relay_start_cfg(&t, &cfg);
+    char id[64], key[128], path[256];
+    int ok = 0;
+    for (int i = 0; i < 5; i++) {
+        snprintf(key, sizeof key, "runs/r1/rollouts/v00000001/w1-%06d.h5", i);
+        if (mp_open(&t, key, RO_ID, RO_SECRET, id, sizeof id) != 200) continue;
+        ok++;
+        Raw r;
+        snprintf(path, sizeof path, "/pail/%s?partNumber=1&uploadId=%s", key, id);
+        char part[4097];
+        memset(part, 'p', 4096);
+        part[4096] = 0;
+        raw_req(&t, "PUT", path, RO_ID, RO_SECRET, time_unix_s(), part, part, &r);
+        ck_assert_int_eq(r.status, 200);
+        buf_free(&r.body);
+    }
+    ck_assert_int_eq(ok, 4);
+    ck_assert_int_eq(spool_entries(spool), 4);
+    setenv("PAIL_S3_PART_BYTES", "65536", 1);
+    Store *tr = client(&t, TR_ID, TR_SECRET);
+    unsetenv("PAIL_S3_PART_BYTES");
+    size_t n = 200000;
+    uint8_t *data = calloc(1, n);
+    PailErr err = {0};
+    ck_assert_msg(versioned_put(tr, "runs/r1/adapters/v00000001.h5", data, n, &err) == 0, "%s", err.msg);
+    free(data);
+    store_close(tr);
+    // Idle past the expiry: aborted, spool reclaimed, the part's upload is gone.
+    for (int i = 0; i < 40 && spool_entries(spool) > 0; i++) time_sleep_ms(100);
+    ck_assert_int_eq(spool_entries(spool), 0);
+    Raw r;
+    raw_req(&t, "PUT", path, RO_ID, RO_SECRET, time_unix_s(), "x", "x", &r);
+    expect_s3_error(&r, 404, "NoSuchUpload");
+    buf_free(&r.body);
+    ck_assert_int_eq(mp_open(&t, "runs/r1/rollouts/v00000001/w1-000009.h5", RO_ID, RO_SECRET, id, sizeof id), 200);
+    relay_end(&t);
+    tmp_remove(spool);
+}
+END_TEST
+
 int main(void) {
     signal(SIGPIPE, SIG_IGN);
     curl_global_init(CURL_GLOBAL_DEFAULT);
@@ -916,6 +1168,10 @@ int main(void) {
     tcase_add_test(lim, test_open_errors);
     tcase_add_test(lim, test_connection_cap);
     tcase_add_test(lim, test_client_gone_mid_stream);
+    tcase_add_test(lim, test_keys_not_utf8);
+    tcase_add_test(lim, test_key_grammar_and_folders);
+    tcase_add_test(lim, test_multipart_quota);
+    tcase_add_test(lim, test_multipart_reserve_and_expiry);
     tcase_set_timeout(lim, 60);
     suite_add_tcase(s, lim);
     SRunner *sr = srunner_create(s);

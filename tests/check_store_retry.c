@@ -136,6 +136,7 @@ typedef struct {
     int always_status;        // every request gets this (0 = off)
     const char *always_code;
     bool relay;               // send x-pail-relay: 1
+    const char *list_body;    // a LIST answers this instead (raw bytes)
     // the one object it holds
     bool exists;
     Buf obj;
@@ -231,7 +232,8 @@ static void handler(struct evhttp_request *req, void *arg) {
         S.lists++;
         snprintf(S.last_query, sizeof S.last_query, "%s", q + 1);
         struct evbuffer *b = evbuffer_new();
-        evbuffer_add_printf(b, "<ListBucketResult><Name>b</Name><KeyCount>1</KeyCount><IsTruncated>false</IsTruncated>"
+        if (S.list_body) evbuffer_add(b, S.list_body, strlen(S.list_body));
+        else evbuffer_add_printf(b, "<ListBucketResult><Name>b</Name><KeyCount>1</KeyCount><IsTruncated>false</IsTruncated>"
                                "<Contents><Key>obj</Key><Size>%zu</Size><ETag>\"e\"</ETag>"
                                "<LastModified>2026-01-02T03:04:05.000Z</LastModified></Contents></ListBucketResult>",
                             S.obj.len);
@@ -521,6 +523,122 @@ START_TEST(test_relay_long_poll) {
     ck_assert_ptr_nonnull(strstr(S.last_query, "prefix=pre%2F"));
     ck_assert_int_eq(S.bad_sig, 0);  // the parameter is inside the signed query
     store_list_free(&l);
+    store_close(st);
+    srv_stop();
+}
+END_TEST
+
+// stderr into a temp file between _begin and _end, which returns what was
+// written (caller frees).
+static char *capture_stderr_begin(int *saved) {
+    fflush(stderr);
+    *saved = dup(2);
+    char *path = strdup("/tmp/pail-check-stderr-XXXXXX");
+    int fd = mkstemp(path);
+    dup2(fd, 2);
+    close(fd);
+    return path;
+}
+
+static char *capture_stderr_end(int saved, char *path) {
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    FILE *f = fopen(path, "r");
+    char *text = calloc(1, 1 << 16);
+    size_t n = f ? fread(text, 1, (1 << 16) - 1, f) : 0;
+    text[n] = 0;
+    if (f) fclose(f);
+    unlink(path);
+    free(path);
+    return text;
+}
+
+static int count_lines_with(const char *text, const char *what) {
+    int n = 0;
+    for (const char *p = text; (p = strstr(p, what)); p++) n++;
+    return n;
+}
+
+// A listing entry the client cannot use (a key that is not UTF-8, a control
+// character) once made the whole LIST fail ("not XML") and with it the trainer
+// and every worker, until an operator deleted the object. It is skipped, with
+// one warning naming it; the rest of the page is used.
+START_TEST(test_list_skips_unusable_keys) {
+    srv_start();
+    S.list_body = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<ListBucketResult><Name>b</Name>"
+                  "<IsTruncated>false</IsTruncated>"
+                  "<Contents><Key>pre/rollouts/v00000101/\xff\xfe.h5</Key><Size>1</Size></Contents>"
+                  "<Contents><Key>pre/rollouts/v00000101/w1-000001.h5</Key><Size>2</Size></Contents>"
+                  "<Contents><Key>pre/rollouts/v00000101/w\x01-000002.h5</Key><Size>3</Size></Contents>"
+                  "<Contents><Key>pre/rollouts/v00000101/w\\-000003.h5</Key><Size>3</Size></Contents>"
+                  "<Contents><Key>pre/rollouts/v00000101/w2-000001.h5</Key><Size>4</Size></Contents>"
+                  "</ListBucketResult>";
+    Store *st = open_store(5);
+    StoreList l = {0};
+    PailErr err = {0};
+    StoreListOpts lo = {.prefix = "rollouts/v00000101/"};
+    int saved;
+    char *path = capture_stderr_begin(&saved);
+    int rc1 = store_list(st, &lo, &l, &err);
+    int n1 = l.n;
+    int rc2 = store_list(st, &lo, &l, &err);
+    char *text = capture_stderr_end(saved, path);
+    ck_assert_msg(rc1 == 0 && rc2 == 0, "%s", err.msg);
+    ck_assert_int_eq(n1, 2);
+    ck_assert_int_eq(l.n, 2);
+    ck_assert_str_eq(l.entries[0].key, "rollouts/v00000101/w1-000001.h5");
+    ck_assert_str_eq(l.entries[1].key, "rollouts/v00000101/w2-000001.h5");
+    ck_assert_int_eq(l.entries[1].size, 4);
+    // One warning per key, not one per LIST, naming it (bytes escaped).
+    ck_assert_msg(count_lines_with(text, "\\xff\\xfe.h5") == 1, "%s", text);
+    ck_assert_msg(count_lines_with(text, "w\\x01-000002.h5") == 1, "%s", text);
+    ck_assert_msg(count_lines_with(text, "skipped") == 3, "%s", text);
+    free(text);
+    store_list_free(&l);
+    store_close(st);
+    srv_stop();
+}
+END_TEST
+
+// A clock that jumps past the server's 15-minute window mid-run: the client
+// had requests accepted before, so it backs off (not a request a second for
+// ever), says so once a minute naming the fix, and goes on when the clock is
+// right again. The same skew on a Store's first request is refused at once.
+START_TEST(test_clock_skew_mid_run) {
+    srv_start();
+    set_obj("hello");
+    Buf out = {0};
+    PailErr err = {0};
+    Store *fresh = open_store(30);
+    S.fail_next = 1, S.fail_status = 403, S.fail_code = "RequestTimeTooSkewed";
+    ck_assert_int_eq(store_get(fresh, "k", &out, NULL, NULL, &err), -1);
+    ck_assert_int_eq(err.code, PAIL_ERR_AUTH);
+    ck_assert_int_eq(S.requests, 1);
+    ck_assert_msg(strstr(err.msg, "RequestTimeTooSkewed") && strstr(err.msg, "chrony"), "%s", err.msg);
+    store_close(fresh);
+
+    Store *st = open_store(30);
+    ck_assert_msg(store_get(st, "k", &out, NULL, NULL, &err) == 0, "%s", err.msg);
+    int saved;
+    char *path = capture_stderr_begin(&saved);
+    S.fail_next = 3;
+    int before = S.requests;
+    double t0 = time_mono_s();
+    int rc1 = store_get(st, "k", &out, NULL, NULL, &err);
+    double dt = time_mono_s() - t0;
+    int sent = S.requests - before;
+    S.fail_next = 2;
+    int rc2 = store_get(st, "k", &out, NULL, NULL, &err);
+    char *text = capture_stderr_end(saved, path);
+    ck_assert_msg(rc1 == 0 && rc2 == 0, "%s", err.msg);
+    ck_assert_int_eq(sent, 4);
+    // Backoff: 0.5-1 s, 1-2 s, 2-4 s before the three retries.
+    ck_assert_msg(dt >= 3.4 && dt < 8, "3 retries took %.2f s", dt);
+    ck_assert_msg(count_lines_with(text, "RequestTimeTooSkewed") == 1, "%s", text);
+    ck_assert_msg(strstr(text, "chrony") && strstr(text, "clock"), "%s", text);
+    free(text);
+    buf_free(&out);
     store_close(st);
     srv_stop();
 }
@@ -1044,6 +1162,8 @@ int main(void) {
     tcase_add_test(lim, test_tls_verification);
     tcase_add_test(lim, test_tls_handshake_cut);
     tcase_add_test(lim, test_outage_budget);
+    tcase_add_test(lim, test_list_skips_unusable_keys);
+    tcase_add_test(lim, test_clock_skew_mid_run);
     tcase_set_timeout(lim, 30);
     suite_add_tcase(s, lim);
     SRunner *sr = srunner_create(s);

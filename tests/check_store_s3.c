@@ -448,7 +448,9 @@ START_TEST(test_xml_hostile) {
     for (int i = 0; i < 7; i++) {
         store_list_reset(&l);
         int rc = s3_xml_list(bad[i], strlen(bad[i]), "", &l, &err);
-        ck_assert_msg(rc == -1 || (l.n == 1 && !strstr(l.entries[0].key, "root:")), "bad[%d] accepted", i);
+        // An entry with a malformed size is skipped (one warning), not the page.
+        ck_assert_msg(rc == -1 || (i == 2 && l.n == 0) || (l.n == 1 && !strstr(l.entries[0].key, "root:")),
+                      "bad[%d] accepted", i);
     }
     S3Error e;
     const char *eb = "<Error><Code>SignatureDoesNotMatch</Code><Message>no</Message><StringToSign>AWS4</StringToSign>"

@@ -13,7 +13,8 @@ int main(int argc, char **argv) {
     char *endpoint = NULL, *ca_bundle = NULL, *region = NULL, *spool = NULL, *access_log = NULL;
     bool http = false;
     long cache_bytes, stream_bytes, max_body, max_conns, max_header, idle_s, header_s, threads, max_wait;
-    double poll_s, max_outage;
+    long max_uploads, uploads_per_key, trainer_uploads;
+    double poll_s, max_outage, upload_expiry;
     Flag fl[] = {
         {"listen", FLAG_STRING, &listen, "127.0.0.1:9000", 1, 0, "HOST:PORT to listen on (port 0: any free port)"},
         {"root", FLAG_STRING, &root, NULL, 1, 0, "serve a local folder as the bucket (file:// store)"},
@@ -44,6 +45,13 @@ int main(int argc, char **argv) {
         {"max-wait", FLAG_INT, &max_wait, "25", 1, 300, "cap on a long-poll's x-pail-wait seconds"},
         {"poll-interval", FLAG_DOUBLE, &poll_s, "1.0", 0.05, 60, "seconds between re-LISTs for parked long-polls"},
         {"spool", FLAG_STRING, &spool, NULL, 1, 0, "folder for multipart parts (default: a temp folder)"},
+        {"max-uploads", FLAG_INT, &max_uploads, "1024", 2, 1e6, "multipart uploads in progress, all keys together"},
+        {"max-uploads-per-key", FLAG_INT, &uploads_per_key, "64", 1, 1e6,
+         "multipart uploads in progress per access key (more: 503 SlowDown)"},
+        {"trainer-uploads", FLAG_INT, &trainer_uploads, "64", 1, 1e6,
+         "of --max-uploads, how many only trainer keys may take (no worker key can keep the trainer from publishing)"},
+        {"upload-expiry", FLAG_DOUBLE, &upload_expiry, "900", 1, 1e7,
+         "seconds a multipart upload may sit idle before it is aborted and its spool files removed"},
         {"access-log", FLAG_STRING, &access_log, NULL, 1, 0, "append access-log lines here (default stdout)"},
     };
     int n = sizeof fl / sizeof fl[0];
@@ -76,7 +84,9 @@ int main(int argc, char **argv) {
                        .cache_bytes = (uint64_t)cache_bytes, .stream_bytes = (uint64_t)stream_bytes, .max_body_bytes = (uint64_t)max_body,
                        .max_connections = max_conns, .max_header_bytes = max_header, .idle_timeout_s = (int)idle_s,
                        .header_timeout_s = (int)header_s, .threads = (int)threads, .max_wait_s = (int)max_wait,
-                       .poll_interval_s = poll_s, .spool = spool, .signals = true, .access_log = alog};
+                       .poll_interval_s = poll_s, .spool = spool, .max_uploads = (int)max_uploads,
+                       .max_uploads_per_key = (int)uploads_per_key, .trainer_uploads = (int)trainer_uploads,
+                       .upload_expiry_s = upload_expiry, .signals = true, .access_log = alog};
     Relay *r = NULL;
     if (relay_open(&r, &cfg, &err) < 0) {
         fprintf(stderr, "grpo-relay: %s\n", err.msg);

@@ -46,6 +46,7 @@ const char *err_code_name(PailErrCode code) {
     case PAIL_ERR_UNIMPLEMENTED: return "unimplemented";
     case PAIL_ERR_INTERRUPTED: return "interrupted";
     case PAIL_ERR_TIMEOUT: return "timeout";
+    case PAIL_ERR_CONFLICT: return "conflict";
     }
     return "unknown";
 }

@@ -18,6 +18,7 @@ typedef enum {
     PAIL_ERR_UNIMPLEMENTED, // not built yet: said plainly, never faked
     PAIL_ERR_INTERRUPTED,   // stopped by a signal or a stop request
     PAIL_ERR_TIMEOUT,       // a wait reached its deadline
+    PAIL_ERR_CONFLICT,      // the key collides with another (an object where a folder must be, or the reverse)
 } PailErrCode;
 
 typedef struct {

@@ -129,6 +129,9 @@ void relay_reply_store_error(RelayReq *q) {
         relay_reply_error(q, 412, "PreconditionFailed", "At least one of the preconditions you specified did not hold.");
         return;
     case PAIL_ERR_INVALID: relay_reply_error(q, 400, "InvalidRequest", q->err.msg); return;
+    case PAIL_ERR_CONFLICT:  // final for every S3 client (none retries a 409 but ConditionalRequestConflict)
+        relay_reply_error(q, 409, "KeyConflict", q->err.msg);
+        return;
     case PAIL_ERR_NETWORK:
     case PAIL_ERR_TIMEOUT:
         log_warn("relay: backend: %s", q->err.msg);

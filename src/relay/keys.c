@@ -3,13 +3,17 @@
 // trainer owns run.json, adapters/, trainer/, metrics/; rollout workers own
 // rollouts/, workers/, eval/; the operator owns all of them plus control/ and is
 // the only role that deletes (gc); readers only read. A trainer or rollout
-// key's prefix is its run's root: the folders count only directly below it.
+// key's prefix is its run's root: the folders count only directly below it,
+// and inside them only the keys of the run layout (doc/protocol.md) are
+// written: a rollout key cannot make an object named like a version folder.
 #include "relay/keys.h"
 #include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "core/buf.h"
+#include "store/runlayout.h"
+#include "store/versions.h"
 
 static const char *const ROLE_NAMES[] = {"reader", "rollout", "trainer", "operator"};
 
@@ -222,6 +226,60 @@ static bool under(const char *rel, const char *dir) {
     return !strncmp(rel, dir, n) && rel[n];
 }
 
+static bool hex12(const char *s) {
+    for (int i = 0; i < 12; i++)
+        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f'))) return false;
+    return !s[12];
+}
+
+// grpo-ctl doctor's probes of what a key may write: <folder>doctor-probe-<hex>
+// and <folder>doctor-create-only-<hex>, which no series parses.
+static bool doctor_probe(const char *rel, const char *const *folders) {
+    for (; *folders; folders++) {
+        size_t n = strlen(*folders);
+        if (strncmp(rel, *folders, n)) continue;
+        const char *p = rel + n;
+        if (!strncmp(p, "doctor-probe-", 13)) return hex12(p + 13);
+        if (!strncmp(p, "doctor-create-only-", 19)) return hex12(p + 19);
+    }
+    return false;
+}
+
+// The run layout of doc/protocol.md, the keys a trainer writes (rel is
+// relative to the run's root).
+static bool trainer_key(const char *rel) {
+    static const char *const folders[] = {"adapters/", "trainer/", "metrics/", NULL};
+    if (!strcmp(rel, RUN_KEY_MANIFEST) || !strcmp(rel, RUN_KEY_LATEST) || !strcmp(rel, RUN_KEY_PROGRESS) ||
+        version_parse(&SERIES_ADAPTERS, rel) >= 0 || version_parse(&SERIES_STATES, rel) >= 0 ||
+        doctor_probe(rel, folders))
+        return true;
+    static const VersionSeries metrics = {"metrics/step-", ".json"};
+    if (version_parse(&metrics, rel) >= 0) return true;
+    const char *rej = "trainer/rejected/";
+    size_t rl = strlen(rej), kl = strlen(rel);
+    if (strncmp(rel, rej, rl) || kl < rl + 5 || strcmp(rel + kl - 5, ".json")) return false;
+    char shard[STORE_MAX_KEY + 1], w[WORKER_ID_MAX + 1];
+    snprintf(shard, sizeof shard, "%.*s", (int)(kl - rl - 5), rel + rl);
+    long v, seq;
+    return run_parse_rollout(shard, &v, w, sizeof w, &seq) == 0;
+}
+
+// ... and the keys a rollout or eval worker writes.
+static bool rollout_key(const char *rel) {
+    static const char *const folders[] = {"rollouts/", "workers/", "eval/", NULL};
+    long v, seq;
+    char w[WORKER_ID_MAX + 1];
+    if (run_parse_rollout(rel, &v, w, sizeof w, &seq) == 0 || version_parse(&SERIES_EVALS, rel) >= 0 ||
+        doctor_probe(rel, folders))
+        return true;
+    size_t kl = strlen(rel), idl = kl - 13;  // "workers/" <id> ".json"
+    if (strncmp(rel, "workers/", 8) || kl < 8 + 6 || strcmp(rel + kl - 5, ".json") || idl > WORKER_ID_MAX)
+        return false;
+    memcpy(w, rel + 8, idl);
+    w[idl] = 0;
+    return worker_id_check(w, NULL) == 0;
+}
+
 bool relay_policy_allows(RelayRole role, const char *prefix, RelayAccess what, const char *key,
                          const char **why) {
     const char *dummy;
@@ -260,12 +318,24 @@ bool relay_policy_allows(RelayRole role, const char *prefix, RelayAccess what, c
         *why = "the operator writes run.json, adapters/, trainer/, metrics/, rollouts/, workers/, eval/, control/";
         return false;
     case ROLE_TRAINER:
-        if (trainer) return true;
-        *why = "the trainer role writes run.json, adapters/, trainer/ and metrics/ directly below its run prefix only";
+        if (!trainer) {
+            *why = "the trainer role writes run.json, adapters/, trainer/ and metrics/ directly below its run prefix "
+                   "only";
+            return false;
+        }
+        if (trainer_key(rel)) return true;
+        *why = "not a trainer key of the run layout (run.json, adapters/v%08d.h5, adapters/LATEST, "
+               "trainer/state-v%08d.h5, trainer/progress.json, trainer/rejected/<shard key>.json, "
+               "metrics/step-%08d.json; doc/protocol.md)";
         return false;
     case ROLE_ROLLOUT:
-        if (rollout) return true;
-        *why = "the rollout role writes rollouts/, workers/ and eval/ directly below its run prefix only";
+        if (!rollout) {
+            *why = "the rollout role writes rollouts/, workers/ and eval/ directly below its run prefix only";
+            return false;
+        }
+        if (rollout_key(rel)) return true;
+        *why = "not a rollout key of the run layout (rollouts/v%08d/<worker>-%06d.h5, workers/<worker>.json, "
+               "eval/v%08d.json; doc/protocol.md)";
         return false;
     default:
         *why = "the reader role only reads";

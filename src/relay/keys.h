@@ -39,9 +39,10 @@ typedef enum { ACCESS_READ, ACCESS_WRITE, ACCESS_DELETE } RelayAccess;
 // May this client do `what` on object key `key` (already validated with
 // store_key_check)? Returns true / false; *why (when non-NULL) says why not.
 // For trainer and rollout the prefix is the run's root: the role folders count
-// directly below it only ("runs/x" + "/adapters/v1.h5"), and without a prefix
-// they write nothing. For the operator they count below any folder inside its
-// prefix (or the bucket).
+// directly below it only ("runs/x" + "/adapters/v00000001.h5"), inside them
+// only the run layout's keys (doc/protocol.md; also grpo-ctl doctor's probe
+// names), and without a prefix they write nothing. For the operator they
+// count below any folder inside its prefix (or the bucket).
 bool relay_policy_allows(RelayRole role, const char *prefix, RelayAccess what, const char *key,
                          const char **why);
 // May this client list under `list_prefix` (may be "")? Only inside its prefix.

@@ -6,7 +6,10 @@
 // cut short (a full spool) is cut back to its last whole part and a retried
 // completion with the same parts carries on from there, as does one whose
 // store put failed (the upstream down past --max-outage). An upload belongs to
-// the access key that created it.
+// the access key that created it. Uploads are bounded: --max-uploads in all,
+// --max-uploads-per-key per access key, the last --trainer-uploads of them for
+// trainer keys only (so no worker key can keep the trainer from publishing),
+// and one idle past --upload-expiry is aborted, its spool files removed.
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -20,9 +23,8 @@
 #include <openssl/rand.h>
 #include "core/log.h"
 #include "core/sha256.h"
+#include "core/timeutil.h"
 #include "relay/relay_int.h"
-
-#define MAX_UPLOADS 1024
 
 struct Upload {
     char id[40];
@@ -39,6 +41,9 @@ struct Upload {
     uint64_t joined_size;
     int jobs;           // part / complete jobs running
     bool completing;
+    RelayRole role;     // of the access key that created it
+    int64_t touched_ms; // last activity (create, part, failed completion), monotonic
+    uint64_t spooled;   // bytes in its spool folder, for the expiry's log line
     Upload *next;
 };
 
@@ -88,14 +93,49 @@ static Upload *lookup(RelayReq *q) {
     return u;
 }
 
+void mp_expire(Relay *r, int64_t now_ms) {
+    int64_t idle_ms = (int64_t)(r->cfg.upload_expiry_s * 1000);
+    for (Upload *u = r->uploads, *next; u; u = next) {
+        next = u->next;
+        if (u->jobs > 0 || u->completing || now_ms - u->touched_ms < idle_ms) continue;
+        log_warn("relay: multipart upload %s of %s (key id %s) idle for %.0f s: aborted, %llu spooled bytes "
+                 "reclaimed (--upload-expiry %g)", u->id, u->key, u->keyid, (double)(now_ms - u->touched_ms) / 1000,
+                 (unsigned long long)(u->spooled + u->joined_size), r->cfg.upload_expiry_s);
+        upload_free(r, u);
+    }
+}
+
+// The quotas: -1 after a 503 SlowDown (S3's answer to a client that should
+// slow down; every client retries it) naming the quota and its flag.
+static int quota_check(RelayReq *q) {
+    Relay *r = q->r;
+    int total = 0, mine = 0, others = 0;
+    for (Upload *u = r->uploads; u; u = u->next) {
+        total++;
+        mine += !strcmp(u->keyid, q->keyid);
+        others += u->role != ROLE_TRAINER;
+    }
+    char msg[512];
+    if (total >= r->cfg.max_uploads)
+        snprintf(msg, sizeof msg, "The relay holds %d multipart uploads, its limit (--max-uploads); retry later.",
+                 total);
+    else if (mine >= r->cfg.max_uploads_per_key)
+        snprintf(msg, sizeof msg, "Access key %s holds %d multipart uploads, its quota (--max-uploads-per-key); "
+                 "complete or abort some, or wait for idle ones to expire (--upload-expiry %g s).", q->keyid, mine,
+                 r->cfg.upload_expiry_s);
+    else if (q->role_id != ROLE_TRAINER && others >= r->cfg.max_uploads - r->cfg.trainer_uploads)
+        snprintf(msg, sizeof msg, "The relay holds %d multipart uploads of other keys; the remaining %d of "
+                 "--max-uploads are reserved for trainer keys (--trainer-uploads); retry later.", others,
+                 r->cfg.max_uploads - others);
+    else
+        return 0;
+    relay_reply_error(q, 503, "SlowDown", msg);
+    return -1;
+}
+
 void mp_create(RelayReq *q) {
     Relay *r = q->r;
-    int n = 0;
-    for (Upload *u = r->uploads; u; u = u->next) n++;
-    if (n >= MAX_UPLOADS) {
-        relay_reply_error(q, 503, "SlowDown", "Too many multipart uploads in progress on this relay.");
-        return;
-    }
+    if (quota_check(q) < 0) return;
     Upload *u = calloc(1, sizeof *u);
     uint8_t rnd[16];
     if (!u || RAND_bytes(rnd, sizeof rnd) != 1) {
@@ -106,6 +146,8 @@ void mp_create(RelayReq *q) {
     hex_encode(rnd, sizeof rnd, u->id);
     snprintf(u->key, sizeof u->key, "%s", q->route.key);
     snprintf(u->keyid, sizeof u->keyid, "%s", q->keyid);
+    u->role = q->role_id;
+    u->touched_ms = time_mono_ms();
     u->nmeta = q->put.nmeta;
     memcpy(u->meta, q->meta, sizeof u->meta);
     snprintf(u->dir, sizeof u->dir, "%s/%s", r->spool, u->id);
@@ -205,7 +247,9 @@ static void part_done(PoolJob *j) {
         u->cap = nc;
     }
     snprintf(u->etags[pn], sizeof u->etags[pn], "%s", q->etag);
+    u->spooled += q->total - u->sizes[pn];
     u->sizes[pn] = q->total;
+    u->touched_ms = time_mono_ms();
     char v[48];
     snprintf(v, sizeof v, "\"%s\"", q->etag);
     evhttp_add_header(evhttp_request_get_output_headers(q->req), "ETag", v);
@@ -303,6 +347,7 @@ static void complete_done(PoolJob *j) {
     } else if (u) {
         u->completing = false;  // the client may retry the completion: it carries on from the parts joined
         u->jobs--;
+        u->touched_ms = time_mono_ms();
         for (int i = u->njoined; i < q->joined; i++) u->joined[i] = q->parts[i].number;
         u->njoined = q->joined;
         u->joined_size = q->joined_size;

@@ -30,6 +30,10 @@ typedef struct {
     int max_wait_s;              // cap on x-pail-wait
     double poll_interval_s;      // re-LIST period for parked long-polls
     const char *spool;           // folder for multipart parts (NULL: a temp folder)
+    int max_uploads;             // multipart uploads in progress, all keys (0: 1024)
+    int max_uploads_per_key;     // ... per access key (0: 64)
+    int trainer_uploads;         // ... of max_uploads that only trainer keys may take (0: 64)
+    double upload_expiry_s;      // an upload idle this long is aborted, its spool removed (0: 900)
     bool signals;                // handle SIGTERM/SIGINT (graceful stop), SIGHUP (reload keys)
     FILE *access_log;            // one line per request; NULL = stdout
 } RelayConfig;

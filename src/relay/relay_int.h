@@ -154,6 +154,7 @@ void mp_part(RelayReq *q);
 void mp_complete(RelayReq *q);
 void mp_abort(RelayReq *q);
 void mp_free_all(Relay *r);
+void mp_expire(Relay *r, int64_t now_ms);  // aborts uploads idle past --upload-expiry (their spool files too)
 // server.c
 Conn *relay_conn_of(Relay *r, struct evhttp_request *req);
 void relay_log_access(RelayReq *q, int status);

@@ -88,6 +88,7 @@ static void sweep_cb(evutil_socket_t fd, short what, void *arg) {
     conns_sweep(&r->conns, now, hdr, hdr);
     atomic_store(&r->st_conns, r->conns.n);
     listener_update(r);
+    mp_expire(r, now);
     if (r->stopping && r->inflight == 0 && r->nwaiters == 0) event_base_loopexit(r->base, NULL);
     if (r->stopping && now > r->stop_deadline_ms) {
         log_warn("relay: %ld requests still in flight at the shutdown deadline; exiting", r->inflight);
@@ -182,6 +183,10 @@ int relay_open(Relay **out, const RelayConfig *cfg, PailErr *err) {
     if (!c->threads) c->threads = 8;
     if (!c->max_wait_s) c->max_wait_s = 25;
     if (c->poll_interval_s <= 0) c->poll_interval_s = 1.0;
+    if (!c->max_uploads) c->max_uploads = 1024;
+    if (!c->max_uploads_per_key) c->max_uploads_per_key = 64;
+    if (!c->trainer_uploads) c->trainer_uploads = 64;
+    if (c->upload_expiry_s <= 0) c->upload_expiry_s = 900;
     r->log = c->access_log ? c->access_log : stdout;
     setvbuf(r->log, NULL, _IOLBF, 0);  // one access-log line is visible as soon as its request ends (tail -f)
     r->listen = strdup(c->listen);
@@ -205,6 +210,9 @@ int relay_open(Relay **out, const RelayConfig *cfg, PailErr *err) {
                      "relay: --http (plain HTTP) is allowed on a loopback address only, not '%s'; use --cert/--key", host);
     if (rc == 0 && !c->http && (!c->cert || !c->key))
         rc = err_set(err, PAIL_ERR_INVALID, "relay: --cert FILE and --key FILE are required (or --http on loopback)");
+    if (rc == 0 && c->trainer_uploads >= c->max_uploads)
+        rc = err_set(err, PAIL_ERR_INVALID, "relay: --trainer-uploads %d must be below --max-uploads %d",
+                     c->trainer_uploads, c->max_uploads);
     if (rc == 0) rc = relay_keys_load(&r->keys, c->keys_path, err);
     if (rc == 0 && !c->http) rc = ssl_setup(r, err);
     if (rc == 0) {

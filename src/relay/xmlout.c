@@ -16,6 +16,13 @@
 static int esc(Buf *out, const char *s) {
     for (; *s; s++) {
         int rc;
+        if ((unsigned char)*s >= 0x80) {  // UTF-8 passes; anything else would make the document unreadable
+            size_t l = store_utf8_len((const unsigned char *)s, strnlen(s, 4));
+            rc = l ? buf_append(out, s, l) : buf_printf(out, "&#xFFFD;");
+            if (rc < 0) return -1;
+            if (l) s += l - 1;
+            continue;
+        }
         switch (*s) {
         case '&': rc = buf_append(out, "&amp;", 5); break;
         case '<': rc = buf_append(out, "&lt;", 4); break;

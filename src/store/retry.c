@@ -44,6 +44,7 @@ void retry_init(RetryState *rs, double budget_s) {
     rs->base_ms = 100;
     rs->cap_ms = 5000;
     rs->retries = 0;
+    rs->floor = 0;
     rs->stopped = false;
     rng_seed(&rs->rng, (uint64_t)rs->start_ms ^ (uint64_t)(uintptr_t)rs, (uint64_t)time_unix_s());
 }
@@ -57,8 +58,18 @@ void retry_stop_on(volatile sig_atomic_t *flag, double grace_s) {
     g_stop_seen_ms = -1;
 }
 
+void retry_clock_skew(RetryState *rs) {
+    if (rs->floor >= 0.5) return;
+    rs->base_ms = 1000;
+    rs->cap_ms = 60000;
+    rs->floor = 0.5;
+    rs->retries = 0;
+}
+
 bool retry_wait(RetryState *rs) {
-    int64_t delay = retry_backoff_ms(rs->retries, rs->base_ms, rs->cap_ms, rng_uniform(&rs->rng));
+    // Full jitter, or with a floor, "equal jitter": at least floor x the step.
+    double u = rs->floor + (1 - rs->floor) * rng_uniform(&rs->rng);
+    int64_t delay = retry_backoff_ms(rs->retries, rs->base_ms, rs->cap_ms, u);
     int64_t now = time_mono_ms();
     if (now >= rs->deadline_ms) return false;
     int64_t deadline = rs->deadline_ms;

@@ -42,6 +42,7 @@ typedef struct {
     int64_t report_ms;              // next "still failing" report is due then
     double budget_s;
     int retries;                    // retries done so far
+    double floor;                   // each sleep is at least this fraction of its step (0: full jitter)
     bool stopped;                   // retry_wait said no because the process is stopping
     Rng rng;
 } RetryState;
@@ -61,6 +62,10 @@ void retry_init(RetryState *rs, double budget_s);
 // rs->stopped) also once a stop (retry_stop_on) is older than its grace.
 bool retry_wait(RetryState *rs);
 double retry_elapsed_s(const RetryState *rs);
+// Switches rs to the schedule for a clock out of the server's window (it may
+// be fixed any moment, but not in milliseconds): sleeps of 0.5-1 s, doubling
+// up to a minute; the budget is unchanged. Idempotent.
+void retry_clock_skew(RetryState *rs);
 // True when a long failure should be reported at now_ms (monotonic): once
 // RETRY_REPORT_AFTER_MS after the start, then every RETRY_REPORT_EVERY_MS
 // after the previous report; never per retry.

@@ -74,8 +74,75 @@ static void strip_quotes(char *s) {
     }
 }
 
+// A listing may name a key XML cannot carry (bytes that are not UTF-8, raw
+// control characters: a server that let such a key in), which would make the
+// whole page unreadable. Each such byte b becomes the private-use character
+// U+F700+b, so the page parses; restore() turns them back into the original
+// bytes, and the key is then refused by store_key_check and skipped by name.
+static bool xml_byte_ok(const unsigned char *s, size_t n, size_t *len) {
+    if (s[0] < 0x20 && s[0] != '\t' && s[0] != '\n' && s[0] != '\r') return false;
+    *len = store_utf8_len(s, n);
+    return *len > 0;
+}
+
+static int sanitize(const char *xml, size_t n, Buf *out, bool *changed) {
+    const unsigned char *s = (const unsigned char *)xml;
+    *changed = false;
+    for (size_t i = 0, len; i < n; i += len)
+        if (!xml_byte_ok(s + i, n - i, &len)) {
+            *changed = true;
+            break;
+        }
+    if (!*changed) return 0;
+    for (size_t i = 0, len; i < n; i += len) {
+        if (xml_byte_ok(s + i, n - i, &len)) {
+            if (buf_append(out, s + i, len) < 0) return -1;
+            continue;
+        }
+        uint8_t pua[3] = {0xef, (uint8_t)(0x9c + (s[i] >> 6)), (uint8_t)(0x80 + (s[i] & 0x3f))};
+        if (buf_append(out, pua, 3) < 0) return -1;
+        len = 1;
+    }
+    return 0;
+}
+
+static void restore(char *key) {
+    unsigned char *r = (unsigned char *)key, *w = r;
+    while (*r) {
+        if (r[0] == 0xef && r[1] >= 0x9c && r[1] <= 0x9f && r[2] >= 0x80 && r[2] <= 0xbf) {
+            *w++ = (unsigned char)(((r[1] - 0x9c) << 6) | (r[2] - 0x80));
+            r += 3;
+        } else {
+            *w++ = *r++;
+        }
+    }
+    *w = 0;
+}
+
+// A key (or common prefix, without its trailing '/') pail can use; else one
+// warning naming it, and false.
+static bool usable(const char *key, bool prefix) {
+    char k[STORE_MAX_KEY + 512];
+    snprintf(k, sizeof k, "%s", key);
+    size_t kl = strlen(k);
+    if (prefix && kl > 1 && k[kl - 1] == '/') k[kl - 1] = 0;
+    PailErr kerr = {0};
+    if (store_key_check(k, &kerr) == 0) return true;
+    char why[sizeof kerr.msg + 96];
+    snprintf(why, sizeof why, "%s; no pail tool can name it: remove it with another tool", kerr.msg);
+    store_warn_skipped("ListObjectsV2", key, why);
+    return false;
+}
+
 int s3_xml_list(const char *xml, size_t n, const char *strip_prefix, StoreList *out, PailErr *err) {
-    xmlDocPtr doc = parse(xml, n);
+    Buf clean = {0};
+    bool changed = false;
+    if (sanitize(xml, n, &clean, &changed) < 0) {
+        buf_free(&clean);
+        return err_set(err, PAIL_ERR_NOMEM, "out of memory");
+    }
+    xmlDocPtr doc = changed ? parse((const char *)clean.data, clean.len) : parse(xml, n);
+    buf_free(&clean);
     if (!doc) return err_set(err, PAIL_ERR_INVALID, "ListObjectsV2 response is not XML (%zu bytes)", n);
     xmlNodePtr root = xmlDocGetRootElement(doc);
     if (!is(root, "ListBucketResult")) {
@@ -94,6 +161,7 @@ int s3_xml_list(const char *xml, size_t n, const char *strip_prefix, StoreList *
                 rc = err_set(err, PAIL_ERR_INVALID, "ListObjectsV2 response: <Contents> without <Key>");
                 break;
             }
+            if (changed) restore(key);
             child_text(c, "Size", size, sizeof size);
             child_text(c, "ETag", etag, sizeof etag);
             child_text(c, "LastModified", lm, sizeof lm);
@@ -101,16 +169,20 @@ int s3_xml_list(const char *xml, size_t n, const char *strip_prefix, StoreList *
             char *end = NULL;
             unsigned long long sz = strtoull(size, &end, 10);
             if (!size[0] || *end) {
-                rc = err_set(err, PAIL_ERR_INVALID, "ListObjectsV2 response: key '%s' has size '%s'", key, size);
-                break;
+                char why[96];
+                snprintf(why, sizeof why, "its size is '%.40s'", size);
+                store_warn_skipped("ListObjectsV2", key, why);
+                continue;
             }
             if (strncmp(key, strip_prefix ? strip_prefix : "", sp) || !key[sp]) continue;
+            if (!usable(key, false)) continue;
             if (store_list_push(out, key + sp, sz, lm[0] ? s3_xml_parse_time(lm) : 0, etag) < 0)
                 rc = err_set(err, PAIL_ERR_NOMEM, "out of memory");
         } else if (is(c, "CommonPrefixes")) {
             char p[STORE_MAX_KEY + 512];
             if (!child_text(c, "Prefix", p, sizeof p)) continue;
-            if (strncmp(p, strip_prefix ? strip_prefix : "", sp) || !p[sp]) continue;
+            if (changed) restore(p);
+            if (strncmp(p, strip_prefix ? strip_prefix : "", sp) || !p[sp] || !usable(p, true)) continue;
             if (store_list_push_prefix(out, p + sp) < 0) rc = err_set(err, PAIL_ERR_NOMEM, "out of memory");
         } else if (is(c, "IsTruncated")) {
             child_text(root, "IsTruncated", text, sizeof text);

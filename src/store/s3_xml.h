@@ -22,7 +22,10 @@ int s3_xml_error(const char *xml, size_t n, S3Error *out);
 
 // Appends a ListBucketResult page to out: keys and common prefixes with
 // strip_prefix removed (entries not under it are skipped), truncated flag and
-// NextContinuationToken. -1 with err naming what is malformed.
+// NextContinuationToken. An entry pail cannot use (a key store_key_check
+// refuses, bytes that are not UTF-8 or XML characters, a malformed size) is
+// skipped with one warning naming it (store_warn_skipped), never failing the
+// page. -1 with err naming what is malformed in the document itself.
 int s3_xml_list(const char *xml, size_t n, const char *strip_prefix, StoreList *out, PailErr *err);
 
 // <InitiateMultipartUploadResult><UploadId>: copies it into out.

@@ -5,6 +5,69 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <pthread.h>
+#include "core/log.h"
+
+size_t store_utf8_len(const unsigned char *s, size_t n) {
+    if (n == 0) return 0;
+    unsigned c = s[0];
+    if (c < 0x80) return 1;
+    size_t len;
+    unsigned lo = 0x80, hi = 0xbf;  // bounds of the second byte: no overlongs, surrogates or > U+10FFFF
+    if (c >= 0xc2 && c <= 0xdf) len = 2;
+    else if (c >= 0xe0 && c <= 0xef) {
+        len = 3;
+        if (c == 0xe0) lo = 0xa0;
+        if (c == 0xed) hi = 0x9f;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+        len = 4;
+        if (c == 0xf0) lo = 0x90;
+        if (c == 0xf4) hi = 0x8f;
+    } else return 0;
+    if (n < len || s[1] < lo || s[1] > hi) return 0;
+    for (size_t i = 2; i < len; i++)
+        if (s[i] < 0x80 || s[i] > 0xbf) return 0;
+    if (len == 3 && c == 0xef && s[1] == 0xbf && s[2] >= 0xbe) return 0;  // U+FFFE, U+FFFF: not XML characters
+    return len;
+}
+
+void store_key_escape(const char *key, char *out, size_t cap) {
+    size_t o = 0;
+    const unsigned char *s = (const unsigned char *)key;
+    size_t n = strlen(key);
+    for (size_t i = 0; i < n && o + 5 < cap;) {
+        size_t l = s[i] < 0x80 ? (s[i] >= 0x20 && s[i] != 0x7f && s[i] != '\\') : store_utf8_len(s + i, n - i);
+        if (l == 0 || l > cap - o - 1) {
+            o += (size_t)snprintf(out + o, cap - o, "\\x%02x", s[i]);
+            i++;
+        } else {
+            memcpy(out + o, s + i, l);
+            o += l;
+            i += l;
+        }
+    }
+    out[o < cap ? o : cap - 1] = 0;
+}
+
+// A few hashes of keys already warned about, so that a bad object met by
+// every LIST is reported once per process, not once per LIST.
+static pthread_mutex_t g_warned_mu = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t g_warned[64];
+static int g_nwarned;
+
+void store_warn_skipped(const char *where, const char *key, const char *why) {
+    uint64_t h = 1469598103934665603ull;
+    for (const unsigned char *p = (const unsigned char *)key; *p; p++) h = (h ^ *p) * 1099511628211ull;
+    pthread_mutex_lock(&g_warned_mu);
+    bool seen = false;
+    for (int i = 0; i < 64 && !seen; i++) seen = g_warned[i] == h;
+    if (!seen) g_warned[g_nwarned++ % 64] = h;
+    pthread_mutex_unlock(&g_warned_mu);
+    if (seen) return;
+    char esc[STORE_MAX_KEY * 4 + 8];
+    store_key_escape(key, esc, sizeof esc);
+    log_warn("%s: skipped '%s': %s", where, esc, why);
+}
 
 int store_key_check(const char *key, PailErr *err) {
     if (!key || !*key) return err_set(err, PAIL_ERR_INVALID, "key is empty");
@@ -19,6 +82,13 @@ int store_key_check(const char *key, PailErr *err) {
             return err_set(err, PAIL_ERR_INVALID, "key '%.*s' has a control character (0x%02x) at byte %zu",
                            (int)i, key, c, i);
         if (c == '\\') return err_set(err, PAIL_ERR_INVALID, "key '%s' has a backslash", key);
+        if (c >= 0x80) {  // S3 keys are UTF-8, and an XML listing cannot carry anything else
+            size_t l = store_utf8_len((const unsigned char *)key + i, n - i);
+            if (l == 0)
+                return err_set(err, PAIL_ERR_INVALID, "key '%.*s' is not UTF-8 at byte %zu (0x%02x): keys are UTF-8",
+                               (int)i, key, i, c);
+            i += l - 1;
+        }
     }
     const char *seg = key;
     for (;;) {

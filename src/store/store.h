@@ -95,10 +95,22 @@ const char *store_key_url(const Store *st, const char *key, char *buf, size_t ca
 // True once any response carried `x-pail-relay: 1` (the endpoint is a grpo-relay).
 bool store_is_relay(const Store *st);
 
-// Key rules: 1..1024 bytes, no leading '/', no empty, "." or ".." segments, no
-// segment starting with ".pail" (reserved for the file backend), no NUL,
-// control characters or backslash. Returns 0 or -1 with a message naming the key.
+// Key rules: 1..1024 bytes of UTF-8 (as S3), no leading '/', no empty, "." or
+// ".." segments, no segment starting with ".pail" (reserved for the file
+// backend), no NUL, control characters, backslash, or U+FFFE/U+FFFF (not XML
+// characters). Returns 0 or -1 with a message naming the key.
 int store_key_check(const char *key, PailErr *err);
+// Bytes in a well-formed UTF-8 character at s (n left) that XML 1.0 can carry:
+// 1 for any ASCII byte, 0 when malformed (overlong, surrogate, truncated,
+// > U+10FFFF, U+FFFE/U+FFFF).
+size_t store_utf8_len(const unsigned char *s, size_t n);
+// key for a message: control characters, backslashes and bytes that are not
+// UTF-8 as \xNN; always terminated.
+void store_key_escape(const char *key, char *out, size_t cap);
+// A listing met an entry no pail tool can use (a key store_key_check refuses,
+// a malformed size): one warning naming it (escaped) and why, once per key and
+// process. Thread-safe.
+void store_warn_skipped(const char *where, const char *key, const char *why);
 
 int store_put(Store *st, const char *key, const void *data, size_t len, const StorePutOpts *opt,
               PailErr *err);

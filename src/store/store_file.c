@@ -178,11 +178,38 @@ static int commit_temp(Store *st, const char *key, const char *tmp, const char *
     return fs_fsync_dir(dir, err);
 }
 
-static int prepare_dir(const char *path, PailErr *err) {
+// S3 has no folders, so "a/b" and "a/b/c" can both be keys there; here "a/b"
+// would have to be a file and a folder at once. Either order is refused with
+// PAIL_ERR_CONFLICT naming both (final: retrying cannot help), never an I/O
+// error a client would retry for its whole --max-outage.
+static int key_conflict(Store *st, const char *key, const char *path, PailErr *err) {
+    FileStore *f = fs_of(st);
+    char p[4200];
+    struct stat sb;
+    // The message names keys only: grpo-relay hands it to clients, who need not see its --root.
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
+        return err_set(err, PAIL_ERR_CONFLICT, "key %s: other keys lie below it (%s/...), and on a file store a "
+                       "key cannot be both an object and a folder", key, key);
+    for (const char *sl = strchr(key, '/'); sl; sl = strchr(sl + 1, '/')) {
+        snprintf(p, sizeof p, "%s/%.*s", f->root, (int)(sl - key), key);
+        if (lstat(p, &sb) == 0 && !S_ISDIR(sb.st_mode))
+            return err_set(err, PAIL_ERR_CONFLICT, "key %s: %.*s is an object, and on a file store a key cannot be "
+                           "both an object and a folder", key, (int)(sl - key), key);
+    }
+    return 0;
+}
+
+static int prepare_dir(Store *st, const char *key, const char *path, PailErr *err) {
     char dir[4096];
     const char *base;
     split_path(path, dir, sizeof dir, &base);
-    return fs_mkdirs(dir, err);
+    if (fs_mkdirs(dir, err) < 0) {
+        int e = errno;
+        if (key_conflict(st, key, path, err) < 0) return -1;
+        errno = e;
+        return -1;
+    }
+    return key_conflict(st, key, path, err);
 }
 
 static int put_once(Store *st, const char *key, const void *data, size_t len, const StorePutOpts *opt,
@@ -190,7 +217,7 @@ static int put_once(Store *st, const char *key, const void *data, size_t len, co
     FileStore *f = fs_of(st);
     char path[4200], tmp[4400], etag[80], u[STORE_MAX_KEY + 300];
     if (join(f, key, path, sizeof path, err) < 0) return -1;
-    if (prepare_dir(path, err) < 0) {
+    if (prepare_dir(st, key, path, err) < 0) {
         g_put_errno = errno;
         return -1;
     }
@@ -218,7 +245,7 @@ static int put_file_once(Store *st, const char *key, const char *src, const Stor
     FileStore *f = fs_of(st);
     char path[4200], tmp[4400], etag[80], u[STORE_MAX_KEY + 300];
     if (join(f, key, path, sizeof path, err) < 0) return -1;
-    if (prepare_dir(path, err) < 0) {
+    if (prepare_dir(st, key, path, err) < 0) {
         g_put_errno = errno;
         return -1;
     }
@@ -471,6 +498,13 @@ static int walk_dir(Walk *w, const char *root, const char *rel, int depth) {
             if (walk_dir(w, root, key, depth + 1) < 0) { closedir(d); return -1; }
         } else if (S_ISREG(sb.st_mode) && (size_t)kn >= plen) {
             if (w->after && strcmp(key, w->after) <= 0) continue;
+            PailErr kerr = {0};
+            if (store_key_check(key, &kerr) < 0) {  // put there behind the store's back: no key can name it
+                char why[sizeof kerr.msg + 64];
+                snprintf(why, sizeof why, "%s; no key can name it: remove the file", kerr.msg);
+                store_warn_skipped(root, key, why);
+                continue;
+            }
             if (walk_push(w, key) < 0) { closedir(d); return -1; }
         }
     }

@@ -7,6 +7,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,7 +41,13 @@ typedef struct {
     char *access_key, *secret_key, *session_token;  // owned; secrets wiped at close
     double retry_seconds;
     uint64_t part_size;
+    bool clock_ok;                   // a request of this Store was accepted: its clock was in the window then
 } S3;
+
+// A clock that jumps out of SigV4's window mid-run is said once a minute per
+// process, however many requests wait on it.
+static _Atomic int64_t g_skew_report_ms;
+#define SKEW_REPORT_EVERY_MS 60000
 
 static S3 *s3_of(Store *st) { return st->impl; }
 
@@ -181,19 +188,31 @@ static int s3_call(Store *st, const S3Call *c, HttpResponse *resp, int *attempts
         if (prc == 0 && resp->status >= 300) s3_xml_error((char *)resp->err_body.data, resp->err_body.len, &se);
         log_debug("s3: %s %s -> %ld%s%s (attempt %d)", c->method, name, prc == 0 ? resp->status : 0L,
                   se.code[0] ? " " : "", se.code, *attempts);
+        // RequestTimeTooSkewed on a Store whose requests went through before:
+        // the clock jumped mid-run (a VM resumed, a bad NTP step). The host
+        // must be fixed, but chrony may step it back any moment, so back off
+        // (0.5-1 s, doubling to a minute) instead of failing the tool, whose
+        // own loop would retry it every second for ever. On a Store's first
+        // request the same answer is final: one line, and the tool stops.
+        bool skewed = prc == 0 && resp->status == 403 && !strcmp(se.code, "RequestTimeTooSkewed");
+        if (prc == 0 && !skewed && (resp->status < 400 || resp->status == 404 || resp->status == 412))
+            s->clock_ok = true;
+        skewed = skewed && s->clock_ok;
         if (prc < 0 && !retry_is_transient(resp->xfer, 0, NULL)) {
             err_set(err, PAIL_ERR_NETWORK, "%s: %s %s failed: %s%s", name, c->method, s->endpoint, resp->xfer_msg,
                     resp->xfer == XFER_TLS ? " (TLS: check the endpoint's certificate, or AWS_CA_BUNDLE / ca_bundle)"
                                            : "");
             goto out;
         }
-        if (prc == 0 && !retry_is_transient(XFER_OK, resp->status, se.code)) {
+        if (prc == 0 && !skewed && !retry_is_transient(XFER_OK, resp->status, se.code)) {
             rc = 0;
             goto out;
         }
         char why[CURL_ERROR_SIZE + 128];
         if (prc < 0) snprintf(why, sizeof why, "%s", resp->xfer_msg);
-        else snprintf(why, sizeof why, "HTTP %ld%s%s", resp->status, se.code[0] ? " " : "", se.code);
+        else snprintf(why, sizeof why, "HTTP %ld%s%s%s", resp->status, se.code[0] ? " " : "", se.code,
+                      skewed ? " (the system clock is off: sync it (chrony/ntp))" : "");
+        if (skewed) retry_clock_skew(&rs);
         // A hashed download that failed midway cannot be resumed into the same hash.
         if (c->sink_hash && resp->received > 0) {
             err_set(err, PAIL_ERR_NETWORK, "%s: %s from %s failed: %s", name, c->method, s->endpoint, why);
@@ -212,7 +231,15 @@ static int s3_call(Store *st, const S3Call *c, HttpResponse *resp, int *attempts
         // A blip is logged per retry; a long outage once in a while, so that a
         // tool waiting on the bucket says what it waits for, without flooding.
         int64_t now = time_mono_ms();
-        if (retry_report_due(&rs, now))
+        int64_t due = atomic_load(&g_skew_report_ms);
+        if (skewed) {
+            if (now >= due && atomic_compare_exchange_strong(&g_skew_report_ms, &due, now + SKEW_REPORT_EVERY_MS))
+                log_warn("s3: %s %s: RequestTimeTooSkewed: this host's clock is more than 15 minutes from %s's, "
+                         "after earlier requests went through: the clock jumped. Sync it (chrony/ntp, e.g. "
+                         "'chronyc makestep' or 'timedatectl set-ntp true'); retrying with backoff up to a minute "
+                         "apart until --max-outage %g s (said once a minute)",
+                         c->method, name, s->endpoint, rs.budget_s);
+        } else if (retry_report_due(&rs, now))
             log_warn("s3: %s %s failing for %.0f s (%s), retrying until --max-outage %g s", c->method, name,
                      (double)(now - rs.start_ms) / 1000.0, why, rs.budget_s);
         else if (now - rs.start_ms < RETRY_REPORT_AFTER_MS)

@@ -34,7 +34,7 @@ def main():
         k, v = h.split(":", 1); headers[k.strip().lower()] = v.strip()
     # Canonical request (S3: the decoded path, URI-encoded once).
     path = u.path or "/"
-    cpath = urllib.parse.quote(urllib.parse.unquote(path), safe="/-_.~")
+    cpath = urllib.parse.quote(urllib.parse.unquote_to_bytes(path), safe="/-_.~")  # bytes: keys that are not UTF-8 too
     pairs = sorted((urllib.parse.quote(k, safe="-_.~"), urllib.parse.quote(v, safe="-_.~"))
                    for k, v in urllib.parse.parse_qsl(u.query, keep_blank_values=True))
     cq = "&".join(f"{k}={v}" for k, v in pairs)

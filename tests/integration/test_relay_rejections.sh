@@ -2,8 +2,9 @@
 # grpo-relay's rejections over HTTPS, signed by an independent SigV4 signer
 # (relay_sign.py: hashlib/hmac only): no signature, a wrong secret, an unknown
 # key, a stale date, a tampered payload, the wrong role's prefix, a key outside
-# the run prefix, role folders below the run root, traversal and control
-# characters; a key file with a trainer or rollout key without a run prefix. Each gets the right status
+# the run prefix, role folders below the run root, keys outside the run
+# layout, an object where a folder goes (409), traversal, control characters
+# and keys that are not UTF-8; a key file with a trainer or rollout key without a run prefix. Each gets the right status
 # and S3 error code, and nothing is written. Then the long-poll extension: a
 # waiting LIST wakes when a version is published (latency printed) and returns
 # an empty list at its deadline; a standard LIST is unchanged. A versioned
@@ -20,21 +21,21 @@ want() {
   local got; got=$("${SIGN[@]}" "$@" --ca "$RELAY_CA" 2>&1 | head -1)
   if [ "${got% *}" = "$w" ]; then ok "$d ($got)"; else bad "$d: want '$w', got '$got'"; fi
 }
-want "signed trainer PUT" "200 -" PUT "$U/runs/r1/trainer/ok.txt" "$TR_AK" "$TR_SK" --body hello
+want "signed trainer PUT" "200 -" PUT "$U/runs/r1/trainer/progress.json" "$TR_AK" "$TR_SK" --body hello
 want "no signature" "403 AccessDenied" PUT "$U/runs/r1/trainer/a.txt" "$TR_AK" "$TR_SK" --body x --no-auth
-want "no signature (GET)" "403 AccessDenied" GET "$U/runs/r1/trainer/ok.txt" "$TR_AK" "$TR_SK" --no-auth
+want "no signature (GET)" "403 AccessDenied" GET "$U/runs/r1/trainer/progress.json" "$TR_AK" "$TR_SK" --no-auth
 want "wrong secret" "403 SignatureDoesNotMatch" PUT "$U/runs/r1/trainer/b.txt" "$TR_AK" wrong-secret-0123456789 --body x
 want "unknown access key" "403 InvalidAccessKeyId" PUT "$U/runs/r1/trainer/c.txt" nobody "$TR_SK" --body x
 want "stale date (16 min)" "403 RequestTimeTooSkewed" PUT "$U/runs/r1/trainer/d.txt" "$TR_AK" "$TR_SK" --body x --age 960
-want "date 14 min old is fine" "200 -" PUT "$U/runs/r1/trainer/e.txt" "$TR_AK" "$TR_SK" --body x --age 840
-want "tampered payload" "400 XAmzContentSHA256Mismatch" PUT "$U/runs/r1/trainer/f.txt" "$TR_AK" "$TR_SK" \
+want "date 14 min old is fine" "200 -" PUT "$U/runs/r1/metrics/step-00000001.json" "$TR_AK" "$TR_SK" --body x --age 840
+want "tampered payload" "400 XAmzContentSHA256Mismatch" PUT "$U/runs/r1/metrics/step-00000003.json" "$TR_AK" "$TR_SK" \
   --body tampered --signed-body original
-want "UNSIGNED-PAYLOAD over TLS" "200 -" PUT "$U/runs/r1/trainer/g.txt" "$TR_AK" "$TR_SK" --body x --unsigned
+want "UNSIGNED-PAYLOAD over TLS" "200 -" PUT "$U/runs/r1/metrics/step-00000002.json" "$TR_AK" "$TR_SK" --body x --unsigned
 want "rollout writes an adapter" "403 AccessDenied" PUT "$U/runs/r1/adapters/v00000009.h5" "$RO_AK" "$RO_SK" --body x
 want "trainer writes a rollout shard" "403 AccessDenied" PUT "$U/runs/r1/rollouts/v00000001/w-000001.h5" "$TR_AK" "$TR_SK" --body x
 want "trainer writes control/" "403 AccessDenied" PUT "$U/runs/r1/control/stop" "$TR_AK" "$TR_SK" --body x
 want "reader writes anything" "403 AccessDenied" PUT "$U/runs/r1/workers/r.json" "$RD_AK" "$RD_SK" --body x
-want "trainer deletes" "403 AccessDenied" DELETE "$U/runs/r1/trainer/ok.txt" "$TR_AK" "$TR_SK"
+want "trainer deletes" "403 AccessDenied" DELETE "$U/runs/r1/trainer/progress.json" "$TR_AK" "$TR_SK"
 want "rollout writes another run's adapter (eval/ below the bucket root)" "403 AccessDenied" \
   PUT "$U/runs/eval/exp1/adapters/v00000001.h5" "$RO_AK" "$RO_SK" --body x
 want "rollout writes another run's run.json (workers/ below the bucket root)" "403 AccessDenied" \
@@ -52,13 +53,21 @@ want "encoded NUL" "400 InvalidURI" PUT "$U/runs/r1/trainer/a%00b" "$OP_AK" "$OP
 want "encoded newline" "400 InvalidArgument" PUT "$U/runs/r1/trainer/a%0Ab" "$OP_AK" "$OP_SK" --body x
 want "backslash" "400 InvalidArgument" PUT "$U/runs/r1/trainer/a%5C..%5Cb" "$OP_AK" "$OP_SK" --body x
 want "reserved .pail segment" "400 InvalidArgument" PUT "$U/runs/r1/trainer/.pail-meta.ok.txt" "$OP_AK" "$OP_SK" --body x
+want "a key that is not UTF-8" "400 InvalidArgument" PUT "$U/runs/r1/rollouts/v00000101/%FF%FE.h5" "$RO_AK" "$RO_SK" --body x
+want "... also for the operator" "400 InvalidArgument" PUT "$U/runs/r1/control/%C0%AF" "$OP_AK" "$OP_SK" --body x
+want "rollout writes an object named like a version folder" "403 AccessDenied" \
+  PUT "$U/runs/r1/rollouts/v00000005" "$RO_AK" "$RO_SK" --body x
+want "trainer writes outside the run layout" "403 AccessDenied" PUT "$U/runs/r1/trainer/h.txt" "$TR_AK" "$TR_SK" --body x
+want "operator writes an object where a version folder goes" "200 -" PUT "$U/runs/r1/rollouts/v00000006" "$OP_AK" "$OP_SK" --body x
+want "a shard below that object: a final 409, not a retried 500" "409 KeyConflict" \
+  PUT "$U/runs/r1/rollouts/v00000006/w-000001.h5" "$RO_AK" "$RO_SK" --body x
 want "another bucket" "404 NoSuchBucket" GET "$RELAY_URL/other/x" "$OP_AK" "$OP_SK"
 check "health needs no key" curl -sf --cacert "$RELAY_CA" "$RELAY_URL/-/health"
 check "every response carries x-pail-relay: 1" bash -c "curl -si --cacert '$RELAY_CA' '$RELAY_URL/pail/x' | grep -qi '^x-pail-relay: 1'"
 check "TLS 1.1 is refused" bash -c "! openssl s_client -connect 127.0.0.1:$RELAY_PORT -tls1_1 </dev/null >/dev/null 2>&1"
 check "TLS 1.3 is accepted" bash -c "openssl s_client -connect 127.0.0.1:$RELAY_PORT -tls1_3 -CAfile '$RELAY_CA' </dev/null 2>/dev/null | grep -q 'TLSv1.3'"
 written=$(cd "$R" && find . -type f ! -name '.pail-meta.*' | sort | tr '\n' ' ')
-check "nothing written but the three accepted PUTs (got: $written)" test "$written" = "./runs/r1/trainer/e.txt ./runs/r1/trainer/g.txt ./runs/r1/trainer/ok.txt "
+check "nothing written but the four accepted PUTs (got: $written)" test "$written" = "./runs/r1/metrics/step-00000001.json ./runs/r1/metrics/step-00000002.json ./runs/r1/rollouts/v00000006 ./runs/r1/trainer/progress.json "
 printf '%s\nexp2-rollout %s rollout\n' "$(grep -v '^#' "$WORK/keys")" "$RO_SK" >"$WORK/keys.noprefix"
 expect_fail_last "a rollout key without a run prefix: the relay does not start, naming the key" 2 \
   "keys.noprefix:[0-9]+: rollout key 'exp2-rollout' has no run prefix" \
