@@ -196,7 +196,8 @@ static int regex_rewrite_space(const char *p, size_t len, Buf *out) {
 static int step_compile(Tokenizer *tok, PreStep *st, const char *pat, size_t len, bool literal, PailErr *err) {
     int ec;
     PCRE2_SIZE eo;
-    uint32_t opts = PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0);
+    // PCRE2 refuses UCP with LITERAL ("invalid option bits"); a literal has no classes for it to affect.
+    uint32_t opts = PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP);
     Buf fixed = {0};
     if (!literal) {
         if (regex_rewrite_space(pat, len, &fixed) < 0) {
