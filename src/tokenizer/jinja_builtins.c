@@ -3,7 +3,6 @@
 // rules, the globals transformers adds (range, dict, namespace, raise_exception,
 // strftime_now) and jinja2's tests. Filters are in jinja_filters.c, str/dict/list methods in
 // jinja_methods.c; the helpers they share (jinja_lib.h) live here.
-#define _GNU_SOURCE
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>

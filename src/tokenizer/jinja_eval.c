@@ -404,15 +404,12 @@ static int binop(Eval *E, const char *op, JValue a, JValue b, JValue *out) {
 
 static int contains(JRender *r, JValue item, JValue c, bool *out) {
     switch (c.kind) {
-    case JV_UNDEFINED: *out = false; return 0;
+    case JV_UNDEFINED:
     case JV_STR:
-        if (item.kind != JV_STR)
-            return jr_fail(r, "'in <string>' requires string as left operand, not %s", jv_type_name(item));
-        return jinja_contains(r, c, item, out);
     case JV_LIST:
     case JV_TUPLE:
     case JV_DICT: return jinja_contains(r, c, item, out);
-    default: return jr_fail(r, "argument of type '%s' is not iterable", jv_type_name(c));
+    default: return jr_fail(r, "argument of type '%s' is not iterable", jv_type_name(c));  // a namespace too
     }
 }
 
