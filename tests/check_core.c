@@ -14,6 +14,60 @@
 #include "core/rng.h"
 #include "core/sha256.h"
 #include "core/threads.h"
+#include "core/log.h"
+#include "core/utf8.h"
+
+// Outside text made valid: one U+FFFD per maximal invalid subpart, cuts at a character boundary.
+#define FFFD "\xef\xbf\xbd"
+START_TEST(test_utf8_lossy) {
+    char out[64];
+    const char *bad = "a\xff" "b\xe2\x82" "c\xed\xa0\x80" "d\xf0\x9f\x98\x80";  // invalid, cut, surrogate, emoji
+    size_t n = strlen(bad);
+    ck_assert_uint_eq(utf8_lossy_copy(out, sizeof out, bad, n), n);
+    ck_assert_str_eq(out, "a" FFFD "b" FFFD "c" FFFD FFFD FFFD "d\xf0\x9f\x98\x80");
+    ck_assert_int_eq(utf8_invalid_at((const uint8_t *)out, strlen(out)), -1);
+    Buf b = {0};
+    ck_assert_int_eq(utf8_append_lossy(&b, (const uint8_t *)bad, n), 0);
+    ck_assert_str_eq((char *)b.data, out);
+    buf_free(&b);
+    // too small: stops before a character that does not fit, never inside it
+    ck_assert_uint_eq(utf8_lossy_copy(out, 4, "ab\xc3\xa9", 4), 2);
+    ck_assert_str_eq(out, "ab");
+    ck_assert_uint_eq(utf8_lossy_copy(out, 1, "x", 1), 0);
+    ck_assert_str_eq(out, "");
+}
+END_TEST
+
+// A log line quoting invalid bytes comes out valid (it copied them raw).
+START_TEST(test_log_utf8) {
+    char path[] = "/tmp/check-core-log-XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    fflush(stderr);
+    int saved = dup(2);
+    ck_assert_int_ge(dup2(fd, 2), 0);
+    log_init("check_core", LOG_INFO);
+    log_warn("the program wrote '%s'", "caf\xc3 \xff\xfe");
+    char longer[3000];  // cut by the line buffer inside a character
+    memset(longer, 'x', sizeof longer);
+    for (size_t i = 2030; i + 2 < sizeof longer; i += 2) memcpy(longer + i, "\xc3\xa9", 2);
+    longer[sizeof longer - 1] = 0;
+    log_warn("%s", longer);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    FILE *f = fdopen(fd, "r");
+    ck_assert_ptr_nonnull(f);
+    rewind(f);
+    char text[8192];
+    size_t got = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    unlink(path);
+    text[got] = 0;
+    ck_assert_int_eq(utf8_invalid_at((const uint8_t *)text, got), -1);
+    ck_assert_ptr_nonnull(strstr(text, "the program wrote 'caf" FFFD " " FFFD FFFD "'"));
+}
+END_TEST
 
 START_TEST(test_sha256_vectors) {
     char hex[65];
@@ -266,6 +320,8 @@ int main(int argc, char **argv) {
     tcase_add_test(core, test_flags_config);
     tcase_add_test(core, test_rng);
     tcase_add_test(core, test_buf);
+    tcase_add_test(core, test_utf8_lossy);
+    tcase_add_test(core, test_log_utf8);
     tcase_add_test(core, test_mem_plan);
     tcase_add_test(core, test_threads_policy);
     tcase_add_test(core, test_threads_blas_core);

@@ -116,6 +116,39 @@ START_TEST(test_bpe_merges) {
 }
 END_TEST
 
+// Split with a {"String": ...} pattern (a literal, as HF tokenizers matches it): PCRE2 refused
+// PCRE2_LITERAL together with PCRE2_UCP ("invalid option bits"), so such a tokenizer.json did not load.
+// Ids as HF tokenizers 0.23.3 gives them for the same tokenizer.json.
+START_TEST(test_split_string) {
+    char *js = tiny_json(EXTRA, 10, MERGES, 8, false, ADDED, true, false);
+    json_error_t je;
+    json_t *root = json_loads(js, 0, &je);
+    free(js);
+    ck_assert_ptr_nonnull(root);
+    const char *behavior[] = {"Isolated", "Removed"};
+    for (int k = 0; k < 2; k++) {
+        json_object_set_new(root, "pre_tokenizer",
+                            json_pack("{s:s, s:[{s:s, s:{s:s}, s:s, s:b}, {s:s, s:b, s:b, s:b}]}", "type", "Sequence",
+                                      "pretokenizers", "type", "Split", "pattern", "String", "l.", "behavior", behavior[k],
+                                      "invert", 0, "type", "ByteLevel", "add_prefix_space", 0, "trim_offsets", 0, "use_regex", 0));
+        char *txt = json_dumps(root, 0);
+        Tokenizer *t;
+        PailErr err = {0};
+        int rc = tokenizer_load_mem(&t, txt, strlen(txt), "split-string.json", &err);
+        free(txt);
+        ck_assert_msg(rc == 0, "%s", err.msg);
+        if (k == 0) {
+            EXPECT(t, "hello", 259);              // no "l." in it: one piece
+            EXPECT(t, "hel.lo", 256, 'l', '.', 'l', 'o');  // "l." is a literal, not "l" and any character
+        } else {
+            EXPECT(t, "hel.lo", 256, 'l', 'o');
+        }
+        tokenizer_free(t);
+    }
+    json_decref(root);
+}
+END_TEST
+
 START_TEST(test_added_tokens) {
     Tokenizer *t = tiny(false, false);
     EXPECT(t, "a<|im_end|>b", 'a', 300, 'b');
@@ -522,6 +555,7 @@ int main(void) {
     Suite *s = suite_create("tokenizer");
     TCase *core = tcase_create("core"), *limits = tcase_create("limits");
     tcase_add_test(core, test_bpe_merges);
+    tcase_add_test(core, test_split_string);
     tcase_add_test(core, test_added_tokens);
     tcase_add_test(core, test_decode);
     tcase_add_test(core, test_chat);

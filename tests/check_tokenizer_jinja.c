@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include "core/fsutil.h"
 #include "tokenizer/jinja.h"
 
@@ -305,6 +306,91 @@ START_TEST(test_limit_output) {
 }
 END_TEST
 
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+// Renders tpl with the default limits, asserting it takes under max_s seconds (bounds with room for a
+// loaded machine and ASan; the code they guard took 4 to 100+ times as long); returns render's rc.
+static int render_timed(const char *tpl, double max_s, char **out, PailErr *err) {
+    double t0 = now_s();
+    int rc = render(tpl, NULL, NULL, out, NULL, err);
+    double dt = now_s() - t0;
+    ck_assert_msg(dt < max_s, "%.2f s (over %.1f s) for %s", dt, max_s, tpl);
+    return rc;
+}
+
+// Searches are linear whatever the strings: a naive backward scan made this rfind O(n * m)
+// (12.7 s; the 16M/8M variant ~20 minutes). Results are CPython's.
+START_TEST(test_limit_search_time) {
+    PailErr err = {0};
+    char *out;
+    ck_assert_int_eq(render_timed("{{ ('a' * 1600000).rfind('a' * 800000 ~ 'b') }}", 3.0, &out, &err), 0);
+    ck_assert_str_eq(out, "-1");
+    free(out);
+    ck_assert_int_eq(render_timed("{{ ('a' * 16000000).rfind('a' * 8000000 ~ 'b') }}|{{ ('a' * 16000000).rindex('a' * 8000000) }}"
+                                  "|{{ ('a' * 1600000).rsplit('a' * 800000 ~ 'b')|length }}",
+                                  5.0, &out, &err), 0);
+    ck_assert_str_eq(out, "-1|8000000|1");
+    free(out);
+    const char *tpl = "{{ ('ab' * 100).rfind('b') }} {{ ('ab' * 3).rindex('ab') }} {{ 'a--b--c'.rsplit('--', 1) }} "
+                      "{{ ('x' * 40 ~ 'y' ~ 'x' * 40 ~ 'y' ~ 'x' * 40).rsplit('x' * 40) }} "
+                      "{{ ('\u00e9' ~ 'a' * 20 ~ '\u00e9' ~ 'a' * 20).rfind('a' * 20) }} "
+                      "{{ ('x' * 20 ~ 'y' * 20 ~ 'x' * 20 ~ 'y' * 20).rfind('x' * 20 ~ 'y' * 20) }} {{ 'abc'.rfind('') }}";
+    ck_assert_int_eq(render(tpl, NULL, NULL, &out, NULL, &err), 0);
+    ck_assert_str_eq(out, "199 4 ['a--b', 'c'] ['', 'y', 'y', ''] 22 40 3");
+    free(out);
+}
+END_TEST
+
+// unique hashes: 40k items were O(n^2) (3.4 s). 1, 1.0 and True are one value, as in Python.
+START_TEST(test_limit_unique_time) {
+    PailErr err = {0};
+    char *out;
+    ck_assert_int_eq(render_timed("{{ (range(80000)|list + range(80000)|list)|unique|list|length }}", 3.0, &out, &err), 0);
+    ck_assert_str_eq(out, "80000");
+    free(out);
+    ck_assert_int_eq(render("{{ [1, 1.0, True, 2, 'a', 'A', 'b', 2.5, 2.5]|unique|list }}{{ ['a', 'A']|unique(case_sensitive=true)|list }}"
+                            "{{ [{'k': 'x'}, {'k': 'X'}, {'k': 'y'}]|unique(attribute='k')|map(attribute='k')|join }}",
+                            NULL, NULL, &out, NULL, &err), 0);
+    ck_assert_str_eq(out, "[1, 2, 'a', 'b', 2.5]['a', 'A']xy");
+    free(out);
+}
+END_TEST
+
+// The work budget bounds what steps cannot: one step may scan a 16 MiB string. A 1000 x 999 loop
+// of `'b' in` a 16 MB string ran past 60 s; now it stops with one error naming the line.
+START_TEST(test_limit_work) {
+    PailErr err = {0};
+    char *out;
+    const char *hostile[] = {
+        "\n\n{% set s = 'a' * 16000000 %}{% for i in range(1000) %}{% for j in range(999) %}{% if 'b' in s %}x{% endif %}"
+        "{% endfor %}{% endfor %}",
+        "\n\n{% set s = 'a' * 8000000 %}{% for i in range(1000) %}{% for j in range(999) %}{% if s[7999999] == 'b' %}x"
+        "{% endif %}{% endfor %}{% endfor %}",
+        "\n\n{% set s = 'a' * 16000000 %}{% set t = 'a' * 15999999 ~ 'b' %}{% for i in range(1000) %}{% for j in range(999) %}"
+        "{% if s == t %}x{% endif %}{% endfor %}{% endfor %}",
+        "\n\n{% set l = [0] * 1000000 %}{% for i in range(1000) %}{% for j in range(999) %}{% if 1 in l %}x{% endif %}"
+        "{% endfor %}{% endfor %}",
+        "\n\n{% set s = ' ' * 4000000 %}{% for i in range(1000) %}{% for j in range(999) %}{{ s.strip() }}{% endfor %}{% endfor %}",
+    };
+    for (size_t k = 0; k < sizeof hostile / sizeof *hostile; k++) {
+        ck_assert_int_lt(render_timed(hostile[k], 10.0, &out, &err), 0);
+        ck_assert_msg(strstr(err.msg, "t:3: work budget of 268435456 bytes exceeded"), "%s", err.msg);
+    }
+    // the budget is a limit like the others: a small one refuses what the default allows
+    JinjaLimits lim = JINJA_LIMITS_DEFAULT;
+    lim.max_work = 10000;
+    const char *tpl = "{% for i in range(20) %}{{ ('x' * 600).find('y') }}{% endfor %}";
+    ck_assert_int_lt(render(tpl, NULL, &lim, &out, NULL, &err), 0);
+    ck_assert_msg(strstr(err.msg, "t:1: work budget of 10000 bytes exceeded"), "%s", err.msg);
+    ck_assert_int_eq(render(tpl, NULL, NULL, &out, NULL, &err), 0);
+    free(out);
+}
+END_TEST
+
 START_TEST(test_limit_nesting) {
     PailErr err = {0};
     size_t n = 100000;
@@ -423,6 +509,9 @@ int main(void) {
     tcase_add_test(limits, test_limit_steps);
     tcase_add_test(limits, test_limit_output);
     tcase_add_test(limits, test_limit_nesting);
+    tcase_add_test(limits, test_limit_search_time);
+    tcase_add_test(limits, test_limit_unique_time);
+    tcase_add_test(limits, test_limit_work);
     tcase_add_test(limits, test_integer_overflow);
     tcase_set_timeout(core, 60);
     tcase_set_timeout(limits, 60);

@@ -17,7 +17,7 @@ static PailErr err;
 static JRender R;
 
 static void setup(void) {
-    lim = (JinjaLimits){.max_steps = 100000, .max_output = 1 << 20, .max_depth = 64, .now = INT64_MIN};
+    lim = (JinjaLimits){.max_steps = 100000, .max_output = 1 << 20, .max_depth = 64, .max_work = 64u << 20, .now = INT64_MIN};
     err_clear(&err);
     R = (JRender){.lim = &lim, .err = &err, .tname = "t", .arena.cap = 64u << 20};
 }
@@ -462,6 +462,21 @@ START_TEST(test_globals) {
 }
 END_TEST
 
+// jv_hash agrees with jv_equal (unique relies on it): equal values hash alike across kinds.
+START_TEST(test_hash) {
+    uint64_t w = 0;
+    JValue eq[][2] = {{I(1), F(1.0)}, {I(1), B(true)}, {I(0), B(false)}, {S("ab"), S("ab")}, {L(I(1), S("x")), L(F(1.0), S("x"))},
+                      {N(), N()}, {T(I(2)), T(F(2.0))}};
+    for (size_t i = 0; i < sizeof eq / sizeof *eq; i++) {
+        ck_assert(jv_equal(eq[i][0], eq[i][1]));
+        ck_assert_uint_eq(jv_hash(eq[i][0], &w), jv_hash(eq[i][1], &w));
+    }
+    ck_assert_uint_ne(jv_hash(S("ab"), &w), jv_hash(S("ba"), &w));
+    ck_assert_uint_ne(jv_hash(L(I(1)), &w), jv_hash(T(I(1)), &w));
+    ck_assert_uint_gt(w, 0);
+}
+END_TEST
+
 START_TEST(test_builtin_limits) {
     // {{ [1,2,3][1:2:0] }}, {{ range(1,2,0) }}, {{ range(10000000)|length }}, {{ dict(1) }}, {{ namespace(_a=1) }}
     JValue v;
@@ -505,6 +520,7 @@ static Suite *jinjalib_suite(void) {
     tcase_add_test(core, test_filters);
     tcase_add_test(core, test_tests);
     tcase_add_test(core, test_globals);
+    tcase_add_test(core, test_hash);
     suite_add_tcase(s, core);
     TCase *limits = tcase_create("limits");
     tcase_add_checked_fixture(limits, setup, teardown);

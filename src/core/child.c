@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "core/timeutil.h"
+#include "core/utf8.h"
 
 extern char **environ;
 
@@ -62,15 +63,16 @@ void child_tail_text(const Child *c, char *out, size_t cap) {
     int lines = 0;
     for (size_t i = n; i > start; i--)
         if (c->tail[i - 1] == '\n' && ++lines == 6) { start = i; break; }
+    char raw[CHILD_TAIL * 3 + 4] = "";
     size_t k = 0;
-    for (size_t i = start; i < n && k + 4 < cap; i++) {
+    for (size_t i = start; i < n && k + 4 < sizeof raw; i++) {
         char ch = c->tail[i];
-        if (ch == '\n') { memcpy(out + k, " | ", 3); k += 3; }
-        else if (ch == '\r' || ch == '\t') out[k++] = ' ';
-        else if ((unsigned char)ch < 0x20) out[k++] = '?';
-        else out[k++] = ch;
+        if (ch == '\n') { memcpy(raw + k, " | ", 3); k += 3; }
+        else if (ch == '\r' || ch == '\t') raw[k++] = ' ';
+        else if ((unsigned char)ch < 0x20) raw[k++] = '?';
+        else raw[k++] = ch;
     }
-    out[k] = 0;
+    utf8_lossy_copy(out, cap, raw, k);  // the program's bytes: made valid before a log or a JSON sees them
     if (!k) snprintf(out, cap, "(empty)");
 }
 

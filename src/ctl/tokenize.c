@@ -28,7 +28,7 @@ static int ids_print(FILE *out, const TokenIds *ids, Buf *line) {
 }
 
 static int json_string_print(FILE *out, const char *s, size_t len) {
-    json_t *j = json_stringn_nocheck(s, len);
+    json_t *j = json_stringn_nocheck(s ? s : "", len);  // an empty Buf has no data: an empty rendering
     char *txt = j ? json_dumps(j, JSON_ENCODE_ANY) : NULL;
     int rc = txt && fprintf(out, "%s\n", txt) >= 0 ? 0 : -1;
     free(txt);

@@ -7,6 +7,7 @@
 // where a token is not already, CONTROL tokens special, USER_DEFINED ones added.
 #include "model/gguf_import.h"
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,7 +65,14 @@ static int build_config(const GgufFile *g, const char *arch, ModelType type, int
     double f;
     if ((r = key_float(g, arch, "attention.layer_norm_rms_epsilon", &f, err)) < 0) return -1;
     if (r) c.rms_norm_eps = f;
+    if (r && !(isfinite(f) && f > 0))  // JSON has no inf or nan: config.json would lose the key
+        return err_set(err, PAIL_ERR_INVALID, "gguf %s: %s.attention.layer_norm_rms_epsilon is %g; need a finite number > 0",
+                       g->path, arch, f);
     if ((r = key_float(g, arch, "rope.freq_base", &f, err)) < 0) return -1;
+    // An inf here was written to config.json as nothing (JSON has no inf) and the model then
+    // loaded with the default 10000: a different model. Refused instead.
+    if (r && !(isfinite(f) && f > 0))
+        return err_set(err, PAIL_ERR_INVALID, "gguf %s: %s.rope.freq_base is %g; need a finite number > 0", g->path, arch, f);
     if (r) c.rope_theta = f;
     // Llama 3's rope scaling travels as a rope_freqs tensor, which transformers
     // drops; importing the model without it would change it, so it is refused.
@@ -451,6 +459,17 @@ static int write_tokenizer(const GgufFile *g, const char *dir, int *n_vocab, Pai
                             token_or_null(&v, v.pad), "unk_token", token_or_null(&v, v.unk), "tokenizer_class",
                             "PreTrainedTokenizerFast");
     if (!cfg) { err_set(err, PAIL_ERR_INVALID, "gguf %s: a special token is not UTF-8", g->path); goto out; }
+    // Refused, not cleaned: a template is text, and a NUL in it is a damaged file (GGUF strings
+    // carry a length, no terminator). Written out, every later load refused it; cutting at the NUL
+    // would import some other template.
+    const char *nul = ct ? memchr(ct, 0, cl) : NULL;
+    if (nul) {
+        json_decref(cfg);
+        err_set(err, PAIL_ERR_INVALID, "gguf %s: tokenizer.chat_template holds a NUL byte at offset %zu of %zu; a chat "
+                "template is text, so the file is damaged",
+                g->path, (size_t)(nul - ct), cl);
+        goto out;
+    }
     if (ct) {
         json_t *s = json_stringn(ct, cl);
         if (!s) { json_decref(cfg); err_set(err, PAIL_ERR_INVALID, "gguf %s: tokenizer.chat_template is not UTF-8", g->path); goto out; }

@@ -14,6 +14,7 @@
 #include "core/child.h"
 #include "core/log.h"
 #include "core/timeutil.h"
+#include "core/utf8.h"
 
 #define ENV_MAX_LINE (16 << 20)  // one answer; longer is a runaway program
 #define ENV_REWARD_MAX 1e6       // as the shard's bound
@@ -205,10 +206,13 @@ static void prog_cancel(ProgEnv *e, int k, const char *why) {
     if (e->ch.pid >= 0) queue(e, k, json_pack("{s:s}", "type", "cancel"), false, &err);
 }
 
+// The start of a line the program wrote, for a message: valid UTF-8 (invalid bytes become
+// U+FFFD: the message goes to the log and the heartbeat's JSON), control bytes as '?'.
 static void snippet(const char *s, size_t n, char *out, size_t cap) {
-    size_t k = 0;
-    for (size_t i = 0; i < n && k + 4 < cap; i++) out[k++] = (unsigned char)s[i] < 0x20 ? '?' : s[i];
-    if (k < n) { memcpy(out + k, "...", 3); k += 3; }
+    size_t used = utf8_lossy_copy(out, cap - 3, s, n), k = strlen(out);
+    for (size_t i = 0; i < k; i++)
+        if ((unsigned char)out[i] < 0x20) out[i] = '?';
+    if (used < n) { memcpy(out + k, "...", 3); k += 3; }
     out[k] = 0;
 }
 

@@ -15,6 +15,7 @@
 #include "core/child.h"
 #include "core/log.h"
 #include "core/timeutil.h"
+#include "core/utf8.h"
 
 #define CMD_MAX_LINE (64 * 1024)   // an answer is a number: a longer line is garbage
 
@@ -69,10 +70,13 @@ static bool parse_answer(const char *s, size_t n, double *v) {
     return end == tmp + n && isfinite(*v) && (tmp[0] == '-' || tmp[0] == '+' || tmp[0] == '.' || (tmp[0] >= '0' && tmp[0] <= '9'));
 }
 
+// The start of a line the program wrote, for a message: valid UTF-8 (U+FFFD for invalid
+// bytes), control bytes as '?', "..." when cut.
 static void quote_snippet(const char *s, size_t n, char *out, size_t cap) {
-    size_t k = 0;
-    for (size_t i = 0; i < n && k + 4 < cap; i++) out[k++] = (unsigned char)s[i] < 0x20 ? '?' : s[i];
-    if (n && k < n && k + 4 >= cap) { memcpy(out + k, "...", 3); k += 3; }
+    size_t used = utf8_lossy_copy(out, cap - 3, s, n), k = strlen(out);
+    for (size_t i = 0; i < k; i++)
+        if ((unsigned char)out[i] < 0x20) out[i] = '?';
+    if (used < n) { memcpy(out + k, "...", 3); k += 3; }
     out[k] = 0;
 }
 

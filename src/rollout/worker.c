@@ -14,6 +14,7 @@
 #include "core/rng.h"
 #include "core/sha256.h"
 #include "core/timeutil.h"
+#include "core/utf8.h"
 #include "lora/peft.h"
 #include "model/device.h"
 #include "model/memplan.h"
@@ -187,13 +188,16 @@ static void heartbeat(Worker *w, const char *state) {
     double now = time_mono_s();
     char key[128];
     run_key_worker(key, sizeof key, w->worker_id);
-    char host[128] = "";
+    char host[128] = "", last_error[3 * sizeof w->last_error];
     gethostname(host, sizeof host);
+    // last_error quotes outside text and may be cut inside a character: made valid here, or
+    // json_pack fails and the heartbeat freezes for good.
+    utf8_lossy_copy(last_error, sizeof last_error, w->last_error, strlen(w->last_error));
     json_t *j = json_pack("{s:s, s:s, s:I, s:f, s:I, s:I, s:s, s:s, s:i, s:I, s:s}", "worker", w->worker_id, "state",
                           state, "version", (json_int_t)w->version, "tokens_per_second",
                           w->gen_seconds > 0 ? w->gen_tokens / w->gen_seconds : 0.0, "shards_written",
                           (json_int_t)w->shards, "skipped_prompts", (json_int_t)w->skipped_prompts, "last_error",
-                          w->last_error, "host", host, "pid", (int)getpid(), "time", (json_int_t)time_unix_s(), "mode",
+                          last_error, "host", host, "pid", (int)getpid(), "time", (json_int_t)time_unix_s(), "mode",
                           w->cfg->eval ? "eval" : "rollout");
     if (j && w->env) {
         EnvStats es = env_stats(w->env);
@@ -209,7 +213,7 @@ static void heartbeat(Worker *w, const char *state) {
     }
     char *text = j ? json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS) : NULL;
     json_decref(j);
-    if (!text) {  // e.g. last_error cut inside a UTF-8 sequence: not worth failing the worker over
+    if (!text) {  // out of memory: not worth failing the worker over
         log_warn("heartbeat %s: cannot build the JSON", key);
         return;
     }

@@ -3,7 +3,6 @@
 // rules, the globals transformers adds (range, dict, namespace, raise_exception,
 // strftime_now) and jinja2's tests. Filters are in jinja_filters.c, str/dict/list methods in
 // jinja_methods.c; the helpers they share (jinja_lib.h) live here.
-#define _GNU_SOURCE  // memmem
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -92,7 +91,7 @@ int jl_to_string(JRender *r, JValue v, JValue *out) {
 
 int jl_iter_list(JRender *r, JValue v, JList **out) {
     switch (v.kind) {
-    case JV_LIST: case JV_TUPLE: *out = v.u.l; return 0;
+    case JV_LIST: case JV_TUPLE: *out = v.u.l; return jr_work(r, v.u.l->n * sizeof(JValue));  // the caller walks it
     case JV_UNDEFINED: *out = jlist_new(r, 0); return *out ? 0 : -1;  // jinja2's Undefined iterates as empty
     case JV_DICT: {
         JList *l = jlist_new(r, v.u.d->n);
@@ -233,6 +232,7 @@ int jinja_getitem(JRender *r, JValue obj, JValue key, JValue *out) {
                 return 0;
             }
             size_t a = jl_cp_offset(obj.u.s, (size_t)i);
+            if (jr_work(r, a) < 0) return -1;  // the walk to code point i
             int32_t c;
             size_t k = jl_utf8_next(obj.u.s->p + a, obj.u.s->len - a, &c);
             return jv_str_new(r, obj.u.s->p + a, k, out);
@@ -264,6 +264,7 @@ int jinja_slice(JRender *r, JValue obj, bool has_start, int64_t start, bool has_
     else if (stop >= n) stop = step < 0 ? n - 1 : n;
     if (obj.kind == JV_STR) {
         const JStr *s = obj.u.s;
+        if (jr_work(r, s->len + ((size_t)n + 1) * sizeof(size_t)) < 0) return -1;
         size_t *off = ja_alloc(r, ((size_t)n + 1) * sizeof *off);
         if (!off) return -1;
         for (int64_t k = 0, b = 0; k <= n; k++) {
@@ -500,18 +501,24 @@ static bool str_case_is(const JStr *s, bool lower) {
     return cased;
 }
 
-static int contains(JRender *r, JValue seq, JValue v, bool *out) {
+int jinja_contains(JRender *r, JValue seq, JValue v, bool *out) {
+    size_t at;
+    int found;
+    *out = false;
     switch (seq.kind) {
     case JV_STR:
         if (v.kind != JV_STR)
             return jr_fail(r, "'in <string>' requires string as left operand, not %s", jv_type_name(v));
-        *out = v.u.s->len == 0 || memmem(seq.u.s->p, seq.u.s->len, v.u.s->p, v.u.s->len) != NULL;
+        if (!v.u.s->len) return *out = true, 0;
+        if ((found = jr_find(r, seq.u.s->p, seq.u.s->len, v.u.s->p, v.u.s->len, &at)) < 0) return -1;
+        *out = found;
         return 0;
     case JV_LIST: case JV_TUPLE:
-        *out = false;
-        for (size_t i = 0; i < seq.u.l->n && !*out; i++) *out = jv_equal(seq.u.l->v[i], v);
+        for (size_t i = 0; i < seq.u.l->n && !*out; i++)
+            if (jr_equal(r, seq.u.l->v[i], v, out) < 0) return -1;
         return 0;
     case JV_DICT: case JV_NAMESPACE:
+        if (jr_work(r, seq.u.d->n * sizeof(JValue)) < 0) return -1;  // jdict_get scans the keys
         *out = jdict_get(seq.u.d, v) != NULL;
         return 0;
     case JV_UNDEFINED:
@@ -548,12 +555,11 @@ int jinja_test_call(JRender *r, const char *name, JValue v, const JArgs *a, bool
 #define IS(s) (!strcmp(n, s))
     if (IS("eq") || IS("==") || IS("equalto")) {
         if (one_arg(r, n, a, &o) < 0) return -1;
-        *out = jv_equal(v, o);
-        return 0;
+        return jr_equal(r, v, o, out);
     }
     if (IS("ne") || IS("!=")) {
-        if (one_arg(r, n, a, &o) < 0) return -1;
-        *out = !jv_equal(v, o);
+        if (one_arg(r, n, a, &o) < 0 || jr_equal(r, v, o, out) < 0) return -1;
+        *out = !*out;
         return 0;
     }
     if (IS("lt") || IS("<") || IS("gt") || IS(">") || IS("le") || IS("<=") || IS("ge") || IS(">=")) {
@@ -571,7 +577,7 @@ int jinja_test_call(JRender *r, const char *name, JValue v, const JArgs *a, bool
     }
     if (IS("in")) {
         if (one_arg(r, n, a, &o) < 0) return -1;
-        return contains(r, o, v, out);
+        return jinja_contains(r, o, v, out);
     }
     if (IS("sameas")) {  // Python's `is`: scalars CPython shares (None, bools, small ints, equal
                          // literals) compare by value, containers by identity
@@ -579,7 +585,7 @@ int jinja_test_call(JRender *r, const char *name, JValue v, const JArgs *a, bool
         if (v.kind != o.kind) *out = false;
         else if (v.kind == JV_LIST || v.kind == JV_TUPLE) *out = v.u.l == o.u.l;
         else if (v.kind == JV_DICT || v.kind == JV_NAMESPACE) *out = v.u.d == o.u.d;
-        else *out = jv_equal(v, o);
+        else return jr_equal(r, v, o, out);
         return 0;
     }
     if (IS("divisibleby")) {

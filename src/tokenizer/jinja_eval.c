@@ -5,7 +5,6 @@
 // its own scope whose parent is the one it was defined in (so it sees the template's names),
 // loop variables vanish after the loop. Arithmetic is Python's on 64-bit ints (overflow is an
 // error, never a wrap). Everything a render creates lives in its arena; the tree is only read.
-#define _GNU_SOURCE  // memmem
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -405,27 +404,23 @@ static int binop(Eval *E, const char *op, JValue a, JValue b, JValue *out) {
 
 static int contains(JRender *r, JValue item, JValue c, bool *out) {
     switch (c.kind) {
-    case JV_UNDEFINED: *out = false; return 0;
+    case JV_UNDEFINED:
     case JV_STR:
-        if (item.kind != JV_STR)
-            return jr_fail(r, "'in <string>' requires string as left operand, not %s", jv_type_name(item));
-        *out = item.u.s->len == 0 || (item.u.s->len <= c.u.s->len &&
-                                      memmem(c.u.s->p, c.u.s->len, item.u.s->p, item.u.s->len) != NULL);
-        return 0;
     case JV_LIST:
     case JV_TUPLE:
-        *out = false;
-        for (size_t i = 0; i < c.u.l->n && !*out; i++) *out = jv_equal(c.u.l->v[i], item);
-        return 0;
-    case JV_DICT: *out = jdict_get(c.u.d, item) != NULL; return 0;
-    default: return jr_fail(r, "argument of type '%s' is not iterable", jv_type_name(c));
+    case JV_DICT: return jinja_contains(r, c, item, out);
+    default: return jr_fail(r, "argument of type '%s' is not iterable", jv_type_name(c));  // a namespace too
     }
 }
 
 static int compare(Eval *E, const char *op, JValue a, JValue b, bool *res) {
     JRender *r = E->r;
-    if (!strcmp(op, "==")) return *res = jv_equal(a, b), 0;
-    if (!strcmp(op, "!=")) return *res = !jv_equal(a, b), 0;
+    if (!strcmp(op, "==")) return jr_equal(r, a, b, res);
+    if (!strcmp(op, "!=")) {
+        if (jr_equal(r, a, b, res) < 0) return -1;
+        *res = !*res;
+        return 0;
+    }
     if (!strcmp(op, "in")) return contains(r, a, b, res);
     if (!strcmp(op, "notin")) {
         if (contains(r, a, b, res) < 0) return -1;
@@ -875,6 +870,7 @@ int jinja_render(const JinjaTemplate *t, json_t *vars, const JinjaLimits *lim, B
     if (!L.max_steps) L.max_steps = 1000000;
     if (!L.max_output) L.max_output = 16u << 20;
     if (!L.max_depth) L.max_depth = 64;
+    if (!L.max_work) L.max_work = (uint64_t)L.max_output * JINJA_WORK_PER_OUTPUT;
     PailErr local = {0};
     if (!err) err = &local;
     err_clear(err);

@@ -473,18 +473,31 @@ static int f_reject(JRender *r, JValue x, const JArgs *a, JValue *out) { return 
 static int f_selectattr(JRender *r, JValue x, const JArgs *a, JValue *out) { return select_impl(r, x, a, true, true, out); }
 static int f_rejectattr(JRender *r, JValue x, const JArgs *a, JValue *out) { return select_impl(r, x, a, true, false, out); }
 
+// unique keeps the first of each set of equal keys. A hash table of the kept keys' indices
+// (open addressing, at most half full) makes it O(n); a scan of the kept keys for each
+// item was O(n^2) (40k items took 3.4 s).
 static int f_unique(JRender *r, JValue x, const JArgs *a, JValue *out) {
     BIND("unique", "case_sensitive", "attribute");
     bool cs = GIVEN(0) && jv_truthy(v[0]);
     const char *attr = attr_name(r, v[1], GIVEN(1));
     JList *l, *res, *seen;
     if (jl_iter_list(r, x, &l) < 0 || !(res = jlist_new(r, 0)) || !(seen = jlist_new(r, 0))) return -1;
+    size_t cap = 16;
+    while (cap < 2 * l->n) cap *= 2;
+    size_t *slot = ja_alloc(r, cap * sizeof *slot);  // index into seen + 1; 0 = empty
+    if (!slot) return -1;
     for (size_t i = 0; i < l->n; i++) {
         JValue key;
         if (sort_key(r, l->v[i], attr, cs, &key) < 0) return -1;
+        uint64_t work = 0;
+        size_t h = (size_t)jv_hash(key, &work) & (cap - 1);
+        if (jr_work(r, work) < 0) return -1;
         bool dup = false;
-        for (size_t k = 0; k < seen->n && !dup; k++) dup = jv_equal(seen->v[k], key);
-        if (!dup && (jlist_push(r, seen, key) < 0 || jlist_push(r, res, l->v[i]) < 0)) return -1;
+        for (; slot[h] && !dup; h = (h + 1) & (cap - 1))
+            if (jr_equal(r, seen->v[slot[h] - 1], key, &dup) < 0) return -1;
+        if (dup) continue;
+        if (jlist_push(r, seen, key) < 0 || jlist_push(r, res, l->v[i]) < 0) return -1;
+        slot[h] = seen->n;
     }
     return list_out(res, out);
 }

@@ -13,6 +13,7 @@
 int jbuf_put(JRender *r, JBuf *b, const char *p, size_t n) {
     if (n > r->lim->max_output || b->len > r->lim->max_output - n)
         return jr_fail(r, "output is over the limit of %zu bytes", r->lim->max_output);
+    if (jr_work(r, n) < 0) return -1;
     if (b->len + n + 1 > b->cap) {
         size_t nc = b->cap ? b->cap * 2 : 64;
         while (nc < b->len + n + 1) nc *= 2;

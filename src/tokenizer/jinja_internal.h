@@ -112,6 +112,7 @@ struct JRender {
     JArena arena;
     const JinjaLimits *lim;  // borrowed; defaults already applied
     uint64_t steps;          // loop iterations + calls so far
+    uint64_t work;           // bytes touched so far (jr_work)
     int depth;               // current recursion depth
     int line;                // template line being evaluated (for messages)
     const char *tname;       // the template's name (for messages)
@@ -125,6 +126,26 @@ struct JRender {
 int jr_fail(JRender *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 // Counts one step; -1 with the error set once lim->max_steps is passed.
 int jr_step(JRender *r);
+// Charges bytes of work (read, written, compared, hashed); -1 with the error set once
+// lim->max_work is passed ("NAME:LINE: ... work budget of N bytes exceeded"). Every operation
+// whose time grows with the size of a value charges that size, so a render's time is bounded
+// by max_steps small operations plus max_work bytes of large ones.
+int jr_work(JRender *r, uint64_t bytes);
+
+// Substring search that stays linear in time (jinja_search.c), charging what it reads.
+// jr_find: first occurrence of nd[0..m) in h[0..n) (m > 0): 1 with *at set, 0 when absent, -1 on error.
+int jr_find(JRender *r, const char *h, size_t n, const char *nd, size_t m, size_t *at);
+// Backward search, for rfind and rsplit: one set-up (reversed copies when the needle is long),
+// then jr_rsearch_prev finds the last occurrence that ends at or before `end`.
+typedef struct {
+    JRender *r;
+    const char *h, *nd;  // borrowed
+    size_t n, m;
+    char *rh, *rn;  // owned (malloc): h and nd reversed, NULL for short needles
+} JRSearch;
+int jr_rsearch_init(JRSearch *s, JRender *r, const char *h, size_t n, const char *nd, size_t m);  // 0 / -1
+int jr_rsearch_prev(JRSearch *s, size_t end, size_t *at);  // 1 found, 0 absent, -1 error
+void jr_rsearch_free(JRSearch *s);
 
 // Constructors. Strings are copied into the arena; a NULL return means the error is set.
 static inline JValue jv_undefined(const char *what) { return (JValue){.kind = JV_UNDEFINED, .u.what = what ? what : ""}; }
@@ -149,6 +170,10 @@ int jv_from_json(JRender *r, json_t *j, JValue *out);
 // Python semantics.
 bool jv_truthy(JValue v);                   // bool(v); undefined is false
 bool jv_equal(JValue a, JValue b);          // ==, with 1 == 1.0 == True, [..] elementwise, dicts by keys
+int jr_equal(JRender *r, JValue a, JValue b, bool *eq);  // jv_equal charging its work; 0 / -1
+// A hash consistent with jv_equal (equal values hash equal: 1, 1.0 and True alike); adds the
+// bytes it reads to *work.
+uint64_t jv_hash(JValue v, uint64_t *work);
 // <, <=, >, >= as Python orders them: numbers with numbers, strings by code point, lists and tuples
 // lexicographically. -1 with the error set for types Python refuses to order ("'<' not supported
 // between instances of 'str' and 'int'"); else 0 with *cmp < 0, 0, > 0.
@@ -180,6 +205,9 @@ int jinja_test_call(JRender *r, const char *name, JValue self, const JArgs *a, b
 // and the sandbox's refusal of mutating methods (append, update, pop, ...: calling one fails with
 // "access to attribute 'append' of 'list' object is unsafe"). Sets *out to undefined when absent.
 int jinja_getattr(JRender *r, JValue obj, const char *name, JValue *out);
+// `v in seq` (also the `in` test): a substring of a string, an item of a list or tuple, a key of a
+// dict or namespace; undefined contains nothing. Fails for other types.
+int jinja_contains(JRender *r, JValue seq, JValue v, bool *out);
 // obj[key]: dict item, list/tuple/str index (negative from the end), then attribute; undefined when
 // absent (as jinja2: a missing key is undefined, not an error).
 int jinja_getitem(JRender *r, JValue obj, JValue key, JValue *out);

@@ -3,7 +3,6 @@
 // simple mappings, overridden by jinja_case.h where CPython's full ones differ ('ß'.upper() is
 // 'SS', 'ﬁ'.title() 'Fi'), and a final sigma lowers to 'ς'. Mutating methods are bound
 // like the others; calling one fails as jinja2's ImmutableSandboxedEnvironment does.
-#define _GNU_SOURCE  // memmem
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -154,6 +153,8 @@ static int strip_impl(JRender *r, const char *fn, const JValue *self, const JArg
         return jr_fail(r, "%s arg must be None or str", fn);
     const JStr *s = self_str(self);
     size_t b = 0, e = s->len;
+    uint64_t per = chars ? chars->len : 1;  // in_set reads the whole set for each character
+    if (jr_work(r, s->len * per) < 0) return -1;
     while (left && b < e) {
         int32_t c;
         size_t k = jl_utf8_next(s->p + b, e - b, &c);
@@ -215,14 +216,17 @@ static int m_split(JRender *r, const JValue *self, const JArgs *a, JValue *out) 
     size_t i = 0;
     if (sep) {
         for (;;) {
-            const char *hit = max != 0 ? memmem(s->p + i, s->len - i, sep->p, sep->len) : NULL;
-            if (!hit) break;
-            if (push_str(r, l, s->p + i, (size_t)(hit - s->p) - i) < 0) return -1;
-            i = (size_t)(hit - s->p) + sep->len;
+            size_t h;
+            int found = max != 0 ? jr_find(r, s->p + i, s->len - i, sep->p, sep->len, &h) : 0;
+            if (found < 0) return -1;
+            if (!found) break;
+            if (push_str(r, l, s->p + i, h) < 0) return -1;
+            i += h + sep->len;
             if (max > 0) max--;
         }
         if (push_str(r, l, s->p + i, s->len - i) < 0) return -1;
     } else {  // runs of whitespace; no empty strings at the ends
+        if (jr_work(r, s->len) < 0) return -1;
         for (;;) {
             int32_t c;
             size_t k;
@@ -266,19 +270,23 @@ static int m_rsplit(JRender *r, const JValue *self, const JArgs *a, JValue *out)
     if (!l) return -1;
     size_t e = s->len;
     if (sep) {
+        JRSearch rs;
+        if (jr_rsearch_init(&rs, r, s->p, s->len, sep->p, sep->len) < 0) return -1;
         for (;;) {
-            const char *hit = NULL;
-            if (max != 0 && e >= sep->len)
-                for (size_t k = e - sep->len + 1; k-- > 0;)
-                    if (!memcmp(s->p + k, sep->p, sep->len)) { hit = s->p + k; break; }
-            if (!hit) break;
-            size_t h = (size_t)(hit - s->p);
-            if (push_str(r, l, hit + sep->len, e - h - sep->len) < 0) return -1;
+            size_t h;
+            int found = max != 0 ? jr_rsearch_prev(&rs, e, &h) : 0;
+            if (found < 0 || (found && push_str(r, l, s->p + h + sep->len, e - h - sep->len) < 0)) {
+                jr_rsearch_free(&rs);
+                return -1;
+            }
+            if (!found) break;
             e = h;
             if (max > 0) max--;
         }
+        jr_rsearch_free(&rs);
         if (push_str(r, l, s->p, e) < 0) return -1;
     } else {
+        if (jr_work(r, s->len) < 0) return -1;
         for (;;) {
             int32_t c;
             while (e > 0) {
@@ -324,7 +332,7 @@ static int m_splitlines(JRender *r, const JValue *self, const JArgs *a, JValue *
     bool keep = given && jv_truthy(v[0]);
     const JStr *s = self_str(self);
     JList *l = jlist_new(r, 0);
-    if (!l) return -1;
+    if (!l || jr_work(r, s->len) < 0) return -1;
     size_t b = 0, i = 0;
     while (i < s->len) {
         int32_t c;
@@ -363,6 +371,7 @@ static int affix(JRender *r, const char *fn, const JValue *self, const JArgs *a,
                                                     : "%s first arg must be str or a tuple of str, not %s",
                            fn, jv_type_name(cand[i]));
         const JStr *p = cand[i].u.s;
+        if (jr_work(r, p->len + sizeof(JValue)) < 0) return -1;
         if (p->len <= s->len && !memcmp(s->p + (end ? s->len - p->len : 0), p->p, p->len)) hit = true;
     }
     *out = jv_bool(hit);
@@ -387,6 +396,7 @@ static int str_arg(JRender *r, const char *fn, JValue v, const char *what, const
 static int replace_impl(JRender *r, const JStr *s, const JStr *old, const JStr *rep, int64_t count, JValue *out) {
     JBuf b = {0};
     size_t i = 0;
+    if (jr_work(r, s->len) < 0) return -1;
     if (!old->len) {  // '' matches before every character and at the end
         for (size_t k = 0; count != 0 && k <= s->len;) {
             if (jbuf_put(r, &b, rep->p, rep->len) < 0) return -1;
@@ -400,9 +410,11 @@ static int replace_impl(JRender *r, const JStr *s, const JStr *old, const JStr *
         }
     } else {
         while (count != 0) {
-            const char *hit = memmem(s->p + i, s->len - i, old->p, old->len);
-            if (!hit) break;
-            size_t h = (size_t)(hit - s->p);
+            size_t h;
+            int found = jr_find(r, s->p + i, s->len - i, old->p, old->len, &h);
+            if (found < 0) return -1;
+            if (!found) break;
+            h += i;
             if (jbuf_put(r, &b, s->p + i, h - i) < 0 || jbuf_put(r, &b, rep->p, rep->len) < 0) return -1;
             i = h + old->len;
             if (count > 0) count--;
@@ -439,11 +451,13 @@ static int m_replace(JRender *r, const JValue *self, const JArgs *a, JValue *out
     return jl_replace(r, "str.replace", *self, a, out);
 }
 
-// Code point index of byte offset off in s.
-static int64_t cp_index(const JStr *s, size_t off) {
+// Code point index of byte offset off in s (charged: it reads s up to off).
+static int cp_index(JRender *r, const JStr *s, size_t off, int64_t *at) {
+    if (jr_work(r, off) < 0) return -1;
     int64_t n = 0;
     for (size_t i = 0; i < off; i++) n += ((unsigned char)s->p[i] & 0xC0) != 0x80;
-    return n;
+    *at = n;
+    return 0;
 }
 
 static int find_impl(JRender *r, const char *fn, const JValue *self, const JArgs *a, bool rev, bool raise,
@@ -456,13 +470,17 @@ static int find_impl(JRender *r, const char *fn, const JValue *self, const JArgs
     if (v[0].kind != JV_STR) return jr_fail(r, "must be str, not %s", jv_type_name(v[0]));
     const JStr *s = self_str(self), *sub = v[0].u.s;
     int64_t at = -1;
-    if (!rev) {
-        const char *h = sub->len ? memmem(s->p, s->len, sub->p, sub->len) : s->p;
-        if (h) at = cp_index(s, (size_t)(h - s->p));
-    } else if (sub->len <= s->len) {
-        for (size_t k = s->len - sub->len + 1; k-- > 0;)
-            if (!memcmp(s->p + k, sub->p, sub->len)) { at = cp_index(s, k); break; }
+    size_t off = rev ? s->len : 0;
+    int found = 1;  // '' is found at once, at either end
+    if (sub->len && !rev) {
+        found = jr_find(r, s->p, s->len, sub->p, sub->len, &off);
+    } else if (sub->len) {
+        JRSearch rs;
+        if (jr_rsearch_init(&rs, r, s->p, s->len, sub->p, sub->len) < 0) return -1;
+        found = jr_rsearch_prev(&rs, s->len, &off);
+        jr_rsearch_free(&rs);
     }
+    if (found < 0 || (found && cp_index(r, s, off, &at) < 0)) return -1;
     if (at < 0 && raise) return jr_fail(r, "substring not found");
     *out = jv_int(at);
     return 0;
@@ -494,7 +512,13 @@ static int m_str_count(JRender *r, const JValue *self, const JArgs *a, JValue *o
         return 0;
     }
     int64_t n = 0;
-    for (const char *p = s->p, *h; (h = memmem(p, s->len - (size_t)(p - s->p), sub->p, sub->len)); p = h + sub->len) n++;
+    size_t i = 0, h;
+    int found;
+    while ((found = jr_find(r, s->p + i, s->len - i, sub->p, sub->len, &h)) == 1) {
+        n++;
+        i += h + sub->len;
+    }
+    if (found < 0) return -1;
     *out = jv_int(n);
     return 0;
 }
@@ -578,6 +602,7 @@ static int m_format(JRender *r, const JValue *self, const JArgs *a, JValue *out)
 static int str_all(JRender *r, const char *fn, const JValue *self, const JArgs *a, bool (*pred)(int32_t), JValue *out) {
     if (jl_no_args(r, fn, a) < 0) return -1;
     const JStr *s = self_str(self);
+    if (jr_work(r, s->len) < 0) return -1;
     bool ok = s->len > 0;
     for (size_t i = 0; i < s->len && ok;) {
         int32_t c;
@@ -658,11 +683,14 @@ static int m_copy(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
 
 static int m_list_index(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
     if (a->nkw || a->n != 1) return jr_fail(r, "index() takes exactly one argument (%d given)", a->n + a->nkw);
-    for (size_t i = 0; i < self->u.l->n; i++)
-        if (jv_equal(self->u.l->v[i], a->pos[0])) {
+    for (size_t i = 0; i < self->u.l->n; i++) {
+        bool eq;
+        if (jr_equal(r, self->u.l->v[i], a->pos[0], &eq) < 0) return -1;
+        if (eq) {
             *out = jv_int((int64_t)i);
             return 0;
         }
+    }
     JBuf b = {0};
     if (jv_to_repr(r, a->pos[0], &b) < 0) return -1;
     return jr_fail(r, self->kind == JV_TUPLE ? "tuple.index(x): x not in tuple" : "%s is not in list", b.p ? b.p : "");
@@ -671,7 +699,11 @@ static int m_list_index(JRender *r, const JValue *self, const JArgs *a, JValue *
 static int m_list_count(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
     if (a->nkw || a->n != 1) return jr_fail(r, "count() takes exactly one argument (%d given)", a->n + a->nkw);
     int64_t n = 0;
-    for (size_t i = 0; i < self->u.l->n; i++) n += jv_equal(self->u.l->v[i], a->pos[0]);
+    for (size_t i = 0; i < self->u.l->n; i++) {
+        bool eq;
+        if (jr_equal(r, self->u.l->v[i], a->pos[0], &eq) < 0) return -1;
+        n += eq;
+    }
     *out = jv_int(n);
     return 0;
 }

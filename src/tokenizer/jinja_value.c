@@ -70,6 +70,15 @@ int jr_fail(JRender *r, const char *fmt, ...) {
     return err_set(r->err, PAIL_ERR_INVALID, "%s: %s", r->tname ? r->tname : "template", msg);
 }
 
+int jr_work(JRender *r, uint64_t bytes) {
+    r->work += bytes;
+    if (r->work <= r->lim->max_work) return 0;
+    r->work = r->lim->max_work + 1;  // no wrap-around however much more is charged
+    return jr_fail(r, "work budget of %llu bytes exceeded (the bytes string and list operations read and write; "
+                      "a template doing heavy work on long values)",
+                   (unsigned long long)r->lim->max_work);
+}
+
 int jr_step(JRender *r) {
     if (++r->steps > r->lim->max_steps)
         return jr_fail(r, "rendering took more than %llu steps (loop iterations and calls)",
@@ -84,6 +93,7 @@ const JStr *jstr_new(JRender *r, const char *p, size_t len) {
         jr_fail(r, "a string of %zu bytes is over the output limit (%zu bytes)", len, r->lim->max_output);
         return NULL;
     }
+    if (jr_work(r, len) < 0) return NULL;
     JStr *s = ja_alloc(r, sizeof *s + len + 1);
     if (!s) return NULL;
     s->len = len;
@@ -132,6 +142,7 @@ JList *jlist_new(JRender *r, size_t cap_hint) {
 }
 
 int jlist_push(JRender *r, JList *l, JValue v) {
+    if (jr_work(r, sizeof(JValue)) < 0) return -1;
     void *p[1] = {l->v};
     if (grow(r, p, &l->cap, l->n + 1, sizeof(JValue), 1) < 0) return -1;
     l->v = p[0];
@@ -163,11 +174,14 @@ const JValue *jdict_get_str(const JDict *d, const char *key) {
 }
 
 int jdict_set(JRender *r, JDict *d, JValue k, JValue v) {
-    for (size_t i = 0; i < d->n; i++)
-        if (jv_equal(d->k[i], k)) {
+    for (size_t i = 0; i < d->n; i++) {
+        bool eq;
+        if (jr_equal(r, d->k[i], k, &eq) < 0) return -1;
+        if (eq) {
             d->v[i] = v;
             return 0;
         }
+    }
     // Two arrays grown together: copy both with the old capacity, then set the new one.
     size_t cap = d->cap;
     void *p[2] = {d->k, d->v};
@@ -262,32 +276,101 @@ static bool numeric(JValue v, double *f, int64_t *i, bool *is_int) {
     }
 }
 
-bool jv_equal(JValue a, JValue b) {
+// Item compares and string bytes compared go to *work (cost of a list item: sizeof(JValue)).
+static bool equal_w(JValue a, JValue b, uint64_t *work) {
     double fa, fb;
     int64_t ia, ib;
     bool xa, xb;
+    *work += sizeof(JValue);
     if (numeric(a, &fa, &ia, &xa) && numeric(b, &fb, &ib, &xb)) return xa && xb ? ia == ib : fa == fb;
     if (a.kind == JV_LIST || a.kind == JV_TUPLE) {
         if (b.kind != a.kind || a.u.l->n != b.u.l->n) return false;
         for (size_t i = 0; i < a.u.l->n; i++)
-            if (!jv_equal(a.u.l->v[i], b.u.l->v[i])) return false;
+            if (!equal_w(a.u.l->v[i], b.u.l->v[i], work)) return false;
         return true;
     }
     if (a.kind != b.kind) return false;
     switch (a.kind) {
     case JV_UNDEFINED: case JV_NONE: return true;  // jinja2: Undefined == Undefined
-    case JV_STR: return a.u.s->len == b.u.s->len && !memcmp(a.u.s->p, b.u.s->p, a.u.s->len);
+    case JV_STR:
+        if (a.u.s->len != b.u.s->len) return false;
+        *work += a.u.s->len;
+        return !memcmp(a.u.s->p, b.u.s->p, a.u.s->len);
     case JV_DICT: {
         if (a.u.d->n != b.u.d->n) return false;
         for (size_t i = 0; i < a.u.d->n; i++) {
+            *work += b.u.d->n * sizeof(JValue);  // jdict_get scans the keys
             const JValue *o = jdict_get(b.u.d, a.u.d->k[i]);
-            if (!o || !jv_equal(a.u.d->v[i], *o)) return false;
+            if (!o || !equal_w(a.u.d->v[i], *o, work)) return false;
         }
         return true;
     }
     case JV_NAMESPACE: return a.u.d == b.u.d;
     case JV_FUNC: return a.u.fn == b.u.fn;
     default: return false;
+    }
+}
+
+bool jv_equal(JValue a, JValue b) {
+    uint64_t w = 0;
+    return equal_w(a, b, &w);
+}
+
+int jr_equal(JRender *r, JValue a, JValue b, bool *eq) {
+    uint64_t w = 0;
+    *eq = equal_w(a, b, &w);
+    return jr_work(r, w);
+}
+
+// FNV-1a over 8-byte words, then a 64-bit finalizer (murmur3's fmix64).
+static uint64_t mix(uint64_t h) {
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 33;
+    h *= 0xc4ceb9fe1a85ec53ull;
+    return h ^ (h >> 33);
+}
+
+static uint64_t hash_bytes(const char *p, size_t n) {
+    uint64_t h = 0xcbf29ce484222325ull ^ n;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, p + i, 8);
+        h = (h ^ w) * 0x100000001b3ull;
+    }
+    uint64_t w = 0;
+    memcpy(&w, p + i, n - i);
+    return mix((h ^ w) * 0x100000001b3ull);
+}
+
+uint64_t jv_hash(JValue v, uint64_t *work) {
+    double f;
+    int64_t i;
+    bool is_int;
+    *work += sizeof(JValue);
+    if (numeric(v, &f, &i, &is_int)) {  // 1 == 1.0 == True: an integral float hashes as the int
+        if (!is_int && f == floor(f) && f >= -9.2e18 && f <= 9.2e18) i = (int64_t)f, is_int = true;
+        if (is_int) return mix((uint64_t)i ^ 0x9e3779b97f4a7c15ull);
+        uint64_t b;
+        memcpy(&b, &f, 8);
+        return mix(b);
+    }
+    switch (v.kind) {
+    case JV_STR: *work += v.u.s->len; return hash_bytes(v.u.s->p, v.u.s->len);
+    case JV_LIST: case JV_TUPLE: {
+        uint64_t h = mix(v.kind * 31u + v.u.l->n);
+        for (size_t k = 0; k < v.u.l->n; k++) h = mix(h ^ jv_hash(v.u.l->v[k], work));
+        return h;
+    }
+    case JV_DICT: {  // equal dicts may order their keys differently: combine without order
+        uint64_t h = mix(v.u.d->n + 77);
+        for (size_t k = 0; k < v.u.d->n; k++) h += mix(jv_hash(v.u.d->k[k], work) ^ jv_hash(v.u.d->v[k], work) * 3);
+        return h;
+    }
+    case JV_NAMESPACE: return mix((uint64_t)(uintptr_t)v.u.d);
+    case JV_FUNC: return mix((uint64_t)(uintptr_t)v.u.fn);
+    default: return mix(v.kind);  // undefined, None
     }
 }
 
@@ -319,6 +402,7 @@ int jv_compare(JRender *r, JValue a, JValue b, int *cmp) {
     }
     if (a.kind == JV_STR && b.kind == JV_STR) {  // UTF-8 byte order is code point order
         size_t n = a.u.s->len < b.u.s->len ? a.u.s->len : b.u.s->len;
+        if (jr_work(r, n + sizeof(JValue)) < 0) return -1;
         int c = memcmp(a.u.s->p, b.u.s->p, n);
         *cmp = c ? (c > 0) - (c < 0) : (a.u.s->len > b.u.s->len) - (a.u.s->len < b.u.s->len);
         return 0;
@@ -326,7 +410,9 @@ int jv_compare(JRender *r, JValue a, JValue b, int *cmp) {
     if ((a.kind == JV_LIST || a.kind == JV_TUPLE) && a.kind == b.kind) {
         size_t n = a.u.l->n < b.u.l->n ? a.u.l->n : b.u.l->n;
         for (size_t i = 0; i < n; i++) {
-            if (jv_equal(a.u.l->v[i], b.u.l->v[i])) continue;
+            bool eq;
+            if (jr_equal(r, a.u.l->v[i], b.u.l->v[i], &eq) < 0) return -1;
+            if (eq) continue;
             return jv_compare(r, a.u.l->v[i], b.u.l->v[i], cmp);
         }
         *cmp = (a.u.l->n > n) - (b.u.l->n > n);

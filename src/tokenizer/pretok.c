@@ -56,49 +56,6 @@ size_t utf8_encode1(uint32_t cp, char out[4]) {
     return 4;
 }
 
-// Length of the valid sequence at s, or 0 with *bad = the maximal invalid subpart length
-// (Unicode 3.9 / WHATWG: what Rust's from_utf8_lossy replaces with one U+FFFD).
-static size_t utf8_valid1(const uint8_t *s, size_t len, size_t *bad) {
-    uint8_t c = s[0];
-    if (c < 0x80) return 1;
-    size_t need;
-    uint8_t lo = 0x80, hi = 0xbf;
-    if (c >= 0xc2 && c <= 0xdf) need = 1;
-    else if (c >= 0xe0 && c <= 0xef) { need = 2; if (c == 0xe0) lo = 0xa0; if (c == 0xed) hi = 0x9f; }
-    else if (c >= 0xf0 && c <= 0xf4) { need = 3; if (c == 0xf0) lo = 0x90; if (c == 0xf4) hi = 0x8f; }
-    else { *bad = 1; return 0; }
-    size_t i = 1;
-    for (; i <= need; i++) {
-        if (i >= len) { *bad = i; return 0; }
-        uint8_t lo_i = i == 1 ? lo : 0x80, hi_i = i == 1 ? hi : 0xbf;
-        if (s[i] < lo_i || s[i] > hi_i) { *bad = i; return 0; }
-    }
-    return need + 1;
-}
-
-long utf8_invalid_at(const uint8_t *s, size_t len) {
-    size_t i = 0, bad;
-    while (i < len) {
-        if (s[i] < 0x80) { i++; continue; }
-        size_t n = utf8_valid1(s + i, len - i, &bad);
-        if (!n) return (long)i;
-        i += n;
-    }
-    return -1;
-}
-
-int utf8_append_lossy(Buf *out, const uint8_t *s, size_t len) {
-    size_t i = 0, run = 0, bad;
-    while (i < len) {
-        size_t n = s[i] < 0x80 ? 1 : utf8_valid1(s + i, len - i, &bad);
-        if (n) { i += n; continue; }
-        if (buf_append(out, s + run, i - run) < 0 || buf_append(out, "\xef\xbf\xbd", 3) < 0) return -1;
-        i += bad;
-        run = i;
-    }
-    return buf_append(out, s + run, len - run);
-}
-
 // ---- normalizers
 
 static int normalizer_one(Tokenizer *tok, json_t *j, PailErr *err) {
@@ -196,7 +153,8 @@ static int regex_rewrite_space(const char *p, size_t len, Buf *out) {
 static int step_compile(Tokenizer *tok, PreStep *st, const char *pat, size_t len, bool literal, PailErr *err) {
     int ec;
     PCRE2_SIZE eo;
-    uint32_t opts = PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0);
+    // PCRE2 refuses UCP with LITERAL ("invalid option bits"); a literal has no classes for it to affect.
+    uint32_t opts = PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP);
     Buf fixed = {0};
     if (!literal) {
         if (regex_rewrite_space(pat, len, &fixed) < 0) {

@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include "core/buf.h"
 #include "core/err.h"
+#include "core/utf8.h"
 
 typedef struct Tokenizer Tokenizer;  // opaque; const after load except the word cache
 
@@ -34,11 +35,7 @@ int tokenizer_encode(Tokenizer *tok, const char *text, size_t len, TokenIds *ids
 // when ids cut a character). skip_special drops special added tokens. Thread-safe.
 int tokenizer_decode(const Tokenizer *tok, const int32_t *ids, size_t n, bool skip_special, Buf *out,
                      PailErr *err);
-// Appends text to out with invalid UTF-8 sequences replaced by U+FFFD, one per maximal
-// invalid subpart (what Rust's from_utf8_lossy and Python's errors='replace' do).
-int utf8_append_lossy(Buf *out, const uint8_t *s, size_t len);
-// Byte offset of the first invalid UTF-8 sequence, or -1 when s is valid.
-long utf8_invalid_at(const uint8_t *s, size_t len);
+// utf8_append_lossy, utf8_invalid_at: core/utf8.h (included above).
 
 int32_t tokenizer_token_id(const Tokenizer *tok, const char *token);  // -1 when absent
 const char *tokenizer_token_text(const Tokenizer *tok, int32_t id);     // borrowed; NULL when absent

@@ -8,6 +8,7 @@ a digit, else 0, with components {"digit", "turns"}. MODE:
   slow       never answers episodes whose id ends in ".1"
   hang       answers the starts, then never again (once: STATE_DIR/hung)
   badline    writes a line that is not JSON at its 3rd request, once
+  badutf8    writes a line of invalid UTF-8 at its 3rd request, once
   unknown    answers an id that is not open before each real answer
   twice      answers every start twice
   nofinal    answers the final turn with messages instead of a reward
@@ -48,6 +49,9 @@ for line in sys.stdin:
         time.sleep(3600)
     if mode == "badline" and n == 3 and once("badline"):
         print("hello, not json", flush=True)
+    if mode == "badutf8" and n == 3 and once("badutf8"):
+        sys.stdout.buffer.write(b"\xff\xfe caf\xc3 \xe2\x82 end\n")
+        sys.stdout.buffer.flush()
     if mode == "unknown":
         say({"id": "nobody.7", "reward": 1.0})
     if t == "start":

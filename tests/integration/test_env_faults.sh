@@ -121,6 +121,22 @@ check "the worker exits 0" test $? -eq 0
 check "...quotes the line and restarts the program" grep -q "wrote a line that is not a JSON object ('hello, not json'" "$WORK/badline.log"
 check "...the next shard is valid" test "$(valid badline)" -ge 4
 
+echo "a line of invalid UTF-8"
+# It froze workers/<id>.json for good ("heartbeat ... cannot build the JSON": last_error quoted the
+# raw bytes) and copied them into the log. Outside text is made valid (U+FFFD) before either.
+roll badutf8 badutf8
+check "the worker exits 0" test $? -eq 0
+check "...the heartbeat kept up: done, 2 shards, last_error with U+FFFD" "$PY" -c '
+import json, sys
+h = json.load(open(sys.argv[1]))
+assert h["state"] != "starting" and h["shards_written"] == 2, h
+assert h["environment"]["restarts"] == 1 and "\ufffd\ufffd caf\ufffd \ufffd end" in h["last_error"], h' "$WORK/run/workers/badutf8.json"
+check "...the log is valid UTF-8 and quotes the line with U+FFFD" "$PY" -c '
+import sys
+t = open(sys.argv[1], "rb").read().decode("utf-8")
+assert "not a JSON object (\x27\ufffd\ufffd caf\ufffd \ufffd end\x27" in t, t[-2000:]
+assert "cannot build the JSON" not in t' "$WORK/badutf8.log"
+
 echo "an answer for an episode that is not open"
 roll unknown unknown
 check "the worker exits 0, every episode valid" test $? -eq 0 -a "$(valid unknown)" -eq 8

@@ -53,6 +53,17 @@ w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); 
 PY
 expect_fail "a SentencePiece tokenizer" 1 "tokenizer.ggml.model is 'llama'.*only 'gpt2'" "$CTL" import-gguf "$WORK/spm.gguf" --out "$WORK/x"
 expect_fail "another architecture" 1 "architecture 'gemma'" "$CTL" import-gguf "$WORK/gemma.gguf" --out "$WORK/x"
+# rope.freq_base = inf was dropped from config.json (JSON has no inf) and the model loaded with
+# 10000; a chat template with a NUL was written out, and every later load refused it.
+for base in inf nan 0; do
+  check "gguf-py writes rope.freq_base=$base" "$PY" "$V" model "$WORK/rope-$base.gguf" --arch qwen2 --qtype F16 --rope-base "$base"
+  expect_fail "rope.freq_base = $base" 1 "rope-$base.gguf: qwen2.rope.freq_base is $base; need a finite number > 0" \
+    "$CTL" import-gguf "$WORK/rope-$base.gguf" --out "$WORK/rope-$base"
+done
+check "gguf-py writes a chat template with a NUL" "$PY" "$V" model "$WORK/nul.gguf" --arch qwen2 --qtype F16 --chat-template 'a\0b'
+expect_fail "a chat template holding a NUL" 1 "nul.gguf: tokenizer.chat_template holds a NUL byte at offset 1 of 3" \
+  "$CTL" import-gguf "$WORK/nul.gguf" --out "$WORK/nul"
+[ ! -e "$WORK/nul/chat_template.jinja" ] && ok "no template written" || bad "nul/chat_template.jinja was written"
 expect_fail "--dtype f16" 2 "use bf16 or f32" "$CTL" import-gguf "$WORK/spm.gguf" --out "$WORK/x" --dtype f16
 expect_fail "no --out" 2 "--out DIR is required" "$CTL" import-gguf "$WORK/spm.gguf"
 finish

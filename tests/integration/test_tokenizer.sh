@@ -57,6 +57,15 @@ printf '{{ greeting }} {{ strftime_now("%%Y-%%m-%%d %%H:%%M") }}' >"$WORK/other.
 check "--chat-template FILE, --chat-template-kwargs and --chat-time" env TZ=UTC "$CTL" tokenize --tokenizer "$WORK/tokenizer.json" --chat-jsonl "$WORK/chat.jsonl" --print-text \
   --chat-template "$WORK/other.jinja" --chat-template-kwargs '{"greeting": "hé"}' --chat-time 2026-03-07T12:34:56
 if [ "$(head -1 "$WORK/last.out")" = '"hé 2026-03-07 12:34"' ]; then ok "kwargs and the fixed clock"; else bad "kwargs/clock: $(cat "$WORK/last.out")"; fi
+printf '{%% if false %%}x{%% endif %%}' >"$WORK/empty.jinja"
+check "an empty rendering prints \"\"" "$CTL" tokenize --tokenizer-config "$WORK/tokenizer_config.json" --chat-jsonl "$WORK/chat.jsonl" --chat-template "$WORK/empty.jinja" --print-text
+if [ "$(cat "$WORK/last.out" | tr '\n' ' ')" = '"" "" ' ]; then ok "empty renderings"; else bad "empty renderings: $(cat "$WORK/last.out")"; fi
+# A template past the work budget (a 1000 x 999 loop of 'b' in a 16 MB string ran past 60 s) fails
+# in seconds with one line naming its template line.
+printf '{%% set s = "a" * 16000000 %%}\n{%% for i in range(1000) %%}{%% for j in range(999) %%}{%% if "b" in s %%}x{%% endif %%}{%% endfor %%}{%% endfor %%}' >"$WORK/slow.jinja"
+t0=$(date +%s)
+expect_fail "a template past the work budget" 1 'slow.jinja:2: work budget of 268435456 bytes exceeded' timeout 30 "$CTL" tokenize --tokenizer-config "$WORK/tokenizer_config.json" --chat-jsonl "$WORK/chat.jsonl" --chat-template "$WORK/slow.jinja" --print-text
+[ $(($(date +%s) - t0)) -le 10 ] && ok "refused within 10 s" || bad "the work budget took $(($(date +%s) - t0)) s"
 printf '{%% for m in messages %%}\n{{ m.content }\n' >"$WORK/broken.jinja"
 expect_fail "a template that does not parse" 1 'broken.jinja:2:' "$CTL" tokenize --tokenizer "$WORK/tokenizer.json" --chat-jsonl "$WORK/chat.jsonl" --chat-template "$WORK/broken.jinja"
 printf '{%% if messages[0].content == "x" %%}{{ raise_exception("no x here") }}{%% endif %%}ok' >"$WORK/raise.jinja"

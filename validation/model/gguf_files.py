@@ -109,7 +109,7 @@ def cmd_model(a):
     w = gguf.GGUFWriter(a.out, arch)
     w.add_block_count(L); w.add_context_length(256); w.add_embedding_length(C)
     w.add_feed_forward_length(F); w.add_head_count(H); w.add_head_count_kv(Hkv)
-    w.add_layer_norm_rms_eps(1e-6); w.add_rope_freq_base(10000.0)
+    w.add_layer_norm_rms_eps(1e-6); w.add_rope_freq_base(a.rope_base)
     if arch == "llama":
         w.add_rope_dimension_count(D)
     if arch == "qwen3":
@@ -118,7 +118,8 @@ def cmd_model(a):
     w.add_token_list(tokens); w.add_token_types(types); w.add_token_merges(merges)
     w.add_bos_token_id(V - 3); w.add_eos_token_id(V - 2); w.add_pad_token_id(V - 2)
     w.add_add_bos_token(arch == "llama")
-    w.add_chat_template("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}")
+    w.add_chat_template(a.chat_template.replace("\\0", "\0") if a.chat_template is not None else
+                        "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}")
 
     def mat(name, rows, cols, scale=0.1, q=qt):
         add(w, name, rng.normal(0, scale, size=(rows, cols)).astype(np.float32), q)
@@ -187,7 +188,10 @@ def main():
     s = sub.add_parser("types"); s.add_argument("out"); s.set_defaults(f=cmd_types)
     s = sub.add_parser("check-dequant"); s.add_argument("file"); s.add_argument("dir"); s.set_defaults(f=cmd_check_dequant)
     s = sub.add_parser("model"); s.add_argument("out"); s.add_argument("--arch", required=True)
-    s.add_argument("--qtype", default="Q8_0"); s.add_argument("--seed", type=int, default=1); s.set_defaults(f=cmd_model)
+    s.add_argument("--qtype", default="Q8_0"); s.add_argument("--seed", type=int, default=1)
+    s.add_argument("--rope-base", type=float, default=10000.0, help="rope.freq_base (inf, nan, 0: hostile files)")
+    s.add_argument("--chat-template", help="tokenizer.chat_template; \\0 in it becomes a NUL byte")
+    s.set_defaults(f=cmd_model)
     s = sub.add_parser("check-import"); s.add_argument("file"); s.add_argument("dir"); s.add_argument("--ctl", required=True)
     s.add_argument("--pail-ids", required=True); s.add_argument("--ids-out", required=True)
     s.add_argument("--tol", type=float, default=1e-4); s.set_defaults(f=cmd_check_import)
