@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "core/buf.h"
+#include "shard/shard.h"
 #include "core/child.h"
 #include "core/log.h"
 #include "core/timeutil.h"
@@ -226,8 +227,9 @@ bool env_reward_ok(const json_t *v) {
     return json_is_number(v) && isfinite(json_number_value(v)) && fabs(json_number_value(v)) <= ENV_REWARD_MAX;
 }
 
+_Static_assert(SHARD_MAX_COMPONENTS == 32, "the refusal below names 32");
 bool env_components_ok(const json_t *o) {
-    if (!json_is_object(o)) return false;
+    if (!json_is_object(o) || json_object_size(o) > SHARD_MAX_COMPONENTS) return false;
     const char *key;
     json_t *v;
     json_object_foreach((json_t *)o, key, v) if (!env_reward_ok(v)) return false;
@@ -278,7 +280,7 @@ static bool handle_line(ProgEnv *e, const char *s, size_t n) {
         if (!env_reward_ok(rew))
             bad = "\"reward\" is not a finite number within +-1e6";
         else if (comps && !env_components_ok(comps))
-            bad = "\"components\" is not an object of finite numbers within +-1e6";
+            bad = "\"components\" is not an object of at most 32 finite numbers within +-1e6";
         else if (msgs)
             bad = "both \"reward\" and \"messages\"";
         else {

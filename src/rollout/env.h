@@ -102,7 +102,7 @@ EnvStats env_stats(const Env *e);
 const char *env_describe(const Env *e);  // for messages: "environment 'cmd'", "endpoint https://..."
 void env_event_free(EnvEvent *ev);        // what an event owns
 // A reward: a finite number within +-1e6 (the shard's bound); components: an
-// object of such numbers.
+// object of at most SHARD_MAX_COMPONENTS (32) such numbers.
 bool env_reward_ok(const json_t *v);
 bool env_components_ok(const json_t *o);
 // For implementations: episode k's id in the batch named prefix, "<prefix>.<k>"

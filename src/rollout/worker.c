@@ -773,7 +773,7 @@ static int one_shard_env(Worker *w, volatile sig_atomic_t *stop, PailErr *err) {
     // Reward components: every name the program gave, in first-seen order (0 where an episode has none).
     const char *names[SHARD_MAX_COMPONENTS];
     int K = 0, failed = 0;
-    const char *why = NULL;
+    const char *why = NULL, *dropped = NULL;
     for (int i = 0; i < N; i++) {
         const char *key;
         json_t *v;
@@ -782,8 +782,12 @@ static int one_shard_env(Worker *w, volatile sig_atomic_t *stop, PailErr *err) {
             int k = 0;
             while (k < K && strcmp(names[k], key)) k++;
             if (k == K && K < SHARD_MAX_COMPONENTS) names[K++] = key;
+            else if (k == K && !dropped) dropped = key;
         }
     }
+    if (dropped)  // each episode's are at most 32 (env_components_ok); their union may not be
+        log_warn("shard of adapter v%08ld: the episodes name more than %d reward components together; '%s' and "
+                 "the names after it are not stored", w->version, SHARD_MAX_COMPONENTS, dropped);
     int64_t nprompt = 0, ntok = 0, ngen = 0;
     int X = 0;  // further segments (an endpoint's agent edited its history): rows after the N
     double turns = 0;

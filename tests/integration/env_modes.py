@@ -13,6 +13,7 @@ a digit, else 0, with components {"digit", "turns"}. MODE:
   twice      answers every start twice
   nofinal    answers the final turn with messages instead of a reward
   badreward  a reward of "high" for every episode
+  manycomps  40 reward components for every episode (32 is the most a shard holds)
   error      {"error": ...} for every episode at its first step
   log        as ok, and appends each request line to STATE_DIR/requests.jsonl
 """
@@ -66,6 +67,9 @@ for line in sys.stdin:
     if t == "end" or (m.get("final") and mode != "nofinal"):
         digit = any(c.isdigit() for c in m.get("text", ""))
         r = "high" if mode == "badreward" else float(digit)
-        say({"id": i, "reward": r, "components": {"digit": float(digit), "turns": m.get("turn", 0)}})
+        comps = {"digit": float(digit), "turns": m.get("turn", 0)}
+        if mode == "manycomps":
+            comps.update({"c%02d" % k: 0.5 for k in range(38)})
+        say({"id": i, "reward": r, "components": comps})
         continue
     say({"id": i, "messages": [{"role": "tool", "content": "r%d" % m["turn"]}]})

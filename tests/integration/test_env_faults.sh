@@ -152,6 +152,9 @@ check "messages after the final turn: fails (a reward was expected)" \
 roll badreward badreward
 check "a reward that is not a number: fails, quoting the answer" \
   test $? -eq 0 -a "$(valid badreward)" -eq 0 -a "$(count '"reward" is not a finite number.*"high"' "$WORK/badreward.log")" -ge 1
+roll manycomps manycomps
+check "40 reward components: fails naming the limit of 32, none dropped silently" \
+  test $? -eq 0 -a "$(valid manycomps)" -eq 0 -a "$(count 'at most 32 finite numbers' "$WORK/manycomps.log")" -ge 1
 roll error error
 check "the program's own error: fails with its message" \
   test $? -eq 0 -a "$(valid error)" -eq 0 -a "$(count 'the program says: the tool broke' "$WORK/error.log")" -ge 1
