@@ -423,14 +423,14 @@ START_TEST(test_cuda_backend) {
     Backend *be;
     PailErr err = {0};
 #ifdef PAIL_CUDA
-    if (backend_open(&be, "cuda", &err) < 0) {
+    if (backend_open(&be, "cuda", 0, &err) < 0) {
         printf("SKIP: CUDA backend: %s\n", err.msg);
         return;
     }
     compare(be);
     backend_close(be);
 #else
-    ck_assert_int_eq(backend_open(&be, "cuda", &err), -1);  // a CPU build says so
+    ck_assert_int_eq(backend_open(&be, "cuda", 0, &err), -1);  // a CPU build says so
     ck_assert_ptr_nonnull(strstr(err.msg, "built without CUDA"));
     printf("SKIP: CUDA backend: built without CUDA\n");
 #endif
@@ -576,10 +576,10 @@ START_TEST(test_device_flag) {
     const char *bad[] = {"gpu", "cuda:", "cuda:x", "cuda:-1", "cuda0", "CPU"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         ck_assert_int_eq(backend_parse_device(bad[i], &k, &ord, &err), -1);
-        ck_assert_ptr_nonnull(strstr(err.msg, "use cpu, cuda, cuda:N or auto"));
+        ck_assert_ptr_nonnull(strstr(err.msg, "use cpu, cuda, cuda:N, auto or sim"));
     }
     Backend *be;
-    ck_assert_int_eq(backend_open(&be, "auto", &err), 0);  // a GPU when there is one, else the CPU
+    ck_assert_int_eq(backend_open(&be, "auto", 0, &err), 0);  // a GPU when there is one, else the CPU
     ck_assert_ptr_nonnull(be);
     backend_close(be);
 }
