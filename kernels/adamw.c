@@ -6,10 +6,24 @@
 #include "kernels.h"
 #include "simd.h"
 
+// In a fixed order whatever the team's size: SUMSQ_PARTS slices, each summed
+// alone, then the slices in order (an OpenMP reduction adds the threads'
+// partial sums in the order they finish, so the clip factor, and with it the
+// adapter, could differ between two runs, or between the CPU and sim devices).
+enum { SUMSQ_PARTS = 64 };
 double adamw_grad_sumsq(const float *g, size_t n) {
+    double part[SUMSQ_PARTS];
+    size_t per = (n + SUMSQ_PARTS - 1) / SUMSQ_PARTS;
+#pragma omp parallel for schedule(static) if (n >= (1u << 16))
+    for (int k = 0; k < SUMSQ_PARTS; k++) {
+        size_t i0 = (size_t)k * per < n ? (size_t)k * per : n, i1 = i0 + per < n ? i0 + per : n;
+        double s = 0;
+#pragma omp simd reduction(+ : s)
+        for (size_t i = i0; i < i1; i++) s += (double)g[i] * g[i];
+        part[k] = s;
+    }
     double s = 0;
-#pragma omp parallel for simd reduction(+ : s) schedule(static)
-    for (size_t i = 0; i < n; i++) s += (double)g[i] * g[i];
+    for (int k = 0; k < SUMSQ_PARTS; k++) s += part[k];
     return s;
 }
 

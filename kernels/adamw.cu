@@ -1,5 +1,7 @@
 // adamw twin: global sum of squares (double accumulation, atomics per block) and
-// the torch.optim.AdamW update, elementwise. CPU twin: kernels/adamw.c.
+// the torch.optim.AdamW update, elementwise, on the caller's stream (the
+// backend's). CPU twin: kernels/adamw.c (whose sum is in a fixed order; the
+// atomics here add the blocks' sums in the order they finish).
 #include "cuda_common.h"
 
 __global__ static void sumsq_kernel(double *out, const float *g, size_t n) {
@@ -31,22 +33,22 @@ __global__ static void adamw_kernel(float *p, float *m, float *v, const float *g
     p[i] = p[i] * decay - step_size * mi / (sqrtf(vi) / bc2_sqrt + eps);
 }
 
-extern "C" int adamw_grad_sumsq_cuda(double *sumsq, const float *g, size_t n, PailErr *err) {
-    if (cuda_check(cudaMemsetAsync(sumsq, 0, sizeof(double)), "adamw_grad_sumsq_cuda memset", err))
+extern "C" int adamw_grad_sumsq_cuda(double *sumsq, const float *g, size_t n, cudaStream_t stream, PailErr *err) {
+    if (cuda_check(cudaMemsetAsync(sumsq, 0, sizeof(double), stream), "adamw_grad_sumsq_cuda memset", err))
         return -1;
     if (!n) return 0;
     unsigned blocks = cuda_blocks(n, 256);
     if (blocks > 1024) blocks = 1024;
-    sumsq_kernel<<<blocks, 256>>>(sumsq, g, n);
+    sumsq_kernel<<<blocks, 256, 0, stream>>>(sumsq, g, n);
     return cuda_launch_check("adamw_grad_sumsq_cuda", err);
 }
 
 extern "C" int adamw_update_cuda(float *p, float *m, float *v, const float *g, size_t n, float lr,
                                  float beta1, float beta2, float eps, float weight_decay, int step,
-                                 float grad_scale, PailErr *err) {
+                                 float grad_scale, cudaStream_t stream, PailErr *err) {
     if (!n) return 0;
     float bc1 = 1.0f - powf(beta1, (float)step), bc2 = 1.0f - powf(beta2, (float)step);
-    adamw_kernel<<<cuda_blocks(n, 256), 256>>>(p, m, v, g, n, beta1, beta2, eps,
+    adamw_kernel<<<cuda_blocks(n, 256), 256, 0, stream>>>(p, m, v, g, n, beta1, beta2, eps,
                                                1.0f - lr * weight_decay, lr / bc1, sqrtf(bc2),
                                                grad_scale);
     return cuda_launch_check("adamw_update_cuda", err);

@@ -3,13 +3,17 @@
 // transformer.c) calls every op through it and never dereferences tensor
 // memory, so a CPU backend (kernels/backend_cpu.c over the kernels/<op>.c fast
 // paths) and a CUDA backend (kernels/backend_cuda.cu over the <op>.cu twins,
-// `make CUDA=1`) are interchangeable: switching is a pointer.
+// `make CUDA=1`) are interchangeable: switching is a pointer. A third, the
+// stand-in device (kernels/backend_sim.c, --device sim), runs the CPU kernels
+// under a GPU's rules (memory the host cannot touch, ops on a stream of their
+// own) so that CI proves the code never reads device memory behind the table.
 //
 // The op contract, the same on both backends:
 //   - argument order: the backend (the context), outputs, inputs, sizes,
 //     options, the caller's error; each op returns 0, or -1 with err filled in;
 //   - every tensor and index array is in the backend's memory (host memory on
-//     the CPU, device memory on CUDA): alloc / to_device / to_host move bytes;
+//     the CPU, device memory on CUDA and sim): alloc / to_device / to_host move
+//     bytes; to_device copies (or stages) the host bytes before it returns;
 //   - shapes and semantics are those of kernels/kernels.h (doc/kernels.md);
 //     input gradients are written, parameter gradients accumulated;
 //   - ops are ordered on the backend's stream; sync waits and reports
@@ -29,10 +33,10 @@ extern "C" {  // the CUDA backend is compiled as C++; core/err.h has no guard of
 
 typedef struct Backend Backend;
 
-typedef enum { BACKEND_CPU, BACKEND_CUDA } BackendKind;
+typedef enum { BACKEND_CPU, BACKEND_CUDA, BACKEND_SIM } BackendKind;
 
 typedef struct {
-    const char *name;  // "cpu", "cuda"
+    const char *name;  // "cpu", "cuda", "sim"
     // ---- memory (bytes; 64-byte aligned blocks) ----
     void *(*alloc)(Backend *b, size_t bytes, PailErr *err);  // NULL with err naming the size
     void (*release)(Backend *b, void *p);                    // NULL is fine
@@ -122,21 +126,35 @@ struct Backend {
     // in the same order, and each op then shares out its work on that team
     // (kernels/parallel.h): a decode step opens one region for all its ops.
     bool team_ops;
-    int device;        // CUDA ordinal; -1 on the CPU
+    int device;        // CUDA ordinal; -1 on the CPU and sim
     char desc[160];    // "cpu (2 threads)", "cuda:0 NVIDIA H200 (139 GiB)"
-    void *impl;        // backend state (CUDA: stream, cuBLAS handle, workspace), owned
+    void *impl;        // backend state (CUDA: stream, cuBLAS handle, workspace; sim: arena, stream), owned
 };
 
 // --device values: "cpu", "cuda" (= cuda:0), "cuda:N", "auto" (cuda:0 when a
-// usable GPU is there, else cpu). Checks the spelling only.
+// usable GPU is there, else cpu), "sim" (the stand-in device). Checks the
+// spelling only.
 int backend_parse_device(const char *spec, BackendKind *kind, int *ordinal, PailErr *err);
 // Opens the backend for a --device value. "cuda" where there is no usable GPU
 // (a CPU-only build, no driver, no device, the CUDA runtime or cuBLAS missing)
 // fails at once with one line naming what is missing (PAIL_ERR_UNSUPPORTED).
-int backend_open(Backend **out, const char *spec, PailErr *err);
+// max_memory (bytes, 0: none) sizes the sim device's arena.
+int backend_open(Backend **out, const char *spec, size_t max_memory, PailErr *err);
 void backend_close(Backend *b);
 // The CPU backend (a process-wide instance; never fails, never closed).
 Backend *backend_cpu(void);
+
+// ---- the sim device (backend_sim.c) ----
+// capacity: the arena's bytes (0: PAIL_SIM_MEMORY, else the host's memory; the
+// smaller of capacity and PAIL_SIM_MEMORY when both). PAIL_SIM_FAIL_AFTER=N
+// makes the Nth stream op fail. -1 with err when the arena cannot be mapped.
+int backend_sim_init(Backend *b, size_t capacity, PailErr *err);
+void backend_sim_free(Backend *b);
+// For tests: hold (true) keeps queued ops from running until released;
+// queued counts the ops queued or running; in_use the bytes allocated.
+void backend_sim_hold(Backend *b, bool hold);
+int backend_sim_queued(Backend *b);
+size_t backend_sim_in_use(Backend *b);
 
 // ---- for the backends' own files ----
 int backend_cpu_init(Backend *b);

@@ -1,6 +1,7 @@
 // The CPU backend (see backend.h): the table over the fast CPU paths of
 // kernels/<op>.c, host memory, nothing asynchronous. Also --device parsing and
-// backend_open, which picks this or the CUDA backend (backend_cuda.cu).
+// backend_open, which picks this, the sim device (backend_sim.c) or the CUDA
+// backend (backend_cuda.cu).
 #include "backend.h"
 #include <omp.h>
 #include <stdio.h>
@@ -297,6 +298,10 @@ int backend_parse_device(const char *spec, BackendKind *kind, int *ordinal, Pail
         *kind = BACKEND_CPU;
         return 0;
     }
+    if (!strcmp(spec, "sim")) {
+        *kind = BACKEND_SIM;
+        return 0;
+    }
     if (!strcmp(spec, "auto")) {
         *kind = BACKEND_CUDA;  // with ordinal -1: fall back to the CPU
         return 0;
@@ -313,16 +318,26 @@ int backend_parse_device(const char *spec, BackendKind *kind, int *ordinal, Pail
             return 0;
         }
     }
-    return err_set(err, PAIL_ERR_INVALID, "--device '%s': use cpu, cuda, cuda:N or auto", spec);
+    return err_set(err, PAIL_ERR_INVALID, "--device '%s': use cpu, cuda, cuda:N, auto or sim", spec);
 }
 
-int backend_open(Backend **out, const char *spec, PailErr *err) {
+int backend_open(Backend **out, const char *spec, size_t max_memory, PailErr *err) {
     *out = NULL;
     BackendKind kind;
     int ordinal;
     if (backend_parse_device(spec, &kind, &ordinal, err) < 0) return -1;
     if (kind == BACKEND_CPU) {
         *out = backend_cpu();
+        return 0;
+    }
+    if (kind == BACKEND_SIM) {
+        Backend *b = calloc(1, sizeof *b);
+        if (!b) return err_set(err, PAIL_ERR_NOMEM, "out of memory");
+        if (backend_sim_init(b, max_memory, err) < 0) {
+            free(b);
+            return -1;
+        }
+        *out = b;
         return 0;
     }
     bool auto_pick = ordinal < 0;
@@ -352,8 +367,9 @@ int backend_open(Backend **out, const char *spec, PailErr *err) {
 
 void backend_close(Backend *b) {
     if (!b || b == backend_cpu()) return;
+    if (b->kind == BACKEND_SIM) backend_sim_free(b);
 #ifdef PAIL_CUDA
-    backend_cuda_free(b);
+    else backend_cuda_free(b);
 #endif
     free(b);
 }

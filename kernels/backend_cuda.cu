@@ -192,13 +192,13 @@ static int cu_embedding_backward(B_, float *dtable, const float *dout, const int
     return embedding_backward_cuda(dtable, dout, tokens, T, C, err);
 }
 static int cu_adamw_grad_sumsq(B_, double *sumsq, const float *g, size_t n, PailErr *err) {
-    if (adamw_grad_sumsq_cuda(impl(b)->d_sumsq, g, n, err)) return -1;
+    if (adamw_grad_sumsq_cuda(impl(b)->d_sumsq, g, n, impl(b)->stream, err)) return -1;
     return cu_to_host(b, sumsq, impl(b)->d_sumsq, sizeof(double), err);
 }
 static int cu_adamw_update(B_, float *p, float *m, float *v, const float *g, size_t n, float lr, float beta1,
                            float beta2, float eps, float weight_decay, int step, float grad_scale, PailErr *err) {
-    NOB;
-    return adamw_update_cuda(p, m, v, g, n, lr, beta1, beta2, eps, weight_decay, step, grad_scale, err);
+    return adamw_update_cuda(p, m, v, g, n, lr, beta1, beta2, eps, weight_decay, step, grad_scale, impl(b)->stream,
+                             err);
 }
 
 static size_t cu_sample_ws(Backend *b, int n, int V, const SampleParams *sp) {

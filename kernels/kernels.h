@@ -343,11 +343,14 @@ int embedding_forward_cuda(float *out, const float *table, const int *tokens, in
                            PailErr *err);
 int embedding_backward_cuda(float *dtable, const float *dout, const int *tokens, int T, int C,
                             PailErr *err);
+// The optimizer step's twins run on the stream given (the backend's; a
+// cudaStream_t, 0 for the default stream), the first to take one.
+struct CUstream_st;
 // sumsq: a device double written with the sum of squares.
-int adamw_grad_sumsq_cuda(double *sumsq, const float *g, size_t n, PailErr *err);
+int adamw_grad_sumsq_cuda(double *sumsq, const float *g, size_t n, struct CUstream_st *stream, PailErr *err);
 int adamw_update_cuda(float *p, float *m, float *v, const float *g, size_t n, float lr,
                       float beta1, float beta2, float eps, float weight_decay, int step,
-                      float grad_scale, PailErr *err);
+                      float grad_scale, struct CUstream_st *stream, PailErr *err);
 // ws: sample_ws_bytes_cuda(n, V, sp) bytes of device memory (the rows'
 // probabilities; with top-k / top-p also the sort's buffers). stop_ids on the device.
 size_t sample_ws_bytes_cuda(int n, int V, const SampleParams *sp);

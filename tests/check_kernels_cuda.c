@@ -246,14 +246,14 @@ START_TEST(test_embedding_adamw_cuda) {
     float *p = rnd(n, -1, 1), *m = rnd(n, -0.1, 0.1), *v = rnd(n, 0, 0.01), *gr = rnd(n, -3, 3);
     float *p_ = UPF(p, n), *m_ = UPF(m, n), *v_ = UPF(v, n), *gr_ = UPF(gr, n);
     double *ss_ = up(NULL, sizeof(double)), ss;
-    OK(adamw_grad_sumsq_cuda(ss_, gr_, n, &err));
+    OK(adamw_grad_sumsq_cuda(ss_, gr_, n, 0, &err));
     OK(kernels_cuda_sync(&err));
     ck_assert(cudaMemcpy(&ss, ss_, sizeof ss, cudaMemcpyDeviceToHost) == cudaSuccess);
     double ssr = adamw_grad_sumsq_ref(gr, n);
     ck_assert_msg(fabs(ss - ssr) <= 1e-10 * ssr, "sumsq %.17g, CPU %.17g", ss, ssr);
     float sc = adamw_clip_scale(ssr, 1.0f);
     for (int step = 1; step <= 3; step++) {
-        OK(adamw_update_cuda(p_, m_, v_, gr_, n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, step, sc, &err));
+        OK(adamw_update_cuda(p_, m_, v_, gr_, n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, step, sc, 0, &err));
         adamw_update_ref(p, m, v, gr, n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, step, sc);
     }
     expect_dev("adamw_update_cuda p", p_, p, n, 1e-6, 1e-6);

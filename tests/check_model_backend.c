@@ -4,7 +4,10 @@
 // KV-cache prefill + decode) on each backend against a reference backend built
 // here from the plain-loop *_ref kernels. The CPU backend is always checked;
 // the CUDA backend when the build has it and a device is there (else it says
-// SKIP for that part). Tolerances: the fast CPU paths and the device sum in
+// SKIP for that part). The sim device (--device sim) must give the CPU
+// backend's bits: the same kernels in the same order at the same team size.
+// One trainer step compared whole (forward, host loss, backward, the
+// trainable state's optimizer step, twice) on sim (bits) and CUDA. Tolerances: the fast CPU paths and the device sum in
 // other orders than the reference loops: 2e-4 absolute + 2e-4 relative on
 // log-probs and logits, 1e-3 + 2e-3 on gradients (fp32 throughout). Also a
 // decode step in one OpenMP region (a backend with team_ops) against the CPU
@@ -19,6 +22,7 @@
 #include "check_model_fill.h"
 #include "kernels.h"
 #include "matmul_amx.h"
+#include "lora/trainable.h"
 #include "model/transformer.h"
 
 // ---- a reference backend: host memory, the *_ref loops ----
@@ -423,16 +427,163 @@ START_TEST(test_cuda_backend) {
     Backend *be;
     PailErr err = {0};
 #ifdef PAIL_CUDA
-    if (backend_open(&be, "cuda", &err) < 0) {
+    if (backend_open(&be, "cuda", 0, &err) < 0) {
         printf("SKIP: CUDA backend: %s\n", err.msg);
         return;
     }
     compare(be);
     backend_close(be);
 #else
-    ck_assert_int_eq(backend_open(&be, "cuda", &err), -1);  // a CPU build says so
+    ck_assert_int_eq(backend_open(&be, "cuda", 0, &err), -1);  // a CPU build says so
     ck_assert_ptr_nonnull(strstr(err.msg, "built without CUDA"));
     printf("SKIP: CUDA backend: built without CUDA\n");
+#endif
+}
+END_TEST
+
+static void lora_for(const ModelWeights *w, LoraLayout *lay, float **p);
+
+static void expect_same(const char *what, const float *got, const float *want, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (memcmp(&got[i], &want[i], sizeof(float)))
+            ck_abort_msg("%s on sim: element %zu is %.9g, the CPU's %.9g (not the same bits)", what, i, got[i], want[i]);
+}
+
+// The whole model on the sim device against the CPU backend, bit for bit:
+// log-probs, entropy, LoRA gradients, prefill and decode logits.
+START_TEST(test_sim_backend) {
+    Backend *be;
+    PailErr err = {0};
+    ck_assert_msg(backend_open(&be, "sim", 0, &err) == 0, "%s", err.msg);
+    for (int type = 0; type < 3; type++)
+        for (int rec = 0; rec < 2; rec++) {
+            ModelWeights w;
+            small_model(&w, (ModelType)type);
+            LoraLayout lay;
+            float *p;
+            lora_for(&w, &lay, &p);
+            Outputs want, got;
+            run(backend_cpu(), &w, &lay, p, rec, &want);
+            run(be, &w, &lay, p, rec, &got);
+            expect_same("log-probs", got.logp, want.logp, T);
+            expect_same("entropy", got.ent, want.ent, T);
+            expect_same("LoRA gradients", got.grads, want.grads, (size_t)lay.n_params);
+            expect_same("KV-cache logits", got.logits, want.logits, (size_t)SLOTS * (DECODE + 1) * w.cfg.vocab_size);
+            free(want.grads), free(want.logits), free(got.grads), free(got.logits), free(p);
+            lora_layout_free(&lay);
+            model_weights_free(&w);
+        }
+    ck_assert_uint_eq(backend_sim_in_use(be), 0);  // every run gave its memory back
+    backend_close(be);
+}
+END_TEST
+
+// ---- one trainer step, whole ----
+typedef struct {
+    float *p, *m, *v;  // (n_params) host, after the steps
+    double sumsq[2];
+} StepOut;
+
+// Two optimizer steps as grpo-train takes them: the adapter loaded into the
+// trainable state, forward (log-probs back to the host), a loss on the host
+// (d loss / d logp down), backward into the state's gradients, the state's
+// step (sum of squares up, clip, AdamW, zero); then the state saved.
+static void train_steps(Backend *be, const ModelWeights *w, const LoraLayout *lay, const float *p0, StepOut *o) {
+    PailErr err = {0};
+    size_t np = (size_t)lay->n_params;
+    Trainable *ts;
+    ck_assert_msg(trainable_open(&ts, be, np, true, NULL, &err) == 0, "%s", err.msg);
+    ck_assert_msg(trainable_load(ts, p0, NULL, NULL, &err) == 0, "%s", err.msg);
+    TransformerPlan plan = {.max_tokens = T, .backward = true, .vchunk = 64, .lora_rank = 4, .backend = be};
+    Transformer *tf;
+    ck_assert_msg(transformer_init(&tf, w, &plan, &err) == 0, "%s", err.msg);
+    ck_assert_msg(transformer_set_lora(tf, lay, trainable_params(ts), &err) == 0, "%s", err.msg);
+    int tok[T], pos[T], tgt[T], cu[NSEQ + 1] = {0, 11, 25, T};
+    for (int t = 0; t < T; t++) tok[t] = (t * 37 + 11) % w->cfg.vocab_size;
+    for (int s = 0; s < NSEQ; s++)
+        for (int t = cu[s]; t < cu[s + 1]; t++) pos[t] = t - cu[s];
+    for (int t = 0; t < T; t++) tgt[t] = (t + 1 < T && t % 4 != 3) ? tok[t + 1] : -1;
+    TrainableHyper h = {.lr = 1e-3, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.01f,
+                        .max_grad_norm = 0.5f};
+    for (int step = 1; step <= 2; step++) {
+        float logp[T], dlogp[T];
+        ck_assert_msg(transformer_forward(tf, logp, NULL, tok, pos, cu, NSEQ, T, tgt, 1.0f, &err) == 0, "%s", err.msg);
+        for (int t = 0; t < T; t++) dlogp[t] = tgt[t] >= 0 ? -(1.0f + 0.1f * logp[t]) / T : 0;  // a loss of logp
+        ck_assert_msg(transformer_backward(tf, trainable_grads(ts), NULL, dlogp, &err) == 0, "%s", err.msg);
+        ck_assert_int_eq(trainable_step(ts, &h, step, &o->sumsq[step - 1], &err), 0);
+    }
+    o->p = malloc(np * 4), o->m = malloc(np * 4), o->v = malloc(np * 4);
+    ck_assert_msg(trainable_save(ts, o->p, o->m, o->v, &err) == 0, "%s", err.msg);
+    transformer_free(tf);
+    trainable_close(ts);
+}
+
+static double rel_l2(const float *a, const float *b, const float *base, size_t n) {
+    double d = 0, s = 0;
+    for (size_t i = 0; i < n; i++) {
+        double x = a[i] - (base ? base[i] : 0), y = b[i] - (base ? base[i] : 0);
+        d += (x - y) * (x - y), s += y * y;
+    }
+    return s > 0 ? sqrt(d / s) : sqrt(d);
+}
+
+static void step_compare(Backend *be, bool bits) {
+    ModelWeights w;
+    small_model(&w, MODEL_QWEN3);
+    LoraLayout lay;
+    float *p;
+    lora_for(&w, &lay, &p);
+    size_t np = (size_t)lay.n_params;
+    StepOut want, got;
+    train_steps(backend_cpu(), &w, &lay, p, &want);
+    train_steps(be, &w, &lay, p, &got);
+    ck_assert(want.sumsq[0] > 0.25 && want.sumsq[1] > 0);  // the clip (max norm 0.5) acts on step 1
+    if (bits) {
+        ck_assert_msg(got.sumsq[0] == want.sumsq[0] && got.sumsq[1] == want.sumsq[1], "sums of squares %.17g %.17g, "
+                      "the CPU's %.17g %.17g", got.sumsq[0], got.sumsq[1], want.sumsq[0], want.sumsq[1]);
+        expect_same("adapter after two steps", got.p, want.p, np);
+        expect_same("first moment", got.m, want.m, np);
+        expect_same("second moment", got.v, want.v, np);
+    } else {
+        // The device sums in other orders: gradients within check_model_backend's
+        // tolerances, so the moments within ~1e-3; an update is lr * m / sqrt(v)
+        // (about lr * sign(g) at the start), so a gradient within rounding of
+        // zero may step the other way: the update within 5e-2 (relative L2).
+        ck_assert_msg(fabs(got.sumsq[0] - want.sumsq[0]) <= 1e-3 * want.sumsq[0], "sum of squares %.9g vs %.9g",
+                      got.sumsq[0], want.sumsq[0]);
+        double dp = rel_l2(got.p, want.p, p, np), dm = rel_l2(got.m, want.m, NULL, np),
+               dv = rel_l2(got.v, want.v, NULL, np);
+        ck_assert_msg(dp < 5e-2 && dm < 1e-2 && dv < 2e-2, "%s: update %.3g, m %.3g, v %.3g (relative L2)", be->desc,
+                      dp, dm, dv);
+    }
+    // The steps moved the adapter.
+    ck_assert(rel_l2(want.p, p, NULL, np) > 1e-4);
+    free(want.p), free(want.m), free(want.v), free(got.p), free(got.m), free(got.v), free(p);
+    lora_layout_free(&lay);
+    model_weights_free(&w);
+}
+
+START_TEST(test_trainer_step_sim) {
+    Backend *be;
+    PailErr err = {0};
+    ck_assert_msg(backend_open(&be, "sim", 0, &err) == 0, "%s", err.msg);
+    step_compare(be, true);
+    backend_close(be);
+}
+END_TEST
+
+START_TEST(test_trainer_step_cuda) {
+#ifdef PAIL_CUDA
+    Backend *be;
+    PailErr err = {0};
+    if (backend_open(&be, "cuda", 0, &err) < 0) {
+        printf("SKIP: one trainer step on CUDA: %s\n", err.msg);
+        return;
+    }
+    step_compare(be, false);
+    backend_close(be);
+#else
+    printf("SKIP: one trainer step on CUDA: built without CUDA\n");
 #endif
 }
 END_TEST
@@ -576,10 +727,10 @@ START_TEST(test_device_flag) {
     const char *bad[] = {"gpu", "cuda:", "cuda:x", "cuda:-1", "cuda0", "CPU"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         ck_assert_int_eq(backend_parse_device(bad[i], &k, &ord, &err), -1);
-        ck_assert_ptr_nonnull(strstr(err.msg, "use cpu, cuda, cuda:N or auto"));
+        ck_assert_ptr_nonnull(strstr(err.msg, "use cpu, cuda, cuda:N, auto or sim"));
     }
     Backend *be;
-    ck_assert_int_eq(backend_open(&be, "auto", &err), 0);  // a GPU when there is one, else the CPU
+    ck_assert_int_eq(backend_open(&be, "auto", 0, &err), 0);  // a GPU when there is one, else the CPU
     ck_assert_ptr_nonnull(be);
     backend_close(be);
 }
@@ -594,6 +745,9 @@ int main(void) {
     tcase_add_test(core, test_cpu_backend);
     tcase_add_test(core, test_cuda_backend);
     tcase_add_test(core, test_extend_one_region);
+    tcase_add_test(core, test_sim_backend);
+    tcase_add_test(core, test_trainer_step_sim);
+    tcase_add_test(core, test_trainer_step_cuda);
     tcase_add_test(limits, test_extend_one_region_error);
     tcase_add_test(limits, test_device_flag);
     suite_add_tcase(s, core);

@@ -136,7 +136,7 @@ int main(int argc, char **argv) {
     int want_dtype;
     if ((rc = dtype_cli("grpo-rollout", dtype, &want_dtype)) != 0 ||
         (rc = max_memory_cli("grpo-rollout", max_memory, &max_mem)) != 0 ||
-        (rc = device_open_cli("grpo-rollout", device, false, &be)) != 0) {
+        (rc = device_open_cli("grpo-rollout", device, DEVICE_READY_SIM, max_mem, &be)) != 0) {
         flags_free(fl, n);
         return rc;
     }

@@ -185,7 +185,7 @@ int main(int argc, char **argv) {
     }
     Backend *be;
     if ((rc = max_memory_cli("grpo-train", max_memory, &c.max_memory)) != 0 ||
-        (rc = device_open_cli("grpo-train", device, false, &be)) != 0) {
+        (rc = device_open_cli("grpo-train", device, DEVICE_READY_SIM, c.max_memory, &be)) != 0) {
         flags_free(fl, n);
         return rc;
     }
@@ -218,12 +218,13 @@ int main(int argc, char **argv) {
                        .warmup_steps = warmup, .steps = steps, .batch = gps, .seed = seed, .token_budget = (int)budget,
                        .metrics_path = c.metrics_path, .log_every = (int)log_every, .valid_path = valid,
                        .valid_every = (int)valid_every, .stop_accuracy = stop_accuracy, .max_memory = c.max_memory,
-                       .weights_dtype = c.weights_dtype};
+                       .weights_dtype = c.weights_dtype, .backend = be};
         rc = sft_run(&s, &g_stop, &err);
     } else {
         rc = trainer_run(&c, &g_stop, &err);
     }
     if (rc < 0) fprintf(stderr, "grpo-train: %s\n", err.msg);
+    backend_close(be);
     json_decref(c.effective);
     flags_free(fl, n);
     return rc < 0 ? 1 : 0;

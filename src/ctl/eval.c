@@ -64,7 +64,7 @@ int ctl_eval(int argc, char **argv) {
     int want;
     if ((rc = dtype_cli("grpo-ctl eval", dtype, &want)) != 0 ||
         (rc = max_memory_cli("grpo-ctl eval", max_memory, &max_mem)) != 0 ||
-        (rc = device_open_cli("grpo-ctl eval", device, false, &be)) != 0)
+        (rc = device_open_cli("grpo-ctl eval", device, DEVICE_READY_SIM, max_mem, &be)) != 0)
         goto done;
     RolloutConfig c = {.model_dir = model, .eval = true, .eval_dataset = dataset, .eval_samples = samples,
                        .eval_once = true, .eval_adapter = adapter, .eval_out = out,

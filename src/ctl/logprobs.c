@@ -15,6 +15,7 @@
 #include "grpo/pack.h"
 #include "lora/peft.h"
 #include "model/device.h"
+#include "lora/trainable.h"
 #include "model/transformer.h"
 
 int ctl_read_url_or_path(const char *src, const CtlStoreFlags *sf, Buf *out, PailErr *err) {
@@ -90,17 +91,19 @@ int ctl_logprobs(int argc, char **argv) {
     Backend *be;
     int want;
     if ((rc = dtype_cli("grpo-ctl logprobs", dtype, &want)) != 0 ||
-        (rc = device_open_cli("grpo-ctl logprobs", device, false, &be)) != 0)
+        (rc = device_open_cli("grpo-ctl logprobs", device, DEVICE_READY_SIM, 0, &be)) != 0)
         goto out;
     rc = 1;
     PailErr err = {0};
     ModelWeights w;
     if (model_weights_load_as(&w, model, want, &err) < 0) {
         fprintf(stderr, "%s: %s\n", argv[0], err.msg);
+        backend_close(be);
         goto out;
     }
     LoraLayout lay = {0};
-    float *lp_params = NULL;
+    float *lp_params = NULL;  // the adapter as read (host); on the backend in ts
+    Trainable *ts = NULL;
     Transformer *tf = NULL;
     FILE *f = NULL;
     void *block = NULL;
@@ -122,7 +125,13 @@ int ctl_logprobs(int argc, char **argv) {
                     adapter, meta.base_sha256, w.base_sha256);
     }
     TransformerPlan plan = {.max_tokens = (int)budget, .lora_rank = adapter ? lay.cfg.rank : 0, .backend = be};
-    if (transformer_init(&tf, &w, &plan, &err) < 0 || (adapter && transformer_set_lora(tf, &lay, lp_params, &err) < 0)) {
+    if (adapter && (trainable_open(&ts, be, (size_t)lay.n_params, false, NULL, &err) < 0 ||
+                    trainable_load(ts, lp_params, NULL, NULL, &err) < 0)) {
+        fprintf(stderr, "%s: %s\n", argv[0], err.msg);
+        goto done;
+    }
+    if (transformer_init(&tf, &w, &plan, &err) < 0 ||
+        (adapter && transformer_set_lora(tf, &lay, trainable_params(ts), &err) < 0)) {
         fprintf(stderr, "%s: %s\n", argv[0], err.msg);
         goto done;
     }
@@ -190,9 +199,11 @@ done:
     if (f && f != stdin) fclose(f);
     free(block);
     transformer_free(tf);
+    trainable_close(ts);
     free(lp_params);
     lora_layout_free(&lay);
     model_weights_free(&w);
+    backend_close(be);
 out:
     flags_free(fl, n);
     return rc;

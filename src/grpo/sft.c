@@ -1,6 +1,8 @@
 // Supervised warm-up (see sft.h): rows -> token ids (prompt, completion + EOS)
 // -> seeded epoch shuffles -> packed micro-batches -> -mean log p(completion)
 // -> LoRA or full gradients -> AdamW -> adapter file or checkpoint folder.
+// The adapter, gradients and moments live on the compute backend
+// (lora/trainable.h); full training keeps the base weights on the CPU.
 #include "grpo/sft.h"
 #include <jansson.h>
 #include <math.h>
@@ -16,6 +18,7 @@
 #include "grpo/pack.h"
 #include "kernels.h"
 #include "lora/lora.h"
+#include "lora/trainable.h"
 #include "model/memplan.h"
 #include "model/device.h"
 #include "model/modelgen.h"
@@ -188,7 +191,7 @@ static int sft_plan_check(const SftConfig *c, PailErr *err) {
                            .lora_rank = c->full ? 0 : c->lora_rank,
                            .lora_targets = c->lora_targets, .token_budget = c->token_budget, .full = c->full};
     MemoryPlan mp;
-    if (memplan_build(&mp, &mc, &spec, backend_cpu()->desc, err) < 0) return -1;
+    if (memplan_build(&mp, &mc, &spec, (c->backend ? c->backend : backend_cpu())->desc, err) < 0) return -1;
     SftBufs b = {0};  // the step's block as sft_run sizes it (the examples' order, 8 bytes each, aside)
     MemPlan dry = {0};
     plan_step(&b, &dry, c->token_budget, 0, c->batch);
@@ -199,6 +202,10 @@ static int sft_plan_check(const SftConfig *c, PailErr *err) {
 
 int sft_run(const SftConfig *c, volatile sig_atomic_t *stop, PailErr *err) {
     ModelWeights w;
+    Backend *be = c->backend ? c->backend : backend_cpu();
+    if (c->full && !be->host_memory)
+        return err_set(err, PAIL_ERR_UNSUPPORTED, "--sft --full trains the base weights in host memory: --device %s "
+                       "is for LoRA (use --device cpu)", be->ops->name);
     if (sft_plan_check(c, err) < 0) return -1;
     if (model_weights_load_as(&w, c->model_dir, sft_dtype(c), err) < 0) return -1;
     dtype_log_weights(&w);
@@ -211,7 +218,8 @@ int sft_run(const SftConfig *c, volatile sig_atomic_t *stop, PailErr *err) {
     int nex = 0, rc = -1;
     LoraLayout lay = {0};
     Transformer *tf = NULL;
-    float *params = NULL, *grads = NULL, *m = NULL, *v = NULL;
+    Trainable *ts = NULL;
+    float *hparams = NULL;  // LoRA: the adapter on the host (its init, validation, the file written)
     void *block = NULL;  // the step's buffers (plan_step)
     SftBufs b = {0};
     FILE *mf = NULL;
@@ -237,23 +245,21 @@ int sft_run(const SftConfig *c, volatile sig_atomic_t *stop, PailErr *err) {
     }
     size_t n;
     if (c->full) {
-        n = w.num_params;
-        params = model_weights_f32(&w);  // trained in place (loaded as f32)
+        n = w.num_params;  // the base weights, trained in place (loaded as f32)
+        if (trainable_open(&ts, be, n, true, model_weights_f32(&w), err) < 0) goto out;
     } else {
         LoraConfig lc = {.rank = c->lora_rank, .alpha = c->lora_alpha, .rslora = c->rslora, .targets = c->lora_targets};
         if (lora_layout_build(&lay, &w.cfg, &lc, err) < 0) goto out;
         n = (size_t)lay.n_params;
-        params = malloc(n * sizeof(float));
-        if (params) lora_init(&lay, params, (uint64_t)c->seed);
+        if (!(hparams = malloc(n * sizeof(float)))) { err_set(err, PAIL_ERR_NOMEM, "out of memory"); goto out; }
+        lora_init(&lay, hparams, (uint64_t)c->seed);
+        if (trainable_open(&ts, be, n, true, NULL, err) < 0 || trainable_load(ts, hparams, NULL, NULL, err) < 0)
+            goto out;
     }
-    grads = calloc(n, sizeof(float));
-    m = calloc(n, sizeof(float));
-    v = calloc(n, sizeof(float));
     TransformerPlan plan = {.max_tokens = c->token_budget, .backward = true, .full = c->full,
-                            .lora_rank = c->full ? 0 : lay.cfg.rank};
-    if (!params || !grads || !m || !v) { err_set(err, PAIL_ERR_NOMEM, "out of memory"); goto out; }
+                            .lora_rank = c->full ? 0 : lay.cfg.rank, .backend = be};
     if (transformer_init(&tf, &w, &plan, err) < 0) goto out;
-    if (!c->full && transformer_set_lora(tf, &lay, params, err) < 0) goto out;
+    if (!c->full && transformer_set_lora(tf, &lay, trainable_params(ts), err) < 0) goto out;
     if (nvex) {  // greedy generation over the same weights (and adapter) for validation
         int maxp = 1, maxc = 1;
         for (int i = 0; i < nvex; i++) {
@@ -264,7 +270,9 @@ int sft_run(const SftConfig *c, volatile sig_atomic_t *stop, PailErr *err) {
         GenConfig gc = {.group_size = 1, .max_new_tokens = maxc, .batch_size = 64, .max_prompt_tokens = maxp,
                         .max_prompts = nvex,
                         .sampler = {.temperature = 0, .top_p = 1}, .stop_ids = &eos, .n_stop_ids = eos >= 0};
-        if (transformer_init(&vtf, &w, &vp, err) < 0 || (!c->full && transformer_set_lora(vtf, &lay, params, err) < 0) ||
+        // greedy decoding is on the CPU (generation is not on the backend yet): over the
+        // host copy of the adapter, refreshed before each validation
+        if (transformer_init(&vtf, &w, &vp, err) < 0 || (!c->full && transformer_set_lora(vtf, &lay, hparams, err) < 0) ||
             generator_init(&vgen, vtf, &w.cfg, &gc, err) < 0)
             goto out;
     }
@@ -302,8 +310,7 @@ int sft_run(const SftConfig *c, volatile sig_atomic_t *stop, PailErr *err) {
         }
         double ctoks = 0;
         for (int k = 0; k < nb; k++) ctoks += ex[sel[k]].n - ex[sel[k]].plen;
-        memset(grads, 0, n * sizeof(float));
-        double step_loss = 0;
+        double step_loss = 0;  // the gradients are zero: since the load, or the last step
         int k = 0;
         while (k < nb) {  // micro-batches: as many examples as the token budget holds
             pack_reset(row);
@@ -319,13 +326,15 @@ int sft_run(const SftConfig *c, volatile sig_atomic_t *stop, PailErr *err) {
                 dlogp[t] = tgt[t] >= 0 ? (float)(-1.0 / ctoks) : 0.0f;
                 if (tgt[t] >= 0) step_loss -= logp[t] / ctoks;
             }
+            float *grads = trainable_grads(ts);
             if (transformer_backward(tf, c->full ? NULL : grads, c->full ? grads : NULL, dlogp, err) < 0) goto out;
         }
-        double sumsq = adamw_grad_sumsq(grads, n);
-        float scale = adamw_clip_scale(sumsq, (float)c->max_grad_norm);
-        double lr = lr_schedule_at(&sched, step);
-        adamw_update(params, m, v, grads, n, (float)lr, (float)c->beta1, (float)c->beta2, (float)c->adam_eps,
-                     (float)c->weight_decay, (int)(step + 1), scale);
+        double sumsq, lr = lr_schedule_at(&sched, step);
+        TrainableHyper h = {.lr = lr, .beta1 = (float)c->beta1, .beta2 = (float)c->beta2, .eps = (float)c->adam_eps,
+                            .weight_decay = (float)c->weight_decay, .max_grad_norm = (float)c->max_grad_norm};
+        int up = trainable_step(ts, &h, (int)(step + 1), &sumsq, err);
+        if (up < 0) goto out;
+        if (up) log_warn("sft step %lld skipped: non-finite gradients (sum of squares %g)", (long long)step + 1, sumsq);
         loss_acc += step_loss;
         tok_acc += ctoks;
         if ((step + 1) % c->log_every == 0 || step + 1 == c->steps) {
@@ -339,6 +348,7 @@ int sft_run(const SftConfig *c, volatile sig_atomic_t *stop, PailErr *err) {
         }
         if (vgen && c->valid_every > 0 && (step + 1) % c->valid_every == 0) {
             double acc = 0;
+            if (!c->full && trainable_save(ts, hparams, NULL, NULL, err) < 0) goto out;
             if (validate(vgen, vex, nvex, &acc, err) < 0) goto out;
             fprintf(stderr, "sft step %lld | validation exact match %.1f%% (%d examples)\n", (long long)step + 1,
                     100 * acc, nvex);
@@ -362,7 +372,8 @@ int sft_run(const SftConfig *c, volatile sig_atomic_t *stop, PailErr *err) {
         Buf img = {0};
         AdapterMeta meta = {.step = step, .created_unix = time_unix_s()};
         snprintf(meta.base_sha256, sizeof meta.base_sha256, "%s", w.base_sha256);
-        if (lora_adapter_write(&lay, params, &meta, &img, err) < 0 || h5f_write_path(&img, c->out, err) < 0) {
+        if (trainable_save(ts, hparams, NULL, NULL, err) < 0 || lora_adapter_write(&lay, hparams, &meta, &img, err) < 0 ||
+            h5f_write_path(&img, c->out, err) < 0) {
             buf_free(&img);
             goto out;
         }
@@ -380,8 +391,8 @@ out:
     free(ex);
     free(block);
     transformer_free(tf);
-    if (!c->full) free(params);
-    free(grads); free(m); free(v);
+    trainable_close(ts);
+    free(hparams);
     lora_layout_free(&lay);
     if (have_chat) chat_template_free(&chat);
     tokenizer_free(tok);

@@ -7,6 +7,7 @@
 #pragma once
 #include <signal.h>
 #include <stdbool.h>
+#include "backend.h"
 #include "core/err.h"
 #include "grpo/schedule.h"
 #include "tokenizer/chat.h"
@@ -30,6 +31,7 @@ typedef struct {
     double stop_accuracy;      // > 0: stop once the validation accuracy reaches it
     size_t max_memory;         // refuse a memory plan above this many bytes (0: the host's available memory)
     int weights_dtype;         // --dtype (MODEL_DTYPE_AUTO or a DType; 0: DT_F32); --full always holds f32
+    Backend *backend;          // where it computes (borrowed; NULL: the CPU); --full: host memory only
 } SftConfig;
 
 int sft_run(const SftConfig *cfg, volatile sig_atomic_t *stop, PailErr *err);

@@ -2,9 +2,14 @@
 // micro-batches -> model -> loss -> LoRA grads -> AdamW -> adapter -> bucket.
 // A step is four parts: its items (rewards, advantages, masks), micro-batches
 // (pack, [reference forward], forward, loss, backward), the update (clip,
-// skip a non-finite step, AdamW) and its metrics. Memory is planned at start
-// (token budget, groups per step) into one block; a step allocates nothing
-// but what the store and HDF5 readers need for new shards, and its metrics line.
+// skip a non-finite step, AdamW) and its metrics. The adapter, its gradients
+// and moments live on the compute backend (lora/trainable.h): a micro-batch
+// sends token ids, positions, offsets and targets down and gets log-probs and
+// entropies back, then sends d loss / d logp down; a step gets one double
+// back; a publish saves the adapter and moments to the host. Memory is planned
+// at start (token budget, groups per step) into one block; a step allocates
+// nothing but what the store and HDF5 readers need for new shards, and its
+// metrics line.
 #include "grpo/trainer.h"
 #include "core/mem.h"
 #include <errno.h>
@@ -24,6 +29,7 @@
 #include "grpo/state.h"
 #include "kernels.h"
 #include "lora/peft.h"
+#include "lora/trainable.h"
 #include "model/memplan.h"
 #include "model/device.h"
 #include "model/transformer.h"
@@ -44,8 +50,11 @@ typedef struct {
     char tok_sha[65];
     Store *st, *src;
     LoraLayout lay;
-    // params, grads and moments, and the micro-batch and step buffers below: pieces of `block`
-    float *params, *grads, *m, *v;     // (n_params) each: one layout
+    Trainable *ts;                       // owned: params, grads and moments on the backend
+    MemoryPlan mp;                       // printed at start; sizes a device's out-of-memory message
+    // host views of the params and moments (n_params each; publish and resume): the
+    // trainable's own arrays on a host-memory backend, else pieces of `block`
+    float *h_params, *h_m, *h_v;
     Transformer *tf;
     Feed feed;
     int64_t step, version, published_step;
@@ -187,15 +196,16 @@ static int state_load(const Trainer *t, Store *st, const char *key, TrainerState
 static int publish(Trainer *t, PailErr *err) {
     double t0 = time_mono_s();
     int64_t v = t->version + 1;
+    if (trainable_save(t->ts, t->h_params, t->h_m, t->h_v, err) < 0) return -1;
     // Readers refuse a non-finite adapter; one in the bucket would stop the run.
-    if (!all_finite(t->params, (size_t)t->lay.n_params))
+    if (!all_finite(t->h_params, (size_t)t->lay.n_params))
         return err_set(err, PAIL_ERR_INVALID, "adapter v%08lld (step %lld) has non-finite weights: not published; "
                        "the bucket still ends at v%08lld, which a restart resumes from", (long long)v,
                        (long long)t->step, (long long)t->version);
     AdapterMeta meta = {.version = v, .step = t->step, .created_unix = time_unix_s()};
     snprintf(meta.base_sha256, sizeof meta.base_sha256, "%s", t->w.base_sha256);
-    TrainerState s = {.step = t->step, .version = v, .rng = t->rng, .layout = t->lay, .params = t->params,
-                      .m = t->m, .v = t->v, .consumed = t->feed.stats.consumed, .dropped = t->feed.stats.dropped,
+    TrainerState s = {.step = t->step, .version = v, .rng = t->rng, .layout = t->lay, .params = t->h_params,
+                      .m = t->h_m, .v = t->h_v, .consumed = t->feed.stats.consumed, .dropped = t->feed.stats.dropped,
                       .rejected = t->feed.stats.rejected, .skipped_steps = t->skipped_steps,
                       .metrics = t->pending_metrics,  // borrowed
                       .rec = t->feed.rec, .rec_n = t->feed.rec_n, .parent = t->state_parent,
@@ -203,7 +213,7 @@ static int publish(Trainer *t, PailErr *err) {
     snprintf(s.run_id, sizeof s.run_id, "%s", t->run_id);
     Buf state = {0};
     int rc = -1;
-    if (lora_adapter_write(&t->lay, t->params, &meta, &s.adapter_image, err) < 0) goto out;
+    if (lora_adapter_write(&t->lay, t->h_params, &meta, &s.adapter_image, err) < 0) goto out;
     if (feed_export(&t->feed, &s.keys, &s.versions, &s.n_groups, &s.used, &s.nshards) < 0) {
         err_set(err, PAIL_ERR_NOMEM, "out of memory");
         goto out;
@@ -385,9 +395,10 @@ static int resume(Trainer *t, long sv, long av, PailErr *err) {
         state_free(&s);
         return -1;
     }
-    memcpy(t->params, s.params, (size_t)t->lay.n_params * sizeof(float));
-    memcpy(t->m, s.m, (size_t)t->lay.n_params * sizeof(float));
-    memcpy(t->v, s.v, (size_t)t->lay.n_params * sizeof(float));
+    if (trainable_load(t->ts, s.params, s.m, s.v, err) < 0) {
+        state_free(&s);
+        return -1;
+    }
     t->step = t->published_step = s.step;
     t->version = s.version;
     t->rng = s.rng;
@@ -519,11 +530,13 @@ static int start(Trainer *t, PailErr *err) {
             return err_set(err, PAIL_ERR_INVALID, "--init-adapter %s: rank/targets differ from the run's LoRA config",
                            c->init_adapter);
         }
-        memcpy(t->params, p2, (size_t)l2.n_params * sizeof(float));
+        int lrc = trainable_load(t->ts, p2, NULL, NULL, err);
         free(p2);
         lora_layout_free(&l2);
+        if (lrc < 0) return -1;
     } else {
-        lora_init(&t->lay, t->params, (uint64_t)c->seed);
+        lora_init(&t->lay, t->h_params, (uint64_t)c->seed);
+        if (trainable_load(t->ts, t->h_params, NULL, NULL, err) < 0) return -1;
     }
     t->version = -1;  // publish() makes it v0
     return publish(t, err);
@@ -753,7 +766,7 @@ static void step_items(Trainer *t, Step *st) {
 // One micro-batch from trained item *k on: the consecutive trained items of
 // the same sampling temperature that fit the token budget, packed into one
 // row; [the KL reference's forward, LoRA off]; the policy's forward; the loss
-// and its gradient per completion token; the backward into t->grads (+=).
+// and its gradient per completion token; the backward into the gradients (+=).
 // *k moves past the items taken (and the untrained ones among them).
 static int micro_batch(Trainer *t, Step *st, int *k, PailErr *err) {
     const TrainerConfig *c = t->cfg;
@@ -794,7 +807,7 @@ static int micro_batch(Trainer *t, Step *st, int *k, PailErr *err) {
                                t->adv_c, t->mask_c, &c->loss, st->norm);
     memset(t->dlogp, 0, (size_t)T * sizeof(float));
     for (int q = 0; q < nct; q++) t->dlogp[r->row_of[q]] = t->d_c[q];
-    if (transformer_backward(t->tf, t->grads, NULL, t->dlogp, err) < 0) return -1;
+    if (transformer_backward(t->tf, trainable_grads(t->ts), NULL, t->dlogp, err) < 0) return -1;
     st->ss.tokens += T;
     return 0;
 }
@@ -804,25 +817,36 @@ static int dump_grads(Trainer *t, PailErr *err) {
     const char *path = t->cfg->dump_grads;
     Buf img = {0};
     AdapterMeta gm = {.version = t->version, .step = t->step};
-    if (lora_adapter_write(&t->lay, t->grads, &gm, &img, err) < 0 || h5f_write_path(&img, path, err) < 0) {
+    float *g = malloc((size_t)t->lay.n_params * sizeof(float));  // a debugging copy, once
+    if (!g) return err_set(err, PAIL_ERR_NOMEM, "--dump-grads %s: out of memory", path);
+    if (trainable_save_grads(t->ts, g, err) < 0 || lora_adapter_write(&t->lay, g, &gm, &img, err) < 0 ||
+        h5f_write_path(&img, path, err) < 0) {
+        free(g);
         buf_free(&img);
         return err_wrap(err, "--dump-grads %s", path);
     }
+    free(g);
     buf_free(&img);
     t->grads_dumped = true;
     return 0;
 }
 
-// The update: the global gradient norm, clipping, AdamW at the schedule's
-// learning rate. Returns 1 (nothing changed, the step counted as skipped)
-// when the gradients are not finite, else 0.
-static int step_update(Trainer *t, Step *st) {
+// The update on the backend (trainable_step): the global gradient norm,
+// clipping, AdamW at the schedule's learning rate, the gradients zeroed.
+// Returns 1 (nothing changed, the step counted as skipped) when the gradients
+// are not finite, 0 after a step, -1 when the device fails.
+static int step_update(Trainer *t, Step *st, PailErr *err) {
     const TrainerConfig *c = t->cfg;
-    size_t n = (size_t)t->lay.n_params;
-    st->sumsq = adamw_grad_sumsq(t->grads, n);
+    LrSchedule sched = {.kind = c->schedule, .lr = c->lr, .min_lr_ratio = c->min_lr_ratio,
+                        .warmup_steps = c->warmup_steps, .steps = c->steps};
+    st->lr = lr_schedule_at(&sched, t->step);
+    TrainableHyper h = {.lr = st->lr, .beta1 = (float)c->beta1, .beta2 = (float)c->beta2, .eps = (float)c->adam_eps,
+                        .weight_decay = (float)c->weight_decay, .max_grad_norm = (float)c->max_grad_norm};
+    int rc = trainable_step(t->ts, &h, (int)(t->step + 1), &st->sumsq, err);
+    if (rc < 0) return -1;
     // A square sum past float range (or NaN) would put inf into AdamW's second
     // moment and NaN into the adapter: the step is skipped, its groups used up.
-    if (!(st->sumsq <= FLT_MAX)) {
+    if (rc == 1) {
         t->skipped_steps++;
         char used[1024] = "";
         size_t ul = 0;
@@ -834,12 +858,6 @@ static int step_update(Trainer *t, Step *st) {
                  (long long)t->step + 1, (long long)t->skipped_steps, st->sumsq, st->ngroups, used);
         return 1;
     }
-    float scale = adamw_clip_scale(st->sumsq, (float)c->max_grad_norm);
-    LrSchedule sched = {.kind = c->schedule, .lr = c->lr, .min_lr_ratio = c->min_lr_ratio,
-                        .warmup_steps = c->warmup_steps, .steps = c->steps};
-    st->lr = lr_schedule_at(&sched, t->step);
-    adamw_update(t->params, t->m, t->v, t->grads, n, (float)st->lr, (float)c->beta1, (float)c->beta2,
-                 (float)c->adam_eps, (float)c->weight_decay, (int)(t->step + 1), scale);
     t->step++;
     return 0;
 }
@@ -933,15 +951,16 @@ static int step_metrics(Trainer *t, Step *st, PailErr *err) {
 static int train_step(Trainer *t, int ngroups, double waited, volatile sig_atomic_t *stop, PailErr *err) {
     const TrainerConfig *c = t->cfg;
     Step st = {.ngroups = ngroups, .N = ngroups * t->G, .t0 = time_mono_s(), .waited = waited};
-    step_items(t, &st);
-    memset(t->grads, 0, (size_t)t->lay.n_params * sizeof(float));
+    step_items(t, &st);  // the gradients are zero: since the load, or the last step
     for (int k = 0; k < st.n_items;) {
         if (!t->mask[k]) { k++; continue; }
         if (micro_batch(t, &st, &k, err) < 0) return -1;
         if (stop && *stop > 1) return err_set(err, PAIL_ERR_INTERRUPTED, "stopped mid-step");
     }
     if (c->dump_grads && !t->grads_dumped && dump_grads(t, err) < 0) return -1;
-    if (step_update(t, &st)) {  // skipped: its groups are used up all the same
+    int up = step_update(t, &st, err);
+    if (up < 0) return -1;
+    if (up) {  // skipped: its groups are used up all the same
         if (feed_commit(&t->feed, t->refs, ngroups, t->step + 1) < 0)
             return err_set(err, PAIL_ERR_NOMEM, "step %lld: out of memory for the consumption record",
                            (long long)t->step + 1);
@@ -957,17 +976,18 @@ static int train_step(Trainer *t, int ngroups, double waited, volatile sig_atomi
 
 // --- setup ----------------------------------------------------------------------
 
-// The trainer's buffers, pieces of one block (sizes from the LoRA layout,
-// the token budget and the step's groups); run twice, see core/mem.h.
+// The trainer's host buffers, pieces of one block (sizes from the LoRA
+// layout, the token budget and the step's groups); run twice, see core/mem.h.
 static void plan_buffers(Trainer *t, MemPlan *p) {
     const TrainerConfig *c = t->cfg;
     size_t n = (size_t)t->lay.n_params, T = (size_t)c->token_budget;
     // Items: a step's N completions and up to N further segments of its episodes.
     size_t N = 2 * (size_t)c->groups_per_step * (size_t)c->group_size, S = T < N ? T : N;
-    t->params = mem_plan_take(p, n * sizeof(float));
-    t->grads = mem_plan_take(p, n * sizeof(float));
-    t->m = mem_plan_take(p, n * sizeof(float));
-    t->v = mem_plan_take(p, n * sizeof(float));
+    if (c->backend && !c->backend->host_memory) {  // the publish's host copies of params and moments
+        t->h_params = mem_plan_take(p, n * sizeof(float));
+        t->h_m = mem_plan_take(p, n * sizeof(float));
+        t->h_v = mem_plan_take(p, n * sizeof(float));
+    }
     pack_plan(&t->row, p, (int)T, (int)S);
     float **per_row[] = {&t->logp, &t->ent, &t->ref, &t->dlogp, &t->new_c, &t->old_c, &t->ref_c, &t->d_c};
     for (size_t i = 0; i < sizeof per_row / sizeof *per_row; i++) *per_row[i] = mem_plan_take(p, T * sizeof(float));
@@ -995,7 +1015,8 @@ static int plan_check(Trainer *t, const TrainerConfig *c, PailErr *err) {
     if (model_config_load(&mc, c->model_dir, err) < 0) return -1;
     LoraConfig lc = {.rank = c->lora_rank, .alpha = c->lora_alpha, .rslora = c->rslora, .targets = c->lora_targets};
     if (lora_layout_build(&t->lay, &mc, &lc, err) < 0) return -1;
-    size_t own = trainer_buffers_bytes(c, t->lay.n_params);  // the trainer's block: adapter state, step arrays
+    // the trainer's own: the adapter state (trainable.h) and its host block (step arrays)
+    size_t own = trainable_bytes((size_t)t->lay.n_params, true) + trainer_buffers_bytes(c, t->lay.n_params);
     Backend *be = c->backend ? c->backend : backend_cpu();
     char wdesc[32];
     size_t wbytes = 0;
@@ -1005,12 +1026,12 @@ static int plan_check(Trainer *t, const TrainerConfig *c, PailErr *err) {
                            .lora_targets = c->lora_targets, .token_budget = c->token_budget,
                            .recompute = c->recompute, .groups_per_step = (int)c->groups_per_step,
                            .group_size = c->group_size};
-    MemoryPlan mp;
-    if (memplan_build(&mp, &mc, &spec, be->desc, err) < 0) return -1;
-    memplan_set_own(&mp, own);
-    memplan_print(stderr, &mp, "grpo-train");
+    MemoryPlan *mp = &t->mp;
+    if (memplan_build(mp, &mc, &spec, be->desc, err) < 0) return -1;
+    memplan_set_own(mp, own);
+    memplan_print(stderr, mp, "grpo-train");
     lora_layout_free(&t->lay);
-    return memplan_check(&mp, c->max_memory, err);
+    return memplan_check(mp, c->max_memory, err);
 }
 
 // --replay-record: the groups the source run's trainer committed, in order,
@@ -1068,6 +1089,7 @@ static int setup(Trainer *t, const TrainerConfig *c, PailErr *err) {
     if (plan_check(t, c, err) < 0) return -1;
     if (model_weights_load_as(&t->w, c->model_dir, c->weights_dtype, err) < 0) return -1;
     dtype_log_weights(&t->w);
+    Backend *be = c->backend ? c->backend : backend_cpu();
     char tj[4200];
     snprintf(tj, sizeof tj, "%s/tokenizer.json", c->model_dir);
     if (access(tj, R_OK) == 0) {
@@ -1080,17 +1102,23 @@ static int setup(Trainer *t, const TrainerConfig *c, PailErr *err) {
     MemPlan dry = {0};
     plan_buffers(t, &dry);
     if (!(t->block = mem_calloc_big(dry.used)))
-        return err_set(err, PAIL_ERR_NOMEM, "trainer: cannot allocate %zu MiB for LoRA rank %d (%lld parameters, "
-                       "their gradients and AdamW moments), %d groups of %d and a token budget of %d",
-                       dry.used >> 20, t->lay.cfg.rank, (long long)t->lay.n_params, (int)c->groups_per_step,
-                       c->group_size, c->token_budget);
+        return err_set(err, PAIL_ERR_NOMEM, "trainer: cannot allocate %zu MiB for %d groups of %d and a token "
+                       "budget of %d", dry.used >> 20, (int)c->groups_per_step, c->group_size, c->token_budget);
     t->block_bytes = dry.used;
     MemPlan real = {t->block, 0};
     plan_buffers(t, &real);
     TransformerPlan plan = {.max_tokens = c->token_budget, .backward = true, .recompute = c->recompute,
-                            .lora_rank = t->lay.cfg.rank, .backend = c->backend};
-    if (transformer_init(&t->tf, &t->w, &plan, err) < 0) return -1;
-    if (transformer_set_lora(t->tf, &t->lay, t->params, err) < 0) return -1;
+                            .lora_rank = t->lay.cfg.rank, .backend = be};
+    // On the device: the adapter state, then the model (a shortage says the plan's sizes).
+    if (trainable_open(&t->ts, be, (size_t)t->lay.n_params, true, NULL, err) < 0 ||
+        transformer_init(&t->tf, &t->w, &plan, err) < 0)
+        return err->code == PAIL_ERR_NOMEM ? memplan_oom(&t->mp, err) : -1;
+    if (be->host_memory) {
+        t->h_params = trainable_host_params(t->ts);
+        t->h_m = trainable_host_m(t->ts);
+        t->h_v = trainable_host_v(t->ts);
+    }
+    if (transformer_set_lora(t->tf, &t->lay, trainable_params(t->ts), err) < 0) return -1;
     if (store_open(&t->st, c->run_url, &c->store, err) < 0) return -1;
     if (c->replay_url && store_open(&t->src, c->replay_url, &c->store, err) < 0) return -1;
     FeedConfig fc = {.base_sha256 = t->w.base_sha256, .tokenizer_sha256 = t->tok_sha, .vocab = t->w.cfg.vocab_size,
@@ -1109,6 +1137,7 @@ static int setup(Trainer *t, const TrainerConfig *c, PailErr *err) {
 static void teardown(Trainer *t) {
     feed_free(&t->feed);
     transformer_free(t->tf);
+    trainable_close(t->ts);
     model_weights_free(&t->w);
     lora_layout_free(&t->lay);
     store_close(t->st);

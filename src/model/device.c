@@ -39,7 +39,7 @@ void dtype_log_weights(const ModelWeights *w) {
              matmul_path_name(1, dt), matmul_path_name(1 << 12, dt));
 }
 
-int device_open_cli(const char *tool, const char *spec, bool cuda_ready, Backend **out) {
+int device_open_cli(const char *tool, const char *spec, unsigned ready, size_t max_memory, Backend **out) {
     PailErr err = {0};
     BackendKind kind;
     int ordinal;
@@ -48,15 +48,21 @@ int device_open_cli(const char *tool, const char *spec, bool cuda_ready, Backend
         fprintf(stderr, "%s: %s\n", tool, err.msg);
         return 2;
     }
+    bool cuda_ready = ready & DEVICE_READY_CUDA;
     bool auto_pick = kind == BACKEND_CUDA && ordinal < 0;
     if (auto_pick && !cuda_ready) spec = "cpu";
-    if (backend_open(out, spec, &err) < 0) {
+    if (kind == BACKEND_SIM && !(ready & DEVICE_READY_SIM)) {
+        fprintf(stderr, "%s: --device sim: %s generates, and generation is not on the backend yet in this release: "
+                "use --device cpu\n", tool, tool);
+        return 1;
+    }
+    if (backend_open(out, spec, max_memory, &err) < 0) {
         fprintf(stderr, "%s: %s\n", tool, err.msg);
         return 1;
     }
     if ((*out)->kind == BACKEND_CUDA && !cuda_ready) {
-        fprintf(stderr, "%s: --device %s: %s computes on the CPU only in this release (found %s): use --device cpu\n",
-                tool, spec, tool, (*out)->desc);
+        fprintf(stderr, "%s: --device %s: not yet verified on a GPU in this release (found %s): use --device cpu\n",
+                tool, spec, (*out)->desc);
         backend_close(*out);
         *out = NULL;
         return 1;

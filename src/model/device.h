@@ -9,11 +9,12 @@
 
 #define DEVICE_CLI_FLAG(v)                                                                             \
     {"device", FLAG_STRING, (v), "cpu", 1, 0,                                                          \
-     "where to compute: cpu, cuda (= cuda:0), cuda:N, or auto (a usable GPU, else the CPU)"}
+     "where to compute: cpu, cuda (= cuda:0), cuda:N, auto (a usable GPU, else the CPU), or sim (a "       \
+     "stand-in device for tests: the CPU kernels behind a GPU's rules, doc/kernels.md)"}
 #define MAX_MEMORY_CLI_FLAG(v)                                                                         \
     {"max-memory", FLAG_STRING, (v), NULL, 1, 0,                                                       \
      "refuse to start when the memory plan (printed at start) exceeds this, e.g. 20G (none: the "      \
-     "device's available memory)"}
+     "device's available memory); also the size of --device sim's memory"}
 
 #define DTYPE_CLI_FLAG(v)                                                                              \
     {"dtype", FLAG_STRING, (v), "auto", 1, 0,                                                          \
@@ -32,12 +33,17 @@ int dtype_plan(const char *dir, int want, char desc[32], size_t *bytes, PailErr 
 // mat-vec, and prefill / training's GEMM).
 void dtype_log_weights(const ModelWeights *w);
 
-// Opens the backend a tool's --device names. cuda_ready: this tool computes on
-// CUDA in this build (else cuda is refused saying so, and auto means the CPU).
-// Returns 0 with *out set; 2 after printing a usage error (a bad spelling); 1
-// after printing one line naming what is missing (no CUDA in the build, no
-// driver, no device, no cuBLAS) or not built yet.
-int device_open_cli(const char *tool, const char *spec, bool cuda_ready, Backend **out);
+// What a tool computes on besides the CPU (device_open_cli's ready).
+enum {
+    DEVICE_READY_SIM = 1,   // its tensors all live on the backend: the sim device too
+    DEVICE_READY_CUDA = 2,  // verified on a GPU (no tool yet: cuda is refused, auto means the CPU)
+};
+// Opens the backend a tool's --device names (max_memory: --max-memory's bytes,
+// 0 for none: the sim device's size). Returns 0 with *out set; 2 after
+// printing a usage error (a bad spelling); 1 after printing one line naming
+// what is missing (no CUDA in the build, no driver, no device, no cuBLAS) or
+// not ready for this tool yet.
+int device_open_cli(const char *tool, const char *spec, unsigned ready, size_t max_memory, Backend **out);
 // --max-memory's value in bytes (NULL: 0, no limit but the device's); 2 after
 // printing a usage error.
 int max_memory_cli(const char *tool, const char *value, size_t *bytes);

@@ -105,16 +105,28 @@ size_t memplan_available(void) {
     return kb * 1024;
 }
 
+static const char *hint_of(const MemoryPlan *p) {
+    return p->spec.role == MEMPLAN_TRAIN ? (p->spec.recompute ? "lower --token-budget or --lora-rank"
+                                                              : "add --recompute, or lower --token-budget or --lora-rank")
+           : p->spec.role == MEMPLAN_ROLLOUT ? "lower --batch-size or --max-new-tokens"
+                                             : "lower --token-budget";
+}
+
+int memplan_oom(const MemoryPlan *p, PailErr *err) {
+    char inner[sizeof err->msg], t[32], w[32], ac[32], lo[32];
+    snprintf(inner, sizeof inner, "%s", err->msg);
+    return err_set(err, PAIL_ERR_NOMEM, "%s; the memory plan needs %s on %s (weights %s, adapter %s, activations %s): "
+                   "%s, or give the device more (--max-memory)", inner, human(p->total, t, sizeof t), p->device,
+                   human(p->weights, w, sizeof w), human(p->lora, lo, sizeof lo), human(p->activations, ac, sizeof ac),
+                   hint_of(p));
+}
+
 int memplan_check(const MemoryPlan *p, size_t limit, PailErr *err) {
     bool flag = limit > 0;
     if (!limit) limit = memplan_available();
     if (!limit || p->total <= limit) return 0;
     char t[32], l[32], w[32], ac[32], kv[32], lo[32];
-    const char *hint = p->spec.role == MEMPLAN_TRAIN
-                           ? (p->spec.recompute ? "lower --token-budget or --lora-rank"
-                                                : "add --recompute, or lower --token-budget or --lora-rank")
-                       : p->spec.role == MEMPLAN_ROLLOUT ? "lower --batch-size or --max-new-tokens"
-                                                         : "lower --token-budget";
+    const char *hint = hint_of(p);
     return err_set(err, PAIL_ERR_NOMEM,
                    "memory plan needs %s on %s but %s%s%s (weights %s, adapter %s, activations %s, KV cache %s): %s",
                    human(p->total, t, sizeof t), p->device, flag ? "--max-memory is " : "", human(limit, l, sizeof l),

@@ -46,6 +46,10 @@ void memplan_print(FILE *f, const MemoryPlan *p, const char *tool);
 // 0 when the plan fits limit bytes (0: the device's available memory); else -1
 // with err listing the sizes and the flags that shrink the plan.
 int memplan_check(const MemoryPlan *p, size_t limit, PailErr *err);
+// An allocation on the device failed (err says which, PAIL_ERR_NOMEM): err
+// becomes one line with it, the plan's sizes and the flags that shrink the
+// plan. Returns -1.
+int memplan_oom(const MemoryPlan *p, PailErr *err);
 size_t memplan_available(void);  // the host's MemAvailable, 0 when unknown
 // "24G", "512M", "1.5T", "300000000" (bytes; K M G T are powers of 1024).
 int memplan_parse_size(const char *s, size_t *out, PailErr *err);

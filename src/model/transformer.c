@@ -211,10 +211,11 @@ int transformer_init(Transformer **out, const ModelWeights *w, const Transformer
     if (!tf->acts || !tf->resid || !tf->h_pos || !tf->sel || !tf->tsel ||
         !tf->rows || !tf->h_lp || !tf->h_ent || !tf->block) {
         size_t mb = dry.used * sizeof(float) >> 20;
+        err_set(err, PAIL_ERR_NOMEM,
+                "transformer: cannot allocate %zu MiB of activations for %d tokens on %s (lower the token "
+                "budget, or use activation recomputation)", mb, plan->max_tokens, tf->be->desc);
         transformer_free(tf);
-        return err_set(err, PAIL_ERR_NOMEM,
-                       "transformer: cannot allocate %zu MiB of activations for %d tokens on %s (lower the token "
-                       "budget, or use activation recomputation)", mb, plan->max_tokens, tf->be->desc);
+        return -1;
     }
     Bump real = {tf->block, 0};
     plan_memory(tf, &real);

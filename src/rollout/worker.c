@@ -16,6 +16,7 @@
 #include "core/timeutil.h"
 #include "core/utf8.h"
 #include "lora/peft.h"
+#include "lora/trainable.h"
 #include "model/device.h"
 #include "model/memplan.h"
 #include "model/transformer.h"
@@ -60,7 +61,7 @@ typedef struct {
     char tok_sha[65];
     char run_id[128];
     LoraLayout lay;
-    float *lora;
+    Trainable *adapter;   // the loaded adapter on the model's backend (uploaded once per version)
     long version;         // loaded adapter version, -1: none
     long seq;             // next shard sequence number
     long shards;
@@ -261,6 +262,22 @@ static int worker_plan(Worker *w, int rank, PailErr *err) {
     return 0;
 }
 
+// The adapter p (w->lay's layout; the caller's, not kept) onto the model's
+// backend, where the model reads it: planned for its rank, uploaded once.
+static int adapter_attach(Worker *w, const float *p, PailErr *err) {
+    if (worker_plan(w, w->lay.cfg.rank, err) < 0) return -1;
+    Backend *be = transformer_backend(w->tf);
+    if (!w->adapter || trainable_count(w->adapter) != (size_t)w->lay.n_params ||
+        trainable_backend(w->adapter) != be) {
+        trainable_close(w->adapter);
+        w->adapter = NULL;
+        if (trainable_open(&w->adapter, be, (size_t)w->lay.n_params, false, NULL, err) < 0)
+            return err_wrap(err, "the adapter");
+    }
+    if (trainable_load(w->adapter, p, NULL, NULL, err) < 0) return err_wrap(err, "uploading the adapter");
+    return transformer_set_lora(w->tf, &w->lay, trainable_params(w->adapter), err);
+}
+
 // Loads adapter version v (verified, checked against the run's base). Returns 0,
 // 1 when the adapter itself is bad (size or sha256 mismatch, not a pail adapter,
 // another model's, non-finite weights: err says which), -1 for anything else
@@ -286,14 +303,13 @@ static int load_adapter(Worker *w, long v, PailErr *err) {
                 meta.base_sha256, w->w.base_sha256);
         return 1;
     }
-    free(w->lora);
     lora_layout_free(&w->lay);
     w->lay = lay;
-    w->lora = p;
     w->version = v;
     if (w->cfg->serve) serve_set_version(w->env, v);
-    if (worker_plan(w, w->lay.cfg.rank, err) < 0) return -1;
-    return transformer_set_lora(w->tf, &w->lay, w->lora, err);
+    rc = adapter_attach(w, p, err);
+    free(p);
+    return rc;
 }
 
 static bool adapter_refused(const Worker *w, long v) {
@@ -1422,7 +1438,7 @@ static void teardown(Worker *w) {
     if (w->ds) { if (!w->cfg->eval) dataset_sampler_free(&w->smp); dataset_free(w->ds); }
     reward_set_free(w->rs);
     store_close(w->st);
-    free(w->lora);
+    trainable_close(w->adapter);
     lora_layout_free(&w->lay);
     model_weights_free(&w->w);
     free(w->row_refused);
@@ -1435,10 +1451,12 @@ static int run_eval_once(Worker *w, PailErr *err) {
     long v = -1;
     if (c->eval_adapter) {
         AdapterMeta meta;
-        if (lora_load_any(c->eval_adapter, &w->w.cfg, &w->lay, &w->lora, &meta, err) < 0) return -1;
+        float *p = NULL;
+        if (lora_load_any(c->eval_adapter, &w->w.cfg, &w->lay, &p, &meta, err) < 0) return -1;
         v = meta.version;
-        if (worker_plan(w, w->lay.cfg.rank, err) < 0 || transformer_set_lora(w->tf, &w->lay, w->lora, err) < 0)
-            return -1;
+        int rc = adapter_attach(w, p, err);
+        free(p);
+        if (rc < 0) return -1;
     } else if (w->st) {
         if (versions_latest(w->st, &SERIES_ADAPTERS, &v, err) < 0) return -1;
         if (v >= 0 && load_adapter(w, v, err) != 0) return -1;

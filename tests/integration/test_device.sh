@@ -18,7 +18,7 @@ for tool in "grpo-train --model $M --run file://$WORK/r" "grpo-rollout --model $
   name=$(cut -d' ' -f1-2 <<<"$tool" | sed 's/ --model//')
   read -r -a argv <<<"$tool"
   argv[0]="$BIN/${argv[0]}"
-  expect_fail "$name --device gpu: a usage error" 2 "--device 'gpu': use cpu, cuda, cuda:N or auto" "${argv[@]}" --device gpu
+  expect_fail "$name --device gpu: a usage error" 2 "--device 'gpu': use cpu, cuda, cuda:N, auto or sim" "${argv[@]}" --device gpu
   expect_fail "$name --device cuda in a CPU build says so" 1 "built without CUDA \(build it with make CUDA=1\)" \
     "${argv[@]}" --device cuda
 done
