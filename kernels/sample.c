@@ -12,50 +12,17 @@
 #include <stdlib.h>
 #include <string.h>
 #include "kernels.h"
+#include "core/rng.h"
 #include "parallel.h"
+#include "sample_exp.h"
 #include "simd.h"
-
-// The scalar twin of simd.h's exp8, operation for operation (fmaf is the
-// vector FMA's single rounding), so every element of a row gets the same bits
-// whether it falls in an 8-wide chunk, the tail, a non-AVX2 build or the GPU.
-static inline float exp1(float x) {
-    const float hi = 88.3762626647949f, lo = -87.3365478515625f;
-    bool under = x < lo;
-    x = x < hi ? x : hi;  // _mm256_min_ps(x, hi): hi when x is NaN
-    x = x > lo ? x : lo;
-    float fx = floorf(fmaf(x, 1.44269504088896341f, 0.5f));
-    x = fmaf(-fx, 0.693359375f, x);
-    x = fmaf(-fx, -2.12194440e-4f, x);
-    float y = 1.9875691500e-4f;
-    y = fmaf(y, x, 1.3981999507e-3f);
-    y = fmaf(y, x, 8.3334519073e-3f);
-    y = fmaf(y, x, 4.1665795894e-2f);
-    y = fmaf(y, x, 1.6666665459e-1f);
-    y = fmaf(y, x, 5.0000001201e-1f);
-    y = fmaf(y, x * x, x + 1.0f);
-    union { uint32_t u; float f; } n = {.u = (uint32_t)((int32_t)fx + 127) << 23};
-    return under ? 0.0f : y * n.f;
-}
 
 void sample_exp(float *x, int n) {
     int i = 0;
 #if defined(__AVX2__) && defined(__FMA__)
     for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, exp8(_mm256_loadu_ps(x + i)));
 #endif
-    for (; i < n; i++) x[i] = exp1(x[i]);
-}
-
-// xoshiro256** (core/rng.c's rng_u64 and rng_uniform, on a bare state).
-static inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-static double uniform(uint64_t *s) {
-    uint64_t result = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl(s[3], 45);
-    return (result >> 11) * 0x1.0p-53;
+    for (; i < n; i++) x[i] = sample_exp1(x[i]);
 }
 
 static int by_prob_desc(const void *a, const void *b, void *arg) {
@@ -87,7 +54,7 @@ int sample_row(float *logprob, uint64_t rng[4], const float *logits, const Sampl
         double sum = 0;
         for (int j = 0; j < V; j++)
             if (p[j] >= floor_p) sum += p[j];
-        double u = uniform(rng) * sum, acc = 0;
+        double u = rng_step_uniform(rng) * sum, acc = 0;
         int tok = -1;
         for (int j = 0; j < V; j++) {
             if (p[j] < floor_p) continue;
@@ -127,7 +94,7 @@ int sample_row(float *logprob, uint64_t rng[4], const float *logits, const Sampl
             for (int j = 0; j < keep; j++) kept += p[idx[j]];
         }
     }
-    double u = uniform(rng) * kept, acc = 0;
+    double u = rng_step_uniform(rng) * kept, acc = 0;
     int tok = idx[keep - 1];
     for (int j = 0; j < keep; j++) {
         acc += p[idx[j]];

@@ -1,5 +1,5 @@
 // sample twin: one block per row. The probabilities are kernels/sample.c's
-// bits (exp1 below is its scalar Cephes exp, fmaf for fmaf) and the stream is
+// bits (sample_exp.h: its scalar Cephes exp, fmaf for fmaf) and the stream is
 // the same xoshiro256**; the double sums are reduced across the block, not
 // left to right, so a token can differ from the CPU's only when the uniform
 // lands within a few ulps of a boundary of the cumulative mass. The sorted
@@ -7,39 +7,11 @@
 // equal probabilities keep the lower id first, the CPU's order). CPU twin:
 // kernels/sample.c.
 #include <cub/cub.cuh>
+#include "core/rng.h"
 #include "cuda_common.h"
+#include "sample_exp.h"
 
 enum { SAMPLE_THREADS = 256 };
-
-__device__ static inline float exp1(float x) {
-    const float hi = 88.3762626647949f, lo = -87.3365478515625f;
-    bool under = x < lo;
-    x = x < hi ? x : hi;
-    x = x > lo ? x : lo;
-    float fx = floorf(fmaf(x, 1.44269504088896341f, 0.5f));
-    x = fmaf(-fx, 0.693359375f, x);
-    x = fmaf(-fx, -2.12194440e-4f, x);
-    float y = 1.9875691500e-4f;
-    y = fmaf(y, x, 1.3981999507e-3f);
-    y = fmaf(y, x, 8.3334519073e-3f);
-    y = fmaf(y, x, 4.1665795894e-2f);
-    y = fmaf(y, x, 1.6666665459e-1f);
-    y = fmaf(y, x, 5.0000001201e-1f);
-    y = fmaf(y, __fmul_rn(x, x), __fadd_rn(x, 1.0f));
-    return under ? 0.0f : __fmul_rn(y, __uint_as_float((unsigned)((int)fx + 127) << 23));
-}
-
-__device__ static inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-__device__ static double uniform(uint64_t *s) {
-    uint64_t result = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl(s[3], 45);
-    return (result >> 11) * 0x1.0p-53;
-}
 
 __device__ static bool knob_on(double k) { return k > 0 && k < 1; }
 
@@ -117,7 +89,7 @@ __global__ static void sample_kernel(int32_t *tok, float *logp, uint8_t *stopped
         for (int j = threadIdx.x; j < V; j += blockDim.x) m = fmaxf(m, l[j]);
         m = block_reduce(m, sh, true);
         float inv_t = (float)(1.0 / sp.temperature);
-        for (int j = threadIdx.x; j < V; j += blockDim.x) p[j] = exp1(__fmul_rn(l[j] - m, inv_t));
+        for (int j = threadIdx.x; j < V; j += blockDim.x) p[j] = sample_exp1(__fmul_rn(l[j] - m, inv_t));
         __syncthreads();
         if (sorted) return;  // phase 1 after the sort
         float floor_p = minp ? (float)sp.min_p : 0.0f;
@@ -125,7 +97,7 @@ __global__ static void sample_kernel(int32_t *tok, float *logp, uint8_t *stopped
         for (int j = threadIdx.x; j < V; j += blockDim.x)
             if (p[j] >= floor_p) s += p[j];
         double sum = SumD(red).Sum(s);
-        if (threadIdx.x == 0) kept_sh = sum * uniform(st);
+        if (threadIdx.x == 0) kept_sh = sum * rng_step_uniform(st);
         __syncthreads();
         int t = block_walk(p, NULL, V, floor_p, kept_sh);
         if (threadIdx.x == 0) {
@@ -161,7 +133,7 @@ __global__ static void sample_kernel(int32_t *tok, float *logp, uint8_t *stopped
                     for (int j = 0; j < keep; j++) kept += q[j];
                 }
             }
-            double u = uniform(st) * kept, acc = 0;
+            double u = rng_step_uniform(st) * kept, acc = 0;
             int t = qi[keep - 1];
             for (int j = 0; j < keep; j++) {
                 acc += q[j];

@@ -14,21 +14,9 @@ void rng_seed(Rng *r, uint64_t seed, uint64_t stream) {
     for (int i = 0; i < 4; i++) r->s[i] = splitmix64(&x);
 }
 
-static inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+uint64_t rng_u64(Rng *r) { return rng_step(r->s); }
 
-uint64_t rng_u64(Rng *r) {
-    uint64_t *s = r->s;
-    uint64_t result = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl(s[3], 45);
-    return result;
-}
-
-double rng_uniform(Rng *r) { return (rng_u64(r) >> 11) * 0x1.0p-53; }
+double rng_uniform(Rng *r) { return rng_step_uniform(r->s); }
 float rng_uniform_f(Rng *r) { return (float)(rng_u64(r) >> 40) * 0x1.0p-24f; }
 
 double rng_normal(Rng *r) {

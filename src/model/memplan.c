@@ -113,12 +113,12 @@ static const char *hint_of(const MemoryPlan *p) {
 }
 
 int memplan_oom(const MemoryPlan *p, PailErr *err) {
-    char inner[sizeof err->msg], t[32], w[32], ac[32], lo[32];
+    char inner[sizeof err->msg], t[32], w[32], ac[32], lo[32], kv[32];
     snprintf(inner, sizeof inner, "%s", err->msg);
-    return err_set(err, PAIL_ERR_NOMEM, "%s; the memory plan needs %s on %s (weights %s, adapter %s, activations %s): "
-                   "%s, or give the device more (--max-memory)", inner, human(p->total, t, sizeof t), p->device,
-                   human(p->weights, w, sizeof w), human(p->lora, lo, sizeof lo), human(p->activations, ac, sizeof ac),
-                   hint_of(p));
+    return err_set(err, PAIL_ERR_NOMEM, "%s; the memory plan needs %s on %s (weights %s, adapter %s, activations %s, "
+                   "KV cache %s): %s, or give the device more (--max-memory)", inner, human(p->total, t, sizeof t),
+                   p->device, human(p->weights, w, sizeof w), human(p->lora, lo, sizeof lo),
+                   human(p->activations, ac, sizeof ac), human(p->kv_cache, kv, sizeof kv), hint_of(p));
 }
 
 int memplan_check(const MemoryPlan *p, size_t limit, PailErr *err) {
