@@ -26,7 +26,7 @@ int main(int argc, char **argv) {
          *serve_tls_key = NULL, *serve_key_file = NULL, *served_name = NULL;
     long G, batch, max_new, max_prompt, prefill, top_k, seed, max_shards, gps, windex, nworkers, length_target,
         eval_every, eval_samples, max_turns, max_episode, serve_max, serve_max_conns;
-    double temperature, top_p, reward_timeout, wait_timeout, env_timeout, episode_timeout, serve_header_timeout,
+    double temperature, top_p, min_p, reward_timeout, wait_timeout, env_timeout, episode_timeout, serve_header_timeout,
         serve_idle_timeout;
     bool chat, eval, strict_dtype, gen_defaults;
     StoreCliFlags sf = {0};
@@ -46,8 +46,11 @@ int main(int argc, char **argv) {
         {"temperature", FLAG_DOUBLE, &temperature, "1.0", 0, 100, "sampling temperature (0: greedy)"},
         {"top-p", FLAG_DOUBLE, &top_p, "1.0", 0, 1, "nucleus sampling (1: off; see doc/rollout.md on the bias)"},
         {"top-k", FLAG_INT, &top_k, "0", 0, 1 << 24, "top-k sampling (0: off)"},
+        {"min-p", FLAG_DOUBLE, &min_p, "0", 0, 1,
+         "min-p sampling: keep tokens at least this times the most likely one's probability (0: off; after top-k "
+         "and top-p, as transformers)"},
         {"generation-defaults", FLAG_BOOL, &gen_defaults, "false", 1, 0,
-         "take temperature, top_p and top_k from the model's generation_config.json (flags given on the command line win)"},
+         "take temperature, top_p, top_k and min_p from the model's generation_config.json (flags given on the command line win)"},
         {"stop", FLAG_LIST, &stops, NULL, 1, 0, "stop string (besides the model's EOS)"},
         {"reward", FLAG_LIST, &rewards, "exact_answer", 1, 0, "NAME[:WEIGHT]: exact_answer, format, length, cmd"},
         {"answer-field", FLAG_STRING, &answer_field, "answer", 1, 0, "dataset field with the reference answer"},
@@ -147,7 +150,7 @@ int main(int argc, char **argv) {
         .rewards = {.specs = (const char *const *)rewards.items, .nspecs = rewards.n, .answer_field = answer_field,
                     .answer_marker = marker, .format_regex = regex, .length_target = length_target, .cmd = cmd,
                     .cmd_timeout_s = reward_timeout},
-        .sampler = {.temperature = temperature, .top_p = top_p, .top_k = (int)top_k},
+        .sampler = {.temperature = temperature, .top_p = top_p, .top_k = (int)top_k, .min_p = min_p},
         .group_size = (int)G, .batch_size = (int)batch, .max_new_tokens = (int)max_new,
         .max_prompt_tokens = (int)max_prompt, .prefill_tokens = (int)prefill, .groups_per_shard = (int)gps, .seed = seed, .max_shards = max_shards,
         .max_ahead = max_ahead, .worker_index = windex, .num_workers = nworkers, .chat = chat,
@@ -162,7 +165,8 @@ int main(int argc, char **argv) {
     if (gen_defaults) {
         unsigned keep = (flags_given(argc, argv, "temperature") ? SAMPLER_KEEP_TEMPERATURE : 0) |
                         (flags_given(argc, argv, "top-p") ? SAMPLER_KEEP_TOP_P : 0) |
-                        (flags_given(argc, argv, "top-k") ? SAMPLER_KEEP_TOP_K : 0);
+                        (flags_given(argc, argv, "top-k") ? SAMPLER_KEEP_TOP_K : 0) |
+                        (flags_given(argc, argv, "min-p") ? SAMPLER_KEEP_MIN_P : 0);
         char took[256];
         if (sampler_generation_defaults(&c.sampler, model, keep, took, &err) < 0) {
             fprintf(stderr, "grpo-rollout: --generation-defaults: %s\n", err.msg);

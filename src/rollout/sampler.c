@@ -22,7 +22,8 @@ int sampler_generation_defaults(SamplerConfig *s, const char *model_dir, unsigne
         return err_set(err, PAIL_ERR_INVALID, "%s: not a JSON object (line %d: %s)", path, je.line, je.text);
     }
     static const struct { const char *key; unsigned bit; double lo, hi; } keys[] = {
-        {"temperature", SAMPLER_KEEP_TEMPERATURE, 0, 100}, {"top_p", SAMPLER_KEEP_TOP_P, 0, 1}, {"top_k", SAMPLER_KEEP_TOP_K, 0, 1 << 24}};
+        {"temperature", SAMPLER_KEEP_TEMPERATURE, 0, 100}, {"top_p", SAMPLER_KEEP_TOP_P, 0, 1},
+        {"top_k", SAMPLER_KEEP_TOP_K, 0, 1 << 24}, {"min_p", SAMPLER_KEEP_MIN_P, 0, 1}};
     SamplerConfig out = *s;
     char took[200] = "";
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
@@ -35,7 +36,8 @@ int sampler_generation_defaults(SamplerConfig *s, const char *model_dir, unsigne
         }
         if (i == 0) out.temperature = x;
         else if (i == 1) out.top_p = x;
-        else out.top_k = (int)x;
+        else if (i == 2) out.top_k = (int)x;
+        else out.min_p = x;
         size_t l = strlen(took);
         snprintf(took + l, sizeof took - l, "%s%s=%g", l ? " " : "", keys[i].key, x);
     }

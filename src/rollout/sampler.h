@@ -21,8 +21,8 @@ typedef struct {
     int V;
 } SamplerScratch;
 
-enum { SAMPLER_KEEP_TEMPERATURE = 1, SAMPLER_KEEP_TOP_P = 2, SAMPLER_KEEP_TOP_K = 4 };
-// --generation-defaults: temperature, top_p and top_k from model_dir/generation_config.json
+enum { SAMPLER_KEEP_TEMPERATURE = 1, SAMPLER_KEEP_TOP_P = 2, SAMPLER_KEEP_TOP_K = 4, SAMPLER_KEEP_MIN_P = 8 };
+// --generation-defaults: temperature, top_p, top_k and min_p from model_dir/generation_config.json
 // where it sets them, except those keep names (given on the command line). No file, or a
 // key absent or null: that setting stays. A value out of range is an error naming the file.
 // desc (may be NULL, 256 bytes) says what was taken. 0 / -1 with err.

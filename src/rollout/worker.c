@@ -582,6 +582,7 @@ static void shard_header(Worker *w, RolloutShard *s) {
     s->temperature = c->sampler.temperature;
     s->top_p = c->sampler.top_p;
     s->top_k = c->sampler.top_k;
+    s->min_p = c->sampler.min_p;
     // Dr.GRPO's constant: a completion's token limit (an episode's, with --env).
     s->max_new_tokens = episodic(c) ? c->max_episode_tokens : c->max_new_tokens;
     s->seed = c->seed;

@@ -163,6 +163,7 @@ int shard_write(const RolloutShard *s, Buf *out, PailErr *err) {
     rc |= h5a_write_f64(f, "temperature", s->temperature, err);
     rc |= h5a_write_f64(f, "top_p", s->top_p, err);
     rc |= h5a_write_i64(f, "top_k", s->top_k, err);
+    rc |= h5a_write_f64(f, "min_p", s->min_p, err);
     rc |= h5a_write_i64(f, "max_new_tokens", s->max_new_tokens, err);
     rc |= h5a_write_i64(f, "seed", s->seed, err);
     if (s->prompts_drawn > 0) rc |= h5a_write_i64(f, "prompts_drawn", s->prompts_drawn, err);  // optional
@@ -245,7 +246,8 @@ int shard_read(RolloutShard *s, const void *data, size_t len, const char *name, 
         h5a_read_i64(f, "top_k", &s->top_k, name, err) < 0 ||
         h5a_read_i64(f, "max_new_tokens", &s->max_new_tokens, name, err) < 0 ||
         h5a_read_i64(f, "seed", &s->seed, name, err) < 0 ||
-        (h5a_exists(f, "prompts_drawn") && h5a_read_i64(f, "prompts_drawn", &s->prompts_drawn, name, err) < 0)) {
+        (h5a_exists(f, "prompts_drawn") && h5a_read_i64(f, "prompts_drawn", &s->prompts_drawn, name, err) < 0) ||
+        (h5a_exists(f, "min_p") && h5a_read_f64(f, "min_p", &s->min_p, name, err) < 0)) {
         rc = err_wrap(err, "shard");
         goto done;
     }

@@ -26,6 +26,7 @@ typedef struct {
     int64_t created_unix;
     char base_sha256[65], tokenizer_sha256[65];
     double temperature, top_p;
+    double min_p;                 // 0 = off (absent from shards written before it: 0)
     int64_t top_k, max_new_tokens;
     int64_t seed;
     int64_t prompts_drawn;        // the writer's prompt-sampler position after this shard (0: not recorded)

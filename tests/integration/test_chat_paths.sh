@@ -64,15 +64,15 @@ expect_fail_last "sft: the model's broken chat_template.jinja: its rows refused 
 rm "$M/chat_template.jinja"
 
 # --generation-defaults: generation_config.json's sampling settings, flags given win
-printf '{"eos_token_id": 0, "temperature": 0.6, "top_p": 0.95, "top_k": 20}' >"$M/generation_config.json"
+printf '{"eos_token_id": 0, "temperature": 0.6, "top_p": 0.95, "top_k": 20, "min_p": 0.05}' >"$M/generation_config.json"
 "$BIN/grpo-rollout" --model "$M" --run "file://$WORK/run" --dataset "$WORK/rows.jsonl" --generation-defaults --top-k 5 \
   --wait-timeout 0.01 >"$WORK/gd.log" 2>&1
-check "--generation-defaults takes temperature and top_p, not the top_k given" \
-  grep -q 'generation_config.json: temperature=0.6 top_p=0.95$' "$WORK/gd.log"
+check "--generation-defaults takes temperature, top_p and min_p, not the top_k given" \
+  grep -q 'generation_config.json: temperature=0.6 top_p=0.95 min_p=0.05$' "$WORK/gd.log"
 "$BIN/grpo-ctl" eval --model "$M" --dataset "$WORK/rows.jsonl" --max-new-tokens 1 --chat --samples 2 \
   --generation-defaults --temperature 0.9 >"$WORK/gd-eval.out" 2>"$WORK/gd-eval.log"
 check "eval --generation-defaults (pass@k): top_p and top_k taken, --temperature given wins" \
-  grep -q 'generation_config.json: top_p=0.95 top_k=20$' "$WORK/gd-eval.log"
+  grep -q 'generation_config.json: top_p=0.95 top_k=20 min_p=0.05$' "$WORK/gd-eval.log"
 printf '{"temperature": "hot"}' >"$M/generation_config.json"
 expect_fail_last "--generation-defaults: a bad value names the file" 1 'generation_config.json: temperature is not a number' \
   "$BIN/grpo-rollout" --model "$M" --run "file://$WORK/run" --dataset "$WORK/rows.jsonl" --generation-defaults

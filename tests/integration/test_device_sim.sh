@@ -102,7 +102,7 @@ for d in cpu sim; do
   cp -a "$SRC" "$WORK/gen-$d"  # (-a: the objects' metadata travel as extended attributes)
   rm -f "$WORK/gen-$d"/control/stop
   timeout 120 "$BIN/grpo-rollout" "${COMMON[@]}" "${ROLL[@]}" --run "file://$WORK/gen-$d" --worker-id wz --max-shards 2 \
-    --max-ahead 0 --temperature 0.9 --top-k 50 --device $d >"$WORK/gen-$d.log" 2>&1
+    --max-ahead 0 --temperature 0.9 --top-k 50 --min-p 0.02 --device $d >"$WORK/gen-$d.log" 2>&1
 done
 same_shards() {
   "$PY" - "$WORK/gen-cpu" "$WORK/gen-sim" <<'PYEOF'
@@ -114,11 +114,12 @@ for x, y in zip(a, b):
         names = []
         f.visit(lambda n: names.append(n) if isinstance(f[n], h5py.Dataset) else None)
         assert names and "completion_ids" in " ".join(names), names
+        assert f.attrs["top_k"] == 50 and f.attrs["min_p"] == 0.02, dict(f.attrs)
         for n in names:
             assert np.array_equal(f[n][()], g[n][()]), (x, n)
 PYEOF
 }
-check "a worker generating on sim (top-k 50, temperature 0.9) writes the CPU worker's shards" same_shards
+check "a worker generating on sim (top-k 50, min-p 0.02, temperature 0.9) writes the CPU worker's shards" same_shards
 for d in cpu sim; do
   "$BIN/grpo-ctl" eval --model "$M" --adapter "$SRC/adapters/v00000020.h5" --dataset "$WORK/train.jsonl" \
     --reward format --format-regex '[0-9]' --samples 4 --temperature 1 --max-new-tokens 6 --batch-size 8 \

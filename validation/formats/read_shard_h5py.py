@@ -22,7 +22,7 @@ with h5py.File(sys.argv[1], "r") as f:
         assert isinstance(s(a[k]), str)
     for k in ("adapter_version", "created_unix", "top_k", "max_new_tokens", "seed"):
         assert np.issubdtype(np.asarray(a[k]).dtype, np.integer), k
-    for k in ("temperature", "top_p"):
+    for k in ("temperature", "top_p", "min_p"):
         assert np.issubdtype(np.asarray(a[k]).dtype, np.floating), k
     po, co = f["prompt_offsets"][:], f["completion_offsets"][:]
     P, N = len(po) - 1, len(co) - 1
