@@ -108,7 +108,7 @@ size_t memplan_available(void) {
 static const char *hint_of(const MemoryPlan *p) {
     return p->spec.role == MEMPLAN_TRAIN ? (p->spec.recompute ? "lower --token-budget or --lora-rank"
                                                               : "add --recompute, or lower --token-budget or --lora-rank")
-           : p->spec.role == MEMPLAN_ROLLOUT ? "lower --batch-size or --max-new-tokens"
+           : p->spec.role == MEMPLAN_ROLLOUT ? "lower --batch-size, --max-new-tokens, --max-prompt-tokens or --prefill-tokens"
                                              : "lower --token-budget";
 }
 

@@ -191,4 +191,14 @@ check "a restart resumes from the bucket" grep -q "resumed from trainer/state-v$
 "$BIN/grpo-train" "${COMMON[@]}" "${TRAIN[@]}" "${REPLAY[@]}" --run "file://$WORK/cpu-k" --device cpu >>"$WORK/cpu-k.log" 2>&1
 check "...and ends where a CPU trainer stopped and resumed there does, bit for bit" \
   same_adapters "$WORK/fail/adapters" "$WORK/cpu-k/adapters" $((n - 1)) 20
+cp -a "$SRC" "$WORK/wfail"
+WF=("${COMMON[@]}" "${ROLL[@]}" --run "file://$WORK/wfail" --worker-id wf --max-shards 1 --max-ahead 0 --device sim)
+expect_fail_last "a worker whose device fails mid-run: exit 1, one line" 1 "sim: op 300 \(.*\) failed: injected" \
+  env PAIL_SIM_FAIL_AFTER=300 timeout 120 "$BIN/grpo-rollout" "${WF[@]}"
+check "...no shard of it" bash -c "! ls '$WORK'/wfail/rollouts/*/wf-*.h5 2>/dev/null"
+check "...restarted, it writes its shard" timeout 120 "$BIN/grpo-rollout" "${WF[@]}"
+check "...one" test "$(ls "$WORK"/wfail/rollouts/*/wf-*.h5 | wc -l)" -eq 1
+expect_fail_last "a worker on a device smaller than its plan: the plan's sizes and the flags" 1 \
+  "cannot allocate .*; the memory plan needs .* on sim .*KV cache .*\): lower --batch-size, --max-new-tokens.*--max-memory" \
+  env PAIL_SIM_MEMORY=20000000 timeout 120 "$BIN/grpo-rollout" "${WF[@]}"
 finish

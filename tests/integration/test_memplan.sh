@@ -16,7 +16,7 @@ check "...the plan names every part (total $total GiB)" bash -c "grep -q 'weight
 expect_fail "without --recompute it is refused, saying what to change" 1 \
   "needs 52.* GiB on cpu but --max-memory is 24.00 GiB \(weights 14.19 GiB.*\): add --recompute" \
   "$BIN/grpo-ctl" "${P[@]}" --max-memory 24G
-expect_fail "a rollout plan over the limit names its flags" 1 "lower --batch-size or --max-new-tokens" \
+expect_fail "a rollout plan over the limit names its flags" 1 "lower --batch-size, --max-new-tokens, --max-prompt-tokens or --prefill-tokens" \
   "$BIN/grpo-ctl" plan --shape qwen2.5-0.5b --role rollout --batch-size 512 --max-new-tokens 4096 --max-memory 8G
 expect_fail "a bad --max-memory" 2 "'24Q' is not a memory size" "$BIN/grpo-ctl" "${P[@]}" --max-memory 24Q
 expect_fail "neither --model nor --shape" 2 "give --model DIR or --shape NAME" "$BIN/grpo-ctl" plan
@@ -43,7 +43,7 @@ expect_fail_last "grpo-train refuses a plan over --max-memory" 1 \
   "$BIN/grpo-train" --model "$T" --run "file://$WORK/run2" --steps 0 --metrics "" --max-memory 1M
 check "...before writing anything to the run" test ! -e "$WORK/run2"
 head -4 "$ROOT/data/addition/train.jsonl" >"$WORK/d.jsonl"
-expect_fail_last "grpo-rollout refuses one too, naming its flags" 1 "lower --batch-size or --max-new-tokens" \
+expect_fail_last "grpo-rollout refuses one too, naming its flags" 1 "lower --batch-size, --max-new-tokens, --max-prompt-tokens or --prefill-tokens" \
   "$BIN/grpo-rollout" --model "$T" --run "file://$WORK/run" --dataset "$WORK/d.jsonl" --max-memory 2M
 printf '{"prompt": "1+1=", "completion": "2"}\n{"prompt": "2+2=", "completion": "4"}\n' >"$WORK/sft.jsonl"
 expect_fail_last "grpo-train --sft --full refuses a plan over --max-memory (grads and moments of every weight)" 1 \
