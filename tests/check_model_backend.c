@@ -102,8 +102,9 @@ static int r_attention_backward(Backend *b, float *dq, float *dk, float *dv, con
 }
 static int r_attention_decode_forward(Backend *b, float *out, const float *q, const float *kc, const float *vc,
                                       const int *cu_new, const int *len, const int *table, int max_blocks, int nseq,
-                                      int H, int Hkv, int D, PailErr *err) {
+                                      int Tn, int H, int Hkv, int D, PailErr *err) {
     NOB;
+    (void)Tn;
     attention_decode_forward_ref(out, q, kc, vc, cu_new, len, table, max_blocks, nseq, H, Hkv, D);
     return 0;
 }
