@@ -882,19 +882,23 @@ int main(void) {
     ref_backend_init();
     team_backend_init();
     Suite *s = suite_create("model_backend");
-    TCase *core = tcase_create("core"), *limits = tcase_create("limits");
+    // The CUDA checks in a case of their own: mk/gpu-bundle.sh runs them alone
+    // under compute-sanitizer (CK_RUN_CASE=cuda).
+    TCase *core = tcase_create("core"), *cuda = tcase_create("cuda"), *limits = tcase_create("limits");
     tcase_set_timeout(core, 120);
+    tcase_set_timeout(cuda, 120);
     tcase_add_test(core, test_cpu_backend);
-    tcase_add_test(core, test_cuda_backend);
     tcase_add_test(core, test_extend_one_region);
     tcase_add_test(core, test_sim_backend);
     tcase_add_test(core, test_trainer_step_sim);
-    tcase_add_test(core, test_trainer_step_cuda);
     tcase_add_test(core, test_generate_sim);
-    tcase_add_test(core, test_generate_cuda);
+    tcase_add_test(cuda, test_cuda_backend);
+    tcase_add_test(cuda, test_trainer_step_cuda);
+    tcase_add_test(cuda, test_generate_cuda);
     tcase_add_test(limits, test_extend_one_region_error);
     tcase_add_test(limits, test_device_flag);
     suite_add_tcase(s, core);
+    suite_add_tcase(s, cuda);
     suite_add_tcase(s, limits);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
