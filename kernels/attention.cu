@@ -137,42 +137,41 @@ static int check_dims(const char *op, int H, int Hkv, int D, PailErr *err) {
 
 extern "C" int attention_forward_cuda(float *out, float *lse, const float *q, const float *k,
                                       const float *v, const int *cu_seqlens, int nseq, int T,
-                                      int H, int Hkv, int D, PailErr *err) {
+                                      int H, int Hkv, int D, cudaStream_t stream, PailErr *err) {
     if (check_dims("attention_forward_cuda", H, Hkv, D, err)) return -1;
     if (T <= 0) return 0;
-    attn_fwd<<<cuda_blocks((size_t)T * H, WARPS), 32 * WARPS>>>(out, lse, q, k, v, cu_seqlens,
-                                                                 nseq, T, H, Hkv, D);
+    attn_fwd<<<cuda_blocks((size_t)T * H, WARPS), 32 * WARPS, 0, stream>>>(out, lse, q, k, v, cu_seqlens, nseq, T,
+                                                                            H, Hkv, D);
     return cuda_launch_check("attention_forward_cuda", err);
 }
 
 extern "C" int attention_backward_cuda(float *dq, float *dk, float *dv, const float *dout,
                                        const float *q, const float *k, const float *v,
                                        const float *out, const float *lse, const int *cu_seqlens,
-                                       int nseq, int T, int H, int Hkv, int D, PailErr *err) {
+                                       int nseq, int T, int H, int Hkv, int D, cudaStream_t stream,
+                                       PailErr *err) {
     if (check_dims("attention_backward_cuda", H, Hkv, D, err)) return -1;
     if (T <= 0) return 0;
     size_t nk = (size_t)T * Hkv * D * sizeof(float);
-    if (cuda_check(cudaMemsetAsync(dk, 0, nk), "attention_backward_cuda memset dk", err) ||
-        cuda_check(cudaMemsetAsync(dv, 0, nk), "attention_backward_cuda memset dv", err))
+    if (cuda_check(cudaMemsetAsync(dk, 0, nk, stream), "attention_backward_cuda memset dk", err) ||
+        cuda_check(cudaMemsetAsync(dv, 0, nk, stream), "attention_backward_cuda memset dv", err))
         return -1;
-    attn_bwd<<<cuda_blocks((size_t)T * H, WARPS), 32 * WARPS>>>(dq, dk, dv, dout, q, k, v, out, lse,
-                                                                 cu_seqlens, nseq, T, H, Hkv, D);
+    attn_bwd<<<cuda_blocks((size_t)T * H, WARPS), 32 * WARPS, 0, stream>>>(dq, dk, dv, dout, q, k, v, out, lse,
+                                                                            cu_seqlens, nseq, T, H, Hkv, D);
     return cuda_launch_check("attention_backward_cuda", err);
 }
 
-// cu_new and cache_len are device arrays; Tn = cu_new[nseq] is needed on the host
-// for the launch size, so it is read back (one small copy per decode step).
+// cu_new and cache_len are device arrays; Tn = cu_new[nseq] comes from the
+// caller (the host built cu_new), so the launch is sized without a read-back
+// and the call stays asynchronous on the stream.
 extern "C" int attention_decode_forward_cuda(float *out, const float *q, const float *k_pool,
                                              const float *v_pool, const int *cu_new,
                                              const int *cache_len, const int *table, int max_blocks,
-                                             int nseq, int H, int Hkv, int D, PailErr *err) {
+                                             int nseq, int Tn, int H, int Hkv, int D, cudaStream_t stream,
+                                             PailErr *err) {
     if (check_dims("attention_decode_forward_cuda", H, Hkv, D, err)) return -1;
-    int Tn = 0;
-    if (cuda_check(cudaMemcpy(&Tn, cu_new + nseq, sizeof(int), cudaMemcpyDeviceToHost),
-                   "attention_decode_forward_cuda read cu_new", err))
-        return -1;
-    if (Tn <= 0) return 0;
-    attn_decode<<<cuda_blocks((size_t)Tn * H, WARPS), 32 * WARPS>>>(
+    if (Tn <= 0 || nseq <= 0) return 0;
+    attn_decode<<<cuda_blocks((size_t)Tn * H, WARPS), 32 * WARPS, 0, stream>>>(
         out, q, k_pool, v_pool, cu_new, cache_len, table, max_blocks, nseq, Tn, H, Hkv, D);
     return cuda_launch_check("attention_decode_forward_cuda", err);
 }

@@ -152,9 +152,10 @@ static int cpu_attention_backward(Backend *b, float *dq, float *dk, float *dv, c
 }
 static int cpu_attention_decode_forward(Backend *b, float *out, const float *q, const float *k_pool,
                                         const float *v_pool, const int *cu_new, const int *cache_len,
-                                        const int *table, int max_blocks, int nseq, int H, int Hkv, int D,
-                                        PailErr *err) {
+                                        const int *table, int max_blocks, int nseq, int Tn, int H, int Hkv,
+                                        int D, PailErr *err) {
     UNUSED;
+    (void)Tn;  // the host reads cu_new itself
     attention_decode_forward(out, q, k_pool, v_pool, cu_new, cache_len, table, max_blocks, nseq, H, Hkv, D);
     return 0;
 }

@@ -1,7 +1,10 @@
 // The CUDA backend (see backend.h): the same table over the <op>.cu twins,
-// device memory from cudaMalloc, the ops on the backend's stream (the default
-// stream, which the twins launch on), the process-wide cuBLAS handle, and a
-// small workspace (the sum of squares' device double). cuBLAS is loaded at run
+// device memory from cudaMalloc, every op, copy and memset queued on the
+// backend's own stream (non-blocking: it does not serialise with the legacy
+// default stream), a cuBLAS handle of its own bound to that stream (with
+// cuBLAS's per-handle workspace and the _dt products' panel scratch: a
+// CudaBlas, kernels.h) and a small workspace (the sum of squares' device
+// double); sync waits for the stream only. cuBLAS is loaded at run
 // time (kernels/cublas_dl.c) and the CUDA runtime is linked statically, so a
 // CUDA build starts on a machine without a GPU, a driver or CUDA libraries and
 // serves --device cpu there. CPU twin of the table: backend_cpu.c.
@@ -11,10 +14,9 @@
 #include "backend.h"
 #include "cuda_common.h"
 
-extern "C" int cuda_dl_cublas(PailErr *err);  // cublas_dl.c
-
 typedef struct {
-    cudaStream_t stream;  // 0: the default stream the twins use
+    cudaStream_t stream;  // owned: every op of this backend runs on it, in order
+    CudaBlas blas;        // owned: the cuBLAS handle on stream, the _dt panels
     double *d_sumsq;      // workspace: adamw_grad_sumsq's device double
 } CudaImpl;
 
@@ -88,108 +90,92 @@ static int cu_scatter_rows(Backend *b, float *dst, const float *src, const int *
 }
 
 #define B_ Backend *b
-#define NOB (void)b
+#define S_ impl(b)->stream
+#define CB_ &impl(b)->blas
 
 static int cu_matmul_forward(B_, float *out, const float *x, const void *W, DType wdt, const float *bias, int T, int K,
                              int N, float alpha, float beta, PailErr *err) {
-    NOB;
-    return matmul_forward_dt_cuda(out, x, W, wdt, bias, T, K, N, alpha, beta, err);
+    return matmul_forward_dt_cuda(out, x, W, wdt, bias, T, K, N, alpha, beta, CB_, err);
 }
 static int cu_matmul_forward_lora(B_, float *out, float *la, const float *x, const void *W, DType wdt,
                                   const float *bias,
                                   const float *A, const float *Bm, int T, int K, int N, int R, float scale,
                                   float beta, PailErr *err) {
-    NOB;
-    return matmul_forward_lora_dt_cuda(out, la, x, W, wdt, bias, A, Bm, T, K, N, R, scale, beta, err);
+    return matmul_forward_lora_dt_cuda(out, la, x, W, wdt, bias, A, Bm, T, K, N, R, scale, beta, CB_, err);
 }
 static int cu_matmul_backward(B_, float *dx, float *dW, float *dbias, const float *dout, const float *x,
                               const void *W, DType wdt, int T, int K, int N, float alpha, float dx_beta,
                               PailErr *err) {
-    NOB;
-    return matmul_backward_dt_cuda(dx, dW, dbias, dout, x, W, wdt, T, K, N, alpha, dx_beta, err);
+    return matmul_backward_dt_cuda(dx, dW, dbias, dout, x, W, wdt, T, K, N, alpha, dx_beta, CB_, err);
 }
 static int cu_rmsnorm_forward(B_, float *out, float *rstd, const float *x, const float *w, int rows, int C,
                               float eps, PailErr *err) {
-    NOB;
-    return rmsnorm_forward_cuda(out, rstd, x, w, rows, C, eps, err);
+    return rmsnorm_forward_cuda(out, rstd, x, w, rows, C, eps, S_, err);
 }
 static int cu_rmsnorm_backward(B_, float *dx, float *dw, const float *dout, const float *x, const float *w,
                                const float *rstd, int rows, int C, PailErr *err) {
-    NOB;
-    return rmsnorm_backward_cuda(dx, dw, dout, x, w, rstd, rows, C, err);
+    return rmsnorm_backward_cuda(dx, dw, dout, x, w, rstd, rows, C, S_, err);
 }
 static int cu_rope_forward(B_, float *out, const float *x, const int *pos, const float *cos_t, const float *sin_t,
                            int T, int nh, int D, PailErr *err) {
-    NOB;
-    return rope_forward_cuda(out, x, pos, cos_t, sin_t, T, nh, D, err);
+    return rope_forward_cuda(out, x, pos, cos_t, sin_t, T, nh, D, S_, err);
 }
 static int cu_rope_backward(B_, float *dx, const float *dout, const int *pos, const float *cos_t, const float *sin_t,
                             int T, int nh, int D, PailErr *err) {
-    NOB;
-    return rope_backward_cuda(dx, dout, pos, cos_t, sin_t, T, nh, D, err);
+    return rope_backward_cuda(dx, dout, pos, cos_t, sin_t, T, nh, D, S_, err);
 }
 static int cu_attention_forward(B_, float *out, float *lse, const float *q, const float *k, const float *v,
                                 const int *cu, int nseq, int T, int H, int Hkv, int D, PailErr *err) {
-    NOB;
-    return attention_forward_cuda(out, lse, q, k, v, cu, nseq, T, H, Hkv, D, err);
+    return attention_forward_cuda(out, lse, q, k, v, cu, nseq, T, H, Hkv, D, S_, err);
 }
 static int cu_attention_backward(B_, float *dq, float *dk, float *dv, const float *dout, const float *q,
                                  const float *k, const float *v, const float *out, const float *lse, const int *cu,
                                  int nseq, int T, int H, int Hkv, int D, PailErr *err) {
-    NOB;
-    return attention_backward_cuda(dq, dk, dv, dout, q, k, v, out, lse, cu, nseq, T, H, Hkv, D, err);
+    return attention_backward_cuda(dq, dk, dv, dout, q, k, v, out, lse, cu, nseq, T, H, Hkv, D, S_, err);
 }
 static int cu_attention_decode_forward(B_, float *out, const float *q, const float *kp, const float *vp,
                                        const int *cu_new, const int *cache_len, const int *table, int max_blocks,
-                                       int nseq, int H, int Hkv, int D, PailErr *err) {
-    NOB;
-    return attention_decode_forward_cuda(out, q, kp, vp, cu_new, cache_len, table, max_blocks, nseq, H, Hkv, D, err);
+                                       int nseq, int Tn, int H, int Hkv, int D, PailErr *err) {
+    return attention_decode_forward_cuda(out, q, kp, vp, cu_new, cache_len, table, max_blocks, nseq, Tn, H, Hkv, D, S_,
+                                         err);
 }
 static int cu_swiglu_forward(B_, float *out, const float *gate, const float *up, size_t n, PailErr *err) {
-    NOB;
-    return swiglu_forward_cuda(out, gate, up, n, err);
+    return swiglu_forward_cuda(out, gate, up, n, S_, err);
 }
 static int cu_swiglu_backward(B_, float *dgate, float *dup, const float *dout, const float *gate, const float *up,
                               size_t n, PailErr *err) {
-    NOB;
-    return swiglu_backward_cuda(dgate, dup, dout, gate, up, n, err);
+    return swiglu_backward_cuda(dgate, dup, dout, gate, up, n, S_, err);
 }
 static int cu_logprob_forward(B_, float *logp, float *entropy, float *lse, const float *hidden, const void *w_lm,
                               DType wdt, const int *targets, int T, int C, int V, float temperature, float *ws,
                               int vchunk, PailErr *err) {
-    NOB;
     return logprob_forward_dt_cuda(logp, entropy, lse, hidden, w_lm, wdt, targets, T, C, V, temperature, ws, vchunk,
-                                   err);
+                                   CB_, err);
 }
 static int cu_logprob_backward(B_, float *dhidden, float *dw_lm, const float *dlogp, const float *dentropy,
                                const float *hidden, const void *w_lm, DType wdt, const int *targets,
                                const float *lse, const float *entropy, int T, int C, int V, float temperature,
                                float *ws, int vchunk, PailErr *err) {
-    NOB;
     return logprob_backward_dt_cuda(dhidden, dw_lm, dlogp, dentropy, hidden, w_lm, wdt, targets, lse, entropy, T, C,
-                                    V, temperature, ws, vchunk, err);
+                                    V, temperature, ws, vchunk, CB_, err);
 }
 static int cu_logprob_forward_expect(B_, float *logp, float *entropy, float *lse, float *expect,
                                      const float *hidden, const void *w_lm, DType wdt, const int *targets, int T,
                                      int C, int V, float temperature, float *ws, size_t ws_floats, PailErr *err) {
-    NOB;
     return logprob_forward_expect_dt_cuda(logp, entropy, lse, expect, hidden, w_lm, wdt, targets, T, C, V,
-                                          temperature, ws, ws_floats, err);
+                                          temperature, ws, ws_floats, CB_, err);
 }
 static int cu_logprob_backward_expect(B_, float *dhidden, const float *dlogp, const float *expect, const void *w_lm,
                                       DType wdt, const int *targets, int T, int C, float temperature, PailErr *err) {
-    NOB;
-    return logprob_backward_expect_dt_cuda(dhidden, dlogp, expect, w_lm, wdt, targets, T, C, temperature, err);
+    return logprob_backward_expect_dt_cuda(dhidden, dlogp, expect, w_lm, wdt, targets, T, C, temperature, CB_, err);
 }
 static int cu_embedding_forward(B_, float *out, const void *table, DType tdt, const int *tokens, int T, int C, int V,
                                 PailErr *err) {
-    NOB;
-    return embedding_forward_dt_cuda(out, table, tdt, tokens, T, C, V, err);
+    return embedding_forward_dt_cuda(out, table, tdt, tokens, T, C, V, S_, err);
 }
 static int cu_embedding_backward(B_, float *dtable, const float *dout, const int *tokens, int T, int C,
                                  PailErr *err) {
-    NOB;
-    return embedding_backward_cuda(dtable, dout, tokens, T, C, err);
+    return embedding_backward_cuda(dtable, dout, tokens, T, C, S_, err);
 }
 static int cu_adamw_grad_sumsq(B_, double *sumsq, const float *g, size_t n, PailErr *err) {
     if (adamw_grad_sumsq_cuda(impl(b)->d_sumsq, g, n, impl(b)->stream, err)) return -1;
@@ -208,9 +194,8 @@ static size_t cu_sample_ws(Backend *b, int n, int V, const SampleParams *sp) {
 static int cu_sample(Backend *b, int32_t *tok, float *logp, uint8_t *stopped, uint64_t *rng, const float *logits,
                      const int *lrow, const int *rslot, int n, int V, const SampleParams *sp, const int32_t *stop_ids,
                      int n_stop, void *ws, size_t ws_bytes, PailErr *err) {
-    NOB;
     return sample_forward_cuda(tok, logp, stopped, rng, logits, lrow, rslot, n, V, sp, stop_ids, n_stop, ws, ws_bytes,
-                               err);
+                               S_, err);
 }
 
 static BackendOps make_ops(void) {  // C++ has no designated initializers for this struct's order
@@ -272,7 +257,6 @@ extern "C" int backend_cuda_init(Backend *b, int ordinal, PailErr *err) {
                        n, n == 1 ? "" : "s", n - 1);
     if (cuda_check(cudaSetDevice(ordinal), "cudaSetDevice", err)) return -1;
     if (cuda_dl_cublas(err) < 0) return -1;
-    if (!cuda_cublas(err)) return -1;
     CudaImpl *ci = (CudaImpl *)calloc(1, sizeof *ci);
     if (!ci) return err_set(err, PAIL_ERR_NOMEM, "out of memory");
     b->ops = &cuda_ops;
@@ -280,10 +264,13 @@ extern "C" int backend_cuda_init(Backend *b, int ordinal, PailErr *err) {
     b->host_memory = false;
     b->device = ordinal;
     b->impl = ci;
-    ci->d_sumsq = (double *)cu_alloc(b, sizeof(double), err);
-    if (!ci->d_sumsq) {
-        free(ci);
-        b->impl = NULL;
+    // Its own stream, not the legacy default one: a backend's ops never wait
+    // for (or hold up) work another backend or library queued elsewhere.
+    if (cuda_check(cudaStreamCreateWithFlags(&ci->stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags",
+                   err) < 0 ||
+        cuda_blas_init(&ci->blas, ci->stream, err) < 0 ||
+        !(ci->d_sumsq = (double *)cu_alloc(b, sizeof(double), err))) {
+        backend_cuda_free(b);
         return -1;
     }
     cudaDeviceProp prop;
@@ -297,7 +284,10 @@ extern "C" int backend_cuda_init(Backend *b, int ordinal, PailErr *err) {
 extern "C" void backend_cuda_free(Backend *b) {
     CudaImpl *ci = impl(b);
     if (!ci) return;
+    if (ci->stream) cudaStreamSynchronize(ci->stream);  // nothing queued still uses what is freed below
+    cuda_blas_free(&ci->blas);
     cu_release(b, ci->d_sumsq);
+    if (ci->stream) cudaStreamDestroy(ci->stream);
     free(ci);
     b->impl = NULL;
 }

@@ -376,15 +376,15 @@ static int sim_attention_backward(Backend *b, float *dq, float *dk, float *dv, c
 static int run_attention_decode_forward(const SimOp *o, PailErr *err) {
     return CPU_OP(attention_decode_forward, P(0, float *), P(1, const float *), P(2, const float *),
                   P(3, const float *), P(4, const int *), P(5, const int *), P(6, const int *), I(0), I(1), I(2),
-                  I(3), I(4));
+                  I(3), I(4), I(5));
 }
 static int sim_attention_decode_forward(Backend *b, float *out, const float *q, const float *k_pool,
                                         const float *v_pool, const int *cu_new, const int *cache_len,
-                                        const int *table, int max_blocks, int nseq, int H, int Hkv, int D,
-                                        PailErr *err) {
+                                        const int *table, int max_blocks, int nseq, int Tn, int H, int Hkv,
+                                        int D, PailErr *err) {
     SimOp o = {.run = run_attention_decode_forward, .name = "attention_decode_forward",
                .p = {out, (void *)q, (void *)k_pool, (void *)v_pool, (void *)cu_new, (void *)cache_len, (void *)table},
-               .i = {max_blocks, nseq, H, Hkv, D}};
+               .i = {max_blocks, nseq, Tn, H, Hkv, D}};
     return submit(b, &o, 7, err);
 }
 // The sampler: its settings travel in the op (doubles, as given).

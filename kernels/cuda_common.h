@@ -1,6 +1,7 @@
 // Shared by the CUDA twins (kernels/*.cu) only: error plumbing from CUDA and
-// cuBLAS status codes into PailErr, the process-wide cuBLAS handle, launch
-// sizes and warp/block reductions. Not included from C code.
+// cuBLAS status codes into PailErr, launch sizes and warp/block reductions.
+// (The cuBLAS handle and the stream are the caller's: kernels.h's CudaBlas.)
+// Not included from C code.
 #pragma once
 #include <cublas_v2.h>
 #include <cuda_fp16.h>
@@ -13,9 +14,9 @@ int cublas_check(cublasStatus_t s, const char *what, PailErr *err);
 // After a kernel launch: reports a bad launch configuration (asynchronous
 // faults surface at kernels_cuda_sync).
 int cuda_launch_check(const char *what, PailErr *err);
-// The cuBLAS handle, created on first use (FP32 math, default stream); NULL with
-// err set on failure. Not thread-safe on first use: call from one thread.
-cublasHandle_t cuda_cublas(PailErr *err);
+// cuBLAS opened at run time (kernels/cublas_dl.c): 0, or -1 with err naming
+// what is missing. Thread-safe.
+extern "C" int cuda_dl_cublas(PailErr *err);
 
 static inline unsigned cuda_blocks(size_t n, unsigned threads) {
     return (unsigned)((n + threads - 1) / threads);

@@ -22,20 +22,21 @@ __global__ static void scatter_add(float *dtable, const float *dout, const int *
 }
 
 extern "C" int embedding_forward_dt_cuda(float *out, const void *table, DType tdt,
-                                         const int *tokens, int T, int C, int V, PailErr *err) {
+                                         const int *tokens, int T, int C, int V, cudaStream_t stream,
+                                         PailErr *err) {
     if (T <= 0) return 0;
-    gather<<<cuda_blocks((size_t)T * C, 256), 256>>>(out, table, tdt, tokens, T, C, V);
+    gather<<<cuda_blocks((size_t)T * C, 256), 256, 0, stream>>>(out, table, tdt, tokens, T, C, V);
     return cuda_launch_check("embedding_forward_cuda", err);
 }
 
 extern "C" int embedding_forward_cuda(float *out, const float *table, const int *tokens, int T,
-                                      int C, int V, PailErr *err) {
-    return embedding_forward_dt_cuda(out, table, DT_F32, tokens, T, C, V, err);
+                                      int C, int V, cudaStream_t stream, PailErr *err) {
+    return embedding_forward_dt_cuda(out, table, DT_F32, tokens, T, C, V, stream, err);
 }
 
 extern "C" int embedding_backward_cuda(float *dtable, const float *dout, const int *tokens, int T,
-                                       int C, PailErr *err) {
+                                       int C, cudaStream_t stream, PailErr *err) {
     if (T <= 0) return 0;
-    scatter_add<<<cuda_blocks((size_t)T * C, 256), 256>>>(dtable, dout, tokens, T, C);
+    scatter_add<<<cuda_blocks((size_t)T * C, 256), 256, 0, stream>>>(dtable, dout, tokens, T, C);
     return cuda_launch_check("embedding_backward_cuda", err);
 }

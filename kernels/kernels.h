@@ -261,91 +261,111 @@ int sample_forward_ref(int32_t *tok, float *logp, uint8_t *stopped, uint64_t *rn
 
 // ---- CUDA twins (make CUDA=1): same contracts, every pointer a device pointer ----
 // Defined only in CUDA builds: callers guard their use with #ifdef PAIL_CUDA.
-// They return 0, or -1 with err set when a CUDA/cuBLAS call fails. Calls are
-// asynchronous on the default stream; kernels_cuda_sync() waits and reports.
+// They return 0, or -1 with err set when a CUDA/cuBLAS call fails. Every twin
+// runs on the stream it is given (a cudaStream_t; NULL: the legacy default
+// stream): its kernels launch there, its copies and memsets are the Async
+// variants there, and it never waits for the device, so it returns once
+// queued (faults surface at the stream's next synchronisation;
+// kernels_cuda_sync() waits for the whole device and reports). The twins
+// that multiply matrices (matmul_*, logprob_*) take a CudaBlas instead: the
+// stream, a cuBLAS handle bound to it and the scratch of the _dt products.
+// The CUDA backend owns one stream and one CudaBlas (backend_cuda.cu);
+// check_kernels_cuda uses the default stream.
+struct CUstream_st;
+struct cublasContext;
+typedef struct {
+    struct CUstream_st *stream;    // where the products and their small kernels run (NULL: default)
+    struct cublasContext *handle;  // cuBLAS, owned, bound to stream, FP32 math (no TF32)
+    float *panel;                  // (panel_floats) device, owned: the _dt products' converted weight panels,
+    size_t panel_floats;           // allocated at the first _dt product, grown on demand
+} CudaBlas;
+// Creates the handle on stream (cuBLAS opened at run time: kernels/cublas_dl.c);
+// -1 with err naming what is missing. One thread uses a CudaBlas at a time.
+int cuda_blas_init(CudaBlas *cb, struct CUstream_st *stream, PailErr *err);
+void cuda_blas_free(CudaBlas *cb);  // waits for the stream; a zeroed CudaBlas is fine
 int kernels_cuda_device_count(void);  // 0 when no driver or no device (never fails)
 int kernels_cuda_sync(PailErr *err);
 int matmul_forward_cuda(float *out, const float *x, const float *W, const float *bias, int T,
-                        int K, int N, float alpha, float beta, PailErr *err);
+                        int K, int N, float alpha, float beta, CudaBlas *cb, PailErr *err);
 int matmul_forward_lora_cuda(float *out, float *la, const float *x, const float *W,
                              const float *bias, const float *A, const float *B, int T, int K,
-                             int N, int R, float scale, float beta, PailErr *err);
+                             int N, int R, float scale, float beta, CudaBlas *cb, PailErr *err);
 int matmul_backward_cuda(float *dx, float *dW, float *dbias, const float *dout,
                          const float *x, const float *W, int T, int K, int N, float alpha,
-                         float dx_beta, PailErr *err);
+                         float dx_beta, CudaBlas *cb, PailErr *err);
 // W / w_lm / table in a storage dtype (device memory), converted exactly.
 int matmul_forward_dt_cuda(float *out, const float *x, const void *W, DType wdt,
                            const float *bias, int T, int K, int N, float alpha, float beta,
-                           PailErr *err);
+                           CudaBlas *cb, PailErr *err);
 int matmul_forward_lora_dt_cuda(float *out, float *la, const float *x, const void *W, DType wdt,
                                 const float *bias, const float *A, const float *B, int T,
-                                int K, int N, int R, float scale, float beta, PailErr *err);
+                                int K, int N, int R, float scale, float beta, CudaBlas *cb, PailErr *err);
 int matmul_backward_dt_cuda(float *dx, float *dW, float *dbias, const float *dout,
                             const float *x, const void *W, DType wdt, int T, int K, int N,
-                            float alpha, float dx_beta, PailErr *err);
+                            float alpha, float dx_beta, CudaBlas *cb, PailErr *err);
 int rmsnorm_forward_cuda(float *out, float *rstd, const float *x, const float *w, int rows,
-                         int C, float eps, PailErr *err);
+                         int C, float eps, struct CUstream_st *stream, PailErr *err);
 int rmsnorm_backward_cuda(float *dx, float *dw, const float *dout, const float *x,
-                          const float *w, const float *rstd, int rows, int C, PailErr *err);
+                          const float *w, const float *rstd, int rows, int C, struct CUstream_st *stream,
+                          PailErr *err);
 int rope_forward_cuda(float *out, const float *x, const int *pos, const float *cos_t,
-                      const float *sin_t, int T, int nh, int D, PailErr *err);
+                      const float *sin_t, int T, int nh, int D, struct CUstream_st *stream, PailErr *err);
 int rope_backward_cuda(float *dx, const float *dout, const int *pos, const float *cos_t,
-                       const float *sin_t, int T, int nh, int D, PailErr *err);
+                       const float *sin_t, int T, int nh, int D, struct CUstream_st *stream, PailErr *err);
 int attention_forward_cuda(float *out, float *lse, const float *q, const float *k,
                            const float *v, const int *cu_seqlens, int nseq, int T, int H,
-                           int Hkv, int D, PailErr *err);
+                           int Hkv, int D, struct CUstream_st *stream, PailErr *err);
 int attention_backward_cuda(float *dq, float *dk, float *dv, const float *dout,
                             const float *q, const float *k, const float *v, const float *out,
                             const float *lse, const int *cu_seqlens, int nseq, int T, int H,
-                            int Hkv, int D, PailErr *err);
+                            int Hkv, int D, struct CUstream_st *stream, PailErr *err);
+// Tn = cu_new[nseq] (the caller's: the launch is sized without a read-back).
 int attention_decode_forward_cuda(float *out, const float *q, const float *k_pool, const float *v_pool,
                                   const int *cu_new, const int *cache_len, const int *table, int max_blocks,
-                                  int nseq, int H, int Hkv, int D, PailErr *err);
+                                  int nseq, int Tn, int H, int Hkv, int D, struct CUstream_st *stream,
+                                  PailErr *err);
 int swiglu_forward_cuda(float *out, const float *gate, const float *up, size_t n,
-                        PailErr *err);
+                        struct CUstream_st *stream, PailErr *err);
 int swiglu_backward_cuda(float *dgate, float *dup, const float *dout, const float *gate,
-                         const float *up, size_t n, PailErr *err);
+                         const float *up, size_t n, struct CUstream_st *stream, PailErr *err);
 // Targets are not range-checked on the device: check them on the host first.
 int logprob_forward_cuda(float *logp, float *entropy, float *lse, const float *hidden,
                          const float *w_lm, const int *targets, int T, int C, int V,
-                         float temperature, float *ws, int vchunk, PailErr *err);
+                         float temperature, float *ws, int vchunk, CudaBlas *cb, PailErr *err);
 int logprob_backward_cuda(float *dhidden, float *dw_lm, const float *dlogp,
                           const float *dentropy, const float *hidden, const float *w_lm,
                           const int *targets, const float *lse, const float *entropy, int T,
                           int C, int V, float temperature, float *ws, int vchunk,
-                          PailErr *err);
+                          CudaBlas *cb, PailErr *err);
 int logprob_forward_expect_cuda(float *logp, float *entropy, float *lse, float *expect,
                                 const float *hidden, const float *w_lm, const int *targets,
                                 int T, int C, int V, float temperature, float *ws,
-                                size_t ws_floats, PailErr *err);
+                                size_t ws_floats, CudaBlas *cb, PailErr *err);
 int logprob_backward_expect_cuda(float *dhidden, const float *dlogp, const float *expect,
                                  const float *w_lm, const int *targets, int T, int C,
-                                 float temperature, PailErr *err);
+                                 float temperature, CudaBlas *cb, PailErr *err);
 int logprob_forward_dt_cuda(float *logp, float *entropy, float *lse, const float *hidden,
                             const void *w_lm, DType wdt, const int *targets, int T, int C,
-                            int V, float temperature, float *ws, int vchunk, PailErr *err);
+                            int V, float temperature, float *ws, int vchunk, CudaBlas *cb, PailErr *err);
 int logprob_backward_dt_cuda(float *dhidden, float *dw_lm, const float *dlogp,
                              const float *dentropy, const float *hidden, const void *w_lm,
                              DType wdt, const int *targets, const float *lse,
                              const float *entropy, int T, int C, int V, float temperature,
-                             float *ws, int vchunk, PailErr *err);
+                             float *ws, int vchunk, CudaBlas *cb, PailErr *err);
 int logprob_forward_expect_dt_cuda(float *logp, float *entropy, float *lse, float *expect,
                                    const float *hidden, const void *w_lm, DType wdt,
                                    const int *targets, int T, int C, int V, float temperature,
-                                   float *ws, size_t ws_floats, PailErr *err);
+                                   float *ws, size_t ws_floats, CudaBlas *cb, PailErr *err);
 int logprob_backward_expect_dt_cuda(float *dhidden, const float *dlogp, const float *expect,
                                     const void *w_lm, DType wdt, const int *targets, int T,
-                                    int C, float temperature, PailErr *err);
+                                    int C, float temperature, CudaBlas *cb, PailErr *err);
 int embedding_forward_dt_cuda(float *out, const void *table, DType tdt, const int *tokens,
-                              int T, int C, int V, PailErr *err);
+                              int T, int C, int V, struct CUstream_st *stream, PailErr *err);
 // Token ids must be checked on the host (out-of-range ones read as zero rows).
 int embedding_forward_cuda(float *out, const float *table, const int *tokens, int T, int C, int V,
-                           PailErr *err);
+                           struct CUstream_st *stream, PailErr *err);
 int embedding_backward_cuda(float *dtable, const float *dout, const int *tokens, int T, int C,
-                            PailErr *err);
-// The optimizer step's twins run on the stream given (the backend's; a
-// cudaStream_t, 0 for the default stream), the first to take one.
-struct CUstream_st;
+                            struct CUstream_st *stream, PailErr *err);
 // sumsq: a device double written with the sum of squares.
 int adamw_grad_sumsq_cuda(double *sumsq, const float *g, size_t n, struct CUstream_st *stream, PailErr *err);
 int adamw_update_cuda(float *p, float *m, float *v, const float *g, size_t n, float lr,
@@ -356,7 +376,8 @@ int adamw_update_cuda(float *p, float *m, float *v, const float *g, size_t n, fl
 size_t sample_ws_bytes_cuda(int n, int V, const SampleParams *sp);
 int sample_forward_cuda(int32_t *tok, float *logp, uint8_t *stopped, uint64_t *rng, const float *logits,
                         const int *lrow, const int *rslot, int n, int V, const SampleParams *sp,
-                        const int32_t *stop_ids, int n_stop, void *ws, size_t ws_bytes, PailErr *err);
+                        const int32_t *stop_ids, int n_stop, void *ws, size_t ws_bytes, struct CUstream_st *stream,
+                        PailErr *err);
 
 #ifdef __cplusplus
 }

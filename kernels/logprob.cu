@@ -63,31 +63,31 @@ __global__ static void dlogits(float *z, const float *dlogp, const float *dentro
 extern "C" int logprob_forward_dt_cuda(float *logp, float *entropy, float *lse,
                                        const float *hidden, const void *w_lm, DType wdt,
                                        const int *targets, int T, int C, int V, float temperature,
-                                       float *ws, int vchunk, PailErr *err) {
+                                       float *ws, int vchunk, CudaBlas *cb, PailErr *err) {
     if (!(temperature > 0) || vchunk <= 0)
         return err_set(err, PAIL_ERR_INVALID, "logprob_forward_cuda: temperature %g, vchunk %d",
                        (double)temperature, vchunk);
     if (T <= 0) return 0;
     float *z = ws, *m = ws + (size_t)T * vchunk, *s = m + T, *a = s + T;
-    state_init<<<cuda_blocks(T, 256), 256>>>(m, s, a, T);
+    state_init<<<cuda_blocks(T, 256), 256, 0, cb->stream>>>(m, s, a, T);
     if (cuda_launch_check("logprob_forward_cuda init", err)) return -1;
     for (int v0 = 0; v0 < V; v0 += vchunk) {
         int nb = V - v0 < vchunk ? V - v0 : vchunk;
         if (matmul_forward_dt_cuda(z, hidden, (const char *)w_lm + (size_t)v0 * C * dtype_size(wdt),
-                                   wdt, NULL, T, C, nb, 1.0f / temperature, 0.0f, err))
+                                   wdt, NULL, T, C, nb, 1.0f / temperature, 0.0f, cb, err))
             return err_wrap(err, "logprob_forward_cuda chunk at %d", v0);
-        lse_update<<<T, 256>>>(logp, m, s, a, z, targets, nb, v0);
+        lse_update<<<T, 256, 0, cb->stream>>>(logp, m, s, a, z, targets, nb, v0);
         if (cuda_launch_check("logprob_forward_cuda lse", err)) return -1;
     }
-    finalize<<<cuda_blocks(T, 256), 256>>>(logp, entropy, lse, m, s, a, T);
+    finalize<<<cuda_blocks(T, 256), 256, 0, cb->stream>>>(logp, entropy, lse, m, s, a, T);
     return cuda_launch_check("logprob_forward_cuda finalize", err);
 }
 
 extern "C" int logprob_forward_cuda(float *logp, float *entropy, float *lse, const float *hidden,
                                     const float *w_lm, const int *targets, int T, int C, int V,
-                                    float temperature, float *ws, int vchunk, PailErr *err) {
+                                    float temperature, float *ws, int vchunk, CudaBlas *cb, PailErr *err) {
     return logprob_forward_dt_cuda(logp, entropy, lse, hidden, w_lm, DT_F32, targets, T, C, V,
-                                   temperature, ws, vchunk, err);
+                                   temperature, ws, vchunk, cb, err);
 }
 
 extern "C" int logprob_backward_dt_cuda(float *dhidden, float *dw_lm, const float *dlogp,
@@ -95,7 +95,7 @@ extern "C" int logprob_backward_dt_cuda(float *dhidden, float *dw_lm, const floa
                                         const void *w_lm, DType wdt, const int *targets,
                                         const float *lse, const float *entropy, int T, int C,
                                         int V, float temperature, float *ws, int vchunk,
-                                        PailErr *err) {
+                                        CudaBlas *cb, PailErr *err) {
     if (!(temperature > 0) || vchunk <= 0)
         return err_set(err, PAIL_ERR_INVALID, "logprob_backward_cuda: temperature %g, vchunk %d",
                        (double)temperature, vchunk);
@@ -104,13 +104,13 @@ extern "C" int logprob_backward_dt_cuda(float *dhidden, float *dw_lm, const floa
     for (int v0 = 0; v0 < V; v0 += vchunk) {
         int nb = V - v0 < vchunk ? V - v0 : vchunk;
         const void *wc = (const char *)w_lm + (size_t)v0 * C * dtype_size(wdt);
-        if (matmul_forward_dt_cuda(z, hidden, wc, wdt, NULL, T, C, nb, inv_t, 0.0f, err))
+        if (matmul_forward_dt_cuda(z, hidden, wc, wdt, NULL, T, C, nb, inv_t, 0.0f, cb, err))
             return err_wrap(err, "logprob_backward_cuda chunk at %d", v0);
-        dlogits<<<cuda_blocks((size_t)T * nb, 256), 256>>>(z, dlogp, dentropy, targets, lse,
-                                                            entropy, T, nb, v0, inv_t);
+        dlogits<<<cuda_blocks((size_t)T * nb, 256), 256, 0, cb->stream>>>(z, dlogp, dentropy, targets, lse,
+                                                                           entropy, T, nb, v0, inv_t);
         if (cuda_launch_check("logprob_backward_cuda dlogits", err)) return -1;
         if (matmul_backward_dt_cuda(dhidden, dw_lm ? dw_lm + (size_t)v0 * C : NULL, NULL, z,
-                                    hidden, wc, wdt, T, C, nb, 1.0f, v0 == 0 ? 0.0f : 1.0f, err))
+                                    hidden, wc, wdt, T, C, nb, 1.0f, v0 == 0 ? 0.0f : 1.0f, cb, err))
             return err_wrap(err, "logprob_backward_cuda chunk at %d", v0);
     }
     return 0;
@@ -120,9 +120,9 @@ extern "C" int logprob_backward_cuda(float *dhidden, float *dw_lm, const float *
                                      const float *dentropy, const float *hidden,
                                      const float *w_lm, const int *targets, const float *lse,
                                      const float *entropy, int T, int C, int V, float temperature,
-                                     float *ws, int vchunk, PailErr *err) {
+                                     float *ws, int vchunk, CudaBlas *cb, PailErr *err) {
     return logprob_backward_dt_cuda(dhidden, dw_lm, dlogp, dentropy, hidden, w_lm, DT_F32, targets,
-                                    lse, entropy, T, C, V, temperature, ws, vchunk, err);
+                                    lse, entropy, T, C, V, temperature, ws, vchunk, cb, err);
 }
 
 // One block per row of a row block's full logits: max, sum of exp, the target's
@@ -166,7 +166,7 @@ extern "C" int logprob_forward_expect_dt_cuda(float *logp, float *entropy, float
                                               float *expect, const float *hidden,
                                               const void *w_lm, DType wdt, const int *targets,
                                               int T, int C, int V, float temperature, float *ws,
-                                              size_t ws_floats, PailErr *err) {
+                                              size_t ws_floats, CudaBlas *cb, PailErr *err) {
     size_t rows = ws_floats / (size_t)V;
     if (!(temperature > 0) || rows < 1)
         return err_set(err, PAIL_ERR_INVALID,
@@ -176,13 +176,13 @@ extern "C" int logprob_forward_expect_dt_cuda(float *logp, float *entropy, float
     for (int t0 = 0; t0 < T; t0 += (int)rows) {
         int nr = T - t0 < (int)rows ? T - t0 : (int)rows;
         if (matmul_forward_dt_cuda(ws, hidden + (size_t)t0 * C, w_lm, wdt, NULL, nr, C, V, inv_t,
-                                   0.0f, err))
+                                   0.0f, cb, err))
             return err_wrap(err, "logprob_forward_expect_cuda rows at %d", t0);
-        row_softmax<<<nr, 256>>>(logp + t0, entropy ? entropy + t0 : NULL, lse ? lse + t0 : NULL, ws,
-                                 targets + t0, V);
+        row_softmax<<<nr, 256, 0, cb->stream>>>(logp + t0, entropy ? entropy + t0 : NULL, lse ? lse + t0 : NULL,
+                                                ws, targets + t0, V);
         if (cuda_launch_check("logprob_forward_expect_cuda softmax", err)) return -1;
         if (matmul_backward_dt_cuda(expect + (size_t)t0 * C, NULL, NULL, ws, NULL, w_lm, wdt, nr, C,
-                                    V, inv_t, 0.0f, err))
+                                    V, inv_t, 0.0f, cb, err))
             return err_wrap(err, "logprob_forward_expect_cuda rows at %d", t0);
     }
     return 0;
@@ -192,25 +192,25 @@ extern "C" int logprob_forward_expect_cuda(float *logp, float *entropy, float *l
                                            float *expect, const float *hidden, const float *w_lm,
                                            const int *targets, int T, int C, int V,
                                            float temperature, float *ws, size_t ws_floats,
-                                           PailErr *err) {
+                                           CudaBlas *cb, PailErr *err) {
     return logprob_forward_expect_dt_cuda(logp, entropy, lse, expect, hidden, w_lm, DT_F32, targets,
-                                          T, C, V, temperature, ws, ws_floats, err);
+                                          T, C, V, temperature, ws, ws_floats, cb, err);
 }
 
 extern "C" int logprob_backward_expect_dt_cuda(float *dhidden, const float *dlogp,
                                                const float *expect, const void *w_lm, DType wdt,
                                                const int *targets, int T, int C,
-                                               float temperature, PailErr *err) {
+                                               float temperature, CudaBlas *cb, PailErr *err) {
     if (T <= 0) return 0;
-    expect_diff<<<cuda_blocks((size_t)T * C, 256), 256>>>(dhidden, dlogp, expect, w_lm, wdt, targets,
-                                                           T, C, 1.0f / temperature);
+    expect_diff<<<cuda_blocks((size_t)T * C, 256), 256, 0, cb->stream>>>(dhidden, dlogp, expect, w_lm, wdt,
+                                                                          targets, T, C, 1.0f / temperature);
     return cuda_launch_check("logprob_backward_expect_cuda", err);
 }
 
 extern "C" int logprob_backward_expect_cuda(float *dhidden, const float *dlogp,
                                             const float *expect, const float *w_lm,
                                             const int *targets, int T, int C, float temperature,
-                                            PailErr *err) {
+                                            CudaBlas *cb, PailErr *err) {
     return logprob_backward_expect_dt_cuda(dhidden, dlogp, expect, w_lm, DT_F32, targets, T, C,
-                                           temperature, err);
+                                           temperature, cb, err);
 }

@@ -1,6 +1,7 @@
 // matmul twin: out(T,N) = alpha x W^T + beta out + bias and its backward with
 // cuBLAS SGEMM (FP32 math). Row-major A(r,c) is column-major A^T, so every product
 // is issued transposed: out^T = W x^T, dx^T = W^T dout^T, dW^T += x^T dout.
+// Everything on the CudaBlas's stream (its handle is bound to it).
 // CPU twin: kernels/matmul.c.
 #include "cuda_common.h"
 
@@ -19,16 +20,15 @@ __global__ static void bias_grad(float *dbias, const float *dout, int T, int N, 
 }
 
 extern "C" int matmul_forward_cuda(float *out, const float *x, const float *W, const float *bias,
-                                   int T, int K, int N, float alpha, float beta, PailErr *err) {
+                                   int T, int K, int N, float alpha, float beta, CudaBlas *cb, PailErr *err) {
     if (T <= 0 || N <= 0) return 0;
-    cublasHandle_t h = cuda_cublas(err);
-    if (!h) return -1;
+    cublasHandle_t h = cb->handle;
     if (cublas_check(cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, N, T, K, &alpha, W, K, x, K, &beta,
                                  out, N),
                      "matmul_forward_cuda sgemm", err))
         return -1;
     if (bias) {
-        add_bias<<<cuda_blocks((size_t)T * N, 256), 256>>>(out, bias, T, N);
+        add_bias<<<cuda_blocks((size_t)T * N, 256), 256, 0, cb->stream>>>(out, bias, T, N);
         return cuda_launch_check("matmul_forward_cuda bias", err);
     }
     return 0;
@@ -36,10 +36,9 @@ extern "C" int matmul_forward_cuda(float *out, const float *x, const float *W, c
 
 extern "C" int matmul_backward_cuda(float *dx, float *dW, float *dbias, const float *dout,
                                     const float *x, const float *W, int T, int K, int N,
-                                    float alpha, float dx_beta, PailErr *err) {
+                                    float alpha, float dx_beta, CudaBlas *cb, PailErr *err) {
     if (T <= 0) return 0;
-    cublasHandle_t h = cuda_cublas(err);
-    if (!h) return -1;
+    cublasHandle_t h = cb->handle;
     const float one = 1.0f;
     if (dx && cublas_check(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, K, T, N, &alpha, W, K, dout,
                                        N, &dx_beta, dx, K),
@@ -50,7 +49,7 @@ extern "C" int matmul_backward_cuda(float *dx, float *dW, float *dbias, const fl
                            "matmul_backward_cuda dW sgemm", err))
         return -1;
     if (dbias) {
-        bias_grad<<<cuda_blocks(N, 256), 256>>>(dbias, dout, T, N, alpha);
+        bias_grad<<<cuda_blocks(N, 256), 256, 0, cb->stream>>>(dbias, dout, T, N, alpha);
         return cuda_launch_check("matmul_backward_cuda dbias", err);
     }
     return 0;
@@ -60,36 +59,35 @@ extern "C" int matmul_backward_cuda(float *dx, float *dW, float *dbias, const fl
 // small T; here cuBLAS runs each).
 extern "C" int matmul_forward_lora_cuda(float *out, float *la, const float *x, const float *W,
                                         const float *bias, const float *A, const float *B, int T,
-                                        int K, int N, int R, float scale, float beta,
+                                        int K, int N, int R, float scale, float beta, CudaBlas *cb,
                                         PailErr *err) {
-    if (matmul_forward_cuda(out, x, W, bias, T, K, N, 1.0f, beta, err) ||
-        matmul_forward_cuda(la, x, A, NULL, T, K, R, 1.0f, 0.0f, err) ||
-        matmul_forward_cuda(out, la, B, NULL, T, R, N, scale, 1.0f, err))
+    if (matmul_forward_cuda(out, x, W, bias, T, K, N, 1.0f, beta, cb, err) ||
+        matmul_forward_cuda(la, x, A, NULL, T, K, R, 1.0f, 0.0f, cb, err) ||
+        matmul_forward_cuda(out, la, B, NULL, T, R, N, scale, 1.0f, cb, err))
         return err_wrap(err, "matmul_forward_lora_cuda");
     return 0;
 }
 
 // ---- W in a storage dtype: converted a row panel at a time, then the same SGEMM ----
-// One scratch buffer per process for the converted panels (the twins run on the
-// default stream, in order, so a panel is never overwritten while a product
-// still reads it), allocated at the first _dt product and grown when a larger
-// panel is asked for; never more than this many floats, so that a bf16 LM head
-// does not come back as a full fp32 copy. Tests shrink it to force panels.
+// One scratch buffer per CudaBlas for the converted panels (its products run on
+// its stream, in order, so a panel is never overwritten while a product still
+// reads it), allocated at the first _dt product and grown when a larger panel
+// is asked for (cudaFree waits for the device first); never more than this many
+// floats, so that a bf16 LM head does not come back as a full fp32 copy. Tests
+// shrink it to force panels.
 extern "C" {
 size_t matmul_dt_cuda_panel_floats = (size_t)16 << 20;  // 64 MiB
 }
-static float *dt_panel;
-static size_t dt_panel_cap;
 
-static float *dt_panel_get(size_t floats, PailErr *err) {
-    if (floats <= dt_panel_cap) return dt_panel;
-    if (dt_panel && cuda_check(cudaFree(dt_panel), "matmul _dt cuda: cudaFree panel", err)) return NULL;
-    dt_panel = NULL, dt_panel_cap = 0;
-    if (cuda_check(cudaMalloc((void **)&dt_panel, floats * sizeof(float)),
-                   "matmul _dt cuda: cudaMalloc panel", err))
+static float *dt_panel_get(CudaBlas *cb, size_t floats, PailErr *err) {
+    if (floats <= cb->panel_floats) return cb->panel;
+    if (cb->panel && cuda_check(cudaFree(cb->panel), "matmul _dt cuda: cudaFree panel", err)) return NULL;
+    cb->panel = NULL, cb->panel_floats = 0;
+    if (cuda_check(cudaMalloc((void **)&cb->panel, floats * sizeof(float)), "matmul _dt cuda: cudaMalloc panel",
+                   err))
         return NULL;
-    dt_panel_cap = floats;
-    return dt_panel;
+    cb->panel_floats = floats;
+    return cb->panel;
 }
 
 __global__ static void to_f32(float *dst, const void *src, DType dt, size_t n) {
@@ -98,37 +96,38 @@ __global__ static void to_f32(float *dst, const void *src, DType dt, size_t n) {
 }
 
 // Rows per panel of a (rows, K) weight, and the scratch for that panel.
-static float *dt_rows_panel(int rows, int K, int *per, PailErr *err) {
+static float *dt_rows_panel(CudaBlas *cb, int rows, int K, int *per, PailErr *err) {
     size_t cap = matmul_dt_cuda_panel_floats / (size_t)K;
     *per = cap < 1 ? 1 : cap > (size_t)rows ? rows : (int)cap;
-    return dt_panel_get((size_t)*per * K, err);
+    return dt_panel_get(cb, (size_t)*per * K, err);
 }
 
-static int dt_convert(float *dst, const void *W, DType wdt, size_t first, size_t n, PailErr *err) {
-    to_f32<<<cuda_blocks(n, 256), 256>>>(dst, (const char *)W + first * dtype_size(wdt), wdt, n);
+static int dt_convert(float *dst, const void *W, DType wdt, size_t first, size_t n, cudaStream_t stream,
+                      PailErr *err) {
+    to_f32<<<cuda_blocks(n, 256), 256, 0, stream>>>(dst, (const char *)W + first * dtype_size(wdt), wdt, n);
     return cuda_launch_check("matmul _dt cuda: convert panel", err);
 }
 
 extern "C" int matmul_forward_dt_cuda(float *out, const float *x, const void *W, DType wdt,
                                       const float *bias, int T, int K, int N, float alpha,
-                                      float beta, PailErr *err) {
+                                      float beta, CudaBlas *cb, PailErr *err) {
     if (wdt == DT_F32 || K <= 0)  // (K = 0 reads no weight)
-        return matmul_forward_cuda(out, x, (const float *)W, bias, T, K, N, alpha, beta, err);
+        return matmul_forward_cuda(out, x, (const float *)W, bias, T, K, N, alpha, beta, cb, err);
     if (T <= 0 || N <= 0) return 0;
-    cublasHandle_t h = cuda_cublas(err);
+    cublasHandle_t h = cb->handle;
     int per;
-    float *p = h ? dt_rows_panel(N, K, &per, err) : NULL;
+    float *p = dt_rows_panel(cb, N, K, &per, err);
     if (!p) return -1;
     for (int n0 = 0; n0 < N; n0 += per) {  // out[:, n0..] = x W[n0..]^T: its rows n0.. of out^T
         int nn = N - n0 < per ? N - n0 : per;
-        if (dt_convert(p, W, wdt, (size_t)n0 * K, (size_t)nn * K, err) ||
+        if (dt_convert(p, W, wdt, (size_t)n0 * K, (size_t)nn * K, cb->stream, err) ||
             cublas_check(cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, nn, T, K, &alpha, p, K, x, K,
                                      &beta, out + n0, N),
                          "matmul_forward_dt_cuda sgemm", err))
             return -1;
     }
     if (bias) {
-        add_bias<<<cuda_blocks((size_t)T * N, 256), 256>>>(out, bias, T, N);
+        add_bias<<<cuda_blocks((size_t)T * N, 256), 256, 0, cb->stream>>>(out, bias, T, N);
         return cuda_launch_check("matmul_forward_dt_cuda bias", err);
     }
     return 0;
@@ -138,36 +137,36 @@ extern "C" int matmul_forward_dt_cuda(float *out, const float *x, const void *W,
 // dW and dbias never read W: the fp32 twin's.
 extern "C" int matmul_backward_dt_cuda(float *dx, float *dW, float *dbias, const float *dout,
                                        const float *x, const void *W, DType wdt, int T, int K,
-                                       int N, float alpha, float dx_beta, PailErr *err) {
+                                       int N, float alpha, float dx_beta, CudaBlas *cb, PailErr *err) {
     if (wdt == DT_F32 || K <= 0 || N <= 0)  // (an empty W reads no weight)
         return matmul_backward_cuda(dx, dW, dbias, dout, x, (const float *)W, T, K, N, alpha,
-                                    dx_beta, err);
+                                    dx_beta, cb, err);
     if (T <= 0) return 0;
     if (dx) {
-        cublasHandle_t h = cuda_cublas(err);
+        cublasHandle_t h = cb->handle;
         int per;
-        float *p = h ? dt_rows_panel(N, K, &per, err) : NULL;
+        float *p = dt_rows_panel(cb, N, K, &per, err);
         if (!p) return -1;
         const float one = 1.0f;
         for (int n0 = 0; n0 < N; n0 += per) {  // dx^T += W[n0..]^T dout[:, n0..]^T
             int nn = N - n0 < per ? N - n0 : per;
-            if (dt_convert(p, W, wdt, (size_t)n0 * K, (size_t)nn * K, err) ||
+            if (dt_convert(p, W, wdt, (size_t)n0 * K, (size_t)nn * K, cb->stream, err) ||
                 cublas_check(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, K, T, nn, &alpha, p, K,
                                          dout + n0, N, n0 == 0 ? &dx_beta : &one, dx, K),
                              "matmul_backward_dt_cuda dx sgemm", err))
                 return -1;
         }
     }
-    return matmul_backward_cuda(NULL, dW, dbias, dout, x, NULL, T, K, N, alpha, dx_beta, err);
+    return matmul_backward_cuda(NULL, dW, dbias, dout, x, NULL, T, K, N, alpha, dx_beta, cb, err);
 }
 
 extern "C" int matmul_forward_lora_dt_cuda(float *out, float *la, const float *x, const void *W,
                                            DType wdt, const float *bias, const float *A,
                                            const float *B, int T, int K, int N, int R,
-                                           float scale, float beta, PailErr *err) {
-    if (matmul_forward_dt_cuda(out, x, W, wdt, bias, T, K, N, 1.0f, beta, err) ||
-        matmul_forward_cuda(la, x, A, NULL, T, K, R, 1.0f, 0.0f, err) ||
-        matmul_forward_cuda(out, la, B, NULL, T, R, N, scale, 1.0f, err))
+                                           float scale, float beta, CudaBlas *cb, PailErr *err) {
+    if (matmul_forward_dt_cuda(out, x, W, wdt, bias, T, K, N, 1.0f, beta, cb, err) ||
+        matmul_forward_cuda(la, x, A, NULL, T, K, R, 1.0f, 0.0f, cb, err) ||
+        matmul_forward_cuda(out, la, B, NULL, T, R, N, scale, 1.0f, cb, err))
         return err_wrap(err, "matmul_forward_lora_dt_cuda");
     return 0;
 }

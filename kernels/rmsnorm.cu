@@ -38,20 +38,20 @@ __global__ static void rms_bwd_dw(float *dw, const float *dout, const float *x, 
 }
 
 extern "C" int rmsnorm_forward_cuda(float *out, float *rstd, const float *x, const float *w,
-                                    int rows, int C, float eps, PailErr *err) {
+                                    int rows, int C, float eps, cudaStream_t stream, PailErr *err) {
     if (rows <= 0) return 0;
-    rms_fwd<<<rows, 256>>>(out, rstd, x, w, C, eps);
+    rms_fwd<<<rows, 256, 0, stream>>>(out, rstd, x, w, C, eps);
     return cuda_launch_check("rmsnorm_forward_cuda", err);
 }
 
 extern "C" int rmsnorm_backward_cuda(float *dx, float *dw, const float *dout, const float *x,
                                      const float *w, const float *rstd, int rows, int C,
-                                     PailErr *err) {
+                                     cudaStream_t stream, PailErr *err) {
     if (rows <= 0) return 0;
-    rms_bwd_dx<<<rows, 256>>>(dx, dout, x, w, rstd, C);
+    rms_bwd_dx<<<rows, 256, 0, stream>>>(dx, dout, x, w, rstd, C);
     if (cuda_launch_check("rmsnorm_backward_cuda dx", err)) return -1;
     if (dw) {
-        rms_bwd_dw<<<cuda_blocks(C, 128), 128>>>(dw, dout, x, rstd, rows, C);
+        rms_bwd_dw<<<cuda_blocks(C, 128), 128, 0, stream>>>(dw, dout, x, rstd, rows, C);
         return cuda_launch_check("rmsnorm_backward_cuda dw", err);
     }
     return 0;

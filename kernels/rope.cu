@@ -17,17 +17,19 @@ __global__ static void rope_kernel(float *out, const float *x, const int *pos, c
 }
 
 extern "C" int rope_forward_cuda(float *out, const float *x, const int *pos, const float *cos_t,
-                                 const float *sin_t, int T, int nh, int D, PailErr *err) {
+                                 const float *sin_t, int T, int nh, int D, cudaStream_t stream,
+                                 PailErr *err) {
     size_t n = (size_t)T * nh * (D / 2);
     if (!n) return 0;
-    rope_kernel<<<cuda_blocks(n, 256), 256>>>(out, x, pos, cos_t, sin_t, T, nh, D, 1.0f);
+    rope_kernel<<<cuda_blocks(n, 256), 256, 0, stream>>>(out, x, pos, cos_t, sin_t, T, nh, D, 1.0f);
     return cuda_launch_check("rope_forward_cuda", err);
 }
 
 extern "C" int rope_backward_cuda(float *dx, const float *dout, const int *pos, const float *cos_t,
-                                  const float *sin_t, int T, int nh, int D, PailErr *err) {
+                                  const float *sin_t, int T, int nh, int D, cudaStream_t stream,
+                                  PailErr *err) {
     size_t n = (size_t)T * nh * (D / 2);
     if (!n) return 0;
-    rope_kernel<<<cuda_blocks(n, 256), 256>>>(dx, dout, pos, cos_t, sin_t, T, nh, D, -1.0f);
+    rope_kernel<<<cuda_blocks(n, 256), 256, 0, stream>>>(dx, dout, pos, cos_t, sin_t, T, nh, D, -1.0f);
     return cuda_launch_check("rope_backward_cuda", err);
 }

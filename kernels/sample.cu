@@ -178,7 +178,8 @@ extern "C" size_t sample_ws_bytes_cuda(int n, int V, const SampleParams *sp) {
 
 extern "C" int sample_forward_cuda(int32_t *tok, float *logp, uint8_t *stopped, uint64_t *rng, const float *logits,
                                    const int *lrow, const int *rslot, int n, int V, const SampleParams *sp,
-                                   const int32_t *stop_ids, int n_stop, void *ws, size_t ws_bytes, PailErr *err) {
+                                   const int32_t *stop_ids, int n_stop, void *ws, size_t ws_bytes,
+                                   cudaStream_t stream, PailErr *err) {
     if (n <= 0) return 0;
     if ((size_t)n * V > (size_t)INT32_MAX)
         return err_set(err, PAIL_ERR_INVALID, "sample_forward_cuda: %d rows of %d logits exceed 2^31 entries", n, V);
@@ -187,8 +188,8 @@ extern "C" int sample_forward_cuda(int32_t *tok, float *logp, uint8_t *stopped, 
         return err_set(err, PAIL_ERR_INVALID, "sample_forward_cuda: workspace of %zu bytes, %zu needed", ws_bytes, need);
     char *w = (char *)ws;
     float *p = (float *)w;
-    sample_kernel<<<n, SAMPLE_THREADS>>>(tok, logp, stopped, rng, logits, lrow, rslot, V, *sp, stop_ids, n_stop, p,
-                                         NULL, NULL, 0);
+    sample_kernel<<<n, SAMPLE_THREADS, 0, stream>>>(tok, logp, stopped, rng, logits, lrow, rslot, V, *sp, stop_ids,
+                                                    n_stop, p, NULL, NULL, 0);
     if (cuda_launch_check("sample_forward_cuda", err)) return -1;
     if (need == align256((size_t)n * V * sizeof(float))) return 0;
     size_t rows = align256((size_t)n * V * sizeof(float));
@@ -196,13 +197,13 @@ extern "C" int sample_forward_cuda(int32_t *tok, float *logp, uint8_t *stopped, 
     int *idx = (int *)(w + 2 * rows), *idx_out = (int *)(w + 3 * rows), *off = (int *)(w + 4 * rows);
     void *temp = w + 4 * rows + align256((size_t)(n + 1) * sizeof(int));
     size_t temp_bytes = sort_temp_bytes(n, V);
-    iota_rows<<<cuda_blocks((size_t)n * V + 1, 256), 256>>>(idx, off, n, V);
+    iota_rows<<<cuda_blocks((size_t)n * V + 1, 256), 256, 0, stream>>>(idx, off, n, V);
     if (cuda_launch_check("sample_forward_cuda iota", err)) return -1;
     if (cuda_check(cub::DeviceSegmentedRadixSort::SortPairsDescending(temp, temp_bytes, p, sp_out, idx, idx_out, n * V,
-                                                                      n, off, off + 1),
+                                                                      n, off, off + 1, 0, sizeof(float) * 8, stream),
                    "sample_forward_cuda sort", err))
         return -1;
-    sample_kernel<<<n, SAMPLE_THREADS>>>(tok, logp, stopped, rng, logits, lrow, rslot, V, *sp, stop_ids, n_stop, p,
-                                         sp_out, idx_out, 1);
+    sample_kernel<<<n, SAMPLE_THREADS, 0, stream>>>(tok, logp, stopped, rng, logits, lrow, rslot, V, *sp, stop_ids,
+                                                    n_stop, p, sp_out, idx_out, 1);
     return cuda_launch_check("sample_forward_cuda", err);
 }

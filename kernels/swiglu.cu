@@ -17,15 +17,16 @@ __global__ static void swiglu_bwd(float *dgate, float *dup, const float *dout, c
 }
 
 extern "C" int swiglu_forward_cuda(float *out, const float *gate, const float *up, size_t n,
-                                   PailErr *err) {
+                                   cudaStream_t stream, PailErr *err) {
     if (!n) return 0;
-    swiglu_fwd<<<cuda_blocks(n, 256), 256>>>(out, gate, up, n);
+    swiglu_fwd<<<cuda_blocks(n, 256), 256, 0, stream>>>(out, gate, up, n);
     return cuda_launch_check("swiglu_forward_cuda", err);
 }
 
 extern "C" int swiglu_backward_cuda(float *dgate, float *dup, const float *dout,
-                                    const float *gate, const float *up, size_t n, PailErr *err) {
+                                    const float *gate, const float *up, size_t n, cudaStream_t stream,
+                                    PailErr *err) {
     if (!n) return 0;
-    swiglu_bwd<<<cuda_blocks(n, 256), 256>>>(dgate, dup, dout, gate, up, n);
+    swiglu_bwd<<<cuda_blocks(n, 256), 256, 0, stream>>>(dgate, dup, dout, gate, up, n);
     return cuda_launch_check("swiglu_backward_cuda", err);
 }

@@ -21,6 +21,7 @@ int main(void) {
 
 static Rng rng;
 static PailErr err;
+static CudaBlas cb;  // the products' cuBLAS handle and panels, on the default stream (the other twins get stream 0)
 
 static float *rnd(size_t n, float lo, float hi) {
     float *p = malloc(sizeof(float) * (n ? n : 1));
@@ -71,12 +72,12 @@ START_TEST(test_matmul_cuda) {
         float *x = rnd(T * K, -1, 1), *W = rnd(N * K, -1, 1), *b = rnd(N, -1, 1), *o = rnd(T * N, -1, 1);
         float *dx = rnd(T * K, -1, 1), *dW = rnd(N * K, -1, 1), *db = rnd(N, -1, 1), *g = rnd(T * N, -1, 1);
         float *dx_, *dW_, *db_, *o_ = UPF(o, T * N);
-        OK(matmul_forward_cuda(o_, UPF(x, T * K), UPF(W, N * K), UPF(b, N), T, K, N, 0.5f, 1.0f, &err));
+        OK(matmul_forward_cuda(o_, UPF(x, T * K), UPF(W, N * K), UPF(b, N), T, K, N, 0.5f, 1.0f, &cb, &err));
         matmul_forward_ref(o, x, W, b, T, K, N, 0.5f, 1.0f);
         expect_dev("matmul_forward_cuda", o_, o, T * N, 1e-4, 1e-4);
         dx_ = UPF(dx, T * K), dW_ = UPF(dW, N * K), db_ = UPF(db, N);
         OK(matmul_backward_cuda(dx_, dW_, db_, UPF(g, T * N), UPF(x, T * K), UPF(W, N * K), T, K, N,
-                                2.0f, 1.0f, &err));
+                                2.0f, 1.0f, &cb, &err));
         matmul_backward_ref(dx, dW, db, g, x, W, T, K, N, 2.0f, 1.0f);
         expect_dev("matmul_backward_cuda dx", dx_, dx, T * K, 1e-4, 1e-4);
         expect_dev("matmul_backward_cuda dW", dW_, dW, N * K, 1e-4, 1e-4);
@@ -92,9 +93,9 @@ START_TEST(test_rmsnorm_cuda) {
     float *g = rnd(R * C, -1, 1), *dx = rnd(R * C, 0, 1), *dw = rnd(C, -1, 1);
     float *o_ = UPF(NULL, R * C), *rs_ = UPF(NULL, R), *x_ = UPF(x, R * C), *w_ = UPF(w, C);
     float *dx_ = UPF(NULL, R * C), *dw_ = UPF(dw, C);
-    OK(rmsnorm_forward_cuda(o_, rs_, x_, w_, R, C, 1e-6f, &err));
+    OK(rmsnorm_forward_cuda(o_, rs_, x_, w_, R, C, 1e-6f, 0, &err));
     rmsnorm_forward_ref(o, rs, x, w, R, C, 1e-6f);
-    OK(rmsnorm_backward_cuda(dx_, dw_, UPF(g, R * C), x_, w_, rs_, R, C, &err));
+    OK(rmsnorm_backward_cuda(dx_, dw_, UPF(g, R * C), x_, w_, rs_, R, C, 0, &err));
     rmsnorm_backward_ref(dx, dw, g, x, w, rs, R, C);
     expect_dev("rmsnorm_forward_cuda", o_, o, R * C, 1e-5, 1e-5);
     expect_dev("rmsnorm_forward_cuda rstd", rs_, rs, R, 1e-5, 1e-5);
@@ -115,8 +116,8 @@ START_TEST(test_rope_cuda) {
     float *ct_ = UPF(ct, P * D / 2), *st_ = UPF(st, P * D / 2), *x_ = UPF(x, n);
     int *pos_ = UPI(pos, T);
     float *o_ = UPF(NULL, n), *dx_ = UPF(NULL, n);
-    OK(rope_forward_cuda(o_, x_, pos_, ct_, st_, T, nh, D, &err));
-    OK(rope_backward_cuda(dx_, x_, pos_, ct_, st_, T, nh, D, &err));
+    OK(rope_forward_cuda(o_, x_, pos_, ct_, st_, T, nh, D, 0, &err));
+    OK(rope_backward_cuda(dx_, x_, pos_, ct_, st_, T, nh, D, 0, &err));
     rope_forward_ref(o, x, pos, ct, st, T, nh, D);
     rope_backward_ref(dx, x, pos, ct, st, T, nh, D);
     expect_dev("rope_forward_cuda", o_, o, n, 1e-6, 1e-6);
@@ -136,30 +137,34 @@ START_TEST(test_attention_cuda) {
     int *cu_ = UPI(cu, nseq + 1);
     attention_forward_ref(o, lse, q, k, v, cu, nseq, T, H, Hkv, D);
     attention_backward_ref(dq, dk, dv, g, q, k, v, o, lse, cu, nseq, T, H, Hkv, D);
-    OK(attention_forward_cuda(o_, lse_, q_, k_, v_, cu_, nseq, T, H, Hkv, D, &err));
+    OK(attention_forward_cuda(o_, lse_, q_, k_, v_, cu_, nseq, T, H, Hkv, D, 0, &err));
     float *dq_ = UPF(NULL, nq), *dk_ = UPF(NULL, nk), *dv_ = UPF(NULL, nk);
     OK(attention_backward_cuda(dq_, dk_, dv_, UPF(g, nq), q_, k_, v_, o_, lse_, cu_, nseq, T, H,
-                               Hkv, D, &err));
+                               Hkv, D, 0, &err));
     expect_dev("attention_backward_cuda dq", dq_, dq, nq, 1e-4, 1e-4);
     expect_dev("attention_backward_cuda dk", dk_, dk, nk, 1e-4, 1e-4);
     expect_dev("attention_backward_cuda dv", dv_, dv, nk, 1e-4, 1e-4);
     expect_dev("attention_forward_cuda out", o_, o, nq, 2e-5, 2e-5);
     expect_dev("attention_forward_cuda lse", lse_, lse, T * H, 2e-5, 2e-5);
-    // decode: the sequences' caches are their packed rows; 2, 3, 1 new tokens
-    int max_ctx = 80, cl[3] = {5, 70, 1}, cun[4] = {0, 2, 5, 6};
-    size_t ks = (size_t)Hkv * D;
-    float *kc = rnd(3 * max_ctx * ks, -1, 1), *vc = rnd(3 * max_ctx * ks, -1, 1), *qn = rnd(6 * H * D, -1, 1);
-    for (int s = 0; s < 3; s++) {
-        memcpy(kc + s * max_ctx * ks, k + cu[s] * ks, 4 * cl[s] * ks);
-        memcpy(vc + s * max_ctx * ks, v + cu[s] * ks, 4 * cl[s] * ks);
-    }
+    // decode over a paged cache: each sequence's cache holds its packed rows, in
+    // KV_BLOCK-token blocks spread over a pool by its block table (sequence 1's
+    // two blocks out of order, block 2 unused); 2, 3, 1 new tokens
+    enum { NBLK = 5, MAXB = 2 };
+    int cl[3] = {5, 70, 1}, cun[4] = {0, 2, 5, 6}, table[3 * MAXB] = {3, 0, 4, 0, 1, 0};
+    size_t ks = (size_t)Hkv * D, pool = (size_t)NBLK * KV_BLOCK * ks;
+    float *kc = rnd(pool, -1, 1), *vc = rnd(pool, -1, 1), *qn = rnd(6 * H * D, -1, 1);
+    for (int s = 0; s < 3; s++)
+        for (int j = 0; j < cl[s]; j++) {
+            size_t row = (size_t)table[s * MAXB + j / KV_BLOCK] * KV_BLOCK + j % KV_BLOCK;
+            memcpy(kc + row * ks, k + (cu[s] + j) * ks, 4 * ks);
+            memcpy(vc + row * ks, v + (cu[s] + j) * ks, 4 * ks);
+        }
     float *od = malloc(4 * 6 * H * D), *od_ = UPF(NULL, 6 * H * D);
-    attention_decode_forward_ref(od, qn, kc, vc, cun, cl, 3, max_ctx, H, Hkv, D);
-    OK(attention_decode_forward_cuda(od_, UPF(qn, 6 * H * D), UPF(kc, 3 * max_ctx * ks),
-                                     UPF(vc, 3 * max_ctx * ks), UPI(cun, 4), UPI(cl, 3), 3, max_ctx,
-                                     H, Hkv, D, &err));
+    attention_decode_forward_ref(od, qn, kc, vc, cun, cl, table, MAXB, 3, H, Hkv, D);
+    OK(attention_decode_forward_cuda(od_, UPF(qn, 6 * H * D), UPF(kc, pool), UPF(vc, pool), UPI(cun, 4), UPI(cl, 3),
+                                     UPI(table, 3 * MAXB), MAXB, 3, 6, H, Hkv, D, 0, &err));
     expect_dev("attention_decode_forward_cuda", od_, od, 6 * H * D, 2e-5, 2e-5);
-    ck_assert_int_eq(attention_forward_cuda(o_, NULL, q_, k_, v_, cu_, nseq, T, H, Hkv, 300, &err), -1);
+    ck_assert_int_eq(attention_forward_cuda(o_, NULL, q_, k_, v_, cu_, nseq, T, H, Hkv, 300, 0, &err), -1);
     ck_assert_ptr_nonnull(strstr(err.msg, "head dim 300"));
     free(q), free(k), free(v), free(g), free(o), free(lse), free(dq), free(dk), free(dv);
     free(kc), free(vc), free(qn), free(od);
@@ -171,8 +176,8 @@ START_TEST(test_swiglu_cuda) {
     float *a = rnd(n, -8, 8), *u = rnd(n, -2, 2), *g = rnd(n, -1, 1);
     float *o = malloc(4 * n), *da = malloc(4 * n), *du = malloc(4 * n);
     float *a_ = UPF(a, n), *u_ = UPF(u, n), *o_ = UPF(NULL, n), *da_ = UPF(NULL, n), *du_ = UPF(NULL, n);
-    OK(swiglu_forward_cuda(o_, a_, u_, n, &err));
-    OK(swiglu_backward_cuda(da_, du_, UPF(g, n), a_, u_, n, &err));
+    OK(swiglu_forward_cuda(o_, a_, u_, n, 0, &err));
+    OK(swiglu_backward_cuda(da_, du_, UPF(g, n), a_, u_, n, 0, &err));
     swiglu_forward_ref(o, a, u, n);
     swiglu_backward_ref(da, du, g, a, u, n);
     expect_dev("swiglu_forward_cuda", o_, o, n, 1e-6, 1e-5);
@@ -188,7 +193,7 @@ START_TEST(test_matmul_lora_cuda) {
     float *bias = rnd(N, -1, 1), *o = rnd(T * N, -1, 1), *la = malloc(4 * T * R);
     float *o_ = UPF(o, T * N), *la_ = UPF(NULL, T * R);
     OK(matmul_forward_lora_cuda(o_, la_, UPF(x, T * K), UPF(W, N * K), UPF(bias, N), UPF(A, R * K), UPF(B, N * R),
-                                T, K, N, R, 0.75f, 1.0f, &err));
+                                T, K, N, R, 0.75f, 1.0f, &cb, &err));
     matmul_forward_lora_ref(o, la, x, W, bias, A, B, T, K, N, R, 0.75f, 1.0f);
     expect_dev("matmul_forward_lora_cuda", o_, o, T * N, 1e-4, 1e-4);
     expect_dev("matmul_forward_lora_cuda la", la_, la, T * R, 1e-4, 1e-4);
@@ -209,9 +214,9 @@ START_TEST(test_logprob_cuda) {
     int *tg_ = UPI(tg, T);
     OK(logprob_forward_ref(lp, ent, lse, h, W, tg, T, C, V, temp, &err));
     logprob_backward_ref(dh, dW, dl, de, h, W, tg, T, C, V, temp);
-    OK(logprob_forward_cuda(lp_, ent_, lse_, h_, W_, tg_, T, C, V, temp, ws_, vchunk, &err));
+    OK(logprob_forward_cuda(lp_, ent_, lse_, h_, W_, tg_, T, C, V, temp, ws_, vchunk, &cb, &err));
     OK(logprob_backward_cuda(dh_, dW_, UPF(dl, T), UPF(de, T), h_, W_, tg_, lse_, ent_, T, C, V, temp,
-                             ws_, vchunk, &err));
+                             ws_, vchunk, &cb, &err));
     expect_dev("logprob_forward_cuda logp", lp_, lp, T, 2e-5, 2e-5);
     expect_dev("logprob_forward_cuda entropy", ent_, ent, T, 2e-5, 2e-5);
     expect_dev("logprob_forward_cuda lse", lse_, lse, T, 2e-5, 2e-5);
@@ -221,8 +226,8 @@ START_TEST(test_logprob_cuda) {
     logprob_backward_ref(dh, NULL, dl, NULL, h, W, tg, T, C, V, temp);
     float *ex_ = UPF(NULL, T * C), *ws4_ = UPF(NULL, 4 * V), *dh2_ = UPF(NULL, T * C);
     lp_ = UPF(NULL, T), ent_ = UPF(NULL, T), lse_ = UPF(NULL, T);
-    OK(logprob_forward_expect_cuda(lp_, ent_, lse_, ex_, h_, W_, tg_, T, C, V, temp, ws4_, 4 * V, &err));
-    OK(logprob_backward_expect_cuda(dh2_, UPF(dl, T), ex_, W_, tg_, T, C, temp, &err));
+    OK(logprob_forward_expect_cuda(lp_, ent_, lse_, ex_, h_, W_, tg_, T, C, V, temp, ws4_, 4 * V, &cb, &err));
+    OK(logprob_backward_expect_cuda(dh2_, UPF(dl, T), ex_, W_, tg_, T, C, temp, &cb, &err));
     expect_dev("logprob_forward_expect_cuda logp", lp_, lp, T, 2e-5, 2e-5);
     expect_dev("logprob_forward_expect_cuda entropy", ent_, ent, T, 2e-5, 2e-5);
     expect_dev("logprob_forward_expect_cuda lse", lse_, lse, T, 2e-5, 2e-5);
@@ -238,8 +243,8 @@ START_TEST(test_embedding_adamw_cuda) {
     int *tok_ = UPI(tok, T);
     OK(embedding_forward_ref(o, tab, tok, T, C, V, &err));
     embedding_backward_ref(dt, g, tok, T, C);
-    OK(embedding_forward_cuda(o_, UPF(tab, V * C), tok_, T, C, V, &err));
-    OK(embedding_backward_cuda(dt_, UPF(g, T * C), tok_, T, C, &err));
+    OK(embedding_forward_cuda(o_, UPF(tab, V * C), tok_, T, C, V, 0, &err));
+    OK(embedding_backward_cuda(dt_, UPF(g, T * C), tok_, T, C, 0, &err));
     expect_dev("embedding_forward_cuda", o_, o, T * C, 0, 0);
     expect_dev("embedding_backward_cuda", dt_, dt, V * C, 1e-6, 1e-6);  // atomics: any order
     size_t n = 100003;
@@ -290,12 +295,12 @@ static void dtype_cuda_case(DType dt, size_t panel) {
         float *x = rnd(T * K, -1, 1), *b = rnd(N, -1, 1), *o = rnd(T * N, -1, 1);
         float *dx = rnd(T * K, -1, 1), *dW = rnd(N * K, -1, 1), *db = rnd(N, -1, 1), *g = rnd(T * N, -1, 1);
         float *o_ = UPF(o, T * N), *x_ = UPF(x, T * K);
-        OK(matmul_forward_dt_cuda(o_, x_, W_, dt, UPF(b, N), T, K, N, 0.5f, 1.0f, &err));
+        OK(matmul_forward_dt_cuda(o_, x_, W_, dt, UPF(b, N), T, K, N, 0.5f, 1.0f, &cb, &err));
         matmul_forward_ref(o, x, Wc, b, T, K, N, 0.5f, 1.0f);
         snprintf(what, sizeof what, "matmul_forward_dt_cuda %s T=%d K=%d N=%d panel %zu", dtype_name(dt), T, K, N, panel);
         expect_dev(what, o_, o, T * N, 1e-4, 1e-4);
         float *dx_ = UPF(dx, T * K), *dW_ = UPF(dW, N * K), *db_ = UPF(db, N);
-        OK(matmul_backward_dt_cuda(dx_, dW_, db_, UPF(g, T * N), x_, W_, dt, T, K, N, 2.0f, 0.5f, &err));
+        OK(matmul_backward_dt_cuda(dx_, dW_, db_, UPF(g, T * N), x_, W_, dt, T, K, N, 2.0f, 0.5f, &cb, &err));
         matmul_backward_ref(dx, dW, db, g, x, Wc, T, K, N, 2.0f, 0.5f);
         snprintf(what, sizeof what, "matmul_backward_dt_cuda dx %s T=%d K=%d N=%d panel %zu", dtype_name(dt), T, K, N, panel);
         expect_dev(what, dx_, dx, T * K, 1e-4, 1e-4);
@@ -305,7 +310,7 @@ static void dtype_cuda_case(DType dt, size_t panel) {
         float *A = rnd(R * K, -1, 1), *B = rnd(N * R, -1, 1), *la = malloc(4 * T * R), *o2 = rnd(T * N, -1, 1);
         float *o2_ = UPF(o2, T * N), *la_ = UPF(NULL, T * R);
         OK(matmul_forward_lora_dt_cuda(o2_, la_, x_, W_, dt, UPF(b, N), UPF(A, R * K), UPF(B, N * R), T, K, N, R,
-                                       0.75f, 1.0f, &err));
+                                       0.75f, 1.0f, &cb, &err));
         matmul_forward_lora_ref(o2, la, x, Wc, b, A, B, T, K, N, R, 0.75f, 1.0f);
         expect_dev("matmul_forward_lora_dt_cuda", o2_, o2, T * N, 1e-4, 1e-4);
         expect_dev("matmul_forward_lora_dt_cuda la", la_, la, T * R, 1e-4, 1e-4);
@@ -328,9 +333,9 @@ static void dtype_cuda_case(DType dt, size_t panel) {
     int *tg_ = UPI(tg, T);
     OK(logprob_forward_ref(lp, ent, lse, h, Wc, tg, T, C, V, temp, &err));
     logprob_backward_ref(dh, dW, dl, de, h, Wc, tg, T, C, V, temp);
-    OK(logprob_forward_dt_cuda(lp_, ent_, lse_, h_, W_, dt, tg_, T, C, V, temp, ws_, vchunk, &err));
+    OK(logprob_forward_dt_cuda(lp_, ent_, lse_, h_, W_, dt, tg_, T, C, V, temp, ws_, vchunk, &cb, &err));
     OK(logprob_backward_dt_cuda(dh_, dW_, dl_, UPF(de, T), h_, W_, dt, tg_, lse_, ent_, T, C, V, temp, ws_,
-                                vchunk, &err));
+                                vchunk, &cb, &err));
     snprintf(what, sizeof what, "logprob_forward_dt_cuda %s panel %zu", dtype_name(dt), panel);
     expect_dev(what, lp_, lp, T, 2e-5, 2e-5);
     expect_dev("logprob_forward_dt_cuda entropy", ent_, ent, T, 2e-5, 2e-5);
@@ -340,8 +345,8 @@ static void dtype_cuda_case(DType dt, size_t panel) {
     logprob_backward_ref(dh, NULL, dl, NULL, h, Wc, tg, T, C, V, temp);
     float *ex_ = UPF(NULL, T * C), *ws4_ = UPF(NULL, 4 * V), *dh2_ = UPF(NULL, T * C);
     lp_ = UPF(NULL, T), ent_ = UPF(NULL, T), lse_ = UPF(NULL, T);
-    OK(logprob_forward_expect_dt_cuda(lp_, ent_, lse_, ex_, h_, W_, dt, tg_, T, C, V, temp, ws4_, 4 * V, &err));
-    OK(logprob_backward_expect_dt_cuda(dh2_, dl_, ex_, W_, dt, tg_, T, C, temp, &err));
+    OK(logprob_forward_expect_dt_cuda(lp_, ent_, lse_, ex_, h_, W_, dt, tg_, T, C, V, temp, ws4_, 4 * V, &cb, &err));
+    OK(logprob_backward_expect_dt_cuda(dh2_, dl_, ex_, W_, dt, tg_, T, C, temp, &cb, &err));
     expect_dev("logprob_forward_expect_dt_cuda logp", lp_, lp, T, 2e-5, 2e-5);
     expect_dev("logprob_forward_expect_dt_cuda entropy", ent_, ent, T, 2e-5, 2e-5);
     expect_dev("logprob_forward_expect_dt_cuda lse", lse_, lse, T, 2e-5, 2e-5);
@@ -350,7 +355,7 @@ static void dtype_cuda_case(DType dt, size_t panel) {
     int ET = 11, tok[11] = {3, 0, 16, 3, 3, 5, 16, 1, 2, 3, 9};
     float *eo = malloc(4 * ET * C), *eo_ = UPF(NULL, ET * C);
     OK(embedding_forward_ref(eo, Wc, tok, ET, C, V, &err));
-    OK(embedding_forward_dt_cuda(eo_, W_, dt, UPI(tok, ET), ET, C, V, &err));
+    OK(embedding_forward_dt_cuda(eo_, W_, dt, UPI(tok, ET), ET, C, V, 0, &err));
     expect_dev("embedding_forward_dt_cuda", eo_, eo, ET * C, 0, 0);
     free(Wc), free(W16), free(h), free(dl), free(de), free(dh), free(dW), free(eo);
 }
@@ -379,7 +384,7 @@ START_TEST(test_sample_cuda) {
         uint64_t *drng = (uint64_t *)up(st, sizeof st);
         size_t wsb = sample_ws_bytes_cuda(ROWS, V, &cases[c]);
         void *ws = up(NULL, wsb);
-        OK(sample_forward_cuda(dtok, dlp, dst, drng, dl, dlr, drs, ROWS, V, &cases[c], dstop, 2, ws, wsb, &err));
+        OK(sample_forward_cuda(dtok, dlp, dst, drng, dl, dlr, drs, ROWS, V, &cases[c], dstop, 2, ws, wsb, 0, &err));
         int32_t tok[ROWS], ctok[ROWS];
         float lp[ROWS], clp[ROWS];
         uint8_t stp[ROWS], cstp[ROWS];
@@ -416,7 +421,7 @@ START_TEST(test_dtype_cuda) {
     int T = 5, K = 17, N = 9;
     float *x = rnd(T * K, -1, 1), *W = rnd(N * K, -1, 1), *o = rnd(T * N, -1, 1);
     float *o_ = UPF(o, T * N);
-    OK(matmul_forward_dt_cuda(o_, UPF(x, T * K), UPF(W, N * K), DT_F32, NULL, T, K, N, 1.0f, 0.0f, &err));
+    OK(matmul_forward_dt_cuda(o_, UPF(x, T * K), UPF(W, N * K), DT_F32, NULL, T, K, N, 1.0f, 0.0f, &cb, &err));
     matmul_forward_ref(o, x, W, NULL, T, K, N, 1.0f, 0.0f);
     expect_dev("matmul_forward_dt_cuda f32", o_, o, T * N, 1e-4, 1e-4);
     free(x), free(W), free(o);
@@ -430,6 +435,10 @@ int main(void) {
         return 0;
     }
     rng_seed(&rng, 4242, 0);
+    if (cuda_blas_init(&cb, 0, &err) < 0) {
+        printf("check_kernels_cuda: %s\n", err.msg);
+        return 1;
+    }
     Suite *s = suite_create("kernels_cuda");
     TCase *core = tcase_create("core"), *limits = tcase_create("limits");
     tcase_set_timeout(core, 120);
@@ -450,6 +459,7 @@ int main(void) {
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);
+    cuda_blas_free(&cb);
     return failed ? 1 : 0;
 }
 #endif

@@ -7,7 +7,10 @@
 // SKIP for that part). The sim device (--device sim) must give the CPU
 // backend's bits: the same kernels in the same order at the same team size.
 // One trainer step compared whole (forward, host loss, backward, the
-// trainable state's optimizer step, twice) on sim (bits) and CUDA. Tolerances: the fast CPU paths and the device sum in
+// trainable state's optimizer step, twice) on sim (bits) and CUDA, and one
+// generated group (the generator: paged KV cache, forks, the sampler on the
+// backend) compared whole on sim (bits) and CUDA (below: the tokens that may
+// differ). Tolerances: the fast CPU paths and the device sum in
 // other orders than the reference loops: 2e-4 absolute + 2e-4 relative on
 // log-probs and logits, 1e-3 + 2e-3 on gradients (fp32 throughout). Also a
 // decode step in one OpenMP region (a backend with team_ops) against the CPU
@@ -24,6 +27,7 @@
 #include "matmul_amx.h"
 #include "lora/trainable.h"
 #include "model/transformer.h"
+#include "rollout/generate.h"
 
 // ---- a reference backend: host memory, the *_ref loops ----
 #define NOB (void)b; (void)err
@@ -102,8 +106,9 @@ static int r_attention_backward(Backend *b, float *dq, float *dk, float *dv, con
 }
 static int r_attention_decode_forward(Backend *b, float *out, const float *q, const float *kc, const float *vc,
                                       const int *cu_new, const int *len, const int *table, int max_blocks, int nseq,
-                                      int H, int Hkv, int D, PailErr *err) {
+                                      int Tn, int H, int Hkv, int D, PailErr *err) {
     NOB;
+    (void)Tn;
     attention_decode_forward_ref(out, q, kc, vc, cu_new, len, table, max_blocks, nseq, H, Hkv, D);
     return 0;
 }
@@ -588,6 +593,143 @@ START_TEST(test_trainer_step_cuda) {
 }
 END_TEST
 
+// ---- one generated group, whole ----
+// What a worker's shard holds of a run of the group generator: every
+// completion's tokens, their log-probs under the sampled distribution, its
+// length and finish. The adapter on the backend (as the worker holds it), a
+// fixed seed per prompt, prompts of 7, 6 and 5 tokens, groups of 4 through 6
+// decode slots (so slots are refilled and prompts staged).
+enum { GP = 3, GG = 4, GMAX = 14, GBATCH = 6, GPLEN = 7, GSTOP = 11 };
+typedef struct {
+    int n[GP * GG];
+    uint8_t finish[GP * GG];
+    int32_t ids[GP * GG][GMAX];
+    float lp[GP * GG][GMAX];
+} GroupOut;
+
+static void generate_group(Backend *be, const ModelWeights *w, const LoraLayout *lay, const float *params,
+                           const SamplerConfig *sc, GroupOut *o) {
+    PailErr err = {0};
+    size_t np = (size_t)lay->n_params;
+    float *dp = be->ops->alloc(be, np * sizeof(float), &err);
+    ck_assert_msg(dp, "%s", err.msg);
+    ck_assert_int_eq(be->ops->to_device(be, dp, params, np * sizeof(float), &err), 0);
+    int32_t stop = GSTOP;
+    GenConfig gc = {.group_size = GG, .max_new_tokens = GMAX, .batch_size = GBATCH, .max_prompt_tokens = GPLEN,
+                    .max_prompts = GP, .prefill_tokens = 2 * GPLEN, .sampler = *sc, .stop_ids = &stop,
+                    .n_stop_ids = 1};
+    TransformerPlan plan = {.max_tokens = generator_token_budget(GPLEN, GBATCH, gc.prefill_tokens), .lora_rank = 4,
+                            .backend = be};
+    Transformer *tf;
+    Generator *g;
+    ck_assert_msg(transformer_init(&tf, w, &plan, &err) == 0, "%s", err.msg);
+    ck_assert_msg(transformer_set_lora(tf, lay, dp, &err) == 0, "%s", err.msg);
+    ck_assert_msg(generator_init(&g, tf, &w->cfg, &gc, &err) == 0, "%s", err.msg);
+    int32_t ids[GP][GPLEN];
+    GenPrompt pr[GP];
+    for (int p = 0; p < GP; p++) {
+        for (int t = 0; t < GPLEN; t++) ids[p][t] = (int32_t)((p * 13 + t * 5 + 1) % w->cfg.vocab_size);
+        pr[p] = (GenPrompt){.ids = ids[p], .n = GPLEN - p, .seed = 40 + (uint64_t)p};
+    }
+    GenCompletion c[GP * GG];
+    ck_assert_msg(generator_run(g, pr, GP, c, &err) == 0, "%s on %s", err.msg, be->desc);
+    memset(o, 0, sizeof *o);
+    for (int i = 0; i < GP * GG; i++) {
+        ck_assert(c[i].n >= 1 && c[i].n <= GMAX);
+        o->n[i] = c[i].n, o->finish[i] = c[i].finish;
+        memcpy(o->ids[i], c[i].ids, (size_t)c[i].n * sizeof(int32_t));
+        memcpy(o->lp[i], c[i].logprobs, (size_t)c[i].n * sizeof(float));
+    }
+    generator_free(g);
+    transformer_free(tf);
+    be->ops->release(be, dp);
+}
+
+// The group on be against the CPU backend's, for fp32 and bf16 weights (fp32
+// arithmetic on both), plain sampling and top-k + top-p. bits: the same bits
+// (sim). Otherwise (CUDA) the device's logits are the CPU's within the
+// log-prob tolerance (2e-4 + 2e-4 relative), so its probabilities are too, and
+// a draw picks another token only when the stream's uniform lands within that
+// distance of a cumulative boundary (the sampler's own sums are exact to a few
+// ulps: check_kernels_cuda test_sample_cuda); the chance is ~1e-4 a draw, so
+// over these ~170 draws a run of the 24 completions may have one that takes
+// another token, and from there on it is another completion (another
+// context): it is compared up to that token, and a second such completion is
+// a bug, not rounding. Every other completion: the same tokens, length and
+// finish, and log-probs within the log-prob tolerance.
+static void generate_compare(Backend *be, bool bits) {
+    SamplerConfig scs[2] = {{.temperature = 1.0, .top_p = 1.0}, {.temperature = 0.8, .top_p = 0.9, .top_k = 20}};
+    for (int dt = 0; dt < 2; dt++)
+        for (int si = 0; si < 2; si++) {
+            ModelWeights w32, w;
+            small_model(&w32, MODEL_QWEN3);
+            if (dt == 0) {
+                w = w32;
+            } else {
+                hold_as(&w32, DT_BF16, &w);
+                model_weights_free(&w32);
+            }
+            LoraLayout lay;
+            float *p;
+            lora_for(&w, &lay, &p);
+            static GroupOut want, got;
+            generate_group(backend_cpu(), &w, &lay, p, &scs[si], &want);
+            generate_group(be, &w, &lay, p, &scs[si], &got);
+            int diverged = 0, tokens = 0;
+            for (int i = 0; i < GP * GG; i++) {
+                int n = want.n[i] < got.n[i] ? want.n[i] : got.n[i], k = 0;
+                while (k < n && got.ids[i][k] == want.ids[i][k]) k++;
+                bool same = k == n && got.n[i] == want.n[i];
+                ck_assert_msg(same || !bits, "%s: completion %d differs from the CPU's at token %d", be->desc, i, k);
+                if (!same) diverged++;
+                else ck_assert_int_eq(got.finish[i], want.finish[i]);
+                for (int j = 0; j < k; j++) {
+                    if (bits)
+                        ck_assert_msg(!memcmp(&got.lp[i][j], &want.lp[i][j], sizeof(float)),
+                                      "%s: completion %d token %d: log-prob %.9g, the CPU's %.9g", be->desc, i, j,
+                                      got.lp[i][j], want.lp[i][j]);
+                    else
+                        ck_assert_msg(fabs(got.lp[i][j] - want.lp[i][j]) <= 2e-4 + 2e-4 * fabs(want.lp[i][j]),
+                                      "%s: completion %d token %d: log-prob %.9g, the CPU's %.9g", be->desc, i, j,
+                                      got.lp[i][j], want.lp[i][j]);
+                }
+                tokens += want.n[i];
+            }
+            ck_assert_msg(diverged <= 1, "%s, %s weights, sampler %d: %d of %d completions differ from the CPU's",
+                          be->desc, dt ? "bf16" : "f32", si, diverged, GP * GG);
+            ck_assert(tokens > GP * GG);  // something was generated
+            free(p);
+            lora_layout_free(&lay);
+            model_weights_free(&w);
+        }
+}
+
+START_TEST(test_generate_sim) {
+    Backend *be;
+    PailErr err = {0};
+    ck_assert_msg(backend_open(&be, "sim", 0, &err) == 0, "%s", err.msg);
+    generate_compare(be, true);
+    ck_assert_uint_eq(backend_sim_in_use(be), 0);
+    backend_close(be);
+}
+END_TEST
+
+START_TEST(test_generate_cuda) {
+#ifdef PAIL_CUDA
+    Backend *be;
+    PailErr err = {0};
+    if (backend_open(&be, "cuda", 0, &err) < 0) {
+        printf("SKIP: one generated group on CUDA: %s\n", err.msg);
+        return;
+    }
+    generate_compare(be, false);
+    backend_close(be);
+#else
+    printf("SKIP: one generated group on CUDA: built without CUDA\n");
+#endif
+}
+END_TEST
+
 // ---- transformer_extend in one OpenMP region (team_ops) ----
 // A backend over the CPU's ops with team_ops set (as the CPU backend's own):
 // transformer_extend then runs the whole call in one region and every op
@@ -740,17 +882,23 @@ int main(void) {
     ref_backend_init();
     team_backend_init();
     Suite *s = suite_create("model_backend");
-    TCase *core = tcase_create("core"), *limits = tcase_create("limits");
+    // The CUDA checks in a case of their own: mk/gpu-bundle.sh runs them alone
+    // under compute-sanitizer (CK_RUN_CASE=cuda).
+    TCase *core = tcase_create("core"), *cuda = tcase_create("cuda"), *limits = tcase_create("limits");
     tcase_set_timeout(core, 120);
+    tcase_set_timeout(cuda, 120);
     tcase_add_test(core, test_cpu_backend);
-    tcase_add_test(core, test_cuda_backend);
     tcase_add_test(core, test_extend_one_region);
     tcase_add_test(core, test_sim_backend);
     tcase_add_test(core, test_trainer_step_sim);
-    tcase_add_test(core, test_trainer_step_cuda);
+    tcase_add_test(core, test_generate_sim);
+    tcase_add_test(cuda, test_cuda_backend);
+    tcase_add_test(cuda, test_trainer_step_cuda);
+    tcase_add_test(cuda, test_generate_cuda);
     tcase_add_test(limits, test_extend_one_region_error);
     tcase_add_test(limits, test_device_flag);
     suite_add_tcase(s, core);
+    suite_add_tcase(s, cuda);
     suite_add_tcase(s, limits);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

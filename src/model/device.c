@@ -1,6 +1,8 @@
 // --device handling shared by the computing tools (see device.h).
 #include "model/device.h"
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include "core/log.h"
 #include "core/threads.h"
 #include "model/memplan.h"
@@ -39,6 +41,11 @@ void dtype_log_weights(const ModelWeights *w) {
              matmul_path_name(1, dt), matmul_path_name(1 << 12, dt));
 }
 
+bool device_unverified_cuda(void) {
+    const char *v = getenv("PAIL_UNVERIFIED_CUDA");
+    return v && !strcmp(v, "1");
+}
+
 int device_open_cli(const char *tool, const char *spec, unsigned ready, size_t max_memory, Backend **out) {
     PailErr err = {0};
     BackendKind kind;
@@ -48,9 +55,16 @@ int device_open_cli(const char *tool, const char *spec, unsigned ready, size_t m
         fprintf(stderr, "%s: %s\n", tool, err.msg);
         return 2;
     }
-    bool cuda_ready = ready & DEVICE_READY_CUDA;
+    bool escape = !(ready & DEVICE_READY_CUDA) && kind == BACKEND_CUDA && device_unverified_cuda();
+    bool cuda_ready = (ready & DEVICE_READY_CUDA) || escape;
     bool auto_pick = kind == BACKEND_CUDA && ordinal < 0;
     if (auto_pick && !cuda_ready) spec = "cpu";
+    // Refused before anything is opened: the same line on every machine, with
+    // or without a GPU or a CUDA build.
+    if (kind == BACKEND_CUDA && !auto_pick && !cuda_ready) {
+        fprintf(stderr, "%s: --device %s: not yet verified on a GPU in this release: use --device cpu\n", tool, spec);
+        return 1;
+    }
     if (kind == BACKEND_SIM && !(ready & DEVICE_READY_SIM)) {
         fprintf(stderr, "%s: --device sim: %s generates, and generation is not on the backend yet in this release: "
                 "use --device cpu\n", tool, tool);
@@ -60,13 +74,10 @@ int device_open_cli(const char *tool, const char *spec, unsigned ready, size_t m
         fprintf(stderr, "%s: %s\n", tool, err.msg);
         return 1;
     }
-    if ((*out)->kind == BACKEND_CUDA && !cuda_ready) {
-        fprintf(stderr, "%s: --device %s: not yet verified on a GPU in this release (found %s): use --device cpu\n",
-                tool, spec, (*out)->desc);
-        backend_close(*out);
-        *out = NULL;
-        return 1;
-    }
+    if (escape && (*out)->kind == BACKEND_CUDA)
+        log_warn("--device %s: PAIL_UNVERIFIED_CUDA=1: %s is not yet verified on a GPU in this release; this is "
+                 "the GPU verification run's escape (mk/gpu-bundle.sh), not for training that matters",
+                 spec, tool);
     log_info("device: %s; %s", (*out)->desc, threads_policy_note());
     return 0;
 }

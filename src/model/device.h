@@ -38,11 +38,18 @@ enum {
     DEVICE_READY_SIM = 1,   // its tensors all live on the backend: the sim device too
     DEVICE_READY_CUDA = 2,  // verified on a GPU (no tool yet: cuda is refused, auto means the CPU)
 };
+// PAIL_UNVERIFIED_CUDA=1 in the environment: the escape of the GPU
+// verification run (mk/gpu-bundle.sh's .gpu/run.sh), not for users. A tool
+// without DEVICE_READY_CUDA then opens cuda / cuda:N (and auto picks a GPU)
+// as if it were verified, with a warning line; without a usable GPU it fails
+// naming what is missing, as a verified tool would.
+bool device_unverified_cuda(void);
 // Opens the backend a tool's --device names (max_memory: --max-memory's bytes,
 // 0 for none: the sim device's size). Returns 0 with *out set; 2 after
-// printing a usage error (a bad spelling); 1 after printing one line naming
-// what is missing (no CUDA in the build, no driver, no device, no cuBLAS) or
-// not ready for this tool yet.
+// printing a usage error (a bad spelling); 1 after printing one line: cuda
+// not yet verified for this tool (before anything is opened: the same line on
+// every machine), sim not ready for it, or what is missing (no CUDA in the
+// build, no driver, no device, no cuBLAS).
 int device_open_cli(const char *tool, const char *spec, unsigned ready, size_t max_memory, Backend **out);
 // --max-memory's value in bytes (NULL: 0, no limit but the device's); 2 after
 // printing a usage error.

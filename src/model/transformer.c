@@ -378,7 +378,7 @@ static int layer_forward(Transformer *tf, int l, LayerActs *a, int T, PailErr *e
         OP(scatter_rows, kc, a->kr, tf->d_rows, T, KD);
         OP(scatter_rows, vc, a->v, tf->d_rows, T, KD);
         OP(attention_decode_forward, a->att, a->qr, kc, vc, kv->d_cu_new, kv->d_new_len, kv->d_table, kv->max_blocks,
-           kv->n_slots, H, Hk, D);
+           kv->n_slots, T, H, Hk, D);
     } else {
         OP(attention_forward, a->att, a->lse, a->qr, a->kr, a->v, tf->d_cu, tf->nseq, T, H, Hk, D);
     }
