@@ -40,6 +40,7 @@ int shard_build_episodes(RolloutShard *s, const EpisodeOut *out, int P, int G, c
 
 // Writes s create-only at rollouts/v<adapter_version>/<worker_id>-<*seq>.h5,
 // moving on past sequence numbers already taken (a restarted worker with the
-// same id); *seq is then the number after the one written, and key (cap
-// bytes) names it. 0, or -1 with err (a store error, or 1000 numbers taken).
+// same id; the same bytes already there count as written: an earlier try);
+// *seq is then the number after the one written, and key (cap bytes) names
+// it. 0, or -1 with err (a store error, or 1000 numbers taken).
 int shard_publish(Store *st, const RolloutShard *s, long *seq, char *key, size_t cap, PailErr *err);
