@@ -3,7 +3,8 @@
 // G completions per prompt (generate.h), score them (reward.h), and publish
 // each shard create-only at rollouts/v%08d/<worker>-%06d.h5. Also the eval
 // worker (--eval): greedy or pass@k scoring of a held-out set per version.
-// Flags and defaults live in src/cmd/grpo-rollout.c.
+// Flags and defaults live in src/cmd/grpo-rollout.c; the parts are listed in
+// worker.c (engine.h, shardbuild.h, pacing.h, evalworker.h).
 #pragma once
 #include <signal.h>
 #include <stdbool.h>
