@@ -94,7 +94,7 @@ static int engine_env_open(Engine *e, const EngineSpec *s, PailErr *err) {
 // The memory plan from the config alone, printed and checked before the
 // weights are loaded. The adapter's rank is not known before the first one
 // arrives (its few MiB are not in the plan).
-static int plan_check(const EngineSpec *s, PailErr *err) {
+static int plan_check(Engine *e, const EngineSpec *s, PailErr *err) {
     const RolloutConfig *c = s->cfg;
     ModelConfig mc;
     if (model_config_load(&mc, c->model_dir, err) < 0) return -1;
@@ -111,10 +111,9 @@ static int plan_check(const EngineSpec *s, PailErr *err) {
                            .max_new_tokens = ep ? c->max_episode_tokens : c->max_new_tokens,
                            .groups_per_step = prompts > 0 ? prompts : 1, .group_size = G,
                            .threads = omp_get_max_threads()};
-    MemoryPlan mp;
-    if (memplan_build(&mp, &mc, &spec, be->desc, err) < 0) return -1;
-    memplan_print(stderr, &mp, c->eval_once ? "grpo-ctl eval" : "grpo-rollout");
-    return memplan_check(&mp, c->max_memory, err);
+    if (memplan_build(&e->mp, &mc, &spec, be->desc, err) < 0) return -1;
+    memplan_print(stderr, &e->mp, c->eval_once ? "grpo-ctl eval" : "grpo-rollout");
+    return memplan_check(&e->mp, c->max_memory, err);
 }
 
 // The model's buffers for adapters of LoRA rank up to `rank`: planned at
@@ -132,12 +131,14 @@ static int engine_plan(Engine *e, int rank, PailErr *err) {
     const RolloutConfig *c = e->cfg;
     TransformerPlan plan = {.max_tokens = generator_token_budget(c->max_prompt_tokens, c->batch_size, c->prefill_tokens),
                             .lora_rank = rank, .backend = c->backend};
-    if (transformer_init(&e->tf, &e->w, &plan, err) < 0) return -1;
+    // A device short of memory (or of its --max-memory) is named with the plan.
+    if (transformer_init(&e->tf, &e->w, &plan, err) < 0) return err->code == PAIL_ERR_NOMEM ? memplan_oom(&e->mp, err) : -1;
     if (e->env) {
         e->ec.token_budget = plan.max_tokens;
-        if (episodes_init(&e->eps, e->tf, &e->w.cfg, &e->ec, err) < 0) return -1;
+        if (episodes_init(&e->eps, e->tf, &e->w.cfg, &e->ec, err) < 0)
+            return err->code == PAIL_ERR_NOMEM ? memplan_oom(&e->mp, err) : -1;
     } else if (generator_init(&e->gen, e->tf, &e->w.cfg, &e->gc, err) < 0) {
-        return -1;
+        return err->code == PAIL_ERR_NOMEM ? memplan_oom(&e->mp, err) : -1;
     }
     e->lora_rank = rank;
     return 0;
@@ -148,7 +149,7 @@ int engine_open(Engine *e, const EngineSpec *s, PailErr *err) {
     e->cfg = c;
     e->tok = s->tok;
     if (rollout_episodic(c) && engine_env_open(e, s, err) < 0) return -1;
-    if (plan_check(s, err) < 0) return -1;  // before the weights or anything large is allocated
+    if (plan_check(e, s, err) < 0) return -1;  // before the weights or anything large is allocated
     if (model_weights_load_as(&e->w, c->model_dir, c->weights_dtype, err) < 0) return -1;
     dtype_log_weights(&e->w);
     // Stop at the model's EOS ids and the tokenizer's.

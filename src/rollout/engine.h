@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include "lora/lora.h"
 #include "lora/trainable.h"
+#include "model/memplan.h"
 #include "model/transformer.h"
 #include "rollout/episode.h"
 #include "rollout/generate.h"
@@ -39,6 +40,7 @@ typedef struct {
     Tokenizer *tok;             // borrowed (stop strings)
     int stop_ids[16], n_stop;   // the model's EOS ids and the tokenizer's
     Buf stop_text;              // the stop-string check's decoded tail (kept: the decode loop allocates nothing once it has grown)
+    MemoryPlan mp;              // the plan printed at start: what an allocation that fails names
 } Engine;
 
 // Multi-turn episodes: with an environment program or the endpoint's agents.
