@@ -33,7 +33,6 @@ struct Generator {
     int *lrow, *rslot;    // (B) a draw's logits rows and slots
     int *n_new;           // (B + 1)
     int32_t *feed;        // (B + 1)
-    int *act;             // (B) active slots of a decode step
     int *freel;           // (B) free slots of an admission
     int32_t *pf_tokens;   // (prefill_tokens) the prompts of one batched prefill, concatenated
     int prefill_tokens;
@@ -51,7 +50,6 @@ static void plan(Generator *g, MemPlan *p) {
     g->rslot = mem_plan_take(p, B * sizeof(int));
     g->n_new = mem_plan_take(p, (B + 1) * sizeof(int));
     g->feed = mem_plan_take(p, (B + 1) * sizeof(int32_t));
-    g->act = mem_plan_take(p, B * sizeof(int));
     g->freel = mem_plan_take(p, B * sizeof(int));
     g->pf_tokens = mem_plan_take(p, (size_t)g->prefill_tokens * sizeof(int32_t));
     g->out_ids = mem_plan_take(p, nout * sizeof(int32_t));
@@ -183,7 +181,6 @@ int generator_run(Generator *g, const GenPrompt *prompts, int P, GenCompletion *
         for (;;) {
             int nfree = 0;
             for (int s = 0; s < B; s++) if (!g->slots[s].active) g->freel[nfree++] = s;
-            int used = 0;  // of freel
             if (staged >= 0 && staged_next_sample < G && nfree > 0) {
                 // The staged prompt's next samples, one slot each, drawn in one call; a
                 // sample that ends at its first token leaves its slot to the next.
@@ -201,18 +198,15 @@ int generator_run(Generator *g, const GenPrompt *prompts, int P, GenCompletion *
                     if (fin) done++;
                     else active++;
                 }
-                // Slots whose sample ended at once are free again: look again.
-                if (staged_next_sample < G) continue;
-                nfree = 0;
-                for (int s = 0; s < B; s++) if (!g->slots[s].active) g->freel[nfree++] = s;
+                continue;  // slots whose sample ended at once are free again: look again
             }
-            if (used == nfree || next_prompt == P) break;  // else the staged prompt is done
+            if (nfree == 0 || next_prompt == P) break;  // else the staged prompt is done
             int k = 0, ntok = 0;
             memset(g->n_new, 0, (size_t)(B + 1) * sizeof(int));
-            while (next_prompt + k < P && nfree - used - k * G >= G &&
+            while (next_prompt + k < P && nfree - k * G >= G &&
                    (k == 0 || ntok + prompts[next_prompt + k].n <= g->prefill_tokens)) {
                 const GenPrompt *pr = &prompts[next_prompt + k];
-                int host = g->freel[used + k * G];
+                int host = g->freel[k * G];
                 g->n_new[host] = pr->n;
                 memcpy(g->pf_tokens + ntok, pr->ids, (size_t)pr->n * sizeof *pr->ids);
                 ntok += pr->n;
@@ -229,16 +223,16 @@ int generator_run(Generator *g, const GenPrompt *prompts, int P, GenCompletion *
                     for (int j = 0; j < G; j++) {
                         int a = i * G + j;
                         g->lrow[a] = i;
-                        g->rslot[a] = g->freel[used + a];
+                        g->rslot[a] = g->freel[a];
                         if (seed_slot(g, prompts, next_prompt + i, j, g->rslot[a], err) < 0) return -1;
                     }
                 if (sample_rows(g, kvcache_logits(g->kv), k * G, err) < 0) return -1;
                 for (int i = 0; i < k; i++) {
-                    int p = next_prompt + i, host = g->freel[used + i * G];
+                    int p = next_prompt + i, host = g->freel[i * G];
                     // The host last: the others fork from its KV before its own sample can end at once.
                     for (int j = G - 1; j >= 0; j--) {
                         bool fin;
-                        if (start_sample(g, p, j, g->freel[used + i * G + j], host, i * G + j, out, &fin, err) < 0)
+                        if (start_sample(g, p, j, g->freel[i * G + j], host, i * G + j, out, &fin, err) < 0)
                             return -1;
                         if (fin) done++;
                         else active++;
@@ -274,12 +268,11 @@ int generator_run(Generator *g, const GenPrompt *prompts, int P, GenCompletion *
         for (int s = 0; s < B; s++)
             if (g->slots[s].active) {
                 g->lrow[na] = na;
-                g->rslot[na] = s;
-                g->act[na++] = s;
+                g->rslot[na++] = s;
             }
         if (sample_rows(g, kvcache_logits(g->kv), na, err) < 0) return -1;
         for (int a = 0; a < na; a++) {
-            int s = g->act[a];
+            int s = g->rslot[a];
             Slot *sl = &g->slots[s];
             int32_t tok = token_draw_tok(g->draw)[a];
             if (append(g, &out[sl->prompt * G + sl->sample], tok, token_draw_logp(g->draw)[a],
