@@ -110,31 +110,23 @@ static uint8_t is_stop(int32_t tok, const int32_t *stop_ids, int n_stop) {
     return 0;
 }
 
-int sample_forward_ref(int32_t *tok, float *logp, uint8_t *stopped, uint64_t *rng, const float *logits,
-                       const int *lrow, const int *rslot, int n, int V, const SampleParams *sp,
-                       const int32_t *stop_ids, int n_stop, PailErr *err) {
-    float *p = malloc((size_t)V * sizeof *p);
-    int *idx = malloc((size_t)V * sizeof *idx);
-    if (!p || !idx) {
-        free(p);
-        free(idx);
-        return err_set(err, PAIL_ERR_NOMEM, "sample: out of memory for a row's scratch (V = %d)", V);
-    }
-    for (int a = 0; a < n; a++) {
-        tok[a] = sample_row(&logp[a], rng + 4 * (size_t)rslot[a], logits + (size_t)lrow[a] * V, sp, p, idx, V);
-        stopped[a] = is_stop(tok[a], stop_ids, n_stop);
-    }
-    free(p);
-    free(idx);
-    return 0;
-}
-
 static void sample_one(int32_t *tok, float *logp, uint8_t *stopped, uint64_t *rng, const float *logits,
                        const int *lrow, const int *rslot, int a, int V, const SampleParams *sp,
                        const int32_t *stop_ids, int n_stop, void *mine) {
     tok[a] = sample_row(&logp[a], rng + 4 * (size_t)rslot[a], logits + (size_t)lrow[a] * V, sp, (float *)mine,
                         (int *)((char *)mine + (size_t)V * sizeof(float)), V);
     stopped[a] = is_stop(tok[a], stop_ids, n_stop);
+}
+
+int sample_forward_ref(int32_t *tok, float *logp, uint8_t *stopped, uint64_t *rng, const float *logits,
+                       const int *lrow, const int *rslot, int n, int V, const SampleParams *sp,
+                       const int32_t *stop_ids, int n_stop, PailErr *err) {
+    void *scratch = malloc((size_t)V * (sizeof(float) + sizeof(int)));
+    if (!scratch) return err_set(err, PAIL_ERR_NOMEM, "sample: out of memory for a row's scratch (V = %d)", V);
+    for (int a = 0; a < n; a++)
+        sample_one(tok, logp, stopped, rng, logits, lrow, rslot, a, V, sp, stop_ids, n_stop, scratch);
+    free(scratch);
+    return 0;
 }
 
 size_t sample_ws_bytes(int V) { return (size_t)omp_get_max_threads() * V * (sizeof(float) + sizeof(int)); }
