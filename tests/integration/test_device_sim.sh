@@ -87,15 +87,6 @@ check "the steps moved the adapter" "$PY" "$ROOT/validation/train/compare_adapte
 check "the sim eval worker scored versions" bash -c "ls '$SRC'/eval/*.json"
 
 echo "generation on sim: the CPU's shards, samples and episodes"
-cat >"$WORK/chat.jinja" <<'TPL'
-{%- for m in messages -%}
-{%- if m.role == 'user' -%}{{ 'Q:' + m.content + '\n' }}
-{%- elif m.role == 'tool' -%}{{ 'R:' + m.content + '\n' }}
-{%- elif m.role == 'assistant' -%}{{ 'A:' + m.content + eos_token }}
-{%- endif -%}
-{%- endfor -%}
-{%- if add_generation_prompt -%}{{ 'A:' }}{%- endif -%}
-TPL
 # Two copies of the finished run: a worker on each, same id and seed, writes
 # its shards from the newest adapter; only the clocks may differ.
 for d in cpu sim; do
@@ -125,8 +116,8 @@ for d in cpu sim; do
     --reward format --format-regex '[0-9]' --samples 4 --temperature 1 --max-new-tokens 6 --batch-size 8 \
     --device $d >"$WORK/ev-$d.json" 2>"$WORK/ev-$d.err"
   "$BIN/grpo-ctl" eval --model "$M" --dataset "$WORK/train.jsonl" --env "python3 $ROOT/tests/integration/env_modes.py ok" \
-    --chat-template "$WORK/chat.jinja" --max-turns 3 --max-new-tokens 5 --max-episode-tokens 60 --batch-size 8 \
-    --temperature 1 --samples 2 --device $d >"$WORK/env-$d.json" 2>"$WORK/env-$d.err"
+    --chat-template "$ROOT/data/calc/chat_template.jinja" --max-turns 3 --max-new-tokens 5 \
+    --max-episode-tokens 60 --batch-size 8 --temperature 1 --samples 2 --device $d >"$WORK/env-$d.json" 2>"$WORK/env-$d.err"
 done
 same_figures() {  # A.json B.json: the same but for the clocks
   "$PY" -c 'import json, sys
@@ -138,8 +129,8 @@ assert a == b and a["prompts"] > 0, (a, b)' "$1" "$2"
 for d in cpu sim; do
   port=$(free_port)
   "$BIN/grpo-rollout" "${COMMON[@]}" --run "file://$WORK/gen-$d" --dataset "$WORK/train.jsonl" --worker-id sv-$d \
-    --chat-template "$WORK/chat.jinja" --serve "127.0.0.1:$port" --served-model-name tiny --max-new-tokens 8 \
-    --max-ahead 0 --device $d >"$WORK/serve-$d.log" 2>&1 &
+    --chat-template "$ROOT/data/calc/chat_template.jinja" --serve "127.0.0.1:$port" --served-model-name tiny \
+    --max-new-tokens 8 --max-ahead 0 --device $d >"$WORK/serve-$d.log" 2>&1 &
   PIDS+=($!)
   for _ in $(seq 1 300); do curl -sf "http://127.0.0.1:$port/health" 2>/dev/null | grep -q adapter_version && break; sleep 0.1; done
   curl -sf "http://127.0.0.1:$port/v1/chat/completions" -H 'Content-Type: application/json' \
