@@ -270,8 +270,9 @@ int sft_run(const SftConfig *c, volatile sig_atomic_t *stop, PailErr *err) {
         GenConfig gc = {.group_size = 1, .max_new_tokens = maxc, .batch_size = 64, .max_prompt_tokens = maxp,
                         .max_prompts = nvex,
                         .sampler = {.temperature = 0, .top_p = 1}, .stop_ids = &eos, .n_stop_ids = eos >= 0};
-        // greedy decoding is on the CPU (generation is not on the backend yet): over the
-        // host copy of the adapter, refreshed before each validation
+        // greedy decoding on the CPU, over the host copy of the adapter refreshed before
+        // each validation: a second transformer on a device would hold a second copy of
+        // the base weights there
         if (transformer_init(&vtf, &w, &vp, err) < 0 || (!c->full && transformer_set_lora(vtf, &lay, hparams, err) < 0) ||
             generator_init(&vgen, vtf, &w.cfg, &gc, err) < 0)
             goto out;

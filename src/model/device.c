@@ -66,8 +66,8 @@ int device_open_cli(const char *tool, const char *spec, unsigned ready, size_t m
         return 1;
     }
     if (kind == BACKEND_SIM && !(ready & DEVICE_READY_SIM)) {
-        fprintf(stderr, "%s: --device sim: %s generates, and generation is not on the backend yet in this release: "
-                "use --device cpu\n", tool, tool);
+        fprintf(stderr, "%s: --device sim: %s does not compute on the backend in this release: use --device cpu\n",
+                tool, tool);
         return 1;
     }
     if (backend_open(out, spec, max_memory, &err) < 0) {
