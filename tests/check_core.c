@@ -134,6 +134,35 @@ START_TEST(test_flags_limits) {
 }
 END_TEST
 
+// "did you mean": a near miss names the flag meant; a word near none gets no guess.
+START_TEST(test_flags_did_you_mean) {
+    double t; long m; bool c;
+    Flag fl[] = {{"temperature", FLAG_DOUBLE, &t, "1", 0, 10, "t"},
+                 {"max-new-tokens", FLAG_INT, &m, "8", 1, 100, "m"},
+                 {"max-prompt-tokens", FLAG_INT, &m, "8", 1, 100, "m"},
+                 {"chat", FLAG_BOOL, &c, "false", 1, 0, "c"}};
+    PailErr err = {0};
+    struct { const char *arg, *want; } cases[] = {
+        {"--temprature", "did you mean --temperature?"},     // a letter left out
+        {"--tmeperature=2", "did you mean --temperature?"},  // two letters swapped
+        {"--temp", "did you mean --temperature?"},           // the one flag it begins
+        {"--max-new-token", "did you mean --max-new-tokens?"},
+        {"--chta", "did you mean --chat?"},
+        {"--max", "unknown flag '--max' (see --help)"},      // begins two flags: no guess
+        {"--learning-rate", "unknown flag '--learning-rate' (see --help)"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *argv[] = {"p", (char *)cases[i].arg, "1"};
+        ck_assert_int_eq(flags_parse(fl, 4, 3, argv, NULL, NULL, &err), -1);
+        ck_assert_msg(strstr(err.msg, cases[i].want), "%s: %s", cases[i].arg, err.msg);
+    }
+    const char *names[] = {"status", "stop", "samples", "eval"};
+    ck_assert_str_eq(flags_closest("stauts", 6, names, sizeof names[0], 4), "status");
+    ck_assert_ptr_null(flags_closest("bogus", 5, names, sizeof names[0], 4));
+    flags_free(fl, 4);
+}
+END_TEST
+
 START_TEST(test_flags_config) {
     char path[] = "/tmp/pail-check-core-XXXXXX";
     int fd = mkstemp(path);
@@ -326,6 +355,7 @@ int main(int argc, char **argv) {
     tcase_add_test(core, test_threads_policy);
     tcase_add_test(core, test_threads_blas_core);
     tcase_add_test(limits, test_flags_limits);
+    tcase_add_test(limits, test_flags_did_you_mean);
     tcase_add_test(limits, test_threads_policy_limits);
     suite_add_tcase(s, core);
     suite_add_tcase(s, limits);

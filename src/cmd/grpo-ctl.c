@@ -1,6 +1,7 @@
 // grpo-ctl: the operator's tool. Dispatches to one subcommand in src/ctl/.
 #include <stdio.h>
 #include <string.h>
+#include "core/flags.h"
 #include "core/log.h"
 #include "core/threads.h"
 #include "ctl/ctl.h"
@@ -57,6 +58,8 @@ int main(int argc, char **argv) {
             argv[1] = name;
             return commands[i].run(argc - 1, argv + 1);
         }
-    fprintf(stderr, "grpo-ctl: unknown command '%s' (see grpo-ctl --help)\n", argv[1]);
+    const char *near = flags_closest(argv[1], strlen(argv[1]), &commands[0].name, sizeof commands[0], ncommands);
+    if (near) fprintf(stderr, "grpo-ctl: unknown command '%s': did you mean '%s'?\n", argv[1], near);
+    else fprintf(stderr, "grpo-ctl: unknown command '%s' (see grpo-ctl --help)\n", argv[1]);
     return 2;
 }

@@ -33,6 +33,41 @@ static const Flag *find_flag(const Flag *fl, int n, const char *name, size_t len
     return NULL;
 }
 
+// Edit distance between a and b (insert, delete, substitute, swap of two
+// neighbours: "temprature", "temperture", "tmeperature" are all 1 from
+// "temperature"); stops counting at cap.
+static size_t edit_distance(const char *a, size_t la, const char *b, size_t lb, size_t cap) {
+    if (la > 64 || lb > 64) return cap;
+    size_t d[66][66];
+    for (size_t i = 0; i <= la; i++) d[i][0] = i;
+    for (size_t j = 0; j <= lb; j++) d[0][j] = j;
+    for (size_t i = 1; i <= la; i++)
+        for (size_t j = 1; j <= lb; j++) {
+            size_t best = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+            if (d[i - 1][j] + 1 < best) best = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < best) best = d[i][j - 1] + 1;
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] && d[i - 2][j - 2] + 1 < best)
+                best = d[i - 2][j - 2] + 1;
+            d[i][j] = best;
+        }
+    return d[la][lb] < cap ? d[la][lb] : cap;
+}
+
+const char *flags_closest(const char *word, size_t len, const char *const *names, size_t stride, int n) {
+    const char *best = NULL, *prefixed = NULL;
+    size_t best_d = len <= 4 ? 2 : len / 3 + 1;  // a near miss: at most a third of the word (1 for short ones)
+    int nprefixed = 0;
+    for (int i = 0; i < n; i++) {
+        const char *name = *(const char *const *)((const char *)names + (size_t)i * stride);
+        size_t ln = strlen(name);
+        if (len >= 3 && ln > len && !strncmp(name, word, len)) { prefixed = name; nprefixed++; }
+        size_t d = edit_distance(word, len, name, ln, best_d);
+        if (d < best_d) { best_d = d; best = name; }
+    }
+    if (best) return best;
+    return nprefixed == 1 ? prefixed : NULL;  // "--temp": the one flag it begins
+}
+
 static int list_push(FlagList *l, const char *v) {
     if (l->n == l->cap) {
         int cap = l->cap ? 2 * l->cap : 4;
@@ -145,7 +180,9 @@ static int load_config(const Flag *fl, int n, const char *path, PailErr *err) {
         for (char *p = key; *p; p++) if (*p == '_') *p = '-';
         const Flag *fg = find_flag(fl, n, key, strlen(key));
         if (!fg || !strcmp(key, "config") || !strcmp(key, "help")) {
-            rc = err_set(err, PAIL_ERR_INVALID, "config %s:%d: unknown key '%s'", path, lineno, key);
+            const char *near = fg ? NULL : flags_closest(key, strlen(key), &fl[0].name, sizeof fl[0], n);
+            if (near) rc = err_set(err, PAIL_ERR_INVALID, "config %s:%d: unknown key '%s': did you mean %s?", path, lineno, key, near);
+            else rc = err_set(err, PAIL_ERR_INVALID, "config %s:%d: unknown key '%s'", path, lineno, key);
             break;
         }
         if (fg->type == FLAG_LIST && !list_reset[fg - fl]) {  // a list in the file replaces the default
@@ -204,6 +241,8 @@ int flags_parse(const Flag *fl, int n, int argc, char **argv, char ***positional
         }
         if (!f) {
             free(pos);
+            const char *near = flags_closest(name, len, &fl[0].name, sizeof fl[0], n);
+            if (near) return err_set(err, PAIL_ERR_INVALID, "unknown flag '--%.*s': did you mean --%s?", (int)len, name, near);
             return err_set(err, PAIL_ERR_INVALID, "unknown flag '--%.*s' (see --help)", (int)len, name);
         }
         if (f->type != FLAG_BOOL && !val) {

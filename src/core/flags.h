@@ -40,6 +40,12 @@ int flags_cli(const char *prog, const char *usage_line, const char *about, const
               int argc, char **argv, char ***positional, int *npos);
 // "name = value" for every flag: the effective configuration, for logs.
 void flags_print(FILE *out, const Flag *fl, int n);
+// The name a mistyped word most likely meant: the nearest of n names (each a
+// const char * at names + i*stride, so a table's .name field can be passed)
+// within a small edit distance, else the one name word begins (3+ chars);
+// NULL when none is close. Used for "did you mean --temperature?".
+const char *flags_closest(const char *word, size_t len, const char *const *names, size_t stride, int n);
+
 // Whether argv (before any "--") gives --name (as --name, --name=V or --name V).
 bool flags_given(int argc, char **argv, const char *name);
 void flags_free(const Flag *fl, int n);
