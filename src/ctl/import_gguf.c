@@ -5,6 +5,7 @@
 #include <string.h>
 #include "ctl/ctl.h"
 #include "model/gguf_import.h"
+#include "model/weights.h"
 
 int ctl_import_gguf(int argc, char **argv) {
     char *out = NULL, *dtype_s = NULL;
@@ -26,9 +27,10 @@ int ctl_import_gguf(int argc, char **argv) {
     if (npos != 1) { fprintf(stderr, "%s: give one FILE.gguf (see --help)\n", argv[0]); goto done; }
     if (!out) { fprintf(stderr, "%s: --out DIR is required\n", argv[0]); goto done; }
     GgufImportOptions opt;
-    if (!strcmp(dtype_s, "bf16")) opt.dtype = ST_DTYPE_BF16;
-    else if (!strcmp(dtype_s, "f32")) opt.dtype = ST_DTYPE_F32;
-    else { fprintf(stderr, "%s: --dtype '%s': use bf16 or f32\n", argv[0], dtype_s); goto done; }
+    int want = MODEL_DTYPE_AUTO;
+    if (model_dtype_parse(dtype_s, &want) == 0 && want == DT_BF16) opt.dtype = ST_DTYPE_BF16;
+    else if (want == DT_F32) opt.dtype = ST_DTYPE_F32;
+    else { fprintf(stderr, "%s: --dtype '%s': use bf16 or f32 (or bfloat16, float32)\n", argv[0], dtype_s); goto done; }
     rc = 1;
     GgufFile g;
     PailErr err = {0};

@@ -57,11 +57,11 @@ int ctl_plan(int argc, char **argv) {
     }
     int want;
     if (model_dtype_parse(dtype, &want) < 0) {
-        fprintf(stderr, "%s: --dtype '%s': use auto, bf16, f16 or f32\n", argv[0], dtype);
+        fprintf(stderr, "%s: --dtype '%s': use auto, bf16, f16 or f32 (or bfloat16, float16, float32)\n", argv[0], dtype);
         goto done;
     }
     char wdesc[32];
-    if (want != MODEL_DTYPE_AUTO) spec.weights_dtype = dtype;
+    if (want != MODEL_DTYPE_AUTO) spec.weights_dtype = dtype_name((DType)want);  // an alias as its one spelling
     else if (shape) spec.weights_dtype = "bf16";
     if (!strcmp(role, "train")) spec.role = MEMPLAN_TRAIN;
     else if (!strcmp(role, "rollout")) spec.role = MEMPLAN_ROLLOUT;

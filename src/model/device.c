@@ -22,7 +22,7 @@ int max_memory_cli(const char *tool, const char *value, size_t *bytes) {
 
 int dtype_cli(const char *tool, const char *value, int *want) {
     if (model_dtype_parse(value, want) < 0) {
-        fprintf(stderr, "%s: --dtype '%s': use auto, bf16, f16 or f32\n", tool, value ? value : "");
+        fprintf(stderr, "%s: --dtype '%s': use auto, bf16, f16 or f32 (or bfloat16, float16, float32)\n", tool, value ? value : "");
         return 2;
     }
     return 0;

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <math.h>
 #include "core/mem.h"
 #include "core/sha256.h"
@@ -64,11 +65,18 @@ bool model_param_is_matrix(ModelParamId id) {
 }
 
 int model_dtype_parse(const char *s, int *want) {
-    DType d;
-    if (s && !strcmp(s, "auto")) *want = MODEL_DTYPE_AUTO;
-    else if (s && dtype_parse(s, &d) == 0) *want = (int)d;
-    else return -1;
-    return 0;
+    // The spellings users bring from torch, numpy and transformers' torch_dtype.
+    static const struct { const char *name; int dt; } names[] = {
+        {"auto", MODEL_DTYPE_AUTO}, {"f32", DT_F32},       {"fp32", DT_F32},       {"float32", DT_F32},
+        {"float", DT_F32},          {"bf16", DT_BF16},     {"bfloat16", DT_BF16},  {"f16", DT_F16},
+        {"fp16", DT_F16},           {"float16", DT_F16},   {"half", DT_F16},
+    };
+    for (size_t i = 0; s && i < sizeof names / sizeof names[0]; i++)
+        if (!strcasecmp(s, names[i].name)) {
+            *want = names[i].dt;
+            return 0;
+        }
+    return -1;
 }
 
 void model_dtypes_uniform(DType mat, DType dt[PARAM_COUNT]) {

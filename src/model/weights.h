@@ -72,8 +72,9 @@ typedef struct {
 // MODEL_DTYPE_AUTO, each family as the checkpoint stores it (a family whose
 // layers mix dtypes, or a non-float one, as f32).
 #define MODEL_DTYPE_AUTO (-1)
-#define MODEL_DTYPE_CLI_HELP "base weights: auto (as the checkpoint stores them), bf16, f16 or f32"
-// "auto", "f32", "bf16", "f16"; -1 otherwise.
+#define MODEL_DTYPE_CLI_HELP "base weights: auto (as the checkpoint stores them), bf16, f16 or f32 (also fp32, float32, bfloat16, fp16, float16, half)"
+// "auto", "f32", "bf16", "f16" and the aliases fp32, float32, float, bfloat16,
+// fp16, float16, half (any case); -1 otherwise.
 int model_dtype_parse(const char *s, int *want);
 // True for the families a --dtype applies to (projections, embedding, head).
 bool model_param_is_matrix(ModelParamId id);

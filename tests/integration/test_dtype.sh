@@ -19,6 +19,10 @@ check "model-info: the matrices are stored as bf16" bash -c "'$CTL' model-info -
 check "grpo-ctl plan --model: the weights line says bf16" \
   bash -c "'$CTL' plan --model '$M' --role forward | grep -Eq '^ +weights .* bf16$'"
 check "...and f32 with --dtype f32" bash -c "'$CTL' plan --model '$M' --role forward --dtype f32 | grep -Eq '^ +weights .* f32$'"
+for alias in fp32:f32 float32:f32 FP32:f32 bfloat16:bf16 float16:f16 half:f16; do
+  check "...--dtype ${alias%%:*} is ${alias##*:}" \
+    bash -c "'$CTL' plan --model '$M' --role forward --dtype ${alias%%:*} | grep -Eq '^ +weights .* ${alias##*:}$'"
+done
 # The exact path (PAIL_KERNELS_GEMM=exact: every product in fp32 on the
 # converted weights) for the comparisons of the held dtypes; on a CPU with AMX
 # the default rounds the GEMMs' activations to bf16 (checked after).
