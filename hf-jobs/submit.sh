@@ -20,7 +20,8 @@
 #   PAIL_RUN                 run name (bucket prefix)                         [grpo-YYYYmmdd-HHMMSS]
 #   PAIL_STEPS [200]  PAIL_GROUP_SIZE [8]  PAIL_TRAIN_ARGS  PAIL_ROLLOUT_ARGS  PAIL_EVAL_ARGS  PAIL_RELAY_ARGS
 #   PAIL_HF_ROLLOUT_JOBS     rollout Jobs                                     [2]
-#   PAIL_HF_RELAY_FLAVOR [cpu-upgrade]  PAIL_HF_TRAINER_FLAVOR [a10g-small]  PAIL_HF_ROLLOUT_FLAVOR [a10g-small]
+#   PAIL_HF_RELAY_FLAVOR [cpu-upgrade]  PAIL_HF_TRAINER_FLAVOR [cpu-xl]  PAIL_HF_ROLLOUT_FLAVOR [cpu-xl]
+#                            (CPU flavors: this release computes on the CPU; a GPU flavor would sit idle)
 #   PAIL_HF_EVAL_FLAVOR [cpu-upgrade]   PAIL_HF_TIMEOUT [4h]  PAIL_HF_NAMESPACE []  PAIL_HF_NETWORK_GROUP [pail-<run>]
 #   PAIL_RELAY_PORT          the relay's port in the network group           [9000]
 #   PAIL_UPSTREAM            s3://bucket/prefix the relay serves (its AWS_ACCESS_KEY_ID and
@@ -124,13 +125,13 @@ if [ -z "${PAIL_HF_ENDPOINT:-}" ]; then
 fi
 train_env=(-e "PAIL_MODEL=$MODEL" -e "PAIL_STEPS=$STEPS")
 [ -z "${PAIL_TRAIN_ARGS:-}" ] || train_env+=(-e "PAIL_TRAIN_ARGS=$PAIL_TRAIN_ARGS")
-add "$HF" jobs run "${common[@]}" --name "pail-trainer-$GROUPNAME" --flavor "${PAIL_HF_TRAINER_FLAVOR:-a10g-small}" \
+add "$HF" jobs run "${common[@]}" --name "pail-trainer-$GROUPNAME" --flavor "${PAIL_HF_TRAINER_FLAVOR:-cpu-xl}" \
   "${net[@]}" "${vol_model[@]}" "${env_common[@]}" "${train_env[@]}" --secrets PAIL_TRAINER_KEY --secrets PAIL_OPERATOR_KEY \
   "$IMAGE" "$ENTRY" trainer
 for i in $(seq 0 $((NROLL - 1))); do
   roll_env=(-e "PAIL_MODEL=$MODEL" -e "PAIL_DATASET=$DATASET" -e "PAIL_WORKER_ID=hf-$GROUPNAME-r$i")
   [ -z "${PAIL_ROLLOUT_ARGS:-}" ] || roll_env+=(-e "PAIL_ROLLOUT_ARGS=$PAIL_ROLLOUT_ARGS")
-  add "$HF" jobs run "${common[@]}" --name "pail-rollout-$i-$GROUPNAME" --flavor "${PAIL_HF_ROLLOUT_FLAVOR:-a10g-small}" \
+  add "$HF" jobs run "${common[@]}" --name "pail-rollout-$i-$GROUPNAME" --flavor "${PAIL_HF_ROLLOUT_FLAVOR:-cpu-xl}" \
     "${net[@]}" "${vol_model[@]}" "${vol_data[@]}" "${env_common[@]}" "${roll_env[@]}" --secrets PAIL_ROLLOUT_KEY \
     "$IMAGE" "$ENTRY" rollout
 done

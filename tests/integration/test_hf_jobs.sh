@@ -80,9 +80,9 @@ sys.exit(1 if bad else 0)
 PY
 }
 check "relay command: the real CLI resolves it to the relay Job we meant" expect_role 1 relay cpu-upgrade
-check "trainer command: resolved as meant" expect_role 2 trainer a10g-small
-check "rollout command 1: resolved as meant" expect_role 3 rollout a10g-small
-check "rollout command 2: resolved as meant" expect_role 4 rollout a10g-small
+check "trainer command: resolved as meant" expect_role 2 trainer cpu-xl
+check "rollout command 1: resolved as meant" expect_role 3 rollout cpu-xl
+check "rollout command 2: resolved as meant" expect_role 4 rollout cpu-xl
 check "rollout workers get distinct ids (hf-pail-ci-run-r0, -r1)" \
   test "$(grep -ho '"PAIL_WORKER_ID": "[^"]*"' "$WORK/res-3.json" "$WORK/res-4.json" | paste -sd,)" \
   = '"PAIL_WORKER_ID": "hf-pail-ci-run-r0","PAIL_WORKER_ID": "hf-pail-ci-run-r1"'
