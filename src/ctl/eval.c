@@ -4,6 +4,8 @@
 // defined, distinct completions, ...); --dump writes each scored completion.
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
+#include "core/buf.h"
 #include "ctl/ctl.h"
 #include "model/device.h"
 #include "rollout/worker.h"
@@ -17,9 +19,11 @@ int ctl_eval(int argc, char **argv) {
     bool chat, gen_defaults;
     FlagList rewards = {0};
     char *device = NULL, *max_memory = NULL, *dtype = NULL;
-    Flag fl[] = {
+    CtlStoreFlags sf = {0};
+    Flag own[] = {
         {"model", FLAG_STRING, &model, NULL, 1, 0, "Hugging Face model folder"},
-        {"adapter", FLAG_STRING, &adapter, NULL, 1, 0, "pail adapter file (.h5); none: the base model"},
+        {"adapter", FLAG_STRING, &adapter, NULL, 1, 0,
+         "pail adapter: a .h5 path, a PEFT folder, or a store URL (file:// or s3://, e.g. s3://bucket/run/adapters/v00000012.h5); none: the base model"},
         {"dataset", FLAG_STRING, &dataset, NULL, 1, 0, "held-out prompts, JSON lines (path or store URL)"},
         {"reward", FLAG_LIST, &rewards, "exact_answer", 1, 0, "NAME[:WEIGHT] as grpo-rollout"},
         {"answer-marker", FLAG_STRING, &marker, NULL, 1, 0, "exact_answer: the answer follows this text"},
@@ -54,8 +58,13 @@ int ctl_eval(int argc, char **argv) {
         DTYPE_CLI_FLAG(&dtype),
         MAX_MEMORY_CLI_FLAG(&max_memory),
     };
-    int n = sizeof fl / sizeof fl[0], rc;
-    const char *usage = "grpo-ctl eval --model DIR [--adapter FILE] --dataset FILE [--dump FILE]";
+    enum { NOWN = sizeof own / sizeof own[0] };
+    Flag fl[NOWN + CTL_STORE_NFLAGS];
+    memcpy(fl, own, sizeof own);
+    ctl_store_flags(fl + NOWN, &sf);
+    int n = NOWN + CTL_STORE_NFLAGS, rc;
+    Buf ab = {0};  // the adapter read from a store URL
+    const char *usage = "grpo-ctl eval --model DIR [--adapter FILE|URL] --dataset FILE [--dump FILE]";
     if ((rc = ctl_parse(usage, "Scores a held-out set once (greedy, or pass@k) and prints the result as JSON.", fl, n,
                         argc, argv, NULL, NULL)) >= 0)
         goto done;
@@ -68,6 +77,14 @@ int ctl_eval(int argc, char **argv) {
         fprintf(stderr, "%s: --env: the environment program gives the rewards (no --reward)\n", argv[0]);
         goto done;
     }
+    if (adapter && (!strncmp(adapter, "file://", 7) || !strncmp(adapter, "s3://", 5))) {
+        PailErr aerr = {0};
+        if (ctl_read_url_or_path(adapter, &sf, &ab, &aerr) < 0) {
+            fprintf(stderr, "%s: --adapter: %s\n", argv[0], aerr.msg);
+            rc = 1;
+            goto done;
+        }
+    }
     Backend *be;
     size_t max_mem;
     int want;
@@ -77,6 +94,7 @@ int ctl_eval(int argc, char **argv) {
         goto done;
     RolloutConfig c = {.model_dir = model, .eval = true, .eval_dataset = dataset, .eval_samples = samples,
                        .eval_once = true, .eval_adapter = adapter, .eval_out = out, .eval_dump = dump,
+                       .eval_adapter_data = ab.data, .eval_adapter_len = ab.len,
                        .eval_has_threshold = !isnan(threshold), .eval_threshold = threshold,
                        .chat_source = {.template_file = chat_file, .template_name = chat_name, .kwargs_json = chat_kwargs, .prompt_format = prompt_format},
                        .chat = chat, .max_new_tokens = (int)max_new, .max_prompt_tokens = (int)max_prompt, .prefill_tokens = (int)prefill,
@@ -100,6 +118,7 @@ int ctl_eval(int argc, char **argv) {
     rc = rollout_run(&c, NULL, &err) < 0 ? 1 : 0;
     if (rc) fprintf(stderr, "%s: %s\n", argv[0], err.msg);
 done:
+    buf_free(&ab);
     flags_free(fl, n);
     return rc;
 }

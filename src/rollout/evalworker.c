@@ -362,7 +362,10 @@ int evalworker_once(Worker *w, PailErr *err) {
         AdapterMeta meta = {0};
         LoraLayout lay = {0};
         float *p = NULL;
-        if (lora_load_any(c->eval_adapter, &w->eng.w.cfg, &lay, &p, &meta, err) < 0) {
+        if ((c->eval_adapter_data
+                 ? lora_adapter_read(c->eval_adapter_data, c->eval_adapter_len, c->eval_adapter, &w->eng.w.cfg, &lay,
+                                     &p, &meta, err)
+                 : lora_load_any(c->eval_adapter, &w->eng.w.cfg, &lay, &p, &meta, err)) < 0) {
             lora_layout_free(&lay);
             return -1;
         }

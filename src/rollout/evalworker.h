@@ -38,6 +38,7 @@ int eval_distinct(const char **texts, int n);
 // names it in the log) and writes the result (and, in a run, its completions
 // to eval/samples/v%08d.jsonl first; --dump: to that file). 0 / -1 with err.
 int evalworker_version(Worker *w, long v, const char *label, PailErr *err);
-// grpo-ctl eval: the adapter file --adapter, else the run's newest version,
-// else the base model, evaluated once. 0 / -1 with err.
+// grpo-ctl eval: the adapter --adapter (a file, a PEFT folder, or the bytes
+// ctl read from a store URL), else the run's newest version, else the base
+// model, evaluated once. 0 / -1 with err.
 int evalworker_once(Worker *w, PailErr *err);

@@ -4,7 +4,8 @@
 # partial-credit cmd reward; otherwise the JSON has none and the line says
 # why), the mean reward and distinct completions always; --dump writes one
 # JSON line per scored completion, the eval worker its completions to
-# eval/samples/v%08d.jsonl through the relay's rollout key.
+# eval/samples/v%08d.jsonl through the relay's rollout key; --adapter takes a
+# store URL (file://, and s3:// through the https relay) like export does.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/lib_relay.sh"
 PY=$(venv)/bin/python
@@ -72,9 +73,11 @@ echo "bad input"
 expect_fail_last "--dump into a missing folder: exit 1 naming it, the result still written" 1 \
   "--dump $WORK/no/such/d.jsonl: cannot write" "${EV[@]}" --dump "$WORK/no/such/d.jsonl" --out "$WORK/kept.json"
 check "...--out holds the result" grep -q '"accuracy_rule": "exact_answer == 1"' "$WORK/kept.json"
+expect_fail_last "--adapter naming a missing store object: exit 1 naming it" 1 "--adapter: file://$WORK/none/adapters/v00000000.h5: not found" \
+  "${EV[@]}" --adapter "file://$WORK/none/adapters/v00000000.h5"
 expect_fail "--success-threshold that is not a number: exit 2" 2 "success-threshold" "${EV[@]}" --success-threshold half
 
-echo "the eval worker through the relay"
+echo "the eval worker through the relay, and --adapter URL"
 start_relay || { bad "relay"; finish; exit 1; }
 export AWS_CA_BUNDLE=$RELAY_CA AWS_REGION=us-east-1
 RUN=(--run s3://pail/runs/r1 --endpoint "$RELAY_URL")
@@ -93,4 +96,13 @@ assert e["version"] == 0 and "accuracy" not in e and e["completions"] == len(d) 
 assert sorted(x["row"] for x in d) == list(range(8)), d' "$SRC"
 check "...its log line says why there is no accuracy" grep -q 'eval v00000000: reward .*accuracy: not defined' \
   "$WORK/worker.log"
+AWS_ACCESS_KEY_ID=$RD_AK AWS_SECRET_ACCESS_KEY=$RD_SK "${EV[@]}" "${PARTIAL[@]}" \
+  --adapter s3://pail/runs/r1/adapters/v00000000.h5 --endpoint "$RELAY_URL" --dump "$WORK/s3.jsonl" \
+  >"$WORK/s3.json" 2>"$WORK/s3.err"
+check "grpo-ctl eval --adapter s3://.../adapters/v00000000.h5 through the relay (reader key): adapter v0" \
+  grep -q '"version": 0' "$WORK/s3.json"
+check "...its completions are the eval worker's, line for line" cmp "$WORK/s3.jsonl" "$SRC/eval/samples/v00000000.jsonl"
+"${EV[@]}" "${PARTIAL[@]}" --adapter "file://$SRC/adapters/v00000000.h5" --dump "$WORK/f.jsonl" >"$WORK/f.json" 2>"$WORK/f.err"
+check "--adapter file://.../adapters/v00000000.h5: adapter v0, the same completions" \
+  bash -c "grep -q '\"version\": 0' '$WORK/f.json' && cmp '$WORK/f.jsonl' '$WORK/s3.jsonl'"
 finish
