@@ -56,9 +56,11 @@ fi
 
 LIMITS=(--max-new-tokens 96 --max-turns 3 --max-episode-tokens 224)
 ENVFLAGS=(--env "python3 data/calc/env.py" "${LIMITS[@]}")
+# env.py's reward is 1 for a right answer, else 0: correct means reward >= 1.
+EVALFLAGS=("${ENVFLAGS[@]}" --success-threshold 1)
 heldout() {  # OUT [--adapter FILE]: greedy accuracy on the 1,000 held-out problems
   local out=$1; shift
-  "$BIN/grpo-ctl" eval --model "$D/model-sft" --dataset "$D/data/eval.jsonl" "${ENVFLAGS[@]}" --batch-size 64 \
+  "$BIN/grpo-ctl" eval --model "$D/model-sft" --dataset "$D/data/eval.jsonl" "${EVALFLAGS[@]}" --batch-size 64 \
     --out "$out" "$@" >/dev/null 2>"$out.log"
   python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["accuracy"])' "$out"
 }

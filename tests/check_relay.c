@@ -574,13 +574,16 @@ START_TEST(test_role_folders_anchored) {
     ck_assert(!relay_policy_allows(ROLE_TRAINER, "runs/metrics", ACCESS_WRITE, "runs/metrics/exp4/control/stop",
                                    NULL));
     ck_assert(!relay_policy_allows(ROLE_ROLLOUT, "runs/a", ACCESS_WRITE, "runs/a/x/eval/v00000001.json", NULL));
+    ck_assert(!relay_policy_allows(ROLE_ROLLOUT, "runs/a", ACCESS_WRITE, "runs/a/eval/samples/v1.jsonl", NULL));
+    ck_assert(!relay_policy_allows(ROLE_ROLLOUT, "runs/a", ACCESS_WRITE, "runs/a/eval/samples/v00000001.json", NULL));
     ck_assert(!relay_policy_allows(ROLE_TRAINER, "runs/a", ACCESS_WRITE, "runs/a/x/run.json", NULL));
     // Every file of the run layout (doc/protocol.md) for its own role.
     static const char *const trainer[] = {"run.json", "adapters/v00000001.h5", "adapters/LATEST",
                                           "trainer/state-v00000001.h5", "trainer/progress.json",
                                           "trainer/rejected/rollouts/v00000001/w-000001.h5.json",
                                           "metrics/step-00000001.json"};
-    static const char *const rollout[] = {"rollouts/v00000001/w-000001.h5", "workers/w.json", "eval/v00000001.json"};
+    static const char *const rollout[] = {"rollouts/v00000001/w-000001.h5", "workers/w.json", "eval/v00000001.json",
+                                          "eval/samples/v00000001.jsonl"};
     char key[256];
     for (size_t i = 0; i < sizeof trainer / sizeof *trainer; i++) {
         snprintf(key, sizeof key, "runs/exp1/%s", trainer[i]);

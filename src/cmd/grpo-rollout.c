@@ -1,6 +1,7 @@
 // grpo-rollout: parses flags (every default is written here, once) and wires
 // the worker (src/rollout/worker.c). SIGTERM: finish the batch, exit 0.
 #include <errno.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,7 +28,7 @@ int main(int argc, char **argv) {
     long G, batch, max_new, max_prompt, prefill, top_k, seed, max_shards, gps, windex, nworkers, length_target,
         eval_every, eval_samples, max_turns, max_episode, serve_max, serve_max_conns;
     double temperature, top_p, min_p, reward_timeout, wait_timeout, env_timeout, episode_timeout, serve_header_timeout,
-        serve_idle_timeout;
+        serve_idle_timeout, success_threshold = NAN;
     bool chat, eval, strict_dtype, gen_defaults;
     StoreCliFlags sf = {0};
     FlagList rewards = {0}, stops = {0};
@@ -86,6 +87,7 @@ int main(int argc, char **argv) {
         {"eval-dataset", FLAG_STRING, &eval_dataset, NULL, 1, 0, "held-out prompts for --eval"},
         {"eval-every", FLAG_INT, &eval_every, "1", 1, 1000000, "evaluate every N versions (and v0)"},
         {"eval-samples", FLAG_INT, &eval_samples, "1", 1, 1024, "1: greedy; k: pass@k with the sampling settings"},
+        {"success-threshold", FLAG_DOUBLE, &success_threshold, NULL, -1e6, 1e6, "--eval: a completion is correct when its total reward >= this (default: exact_answer == 1, or a lone format == 1; otherwise accuracy is not defined)"},
         DEVICE_CLI_FLAG(&device),
         DTYPE_CLI_FLAG(&dtype),
         {"strict-dtype", FLAG_BOOL, &strict_dtype, "false", 1, 0,
@@ -156,6 +158,7 @@ int main(int argc, char **argv) {
         .max_ahead = max_ahead, .worker_index = windex, .num_workers = nworkers, .chat = chat,
         .stop_strings = (const char *const *)stops.items, .n_stop_strings = stops.n, .wait_timeout = wait_timeout,
         .eval = eval, .eval_dataset = eval_dataset, .eval_every = eval_every, .eval_samples = eval_samples,
+        .eval_has_threshold = !isnan(success_threshold), .eval_threshold = success_threshold,
         .env_cmd = env, .env_timeout = env_timeout, .max_turns = (int)max_turns, .max_episode_tokens = (int)max_episode,
         .tool_format = tool_format, .serve = serve, .serve_cert = serve_cert, .serve_tls_key = serve_tls_key,
         .serve_api_key_file = serve_key_file, .served_model_name = served_name, .episode_timeout = episode_timeout,

@@ -1,7 +1,11 @@
 // grpo-ctl eval: scores a held-out set once, greedily or pass@k, with a model
 // and optionally an adapter: the eval worker's computation (src/rollout) for
-// users checking a model. Prints the JSON result (accuracy, mean reward, ...).
+// users checking a model. Prints the JSON result (mean reward, accuracy where
+// defined, distinct completions, ...); --dump writes each scored completion.
+#include <math.h>
 #include <stdio.h>
+#include <string.h>
+#include "core/buf.h"
 #include "ctl/ctl.h"
 #include "model/device.h"
 #include "rollout/worker.h"
@@ -9,22 +13,25 @@
 int ctl_eval(int argc, char **argv) {
     char *model = NULL, *adapter = NULL, *dataset = NULL, *out = NULL, *marker = NULL, *regex = NULL, *cmd = NULL,
          *prompt_format = NULL, *chat_file = NULL, *chat_name = NULL, *chat_kwargs = NULL, *env = NULL,
-         *tool_format = NULL;
-    long max_new, batch, samples, max_prompt, prefill, seed, max_turns, max_episode;
-    double temperature, reward_timeout, env_timeout;
+         *tool_format = NULL, *dump = NULL;
+    long max_new, length_target, batch, samples, max_prompt, prefill, seed, max_turns, max_episode;
+    double temperature, reward_timeout, env_timeout, threshold = NAN;
     bool chat, gen_defaults;
     FlagList rewards = {0};
     char *device = NULL, *max_memory = NULL, *dtype = NULL;
-    Flag fl[] = {
+    CtlStoreFlags sf = {0};
+    Flag own[] = {
         {"model", FLAG_STRING, &model, NULL, 1, 0, "Hugging Face model folder"},
-        {"adapter", FLAG_STRING, &adapter, NULL, 1, 0, "pail adapter file (.h5); none: the base model"},
+        {"adapter", FLAG_STRING, &adapter, NULL, 1, 0,
+         "pail adapter: a .h5 path, a PEFT folder, or a store URL (file:// or s3://, e.g. s3://bucket/run/adapters/v00000012.h5); none: the base model"},
         {"dataset", FLAG_STRING, &dataset, NULL, 1, 0, "held-out prompts, JSON lines (path or store URL)"},
         {"reward", FLAG_LIST, &rewards, "exact_answer", 1, 0, "NAME[:WEIGHT] as grpo-rollout"},
         {"answer-marker", FLAG_STRING, &marker, NULL, 1, 0, "exact_answer: the answer follows this text"},
         {"format-regex", FLAG_STRING, &regex, NULL, 1, 0, "format: PCRE2 pattern"},
+        {"length-target", FLAG_INT, &length_target, "0", 0, 1 << 24, "length: completion tokens before the penalty starts, as grpo-rollout"},
         {"reward-cmd", FLAG_STRING, &cmd, NULL, 1, 0, "cmd: external reward program, as grpo-rollout"},
         {"reward-timeout", FLAG_DOUBLE, &reward_timeout, "30", 0.01, 86400, "cmd: seconds per batch"},
-        {"env", FLAG_STRING, &env, NULL, 1, 0, "episodes with this environment program, as grpo-rollout --env (it gives the rewards; a row is solved when an episode's reward is > 0)"},
+        {"env", FLAG_STRING, &env, NULL, 1, 0, "episodes with this environment program, as grpo-rollout --env (it gives the rewards; accuracy needs --success-threshold)"},
         {"max-turns", FLAG_INT, &max_turns, "8", 1, 100000, "--env: assistant turns per episode"},
         {"max-episode-tokens", FLAG_INT, &max_episode, "2048", 2, 1 << 20, "--env: tokens of an episode after its opening"},
         {"env-timeout", FLAG_DOUBLE, &env_timeout, "30", 0.01, 86400, "--env: seconds the program has to answer a request"},
@@ -40,13 +47,24 @@ int ctl_eval(int argc, char **argv) {
         {"chat", FLAG_BOOL, &chat, "false", 1, 0, "render {\"prompt\"} rows with the chat template"},
         CHAT_CLI_FLAGS(&chat_file, &chat_name, &chat_kwargs, &prompt_format),
         {"seed", FLAG_INT, &seed, "0", 0, 9007199254740991L, "sampling seed for pass@k"},
+        {"success-threshold", FLAG_DOUBLE, &threshold, NULL, -1e6, 1e6,
+         "a completion is correct when its total reward >= this (default: exact_answer == 1, or a lone format == 1; "
+         "otherwise accuracy is not defined)"},
         {"out", FLAG_STRING, &out, NULL, 1, 0, "also write the JSON result to this file"},
+        {"dump", FLAG_STRING, &dump, NULL, 1, 0,
+         "write each scored completion to this file as a JSON line (row, sample, prompt, completion, reward, "
+         "components, valid, correct)"},
         DEVICE_CLI_FLAG(&device),
         DTYPE_CLI_FLAG(&dtype),
         MAX_MEMORY_CLI_FLAG(&max_memory),
     };
-    int n = sizeof fl / sizeof fl[0], rc;
-    const char *usage = "grpo-ctl eval --model DIR [--adapter FILE] --dataset FILE";
+    enum { NOWN = sizeof own / sizeof own[0] };
+    Flag fl[NOWN + CTL_STORE_NFLAGS];
+    memcpy(fl, own, sizeof own);
+    ctl_store_flags(fl + NOWN, &sf);
+    int n = NOWN + CTL_STORE_NFLAGS, rc;
+    Buf ab = {0};  // the adapter read from a store URL
+    const char *usage = "grpo-ctl eval --model DIR [--adapter FILE|URL] --dataset FILE [--dump FILE]";
     if ((rc = ctl_parse(usage, "Scores a held-out set once (greedy, or pass@k) and prints the result as JSON.", fl, n,
                         argc, argv, NULL, NULL)) >= 0)
         goto done;
@@ -59,6 +77,14 @@ int ctl_eval(int argc, char **argv) {
         fprintf(stderr, "%s: --env: the environment program gives the rewards (no --reward)\n", argv[0]);
         goto done;
     }
+    if (adapter && (!strncmp(adapter, "file://", 7) || !strncmp(adapter, "s3://", 5))) {
+        PailErr aerr = {0};
+        if (ctl_read_url_or_path(adapter, &sf, &ab, &aerr) < 0) {
+            fprintf(stderr, "%s: --adapter: %s\n", argv[0], aerr.msg);
+            rc = 1;
+            goto done;
+        }
+    }
     Backend *be;
     size_t max_mem;
     int want;
@@ -67,13 +93,15 @@ int ctl_eval(int argc, char **argv) {
         (rc = device_open_cli("grpo-ctl eval", device, DEVICE_READY_SIM, max_mem, &be)) != 0)
         goto done;
     RolloutConfig c = {.model_dir = model, .eval = true, .eval_dataset = dataset, .eval_samples = samples,
-                       .eval_once = true, .eval_adapter = adapter, .eval_out = out,
+                       .eval_once = true, .eval_adapter = adapter, .eval_out = out, .eval_dump = dump,
+                       .eval_adapter_data = ab.data, .eval_adapter_len = ab.len,
+                       .eval_has_threshold = !isnan(threshold), .eval_threshold = threshold,
                        .chat_source = {.template_file = chat_file, .template_name = chat_name, .kwargs_json = chat_kwargs, .prompt_format = prompt_format},
                        .chat = chat, .max_new_tokens = (int)max_new, .max_prompt_tokens = (int)max_prompt, .prefill_tokens = (int)prefill,
                        .batch_size = (int)batch, .group_size = 1, .seed = seed,
                        .sampler = {.temperature = temperature, .top_p = 1, .top_k = 0},
                        .rewards = {.specs = (const char *const *)rewards.items, .nspecs = rewards.n,
-                                   .answer_marker = marker, .format_regex = regex, .cmd = cmd,
+                                   .answer_marker = marker, .format_regex = regex, .length_target = length_target, .cmd = cmd,
                                    .cmd_timeout_s = reward_timeout},
                        .env_cmd = env, .env_timeout = env_timeout, .max_turns = (int)max_turns,
                        .max_episode_tokens = (int)max_episode, .tool_format = tool_format,
@@ -90,6 +118,7 @@ int ctl_eval(int argc, char **argv) {
     rc = rollout_run(&c, NULL, &err) < 0 ? 1 : 0;
     if (rc) fprintf(stderr, "%s: %s\n", argv[0], err.msg);
 done:
+    buf_free(&ab);
     flags_free(fl, n);
     return rc;
 }

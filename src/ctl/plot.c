@@ -97,7 +97,8 @@ int ctl_plot(int argc, char **argv) {
             json_t *j;
             if (v < 0 || load_json(st, l.entries[i].key, &j, &err) < 0) continue;
             double x = v < (1 << 16) && vstep[v] >= 0 ? vstep[v] : (double)v;
-            acc[na++] = (Pt){x, 100.0 * json_number_value(json_object_get(j, "accuracy"))};
+            json_t *a = json_object_get(j, "accuracy");  // absent: not defined for the run's reward
+            if (json_is_number(a)) acc[na++] = (Pt){x, 100.0 * json_number_value(a)};
             json_decref(j);
         }
     }

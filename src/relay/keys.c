@@ -270,7 +270,7 @@ static bool rollout_key(const char *rel) {
     long v, seq;
     char w[WORKER_ID_MAX + 1];
     if (run_parse_rollout(rel, &v, w, sizeof w, &seq) == 0 || version_parse(&SERIES_EVALS, rel) >= 0 ||
-        doctor_probe(rel, folders))
+        run_parse_eval_samples(rel) >= 0 || doctor_probe(rel, folders))
         return true;
     size_t kl = strlen(rel), idl = kl - 13;  // "workers/" <id> ".json"
     if (strncmp(rel, "workers/", 8) || kl < 8 + 6 || strcmp(rel + kl - 5, ".json") || idl > WORKER_ID_MAX)
@@ -335,7 +335,7 @@ bool relay_policy_allows(RelayRole role, const char *prefix, RelayAccess what, c
         }
         if (rollout_key(rel)) return true;
         *why = "not a rollout key of the run layout (rollouts/v%08d/<worker>-%06d.h5, workers/<worker>.json, "
-               "eval/v%08d.json; doc/protocol.md)";
+               "eval/v%08d.json, eval/samples/v%08d.jsonl; doc/protocol.md)";
         return false;
     default:
         *why = "the reader role only reads";

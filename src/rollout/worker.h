@@ -36,6 +36,11 @@ typedef struct {
     bool eval_once;                  // evaluate the newest version, then exit (grpo-ctl eval / tests)
     const char *eval_adapter;        // eval_once: this adapter file instead of the run's newest (NULL: newest / none)
     const char *eval_out;            // eval_once: also write the JSON result here
+    const void *eval_adapter_data;   // eval_once: the adapter file's bytes, read from the store URL eval_adapter (borrowed; NULL: read eval_adapter as a path)
+    size_t eval_adapter_len;
+    const char *eval_dump;           // eval_once: each scored completion as a JSON line to this file (NULL: none)
+    bool eval_has_threshold;         // --success-threshold given: a completion is correct when its reward >= eval_threshold
+    double eval_threshold;
     const char *env_cmd;             // --env: multi-turn episodes with this program (NULL: single completions)
     double env_timeout;              // --env-timeout seconds per answer
     int max_turns, max_episode_tokens;

@@ -67,6 +67,13 @@ int run_key_rejected(char *out, size_t cap, const char *shard_key) {
     return fits(snprintf(out, cap, "trainer/rejected/%s.json", shard_key), cap);
 }
 
+// Not below eval/v: the listings of eval/v*.json (status, plot, tensorboard) do not see it.
+static const VersionSeries EVAL_SAMPLES = {"eval/samples/v", ".jsonl"};
+int run_key_eval_samples(char *out, size_t cap, long version) {
+    return version < 0 ? -1 : version_key(&EVAL_SAMPLES, version, out, cap);
+}
+long run_parse_eval_samples(const char *key) { return version_parse(&EVAL_SAMPLES, key); }
+
 int run_parse_rollout(const char *key, long *version, char *worker, size_t wcap, long *seq) {
     long v = 0;
     if (strncmp(key, "rollouts/v", 10)) return -1;

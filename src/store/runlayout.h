@@ -23,6 +23,10 @@ int run_key_rollout_dir(char *out, size_t cap, long version);                   
 int run_key_metrics(char *out, size_t cap, long step);                                   // metrics/step-%08d.json
 int run_key_worker(char *out, size_t cap, const char *worker);                           // workers/<w>.json
 int run_key_rejected(char *out, size_t cap, const char *shard_key);                      // trainer/rejected/<key>.json
+int run_key_eval_samples(char *out, size_t cap, long version);                           // eval/samples/v%08d.jsonl
+// The version of an eval/samples/v%08d.jsonl key (an eval's scored completions,
+// beside its eval/v%08d.json), or -1 when key is not one.
+long run_parse_eval_samples(const char *key);
 // Parses rollouts/v%08d/<worker>-%06d.h5; -1 when the key is not a shard key.
 int run_parse_rollout(const char *key, long *version, char *worker, size_t wcap, long *seq);
 

@@ -172,7 +172,7 @@ echo "evaluation through the program"
 head -6 "$WORK/train.jsonl" >"$WORK/eval.jsonl"
 mkdir -p "$WORK/st-eval"
 "$BIN/grpo-ctl" eval --model "$M" --dataset "$WORK/eval.jsonl" --env "$ENVPY ok $WORK/st-eval" --max-new-tokens 4 \
-  --max-turns 2 --max-episode-tokens 60 --out "$WORK/eval.json" >/dev/null 2>"$WORK/eval.log"
+  --max-turns 2 --max-episode-tokens 60 --success-threshold 1 --out "$WORK/eval.json" >/dev/null 2>"$WORK/eval.log"
 check "grpo-ctl eval --env: greedy episodes of every row, scored by the program" "$PY" -c '
 import json, sys
 e = json.load(open(sys.argv[1]))
@@ -180,7 +180,7 @@ assert e["prompts"] == 6 and e["samples"] == 1 and e["turns_mean"] == 2 and e["f
 assert 0 <= e["accuracy"] <= 1 and e["components"]["turns"] == 2 and e["environment"].endswith("st-eval"), e' "$WORK/eval.json"
 timeout 120 "$BIN/grpo-rollout" --eval --model "$M" --run "file://$WORK/run" --eval-dataset "$WORK/eval.jsonl" \
   --worker-id ev --env "$ENVPY ok $WORK/st-eval" --max-new-tokens 4 --max-turns 2 --max-episode-tokens 60 \
-  --max-shards 1 >"$WORK/ev.log" 2>&1
+  --success-threshold 1 --max-shards 1 >"$WORK/ev.log" 2>&1
 check "grpo-rollout --eval --env writes eval/v00000000.json, the same greedy result" "$PY" -c '
 import json, sys
 a, b = (json.load(open(f)) for f in sys.argv[1:])
