@@ -24,6 +24,7 @@ int samples_list_shards(Store *st, ShardRefs *out, PailErr *err) {
         ShardRef r = {0};
         if (run_parse_rollout(l.entries[i].key, &r.version, r.worker, sizeof r.worker, &r.seq) < 0) continue;
         snprintf(r.key, sizeof r.key, "%s", l.entries[i].key);
+        r.mtime = l.entries[i].mtime;
         if (out->n == out->cap) {
             int cap = out->cap ? 2 * out->cap : 64;
             ShardRef *p = realloc(out->v, (size_t)cap * sizeof *p);
@@ -116,19 +117,32 @@ int samples_step_window(Store *st, const json_t *man, long step, StepWindow *w, 
     json_error_t je;
     json_t *j = json_loadb((char *)b.data, b.len, 0, &je);
     buf_free(&b);
-    json_t *v = json_object_get(j, "version"), *sm = json_object_get(j, "staleness_max"),
-           *t = json_object_get(j, "time");
-    if (!json_is_object(j) || !json_is_number(v)) {
-        json_decref(j);
-        return err_set(err, PAIL_ERR_INVALID, "%s: not a JSON object with a version", key);
-    }
+    int rc = samples_step_window_json(man, j, w);
+    json_decref(j);
+    if (rc < 0) return err_set(err, PAIL_ERR_INVALID, "%s: not a JSON object with a version", key);
+    return 0;
+}
+
+int samples_step_window_json(const json_t *man, const json_t *metrics, StepWindow *w) {
+    json_t *v = json_object_get(metrics, "version"), *sm = json_object_get(metrics, "staleness_max"),
+           *t = json_object_get(metrics, "time");
+    if (!json_is_object(metrics) || !json_is_number(v)) return -1;
     w->version = (long)json_number_value(v);
     json_t *ms = json_object_get(json_object_get(man, "trainer"), "max-staleness");
     long stale = json_is_number(sm) ? (long)ceil(json_number_value(sm))
                  : json_is_number(ms) ? (long)json_number_value(ms) : 0;
     w->oldest = w->version - stale < 0 ? 0 : w->version - stale;
     w->time = json_is_number(t) ? json_number_value(t) : 0;
-    json_decref(j);
+    return 0;
+}
+
+int samples_visible(Buf *out, const uint8_t *s, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        uint8_t c = s[i];
+        int rc = (c < 0x20 && c != '\n' && c != '\t') || c == 0x7f ? buf_printf(out, "\\x%02x", c)
+                                                                    : buf_append(out, &c, 1);
+        if (rc < 0) return -1;
+    }
     return 0;
 }
 

@@ -17,6 +17,7 @@ typedef struct {
     char key[STORE_MAX_KEY + 1];  // rollouts/v%08d/<worker>-%06d.h5
     long version, seq;
     char worker[65];
+    int64_t mtime;  // the listing's (unix seconds): when the shard was put
 } ShardRef;
 
 typedef struct {
@@ -60,7 +61,12 @@ typedef struct {
     double time;
 } StepWindow;
 int samples_step_window(Store *st, const json_t *man, long step, StepWindow *w, PailErr *err);
+// The same from a metrics record already read (-1 when it has no version).
+int samples_step_window_json(const json_t *man, const json_t *metrics, StepWindow *w);
 
 // Appends the text of ids to out (special tokens as their text, invalid UTF-8
 // as U+FFFD); out stays NUL-terminated (core/buf.h).
 int samples_decode(const Tokenizer *tok, const int32_t *ids, size_t n, Buf *out, PailErr *err);
+// Appends text with its control bytes other than newline and tab written as
+// \xNN, as grpo-ctl samples prints them (0 / -1 out of memory).
+int samples_visible(Buf *out, const uint8_t *s, size_t n);
