@@ -27,7 +27,9 @@ check "the tiny loop runs 3 steps" wait $TRAIN
 wait "${PIDS[@]:1}" 2>/dev/null
 
 # check.py SELECTION JSONL [ORDER]: every line against its shard; SELECTION is
-# newest, v<V> or step<N> (the shards it must come from); ORDER asc / desc.
+# newest, v<V>, step<N> (exactly the groups of step N's record in the trainer
+# state, in order) or window<N> (the shards step N may have drawn from);
+# ORDER asc / desc.
 cat >"$WORK/check.py" <<'PY'
 import glob, json, os, sys
 import h5py, numpy as np
@@ -43,10 +45,19 @@ if sel == "newest":
 elif sel.startswith("v"):
     lo = hi = int(sel[1:])
 else:
-    m = json.load(open(os.path.join(run, "metrics", "step-%08d.json" % int(sel[4:]))))
+    n = int(sel.lstrip("stepwindow"))
+    m = json.load(open(os.path.join(run, "metrics", "step-%08d.json" % n)))
     hi, lo = m["version"], m["version"] - int(np.ceil(m["staleness_max"]))
 chosen = [p for p in shards if lo <= ver(p) <= hi]
 total = sum(h5py.File(p)["rewards"].shape[0] for p in chosen)
+if sel.startswith("step"):  # the record of the state that committed step n: v(version + 1)
+    st = h5py.File(os.path.join(run, "trainer", "state-v%08d.h5" % (m["version"] + 1)))
+    rec = [(k.decode(), int(f), int(c)) for s, k, f, c in zip(st["record/steps"], st["record/keys"],
+                                                                st["record/first"], st["record/count"]) if s == n]
+    assert rec, "no record of step %d" % n
+    want = [(k, r) for k, f, c in rec for r in range(f * 4, (f + c) * 4)]  # G = 4
+    chosen, total = [os.path.join(run, k) for k, _, _ in rec], len(want)
+    assert [(j["shard"], j["row"]) for j in lines] == want[:len(lines)], ([(j["shard"], j["row"]) for j in lines], want)
 want_n = min(int(os.environ.get("N", 4)), total)
 assert len(lines) == want_n, (len(lines), want_n, total)
 f32 = lambda x: float(np.float32(x))
@@ -94,7 +105,9 @@ check "--version $V (the oldest with shards)" bash -c "'$G' samples '$RUN' --ver
 check "...only that version's shards" env N=5 "$PY" "$WORK/check.py" "v$V" "$WORK/v.jsonl"
 check "--step 2 --n 100: all the shards step 2 may have drawn from" \
   bash -c "'$G' samples '$RUN' --step 2 --n 100 --json >'$WORK/s.jsonl'"
-check "...versions version - staleness_max to version of its metrics" env N=100 "$PY" "$WORK/check.py" step2 "$WORK/s.jsonl"
+check "...exactly the groups its trainer state's record says it trained on, in order" \
+  env N=100 "$PY" "$WORK/check.py" step2 "$WORK/s.jsonl"
+check "--step 3 (human)" bash -c "'$G' samples '$RUN' --step 3 | grep -q 'step 3 (from adapter v.*), the groups it trained on (trainer/state-v0000000[1-9].h5)'"
 check "--worst --n 6 over every shard of --version $V" \
   bash -c "'$G' samples '$RUN' --version $V --worst --n 6 --json >'$WORK/w.jsonl'"
 check "...rewards ascending from the lowest" env N=6 "$PY" "$WORK/check.py" "v$V" "$WORK/w.jsonl" asc
@@ -143,6 +156,13 @@ expect_fail "run.json's base_model not on this machine -> exit 1 saying which fl
   "no tokenizer: run.json's base_model /nonexistent/model has no readable tokenizer.json.*--model DIR or --tokenizer FILE" \
   "$G" samples "file://$WORK/run2"
 check "...--model then decodes" "$G" samples "file://$WORK/run2" --model "$M"
+
+rm "$WORK"/run2/trainer/state-v*.h5
+check "--step 2 without the trainer states: the shards it may have drawn from, saying so" bash -c \
+  "'$G' samples 'file://$WORK/run2' --step 2 --n 100 --model '$M' --json >'$WORK/s2.jsonl' 2>'$WORK/s2.err' && \
+   grep -q 'note: step 2: trainer/state-v.*h5 is not there (removed by gc?); showing the shards it may have drawn from' '$WORK/s2.err'"
+check "...versions version - staleness_max to version of its metrics" env N=100 D="$WORK/run2" "$PY" "$WORK/check.py" \
+  window2 "$WORK/s2.jsonl"
 
 echo "samples: bad input"
 expect_fail "an adapter version without shards -> exit 1" 1 "adapter version 999 has no shards under rollouts/v00000999/ \(versions with shards: " \
