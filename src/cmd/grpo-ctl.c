@@ -19,7 +19,7 @@ static const CtlCommand commands[] = {
     {"export", ctl_export, "a pail adapter as a PEFT folder (vLLM, PEFT), or merged into the base model"},
     {"plot", ctl_plot, "draw a run's reward and held-out accuracy curves (SVG)"},
     {"samples", ctl_samples, "what the policy generated: prompts, completions, rewards, advantages from the shards"},
-    {"tensorboard", ctl_tensorboard, "a run's metrics and evaluations as TensorBoard event files (--watch follows it)"},
+    {"tensorboard", ctl_tensorboard, "a run's metrics, evaluations and sample tables as TensorBoard event files (--watch follows it)"},
     {"logprobs", ctl_logprobs, "per-token log-probs of token ids under a model (+ adapter)"},
     {"plan", ctl_plan, "the memory plan of a trainer or rollout worker for a model or shape, allocating nothing"},
     {"init-model", ctl_init_model, "write a random-weight Hugging Face checkpoint (tiny, bench, 0.5B shapes)"},
