@@ -18,9 +18,11 @@
 
 // ---- shared helpers (samples.h) ------------------------------------------------
 
-int samples_list_shards(Store *st, ShardRefs *out, PailErr *err) {
+int samples_list_shards(Store *st, long version, ShardRefs *out, PailErr *err) {
     StoreList l = {0};
-    if (store_list_all(st, "rollouts/v", NULL, &l, err) < 0) return -1;
+    char prefix[64] = "rollouts/v";
+    if (version >= 0) run_key_rollout_dir(prefix, sizeof prefix, version);
+    if (store_list_all(st, prefix, NULL, &l, err) < 0) return -1;
     int rc = 0;
     for (int i = 0; i < l.n; i++) {
         ShardRef r = {0};
@@ -387,7 +389,9 @@ int ctl_samples(int argc, char **argv) {
         else fprintf(stderr, "%s: %s\n", argv[0], err.msg);
         goto close;
     }
-    if (samples_list_shards(st, &refs, &err) < 0) {
+    // --version V lists rollouts/vV/ only; the whole listing when it is empty, for the message.
+    if (samples_list_shards(st, version, &refs, &err) < 0 ||
+        (refs.n == 0 && version >= 0 && samples_list_shards(st, -1, &refs, &err) < 0)) {
         fprintf(stderr, "%s: %s\n", argv[0], err.msg);
         goto close;
     }

@@ -25,8 +25,9 @@ typedef struct {
     int n, cap;
 } ShardRefs;
 
-// Every shard key under rollouts/ (keys that are not shard keys are skipped).
-int samples_list_shards(Store *st, ShardRefs *out, PailErr *err);
+// Every shard key under rollouts/, or under rollouts/v%08d/ when version >= 0,
+// appended to out (keys that are not shard keys are skipped).
+int samples_list_shards(Store *st, long version, ShardRefs *out, PailErr *err);
 void samples_refs_free(ShardRefs *r);
 
 // A shard as read, with the advantages the trainer computes for its N episode

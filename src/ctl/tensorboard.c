@@ -111,7 +111,7 @@ static int add_table(Tb *t, json_t *m) {
     PailErr err = {0};
     if (!t->refs_fresh) {
         samples_refs_free(&t->refs);
-        if (samples_list_shards(t->st, &t->refs, &err) < 0) {
+        if (samples_list_shards(t->st, -1, &t->refs, &err) < 0) {
             fprintf(stderr, "%s: warning: sample tables: %s\n", t->prog, err.msg);
             return err.code == PAIL_ERR_NOMEM ? -1 : 0;
         }
