@@ -4,7 +4,8 @@
 # with h5py and decoded with the HF `tokenizers` library (prompt, completion,
 # reward, components, advantage recomputed, version, worker); the selections
 # (newest, --version, --step), --worst / --best order, --n, the human output
-# against --json, special tokens shown, and the errors.
+# against --json, special tokens shown, the same samples from an s3:// copy of
+# the run (moto), and the errors.
 source "$(dirname "$0")/lib.sh"
 PY=$(venv)/bin/python
 G="$BIN/grpo-ctl"
@@ -163,6 +164,25 @@ check "--step 2 without the trainer states: the shards it may have drawn from, s
    grep -q 'note: step 2: trainer/state-v.*h5 is not there (removed by gc?); showing the shards it may have drawn from' '$WORK/s2.err'"
 check "...versions version - staleness_max to version of its metrics" env N=100 D="$WORK/run2" "$PY" "$WORK/check.py" \
   window2 "$WORK/s2.jsonl"
+
+echo "samples: on s3:// (moto, authentication on)"
+if start_moto 4 && read -r KEY SECRET < <("$PY" "$ROOT/validation/s3/moto_setup.py" "$MOTO_URL" pail-test); then
+  S3ENV=(env AWS_ACCESS_KEY_ID="$KEY" AWS_SECRET_ACCESS_KEY="$SECRET" AWS_REGION=us-east-1 AWS_DEFAULT_REGION=us-east-1
+    AWS_EC2_METADATA_DISABLED=true AWS_CONFIG_FILE=/dev/null AWS_SHARED_CREDENTIALS_FILE=/dev/null)
+  "${S3ENV[@]}" aws --endpoint-url "$MOTO_URL" s3 cp --only-show-errors --recursive "$D" s3://pail-test/run
+  i=0
+  for a in "--step 2 --n 100" "--version $V --worst --n 6"; do
+    i=$((i + 1))
+    "${S3ENV[@]}" "$G" samples s3://pail-test/run $a --json --endpoint "$MOTO_URL" --model "$M" >"$WORK/s3-$i.jsonl"
+    "$G" samples "$RUN" $a --json >"$WORK/file-$i.jsonl"
+    check "samples s3://pail-test/run $a --json: what the file:// run gives" \
+      bash -c "test -s '$WORK/s3-$i.jsonl' && cmp '$WORK/s3-$i.jsonl' '$WORK/file-$i.jsonl'"
+  done
+  expect_fail "...a version without shards there -> exit 1" 1 "adapter version 999 has no shards" \
+    "${S3ENV[@]}" "$G" samples s3://pail-test/run --version 999 --endpoint "$MOTO_URL" --model "$M"
+else
+  bad "moto server"
+fi
 
 echo "samples: bad input"
 expect_fail "an adapter version without shards -> exit 1" 1 "adapter version 999 has no shards under rollouts/v00000999/ \(versions with shards: " \
