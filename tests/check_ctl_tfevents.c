@@ -1,7 +1,9 @@
 // Check suite for src/ctl/tfevents.c: CRC-32C against the published check
-// value and RFC 3720's B.4 vectors, and the bytes of one hand-assembled record.
+// value and RFC 3720's B.4 vectors, and the bytes of one hand-assembled record
+// and of a text-plugin table value.
 // (tests/integration/test_tensorboard.sh reads whole files back with the
 // tensorboard package's own reader.)
+#define _GNU_SOURCE  // memmem
 #include <check.h>
 #include <string.h>
 #include "ctl/tfevents.h"
@@ -47,6 +49,46 @@ START_TEST(test_record_bytes) {
 }
 END_TEST
 
+START_TEST(test_text_table) {
+    TfEvent e = {0};
+    Buf out = {0};
+    PailErr err = {0};
+    tfevents_event_begin(&e, 1.0, 3);
+    const char *cells[] = {"a", "bc"};
+    ck_assert_int_eq(tfevents_event_text_table(&e, "t", cells, 1, 2, &err), 0);
+    ck_assert_int_eq(e.nvalues, 1);
+    // Summary.value: 0a 24 (Value: 0a 01 't'; tensor 42 13 (dtype 08 07 DT_STRING; shape 12 08 (dim 12 02 08 01,
+    // dim 12 02 08 02); string_val 42 01 'a', 42 02 'b' 'c'); metadata 4a 0a (plugin_data 0a 06 (plugin_name
+    // 0a 04 "text"); data_class 20 02 DATA_CLASS_TENSOR))
+    static const uint8_t want[] = {0x0a, 0x24, 0x0a, 0x01, 't',  0x42, 0x13, 0x08, 0x07, 0x12, 0x08, 0x12, 0x02,
+                                   0x08, 0x01, 0x12, 0x02, 0x08, 0x02, 0x42, 0x01, 'a',  0x42, 0x02, 'b',  'c',
+                                   0x4a, 0x0a, 0x0a, 0x06, 0x0a, 0x04, 't',  'e',  'x',  't',  0x20, 0x02};
+    ck_assert_uint_eq(e.summary.len, sizeof want);
+    ck_assert_mem_eq(e.summary.data, want, sizeof want);
+    // Scalars and a table share one event: the record holds both values.
+    ck_assert_int_eq(tfevents_event_scalar(&e, "r", 0.5f, &err), 0);
+    ck_assert_int_eq(tfevents_record(&out, &e, &err), 0);
+    ck_assert_uint_eq(out.data[0], 9 + 2 + 2 + sizeof want + 10);
+    // Cells longer than 127 bytes (2-byte lengths) and NULL cells (empty) encode; a cell count that is not
+    // rows x cols cannot be given, bad shapes and tags are refused.
+    char big[300];
+    memset(big, 'x', sizeof big - 1);
+    big[sizeof big - 1] = 0;
+    const char *c2[] = {big, NULL, "", "d"};
+    tfevents_event_begin(&e, 0, 0);
+    ck_assert_int_eq(tfevents_event_text_table(&e, "t", c2, 2, 2, &err), 0);
+    ck_assert_ptr_nonnull(memmem(e.summary.data, e.summary.len, "\x42\xab\x02xxx", 6));  // 299 = ab 02
+    ck_assert_ptr_nonnull(memmem(e.summary.data, e.summary.len, "\x42\x00\x42\x00\x42\x01" "d", 7));
+    ck_assert_int_eq(tfevents_event_text_table(&e, "t", c2, 0, 2, &err), -1);
+    ck_assert_ptr_nonnull(strstr(err.msg, "0 x 2 cells"));
+    ck_assert_int_eq(tfevents_event_text_table(&e, "", c2, 1, 1, &err), -1);
+    ck_assert_int_eq(err.code, PAIL_ERR_INVALID);
+    ck_assert_int_eq(e.nvalues, 1);
+    tfevents_event_free(&e);
+    buf_free(&out);
+}
+END_TEST
+
 START_TEST(test_limits) {
     TfEvent e = {0};
     Buf out = {0};
@@ -78,6 +120,7 @@ int main(void) {
     TCase *core = tcase_create("core");
     tcase_add_test(core, test_crc32c);
     tcase_add_test(core, test_record_bytes);
+    tcase_add_test(core, test_text_table);
     suite_add_tcase(s, core);
     TCase *lim = tcase_create("limits");
     tcase_add_test(lim, test_limits);

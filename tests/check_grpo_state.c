@@ -55,6 +55,17 @@ START_TEST(test_record_round_trip) {
     ck_assert_str_eq(s.rec[1].key, rec[1].key);
     ck_assert_int_eq(s.rec[1].first, 1);
     state_free(&s);
+    // The record alone, without the model's config (grpo-ctl samples --step).
+    FeedRecord *r = NULL;
+    int rn = 0;
+    ck_assert_msg(state_read_record(img.data, img.len, "state-v8", &r, &rn, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(rn, 2);
+    ck_assert_str_eq(r[1].key, rec[1].key);
+    ck_assert_int_eq(r[1].step, 8);
+    ck_assert_int_eq(r[0].count, 2);
+    free(r);
+    ck_assert_int_eq(state_read_record("not hdf5", 8, "state-v8", &r, &rn, &err), -1);
+    ck_assert_ptr_null(r);
     lora_layout_free(&l);
     buf_free(&img);
     // v0: no steps, no record/, parent -1.
@@ -63,6 +74,9 @@ START_TEST(test_record_round_trip) {
     ck_assert_int_eq(s.parent, -1);
     ck_assert_int_eq(s.rec_n, 0);
     state_free(&s);
+    ck_assert_int_eq(state_read_record(img.data, img.len, "state-v0", &r, &rn, &err), 0);
+    ck_assert_ptr_null(r);
+    ck_assert_int_eq(rn, 0);
     lora_layout_free(&l);
     buf_free(&img);
 }

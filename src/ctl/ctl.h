@@ -20,6 +20,7 @@ int ctl_logprobs(int argc, char **argv);     // src/ctl/logprobs.c
 int ctl_eval(int argc, char **argv);         // src/ctl/eval.c
 int ctl_plot(int argc, char **argv);         // src/ctl/plot.c
 int ctl_tensorboard(int argc, char **argv);  // src/ctl/tensorboard.c
+int ctl_samples(int argc, char **argv);      // src/ctl/samples.c
 int ctl_stop(int argc, char **argv);         // src/ctl/stop.c
 int ctl_status(int argc, char **argv);       // src/ctl/status.c
 int ctl_export(int argc, char **argv);       // src/ctl/export.c

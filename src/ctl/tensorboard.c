@@ -12,6 +12,13 @@
 // step; a run without metrics: the version number). Each run of the command
 // writes one fresh file and then removes the earlier *.pail event files in
 // --out, so a rerun never shows a step twice.
+//
+// Text: samples/completions at each metrics step, a table (TensorBoard's text
+// plugin) of --samples completions as TRL's completions table: prompt,
+// completion, reward, rewards/<component>, advantage, shard. They come from one
+// shard per step: the newest (by its put time) of the newest adapter version
+// the step may have drawn from (samples.h: version - staleness_max to version)
+// that was put by the step's commit time, decoded as grpo-ctl samples does.
 #include <dirent.h>
 #include <errno.h>
 #include <jansson.h>
@@ -24,6 +31,7 @@
 #include "core/fsutil.h"
 #include "core/timeutil.h"
 #include "ctl/ctl.h"
+#include "ctl/samples.h"
 #include "ctl/tfevents.h"
 #include "store/runlayout.h"
 #include "store/versions.h"
@@ -45,6 +53,16 @@ typedef struct {
     int npend, cappend;
     long nsteps, nevals, nlate;
     TfEvent ev;
+    // the sample tables
+    long nsamples;       // --samples: rows per table (0: none)
+    json_t *man;         // run.json (NULL when there is none)
+    Tokenizer *tok;      // NULL until the first table needs it, and when none was found
+    bool tok_tried, refs_fresh;
+    char toksrc[4200];
+    ShardRefs refs;      // the rollouts/ listing, made again once per poll that has new steps
+    LoadedShard cur;     // the shard of the last table (consecutive steps often share it)
+    bool have_cur;
+    long ntables, nnoshard;
 } Tb;
 
 static double num_or(json_t *j, const char *k, double dflt) {
@@ -82,6 +100,96 @@ static int get_object(Tb *t, const char *key, json_t **out, PailErr *err) {
     json_decref(*out);
     *out = NULL;
     return 1;
+}
+
+// Adds the samples/completions table of the step whose metrics record is m to
+// t->ev. A step without a shard gets none; a shard that cannot be read or
+// decoded is warned about and left out: the scalars never depend on it.
+static int add_table(Tb *t, json_t *m) {
+    StepWindow w;
+    if (t->nsamples == 0 || samples_step_window_json(t->man, m, &w) < 0) return 0;
+    PailErr err = {0};
+    if (!t->refs_fresh) {
+        samples_refs_free(&t->refs);
+        if (samples_list_shards(t->st, -1, &t->refs, &err) < 0) {
+            fprintf(stderr, "%s: warning: sample tables: %s\n", t->prog, err.msg);
+            return err.code == PAIL_ERR_NOMEM ? -1 : 0;
+        }
+        t->refs_fresh = true;
+    }
+    const ShardRef *pick = NULL;
+    for (int i = 0; i < t->refs.n; i++) {
+        const ShardRef *r = &t->refs.v[i];
+        if (r->version < w.oldest || r->version > w.version || (w.time > 0 && (double)r->mtime > w.time)) continue;
+        if (!pick || r->version > pick->version || (r->version == pick->version && r->mtime >= pick->mtime)) pick = r;
+    }
+    if (!pick) {
+        t->nnoshard++;
+        return 0;
+    }
+    if (!t->tok_tried) {
+        t->tok_tried = true;
+        if (samples_tokenizer_open(t->man, NULL, NULL, &t->tok, t->toksrc, sizeof t->toksrc, &err) < 0)
+            fprintf(stderr, "%s: warning: no samples/completions tables: %s\n", t->prog, err.msg);
+    }
+    if (!t->tok) return 0;
+    if (!t->have_cur || strcmp(t->cur.key, pick->key)) {
+        if (t->have_cur) samples_shard_free(&t->cur);
+        t->have_cur = false;
+        if (samples_shard_load(t->st, pick->key, samples_scale(t->man), &t->cur, &err) < 0) {
+            fprintf(stderr, "%s: warning: samples/completions: %s: left out\n", t->prog, err.msg);
+            return err.code == PAIL_ERR_NOMEM ? -1 : 0;
+        }
+        t->have_cur = true;
+    }
+    const RolloutShard *s = &t->cur.s;
+    if (samples_tokenizer_check(t->tok, t->toksrc, &t->cur, &err) < 0) {
+        fprintf(stderr, "%s: warning: samples/completions: %s: left out\n", t->prog, err.msg);
+        return 0;
+    }
+    int rows = (int)(s->N < t->nsamples ? s->N : t->nsamples), cols = 5 + (int)s->K, rc = 0;
+    if (rows == 0) return 0;
+    Buf *cell = calloc((size_t)(rows + 1) * (size_t)cols, sizeof *cell);
+    const char **cells = calloc((size_t)(rows + 1) * (size_t)cols, sizeof *cells);
+    if (!cell || !cells) rc = err_set(&err, PAIL_ERR_NOMEM, "out of memory");
+    Buf text = {0};
+    for (int c = 0; c < cols && rc == 0; c++) {  // the header row
+        if (c == 0) rc = buf_printf(&cell[c], "prompt");
+        else if (c == 1) rc = buf_printf(&cell[c], "completion");
+        else if (c == 2) rc = buf_printf(&cell[c], "reward");
+        else if (c < 3 + s->K) rc = buf_printf(&cell[c], "rewards/%s", s->component_names[c - 3]);
+        else rc = buf_printf(&cell[c], c == cols - 2 ? "advantage" : "shard");
+    }
+    for (int r = 0; r < rows && rc == 0; r++) {
+        Buf *row = cell + (size_t)(r + 1) * cols;
+        int32_t g = s->group[r];
+        const int32_t *ids[2] = {s->prompt_ids + s->prompt_offsets[g], s->completion_ids + s->completion_offsets[r]};
+        size_t len[2] = {(size_t)(s->prompt_offsets[g + 1] - s->prompt_offsets[g]),
+                         (size_t)(s->completion_offsets[r + 1] - s->completion_offsets[r])};
+        for (int k = 0; k < 2 && rc == 0; k++) {
+            buf_reset(&text);
+            rc = samples_decode(t->tok, ids[k], len[k], &text, &err);
+            if (rc == 0 && samples_visible(&row[k], text.data, text.len) < 0)
+                rc = err_set(&err, PAIL_ERR_NOMEM, "out of memory");
+        }
+        bool valid = s->reward_valid[r];
+        if (rc == 0) rc = valid ? buf_printf(&row[2], "%.4g", s->rewards[r]) : buf_printf(&row[2], "invalid");
+        for (int64_t k = 0; k < s->K && rc == 0; k++)
+            rc = valid ? buf_printf(&row[3 + k], "%.4g", s->reward_components[r * s->K + k]) : 0;
+        if (rc == 0) rc = buf_printf(&row[cols - 2], "%+.4f", t->cur.adv[r]);
+        if (rc == 0) rc = buf_printf(&row[cols - 1], "%s (v%lld, %s)", t->cur.key, (long long)s->adapter_version,
+                                     s->worker_id);
+        if (rc < 0 && !err.msg[0]) err_set(&err, PAIL_ERR_NOMEM, "out of memory");
+    }
+    for (int i = 0; rc == 0 && i < (rows + 1) * cols; i++) cells[i] = cell[i].data ? (const char *)cell[i].data : "";
+    if (rc == 0) rc = tfevents_event_text_table(&t->ev, "samples/completions", cells, rows + 1, cols, &err);
+    if (rc == 0) t->ntables++;
+    else fprintf(stderr, "%s: warning: samples/completions: %s: %s: left out\n", t->prog, t->cur.key, err.msg);
+    for (int i = 0; cell && i < (rows + 1) * cols; i++) buf_free(&cell[i]);
+    free(cell);
+    free(cells);
+    buf_free(&text);
+    return rc < 0 && err.code == PAIL_ERR_NOMEM ? -1 : 0;
 }
 
 // The step of adapter version v, or -1 when not known yet (final: use the newest step).
@@ -123,6 +231,7 @@ nomem:
 static int tb_poll(Tb *t, Buf *out, bool final, PailErr *err) {
     StoreList l = {0};
     int rc = 0;
+    t->refs_fresh = false;
     if (store_list_all(t->st, "metrics/step-", t->metrics_after[0] ? t->metrics_after : NULL, &l, err) < 0) return -1;
     for (int i = 0; i < l.n && rc == 0; i++) {
         const char *key = l.entries[i].key;
@@ -158,6 +267,7 @@ static int tb_poll(Tb *t, Buf *out, bool final, PailErr *err) {
                     break;
                 }
             }
+            if (rc == 0 && add_table(t, j) < 0) rc = err_set(err, PAIL_ERR_NOMEM, "samples: out of memory");
             if (rc == 0 && t->ev.nvalues > 0) {
                 rc = tfevents_record(out, &t->ev, err);
                 t->nsteps++;
@@ -228,17 +338,26 @@ int ctl_tensorboard(int argc, char **argv) {
     char *outdir = NULL;
     bool watch = false;
     double interval;
-    Flag fl[CTL_STORE_NFLAGS + 3] = {
+    long nsamples;
+    char *model = NULL, *tokfile = NULL;
+    enum { NF = 6 };
+    Flag fl[CTL_STORE_NFLAGS + NF] = {
         {"out", FLAG_STRING, &outdir, NULL, 1, 0, "the folder to write the event file in (created; point TensorBoard's --logdir at it)"},
         {"watch", FLAG_BOOL, &watch, "false", 1, 0, "follow a live run until control/stop or SIGINT/SIGTERM"},
         {"interval", FLAG_DOUBLE, &interval, "10", 0.05, 86400, "seconds between polls with --watch"},
+        {"samples", FLAG_INT, &nsamples, "4", 0, 1000, "completions in each step's samples/completions text table (0: no tables)"},
+        {"model", FLAG_STRING, &model, NULL, 1, 0, "model folder whose tokenizer.json decodes the tables (default: "
+                                                   "run.json's base_model when it exists here)"},
+        {"tokenizer", FLAG_STRING, &tokfile, NULL, 1, 0, "a tokenizer.json to decode the tables with (wins over --model)"},
     };
-    ctl_store_flags(fl + 3, &sf);
-    int n = CTL_STORE_NFLAGS + 3, npos = 0, rc;
+    ctl_store_flags(fl + NF, &sf);
+    int n = CTL_STORE_NFLAGS + NF, npos = 0, rc;
     char **pos = NULL;
-    const char *usage = "grpo-ctl tensorboard RUN_URL --out DIR [--watch] [--interval S]";
+    const char *usage = "grpo-ctl tensorboard RUN_URL --out DIR [--watch] [--interval S] [--samples K] "
+                        "[--model DIR | --tokenizer FILE]";
     if ((rc = ctl_parse(usage, "Writes a TensorBoard event file from the run's committed metrics (train/<metric> per "
-                        "step) and evaluations (eval/accuracy, ... per version, at the step of that adapter).",
+                        "step), evaluations (eval/accuracy, ... per version, at the step of that adapter) and a table "
+                        "of completions per step from the rollout shards (samples/completions, text).",
                         fl, n, argc, argv, &pos, &npos)) >= 0)
         goto done;
     rc = 2;
@@ -248,7 +367,7 @@ int ctl_tensorboard(int argc, char **argv) {
     }
     rc = 1;
     PailErr err = {0};
-    Tb t = {.prog = argv[0], .url = pos[0]};
+    Tb t = {.prog = argv[0], .url = pos[0], .nsamples = nsamples};
     StoreOptions so = ctl_store_options(&sf);
     Buf out = {0};
     FILE *f = NULL;
@@ -262,6 +381,15 @@ int ctl_tensorboard(int argc, char **argv) {
     if (!has_manifest && err.code != PAIL_ERR_NOT_FOUND) {
         fprintf(stderr, "%s: %s\n", argv[0], err.msg);
         goto close;
+    }
+    if (has_manifest && nsamples > 0 && run_manifest_read(t.st, &t.man, &err) < 0)
+        fprintf(stderr, "%s: warning: %s (the tables decode with --model / --tokenizer only)\n", argv[0], err.msg);
+    if (nsamples > 0 && ((model && *model) || (tokfile && *tokfile))) {  // given: checked before anything is written
+        t.tok_tried = true;
+        if (samples_tokenizer_open(t.man, model, tokfile, &t.tok, t.toksrc, sizeof t.toksrc, &err) < 0) {
+            fprintf(stderr, "%s: %s\n", argv[0], err.msg);
+            goto close;
+        }
     }
     if (tfevents_record_version(&out, (double)time_unix_s(), &err) < 0 || tb_poll(&t, &out, !watch, &err) < 0) {
         fprintf(stderr, "%s: %s\n", argv[0], err.msg);
@@ -290,7 +418,8 @@ int ctl_tensorboard(int argc, char **argv) {
     }
     if (write_out(f, path, &out, &err) < 0) { fprintf(stderr, "%s: %s\n", argv[0], err.msg); goto close; }
     remove_older(argv[0], outdir, name);
-    fprintf(stderr, "%s: wrote %s (%ld steps, %ld evaluations)\n", argv[0], path, t.nsteps, t.nevals);
+    fprintf(stderr, "%s: wrote %s (%ld steps, %ld evaluations, %ld sample tables)\n", argv[0], path, t.nsteps,
+            t.nevals, t.ntables);
     rc = 0;
     if (watch) {
         struct sigaction sa = {.sa_handler = on_signal}, old_int, old_term;
@@ -310,8 +439,8 @@ int ctl_tensorboard(int argc, char **argv) {
                 continue;
             }
             if (t.nsteps != s0 || t.nevals != e0)
-                fprintf(stderr, "%s: +%ld steps (to step %ld), +%ld evaluations\n", argv[0], t.nsteps - s0, t.max_step,
-                        t.nevals - e0);
+                fprintf(stderr, "%s: +%ld steps (to step %ld), +%ld evaluations, %ld sample tables\n", argv[0],
+                        t.nsteps - s0, t.max_step, t.nevals - e0, t.ntables);
         }
         fprintf(stderr, "%s: %s: stopped; %s has %ld steps, %ld evaluations\n", argv[0],
                 stopped ? "control/stop found" : "signal", path, t.nsteps, t.nevals);
@@ -327,6 +456,10 @@ close:
     free(t.pend);
     free(t.sv);
     tfevents_event_free(&t.ev);
+    if (t.have_cur) samples_shard_free(&t.cur);
+    samples_refs_free(&t.refs);
+    tokenizer_free(t.tok);
+    json_decref(t.man);
     buf_free(&out);
     store_close(t.st);
 done:

@@ -79,6 +79,39 @@ int tfevents_event_scalar(TfEvent *e, const char *tag, float value, PailErr *err
     return 0;
 }
 
+static int put_varint_field(Buf *b, int field, uint64_t v) {
+    return put_varint(b, (uint64_t)field << 3 | 0) < 0 ? -1 : put_varint(b, v);
+}
+
+int tfevents_event_text_table(TfEvent *e, const char *tag, const char *const *cells, int rows, int cols,
+                              PailErr *err) {
+    size_t n = strlen(tag);
+    if (n == 0 || n > 512) return err_set(err, PAIL_ERR_INVALID, "TensorBoard tag '%.40s': 1 to 512 bytes", tag);
+    if (rows < 1 || cols < 1) return err_set(err, PAIL_ERR_INVALID, "TensorBoard text '%s': %d x %d cells", tag, rows, cols);
+    static const char plugin[] = "text";
+    Buf pd = {0}, md = {0}, dims = {0}, dim = {0}, t = {0}, v = {0};
+    int rc = put_bytes(&pd, 1, plugin, sizeof plugin - 1) < 0 || put_bytes(&md, 1, pd.data, pd.len) < 0 ||
+             put_varint_field(&md, 4, 2) < 0;
+    for (int k = 0; k < 2 && !rc; k++) {
+        buf_reset(&dim);
+        rc = put_varint_field(&dim, 1, (uint64_t)(k ? cols : rows)) < 0 || put_bytes(&dims, 2, dim.data, dim.len) < 0;
+    }
+    rc = rc || put_varint_field(&t, 1, 7) < 0 || put_bytes(&t, 2, dims.data, dims.len) < 0;
+    for (long i = 0; i < (long)rows * cols && !rc; i++)
+        rc = put_bytes(&t, 8, cells[i] ? cells[i] : "", cells[i] ? strlen(cells[i]) : 0) < 0;
+    rc = rc || put_bytes(&v, 1, tag, n) < 0 || put_bytes(&v, 8, t.data, t.len) < 0 ||
+         put_bytes(&v, 9, md.data, md.len) < 0 || put_bytes(&e->summary, 1, v.data, v.len) < 0;
+    buf_free(&pd);
+    buf_free(&md);
+    buf_free(&dims);
+    buf_free(&dim);
+    buf_free(&t);
+    buf_free(&v);
+    if (rc) return err_set(err, PAIL_ERR_NOMEM, "TensorBoard event: out of memory");
+    e->nvalues++;
+    return 0;
+}
+
 void tfevents_event_free(TfEvent *e) { buf_free(&e->summary); }
 
 static int frame(Buf *out, const Buf *data, PailErr *err) {

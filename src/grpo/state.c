@@ -116,6 +116,34 @@ done:
     return rc;
 }
 
+int state_read_record(const void *data, size_t len, const char *name, FeedRecord **rec, int *n, PailErr *err) {
+    *rec = NULL;
+    *n = 0;
+    hid_t f = h5f_open_mem(data, len, name, err);
+    if (f < 0) return -1;
+    char format[64];
+    TrainerState st = {0};
+    int rc = -1;
+    if (h5a_read_str(f, "format", format, sizeof format, name, err) < 0) goto done;
+    if (strcmp(format, STATE_FORMAT)) {
+        err_set(err, PAIL_ERR_INVALID, "trainer state %s: format is '%s', expected '%s'", name, format, STATE_FORMAT);
+        goto done;
+    }
+    if (h5a_exists(f, "record_parent") <= 0) {
+        err_set(err, PAIL_ERR_INVALID, "trainer state %s has no consumption record (written by an older pail)", name);
+        goto done;
+    }
+    if (h5l_exists(f, "record") > 0 && read_record(f, &st, name, err) < 0) goto done;
+    *rec = st.rec;
+    *n = st.rec_n;
+    st.rec = NULL;
+    rc = 0;
+done:
+    free(st.rec);
+    h5f_close(f);
+    return rc;
+}
+
 int state_read(TrainerState *st, const void *data, size_t len, const char *name, const ModelConfig *mc, PailErr *err) {
     memset(st, 0, sizeof *st);
     hid_t f = h5f_open_mem(data, len, name, err);

@@ -50,3 +50,9 @@ int state_write(const TrainerState *st, Buf *out, PailErr *err);
 // Parses a state image against the model's config; allocates what it returns.
 int state_read(TrainerState *st, const void *data, size_t len, const char *name, const ModelConfig *mc, PailErr *err);
 void state_free(TrainerState *st);  // frees what state_read allocated
+// The consumption record alone from a state image (record/*: the groups the
+// steps of this version committed, in order), without the model's config: for
+// tools that show what a step trained on. *rec is owned by the caller (NULL
+// with *n = 0 when the version commits no step); -1 with err for a state
+// written before the record existed, or a bad one.
+int state_read_record(const void *data, size_t len, const char *name, FeedRecord **rec, int *n, PailErr *err);

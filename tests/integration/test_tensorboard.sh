@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Operating a run: grpo-ctl tensorboard (event files read back with the
-# tensorboard package's own reader, record CRCs checked with its crc32c),
+# tensorboard package's own reader, record CRCs checked with its crc32c; the
+# samples/completions text tables against the shards, h5py and tokenizers),
 # --watch following a run until control/stop, grpo-ctl stop (a real tiny
 # trainer stops on it), grpo-ctl put in both argument orders, and the errors.
 source "$(dirname "$0")/lib.sh"
@@ -76,6 +77,10 @@ if evals:
     got = [s.value for s in ea.Scalars("eval/components/exact_answer")]
     assert got == [f32(e["components"]["exact_answer"]) for e in evals], got
 assert "eval/metric" not in tags and "train/step" not in tags, tags
+if not os.environ.get("TABLES"):  # a run without shards (or --samples 0) has no text tables
+    ea2 = EventAccumulator(d, size_guidance={"tensors": 0})
+    ea2.Reload()
+    assert "samples/completions" not in ea2.Tags()["tensors"], ea2.Tags()
 print(f"{n} records, {len(metrics)} steps, {len(evals)} evaluations, {len(tags)} tags")
 PY
 
@@ -94,6 +99,56 @@ check "a rerun into the same --out replaces the earlier file" \
   bash -c "'$G' tensorboard '$RUN' --out '$WORK/tb' 2>&1 | grep -q 'removed the earlier'"
 check "...so no step shows twice" "$PY" "$WORK/read.py" "$WORK/tb" "$R"
 
+cat >"$WORK/tables.py" <<'PY'
+# tables.py DIR RUN_DIR MODEL K: samples/completions at every metrics step, K
+# rows of one shard of a version the step may have drawn from, put by its
+# commit time, each cell what h5py + tokenizers make of the shard.
+import glob, json, os, re, sys
+import h5py, numpy as np
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorboard.plugins.text.text_plugin import text_array_to_html
+from tensorboard.util import tensor_util
+from tokenizers import Tokenizer
+d, run, model, K = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+tok = Tokenizer.from_file(os.path.join(model, "tokenizer.json"))
+vis = lambda s: "".join("\\x%02x" % ord(c) if (ord(c) < 32 and c not in "\n\t") or ord(c) == 127 else c for c in s)
+ea = EventAccumulator(d, size_guidance={"tensors": 0})
+ea.Reload()
+assert ea.PluginTagToContent("text") == {"samples/completions": b""}, ea.PluginTagToContent("text")
+tables = {t.step: tensor_util.make_ndarray(t.tensor_proto) for t in ea.Tensors("samples/completions")}
+metrics = {m["step"]: m for m in (json.load(open(p)) for p in glob.glob(os.path.join(run, "metrics", "step-*.json")))}
+assert sorted(tables) == sorted(metrics), (sorted(tables), sorted(metrics))
+for step, a in tables.items():
+    m = metrics[step]
+    head = [c.decode() for c in a[0]]
+    assert head[:3] == ["prompt", "completion", "reward"] and head[-2:] == ["advantage", "shard"], head
+    key = a[1][-1].decode().split(" ")[0]
+    p = os.path.join(run, key)
+    v = int(key.split("/")[1][1:])
+    assert m["version"] - int(np.ceil(m["staleness_max"])) <= v <= m["version"], (step, key, m["version"])
+    assert os.stat(p).st_mtime <= m["time"] + 1, (step, key)
+    h = h5py.File(p)
+    names = [n.decode() for n in h["reward_components"].attrs["names"]]
+    assert head[3:-2] == ["rewards/" + n for n in names], head
+    r = h["rewards"][:]
+    assert a.shape == (1 + min(K, len(r)), 5 + len(names)), a.shape
+    po, co, G = h["prompt_offsets"][:], h["completion_offsets"][:], len(r) // (len(h["prompt_offsets"]) - 1)
+    for i, row in enumerate(a[1:]):
+        row = [c.decode() for c in row]
+        g = int(h["group"][i])
+        assert row[0] == vis(tok.decode(h["prompt_ids"][po[g]:po[g + 1]].tolist(), skip_special_tokens=False)), row
+        assert row[1] == vis(tok.decode(h["completion_ids"][co[i]:co[i + 1]].tolist(), skip_special_tokens=False)), row
+        assert float(row[2]) == float("%.4g" % r[i]), (row[2], r[i])
+        assert [float(x) for x in row[3:-2]] == [float("%.4g" % x) for x in h["reward_components"][i]], row
+        grp = r[g * G:(g + 1) * G].astype(np.float64)
+        adv = 0.0 if grp.std(ddof=1) == 0 else (r[i] - grp.mean()) / (grp.std(ddof=1) + 1e-4)
+        assert abs(float(row[-2]) - adv) < 1e-4, (row[-2], adv)
+        assert row[-1] == "%s (v%d, %s)" % (key, v, h.attrs["worker_id"].decode()), row
+    html = text_array_to_html(a, True)  # what the text plugin shows: a table, one row per sample and the header
+    assert html.count("<tr>") == a.shape[0], html[:300]
+print(len(tables), "tables")
+PY
+
 echo "tensorboard: bad input"
 mkdir -p "$WORK/empty"; echo '{}' >"$WORK/empty/run.json"
 expect_fail "a run with no metrics -> exit 1, nothing written" 1 "no metrics/step-\*.json or eval/v\*.json yet" \
@@ -104,6 +159,9 @@ expect_fail "a URL with no run -> exit 1 naming it" 1 "file://$WORK/nope: no run
 expect_fail "a bad URL -> exit 1 naming it" 1 "ftp://x" "$G" tensorboard ftp://x/run --out "$WORK/tb2"
 expect_fail "missing --out -> exit 2" 2 "expected RUN_URL and --out DIR" "$G" tensorboard "$RUN"
 expect_fail "an --out that cannot be made -> exit 1" 1 "--out /proc/x" "$G" tensorboard "$RUN" --out /proc/x
+expect_fail "a --tokenizer that cannot be read -> exit 1 naming it" 1 "tokenizer $WORK/none.json" \
+  "$G" tensorboard "$RUN" --out "$WORK/tb3" --tokenizer "$WORK/none.json"
+check "...nothing written" test ! -e "$WORK/tb3"
 
 echo "tensorboard --watch: follows the run, stops on control/stop"
 W="$WORK/wrun"; WURL="file://$W"
@@ -162,7 +220,13 @@ if "$G" init-model --out "$M" --shape tiny --vocab 257 --tokenizer "$ROOT/data/t
   wait $TRAIN; rc=$?
   check "...exit 0, logging control/stop found" bash -c "[ $rc = 0 ] && grep -q 'control/stop found' '$WORK/train.log'"
   check "tensorboard on the real run matches its metrics" bash -c \
-    "'$G' tensorboard '$TRUN' --out '$WORK/tbt' && '$PY' '$WORK/read.py' '$WORK/tbt' '$WORK/trun'"
+    "'$G' tensorboard '$TRUN' --out '$WORK/tbt' && TABLES=1 '$PY' '$WORK/read.py' '$WORK/tbt' '$WORK/trun'"
+  check "...a samples/completions table per step: the decoded completions, rewards, advantages of its shard" \
+    "$PY" "$WORK/tables.py" "$WORK/tbt" "$WORK/trun" "$M" 4
+  check "--samples 2 --tokenizer FILE: two rows each" bash -c "'$G' tensorboard '$TRUN' --out '$WORK/tbt2' \
+    --samples 2 --tokenizer '$M/tokenizer.json' && '$PY' '$WORK/tables.py' '$WORK/tbt2' '$WORK/trun' '$M' 2"
+  check "--samples 0: no tables" bash -c "'$G' tensorboard '$TRUN' --out '$WORK/tbt0' --samples 0 && \
+    '$PY' '$WORK/read.py' '$WORK/tbt0' '$WORK/trun'"
   kill "$ROLL" 2>/dev/null; wait "$ROLL" 2>/dev/null
 else
   bad "init-model"
