@@ -300,7 +300,9 @@ void flags_print(FILE *out, const Flag *fl, int n) {
         switch (f->type) {
         case FLAG_BOOL: fprintf(out, "%s", *(bool *)f->dst ? "true" : "false"); break;
         case FLAG_INT: fprintf(out, "%ld", *(long *)f->dst); break;
-        case FLAG_DOUBLE: fprintf(out, "%g", *(double *)f->dst); break;
+        case FLAG_DOUBLE:  // a number without a default, not given, is NaN: shown empty, as an unset string
+            if (!isnan(*(double *)f->dst)) fprintf(out, "%g", *(double *)f->dst);
+            break;
         case FLAG_STRING: fprintf(out, "%s", *(char **)f->dst ? *(char **)f->dst : ""); break;
         case FLAG_LIST: {
             FlagList *l = f->dst;
