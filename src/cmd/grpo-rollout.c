@@ -41,7 +41,7 @@ int main(int argc, char **argv) {
         {"batch-size", FLAG_INT, &batch, "32", 1, 4096, "sequences decoded together (continuous batching)"},
         {"groups-per-shard", FLAG_INT, &gps, "8", 1, 100000, "prompt groups per shard"},
         {"max-new-tokens", FLAG_INT, &max_new, "256", 1, 1 << 20, "completion length limit"},
-        {"max-prompt-tokens", FLAG_INT, &max_prompt, "1024", 1, 1 << 20, "longest prompt accepted (longer rows are skipped, reported and counted); with --max-new-tokens (--max-episode-tokens with --env) at most the model's positions, checked at start"},
+        {"max-prompt-tokens", FLAG_INT, &max_prompt, "0", 0, 1 << 20, "longest prompt accepted (longer rows are skipped, reported and counted); with --max-new-tokens (--max-episode-tokens with --env) at most the model's positions, refused at start when past them; 0: auto, what the positions leave after --max-new-tokens, at most 1024"},
         {"prefill-tokens", FLAG_INT, &prefill, "1024", 1, 1 << 20, "prompts prefilled together in one model call, up to this many tokens (the activation plan holds max(this, --max-prompt-tokens, --batch-size) tokens)"},
         {"temperature", FLAG_DOUBLE, &temperature, "1.0", 0, 100, "sampling temperature (0: greedy)"},
         {"top-p", FLAG_DOUBLE, &top_p, "1.0", 0, 1, "nucleus sampling (1: off; see doc/rollout.md on the bias)"},

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include "core/log.h"
 #include "model/config.h"
 #include "rollout/engine.h"
 #include "store/runlayout.h"
@@ -29,7 +30,7 @@ int preflight_dataset(const Dataset *ds, const RewardSet *rs, PailErr *err) {
 // positions (transformer.c plan_defaults): a position past it fails the forward.
 #define RoPE_TABLE_MAX 32768
 
-int preflight_positions(const RolloutConfig *c, PailErr *err) {
+int preflight_positions(RolloutConfig *c, PailErr *err) {
     ModelConfig mc;
     if (model_config_load(&mc, c->model_dir, err) < 0) return -1;
     int limit = mc.max_position_embeddings < RoPE_TABLE_MAX ? mc.max_position_embeddings : RoPE_TABLE_MAX;
@@ -39,11 +40,17 @@ int preflight_positions(const RolloutConfig *c, PailErr *err) {
     char model[200];
     snprintf(model, sizeof model, "the model's %d positions (max_position_embeddings in %.120s/config.json%s)", limit,
              c->model_dir, mc.max_position_embeddings > RoPE_TABLE_MAX ? ", at most 32768" : "");
+    if (gen >= limit)
+        return err_set(err, PAIL_ERR_INVALID, "%s %d: no room for a prompt in %s", gen_flag, gen, model);
+    if (c->max_prompt_tokens == 0) {  // auto: what the positions leave after the completion
+        c->max_prompt_tokens = limit - gen < PREFLIGHT_PROMPT_TOKENS ? limit - gen : PREFLIGHT_PROMPT_TOKENS;
+        log_info("--max-prompt-tokens auto: %d (%s%s less %s %d; longer rows are skipped and counted)",
+                 c->max_prompt_tokens, limit - gen < PREFLIGHT_PROMPT_TOKENS ? "" : "at most 1024: ", model, gen_flag, gen);
+        return 0;
+    }
     if (c->max_prompt_tokens >= limit)
         return err_set(err, PAIL_ERR_INVALID, "--max-prompt-tokens %d: no room for a completion in %s", c->max_prompt_tokens,
                        model);
-    if (gen >= limit)
-        return err_set(err, PAIL_ERR_INVALID, "%s %d: no room for a prompt in %s", gen_flag, gen, model);
     if ((long)c->max_prompt_tokens + gen > limit)
         return err_set(err, PAIL_ERR_INVALID, "--max-prompt-tokens %d + %s %d = %ld tokens is past %s: lower one of "
                        "them (e.g. --max-prompt-tokens %d)", c->max_prompt_tokens, gen_flag, gen,

@@ -17,8 +17,12 @@ int preflight_dataset(const Dataset *ds, const RewardSet *rs, PailErr *err);
 // --max-prompt-tokens, --max-new-tokens (--max-episode-tokens with --env) and
 // their sum fit the model's positions (config.json max_position_embeddings, at
 // most the RoPE table's 32768): else one line naming the flag, its value and
-// the limit. Every prompt within --max-prompt-tokens then fits with its completion.
-int preflight_positions(const RolloutConfig *c, PailErr *err);
+// the limit. --max-prompt-tokens 0 (auto) becomes what fits, at most
+// PREFLIGHT_PROMPT_TOKENS, said in one log line. Every prompt within
+// --max-prompt-tokens then fits with its completion; longer rows are skipped
+// and counted.
+#define PREFLIGHT_PROMPT_TOKENS 1024
+int preflight_positions(RolloutConfig *c, PailErr *err);
 // The program a command line runs (--reward-cmd, --env) exists and is
 // executable, and so does the script an interpreter is given ("python3 x.py"):
 // decided only for a plain command line (words without shell syntax); any other

@@ -444,7 +444,7 @@ done:
 
 // --- setup and loop -------------------------------------------------------------
 
-static int setup(Worker *w, const RolloutConfig *c, PailErr *err) {
+static int setup(Worker *w, RolloutConfig *c, PailErr *err) {
     w->cfg = c;
     w->version = -1;
     pacing_init(&w->pace);
@@ -515,11 +515,13 @@ static void teardown(Worker *w) {
     free(w->row_refused);
 }
 
-int rollout_run(const RolloutConfig *c, volatile sig_atomic_t *stop, PailErr *err) {
+int rollout_run(const RolloutConfig *given, volatile sig_atomic_t *stop, PailErr *err) {
     Worker w;
     memset(&w, 0, sizeof w);
     w.stop = stop;
-    int rc = setup(&w, c, err);
+    RolloutConfig cfg = *given;  // setup sets what is chosen at start (--max-prompt-tokens 0: preflight.h)
+    const RolloutConfig *c = &cfg;
+    int rc = setup(&w, &cfg, err);
     bool set_up = rc == 0;  // a refused setup writes no heartbeat (it would reset this id's resume position)
     if (rc == 0 && c->eval_once) {
         rc = evalworker_once(&w, err);

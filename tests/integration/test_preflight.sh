@@ -2,10 +2,12 @@
 # A wrong setup is refused at start, in one line, before the memory plan and
 # the weights (no "memory plan" line in the log): a dataset whose rows lack the
 # reward's answer field (grpo-rollout, its --eval worker, grpo-ctl eval), token
-# limits past the model's positions, a reward program or script that does not
+# limits past the model's positions (--max-prompt-tokens auto fits them: longer
+# rows are skipped and counted), a reward program or script that does not
 # exist, a run whose trainer expects another group size. A reward program that
 # fails on every item stops the worker after its first batch with the
-# program's stderr, and writes no shard. tiny random model, file:// run.
+# program's stderr, and writes no shard. A run URL that is not one is refused
+# before the plan by grpo-train and grpo-rollout. tiny random model, file:// run.
 source "$(dirname "$0")/lib.sh"
 M="$WORK/model"
 CTL="$BIN/grpo-ctl"
@@ -64,6 +66,22 @@ refused "grpo-ctl eval: the same" 1 "--max-prompt-tokens 200 \+ --max-new-tokens
   "$CTL" eval --model "$M" --dataset "$WORK/train.jsonl" --reward exact_answer --max-prompt-tokens 200 --max-new-tokens 100
 check "...before the memory plan" no_plan
 
+# --max-prompt-tokens auto (the default): the positions left after --max-new-tokens 200 are 56;
+# a longer row (line 3, 100 tokens) is skipped and counted, the others generate.
+{ head -2 "$WORK/train.jsonl"; printf '{"prompt": "%s=", "answer": "0"}\n' "$(printf '0+%.0s' $(seq 1 49))0"
+  sed -n 3,6p "$WORK/train.jsonl"; } >"$WORK/long.jsonl"
+AUTO=("$BIN/grpo-rollout" --model "$M" --run "$RUN" --group-size 4 --max-new-tokens 200 --batch-size 8 --max-ahead 0
+      --groups-per-shard 4 --max-shards 1 --num-workers 1 --dataset "$WORK/long.jsonl" --reward format --format-regex x)
+"${AUTO[@]}" --worker-id wa >"$WORK/auto.log" 2>&1
+check "auto: the worker runs (exit 0), --max-prompt-tokens 56, said once" test $? -eq 0 \
+  -a "$(grep -c -- "--max-prompt-tokens auto: 56 (the model's 256 positions .* less --max-new-tokens 200" "$WORK/auto.log")" -eq 1
+check "...the row too long for the positions is skipped, named and counted" bash -c "
+  grep -q 'long.jsonl:3: prompt has 100 tokens (1..56 accepted: --max-prompt-tokens)' '$WORK/auto.log' &&
+  grep -q '\"skipped_prompts\": 1' '$WORK/run/workers/wa.json' && ls '$WORK'/run/rollouts/v00000000/wa-*.h5"
+refused "an explicit --max-prompt-tokens 64 with it: refused" 1 \
+  "--max-prompt-tokens 64 \+ --max-new-tokens 200 = 264 tokens is past the model's 256 positions .*--max-prompt-tokens 56\)$" \
+  "${AUTO[@]}" --max-prompt-tokens 64
+
 echo "reward programs"
 refused "a missing script: refused at start" 1 \
   "--reward-cmd 'python3 $WORK/nope.py': the script '$WORK/nope.py' does not exist" \
@@ -81,5 +99,10 @@ check "...and writes no shard" test -z "$(ls "$WORK/run/rollouts/v00000000/" 2>/
 echo "the run"
 refused "a run whose trainer expects groups of 4: refused before the plan" 1 \
   "run.json: the trainer expects groups of 4, --group-size is 8" "${ROLL[@]}" "${RW[@]}" --group-size 8
+check "...before the memory plan" no_plan
+refused "grpo-train: a run URL that is not one, before the memory plan" 1 "ftp://x/y" \
+  "$BIN/grpo-train" --model "$M" --run "ftp://x/y" --steps 0 --metrics ""
+check "...before the memory plan" no_plan
+refused "grpo-rollout: the same" 1 "ftp://x/y" "${ROLL[@]}" "${RW[@]}" --run "ftp://x/y"
 check "...before the memory plan" no_plan
 finish
