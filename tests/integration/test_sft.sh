@@ -15,7 +15,11 @@ check "sft --full" "$BIN/grpo-train" --sft "$WORK/sft.jsonl" --full --model "$M"
   --groups-per-step 16 --lr 3e-3 --log-every 20 --metrics "$WORK/full.jsonl"
 check "the checkpoint folder loads (model-info checks every tensor)" "$BIN/grpo-ctl" model-info --model "$WORK/full"
 check "...with the tokenizer files" test -f "$WORK/full/tokenizer.json" -a -f "$WORK/full/tokenizer_config.json"
-check "...and evaluates" "$BIN/grpo-ctl" eval --model "$WORK/full" --dataset "$WORK/valid.jsonl" --max-new-tokens 4
+# eval rows: the validation rows with their completion as the reference answer (exact_answer needs "answer")
+"$PY" -c 'import json, sys
+for l in open(sys.argv[1]): r = json.loads(l); print(json.dumps({"prompt": r["prompt"], "answer": r["completion"]}))' \
+  "$WORK/valid.jsonl" >"$WORK/valid-eval.jsonl"
+check "...and evaluates" "$BIN/grpo-ctl" eval --model "$WORK/full" --dataset "$WORK/valid-eval.jsonl" --max-new-tokens 4
 first=$(head -1 "$WORK/full.jsonl" | grep -o '"loss": [0-9.]*' | grep -o '[0-9.]*$')
 last=$(tail -1 "$WORK/full.jsonl" | grep -o '"loss": [0-9.]*' | grep -o '[0-9.]*$')
 check "the loss went down ($first -> $last)" awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a * 0.8) }'
