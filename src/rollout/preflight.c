@@ -28,18 +28,18 @@ int preflight_dataset(const Dataset *ds, const RewardSet *rs, PailErr *err) {
 
 // The transformer's RoPE table holds min(max_position_embeddings, 32768)
 // positions (transformer.c plan_defaults): a position past it fails the forward.
-#define RoPE_TABLE_MAX 32768
+#define ROPE_TABLE_MAX 32768
 
 int preflight_positions(RolloutConfig *c, PailErr *err) {
     ModelConfig mc;
     if (model_config_load(&mc, c->model_dir, err) < 0) return -1;
-    int limit = mc.max_position_embeddings < RoPE_TABLE_MAX ? mc.max_position_embeddings : RoPE_TABLE_MAX;
+    int limit = mc.max_position_embeddings < ROPE_TABLE_MAX ? mc.max_position_embeddings : ROPE_TABLE_MAX;
     bool ep = rollout_episodic(c);
     const char *gen_flag = ep ? "--max-episode-tokens" : "--max-new-tokens";
     int gen = ep ? c->max_episode_tokens : c->max_new_tokens;
     char model[200];
     snprintf(model, sizeof model, "the model's %d positions (max_position_embeddings in %.120s/config.json%s)", limit,
-             c->model_dir, mc.max_position_embeddings > RoPE_TABLE_MAX ? ", at most 32768" : "");
+             c->model_dir, mc.max_position_embeddings > ROPE_TABLE_MAX ? ", at most 32768" : "");
     if (gen >= limit)
         return err_set(err, PAIL_ERR_INVALID, "%s %d: no room for a prompt in %s", gen_flag, gen, model);
     if (c->max_prompt_tokens == 0) {  // auto: what the positions leave after the completion
