@@ -96,7 +96,7 @@ int main(int argc, char **argv) {
          "halved to fit the memory, then with --recompute (one log line says which; doc/performance.md); --sft: 0 is 16384"},
         {"max-seq-tokens", FLAG_INT, &max_seq, "1280", 16, 1 << 24,
          "the longest prompt + completion the workers send (their --max-prompt-tokens + --max-new-tokens, or "
-         "--max-episode-tokens with --env): sizes --token-budget 0; a longer sequence is dropped as too long"},
+         "--max-episode-tokens with --env): sizes --token-budget 0 (a sequence longer than the budget is dropped as too long)"},
         {"publish-every", FLAG_INT, &publish_every, "1", 1, 1000000, "publish an adapter version every N steps"},
         {"keep-versions", FLAG_INT, &keep, "0", 0, 100000000, "retention: keep the newest N versions (0: all)"},
         {"resume", FLAG_BOOL, &resume, "true", 1, 0, "continue from the run's newest state (--no-resume refuses a run with state)"},

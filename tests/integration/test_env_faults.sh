@@ -207,5 +207,6 @@ expect_fail_last "--env without a chat template" 1 "--env needs the model's chat
   --group-size 2 --max-shards 1 --max-episode-tokens 60
 expect_fail_last "--max-episode-tokens 2048 with a model of 2048 positions" 1 \
   "--max-episode-tokens 2048: no room for a prompt in the model's 2048 positions" \
-  "$BIN/grpo-rollout" --model "$M" --run "file://$WORK/run" --dataset "$WORK/train.jsonl" --env true --group-size 2
+  "$BIN/grpo-rollout" --model "$M" --run "file://$WORK/run" --dataset "$WORK/train.jsonl" --env true --group-size 2 \
+  --max-shards 1 --wait-timeout 20
 finish
