@@ -38,7 +38,7 @@ say "1/4 the calculator task (data/calc/make.py) and a tiny llama-shaped model (
 python3 data/calc/make.py "$D/data"
 head -200 "$D/data/sft-valid.jsonl" >"$D/data/sft-valid-200.jsonl"
 "$BIN/grpo-ctl" init-model --out "$D/model-random" --model-type llama --hidden 128 --layers 4 --heads 4 \
-  --kv-heads 2 --ffn 384 --vocab 257 --max-positions 256 --tokenizer data/tokenizers/bytes --dtype f32 \
+  --kv-heads 2 --ffn 384 --vocab 257 --max-positions 512 --tokenizer data/tokenizers/bytes --dtype f32 \
   --seed 1 >"$D/logs/init.log" 2>&1
 cp data/calc/chat_template.jinja "$D/model-random/"
 

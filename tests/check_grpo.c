@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include "grpo/budget.h"
 #include "grpo/loss.h"
 #include "grpo/schedule.h"
 
@@ -133,6 +134,53 @@ START_TEST(test_schedule_limits) {
 }
 END_TEST
 
+// --token-budget auto against a plan of 100 MiB + 1 MiB a token (0.125 MiB with
+// recompute): one group, at most the cap; halved to fit; then recompute; else the smallest.
+static int fake_plan(void *ctx, int T, bool recompute, MemoryPlan *mp, PailErr *err) {
+    (void)err;
+    int *calls = ctx;
+    (*calls)++;
+    memset(mp, 0, sizeof *mp);
+    mp->total = ((size_t)100 << 20) + (size_t)T * (recompute ? (1u << 17) : (1u << 20));
+    return 0;
+}
+
+START_TEST(test_budget_auto) {
+    size_t MiB = 1u << 20;
+    BudgetChoice ch;
+    PailErr err = {0};
+    int calls = 0;
+    // 8 x 1280 = 10240 capped at 4096: 4196 MiB fits 5000 MiB
+    ck_assert_int_eq(budget_choose(8, 1280, false, 5000 * MiB, fake_plan, &calls, &ch, &err), 0);
+    ck_assert_int_eq(ch.token_budget, 4096);
+    ck_assert(!ch.recompute);
+    ck_assert_msg(strstr(ch.why, "4096 tokens: a group of 8 x --max-seq-tokens 1280 = 10240, at most 4096"), "%s", ch.why);
+    // a small group: G x seq, under the cap
+    ck_assert_int_eq(budget_choose(4, 200, false, 5000 * MiB, fake_plan, &calls, &ch, &err), 0);
+    ck_assert_int_eq(ch.token_budget, 800);
+    // 3000 MiB: 4096 does not fit, 2048 (2148 MiB) does
+    ck_assert_int_eq(budget_choose(8, 1280, false, 3000 * MiB, fake_plan, &calls, &ch, &err), 0);
+    ck_assert_int_eq(ch.token_budget, 2048);
+    ck_assert(!ch.recompute);
+    ck_assert_msg(strstr(ch.why, "4096 tokens would need 4.10 GiB"), "%s", ch.why);
+    // 1300 MiB: 1280 tokens (1380 MiB) is the floor and does not fit; recompute at 4096 (612 MiB) does
+    ck_assert_int_eq(budget_choose(8, 1280, false, 1300 * MiB, fake_plan, &calls, &ch, &err), 0);
+    ck_assert_int_eq(ch.token_budget, 4096);
+    ck_assert(ch.recompute);
+    ck_assert_msg(strstr(ch.why, "with --recompute turned on"), "%s", ch.why);
+    // --recompute given: halved under it, never "turned on"
+    ck_assert_int_eq(budget_choose(8, 1280, true, 500 * MiB, fake_plan, &calls, &ch, &err), 0);
+    ck_assert_int_eq(ch.token_budget, 2048);
+    ck_assert(ch.recompute && !strstr(ch.why, "turned on"));
+    // 200 MiB: nothing fits; the smallest plan with recompute is returned for the caller to refuse
+    ck_assert_int_eq(budget_choose(8, 1280, false, 200 * MiB, fake_plan, &calls, &ch, &err), 0);
+    ck_assert_int_eq(ch.token_budget, 1280);
+    ck_assert(ch.recompute && ch.total > 200 * MiB);
+    ck_assert_msg(strstr(ch.why, "no budget of at least --max-seq-tokens 1280 fits"), "%s", ch.why);
+}
+END_TEST
+
+
 int main(void) {
     Suite *s = suite_create("grpo");
     TCase *core = tcase_create("core"), *limits = tcase_create("limits");
@@ -140,6 +188,7 @@ int main(void) {
     tcase_add_test(core, test_loss_micro_and_fd);
     tcase_add_test(core, test_schedule);
     tcase_add_test(limits, test_schedule_limits);
+    tcase_add_test(core, test_budget_auto);
     suite_add_tcase(s, core);
     suite_add_tcase(s, limits);
     SRunner *sr = srunner_create(s);

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "core/buf.h"
 #include "core/fsutil.h"
 #include "core/sha256.h"
 #include "rollout/dataset.h"
@@ -55,8 +56,9 @@ START_TEST(test_parse_rows) {
     sha256_hex(text, strlen(text), hex);
     ck_assert_str_eq(ds->sha256, hex);
     PailErr err;
-    ck_assert_int_eq(dataset_check_field(ds, "answer", &err), -1);
-    ck_assert_msg(strstr(err.msg, "mem.jsonl:5: no \"answer\""), "%s", err.msg);
+    ck_assert_int_eq(dataset_check_field(ds, "answer", "--reward exact_answer", &err), -1);
+    ck_assert_msg(strstr(err.msg, "mem.jsonl: 1 of 3 rows lack \"answer\" as a string or a number (needed by --reward "
+                                  "exact_answer): line 5"), "%s", err.msg);
     dataset_free(ds);
 }
 END_TEST
@@ -75,7 +77,7 @@ START_TEST(test_addition_task) {
         PailErr err;
         ck_assert_msg(dataset_load(&ds, path, &err) == 0, "%s", err.msg);
         ck_assert_int_eq(ds->n, want_n[f]);
-        ck_assert_int_eq(dataset_check_field(ds, "answer", &err), 0);
+        ck_assert_int_eq(dataset_check_field(ds, "answer", NULL, &err), 0);
         for (int64_t i = 0; i < ds->n; i++) {
             int a, b, used = 0;
             ck_assert_ptr_nonnull(ds->rows[i].prompt);
@@ -290,6 +292,38 @@ END_TEST
 
 // Every prefix of a valid file either loads (at a line boundary or a complete
 // last line) or fails with a message naming the file; nothing else (ASan run).
+// A field check counts every row that lacks the field (absent, null, an object)
+// and lists the first misses' line numbers, then "..." when they do not all fit.
+START_TEST(test_check_field) {
+    Buf text = {0};
+    char line[128];
+    for (int i = 1; i <= 500; i++) {
+        // lines 3, 7, 9 and every line from 400 on lack a usable "answer"
+        if (i == 3) snprintf(line, sizeof line, "{\"prompt\": \"p%d\"}\n", i);
+        else if (i == 7) snprintf(line, sizeof line, "{\"prompt\": \"p%d\", \"answer\": null}\n", i);
+        else if (i == 9) snprintf(line, sizeof line, "{\"prompt\": \"p%d\", \"answer\": {\"a\": 1}}\n", i);
+        else if (i >= 400) snprintf(line, sizeof line, "{\"prompt\": \"p%d\", \"solution\": \"%d\"}\n", i, i);
+        else snprintf(line, sizeof line, "{\"prompt\": \"p%d\", \"answer\": %s}\n", i, i % 2 ? "\"4\"" : "4.5");
+        ck_assert_int_eq(buf_append(&text, line, strlen(line)), 0);
+    }
+    Dataset *ds;
+    PailErr err = {0};
+    ck_assert_msg(dataset_parse(&ds, (char *)text.data, text.len, "data/x.jsonl", &err) == 0, "%s", err.msg);
+    buf_free(&text);
+    ck_assert_int_eq(dataset_check_field(ds, "answer", "--reward exact_answer", &err), -1);
+    ck_assert_msg(strstr(err.msg, "data/x.jsonl: 104 of 500 rows lack \"answer\" as a string or a number (needed by "
+                                  "--reward exact_answer): lines 3, 7, 9, 400, 401, "), "%s", err.msg);
+    size_t n = strlen(err.msg);
+    ck_assert_msg(n > 5 && !strcmp(err.msg + n - 5, ", ..."), "%s", err.msg);
+    ck_assert_msg(n < 400, "one short line: %s", err.msg);
+    ck_assert_int_eq(dataset_check_field(ds, "prompt", NULL, &err), 0);
+    ck_assert_int_eq(dataset_check_field(ds, "solution", NULL, &err), -1);
+    ck_assert_msg(strstr(err.msg, "data/x.jsonl: 399 of 500 rows lack \"solution\" as a string or a number: lines 1, 2,"),
+                  "%s", err.msg);
+    dataset_free(ds);
+}
+END_TEST
+
 START_TEST(test_truncations) {
     const char *text =
         "{\"prompt\": \"12+34=\", \"answer\": \"46\"}\n"
@@ -325,6 +359,7 @@ int main(void) {
     tcase_add_test(core, test_store_url);
     tcase_add_test(limits, test_parse_errors);
     tcase_add_test(limits, test_truncations);
+    tcase_add_test(limits, test_check_field);
     tcase_set_timeout(core, 30);
     tcase_set_timeout(limits, 30);
     suite_add_tcase(s, core);

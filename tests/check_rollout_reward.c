@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "core/timeutil.h"
+#include "rollout/preflight.h"
 #include "rollout/reward.h"
 #include "rollout/reward_answer.h"
 #include "check_tmp.h"
@@ -481,6 +482,86 @@ START_TEST(test_cmd_missing_program) {
 }
 END_TEST
 
+// A batch whose every reward fails stops the worker when it is the first one, or
+// the REWARD_FAILED_BATCHES-th in a row; a batch with one answer starts the count again.
+START_TEST(test_cmd_failing_batches) {
+    char cmd[512];
+    script("fail.sh", "echo 'cannot open rubric.txt' >&2; exit 1\n", cmd, sizeof cmd);
+    RewardSet *rs = cmd_set(cmd, 2.0);
+    const char *t[] = {"a", "b"};
+    float comp[2];
+    uint8_t valid[2];
+    PailErr warn, err = {0};
+    ck_assert_int_eq(reward_set_check_failing(rs, NULL, &err), 0);  // nothing scored yet
+    ck_assert_int_eq(score_texts(rs, t, 2, comp, valid, &warn), 2);
+    ck_assert_int_eq(reward_set_check_failing(rs, &warn, &err), -1);
+    ck_assert_msg(strstr(err.msg, "every reward of the first batch failed") && strstr(err.msg, "cannot open rubric.txt"),
+                  "%s", err.msg);
+    reward_set_free(rs);
+
+    // A program that fails on lines with FAIL: a good first batch, then failed ones.
+    script("some.sh", "while IFS= read -r l; do case \"$l\" in *FAIL*) echo 'rubric gone' >&2; exit 1;; "
+                      "*) echo 1;; esac; done\n", cmd, sizeof cmd);
+    rs = cmd_set(cmd, 2.0);
+    const char *good[] = {"a", "b"}, *mixed[] = {"a", "FAIL"}, *fail[] = {"FAIL", "FAIL"};
+    ck_assert_int_eq(score_texts(rs, good, 2, comp, valid, &warn), 0);
+    ck_assert_int_eq(reward_set_check_failing(rs, &warn, &err), 0);
+    for (int round = 0; round < 2; round++) {
+        for (int i = 1; i < REWARD_FAILED_BATCHES; i++) {
+            ck_assert_int_eq(score_texts(rs, fail, 2, comp, valid, &warn), 2);
+            ck_assert_msg(reward_set_check_failing(rs, &warn, &err) == 0, "failed batch %d of a run stops: %s", i, err.msg);
+        }
+        if (round == 0) {  // one answer in a batch: the run of failed batches is over
+            ck_assert_int_eq(score_texts(rs, mixed, 2, comp, valid, &warn), 1);
+            ck_assert_int_eq(reward_set_check_failing(rs, &warn, &err), 0);
+        }
+    }
+    ck_assert_int_eq(score_texts(rs, fail, 2, comp, valid, &warn), 2);
+    ck_assert_int_eq(reward_set_check_failing(rs, &warn, &err), -1);
+    ck_assert_msg(strstr(err.msg, "every reward of 3 batches in a row failed") && strstr(err.msg, "rubric gone"), "%s",
+                  err.msg);
+    reward_set_free(rs);
+}
+END_TEST
+
+// The fields a set reads from every row, and the cmd program's path checked at start.
+START_TEST(test_fields_and_program) {
+    const char *fields[4], *rewards[4];
+    RewardConfig cfg = {.answer_field = "solution", .format_regex = "x", .cmd = "true", .cmd_timeout_s = 1};
+    RewardSet *rs = build((const char *[]){"format", "exact_answer:2", "cmd"}, 3, &cfg);
+    ck_assert_int_eq(reward_set_fields(rs, fields, rewards, 4), 1);
+    ck_assert_str_eq(fields[0], "solution");
+    ck_assert_str_eq(rewards[0], "exact_answer");
+    ck_assert_str_eq(reward_set_cmd(rs), "true");
+    reward_set_free(rs);
+    rs = build((const char *[]){"format"}, 1, &cfg);
+    ck_assert_int_eq(reward_set_fields(rs, fields, rewards, 4), 0);
+    ck_assert_ptr_null(reward_set_cmd(rs));
+    reward_set_free(rs);
+
+    char cmd[512], path[300];
+    PailErr err = {0};
+    script("ok.py", "print(1)\n", cmd, sizeof cmd);
+    snprintf(path, sizeof path, "%s/ok.py", tmpdir);
+    ck_assert_int_eq(preflight_program("true", "--reward-cmd", &err), 0);
+    ck_assert_int_eq(preflight_program(cmd, "--reward-cmd", &err), 0);  // sh DIR/ok.py
+    snprintf(cmd, sizeof cmd, "python3 %s --flag", path);
+    ck_assert_int_eq(preflight_program(cmd, "--reward-cmd", &err), 0);
+    ck_assert_int_eq(preflight_program("python3 -c 'print(1)'", "--reward-cmd", &err), 0);  // shell syntax: not decided
+    ck_assert_int_eq(preflight_program("python3 -u missing.py", "--reward-cmd", &err), 0);  // an option first: not decided
+    snprintf(cmd, sizeof cmd, "python3 %s/missing.py --flag", tmpdir);
+    ck_assert_int_eq(preflight_program(cmd, "--reward-cmd", &err), -1);
+    ck_assert_msg(strstr(err.msg, "--reward-cmd 'python3 ") && strstr(err.msg, "missing.py' does not exist"), "%s", err.msg);
+    ck_assert_int_eq(preflight_program("/nonexistent/reward-program --flag", "--env", &err), -1);
+    ck_assert_msg(strstr(err.msg, "--env '/nonexistent/reward-program --flag': the program '/nonexistent/reward-program' "
+                                  "does not exist"), "%s", err.msg);
+    ck_assert_int_eq(preflight_program("no-such-program-pail x", "--reward-cmd", &err), -1);
+    ck_assert_msg(strstr(err.msg, "'no-such-program-pail' is not found on PATH"), "%s", err.msg);
+    ck_assert_int_eq(preflight_program(path, "--reward-cmd", &err), -1);  // a file without the x bit
+    ck_assert_msg(strstr(err.msg, "is not an executable file"), "%s", err.msg);
+}
+END_TEST
+
 START_TEST(test_cmd_epipe) {
     // The program exits without reading a 1 MB batch: our writes get EPIPE, and
     // SIGPIPE (default action: kill) must not reach this process.
@@ -565,6 +646,8 @@ int main(void) {
     tcase_add_test(limits, test_cmd_huge_output);
     tcase_add_test(limits, test_cmd_missing_program);
     tcase_add_test(limits, test_cmd_epipe);
+    tcase_add_test(limits, test_cmd_failing_batches);
+    tcase_add_test(limits, test_fields_and_program);
     tcase_add_test(limits, test_bad_specs);
     tcase_set_timeout(core, 30);
     tcase_set_timeout(limits, 30);

@@ -55,7 +55,7 @@ int main(int argc, char **argv) {
          *targets = NULL, *scale = NULL, *ratio = NULL, *loss = NULL, *schedule = NULL, *dump_grads = NULL,
          *metrics = NULL, *out = NULL, *prompt_format = NULL, *chat_file = NULL, *chat_name = NULL, *chat_kwargs = NULL, *run_id = NULL, *task = NULL, *device = NULL,
          *max_memory = NULL, *dtype = NULL;
-    long rank, steps, gps, G, stale, budget, publish_every, keep, warmup, seed, resume_from;
+    long rank, steps, gps, G, stale, budget, max_seq, publish_every, keep, warmup, seed, resume_from;
     double alpha, lr, eps_low, eps_high, tis, beta, b1, b2, aeps, wd, clip, min_lr, rollout_timeout, late_grace;
     bool resume, replay_record, full, rslora, recompute, chat, train_zero_adv, dynamic_sampling;
     StoreCliFlags sf = {0};
@@ -91,7 +91,12 @@ int main(int argc, char **argv) {
         {"beta", FLAG_DOUBLE, &beta, "0", 0, 100, "k3 KL penalty against the base model (LoRA off); 0: off"},
         {"scale-rewards", FLAG_STRING, &scale, "group", 1, 0, "advantage scaling: group, batch, or none (Dr. GRPO)"},
         {"max-staleness", FLAG_INT, &stale, "4", 0, 1000000, "use shards at most this many versions behind"},
-        {"token-budget", FLAG_INT, &budget, "16384", 16, 1 << 24, "tokens per packed micro-batch"},
+        {"token-budget", FLAG_INT, &budget, "0", 0, 1 << 24,
+         "tokens per packed micro-batch (at least 16); 0: auto, a group (--group-size x --max-seq-tokens) at most 4096, "
+         "halved to fit the memory, then with --recompute (one log line says which; doc/performance.md); --sft: 0 is 16384"},
+        {"max-seq-tokens", FLAG_INT, &max_seq, "1280", 16, 1 << 24,
+         "the longest prompt + completion the workers send (their --max-prompt-tokens + --max-new-tokens, or "
+         "--max-episode-tokens with --env): sizes --token-budget 0 (a sequence longer than the budget is dropped as too long)"},
         {"publish-every", FLAG_INT, &publish_every, "1", 1, 1000000, "publish an adapter version every N steps"},
         {"keep-versions", FLAG_INT, &keep, "0", 0, 100000000, "retention: keep the newest N versions (0: all)"},
         {"resume", FLAG_BOOL, &resume, "true", 1, 0, "continue from the run's newest state (--no-resume refuses a run with state)"},
@@ -148,7 +153,7 @@ int main(int argc, char **argv) {
                        .run_id = run_id, .task = task, .lora_rank = (int)rank, .lora_alpha = alpha, .rslora = rslora,
                        .lr = lr, .beta1 = b1, .beta2 = b2, .adam_eps = aeps, .weight_decay = wd, .max_grad_norm = clip,
                        .min_lr_ratio = min_lr, .warmup_steps = warmup, .steps = steps, .groups_per_step = gps,
-                       .group_size = (int)G, .max_staleness = (int)stale, .token_budget = (int)budget,
+                       .group_size = (int)G, .max_staleness = (int)stale, .token_budget = (int)budget, .max_seq_tokens = (int)max_seq,
                        .publish_every = (int)publish_every, .seed = seed, .recompute = recompute, .train_zero_advantage = train_zero_adv, .dynamic_sampling = dynamic_sampling,
                        .rollout_timeout = rollout_timeout, .late_grace = late_grace, .resume_from = resume_from};
     c.store = store_cli_options(&sf);
@@ -169,6 +174,7 @@ int main(int argc, char **argv) {
     if (!strcmp(ratio, "token")) c.loss.ratio = RATIO_TOKEN;
     else if (!strcmp(ratio, "sequence")) c.loss.ratio = RATIO_SEQUENCE;
     else { fprintf(stderr, "grpo-train: --ratio '%s': use token or sequence\n", ratio); usage = 1; }
+    if (budget > 0 && budget < 16) { fprintf(stderr, "grpo-train: --token-budget %ld: at least 16 tokens (0: auto)\n", budget); usage = 1; }
     if (replay_record && !replay) { fprintf(stderr, "grpo-train: --replay-record needs --replay (the source run)\n"); usage = 1; }
     if (full && !sft) { fprintf(stderr, "grpo-train: --full needs --sft (GRPO trains a LoRA adapter)\n"); usage = 1; }
     if (sft && !out) { fprintf(stderr, "grpo-train: --sft needs --out (adapter file, or folder with --full)\n"); usage = 1; }
@@ -215,7 +221,7 @@ int main(int argc, char **argv) {
                        .chat = chat, .lora_rank = (int)rank, .lora_alpha = alpha, .lora_targets = c.lora_targets,
                        .rslora = rslora, .lr = lr, .beta1 = b1, .beta2 = b2, .adam_eps = aeps, .weight_decay = wd,
                        .max_grad_norm = clip, .min_lr_ratio = min_lr, .schedule = c.schedule,
-                       .warmup_steps = warmup, .steps = steps, .batch = gps, .seed = seed, .token_budget = (int)budget,
+                       .warmup_steps = warmup, .steps = steps, .batch = gps, .seed = seed, .token_budget = budget ? (int)budget : 16384,
                        .metrics_path = c.metrics_path, .log_every = (int)log_every, .valid_path = valid,
                        .valid_every = (int)valid_every, .stop_accuracy = stop_accuracy, .max_memory = c.max_memory,
                        .weights_dtype = c.weights_dtype, .backend = be};

@@ -41,7 +41,7 @@ int ctl_eval(int argc, char **argv) {
         {"generation-defaults", FLAG_BOOL, &gen_defaults, "false", 1, 0,
          "pass@k: temperature, top_p and top_k from the model's generation_config.json (--temperature given wins)"},
         {"max-new-tokens", FLAG_INT, &max_new, "256", 1, 1 << 20, "completion length limit"},
-        {"max-prompt-tokens", FLAG_INT, &max_prompt, "1024", 1, 1 << 20, "longest prompt accepted (longer rows are skipped and counted)"},
+        {"max-prompt-tokens", FLAG_INT, &max_prompt, "0", 0, 1 << 20, "longest prompt accepted (longer rows are skipped and counted); 0: what the model's positions leave after --max-new-tokens, at most 1024"},
         {"prefill-tokens", FLAG_INT, &prefill, "1024", 1, 1 << 20, "prompts prefilled together in one model call, up to this many tokens (the activation plan holds max(this, --max-prompt-tokens, --batch-size) tokens)"},
         {"batch-size", FLAG_INT, &batch, "64", 1, 4096, "sequences decoded together"},
         {"chat", FLAG_BOOL, &chat, "false", 1, 0, "render {\"prompt\"} rows with the chat template"},

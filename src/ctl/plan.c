@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "ctl/ctl.h"
+#include "grpo/budget.h"
 #include "grpo/trainer.h"
 #include "lora/lora.h"
 #include "model/memplan.h"
@@ -12,10 +13,30 @@
 #include "model/weights.h"
 #include "rollout/generate.h"
 
+// A training plan of T tokens for budget_choose: the plan as printed below.
+typedef struct {
+    const ModelConfig *cfg;
+    MemoryPlanSpec spec;
+    const char *device;
+    long gps;
+    int G;
+} PlanCtx;
+
+static int plan_train(void *ctx, int T, bool recompute, MemoryPlan *mp, PailErr *err) {
+    PlanCtx *pc = ctx;
+    MemoryPlanSpec spec = pc->spec;
+    spec.token_budget = T;
+    spec.recompute = recompute;
+    if (memplan_build(mp, pc->cfg, &spec, pc->device, err) < 0) return -1;
+    TrainerConfig tc = {.token_budget = T, .groups_per_step = pc->gps, .group_size = pc->G};
+    memplan_set_own(mp, trainer_buffers_bytes(&tc, (int64_t)mp->n_lora));
+    return 0;
+}
+
 int ctl_plan(int argc, char **argv) {
     char *model = NULL, *shape = NULL, *role = NULL, *dtype = NULL, *targets = NULL, *max_memory = NULL,
          *device = NULL;
-    long layers, rank, budget, batch, max_new, max_prompt, prefill, gps, G;
+    long layers, rank, budget, max_seq, batch, max_new, max_prompt, prefill, gps, G;
     bool recompute;
     Flag fl[] = {
         {"model", FLAG_STRING, &model, NULL, 1, 0, "a Hugging Face model folder (config.json is read, nothing else)"},
@@ -27,7 +48,10 @@ int ctl_plan(int argc, char **argv) {
          "bf16, f16 or f32"},
         {"lora-rank", FLAG_INT, &rank, "16", 0, 64, "LoRA rank (0: no adapter)"},
         {"lora-targets", FLAG_STRING, &targets, "all", 1, 0, "LoRA target modules as grpo-train"},
-        {"token-budget", FLAG_INT, &budget, "16384", 1, 1 << 24, "train/forward: tokens per packed micro-batch"},
+        {"token-budget", FLAG_INT, &budget, "0", 0, 1 << 24,
+         "train/forward: tokens per packed micro-batch; 0: train: as grpo-train's auto (doc/performance.md), forward: "
+         "4096 (grpo-ctl logprobs' default)"},
+        {"max-seq-tokens", FLAG_INT, &max_seq, "1280", 16, 1 << 24, "train, with --token-budget 0: the longest prompt + completion"},
         {"recompute", FLAG_BOOL, &recompute, "false", 1, 0, "train: keep only layer inputs"},
         {"groups-per-step", FLAG_INT, &gps, "16", 1, 1000000, "train: prompt groups per step; rollout: groups per shard"},
         {"group-size", FLAG_INT, &G, "8", 1, 4096, "train, rollout: completions per prompt"},
@@ -71,6 +95,8 @@ int ctl_plan(int argc, char **argv) {
         goto done;
     }
     if (spec.role == MEMPLAN_ROLLOUT) spec.token_budget = generator_token_budget((int)max_prompt, (int)batch, (int)prefill);
+    else if (spec.role == MEMPLAN_FORWARD && !budget) spec.token_budget = 4096;
+    else if (!budget) spec.token_budget = BUDGET_MAX_SEQ_DEFAULT;  // train: replaced by the auto choice below
     if (lora_targets_parse(targets, &spec.lora_targets, &err) < 0 ||
         (max_memory && memplan_parse_size(max_memory, &limit, &err) < 0)) {
         fprintf(stderr, "%s: %s\n", argv[0], err.msg);
@@ -109,7 +135,16 @@ int ctl_plan(int argc, char **argv) {
         fprintf(stderr, "%s: %s\n", argv[0], err.msg);
         goto done;
     }
-    if (spec.role == MEMPLAN_TRAIN) {  // the trainer's own block, sized as grpo-train sizes it
+    if (spec.role == MEMPLAN_TRAIN && !budget) {  // grpo-train's --token-budget auto, fitted to --max-memory
+        PlanCtx pc = {.cfg = &cfg, .spec = spec, .device = device, .gps = gps, .G = (int)G};
+        BudgetChoice ch;
+        if (budget_choose((int)G, (int)max_seq, recompute, limit, plan_train, &pc, &ch, &err) < 0 ||
+            plan_train(&pc, ch.token_budget, ch.recompute, &p, &err) < 0) {
+            fprintf(stderr, "%s: %s\n", argv[0], err.msg);
+            goto done;
+        }
+        printf("--token-budget auto: %s\n", ch.why);
+    } else if (spec.role == MEMPLAN_TRAIN) {  // the trainer's own block, sized as grpo-train sizes it
         TrainerConfig tc = {.token_budget = (int)budget, .groups_per_step = gps, .group_size = (int)G};
         memplan_set_own(&p, trainer_buffers_bytes(&tc, (int64_t)p.n_lora));
     }

@@ -177,6 +177,53 @@ static int validate(Generator *gen, const Example *ex, int n, double *acc, PailE
     return rc;
 }
 
+// Checked before the memory plan and the weights: every row of path is a JSON
+// object with "prompt" and "completion" strings or "messages" (2 or more) ending
+// in the assistant's completion. The error counts the rows that are not and
+// names the first lines (1-based, blank lines counted); what each row renders
+// to is load_examples' (after the weights, with the tokenizer and the template).
+static int sft_check_rows(const char *path, const char *flag, PailErr *err) {
+    Buf text = {0};
+    if (fs_read_file(path, &text, err) < 0) return err_wrap(err, "%s", flag);
+    int64_t rows = 0, miss = 0, lineno = 0;
+    char lines[200] = "";
+    size_t used = 0;
+    const char *p = text.data ? (const char *)text.data : "", *end = p + text.len;
+    while (p < end) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        size_t n = nl ? (size_t)(nl - p) : (size_t)(end - p);
+        lineno++;
+        size_t k = strspn(p, " \t\r");
+        if (k < n) {
+            rows++;
+            json_t *j = json_loadb(p, n, 0, NULL);
+            json_t *msgs = json_object_get(j, "messages");
+            json_t *last = json_array_get(msgs, json_array_size(msgs) - 1);
+            const char *role = json_string_value(json_object_get(last, "role"));
+            bool ok = json_is_array(msgs)
+                          ? json_array_size(msgs) >= 2 && role && !strcmp(role, "assistant") &&
+                                json_is_string(json_object_get(last, "content"))
+                          : json_is_string(json_object_get(j, "prompt")) && json_is_string(json_object_get(j, "completion"));
+            json_decref(j);
+            if (!ok) {
+                if (used < sizeof lines - 24)
+                    used += (size_t)snprintf(lines + used, sizeof lines - used, "%s%lld", miss ? ", " : "", (long long)lineno);
+                else if (used < sizeof lines) {
+                    snprintf(lines + used, sizeof lines - used, ", ...");
+                    used = sizeof lines;  // the list is closed
+                }
+                miss++;
+            }
+        }
+        p += n + 1;
+    }
+    buf_free(&text);
+    if (!miss) return 0;
+    return err_set(err, PAIL_ERR_INVALID, "%s %s: %lld of %lld rows are not {\"prompt\": str, \"completion\": str} or "
+                   "{\"messages\": [..., assistant]}: line%s %s", flag, path, (long long)miss, (long long)rows,
+                   miss > 1 ? "s" : "", lines);
+}
+
 // --full trains fp32 master weights in place; a LoRA warm-up holds the base as --dtype says.
 static int sft_dtype(const SftConfig *c) { return c->full ? (int)DT_F32 : c->weights_dtype; }
 
@@ -206,7 +253,9 @@ int sft_run(const SftConfig *c, volatile sig_atomic_t *stop, PailErr *err) {
     if (c->full && !be->host_memory)
         return err_set(err, PAIL_ERR_UNSUPPORTED, "--sft --full trains the base weights in host memory: --device %s "
                        "is for LoRA (use --device cpu)", be->ops->name);
-    if (sft_plan_check(c, err) < 0) return -1;
+    if (sft_check_rows(c->data_path, "--sft", err) < 0 ||
+        (c->valid_path && sft_check_rows(c->valid_path, "--sft-valid", err) < 0) || sft_plan_check(c, err) < 0)
+        return -1;
     if (model_weights_load_as(&w, c->model_dir, sft_dtype(c), err) < 0) return -1;
     dtype_log_weights(&w);
     char path[4200];

@@ -30,6 +30,7 @@
 #include "kernels.h"
 #include "lora/peft.h"
 #include "lora/trainable.h"
+#include "grpo/budget.h"
 #include "model/memplan.h"
 #include "model/device.h"
 #include "model/transformer.h"
@@ -1008,15 +1009,15 @@ size_t trainer_buffers_bytes(const TrainerConfig *c, int64_t n_params) {
     return dry.used;
 }
 
-// The memory plan from the config alone, printed and checked before the
-// weights or anything else is allocated.
-static int plan_check(Trainer *t, const TrainerConfig *c, PailErr *err) {
+int trainer_memplan(const TrainerConfig *c, MemoryPlan *mp, PailErr *err) {
     ModelConfig mc;
     if (model_config_load(&mc, c->model_dir, err) < 0) return -1;
     LoraConfig lc = {.rank = c->lora_rank, .alpha = c->lora_alpha, .rslora = c->rslora, .targets = c->lora_targets};
-    if (lora_layout_build(&t->lay, &mc, &lc, err) < 0) return -1;
+    LoraLayout lay = {0};
+    if (lora_layout_build(&lay, &mc, &lc, err) < 0) return -1;
     // the trainer's own: the adapter state (trainable.h) and its host block (step arrays)
-    size_t own = trainable_bytes((size_t)t->lay.n_params, true) + trainer_buffers_bytes(c, t->lay.n_params);
+    size_t own = trainable_bytes((size_t)lay.n_params, true) + trainer_buffers_bytes(c, lay.n_params);
+    lora_layout_free(&lay);
     Backend *be = c->backend ? c->backend : backend_cpu();
     char wdesc[32];
     size_t wbytes = 0;
@@ -1026,12 +1027,17 @@ static int plan_check(Trainer *t, const TrainerConfig *c, PailErr *err) {
                            .lora_targets = c->lora_targets, .token_budget = c->token_budget,
                            .recompute = c->recompute, .groups_per_step = (int)c->groups_per_step,
                            .group_size = c->group_size};
-    MemoryPlan *mp = &t->mp;
     if (memplan_build(mp, &mc, &spec, be->desc, err) < 0) return -1;
     memplan_set_own(mp, own);
-    memplan_print(stderr, mp, "grpo-train");
-    lora_layout_free(&t->lay);
-    return memplan_check(mp, c->max_memory, err);
+    return 0;
+}
+
+// The memory plan from the config alone, printed and checked before the
+// weights or anything else is allocated.
+static int plan_check(Trainer *t, const TrainerConfig *c, PailErr *err) {
+    if (trainer_memplan(c, &t->mp, err) < 0) return -1;
+    memplan_print(stderr, &t->mp, "grpo-train");
+    return memplan_check(&t->mp, c->max_memory, err);
 }
 
 // --replay-record: the groups the source run's trainer committed, in order,
@@ -1083,9 +1089,18 @@ out:
     return rc;
 }
 
-static int setup(Trainer *t, const TrainerConfig *c, PailErr *err) {
+static int setup(Trainer *t, TrainerConfig *c, PailErr *err) {
     t->cfg = c;
     t->G = c->group_size;
+    // The run's store first: a wrong URL or credentials are said before the plan and the weights.
+    if (store_open(&t->st, c->run_url, &c->store, err) < 0) return -1;
+    if (c->replay_url && store_open(&t->src, c->replay_url, &c->store, err) < 0) return -1;
+    json_t *m = NULL;  // read once: credentials, the bucket (none yet: a new run; unreachable: start() retries)
+    if (run_manifest_read(t->st, &m, err) < 0 && err->code != PAIL_ERR_NOT_FOUND && err->code != PAIL_ERR_NETWORK)
+        return err_wrap(err, "--run %s", c->run_url);
+    json_decref(m);
+    err_clear(err);
+    if (c->token_budget == 0 && train_budget_choose(c, err) < 0) return -1;  // --token-budget auto
     if (plan_check(t, c, err) < 0) return -1;
     if (model_weights_load_as(&t->w, c->model_dir, c->weights_dtype, err) < 0) return -1;
     dtype_log_weights(&t->w);
@@ -1119,8 +1134,6 @@ static int setup(Trainer *t, const TrainerConfig *c, PailErr *err) {
         t->h_v = trainable_host_v(t->ts);
     }
     if (transformer_set_lora(t->tf, &t->lay, trainable_params(t->ts), err) < 0) return -1;
-    if (store_open(&t->st, c->run_url, &c->store, err) < 0) return -1;
-    if (c->replay_url && store_open(&t->src, c->replay_url, &c->store, err) < 0) return -1;
     FeedConfig fc = {.base_sha256 = t->w.base_sha256, .tokenizer_sha256 = t->tok_sha, .vocab = t->w.cfg.vocab_size,
                      .group_size = c->group_size, .max_staleness = c->max_staleness, .replay = c->replay_url != NULL,
                      .late_grace_s = c->late_grace, .late_every_s = 30};
@@ -1150,7 +1163,8 @@ static void teardown(Trainer *t) {
 int trainer_run(const TrainerConfig *cfg, volatile sig_atomic_t *stop, PailErr *err) {
     Trainer t;
     memset(&t, 0, sizeof t);
-    int rc = setup(&t, cfg, err);
+    TrainerConfig c = *cfg;  // setup may choose its token_budget (budget.h)
+    int rc = setup(&t, &c, err);
     if (rc == 0) rc = start(&t, err);
     while (rc == 0 && t.step < cfg->steps && !(stop && *stop)) {
         int ngroups = 0;

@@ -4,6 +4,7 @@
 // stored shards, deterministic). The flags and their defaults live in
 // src/cmd/grpo-train.c; this takes the parsed values.
 #pragma once
+#include "model/memplan.h"
 #include <signal.h>
 #include <stdbool.h>
 #include <jansson.h>
@@ -31,7 +32,8 @@ typedef struct {
     LrScheduleKind schedule;
     long warmup_steps;
     long steps, groups_per_step;
-    int group_size, max_staleness, token_budget, publish_every;
+    int group_size, max_staleness, token_budget, publish_every;  // token_budget 0: chosen (budget.h)
+    int max_seq_tokens;          // the longest prompt + completion the workers send: sizes token_budget 0
     long keep_versions;          // retention after each publish (0: keep all)
     ScaleRewards scale_rewards;
     GrpoLossConfig loss;
@@ -59,3 +61,7 @@ int trainer_run(const TrainerConfig *cfg, volatile sig_atomic_t *stop, PailErr *
 // grads, both AdamW moments, the packed micro-batch and the step's arrays
 // (token_budget, groups_per_step, group_size of cfg). Allocates nothing.
 size_t trainer_buffers_bytes(const TrainerConfig *cfg, int64_t n_params);
+// The memory plan grpo-train prints before the weights (config.json alone:
+// weights, adapter state, activations of cfg's token_budget and recompute, the
+// trainer's block). Prints nothing, checks nothing. 0, or -1 with err.
+int trainer_memplan(const TrainerConfig *cfg, MemoryPlan *mp, PailErr *err);

@@ -164,14 +164,26 @@ void dataset_free(Dataset *ds) {
     free(ds);
 }
 
-int dataset_check_field(const Dataset *ds, const char *field, PailErr *err) {
+int dataset_check_field(const Dataset *ds, const char *field, const char *needed_by, PailErr *err) {
+    int64_t miss = 0;
+    char lines[200] = "";
+    size_t used = 0;
     for (int64_t i = 0; i < ds->n; i++) {
         json_t *v = json_object_get(ds->rows[i].fields, field);
-        if (!json_is_string(v) && !json_is_number(v))
-            return err_set(err, PAIL_ERR_INVALID, "%s:%lld: %s \"%s\" (a string or a number)", ds->source,
-                           (long long)ds->rows[i].line, v ? "bad" : "no", field);
+        if (json_is_string(v) || json_is_number(v)) continue;
+        // the first misses' line numbers, as many as fit the message ("..." after them)
+        if (used < sizeof lines - 24)
+            used += (size_t)snprintf(lines + used, sizeof lines - used, "%s%lld", miss ? ", " : "", (long long)ds->rows[i].line);
+        else if (used < sizeof lines) {
+            snprintf(lines + used, sizeof lines - used, ", ...");
+            used = sizeof lines;  // the list is closed
+        }
+        miss++;
     }
-    return 0;
+    if (!miss) return 0;
+    return err_set(err, PAIL_ERR_INVALID, "%s: %lld of %lld rows lack \"%s\" as a string or a number%s%s%s: line%s %s",
+                   ds->source, (long long)miss, (long long)ds->n, field, needed_by ? " (needed by " : "",
+                   needed_by ? needed_by : "", needed_by ? ")" : "", miss > 1 ? "s" : "", lines);
 }
 
 // ---- samplers ----

@@ -247,6 +247,7 @@ static bool messages_ok(const json_t *m) {
 // One answer line. Returns false when the stream cannot be trusted any more.
 static bool handle_line(ProgEnv *e, const char *s, size_t n) {
     char snip[120], why[512];
+    e->base.lines++;
     json_t *j = json_loadb(s, n, JSON_REJECT_DUPLICATES, NULL);
     if (!json_is_object(j)) {
         json_decref(j);
@@ -465,6 +466,20 @@ int env_poll(Env *e, int wait_ms, EnvEvent *ev, int cap, int *n, PailErr *err) {
 }
 int env_open(const Env *e) { return e->ops->open(e); }
 EnvStats env_stats(const Env *e) { return e->ops->stats(e); }
+
+int env_check_failing(Env *e, int failed, int n, const char *why, PailErr *err) {
+    if (n <= 0) return 0;
+    e->batches++;
+    e->failed_run = failed >= n ? e->failed_run + 1 : 0;
+    if (!e->failed_run) return 0;
+    if (e->batches == 1 && e->lines == 0)
+        return err_set(err, PAIL_ERR_INVALID, "every episode of the first batch failed and the environment never "
+                       "answered (the worker stops rather than write shards of failed episodes): %s", why && *why ? why : "(no reason given)");
+    if (e->failed_run >= ENV_FAILED_BATCHES)
+        return err_set(err, PAIL_ERR_INVALID, "every episode of %d batches in a row failed (the worker stops rather than "
+                       "write shards of failed episodes): %s", e->failed_run, why && *why ? why : "(no reason given)");
+    return 0;
+}
 const char *env_describe(const Env *e) { return e->ops->describe(e); }
 bool env_token(Env *e, int k, const int32_t *turn, int n) { return e->ops->token && e->ops->token(e, k, turn, n); }
 void env_refuse(Env *e, int k, const char *why) { if (e->ops->refuse) e->ops->refuse(e, k, why); }

@@ -66,8 +66,11 @@ typedef struct {  // an implementation's functions, as the env_* calls below des
     void (*refuse)(Env *, int k, const char *why);           // optional: an ENV_SEGMENT not taken
 } EnvOps;
 
-struct Env {  // the first member of each implementation's state
+struct Env {  // the first member of each implementation's state (allocated zeroed)
     const EnvOps *ops;
+    int64_t batches;   // batches counted by env_check_failing
+    int failed_run;    // of them, the last ones in a row whose every episode failed
+    int64_t lines;     // lines the environment has written (0: it never answered anything)
 };
 
 // The environment program. Keeps a copy of cmd; the program starts at the first request. timeout_s > 0.
@@ -98,6 +101,13 @@ void env_refuse(Env *e, int k, const char *why);
 // (*n); a failed episode is closed. -1 with err only when out of memory.
 int env_poll(Env *e, int wait_ms, EnvEvent *ev, int cap, int *n, PailErr *err);
 int env_open(const Env *e);  // episodes open (started, not yet over)
+// Batches whose every episode fails stop the worker (as a reward program's, reward.h):
+// the first one when the environment never wrote a line (a program that cannot
+// start: not found, a missing script, a crash before its first answer), or
+// ENV_FAILED_BATCHES in a row (a program that crashes once and recovers goes on). Counts a batch of n episodes of which
+// `failed` failed (why: one of their reasons); 0 to go on, else -1 with err.
+#define ENV_FAILED_BATCHES 3
+int env_check_failing(Env *e, int failed, int n, const char *why, PailErr *err);
 EnvStats env_stats(const Env *e);
 const char *env_describe(const Env *e);  // for messages: "environment 'cmd'", "endpoint https://..."
 void env_event_free(EnvEvent *ev);        // what an event owns

@@ -33,6 +33,8 @@ struct RewardSet {
     char *cmd_text;                 // owned
     double cmd_timeout_s;
     Buf batch;                      // JSON lines for the cmd program
+    int64_t batches;                // batches scored
+    int failed_run;                 // batches in a row whose every completion's reward failed
 };
 
 // "NAME" or "NAME:WEIGHT" with a finite weight.
@@ -162,6 +164,29 @@ void reward_set_free(RewardSet *rs) {
     free(rs->cmd_text);
     buf_free(&rs->batch);
     free(rs);
+}
+
+int reward_set_fields(const RewardSet *rs, const char **fields, const char **rewards, int cap) {
+    int n = 0;
+    for (int k = 0; k < rs->K && n < cap; k++)
+        if (rs->kind[k] == REWARD_EXACT_ANSWER) {
+            fields[n] = rs->answer_field;
+            rewards[n++] = rs->names[k];
+        }
+    return n;
+}
+
+const char *reward_set_cmd(const RewardSet *rs) { return rs->cmd_text; }
+
+int reward_set_check_failing(const RewardSet *rs, const PailErr *warn, PailErr *err) {
+    if (rs->failed_run == 0) return 0;
+    if (rs->batches == 1)
+        return err_set(err, PAIL_ERR_INVALID, "every reward of the first batch failed (the worker stops rather than "
+                       "write shards of failed rewards): %s", warn && warn->msg[0] ? warn->msg : "(no message)");
+    if (rs->failed_run >= REWARD_FAILED_BATCHES)
+        return err_set(err, PAIL_ERR_INVALID, "every reward of %d batches in a row failed (the worker stops rather than "
+                       "write shards of failed rewards): %s", rs->failed_run, warn && warn->msg[0] ? warn->msg : "(no message)");
+    return 0;
 }
 
 int reward_set_count(const RewardSet *rs) { return rs->K; }
@@ -365,6 +390,10 @@ int reward_set_score_batch(RewardSet *rs, const RewardInput *in, int64_t n, floa
         }
         total[i] = valid[i] ? (float)t : 0.0f;
         bad += !valid[i];
+    }
+    if (n > 0) {
+        rs->batches++;
+        rs->failed_run = bad == n ? rs->failed_run + 1 : 0;
     }
     warn_finish(&w);
     return bad;

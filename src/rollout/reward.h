@@ -44,6 +44,22 @@ const float *reward_set_weights(const RewardSet *rs);      // K weights
 // "exact_answer:1 format:0.5 ..." with the options in use, for the run log.
 void reward_set_describe(const RewardSet *rs, char *buf, size_t cap);
 
+// The dataset fields the set's rewards read from every row: exact_answer's answer
+// field (the cmd program gets every field; which it needs only it knows). Writes up to
+// cap (field, reward) pairs, pointers into rs; returns how many.
+int reward_set_fields(const RewardSet *rs, const char **fields, const char **rewards, int cap);
+// The cmd reward's command line (NULL without one), for the start-up check of its program.
+const char *reward_set_cmd(const RewardSet *rs);
+
+// Batches that fail every completion stop the worker: the first one scored, or
+// REWARD_FAILED_BATCHES in a row (a broken reward program or a wrong option, not
+// a model that is still learning: a failed reward is never a 0 reward).
+#define REWARD_FAILED_BATCHES 3
+// After reward_set_score_batch: 0 to go on, or -1 with err saying that every
+// reward of the first batch (or of REWARD_FAILED_BATCHES in a row) failed and
+// why (warn: that batch's warning, with the cmd program's stderr tail).
+int reward_set_check_failing(const RewardSet *rs, const PailErr *warn, PailErr *err);
+
 // Scores n completions: components (n, K) unweighted, total (n,), valid (n,).
 // A completion whose reward could not be computed (cmd crash/timeout/non-number,
 // a missing answer field, a regex match error) gets valid 0, total 0 and 0 for the

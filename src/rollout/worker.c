@@ -14,6 +14,7 @@
 #include "core/timeutil.h"
 #include "core/utf8.h"
 #include "rollout/evalworker.h"
+#include "rollout/preflight.h"
 #include "rollout/serve.h"
 #include "rollout/shardbuild.h"
 #include "rollout/worker_int.h"
@@ -354,6 +355,8 @@ static int one_shard_env(Worker *w, volatile sig_atomic_t *stop, PailErr *err) {
         snprintf(w->last_error, sizeof w->last_error, "%s", info.why);
         log_warn("%d of %d episodes failed (left out of the advantages): %s", info.failed, N, info.why);
     }
+    // An environment program failing whole batches stops the worker (an endpoint's agents may just be away).
+    if (!c->serve && env_check_failing(w->eng.env, info.failed, N, info.why, err) < 0) goto done;
     if ((rc = pacing_shard_wanted(w, stop, drawn_before, err)) != 0) goto done;
     char extra[224];
     EpisodeStats es = episodes_stats(w->eng.eps);
@@ -426,6 +429,7 @@ static int one_shard(Worker *w, volatile sig_atomic_t *stop, PailErr *err) {
         snprintf(w->last_error, sizeof w->last_error, "%s", warn.msg);
         log_warn("%d of %d rewards failed: %s", bad, N, warn.msg);
     }
+    if (reward_set_check_failing(w->rs, &warn, err) < 0) goto done;  // the batch is not written
     if ((rc = pacing_shard_wanted(w, stop, drawn_before, err)) != 0) goto done;
     rc = publish(w, &s, s.completion_offsets[N], secs, "", err);
 done:
@@ -440,7 +444,7 @@ done:
 
 // --- setup and loop -------------------------------------------------------------
 
-static int setup(Worker *w, const RolloutConfig *c, PailErr *err) {
+static int setup(Worker *w, RolloutConfig *c, PailErr *err) {
     w->cfg = c;
     w->version = -1;
     pacing_init(&w->pace);
@@ -467,6 +471,13 @@ static int setup(Worker *w, const RolloutConfig *c, PailErr *err) {
     if (!(w->row_refused = calloc((size_t)w->ds->n, 1)))
         return err_set(err, PAIL_ERR_NOMEM, "dataset %s: out of memory", w->ds->source);
     if (!rollout_episodic(c) && reward_set_build(&w->rs, &c->rewards, err) < 0) return -1;
+    // Start-up checks (preflight.h), then the store: before the memory plan and the weights.
+    if (preflight_dataset(w->ds, w->rs, err) < 0 || preflight_positions(c, err) < 0 ||
+        (w->rs && preflight_program(reward_set_cmd(w->rs), "--reward-cmd", err) < 0) ||
+        (c->env_cmd && !c->serve && preflight_program(c->env_cmd, "--env", err) < 0))
+        return -1;
+    if (c->run_url && (store_open(&w->st, c->run_url, &c->store, err) < 0 || preflight_store(w->st, c, err) < 0))
+        return -1;
     EngineSpec es = {.cfg = c, .tok = w->tok, .chat = w->have_chat ? &w->chat : NULL, .chat_err = w->chat_err.msg,
                      .dataset_rows = w->ds->n, .abandon_fn = adapter_outdated, .abandon_ctx = w};
     if (engine_open(&w->eng, &es, err) < 0) return -1;
@@ -484,7 +495,6 @@ static int setup(Worker *w, const RolloutConfig *c, PailErr *err) {
             return -1;
         }
     }
-    if (c->run_url && store_open(&w->st, c->run_url, &c->store, err) < 0) return -1;
     char desc[512];
     if (c->serve) snprintf(desc, sizeof desc, "from the agents, through the %.400s", env_describe(w->eng.env));
     else if (w->eng.env) snprintf(desc, sizeof desc, "from the environment program '%.400s'", c->env_cmd);
@@ -505,11 +515,14 @@ static void teardown(Worker *w) {
     free(w->row_refused);
 }
 
-int rollout_run(const RolloutConfig *c, volatile sig_atomic_t *stop, PailErr *err) {
+int rollout_run(const RolloutConfig *given, volatile sig_atomic_t *stop, PailErr *err) {
     Worker w;
     memset(&w, 0, sizeof w);
     w.stop = stop;
-    int rc = setup(&w, c, err);
+    RolloutConfig cfg = *given;  // setup sets what is chosen at start (--max-prompt-tokens 0: preflight.h)
+    const RolloutConfig *c = &cfg;
+    int rc = setup(&w, &cfg, err);
+    bool set_up = rc == 0;  // a refused setup writes no heartbeat (it would reset this id's resume position)
     if (rc == 0 && c->eval_once) {
         rc = evalworker_once(&w, err);
         teardown(&w);
@@ -610,7 +623,7 @@ int rollout_run(const RolloutConfig *c, volatile sig_atomic_t *stop, PailErr *er
         if (time_mono_s() - w.last_heartbeat > 3) worker_heartbeat(&w, "generating");
         if (c->max_shards > 0 && w.shards >= c->max_shards) break;
     }
-    if (w.st) worker_heartbeat(&w, rc == 0 ? "stopped" : "failed");
+    if (w.st && set_up) worker_heartbeat(&w, rc == 0 ? "stopped" : "failed");
     teardown(&w);
     return rc;
 }

@@ -130,7 +130,7 @@ for d in cpu sim; do
   port=$(free_port)
   "$BIN/grpo-rollout" "${COMMON[@]}" --run "file://$WORK/gen-$d" --dataset "$WORK/train.jsonl" --worker-id sv-$d \
     --chat-template "$ROOT/data/calc/chat_template.jinja" --serve "127.0.0.1:$port" --served-model-name tiny \
-    --max-new-tokens 8 --max-ahead 0 --device $d >"$WORK/serve-$d.log" 2>&1 &
+    --max-new-tokens 8 --max-episode-tokens 256 --max-ahead 0 --device $d >"$WORK/serve-$d.log" 2>&1 &
   PIDS+=($!)
   for _ in $(seq 1 300); do curl -sf "http://127.0.0.1:$port/health" 2>/dev/null | grep -q adapter_version && break; sleep 0.1; done
   curl -sf "http://127.0.0.1:$port/v1/chat/completions" -H 'Content-Type: application/json' \
@@ -152,11 +152,11 @@ echo "bad input: out of memory, a device failing mid-run"
 REPLAY=(--replay "file://$SRC" --replay-record --steps 20 --metrics "")
 expect_fail_last "a memory plan past --max-memory" 1 "memory plan needs .* on sim .* but --max-memory is 1.0 MiB \(weights" \
   "$BIN/grpo-train" "${COMMON[@]}" "${TRAIN[@]}" "${REPLAY[@]}" --run "file://$WORK/oom1" --device sim --max-memory 1M
-check "...wrote nothing" test ! -e "$WORK/oom1"
+check "...wrote nothing" test -z "$(find "$WORK/oom1" -type f 2>/dev/null)"
 expect_fail_last "a device smaller than the plan" 1 \
   "cannot allocate .*; the memory plan needs .* on sim .*\(weights .*, adapter .*, activations .*\): .*--max-memory" \
   env PAIL_SIM_MEMORY=2000000 "$BIN/grpo-train" "${COMMON[@]}" "${TRAIN[@]}" "${REPLAY[@]}" --run "file://$WORK/oom2" --device sim
-check "...wrote nothing" test ! -e "$WORK/oom2"
+check "...wrote nothing" test -z "$(find "$WORK/oom2" -type f 2>/dev/null)"
 expect_fail_last "the device fails mid-run: exit 1, one line" 1 \
   "sim: op 700 \(.*\) failed: injected by PAIL_SIM_FAIL_AFTER=700" \
   env PAIL_SIM_FAIL_AFTER=700 "$BIN/grpo-train" "${COMMON[@]}" "${TRAIN[@]}" "${REPLAY[@]}" --run "file://$WORK/fail" --device sim

@@ -8,9 +8,11 @@
 # answer for an unknown episode (dropped, counted), two answers to one request,
 # messages where a reward was due, a reward that is not a number, the program's
 # own error; --max-turns (the last turn sent with "final": true), the episode
-# token limit ("end" then the reward, finish length), a command not found,
+# token limit ("end" then the reward, finish length), a command not found (refused
+# at start; through the shell, the first batch of failed episodes stops the worker),
 # evaluation through the program (grpo-ctl eval --env, grpo-rollout --eval --env),
-# and --env refused with --reward or without a chat template.
+# and --env refused with --reward, without a chat template, or with episodes
+# longer than the model's positions.
 source "$(dirname "$0")/lib.sh"
 PY=$(venv)/bin/python
 M="$WORK/model"
@@ -163,10 +165,18 @@ echo "a command that does not exist"
 mkdir -p "$WORK/st-missing"
 timeout 120 "$BIN/grpo-rollout" --model "$M" --run "file://$WORK/run" --dataset "$WORK/train.jsonl" \
   --worker-id missing --group-size 2 --groups-per-shard 2 --max-shards 2 --max-ahead 0 --max-new-tokens 4 \
-  --env "/nonexistent/env-program" >"$WORK/missing.log" 2>&1
-check "the worker exits 0 with every episode failed" test $? -eq 0 -a "$(valid missing)" -eq 0 \
-  -a "$(ls "$WORK"/run/rollouts/v00000000/missing-*.h5 | wc -l)" -eq 2
-check "...saying the command was not found" grep -q "exited with status 127 (command not found)" "$WORK/missing.log"
+  --max-episode-tokens 60 --env "/nonexistent/env-program" >"$WORK/missing.log" 2>&1
+check "a plain command line: refused at start (exit 1), before the memory plan" test $? -eq 1 \
+  -a "$(count "the program '/nonexistent/env-program' does not exist" "$WORK/missing.log")" -eq 1 \
+  -a "$(count "memory plan" "$WORK/missing.log")" -eq 0
+# Shell syntax: not decided at start; every episode of the first batch fails.
+timeout 120 "$BIN/grpo-rollout" --model "$M" --run "file://$WORK/run" --dataset "$WORK/train.jsonl" \
+  --worker-id missing --group-size 2 --groups-per-shard 2 --max-shards 2 --max-ahead 0 --max-new-tokens 4 \
+  --max-episode-tokens 60 --env "cd / && /nonexistent/env-program" >"$WORK/missing.log" 2>&1
+check "through the shell: the worker stops after its first batch (exit 1), writing no shard" test $? -eq 1 \
+  -a -z "$(ls "$WORK"/run/rollouts/v00000000/ | grep missing-)"
+check "...saying every episode failed and that the command was not found" \
+  grep -Eq "every episode of the first batch failed and the environment never answered.*exited with status 127 \(command not found\)" "$WORK/missing.log"
 
 echo "evaluation through the program"
 head -6 "$WORK/train.jsonl" >"$WORK/eval.jsonl"
@@ -194,5 +204,9 @@ cp -r "$M" "$WORK/plain"
 rm "$WORK/plain/chat_template.jinja"
 expect_fail_last "--env without a chat template" 1 "--env needs the model's chat template" \
   "$BIN/grpo-rollout" --model "$WORK/plain" --run "file://$WORK/run" --dataset "$WORK/train.jsonl" --env true \
-  --group-size 2 --max-shards 1
+  --group-size 2 --max-shards 1 --max-episode-tokens 60
+expect_fail_last "--max-episode-tokens 2048 with a model of 2048 positions" 1 \
+  "--max-episode-tokens 2048: no room for a prompt in the model's 2048 positions" \
+  "$BIN/grpo-rollout" --model "$M" --run "file://$WORK/run" --dataset "$WORK/train.jsonl" --env true --group-size 2 \
+  --max-shards 1 --wait-timeout 20
 finish

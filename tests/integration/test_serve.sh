@@ -38,7 +38,7 @@ with open(w + "/sft.jsonl", "w") as f, open(w + "/calc.jsonl", "w") as d:
 PYEOF
 M="$WORK/model"
 "$BIN/grpo-ctl" init-model --out "$WORK/model-random" --model-type llama --hidden 64 --layers 2 --heads 2 --kv-heads 1 \
-  --ffn 128 --vocab 257 --max-positions 320 --tokenizer "$ROOT/data/tokenizers/bytes" --dtype f32 --seed 1 \
+  --ffn 128 --vocab 257 --max-positions 1536 --tokenizer "$ROOT/data/tokenizers/bytes" --dtype f32 --seed 1 \
   >/dev/null 2>&1 || { bad "init-model"; finish; exit 1; }
 cp "$ROOT/data/calc/chat_template.jinja" "$WORK/model-random/"
 check "a tiny model learns the four problems' tool format (grpo-train --sft --full)" \
