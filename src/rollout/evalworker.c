@@ -305,6 +305,9 @@ int evalworker_version(Worker *w, long v, const char *label, PailErr *err) {
     for (int i = 0; i < N; i++) len_sum += out[i].n;
     PailErr warn = {0};
     if (worker_score(w, pr, rix, out, N, G, comp, total, valid, &warn) < 0) { *err = warn; goto done; }
+    // Every reward failed (a broken program, a wrong option): no figure, an error
+    // (a failed reward is not a 0 reward), as the generating worker's first batch.
+    if (reward_set_check_failing(w->rs, &warn, err) < 0) goto done;
     const char *const *names = reward_set_names(w->rs);
     EvalAccuracy acc;
     eval_accuracy_rule(names, K, c->eval_has_threshold, c->eval_threshold, &acc);

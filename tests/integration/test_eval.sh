@@ -23,6 +23,17 @@ EOF
 PARTIAL=(--reward cmd --reward-cmd "python3 $WORK/partial.py")
 EV=("$BIN/grpo-ctl" eval --model "$M" --dataset "$WORK/ev.jsonl" --max-new-tokens 4 --batch-size 8)
 
+cat >"$WORK/broken.py" <<'EOF'
+import sys
+sys.stderr.write("broken.py: no model server at localhost:1\n")
+sys.exit(3)
+EOF
+"${EV[@]}" --reward cmd --reward-cmd "python3 $WORK/broken.py" --out "$WORK/broken.json" >/dev/null 2>"$WORK/broken.err"
+check "every reward failing: exit 1, no figure written (not a reward of 0)" \
+  bash -c "test $? -eq 1 && test ! -e '$WORK/broken.json'"
+check "...the error says so with the program's stderr" \
+  bash -c "grep -q 'every reward of the first batch failed' '$WORK/broken.err' && grep -q 'no model server' '$WORK/broken.err'"
+
 echo "accuracy where the reward defines it"
 "${EV[@]}" "${PARTIAL[@]}" --samples 2 --temperature 1 --dump "$WORK/p.jsonl" >"$WORK/p.json" 2>"$WORK/p.err"
 check "a partial-credit reward: exit 0" test $? -eq 0
