@@ -15,6 +15,8 @@ typedef struct {
     long run_staleness;      // run.json's trainer max-staleness
     long trainer_window;     // the trainer's max_staleness as back pressure last read it (-1: unknown)
     long run_gps, run_publish_every;  // run.json's trainer groups-per-step (0: unknown) and publish-every
+    bool seen_open, said_done;  // progress.json seen not done (or absent); a done run at start said
+    char progress_error[256];  // the last unreadable progress.json's message, said once
     long waiting_after;      // newest version for which "waiting for the next version" was said (-1: none)
     long *refused;           // (n_refused,) adapter versions that did not verify (owned)
     int n_refused, cap_refused;
@@ -27,6 +29,14 @@ void pacing_free(Pacing *p);
 // model, tokenizer, group size and dtype; keeps the run id and the trainer's
 // settings. 0, or -1 with err.
 int pacing_check_manifest(Worker *w, volatile sig_atomic_t *stop, PailErr *err);
+// True when trainer/progress.json says the run is done (the trainer reached
+// --steps) and it was not done before (a run done as the worker starts is
+// said once and worked on: a trainer may continue it); *final_version gets
+// its last adapter version.
+bool pacing_run_done(Worker *w, long *final_version);
+// Whether a heartbeat (workers/<id>.json text) is a worker that writes shards:
+// an eval worker's is not (pacing leaves it out). Unreadable: true.
+bool pacing_heartbeat_generates(const char *json, size_t len);
 // The trainer's staleness window: progress.json's max_staleness, else run.json's.
 long pacing_window(Worker *w);
 // True when adapter version v did not verify before (it is never fetched again).
