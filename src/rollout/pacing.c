@@ -122,28 +122,28 @@ static bool progress_get(Worker *w, Progress *p) {
 }
 
 // A run already done when this worker started (a finished run about to be
-// continued with more --steps) does not end it: only a "done" that follows an
-// open run (progress.json not done, or none yet) does.
-bool pacing_run_done(Worker *w, long *final_version) {
+// continued with more --steps, or a fixture for a worker's own shards) does
+// not end it: the worker works on as before. Only a "done" that follows an
+// open run (progress.json not done, or none yet) ends it.
+RunState pacing_run_state(Worker *w, long *final_version) {
     Progress p;
     bool done = false;
     if (progress_get(w, &p)) {
         done = p.done;
         *final_version = p.final_version;
         progress_free(&p);
-    } else {
-        w->pace.seen_open = true;  // no trainer yet, or an unreadable progress.json: not done
     }
     if (!done) {
         w->pace.seen_open = true;
-        return false;
+        return RUN_OPEN;
     }
-    if (!w->pace.seen_open && !w->pace.said_done) {
-        log_info("the run is done (final adapter v%08ld) as this worker starts: working on for a trainer started "
+    if (w->pace.seen_open || w->pace.done_idle) return RUN_DONE;
+    if (!w->pace.said_done && !w->cfg->eval) {  // the eval worker scores it up to its final version
+        log_info("the run is done (final adapter v%08ld) as this worker starts: working on, for a trainer started "
                  "again with more --steps", *final_version);
         w->pace.said_done = true;
     }
-    return w->pace.seen_open;
+    return RUN_DONE_BEFORE;
 }
 
 // The trainer's staleness window: trainer/progress.json's max_staleness (the
@@ -284,18 +284,86 @@ int pacing_shard_wanted(Worker *w, volatile sig_atomic_t *stop, int64_t drawn_be
 
 // Other workers that may have a shard in generation: heartbeats under
 // workers/ written in the last ACTIVE_WORKER_S seconds (a worker writes one
-// after each shard and while paused or waiting; a stopped one is counted
-// until its heartbeat ages out: it only slows the pace). An eval worker writes
-// no shards: its heartbeat (role "eval", or mode "eval" from an older pail) is
-// not counted, or it would shrink every generating worker's room.
+// after each shard and while paused or waiting; one killed is counted until
+// its heartbeat ages out: it only slows the pace). An eval worker writes no
+// shards: its heartbeat (role "eval", or mode "eval" from an older pail) is
+// not counted, or it would shrink every generating worker's room; nor is one
+// that says it stopped, finished or failed.
 #define ACTIVE_WORKER_S 120
 bool pacing_heartbeat_generates(const char *json, size_t len) {
     json_t *j = json_loadb(json, len, 0, NULL);
     const char *role = json_string_value(json_object_get(j, "role"));
     const char *mode = json_string_value(json_object_get(j, "mode"));
-    bool gen = !(role ? !strcmp(role, "eval") : mode && !strcmp(mode, "eval"));
+    const char *state = json_string_value(json_object_get(j, "state")) ?: "";
+    bool gen = !(role ? !strcmp(role, "eval") : mode && !strcmp(mode, "eval")) && strcmp(state, "stopped") &&
+               strcmp(state, "finished") && strcmp(state, "failed");
     json_decref(j);
     return gen;
+}
+
+static const char *feed_sha(const json_t *hb, const char *k) {
+    return json_string_value(json_object_get(json_object_get(hb, k), "sha256"));
+}
+
+static void feed_desc(const json_t *hb, const char *k, char *out, size_t cap) {
+    const json_t *o = json_object_get(hb, k);
+    const char *sha = feed_sha(hb, k) ?: "";
+    const char *name = json_string_value(json_object_get(o, k[0] == 'd' ? "path" : "name")) ?: "?";
+    snprintf(out, cap, "%.300s (sha256 %.12s..)", name, sha);
+}
+
+int pacing_feeds_differ(const json_t *mine, const json_t *other, char *why, size_t cap) {
+    int n = 0;
+    char a[400], b[400];
+    if (why && cap) why[0] = 0;
+    static const char *const sha_keys[] = {"dataset", "chat_template"};
+    for (int i = 0; i < 2; i++) {
+        const char *x = feed_sha(mine, sha_keys[i]), *y = feed_sha(other, sha_keys[i]);
+        if (!x || !y || !strcmp(x, y)) continue;
+        if (n++ == 0 && why) {
+            feed_desc(other, sha_keys[i], a, sizeof a);
+            feed_desc(mine, sha_keys[i], b, sizeof b);
+            snprintf(why, cap, "%s %s where this worker has %s", i ? "chat template" : "dataset", a, b);
+        }
+    }
+    json_t *rx = json_object_get(mine, "rewards"), *ry = json_object_get(other, "rewards");
+    if (rx && ry && !json_equal(rx, ry) && n++ == 0 && why) {
+        char *sx = json_dumps(rx, JSON_COMPACT | JSON_SORT_KEYS), *sy = json_dumps(ry, JSON_COMPACT | JSON_SORT_KEYS);
+        snprintf(why, cap, "rewards %.300s where this worker has %.300s", sy ? sy : "?", sx ? sx : "?");
+        free(sx);
+        free(sy);
+    }
+    return n;
+}
+
+void pacing_compare_feeds(Worker *w) {
+    StoreList l = {0};
+    PailErr err = {0};
+    char own[128];
+    run_key_worker(own, sizeof own, w->worker_id);
+    json_t *mine = json_object();
+    if (!mine) return;
+    worker_feeds(w, mine);
+    if (store_list_all(w->st, "workers/", NULL, &l, &err) == 0)
+        for (int i = 0; i < l.n; i++) {
+            if (!strcmp(l.entries[i].key, own) || l.entries[i].mtime < (int64_t)time_unix_s() - ACTIVE_WORKER_S) continue;
+            Buf b = {0};
+            PailErr e = {0};
+            json_t *hb = NULL;
+            if (store_get(w->st, l.entries[i].key, &b, NULL, NULL, &e) == 0)
+                hb = json_loadb((const char *)b.data, b.len, 0, NULL);
+            buf_free(&b);
+            char why[1024];
+            char *text = hb ? json_dumps(hb, JSON_COMPACT) : NULL;
+            bool gen = text && pacing_heartbeat_generates(text, strlen(text));
+            free(text);
+            if (hb && gen && pacing_feeds_differ(mine, hb, why, sizeof why) > 0)
+                log_warn("worker %s of this run uses %s: the trainer mixes both into its steps (grpo-ctl status "
+                         "shows every worker's)", json_string_value(json_object_get(hb, "worker")) ?: "?", why);
+            json_decref(hb);
+        }
+    store_list_free(&l);
+    json_decref(mine);
 }
 
 static long others_active(Worker *w) {
@@ -341,9 +409,11 @@ bool pacing_back_pressure(Worker *w, volatile sig_atomic_t *stop) {
         // The trainer's window and rate: progress.json, else (a trainer not yet
         // past its start) run.json's settings and the adapter in use.
         long cur = w->version, win = w->pace.run_staleness, gps = w->pace.run_gps;
+        bool done_before = false;
         Progress p;
         bool have = progress_get(w, &p);
         if (have) {
+            done_before = p.done && !w->pace.seen_open;
             if (!p.done) w->pace.seen_open = true;
             else if (w->pace.seen_open) {  // the run is over: nothing to pause for
                 progress_free(&p);
@@ -382,6 +452,11 @@ bool pacing_back_pressure(Worker *w, volatile sig_atomic_t *stop) {
         }
         if (have) progress_free(&p);
         if (pending <= allowed || worker_stop_requested(w, stop)) return paused;
+        if (done_before) {  // a worker started on a done run: no trainer uses what waits, so it ends here
+            log_info("the run is done and %ld of its shards wait unused: nothing more to generate for", pending);
+            w->pace.done_idle = true;
+            return true;
+        }
         paused = true;
         if (waited % 10 == 0) {
             if (ahead < 0)

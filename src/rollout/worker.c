@@ -128,7 +128,7 @@ done:
 
 // What feeds this worker, in its heartbeat: its role, dataset, rewards and
 // chat template, so grpo-ctl status can flag workers of one run that differ.
-static void heartbeat_feeds(Worker *w, json_t *j) {
+void worker_feeds(Worker *w, json_t *j) {
     const RolloutConfig *c = w->cfg;
     json_object_set_new(j, "role", json_string(c->eval ? "eval" : c->serve ? "serve" : "generating"));
     if (w->ds)
@@ -178,7 +178,7 @@ void worker_heartbeat(Worker *w, const char *state) {
                                                         (json_int_t)es.bad_lines, "unknown_ids", (json_int_t)es.unknown_ids));
         if (w->cfg->serve) json_object_set_new(j, "endpoint", json_string(serve_url(w->eng.env)));
     }
-    if (j) heartbeat_feeds(w, j);
+    if (j) worker_feeds(w, j);
     if (j && !w->cfg->eval) {
         json_object_set_new(j, "prompts_drawn", json_integer((json_int_t)w->smp.drawn));
         json_object_set_new(j, "shards_not_written_stale", json_integer((json_int_t)w->stale_unwritten));
@@ -549,6 +549,7 @@ int rollout_run(const RolloutConfig *c, volatile sig_atomic_t *stop, PailErr *er
     if (rc == 0) rc = pacing_check_manifest(&w, stop, err);
     if (rc == 0 && !c->eval) resume_position(&w);
     if (rc == 0) worker_heartbeat(&w, "starting");  // seen at once by the other workers' pacing (others_active)
+    if (rc == 0 && !c->eval) pacing_compare_feeds(&w);
     long last_eval = -1;
     bool finished = false;
     while (rc == 0) {
@@ -556,7 +557,9 @@ int rollout_run(const RolloutConfig *c, volatile sig_atomic_t *stop, PailErr *er
         // The trainer reached --steps: a generating worker is done at once, the
         // eval worker once it has scored (or skipped) the final version.
         long final_v = -1;
-        if (pacing_run_done(&w, &final_v) && (!c->eval || last_eval >= final_v)) {
+        RunState rs = pacing_run_state(&w, &final_v);
+        // The eval worker scores a run done before it started too, up to its final version.
+        if ((rs == RUN_DONE && !c->eval) || (rs != RUN_OPEN && c->eval && last_eval >= final_v)) {
             log_info("the run is done (the trainer reached its --steps; final adapter v%08ld): exiting", final_v);
             finished = true;
             break;
