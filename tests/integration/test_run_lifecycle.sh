@@ -19,25 +19,34 @@ ROLL=(--run "$RUN" --groups-per-shard 2 --max-new-tokens 6 --batch-size 8 --seed
 export OMP_NUM_THREADS=1
 
 echo "a run to --steps: every worker exits 0 on its own"
-"$BIN/grpo-train" "${COMMON[@]}" --run "$RUN" --steps 3 --groups-per-step 2 --max-staleness 1 --lr 5e-3 \
-  --lora-rank 4 --metrics "" --rollout-timeout 120 >"$WORK/train.log" 2>&1 &
-TRAIN=$!; PIDS+=($TRAIN)
-# The eval worker first, so its heartbeat is there while the others pace.
+TRAIN_ARGS=(--run "$RUN" --groups-per-step 2 --max-staleness 1 --lr 5e-3 --lora-rank 4 --metrics "")
+# v0 first: the workers then generate and pause (--max-ahead auto) until the trainer comes.
+"$BIN/grpo-train" "${COMMON[@]}" "${TRAIN_ARGS[@]}" --steps 0 >"$WORK/train0.log" 2>&1 || bad "publishing v0"
+heartbeat() { local i; for i in $(seq 1 600); do [ -f "$D/workers/$1.json" ] && return 0; sleep 0.1; done; return 1; }
+WP=()
+roll() {  # roll ID DATASET
+  timeout 180 "$BIN/grpo-rollout" "${COMMON[@]}" "${ROLL[@]}" --dataset "$WORK/$2.jsonl" --worker-id "$1" \
+    >"$WORK/roll-$1.log" 2>&1 &
+  WP+=($!); PIDS+=($!)
+}
+roll w0 a; roll w1 a
+heartbeat w0 && heartbeat w1 || bad "w0 and w1 heartbeats"
 timeout 180 "$BIN/grpo-rollout" --eval "${COMMON[@]}" --run "$RUN" --eval-dataset "$WORK/a.jsonl" --worker-id ev \
   "${RW[@]}" --max-new-tokens 6 >"$WORK/ev.log" 2>&1 &
 EV=$!; PIDS+=($EV)
-WP=()
-for w in w0:a w1:a w2:b; do
-  timeout 180 "$BIN/grpo-rollout" "${COMMON[@]}" "${ROLL[@]}" --dataset "$WORK/${w#*:}.jsonl" --worker-id "${w%:*}" \
-    >"$WORK/roll-${w%:*}.log" 2>&1 &
-  WP+=($!); PIDS+=($!)
-done
+roll w2 b  # fed another dataset: it warns at start, naming the others'
+heartbeat w2 && heartbeat ev || bad "w2 and ev heartbeats"
+"$BIN/grpo-train" "${COMMON[@]}" "${TRAIN_ARGS[@]}" --steps 3 --rollout-timeout 120 >"$WORK/train.log" 2>&1 &
+TRAIN=$!; PIDS+=($TRAIN)
 check "the trainer finishes 3 steps" wait $TRAIN
 check "progress.json says done, final version 3" grep -q '"final_version": 3' "$D/trainer/progress.json"
 for i in 0 1 2; do
   check "worker w$i exits 0 by itself" wait "${WP[$i]}"
   check "...saying the run is done" grep -q "the run is done .*final adapter v00000003" "$WORK/roll-w$i.log"
 done
+check "the worker with another dataset warns at start, naming both" grep -Eq \
+  "worker w[01] of this run uses dataset .*/a.jsonl \(sha256 [0-9a-f]{12}\.\.\) where this worker has .*/b.jsonl" "$WORK/roll-w2.log"
+check "...and the others do not" bash -c "! grep -q 'of this run uses' '$WORK/roll-w0.log' '$WORK/roll-w1.log'"
 check "the eval worker exits 0 by itself" wait $EV
 check "...after scoring the final version" test -f "$D/eval/v00000003.json"
 check "some worker paused on the way (--max-ahead auto)" bash -c "grep -h 'pausing:' '$WORK'/roll-w*.log | grep -q ."
@@ -72,18 +81,28 @@ expect_fail "status on an endpoint that does not answer" 1 "cannot reach s3://pa
   env AWS_ACCESS_KEY_ID=x AWS_SECRET_ACCESS_KEY=y "$BIN/grpo-ctl" status s3://pail-bucket/run \
   --endpoint "http://127.0.0.1:$PORT" --max-outage 1
 
+echo "a worker started on a run already done works on (a trainer may continue the run)"
+timeout 60 "$BIN/grpo-rollout" "${COMMON[@]}" "${ROLL[@]}" --dataset "$WORK/a.jsonl" --worker-id w4 --max-shards 1 \
+  >"$WORK/roll-w4.log" 2>&1
+check "it writes its shard and exits 0" bash -c "[ $? = 0 ] && ls '$D'/rollouts/*/w4-*.h5"
+check "...having said the run is done" grep -q "the run is done (final adapter v00000003) as this worker starts: working on, for a trainer started again with more --steps" "$WORK/roll-w4.log"
+
 echo "a trainer restarted over control/stop"
 "$BIN/grpo-ctl" stop "$RUN" --reason "end of test" >/dev/null
-timeout 120 "$BIN/grpo-train" "${COMMON[@]}" --run "$RUN" --steps 3 --groups-per-step 2 --max-staleness 1 \
-  --lora-rank 4 --metrics "" >"$WORK/restart.log" 2>&1
-check "exits 0 without training" test $? = 0
+timeout 120 "$BIN/grpo-train" "${COMMON[@]}" "${TRAIN_ARGS[@]}" --steps 4 >"$WORK/restart.log" 2>&1
+check "exits 0 without training" bash -c "[ $? = 0 ] && grep -q '\"step\": 3' '$D/trainer/progress.json'"
 check "...naming control/stop, its reason and how to remove it" \
   grep -q "control/stop is there (reason: end of test; .*remove it with \`grpo-ctl rm $RUN/control/stop\`, or start grpo-train with --clear-stop" "$WORK/restart.log"
 check "...and leaves it" test -f "$D/control/stop"
-timeout 120 "$BIN/grpo-train" "${COMMON[@]}" --run "$RUN" --steps 3 --groups-per-step 2 --max-staleness 1 \
-  --lora-rank 4 --metrics "" --clear-stop >"$WORK/clear.log" 2>&1
-check "--clear-stop starts" test $? = 0
-check "...removing it and saying so" bash -c "grep -q -- '--clear-stop: removed .*control/stop' '$WORK/clear.log' && test ! -e '$D/control/stop'"
+"$BIN/grpo-train" "${COMMON[@]}" "${TRAIN_ARGS[@]}" --steps 4 --clear-stop --rollout-timeout 120 >"$WORK/clear.log" 2>&1 &
+TRAIN=$!; PIDS+=($TRAIN)
+for i in $(seq 1 600); do [ -e "$D/control/stop" ] || break; sleep 0.1; done
+timeout 180 "$BIN/grpo-rollout" "${COMMON[@]}" "${ROLL[@]}" --dataset "$WORK/a.jsonl" --worker-id w3 >"$WORK/roll-w3.log" 2>&1 &
+W3=$!; PIDS+=($W3)
+check "--clear-stop: the trainer continues the run to step 4" wait $TRAIN
+check "...having removed control/stop and said so" bash -c "grep -q -- '--clear-stop: removed .*control/stop' '$WORK/clear.log' && test ! -e '$D/control/stop'"
+check "the worker that fed it exits 0 at the new end" wait $W3
+check "...saying so" grep -q "the run is done .*final adapter v00000004" "$WORK/roll-w3.log"
 
 echo "doctor and gc leave no probe objects"
 check "doctor on the run" "$BIN/grpo-ctl" doctor --run "$RUN"
