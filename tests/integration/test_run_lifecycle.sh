@@ -76,6 +76,9 @@ cp "$WORK/ev.json" "$D/workers/ev.json"
 expect_fail "status on a file:// folder that does not exist" 1 "file://$WORK/nope: no such run folder" \
   "$BIN/grpo-ctl" status "file://$WORK/nope"
 check "...creates nothing" test ! -e "$WORK/nope"
+expect_fail "stop on a file:// folder that does not exist" 1 "file://$WORK/nope has no run.json: not a run \(no such folder; nothing written\)" \
+  "$BIN/grpo-ctl" stop "file://$WORK/nope"
+check "...creates nothing" test ! -e "$WORK/nope"
 PORT=$(free_port)
 expect_fail "status on an endpoint that does not answer" 1 "cannot reach s3://pail-bucket/run: " \
   env AWS_ACCESS_KEY_ID=x AWS_SECRET_ACCESS_KEY=y "$BIN/grpo-ctl" status s3://pail-bucket/run \
@@ -83,9 +86,11 @@ expect_fail "status on an endpoint that does not answer" 1 "cannot reach s3://pa
 
 echo "a worker started on a run already done works on (a trainer may continue the run)"
 timeout 60 "$BIN/grpo-rollout" "${COMMON[@]}" "${ROLL[@]}" --dataset "$WORK/a.jsonl" --worker-id w4 --max-shards 1 \
-  >"$WORK/roll-w4.log" 2>&1
+  --max-ahead 0 >"$WORK/roll-w4.log" 2>&1
 check "it writes its shard and exits 0" bash -c "[ $? = 0 ] && ls '$D'/rollouts/*/w4-*.h5"
 check "...having said the run is done" grep -q "the run is done (final adapter v00000003) as this worker starts: working on, for a trainer started again with more --steps" "$WORK/roll-w4.log"
+timeout 60 "$BIN/grpo-rollout" "${COMMON[@]}" "${ROLL[@]}" --dataset "$WORK/a.jsonl" --worker-id w5 >"$WORK/roll-w5.log" 2>&1
+check "with --max-ahead auto it exits 0 once its shards would wait unused" bash -c "[ $? = 0 ] && grep -q 'the run is done and [0-9]* of its shards wait unused' '$WORK/roll-w5.log'"
 
 echo "a trainer restarted over control/stop"
 "$BIN/grpo-ctl" stop "$RUN" --reason "end of test" >/dev/null
