@@ -78,8 +78,11 @@ static void feed_of(json_t *w, Feed *f) {
         size_t k = 0;
         json_t *specs = json_object_get(rw, "specs"), *v;
         size_t i;
-        json_array_foreach(specs, i, v) k += (size_t)snprintf(f->rewards + k, sizeof f->rewards - k, "%s%s",
-                                                              k ? " " : "", json_string_value(v) ?: "?");
+        json_array_foreach(specs, i, v) {
+            if (k >= sizeof f->rewards) break;  // cut: snprintf returned what did not fit
+            k += (size_t)snprintf(f->rewards + k, sizeof f->rewards - k, "%s%s", k ? " " : "",
+                                  json_string_value(v) ?: "?");
+        }
         static const char *const opts[] = {"answer_field", "answer_marker", "format_regex", "length_target", "cmd",
                                            "env", "serve"};
         for (size_t o = 0; o < sizeof opts / sizeof *opts && k < sizeof f->rewards; o++) {
