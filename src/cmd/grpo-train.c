@@ -57,7 +57,7 @@ int main(int argc, char **argv) {
          *max_memory = NULL, *dtype = NULL;
     long rank, steps, gps, G, stale, budget, max_seq, publish_every, keep, warmup, seed, resume_from;
     double alpha, lr, eps_low, eps_high, tis, beta, b1, b2, aeps, wd, clip, min_lr, rollout_timeout, late_grace;
-    bool resume, replay_record, full, rslora, recompute, chat, train_zero_adv, dynamic_sampling;
+    bool clear_stop, resume, replay_record, full, rslora, recompute, chat, train_zero_adv, dynamic_sampling;
     StoreCliFlags sf = {0};
     long log_every, valid_every;
     double stop_accuracy;
@@ -66,7 +66,7 @@ int main(int argc, char **argv) {
         {"config", FLAG_STRING, &config, NULL, 1, 0, "file of key = value lines (the command line wins)"},
         {"model", FLAG_STRING, &model, NULL, 1, 0, "Hugging Face model folder (config.json, *.safetensors)"},
         {"run", FLAG_STRING, &run, NULL, 1, 0, "the run's prefix: file:///abs/dir or s3://bucket/prefix"},
-        {"steps", FLAG_INT, &steps, "200", 0, 100000000, "optimizer steps (a resumed run counts its own; 0: publish v0 and stop)"},
+        {"steps", FLAG_INT, &steps, "200", 0, 100000000, "optimizer steps (a resumed run counts its own; reaching them marks the run done in trainer/progress.json and the workers exit; 0: publish v0 and stop, the run left open)"},
         {"groups-per-step", FLAG_INT, &gps, "16", 1, 1000000, "prompt groups per optimizer step"},
         {"group-size", FLAG_INT, &G, "8", 2, 4096, "completions per prompt G (shards must match)"},
         {"lora-rank", FLAG_INT, &rank, "16", 1, 64, "LoRA rank R"},
@@ -99,6 +99,9 @@ int main(int argc, char **argv) {
          "--max-episode-tokens with --env): sizes --token-budget 0 (a sequence longer than the budget is dropped as too long)"},
         {"publish-every", FLAG_INT, &publish_every, "1", 1, 1000000, "publish an adapter version every N steps"},
         {"keep-versions", FLAG_INT, &keep, "0", 0, 100000000, "retention: keep the newest N versions (0: all)"},
+        {"clear-stop", FLAG_BOOL, &clear_stop, "false", 1, 0,
+         "remove a control/stop left in the run (grpo-ctl stop) before starting; without it such a trainer says so "
+         "and stops before training"},
         {"resume", FLAG_BOOL, &resume, "true", 1, 0, "continue from the run's newest state (--no-resume refuses a run with state)"},
         {"resume-from", FLAG_INT, &resume_from, "-1", -1, 99999999,
          "resume from this trainer state version instead of the newest (after a corrupt or missing state; new "
@@ -209,6 +212,7 @@ int main(int argc, char **argv) {
     json_object_set_new(c.effective, "epsilon-low", json_real(eps_low));
     json_object_set_new(c.effective, "epsilon-high", json_real(eps_high));
     c.refuse_resume = !resume;
+    c.clear_stop = clear_stop;
     struct sigaction sa = {.sa_handler = on_signal};
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGUSR1, &sa, NULL);

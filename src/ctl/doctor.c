@@ -15,7 +15,8 @@
 #include "core/timeutil.h"
 #include "ctl/ctl.h"
 #include "model/weights.h"
-#include "store/runlayout.h"
+#include "store/retention.h"
+#include "store/runmeta.h"
 
 typedef struct { int ok, warn, fail; } Tally;
 
@@ -77,14 +78,16 @@ int ctl_doctor(int argc, char **argv) {
                                                ? " (TLS certificate verified)" : "");
     if (store_is_relay(st)) line(&t, 0, "the endpoint is a grpo-relay: workers will long-poll it for new versions");
     // Which run prefixes these credentials may write and delete.
-    static const char *prefixes[] = {"adapters/", "trainer/", "metrics/", "rollouts/", "workers/", "eval/", "control/"};
+    const char *const *prefixes = RUN_PREFIXES;
+    size_t nprefixes = 0;
+    while (prefixes[nprefixes]) nprefixes++;
     char rnd[65], probe[256];
     char seed[64];
     snprintf(seed, sizeof seed, "%lld-%d", (long long)time_mono_ms(), (int)getpid());
     sha256_hex(seed, strlen(seed), rnd);
     char writable[256] = "", readonly[256] = "", nodelete[256] = "";
-    for (size_t i = 0; i < sizeof prefixes / sizeof *prefixes; i++) {
-        snprintf(probe, sizeof probe, "%sdoctor-probe-%.12s", prefixes[i], rnd);
+    for (size_t i = 0; i < nprefixes; i++) {
+        snprintf(probe, sizeof probe, "%s" RUN_PROBE_PROBE "%.12s", prefixes[i], rnd);
         PailErr perr = {0};
         if (store_put(st, probe, "probe", 5, NULL, &perr) < 0) {
             if (perr.code != PAIL_ERR_AUTH) { line(&t, 2, "write %s: %s", probe, perr.msg); continue; }
@@ -105,15 +108,15 @@ int ctl_doctor(int argc, char **argv) {
     line(&t, 0, "credentials: write %s| read-only %s| role looks like: %s", *writable ? writable : "nothing ",
          *readonly ? readonly : "none ", role);
     if (*nodelete)
-        line(&t, 1, "could write but not delete probe keys under %s(left behind: doctor-probe-%.12s; delete them with "
-             "an operator key)", nodelete, rnd);
+        line(&t, 1, "could write but not delete probe keys under %s(left behind: " RUN_PROBE_PROBE "%.12s; grpo-ctl "
+             "gc removes them with an operator key)", nodelete, rnd);
     // Create-only puts: a second If-None-Match: * put of the same key must fail.
     const char *co_prefix = strstr(writable, "rollouts/") ? "rollouts/" : strstr(writable, "adapters/") ? "adapters/"
                           : *writable ? prefixes[0] : NULL;
     if (co_prefix) {
-        for (size_t i = 0; i < sizeof prefixes / sizeof *prefixes; i++)
+        for (size_t i = 0; i < nprefixes; i++)
             if (strstr(writable, prefixes[i])) { co_prefix = prefixes[i]; break; }
-        snprintf(probe, sizeof probe, "%sdoctor-create-only-%.12s", co_prefix, rnd);
+        snprintf(probe, sizeof probe, "%s" RUN_PROBE_CREATE_ONLY "%.12s", co_prefix, rnd);
         StorePutOpts co = {.create_only = true};
         PailErr e1 = {0}, e2 = {0};
         int64_t before = time_unix_s();
@@ -138,22 +141,22 @@ int ctl_doctor(int argc, char **argv) {
                     line(&t, skew ? 1 : 0, "clock skew against the store: %+llds (object timestamps)", (long long)skew);
             }
             PailErr de = {0};
-            store_delete(st, probe, &de);
+            if (store_delete(st, probe, &de) < 0)
+                line(&t, 1, "could not delete %s (%s): grpo-ctl gc removes it with an operator key", probe, de.msg);
         }
     } else {
         line(&t, 1, "create-only and clock checks skipped: these credentials cannot write");
     }
     // run.json and the model.
-    json_t *man = NULL;
+    RunInfo man;
     PailErr merr = {0};
-    if (run_manifest_read(st, &man, &merr) < 0) {
+    bool have_man = runinfo_read(st, &man, &merr) == 0;
+    if (!have_man) {
         line(&t, merr.code == PAIL_ERR_NOT_FOUND ? 1 : 2, "run.json: %s", merr.code == PAIL_ERR_NOT_FOUND
              ? "not there yet (the trainer writes it at its first start)" : merr.msg);
     } else {
-        line(&t, 0, "run.json: run %s, base %.12s..., LoRA rank %lld",
-             json_string_value(json_object_get(man, "run_id")) ?: "?",
-             json_string_value(json_object_get(man, "base_sha256")) ?: "?",
-             (long long)json_integer_value(json_object_get(json_object_get(man, "lora"), "rank")));
+        line(&t, 0, "run.json: run %s, base %.12s..., LoRA rank %d", man.run_id[0] ? man.run_id : "?",
+             man.base_sha256[0] ? man.base_sha256 : "?", man.lora_rank);
     }
     if (model) {
         ModelWeights w;
@@ -161,7 +164,7 @@ int ctl_doctor(int argc, char **argv) {
         if (model_weights_load_as(&w, model, MODEL_DTYPE_AUTO, &werr) < 0) {  // as stored: the least memory
             line(&t, 2, "model %s: %s", model, werr.msg);
         } else {
-            const char *base = man ? json_string_value(json_object_get(man, "base_sha256")) : NULL;
+            const char *base = have_man && man.base_sha256[0] ? man.base_sha256 : NULL;
             if (base && strcmp(base, w.base_sha256))
                 line(&t, 2, "model %s: base_sha256 %.12s... is not the run's %.12s... (another base model?)", model,
                      w.base_sha256, base);
@@ -183,7 +186,7 @@ int ctl_doctor(int argc, char **argv) {
             line(&t, gb < min_free ? 1 : 0, "free disk at %s: %.1f GB", run + 7, gb);
         }
     }
-    json_decref(man);
+    if (have_man) runinfo_free(&man);
 verdict:
     store_close(st);
     printf("doctor: %s (%d ok, %d warnings, %d failures)\n", t.fail ? "NOT READY" : t.warn ? "ready, with warnings" : "ready",

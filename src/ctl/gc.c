@@ -1,11 +1,11 @@
 // grpo-ctl gc: retention for a run (src/store/retention.c). The staleness
-// window comes from run.json's trainer settings unless given.
-#include <jansson.h>
+// window comes from run.json's trainer settings unless given. Also removes
+// the probe objects grpo-ctl doctor could not delete.
 #include <stdio.h>
 #include <stdlib.h>
 #include "ctl/ctl.h"
 #include "store/retention.h"
-#include "store/runlayout.h"
+#include "store/runmeta.h"
 
 int ctl_gc(int argc, char **argv) {
     CtlStoreFlags sf = {0};
@@ -22,7 +22,8 @@ int ctl_gc(int argc, char **argv) {
     keep = 0;
     const char *usage = "grpo-ctl gc RUN_URL --keep-versions N [--dry-run]";
     if ((rc = ctl_parse(usage, "Deletes adapters, trainer states and rollout versions older than the newest N\n"
-                               "(never inside the staleness window). Behind a relay it needs the operator key.",
+                               "(never inside the staleness window), and the probe objects grpo-ctl doctor left.\n"
+                               "Behind a relay it needs the operator key.",
                         fl, n, argc, argv, &pos, &npos)) >= 0)
         goto done;
     rc = 2;
@@ -36,11 +37,10 @@ int ctl_gc(int argc, char **argv) {
     StoreOptions so = ctl_store_options(&sf);
     if (store_open(&st, pos[0], &so, &err) < 0) goto fail;
     if (stale < 0) {
-        json_t *m;
-        if (run_manifest_read(st, &m, &err) < 0) goto fail;
-        json_t *v = json_object_get(json_object_get(m, "trainer"), "max-staleness");
-        stale = json_is_integer(v) ? (long)json_integer_value(v) : 4;
-        json_decref(m);
+        RunInfo ri;
+        if (runinfo_read(st, &ri, &err) < 0) goto fail;
+        stale = ri.max_staleness;
+        runinfo_free(&ri);
     }
     GcStats g;
     if (run_gc(st, keep, stale, dry, &g, &err) < 0) goto fail;
@@ -51,6 +51,10 @@ int ctl_gc(int argc, char **argv) {
         printf("%s %lld adapters, %lld trainer states, %lld rollout shards (versions below v%08lld)\n",
                dry ? "would delete" : "deleted", (long long)g.adapters, (long long)g.states, (long long)g.shards,
                (long long)g.cutoff);
+    int64_t probes = 0;
+    if (run_gc_probes(st, dry, &probes, &err) < 0) goto fail;
+    if (probes) printf("%s %lld probe object(s) grpo-ctl doctor left (doctor-probe-*, doctor-create-only-*)\n",
+                       dry ? "would delete" : "deleted", (long long)probes);
     int cleaned = 0;
     if (!dry) {  // what killed writers left (file:// temp files over an hour old)
         if (store_clean_stale(st, 3600, &cleaned, &err) < 0) goto fail;

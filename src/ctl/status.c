@@ -4,6 +4,8 @@
 // --watch S redraws every S seconds (in place on a terminal).
 #include <jansson.h>
 #include <math.h>
+#include <stddef.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +13,7 @@
 #include "core/timeutil.h"
 #include "ctl/ctl.h"
 #include "store/runlayout.h"
+#include "store/runmeta.h"
 #include "store/versions.h"
 
 // The JSON object at key, or NULL. why (when non-NULL) says why not: empty
@@ -51,25 +54,109 @@ static void bar(char *out, size_t cap, double frac, int width) {
     out[k] = 0;
 }
 
+// What feeds one generating worker (its heartbeat): compared across workers.
+typedef struct {
+    char id[80];
+    char dataset[600], dataset_key[80];   // "a.jsonl (120 rows, sha256 ab12cd34ef56..)", its sha256
+    char rewards[600];                     // the specs and their options, as one line (also the key)
+    char chat[700], chat_key[80];
+} Feed;
+
+static void feed_of(json_t *w, Feed *f) {
+    memset(f, 0, sizeof *f);
+    snprintf(f->id, sizeof f->id, "%s", json_string_value(json_object_get(w, "worker")) ?: "?");
+    json_t *ds = json_object_get(w, "dataset");
+    if (json_is_object(ds)) {
+        const char *sha = json_string_value(json_object_get(ds, "sha256")) ?: "";
+        snprintf(f->dataset, sizeof f->dataset, "%.400s (%lld rows, sha256 %.12s..)",
+                 json_string_value(json_object_get(ds, "path")) ?: "?",
+                 (long long)json_integer_value(json_object_get(ds, "rows")), sha);
+        snprintf(f->dataset_key, sizeof f->dataset_key, "%s", sha);
+    }
+    json_t *rw = json_object_get(w, "rewards");
+    if (json_is_object(rw)) {
+        size_t k = 0;
+        json_t *specs = json_object_get(rw, "specs"), *v;
+        size_t i;
+        json_array_foreach(specs, i, v) {
+            if (k >= sizeof f->rewards) break;  // cut: snprintf returned what did not fit
+            k += (size_t)snprintf(f->rewards + k, sizeof f->rewards - k, "%s%s", k ? " " : "",
+                                  json_string_value(v) ?: "?");
+        }
+        static const char *const opts[] = {"answer_field", "answer_marker", "format_regex", "length_target", "cmd",
+                                           "env", "serve"};
+        for (size_t o = 0; o < sizeof opts / sizeof *opts && k < sizeof f->rewards; o++) {
+            v = json_object_get(rw, opts[o]);
+            if (!v) continue;
+            char *t = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
+            k += (size_t)snprintf(f->rewards + k, sizeof f->rewards - k, "%s%s=%.200s", k ? " " : "", opts[o],
+                                  t ? t : "?");
+            free(t);
+        }
+    }
+    json_t *ct = json_object_get(w, "chat_template");
+    if (json_is_object(ct)) {
+        const char *sha = json_string_value(json_object_get(ct, "sha256")) ?: "";
+        snprintf(f->chat, sizeof f->chat, "%.600s (sha256 %.12s..)", json_string_value(json_object_get(ct, "name")) ?: "?",
+                 sha);
+        snprintf(f->chat_key, sizeof f->chat_key, "%s", sha);
+    }
+}
+
+// One warning per worker whose value (at offset key, shown as desc) differs
+// from the most common one among the workers that record it.
+static int feed_warn(FILE *o, const Feed *f, int n, const char *what, size_t key, size_t desc) {
+    int warned = 0, best = -1, best_n = 0;
+#define K(i) ((const char *)&f[i] + key)
+#define D(i) ((const char *)&f[i] + desc)
+    for (int i = 0; i < n; i++) {
+        if (!*K(i)) continue;
+        int c = 0;
+        for (int j = 0; j < n; j++) c += !strcmp(K(i), K(j));
+        if (c > best_n) best = i, best_n = c;
+    }
+    for (int i = 0; best >= 0 && i < n; i++) {
+        if (!*K(i) || !strcmp(K(i), K(best))) continue;
+        char ids[400] = "";
+        size_t k = 0;
+        for (int j = 0; j < n && k < sizeof ids; j++)
+            if (!strcmp(K(j), K(best))) k += (size_t)snprintf(ids + k, sizeof ids - k, "%s%s", k ? ", " : "", f[j].id);
+        fprintf(o, "WARNING: worker %s uses %s %s while %s use%s %s\n", f[i].id, what, D(i), ids,
+                best_n == 1 ? "s" : "", D(best));
+        warned++;
+    }
+#undef K
+#undef D
+    return warned;
+}
+
+// rc 1 when the run cannot be read (endpoint unreachable, credentials, a bad
+// run.json) or has not started.
 static int show(Store *st, const char *url, long target, FILE *o) {
     int64_t now = time_unix_s();
-    char why[1200];
-    json_t *man = get_json(st, RUN_KEY_MANIFEST), *prog = get_json_why(st, RUN_KEY_PROGRESS, why, sizeof why);
-    if (!prog && why[0]) fprintf(stderr, "grpo-ctl status: warning: %s: %s (step and version below are from the "
-                                 "adapters and metrics)\n", RUN_KEY_PROGRESS, why);
-    if (!man) {
-        fprintf(o, "run %s: no run.json yet (the trainer has not started)\n", url);
-        json_decref(prog);
+    RunInfo man;
+    PailErr merr = {0};
+    if (runinfo_read(st, &man, &merr) < 0) {
+        if (merr.code == PAIL_ERR_NOT_FOUND)
+            fprintf(o, "run %s: no run.json yet (the trainer has not started)\n", url);
+        else if (merr.code == PAIL_ERR_NETWORK || merr.code == PAIL_ERR_AUTH || merr.code == PAIL_ERR_INTERRUPTED)
+            fprintf(stderr, "grpo-ctl status: cannot reach %s: %s\n", url, merr.msg);
+        else
+            fprintf(stderr, "grpo-ctl status: %s: %s\n", url, merr.msg);
         return 1;
     }
-    fprintf(o, "run %s  (%s, base %.12s..., LoRA rank %lld)\n", url,
-            json_string_value(json_object_get(man, "run_id")) ?: "?",
-            json_string_value(json_object_get(man, "base_sha256")) ?: "?",
-            (long long)json_integer_value(json_object_get(json_object_get(man, "lora"), "rank")));
-    long step = prog ? (long)num(prog, "step") : 0, version = prog ? (long)num(prog, "version") : -1;
+    Progress prog;
+    PailErr perr = {0};
+    bool have_prog = progress_read(st, &prog, &perr) == 0;
+    if (!have_prog && perr.code != PAIL_ERR_NOT_FOUND)
+        fprintf(stderr, "grpo-ctl status: warning: %s (step and version below are from the adapters and metrics)\n",
+                perr.msg);
+    fprintf(o, "run %s  (%s, base %.12s..., LoRA rank %d)\n", url, man.run_id[0] ? man.run_id : "?",
+            man.base_sha256[0] ? man.base_sha256 : "?", man.lora_rank);
+    long step = have_prog ? prog.step : 0, version = have_prog ? prog.version : -1;
     StoreList l = {0};
     PailErr err = {0};
-    if (!prog) {  // no (readable) progress.json: the newest adapter says the version
+    if (!have_prog) {  // no (readable) progress.json: the newest adapter says the version
         long av;
         if (versions_latest(st, &SERIES_ADAPTERS, &av, &err) == 0) version = av;
     }
@@ -83,7 +170,7 @@ static int show(Store *st, const char *url, long target, FILE *o) {
             trend[nt++] = num(m, "reward");
             if (!last) {
                 last = m;
-                if (!prog) step = (long)num(m, "step");
+                if (!have_prog) step = (long)num(m, "step");
             } else {
                 json_decref(m);
             }
@@ -91,7 +178,7 @@ static int show(Store *st, const char *url, long target, FILE *o) {
     }
     char b[64] = "";
     if (target > 0) bar(b, sizeof b, (double)step / (double)target, 30);
-    int64_t age = prog ? now - (int64_t)num(prog, "time") : -1;
+    int64_t age = have_prog ? now - prog.time : -1;
     if (target > 0) fprintf(o, "trainer  step %ld/%ld %s v%ld", step, target, b, version);
     else fprintf(o, "trainer  step %ld  v%ld", step, version);
     if (last)
@@ -105,30 +192,56 @@ static int show(Store *st, const char *url, long target, FILE *o) {
         for (int i = nt - 1; i >= 0; i--) fprintf(o, " %.2f", trend[i]);
         fprintf(o, "\n");
     }
-    if (prog) {
-        double used = num(prog, "consumed_shards"), dropped = num(prog, "dropped_shards");
+    if (have_prog) {
+        double used = (double)prog.consumed_shards, dropped = (double)prog.dropped_shards;
         fprintf(o, "         shards consumed %lld, dropped %lld (%.1f%% as too stale), rejected %lld\n", (long long)used,
                 (long long)dropped, used + dropped > 0 ? 100.0 * dropped / (used + dropped) : 0.0,
-                (long long)num(prog, "rejected_shards"));
+                (long long)prog.rejected_shards);
+        if (prog.done)
+            fprintf(o, "         done: the trainer reached its --steps; final adapter v%ld (workers exit when they "
+                    "see it)\n", prog.final_version);
     }
     json_decref(last);
     store_list_reset(&l);
+    Feed *feeds = NULL;
+    int nf = 0;
     if (store_list_all(st, "workers/", NULL, &l, &err) == 0) {
+        feeds = calloc((size_t)l.n + 1, sizeof *feeds);
         for (int i = 0; i < l.n; i++) {
             json_t *w = get_json(st, l.entries[i].key);
             if (!w) continue;
             int64_t wage = now - (int64_t)num(w, "time");
-            const char *state = json_string_value(json_object_get(w, "state"));
-            fprintf(o, "%-8s %-14s v%-4lld %-10s %6.0f tok/s  %4lld shards  %s%llds ago%s%s\n",
-                    strcmp(json_string_value(json_object_get(w, "mode")) ?: "", "eval") ? "worker" : "eval",
-                    json_string_value(json_object_get(w, "worker")) ?: "?", (long long)num(w, "version"),
-                    state ? state : "?", num(w, "tokens_per_second"), (long long)num(w, "shards_written"),
-                    wage > 30 && strcmp(state ? state : "", "stopped") ? "LATE " : "", (long long)wage,
-                    json_string_value(json_object_get(w, "last_error")) && *json_string_value(json_object_get(w, "last_error")) ? "  last error: " : "",
-                    json_string_value(json_object_get(w, "last_error")) ?: "");
+            const char *state = json_string_value(json_object_get(w, "state")) ?: "?";
+            const char *role = json_string_value(json_object_get(w, "role"));
+            bool eval = role ? !strcmp(role, "eval") : !strcmp(json_string_value(json_object_get(w, "mode")) ?: "", "eval");
+            // Busy or over: not late. The eval worker writes its heartbeat as it starts a version.
+            bool evaluating = !strcmp(state, "evaluating"), over = !strcmp(state, "stopped") ||
+                              !strcmp(state, "finished") || !strcmp(state, "failed");
+            char st_s[40];
+            if (evaluating) snprintf(st_s, sizeof st_s, "evaluating v%lld", (long long)num(w, "version"));
+            else snprintf(st_s, sizeof st_s, "%.30s", state);
+            const char *le = json_string_value(json_object_get(w, "last_error"));
+            fprintf(o, "%-8s %-14s v%-4lld %-10s %6.0f tok/s  %4lld shards  %s%s%llds ago%s%s\n", eval ? "eval" : "worker",
+                    json_string_value(json_object_get(w, "worker")) ?: "?", (long long)num(w, "version"), st_s,
+                    num(w, "tokens_per_second"), (long long)num(w, "shards_written"),
+                    wage > 30 && !over && !evaluating ? "LATE " : "", evaluating ? "since " : "", (long long)wage,
+                    le && *le ? "  last error: " : "", le ?: "");
+            Feed f;
+            feed_of(w, &f);
+            if (f.dataset[0] || f.rewards[0] || f.chat[0])
+                fprintf(o, "         %s%s%s%s%s%s\n", f.dataset[0] ? "dataset " : "", f.dataset,
+                        f.rewards[0] ? (f.dataset[0] ? "; rewards " : "rewards ") : "", f.rewards,
+                        f.chat[0] ? "; chat template " : "", f.chat);
+            if (!eval && feeds) feeds[nf++] = f;  // the eval worker's dataset is its own
             json_decref(w);
         }
     }
+    if (nf > 1) {
+        feed_warn(o, feeds, nf, "dataset", offsetof(Feed, dataset_key), offsetof(Feed, dataset));
+        feed_warn(o, feeds, nf, "rewards", offsetof(Feed, rewards), offsetof(Feed, rewards));
+        feed_warn(o, feeds, nf, "chat template", offsetof(Feed, chat_key), offsetof(Feed, chat));
+    }
+    free(feeds);
     store_list_reset(&l);
     if (store_list_all(st, "eval/v", NULL, &l, &err) == 0 && l.n > 0) {
         json_t *first = get_json(st, l.entries[0].key), *newest = get_json(st, l.entries[l.n - 1].key);
@@ -140,8 +253,8 @@ static int show(Store *st, const char *url, long target, FILE *o) {
         json_decref(newest);
     }
     store_list_free(&l);
-    json_decref(man);
-    json_decref(prog);
+    runinfo_free(&man);
+    if (have_prog) progress_free(&prog);
     return 0;
 }
 
@@ -155,6 +268,8 @@ int ctl_status(int argc, char **argv) {
     };
     ctl_store_flags(fl + 2, &sf);
     int n = CTL_STORE_NFLAGS + 2, npos = 0, rc;
+    for (int i = 2; i < n; i++)  // a look at a run answers quickly, not after an hour of retries
+        if (!strcmp(fl[i].name, "max-outage")) fl[i].def = "10";
     char **pos = NULL;
     const char *usage = "grpo-ctl status RUN_URL [--steps N] [--watch S]";
     if ((rc = ctl_parse(usage, "Shows a run: trainer step and version, reward trend, live workers, evaluations.", fl, n,
@@ -168,6 +283,12 @@ int ctl_status(int argc, char **argv) {
     PailErr err = {0};
     Store *st = NULL;
     StoreOptions so = ctl_store_options(&sf);
+    struct stat sb;
+    if (!strncmp(pos[0], "file://", 7) && stat(pos[0] + 7, &sb) != 0) {  // opening it would create it
+        fprintf(stderr, "%s: %s: no such run folder\n", argv[0], pos[0]);
+        rc = 1;
+        goto done;
+    }
     if (store_open(&st, pos[0], &so, &err) < 0) {
         fprintf(stderr, "%s: %s\n", argv[0], err.msg);
         rc = 1;

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include "core/timeutil.h"
 #include "ctl/ctl.h"
@@ -35,6 +36,11 @@ int ctl_stop(int argc, char **argv) {
     PailErr err = {0};
     Store *st = NULL;
     StoreOptions so = ctl_store_options(&sf);
+    struct stat sb;
+    if (!strncmp(pos[0], "file://", 7) && stat(pos[0] + 7, &sb) != 0) {  // opening it would create it
+        fprintf(stderr, "%s: %s has no run.json: not a run (no such folder; nothing written)\n", argv[0], pos[0]);
+        goto done;
+    }
     if (store_open(&st, pos[0], &so, &err) < 0) {
         fprintf(stderr, "%s: %s\n", argv[0], err.msg);
         goto done;

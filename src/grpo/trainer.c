@@ -37,6 +37,7 @@
 #include "shard/h5file.h"
 #include "store/retention.h"
 #include "store/runlayout.h"
+#include "store/runmeta.h"
 #include "store/versions.h"
 
 typedef struct {   // one completion of the step
@@ -87,13 +88,6 @@ typedef struct {
     int64_t flat_groups, flat_total, flat_n;
     double flat_reward_sum;
 } Trainer;
-
-static json_t *lora_json(const LoraLayout *l) {
-    char targets[128];
-    lora_targets_format(l->cfg.targets, targets, sizeof targets);
-    return json_pack("{s:i, s:f, s:s, s:b}", "rank", l->cfg.rank, "alpha", l->cfg.alpha, "target_modules", targets,
-                     "use_rslora", l->cfg.rslora);
-}
 
 // --- publishing ---------------------------------------------------------------
 
@@ -252,7 +246,7 @@ out:
     return rc;
 }
 
-static int write_progress(Trainer *t, PailErr *err) {
+static int write_progress(Trainer *t, bool done, PailErr *err) {
     // Per version inside the window: shards listed but not used up, and shards
     // used up (or rejected). Workers compare the latter with their own listing
     // of rollouts/ for back-pressure (shards written since the trainer's last
@@ -260,31 +254,34 @@ static int write_progress(Trainer *t, PailErr *err) {
     // the step being gathered counts as used: nothing of it waits, and a
     // trainer still short of its step's groups (with --dynamic-sampling, the
     // flat groups dropped too) must never hold the workers in a pause.
-    json_t *pend = json_object(), *done = json_object();
+    Progress p;
+    progress_init(&p);
+    p.pending_by_version = json_object();
+    p.used_by_version = json_object();
     for (int i = 0; i < t->feed.n; i++) {
         const FeedShard *e = t->feed.shards[i];
         if (e->version < t->version - t->cfg->max_staleness) continue;  // kept to count late shards
         bool used_up = e->n_groups >= 0 && e->used + e->taken >= e->n_groups;
         char v[32];
         snprintf(v, sizeof v, "%lld", (long long)e->version);
-        json_t *obj = used_up ? done : pend;
+        json_t *obj = used_up ? p.used_by_version : p.pending_by_version;
         json_int_t n = json_integer_value(json_object_get(obj, v));
         json_object_set_new(obj, v, json_integer(n + 1));
     }
-    json_t *j = json_pack("{s:I, s:I, s:I, s:I, s:I, s:o, s:o, s:I, s:i}", "version", (json_int_t)t->version, "step",
-                          (json_int_t)t->step, "consumed_shards", (json_int_t)t->feed.stats.consumed,
-                          "dropped_shards", (json_int_t)t->feed.stats.dropped, "rejected_shards",
-                          (json_int_t)t->feed.stats.rejected, "pending_shards_by_version", pend,
-                          "used_shards_by_version", done, "time", (json_int_t)time_unix_s(), "max_staleness",
-                          t->cfg->max_staleness);
-    json_object_set_new(j, "groups_per_step", json_integer(t->cfg->groups_per_step));
-    json_object_set_new(j, "steps_skipped", json_integer(t->skipped_steps));
-    char *text = j ? json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS) : NULL;
-    json_decref(j);
-    if (!text) return err_set(err, PAIL_ERR_NOMEM, "%s: out of memory for its JSON", RUN_KEY_PROGRESS);
-    StorePutOpts opt = {.content_type = "application/json"};
-    int rc = store_put(t->st, RUN_KEY_PROGRESS, text, strlen(text), &opt, err);
-    free(text);
+    p.version = (long)t->version;
+    p.step = (long)t->step;
+    p.consumed_shards = (long)t->feed.stats.consumed;
+    p.dropped_shards = (long)t->feed.stats.dropped;
+    p.rejected_shards = (long)t->feed.stats.rejected;
+    p.steps_skipped = (long)t->skipped_steps;
+    p.max_staleness = t->cfg->max_staleness;
+    p.groups_per_step = t->cfg->groups_per_step;
+    p.steps_target = t->cfg->steps;
+    p.time = time_unix_s();
+    p.done = done;
+    p.final_version = done ? (long)t->version : -1;
+    int rc = progress_write(t->st, &p, err);
+    progress_free(&p);
     return rc;
 }
 
@@ -462,19 +459,28 @@ static int start(Trainer *t, PailErr *err) {
                            RUN_KEY_MANIFEST, av, sv);
         }
     }
-    json_t *man = json_pack("{s:s, s:s, s:s, s:o, s:I}", "base_model", c->model_dir, "base_sha256",
-                            t->w.base_sha256, "tokenizer_sha256", t->tok_sha, "lora", lora_json(&t->lay),
-                            "created_unix", (json_int_t)time_unix_s());
-    if (!man) return err_set(err, PAIL_ERR_NOMEM, "%s: out of memory for its JSON", RUN_KEY_MANIFEST);
-    if (c->task) json_object_set_new(man, "task", json_string(c->task));
-    if (c->effective) json_object_set(man, "trainer", c->effective);
-    json_object_set_new(man, "format", json_string("pail.run"));
-    json_object_set_new(man, "group_size", json_integer(c->group_size));
+    RunInfo ri;
+    runinfo_init(&ri);
+    ri.base_model = (char *)c->model_dir;  // borrowed: ri is not freed
+    ri.task = (char *)c->task;
+    ri.trainer = c->effective;
+    snprintf(ri.base_sha256, sizeof ri.base_sha256, "%s", t->w.base_sha256);
+    snprintf(ri.tokenizer_sha256, sizeof ri.tokenizer_sha256, "%s", t->tok_sha);
+    ri.created_unix = time_unix_s();
+    ri.group_size = c->group_size;
+    ri.groups_per_step = c->groups_per_step;
+    ri.max_staleness = c->max_staleness;
+    ri.publish_every = c->publish_every;
+    ri.steps = c->steps;
+    ri.lora_rank = t->lay.cfg.rank;
+    ri.lora_alpha = t->lay.cfg.alpha;
+    ri.lora_rslora = t->lay.cfg.rslora;
+    lora_targets_format(t->lay.cfg.targets, ri.lora_targets, sizeof ri.lora_targets);
     // What the trainer computes its log-probs with: workers compare theirs (a
     // bf16 worker's behaviour log-probs differ from an f32 trainer's by the rounding).
     char dtd[32];
     model_weights_dtype_desc(&t->w, dtd, sizeof dtd);
-    json_object_set_new(man, "compute_dtype", json_string(dtd));
+    snprintf(ri.compute_dtype, sizeof ri.compute_dtype, "%s", dtd);
     char rid[128];
     if (c->run_id) snprintf(rid, sizeof rid, "%s", c->run_id);
     else {
@@ -484,19 +490,26 @@ static int start(Trainer *t, PailErr *err) {
         sha256_hex(seed, strlen(seed), h);
         snprintf(rid, sizeof rid, "run-%.12s", h);
     }
-    json_object_set_new(man, "run_id", json_string(rid));
+    snprintf(ri.run_id, sizeof ri.run_id, "%s", rid);
+    json_t *man = runinfo_to_json(&ri);
+    if (!man) return err_set(err, PAIL_ERR_NOMEM, "%s: out of memory for its JSON", RUN_KEY_MANIFEST);
     static const char *const must[] = {"base_sha256", "tokenizer_sha256", "lora", "group_size", NULL};
     json_t *existing = NULL;
     int rc = run_manifest_publish(t->st, man, must, &existing, err);
     json_decref(man);
     if (rc < 0) return -1;
-    const char *erid = existing ? json_string_value(json_object_get(existing, "run_id")) : NULL;
-    const char *edt = existing ? json_string_value(json_object_get(existing, "compute_dtype")) : NULL;
-    if (edt && strcmp(edt, dtd))
-        log_warn("run.json: the run was created computing in %s; this trainer holds its weights as %s (--dtype %s): "
-                 "log-probs differ by the rounding", edt, dtd, c->weights_dtype == MODEL_DTYPE_AUTO ? "auto" : dtype_name(c->weights_dtype));
-    snprintf(t->run_id, sizeof t->run_id, "%s", erid ? erid : rid);
-    if (existing) json_decref(existing);
+    snprintf(t->run_id, sizeof t->run_id, "%s", rid);
+    if (existing) {  // the run's first trainer wrote it: its run id and settings stay
+        json_decref(existing);
+        RunInfo old;
+        if (runinfo_read(t->st, &old, err) < 0) return -1;
+        if (strcmp(old.compute_dtype, dtd))
+            log_warn("run.json: the run was created computing in %s; this trainer holds its weights as %s (--dtype %s): "
+                     "log-probs differ by the rounding", old.compute_dtype, dtd,
+                     c->weights_dtype == MODEL_DTYPE_AUTO ? "auto" : dtype_name(c->weights_dtype));
+        if (old.run_id[0]) snprintf(t->run_id, sizeof t->run_id, "%s", old.run_id);
+        runinfo_free(&old);
+    }
 
     if (sv >= 0 && c->refuse_resume)
         return err_set(err, PAIL_ERR_INVALID, "%s holds trainer state v%08ld: --no-resume refuses to continue it "
@@ -627,7 +640,7 @@ static int gather(Trainer *t, volatile sig_atomic_t *stop, int *ngroups, double 
                            store_url(t->st));
         if (now >= next_progress) {
             PailErr perr = {0};
-            if (write_progress(t, &perr) < 0) log_warn("progress.json: %s", perr.msg);
+            if (write_progress(t, false, &perr) < 0) log_warn("progress.json: %s", perr.msg);
             StoreStat ss;
             if (store_head(t->st, RUN_KEY_STOP, &ss, &perr) == 0) {
                 log_info("control/stop found: stopping");
@@ -971,7 +984,7 @@ static int train_step(Trainer *t, int ngroups, double waited, volatile sig_atomi
     int rc = 0;
     if (t->step - t->published_step >= c->publish_every) rc = publish(t, err);
     PailErr merr = {0};
-    if (rc == 0 && write_progress(t, &merr) < 0) log_warn("progress.json: %s", merr.msg);
+    if (rc == 0 && write_progress(t, false, &merr) < 0) log_warn("progress.json: %s", merr.msg);
     return rc;
 }
 
@@ -1160,11 +1173,47 @@ static void teardown(Trainer *t) {
     buf_free(&t->pending_metrics);
 }
 
+// control/stop left in the run (by grpo-ctl stop for an earlier trainer) would
+// stop this one at its first check: --clear-stop removes it; without it the
+// trainer says so, how to remove it, and stops before anything is published.
+// 0 to go on, 1 to stop, -1 with err.
+static int control_stop_check(Trainer *t, PailErr *err) {
+    Buf b = {0};
+    PailErr e = {0};
+    if (store_get(t->st, RUN_KEY_STOP, &b, NULL, NULL, &e) < 0) {
+        buf_free(&b);
+        if (e.code == PAIL_ERR_NOT_FOUND) return 0;
+        *err = e;
+        return err_wrap(err, "%s", RUN_KEY_STOP);
+    }
+    json_t *j = json_loadb((const char *)b.data, b.len, 0, NULL);
+    buf_free(&b);
+    const char *reason = json_string_value(json_object_get(j, "reason"));
+    int64_t when = (int64_t)json_integer_value(json_object_get(j, "time"));
+    char said[320] = "";
+    if (reason || when > 0)
+        snprintf(said, sizeof said, " (reason: %.200s; written %lld s ago)", reason ? reason : "?",
+                 (long long)(time_unix_s() - when));
+    json_decref(j);
+    if (t->cfg->clear_stop) {
+        if (store_delete(t->st, RUN_KEY_STOP, err) < 0) return err_wrap(err, "--clear-stop: %s", RUN_KEY_STOP);
+        log_info("--clear-stop: removed %s/%s%s", store_url(t->st), RUN_KEY_STOP, said);
+        return 0;
+    }
+    log_warn("%s/%s is there%s: stopping before training; remove it with `grpo-ctl rm %s/%s`, or start grpo-train "
+             "with --clear-stop", store_url(t->st), RUN_KEY_STOP, said, t->cfg->run_url, RUN_KEY_STOP);
+    return 1;
+}
+
 int trainer_run(const TrainerConfig *cfg, volatile sig_atomic_t *stop, PailErr *err) {
     Trainer t;
     memset(&t, 0, sizeof t);
     TrainerConfig c = *cfg;  // setup may choose its token_budget (budget.h)
     int rc = setup(&t, &c, err);
+    if (rc == 0 && (rc = control_stop_check(&t, err)) == 1) {  // an earlier stop request: said, nothing trained
+        teardown(&t);
+        return 0;
+    }
     if (rc == 0) rc = start(&t, err);
     while (rc == 0 && t.step < cfg->steps && !(stop && *stop)) {
         int ngroups = 0;
@@ -1188,8 +1237,14 @@ int trainer_run(const TrainerConfig *cfg, volatile sig_atomic_t *stop, PailErr *
         rc = publish(&t, err);
     }
     if (rc == 0) {
+        // Reaching --steps ends the run: workers see "done" and exit (a trainer
+        // started again with more steps clears it at its next write). --steps 0
+        // only publishes v0: the run stays open for the workers it prepares.
+        bool done = !cfg->replay_url && cfg->steps > 0 && t.step >= cfg->steps;
         PailErr perr = {0};
-        write_progress(&t, &perr);
+        if (write_progress(&t, done, &perr) < 0) log_warn("progress.json: %s", perr.msg);
+        else if (done) log_info("%s: done, final version v%08lld: workers exit when they see it", RUN_KEY_PROGRESS,
+                                (long long)t.version);
         char flat[80] = "";
         if (cfg->dynamic_sampling)
             snprintf(flat, sizeof flat, "; groups without reward spread dropped %lld", (long long)t.flat_total);

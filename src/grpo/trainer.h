@@ -42,6 +42,7 @@ typedef struct {
     bool train_zero_advantage;   // forward/backward completions with advantage 0 too (their gradient is 0 without KL)
     bool dynamic_sampling;       // DAPO: groups without reward spread are consumed, not trained; a step waits for
                                  // groups_per_step groups with spread
+    bool clear_stop;             // --clear-stop: remove a control/stop left in the run at start
     bool refuse_resume;          // --no-resume: a run with state is an error, not continued
     long resume_from;            // -1: the newest state; else this state's version (versions go on after the newest)
     double rollout_timeout;      // seconds to wait for enough groups (0: forever)

@@ -11,13 +11,12 @@
 #include "lora/lora.h"
 #include "rollout/serve.h"
 #include "rollout/worker_int.h"
+#include "store/runmeta.h"
 #include "store/versions.h"
-
-#define TRAINER_MAX_STALENESS 4  // grpo-train's --max-staleness default, when run.json lacks it
 
 void pacing_init(Pacing *p) {
     memset(p, 0, sizeof *p);
-    p->run_staleness = TRAINER_MAX_STALENESS;
+    p->run_staleness = RUN_DEFAULT_MAX_STALENESS;
     p->trainer_window = -1;  // unknown until back pressure reads progress.json (or run.json)
     p->waiting_after = -1;
 }
@@ -110,25 +109,52 @@ int pacing_adapter_pick(Worker *w, long newest, long lo, long every, long *got, 
 }
 
 
-// trainer/progress.json as the trainer last wrote it (the caller's to
-// json_decref), or NULL when it is not there or cannot be read.
-static json_t *progress_get(Worker *w) {
-    Buf b = {0};
+// trainer/progress.json as the trainer last wrote it into *p (progress_free):
+// true, or false when it is not there or cannot be read (said once per reason).
+static bool progress_get(Worker *w, Progress *p) {
     PailErr e = {0};
-    json_t *j = NULL;
-    if (store_get(w->st, RUN_KEY_PROGRESS, &b, NULL, NULL, &e) == 0) j = json_loadb((char *)b.data, b.len, 0, NULL);
-    buf_free(&b);
-    return j;
+    if (progress_read(w->st, p, &e) == 0) return true;
+    if (e.code == PAIL_ERR_INVALID && strcmp(w->pace.progress_error, e.msg)) {
+        log_warn("%s (pacing goes by run.json)", e.msg);
+        snprintf(w->pace.progress_error, sizeof w->pace.progress_error, "%s", e.msg);
+    }
+    return false;
+}
+
+// A run already done when this worker started (a finished run about to be
+// continued with more --steps, or a fixture for a worker's own shards) does
+// not end it: the worker works on as before. Only a "done" that follows an
+// open run (progress.json not done, or none yet) ends it.
+RunState pacing_run_state(Worker *w, long *final_version) {
+    Progress p;
+    bool done = false;
+    if (progress_get(w, &p)) {
+        done = p.done;
+        *final_version = p.final_version;
+        progress_free(&p);
+    }
+    if (!done) {
+        w->pace.seen_open = true;
+        return RUN_OPEN;
+    }
+    if (w->pace.seen_open || w->pace.done_idle) return RUN_DONE;
+    if (!w->pace.said_done && !w->cfg->eval) {  // the eval worker scores it up to its final version
+        log_info("the run is done (final adapter v%08ld) as this worker starts: working on, for a trainer started "
+                 "again with more --steps", *final_version);
+        w->pace.said_done = true;
+    }
+    return RUN_DONE_BEFORE;
 }
 
 // The trainer's staleness window: trainer/progress.json's max_staleness (the
 // running trainer's), else run.json's (the first trainer's settings).
 long pacing_window(Worker *w) {
     long s = w->pace.run_staleness;
-    json_t *j = progress_get(w);
-    json_t *v = json_object_get(j, "max_staleness");
-    if (json_is_integer(v) && json_integer_value(v) >= 0) s = (long)json_integer_value(v);
-    json_decref(j);
+    Progress p;
+    if (progress_get(w, &p)) {
+        if (p.max_staleness >= 0) s = p.max_staleness;
+        progress_free(&p);
+    }
     return s;
 }
 
@@ -139,14 +165,15 @@ long pacing_window(Worker *w) {
 // *tv gets the trainer's version. An unreadable progress.json: write.
 static bool shard_out_of_window(Worker *w, long v, long *tv, long *ts) {
     bool out = false;
-    json_t *j = progress_get(w);
-    json_t *jv = json_object_get(j, "version"), *js = json_object_get(j, "max_staleness");
-    if (json_is_integer(jv) && json_is_integer(js) && json_integer_value(js) >= 0) {
-        *tv = (long)json_integer_value(jv);
-        *ts = (long)json_integer_value(js);
-        out = v < *tv - *ts;
+    Progress p;
+    if (progress_get(w, &p)) {
+        if (p.version >= 0 && p.max_staleness >= 0) {
+            *tv = p.version;
+            *ts = p.max_staleness;
+            out = v < *tv - *ts;
+        }
+        progress_free(&p);
     }
-    json_decref(j);
     return out;
 }
 
@@ -199,55 +226,46 @@ int pacing_wait_newer(Worker *w, long after, volatile sig_atomic_t *stop, PailEr
 }
 
 int pacing_check_manifest(Worker *w, volatile sig_atomic_t *stop, PailErr *err) {
-    json_t *m = NULL;
+    RunInfo ri;
     int64_t deadline = time_mono_ms() + (int64_t)(w->cfg->wait_timeout > 0 ? w->cfg->wait_timeout * 1000 : 1e15);
-    while (run_manifest_read(w->st, &m, err) < 0) {
+    while (runinfo_read(w->st, &ri, err) < 0) {
         if (err->code != PAIL_ERR_NOT_FOUND && err->code != PAIL_ERR_NETWORK) return -1;
         if (time_mono_ms() > deadline) return err_wrap(err, "waiting for the trainer to create the run");
         if (worker_stop_requested(w, stop)) return err_set(err, PAIL_ERR_INTERRUPTED, "stopped before the run started");
         pacing_pause_ms(w, 500);
     }
-    const char *base = json_string_value(json_object_get(m, "base_sha256"));
-    const char *toks = json_string_value(json_object_get(m, "tokenizer_sha256"));
-    const char *rid = json_string_value(json_object_get(m, "run_id"));
-    json_int_t G = json_integer_value(json_object_get(m, "group_size"));
     int rc = 0;
-    if (!base || strcmp(base, w->eng.w.base_sha256))
+    if (!ri.base_sha256[0] || strcmp(ri.base_sha256, w->eng.w.base_sha256))
         rc = err_set(err, PAIL_ERR_INVALID, "run.json: base_sha256 %.12s... is not this --model's %.12s... (another "
-                     "base model?)", base ? base : "(none)", w->eng.w.base_sha256);
-    else if (toks && *toks && strcmp(toks, w->tok_sha))
+                     "base model?)", ri.base_sha256[0] ? ri.base_sha256 : "(none)", w->eng.w.base_sha256);
+    else if (ri.tokenizer_sha256[0] && strcmp(ri.tokenizer_sha256, w->tok_sha))
         rc = err_set(err, PAIL_ERR_INVALID, "run.json: tokenizer_sha256 %.12s... is not this model folder's %.12s...",
-                     toks, w->tok_sha);
-    else if (!w->cfg->eval && G && G != w->cfg->group_size)
-        rc = err_set(err, PAIL_ERR_INVALID, "run.json: the trainer expects groups of %lld, --group-size is %d",
-                     (long long)G, w->cfg->group_size);
+                     ri.tokenizer_sha256, w->tok_sha);
+    else if (!w->cfg->eval && ri.group_size && ri.group_size != w->cfg->group_size)
+        rc = err_set(err, PAIL_ERR_INVALID, "run.json: the trainer expects groups of %ld, --group-size is %d",
+                     ri.group_size, w->cfg->group_size);
     // The trainer's compute dtype (run.json of a trainer from before --dtype has none: it held f32).
-    const char *tdt = json_string_value(json_object_get(m, "compute_dtype"));
+    const char *tdt = ri.compute_dtype;
     char mine[32];
     model_weights_dtype_desc(&w->eng.w, mine, sizeof mine);
-    if (rc == 0 && strcmp(tdt ? tdt : "f32", mine)) {
+    if (rc == 0 && strcmp(tdt, mine)) {
         if (w->cfg->strict_dtype)
             rc = err_set(err, PAIL_ERR_INVALID, "run.json: the trainer computes in %s, this worker holds its weights as %s "
-                         "(--strict-dtype; give --dtype %s, or drop --strict-dtype)", tdt ? tdt : "f32", mine,
-                         tdt && dtype_parse(tdt, &(DType){0}) == 0 ? tdt : "f32");
+                         "(--strict-dtype; give --dtype %s, or drop --strict-dtype)", tdt, mine,
+                         dtype_parse(tdt, &(DType){0}) == 0 ? tdt : "f32");
         else
             log_warn("run.json: the trainer computes in %s, this worker holds its weights as %s: behaviour log-probs "
                      "differ from the trainer's by the rounding (importance weights correct it; --strict-dtype refuses)",
-                     tdt ? tdt : "f32", mine);
+                     tdt, mine);
     }
-    snprintf(w->run_id, sizeof w->run_id, "%s", rid ? rid : "");
-    json_t *ms = json_object_get(json_object_get(m, "trainer"), "max-staleness");
-    w->pace.run_staleness = json_is_integer(ms) && json_integer_value(ms) >= 0 ? (long)json_integer_value(ms)
-                                                                           : TRAINER_MAX_STALENESS;
+    snprintf(w->run_id, sizeof w->run_id, "%s", ri.run_id);
+    w->pace.run_staleness = ri.max_staleness;
     w->pace.trainer_window = w->pace.run_staleness;
-    json_t *tr = json_object_get(m, "trainer"), *gs = json_object_get(tr, "groups-per-step"),
-           *pe = json_object_get(tr, "publish-every");
-    w->pace.run_gps = json_is_integer(gs) && json_integer_value(gs) > 0 ? (long)json_integer_value(gs) : 0;
-    w->pace.run_publish_every = json_is_integer(pe) && json_integer_value(pe) > 0 ? (long)json_integer_value(pe) : 1;
-    json_decref(m);
+    w->pace.run_gps = ri.groups_per_step;
+    w->pace.run_publish_every = ri.publish_every;
+    runinfo_free(&ri);
     return rc;
 }
-
 
 // Before a generated shard is written: 0 to write it; -1 (err: interrupted)
 // when asked to drop the batch; 1 when the trainer moved past its version's
@@ -266,9 +284,88 @@ int pacing_shard_wanted(Worker *w, volatile sig_atomic_t *stop, int64_t drawn_be
 
 // Other workers that may have a shard in generation: heartbeats under
 // workers/ written in the last ACTIVE_WORKER_S seconds (a worker writes one
-// after each shard and while paused or waiting; a stopped one or an eval
-// worker is counted until its heartbeat ages out: it only slows the pace).
+// after each shard and while paused or waiting; one killed is counted until
+// its heartbeat ages out: it only slows the pace). An eval worker writes no
+// shards: its heartbeat (role "eval", or mode "eval" from an older pail) is
+// not counted, or it would shrink every generating worker's room; nor is one
+// that says it stopped, finished or failed.
 #define ACTIVE_WORKER_S 120
+bool pacing_heartbeat_generates(const char *json, size_t len) {
+    json_t *j = json_loadb(json, len, 0, NULL);
+    const char *role = json_string_value(json_object_get(j, "role"));
+    const char *mode = json_string_value(json_object_get(j, "mode"));
+    const char *state = json_string_value(json_object_get(j, "state")) ?: "";
+    bool gen = !(role ? !strcmp(role, "eval") : mode && !strcmp(mode, "eval")) && strcmp(state, "stopped") &&
+               strcmp(state, "finished") && strcmp(state, "failed");
+    json_decref(j);
+    return gen;
+}
+
+static const char *feed_sha(const json_t *hb, const char *k) {
+    return json_string_value(json_object_get(json_object_get(hb, k), "sha256"));
+}
+
+static void feed_desc(const json_t *hb, const char *k, char *out, size_t cap) {
+    const json_t *o = json_object_get(hb, k);
+    const char *sha = feed_sha(hb, k) ?: "";
+    const char *name = json_string_value(json_object_get(o, k[0] == 'd' ? "path" : "name")) ?: "?";
+    snprintf(out, cap, "%.300s (sha256 %.12s..)", name, sha);
+}
+
+int pacing_feeds_differ(const json_t *mine, const json_t *other, char *why, size_t cap) {
+    int n = 0;
+    char a[400], b[400];
+    if (why && cap) why[0] = 0;
+    static const char *const sha_keys[] = {"dataset", "chat_template"};
+    for (int i = 0; i < 2; i++) {
+        const char *x = feed_sha(mine, sha_keys[i]), *y = feed_sha(other, sha_keys[i]);
+        if (!x || !y || !strcmp(x, y)) continue;
+        if (n++ == 0 && why) {
+            feed_desc(other, sha_keys[i], a, sizeof a);
+            feed_desc(mine, sha_keys[i], b, sizeof b);
+            snprintf(why, cap, "%s %s where this worker has %s", i ? "chat template" : "dataset", a, b);
+        }
+    }
+    json_t *rx = json_object_get(mine, "rewards"), *ry = json_object_get(other, "rewards");
+    if (rx && ry && !json_equal(rx, ry) && n++ == 0 && why) {
+        char *sx = json_dumps(rx, JSON_COMPACT | JSON_SORT_KEYS), *sy = json_dumps(ry, JSON_COMPACT | JSON_SORT_KEYS);
+        snprintf(why, cap, "rewards %.300s where this worker has %.300s", sy ? sy : "?", sx ? sx : "?");
+        free(sx);
+        free(sy);
+    }
+    return n;
+}
+
+void pacing_compare_feeds(Worker *w) {
+    StoreList l = {0};
+    PailErr err = {0};
+    char own[128];
+    run_key_worker(own, sizeof own, w->worker_id);
+    json_t *mine = json_object();
+    if (!mine) return;
+    worker_feeds(w, mine);
+    if (store_list_all(w->st, "workers/", NULL, &l, &err) == 0)
+        for (int i = 0; i < l.n; i++) {
+            if (!strcmp(l.entries[i].key, own) || l.entries[i].mtime < (int64_t)time_unix_s() - ACTIVE_WORKER_S) continue;
+            Buf b = {0};
+            PailErr e = {0};
+            json_t *hb = NULL;
+            if (store_get(w->st, l.entries[i].key, &b, NULL, NULL, &e) == 0)
+                hb = json_loadb((const char *)b.data, b.len, 0, NULL);
+            buf_free(&b);
+            char why[1024];
+            char *text = hb ? json_dumps(hb, JSON_COMPACT) : NULL;
+            bool gen = text && pacing_heartbeat_generates(text, strlen(text));
+            free(text);
+            if (hb && gen && pacing_feeds_differ(mine, hb, why, sizeof why) > 0)
+                log_warn("worker %s of this run uses %s: the trainer mixes both into its steps (grpo-ctl status "
+                         "shows every worker's)", json_string_value(json_object_get(hb, "worker")) ?: "?", why);
+            json_decref(hb);
+        }
+    store_list_free(&l);
+    json_decref(mine);
+}
+
 static long others_active(Worker *w) {
     StoreList l = {0};
     PailErr err = {0};
@@ -276,8 +373,15 @@ static long others_active(Worker *w) {
     long n = 0;
     run_key_worker(own, sizeof own, w->worker_id);
     if (store_list_all(w->st, "workers/", NULL, &l, &err) == 0)
-        for (int i = 0; i < l.n; i++)
-            if (strcmp(l.entries[i].key, own) && l.entries[i].mtime >= (int64_t)time_unix_s() - ACTIVE_WORKER_S) n++;
+        for (int i = 0; i < l.n; i++) {
+            if (!strcmp(l.entries[i].key, own) || l.entries[i].mtime < (int64_t)time_unix_s() - ACTIVE_WORKER_S) continue;
+            Buf b = {0};
+            PailErr e = {0};
+            if (store_get(w->st, l.entries[i].key, &b, NULL, NULL, &e) < 0 ||
+                pacing_heartbeat_generates((const char *)b.data, b.len))
+                n++;  // unreadable: counted, as before
+            buf_free(&b);
+        }
     store_list_free(&l);
     return n;
 }
@@ -305,18 +409,24 @@ bool pacing_back_pressure(Worker *w, volatile sig_atomic_t *stop) {
         // The trainer's window and rate: progress.json, else (a trainer not yet
         // past its start) run.json's settings and the adapter in use.
         long cur = w->version, win = w->pace.run_staleness, gps = w->pace.run_gps;
-        json_t *j = progress_get(w), *used = NULL;
-        if (j) {
-            json_t *g = json_object_get(j, "groups_per_step");
-            cur = (long)json_integer_value(json_object_get(j, "version"));
-            win = (long)json_integer_value(json_object_get(j, "max_staleness"));
+        bool done_before = false;
+        Progress p;
+        bool have = progress_get(w, &p);
+        if (have) {
+            done_before = p.done && !w->pace.seen_open;
+            if (!p.done) w->pace.seen_open = true;
+            else if (w->pace.seen_open) {  // the run is over: nothing to pause for
+                progress_free(&p);
+                return paused;
+            }
+            cur = p.version;
+            if (p.max_staleness >= 0) win = p.max_staleness;
             w->pace.trainer_window = win;
-            if (json_integer_value(g) > 0) gps = (long)json_integer_value(g);  // else run.json's
-            used = json_object_get(j, "used_shards_by_version");
+            if (p.groups_per_step > 0) gps = p.groups_per_step;  // else run.json's
         }
         // Auto needs the trainer's rate: without it (no progress.json nor
         // run.json groups-per-step, an older trainer) it does not pause.
-        if ((j && ahead > 0) || (ahead < 0 && gps > 0 && cur >= 0)) {
+        if ((have && ahead > 0) || (ahead < 0 && gps > 0 && cur >= 0)) {
             long need = (gps + gsh - 1) / gsh;
             if (ahead < 0) {  // in shards of this worker's size, this one and the others' in generation included
                 // A version lasts publish_every steps: S of them and the rest of this one.
@@ -332,17 +442,21 @@ bool pacing_back_pressure(Worker *w, volatile sig_atomic_t *stop) {
             // step would otherwise reset a per-version count while older shards
             // pile up and go stale): what is listed minus what it used.
             for (long v = cur - win < 0 ? 0 : cur - win; v <= cur; v++) {
-                char prefix[64], vs[32];
+                char prefix[64];
                 run_key_rollout_dir(prefix, sizeof prefix, v);
-                snprintf(vs, sizeof vs, "%ld", v);
                 StoreList l = {0};
                 if (store_list_all(w->st, prefix, NULL, &l, &err) == 0)
-                    pending += l.n - (long)json_integer_value(json_object_get(used, vs));
+                    pending += l.n - (have ? progress_used(&p, v) : 0);
                 store_list_free(&l);
             }
         }
-        json_decref(j);
+        if (have) progress_free(&p);
         if (pending <= allowed || worker_stop_requested(w, stop)) return paused;
+        if (done_before) {  // a worker started on a done run: no trainer uses what waits, so it ends here
+            log_info("the run is done and %ld of its shards wait unused: nothing more to generate for", pending);
+            w->pace.done_idle = true;
+            return true;
+        }
         paused = true;
         if (waited % 10 == 0) {
             if (ahead < 0)

@@ -7,6 +7,8 @@
 #include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stddef.h>
+#include <jansson.h>
 #include "core/err.h"
 
 typedef struct Worker Worker;
@@ -15,6 +17,9 @@ typedef struct {
     long run_staleness;      // run.json's trainer max-staleness
     long trainer_window;     // the trainer's max_staleness as back pressure last read it (-1: unknown)
     long run_gps, run_publish_every;  // run.json's trainer groups-per-step (0: unknown) and publish-every
+    bool seen_open, said_done;  // progress.json seen not done (or absent); a done run at start said
+    bool done_idle;             // on a run done at start, back pressure would pause: the worker ends
+    char progress_error[256];  // the last unreadable progress.json's message, said once
     long waiting_after;      // newest version for which "waiting for the next version" was said (-1: none)
     long *refused;           // (n_refused,) adapter versions that did not verify (owned)
     int n_refused, cap_refused;
@@ -27,6 +32,27 @@ void pacing_free(Pacing *p);
 // model, tokenizer, group size and dtype; keeps the run id and the trainer's
 // settings. 0, or -1 with err.
 int pacing_check_manifest(Worker *w, volatile sig_atomic_t *stop, PailErr *err);
+typedef enum {
+    RUN_OPEN,         // the trainer runs (or has not written progress.json yet)
+    RUN_DONE,         // the trainer reached --steps after this worker saw the run open: exit
+    RUN_DONE_BEFORE,  // done already as this worker started: work on (a trainer may continue it) until
+                      // back pressure would pause it (then RUN_DONE)
+} RunState;
+// From trainer/progress.json's done (said once for RUN_DONE_BEFORE);
+// *final_version gets the run's last adapter version when done.
+RunState pacing_run_state(Worker *w, long *final_version);
+// Whether a heartbeat (workers/<id>.json text) is a worker that may be writing
+// a shard: not an eval worker's, nor one stopped, finished or failed (pacing
+// leaves them out). Unreadable: true.
+bool pacing_heartbeat_generates(const char *json, size_t len);
+// Compares two heartbeats' feeds (worker_feeds: dataset sha256, rewards,
+// chat template sha256) recorded in both; writes the first difference into
+// why ("dataset b.jsonl (sha256 ab12..) where it has a.jsonl (sha256 cd34..)")
+// and returns how many of the three differ.
+int pacing_feeds_differ(const json_t *mine, const json_t *other, char *why, size_t cap);
+// At start: one warning per other live generating worker fed differently
+// (another dataset, rewards or chat template): the trainer would mix both.
+void pacing_compare_feeds(Worker *w);
 // The trainer's staleness window: progress.json's max_staleness, else run.json's.
 long pacing_window(Worker *w);
 // True when adapter version v did not verify before (it is never fetched again).

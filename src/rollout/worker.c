@@ -127,6 +127,35 @@ done:
     return rc;
 }
 
+// What feeds this worker, in its heartbeat: its role, dataset, rewards and
+// chat template, so grpo-ctl status can flag workers of one run that differ.
+void worker_feeds(Worker *w, json_t *j) {
+    const RolloutConfig *c = w->cfg;
+    json_object_set_new(j, "role", json_string(c->eval ? "eval" : c->serve ? "serve" : "generating"));
+    if (w->ds)
+        json_object_set_new(j, "dataset", json_pack("{s:s, s:I, s:s}", "path", w->ds->source, "rows",
+                                                    (json_int_t)w->ds->n, "sha256", w->ds->sha256));
+    json_t *rw = json_object();
+    if (c->serve) {
+        json_object_set_new(rw, "serve", json_string(c->serve));
+    } else if (c->env_cmd) {
+        json_object_set_new(rw, "env", json_string(c->env_cmd));
+    } else {
+        const RewardConfig *r = &c->rewards;
+        json_t *specs = json_array();
+        for (int i = 0; i < r->nspecs; i++) json_array_append_new(specs, json_string(r->specs[i]));
+        json_object_set_new(rw, "specs", specs);
+        if (r->answer_field) json_object_set_new(rw, "answer_field", json_string(r->answer_field));
+        if (r->answer_marker && *r->answer_marker) json_object_set_new(rw, "answer_marker", json_string(r->answer_marker));
+        if (r->format_regex) json_object_set_new(rw, "format_regex", json_string(r->format_regex));
+        if (r->length_target > 0) json_object_set_new(rw, "length_target", json_integer(r->length_target));
+        if (r->cmd) json_object_set_new(rw, "cmd", json_string(r->cmd));
+    }
+    json_object_set_new(j, "rewards", rw);
+    if (w->have_chat)
+        json_object_set_new(j, "chat_template", json_pack("{s:s, s:s}", "name", w->chat.source, "sha256", w->chat.sha256));
+}
+
 void worker_heartbeat(Worker *w, const char *state) {
     double now = time_mono_s();
     char key[128];
@@ -150,6 +179,7 @@ void worker_heartbeat(Worker *w, const char *state) {
                                                         (json_int_t)es.bad_lines, "unknown_ids", (json_int_t)es.unknown_ids));
         if (w->cfg->serve) json_object_set_new(j, "endpoint", json_string(serve_url(w->eng.env)));
     }
+    if (j) worker_feeds(w, j);
     if (j && !w->cfg->eval) {
         json_object_set_new(j, "prompts_drawn", json_integer((json_int_t)w->smp.drawn));
         json_object_set_new(j, "shards_not_written_stale", json_integer((json_int_t)w->stale_unwritten));
@@ -532,9 +562,21 @@ int rollout_run(const RolloutConfig *given, volatile sig_atomic_t *stop, PailErr
     if (rc == 0) rc = pacing_check_manifest(&w, stop, err);
     if (rc == 0 && !c->eval) resume_position(&w);
     if (rc == 0) worker_heartbeat(&w, "starting");  // seen at once by the other workers' pacing (others_active)
+    if (rc == 0 && !c->eval) pacing_compare_feeds(&w);
     long last_eval = -1;
+    bool finished = false;
     while (rc == 0) {
         if (worker_stop_requested(&w, stop)) break;
+        // The trainer reached --steps: a generating worker is done at once, the
+        // eval worker once it has scored (or skipped) the final version.
+        long final_v = -1;
+        RunState rs = pacing_run_state(&w, &final_v);
+        // The eval worker scores a run done before it started too, up to its final version.
+        if ((rs == RUN_DONE && !c->eval) || (rs != RUN_OPEN && c->eval && last_eval >= final_v)) {
+            log_info("the run is done (the trainer reached its --steps; final adapter v%08ld): exiting", final_v);
+            finished = true;
+            break;
+        }
         long newest = -1;
         PailErr lerr = {0};
         if (versions_latest(w.st, &SERIES_ADAPTERS, &newest, &lerr) < 0) {
@@ -598,6 +640,7 @@ int rollout_run(const RolloutConfig *given, volatile sig_atomic_t *stop, PailErr
         if (c->eval) {
             char label[64];
             snprintf(label, sizeof label, "v%08ld", got);
+            worker_heartbeat(&w, "evaluating");  // busy, not late: grpo-ctl status says "evaluating vN"
             if ((rc = evalworker_version(&w, got, label, err)) < 0) break;
             last_eval = got;
             worker_heartbeat(&w, "evaluated");
@@ -623,7 +666,7 @@ int rollout_run(const RolloutConfig *given, volatile sig_atomic_t *stop, PailErr
         if (time_mono_s() - w.last_heartbeat > 3) worker_heartbeat(&w, "generating");
         if (c->max_shards > 0 && w.shards >= c->max_shards) break;
     }
-    if (w.st && set_up) worker_heartbeat(&w, rc == 0 ? "stopped" : "failed");
+    if (w.st && set_up) worker_heartbeat(&w, rc != 0 ? "failed" : finished ? "finished" : "stopped");
     teardown(&w);
     return rc;
 }

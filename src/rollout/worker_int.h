@@ -49,7 +49,9 @@ struct Worker {
     double next_stop_check;
 };
 
-// Writes workers/<id>.json: state, version, counters.
+// Sets j's "role", "dataset", "rewards" and "chat_template": what feeds this worker.
+void worker_feeds(Worker *w, json_t *j);
+// Writes workers/<id>.json: state, version, counters, worker_feeds.
 void worker_heartbeat(Worker *w, const char *state);
 // A signal, or control/stop in the bucket.
 bool worker_stop_requested(Worker *w, volatile sig_atomic_t *stop);

@@ -49,3 +49,28 @@ int run_gc(Store *st, long keep, long max_staleness, bool dry_run, GcStats *g, P
     if (rc == 0) rc = drop_series(st, &SERIES_ADAPTERS, cutoff, dry_run, &g->adapters, err);
     return rc;
 }
+
+const char *const RUN_PREFIXES[] = {"adapters/", "trainer/", "metrics/", "rollouts/", "workers/", "eval/", "control/",
+                                    NULL};
+
+int run_gc_probes(Store *st, bool dry_run, int64_t *n, PailErr *err) {
+    *n = 0;
+    for (int i = 0; RUN_PREFIXES[i]; i++) {
+        char prefix[64];
+        snprintf(prefix, sizeof prefix, "%sdoctor-", RUN_PREFIXES[i]);
+        StoreList l = {0};
+        if (store_list_all(st, prefix, NULL, &l, err) < 0) return -1;
+        int rc = 0;
+        for (int k = 0; k < l.n && rc == 0; k++) {
+            const char *name = l.entries[k].key + strlen(RUN_PREFIXES[i]);
+            if (strchr(name, '/') || (strncmp(name, RUN_PROBE_PROBE, strlen(RUN_PROBE_PROBE)) &&
+                                      strncmp(name, RUN_PROBE_CREATE_ONLY, strlen(RUN_PROBE_CREATE_ONLY))))
+                continue;
+            if (!dry_run && store_delete(st, l.entries[k].key, err) < 0) rc = -1;
+            else (*n)++;
+        }
+        store_list_free(&l);
+        if (rc < 0) return -1;
+    }
+    return 0;
+}

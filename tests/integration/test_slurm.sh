@@ -77,7 +77,7 @@ consumed() {  # distinct rollout workers whose shards the trainer read through t
 check "the trainer consumed shards of both rollout tasks (s$J-p0, s$J-p1)" \
   test "$(consumed "$WORK/main/logs/relay-access.log" | paste -sd' ')" = "s$J-p0 s$J-p1"
 check "control/stop written when the trainer finished" test -e "$R/control/stop"
-check "the eval worker stopped on control/stop" grep -q 'control/stop found' "$WORK/main/logs/eval.log"
+check "the eval worker stopped on its own (the run done) or on control/stop" grep -Eq 'the run is done|control/stop found' "$WORK/main/logs/eval.log"
 check "the eval worker beside the trainer scored v0 and v4" test -s "$R/eval/v00000000.json" -a -s "$R/eval/v00000004.json"
 check "trainer log ends with done: step 4" grep -q 'done: step 4,' "$WORK/main/logs/trainer.log"
 check "no errors in the job's logs" no_errors "$WORK/main.out" "$WORK/main/logs/"*.log
@@ -111,8 +111,8 @@ check "adapter versions v0..v$STEPS, each once" test "$(versions "$R/adapters")"
 check "metrics of steps 1..$STEPS, each once" test "$(steps_of "$R/metrics")" = "$(seq 1 $STEPS | paste -sd' ')"
 check "each version published exactly once across both runs" \
   test "$(grep -o 'published adapter v[0-9]*' "$T" | grep -o '[0-9]*$' | sed 's/^0*\([0-9]\)/\1/' | paste -sd' ')" = "$(seq 0 $STEPS | paste -sd' ')"
-check "both workers of the requeued job stopped on control/stop" \
-  bash -c "grep -q 'control/stop found' '$WORK/rq/logs/rollout-0.log' && grep -q 'control/stop found' '$WORK/rq/logs/rollout-1.log'"
+check "both workers of the requeued job stopped (the run done, or control/stop)" \
+  bash -c "grep -Eq 'the run is done|control/stop found' '$WORK/rq/logs/rollout-0.log' && grep -Eq 'the run is done|control/stop found' '$WORK/rq/logs/rollout-1.log'"
 check "the batch script logged the requeue" grep -q "requeueing job $J" "$WORK/rq.out"
 # Slurm notes the requeue in each step's output; anything else is an error.
 check "no errors in the requeued job's logs (besides Slurm's requeue notes)" \
@@ -139,7 +139,7 @@ W_ARR=$(consumed "$WORK/arr/logs/relay-access.log" | grep -c "^s$A-a[01]-p0\$")
 say "array workers whose shards the trainer consumed: $W_ARR of 2"
 check "the trainer consumed shards of the array's workers (s$A-a*-p0)" test "$W_ARR" -ge 1
 check "the job's own worker stopped after its one shard" test "$(consumed "$WORK/arr/logs/relay-access.log" | grep -c "^s$J-p0\$")" = 1
-check "array workers stopped on control/stop" grep -q 'control/stop found' "$WORK/arr-${A}_0.out"
+check "array workers stopped (the run done, or control/stop)" grep -Eq 'the run is done|control/stop found' "$WORK/arr-${A}_0.out"
 check "no errors in the array job's logs" no_errors "$WORK/arr/logs/"*.log "$WORK/arr-${A}_"*.out
 
 # --- 4. refusals --------------------------------------------------------------
