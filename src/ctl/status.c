@@ -43,6 +43,28 @@ static json_t *get_json(Store *st, const char *key) { return get_json_why(st, ke
 
 static double num(json_t *j, const char *k) { return json_number_value(json_object_get(j, k)); }
 
+// The evaluations' line: the newest and the first one's mean reward, always,
+// and accuracy with its rule where the evaluation defines it (an older eval
+// worker wrote accuracy without a rule); where not, why not.
+static void eval_line(FILE *o, json_t *first, json_t *newest, size_t n) {
+    fprintf(o, "eval     v%lld: reward %.3f", (long long)num(newest, "version"), num(newest, "reward_mean"));
+    json_t *rule = json_object_get(newest, "accuracy_rule");
+    if (json_object_get(newest, "accuracy")) {
+        fprintf(o, ", accuracy %.1f%%", 100 * num(newest, "accuracy"));
+        if (json_is_string(rule)) fprintf(o, " (%s)", json_string_value(rule));
+    }
+    fprintf(o, "   (v%lld: reward %.3f", (long long)num(first, "version"), num(first, "reward_mean"));
+    if (json_object_get(first, "accuracy")) fprintf(o, ", accuracy %.1f%%", 100 * num(first, "accuracy"));
+    fprintf(o, "; %zu evaluations)\n", n);
+    json_t *note = json_object_get(newest, "accuracy_note");
+    if (!json_object_get(newest, "accuracy") && json_is_string(note)) fprintf(o, "         accuracy: %s\n", json_string_value(note));
+    json_t *d = json_object_get(newest, "distinct_completions"), *c = json_object_get(newest, "completions");
+    if (json_is_integer(d) && json_is_integer(c))
+        fprintf(o, "         distinct completions: %lld of %lld%s\n", (long long)json_integer_value(d),
+                (long long)json_integer_value(c),
+                json_integer_value(d) * 10 < json_integer_value(c) ? "  (WARNING: few distinct answers: the policy may have collapsed)" : "");
+}
+
 static void bar(char *out, size_t cap, double frac, int width) {
     if (frac < 0) frac = 0;
     if (frac > 1) frac = 1;
@@ -245,10 +267,7 @@ static int show(Store *st, const char *url, long target, FILE *o) {
     store_list_reset(&l);
     if (store_list_all(st, "eval/v", NULL, &l, &err) == 0 && l.n > 0) {
         json_t *first = get_json(st, l.entries[0].key), *newest = get_json(st, l.entries[l.n - 1].key);
-        if (first && newest)
-            fprintf(o, "eval     v%lld: accuracy %.1f%%   (v%lld: %.1f%%; %d evaluations)\n",
-                    (long long)num(newest, "version"), 100 * num(newest, "accuracy"), (long long)num(first, "version"),
-                    100 * num(first, "accuracy"), l.n);
+        if (first && newest) eval_line(o, first, newest, l.n);
         json_decref(first);
         json_decref(newest);
     }

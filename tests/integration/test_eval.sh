@@ -107,6 +107,9 @@ assert e["version"] == 0 and "accuracy" not in e and e["completions"] == len(d) 
 assert sorted(x["row"] for x in d) == list(range(8)), d' "$SRC"
 check "...its log line says why there is no accuracy" grep -q 'eval v00000000: reward .*accuracy: not defined' \
   "$WORK/worker.log"
+"$BIN/grpo-ctl" status "file://$SRC" >"$WORK/status.out" 2>&1
+check "grpo-ctl status shows its mean reward and why there is no accuracy (not 'accuracy 0.0%')" \
+  bash -c "grep -Eq '^eval +v0: reward [0-9.]+ +\(v0: reward' '$WORK/status.out' && grep -q 'accuracy: not defined for a partial-credit reward' '$WORK/status.out' && ! grep -q 'accuracy 0.0%' '$WORK/status.out' && grep -Eq 'distinct completions: [0-9]+ of 8' '$WORK/status.out'"
 AWS_ACCESS_KEY_ID=$RD_AK AWS_SECRET_ACCESS_KEY=$RD_SK "${EV[@]}" "${PARTIAL[@]}" \
   --adapter s3://pail/runs/r1/adapters/v00000000.h5 --endpoint "$RELAY_URL" --dump "$WORK/s3.jsonl" \
   >"$WORK/s3.json" 2>"$WORK/s3.err"
