@@ -45,7 +45,8 @@ static double num(json_t *j, const char *k) { return json_number_value(json_obje
 
 // The evaluations' line: the newest and the first one's mean reward, always,
 // and accuracy with its rule where the evaluation defines it (an older eval
-// worker wrote accuracy without a rule); where not, why not.
+// worker wrote accuracy without a rule); where not, why not; the distinct
+// completions, with a warning when they are all one text (a collapsed policy).
 static void eval_line(FILE *o, json_t *first, json_t *newest, size_t n) {
     fprintf(o, "eval     v%lld: reward %.3f", (long long)num(newest, "version"), num(newest, "reward_mean"));
     json_t *rule = json_object_get(newest, "accuracy_rule");
@@ -62,7 +63,7 @@ static void eval_line(FILE *o, json_t *first, json_t *newest, size_t n) {
     if (json_is_integer(d) && json_is_integer(c))
         fprintf(o, "         distinct completions: %lld of %lld%s\n", (long long)json_integer_value(d),
                 (long long)json_integer_value(c),
-                json_integer_value(d) * 10 < json_integer_value(c) ? "  (WARNING: few distinct answers: the policy may have collapsed)" : "");
+                json_integer_value(d) == 1 && json_integer_value(c) > 1 ? "  (WARNING: every completion is the same text)" : "");
 }
 
 static void bar(char *out, size_t cap, double frac, int width) {
