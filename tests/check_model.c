@@ -754,7 +754,7 @@ START_TEST(test_weights_dtypes) {
         model_weights_free(&s2);
         model_weights_free(&a), model_weights_free(&f), model_weights_free(&r), model_weights_free(&h);
     }
-    // parse: the four spellings, nothing else
+    // parse: the four spellings
     int want = 99;
     ck_assert_int_eq(model_dtype_parse("auto", &want), 0);
     ck_assert_int_eq(want, MODEL_DTYPE_AUTO);
@@ -764,7 +764,16 @@ START_TEST(test_weights_dtypes) {
     ck_assert_int_eq(want, DT_F16);
     ck_assert_int_eq(model_dtype_parse("f32", &want), 0);
     ck_assert_int_eq(want, DT_F32);
-    const char *bad[] = {"fp32", "BF16", "bfloat16", "f8", "", "auto "};
+    // and torch's / transformers' spellings, in any case
+    struct { const char *s; int dt; } alias[] = {{"fp32", DT_F32},      {"float32", DT_F32}, {"FLOAT", DT_F32},
+                                                 {"BF16", DT_BF16},     {"bfloat16", DT_BF16}, {"fp16", DT_F16},
+                                                 {"Float16", DT_F16},   {"half", DT_F16},    {"AUTO", MODEL_DTYPE_AUTO}};
+    for (size_t i = 0; i < sizeof alias / sizeof alias[0]; i++) {
+        want = 99;
+        ck_assert_int_eq(model_dtype_parse(alias[i].s, &want), 0);
+        ck_assert_int_eq(want, alias[i].dt);
+    }
+    const char *bad[] = {"f8", "fp8", "float64", "", "auto ", " bf16", "bf"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) ck_assert_int_eq(model_dtype_parse(bad[i], &want), -1);
 }
 END_TEST
