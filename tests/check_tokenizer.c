@@ -279,6 +279,22 @@ START_TEST(test_sentencepiece) {
     EXPECT(t, "<s>hello", 1, 267, 263);
     DECODES(t, false, SP "hell o", 267, 263);     // no decoder: tokens joined with spaces
     tokenizer_free(t);
+    // Split's merging behaviors: "▁hello" cut at "e" is ▁h|e|llo, "hello" cut at each "l" he|l|l|o
+    const char *beh[] = {"MergedWithPrevious", "MergedWithNext", "Contiguous"};
+    for (int k = 0; k < 3; k++) {
+        char pre[160];
+        snprintf(pre, sizeof pre, "{\"type\": \"Split\", \"pattern\": {\"String\": \"e\"}, \"behavior\": \"%s\", \"invert\": false}", beh[k]);
+        t = sp_tiny("null", pre, "null", true);
+        if (k == 0) EXPECT(t, SP "hello", 266, 265, 263);       // ▁he, llo
+        if (k == 1) EXPECT(t, SP "hello", 264, 261, 265, 263);  // ▁h, ello
+        if (k == 2) EXPECT(t, SP "hello", 264, 261, 265, 263);  // ▁h, e, llo
+        tokenizer_free(t);
+        snprintf(pre, sizeof pre, "{\"type\": \"Split\", \"pattern\": {\"String\": \"l\"}, \"behavior\": \"%s\", \"invert\": false}", beh[k]);
+        t = sp_tiny("null", pre, "null", true);
+        if (k == 2) EXPECT(t, "hello", 260, 261, 265, 263);     // he, ll, o
+        else EXPECT(t, "hello", 260, 261, 262, 262, 263);       // hel, l, o / he, l, lo
+        tokenizer_free(t);
+    }
 }
 END_TEST
 
@@ -535,8 +551,8 @@ START_TEST(test_hostile_files) {
     expect_load_error("{\"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"ByteLevel\"}, {\"type\": \"Split\", "
                       "\"pattern\": {\"Regex\": \"a\"}, \"behavior\": \"Isolated\"}]}, \"model\": {\"type\": \"BPE\", \"vocab\": {}}}",
                       "ByteLevel before another");
-    expect_load_error("{\"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"Regex\": \"a\"}, \"behavior\": \"Contiguous\"}, "
-                      "\"model\": {\"type\": \"BPE\", \"vocab\": {}}}", "behavior 'Contiguous'");
+    expect_load_error("{\"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"Regex\": \"a\"}, \"behavior\": \"Sideways\"}, "
+                      "\"model\": {\"type\": \"BPE\", \"vocab\": {}}}", "behavior 'Sideways'");
     expect_load_error("{\"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"Regex\": \"(\"}, \"behavior\": \"Isolated\"}, "
                       "\"model\": {\"type\": \"BPE\", \"vocab\": {}}}", "does not compile");
     expect_load_error("{\"normalizer\": {\"type\": \"Precompiled\"}, \"model\": {\"type\": \"BPE\", \"vocab\": {}}}",

@@ -367,7 +367,10 @@ static int pretok_one(Tokenizer *tok, json_t *j, bool last, PailErr *err) {
         int behavior;
         if (!strcmp(b, "Isolated")) behavior = SPLIT_ISOLATED;
         else if (!strcmp(b, "Removed")) behavior = SPLIT_REMOVED;
-        else return err_set(err, PAIL_ERR_UNSUPPORTED, "%s: pre_tokenizer Split behavior '%s' is not supported (pail implements Isolated and Removed)", tok->name, b);
+        else if (!strcmp(b, "MergedWithPrevious")) behavior = SPLIT_MERGED_PREV;
+        else if (!strcmp(b, "MergedWithNext")) behavior = SPLIT_MERGED_NEXT;
+        else if (!strcmp(b, "Contiguous")) behavior = SPLIT_CONTIGUOUS;
+        else return err_set(err, PAIL_ERR_UNSUPPORTED, "%s: pre_tokenizer Split behavior '%s' is not supported (pail implements Isolated, Removed, MergedWithPrevious, MergedWithNext, Contiguous)", tok->name, b);
         PreStep *st = step_new(tok, err);
         if (!st) return -1;
         st->behavior = behavior;
@@ -476,6 +479,39 @@ static int metaspace_encode(Tokenizer *tok, int step, const uint8_t *s, size_t l
     return emit(tok, step, p + prev, n - prev, at_start && prev == 0, ids, err);
 }
 
+// Split's behaviors over the text cut into segments (match or not), as the library's
+// NormalizedString::split folds them: the last piece is held back (pend) while the next
+// segment may still join it.
+typedef struct {
+    size_t ps, pe;  // pending piece, ps == SIZE_MAX when none
+    bool pend_match, prev_match;
+} SplitState;
+
+static int split_flush(Tokenizer *tok, int step, const uint8_t *s, bool at_start, SplitState *z, TokenIds *ids, PailErr *err) {
+    if (z->ps == SIZE_MAX) return 0;
+    int rc = emit(tok, step, s + z->ps, z->pe - z->ps, at_start && z->ps == 0, ids, err);
+    z->ps = SIZE_MAX;
+    return rc;
+}
+
+static int split_segment(Tokenizer *tok, int step, const uint8_t *s, bool at_start, SplitState *z, size_t a, size_t b, bool m,
+                         TokenIds *ids, PailErr *err) {
+    int behavior = tok->pre[step].behavior;
+    if (behavior == SPLIT_ISOLATED || (behavior == SPLIT_REMOVED && !m)) return emit(tok, step, s + a, b - a, at_start && a == 0, ids, err);
+    if (behavior == SPLIT_REMOVED) return 0;
+    bool have = z->ps != SIZE_MAX, join;
+    if (behavior == SPLIT_MERGED_PREV) join = have && m && !z->prev_match;  // a match ends the piece before it
+    else if (behavior == SPLIT_MERGED_NEXT) join = have && z->pend_match && !m;  // a match starts the piece after it
+    else join = have && m && z->pend_match;  // Contiguous: adjacent matches are one piece
+    z->prev_match = m;
+    if (join) { z->pe = b; z->pend_match = m; return 0; }
+    if (split_flush(tok, step, s, at_start, z, ids, err) < 0) return -1;
+    z->ps = a;
+    z->pe = b;
+    z->pend_match = m;
+    return 0;
+}
+
 int pretok_encode(Tokenizer *tok, int step, const uint8_t *s, size_t len, bool at_start, TokenIds *ids, PailErr *err) {
     if (step >= tok->n_pre) return bpe_encode_word(&tok->bpe, s, len, ids, err);
     PreStep *st = &tok->pre[step];
@@ -489,6 +525,7 @@ int pretok_encode(Tokenizer *tok, int step, const uint8_t *s, size_t len, bool a
     }
     if (!st->re) return emit(tok, step, s, len, at_start, ids, err);
     size_t off = 0, prev = 0;
+    SplitState z = {SIZE_MAX, 0, false, false};
     while (off <= len) {
         int rc = st->jit ? pcre2_jit_match(st->re, s, len, off, PCRE2_NO_UTF_CHECK, st->md, tok->mctx)
                          : pcre2_match(st->re, s, len, off, PCRE2_NO_UTF_CHECK, st->md, tok->mctx);
@@ -506,9 +543,10 @@ int pretok_encode(Tokenizer *tok, int step, const uint8_t *s, size_t len, bool a
             off = ms + utf8_decode1(s + ms, len - ms, &cp);
             continue;
         }
-        if (ms > prev && emit(tok, step, s + prev, ms - prev, at_start && prev == 0, ids, err) < 0) return -1;
-        if (st->behavior == SPLIT_ISOLATED && emit(tok, step, s + ms, me - ms, at_start && ms == 0, ids, err) < 0) return -1;
+        if (ms > prev && split_segment(tok, step, s, at_start, &z, prev, ms, false, ids, err) < 0) return -1;
+        if (split_segment(tok, step, s, at_start, &z, ms, me, true, ids, err) < 0) return -1;
         prev = off = me;
     }
-    return prev < len ? emit(tok, step, s + prev, len - prev, at_start && prev == 0, ids, err) : 0;
+    if (prev < len && split_segment(tok, step, s, at_start, &z, prev, len, false, ids, err) < 0) return -1;
+    return split_flush(tok, step, s, at_start, &z, ids, err);
 }

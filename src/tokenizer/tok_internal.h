@@ -62,7 +62,7 @@ typedef struct {
     WordCache cache;
 } Bpe;
 
-enum { SPLIT_ISOLATED, SPLIT_REMOVED };
+enum { SPLIT_ISOLATED, SPLIT_REMOVED, SPLIT_MERGED_PREV, SPLIT_MERGED_NEXT, SPLIT_CONTIGUOUS };
 typedef struct {
     pcre2_code *re;                // owned
     pcre2_match_data *md;          // owned; used under the tokenizer lock

@@ -1,7 +1,8 @@
-// Byte-level BPE tokenizer loaded from a Hugging Face tokenizer.json (GPT-2, Qwen2/2.5/3,
-// Llama 3): added/special tokens matched first and never split, normalizer (NFC & co via
-// utf8proc), pre-tokenizer Split regexes (PCRE2, UTF + Unicode properties, JIT), ByteLevel,
-// BPE merges with ignore_merges, and decoding. Encoding equals the tokenizers library's
+// BPE tokenizer loaded from a Hugging Face tokenizer.json: byte-level (GPT-2, Qwen2/2.5/3,
+// Llama 3, Tekken) and SentencePiece-derived (Llama-2, Mistral, Gemma, Phi-3): added/special
+// tokens matched first and never split, normalizers (NFC & co via utf8proc, Prepend, Replace,
+// Lowercase, Strip), pre-tokenizer Split regexes (PCRE2, UTF + Unicode properties, JIT),
+// ByteLevel, Metaspace, BPE merges with ignore_merges and byte_fallback, and the decoders. Encoding equals the tokenizers library's
 // encode(text, add_special_tokens=False). Chat templates live in chat.h.
 #pragma once
 #include <stdbool.h>

@@ -63,6 +63,7 @@ def main():
     # Gemma: no dummy prefix, spaces replaced by the normalizer, nothing stripped on decode.
     tok = sp_bpe(read_model(v3))
     tok.normalizer = normalizers.Replace(" ", SP)
+    tok.pre_tokenizer = pre_tokenizers.Split(" ", "merged_with_previous")  # as GemmaConverter: a no-op after the Replace
     tok.decoder = sp_decoder(False)
     save(tok, out, "gemma-style")
     # Mistral Nemo / Small: tekken.json as transformers converts it.

@@ -147,7 +147,8 @@ def gpt2_variants(work, dirs):
 def sp_variants(work, dirs):
     """More of the SentencePiece-era components on the vocabulary of the Mistral v3 file:
     Metaspace splitting on every marker with prepend_scheme always (older Llama/T5 files),
-    and a normalizer chain with a Regex Replace, Strip, Lowercase and NFKC."""
+    a normalizer chain with a Regex Replace, Strip, Lowercase and NFKC, and Split's
+    merging behaviors."""
     spec = {
         "metaspace-split-always": {
             "pre_tokenizer": {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always", "split": True},
@@ -163,6 +164,10 @@ def sp_variants(work, dirs):
                 {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "}, {"type": "ByteFallback"},
                 {"type": "Fuse"}, {"type": "Strip", "content": " ", "start": 1, "stop": 0}]}},  # stop > 0 panics the library on ""
     }
+    for b in ("MergedWithPrevious", "MergedWithNext", "Contiguous"):  # Split's other behaviors
+        spec[f"split-{b.lower()}"] = {
+            "normalizer": {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"},
+            "pre_tokenizer": {"type": "Split", "pattern": {"Regex": "\u2581|\\p{P}"}, "behavior": b, "invert": False}}
     out = []
     for name, d in dirs:
         if name != "mistral-v3-metaspace":
