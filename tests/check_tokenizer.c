@@ -298,6 +298,38 @@ START_TEST(test_sentencepiece) {
 }
 END_TEST
 
+START_TEST(test_unigram) {
+    // best total score: "abc" = ab + c (-3.5) over abc (-4) and a + b + c (-4); an unknown char
+    // scores min - 10 = -14, and consecutive unknowns fuse into one <unk>
+    const char *js = "{\"model\": {\"type\": \"Unigram\", \"unk_id\": 0, \"byte_fallback\": %s, \"vocab\": [[\"<unk>\", 0],"
+                     " [\"a\", -1], [\"b\", -1], [\"ab\", -1.5], [\"abc\", -4], [\"c\", -2], [\"<0x78>\", -3]]}}";
+    for (int bf = 0; bf < 2; bf++) {
+        char buf[512];
+        snprintf(buf, sizeof buf, js, bf ? "true" : "false");
+        Tokenizer *t;
+        PailErr err = {0};
+        ck_assert_msg(tokenizer_load_mem(&t, buf, strlen(buf), "uni.json", &err) == 0, "%s", err.msg);
+        EXPECT(t, "abc", 3, 5);
+        EXPECT(t, "cab", 5, 3);
+        EXPECT(t, "xy", 0);                  // two unknowns, one <unk>
+        EXPECT(t, "bab", 2, 3);              // b + ab (-2.5) over b + a + b (-3)
+        if (bf) EXPECT(t, "abxxc", 3, 6, 6, 5);  // the fused "xx" is not a piece: its bytes
+        else EXPECT(t, "abxxc", 3, 0, 5);
+        if (bf) EXPECT(t, "xz", 0);          // z has no byte token: the whole piece is unk
+        tokenizer_free(t);
+    }
+    Tokenizer *t;
+    PailErr err = {0};
+    const char *nounk = "{\"model\": {\"type\": \"Unigram\", \"vocab\": [[\"a\", -1]]}}";
+    ck_assert_int_eq(tokenizer_load_mem(&t, nounk, strlen(nounk), "nounk.json", &err), 0);
+    TokenIds ids = {0};
+    ck_assert_int_eq(tokenizer_encode(t, "ab", 2, &ids, &err), -1);
+    ck_assert_ptr_nonnull(strstr(err.msg, "no unk_id"));
+    token_ids_free(&ids);
+    tokenizer_free(t);
+}
+END_TEST
+
 START_TEST(test_utf8_lossy) {
     // Maximal-subpart replacement, as Python's bytes.decode('utf-8', 'replace') gives.
     struct { const char *in; size_t len; const char *want; } v[] = {
@@ -545,7 +577,9 @@ START_TEST(test_hostile_files) {
     expect_load_error("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1}, \"merges\": [[\"a\", \"b\"]]}}",
                       "makes \"ab\" that is not in the vocab");
     expect_load_error("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": [\"a\"]}}", "not two tokens");
-    expect_load_error("{\"model\": {\"type\": \"Unigram\", \"vocab\": []}}", "model type 'Unigram' is not supported");
+    expect_load_error("{\"model\": {\"type\": \"WordLevel\", \"vocab\": {}}}", "model type 'WordLevel' is not supported");
+    expect_load_error("{\"model\": {\"type\": \"Unigram\", \"vocab\": [[\"a\", \"x\"]]}}", "Unigram model.vocab[0] is not a [\"piece\", score] pair");
+    expect_load_error("{\"model\": {\"type\": \"Unigram\", \"unk_id\": 3, \"vocab\": [[\"a\", 0]]}}", "unk_id is not an id");
     expect_load_error("{\"pre_tokenizer\": {\"type\": \"Whitespace\"}, \"model\": {\"type\": \"BPE\", \"vocab\": {}}}",
                       "pre_tokenizer 'Whitespace' is not supported");
     expect_load_error("{\"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"ByteLevel\"}, {\"type\": \"Split\", "
@@ -673,6 +707,7 @@ int main(void) {
     tcase_add_test(core, test_added_tokens);
     tcase_add_test(core, test_decode);
     tcase_add_test(core, test_sentencepiece);
+    tcase_add_test(core, test_unigram);
     tcase_add_test(core, test_chat);
     tcase_add_test(core, test_chat_inputs);
     tcase_add_test(core, test_reference_files);

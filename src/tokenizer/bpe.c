@@ -281,7 +281,7 @@ int bpe_encode_word(Bpe *b, const uint8_t *w, size_t len, TokenIds *ids, PailErr
         return 0;
     }
     size_t before = ids->len;
-    if (bpe_merge(b, w, len, ids, err) < 0) return -1;
+    if ((b->unigram ? unigram_encode(b, w, len, ids, err) : bpe_merge(b, w, len, ids, err)) < 0) return -1;
     cache_put(&b->cache, w, len, h, ids->data + before, ids->len - before);
     return 0;
 }
@@ -312,8 +312,9 @@ int bpe_load(Tokenizer *tok, json_t *model, PailErr *err) {
     Bpe *b = &tok->bpe;
     const char *name = tok->name;
     json_t *type = json_object_get(model, "type");
+    if (json_is_string(type) && !strcmp(json_string_value(type), "Unigram")) return unigram_load(tok, model, err);
     if (type && (!json_is_string(type) || strcmp(json_string_value(type), "BPE")))
-        return err_set(err, PAIL_ERR_UNSUPPORTED, "%s: model type '%s' is not supported (pail implements BPE)", name,
+        return err_set(err, PAIL_ERR_UNSUPPORTED, "%s: model type '%s' is not supported (pail implements BPE and Unigram)", name,
                        json_is_string(type) ? json_string_value(type) : "?");
     json_t *v;
     if ((v = json_object_get(model, "dropout")) && !json_is_null(v) && json_number_value(v) > 0)
@@ -343,6 +344,7 @@ int bpe_load(Tokenizer *tok, json_t *model, PailErr *err) {
 
 int bpe_load_tables(Tokenizer *tok, json_t *model, PailErr *err) {
     Bpe *b = &tok->bpe;
+    if (b->unigram) return unigram_load_tables(tok, model, err);
     const char *name = tok->name;
     json_t *vocab = json_object_get(model, "vocab"), *merges = json_object_get(model, "merges");
     for (void *it = json_object_iter(vocab); it; it = json_object_iter_next(vocab, it)) {
@@ -418,6 +420,8 @@ int bpe_load_tables(Tokenizer *tok, json_t *model, PailErr *err) {
 void bpe_free(Bpe *b) {
     for (size_t s = 0; s < b->raw_vocab.cap; s++) free((char *)b->raw_vocab.slots[s].key);
     strmap_free(&b->raw_vocab);
+    strmap_free(&b->prefixes);
+    free(b->score);
     strmap_free(&b->vocab);
     free(b->merges.slots);
     free(b->cache.slots);

@@ -1,5 +1,5 @@
 // Internal layout of the tokenizer module, shared by tokenizer.c (loading, added tokens,
-// encode/decode), bpe.c (vocab, merges, word merging, word cache) and pretok.c
+// encode/decode), bpe.c (vocab, merges, word merging, word cache), unigram.c and pretok.c
 // (normalizers, Split / ByteLevel / Metaspace pre-tokenizers, UTF-8 helpers) and decode.c
 // (the decoder chain). Not a public header.
 #pragma once
@@ -59,6 +59,10 @@ typedef struct {
     bool fuse_unk;
     bool byte_fallback;     // a char not in the vocab becomes its bytes' <0xNN> tokens
     int32_t fallback_id[256];  // id of "<0xNN>" for each byte, -1 if absent
+    bool unigram;           // model type Unigram: Viterbi over scores instead of merges
+    double *score;          // unigram: (V) log-probability of each id, owned
+    double min_score;       // unigram: lowest score (unk scores min_score - 10)
+    StrMap prefixes;        // unigram: every byte prefix of a vocab piece (keys point into strings)
     WordCache cache;
 } Bpe;
 
@@ -152,6 +156,12 @@ int bpe_load_tables(Tokenizer *tok, json_t *model, PailErr *err);
 void bpe_free(Bpe *b);
 // Appends the ids of one pre-tokenized word (raw bytes when byte_level, else UTF-8 text).
 int bpe_encode_word(Bpe *b, const uint8_t *w, size_t len, TokenIds *ids, PailErr *err);
+
+// ---- unigram.c (the Unigram model; its tables live in Bpe)
+int unigram_load(Tokenizer *tok, json_t *model, PailErr *err);
+int unigram_load_tables(Tokenizer *tok, json_t *model, PailErr *err);
+// Appends the ids of one word: the best segmentation by total score, unknown chars fused.
+int unigram_encode(const Bpe *b, const uint8_t *w, size_t len, TokenIds *ids, PailErr *err);
 
 // ---- pretok.c
 uint32_t tok_byte_char(uint8_t b);  // GPT-2 bytes_to_unicode

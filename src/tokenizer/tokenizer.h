@@ -2,8 +2,9 @@
 // Llama 3, Tekken) and SentencePiece-derived (Llama-2, Mistral, Gemma, Phi-3): added/special
 // tokens matched first and never split, normalizers (NFC & co via utf8proc, Prepend, Replace,
 // Lowercase, Strip), pre-tokenizer Split regexes (PCRE2, UTF + Unicode properties, JIT),
-// ByteLevel, Metaspace, BPE merges with ignore_merges and byte_fallback, and the decoders. Encoding equals the tokenizers library's
-// encode(text, add_special_tokens=False). Chat templates live in chat.h.
+// ByteLevel, Metaspace, BPE merges with ignore_merges and byte_fallback, the Unigram model,
+// and the decoders. Encoding equals the tokenizers library's encode(text,
+// add_special_tokens=False). Chat templates live in chat.h.
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>
@@ -32,8 +33,8 @@ void tokenizer_free(Tokenizer *tok);
 // serialize on an internal lock that guards the word -> ids cache; use one Tokenizer per
 // thread for parallel encoding.
 int tokenizer_encode(Tokenizer *tok, const char *text, size_t len, TokenIds *ids, PailErr *err);
-// Appends the decoded bytes of ids to out (the decoder's bytes, which may be invalid UTF-8
-// when ids cut a character). skip_special drops special added tokens. Thread-safe.
+// Appends the decoded bytes of ids to out (ByteLevel: the decoder's bytes, which may be
+// invalid UTF-8 when ids cut a character; ByteFallback gives U+FFFD per byte there instead). skip_special drops special added tokens. Thread-safe.
 int tokenizer_decode(const Tokenizer *tok, const int32_t *ids, size_t n, bool skip_special, Buf *out,
                      PailErr *err);
 // utf8_append_lossy, utf8_invalid_at: core/utf8.h (included above).

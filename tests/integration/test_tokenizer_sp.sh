@@ -52,9 +52,9 @@ j = json.load(open(sys.argv[1], encoding="utf-8"))
 j["normalizer"] = {"type": "Precompiled", "precompiled_charsmap": ""}
 json.dump(j, open(sys.argv[2] + "/precompiled.json", "w"))
 j["normalizer"] = None
-j["model"] = {"type": "Unigram", "unk_id": 0, "vocab": [["<unk>", 0.0], ["a", -1.0]], "byte_fallback": True}
-json.dump(j, open(sys.argv[2] + "/unigram.json", "w"))
+j["model"] = {"type": "WordPiece", "unk_token": "<unk>", "vocab": {"<unk>": 0, "a": 1}}
+json.dump(j, open(sys.argv[2] + "/wordpiece.json", "w"))
 PYEOF
 expect_fail "Precompiled normalizer refused" 1 "precompiled.json: normalizer 'Precompiled' is not supported" "$CTL" tokenize --tokenizer "$WORK/precompiled.json" --text x
-expect_fail "Unigram model refused" 1 "unigram.json: model type 'Unigram' is not supported" "$CTL" tokenize --tokenizer "$WORK/unigram.json" --text x
+expect_fail "WordPiece model refused" 1 "wordpiece.json: model type 'WordPiece' is not supported" "$CTL" tokenize --tokenizer "$WORK/wordpiece.json" --text x
 finish

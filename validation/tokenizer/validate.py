@@ -3,7 +3,7 @@
 # conversations; pail's `grpo-ctl tokenize/detokenize` must agree on every item.
 # Usage: validate.py --ctl BIN/grpo-ctl --work DIR --dir NAME=TOKENIZER_DIR [--dir ...]
 # Prints one line per check and "tokenizer-validate: N passed, N failed"; exit 1 on any failure.
-import argparse, json, os, subprocess, sys
+import argparse, json, math, os, subprocess, sys
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -147,8 +147,8 @@ def gpt2_variants(work, dirs):
 def sp_variants(work, dirs):
     """More of the SentencePiece-era components on the vocabulary of the Mistral v3 file:
     Metaspace splitting on every marker with prepend_scheme always (older Llama/T5 files),
-    a normalizer chain with a Regex Replace, Strip, Lowercase and NFKC, and Split's
-    merging behaviors."""
+    a normalizer chain with a Regex Replace, Strip, Lowercase and NFKC, Split's merging
+    behaviors, and a Unigram model over the same pieces with and without byte_fallback."""
     spec = {
         "metaspace-split-always": {
             "pre_tokenizer": {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always", "split": True},
@@ -168,13 +168,20 @@ def sp_variants(work, dirs):
         spec[f"split-{b.lower()}"] = {
             "normalizer": {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"},
             "pre_tokenizer": {"type": "Split", "pattern": {"Regex": "\u2581|\\p{P}"}, "behavior": b, "invert": False}}
+    for bf in (True, False):  # Unigram on the same pieces, scored -log(id + 2) (Zipf-like; sums of doubles)
+        spec[f"unigram-{'fallback' if bf else 'unk'}"] = {
+            "pre_tokenizer": {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always", "split": True},
+            "decoder": {"type": "Sequence", "decoders": [
+                {"type": "ByteFallback"}, {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always", "split": True}]},
+            "model": lambda j, bf=bf: {"type": "Unigram", "unk_id": 0, "byte_fallback": bf, "vocab": [
+                [p, -math.log(i + 2)] for p, i in sorted(j["model"]["vocab"].items(), key=lambda x: x[1])]}}
     out = []
     for name, d in dirs:
         if name != "mistral-v3-metaspace":
             continue
         for vname, parts in spec.items():
             j = json.load(open(os.path.join(d, "tokenizer.json"), encoding="utf-8"))
-            j.update(parts)
+            j.update({k: v(j) if callable(v) else v for k, v in parts.items()})
             vd = os.path.join(work, vname)
             os.makedirs(vd, exist_ok=True)
             with open(os.path.join(vd, "tokenizer.json"), "w", encoding="utf-8") as f:
