@@ -253,7 +253,16 @@ START_TEST(test_sentencepiece) {
     EXPECT(t, "o o", 259, 263, 259, 263);
     DECODES(t, false, "hello", 267, 263);         // Strip takes the leading space of the fused text
     DECODES(t, false, "h\xe2\x82\xac", 264, 3 + 0xe2, 3 + 0x82, 3 + 0xac);
-    DECODES(t, false, "h\xef\xbf\xbd\xef\xbf\xbd", 264, 3 + 0xe2, 3 + 0x82);  // a cut character: U+FFFD per byte
+    DECODES(t, false, "h\xe2\x82", 264, 3 + 0xe2, 3 + 0x82);  // a cut character: its raw bytes, as ByteLevel
+    {  // as text: one U+FFFD per byte, as the library
+        const int32_t cut[] = {264, 3 + 0xe2, 3 + 0x82};
+        Buf b = {0};
+        PailErr err = {0};
+        ck_assert_int_eq(tokenizer_decode_text(t, cut, 3, false, &b, &err), 0);
+        buf_append(&b, "", 1);
+        ck_assert_str_eq((char *)b.data, "h\xef\xbf\xbd\xef\xbf\xbd");
+        buf_free(&b);
+    }
     DECODES(t, false, "<s> hello", 1, 267, 263);
     DECODES(t, true, "hello", 1, 267, 263, 2);
     tokenizer_free(t);

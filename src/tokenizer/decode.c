@@ -138,19 +138,21 @@ static int hex_digit(uint8_t c) {
     return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
 }
 
-// ByteFallback: a run of <0xNN> tokens becomes its bytes when they are valid UTF-8, else
-// one U+FFFD per byte, as the library does.
-static int flush_bytes(StrList *out, Buf *bytes) {
+// ByteFallback: a run of <0xNN> tokens becomes one string of its bytes when they are valid
+// UTF-8, else one U+FFFD per byte, as the library does. raw keeps the bytes of an invalid run
+// instead, as the ByteLevel path does, so that a caller decoding a growing sequence
+// (grpo-rollout --serve's streaming) can hold back a character not all sampled yet.
+static int flush_bytes(StrList *out, Buf *bytes, bool raw) {
     int rc = 0;
     if (!bytes->len) return 0;
-    if (utf8_invalid_at(bytes->data, bytes->len) < 0) rc = list_push(out, bytes->data, bytes->len);
+    if (raw || utf8_invalid_at(bytes->data, bytes->len) < 0) rc = list_push(out, bytes->data, bytes->len);
     else
         for (size_t i = 0; i < bytes->len && rc == 0; i++) rc = list_push(out, "\xef\xbf\xbd", 3);
     buf_reset(bytes);
     return rc;
 }
 
-static int step_run(const DecStep *d, const StrList *in, StrList *out) {
+static int step_run(const DecStep *d, const StrList *in, StrList *out, bool raw) {
     const uint8_t *base = in->text.data;
     int rc = 0;
     if (d->kind == DEC_STEP_FUSE) {
@@ -167,10 +169,10 @@ static int step_run(const DecStep *d, const StrList *in, StrList *out) {
                 rc = buf_append(&bytes, &b, 1);
                 continue;
             }
-            rc = flush_bytes(out, &bytes);
+            rc = flush_bytes(out, &bytes, raw);
             if (rc == 0) rc = list_push(out, s, in->len[i]);
         }
-        if (rc == 0) rc = flush_bytes(out, &bytes);
+        if (rc == 0) rc = flush_bytes(out, &bytes, raw);
         buf_free(&bytes);
         return rc;
     }
@@ -203,14 +205,14 @@ static int step_run(const DecStep *d, const StrList *in, StrList *out) {
     return rc;
 }
 
-int decoder_chain(const Tokenizer *tok, const char *const *texts, size_t n, Buf *out, PailErr *err) {
+int decoder_chain(const Tokenizer *tok, const char *const *texts, size_t n, bool raw, Buf *out, PailErr *err) {
     StrList a = {0}, b = {0};
     int rc = 0;
     for (size_t i = 0; i < n && rc == 0; i++) rc = list_push(&a, texts[i], strlen(texts[i]));
     for (int k = 0; k < tok->n_dec && rc == 0; k++) {
         b.n = 0;
         buf_reset(&b.text);
-        rc = step_run(&tok->dec[k], &a, &b);
+        rc = step_run(&tok->dec[k], &a, &b, raw);
         StrList t = a; a = b; b = t;
     }
     if (rc == 0) rc = buf_append(out, a.text.data, a.text.len);

@@ -184,5 +184,6 @@ pcre2_code *tok_regex_compile(Tokenizer *tok, const char *pat, size_t len, bool 
 // ---- decode.c
 int decoder_load(Tokenizer *tok, json_t *j, PailErr *err);
 void decoder_free(Tokenizer *tok);
-// Runs the decoder chain over the tokens' texts and appends the result to out.
-int decoder_chain(const Tokenizer *tok, const char *const *texts, size_t n, Buf *out, PailErr *err);
+// Runs the decoder chain over the tokens' texts and appends the result to out; raw keeps
+// ByteFallback's invalid byte runs as bytes instead of U+FFFDs.
+int decoder_chain(const Tokenizer *tok, const char *const *texts, size_t n, bool raw, Buf *out, PailErr *err);

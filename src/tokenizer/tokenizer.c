@@ -188,7 +188,7 @@ int tokenizer_encode(Tokenizer *tok, const char *text, size_t len, TokenIds *ids
 
 // ---- decode
 
-int tokenizer_decode(const Tokenizer *tok, const int32_t *ids, size_t n, bool skip_special, Buf *out, PailErr *err) {
+static int decode_ids(const Tokenizer *tok, const int32_t *ids, size_t n, bool skip_special, bool raw, Buf *out, PailErr *err) {
     if (tok->decoder == DEC_CHAIN) {  // the chain sees all the tokens' texts at once
         const char **texts = malloc((n ? n : 1) * sizeof *texts);
         if (!texts) return err_set(err, PAIL_ERR_NOMEM, "tokenizer: out of memory");
@@ -201,7 +201,7 @@ int tokenizer_decode(const Tokenizer *tok, const int32_t *ids, size_t n, bool sk
             }
             if (!(skip_special && (tok->id_flags[id] & 2))) texts[k++] = tok->id_text[id];
         }
-        int rc = decoder_chain(tok, texts, k, out, err);
+        int rc = decoder_chain(tok, texts, k, raw, out, err);
         free(texts);
         return rc;
     }
@@ -217,6 +217,20 @@ int tokenizer_decode(const Tokenizer *tok, const int32_t *ids, size_t n, bool sk
         first = false;
     }
     return 0;
+}
+
+int tokenizer_decode(const Tokenizer *tok, const int32_t *ids, size_t n, bool skip_special, Buf *out, PailErr *err) {
+    return decode_ids(tok, ids, n, skip_special, true, out, err);
+}
+
+int tokenizer_decode_text(const Tokenizer *tok, const int32_t *ids, size_t n, bool skip_special, Buf *out, PailErr *err) {
+    if (tok->decoder == DEC_CHAIN) return decode_ids(tok, ids, n, skip_special, false, out, err);
+    Buf raw = {0};  // ByteLevel's bytes: the library's from_utf8_lossy
+    int rc = decode_ids(tok, ids, n, skip_special, true, &raw, err);
+    if (rc == 0 && utf8_append_lossy(out, raw.data ? raw.data : (const uint8_t *)"", raw.len) < 0)
+        rc = err_set(err, PAIL_ERR_NOMEM, "tokenizer: out of memory");
+    buf_free(&raw);
+    return rc;
 }
 
 // ByteLevel decoder for one token: every char back to its byte, or the token's own UTF-8

@@ -33,10 +33,15 @@ void tokenizer_free(Tokenizer *tok);
 // serialize on an internal lock that guards the word -> ids cache; use one Tokenizer per
 // thread for parallel encoding.
 int tokenizer_encode(Tokenizer *tok, const char *text, size_t len, TokenIds *ids, PailErr *err);
-// Appends the decoded bytes of ids to out (ByteLevel: the decoder's bytes, which may be
-// invalid UTF-8 when ids cut a character; ByteFallback gives U+FFFD per byte there instead). skip_special drops special added tokens. Thread-safe.
+// Appends the decoded bytes of ids to out (the decoder's bytes, which may be invalid UTF-8
+// when ids cut a character: ByteLevel and ByteFallback tokens, kept raw so that a growing
+// sequence can be decoded piece by piece). skip_special drops special added tokens. Thread-safe.
 int tokenizer_decode(const Tokenizer *tok, const int32_t *ids, size_t n, bool skip_special, Buf *out,
                      PailErr *err);
+// Same as text, valid UTF-8 equal to the library's decode: an invalid ByteFallback run is
+// one U+FFFD per byte, invalid ByteLevel bytes one per maximal invalid subpart.
+int tokenizer_decode_text(const Tokenizer *tok, const int32_t *ids, size_t n, bool skip_special, Buf *out,
+                          PailErr *err);
 // utf8_append_lossy, utf8_invalid_at: core/utf8.h (included above).
 
 int32_t tokenizer_token_id(const Tokenizer *tok, const char *token);  // -1 when absent
