@@ -22,12 +22,12 @@ if have; then echo "$dest"; exit 0; fi
 meta=$(curl -fsSL --retry 3 "https://pypi.org/pypi/$pkg/json") ||
   { echo "pypi-fetch: https://pypi.org/pypi/$pkg/json: cannot fetch the package's metadata (offline?)" >&2; exit 1; }
 line=$(printf '%s' "$meta" | python3 -c '
-import json, sys
-ver, file = sys.argv[1], sys.argv[2]
+import json, sys, urllib.parse
+ver, file, base = sys.argv[1], sys.argv[2], sys.argv[3]
 for f in json.load(sys.stdin).get("releases", {}).get(ver, []):
-    if f["filename"] == file:
-        print(f["url"], f["digests"]["sha256"])
-' "$ver" "$file")
+    if f["filename"] == file:  # a mirror may give a url relative to the JSON
+        print(urllib.parse.urljoin(base, f["url"]), f["digests"]["sha256"])
+' "$ver" "$file" "https://pypi.org/pypi/$pkg/json")
 [ -n "$line" ] || { echo "pypi-fetch: $pkg $ver on PyPI has no file $file" >&2; exit 1; }
 url=${line% *} pypi_sha=${line#* }
 [ "$pypi_sha" = "$sha" ] ||

@@ -1,6 +1,6 @@
 // Check suite for src/tokenizer: tiny hand-built tokenizer.json files with expectations
 // worked out by hand (merge order, ignore_merges, added tokens and their flags, NFC,
-// digit splitting, decoding), chat rendering, hostile files and text, and the published
+// digit splitting, decoding; SentencePiece-style byte fallback, Metaspace and decoders), chat rendering, hostile files and text, and the published
 // Qwen3 / Llama 3 files when ../shared/reference is present (ids from the tokenizers library).
 #include <check.h>
 #include <jansson.h>
@@ -190,6 +190,151 @@ START_TEST(test_decode) {
     ck_assert_ptr_nonnull(strstr(err.msg, "id 304 at position 1"));
     buf_free(&b);
     buf_free(&l);
+    tokenizer_free(t);
+}
+END_TEST
+
+// A SentencePiece-style tokenizer (as the converters write Llama-2 / Mistral / Gemma files):
+// <unk> <s> </s>, the 256 byte tokens <0x00>..<0xFF> (ids 3..258), then pieces with the
+// space marker; normalizer, pre_tokenizer and decoder as given (JSON or "null").
+#define SP "\xe2\x96\x81"
+static Tokenizer *sp_tiny(const char *normalizer, const char *pre, const char *decoder, bool byte_fallback) {
+    json_t *vocab = json_pack("{s:i, s:i, s:i}", "<unk>", 0, "<s>", 1, "</s>", 2);
+    for (int b = 0; b < 256; b++) {
+        char c[8];
+        snprintf(c, sizeof c, "<0x%02X>", b);
+        json_object_set_new(vocab, c, json_integer(3 + b));
+    }
+    const char *pieces[] = {SP, "h", "e", "l", "o", SP "h", "ll", SP "he", SP "hell", "\xc3\xa9"};
+    for (int i = 0; i < 10; i++) json_object_set_new(vocab, pieces[i], json_integer(259 + i));
+    json_error_t je;
+    json_t *root = json_pack("{s:[{s:i, s:s, s:b, s:b}, {s:i, s:s, s:b, s:b}, {s:i, s:s, s:b, s:b}],"
+                             " s:{s:s, s:o, s:[[ss][ss][ss][ss]], s:s, s:b, s:b}}",
+        "added_tokens", "id", 0, "content", "<unk>", "special", 1, "normalized", 0, "id", 1, "content", "<s>", "special", 1,
+        "normalized", 0, "id", 2, "content", "</s>", "special", 1, "normalized", 0,
+        "model", "type", "BPE", "vocab", vocab, "merges", SP, "h", "l", "l", SP "h", "e", SP "he", "ll",
+        "unk_token", "<unk>", "fuse_unk", 1, "byte_fallback", byte_fallback);
+    ck_assert_ptr_nonnull(root);
+    json_object_set_new(root, "normalizer", json_loads(normalizer, JSON_DECODE_ANY, &je));
+    json_object_set_new(root, "pre_tokenizer", json_loads(pre, JSON_DECODE_ANY, &je));
+    json_object_set_new(root, "decoder", json_loads(decoder, JSON_DECODE_ANY, &je));
+    char *js = json_dumps(root, 0);
+    json_decref(root);
+    Tokenizer *t;
+    PailErr err = {0};
+    int rc = tokenizer_load_mem(&t, js, strlen(js), "sp.json", &err);
+    free(js);
+    ck_assert_msg(rc == 0, "%s", err.msg);
+    return t;
+}
+
+static void expect_text(Tokenizer *t, const int32_t *ids, size_t n, bool skip, const char *want) {
+    Buf b = {0};
+    PailErr err = {0};
+    ck_assert_msg(tokenizer_decode(t, ids, n, skip, &b, &err) == 0, "%s", err.msg);
+    buf_append(&b, "", 1);
+    ck_assert_msg(!strcmp((char *)b.data, want), "decoded \"%s\", want \"%s\"", (char *)b.data, want);
+    buf_free(&b);
+}
+#define DECODES(t, skip, want, ...) do { const int32_t i_[] = {__VA_ARGS__}; expect_text(t, i_, sizeof i_ / sizeof i_[0], skip, want); } while (0)
+
+#define SP_DECODER "{\"type\": \"Sequence\", \"decoders\": [{\"type\": \"Replace\", \"pattern\": {\"String\": \"" SP "\"}, \"content\": \" \"}," \
+                   " {\"type\": \"ByteFallback\"}, {\"type\": \"Fuse\"}, {\"type\": \"Strip\", \"content\": \" \", \"start\": 1, \"stop\": 0}]}"
+
+START_TEST(test_sentencepiece) {
+    // Llama-2 legacy: the normalizer prepends the marker to every piece between added tokens
+    Tokenizer *t = sp_tiny("{\"type\": \"Sequence\", \"normalizers\": [{\"type\": \"Prepend\", \"prepend\": \"" SP "\"},"
+                           " {\"type\": \"Replace\", \"pattern\": {\"String\": \" \"}, \"content\": \"" SP "\"}]}",
+                           "null", SP_DECODER, true);
+    EXPECT(t, "hello", 267, 263);                 // ▁ h e l l o: ▁h, ll, ▁he, ▁hell in rank order
+    EXPECT(t, "h\xc3\xa9!", 264, 268, 3 + '!');  // '!' is not a piece: its byte token
+    EXPECT(t, "h\xe2\x82\xac", 264, 3 + 0xe2, 3 + 0x82, 3 + 0xac);  // € as three byte tokens
+    EXPECT(t, "<s>hello", 1, 267, 263);
+    EXPECT(t, "o o", 259, 263, 259, 263);
+    DECODES(t, false, "hello", 267, 263);         // Strip takes the leading space of the fused text
+    DECODES(t, false, "h\xe2\x82\xac", 264, 3 + 0xe2, 3 + 0x82, 3 + 0xac);
+    DECODES(t, false, "h\xe2\x82", 264, 3 + 0xe2, 3 + 0x82);  // a cut character: its raw bytes, as ByteLevel
+    {  // as text: one U+FFFD per byte, as the library
+        const int32_t cut[] = {264, 3 + 0xe2, 3 + 0x82};
+        Buf b = {0};
+        PailErr err = {0};
+        ck_assert_int_eq(tokenizer_decode_text(t, cut, 3, false, &b, &err), 0);
+        buf_append(&b, "", 1);
+        ck_assert_str_eq((char *)b.data, "h\xef\xbf\xbd\xef\xbf\xbd");
+        buf_free(&b);
+    }
+    DECODES(t, false, "<s> hello", 1, 267, 263);
+    DECODES(t, true, "hello", 1, 267, 263, 2);
+    tokenizer_free(t);
+    // without byte_fallback unknown characters fuse into one <unk>
+    t = sp_tiny("{\"type\": \"Replace\", \"pattern\": {\"String\": \" \"}, \"content\": \"" SP "\"}", "null", SP_DECODER, false);
+    EXPECT(t, "h\xe2\x82\xac\xe2\x82\xac!", 260, 0);
+    EXPECT(t, "hello", 260, 261, 265, 263);       // Gemma-style: no dummy prefix
+    tokenizer_free(t);
+    // Metaspace, prepend_scheme first: only the text's first piece gets the marker
+    t = sp_tiny("null", "{\"type\": \"Metaspace\", \"replacement\": \"" SP "\", \"prepend_scheme\": \"first\", \"split\": false}",
+                "{\"type\": \"Metaspace\", \"replacement\": \"" SP "\", \"prepend_scheme\": \"first\", \"split\": false}", true);
+    EXPECT(t, "hello", 267, 263);
+    EXPECT(t, " hello", 267, 263);                // already starts with the marker
+    EXPECT(t, "<s>hello", 1, 260, 261, 265, 263);
+    EXPECT(t, "hello<s>hello", 267, 263, 1, 260, 261, 265, 263);
+    DECODES(t, false, "hello", 267, 263);         // the first token's marker is dropped
+    DECODES(t, false, "<s> hello", 1, 267, 263);
+    DECODES(t, true, "hello", 1, 267, 263);
+    tokenizer_free(t);
+    // Metaspace always + split: each marker starts a word; legacy add_prefix_space form
+    t = sp_tiny("null", "{\"type\": \"Metaspace\", \"replacement\": \"" SP "\", \"add_prefix_space\": true}", "null", true);
+    EXPECT(t, "hello hello", 267, 263, 267, 263);
+    EXPECT(t, "<s>hello", 1, 267, 263);
+    DECODES(t, false, SP "hell o", 267, 263);     // no decoder: tokens joined with spaces
+    tokenizer_free(t);
+    // Split's merging behaviors: "▁hello" cut at "e" is ▁h|e|llo, "hello" cut at each "l" he|l|l|o
+    const char *beh[] = {"MergedWithPrevious", "MergedWithNext", "Contiguous"};
+    for (int k = 0; k < 3; k++) {
+        char pre[160];
+        snprintf(pre, sizeof pre, "{\"type\": \"Split\", \"pattern\": {\"String\": \"e\"}, \"behavior\": \"%s\", \"invert\": false}", beh[k]);
+        t = sp_tiny("null", pre, "null", true);
+        if (k == 0) EXPECT(t, SP "hello", 266, 265, 263);       // ▁he, llo
+        if (k == 1) EXPECT(t, SP "hello", 264, 261, 265, 263);  // ▁h, ello
+        if (k == 2) EXPECT(t, SP "hello", 264, 261, 265, 263);  // ▁h, e, llo
+        tokenizer_free(t);
+        snprintf(pre, sizeof pre, "{\"type\": \"Split\", \"pattern\": {\"String\": \"l\"}, \"behavior\": \"%s\", \"invert\": false}", beh[k]);
+        t = sp_tiny("null", pre, "null", true);
+        if (k == 2) EXPECT(t, "hello", 260, 261, 265, 263);     // he, ll, o
+        else EXPECT(t, "hello", 260, 261, 262, 262, 263);       // hel, l, o / he, l, lo
+        tokenizer_free(t);
+    }
+}
+END_TEST
+
+START_TEST(test_unigram) {
+    // best total score: "abc" = ab + c (-3.5) over abc (-4) and a + b + c (-4); an unknown char
+    // scores min - 10 = -14, and consecutive unknowns fuse into one <unk>
+    const char *js = "{\"model\": {\"type\": \"Unigram\", \"unk_id\": 0, \"byte_fallback\": %s, \"vocab\": [[\"<unk>\", 0],"
+                     " [\"a\", -1], [\"b\", -1], [\"ab\", -1.5], [\"abc\", -4], [\"c\", -2], [\"<0x78>\", -3]]}}";
+    for (int bf = 0; bf < 2; bf++) {
+        char buf[512];
+        snprintf(buf, sizeof buf, js, bf ? "true" : "false");
+        Tokenizer *t;
+        PailErr err = {0};
+        ck_assert_msg(tokenizer_load_mem(&t, buf, strlen(buf), "uni.json", &err) == 0, "%s", err.msg);
+        EXPECT(t, "abc", 3, 5);
+        EXPECT(t, "cab", 5, 3);
+        EXPECT(t, "xy", 0);                  // two unknowns, one <unk>
+        EXPECT(t, "bab", 2, 3);              // b + ab (-2.5) over b + a + b (-3)
+        if (bf) EXPECT(t, "abxxc", 3, 6, 6, 5);  // the fused "xx" is not a piece: its bytes
+        else EXPECT(t, "abxxc", 3, 0, 5);
+        if (bf) EXPECT(t, "xz", 0);          // z has no byte token: the whole piece is unk
+        tokenizer_free(t);
+    }
+    Tokenizer *t;
+    PailErr err = {0};
+    const char *nounk = "{\"model\": {\"type\": \"Unigram\", \"vocab\": [[\"a\", -1]]}}";
+    ck_assert_int_eq(tokenizer_load_mem(&t, nounk, strlen(nounk), "nounk.json", &err), 0);
+    TokenIds ids = {0};
+    ck_assert_int_eq(tokenizer_encode(t, "ab", 2, &ids, &err), -1);
+    ck_assert_ptr_nonnull(strstr(err.msg, "no unk_id"));
+    token_ids_free(&ids);
     tokenizer_free(t);
 }
 END_TEST
@@ -441,18 +586,30 @@ START_TEST(test_hostile_files) {
     expect_load_error("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1}, \"merges\": [[\"a\", \"b\"]]}}",
                       "makes \"ab\" that is not in the vocab");
     expect_load_error("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": [\"a\"]}}", "not two tokens");
-    expect_load_error("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"byte_fallback\": true}}", "byte_fallback");
+    expect_load_error("{\"model\": {\"type\": \"WordLevel\", \"vocab\": {}}}", "model type 'WordLevel' is not supported");
+    expect_load_error("{\"model\": {\"type\": \"Unigram\", \"vocab\": [[\"a\", \"x\"]]}}", "Unigram model.vocab[0] is not a [\"piece\", score] pair");
+    expect_load_error("{\"model\": {\"type\": \"Unigram\", \"unk_id\": 3, \"vocab\": [[\"a\", 0]]}}", "unk_id is not an id");
     expect_load_error("{\"pre_tokenizer\": {\"type\": \"Whitespace\"}, \"model\": {\"type\": \"BPE\", \"vocab\": {}}}",
                       "pre_tokenizer 'Whitespace' is not supported");
     expect_load_error("{\"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"ByteLevel\"}, {\"type\": \"Split\", "
                       "\"pattern\": {\"Regex\": \"a\"}, \"behavior\": \"Isolated\"}]}, \"model\": {\"type\": \"BPE\", \"vocab\": {}}}",
                       "ByteLevel before another");
-    expect_load_error("{\"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"Regex\": \"a\"}, \"behavior\": \"Contiguous\"}, "
-                      "\"model\": {\"type\": \"BPE\", \"vocab\": {}}}", "behavior 'Contiguous'");
+    expect_load_error("{\"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"Regex\": \"a\"}, \"behavior\": \"Sideways\"}, "
+                      "\"model\": {\"type\": \"BPE\", \"vocab\": {}}}", "behavior 'Sideways'");
     expect_load_error("{\"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"Regex\": \"(\"}, \"behavior\": \"Isolated\"}, "
                       "\"model\": {\"type\": \"BPE\", \"vocab\": {}}}", "does not compile");
-    expect_load_error("{\"normalizer\": {\"type\": \"Lowercase\"}, \"model\": {\"type\": \"BPE\", \"vocab\": {}}}",
-                      "normalizer 'Lowercase' is not supported");
+    expect_load_error("{\"normalizer\": {\"type\": \"Precompiled\"}, \"model\": {\"type\": \"BPE\", \"vocab\": {}}}",
+                      "normalizer 'Precompiled' is not supported");
+    expect_load_error("{\"normalizer\": {\"type\": \"Replace\", \"pattern\": {\"String\": \" \"}}, \"model\": {\"type\": \"BPE\", \"vocab\": {}}}",
+                      "normalizer Replace needs");
+    expect_load_error("{\"pre_tokenizer\": {\"type\": \"Metaspace\", \"prepend_scheme\": \"sometimes\"}, \"model\": {\"type\": \"BPE\", \"vocab\": {}}}",
+                      "prepend_scheme 'sometimes'");
+    expect_load_error("{\"decoder\": {\"type\": \"Sequence\", \"decoders\": [{\"type\": \"ByteLevel\"}]}, \"model\": {\"type\": \"BPE\", \"vocab\": {}}}",
+                      "decoder ByteLevel inside a Sequence");
+    expect_load_error("{\"decoder\": {\"type\": \"Strip\", \"content\": \"ab\", \"start\": 1, \"stop\": 0}, \"model\": {\"type\": \"BPE\", \"vocab\": {}}}",
+                      "is not one character");
+    expect_load_error("{\"decoder\": {\"type\": \"CTC\"}, \"model\": {\"type\": \"BPE\", \"vocab\": {}}}",
+                      "decoder 'CTC' is not supported");
     expect_load_error("{\"decoder\": {\"type\": \"WordPiece\"}, \"model\": {\"type\": \"BPE\", \"vocab\": {}}}",
                       "decoder 'WordPiece' is not supported");
     expect_load_error("{\"added_tokens\": [{\"content\": \"x\"}], \"model\": {\"type\": \"BPE\", \"vocab\": {}}}", "added_tokens[0]");
@@ -558,6 +715,8 @@ int main(void) {
     tcase_add_test(core, test_split_string);
     tcase_add_test(core, test_added_tokens);
     tcase_add_test(core, test_decode);
+    tcase_add_test(core, test_sentencepiece);
+    tcase_add_test(core, test_unigram);
     tcase_add_test(core, test_chat);
     tcase_add_test(core, test_chat_inputs);
     tcase_add_test(core, test_reference_files);

@@ -124,8 +124,7 @@ static int line_decode(json_t *v, size_t lineno, void *p, PailErr *err) {
     if (ids_from_json(v, &c->ids, err) < 0) return -1;
     buf_reset(&c->line);
     buf_reset(&c->text);
-    if (tokenizer_decode(c->tok, c->ids.data, c->ids.len, c->skip_special, &c->line, err) < 0) return -1;
-    if (utf8_append_lossy(&c->text, c->line.data, c->line.len) < 0) return err_set(err, PAIL_ERR_NOMEM, "out of memory");
+    if (tokenizer_decode_text(c->tok, c->ids.data, c->ids.len, c->skip_special, &c->text, err) < 0) return -1;
     return json_string_print(stdout, (const char *)c->text.data, c->text.len) < 0 ? err_set(err, PAIL_ERR_IO, "stdout: write failed") : 0;
 }
 
@@ -282,9 +281,8 @@ int ctl_detokenize(int argc, char **argv) {
         json_t *v = json_loads(ids, JSON_DECODE_ANY, &je);
         rc = v ? ids_from_json(v, &c.ids, &err) : err_set(&err, PAIL_ERR_INVALID, "--ids: not JSON: %s", je.text);
         json_decref(v);
-        if (rc == 0) rc = tokenizer_decode(c.tok, c.ids.data, c.ids.len, skip, &c.line, &err);
+        if (rc == 0) rc = tokenizer_decode_text(c.tok, c.ids.data, c.ids.len, skip, &c.text, &err);
         if (rc == 0) {
-            utf8_append_lossy(&c.text, c.line.data, c.line.len);
             if (fwrite(c.text.data, 1, c.text.len, stdout) != c.text.len) rc = err_set(&err, PAIL_ERR_IO, "stdout: write failed");
         }
     }

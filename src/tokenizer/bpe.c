@@ -1,8 +1,9 @@
 // The BPE model of tokenizer.json: vocab and merges (both file forms: "a b" strings and
-// [a, b] pairs), ignore_merges, unk handling, the merge loop (the same priority order as
+// [a, b] pairs), ignore_merges, unk handling, byte_fallback (SentencePiece's <0xNN> tokens), the merge loop (the same priority order as
 // the tokenizers library's Word::merge_all: lowest rank first, then leftmost), and the
 // word -> ids cache. Byte-level words are kept as raw bytes: the GPT-2 byte map is applied
 // to the vocab once at load instead of to every word.
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "tokenizer/tok_internal.h"
@@ -183,8 +184,9 @@ typedef struct {
     int32_t id, prev, next, len;  // len 0 = merged away
 } Symbol;
 
-// The initial symbols: one per byte (byte-level) or per character, unknowns mapped to
-// unk (fused when fuse_unk) or dropped when the model has no unk, as the library does.
+// The initial symbols: one per byte (byte-level) or per character; a character not in the
+// vocab becomes its bytes' <0xNN> tokens (byte_fallback, when all exist), else unk (fused
+// when fuse_unk), else is dropped when the model has no unk, as the library does.
 static size_t word_symbols(const Bpe *b, const uint8_t *w, size_t len, Symbol *sym) {
     size_t n = 0;
     for (size_t i = 0; i < len;) {
@@ -195,6 +197,15 @@ static size_t word_symbols(const Bpe *b, const uint8_t *w, size_t len, Symbol *s
             uint32_t cp;
             cl = utf8_decode1(w + i, len - i, &cp);
             id = strmap_get(&b->vocab, (const char *)w + i, cl);
+            if (id < 0 && b->byte_fallback) {
+                size_t k = 0;
+                while (k < cl && b->fallback_id[w[i + k]] >= 0) k++;
+                if (k == cl) {
+                    for (k = 0; k < cl; k++, n++) sym[n] = (Symbol){b->fallback_id[w[i + k]], (int32_t)n - 1, (int32_t)n + 1, 1};
+                    i += cl;
+                    continue;
+                }
+            }
         }
         if (id < 0 && b->unk_id >= 0) {
             if (b->fuse_unk && n && sym[n - 1].id == b->unk_id) { sym[n - 1].len += (int32_t)cl; i += cl; continue; }
@@ -270,7 +281,7 @@ int bpe_encode_word(Bpe *b, const uint8_t *w, size_t len, TokenIds *ids, PailErr
         return 0;
     }
     size_t before = ids->len;
-    if (bpe_merge(b, w, len, ids, err) < 0) return -1;
+    if ((b->unigram ? unigram_encode(b, w, len, ids, err) : bpe_merge(b, w, len, ids, err)) < 0) return -1;
     cache_put(&b->cache, w, len, h, ids->data + before, ids->len - before);
     return 0;
 }
@@ -301,20 +312,20 @@ int bpe_load(Tokenizer *tok, json_t *model, PailErr *err) {
     Bpe *b = &tok->bpe;
     const char *name = tok->name;
     json_t *type = json_object_get(model, "type");
+    if (json_is_string(type) && !strcmp(json_string_value(type), "Unigram")) return unigram_load(tok, model, err);
     if (type && (!json_is_string(type) || strcmp(json_string_value(type), "BPE")))
-        return err_set(err, PAIL_ERR_UNSUPPORTED, "%s: model type '%s' is not supported (pail implements BPE)", name,
+        return err_set(err, PAIL_ERR_UNSUPPORTED, "%s: model type '%s' is not supported (pail implements BPE and Unigram)", name,
                        json_is_string(type) ? json_string_value(type) : "?");
     json_t *v;
     if ((v = json_object_get(model, "dropout")) && !json_is_null(v) && json_number_value(v) > 0)
         return err_set(err, PAIL_ERR_UNSUPPORTED, "%s: BPE dropout %g is not supported (encoding would be random)", name, json_number_value(v));
-    if ((v = json_object_get(model, "byte_fallback")) && json_is_true(v))
-        return err_set(err, PAIL_ERR_UNSUPPORTED, "%s: BPE byte_fallback is not supported", name);
     const char *affix[] = {"continuing_subword_prefix", "end_of_word_suffix"};
     for (int k = 0; k < 2; k++)
         if ((v = json_object_get(model, affix[k])) && json_is_string(v) && json_string_length(v))
             return err_set(err, PAIL_ERR_UNSUPPORTED, "%s: BPE %s \"%s\" is not supported", name, affix[k], json_string_value(v));
     b->ignore_merges = json_is_true(json_object_get(model, "ignore_merges"));
     b->fuse_unk = json_is_true(json_object_get(model, "fuse_unk"));
+    b->byte_fallback = json_is_true(json_object_get(model, "byte_fallback"));
     b->unk_id = -1;
     json_t *vocab = json_object_get(model, "vocab"), *merges = json_object_get(model, "merges");
     if (!json_is_object(vocab)) return err_set(err, PAIL_ERR_INVALID, "%s: model.vocab is missing or not an object", name);
@@ -333,6 +344,7 @@ int bpe_load(Tokenizer *tok, json_t *model, PailErr *err) {
 
 int bpe_load_tables(Tokenizer *tok, json_t *model, PailErr *err) {
     Bpe *b = &tok->bpe;
+    if (b->unigram) return unigram_load_tables(tok, model, err);
     const char *name = tok->name;
     json_t *vocab = json_object_get(model, "vocab"), *merges = json_object_get(model, "merges");
     for (void *it = json_object_iter(vocab); it; it = json_object_iter_next(vocab, it)) {
@@ -352,8 +364,10 @@ int bpe_load_tables(Tokenizer *tok, json_t *model, PailErr *err) {
         if (b->unk_id < 0) return err_set(err, PAIL_ERR_INVALID, "%s: model.unk_token \"%s\" is not in the vocab", name, json_string_value(unk));
     }
     for (int i = 0; i < 256; i++) {
-        char c[4];
+        char c[8];
         b->byte_id[i] = strmap_get(&b->vocab, c, utf8_encode1(tok_byte_char((uint8_t)i), c));
+        snprintf(c, sizeof c, "<0x%02X>", i);  // the library's format!("<{b:#04X}>")
+        b->fallback_id[i] = strmap_get(&b->vocab, c, 6);
     }
     if (b->byte_level) {  // raw-byte keys for ignore_merges on raw words
         for (size_t s = 0; s < b->vocab.cap; s++) {
@@ -406,6 +420,8 @@ int bpe_load_tables(Tokenizer *tok, json_t *model, PailErr *err) {
 void bpe_free(Bpe *b) {
     for (size_t s = 0; s < b->raw_vocab.cap; s++) free((char *)b->raw_vocab.slots[s].key);
     strmap_free(&b->raw_vocab);
+    strmap_free(&b->prefixes);
+    free(b->score);
     strmap_free(&b->vocab);
     free(b->merges.slots);
     free(b->cache.slots);

@@ -1,5 +1,5 @@
 // Loading tokenizer.json (model, normalizer, pre_tokenizer, decoder, added_tokens) and the
-// encode / decode pipelines: added tokens are cut out of the raw text first (never split,
+// encode / decode pipelines (the decoder chain itself is decode.c): added tokens are cut out of the raw text first (never split,
 // never normalized unless flagged so), the rest is normalized, pre-tokenized and BPE-encoded.
 // The post_processor is not applied: pail encodes as add_special_tokens=False and writes
 // bos/eos itself where a format needs them.
@@ -146,30 +146,31 @@ static int matcher_next(const Tokenizer *tok, const AddedMatcher *m, const uint8
     return -1;
 }
 
-static int encode_segment(Tokenizer *tok, int level, const uint8_t *s, size_t len, TokenIds *ids, PailErr *err);
+static int encode_segment(Tokenizer *tok, int level, const uint8_t *s, size_t len, bool at_start, TokenIds *ids, PailErr *err);
 
 // level 0: raw text, split on non-normalized added tokens; level 1: normalized text,
 // split on normalized added tokens; the pieces between go on to normalize / pre-tokenize.
-static int encode_added(Tokenizer *tok, int level, const uint8_t *s, size_t len, TokenIds *ids, PailErr *err) {
+// at_start: s begins at offset 0 of the text.
+static int encode_added(Tokenizer *tok, int level, const uint8_t *s, size_t len, bool at_start, TokenIds *ids, PailErr *err) {
     const AddedMatcher *m = level == 0 ? &tok->match_raw : &tok->match_norm;
-    if (!m->n) return encode_segment(tok, level, s, len, ids, err);
+    if (!m->n) return encode_segment(tok, level, s, len, at_start, ids, err);
     size_t pos = 0, ms, me;
     int t;
     while ((t = matcher_next(tok, m, s, len, pos, pos, &ms, &me)) >= 0) {
-        if (ms > pos && encode_segment(tok, level, s + pos, ms - pos, ids, err) < 0) return -1;
+        if (ms > pos && encode_segment(tok, level, s + pos, ms - pos, at_start && pos == 0, ids, err) < 0) return -1;
         if (token_ids_push(ids, tok->added[t].id) < 0) return err_set(err, PAIL_ERR_NOMEM, "tokenizer: out of memory");
         pos = me;
     }
-    return pos < len ? encode_segment(tok, level, s + pos, len - pos, ids, err) : 0;
+    return pos < len ? encode_segment(tok, level, s + pos, len - pos, at_start && pos == 0, ids, err) : 0;
 }
 
-static int encode_segment(Tokenizer *tok, int level, const uint8_t *s, size_t len, TokenIds *ids, PailErr *err) {
-    if (level == 1) return pretok_encode(tok, 0, s, len, ids, err);
-    if (!tok->n_norm) return encode_added(tok, 1, s, len, ids, err);
+static int encode_segment(Tokenizer *tok, int level, const uint8_t *s, size_t len, bool at_start, TokenIds *ids, PailErr *err) {
+    if (level == 1) return pretok_encode(tok, 0, s, len, at_start, ids, err);
+    if (!tok->n_norm) return encode_added(tok, 1, s, len, at_start, ids, err);
     Buf norm = {0};  // own buffer: normalized added tokens recurse into encode_segment
     if (normalizer_apply(tok, s, len, tok->match_norm.n ? &norm : &tok->norm_buf, err) < 0) { buf_free(&norm); return -1; }
-    int rc = tok->match_norm.n ? encode_added(tok, 1, norm.data, norm.len, ids, err)
-                               : pretok_encode(tok, 0, tok->norm_buf.data, tok->norm_buf.len, ids, err);
+    int rc = tok->match_norm.n ? encode_added(tok, 1, norm.data, norm.len, at_start, ids, err)
+                               : pretok_encode(tok, 0, tok->norm_buf.data, tok->norm_buf.len, at_start, ids, err);
     buf_free(&norm);
     return rc;
 }
@@ -180,14 +181,30 @@ int tokenizer_encode(Tokenizer *tok, const char *text, size_t len, TokenIds *ids
     if (bad >= 0)
         return err_set(err, PAIL_ERR_INVALID, "tokenizer: text is not valid UTF-8 (byte 0x%02x at offset %ld)", s[bad], bad);
     pthread_mutex_lock(&tok->lock);
-    int rc = encode_added(tok, 0, s, len, ids, err);
+    int rc = encode_added(tok, 0, s, len, true, ids, err);
     pthread_mutex_unlock(&tok->lock);
     return rc;
 }
 
 // ---- decode
 
-int tokenizer_decode(const Tokenizer *tok, const int32_t *ids, size_t n, bool skip_special, Buf *out, PailErr *err) {
+static int decode_ids(const Tokenizer *tok, const int32_t *ids, size_t n, bool skip_special, bool raw, Buf *out, PailErr *err) {
+    if (tok->decoder == DEC_CHAIN) {  // the chain sees all the tokens' texts at once
+        const char **texts = malloc((n ? n : 1) * sizeof *texts);
+        if (!texts) return err_set(err, PAIL_ERR_NOMEM, "tokenizer: out of memory");
+        size_t k = 0;
+        for (size_t i = 0; i < n; i++) {
+            int32_t id = ids[i];
+            if (id < 0 || id >= tok->vocab_size || !tok->id_text[id]) {
+                free(texts);
+                return err_set(err, PAIL_ERR_INVALID, "tokenizer: id %d at position %zu is not in the vocabulary (size %d)", id, i, tok->vocab_size);
+            }
+            if (!(skip_special && (tok->id_flags[id] & 2))) texts[k++] = tok->id_text[id];
+        }
+        int rc = decoder_chain(tok, texts, k, raw, out, err);
+        free(texts);
+        return rc;
+    }
     bool first = true;
     for (size_t i = 0; i < n; i++) {
         int32_t id = ids[i];
@@ -200,6 +217,20 @@ int tokenizer_decode(const Tokenizer *tok, const int32_t *ids, size_t n, bool sk
         first = false;
     }
     return 0;
+}
+
+int tokenizer_decode(const Tokenizer *tok, const int32_t *ids, size_t n, bool skip_special, Buf *out, PailErr *err) {
+    return decode_ids(tok, ids, n, skip_special, true, out, err);
+}
+
+int tokenizer_decode_text(const Tokenizer *tok, const int32_t *ids, size_t n, bool skip_special, Buf *out, PailErr *err) {
+    if (tok->decoder == DEC_CHAIN) return decode_ids(tok, ids, n, skip_special, false, out, err);
+    Buf raw = {0};  // ByteLevel's bytes: the library's from_utf8_lossy
+    int rc = decode_ids(tok, ids, n, skip_special, true, &raw, err);
+    if (rc == 0 && utf8_append_lossy(out, raw.data ? raw.data : (const uint8_t *)"", raw.len) < 0)
+        rc = err_set(err, PAIL_ERR_NOMEM, "tokenizer: out of memory");
+    buf_free(&raw);
+    return rc;
 }
 
 // ByteLevel decoder for one token: every char back to its byte, or the token's own UTF-8
@@ -249,14 +280,6 @@ static int added_load(Tokenizer *tok, json_t *arr, PailErr *err) {
     return 0;
 }
 
-static int decoder_load(Tokenizer *tok, json_t *j, PailErr *err) {
-    if (!j || json_is_null(j)) { tok->decoder = DEC_NONE; return 0; }
-    json_t *type = json_object_get(j, "type");
-    const char *t = json_is_string(type) ? json_string_value(type) : "?";
-    if (!strcmp(t, "ByteLevel")) { tok->decoder = DEC_BYTE_LEVEL; return 0; }
-    return err_set(err, PAIL_ERR_UNSUPPORTED, "%s: decoder '%s' is not supported (pail implements ByteLevel)", tok->name, t);
-}
-
 static int load_json(Tokenizer *tok, json_t *root, PailErr *err) {
     if (!json_is_object(root)) return err_set(err, PAIL_ERR_INVALID, "%s: not a JSON object", tok->name);
     json_t *model = json_object_get(root, "model");
@@ -284,7 +307,7 @@ static int load_json(Tokenizer *tok, json_t *root, PailErr *err) {
         tok->id_flags[a->id] = (uint8_t)(1 | (a->special ? 2 : 0));
     }
     for (size_t id = 0; id < V; id++)
-        if (tok->id_text[id] && decode_token(tok, tok->id_text[id], &tok->id_bytes[id]) < 0)
+        if (tok->decoder != DEC_CHAIN && tok->id_text[id] && decode_token(tok, tok->id_text[id], &tok->id_bytes[id]) < 0)
             return err_set(err, PAIL_ERR_NOMEM, "%s: out of memory", tok->name);
     if (matcher_build(&tok->match_raw, tok, false, err) < 0 || matcher_build(&tok->match_norm, tok, true, err) < 0) return -1;
     return 0;
@@ -362,6 +385,8 @@ void tokenizer_free(Tokenizer *tok) {
     matcher_free(&tok->match_raw, tok->n_added);
     matcher_free(&tok->match_norm, tok->n_added);
     pretok_free(tok);
+    normalizer_free(tok);
+    decoder_free(tok);
     // id_text strings are the vocab map's keys: free them after the map
     bpe_free(&tok->bpe);
     for (int32_t i = 0; i < tok->vocab_size && tok->id_text; i++) {

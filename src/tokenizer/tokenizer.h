@@ -1,8 +1,10 @@
-// Byte-level BPE tokenizer loaded from a Hugging Face tokenizer.json (GPT-2, Qwen2/2.5/3,
-// Llama 3): added/special tokens matched first and never split, normalizer (NFC & co via
-// utf8proc), pre-tokenizer Split regexes (PCRE2, UTF + Unicode properties, JIT), ByteLevel,
-// BPE merges with ignore_merges, and decoding. Encoding equals the tokenizers library's
-// encode(text, add_special_tokens=False). Chat templates live in chat.h.
+// BPE tokenizer loaded from a Hugging Face tokenizer.json: byte-level (GPT-2, Qwen2/2.5/3,
+// Llama 3, Tekken) and SentencePiece-derived (Llama-2, Mistral, Gemma, Phi-3): added/special
+// tokens matched first and never split, normalizers (NFC & co via utf8proc, Prepend, Replace,
+// Lowercase, Strip), pre-tokenizer Split regexes (PCRE2, UTF + Unicode properties, JIT),
+// ByteLevel, Metaspace, BPE merges with ignore_merges and byte_fallback, the Unigram model,
+// and the decoders. Encoding equals the tokenizers library's encode(text,
+// add_special_tokens=False). Chat templates live in chat.h.
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>
@@ -32,9 +34,14 @@ void tokenizer_free(Tokenizer *tok);
 // thread for parallel encoding.
 int tokenizer_encode(Tokenizer *tok, const char *text, size_t len, TokenIds *ids, PailErr *err);
 // Appends the decoded bytes of ids to out (the decoder's bytes, which may be invalid UTF-8
-// when ids cut a character). skip_special drops special added tokens. Thread-safe.
+// when ids cut a character: ByteLevel and ByteFallback tokens, kept raw so that a growing
+// sequence can be decoded piece by piece). skip_special drops special added tokens. Thread-safe.
 int tokenizer_decode(const Tokenizer *tok, const int32_t *ids, size_t n, bool skip_special, Buf *out,
                      PailErr *err);
+// Same as text, valid UTF-8 equal to the library's decode: an invalid ByteFallback run is
+// one U+FFFD per byte, invalid ByteLevel bytes one per maximal invalid subpart.
+int tokenizer_decode_text(const Tokenizer *tok, const int32_t *ids, size_t n, bool skip_special, Buf *out,
+                          PailErr *err);
 // utf8_append_lossy, utf8_invalid_at: core/utf8.h (included above).
 
 int32_t tokenizer_token_id(const Tokenizer *tok, const char *token);  // -1 when absent

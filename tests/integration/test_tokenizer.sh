@@ -36,8 +36,8 @@ done <"$WORK/val.log"
 q="$built/qwen/tokenizer.json"
 printf '{"model": {"type": "BPE", "vocab": {"a": 0' >"$WORK/trunc.json"
 expect_fail "truncated tokenizer.json" 1 'trunc.json: not valid JSON' "$CTL" tokenize --tokenizer "$WORK/trunc.json" --text x
-printf '{"model": {"type": "Unigram", "vocab": []}}' >"$WORK/uni.json"
-expect_fail "Unigram model refused" 1 "model type 'Unigram' is not supported" "$CTL" tokenize --tokenizer "$WORK/uni.json" --text x
+printf '{"model": {"type": "WordPiece", "vocab": {}}}' >"$WORK/wp.json"
+expect_fail "WordPiece model refused" 1 "model type 'WordPiece' is not supported" "$CTL" tokenize --tokenizer "$WORK/wp.json" --text x
 expect_fail "missing file" 1 'nope.json' "$CTL" tokenize --tokenizer "$WORK/nope.json" --text x
 expect_fail "no input flag" 2 'exactly one of' "$CTL" tokenize --tokenizer "$q"
 printf '"ok"\n[1,2]\n' >"$WORK/bad.jsonl"

@@ -48,6 +48,8 @@ QWEN_SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</thi
                 "</tool_call>", "<|fim_prefix|>", "<|vision_pad|>", "<tool_response>"]
 LLAMA_SPECIAL = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>",
                  "<|eot_id|>", "<|reserved_special_token_3|>"]
+SP_SPECIAL = ["<s>", "</s>", "<unk>", "[INST]", "[/INST]", "[TOOL_CALLS]", "<0x0A>", "<0xFF>", "▁", "▁▁",
+              "<SPECIAL_20>", "<s", "[INST"]
 WORDS = ["the", "The", "don't", "DON'T", "I'm", "you're", "we've", "she'll", "it'd", "'s", "'S", "ſ", "'ſ",
          "hello", "world", "naïve", "café", "Straße", "ǅungla", "ΑΒΓ", "Москва", "مرحبا", "שלום", "नमस्ते",
          "ไทย", "x86_64", "foo_bar", "CamelCase", "snake-case", "e.g.", "U.S.A.", "$100", "3.14", "1,000,000",
@@ -104,6 +106,12 @@ def texts():
     out.append("9" * 3000)
     out.append("\n" * 1000 + "x")
     out.append("".join(chr(c) for c in range(0, 0x250)))  # every control character and Latin
+    rnd = random.Random(SEED + 1)  # SentencePiece / Tekken specials and markers (appended: the draws above stay)
+    for _ in range(120):
+        parts = []
+        for _ in range(rnd.randint(1, 5)):
+            parts.append(rnd.choice(SP_SPECIAL) + rnd.choice(["", " ", "  ", "hello", " hello", "\n", "▁", "▁x"]))
+        out.append(rnd.choice(["", " ", "x", "  y"]) + "".join(parts))
     return out
 
 

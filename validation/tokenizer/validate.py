@@ -3,7 +3,7 @@
 # conversations; pail's `grpo-ctl tokenize/detokenize` must agree on every item.
 # Usage: validate.py --ctl BIN/grpo-ctl --work DIR --dir NAME=TOKENIZER_DIR [--dir ...]
 # Prints one line per check and "tokenizer-validate: N passed, N failed"; exit 1 on any failure.
-import argparse, json, os, subprocess, sys
+import argparse, json, math, os, subprocess, sys
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -95,10 +95,16 @@ def check_dir(ctl, work, name, d, texts, convs):
     ids_path = os.path.join(work, f"{name}.ids.jsonl")
     write_jsonl(ids_path, got if len(got) == len(texts) else want)
     dec = run_ctl([ctl, "detokenize", "--tokenizer", tj, "--jsonl", ids_path])
-    if '"add_prefix_space": true' not in json.dumps(json.load(open(tj, encoding="utf-8")).get("pre_tokenizer")):
+    tjson = json.load(open(tj, encoding="utf-8"))
+    # only ByteLevel gives back the normalized text; the SentencePiece decoders drop the marker
+    if ('"add_prefix_space": true' not in json.dumps(tjson.get("pre_tokenizer"))
+            and (tjson.get("decoder") or {}).get("type") == "ByteLevel"):
         compare_lists(name, "decode(encode(s)) == normalize(s)", texts, norm, dec)
     lib_dec = tok.decode_batch(want, skip_special_tokens=False)
     compare_lists(name, "decode == library decode", texts, lib_dec, dec)
+    lib_dec = tok.decode_batch(want, skip_special_tokens=True)
+    dec = run_ctl([ctl, "detokenize", "--tokenizer", tj, "--jsonl", ids_path, "--skip-special"])
+    compare_lists(name, "decode --skip-special == library decode(skip_special_tokens=True)", texts, lib_dec, dec)
     if not os.path.exists(os.path.join(d, "tokenizer_config.json")):
         return
     # chat rendering against transformers
@@ -138,6 +144,52 @@ def gpt2_variants(work, dirs):
     return out
 
 
+def sp_variants(work, dirs):
+    """More of the SentencePiece-era components on the vocabulary of the Mistral v3 file:
+    Metaspace splitting on every marker with prepend_scheme always (older Llama/T5 files),
+    a normalizer chain with a Regex Replace, Strip, Lowercase and NFKC, Split's merging
+    behaviors, and a Unigram model over the same pieces with and without byte_fallback."""
+    spec = {
+        "metaspace-split-always": {
+            "pre_tokenizer": {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always", "split": True},
+            "decoder": {"type": "Sequence", "decoders": [
+                {"type": "ByteFallback"}, {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always", "split": True}]}},
+        "sp-normalizer-chain": {
+            "normalizer": {"type": "Sequence", "normalizers": [
+                {"type": "NFKC"}, {"type": "Strip", "strip_left": True, "strip_right": True}, {"type": "Lowercase"},
+                {"type": "Replace", "pattern": {"Regex": " {2,}"}, "content": " "},
+                {"type": "Prepend", "prepend": "\u2581"}, {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}]},
+            "pre_tokenizer": None,
+            "decoder": {"type": "Sequence", "decoders": [
+                {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "}, {"type": "ByteFallback"},
+                {"type": "Fuse"}, {"type": "Strip", "content": " ", "start": 1, "stop": 0}]}},  # stop > 0 panics the library on ""
+    }
+    for b in ("MergedWithPrevious", "MergedWithNext", "Contiguous"):  # Split's other behaviors
+        spec[f"split-{b.lower()}"] = {
+            "normalizer": {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"},
+            "pre_tokenizer": {"type": "Split", "pattern": {"Regex": "\u2581|\\p{P}"}, "behavior": b, "invert": False}}
+    for bf in (True, False):  # Unigram on the same pieces, scored -log(id + 2) (Zipf-like; sums of doubles)
+        spec[f"unigram-{'fallback' if bf else 'unk'}"] = {
+            "pre_tokenizer": {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always", "split": True},
+            "decoder": {"type": "Sequence", "decoders": [
+                {"type": "ByteFallback"}, {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always", "split": True}]},
+            "model": lambda j, bf=bf: {"type": "Unigram", "unk_id": 0, "byte_fallback": bf, "vocab": [
+                [p, -math.log(i + 2)] for p, i in sorted(j["model"]["vocab"].items(), key=lambda x: x[1])]}}
+    out = []
+    for name, d in dirs:
+        if name != "mistral-v3-metaspace":
+            continue
+        for vname, parts in spec.items():
+            j = json.load(open(os.path.join(d, "tokenizer.json"), encoding="utf-8"))
+            j.update({k: v(j) if callable(v) else v for k, v in parts.items()})
+            vd = os.path.join(work, vname)
+            os.makedirs(vd, exist_ok=True)
+            with open(os.path.join(vd, "tokenizer.json"), "w", encoding="utf-8") as f:
+                json.dump(j, f, ensure_ascii=False)
+            out.append((vname, vd))
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ctl", required=True)
@@ -151,7 +203,7 @@ def main():
     write_jsonl(os.path.join(a.work, "convs.jsonl"), convs)
     print(f"corpus: {len(texts)} strings, {sum(len(s) for s in texts)} characters; {len(convs)} conversations")
     dirs = [tuple(spec.split("=", 1)) for spec in a.dir]
-    for name, d in dirs + gpt2_variants(a.work, dirs):
+    for name, d in dirs + gpt2_variants(a.work, dirs) + sp_variants(a.work, dirs):
         try:
             check_dir(a.ctl, a.work, name, d, texts, convs)
         except Exception as e:  # a crash of pail or the oracle is a failure of this folder, not of the run
