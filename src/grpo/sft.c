@@ -38,10 +38,12 @@ static PackSeq example_seq(const Example *e) {
     return (PackSeq){.prompt = e->ids, .n_prompt = e->plen, .completion = e->ids + e->plen, .n_completion = e->n - e->plen};
 }
 
-static int load_examples(const SftConfig *c, Tokenizer *tok, const ChatTemplate *chat, const PailErr *no_chat, int32_t eos,
-                         Example **out, int *nout, PailErr *err) {
-    Buf text = {0};
-    if (fs_read_file(c->data_path, &text, err) < 0) return -1;
+// text: c->data_path's bytes, read once by sft_run (a pipe cannot be read
+// again), consumed here.
+static int load_examples(const SftConfig *c, Buf *textp, Tokenizer *tok, const ChatTemplate *chat, const PailErr *no_chat,
+                         int32_t eos, Example **out, int *nout, PailErr *err) {
+    Buf text = *textp;
+    *textp = (Buf){0};
     int cap = 1024, n = 0, lineno = 0, rc = 0, skipped = 0;
     Example *ex = malloc((size_t)cap * sizeof *ex);
     if (!ex) {
@@ -182,9 +184,8 @@ static int validate(Generator *gen, const Example *ex, int n, double *acc, PailE
 // in the assistant's completion. The error counts the rows that are not and
 // names the first lines (1-based, blank lines counted); what each row renders
 // to is load_examples' (after the weights, with the tokenizer and the template).
-static int sft_check_rows(const char *path, const char *flag, PailErr *err) {
-    Buf text = {0};
-    if (fs_read_file(path, &text, err) < 0) return err_wrap(err, "%s", flag);
+static int sft_check_rows(const Buf *textp, const char *path, const char *flag, PailErr *err) {
+    const Buf text = *textp;
     int64_t rows = 0, miss = 0, lineno = 0;
     char lines[200] = "";
     size_t used = 0;
@@ -217,7 +218,6 @@ static int sft_check_rows(const char *path, const char *flag, PailErr *err) {
         }
         p += n + 1;
     }
-    buf_free(&text);
     if (!miss) return 0;
     return err_set(err, PAIL_ERR_INVALID, "%s %s: %lld of %lld rows are not {\"prompt\": str, \"completion\": str} or "
                    "{\"messages\": [..., assistant]}: line%s %s", flag, path, (long long)miss, (long long)rows,
@@ -253,10 +253,20 @@ int sft_run(const SftConfig *c, volatile sig_atomic_t *stop, PailErr *err) {
     if (c->full && !be->host_memory)
         return err_set(err, PAIL_ERR_UNSUPPORTED, "--sft --full trains the base weights in host memory: --device %s "
                        "is for LoRA (use --device cpu)", be->ops->name);
-    if (sft_check_rows(c->data_path, "--sft", err) < 0 ||
-        (c->valid_path && sft_check_rows(c->valid_path, "--sft-valid", err) < 0) || sft_plan_check(c, err) < 0)
+    // Each file is read once (it may be a pipe: --sft <(...)), checked, then loaded.
+    Buf train_text = {0}, valid_text = {0};
+    if (fs_read_file(c->data_path, &train_text, err) < 0) return err_wrap(err, "--sft");
+    if (c->valid_path && fs_read_file(c->valid_path, &valid_text, err) < 0) {
+        buf_free(&train_text);
+        return err_wrap(err, "--sft-valid");
+    }
+    if (sft_check_rows(&train_text, c->data_path, "--sft", err) < 0 ||
+        (c->valid_path && sft_check_rows(&valid_text, c->valid_path, "--sft-valid", err) < 0) ||
+        sft_plan_check(c, err) < 0 || model_weights_load_as(&w, c->model_dir, sft_dtype(c), err) < 0) {
+        buf_free(&train_text);
+        buf_free(&valid_text);
         return -1;
-    if (model_weights_load_as(&w, c->model_dir, sft_dtype(c), err) < 0) return -1;
+    }
     dtype_log_weights(&w);
     char path[4200];
     snprintf(path, sizeof path, "%s/tokenizer.json", c->model_dir);
@@ -286,11 +296,11 @@ int sft_run(const SftConfig *c, volatile sig_atomic_t *stop, PailErr *err) {
     }
     if (have_chat) log_info("chat template: %s (sha256 %.16s)", chat.source, chat.sha256);
     int32_t eos = w.cfg.n_eos > 0 ? w.cfg.eos_token_ids[0] : tokenizer_eos_id(tok);
-    if (load_examples(c, tok, &chat, have_chat ? NULL : &cerr, eos, &ex, &nex, err) < 0) goto out;
+    if (load_examples(c, &train_text, tok, &chat, have_chat ? NULL : &cerr, eos, &ex, &nex, err) < 0) goto out;
     if (c->valid_path) {
         SftConfig vc = *c;
         vc.data_path = c->valid_path;
-        if (load_examples(&vc, tok, &chat, have_chat ? NULL : &cerr, eos, &vex, &nvex, err) < 0) goto out;
+        if (load_examples(&vc, &valid_text, tok, &chat, have_chat ? NULL : &cerr, eos, &vex, &nvex, err) < 0) goto out;
     }
     size_t n;
     if (c->full) {
@@ -432,6 +442,8 @@ int sft_run(const SftConfig *c, volatile sig_atomic_t *stop, PailErr *err) {
     }
     rc = 0;
 out:
+    buf_free(&train_text);  // what load_examples did not consume (an early failure)
+    buf_free(&valid_text);
     if (mf) fclose(mf);
     generator_free(vgen);
     transformer_free(vtf);
