@@ -78,6 +78,15 @@ static const char *smollm2 =
     "\"rope_interleaved\":false,\"rope_scaling\":null,\"rope_theta\":100000,\"tie_word_embeddings\":true,"
     "\"torch_dtype\":\"bfloat16\",\"transformers_version\":\"4.40.1\",\"use_cache\":true,\"vocab_size\":49152}";
 
+// mistralai/Mistral-7B-v0.1 config.json as published (the window on every layer).
+static const char *mistral7b =
+    "{\"architectures\":[\"MistralForCausalLM\"],\"bos_token_id\":1,\"eos_token_id\":2,\"hidden_act\":\"silu\","
+    "\"hidden_size\":4096,\"initializer_range\":0.02,\"intermediate_size\":14336,"
+    "\"max_position_embeddings\":32768,\"model_type\":\"mistral\",\"num_attention_heads\":32,"
+    "\"num_hidden_layers\":32,\"num_key_value_heads\":8,\"rms_norm_eps\":1e-05,\"rope_theta\":10000.0,"
+    "\"sliding_window\":4096,\"tie_word_embeddings\":false,\"torch_dtype\":\"bfloat16\","
+    "\"transformers_version\":\"4.34.0.dev0\",\"use_cache\":true,\"vocab_size\":32000}";
+
 START_TEST(test_config_published) {
     ModelConfig c;
     PailErr err = {0};
@@ -122,6 +131,15 @@ START_TEST(test_config_published) {
     ck_assert_msg(parse_cfg(&c, qwen3, &err) == 0, "%s", err.msg);
     // Qwen3-0.6B: 596,049,920 parameters with tied embeddings (0.6B; 0.44B non-embedding).
     ck_assert_uint_eq(model_config_param_count(&c), 596049920u);
+    ck_assert_int_eq(c.sliding_window, 0);  // qwen's sliding_window: null (and use_sliding_window false)
+
+    ck_assert_msg(parse_cfg(&c, mistral7b, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(c.type, MODEL_MISTRAL);
+    ck_assert_int_eq(c.sliding_window, 4096);
+    ck_assert(!c.has_qkv_bias && !c.has_o_bias && !c.has_qk_norm && !c.tie_word_embeddings);
+    ck_assert_int_eq(c.head_dim, 128);
+    // Mistral-7B-v0.1: 7,241,732,096 parameters (the "7B").
+    ck_assert_uint_eq(model_config_param_count(&c), 7241732096u);
 }
 END_TEST
 
@@ -156,10 +174,53 @@ START_TEST(test_config_transformers5) {
 }
 END_TEST
 
+// Mistral's sliding_window: a number, null (v0.3: full attention) or absent (MistralConfig's 4096);
+// attention_bias does not exist in MistralAttention and is ignored as transformers does.
+START_TEST(test_config_mistral_window) {
+    const char *base = "{\"model_type\":\"mistral\",\"hidden_size\":64,\"intermediate_size\":128,"
+                       "\"num_hidden_layers\":2,\"num_attention_heads\":4,\"vocab_size\":100";
+    static const struct { const char *patch; int want; } cases[] = {
+        {",\"sliding_window\":8}", 8}, {",\"sliding_window\":null}", 0}, {"}", 4096},
+        {",\"sliding_window\":8,\"attention_bias\":true,\"use_sliding_window\":true}", 8},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char j[512];
+        snprintf(j, sizeof j, "%s%s", base, cases[i].patch);
+        ModelConfig c;
+        PailErr err = {0};
+        ck_assert_msg(parse_cfg(&c, j, &err) == 0, "%s: %s", j, err.msg);
+        ck_assert_int_eq(c.sliding_window, cases[i].want);
+        ck_assert(!c.has_qkv_bias && !c.has_o_bias);
+        // written and read back: the window (or null) survives
+        Buf b = {0};
+        ModelConfig back;
+        ck_assert_int_eq(model_config_to_json(&c, "float32", &b), 0);
+        ck_assert_msg(model_config_parse(&back, (char *)b.data, b.len, "w", &err) == 0, "%s", err.msg);
+        ck_assert_int_eq(back.type, MODEL_MISTRAL);
+        ck_assert_int_eq(back.sliding_window, cases[i].want);
+        ck_assert(strstr((char *)b.data, "MistralForCausalLM"));
+        buf_free(&b);
+    }
+    static const struct { const char *patch, *want; } bad[] = {
+        {",\"sliding_window\":0}", "sliding_window = 0 is out of range"},
+        {",\"sliding_window\":\"8\"}", "'sliding_window' is not an integer"},
+        {",\"sliding_window\":-4}", "sliding_window = -4 is out of range"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char j[512];
+        snprintf(j, sizeof j, "%s%s", base, bad[i].patch);
+        ModelConfig c;
+        PailErr err = {0};
+        ck_assert_msg(parse_cfg(&c, j, &err) == -1, "accepted: %s", j);
+        ck_assert_msg(strstr(err.msg, bad[i].want), "'%s' lacks '%s'", err.msg, bad[i].want);
+    }
+}
+END_TEST
+
 // Each refusal names the field and the value.
 START_TEST(test_config_refusals) {
     static const struct { const char *patch, *want; } cases[] = {
-        {"\"model_type\":\"mistral\"", "model_type = 'mistral'"},
+        {"\"model_type\":\"gemma\"", "model_type = 'gemma' is not supported (pail runs llama, qwen2, qwen3, mistral"},
         {"\"model_type\":\"qwen3_moe\"", "model_type = 'qwen3_moe'"},
         {"\"num_experts\":8", "num_experts = 8"},
         {"\"num_local_experts\":4", "num_local_experts = 4"},
@@ -494,7 +555,7 @@ static void stats(const float *x, size_t n, double *mean, double *sd) {
 }
 
 START_TEST(test_weights_tiny) {
-    for (int type = MODEL_LLAMA; type <= MODEL_QWEN3; type++) {
+    for (int type = MODEL_LLAMA; type < MODEL_TYPE_COUNT; type++) {
         ModelConfig cfg;
         char d32[512], d16[512];
         gen("f32", "tiny", type, ST_DTYPE_F32, 42, &cfg, d32, sizeof d32);
@@ -504,6 +565,7 @@ START_TEST(test_weights_tiny) {
         ck_assert_msg(model_weights_load(&a, d32, &err) == 0, "%s", err.msg);
         ck_assert_msg(model_weights_load(&b, d16, &err) == 0, "%s", err.msg);
         ck_assert_int_eq(a.cfg.type, type);
+        ck_assert_int_eq(a.cfg.sliding_window, type == MODEL_MISTRAL ? 4096 : 0);
         ck_assert_int_eq(a.cfg.hidden_size, cfg.hidden_size);
         ck_assert_int_eq(a.cfg.bos_token_id, 1);
         ck_assert_int_eq(a.cfg.eos_token_ids[0], 2);
@@ -888,6 +950,7 @@ int main(void) {
     tcase_add_test(core, test_config_published);
     tcase_add_test(core, test_config_transformers5);
     tcase_add_test(core, test_config_write_roundtrip);
+    tcase_add_test(core, test_config_mistral_window);
     tcase_add_test(core, test_dtype_conversion);
     tcase_add_test(core, test_safetensors_roundtrip);
     tcase_add_test(core, test_safetensors_reference_bytes);

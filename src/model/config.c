@@ -1,6 +1,6 @@
 // config.json / generation_config.json reading and config.json writing for the
-// llama, qwen2 and qwen3 dense decoders (see config.h). Defaults are those of
-// transformers' LlamaConfig / Qwen2Config / Qwen3Config for a field a file omits.
+// llama, qwen2, qwen3 and mistral dense decoders (see config.h). Defaults are those of
+// transformers' LlamaConfig / Qwen2Config / Qwen3Config / MistralConfig for a field a file omits.
 #include "model/config.h"
 #include <jansson.h>
 #include <math.h>
@@ -9,13 +9,14 @@
 #include <string.h>
 #include "core/fsutil.h"
 
-static const char *type_names[] = {"llama", "qwen2", "qwen3"};
-static const char *arch_names[] = {"LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"};
+static const char *type_names[MODEL_TYPE_COUNT] = {"llama", "qwen2", "qwen3", "mistral"};
+static const char *arch_names[MODEL_TYPE_COUNT] = {"LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
+                                                   "MistralForCausalLM"};
 
-const char *model_type_name(ModelType t) { return (unsigned)t < 3 ? type_names[t] : "?"; }
+const char *model_type_name(ModelType t) { return (unsigned)t < MODEL_TYPE_COUNT ? type_names[t] : "?"; }
 
 int model_type_parse(const char *s, ModelType *out) {
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < MODEL_TYPE_COUNT; i++)
         if (!strcmp(s, type_names[i])) { *out = (ModelType)i; return 0; }
     return -1;
 }
@@ -25,9 +26,10 @@ void model_config_defaults(ModelConfig *cfg, ModelType type) {
     c.type = type;
     c.rms_norm_eps = 1e-6;
     c.rope_theta = 10000.0;
-    c.max_position_embeddings = type == MODEL_LLAMA ? 2048 : 32768;
+    c.max_position_embeddings = type == MODEL_LLAMA ? 2048 : type == MODEL_MISTRAL ? 4096 * 32 : 32768;
     c.has_qkv_bias = type == MODEL_QWEN2;
     c.has_qk_norm = type == MODEL_QWEN3;
+    c.sliding_window = type == MODEL_MISTRAL ? 4096 : 0;  // MistralConfig's default
     c.bos_token_id = -1;
     // keep the sizes a caller already set
     c.hidden_size = cfg->hidden_size;
@@ -152,7 +154,7 @@ static int get_rope(ModelConfig *c, json_t *root, const char *what, PailErr *err
 }
 
 // Features pail does not run: refused by name rather than silently ignored.
-static int refuse_unsupported(json_t *root, const char *what, PailErr *err) {
+static int refuse_unsupported(json_t *root, ModelType type, const char *what, PailErr *err) {
     static const char *moe[] = {"num_experts", "num_local_experts", "n_routed_experts", "moe_intermediate_size",
                                 "num_experts_per_tok"};
     for (size_t i = 0; i < sizeof moe / sizeof moe[0]; i++) {
@@ -162,10 +164,12 @@ static int refuse_unsupported(json_t *root, const char *what, PailErr *err) {
                            "%s: %s = %lld: mixture-of-experts models are not supported", what, moe[i],
                            json_is_integer(v) ? (long long)json_integer_value(v) : -1LL);
     }
+    // qwen2/qwen3's use_sliding_window windows only layers past max_window_layers;
+    // mistral's sliding_window (every layer) is read in model_config_parse
     json_t *sw = json_object_get(root, "use_sliding_window");
-    if (json_is_true(sw))
-        return err_set(err, PAIL_ERR_UNSUPPORTED, "%s: use_sliding_window = true: sliding-window attention is not "
-                       "supported", what);
+    if (type != MODEL_MISTRAL && json_is_true(sw))
+        return err_set(err, PAIL_ERR_UNSUPPORTED, "%s: use_sliding_window = true: %s's windowed layers are not "
+                       "supported (mistral's window on every layer is)", what, type_names[type]);
     json_t *lt = json_object_get(root, "layer_types");
     if (lt && json_is_array(lt)) {
         size_t i;
@@ -224,11 +228,11 @@ int model_config_parse(ModelConfig *cfg, const char *text, size_t len, const cha
     if (!json_is_string(mt)) { err_set(err, PAIL_ERR_INVALID, "%s: 'model_type' missing or not a string", what); goto out; }
     ModelType type;
     if (model_type_parse(json_string_value(mt), &type) < 0) {
-        err_set(err, PAIL_ERR_UNSUPPORTED, "%s: model_type = '%s' is not supported (pail runs llama, qwen2, qwen3 "
-                "dense decoders)", what, json_string_value(mt));
+        err_set(err, PAIL_ERR_UNSUPPORTED, "%s: model_type = '%s' is not supported (pail runs llama, qwen2, qwen3, "
+                "mistral dense decoders)", what, json_string_value(mt));
         goto out;
     }
-    if (refuse_unsupported(root, what, err) < 0) goto out;
+    if (refuse_unsupported(root, type, what, err) < 0) goto out;
     static const char *req[] = {"hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
                                 "vocab_size"};
     for (int i = 0; i < 5; i++)
@@ -256,12 +260,17 @@ int model_config_parse(ModelConfig *cfg, const char *text, size_t len, const cha
         }
         c.head_dim = c.hidden_size / c.num_attention_heads;
     }
+    if (type == MODEL_MISTRAL) {  // MistralConfig: sliding_window defaults to 4096; null = full attention
+        json_t *swv = json_object_get(root, "sliding_window");
+        if (swv && json_is_null(swv)) c.sliding_window = 0;
+        else if (get_int(root, "sliding_window", 1, 1 << 30, &c.sliding_window, what, err) < 0) goto out;
+    }
     json_t *tie = json_object_get(root, "tie_word_embeddings");
     if (tie && !json_is_null(tie)) {
         if (!json_is_boolean(tie)) { err_set(err, PAIL_ERR_INVALID, "%s: tie_word_embeddings is not a boolean", what); goto out; }
         c.tie_word_embeddings = json_is_true(tie);
     }
-    if (type != MODEL_QWEN2) {
+    if (type != MODEL_QWEN2 && type != MODEL_MISTRAL) {  // MistralAttention has no biases, whatever the file says
         json_t *ab = json_object_get(root, "attention_bias");
         if (ab && !json_is_null(ab) && !json_is_boolean(ab)) {
             err_set(err, PAIL_ERR_INVALID, "%s: attention_bias is not a boolean", what);
@@ -353,7 +362,10 @@ int model_config_to_json(const ModelConfig *c, const char *dtype_name, Buf *out)
         json_object_set_new(o, "attention_bias", json_boolean(c->has_qkv_bias));
         json_object_set_new(o, "head_dim", json_integer(c->head_dim));
     }
-    if (c->type == MODEL_LLAMA) {
+    if (c->type == MODEL_MISTRAL) {  // MistralConfig has no attention_bias: q/k/v/o never carry one
+        json_object_set_new(o, "head_dim", json_integer(c->head_dim));
+        json_object_set_new(o, "sliding_window", c->sliding_window > 0 ? json_integer(c->sliding_window) : json_null());
+    } else if (c->type == MODEL_LLAMA) {
         json_object_set_new(o, "mlp_bias", json_false());
         json_object_set_new(o, "pretraining_tp", json_integer(1));
     } else {

@@ -378,9 +378,9 @@ static int layer_forward(Transformer *tf, int l, LayerActs *a, int T, PailErr *e
         OP(scatter_rows, kc, a->kr, tf->d_rows, T, KD);
         OP(scatter_rows, vc, a->v, tf->d_rows, T, KD);
         OP(attention_decode_forward, a->att, a->qr, kc, vc, kv->d_cu_new, kv->d_new_len, kv->d_table, kv->max_blocks,
-           kv->n_slots, T, H, Hk, D, 0);
+           kv->n_slots, T, H, Hk, D, c->sliding_window);
     } else {
-        OP(attention_forward, a->att, a->lse, a->qr, a->kr, a->v, tf->d_cu, tf->nseq, T, H, Hk, D, 0);
+        OP(attention_forward, a->att, a->lse, a->qr, a->kr, a->v, tf->d_cu, tf->nseq, T, H, Hk, D, c->sliding_window);
     }
     OP(copy, a->h, x, (size_t)T * C);
     if (proj_forward(tf, a->h, a->la[LORA_O], a->att, PARAM_WO, wv(tf, PARAM_BO, l), T, HD, C, l, LORA_O,
@@ -508,7 +508,7 @@ static int layer_backward(Transformer *tf, int l, LayerActs *a, int T, float *lg
                       HD, C, l, LORA_O, 0, err) < 0)
         return -1;
     OP(attention_backward, tf->dq, tf->dk, tf->dv, tf->datt, a->qr, a->kr, a->v, a->att, a->lse, tf->d_cu, tf->nseq,
-       T, H, Hk, D, 0);
+       T, H, Hk, D, c->sliding_window);
     OP(rope_backward, tf->dq, tf->dq, tf->d_pos, tf->cos_t, tf->sin_t, T, H, D);
     OP(rope_backward, tf->dk, tf->dk, tf->d_pos, tf->cos_t, tf->sin_t, T, Hk, D);
     if (c->has_qk_norm) {

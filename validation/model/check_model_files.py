@@ -5,7 +5,8 @@
     AutoModelForCausalLM with no missing / unexpected / mismatched keys, a forward
     pass runs, and pail's `model-info --sums` reads the same values torch does.
 (b) Checkpoints transformers writes (save_pretrained: f32, bf16, f16, sharded,
-    tied / untied, q/k/v bias, qwen3 q/k norm, llama3 rope scaling) load in pail
+    tied / untied, q/k/v bias, qwen3 q/k norm, llama3 rope scaling, mistral
+    windows and null) load in pail
     with every tensor's fp32 values bit-identical to torch's (sha256 of the fp32
     bytes) and the same config fields, parameter count and base_sha256 (the
     format doc/models.md defines, recomputed here from the files).
@@ -19,7 +20,7 @@ import warnings
 
 import torch
 import transformers
-from transformers import AutoConfig, AutoModelForCausalLM, LlamaConfig, Qwen2Config, Qwen3Config
+from transformers import AutoConfig, AutoModelForCausalLM, LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config
 
 transformers.logging.set_verbosity_error()
 transformers.utils.logging.disable_progress_bar()
@@ -120,6 +121,10 @@ def compare_config(name, cfg, fields):
             bad.append(f"rope_scaling '{fields['rope_scaling']}' vs '{want_rs}'")
     elif fields["rope_scaling"] != "none":
         bad.append(f"rope_scaling {fields['rope_scaling']} vs none")
+    if cfg.model_type == "mistral":  # the window on every layer; null: full attention
+        want_sw = str(cfg.sliding_window) if cfg.sliding_window else "none"
+        if fields.get("sliding_window") != want_sw:
+            bad.append(f"sliding_window {fields.get('sliding_window')} vs {want_sw}")
     report(f"{name}: config fields", not bad, "; ".join(bad))
 
 
@@ -221,6 +226,9 @@ def main():
     check_pail_written(ctl, a.work, "qwen3-headdim-bf16", tiny + ["--model-type", "qwen3", "--head-dim", "32"])
     check_pail_written(ctl, a.work, "qwen3-bias-tied-f32", tiny + ["--model-type", "qwen3", "--attention-bias",
                        "--tie-embeddings", "--dtype", "f32"])
+    check_pail_written(ctl, a.work, "mistral-window8-bf16", tiny + ["--model-type", "mistral", "--sliding-window", "8"])
+    check_pail_written(ctl, a.work, "mistral-nowindow-f32", tiny + ["--model-type", "mistral", "--sliding-window", "0",
+                       "--dtype", "f32"])
     check_pail_written(ctl, a.work, "bench-llama-bf16", ["--shape", "bench"])
 
     # (b) transformers writes, pail reads
@@ -238,6 +246,8 @@ def main():
         ("qwen3-bf16-headdim-sharded", Qwen3Config(**small, head_dim=32), torch.bfloat16, "50KB"),
         ("qwen3-f32-bias-tied", Qwen3Config(**small, attention_bias=True, tie_word_embeddings=True),
          torch.float32, None),
+        ("mistral-bf16-window16", MistralConfig(**small, sliding_window=16), torch.bfloat16, None),
+        ("mistral-f32-window-null-sharded", MistralConfig(**small, sliding_window=None), torch.float32, "40KB"),
     ]
     for name, cfg, dt, shard in cases:
         check_hf_written(ctl, a.work, name, cfg, dt, shard)
