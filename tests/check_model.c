@@ -87,6 +87,18 @@ static const char *mistral7b =
     "\"sliding_window\":4096,\"tie_word_embeddings\":false,\"torch_dtype\":\"bfloat16\","
     "\"transformers_version\":\"4.34.0.dev0\",\"use_cache\":true,\"vocab_size\":32000}";
 
+// LGAI-EXAONE/EXAONE-3.5-2.4B-Instruct's config.json fields (EXAONE's own names: num_layers,
+// layer_norm_epsilon, activation_function; llama3 rope; tied).
+static const char *exaone35 =
+    "{\"activation_function\":\"silu\",\"architectures\":[\"ExaoneForCausalLM\"],\"attention_dropout\":0.0,"
+    "\"bos_token_id\":1,\"embed_dropout\":0.0,\"eos_token_id\":361,\"head_dim\":80,\"hidden_size\":2560,"
+    "\"initializer_range\":0.02,\"intermediate_size\":7168,\"layer_norm_epsilon\":1e-05,"
+    "\"max_position_embeddings\":32768,\"model_type\":\"exaone\",\"num_attention_heads\":32,"
+    "\"num_key_value_heads\":8,\"num_layers\":30,\"pad_token_id\":0,\"rope_scaling\":{\"factor\":8.0,"
+    "\"high_freq_factor\":4.0,\"low_freq_factor\":1.0,\"original_max_position_embeddings\":8192,"
+    "\"rope_type\":\"llama3\"},\"rope_theta\":1000000.0,\"tie_word_embeddings\":true,"
+    "\"torch_dtype\":\"bfloat16\",\"vocab_size\":102400}";
+
 START_TEST(test_config_published) {
     ModelConfig c;
     PailErr err = {0};
@@ -140,6 +152,25 @@ START_TEST(test_config_published) {
     ck_assert_int_eq(c.head_dim, 128);
     // Mistral-7B-v0.1: 7,241,732,096 parameters (the "7B").
     ck_assert_uint_eq(model_config_param_count(&c), 7241732096u);
+
+    ck_assert_msg(parse_cfg(&c, exaone35, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(c.type, MODEL_EXAONE);
+    ck_assert_int_eq(c.num_hidden_layers, 30);  // num_layers
+    ck_assert(c.rms_norm_eps == 1e-5);          // layer_norm_epsilon
+    ck_assert_int_eq(c.head_dim, 80);
+    ck_assert(c.rope_scaling == ROPE_SCALING_LLAMA3 && c.rope_theta == 1e6 && c.tie_word_embeddings);
+    ck_assert(!c.has_qkv_bias && !c.has_qk_norm && c.sliding_window == 0);
+    // EXAONE-3.5-2.4B: 2,405,327,360 parameters (tied; the model card's 2.14B without embeddings).
+    ck_assert_uint_eq(model_config_param_count(&c), 2405327360u);
+    // its activation_function is checked as hidden_act is; absent rope_theta: ExaoneConfig's 500000
+    const char *gelu = "{\"model_type\":\"exaone\",\"hidden_size\":64,\"intermediate_size\":128,\"num_layers\":2,"
+                       "\"num_attention_heads\":4,\"vocab_size\":100,\"activation_function\":\"gelu\"}";
+    ck_assert_int_eq(parse_cfg(&c, gelu, &err), -1);
+    ck_assert_msg(strstr(err.msg, "hidden_act = 'gelu'"), "%s", err.msg);
+    const char *plain = "{\"model_type\":\"exaone\",\"hidden_size\":64,\"intermediate_size\":128,\"num_layers\":2,"
+                        "\"num_attention_heads\":4,\"vocab_size\":100}";
+    ck_assert_msg(parse_cfg(&c, plain, &err) == 0, "%s", err.msg);
+    ck_assert(c.rope_theta == 500000.0 && c.num_hidden_layers == 2 && c.max_position_embeddings == 4096);
 }
 END_TEST
 
@@ -220,7 +251,7 @@ END_TEST
 // Each refusal names the field and the value.
 START_TEST(test_config_refusals) {
     static const struct { const char *patch, *want; } cases[] = {
-        {"\"model_type\":\"gemma\"", "model_type = 'gemma' is not supported (pail runs llama, qwen2, qwen3, mistral"},
+        {"\"model_type\":\"gemma\"", "model_type = 'gemma' is not supported (pail runs llama, qwen2, qwen3, mistral, exaone"},
         {"\"model_type\":\"qwen3_moe\"", "model_type = 'qwen3_moe'"},
         {"\"num_experts\":8", "num_experts = 8"},
         {"\"num_local_experts\":4", "num_local_experts = 4"},

@@ -1,6 +1,7 @@
 // config.json / generation_config.json reading and config.json writing for the
-// llama, qwen2, qwen3 and mistral dense decoders (see config.h). Defaults are those of
-// transformers' LlamaConfig / Qwen2Config / Qwen3Config / MistralConfig for a field a file omits.
+// llama, qwen2, qwen3, mistral and exaone dense decoders (see config.h). Defaults are those of
+// transformers' LlamaConfig / Qwen2Config / Qwen3Config / MistralConfig / ExaoneConfig for a field
+// a file omits.
 #include "model/config.h"
 #include <jansson.h>
 #include <math.h>
@@ -9,9 +10,10 @@
 #include <string.h>
 #include "core/fsutil.h"
 
-static const char *type_names[MODEL_TYPE_COUNT] = {"llama", "qwen2", "qwen3", "mistral"};
+static const char *type_names[MODEL_TYPE_COUNT] = {"llama", "qwen2", "qwen3", "mistral", "exaone"};
+// exaone: the published checkpoints' name (transformers maps model_type exaone to its llama classes)
 static const char *arch_names[MODEL_TYPE_COUNT] = {"LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
-                                                   "MistralForCausalLM"};
+                                                   "MistralForCausalLM", "ExaoneForCausalLM"};
 
 const char *model_type_name(ModelType t) { return (unsigned)t < MODEL_TYPE_COUNT ? type_names[t] : "?"; }
 
@@ -25,8 +27,9 @@ void model_config_defaults(ModelConfig *cfg, ModelType type) {
     ModelConfig c = {0};
     c.type = type;
     c.rms_norm_eps = 1e-6;
-    c.rope_theta = 10000.0;
-    c.max_position_embeddings = type == MODEL_LLAMA ? 2048 : type == MODEL_MISTRAL ? 4096 * 32 : 32768;
+    c.rope_theta = type == MODEL_EXAONE ? 500000.0 : 10000.0;  // ExaoneConfig's default_theta
+    c.max_position_embeddings = type == MODEL_LLAMA ? 2048 : type == MODEL_MISTRAL ? 4096 * 32
+                                : type == MODEL_EXAONE ? 4096 : 32768;
     c.has_qkv_bias = type == MODEL_QWEN2;
     c.has_qk_norm = type == MODEL_QWEN3;
     c.sliding_window = type == MODEL_MISTRAL ? 4096 : 0;  // MistralConfig's default
@@ -229,8 +232,17 @@ int model_config_parse(ModelConfig *cfg, const char *text, size_t len, const cha
     ModelType type;
     if (model_type_parse(json_string_value(mt), &type) < 0) {
         err_set(err, PAIL_ERR_UNSUPPORTED, "%s: model_type = '%s' is not supported (pail runs llama, qwen2, qwen3, "
-                "mistral dense decoders)", what, json_string_value(mt));
+                "mistral, exaone dense decoders)", what, json_string_value(mt));
         goto out;
+    }
+    if (type == MODEL_EXAONE) {  // EXAONE's own config names (ExaoneConfig.attribute_map), read as llama's
+        static const char *alias[][2] = {{"num_hidden_layers", "num_layers"},
+                                         {"rms_norm_eps", "layer_norm_epsilon"},
+                                         {"hidden_act", "activation_function"}};
+        for (int i = 0; i < 3; i++) {
+            json_t *v = json_object_get(root, alias[i][1]);
+            if (v && !json_object_get(root, alias[i][0])) json_object_set(root, alias[i][0], v);
+        }
     }
     if (refuse_unsupported(root, type, what, err) < 0) goto out;
     static const char *req[] = {"hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
@@ -358,16 +370,16 @@ int model_config_to_json(const ModelConfig *c, const char *dtype_name, Buf *out)
     json_object_set_new(o, "torch_dtype", json_string(dtype_name));
     json_object_set_new(o, "use_cache", json_true());
     json_object_set_new(o, "vocab_size", json_integer(c->vocab_size));
-    if (c->type == MODEL_LLAMA || c->type == MODEL_QWEN3) {
+    if (c->type == MODEL_LLAMA || c->type == MODEL_QWEN3 || c->type == MODEL_EXAONE) {
         json_object_set_new(o, "attention_bias", json_boolean(c->has_qkv_bias));
         json_object_set_new(o, "head_dim", json_integer(c->head_dim));
     }
     if (c->type == MODEL_MISTRAL) {  // MistralConfig has no attention_bias: q/k/v/o never carry one
         json_object_set_new(o, "head_dim", json_integer(c->head_dim));
         json_object_set_new(o, "sliding_window", c->sliding_window > 0 ? json_integer(c->sliding_window) : json_null());
-    } else if (c->type == MODEL_LLAMA) {
+    } else if (c->type == MODEL_LLAMA || c->type == MODEL_EXAONE) {
         json_object_set_new(o, "mlp_bias", json_false());
-        json_object_set_new(o, "pretraining_tp", json_integer(1));
+        if (c->type == MODEL_LLAMA) json_object_set_new(o, "pretraining_tp", json_integer(1));
     } else {
         json_object_set_new(o, "use_sliding_window", json_false());
         json_object_set_new(o, "sliding_window", json_null());

@@ -1,6 +1,7 @@
 // A Hugging Face model's config.json (+ generation_config.json) for the dense
 // decoders pail supports: model_type llama (Llama 3.x, SmolLM), qwen2 (Qwen2,
-// Qwen2.5), qwen3, mistral (llama's layout + a sliding attention window). Both the hub's legacy layout (rope_theta + rope_scaling,
+// Qwen2.5), qwen3, mistral (llama's layout + a sliding attention window), exaone
+// (EXAONE 3/3.5: llama under its own tensor and config names). Both the hub's legacy layout (rope_theta + rope_scaling,
 // torch_dtype) and transformers 5's (rope_parameters, dtype) are read. What pail
 // cannot run (other model types, MoE, qwen's per-layer sliding window, unknown rope
 // scaling) is refused with a message naming the field and value.
@@ -11,7 +12,7 @@
 #include "core/buf.h"
 #include "core/err.h"
 
-typedef enum { MODEL_LLAMA, MODEL_QWEN2, MODEL_QWEN3, MODEL_MISTRAL, MODEL_TYPE_COUNT } ModelType;
+typedef enum { MODEL_LLAMA, MODEL_QWEN2, MODEL_QWEN3, MODEL_MISTRAL, MODEL_EXAONE, MODEL_TYPE_COUNT } ModelType;
 typedef enum { ROPE_SCALING_NONE, ROPE_SCALING_LLAMA3 } RopeScalingType;  // kernels.h has the RopeScaling params
 
 #define MODEL_MAX_EOS 8
@@ -43,7 +44,7 @@ typedef struct {
     char dtype[16];               // the checkpoint's declared dtype ("bfloat16"), "" when absent
 } ModelConfig;
 
-const char *model_type_name(ModelType t);  // "llama", "qwen2", "qwen3", "mistral"
+const char *model_type_name(ModelType t);  // "llama", "qwen2", "qwen3", "mistral", "exaone"
 int model_type_parse(const char *s, ModelType *out);  // 0 / -1
 
 // Parses config.json text (len bytes; need not be NUL-terminated). `what` names

@@ -2,7 +2,8 @@
 build/tools/model_driver) against Hugging Face transformers + PEFT, the code
 users run. For random tiny checkpoints of each model_type (GQA, q/k/v bias,
 attention_bias, qwen3 q/k norm, tied and untied embeddings, llama3 rope
-scaling, mistral's sliding window W = 8 under 32-token sequences), saved with
+scaling, mistral's sliding window W = 8 under 32-token sequences, exaone's own
+tensor names), saved with
 save_pretrained and loaded by pail from the same folder:
 
 - per-token log-probs of packed rows (3 sequences of different lengths in one
@@ -33,7 +34,7 @@ import h5py
 import numpy as np
 import torch
 from peft import LoraConfig, get_peft_model
-from transformers import AutoModelForCausalLM, LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config
+from transformers import AutoModelForCausalLM, ExaoneConfig, LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config
 
 torch.set_num_threads(2)
 torch.manual_seed(0)
@@ -67,10 +68,30 @@ def variants():
     # no eos, so generate runs its full length as pail's driver does
     yield "mistral-window8-gqa", MistralConfig(**common, num_key_value_heads=2, sliding_window=8,
                                                tie_word_embeddings=False, bos_token_id=None, eos_token_id=None)
+    # EXAONE 3.5's shape of config: llama3 rope, its own tensor names in the files (transformers 5 renames
+    # them to llama's on load, back on save); biases to exercise out_proj's
+    yield "exaone-rope-llama3-bias", ExaoneConfig(
+        **common, num_key_value_heads=2, tie_word_embeddings=False, attention_bias=True, bos_token_id=None,
+        eos_token_id=None, pad_token_id=None,
+        rope_parameters={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                         "original_max_position_embeddings": 16, "rope_theta": 1000000.0})
 
 
 # variants checked on the bf16 exact path and through generation too
-FULL_CHECKS = ("mistral",)
+FULL_CHECKS = ("mistral", "exaone")
+
+
+def file_name(pname, model_type):
+    """The checkpoint's name of a transformers parameter (exaone files keep EXAONE's names)."""
+    if model_type != "exaone":
+        return pname
+    for a, b in (("model.embed_tokens.", "transformer.wte."), ("model.layers.", "transformer.h."),
+                 ("model.norm.", "transformer.ln_f."), (".self_attn.o_proj.", ".attn.attention.out_proj."),
+                 (".self_attn.", ".attn.attention."), (".input_layernorm.", ".ln_1."),
+                 (".post_attention_layernorm.", ".ln_2."), (".mlp.gate_proj.", ".mlp.c_fc_0."),
+                 (".mlp.up_proj.", ".mlp.c_fc_1."), (".mlp.down_proj.", ".mlp.c_proj.")):
+        pname = pname.replace(a, b)
+    return pname
 # sequence lengths of the packed row: longer than a variant's window
 LENS = {"mistral": [32, 13, 20]}
 
@@ -201,7 +222,7 @@ for name, cfg in variants():
                 for pname, p in model.named_parameters():
                     if pname == "lm_head.weight" and cfg.tie_word_embeddings:
                         continue
-                    e = rel(f[pname][:], p.grad.numpy())
+                    e = rel(f[file_name(pname, cfg.model_type)][:], p.grad.numpy())
                     if e > worst:
                         worst, wname = e, pname
             report(f"full fine-tuning grads (worst: {wname})", worst, 1e-3)
