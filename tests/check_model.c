@@ -248,10 +248,56 @@ START_TEST(test_config_mistral_window) {
 }
 END_TEST
 
+// SmolLM3's layers without RoPE: no_rope_layers (1 = RoPE), else every no_rope_layer_interval-th
+// layer (default 4, SmolLM3Config's); tied and rope_theta 2e6 by default; bad lists refused.
+START_TEST(test_config_smollm3) {
+    const char *base = "{\"model_type\":\"smollm3\",\"hidden_size\":2048,\"intermediate_size\":11008,"
+                       "\"num_hidden_layers\":36,\"num_attention_heads\":16,\"num_key_value_heads\":4,"
+                       "\"vocab_size\":128256";
+    char j[1024];
+    ModelConfig c;
+    PailErr err = {0};
+    snprintf(j, sizeof j, "%s}", base);
+    ck_assert_msg(parse_cfg(&c, j, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(c.type, MODEL_SMOLLM3);
+    ck_assert(c.tie_word_embeddings && c.rope_theta == 2e6);
+    for (int l = 0; l < 36; l++) ck_assert_int_eq(model_layer_has_rope(&c, l), (l + 1) % 4 != 0);
+    // SmolLM3-3B's shape: 3,075,098,624 parameters (the hub's 3.08B)
+    ck_assert_uint_eq(model_config_param_count(&c), 3075098624u);
+    snprintf(j, sizeof j, "%s,\"no_rope_layer_interval\":3,\"tie_word_embeddings\":false}", base);
+    ck_assert_msg(parse_cfg(&c, j, &err) == 0, "%s", err.msg);
+    ck_assert(!c.tie_word_embeddings && model_layer_has_rope(&c, 0) && !model_layer_has_rope(&c, 2));
+    const char *two = "{\"model_type\":\"smollm3\",\"hidden_size\":64,\"intermediate_size\":128,\"num_hidden_layers\":2,"
+                      "\"num_attention_heads\":4,\"vocab_size\":100";
+    snprintf(j, sizeof j, "%s,\"no_rope_layers\":[0,1]}", two);
+    ck_assert_msg(parse_cfg(&c, j, &err) == 0, "%s", err.msg);
+    ck_assert(!model_layer_has_rope(&c, 0) && model_layer_has_rope(&c, 1));
+    Buf b = {0};
+    ModelConfig back;
+    ck_assert_int_eq(model_config_to_json(&c, "float32", &b), 0);
+    ck_assert_msg(model_config_parse(&back, (char *)b.data, b.len, "w", &err) == 0, "%s", err.msg);
+    ck_assert(back.type == MODEL_SMOLLM3 && !model_layer_has_rope(&back, 0) && model_layer_has_rope(&back, 1));
+    buf_free(&b);
+    // other families: every layer rotates
+    ck_assert_msg(parse_cfg(&c, qwen3, &err) == 0, "%s", err.msg);
+    for (int l = 0; l < c.num_hidden_layers; l++) ck_assert(model_layer_has_rope(&c, l));
+    static const struct { const char *patch, *want; } bad[] = {
+        {",\"no_rope_layers\":[1]}", "no_rope_layers is not a list of 2 entries"},
+        {",\"no_rope_layers\":[1,2]}", "no_rope_layers[1] is not 0 or 1"},
+        {",\"no_rope_layer_interval\":0}", "no_rope_layer_interval = 0 is out of range"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(j, sizeof j, "%s%s", two, bad[i].patch);
+        ck_assert_msg(parse_cfg(&c, j, &err) == -1, "accepted: %s", j);
+        ck_assert_msg(strstr(err.msg, bad[i].want), "'%s' lacks '%s'", err.msg, bad[i].want);
+    }
+}
+END_TEST
+
 // Each refusal names the field and the value.
 START_TEST(test_config_refusals) {
     static const struct { const char *patch, *want; } cases[] = {
-        {"\"model_type\":\"gemma\"", "model_type = 'gemma' is not supported (pail runs llama, qwen2, qwen3, mistral, exaone"},
+        {"\"model_type\":\"gemma\"", "model_type = 'gemma' is not supported (pail runs llama, qwen2, qwen3, mistral, exaone, smollm3"},
         {"\"model_type\":\"qwen3_moe\"", "model_type = 'qwen3_moe'"},
         {"\"num_experts\":8", "num_experts = 8"},
         {"\"num_local_experts\":4", "num_local_experts = 4"},
@@ -602,7 +648,7 @@ START_TEST(test_weights_tiny) {
         ck_assert_int_eq(a.cfg.eos_token_ids[0], 2);
         ck_assert_uint_eq(a.num_params, model_config_param_count(&cfg));
         ck_assert(!!a.p.bq == (type == MODEL_QWEN2) && !!a.p.q_norm == (type == MODEL_QWEN3));
-        ck_assert(a.p.bo == NULL && a.p.lm_head != a.p.embed_tokens);
+        ck_assert(a.p.bo == NULL && (a.p.lm_head != a.p.embed_tokens) == (type != MODEL_SMOLLM3));  // smollm3: tied by default
         // The bf16 file holds the same draws rounded: loading it equals rounding the f32 load.
         const float *am = model_weights_f32(&a), *bm = model_weights_f32(&b);
         for (size_t i = 0; i < a.num_params; i++)
@@ -982,6 +1028,7 @@ int main(void) {
     tcase_add_test(core, test_config_transformers5);
     tcase_add_test(core, test_config_write_roundtrip);
     tcase_add_test(core, test_config_mistral_window);
+    tcase_add_test(core, test_config_smollm3);
     tcase_add_test(core, test_dtype_conversion);
     tcase_add_test(core, test_safetensors_roundtrip);
     tcase_add_test(core, test_safetensors_reference_bytes);

@@ -252,6 +252,7 @@ static void small_model(ModelWeights *w, ModelType type) {
     c.num_key_value_heads = 2; c.head_dim = 16; c.vocab_size = 300; c.max_position_embeddings = 256;
     c.tie_word_embeddings = type == MODEL_QWEN2;
     if (type == MODEL_MISTRAL) c.sliding_window = 7;  // shorter than the sequences, the prompts + decode steps
+    if (type == MODEL_SMOLLM3) c.no_rope[0] = 2;      // layer 1 without RoPE
     model_fill_random(w, &c, 0.12, 77, (uint64_t)type);
 }
 

@@ -1,7 +1,7 @@
 // config.json / generation_config.json reading and config.json writing for the
-// llama, qwen2, qwen3, mistral and exaone dense decoders (see config.h). Defaults are those of
-// transformers' LlamaConfig / Qwen2Config / Qwen3Config / MistralConfig / ExaoneConfig for a field
-// a file omits.
+// llama, qwen2, qwen3, mistral, exaone and smollm3 dense decoders (see config.h). Defaults are those
+// of transformers' LlamaConfig / Qwen2Config / Qwen3Config / MistralConfig / ExaoneConfig /
+// SmolLM3Config for a field a file omits.
 #include "model/config.h"
 #include <jansson.h>
 #include <math.h>
@@ -10,10 +10,10 @@
 #include <string.h>
 #include "core/fsutil.h"
 
-static const char *type_names[MODEL_TYPE_COUNT] = {"llama", "qwen2", "qwen3", "mistral", "exaone"};
+static const char *type_names[MODEL_TYPE_COUNT] = {"llama", "qwen2", "qwen3", "mistral", "exaone", "smollm3"};
 // exaone: the published checkpoints' name (transformers maps model_type exaone to its llama classes)
 static const char *arch_names[MODEL_TYPE_COUNT] = {"LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
-                                                   "MistralForCausalLM", "ExaoneForCausalLM"};
+                                                   "MistralForCausalLM", "ExaoneForCausalLM", "SmolLM3ForCausalLM"};
 
 const char *model_type_name(ModelType t) { return (unsigned)t < MODEL_TYPE_COUNT ? type_names[t] : "?"; }
 
@@ -27,7 +27,9 @@ void model_config_defaults(ModelConfig *cfg, ModelType type) {
     ModelConfig c = {0};
     c.type = type;
     c.rms_norm_eps = 1e-6;
-    c.rope_theta = type == MODEL_EXAONE ? 500000.0 : 10000.0;  // ExaoneConfig's default_theta
+    // ExaoneConfig's and SmolLM3Config's default_theta
+    c.rope_theta = type == MODEL_EXAONE ? 500000.0 : type == MODEL_SMOLLM3 ? 2000000.0 : 10000.0;
+    c.tie_word_embeddings = type == MODEL_SMOLLM3;  // SmolLM3Config: tied unless the file says otherwise
     c.max_position_embeddings = type == MODEL_LLAMA ? 2048 : type == MODEL_MISTRAL ? 4096 * 32
                                 : type == MODEL_EXAONE ? 4096 : 32768;
     c.has_qkv_bias = type == MODEL_QWEN2;
@@ -156,6 +158,30 @@ static int get_rope(ModelConfig *c, json_t *root, const char *what, PailErr *err
     return 0;
 }
 
+// smollm3: no_rope_layers (one 0/1 per layer, 1 = RoPE), else every
+// no_rope_layer_interval-th layer (default 4) without RoPE, as SmolLM3Config.
+static int get_no_rope(ModelConfig *c, json_t *root, const char *what, PailErr *err) {
+    int L = c->num_hidden_layers, interval = 4;
+    json_t *v = json_object_get(root, "no_rope_layers");
+    memset(c->no_rope, 0, sizeof c->no_rope);
+    if (v && !json_is_null(v)) {
+        if (!json_is_array(v) || (int)json_array_size(v) != L)
+            return err_set(err, PAIL_ERR_INVALID, "%s: no_rope_layers is not a list of %d entries (one per layer)",
+                           what, L);
+        for (int l = 0; l < L; l++) {
+            json_t *x = json_array_get(v, (size_t)l);
+            if (!json_is_integer(x) || (json_integer_value(x) != 0 && json_integer_value(x) != 1))
+                return err_set(err, PAIL_ERR_INVALID, "%s: no_rope_layers[%d] is not 0 or 1", what, l);
+            if (!json_integer_value(x)) c->no_rope[l >> 6] |= 1ull << (l & 63);
+        }
+        return 0;
+    }
+    if (get_int(root, "no_rope_layer_interval", 1, 1 << 20, &interval, what, err) < 0) return -1;
+    for (int l = 0; l < L; l++)
+        if ((l + 1) % interval == 0) c->no_rope[l >> 6] |= 1ull << (l & 63);
+    return 0;
+}
+
 // Features pail does not run: refused by name rather than silently ignored.
 static int refuse_unsupported(json_t *root, ModelType type, const char *what, PailErr *err) {
     static const char *moe[] = {"num_experts", "num_local_experts", "n_routed_experts", "moe_intermediate_size",
@@ -232,7 +258,7 @@ int model_config_parse(ModelConfig *cfg, const char *text, size_t len, const cha
     ModelType type;
     if (model_type_parse(json_string_value(mt), &type) < 0) {
         err_set(err, PAIL_ERR_UNSUPPORTED, "%s: model_type = '%s' is not supported (pail runs llama, qwen2, qwen3, "
-                "mistral, exaone dense decoders)", what, json_string_value(mt));
+                "mistral, exaone, smollm3 dense decoders)", what, json_string_value(mt));
         goto out;
     }
     if (type == MODEL_EXAONE) {  // EXAONE's own config names (ExaoneConfig.attribute_map), read as llama's
@@ -277,6 +303,7 @@ int model_config_parse(ModelConfig *cfg, const char *text, size_t len, const cha
         if (swv && json_is_null(swv)) c.sliding_window = 0;
         else if (get_int(root, "sliding_window", 1, 1 << 30, &c.sliding_window, what, err) < 0) goto out;
     }
+    if (type == MODEL_SMOLLM3 && get_no_rope(&c, root, what, err) < 0) goto out;
     json_t *tie = json_object_get(root, "tie_word_embeddings");
     if (tie && !json_is_null(tie)) {
         if (!json_is_boolean(tie)) { err_set(err, PAIL_ERR_INVALID, "%s: tie_word_embeddings is not a boolean", what); goto out; }
@@ -370,13 +397,22 @@ int model_config_to_json(const ModelConfig *c, const char *dtype_name, Buf *out)
     json_object_set_new(o, "torch_dtype", json_string(dtype_name));
     json_object_set_new(o, "use_cache", json_true());
     json_object_set_new(o, "vocab_size", json_integer(c->vocab_size));
-    if (c->type == MODEL_LLAMA || c->type == MODEL_QWEN3 || c->type == MODEL_EXAONE) {
+    if (c->type == MODEL_LLAMA || c->type == MODEL_QWEN3 || c->type == MODEL_EXAONE || c->type == MODEL_SMOLLM3) {
         json_object_set_new(o, "attention_bias", json_boolean(c->has_qkv_bias));
         json_object_set_new(o, "head_dim", json_integer(c->head_dim));
     }
     if (c->type == MODEL_MISTRAL) {  // MistralConfig has no attention_bias: q/k/v/o never carry one
         json_object_set_new(o, "head_dim", json_integer(c->head_dim));
         json_object_set_new(o, "sliding_window", c->sliding_window > 0 ? json_integer(c->sliding_window) : json_null());
+    } else if (c->type == MODEL_SMOLLM3) {
+        json_t *nr = json_array();
+        for (int l = 0; l < c->num_hidden_layers; l++) json_array_append_new(nr, json_integer(model_layer_has_rope(c, l)));
+        json_object_set_new(o, "no_rope_layers", nr);
+        // SmolLM3Config's default pad id 128004 would lie past a smaller vocabulary (nn.Embedding refuses it)
+        json_object_set_new(o, "pad_token_id", json_null());
+        json_object_set_new(o, "mlp_bias", json_false());
+        json_object_set_new(o, "use_sliding_window", json_false());
+        json_object_set_new(o, "sliding_window", json_null());
     } else if (c->type == MODEL_LLAMA || c->type == MODEL_EXAONE) {
         json_object_set_new(o, "mlp_bias", json_false());
         if (c->type == MODEL_LLAMA) json_object_set_new(o, "pretraining_tp", json_integer(1));

@@ -369,8 +369,13 @@ static int layer_forward(Transformer *tf, int l, LayerActs *a, int T, PailErr *e
         qin = a->qn;
         kin = a->kn;
     }
-    OP(rope_forward, a->qr, qin, tf->d_pos, tf->cos_t, tf->sin_t, T, H, D);
-    OP(rope_forward, a->kr, kin, tf->d_pos, tf->cos_t, tf->sin_t, T, Hk, D);
+    if (model_layer_has_rope(c, l)) {
+        OP(rope_forward, a->qr, qin, tf->d_pos, tf->cos_t, tf->sin_t, T, H, D);
+        OP(rope_forward, a->kr, kin, tf->d_pos, tf->cos_t, tf->sin_t, T, Hk, D);
+    } else {  // smollm3's no-RoPE layers: q and k as projected
+        OP(copy, a->qr, qin, (size_t)T * HD);
+        OP(copy, a->kr, kin, (size_t)T * KD);
+    }
     if (tf->kv) {  // generation: append this call's K, V to each slot's cache, attend over the cache
         KvCache *kv = tf->kv;
         size_t layer_stride = (size_t)kv->n_blocks * KV_BLOCK * KD;
@@ -509,8 +514,10 @@ static int layer_backward(Transformer *tf, int l, LayerActs *a, int T, float *lg
         return -1;
     OP(attention_backward, tf->dq, tf->dk, tf->dv, tf->datt, a->qr, a->kr, a->v, a->att, a->lse, tf->d_cu, tf->nseq,
        T, H, Hk, D, c->sliding_window);
-    OP(rope_backward, tf->dq, tf->dq, tf->d_pos, tf->cos_t, tf->sin_t, T, H, D);
-    OP(rope_backward, tf->dk, tf->dk, tf->d_pos, tf->cos_t, tf->sin_t, T, Hk, D);
+    if (model_layer_has_rope(c, l)) {
+        OP(rope_backward, tf->dq, tf->dq, tf->d_pos, tf->cos_t, tf->sin_t, T, H, D);
+        OP(rope_backward, tf->dk, tf->dk, tf->d_pos, tf->cos_t, tf->sin_t, T, Hk, D);
+    }
     if (c->has_qk_norm) {
         float *dqw = full ? bg + tf->w->offsets[PARAM_Q_NORM] + (size_t)l * D : NULL;
         float *dkw = full ? bg + tf->w->offsets[PARAM_K_NORM] + (size_t)l * D : NULL;
