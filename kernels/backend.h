@@ -84,6 +84,7 @@ typedef struct {
                                     const float *v_pool, const int *cu_new, const int *cache_len,
                                     const int *table, int max_blocks, int nseq, int Tn, int H, int Hkv, int D,
                                     int W, PailErr *err);
+    int (*scale)(Backend *b, float *x, size_t n, float alpha, PailErr *err);  // x *= alpha in place
     int (*swiglu_forward)(Backend *b, float *out, const float *gate, const float *up, size_t n, PailErr *err);
     int (*swiglu_backward)(Backend *b, float *dgate, float *dup, const float *dout, const float *gate,
                            const float *up, size_t n, PailErr *err);

@@ -159,6 +159,11 @@ static int cpu_attention_decode_forward(Backend *b, float *out, const float *q, 
     attention_decode_forward(out, q, k_pool, v_pool, cu_new, cache_len, table, max_blocks, nseq, H, Hkv, D, W);
     return 0;
 }
+static int cpu_scale(Backend *b, float *x, size_t n, float alpha, PailErr *err) {
+    UNUSED;
+    scale_forward(x, n, alpha);
+    return 0;
+}
 static int cpu_swiglu_forward(Backend *b, float *out, const float *gate, const float *up, size_t n, PailErr *err) {
     UNUSED;
     swiglu_forward(out, gate, up, n);
@@ -255,6 +260,7 @@ static const BackendOps cpu_ops = {
     .attention_forward = cpu_attention_forward,
     .attention_backward = cpu_attention_backward,
     .attention_decode_forward = cpu_attention_decode_forward,
+    .scale = cpu_scale,
     .swiglu_forward = cpu_swiglu_forward,
     .swiglu_backward = cpu_swiglu_backward,
     .logprob_forward = cpu_logprob_forward,

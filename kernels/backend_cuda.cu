@@ -139,6 +139,7 @@ static int cu_attention_decode_forward(B_, float *out, const float *q, const flo
     return attention_decode_forward_cuda(out, q, kp, vp, cu_new, cache_len, table, max_blocks, nseq, Tn, H, Hkv, D, W,
                                          S_, err);
 }
+static int cu_scale(B_, float *x, size_t n, float alpha, PailErr *err) { return scale_forward_cuda(x, n, alpha, S_, err); }
 static int cu_swiglu_forward(B_, float *out, const float *gate, const float *up, size_t n, PailErr *err) {
     return swiglu_forward_cuda(out, gate, up, n, S_, err);
 }
@@ -222,6 +223,7 @@ static BackendOps make_ops(void) {  // C++ has no designated initializers for th
     o.attention_forward = cu_attention_forward;
     o.attention_backward = cu_attention_backward;
     o.attention_decode_forward = cu_attention_decode_forward;
+    o.scale = cu_scale;
     o.swiglu_forward = cu_swiglu_forward;
     o.swiglu_backward = cu_swiglu_backward;
     o.logprob_forward = cu_logprob_forward;

@@ -406,6 +406,11 @@ static int sim_sample(Backend *b, int32_t *tok, float *logp, uint8_t *stopped, u
                .i = {n, V, sp->top_k, n_stop, (long long)ws_bytes}, .d = {sp->temperature, sp->top_p, sp->min_p}};
     return submit(b, &o, 9, err);
 }
+static int run_scale(const SimOp *o, PailErr *err) { return CPU_OP(scale, P(0, float *), Z(0), o->f[0]); }
+static int sim_scale(Backend *b, float *x, size_t n, float alpha, PailErr *err) {
+    SimOp o = {.run = run_scale, .name = "scale", .p = {x}, .i = {(long long)n}, .f = {alpha}};
+    return submit(b, &o, 1, err);
+}
 static int run_swiglu_forward(const SimOp *o, PailErr *err) {
     return CPU_OP(swiglu_forward, P(0, float *), P(1, const float *), P(2, const float *), Z(0));
 }
@@ -541,6 +546,7 @@ static const BackendOps sim_ops = {
     .attention_forward = sim_attention_forward,
     .attention_backward = sim_attention_backward,
     .attention_decode_forward = sim_attention_decode_forward,
+    .scale = sim_scale,
     .swiglu_forward = sim_swiglu_forward,
     .swiglu_backward = sim_swiglu_backward,
     .logprob_forward = sim_logprob_forward,

@@ -142,6 +142,9 @@ void attention_decode_forward_ref(float *out, const float *q, const float *k_poo
                                   const int *cu_new, const int *cache_len, const int *table, int max_blocks, int nseq,
                                   int H, int Hkv, int D, int W);
 
+// ---- scale: x(n) *= alpha in place (granite's multipliers; exact: one product a value) ----
+void scale_forward(float *x, size_t n, float alpha);
+
 // ---- swiglu: out(n) = silu(gate) * up, n = T*F ----
 void swiglu_forward(float *out, const float *gate, const float *up, size_t n);
 void swiglu_forward_ref(float *out, const float *gate, const float *up, size_t n);
@@ -328,6 +331,7 @@ int attention_decode_forward_cuda(float *out, const float *q, const float *k_poo
                                   const int *cu_new, const int *cache_len, const int *table, int max_blocks,
                                   int nseq, int Tn, int H, int Hkv, int D, int W, struct CUstream_st *stream,
                                   PailErr *err);
+int scale_forward_cuda(float *x, size_t n, float alpha, struct CUstream_st *stream, PailErr *err);
 int swiglu_forward_cuda(float *out, const float *gate, const float *up, size_t n,
                         struct CUstream_st *stream, PailErr *err);
 int swiglu_backward_cuda(float *dgate, float *dup, const float *dout, const float *gate,

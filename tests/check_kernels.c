@@ -354,6 +354,22 @@ START_TEST(test_attention_decode) {
 END_TEST
 
 // ---- swiglu: fp32 expf vs double exp, a few ulp: 1e-6 abs + rel ----
+// ---- scale: x * alpha, one rounded product per value: exact against the naive loop,
+// on 1 thread and the team, in place ----
+START_TEST(test_scale) {
+    size_t sizes[] = {1, 7, 100003};
+    float alphas[] = {0.22f, 12.0f, -3.5f};
+    for (int s = 0; s < 3; s++) {
+        size_t n = sizes[s];
+        float *x = rnd(n, -4, 4), *want = malloc(sizeof(float) * n);
+        for (size_t i = 0; i < n; i++) want[i] = x[i] * alphas[s];
+        scale_forward(x, n, alphas[s]);
+        expect_close("scale_forward", x, want, n, 0, 0);
+        free(x), free(want);
+    }
+}
+END_TEST
+
 START_TEST(test_swiglu) {
     size_t sizes[] = {1, 7, 1001};
     for (int s = 0; s < 3; s++) {
@@ -905,6 +921,7 @@ int main(void) {
     tcase_add_test(core, test_attention_window);
     tcase_add_loop_test(core, test_attention_decode, 0, 4);
     tcase_add_test(core, test_swiglu);
+    tcase_add_test(core, test_scale);
     tcase_add_test(core, test_logprob);
     tcase_add_test(core, test_logprob_normalised);
     tcase_add_test(core, test_embedding);

@@ -188,6 +188,17 @@ START_TEST(test_swiglu_cuda) {
 }
 END_TEST
 
+// scale: one rounded product a value on both sides: the CPU's bits.
+START_TEST(test_scale_cuda) {
+    size_t n = 10007;
+    float *x = rnd(n, -8, 8), *x_ = UPF(x, n);
+    OK(scale_forward_cuda(x_, n, 0.22f, 0, &err));
+    scale_forward(x, n, 0.22f);
+    expect_dev("scale_forward_cuda", x_, x, n, 0, 0);
+    free(x);
+}
+END_TEST
+
 START_TEST(test_matmul_lora_cuda) {
     int T = 3, K = 100, N = 70, R = 5;
     float *x = rnd(T * K, -1, 1), *W = rnd(N * K, -1, 1), *A = rnd(R * K, -1, 1), *B = rnd(N * R, -1, 1);
@@ -448,6 +459,7 @@ int main(void) {
     tcase_add_test(core, test_rope_cuda);
     tcase_add_loop_test(core, test_attention_cuda, 0, 2);  // also the head-dim limit
     tcase_add_test(core, test_swiglu_cuda);
+    tcase_add_test(core, test_scale_cuda);
     tcase_add_test(core, test_matmul_lora_cuda);
     tcase_add_test(core, test_logprob_cuda);
     tcase_add_test(core, test_dtype_cuda);

@@ -248,6 +248,51 @@ START_TEST(test_config_mistral_window) {
 }
 END_TEST
 
+// ibm-granite/granite-3.1-2b-instruct's config.json fields: its four multipliers are read, written back;
+// one out of range is refused naming it; absent, GraniteConfig's 1.
+START_TEST(test_config_granite) {
+    const char *g31 =
+        "{\"architectures\":[\"GraniteForCausalLM\"],\"attention_bias\":false,\"attention_dropout\":0.1,"
+        "\"attention_multiplier\":0.015625,\"bos_token_id\":0,\"embedding_multiplier\":12.0,\"eos_token_id\":0,"
+        "\"hidden_act\":\"silu\",\"hidden_size\":2048,\"initializer_range\":0.02,\"intermediate_size\":8192,"
+        "\"logits_scaling\":8.0,\"max_position_embeddings\":131072,\"mlp_bias\":false,\"model_type\":\"granite\","
+        "\"num_attention_heads\":32,\"num_hidden_layers\":40,\"num_key_value_heads\":8,\"pad_token_id\":0,"
+        "\"residual_multiplier\":0.22,\"rms_norm_eps\":1e-05,\"rope_scaling\":null,\"rope_theta\":5000000.0,"
+        "\"tie_word_embeddings\":true,\"torch_dtype\":\"bfloat16\",\"vocab_size\":49155}";
+    ModelConfig c, back;
+    PailErr err = {0};
+    ck_assert_msg(parse_cfg(&c, g31, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(c.type, MODEL_GRANITE);
+    ck_assert(c.embedding_multiplier == 12.0 && c.residual_multiplier == 0.22 && c.attention_multiplier == 0.015625 &&
+              c.logits_scaling == 8.0);
+    // granite-3.1-2b: 2,533,531,648 parameters (the hub's 2.53B)
+    ck_assert_uint_eq(model_config_param_count(&c), 2533531648u);
+    Buf b = {0};
+    ck_assert_int_eq(model_config_to_json(&c, "bfloat16", &b), 0);
+    ck_assert_msg(model_config_parse(&back, (char *)b.data, b.len, "w", &err) == 0, "%s", err.msg);
+    ck_assert(back.type == MODEL_GRANITE && back.embedding_multiplier == 12.0 && back.residual_multiplier == 0.22 &&
+              back.attention_multiplier == 0.015625 && back.logits_scaling == 8.0);
+    buf_free(&b);
+    const char *plain = "{\"model_type\":\"granite\",\"hidden_size\":64,\"intermediate_size\":128,"
+                        "\"num_hidden_layers\":2,\"num_attention_heads\":4,\"vocab_size\":100";
+    char j[512];
+    snprintf(j, sizeof j, "%s}", plain);
+    ck_assert_msg(parse_cfg(&c, j, &err) == 0, "%s", err.msg);
+    ck_assert(c.embedding_multiplier == 1 && c.residual_multiplier == 1 && c.attention_multiplier == 1 &&
+              c.logits_scaling == 1);
+    snprintf(j, sizeof j, "%s,\"logits_scaling\":0}", plain);
+    ck_assert_int_eq(parse_cfg(&c, j, &err), -1);
+    ck_assert_msg(strstr(err.msg, "logits_scaling = 0 is out of range"), "%s", err.msg);
+    snprintf(j, sizeof j, "%s,\"residual_multiplier\":\"x\"}", plain);
+    ck_assert_int_eq(parse_cfg(&c, j, &err), -1);
+    ck_assert_msg(strstr(err.msg, "'residual_multiplier' is not a number"), "%s", err.msg);
+    // another family leaves them unset (0: not applied)
+    ck_assert_msg(parse_cfg(&c, qwen3, &err) == 0, "%s", err.msg);
+    ck_assert(c.embedding_multiplier == 0 && c.residual_multiplier == 0 && c.attention_multiplier == 0 &&
+              c.logits_scaling == 0);
+}
+END_TEST
+
 // SmolLM3's layers without RoPE: no_rope_layers (1 = RoPE), else every no_rope_layer_interval-th
 // layer (default 4, SmolLM3Config's); tied and rope_theta 2e6 by default; bad lists refused.
 START_TEST(test_config_smollm3) {
@@ -297,7 +342,7 @@ END_TEST
 // Each refusal names the field and the value.
 START_TEST(test_config_refusals) {
     static const struct { const char *patch, *want; } cases[] = {
-        {"\"model_type\":\"gemma\"", "model_type = 'gemma' is not supported (pail runs llama, qwen2, qwen3, mistral, exaone, smollm3"},
+        {"\"model_type\":\"gemma\"", "model_type = 'gemma' is not supported (pail runs llama, qwen2, qwen3, mistral, exaone, smollm3, granite"},
         {"\"model_type\":\"qwen3_moe\"", "model_type = 'qwen3_moe'"},
         {"\"num_experts\":8", "num_experts = 8"},
         {"\"num_local_experts\":4", "num_local_experts = 4"},
@@ -1029,6 +1074,7 @@ int main(void) {
     tcase_add_test(core, test_config_write_roundtrip);
     tcase_add_test(core, test_config_mistral_window);
     tcase_add_test(core, test_config_smollm3);
+    tcase_add_test(core, test_config_granite);
     tcase_add_test(core, test_dtype_conversion);
     tcase_add_test(core, test_safetensors_roundtrip);
     tcase_add_test(core, test_safetensors_reference_bytes);

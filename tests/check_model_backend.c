@@ -253,6 +253,8 @@ static void small_model(ModelWeights *w, ModelType type) {
     c.tie_word_embeddings = type == MODEL_QWEN2;
     if (type == MODEL_MISTRAL) c.sliding_window = 7;  // shorter than the sequences, the prompts + decode steps
     if (type == MODEL_SMOLLM3) c.no_rope[0] = 2;      // layer 1 without RoPE
+    if (type == MODEL_GRANITE)                        // all four multipliers away from 1
+        c.embedding_multiplier = 3, c.residual_multiplier = 0.5, c.attention_multiplier = 0.2, c.logits_scaling = 2;
     model_fill_random(w, &c, 0.12, 77, (uint64_t)type);
 }
 

@@ -1,7 +1,7 @@
 // config.json / generation_config.json reading and config.json writing for the
-// llama, qwen2, qwen3, mistral, exaone and smollm3 dense decoders (see config.h). Defaults are those
-// of transformers' LlamaConfig / Qwen2Config / Qwen3Config / MistralConfig / ExaoneConfig /
-// SmolLM3Config for a field a file omits.
+// llama, qwen2, qwen3, mistral, exaone, smollm3 and granite dense decoders (see config.h). Defaults
+// are those of transformers' LlamaConfig / Qwen2Config / Qwen3Config / MistralConfig / ExaoneConfig /
+// SmolLM3Config / GraniteConfig for a field a file omits.
 #include "model/config.h"
 #include <jansson.h>
 #include <math.h>
@@ -10,10 +10,12 @@
 #include <string.h>
 #include "core/fsutil.h"
 
-static const char *type_names[MODEL_TYPE_COUNT] = {"llama", "qwen2", "qwen3", "mistral", "exaone", "smollm3"};
+static const char *type_names[MODEL_TYPE_COUNT] = {"llama", "qwen2", "qwen3", "mistral", "exaone", "smollm3",
+                                                    "granite"};
 // exaone: the published checkpoints' name (transformers maps model_type exaone to its llama classes)
 static const char *arch_names[MODEL_TYPE_COUNT] = {"LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
-                                                   "MistralForCausalLM", "ExaoneForCausalLM", "SmolLM3ForCausalLM"};
+                                                   "MistralForCausalLM", "ExaoneForCausalLM", "SmolLM3ForCausalLM",
+                                                   "GraniteForCausalLM"};
 
 const char *model_type_name(ModelType t) { return (unsigned)t < MODEL_TYPE_COUNT ? type_names[t] : "?"; }
 
@@ -30,6 +32,8 @@ void model_config_defaults(ModelConfig *cfg, ModelType type) {
     // ExaoneConfig's and SmolLM3Config's default_theta
     c.rope_theta = type == MODEL_EXAONE ? 500000.0 : type == MODEL_SMOLLM3 ? 2000000.0 : 10000.0;
     c.tie_word_embeddings = type == MODEL_SMOLLM3;  // SmolLM3Config: tied unless the file says otherwise
+    if (type == MODEL_GRANITE)  // GraniteConfig's defaults: all 1 (attention_multiplier replaces 1/sqrt(D))
+        c.embedding_multiplier = c.residual_multiplier = c.attention_multiplier = c.logits_scaling = 1.0;
     c.max_position_embeddings = type == MODEL_LLAMA ? 2048 : type == MODEL_MISTRAL ? 4096 * 32
                                 : type == MODEL_EXAONE ? 4096 : 32768;
     c.has_qkv_bias = type == MODEL_QWEN2;
@@ -258,7 +262,7 @@ int model_config_parse(ModelConfig *cfg, const char *text, size_t len, const cha
     ModelType type;
     if (model_type_parse(json_string_value(mt), &type) < 0) {
         err_set(err, PAIL_ERR_UNSUPPORTED, "%s: model_type = '%s' is not supported (pail runs llama, qwen2, qwen3, "
-                "mistral, exaone, smollm3 dense decoders)", what, json_string_value(mt));
+                "mistral, exaone, smollm3, granite dense decoders)", what, json_string_value(mt));
         goto out;
     }
     if (type == MODEL_EXAONE) {  // EXAONE's own config names (ExaoneConfig.attribute_map), read as llama's
@@ -304,6 +308,12 @@ int model_config_parse(ModelConfig *cfg, const char *text, size_t len, const cha
         else if (get_int(root, "sliding_window", 1, 1 << 30, &c.sliding_window, what, err) < 0) goto out;
     }
     if (type == MODEL_SMOLLM3 && get_no_rope(&c, root, what, err) < 0) goto out;
+    if (type == MODEL_GRANITE &&
+        (get_num(root, "embedding_multiplier", 1e-6, 1e6, &c.embedding_multiplier, what, err) < 0 ||
+         get_num(root, "residual_multiplier", 1e-6, 1e6, &c.residual_multiplier, what, err) < 0 ||
+         get_num(root, "attention_multiplier", 1e-6, 1e6, &c.attention_multiplier, what, err) < 0 ||
+         get_num(root, "logits_scaling", 1e-6, 1e6, &c.logits_scaling, what, err) < 0))
+        goto out;
     json_t *tie = json_object_get(root, "tie_word_embeddings");
     if (tie && !json_is_null(tie)) {
         if (!json_is_boolean(tie)) { err_set(err, PAIL_ERR_INVALID, "%s: tie_word_embeddings is not a boolean", what); goto out; }
@@ -397,7 +407,8 @@ int model_config_to_json(const ModelConfig *c, const char *dtype_name, Buf *out)
     json_object_set_new(o, "torch_dtype", json_string(dtype_name));
     json_object_set_new(o, "use_cache", json_true());
     json_object_set_new(o, "vocab_size", json_integer(c->vocab_size));
-    if (c->type == MODEL_LLAMA || c->type == MODEL_QWEN3 || c->type == MODEL_EXAONE || c->type == MODEL_SMOLLM3) {
+    if (c->type == MODEL_LLAMA || c->type == MODEL_QWEN3 || c->type == MODEL_EXAONE || c->type == MODEL_SMOLLM3 ||
+        c->type == MODEL_GRANITE) {
         json_object_set_new(o, "attention_bias", json_boolean(c->has_qkv_bias));
         json_object_set_new(o, "head_dim", json_integer(c->head_dim));
     }
@@ -413,6 +424,12 @@ int model_config_to_json(const ModelConfig *c, const char *dtype_name, Buf *out)
         json_object_set_new(o, "mlp_bias", json_false());
         json_object_set_new(o, "use_sliding_window", json_false());
         json_object_set_new(o, "sliding_window", json_null());
+    } else if (c->type == MODEL_GRANITE) {
+        json_object_set_new(o, "mlp_bias", json_false());
+        json_object_set_new(o, "embedding_multiplier", json_real(c->embedding_multiplier));
+        json_object_set_new(o, "residual_multiplier", json_real(c->residual_multiplier));
+        json_object_set_new(o, "attention_multiplier", json_real(c->attention_multiplier));
+        json_object_set_new(o, "logits_scaling", json_real(c->logits_scaling));
     } else if (c->type == MODEL_LLAMA || c->type == MODEL_EXAONE) {
         json_object_set_new(o, "mlp_bias", json_false());
         if (c->type == MODEL_LLAMA) json_object_set_new(o, "pretraining_tp", json_integer(1));

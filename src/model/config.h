@@ -2,7 +2,7 @@
 // decoders pail supports: model_type llama (Llama 3.x, SmolLM), qwen2 (Qwen2,
 // Qwen2.5), qwen3, mistral (llama's layout + a sliding attention window), exaone
 // (EXAONE 3/3.5: llama under its own tensor and config names), smollm3 (llama
-// with some layers without RoPE). Both the hub's legacy layout (rope_theta + rope_scaling,
+// with some layers without RoPE), granite (llama with four multipliers). Both the hub's legacy layout (rope_theta + rope_scaling,
 // torch_dtype) and transformers 5's (rope_parameters, dtype) are read. What pail
 // cannot run (other model types, MoE, qwen's per-layer sliding window, unknown rope
 // scaling) is refused with a message naming the field and value.
@@ -13,7 +13,9 @@
 #include "core/buf.h"
 #include "core/err.h"
 
-typedef enum { MODEL_LLAMA, MODEL_QWEN2, MODEL_QWEN3, MODEL_MISTRAL, MODEL_EXAONE, MODEL_SMOLLM3, MODEL_TYPE_COUNT } ModelType;
+typedef enum {
+    MODEL_LLAMA, MODEL_QWEN2, MODEL_QWEN3, MODEL_MISTRAL, MODEL_EXAONE, MODEL_SMOLLM3, MODEL_GRANITE, MODEL_TYPE_COUNT
+} ModelType;
 typedef enum { ROPE_SCALING_NONE, ROPE_SCALING_LLAMA3 } RopeScalingType;  // kernels.h has the RopeScaling params
 
 #define MODEL_MAX_EOS 8
@@ -42,13 +44,16 @@ typedef struct {
     int sliding_window;           // mistral: query i sees keys i-W+1..i on every layer; 0 = full (null)
     // smollm3: bit l set = layer l applies no RoPE to q and k (no_rope_layers[l] == 0); all clear elsewhere
     unsigned long long no_rope[MODEL_MAX_LAYERS / 64];
+    // granite (0 elsewhere: not applied): inputs_embeds * embedding_multiplier; h = x + residual_multiplier
+    // * sub-block; attention scores q.k * attention_multiplier (instead of 1/sqrt(D)); logits / logits_scaling
+    double embedding_multiplier, residual_multiplier, attention_multiplier, logits_scaling;
     int bos_token_id;             // -1 when none
     int eos_token_ids[MODEL_MAX_EOS];  // generation_config.json's when present, else config.json's
     int n_eos;
     char dtype[16];               // the checkpoint's declared dtype ("bfloat16"), "" when absent
 } ModelConfig;
 
-const char *model_type_name(ModelType t);  // "llama", "qwen2", "qwen3", "mistral", "exaone", "smollm3"
+const char *model_type_name(ModelType t);  // "llama", "qwen2", "qwen3", "mistral", "exaone", "smollm3", "granite"
 // Whether layer l rotates q and k (every layer but smollm3's no-RoPE ones).
 static inline bool model_layer_has_rope(const ModelConfig *c, int l) { return !((c->no_rope[l >> 6] >> (l & 63)) & 1); }
 int model_type_parse(const char *s, ModelType *out);  // 0 / -1

@@ -376,6 +376,8 @@ static int layer_forward(Transformer *tf, int l, LayerActs *a, int T, PailErr *e
         OP(copy, a->qr, qin, (size_t)T * HD);
         OP(copy, a->kr, kin, (size_t)T * KD);
     }
+    // granite: scores q.k * attention_multiplier; the kernels' 1/sqrt(D) undone on q
+    if (c->attention_multiplier > 0) OP(scale, a->qr, (size_t)T * HD, (float)c->attention_multiplier * sqrtf((float)D));
     if (tf->kv) {  // generation: append this call's K, V to each slot's cache, attend over the cache
         KvCache *kv = tf->kv;
         size_t layer_stride = (size_t)kv->n_blocks * KV_BLOCK * KD;
@@ -387,10 +389,15 @@ static int layer_forward(Transformer *tf, int l, LayerActs *a, int T, PailErr *e
     } else {
         OP(attention_forward, a->att, a->lse, a->qr, a->kr, a->v, tf->d_cu, tf->nseq, T, H, Hk, D, c->sliding_window);
     }
+    // granite: h = x + r o_proj(att), as r (x / r + o_proj(att)) so that the
+    // projection still accumulates into h (r = 1: neither scale runs)
+    float r = c->residual_multiplier > 0 ? (float)c->residual_multiplier : 1.0f;
     OP(copy, a->h, x, (size_t)T * C);
+    if (r != 1.0f) OP(scale, a->h, (size_t)T * C, 1.0f / r);
     if (proj_forward(tf, a->h, a->la[LORA_O], a->att, PARAM_WO, wv(tf, PARAM_BO, l), T, HD, C, l, LORA_O,
                      1, err) < 0)
         return -1;
+    if (r != 1.0f) OP(scale, a->h, (size_t)T * C, r);
     OP(rmsnorm_forward, a->xn2, a->rstd2, a->h, wv(tf, PARAM_MLP_NORM, l), T, C, eps);
     if (proj_forward(tf, a->gate, a->la[LORA_GATE], a->xn2, PARAM_W_GATE, NULL, T, C, F, l, LORA_GATE, 0,
                      err) < 0 ||
@@ -399,7 +406,11 @@ static int layer_forward(Transformer *tf, int l, LayerActs *a, int T, PailErr *e
     OP(swiglu_forward, a->act, a->gate, a->up, (size_t)T * F);
     float *y = tf->resid[l + 1];
     OP(copy, y, a->h, (size_t)T * C);
-    return proj_forward(tf, y, a->la[LORA_DOWN], a->act, PARAM_W_DOWN, NULL, T, F, C, l, LORA_DOWN, 1, err);
+    if (r != 1.0f) OP(scale, y, (size_t)T * C, 1.0f / r);
+    if (proj_forward(tf, y, a->la[LORA_DOWN], a->act, PARAM_W_DOWN, NULL, T, F, C, l, LORA_DOWN, 1, err) < 0)
+        return -1;
+    if (r != 1.0f) OP(scale, y, (size_t)T * C, r);
+    return 0;
 }
 
 // Token ids checked on the host: a device cannot say which one is bad.
@@ -438,7 +449,8 @@ int transformer_forward(Transformer *tf, float *logp, float *entropy, const int 
     if (check_ids(tokens, T, V, "transformer: embedding: token", err) < 0) return -1;
     tf->T = T;
     tf->nseq = nseq;
-    tf->temperature = temperature;
+    // granite: logits / logits_scaling as well (0: not set, 1)
+    tf->temperature = c->logits_scaling > 0 ? temperature * (float)c->logits_scaling : temperature;
     // Only rows with a target go through the LM head.
     int n = 0;
     for (int t = 0; t < T; t++) {
@@ -454,6 +466,8 @@ int transformer_forward(Transformer *tf, float *logp, float *entropy, const int 
     OP(to_device, tf->d_sel, tf->sel, (size_t)n * sizeof(int));
     OP(to_device, tf->d_tsel, tf->tsel, (size_t)n * sizeof(int));
     OP(embedding_forward, tf->resid[0], wm(tf, PARAM_EMBED, 0), wdt(tf, PARAM_EMBED), tf->d_tokens, T, C, V);
+    if (c->embedding_multiplier > 0 && c->embedding_multiplier != 1.0)
+        OP(scale, tf->resid[0], (size_t)T * C, (float)c->embedding_multiplier);
     for (int l = 0; l < c->num_hidden_layers; l++)
         if (layer_forward(tf, l, &tf->acts[tf->nacts == 1 ? 0 : l], T, err) < 0) return -1;
     OP(rmsnorm_forward, tf->xf, tf->rstdf, tf->resid[c->num_hidden_layers], wv(tf, PARAM_FINAL_NORM, 0), T, C,
@@ -474,10 +488,10 @@ int transformer_forward(Transformer *tf, float *logp, float *entropy, const int 
         bool expect = tf->plan.backward && !tf->plan.full && tf->lora_on;
         if (expect)
             OP(logprob_forward_expect, lp, ent, tf->lse_sel, tf->expect_sel, tf->hsel, head, hdt, tf->d_tsel, n, C, V,
-               temperature, tf->ws, tf->ws_floats);
+               tf->temperature, tf->ws, tf->ws_floats);
         else
-            OP(logprob_forward, lp, ent, tf->lse_sel, tf->hsel, head, hdt, tf->d_tsel, n, C, V, temperature, tf->ws,
-               tf->plan.vchunk);
+            OP(logprob_forward, lp, ent, tf->lse_sel, tf->hsel, head, hdt, tf->d_tsel, n, C, V, tf->temperature,
+               tf->ws, tf->plan.vchunk);
         tf->have_expect = expect;
         const float *hlp = host_view(tf, lp, tf->h_lp, (size_t)n, err);
         const float *hent = ent ? host_view(tf, ent, tf->h_ent, (size_t)n, err) : NULL;
@@ -498,8 +512,16 @@ static int layer_backward(Transformer *tf, int l, LayerActs *a, int T, float *lg
     bool full = bg && tf->plan.full;
     const float *x = tf->resid[l];
     float *dres = tf->dres;  // d resid[l+1] on entry, d resid[l] on exit
-    // MLP: resid[l+1] = h + down(act)
-    if (proj_backward(tf, tf->dact, lg, bg, PARAM_W_DOWN, PARAM_COUNT, dres, a->act, a->la[LORA_DOWN], T, F, C, l, LORA_DOWN, 0, err) < 0)
+    // granite's residual_multiplier r: the sub-blocks' outputs see r dres (in dtmp, free until the norms' backward)
+    float r = c->residual_multiplier > 0 ? (float)c->residual_multiplier : 1.0f;
+    const float *dsub = dres;
+    if (r != 1.0f) {
+        OP(copy, tf->dtmp, dres, (size_t)T * C);
+        OP(scale, tf->dtmp, (size_t)T * C, r);
+        dsub = tf->dtmp;
+    }
+    // MLP: resid[l+1] = h + r down(act)
+    if (proj_backward(tf, tf->dact, lg, bg, PARAM_W_DOWN, PARAM_COUNT, dsub, a->act, a->la[LORA_DOWN], T, F, C, l, LORA_DOWN, 0, err) < 0)
         return -1;
     OP(swiglu_backward, tf->dgate, tf->dup, tf->dact, a->gate, a->up, (size_t)T * F);
     if (proj_backward(tf, tf->dxn, lg, bg, PARAM_W_GATE, PARAM_COUNT, tf->dgate, a->xn2, a->la[LORA_GATE], T, C, F, l, LORA_GATE, 0, err) < 0 ||
@@ -508,12 +530,18 @@ static int layer_backward(Transformer *tf, int l, LayerActs *a, int T, float *lg
     float *dnw = full ? bg + tf->w->offsets[PARAM_MLP_NORM] + (size_t)l * C : NULL;
     OP(rmsnorm_backward, tf->dtmp, dnw, tf->dxn, a->h, wv(tf, PARAM_MLP_NORM, l), a->rstd2, T, C);
     OP(add, dres, tf->dtmp, (size_t)T * C);  // now d h
-    // Attention: h = x + o_proj(att)
-    if (proj_backward(tf, tf->datt, lg, bg, PARAM_WO, PARAM_BO, dres, a->att, a->la[LORA_O], T,
+    // Attention: h = x + r o_proj(att)
+    if (r != 1.0f) {
+        OP(copy, tf->dtmp, dres, (size_t)T * C);
+        OP(scale, tf->dtmp, (size_t)T * C, r);
+    }
+    if (proj_backward(tf, tf->datt, lg, bg, PARAM_WO, PARAM_BO, dsub, a->att, a->la[LORA_O], T,
                       HD, C, l, LORA_O, 0, err) < 0)
         return -1;
     OP(attention_backward, tf->dq, tf->dk, tf->dv, tf->datt, a->qr, a->kr, a->v, a->att, a->lse, tf->d_cu, tf->nseq,
        T, H, Hk, D, c->sliding_window);
+    if (c->attention_multiplier > 0)  // granite: q was scaled after RoPE
+        OP(scale, tf->dq, (size_t)T * HD, (float)c->attention_multiplier * sqrtf((float)D));
     if (model_layer_has_rope(c, l)) {
         OP(rope_backward, tf->dq, tf->dq, tf->d_pos, tf->cos_t, tf->sin_t, T, H, D);
         OP(rope_backward, tf->dk, tf->dk, tf->d_pos, tf->cos_t, tf->sin_t, T, Hk, D);
@@ -573,6 +601,7 @@ int transformer_backward(Transformer *tf, float *lora_grads, float *base_grads, 
         if (tf->nacts == 1 && l != L - 1 && layer_forward(tf, l, a, T, err) < 0) return -1;
         if (layer_backward(tf, l, a, T, lora_grads, base_grads, err) < 0) return -1;
     }
+    if (full && c->embedding_multiplier > 0 && c->embedding_multiplier != 1.0) OP(scale, tf->dres, (size_t)T * C, (float)c->embedding_multiplier);
     if (full) OP(embedding_backward, base_grads + tf->w->offsets[PARAM_EMBED], tf->dres, tf->d_tokens, T, C);
     return 0;
 }
@@ -748,11 +777,14 @@ static int extend_ops(Transformer *tf, float *out, int T, int npart, PailErr *er
     const ModelConfig *c = &tf->cfg;
     int C = c->hidden_size, V = c->vocab_size;
     OP(embedding_forward, tf->resid[0], wm(tf, PARAM_EMBED, 0), wdt(tf, PARAM_EMBED), tf->d_tokens, T, C, V);
+    if (c->embedding_multiplier > 0 && c->embedding_multiplier != 1.0)
+        OP(scale, tf->resid[0], (size_t)T * C, (float)c->embedding_multiplier);
     for (int l = 0; l < c->num_hidden_layers; l++)
         if (layer_forward(tf, l, &tf->acts[0], T, err) < 0) return -1;
     OP(gather_rows, tf->hsel, tf->resid[c->num_hidden_layers], tf->d_sel, npart, C);
     OP(rmsnorm_forward, tf->xf, NULL, tf->hsel, wv(tf, PARAM_FINAL_NORM, 0), npart, C, (float)c->rms_norm_eps);
-    OP(matmul_forward, out, tf->xf, wm(tf, PARAM_LM_HEAD, 0), wdt(tf, PARAM_LM_HEAD), NULL, npart, C, V, 1.0f, 0.0f);
+    OP(matmul_forward, out, tf->xf, wm(tf, PARAM_LM_HEAD, 0), wdt(tf, PARAM_LM_HEAD), NULL, npart, C, V,
+       c->logits_scaling > 0 ? (float)(1.0 / c->logits_scaling) : 1.0f, 0.0f);  // granite: / logits_scaling
     return 0;
 }
 

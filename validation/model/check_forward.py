@@ -3,7 +3,7 @@ build/tools/model_driver) against Hugging Face transformers + PEFT, the code
 users run. For random tiny checkpoints of each model_type (GQA, q/k/v bias,
 attention_bias, qwen3 q/k norm, tied and untied embeddings, llama3 rope
 scaling, mistral's sliding window W = 8 under 32-token sequences, exaone's own
-tensor names, smollm3's layer without RoPE), saved with
+tensor names, granite's multipliers, smollm3's layer without RoPE), saved with
 save_pretrained and loaded by pail from the same folder:
 
 - per-token log-probs of packed rows (3 sequences of different lengths in one
@@ -34,8 +34,8 @@ import h5py
 import numpy as np
 import torch
 from peft import LoraConfig, get_peft_model
-from transformers import (AutoModelForCausalLM, ExaoneConfig, LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config,
-                          SmolLM3Config)
+from transformers import (AutoModelForCausalLM, ExaoneConfig, GraniteConfig, LlamaConfig, MistralConfig, Qwen2Config,
+                          Qwen3Config, SmolLM3Config)
 
 torch.set_num_threads(2)
 torch.manual_seed(0)
@@ -76,13 +76,19 @@ def variants():
         eos_token_id=None, pad_token_id=None,
         rope_parameters={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                          "original_max_position_embeddings": 16, "rope_theta": 1000000.0})
+    # Granite 3.x's four multipliers (its values but attention_multiplier, larger so the tiny model's
+    # scores are not all ~0), tied
+    yield "granite-multipliers-tied", GraniteConfig(
+        **common, num_key_value_heads=2, tie_word_embeddings=True, embedding_multiplier=12.0,
+        residual_multiplier=0.22, attention_multiplier=0.25, logits_scaling=8.0, bos_token_id=None,
+        eos_token_id=None, pad_token_id=None)
     # SmolLM3: layer 1 of 2 without RoPE (its no_rope_layers; the default interval 4 would leave none here), tied
     yield "smollm3-nope-tied", SmolLM3Config(**common, num_key_value_heads=2, no_rope_layers=[1, 0],
                                              bos_token_id=None, eos_token_id=None, pad_token_id=None)
 
 
 # variants checked on the bf16 exact path and through generation too
-FULL_CHECKS = ("mistral", "exaone", "smollm3")
+FULL_CHECKS = ("mistral", "exaone", "granite", "smollm3")
 
 
 def file_name(pname, model_type):

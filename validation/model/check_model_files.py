@@ -5,7 +5,7 @@
     AutoModelForCausalLM with no missing / unexpected / mismatched keys, a forward
     pass runs, and pail's `model-info --sums` reads the same values torch does.
 (b) Checkpoints transformers writes (save_pretrained: f32, bf16, f16, sharded,
-    tied / untied, q/k/v bias, qwen3 q/k norm, llama3 rope scaling, exaone names, smollm3, mistral
+    tied / untied, q/k/v bias, qwen3 q/k norm, llama3 rope scaling, exaone names, granite, smollm3, mistral
     windows and null) load in pail
     with every tensor's fp32 values bit-identical to torch's (sha256 of the fp32
     bytes) and the same config fields, parameter count and base_sha256 (the
@@ -20,8 +20,8 @@ import warnings
 
 import torch
 import transformers
-from transformers import (AutoConfig, AutoModelForCausalLM, ExaoneConfig, LlamaConfig, MistralConfig, Qwen2Config,
-                          Qwen3Config, SmolLM3Config)
+from transformers import (AutoConfig, AutoModelForCausalLM, ExaoneConfig, GraniteConfig, LlamaConfig, MistralConfig,
+                          Qwen2Config, Qwen3Config, SmolLM3Config)
 
 transformers.logging.set_verbosity_error()
 transformers.utils.logging.disable_progress_bar()
@@ -139,6 +139,10 @@ def compare_config(name, cfg, fields):
             bad.append(f"rope_scaling '{fields['rope_scaling']}' vs '{want_rs}'")
     elif fields["rope_scaling"] != "none":
         bad.append(f"rope_scaling {fields['rope_scaling']} vs none")
+    if cfg.model_type == "granite":  # the four multipliers
+        for k in ("embedding_multiplier", "residual_multiplier", "attention_multiplier", "logits_scaling"):
+            if abs(float(fields.get(k, "nan")) - getattr(cfg, k)) > 1e-6 * abs(getattr(cfg, k)):
+                bad.append(f"{k} {fields.get(k)} vs {getattr(cfg, k)}")
     if cfg.model_type == "smollm3":  # the layers without RoPE
         want_nr = " ".join(str(l) for l, r in enumerate(cfg.no_rope_layers) if not r) or "none"
         if fields.get("no_rope_layers") != want_nr:
@@ -253,6 +257,7 @@ def main():
                        "--dtype", "f32"])
     check_pail_written(ctl, a.work, "exaone-bias-rope3-f32", tiny + ["--model-type", "exaone", "--attention-bias",
                        "--rope-scaling", "llama3", "--rope-theta", "1000000", "--dtype", "f32"])
+    check_pail_written(ctl, a.work, "granite-f32", tiny + ["--model-type", "granite", "--dtype", "f32"])
     check_pail_written(ctl, a.work, "smollm3-4layers-bf16", tiny + ["--model-type", "smollm3", "--layers", "4"])
     check_pail_written(ctl, a.work, "bench-llama-bf16", ["--shape", "bench"])
 
@@ -275,6 +280,9 @@ def main():
         ("mistral-f32-window-null-sharded", MistralConfig(**small, sliding_window=None), torch.float32, "40KB"),
         ("exaone-bf16-rope3-tied-sharded", ExaoneConfig(**small, rope_parameters=rope3, tie_word_embeddings=True,
                                                         max_position_embeddings=32768), torch.bfloat16, "40KB"),
+        ("granite-bf16-multipliers-tied", GraniteConfig(**small, embedding_multiplier=12.0, residual_multiplier=0.22,
+                                                        attention_multiplier=0.015625, logits_scaling=8.0,
+                                                        tie_word_embeddings=True), torch.bfloat16, None),
         ("smollm3-f32-nope-untied", SmolLM3Config(**small, no_rope_layers=[1, 0, 1], tie_word_embeddings=False,
                                                   pad_token_id=None), torch.float32, None),
     ]
