@@ -248,6 +248,34 @@ START_TEST(test_config_mistral_window) {
 }
 END_TEST
 
+// allenai/OLMo-2-1124-7B's config.json: norms after the sub-blocks, q/k norms over H*D and Hkv*D.
+START_TEST(test_config_olmo2) {
+    const char *o7 =
+        "{\"architectures\":[\"Olmo2ForCausalLM\"],\"attention_bias\":false,\"attention_dropout\":0.0,"
+        "\"eos_token_id\":100257,\"hidden_act\":\"silu\",\"hidden_size\":4096,\"initializer_range\":0.02,"
+        "\"intermediate_size\":11008,\"max_position_embeddings\":4096,\"model_type\":\"olmo2\","
+        "\"num_attention_heads\":32,\"num_hidden_layers\":32,\"num_key_value_heads\":32,\"pad_token_id\":100277,"
+        "\"rms_norm_eps\":1e-06,\"rope_scaling\":null,\"rope_theta\":500000,\"tie_word_embeddings\":false,"
+        "\"torch_dtype\":\"float32\",\"use_cache\":true,\"vocab_size\":100352}";
+    ModelConfig c;
+    PailErr err = {0};
+    ck_assert_msg(parse_cfg(&c, o7, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(c.type, MODEL_OLMO2);
+    ck_assert(c.post_norm && c.has_qk_norm && !c.has_qkv_bias && c.rope_theta == 500000.0);
+    // OLMo-2-1124-7B: 7,298,617,344 parameters (the "7B"; q/k norms of 4096 each)
+    ck_assert_uint_eq(model_config_param_count(&c), 7298617344u);
+    ModelParamSpec s[PARAM_COUNT];
+    model_param_specs(&c, s);
+    ck_assert_str_eq(s[PARAM_ATTN_NORM].name, "post_attention_layernorm.weight");
+    ck_assert_str_eq(s[PARAM_MLP_NORM].name, "post_feedforward_layernorm.weight");
+    ck_assert_uint_eq(s[PARAM_Q_NORM].numel, 4096);
+    ck_assert_uint_eq(s[PARAM_K_NORM].numel, 4096);
+    ck_assert_msg(parse_cfg(&c, qwen3, &err) == 0, "%s", err.msg);  // qwen3's per-head norms: D
+    model_param_specs(&c, s);
+    ck_assert(!c.post_norm && s[PARAM_Q_NORM].numel == 128);
+}
+END_TEST
+
 // ibm-granite/granite-3.1-2b-instruct's config.json fields: its four multipliers are read, written back;
 // one out of range is refused naming it; absent, GraniteConfig's 1.
 START_TEST(test_config_granite) {
@@ -342,7 +370,7 @@ END_TEST
 // Each refusal names the field and the value.
 START_TEST(test_config_refusals) {
     static const struct { const char *patch, *want; } cases[] = {
-        {"\"model_type\":\"gemma\"", "model_type = 'gemma' is not supported (pail runs llama, qwen2, qwen3, mistral, exaone, smollm3, granite"},
+        {"\"model_type\":\"gemma\"", "model_type = 'gemma' is not supported (pail runs llama, qwen2, qwen3, mistral, exaone, smollm3, granite, olmo2"},
         {"\"model_type\":\"qwen3_moe\"", "model_type = 'qwen3_moe'"},
         {"\"num_experts\":8", "num_experts = 8"},
         {"\"num_local_experts\":4", "num_local_experts = 4"},
@@ -692,7 +720,7 @@ START_TEST(test_weights_tiny) {
         ck_assert_int_eq(a.cfg.bos_token_id, 1);
         ck_assert_int_eq(a.cfg.eos_token_ids[0], 2);
         ck_assert_uint_eq(a.num_params, model_config_param_count(&cfg));
-        ck_assert(!!a.p.bq == (type == MODEL_QWEN2) && !!a.p.q_norm == (type == MODEL_QWEN3));
+        ck_assert(!!a.p.bq == (type == MODEL_QWEN2) && !!a.p.q_norm == (type == MODEL_QWEN3 || type == MODEL_OLMO2));
         ck_assert(a.p.bo == NULL && (a.p.lm_head != a.p.embed_tokens) == (type != MODEL_SMOLLM3));  // smollm3: tied by default
         // The bf16 file holds the same draws rounded: loading it equals rounding the f32 load.
         const float *am = model_weights_f32(&a), *bm = model_weights_f32(&b);
@@ -1075,6 +1103,7 @@ int main(void) {
     tcase_add_test(core, test_config_mistral_window);
     tcase_add_test(core, test_config_smollm3);
     tcase_add_test(core, test_config_granite);
+    tcase_add_test(core, test_config_olmo2);
     tcase_add_test(core, test_dtype_conversion);
     tcase_add_test(core, test_safetensors_roundtrip);
     tcase_add_test(core, test_safetensors_reference_bytes);

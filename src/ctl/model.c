@@ -23,7 +23,7 @@ int ctl_init_model(int argc, char **argv) {
          "qwen2.5-0.5b (C896 L24 H14 Hkv2 F4864 V151936, tied, qwen2), qwen2.5-7b (C3584 L28 H28 Hkv4 "
          "F18944 V152064, qwen2); size flags override it (e.g. --layers 4)"},
         {"model-type", FLAG_STRING, &type_s, NULL, 1, 0,
-         "llama, qwen2, qwen3, mistral, exaone, granite or smollm3 (default llama; qwen2 for qwen2.5-0.5b)"},
+         "llama, qwen2, qwen3, mistral, exaone, granite, smollm3 or olmo2 (default llama; qwen2 for qwen2.5-0.5b)"},
         {"hidden", FLAG_INT, &hidden, "0", 0, 65536, "hidden size C"},
         {"layers", FLAG_INT, &layers, "0", 0, 1024, "layers L"},
         {"heads", FLAG_INT, &heads, "0", 0, 1024, "attention heads H"},
@@ -32,7 +32,7 @@ int ctl_init_model(int argc, char **argv) {
         {"vocab", FLAG_INT, &vocab, "0", 0, 1 << 22, "vocabulary size V"},
         {"head-dim", FLAG_INT, &head_dim, "0", 0, 1024, "head dim D (0: C / H)"},
         {"tie-embeddings", FLAG_BOOL, &tie, "false", 1, 0, "lm_head shares embed_tokens (qwen2.5-0.5b: always)"},
-        {"attention-bias", FLAG_BOOL, &abias, "false", 1, 0, "llama/qwen3/exaone/granite/smollm3: q, k, v and o biases"},
+        {"attention-bias", FLAG_BOOL, &abias, "false", 1, 0, "llama/qwen3/exaone/granite/smollm3/olmo2: q, k, v and o biases"},
         {"rope-theta", FLAG_DOUBLE, &theta, "0", 0, 1e12, "RoPE base (0: the model_type's default)"},
         {"rope-scaling", FLAG_STRING, &rope_s, "none", 1, 0,
          "none, or llama3 (Llama 3.2's factor 32, low 1, high 4, original 8192)"},
@@ -59,7 +59,7 @@ int ctl_init_model(int argc, char **argv) {
     ModelType type = MODEL_LLAMA;
     if (shape && (!strcmp(shape, "qwen2.5-0.5b") || !strcmp(shape, "qwen2.5-7b"))) type = MODEL_QWEN2;
     if (type_s && model_type_parse(type_s, &type) < 0) {
-        fprintf(stderr, "%s: --model-type '%s': use llama, qwen2, qwen3, mistral, exaone, granite or smollm3\n", argv[0], type_s);
+        fprintf(stderr, "%s: --model-type '%s': use llama, qwen2, qwen3, mistral, exaone, granite, smollm3 or olmo2\n", argv[0], type_s);
         goto done;
     }
     ModelConfig cfg = {0};
@@ -209,6 +209,7 @@ int ctl_model_info(int argc, char **argv) {
     for (int l = 0; l < c.num_hidden_layers; l++)
         if (!model_layer_has_rope(&c, l)) printf(" %d", l), nnope++;
     printf("%s\n", nnope ? "" : " none");
+    if (c.post_norm) printf("post_norm: true (norms after the sub-blocks, q/k norms over the whole projection)\n");
     printf("tie_word_embeddings: %s\nqkv_bias: %s\no_bias: %s\nqk_norm: %s\n", c.tie_word_embeddings ? "true" : "false",
            c.has_qkv_bias ? "true" : "false", c.has_o_bias ? "true" : "false", c.has_qk_norm ? "true" : "false");
     printf("bos_token_id: %d\neos_token_id:", c.bos_token_id);

@@ -1,7 +1,7 @@
 // config.json / generation_config.json reading and config.json writing for the
-// llama, qwen2, qwen3, mistral, exaone, smollm3 and granite dense decoders (see config.h). Defaults
-// are those of transformers' LlamaConfig / Qwen2Config / Qwen3Config / MistralConfig / ExaoneConfig /
-// SmolLM3Config / GraniteConfig for a field a file omits.
+// llama, qwen2, qwen3, mistral, exaone, smollm3, granite and olmo2 dense decoders (see config.h).
+// Defaults are those of transformers' LlamaConfig / Qwen2Config / Qwen3Config / MistralConfig /
+// ExaoneConfig / SmolLM3Config / GraniteConfig / Olmo2Config for a field a file omits.
 #include "model/config.h"
 #include <jansson.h>
 #include <math.h>
@@ -11,11 +11,11 @@
 #include "core/fsutil.h"
 
 static const char *type_names[MODEL_TYPE_COUNT] = {"llama", "qwen2", "qwen3", "mistral", "exaone", "smollm3",
-                                                    "granite"};
+                                                    "granite", "olmo2"};
 // exaone: the published checkpoints' name (transformers maps model_type exaone to its llama classes)
 static const char *arch_names[MODEL_TYPE_COUNT] = {"LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
                                                    "MistralForCausalLM", "ExaoneForCausalLM", "SmolLM3ForCausalLM",
-                                                   "GraniteForCausalLM"};
+                                                   "GraniteForCausalLM", "Olmo2ForCausalLM"};
 
 const char *model_type_name(ModelType t) { return (unsigned)t < MODEL_TYPE_COUNT ? type_names[t] : "?"; }
 
@@ -37,7 +37,8 @@ void model_config_defaults(ModelConfig *cfg, ModelType type) {
     c.max_position_embeddings = type == MODEL_LLAMA ? 2048 : type == MODEL_MISTRAL ? 4096 * 32
                                 : type == MODEL_EXAONE ? 4096 : 32768;
     c.has_qkv_bias = type == MODEL_QWEN2;
-    c.has_qk_norm = type == MODEL_QWEN3;
+    c.has_qk_norm = type == MODEL_QWEN3 || type == MODEL_OLMO2;
+    c.post_norm = type == MODEL_OLMO2;
     c.sliding_window = type == MODEL_MISTRAL ? 4096 : 0;  // MistralConfig's default
     c.bos_token_id = -1;
     // keep the sizes a caller already set
@@ -262,7 +263,7 @@ int model_config_parse(ModelConfig *cfg, const char *text, size_t len, const cha
     ModelType type;
     if (model_type_parse(json_string_value(mt), &type) < 0) {
         err_set(err, PAIL_ERR_UNSUPPORTED, "%s: model_type = '%s' is not supported (pail runs llama, qwen2, qwen3, "
-                "mistral, exaone, smollm3, granite dense decoders)", what, json_string_value(mt));
+                "mistral, exaone, smollm3, granite, olmo2 dense decoders)", what, json_string_value(mt));
         goto out;
     }
     if (type == MODEL_EXAONE) {  // EXAONE's own config names (ExaoneConfig.attribute_map), read as llama's
@@ -408,7 +409,7 @@ int model_config_to_json(const ModelConfig *c, const char *dtype_name, Buf *out)
     json_object_set_new(o, "use_cache", json_true());
     json_object_set_new(o, "vocab_size", json_integer(c->vocab_size));
     if (c->type == MODEL_LLAMA || c->type == MODEL_QWEN3 || c->type == MODEL_EXAONE || c->type == MODEL_SMOLLM3 ||
-        c->type == MODEL_GRANITE) {
+        c->type == MODEL_GRANITE || c->type == MODEL_OLMO2) {
         json_object_set_new(o, "attention_bias", json_boolean(c->has_qkv_bias));
         json_object_set_new(o, "head_dim", json_integer(c->head_dim));
     }
@@ -424,6 +425,8 @@ int model_config_to_json(const ModelConfig *c, const char *dtype_name, Buf *out)
         json_object_set_new(o, "mlp_bias", json_false());
         json_object_set_new(o, "use_sliding_window", json_false());
         json_object_set_new(o, "sliding_window", json_null());
+    } else if (c->type == MODEL_OLMO2) {
+        json_object_set_new(o, "pad_token_id", json_null());  // Olmo2Config's default 1 is a real token
     } else if (c->type == MODEL_GRANITE) {
         json_object_set_new(o, "mlp_bias", json_false());
         json_object_set_new(o, "embedding_multiplier", json_real(c->embedding_multiplier));
@@ -453,6 +456,6 @@ size_t model_config_param_count(const ModelConfig *c) {
     size_t layer = 2 * C + H * D * C + 2 * Hkv * D * C + C * H * D + 3 * C * F;
     if (c->has_qkv_bias) layer += H * D + 2 * Hkv * D;
     if (c->has_o_bias) layer += C;
-    if (c->has_qk_norm) layer += 2 * D;
+    if (c->has_qk_norm) layer += c->post_norm ? H * D + Hkv * D : 2 * D;
     return V * C + (size_t)c->num_hidden_layers * layer + C + (c->tie_word_embeddings ? 0 : V * C);
 }

@@ -2,7 +2,8 @@
 // decoders pail supports: model_type llama (Llama 3.x, SmolLM), qwen2 (Qwen2,
 // Qwen2.5), qwen3, mistral (llama's layout + a sliding attention window), exaone
 // (EXAONE 3/3.5: llama under its own tensor and config names), smollm3 (llama
-// with some layers without RoPE), granite (llama with four multipliers). Both the hub's legacy layout (rope_theta + rope_scaling,
+// with some layers without RoPE), granite (llama with four multipliers), olmo2
+// (norms after the sub-blocks, q/k norms over the whole projection). Both the hub's legacy layout (rope_theta + rope_scaling,
 // torch_dtype) and transformers 5's (rope_parameters, dtype) are read. What pail
 // cannot run (other model types, MoE, qwen's per-layer sliding window, unknown rope
 // scaling) is refused with a message naming the field and value.
@@ -14,7 +15,8 @@
 #include "core/err.h"
 
 typedef enum {
-    MODEL_LLAMA, MODEL_QWEN2, MODEL_QWEN3, MODEL_MISTRAL, MODEL_EXAONE, MODEL_SMOLLM3, MODEL_GRANITE, MODEL_TYPE_COUNT
+    MODEL_LLAMA, MODEL_QWEN2, MODEL_QWEN3, MODEL_MISTRAL, MODEL_EXAONE, MODEL_SMOLLM3, MODEL_GRANITE, MODEL_OLMO2,
+    MODEL_TYPE_COUNT
 } ModelType;
 typedef enum { ROPE_SCALING_NONE, ROPE_SCALING_LLAMA3 } RopeScalingType;  // kernels.h has the RopeScaling params
 
@@ -40,7 +42,8 @@ typedef struct {
     // Derived from model_type and config: qwen2 always has q/k/v bias and no o
     // bias (no config field); llama/qwen3 "attention_bias" covers q, k, v and o.
     bool has_qkv_bias, has_o_bias;
-    bool has_qk_norm;             // qwen3: per-head RMSNorm (D) on q and k before RoPE
+    bool has_qk_norm;             // qwen3: per-head RMSNorm (D) on q and k before RoPE; olmo2: over H*D, Hkv*D
+    bool post_norm;               // olmo2: no pre-norms; RMSNorm on each sub-block's output before the residual add
     int sliding_window;           // mistral: query i sees keys i-W+1..i on every layer; 0 = full (null)
     // smollm3: bit l set = layer l applies no RoPE to q and k (no_rope_layers[l] == 0); all clear elsewhere
     unsigned long long no_rope[MODEL_MAX_LAYERS / 64];
@@ -53,7 +56,7 @@ typedef struct {
     char dtype[16];               // the checkpoint's declared dtype ("bfloat16"), "" when absent
 } ModelConfig;
 
-const char *model_type_name(ModelType t);  // "llama", "qwen2", "qwen3", "mistral", "exaone", "smollm3", "granite"
+const char *model_type_name(ModelType t);  // "llama", ..., "granite", "olmo2"
 // Whether layer l rotates q and k (every layer but smollm3's no-RoPE ones).
 static inline bool model_layer_has_rope(const ModelConfig *c, int l) { return !((c->no_rope[l >> 6] >> (l & 63)) & 1); }
 int model_type_parse(const char *s, ModelType *out);  // 0 / -1

@@ -48,6 +48,12 @@ void model_param_specs(const ModelConfig *c, ModelParamSpec s[PARAM_COUNT]) {
     };
     for (int i = 0; i < PARAM_COUNT; i++) {
         s[i] = t[i];
+        if (c->post_norm) {  // olmo2: the two layer norms sit after the sub-blocks; q/k norms over H*D, Hkv*D
+            if (i == PARAM_ATTN_NORM) s[i].name = "post_attention_layernorm.weight";
+            if (i == PARAM_MLP_NORM) s[i].name = "post_feedforward_layernorm.weight";
+            if (i == PARAM_Q_NORM) s[i].shape[0] = Q;
+            if (i == PARAM_K_NORM) s[i].shape[0] = KV;
+        }
         s[i].prefix = c->type == MODEL_EXAONE ? "transformer.h." : "model.layers.";
         if (c->type == MODEL_EXAONE && exaone[i]) s[i].name = exaone[i];
         s[i].numel = s[i].shape[0] * (s[i].ndim == 2 ? s[i].shape[1] : 1);

@@ -2,9 +2,10 @@
 # The decoder against Hugging Face transformers + PEFT: packed per-token
 # log-probs, LoRA A/B gradients (with and without recomputation) and full
 # fine-tuning gradients, for llama / qwen2 / qwen3 / mistral / exaone / granite /
-# smollm3 variants; for mistral (a sliding window), exaone, granite (its four
-# multipliers) and smollm3 (a layer without RoPE) also bf16 on the exact path and
-# generation (prefill + KV-cache decode) against transformers' generate.
+# olmo2 / smollm3 variants; for mistral (a sliding window), exaone, granite (its
+# four multipliers), olmo2 (post-norms) and smollm3 (a layer without RoPE) also
+# bf16 on the exact path and generation (prefill + KV-cache decode) against
+# transformers' generate.
 source "$(dirname "$0")/lib.sh"
 BUILD=${BUILD:-build}
 make -s -C "$ROOT" "$BUILD/tools/model_driver" "$BUILD/tools/rollout_driver" >/dev/null ||

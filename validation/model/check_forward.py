@@ -3,7 +3,8 @@ build/tools/model_driver) against Hugging Face transformers + PEFT, the code
 users run. For random tiny checkpoints of each model_type (GQA, q/k/v bias,
 attention_bias, qwen3 q/k norm, tied and untied embeddings, llama3 rope
 scaling, mistral's sliding window W = 8 under 32-token sequences, exaone's own
-tensor names, granite's multipliers, smollm3's layer without RoPE), saved with
+tensor names, granite's multipliers, olmo2's post-norms and whole-projection q/k
+norms, smollm3's layer without RoPE), saved with
 save_pretrained and loaded by pail from the same folder:
 
 - per-token log-probs of packed rows (3 sequences of different lengths in one
@@ -34,8 +35,8 @@ import h5py
 import numpy as np
 import torch
 from peft import LoraConfig, get_peft_model
-from transformers import (AutoModelForCausalLM, ExaoneConfig, GraniteConfig, LlamaConfig, MistralConfig, Qwen2Config,
-                          Qwen3Config, SmolLM3Config)
+from transformers import (AutoModelForCausalLM, ExaoneConfig, GraniteConfig, LlamaConfig, MistralConfig, Olmo2Config,
+                          Qwen2Config, Qwen3Config, SmolLM3Config)
 
 torch.set_num_threads(2)
 torch.manual_seed(0)
@@ -82,13 +83,19 @@ def variants():
         **common, num_key_value_heads=2, tie_word_embeddings=True, embedding_multiplier=12.0,
         residual_multiplier=0.22, attention_multiplier=0.25, logits_scaling=8.0, bos_token_id=None,
         eos_token_id=None, pad_token_id=None)
+    # OLMo 2: norms after the sub-blocks, q/k norms over the whole projection (GQA: Hkv*D != H*D).
+    # No attention_bias: with HF's 0.02 init a 0.1 bias dominates k, the normed keys are nearly
+    # alike and the q/k gradients lose digits to cancellation (transformers' own fp32 gradients are
+    # then 1e-5..6e-5 from float64, pail's up to 1.2e-4; both fine here, measured 2026-12-03)
+    yield "olmo2-postnorm-gqa", Olmo2Config(**common, num_key_value_heads=2, tie_word_embeddings=False,
+                                            bos_token_id=None, eos_token_id=None, pad_token_id=None)
     # SmolLM3: layer 1 of 2 without RoPE (its no_rope_layers; the default interval 4 would leave none here), tied
     yield "smollm3-nope-tied", SmolLM3Config(**common, num_key_value_heads=2, no_rope_layers=[1, 0],
                                              bos_token_id=None, eos_token_id=None, pad_token_id=None)
 
 
 # variants checked on the bf16 exact path and through generation too
-FULL_CHECKS = ("mistral", "exaone", "granite", "smollm3")
+FULL_CHECKS = ("mistral", "exaone", "granite", "smollm3", "olmo2")
 
 
 def file_name(pname, model_type):

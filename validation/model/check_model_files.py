@@ -5,7 +5,7 @@
     AutoModelForCausalLM with no missing / unexpected / mismatched keys, a forward
     pass runs, and pail's `model-info --sums` reads the same values torch does.
 (b) Checkpoints transformers writes (save_pretrained: f32, bf16, f16, sharded,
-    tied / untied, q/k/v bias, qwen3 q/k norm, llama3 rope scaling, exaone names, granite, smollm3, mistral
+    tied / untied, q/k/v bias, qwen3 and olmo2 q/k norms, llama3 rope scaling, exaone names, granite, smollm3, mistral
     windows and null) load in pail
     with every tensor's fp32 values bit-identical to torch's (sha256 of the fp32
     bytes) and the same config fields, parameter count and base_sha256 (the
@@ -21,7 +21,7 @@ import warnings
 import torch
 import transformers
 from transformers import (AutoConfig, AutoModelForCausalLM, ExaoneConfig, GraniteConfig, LlamaConfig, MistralConfig,
-                          Qwen2Config, Qwen3Config, SmolLM3Config)
+                          Olmo2Config, Qwen2Config, Qwen3Config, SmolLM3Config)
 
 transformers.logging.set_verbosity_error()
 transformers.utils.logging.disable_progress_bar()
@@ -258,6 +258,7 @@ def main():
     check_pail_written(ctl, a.work, "exaone-bias-rope3-f32", tiny + ["--model-type", "exaone", "--attention-bias",
                        "--rope-scaling", "llama3", "--rope-theta", "1000000", "--dtype", "f32"])
     check_pail_written(ctl, a.work, "granite-f32", tiny + ["--model-type", "granite", "--dtype", "f32"])
+    check_pail_written(ctl, a.work, "olmo2-bf16", tiny + ["--model-type", "olmo2"])
     check_pail_written(ctl, a.work, "smollm3-4layers-bf16", tiny + ["--model-type", "smollm3", "--layers", "4"])
     check_pail_written(ctl, a.work, "bench-llama-bf16", ["--shape", "bench"])
 
@@ -283,6 +284,7 @@ def main():
         ("granite-bf16-multipliers-tied", GraniteConfig(**small, embedding_multiplier=12.0, residual_multiplier=0.22,
                                                         attention_multiplier=0.015625, logits_scaling=8.0,
                                                         tie_word_embeddings=True), torch.bfloat16, None),
+        ("olmo2-f32-sharded", Olmo2Config(**small, pad_token_id=None), torch.float32, "40KB"),
         ("smollm3-f32-nope-untied", SmolLM3Config(**small, no_rope_layers=[1, 0, 1], tie_word_embeddings=False,
                                                   pad_token_id=None), torch.float32, None),
     ]
