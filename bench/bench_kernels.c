@@ -342,18 +342,18 @@ static void op_figures(double triad) {
     }
     {  // validate at the bench shape before timing (the unit tests use small shapes)
         float *r = rnd(nq, 1), *lr = rnd((size_t)T * H, 1);
-        attention_forward(o, lse, q, k, v, cu, NSEQ, T, H, HKV, D);
-        attention_forward_ref(r, lr, q, k, v, cu, NSEQ, T, H, HKV, D);
+        attention_forward(o, lse, q, k, v, cu, NSEQ, T, H, HKV, D, 0);
+        attention_forward_ref(r, lr, q, k, v, cu, NSEQ, T, H, HKV, D, 0);
         double md = 0;
         for (size_t i = 0; i < nq; i++) md = fmax(md, fabs(o[i] - r[i]));
         if (md > 1e-4) { fprintf(stderr, "bench_kernels: attention differs from reference by %g\n", md); exit(1); }
         printf("  (attention_forward validated against the reference: max |diff| %.2g)\n", md);
         free(r), free(lr);
     }
-    t = TIME_BEST(5, attention_forward(o, lse, q, k, v, cu, NSEQ, T, H, HKV, D));
+    t = TIME_BEST(5, attention_forward(o, lse, q, k, v, cu, NSEQ, T, H, HKV, D, 0));
     printf("  %-26s %9.3f  %.1f GFLOP/s\n", "attention_forward", t * 1e3, aflops / t / 1e9);
     float *dq = rnd(nq, 1), *dk = rnd(nk, 1), *dv = rnd(nk, 1);
-    t = TIME_BEST(3, attention_backward(dq, dk, dv, o, q, k, v, o, lse, cu, NSEQ, T, H, HKV, D));
+    t = TIME_BEST(3, attention_backward(dq, dk, dv, o, q, k, v, o, lse, cu, NSEQ, T, H, HKV, D, 0));
     printf("  %-26s %9.3f  %.1f GFLOP/s (forward-equivalent x2.5)\n", "attention_backward",
            t * 1e3, 2.5 * aflops / t / 1e9);
     // decode: 8 sequences, one new token each, 512 cached positions
@@ -361,7 +361,7 @@ static void op_figures(double triad) {
     for (int s = 0; s <= ns; s++) cun[s] = s;
     for (int s = 0; s < ns; s++) cl[s] = maxc;
     float *kc = rnd((size_t)ns * maxc * HKV * D, 1), *vc = rnd((size_t)ns * maxc * HKV * D, 1);
-    t = TIME_BEST(20, attention_decode_forward(o, q, kc, vc, cun, cl, ns, maxc, H, HKV, D));
+    t = TIME_BEST(20, attention_decode_forward(o, q, kc, vc, cun, cl, ns, maxc, H, HKV, D, 0));
     double kvb = 2.0 * ns * maxc * HKV * D * 4;
     print_bw("attention_decode (8x512 kv)", t, kvb, triad);
 

@@ -2,7 +2,9 @@
 // back to back, cu_seqlens offsets; a query never sees another sequence), its
 // backward, and the decode variant over a KV cache. The fast path is flash-style:
 // keys in blocks with an online softmax, nothing (T,T)-sized is stored; the
-// backward recomputes probabilities from lse. CPU twin of kernels/attention.cu.
+// backward recomputes probabilities from lse. A sliding window W > 0 (mistral)
+// limits query i to keys i-W+1..i; W = 0 is full causal attention and takes
+// exactly the code it took before windows existed. CPU twin of kernels/attention.cu.
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,13 +44,17 @@ static inline size_t key_row(const int *table, int j0) {
     return table ? (size_t)table[j0 / KV_BLOCK] * KV_BLOCK + (size_t)(j0 % KV_BLOCK) : (size_t)j0;
 }
 
+// Keys first..nkeys-1 (first > 0 under a sliding window): chunks end on
+// KEY_BLOCK boundaries, so the first one may be short; with first = 0 the chunks
+// are those of full attention.
 static void attn_row(float *o, float *lse, const float *q, const float *k, const float *v,
-                     size_t ks, int nkeys, int D, float scale, const int *table) {
+                     size_t ks, int first, int nkeys, int D, float scale, const int *table) {
     float sc[KEY_BLOCK];
     float m = -INFINITY, l = 0;
     for (int d = 0; d < D; d++) o[d] = 0;
-    for (int j0 = 0; j0 < nkeys; j0 += KEY_BLOCK) {
-        int nb = nkeys - j0 < KEY_BLOCK ? nkeys - j0 : KEY_BLOCK;
+    for (int j0 = first, nb; j0 < nkeys; j0 += nb) {
+        nb = KEY_BLOCK - j0 % KEY_BLOCK;
+        if (nb > nkeys - j0) nb = nkeys - j0;
         float bm = -INFINITY;
         for (int j = 0; j < nb; j++) {
             sc[j] = dotf(q, k + (key_row(table, j0) + j) * ks, D) * scale;
@@ -89,18 +95,34 @@ static void mask_tile(float *s, int nq, int nk, int i0, int j0) {
             if (c >= 0) s[(size_t)r * BK + c] = -INFINITY;
 }
 
+// Sliding window W: columns with j0 + c <= i0 + r - W (out of the row's window) set to -inf.
+static void mask_window(float *s, int nq, int nk, int i0, int j0, int W) {
+    for (int r = 0; r < nq; r++) {
+        int end = i0 + r - W - j0 + 1;  // columns 0..end-1 are too old
+        for (int c = 0; c < end && c < nk; c++) s[(size_t)r * BK + c] = -INFINITY;
+    }
+}
+
+// A window's first key tile for query block i0: the block's first query's
+// oldest key (every row of the block then has a key in that tile, as BQ <= BK,
+// so no row's running max stays -inf).
+static inline int window_start(int i0, int W) { return W > 0 && i0 - W + 1 > 0 ? i0 - W + 1 : 0; }
+_Static_assert(BQ <= BK, "window_start needs each row's first key in the block's first tile");
+
 // One (sequence, head, query block): online softmax over key tiles.
 static void attn_fwd_block(float *out, float *lse, const float *q, const float *k, const float *v,
-                           int i0, int nq, int H, int Hkv, int D, float scale) {
+                           int i0, int nq, int H, int Hkv, int D, float scale, int W) {
     float S[BQ * BK], O[BQ * DMAX], m[BQ], l[BQ];
     size_t qs = (size_t)H * D, ks = (size_t)Hkv * D;
     for (int r = 0; r < nq; r++) m[r] = -INFINITY, l[r] = 0;
     int nkeys = i0 + nq;  // causal: the block's last query sees keys 0..i0+nq-1
-    for (int j0 = 0; j0 < nkeys; j0 += BK) {
+    int js = window_start(i0, W);
+    for (int j0 = js; j0 < nkeys; j0 += BK) {
         int nk = nkeys - j0 < BK ? nkeys - j0 : BK;
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, D, scale, q + (size_t)i0 * qs, (int)qs,
                     k + (size_t)j0 * ks, (int)ks, 0.0f, S, BK);
         if (j0 + nk > i0 + 1) mask_tile(S, nq, nk, i0, j0);
+        if (W > 0 && j0 <= i0 + nq - 1 - W) mask_window(S, nq, nk, i0, j0, W);
         for (int r = 0; r < nq; r++) {
             float *sr = S + (size_t)r * BK, bm = -INFINITY;
             for (int c = 0; c < nk; c++) bm = sr[c] > bm ? sr[c] : bm;
@@ -111,14 +133,14 @@ static void attn_fwd_block(float *out, float *lse, const float *q, const float *
             for (int c = 0; c < nk; c++) sum += sr[c];
             l[r] = l[r] * corr + sum;
             m[r] = mn;
-            if (j0 > 0) {
+            if (j0 > js) {
                 float *o = O + (size_t)r * D;
 #pragma omp simd
                 for (int d = 0; d < D; d++) o[d] *= corr;
             }
         }
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, D, nk, 1.0f, S, BK, v + (size_t)j0 * ks,
-                    (int)ks, j0 > 0 ? 1.0f : 0.0f, O, D);
+                    (int)ks, j0 > js ? 1.0f : 0.0f, O, D);
     }
     for (int r = 0; r < nq; r++) {
         float inv = 1.0f / l[r], *o = out + (size_t)(i0 + r) * qs, *src = O + (size_t)r * D;
@@ -130,11 +152,11 @@ static void attn_fwd_block(float *out, float *lse, const float *q, const float *
 
 static void attention_forward_rowwise(float *out, float *lse, const float *q, const float *k,
                                       const float *v, const int *cu_seqlens, int nseq, int T,
-                                      int H, int Hkv, int D);
+                                      int H, int Hkv, int D, int W);
 
 // The op bodies below run on the caller's team or on their own (kernels/parallel.h).
 static void forward_team(float *out, float *lse, const float *q, const float *k, const float *v,
-                         const int *cu_seqlens, int nseq, int H, int Hkv, int D) {
+                         const int *cu_seqlens, int nseq, int H, int Hkv, int D, int W) {
     int G = H / Hkv, nblk = 0;
     float scale = 1.0f / sqrtf((float)D);
     for (int s = 0; s < nseq; s++) nblk += (cu_seqlens[s + 1] - cu_seqlens[s] + BQ - 1) / BQ;
@@ -151,22 +173,22 @@ static void forward_team(float *out, float *lse, const float *q, const float *k,
             size_t qs = (size_t)H * D, ks = (size_t)Hkv * D;
             attn_fwd_block(out + (size_t)start * qs + (size_t)h * D, lse ? lse + (size_t)start * H + h : NULL,
                            q + (size_t)start * qs + (size_t)h * D, k + (size_t)start * ks + (size_t)hk * D,
-                           v + (size_t)start * ks + (size_t)hk * D, i0, nq, H, Hkv, D, scale);
+                           v + (size_t)start * ks + (size_t)hk * D, i0, nq, H, Hkv, D, scale, W);
         }
 }
 
 void attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
-                       const int *cu_seqlens, int nseq, int T, int H, int Hkv, int D) {
+                       const int *cu_seqlens, int nseq, int T, int H, int Hkv, int D, int W) {
     if (D > DMAX) {
-        attention_forward_rowwise(out, lse, q, k, v, cu_seqlens, nseq, T, H, Hkv, D);
+        attention_forward_rowwise(out, lse, q, k, v, cu_seqlens, nseq, T, H, Hkv, D, W);
         return;
     }
     blas_single_threaded();
-    KERNEL_TEAM(forward_team(out, lse, q, k, v, cu_seqlens, nseq, H, Hkv, D));
+    KERNEL_TEAM(forward_team(out, lse, q, k, v, cu_seqlens, nseq, H, Hkv, D, W));
 }
 
 static void forward_rowwise_team(float *out, float *lse, const float *q, const float *k, const float *v,
-                                 const int *cu_seqlens, int nseq, int T, int H, int Hkv, int D) {
+                                 const int *cu_seqlens, int nseq, int T, int H, int Hkv, int D, int W) {
     int G = H / Hkv;
     float scale = 1.0f / sqrtf((float)D);
     size_t ks = (size_t)Hkv * D;
@@ -174,16 +196,17 @@ static void forward_rowwise_team(float *out, float *lse, const float *q, const f
     for (int t = 0; t < T; t++)
         for (int h = 0; h < H; h++) {
             int start = cu_seqlens[seq_of(cu_seqlens, nseq, t)], hk = h / G;
+            int first = W > 0 && t - W + 1 > start ? t - W + 1 - start : 0;
             attn_row(out + ((size_t)t * H + h) * D, lse ? lse + (size_t)t * H + h : NULL,
                      q + ((size_t)t * H + h) * D, k + (size_t)start * ks + (size_t)hk * D,
-                     v + (size_t)start * ks + (size_t)hk * D, ks, t - start + 1, D, scale, NULL);
+                     v + (size_t)start * ks + (size_t)hk * D, ks, first, t - start + 1, D, scale, NULL);
         }
 }
 
 static void attention_forward_rowwise(float *out, float *lse, const float *q, const float *k,
                                       const float *v, const int *cu_seqlens, int nseq, int T,
-                                      int H, int Hkv, int D) {
-    KERNEL_TEAM(forward_rowwise_team(out, lse, q, k, v, cu_seqlens, nseq, T, H, Hkv, D));
+                                      int H, int Hkv, int D, int W) {
+    KERNEL_TEAM(forward_rowwise_team(out, lse, q, k, v, cu_seqlens, nseq, T, H, Hkv, D, W));
 }
 
 // Backward of one (sequence, kv head): every query head of the group, every
@@ -193,7 +216,7 @@ static void attention_forward_rowwise(float *out, float *lse, const float *q, co
 // the same float.
 static void attn_bwd_seq_head(float *dq, float *dk, float *dv, const float *dout, const float *q,
                               const float *k, const float *v, const float *out, const float *lse,
-                              int n, int hk, int H, int Hkv, int D, float scale) {
+                              int n, int hk, int H, int Hkv, int D, float scale, int W) {
     float P[BQ * BK], dP[BQ * BK], delta[BQ], L[BQ];
     int G = H / Hkv;
     size_t qs = (size_t)H * D, ks = (size_t)Hkv * D;
@@ -210,11 +233,13 @@ static void attn_bwd_seq_head(float *dq, float *dk, float *dv, const float *dout
                 delta[r] = dotf(gh + (size_t)(i0 + r) * qs, oh + (size_t)(i0 + r) * qs, D);
                 L[r] = lse[(size_t)(i0 + r) * H + h];
             }
-            for (int j0 = 0; j0 < i0 + nq; j0 += BK) {
+            int js = window_start(i0, W);
+            for (int j0 = js; j0 < i0 + nq; j0 += BK) {
                 int nk = i0 + nq - j0 < BK ? i0 + nq - j0 : BK;
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, D, scale, qh + (size_t)i0 * qs,
                             (int)qs, kh + (size_t)j0 * ks, (int)ks, 0.0f, P, BK);
                 if (j0 + nk > i0 + 1) mask_tile(P, nq, nk, i0, j0);
+                if (W > 0 && j0 <= i0 + nq - 1 - W) mask_window(P, nq, nk, i0, j0, W);
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, D, 1.0f, gh + (size_t)i0 * qs,
                             (int)qs, vh + (size_t)j0 * ks, (int)ks, 0.0f, dP, BK);
                 for (int r = 0; r < nq; r++) {
@@ -230,7 +255,7 @@ static void attn_bwd_seq_head(float *dq, float *dk, float *dv, const float *dout
                 cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, D, nq, 1.0f, dP, BK, qh + (size_t)i0 * qs,
                             (int)qs, 1.0f, dkh + (size_t)j0 * ks, (int)ks);
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, D, nk, 1.0f, dP, BK, kh + (size_t)j0 * ks,
-                            (int)ks, j0 > 0 ? 1.0f : 0.0f, dqh + (size_t)i0 * qs, (int)qs);
+                            (int)ks, j0 > js ? 1.0f : 0.0f, dqh + (size_t)i0 * qs, (int)qs);
             }
         }
     }
@@ -239,11 +264,11 @@ static void attn_bwd_seq_head(float *dq, float *dk, float *dv, const float *dout
 static void attention_backward_rowwise(float *dq, float *dk, float *dv, const float *dout,
                                        const float *q, const float *k, const float *v,
                                        const float *out, const float *lse, const int *cu_seqlens,
-                                       int nseq, int T, int H, int Hkv, int D);
+                                       int nseq, int T, int H, int Hkv, int D, int W);
 
 static void backward_team(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
                           const float *v, const float *out, const float *lse, const int *cu_seqlens, int nseq,
-                          int H, int Hkv, int D) {
+                          int H, int Hkv, int D, int W) {
     float scale = 1.0f / sqrtf((float)D);
     size_t qs = (size_t)H * D, ks = (size_t)Hkv * D;
     // longest sequences first would balance better; dynamic is enough for packed rows
@@ -253,21 +278,21 @@ static void backward_team(float *dq, float *dk, float *dv, const float *dout, co
             size_t a = (size_t)cu_seqlens[s];
             attn_bwd_seq_head(dq + a * qs, dk + a * ks, dv + a * ks, dout + a * qs, q + a * qs, k + a * ks,
                               v + a * ks, out + a * qs, lse + a * H, cu_seqlens[s + 1] - cu_seqlens[s], hk, H, Hkv,
-                              D, scale);
+                              D, scale, W);
         }
 }
 
 void attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,
                         const float *k, const float *v, const float *out, const float *lse,
-                        const int *cu_seqlens, int nseq, int T, int H, int Hkv, int D) {
+                        const int *cu_seqlens, int nseq, int T, int H, int Hkv, int D, int W) {
     // (sequence, kv head) tasks: too few to keep the team busy on one long
     // sequence, or D beyond the tiles: the row-wise path
     if (D > DMAX || nseq * Hkv < 2 * kernel_team_size()) {
-        attention_backward_rowwise(dq, dk, dv, dout, q, k, v, out, lse, cu_seqlens, nseq, T, H, Hkv, D);
+        attention_backward_rowwise(dq, dk, dv, dout, q, k, v, out, lse, cu_seqlens, nseq, T, H, Hkv, D, W);
         return;
     }
     blas_single_threaded();
-    KERNEL_TEAM(backward_team(dq, dk, dv, dout, q, k, v, out, lse, cu_seqlens, nseq, H, Hkv, D));
+    KERNEL_TEAM(backward_team(dq, dk, dv, dout, q, k, v, out, lse, cu_seqlens, nseq, H, Hkv, D, W));
 }
 
 // Row-wise backward in two passes so that every output row has one writer and nothing
@@ -278,7 +303,7 @@ enum { KEY_TILE = 16 };
 
 static void backward_rowwise_team(float *dq, float *dk, float *dv, const float *dout, const float *q,
                                   const float *k, const float *v, const float *out, const float *lse,
-                                  const int *cu_seqlens, int nseq, int T, int H, int Hkv, int D) {
+                                  const int *cu_seqlens, int nseq, int T, int H, int Hkv, int D, int W) {
     int G = H / Hkv;
     float scale = 1.0f / sqrtf((float)D);
     size_t ks = (size_t)Hkv * D, qs = (size_t)H * D;
@@ -291,7 +316,8 @@ static void backward_rowwise_team(float *dq, float *dk, float *dv, const float *
             float delta = dotf(gi, out + i * qs + (size_t)h * D, D), L = lse[(size_t)i * H + h];
             float p[KEY_BLOCK];
             for (int d = 0; d < D; d++) dqi[d] = 0;
-            for (int j0 = start; j0 <= i; j0 += KEY_BLOCK) {
+            int first = W > 0 && i - W + 1 > start ? i - W + 1 : start;
+            for (int j0 = first; j0 <= i; j0 += KEY_BLOCK) {
                 int nb = i + 1 - j0 < KEY_BLOCK ? i + 1 - j0 : KEY_BLOCK;
                 for (int j = 0; j < nb; j++)
                     p[j] = dotf(qi, k + (j0 + j) * ks + (size_t)hk * D, D) * scale - L;
@@ -314,15 +340,18 @@ static void backward_rowwise_team(float *dq, float *dk, float *dv, const float *
             int nb = end - j0 < KEY_TILE ? end - j0 : KEY_TILE;
             float dkt[KEY_TILE * D], dvt[KEY_TILE * D], p[KEY_TILE];
             for (int e = 0; e < nb * D; e++) dkt[e] = dvt[e] = 0;
+            // a window: queries past j0 + nb - 1 + W - 1 see none of the tile's keys
+            int iend = W > 0 && j0 + nb - 1 + W < end ? j0 + nb - 1 + W : end;
             for (int h = hk * G; h < (hk + 1) * G; h++)
-                for (int i = j0; i < end; i++) {
+                for (int i = j0; i < iend; i++) {
                     const float *qi = q + i * qs + (size_t)h * D, *gi = dout + i * qs + (size_t)h * D;
                     float delta = dotf(gi, out + i * qs + (size_t)h * D, D), L = lse[(size_t)i * H + h];
                     int nj = i - j0 + 1 < nb ? i - j0 + 1 : nb;  // causal: keys j0..min(i, tile end)
-                    for (int j = 0; j < nj; j++)
+                    int j1 = W > 0 && i - W + 1 > j0 ? i - W + 1 - j0 : 0;  // window: keys from i-W+1
+                    for (int j = j1; j < nj; j++)
                         p[j] = dotf(qi, k + (j0 + j) * ks + (size_t)hk * D, D) * scale - L;
-                    simd_exp(p, nj);
-                    for (int j = 0; j < nj; j++) {
+                    simd_exp(p + j1, nj - j1);
+                    for (int j = j1; j < nj; j++) {
                         float ds = p[j] * (dotf(gi, v + (j0 + j) * ks + (size_t)hk * D, D) - delta) * scale;
                         float *dkj = dkt + j * D, *dvj = dvt + j * D, pj = p[j];
 #pragma omp simd
@@ -342,12 +371,13 @@ static void backward_rowwise_team(float *dq, float *dk, float *dv, const float *
 static void attention_backward_rowwise(float *dq, float *dk, float *dv, const float *dout,
                                        const float *q, const float *k, const float *v,
                                        const float *out, const float *lse, const int *cu_seqlens,
-                                       int nseq, int T, int H, int Hkv, int D) {
-    KERNEL_TEAM(backward_rowwise_team(dq, dk, dv, dout, q, k, v, out, lse, cu_seqlens, nseq, T, H, Hkv, D));
+                                       int nseq, int T, int H, int Hkv, int D, int W) {
+    KERNEL_TEAM(backward_rowwise_team(dq, dk, dv, dout, q, k, v, out, lse, cu_seqlens, nseq, T, H, Hkv, D, W));
 }
 
 static void decode_team(float *out, const float *q, const float *k_pool, const float *v_pool, const int *cu_new,
-                        const int *cache_len, const int *table, int max_blocks, int nseq, int H, int Hkv, int D) {
+                        const int *cache_len, const int *table, int max_blocks, int nseq, int H, int Hkv, int D,
+                        int W) {
     int G = H / Hkv, Tn = cu_new[nseq];
     float scale = 1.0f / sqrtf((float)D);
     size_t ks = (size_t)Hkv * D;
@@ -357,14 +387,15 @@ static void decode_team(float *out, const float *q, const float *k_pool, const f
             int s = seq_of(cu_new, nseq, r), hk = h / G;
             int pos = cache_len[s] - (cu_new[s + 1] - cu_new[s]) + (r - cu_new[s]);
             attn_row(out + ((size_t)r * H + h) * D, NULL, q + ((size_t)r * H + h) * D, k_pool + (size_t)hk * D,
-                     v_pool + (size_t)hk * D, ks, pos + 1, D, scale, table + (size_t)s * max_blocks);
+                     v_pool + (size_t)hk * D, ks, W > 0 && pos - W + 1 > 0 ? pos - W + 1 : 0, pos + 1, D, scale,
+                     table + (size_t)s * max_blocks);
         }
 }
 
 void attention_decode_forward(float *out, const float *q, const float *k_pool, const float *v_pool, const int *cu_new,
                               const int *cache_len, const int *table, int max_blocks, int nseq, int H, int Hkv,
-                              int D) {
-    KERNEL_TEAM(decode_team(out, q, k_pool, v_pool, cu_new, cache_len, table, max_blocks, nseq, H, Hkv, D));
+                              int D, int W) {
+    KERNEL_TEAM(decode_team(out, q, k_pool, v_pool, cu_new, cache_len, table, max_blocks, nseq, H, Hkv, D, W));
 }
 
 // ---- references: three passes per query row in double (max, sum, weighted sum) ----
@@ -393,12 +424,13 @@ static void ref_row(float *o, float *lse, const float *q, const float *k, const 
 
 void attention_forward_ref(float *out, float *lse, const float *q, const float *k,
                            const float *v, const int *cu_seqlens, int nseq, int T, int H,
-                           int Hkv, int D) {
+                           int Hkv, int D, int W) {
     size_t ks = (size_t)Hkv * D;
     for (int s = 0; s < nseq; s++)
         for (int t = cu_seqlens[s]; t < cu_seqlens[s + 1]; t++)
             for (int h = 0; h < H; h++) {
                 int hk = h / (H / Hkv), start = cu_seqlens[s];
+                if (W > 0 && t - W + 1 > start) start = t - W + 1;  // the window's oldest key
                 ref_row(out + ((size_t)t * H + h) * D, lse ? lse + (size_t)t * H + h : NULL,
                         q + ((size_t)t * H + h) * D, k + start * ks + (size_t)hk * D,
                         v + start * ks + (size_t)hk * D, ks, t - start + 1, D);
@@ -411,7 +443,7 @@ void attention_forward_ref(float *out, float *lse, const float *q, const float *
 void attention_backward_ref(float *dq, float *dk, float *dv, const float *dout,
                             const float *q, const float *k, const float *v, const float *out,
                             const float *lse, const int *cu_seqlens, int nseq, int T, int H,
-                            int Hkv, int D) {
+                            int Hkv, int D, int W) {
     (void)out, (void)lse;
     size_t ks = (size_t)Hkv * D, qs = (size_t)H * D;
     double scale = 1.0 / sqrt((double)D);
@@ -420,9 +452,9 @@ void attention_backward_ref(float *dq, float *dk, float *dv, const float *dout,
     memset(dv, 0, sizeof(float) * T * ks);
     double *p = malloc(sizeof(double) * (T + 1)), *dp = malloc(sizeof(double) * (T + 1));
     for (int s = 0; s < nseq; s++) {
-        int start = cu_seqlens[s];
-        for (int i = start; i < cu_seqlens[s + 1]; i++)
+        for (int i = cu_seqlens[s]; i < cu_seqlens[s + 1]; i++)
             for (int h = 0; h < H; h++) {
+                int start = W > 0 && i - W + 1 > cu_seqlens[s] ? i - W + 1 : cu_seqlens[s];
                 int hk = h / (H / Hkv), n = i - start + 1;
                 const float *qi = q + i * qs + h * D, *gi = dout + i * qs + h * D;
                 double m = -INFINITY, l = 0, pdp = 0;
@@ -454,7 +486,7 @@ void attention_backward_ref(float *dq, float *dk, float *dv, const float *dout,
 
 void attention_decode_forward_ref(float *out, const float *q, const float *k_pool, const float *v_pool,
                                   const int *cu_new, const int *cache_len, const int *table, int max_blocks, int nseq,
-                                  int H, int Hkv, int D) {
+                                  int H, int Hkv, int D, int W) {
     size_t ks = (size_t)Hkv * D;
     for (int s = 0; s < nseq; s++) {
         int n = cu_new[s + 1] - cu_new[s], len = cache_len[s];
@@ -468,8 +500,10 @@ void attention_decode_forward_ref(float *out, const float *q, const float *k_poo
         for (int r = 0; r < n; r++)
             for (int h = 0; h < H; h++) {
                 int row = cu_new[s] + r, hk = h / (H / Hkv), pos = len - n + r;
-                ref_row(out + ((size_t)row * H + h) * D, NULL, q + ((size_t)row * H + h) * D, k + (size_t)hk * D,
-                        v + (size_t)hk * D, ks, pos + 1, D);
+                int first = W > 0 && pos - W + 1 > 0 ? pos - W + 1 : 0;
+                ref_row(out + ((size_t)row * H + h) * D, NULL, q + ((size_t)row * H + h) * D,
+                        k + (size_t)first * ks + (size_t)hk * D, v + (size_t)first * ks + (size_t)hk * D, ks,
+                        pos + 1 - first, D);
             }
         free(k);
         free(v);

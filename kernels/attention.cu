@@ -1,7 +1,8 @@
 // attention twin: packed causal GQA forward, backward and KV-cache decode, one
 // warp per (query, head) with an online softmax over the keys (lane l holds
 // dims l, l+32, ...; D <= 256). Simple rather than fast: the backward scatters
-// dk/dv with atomics. CPU twin: kernels/attention.c.
+// dk/dv with atomics. A sliding window W > 0 starts each row's keys at i-W+1
+// (W = 0: full causal). CPU twin: kernels/attention.c.
 #include "cuda_common.h"
 
 enum { MAXD = 256, PER_LANE = MAXD / 32, WARPS = 4 };
@@ -15,10 +16,10 @@ __device__ static int seq_of(const int *cu, int nseq, int t) {
     return lo;
 }
 
-// Keys contiguous from k, or (table) key j in row j % KV_BLOCK of the pool's
-// block table[j / KV_BLOCK].
+// Keys first..nkeys-1, contiguous from k, or (table) key j in row j % KV_BLOCK
+// of the pool's block table[j / KV_BLOCK].
 __device__ static void warp_row(float *o, float *lse, const float *q, const float *k,
-                                const float *v, size_t ks, int nkeys, int D, float scale,
+                                const float *v, size_t ks, int first, int nkeys, int D, float scale,
                                 const int *table = NULL) {
     int lane = threadIdx.x & 31;
     float qr[PER_LANE], acc[PER_LANE];
@@ -29,7 +30,7 @@ __device__ static void warp_row(float *o, float *lse, const float *q, const floa
         acc[i] = 0.0f;
     }
     float m = -INFINITY, l = 0.0f;
-    for (int j = 0; j < nkeys; j++) {
+    for (int j = first; j < nkeys; j++) {
         size_t row = table ? (size_t)table[j / KV_BLOCK] * KV_BLOCK + (size_t)(j % KV_BLOCK) : (size_t)j;
         const float *kj = k + row * ks, *vj = v + row * ks;
         float part = 0.0f;
@@ -59,32 +60,33 @@ __device__ static void warp_row(float *o, float *lse, const float *q, const floa
 
 __global__ static void attn_fwd(float *out, float *lse, const float *q, const float *k,
                                 const float *v, const int *cu, int nseq, int T, int H, int Hkv,
-                                int D) {
+                                int D, int W) {
     int pair = blockIdx.x * WARPS + (threadIdx.x >> 5);
     if (pair >= T * H) return;
     int t = pair / H, h = pair % H, start = cu[seq_of(cu, nseq, t)], hk = h / (H / Hkv);
     size_t ks = (size_t)Hkv * D, off = (size_t)start * ks + (size_t)hk * D;
+    int first = W > 0 && t - W + 1 > start ? t - W + 1 - start : 0;
     warp_row(out + (size_t)pair * D, lse ? lse + pair : NULL, q + (size_t)pair * D, k + off, v + off,
-             ks, t - start + 1, D, rsqrtf((float)D));
+             ks, first, t - start + 1, D, rsqrtf((float)D));
 }
 
 __global__ static void attn_decode(float *out, const float *q, const float *kp, const float *vp,
                                    const int *cu_new, const int *cache_len, const int *table,
-                                   int max_blocks, int nseq, int Tn, int H, int Hkv, int D) {
+                                   int max_blocks, int nseq, int Tn, int H, int Hkv, int D, int W) {
     int pair = blockIdx.x * WARPS + (threadIdx.x >> 5);
     if (pair >= Tn * H) return;
     int r = pair / H, h = pair % H, s = seq_of(cu_new, nseq, r), hk = h / (H / Hkv);
     int pos = cache_len[s] - (cu_new[s + 1] - cu_new[s]) + (r - cu_new[s]);
     size_t ks = (size_t)Hkv * D, off = (size_t)hk * D;
-    warp_row(out + (size_t)pair * D, NULL, q + (size_t)pair * D, kp + off, vp + off, ks, pos + 1, D,
-             rsqrtf((float)D), table + (size_t)s * max_blocks);
+    warp_row(out + (size_t)pair * D, NULL, q + (size_t)pair * D, kp + off, vp + off, ks,
+             W > 0 && pos - W + 1 > 0 ? pos - W + 1 : 0, pos + 1, D, rsqrtf((float)D), table + (size_t)s * max_blocks);
 }
 
 // p = exp(s - lse), ds = p (dout.v - dout.out) * scale; dq in registers, dk/dv
 // scattered with atomics (several queries and the G heads of a group share them).
 __global__ static void attn_bwd(float *dq, float *dk, float *dv, const float *dout, const float *q,
                                 const float *k, const float *v, const float *out, const float *lse,
-                                const int *cu, int nseq, int T, int H, int Hkv, int D) {
+                                const int *cu, int nseq, int T, int H, int Hkv, int D, int W) {
     int pair = blockIdx.x * WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (pair >= T * H) return;
     int i = pair / H, h = pair % H, start = cu[seq_of(cu, nseq, i)], hk = h / (H / Hkv);
@@ -100,7 +102,7 @@ __global__ static void attn_bwd(float *dq, float *dk, float *dv, const float *do
         if (d < D) part += gr[e] * oi[d];
     }
     float delta = warp_sum(part), L = lse[pair];
-    for (int j = start; j <= i; j++) {
+    for (int j = W > 0 && i - W + 1 > start ? i - W + 1 : start; j <= i; j++) {
         const float *kj = k + (size_t)j * ks + (size_t)hk * D, *vj = v + (size_t)j * ks + (size_t)hk * D;
         float sp = 0.0f, gp = 0.0f;
 #pragma unroll
@@ -137,18 +139,18 @@ static int check_dims(const char *op, int H, int Hkv, int D, PailErr *err) {
 
 extern "C" int attention_forward_cuda(float *out, float *lse, const float *q, const float *k,
                                       const float *v, const int *cu_seqlens, int nseq, int T,
-                                      int H, int Hkv, int D, cudaStream_t stream, PailErr *err) {
+                                      int H, int Hkv, int D, int W, cudaStream_t stream, PailErr *err) {
     if (check_dims("attention_forward_cuda", H, Hkv, D, err)) return -1;
     if (T <= 0) return 0;
     attn_fwd<<<cuda_blocks((size_t)T * H, WARPS), 32 * WARPS, 0, stream>>>(out, lse, q, k, v, cu_seqlens, nseq, T,
-                                                                            H, Hkv, D);
+                                                                            H, Hkv, D, W);
     return cuda_launch_check("attention_forward_cuda", err);
 }
 
 extern "C" int attention_backward_cuda(float *dq, float *dk, float *dv, const float *dout,
                                        const float *q, const float *k, const float *v,
                                        const float *out, const float *lse, const int *cu_seqlens,
-                                       int nseq, int T, int H, int Hkv, int D, cudaStream_t stream,
+                                       int nseq, int T, int H, int Hkv, int D, int W, cudaStream_t stream,
                                        PailErr *err) {
     if (check_dims("attention_backward_cuda", H, Hkv, D, err)) return -1;
     if (T <= 0) return 0;
@@ -157,7 +159,7 @@ extern "C" int attention_backward_cuda(float *dq, float *dk, float *dv, const fl
         cuda_check(cudaMemsetAsync(dv, 0, nk, stream), "attention_backward_cuda memset dv", err))
         return -1;
     attn_bwd<<<cuda_blocks((size_t)T * H, WARPS), 32 * WARPS, 0, stream>>>(dq, dk, dv, dout, q, k, v, out, lse,
-                                                                            cu_seqlens, nseq, T, H, Hkv, D);
+                                                                            cu_seqlens, nseq, T, H, Hkv, D, W);
     return cuda_launch_check("attention_backward_cuda", err);
 }
 
@@ -167,11 +169,11 @@ extern "C" int attention_backward_cuda(float *dq, float *dk, float *dv, const fl
 extern "C" int attention_decode_forward_cuda(float *out, const float *q, const float *k_pool,
                                              const float *v_pool, const int *cu_new,
                                              const int *cache_len, const int *table, int max_blocks,
-                                             int nseq, int Tn, int H, int Hkv, int D, cudaStream_t stream,
+                                             int nseq, int Tn, int H, int Hkv, int D, int W, cudaStream_t stream,
                                              PailErr *err) {
     if (check_dims("attention_decode_forward_cuda", H, Hkv, D, err)) return -1;
     if (Tn <= 0 || nseq <= 0) return 0;
     attn_decode<<<cuda_blocks((size_t)Tn * H, WARPS), 32 * WARPS, 0, stream>>>(
-        out, q, k_pool, v_pool, cu_new, cache_len, table, max_blocks, nseq, Tn, H, Hkv, D);
+        out, q, k_pool, v_pool, cu_new, cache_len, table, max_blocks, nseq, Tn, H, Hkv, D, W);
     return cuda_launch_check("attention_decode_forward_cuda", err);
 }

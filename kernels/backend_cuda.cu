@@ -125,20 +125,21 @@ static int cu_rope_backward(B_, float *dx, const float *dout, const int *pos, co
     return rope_backward_cuda(dx, dout, pos, cos_t, sin_t, T, nh, D, S_, err);
 }
 static int cu_attention_forward(B_, float *out, float *lse, const float *q, const float *k, const float *v,
-                                const int *cu, int nseq, int T, int H, int Hkv, int D, PailErr *err) {
-    return attention_forward_cuda(out, lse, q, k, v, cu, nseq, T, H, Hkv, D, S_, err);
+                                const int *cu, int nseq, int T, int H, int Hkv, int D, int W, PailErr *err) {
+    return attention_forward_cuda(out, lse, q, k, v, cu, nseq, T, H, Hkv, D, W, S_, err);
 }
 static int cu_attention_backward(B_, float *dq, float *dk, float *dv, const float *dout, const float *q,
                                  const float *k, const float *v, const float *out, const float *lse, const int *cu,
-                                 int nseq, int T, int H, int Hkv, int D, PailErr *err) {
-    return attention_backward_cuda(dq, dk, dv, dout, q, k, v, out, lse, cu, nseq, T, H, Hkv, D, S_, err);
+                                 int nseq, int T, int H, int Hkv, int D, int W, PailErr *err) {
+    return attention_backward_cuda(dq, dk, dv, dout, q, k, v, out, lse, cu, nseq, T, H, Hkv, D, W, S_, err);
 }
 static int cu_attention_decode_forward(B_, float *out, const float *q, const float *kp, const float *vp,
                                        const int *cu_new, const int *cache_len, const int *table, int max_blocks,
-                                       int nseq, int Tn, int H, int Hkv, int D, PailErr *err) {
-    return attention_decode_forward_cuda(out, q, kp, vp, cu_new, cache_len, table, max_blocks, nseq, Tn, H, Hkv, D, S_,
-                                         err);
+                                       int nseq, int Tn, int H, int Hkv, int D, int W, PailErr *err) {
+    return attention_decode_forward_cuda(out, q, kp, vp, cu_new, cache_len, table, max_blocks, nseq, Tn, H, Hkv, D, W,
+                                         S_, err);
 }
+static int cu_scale(B_, float *x, size_t n, float alpha, PailErr *err) { return scale_forward_cuda(x, n, alpha, S_, err); }
 static int cu_swiglu_forward(B_, float *out, const float *gate, const float *up, size_t n, PailErr *err) {
     return swiglu_forward_cuda(out, gate, up, n, S_, err);
 }
@@ -222,6 +223,7 @@ static BackendOps make_ops(void) {  // C++ has no designated initializers for th
     o.attention_forward = cu_attention_forward;
     o.attention_backward = cu_attention_backward;
     o.attention_decode_forward = cu_attention_decode_forward;
+    o.scale = cu_scale;
     o.swiglu_forward = cu_swiglu_forward;
     o.swiglu_backward = cu_swiglu_backward;
     o.logprob_forward = cu_logprob_forward;

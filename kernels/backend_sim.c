@@ -352,39 +352,39 @@ static int sim_rope_backward(Backend *b, float *dx, const float *dout, const int
 }
 static int run_attention_forward(const SimOp *o, PailErr *err) {
     return CPU_OP(attention_forward, P(0, float *), P(1, float *), P(2, const float *), P(3, const float *),
-                  P(4, const float *), P(5, const int *), I(0), I(1), I(2), I(3), I(4));
+                  P(4, const float *), P(5, const int *), I(0), I(1), I(2), I(3), I(4), I(5));
 }
 static int sim_attention_forward(Backend *b, float *out, float *lse, const float *q, const float *k, const float *v,
-                                 const int *cu, int nseq, int T, int H, int Hkv, int D, PailErr *err) {
+                                 const int *cu, int nseq, int T, int H, int Hkv, int D, int W, PailErr *err) {
     SimOp o = {.run = run_attention_forward, .name = "attention_forward",
-               .p = {out, lse, (void *)q, (void *)k, (void *)v, (void *)cu}, .i = {nseq, T, H, Hkv, D}};
+               .p = {out, lse, (void *)q, (void *)k, (void *)v, (void *)cu}, .i = {nseq, T, H, Hkv, D, W}};
     return submit(b, &o, 6, err);
 }
 static int run_attention_backward(const SimOp *o, PailErr *err) {
     return CPU_OP(attention_backward, P(0, float *), P(1, float *), P(2, float *), P(3, const float *),
                   P(4, const float *), P(5, const float *), P(6, const float *), P(7, const float *),
-                  P(8, const float *), P(9, const int *), I(0), I(1), I(2), I(3), I(4));
+                  P(8, const float *), P(9, const int *), I(0), I(1), I(2), I(3), I(4), I(5));
 }
 static int sim_attention_backward(Backend *b, float *dq, float *dk, float *dv, const float *dout, const float *q,
                                   const float *k, const float *v, const float *out, const float *lse, const int *cu,
-                                  int nseq, int T, int H, int Hkv, int D, PailErr *err) {
+                                  int nseq, int T, int H, int Hkv, int D, int W, PailErr *err) {
     SimOp o = {.run = run_attention_backward, .name = "attention_backward",
                .p = {dq, dk, dv, (void *)dout, (void *)q, (void *)k, (void *)v, (void *)out, (void *)lse, (void *)cu},
-               .i = {nseq, T, H, Hkv, D}};
+               .i = {nseq, T, H, Hkv, D, W}};
     return submit(b, &o, 10, err);
 }
 static int run_attention_decode_forward(const SimOp *o, PailErr *err) {
     return CPU_OP(attention_decode_forward, P(0, float *), P(1, const float *), P(2, const float *),
                   P(3, const float *), P(4, const int *), P(5, const int *), P(6, const int *), I(0), I(1), I(2),
-                  I(3), I(4), I(5));
+                  I(3), I(4), I(5), I(6));
 }
 static int sim_attention_decode_forward(Backend *b, float *out, const float *q, const float *k_pool,
                                         const float *v_pool, const int *cu_new, const int *cache_len,
                                         const int *table, int max_blocks, int nseq, int Tn, int H, int Hkv,
-                                        int D, PailErr *err) {
+                                        int D, int W, PailErr *err) {
     SimOp o = {.run = run_attention_decode_forward, .name = "attention_decode_forward",
                .p = {out, (void *)q, (void *)k_pool, (void *)v_pool, (void *)cu_new, (void *)cache_len, (void *)table},
-               .i = {max_blocks, nseq, Tn, H, Hkv, D}};
+               .i = {max_blocks, nseq, Tn, H, Hkv, D, W}};
     return submit(b, &o, 7, err);
 }
 // The sampler: its settings travel in the op (doubles, as given).
@@ -405,6 +405,11 @@ static int sim_sample(Backend *b, int32_t *tok, float *logp, uint8_t *stopped, u
                .p = {tok, logp, stopped, rng, (void *)logits, (void *)lrow, (void *)rslot, (void *)stop_ids, ws},
                .i = {n, V, sp->top_k, n_stop, (long long)ws_bytes}, .d = {sp->temperature, sp->top_p, sp->min_p}};
     return submit(b, &o, 9, err);
+}
+static int run_scale(const SimOp *o, PailErr *err) { return CPU_OP(scale, P(0, float *), Z(0), o->f[0]); }
+static int sim_scale(Backend *b, float *x, size_t n, float alpha, PailErr *err) {
+    SimOp o = {.run = run_scale, .name = "scale", .p = {x}, .i = {(long long)n}, .f = {alpha}};
+    return submit(b, &o, 1, err);
 }
 static int run_swiglu_forward(const SimOp *o, PailErr *err) {
     return CPU_OP(swiglu_forward, P(0, float *), P(1, const float *), P(2, const float *), Z(0));
@@ -541,6 +546,7 @@ static const BackendOps sim_ops = {
     .attention_forward = sim_attention_forward,
     .attention_backward = sim_attention_backward,
     .attention_decode_forward = sim_attention_decode_forward,
+    .scale = sim_scale,
     .swiglu_forward = sim_swiglu_forward,
     .swiglu_backward = sim_swiglu_backward,
     .logprob_forward = sim_logprob_forward,

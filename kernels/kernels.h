@@ -108,35 +108,42 @@ void rope_backward_ref(float *dx, const float *dout, const int *pos, const float
 // ---- attention: causal grouped-query attention over a packed row ----
 // q(T,H,D), k,v(T,Hkv,D); nseq sequences packed back to back, sequence s is rows
 // cu_seqlens[s] .. cu_seqlens[s+1]-1 (cu_seqlens[0] = 0, cu_seqlens[nseq] = T).
-// Query i of sequence s attends keys cu_seqlens[s]..i only; scale = 1/sqrt(D);
+// Query i of sequence s attends keys cu_seqlens[s]..i only, and with a sliding
+// window W > 0 only the last W of them (max(cu_seqlens[s], i-W+1)..i; W = 0:
+// all); scale = 1/sqrt(D);
 // q head h reads kv head h / (H/Hkv). out(T,H,D); lse(T,H) = log-sum-exp of the
 // scaled scores, saved for the backward (may be NULL).
 void attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
-                       const int *cu_seqlens, int nseq, int T, int H, int Hkv, int D);
+                       const int *cu_seqlens, int nseq, int T, int H, int Hkv, int D, int W);
 void attention_forward_ref(float *out, float *lse, const float *q, const float *k,
                            const float *v, const int *cu_seqlens, int nseq, int T, int H,
-                           int Hkv, int D);
+                           int Hkv, int D, int W);
 // dq, dk, dv written; recomputes the probabilities from q, k and lse.
 void attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,
                         const float *k, const float *v, const float *out, const float *lse,
-                        const int *cu_seqlens, int nseq, int T, int H, int Hkv, int D);
+                        const int *cu_seqlens, int nseq, int T, int H, int Hkv, int D, int W);
 void attention_backward_ref(float *dq, float *dk, float *dv, const float *dout,
                             const float *q, const float *k, const float *v, const float *out,
                             const float *lse, const int *cu_seqlens, int nseq, int T, int H,
-                            int Hkv, int D);
+                            int Hkv, int D, int W);
 // Decode: a few new tokens per sequence against a paged KV cache. A layer's
 // pool k_pool, v_pool (n_blocks, KV_BLOCK, Hkv, D) holds sequence s's token j
 // in block table[s * max_blocks + j / KV_BLOCK], row j % KV_BLOCK, for every j
 // up to cache_len[s] (the new ones included); blocks may be shared between
 // sequences. q(Tn,H,D): the new tokens, sequence s owns rows
 // cu_new[s]..cu_new[s+1]-1 and its r-th new token sits at position
-// cache_len[s] - n_s + r, attending positions 0..that one.
+// cache_len[s] - n_s + r, attending positions 0..that one (the last W of them
+// under a sliding window W > 0; the cache keeps every position).
 enum { KV_BLOCK = 64 };  // tokens a KV block (a multiple of the CPU path's key chunk)
 void attention_decode_forward(float *out, const float *q, const float *k_pool, const float *v_pool, const int *cu_new,
-                              const int *cache_len, const int *table, int max_blocks, int nseq, int H, int Hkv, int D);
+                              const int *cache_len, const int *table, int max_blocks, int nseq, int H, int Hkv, int D,
+                              int W);
 void attention_decode_forward_ref(float *out, const float *q, const float *k_pool, const float *v_pool,
                                   const int *cu_new, const int *cache_len, const int *table, int max_blocks, int nseq,
-                                  int H, int Hkv, int D);
+                                  int H, int Hkv, int D, int W);
+
+// ---- scale: x(n) *= alpha in place (granite's multipliers; exact: one product a value) ----
+void scale_forward(float *x, size_t n, float alpha);
 
 // ---- swiglu: out(n) = silu(gate) * up, n = T*F ----
 void swiglu_forward(float *out, const float *gate, const float *up, size_t n);
@@ -314,16 +321,17 @@ int rope_backward_cuda(float *dx, const float *dout, const int *pos, const float
                        const float *sin_t, int T, int nh, int D, struct CUstream_st *stream, PailErr *err);
 int attention_forward_cuda(float *out, float *lse, const float *q, const float *k,
                            const float *v, const int *cu_seqlens, int nseq, int T, int H,
-                           int Hkv, int D, struct CUstream_st *stream, PailErr *err);
+                           int Hkv, int D, int W, struct CUstream_st *stream, PailErr *err);
 int attention_backward_cuda(float *dq, float *dk, float *dv, const float *dout,
                             const float *q, const float *k, const float *v, const float *out,
                             const float *lse, const int *cu_seqlens, int nseq, int T, int H,
-                            int Hkv, int D, struct CUstream_st *stream, PailErr *err);
+                            int Hkv, int D, int W, struct CUstream_st *stream, PailErr *err);
 // Tn = cu_new[nseq] (the caller's: the launch is sized without a read-back).
 int attention_decode_forward_cuda(float *out, const float *q, const float *k_pool, const float *v_pool,
                                   const int *cu_new, const int *cache_len, const int *table, int max_blocks,
-                                  int nseq, int Tn, int H, int Hkv, int D, struct CUstream_st *stream,
+                                  int nseq, int Tn, int H, int Hkv, int D, int W, struct CUstream_st *stream,
                                   PailErr *err);
+int scale_forward_cuda(float *x, size_t n, float alpha, struct CUstream_st *stream, PailErr *err);
 int swiglu_forward_cuda(float *out, const float *gate, const float *up, size_t n,
                         struct CUstream_st *stream, PailErr *err);
 int swiglu_backward_cuda(float *dgate, float *dup, const float *dout, const float *gate,

@@ -225,13 +225,14 @@ static void attn_free(AttnCase *c) { free(c->q), free(c->k), free(c->v); }
 
 // fp32 online softmax vs the double three-pass reference: outputs are convex
 // combinations of values in [-1,1], errors ~1e-6; 2e-5 abs + rel leaves margin.
-static void attention_case(const int *lens, int nseq, int H, int Hkv, int D) {
+// W > 0: a sliding window (the reference starts each row's keys at i-W+1).
+static void attention_case(const int *lens, int nseq, int H, int Hkv, int D, int W) {
     AttnCase c = attn_make(lens, nseq, H, Hkv, D);
     size_t nq = (size_t)c.T * H * D, nk = (size_t)c.T * Hkv * D;
     float *out = rnd(nq, 0, 1), *ref = rnd(nq, 0, 1), *lse = rnd((size_t)c.T * H, 0, 1),
           *lser = rnd((size_t)c.T * H, 0, 1);
-    attention_forward(out, lse, c.q, c.k, c.v, c.cu, nseq, c.T, H, Hkv, D);
-    attention_forward_ref(ref, lser, c.q, c.k, c.v, c.cu, nseq, c.T, H, Hkv, D);
+    attention_forward(out, lse, c.q, c.k, c.v, c.cu, nseq, c.T, H, Hkv, D, W);
+    attention_forward_ref(ref, lser, c.q, c.k, c.v, c.cu, nseq, c.T, H, Hkv, D, W);
     expect_close("attention_forward out", out, ref, nq, 2e-5, 2e-5);
     expect_close("attention_forward lse", lse, lser, (size_t)c.T * H, 2e-5, 2e-5);
     // packed equals each sequence alone
@@ -240,7 +241,7 @@ static void attention_case(const int *lens, int nseq, int H, int Hkv, int D) {
         if (!L) continue;
         float *o1 = rnd((size_t)L * H * D, 0, 1);
         attention_forward(o1, NULL, c.q + (size_t)c.cu[s] * H * D, c.k + (size_t)c.cu[s] * Hkv * D,
-                          c.v + (size_t)c.cu[s] * Hkv * D, cu1, 1, L, H, Hkv, D);
+                          c.v + (size_t)c.cu[s] * Hkv * D, cu1, 1, L, H, Hkv, D, W);
         expect_close("attention packed vs separate", out + (size_t)c.cu[s] * H * D, o1,
                      (size_t)L * H * D, 1e-6, 0);
         free(o1);
@@ -250,8 +251,8 @@ static void attention_case(const int *lens, int nseq, int H, int Hkv, int D) {
     float *dout = rnd(nq, -1, 1);
     float *dq = rnd(nq, 0, 1), *dk = rnd(nk, 0, 1), *dv = rnd(nk, 0, 1);
     float *dqr = rnd(nq, 0, 1), *dkr = rnd(nk, 0, 1), *dvr = rnd(nk, 0, 1);
-    attention_backward(dq, dk, dv, dout, c.q, c.k, c.v, ref, lser, c.cu, nseq, c.T, H, Hkv, D);
-    attention_backward_ref(dqr, dkr, dvr, dout, c.q, c.k, c.v, ref, lser, c.cu, nseq, c.T, H, Hkv, D);
+    attention_backward(dq, dk, dv, dout, c.q, c.k, c.v, ref, lser, c.cu, nseq, c.T, H, Hkv, D, W);
+    attention_backward_ref(dqr, dkr, dvr, dout, c.q, c.k, c.v, ref, lser, c.cu, nseq, c.T, H, Hkv, D, W);
     expect_close("attention_backward dq", dq, dqr, nq, 1e-4, 1e-4);
     expect_close("attention_backward dk", dk, dkr, nk, 1e-4, 1e-4);
     expect_close("attention_backward dv", dv, dvr, nk, 1e-4, 1e-4);
@@ -260,41 +261,70 @@ static void attention_case(const int *lens, int nseq, int H, int Hkv, int D) {
     attn_free(&c);
 }
 
-START_TEST(test_attention) {
+// Full causal attention (W = 0), then the same shapes under sliding windows.
+static void attention_cases(int W) {
     int one[] = {1};
-    attention_case(one, 1, 2, 1, 8);                 // T = 1
+    attention_case(one, 1, 2, 1, 8, W);              // T = 1
     int three[] = {5, 70, 1};                        // crosses the 64-key block
-    attention_case(three, 3, 4, 2, 16);
+    attention_case(three, 3, 4, 2, 16, W);
     int odd[] = {3, 0, 9, 4};                        // an empty sequence, G = 3, odd D
-    attention_case(odd, 4, 3, 1, 7);
+    attention_case(odd, 4, 3, 1, 7, W);
     int mha[] = {13, 2, 6};                          // H == Hkv
-    attention_case(mha, 3, 2, 2, 32);
+    attention_case(mha, 3, 2, 2, 32, W);
     // Tiles of 128 queries x 128 keys: several per sequence, diagonal and
     // off-diagonal, ragged ends. One thread: the backward takes the tiled path
     // whenever there are 2 (sequence, kv head) tasks per thread.
     int tiles[] = {300, 129, 7};
     int nth = omp_get_max_threads();
     omp_set_num_threads(1);
-    attention_case(tiles, 3, 4, 2, 16);
+    attention_case(tiles, 3, 4, 2, 16, W);
     omp_set_num_threads(nth);
-    attention_case(tiles, 3, 4, 2, 16);              // the team as set (row-wise below 2 tasks a thread)
+    attention_case(tiles, 3, 4, 2, 16, W);           // the team as set (row-wise below 2 tasks a thread)
     int long1[] = {260};                             // one sequence, one kv head: row-wise backward
-    attention_case(long1, 1, 2, 1, 24);
+    attention_case(long1, 1, 2, 1, 24, W);
     int wide[] = {3, 20};                            // D beyond the tiles' 256: row-wise forward
-    attention_case(wide, 2, 2, 1, 272);
+    attention_case(wide, 2, 2, 1, 272, W);
+}
+
+START_TEST(test_attention) { attention_cases(0); }
+END_TEST
+
+// Sliding windows: 1 (each query sees itself only), 8 (inside a key chunk), 50
+// (a window that starts mid-tile and mid-chunk), 128 (one tile, BQ = BK) and
+// 200 (spans two key tiles); 1000 exceeds every sequence, so it equals full
+// attention bit for bit.
+START_TEST(test_attention_window) {
+    int Ws[] = {1, 8, 50, 128, 200};
+    for (int i = 0; i < 5; i++) attention_cases(Ws[i]);
+    int lens[] = {300, 129, 7};
+    AttnCase c = attn_make(lens, 3, 4, 2, 16);
+    size_t nq = (size_t)c.T * 4 * 16;
+    float *full = rnd(nq, 0, 1), *wide = rnd(nq, 0, 1), *win = rnd(nq, 0, 1);
+    attention_forward(full, NULL, c.q, c.k, c.v, c.cu, 3, c.T, 4, 2, 16, 0);
+    attention_forward(wide, NULL, c.q, c.k, c.v, c.cu, 3, c.T, 4, 2, 16, 1000);
+    attention_forward(win, NULL, c.q, c.k, c.v, c.cu, 3, c.T, 4, 2, 16, 8);
+    expect_close("attention window past the sequence = full", wide, full, nq, 0, 0);
+    // and a window shorter than the sequence changes the rows past it
+    ck_assert(memcmp(win, full, sizeof(float) * 8 * 4 * 16) == 0);
+    ck_assert(memcmp(win + (size_t)20 * 4 * 16, full + (size_t)20 * 4 * 16, sizeof(float) * 4 * 16) != 0);
+    free(full), free(wide), free(win);
+    attn_free(&c);
 }
 END_TEST
 
 // Decode: the last n_s rows of each sequence through the paged KV cache equal
 // the full causal forward's last rows (the same arithmetic, so 1e-6), with the
-// sequences' blocks scattered over the pool out of order.
+// sequences' blocks scattered over the pool out of order; under a sliding window
+// (_i: W = 0, 8, 40, 66) the packed forward's windowed rows.
 START_TEST(test_attention_decode) {
+    static const int Ws[] = {0, 8, 40, 66};
+    int W = Ws[_i];
     int lens[] = {9, 1, 70}, nnew[] = {2, 1, 3}, nseq = 3, H = 4, Hkv = 2, D = 16, max_blocks = 2, n_blocks = 7;
     int table[] = {5, -1, 0, -1, 3, 6};  // sequence 2 spans blocks 3 and 6
     AttnCase c = attn_make(lens, nseq, H, Hkv, D);
     size_t ks = (size_t)Hkv * D, pool = (size_t)n_blocks * KV_BLOCK * ks;
     float *full = rnd((size_t)c.T * H * D, 0, 1);
-    attention_forward(full, NULL, c.q, c.k, c.v, c.cu, nseq, c.T, H, Hkv, D);
+    attention_forward(full, NULL, c.q, c.k, c.v, c.cu, nseq, c.T, H, Hkv, D, W);
     float *kc = rnd(pool, -9, 9), *vc = rnd(pool, -9, 9);
     int cu_new[4] = {0}, cache_len[3];
     for (int s = 0; s < nseq; s++) {
@@ -314,9 +344,9 @@ START_TEST(test_attention_decode) {
         memcpy(want + dst, full + src, sizeof(float) * nnew[s] * H * D);
     }
     float *out = rnd((size_t)Tn * H * D, 0, 1), *ref = rnd((size_t)Tn * H * D, 0, 1);
-    attention_decode_forward(out, qn, kc, vc, cu_new, cache_len, table, max_blocks, nseq, H, Hkv, D);
+    attention_decode_forward(out, qn, kc, vc, cu_new, cache_len, table, max_blocks, nseq, H, Hkv, D, W);
     expect_close("attention_decode vs full forward", out, want, (size_t)Tn * H * D, 1e-6, 1e-6);
-    attention_decode_forward_ref(ref, qn, kc, vc, cu_new, cache_len, table, max_blocks, nseq, H, Hkv, D);
+    attention_decode_forward_ref(ref, qn, kc, vc, cu_new, cache_len, table, max_blocks, nseq, H, Hkv, D, W);
     expect_close("attention_decode vs reference", out, ref, (size_t)Tn * H * D, 2e-5, 2e-5);
     free(full), free(kc), free(vc), free(qn), free(want), free(out), free(ref);
     attn_free(&c);
@@ -324,6 +354,22 @@ START_TEST(test_attention_decode) {
 END_TEST
 
 // ---- swiglu: fp32 expf vs double exp, a few ulp: 1e-6 abs + rel ----
+// ---- scale: x * alpha, one rounded product per value: exact against the naive loop,
+// on 1 thread and the team, in place ----
+START_TEST(test_scale) {
+    size_t sizes[] = {1, 7, 100003};
+    float alphas[] = {0.22f, 12.0f, -3.5f};
+    for (int s = 0; s < 3; s++) {
+        size_t n = sizes[s];
+        float *x = rnd(n, -4, 4), *want = malloc(sizeof(float) * n);
+        for (size_t i = 0; i < n; i++) want[i] = x[i] * alphas[s];
+        scale_forward(x, n, alphas[s]);
+        expect_close("scale_forward", x, want, n, 0, 0);
+        free(x), free(want);
+    }
+}
+END_TEST
+
 START_TEST(test_swiglu) {
     size_t sizes[] = {1, 7, 1001};
     for (int s = 0; s < 3; s++) {
@@ -482,8 +528,8 @@ START_TEST(test_attention_extreme) {
     AttnCase c = attn_make(lens, 1, H, Hkv, D);
     for (int i = 0; i < 100 * D; i++) c.q[i] *= 200, c.k[i] *= 200;
     float *o = rnd(100 * D, 0, 1), *r = rnd(100 * D, 0, 1), *l = rnd(100, 0, 1), *lr = rnd(100, 0, 1);
-    attention_forward(o, l, c.q, c.k, c.v, c.cu, 1, 100, H, Hkv, D);
-    attention_forward_ref(r, lr, c.q, c.k, c.v, c.cu, 1, 100, H, Hkv, D);
+    attention_forward(o, l, c.q, c.k, c.v, c.cu, 1, 100, H, Hkv, D, 0);
+    attention_forward_ref(r, lr, c.q, c.k, c.v, c.cu, 1, 100, H, Hkv, D, 0);
     for (int i = 0; i < 100 * D; i++) ck_assert(isfinite(o[i]));
     expect_close("attention extreme out", o, r, 100 * D, 1e-4, 1e-4);
     expect_close("attention extreme lse", l, lr, 100, 1e-2, 1e-5);
@@ -678,17 +724,17 @@ static void t_swiglu(void *c) { TeamArgs *a = c; swiglu_forward(a->out, a->g, a-
 static void t_swiglu_bwd(void *c) { TeamArgs *a = c; swiglu_backward(a->dg, a->du, a->dout, a->g, a->u, a->n); }
 static void t_attention(void *c) {
     TeamArgs *a = c;
-    attention_forward(a->out, a->lse, a->q, a->k, a->v, a->cu, a->nseq, a->T, a->H, a->Hkv, a->D);
+    attention_forward(a->out, a->lse, a->q, a->k, a->v, a->cu, a->nseq, a->T, a->H, a->Hkv, a->D, 0);
 }
 static void t_attention_bwd(void *c) {
     TeamArgs *a = c;
     attention_backward(a->dq, a->dk, a->dv, a->dout, a->q, a->k, a->v, a->out, a->lse, a->cu, a->nseq, a->T, a->H,
-                       a->Hkv, a->D);
+                       a->Hkv, a->D, 0);
 }
 static void t_decode(void *c) {
     TeamArgs *a = c;
     attention_decode_forward(a->out, a->q, a->k, a->v, a->cu, a->len, a->table, a->max_ctx, a->nseq, a->H, a->Hkv,
-                             a->D);
+                             a->D, 0);
 }
 
 // The backend's data movement (the table the model driver calls), big enough
@@ -872,8 +918,10 @@ int main(void) {
     tcase_add_test(core, test_rope_llama3_freq);
     tcase_add_test(core, test_rope);
     tcase_add_test(core, test_attention);
-    tcase_add_test(core, test_attention_decode);
+    tcase_add_test(core, test_attention_window);
+    tcase_add_loop_test(core, test_attention_decode, 0, 4);
     tcase_add_test(core, test_swiglu);
+    tcase_add_test(core, test_scale);
     tcase_add_test(core, test_logprob);
     tcase_add_test(core, test_logprob_normalised);
     tcase_add_test(core, test_embedding);

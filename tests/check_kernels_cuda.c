@@ -126,8 +126,9 @@ START_TEST(test_rope_cuda) {
 }
 END_TEST
 
+// _i = 1: a sliding window of 9 keys (shorter than the 70-token sequence, the decode's rows past it)
 START_TEST(test_attention_cuda) {
-    int cu[5] = {0, 5, 75, 76, 76}, nseq = 4, T = 76, H = 6, Hkv = 2, D = 40;
+    int cu[5] = {0, 5, 75, 76, 76}, nseq = 4, T = 76, H = 6, Hkv = 2, D = 40, W = _i ? 9 : 0;
     size_t nq = (size_t)T * H * D, nk = (size_t)T * Hkv * D;
     float *q = rnd(nq, -1.5, 1.5), *k = rnd(nk, -1.5, 1.5), *v = rnd(nk, -1, 1), *g = rnd(nq, -1, 1);
     float *o = malloc(4 * nq), *lse = malloc(4 * T * H), *dq = malloc(4 * nq), *dk = malloc(4 * nk),
@@ -135,12 +136,12 @@ START_TEST(test_attention_cuda) {
     float *q_ = UPF(q, nq), *k_ = UPF(k, nk), *v_ = UPF(v, nk), *o_ = UPF(NULL, nq),
           *lse_ = UPF(NULL, T * H);
     int *cu_ = UPI(cu, nseq + 1);
-    attention_forward_ref(o, lse, q, k, v, cu, nseq, T, H, Hkv, D);
-    attention_backward_ref(dq, dk, dv, g, q, k, v, o, lse, cu, nseq, T, H, Hkv, D);
-    OK(attention_forward_cuda(o_, lse_, q_, k_, v_, cu_, nseq, T, H, Hkv, D, 0, &err));
+    attention_forward_ref(o, lse, q, k, v, cu, nseq, T, H, Hkv, D, W);
+    attention_backward_ref(dq, dk, dv, g, q, k, v, o, lse, cu, nseq, T, H, Hkv, D, W);
+    OK(attention_forward_cuda(o_, lse_, q_, k_, v_, cu_, nseq, T, H, Hkv, D, W, 0, &err));
     float *dq_ = UPF(NULL, nq), *dk_ = UPF(NULL, nk), *dv_ = UPF(NULL, nk);
     OK(attention_backward_cuda(dq_, dk_, dv_, UPF(g, nq), q_, k_, v_, o_, lse_, cu_, nseq, T, H,
-                               Hkv, D, 0, &err));
+                               Hkv, D, W, 0, &err));
     expect_dev("attention_backward_cuda dq", dq_, dq, nq, 1e-4, 1e-4);
     expect_dev("attention_backward_cuda dk", dk_, dk, nk, 1e-4, 1e-4);
     expect_dev("attention_backward_cuda dv", dv_, dv, nk, 1e-4, 1e-4);
@@ -160,11 +161,11 @@ START_TEST(test_attention_cuda) {
             memcpy(vc + row * ks, v + (cu[s] + j) * ks, 4 * ks);
         }
     float *od = malloc(4 * 6 * H * D), *od_ = UPF(NULL, 6 * H * D);
-    attention_decode_forward_ref(od, qn, kc, vc, cun, cl, table, MAXB, 3, H, Hkv, D);
+    attention_decode_forward_ref(od, qn, kc, vc, cun, cl, table, MAXB, 3, H, Hkv, D, W);
     OK(attention_decode_forward_cuda(od_, UPF(qn, 6 * H * D), UPF(kc, pool), UPF(vc, pool), UPI(cun, 4), UPI(cl, 3),
-                                     UPI(table, 3 * MAXB), MAXB, 3, 6, H, Hkv, D, 0, &err));
+                                     UPI(table, 3 * MAXB), MAXB, 3, 6, H, Hkv, D, W, 0, &err));
     expect_dev("attention_decode_forward_cuda", od_, od, 6 * H * D, 2e-5, 2e-5);
-    ck_assert_int_eq(attention_forward_cuda(o_, NULL, q_, k_, v_, cu_, nseq, T, H, Hkv, 300, 0, &err), -1);
+    ck_assert_int_eq(attention_forward_cuda(o_, NULL, q_, k_, v_, cu_, nseq, T, H, Hkv, 300, W, 0, &err), -1);
     ck_assert_ptr_nonnull(strstr(err.msg, "head dim 300"));
     free(q), free(k), free(v), free(g), free(o), free(lse), free(dq), free(dk), free(dv);
     free(kc), free(vc), free(qn), free(od);
@@ -184,6 +185,17 @@ START_TEST(test_swiglu_cuda) {
     expect_dev("swiglu_backward_cuda dgate", da_, da, n, 1e-6, 1e-5);
     expect_dev("swiglu_backward_cuda dup", du_, du, n, 1e-6, 1e-5);
     free(a), free(u), free(g), free(o), free(da), free(du);
+}
+END_TEST
+
+// scale: one rounded product a value on both sides: the CPU's bits.
+START_TEST(test_scale_cuda) {
+    size_t n = 10007;
+    float *x = rnd(n, -8, 8), *x_ = UPF(x, n);
+    OK(scale_forward_cuda(x_, n, 0.22f, 0, &err));
+    scale_forward(x, n, 0.22f);
+    expect_dev("scale_forward_cuda", x_, x, n, 0, 0);
+    free(x);
 }
 END_TEST
 
@@ -445,8 +457,9 @@ int main(void) {
     tcase_add_test(core, test_matmul_cuda);
     tcase_add_test(core, test_rmsnorm_cuda);
     tcase_add_test(core, test_rope_cuda);
-    tcase_add_test(core, test_attention_cuda);  // also the head-dim limit
+    tcase_add_loop_test(core, test_attention_cuda, 0, 2);  // also the head-dim limit
     tcase_add_test(core, test_swiglu_cuda);
+    tcase_add_test(core, test_scale_cuda);
     tcase_add_test(core, test_matmul_lora_cuda);
     tcase_add_test(core, test_logprob_cuda);
     tcase_add_test(core, test_dtype_cuda);

@@ -133,8 +133,8 @@ START_TEST(test_rope_grad) {
 }
 END_TEST
 
-// ---- attention: packed causal GQA, naive softmax per query in double ----
-typedef struct { int T, H, Hkv, D, nseq; const int *cu; double *q, *k, *v, *g; } AttnCtx;
+// ---- attention: packed causal GQA, naive softmax per query in double; W > 0 a sliding window ----
+typedef struct { int T, H, Hkv, D, nseq; const int *cu; double *q, *k, *v, *g; int W; } AttnCtx;
 static double attention_loss(void *p) {
     AttnCtx *c = p;
     int D = c->D, G = c->H / c->Hkv;
@@ -143,16 +143,16 @@ static double attention_loss(void *p) {
         for (int i = c->cu[s]; i < c->cu[s + 1]; i++)
             for (int h = 0; h < c->H; h++) {
                 const double *qi = c->q + (i * c->H + h) * D;
-                int hk = h / G, n = i - c->cu[s] + 1;
+                int hk = h / G, n = i - c->cu[s] + 1, j0 = c->W > 0 && n > c->W ? n - c->W : 0;
                 double m = -INFINITY, z = 0;
-                for (int j = 0; j < n; j++) {
+                for (int j = j0; j < n; j++) {
                     const double *kj = c->k + ((c->cu[s] + j) * c->Hkv + hk) * D;
                     sc[j] = 0;
                     for (int d = 0; d < D; d++) sc[j] += qi[d] * kj[d] / sqrt((double)D);
                     m = fmax(m, sc[j]);
                 }
-                for (int j = 0; j < n; j++) z += (sc[j] = exp(sc[j] - m));
-                for (int j = 0; j < n; j++) {
+                for (int j = j0; j < n; j++) z += (sc[j] = exp(sc[j] - m));
+                for (int j = j0; j < n; j++) {
                     const double *vj = c->v + ((c->cu[s] + j) * c->Hkv + hk) * D;
                     for (int d = 0; d < D; d++) L += c->g[(i * c->H + h) * D + d] * sc[j] / z * vj[d];
                 }
@@ -160,15 +160,16 @@ static double attention_loss(void *p) {
     return L;
 }
 
+// _i = 0: full causal; 1: a window of 3 keys (shorter than the 7-token sequence)
 START_TEST(test_attention_grad) {
-    int cu[4] = {0, 4, 5, 12}, nseq = 3, T = 12, H = 4, Hkv = 2, D = 5;
+    int cu[4] = {0, 4, 5, 12}, nseq = 3, T = 12, H = 4, Hkv = 2, D = 5, W = _i ? 3 : 0;
     size_t nq = T * H * D, nk = T * Hkv * D;
     float *q = rnd(nq, -1, 1), *k = rnd(nk, -1, 1), *v = rnd(nk, -1, 1), *g = rnd(nq, -1, 1);
     float *out = malloc(4 * nq), *lse = malloc(4 * T * H);
     float *dq = malloc(4 * nq), *dk = malloc(4 * nk), *dv = malloc(4 * nk);
-    attention_forward(out, lse, q, k, v, cu, nseq, T, H, Hkv, D);
-    attention_backward(dq, dk, dv, g, q, k, v, out, lse, cu, nseq, T, H, Hkv, D);
-    AttnCtx c = {T, H, Hkv, D, nseq, cu, to_d(q, nq), to_d(k, nk), to_d(v, nk), to_d(g, nq)};
+    attention_forward(out, lse, q, k, v, cu, nseq, T, H, Hkv, D, W);
+    attention_backward(dq, dk, dv, g, q, k, v, out, lse, cu, nseq, T, H, Hkv, D, W);
+    AttnCtx c = {T, H, Hkv, D, nseq, cu, to_d(q, nq), to_d(k, nk), to_d(v, nk), to_d(g, nq), W};
     fd_check("attention dq", dq, c.q, nq, attention_loss, &c, 1);
     fd_check("attention dk", dk, c.k, nk, attention_loss, &c, 1);
     fd_check("attention dv", dv, c.v, nk, attention_loss, &c, 1);
@@ -266,7 +267,7 @@ int main(void) {
     tcase_add_test(core, test_matmul_grad);
     tcase_add_test(core, test_rmsnorm_grad);
     tcase_add_test(core, test_rope_grad);
-    tcase_add_test(core, test_attention_grad);
+    tcase_add_loop_test(core, test_attention_grad, 0, 2);
     tcase_add_test(core, test_swiglu_grad);
     tcase_add_test(core, test_logprob_grad);
     tcase_add_test(limits, test_embedding_grad);  // repeated tokens: rows collide

@@ -78,6 +78,27 @@ static const char *smollm2 =
     "\"rope_interleaved\":false,\"rope_scaling\":null,\"rope_theta\":100000,\"tie_word_embeddings\":true,"
     "\"torch_dtype\":\"bfloat16\",\"transformers_version\":\"4.40.1\",\"use_cache\":true,\"vocab_size\":49152}";
 
+// mistralai/Mistral-7B-v0.1 config.json as published (the window on every layer).
+static const char *mistral7b =
+    "{\"architectures\":[\"MistralForCausalLM\"],\"bos_token_id\":1,\"eos_token_id\":2,\"hidden_act\":\"silu\","
+    "\"hidden_size\":4096,\"initializer_range\":0.02,\"intermediate_size\":14336,"
+    "\"max_position_embeddings\":32768,\"model_type\":\"mistral\",\"num_attention_heads\":32,"
+    "\"num_hidden_layers\":32,\"num_key_value_heads\":8,\"rms_norm_eps\":1e-05,\"rope_theta\":10000.0,"
+    "\"sliding_window\":4096,\"tie_word_embeddings\":false,\"torch_dtype\":\"bfloat16\","
+    "\"transformers_version\":\"4.34.0.dev0\",\"use_cache\":true,\"vocab_size\":32000}";
+
+// LGAI-EXAONE/EXAONE-3.5-2.4B-Instruct's config.json fields (EXAONE's own names: num_layers,
+// layer_norm_epsilon, activation_function; llama3 rope; tied).
+static const char *exaone35 =
+    "{\"activation_function\":\"silu\",\"architectures\":[\"ExaoneForCausalLM\"],\"attention_dropout\":0.0,"
+    "\"bos_token_id\":1,\"embed_dropout\":0.0,\"eos_token_id\":361,\"head_dim\":80,\"hidden_size\":2560,"
+    "\"initializer_range\":0.02,\"intermediate_size\":7168,\"layer_norm_epsilon\":1e-05,"
+    "\"max_position_embeddings\":32768,\"model_type\":\"exaone\",\"num_attention_heads\":32,"
+    "\"num_key_value_heads\":8,\"num_layers\":30,\"pad_token_id\":0,\"rope_scaling\":{\"factor\":8.0,"
+    "\"high_freq_factor\":4.0,\"low_freq_factor\":1.0,\"original_max_position_embeddings\":8192,"
+    "\"rope_type\":\"llama3\"},\"rope_theta\":1000000.0,\"tie_word_embeddings\":true,"
+    "\"torch_dtype\":\"bfloat16\",\"vocab_size\":102400}";
+
 START_TEST(test_config_published) {
     ModelConfig c;
     PailErr err = {0};
@@ -122,6 +143,34 @@ START_TEST(test_config_published) {
     ck_assert_msg(parse_cfg(&c, qwen3, &err) == 0, "%s", err.msg);
     // Qwen3-0.6B: 596,049,920 parameters with tied embeddings (0.6B; 0.44B non-embedding).
     ck_assert_uint_eq(model_config_param_count(&c), 596049920u);
+    ck_assert_int_eq(c.sliding_window, 0);  // qwen's sliding_window: null (and use_sliding_window false)
+
+    ck_assert_msg(parse_cfg(&c, mistral7b, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(c.type, MODEL_MISTRAL);
+    ck_assert_int_eq(c.sliding_window, 4096);
+    ck_assert(!c.has_qkv_bias && !c.has_o_bias && !c.has_qk_norm && !c.tie_word_embeddings);
+    ck_assert_int_eq(c.head_dim, 128);
+    // Mistral-7B-v0.1: 7,241,732,096 parameters (the "7B").
+    ck_assert_uint_eq(model_config_param_count(&c), 7241732096u);
+
+    ck_assert_msg(parse_cfg(&c, exaone35, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(c.type, MODEL_EXAONE);
+    ck_assert_int_eq(c.num_hidden_layers, 30);  // num_layers
+    ck_assert(c.rms_norm_eps == 1e-5);          // layer_norm_epsilon
+    ck_assert_int_eq(c.head_dim, 80);
+    ck_assert(c.rope_scaling == ROPE_SCALING_LLAMA3 && c.rope_theta == 1e6 && c.tie_word_embeddings);
+    ck_assert(!c.has_qkv_bias && !c.has_qk_norm && c.sliding_window == 0);
+    // EXAONE-3.5-2.4B: 2,405,327,360 parameters (tied; the model card's 2.14B without embeddings).
+    ck_assert_uint_eq(model_config_param_count(&c), 2405327360u);
+    // its activation_function is checked as hidden_act is; absent rope_theta: ExaoneConfig's 500000
+    const char *gelu = "{\"model_type\":\"exaone\",\"hidden_size\":64,\"intermediate_size\":128,\"num_layers\":2,"
+                       "\"num_attention_heads\":4,\"vocab_size\":100,\"activation_function\":\"gelu\"}";
+    ck_assert_int_eq(parse_cfg(&c, gelu, &err), -1);
+    ck_assert_msg(strstr(err.msg, "hidden_act = 'gelu'"), "%s", err.msg);
+    const char *plain = "{\"model_type\":\"exaone\",\"hidden_size\":64,\"intermediate_size\":128,\"num_layers\":2,"
+                        "\"num_attention_heads\":4,\"vocab_size\":100}";
+    ck_assert_msg(parse_cfg(&c, plain, &err) == 0, "%s", err.msg);
+    ck_assert(c.rope_theta == 500000.0 && c.num_hidden_layers == 2 && c.max_position_embeddings == 4096);
 }
 END_TEST
 
@@ -156,10 +205,172 @@ START_TEST(test_config_transformers5) {
 }
 END_TEST
 
+// Mistral's sliding_window: a number, null (v0.3: full attention) or absent (MistralConfig's 4096);
+// attention_bias does not exist in MistralAttention and is ignored as transformers does.
+START_TEST(test_config_mistral_window) {
+    const char *base = "{\"model_type\":\"mistral\",\"hidden_size\":64,\"intermediate_size\":128,"
+                       "\"num_hidden_layers\":2,\"num_attention_heads\":4,\"vocab_size\":100";
+    static const struct { const char *patch; int want; } cases[] = {
+        {",\"sliding_window\":8}", 8}, {",\"sliding_window\":null}", 0}, {"}", 4096},
+        {",\"sliding_window\":8,\"attention_bias\":true,\"use_sliding_window\":true}", 8},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char j[512];
+        snprintf(j, sizeof j, "%s%s", base, cases[i].patch);
+        ModelConfig c;
+        PailErr err = {0};
+        ck_assert_msg(parse_cfg(&c, j, &err) == 0, "%s: %s", j, err.msg);
+        ck_assert_int_eq(c.sliding_window, cases[i].want);
+        ck_assert(!c.has_qkv_bias && !c.has_o_bias);
+        // written and read back: the window (or null) survives
+        Buf b = {0};
+        ModelConfig back;
+        ck_assert_int_eq(model_config_to_json(&c, "float32", &b), 0);
+        ck_assert_msg(model_config_parse(&back, (char *)b.data, b.len, "w", &err) == 0, "%s", err.msg);
+        ck_assert_int_eq(back.type, MODEL_MISTRAL);
+        ck_assert_int_eq(back.sliding_window, cases[i].want);
+        ck_assert(strstr((char *)b.data, "MistralForCausalLM"));
+        buf_free(&b);
+    }
+    static const struct { const char *patch, *want; } bad[] = {
+        {",\"sliding_window\":0}", "sliding_window = 0 is out of range"},
+        {",\"sliding_window\":\"8\"}", "'sliding_window' is not an integer"},
+        {",\"sliding_window\":-4}", "sliding_window = -4 is out of range"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char j[512];
+        snprintf(j, sizeof j, "%s%s", base, bad[i].patch);
+        ModelConfig c;
+        PailErr err = {0};
+        ck_assert_msg(parse_cfg(&c, j, &err) == -1, "accepted: %s", j);
+        ck_assert_msg(strstr(err.msg, bad[i].want), "'%s' lacks '%s'", err.msg, bad[i].want);
+    }
+}
+END_TEST
+
+// allenai/OLMo-2-1124-7B's config.json: norms after the sub-blocks, q/k norms over H*D and Hkv*D.
+START_TEST(test_config_olmo2) {
+    const char *o7 =
+        "{\"architectures\":[\"Olmo2ForCausalLM\"],\"attention_bias\":false,\"attention_dropout\":0.0,"
+        "\"eos_token_id\":100257,\"hidden_act\":\"silu\",\"hidden_size\":4096,\"initializer_range\":0.02,"
+        "\"intermediate_size\":11008,\"max_position_embeddings\":4096,\"model_type\":\"olmo2\","
+        "\"num_attention_heads\":32,\"num_hidden_layers\":32,\"num_key_value_heads\":32,\"pad_token_id\":100277,"
+        "\"rms_norm_eps\":1e-06,\"rope_scaling\":null,\"rope_theta\":500000,\"tie_word_embeddings\":false,"
+        "\"torch_dtype\":\"float32\",\"use_cache\":true,\"vocab_size\":100352}";
+    ModelConfig c;
+    PailErr err = {0};
+    ck_assert_msg(parse_cfg(&c, o7, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(c.type, MODEL_OLMO2);
+    ck_assert(c.post_norm && c.has_qk_norm && !c.has_qkv_bias && c.rope_theta == 500000.0);
+    // OLMo-2-1124-7B: 7,298,617,344 parameters (the "7B"; q/k norms of 4096 each)
+    ck_assert_uint_eq(model_config_param_count(&c), 7298617344u);
+    ModelParamSpec s[PARAM_COUNT];
+    model_param_specs(&c, s);
+    ck_assert_str_eq(s[PARAM_ATTN_NORM].name, "post_attention_layernorm.weight");
+    ck_assert_str_eq(s[PARAM_MLP_NORM].name, "post_feedforward_layernorm.weight");
+    ck_assert_uint_eq(s[PARAM_Q_NORM].numel, 4096);
+    ck_assert_uint_eq(s[PARAM_K_NORM].numel, 4096);
+    ck_assert_msg(parse_cfg(&c, qwen3, &err) == 0, "%s", err.msg);  // qwen3's per-head norms: D
+    model_param_specs(&c, s);
+    ck_assert(!c.post_norm && s[PARAM_Q_NORM].numel == 128);
+}
+END_TEST
+
+// ibm-granite/granite-3.1-2b-instruct's config.json fields: its four multipliers are read, written back;
+// one out of range is refused naming it; absent, GraniteConfig's 1.
+START_TEST(test_config_granite) {
+    const char *g31 =
+        "{\"architectures\":[\"GraniteForCausalLM\"],\"attention_bias\":false,\"attention_dropout\":0.1,"
+        "\"attention_multiplier\":0.015625,\"bos_token_id\":0,\"embedding_multiplier\":12.0,\"eos_token_id\":0,"
+        "\"hidden_act\":\"silu\",\"hidden_size\":2048,\"initializer_range\":0.02,\"intermediate_size\":8192,"
+        "\"logits_scaling\":8.0,\"max_position_embeddings\":131072,\"mlp_bias\":false,\"model_type\":\"granite\","
+        "\"num_attention_heads\":32,\"num_hidden_layers\":40,\"num_key_value_heads\":8,\"pad_token_id\":0,"
+        "\"residual_multiplier\":0.22,\"rms_norm_eps\":1e-05,\"rope_scaling\":null,\"rope_theta\":5000000.0,"
+        "\"tie_word_embeddings\":true,\"torch_dtype\":\"bfloat16\",\"vocab_size\":49155}";
+    ModelConfig c, back;
+    PailErr err = {0};
+    ck_assert_msg(parse_cfg(&c, g31, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(c.type, MODEL_GRANITE);
+    ck_assert(c.embedding_multiplier == 12.0 && c.residual_multiplier == 0.22 && c.attention_multiplier == 0.015625 &&
+              c.logits_scaling == 8.0);
+    // granite-3.1-2b: 2,533,531,648 parameters (the hub's 2.53B)
+    ck_assert_uint_eq(model_config_param_count(&c), 2533531648u);
+    Buf b = {0};
+    ck_assert_int_eq(model_config_to_json(&c, "bfloat16", &b), 0);
+    ck_assert_msg(model_config_parse(&back, (char *)b.data, b.len, "w", &err) == 0, "%s", err.msg);
+    ck_assert(back.type == MODEL_GRANITE && back.embedding_multiplier == 12.0 && back.residual_multiplier == 0.22 &&
+              back.attention_multiplier == 0.015625 && back.logits_scaling == 8.0);
+    buf_free(&b);
+    const char *plain = "{\"model_type\":\"granite\",\"hidden_size\":64,\"intermediate_size\":128,"
+                        "\"num_hidden_layers\":2,\"num_attention_heads\":4,\"vocab_size\":100";
+    char j[512];
+    snprintf(j, sizeof j, "%s}", plain);
+    ck_assert_msg(parse_cfg(&c, j, &err) == 0, "%s", err.msg);
+    ck_assert(c.embedding_multiplier == 1 && c.residual_multiplier == 1 && c.attention_multiplier == 1 &&
+              c.logits_scaling == 1);
+    snprintf(j, sizeof j, "%s,\"logits_scaling\":0}", plain);
+    ck_assert_int_eq(parse_cfg(&c, j, &err), -1);
+    ck_assert_msg(strstr(err.msg, "logits_scaling = 0 is out of range"), "%s", err.msg);
+    snprintf(j, sizeof j, "%s,\"residual_multiplier\":\"x\"}", plain);
+    ck_assert_int_eq(parse_cfg(&c, j, &err), -1);
+    ck_assert_msg(strstr(err.msg, "'residual_multiplier' is not a number"), "%s", err.msg);
+    // another family leaves them unset (0: not applied)
+    ck_assert_msg(parse_cfg(&c, qwen3, &err) == 0, "%s", err.msg);
+    ck_assert(c.embedding_multiplier == 0 && c.residual_multiplier == 0 && c.attention_multiplier == 0 &&
+              c.logits_scaling == 0);
+}
+END_TEST
+
+// SmolLM3's layers without RoPE: no_rope_layers (1 = RoPE), else every no_rope_layer_interval-th
+// layer (default 4, SmolLM3Config's); tied and rope_theta 2e6 by default; bad lists refused.
+START_TEST(test_config_smollm3) {
+    const char *base = "{\"model_type\":\"smollm3\",\"hidden_size\":2048,\"intermediate_size\":11008,"
+                       "\"num_hidden_layers\":36,\"num_attention_heads\":16,\"num_key_value_heads\":4,"
+                       "\"vocab_size\":128256";
+    char j[1024];
+    ModelConfig c;
+    PailErr err = {0};
+    snprintf(j, sizeof j, "%s}", base);
+    ck_assert_msg(parse_cfg(&c, j, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(c.type, MODEL_SMOLLM3);
+    ck_assert(c.tie_word_embeddings && c.rope_theta == 2e6);
+    for (int l = 0; l < 36; l++) ck_assert_int_eq(model_layer_has_rope(&c, l), (l + 1) % 4 != 0);
+    // SmolLM3-3B's shape: 3,075,098,624 parameters (the hub's 3.08B)
+    ck_assert_uint_eq(model_config_param_count(&c), 3075098624u);
+    snprintf(j, sizeof j, "%s,\"no_rope_layer_interval\":3,\"tie_word_embeddings\":false}", base);
+    ck_assert_msg(parse_cfg(&c, j, &err) == 0, "%s", err.msg);
+    ck_assert(!c.tie_word_embeddings && model_layer_has_rope(&c, 0) && !model_layer_has_rope(&c, 2));
+    const char *two = "{\"model_type\":\"smollm3\",\"hidden_size\":64,\"intermediate_size\":128,\"num_hidden_layers\":2,"
+                      "\"num_attention_heads\":4,\"vocab_size\":100";
+    snprintf(j, sizeof j, "%s,\"no_rope_layers\":[0,1]}", two);
+    ck_assert_msg(parse_cfg(&c, j, &err) == 0, "%s", err.msg);
+    ck_assert(!model_layer_has_rope(&c, 0) && model_layer_has_rope(&c, 1));
+    Buf b = {0};
+    ModelConfig back;
+    ck_assert_int_eq(model_config_to_json(&c, "float32", &b), 0);
+    ck_assert_msg(model_config_parse(&back, (char *)b.data, b.len, "w", &err) == 0, "%s", err.msg);
+    ck_assert(back.type == MODEL_SMOLLM3 && !model_layer_has_rope(&back, 0) && model_layer_has_rope(&back, 1));
+    buf_free(&b);
+    // other families: every layer rotates
+    ck_assert_msg(parse_cfg(&c, qwen3, &err) == 0, "%s", err.msg);
+    for (int l = 0; l < c.num_hidden_layers; l++) ck_assert(model_layer_has_rope(&c, l));
+    static const struct { const char *patch, *want; } bad[] = {
+        {",\"no_rope_layers\":[1]}", "no_rope_layers is not a list of 2 entries"},
+        {",\"no_rope_layers\":[1,2]}", "no_rope_layers[1] is not 0 or 1"},
+        {",\"no_rope_layer_interval\":0}", "no_rope_layer_interval = 0 is out of range"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(j, sizeof j, "%s%s", two, bad[i].patch);
+        ck_assert_msg(parse_cfg(&c, j, &err) == -1, "accepted: %s", j);
+        ck_assert_msg(strstr(err.msg, bad[i].want), "'%s' lacks '%s'", err.msg, bad[i].want);
+    }
+}
+END_TEST
+
 // Each refusal names the field and the value.
 START_TEST(test_config_refusals) {
     static const struct { const char *patch, *want; } cases[] = {
-        {"\"model_type\":\"mistral\"", "model_type = 'mistral'"},
+        {"\"model_type\":\"gemma\"", "model_type = 'gemma' is not supported (pail runs llama, qwen2, qwen3, mistral, exaone, smollm3, granite, olmo2"},
         {"\"model_type\":\"qwen3_moe\"", "model_type = 'qwen3_moe'"},
         {"\"num_experts\":8", "num_experts = 8"},
         {"\"num_local_experts\":4", "num_local_experts = 4"},
@@ -494,7 +705,7 @@ static void stats(const float *x, size_t n, double *mean, double *sd) {
 }
 
 START_TEST(test_weights_tiny) {
-    for (int type = MODEL_LLAMA; type <= MODEL_QWEN3; type++) {
+    for (int type = MODEL_LLAMA; type < MODEL_TYPE_COUNT; type++) {
         ModelConfig cfg;
         char d32[512], d16[512];
         gen("f32", "tiny", type, ST_DTYPE_F32, 42, &cfg, d32, sizeof d32);
@@ -504,12 +715,13 @@ START_TEST(test_weights_tiny) {
         ck_assert_msg(model_weights_load(&a, d32, &err) == 0, "%s", err.msg);
         ck_assert_msg(model_weights_load(&b, d16, &err) == 0, "%s", err.msg);
         ck_assert_int_eq(a.cfg.type, type);
+        ck_assert_int_eq(a.cfg.sliding_window, type == MODEL_MISTRAL ? 4096 : 0);
         ck_assert_int_eq(a.cfg.hidden_size, cfg.hidden_size);
         ck_assert_int_eq(a.cfg.bos_token_id, 1);
         ck_assert_int_eq(a.cfg.eos_token_ids[0], 2);
         ck_assert_uint_eq(a.num_params, model_config_param_count(&cfg));
-        ck_assert(!!a.p.bq == (type == MODEL_QWEN2) && !!a.p.q_norm == (type == MODEL_QWEN3));
-        ck_assert(a.p.bo == NULL && a.p.lm_head != a.p.embed_tokens);
+        ck_assert(!!a.p.bq == (type == MODEL_QWEN2) && !!a.p.q_norm == (type == MODEL_QWEN3 || type == MODEL_OLMO2));
+        ck_assert(a.p.bo == NULL && (a.p.lm_head != a.p.embed_tokens) == (type != MODEL_SMOLLM3));  // smollm3: tied by default
         // The bf16 file holds the same draws rounded: loading it equals rounding the f32 load.
         const float *am = model_weights_f32(&a), *bm = model_weights_f32(&b);
         for (size_t i = 0; i < a.num_params; i++)
@@ -897,6 +1109,10 @@ int main(void) {
     tcase_add_test(core, test_config_published);
     tcase_add_test(core, test_config_transformers5);
     tcase_add_test(core, test_config_write_roundtrip);
+    tcase_add_test(core, test_config_mistral_window);
+    tcase_add_test(core, test_config_smollm3);
+    tcase_add_test(core, test_config_granite);
+    tcase_add_test(core, test_config_olmo2);
     tcase_add_test(core, test_dtype_conversion);
     tcase_add_test(core, test_safetensors_roundtrip);
     tcase_add_test(core, test_safetensors_reference_bytes);

@@ -92,24 +92,24 @@ static int r_rope_backward(Backend *b, float *dx, const float *dout, const int *
     return 0;
 }
 static int r_attention_forward(Backend *b, float *out, float *lse, const float *q, const float *k, const float *v,
-                               const int *cu, int nseq, int T, int H, int Hkv, int D, PailErr *err) {
+                               const int *cu, int nseq, int T, int H, int Hkv, int D, int W, PailErr *err) {
     NOB;
-    attention_forward_ref(out, lse, q, k, v, cu, nseq, T, H, Hkv, D);
+    attention_forward_ref(out, lse, q, k, v, cu, nseq, T, H, Hkv, D, W);
     return 0;
 }
 static int r_attention_backward(Backend *b, float *dq, float *dk, float *dv, const float *dout, const float *q,
                                 const float *k, const float *v, const float *out, const float *lse, const int *cu,
-                                int nseq, int T, int H, int Hkv, int D, PailErr *err) {
+                                int nseq, int T, int H, int Hkv, int D, int W, PailErr *err) {
     NOB;
-    attention_backward_ref(dq, dk, dv, dout, q, k, v, out, lse, cu, nseq, T, H, Hkv, D);
+    attention_backward_ref(dq, dk, dv, dout, q, k, v, out, lse, cu, nseq, T, H, Hkv, D, W);
     return 0;
 }
 static int r_attention_decode_forward(Backend *b, float *out, const float *q, const float *kc, const float *vc,
                                       const int *cu_new, const int *len, const int *table, int max_blocks, int nseq,
-                                      int Tn, int H, int Hkv, int D, PailErr *err) {
+                                      int Tn, int H, int Hkv, int D, int W, PailErr *err) {
     NOB;
     (void)Tn;
-    attention_decode_forward_ref(out, q, kc, vc, cu_new, len, table, max_blocks, nseq, H, Hkv, D);
+    attention_decode_forward_ref(out, q, kc, vc, cu_new, len, table, max_blocks, nseq, H, Hkv, D, W);
     return 0;
 }
 static int r_swiglu_forward(Backend *b, float *out, const float *g, const float *u, size_t n, PailErr *err) {
@@ -251,6 +251,10 @@ static void small_model(ModelWeights *w, ModelType type) {
     c.hidden_size = 64; c.intermediate_size = 96; c.num_hidden_layers = 2; c.num_attention_heads = 4;
     c.num_key_value_heads = 2; c.head_dim = 16; c.vocab_size = 300; c.max_position_embeddings = 256;
     c.tie_word_embeddings = type == MODEL_QWEN2;
+    if (type == MODEL_MISTRAL) c.sliding_window = 7;  // shorter than the sequences, the prompts + decode steps
+    if (type == MODEL_SMOLLM3) c.no_rope[0] = 2;      // layer 1 without RoPE
+    if (type == MODEL_GRANITE)                        // all four multipliers away from 1
+        c.embedding_multiplier = 3, c.residual_multiplier = 0.5, c.attention_multiplier = 0.2, c.logits_scaling = 2;
     model_fill_random(w, &c, 0.12, 77, (uint64_t)type);
 }
 
@@ -342,7 +346,7 @@ static void hold_as(const ModelWeights *w, DType dt, ModelWeights *out) {
 
 static void compare(Backend *be) {
     for (int dt = 0; dt < DT_COUNT; dt++)
-    for (int type = 0; type < 3; type++)
+    for (int type = 0; type < MODEL_TYPE_COUNT; type++)
         for (int rec = 0; rec < 2; rec++) {
             if (dt != DT_F32 && rec) continue;  // recomputation does not touch the weights' dtype
             ModelWeights w32, w;
@@ -460,7 +464,7 @@ START_TEST(test_sim_backend) {
     Backend *be;
     PailErr err = {0};
     ck_assert_msg(backend_open(&be, "sim", 0, &err) == 0, "%s", err.msg);
-    for (int type = 0; type < 3; type++)
+    for (int type = 0; type < MODEL_TYPE_COUNT; type++)
         for (int rec = 0; rec < 2; rec++) {
             ModelWeights w;
             small_model(&w, (ModelType)type);

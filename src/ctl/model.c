@@ -13,7 +13,7 @@
 
 int ctl_init_model(int argc, char **argv) {
     char *out = NULL, *shape = NULL, *type_s = NULL, *dtype_s = NULL, *tok = NULL, *rope_s = NULL;
-    long hidden, layers, heads, kv, ffn, vocab, head_dim, seed, bos, eos, maxpos;
+    long hidden, layers, heads, kv, ffn, vocab, head_dim, seed, bos, eos, maxpos, window;
     double theta;
     bool tie, abias;
     Flag fl[] = {
@@ -22,7 +22,8 @@ int ctl_init_model(int argc, char **argv) {
          "preset: tiny (C64 L2 H4 Hkv2 F128 V512), bench (C512 L8 H8 Hkv2 F1408 V32000), "
          "qwen2.5-0.5b (C896 L24 H14 Hkv2 F4864 V151936, tied, qwen2), qwen2.5-7b (C3584 L28 H28 Hkv4 "
          "F18944 V152064, qwen2); size flags override it (e.g. --layers 4)"},
-        {"model-type", FLAG_STRING, &type_s, NULL, 1, 0, "llama, qwen2 or qwen3 (default llama; qwen2 for qwen2.5-0.5b)"},
+        {"model-type", FLAG_STRING, &type_s, NULL, 1, 0,
+         "llama, qwen2, qwen3, mistral, exaone, granite, smollm3 or olmo2 (default llama; qwen2 for qwen2.5-0.5b)"},
         {"hidden", FLAG_INT, &hidden, "0", 0, 65536, "hidden size C"},
         {"layers", FLAG_INT, &layers, "0", 0, 1024, "layers L"},
         {"heads", FLAG_INT, &heads, "0", 0, 1024, "attention heads H"},
@@ -31,11 +32,13 @@ int ctl_init_model(int argc, char **argv) {
         {"vocab", FLAG_INT, &vocab, "0", 0, 1 << 22, "vocabulary size V"},
         {"head-dim", FLAG_INT, &head_dim, "0", 0, 1024, "head dim D (0: C / H)"},
         {"tie-embeddings", FLAG_BOOL, &tie, "false", 1, 0, "lm_head shares embed_tokens (qwen2.5-0.5b: always)"},
-        {"attention-bias", FLAG_BOOL, &abias, "false", 1, 0, "llama/qwen3: q, k, v and o biases"},
+        {"attention-bias", FLAG_BOOL, &abias, "false", 1, 0, "llama/qwen3/exaone/granite/smollm3/olmo2: q, k, v and o biases"},
         {"rope-theta", FLAG_DOUBLE, &theta, "0", 0, 1e12, "RoPE base (0: the model_type's default)"},
         {"rope-scaling", FLAG_STRING, &rope_s, "none", 1, 0,
          "none, or llama3 (Llama 3.2's factor 32, low 1, high 4, original 8192)"},
         {"max-positions", FLAG_INT, &maxpos, "0", 0, 1 << 30, "max_position_embeddings (0: default)"},
+        {"sliding-window", FLAG_INT, &window, "-1", -1, 1 << 30,
+         "mistral: attention window W (keys i-W+1..i); 0: none (null, full attention); -1: 4096, MistralConfig's"},
         {"dtype", FLAG_STRING, &dtype_s, "bf16", 1, 0, "the checkpoint's dtype: bf16, f16 or f32"},
         {"seed", FLAG_INT, &seed, "1234", 0, (double)(1L << 52), "random seed"},
         {"tokenizer", FLAG_STRING, &tok, NULL, 1, 0,
@@ -56,7 +59,7 @@ int ctl_init_model(int argc, char **argv) {
     ModelType type = MODEL_LLAMA;
     if (shape && (!strcmp(shape, "qwen2.5-0.5b") || !strcmp(shape, "qwen2.5-7b"))) type = MODEL_QWEN2;
     if (type_s && model_type_parse(type_s, &type) < 0) {
-        fprintf(stderr, "%s: --model-type '%s': use llama, qwen2 or qwen3\n", argv[0], type_s);
+        fprintf(stderr, "%s: --model-type '%s': use llama, qwen2, qwen3, mistral, exaone, granite, smollm3 or olmo2\n", argv[0], type_s);
         goto done;
     }
     ModelConfig cfg = {0};
@@ -88,6 +91,14 @@ int ctl_init_model(int argc, char **argv) {
             goto done;
         }
         cfg.has_qkv_bias = cfg.has_o_bias = true;
+    }
+    if (window >= 0) {
+        if (type != MODEL_MISTRAL) {
+            fprintf(stderr, "%s: --sliding-window: only model type mistral has one (not %s)\n", argv[0],
+                    model_type_name(type));
+            goto done;
+        }
+        cfg.sliding_window = (int)window;
     }
     if (theta > 0) cfg.rope_theta = theta;
     if (maxpos) cfg.max_position_embeddings = (int)maxpos;
@@ -188,6 +199,17 @@ int ctl_model_info(int argc, char **argv) {
                c.rope_factor, c.rope_low_freq_factor, c.rope_high_freq_factor, c.rope_original_max_position_embeddings);
     else
         printf("rope_scaling: none\n");
+    if (c.sliding_window > 0) printf("sliding_window: %d\n", c.sliding_window);
+    else printf("sliding_window: none\n");
+    if (c.type == MODEL_GRANITE)
+        printf("embedding_multiplier: %g\nresidual_multiplier: %g\nattention_multiplier: %g\nlogits_scaling: %g\n",
+               c.embedding_multiplier, c.residual_multiplier, c.attention_multiplier, c.logits_scaling);
+    printf("no_rope_layers:");  // smollm3's layers without RoPE
+    int nnope = 0;
+    for (int l = 0; l < c.num_hidden_layers; l++)
+        if (!model_layer_has_rope(&c, l)) printf(" %d", l), nnope++;
+    printf("%s\n", nnope ? "" : " none");
+    if (c.post_norm) printf("post_norm: true (norms after the sub-blocks, q/k norms over the whole projection)\n");
     printf("tie_word_embeddings: %s\nqkv_bias: %s\no_bias: %s\nqk_norm: %s\n", c.tie_word_embeddings ? "true" : "false",
            c.has_qkv_bias ? "true" : "false", c.has_o_bias ? "true" : "false", c.has_qk_norm ? "true" : "false");
     printf("bos_token_id: %d\neos_token_id:", c.bos_token_id);

@@ -1,6 +1,7 @@
 // config.json / generation_config.json reading and config.json writing for the
-// llama, qwen2 and qwen3 dense decoders (see config.h). Defaults are those of
-// transformers' LlamaConfig / Qwen2Config / Qwen3Config for a field a file omits.
+// llama, qwen2, qwen3, mistral, exaone, smollm3, granite and olmo2 dense decoders (see config.h).
+// Defaults are those of transformers' LlamaConfig / Qwen2Config / Qwen3Config / MistralConfig /
+// ExaoneConfig / SmolLM3Config / GraniteConfig / Olmo2Config for a field a file omits.
 #include "model/config.h"
 #include <jansson.h>
 #include <math.h>
@@ -9,13 +10,17 @@
 #include <string.h>
 #include "core/fsutil.h"
 
-static const char *type_names[] = {"llama", "qwen2", "qwen3"};
-static const char *arch_names[] = {"LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"};
+static const char *type_names[MODEL_TYPE_COUNT] = {"llama", "qwen2", "qwen3", "mistral", "exaone", "smollm3",
+                                                    "granite", "olmo2"};
+// exaone: the published checkpoints' name (transformers maps model_type exaone to its llama classes)
+static const char *arch_names[MODEL_TYPE_COUNT] = {"LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
+                                                   "MistralForCausalLM", "ExaoneForCausalLM", "SmolLM3ForCausalLM",
+                                                   "GraniteForCausalLM", "Olmo2ForCausalLM"};
 
-const char *model_type_name(ModelType t) { return (unsigned)t < 3 ? type_names[t] : "?"; }
+const char *model_type_name(ModelType t) { return (unsigned)t < MODEL_TYPE_COUNT ? type_names[t] : "?"; }
 
 int model_type_parse(const char *s, ModelType *out) {
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < MODEL_TYPE_COUNT; i++)
         if (!strcmp(s, type_names[i])) { *out = (ModelType)i; return 0; }
     return -1;
 }
@@ -24,10 +29,17 @@ void model_config_defaults(ModelConfig *cfg, ModelType type) {
     ModelConfig c = {0};
     c.type = type;
     c.rms_norm_eps = 1e-6;
-    c.rope_theta = 10000.0;
-    c.max_position_embeddings = type == MODEL_LLAMA ? 2048 : 32768;
+    // ExaoneConfig's and SmolLM3Config's default_theta
+    c.rope_theta = type == MODEL_EXAONE ? 500000.0 : type == MODEL_SMOLLM3 ? 2000000.0 : 10000.0;
+    c.tie_word_embeddings = type == MODEL_SMOLLM3;  // SmolLM3Config: tied unless the file says otherwise
+    if (type == MODEL_GRANITE)  // GraniteConfig's defaults: all 1 (attention_multiplier replaces 1/sqrt(D))
+        c.embedding_multiplier = c.residual_multiplier = c.attention_multiplier = c.logits_scaling = 1.0;
+    c.max_position_embeddings = type == MODEL_LLAMA ? 2048 : type == MODEL_MISTRAL ? 4096 * 32
+                                : type == MODEL_EXAONE ? 4096 : 32768;
     c.has_qkv_bias = type == MODEL_QWEN2;
-    c.has_qk_norm = type == MODEL_QWEN3;
+    c.has_qk_norm = type == MODEL_QWEN3 || type == MODEL_OLMO2;
+    c.post_norm = type == MODEL_OLMO2;
+    c.sliding_window = type == MODEL_MISTRAL ? 4096 : 0;  // MistralConfig's default
     c.bos_token_id = -1;
     // keep the sizes a caller already set
     c.hidden_size = cfg->hidden_size;
@@ -151,8 +163,32 @@ static int get_rope(ModelConfig *c, json_t *root, const char *what, PailErr *err
     return 0;
 }
 
+// smollm3: no_rope_layers (one 0/1 per layer, 1 = RoPE), else every
+// no_rope_layer_interval-th layer (default 4) without RoPE, as SmolLM3Config.
+static int get_no_rope(ModelConfig *c, json_t *root, const char *what, PailErr *err) {
+    int L = c->num_hidden_layers, interval = 4;
+    json_t *v = json_object_get(root, "no_rope_layers");
+    memset(c->no_rope, 0, sizeof c->no_rope);
+    if (v && !json_is_null(v)) {
+        if (!json_is_array(v) || (int)json_array_size(v) != L)
+            return err_set(err, PAIL_ERR_INVALID, "%s: no_rope_layers is not a list of %d entries (one per layer)",
+                           what, L);
+        for (int l = 0; l < L; l++) {
+            json_t *x = json_array_get(v, (size_t)l);
+            if (!json_is_integer(x) || (json_integer_value(x) != 0 && json_integer_value(x) != 1))
+                return err_set(err, PAIL_ERR_INVALID, "%s: no_rope_layers[%d] is not 0 or 1", what, l);
+            if (!json_integer_value(x)) c->no_rope[l >> 6] |= 1ull << (l & 63);
+        }
+        return 0;
+    }
+    if (get_int(root, "no_rope_layer_interval", 1, 1 << 20, &interval, what, err) < 0) return -1;
+    for (int l = 0; l < L; l++)
+        if ((l + 1) % interval == 0) c->no_rope[l >> 6] |= 1ull << (l & 63);
+    return 0;
+}
+
 // Features pail does not run: refused by name rather than silently ignored.
-static int refuse_unsupported(json_t *root, const char *what, PailErr *err) {
+static int refuse_unsupported(json_t *root, ModelType type, const char *what, PailErr *err) {
     static const char *moe[] = {"num_experts", "num_local_experts", "n_routed_experts", "moe_intermediate_size",
                                 "num_experts_per_tok"};
     for (size_t i = 0; i < sizeof moe / sizeof moe[0]; i++) {
@@ -162,10 +198,12 @@ static int refuse_unsupported(json_t *root, const char *what, PailErr *err) {
                            "%s: %s = %lld: mixture-of-experts models are not supported", what, moe[i],
                            json_is_integer(v) ? (long long)json_integer_value(v) : -1LL);
     }
+    // qwen2/qwen3's use_sliding_window windows only layers past max_window_layers;
+    // mistral's sliding_window (every layer) is read in model_config_parse
     json_t *sw = json_object_get(root, "use_sliding_window");
-    if (json_is_true(sw))
-        return err_set(err, PAIL_ERR_UNSUPPORTED, "%s: use_sliding_window = true: sliding-window attention is not "
-                       "supported", what);
+    if (type != MODEL_MISTRAL && json_is_true(sw))
+        return err_set(err, PAIL_ERR_UNSUPPORTED, "%s: use_sliding_window = true: %s's windowed layers are not "
+                       "supported (mistral's window on every layer is)", what, type_names[type]);
     json_t *lt = json_object_get(root, "layer_types");
     if (lt && json_is_array(lt)) {
         size_t i;
@@ -224,11 +262,20 @@ int model_config_parse(ModelConfig *cfg, const char *text, size_t len, const cha
     if (!json_is_string(mt)) { err_set(err, PAIL_ERR_INVALID, "%s: 'model_type' missing or not a string", what); goto out; }
     ModelType type;
     if (model_type_parse(json_string_value(mt), &type) < 0) {
-        err_set(err, PAIL_ERR_UNSUPPORTED, "%s: model_type = '%s' is not supported (pail runs llama, qwen2, qwen3 "
-                "dense decoders)", what, json_string_value(mt));
+        err_set(err, PAIL_ERR_UNSUPPORTED, "%s: model_type = '%s' is not supported (pail runs llama, qwen2, qwen3, "
+                "mistral, exaone, smollm3, granite, olmo2 dense decoders)", what, json_string_value(mt));
         goto out;
     }
-    if (refuse_unsupported(root, what, err) < 0) goto out;
+    if (type == MODEL_EXAONE) {  // EXAONE's own config names (ExaoneConfig.attribute_map), read as llama's
+        static const char *alias[][2] = {{"num_hidden_layers", "num_layers"},
+                                         {"rms_norm_eps", "layer_norm_epsilon"},
+                                         {"hidden_act", "activation_function"}};
+        for (int i = 0; i < 3; i++) {
+            json_t *v = json_object_get(root, alias[i][1]);
+            if (v && !json_object_get(root, alias[i][0])) json_object_set(root, alias[i][0], v);
+        }
+    }
+    if (refuse_unsupported(root, type, what, err) < 0) goto out;
     static const char *req[] = {"hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
                                 "vocab_size"};
     for (int i = 0; i < 5; i++)
@@ -256,12 +303,24 @@ int model_config_parse(ModelConfig *cfg, const char *text, size_t len, const cha
         }
         c.head_dim = c.hidden_size / c.num_attention_heads;
     }
+    if (type == MODEL_MISTRAL) {  // MistralConfig: sliding_window defaults to 4096; null = full attention
+        json_t *swv = json_object_get(root, "sliding_window");
+        if (swv && json_is_null(swv)) c.sliding_window = 0;
+        else if (get_int(root, "sliding_window", 1, 1 << 30, &c.sliding_window, what, err) < 0) goto out;
+    }
+    if (type == MODEL_SMOLLM3 && get_no_rope(&c, root, what, err) < 0) goto out;
+    if (type == MODEL_GRANITE &&
+        (get_num(root, "embedding_multiplier", 1e-6, 1e6, &c.embedding_multiplier, what, err) < 0 ||
+         get_num(root, "residual_multiplier", 1e-6, 1e6, &c.residual_multiplier, what, err) < 0 ||
+         get_num(root, "attention_multiplier", 1e-6, 1e6, &c.attention_multiplier, what, err) < 0 ||
+         get_num(root, "logits_scaling", 1e-6, 1e6, &c.logits_scaling, what, err) < 0))
+        goto out;
     json_t *tie = json_object_get(root, "tie_word_embeddings");
     if (tie && !json_is_null(tie)) {
         if (!json_is_boolean(tie)) { err_set(err, PAIL_ERR_INVALID, "%s: tie_word_embeddings is not a boolean", what); goto out; }
         c.tie_word_embeddings = json_is_true(tie);
     }
-    if (type != MODEL_QWEN2) {
+    if (type != MODEL_QWEN2 && type != MODEL_MISTRAL) {  // MistralAttention has no biases, whatever the file says
         json_t *ab = json_object_get(root, "attention_bias");
         if (ab && !json_is_null(ab) && !json_is_boolean(ab)) {
             err_set(err, PAIL_ERR_INVALID, "%s: attention_bias is not a boolean", what);
@@ -349,13 +408,34 @@ int model_config_to_json(const ModelConfig *c, const char *dtype_name, Buf *out)
     json_object_set_new(o, "torch_dtype", json_string(dtype_name));
     json_object_set_new(o, "use_cache", json_true());
     json_object_set_new(o, "vocab_size", json_integer(c->vocab_size));
-    if (c->type == MODEL_LLAMA || c->type == MODEL_QWEN3) {
+    if (c->type == MODEL_LLAMA || c->type == MODEL_QWEN3 || c->type == MODEL_EXAONE || c->type == MODEL_SMOLLM3 ||
+        c->type == MODEL_GRANITE || c->type == MODEL_OLMO2) {
         json_object_set_new(o, "attention_bias", json_boolean(c->has_qkv_bias));
         json_object_set_new(o, "head_dim", json_integer(c->head_dim));
     }
-    if (c->type == MODEL_LLAMA) {
+    if (c->type == MODEL_MISTRAL) {  // MistralConfig has no attention_bias: q/k/v/o never carry one
+        json_object_set_new(o, "head_dim", json_integer(c->head_dim));
+        json_object_set_new(o, "sliding_window", c->sliding_window > 0 ? json_integer(c->sliding_window) : json_null());
+    } else if (c->type == MODEL_SMOLLM3) {
+        json_t *nr = json_array();
+        for (int l = 0; l < c->num_hidden_layers; l++) json_array_append_new(nr, json_integer(model_layer_has_rope(c, l)));
+        json_object_set_new(o, "no_rope_layers", nr);
+        // SmolLM3Config's default pad id 128004 would lie past a smaller vocabulary (nn.Embedding refuses it)
+        json_object_set_new(o, "pad_token_id", json_null());
         json_object_set_new(o, "mlp_bias", json_false());
-        json_object_set_new(o, "pretraining_tp", json_integer(1));
+        json_object_set_new(o, "use_sliding_window", json_false());
+        json_object_set_new(o, "sliding_window", json_null());
+    } else if (c->type == MODEL_OLMO2) {
+        json_object_set_new(o, "pad_token_id", json_null());  // Olmo2Config's default 1 is a real token
+    } else if (c->type == MODEL_GRANITE) {
+        json_object_set_new(o, "mlp_bias", json_false());
+        json_object_set_new(o, "embedding_multiplier", json_real(c->embedding_multiplier));
+        json_object_set_new(o, "residual_multiplier", json_real(c->residual_multiplier));
+        json_object_set_new(o, "attention_multiplier", json_real(c->attention_multiplier));
+        json_object_set_new(o, "logits_scaling", json_real(c->logits_scaling));
+    } else if (c->type == MODEL_LLAMA || c->type == MODEL_EXAONE) {
+        json_object_set_new(o, "mlp_bias", json_false());
+        if (c->type == MODEL_LLAMA) json_object_set_new(o, "pretraining_tp", json_integer(1));
     } else {
         json_object_set_new(o, "use_sliding_window", json_false());
         json_object_set_new(o, "sliding_window", json_null());
@@ -376,6 +456,6 @@ size_t model_config_param_count(const ModelConfig *c) {
     size_t layer = 2 * C + H * D * C + 2 * Hkv * D * C + C * H * D + 3 * C * F;
     if (c->has_qkv_bias) layer += H * D + 2 * Hkv * D;
     if (c->has_o_bias) layer += C;
-    if (c->has_qk_norm) layer += 2 * D;
+    if (c->has_qk_norm) layer += c->post_norm ? H * D + Hkv * D : 2 * D;
     return V * C + (size_t)c->num_hidden_layers * layer + C + (c->tie_word_embeddings ? 0 : V * C);
 }

@@ -1,8 +1,11 @@
 // A Hugging Face model's config.json (+ generation_config.json) for the dense
 // decoders pail supports: model_type llama (Llama 3.x, SmolLM), qwen2 (Qwen2,
-// Qwen2.5), qwen3. Both the hub's legacy layout (rope_theta + rope_scaling,
+// Qwen2.5), qwen3, mistral (llama's layout + a sliding attention window), exaone
+// (EXAONE 3/3.5: llama under its own tensor and config names), smollm3 (llama
+// with some layers without RoPE), granite (llama with four multipliers), olmo2
+// (norms after the sub-blocks, q/k norms over the whole projection). Both the hub's legacy layout (rope_theta + rope_scaling,
 // torch_dtype) and transformers 5's (rope_parameters, dtype) are read. What pail
-// cannot run (other model types, MoE, sliding window in use, unknown rope
+// cannot run (other model types, MoE, qwen's per-layer sliding window, unknown rope
 // scaling) is refused with a message naming the field and value.
 // Shape legend (doc/models.md): C hidden, F ffn, L layers, H heads, Hkv kv heads, D head dim, V vocab.
 #pragma once
@@ -11,10 +14,14 @@
 #include "core/buf.h"
 #include "core/err.h"
 
-typedef enum { MODEL_LLAMA, MODEL_QWEN2, MODEL_QWEN3 } ModelType;
+typedef enum {
+    MODEL_LLAMA, MODEL_QWEN2, MODEL_QWEN3, MODEL_MISTRAL, MODEL_EXAONE, MODEL_SMOLLM3, MODEL_GRANITE, MODEL_OLMO2,
+    MODEL_TYPE_COUNT
+} ModelType;
 typedef enum { ROPE_SCALING_NONE, ROPE_SCALING_LLAMA3 } RopeScalingType;  // kernels.h has the RopeScaling params
 
 #define MODEL_MAX_EOS 8
+#define MODEL_MAX_LAYERS 1024  // num_hidden_layers' bound (config.json is refused past it)
 
 typedef struct {
     ModelType type;
@@ -35,14 +42,23 @@ typedef struct {
     // Derived from model_type and config: qwen2 always has q/k/v bias and no o
     // bias (no config field); llama/qwen3 "attention_bias" covers q, k, v and o.
     bool has_qkv_bias, has_o_bias;
-    bool has_qk_norm;             // qwen3: per-head RMSNorm (D) on q and k before RoPE
+    bool has_qk_norm;             // qwen3: per-head RMSNorm (D) on q and k before RoPE; olmo2: over H*D, Hkv*D
+    bool post_norm;               // olmo2: no pre-norms; RMSNorm on each sub-block's output before the residual add
+    int sliding_window;           // mistral: query i sees keys i-W+1..i on every layer; 0 = full (null)
+    // smollm3: bit l set = layer l applies no RoPE to q and k (no_rope_layers[l] == 0); all clear elsewhere
+    unsigned long long no_rope[MODEL_MAX_LAYERS / 64];
+    // granite (0 elsewhere: not applied): inputs_embeds * embedding_multiplier; h = x + residual_multiplier
+    // * sub-block; attention scores q.k * attention_multiplier (instead of 1/sqrt(D)); logits / logits_scaling
+    double embedding_multiplier, residual_multiplier, attention_multiplier, logits_scaling;
     int bos_token_id;             // -1 when none
     int eos_token_ids[MODEL_MAX_EOS];  // generation_config.json's when present, else config.json's
     int n_eos;
     char dtype[16];               // the checkpoint's declared dtype ("bfloat16"), "" when absent
 } ModelConfig;
 
-const char *model_type_name(ModelType t);  // "llama", "qwen2", "qwen3"
+const char *model_type_name(ModelType t);  // "llama", ..., "granite", "olmo2"
+// Whether layer l rotates q and k (every layer but smollm3's no-RoPE ones).
+static inline bool model_layer_has_rope(const ModelConfig *c, int l) { return !((c->no_rope[l >> 6] >> (l & 63)) & 1); }
 int model_type_parse(const char *s, ModelType *out);  // 0 / -1
 
 // Parses config.json text (len bytes; need not be NUL-terminated). `what` names
@@ -59,7 +75,7 @@ int model_config_load(ModelConfig *cfg, const char *dir, PailErr *err);
 // Checks sizes and derived fields are consistent (all positive, H % Hkv == 0, ...).
 int model_config_validate(const ModelConfig *cfg, const char *what, PailErr *err);
 // Fills the defaults pail uses for a model_type and shape: HF's defaults for
-// eps/theta/positions, qwen2 q/k/v bias, qwen3 q/k norm, head_dim = C / H.
+// eps/theta/positions, qwen2 q/k/v bias, qwen3 q/k norm, mistral's window 4096, head_dim = C / H.
 void model_config_defaults(ModelConfig *cfg, ModelType type);
 // Writes a config.json that transformers' AutoModelForCausalLM loads with the
 // fields a published checkpoint of this model_type carries (architectures,

@@ -496,7 +496,9 @@ int gguf_import(const GgufFile *g, const char *dir, const GgufImportOptions *opt
     ModelType type;
     char a[16] = "";
     if (al < sizeof a) memcpy(a, arch, al);
-    if (al >= sizeof a || model_type_parse(a, &type) < 0)
+    // llama.cpp writes Mistral 7B's GGUF as architecture "llama" (no window key):
+    // it imports as a llama model, full attention; pail imports no other family
+    if (al >= sizeof a || model_type_parse(a, &type) < 0 || type > MODEL_QWEN3)
         return err_set(err, PAIL_ERR_UNSUPPORTED, "gguf %s: architecture '%.*s' (pail imports llama, qwen2 and qwen3)",
                        g->path, (int)(al > 32 ? 32 : al), arch);
     snprintf(info->arch, sizeof info->arch, "%s", a);

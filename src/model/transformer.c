@@ -354,23 +354,42 @@ static int layer_forward(Transformer *tf, int l, LayerActs *a, int T, PailErr *e
         D = c->head_dim, HD = H * D, KD = Hk * D;
     float eps = (float)c->rms_norm_eps;
     const float *x = tf->resid[l];
-    OP(rmsnorm_forward, a->xn1, a->rstd1, x, wv(tf, PARAM_ATTN_NORM, l), T, C, eps);
-    if (proj_forward(tf, a->q, a->la[LORA_Q], a->xn1, PARAM_WQ, wv(tf, PARAM_BQ, l), T, C, HD, l, LORA_Q, 0,
+    // olmo2 (post_norm): no pre-norms; each sub-block's output is normed before it
+    // joins the residual (the projections' outputs kept in xn1 / xn2, free there)
+    bool post = c->post_norm;
+    const float *ain = x;
+    if (!post) {
+        OP(rmsnorm_forward, a->xn1, a->rstd1, x, wv(tf, PARAM_ATTN_NORM, l), T, C, eps);
+        ain = a->xn1;
+    }
+    if (proj_forward(tf, a->q, a->la[LORA_Q], ain, PARAM_WQ, wv(tf, PARAM_BQ, l), T, C, HD, l, LORA_Q, 0,
                      err) < 0 ||
-        proj_forward(tf, a->k, a->la[LORA_K], a->xn1, PARAM_WK, wv(tf, PARAM_BK, l), T, C, KD, l, LORA_K, 0,
+        proj_forward(tf, a->k, a->la[LORA_K], ain, PARAM_WK, wv(tf, PARAM_BK, l), T, C, KD, l, LORA_K, 0,
                      err) < 0 ||
-        proj_forward(tf, a->v, a->la[LORA_V], a->xn1, PARAM_WV, wv(tf, PARAM_BV, l), T, C, KD, l, LORA_V, 0,
+        proj_forward(tf, a->v, a->la[LORA_V], ain, PARAM_WV, wv(tf, PARAM_BV, l), T, C, KD, l, LORA_V, 0,
                      err) < 0)
         return -1;
     const float *qin = a->q, *kin = a->k;
-    if (c->has_qk_norm) {
+    if (c->has_qk_norm && post) {  // olmo2: over the whole projection (H*D, Hkv*D), before the heads split
+        OP(rmsnorm_forward, a->qn, a->qrstd, a->q, wv(tf, PARAM_Q_NORM, l), T, HD, eps);
+        OP(rmsnorm_forward, a->kn, a->krstd, a->k, wv(tf, PARAM_K_NORM, l), T, KD, eps);
+        qin = a->qn;
+        kin = a->kn;
+    } else if (c->has_qk_norm) {  // qwen3: per head (D)
         OP(rmsnorm_forward, a->qn, a->qrstd, a->q, wv(tf, PARAM_Q_NORM, l), T * H, D, eps);
         OP(rmsnorm_forward, a->kn, a->krstd, a->k, wv(tf, PARAM_K_NORM, l), T * Hk, D, eps);
         qin = a->qn;
         kin = a->kn;
     }
-    OP(rope_forward, a->qr, qin, tf->d_pos, tf->cos_t, tf->sin_t, T, H, D);
-    OP(rope_forward, a->kr, kin, tf->d_pos, tf->cos_t, tf->sin_t, T, Hk, D);
+    if (model_layer_has_rope(c, l)) {
+        OP(rope_forward, a->qr, qin, tf->d_pos, tf->cos_t, tf->sin_t, T, H, D);
+        OP(rope_forward, a->kr, kin, tf->d_pos, tf->cos_t, tf->sin_t, T, Hk, D);
+    } else {  // smollm3's no-RoPE layers: q and k as projected
+        OP(copy, a->qr, qin, (size_t)T * HD);
+        OP(copy, a->kr, kin, (size_t)T * KD);
+    }
+    // granite: scores q.k * attention_multiplier; the kernels' 1/sqrt(D) undone on q
+    if (c->attention_multiplier > 0) OP(scale, a->qr, (size_t)T * HD, (float)c->attention_multiplier * sqrtf((float)D));
     if (tf->kv) {  // generation: append this call's K, V to each slot's cache, attend over the cache
         KvCache *kv = tf->kv;
         size_t layer_stride = (size_t)kv->n_blocks * KV_BLOCK * KD;
@@ -378,23 +397,48 @@ static int layer_forward(Transformer *tf, int l, LayerActs *a, int T, PailErr *e
         OP(scatter_rows, kc, a->kr, tf->d_rows, T, KD);
         OP(scatter_rows, vc, a->v, tf->d_rows, T, KD);
         OP(attention_decode_forward, a->att, a->qr, kc, vc, kv->d_cu_new, kv->d_new_len, kv->d_table, kv->max_blocks,
-           kv->n_slots, T, H, Hk, D);
+           kv->n_slots, T, H, Hk, D, c->sliding_window);
     } else {
-        OP(attention_forward, a->att, a->lse, a->qr, a->kr, a->v, tf->d_cu, tf->nseq, T, H, Hk, D);
+        OP(attention_forward, a->att, a->lse, a->qr, a->kr, a->v, tf->d_cu, tf->nseq, T, H, Hk, D, c->sliding_window);
     }
-    OP(copy, a->h, x, (size_t)T * C);
-    if (proj_forward(tf, a->h, a->la[LORA_O], a->att, PARAM_WO, wv(tf, PARAM_BO, l), T, HD, C, l, LORA_O,
-                     1, err) < 0)
-        return -1;
-    OP(rmsnorm_forward, a->xn2, a->rstd2, a->h, wv(tf, PARAM_MLP_NORM, l), T, C, eps);
-    if (proj_forward(tf, a->gate, a->la[LORA_GATE], a->xn2, PARAM_W_GATE, NULL, T, C, F, l, LORA_GATE, 0,
+    // granite: h = x + r o_proj(att), as r (x / r + o_proj(att)) so that the
+    // projection still accumulates into h (r = 1: neither scale runs)
+    float r = c->residual_multiplier > 0 ? (float)c->residual_multiplier : 1.0f;
+    if (post) {  // olmo2: h = x + norm(o_proj(att))
+        if (proj_forward(tf, a->xn1, a->la[LORA_O], a->att, PARAM_WO, wv(tf, PARAM_BO, l), T, HD, C, l, LORA_O,
+                         0, err) < 0)
+            return -1;
+        OP(rmsnorm_forward, a->h, a->rstd1, a->xn1, wv(tf, PARAM_ATTN_NORM, l), T, C, eps);
+        OP(add, a->h, x, (size_t)T * C);
+    } else {
+        OP(copy, a->h, x, (size_t)T * C);
+        if (r != 1.0f) OP(scale, a->h, (size_t)T * C, 1.0f / r);
+        if (proj_forward(tf, a->h, a->la[LORA_O], a->att, PARAM_WO, wv(tf, PARAM_BO, l), T, HD, C, l, LORA_O,
+                         1, err) < 0)
+            return -1;
+        if (r != 1.0f) OP(scale, a->h, (size_t)T * C, r);
+        OP(rmsnorm_forward, a->xn2, a->rstd2, a->h, wv(tf, PARAM_MLP_NORM, l), T, C, eps);
+    }
+    const float *min = post ? a->h : a->xn2;
+    if (proj_forward(tf, a->gate, a->la[LORA_GATE], min, PARAM_W_GATE, NULL, T, C, F, l, LORA_GATE, 0,
                      err) < 0 ||
-        proj_forward(tf, a->up, a->la[LORA_UP], a->xn2, PARAM_W_UP, NULL, T, C, F, l, LORA_UP, 0, err) < 0)
+        proj_forward(tf, a->up, a->la[LORA_UP], min, PARAM_W_UP, NULL, T, C, F, l, LORA_UP, 0, err) < 0)
         return -1;
     OP(swiglu_forward, a->act, a->gate, a->up, (size_t)T * F);
     float *y = tf->resid[l + 1];
+    if (post) {  // olmo2: y = h + norm(down(act))
+        if (proj_forward(tf, a->xn2, a->la[LORA_DOWN], a->act, PARAM_W_DOWN, NULL, T, F, C, l, LORA_DOWN, 0, err) < 0)
+            return -1;
+        OP(rmsnorm_forward, y, a->rstd2, a->xn2, wv(tf, PARAM_MLP_NORM, l), T, C, eps);
+        OP(add, y, a->h, (size_t)T * C);
+        return 0;
+    }
     OP(copy, y, a->h, (size_t)T * C);
-    return proj_forward(tf, y, a->la[LORA_DOWN], a->act, PARAM_W_DOWN, NULL, T, F, C, l, LORA_DOWN, 1, err);
+    if (r != 1.0f) OP(scale, y, (size_t)T * C, 1.0f / r);
+    if (proj_forward(tf, y, a->la[LORA_DOWN], a->act, PARAM_W_DOWN, NULL, T, F, C, l, LORA_DOWN, 1, err) < 0)
+        return -1;
+    if (r != 1.0f) OP(scale, y, (size_t)T * C, r);
+    return 0;
 }
 
 // Token ids checked on the host: a device cannot say which one is bad.
@@ -433,7 +477,8 @@ int transformer_forward(Transformer *tf, float *logp, float *entropy, const int 
     if (check_ids(tokens, T, V, "transformer: embedding: token", err) < 0) return -1;
     tf->T = T;
     tf->nseq = nseq;
-    tf->temperature = temperature;
+    // granite: logits / logits_scaling as well (0: not set, 1)
+    tf->temperature = c->logits_scaling > 0 ? temperature * (float)c->logits_scaling : temperature;
     // Only rows with a target go through the LM head.
     int n = 0;
     for (int t = 0; t < T; t++) {
@@ -449,6 +494,8 @@ int transformer_forward(Transformer *tf, float *logp, float *entropy, const int 
     OP(to_device, tf->d_sel, tf->sel, (size_t)n * sizeof(int));
     OP(to_device, tf->d_tsel, tf->tsel, (size_t)n * sizeof(int));
     OP(embedding_forward, tf->resid[0], wm(tf, PARAM_EMBED, 0), wdt(tf, PARAM_EMBED), tf->d_tokens, T, C, V);
+    if (c->embedding_multiplier > 0 && c->embedding_multiplier != 1.0)
+        OP(scale, tf->resid[0], (size_t)T * C, (float)c->embedding_multiplier);
     for (int l = 0; l < c->num_hidden_layers; l++)
         if (layer_forward(tf, l, &tf->acts[tf->nacts == 1 ? 0 : l], T, err) < 0) return -1;
     OP(rmsnorm_forward, tf->xf, tf->rstdf, tf->resid[c->num_hidden_layers], wv(tf, PARAM_FINAL_NORM, 0), T, C,
@@ -469,10 +516,10 @@ int transformer_forward(Transformer *tf, float *logp, float *entropy, const int 
         bool expect = tf->plan.backward && !tf->plan.full && tf->lora_on;
         if (expect)
             OP(logprob_forward_expect, lp, ent, tf->lse_sel, tf->expect_sel, tf->hsel, head, hdt, tf->d_tsel, n, C, V,
-               temperature, tf->ws, tf->ws_floats);
+               tf->temperature, tf->ws, tf->ws_floats);
         else
-            OP(logprob_forward, lp, ent, tf->lse_sel, tf->hsel, head, hdt, tf->d_tsel, n, C, V, temperature, tf->ws,
-               tf->plan.vchunk);
+            OP(logprob_forward, lp, ent, tf->lse_sel, tf->hsel, head, hdt, tf->d_tsel, n, C, V, tf->temperature,
+               tf->ws, tf->plan.vchunk);
         tf->have_expect = expect;
         const float *hlp = host_view(tf, lp, tf->h_lp, (size_t)n, err);
         const float *hent = ent ? host_view(tf, ent, tf->h_ent, (size_t)n, err) : NULL;
@@ -493,40 +540,76 @@ static int layer_backward(Transformer *tf, int l, LayerActs *a, int T, float *lg
     bool full = bg && tf->plan.full;
     const float *x = tf->resid[l];
     float *dres = tf->dres;  // d resid[l+1] on entry, d resid[l] on exit
-    // MLP: resid[l+1] = h + down(act)
-    if (proj_backward(tf, tf->dact, lg, bg, PARAM_W_DOWN, PARAM_COUNT, dres, a->act, a->la[LORA_DOWN], T, F, C, l, LORA_DOWN, 0, err) < 0)
+    // granite's residual_multiplier r: the sub-blocks' outputs see r dres (in dtmp, free until the norms' backward)
+    float r = c->residual_multiplier > 0 ? (float)c->residual_multiplier : 1.0f;
+    const float *dsub = dres;
+    if (r != 1.0f) {
+        OP(copy, tf->dtmp, dres, (size_t)T * C);
+        OP(scale, tf->dtmp, (size_t)T * C, r);
+        dsub = tf->dtmp;
+    }
+    bool post = c->post_norm;  // olmo2 (layer_forward)
+    float *dnw = full ? bg + tf->w->offsets[PARAM_MLP_NORM] + (size_t)l * C : NULL;
+    if (post) {  // y = h + norm(m), m = down(act) in xn2: d m into dtmp
+        OP(rmsnorm_backward, tf->dtmp, dnw, dres, a->xn2, wv(tf, PARAM_MLP_NORM, l), a->rstd2, T, C);
+        dsub = tf->dtmp;
+    }
+    // MLP: resid[l+1] = h + r down(act)
+    if (proj_backward(tf, tf->dact, lg, bg, PARAM_W_DOWN, PARAM_COUNT, dsub, a->act, a->la[LORA_DOWN], T, F, C, l, LORA_DOWN, 0, err) < 0)
         return -1;
     OP(swiglu_backward, tf->dgate, tf->dup, tf->dact, a->gate, a->up, (size_t)T * F);
-    if (proj_backward(tf, tf->dxn, lg, bg, PARAM_W_GATE, PARAM_COUNT, tf->dgate, a->xn2, a->la[LORA_GATE], T, C, F, l, LORA_GATE, 0, err) < 0 ||
-        proj_backward(tf, tf->dxn, lg, bg, PARAM_W_UP, PARAM_COUNT, tf->dup, a->xn2, a->la[LORA_UP], T, C, F, l, LORA_UP, 1, err) < 0)
+    const float *min = post ? a->h : a->xn2;
+    if (proj_backward(tf, tf->dxn, lg, bg, PARAM_W_GATE, PARAM_COUNT, tf->dgate, min, a->la[LORA_GATE], T, C, F, l, LORA_GATE, 0, err) < 0 ||
+        proj_backward(tf, tf->dxn, lg, bg, PARAM_W_UP, PARAM_COUNT, tf->dup, min, a->la[LORA_UP], T, C, F, l, LORA_UP, 1, err) < 0)
         return -1;
-    float *dnw = full ? bg + tf->w->offsets[PARAM_MLP_NORM] + (size_t)l * C : NULL;
-    OP(rmsnorm_backward, tf->dtmp, dnw, tf->dxn, a->h, wv(tf, PARAM_MLP_NORM, l), a->rstd2, T, C);
-    OP(add, dres, tf->dtmp, (size_t)T * C);  // now d h
-    // Attention: h = x + o_proj(att)
-    if (proj_backward(tf, tf->datt, lg, bg, PARAM_WO, PARAM_BO, dres, a->att, a->la[LORA_O], T,
+    if (post) {
+        OP(add, dres, tf->dxn, (size_t)T * C);  // now d h
+        // h = x + norm(o), o = o_proj(att) in xn1: d o into dtmp
+        dnw = full ? bg + tf->w->offsets[PARAM_ATTN_NORM] + (size_t)l * C : NULL;
+        OP(rmsnorm_backward, tf->dtmp, dnw, dres, a->xn1, wv(tf, PARAM_ATTN_NORM, l), a->rstd1, T, C);
+    } else {
+        OP(rmsnorm_backward, tf->dtmp, dnw, tf->dxn, a->h, wv(tf, PARAM_MLP_NORM, l), a->rstd2, T, C);
+        OP(add, dres, tf->dtmp, (size_t)T * C);  // now d h
+        // Attention: h = x + r o_proj(att)
+        if (r != 1.0f) {
+            OP(copy, tf->dtmp, dres, (size_t)T * C);
+            OP(scale, tf->dtmp, (size_t)T * C, r);
+        }
+    }
+    if (proj_backward(tf, tf->datt, lg, bg, PARAM_WO, PARAM_BO, dsub, a->att, a->la[LORA_O], T,
                       HD, C, l, LORA_O, 0, err) < 0)
         return -1;
     OP(attention_backward, tf->dq, tf->dk, tf->dv, tf->datt, a->qr, a->kr, a->v, a->att, a->lse, tf->d_cu, tf->nseq,
-       T, H, Hk, D);
-    OP(rope_backward, tf->dq, tf->dq, tf->d_pos, tf->cos_t, tf->sin_t, T, H, D);
-    OP(rope_backward, tf->dk, tf->dk, tf->d_pos, tf->cos_t, tf->sin_t, T, Hk, D);
+       T, H, Hk, D, c->sliding_window);
+    if (c->attention_multiplier > 0)  // granite: q was scaled after RoPE
+        OP(scale, tf->dq, (size_t)T * HD, (float)c->attention_multiplier * sqrtf((float)D));
+    if (model_layer_has_rope(c, l)) {
+        OP(rope_backward, tf->dq, tf->dq, tf->d_pos, tf->cos_t, tf->sin_t, T, H, D);
+        OP(rope_backward, tf->dk, tf->dk, tf->d_pos, tf->cos_t, tf->sin_t, T, Hk, D);
+    }
     if (c->has_qk_norm) {
-        float *dqw = full ? bg + tf->w->offsets[PARAM_Q_NORM] + (size_t)l * D : NULL;
-        float *dkw = full ? bg + tf->w->offsets[PARAM_K_NORM] + (size_t)l * D : NULL;
+        // the norm's rows: per head (qwen3: T*H rows of D) or the whole projection (olmo2: T rows of H*D)
+        int qrows = post ? T : T * H, krows = post ? T : T * Hk, qw = post ? HD : D, kw = post ? KD : D;
+        float *dqw = full ? bg + tf->w->offsets[PARAM_Q_NORM] + (size_t)l * qw : NULL;
+        float *dkw = full ? bg + tf->w->offsets[PARAM_K_NORM] + (size_t)l * kw : NULL;
         // dx of the norm over the pre-norm q into datt (free now), then back
-        OP(rmsnorm_backward, tf->datt, dqw, tf->dq, a->q, wv(tf, PARAM_Q_NORM, l), a->qrstd, T * H, D);
+        OP(rmsnorm_backward, tf->datt, dqw, tf->dq, a->q, wv(tf, PARAM_Q_NORM, l), a->qrstd, qrows, qw);
         OP(copy, tf->dq, tf->datt, (size_t)T * HD);
-        OP(rmsnorm_backward, tf->datt, dkw, tf->dk, a->k, wv(tf, PARAM_K_NORM, l), a->krstd, T * Hk, D);
+        OP(rmsnorm_backward, tf->datt, dkw, tf->dk, a->k, wv(tf, PARAM_K_NORM, l), a->krstd, krows, kw);
         OP(copy, tf->dk, tf->datt, (size_t)T * KD);
     }
-    if (proj_backward(tf, tf->dxn, lg, bg, PARAM_WQ, PARAM_BQ, tf->dq, a->xn1, a->la[LORA_Q], T,
+    const float *ain = post ? x : a->xn1;
+    if (proj_backward(tf, tf->dxn, lg, bg, PARAM_WQ, PARAM_BQ, tf->dq, ain, a->la[LORA_Q], T,
                       C, HD, l, LORA_Q, 0, err) < 0 ||
-        proj_backward(tf, tf->dxn, lg, bg, PARAM_WK, PARAM_BK, tf->dk, a->xn1, a->la[LORA_K], T,
+        proj_backward(tf, tf->dxn, lg, bg, PARAM_WK, PARAM_BK, tf->dk, ain, a->la[LORA_K], T,
                       C, KD, l, LORA_K, 1, err) < 0 ||
-        proj_backward(tf, tf->dxn, lg, bg, PARAM_WV, PARAM_BV, tf->dv, a->xn1, a->la[LORA_V], T,
+        proj_backward(tf, tf->dxn, lg, bg, PARAM_WV, PARAM_BV, tf->dv, ain, a->la[LORA_V], T,
                       C, KD, l, LORA_V, 1, err) < 0)
         return -1;
+    if (post) {
+        OP(add, dres, tf->dxn, (size_t)T * C);  // now d resid[l]
+        return 0;
+    }
     dnw = full ? bg + tf->w->offsets[PARAM_ATTN_NORM] + (size_t)l * C : NULL;
     OP(rmsnorm_backward, tf->dtmp, dnw, tf->dxn, x, wv(tf, PARAM_ATTN_NORM, l), a->rstd1, T, C);
     OP(add, dres, tf->dtmp, (size_t)T * C);  // now d resid[l]
@@ -566,6 +649,7 @@ int transformer_backward(Transformer *tf, float *lora_grads, float *base_grads, 
         if (tf->nacts == 1 && l != L - 1 && layer_forward(tf, l, a, T, err) < 0) return -1;
         if (layer_backward(tf, l, a, T, lora_grads, base_grads, err) < 0) return -1;
     }
+    if (full && c->embedding_multiplier > 0 && c->embedding_multiplier != 1.0) OP(scale, tf->dres, (size_t)T * C, (float)c->embedding_multiplier);
     if (full) OP(embedding_backward, base_grads + tf->w->offsets[PARAM_EMBED], tf->dres, tf->d_tokens, T, C);
     return 0;
 }
@@ -741,11 +825,14 @@ static int extend_ops(Transformer *tf, float *out, int T, int npart, PailErr *er
     const ModelConfig *c = &tf->cfg;
     int C = c->hidden_size, V = c->vocab_size;
     OP(embedding_forward, tf->resid[0], wm(tf, PARAM_EMBED, 0), wdt(tf, PARAM_EMBED), tf->d_tokens, T, C, V);
+    if (c->embedding_multiplier > 0 && c->embedding_multiplier != 1.0)
+        OP(scale, tf->resid[0], (size_t)T * C, (float)c->embedding_multiplier);
     for (int l = 0; l < c->num_hidden_layers; l++)
         if (layer_forward(tf, l, &tf->acts[0], T, err) < 0) return -1;
     OP(gather_rows, tf->hsel, tf->resid[c->num_hidden_layers], tf->d_sel, npart, C);
     OP(rmsnorm_forward, tf->xf, NULL, tf->hsel, wv(tf, PARAM_FINAL_NORM, 0), npart, C, (float)c->rms_norm_eps);
-    OP(matmul_forward, out, tf->xf, wm(tf, PARAM_LM_HEAD, 0), wdt(tf, PARAM_LM_HEAD), NULL, npart, C, V, 1.0f, 0.0f);
+    OP(matmul_forward, out, tf->xf, wm(tf, PARAM_LM_HEAD, 0), wdt(tf, PARAM_LM_HEAD), NULL, npart, C, V,
+       c->logits_scaling > 0 ? (float)(1.0 / c->logits_scaling) : 1.0f, 0.0f);  // granite: / logits_scaling
     return 0;
 }
 

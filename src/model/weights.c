@@ -17,33 +17,52 @@ void model_param_specs(const ModelConfig *c, ModelParamSpec s[PARAM_COUNT]) {
     size_t Q = (size_t)c->num_attention_heads * D, KV = (size_t)c->num_key_value_heads * D;
     bool b = c->has_qkv_bias, o = c->has_o_bias, n = c->has_qk_norm;
     const ModelParamSpec t[PARAM_COUNT] = {
-        [PARAM_EMBED] = {"model.embed_tokens.weight", false, true, 2, {V, C}, 0},
-        [PARAM_ATTN_NORM] = {"input_layernorm.weight", true, true, 1, {C, 0}, 0},
-        [PARAM_WQ] = {"self_attn.q_proj.weight", true, true, 2, {Q, C}, 0},
-        [PARAM_WK] = {"self_attn.k_proj.weight", true, true, 2, {KV, C}, 0},
-        [PARAM_WV] = {"self_attn.v_proj.weight", true, true, 2, {KV, C}, 0},
-        [PARAM_WO] = {"self_attn.o_proj.weight", true, true, 2, {C, Q}, 0},
-        [PARAM_BQ] = {"self_attn.q_proj.bias", true, b, 1, {Q, 0}, 0},
-        [PARAM_BK] = {"self_attn.k_proj.bias", true, b, 1, {KV, 0}, 0},
-        [PARAM_BV] = {"self_attn.v_proj.bias", true, b, 1, {KV, 0}, 0},
-        [PARAM_BO] = {"self_attn.o_proj.bias", true, o, 1, {C, 0}, 0},
-        [PARAM_Q_NORM] = {"self_attn.q_norm.weight", true, n, 1, {D, 0}, 0},
-        [PARAM_K_NORM] = {"self_attn.k_norm.weight", true, n, 1, {D, 0}, 0},
-        [PARAM_MLP_NORM] = {"post_attention_layernorm.weight", true, true, 1, {C, 0}, 0},
-        [PARAM_W_GATE] = {"mlp.gate_proj.weight", true, true, 2, {F, C}, 0},
-        [PARAM_W_UP] = {"mlp.up_proj.weight", true, true, 2, {F, C}, 0},
-        [PARAM_W_DOWN] = {"mlp.down_proj.weight", true, true, 2, {C, F}, 0},
-        [PARAM_FINAL_NORM] = {"model.norm.weight", false, true, 1, {C, 0}, 0},
-        [PARAM_LM_HEAD] = {"lm_head.weight", false, !c->tie_word_embeddings, 2, {V, C}, 0},
+        [PARAM_EMBED] = {"model.embed_tokens.weight", NULL, false, true, 2, {V, C}, 0},
+        [PARAM_ATTN_NORM] = {"input_layernorm.weight", NULL, true, true, 1, {C, 0}, 0},
+        [PARAM_WQ] = {"self_attn.q_proj.weight", NULL, true, true, 2, {Q, C}, 0},
+        [PARAM_WK] = {"self_attn.k_proj.weight", NULL, true, true, 2, {KV, C}, 0},
+        [PARAM_WV] = {"self_attn.v_proj.weight", NULL, true, true, 2, {KV, C}, 0},
+        [PARAM_WO] = {"self_attn.o_proj.weight", NULL, true, true, 2, {C, Q}, 0},
+        [PARAM_BQ] = {"self_attn.q_proj.bias", NULL, true, b, 1, {Q, 0}, 0},
+        [PARAM_BK] = {"self_attn.k_proj.bias", NULL, true, b, 1, {KV, 0}, 0},
+        [PARAM_BV] = {"self_attn.v_proj.bias", NULL, true, b, 1, {KV, 0}, 0},
+        [PARAM_BO] = {"self_attn.o_proj.bias", NULL, true, o, 1, {C, 0}, 0},
+        [PARAM_Q_NORM] = {"self_attn.q_norm.weight", NULL, true, n, 1, {D, 0}, 0},
+        [PARAM_K_NORM] = {"self_attn.k_norm.weight", NULL, true, n, 1, {D, 0}, 0},
+        [PARAM_MLP_NORM] = {"post_attention_layernorm.weight", NULL, true, true, 1, {C, 0}, 0},
+        [PARAM_W_GATE] = {"mlp.gate_proj.weight", NULL, true, true, 2, {F, C}, 0},
+        [PARAM_W_UP] = {"mlp.up_proj.weight", NULL, true, true, 2, {F, C}, 0},
+        [PARAM_W_DOWN] = {"mlp.down_proj.weight", NULL, true, true, 2, {C, F}, 0},
+        [PARAM_FINAL_NORM] = {"model.norm.weight", NULL, false, true, 1, {C, 0}, 0},
+        [PARAM_LM_HEAD] = {"lm_head.weight", NULL, false, !c->tie_word_embeddings, 2, {V, C}, 0},
+    };
+    // EXAONE 3/3.5 checkpoints keep their own names (transformers 5 renames them
+    // to llama's on load and back on save: conversion_mapping.py "exaone")
+    static const char *exaone[PARAM_COUNT] = {
+        [PARAM_EMBED] = "transformer.wte.weight", [PARAM_ATTN_NORM] = "ln_1.weight",
+        [PARAM_WQ] = "attn.attention.q_proj.weight", [PARAM_WK] = "attn.attention.k_proj.weight",
+        [PARAM_WV] = "attn.attention.v_proj.weight", [PARAM_WO] = "attn.attention.out_proj.weight",
+        [PARAM_BQ] = "attn.attention.q_proj.bias", [PARAM_BK] = "attn.attention.k_proj.bias",
+        [PARAM_BV] = "attn.attention.v_proj.bias", [PARAM_BO] = "attn.attention.out_proj.bias",
+        [PARAM_MLP_NORM] = "ln_2.weight", [PARAM_W_GATE] = "mlp.c_fc_0.weight", [PARAM_W_UP] = "mlp.c_fc_1.weight",
+        [PARAM_W_DOWN] = "mlp.c_proj.weight", [PARAM_FINAL_NORM] = "transformer.ln_f.weight",
     };
     for (int i = 0; i < PARAM_COUNT; i++) {
         s[i] = t[i];
+        if (c->post_norm) {  // olmo2: the two layer norms sit after the sub-blocks; q/k norms over H*D, Hkv*D
+            if (i == PARAM_ATTN_NORM) s[i].name = "post_attention_layernorm.weight";
+            if (i == PARAM_MLP_NORM) s[i].name = "post_feedforward_layernorm.weight";
+            if (i == PARAM_Q_NORM) s[i].shape[0] = Q;
+            if (i == PARAM_K_NORM) s[i].shape[0] = KV;
+        }
+        s[i].prefix = c->type == MODEL_EXAONE ? "transformer.h." : "model.layers.";
+        if (c->type == MODEL_EXAONE && exaone[i]) s[i].name = exaone[i];
         s[i].numel = s[i].shape[0] * (s[i].ndim == 2 ? s[i].shape[1] : 1);
     }
 }
 
 void model_param_name(const ModelParamSpec *s, int layer, char *out, size_t cap) {
-    if (s->per_layer) snprintf(out, cap, "model.layers.%d.%s", layer, s->name);
+    if (s->per_layer) snprintf(out, cap, "%s%d.%s", s->prefix, layer, s->name);
     else snprintf(out, cap, "%s", s->name);
 }
 
@@ -186,7 +205,7 @@ void model_weights_dtype_desc(const ModelWeights *w, char *out, size_t cap) {
 // harmless extra to skip, -1 (err set) when unexpected.
 static int classify(const ModelConfig *cfg, const ModelParamSpec *specs, const char *name, const char *file,
                     int *id, int *layer, PailErr *err) {
-    const char *pre = "model.layers.";
+    const char *pre = specs[PARAM_ATTN_NORM].prefix;
     size_t pl = strlen(pre);
     if (!strncmp(name, pre, pl)) {
         const char *p = name + pl;

@@ -44,10 +44,11 @@ typedef struct {
     void *lm_head;        // (V, C)       lm_head.weight, or embed_tokens when tied
 } ModelParams;
 
-// One tensor family: its HF name (the part after "model.layers.N." when per
+// One tensor family: its HF name (the part after "<prefix>N." when per
 // layer), its per-layer shape, and whether this config has it.
 typedef struct {
     const char *name;
+    const char *prefix;   // per layer: "model.layers." (exaone's checkpoints: "transformer.h.")
     bool per_layer, present;
     int ndim;
     size_t shape[2];

@@ -44,7 +44,14 @@ check "model-info on a fresh tiny model" "$CTL" model-info --model "$WORK/m"
 expect_fail "no folder" 1 "/no/such/dir/config.json" "$CTL" model-info --model /no/such/dir
 expect_fail "no --model" 2 "--model DIR is required" "$CTL" model-info
 cp -r "$WORK/m" "$WORK/mt"; sed -i 's/"model_type": "qwen2"/"model_type": "gemma"/' "$WORK/mt/config.json"
-expect_fail "unsupported model_type" 1 "model_type = 'gemma' is not supported" "$CTL" model-info --model "$WORK/mt"
+expect_fail "unsupported model_type" 1 "model_type = 'gemma' is not supported \(pail runs llama, qwen2, qwen3, mistral" \
+  "$CTL" model-info --model "$WORK/mt"
+"$CTL" init-model --out "$WORK/mw" --shape tiny --model-type mistral --sliding-window 8 >/dev/null 2>&1
+check "model-info names mistral's window" grep -q "^sliding_window: 8$" <("$CTL" model-info --model "$WORK/mw")
+cp -r "$WORK/mw" "$WORK/mw0"; sed -i 's/"sliding_window": 8/"sliding_window": 0/' "$WORK/mw0/config.json"
+expect_fail "mistral window 0" 1 "sliding_window = 0 is out of range" "$CTL" model-info --model "$WORK/mw0"
+expect_fail "a window for llama" 2 "--sliding-window: only model type mistral has one \(not llama\)" \
+  "$CTL" init-model --out "$WORK/z" --shape tiny --sliding-window 8
 cp -r "$WORK/m" "$WORK/ms"; sed -i 's/"use_sliding_window": false/"use_sliding_window": true/' "$WORK/ms/config.json"
 expect_fail "sliding window in use" 1 "use_sliding_window = true" "$CTL" model-info --model "$WORK/ms"
 cp -r "$WORK/m" "$WORK/mx"; truncate -s -4 "$WORK/mx/model.safetensors"

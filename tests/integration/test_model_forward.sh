@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
 # The decoder against Hugging Face transformers + PEFT: packed per-token
 # log-probs, LoRA A/B gradients (with and without recomputation) and full
-# fine-tuning gradients, for llama / qwen2 / qwen3 variants.
+# fine-tuning gradients, for llama / qwen2 / qwen3 / mistral / exaone / granite /
+# olmo2 / smollm3 variants; for mistral (a sliding window), exaone, granite (its
+# four multipliers), olmo2 (post-norms) and smollm3 (a layer without RoPE) also
+# bf16 on the exact path and generation (prefill + KV-cache decode) against
+# transformers' generate.
 source "$(dirname "$0")/lib.sh"
 BUILD=${BUILD:-build}
-make -s -C "$ROOT" "$BUILD/tools/model_driver" >/dev/null || { bad "build model_driver"; finish; exit 1; }
+make -s -C "$ROOT" "$BUILD/tools/model_driver" "$BUILD/tools/rollout_driver" >/dev/null ||
+  { bad "build model_driver, rollout_driver"; finish; exit 1; }
 check "decoder matches transformers + PEFT" env PAIL_CTL="$BIN/grpo-ctl" "$(venv)/bin/python" "$ROOT/validation/model/check_forward.py" \
-  "$ROOT/$BUILD/tools/model_driver" "$WORK"
+  "$ROOT/$BUILD/tools/model_driver" "$WORK" "$ROOT/$BUILD/tools/rollout_driver"
 grep -E "^  (ok|FAIL)|model-forward:" "$WORK/last.out"
 finish

@@ -2,17 +2,30 @@
 build/tools/model_driver) against Hugging Face transformers + PEFT, the code
 users run. For random tiny checkpoints of each model_type (GQA, q/k/v bias,
 attention_bias, qwen3 q/k norm, tied and untied embeddings, llama3 rope
-scaling), saved with save_pretrained and loaded by pail from the same folder:
+scaling, mistral's sliding window W = 8 under 32-token sequences, exaone's own
+tensor names, granite's multipliers, olmo2's post-norms and whole-projection q/k
+norms, smollm3's layer without RoPE), saved with
+save_pretrained and loaded by pail from the same folder:
 
 - per-token log-probs of packed rows (3 sequences of different lengths in one
   row for pail; each sequence run separately by transformers): max abs error
   <= 1e-4 in fp32, at temperature 1 and 0.7;
 - LoRA A and B gradients of sum_t w_t * logp_t (random w; random NON-zero B, as
   with PEFT's B = 0 the gradient of A is exactly zero and could not fail):
-  relative error <= 1e-3 per tensor (max abs diff / max abs value);
+  relative error <= 1e-4 per tensor (max abs diff / max abs value);
 - full fine-tuning gradients of every base weight (no adapter): same bound;
-- the same LoRA gradients with per-layer activation recomputation.
-Usage: check_forward.py DRIVER WORKDIR -> "model-forward: N passed, N failed"."""
+- the same LoRA gradients with per-layer activation recomputation;
+- with grpo-ctl (PAIL_CTL): grpo-ctl logprobs, the PEFT export and merge, a
+  PEFT-saved adapter read by pail;
+- for the families added since (FULL_CHECKS): the checkpoint saved in bf16,
+  pail holding bf16 weights on its exact path (PAIL_KERNELS_GEMM=exact) vs
+  transformers fp32 on the upcast weights: <= 1e-3; generation through the
+  paged KV cache (prefill + decode, GEN_DRIVER = build/tools/rollout_driver):
+  greedy equals transformers' generate token for token, and the log-probs
+  stored with sampled tokens equal a full transformers forward (<= 1e-4).
+Usage: check_forward.py DRIVER WORKDIR [GEN_DRIVER] -> "model-forward: N passed, N failed"
+(CHECK_FORWARD_ONLY=mistral: the variants whose name starts so)."""
+import copy
 import json
 import os
 import subprocess
@@ -22,11 +35,13 @@ import h5py
 import numpy as np
 import torch
 from peft import LoraConfig, get_peft_model
-from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config, Qwen3Config
+from transformers import (AutoModelForCausalLM, ExaoneConfig, GraniteConfig, LlamaConfig, MistralConfig, Olmo2Config,
+                          Qwen2Config, Qwen3Config, SmolLM3Config)
 
 torch.set_num_threads(2)
 torch.manual_seed(0)
 DRIVER, WORK = sys.argv[1], sys.argv[2]
+GEN_DRIVER = sys.argv[3] if len(sys.argv) > 3 else None
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from pail_files import MODULES, base_sha256, write_pail_adapter  # noqa: E402
 passed = failed = 0
@@ -51,6 +66,51 @@ def variants():
     yield "qwen3-qk-norm-untied-headdim", Qwen3Config(**common, num_key_value_heads=1, head_dim=24,
                                                       tie_word_embeddings=False)
     yield "llama-mha-tied", LlamaConfig(**common, num_key_value_heads=4, tie_word_embeddings=True)
+    # a window far shorter than the 32-token sequence: most rows see 8 keys only;
+    # no eos, so generate runs its full length as pail's driver does
+    yield "mistral-window8-gqa", MistralConfig(**common, num_key_value_heads=2, sliding_window=8,
+                                               tie_word_embeddings=False, bos_token_id=None, eos_token_id=None)
+    # EXAONE 3.5's shape of config: llama3 rope, its own tensor names in the files (transformers 5 renames
+    # them to llama's on load, back on save); biases to exercise out_proj's
+    yield "exaone-rope-llama3-bias", ExaoneConfig(
+        **common, num_key_value_heads=2, tie_word_embeddings=False, attention_bias=True, bos_token_id=None,
+        eos_token_id=None, pad_token_id=None,
+        rope_parameters={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                         "original_max_position_embeddings": 16, "rope_theta": 1000000.0})
+    # Granite 3.x's four multipliers (its values but attention_multiplier, larger so the tiny model's
+    # scores are not all ~0), tied
+    yield "granite-multipliers-tied", GraniteConfig(
+        **common, num_key_value_heads=2, tie_word_embeddings=True, embedding_multiplier=12.0,
+        residual_multiplier=0.22, attention_multiplier=0.25, logits_scaling=8.0, bos_token_id=None,
+        eos_token_id=None, pad_token_id=None)
+    # OLMo 2: norms after the sub-blocks, q/k norms over the whole projection (GQA: Hkv*D != H*D).
+    # No attention_bias: with HF's 0.02 init a 0.1 bias dominates k, the normed keys are nearly
+    # alike and the q/k gradients lose digits to cancellation (transformers' own fp32 gradients are
+    # then 1e-5..6e-5 from float64, pail's up to 1.2e-4; both fine here, measured 2026-12-03)
+    yield "olmo2-postnorm-gqa", Olmo2Config(**common, num_key_value_heads=2, tie_word_embeddings=False,
+                                            bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    # SmolLM3: layer 1 of 2 without RoPE (its no_rope_layers; the default interval 4 would leave none here), tied
+    yield "smollm3-nope-tied", SmolLM3Config(**common, num_key_value_heads=2, no_rope_layers=[1, 0],
+                                             bos_token_id=None, eos_token_id=None, pad_token_id=None)
+
+
+# variants checked on the bf16 exact path and through generation too
+FULL_CHECKS = ("mistral", "exaone", "granite", "smollm3", "olmo2")
+
+
+def file_name(pname, model_type):
+    """The checkpoint's name of a transformers parameter (exaone files keep EXAONE's names)."""
+    if model_type != "exaone":
+        return pname
+    for a, b in (("model.embed_tokens.", "transformer.wte."), ("model.layers.", "transformer.h."),
+                 ("model.norm.", "transformer.ln_f."), (".self_attn.o_proj.", ".attn.attention.out_proj."),
+                 (".self_attn.", ".attn.attention."), (".input_layernorm.", ".ln_1."),
+                 (".post_attention_layernorm.", ".ln_2."), (".mlp.gate_proj.", ".mlp.c_fc_0."),
+                 (".mlp.up_proj.", ".mlp.c_fc_1."), (".mlp.down_proj.", ".mlp.c_proj.")):
+        pname = pname.replace(a, b)
+    return pname
+# sequence lengths of the packed row: longer than a variant's window
+LENS = {"mistral": [32, 13, 20]}
 
 
 def randomize(model):
@@ -90,14 +150,76 @@ def rel(a, b):
     return float(np.abs(a - b).max() / max(np.abs(b).max(), 1e-12))
 
 
+def bf16_exact(model, d, seqs):
+    """The checkpoint in bf16: pail holds the weights as bf16 on its exact path,
+    transformers runs fp32 on the same weights upcast."""
+    bdir = os.path.join(d, "bf16")
+    copy.deepcopy(model).to(torch.bfloat16).save_pretrained(bdir, safe_serialization=True)
+    lines = "".join(json.dumps({"ids": s}) + "\n" for s in seqs)
+    ref_model = AutoModelForCausalLM.from_pretrained(bdir, dtype=torch.float32)
+    with torch.no_grad():
+        ref = torch_logprobs(ref_model, seqs, 1.0)
+    out = subprocess.run([os.environ["PAIL_CTL"], "logprobs", "--model", bdir, "--input", "-"], input=lines,
+                         capture_output=True, text=True, env=dict(os.environ, PAIL_KERNELS_GEMM="exact"))
+    if out.returncode != 0:
+        raise RuntimeError(f"grpo-ctl logprobs (bf16) failed: {out.stderr.strip()}")
+    got = [json.loads(l)["logprobs"] for l in out.stdout.splitlines()]
+    err = max(float((torch.tensor(a) - b).abs().max()) for a, b in zip(got, ref))
+    report("bf16 weights, exact path: logprobs vs transformers fp32 on the upcast weights", err, 1e-3)
+
+
+def generation(d, cfg, g):
+    """Prefill (a 20-token prompt, past the window) and decode through pail's
+    paged KV cache against transformers."""
+    fresh = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32)
+    prompts = [torch.randint(0, cfg.vocab_size, (20,), generator=g).tolist(),
+               torch.randint(0, cfg.vocab_size, (3,), generator=g).tolist()]
+    ppath = os.path.join(d, "prompts.json")
+    json.dump({"prompts": prompts}, open(ppath, "w"))
+    new = 24
+    greedy = run_driver_gen(["--model", d, "--input", ppath, "--group", "1", "--max-new", str(new),
+                             "--temperature", "0"])
+    worst = 0
+    for c in greedy["completions"]:
+        p = prompts[c["prompt"]]
+        with torch.no_grad():
+            ref = fresh.generate(torch.tensor([p]), do_sample=False, max_new_tokens=new, min_new_tokens=new,
+                                 pad_token_id=0)[0, len(p):].tolist()
+        worst += ref != c["ids"]
+        if ref != c["ids"]:
+            print(f"    prompt {c['prompt']}: pail {c['ids']}\n    transformers {ref}")
+    report(f"greedy generation = transformers generate ({new} tokens, prompts of 20 and 3), mismatches", worst, 0)
+    sampled = run_driver_gen(["--model", d, "--input", ppath, "--group", "3", "--max-new", str(new),
+                              "--temperature", "1", "--seed", "5"])
+    err = 0.0
+    for c in sampled["completions"]:
+        p = prompts[c["prompt"]]
+        ids = torch.tensor([p + c["ids"]])
+        with torch.no_grad():
+            lp = torch.log_softmax(fresh(input_ids=ids).logits[0].float(), dim=-1)
+        ref = lp[len(p) - 1:-1].gather(1, ids[0, len(p):, None])[:, 0]
+        err = max(err, float((torch.tensor(c["logprobs"]) - ref).abs().max()))
+    report("KV-cache decode: sampled tokens' log-probs vs a full transformers forward", err, 1e-4)
+
+
+def run_driver_gen(args):
+    out = subprocess.run([GEN_DRIVER] + args, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"rollout_driver failed: {out.stderr.strip()}")
+    return json.loads(out.stdout)
+
+
+ONLY = os.environ.get("CHECK_FORWARD_ONLY")  # a name prefix: one family while working on it
 for name, cfg in variants():
+    if ONLY and not name.startswith(ONLY):
+        continue
     print(f"{name}:")
     d = os.path.join(WORK, name)
     model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
     randomize(model)
     model.save_pretrained(d, safe_serialization=True)
     g = torch.Generator().manual_seed(len(name))
-    seqs, weights = packed_inputs(cfg.vocab_size, [7, 13, 4], g)
+    seqs, weights = packed_inputs(cfg.vocab_size, LENS.get(cfg.model_type, [7, 13, 4]), g)
     inp = os.path.join(d, "input.json")
     # --- base model log-probs at two temperatures, and full fine-tuning grads
     for temp in (1.0, 0.7):
@@ -117,10 +239,12 @@ for name, cfg in variants():
                 for pname, p in model.named_parameters():
                     if pname == "lm_head.weight" and cfg.tie_word_embeddings:
                         continue
-                    e = rel(f[pname][:], p.grad.numpy())
+                    e = rel(f[file_name(pname, cfg.model_type)][:], p.grad.numpy())
                     if e > worst:
                         worst, wname = e, pname
             report(f"full fine-tuning grads (worst: {wname})", worst, 1e-3)
+    if os.environ.get("PAIL_CTL") and cfg.model_type in FULL_CHECKS:
+        bf16_exact(model, d, seqs)
     # --- LoRA on all seven projections with random non-zero A and B
     rank, alpha = 4, 8.0
     peft_model = get_peft_model(model, LoraConfig(r=rank, lora_alpha=alpha, target_modules=MODULES,
@@ -151,17 +275,18 @@ for name, cfg in variants():
                 e = rel(f[f"layers/{i}/{m}/{ab}"][:], p.grad.numpy())
                 if e > worst:
                     worst, wname = e, f"layers/{i}/{m}/{ab}"
-        report(f"LoRA A/B grads{label} (worst: {wname})", worst, 1e-3)
+        report(f"LoRA A/B grads{label} (worst: {wname})", worst, 1e-4)
     ctl = os.environ.get("PAIL_CTL")
     if ctl:  # the user-facing command gives the same log-probs
         lines = "".join(json.dumps({"ids": s}) + "\n" for s in seqs)
+        budget = 16 if max(map(len, seqs)) <= 17 else 40  # rows of 16 tokens where every sequence fits
         out = subprocess.run([ctl, "logprobs", "--model", d, "--adapter", apath, "--input", "-",
-                              "--token-budget", "16"], input=lines, capture_output=True, text=True)
+                              "--token-budget", str(budget)], input=lines, capture_output=True, text=True)
         if out.returncode != 0:
             raise RuntimeError(f"grpo-ctl logprobs failed: {out.stderr.strip()}")
         got = [json.loads(l)["logprobs"] for l in out.stdout.splitlines()]
         err = max(float((torch.tensor(a) - b.detach()).abs().max()) for a, b in zip(got, ref))
-        report("grpo-ctl logprobs (packed in rows of 16 tokens)", err, 1e-4)
+        report(f"grpo-ctl logprobs (packed in rows of {budget} tokens)", err, 1e-4)
         pail_lp = got
         # Export to PEFT: PEFT loads the folder onto a fresh transformers model
         # and gives pail's log-probs.
@@ -198,6 +323,8 @@ for name, cfg in variants():
         got = [json.loads(l)["logprobs"] for l in out.stdout.splitlines()]
         err = max(float((torch.tensor(a) - b.detach()).abs().max()) for a, b in zip(got, ref))
         report("a PEFT-saved adapter read by pail: logprobs equal PEFT's", err, 1e-4)
+    if GEN_DRIVER and cfg.model_type in FULL_CHECKS:
+        generation(d, cfg, g)
 
 print(f"model-forward: {passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)

@@ -5,7 +5,8 @@
     AutoModelForCausalLM with no missing / unexpected / mismatched keys, a forward
     pass runs, and pail's `model-info --sums` reads the same values torch does.
 (b) Checkpoints transformers writes (save_pretrained: f32, bf16, f16, sharded,
-    tied / untied, q/k/v bias, qwen3 q/k norm, llama3 rope scaling) load in pail
+    tied / untied, q/k/v bias, qwen3 and olmo2 q/k norms, llama3 rope scaling, exaone names, granite, smollm3, mistral
+    windows and null) load in pail
     with every tensor's fp32 values bit-identical to torch's (sha256 of the fp32
     bytes) and the same config fields, parameter count and base_sha256 (the
     format doc/models.md defines, recomputed here from the files).
@@ -14,12 +15,13 @@
 Usage: python check_model_files.py --grpo-ctl bin/grpo-ctl --work DIR [--big]
 Prints one line per check and "model-files: N passed, N failed"; exits 1 on failure.
 """
-import argparse, hashlib, json, os, shutil, subprocess, sys, time
+import argparse, hashlib, json, os, re, shutil, subprocess, sys, time
 import warnings
 
 import torch
 import transformers
-from transformers import AutoConfig, AutoModelForCausalLM, LlamaConfig, Qwen2Config, Qwen3Config
+from transformers import (AutoConfig, AutoModelForCausalLM, ExaoneConfig, GraniteConfig, LlamaConfig, MistralConfig,
+                          Olmo2Config, Qwen2Config, Qwen3Config, SmolLM3Config)
 
 transformers.logging.set_verbosity_error()
 transformers.utils.logging.disable_progress_bar()
@@ -68,10 +70,27 @@ def base_sha256(d):
     return hashlib.sha256(lines.encode()).hexdigest()
 
 
+# EXAONE files keep EXAONE's tensor names; transformers 5 renames them to llama's on
+# load (conversion_mapping.py "exaone"): the same renames, file name -> torch name.
+EXAONE_RENAMES = [(r"^transformer\.wte\.", "model.embed_tokens."), (r"^transformer\.h\.", "model.layers."),
+                  (r"^transformer\.ln_f\.", "model.norm."), (r"\.attn\.attention\.", ".self_attn."),
+                  (r"\.self_attn\.out_proj\.", ".self_attn.o_proj."), (r"\.ln_1\.", ".input_layernorm."),
+                  (r"\.ln_2\.", ".post_attention_layernorm."), (r"\.mlp\.c_fc_0\.", ".mlp.gate_proj."),
+                  (r"\.mlp\.c_fc_1\.", ".mlp.up_proj."), (r"\.mlp\.c_proj\.", ".mlp.down_proj.")]
+
+
+def torch_name(t, model_type):
+    if model_type == "exaone":
+        for a, b in EXAONE_RENAMES:
+            t = re.sub(a, b, t)
+    return t
+
+
 def compare_values(name, model, fields, sums, d):
     """Every tensor pail reports equals torch's, bit for bit after conversion to fp32."""
     sd = model.state_dict()
     bad = []
+    sums = {torch_name(t, model.config.model_type): v for t, v in sums.items()}
     for t, (sha, s) in sums.items():
         if t not in sd:
             bad.append(f"{t} not in torch's state_dict")
@@ -120,6 +139,18 @@ def compare_config(name, cfg, fields):
             bad.append(f"rope_scaling '{fields['rope_scaling']}' vs '{want_rs}'")
     elif fields["rope_scaling"] != "none":
         bad.append(f"rope_scaling {fields['rope_scaling']} vs none")
+    if cfg.model_type == "granite":  # the four multipliers
+        for k in ("embedding_multiplier", "residual_multiplier", "attention_multiplier", "logits_scaling"):
+            if abs(float(fields.get(k, "nan")) - getattr(cfg, k)) > 1e-6 * abs(getattr(cfg, k)):
+                bad.append(f"{k} {fields.get(k)} vs {getattr(cfg, k)}")
+    if cfg.model_type == "smollm3":  # the layers without RoPE
+        want_nr = " ".join(str(l) for l, r in enumerate(cfg.no_rope_layers) if not r) or "none"
+        if fields.get("no_rope_layers") != want_nr:
+            bad.append(f"no_rope_layers {fields.get('no_rope_layers')} vs {want_nr}")
+    if cfg.model_type == "mistral":  # the window on every layer; null: full attention
+        want_sw = str(cfg.sliding_window) if cfg.sliding_window else "none"
+        if fields.get("sliding_window") != want_sw:
+            bad.append(f"sliding_window {fields.get('sliding_window')} vs {want_sw}")
     report(f"{name}: config fields", not bad, "; ".join(bad))
 
 
@@ -221,6 +252,14 @@ def main():
     check_pail_written(ctl, a.work, "qwen3-headdim-bf16", tiny + ["--model-type", "qwen3", "--head-dim", "32"])
     check_pail_written(ctl, a.work, "qwen3-bias-tied-f32", tiny + ["--model-type", "qwen3", "--attention-bias",
                        "--tie-embeddings", "--dtype", "f32"])
+    check_pail_written(ctl, a.work, "mistral-window8-bf16", tiny + ["--model-type", "mistral", "--sliding-window", "8"])
+    check_pail_written(ctl, a.work, "mistral-nowindow-f32", tiny + ["--model-type", "mistral", "--sliding-window", "0",
+                       "--dtype", "f32"])
+    check_pail_written(ctl, a.work, "exaone-bias-rope3-f32", tiny + ["--model-type", "exaone", "--attention-bias",
+                       "--rope-scaling", "llama3", "--rope-theta", "1000000", "--dtype", "f32"])
+    check_pail_written(ctl, a.work, "granite-f32", tiny + ["--model-type", "granite", "--dtype", "f32"])
+    check_pail_written(ctl, a.work, "olmo2-bf16", tiny + ["--model-type", "olmo2"])
+    check_pail_written(ctl, a.work, "smollm3-4layers-bf16", tiny + ["--model-type", "smollm3", "--layers", "4"])
     check_pail_written(ctl, a.work, "bench-llama-bf16", ["--shape", "bench"])
 
     # (b) transformers writes, pail reads
@@ -238,6 +277,16 @@ def main():
         ("qwen3-bf16-headdim-sharded", Qwen3Config(**small, head_dim=32), torch.bfloat16, "50KB"),
         ("qwen3-f32-bias-tied", Qwen3Config(**small, attention_bias=True, tie_word_embeddings=True),
          torch.float32, None),
+        ("mistral-bf16-window16", MistralConfig(**small, sliding_window=16), torch.bfloat16, None),
+        ("mistral-f32-window-null-sharded", MistralConfig(**small, sliding_window=None), torch.float32, "40KB"),
+        ("exaone-bf16-rope3-tied-sharded", ExaoneConfig(**small, rope_parameters=rope3, tie_word_embeddings=True,
+                                                        max_position_embeddings=32768), torch.bfloat16, "40KB"),
+        ("granite-bf16-multipliers-tied", GraniteConfig(**small, embedding_multiplier=12.0, residual_multiplier=0.22,
+                                                        attention_multiplier=0.015625, logits_scaling=8.0,
+                                                        tie_word_embeddings=True), torch.bfloat16, None),
+        ("olmo2-f32-sharded", Olmo2Config(**small, pad_token_id=None), torch.float32, "40KB"),
+        ("smollm3-f32-nope-untied", SmolLM3Config(**small, no_rope_layers=[1, 0, 1], tie_word_embeddings=False,
+                                                  pad_token_id=None), torch.float32, None),
     ]
     for name, cfg, dt, shard in cases:
         check_hf_written(ctl, a.work, name, cfg, dt, shard)
