@@ -361,7 +361,11 @@ static void op_figures(double triad) {
     for (int s = 0; s <= ns; s++) cun[s] = s;
     for (int s = 0; s < ns; s++) cl[s] = maxc;
     float *kc = rnd((size_t)ns * maxc * HKV * D, 1), *vc = rnd((size_t)ns * maxc * HKV * D, 1);
-    t = TIME_BEST(20, attention_decode_forward(o, q, kc, vc, cun, cl, ns, maxc, H, HKV, D, 0));
+    // the paged pool: sequence s holds blocks s*mb .. s*mb + mb - 1, in order
+    int mb = maxc / KV_BLOCK, *tbl = malloc(sizeof(int) * (size_t)ns * mb);
+    for (int i = 0; i < ns * mb; i++) tbl[i] = i;
+    t = TIME_BEST(20, attention_decode_forward(o, q, kc, vc, cun, cl, tbl, mb, ns, H, HKV, D, 0));
+    free(tbl);
     double kvb = 2.0 * ns * maxc * HKV * D * 4;
     print_bw("attention_decode (8x512 kv)", t, kvb, triad);
 
