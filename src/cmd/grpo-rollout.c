@@ -108,6 +108,11 @@ int main(int argc, char **argv) {
         flags_free(fl, n);
         return 2;
     }
+    if (!eval && !isnan(success_threshold)) {  // it decides an evaluation's accuracy only
+        fprintf(stderr, "grpo-rollout: --success-threshold is for --eval (a generating worker's rewards are what it writes)\n");
+        flags_free(fl, n);
+        return 2;
+    }
     if (worker && worker_id_check(worker, &err) < 0) {  // before any model is loaded
         fprintf(stderr, "grpo-rollout: --worker-id: %s\n", err.msg);
         flags_free(fl, n);

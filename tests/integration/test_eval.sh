@@ -87,6 +87,9 @@ check "...--out holds the result" grep -q '"accuracy_rule": "exact_answer == 1"'
 expect_fail_last "--adapter naming a missing store object: exit 1 naming it" 1 "--adapter: file://$WORK/none/adapters/v00000000.h5: not found" \
   "${EV[@]}" --adapter "file://$WORK/none/adapters/v00000000.h5"
 expect_fail "--success-threshold that is not a number: exit 2" 2 "success-threshold" "${EV[@]}" --success-threshold half
+expect_fail "grpo-rollout --success-threshold without --eval: exit 2" 2 "--success-threshold is for --eval" \
+  "$BIN/grpo-rollout" --model "$M" --run "file://$WORK/nothere" --dataset "$WORK/ev.jsonl" --success-threshold 1
+check "...and created nothing" test ! -e "$WORK/nothere"
 
 echo "the eval worker through the relay, and --adapter URL"
 start_relay || { bad "relay"; finish; exit 1; }
