@@ -200,7 +200,7 @@ static void print_block(FILE *o, const char *text, size_t len, const char *ind, 
         unsigned char c = (unsigned char)text[i];
         if ((c < 0x20 && c != '\n' && c != '\t') || c == 0x7f) fprintf(o, "\\x%02x", c);  // visible, not raw
         else fputc(c, o);
-        if (c == '\n' && i + 1 < n) fputs(ind, o);
+        if (c == '\n') fputs(ind, o);  // after the last one too: a trailing newline shows as an empty "|" line
     }
     if (n < len) fprintf(o, " [... %zu more bytes; --max-chars 0 shows all]", len - n);
     fputc('\n', o);

@@ -117,13 +117,15 @@ check "...rewards descending from the highest" env N=6 "$PY" "$WORK/check.py" "v
 
 echo "samples: human output"
 check "the human output" bash -c "'$G' samples '$RUN' --version $V --worst --n 6 >'$WORK/w.txt'"
-check "...shows the same samples as --json: shard, version, worker, reward, advantage, whole texts" "$PY" -c "
-import json, re
-js = [json.loads(l) for l in open('$WORK/w.jsonl')]
-txt = open('$WORK/w.txt').read()
+# human.py TXT JSONL: the human output holds the --json samples, texts whole (a
+# text's newlines continue on "           | " lines, a trailing one too).
+cat >"$WORK/human.py" <<'EOF'
+import json, re, sys
+js = [json.loads(l) for l in open(sys.argv[2])]
+txt = open(sys.argv[1]).read()
 blocks = txt.split('=== sample ')[1:]
-assert len(blocks) == len(js) == 6, len(blocks)
-unesc = lambda s: re.sub(r'\\\\x([0-9a-f]{2})', lambda m: chr(int(m.group(1), 16)), s)
+assert len(blocks) == len(js) > 0, len(blocks)
+unesc = lambda s: re.sub(r'\\x([0-9a-f]{2})', lambda m: chr(int(m.group(1), 16)), s)
 for b, j in zip(blocks, js):
     head = b.split('\n')[0]
     assert head.endswith('adapter v%d, worker %s, %s' % (j['adapter_version'], j['worker'], j['shard'])), head
@@ -133,7 +135,9 @@ for b, j in zip(blocks, js):
     c = b.split('completion | ', 1)[1].rstrip('\n')
     assert unesc(p.replace('\n           | ', '\n')) == j['prompt'], (p, j['prompt'])
     assert unesc(c.replace('\n           | ', '\n')) == j['completion'], (c, j['completion'])
-"
+EOF
+check "...shows the same samples as --json: shard, version, worker, reward, advantage, whole texts" \
+  "$PY" "$WORK/human.py" "$WORK/w.txt" "$WORK/w.jsonl"
 check "--max-chars 2 cuts the texts and says so" bash -c \
   "'$G' samples '$RUN' --n 1 --max-chars 2 | grep -q 'more bytes; --max-chars 0 shows all'"
 
@@ -146,6 +150,12 @@ check "a special token is shown as its text" bash -c \
   "'$G' samples 'file://$WORK/run2' --version $((10#${S2:10:8})) --n 100 | grep -F -q '<|endoftext|>'"
 check "...and in --json" bash -c \
   "'$G' samples 'file://$WORK/run2' --version $((10#${S2:10:8})) --n 100 --json | grep -F -q '<|endoftext|>'"
+"$PY" -c "
+import h5py; h = h5py.File('$WORK/run2/$S2', 'r+'); h['completion_ids'][h['completion_offsets'][1] - 1] = 10  # a newline last"
+"$G" samples "file://$WORK/run2" --version $((10#${S2:10:8})) --n 100 >"$WORK/nl.txt" 2>&1
+"$G" samples "file://$WORK/run2" --version $((10#${S2:10:8})) --n 100 --json >"$WORK/nl.jsonl" 2>&1
+check "a completion ending in a newline: the human output shows it (an empty continuation line), as --json" \
+  bash -c "'$PY' -c 'import json, sys; assert any(json.loads(l)[\"completion\"].endswith(chr(10)) for l in open(sys.argv[1]))' '$WORK/nl.jsonl' && '$PY' '$WORK/human.py' '$WORK/nl.txt' '$WORK/nl.jsonl'"
 sed 's/<|endoftext|>/<|eot|>/' "$M/tokenizer.json" >"$WORK/other.json"
 expect_fail "another tokenizer (--tokenizer) -> exit 1 naming both" 1 \
   "w[ab]-.*h5 was generated with tokenizer_sha256 .* $WORK/other.json is .*pass the run's tokenizer" \
