@@ -1177,12 +1177,34 @@ static void teardown(Trainer *t) {
 // stop this one at its first check: --clear-stop removes it; without it the
 // trainer says so, how to remove it, and stops before anything is published.
 // 0 to go on, 1 to stop, -1 with err.
+// A run done at fewer steps than this trainer's --steps is open again, said in
+// progress.json before anything slow (state, first step), so that a worker
+// starting now does not read the old "done" and end.
+static void progress_reopen(Trainer *t) {
+    Progress p;
+    PailErr e = {0};
+    if (progress_read(t->st, &p, &e) < 0) return;
+    if (p.done && p.step < t->cfg->steps) {
+        long final = p.final_version;
+        p.done = false;
+        p.final_version = -1;
+        p.steps_target = t->cfg->steps;
+        if (progress_write(t->st, &p, &e) < 0) log_warn("progress.json: %s", e.msg);
+        else log_info("the run was done at step %ld (adapter v%08ld): open again up to --steps %ld", p.step, final,
+                      t->cfg->steps);
+    }
+    progress_free(&p);
+}
+
 static int control_stop_check(Trainer *t, PailErr *err) {
     Buf b = {0};
     PailErr e = {0};
     if (store_get(t->st, RUN_KEY_STOP, &b, NULL, NULL, &e) < 0) {
         buf_free(&b);
-        if (e.code == PAIL_ERR_NOT_FOUND) return 0;
+        if (e.code == PAIL_ERR_NOT_FOUND) {
+            progress_reopen(t);
+            return 0;
+        }
         *err = e;
         return err_wrap(err, "%s", RUN_KEY_STOP);
     }
@@ -1196,6 +1218,7 @@ static int control_stop_check(Trainer *t, PailErr *err) {
                  (long long)(time_unix_s() - when));
     json_decref(j);
     if (t->cfg->clear_stop) {
+        progress_reopen(t);  // first: a worker may start as soon as control/stop is gone
         if (store_delete(t->st, RUN_KEY_STOP, err) < 0) return err_wrap(err, "--clear-stop: %s", RUN_KEY_STOP);
         log_info("--clear-stop: removed %s/%s%s", store_url(t->st), RUN_KEY_STOP, said);
         return 0;

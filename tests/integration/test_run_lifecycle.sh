@@ -64,7 +64,7 @@ echo "grpo-ctl status"
 "$BIN/grpo-ctl" status "$RUN" >"$WORK/status.out" 2>&1
 check "status flags the worker with another dataset" \
   grep -Eq "^WARNING: worker w2 uses dataset .*b.jsonl \(64 rows, sha256 [0-9a-f]{12}\.\.\) while w0, w1 use .*a.jsonl" "$WORK/status.out"
-check "...once (the eval worker's own dataset is not compared)" test "$(grep -c WARNING "$WORK/status.out")" = 1
+check "...once (the eval worker's own dataset is not compared)" test "$(grep -c "^WARNING: worker" "$WORK/status.out")" = 1
 check "...and shows the run done" grep -q "done: the trainer reached its --steps; final adapter v3" "$WORK/status.out"
 check "...and finished workers are not LATE" bash -c "! grep -q LATE '$WORK/status.out'"
 cp "$D/workers/ev.json" "$WORK/ev.json"
