@@ -153,7 +153,7 @@ static void plan_memory(Transformer *tf, Bump *b) {
 
 static void plan_defaults(TransformerPlan *p, const ModelConfig *c) {
     if (p->vchunk <= 0) p->vchunk = 4096;
-    if (p->max_pos <= 0) p->max_pos = c->max_position_embeddings < 32768 ? c->max_position_embeddings : 32768;
+    if (p->max_pos <= 0) p->max_pos = c->max_position_embeddings < TRANSFORMER_ROPE_MAX ? c->max_position_embeddings : TRANSFORMER_ROPE_MAX;
     if (p->max_pos < 1) p->max_pos = 4096;
 }
 

@@ -17,13 +17,17 @@
 #include "backend.h"
 #include "model/weights.h"
 
+// The most positions a RoPE table holds by default (the start-up checks refuse
+// limits past it, src/rollout/preflight.c).
+#define TRANSFORMER_ROPE_MAX 32768
+
 typedef struct {
     int max_tokens;   // T budget of one forward (the trainer's --token-budget)
     bool backward;    // keep the activations the backward needs
     bool full;        // gradients for every base weight (full fine-tuning)
     bool recompute;   // keep only layer inputs; recompute each layer in the backward
     int vchunk;       // vocabulary chunk of the fused LM head (0: 4096)
-    int max_pos;      // RoPE table size (0: min(max_position_embeddings, 32768))
+    int max_pos;      // RoPE table size (0: min(max_position_embeddings, TRANSFORMER_ROPE_MAX))
     int lora_rank;    // highest LoRA rank transformer_set_lora accepts (0: no LoRA buffers, no adapter)
     Backend *backend; // where it runs (borrowed; NULL: the CPU)
 } TransformerPlan;

@@ -11,6 +11,7 @@
 #include <unistd.h>
 #include "core/log.h"
 #include "model/config.h"
+#include "model/transformer.h"
 #include "rollout/engine.h"
 #include "store/runlayout.h"
 
@@ -26,9 +27,9 @@ int preflight_dataset(const Dataset *ds, const RewardSet *rs, PailErr *err) {
     return 0;
 }
 
-// The transformer's RoPE table holds min(max_position_embeddings, 32768)
-// positions (transformer.c plan_defaults): a position past it fails the forward.
-#define ROPE_TABLE_MAX 32768
+// The transformer's RoPE table holds min(max_position_embeddings,
+// TRANSFORMER_ROPE_MAX) positions: a position past it fails the forward.
+#define ROPE_TABLE_MAX TRANSFORMER_ROPE_MAX
 
 int preflight_positions(RolloutConfig *c, PailErr *err) {
     ModelConfig mc;
