@@ -91,7 +91,7 @@ relay)
     --cert "$TMP/relay.pem" --key "$TMP/relay.key" --access-log "${PAIL_ACCESS_LOG:-/dev/null}" "${extra[@]}" &
   CHILD=$!
   # Stay up until the trainer wrote control/stop and every worker has seen it:
-  # its heartbeat (workers/<id>.json) says stopped or failed, or is a minute old.
+  # its heartbeat (workers/<id>.json) says stopped, finished or failed, or is a minute old.
   grace=${PAIL_STOP_GRACE:-120}
   [[ "$grace" =~ ^[0-9]+$ ]] || die "PAIL_STOP_GRACE='$grace' is not a whole number" 2
   CTL_ENDPOINT=https://127.0.0.1:$PORT
@@ -101,7 +101,7 @@ relay)
       case $u in *.json) ;; *) continue ;; esac
       j=$(ctl get "$u" - --max-outage 2 2>/dev/null) || continue
       st=$(sed -n 's/.*"state": *"\([a-z]*\)".*/\1/p' <<<"$j"); t=$(sed -n 's/.*"time": *\([0-9]*\).*/\1/p' <<<"$j")
-      case $st in stopped|failed) continue ;; esac
+      case $st in stopped|finished|failed) continue ;; esac
       [ $(( now - ${t:-0} )) -lt 60 ] && n=$((n + 1))
     done < <(ctl ls "$URL/workers/" --max-outage 2 2>/dev/null)
     echo "$n"
