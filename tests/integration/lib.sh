@@ -41,6 +41,22 @@ expect_fail_last() {
   if [ "$rc" = "$want" ] && grep -Eq -- "$pat" <<<"$last"; then ok "$d (exit $rc: $(cut -c1-150 <<<"$last"))"
   else bad "$d: exit $rc (want $want), last line: $last"; fi
 }
+# run_oracle LOG CMD...: runs a validation script that prints "PASS ..." / "FAIL ..."
+# lines; each counts as one check here, other lines are shown indented (those
+# starting with SUMMARY_PREFIX, if set, are not), and a non-zero exit with no
+# FAIL line is a failure of its own.
+run_oracle() {
+  local log=$1 line rc; shift
+  "$@" >"$log" 2>&1; rc=$?
+  while IFS= read -r line; do
+    case "$line" in
+      "PASS "*) ok "${line#PASS }" ;;
+      "FAIL "*) bad "${line#FAIL }" ;;
+      *) [ -n "${SUMMARY_PREFIX:-}" ] && [[ $line == "$SUMMARY_PREFIX"* ]] || echo "    $line" ;;
+    esac
+  done <"$log"
+  [ "$rc" -eq 0 ] || grep -q "^FAIL" "$log" || bad "$(basename -- "${2:-$1}") exited $rc"
+}
 finish() { echo "$TEST_NAME: $PASS passed, $FAIL failed"; [ "$FAIL" -eq 0 ]; }
 
 venv() { bash "$ROOT/mk/venv.sh"; }

@@ -20,17 +20,7 @@ if built=$(bash "$ROOT/validation/tokenizer/built.sh"); then
 else
   bad "build the Qwen/Llama 3 style tokenizers"
 fi
-"$PY" "$ROOT/validation/tokenizer/validate.py" --ctl "$CTL" --work "$WORK/val" "${dirs[@]}" >"$WORK/val.log" 2>&1
-vrc=$?
-while IFS= read -r line; do  # each oracle check counts as one check here
-  case "$line" in
-    "PASS "*) ok "${line#PASS }" ;;
-    "FAIL "*) bad "${line#FAIL }" ;;
-    tokenizer-validate:*) ;;
-    *) echo "    $line" ;;
-  esac
-done <"$WORK/val.log"
-[ "$vrc" -eq 0 ] || grep -q '^FAIL' "$WORK/val.log" || bad "validate.py exited $vrc"
+SUMMARY_PREFIX=tokenizer-validate: run_oracle "$WORK/val.log" "$PY" "$ROOT/validation/tokenizer/validate.py" --ctl "$CTL" --work "$WORK/val" "${dirs[@]}"
 
 # Bad input: one clear line, exit 1 (runtime) or 2 (usage).
 q="$built/qwen/tokenizer.json"

@@ -26,17 +26,7 @@ check "build the tokenizer.json files" "$PY" "$ROOT/validation/tokenizer/build_s
   "$WORK/wheel/$data/tokenizer.model.v1" "$WORK/wheel/$data/mistral_instruct_tokenizer_240323.model.v3" "$WORK/wheel/$data/tekken_240911.json"
 dirs=()
 for d in llama2-legacy mistral-v3-metaspace gemma-style tekken; do dirs+=(--dir "$d=$WORK/sp/$d"); done
-TOKENIZERS_PARALLELISM=true "$PY" "$ROOT/validation/tokenizer/validate.py" --ctl "$CTL" --work "$WORK/val" "${dirs[@]}" >"$WORK/val.log" 2>&1
-vrc=$?
-while IFS= read -r line; do
-  case "$line" in
-    "PASS "*) ok "${line#PASS }" ;;
-    "FAIL "*) bad "${line#FAIL }" ;;
-    tokenizer-validate:*) ;;
-    *) echo "    $line" ;;
-  esac
-done <"$WORK/val.log"
-[ "$vrc" -eq 0 ] || grep -q '^FAIL' "$WORK/val.log" || bad "validate.py exited $vrc"
+TOKENIZERS_PARALLELISM=true SUMMARY_PREFIX=tokenizer-validate: run_oracle "$WORK/val.log" "$PY" "$ROOT/validation/tokenizer/validate.py" --ctl "$CTL" --work "$WORK/val" "${dirs[@]}"
 
 # The CLI on the Llama-2 file: the dummy prefix, byte fallback, the decoders.
 L="$WORK/sp/llama2-legacy/tokenizer.json"
