@@ -151,12 +151,7 @@ int samples_visible(Buf *out, const uint8_t *s, size_t n) {
 }
 
 int samples_decode(const Tokenizer *tok, const int32_t *ids, size_t n, Buf *out, PailErr *err) {
-    Buf raw = {0};
-    int rc = tokenizer_decode(tok, ids, n, false, &raw, err);
-    if (rc == 0 && utf8_append_lossy(out, raw.data, raw.len) < 0)
-        rc = err_set(err, PAIL_ERR_NOMEM, "decode: out of memory");
-    buf_free(&raw);
-    return rc;
+    return tokenizer_decode_text(tok, ids, n, false, out, err);
 }
 
 // ---- grpo-ctl samples -------------------------------------------------------------

@@ -239,14 +239,9 @@ static void on_opening(Episodes *r, int k, json_t *messages, json_t *tools) {
 // Tokens as text for JSON and the template: decoded, invalid UTF-8 replaced
 // (a model can sample a partial character). out is reset first. 0 / -1.
 static int decode_text(Episodes *r, const int32_t *ids, int n, bool skip_special, Buf *out, PailErr *err) {
-    Buf raw = {0};
     buf_reset(out);
-    int rc = tokenizer_decode(r->cfg.tok, ids, (size_t)n, skip_special, &raw, err);
-    if (rc == 0 && (utf8_append_lossy(out, raw.data ? raw.data : (const uint8_t *)"", raw.len) < 0 ||
-                    buf_append(out, "", 0) < 0))
-        rc = err_set(err, PAIL_ERR_NOMEM, "out of memory");
-    buf_free(&raw);
-    return rc;
+    if (tokenizer_decode_text(r->cfg.tok, ids, (size_t)n, skip_special, out, err) < 0) return -1;
+    return buf_append(out, "", 0) < 0 ? err_set(err, PAIL_ERR_NOMEM, "out of memory") : 0;
 }
 
 static bool starts_with(const Buf *s, const Buf *prefix) {

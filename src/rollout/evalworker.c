@@ -84,7 +84,7 @@ static json_t *text_json(const char *s) {
 static char *decode(const Worker *w, const int32_t *ids, int n, bool keep_special) {
     Buf b = {0};
     PailErr e = {0};
-    if (tokenizer_decode(w->tok, ids, (size_t)n, !keep_special, &b, &e) < 0 || !b.data) {
+    if (tokenizer_decode_text(w->tok, ids, (size_t)n, !keep_special, &b, &e) < 0 || buf_append(&b, "", 0) < 0) {
         buf_free(&b);
         return strdup("");
     }
