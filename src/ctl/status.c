@@ -237,9 +237,14 @@ static int show(Store *st, const char *url, long target, FILE *o) {
             const char *state = json_string_value(json_object_get(w, "state")) ?: "?";
             const char *role = json_string_value(json_object_get(w, "role"));
             bool eval = role ? !strcmp(role, "eval") : !strcmp(json_string_value(json_object_get(w, "mode")) ?: "", "eval");
-            // Busy or over: not late. The eval worker writes its heartbeat as it starts a version.
+            // Over: not late. The eval worker refreshes its heartbeat every few seconds while it
+            // evaluates (busy_since: when that began), so a stale one is late; an older worker's
+            // "evaluating" without busy_since was written once, at the start, and cannot be.
             bool evaluating = !strcmp(state, "evaluating"), over = !strcmp(state, "stopped") ||
                               !strcmp(state, "finished") || !strcmp(state, "failed");
+            json_t *bs = json_object_get(w, "busy_since");
+            bool refreshed = evaluating && json_is_integer(bs);
+            int64_t busy = refreshed ? now - (int64_t)json_integer_value(bs) : wage;
             char st_s[40];
             if (evaluating) snprintf(st_s, sizeof st_s, "evaluating v%lld", (long long)num(w, "version"));
             else snprintf(st_s, sizeof st_s, "%.30s", state);
@@ -247,8 +252,12 @@ static int show(Store *st, const char *url, long target, FILE *o) {
             fprintf(o, "%-8s %-14s v%-4lld %-10s %6.0f tok/s  %4lld shards  %s%s%llds ago%s%s\n", eval ? "eval" : "worker",
                     json_string_value(json_object_get(w, "worker")) ?: "?", (long long)num(w, "version"), st_s,
                     num(w, "tokens_per_second"), (long long)num(w, "shards_written"),
-                    wage > 30 && !over && !evaluating ? "LATE " : "", evaluating ? "since " : "", (long long)wage,
+                    wage > 30 && !over && (!evaluating || refreshed) ? "LATE " : "", evaluating ? "since " : "",
+                    (long long)(evaluating ? busy : wage),
                     le && *le ? "  last error: " : "", le ?: "");
+            if (refreshed && wage > 30)  // the evaluation stopped refreshing its heartbeat: hung, or its machine gone
+                fprintf(o, "         its heartbeat is %llds old (refreshed every few seconds while it evaluates)\n",
+                        (long long)wage);
             Feed f;
             feed_of(w, &f);
             if (f.dataset[0] || f.rewards[0] || f.chat[0])

@@ -24,10 +24,13 @@
 // soon as a newer adapter is out (looked up at most every VERSION_CHECK_S
 // seconds: one LIST, between decode steps).
 #define VERSION_CHECK_S 0.5
+#define EVAL_HEARTBEAT_S 5.0  // the eval worker's heartbeat while it generates (grpo-ctl status: LATE past 30 s)
 static bool adapter_outdated(void *ctx) {
     Worker *w = ctx;
     // --serve: a batch can wait long for its agents; the heartbeat says the worker serves.
     if (w->cfg->serve && time_mono_s() - w->last_heartbeat > 5) worker_heartbeat(w, "serving");
+    // --eval: the heartbeat stays fresh through a long evaluation, so that a hung one shows LATE
+    if (w->busy_since && time_mono_s() - w->last_heartbeat > EVAL_HEARTBEAT_S) worker_heartbeat(w, "evaluating");
     // --serve: a batch waits for agents that may never come; stopping (a signal,
     // or control/stop, looked for every few seconds) cancels it.
     if (w->cfg->serve && w->stop && *w->stop) return true;
@@ -180,6 +183,7 @@ void worker_heartbeat(Worker *w, const char *state) {
         if (w->cfg->serve) json_object_set_new(j, "endpoint", json_string(serve_url(w->eng.env)));
     }
     if (j) worker_feeds(w, j);
+    if (j && w->busy_since) json_object_set_new(j, "busy_since", json_integer((json_int_t)w->busy_since));
     if (j && !w->cfg->eval) {
         json_object_set_new(j, "prompts_drawn", json_integer((json_int_t)w->smp.drawn));
         json_object_set_new(j, "shards_not_written_stale", json_integer((json_int_t)w->stale_unwritten));
@@ -640,8 +644,11 @@ int rollout_run(const RolloutConfig *given, volatile sig_atomic_t *stop, PailErr
         if (c->eval) {
             char label[64];
             snprintf(label, sizeof label, "v%08ld", got);
-            worker_heartbeat(&w, "evaluating");  // busy, not late: grpo-ctl status says "evaluating vN"
-            if ((rc = evalworker_version(&w, got, label, err)) < 0) break;
+            w.busy_since = time_unix_s();
+            worker_heartbeat(&w, "evaluating");  // busy, not late: grpo-ctl status says "evaluating vN since"
+            rc = evalworker_version(&w, got, label, err);
+            w.busy_since = 0;
+            if (rc < 0) break;
             last_eval = got;
             worker_heartbeat(&w, "evaluated");
             if (c->max_shards > 0 && ++w.shards >= c->max_shards) break;

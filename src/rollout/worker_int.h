@@ -47,6 +47,7 @@ struct Worker {
     volatile sig_atomic_t *stop;  // the caller's stop flag
     bool stop_seen;               // --serve: control/stop found while a batch waited for agents
     double next_stop_check;
+    int64_t busy_since;           // --eval: unix time the evaluation under way began, 0 when none
 };
 
 // Sets j's "role", "dataset", "rewards" and "chat_template": what feeds this worker.

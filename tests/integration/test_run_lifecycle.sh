@@ -72,6 +72,15 @@ sed -i 's/"state": "finished"/"state": "evaluating"/; s/"time": [0-9]*/"time": 1
 "$BIN/grpo-ctl" status "$RUN" >"$WORK/status2.out" 2>&1
 check "a busy eval worker is 'evaluating vN', not LATE" \
   bash -c "grep -E '^eval +ev .*evaluating v3 .*since [0-9]+s ago' '$WORK/status2.out' && ! grep -q LATE '$WORK/status2.out'"
+now=$(date +%s)
+sed -i "s/\"time\": 1000/\"time\": $((now - 2)), \"busy_since\": $((now - 100))/" "$D/workers/ev.json"
+"$BIN/grpo-ctl" status "$RUN" >"$WORK/status3.out" 2>&1
+check "an evaluation under way 100 s, heartbeat fresh: 'evaluating v3 since 100s', not LATE" \
+  bash -c "grep -E '^eval +ev .*evaluating v3 .* since 10[0-9]s ago' '$WORK/status3.out' && ! grep -q LATE '$WORK/status3.out'"
+sed -i "s/\"time\": $((now - 2))/\"time\": $((now - 40))/" "$D/workers/ev.json"
+"$BIN/grpo-ctl" status "$RUN" >"$WORK/status4.out" 2>&1
+check "...its heartbeat 40 s old: LATE, saying how old" \
+  bash -c "grep -E '^eval +ev .*evaluating v3 .* LATE since 10[0-9]s ago' '$WORK/status4.out' && grep -q 'its heartbeat is 4[0-9]s old' '$WORK/status4.out'"
 cp "$WORK/ev.json" "$D/workers/ev.json"
 expect_fail "status on a file:// folder that does not exist" 1 "file://$WORK/nope: no such run folder" \
   "$BIN/grpo-ctl" status "file://$WORK/nope"
