@@ -1,5 +1,5 @@
-// A GGUF file (llama, qwen2 or qwen3 architecture, gpt2 byte-level BPE
-// tokenizer) imported as a Hugging Face folder the way transformers'
+// A GGUF file (llama, qwen2 or qwen3 architecture, gpt2 byte-level BPE or llama
+// SentencePiece BPE tokenizer) imported as a Hugging Face folder the way transformers'
 // from_pretrained(..., gguf_file=...) reads it: config.json, generation_config.json,
 // model.safetensors (bf16 or f32), tokenizer.json, tokenizer_config.json and,
 // when the file has one, chat_template.jinja. Byte-deterministic: the same file

@@ -99,12 +99,65 @@ def tiny_vocab():
     return tokens, types, merges
 
 
+def sp_vocab_random():
+    """A small SentencePiece BPE vocabulary as llama.cpp writes one: <unk> (UNKNOWN), <s> </s>
+    (CONTROL), the 256 <0xNN> byte tokens (BYTE), then the characters and pieces of greedy BPE
+    on the strings with U+2581 for the space, scored -rank, with ties (equal scores) on purpose;
+    a CONTROL [INST] and a USER_DEFINED <think>. Characters outside it fall back to bytes."""
+    text = "\u2581" + "\u2581".join(" ".join(STRINGS * 3).replace("\n", " ").split(" "))
+    chars = sorted(set(text) - {"\u65e5", "\U0001F600"})  # two characters left to the byte fallback
+    tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)]
+    types = [2, 3, 3] + [6] * 256
+    scores = [0.0] * len(tokens)
+    pieces, have = [], set(tokens)
+    words = [list(w) for w in text.replace("\u2581", " \u2581").split(" ") if w]
+    for _ in range(70):
+        counts = {}
+        for w in words:
+            for x, y in zip(w, w[1:]):
+                counts[(x, y)] = counts.get((x, y), 0) + 1
+        if not counts:
+            break
+        (x, y), _ = max(counts.items(), key=lambda kv: (kv[1], kv[0]))
+        if x + y not in have:
+            pieces.append(x + y); have.add(x + y)
+        for w in words:
+            i = 0
+            while i < len(w) - 1:
+                if w[i] == x and w[i + 1] == y:
+                    w[i:i + 2] = [x + y]
+                i += 1
+    for r, t in enumerate(pieces):
+        tokens.append(t); types.append(1); scores.append(-float(r // 3))  # three pieces a score: ties
+    for c in chars:
+        if c not in have:
+            tokens.append(c); types.append(1); scores.append(-1000.0); have.add(c)
+    for t, ty in (("[INST]", 3), ("<think>", 4)):
+        tokens.append(t); types.append(ty); scores.append(0.0)
+    return tokens, types, scores
+
+
+def sp_vocab_model(path):
+    """A real SentencePiece tokenizer.model as llama.cpp's convert_hf_to_gguf writes it
+    (_create_vocab_sentencepiece: pieces, scores, piece types; the specials' ids)."""
+    from transformers.convert_slow_tokenizer import import_protobuf
+    m = import_protobuf().ModelProto()
+    with open(path, "rb") as f:
+        m.ParseFromString(f.read())
+    return [p.piece for p in m.pieces], [p.type for p in m.pieces], [p.score for p in m.pieces], m
+
+
 def cmd_model(a):
     rng = np.random.default_rng(a.seed)
     arch, qt = a.arch, Q[a.qtype]
     C, L, H, Hkv, F = 64, 2, 4, 2, 128
     D = 128 if arch == "qwen3" else C // H  # transformers reads no head_dim for qwen3: Qwen3Config's 128
-    tokens, types, merges = tiny_vocab()
+    if a.tokenizer == "gpt2":
+        tokens, types, merges = tiny_vocab()
+    elif a.tokenizer == "sp":
+        tokens, types, scores = sp_vocab_random()
+    else:
+        tokens, types, scores, proto = sp_vocab_model(a.tokenizer)
     V = len(tokens)
     w = gguf.GGUFWriter(a.out, arch)
     w.add_block_count(L); w.add_context_length(256); w.add_embedding_length(C)
@@ -114,10 +167,17 @@ def cmd_model(a):
         w.add_rope_dimension_count(D)
     if arch == "qwen3":
         w.add_key_length(D); w.add_value_length(D)
-    w.add_tokenizer_model("gpt2"); w.add_tokenizer_pre({"llama": "llama-bpe", "qwen2": "qwen2", "qwen3": "smollm"}[arch])
-    w.add_token_list(tokens); w.add_token_types(types); w.add_token_merges(merges)
-    w.add_bos_token_id(V - 3); w.add_eos_token_id(V - 2); w.add_pad_token_id(V - 2)
-    w.add_add_bos_token(arch == "llama")
+    if a.tokenizer == "gpt2":
+        w.add_tokenizer_model("gpt2"); w.add_tokenizer_pre({"llama": "llama-bpe", "qwen2": "qwen2", "qwen3": "smollm"}[arch])
+        w.add_token_list(tokens); w.add_token_types(types); w.add_token_merges(merges)
+        w.add_bos_token_id(V - 3); w.add_eos_token_id(V - 2); w.add_pad_token_id(V - 2)
+        w.add_add_bos_token(arch == "llama")
+    else:  # SentencePiece: no merges, the scores rank them; the dummy prefix
+        w.add_tokenizer_model("llama"); w.add_tokenizer_pre("default")
+        w.add_token_list(tokens); w.add_token_scores(scores); w.add_token_types(types)
+        w.add_add_space_prefix(True)
+        w.add_unk_token_id(0); w.add_bos_token_id(1); w.add_eos_token_id(2)
+        w.add_add_bos_token(True); w.add_add_eos_token(a.add_eos)
     w.add_chat_template(a.chat_template.replace("\\0", "\0") if a.chat_template is not None else
                         "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}")
 
@@ -154,7 +214,9 @@ def cmd_check_import(a):
     from tokenizers import Tokenizer
     written = Tokenizer.from_file(f"{a.dir}/tokenizer.json")  # pail's file as the HF library reads it
     pail_ids = [json.loads(l) for l in open(a.pail_ids)]
-    bad = 0
+    bad = len(pail_ids) != len(STRINGS)
+    if bad:
+        print(f"tokenize: pail gave {len(pail_ids)} id lists for {len(STRINGS)} strings")
     for s, got in zip(STRINGS, pail_ids):
         ref = tok(s, add_special_tokens=False)["input_ids"]
         ref_sp, got_sp = tok(s)["input_ids"], written.encode(s).ids  # with the post-processor's bos / eos
@@ -182,6 +244,48 @@ def cmd_check_import(a):
     sys.exit(0 if ok and not bad else 1)
 
 
+def cmd_check_tokenizer(a):
+    """pail's imported tokenizer.json against the tokenizer transformers builds from the same GGUF
+    on validation/tokenizer's corpus (>= 2,000 strings): ids without special tokens (grpo-ctl
+    tokenize), ids with them (the written file's post-processor, through the tokenizers library),
+    and the text of transformers' ids decoded (grpo-ctl detokenize)."""
+    import json, os, subprocess
+    from transformers import AutoTokenizer
+    from tokenizers import Tokenizer
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tokenizer"))
+    import corpus
+    d, f = os.path.dirname(os.path.abspath(a.file)), os.path.basename(a.file)
+    tok = AutoTokenizer.from_pretrained(d, gguf_file=f)
+    texts = corpus.texts() + STRINGS
+    tj = f"{a.dir}/tokenizer.json"
+
+    def ctl(args, items):
+        path = f"{a.dir}.check.jsonl"
+        with open(path, "w", encoding="utf-8") as out:
+            for x in items:
+                out.write(json.dumps(x, ensure_ascii=False) + "\n")
+        r = subprocess.run([a.ctl] + args + ["--tokenizer", tj, "--jsonl", path], capture_output=True)
+        if r.returncode:
+            sys.exit(f"{a.ctl} {args[0]}: {r.stderr.decode(errors='replace').strip()}")
+        return [json.loads(l) for l in r.stdout.decode().split("\n") if l]
+
+    want = [tok(t, add_special_tokens=False)["input_ids"] for t in texts]
+    got = ctl(["tokenize"], texts)
+    written = Tokenizer.from_file(tj)
+    want_sp = [tok(t)["input_ids"] for t in texts]
+    got_sp = [e.ids for e in written.encode_batch(texts)]
+    want_dec = [tok.decode(i) for i in want]
+    got_dec = ctl(["detokenize"], want)
+    bad = 0
+    for what, w, g in (("ids", want, got), ("ids with bos/eos", want_sp, got_sp), ("decode", want_dec, got_dec)):
+        diff = [i for i in range(len(texts)) if i >= len(g) or w[i] != g[i]]
+        print(f"{what}: {len(texts) - len(diff)}/{len(texts)} equal")
+        for i in diff[:3]:
+            print(f"    {texts[i][:60]!r}: transformers {w[i][:12]!r} pail {g[i][:12] if i < len(g) else None!r}")
+        bad += bool(diff)
+    sys.exit(1 if bad else 0)
+
+
 def main():
     p = argparse.ArgumentParser()
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -191,10 +295,15 @@ def main():
     s.add_argument("--qtype", default="Q8_0"); s.add_argument("--seed", type=int, default=1)
     s.add_argument("--rope-base", type=float, default=10000.0, help="rope.freq_base (inf, nan, 0: hostile files)")
     s.add_argument("--chat-template", help="tokenizer.chat_template; \\0 in it becomes a NUL byte")
+    s.add_argument("--tokenizer", default="gpt2",
+                   help="gpt2 (a small byte-level BPE), sp (a small SentencePiece BPE) or a tokenizer.model's path")
+    s.add_argument("--add-eos", action="store_true", help="SentencePiece: tokenizer.ggml.add_eos_token")
     s.set_defaults(f=cmd_model)
     s = sub.add_parser("check-import"); s.add_argument("file"); s.add_argument("dir"); s.add_argument("--ctl", required=True)
     s.add_argument("--pail-ids", required=True); s.add_argument("--ids-out", required=True)
     s.add_argument("--tol", type=float, default=1e-4); s.set_defaults(f=cmd_check_import)
+    s = sub.add_parser("check-tokenizer"); s.add_argument("file"); s.add_argument("dir"); s.add_argument("--ctl", required=True)
+    s.set_defaults(f=cmd_check_tokenizer)
     a = p.parse_args()
     a.f(a)
 
