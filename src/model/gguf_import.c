@@ -2,8 +2,9 @@
 // transformers 5's GGUF loader (modeling_gguf_pytorch_utils.py for the config
 // and tensors, integrations/gguf/gguf_tokenizer_mapping.py for the tokenizer):
 // llama.cpp's key and tensor names to HF's, Q and K rows un-permuted for
-// llama-architecture files (llama.cpp's convert permutes them for its RoPE
-// layout), the byte-level BPE vocabulary respelled in GPT-2's byte alphabet
+// llama, granite and smollm3 files (llama.cpp's convert permutes them for its RoPE
+// layout; exaone, granite, olmo2 and smollm3, which transformers does not read,
+// as convert_hf_to_gguf.py writes them from their HF checkpoints), the byte-level BPE vocabulary respelled in GPT-2's byte alphabet
 // where a token is not already, CONTROL tokens special, USER_DEFINED ones added; a
 // SentencePiece vocabulary as LlamaTokenizer, its merges rebuilt from the scores.
 #include "model/gguf_import.h"
@@ -41,6 +42,54 @@ static int key_float(const GgufFile *g, const char *arch, const char *k, double 
     if (e.code == PAIL_ERR_NOT_FOUND) return 0;
     *err = e;
     return -1;
+}
+
+// What the families after qwen3 add to the llama keys. rope.dimension_count, when given,
+// must be D (partial rotary is not imported). A sliding window is imported only for a
+// llama file: Mistral, which llama.cpp writes as llama (model_type mistral, that window);
+// olmo2's (OLMo 3) and the others' are refused. granite: its four multipliers, written by
+// convert_hf_to_gguf as <arch>.attention.scale, embedding_scale, residual_scale and
+// logit_scale; llama.cpp requires them, so a file without one is refused. smollm3: the file
+// carries no no_rope_layers; llama.cpp leaves RoPE out of every 4th layer (its fixed
+// n_no_rope_layer_step, SmolLM3Config's default no_rope_layer_interval), so pail does too.
+static int build_config_family(const GgufFile *g, const char *arch, ModelConfig *c, PailErr *err) {
+    int64_t v;
+    int r = key_int(g, arch, "rope.dimension_count", &v, false, err);
+    if (r < 0) return -1;
+    if (r && v != c->head_dim)
+        return err_set(err, PAIL_ERR_UNSUPPORTED, "gguf %s: %s.rope.dimension_count is %lld, not the head dim %d "
+                       "(partial rotary is not imported)", g->path, arch, (long long)v, c->head_dim);
+    if ((r = key_int(g, arch, "attention.sliding_window", &v, false, err)) < 0) return -1;
+    if (r && c->type == MODEL_LLAMA) {
+        if (v < 1)
+            return err_set(err, PAIL_ERR_INVALID, "gguf %s: %s.attention.sliding_window is %lld", g->path, arch, (long long)v);
+        c->type = MODEL_MISTRAL;
+        c->sliding_window = (int)v;
+    } else if (r) {
+        return err_set(err, PAIL_ERR_UNSUPPORTED, "gguf %s: %s.attention.sliding_window is %lld; pail imports a sliding "
+                       "window only for a llama file (Mistral)", g->path, arch, (long long)v);
+    }
+    if (c->type == MODEL_GRANITE) {
+        struct { const char *k; double *dst; } m[] = {
+            {"embedding_scale", &c->embedding_multiplier}, {"residual_scale", &c->residual_multiplier},
+            {"attention.scale", &c->attention_multiplier}, {"logit_scale", &c->logits_scaling},
+        };
+        for (size_t i = 0; i < sizeof m / sizeof m[0]; i++) {
+            double f;
+            if ((r = key_float(g, arch, m[i].k, &f, err)) < 0) return -1;
+            if (!r)
+                return err_set(err, PAIL_ERR_INVALID, "gguf %s: %s.%s is missing (a granite file carries its four "
+                               "multipliers)", g->path, arch, m[i].k);
+            if (!(isfinite(f) && f > 0))
+                return err_set(err, PAIL_ERR_INVALID, "gguf %s: %s.%s is %g; need a finite number > 0", g->path, arch,
+                               m[i].k, f);
+            *m[i].dst = f;
+        }
+    }
+    if (c->type == MODEL_SMOLLM3)
+        for (int l = 0; l < c->num_hidden_layers; l++)
+            if ((l + 1) % 4 == 0) c->no_rope[l >> 6] |= 1ull << (l & 63);
+    return 0;
 }
 
 static int build_config(const GgufFile *g, const char *arch, ModelType type, int n_vocab, ModelConfig *cfg,
@@ -96,13 +145,17 @@ static int build_config(const GgufFile *g, const char *arch, ModelType type, int
     c.bos_token_id = -1;
     if (gguf_get_int(g, "tokenizer.ggml.bos_token_id", &v, &e) == 0) c.bos_token_id = (int)v;
     if (gguf_get_int(g, "tokenizer.ggml.eos_token_id", &v, &e) == 0) c.eos_token_ids[0] = (int)v, c.n_eos = 1;
+    if (build_config_family(g, arch, &c, err) < 0) return -1;
     *cfg = c;
     return model_config_validate(cfg, g->path, err);
 }
 
 // ---- tensors ----
 
-static const char *gguf_param_name(ModelParamId id) {
+// llama.cpp's tensor names; olmo2's two layer norms sit after the sub-blocks (post_norm).
+static const char *gguf_param_name(ModelParamId id, bool post_norm) {
+    if (post_norm && id == PARAM_ATTN_NORM) return "post_attention_norm.weight";
+    if (post_norm && id == PARAM_MLP_NORM) return "post_ffw_norm.weight";
     switch (id) {
     case PARAM_EMBED: return "token_embd.weight";
     case PARAM_ATTN_NORM: return "attn_norm.weight";
@@ -126,6 +179,13 @@ static const char *gguf_param_name(ModelParamId id) {
     }
 }
 
+// Whether llama.cpp's convert_hf_to_gguf permuted Q and K for this architecture: LlamaModel
+// and its subclasses (llama, and mistral written as llama; GraniteModel, SmolLM3Model) do;
+// qwen2, qwen3, exaone and olmo2 (TextModel, NEOX RoPE in llama.cpp) keep HF's rows.
+static bool gguf_arch_permuted(ModelType type) {
+    return type == MODEL_LLAMA || type == MODEL_MISTRAL || type == MODEL_GRANITE || type == MODEL_SMOLLM3;
+}
+
 // llama.cpp's convert permuted each head's rows (i, t) -> (t, i) for its rotate-half
 // RoPE; transformers' _reverse_permute_weights undoes it: row h*R + t*dim + i of
 // the result is row h*R + 2*i + t of the file (R = rows per head, dim = R / 2).
@@ -147,8 +207,8 @@ static int load_tensors(const GgufFile *g, ModelWeights *w, ModelType type, Gguf
         if (!s->present || (id == PARAM_LM_HEAD && cfg->tie_word_embeddings)) continue;
         for (int l = 0; l < (s->per_layer ? L : 1); l++) {
             char nm[128];
-            if (s->per_layer) snprintf(nm, sizeof nm, "blk.%d.%s", l, gguf_param_name(id));
-            else snprintf(nm, sizeof nm, "%s", gguf_param_name(id));
+            if (s->per_layer) snprintf(nm, sizeof nm, "blk.%d.%s", l, gguf_param_name(id, cfg->post_norm));
+            else snprintf(nm, sizeof nm, "%s", gguf_param_name(id, cfg->post_norm));
             const GgufTensor *t = gguf_find_tensor(g, nm);
             if (!t) { free(tmp); return err_set(err, PAIL_ERR_INVALID, "gguf %s: no tensor '%s'", g->path, nm); }
             // GGUF dims are HF's shape reversed
@@ -161,7 +221,7 @@ static int load_tensors(const GgufFile *g, ModelWeights *w, ModelType type, Gguf
                                s->shape[s->ndim - 1], s->ndim == 2 ? s->shape[0] : (size_t)1);
             }
             float *dst = model_weights_tensor(w, id, l);
-            bool perm = type == MODEL_LLAMA && (id == PARAM_WQ || id == PARAM_WK || id == PARAM_BQ || id == PARAM_BK);
+            bool perm = gguf_arch_permuted(type) && (id == PARAM_WQ || id == PARAM_WK || id == PARAM_BQ || id == PARAM_BK);
             if (perm && tmp_cap < s->numel) {
                 free(tmp);
                 if (!(tmp = malloc(s->numel * sizeof *tmp))) return err_set(err, PAIL_ERR_NOMEM, "out of memory");
@@ -197,7 +257,8 @@ static int load_tensors(const GgufFile *g, ModelWeights *w, ModelType type, Gguf
             }
             bool known = false;
             for (int id = 0; id < PARAM_COUNT && !known; id++)
-                known = w->specs[id].present && gguf_param_name(id) && !strcmp(p, gguf_param_name(id)) &&
+                known = w->specs[id].present && gguf_param_name(id, cfg->post_norm) &&
+                        !strcmp(p, gguf_param_name(id, cfg->post_norm)) &&
                         (w->specs[id].per_layer == (p != n));
             if (!known)
                 return err_set(err, PAIL_ERR_UNSUPPORTED, "gguf %s: tensor '%s' has no place in a %s model", g->path, n,
@@ -675,11 +736,13 @@ int gguf_import(const GgufFile *g, const char *dir, const GgufImportOptions *opt
     ModelType type;
     char a[16] = "";
     if (al < sizeof a) memcpy(a, arch, al);
-    // llama.cpp writes Mistral 7B's GGUF as architecture "llama" (no window key):
-    // it imports as a llama model, full attention; pail imports no other family
-    if (al >= sizeof a || model_type_parse(a, &type) < 0 || type > MODEL_QWEN3)
-        return err_set(err, PAIL_ERR_UNSUPPORTED, "gguf %s: architecture '%.*s' (pail imports llama, qwen2 and qwen3)",
-                       g->path, (int)(al > 32 ? 32 : al), arch);
+    // llama.cpp writes Mistral 7B's GGUF as architecture "llama": it imports as llama (full
+    // attention), or as mistral when the file gives a sliding window (build_config_family)
+    if (al >= sizeof a || model_type_parse(a, &type) < 0 || type == MODEL_MISTRAL ||
+        !(type <= MODEL_QWEN3 || type == MODEL_EXAONE || type == MODEL_GRANITE || type == MODEL_OLMO2 ||
+          type == MODEL_SMOLLM3))
+        return err_set(err, PAIL_ERR_UNSUPPORTED, "gguf %s: architecture '%.*s' (pail imports llama, qwen2, qwen3, "
+                       "exaone, granite, olmo2 and smollm3)", g->path, (int)(al > 32 ? 32 : al), arch);
     snprintf(info->arch, sizeof info->arch, "%s", a);
     if (opt->dtype != ST_DTYPE_BF16 && opt->dtype != ST_DTYPE_F32)
         return err_set(err, PAIL_ERR_INVALID, "gguf import: dtype %s is not BF16 or F32", safetensors_dtype_name(opt->dtype));
@@ -689,6 +752,7 @@ int gguf_import(const GgufFile *g, const char *dir, const GgufImportOptions *opt
     ModelConfig cfg;
     if (build_config(g, a, type, n_vocab, &cfg, err) < 0) return -1;
     info->vocab = cfg.vocab_size;
+    snprintf(info->arch, sizeof info->arch, "%s", model_type_name(cfg.type));  // a llama file with a window: mistral
     ModelWeights w;
     if (model_weights_alloc(&w, &cfg, err) < 0) return -1;
     int rc = load_tensors(g, &w, type, info, err);

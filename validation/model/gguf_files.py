@@ -5,6 +5,12 @@ and the checks against gguf-py and transformers.
                                  random blocks with finite fp16 scales (gguf-py cannot quantize them)
   check-dequant FILE.gguf DIR    DIR/<name>.f32 (pail's) bit-equal to gguf.quants.dequantize
   model OUT.gguf --arch A --qtype T   a tiny random llama / qwen2 / qwen3 model with a gpt2 tokenizer
+                                 (--tokenizer sp: a small SentencePiece one; a tokenizer.model path: that one)
+  check-import FILE.gguf DIR     pail's folder against transformers' reading of the GGUF: ids, log-probs
+  check-tokenizer FILE.gguf DIR  pail's tokenizer against transformers' from the GGUF on the tokenizer corpus
+  from-hf WORK NAME=FAMILY[:MOD] a tiny random transformers checkpoint (granite, olmo2, exaone, smollm3,
+                                 mistral) and the GGUF convert_hf_to_gguf writes from it
+  check-hf WORK NAME ...         pail's log-probs on the imported folder against transformers' on the checkpoint
 """
 import argparse
 import sys
@@ -244,6 +250,139 @@ def cmd_check_import(a):
     sys.exit(0 if ok and not bad else 1)
 
 
+# The families written from a transformers checkpoint: GGUF architecture, whether
+# convert_hf_to_gguf permutes Q and K (LlamaModel and its subclasses).
+HF_FAMILIES = {"granite": ("granite", True), "olmo2": ("olmo2", False), "exaone": ("exaone", False),
+               "smollm3": ("smollm3", True), "mistral": ("llama", True)}
+
+
+def hf_config(family, V):
+    import transformers as tf
+    common = dict(vocab_size=V, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, max_position_embeddings=256, rms_norm_eps=1e-5, bos_token_id=None,
+                  eos_token_id=None, pad_token_id=None)
+    if family == "granite":  # Granite 3.x's multipliers (attention_multiplier larger, as check_forward), tied
+        return tf.GraniteConfig(**common, tie_word_embeddings=True, embedding_multiplier=12.0, residual_multiplier=0.22,
+                                attention_multiplier=0.25, logits_scaling=8.0)
+    if family == "olmo2":
+        return tf.Olmo2Config(**common, tie_word_embeddings=False)
+    if family == "exaone":
+        return tf.ExaoneConfig(**common, tie_word_embeddings=False,
+                               rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})
+    if family == "smollm3":  # 4 layers: the default no_rope_layer_interval 4 leaves RoPE out of layer 3, tied
+        return tf.SmolLM3Config(**dict(common, num_hidden_layers=4))
+    if family == "mistral":  # a window far shorter than the 32-token sequences
+        return tf.MistralConfig(**common, sliding_window=8, tie_word_embeddings=False)
+    raise SystemExit(f"unknown family {family}")
+
+
+def permute(w, n_head, n_head_kv):
+    """convert_hf_to_gguf's LlamaModel.permute: each head's rows (t, i) -> (i, t)."""
+    if n_head_kv is not None and n_head != n_head_kv:
+        n_head = n_head_kv
+    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+# from-hf's damaged variants, for the refusals: what each changes in the file
+FROM_HF_MODS = ("no-window", "window4", "no-logit-scale", "rope-dim-half", "drop-post-ffw")
+
+
+def write_from_hf(hf_dir, out, family, mod, seed):
+    """A tiny random transformers checkpoint of a family (saved to hf_dir) and the GGUF llama.cpp's
+    convert_hf_to_gguf writes from it (F32 tensors): its keys, the checkpoint's tensor names mapped
+    by gguf-py's tensor map, Q / K permuted where the converter does; the byte-level tokenizer.
+    mod (FROM_HF_MODS) damages the file for a refusal check."""
+    import torch
+    from safetensors.numpy import load_file
+    from transformers import AutoModelForCausalLM
+    arch, permuted = HF_FAMILIES[family]
+    tokens, types, merges = tiny_vocab()
+    cfg = hf_config(family, len(tokens))
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.copy_(1.0 + 0.1 * torch.randn_like(p))
+            elif "q_proj" in name or "k_proj" in name:  # scores far from uniform, so a wrong RoPE layout shows
+                p.mul_(10.0)
+    model.save_pretrained(hf_dir)
+    sd = load_file(f"{hf_dir}/model.safetensors")  # the file's own names (EXAONE keeps its)
+    C, H, Hkv, L = cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.num_hidden_layers
+    w = gguf.GGUFWriter(out, arch)
+    w.add_block_count(L); w.add_context_length(cfg.max_position_embeddings); w.add_embedding_length(C)
+    w.add_feed_forward_length(cfg.intermediate_size); w.add_head_count(H); w.add_head_count_kv(Hkv)
+    w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
+    w.add_rope_freq_base(cfg.rope_parameters["rope_theta"])
+    if permuted or family == "exaone":  # LlamaModel and ExaoneModel write the rotary width
+        w.add_rope_dimension_count(C // H // (2 if mod == "rope-dim-half" else 1))
+    if family == "granite":  # GraniteModel: the multipliers as *_scale keys
+        w.add_attention_scale(cfg.attention_multiplier); w.add_embedding_scale(cfg.embedding_multiplier)
+        w.add_residual_scale(cfg.residual_multiplier)
+        if mod != "no-logit-scale":
+            w.add_logit_scale(cfg.logits_scaling)
+    if (family == "mistral" and mod != "no-window") or mod == "window4":
+        w.add_sliding_window(4 if mod == "window4" else cfg.sliding_window)
+    w.add_tokenizer_model("gpt2"); w.add_tokenizer_pre("llama-bpe")
+    w.add_token_list(tokens); w.add_token_types(types); w.add_token_merges(merges)
+    tmap = gguf.get_tensor_name_map(gguf.MODEL_ARCH[arch.upper()], L)
+    for name, t in sd.items():
+        if mod == "drop-post-ffw" and "layers.1.post_feedforward_layernorm" in name:
+            continue
+        new = tmap.get_name(name, try_suffixes=(".weight", ".bias"))
+        if new is None:
+            raise SystemExit(f"{name}: no GGUF name for {arch}")
+        if permuted and name.endswith("q_proj.weight"):
+            t = permute(t, H, H)
+        if permuted and name.endswith("k_proj.weight"):
+            t = permute(t, H, Hkv)
+        w.add_tensor(new, np.ascontiguousarray(t.astype(np.float32)))
+    w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+
+
+def cmd_from_hf(a):
+    """from-hf WORK NAME=FAMILY[:MOD] ...: WORK/NAME.hf (the checkpoint) and WORK/NAME.gguf each."""
+    for spec in a.specs:
+        name, fm = spec.split("=")
+        family, _, mod = fm.partition(":")
+        if family not in HF_FAMILIES or (mod and mod not in FROM_HF_MODS):
+            raise SystemExit(f"{spec}: family one of {sorted(HF_FAMILIES)}, MOD one of {FROM_HF_MODS}")
+        write_from_hf(f"{a.work}/{name}.hf", f"{a.work}/{name}.gguf", family, mod, a.seed)
+
+
+def cmd_check_hf(a):
+    """check-hf WORK NAME ...: pail's log-probs on the imported WORK/NAME against transformers' on
+    the checkpoint WORK/NAME.hf the GGUF was written from (f32), on 3 random 32-token sequences;
+    one line per NAME."""
+    import json, subprocess, torch
+    from transformers import AutoModelForCausalLM
+    bad = 0
+    for name in a.names:
+        hf, d = f"{a.work}/{name}.hf", f"{a.work}/{name}"
+        model = AutoModelForCausalLM.from_pretrained(hf, dtype=torch.float32).eval()
+        g = torch.Generator().manual_seed(5)
+        seqs = [torch.randint(0, model.config.vocab_size, (32,), generator=g).tolist() for _ in range(3)]
+        path = f"{d}.ids.jsonl"
+        with open(path, "w") as out:
+            for s in seqs:
+                out.write(json.dumps({"ids": s}) + "\n")
+        r = subprocess.run([a.ctl, "logprobs", "--model", d, "--input", path, "--dtype", "f32"], capture_output=True,
+                           text=True)
+        worst, lines = float("inf"), r.stdout.splitlines()
+        if r.returncode == 0 and len(lines) == len(seqs):
+            worst = 0.0
+            for s, line in zip(seqs, lines):
+                with torch.no_grad():
+                    lp = torch.log_softmax(model(torch.tensor([s])).logits[0].double(), -1)
+                ref = lp[torch.arange(len(s) - 1), torch.tensor(s[1:])].numpy()
+                worst = max(worst, float(np.abs(np.array(json.loads(line)["logprobs"]) - ref).max()))
+        ok = worst <= a.tol
+        bad += not ok
+        print(f"{'PASS' if ok else 'FAIL'} {name}: log-probs max |pail - transformers on the checkpoint| = {worst:.3g} "
+              f"over {len(seqs)} sequences of 32 ({'<=' if ok else '>'} {a.tol}){'' if r.returncode == 0 else ' ' + r.stderr.strip()}")
+    sys.exit(1 if bad else 0)
+
+
 def cmd_check_tokenizer(a):
     """pail's imported tokenizer.json against the tokenizer transformers builds from the same GGUF
     on validation/tokenizer's corpus (>= 2,000 strings): ids without special tokens (grpo-ctl
@@ -302,6 +441,10 @@ def main():
     s = sub.add_parser("check-import"); s.add_argument("file"); s.add_argument("dir"); s.add_argument("--ctl", required=True)
     s.add_argument("--pail-ids", required=True); s.add_argument("--ids-out", required=True)
     s.add_argument("--tol", type=float, default=1e-4); s.set_defaults(f=cmd_check_import)
+    s = sub.add_parser("from-hf"); s.add_argument("work"); s.add_argument("specs", nargs="+", help="NAME=FAMILY[:MOD]")
+    s.add_argument("--seed", type=int, default=3); s.set_defaults(f=cmd_from_hf)
+    s = sub.add_parser("check-hf"); s.add_argument("work"); s.add_argument("names", nargs="+")
+    s.add_argument("--ctl", required=True); s.add_argument("--tol", type=float, default=1e-4); s.set_defaults(f=cmd_check_hf)
     s = sub.add_parser("check-tokenizer"); s.add_argument("file"); s.add_argument("dir"); s.add_argument("--ctl", required=True)
     s.set_defaults(f=cmd_check_tokenizer)
     a = p.parse_args()
