@@ -1,10 +1,10 @@
 // GGUF -> Hugging Face folder (see gguf_import.h). The mapping follows
 // transformers 5's GGUF loader (modeling_gguf_pytorch_utils.py for the config
-// and tensors, integrations/gguf/gguf_tokenizer_mapping.py for the tokenizer):
-// llama.cpp's key and tensor names to HF's, Q and K rows un-permuted for
-// llama, granite and smollm3 files (llama.cpp's convert permutes them for its RoPE
-// layout; exaone, granite, olmo2 and smollm3, which transformers does not read,
-// as convert_hf_to_gguf.py writes them from their HF checkpoints), the byte-level BPE vocabulary respelled in GPT-2's byte alphabet
+// and tensors, integrations/gguf/gguf_tokenizer_mapping.py for the tokenizer) and,
+// for the architectures it does not read (exaone, granite, olmo2, smollm3), llama.cpp's
+// convert_hf_to_gguf.py run backwards: llama.cpp's key and tensor names to HF's, Q and
+// K rows un-permuted where the converter permuted them for its RoPE layout (llama,
+// granite, smollm3), the byte-level BPE vocabulary respelled in GPT-2's byte alphabet
 // where a token is not already, CONTROL tokens special, USER_DEFINED ones added; a
 // SentencePiece vocabulary as LlamaTokenizer, its merges rebuilt from the scores.
 #include "model/gguf_import.h"
@@ -66,7 +66,7 @@ static int rope_freqs_llama3(const GgufFile *g, ModelConfig *c, PailErr *err) {
     if (!t) return 0;
     int half = c->head_dim / 2;
     if (t->ndim != 1 || t->dims[0] != (uint64_t)half || (t->type != GGML_TYPE_F32 && t->type != GGML_TYPE_F16))
-        return err_set(err, PAIL_ERR_INVALID, "gguf %s: rope_freqs.weight is not %d F32 values (D / 2)", g->path, half);
+        return err_set(err, PAIL_ERR_INVALID, "gguf %s: rope_freqs.weight is not %d F32 or F16 values (D / 2)", g->path, half);
     float *f = malloc((size_t)half * sizeof *f);
     if (!f) return err_set(err, PAIL_ERR_NOMEM, "out of memory");
     gguf_dequantize(f, t->data, t->type, (uint64_t)half);
