@@ -1,10 +1,12 @@
 // GGUF -> Hugging Face folder (see gguf_import.h). The mapping follows
 // transformers 5's GGUF loader (modeling_gguf_pytorch_utils.py for the config
-// and tensors, integrations/gguf/gguf_tokenizer_mapping.py for the tokenizer):
-// llama.cpp's key and tensor names to HF's, Q and K rows un-permuted for
-// llama-architecture files (llama.cpp's convert permutes them for its RoPE
-// layout), the byte-level BPE vocabulary respelled in GPT-2's byte alphabet
-// where a token is not already, CONTROL tokens special, USER_DEFINED ones added.
+// and tensors, integrations/gguf/gguf_tokenizer_mapping.py for the tokenizer) and,
+// for the architectures it does not read (exaone, granite, olmo2, smollm3), llama.cpp's
+// convert_hf_to_gguf.py run backwards: llama.cpp's key and tensor names to HF's, Q and
+// K rows un-permuted where the converter permuted them for its RoPE layout (llama,
+// granite, smollm3), the byte-level BPE vocabulary respelled in GPT-2's byte alphabet
+// where a token is not already, CONTROL tokens special, USER_DEFINED ones added; a
+// SentencePiece vocabulary as LlamaTokenizer, its merges rebuilt from the scores.
 #include "model/gguf_import.h"
 #include <jansson.h>
 #include <math.h>
@@ -40,6 +42,107 @@ static int key_float(const GgufFile *g, const char *arch, const char *k, double 
     if (e.code == PAIL_ERR_NOT_FOUND) return 0;
     *err = e;
     return -1;
+}
+
+// What the families after qwen3 add to the llama keys. rope.dimension_count, when given,
+// must be D (partial rotary is not imported). A sliding window is imported only for a
+// llama file: Mistral, which llama.cpp writes as llama (model_type mistral, that window);
+// olmo2's (OLMo 3) and the others' are refused. granite: its four multipliers, written by
+// convert_hf_to_gguf as <arch>.attention.scale, embedding_scale, residual_scale and
+// logit_scale; llama.cpp requires them, so a file without one is refused. smollm3: the file
+// carries no no_rope_layers; llama.cpp leaves RoPE out of every 4th layer (its fixed
+// n_no_rope_layer_step, SmolLM3Config's default no_rope_layer_interval), so pail does too.
+// llama.cpp's convert writes llama3 RoPE scaling (Llama 3.1 and later, EXAONE 3.5) as
+// rope_freqs.weight, D/2 factors that divide the frequencies (LlamaModel /
+// ExaoneModel.generate_extra_tensors), not the four parameters. Every published llama3
+// scaling has low_freq_factor 1, high_freq_factor 4 and original_max_position_embeddings
+// 8192, and its factor is the largest value (the low-frequency band's): with these the
+// factors are recomputed as the converter does (float32) and must all equal the file's
+// (relative 1e-5); then the model imports with rope_scaling llama3, as its checkpoint had.
+// Any other table is refused. transformers' GGUF loader drops the tensor (and so loads
+// another model). All factors 1: no scaling.
+static int rope_freqs_llama3(const GgufFile *g, ModelConfig *c, PailErr *err) {
+    const GgufTensor *t = gguf_find_tensor(g, "rope_freqs.weight");
+    if (!t) return 0;
+    int half = c->head_dim / 2;
+    if (t->ndim != 1 || t->dims[0] != (uint64_t)half || (t->type != GGML_TYPE_F32 && t->type != GGML_TYPE_F16))
+        return err_set(err, PAIL_ERR_INVALID, "gguf %s: rope_freqs.weight is not %d F32 or F16 values (D / 2)", g->path, half);
+    float *f = malloc((size_t)half * sizeof *f);
+    if (!f) return err_set(err, PAIL_ERR_NOMEM, "out of memory");
+    gguf_dequantize(f, t->data, t->type, (uint64_t)half);
+    float mx = 0, mn = INFINITY;
+    for (int i = 0; i < half; i++) mx = f[i] > mx ? f[i] : mx, mn = f[i] < mn ? f[i] : mn;
+    int rc = 0;
+    if (mn == 1.0f && mx == 1.0f) goto out;  // no band is scaled: the model is unscaled
+    char num[32];
+    snprintf(num, sizeof num, "%.7g", mx);
+    const float factor = mx, lo = 1.0f, hi = 4.0f, orig = 8192.0f;
+    const float lo_wave = orig / lo, hi_wave = orig / hi;
+    for (int i = 0; i < half; i++) {
+        float inv = 1.0f / powf((float)c->rope_theta, (float)(2 * i) / (float)c->head_dim);
+        float wave = (float)(2 * M_PI) / inv, want;
+        if (wave < hi_wave) want = 1.0f;
+        else if (wave > lo_wave) want = factor;
+        else {
+            float smooth = (orig / wave - lo) / (hi - lo);
+            want = 1.0f / ((1.0f - smooth) / factor + smooth);
+        }
+        if (!(isfinite(f[i]) && fabsf(f[i] - want) <= 1e-5f * want)) {
+            rc = err_set(err, PAIL_ERR_UNSUPPORTED, "gguf %s: rope_freqs.weight[%d] is %g; llama3 RoPE scaling (factor "
+                         "%s, low_freq_factor 1, high_freq_factor 4, original_max_position_embeddings 8192) gives %g: "
+                         "other RoPE scaling is not imported", g->path, i, f[i], num, want);
+            goto out;
+        }
+    }
+    c->rope_scaling = ROPE_SCALING_LLAMA3;
+    c->rope_factor = strtod(num, NULL);
+    c->rope_low_freq_factor = lo;
+    c->rope_high_freq_factor = hi;
+    c->rope_original_max_position_embeddings = (int)orig;
+out:
+    free(f);
+    return rc;
+}
+
+static int build_config_family(const GgufFile *g, const char *arch, ModelConfig *c, PailErr *err) {
+    if (rope_freqs_llama3(g, c, err) < 0) return -1;
+    int64_t v;
+    int r = key_int(g, arch, "rope.dimension_count", &v, false, err);
+    if (r < 0) return -1;
+    if (r && v != c->head_dim)
+        return err_set(err, PAIL_ERR_UNSUPPORTED, "gguf %s: %s.rope.dimension_count is %lld, not the head dim %d "
+                       "(partial rotary is not imported)", g->path, arch, (long long)v, c->head_dim);
+    if ((r = key_int(g, arch, "attention.sliding_window", &v, false, err)) < 0) return -1;
+    if (r && c->type == MODEL_LLAMA) {
+        if (v < 1)
+            return err_set(err, PAIL_ERR_INVALID, "gguf %s: %s.attention.sliding_window is %lld", g->path, arch, (long long)v);
+        c->type = MODEL_MISTRAL;
+        c->sliding_window = (int)v;
+    } else if (r) {
+        return err_set(err, PAIL_ERR_UNSUPPORTED, "gguf %s: %s.attention.sliding_window is %lld; pail imports a sliding "
+                       "window only for a llama file (Mistral)", g->path, arch, (long long)v);
+    }
+    if (c->type == MODEL_GRANITE) {
+        struct { const char *k; double *dst; } m[] = {
+            {"embedding_scale", &c->embedding_multiplier}, {"residual_scale", &c->residual_multiplier},
+            {"attention.scale", &c->attention_multiplier}, {"logit_scale", &c->logits_scaling},
+        };
+        for (size_t i = 0; i < sizeof m / sizeof m[0]; i++) {
+            double f;
+            if ((r = key_float(g, arch, m[i].k, &f, err)) < 0) return -1;
+            if (!r)
+                return err_set(err, PAIL_ERR_INVALID, "gguf %s: %s.%s is missing (a granite file carries its four "
+                               "multipliers)", g->path, arch, m[i].k);
+            if (!(isfinite(f) && f > 0))
+                return err_set(err, PAIL_ERR_INVALID, "gguf %s: %s.%s is %g; need a finite number > 0", g->path, arch,
+                               m[i].k, f);
+            *m[i].dst = f;
+        }
+    }
+    if (c->type == MODEL_SMOLLM3)
+        for (int l = 0; l < c->num_hidden_layers; l++)
+            if ((l + 1) % 4 == 0) c->no_rope[l >> 6] |= 1ull << (l & 63);
+    return 0;
 }
 
 static int build_config(const GgufFile *g, const char *arch, ModelType type, int n_vocab, ModelConfig *cfg,
@@ -81,10 +184,9 @@ static int build_config(const GgufFile *g, const char *arch, ModelType type, int
     const char *s;
     size_t sl;
     PailErr e = {0};
-    if (gguf_find_tensor(g, "rope_freqs.weight") ||
-        (gguf_get_string(g, sk, &s, &sl, &e) == 0 && !(sl == 4 && !memcmp(s, "none", 4))))
-        return err_set(err, PAIL_ERR_UNSUPPORTED, "gguf %s: RoPE scaling (rope_freqs.weight or %s) is not imported",
-                       g->path, sk);
+    if (gguf_get_string(g, sk, &s, &sl, &e) == 0 && !(sl == 4 && !memcmp(s, "none", 4)))
+        return err_set(err, PAIL_ERR_UNSUPPORTED, "gguf %s: RoPE scaling (%s '%.*s') is not imported", g->path, sk,
+                       (int)(sl > 32 ? 32 : sl), s);
     // D from the q projection: HF's head_dim for qwen3 (transformers reads no key for it)
     const GgufTensor *q = gguf_find_tensor(g, "blk.0.attn_q.weight");
     if (!q || q->ndim != 2 || !c.num_attention_heads || q->dims[1] % (uint64_t)c.num_attention_heads)
@@ -95,13 +197,17 @@ static int build_config(const GgufFile *g, const char *arch, ModelType type, int
     c.bos_token_id = -1;
     if (gguf_get_int(g, "tokenizer.ggml.bos_token_id", &v, &e) == 0) c.bos_token_id = (int)v;
     if (gguf_get_int(g, "tokenizer.ggml.eos_token_id", &v, &e) == 0) c.eos_token_ids[0] = (int)v, c.n_eos = 1;
+    if (build_config_family(g, arch, &c, err) < 0) return -1;
     *cfg = c;
     return model_config_validate(cfg, g->path, err);
 }
 
 // ---- tensors ----
 
-static const char *gguf_param_name(ModelParamId id) {
+// llama.cpp's tensor names; olmo2's two layer norms sit after the sub-blocks (post_norm).
+static const char *gguf_param_name(ModelParamId id, bool post_norm) {
+    if (post_norm && id == PARAM_ATTN_NORM) return "post_attention_norm.weight";
+    if (post_norm && id == PARAM_MLP_NORM) return "post_ffw_norm.weight";
     switch (id) {
     case PARAM_EMBED: return "token_embd.weight";
     case PARAM_ATTN_NORM: return "attn_norm.weight";
@@ -125,6 +231,13 @@ static const char *gguf_param_name(ModelParamId id) {
     }
 }
 
+// Whether llama.cpp's convert_hf_to_gguf permuted Q and K for this architecture: LlamaModel
+// and its subclasses (llama, and mistral written as llama; GraniteModel, SmolLM3Model) do;
+// qwen2, qwen3, exaone and olmo2 (TextModel, NEOX RoPE in llama.cpp) keep HF's rows.
+static bool gguf_arch_permuted(ModelType type) {
+    return type == MODEL_LLAMA || type == MODEL_MISTRAL || type == MODEL_GRANITE || type == MODEL_SMOLLM3;
+}
+
 // llama.cpp's convert permuted each head's rows (i, t) -> (t, i) for its rotate-half
 // RoPE; transformers' _reverse_permute_weights undoes it: row h*R + t*dim + i of
 // the result is row h*R + 2*i + t of the file (R = rows per head, dim = R / 2).
@@ -146,8 +259,8 @@ static int load_tensors(const GgufFile *g, ModelWeights *w, ModelType type, Gguf
         if (!s->present || (id == PARAM_LM_HEAD && cfg->tie_word_embeddings)) continue;
         for (int l = 0; l < (s->per_layer ? L : 1); l++) {
             char nm[128];
-            if (s->per_layer) snprintf(nm, sizeof nm, "blk.%d.%s", l, gguf_param_name(id));
-            else snprintf(nm, sizeof nm, "%s", gguf_param_name(id));
+            if (s->per_layer) snprintf(nm, sizeof nm, "blk.%d.%s", l, gguf_param_name(id, cfg->post_norm));
+            else snprintf(nm, sizeof nm, "%s", gguf_param_name(id, cfg->post_norm));
             const GgufTensor *t = gguf_find_tensor(g, nm);
             if (!t) { free(tmp); return err_set(err, PAIL_ERR_INVALID, "gguf %s: no tensor '%s'", g->path, nm); }
             // GGUF dims are HF's shape reversed
@@ -160,7 +273,7 @@ static int load_tensors(const GgufFile *g, ModelWeights *w, ModelType type, Gguf
                                s->shape[s->ndim - 1], s->ndim == 2 ? s->shape[0] : (size_t)1);
             }
             float *dst = model_weights_tensor(w, id, l);
-            bool perm = type == MODEL_LLAMA && (id == PARAM_WQ || id == PARAM_WK || id == PARAM_BQ || id == PARAM_BK);
+            bool perm = gguf_arch_permuted(type) && (id == PARAM_WQ || id == PARAM_WK || id == PARAM_BQ || id == PARAM_BK);
             if (perm && tmp_cap < s->numel) {
                 free(tmp);
                 if (!(tmp = malloc(s->numel * sizeof *tmp))) return err_set(err, PAIL_ERR_NOMEM, "out of memory");
@@ -194,9 +307,10 @@ static int load_tensors(const GgufFile *g, ModelWeights *w, ModelType type, Gguf
                 while (*p >= '0' && *p <= '9') p++;
                 if (*p == '.') p++;
             }
-            bool known = false;
+            bool known = !strcmp(n, "rope_freqs.weight");  // read into the config (rope_freqs_llama3)
             for (int id = 0; id < PARAM_COUNT && !known; id++)
-                known = w->specs[id].present && gguf_param_name(id) && !strcmp(p, gguf_param_name(id)) &&
+                known = w->specs[id].present && gguf_param_name(id, cfg->post_norm) &&
+                        !strcmp(p, gguf_param_name(id, cfg->post_norm)) &&
                         (w->specs[id].per_layer == (p != n));
             if (!known)
                 return err_set(err, PAIL_ERR_UNSUPPORTED, "gguf %s: tensor '%s' has no place in a %s model", g->path, n,
@@ -261,6 +375,18 @@ static int respell(const char *tok, size_t len, const uint32_t map[256], Buf *ou
     return 0;
 }
 
+// A SentencePiece token is its own vocabulary key (its space is already U+2581).
+static int spelled_as_is(const char *tok, size_t len, Buf *out) {
+    buf_reset(out);
+    for (size_t i = 0; i < len;) {
+        uint32_t cp;
+        int n = utf8_get((const unsigned char *)tok + i, len - i, &cp);
+        if (!n) return -1;
+        i += (size_t)n;
+    }
+    return buf_append(out, tok, len);
+}
+
 static const char *LLAMA3_SPLIT =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 static const char *QWEN2_SPLIT =
@@ -289,12 +415,16 @@ typedef struct {
     const char **tok;
     size_t *len;
     int32_t *type;            // token_type, NULL when absent
+    const uint8_t *score;     // scores, FLOAT32 (SentencePiece), NULL when absent; borrowed from the file
     int64_t bos, eos, unk, pad;  // -1 when absent
+    int64_t dflt[3];          // SentencePiece: <unk>, <s>, </s> when their id key is absent (-1 else)
     bool add_bos, add_eos;
+    bool sp;                  // tokenizer.ggml.model "llama" (SentencePiece BPE), else "gpt2"
 } Vocab;
 
 static bool is_named_special(const Vocab *v, uint64_t i) {
-    return (int64_t)i == v->bos || (int64_t)i == v->eos || (int64_t)i == v->unk || (int64_t)i == v->pad;
+    return (int64_t)i == v->bos || (int64_t)i == v->eos || (int64_t)i == v->unk || (int64_t)i == v->pad ||
+           (int64_t)i == v->dflt[0] || (int64_t)i == v->dflt[1] || (int64_t)i == v->dflt[2];
 }
 
 static int write_json(const char *dir, const char *name, json_t *j, PailErr *err) {
@@ -311,6 +441,87 @@ static int write_json(const char *dir, const char *name, json_t *j, PailErr *err
     return rc;
 }
 
+// ---- SentencePiece merges ----
+
+// One candidate merge: the token tok split at byte `at` into two vocabulary tokens.
+typedef struct {
+    uint32_t tok, at;         // token index (its first occurrence), split byte offset
+    int64_t lid, rid;         // the halves' ids (a repeated token: its last index, as a dict keeps)
+    float score;              // the score of the whole token
+    uint32_t lcp, rcp;        // the halves' lengths in code points (Python's len)
+    uint64_t seq;             // order of appearance, for the stable sort
+} SpMerge;
+
+static int sp_merge_local_cmp(const void *a, const void *b) {  // within one token: (vocab[l], vocab[r]) ascending
+    const SpMerge *x = a, *y = b;
+    if (x->lid != y->lid) return x->lid < y->lid ? -1 : 1;
+    return x->rid < y->rid ? -1 : x->rid > y->rid;
+}
+
+static int sp_merge_cmp(const void *a, const void *b) {  // (score, len(l), len(r)) descending, then stable
+    const SpMerge *x = a, *y = b;
+    if (x->score != y->score) return x->score > y->score ? -1 : 1;
+    if (x->lcp != y->lcp) return x->lcp > y->lcp ? -1 : 1;
+    if (x->rcp != y->rcp) return x->rcp > y->rcp ? -1 : 1;
+    return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+// A SentencePiece vocabulary carries no merges: transformers' get_merges rebuilds them with
+// generate_merges(vocab, dict(zip(tokens, scores))): every split of a token into two
+// vocabulary tokens, ranked by the whole token's score, best first, longer left half first,
+// then longer right half, ties in vocabulary order. vocab maps each token to its (last) id.
+static int sp_generate_merges(const GgufFile *g, const Vocab *v, json_t *vocab, json_t *merges, PailErr *err) {
+    json_t *first = json_object();
+    SpMerge *m = NULL;
+    size_t n = 0, cap = 0;
+    int rc = -1;
+    if (!first) { err_set(err, PAIL_ERR_NOMEM, "out of memory"); goto out; }
+    for (uint64_t i = 0; i < v->n; i++) {
+        if (json_object_getn(first, v->tok[i], v->len[i])) continue;  // a repeated token: the dict's first slot
+        json_object_setn_new(first, v->tok[i], v->len[i], json_true());
+        json_int_t last = json_integer_value(json_object_getn(vocab, v->tok[i], v->len[i]));
+        float score;
+        memcpy(&score, v->score + 4 * (size_t)last, 4);  // GGUF arrays are unaligned
+        size_t start = n, cp_total = 0;
+        for (size_t k = 0; k < v->len[i]; k++) cp_total += ((unsigned char)v->tok[i][k] & 0xC0) != 0x80;
+        size_t cp = 0;
+        for (size_t at = 0; at < v->len[i]; at++) {
+            if (((unsigned char)v->tok[i][at] & 0xC0) == 0x80) continue;  // inside a code point
+            if (at > 0) {
+                json_t *l = json_object_getn(vocab, v->tok[i], at), *r = json_object_getn(vocab, v->tok[i] + at, v->len[i] - at);
+                if (l && r) {
+                    if (n == cap) {
+                        size_t nc = cap ? 2 * cap : 4096;
+                        SpMerge *nm = realloc(m, nc * sizeof *m);
+                        if (!nm) { err_set(err, PAIL_ERR_NOMEM, "out of memory"); goto out; }
+                        m = nm, cap = nc;
+                    }
+                    m[n++] = (SpMerge){.tok = (uint32_t)i, .at = (uint32_t)at, .lid = json_integer_value(l),
+                                       .rid = json_integer_value(r), .score = score, .lcp = (uint32_t)cp,
+                                       .rcp = (uint32_t)(cp_total - cp)};
+                }
+            }
+            cp++;
+        }
+        qsort(m + start, n - start, sizeof *m, sp_merge_local_cmp);
+        for (size_t k = start; k < n; k++) m[k].seq = k;
+    }
+    if (n) qsort(m, n, sizeof *m, sp_merge_cmp);
+    for (size_t k = 0; k < n; k++) {
+        const char *t = v->tok[m[k].tok];
+        json_t *pair = json_pack("[s%, s%]", t, (size_t)m[k].at, t + m[k].at, v->len[m[k].tok] - m[k].at);
+        if (!pair || json_array_append_new(merges, pair) < 0) {
+            err_set(err, PAIL_ERR_NOMEM, "gguf %s: out of memory building %zu merges", g->path, n);
+            goto out;
+        }
+    }
+    rc = 0;
+out:
+    json_decref(first);
+    free(m);
+    return rc;
+}
+
 static int build_tokenizer_json(const GgufFile *g, const Vocab *v, const char *dir, PailErr *err) {
     uint32_t map[256];
     byte_alphabet(map);
@@ -320,16 +531,17 @@ static int build_tokenizer_json(const GgufFile *g, const Vocab *v, const char *d
     if (!vocab || !merges || !added) { err_set(err, PAIL_ERR_NOMEM, "out of memory"); goto out; }
     for (uint64_t i = 0; i < v->n; i++) {
         bool same;
-        if (respell(v->tok[i], v->len[i], map, &key, &same) < 0 || buf_append(&key, "", 1) < 0) {
+        if ((v->sp ? spelled_as_is(v->tok[i], v->len[i], &key) : respell(v->tok[i], v->len[i], map, &key, &same)) < 0) {
             err_set(err, PAIL_ERR_INVALID, "gguf %s: token %llu is not UTF-8", g->path, (unsigned long long)i);
             goto out;
         }
-        json_object_set_new(vocab, (char *)key.data, json_integer((json_int_t)i));
+        if (buf_append(&key, "", 1) < 0) { err_set(err, PAIL_ERR_NOMEM, "out of memory"); goto out; }
+        json_object_setn_new(vocab, (char *)key.data, key.len - 1, json_integer((json_int_t)i));
     }
     for (uint64_t i = 0; i < v->n; i++) {
         int32_t t = v->type ? v->type[i] : 1;
         bool special = t == 3, user = t == 4;
-        if (special) {  // a CONTROL token outside the byte alphabet is a llama.cpp mislabel (transformers skips it)
+        if (special && !v->sp) {  // a CONTROL token outside the byte alphabet is a llama.cpp mislabel (transformers skips it)
             bool same;
             if (respell(v->tok[i], v->len[i], map, &key, &same) < 0 || !same) special = false;
         }
@@ -344,7 +556,9 @@ static int build_tokenizer_json(const GgufFile *g, const Vocab *v, const char *d
     uint64_t nm = 0;
     const uint8_t *md;
     PailErr e = {0};
-    if (gguf_get_array(g, "tokenizer.ggml.merges", GGUF_TYPE_STRING, &nm, &md, &e) < 0) {
+    if (v->sp && !gguf_find(g, "tokenizer.ggml.merges")) {  // the usual SentencePiece file: merges from the scores
+        if (sp_generate_merges(g, v, vocab, merges, err) < 0) goto out;
+    } else if (gguf_get_array(g, "tokenizer.ggml.merges", GGUF_TYPE_STRING, &nm, &md, &e) < 0) {
         *err = e;
         goto out;
     }
@@ -366,7 +580,9 @@ static int build_tokenizer_json(const GgufFile *g, const Vocab *v, const char *d
     size_t pl = 0;
     gguf_get_string(g, "tokenizer.ggml.pre", &pre, &pl, &e);
     const char *split = pre_split(pre, pl);
-    json_t *pretok = split ? json_pack("{s:s, s:[{s:s, s:{s:s}, s:s, s:b}, o]}", "type", "Sequence", "pretokenizers",
+    json_t *pretok = v->sp ? json_pack("{s:s, s:s, s:s, s:b}", "type", "Metaspace", "replacement", "\u2581",
+                                       "prepend_scheme", "first", "split", 0)
+                   : split ? json_pack("{s:s, s:[{s:s, s:{s:s}, s:s, s:b}, o]}", "type", "Sequence", "pretokenizers",
                                        "type", "Split", "pattern", "Regex", split, "behavior", "Isolated", "invert", 0,
                                        byte_level(false, false))
                            : byte_level(false, true);
@@ -384,14 +600,24 @@ static int build_tokenizer_json(const GgufFile *g, const Vocab *v, const char *d
     }
     if (bos) json_object_setn_new(specials, bos, bl, json_pack("{s:s%, s:[I], s:[s%]}", "id", bos, bl, "ids", (json_int_t)v->bos, "tokens", bos, bl));
     if (eos) json_object_setn_new(specials, eos, el, json_pack("{s:s%, s:[I], s:[s%]}", "id", eos, el, "ids", (json_int_t)v->eos, "tokens", eos, el));
-    json_t *model = json_pack("{s:s, s:n, s:n, s:s, s:s, s:b, s:b, s:b, s:o, s:o}", "type", "BPE", "dropout", "unk_token",
+    // SentencePiece: LlamaTokenizer's BPE (fuse_unk, byte_fallback to the <0xNN> tokens, no
+    // unk_token: a piece with neither is dropped, as transformers' tokenizer does) and decoder
+    json_t *model = v->sp ? json_pack("{s:s, s:n, s:n, s:n, s:n, s:b, s:b, s:b, s:o, s:o}", "type", "BPE", "dropout",
+                                      "unk_token", "continuing_subword_prefix", "end_of_word_suffix", "fuse_unk", 1,
+                                      "byte_fallback", 1, "ignore_merges", 0, "vocab", vocab, "merges", merges)
+                          : json_pack("{s:s, s:n, s:n, s:s, s:s, s:b, s:b, s:b, s:o, s:o}", "type", "BPE", "dropout", "unk_token",
                               "continuing_subword_prefix", "", "end_of_word_suffix", "", "fuse_unk", 0, "byte_fallback", 0,
                               "ignore_merges", 0, "vocab", vocab, "merges", merges);
+    json_t *decoder = v->sp ? json_pack("{s:s, s:[{s:s, s:{s:s}, s:s}, {s:s}, {s:s}, {s:s, s:s, s:i, s:i}]}", "type",
+                                        "Sequence", "decoders", "type", "Replace", "pattern", "String", "\u2581",
+                                        "content", " ", "type", "ByteFallback", "type", "Fuse", "type", "Strip",
+                                        "content", " ", "start", 1, "stop", 0)
+                            : byte_level(true, true);
     vocab = merges = NULL;
     json_t *tj = json_pack("{s:s, s:n, s:n, s:o, s:n, s:o, s:{s:s, s:o, s:o, s:o}, s:o, s:o}", "version", "1.0",
                            "truncation", "padding", "added_tokens", added, "normalizer", "pre_tokenizer", pretok,
                            "post_processor", "type", "TemplateProcessing", "single", single, "pair", pair,
-                           "special_tokens", specials, "decoder", byte_level(true, true), "model", model);
+                           "special_tokens", specials, "decoder", decoder, "model", model);
     added = NULL;
     if (!tj) { err_set(err, PAIL_ERR_NOMEM, "out of memory building tokenizer.json"); goto out; }
     rc = write_json(dir, "tokenizer.json", tj, err);
@@ -401,6 +627,66 @@ out:
     json_decref(added);
     buf_free(&key);
     return rc;
+}
+
+// What a SentencePiece ("llama") file needs beyond the token list: its scores, to rank
+// the merges when it has none, finite; the dummy prefix, the only spelling transformers
+// builds (it ignores tokenizer.ggml.add_space_prefix, so a file without the prefix would
+// tokenize differently than llama.cpp does); no byte-level pre-tokenizer name.
+static int sp_check(const GgufFile *g, Vocab *v, PailErr *err) {
+    PailErr e = {0};
+    if (!gguf_find(g, "tokenizer.ggml.merges")) {
+        uint64_t ns;
+        const uint8_t *sd;
+        if (!gguf_find(g, "tokenizer.ggml.scores"))
+            return err_set(err, PAIL_ERR_INVALID, "gguf %s: tokenizer.ggml.scores is missing; a SentencePiece vocabulary "
+                           "without merges needs its scores to rank them", g->path);
+        if (gguf_get_array(g, "tokenizer.ggml.scores", GGUF_TYPE_FLOAT32, &ns, &sd, err) < 0) return -1;
+        if (ns != v->n)
+            return err_set(err, PAIL_ERR_INVALID, "gguf %s: %llu token scores for %llu tokens", g->path,
+                           (unsigned long long)ns, (unsigned long long)v->n);
+        v->score = sd;  // the reader checked it lies in the file
+        for (uint64_t i = 0; i < ns; i++) {
+            float f;
+            memcpy(&f, sd + 4 * i, 4);
+            if (isnan(f))
+                return err_set(err, PAIL_ERR_INVALID, "gguf %s: tokenizer.ggml.scores[%llu] is nan", g->path,
+                               (unsigned long long)i);
+        }
+    }
+    bool prefix = true;
+    if (gguf_get_bool(g, "tokenizer.ggml.add_space_prefix", &prefix, &e) == 0 && !prefix)
+        return err_set(err, PAIL_ERR_UNSUPPORTED, "gguf %s: tokenizer.ggml.add_space_prefix is false; pail imports "
+                       "SentencePiece vocabularies with the dummy prefix only (transformers' loader ignores the key)",
+                       g->path);
+    const char *pre;
+    size_t pl;
+    if (gguf_get_string(g, "tokenizer.ggml.pre", &pre, &pl, &e) == 0 && pre_split(pre, pl))
+        return err_set(err, PAIL_ERR_UNSUPPORTED, "gguf %s: tokenizer.ggml.pre '%.*s' is a byte-level split for a "
+                       "SentencePiece ('llama') vocabulary", g->path, (int)(pl > 32 ? 32 : pl), pre);
+    return 0;
+}
+
+// transformers' LlamaTokenizer falls back to <unk>, <s>, </s> for a special token whose id
+// the file does not give, and adds it as a special token (the post-processor adds only the
+// file's own bos / eos). One the vocabulary lacks would get an id past the model's
+// embeddings, so it is refused.
+static int sp_default_specials(const GgufFile *g, Vocab *v, PailErr *err) {
+    static const char *key[3] = {"unknown_token_id", "bos_token_id", "eos_token_id"};
+    static const char *name[3] = {"<unk>", "<s>", "</s>"};
+    PailErr e = {0};
+    for (int k = 0; k < 3; k++) {
+        char full[64];
+        int64_t id;
+        snprintf(full, sizeof full, "tokenizer.ggml.%s", key[k]);
+        if (gguf_get_int(g, full, &id, &e) == 0) continue;
+        for (uint64_t i = v->n; i-- > 0 && v->dflt[k] < 0;)  // the last one, as the vocab dict keeps
+            if (v->len[i] == strlen(name[k]) && !memcmp(v->tok[i], name[k], v->len[i])) v->dflt[k] = (int64_t)i;
+        if (v->dflt[k] < 0)
+            return err_set(err, PAIL_ERR_UNSUPPORTED, "gguf %s: %s is missing and the vocabulary has no '%s' "
+                           "(transformers would add one past the model's vocabulary)", g->path, full, name[k]);
+    }
+    return 0;
 }
 
 static json_t *token_or_null(const Vocab *v, int64_t id) {
@@ -415,11 +701,12 @@ static int write_tokenizer(const GgufFile *g, const char *dir, int *n_vocab, Pai
         *err = e;
         return err_wrap(err, "tokenizer");
     }
-    if (!(ml == 4 && !memcmp(model, "gpt2", 4)))
+    Vocab v = {.dflt = {-1, -1, -1}};
+    v.sp = ml == 5 && !memcmp(model, "llama", 5);
+    if (!(ml == 4 && !memcmp(model, "gpt2", 4)) && !v.sp)
         return err_set(err, PAIL_ERR_UNSUPPORTED,
-                       "gguf %s: tokenizer.ggml.model is '%.*s'; pail imports only 'gpt2' (byte-level BPE), not "
-                       "SentencePiece ('llama') or others", g->path, (int)(ml > 32 ? 32 : ml), model);
-    Vocab v = {0};
+                       "gguf %s: tokenizer.ggml.model is '%.*s'; pail imports 'gpt2' (byte-level BPE) and 'llama' "
+                       "(SentencePiece BPE)", g->path, (int)(ml > 32 ? 32 : ml), model);
     const uint8_t *td;
     if (gguf_get_array(g, "tokenizer.ggml.tokens", GGUF_TYPE_STRING, &v.n, &td, err) < 0) return -1;
     if (v.n == 0 || v.n > (1u << 22)) return err_set(err, PAIL_ERR_INVALID, "gguf %s: %llu tokens", g->path, (unsigned long long)v.n);
@@ -436,6 +723,7 @@ static int write_tokenizer(const GgufFile *g, const char *dir, int *n_vocab, Pai
         if (!(v.type = malloc(nt * sizeof *v.type))) { err_set(err, PAIL_ERR_NOMEM, "out of memory"); goto out; }
         memcpy(v.type, tt, nt * 4);
     }
+    if (v.sp && (sp_check(g, &v, err) < 0)) goto out;
     const char *ids[4] = {"bos_token_id", "eos_token_id", "unknown_token_id", "padding_token_id"};
     int64_t *dst[4] = {&v.bos, &v.eos, &v.unk, &v.pad};
     for (int i = 0; i < 4; i++) {
@@ -448,6 +736,9 @@ static int write_tokenizer(const GgufFile *g, const char *dir, int *n_vocab, Pai
             goto out;
         }
     }
+    // transformers: a SentencePiece file without the flag adds BOS (llama.cpp's default for it)
+    if (v.sp) v.add_bos = true;
+    if (v.sp && sp_default_specials(g, &v, err) < 0) goto out;
     gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &v.add_bos, &e);
     gguf_get_bool(g, "tokenizer.ggml.add_eos_token", &v.add_eos, &e);
     if (build_tokenizer_json(g, &v, dir, err) < 0) goto out;
@@ -455,8 +746,9 @@ static int write_tokenizer(const GgufFile *g, const char *dir, int *n_vocab, Pai
     size_t cl = 0;
     gguf_get_string(g, "tokenizer.chat_template", &ct, &cl, &e);
     json_t *cfg = json_pack("{s:b, s:b, s:o, s:o, s:o, s:o, s:s}", "add_bos_token", v.add_bos, "add_eos_token", v.add_eos,
-                            "bos_token", token_or_null(&v, v.bos), "eos_token", token_or_null(&v, v.eos), "pad_token",
-                            token_or_null(&v, v.pad), "unk_token", token_or_null(&v, v.unk), "tokenizer_class",
+                            "bos_token", token_or_null(&v, v.bos >= 0 ? v.bos : v.dflt[1]), "eos_token",
+                            token_or_null(&v, v.eos >= 0 ? v.eos : v.dflt[2]), "pad_token", token_or_null(&v, v.pad),
+                            "unk_token", token_or_null(&v, v.unk >= 0 ? v.unk : v.dflt[0]), "tokenizer_class",
                             "PreTrainedTokenizerFast");
     if (!cfg) { err_set(err, PAIL_ERR_INVALID, "gguf %s: a special token is not UTF-8", g->path); goto out; }
     // Refused, not cleaned: a template is text, and a NUL in it is a damaged file (GGUF strings
@@ -496,11 +788,13 @@ int gguf_import(const GgufFile *g, const char *dir, const GgufImportOptions *opt
     ModelType type;
     char a[16] = "";
     if (al < sizeof a) memcpy(a, arch, al);
-    // llama.cpp writes Mistral 7B's GGUF as architecture "llama" (no window key):
-    // it imports as a llama model, full attention; pail imports no other family
-    if (al >= sizeof a || model_type_parse(a, &type) < 0 || type > MODEL_QWEN3)
-        return err_set(err, PAIL_ERR_UNSUPPORTED, "gguf %s: architecture '%.*s' (pail imports llama, qwen2 and qwen3)",
-                       g->path, (int)(al > 32 ? 32 : al), arch);
+    // llama.cpp writes Mistral 7B's GGUF as architecture "llama": it imports as llama (full
+    // attention), or as mistral when the file gives a sliding window (build_config_family)
+    if (al >= sizeof a || model_type_parse(a, &type) < 0 || type == MODEL_MISTRAL ||
+        !(type <= MODEL_QWEN3 || type == MODEL_EXAONE || type == MODEL_GRANITE || type == MODEL_OLMO2 ||
+          type == MODEL_SMOLLM3))
+        return err_set(err, PAIL_ERR_UNSUPPORTED, "gguf %s: architecture '%.*s' (pail imports llama, qwen2, qwen3, "
+                       "exaone, granite, olmo2 and smollm3)", g->path, (int)(al > 32 ? 32 : al), arch);
     snprintf(info->arch, sizeof info->arch, "%s", a);
     if (opt->dtype != ST_DTYPE_BF16 && opt->dtype != ST_DTYPE_F32)
         return err_set(err, PAIL_ERR_INVALID, "gguf import: dtype %s is not BF16 or F32", safetensors_dtype_name(opt->dtype));
@@ -510,6 +804,7 @@ int gguf_import(const GgufFile *g, const char *dir, const GgufImportOptions *opt
     ModelConfig cfg;
     if (build_config(g, a, type, n_vocab, &cfg, err) < 0) return -1;
     info->vocab = cfg.vocab_size;
+    snprintf(info->arch, sizeof info->arch, "%s", model_type_name(cfg.type));  // a llama file with a window: mistral
     ModelWeights w;
     if (model_weights_alloc(&w, &cfg, err) < 0) return -1;
     int rc = load_tensors(g, &w, type, info, err);

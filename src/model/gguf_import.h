@@ -1,5 +1,6 @@
-// A GGUF file (llama, qwen2 or qwen3 architecture, gpt2 byte-level BPE
-// tokenizer) imported as a Hugging Face folder the way transformers'
+// A GGUF file (llama, qwen2, qwen3, exaone, granite, olmo2 or smollm3 architecture; a
+// llama one with a sliding window as mistral; gpt2 byte-level BPE or llama SentencePiece
+// BPE tokenizer) imported as a Hugging Face folder the way transformers'
 // from_pretrained(..., gguf_file=...) reads it: config.json, generation_config.json,
 // model.safetensors (bf16 or f32), tokenizer.json, tokenizer_config.json and,
 // when the file has one, chat_template.jinja. Byte-deterministic: the same file
@@ -15,7 +16,7 @@ typedef struct {
 
 // What the import wrote, for the command's summary line.
 typedef struct {
-    char arch[16];            // "llama"
+    char arch[16];            // the model_type imported: "llama", "mistral" (a llama file with a window)
     int n_tensors, vocab;
     char types[128];          // the tensor types the file held: "Q4_1 F32 Q8_0"
 } GgufImportInfo;

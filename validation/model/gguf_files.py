@@ -5,6 +5,13 @@ and the checks against gguf-py and transformers.
                                  random blocks with finite fp16 scales (gguf-py cannot quantize them)
   check-dequant FILE.gguf DIR    DIR/<name>.f32 (pail's) bit-equal to gguf.quants.dequantize
   model OUT.gguf --arch A --qtype T   a tiny random llama / qwen2 / qwen3 model with a gpt2 tokenizer
+                                 (--tokenizer sp: a small SentencePiece one; a tokenizer.model path: that one)
+  check-import FILE.gguf DIR     pail's folder against transformers' reading of the GGUF: ids, log-probs
+  check-tokenizer FILE.gguf DIR  pail's tokenizer against transformers' from the GGUF on the tokenizer corpus
+  from-hf WORK NAME=FAMILY[:MOD] a tiny random transformers checkpoint (granite, olmo2, exaone, smollm3,
+                                 mistral; llama31, exaone35: llama3 RoPE scaling) and the GGUF
+                                 convert_hf_to_gguf writes from it
+  check-hf WORK NAME ...         pail's log-probs on the imported folder against transformers' on the checkpoint
 """
 import argparse
 import sys
@@ -99,12 +106,65 @@ def tiny_vocab():
     return tokens, types, merges
 
 
+def sp_vocab_random():
+    """A small SentencePiece BPE vocabulary as llama.cpp writes one: <unk> (UNKNOWN), <s> </s>
+    (CONTROL), the 256 <0xNN> byte tokens (BYTE), then the characters and pieces of greedy BPE
+    on the strings with U+2581 for the space, scored -rank, with ties (equal scores) on purpose;
+    a CONTROL [INST] and a USER_DEFINED <think>. Characters outside it fall back to bytes."""
+    text = "\u2581" + "\u2581".join(" ".join(STRINGS * 3).replace("\n", " ").split(" "))
+    chars = sorted(set(text) - {"\u65e5", "\U0001F600"})  # two characters left to the byte fallback
+    tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)]
+    types = [2, 3, 3] + [6] * 256
+    scores = [0.0] * len(tokens)
+    pieces, have = [], set(tokens)
+    words = [list(w) for w in text.replace("\u2581", " \u2581").split(" ") if w]
+    for _ in range(70):
+        counts = {}
+        for w in words:
+            for x, y in zip(w, w[1:]):
+                counts[(x, y)] = counts.get((x, y), 0) + 1
+        if not counts:
+            break
+        (x, y), _ = max(counts.items(), key=lambda kv: (kv[1], kv[0]))
+        if x + y not in have:
+            pieces.append(x + y); have.add(x + y)
+        for w in words:
+            i = 0
+            while i < len(w) - 1:
+                if w[i] == x and w[i + 1] == y:
+                    w[i:i + 2] = [x + y]
+                i += 1
+    for r, t in enumerate(pieces):
+        tokens.append(t); types.append(1); scores.append(-float(r // 3))  # three pieces a score: ties
+    for c in chars:
+        if c not in have:
+            tokens.append(c); types.append(1); scores.append(-1000.0); have.add(c)
+    for t, ty in (("[INST]", 3), ("<think>", 4)):
+        tokens.append(t); types.append(ty); scores.append(0.0)
+    return tokens, types, scores
+
+
+def sp_vocab_model(path):
+    """A real SentencePiece tokenizer.model as llama.cpp's convert_hf_to_gguf writes it
+    (_create_vocab_sentencepiece: pieces, scores, piece types; the specials' ids)."""
+    from transformers.convert_slow_tokenizer import import_protobuf
+    m = import_protobuf().ModelProto()
+    with open(path, "rb") as f:
+        m.ParseFromString(f.read())
+    return [p.piece for p in m.pieces], [p.type for p in m.pieces], [p.score for p in m.pieces], m
+
+
 def cmd_model(a):
     rng = np.random.default_rng(a.seed)
     arch, qt = a.arch, Q[a.qtype]
     C, L, H, Hkv, F = 64, 2, 4, 2, 128
     D = 128 if arch == "qwen3" else C // H  # transformers reads no head_dim for qwen3: Qwen3Config's 128
-    tokens, types, merges = tiny_vocab()
+    if a.tokenizer == "gpt2":
+        tokens, types, merges = tiny_vocab()
+    elif a.tokenizer == "sp":
+        tokens, types, scores = sp_vocab_random()
+    else:
+        tokens, types, scores, proto = sp_vocab_model(a.tokenizer)
     V = len(tokens)
     w = gguf.GGUFWriter(a.out, arch)
     w.add_block_count(L); w.add_context_length(256); w.add_embedding_length(C)
@@ -114,10 +174,17 @@ def cmd_model(a):
         w.add_rope_dimension_count(D)
     if arch == "qwen3":
         w.add_key_length(D); w.add_value_length(D)
-    w.add_tokenizer_model("gpt2"); w.add_tokenizer_pre({"llama": "llama-bpe", "qwen2": "qwen2", "qwen3": "smollm"}[arch])
-    w.add_token_list(tokens); w.add_token_types(types); w.add_token_merges(merges)
-    w.add_bos_token_id(V - 3); w.add_eos_token_id(V - 2); w.add_pad_token_id(V - 2)
-    w.add_add_bos_token(arch == "llama")
+    if a.tokenizer == "gpt2":
+        w.add_tokenizer_model("gpt2"); w.add_tokenizer_pre({"llama": "llama-bpe", "qwen2": "qwen2", "qwen3": "smollm"}[arch])
+        w.add_token_list(tokens); w.add_token_types(types); w.add_token_merges(merges)
+        w.add_bos_token_id(V - 3); w.add_eos_token_id(V - 2); w.add_pad_token_id(V - 2)
+        w.add_add_bos_token(arch == "llama")
+    else:  # SentencePiece: no merges, the scores rank them; the dummy prefix
+        w.add_tokenizer_model("llama"); w.add_tokenizer_pre("default")
+        w.add_token_list(tokens); w.add_token_scores(scores); w.add_token_types(types)
+        w.add_add_space_prefix(True)
+        w.add_unk_token_id(0); w.add_bos_token_id(1); w.add_eos_token_id(2)
+        w.add_add_bos_token(True); w.add_add_eos_token(a.add_eos)
     w.add_chat_template(a.chat_template.replace("\\0", "\0") if a.chat_template is not None else
                         "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}")
 
@@ -154,7 +221,9 @@ def cmd_check_import(a):
     from tokenizers import Tokenizer
     written = Tokenizer.from_file(f"{a.dir}/tokenizer.json")  # pail's file as the HF library reads it
     pail_ids = [json.loads(l) for l in open(a.pail_ids)]
-    bad = 0
+    bad = len(pail_ids) != len(STRINGS)
+    if bad:
+        print(f"tokenize: pail gave {len(pail_ids)} id lists for {len(STRINGS)} strings")
     for s, got in zip(STRINGS, pail_ids):
         ref = tok(s, add_special_tokens=False)["input_ids"]
         ref_sp, got_sp = tok(s)["input_ids"], written.encode(s).ids  # with the post-processor's bos / eos
@@ -182,6 +251,215 @@ def cmd_check_import(a):
     sys.exit(0 if ok and not bad else 1)
 
 
+# The families written from a transformers checkpoint: GGUF architecture, whether
+# convert_hf_to_gguf permutes Q and K (LlamaModel and its subclasses).
+HF_FAMILIES = {"granite": ("granite", True), "olmo2": ("olmo2", False), "exaone": ("exaone", False),
+               "smollm3": ("smollm3", True), "mistral": ("llama", True), "llama31": ("llama", True),
+               "exaone35": ("exaone", False)}
+# llama3 RoPE scaling as Llama 3.1 and EXAONE 3.5 publish it (theta, factor; low 1, high 4, 8192)
+LLAMA3_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+               "original_max_position_embeddings": 8192, "rope_theta": 500000.0}
+
+
+def hf_config(family, V):
+    import transformers as tf
+    common = dict(vocab_size=V, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, max_position_embeddings=256, rms_norm_eps=1e-5, bos_token_id=None,
+                  eos_token_id=None, pad_token_id=None)
+    if family == "granite":  # Granite 3.x's multipliers (attention_multiplier larger, as check_forward), tied
+        return tf.GraniteConfig(**common, tie_word_embeddings=True, embedding_multiplier=12.0, residual_multiplier=0.22,
+                                attention_multiplier=0.25, logits_scaling=8.0)
+    if family == "olmo2":
+        return tf.Olmo2Config(**common, tie_word_embeddings=False)
+    if family == "exaone":
+        return tf.ExaoneConfig(**common, tie_word_embeddings=False,
+                               rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})
+    if family == "smollm3":  # 4 layers: the default no_rope_layer_interval 4 leaves RoPE out of layer 3, tied
+        return tf.SmolLM3Config(**dict(common, num_hidden_layers=4))
+    if family == "llama31":
+        return tf.LlamaConfig(**dict(common, max_position_embeddings=16384), tie_word_embeddings=False,
+                              rope_parameters=dict(LLAMA3_ROPE))
+    if family == "exaone35":
+        return tf.ExaoneConfig(**dict(common, max_position_embeddings=16384), tie_word_embeddings=False,
+                               rope_parameters=dict(LLAMA3_ROPE, factor=32.0))
+    if family == "mistral":  # a window far shorter than the 32-token sequences
+        return tf.MistralConfig(**common, sliding_window=8, tie_word_embeddings=False)
+    raise SystemExit(f"unknown family {family}")
+
+
+def permute(w, n_head, n_head_kv):
+    """convert_hf_to_gguf's LlamaModel.permute: each head's rows (t, i) -> (i, t)."""
+    if n_head_kv is not None and n_head != n_head_kv:
+        n_head = n_head_kv
+    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+# from-hf's damaged variants, for the refusals: what each changes in the file
+FROM_HF_MODS = ("no-window", "window4", "no-logit-scale", "rope-dim-half", "drop-post-ffw", "rope-freqs-off")
+
+
+def llama3_rope_freqs(rp, dim):
+    """convert_hf_to_gguf's generate_extra_tensors (LlamaModel, ExaoneModel): the llama3 factors."""
+    import math, torch
+    base = rp["rope_theta"]
+    freqs = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim))
+    factor, lo, hi, old = rp["factor"], rp["low_freq_factor"], rp["high_freq_factor"], rp["original_max_position_embeddings"]
+    out = []
+    for freq in freqs:
+        wavelen = 2 * math.pi / freq
+        if wavelen < old / hi:
+            out.append(1)
+        elif wavelen > old / lo:
+            out.append(factor)
+        else:
+            smooth = (old / wavelen - lo) / (hi - lo)
+            out.append(1 / ((1 - smooth) / factor + smooth))
+    return torch.tensor(out, dtype=torch.float32).numpy()
+
+
+def write_from_hf(hf_dir, out, family, mod, seed):
+    """A tiny random transformers checkpoint of a family (saved to hf_dir) and the GGUF llama.cpp's
+    convert_hf_to_gguf writes from it (F32 tensors): its keys, the checkpoint's tensor names mapped
+    by gguf-py's tensor map, Q / K permuted where the converter does; the byte-level tokenizer.
+    mod (FROM_HF_MODS) damages the file for a refusal check."""
+    import torch
+    from safetensors.numpy import load_file
+    from transformers import AutoModelForCausalLM
+    arch, permuted = HF_FAMILIES[family]
+    tokens, types, merges = tiny_vocab()
+    cfg = hf_config(family, len(tokens))
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.copy_(1.0 + 0.1 * torch.randn_like(p))
+            elif "q_proj" in name or "k_proj" in name:  # scores far from uniform, so a wrong RoPE layout shows
+                p.mul_(10.0)
+    model.save_pretrained(hf_dir)
+    sd = load_file(f"{hf_dir}/model.safetensors")  # the file's own names (EXAONE keeps its)
+    C, H, Hkv, L = cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.num_hidden_layers
+    w = gguf.GGUFWriter(out, arch)
+    w.add_block_count(L); w.add_context_length(cfg.max_position_embeddings); w.add_embedding_length(C)
+    w.add_feed_forward_length(cfg.intermediate_size); w.add_head_count(H); w.add_head_count_kv(Hkv)
+    w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
+    w.add_rope_freq_base(cfg.rope_parameters["rope_theta"])
+    if permuted or family == "exaone":  # LlamaModel and ExaoneModel write the rotary width
+        w.add_rope_dimension_count(C // H // (2 if mod == "rope-dim-half" else 1))
+    if family == "granite":  # GraniteModel: the multipliers as *_scale keys
+        w.add_attention_scale(cfg.attention_multiplier); w.add_embedding_scale(cfg.embedding_multiplier)
+        w.add_residual_scale(cfg.residual_multiplier)
+        if mod != "no-logit-scale":
+            w.add_logit_scale(cfg.logits_scaling)
+    if (family == "mistral" and mod != "no-window") or mod == "window4":
+        w.add_sliding_window(4 if mod == "window4" else cfg.sliding_window)
+    w.add_tokenizer_model("gpt2"); w.add_tokenizer_pre("llama-bpe")
+    w.add_token_list(tokens); w.add_token_types(types); w.add_token_merges(merges)
+    if cfg.rope_parameters.get("rope_type") == "llama3":
+        rf = llama3_rope_freqs(cfg.rope_parameters, C // H)
+        if mod == "rope-freqs-off":  # one band's factor changed: no llama3 table
+            rf[len(rf) // 2] *= 1.01
+        w.add_tensor("rope_freqs.weight", rf)
+    tmap = gguf.get_tensor_name_map(gguf.MODEL_ARCH[arch.upper()], L)
+    for name, t in sd.items():
+        if mod == "drop-post-ffw" and "layers.1.post_feedforward_layernorm" in name:
+            continue
+        new = tmap.get_name(name, try_suffixes=(".weight", ".bias"))
+        if new is None:
+            raise SystemExit(f"{name}: no GGUF name for {arch}")
+        if permuted and name.endswith("q_proj.weight"):
+            t = permute(t, H, H)
+        if permuted and name.endswith("k_proj.weight"):
+            t = permute(t, H, Hkv)
+        w.add_tensor(new, np.ascontiguousarray(t.astype(np.float32)))
+    w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+
+
+def cmd_from_hf(a):
+    """from-hf WORK NAME=FAMILY[:MOD] ...: WORK/NAME.hf (the checkpoint) and WORK/NAME.gguf each."""
+    for spec in a.specs:
+        name, fm = spec.split("=")
+        family, _, mod = fm.partition(":")
+        if family not in HF_FAMILIES or (mod and mod not in FROM_HF_MODS):
+            raise SystemExit(f"{spec}: family one of {sorted(HF_FAMILIES)}, MOD one of {FROM_HF_MODS}")
+        write_from_hf(f"{a.work}/{name}.hf", f"{a.work}/{name}.gguf", family, mod, a.seed)
+
+
+def cmd_check_hf(a):
+    """check-hf WORK NAME ...: pail's log-probs on the imported WORK/NAME against transformers' on
+    the checkpoint WORK/NAME.hf the GGUF was written from (f32), on 3 random 32-token sequences;
+    one line per NAME."""
+    import json, subprocess, torch
+    from transformers import AutoModelForCausalLM
+    bad = 0
+    for name in a.names:
+        hf, d = f"{a.work}/{name}.hf", f"{a.work}/{name}"
+        model = AutoModelForCausalLM.from_pretrained(hf, dtype=torch.float32).eval()
+        g = torch.Generator().manual_seed(5)
+        seqs = [torch.randint(0, model.config.vocab_size, (32,), generator=g).tolist() for _ in range(3)]
+        path = f"{d}.ids.jsonl"
+        with open(path, "w") as out:
+            for s in seqs:
+                out.write(json.dumps({"ids": s}) + "\n")
+        r = subprocess.run([a.ctl, "logprobs", "--model", d, "--input", path, "--dtype", "f32"], capture_output=True,
+                           text=True)
+        worst, lines = float("inf"), r.stdout.splitlines()
+        if r.returncode == 0 and len(lines) == len(seqs):
+            worst = 0.0
+            for s, line in zip(seqs, lines):
+                with torch.no_grad():
+                    lp = torch.log_softmax(model(torch.tensor([s])).logits[0].double(), -1)
+                ref = lp[torch.arange(len(s) - 1), torch.tensor(s[1:])].numpy()
+                worst = max(worst, float(np.abs(np.array(json.loads(line)["logprobs"]) - ref).max()))
+        ok = worst <= a.tol
+        bad += not ok
+        print(f"{'PASS' if ok else 'FAIL'} {name}: log-probs max |pail - transformers on the checkpoint| = {worst:.3g} "
+              f"over {len(seqs)} sequences of 32 ({'<=' if ok else '>'} {a.tol}){'' if r.returncode == 0 else ' ' + r.stderr.strip()}")
+    sys.exit(1 if bad else 0)
+
+
+def cmd_check_tokenizer(a):
+    """pail's imported tokenizer.json against the tokenizer transformers builds from the same GGUF
+    on validation/tokenizer's corpus (>= 2,000 strings): ids without special tokens (grpo-ctl
+    tokenize), ids with them (the written file's post-processor, through the tokenizers library),
+    and the text of transformers' ids decoded (grpo-ctl detokenize)."""
+    import json, os, subprocess
+    from transformers import AutoTokenizer
+    from tokenizers import Tokenizer
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tokenizer"))
+    import corpus
+    d, f = os.path.dirname(os.path.abspath(a.file)), os.path.basename(a.file)
+    tok = AutoTokenizer.from_pretrained(d, gguf_file=f)
+    texts = corpus.texts() + STRINGS
+    tj = f"{a.dir}/tokenizer.json"
+
+    def ctl(args, items):
+        path = f"{a.dir}.check.jsonl"
+        with open(path, "w", encoding="utf-8") as out:
+            for x in items:
+                out.write(json.dumps(x, ensure_ascii=False) + "\n")
+        r = subprocess.run([a.ctl] + args + ["--tokenizer", tj, "--jsonl", path], capture_output=True)
+        if r.returncode:
+            sys.exit(f"{a.ctl} {args[0]}: {r.stderr.decode(errors='replace').strip()}")
+        return [json.loads(l) for l in r.stdout.decode().split("\n") if l]
+
+    want = [tok(t, add_special_tokens=False)["input_ids"] for t in texts]
+    got = ctl(["tokenize"], texts)
+    written = Tokenizer.from_file(tj)
+    want_sp = [tok(t)["input_ids"] for t in texts]
+    got_sp = [e.ids for e in written.encode_batch(texts)]
+    want_dec = [tok.decode(i) for i in want]
+    got_dec = ctl(["detokenize"], want)
+    bad = 0
+    for what, w, g in (("ids", want, got), ("ids with bos/eos", want_sp, got_sp), ("decode", want_dec, got_dec)):
+        diff = [i for i in range(len(texts)) if i >= len(g) or w[i] != g[i]]
+        print(f"{what}: {len(texts) - len(diff)}/{len(texts)} equal")
+        for i in diff[:3]:
+            print(f"    {texts[i][:60]!r}: transformers {w[i][:12]!r} pail {g[i][:12] if i < len(g) else None!r}")
+        bad += bool(diff)
+    sys.exit(1 if bad else 0)
+
+
 def main():
     p = argparse.ArgumentParser()
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -191,10 +469,19 @@ def main():
     s.add_argument("--qtype", default="Q8_0"); s.add_argument("--seed", type=int, default=1)
     s.add_argument("--rope-base", type=float, default=10000.0, help="rope.freq_base (inf, nan, 0: hostile files)")
     s.add_argument("--chat-template", help="tokenizer.chat_template; \\0 in it becomes a NUL byte")
+    s.add_argument("--tokenizer", default="gpt2",
+                   help="gpt2 (a small byte-level BPE), sp (a small SentencePiece BPE) or a tokenizer.model's path")
+    s.add_argument("--add-eos", action="store_true", help="SentencePiece: tokenizer.ggml.add_eos_token")
     s.set_defaults(f=cmd_model)
     s = sub.add_parser("check-import"); s.add_argument("file"); s.add_argument("dir"); s.add_argument("--ctl", required=True)
     s.add_argument("--pail-ids", required=True); s.add_argument("--ids-out", required=True)
     s.add_argument("--tol", type=float, default=1e-4); s.set_defaults(f=cmd_check_import)
+    s = sub.add_parser("from-hf"); s.add_argument("work"); s.add_argument("specs", nargs="+", help="NAME=FAMILY[:MOD]")
+    s.add_argument("--seed", type=int, default=3); s.set_defaults(f=cmd_from_hf)
+    s = sub.add_parser("check-hf"); s.add_argument("work"); s.add_argument("names", nargs="+")
+    s.add_argument("--ctl", required=True); s.add_argument("--tol", type=float, default=1e-4); s.set_defaults(f=cmd_check_hf)
+    s = sub.add_parser("check-tokenizer"); s.add_argument("file"); s.add_argument("dir"); s.add_argument("--ctl", required=True)
+    s.set_defaults(f=cmd_check_tokenizer)
     a = p.parse_args()
     a.f(a)
 
