@@ -105,6 +105,19 @@ void rope_backward(float *dx, const float *dout, const int *pos, const float *co
 void rope_backward_ref(float *dx, const float *dout, const int *pos, const float *cos_t,
                        const float *sin_t, int T, int nh, int D);
 
+// ---- rope_partial: RoPE on the first rd of each head's D dims, the rest passed through
+// (phi3's partial_rotary_factor); tables (P, rd/2) from rope_table_build(.., rd); rd even,
+// 2 <= rd <= D. out may equal x (then the passed dims are not touched). ----
+void rope_partial_forward(float *out, const float *x, const int *pos, const float *cos_t, const float *sin_t, int T,
+                          int nh, int D, int rd);
+void rope_partial_forward_ref(float *out, const float *x, const int *pos, const float *cos_t, const float *sin_t,
+                              int T, int nh, int D, int rd);
+// dx = R(pos)^T dout on the rotated dims, dout elsewhere (dx may equal dout).
+void rope_partial_backward(float *dx, const float *dout, const int *pos, const float *cos_t, const float *sin_t,
+                           int T, int nh, int D, int rd);
+void rope_partial_backward_ref(float *dx, const float *dout, const int *pos, const float *cos_t, const float *sin_t,
+                               int T, int nh, int D, int rd);
+
 // ---- attention: causal grouped-query attention over a packed row ----
 // q(T,H,D), k,v(T,Hkv,D); nseq sequences packed back to back, sequence s is rows
 // cu_seqlens[s] .. cu_seqlens[s+1]-1 (cu_seqlens[0] = 0, cu_seqlens[nseq] = T).
@@ -319,6 +332,10 @@ int rope_forward_cuda(float *out, const float *x, const int *pos, const float *c
                       const float *sin_t, int T, int nh, int D, struct CUstream_st *stream, PailErr *err);
 int rope_backward_cuda(float *dx, const float *dout, const int *pos, const float *cos_t,
                        const float *sin_t, int T, int nh, int D, struct CUstream_st *stream, PailErr *err);
+int rope_partial_forward_cuda(float *out, const float *x, const int *pos, const float *cos_t, const float *sin_t,
+                              int T, int nh, int D, int rd, struct CUstream_st *stream, PailErr *err);
+int rope_partial_backward_cuda(float *dx, const float *dout, const int *pos, const float *cos_t, const float *sin_t,
+                               int T, int nh, int D, int rd, struct CUstream_st *stream, PailErr *err);
 int attention_forward_cuda(float *out, float *lse, const float *q, const float *k,
                            const float *v, const int *cu_seqlens, int nseq, int T, int H,
                            int Hkv, int D, int W, struct CUstream_st *stream, PailErr *err);
