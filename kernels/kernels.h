@@ -91,6 +91,9 @@ typedef struct {      // transformers' rope_scaling for rope_type "llama3"
 } RopeScaling;
 // inv_freq(D/2) as transformers computes it in fp32 (_compute_default/_llama3_parameters).
 void rope_inv_freq(float *inv_freq, int D, float theta, const RopeScaling *scaling);
+// longrope (phi3): inv_freq[i] = 1 / (ext[i] * theta^(2i/D)) in fp32, as transformers'
+// _compute_longrope_parameters (ext: its short_factor or long_factor, D/2 entries).
+void rope_inv_freq_ext(float *inv_freq, int D, float theta, const float *ext);
 // cos, sin (P, D/2): tables for positions 0..P-1; angle = fp32(pos * inv_freq[i]).
 void rope_table_build(float *cos_t, float *sin_t, const float *inv_freq, int P, int D);
 // out(T,nh,D) = rope(x) with row t rotated by position pos[t] (0 <= pos < P, the
