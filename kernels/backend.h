@@ -120,6 +120,11 @@ typedef struct {
     int (*adamw_grad_sumsq)(Backend *b, double *sumsq, const float *g, size_t n, PailErr *err);
     int (*adamw_update)(Backend *b, float *p, float *m, float *v, const float *g, size_t n, float lr, float beta1,
                         float beta2, float eps, float weight_decay, int step, float grad_scale, PailErr *err);
+    // phi3's partial rotary: RoPE on the first rd of D dims (kernels.h rope_partial)
+    int (*rope_partial_forward)(Backend *b, float *out, const float *x, const int *pos, const float *cos_t,
+                                const float *sin_t, int T, int nh, int D, int rd, PailErr *err);
+    int (*rope_partial_backward)(Backend *b, float *dx, const float *dout, const int *pos, const float *cos_t,
+                                 const float *sin_t, int T, int nh, int D, int rd, PailErr *err);
 } BackendOps;
 
 struct Backend {

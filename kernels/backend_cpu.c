@@ -237,6 +237,18 @@ static int cpu_adamw_update(Backend *b, float *p, float *m, float *v, const floa
     adamw_update(p, m, v, g, n, lr, beta1, beta2, eps, weight_decay, step, grad_scale);
     return 0;
 }
+static int cpu_rope_partial_forward(Backend *b, float *out, const float *x, const int *pos, const float *cos_t,
+                                    const float *sin_t, int T, int nh, int D, int rd, PailErr *err) {
+    UNUSED;
+    rope_partial_forward(out, x, pos, cos_t, sin_t, T, nh, D, rd);
+    return 0;
+}
+static int cpu_rope_partial_backward(Backend *b, float *dx, const float *dout, const int *pos, const float *cos_t,
+                                     const float *sin_t, int T, int nh, int D, int rd, PailErr *err) {
+    UNUSED;
+    rope_partial_backward(dx, dout, pos, cos_t, sin_t, T, nh, D, rd);
+    return 0;
+}
 
 static const BackendOps cpu_ops = {
     .name = "cpu",
@@ -273,6 +285,8 @@ static const BackendOps cpu_ops = {
     .sample = cpu_sample,
     .adamw_grad_sumsq = cpu_adamw_grad_sumsq,
     .adamw_update = cpu_adamw_update,
+    .rope_partial_forward = cpu_rope_partial_forward,
+    .rope_partial_backward = cpu_rope_partial_backward,
 };
 
 int backend_cpu_init(Backend *b) {

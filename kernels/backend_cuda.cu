@@ -187,6 +187,14 @@ static int cu_adamw_update(B_, float *p, float *m, float *v, const float *g, siz
     return adamw_update_cuda(p, m, v, g, n, lr, beta1, beta2, eps, weight_decay, step, grad_scale, impl(b)->stream,
                              err);
 }
+static int cu_rope_partial_forward(B_, float *out, const float *x, const int *pos, const float *cos_t,
+                                   const float *sin_t, int T, int nh, int D, int rd, PailErr *err) {
+    return rope_partial_forward_cuda(out, x, pos, cos_t, sin_t, T, nh, D, rd, S_, err);
+}
+static int cu_rope_partial_backward(B_, float *dx, const float *dout, const int *pos, const float *cos_t,
+                                    const float *sin_t, int T, int nh, int D, int rd, PailErr *err) {
+    return rope_partial_backward_cuda(dx, dout, pos, cos_t, sin_t, T, nh, D, rd, S_, err);
+}
 
 static size_t cu_sample_ws(Backend *b, int n, int V, const SampleParams *sp) {
     (void)b;
@@ -236,6 +244,8 @@ static BackendOps make_ops(void) {  // C++ has no designated initializers for th
     o.sample = cu_sample;
     o.adamw_grad_sumsq = cu_adamw_grad_sumsq;
     o.adamw_update = cu_adamw_update;
+    o.rope_partial_forward = cu_rope_partial_forward;
+    o.rope_partial_backward = cu_rope_partial_backward;
     return o;
 }
 static const BackendOps cuda_ops = make_ops();

@@ -523,6 +523,26 @@ static int sim_adamw_update(Backend *b, float *p, float *m, float *v, const floa
                .f = {lr, beta1, beta2, eps, weight_decay, grad_scale}};
     return submit(b, &o, 4, err);
 }
+static int run_rope_partial_forward(const SimOp *o, PailErr *err) {
+    return CPU_OP(rope_partial_forward, P(0, float *), P(1, const float *), P(2, const int *), P(3, const float *),
+                  P(4, const float *), I(0), I(1), I(2), I(3));
+}
+static int sim_rope_partial_forward(Backend *b, float *out, const float *x, const int *pos, const float *cos_t,
+                                    const float *sin_t, int T, int nh, int D, int rd, PailErr *err) {
+    SimOp o = {.run = run_rope_partial_forward, .name = "rope_partial_forward",
+               .p = {out, (void *)x, (void *)pos, (void *)cos_t, (void *)sin_t}, .i = {T, nh, D, rd}};
+    return submit(b, &o, 5, err);
+}
+static int run_rope_partial_backward(const SimOp *o, PailErr *err) {
+    return CPU_OP(rope_partial_backward, P(0, float *), P(1, const float *), P(2, const int *), P(3, const float *),
+                  P(4, const float *), I(0), I(1), I(2), I(3));
+}
+static int sim_rope_partial_backward(Backend *b, float *dx, const float *dout, const int *pos, const float *cos_t,
+                                     const float *sin_t, int T, int nh, int D, int rd, PailErr *err) {
+    SimOp o = {.run = run_rope_partial_backward, .name = "rope_partial_backward",
+               .p = {dx, (void *)dout, (void *)pos, (void *)cos_t, (void *)sin_t}, .i = {T, nh, D, rd}};
+    return submit(b, &o, 5, err);
+}
 
 static const BackendOps sim_ops = {
     .name = "sim",
@@ -559,6 +579,8 @@ static const BackendOps sim_ops = {
     .sample = sim_sample,
     .adamw_grad_sumsq = sim_adamw_grad_sumsq,
     .adamw_update = sim_adamw_update,
+    .rope_partial_forward = sim_rope_partial_forward,
+    .rope_partial_backward = sim_rope_partial_backward,
 };
 
 // A positive byte count or count from the environment (0 when unset).

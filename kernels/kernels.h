@@ -91,6 +91,9 @@ typedef struct {      // transformers' rope_scaling for rope_type "llama3"
 } RopeScaling;
 // inv_freq(D/2) as transformers computes it in fp32 (_compute_default/_llama3_parameters).
 void rope_inv_freq(float *inv_freq, int D, float theta, const RopeScaling *scaling);
+// longrope (phi3): inv_freq[i] = 1 / (ext[i] * theta^(2i/D)) in fp32, as transformers'
+// _compute_longrope_parameters (ext: its short_factor or long_factor, D/2 entries).
+void rope_inv_freq_ext(float *inv_freq, int D, float theta, const float *ext);
 // cos, sin (P, D/2): tables for positions 0..P-1; angle = fp32(pos * inv_freq[i]).
 void rope_table_build(float *cos_t, float *sin_t, const float *inv_freq, int P, int D);
 // out(T,nh,D) = rope(x) with row t rotated by position pos[t] (0 <= pos < P, the
@@ -104,6 +107,19 @@ void rope_backward(float *dx, const float *dout, const int *pos, const float *co
                    const float *sin_t, int T, int nh, int D);
 void rope_backward_ref(float *dx, const float *dout, const int *pos, const float *cos_t,
                        const float *sin_t, int T, int nh, int D);
+
+// ---- rope_partial: RoPE on the first rd of each head's D dims, the rest passed through
+// (phi3's partial_rotary_factor); tables (P, rd/2) from rope_table_build(.., rd); rd even,
+// 2 <= rd <= D. out may equal x (then the passed dims are not touched). ----
+void rope_partial_forward(float *out, const float *x, const int *pos, const float *cos_t, const float *sin_t, int T,
+                          int nh, int D, int rd);
+void rope_partial_forward_ref(float *out, const float *x, const int *pos, const float *cos_t, const float *sin_t,
+                              int T, int nh, int D, int rd);
+// dx = R(pos)^T dout on the rotated dims, dout elsewhere (dx may equal dout).
+void rope_partial_backward(float *dx, const float *dout, const int *pos, const float *cos_t, const float *sin_t,
+                           int T, int nh, int D, int rd);
+void rope_partial_backward_ref(float *dx, const float *dout, const int *pos, const float *cos_t, const float *sin_t,
+                               int T, int nh, int D, int rd);
 
 // ---- attention: causal grouped-query attention over a packed row ----
 // q(T,H,D), k,v(T,Hkv,D); nseq sequences packed back to back, sequence s is rows
@@ -319,6 +335,10 @@ int rope_forward_cuda(float *out, const float *x, const int *pos, const float *c
                       const float *sin_t, int T, int nh, int D, struct CUstream_st *stream, PailErr *err);
 int rope_backward_cuda(float *dx, const float *dout, const int *pos, const float *cos_t,
                        const float *sin_t, int T, int nh, int D, struct CUstream_st *stream, PailErr *err);
+int rope_partial_forward_cuda(float *out, const float *x, const int *pos, const float *cos_t, const float *sin_t,
+                              int T, int nh, int D, int rd, struct CUstream_st *stream, PailErr *err);
+int rope_partial_backward_cuda(float *dx, const float *dout, const int *pos, const float *cos_t, const float *sin_t,
+                               int T, int nh, int D, int rd, struct CUstream_st *stream, PailErr *err);
 int attention_forward_cuda(float *out, float *lse, const float *q, const float *k,
                            const float *v, const int *cu_seqlens, int nseq, int T, int H,
                            int Hkv, int D, int W, struct CUstream_st *stream, PailErr *err);

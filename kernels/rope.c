@@ -31,6 +31,13 @@ void rope_inv_freq(float *inv_freq, int D, float theta, const RopeScaling *sc) {
     }
 }
 
+void rope_inv_freq_ext(float *inv_freq, int D, float theta, const float *ext) {
+    for (int i = 0; i < D / 2; i++) {
+        float e = (float)(2 * i) / (float)D;
+        inv_freq[i] = 1.0f / (ext[i] * powf(theta, e));
+    }
+}
+
 void rope_table_build(float *cos_t, float *sin_t, const float *inv_freq, int P, int D) {
     int half = D / 2;
     for (int p = 0; p < P; p++)

@@ -205,6 +205,49 @@ START_TEST(test_rope) {
 }
 END_TEST
 
+// rope_partial (phi3's partial_rotary_factor): the fast path against the literal
+// reference (1e-6, as rope), the dims past rd passed through bit for bit (out of
+// place and in place), rd = D equal to rope_forward bit for bit, and the
+// backward undoing the forward.
+START_TEST(test_rope_partial) {
+    int shapes[][4] = {{5, 3, 16, 12}, {19, 4, 64, 48}, {7, 2, 6, 2}, {3, 2, 8, 8}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int T = shapes[s][0], nh = shapes[s][1], D = shapes[s][2], rd = shapes[s][3], P = 50;
+        float *inv = malloc(sizeof(float) * rd / 2), *ct = malloc(sizeof(float) * P * rd / 2),
+              *st = malloc(sizeof(float) * P * rd / 2);
+        rope_inv_freq(inv, rd, 10000.0f, NULL);
+        rope_table_build(ct, st, inv, P, rd);
+        int *pos = malloc(sizeof(int) * T);
+        for (int t = 0; t < T; t++) pos[t] = 1 + (int)rng_below(&rng, P - 1);
+        size_t n = (size_t)T * nh * D;
+        float *x = rnd(n, -1, 1), *out = rnd(n, 0, 1), *ref = rnd(n, 0, 1), *y = malloc(sizeof(float) * n);
+        rope_partial_forward(out, x, pos, ct, st, T, nh, D, rd);
+        rope_partial_forward_ref(ref, x, pos, ct, st, T, nh, D, rd);
+        expect_close("rope_partial_forward", out, ref, n, 1e-6, 1e-6);
+        bool rotated = false;
+        for (size_t r = 0; r < n / D; r++) {
+            for (int i = rd; i < D; i++) ck_assert_msg(out[r * D + i] == x[r * D + i], "a passed dim changed");
+            for (int i = 0; i < rd; i++) rotated |= out[r * D + i] != x[r * D + i];
+        }
+        ck_assert_msg(rotated, "rope_partial rotated nothing");
+        memcpy(y, x, sizeof(float) * n);
+        rope_partial_forward(y, y, pos, ct, st, T, nh, D, rd);  // in place
+        expect_close("rope_partial_forward in place", y, out, n, 0, 0);
+        if (rd == D) {
+            rope_forward(ref, x, pos, ct, st, T, nh, D);
+            expect_close("rope_partial with rd = D is rope", out, ref, n, 0, 0);
+        }
+        float *dx = rnd(n, 0, 1), *dxr = rnd(n, 0, 1);
+        rope_partial_backward(dx, x, pos, ct, st, T, nh, D, rd);
+        rope_partial_backward_ref(dxr, x, pos, ct, st, T, nh, D, rd);
+        expect_close("rope_partial_backward", dx, dxr, n, 1e-6, 1e-6);
+        rope_partial_backward(out, out, pos, ct, st, T, nh, D, rd);  // R^T R = I
+        expect_close("rope_partial_backward undoes forward", out, x, n, 1e-6, 1e-6);
+        free(inv), free(ct), free(st), free(pos), free(x), free(out), free(ref), free(y), free(dx), free(dxr);
+    }
+}
+END_TEST
+
 // ---- attention ----
 typedef struct {
     int T, H, Hkv, D, nseq, cu[8];
@@ -917,6 +960,7 @@ int main(void) {
     tcase_add_test(core, test_rmsnorm);
     tcase_add_test(core, test_rope_llama3_freq);
     tcase_add_test(core, test_rope);
+    tcase_add_test(core, test_rope_partial);
     tcase_add_test(core, test_attention);
     tcase_add_test(core, test_attention_window);
     tcase_add_loop_test(core, test_attention_decode, 0, 4);

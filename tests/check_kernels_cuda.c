@@ -126,6 +126,29 @@ START_TEST(test_rope_cuda) {
 }
 END_TEST
 
+// phi3's partial rotary: 48 of 64 dims rotated, the rest copied (out of place) or left (in place)
+START_TEST(test_rope_partial_cuda) {
+    int T = 9, nh = 3, D = 64, rd = 48, P = 40, pos[9] = {0, 1, 2, 39, 5, 0, 7, 8, 20};
+    float inv[24], *ct = malloc(4 * P * rd / 2), *st = malloc(4 * P * rd / 2);
+    rope_inv_freq(inv, rd, 10000.0f, NULL);
+    rope_table_build(ct, st, inv, P, rd);
+    size_t n = (size_t)T * nh * D;
+    float *x = rnd(n, -1, 1), *o = rnd(n, 0, 1), *dx = rnd(n, 0, 1);
+    float *ct_ = UPF(ct, P * rd / 2), *st_ = UPF(st, P * rd / 2), *x_ = UPF(x, n), *xi_ = UPF(x, n);
+    int *pos_ = UPI(pos, T);
+    float *o_ = UPF(NULL, n), *dx_ = UPF(NULL, n);
+    OK(rope_partial_forward_cuda(o_, x_, pos_, ct_, st_, T, nh, D, rd, 0, &err));
+    OK(rope_partial_forward_cuda(xi_, xi_, pos_, ct_, st_, T, nh, D, rd, 0, &err));
+    OK(rope_partial_backward_cuda(dx_, x_, pos_, ct_, st_, T, nh, D, rd, 0, &err));
+    rope_partial_forward_ref(o, x, pos, ct, st, T, nh, D, rd);
+    rope_partial_backward_ref(dx, x, pos, ct, st, T, nh, D, rd);
+    expect_dev("rope_partial_forward_cuda", o_, o, n, 1e-6, 1e-6);
+    expect_dev("rope_partial_forward_cuda in place", xi_, o, n, 1e-6, 1e-6);
+    expect_dev("rope_partial_backward_cuda", dx_, dx, n, 1e-6, 1e-6);
+    free(ct), free(st), free(x), free(o), free(dx);
+}
+END_TEST
+
 // _i = 1: a sliding window of 9 keys (shorter than the 70-token sequence, the decode's rows past it)
 START_TEST(test_attention_cuda) {
     int cu[5] = {0, 5, 75, 76, 76}, nseq = 4, T = 76, H = 6, Hkv = 2, D = 40, W = _i ? 9 : 0;
@@ -457,6 +480,7 @@ int main(void) {
     tcase_add_test(core, test_matmul_cuda);
     tcase_add_test(core, test_rmsnorm_cuda);
     tcase_add_test(core, test_rope_cuda);
+    tcase_add_test(core, test_rope_partial_cuda);
     tcase_add_loop_test(core, test_attention_cuda, 0, 2);  // also the head-dim limit
     tcase_add_test(core, test_swiglu_cuda);
     tcase_add_test(core, test_scale_cuda);

@@ -79,6 +79,94 @@ START_TEST(test_init) {
 }
 END_TEST
 
+// phi3: PEFT's fused qkv_proj (one A shared by q, k and v, B's rows q then k then v) and
+// gate_up_proj; the split names refused for it, the fused ones for other families; the file
+// holds the fused modules under their names and reads back, with and without the model.
+START_TEST(test_fused) {
+    ModelConfig mc = tiny();
+    mc.type = MODEL_PHI3;
+    LoraConfig c = {.rank = 4, .alpha = 8};
+    PailErr err = {0};
+    LoraLayout l;
+    ck_assert_int_eq(lora_targets_parse("qkv_proj,o_proj,gate_up_proj,down_proj", &c.targets, &err), 0);
+    ck_assert_msg(lora_layout_build(&l, &mc, &c, &err) == 0, "%s", err.msg);
+    ck_assert(l.fused);
+    ck_assert_uint_eq(l.cfg.targets, (1u << LORA_NMOD) - 1);  // the mark cleared
+    // per layer: qkv A (4, 64) B (128, 4), o 64->64, gate_up A (4, 64) B (352, 4), down 176->64
+    int64_t per = 4 * 64 + 128 * 4 + (4 * 64 + 64 * 4) + 4 * 64 + 352 * 4 + (4 * 176 + 64 * 4);
+    ck_assert_int_eq(l.n_params, 3 * per);
+    const LoraSlot *q = lora_slot(&l, 1, LORA_Q), *k = lora_slot(&l, 1, LORA_K), *v = lora_slot(&l, 1, LORA_V);
+    ck_assert(q->a_off == k->a_off && k->a_off == v->a_off);
+    ck_assert_int_eq(k->b_off, q->b_off + 64 * 4);
+    ck_assert_int_eq(v->b_off, k->b_off + 32 * 4);
+    ck_assert_int_eq(q->out, 64);
+    ck_assert_int_eq(v->out, 32);
+    const LoraSlot *g = lora_slot(&l, 1, LORA_GATE), *u = lora_slot(&l, 1, LORA_UP);
+    ck_assert(g->a_off == u->a_off && u->b_off == g->b_off + 176 * 4);
+    LoraSlot st;
+    const char *nm;
+    ck_assert_int_eq(lora_stored_slot(&l, 1, LORA_Q, &st, &nm), 1);
+    ck_assert_str_eq(nm, "qkv_proj");
+    ck_assert_int_eq(st.out, 128);
+    ck_assert_int_eq(lora_stored_slot(&l, 1, LORA_K, &st, &nm), 0);
+    ck_assert_int_eq(lora_stored_slot(&l, 1, LORA_UP, &st, &nm), 0);
+    ck_assert_int_eq(lora_stored_slot(&l, 1, LORA_GATE, &st, &nm), 1);
+    ck_assert_str_eq(nm, "gate_up_proj");
+    ck_assert_int_eq(st.out, 352);
+    char buf[128];
+    lora_layout_targets_format(&l, buf, sizeof buf);
+    ck_assert_str_eq(buf, "qkv_proj,o_proj,gate_up_proj,down_proj");
+    // the file: fused datasets under PEFT's names, read back with and without the model
+    float *p = malloc(l.n_params * sizeof *p);
+    for (int64_t i = 0; i < l.n_params; i++) p[i] = (float)i * 0.001f - 1.0f;
+    AdapterMeta meta = {.version = 3};
+    memset(meta.base_sha256, 'c', 64);
+    Buf img = {0};
+    ck_assert_int_eq(lora_adapter_write(&l, p, &meta, &img, &err), 0);
+    for (int with_model = 0; with_model < 2; with_model++) {
+        LoraLayout l2;
+        float *p2;
+        AdapterMeta m2;
+        ck_assert_msg(lora_adapter_read(img.data, img.len, "v3", with_model ? &mc : NULL, &l2, &p2, &m2, &err) == 0,
+                      "%s", err.msg);
+        ck_assert_int_eq(l2.n_params, l.n_params);
+        ck_assert(l2.fused);
+        ck_assert(!memcmp(p, p2, l.n_params * sizeof *p));
+        free(p2);
+        lora_layout_free(&l2);
+    }
+    hid_t f = h5f_open_mem(img.data, img.len, "v3", &err);
+    ck_assert(f >= 0);
+    ck_assert(h5l_exists(f, "layers/2/qkv_proj/lora_B") && h5l_exists(f, "layers/2/gate_up_proj/lora_A"));
+    ck_assert(!h5l_exists(f, "layers/2/q_proj/lora_B") && !h5l_exists(f, "layers/2/up_proj/lora_A"));
+    h5f_close(f);
+    // the same adapter on a qwen2 model: refused, naming the fused module
+    ModelConfig q2 = tiny();
+    LoraLayout l3;
+    float *p3;
+    AdapterMeta m3;
+    ck_assert_int_eq(lora_adapter_read(img.data, img.len, "v3", &q2, &l3, &p3, &m3, &err), -1);
+    ck_assert_ptr_nonnull(strstr(err.msg, "qkv_proj and gate_up_proj are phi3's fused modules"));
+    buf_free(&img);
+    free(p);
+    lora_layout_free(&l);
+    // phi3 has no q_proj (alone, or q without k and v) and no gate_proj alone
+    const char *bad[] = {"q_proj", "q_proj,v_proj", "gate_proj,down_proj", "up_proj"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ck_assert_int_eq(lora_targets_parse(bad[i], &c.targets, &err), 0);
+        ck_assert_int_eq(lora_layout_build(&l, &mc, &c, &err), -1);
+        ck_assert_msg(strstr(err.msg, "a phi3 model has no separate q_proj") && strstr(err.msg, "target qkv_proj"),
+                      "%s: %s", bad[i], err.msg);
+    }
+    // all / attn / mlp adapt the fused modules
+    ck_assert_int_eq(lora_targets_parse("attn", &c.targets, &err), 0);
+    ck_assert_int_eq(lora_layout_build(&l, &mc, &c, &err), 0);
+    lora_layout_targets_format(&l, buf, sizeof buf);
+    ck_assert_str_eq(buf, "qkv_proj,o_proj");
+    lora_layout_free(&l);
+}
+END_TEST
+
 START_TEST(test_adapter_file) {
     ModelConfig mc = tiny();
     LoraConfig c = {.rank = 4, .alpha = 8, .targets = (1u << LORA_Q) | (1u << LORA_DOWN)};
@@ -125,6 +213,7 @@ int main(void) {
     TCase *core = tcase_create("core"), *limits = tcase_create("limits");
     tcase_add_test(core, test_layout);
     tcase_add_test(core, test_init);
+    tcase_add_test(core, test_fused);
     tcase_add_test(limits, test_adapter_file);
     suite_add_tcase(s, core);
     suite_add_tcase(s, limits);

@@ -248,6 +248,105 @@ START_TEST(test_config_mistral_window) {
 }
 END_TEST
 
+// microsoft/Phi-3-mini-4k-instruct's config.json as published (legacy spelling: rope_scaling,
+// torch_dtype, top-level partial_rotary_factor absent = 1), its window, its fused tensors; a
+// transformers 5 spelling (rope_parameters with partial_rotary_factor, dtype) as Phi-4-mini's.
+START_TEST(test_config_phi3) {
+    const char *mini =
+        "{\"architectures\":[\"Phi3ForCausalLM\"],\"attention_bias\":false,\"attention_dropout\":0.0,"
+        "\"bos_token_id\":1,\"embd_pdrop\":0.0,\"eos_token_id\":32000,\"hidden_act\":\"silu\",\"hidden_size\":3072,"
+        "\"initializer_range\":0.02,\"intermediate_size\":8192,\"max_position_embeddings\":4096,"
+        "\"model_type\":\"phi3\",\"num_attention_heads\":32,\"num_hidden_layers\":32,\"num_key_value_heads\":32,"
+        "\"original_max_position_embeddings\":4096,\"pad_token_id\":32000,\"resid_pdrop\":0.0,"
+        "\"rms_norm_eps\":1e-05,\"rope_scaling\":null,\"rope_theta\":10000.0,\"sliding_window\":2047,"
+        "\"tie_word_embeddings\":false,\"torch_dtype\":\"bfloat16\",\"use_cache\":true,\"vocab_size\":32064}";
+    ModelConfig c;
+    PailErr err = {0};
+    ck_assert_msg(parse_cfg(&c, mini, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(c.type, MODEL_PHI3);
+    ck_assert_int_eq(c.sliding_window, 2047);
+    ck_assert_int_eq(c.rope_dim, 0);
+    ck_assert_int_eq(model_rope_dim(&c), 96);
+    ck_assert(!c.has_qkv_bias && !c.has_o_bias && !c.tie_word_embeddings && c.rms_norm_eps == 1e-5);
+    ck_assert_str_eq(c.dtype, "bfloat16");
+    ck_assert_uint_eq(model_config_param_count(&c), 3821079552u);  // the hub's 3.82B
+    ModelParamSpec s[PARAM_COUNT];
+    model_param_specs(&c, s);
+    ck_assert(s[PARAM_WQKV].present && !s[PARAM_WQ].present && !s[PARAM_WK].present && !s[PARAM_W_UP].present);
+    ck_assert_str_eq(s[PARAM_WQKV].name, "self_attn.qkv_proj.weight");
+    ck_assert_uint_eq(s[PARAM_WQKV].shape[0], 3 * 3072);
+    ck_assert_str_eq(s[PARAM_W_GATE_UP].name, "mlp.gate_up_proj.weight");
+    ck_assert_uint_eq(s[PARAM_W_GATE_UP].shape[0], 2 * 8192);
+    ck_assert_uint_eq(model_params_count(&c), model_config_param_count(&c));
+    // transformers 5's spelling, Phi-4-mini's partial rotary (D = 128: 96 dims), null window, GQA
+    const char *v5 =
+        "{\"model_type\":\"phi3\",\"hidden_size\":3072,\"intermediate_size\":8192,\"num_hidden_layers\":2,"
+        "\"num_attention_heads\":24,\"num_key_value_heads\":8,\"vocab_size\":200064,\"sliding_window\":null,"
+        "\"dtype\":\"bfloat16\",\"partial_rotary_factor\":0.5,\"rope_parameters\":{\"rope_type\":\"default\","
+        "\"rope_theta\":250000.0,\"partial_rotary_factor\":0.75}}";
+    ck_assert_msg(parse_cfg(&c, v5, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(c.sliding_window, 0);
+    ck_assert_int_eq(c.rope_dim, 96);  // rope_parameters' factor wins over the top level's
+    ck_assert(c.rope_theta == 250000.0);
+    ck_assert_str_eq(c.dtype, "bfloat16");
+    // written and read back
+    Buf b = {0};
+    ModelConfig back;
+    ck_assert_int_eq(model_config_to_json(&c, "float32", &b), 0);
+    ck_assert_msg(model_config_parse(&back, (char *)b.data, b.len, "w", &err) == 0, "%s", err.msg);
+    ck_assert(back.type == MODEL_PHI3 && back.rope_dim == 96 && back.sliding_window == 0);
+    ck_assert(strstr((char *)b.data, "Phi3ForCausalLM"));
+    buf_free(&b);
+    // Phi-3.5-mini's longrope, legacy spelling ('su' as older files, top-level original_max);
+    // factor = 256 / 16 = 16 gives attention_factor sqrt(1 + ln 16 / ln 16)
+    const char *lr =
+        "{\"model_type\":\"phi3\",\"hidden_size\":64,\"intermediate_size\":128,\"num_hidden_layers\":2,"
+        "\"num_attention_heads\":4,\"vocab_size\":100,\"max_position_embeddings\":256,"
+        "\"original_max_position_embeddings\":16,\"partial_rotary_factor\":0.75,\"rope_scaling\":{\"type\":\"su\","
+        "\"short_factor\":[1,1.1,1.2,1.3,1.4,1.5],\"long_factor\":[2,3,4,5,6,7]}}";
+    ck_assert_msg(parse_cfg(&c, lr, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(c.rope_scaling, ROPE_SCALING_LONGROPE);
+    ck_assert_int_eq(c.rope_original_max_position_embeddings, 16);
+    ck_assert(fabs(c.rope_attention_factor - sqrt(2.0)) < 1e-12);
+    ck_assert(c.rope_short_factor[1] == 1.1f && c.rope_long_factor[5] == 7.0f);
+    ck_assert_int_eq(model_config_to_json(&c, "float32", &b), 0);  // written and read back
+    ck_assert_msg(model_config_parse(&back, (char *)b.data, b.len, "w", &err) == 0, "%s", err.msg);
+    ck_assert(back.rope_scaling == ROPE_SCALING_LONGROPE && back.rope_original_max_position_embeddings == 16);
+    ck_assert(fabs(back.rope_attention_factor - sqrt(2.0)) < 1e-9 && back.rope_long_factor[5] == 7.0f);
+    buf_free(&b);
+    // transformers 5's spelling: rope_parameters; attention_factor given; original_max absent at the
+    // top level: Phi3Config's 4096 (it overrides the one inside rope_parameters)
+    const char *lr5 =
+        "{\"model_type\":\"phi3\",\"hidden_size\":64,\"intermediate_size\":128,\"num_hidden_layers\":2,"
+        "\"num_attention_heads\":4,\"vocab_size\":100,\"max_position_embeddings\":131072,"
+        "\"rope_parameters\":{\"rope_type\":\"longrope\",\"rope_theta\":10000.0,\"attention_factor\":1.19,"
+        "\"original_max_position_embeddings\":64,\"short_factor\":[1,1,1,1,1,1,1,1],\"long_factor\":[1,2,3,4,5,6,7,8]}}";
+    ck_assert_msg(parse_cfg(&c, lr5, &err) == 0, "%s", err.msg);
+    ck_assert(c.rope_scaling == ROPE_SCALING_LONGROPE && c.rope_original_max_position_embeddings == 4096);
+    ck_assert(c.rope_attention_factor == 1.19 && c.rope_dim == 0);
+    static const struct { const char *patch, *want; } bad[] = {
+        {",\"rope_scaling\":{\"type\":\"longrope\",\"short_factor\":[1,1,1],\"long_factor\":[1,1,1,1,1,1,1,1]}}",
+         "rope_scaling.short_factor is not a list of 8 numbers (rotary dims / 2)"},
+        {",\"rope_scaling\":{\"type\":\"longrope\",\"short_factor\":[1,1,1,1,1,1,1,1],\"long_factor\":[1,1,1,1,1,1,1,-1]}}",
+         "rope_scaling.long_factor[7] is not a positive number"},
+        {",\"rope_scaling\":{\"rope_type\":\"llama3\",\"factor\":8}}", "rope_type = 'llama3' is not supported for phi3"},
+        {",\"partial_rotary_factor\":0.01}", "partial_rotary_factor = 0.01 gives 0 rotary dims of head_dim 16"},
+        {",\"partial_rotary_factor\":0.35}", "partial_rotary_factor = 0.35 gives 5 rotary dims"},
+        {",\"partial_rotary_factor\":1.5}", "partial_rotary_factor = 1.5 is out of range"},
+        {",\"sliding_window\":0}", "sliding_window = 0 is out of range"},
+        {",\"hidden_act\":\"gelu\"}", "hidden_act = 'gelu' is not supported"},
+    };
+    const char *base = "{\"model_type\":\"phi3\",\"hidden_size\":64,\"intermediate_size\":128,"
+                       "\"num_hidden_layers\":2,\"num_attention_heads\":4,\"vocab_size\":100";
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char j[512];
+        snprintf(j, sizeof j, "%s%s", base, bad[i].patch);
+        ck_assert_msg(parse_cfg(&c, j, &err) == -1, "accepted: %s", j);
+        ck_assert_msg(strstr(err.msg, bad[i].want), "'%s' lacks '%s'", err.msg, bad[i].want);
+    }
+}
+END_TEST
+
 // allenai/OLMo-2-1124-7B's config.json: norms after the sub-blocks, q/k norms over H*D and Hkv*D.
 START_TEST(test_config_olmo2) {
     const char *o7 =
@@ -729,12 +828,13 @@ START_TEST(test_weights_tiny) {
         // Draws look like N(0, 0.02) and norms like 1 + N(0, 0.02): with >= 8192 values the
         // sample sd is within 5% and the mean within 5 standard errors.
         double m, sd;
-        stats((const float *)a.p.wq, (size_t)cfg.num_hidden_layers * cfg.hidden_size * cfg.hidden_size, &m, &sd);
+        const float *wq = a.p.wq ? a.p.wq : a.p.wqkv;  // phi3: q's rows are qkv_proj's first
+        stats(wq, (size_t)cfg.num_hidden_layers * cfg.hidden_size * cfg.hidden_size, &m, &sd);
         ck_assert(fabs(sd - 0.02) < 0.001 && fabs(m) < 5 * 0.02 / sqrt(8192.0));
         stats(a.p.attn_norm, (size_t)cfg.num_hidden_layers * cfg.hidden_size, &m, &sd);
         ck_assert(fabs(m - 1.0) < 0.01 && sd > 0.01 && sd < 0.03);
         // Layers differ (each tensor has its own stream).
-        ck_assert(((float *)a.p.wq)[0] != ((float *)a.p.wq)[(size_t)cfg.hidden_size * cfg.hidden_size]);
+        ck_assert(wq[0] != wq[(size_t)cfg.hidden_size * cfg.hidden_size]);
         // base_sha256 = sha256 of `sha256sum model.safetensors` output (doc/models.md).
         char fh[65], line[256], want[65], p[600];
         snprintf(p, sizeof p, "%s/model.safetensors", d32);
@@ -1110,6 +1210,7 @@ int main(void) {
     tcase_add_test(core, test_config_transformers5);
     tcase_add_test(core, test_config_write_roundtrip);
     tcase_add_test(core, test_config_mistral_window);
+    tcase_add_test(core, test_config_phi3);
     tcase_add_test(core, test_config_smollm3);
     tcase_add_test(core, test_config_granite);
     tcase_add_test(core, test_config_olmo2);

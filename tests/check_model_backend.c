@@ -91,6 +91,18 @@ static int r_rope_backward(Backend *b, float *dx, const float *dout, const int *
     rope_backward_ref(dx, dout, pos, c, s, T, nh, D);
     return 0;
 }
+static int r_rope_partial_forward(Backend *b, float *out, const float *x, const int *pos, const float *c,
+                                  const float *s, int T, int nh, int D, int rd, PailErr *err) {
+    NOB;
+    rope_partial_forward_ref(out, x, pos, c, s, T, nh, D, rd);
+    return 0;
+}
+static int r_rope_partial_backward(Backend *b, float *dx, const float *dout, const int *pos, const float *c,
+                                   const float *s, int T, int nh, int D, int rd, PailErr *err) {
+    NOB;
+    rope_partial_backward_ref(dx, dout, pos, c, s, T, nh, D, rd);
+    return 0;
+}
 static int r_attention_forward(Backend *b, float *out, float *lse, const float *q, const float *k, const float *v,
                                const int *cu, int nseq, int T, int H, int Hkv, int D, int W, PailErr *err) {
     NOB;
@@ -238,6 +250,8 @@ static void ref_backend_init(void) {
     ref_ops.logprob_backward_expect = r_logprob_backward_expect;
     ref_ops.embedding_forward = r_embedding_forward;
     ref_ops.embedding_backward = r_embedding_backward;
+    ref_ops.rope_partial_forward = r_rope_partial_forward;
+    ref_ops.rope_partial_backward = r_rope_partial_backward;
     ref_backend = *backend_cpu();
     ref_backend.ops = &ref_ops;
     ref_backend.team_ops = false;  // the plain loops are not written to share a caller's team
@@ -255,6 +269,12 @@ static void small_model(ModelWeights *w, ModelType type) {
     if (type == MODEL_SMOLLM3) c.no_rope[0] = 2;      // layer 1 without RoPE
     if (type == MODEL_GRANITE)                        // all four multipliers away from 1
         c.embedding_multiplier = 3, c.residual_multiplier = 0.5, c.attention_multiplier = 0.2, c.logits_scaling = 2;
+    if (type == MODEL_PHI3) {  // fused q/k/v, gate/up; 12 of 16 dims rotated; longrope: T's rows long, decode short
+        c.rope_dim = 12, c.sliding_window = 7;
+        c.rope_scaling = ROPE_SCALING_LONGROPE, c.rope_original_max_position_embeddings = 16;
+        c.rope_attention_factor = 1.3;
+        for (int i = 0; i < 6; i++) c.rope_short_factor[i] = 1.0f + 0.2f * i, c.rope_long_factor[i] = 1.0f + 3.0f * i;
+    }
     model_fill_random(w, &c, 0.12, 77, (uint64_t)type);
 }
 

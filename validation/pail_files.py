@@ -9,6 +9,8 @@ import h5py
 import numpy as np
 
 MODULES = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+# phi3's checkpoints fuse q, k, v (qkv_proj) and gate, up (gate_up_proj): PEFT's modules are those
+PHI3_MODULES = ["qkv_proj", "o_proj", "gate_up_proj", "down_proj"]
 
 
 def base_sha256(d):
@@ -19,8 +21,8 @@ def base_sha256(d):
     return hashlib.sha256(lines.encode()).hexdigest()
 
 
-def write_pail_adapter(peft_model, path, L, rank, alpha, base="0" * 64):
-    """A pail adapter file holding peft_model's LoRA A and B (all MODULES adapted)."""
+def write_pail_adapter(peft_model, path, L, rank, alpha, base="0" * 64, modules=MODULES):
+    """A pail adapter file holding peft_model's LoRA A and B (all modules adapted)."""
     sd = {k: v.detach().float().numpy() for k, v in peft_model.state_dict().items() if "lora_" in k}
     with h5py.File(path, "w") as f:
         f.attrs["format"] = np.bytes_("pail.lora")
@@ -29,11 +31,11 @@ def write_pail_adapter(peft_model, path, L, rank, alpha, base="0" * 64):
             f.attrs[k] = np.int64(v)
         f.attrs["alpha"] = np.float64(alpha)
         f.attrs["scaling"] = np.float64(alpha / rank)
-        f.attrs["target_modules"] = np.array([m.encode() for m in MODULES])
+        f.attrs["target_modules"] = np.array([m.encode() for m in modules])
         f.attrs["base_sha256"] = np.bytes_(base)
         for i in range(L):
-            for m in MODULES:
-                parent = "mlp" if m in ("gate_proj", "up_proj", "down_proj") else "self_attn"
+            for m in modules:
+                parent = "mlp" if m in ("gate_proj", "up_proj", "down_proj", "gate_up_proj") else "self_attn"
                 for ab in ("A", "B"):
                     key = f"base_model.model.model.layers.{i}.{parent}.{m}.lora_{ab}.default.weight"
                     f[f"layers/{i}/{m}/lora_{ab}"] = sd[key]

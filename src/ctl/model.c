@@ -14,7 +14,7 @@
 int ctl_init_model(int argc, char **argv) {
     char *out = NULL, *shape = NULL, *type_s = NULL, *dtype_s = NULL, *tok = NULL, *rope_s = NULL;
     long hidden, layers, heads, kv, ffn, vocab, head_dim, seed, bos, eos, maxpos, window;
-    double theta;
+    double theta, prf;
     bool tie, abias;
     Flag fl[] = {
         {"out", FLAG_STRING, &out, NULL, 1, 0, "folder to write (created; existing files replaced)"},
@@ -23,7 +23,8 @@ int ctl_init_model(int argc, char **argv) {
          "qwen2.5-0.5b (C896 L24 H14 Hkv2 F4864 V151936, tied, qwen2), qwen2.5-7b (C3584 L28 H28 Hkv4 "
          "F18944 V152064, qwen2); size flags override it (e.g. --layers 4)"},
         {"model-type", FLAG_STRING, &type_s, NULL, 1, 0,
-         "llama, qwen2, qwen3, mistral, exaone, granite, smollm3 or olmo2 (default llama; qwen2 for qwen2.5-0.5b)"},
+         "llama, qwen2, qwen3, mistral, exaone, granite, smollm3, olmo2 or phi3 (default llama; qwen2 for "
+         "qwen2.5-0.5b)"},
         {"hidden", FLAG_INT, &hidden, "0", 0, 65536, "hidden size C"},
         {"layers", FLAG_INT, &layers, "0", 0, 1024, "layers L"},
         {"heads", FLAG_INT, &heads, "0", 0, 1024, "attention heads H"},
@@ -38,7 +39,10 @@ int ctl_init_model(int argc, char **argv) {
          "none, or llama3 (Llama 3.2's factor 32, low 1, high 4, original 8192)"},
         {"max-positions", FLAG_INT, &maxpos, "0", 0, 1 << 30, "max_position_embeddings (0: default)"},
         {"sliding-window", FLAG_INT, &window, "-1", -1, 1 << 30,
-         "mistral: attention window W (keys i-W+1..i); 0: none (null, full attention); -1: 4096, MistralConfig's"},
+         "mistral, phi3: attention window W (keys i-W+1..i); 0: none (null, full attention); -1: the default "
+         "(mistral 4096, MistralConfig's; phi3 none)"},
+        {"partial-rotary-factor", FLAG_DOUBLE, &prf, "1", 0, 1,
+         "phi3: RoPE on the first int(D * factor) dims of each head (Phi-4-mini: 0.75)"},
         {"dtype", FLAG_STRING, &dtype_s, "bf16", 1, 0, "the checkpoint's dtype: bf16, f16 or f32"},
         {"seed", FLAG_INT, &seed, "1234", 0, (double)(1L << 52), "random seed"},
         {"tokenizer", FLAG_STRING, &tok, NULL, 1, 0,
@@ -59,7 +63,7 @@ int ctl_init_model(int argc, char **argv) {
     ModelType type = MODEL_LLAMA;
     if (shape && (!strcmp(shape, "qwen2.5-0.5b") || !strcmp(shape, "qwen2.5-7b"))) type = MODEL_QWEN2;
     if (type_s && model_type_parse(type_s, &type) < 0) {
-        fprintf(stderr, "%s: --model-type '%s': use llama, qwen2, qwen3, mistral, exaone, granite, smollm3 or olmo2\n", argv[0], type_s);
+        fprintf(stderr, "%s: --model-type '%s': use llama, qwen2, qwen3, mistral, exaone, granite, smollm3, olmo2 or phi3\n", argv[0], type_s);
         goto done;
     }
     ModelConfig cfg = {0};
@@ -93,12 +97,26 @@ int ctl_init_model(int argc, char **argv) {
         cfg.has_qkv_bias = cfg.has_o_bias = true;
     }
     if (window >= 0) {
-        if (type != MODEL_MISTRAL) {
-            fprintf(stderr, "%s: --sliding-window: only model type mistral has one (not %s)\n", argv[0],
+        if (type != MODEL_MISTRAL && type != MODEL_PHI3) {
+            fprintf(stderr, "%s: --sliding-window: only model types mistral and phi3 have one (not %s)\n", argv[0],
                     model_type_name(type));
             goto done;
         }
         cfg.sliding_window = (int)window;
+    }
+    if (prf != 1) {
+        int rd = (int)(cfg.head_dim * prf);
+        if (type != MODEL_PHI3) {
+            fprintf(stderr, "%s: --partial-rotary-factor: only model type phi3 has one (not %s)\n", argv[0],
+                    model_type_name(type));
+            goto done;
+        }
+        if (rd < 2 || rd % 2) {
+            fprintf(stderr, "%s: --partial-rotary-factor %g gives %d rotary dims of head dim %d (need an even "
+                    "number >= 2)\n", argv[0], prf, rd, cfg.head_dim);
+            goto done;
+        }
+        cfg.rope_dim = rd < cfg.head_dim ? rd : 0;
     }
     if (theta > 0) cfg.rope_theta = theta;
     if (maxpos) cfg.max_position_embeddings = (int)maxpos;
@@ -197,6 +215,10 @@ int ctl_model_info(int argc, char **argv) {
     if (c.rope_scaling == ROPE_SCALING_LLAMA3)
         printf("rope_scaling: llama3 factor=%g low_freq_factor=%g high_freq_factor=%g original_max=%d\n",
                c.rope_factor, c.rope_low_freq_factor, c.rope_high_freq_factor, c.rope_original_max_position_embeddings);
+    else if (c.rope_scaling == ROPE_SCALING_LONGROPE)
+        printf("rope_scaling: longrope original_max=%d attention_factor=%g (short_factor up to %d positions, "
+               "long_factor past)\n", c.rope_original_max_position_embeddings, c.rope_attention_factor,
+               c.rope_original_max_position_embeddings);
     else
         printf("rope_scaling: none\n");
     if (c.sliding_window > 0) printf("sliding_window: %d\n", c.sliding_window);
@@ -209,6 +231,9 @@ int ctl_model_info(int argc, char **argv) {
     for (int l = 0; l < c.num_hidden_layers; l++)
         if (!model_layer_has_rope(&c, l)) printf(" %d", l), nnope++;
     printf("%s\n", nnope ? "" : " none");
+    if (c.type == MODEL_PHI3)  // fused checkpoint tensors; the adapter's modules are PEFT's fused ones
+        printf("fused: self_attn.qkv_proj (q, k, v), mlp.gate_up_proj (gate, up)\npartial_rotary: %d of %d head "
+               "dims rotated\n", model_rope_dim(&c), c.head_dim);
     if (c.post_norm) printf("post_norm: true (norms after the sub-blocks, q/k norms over the whole projection)\n");
     printf("tie_word_embeddings: %s\nqkv_bias: %s\no_bias: %s\nqk_norm: %s\n", c.tie_word_embeddings ? "true" : "false",
            c.has_qkv_bias ? "true" : "false", c.has_o_bias ? "true" : "false", c.has_qk_norm ? "true" : "false");

@@ -475,7 +475,7 @@ static int start(Trainer *t, PailErr *err) {
     ri.lora_rank = t->lay.cfg.rank;
     ri.lora_alpha = t->lay.cfg.alpha;
     ri.lora_rslora = t->lay.cfg.rslora;
-    lora_targets_format(t->lay.cfg.targets, ri.lora_targets, sizeof ri.lora_targets);
+    lora_layout_targets_format(&t->lay, ri.lora_targets, sizeof ri.lora_targets);  // phi3: its fused names
     // What the trainer computes its log-probs with: workers compare theirs (a
     // bf16 worker's behaviour log-probs differ from an f32 trainer's by the rounding).
     char dtd[32];

@@ -26,18 +26,21 @@ int lora_targets_parse(const char *s, unsigned *targets, PailErr *err) {
         if (!strcmp(t, "all")) { *targets |= (1u << LORA_NMOD) - 1; continue; }
         if (!strcmp(t, "attn")) { *targets |= 0xfu; continue; }
         if (!strcmp(t, "mlp")) { *targets |= 0x70u; continue; }
+        // phi3's fused modules
+        if (!strcmp(t, "qkv_proj")) { *targets |= 0x7u | LORA_TARGET_NAMED_FUSED; continue; }
+        if (!strcmp(t, "gate_up_proj")) { *targets |= 0x30u | LORA_TARGET_NAMED_FUSED; continue; }
         int m;
         for (m = 0; m < LORA_NMOD; m++) if (!strcmp(t, LORA_MODULE_NAMES[m])) break;
         if (m == LORA_NMOD) {
             rc = err_set(err, PAIL_ERR_INVALID,
                          "LoRA target '%s' is not one of q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, "
-                         "down_proj, all, attn, mlp", t);
+                         "down_proj, qkv_proj, gate_up_proj (phi3), all, attn, mlp", t);
             break;
         }
         *targets |= 1u << m;
     }
     free(copy);
-    if (rc == 0 && !*targets) rc = err_set(err, PAIL_ERR_INVALID, "LoRA targets '%s' name no module", s);
+    if (rc == 0 && !(*targets & ((1u << LORA_NMOD) - 1))) rc = err_set(err, PAIL_ERR_INVALID, "LoRA targets '%s' name no module", s);
     return rc;
 }
 
@@ -67,8 +70,20 @@ int lora_layout_build(LoraLayout *l, const ModelConfig *mc, const LoraConfig *c,
     memset(l, 0, sizeof *l);
     if (c->rank < 1 || c->rank > 4096) return err_set(err, PAIL_ERR_INVALID, "LoRA rank %d is not in [1, 4096]", c->rank);
     if (!(c->alpha > 0) || !isfinite(c->alpha)) return err_set(err, PAIL_ERR_INVALID, "LoRA alpha %g must be positive", c->alpha);
-    if (!c->targets || c->targets >= (1u << LORA_NMOD)) return err_set(err, PAIL_ERR_INVALID, "LoRA targets are empty");
+    unsigned named = c->targets & LORA_TARGET_NAMED_FUSED, t = c->targets & ~named;
+    if (!t || t >= (1u << LORA_NMOD)) return err_set(err, PAIL_ERR_INVALID, "LoRA targets are empty");
+    bool fused = mc->type == MODEL_PHI3;
+    if (!fused && named)
+        return err_set(err, PAIL_ERR_INVALID, "LoRA targets: qkv_proj and gate_up_proj are phi3's fused modules; a %s "
+                       "model has q_proj, k_proj, v_proj, gate_proj, up_proj", model_type_name(mc->type));
+    // phi3 (all / attn / mlp, or the fused names): q, k, v adapted together, gate and up together
+    if (fused && (((t & 0x7u) && (t & 0x7u) != 0x7u) || ((t & 0x30u) && (t & 0x30u) != 0x30u)))
+        return err_set(err, PAIL_ERR_INVALID, "LoRA targets: a phi3 model has no separate q_proj, k_proj, v_proj, "
+                       "gate_proj or up_proj (its checkpoint fuses them): target qkv_proj, o_proj, gate_up_proj, "
+                       "down_proj (or all, attn, mlp)");
     l->cfg = *c;
+    l->cfg.targets = t;
+    l->fused = fused;
     l->n_layers = mc->num_hidden_layers;
     l->slots = calloc((size_t)l->n_layers * LORA_NMOD, sizeof *l->slots);
     if (!l->slots) return err_set(err, PAIL_ERR_NOMEM, "out of memory");
@@ -76,8 +91,16 @@ int lora_layout_build(LoraLayout *l, const ModelConfig *mc, const LoraConfig *c,
     for (int i = 0; i < l->n_layers; i++)
         for (int m = 0; m < LORA_NMOD; m++) {
             LoraSlot *s = &l->slots[i * LORA_NMOD + m];
-            if (!(c->targets & (1u << m))) continue;
+            if (!(t & (1u << m))) continue;
             module_dims(mc, (LoraModule)m, &s->in, &s->out);
+            if (fused && (m == LORA_K || m == LORA_V || m == LORA_UP)) {
+                // the previous slot's A; B rows right after the previous slot's (see LoraLayout.fused)
+                const LoraSlot *p = s - 1;
+                s->a_off = p->a_off;
+                s->b_off = p->b_off + (int64_t)p->out * R;
+                off += (int64_t)s->out * R;
+                continue;
+            }
             s->a_off = off;
             off += R * s->in;
             s->b_off = off;
@@ -97,12 +120,42 @@ const LoraSlot *lora_slot(const LoraLayout *l, int layer, LoraModule m) {
     return s->in ? s : NULL;
 }
 
+int lora_stored_slot(const LoraLayout *l, int layer, LoraModule m, LoraSlot *out, const char **name) {
+    const LoraSlot *s = lora_slot(l, layer, m);
+    if (!s) return 0;
+    *out = *s;
+    *name = LORA_MODULE_NAMES[m];
+    if (!l->fused) return 1;
+    if (m == LORA_K || m == LORA_V || m == LORA_UP) return 0;
+    if (m == LORA_Q) {
+        out->out += lora_slot(l, layer, LORA_K)->out + lora_slot(l, layer, LORA_V)->out;
+        *name = "qkv_proj";
+    } else if (m == LORA_GATE) {
+        out->out += lora_slot(l, layer, LORA_UP)->out;
+        *name = "gate_up_proj";
+    }
+    return 1;
+}
+
+void lora_layout_targets_format(const LoraLayout *l, char *buf, size_t cap) {
+    size_t n = 0;
+    buf[0] = 0;
+    for (int m = 0; m < LORA_NMOD; m++) {
+        LoraSlot s;
+        const char *nm;
+        if (l->n_layers && lora_stored_slot(l, 0, (LoraModule)m, &s, &nm))
+            n += (size_t)snprintf(buf + n, n < cap ? cap - n : 0, "%s%s", n ? "," : "", nm);
+    }
+}
+
 void lora_init(const LoraLayout *l, float *params, uint64_t seed) {
     memset(params, 0, (size_t)l->n_params * sizeof *params);
     for (int i = 0; i < l->n_layers; i++)
         for (int m = 0; m < LORA_NMOD; m++) {
-            const LoraSlot *s = lora_slot(l, i, (LoraModule)m);
-            if (!s) continue;
+            LoraSlot st;
+            const char *nm;
+            if (!lora_stored_slot(l, i, (LoraModule)m, &st, &nm)) continue;  // a fused module's A once
+            const LoraSlot *s = &st;
             Rng r;
             rng_seed(&r, seed, (uint64_t)(i * LORA_NMOD + m));
             float bound = 1.0f / sqrtf((float)s->in);
@@ -114,7 +167,10 @@ void lora_init(const LoraLayout *l, float *params, uint64_t seed) {
 int lora_adapter_write_h5(hid_t f, const LoraLayout *l, const float *params, const AdapterMeta *meta, PailErr *err) {
     const char *targets[LORA_NMOD];
     int nt = 0;
-    for (int m = 0; m < LORA_NMOD; m++) if (l->cfg.targets & (1u << m)) targets[nt++] = LORA_MODULE_NAMES[m];
+    for (int m = 0; m < LORA_NMOD; m++) {
+        LoraSlot st;
+        if (l->n_layers && lora_stored_slot(l, 0, (LoraModule)m, &st, &targets[nt])) nt++;
+    }
     int rc = 0;
     rc |= h5a_write_i64(f, "version", meta->version, err);
     rc |= h5a_write_i64(f, "step", meta->step, err);
@@ -128,13 +184,15 @@ int lora_adapter_write_h5(hid_t f, const LoraLayout *l, const float *params, con
     rc |= h5a_write_i64(f, "created_unix", meta->created_unix, err);
     for (int i = 0; i < l->n_layers && rc == 0; i++)
         for (int m = 0; m < LORA_NMOD && rc == 0; m++) {
-            const LoraSlot *s = lora_slot(l, i, (LoraModule)m);
-            if (!s) continue;
+            LoraSlot st;
+            const char *nm;
+            if (!lora_stored_slot(l, i, (LoraModule)m, &st, &nm)) continue;
+            const LoraSlot *s = &st;
             char path[96];
             int64_t da[2] = {l->cfg.rank, s->in}, db[2] = {s->out, l->cfg.rank};
-            snprintf(path, sizeof path, "layers/%d/%s/lora_A", i, LORA_MODULE_NAMES[m]);
+            snprintf(path, sizeof path, "layers/%d/%s/lora_A", i, nm);
             rc |= h5d_write(f, path, H5T_NATIVE_FLOAT, 2, da, params + s->a_off, err);
-            snprintf(path, sizeof path, "layers/%d/%s/lora_B", i, LORA_MODULE_NAMES[m]);
+            snprintf(path, sizeof path, "layers/%d/%s/lora_B", i, nm);
             rc |= h5d_write(f, path, H5T_NATIVE_FLOAT, 2, db, params + s->b_off, err);
         }
     return rc ? -1 : 0;
@@ -211,6 +269,34 @@ static int lora_dims_from_file(hid_t f, const char *name, int nl, ModelConfig *m
         default: break;
         }
     }
+    // phi3's fused modules: q's width is o_proj's input when o_proj is there (k and v then share
+    // the rest); else the split is unknown and not needed (files, PEFT export): q takes it all
+    static const char *fusedn[2] = {"qkv_proj", "gate_up_proj"};
+    for (int k = 0; k < 2; k++) {
+        char path[96];
+        snprintf(path, sizeof path, "layers/0/%s/lora_B", fusedn[k]);
+        if (!h5l_exists(f, path)) continue;
+        hsize_t db[2] = {0}, da[2] = {0};
+        hid_t ds = H5Dopen2(f, path, H5P_DEFAULT), sp = H5Dget_space(ds);
+        H5Sget_simple_extent_dims(sp, db, NULL);
+        H5Sclose(sp);
+        H5Dclose(ds);
+        snprintf(path, sizeof path, "layers/0/%s/lora_A", fusedn[k]);
+        if (!h5l_exists(f, path)) return err_set(err, PAIL_ERR_INVALID, "adapter %s: dataset '%s' is missing", name, path);
+        ds = H5Dopen2(f, path, H5P_DEFAULT);
+        sp = H5Dget_space(ds);
+        H5Sget_simple_extent_dims(sp, da, NULL);
+        H5Sclose(sp);
+        H5Dclose(ds);
+        mc->type = MODEL_PHI3;
+        mc->hidden_size = (int)da[1];
+        int out = (int)db[0];
+        if (k == 1) mc->intermediate_size = out / 2;
+        else if (mc->num_attention_heads > 0 && mc->num_attention_heads < out)
+            mc->num_key_value_heads = (out - mc->num_attention_heads) / 2;
+        else
+            mc->num_attention_heads = out, mc->num_key_value_heads = 0;
+    }
     return 0;
 }
 
@@ -260,16 +346,18 @@ int lora_adapter_read_h5(hid_t f, const char *name, const ModelConfig *mc, LoraL
     if (!*params) { rc = err_set(err, PAIL_ERR_NOMEM, "adapter %s: out of memory", name); goto done; }
     for (int i = 0; i < layout->n_layers && rc == 0; i++)
         for (int m = 0; m < LORA_NMOD && rc == 0; m++) {
-            const LoraSlot *s = lora_slot(layout, i, (LoraModule)m);
-            if (!s) continue;
+            LoraSlot st;
+            const char *nm;
+            if (!lora_stored_slot(layout, i, (LoraModule)m, &st, &nm)) continue;
+            const LoraSlot *s = &st;
             char path[96];
             int64_t da[2] = {rank, s->in}, db[2] = {s->out, rank};
             float *buf = NULL;
-            snprintf(path, sizeof path, "layers/%d/%s/lora_A", i, LORA_MODULE_NAMES[m]);
+            snprintf(path, sizeof path, "layers/%d/%s/lora_A", i, nm);
             if ((rc = h5d_read(f, path, H5T_NATIVE_FLOAT, 2, da, NULL, INT64_C(1) << 31, (void **)&buf, name, err)) < 0) break;
             memcpy(*params + s->a_off, buf, (size_t)(rank * s->in) * sizeof(float));
             free(buf);
-            snprintf(path, sizeof path, "layers/%d/%s/lora_B", i, LORA_MODULE_NAMES[m]);
+            snprintf(path, sizeof path, "layers/%d/%s/lora_B", i, nm);
             if ((rc = h5d_read(f, path, H5T_NATIVE_FLOAT, 2, db, NULL, INT64_C(1) << 31, (void **)&buf, name, err)) < 0) break;
             memcpy(*params + s->b_off, buf, (size_t)(s->out * rank) * sizeof(float));
             free(buf);

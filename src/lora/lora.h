@@ -18,11 +18,15 @@ extern const char *const LORA_MODULE_PARENT[LORA_NMOD]; // "self_attn" or "mlp"
 #define LORA_FORMAT "pail.lora"
 #define LORA_FORMAT_VERSION 1
 
+// lora_targets_parse's mark that phi3's fused names were given (qkv_proj = q, k, v; gate_up_proj
+// = gate, up): lora_layout_build refuses them for other families and clears the mark.
+#define LORA_TARGET_NAMED_FUSED (1u << 8)
+
 typedef struct {
     int rank;          // R
     double alpha;
     bool rslora;       // scaling alpha / sqrt(R) instead of alpha / R
-    unsigned targets;  // bit m set: module m adapted
+    unsigned targets;  // bit m set: module m adapted (phi3: q, k, v together, gate and up together)
 } LoraConfig;
 
 typedef struct {
@@ -32,19 +36,31 @@ typedef struct {
 
 typedef struct {
     LoraConfig cfg;
+    // phi3: PEFT's fused modules. qkv_proj is ONE lora_A (R, C) and lora_B ((H+2Hkv)*D, R):
+    // the q, k and v slots share that A (same a_off: their gradients add up in it) and point
+    // at their rows of B (contiguous: q's, then k's, then v's); gate_up_proj likewise (gate
+    // rows, then up). Files, PEFT and merges see the fused module (lora_stored_slot).
+    bool fused;
     int n_layers;          // L
     LoraSlot *slots;       // (L, LORA_NMOD), owned; unused modules have in = out = 0
     int64_t n_params;      // floats in one flat array
 } LoraLayout;
 
 double lora_scaling(const LoraConfig *c);
-// Parses "q_proj,k_proj,..." or "all" (the seven) or "attn" / "mlp".
+// Parses "q_proj,k_proj,..." or "all" (the seven) or "attn" / "mlp", and phi3's
+// "qkv_proj" (q, k, v) and "gate_up_proj" (gate, up); see LORA_TARGET_NAMED_*.
 int lora_targets_parse(const char *s, unsigned *targets, PailErr *err);
 // "q_proj,v_proj" for messages and run.json (buf of >= 96 bytes).
 void lora_targets_format(unsigned targets, char *buf, size_t cap);
 int lora_layout_build(LoraLayout *l, const ModelConfig *mc, const LoraConfig *c, PailErr *err);
 void lora_layout_free(LoraLayout *l);
 const LoraSlot *lora_slot(const LoraLayout *l, int layer, LoraModule m);
+// Module m as files store it: 1 with *out and *name ("q_proj", or phi3's fused "qkv_proj"
+// covering q, k and v, "gate_up_proj" covering gate and up), 0 when m is not adapted or is
+// part of a fused module stored under another m (k, v, up).
+int lora_stored_slot(const LoraLayout *l, int layer, LoraModule m, LoraSlot *out, const char **name);
+// "all" the stored modules' names, comma-separated ("qkv_proj,o_proj,..." for phi3), buf >= 96 bytes.
+void lora_layout_targets_format(const LoraLayout *l, char *buf, size_t cap);
 // PEFT's default init: A ~ U(-1/sqrt(in), 1/sqrt(in)) (kaiming_uniform_ with
 // a = sqrt(5)), B = 0. Deterministic in seed.
 void lora_init(const LoraLayout *l, float *params, uint64_t seed);

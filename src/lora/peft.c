@@ -12,16 +12,20 @@
 #include "model/safetensors.h"
 #include "shard/h5file.h"
 
-static void key_of(char *out, size_t cap, int layer, LoraModule m, char ab) {
+// name: the stored module's (lora_stored_slot: phi3's qkv_proj / gate_up_proj under q's / gate's parent)
+static void key_of(char *out, size_t cap, int layer, LoraModule m, const char *name, char ab) {
     snprintf(out, cap, "base_model.model.model.layers.%d.%s.%s.lora_%c.weight", layer, LORA_MODULE_PARENT[m],
-             LORA_MODULE_NAMES[m], ab);
+             name, ab);
 }
 
 int peft_export(const LoraLayout *l, const float *params, const char *base_model, const char *dir, PailErr *err) {
     if (fs_mkdirs(dir, err) < 0) return -1;
     json_t *targets = json_array();
-    for (int m = 0; m < LORA_NMOD; m++)
-        if (l->cfg.targets & (1u << m)) json_array_append_new(targets, json_string(LORA_MODULE_NAMES[m]));
+    for (int m = 0; m < LORA_NMOD; m++) {
+        LoraSlot st;
+        const char *nm;
+        if (l->n_layers && lora_stored_slot(l, 0, (LoraModule)m, &st, &nm)) json_array_append_new(targets, json_string(nm));
+    }
     json_t *cfg = json_pack("{s:s, s:s, s:s, s:i, s:f, s:f, s:o, s:b, s:s, s:b, s:b, s:b, s:n, s:n, s:{}, s:{}}",
                             "base_model_name_or_path", base_model ? base_model : "", "peft_type", "LORA", "task_type",
                             "CAUSAL_LM", "r", l->cfg.rank, "lora_alpha", l->cfg.alpha, "lora_dropout", 0.0,
@@ -41,12 +45,14 @@ int peft_export(const LoraLayout *l, const float *params, const char *base_model
     if (!items || !names) { free(items); free(names); return err_set(err, PAIL_ERR_NOMEM, "out of memory"); }
     for (int i = 0; i < l->n_layers; i++)
         for (int m = 0; m < LORA_NMOD; m++) {
-            const LoraSlot *s = lora_slot(l, i, (LoraModule)m);
-            if (!s) continue;
-            key_of(names[n], sizeof names[n], i, (LoraModule)m, 'A');
+            LoraSlot st;
+            const char *nm;
+            if (!lora_stored_slot(l, i, (LoraModule)m, &st, &nm)) continue;
+            const LoraSlot *s = &st;
+            key_of(names[n], sizeof names[n], i, (LoraModule)m, nm, 'A');
             items[n] = (SafeTensorsWriteItem){names[n], ST_DTYPE_F32, 2, {l->cfg.rank, s->in}, params + s->a_off};
             n++;
-            key_of(names[n], sizeof names[n], i, (LoraModule)m, 'B');
+            key_of(names[n], sizeof names[n], i, (LoraModule)m, nm, 'B');
             items[n] = (SafeTensorsWriteItem){names[n], ST_DTYPE_F32, 2, {s->out, l->cfg.rank}, params + s->b_off};
             n++;
         }
@@ -104,16 +110,18 @@ int peft_import(const char *dir, const ModelConfig *mc, LoraLayout *l, float **p
     *params = calloc((size_t)l->n_params, sizeof(float));
     for (int i = 0; i < l->n_layers && rc == 0; i++)
         for (int m = 0; m < LORA_NMOD && rc == 0; m++) {
-            const LoraSlot *s = lora_slot(l, i, (LoraModule)m);
-            if (!s) continue;
+            LoraSlot ls;
+            const char *nm;
+            if (!lora_stored_slot(l, i, (LoraModule)m, &ls, &nm)) continue;
+            const LoraSlot *s = &ls;
             for (int ab = 0; ab < 2 && rc == 0; ab++) {
                 char key[160];
-                key_of(key, sizeof key, i, (LoraModule)m, ab ? 'B' : 'A');
+                key_of(key, sizeof key, i, (LoraModule)m, nm, ab ? 'B' : 'A');
                 const SafeTensor *t = safetensors_find(&st, key);
                 if (!t) {  // PEFT also saves without the "model." level for some architectures
                     char alt[160];
                     snprintf(alt, sizeof alt, "base_model.model.layers.%d.%s.%s.lora_%c.weight", i, LORA_MODULE_PARENT[m],
-                             LORA_MODULE_NAMES[m], ab ? 'B' : 'A');
+                             nm, ab ? 'B' : 'A');
                     t = safetensors_find(&st, alt);
                 }
                 int64_t r0 = ab ? s->out : c.rank, r1 = ab ? c.rank : s->in;
@@ -155,9 +163,11 @@ int lora_merge(float *weights_block, const ModelWeights *w, const LoraLayout *l,
     int R = l->cfg.rank;
     for (int i = 0; i < l->n_layers; i++)
         for (int m = 0; m < LORA_NMOD; m++) {
-            const LoraSlot *s = lora_slot(l, i, (LoraModule)m);
-            if (!s) continue;
-            float *W = weights_block + w->offsets[ids[m]] + (size_t)i * w->specs[ids[m]].numel;  // (out, in)
+            LoraSlot st;
+            const char *nm;
+            if (!lora_stored_slot(l, i, (LoraModule)m, &st, &nm)) continue;  // phi3: qkv_proj's rows from q's
+            const LoraSlot *s = &st;
+            float *W = weights_block + model_weights_elem_offset(w, ids[m], i);  // (out, in); phi3: fused rows
             const float *A = params + s->a_off, *B = params + s->b_off;                         // (R, in), (out, R)
             // W += scale * B A, accumulated in double per element for a faithful merge.
 #pragma omp parallel for schedule(static)

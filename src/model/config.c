@@ -1,7 +1,7 @@
 // config.json / generation_config.json reading and config.json writing for the
-// llama, qwen2, qwen3, mistral, exaone, smollm3, granite and olmo2 dense decoders (see config.h).
+// llama, qwen2, qwen3, mistral, exaone, smollm3, granite, olmo2 and phi3 dense decoders (see config.h).
 // Defaults are those of transformers' LlamaConfig / Qwen2Config / Qwen3Config / MistralConfig /
-// ExaoneConfig / SmolLM3Config / GraniteConfig / Olmo2Config for a field a file omits.
+// ExaoneConfig / SmolLM3Config / GraniteConfig / Olmo2Config / Phi3Config for a field a file omits.
 #include "model/config.h"
 #include <jansson.h>
 #include <math.h>
@@ -11,11 +11,12 @@
 #include "core/fsutil.h"
 
 static const char *type_names[MODEL_TYPE_COUNT] = {"llama", "qwen2", "qwen3", "mistral", "exaone", "smollm3",
-                                                    "granite", "olmo2"};
+                                                    "granite", "olmo2", "phi3"};
 // exaone: the published checkpoints' name (transformers maps model_type exaone to its llama classes)
 static const char *arch_names[MODEL_TYPE_COUNT] = {"LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
                                                    "MistralForCausalLM", "ExaoneForCausalLM", "SmolLM3ForCausalLM",
-                                                   "GraniteForCausalLM", "Olmo2ForCausalLM"};
+                                                   "GraniteForCausalLM", "Olmo2ForCausalLM",
+                                                   "Phi3ForCausalLM"};
 
 const char *model_type_name(ModelType t) { return (unsigned)t < MODEL_TYPE_COUNT ? type_names[t] : "?"; }
 
@@ -41,6 +42,10 @@ void model_config_defaults(ModelConfig *cfg, ModelType type) {
     c.post_norm = type == MODEL_OLMO2;
     c.sliding_window = type == MODEL_MISTRAL ? 4096 : 0;  // MistralConfig's default
     c.bos_token_id = -1;
+    if (type == MODEL_PHI3) {  // Phi3Config's defaults
+        c.rms_norm_eps = 1e-5;
+        c.max_position_embeddings = 4096;
+    }
     // keep the sizes a caller already set
     c.hidden_size = cfg->hidden_size;
     c.intermediate_size = cfg->intermediate_size;
@@ -140,10 +145,17 @@ static int get_rope(ModelConfig *c, json_t *root, const char *what, PailErr *err
     const char *type = t ? json_string_value(t) : "default";
     if (!type) return err_set(err, PAIL_ERR_INVALID, "%s: %s.rope_type is not a string", what, field);
     if (!strcmp(type, "default")) return 0;
+    if (c->type == MODEL_PHI3) {  // Phi3Config runs 'su' and 'yarn' as 'longrope'; read in get_phi3 (needs D)
+        if (strcmp(type, "longrope") && strcmp(type, "su") && strcmp(type, "yarn"))
+            return err_set(err, PAIL_ERR_UNSUPPORTED, "%s: %s.rope_type = '%s' is not supported for phi3 (pail "
+                           "supports none/'default' and 'longrope')", what, field, type);
+        c->rope_scaling = ROPE_SCALING_LONGROPE;
+        return 0;
+    }
     if (strcmp(type, "llama3"))
         return err_set(err, PAIL_ERR_UNSUPPORTED,
-                       "%s: %s.rope_type = '%s' is not supported (pail supports none/'default' and 'llama3')",
-                       what, field, type);
+                       "%s: %s.rope_type = '%s' is not supported (pail supports none/'default' and 'llama3'; "
+                       "'longrope' for phi3)", what, field, type);
     c->rope_scaling = ROPE_SCALING_LLAMA3;
     static const char *need[] = {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"};
     for (int i = 0; i < 4; i++)
@@ -184,6 +196,67 @@ static int get_no_rope(ModelConfig *c, json_t *root, const char *what, PailErr *
     if (get_int(root, "no_rope_layer_interval", 1, 1 << 20, &interval, what, err) < 0) return -1;
     for (int l = 0; l < L; l++)
         if ((l + 1) % interval == 0) c->no_rope[l >> 6] |= 1ull << (l & 63);
+    return 0;
+}
+
+// phi3's longrope (transformers' _compute_longrope_parameters): short_factor and long_factor, rd/2
+// numbers each; original_max_position_embeddings from the top level as Phi3Config sets it (its
+// default 4096; standardize_rope_params lets it override the scaling object's); attention_factor,
+// else from factor (else max_position_embeddings / original_max).
+static int get_longrope(ModelConfig *c, json_t *root, int rd, const char *what, PailErr *err) {
+    json_t *sc = json_object_get(root, "rope_scaling");
+    const char *field = "rope_scaling";
+    if (!json_is_object(sc)) sc = json_object_get(root, "rope_parameters"), field = "rope_parameters";
+    static const char *lists[2] = {"short_factor", "long_factor"};
+    float *dst[2] = {c->rope_short_factor, c->rope_long_factor};
+    for (int k = 0; k < 2; k++) {
+        json_t *v = json_object_get(sc, lists[k]);
+        if (!json_is_array(v) || (int)json_array_size(v) != rd / 2)
+            return err_set(err, PAIL_ERR_INVALID, "%s: %s.%s is not a list of %d numbers (rotary dims / 2)", what,
+                           field, lists[k], rd / 2);
+        for (int i = 0; i < rd / 2; i++) {
+            json_t *x = json_array_get(v, (size_t)i);
+            if (!json_is_number(x) || !(json_number_value(x) > 0) || !isfinite(json_number_value(x)))
+                return err_set(err, PAIL_ERR_INVALID, "%s: %s.%s[%d] is not a positive number", what, field,
+                               lists[k], i);
+            dst[k][i] = (float)json_number_value(x);  // torch.tensor(.., dtype=float32)
+        }
+    }
+    int omax = 4096;
+    if (get_int(root, "original_max_position_embeddings", 1, 1 << 30, &omax, what, err) < 0) return -1;
+    c->rope_original_max_position_embeddings = omax;
+    double factor = (double)c->max_position_embeddings / omax, af = 0;
+    if (get_num(sc, "factor", 1e-6, 1e6, &factor, what, err) < 0 ||
+        get_num(sc, "attention_factor", 1e-6, 1e6, &af, what, err) < 0)
+        return -1;
+    c->rope_factor = factor;
+    if (af == 0) af = factor <= 1.0 || omax < 2 ? 1.0 : sqrt(1 + log(factor) / log((double)omax));
+    c->rope_attention_factor = af;
+    return 0;
+}
+
+// phi3: sliding_window (every layer, as mistral's; null or absent = full, Phi3Config's None) and
+// partial_rotary_factor (rope_parameters' when there, else the top level's; Phi3Config: 1.0):
+// RoPE on the first int(D * factor) dims of each head, as Phi3RotaryEmbedding's dim.
+static int get_phi3(ModelConfig *c, json_t *root, const char *what, PailErr *err) {
+    json_t *swv = json_object_get(root, "sliding_window");
+    if (swv && !json_is_null(swv) && get_int(root, "sliding_window", 1, 1 << 30, &c->sliding_window, what, err) < 0)
+        return -1;
+    double f = 1.0;
+    json_t *rp = json_object_get(root, "rope_parameters");
+    const char *fname = "partial_rotary_factor";
+    if (json_is_object(rp) && json_object_get(rp, "partial_rotary_factor")) {
+        if (get_num(rp, "partial_rotary_factor", 0, 1, &f, what, err) < 0) return -1;
+        fname = "rope_parameters.partial_rotary_factor";
+    } else if (get_num(root, "partial_rotary_factor", 0, 1, &f, what, err) < 0) {
+        return -1;
+    }
+    int rd = (int)(c->head_dim * f);  // python's int(): toward zero
+    if (rd < 2 || rd % 2)
+        return err_set(err, PAIL_ERR_UNSUPPORTED, "%s: %s = %g gives %d rotary dims of head_dim %d (pail needs an "
+                       "even number >= 2)", what, fname, f, rd, c->head_dim);
+    c->rope_dim = rd < c->head_dim ? rd : 0;
+    if (c->rope_scaling == ROPE_SCALING_LONGROPE) return get_longrope(c, root, rd, what, err);
     return 0;
 }
 
@@ -263,7 +336,7 @@ int model_config_parse(ModelConfig *cfg, const char *text, size_t len, const cha
     ModelType type;
     if (model_type_parse(json_string_value(mt), &type) < 0) {
         err_set(err, PAIL_ERR_UNSUPPORTED, "%s: model_type = '%s' is not supported (pail runs llama, qwen2, qwen3, "
-                "mistral, exaone, smollm3, granite, olmo2 dense decoders)", what, json_string_value(mt));
+                "mistral, exaone, smollm3, granite, olmo2, phi3 dense decoders)", what, json_string_value(mt));
         goto out;
     }
     if (type == MODEL_EXAONE) {  // EXAONE's own config names (ExaoneConfig.attribute_map), read as llama's
@@ -309,6 +382,7 @@ int model_config_parse(ModelConfig *cfg, const char *text, size_t len, const cha
         else if (get_int(root, "sliding_window", 1, 1 << 30, &c.sliding_window, what, err) < 0) goto out;
     }
     if (type == MODEL_SMOLLM3 && get_no_rope(&c, root, what, err) < 0) goto out;
+    if (type == MODEL_PHI3 && get_phi3(&c, root, what, err) < 0) goto out;
     if (type == MODEL_GRANITE &&
         (get_num(root, "embedding_multiplier", 1e-6, 1e6, &c.embedding_multiplier, what, err) < 0 ||
          get_num(root, "residual_multiplier", 1e-6, 1e6, &c.residual_multiplier, what, err) < 0 ||
@@ -320,7 +394,8 @@ int model_config_parse(ModelConfig *cfg, const char *text, size_t len, const cha
         if (!json_is_boolean(tie)) { err_set(err, PAIL_ERR_INVALID, "%s: tie_word_embeddings is not a boolean", what); goto out; }
         c.tie_word_embeddings = json_is_true(tie);
     }
-    if (type != MODEL_QWEN2 && type != MODEL_MISTRAL) {  // MistralAttention has no biases, whatever the file says
+    // MistralAttention and Phi3Attention have no biases, whatever the file says
+    if (type != MODEL_QWEN2 && type != MODEL_MISTRAL && type != MODEL_PHI3) {
         json_t *ab = json_object_get(root, "attention_bias");
         if (ab && !json_is_null(ab) && !json_is_boolean(ab)) {
             err_set(err, PAIL_ERR_INVALID, "%s: attention_bias is not a boolean", what);
@@ -425,6 +500,25 @@ int model_config_to_json(const ModelConfig *c, const char *dtype_name, Buf *out)
         json_object_set_new(o, "mlp_bias", json_false());
         json_object_set_new(o, "use_sliding_window", json_false());
         json_object_set_new(o, "sliding_window", json_null());
+    } else if (c->type == MODEL_PHI3) {  // Phi3Config's pad 32000 would lie past a smaller vocabulary
+        json_object_set_new(o, "pad_token_id", json_null());
+        json_object_set_new(o, "sliding_window", c->sliding_window > 0 ? json_integer(c->sliding_window) : json_null());
+        json_object_set_new(o, "partial_rotary_factor", json_real(c->rope_dim ? (double)c->rope_dim / c->head_dim : 1.0));
+        json_object_set_new(o, "original_max_position_embeddings",
+                            json_integer(c->rope_scaling == ROPE_SCALING_LONGROPE
+                                         ? c->rope_original_max_position_embeddings : c->max_position_embeddings));
+        if (c->rope_scaling == ROPE_SCALING_LONGROPE) {
+            json_t *sf = json_array(), *lf = json_array();
+            for (int i = 0; i < model_rope_dim(c) / 2; i++) {
+                json_array_append_new(sf, json_real(c->rope_short_factor[i]));
+                json_array_append_new(lf, json_real(c->rope_long_factor[i]));
+            }
+            json_object_set_new(o, "rope_scaling", json_pack("{s:s,s:o,s:o,s:f}", "type", "longrope", "short_factor",
+                                                             sf, "long_factor", lf, "attention_factor",
+                                                             c->rope_attention_factor));
+        }
+        if (c->head_dim * c->num_attention_heads != c->hidden_size)
+            json_object_set_new(o, "head_dim", json_integer(c->head_dim));
     } else if (c->type == MODEL_OLMO2) {
         json_object_set_new(o, "pad_token_id", json_null());  // Olmo2Config's default 1 is a real token
     } else if (c->type == MODEL_GRANITE) {

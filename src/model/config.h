@@ -3,7 +3,8 @@
 // Qwen2.5), qwen3, mistral (llama's layout + a sliding attention window), exaone
 // (EXAONE 3/3.5: llama under its own tensor and config names), smollm3 (llama
 // with some layers without RoPE), granite (llama with four multipliers), olmo2
-// (norms after the sub-blocks, q/k norms over the whole projection). Both the hub's legacy layout (rope_theta + rope_scaling,
+// (norms after the sub-blocks, q/k norms over the whole projection), phi3 (fused qkv_proj and
+// gate_up_proj, partial_rotary_factor, sliding_window). Both the hub's legacy layout (rope_theta + rope_scaling,
 // torch_dtype) and transformers 5's (rope_parameters, dtype) are read. What pail
 // cannot run (other model types, MoE, qwen's per-layer sliding window, unknown rope
 // scaling) is refused with a message naming the field and value.
@@ -16,12 +17,14 @@
 
 typedef enum {
     MODEL_LLAMA, MODEL_QWEN2, MODEL_QWEN3, MODEL_MISTRAL, MODEL_EXAONE, MODEL_SMOLLM3, MODEL_GRANITE, MODEL_OLMO2,
+    MODEL_PHI3,
     MODEL_TYPE_COUNT
 } ModelType;
-typedef enum { ROPE_SCALING_NONE, ROPE_SCALING_LLAMA3 } RopeScalingType;  // kernels.h has the RopeScaling params
+typedef enum { ROPE_SCALING_NONE, ROPE_SCALING_LLAMA3, ROPE_SCALING_LONGROPE } RopeScalingType;  // kernels.h has the RopeScaling params
 
 #define MODEL_MAX_EOS 8
 #define MODEL_MAX_LAYERS 1024  // num_hidden_layers' bound (config.json is refused past it)
+#define MODEL_MAX_ROPE_FACTORS 512  // longrope's short/long_factor entries: rotary dims / 2 (head_dim <= 1024)
 
 typedef struct {
     ModelType type;
@@ -54,9 +57,20 @@ typedef struct {
     int eos_token_ids[MODEL_MAX_EOS];  // generation_config.json's when present, else config.json's
     int n_eos;
     char dtype[16];               // the checkpoint's declared dtype ("bfloat16"), "" when absent
+    // phi3: RoPE on the first rope_dim dims of each head (int(D * partial_rotary_factor)), the rest passed
+    // through; 0 elsewhere (= D, every dim rotated)
+    int rope_dim;
+    // phi3 longrope (rope_scaling ROPE_SCALING_LONGROPE; legacy "su"): inv_freq[i] / short_factor[i],
+    // or / long_factor[i] for a sequence longer than rope_original_max_position_embeddings (Phi3Config's
+    // top-level field, 4096 when absent), cos and sin times rope_attention_factor (the config's, else
+    // sqrt(1 + ln(factor) / ln(original_max)) with factor max_position_embeddings / original_max)
+    double rope_attention_factor;
+    float rope_short_factor[MODEL_MAX_ROPE_FACTORS], rope_long_factor[MODEL_MAX_ROPE_FACTORS];
 } ModelConfig;
 
-const char *model_type_name(ModelType t);  // "llama", ..., "granite", "olmo2"
+const char *model_type_name(ModelType t);  // "llama", ..., "granite", "olmo2", "phi3"
+// The head dims RoPE rotates: D, or phi3's partial rope_dim.
+static inline int model_rope_dim(const ModelConfig *c) { return c->rope_dim ? c->rope_dim : c->head_dim; }
 // Whether layer l rotates q and k (every layer but smollm3's no-RoPE ones).
 static inline bool model_layer_has_rope(const ModelConfig *c, int l) { return !((c->no_rope[l >> 6] >> (l & 63)) & 1); }
 int model_type_parse(const char *s, ModelType *out);  // 0 / -1

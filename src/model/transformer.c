@@ -139,7 +139,9 @@ static void plan_memory(Transformer *tf, Bump *b) {
     size_t wsf = logprob_workspace_floats((int)T, tf->plan.vchunk), V = (size_t)c->vocab_size;
     tf->ws_floats = wsf > V ? wsf : V;
     tf->ws = take(b, tf->ws_floats);
-    size_t P = (size_t)tf->plan.max_pos, D2 = (size_t)c->head_dim / 2;
+    // longrope: the short_factor table, then the long_factor one (positions + P)
+    size_t P = (size_t)tf->plan.max_pos * (c->rope_scaling == ROPE_SCALING_LONGROPE ? 2 : 1),
+           D2 = (size_t)c->head_dim / 2;
     tf->cos_t = take(b, P * D2); tf->sin_t = take(b, P * D2); tf->inv_freq = take(b, D2);
     if (tf->plan.backward) {
         tf->dres = take(b, T * C); tf->dtmp = take(b, T * C); tf->dxn = take(b, T * C);
@@ -238,7 +240,9 @@ int transformer_init(Transformer **out, const ModelWeights *w, const Transformer
         rs.original_max_position = c->rope_original_max_position_embeddings;
     }
     // The RoPE tables are built on the host and uploaded (in place on a host backend).
-    size_t D2 = (size_t)c->head_dim / 2, P = (size_t)tf->plan.max_pos;
+    // (P, rd/2) for the rd dims RoPE rotates: D, or phi3's partial rotary dims
+    int rd = model_rope_dim(c);
+    size_t D2 = (size_t)rd / 2, P = (size_t)tf->plan.max_pos * (c->rope_scaling == ROPE_SCALING_LONGROPE ? 2 : 1);
     float *inv = tf->inv_freq, *cs = tf->cos_t, *sn = tf->sin_t, *host = NULL;
     if (!tf->be->host_memory) {
         if (!(host = malloc((2 * P * D2 + D2) * sizeof(float)))) {
@@ -247,8 +251,21 @@ int transformer_init(Transformer **out, const ModelWeights *w, const Transformer
         }
         inv = host, cs = host + D2, sn = host + D2 + P * D2;
     }
-    rope_inv_freq(inv, c->head_dim, (float)c->rope_theta, &rs);
-    rope_table_build(cs, sn, inv, (int)P, c->head_dim);
+    if (c->rope_scaling == ROPE_SCALING_LONGROPE) {
+        // phi3: rows 0..P/2-1 with short_factor, P/2.. with long_factor (a long sequence's positions
+        // are shifted by P/2: longrope_pos), both times the attention factor, in fp32 as
+        // Phi3RotaryEmbedding's emb.cos() * attention_scaling; inv_freq keeps the short one's
+        size_t half = P / 2;
+        float af = (float)c->rope_attention_factor;
+        rope_inv_freq_ext(inv, rd, (float)c->rope_theta, c->rope_long_factor);
+        rope_table_build(cs + half * D2, sn + half * D2, inv, (int)half, rd);
+        rope_inv_freq_ext(inv, rd, (float)c->rope_theta, c->rope_short_factor);
+        rope_table_build(cs, sn, inv, (int)half, rd);
+        for (size_t i = 0; i < P * D2; i++) cs[i] *= af, sn[i] *= af;
+    } else {
+        rope_inv_freq(inv, rd, (float)c->rope_theta, &rs);
+        rope_table_build(cs, sn, inv, (int)P, rd);
+    }
     if (host) {
         int rc = tf->be->ops->to_device(tf->be, tf->inv_freq, inv, D2 * sizeof(float), err);
         if (rc == 0) rc = tf->be->ops->to_device(tf->be, tf->cos_t, cs, P * D2 * sizeof(float), err);
@@ -303,7 +320,7 @@ void transformer_lora_enable(Transformer *tf, bool on) { tf->lora_on = on && tf-
 // matrix in its storage dtype (tf->w->dtype[id]), a vector (norm, bias) as fp32.
 static const void *wm(const Transformer *tf, ModelParamId id, int layer) {
     if (id == PARAM_LM_HEAD && tf->cfg.tie_word_embeddings) id = PARAM_EMBED;
-    if (!tf->w->specs[id].present) return NULL;
+    if (!tf->w->specs[id].present && !model_weights_tensor(tf->w, id, layer)) return NULL;  // phi3's views
     return tf->wbase + ((const char *)model_weights_tensor(tf->w, id, layer) - (const char *)tf->w->memory);
 }
 static const float *wv(const Transformer *tf, ModelParamId id, int layer) { return wm(tf, id, layer); }
@@ -331,7 +348,7 @@ static int proj_backward(Transformer *tf, float *dx, float *lora_grads, float *b
                          int outd, int layer, LoraModule m, float dx_beta, PailErr *err) {
     float *dW = NULL, *db = NULL;
     if (base_grads && tf->plan.full) {
-        dW = base_grads + tf->w->offsets[wid] + (size_t)layer * tf->w->specs[wid].numel;
+        dW = base_grads + model_weights_elem_offset(tf->w, wid, layer);  // phi3's q..up: fused rows
         if (bid != PARAM_COUNT && tf->w->specs[bid].present)
             db = base_grads + tf->w->offsets[bid] + (size_t)layer * tf->w->specs[bid].numel;
     }
@@ -382,8 +399,13 @@ static int layer_forward(Transformer *tf, int l, LayerActs *a, int T, PailErr *e
         kin = a->kn;
     }
     if (model_layer_has_rope(c, l)) {
-        OP(rope_forward, a->qr, qin, tf->d_pos, tf->cos_t, tf->sin_t, T, H, D);
-        OP(rope_forward, a->kr, kin, tf->d_pos, tf->cos_t, tf->sin_t, T, Hk, D);
+        if (c->rope_dim) {  // phi3's partial rotary: the first rope_dim dims of each head
+            OP(rope_partial_forward, a->qr, qin, tf->d_pos, tf->cos_t, tf->sin_t, T, H, D, c->rope_dim);
+            OP(rope_partial_forward, a->kr, kin, tf->d_pos, tf->cos_t, tf->sin_t, T, Hk, D, c->rope_dim);
+        } else {
+            OP(rope_forward, a->qr, qin, tf->d_pos, tf->cos_t, tf->sin_t, T, H, D);
+            OP(rope_forward, a->kr, kin, tf->d_pos, tf->cos_t, tf->sin_t, T, Hk, D);
+        }
     } else {  // smollm3's no-RoPE layers: q and k as projected
         OP(copy, a->qr, qin, (size_t)T * HD);
         OP(copy, a->kr, kin, (size_t)T * KD);
@@ -457,6 +479,20 @@ static const float *host_view(Transformer *tf, const float *src, float *host, si
     return tf->be->ops->to_host(tf->be, host, src, n * sizeof(float), err) < 0 ? NULL : host;
 }
 
+// phi3's longrope: transformers picks long_factor when a forward's max(position_ids) + 1 exceeds
+// original_max_position_embeddings (longrope_frequency_update), which for one sequence is its
+// length: each packed sequence of more positions reads the long table (rows shifted by max_pos),
+// the others the short one, as each would run alone in transformers.
+static void longrope_pos(const Transformer *tf, int *out, const int *pos, const int *cu, int nseq) {
+    int omax = tf->cfg.rope_original_max_position_embeddings;
+    for (int s = 0; s < nseq; s++) {
+        int mx = 0;
+        for (int t = cu[s]; t < cu[s + 1]; t++) mx = pos[t] > mx ? pos[t] : mx;
+        int shift = mx + 1 > omax ? tf->plan.max_pos : 0;
+        for (int t = cu[s]; t < cu[s + 1]; t++) out[t] = pos[t] + shift;
+    }
+}
+
 int transformer_forward(Transformer *tf, float *logp, float *entropy, const int *tokens, const int *pos,
                         const int *cu_seqlens, int nseq, int T, const int *targets, float temperature,
                         PailErr *err) {
@@ -489,6 +525,10 @@ int transformer_forward(Transformer *tf, float *logp, float *entropy, const int 
     }
     if (check_ids(tf->tsel, n, V, "transformer: target", err) < 0) return -1;
     OP(to_device, tf->d_tokens, tokens, (size_t)T * sizeof(int));
+    if (c->rope_scaling == ROPE_SCALING_LONGROPE) {
+        longrope_pos(tf, tf->h_pos, pos, cu_seqlens, nseq);
+        pos = tf->h_pos;
+    }
     OP(to_device, tf->d_pos, pos, (size_t)T * sizeof(int));
     OP(to_device, tf->d_cu, cu_seqlens, ((size_t)nseq + 1) * sizeof(int));
     OP(to_device, tf->d_sel, tf->sel, (size_t)n * sizeof(int));
@@ -584,8 +624,13 @@ static int layer_backward(Transformer *tf, int l, LayerActs *a, int T, float *lg
     if (c->attention_multiplier > 0)  // granite: q was scaled after RoPE
         OP(scale, tf->dq, (size_t)T * HD, (float)c->attention_multiplier * sqrtf((float)D));
     if (model_layer_has_rope(c, l)) {
-        OP(rope_backward, tf->dq, tf->dq, tf->d_pos, tf->cos_t, tf->sin_t, T, H, D);
-        OP(rope_backward, tf->dk, tf->dk, tf->d_pos, tf->cos_t, tf->sin_t, T, Hk, D);
+        if (c->rope_dim) {
+            OP(rope_partial_backward, tf->dq, tf->dq, tf->d_pos, tf->cos_t, tf->sin_t, T, H, D, c->rope_dim);
+            OP(rope_partial_backward, tf->dk, tf->dk, tf->d_pos, tf->cos_t, tf->sin_t, T, Hk, D, c->rope_dim);
+        } else {
+            OP(rope_backward, tf->dq, tf->dq, tf->d_pos, tf->cos_t, tf->sin_t, T, H, D);
+            OP(rope_backward, tf->dk, tf->dk, tf->d_pos, tf->cos_t, tf->sin_t, T, Hk, D);
+        }
     }
     if (c->has_qk_norm) {
         // the norm's rows: per head (qwen3: T*H rows of D) or the whole projection (olmo2: T rows of H*D)
@@ -853,6 +898,16 @@ int transformer_extend(Transformer *tf, KvCache *kv, float *logits, const int *n
         if (kv->len[s] + n_new[s] > tf->plan.max_pos)
             return err_set(err, PAIL_ERR_INVALID, "slot %d: position %d is past the RoPE table (%d)", s,
                            kv->len[s] + n_new[s] - 1, tf->plan.max_pos);
+        // phi3's longrope: a sequence that grows past original_max_position_embeddings switches to
+        // long_factor, and transformers then recomputes the whole cache with it
+        // (Phi3ForCausalLM.prepare_inputs_for_generation); pail does not recompute: refused
+        int omax = c->rope_original_max_position_embeddings;
+        if (c->rope_scaling == ROPE_SCALING_LONGROPE && n_new[s] && kv->len[s] > 0 && kv->len[s] <= omax &&
+            kv->len[s] + n_new[s] > omax)
+            return err_set(err, PAIL_ERR_UNSUPPORTED, "slot %d: %d + %d tokens cross phi3's longrope "
+                           "original_max_position_embeddings %d: its cache holds short_factor keys, and the "
+                           "switch to long_factor (transformers recomputes the cache) is not supported", s,
+                           kv->len[s], n_new[s], omax);
         kv->cu_new[s + 1] = kv->cu_new[s] + n_new[s];
         kv->new_len[s] = kv->len[s] + n_new[s];
         npart += n_new[s] > 0;
@@ -875,6 +930,10 @@ int transformer_extend(Transformer *tf, KvCache *kv, float *logits, const int *n
     }
     tf->T = T;
     OP(to_device, tf->d_tokens, tokens, (size_t)T * sizeof(int));
+    if (c->rope_scaling == ROPE_SCALING_LONGROPE)  // a slot past original_max reads the long table
+        for (int s = 0; s < kv->n_slots; s++)
+            if (kv->new_len[s] > c->rope_original_max_position_embeddings)
+                for (int t = kv->cu_new[s]; t < kv->cu_new[s + 1]; t++) tf->h_pos[t] += tf->plan.max_pos;
     OP(to_device, tf->d_pos, tf->h_pos, (size_t)T * sizeof(int));
     OP(to_device, tf->d_rows, tf->rows, (size_t)T * sizeof(int));
     OP(to_device, tf->d_sel, tf->sel, (size_t)npart * sizeof(int));

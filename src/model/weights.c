@@ -35,6 +35,8 @@ void model_param_specs(const ModelConfig *c, ModelParamSpec s[PARAM_COUNT]) {
         [PARAM_W_DOWN] = {"mlp.down_proj.weight", NULL, true, true, 2, {C, F}, 0},
         [PARAM_FINAL_NORM] = {"model.norm.weight", NULL, false, true, 1, {C, 0}, 0},
         [PARAM_LM_HEAD] = {"lm_head.weight", NULL, false, !c->tie_word_embeddings, 2, {V, C}, 0},
+        [PARAM_WQKV] = {"self_attn.qkv_proj.weight", NULL, true, false, 2, {Q + 2 * KV, C}, 0},
+        [PARAM_W_GATE_UP] = {"mlp.gate_up_proj.weight", NULL, true, false, 2, {2 * F, C}, 0},
     };
     // EXAONE 3/3.5 checkpoints keep their own names (transformers 5 renames them
     // to llama's on load and back on save: conversion_mapping.py "exaone")
@@ -57,6 +59,11 @@ void model_param_specs(const ModelConfig *c, ModelParamSpec s[PARAM_COUNT]) {
         }
         s[i].prefix = c->type == MODEL_EXAONE ? "transformer.h." : "model.layers.";
         if (c->type == MODEL_EXAONE && exaone[i]) s[i].name = exaone[i];
+        if (c->type == MODEL_PHI3) {  // fused projections: q/k/v and gate/up are views (model_weights_tensor)
+            if (i == PARAM_WQKV || i == PARAM_W_GATE_UP) s[i].present = true;
+            if (i == PARAM_WQ || i == PARAM_WK || i == PARAM_WV || i == PARAM_W_GATE || i == PARAM_W_UP)
+                s[i].present = false;
+        }
         s[i].numel = s[i].shape[0] * (s[i].ndim == 2 ? s[i].shape[1] : 1);
     }
 }
@@ -78,7 +85,8 @@ size_t model_params_count(const ModelConfig *cfg) {
 bool model_param_is_matrix(ModelParamId id) {
     switch (id) {
     case PARAM_EMBED: case PARAM_WQ: case PARAM_WK: case PARAM_WV: case PARAM_WO:
-    case PARAM_W_GATE: case PARAM_W_UP: case PARAM_W_DOWN: case PARAM_LM_HEAD: return true;
+    case PARAM_W_GATE: case PARAM_W_UP: case PARAM_W_DOWN: case PARAM_LM_HEAD:
+    case PARAM_WQKV: case PARAM_W_GATE_UP: return true;
     default: return false;
     }
 }
@@ -141,7 +149,8 @@ int model_weights_alloc_as(ModelWeights *w, const ModelConfig *cfg, const DType 
     void **mats[PARAM_COUNT] = {[PARAM_EMBED] = &w->p.embed_tokens, [PARAM_WQ] = &w->p.wq, [PARAM_WK] = &w->p.wk,
                                 [PARAM_WV] = &w->p.wv, [PARAM_WO] = &w->p.wo, [PARAM_W_GATE] = &w->p.w_gate,
                                 [PARAM_W_UP] = &w->p.w_up, [PARAM_W_DOWN] = &w->p.w_down,
-                                [PARAM_LM_HEAD] = &w->p.lm_head};
+                                [PARAM_LM_HEAD] = &w->p.lm_head, [PARAM_WQKV] = &w->p.wqkv,
+                                [PARAM_W_GATE_UP] = &w->p.w_gate_up};
     float **vecs[PARAM_COUNT] = {[PARAM_ATTN_NORM] = &w->p.attn_norm, [PARAM_BQ] = &w->p.bq, [PARAM_BK] = &w->p.bk,
                                  [PARAM_BV] = &w->p.bv, [PARAM_BO] = &w->p.bo, [PARAM_Q_NORM] = &w->p.q_norm,
                                  [PARAM_K_NORM] = &w->p.k_norm, [PARAM_MLP_NORM] = &w->p.mlp_norm,
@@ -155,7 +164,36 @@ int model_weights_alloc_as(ModelWeights *w, const ModelConfig *cfg, const DType 
         w->p.lm_head = w->p.embed_tokens;
         w->dtype[PARAM_LM_HEAD] = w->dtype[PARAM_EMBED];
     }
+    if (w->specs[PARAM_WQKV].present) {  // phi3: the views take their fused family's dtype
+        w->dtype[PARAM_WQ] = w->dtype[PARAM_WK] = w->dtype[PARAM_WV] = w->dtype[PARAM_WQKV];
+        w->dtype[PARAM_W_GATE] = w->dtype[PARAM_W_UP] = w->dtype[PARAM_W_GATE_UP];
+    }
     return 0;
+}
+
+// phi3: the fused family and first row of a view (q, k, v in qkv_proj; gate, up in gate_up_proj).
+static bool fused_view(const ModelWeights *w, ModelParamId id, ModelParamId *fid, size_t *row0) {
+    if (!w->specs[PARAM_WQKV].present) return false;
+    size_t Q = (size_t)w->cfg.num_attention_heads * w->cfg.head_dim, KV = (size_t)w->cfg.num_key_value_heads * w->cfg.head_dim;
+    switch (id) {
+    case PARAM_WQ: *fid = PARAM_WQKV; *row0 = 0; return true;
+    case PARAM_WK: *fid = PARAM_WQKV; *row0 = Q; return true;
+    case PARAM_WV: *fid = PARAM_WQKV; *row0 = Q + KV; return true;
+    case PARAM_W_GATE: *fid = PARAM_W_GATE_UP; *row0 = 0; return true;
+    case PARAM_W_UP: *fid = PARAM_W_GATE_UP; *row0 = (size_t)w->cfg.intermediate_size; return true;
+    default: return false;
+    }
+}
+
+size_t model_weights_elem_offset(const ModelWeights *w, ModelParamId id, int layer) {
+    ModelParamId fid;
+    size_t row0;
+    if (fused_view(w, id, &fid, &row0))
+        return w->offsets[fid] + (size_t)layer * w->specs[fid].numel + row0 * w->specs[fid].shape[1];
+    if (id == PARAM_LM_HEAD && w->cfg.tie_word_embeddings) id = PARAM_EMBED;
+    const ModelParamSpec *s = &w->specs[id];
+    if (!s->present) return (size_t)-1;
+    return w->offsets[id] + (s->per_layer ? (size_t)layer * s->numel : 0);
 }
 
 int model_weights_alloc(ModelWeights *w, const ModelConfig *cfg, PailErr *err) {
@@ -172,6 +210,10 @@ void model_weights_free(ModelWeights *w) {
 
 void *model_weights_tensor(const ModelWeights *w, ModelParamId id, int layer) {
     if (id == PARAM_LM_HEAD && w->cfg.tie_word_embeddings) return w->p.embed_tokens;
+    ModelParamId fid;
+    size_t row0;
+    if (fused_view(w, id, &fid, &row0))
+        return (char *)model_weights_tensor(w, fid, layer) + row0 * w->specs[fid].shape[1] * dtype_size(w->dtype[fid]);
     const ModelParamSpec *s = &w->specs[id];
     if (!s->present) return NULL;
     return (char *)w->memory + w->byte_offsets[id] +

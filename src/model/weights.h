@@ -15,7 +15,7 @@
 typedef enum {
     PARAM_EMBED, PARAM_ATTN_NORM, PARAM_WQ, PARAM_WK, PARAM_WV, PARAM_WO, PARAM_BQ, PARAM_BK, PARAM_BV,
     PARAM_BO, PARAM_Q_NORM, PARAM_K_NORM, PARAM_MLP_NORM, PARAM_W_GATE, PARAM_W_UP, PARAM_W_DOWN,
-    PARAM_FINAL_NORM, PARAM_LM_HEAD, PARAM_COUNT
+    PARAM_FINAL_NORM, PARAM_LM_HEAD, PARAM_WQKV, PARAM_W_GATE_UP, PARAM_COUNT
 } ModelParamId;
 
 // Named pointers into ModelWeights.memory (all borrowed from it). NULL when the
@@ -42,6 +42,10 @@ typedef struct {
     void *w_down;         // (L, C, F)
     float *final_norm;    // (C)          model.norm.weight
     void *lm_head;        // (V, C)       lm_head.weight, or embed_tokens when tied
+    // phi3 (NULL elsewhere): the fused checkpoint tensors; wq/wk/wv and w_gate/w_up are then NULL and
+    // model_weights_tensor gives each layer's q, k, v (gate, up) as row blocks of these
+    void *wqkv;           // (L, (H+2Hkv)*D, C) self_attn.qkv_proj.weight: q rows, then k, then v
+    void *w_gate_up;      // (L, 2F, C)   mlp.gate_up_proj.weight: gate rows, then up (Phi3MLP's chunk)
 } ModelParams;
 
 // One tensor family: its HF name (the part after "<prefix>N." when per
@@ -95,7 +99,11 @@ void model_dtypes_uniform(DType mat, DType dt[PARAM_COUNT]);
 // Bytes the block takes for cfg with dt[] (without allocating).
 size_t model_weights_bytes(const ModelConfig *cfg, const DType dt[PARAM_COUNT]);
 // Pointer to (family, layer) in w (layer ignored for global tensors), in the family's dtype.
+// phi3's q, k, v, gate and up are views into the fused families (w->dtype[] is theirs).
 void *model_weights_tensor(const ModelWeights *w, ModelParamId id, int layer);
+// Element offset of (family, layer) in a num_params-float block (gradients, an fp32 block),
+// phi3's views included; (size_t)-1 when the config has no such tensor.
+size_t model_weights_elem_offset(const ModelWeights *w, ModelParamId id, int layer);
 // The block as fp32 when every family is (full fine-tuning, merging, tests); NULL otherwise.
 float *model_weights_f32(const ModelWeights *w);
 // What the matrices are stored as: "bf16", "f32", "f16", or the mix ("bf16+f32")

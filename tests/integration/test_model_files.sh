@@ -50,8 +50,17 @@ expect_fail "unsupported model_type" 1 "model_type = 'gemma' is not supported \(
 check "model-info names mistral's window" grep -q "^sliding_window: 8$" <("$CTL" model-info --model "$WORK/mw")
 cp -r "$WORK/mw" "$WORK/mw0"; sed -i 's/"sliding_window": 8/"sliding_window": 0/' "$WORK/mw0/config.json"
 expect_fail "mistral window 0" 1 "sliding_window = 0 is out of range" "$CTL" model-info --model "$WORK/mw0"
-expect_fail "a window for llama" 2 "--sliding-window: only model type mistral has one \(not llama\)" \
+expect_fail "a window for llama" 2 "--sliding-window: only model types mistral and phi3 have one \(not llama\)" \
   "$CTL" init-model --out "$WORK/z" --shape tiny --sliding-window 8
+# phi3: fused qkv_proj / gate_up_proj in the file, partial rotary and a window in config.json
+check "init-model phi3" "$CTL" init-model --out "$WORK/p3" --shape tiny --model-type phi3 --partial-rotary-factor 0.75 \
+  --sliding-window 8 --dtype f32
+check "model-info names phi3's fused tensors" grep -q "^fused: self_attn.qkv_proj (q, k, v), mlp.gate_up_proj (gate, up)$" \
+  <("$CTL" model-info --model "$WORK/p3")
+check "model-info: 12 of 16 dims rotated" grep -q "^partial_rotary: 12 of 16 head dims rotated$" <("$CTL" model-info --model "$WORK/p3")
+check "phi3's checkpoint holds qkv_proj" grep -q "model.layers.1.self_attn.qkv_proj.weight" <("$CTL" model-info --model "$WORK/p3" --sums)
+expect_fail "a partial rotary factor for llama" 2 "--partial-rotary-factor: only model type phi3 has one \(not llama\)" \
+  "$CTL" init-model --out "$WORK/z" --shape tiny --partial-rotary-factor 0.5
 cp -r "$WORK/m" "$WORK/ms"; sed -i 's/"use_sliding_window": false/"use_sliding_window": true/' "$WORK/ms/config.json"
 expect_fail "sliding window in use" 1 "use_sliding_window = true" "$CTL" model-info --model "$WORK/ms"
 cp -r "$WORK/m" "$WORK/mx"; truncate -s -4 "$WORK/mx/model.safetensors"

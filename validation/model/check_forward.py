@@ -4,7 +4,8 @@ users run. For random tiny checkpoints of each model_type (GQA, q/k/v bias,
 attention_bias, qwen3 q/k norm, tied and untied embeddings, llama3 rope
 scaling, mistral's sliding window W = 8 under 32-token sequences, exaone's own
 tensor names, granite's multipliers, olmo2's post-norms and whole-projection q/k
-norms, smollm3's layer without RoPE), saved with
+norms, smollm3's layer without RoPE, phi3's fused qkv_proj / gate_up_proj and their
+fused LoRA modules, partial rotary, longrope on both sides of its switch), saved with
 save_pretrained and loaded by pail from the same folder:
 
 - per-token log-probs of packed rows (3 sequences of different lengths in one
@@ -36,14 +37,14 @@ import numpy as np
 import torch
 from peft import LoraConfig, get_peft_model
 from transformers import (AutoModelForCausalLM, ExaoneConfig, GraniteConfig, LlamaConfig, MistralConfig, Olmo2Config,
-                          Qwen2Config, Qwen3Config, SmolLM3Config)
+                          Phi3Config, Qwen2Config, Qwen3Config, SmolLM3Config)
 
 torch.set_num_threads(2)
 torch.manual_seed(0)
 DRIVER, WORK = sys.argv[1], sys.argv[2]
 GEN_DRIVER = sys.argv[3] if len(sys.argv) > 3 else None
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from pail_files import MODULES, base_sha256, write_pail_adapter  # noqa: E402
+from pail_files import MODULES, PHI3_MODULES, base_sha256, write_pail_adapter  # noqa: E402
 passed = failed = 0
 
 
@@ -92,10 +93,25 @@ def variants():
     # SmolLM3: layer 1 of 2 without RoPE (its no_rope_layers; the default interval 4 would leave none here), tied
     yield "smollm3-nope-tied", SmolLM3Config(**common, num_key_value_heads=2, no_rope_layers=[1, 0],
                                              bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    # Phi-3: fused qkv_proj / gate_up_proj (LoRA on PEFT's fused modules: one A for q, k, v), MHA, full
+    # RoPE, no window, no scaling
+    yield "phi3-plain", Phi3Config(**common, num_key_value_heads=4, tie_word_embeddings=False,
+                                   bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    # Phi-4-mini's partial_rotary_factor 0.75 (12 of D = 16 dims rotated), GQA, a window of 8 under
+    # 32-token sequences (Phi-3-mini's sliding_window, smaller), Phi-3.5's longrope with
+    # original_max_position_embeddings 16: the 13-token sequence runs on short_factor, the 32- and
+    # 20-token ones on long_factor (transformers' rule: max position + 1 > 16), cos/sin times
+    # sqrt(1 + ln(256/16) / ln 16)
+    yield "phi3-gqa-partial-window-longrope", Phi3Config(
+        **common, num_key_value_heads=2, tie_word_embeddings=False, partial_rotary_factor=0.75, sliding_window=8,
+        original_max_position_embeddings=16,
+        rope_scaling={"type": "longrope", "short_factor": [1.0, 1.1, 1.3, 1.7, 2.2, 2.9],
+                      "long_factor": [1.0, 1.5, 3.0, 6.0, 11.0, 23.0]},
+        bos_token_id=None, eos_token_id=None, pad_token_id=None)
 
 
 # variants checked on the bf16 exact path and through generation too
-FULL_CHECKS = ("mistral", "exaone", "granite", "smollm3", "olmo2")
+FULL_CHECKS = ("mistral", "exaone", "granite", "smollm3", "olmo2", "phi3")
 
 
 def file_name(pname, model_type):
@@ -110,7 +126,7 @@ def file_name(pname, model_type):
         pname = pname.replace(a, b)
     return pname
 # sequence lengths of the packed row: longer than a variant's window
-LENS = {"mistral": [32, 13, 20]}
+LENS = {"mistral": [32, 13, 20], "phi3": [32, 13, 20]}
 
 
 def randomize(model):
@@ -168,15 +184,13 @@ def bf16_exact(model, d, seqs):
     report("bf16 weights, exact path: logprobs vs transformers fp32 on the upcast weights", err, 1e-3)
 
 
-def generation(d, cfg, g):
+def generation(d, cfg, g, plens=(20, 3), new=24):
     """Prefill (a 20-token prompt, past the window) and decode through pail's
     paged KV cache against transformers."""
     fresh = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32)
-    prompts = [torch.randint(0, cfg.vocab_size, (20,), generator=g).tolist(),
-               torch.randint(0, cfg.vocab_size, (3,), generator=g).tolist()]
+    prompts = [torch.randint(0, cfg.vocab_size, (n,), generator=g).tolist() for n in plens]
     ppath = os.path.join(d, "prompts.json")
     json.dump({"prompts": prompts}, open(ppath, "w"))
-    new = 24
     greedy = run_driver_gen(["--model", d, "--input", ppath, "--group", "1", "--max-new", str(new),
                              "--temperature", "0"])
     worst = 0
@@ -188,7 +202,8 @@ def generation(d, cfg, g):
         worst += ref != c["ids"]
         if ref != c["ids"]:
             print(f"    prompt {c['prompt']}: pail {c['ids']}\n    transformers {ref}")
-    report(f"greedy generation = transformers generate ({new} tokens, prompts of 20 and 3), mismatches", worst, 0)
+    report(f"greedy generation = transformers generate ({new} tokens, prompts of {' and '.join(map(str, plens))}), "
+           "mismatches", worst, 0)
     sampled = run_driver_gen(["--model", d, "--input", ppath, "--group", "3", "--max-new", str(new),
                               "--temperature", "1", "--seed", "5"])
     err = 0.0
@@ -247,14 +262,15 @@ for name, cfg in variants():
         bf16_exact(model, d, seqs)
     # --- LoRA on all seven projections with random non-zero A and B
     rank, alpha = 4, 8.0
-    peft_model = get_peft_model(model, LoraConfig(r=rank, lora_alpha=alpha, target_modules=MODULES,
+    modules = PHI3_MODULES if cfg.model_type == "phi3" else MODULES
+    peft_model = get_peft_model(model, LoraConfig(r=rank, lora_alpha=alpha, target_modules=modules,
                                                   lora_dropout=0.0, init_lora_weights=True))
     with torch.no_grad():
         for pname, p in peft_model.named_parameters():
             if "lora_B" in pname:
                 p.copy_(0.05 * torch.randn_like(p))
     apath = os.path.join(d, "adapter.h5")
-    write_pail_adapter(peft_model, apath, cfg.num_hidden_layers, rank, alpha, base_sha256(d))
+    write_pail_adapter(peft_model, apath, cfg.num_hidden_layers, rank, alpha, base_sha256(d), modules)
     json.dump({"seqs": seqs, "weights": weights, "temperature": 1.0}, open(inp, "w"))
     peft_model.zero_grad()
     ref = torch_logprobs(peft_model, seqs, 1.0)
@@ -323,8 +339,22 @@ for name, cfg in variants():
         got = [json.loads(l)["logprobs"] for l in out.stdout.splitlines()]
         err = max(float((torch.tensor(a) - b.detach()).abs().max()) for a, b in zip(got, ref))
         report("a PEFT-saved adapter read by pail: logprobs equal PEFT's", err, 1e-4)
-    if GEN_DRIVER and cfg.model_type in FULL_CHECKS:
+    longrope = (cfg.rope_parameters or {}).get("rope_type") == "longrope"
+    if GEN_DRIVER and cfg.model_type in FULL_CHECKS and not longrope:
         generation(d, cfg, g)
+    elif GEN_DRIVER and longrope:
+        # long_factor from the prefill on (prompts past original_max 16), short_factor throughout
+        # (3 + 12 tokens); a sequence crossing 16 in decode, where transformers recomputes the
+        # whole cache with long_factor, is refused by name
+        omax = cfg.original_max_position_embeddings
+        generation(d, cfg, g, (20, omax + 1), 24)
+        generation(d, cfg, g, (3,), omax - 3)
+        ppath = os.path.join(d, "prompts.json")
+        json.dump({"prompts": [[1, 2, 3]]}, open(ppath, "w"))
+        out = subprocess.run([GEN_DRIVER, "--model", d, "--input", ppath, "--group", "1", "--max-new", "24",
+                              "--temperature", "0"], capture_output=True, text=True)
+        ok = out.returncode != 0 and "cross phi3's longrope original_max_position_embeddings 16" in out.stderr
+        report("decode crossing original_max_position_embeddings refused by name (0 = refused)", 0 if ok else 1, 0)
 
 print(f"model-forward: {passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)

@@ -6,7 +6,8 @@
     pass runs, and pail's `model-info --sums` reads the same values torch does.
 (b) Checkpoints transformers writes (save_pretrained: f32, bf16, f16, sharded,
     tied / untied, q/k/v bias, qwen3 and olmo2 q/k norms, llama3 rope scaling, exaone names, granite, smollm3, mistral
-    windows and null) load in pail
+    windows and null, phi3's fused qkv_proj / gate_up_proj with longrope and partial
+    rotary) load in pail
     with every tensor's fp32 values bit-identical to torch's (sha256 of the fp32
     bytes) and the same config fields, parameter count and base_sha256 (the
     format doc/models.md defines, recomputed here from the files).
@@ -21,7 +22,7 @@ import warnings
 import torch
 import transformers
 from transformers import (AutoConfig, AutoModelForCausalLM, ExaoneConfig, GraniteConfig, LlamaConfig, MistralConfig,
-                          Olmo2Config, Qwen2Config, Qwen3Config, SmolLM3Config)
+                          Olmo2Config, Phi3Config, Qwen2Config, Qwen3Config, SmolLM3Config)
 
 transformers.logging.set_verbosity_error()
 transformers.utils.logging.disable_progress_bar()
@@ -137,6 +138,10 @@ def compare_config(name, cfg, fields):
             rp["factor"], rp["low_freq_factor"], rp["high_freq_factor"], rp["original_max_position_embeddings"])
         if fields["rope_scaling"] != want_rs:
             bad.append(f"rope_scaling '{fields['rope_scaling']}' vs '{want_rs}'")
+    elif rtype == "longrope":  # phi3: original_max is Phi3Config's top-level field
+        want_rs = "longrope original_max=%d " % cfg.original_max_position_embeddings
+        if not fields["rope_scaling"].startswith(want_rs):
+            bad.append(f"rope_scaling '{fields['rope_scaling']}' vs '{want_rs}...'")
     elif fields["rope_scaling"] != "none":
         bad.append(f"rope_scaling {fields['rope_scaling']} vs none")
     if cfg.model_type == "granite":  # the four multipliers
@@ -147,7 +152,11 @@ def compare_config(name, cfg, fields):
         want_nr = " ".join(str(l) for l, r in enumerate(cfg.no_rope_layers) if not r) or "none"
         if fields.get("no_rope_layers") != want_nr:
             bad.append(f"no_rope_layers {fields.get('no_rope_layers')} vs {want_nr}")
-    if cfg.model_type == "mistral":  # the window on every layer; null: full attention
+    if cfg.model_type == "phi3":  # the rotated head dims (partial_rotary_factor)
+        want_pr = "%d of %d head dims rotated" % (int(head_dim * rp.get("partial_rotary_factor", 1.0)), head_dim)
+        if fields.get("partial_rotary") != want_pr:
+            bad.append(f"partial_rotary {fields.get('partial_rotary')} vs {want_pr}")
+    if cfg.model_type in ("mistral", "phi3"):  # the window on every layer; null: full attention
         want_sw = str(cfg.sliding_window) if cfg.sliding_window else "none"
         if fields.get("sliding_window") != want_sw:
             bad.append(f"sliding_window {fields.get('sliding_window')} vs {want_sw}")
@@ -260,6 +269,9 @@ def main():
     check_pail_written(ctl, a.work, "granite-f32", tiny + ["--model-type", "granite", "--dtype", "f32"])
     check_pail_written(ctl, a.work, "olmo2-bf16", tiny + ["--model-type", "olmo2"])
     check_pail_written(ctl, a.work, "smollm3-4layers-bf16", tiny + ["--model-type", "smollm3", "--layers", "4"])
+    check_pail_written(ctl, a.work, "phi3-partial-window8-bf16", tiny + ["--model-type", "phi3", "--sliding-window",
+                       "8", "--partial-rotary-factor", "0.75"])
+    check_pail_written(ctl, a.work, "phi3-f32", tiny + ["--model-type", "phi3", "--dtype", "f32"])
     check_pail_written(ctl, a.work, "bench-llama-bf16", ["--shape", "bench"])
 
     # (b) transformers writes, pail reads
@@ -287,6 +299,13 @@ def main():
         ("olmo2-f32-sharded", Olmo2Config(**small, pad_token_id=None), torch.float32, "40KB"),
         ("smollm3-f32-nope-untied", SmolLM3Config(**small, no_rope_layers=[1, 0, 1], tie_word_embeddings=False,
                                                   pad_token_id=None), torch.float32, None),
+        # Phi-3.5 / Phi-4-mini: fused tensors, longrope (legacy rope_scaling in, rope_parameters out), half the dims
+        ("phi3-bf16-longrope-partial-window-sharded", Phi3Config(
+            **small, pad_token_id=None, partial_rotary_factor=0.5, sliding_window=16, max_position_embeddings=1024,
+            original_max_position_embeddings=64, rope_scaling={"type": "longrope", "short_factor": [1.0, 1.2, 1.5, 2.0],
+                                                               "long_factor": [1.0, 3.0, 9.0, 27.0]}),
+         torch.bfloat16, "40KB"),
+        ("phi3-f32-tied", Phi3Config(**small, pad_token_id=None, tie_word_embeddings=True), torch.float32, None),
     ]
     for name, cfg, dt, shard in cases:
         check_hf_written(ctl, a.work, name, cfg, dt, shard)
