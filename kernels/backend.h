@@ -120,6 +120,15 @@ typedef struct {
     int (*adamw_grad_sumsq)(Backend *b, double *sumsq, const float *g, size_t n, PailErr *err);
     int (*adamw_update)(Backend *b, float *p, float *m, float *v, const float *g, size_t n, float lr, float beta1,
                         float beta2, float eps, float weight_decay, int step, float grad_scale, PailErr *err);
+    // cohere: LayerNorm without bias (weight row r % wrows), rope on adjacent pairs (kernels.h)
+    int (*layernorm_forward)(Backend *b, float *out, float *mean, float *rstd, const float *x, const float *w,
+                             int rows, int C, int wrows, float eps, PailErr *err);
+    int (*layernorm_backward)(Backend *b, float *dx, float *dw, const float *dout, const float *x, const float *w,
+                              const float *mean, const float *rstd, int rows, int C, int wrows, PailErr *err);
+    int (*rope_interleaved_forward)(Backend *b, float *out, const float *x, const int *pos, const float *cos_t,
+                                    const float *sin_t, int T, int nh, int D, PailErr *err);
+    int (*rope_interleaved_backward)(Backend *b, float *dx, const float *dout, const int *pos, const float *cos_t,
+                                     const float *sin_t, int T, int nh, int D, PailErr *err);
 } BackendOps;
 
 struct Backend {
