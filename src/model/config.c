@@ -1,7 +1,7 @@
 // config.json / generation_config.json reading and config.json writing for the
-// llama, qwen2, qwen3, mistral, exaone, smollm3, granite and olmo2 dense decoders (see config.h).
+// llama, qwen2, qwen3, mistral, exaone, smollm3, granite, olmo2 and cohere dense decoders (see config.h).
 // Defaults are those of transformers' LlamaConfig / Qwen2Config / Qwen3Config / MistralConfig /
-// ExaoneConfig / SmolLM3Config / GraniteConfig / Olmo2Config for a field a file omits.
+// ExaoneConfig / SmolLM3Config / GraniteConfig / Olmo2Config / CohereConfig for a field a file omits.
 #include "model/config.h"
 #include <jansson.h>
 #include <math.h>
@@ -11,11 +11,11 @@
 #include "core/fsutil.h"
 
 static const char *type_names[MODEL_TYPE_COUNT] = {"llama", "qwen2", "qwen3", "mistral", "exaone", "smollm3",
-                                                    "granite", "olmo2"};
+                                                    "granite", "olmo2", "cohere"};
 // exaone: the published checkpoints' name (transformers maps model_type exaone to its llama classes)
 static const char *arch_names[MODEL_TYPE_COUNT] = {"LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
                                                    "MistralForCausalLM", "ExaoneForCausalLM", "SmolLM3ForCausalLM",
-                                                   "GraniteForCausalLM", "Olmo2ForCausalLM"};
+                                                   "GraniteForCausalLM", "Olmo2ForCausalLM", "CohereForCausalLM"};
 
 const char *model_type_name(ModelType t) { return (unsigned)t < MODEL_TYPE_COUNT ? type_names[t] : "?"; }
 
@@ -41,6 +41,14 @@ void model_config_defaults(ModelConfig *cfg, ModelType type) {
     c.post_norm = type == MODEL_OLMO2;
     c.sliding_window = type == MODEL_MISTRAL ? 4096 : 0;  // MistralConfig's default
     c.bos_token_id = -1;
+    if (type == MODEL_COHERE) {  // CohereConfig's defaults (default_theta 500000, eps 1e-5, tied)
+        c.parallel_block = c.layer_norm = c.rope_interleaved = true;
+        c.logit_scale = 0.0625;
+        c.rms_norm_eps = 1e-5;
+        c.rope_theta = 500000.0;
+        c.max_position_embeddings = 8192;
+        c.tie_word_embeddings = true;
+    }
     // keep the sizes a caller already set
     c.hidden_size = cfg->hidden_size;
     c.intermediate_size = cfg->intermediate_size;
@@ -263,7 +271,7 @@ int model_config_parse(ModelConfig *cfg, const char *text, size_t len, const cha
     ModelType type;
     if (model_type_parse(json_string_value(mt), &type) < 0) {
         err_set(err, PAIL_ERR_UNSUPPORTED, "%s: model_type = '%s' is not supported (pail runs llama, qwen2, qwen3, "
-                "mistral, exaone, smollm3, granite, olmo2 dense decoders)", what, json_string_value(mt));
+                "mistral, exaone, smollm3, granite, olmo2, cohere dense decoders)", what, json_string_value(mt));
         goto out;
     }
     if (type == MODEL_EXAONE) {  // EXAONE's own config names (ExaoneConfig.attribute_map), read as llama's
@@ -274,6 +282,10 @@ int model_config_parse(ModelConfig *cfg, const char *text, size_t len, const cha
             json_t *v = json_object_get(root, alias[i][1]);
             if (v && !json_object_get(root, alias[i][0])) json_object_set(root, alias[i][0], v);
         }
+    }
+    if (type == MODEL_COHERE) {  // CohereConfig's names: layer_norm_eps is the (Layer)norm's eps
+        json_t *v = json_object_get(root, "layer_norm_eps");
+        if (v && !json_object_get(root, "rms_norm_eps")) json_object_set(root, "rms_norm_eps", v);
     }
     if (refuse_unsupported(root, type, what, err) < 0) goto out;
     static const char *req[] = {"hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
@@ -315,6 +327,20 @@ int model_config_parse(ModelConfig *cfg, const char *text, size_t len, const cha
          get_num(root, "attention_multiplier", 1e-6, 1e6, &c.attention_multiplier, what, err) < 0 ||
          get_num(root, "logits_scaling", 1e-6, 1e6, &c.logits_scaling, what, err) < 0))
         goto out;
+    if (type == MODEL_COHERE) {
+        json_t *qn = json_object_get(root, "use_qk_norm");
+        if (qn && !json_is_null(qn) && !json_is_boolean(qn)) {
+            err_set(err, PAIL_ERR_INVALID, "%s: use_qk_norm is not a boolean", what);
+            goto out;
+        }
+        c.has_qk_norm = json_is_true(qn);
+        json_t *ls = json_object_get(root, "logit_scale");
+        if (ls && json_is_null(ls)) {  // CohereForCausalLM would multiply the logits by None
+            err_set(err, PAIL_ERR_INVALID, "%s: logit_scale is null (CohereForCausalLM needs a number)", what);
+            goto out;
+        }
+        if (get_num(root, "logit_scale", 1e-6, 1e6, &c.logit_scale, what, err) < 0) goto out;
+    }
     json_t *tie = json_object_get(root, "tie_word_embeddings");
     if (tie && !json_is_null(tie)) {
         if (!json_is_boolean(tie)) { err_set(err, PAIL_ERR_INVALID, "%s: tie_word_embeddings is not a boolean", what); goto out; }
@@ -394,7 +420,7 @@ int model_config_to_json(const ModelConfig *c, const char *dtype_name, Buf *out)
     json_object_set_new(o, "num_attention_heads", json_integer(c->num_attention_heads));
     json_object_set_new(o, "num_hidden_layers", json_integer(c->num_hidden_layers));
     json_object_set_new(o, "num_key_value_heads", json_integer(c->num_key_value_heads));
-    json_object_set_new(o, "rms_norm_eps", json_real(c->rms_norm_eps));
+    json_object_set_new(o, c->type == MODEL_COHERE ? "layer_norm_eps" : "rms_norm_eps", json_real(c->rms_norm_eps));
     json_object_set_new(o, "rope_theta", json_real(c->rope_theta));
     if (c->rope_scaling == ROPE_SCALING_LLAMA3)
         json_object_set_new(o, "rope_scaling",
@@ -433,6 +459,12 @@ int model_config_to_json(const ModelConfig *c, const char *dtype_name, Buf *out)
         json_object_set_new(o, "residual_multiplier", json_real(c->residual_multiplier));
         json_object_set_new(o, "attention_multiplier", json_real(c->attention_multiplier));
         json_object_set_new(o, "logits_scaling", json_real(c->logits_scaling));
+    } else if (c->type == MODEL_COHERE) {
+        json_object_set_new(o, "attention_bias", json_boolean(c->has_qkv_bias));
+        json_object_set_new(o, "head_dim", json_integer(c->head_dim));
+        json_object_set_new(o, "use_qk_norm", json_boolean(c->has_qk_norm));
+        json_object_set_new(o, "logit_scale", json_real(c->logit_scale));
+        json_object_set_new(o, "pad_token_id", json_null());  // CohereConfig's default 0 is a real token
     } else if (c->type == MODEL_LLAMA || c->type == MODEL_EXAONE) {
         json_object_set_new(o, "mlp_bias", json_false());
         if (c->type == MODEL_LLAMA) json_object_set_new(o, "pretraining_tp", json_integer(1));
@@ -456,6 +488,7 @@ size_t model_config_param_count(const ModelConfig *c) {
     size_t layer = 2 * C + H * D * C + 2 * Hkv * D * C + C * H * D + 3 * C * F;
     if (c->has_qkv_bias) layer += H * D + 2 * Hkv * D;
     if (c->has_o_bias) layer += C;
-    if (c->has_qk_norm) layer += c->post_norm ? H * D + Hkv * D : 2 * D;
+    if (c->has_qk_norm) layer += c->post_norm || c->layer_norm ? H * D + Hkv * D : 2 * D;  // olmo2, cohere: H*D
+    if (c->parallel_block) layer -= C;  // cohere: no post_attention_layernorm
     return V * C + (size_t)c->num_hidden_layers * layer + C + (c->tie_word_embeddings ? 0 : V * C);
 }

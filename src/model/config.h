@@ -3,7 +3,9 @@
 // Qwen2.5), qwen3, mistral (llama's layout + a sliding attention window), exaone
 // (EXAONE 3/3.5: llama under its own tensor and config names), smollm3 (llama
 // with some layers without RoPE), granite (llama with four multipliers), olmo2
-// (norms after the sub-blocks, q/k norms over the whole projection). Both the hub's legacy layout (rope_theta + rope_scaling,
+// (norms after the sub-blocks, q/k norms over the whole projection), cohere
+// (Command-R: a parallel block under one LayerNorm, RoPE on adjacent pairs,
+// logit_scale). Both the hub's legacy layout (rope_theta + rope_scaling,
 // torch_dtype) and transformers 5's (rope_parameters, dtype) are read. What pail
 // cannot run (other model types, MoE, qwen's per-layer sliding window, unknown rope
 // scaling) is refused with a message naming the field and value.
@@ -16,6 +18,7 @@
 
 typedef enum {
     MODEL_LLAMA, MODEL_QWEN2, MODEL_QWEN3, MODEL_MISTRAL, MODEL_EXAONE, MODEL_SMOLLM3, MODEL_GRANITE, MODEL_OLMO2,
+    MODEL_COHERE,
     MODEL_TYPE_COUNT
 } ModelType;
 typedef enum { ROPE_SCALING_NONE, ROPE_SCALING_LLAMA3 } RopeScalingType;  // kernels.h has the RopeScaling params
@@ -54,9 +57,15 @@ typedef struct {
     int eos_token_ids[MODEL_MAX_EOS];  // generation_config.json's when present, else config.json's
     int n_eos;
     char dtype[16];               // the checkpoint's declared dtype ("bfloat16"), "" when absent
+    // cohere (all false / 0 elsewhere): h = x + attn(ln(x)) + mlp(ln(x)) under one input_layernorm (no
+    // post_attention_layernorm); the norms are LayerNorm without bias (eps in rms_norm_eps, config
+    // layer_norm_eps), q/k norms per head with (H, D) / (Hkv, D) weights; RoPE rotates pairs (2i, 2i+1);
+    // logits * logit_scale
+    bool parallel_block, layer_norm, rope_interleaved;
+    double logit_scale;
 } ModelConfig;
 
-const char *model_type_name(ModelType t);  // "llama", ..., "granite", "olmo2"
+const char *model_type_name(ModelType t);  // "llama", ..., "granite", "olmo2", "cohere"
 // Whether layer l rotates q and k (every layer but smollm3's no-RoPE ones).
 static inline bool model_layer_has_rope(const ModelConfig *c, int l) { return !((c->no_rope[l >> 6] >> (l & 63)) & 1); }
 int model_type_parse(const char *s, ModelType *out);  // 0 / -1

@@ -4,7 +4,8 @@ users run. For random tiny checkpoints of each model_type (GQA, q/k/v bias,
 attention_bias, qwen3 q/k norm, tied and untied embeddings, llama3 rope
 scaling, mistral's sliding window W = 8 under 32-token sequences, exaone's own
 tensor names, granite's multipliers, olmo2's post-norms and whole-projection q/k
-norms, smollm3's layer without RoPE), saved with
+norms, smollm3's layer without RoPE, cohere's parallel block, LayerNorms and
+paired RoPE), saved with
 save_pretrained and loaded by pail from the same folder:
 
 - per-token log-probs of packed rows (3 sequences of different lengths in one
@@ -37,6 +38,7 @@ import torch
 from peft import LoraConfig, get_peft_model
 from transformers import (AutoModelForCausalLM, ExaoneConfig, GraniteConfig, LlamaConfig, MistralConfig, Olmo2Config,
                           Qwen2Config, Qwen3Config, SmolLM3Config)
+from transformers import CohereConfig
 
 torch.set_num_threads(2)
 torch.manual_seed(0)
@@ -92,10 +94,19 @@ def variants():
     # SmolLM3: layer 1 of 2 without RoPE (its no_rope_layers; the default interval 4 would leave none here), tied
     yield "smollm3-nope-tied", SmolLM3Config(**common, num_key_value_heads=2, no_rope_layers=[1, 0],
                                              bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    # Command-R / Command-R+: the parallel block under one LayerNorm (no bias), per-head q/k LayerNorms
+    # (use_qk_norm, (H, D) / (Hkv, D) weights), RoPE on adjacent pairs, attention_bias on q/k/v/o,
+    # logits * logit_scale (0.3: not a power of two), tied, GQA
+    cohere_common = {k: v for k, v in common.items() if k != "rms_norm_eps"}
+    yield "cohere-qknorm-bias-gqa-tied", CohereConfig(
+        **cohere_common, layer_norm_eps=1e-5, num_key_value_heads=2, use_qk_norm=True, attention_bias=True,
+        logit_scale=0.3, tie_word_embeddings=True, bos_token_id=None, eos_token_id=None, pad_token_id=None,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
 
 
 # variants checked on the bf16 exact path and through generation too
 FULL_CHECKS = ("mistral", "exaone", "granite", "smollm3", "olmo2")
+FULL_CHECKS += ("cohere",)
 
 
 def file_name(pname, model_type):
