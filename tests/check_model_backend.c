@@ -286,6 +286,10 @@ static void small_model(ModelWeights *w, ModelType type) {
         c.embedding_multiplier = 3, c.residual_multiplier = 0.5, c.attention_multiplier = 0.2, c.logits_scaling = 2;
     if (type == MODEL_COHERE)  // per-head q/k LayerNorms, the four biases, logit_scale away from 1
         c.has_qk_norm = c.has_qkv_bias = c.has_o_bias = true, c.logit_scale = 0.3;
+    if (type == MODEL_COHERE2) {  // layer 1 full attention without RoPE, layer 0 windowed under the sequences
+        c.sliding_window = 7, c.logit_scale = 0.3;
+        model_config_set_layer_pattern(&c, 2);
+    }
     model_fill_random(w, &c, 0.12, 77, (uint64_t)type);
 }
 

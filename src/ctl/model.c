@@ -24,7 +24,7 @@ int ctl_init_model(int argc, char **argv) {
          "qwen2.5-0.5b (C896 L24 H14 Hkv2 F4864 V151936, tied, qwen2), qwen2.5-7b (C3584 L28 H28 Hkv4 "
          "F18944 V152064, qwen2); size flags override it (e.g. --layers 4)"},
         {"model-type", FLAG_STRING, &type_s, NULL, 1, 0,
-         "llama, qwen2, qwen3, mistral, exaone, granite, smollm3, olmo2 or cohere (default llama; qwen2 for qwen2.5-0.5b)"},
+         "llama, qwen2, qwen3, mistral, exaone, granite, smollm3, olmo2, cohere or cohere2 (default llama; qwen2 for qwen2.5-0.5b)"},
         {"hidden", FLAG_INT, &hidden, "0", 0, 65536, "hidden size C"},
         {"layers", FLAG_INT, &layers, "0", 0, 1024, "layers L"},
         {"heads", FLAG_INT, &heads, "0", 0, 1024, "attention heads H"},
@@ -33,13 +33,14 @@ int ctl_init_model(int argc, char **argv) {
         {"vocab", FLAG_INT, &vocab, "0", 0, 1 << 22, "vocabulary size V"},
         {"head-dim", FLAG_INT, &head_dim, "0", 0, 1024, "head dim D (0: C / H)"},
         {"tie-embeddings", FLAG_BOOL, &tie, "false", 1, 0, "lm_head shares embed_tokens (qwen2.5-0.5b: always)"},
-        {"attention-bias", FLAG_BOOL, &abias, "false", 1, 0, "llama/qwen3/exaone/granite/smollm3/olmo2/cohere: q, k, v and o biases"},
+        {"attention-bias", FLAG_BOOL, &abias, "false", 1, 0, "llama/qwen3/exaone/granite/smollm3/olmo2/cohere/cohere2: q, k, v and o biases"},
         {"rope-theta", FLAG_DOUBLE, &theta, "0", 0, 1e12, "RoPE base (0: the model_type's default)"},
         {"rope-scaling", FLAG_STRING, &rope_s, "none", 1, 0,
          "none, or llama3 (Llama 3.2's factor 32, low 1, high 4, original 8192)"},
         {"max-positions", FLAG_INT, &maxpos, "0", 0, 1 << 30, "max_position_embeddings (0: default)"},
         {"sliding-window", FLAG_INT, &window, "-1", -1, 1 << 30,
-         "mistral: attention window W (keys i-W+1..i); 0: none (null, full attention); -1: 4096, MistralConfig's"},
+         "mistral: attention window W (keys i-W+1..i); 0: none (null, full attention); -1: 4096, MistralConfig's; "
+         "cohere2: its sliding layers' window (every 4th layer full attention without RoPE; -1: 4096)"},
         {"dtype", FLAG_STRING, &dtype_s, "bf16", 1, 0, "the checkpoint's dtype: bf16, f16 or f32"},
         {"seed", FLAG_INT, &seed, "1234", 0, (double)(1L << 52), "random seed"},
         {"tokenizer", FLAG_STRING, &tok, NULL, 1, 0,
@@ -62,7 +63,7 @@ int ctl_init_model(int argc, char **argv) {
     ModelType type = MODEL_LLAMA;
     if (shape && (!strcmp(shape, "qwen2.5-0.5b") || !strcmp(shape, "qwen2.5-7b"))) type = MODEL_QWEN2;
     if (type_s && model_type_parse(type_s, &type) < 0) {
-        fprintf(stderr, "%s: --model-type '%s': use llama, qwen2, qwen3, mistral, exaone, granite, smollm3, olmo2 or cohere\n", argv[0], type_s);
+        fprintf(stderr, "%s: --model-type '%s': use llama, qwen2, qwen3, mistral, exaone, granite, smollm3, olmo2, cohere or cohere2\n", argv[0], type_s);
         goto done;
     }
     ModelConfig cfg = {0};
@@ -95,17 +96,22 @@ int ctl_init_model(int argc, char **argv) {
         }
         cfg.has_qkv_bias = cfg.has_o_bias = true;
     }
+    if (type == MODEL_COHERE2) model_config_set_layer_pattern(&cfg, 4);  // Cohere2Config's default pattern
     if (window >= 0) {
-        if (type != MODEL_MISTRAL) {
-            fprintf(stderr, "%s: --sliding-window: only model type mistral has one (not %s)\n", argv[0],
+        if (type == MODEL_COHERE2 && window == 0) {
+            fprintf(stderr, "%s: --sliding-window 0: cohere2's sliding layers need a window\n", argv[0]);
+            goto done;
+        }
+        if (type != MODEL_MISTRAL && type != MODEL_COHERE2) {
+            fprintf(stderr, "%s: --sliding-window: only model types mistral and cohere2 have one (not %s)\n", argv[0],
                     model_type_name(type));
             goto done;
         }
         cfg.sliding_window = (int)window;
     }
-    if ((qknorm || logit_scale > 0) && type != MODEL_COHERE) {
-        fprintf(stderr, "%s: --%s: only model type cohere has it (not %s)\n", argv[0],
-                qknorm ? "qk-norm" : "logit-scale", model_type_name(type));
+    if ((qknorm && type != MODEL_COHERE) || (logit_scale > 0 && type != MODEL_COHERE && type != MODEL_COHERE2)) {
+        fprintf(stderr, "%s: --%s: only model type cohere%s has it (not %s)\n", argv[0],
+                qknorm ? "qk-norm" : "logit-scale", qknorm ? "" : " (and cohere2)", model_type_name(type));
         goto done;
     }
     if (qknorm) cfg.has_qk_norm = true;
@@ -220,7 +226,13 @@ int ctl_model_info(int argc, char **argv) {
         if (!model_layer_has_rope(&c, l)) printf(" %d", l), nnope++;
     printf("%s\n", nnope ? "" : " none");
     if (c.post_norm) printf("post_norm: true (norms after the sub-blocks, q/k norms over the whole projection)\n");
-    if (c.parallel_block)  // cohere
+    if (c.type == MODEL_COHERE2) {  // its full_attention layers (no window, no RoPE: no_rope_layers above)
+        printf("full_attention_layers:");
+        for (int l = 0; l < c.num_hidden_layers; l++)
+            if (!model_layer_window(&c, l)) printf(" %d", l);
+        printf("\n");
+    }
+    if (c.parallel_block)  // cohere, cohere2
         printf("parallel_block: true (h = x + attn(ln(x)) + mlp(ln(x)), one input_layernorm)\n"
                "norm: layernorm (mean-subtracted, no bias%s)\nrope: interleaved (pairs 2i, 2i+1)\nlogit_scale: %g\n",
                c.has_qk_norm ? "; q/k norms per head" : "", c.logit_scale);

@@ -11,11 +11,12 @@
 #include "core/fsutil.h"
 
 static const char *type_names[MODEL_TYPE_COUNT] = {"llama", "qwen2", "qwen3", "mistral", "exaone", "smollm3",
-                                                    "granite", "olmo2", "cohere"};
+                                                    "granite", "olmo2", "cohere", "cohere2"};
 // exaone: the published checkpoints' name (transformers maps model_type exaone to its llama classes)
 static const char *arch_names[MODEL_TYPE_COUNT] = {"LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
                                                    "MistralForCausalLM", "ExaoneForCausalLM", "SmolLM3ForCausalLM",
-                                                   "GraniteForCausalLM", "Olmo2ForCausalLM", "CohereForCausalLM"};
+                                                   "GraniteForCausalLM", "Olmo2ForCausalLM", "CohereForCausalLM",
+                                                   "Cohere2ForCausalLM"};
 
 const char *model_type_name(ModelType t) { return (unsigned)t < MODEL_TYPE_COUNT ? type_names[t] : "?"; }
 
@@ -41,13 +42,14 @@ void model_config_defaults(ModelConfig *cfg, ModelType type) {
     c.post_norm = type == MODEL_OLMO2;
     c.sliding_window = type == MODEL_MISTRAL ? 4096 : 0;  // MistralConfig's default
     c.bos_token_id = -1;
-    if (type == MODEL_COHERE) {  // CohereConfig's defaults (default_theta 500000, eps 1e-5, tied)
+    if (type == MODEL_COHERE || type == MODEL_COHERE2) {  // CohereConfig's / Cohere2Config's defaults (tied, ...)
         c.parallel_block = c.layer_norm = c.rope_interleaved = true;
         c.logit_scale = 0.0625;
         c.rms_norm_eps = 1e-5;
         c.rope_theta = 500000.0;
         c.max_position_embeddings = 8192;
         c.tie_word_embeddings = true;
+        if (type == MODEL_COHERE2) c.rope_theta = 10000.0, c.sliding_window = 4096;  // Cohere2Config
     }
     // keep the sizes a caller already set
     c.hidden_size = cfg->hidden_size;
@@ -59,6 +61,16 @@ void model_config_defaults(ModelConfig *cfg, ModelType type) {
     c.head_dim = cfg->head_dim ? cfg->head_dim
                  : cfg->num_attention_heads ? cfg->hidden_size / cfg->num_attention_heads : 0;
     *cfg = c;
+}
+
+void model_config_set_layer_pattern(ModelConfig *c, int pattern) {
+    memset(c->full_attn, 0, sizeof c->full_attn);
+    memset(c->no_rope, 0, sizeof c->no_rope);
+    for (int l = 0; l < c->num_hidden_layers && pattern > 0; l++)
+        if ((l + 1) % pattern == 0) {
+            c->full_attn[l >> 6] |= 1ULL << (l & 63);
+            c->no_rope[l >> 6] |= 1ULL << (l & 63);
+        }
 }
 
 // ---- reading ----
@@ -213,7 +225,7 @@ static int refuse_unsupported(json_t *root, ModelType type, const char *what, Pa
         return err_set(err, PAIL_ERR_UNSUPPORTED, "%s: use_sliding_window = true: %s's windowed layers are not "
                        "supported (mistral's window on every layer is)", what, type_names[type]);
     json_t *lt = json_object_get(root, "layer_types");
-    if (lt && json_is_array(lt)) {
+    if (lt && json_is_array(lt) && type != MODEL_COHERE2) {  // cohere2's are read in get_cohere2_layers
         size_t i;
         json_t *x;
         json_array_foreach(lt, i, x) {
@@ -233,6 +245,45 @@ static int refuse_unsupported(json_t *root, ModelType type, const char *what, Pa
     if (json_is_integer(tp) && json_integer_value(tp) != 1)
         return err_set(err, PAIL_ERR_UNSUPPORTED, "%s: pretraining_tp = %lld is not supported (only 1)", what,
                        (long long)json_integer_value(tp));
+    return 0;
+}
+
+// cohere2: layer_types (sliding_attention / full_attention, one per layer), else the legacy
+// sliding_window_pattern (default 4: every 4th layer full), as Cohere2Config; sliding_window
+// (default 4096) windows the sliding layers. head_dim is C / H whatever the file says.
+static int get_cohere2_layers(ModelConfig *c, json_t *root, const char *what, PailErr *err) {
+    int L = c->num_hidden_layers, pattern = 4;
+    json_t *sw = json_object_get(root, "sliding_window");
+    if (sw && json_is_null(sw))
+        return err_set(err, PAIL_ERR_UNSUPPORTED, "%s: sliding_window = null is not supported for cohere2 (its "
+                       "sliding layers would run without a window and without RoPE)", what);
+    if (get_int(root, "sliding_window", 1, 1 << 30, &c->sliding_window, what, err) < 0) return -1;
+    json_t *qn = json_object_get(root, "use_qk_norm");
+    if (json_is_true(qn))
+        return err_set(err, PAIL_ERR_UNSUPPORTED, "%s: use_qk_norm = true is not supported for cohere2 "
+                       "(Cohere2Attention has no q/k norms)", what);
+    if (c->head_dim != c->hidden_size / c->num_attention_heads || c->hidden_size % c->num_attention_heads)
+        return err_set(err, PAIL_ERR_UNSUPPORTED, "%s: head_dim = %d: cohere2 uses hidden_size / num_attention_heads "
+                       "(%d / %d)", what, c->head_dim, c->hidden_size, c->num_attention_heads);
+    json_t *lt = json_object_get(root, "layer_types");
+    if (!lt || json_is_null(lt)) {
+        if (get_int(root, "sliding_window_pattern", 1, 1 << 20, &pattern, what, err) < 0) return -1;
+        model_config_set_layer_pattern(c, pattern);
+        return 0;
+    }
+    if (!json_is_array(lt) || (int)json_array_size(lt) != L)
+        return err_set(err, PAIL_ERR_INVALID, "%s: layer_types is not a list of %d entries (one per layer)", what, L);
+    model_config_set_layer_pattern(c, 0);
+    for (int l = 0; l < L; l++) {
+        const char *s = json_string_value(json_array_get(lt, (size_t)l));
+        if (s && !strcmp(s, "full_attention")) {
+            c->full_attn[l >> 6] |= 1ULL << (l & 63);
+            c->no_rope[l >> 6] |= 1ULL << (l & 63);
+        } else if (!s || strcmp(s, "sliding_attention")) {
+            return err_set(err, PAIL_ERR_UNSUPPORTED, "%s: layer_types[%d] = '%s': cohere2 layers are "
+                           "sliding_attention or full_attention", what, l, s ? s : "(not a string)");
+        }
+    }
     return 0;
 }
 
@@ -271,7 +322,7 @@ int model_config_parse(ModelConfig *cfg, const char *text, size_t len, const cha
     ModelType type;
     if (model_type_parse(json_string_value(mt), &type) < 0) {
         err_set(err, PAIL_ERR_UNSUPPORTED, "%s: model_type = '%s' is not supported (pail runs llama, qwen2, qwen3, "
-                "mistral, exaone, smollm3, granite, olmo2, cohere dense decoders)", what, json_string_value(mt));
+                "mistral, exaone, smollm3, granite, olmo2, cohere, cohere2 dense decoders)", what, json_string_value(mt));
         goto out;
     }
     if (type == MODEL_EXAONE) {  // EXAONE's own config names (ExaoneConfig.attribute_map), read as llama's
@@ -283,7 +334,7 @@ int model_config_parse(ModelConfig *cfg, const char *text, size_t len, const cha
             if (v && !json_object_get(root, alias[i][0])) json_object_set(root, alias[i][0], v);
         }
     }
-    if (type == MODEL_COHERE) {  // CohereConfig's names: layer_norm_eps is the (Layer)norm's eps
+    if (type == MODEL_COHERE || type == MODEL_COHERE2) {  // Cohere(2)Config's names: layer_norm_eps is the norm's eps
         json_t *v = json_object_get(root, "layer_norm_eps");
         if (v && !json_object_get(root, "rms_norm_eps")) json_object_set(root, "rms_norm_eps", v);
     }
@@ -327,7 +378,8 @@ int model_config_parse(ModelConfig *cfg, const char *text, size_t len, const cha
          get_num(root, "attention_multiplier", 1e-6, 1e6, &c.attention_multiplier, what, err) < 0 ||
          get_num(root, "logits_scaling", 1e-6, 1e6, &c.logits_scaling, what, err) < 0))
         goto out;
-    if (type == MODEL_COHERE) {
+    if (type == MODEL_COHERE2 && get_cohere2_layers(&c, root, what, err) < 0) goto out;
+    if (type == MODEL_COHERE || type == MODEL_COHERE2) {
         json_t *qn = json_object_get(root, "use_qk_norm");
         if (qn && !json_is_null(qn) && !json_is_boolean(qn)) {
             err_set(err, PAIL_ERR_INVALID, "%s: use_qk_norm is not a boolean", what);
@@ -420,7 +472,8 @@ int model_config_to_json(const ModelConfig *c, const char *dtype_name, Buf *out)
     json_object_set_new(o, "num_attention_heads", json_integer(c->num_attention_heads));
     json_object_set_new(o, "num_hidden_layers", json_integer(c->num_hidden_layers));
     json_object_set_new(o, "num_key_value_heads", json_integer(c->num_key_value_heads));
-    json_object_set_new(o, c->type == MODEL_COHERE ? "layer_norm_eps" : "rms_norm_eps", json_real(c->rms_norm_eps));
+    json_object_set_new(o, c->type == MODEL_COHERE || c->type == MODEL_COHERE2 ? "layer_norm_eps" : "rms_norm_eps",
+                        json_real(c->rms_norm_eps));
     json_object_set_new(o, "rope_theta", json_real(c->rope_theta));
     if (c->rope_scaling == ROPE_SCALING_LLAMA3)
         json_object_set_new(o, "rope_scaling",
@@ -465,6 +518,15 @@ int model_config_to_json(const ModelConfig *c, const char *dtype_name, Buf *out)
         json_object_set_new(o, "use_qk_norm", json_boolean(c->has_qk_norm));
         json_object_set_new(o, "logit_scale", json_real(c->logit_scale));
         json_object_set_new(o, "pad_token_id", json_null());  // CohereConfig's default 0 is a real token
+    } else if (c->type == MODEL_COHERE2) {
+        json_object_set_new(o, "attention_bias", json_boolean(c->has_qkv_bias));
+        json_object_set_new(o, "logit_scale", json_real(c->logit_scale));
+        json_object_set_new(o, "pad_token_id", json_null());
+        json_object_set_new(o, "sliding_window", json_integer(c->sliding_window));
+        json_t *lt = json_array();
+        for (int l = 0; l < c->num_hidden_layers; l++)
+            json_array_append_new(lt, json_string(model_layer_window(c, l) ? "sliding_attention" : "full_attention"));
+        json_object_set_new(o, "layer_types", lt);
     } else if (c->type == MODEL_LLAMA || c->type == MODEL_EXAONE) {
         json_object_set_new(o, "mlp_bias", json_false());
         if (c->type == MODEL_LLAMA) json_object_set_new(o, "pretraining_tp", json_integer(1));

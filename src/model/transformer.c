@@ -361,6 +361,7 @@ static int proj_backward(Transformer *tf, float *dx, float *lora_grads, float *b
 // [use_qk_norm: per-head LayerNorm of q and k, weights (H, D), (Hkv, D)]; RoPE on
 // adjacent pairs; att = causal GQA; h = x + o_proj(att); act = silu(gate(xn1)) *
 // up(xn1); x' = h + down(act) (HF's residual + attn + mlp, in that order).
+// cohere2: its full_attention layers skip RoPE and the window (model_layer_window).
 static int cohere_layer_forward(Transformer *tf, int l, LayerActs *a, int T, PailErr *err) {
     const ModelConfig *c = &tf->cfg;
     int C = c->hidden_size, F = c->intermediate_size, H = c->num_attention_heads, Hk = c->num_key_value_heads,
@@ -396,9 +397,9 @@ static int cohere_layer_forward(Transformer *tf, int l, LayerActs *a, int T, Pai
         OP(scatter_rows, kc, a->kr, tf->d_rows, T, KD);
         OP(scatter_rows, vc, a->v, tf->d_rows, T, KD);
         OP(attention_decode_forward, a->att, a->qr, kc, vc, kv->d_cu_new, kv->d_new_len, kv->d_table, kv->max_blocks,
-           kv->n_slots, T, H, Hk, D, c->sliding_window);
+           kv->n_slots, T, H, Hk, D, model_layer_window(c, l));
     } else {
-        OP(attention_forward, a->att, a->lse, a->qr, a->kr, a->v, tf->d_cu, tf->nseq, T, H, Hk, D, c->sliding_window);
+        OP(attention_forward, a->att, a->lse, a->qr, a->kr, a->v, tf->d_cu, tf->nseq, T, H, Hk, D, model_layer_window(c, l));
     }
     OP(copy, a->h, x, (size_t)T * C);
     if (proj_forward(tf, a->h, a->la[LORA_O], a->att, PARAM_WO, wv(tf, PARAM_BO, l), T, HD, C, l, LORA_O, 1,
@@ -433,7 +434,7 @@ static int cohere_layer_backward(Transformer *tf, int l, LayerActs *a, int T, fl
                       err) < 0)
         return -1;
     OP(attention_backward, tf->dq, tf->dk, tf->dv, tf->datt, a->qr, a->kr, a->v, a->att, a->lse, tf->d_cu, tf->nseq,
-       T, H, Hk, D, c->sliding_window);
+       T, H, Hk, D, model_layer_window(c, l));
     if (model_layer_has_rope(c, l)) {
         OP(rope_interleaved_backward, tf->dq, tf->dq, tf->d_pos, tf->cos_t, tf->sin_t, T, H, D);
         OP(rope_interleaved_backward, tf->dk, tf->dk, tf->d_pos, tf->cos_t, tf->sin_t, T, Hk, D);

@@ -38,7 +38,7 @@ import torch
 from peft import LoraConfig, get_peft_model
 from transformers import (AutoModelForCausalLM, ExaoneConfig, GraniteConfig, LlamaConfig, MistralConfig, Olmo2Config,
                           Qwen2Config, Qwen3Config, SmolLM3Config)
-from transformers import CohereConfig
+from transformers import Cohere2Config, CohereConfig
 
 torch.set_num_threads(2)
 torch.manual_seed(0)
@@ -102,11 +102,21 @@ def variants():
         **cohere_common, layer_norm_eps=1e-5, num_key_value_heads=2, use_qk_norm=True, attention_bias=True,
         logit_scale=0.3, tie_word_embeddings=True, bos_token_id=None, eos_token_id=None, pad_token_id=None,
         rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+    # Command R7B / Command A: cohere's block; layers 0 and 2 windowed (8 keys, under 32-token sequences)
+    # with RoPE, 1 and 3 full attention without RoPE; logit_scale 0.3, tied. No attention_bias (the
+    # cohere variant has it): without RoPE a k bias adds q.b to every score of a row, which softmax
+    # cancels, so its exact gradient is 0 and both sides' are rounding noise (relative error ~1)
+    yield "cohere2-window8-4layers", Cohere2Config(
+        **{**cohere_common, "num_hidden_layers": 4}, layer_norm_eps=1e-5, num_key_value_heads=2,
+        logit_scale=0.3, sliding_window=8,
+        layer_types=["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
+        tie_word_embeddings=True, bos_token_id=None, eos_token_id=None, pad_token_id=None,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
 
 
 # variants checked on the bf16 exact path and through generation too
 FULL_CHECKS = ("mistral", "exaone", "granite", "smollm3", "olmo2")
-FULL_CHECKS += ("cohere",)
+FULL_CHECKS += ("cohere", "cohere2")
 
 
 def file_name(pname, model_type):
@@ -122,6 +132,7 @@ def file_name(pname, model_type):
     return pname
 # sequence lengths of the packed row: longer than a variant's window
 LENS = {"mistral": [32, 13, 20]}
+LENS["cohere2"] = [32, 13, 20]
 
 
 def randomize(model):
