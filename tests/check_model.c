@@ -428,7 +428,7 @@ START_TEST(test_config_cohere) {
         {",\"logit_scale\":0}", "logit_scale = 0 is out of range"},
         {",\"use_qk_norm\":\"yes\"}", "use_qk_norm is not a boolean"},
         {",\"hidden_act\":\"gelu\"}", "hidden_act = 'gelu'"},
-        {",\"layer_norm_eps\":-1}", "rms_norm_eps = -1 is out of range"},
+        {",\"layer_norm_eps\":-1}", "layer_norm_eps = -1 is out of range"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         snprintf(j, sizeof j, "%s%s", plain, bad[i].patch);

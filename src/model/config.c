@@ -334,10 +334,6 @@ int model_config_parse(ModelConfig *cfg, const char *text, size_t len, const cha
             if (v && !json_object_get(root, alias[i][0])) json_object_set(root, alias[i][0], v);
         }
     }
-    if (type == MODEL_COHERE || type == MODEL_COHERE2) {  // Cohere(2)Config's names: layer_norm_eps is the norm's eps
-        json_t *v = json_object_get(root, "layer_norm_eps");
-        if (v && !json_object_get(root, "rms_norm_eps")) json_object_set(root, "rms_norm_eps", v);
-    }
     if (refuse_unsupported(root, type, what, err) < 0) goto out;
     static const char *req[] = {"hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
                                 "vocab_size"};
@@ -380,6 +376,8 @@ int model_config_parse(ModelConfig *cfg, const char *text, size_t len, const cha
         goto out;
     if (type == MODEL_COHERE2 && get_cohere2_layers(&c, root, what, err) < 0) goto out;
     if (type == MODEL_COHERE || type == MODEL_COHERE2) {
+        // Cohere(2)Config's layer_norm_eps is its LayerNorms' eps, held where rms_norm_eps is
+        if (get_num(root, "layer_norm_eps", 1e-30, 1, &c.rms_norm_eps, what, err) < 0) goto out;
         json_t *qn = json_object_get(root, "use_qk_norm");
         if (qn && !json_is_null(qn) && !json_is_boolean(qn)) {
             err_set(err, PAIL_ERR_INVALID, "%s: use_qk_norm is not a boolean", what);
