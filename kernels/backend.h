@@ -125,6 +125,15 @@ typedef struct {
                                 const float *sin_t, int T, int nh, int D, int rd, PailErr *err);
     int (*rope_partial_backward)(Backend *b, float *dx, const float *dout, const int *pos, const float *cos_t,
                                  const float *sin_t, int T, int nh, int D, int rd, PailErr *err);
+    // cohere: LayerNorm without bias (weight row r % wrows), rope on adjacent pairs (kernels.h)
+    int (*layernorm_forward)(Backend *b, float *out, float *mean, float *rstd, const float *x, const float *w,
+                             int rows, int C, int wrows, float eps, PailErr *err);
+    int (*layernorm_backward)(Backend *b, float *dx, float *dw, const float *dout, const float *x, const float *w,
+                              const float *mean, const float *rstd, int rows, int C, int wrows, PailErr *err);
+    int (*rope_interleaved_forward)(Backend *b, float *out, const float *x, const int *pos, const float *cos_t,
+                                    const float *sin_t, int T, int nh, int D, PailErr *err);
+    int (*rope_interleaved_backward)(Backend *b, float *dx, const float *dout, const int *pos, const float *cos_t,
+                                     const float *sin_t, int T, int nh, int D, PailErr *err);
 } BackendOps;
 
 struct Backend {

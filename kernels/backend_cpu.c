@@ -250,6 +250,31 @@ static int cpu_rope_partial_backward(Backend *b, float *dx, const float *dout, c
     return 0;
 }
 
+static int cpu_layernorm_forward(Backend *b, float *out, float *mean, float *rstd, const float *x, const float *w,
+                                 int rows, int C, int wrows, float eps, PailErr *err) {
+    UNUSED;
+    layernorm_forward(out, mean, rstd, x, w, rows, C, wrows, eps);
+    return 0;
+}
+static int cpu_layernorm_backward(Backend *b, float *dx, float *dw, const float *dout, const float *x, const float *w,
+                                  const float *mean, const float *rstd, int rows, int C, int wrows, PailErr *err) {
+    UNUSED;
+    layernorm_backward(dx, dw, dout, x, w, mean, rstd, rows, C, wrows);
+    return 0;
+}
+static int cpu_rope_interleaved_forward(Backend *b, float *out, const float *x, const int *pos, const float *cos_t,
+                                        const float *sin_t, int T, int nh, int D, PailErr *err) {
+    UNUSED;
+    rope_interleaved_forward(out, x, pos, cos_t, sin_t, T, nh, D);
+    return 0;
+}
+static int cpu_rope_interleaved_backward(Backend *b, float *dx, const float *dout, const int *pos, const float *cos_t,
+                                         const float *sin_t, int T, int nh, int D, PailErr *err) {
+    UNUSED;
+    rope_interleaved_backward(dx, dout, pos, cos_t, sin_t, T, nh, D);
+    return 0;
+}
+
 static const BackendOps cpu_ops = {
     .name = "cpu",
     .alloc = cpu_alloc,
@@ -287,6 +312,10 @@ static const BackendOps cpu_ops = {
     .adamw_update = cpu_adamw_update,
     .rope_partial_forward = cpu_rope_partial_forward,
     .rope_partial_backward = cpu_rope_partial_backward,
+    .layernorm_forward = cpu_layernorm_forward,
+    .layernorm_backward = cpu_layernorm_backward,
+    .rope_interleaved_forward = cpu_rope_interleaved_forward,
+    .rope_interleaved_backward = cpu_rope_interleaved_backward,
 };
 
 int backend_cpu_init(Backend *b) {

@@ -207,6 +207,23 @@ static int cu_sample(Backend *b, int32_t *tok, float *logp, uint8_t *stopped, ui
                                S_, err);
 }
 
+static int cu_layernorm_forward(B_, float *out, float *mean, float *rstd, const float *x, const float *w, int rows,
+                                int C, int wrows, float eps, PailErr *err) {
+    return layernorm_forward_cuda(out, mean, rstd, x, w, rows, C, wrows, eps, S_, err);
+}
+static int cu_layernorm_backward(B_, float *dx, float *dw, const float *dout, const float *x, const float *w,
+                                 const float *mean, const float *rstd, int rows, int C, int wrows, PailErr *err) {
+    return layernorm_backward_cuda(dx, dw, dout, x, w, mean, rstd, rows, C, wrows, S_, err);
+}
+static int cu_rope_interleaved_forward(B_, float *out, const float *x, const int *pos, const float *cos_t,
+                                       const float *sin_t, int T, int nh, int D, PailErr *err) {
+    return rope_interleaved_forward_cuda(out, x, pos, cos_t, sin_t, T, nh, D, S_, err);
+}
+static int cu_rope_interleaved_backward(B_, float *dx, const float *dout, const int *pos, const float *cos_t,
+                                        const float *sin_t, int T, int nh, int D, PailErr *err) {
+    return rope_interleaved_backward_cuda(dx, dout, pos, cos_t, sin_t, T, nh, D, S_, err);
+}
+
 static BackendOps make_ops(void) {  // C++ has no designated initializers for this struct's order
     BackendOps o;
     memset(&o, 0, sizeof o);
@@ -246,6 +263,10 @@ static BackendOps make_ops(void) {  // C++ has no designated initializers for th
     o.adamw_update = cu_adamw_update;
     o.rope_partial_forward = cu_rope_partial_forward;
     o.rope_partial_backward = cu_rope_partial_backward;
+    o.layernorm_forward = cu_layernorm_forward;
+    o.layernorm_backward = cu_layernorm_backward;
+    o.rope_interleaved_forward = cu_rope_interleaved_forward;
+    o.rope_interleaved_backward = cu_rope_interleaved_backward;
     return o;
 }
 static const BackendOps cuda_ops = make_ops();

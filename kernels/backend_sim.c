@@ -544,6 +544,47 @@ static int sim_rope_partial_backward(Backend *b, float *dx, const float *dout, c
     return submit(b, &o, 5, err);
 }
 
+static int run_layernorm_forward(const SimOp *o, PailErr *err) {
+    return CPU_OP(layernorm_forward, P(0, float *), P(1, float *), P(2, float *), P(3, const float *),
+                  P(4, const float *), I(0), I(1), I(2), o->f[0]);
+}
+static int sim_layernorm_forward(Backend *b, float *out, float *mean, float *rstd, const float *x, const float *w,
+                                 int rows, int C, int wrows, float eps, PailErr *err) {
+    SimOp o = {.run = run_layernorm_forward, .name = "layernorm_forward",
+               .p = {out, mean, rstd, (void *)x, (void *)w}, .i = {rows, C, wrows}, .f = {eps}};
+    return submit(b, &o, 5, err);
+}
+static int run_layernorm_backward(const SimOp *o, PailErr *err) {
+    return CPU_OP(layernorm_backward, P(0, float *), P(1, float *), P(2, const float *), P(3, const float *),
+                  P(4, const float *), P(5, const float *), P(6, const float *), I(0), I(1), I(2));
+}
+static int sim_layernorm_backward(Backend *b, float *dx, float *dw, const float *dout, const float *x, const float *w,
+                                  const float *mean, const float *rstd, int rows, int C, int wrows, PailErr *err) {
+    SimOp o = {.run = run_layernorm_backward, .name = "layernorm_backward",
+               .p = {dx, dw, (void *)dout, (void *)x, (void *)w, (void *)mean, (void *)rstd}, .i = {rows, C, wrows}};
+    return submit(b, &o, 7, err);
+}
+static int run_rope_interleaved_forward(const SimOp *o, PailErr *err) {
+    return CPU_OP(rope_interleaved_forward, P(0, float *), P(1, const float *), P(2, const int *),
+                  P(3, const float *), P(4, const float *), I(0), I(1), I(2));
+}
+static int sim_rope_interleaved_forward(Backend *b, float *out, const float *x, const int *pos, const float *cos_t,
+                                        const float *sin_t, int T, int nh, int D, PailErr *err) {
+    SimOp o = {.run = run_rope_interleaved_forward, .name = "rope_interleaved_forward",
+               .p = {out, (void *)x, (void *)pos, (void *)cos_t, (void *)sin_t}, .i = {T, nh, D}};
+    return submit(b, &o, 5, err);
+}
+static int run_rope_interleaved_backward(const SimOp *o, PailErr *err) {
+    return CPU_OP(rope_interleaved_backward, P(0, float *), P(1, const float *), P(2, const int *),
+                  P(3, const float *), P(4, const float *), I(0), I(1), I(2));
+}
+static int sim_rope_interleaved_backward(Backend *b, float *dx, const float *dout, const int *pos,
+                                         const float *cos_t, const float *sin_t, int T, int nh, int D, PailErr *err) {
+    SimOp o = {.run = run_rope_interleaved_backward, .name = "rope_interleaved_backward",
+               .p = {dx, (void *)dout, (void *)pos, (void *)cos_t, (void *)sin_t}, .i = {T, nh, D}};
+    return submit(b, &o, 5, err);
+}
+
 static const BackendOps sim_ops = {
     .name = "sim",
     .alloc = sim_alloc,
@@ -581,6 +622,10 @@ static const BackendOps sim_ops = {
     .adamw_update = sim_adamw_update,
     .rope_partial_forward = sim_rope_partial_forward,
     .rope_partial_backward = sim_rope_partial_backward,
+    .layernorm_forward = sim_layernorm_forward,
+    .layernorm_backward = sim_layernorm_backward,
+    .rope_interleaved_forward = sim_rope_interleaved_forward,
+    .rope_interleaved_backward = sim_rope_interleaved_backward,
 };
 
 // A positive byte count or count from the environment (0 when unset).

@@ -282,6 +282,33 @@ int sample_forward_ref(int32_t *tok, float *logp, uint8_t *stopped, uint64_t *rn
                        const int *lrow, const int *rslot, int n, int V, const SampleParams *sp,
                        const int32_t *stop_ids, int n_stop, PailErr *err);
 
+// ---- layernorm: Cohere's LayerNorm, no bias: out = (x - mean) * rsqrt(var + eps) * w ----
+// Over each of `rows` rows of C; row r uses weight row r % wrows of w(wrows, C)
+// (wrows = 1 for the decoder norms; H or Hkv for Command-R+'s per-head q/k norms,
+// rows = T*H, C = D). mean, rstd (rows) receive the row's mean and 1/std for the
+// backward (each may be NULL). out may equal x.
+void layernorm_forward(float *out, float *mean, float *rstd, const float *x, const float *w, int rows, int C,
+                       int wrows, float eps);
+void layernorm_forward_ref(float *out, float *mean, float *rstd, const float *x, const float *w, int rows, int C,
+                           int wrows, float eps);
+// dx = written (may not alias dout or x); dw(wrows, C) += (may be NULL). mean, rstd from forward.
+void layernorm_backward(float *dx, float *dw, const float *dout, const float *x, const float *w, const float *mean,
+                        const float *rstd, int rows, int C, int wrows);
+void layernorm_backward_ref(float *dx, float *dw, const float *dout, const float *x, const float *w,
+                            const float *mean, const float *rstd, int rows, int C, int wrows);
+
+// ---- rope_interleaved: rotary embedding on adjacent pairs (2i, 2i+1) (Cohere) ----
+// rope_forward's contract and tables (cos, sin (P, D/2) from rope_table_build);
+// pair (2i, 2i+1) is rotated by frequency i. out may equal x.
+void rope_interleaved_forward(float *out, const float *x, const int *pos, const float *cos_t, const float *sin_t,
+                              int T, int nh, int D);
+void rope_interleaved_forward_ref(float *out, const float *x, const int *pos, const float *cos_t, const float *sin_t,
+                                  int T, int nh, int D);
+void rope_interleaved_backward(float *dx, const float *dout, const int *pos, const float *cos_t, const float *sin_t,
+                               int T, int nh, int D);
+void rope_interleaved_backward_ref(float *dx, const float *dout, const int *pos, const float *cos_t,
+                                   const float *sin_t, int T, int nh, int D);
+
 // ---- CUDA twins (make CUDA=1): same contracts, every pointer a device pointer ----
 // Defined only in CUDA builds: callers guard their use with #ifdef PAIL_CUDA.
 // They return 0, or -1 with err set when a CUDA/cuBLAS call fails. Every twin
@@ -406,6 +433,17 @@ int sample_forward_cuda(int32_t *tok, float *logp, uint8_t *stopped, uint64_t *r
                         const int *lrow, const int *rslot, int n, int V, const SampleParams *sp,
                         const int32_t *stop_ids, int n_stop, void *ws, size_t ws_bytes, struct CUstream_st *stream,
                         PailErr *err);
+
+int layernorm_forward_cuda(float *out, float *mean, float *rstd, const float *x, const float *w, int rows, int C,
+                           int wrows, float eps, struct CUstream_st *stream, PailErr *err);
+int layernorm_backward_cuda(float *dx, float *dw, const float *dout, const float *x, const float *w,
+                            const float *mean, const float *rstd, int rows, int C, int wrows,
+                            struct CUstream_st *stream, PailErr *err);
+int rope_interleaved_forward_cuda(float *out, const float *x, const int *pos, const float *cos_t,
+                                  const float *sin_t, int T, int nh, int D, struct CUstream_st *stream, PailErr *err);
+int rope_interleaved_backward_cuda(float *dx, const float *dout, const int *pos, const float *cos_t,
+                                   const float *sin_t, int T, int nh, int D, struct CUstream_st *stream,
+                                   PailErr *err);
 
 #ifdef __cplusplus
 }

@@ -248,6 +248,92 @@ START_TEST(test_rope_partial) {
 }
 END_TEST
 
+// ---- layernorm (cohere): fp32 sums of C <= 300 vs double; 1e-5 abs + rel. wrows > 1:
+// the per-head weights of Command-R+'s q/k norms, row r using weight row r % wrows.
+// The output has zero mean and unit variance per row before the weight ----
+START_TEST(test_layernorm) {
+    int shapes[][3] = {{1, 1, 1}, {1, 64, 1}, {5, 7, 1}, {37, 200, 1}, {96, 16, 4}, {3, 300, 3}, {24, 8, 6}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int R = shapes[s][0], C = shapes[s][1], WR = shapes[s][2];
+        size_t n = (size_t)R * C, nw = (size_t)WR * C;
+        float *x = rnd(n, -2, 2), *w = rnd(nw, 0.5, 1.5), *out = rnd(n, 0, 1), *ref = rnd(n, 0, 1);
+        for (size_t i = 0; i < n; i++) x[i] += 3.0f;  // an offset the mean must remove
+        float *rs = rnd(R, 0, 1), *rsr = rnd(R, 0, 1), *mu = rnd(R, 0, 1), *mur = rnd(R, 0, 1);
+        layernorm_forward(out, mu, rs, x, w, R, C, WR, 1e-5f);
+        layernorm_forward_ref(ref, mur, rsr, x, w, R, C, WR, 1e-5f);
+        expect_close("layernorm_forward out", out, ref, n, 1e-5, 1e-5);
+        expect_close("layernorm_forward rstd", rs, rsr, R, 1e-5, 1e-5);
+        expect_close("layernorm_forward mean", mu, mur, R, 1e-5, 1e-5);
+        for (int r = 0; r < R && C > 1; r++) {
+            double m = 0, v = 0;
+            for (int c = 0; c < C; c++) m += ref[(size_t)r * C + c] / w[(size_t)(r % WR) * C + c];
+            m /= C;
+            for (int c = 0; c < C; c++) {
+                double z = ref[(size_t)r * C + c] / w[(size_t)(r % WR) * C + c] - m;
+                v += z * z;
+            }
+            ck_assert_msg(fabs(m) < 1e-5 && fabs(v / C - 1) < 1e-3, "layernorm row %d: mean %g, variance %g", r, m,
+                          v / C);
+        }
+        float *dout = rnd(n, -1, 1), *dx = rnd(n, 0, 1), *dxr = rnd(n, 0, 1);
+        float *dw = rnd(nw, -1, 1), *dwr = dup_f(dw, nw);
+        layernorm_backward(dx, dw, dout, x, w, mur, rsr, R, C, WR);
+        layernorm_backward_ref(dxr, dwr, dout, x, w, mur, rsr, R, C, WR);
+        expect_close("layernorm_backward dx", dx, dxr, n, 1e-5, 1e-4);
+        expect_close("layernorm_backward dw", dw, dwr, nw, 1e-4, 1e-4);
+        layernorm_backward(dx, NULL, dout, x, w, mur, rsr, R, C, WR);  // frozen weight
+        expect_close("layernorm_backward dx (no dw)", dx, dxr, n, 1e-5, 1e-4);
+        memcpy(out, x, sizeof(float) * n);  // in place
+        layernorm_forward(out, NULL, NULL, out, w, R, C, WR, 1e-5f);
+        expect_close("layernorm_forward in place", out, ref, n, 1e-5, 1e-5);
+        free(x), free(w), free(out), free(ref), free(rs), free(rsr), free(mu), free(mur);
+        free(dout), free(dx), free(dxr), free(dw), free(dwr);
+    }
+}
+END_TEST
+
+// ---- rope_interleaved (cohere): fast vs reference 1e-6; and, independently, the
+// pairs (2i, 2i+1) are the half-rotation's (i, i + D/2) under a permutation of
+// each head: rope_interleaved(x) = Pinv rope(P x), exactly (the same products) ----
+START_TEST(test_rope_interleaved) {
+    int shapes[][3] = {{1, 1, 2}, {5, 3, 8}, {19, 4, 64}, {7, 2, 6}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int T = shapes[s][0], nh = shapes[s][1], D = shapes[s][2], P = 50, half = D / 2;
+        float *inv = malloc(sizeof(float) * D / 2), *ct = malloc(sizeof(float) * P * D / 2),
+              *st = malloc(sizeof(float) * P * D / 2);
+        rope_inv_freq(inv, D, 10000.0f, NULL);
+        rope_table_build(ct, st, inv, P, D);
+        int *pos = malloc(sizeof(int) * T);
+        for (int t = 0; t < T; t++) pos[t] = (int)rng_below(&rng, P);
+        size_t n = (size_t)T * nh * D;
+        float *x = rnd(n, -1, 1), *out = rnd(n, 0, 1), *ref = rnd(n, 0, 1), *px = rnd(n, 0, 1), *pr = rnd(n, 0, 1);
+        rope_interleaved_forward(out, x, pos, ct, st, T, nh, D);
+        rope_interleaved_forward_ref(ref, x, pos, ct, st, T, nh, D);
+        expect_close("rope_interleaved_forward", out, ref, n, 1e-6, 1e-6);
+        for (size_t r = 0; r < n / D; r++)
+            for (int i = 0; i < half; i++) {
+                px[r * D + i] = x[r * D + 2 * i];
+                px[r * D + i + half] = x[r * D + 2 * i + 1];
+            }
+        rope_forward(pr, px, pos, ct, st, T, nh, D);
+        for (size_t r = 0; r < n / D; r++)
+            for (int i = 0; i < half; i++) {
+                px[r * D + 2 * i] = pr[r * D + i];
+                px[r * D + 2 * i + 1] = pr[r * D + i + half];
+            }
+        expect_close("rope_interleaved_forward = permuted rope_forward", out, px, n, 0, 0);
+        float *dx = rnd(n, 0, 1), *dxr = rnd(n, 0, 1);
+        rope_interleaved_backward(dx, x, pos, ct, st, T, nh, D);
+        rope_interleaved_backward_ref(dxr, x, pos, ct, st, T, nh, D);
+        expect_close("rope_interleaved_backward", dx, dxr, n, 1e-6, 1e-6);
+        rope_interleaved_backward(out, out, pos, ct, st, T, nh, D);  // in place: R^T R = I
+        expect_close("rope_interleaved_backward undoes forward", out, x, n, 1e-6, 1e-6);
+        free(inv), free(ct), free(st), free(pos), free(x), free(out), free(ref), free(px), free(pr), free(dx),
+            free(dxr);
+    }
+}
+END_TEST
+
 // ---- attention ----
 typedef struct {
     int T, H, Hkv, D, nseq, cu[8];
@@ -972,6 +1058,8 @@ int main(void) {
     tcase_add_test(core, test_adamw);
     tcase_add_test(core, test_sample);
     tcase_add_test(core, test_ops_in_team);
+    tcase_add_test(core, test_layernorm);
+    tcase_add_test(core, test_rope_interleaved);
     tcase_add_test(limits, test_bad_ids);
     tcase_add_test(limits, test_attention_extreme);
     tcase_add_test(limits, test_simd_exp);

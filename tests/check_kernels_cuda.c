@@ -149,6 +149,50 @@ START_TEST(test_rope_partial_cuda) {
 }
 END_TEST
 
+// cohere's LayerNorm: one weight row (the decoder norms), and a weight row per head
+// cycling over the rows (Command-R+'s q/k norms: rows = T*H, C = D, wrows = H)
+START_TEST(test_layernorm_cuda) {
+    int shapes[][3] = {{37, 300, 1}, {40, 64, 8}};
+    for (int s = 0; s < 2; s++) {
+        int R = shapes[s][0], C = shapes[s][1], WR = shapes[s][2];
+        float *x = rnd(R * C, -2, 4), *w = rnd(WR * C, 0.5, 1.5), *o = rnd(R * C, 0, 1), *rs = rnd(R, 0, 1);
+        float *mu = rnd(R, 0, 1), *g = rnd(R * C, -1, 1), *dx = rnd(R * C, 0, 1), *dw = rnd(WR * C, -1, 1);
+        float *o_ = UPF(NULL, R * C), *rs_ = UPF(NULL, R), *mu_ = UPF(NULL, R), *x_ = UPF(x, R * C),
+              *w_ = UPF(w, WR * C), *dx_ = UPF(NULL, R * C), *dw_ = UPF(dw, WR * C);
+        OK(layernorm_forward_cuda(o_, mu_, rs_, x_, w_, R, C, WR, 1e-5f, 0, &err));
+        layernorm_forward_ref(o, mu, rs, x, w, R, C, WR, 1e-5f);
+        OK(layernorm_backward_cuda(dx_, dw_, UPF(g, R * C), x_, w_, mu_, rs_, R, C, WR, 0, &err));
+        layernorm_backward_ref(dx, dw, g, x, w, mu, rs, R, C, WR);
+        expect_dev("layernorm_forward_cuda", o_, o, R * C, 1e-5, 1e-5);
+        expect_dev("layernorm_forward_cuda mean", mu_, mu, R, 1e-5, 1e-5);
+        expect_dev("layernorm_forward_cuda rstd", rs_, rs, R, 1e-5, 1e-5);
+        expect_dev("layernorm_backward_cuda dx", dx_, dx, R * C, 1e-5, 1e-4);
+        expect_dev("layernorm_backward_cuda dw", dw_, dw, WR * C, 1e-4, 1e-4);
+        free(x), free(w), free(o), free(rs), free(mu), free(g), free(dx), free(dw);
+    }
+}
+END_TEST
+
+START_TEST(test_rope_interleaved_cuda) {
+    int T = 9, nh = 3, D = 64, P = 40, pos[9] = {0, 1, 2, 39, 5, 0, 7, 8, 20};
+    float inv[32], *ct = malloc(4 * P * D / 2), *st = malloc(4 * P * D / 2);
+    rope_inv_freq(inv, D, 10000.0f, NULL);
+    rope_table_build(ct, st, inv, P, D);
+    size_t n = (size_t)T * nh * D;
+    float *x = rnd(n, -1, 1), *o = rnd(n, 0, 1), *dx = rnd(n, 0, 1);
+    float *ct_ = UPF(ct, P * D / 2), *st_ = UPF(st, P * D / 2), *x_ = UPF(x, n);
+    int *pos_ = UPI(pos, T);
+    float *o_ = UPF(NULL, n), *dx_ = UPF(NULL, n);
+    OK(rope_interleaved_forward_cuda(o_, x_, pos_, ct_, st_, T, nh, D, 0, &err));
+    OK(rope_interleaved_backward_cuda(dx_, x_, pos_, ct_, st_, T, nh, D, 0, &err));
+    rope_interleaved_forward_ref(o, x, pos, ct, st, T, nh, D);
+    rope_interleaved_backward_ref(dx, x, pos, ct, st, T, nh, D);
+    expect_dev("rope_interleaved_forward_cuda", o_, o, n, 1e-6, 1e-6);
+    expect_dev("rope_interleaved_backward_cuda", dx_, dx, n, 1e-6, 1e-6);
+    free(ct), free(st), free(x), free(o), free(dx);
+}
+END_TEST
+
 // _i = 1: a sliding window of 9 keys (shorter than the 70-token sequence, the decode's rows past it)
 START_TEST(test_attention_cuda) {
     int cu[5] = {0, 5, 75, 76, 76}, nseq = 4, T = 76, H = 6, Hkv = 2, D = 40, W = _i ? 9 : 0;
@@ -488,6 +532,8 @@ int main(void) {
     tcase_add_test(core, test_logprob_cuda);
     tcase_add_test(core, test_dtype_cuda);
     tcase_add_test(core, test_sample_cuda);
+    tcase_add_test(core, test_layernorm_cuda);
+    tcase_add_test(core, test_rope_interleaved_cuda);
     tcase_add_test(limits, test_embedding_adamw_cuda);
     suite_add_tcase(s, core);
     suite_add_tcase(s, limits);

@@ -133,6 +133,68 @@ START_TEST(test_rope_grad) {
 }
 END_TEST
 
+// ---- layernorm (cohere): (x - mean) / sqrt(var + eps) * w, weight row r % WR ----
+typedef struct { int R, C, WR; double eps, *x, *w, *g; } LnCtx;
+static double layernorm_loss(void *p) {
+    LnCtx *c = p;
+    double L = 0;
+    for (int r = 0; r < c->R; r++) {
+        const double *x = c->x + r * c->C, *w = c->w + (r % c->WR) * c->C;
+        double mu = 0, var = 0;
+        for (int i = 0; i < c->C; i++) mu += x[i] / c->C;
+        for (int i = 0; i < c->C; i++) var += (x[i] - mu) * (x[i] - mu) / c->C;
+        for (int i = 0; i < c->C; i++) L += c->g[r * c->C + i] * (x[i] - mu) / sqrt(var + c->eps) * w[i];
+    }
+    return L;
+}
+
+START_TEST(test_layernorm_grad) {
+    int shapes[][3] = {{5, 13, 1}, {6, 8, 3}};  // decoder norm; per-head q/k norm (3 weight rows)
+    for (int s = 0; s < 2; s++) {
+        int R = shapes[s][0], C = shapes[s][1], WR = shapes[s][2];
+        float *x = rnd(R * C, -2, 2), *w = rnd(WR * C, 0.5, 1.5), *g = rnd(R * C, -1, 1);
+        float *out = malloc(4 * R * C), *mu = malloc(4 * R), *rs = malloc(4 * R), *dx = malloc(4 * R * C),
+              *dw = calloc(WR * C, 4);
+        layernorm_forward(out, mu, rs, x, w, R, C, WR, 1e-5f);
+        layernorm_backward(dx, dw, g, x, w, mu, rs, R, C, WR);
+        LnCtx c = {R, C, WR, 1e-5, to_d(x, R * C), to_d(w, WR * C), to_d(g, R * C)};
+        fd_check("layernorm dx", dx, c.x, R * C, layernorm_loss, &c, 1);
+        fd_check("layernorm dw", dw, c.w, WR * C, layernorm_loss, &c, 1);
+        free(x), free(w), free(g), free(out), free(mu), free(rs), free(dx), free(dw), free(c.x), free(c.w), free(c.g);
+    }
+}
+END_TEST
+
+// ---- rope_interleaved (cohere): pairs (2i, 2i+1), rot = (-x[2i+1], x[2i]), in double ----
+static double rope_il_loss(void *p) {
+    RopeCtx *c = p;
+    int half = c->D / 2;
+    double L = 0;
+    for (int t = 0; t < c->T; t++)
+        for (int h = 0; h < c->nh; h++) {
+            const double *x = c->x + (t * c->nh + h) * c->D, *g = c->g + (t * c->nh + h) * c->D;
+            for (int d = 0; d < c->D; d++) {
+                double cs = c->ct[c->pos[t] * half + d / 2], sn = c->st[c->pos[t] * half + d / 2];
+                double rot = d % 2 == 0 ? -x[d + 1] : x[d - 1];
+                L += g[d] * (x[d] * cs + rot * sn);
+            }
+        }
+    return L;
+}
+
+START_TEST(test_rope_interleaved_grad) {
+    int T = 4, nh = 3, D = 6, P = 20, pos[4] = {0, 7, 19, 3};
+    float inv[3], ct[60], st[60];
+    rope_inv_freq(inv, D, 10000.0f, NULL);
+    rope_table_build(ct, st, inv, P, D);
+    float *g = rnd(T * nh * D, -1, 1), *x = rnd(T * nh * D, -1, 1), *dx = malloc(4 * T * nh * D);
+    rope_interleaved_backward(dx, g, pos, ct, st, T, nh, D);
+    RopeCtx c = {T, nh, D, pos, ct, st, to_d(x, T * nh * D), to_d(g, T * nh * D)};
+    fd_check("rope_interleaved dx", dx, c.x, T * nh * D, rope_il_loss, &c, 1);
+    free(g), free(x), free(dx), free(c.x), free(c.g);
+}
+END_TEST
+
 // ---- attention: packed causal GQA, naive softmax per query in double; W > 0 a sliding window ----
 typedef struct { int T, H, Hkv, D, nseq; const int *cu; double *q, *k, *v, *g; int W; } AttnCtx;
 static double attention_loss(void *p) {
@@ -269,6 +331,8 @@ int main(void) {
     tcase_add_test(core, test_rope_grad);
     tcase_add_loop_test(core, test_attention_grad, 0, 2);
     tcase_add_test(core, test_swiglu_grad);
+    tcase_add_test(core, test_layernorm_grad);
+    tcase_add_test(core, test_rope_interleaved_grad);
     tcase_add_test(core, test_logprob_grad);
     tcase_add_test(limits, test_embedding_grad);  // repeated tokens: rows collide
     suite_add_tcase(s, core);

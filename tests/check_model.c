@@ -466,6 +466,140 @@ START_TEST(test_config_smollm3) {
 }
 END_TEST
 
+// CohereForAI/c4ai-command-r-v01's config.json (legacy spelling: rope_theta, torch_dtype) and
+// c4ai-command-r-plus's as transformers 5 writes it (rope_parameters, dtype): the parallel block,
+// LayerNorm (layer_norm_eps), paired RoPE, logit_scale, use_qk_norm's (H, D) / (Hkv, D) norms;
+// the parameter counts are transformers' (CohereForCausalLM on the meta device, 2026-12-03).
+START_TEST(test_config_cohere) {
+    const char *r01 =
+        "{\"architectures\":[\"CohereForCausalLM\"],\"attention_bias\":false,\"attention_dropout\":0.0,"
+        "\"bos_token_id\":5,\"eos_token_id\":255001,\"hidden_act\":\"silu\",\"hidden_size\":8192,"
+        "\"initializer_range\":0.02,\"intermediate_size\":22528,\"layer_norm_eps\":1e-05,\"logit_scale\":0.0625,"
+        "\"max_position_embeddings\":8192,\"model_type\":\"cohere\",\"num_attention_heads\":64,"
+        "\"num_hidden_layers\":40,\"num_key_value_heads\":64,\"pad_token_id\":0,\"rope_theta\":8000000.0,"
+        "\"torch_dtype\":\"float16\",\"use_cache\":true,\"use_qk_norm\":false,\"vocab_size\":256000}";
+    const char *rplus =
+        "{\"architectures\":[\"CohereForCausalLM\"],\"attention_bias\":false,\"bos_token_id\":5,"
+        "\"dtype\":\"bfloat16\",\"eos_token_id\":255001,\"hidden_act\":\"silu\",\"hidden_size\":12288,"
+        "\"intermediate_size\":33792,\"layer_norm_eps\":1e-05,\"logit_scale\":0.8333333333333334,"
+        "\"max_position_embeddings\":8192,\"model_type\":\"cohere\",\"num_attention_heads\":96,"
+        "\"num_hidden_layers\":64,\"num_key_value_heads\":8,\"pad_token_id\":0,"
+        "\"rope_parameters\":{\"rope_theta\":75000000.0,\"rope_type\":\"default\"},\"use_qk_norm\":true,"
+        "\"vocab_size\":256000}";
+    ModelConfig c, back;
+    PailErr err = {0};
+    ck_assert_msg(parse_cfg(&c, r01, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(c.type, MODEL_COHERE);
+    ck_assert(c.parallel_block && c.layer_norm && c.rope_interleaved && !c.has_qk_norm && !c.has_qkv_bias);
+    ck_assert(c.logit_scale == 0.0625 && c.rms_norm_eps == 1e-5 && c.rope_theta == 8000000.0 &&
+              c.tie_word_embeddings && !strcmp(c.dtype, "float16"));
+    ck_assert_uint_eq(model_config_param_count(&c), 34980831232u);  // the hub's 35B
+    ModelParamSpec s[PARAM_COUNT];
+    model_param_specs(&c, s);
+    ck_assert(s[PARAM_ATTN_NORM].present && !s[PARAM_MLP_NORM].present && !s[PARAM_Q_NORM].present &&
+              !s[PARAM_LM_HEAD].present);
+    ck_assert_str_eq(s[PARAM_ATTN_NORM].name, "input_layernorm.weight");
+    ck_assert_msg(parse_cfg(&c, rplus, &err) == 0, "%s", err.msg);
+    ck_assert(c.has_qk_norm && c.rope_theta == 75000000.0 && c.num_key_value_heads == 8 &&
+              c.logit_scale == 0.8333333333333334 && !strcmp(c.dtype, "bfloat16"));
+    ck_assert_uint_eq(model_config_param_count(&c), 103810674688u);  // the hub's 104B
+    model_param_specs(&c, s);
+    ck_assert(s[PARAM_Q_NORM].present && s[PARAM_Q_NORM].ndim == 2 && s[PARAM_Q_NORM].shape[0] == 96 &&
+              s[PARAM_Q_NORM].shape[1] == 128 && s[PARAM_K_NORM].shape[0] == 8 && s[PARAM_K_NORM].numel == 1024);
+    Buf b = {0};  // written back: transformers' names (layer_norm_eps), read again alike
+    ck_assert_int_eq(model_config_to_json(&c, "bfloat16", &b), 0);
+    ck_assert(strstr((char *)b.data, "\"layer_norm_eps\"") && strstr((char *)b.data, "\"use_qk_norm\": true"));
+    ck_assert_msg(model_config_parse(&back, (char *)b.data, b.len, "w", &err) == 0, "%s", err.msg);
+    // config.json's reals carry 12 digits (model_config_to_json): 0.833333333333
+    ck_assert(back.type == MODEL_COHERE && back.has_qk_norm && fabs(back.logit_scale - c.logit_scale) < 1e-12 &&
+              back.rms_norm_eps == 1e-5 && back.rope_theta == c.rope_theta && back.tie_word_embeddings);
+    buf_free(&b);
+    // CohereConfig's defaults when absent: logit_scale 0.0625, eps 1e-5, theta 500000, tied
+    const char *plain = "{\"model_type\":\"cohere\",\"hidden_size\":64,\"intermediate_size\":128,"
+                        "\"num_hidden_layers\":2,\"num_attention_heads\":4,\"vocab_size\":100";
+    char j[512];
+    snprintf(j, sizeof j, "%s}", plain);
+    ck_assert_msg(parse_cfg(&c, j, &err) == 0, "%s", err.msg);
+    ck_assert(c.logit_scale == 0.0625 && c.rms_norm_eps == 1e-5 && c.rope_theta == 500000.0 && c.tie_word_embeddings &&
+              !c.has_qk_norm);
+    static const struct { const char *patch, *want; } bad[] = {
+        {",\"logit_scale\":null}", "logit_scale is null"},
+        {",\"logit_scale\":0}", "logit_scale = 0 is out of range"},
+        {",\"use_qk_norm\":\"yes\"}", "use_qk_norm is not a boolean"},
+        {",\"hidden_act\":\"gelu\"}", "hidden_act = 'gelu'"},
+        {",\"layer_norm_eps\":-1}", "layer_norm_eps = -1 is out of range"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(j, sizeof j, "%s%s", plain, bad[i].patch);
+        ck_assert_msg(parse_cfg(&c, j, &err) == -1, "accepted: %s", j);
+        ck_assert_msg(strstr(err.msg, bad[i].want), "'%s' lacks '%s'", err.msg, bad[i].want);
+    }
+    ck_assert_int_eq(parse_cfg(&c, "{\"model_type\":\"gemma\"}", &err), -1);
+    ck_assert(strstr(err.msg, "olmo2, cohere, cohere2 dense decoders"));
+}
+END_TEST
+
+// CohereForAI/c4ai-command-r7b-12-2024's config.json (legacy: sliding_window_pattern 4, rope_theta) and a
+// transformers 5 spelling (layer_types, rope_parameters): full_attention layers have no window and no
+// RoPE; 8,028,033,024 parameters (transformers' count on the meta device, 2026-12-03).
+START_TEST(test_config_cohere2) {
+    const char *r7b =
+        "{\"architectures\":[\"Cohere2ForCausalLM\"],\"attention_bias\":false,\"attention_dropout\":0.0,"
+        "\"bos_token_id\":5,\"eos_token_id\":255001,\"hidden_act\":\"silu\",\"hidden_size\":4096,"
+        "\"initializer_range\":0.02,\"intermediate_size\":14336,\"layer_norm_eps\":1e-05,\"logit_scale\":0.25,"
+        "\"max_position_embeddings\":8192,\"model_type\":\"cohere2\",\"num_attention_heads\":32,"
+        "\"num_hidden_layers\":32,\"num_key_value_heads\":8,\"pad_token_id\":0,\"rope_theta\":50000.0,"
+        "\"sliding_window\":4096,\"sliding_window_pattern\":4,\"torch_dtype\":\"bfloat16\",\"use_cache\":true,"
+        "\"vocab_size\":256000}";
+    ModelConfig c, back;
+    PailErr err = {0};
+    ck_assert_msg(parse_cfg(&c, r7b, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(c.type, MODEL_COHERE2);
+    ck_assert(c.parallel_block && c.layer_norm && c.rope_interleaved && !c.has_qk_norm && c.logit_scale == 0.25 &&
+              c.rope_theta == 50000.0 && c.sliding_window == 4096 && c.tie_word_embeddings);
+    for (int l = 0; l < 32; l++) {
+        bool full = (l + 1) % 4 == 0;
+        ck_assert_msg(model_layer_window(&c, l) == (full ? 0 : 4096) && model_layer_has_rope(&c, l) == !full,
+                      "layer %d", l);
+    }
+    ck_assert_uint_eq(model_config_param_count(&c), 8028033024u);  // the hub's 8B
+    Buf b = {0};  // written back with layer_types, read again alike
+    ck_assert_int_eq(model_config_to_json(&c, "bfloat16", &b), 0);
+    ck_assert(strstr((char *)b.data, "\"layer_types\"") && strstr((char *)b.data, "\"layer_norm_eps\""));
+    ck_assert_msg(model_config_parse(&back, (char *)b.data, b.len, "w", &err) == 0, "%s", err.msg);
+    ck_assert(back.type == MODEL_COHERE2 && back.sliding_window == 4096 && back.logit_scale == 0.25);
+    ck_assert(!memcmp(back.full_attn, c.full_attn, sizeof c.full_attn) && !memcmp(back.no_rope, c.no_rope,
+                                                                                   sizeof c.no_rope));
+    buf_free(&b);
+    const char *v5 = "{\"model_type\":\"cohere2\",\"hidden_size\":64,\"intermediate_size\":128,"
+                     "\"num_hidden_layers\":3,\"num_attention_heads\":4,\"vocab_size\":100,\"sliding_window\":8,"
+                     "\"rope_parameters\":{\"rope_type\":\"default\",\"rope_theta\":10000.0},\"dtype\":\"float32\"";
+    char j[768];
+    snprintf(j, sizeof j, "%s,\"layer_types\":[\"full_attention\",\"sliding_attention\",\"full_attention\"]}", v5);
+    ck_assert_msg(parse_cfg(&c, j, &err) == 0, "%s", err.msg);
+    ck_assert(model_layer_window(&c, 0) == 0 && model_layer_window(&c, 1) == 8 && model_layer_window(&c, 2) == 0);
+    ck_assert(!model_layer_has_rope(&c, 0) && model_layer_has_rope(&c, 1) && !model_layer_has_rope(&c, 2));
+    ck_assert(c.rope_theta == 10000.0 && !strcmp(c.dtype, "float32"));
+    static const struct { const char *patch, *want; } bad[] = {
+        {",\"layer_types\":[\"full_attention\",\"chunked_attention\",\"full_attention\"]}",
+         "layer_types[1] = 'chunked_attention'"},
+        {",\"layer_types\":[\"full_attention\"]}", "layer_types is not a list of 3 entries"},
+        {",\"sliding_window\":null}", "sliding_window = null is not supported for cohere2"},
+        {",\"use_qk_norm\":true}", "use_qk_norm = true is not supported for cohere2"},
+        {",\"head_dim\":32}", "head_dim = 32: cohere2 uses hidden_size / num_attention_heads"},
+        {",\"sliding_window_pattern\":0}", "sliding_window_pattern = 0 is out of range"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(j, sizeof j, "%s%s", v5, bad[i].patch);
+        ck_assert_msg(parse_cfg(&c, j, &err) == -1, "accepted: %s", j);
+        ck_assert_msg(strstr(err.msg, bad[i].want), "'%s' lacks '%s'", err.msg, bad[i].want);
+    }
+    // other families' window stays on every layer
+    ck_assert_msg(parse_cfg(&c, qwen3, &err) == 0, "%s", err.msg);
+    for (int l = 0; l < c.num_hidden_layers; l++) ck_assert(model_layer_window(&c, l) == c.sliding_window);
+}
+END_TEST
+
 // Each refusal names the field and the value.
 START_TEST(test_config_refusals) {
     static const struct { const char *patch, *want; } cases[] = {
@@ -814,13 +948,16 @@ START_TEST(test_weights_tiny) {
         ck_assert_msg(model_weights_load(&a, d32, &err) == 0, "%s", err.msg);
         ck_assert_msg(model_weights_load(&b, d16, &err) == 0, "%s", err.msg);
         ck_assert_int_eq(a.cfg.type, type);
-        ck_assert_int_eq(a.cfg.sliding_window, type == MODEL_MISTRAL ? 4096 : 0);
+        ck_assert_int_eq(a.cfg.sliding_window, type == MODEL_MISTRAL || type == MODEL_COHERE2 ? 4096 : 0);
         ck_assert_int_eq(a.cfg.hidden_size, cfg.hidden_size);
         ck_assert_int_eq(a.cfg.bos_token_id, 1);
         ck_assert_int_eq(a.cfg.eos_token_ids[0], 2);
         ck_assert_uint_eq(a.num_params, model_config_param_count(&cfg));
         ck_assert(!!a.p.bq == (type == MODEL_QWEN2) && !!a.p.q_norm == (type == MODEL_QWEN3 || type == MODEL_OLMO2));
-        ck_assert(a.p.bo == NULL && (a.p.lm_head != a.p.embed_tokens) == (type != MODEL_SMOLLM3));  // smollm3: tied by default
+        ck_assert(a.p.bo == NULL && (a.p.lm_head != a.p.embed_tokens) ==
+                                        (type != MODEL_SMOLLM3 && type != MODEL_COHERE && type != MODEL_COHERE2));
+        // smollm3, cohere, cohere2: tied by default; cohere, cohere2: one norm per layer
+        ck_assert(!!a.p.mlp_norm == (type != MODEL_COHERE && type != MODEL_COHERE2));
         // The bf16 file holds the same draws rounded: loading it equals rounding the f32 load.
         const float *am = model_weights_f32(&a), *bm = model_weights_f32(&b);
         for (size_t i = 0; i < a.num_params; i++)
@@ -1214,6 +1351,8 @@ int main(void) {
     tcase_add_test(core, test_config_smollm3);
     tcase_add_test(core, test_config_granite);
     tcase_add_test(core, test_config_olmo2);
+    tcase_add_test(core, test_config_cohere);
+    tcase_add_test(core, test_config_cohere2);
     tcase_add_test(core, test_dtype_conversion);
     tcase_add_test(core, test_safetensors_roundtrip);
     tcase_add_test(core, test_safetensors_reference_bytes);

@@ -221,6 +221,31 @@ static int r_scatter_rows(Backend *b, float *dst, const float *src, const int *r
     return 0;
 }
 
+static int r_layernorm_forward(Backend *b, float *out, float *mean, float *rstd, const float *x, const float *w,
+                               int rows, int C, int wrows, float eps, PailErr *err) {
+    NOB;
+    layernorm_forward_ref(out, mean, rstd, x, w, rows, C, wrows, eps);
+    return 0;
+}
+static int r_layernorm_backward(Backend *b, float *dx, float *dw, const float *dout, const float *x, const float *w,
+                                const float *mean, const float *rstd, int rows, int C, int wrows, PailErr *err) {
+    NOB;
+    layernorm_backward_ref(dx, dw, dout, x, w, mean, rstd, rows, C, wrows);
+    return 0;
+}
+static int r_rope_interleaved_forward(Backend *b, float *out, const float *x, const int *pos, const float *c,
+                                      const float *s, int T, int nh, int D, PailErr *err) {
+    NOB;
+    rope_interleaved_forward_ref(out, x, pos, c, s, T, nh, D);
+    return 0;
+}
+static int r_rope_interleaved_backward(Backend *b, float *dx, const float *dout, const int *pos, const float *c,
+                                       const float *s, int T, int nh, int D, PailErr *err) {
+    NOB;
+    rope_interleaved_backward_ref(dx, dout, pos, c, s, T, nh, D);
+    return 0;
+}
+
 static BackendOps ref_ops;
 static Backend ref_backend;
 
@@ -252,6 +277,10 @@ static void ref_backend_init(void) {
     ref_ops.embedding_backward = r_embedding_backward;
     ref_ops.rope_partial_forward = r_rope_partial_forward;
     ref_ops.rope_partial_backward = r_rope_partial_backward;
+    ref_ops.layernorm_forward = r_layernorm_forward;
+    ref_ops.layernorm_backward = r_layernorm_backward;
+    ref_ops.rope_interleaved_forward = r_rope_interleaved_forward;
+    ref_ops.rope_interleaved_backward = r_rope_interleaved_backward;
     ref_backend = *backend_cpu();
     ref_backend.ops = &ref_ops;
     ref_backend.team_ops = false;  // the plain loops are not written to share a caller's team
@@ -274,6 +303,12 @@ static void small_model(ModelWeights *w, ModelType type) {
         c.rope_scaling = ROPE_SCALING_LONGROPE, c.rope_original_max_position_embeddings = 16;
         c.rope_attention_factor = 1.3;
         for (int i = 0; i < 6; i++) c.rope_short_factor[i] = 1.0f + 0.2f * i, c.rope_long_factor[i] = 1.0f + 3.0f * i;
+    }
+    if (type == MODEL_COHERE)  // per-head q/k LayerNorms, the four biases, logit_scale away from 1
+        c.has_qk_norm = c.has_qkv_bias = c.has_o_bias = true, c.logit_scale = 0.3;
+    if (type == MODEL_COHERE2) {  // layer 1 full attention without RoPE, layer 0 windowed under the sequences
+        c.sliding_window = 7, c.logit_scale = 0.3;
+        model_config_set_layer_pattern(&c, 2);
     }
     model_fill_random(w, &c, 0.12, 77, (uint64_t)type);
 }

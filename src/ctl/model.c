@@ -15,7 +15,8 @@ int ctl_init_model(int argc, char **argv) {
     char *out = NULL, *shape = NULL, *type_s = NULL, *dtype_s = NULL, *tok = NULL, *rope_s = NULL;
     long hidden, layers, heads, kv, ffn, vocab, head_dim, seed, bos, eos, maxpos, window;
     double theta, prf;
-    bool tie, abias;
+    bool tie, abias, qknorm;
+    double logit_scale;
     Flag fl[] = {
         {"out", FLAG_STRING, &out, NULL, 1, 0, "folder to write (created; existing files replaced)"},
         {"shape", FLAG_STRING, &shape, NULL, 1, 0,
@@ -23,8 +24,8 @@ int ctl_init_model(int argc, char **argv) {
          "qwen2.5-0.5b (C896 L24 H14 Hkv2 F4864 V151936, tied, qwen2), qwen2.5-7b (C3584 L28 H28 Hkv4 "
          "F18944 V152064, qwen2); size flags override it (e.g. --layers 4)"},
         {"model-type", FLAG_STRING, &type_s, NULL, 1, 0,
-         "llama, qwen2, qwen3, mistral, exaone, granite, smollm3, olmo2 or phi3 (default llama; qwen2 for "
-         "qwen2.5-0.5b)"},
+         "llama, qwen2, qwen3, mistral, exaone, granite, smollm3, olmo2, phi3, cohere or cohere2 (default llama; "
+         "qwen2 for qwen2.5-0.5b)"},
         {"hidden", FLAG_INT, &hidden, "0", 0, 65536, "hidden size C"},
         {"layers", FLAG_INT, &layers, "0", 0, 1024, "layers L"},
         {"heads", FLAG_INT, &heads, "0", 0, 1024, "attention heads H"},
@@ -33,20 +34,23 @@ int ctl_init_model(int argc, char **argv) {
         {"vocab", FLAG_INT, &vocab, "0", 0, 1 << 22, "vocabulary size V"},
         {"head-dim", FLAG_INT, &head_dim, "0", 0, 1024, "head dim D (0: C / H)"},
         {"tie-embeddings", FLAG_BOOL, &tie, "false", 1, 0, "lm_head shares embed_tokens (qwen2.5-0.5b: always)"},
-        {"attention-bias", FLAG_BOOL, &abias, "false", 1, 0, "llama/qwen3/exaone/granite/smollm3/olmo2: q, k, v and o biases"},
+        {"attention-bias", FLAG_BOOL, &abias, "false", 1, 0, "llama/qwen3/exaone/granite/smollm3/olmo2/cohere/cohere2: q, k, v and o biases"},
         {"rope-theta", FLAG_DOUBLE, &theta, "0", 0, 1e12, "RoPE base (0: the model_type's default)"},
         {"rope-scaling", FLAG_STRING, &rope_s, "none", 1, 0,
          "none, or llama3 (Llama 3.2's factor 32, low 1, high 4, original 8192)"},
         {"max-positions", FLAG_INT, &maxpos, "0", 0, 1 << 30, "max_position_embeddings (0: default)"},
         {"sliding-window", FLAG_INT, &window, "-1", -1, 1 << 30,
          "mistral, phi3: attention window W (keys i-W+1..i); 0: none (null, full attention); -1: the default "
-         "(mistral 4096, MistralConfig's; phi3 none)"},
+         "(mistral 4096, MistralConfig's; phi3 none); cohere2: its sliding layers' window (every 4th layer full "
+         "attention without RoPE; -1: 4096)"},
         {"partial-rotary-factor", FLAG_DOUBLE, &prf, "1", 0, 1,
          "phi3: RoPE on the first int(D * factor) dims of each head (Phi-4-mini: 0.75)"},
         {"dtype", FLAG_STRING, &dtype_s, "bf16", 1, 0, "the checkpoint's dtype: bf16, f16 or f32"},
         {"seed", FLAG_INT, &seed, "1234", 0, (double)(1L << 52), "random seed"},
         {"tokenizer", FLAG_STRING, &tok, NULL, 1, 0,
          "folder whose tokenizer.json and tokenizer_config.json are copied (bos/eos ids taken from it)"},
+        {"qk-norm", FLAG_BOOL, &qknorm, "false", 1, 0, "cohere: use_qk_norm (per-head LayerNorm of q and k, Command-R+)"},
+        {"logit-scale", FLAG_DOUBLE, &logit_scale, "0", 0, 1e6, "cohere: logits * logit_scale (0: CohereConfig's 0.0625)"},
         {"bos-id", FLAG_INT, &bos, "-1", -1, 1 << 22, "bos_token_id (-1: from --tokenizer or the shape, else 1)"},
         {"eos-id", FLAG_INT, &eos, "-1", -1, 1 << 22, "eos_token_id (-1: from --tokenizer or the shape, else 2)"},
     };
@@ -63,7 +67,8 @@ int ctl_init_model(int argc, char **argv) {
     ModelType type = MODEL_LLAMA;
     if (shape && (!strcmp(shape, "qwen2.5-0.5b") || !strcmp(shape, "qwen2.5-7b"))) type = MODEL_QWEN2;
     if (type_s && model_type_parse(type_s, &type) < 0) {
-        fprintf(stderr, "%s: --model-type '%s': use llama, qwen2, qwen3, mistral, exaone, granite, smollm3, olmo2 or phi3\n", argv[0], type_s);
+        fprintf(stderr, "%s: --model-type '%s': use llama, qwen2, qwen3, mistral, exaone, granite, smollm3, olmo2, "
+                "phi3, cohere or cohere2\n", argv[0], type_s);
         goto done;
     }
     ModelConfig cfg = {0};
@@ -96,9 +101,14 @@ int ctl_init_model(int argc, char **argv) {
         }
         cfg.has_qkv_bias = cfg.has_o_bias = true;
     }
+    if (type == MODEL_COHERE2) model_config_set_layer_pattern(&cfg, 4);  // Cohere2Config's default pattern
     if (window >= 0) {
-        if (type != MODEL_MISTRAL && type != MODEL_PHI3) {
-            fprintf(stderr, "%s: --sliding-window: only model types mistral and phi3 have one (not %s)\n", argv[0],
+        if (type == MODEL_COHERE2 && window == 0) {
+            fprintf(stderr, "%s: --sliding-window 0: cohere2's sliding layers need a window\n", argv[0]);
+            goto done;
+        }
+        if (type != MODEL_MISTRAL && type != MODEL_PHI3 && type != MODEL_COHERE2) {
+            fprintf(stderr, "%s: --sliding-window: only model types mistral, phi3 and cohere2 have one (not %s)\n", argv[0],
                     model_type_name(type));
             goto done;
         }
@@ -118,6 +128,13 @@ int ctl_init_model(int argc, char **argv) {
         }
         cfg.rope_dim = rd < cfg.head_dim ? rd : 0;
     }
+    if ((qknorm && type != MODEL_COHERE) || (logit_scale > 0 && type != MODEL_COHERE && type != MODEL_COHERE2)) {
+        fprintf(stderr, "%s: --%s: only model type cohere%s has it (not %s)\n", argv[0],
+                qknorm ? "qk-norm" : "logit-scale", qknorm ? "" : " (and cohere2)", model_type_name(type));
+        goto done;
+    }
+    if (qknorm) cfg.has_qk_norm = true;
+    if (logit_scale > 0) cfg.logit_scale = logit_scale;
     if (theta > 0) cfg.rope_theta = theta;
     if (maxpos) cfg.max_position_embeddings = (int)maxpos;
     if (!strcmp(rope_s, "llama3")) {
@@ -235,6 +252,16 @@ int ctl_model_info(int argc, char **argv) {
         printf("fused: self_attn.qkv_proj (q, k, v), mlp.gate_up_proj (gate, up)\npartial_rotary: %d of %d head "
                "dims rotated\n", model_rope_dim(&c), c.head_dim);
     if (c.post_norm) printf("post_norm: true (norms after the sub-blocks, q/k norms over the whole projection)\n");
+    if (c.type == MODEL_COHERE2) {  // its full_attention layers (no window, no RoPE: no_rope_layers above)
+        printf("full_attention_layers:");
+        for (int l = 0; l < c.num_hidden_layers; l++)
+            if (!model_layer_window(&c, l)) printf(" %d", l);
+        printf("\n");
+    }
+    if (c.parallel_block)  // cohere, cohere2
+        printf("parallel_block: true (h = x + attn(ln(x)) + mlp(ln(x)), one input_layernorm)\n"
+               "norm: layernorm (mean-subtracted, no bias%s)\nrope: interleaved (pairs 2i, 2i+1)\nlogit_scale: %g\n",
+               c.has_qk_norm ? "; q/k norms per head" : "", c.logit_scale);
     printf("tie_word_embeddings: %s\nqkv_bias: %s\no_bias: %s\nqk_norm: %s\n", c.tie_word_embeddings ? "true" : "false",
            c.has_qkv_bias ? "true" : "false", c.has_o_bias ? "true" : "false", c.has_qk_norm ? "true" : "false");
     printf("bos_token_id: %d\neos_token_id:", c.bos_token_id);

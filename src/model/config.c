@@ -1,7 +1,8 @@
 // config.json / generation_config.json reading and config.json writing for the
-// llama, qwen2, qwen3, mistral, exaone, smollm3, granite, olmo2 and phi3 dense decoders (see config.h).
-// Defaults are those of transformers' LlamaConfig / Qwen2Config / Qwen3Config / MistralConfig /
-// ExaoneConfig / SmolLM3Config / GraniteConfig / Olmo2Config / Phi3Config for a field a file omits.
+// llama, qwen2, qwen3, mistral, exaone, smollm3, granite, olmo2, phi3, cohere and cohere2 dense decoders
+// (see config.h). Defaults are those of transformers' LlamaConfig / Qwen2Config / Qwen3Config /
+// MistralConfig / ExaoneConfig / SmolLM3Config / GraniteConfig / Olmo2Config / Phi3Config / CohereConfig /
+// Cohere2Config for a field a file omits.
 #include "model/config.h"
 #include <jansson.h>
 #include <math.h>
@@ -11,12 +12,12 @@
 #include "core/fsutil.h"
 
 static const char *type_names[MODEL_TYPE_COUNT] = {"llama", "qwen2", "qwen3", "mistral", "exaone", "smollm3",
-                                                    "granite", "olmo2", "phi3"};
+                                                    "granite", "olmo2", "phi3", "cohere", "cohere2"};
 // exaone: the published checkpoints' name (transformers maps model_type exaone to its llama classes)
 static const char *arch_names[MODEL_TYPE_COUNT] = {"LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
                                                    "MistralForCausalLM", "ExaoneForCausalLM", "SmolLM3ForCausalLM",
-                                                   "GraniteForCausalLM", "Olmo2ForCausalLM",
-                                                   "Phi3ForCausalLM"};
+                                                   "GraniteForCausalLM", "Olmo2ForCausalLM", "Phi3ForCausalLM",
+                                                   "CohereForCausalLM", "Cohere2ForCausalLM"};
 
 const char *model_type_name(ModelType t) { return (unsigned)t < MODEL_TYPE_COUNT ? type_names[t] : "?"; }
 
@@ -46,6 +47,15 @@ void model_config_defaults(ModelConfig *cfg, ModelType type) {
         c.rms_norm_eps = 1e-5;
         c.max_position_embeddings = 4096;
     }
+    if (type == MODEL_COHERE || type == MODEL_COHERE2) {  // CohereConfig's / Cohere2Config's defaults (tied, ...)
+        c.parallel_block = c.layer_norm = c.rope_interleaved = true;
+        c.logit_scale = 0.0625;
+        c.rms_norm_eps = 1e-5;
+        c.rope_theta = 500000.0;
+        c.max_position_embeddings = 8192;
+        c.tie_word_embeddings = true;
+        if (type == MODEL_COHERE2) c.rope_theta = 10000.0, c.sliding_window = 4096;  // Cohere2Config
+    }
     // keep the sizes a caller already set
     c.hidden_size = cfg->hidden_size;
     c.intermediate_size = cfg->intermediate_size;
@@ -56,6 +66,16 @@ void model_config_defaults(ModelConfig *cfg, ModelType type) {
     c.head_dim = cfg->head_dim ? cfg->head_dim
                  : cfg->num_attention_heads ? cfg->hidden_size / cfg->num_attention_heads : 0;
     *cfg = c;
+}
+
+void model_config_set_layer_pattern(ModelConfig *c, int pattern) {
+    memset(c->full_attn, 0, sizeof c->full_attn);
+    memset(c->no_rope, 0, sizeof c->no_rope);
+    for (int l = 0; l < c->num_hidden_layers && pattern > 0; l++)
+        if ((l + 1) % pattern == 0) {
+            c->full_attn[l >> 6] |= 1ULL << (l & 63);
+            c->no_rope[l >> 6] |= 1ULL << (l & 63);
+        }
 }
 
 // ---- reading ----
@@ -278,7 +298,7 @@ static int refuse_unsupported(json_t *root, ModelType type, const char *what, Pa
         return err_set(err, PAIL_ERR_UNSUPPORTED, "%s: use_sliding_window = true: %s's windowed layers are not "
                        "supported (mistral's window on every layer is)", what, type_names[type]);
     json_t *lt = json_object_get(root, "layer_types");
-    if (lt && json_is_array(lt)) {
+    if (lt && json_is_array(lt) && type != MODEL_COHERE2) {  // cohere2's are read in get_cohere2_layers
         size_t i;
         json_t *x;
         json_array_foreach(lt, i, x) {
@@ -298,6 +318,45 @@ static int refuse_unsupported(json_t *root, ModelType type, const char *what, Pa
     if (json_is_integer(tp) && json_integer_value(tp) != 1)
         return err_set(err, PAIL_ERR_UNSUPPORTED, "%s: pretraining_tp = %lld is not supported (only 1)", what,
                        (long long)json_integer_value(tp));
+    return 0;
+}
+
+// cohere2: layer_types (sliding_attention / full_attention, one per layer), else the legacy
+// sliding_window_pattern (default 4: every 4th layer full), as Cohere2Config; sliding_window
+// (default 4096) windows the sliding layers. head_dim is C / H whatever the file says.
+static int get_cohere2_layers(ModelConfig *c, json_t *root, const char *what, PailErr *err) {
+    int L = c->num_hidden_layers, pattern = 4;
+    json_t *sw = json_object_get(root, "sliding_window");
+    if (sw && json_is_null(sw))
+        return err_set(err, PAIL_ERR_UNSUPPORTED, "%s: sliding_window = null is not supported for cohere2 (its "
+                       "sliding layers would run without a window and without RoPE)", what);
+    if (get_int(root, "sliding_window", 1, 1 << 30, &c->sliding_window, what, err) < 0) return -1;
+    json_t *qn = json_object_get(root, "use_qk_norm");
+    if (json_is_true(qn))
+        return err_set(err, PAIL_ERR_UNSUPPORTED, "%s: use_qk_norm = true is not supported for cohere2 "
+                       "(Cohere2Attention has no q/k norms)", what);
+    if (c->head_dim != c->hidden_size / c->num_attention_heads || c->hidden_size % c->num_attention_heads)
+        return err_set(err, PAIL_ERR_UNSUPPORTED, "%s: head_dim = %d: cohere2 uses hidden_size / num_attention_heads "
+                       "(%d / %d)", what, c->head_dim, c->hidden_size, c->num_attention_heads);
+    json_t *lt = json_object_get(root, "layer_types");
+    if (!lt || json_is_null(lt)) {
+        if (get_int(root, "sliding_window_pattern", 1, 1 << 20, &pattern, what, err) < 0) return -1;
+        model_config_set_layer_pattern(c, pattern);
+        return 0;
+    }
+    if (!json_is_array(lt) || (int)json_array_size(lt) != L)
+        return err_set(err, PAIL_ERR_INVALID, "%s: layer_types is not a list of %d entries (one per layer)", what, L);
+    model_config_set_layer_pattern(c, 0);
+    for (int l = 0; l < L; l++) {
+        const char *s = json_string_value(json_array_get(lt, (size_t)l));
+        if (s && !strcmp(s, "full_attention")) {
+            c->full_attn[l >> 6] |= 1ULL << (l & 63);
+            c->no_rope[l >> 6] |= 1ULL << (l & 63);
+        } else if (!s || strcmp(s, "sliding_attention")) {
+            return err_set(err, PAIL_ERR_UNSUPPORTED, "%s: layer_types[%d] = '%s': cohere2 layers are "
+                           "sliding_attention or full_attention", what, l, s ? s : "(not a string)");
+        }
+    }
     return 0;
 }
 
@@ -336,7 +395,7 @@ int model_config_parse(ModelConfig *cfg, const char *text, size_t len, const cha
     ModelType type;
     if (model_type_parse(json_string_value(mt), &type) < 0) {
         err_set(err, PAIL_ERR_UNSUPPORTED, "%s: model_type = '%s' is not supported (pail runs llama, qwen2, qwen3, "
-                "mistral, exaone, smollm3, granite, olmo2, phi3 dense decoders)", what, json_string_value(mt));
+                "mistral, exaone, smollm3, granite, olmo2, phi3, cohere, cohere2 dense decoders)", what, json_string_value(mt));
         goto out;
     }
     if (type == MODEL_EXAONE) {  // EXAONE's own config names (ExaoneConfig.attribute_map), read as llama's
@@ -389,6 +448,23 @@ int model_config_parse(ModelConfig *cfg, const char *text, size_t len, const cha
          get_num(root, "attention_multiplier", 1e-6, 1e6, &c.attention_multiplier, what, err) < 0 ||
          get_num(root, "logits_scaling", 1e-6, 1e6, &c.logits_scaling, what, err) < 0))
         goto out;
+    if (type == MODEL_COHERE2 && get_cohere2_layers(&c, root, what, err) < 0) goto out;
+    if (type == MODEL_COHERE || type == MODEL_COHERE2) {
+        // Cohere(2)Config's layer_norm_eps is its LayerNorms' eps, held where rms_norm_eps is
+        if (get_num(root, "layer_norm_eps", 1e-30, 1, &c.rms_norm_eps, what, err) < 0) goto out;
+        json_t *qn = json_object_get(root, "use_qk_norm");
+        if (qn && !json_is_null(qn) && !json_is_boolean(qn)) {
+            err_set(err, PAIL_ERR_INVALID, "%s: use_qk_norm is not a boolean", what);
+            goto out;
+        }
+        c.has_qk_norm = json_is_true(qn);
+        json_t *ls = json_object_get(root, "logit_scale");
+        if (ls && json_is_null(ls)) {  // CohereForCausalLM would multiply the logits by None
+            err_set(err, PAIL_ERR_INVALID, "%s: logit_scale is null (CohereForCausalLM needs a number)", what);
+            goto out;
+        }
+        if (get_num(root, "logit_scale", 1e-6, 1e6, &c.logit_scale, what, err) < 0) goto out;
+    }
     json_t *tie = json_object_get(root, "tie_word_embeddings");
     if (tie && !json_is_null(tie)) {
         if (!json_is_boolean(tie)) { err_set(err, PAIL_ERR_INVALID, "%s: tie_word_embeddings is not a boolean", what); goto out; }
@@ -469,7 +545,8 @@ int model_config_to_json(const ModelConfig *c, const char *dtype_name, Buf *out)
     json_object_set_new(o, "num_attention_heads", json_integer(c->num_attention_heads));
     json_object_set_new(o, "num_hidden_layers", json_integer(c->num_hidden_layers));
     json_object_set_new(o, "num_key_value_heads", json_integer(c->num_key_value_heads));
-    json_object_set_new(o, "rms_norm_eps", json_real(c->rms_norm_eps));
+    json_object_set_new(o, c->type == MODEL_COHERE || c->type == MODEL_COHERE2 ? "layer_norm_eps" : "rms_norm_eps",
+                        json_real(c->rms_norm_eps));
     json_object_set_new(o, "rope_theta", json_real(c->rope_theta));
     if (c->rope_scaling == ROPE_SCALING_LLAMA3)
         json_object_set_new(o, "rope_scaling",
@@ -527,6 +604,21 @@ int model_config_to_json(const ModelConfig *c, const char *dtype_name, Buf *out)
         json_object_set_new(o, "residual_multiplier", json_real(c->residual_multiplier));
         json_object_set_new(o, "attention_multiplier", json_real(c->attention_multiplier));
         json_object_set_new(o, "logits_scaling", json_real(c->logits_scaling));
+    } else if (c->type == MODEL_COHERE) {
+        json_object_set_new(o, "attention_bias", json_boolean(c->has_qkv_bias));
+        json_object_set_new(o, "head_dim", json_integer(c->head_dim));
+        json_object_set_new(o, "use_qk_norm", json_boolean(c->has_qk_norm));
+        json_object_set_new(o, "logit_scale", json_real(c->logit_scale));
+        json_object_set_new(o, "pad_token_id", json_null());  // CohereConfig's default 0 is a real token
+    } else if (c->type == MODEL_COHERE2) {
+        json_object_set_new(o, "attention_bias", json_boolean(c->has_qkv_bias));
+        json_object_set_new(o, "logit_scale", json_real(c->logit_scale));
+        json_object_set_new(o, "pad_token_id", json_null());
+        json_object_set_new(o, "sliding_window", json_integer(c->sliding_window));
+        json_t *lt = json_array();
+        for (int l = 0; l < c->num_hidden_layers; l++)
+            json_array_append_new(lt, json_string(model_layer_window(c, l) ? "sliding_attention" : "full_attention"));
+        json_object_set_new(o, "layer_types", lt);
     } else if (c->type == MODEL_LLAMA || c->type == MODEL_EXAONE) {
         json_object_set_new(o, "mlp_bias", json_false());
         if (c->type == MODEL_LLAMA) json_object_set_new(o, "pretraining_tp", json_integer(1));
@@ -550,6 +642,7 @@ size_t model_config_param_count(const ModelConfig *c) {
     size_t layer = 2 * C + H * D * C + 2 * Hkv * D * C + C * H * D + 3 * C * F;
     if (c->has_qkv_bias) layer += H * D + 2 * Hkv * D;
     if (c->has_o_bias) layer += C;
-    if (c->has_qk_norm) layer += c->post_norm ? H * D + Hkv * D : 2 * D;
+    if (c->has_qk_norm) layer += c->post_norm || c->layer_norm ? H * D + Hkv * D : 2 * D;  // olmo2, cohere: H*D
+    if (c->parallel_block) layer -= C;  // cohere: no post_attention_layernorm
     return V * C + (size_t)c->num_hidden_layers * layer + C + (c->tie_word_embeddings ? 0 : V * C);
 }

@@ -4,7 +4,10 @@
 // (EXAONE 3/3.5: llama under its own tensor and config names), smollm3 (llama
 // with some layers without RoPE), granite (llama with four multipliers), olmo2
 // (norms after the sub-blocks, q/k norms over the whole projection), phi3 (fused qkv_proj and
-// gate_up_proj, partial_rotary_factor, sliding_window). Both the hub's legacy layout (rope_theta + rope_scaling,
+// gate_up_proj, partial_rotary_factor, sliding_window), cohere
+// (Command-R: a parallel block under one LayerNorm, RoPE on adjacent pairs,
+// logit_scale), cohere2 (cohere's block with sliding-window layers that rotate
+// q/k and full-attention layers without RoPE). Both the hub's legacy layout (rope_theta + rope_scaling,
 // torch_dtype) and transformers 5's (rope_parameters, dtype) are read. What pail
 // cannot run (other model types, MoE, qwen's per-layer sliding window, unknown rope
 // scaling) is refused with a message naming the field and value.
@@ -17,7 +20,7 @@
 
 typedef enum {
     MODEL_LLAMA, MODEL_QWEN2, MODEL_QWEN3, MODEL_MISTRAL, MODEL_EXAONE, MODEL_SMOLLM3, MODEL_GRANITE, MODEL_OLMO2,
-    MODEL_PHI3,
+    MODEL_PHI3, MODEL_COHERE, MODEL_COHERE2,
     MODEL_TYPE_COUNT
 } ModelType;
 typedef enum { ROPE_SCALING_NONE, ROPE_SCALING_LLAMA3, ROPE_SCALING_LONGROPE } RopeScalingType;  // kernels.h has the RopeScaling params
@@ -66,14 +69,31 @@ typedef struct {
     // sqrt(1 + ln(factor) / ln(original_max)) with factor max_position_embeddings / original_max)
     double rope_attention_factor;
     float rope_short_factor[MODEL_MAX_ROPE_FACTORS], rope_long_factor[MODEL_MAX_ROPE_FACTORS];
+    // cohere (all false / 0 elsewhere): h = x + attn(ln(x)) + mlp(ln(x)) under one input_layernorm (no
+    // post_attention_layernorm); the norms are LayerNorm without bias (eps in rms_norm_eps, config
+    // layer_norm_eps), q/k norms per head with (H, D) / (Hkv, D) weights; RoPE rotates pairs (2i, 2i+1);
+    // logits * logit_scale
+    bool parallel_block, layer_norm, rope_interleaved;
+    double logit_scale;
+    // cohere2: bit l set = layer l is a full_attention layer (no window; no RoPE either: its bit in no_rope is
+    // set too); the others window with sliding_window. All clear elsewhere (mistral windows every layer)
+    unsigned long long full_attn[MODEL_MAX_LAYERS / 64];
 } ModelConfig;
 
-const char *model_type_name(ModelType t);  // "llama", ..., "granite", "olmo2", "phi3"
+const char *model_type_name(ModelType t);  // "llama", ..., "granite", "olmo2", "phi3", "cohere", "cohere2"
 // The head dims RoPE rotates: D, or phi3's partial rope_dim.
 static inline int model_rope_dim(const ModelConfig *c) { return c->rope_dim ? c->rope_dim : c->head_dim; }
 // Whether layer l rotates q and k (every layer but smollm3's no-RoPE ones).
 static inline bool model_layer_has_rope(const ModelConfig *c, int l) { return !((c->no_rope[l >> 6] >> (l & 63)) & 1); }
 int model_type_parse(const char *s, ModelType *out);  // 0 / -1
+// The attention window of layer l (0: full causal attention): sliding_window on every
+// layer (mistral), but cohere2's full_attention layers.
+static inline int model_layer_window(const ModelConfig *c, int l) {
+    return (c->full_attn[l >> 6] >> (l & 63)) & 1 ? 0 : c->sliding_window;
+}
+// cohere2's legacy sliding_window_pattern P: layer l is full_attention (window 0, no RoPE)
+// when (l + 1) % P == 0, sliding_attention otherwise (Cohere2Config's layer_types default).
+void model_config_set_layer_pattern(ModelConfig *c, int pattern);
 
 // Parses config.json text (len bytes; need not be NUL-terminated). `what` names
 // the file in messages. Returns 0, or -1 with err: PAIL_ERR_UNSUPPORTED for a

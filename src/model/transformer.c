@@ -1,5 +1,6 @@
 // Decoder forward/backward over packed rows with unmerged LoRA (see
-// transformer.h). Data flow per layer (HF's LlamaDecoderLayer / Qwen2 / Qwen3):
+// transformer.h). Data flow per layer (HF's LlamaDecoderLayer / Qwen2 / Qwen3;
+// cohere's parallel block in cohere_layer_forward):
 //   xn1 = rmsnorm(x); q,k,v = proj(xn1) (+bias, +LoRA); [qwen3: per-head rmsnorm
 //   of q and k]; rope; att = causal GQA over each packed sequence;
 //   h = x + o_proj(att); xn2 = rmsnorm(h); act = silu(gate(xn2)) * up(xn2);
@@ -34,6 +35,7 @@ typedef struct {      // one layer's saved activations, T rows each
     float *xn2, *rstd2;           // (T,C), (T)
     float *gate, *up, *act;       // (T,F)
     float *la[LORA_NMOD];         // (T,R) x A^T of each adapted module
+    float *mean1, *qmean, *kmean; // cohere's LayerNorms: (T), (T*H), (T*Hkv) row means (NULL elsewhere)
 } LayerActs;
 
 // A paged cache: each layer's K and V are pools of KV_BLOCK-token blocks, and
@@ -96,6 +98,7 @@ struct Transformer {
     bool have_expect;             // the last forward wrote expect_sel
     float *block;                 // backend memory, owned
     size_t block_floats;
+    float *meanf;                 // (T) cohere: the final LayerNorm's row means (NULL elsewhere)
 };
 
 size_t transformer_bytes(const Transformer *tf) { return tf->block_floats * sizeof(float); }
@@ -129,7 +132,12 @@ static void plan_memory(Transformer *tf, Bump *b) {
         a->xn2 = take(b, T * C); a->rstd2 = take(b, T);
         a->gate = take(b, T * F); a->up = take(b, T * F); a->act = take(b, T * F);
         for (int m = 0; m < LORA_NMOD && R > 0; m++) a->la[m] = take(b, T * R);
+        if (c->layer_norm) {
+            a->mean1 = take(b, T);
+            if (c->has_qk_norm) { a->qmean = take(b, T * H); a->kmean = take(b, T * Hk); }
+        }
     }
+    if (c->layer_norm) tf->meanf = take(b, T);
     for (size_t l = 0; l <= L; l++) tf->resid[l] = take(b, T * C);
     tf->d_tokens = (int *)take(b, T); tf->d_pos = (int *)take(b, T); tf->d_cu = (int *)take(b, T + 1);
     tf->d_sel = (int *)take(b, T); tf->d_tsel = (int *)take(b, T); tf->d_rows = (int *)take(b, T);
@@ -365,8 +373,114 @@ static int proj_backward(Transformer *tf, float *dx, float *lora_grads, float *b
 }
 
 
+// cohere (CohereDecoderLayer): one LayerNorm feeds attention and the MLP, whose
+// outputs both join the residual: xn1 = ln(x); q,k,v = proj(xn1) (+bias, +LoRA);
+// [use_qk_norm: per-head LayerNorm of q and k, weights (H, D), (Hkv, D)]; RoPE on
+// adjacent pairs; att = causal GQA; h = x + o_proj(att); act = silu(gate(xn1)) *
+// up(xn1); x' = h + down(act) (HF's residual + attn + mlp, in that order).
+// cohere2: its full_attention layers skip RoPE and the window (model_layer_window).
+static int cohere_layer_forward(Transformer *tf, int l, LayerActs *a, int T, PailErr *err) {
+    const ModelConfig *c = &tf->cfg;
+    int C = c->hidden_size, F = c->intermediate_size, H = c->num_attention_heads, Hk = c->num_key_value_heads,
+        D = c->head_dim, HD = H * D, KD = Hk * D;
+    float eps = (float)c->rms_norm_eps;
+    const float *x = tf->resid[l];
+    OP(layernorm_forward, a->xn1, a->mean1, a->rstd1, x, wv(tf, PARAM_ATTN_NORM, l), T, C, 1, eps);
+    if (proj_forward(tf, a->q, a->la[LORA_Q], a->xn1, PARAM_WQ, wv(tf, PARAM_BQ, l), T, C, HD, l, LORA_Q, 0,
+                     err) < 0 ||
+        proj_forward(tf, a->k, a->la[LORA_K], a->xn1, PARAM_WK, wv(tf, PARAM_BK, l), T, C, KD, l, LORA_K, 0,
+                     err) < 0 ||
+        proj_forward(tf, a->v, a->la[LORA_V], a->xn1, PARAM_WV, wv(tf, PARAM_BV, l), T, C, KD, l, LORA_V, 0,
+                     err) < 0)
+        return -1;
+    const float *qin = a->q, *kin = a->k;
+    if (c->has_qk_norm) {  // per head (rows of D), a weight row per head
+        OP(layernorm_forward, a->qn, a->qmean, a->qrstd, a->q, wv(tf, PARAM_Q_NORM, l), T * H, D, H, eps);
+        OP(layernorm_forward, a->kn, a->kmean, a->krstd, a->k, wv(tf, PARAM_K_NORM, l), T * Hk, D, Hk, eps);
+        qin = a->qn;
+        kin = a->kn;
+    }
+    if (model_layer_has_rope(c, l)) {
+        OP(rope_interleaved_forward, a->qr, qin, tf->d_pos, tf->cos_t, tf->sin_t, T, H, D);
+        OP(rope_interleaved_forward, a->kr, kin, tf->d_pos, tf->cos_t, tf->sin_t, T, Hk, D);
+    } else {
+        OP(copy, a->qr, qin, (size_t)T * HD);
+        OP(copy, a->kr, kin, (size_t)T * KD);
+    }
+    if (tf->kv) {
+        KvCache *kv = tf->kv;
+        size_t layer_stride = (size_t)kv->n_blocks * KV_BLOCK * KD;
+        float *kc = kv->k + (size_t)l * layer_stride, *vc = kv->v + (size_t)l * layer_stride;
+        OP(scatter_rows, kc, a->kr, tf->d_rows, T, KD);
+        OP(scatter_rows, vc, a->v, tf->d_rows, T, KD);
+        OP(attention_decode_forward, a->att, a->qr, kc, vc, kv->d_cu_new, kv->d_new_len, kv->d_table, kv->max_blocks,
+           kv->n_slots, T, H, Hk, D, model_layer_window(c, l));
+    } else {
+        OP(attention_forward, a->att, a->lse, a->qr, a->kr, a->v, tf->d_cu, tf->nseq, T, H, Hk, D, model_layer_window(c, l));
+    }
+    OP(copy, a->h, x, (size_t)T * C);
+    if (proj_forward(tf, a->h, a->la[LORA_O], a->att, PARAM_WO, wv(tf, PARAM_BO, l), T, HD, C, l, LORA_O, 1,
+                     err) < 0 ||
+        proj_forward(tf, a->gate, a->la[LORA_GATE], a->xn1, PARAM_W_GATE, NULL, T, C, F, l, LORA_GATE, 0, err) < 0 ||
+        proj_forward(tf, a->up, a->la[LORA_UP], a->xn1, PARAM_W_UP, NULL, T, C, F, l, LORA_UP, 0, err) < 0)
+        return -1;
+    OP(swiglu_forward, a->act, a->gate, a->up, (size_t)T * F);
+    float *y = tf->resid[l + 1];
+    OP(copy, y, a->h, (size_t)T * C);
+    return proj_forward(tf, y, a->la[LORA_DOWN], a->act, PARAM_W_DOWN, NULL, T, F, C, l, LORA_DOWN, 1, err);
+}
+
+// cohere_layer_forward's backward: dres = d x' on entry; the MLP's and the
+// attention's d xn1 both gather in dxn, then one LayerNorm backward.
+static int cohere_layer_backward(Transformer *tf, int l, LayerActs *a, int T, float *lg, float *bg, PailErr *err) {
+    const ModelConfig *c = &tf->cfg;
+    int C = c->hidden_size, F = c->intermediate_size, H = c->num_attention_heads, Hk = c->num_key_value_heads,
+        D = c->head_dim, HD = H * D, KD = Hk * D;
+    bool full = bg && tf->plan.full;
+    const float *x = tf->resid[l];
+    float *dres = tf->dres;
+    if (proj_backward(tf, tf->dact, lg, bg, PARAM_W_DOWN, PARAM_COUNT, dres, a->act, a->la[LORA_DOWN], T, F, C, l,
+                      LORA_DOWN, 0, err) < 0)
+        return -1;
+    OP(swiglu_backward, tf->dgate, tf->dup, tf->dact, a->gate, a->up, (size_t)T * F);
+    if (proj_backward(tf, tf->dxn, lg, bg, PARAM_W_GATE, PARAM_COUNT, tf->dgate, a->xn1, a->la[LORA_GATE], T, C, F, l,
+                      LORA_GATE, 0, err) < 0 ||
+        proj_backward(tf, tf->dxn, lg, bg, PARAM_W_UP, PARAM_COUNT, tf->dup, a->xn1, a->la[LORA_UP], T, C, F, l,
+                      LORA_UP, 1, err) < 0 ||
+        proj_backward(tf, tf->datt, lg, bg, PARAM_WO, PARAM_BO, dres, a->att, a->la[LORA_O], T, HD, C, l, LORA_O, 0,
+                      err) < 0)
+        return -1;
+    OP(attention_backward, tf->dq, tf->dk, tf->dv, tf->datt, a->qr, a->kr, a->v, a->att, a->lse, tf->d_cu, tf->nseq,
+       T, H, Hk, D, model_layer_window(c, l));
+    if (model_layer_has_rope(c, l)) {
+        OP(rope_interleaved_backward, tf->dq, tf->dq, tf->d_pos, tf->cos_t, tf->sin_t, T, H, D);
+        OP(rope_interleaved_backward, tf->dk, tf->dk, tf->d_pos, tf->cos_t, tf->sin_t, T, Hk, D);
+    }
+    if (c->has_qk_norm) {  // dx of each norm into datt (free now), then back
+        float *dqw = full ? bg + tf->w->offsets[PARAM_Q_NORM] + (size_t)l * HD : NULL;
+        float *dkw = full ? bg + tf->w->offsets[PARAM_K_NORM] + (size_t)l * KD : NULL;
+        OP(layernorm_backward, tf->datt, dqw, tf->dq, a->q, wv(tf, PARAM_Q_NORM, l), a->qmean, a->qrstd, T * H, D, H);
+        OP(copy, tf->dq, tf->datt, (size_t)T * HD);
+        OP(layernorm_backward, tf->datt, dkw, tf->dk, a->k, wv(tf, PARAM_K_NORM, l), a->kmean, a->krstd, T * Hk, D,
+           Hk);
+        OP(copy, tf->dk, tf->datt, (size_t)T * KD);
+    }
+    if (proj_backward(tf, tf->dxn, lg, bg, PARAM_WQ, PARAM_BQ, tf->dq, a->xn1, a->la[LORA_Q], T, C, HD, l, LORA_Q, 1,
+                      err) < 0 ||
+        proj_backward(tf, tf->dxn, lg, bg, PARAM_WK, PARAM_BK, tf->dk, a->xn1, a->la[LORA_K], T, C, KD, l, LORA_K, 1,
+                      err) < 0 ||
+        proj_backward(tf, tf->dxn, lg, bg, PARAM_WV, PARAM_BV, tf->dv, a->xn1, a->la[LORA_V], T, C, KD, l, LORA_V, 1,
+                      err) < 0)
+        return -1;
+    float *dnw = full ? bg + tf->w->offsets[PARAM_ATTN_NORM] + (size_t)l * C : NULL;
+    OP(layernorm_backward, tf->dtmp, dnw, tf->dxn, x, wv(tf, PARAM_ATTN_NORM, l), a->mean1, a->rstd1, T, C, 1);
+    OP(add, dres, tf->dtmp, (size_t)T * C);  // now d resid[l]
+    return 0;
+}
+
 static int layer_forward(Transformer *tf, int l, LayerActs *a, int T, PailErr *err) {
     const ModelConfig *c = &tf->cfg;
+    if (c->parallel_block) return cohere_layer_forward(tf, l, a, T, err);
     int C = c->hidden_size, F = c->intermediate_size, H = c->num_attention_heads, Hk = c->num_key_value_heads,
         D = c->head_dim, HD = H * D, KD = Hk * D;
     float eps = (float)c->rms_norm_eps;
@@ -515,6 +629,7 @@ int transformer_forward(Transformer *tf, float *logp, float *entropy, const int 
     tf->nseq = nseq;
     // granite: logits / logits_scaling as well (0: not set, 1)
     tf->temperature = c->logits_scaling > 0 ? temperature * (float)c->logits_scaling : temperature;
+    if (c->logit_scale > 0) tf->temperature = temperature / (float)c->logit_scale;  // cohere: logits * logit_scale
     // Only rows with a target go through the LM head.
     int n = 0;
     for (int t = 0; t < T; t++) {
@@ -538,8 +653,12 @@ int transformer_forward(Transformer *tf, float *logp, float *entropy, const int 
         OP(scale, tf->resid[0], (size_t)T * C, (float)c->embedding_multiplier);
     for (int l = 0; l < c->num_hidden_layers; l++)
         if (layer_forward(tf, l, &tf->acts[tf->nacts == 1 ? 0 : l], T, err) < 0) return -1;
-    OP(rmsnorm_forward, tf->xf, tf->rstdf, tf->resid[c->num_hidden_layers], wv(tf, PARAM_FINAL_NORM, 0), T, C,
-       (float)c->rms_norm_eps);
+    if (c->layer_norm)  // cohere
+        OP(layernorm_forward, tf->xf, tf->meanf, tf->rstdf, tf->resid[c->num_hidden_layers],
+           wv(tf, PARAM_FINAL_NORM, 0), T, C, 1, (float)c->rms_norm_eps);
+    else
+        OP(rmsnorm_forward, tf->xf, tf->rstdf, tf->resid[c->num_hidden_layers], wv(tf, PARAM_FINAL_NORM, 0), T, C,
+           (float)c->rms_norm_eps);
     tf->Tsel = n;
     for (int t = 0; t < T; t++) {
         logp[t] = 0;
@@ -575,6 +694,7 @@ int transformer_forward(Transformer *tf, float *logp, float *entropy, const int 
 
 static int layer_backward(Transformer *tf, int l, LayerActs *a, int T, float *lg, float *bg, PailErr *err) {
     const ModelConfig *c = &tf->cfg;
+    if (c->parallel_block) return cohere_layer_backward(tf, l, a, T, lg, bg, err);
     int C = c->hidden_size, F = c->intermediate_size, H = c->num_attention_heads, Hk = c->num_key_value_heads,
         D = c->head_dim, HD = H * D, KD = Hk * D;
     bool full = bg && tf->plan.full;
@@ -687,7 +807,11 @@ int transformer_backward(Transformer *tf, float *lora_grads, float *base_grads, 
         OP(scatter_rows, tf->dxn, tf->dhsel, tf->d_sel, tf->Tsel, C);
     }
     float *dfw = full ? base_grads + tf->w->offsets[PARAM_FINAL_NORM] : NULL;
-    OP(rmsnorm_backward, tf->dres, dfw, tf->dxn, tf->resid[L], wv(tf, PARAM_FINAL_NORM, 0), tf->rstdf, T, C);
+    if (c->layer_norm)  // cohere
+        OP(layernorm_backward, tf->dres, dfw, tf->dxn, tf->resid[L], wv(tf, PARAM_FINAL_NORM, 0), tf->meanf,
+           tf->rstdf, T, C, 1);
+    else
+        OP(rmsnorm_backward, tf->dres, dfw, tf->dxn, tf->resid[L], wv(tf, PARAM_FINAL_NORM, 0), tf->rstdf, T, C);
     for (int l = L - 1; l >= 0; l--) {
         LayerActs *a = &tf->acts[tf->nacts == 1 ? 0 : l];
         // recompute this layer's activations
@@ -875,9 +999,15 @@ static int extend_ops(Transformer *tf, float *out, int T, int npart, PailErr *er
     for (int l = 0; l < c->num_hidden_layers; l++)
         if (layer_forward(tf, l, &tf->acts[0], T, err) < 0) return -1;
     OP(gather_rows, tf->hsel, tf->resid[c->num_hidden_layers], tf->d_sel, npart, C);
-    OP(rmsnorm_forward, tf->xf, NULL, tf->hsel, wv(tf, PARAM_FINAL_NORM, 0), npart, C, (float)c->rms_norm_eps);
-    OP(matmul_forward, out, tf->xf, wm(tf, PARAM_LM_HEAD, 0), wdt(tf, PARAM_LM_HEAD), NULL, npart, C, V,
-       c->logits_scaling > 0 ? (float)(1.0 / c->logits_scaling) : 1.0f, 0.0f);  // granite: / logits_scaling
+    if (c->layer_norm)  // cohere
+        OP(layernorm_forward, tf->xf, NULL, NULL, tf->hsel, wv(tf, PARAM_FINAL_NORM, 0), npart, C, 1,
+           (float)c->rms_norm_eps);
+    else
+        OP(rmsnorm_forward, tf->xf, NULL, tf->hsel, wv(tf, PARAM_FINAL_NORM, 0), npart, C, (float)c->rms_norm_eps);
+    float head_alpha = c->logits_scaling > 0 ? (float)(1.0 / c->logits_scaling) : 1.0f;  // granite: / logits_scaling
+    if (c->logit_scale > 0) head_alpha = (float)c->logit_scale;                           // cohere: * logit_scale
+    OP(matmul_forward, out, tf->xf, wm(tf, PARAM_LM_HEAD, 0), wdt(tf, PARAM_LM_HEAD), NULL, npart, C, V, head_alpha,
+       0.0f);
     return 0;
 }
 

@@ -57,6 +57,12 @@ void model_param_specs(const ModelConfig *c, ModelParamSpec s[PARAM_COUNT]) {
             if (i == PARAM_Q_NORM) s[i].shape[0] = Q;
             if (i == PARAM_K_NORM) s[i].shape[0] = KV;
         }
+        if (c->parallel_block && i == PARAM_MLP_NORM) s[i].present = false;  // cohere: one norm per layer
+        if (c->layer_norm && (i == PARAM_Q_NORM || i == PARAM_K_NORM)) {  // cohere: (H, D), (Hkv, D)
+            s[i].ndim = 2;
+            s[i].shape[0] = i == PARAM_Q_NORM ? (size_t)c->num_attention_heads : (size_t)c->num_key_value_heads;
+            s[i].shape[1] = D;
+        }
         s[i].prefix = c->type == MODEL_EXAONE ? "transformer.h." : "model.layers.";
         if (c->type == MODEL_EXAONE && exaone[i]) s[i].name = exaone[i];
         if (c->type == MODEL_PHI3) {  // fused projections: q/k/v and gate/up are views (model_weights_tensor)

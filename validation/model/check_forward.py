@@ -5,7 +5,8 @@ attention_bias, qwen3 q/k norm, tied and untied embeddings, llama3 rope
 scaling, mistral's sliding window W = 8 under 32-token sequences, exaone's own
 tensor names, granite's multipliers, olmo2's post-norms and whole-projection q/k
 norms, smollm3's layer without RoPE, phi3's fused qkv_proj / gate_up_proj and their
-fused LoRA modules, partial rotary, longrope on both sides of its switch), saved with
+fused LoRA modules, partial rotary, longrope on both sides of its switch, cohere's parallel block, LayerNorms and
+paired RoPE, cohere2's windowed and full layers), saved with
 save_pretrained and loaded by pail from the same folder:
 
 - per-token log-probs of packed rows (3 sequences of different lengths in one
@@ -38,6 +39,7 @@ import torch
 from peft import LoraConfig, get_peft_model
 from transformers import (AutoModelForCausalLM, ExaoneConfig, GraniteConfig, LlamaConfig, MistralConfig, Olmo2Config,
                           Phi3Config, Qwen2Config, Qwen3Config, SmolLM3Config)
+from transformers import Cohere2Config, CohereConfig
 
 torch.set_num_threads(2)
 torch.manual_seed(0)
@@ -109,9 +111,29 @@ def variants():
                       "long_factor": [1.0, 1.5, 3.0, 6.0, 11.0, 23.0]},
         bos_token_id=None, eos_token_id=None, pad_token_id=None)
 
+    # Command-R / Command-R+: the parallel block under one LayerNorm (no bias), per-head q/k LayerNorms
+    # (use_qk_norm, (H, D) / (Hkv, D) weights), RoPE on adjacent pairs, attention_bias on q/k/v/o,
+    # logits * logit_scale (0.3: not a power of two), tied, GQA
+    cohere_common = {k: v for k, v in common.items() if k != "rms_norm_eps"}
+    yield "cohere-qknorm-bias-gqa-tied", CohereConfig(
+        **cohere_common, layer_norm_eps=1e-5, num_key_value_heads=2, use_qk_norm=True, attention_bias=True,
+        logit_scale=0.3, tie_word_embeddings=True, bos_token_id=None, eos_token_id=None, pad_token_id=None,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+    # Command R7B / Command A: cohere's block; layers 0 and 2 windowed (8 keys, under 32-token sequences)
+    # with RoPE, 1 and 3 full attention without RoPE; logit_scale 0.3, tied. No attention_bias (the
+    # cohere variant has it): without RoPE a k bias adds q.b to every score of a row, which softmax
+    # cancels, so its exact gradient is 0 and both sides' are rounding noise (relative error ~1)
+    yield "cohere2-window8-4layers", Cohere2Config(
+        **{**cohere_common, "num_hidden_layers": 4}, layer_norm_eps=1e-5, num_key_value_heads=2,
+        logit_scale=0.3, sliding_window=8,
+        layer_types=["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
+        tie_word_embeddings=True, bos_token_id=None, eos_token_id=None, pad_token_id=None,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+
+
 
 # variants checked on the bf16 exact path and through generation too
-FULL_CHECKS = ("mistral", "exaone", "granite", "smollm3", "olmo2", "phi3")
+FULL_CHECKS = ("mistral", "exaone", "granite", "smollm3", "olmo2", "phi3", "cohere", "cohere2")
 
 
 def file_name(pname, model_type):
@@ -126,7 +148,7 @@ def file_name(pname, model_type):
         pname = pname.replace(a, b)
     return pname
 # sequence lengths of the packed row: longer than a variant's window
-LENS = {"mistral": [32, 13, 20], "phi3": [32, 13, 20]}
+LENS = {"mistral": [32, 13, 20], "phi3": [32, 13, 20], "cohere2": [32, 13, 20]}
 
 
 def randomize(model):

@@ -7,7 +7,7 @@
 (b) Checkpoints transformers writes (save_pretrained: f32, bf16, f16, sharded,
     tied / untied, q/k/v bias, qwen3 and olmo2 q/k norms, llama3 rope scaling, exaone names, granite, smollm3, mistral
     windows and null, phi3's fused qkv_proj / gate_up_proj with longrope and partial
-    rotary) load in pail
+    rotary, cohere's (H, D) q/k norms, cohere2's layer_types) load in pail
     with every tensor's fp32 values bit-identical to torch's (sha256 of the fp32
     bytes) and the same config fields, parameter count and base_sha256 (the
     format doc/models.md defines, recomputed here from the files).
@@ -23,6 +23,7 @@ import torch
 import transformers
 from transformers import (AutoConfig, AutoModelForCausalLM, ExaoneConfig, GraniteConfig, LlamaConfig, MistralConfig,
                           Olmo2Config, Phi3Config, Qwen2Config, Qwen3Config, SmolLM3Config)
+from transformers import Cohere2Config, CohereConfig
 
 transformers.logging.set_verbosity_error()
 transformers.utils.logging.disable_progress_bar()
@@ -131,8 +132,9 @@ def compare_config(name, cfg, fields):
     bad = [f"{k}: pail {fields.get(k)} vs {v}" for k, v in want.items() if fields.get(k) != str(v)]
     if abs(float(fields["rope_theta"]) - theta) > 1e-6 * theta:
         bad.append(f"rope_theta {fields['rope_theta']} vs {theta}")
-    if abs(float(fields["rms_norm_eps"]) - cfg.rms_norm_eps) > 1e-6 * cfg.rms_norm_eps:
-        bad.append(f"rms_norm_eps {fields['rms_norm_eps']} vs {cfg.rms_norm_eps}")
+    eps = cfg.layer_norm_eps if cfg.model_type in ("cohere", "cohere2") else cfg.rms_norm_eps  # cohere: LayerNorm's
+    if abs(float(fields["rms_norm_eps"]) - eps) > 1e-6 * eps:
+        bad.append(f"rms_norm_eps {fields['rms_norm_eps']} vs {eps}")
     if rtype == "llama3":
         want_rs = "llama3 factor=%g low_freq_factor=%g high_freq_factor=%g original_max=%d" % (
             rp["factor"], rp["low_freq_factor"], rp["high_freq_factor"], rp["original_max_position_embeddings"])
@@ -160,6 +162,18 @@ def compare_config(name, cfg, fields):
         want_sw = str(cfg.sliding_window) if cfg.sliding_window else "none"
         if fields.get("sliding_window") != want_sw:
             bad.append(f"sliding_window {fields.get('sliding_window')} vs {want_sw}")
+    if cfg.model_type in ("cohere", "cohere2"):  # logit_scale; use_qk_norm as qk_norm
+        if abs(float(fields.get("logit_scale", "nan")) - cfg.logit_scale) > 1e-6 * cfg.logit_scale:
+            bad.append(f"logit_scale {fields.get('logit_scale')} vs {cfg.logit_scale}")
+        if fields.get("qk_norm") != str(bool(getattr(cfg, "use_qk_norm", False))).lower():
+            bad.append(f"qk_norm {fields.get('qk_norm')} vs use_qk_norm {getattr(cfg, 'use_qk_norm', False)}")
+    if cfg.model_type == "cohere2":  # the window, and the full_attention layers (no window, no RoPE)
+        want_full = " ".join(str(l) for l, t in enumerate(cfg.layer_types) if t == "full_attention") or "none"
+        if fields.get("full_attention_layers", "").strip() != want_full or fields.get("no_rope_layers") != want_full:
+            bad.append(f"full_attention_layers {fields.get('full_attention_layers')} / no_rope_layers "
+                       f"{fields.get('no_rope_layers')} vs {want_full}")
+        if fields.get("sliding_window") != str(cfg.sliding_window):
+            bad.append(f"sliding_window {fields.get('sliding_window')} vs {cfg.sliding_window}")
     report(f"{name}: config fields", not bad, "; ".join(bad))
 
 
@@ -272,6 +286,10 @@ def main():
     check_pail_written(ctl, a.work, "phi3-partial-window8-bf16", tiny + ["--model-type", "phi3", "--sliding-window",
                        "8", "--partial-rotary-factor", "0.75"])
     check_pail_written(ctl, a.work, "phi3-f32", tiny + ["--model-type", "phi3", "--dtype", "f32"])
+    check_pail_written(ctl, a.work, "cohere-qknorm-bias-bf16", tiny + ["--model-type", "cohere", "--qk-norm",
+                       "--attention-bias", "--logit-scale", "0.3"])
+    check_pail_written(ctl, a.work, "cohere2-4layers-window8-f32", tiny + ["--model-type", "cohere2", "--layers", "4",
+                       "--sliding-window", "8", "--dtype", "f32"])
     check_pail_written(ctl, a.work, "bench-llama-bf16", ["--shape", "bench"])
 
     # (b) transformers writes, pail reads
@@ -306,6 +324,16 @@ def main():
                                                                "long_factor": [1.0, 3.0, 9.0, 27.0]}),
          torch.bfloat16, "40KB"),
         ("phi3-f32-tied", Phi3Config(**small, pad_token_id=None, tie_word_embeddings=True), torch.float32, None),
+    ]
+    cases += [  # cohere: one norm per layer, (H, D) / (Hkv, D) q/k norms, tied by default
+        ("cohere-bf16-qknorm-bias-sharded", CohereConfig(**small, use_qk_norm=True, attention_bias=True,
+                                                         logit_scale=0.25, pad_token_id=None), torch.bfloat16, "40KB"),
+        ("cohere-f32-untied", CohereConfig(**small, tie_word_embeddings=False, pad_token_id=None), torch.float32, None),
+        ("cohere2-bf16-layer-types-bias", Cohere2Config(**small, sliding_window=16, attention_bias=True, pad_token_id=None,
+                                                        layer_types=["full_attention", "sliding_attention",
+                                                                     "full_attention"]), torch.bfloat16, None),
+        ("cohere2-f32-pattern-sharded", Cohere2Config(**{**small, "num_hidden_layers": 4}, sliding_window_pattern=2,
+                                                      pad_token_id=None), torch.float32, "40KB"),
     ]
     for name, cfg, dt, shard in cases:
         check_hf_written(ctl, a.work, name, cfg, dt, shard)
