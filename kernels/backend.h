@@ -120,6 +120,10 @@ typedef struct {
     int (*adamw_grad_sumsq)(Backend *b, double *sumsq, const float *g, size_t n, PailErr *err);
     int (*adamw_update)(Backend *b, float *p, float *m, float *v, const float *g, size_t n, float lr, float beta1,
                         float beta2, float eps, float weight_decay, int step, float grad_scale, PailErr *err);
+    // gemma's MLP activation: gelu_tanh(gate) * up (kernels.h's geglu_forward)
+    int (*geglu_forward)(Backend *b, float *out, const float *gate, const float *up, size_t n, PailErr *err);
+    int (*geglu_backward)(Backend *b, float *dgate, float *dup, const float *dout, const float *gate,
+                          const float *up, size_t n, PailErr *err);
 } BackendOps;
 
 struct Backend {

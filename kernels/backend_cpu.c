@@ -175,6 +175,17 @@ static int cpu_swiglu_backward(Backend *b, float *dgate, float *dup, const float
     swiglu_backward(dgate, dup, dout, gate, up, n);
     return 0;
 }
+static int cpu_geglu_forward(Backend *b, float *out, const float *gate, const float *up, size_t n, PailErr *err) {
+    UNUSED;
+    geglu_forward(out, gate, up, n);
+    return 0;
+}
+static int cpu_geglu_backward(Backend *b, float *dgate, float *dup, const float *dout, const float *gate,
+                              const float *up, size_t n, PailErr *err) {
+    UNUSED;
+    geglu_backward(dgate, dup, dout, gate, up, n);
+    return 0;
+}
 static int cpu_logprob_forward(Backend *b, float *logp, float *entropy, float *lse, const float *hidden,
                                const void *w_lm, DType wdt, const int *targets, int T, int C, int V,
                                float temperature, float *ws, int vchunk, PailErr *err) {
@@ -273,6 +284,8 @@ static const BackendOps cpu_ops = {
     .sample = cpu_sample,
     .adamw_grad_sumsq = cpu_adamw_grad_sumsq,
     .adamw_update = cpu_adamw_update,
+    .geglu_forward = cpu_geglu_forward,
+    .geglu_backward = cpu_geglu_backward,
 };
 
 int backend_cpu_init(Backend *b) {

@@ -147,6 +147,13 @@ static int cu_swiglu_backward(B_, float *dgate, float *dup, const float *dout, c
                               size_t n, PailErr *err) {
     return swiglu_backward_cuda(dgate, dup, dout, gate, up, n, S_, err);
 }
+static int cu_geglu_forward(B_, float *out, const float *gate, const float *up, size_t n, PailErr *err) {
+    return geglu_forward_cuda(out, gate, up, n, S_, err);
+}
+static int cu_geglu_backward(B_, float *dgate, float *dup, const float *dout, const float *gate, const float *up,
+                             size_t n, PailErr *err) {
+    return geglu_backward_cuda(dgate, dup, dout, gate, up, n, S_, err);
+}
 static int cu_logprob_forward(B_, float *logp, float *entropy, float *lse, const float *hidden, const void *w_lm,
                               DType wdt, const int *targets, int T, int C, int V, float temperature, float *ws,
                               int vchunk, PailErr *err) {
@@ -236,6 +243,8 @@ static BackendOps make_ops(void) {  // C++ has no designated initializers for th
     o.sample = cu_sample;
     o.adamw_grad_sumsq = cu_adamw_grad_sumsq;
     o.adamw_update = cu_adamw_update;
+    o.geglu_forward = cu_geglu_forward;
+    o.geglu_backward = cu_geglu_backward;
     return o;
 }
 static const BackendOps cuda_ops = make_ops();

@@ -429,6 +429,24 @@ static int sim_swiglu_backward(Backend *b, float *dgate, float *dup, const float
                .p = {dgate, dup, (void *)dout, (void *)gate, (void *)up}, .i = {(long long)n}};
     return submit(b, &o, 5, err);
 }
+static int run_geglu_forward(const SimOp *o, PailErr *err) {
+    return CPU_OP(geglu_forward, P(0, float *), P(1, const float *), P(2, const float *), Z(0));
+}
+static int sim_geglu_forward(Backend *b, float *out, const float *gate, const float *up, size_t n, PailErr *err) {
+    SimOp o = {.run = run_geglu_forward, .name = "geglu_forward", .p = {out, (void *)gate, (void *)up},
+               .i = {(long long)n}};
+    return submit(b, &o, 3, err);
+}
+static int run_geglu_backward(const SimOp *o, PailErr *err) {
+    return CPU_OP(geglu_backward, P(0, float *), P(1, float *), P(2, const float *), P(3, const float *),
+                  P(4, const float *), Z(0));
+}
+static int sim_geglu_backward(Backend *b, float *dgate, float *dup, const float *dout, const float *gate,
+                              const float *up, size_t n, PailErr *err) {
+    SimOp o = {.run = run_geglu_backward, .name = "geglu_backward",
+               .p = {dgate, dup, (void *)dout, (void *)gate, (void *)up}, .i = {(long long)n}};
+    return submit(b, &o, 5, err);
+}
 static int run_logprob_forward(const SimOp *o, PailErr *err) {
     return CPU_OP(logprob_forward, P(0, float *), P(1, float *), P(2, float *), P(3, const float *),
                   P(4, const void *), o->dt, P(5, const int *), I(0), I(1), I(2), o->f[0], P(6, float *), I(3));
@@ -559,6 +577,8 @@ static const BackendOps sim_ops = {
     .sample = sim_sample,
     .adamw_grad_sumsq = sim_adamw_grad_sumsq,
     .adamw_update = sim_adamw_update,
+    .geglu_forward = sim_geglu_forward,
+    .geglu_backward = sim_geglu_backward,
 };
 
 // A positive byte count or count from the environment (0 when unset).

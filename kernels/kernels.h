@@ -153,6 +153,12 @@ void swiglu_backward(float *dgate, float *dup, const float *dout, const float *g
 void swiglu_backward_ref(float *dgate, float *dup, const float *dout, const float *gate,
                          const float *up, size_t n);
 
+// ---- geglu: out(n) = gelu_tanh(gate) * up, n = T*F (gemma's gelu_pytorch_tanh MLP) ----
+void geglu_forward(float *out, const float *gate, const float *up, size_t n);
+void geglu_forward_ref(float *out, const float *gate, const float *up, size_t n);
+void geglu_backward(float *dgate, float *dup, const float *dout, const float *gate, const float *up, size_t n);
+void geglu_backward_ref(float *dgate, float *dup, const float *dout, const float *gate, const float *up, size_t n);
+
 // ---- logprob: fused LM head + streaming log-softmax over V in chunks ----
 // z = hidden(T,C) w_lm(V,C)^T / temperature is produced vchunk columns at a time
 // into ws (T*vchunk floats) and never stored whole. logp(T) = z[target] - lse;
@@ -336,6 +342,10 @@ int swiglu_forward_cuda(float *out, const float *gate, const float *up, size_t n
                         struct CUstream_st *stream, PailErr *err);
 int swiglu_backward_cuda(float *dgate, float *dup, const float *dout, const float *gate,
                          const float *up, size_t n, struct CUstream_st *stream, PailErr *err);
+int geglu_forward_cuda(float *out, const float *gate, const float *up, size_t n, struct CUstream_st *stream,
+                       PailErr *err);
+int geglu_backward_cuda(float *dgate, float *dup, const float *dout, const float *gate, const float *up, size_t n,
+                        struct CUstream_st *stream, PailErr *err);
 // Targets are not range-checked on the device: check them on the host first.
 int logprob_forward_cuda(float *logp, float *entropy, float *lse, const float *hidden,
                          const float *w_lm, const int *targets, int T, int C, int V,

@@ -389,6 +389,27 @@ START_TEST(test_swiglu) {
 }
 END_TEST
 
+// ---- geglu: fp32 expf (simd.h, <= 2 ulp) of the sigmoid form vs torch's tanh form in double;
+// large |gate| (+-8) reaches the saturated tails: 1e-6 abs + 1e-5 rel ----
+START_TEST(test_geglu) {
+    size_t sizes[] = {1, 7, 1001};
+    for (int s = 0; s < 3; s++) {
+        size_t n = sizes[s];
+        float *g = rnd(n, -8, 8), *u = rnd(n, -2, 2), *o = rnd(n, 0, 1), *r = rnd(n, 0, 1);
+        geglu_forward(o, g, u, n);
+        geglu_forward_ref(r, g, u, n);
+        expect_close("geglu_forward", o, r, n, 1e-6, 1e-5);
+        float *d = rnd(n, -1, 1), *dg = rnd(n, 0, 1), *du = rnd(n, 0, 1), *dgr = rnd(n, 0, 1),
+              *dur = rnd(n, 0, 1);
+        geglu_backward(dg, du, d, g, u, n);
+        geglu_backward_ref(dgr, dur, d, g, u, n);
+        expect_close("geglu_backward dgate", dg, dgr, n, 1e-6, 1e-5);
+        expect_close("geglu_backward dup", du, dur, n, 1e-6, 1e-5);
+        free(g), free(u), free(o), free(r), free(d), free(dg), free(du), free(dgr), free(dur);
+    }
+}
+END_TEST
+
 // ---- logprob vs the naive full log-softmax ----
 // Logits are fp32 dot products over C = 48 (~1e-6 error each) scaled by
 // 1/0.7; the streaming LSE adds a few ulp per chunk: 2e-5 abs + rel on logp,
@@ -921,6 +942,7 @@ int main(void) {
     tcase_add_test(core, test_attention_window);
     tcase_add_loop_test(core, test_attention_decode, 0, 4);
     tcase_add_test(core, test_swiglu);
+    tcase_add_test(core, test_geglu);
     tcase_add_test(core, test_scale);
     tcase_add_test(core, test_logprob);
     tcase_add_test(core, test_logprob_normalised);

@@ -188,6 +188,22 @@ START_TEST(test_swiglu_cuda) {
 }
 END_TEST
 
+START_TEST(test_geglu_cuda) {
+    size_t n = 10007;
+    float *a = rnd(n, -8, 8), *u = rnd(n, -2, 2), *g = rnd(n, -1, 1);
+    float *o = malloc(4 * n), *da = malloc(4 * n), *du = malloc(4 * n);
+    float *a_ = UPF(a, n), *u_ = UPF(u, n), *o_ = UPF(NULL, n), *da_ = UPF(NULL, n), *du_ = UPF(NULL, n);
+    OK(geglu_forward_cuda(o_, a_, u_, n, 0, &err));
+    OK(geglu_backward_cuda(da_, du_, UPF(g, n), a_, u_, n, 0, &err));
+    geglu_forward_ref(o, a, u, n);
+    geglu_backward_ref(da, du, g, a, u, n);
+    expect_dev("geglu_forward_cuda", o_, o, n, 1e-6, 1e-5);
+    expect_dev("geglu_backward_cuda dgate", da_, da, n, 1e-6, 1e-5);
+    expect_dev("geglu_backward_cuda dup", du_, du, n, 1e-6, 1e-5);
+    free(a), free(u), free(g), free(o), free(da), free(du);
+}
+END_TEST
+
 // scale: one rounded product a value on both sides: the CPU's bits.
 START_TEST(test_scale_cuda) {
     size_t n = 10007;
@@ -459,6 +475,7 @@ int main(void) {
     tcase_add_test(core, test_rope_cuda);
     tcase_add_loop_test(core, test_attention_cuda, 0, 2);  // also the head-dim limit
     tcase_add_test(core, test_swiglu_cuda);
+    tcase_add_test(core, test_geglu_cuda);
     tcase_add_test(core, test_scale_cuda);
     tcase_add_test(core, test_matmul_lora_cuda);
     tcase_add_test(core, test_logprob_cuda);
