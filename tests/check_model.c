@@ -715,13 +715,17 @@ START_TEST(test_weights_tiny) {
         ck_assert_msg(model_weights_load(&a, d32, &err) == 0, "%s", err.msg);
         ck_assert_msg(model_weights_load(&b, d16, &err) == 0, "%s", err.msg);
         ck_assert_int_eq(a.cfg.type, type);
-        ck_assert_int_eq(a.cfg.sliding_window, type == MODEL_MISTRAL ? 4096 : 0);
+        bool gemma = type == MODEL_GEMMA2 || type == MODEL_GEMMA3_TEXT;
+        ck_assert_int_eq(a.cfg.sliding_window, type == MODEL_MISTRAL || gemma ? 4096 : 0);
         ck_assert_int_eq(a.cfg.hidden_size, cfg.hidden_size);
         ck_assert_int_eq(a.cfg.bos_token_id, 1);
         ck_assert_int_eq(a.cfg.eos_token_ids[0], 2);
         ck_assert_uint_eq(a.num_params, model_config_param_count(&cfg));
-        ck_assert(!!a.p.bq == (type == MODEL_QWEN2) && !!a.p.q_norm == (type == MODEL_QWEN3 || type == MODEL_OLMO2));
-        ck_assert(a.p.bo == NULL && (a.p.lm_head != a.p.embed_tokens) == (type != MODEL_SMOLLM3));  // smollm3: tied by default
+        ck_assert(!!a.p.bq == (type == MODEL_QWEN2) &&
+                  !!a.p.q_norm == (type == MODEL_QWEN3 || type == MODEL_OLMO2 || type == MODEL_GEMMA3_TEXT));
+        ck_assert(!!a.p.pre_ff_norm == gemma && !!a.p.post_ff_norm == gemma);
+        // smollm3 and gemma: tied by default
+        ck_assert(a.p.bo == NULL && (a.p.lm_head != a.p.embed_tokens) == (type != MODEL_SMOLLM3 && !gemma));
         // The bf16 file holds the same draws rounded: loading it equals rounding the f32 load.
         const float *am = model_weights_f32(&a), *bm = model_weights_f32(&b);
         for (size_t i = 0; i < a.num_params; i++)
@@ -732,7 +736,8 @@ START_TEST(test_weights_tiny) {
         stats((const float *)a.p.wq, (size_t)cfg.num_hidden_layers * cfg.hidden_size * cfg.hidden_size, &m, &sd);
         ck_assert(fabs(sd - 0.02) < 0.001 && fabs(m) < 5 * 0.02 / sqrt(8192.0));
         stats(a.p.attn_norm, (size_t)cfg.num_hidden_layers * cfg.hidden_size, &m, &sd);
-        ck_assert(fabs(m - 1.0) < 0.01 && sd > 0.01 && sd < 0.03);
+        // gemma scales by 1 + w: its norms are drawn around 0
+        ck_assert(fabs(m - (gemma ? 0.0 : 1.0)) < 0.01 && sd > 0.01 && sd < 0.03);
         // Layers differ (each tensor has its own stream).
         ck_assert(((float *)a.p.wq)[0] != ((float *)a.p.wq)[(size_t)cfg.hidden_size * cfg.hidden_size]);
         // base_sha256 = sha256 of `sha256sum model.safetensors` output (doc/models.md).

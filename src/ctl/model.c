@@ -23,7 +23,8 @@ int ctl_init_model(int argc, char **argv) {
          "qwen2.5-0.5b (C896 L24 H14 Hkv2 F4864 V151936, tied, qwen2), qwen2.5-7b (C3584 L28 H28 Hkv4 "
          "F18944 V152064, qwen2); size flags override it (e.g. --layers 4)"},
         {"model-type", FLAG_STRING, &type_s, NULL, 1, 0,
-         "llama, qwen2, qwen3, mistral, exaone, granite, smollm3 or olmo2 (default llama; qwen2 for qwen2.5-0.5b)"},
+         "llama, qwen2, qwen3, mistral, exaone, granite, smollm3, olmo2, gemma2 (written without softcapping, which "
+         "pail does not run yet) or gemma3_text (default llama; qwen2 for qwen2.5-0.5b)"},
         {"hidden", FLAG_INT, &hidden, "0", 0, 65536, "hidden size C"},
         {"layers", FLAG_INT, &layers, "0", 0, 1024, "layers L"},
         {"heads", FLAG_INT, &heads, "0", 0, 1024, "attention heads H"},
@@ -38,7 +39,8 @@ int ctl_init_model(int argc, char **argv) {
          "none, or llama3 (Llama 3.2's factor 32, low 1, high 4, original 8192)"},
         {"max-positions", FLAG_INT, &maxpos, "0", 0, 1 << 30, "max_position_embeddings (0: default)"},
         {"sliding-window", FLAG_INT, &window, "-1", -1, 1 << 30,
-         "mistral: attention window W (keys i-W+1..i); 0: none (null, full attention); -1: 4096, MistralConfig's"},
+         "mistral, gemma2, gemma3_text (its sliding layers): attention window W (keys i-W+1..i); 0: none (null, "
+         "full attention); -1: 4096, their configs' default"},
         {"dtype", FLAG_STRING, &dtype_s, "bf16", 1, 0, "the checkpoint's dtype: bf16, f16 or f32"},
         {"seed", FLAG_INT, &seed, "1234", 0, (double)(1L << 52), "random seed"},
         {"tokenizer", FLAG_STRING, &tok, NULL, 1, 0,
@@ -59,7 +61,7 @@ int ctl_init_model(int argc, char **argv) {
     ModelType type = MODEL_LLAMA;
     if (shape && (!strcmp(shape, "qwen2.5-0.5b") || !strcmp(shape, "qwen2.5-7b"))) type = MODEL_QWEN2;
     if (type_s && model_type_parse(type_s, &type) < 0) {
-        fprintf(stderr, "%s: --model-type '%s': use llama, qwen2, qwen3, mistral, exaone, granite, smollm3 or olmo2\n", argv[0], type_s);
+        fprintf(stderr, "%s: --model-type '%s': use llama, qwen2, qwen3, mistral, exaone, granite, smollm3, olmo2, gemma2 or gemma3_text\n", argv[0], type_s);
         goto done;
     }
     ModelConfig cfg = {0};
@@ -71,6 +73,7 @@ int ctl_init_model(int argc, char **argv) {
     if (!shape) {
         model_config_defaults(&cfg, type);
         cfg.bos_token_id = 1, cfg.eos_token_ids[0] = 2, cfg.n_eos = 1;
+        if (type == MODEL_GEMMA2) cfg.attn_logit_softcapping = cfg.final_logit_softcapping = 0;  // as modelgen_shape
     }
     if (hidden) cfg.hidden_size = (int)hidden;
     if (layers) cfg.num_hidden_layers = (int)layers;
@@ -93,12 +96,16 @@ int ctl_init_model(int argc, char **argv) {
         cfg.has_qkv_bias = cfg.has_o_bias = true;
     }
     if (window >= 0) {
-        if (type != MODEL_MISTRAL) {
-            fprintf(stderr, "%s: --sliding-window: only model type mistral has one (not %s)\n", argv[0],
+        if (type != MODEL_MISTRAL && type != MODEL_GEMMA2 && type != MODEL_GEMMA3_TEXT) {
+            fprintf(stderr, "%s: --sliding-window: only model types mistral, gemma2 and gemma3_text have one (not %s)\n", argv[0],
                     model_type_name(type));
             goto done;
         }
         cfg.sliding_window = (int)window;
+    }
+    if (cfg.gemma_norms) {  // the layer pattern and sqrt(C) follow the sizes given
+        model_config_gemma_layers(&cfg, NULL, 0);
+        model_config_gemma_scales(&cfg);
     }
     if (theta > 0) cfg.rope_theta = theta;
     if (maxpos) cfg.max_position_embeddings = (int)maxpos;
@@ -197,7 +204,7 @@ int ctl_model_info(int argc, char **argv) {
     if (c.rope_scaling == ROPE_SCALING_LLAMA3)
         printf("rope_scaling: llama3 factor=%g low_freq_factor=%g high_freq_factor=%g original_max=%d\n",
                c.rope_factor, c.rope_low_freq_factor, c.rope_high_freq_factor, c.rope_original_max_position_embeddings);
-    else
+    else if (c.rope_scaling != ROPE_SCALING_LINEAR)
         printf("rope_scaling: none\n");
     if (c.sliding_window > 0) printf("sliding_window: %d\n", c.sliding_window);
     else printf("sliding_window: none\n");
@@ -210,6 +217,17 @@ int ctl_model_info(int argc, char **argv) {
         if (!model_layer_has_rope(&c, l)) printf(" %d", l), nnope++;
     printf("%s\n", nnope ? "" : " none");
     if (c.post_norm) printf("post_norm: true (norms after the sub-blocks, q/k norms over the whole projection)\n");
+    if (c.gemma_norms) {  // gemma2 / gemma3_text
+        printf("gemma: sandwich norms scaled by 1 + w, gelu_pytorch_tanh MLP, embeddings * sqrt(C) = %g, "
+               "scores * query_pre_attn_scalar^-0.5 (%d)\n", c.embedding_multiplier, c.query_pre_attn_scalar);
+        printf("layer_types:");
+        for (int l = 0; l < c.num_hidden_layers; l++) printf(" %s", model_layer_window(&c, l) ? "sliding" : "full");
+        printf("\n");
+        if (c.rope_local_theta > 0) printf("rope_local_base_freq (sliding layers): %g\n", c.rope_local_theta);
+        if (c.rope_scaling == ROPE_SCALING_LINEAR) printf("rope_scaling (full layers): linear factor=%g\n", c.rope_factor);
+        printf("attn_logit_softcapping: %s\nfinal_logit_softcapping: %s\n", c.attn_logit_softcapping > 0 ? "set" : "null",
+               c.final_logit_softcapping > 0 ? "set" : "null");
+    }
     printf("tie_word_embeddings: %s\nqkv_bias: %s\no_bias: %s\nqk_norm: %s\n", c.tie_word_embeddings ? "true" : "false",
            c.has_qkv_bias ? "true" : "false", c.has_o_bias ? "true" : "false", c.has_qk_norm ? "true" : "false");
     printf("bos_token_id: %d\neos_token_id:", c.bos_token_id);

@@ -3,7 +3,8 @@
 // Qwen2.5), qwen3, mistral (llama's layout + a sliding attention window), exaone
 // (EXAONE 3/3.5: llama under its own tensor and config names), smollm3 (llama
 // with some layers without RoPE), granite (llama with four multipliers), olmo2
-// (norms after the sub-blocks, q/k norms over the whole projection). Both the hub's legacy layout (rope_theta + rope_scaling,
+// (norms after the sub-blocks, q/k norms over the whole projection), gemma2 and
+// gemma3_text (sandwich norms scaled by 1 + w, GeGLU, sliding and global layers). Both the hub's legacy layout (rope_theta + rope_scaling,
 // torch_dtype) and transformers 5's (rope_parameters, dtype) are read. What pail
 // cannot run (other model types, MoE, qwen's per-layer sliding window, unknown rope
 // scaling) is refused with a message naming the field and value.
@@ -16,9 +17,10 @@
 
 typedef enum {
     MODEL_LLAMA, MODEL_QWEN2, MODEL_QWEN3, MODEL_MISTRAL, MODEL_EXAONE, MODEL_SMOLLM3, MODEL_GRANITE, MODEL_OLMO2,
+    MODEL_GEMMA2, MODEL_GEMMA3_TEXT,
     MODEL_TYPE_COUNT
 } ModelType;
-typedef enum { ROPE_SCALING_NONE, ROPE_SCALING_LLAMA3 } RopeScalingType;  // kernels.h has the RopeScaling params
+typedef enum { ROPE_SCALING_NONE, ROPE_SCALING_LLAMA3, ROPE_SCALING_LINEAR } RopeScalingType;  // kernels.h has the RopeScaling params
 
 #define MODEL_MAX_EOS 8
 #define MODEL_MAX_LAYERS 1024  // num_hidden_layers' bound (config.json is refused past it)
@@ -54,11 +56,27 @@ typedef struct {
     int eos_token_ids[MODEL_MAX_EOS];  // generation_config.json's when present, else config.json's
     int n_eos;
     char dtype[16];               // the checkpoint's declared dtype ("bfloat16"), "" when absent
+    // gemma2 / gemma3_text (zero elsewhere). gemma_norms: every RMSNorm scales by (1 + w) (folded into the
+    // fp32 norm vectors at load, weights.c), four per layer: input_layernorm, post_attention_layernorm on
+    // the attention output before the residual add, pre_feedforward_layernorm, post_feedforward_layernorm
+    // on the MLP output before the add; the MLP is gelu_tanh(gate) * up (geglu). embedding_multiplier
+    // sqrt(C) and attention_multiplier query_pre_attn_scalar^-0.5 use granite's fields.
+    bool gemma_norms;
+    int query_pre_attn_scalar;
+    double attn_logit_softcapping, final_logit_softcapping;  // 0 = null (gemma2 refuses others for now)
+    // bit l set = layer l is a full_attention layer although sliding_window > 0 (gemma's layer_types;
+    // all clear for mistral: every layer windowed)
+    unsigned long long full_attn[MODEL_MAX_LAYERS / 64];
+    double rope_local_theta;      // gemma3: the sliding layers' RoPE base (their own table); 0 = one table
 } ModelConfig;
 
 const char *model_type_name(ModelType t);  // "llama", ..., "granite", "olmo2"
 // Whether layer l rotates q and k (every layer but smollm3's no-RoPE ones).
 static inline bool model_layer_has_rope(const ModelConfig *c, int l) { return !((c->no_rope[l >> 6] >> (l & 63)) & 1); }
+// The attention window of layer l: sliding_window, or 0 (full) on gemma's full_attention layers.
+static inline int model_layer_window(const ModelConfig *c, int l) {
+    return (c->full_attn[l >> 6] >> (l & 63)) & 1 ? 0 : c->sliding_window;
+}
 int model_type_parse(const char *s, ModelType *out);  // 0 / -1
 
 // Parses config.json text (len bytes; need not be NUL-terminated). `what` names
@@ -77,6 +95,11 @@ int model_config_validate(const ModelConfig *cfg, const char *what, PailErr *err
 // Fills the defaults pail uses for a model_type and shape: HF's defaults for
 // eps/theta/positions, qwen2 q/k/v bias, qwen3 q/k norm, mistral's window 4096, head_dim = C / H.
 void model_config_defaults(ModelConfig *cfg, ModelType type);
+// gemma2 / gemma3_text: full_attn from full[l] (1 = full_attention; NULL: the family's default
+// pattern, or every pattern-th layer when pattern > 0); the embedding and attention multipliers from
+// hidden_size and query_pre_attn_scalar (call after changing either).
+void model_config_gemma_layers(ModelConfig *c, const unsigned char *full, int pattern);
+void model_config_gemma_scales(ModelConfig *c);
 // Writes a config.json that transformers' AutoModelForCausalLM loads with the
 // fields a published checkpoint of this model_type carries (architectures,
 // model_type, torch_dtype, ...). dtype_name: "float32" / "bfloat16".

@@ -39,6 +39,8 @@ int modelgen_shape(ModelConfig *cfg, const char *shape, ModelType type) {
         c.rope_theta = 1000000.0;
         c.max_position_embeddings = 32768;
     }
+    // gemma2 without its softcaps (null), which pail does not run yet
+    if (type == MODEL_GEMMA2) c.attn_logit_softcapping = c.final_logit_softcapping = 0;
     c.bos_token_id = bos;
     c.eos_token_ids[0] = eos;
     c.n_eos = 1;
@@ -67,6 +69,7 @@ static int fill_random(ModelWeights *w, uint64_t seed, PailErr *err) {
         if (!s->present) continue;
         bool norm = id == PARAM_ATTN_NORM || id == PARAM_MLP_NORM || id == PARAM_FINAL_NORM ||
                     id == PARAM_Q_NORM || id == PARAM_K_NORM;
+        if (w->cfg.gemma_norms) norm = false;  // gemma scales by 1 + w: w ~ 0 is the identity
         for (int l = 0; l < (s->per_layer ? L : 1); l++) {
             char nm[256];
             model_param_name(s, l, nm, sizeof nm);

@@ -15,7 +15,7 @@
 typedef enum {
     PARAM_EMBED, PARAM_ATTN_NORM, PARAM_WQ, PARAM_WK, PARAM_WV, PARAM_WO, PARAM_BQ, PARAM_BK, PARAM_BV,
     PARAM_BO, PARAM_Q_NORM, PARAM_K_NORM, PARAM_MLP_NORM, PARAM_W_GATE, PARAM_W_UP, PARAM_W_DOWN,
-    PARAM_FINAL_NORM, PARAM_LM_HEAD, PARAM_COUNT
+    PARAM_FINAL_NORM, PARAM_LM_HEAD, PARAM_PRE_FF_NORM, PARAM_POST_FF_NORM, PARAM_COUNT
 } ModelParamId;
 
 // Named pointers into ModelWeights.memory (all borrowed from it). NULL when the
@@ -42,6 +42,11 @@ typedef struct {
     void *w_down;         // (L, C, F)
     float *final_norm;    // (C)          model.norm.weight
     void *lm_head;        // (V, C)       lm_head.weight, or embed_tokens when tied
+    // gemma (gemma_norms): mlp_norm is post_attention_layernorm on the attention output; the MLP's
+    // pre-norm and its output norm are these two. Every gemma norm is stored as the file's w (the
+    // transformer scales by 1 + w).
+    float *pre_ff_norm;   // (L, C)       pre_feedforward_layernorm.weight
+    float *post_ff_norm;  // (L, C)       post_feedforward_layernorm.weight
 } ModelParams;
 
 // One tensor family: its HF name (the part after "<prefix>N." when per

@@ -37,6 +37,7 @@ import torch
 from peft import LoraConfig, get_peft_model
 from transformers import (AutoModelForCausalLM, ExaoneConfig, GraniteConfig, LlamaConfig, MistralConfig, Olmo2Config,
                           Qwen2Config, Qwen3Config, SmolLM3Config)
+from transformers import Gemma2Config, Gemma3TextConfig
 
 torch.set_num_threads(2)
 torch.manual_seed(0)
@@ -92,10 +93,20 @@ def variants():
     # SmolLM3: layer 1 of 2 without RoPE (its no_rope_layers; the default interval 4 would leave none here), tied
     yield "smollm3-nope-tied", SmolLM3Config(**common, num_key_value_heads=2, no_rope_layers=[1, 0],
                                              bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    # Gemma 3 (text): sandwich norms scaled by 1 + w, q/k norms, GeGLU, sqrt(C) embeddings, scores scaled
+    # by query_pre_attn_scalar^-0.5 (24, not D = 16), a sliding layer (W = 8 under 32-token sequences,
+    # RoPE base 10^4) and a global one (base 10^6, linear scaling x4), tied
+    yield "gemma3_text-window8-linear-rope", Gemma3TextConfig(
+        **common, num_key_value_heads=2, head_dim=16, query_pre_attn_scalar=24, sliding_window=8,
+        layer_types=["sliding_attention", "full_attention"], bos_token_id=None, eos_token_id=None,
+        pad_token_id=None, rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                                            "full_attention": {"rope_type": "linear", "factor": 4.0,
+                                                               "rope_theta": 1000000.0}})
 
 
 # variants checked on the bf16 exact path and through generation too
 FULL_CHECKS = ("mistral", "exaone", "granite", "smollm3", "olmo2")
+FULL_CHECKS += ("gemma3_text",)
 
 
 def file_name(pname, model_type):
@@ -110,7 +121,7 @@ def file_name(pname, model_type):
         pname = pname.replace(a, b)
     return pname
 # sequence lengths of the packed row: longer than a variant's window
-LENS = {"mistral": [32, 13, 20]}
+LENS = {"mistral": [32, 13, 20], "gemma3_text": [32, 13, 20]}
 
 
 def randomize(model):
