@@ -117,6 +117,17 @@ static int r_swiglu_forward(Backend *b, float *out, const float *g, const float 
     swiglu_forward_ref(out, g, u, n);
     return 0;
 }
+static int r_geglu_forward(Backend *b, float *out, const float *g, const float *u, size_t n, PailErr *err) {
+    NOB;
+    geglu_forward_ref(out, g, u, n);
+    return 0;
+}
+static int r_geglu_backward(Backend *b, float *dg, float *du, const float *dout, const float *g, const float *u,
+                            size_t n, PailErr *err) {
+    NOB;
+    geglu_backward_ref(dg, du, dout, g, u, n);
+    return 0;
+}
 static int r_swiglu_backward(Backend *b, float *dg, float *du, const float *dout, const float *g, const float *u,
                              size_t n, PailErr *err) {
     NOB;
@@ -232,6 +243,8 @@ static void ref_backend_init(void) {
     ref_ops.attention_decode_forward = r_attention_decode_forward;
     ref_ops.swiglu_forward = r_swiglu_forward;
     ref_ops.swiglu_backward = r_swiglu_backward;
+    ref_ops.geglu_forward = r_geglu_forward;
+    ref_ops.geglu_backward = r_geglu_backward;
     ref_ops.logprob_forward = r_logprob_forward;
     ref_ops.logprob_backward = r_logprob_backward;
     ref_ops.logprob_forward_expect = r_logprob_forward_expect;
@@ -255,6 +268,14 @@ static void small_model(ModelWeights *w, ModelType type) {
     if (type == MODEL_SMOLLM3) c.no_rope[0] = 2;      // layer 1 without RoPE
     if (type == MODEL_GRANITE)                        // all four multipliers away from 1
         c.embedding_multiplier = 3, c.residual_multiplier = 0.5, c.attention_multiplier = 0.2, c.logits_scaling = 2;
+    if (c.gemma_norms) {  // window 7 on layer 0 (layer 1 full); gemma3: two RoPE bases, linear x4 on layer 1
+        c.sliding_window = 7;
+        c.query_pre_attn_scalar = 24;
+        unsigned char full[2] = {0, 1};
+        model_config_gemma_layers(&c, full, 0);
+        model_config_gemma_scales(&c);
+        if (type == MODEL_GEMMA3_TEXT) c.rope_scaling = ROPE_SCALING_LINEAR, c.rope_factor = 4;
+    }
     model_fill_random(w, &c, 0.12, 77, (uint64_t)type);
 }
 

@@ -4,7 +4,8 @@ users run. For random tiny checkpoints of each model_type (GQA, q/k/v bias,
 attention_bias, qwen3 q/k norm, tied and untied embeddings, llama3 rope
 scaling, mistral's sliding window W = 8 under 32-token sequences, exaone's own
 tensor names, granite's multipliers, olmo2's post-norms and whole-projection q/k
-norms, smollm3's layer without RoPE), saved with
+norms, smollm3's layer without RoPE, gemma3_text's sandwich norms with a
+sliding and a global layer on two RoPE bases), saved with
 save_pretrained and loaded by pail from the same folder:
 
 - per-token log-probs of packed rows (3 sequences of different lengths in one
