@@ -2,9 +2,9 @@
 # The decoder against Hugging Face transformers + PEFT: packed per-token
 # log-probs, LoRA A/B gradients (with and without recomputation) and full
 # fine-tuning gradients, for llama / qwen2 / qwen3 / mistral / exaone / granite /
-# olmo2 / smollm3 / gemma3_text variants; for mistral (a sliding window), exaone, granite (its
+# olmo2 / smollm3 / gemma3_text / gemma2 variants; for mistral (a sliding window), exaone, granite (its
 # four multipliers), olmo2 (post-norms), smollm3 (a layer without RoPE) and
-# gemma3_text (sandwich norms, sliding and global layers, two RoPE bases) also
+# gemma3_text and gemma2 (sandwich norms, sliding and global layers; gemma3 on two RoPE bases) also
 # bf16 on the exact path and generation (prefill + KV-cache decode) against
 # transformers' generate.
 source "$(dirname "$0")/lib.sh"

@@ -5,7 +5,7 @@ attention_bias, qwen3 q/k norm, tied and untied embeddings, llama3 rope
 scaling, mistral's sliding window W = 8 under 32-token sequences, exaone's own
 tensor names, granite's multipliers, olmo2's post-norms and whole-projection q/k
 norms, smollm3's layer without RoPE, gemma3_text's sandwich norms with a
-sliding and a global layer on two RoPE bases), saved with
+sliding and a global layer on two RoPE bases, gemma2 with null softcaps), saved with
 save_pretrained and loaded by pail from the same folder:
 
 - per-token log-probs of packed rows (3 sequences of different lengths in one
@@ -103,11 +103,17 @@ def variants():
         pad_token_id=None, rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
                                             "full_attention": {"rope_type": "linear", "factor": 4.0,
                                                                "rope_theta": 1000000.0}})
+    # Gemma 2 with its softcaps null (pail refuses others so far): gemma3's layer without q/k norms, one
+    # RoPE table; 3 layers in Gemma2Config's default pattern (sliding, full, sliding), W = 8, untied
+    yield "gemma2-window8-nosoftcap", Gemma2Config(
+        **dict(common, num_hidden_layers=3), num_key_value_heads=2, head_dim=16, query_pre_attn_scalar=32,
+        sliding_window=8, attn_logit_softcapping=None, final_logit_softcapping=None, tie_word_embeddings=False,
+        bos_token_id=None, eos_token_id=None, pad_token_id=None)
 
 
 # variants checked on the bf16 exact path and through generation too
 FULL_CHECKS = ("mistral", "exaone", "granite", "smollm3", "olmo2")
-FULL_CHECKS += ("gemma3_text",)
+FULL_CHECKS += ("gemma3_text", "gemma2")
 
 
 def file_name(pname, model_type):
@@ -122,7 +128,7 @@ def file_name(pname, model_type):
         pname = pname.replace(a, b)
     return pname
 # sequence lengths of the packed row: longer than a variant's window
-LENS = {"mistral": [32, 13, 20], "gemma3_text": [32, 13, 20]}
+LENS = {"mistral": [32, 13, 20], "gemma3_text": [32, 13, 20], "gemma2": [32, 13, 20]}
 
 
 def randomize(model):
