@@ -72,18 +72,21 @@ typedef struct {
     int (*rope_backward)(Backend *b, float *dx, const float *dout, const int *pos, const float *cos_t,
                          const float *sin_t, int T, int nh, int D, PailErr *err);
     int (*attention_forward)(Backend *b, float *out, float *lse, const float *q, const float *k, const float *v,
-                             const int *cu_seqlens, int nseq, int T, int H, int Hkv, int D, int W, PailErr *err);
+                             const int *cu_seqlens, int nseq, int T, int H, int Hkv, int D, int W, float cap,
+                             PailErr *err);
     int (*attention_backward)(Backend *b, float *dq, float *dk, float *dv, const float *dout, const float *q,
                               const float *k, const float *v, const float *out, const float *lse,
-                              const int *cu_seqlens, int nseq, int T, int H, int Hkv, int D, int W, PailErr *err);
-    // W: a sliding window (keys i-W+1..i), 0 = full causal attention (kernels.h)
+                              const int *cu_seqlens, int nseq, int T, int H, int Hkv, int D, int W, float cap,
+                              PailErr *err);
+    // W: a sliding window (keys i-W+1..i), 0 = full causal attention (kernels.h); cap: the scores'
+    // softcap cap tanh(s / cap), 0 = none (kernels.h's attention_*_cap)
     // a paged KV cache: table (nseq, max_blocks) of KV_BLOCK-token blocks of the pools;
     // Tn = cu_new[nseq], the new tokens, given by the caller so that a device
     // sizes its launch without reading cu_new back
     int (*attention_decode_forward)(Backend *b, float *out, const float *q, const float *k_pool,
                                     const float *v_pool, const int *cu_new, const int *cache_len,
                                     const int *table, int max_blocks, int nseq, int Tn, int H, int Hkv, int D,
-                                    int W, PailErr *err);
+                                    int W, float cap, PailErr *err);
     int (*scale)(Backend *b, float *x, size_t n, float alpha, PailErr *err);  // x *= alpha in place
     int (*swiglu_forward)(Backend *b, float *out, const float *gate, const float *up, size_t n, PailErr *err);
     int (*swiglu_backward)(Backend *b, float *dgate, float *dup, const float *dout, const float *gate,

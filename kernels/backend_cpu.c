@@ -138,25 +138,27 @@ static int cpu_rope_backward(Backend *b, float *dx, const float *dout, const int
     return 0;
 }
 static int cpu_attention_forward(Backend *b, float *out, float *lse, const float *q, const float *k, const float *v,
-                                 const int *cu, int nseq, int T, int H, int Hkv, int D, int W, PailErr *err) {
+                                 const int *cu, int nseq, int T, int H, int Hkv, int D, int W, float cap,
+                                 PailErr *err) {
     UNUSED;
-    attention_forward(out, lse, q, k, v, cu, nseq, T, H, Hkv, D, W);
+    attention_forward_cap(out, lse, q, k, v, cu, nseq, T, H, Hkv, D, W, cap);
     return 0;
 }
 static int cpu_attention_backward(Backend *b, float *dq, float *dk, float *dv, const float *dout, const float *q,
                                   const float *k, const float *v, const float *out, const float *lse, const int *cu,
-                                  int nseq, int T, int H, int Hkv, int D, int W, PailErr *err) {
+                                  int nseq, int T, int H, int Hkv, int D, int W, float cap, PailErr *err) {
     UNUSED;
-    attention_backward(dq, dk, dv, dout, q, k, v, out, lse, cu, nseq, T, H, Hkv, D, W);
+    attention_backward_cap(dq, dk, dv, dout, q, k, v, out, lse, cu, nseq, T, H, Hkv, D, W, cap);
     return 0;
 }
 static int cpu_attention_decode_forward(Backend *b, float *out, const float *q, const float *k_pool,
                                         const float *v_pool, const int *cu_new, const int *cache_len,
                                         const int *table, int max_blocks, int nseq, int Tn, int H, int Hkv,
-                                        int D, int W, PailErr *err) {
+                                        int D, int W, float cap, PailErr *err) {
     UNUSED;
     (void)Tn;  // the host reads cu_new itself
-    attention_decode_forward(out, q, k_pool, v_pool, cu_new, cache_len, table, max_blocks, nseq, H, Hkv, D, W);
+    attention_decode_forward_cap(out, q, k_pool, v_pool, cu_new, cache_len, table, max_blocks, nseq, H, Hkv, D, W,
+                                 cap);
     return 0;
 }
 static int cpu_scale(Backend *b, float *x, size_t n, float alpha, PailErr *err) {

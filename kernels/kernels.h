@@ -141,6 +141,24 @@ void attention_decode_forward(float *out, const float *q, const float *k_pool, c
 void attention_decode_forward_ref(float *out, const float *q, const float *k_pool, const float *v_pool,
                                   const int *cu_new, const int *cache_len, const int *table, int max_blocks, int nseq,
                                   int H, int Hkv, int D, int W);
+// The same three ops with a softcap (gemma2's attn_logit_softcapping): cap > 0 replaces each
+// scaled score s by cap tanh(s / cap) before the mask and the softmax; cap = 0 is the ops above.
+void attention_forward_cap(float *out, float *lse, const float *q, const float *k, const float *v,
+                           const int *cu_seqlens, int nseq, int T, int H, int Hkv, int D, int W, float cap);
+void attention_forward_ref_cap(float *out, float *lse, const float *q, const float *k, const float *v,
+                               const int *cu_seqlens, int nseq, int T, int H, int Hkv, int D, int W, float cap);
+void attention_backward_cap(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
+                            const float *v, const float *out, const float *lse, const int *cu_seqlens, int nseq,
+                            int T, int H, int Hkv, int D, int W, float cap);
+void attention_backward_ref_cap(float *dq, float *dk, float *dv, const float *dout, const float *q,
+                                const float *k, const float *v, const float *out, const float *lse,
+                                const int *cu_seqlens, int nseq, int T, int H, int Hkv, int D, int W, float cap);
+void attention_decode_forward_cap(float *out, const float *q, const float *k_pool, const float *v_pool,
+                                  const int *cu_new, const int *cache_len, const int *table, int max_blocks, int nseq,
+                                  int H, int Hkv, int D, int W, float cap);
+void attention_decode_forward_ref_cap(float *out, const float *q, const float *k_pool, const float *v_pool,
+                                      const int *cu_new, const int *cache_len, const int *table, int max_blocks,
+                                      int nseq, int H, int Hkv, int D, int W, float cap);
 
 // ---- scale: x(n) *= alpha in place (granite's multipliers; exact: one product a value) ----
 void scale_forward(float *x, size_t n, float alpha);
@@ -337,6 +355,18 @@ int attention_decode_forward_cuda(float *out, const float *q, const float *k_poo
                                   const int *cu_new, const int *cache_len, const int *table, int max_blocks,
                                   int nseq, int Tn, int H, int Hkv, int D, int W, struct CUstream_st *stream,
                                   PailErr *err);
+// The attention twins with a softcap (kernels.h's attention_*_cap)
+int attention_forward_cap_cuda(float *out, float *lse, const float *q, const float *k, const float *v,
+                               const int *cu_seqlens, int nseq, int T, int H, int Hkv, int D, int W, float cap,
+                               struct CUstream_st *stream, PailErr *err);
+int attention_backward_cap_cuda(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
+                                const float *v, const float *out, const float *lse, const int *cu_seqlens, int nseq,
+                                int T, int H, int Hkv, int D, int W, float cap, struct CUstream_st *stream,
+                                PailErr *err);
+int attention_decode_forward_cap_cuda(float *out, const float *q, const float *k_pool, const float *v_pool,
+                                      const int *cu_new, const int *cache_len, const int *table, int max_blocks,
+                                      int nseq, int Tn, int H, int Hkv, int D, int W, float cap,
+                                      struct CUstream_st *stream, PailErr *err);
 int scale_forward_cuda(float *x, size_t n, float alpha, struct CUstream_st *stream, PailErr *err);
 int swiglu_forward_cuda(float *out, const float *gate, const float *up, size_t n,
                         struct CUstream_st *stream, PailErr *err);

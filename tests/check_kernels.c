@@ -226,13 +226,15 @@ static void attn_free(AttnCase *c) { free(c->q), free(c->k), free(c->v); }
 // fp32 online softmax vs the double three-pass reference: outputs are convex
 // combinations of values in [-1,1], errors ~1e-6; 2e-5 abs + rel leaves margin.
 // W > 0: a sliding window (the reference starts each row's keys at i-W+1).
+// attn_cap > 0: the scores' softcap (test_attention_softcap), else none.
+static float attn_cap;
 static void attention_case(const int *lens, int nseq, int H, int Hkv, int D, int W) {
     AttnCase c = attn_make(lens, nseq, H, Hkv, D);
     size_t nq = (size_t)c.T * H * D, nk = (size_t)c.T * Hkv * D;
     float *out = rnd(nq, 0, 1), *ref = rnd(nq, 0, 1), *lse = rnd((size_t)c.T * H, 0, 1),
           *lser = rnd((size_t)c.T * H, 0, 1);
-    attention_forward(out, lse, c.q, c.k, c.v, c.cu, nseq, c.T, H, Hkv, D, W);
-    attention_forward_ref(ref, lser, c.q, c.k, c.v, c.cu, nseq, c.T, H, Hkv, D, W);
+    attention_forward_cap(out, lse, c.q, c.k, c.v, c.cu, nseq, c.T, H, Hkv, D, W, attn_cap);
+    attention_forward_ref_cap(ref, lser, c.q, c.k, c.v, c.cu, nseq, c.T, H, Hkv, D, W, attn_cap);
     expect_close("attention_forward out", out, ref, nq, 2e-5, 2e-5);
     expect_close("attention_forward lse", lse, lser, (size_t)c.T * H, 2e-5, 2e-5);
     // packed equals each sequence alone
@@ -240,8 +242,8 @@ static void attention_case(const int *lens, int nseq, int H, int Hkv, int D, int
         int L = lens[s], cu1[2] = {0, L};
         if (!L) continue;
         float *o1 = rnd((size_t)L * H * D, 0, 1);
-        attention_forward(o1, NULL, c.q + (size_t)c.cu[s] * H * D, c.k + (size_t)c.cu[s] * Hkv * D,
-                          c.v + (size_t)c.cu[s] * Hkv * D, cu1, 1, L, H, Hkv, D, W);
+        attention_forward_cap(o1, NULL, c.q + (size_t)c.cu[s] * H * D, c.k + (size_t)c.cu[s] * Hkv * D,
+                              c.v + (size_t)c.cu[s] * Hkv * D, cu1, 1, L, H, Hkv, D, W, attn_cap);
         expect_close("attention packed vs separate", out + (size_t)c.cu[s] * H * D, o1,
                      (size_t)L * H * D, 1e-6, 0);
         free(o1);
@@ -251,8 +253,9 @@ static void attention_case(const int *lens, int nseq, int H, int Hkv, int D, int
     float *dout = rnd(nq, -1, 1);
     float *dq = rnd(nq, 0, 1), *dk = rnd(nk, 0, 1), *dv = rnd(nk, 0, 1);
     float *dqr = rnd(nq, 0, 1), *dkr = rnd(nk, 0, 1), *dvr = rnd(nk, 0, 1);
-    attention_backward(dq, dk, dv, dout, c.q, c.k, c.v, ref, lser, c.cu, nseq, c.T, H, Hkv, D, W);
-    attention_backward_ref(dqr, dkr, dvr, dout, c.q, c.k, c.v, ref, lser, c.cu, nseq, c.T, H, Hkv, D, W);
+    attention_backward_cap(dq, dk, dv, dout, c.q, c.k, c.v, ref, lser, c.cu, nseq, c.T, H, Hkv, D, W, attn_cap);
+    attention_backward_ref_cap(dqr, dkr, dvr, dout, c.q, c.k, c.v, ref, lser, c.cu, nseq, c.T, H, Hkv, D, W,
+                               attn_cap);
     expect_close("attention_backward dq", dq, dqr, nq, 1e-4, 1e-4);
     expect_close("attention_backward dk", dk, dkr, nk, 1e-4, 1e-4);
     expect_close("attention_backward dv", dv, dvr, nk, 1e-4, 1e-4);
@@ -312,19 +315,42 @@ START_TEST(test_attention_window) {
 }
 END_TEST
 
+// Softcap (gemma2's attn_logit_softcapping): cap 1.5 on scores of up to ~3 (q, k in +-1.5,
+// 1/sqrt(D)), so tanh bends most of them: every shape above, full and under a window of 50, fast
+// vs reference at the same tolerances (tanhf a few ulp); and the cap changes the outputs.
+START_TEST(test_attention_softcap) {
+    attn_cap = 1.5f;
+    attention_cases(0);
+    attention_cases(50);
+    attn_cap = 0;
+    int lens[] = {40};
+    AttnCase c = attn_make(lens, 1, 2, 1, 16);
+    size_t nq = (size_t)c.T * 2 * 16;
+    float *a = rnd(nq, 0, 1), *b = rnd(nq, 0, 1);
+    attention_forward_cap(a, NULL, c.q, c.k, c.v, c.cu, 1, c.T, 2, 1, 16, 0, 0.0f);
+    attention_forward_cap(b, NULL, c.q, c.k, c.v, c.cu, 1, c.T, 2, 1, 16, 0, 1.5f);
+    double most = 0;
+    for (size_t i = 0; i < nq; i++) most = fmax(most, fabs((double)a[i] - b[i]));
+    ck_assert_msg(most > 1e-2, "the softcap changed the outputs by %g only", most);
+    free(a), free(b);
+    attn_free(&c);
+}
+END_TEST
+
 // Decode: the last n_s rows of each sequence through the paged KV cache equal
 // the full causal forward's last rows (the same arithmetic, so 1e-6), with the
 // sequences' blocks scattered over the pool out of order; under a sliding window
-// (_i: W = 0, 8, 40, 66) the packed forward's windowed rows.
+// (_i: W = 0, 8, 40, 66) the packed forward's windowed rows; _i 4..7 the same with a softcap 1.5.
 START_TEST(test_attention_decode) {
     static const int Ws[] = {0, 8, 40, 66};
-    int W = Ws[_i];
+    int W = Ws[_i % 4];
+    float cap = _i >= 4 ? 1.5f : 0.0f;
     int lens[] = {9, 1, 70}, nnew[] = {2, 1, 3}, nseq = 3, H = 4, Hkv = 2, D = 16, max_blocks = 2, n_blocks = 7;
     int table[] = {5, -1, 0, -1, 3, 6};  // sequence 2 spans blocks 3 and 6
     AttnCase c = attn_make(lens, nseq, H, Hkv, D);
     size_t ks = (size_t)Hkv * D, pool = (size_t)n_blocks * KV_BLOCK * ks;
     float *full = rnd((size_t)c.T * H * D, 0, 1);
-    attention_forward(full, NULL, c.q, c.k, c.v, c.cu, nseq, c.T, H, Hkv, D, W);
+    attention_forward_cap(full, NULL, c.q, c.k, c.v, c.cu, nseq, c.T, H, Hkv, D, W, cap);
     float *kc = rnd(pool, -9, 9), *vc = rnd(pool, -9, 9);
     int cu_new[4] = {0}, cache_len[3];
     for (int s = 0; s < nseq; s++) {
@@ -344,9 +370,9 @@ START_TEST(test_attention_decode) {
         memcpy(want + dst, full + src, sizeof(float) * nnew[s] * H * D);
     }
     float *out = rnd((size_t)Tn * H * D, 0, 1), *ref = rnd((size_t)Tn * H * D, 0, 1);
-    attention_decode_forward(out, qn, kc, vc, cu_new, cache_len, table, max_blocks, nseq, H, Hkv, D, W);
+    attention_decode_forward_cap(out, qn, kc, vc, cu_new, cache_len, table, max_blocks, nseq, H, Hkv, D, W, cap);
     expect_close("attention_decode vs full forward", out, want, (size_t)Tn * H * D, 1e-6, 1e-6);
-    attention_decode_forward_ref(ref, qn, kc, vc, cu_new, cache_len, table, max_blocks, nseq, H, Hkv, D, W);
+    attention_decode_forward_ref_cap(ref, qn, kc, vc, cu_new, cache_len, table, max_blocks, nseq, H, Hkv, D, W, cap);
     expect_close("attention_decode vs reference", out, ref, (size_t)Tn * H * D, 2e-5, 2e-5);
     free(full), free(kc), free(vc), free(qn), free(want), free(out), free(ref);
     attn_free(&c);
@@ -940,7 +966,8 @@ int main(void) {
     tcase_add_test(core, test_rope);
     tcase_add_test(core, test_attention);
     tcase_add_test(core, test_attention_window);
-    tcase_add_loop_test(core, test_attention_decode, 0, 4);
+    tcase_add_loop_test(core, test_attention_decode, 0, 8);
+    tcase_add_test(core, test_attention_softcap);
     tcase_add_test(core, test_swiglu);
     tcase_add_test(core, test_geglu);
     tcase_add_test(core, test_scale);

@@ -126,9 +126,11 @@ START_TEST(test_rope_cuda) {
 }
 END_TEST
 
-// _i = 1: a sliding window of 9 keys (shorter than the 70-token sequence, the decode's rows past it)
+// _i = 1: a sliding window of 9 keys (shorter than the 70-token sequence, the decode's rows past it);
+// _i = 2, 3: the same with a softcap 1.5 (gemma2's attn_logit_softcapping)
 START_TEST(test_attention_cuda) {
-    int cu[5] = {0, 5, 75, 76, 76}, nseq = 4, T = 76, H = 6, Hkv = 2, D = 40, W = _i ? 9 : 0;
+    int cu[5] = {0, 5, 75, 76, 76}, nseq = 4, T = 76, H = 6, Hkv = 2, D = 40, W = _i & 1 ? 9 : 0;
+    float cap = _i >= 2 ? 1.5f : 0.0f;
     size_t nq = (size_t)T * H * D, nk = (size_t)T * Hkv * D;
     float *q = rnd(nq, -1.5, 1.5), *k = rnd(nk, -1.5, 1.5), *v = rnd(nk, -1, 1), *g = rnd(nq, -1, 1);
     float *o = malloc(4 * nq), *lse = malloc(4 * T * H), *dq = malloc(4 * nq), *dk = malloc(4 * nk),
@@ -136,12 +138,12 @@ START_TEST(test_attention_cuda) {
     float *q_ = UPF(q, nq), *k_ = UPF(k, nk), *v_ = UPF(v, nk), *o_ = UPF(NULL, nq),
           *lse_ = UPF(NULL, T * H);
     int *cu_ = UPI(cu, nseq + 1);
-    attention_forward_ref(o, lse, q, k, v, cu, nseq, T, H, Hkv, D, W);
-    attention_backward_ref(dq, dk, dv, g, q, k, v, o, lse, cu, nseq, T, H, Hkv, D, W);
-    OK(attention_forward_cuda(o_, lse_, q_, k_, v_, cu_, nseq, T, H, Hkv, D, W, 0, &err));
+    attention_forward_ref_cap(o, lse, q, k, v, cu, nseq, T, H, Hkv, D, W, cap);
+    attention_backward_ref_cap(dq, dk, dv, g, q, k, v, o, lse, cu, nseq, T, H, Hkv, D, W, cap);
+    OK(attention_forward_cap_cuda(o_, lse_, q_, k_, v_, cu_, nseq, T, H, Hkv, D, W, cap, 0, &err));
     float *dq_ = UPF(NULL, nq), *dk_ = UPF(NULL, nk), *dv_ = UPF(NULL, nk);
-    OK(attention_backward_cuda(dq_, dk_, dv_, UPF(g, nq), q_, k_, v_, o_, lse_, cu_, nseq, T, H,
-                               Hkv, D, W, 0, &err));
+    OK(attention_backward_cap_cuda(dq_, dk_, dv_, UPF(g, nq), q_, k_, v_, o_, lse_, cu_, nseq, T, H,
+                                   Hkv, D, W, cap, 0, &err));
     expect_dev("attention_backward_cuda dq", dq_, dq, nq, 1e-4, 1e-4);
     expect_dev("attention_backward_cuda dk", dk_, dk, nk, 1e-4, 1e-4);
     expect_dev("attention_backward_cuda dv", dv_, dv, nk, 1e-4, 1e-4);
@@ -161,9 +163,9 @@ START_TEST(test_attention_cuda) {
             memcpy(vc + row * ks, v + (cu[s] + j) * ks, 4 * ks);
         }
     float *od = malloc(4 * 6 * H * D), *od_ = UPF(NULL, 6 * H * D);
-    attention_decode_forward_ref(od, qn, kc, vc, cun, cl, table, MAXB, 3, H, Hkv, D, W);
-    OK(attention_decode_forward_cuda(od_, UPF(qn, 6 * H * D), UPF(kc, pool), UPF(vc, pool), UPI(cun, 4), UPI(cl, 3),
-                                     UPI(table, 3 * MAXB), MAXB, 3, 6, H, Hkv, D, W, 0, &err));
+    attention_decode_forward_ref_cap(od, qn, kc, vc, cun, cl, table, MAXB, 3, H, Hkv, D, W, cap);
+    OK(attention_decode_forward_cap_cuda(od_, UPF(qn, 6 * H * D), UPF(kc, pool), UPF(vc, pool), UPI(cun, 4),
+                                         UPI(cl, 3), UPI(table, 3 * MAXB), MAXB, 3, 6, H, Hkv, D, W, cap, 0, &err));
     expect_dev("attention_decode_forward_cuda", od_, od, 6 * H * D, 2e-5, 2e-5);
     ck_assert_int_eq(attention_forward_cuda(o_, NULL, q_, k_, v_, cu_, nseq, T, H, Hkv, 300, W, 0, &err), -1);
     ck_assert_ptr_nonnull(strstr(err.msg, "head dim 300"));
@@ -473,7 +475,7 @@ int main(void) {
     tcase_add_test(core, test_matmul_cuda);
     tcase_add_test(core, test_rmsnorm_cuda);
     tcase_add_test(core, test_rope_cuda);
-    tcase_add_loop_test(core, test_attention_cuda, 0, 2);  // also the head-dim limit
+    tcase_add_loop_test(core, test_attention_cuda, 0, 4);  // also the head-dim limit
     tcase_add_test(core, test_swiglu_cuda);
     tcase_add_test(core, test_geglu_cuda);
     tcase_add_test(core, test_scale_cuda);

@@ -492,9 +492,9 @@ static int gemma_layer_forward(Transformer *tf, int l, LayerActs *a, int T, Pail
         OP(scatter_rows, kc, a->kr, tf->d_rows, T, KD);
         OP(scatter_rows, vc, a->v, tf->d_rows, T, KD);
         OP(attention_decode_forward, a->att, a->qr, kc, vc, kv->d_cu_new, kv->d_new_len, kv->d_table, kv->max_blocks,
-           kv->n_slots, T, H, Hk, D, W);
+           kv->n_slots, T, H, Hk, D, W, (float)c->attn_logit_softcapping);
     } else {
-        OP(attention_forward, a->att, a->lse, a->qr, a->kr, a->v, tf->d_cu, tf->nseq, T, H, Hk, D, W);
+        OP(attention_forward, a->att, a->lse, a->qr, a->kr, a->v, tf->d_cu, tf->nseq, T, H, Hk, D, W, (float)c->attn_logit_softcapping);
     }
     if (proj_forward(tf, a->o, a->la[LORA_O], a->att, PARAM_WO, wv(tf, PARAM_BO, l), T, HD, C, l, LORA_O, 0, err) < 0)
         return -1;
@@ -563,9 +563,9 @@ static int layer_forward(Transformer *tf, int l, LayerActs *a, int T, PailErr *e
         OP(scatter_rows, kc, a->kr, tf->d_rows, T, KD);
         OP(scatter_rows, vc, a->v, tf->d_rows, T, KD);
         OP(attention_decode_forward, a->att, a->qr, kc, vc, kv->d_cu_new, kv->d_new_len, kv->d_table, kv->max_blocks,
-           kv->n_slots, T, H, Hk, D, c->sliding_window);
+           kv->n_slots, T, H, Hk, D, c->sliding_window, 0.0f);
     } else {
-        OP(attention_forward, a->att, a->lse, a->qr, a->kr, a->v, tf->d_cu, tf->nseq, T, H, Hk, D, c->sliding_window);
+        OP(attention_forward, a->att, a->lse, a->qr, a->kr, a->v, tf->d_cu, tf->nseq, T, H, Hk, D, c->sliding_window, 0.0f);
     }
     // granite: h = x + r o_proj(att), as r (x / r + o_proj(att)) so that the
     // projection still accumulates into h (r = 1: neither scale runs)
@@ -730,7 +730,7 @@ static int gemma_layer_backward(Transformer *tf, int l, LayerActs *a, int T, flo
                       0, err) < 0)
         return -1;
     OP(attention_backward, tf->dq, tf->dk, tf->dv, tf->datt, a->qr, a->kr, a->v, a->att, a->lse, tf->d_cu, tf->nseq,
-       T, H, Hk, D, W);
+       T, H, Hk, D, W, (float)c->attn_logit_softcapping);
     OP(scale, tf->dq, (size_t)T * HD, (float)c->attention_multiplier * sqrtf((float)D));
     OP(rope_backward, tf->dq, tf->dq, tf->d_pos, gemma_cos(tf, l), gemma_sin(tf, l), T, H, D);
     OP(rope_backward, tf->dk, tf->dk, tf->d_pos, gemma_cos(tf, l), gemma_sin(tf, l), T, Hk, D);
@@ -802,7 +802,7 @@ static int layer_backward(Transformer *tf, int l, LayerActs *a, int T, float *lg
                       HD, C, l, LORA_O, 0, err) < 0)
         return -1;
     OP(attention_backward, tf->dq, tf->dk, tf->dv, tf->datt, a->qr, a->kr, a->v, a->att, a->lse, tf->d_cu, tf->nseq,
-       T, H, Hk, D, c->sliding_window);
+       T, H, Hk, D, c->sliding_window, 0.0f);
     if (c->attention_multiplier > 0)  // granite: q was scaled after RoPE
         OP(scale, tf->dq, (size_t)T * HD, (float)c->attention_multiplier * sqrtf((float)D));
     if (model_layer_has_rope(c, l)) {
