@@ -93,13 +93,14 @@ typedef struct {
                            const float *up, size_t n, PailErr *err);
     // targets must be in [0, V): the driver checks them on the host (a device
     // cannot report which one is not)
+    // cap: gemma2's final_logit_softcapping (kernels.h's logprob_*_cap_dt), 0 = none
     int (*logprob_forward)(Backend *b, float *logp, float *entropy, float *lse, const float *hidden,
-                           const void *w_lm, DType wdt, const int *targets, int T, int C, int V, float temperature, float *ws,
-                           int vchunk, PailErr *err);
+                           const void *w_lm, DType wdt, const int *targets, int T, int C, int V, float temperature,
+                           float cap, float *ws, int vchunk, PailErr *err);
     int (*logprob_backward)(Backend *b, float *dhidden, float *dw_lm, const float *dlogp, const float *dentropy,
                             const float *hidden, const void *w_lm, DType wdt, const int *targets, const float *lse,
-                            const float *entropy, int T, int C, int V, float temperature, float *ws, int vchunk,
-                            PailErr *err);
+                            const float *entropy, int T, int C, int V, float temperature, float cap, float *ws,
+                            int vchunk, PailErr *err);
     int (*logprob_forward_expect)(Backend *b, float *logp, float *entropy, float *lse, float *expect,
                                   const float *hidden, const void *w_lm, DType wdt, const int *targets, int T, int C, int V,
                                   float temperature, float *ws, size_t ws_floats, PailErr *err);
@@ -127,6 +128,8 @@ typedef struct {
     int (*geglu_forward)(Backend *b, float *out, const float *gate, const float *up, size_t n, PailErr *err);
     int (*geglu_backward)(Backend *b, float *dgate, float *dup, const float *dout, const float *gate,
                           const float *up, size_t n, PailErr *err);
+    // x = cap tanh(x / cap) in place (gemma2's final_logit_softcapping on the decode logits)
+    int (*softcap)(Backend *b, float *x, size_t n, float cap, PailErr *err);
 } BackendOps;
 
 struct Backend {

@@ -177,6 +177,11 @@ static int cpu_swiglu_backward(Backend *b, float *dgate, float *dup, const float
     swiglu_backward(dgate, dup, dout, gate, up, n);
     return 0;
 }
+static int cpu_softcap(Backend *b, float *x, size_t n, float cap, PailErr *err) {
+    UNUSED;
+    softcap_forward(x, n, cap);
+    return 0;
+}
 static int cpu_geglu_forward(Backend *b, float *out, const float *gate, const float *up, size_t n, PailErr *err) {
     UNUSED;
     geglu_forward(out, gate, up, n);
@@ -190,17 +195,18 @@ static int cpu_geglu_backward(Backend *b, float *dgate, float *dup, const float 
 }
 static int cpu_logprob_forward(Backend *b, float *logp, float *entropy, float *lse, const float *hidden,
                                const void *w_lm, DType wdt, const int *targets, int T, int C, int V,
-                               float temperature, float *ws, int vchunk, PailErr *err) {
+                               float temperature, float cap, float *ws, int vchunk, PailErr *err) {
     (void)b;
-    return logprob_forward_dt(logp, entropy, lse, hidden, w_lm, wdt, targets, T, C, V, temperature, ws, vchunk, err);
+    return logprob_forward_cap_dt(logp, entropy, lse, hidden, w_lm, wdt, targets, T, C, V, temperature, cap, ws, vchunk,
+                                  err);
 }
 static int cpu_logprob_backward(Backend *b, float *dhidden, float *dw_lm, const float *dlogp, const float *dentropy,
                                 const float *hidden, const void *w_lm, DType wdt, const int *targets,
                                 const float *lse, const float *entropy, int T, int C, int V, float temperature,
-                                float *ws, int vchunk, PailErr *err) {
+                                float cap, float *ws, int vchunk, PailErr *err) {
     UNUSED;
-    logprob_backward_dt(dhidden, dw_lm, dlogp, dentropy, hidden, w_lm, wdt, targets, lse, entropy, T, C, V,
-                        temperature, ws, vchunk);
+    logprob_backward_cap_dt(dhidden, dw_lm, dlogp, dentropy, hidden, w_lm, wdt, targets, lse, entropy, T, C, V,
+                            temperature, cap, ws, vchunk);
     return 0;
 }
 static int cpu_logprob_forward_expect(Backend *b, float *logp, float *entropy, float *lse, float *expect,
@@ -288,6 +294,7 @@ static const BackendOps cpu_ops = {
     .adamw_update = cpu_adamw_update,
     .geglu_forward = cpu_geglu_forward,
     .geglu_backward = cpu_geglu_backward,
+    .softcap = cpu_softcap,
 };
 
 int backend_cpu_init(Backend *b) {

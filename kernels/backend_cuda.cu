@@ -147,6 +147,7 @@ static int cu_swiglu_backward(B_, float *dgate, float *dup, const float *dout, c
                               size_t n, PailErr *err) {
     return swiglu_backward_cuda(dgate, dup, dout, gate, up, n, S_, err);
 }
+static int cu_softcap(B_, float *x, size_t n, float cap, PailErr *err) { return softcap_forward_cuda(x, n, cap, S_, err); }
 static int cu_geglu_forward(B_, float *out, const float *gate, const float *up, size_t n, PailErr *err) {
     return geglu_forward_cuda(out, gate, up, n, S_, err);
 }
@@ -155,17 +156,17 @@ static int cu_geglu_backward(B_, float *dgate, float *dup, const float *dout, co
     return geglu_backward_cuda(dgate, dup, dout, gate, up, n, S_, err);
 }
 static int cu_logprob_forward(B_, float *logp, float *entropy, float *lse, const float *hidden, const void *w_lm,
-                              DType wdt, const int *targets, int T, int C, int V, float temperature, float *ws,
-                              int vchunk, PailErr *err) {
-    return logprob_forward_dt_cuda(logp, entropy, lse, hidden, w_lm, wdt, targets, T, C, V, temperature, ws, vchunk,
-                                   CB_, err);
+                              DType wdt, const int *targets, int T, int C, int V, float temperature, float cap,
+                              float *ws, int vchunk, PailErr *err) {
+    return logprob_forward_cap_dt_cuda(logp, entropy, lse, hidden, w_lm, wdt, targets, T, C, V, temperature, cap, ws,
+                                       vchunk, CB_, err);
 }
 static int cu_logprob_backward(B_, float *dhidden, float *dw_lm, const float *dlogp, const float *dentropy,
                                const float *hidden, const void *w_lm, DType wdt, const int *targets,
                                const float *lse, const float *entropy, int T, int C, int V, float temperature,
-                               float *ws, int vchunk, PailErr *err) {
-    return logprob_backward_dt_cuda(dhidden, dw_lm, dlogp, dentropy, hidden, w_lm, wdt, targets, lse, entropy, T, C,
-                                    V, temperature, ws, vchunk, CB_, err);
+                               float cap, float *ws, int vchunk, PailErr *err) {
+    return logprob_backward_cap_dt_cuda(dhidden, dw_lm, dlogp, dentropy, hidden, w_lm, wdt, targets, lse, entropy, T,
+                                        C, V, temperature, cap, ws, vchunk, CB_, err);
 }
 static int cu_logprob_forward_expect(B_, float *logp, float *entropy, float *lse, float *expect,
                                      const float *hidden, const void *w_lm, DType wdt, const int *targets, int T,
@@ -245,6 +246,7 @@ static BackendOps make_ops(void) {  // C++ has no designated initializers for th
     o.adamw_update = cu_adamw_update;
     o.geglu_forward = cu_geglu_forward;
     o.geglu_backward = cu_geglu_backward;
+    o.softcap = cu_softcap;
     return o;
 }
 static const BackendOps cuda_ops = make_ops();

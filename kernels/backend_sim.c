@@ -431,6 +431,11 @@ static int sim_swiglu_backward(Backend *b, float *dgate, float *dup, const float
                .p = {dgate, dup, (void *)dout, (void *)gate, (void *)up}, .i = {(long long)n}};
     return submit(b, &o, 5, err);
 }
+static int run_softcap(const SimOp *o, PailErr *err) { return CPU_OP(softcap, P(0, float *), Z(0), o->f[0]); }
+static int sim_softcap(Backend *b, float *x, size_t n, float cap, PailErr *err) {
+    SimOp o = {.run = run_softcap, .name = "softcap", .p = {x}, .i = {(long long)n}, .f = {cap}};
+    return submit(b, &o, 1, err);
+}
 static int run_geglu_forward(const SimOp *o, PailErr *err) {
     return CPU_OP(geglu_forward, P(0, float *), P(1, const float *), P(2, const float *), Z(0));
 }
@@ -451,29 +456,30 @@ static int sim_geglu_backward(Backend *b, float *dgate, float *dup, const float 
 }
 static int run_logprob_forward(const SimOp *o, PailErr *err) {
     return CPU_OP(logprob_forward, P(0, float *), P(1, float *), P(2, float *), P(3, const float *),
-                  P(4, const void *), o->dt, P(5, const int *), I(0), I(1), I(2), o->f[0], P(6, float *), I(3));
+                  P(4, const void *), o->dt, P(5, const int *), I(0), I(1), I(2), o->f[0], o->f[1], P(6, float *),
+                  I(3));
 }
 static int sim_logprob_forward(Backend *b, float *logp, float *entropy, float *lse, const float *hidden,
                                const void *w_lm, DType wdt, const int *targets, int T, int C, int V,
-                               float temperature, float *ws, int vchunk, PailErr *err) {
+                               float temperature, float cap, float *ws, int vchunk, PailErr *err) {
     SimOp o = {.run = run_logprob_forward, .name = "logprob_forward",
                .p = {logp, entropy, lse, (void *)hidden, (void *)w_lm, (void *)targets, ws}, .i = {T, C, V, vchunk},
-               .f = {temperature}, .dt = wdt};
+               .f = {temperature, cap}, .dt = wdt};
     return submit(b, &o, 7, err);
 }
 static int run_logprob_backward(const SimOp *o, PailErr *err) {
     return CPU_OP(logprob_backward, P(0, float *), P(1, float *), P(2, const float *), P(3, const float *),
                   P(4, const float *), P(5, const void *), o->dt, P(6, const int *), P(7, const float *),
-                  P(8, const float *), I(0), I(1), I(2), o->f[0], P(9, float *), I(3));
+                  P(8, const float *), I(0), I(1), I(2), o->f[0], o->f[1], P(9, float *), I(3));
 }
 static int sim_logprob_backward(Backend *b, float *dhidden, float *dw_lm, const float *dlogp, const float *dentropy,
                                 const float *hidden, const void *w_lm, DType wdt, const int *targets,
                                 const float *lse, const float *entropy, int T, int C, int V, float temperature,
-                                float *ws, int vchunk, PailErr *err) {
+                                float cap, float *ws, int vchunk, PailErr *err) {
     SimOp o = {.run = run_logprob_backward, .name = "logprob_backward",
                .p = {dhidden, dw_lm, (void *)dlogp, (void *)dentropy, (void *)hidden, (void *)w_lm, (void *)targets,
                      (void *)lse, (void *)entropy, ws},
-               .i = {T, C, V, vchunk}, .f = {temperature}, .dt = wdt};
+               .i = {T, C, V, vchunk}, .f = {temperature, cap}, .dt = wdt};
     return submit(b, &o, 10, err);
 }
 static int run_logprob_forward_expect(const SimOp *o, PailErr *err) {
@@ -581,6 +587,7 @@ static const BackendOps sim_ops = {
     .adamw_update = sim_adamw_update,
     .geglu_forward = sim_geglu_forward,
     .geglu_backward = sim_geglu_backward,
+    .softcap = sim_softcap,
 };
 
 // A positive byte count or count from the environment (0 when unset).

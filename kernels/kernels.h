@@ -171,6 +171,10 @@ void swiglu_backward(float *dgate, float *dup, const float *dout, const float *g
 void swiglu_backward_ref(float *dgate, float *dup, const float *dout, const float *gate,
                          const float *up, size_t n);
 
+// ---- softcap: x(n) = cap tanh(x / cap) in place, cap > 0 (gemma2's logit softcaps) ----
+void softcap_forward(float *x, size_t n, float cap);
+void softcap_forward_ref(float *x, size_t n, float cap);
+
 // ---- geglu: out(n) = gelu_tanh(gate) * up, n = T*F (gemma's gelu_pytorch_tanh MLP) ----
 void geglu_forward(float *out, const float *gate, const float *up, size_t n);
 void geglu_forward_ref(float *out, const float *gate, const float *up, size_t n);
@@ -206,6 +210,21 @@ void logprob_backward_ref(float *dhidden, float *dw_lm, const float *dlogp,
 // blocks of ws_floats / V; ws must hold at least V floats), and the backward
 // is then dhidden_t = dlogp_t (w_lm[target_t] / temperature - expect_t).
 // Same logp, lse, entropy as logprob_forward.
+// The head with gemma2's final_logit_softcapping cap > 0: z = cap tanh(x / cap) / temperature,
+// x = hidden W_lm^T (cap = 0: the ops above). No expectation variant: a capped model's LoRA
+// backward takes logprob_backward_cap_dt.
+int logprob_forward_cap_dt(float *logp, float *entropy, float *lse, const float *hidden, const void *w_lm, DType wdt,
+                           const int *targets, int T, int C, int V, float temperature, float cap, float *ws,
+                           int vchunk, PailErr *err);
+void logprob_backward_cap_dt(float *dhidden, float *dw_lm, const float *dlogp, const float *dentropy,
+                             const float *hidden, const void *w_lm, DType wdt, const int *targets, const float *lse,
+                             const float *entropy, int T, int C, int V, float temperature, float cap, float *ws,
+                             int vchunk);
+int logprob_forward_ref_cap(float *logp, float *entropy, float *lse, const float *hidden, const float *w_lm,
+                            const int *targets, int T, int C, int V, float temperature, float cap, PailErr *err);
+void logprob_backward_ref_cap(float *dhidden, float *dw_lm, const float *dlogp, const float *dentropy,
+                              const float *hidden, const float *w_lm, const int *targets, int T, int C, int V,
+                              float temperature, float cap);
 int logprob_forward_expect(float *logp, float *entropy, float *lse, float *expect,
                            const float *hidden, const float *w_lm, const int *targets, int T,
                            int C, int V, float temperature, float *ws, size_t ws_floats,
@@ -372,6 +391,7 @@ int swiglu_forward_cuda(float *out, const float *gate, const float *up, size_t n
                         struct CUstream_st *stream, PailErr *err);
 int swiglu_backward_cuda(float *dgate, float *dup, const float *dout, const float *gate,
                          const float *up, size_t n, struct CUstream_st *stream, PailErr *err);
+int softcap_forward_cuda(float *x, size_t n, float cap, struct CUstream_st *stream, PailErr *err);
 int geglu_forward_cuda(float *out, const float *gate, const float *up, size_t n, struct CUstream_st *stream,
                        PailErr *err);
 int geglu_backward_cuda(float *dgate, float *dup, const float *dout, const float *gate, const float *up, size_t n,
@@ -392,6 +412,13 @@ int logprob_forward_expect_cuda(float *logp, float *entropy, float *lse, float *
 int logprob_backward_expect_cuda(float *dhidden, const float *dlogp, const float *expect,
                                  const float *w_lm, const int *targets, int T, int C,
                                  float temperature, CudaBlas *cb, PailErr *err);
+int logprob_forward_cap_dt_cuda(float *logp, float *entropy, float *lse, const float *hidden, const void *w_lm,
+                                DType wdt, const int *targets, int T, int C, int V, float temperature, float cap,
+                                float *ws, int vchunk, CudaBlas *cb, PailErr *err);
+int logprob_backward_cap_dt_cuda(float *dhidden, float *dw_lm, const float *dlogp, const float *dentropy,
+                                 const float *hidden, const void *w_lm, DType wdt, const int *targets,
+                                 const float *lse, const float *entropy, int T, int C, int V, float temperature,
+                                 float cap, float *ws, int vchunk, CudaBlas *cb, PailErr *err);
 int logprob_forward_dt_cuda(float *logp, float *entropy, float *lse, const float *hidden,
                             const void *w_lm, DType wdt, const int *targets, int T, int C,
                             int V, float temperature, float *ws, int vchunk, CudaBlas *cb, PailErr *err);

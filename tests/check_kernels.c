@@ -484,6 +484,63 @@ static void logprob_case(int T, int C, int V, float temp, int vchunk) {
     free(ws), free(lp2), free(dlp), free(dent), free(dh), free(dhr), free(dW), free(dWr);
 }
 
+// gemma2's final_logit_softcapping: h, W in +-1 over C = 48 give logits up to ~8, so cap 3
+// bends most of them; the capped head (chunked forward and backward, bf16 head too) against
+// the double reference at the uncapped bounds, and the cap changes logp. softcap_forward
+// (the decode head's) against its double reference: tanhf, a few ulp.
+static void logprob_cap_case(int T, int C, int V, float temp, int vchunk, float cap) {
+    float *h = rnd((size_t)T * C, -1, 1), *W = rnd((size_t)V * C, -1, 1);
+    int *tg = malloc(sizeof(int) * T);
+    for (int t = 0; t < T; t++) tg[t] = (int)rng_below(&rng, V);
+    tg[0] = V - 1;
+    float *lp = rnd(T, 0, 1), *ent = rnd(T, 0, 1), *lse = rnd(T, 0, 1);
+    float *lpr = rnd(T, 0, 1), *entr = rnd(T, 0, 1), *lser = rnd(T, 0, 1), *lp0 = rnd(T, 0, 1);
+    float *ws = malloc(sizeof(float) * logprob_workspace_floats(T, vchunk));
+    PailErr err = {0};
+    ck_assert_int_eq(logprob_forward_cap_dt(lp, ent, lse, h, W, DT_F32, tg, T, C, V, temp, cap, ws, vchunk, &err), 0);
+    ck_assert_int_eq(logprob_forward_ref_cap(lpr, entr, lser, h, W, tg, T, C, V, temp, cap, &err), 0);
+    expect_close("logprob_forward_cap logp", lp, lpr, T, 2e-5, 2e-5);
+    expect_close("logprob_forward_cap lse", lse, lser, T, 2e-5, 2e-5);
+    expect_close("logprob_forward_cap entropy", ent, entr, T, 2e-5, 2e-5);
+    ck_assert_int_eq(logprob_forward_ref(lp0, NULL, NULL, h, W, tg, T, C, V, temp, &err), 0);
+    double most = 0;
+    for (int t = 0; t < T; t++) most = fmax(most, fabs((double)lp0[t] - lpr[t]));
+    ck_assert_msg(most > 0.1, "the cap changed logp by %g only", most);
+    float *dlp = rnd(T, -1, 1), *dent = rnd(T, -1, 1);
+    float *dh = rnd((size_t)T * C, 0, 1), *dhr = rnd((size_t)T * C, 0, 1);
+    float *dW = rnd((size_t)V * C, -1, 1), *dWr = dup_f(dW, (size_t)V * C);
+    logprob_backward_cap_dt(dh, dW, dlp, dent, h, W, DT_F32, tg, lse, ent, T, C, V, temp, cap, ws, vchunk);
+    logprob_backward_ref_cap(dhr, dWr, dlp, dent, h, W, tg, T, C, V, temp, cap);
+    expect_close("logprob_backward_cap dhidden", dh, dhr, (size_t)T * C, 1e-4, 1e-4);
+    expect_close("logprob_backward_cap dw_lm", dW, dWr, (size_t)V * C, 1e-4, 1e-4);
+    // a bf16 head: the reference on the same (rounded) values
+    uint16_t *Wb = malloc(sizeof(uint16_t) * V * C);
+    dtype_convert(Wb, DT_BF16, W, DT_F32, (size_t)V * C);
+    dtype_convert(W, DT_F32, Wb, DT_BF16, (size_t)V * C);
+    ck_assert_int_eq(logprob_forward_cap_dt(lp, NULL, lse, h, Wb, DT_BF16, tg, T, C, V, temp, cap, ws, vchunk, &err), 0);
+    ck_assert_int_eq(logprob_forward_ref_cap(lpr, NULL, lser, h, W, tg, T, C, V, temp, cap, &err), 0);
+    expect_close("logprob_forward_cap logp (bf16 head)", lp, lpr, T, 2e-5, 2e-5);
+    logprob_backward_cap_dt(dh, NULL, dlp, NULL, h, Wb, DT_BF16, tg, lse, NULL, T, C, V, temp, cap, ws, vchunk);
+    logprob_backward_ref_cap(dhr, NULL, dlp, NULL, h, W, tg, T, C, V, temp, cap);
+    expect_close("logprob_backward_cap dhidden (bf16 head)", dh, dhr, (size_t)T * C, 1e-4, 1e-4);
+    free(Wb);
+    free(h), free(W), free(tg), free(lp), free(ent), free(lse), free(lpr), free(entr), free(lser), free(lp0);
+    free(ws), free(dlp), free(dent), free(dh), free(dhr), free(dW), free(dWr);
+}
+
+START_TEST(test_logprob_softcap) {
+    logprob_cap_case(5, 48, 300, 0.7f, 7, 3.0f);
+    logprob_cap_case(13, 48, 300, 1.0f, 128, 3.0f);
+    logprob_cap_case(9, 33, 257, 1.3f, 257, 1.5f);
+    size_t n = 1001;
+    float *x = rnd(n, -20, 20), *r = dup_f(x, n);
+    softcap_forward(x, n, 3.0f);
+    softcap_forward_ref(r, n, 3.0f);
+    expect_close("softcap_forward", x, r, n, 1e-6, 1e-6);
+    free(x), free(r);
+}
+END_TEST
+
 START_TEST(test_logprob) {
     logprob_case(1, 48, 300, 1.0f, 64);
     logprob_case(5, 48, 300, 0.7f, 7);      // many chunks, T below the small-T bound
@@ -970,6 +1027,7 @@ int main(void) {
     tcase_add_test(core, test_attention_softcap);
     tcase_add_test(core, test_swiglu);
     tcase_add_test(core, test_geglu);
+    tcase_add_test(core, test_logprob_softcap);
     tcase_add_test(core, test_scale);
     tcase_add_test(core, test_logprob);
     tcase_add_test(core, test_logprob_normalised);

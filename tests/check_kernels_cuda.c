@@ -262,6 +262,23 @@ START_TEST(test_logprob_cuda) {
     expect_dev("logprob_forward_expect_cuda entropy", ent_, ent, T, 2e-5, 2e-5);
     expect_dev("logprob_forward_expect_cuda lse", lse_, lse, T, 2e-5, 2e-5);
     expect_dev("logprob_backward_expect_cuda dhidden", dh2_, dh, T * C, 1e-4, 1e-4);
+    // gemma2's final_logit_softcapping 3 (logits up to ~8 here: bent), and the decode head's softcap op
+    float cap = 3.0f, *dW2 = rnd(V * C, -1, 1), *dW2_ = UPF(dW2, V * C), *dh3_ = UPF(NULL, T * C);
+    OK(logprob_forward_ref_cap(lp, ent, lse, h, W, tg, T, C, V, temp, cap, &err));
+    logprob_backward_ref_cap(dh, dW2, dl, de, h, W, tg, T, C, V, temp, cap);
+    lp_ = UPF(NULL, T), ent_ = UPF(NULL, T), lse_ = UPF(NULL, T);
+    OK(logprob_forward_cap_dt_cuda(lp_, ent_, lse_, h_, W_, DT_F32, tg_, T, C, V, temp, cap, ws_, vchunk, &cb, &err));
+    OK(logprob_backward_cap_dt_cuda(dh3_, dW2_, UPF(dl, T), UPF(de, T), h_, W_, DT_F32, tg_, lse_, ent_, T, C, V, temp,
+                                    cap, ws_, vchunk, &cb, &err));
+    expect_dev("logprob_forward_cap_dt_cuda logp", lp_, lp, T, 2e-5, 2e-5);
+    expect_dev("logprob_forward_cap_dt_cuda entropy", ent_, ent, T, 2e-5, 2e-5);
+    expect_dev("logprob_backward_cap_dt_cuda dhidden", dh3_, dh, T * C, 1e-4, 1e-4);
+    expect_dev("logprob_backward_cap_dt_cuda dw_lm", dW2_, dW2, V * C, 1e-4, 1e-4);
+    float *x = rnd(1001, -20, 20), *x_ = UPF(x, 1001);
+    softcap_forward_ref(x, 1001, cap);
+    OK(softcap_forward_cuda(x_, 1001, cap, 0, &err));
+    expect_dev("softcap_forward_cuda", x_, x, 1001, 1e-6, 1e-6);
+    free(x), free(dW2);
     free(h), free(W), free(dl), free(de), free(dh), free(dW);
 }
 END_TEST

@@ -302,14 +302,15 @@ START_TEST(test_config_gemma) {
     ModelConfig c, v5;
     PailErr err = {0};
     char j[4096];
-    snprintf(j, sizeof j, gemma2_2b, "");
-    ck_assert_int_eq(parse_cfg(&c, j, &err), -1);
-    ck_assert_msg(strstr(err.msg, "attn_logit_softcapping = 50 is not supported"), "%s", err.msg);
-    snprintf(j, sizeof j, gemma2_2b, ",\"attn_logit_softcapping\":null");
-    ck_assert_int_eq(parse_cfg(&c, j, &err), -1);
-    ck_assert_msg(strstr(err.msg, "final_logit_softcapping = 30 is not supported"), "%s", err.msg);
-    snprintf(j, sizeof j, gemma2_2b, ",\"attn_logit_softcapping\":null,\"final_logit_softcapping\":null");
+    snprintf(j, sizeof j, gemma2_2b, ",\"attn_logit_softcapping\":null");  // null: none
     ck_assert_msg(parse_cfg(&c, j, &err) == 0, "%s", err.msg);
+    ck_assert(c.attn_logit_softcapping == 0 && c.final_logit_softcapping == 30.0);
+    snprintf(j, sizeof j, gemma2_2b, ",\"final_logit_softcapping\":\"x\"");
+    ck_assert_int_eq(parse_cfg(&c, j, &err), -1);
+    ck_assert_msg(strstr(err.msg, "'final_logit_softcapping' is not a number"), "%s", err.msg);
+    snprintf(j, sizeof j, gemma2_2b, "");
+    ck_assert_msg(parse_cfg(&c, j, &err) == 0, "%s", err.msg);
+    ck_assert(c.attn_logit_softcapping == 50.0 && c.final_logit_softcapping == 30.0);
     ck_assert(c.type == MODEL_GEMMA2 && c.gemma_norms && !c.has_qk_norm && c.tie_word_embeddings);
     ck_assert(c.sliding_window == 4096 && c.rope_local_theta == 0 && c.rope_theta == 10000.0);
     ck_assert(c.embedding_multiplier == 48.0 && c.attention_multiplier == 1.0 / 16);
@@ -361,7 +362,7 @@ START_TEST(test_config_gemma) {
               c.rope_local_theta == 2e4 && c.rope_theta == 1e6 && c.sliding_window == 512 &&
               !memcmp(c.full_attn, v5.full_attn, sizeof c.full_attn) && c.query_pre_attn_scalar == 256);
     static const struct { const char *patch, *want; } bad[] = {
-        {"\"final_logit_softcapping\":30.0", "final_logit_softcapping = 30 is not supported"},
+        {"\"final_logit_softcapping\":-3.0", "final_logit_softcapping = -3 is out of range"},
         {"\"hidden_activation\":\"gelu\"", "hidden_activation = 'gelu' is not supported (only gelu_pytorch_tanh)"},
         {"\"use_bidirectional_attention\":true", "use_bidirectional_attention = true"},
         {"\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":8.0}", "rope_scaling.rope_type = 'yarn'"},

@@ -136,21 +136,21 @@ static int r_swiglu_backward(Backend *b, float *dg, float *du, const float *dout
     return 0;
 }
 static int r_logprob_forward(Backend *b, float *logp, float *ent, float *lse, const float *h, const void *wd,
-                             DType wdt, const int *tg, int T, int C, int V, float temp, float *ws, int vchunk,
-                             PailErr *err) {
+                             DType wdt, const int *tg, int T, int C, int V, float temp, float cap, float *ws,
+                             int vchunk, PailErr *err) {
     (void)b; (void)ws; (void)vchunk;
     float *w = f32_of(wd, wdt, (size_t)V * C);
-    int rc = logprob_forward_ref(logp, ent, lse, h, w, tg, T, C, V, temp, err);
+    int rc = logprob_forward_ref_cap(logp, ent, lse, h, w, tg, T, C, V, temp, cap, err);
     f32_done(w, wd);
     return rc;
 }
 static int r_logprob_backward(Backend *b, float *dh, float *dw, const float *dlogp, const float *dent, const float *h,
                               const void *wd, DType wdt, const int *tg, const float *lse, const float *ent, int T,
-                              int C, int V, float temp, float *ws, int vchunk, PailErr *err) {
+                              int C, int V, float temp, float cap, float *ws, int vchunk, PailErr *err) {
     NOB;
     (void)lse; (void)ent; (void)ws; (void)vchunk;
     float *w = f32_of(wd, wdt, (size_t)V * C);
-    logprob_backward_ref(dh, dw, dlogp, dent, h, w, tg, T, C, V, temp);
+    logprob_backward_ref_cap(dh, dw, dlogp, dent, h, w, tg, T, C, V, temp, cap);
     f32_done(w, wd);
     return 0;
 }
@@ -276,6 +276,7 @@ static void small_model(ModelWeights *w, ModelType type) {
         model_config_gemma_layers(&c, full, 0);
         model_config_gemma_scales(&c);
         if (type == MODEL_GEMMA3_TEXT) c.rope_scaling = ROPE_SCALING_LINEAR, c.rope_factor = 4;
+        if (type == MODEL_GEMMA2) c.attn_logit_softcapping = 0.5, c.final_logit_softcapping = 1.0;  // both bend
     }
     model_fill_random(w, &c, 0.12, 77, (uint64_t)type);
 }

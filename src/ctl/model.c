@@ -23,8 +23,8 @@ int ctl_init_model(int argc, char **argv) {
          "qwen2.5-0.5b (C896 L24 H14 Hkv2 F4864 V151936, tied, qwen2), qwen2.5-7b (C3584 L28 H28 Hkv4 "
          "F18944 V152064, qwen2); size flags override it (e.g. --layers 4)"},
         {"model-type", FLAG_STRING, &type_s, NULL, 1, 0,
-         "llama, qwen2, qwen3, mistral, exaone, granite, smollm3, olmo2, gemma2 (written without softcapping, which "
-         "pail does not run yet) or gemma3_text (default llama; qwen2 for qwen2.5-0.5b)"},
+         "llama, qwen2, qwen3, mistral, exaone, granite, smollm3, olmo2, gemma2 (Gemma2Config's softcaps 50 and 30) or "
+         "gemma3_text (default llama; qwen2 for qwen2.5-0.5b)"},
         {"hidden", FLAG_INT, &hidden, "0", 0, 65536, "hidden size C"},
         {"layers", FLAG_INT, &layers, "0", 0, 1024, "layers L"},
         {"heads", FLAG_INT, &heads, "0", 0, 1024, "attention heads H"},
@@ -73,7 +73,6 @@ int ctl_init_model(int argc, char **argv) {
     if (!shape) {
         model_config_defaults(&cfg, type);
         cfg.bos_token_id = 1, cfg.eos_token_ids[0] = 2, cfg.n_eos = 1;
-        if (type == MODEL_GEMMA2) cfg.attn_logit_softcapping = cfg.final_logit_softcapping = 0;  // as modelgen_shape
     }
     if (hidden) cfg.hidden_size = (int)hidden;
     if (layers) cfg.num_hidden_layers = (int)layers;
@@ -225,8 +224,10 @@ int ctl_model_info(int argc, char **argv) {
         printf("\n");
         if (c.rope_local_theta > 0) printf("rope_local_base_freq (sliding layers): %g\n", c.rope_local_theta);
         if (c.rope_scaling == ROPE_SCALING_LINEAR) printf("rope_scaling (full layers): linear factor=%g\n", c.rope_factor);
-        printf("attn_logit_softcapping: %s\nfinal_logit_softcapping: %s\n", c.attn_logit_softcapping > 0 ? "set" : "null",
-               c.final_logit_softcapping > 0 ? "set" : "null");
+        if (c.attn_logit_softcapping > 0) printf("attn_logit_softcapping: %g\n", c.attn_logit_softcapping);
+        else printf("attn_logit_softcapping: null\n");
+        if (c.final_logit_softcapping > 0) printf("final_logit_softcapping: %g\n", c.final_logit_softcapping);
+        else printf("final_logit_softcapping: null\n");
     }
     printf("tie_word_embeddings: %s\nqkv_bias: %s\no_bias: %s\nqk_norm: %s\n", c.tie_word_embeddings ? "true" : "false",
            c.has_qkv_bias ? "true" : "false", c.has_o_bias ? "true" : "false", c.has_qk_norm ? "true" : "false");

@@ -359,13 +359,6 @@ static int get_gemma(ModelConfig *c, json_t *root, const char *what, PailErr *er
         get_num_or_null(root, "attn_logit_softcapping", &c->attn_logit_softcapping, what, err) < 0 ||
         get_num_or_null(root, "final_logit_softcapping", &c->final_logit_softcapping, what, err) < 0)
         return -1;
-    // not yet in the attention and log-prob ops: refused rather than run wrong
-    if (c->attn_logit_softcapping > 0)
-        return err_set(err, PAIL_ERR_UNSUPPORTED, "%s: attn_logit_softcapping = %g is not supported yet (null only)",
-                       what, c->attn_logit_softcapping);
-    if (c->final_logit_softcapping > 0)
-        return err_set(err, PAIL_ERR_UNSUPPORTED, "%s: final_logit_softcapping = %g is not supported yet (null only)",
-                       what, c->final_logit_softcapping);
     if (c->type == MODEL_GEMMA3_TEXT && get_rope_gemma3(c, root, what, err) < 0) return -1;
     model_config_gemma_scales(c);
     return 0;

@@ -63,7 +63,7 @@ typedef struct {
     // sqrt(C) and attention_multiplier query_pre_attn_scalar^-0.5 use granite's fields.
     bool gemma_norms;
     int query_pre_attn_scalar;
-    double attn_logit_softcapping, final_logit_softcapping;  // 0 = null (gemma2 refuses others for now)
+    double attn_logit_softcapping, final_logit_softcapping;  // cap tanh(x / cap) on scores / logits; 0 = null
     // bit l set = layer l is a full_attention layer although sliding_window > 0 (gemma's layer_types;
     // all clear for mistral: every layer windowed)
     unsigned long long full_attn[MODEL_MAX_LAYERS / 64];

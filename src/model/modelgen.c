@@ -39,8 +39,6 @@ int modelgen_shape(ModelConfig *cfg, const char *shape, ModelType type) {
         c.rope_theta = 1000000.0;
         c.max_position_embeddings = 32768;
     }
-    // gemma2 without its softcaps (null), which pail does not run yet
-    if (type == MODEL_GEMMA2) c.attn_logit_softcapping = c.final_logit_softcapping = 0;
     c.bos_token_id = bos;
     c.eos_token_ids[0] = eos;
     c.n_eos = 1;

@@ -680,13 +680,14 @@ int transformer_forward(Transformer *tf, float *logp, float *entropy, const int 
         DType hdt = wdt(tf, PARAM_LM_HEAD);
         // A LoRA step's backward (frozen head) needs only sum_j p_j W_j per row:
         // computed here, it spares the backward a second pass over the vocabulary.
-        bool expect = tf->plan.backward && !tf->plan.full && tf->lora_on;
+        // (gemma2's final_logit_softcapping has no expectation op: its LoRA backward recomputes the head)
+        bool expect = tf->plan.backward && !tf->plan.full && tf->lora_on && !(c->final_logit_softcapping > 0);
         if (expect)
             OP(logprob_forward_expect, lp, ent, tf->lse_sel, tf->expect_sel, tf->hsel, head, hdt, tf->d_tsel, n, C, V,
                tf->temperature, tf->ws, tf->ws_floats);
         else
             OP(logprob_forward, lp, ent, tf->lse_sel, tf->hsel, head, hdt, tf->d_tsel, n, C, V, tf->temperature,
-               tf->ws, tf->plan.vchunk);
+               (float)c->final_logit_softcapping, tf->ws, tf->plan.vchunk);
         tf->have_expect = expect;
         const float *hlp = host_view(tf, lp, tf->h_lp, (size_t)n, err);
         const float *hent = ent ? host_view(tf, ent, tf->h_ent, (size_t)n, err) : NULL;
@@ -860,7 +861,7 @@ int transformer_backward(Transformer *tf, float *lora_grads, float *base_grads, 
                tf->temperature);
         else
             OP(logprob_backward, tf->dhsel, dlm, tf->dlogp_sel, NULL, tf->hsel, head, hdt, tf->d_tsel, tf->lse_sel, NULL,
-               tf->Tsel, C, V, tf->temperature, tf->ws, tf->plan.vchunk);
+               tf->Tsel, C, V, tf->temperature, (float)c->final_logit_softcapping, tf->ws, tf->plan.vchunk);
         OP(scatter_rows, tf->dxn, tf->dhsel, tf->d_sel, tf->Tsel, C);
     }
     float *dfw = full ? base_grads + tf->w->offsets[PARAM_FINAL_NORM] : NULL;
@@ -1055,6 +1056,8 @@ static int extend_ops(Transformer *tf, float *out, int T, int npart, PailErr *er
     OP(rmsnorm_forward, tf->xf, NULL, tf->hsel, wv(tf, PARAM_FINAL_NORM, 0), npart, C, (float)c->rms_norm_eps);
     OP(matmul_forward, out, tf->xf, wm(tf, PARAM_LM_HEAD, 0), wdt(tf, PARAM_LM_HEAD), NULL, npart, C, V,
        c->logits_scaling > 0 ? (float)(1.0 / c->logits_scaling) : 1.0f, 0.0f);  // granite: / logits_scaling
+    if (c->final_logit_softcapping > 0)  // gemma2: the sampler sees transformers' capped logits
+        OP(softcap, out, (size_t)npart * V, (float)c->final_logit_softcapping);
     return 0;
 }
 

@@ -165,6 +165,10 @@ def compare_config(name, cfg, fields):
                            for t in cfg.layer_types)
         if fields.get("layer_types") != want_lt:
             bad.append(f"layer_types '{fields.get('layer_types')}' vs '{want_lt}'")
+        for k in ("attn_logit_softcapping", "final_logit_softcapping"):
+            want_cap = "%g" % getattr(cfg, k) if getattr(cfg, k) else "null"
+            if fields.get(k) != want_cap:
+                bad.append(f"{k} {fields.get(k)} vs {want_cap}")
         if cfg.model_type == "gemma3_text":
             local = cfg.rope_parameters["sliding_attention"]["rope_theta"]
             if abs(float(fields.get("rope_local_base_freq (sliding layers)", "nan")) - local) > 1e-6 * local:
@@ -309,10 +313,10 @@ def main():
         ("olmo2-f32-sharded", Olmo2Config(**small, pad_token_id=None), torch.float32, "40KB"),
         ("smollm3-f32-nope-untied", SmolLM3Config(**small, no_rope_layers=[1, 0, 1], tie_word_embeddings=False,
                                                   pad_token_id=None), torch.float32, None),
-        # gemma: softcaps null (pail refuses others so far); gemma3's rope given in the legacy
-        # spelling, which transformers saves as rope_parameters per layer type
-        ("gemma2-bf16-window16", Gemma2Config(**small, head_dim=16, sliding_window=16, attn_logit_softcapping=None,
-                                              final_logit_softcapping=None, pad_token_id=None), torch.bfloat16, None),
+        # gemma2 with Gemma2Config's softcaps (50, 30); gemma3's rope given in the legacy spelling,
+        # which transformers saves as rope_parameters per layer type
+        ("gemma2-bf16-window16-softcaps", Gemma2Config(**small, head_dim=16, sliding_window=16, pad_token_id=None),
+         torch.bfloat16, None),
         ("gemma3_text-f32-linear-rope-sharded", Gemma3TextConfig(
             **small, head_dim=16, sliding_window=16, layer_types=["sliding_attention", "full_attention",
                                                                  "sliding_attention"],
