@@ -103,10 +103,11 @@ typedef struct {
                             int vchunk, PailErr *err);
     int (*logprob_forward_expect)(Backend *b, float *logp, float *entropy, float *lse, float *expect,
                                   const float *hidden, const void *w_lm, DType wdt, const int *targets, int T, int C, int V,
-                                  float temperature, float *ws, size_t ws_floats, PailErr *err);
+                                  float temperature, float cap, float *ws, size_t ws_floats, PailErr *err);
+    // hidden: the forward's rows, read only with a cap (the target's 1 - tanh^2)
     int (*logprob_backward_expect)(Backend *b, float *dhidden, const float *dlogp, const float *expect,
                                    const void *w_lm, DType wdt, const int *targets, int T, int C, float temperature,
-                                   PailErr *err);
+                                   float cap, const float *hidden, PailErr *err);
     // tokens must be in [0, V) (checked on the host, as targets)
     int (*embedding_forward)(Backend *b, float *out, const void *table, DType tdt, const int *tokens, int T, int C,
                              int V, PailErr *err);

@@ -211,16 +211,17 @@ static int cpu_logprob_backward(Backend *b, float *dhidden, float *dw_lm, const 
 }
 static int cpu_logprob_forward_expect(Backend *b, float *logp, float *entropy, float *lse, float *expect,
                                       const float *hidden, const void *w_lm, DType wdt, const int *targets, int T,
-                                      int C, int V, float temperature, float *ws, size_t ws_floats, PailErr *err) {
+                                      int C, int V, float temperature, float cap, float *ws, size_t ws_floats,
+                                      PailErr *err) {
     (void)b;
-    return logprob_forward_expect_dt(logp, entropy, lse, expect, hidden, w_lm, wdt, targets, T, C, V, temperature, ws,
-                                  ws_floats, err);
+    return logprob_forward_expect_cap_dt(logp, entropy, lse, expect, hidden, w_lm, wdt, targets, T, C, V, temperature,
+                                         cap, ws, ws_floats, err);
 }
 static int cpu_logprob_backward_expect(Backend *b, float *dhidden, const float *dlogp, const float *expect,
                                        const void *w_lm, DType wdt, const int *targets, int T, int C,
-                                       float temperature, PailErr *err) {
+                                       float temperature, float cap, const float *hidden, PailErr *err) {
     UNUSED;
-    logprob_backward_expect_dt(dhidden, dlogp, expect, w_lm, wdt, targets, T, C, temperature);
+    logprob_backward_expect_cap_dt(dhidden, dlogp, expect, w_lm, wdt, targets, T, C, temperature, cap, hidden);
     return 0;
 }
 static int cpu_embedding_forward(Backend *b, float *out, const void *table, DType tdt, const int *tokens, int T,

@@ -170,13 +170,16 @@ static int cu_logprob_backward(B_, float *dhidden, float *dw_lm, const float *dl
 }
 static int cu_logprob_forward_expect(B_, float *logp, float *entropy, float *lse, float *expect,
                                      const float *hidden, const void *w_lm, DType wdt, const int *targets, int T,
-                                     int C, int V, float temperature, float *ws, size_t ws_floats, PailErr *err) {
-    return logprob_forward_expect_dt_cuda(logp, entropy, lse, expect, hidden, w_lm, wdt, targets, T, C, V,
-                                          temperature, ws, ws_floats, CB_, err);
+                                     int C, int V, float temperature, float cap, float *ws, size_t ws_floats,
+                                     PailErr *err) {
+    return logprob_forward_expect_cap_dt_cuda(logp, entropy, lse, expect, hidden, w_lm, wdt, targets, T, C, V,
+                                              temperature, cap, ws, ws_floats, CB_, err);
 }
 static int cu_logprob_backward_expect(B_, float *dhidden, const float *dlogp, const float *expect, const void *w_lm,
-                                      DType wdt, const int *targets, int T, int C, float temperature, PailErr *err) {
-    return logprob_backward_expect_dt_cuda(dhidden, dlogp, expect, w_lm, wdt, targets, T, C, temperature, CB_, err);
+                                      DType wdt, const int *targets, int T, int C, float temperature, float cap,
+                                      const float *hidden, PailErr *err) {
+    return logprob_backward_expect_cap_dt_cuda(dhidden, dlogp, expect, w_lm, wdt, targets, T, C, temperature, cap,
+                                               hidden, CB_, err);
 }
 static int cu_embedding_forward(B_, float *out, const void *table, DType tdt, const int *tokens, int T, int C, int V,
                                 PailErr *err) {

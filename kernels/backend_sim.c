@@ -485,27 +485,28 @@ static int sim_logprob_backward(Backend *b, float *dhidden, float *dw_lm, const 
 static int run_logprob_forward_expect(const SimOp *o, PailErr *err) {
     return CPU_OP(logprob_forward_expect, P(0, float *), P(1, float *), P(2, float *), P(3, float *),
                   P(4, const float *), P(5, const void *), o->dt, P(6, const int *), I(0), I(1), I(2), o->f[0],
-                  P(7, float *), Z(3));
+                  o->f[1], P(7, float *), Z(3));
 }
 static int sim_logprob_forward_expect(Backend *b, float *logp, float *entropy, float *lse, float *expect,
                                       const float *hidden, const void *w_lm, DType wdt, const int *targets, int T,
-                                      int C, int V, float temperature, float *ws, size_t ws_floats, PailErr *err) {
+                                      int C, int V, float temperature, float cap, float *ws, size_t ws_floats,
+                                      PailErr *err) {
     SimOp o = {.run = run_logprob_forward_expect, .name = "logprob_forward_expect",
                .p = {logp, entropy, lse, expect, (void *)hidden, (void *)w_lm, (void *)targets, ws},
-               .i = {T, C, V, (long long)ws_floats}, .f = {temperature}, .dt = wdt};
+               .i = {T, C, V, (long long)ws_floats}, .f = {temperature, cap}, .dt = wdt};
     return submit(b, &o, 8, err);
 }
 static int run_logprob_backward_expect(const SimOp *o, PailErr *err) {
     return CPU_OP(logprob_backward_expect, P(0, float *), P(1, const float *), P(2, const float *),
-                  P(3, const void *), o->dt, P(4, const int *), I(0), I(1), o->f[0]);
+                  P(3, const void *), o->dt, P(4, const int *), I(0), I(1), o->f[0], o->f[1], P(5, const float *));
 }
 static int sim_logprob_backward_expect(Backend *b, float *dhidden, const float *dlogp, const float *expect,
                                        const void *w_lm, DType wdt, const int *targets, int T, int C,
-                                       float temperature, PailErr *err) {
+                                       float temperature, float cap, const float *hidden, PailErr *err) {
     SimOp o = {.run = run_logprob_backward_expect, .name = "logprob_backward_expect",
-               .p = {dhidden, (void *)dlogp, (void *)expect, (void *)w_lm, (void *)targets}, .i = {T, C},
-               .f = {temperature}, .dt = wdt};
-    return submit(b, &o, 5, err);
+               .p = {dhidden, (void *)dlogp, (void *)expect, (void *)w_lm, (void *)targets, (void *)hidden},
+               .i = {T, C}, .f = {temperature, cap}, .dt = wdt};
+    return submit(b, &o, 6, err);
 }
 static int run_embedding_forward(const SimOp *o, PailErr *err) {
     return CPU_OP(embedding_forward, P(0, float *), P(1, const void *), o->dt, P(2, const int *), I(0), I(1), I(2));

@@ -211,8 +211,7 @@ void logprob_backward_ref(float *dhidden, float *dw_lm, const float *dlogp,
 // is then dhidden_t = dlogp_t (w_lm[target_t] / temperature - expect_t).
 // Same logp, lse, entropy as logprob_forward.
 // The head with gemma2's final_logit_softcapping cap > 0: z = cap tanh(x / cap) / temperature,
-// x = hidden W_lm^T (cap = 0: the ops above). No expectation variant: a capped model's LoRA
-// backward takes logprob_backward_cap_dt.
+// x = hidden W_lm^T (cap = 0: the ops above), and the expectation pair.
 int logprob_forward_cap_dt(float *logp, float *entropy, float *lse, const float *hidden, const void *w_lm, DType wdt,
                            const int *targets, int T, int C, int V, float temperature, float cap, float *ws,
                            int vchunk, PailErr *err);
@@ -220,6 +219,13 @@ void logprob_backward_cap_dt(float *dhidden, float *dw_lm, const float *dlogp, c
                              const float *hidden, const void *w_lm, DType wdt, const int *targets, const float *lse,
                              const float *entropy, int T, int C, int V, float temperature, float cap, float *ws,
                              int vchunk);
+int logprob_forward_expect_cap_dt(float *logp, float *entropy, float *lse, float *expect, const float *hidden,
+                                  const void *w_lm, DType wdt, const int *targets, int T, int C, int V,
+                                  float temperature, float cap, float *ws, size_t ws_floats, PailErr *err);
+// hidden: the forward's rows (read only when cap > 0)
+void logprob_backward_expect_cap_dt(float *dhidden, const float *dlogp, const float *expect, const void *w_lm,
+                                    DType wdt, const int *targets, int T, int C, float temperature, float cap,
+                                    const float *hidden);
 int logprob_forward_ref_cap(float *logp, float *entropy, float *lse, const float *hidden, const float *w_lm,
                             const int *targets, int T, int C, int V, float temperature, float cap, PailErr *err);
 void logprob_backward_ref_cap(float *dhidden, float *dw_lm, const float *dlogp, const float *dentropy,
@@ -419,6 +425,13 @@ int logprob_backward_cap_dt_cuda(float *dhidden, float *dw_lm, const float *dlog
                                  const float *hidden, const void *w_lm, DType wdt, const int *targets,
                                  const float *lse, const float *entropy, int T, int C, int V, float temperature,
                                  float cap, float *ws, int vchunk, CudaBlas *cb, PailErr *err);
+int logprob_forward_expect_cap_dt_cuda(float *logp, float *entropy, float *lse, float *expect, const float *hidden,
+                                       const void *w_lm, DType wdt, const int *targets, int T, int C, int V,
+                                       float temperature, float cap, float *ws, size_t ws_floats, CudaBlas *cb,
+                                       PailErr *err);
+int logprob_backward_expect_cap_dt_cuda(float *dhidden, const float *dlogp, const float *expect, const void *w_lm,
+                                        DType wdt, const int *targets, int T, int C, float temperature, float cap,
+                                        const float *hidden, CudaBlas *cb, PailErr *err);
 int logprob_forward_dt_cuda(float *logp, float *entropy, float *lse, const float *hidden,
                             const void *w_lm, DType wdt, const int *targets, int T, int C,
                             int V, float temperature, float *ws, int vchunk, CudaBlas *cb, PailErr *err);

@@ -186,6 +186,16 @@ int logprob_forward_expect_dt(float *logp, float *entropy, float *lse, float *ex
                               const float *hidden, const void *w_lm, DType wdt,
                               const int *targets, int T, int C, int V, float temperature,
                               float *ws, size_t ws_floats, PailErr *err) {
+    return logprob_forward_expect_cap_dt(logp, entropy, lse, expect, hidden, w_lm, wdt, targets, T, C, V, temperature,
+                                         0.0f, ws, ws_floats, err);
+}
+
+// With a cap: expect = sum_j p_j (1 - tanh_j^2) W_j / temperature (the capped logits' gradient);
+// the backward's target term needs 1 - tanh_t^2, which it recomputes from hidden.
+int logprob_forward_expect_cap_dt(float *logp, float *entropy, float *lse, float *expect,
+                                  const float *hidden, const void *w_lm, DType wdt,
+                                  const int *targets, int T, int C, int V, float temperature, float cap,
+                                  float *ws, size_t ws_floats, PailErr *err) {
     if (targets_check(targets, T, V, temperature, 1, err)) return -1;
     size_t rows = ws_floats / (size_t)V;
     if (rows < 1)
@@ -196,7 +206,25 @@ int logprob_forward_expect_dt(float *logp, float *entropy, float *lse, float *ex
     for (int t0 = 0; t0 < T; t0 += (int)rows) {
         int nr = T - t0 < (int)rows ? T - t0 : (int)rows;
         float *z = ws;
-        matmul_forward_dt(z, hidden + (size_t)t0 * C, w_lm, wdt, NULL, nr, C, V, inv_t, 0.0f);
+        matmul_forward_dt(z, hidden + (size_t)t0 * C, w_lm, wdt, NULL, nr, C, V, cap > 0 ? 1.0f : inv_t, 0.0f);
+        if (cap > 0) {
+            cap_chunk(z, (size_t)nr * V, cap, inv_t);
+#pragma omp parallel for schedule(static)
+            for (int r = 0; r < nr; r++) {
+                float *zr = z + (size_t)r * V, m = row_max(zr, V), zt = zr[targets[t0 + r]], a;
+                float s = exp_sums(NULL, zr, V, m, &a), k = temperature / cap;
+                float l = m + logf(s), inv_s = 1.0f / s;
+                logp[t0 + r] = zt - l;
+                if (lse) lse[t0 + r] = l;
+                if (entropy) entropy[t0 + r] = l - a * inv_s;
+                for (int j = 0; j < V; j++) {
+                    float th = zr[j] * k;
+                    zr[j] = expf(zr[j] - m) * inv_s * (1.0f - th * th);  // p (1 - tanh^2)
+                }
+            }
+            matmul_backward_dt(expect + (size_t)t0 * C, NULL, NULL, z, NULL, w_lm, wdt, nr, C, V, inv_t, 0.0f);
+            continue;
+        }
 #pragma omp parallel for schedule(static)
         for (int r = 0; r < nr; r++) {
             float *zr = z + (size_t)r * V, m = row_max(zr, V), zt = zr[targets[t0 + r]], a;
@@ -228,9 +256,41 @@ int logprob_forward_expect(float *logp, float *entropy, float *lse, float *expec
 void logprob_backward_expect_dt(float *dhidden, const float *dlogp, const float *expect,
                                 const void *w_lm, DType wdt, const int *targets, int T, int C,
                                 float temperature) {
+    logprob_backward_expect_cap_dt(dhidden, dlogp, expect, w_lm, wdt, targets, T, C, temperature, 0.0f, NULL);
+}
+
+// cap > 0: dhidden = dlogp ((1 - tanh_t^2) W_t / temperature - expect), tanh_t = tanh(hidden_t . W_t / cap)
+// recomputed here (one dot of C a row).
+void logprob_backward_expect_cap_dt(float *dhidden, const float *dlogp, const float *expect,
+                                    const void *w_lm, DType wdt, const int *targets, int T, int C,
+                                    float temperature, float cap, const float *hidden) {
     float inv_t = 1.0f / temperature;
     DtCvtFn cvt = dtype_to_f32_fn(wdt, dtype_isa_id());
     size_t esz = dtype_size(wdt);
+    if (cap > 0) {
+#pragma omp parallel for schedule(static)
+        for (int t = 0; t < T; t++) {
+            const char *row = (const char *)w_lm + (size_t)targets[t] * C * esz;
+            const float *e = expect + (size_t)t * C, *h = hidden + (size_t)t * C;
+            float *d = dhidden + (size_t)t * C, g = dlogp[t], x = 0;
+            for (int c0 = 0; c0 < C; c0 += EXP_CHUNK) {  // x = h . W_t
+                int cnt = C - c0 < EXP_CHUNK ? C - c0 : EXP_CHUNK;
+                float wb[EXP_CHUNK];
+                if (cvt) cvt(wb, row + (size_t)c0 * esz, cnt);
+                else memcpy(wb, row + (size_t)c0 * esz, sizeof(float) * cnt);
+                for (int c = 0; c < cnt; c++) x += h[c0 + c] * wb[c];
+            }
+            float th = tanhf(x / cap), gt = (1.0f - th * th) * inv_t;
+            for (int c0 = 0; c0 < C; c0 += EXP_CHUNK) {
+                int cnt = C - c0 < EXP_CHUNK ? C - c0 : EXP_CHUNK;
+                float wb[EXP_CHUNK];
+                if (cvt) cvt(wb, row + (size_t)c0 * esz, cnt);
+                else memcpy(wb, row + (size_t)c0 * esz, sizeof(float) * cnt);
+                for (int c = 0; c < cnt; c++) d[c0 + c] = g * (wb[c] * gt - e[c0 + c]);
+            }
+        }
+        return;
+    }
 #pragma omp parallel for schedule(static)
     for (int t = 0; t < T; t++) {
         const float *w = (const float *)w_lm + (size_t)targets[t] * C, *e = expect + (size_t)t * C;

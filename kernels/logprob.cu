@@ -163,7 +163,7 @@ extern "C" int logprob_backward_cuda(float *dhidden, float *dw_lm, const float *
 // One block per row of a row block's full logits: max, sum of exp, the target's
 // logit; the row becomes p in place. CPU twin: logprob_forward_expect.
 __global__ static void row_softmax(float *logp, float *entropy, float *lse, float *z,
-                                   const int *targets, int V) {
+                                   const int *targets, int V, float cap_k) {
     __shared__ float sh[32];
     int r = blockIdx.x;
     float *zr = z + (size_t)r * V;
@@ -185,7 +185,28 @@ __global__ static void row_softmax(float *logp, float *entropy, float *lse, floa
         if (entropy) entropy[r] = l - a * inv_s;
     }
     __syncthreads();
-    for (int j = threadIdx.x; j < V; j += blockDim.x) zr[j] = expf(zr[j] - m) * inv_s;
+    if (cap_k > 0)  // capped logits: p (1 - tanh^2), tanh = z temperature / cap
+        for (int j = threadIdx.x; j < V; j += blockDim.x) {
+            float th = zr[j] * cap_k;
+            zr[j] = expf(zr[j] - m) * inv_s * (1.0f - th * th);
+        }
+    else
+        for (int j = threadIdx.x; j < V; j += blockDim.x) zr[j] = expf(zr[j] - m) * inv_s;
+}
+
+// Capped: one block per row; x = hidden_t . W_t (block sum), then the row's difference.
+__global__ static void expect_diff_cap(float *dhidden, const float *dlogp, const float *expect, const void *w_lm,
+                                       DType wdt, const int *targets, const float *hidden, int C, float inv_t,
+                                       float cap) {
+    __shared__ float sh[32];
+    int t = blockIdx.x;
+    size_t wrow = (size_t)targets[t] * C;
+    float x = 0.0f;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) x += hidden[(size_t)t * C + c] * dt_load(w_lm, wdt, wrow + c);
+    x = block_reduce(x, sh, false);
+    float th = tanhf(x / cap), gt = (1.0f - th * th) * inv_t;
+    for (int c = threadIdx.x; c < C; c += blockDim.x)
+        dhidden[(size_t)t * C + c] = dlogp[t] * (dt_load(w_lm, wdt, wrow + c) * gt - expect[(size_t)t * C + c]);
 }
 
 __global__ static void expect_diff(float *dhidden, const float *dlogp, const float *expect,
@@ -197,11 +218,11 @@ __global__ static void expect_diff(float *dhidden, const float *dlogp, const flo
     dhidden[i] = dlogp[t] * (dt_load(w_lm, wdt, (size_t)targets[t] * C + c) * inv_t - expect[i]);
 }
 
-extern "C" int logprob_forward_expect_dt_cuda(float *logp, float *entropy, float *lse,
-                                              float *expect, const float *hidden,
-                                              const void *w_lm, DType wdt, const int *targets,
-                                              int T, int C, int V, float temperature, float *ws,
-                                              size_t ws_floats, CudaBlas *cb, PailErr *err) {
+extern "C" int logprob_forward_expect_cap_dt_cuda(float *logp, float *entropy, float *lse,
+                                                  float *expect, const float *hidden,
+                                                  const void *w_lm, DType wdt, const int *targets,
+                                                  int T, int C, int V, float temperature, float cap, float *ws,
+                                                  size_t ws_floats, CudaBlas *cb, PailErr *err) {
     size_t rows = ws_floats / (size_t)V;
     if (!(temperature > 0) || rows < 1)
         return err_set(err, PAIL_ERR_INVALID,
@@ -210,17 +231,30 @@ extern "C" int logprob_forward_expect_dt_cuda(float *logp, float *entropy, float
     float inv_t = 1.0f / temperature;
     for (int t0 = 0; t0 < T; t0 += (int)rows) {
         int nr = T - t0 < (int)rows ? T - t0 : (int)rows;
-        if (matmul_forward_dt_cuda(ws, hidden + (size_t)t0 * C, w_lm, wdt, NULL, nr, C, V, inv_t,
+        if (matmul_forward_dt_cuda(ws, hidden + (size_t)t0 * C, w_lm, wdt, NULL, nr, C, V, cap > 0 ? 1.0f : inv_t,
                                    0.0f, cb, err))
             return err_wrap(err, "logprob_forward_expect_cuda rows at %d", t0);
+        if (cap > 0) {
+            cap_chunk<<<cuda_blocks((size_t)nr * V, 256), 256, 0, cb->stream>>>(ws, (size_t)nr * V, cap, inv_t);
+            if (cuda_launch_check("logprob_forward_expect_cuda cap", err)) return -1;
+        }
         row_softmax<<<nr, 256, 0, cb->stream>>>(logp + t0, entropy ? entropy + t0 : NULL, lse ? lse + t0 : NULL,
-                                                ws, targets + t0, V);
+                                                ws, targets + t0, V, cap > 0 ? temperature / cap : 0.0f);
         if (cuda_launch_check("logprob_forward_expect_cuda softmax", err)) return -1;
         if (matmul_backward_dt_cuda(expect + (size_t)t0 * C, NULL, NULL, ws, NULL, w_lm, wdt, nr, C,
                                     V, inv_t, 0.0f, cb, err))
             return err_wrap(err, "logprob_forward_expect_cuda rows at %d", t0);
     }
     return 0;
+}
+
+extern "C" int logprob_forward_expect_dt_cuda(float *logp, float *entropy, float *lse,
+                                              float *expect, const float *hidden,
+                                              const void *w_lm, DType wdt, const int *targets,
+                                              int T, int C, int V, float temperature, float *ws,
+                                              size_t ws_floats, CudaBlas *cb, PailErr *err) {
+    return logprob_forward_expect_cap_dt_cuda(logp, entropy, lse, expect, hidden, w_lm, wdt, targets, T, C, V,
+                                              temperature, 0.0f, ws, ws_floats, cb, err);
 }
 
 extern "C" int logprob_forward_expect_cuda(float *logp, float *entropy, float *lse,
@@ -239,6 +273,18 @@ extern "C" int logprob_backward_expect_dt_cuda(float *dhidden, const float *dlog
     if (T <= 0) return 0;
     expect_diff<<<cuda_blocks((size_t)T * C, 256), 256, 0, cb->stream>>>(dhidden, dlogp, expect, w_lm, wdt,
                                                                           targets, T, C, 1.0f / temperature);
+    return cuda_launch_check("logprob_backward_expect_cuda", err);
+}
+
+extern "C" int logprob_backward_expect_cap_dt_cuda(float *dhidden, const float *dlogp,
+                                                   const float *expect, const void *w_lm, DType wdt,
+                                                   const int *targets, int T, int C, float temperature, float cap,
+                                                   const float *hidden, CudaBlas *cb, PailErr *err) {
+    if (!(cap > 0))
+        return logprob_backward_expect_dt_cuda(dhidden, dlogp, expect, w_lm, wdt, targets, T, C, temperature, cb, err);
+    if (T <= 0) return 0;
+    expect_diff_cap<<<T, 256, 0, cb->stream>>>(dhidden, dlogp, expect, w_lm, wdt, targets, hidden, C,
+                                               1.0f / temperature, cap);
     return cuda_launch_check("logprob_backward_expect_cuda", err);
 }
 

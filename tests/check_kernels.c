@@ -513,6 +513,15 @@ static void logprob_cap_case(int T, int C, int V, float temp, int vchunk, float 
     logprob_backward_ref_cap(dhr, dWr, dlp, dent, h, W, tg, T, C, V, temp, cap);
     expect_close("logprob_backward_cap dhidden", dh, dhr, (size_t)T * C, 1e-4, 1e-4);
     expect_close("logprob_backward_cap dw_lm", dW, dWr, (size_t)V * C, 1e-4, 1e-4);
+    // the expectation pair with the cap (blocks of 3 rows), against the reference without dentropy
+    float *ex = rnd((size_t)T * C, 0, 1), *ws3 = malloc(sizeof(float) * 3 * V), *lp3 = rnd(T, 0, 1);
+    ck_assert_int_eq(logprob_forward_expect_cap_dt(lp3, NULL, NULL, ex, h, W, DT_F32, tg, T, C, V, temp, cap, ws3,
+                                                   3 * (size_t)V, &err), 0);
+    expect_close("logprob_forward_expect_cap logp", lp3, lpr, T, 2e-5, 2e-5);
+    logprob_backward_expect_cap_dt(dh, dlp, ex, W, DT_F32, tg, T, C, temp, cap, h);
+    logprob_backward_ref_cap(dhr, NULL, dlp, NULL, h, W, tg, T, C, V, temp, cap);
+    expect_close("logprob_backward_expect_cap dhidden", dh, dhr, (size_t)T * C, 1e-4, 1e-4);
+    free(ex), free(ws3), free(lp3);
     // a bf16 head: the reference on the same (rounded) values
     uint16_t *Wb = malloc(sizeof(uint16_t) * V * C);
     dtype_convert(Wb, DT_BF16, W, DT_F32, (size_t)V * C);

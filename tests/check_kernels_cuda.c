@@ -274,6 +274,14 @@ START_TEST(test_logprob_cuda) {
     expect_dev("logprob_forward_cap_dt_cuda entropy", ent_, ent, T, 2e-5, 2e-5);
     expect_dev("logprob_backward_cap_dt_cuda dhidden", dh3_, dh, T * C, 1e-4, 1e-4);
     expect_dev("logprob_backward_cap_dt_cuda dw_lm", dW2_, dW2, V * C, 1e-4, 1e-4);
+    logprob_backward_ref_cap(dh, NULL, dl, NULL, h, W, tg, T, C, V, temp, cap);  // the capped expectation pair
+    float *ex2_ = UPF(NULL, T * C), *dh4_ = UPF(NULL, T * C);
+    lp_ = UPF(NULL, T);
+    OK(logprob_forward_expect_cap_dt_cuda(lp_, NULL, NULL, ex2_, h_, W_, DT_F32, tg_, T, C, V, temp, cap, ws4_, 4 * V,
+                                          &cb, &err));
+    OK(logprob_backward_expect_cap_dt_cuda(dh4_, UPF(dl, T), ex2_, W_, DT_F32, tg_, T, C, temp, cap, h_, &cb, &err));
+    expect_dev("logprob_forward_expect_cap_dt_cuda logp", lp_, lp, T, 2e-5, 2e-5);
+    expect_dev("logprob_backward_expect_cap_dt_cuda dhidden", dh4_, dh, T * C, 1e-4, 1e-4);
     float *x = rnd(1001, -20, 20), *x_ = UPF(x, 1001);
     softcap_forward_ref(x, 1001, cap);
     OK(softcap_forward_cuda(x_, 1001, cap, 0, &err));

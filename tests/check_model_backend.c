@@ -160,20 +160,21 @@ typedef struct { const float *h; const int *tg; int V; } ExpectCtx;
 static ExpectCtx ectx;
 static int r_logprob_forward_expect(Backend *b, float *logp, float *ent, float *lse, float *expect, const float *h,
                                     const void *wd, DType wdt, const int *tg, int T, int C, int V, float temp,
-                                    float *ws, size_t wsf, PailErr *err) {
+                                    float cap, float *ws, size_t wsf, PailErr *err) {
     (void)b; (void)expect; (void)ws; (void)wsf;
     ectx = (ExpectCtx){h, tg, V};
     float *w = f32_of(wd, wdt, (size_t)V * C);
-    int rc = logprob_forward_ref(logp, ent, lse, h, w, tg, T, C, V, temp, err);
+    int rc = logprob_forward_ref_cap(logp, ent, lse, h, w, tg, T, C, V, temp, cap, err);
     f32_done(w, wd);
     return rc;
 }
 static int r_logprob_backward_expect(Backend *b, float *dh, const float *dlogp, const float *expect, const void *wd,
-                                     DType wdt, const int *tg, int T, int C, float temp, PailErr *err) {
+                                     DType wdt, const int *tg, int T, int C, float temp, float cap, const float *h,
+                                     PailErr *err) {
     NOB;
-    (void)expect; (void)tg;
+    (void)expect; (void)tg; (void)h;
     float *w = f32_of(wd, wdt, (size_t)ectx.V * C);
-    logprob_backward_ref(dh, NULL, dlogp, NULL, ectx.h, w, ectx.tg, T, C, ectx.V, temp);
+    logprob_backward_ref_cap(dh, NULL, dlogp, NULL, ectx.h, w, ectx.tg, T, C, ectx.V, temp, cap);
     f32_done(w, wd);
     return 0;
 }

@@ -680,11 +680,10 @@ int transformer_forward(Transformer *tf, float *logp, float *entropy, const int 
         DType hdt = wdt(tf, PARAM_LM_HEAD);
         // A LoRA step's backward (frozen head) needs only sum_j p_j W_j per row:
         // computed here, it spares the backward a second pass over the vocabulary.
-        // (gemma2's final_logit_softcapping has no expectation op: its LoRA backward recomputes the head)
-        bool expect = tf->plan.backward && !tf->plan.full && tf->lora_on && !(c->final_logit_softcapping > 0);
+        bool expect = tf->plan.backward && !tf->plan.full && tf->lora_on;
         if (expect)
             OP(logprob_forward_expect, lp, ent, tf->lse_sel, tf->expect_sel, tf->hsel, head, hdt, tf->d_tsel, n, C, V,
-               tf->temperature, tf->ws, tf->ws_floats);
+               tf->temperature, (float)c->final_logit_softcapping, tf->ws, tf->ws_floats);
         else
             OP(logprob_forward, lp, ent, tf->lse_sel, tf->hsel, head, hdt, tf->d_tsel, n, C, V, tf->temperature,
                (float)c->final_logit_softcapping, tf->ws, tf->plan.vchunk);
@@ -858,7 +857,7 @@ int transformer_backward(Transformer *tf, float *lora_grads, float *base_grads, 
         DType hdt = wdt(tf, PARAM_LM_HEAD);
         if (tf->have_expect)  // a LoRA plan: no head gradient (dlm) can be asked for
             OP(logprob_backward_expect, tf->dhsel, tf->dlogp_sel, tf->expect_sel, head, hdt, tf->d_tsel, tf->Tsel, C,
-               tf->temperature);
+               tf->temperature, (float)c->final_logit_softcapping, tf->hsel);
         else
             OP(logprob_backward, tf->dhsel, dlm, tf->dlogp_sel, NULL, tf->hsel, head, hdt, tf->d_tsel, tf->lse_sel, NULL,
                tf->Tsel, C, V, tf->temperature, (float)c->final_logit_softcapping, tf->ws, tf->plan.vchunk);
