@@ -5,7 +5,7 @@ attention_bias, qwen3 q/k norm, tied and untied embeddings, llama3 rope
 scaling, mistral's sliding window W = 8 under 32-token sequences, exaone's own
 tensor names, granite's multipliers, olmo2's post-norms and whole-projection q/k
 norms, smollm3's layer without RoPE, gemma3_text's sandwich norms with a
-sliding and a global layer on two RoPE bases, gemma2 with null softcaps), saved with
+sliding and a global layer on two RoPE bases, gemma2 with its two softcaps), saved with
 save_pretrained and loaded by pail from the same folder:
 
 - per-token log-probs of packed rows (3 sequences of different lengths in one
