@@ -4,7 +4,10 @@
 // keys in blocks with an online softmax, nothing (T,T)-sized is stored; the
 // backward recomputes probabilities from lse. A sliding window W > 0 (mistral)
 // limits query i to keys i-W+1..i; W = 0 is full causal attention and takes
-// exactly the code it took before windows existed. CPU twin of kernels/attention.cu.
+// exactly the code it took before windows existed. A softcap cap > 0 (gemma2's
+// attn_logit_softcapping) replaces each scaled score s by cap tanh(s / cap)
+// before the mask and the softmax; its backward multiplies dS by 1 - (s'/cap)^2.
+// cap = 0 runs exactly the code it ran before. CPU twin of kernels/attention.cu.
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,7 +51,7 @@ static inline size_t key_row(const int *table, int j0) {
 // KEY_BLOCK boundaries, so the first one may be short; with first = 0 the chunks
 // are those of full attention.
 static void attn_row(float *o, float *lse, const float *q, const float *k, const float *v,
-                     size_t ks, int first, int nkeys, int D, float scale, const int *table) {
+                     size_t ks, int first, int nkeys, int D, float scale, const int *table, float cap) {
     float sc[KEY_BLOCK];
     float m = -INFINITY, l = 0;
     for (int d = 0; d < D; d++) o[d] = 0;
@@ -58,6 +61,7 @@ static void attn_row(float *o, float *lse, const float *q, const float *k, const
         float bm = -INFINITY;
         for (int j = 0; j < nb; j++) {
             sc[j] = dotf(q, k + (key_row(table, j0) + j) * ks, D) * scale;
+            if (cap > 0) sc[j] = cap * tanhf(sc[j] / cap);
             if (sc[j] > bm) bm = sc[j];
         }
         float mn = bm > m ? bm : m, corr = expf(m - mn);  // exp(-inf) = 0 on the first block
@@ -87,6 +91,17 @@ static void attn_row(float *o, float *lse, const float *q, const float *k, const
 // (T,T)-sized exists. Tiles on the diagonal are masked (j > i gives p = 0).
 enum { BQ = 128, BK = 128, DMAX = 256 };
 
+// The softcap on a tile's scores s(nq, nk): s = cap tanh(s / cap); with g (may be NULL)
+// the derivative 1 - tanh^2 for the backward.
+static void cap_tile(float *s, float *g, int nq, int nk, float cap) {
+    for (int r = 0; r < nq; r++)
+        for (int c = 0; c < nk; c++) {
+            float t = tanhf(s[(size_t)r * BK + c] / cap);
+            s[(size_t)r * BK + c] = cap * t;
+            if (g) g[(size_t)r * BK + c] = 1.0f - t * t;
+        }
+}
+
 // Rows r of a tile s(nq, nk) whose absolute query index i0 + r sees keys up to
 // itself: columns with j0 + c > i0 + r are set to -inf.
 static void mask_tile(float *s, int nq, int nk, int i0, int j0) {
@@ -111,7 +126,7 @@ _Static_assert(BQ <= BK, "window_start needs each row's first key in the block's
 
 // One (sequence, head, query block): online softmax over key tiles.
 static void attn_fwd_block(float *out, float *lse, const float *q, const float *k, const float *v,
-                           int i0, int nq, int H, int Hkv, int D, float scale, int W) {
+                           int i0, int nq, int H, int Hkv, int D, float scale, int W, float cap) {
     float S[BQ * BK], O[BQ * DMAX], m[BQ], l[BQ];
     size_t qs = (size_t)H * D, ks = (size_t)Hkv * D;
     for (int r = 0; r < nq; r++) m[r] = -INFINITY, l[r] = 0;
@@ -121,6 +136,7 @@ static void attn_fwd_block(float *out, float *lse, const float *q, const float *
         int nk = nkeys - j0 < BK ? nkeys - j0 : BK;
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, D, scale, q + (size_t)i0 * qs, (int)qs,
                     k + (size_t)j0 * ks, (int)ks, 0.0f, S, BK);
+        if (cap > 0) cap_tile(S, NULL, nq, nk, cap);
         if (j0 + nk > i0 + 1) mask_tile(S, nq, nk, i0, j0);
         if (W > 0 && j0 <= i0 + nq - 1 - W) mask_window(S, nq, nk, i0, j0, W);
         for (int r = 0; r < nq; r++) {
@@ -152,11 +168,11 @@ static void attn_fwd_block(float *out, float *lse, const float *q, const float *
 
 static void attention_forward_rowwise(float *out, float *lse, const float *q, const float *k,
                                       const float *v, const int *cu_seqlens, int nseq, int T,
-                                      int H, int Hkv, int D, int W);
+                                      int H, int Hkv, int D, int W, float cap);
 
 // The op bodies below run on the caller's team or on their own (kernels/parallel.h).
 static void forward_team(float *out, float *lse, const float *q, const float *k, const float *v,
-                         const int *cu_seqlens, int nseq, int H, int Hkv, int D, int W) {
+                         const int *cu_seqlens, int nseq, int H, int Hkv, int D, int W, float cap) {
     int G = H / Hkv, nblk = 0;
     float scale = 1.0f / sqrtf((float)D);
     for (int s = 0; s < nseq; s++) nblk += (cu_seqlens[s + 1] - cu_seqlens[s] + BQ - 1) / BQ;
@@ -173,22 +189,27 @@ static void forward_team(float *out, float *lse, const float *q, const float *k,
             size_t qs = (size_t)H * D, ks = (size_t)Hkv * D;
             attn_fwd_block(out + (size_t)start * qs + (size_t)h * D, lse ? lse + (size_t)start * H + h : NULL,
                            q + (size_t)start * qs + (size_t)h * D, k + (size_t)start * ks + (size_t)hk * D,
-                           v + (size_t)start * ks + (size_t)hk * D, i0, nq, H, Hkv, D, scale, W);
+                           v + (size_t)start * ks + (size_t)hk * D, i0, nq, H, Hkv, D, scale, W, cap);
         }
+}
+
+void attention_forward_cap(float *out, float *lse, const float *q, const float *k, const float *v,
+                           const int *cu_seqlens, int nseq, int T, int H, int Hkv, int D, int W, float cap) {
+    if (D > DMAX) {
+        attention_forward_rowwise(out, lse, q, k, v, cu_seqlens, nseq, T, H, Hkv, D, W, cap);
+        return;
+    }
+    blas_single_threaded();
+    KERNEL_TEAM(forward_team(out, lse, q, k, v, cu_seqlens, nseq, H, Hkv, D, W, cap));
 }
 
 void attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
                        const int *cu_seqlens, int nseq, int T, int H, int Hkv, int D, int W) {
-    if (D > DMAX) {
-        attention_forward_rowwise(out, lse, q, k, v, cu_seqlens, nseq, T, H, Hkv, D, W);
-        return;
-    }
-    blas_single_threaded();
-    KERNEL_TEAM(forward_team(out, lse, q, k, v, cu_seqlens, nseq, H, Hkv, D, W));
+    attention_forward_cap(out, lse, q, k, v, cu_seqlens, nseq, T, H, Hkv, D, W, 0.0f);
 }
 
 static void forward_rowwise_team(float *out, float *lse, const float *q, const float *k, const float *v,
-                                 const int *cu_seqlens, int nseq, int T, int H, int Hkv, int D, int W) {
+                                 const int *cu_seqlens, int nseq, int T, int H, int Hkv, int D, int W, float cap) {
     int G = H / Hkv;
     float scale = 1.0f / sqrtf((float)D);
     size_t ks = (size_t)Hkv * D;
@@ -199,14 +220,14 @@ static void forward_rowwise_team(float *out, float *lse, const float *q, const f
             int first = W > 0 && t - W + 1 > start ? t - W + 1 - start : 0;
             attn_row(out + ((size_t)t * H + h) * D, lse ? lse + (size_t)t * H + h : NULL,
                      q + ((size_t)t * H + h) * D, k + (size_t)start * ks + (size_t)hk * D,
-                     v + (size_t)start * ks + (size_t)hk * D, ks, first, t - start + 1, D, scale, NULL);
+                     v + (size_t)start * ks + (size_t)hk * D, ks, first, t - start + 1, D, scale, NULL, cap);
         }
 }
 
 static void attention_forward_rowwise(float *out, float *lse, const float *q, const float *k,
                                       const float *v, const int *cu_seqlens, int nseq, int T,
-                                      int H, int Hkv, int D, int W) {
-    KERNEL_TEAM(forward_rowwise_team(out, lse, q, k, v, cu_seqlens, nseq, T, H, Hkv, D, W));
+                                      int H, int Hkv, int D, int W, float cap) {
+    KERNEL_TEAM(forward_rowwise_team(out, lse, q, k, v, cu_seqlens, nseq, T, H, Hkv, D, W, cap));
 }
 
 // Backward of one (sequence, kv head): every query head of the group, every
@@ -216,7 +237,8 @@ static void attention_forward_rowwise(float *out, float *lse, const float *q, co
 // the same float.
 static void attn_bwd_seq_head(float *dq, float *dk, float *dv, const float *dout, const float *q,
                               const float *k, const float *v, const float *out, const float *lse,
-                              int n, int hk, int H, int Hkv, int D, float scale, int W) {
+                              int n, int hk, int H, int Hkv, int D, float scale, int W, float cap,
+                              float *Gc) {
     float P[BQ * BK], dP[BQ * BK], delta[BQ], L[BQ];
     int G = H / Hkv;
     size_t qs = (size_t)H * D, ks = (size_t)Hkv * D;
@@ -238,6 +260,7 @@ static void attn_bwd_seq_head(float *dq, float *dk, float *dv, const float *dout
                 int nk = i0 + nq - j0 < BK ? i0 + nq - j0 : BK;
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, D, scale, qh + (size_t)i0 * qs,
                             (int)qs, kh + (size_t)j0 * ks, (int)ks, 0.0f, P, BK);
+                if (cap > 0) cap_tile(P, Gc, nq, nk, cap);
                 if (j0 + nk > i0 + 1) mask_tile(P, nq, nk, i0, j0);
                 if (W > 0 && j0 <= i0 + nq - 1 - W) mask_window(P, nq, nk, i0, j0, W);
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, D, 1.0f, gh + (size_t)i0 * qs,
@@ -248,6 +271,8 @@ static void attn_bwd_seq_head(float *dq, float *dk, float *dv, const float *dout
                     simd_exp(pr, nk);
 #pragma omp simd
                     for (int c = 0; c < nk; c++) dpr[c] = pr[c] * (dpr[c] - dr) * scale;  // dS
+                    if (cap > 0)  // through the softcap
+                        for (int c = 0; c < nk; c++) dpr[c] *= Gc[(size_t)r * BK + c];
                 }
                 // dV += P^T dO, dK += dS^T Q, dQ += dS K
                 cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, D, nq, 1.0f, P, BK, gh + (size_t)i0 * qs,
@@ -264,12 +289,15 @@ static void attn_bwd_seq_head(float *dq, float *dk, float *dv, const float *dout
 static void attention_backward_rowwise(float *dq, float *dk, float *dv, const float *dout,
                                        const float *q, const float *k, const float *v,
                                        const float *out, const float *lse, const int *cu_seqlens,
-                                       int nseq, int T, int H, int Hkv, int D, int W);
+                                       int nseq, int T, int H, int Hkv, int D, int W, float cap);
 
 static void backward_team(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
                           const float *v, const float *out, const float *lse, const int *cu_seqlens, int nseq,
-                          int H, int Hkv, int D, int W) {
+                          int H, int Hkv, int D, int W, float cap) {
     float scale = 1.0f / sqrtf((float)D);
+    float *Gc = NULL;  // the softcap's derivative tile, per thread (only with a cap: the stack holds P, dP)
+    float Gbuf[cap > 0 ? BQ * BK : 1];
+    if (cap > 0) Gc = Gbuf;
     size_t qs = (size_t)H * D, ks = (size_t)Hkv * D;
     // longest sequences first would balance better; dynamic is enough for packed rows
 #pragma omp for collapse(2) schedule(dynamic, 1) nowait
@@ -278,21 +306,27 @@ static void backward_team(float *dq, float *dk, float *dv, const float *dout, co
             size_t a = (size_t)cu_seqlens[s];
             attn_bwd_seq_head(dq + a * qs, dk + a * ks, dv + a * ks, dout + a * qs, q + a * qs, k + a * ks,
                               v + a * ks, out + a * qs, lse + a * H, cu_seqlens[s + 1] - cu_seqlens[s], hk, H, Hkv,
-                              D, scale, W);
+                              D, scale, W, cap, Gc);
         }
+}
+
+void attention_backward_cap(float *dq, float *dk, float *dv, const float *dout, const float *q,
+                            const float *k, const float *v, const float *out, const float *lse,
+                            const int *cu_seqlens, int nseq, int T, int H, int Hkv, int D, int W, float cap) {
+    // (sequence, kv head) tasks: too few to keep the team busy on one long
+    // sequence, or D beyond the tiles: the row-wise path
+    if (D > DMAX || nseq * Hkv < 2 * kernel_team_size()) {
+        attention_backward_rowwise(dq, dk, dv, dout, q, k, v, out, lse, cu_seqlens, nseq, T, H, Hkv, D, W, cap);
+        return;
+    }
+    blas_single_threaded();
+    KERNEL_TEAM(backward_team(dq, dk, dv, dout, q, k, v, out, lse, cu_seqlens, nseq, H, Hkv, D, W, cap));
 }
 
 void attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,
                         const float *k, const float *v, const float *out, const float *lse,
                         const int *cu_seqlens, int nseq, int T, int H, int Hkv, int D, int W) {
-    // (sequence, kv head) tasks: too few to keep the team busy on one long
-    // sequence, or D beyond the tiles: the row-wise path
-    if (D > DMAX || nseq * Hkv < 2 * kernel_team_size()) {
-        attention_backward_rowwise(dq, dk, dv, dout, q, k, v, out, lse, cu_seqlens, nseq, T, H, Hkv, D, W);
-        return;
-    }
-    blas_single_threaded();
-    KERNEL_TEAM(backward_team(dq, dk, dv, dout, q, k, v, out, lse, cu_seqlens, nseq, H, Hkv, D, W));
+    attention_backward_cap(dq, dk, dv, dout, q, k, v, out, lse, cu_seqlens, nseq, T, H, Hkv, D, W, 0.0f);
 }
 
 // Row-wise backward in two passes so that every output row has one writer and nothing
@@ -303,7 +337,8 @@ enum { KEY_TILE = 16 };
 
 static void backward_rowwise_team(float *dq, float *dk, float *dv, const float *dout, const float *q,
                                   const float *k, const float *v, const float *out, const float *lse,
-                                  const int *cu_seqlens, int nseq, int T, int H, int Hkv, int D, int W) {
+                                  const int *cu_seqlens, int nseq, int T, int H, int Hkv, int D, int W,
+                                  float cap) {
     int G = H / Hkv;
     float scale = 1.0f / sqrtf((float)D);
     size_t ks = (size_t)Hkv * D, qs = (size_t)H * D;
@@ -314,17 +349,25 @@ static void backward_rowwise_team(float *dq, float *dk, float *dv, const float *
             const float *qi = q + i * qs + (size_t)h * D, *gi = dout + i * qs + (size_t)h * D;
             float *dqi = dq + i * qs + (size_t)h * D;
             float delta = dotf(gi, out + i * qs + (size_t)h * D, D), L = lse[(size_t)i * H + h];
-            float p[KEY_BLOCK];
+            float p[KEY_BLOCK], g[KEY_BLOCK];
             for (int d = 0; d < D; d++) dqi[d] = 0;
             int first = W > 0 && i - W + 1 > start ? i - W + 1 : start;
             for (int j0 = first; j0 <= i; j0 += KEY_BLOCK) {
                 int nb = i + 1 - j0 < KEY_BLOCK ? i + 1 - j0 : KEY_BLOCK;
-                for (int j = 0; j < nb; j++)
-                    p[j] = dotf(qi, k + (j0 + j) * ks + (size_t)hk * D, D) * scale - L;
+                if (cap > 0)  // softcapped scores, and the cap's derivative
+                    for (int j = 0; j < nb; j++) {
+                        float t = tanhf(dotf(qi, k + (j0 + j) * ks + (size_t)hk * D, D) * scale / cap);
+                        p[j] = cap * t - L;
+                        g[j] = 1.0f - t * t;
+                    }
+                else
+                    for (int j = 0; j < nb; j++)
+                        p[j] = dotf(qi, k + (j0 + j) * ks + (size_t)hk * D, D) * scale - L;
                 simd_exp(p, nb);
                 for (int j = 0; j < nb; j++) {
                     const float *kj = k + (j0 + j) * ks + (size_t)hk * D;
                     float ds = p[j] * (dotf(gi, v + (j0 + j) * ks + (size_t)hk * D, D) - delta) * scale;
+                    if (cap > 0) ds *= g[j];
 #pragma omp simd
                     for (int d = 0; d < D; d++) dqi[d] += ds * kj[d];
                 }
@@ -338,7 +381,7 @@ static void backward_rowwise_team(float *dq, float *dk, float *dv, const float *
             int s = seq_of(cu_seqlens, nseq, j0), start = cu_seqlens[s], end = cu_seqlens[s + 1];
             if ((j0 - start) % KEY_TILE) continue;
             int nb = end - j0 < KEY_TILE ? end - j0 : KEY_TILE;
-            float dkt[KEY_TILE * D], dvt[KEY_TILE * D], p[KEY_TILE];
+            float dkt[KEY_TILE * D], dvt[KEY_TILE * D], p[KEY_TILE], g[KEY_TILE];
             for (int e = 0; e < nb * D; e++) dkt[e] = dvt[e] = 0;
             // a window: queries past j0 + nb - 1 + W - 1 see none of the tile's keys
             int iend = W > 0 && j0 + nb - 1 + W < end ? j0 + nb - 1 + W : end;
@@ -348,11 +391,19 @@ static void backward_rowwise_team(float *dq, float *dk, float *dv, const float *
                     float delta = dotf(gi, out + i * qs + (size_t)h * D, D), L = lse[(size_t)i * H + h];
                     int nj = i - j0 + 1 < nb ? i - j0 + 1 : nb;  // causal: keys j0..min(i, tile end)
                     int j1 = W > 0 && i - W + 1 > j0 ? i - W + 1 - j0 : 0;  // window: keys from i-W+1
-                    for (int j = j1; j < nj; j++)
-                        p[j] = dotf(qi, k + (j0 + j) * ks + (size_t)hk * D, D) * scale - L;
+                    if (cap > 0)
+                        for (int j = j1; j < nj; j++) {
+                            float t = tanhf(dotf(qi, k + (j0 + j) * ks + (size_t)hk * D, D) * scale / cap);
+                            p[j] = cap * t - L;
+                            g[j] = 1.0f - t * t;
+                        }
+                    else
+                        for (int j = j1; j < nj; j++)
+                            p[j] = dotf(qi, k + (j0 + j) * ks + (size_t)hk * D, D) * scale - L;
                     simd_exp(p + j1, nj - j1);
                     for (int j = j1; j < nj; j++) {
                         float ds = p[j] * (dotf(gi, v + (j0 + j) * ks + (size_t)hk * D, D) - delta) * scale;
+                        if (cap > 0) ds *= g[j];
                         float *dkj = dkt + j * D, *dvj = dvt + j * D, pj = p[j];
 #pragma omp simd
                         for (int d = 0; d < D; d++) {
@@ -371,13 +422,13 @@ static void backward_rowwise_team(float *dq, float *dk, float *dv, const float *
 static void attention_backward_rowwise(float *dq, float *dk, float *dv, const float *dout,
                                        const float *q, const float *k, const float *v,
                                        const float *out, const float *lse, const int *cu_seqlens,
-                                       int nseq, int T, int H, int Hkv, int D, int W) {
-    KERNEL_TEAM(backward_rowwise_team(dq, dk, dv, dout, q, k, v, out, lse, cu_seqlens, nseq, T, H, Hkv, D, W));
+                                       int nseq, int T, int H, int Hkv, int D, int W, float cap) {
+    KERNEL_TEAM(backward_rowwise_team(dq, dk, dv, dout, q, k, v, out, lse, cu_seqlens, nseq, T, H, Hkv, D, W, cap));
 }
 
 static void decode_team(float *out, const float *q, const float *k_pool, const float *v_pool, const int *cu_new,
                         const int *cache_len, const int *table, int max_blocks, int nseq, int H, int Hkv, int D,
-                        int W) {
+                        int W, float cap) {
     int G = H / Hkv, Tn = cu_new[nseq];
     float scale = 1.0f / sqrtf((float)D);
     size_t ks = (size_t)Hkv * D;
@@ -388,25 +439,34 @@ static void decode_team(float *out, const float *q, const float *k_pool, const f
             int pos = cache_len[s] - (cu_new[s + 1] - cu_new[s]) + (r - cu_new[s]);
             attn_row(out + ((size_t)r * H + h) * D, NULL, q + ((size_t)r * H + h) * D, k_pool + (size_t)hk * D,
                      v_pool + (size_t)hk * D, ks, W > 0 && pos - W + 1 > 0 ? pos - W + 1 : 0, pos + 1, D, scale,
-                     table + (size_t)s * max_blocks);
+                     table + (size_t)s * max_blocks, cap);
         }
+}
+
+void attention_decode_forward_cap(float *out, const float *q, const float *k_pool, const float *v_pool,
+                                  const int *cu_new, const int *cache_len, const int *table, int max_blocks, int nseq,
+                                  int H, int Hkv, int D, int W, float cap) {
+    KERNEL_TEAM(decode_team(out, q, k_pool, v_pool, cu_new, cache_len, table, max_blocks, nseq, H, Hkv, D, W, cap));
 }
 
 void attention_decode_forward(float *out, const float *q, const float *k_pool, const float *v_pool, const int *cu_new,
                               const int *cache_len, const int *table, int max_blocks, int nseq, int H, int Hkv,
                               int D, int W) {
-    KERNEL_TEAM(decode_team(out, q, k_pool, v_pool, cu_new, cache_len, table, max_blocks, nseq, H, Hkv, D, W));
+    attention_decode_forward_cap(out, q, k_pool, v_pool, cu_new, cache_len, table, max_blocks, nseq, H, Hkv, D, W, 0.0f);
 }
 
 // ---- references: three passes per query row in double (max, sum, weighted sum) ----
 
+// cap > 0: the scaled score s becomes cap tanh(s / cap).
+static inline double ref_cap(double s, double cap) { return cap > 0 ? cap * tanh(s / cap) : s; }
+
 static void ref_row(float *o, float *lse, const float *q, const float *k, const float *v,
-                    size_t ks, int nkeys, int D) {
+                    size_t ks, int nkeys, int D, double cap) {
     double scale = 1.0 / sqrt((double)D), m = -INFINITY, l = 0;
     for (int j = 0; j < nkeys; j++) {
         double s = 0;
         for (int d = 0; d < D; d++) s += (double)q[d] * k[j * ks + d];
-        if (s * scale > m) m = s * scale;
+        if (ref_cap(s * scale, cap) > m) m = ref_cap(s * scale, cap);
     }
     for (int d = 0; d < D; d++) o[d] = 0;
     double acc[D];
@@ -414,7 +474,7 @@ static void ref_row(float *o, float *lse, const float *q, const float *k, const 
     for (int j = 0; j < nkeys; j++) {
         double s = 0;
         for (int d = 0; d < D; d++) s += (double)q[d] * k[j * ks + d];
-        double p = exp(s * scale - m);
+        double p = exp(ref_cap(s * scale, cap) - m);
         l += p;
         for (int d = 0; d < D; d++) acc[d] += p * v[j * ks + d];
     }
@@ -425,6 +485,12 @@ static void ref_row(float *o, float *lse, const float *q, const float *k, const 
 void attention_forward_ref(float *out, float *lse, const float *q, const float *k,
                            const float *v, const int *cu_seqlens, int nseq, int T, int H,
                            int Hkv, int D, int W) {
+    attention_forward_ref_cap(out, lse, q, k, v, cu_seqlens, nseq, T, H, Hkv, D, W, 0.0f);
+}
+
+void attention_forward_ref_cap(float *out, float *lse, const float *q, const float *k,
+                               const float *v, const int *cu_seqlens, int nseq, int T, int H,
+                               int Hkv, int D, int W, float cap) {
     size_t ks = (size_t)Hkv * D;
     for (int s = 0; s < nseq; s++)
         for (int t = cu_seqlens[s]; t < cu_seqlens[s + 1]; t++)
@@ -433,7 +499,7 @@ void attention_forward_ref(float *out, float *lse, const float *q, const float *
                 if (W > 0 && t - W + 1 > start) start = t - W + 1;  // the window's oldest key
                 ref_row(out + ((size_t)t * H + h) * D, lse ? lse + (size_t)t * H + h : NULL,
                         q + ((size_t)t * H + h) * D, k + start * ks + (size_t)hk * D,
-                        v + start * ks + (size_t)hk * D, ks, t - start + 1, D);
+                        v + start * ks + (size_t)hk * D, ks, t - start + 1, D, cap);
             }
     (void)T;
 }
@@ -444,6 +510,14 @@ void attention_backward_ref(float *dq, float *dk, float *dv, const float *dout,
                             const float *q, const float *k, const float *v, const float *out,
                             const float *lse, const int *cu_seqlens, int nseq, int T, int H,
                             int Hkv, int D, int W) {
+    attention_backward_ref_cap(dq, dk, dv, dout, q, k, v, out, lse, cu_seqlens, nseq, T, H, Hkv, D, W, 0.0f);
+}
+
+// cap > 0: p from the capped scores, and ds through the cap's derivative 1 - tanh^2 (in double).
+void attention_backward_ref_cap(float *dq, float *dk, float *dv, const float *dout,
+                                const float *q, const float *k, const float *v, const float *out,
+                                const float *lse, const int *cu_seqlens, int nseq, int T, int H,
+                                int Hkv, int D, int W, float cap) {
     (void)out, (void)lse;
     size_t ks = (size_t)Hkv * D, qs = (size_t)H * D;
     double scale = 1.0 / sqrt((double)D);
@@ -451,6 +525,7 @@ void attention_backward_ref(float *dq, float *dk, float *dv, const float *dout,
     memset(dk, 0, sizeof(float) * T * ks);
     memset(dv, 0, sizeof(float) * T * ks);
     double *p = malloc(sizeof(double) * (T + 1)), *dp = malloc(sizeof(double) * (T + 1));
+    double *gc = malloc(sizeof(double) * (T + 1));
     for (int s = 0; s < nseq; s++) {
         for (int i = cu_seqlens[s]; i < cu_seqlens[s + 1]; i++)
             for (int h = 0; h < H; h++) {
@@ -464,13 +539,17 @@ void attention_backward_ref(float *dq, float *dk, float *dv, const float *dout,
                         sc += (double)qi[d] * k[(start + j) * ks + hk * D + d];
                         g += (double)gi[d] * v[(start + j) * ks + hk * D + d];
                     }
-                    p[j] = sc * scale, dp[j] = g;
+                    p[j] = sc * scale, dp[j] = g, gc[j] = 1;
+                    if (cap > 0) {
+                        double t = tanh(p[j] / cap);
+                        p[j] = cap * t, gc[j] = 1 - t * t;
+                    }
                     if (p[j] > m) m = p[j];
                 }
                 for (int j = 0; j < n; j++) l += (p[j] = exp(p[j] - m));
                 for (int j = 0; j < n; j++) pdp += (p[j] /= l) * dp[j];
                 for (int j = 0; j < n; j++) {
-                    double ds = p[j] * (dp[j] - pdp) * scale;
+                    double ds = p[j] * (dp[j] - pdp) * scale * gc[j];
                     for (int d = 0; d < D; d++) {
                         size_t kv = (start + j) * ks + hk * D + d;
                         dq[i * qs + h * D + d] += (float)(ds * k[kv]);
@@ -482,11 +561,19 @@ void attention_backward_ref(float *dq, float *dk, float *dv, const float *dout,
     }
     free(p);
     free(dp);
+    free(gc);
 }
 
 void attention_decode_forward_ref(float *out, const float *q, const float *k_pool, const float *v_pool,
                                   const int *cu_new, const int *cache_len, const int *table, int max_blocks, int nseq,
                                   int H, int Hkv, int D, int W) {
+    attention_decode_forward_ref_cap(out, q, k_pool, v_pool, cu_new, cache_len, table, max_blocks, nseq, H, Hkv, D, W,
+                                     0.0f);
+}
+
+void attention_decode_forward_ref_cap(float *out, const float *q, const float *k_pool, const float *v_pool,
+                                      const int *cu_new, const int *cache_len, const int *table, int max_blocks,
+                                      int nseq, int H, int Hkv, int D, int W, float cap) {
     size_t ks = (size_t)Hkv * D;
     for (int s = 0; s < nseq; s++) {
         int n = cu_new[s + 1] - cu_new[s], len = cache_len[s];
@@ -503,7 +590,7 @@ void attention_decode_forward_ref(float *out, const float *q, const float *k_poo
                 int first = W > 0 && pos - W + 1 > 0 ? pos - W + 1 : 0;
                 ref_row(out + ((size_t)row * H + h) * D, NULL, q + ((size_t)row * H + h) * D,
                         k + (size_t)first * ks + (size_t)hk * D, v + (size_t)first * ks + (size_t)hk * D, ks,
-                        pos + 1 - first, D);
+                        pos + 1 - first, D, cap);
             }
         free(k);
         free(v);

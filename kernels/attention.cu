@@ -2,7 +2,8 @@
 // warp per (query, head) with an online softmax over the keys (lane l holds
 // dims l, l+32, ...; D <= 256). Simple rather than fast: the backward scatters
 // dk/dv with atomics. A sliding window W > 0 starts each row's keys at i-W+1
-// (W = 0: full causal). CPU twin: kernels/attention.c.
+// (W = 0: full causal). A softcap cap > 0 replaces each scaled score s by
+// cap tanh(s / cap) (its backward multiplies ds by 1 - tanh^2). CPU twin: kernels/attention.c.
 #include "cuda_common.h"
 
 enum { MAXD = 256, PER_LANE = MAXD / 32, WARPS = 4 };
@@ -20,7 +21,7 @@ __device__ static int seq_of(const int *cu, int nseq, int t) {
 // of the pool's block table[j / KV_BLOCK].
 __device__ static void warp_row(float *o, float *lse, const float *q, const float *k,
                                 const float *v, size_t ks, int first, int nkeys, int D, float scale,
-                                const int *table = NULL) {
+                                const int *table, float cap) {
     int lane = threadIdx.x & 31;
     float qr[PER_LANE], acc[PER_LANE];
 #pragma unroll
@@ -40,6 +41,7 @@ __device__ static void warp_row(float *o, float *lse, const float *q, const floa
             if (d < D) part += qr[i] * kj[d];
         }
         float s = warp_sum(part) * scale;
+        if (cap > 0) s = cap * tanhf(s / cap);
         float mn = fmaxf(m, s), corr = expf(m - mn), p = expf(s - mn);
         l = l * corr + p;
 #pragma unroll
@@ -60,33 +62,34 @@ __device__ static void warp_row(float *o, float *lse, const float *q, const floa
 
 __global__ static void attn_fwd(float *out, float *lse, const float *q, const float *k,
                                 const float *v, const int *cu, int nseq, int T, int H, int Hkv,
-                                int D, int W) {
+                                int D, int W, float cap) {
     int pair = blockIdx.x * WARPS + (threadIdx.x >> 5);
     if (pair >= T * H) return;
     int t = pair / H, h = pair % H, start = cu[seq_of(cu, nseq, t)], hk = h / (H / Hkv);
     size_t ks = (size_t)Hkv * D, off = (size_t)start * ks + (size_t)hk * D;
     int first = W > 0 && t - W + 1 > start ? t - W + 1 - start : 0;
     warp_row(out + (size_t)pair * D, lse ? lse + pair : NULL, q + (size_t)pair * D, k + off, v + off,
-             ks, first, t - start + 1, D, rsqrtf((float)D));
+             ks, first, t - start + 1, D, rsqrtf((float)D), NULL, cap);
 }
 
 __global__ static void attn_decode(float *out, const float *q, const float *kp, const float *vp,
                                    const int *cu_new, const int *cache_len, const int *table,
-                                   int max_blocks, int nseq, int Tn, int H, int Hkv, int D, int W) {
+                                   int max_blocks, int nseq, int Tn, int H, int Hkv, int D, int W, float cap) {
     int pair = blockIdx.x * WARPS + (threadIdx.x >> 5);
     if (pair >= Tn * H) return;
     int r = pair / H, h = pair % H, s = seq_of(cu_new, nseq, r), hk = h / (H / Hkv);
     int pos = cache_len[s] - (cu_new[s + 1] - cu_new[s]) + (r - cu_new[s]);
     size_t ks = (size_t)Hkv * D, off = (size_t)hk * D;
     warp_row(out + (size_t)pair * D, NULL, q + (size_t)pair * D, kp + off, vp + off, ks,
-             W > 0 && pos - W + 1 > 0 ? pos - W + 1 : 0, pos + 1, D, rsqrtf((float)D), table + (size_t)s * max_blocks);
+             W > 0 && pos - W + 1 > 0 ? pos - W + 1 : 0, pos + 1, D, rsqrtf((float)D), table + (size_t)s * max_blocks,
+             cap);
 }
 
 // p = exp(s - lse), ds = p (dout.v - dout.out) * scale; dq in registers, dk/dv
 // scattered with atomics (several queries and the G heads of a group share them).
 __global__ static void attn_bwd(float *dq, float *dk, float *dv, const float *dout, const float *q,
                                 const float *k, const float *v, const float *out, const float *lse,
-                                const int *cu, int nseq, int T, int H, int Hkv, int D, int W) {
+                                const int *cu, int nseq, int T, int H, int Hkv, int D, int W, float cap) {
     int pair = blockIdx.x * WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (pair >= T * H) return;
     int i = pair / H, h = pair % H, start = cu[seq_of(cu, nseq, i)], hk = h / (H / Hkv);
@@ -110,7 +113,12 @@ __global__ static void attn_bwd(float *dq, float *dk, float *dv, const float *do
             int d = lane + 32 * e;
             if (d < D) sp += qr[e] * kj[d], gp += gr[e] * vj[d];
         }
-        float p = expf(warp_sum(sp) * scale - L), ds = p * (warp_sum(gp) - delta) * scale;
+        float s = warp_sum(sp) * scale, g = 1.0f;
+        if (cap > 0) {
+            float t = tanhf(s / cap);
+            s = cap * t, g = 1.0f - t * t;
+        }
+        float p = expf(s - L), ds = p * (warp_sum(gp) - delta) * scale * g;
         float *dkj = dk + (size_t)j * ks + (size_t)hk * D, *dvj = dv + (size_t)j * ks + (size_t)hk * D;
 #pragma unroll
         for (int e = 0; e < PER_LANE; e++) {
@@ -137,21 +145,27 @@ static int check_dims(const char *op, int H, int Hkv, int D, PailErr *err) {
     return 0;
 }
 
-extern "C" int attention_forward_cuda(float *out, float *lse, const float *q, const float *k,
-                                      const float *v, const int *cu_seqlens, int nseq, int T,
-                                      int H, int Hkv, int D, int W, cudaStream_t stream, PailErr *err) {
+extern "C" int attention_forward_cap_cuda(float *out, float *lse, const float *q, const float *k,
+                                          const float *v, const int *cu_seqlens, int nseq, int T,
+                                          int H, int Hkv, int D, int W, float cap, cudaStream_t stream, PailErr *err) {
     if (check_dims("attention_forward_cuda", H, Hkv, D, err)) return -1;
     if (T <= 0) return 0;
     attn_fwd<<<cuda_blocks((size_t)T * H, WARPS), 32 * WARPS, 0, stream>>>(out, lse, q, k, v, cu_seqlens, nseq, T,
-                                                                            H, Hkv, D, W);
+                                                                            H, Hkv, D, W, cap);
     return cuda_launch_check("attention_forward_cuda", err);
 }
 
-extern "C" int attention_backward_cuda(float *dq, float *dk, float *dv, const float *dout,
-                                       const float *q, const float *k, const float *v,
-                                       const float *out, const float *lse, const int *cu_seqlens,
-                                       int nseq, int T, int H, int Hkv, int D, int W, cudaStream_t stream,
-                                       PailErr *err) {
+extern "C" int attention_forward_cuda(float *out, float *lse, const float *q, const float *k,
+                                      const float *v, const int *cu_seqlens, int nseq, int T,
+                                      int H, int Hkv, int D, int W, cudaStream_t stream, PailErr *err) {
+    return attention_forward_cap_cuda(out, lse, q, k, v, cu_seqlens, nseq, T, H, Hkv, D, W, 0.0f, stream, err);
+}
+
+extern "C" int attention_backward_cap_cuda(float *dq, float *dk, float *dv, const float *dout,
+                                           const float *q, const float *k, const float *v,
+                                           const float *out, const float *lse, const int *cu_seqlens,
+                                           int nseq, int T, int H, int Hkv, int D, int W, float cap,
+                                           cudaStream_t stream, PailErr *err) {
     if (check_dims("attention_backward_cuda", H, Hkv, D, err)) return -1;
     if (T <= 0) return 0;
     size_t nk = (size_t)T * Hkv * D * sizeof(float);
@@ -159,21 +173,39 @@ extern "C" int attention_backward_cuda(float *dq, float *dk, float *dv, const fl
         cuda_check(cudaMemsetAsync(dv, 0, nk, stream), "attention_backward_cuda memset dv", err))
         return -1;
     attn_bwd<<<cuda_blocks((size_t)T * H, WARPS), 32 * WARPS, 0, stream>>>(dq, dk, dv, dout, q, k, v, out, lse,
-                                                                            cu_seqlens, nseq, T, H, Hkv, D, W);
+                                                                            cu_seqlens, nseq, T, H, Hkv, D, W, cap);
     return cuda_launch_check("attention_backward_cuda", err);
+}
+
+extern "C" int attention_backward_cuda(float *dq, float *dk, float *dv, const float *dout,
+                                       const float *q, const float *k, const float *v,
+                                       const float *out, const float *lse, const int *cu_seqlens,
+                                       int nseq, int T, int H, int Hkv, int D, int W, cudaStream_t stream,
+                                       PailErr *err) {
+    return attention_backward_cap_cuda(dq, dk, dv, dout, q, k, v, out, lse, cu_seqlens, nseq, T, H, Hkv, D, W, 0.0f,
+                                       stream, err);
 }
 
 // cu_new and cache_len are device arrays; Tn = cu_new[nseq] comes from the
 // caller (the host built cu_new), so the launch is sized without a read-back
 // and the call stays asynchronous on the stream.
+extern "C" int attention_decode_forward_cap_cuda(float *out, const float *q, const float *k_pool,
+                                                 const float *v_pool, const int *cu_new,
+                                                 const int *cache_len, const int *table, int max_blocks,
+                                                 int nseq, int Tn, int H, int Hkv, int D, int W, float cap,
+                                                 cudaStream_t stream, PailErr *err) {
+    if (check_dims("attention_decode_forward_cuda", H, Hkv, D, err)) return -1;
+    if (Tn <= 0 || nseq <= 0) return 0;
+    attn_decode<<<cuda_blocks((size_t)Tn * H, WARPS), 32 * WARPS, 0, stream>>>(
+        out, q, k_pool, v_pool, cu_new, cache_len, table, max_blocks, nseq, Tn, H, Hkv, D, W, cap);
+    return cuda_launch_check("attention_decode_forward_cuda", err);
+}
+
 extern "C" int attention_decode_forward_cuda(float *out, const float *q, const float *k_pool,
                                              const float *v_pool, const int *cu_new,
                                              const int *cache_len, const int *table, int max_blocks,
                                              int nseq, int Tn, int H, int Hkv, int D, int W, cudaStream_t stream,
                                              PailErr *err) {
-    if (check_dims("attention_decode_forward_cuda", H, Hkv, D, err)) return -1;
-    if (Tn <= 0 || nseq <= 0) return 0;
-    attn_decode<<<cuda_blocks((size_t)Tn * H, WARPS), 32 * WARPS, 0, stream>>>(
-        out, q, k_pool, v_pool, cu_new, cache_len, table, max_blocks, nseq, Tn, H, Hkv, D, W);
-    return cuda_launch_check("attention_decode_forward_cuda", err);
+    return attention_decode_forward_cap_cuda(out, q, k_pool, v_pool, cu_new, cache_len, table, max_blocks, nseq, Tn, H,
+                                             Hkv, D, W, 0.0f, stream, err);
 }

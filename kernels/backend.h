@@ -72,37 +72,42 @@ typedef struct {
     int (*rope_backward)(Backend *b, float *dx, const float *dout, const int *pos, const float *cos_t,
                          const float *sin_t, int T, int nh, int D, PailErr *err);
     int (*attention_forward)(Backend *b, float *out, float *lse, const float *q, const float *k, const float *v,
-                             const int *cu_seqlens, int nseq, int T, int H, int Hkv, int D, int W, PailErr *err);
+                             const int *cu_seqlens, int nseq, int T, int H, int Hkv, int D, int W, float cap,
+                             PailErr *err);
     int (*attention_backward)(Backend *b, float *dq, float *dk, float *dv, const float *dout, const float *q,
                               const float *k, const float *v, const float *out, const float *lse,
-                              const int *cu_seqlens, int nseq, int T, int H, int Hkv, int D, int W, PailErr *err);
-    // W: a sliding window (keys i-W+1..i), 0 = full causal attention (kernels.h)
+                              const int *cu_seqlens, int nseq, int T, int H, int Hkv, int D, int W, float cap,
+                              PailErr *err);
+    // W: a sliding window (keys i-W+1..i), 0 = full causal attention (kernels.h); cap: the scores'
+    // softcap cap tanh(s / cap), 0 = none (kernels.h's attention_*_cap)
     // a paged KV cache: table (nseq, max_blocks) of KV_BLOCK-token blocks of the pools;
     // Tn = cu_new[nseq], the new tokens, given by the caller so that a device
     // sizes its launch without reading cu_new back
     int (*attention_decode_forward)(Backend *b, float *out, const float *q, const float *k_pool,
                                     const float *v_pool, const int *cu_new, const int *cache_len,
                                     const int *table, int max_blocks, int nseq, int Tn, int H, int Hkv, int D,
-                                    int W, PailErr *err);
+                                    int W, float cap, PailErr *err);
     int (*scale)(Backend *b, float *x, size_t n, float alpha, PailErr *err);  // x *= alpha in place
     int (*swiglu_forward)(Backend *b, float *out, const float *gate, const float *up, size_t n, PailErr *err);
     int (*swiglu_backward)(Backend *b, float *dgate, float *dup, const float *dout, const float *gate,
                            const float *up, size_t n, PailErr *err);
     // targets must be in [0, V): the driver checks them on the host (a device
     // cannot report which one is not)
+    // cap: gemma2's final_logit_softcapping (kernels.h's logprob_*_cap_dt), 0 = none
     int (*logprob_forward)(Backend *b, float *logp, float *entropy, float *lse, const float *hidden,
-                           const void *w_lm, DType wdt, const int *targets, int T, int C, int V, float temperature, float *ws,
-                           int vchunk, PailErr *err);
+                           const void *w_lm, DType wdt, const int *targets, int T, int C, int V, float temperature,
+                           float cap, float *ws, int vchunk, PailErr *err);
     int (*logprob_backward)(Backend *b, float *dhidden, float *dw_lm, const float *dlogp, const float *dentropy,
                             const float *hidden, const void *w_lm, DType wdt, const int *targets, const float *lse,
-                            const float *entropy, int T, int C, int V, float temperature, float *ws, int vchunk,
-                            PailErr *err);
+                            const float *entropy, int T, int C, int V, float temperature, float cap, float *ws,
+                            int vchunk, PailErr *err);
     int (*logprob_forward_expect)(Backend *b, float *logp, float *entropy, float *lse, float *expect,
                                   const float *hidden, const void *w_lm, DType wdt, const int *targets, int T, int C, int V,
-                                  float temperature, float *ws, size_t ws_floats, PailErr *err);
+                                  float temperature, float cap, float *ws, size_t ws_floats, PailErr *err);
+    // hidden: the forward's rows, read only with a cap (the target's 1 - tanh^2)
     int (*logprob_backward_expect)(Backend *b, float *dhidden, const float *dlogp, const float *expect,
                                    const void *w_lm, DType wdt, const int *targets, int T, int C, float temperature,
-                                   PailErr *err);
+                                   float cap, const float *hidden, PailErr *err);
     // tokens must be in [0, V) (checked on the host, as targets)
     int (*embedding_forward)(Backend *b, float *out, const void *table, DType tdt, const int *tokens, int T, int C,
                              int V, PailErr *err);
@@ -134,6 +139,12 @@ typedef struct {
                                     const float *sin_t, int T, int nh, int D, PailErr *err);
     int (*rope_interleaved_backward)(Backend *b, float *dx, const float *dout, const int *pos, const float *cos_t,
                                      const float *sin_t, int T, int nh, int D, PailErr *err);
+    // gemma's MLP activation: gelu_tanh(gate) * up (kernels.h's geglu_forward)
+    int (*geglu_forward)(Backend *b, float *out, const float *gate, const float *up, size_t n, PailErr *err);
+    int (*geglu_backward)(Backend *b, float *dgate, float *dup, const float *dout, const float *gate,
+                          const float *up, size_t n, PailErr *err);
+    // x = cap tanh(x / cap) in place (gemma2's final_logit_softcapping on the decode logits)
+    int (*softcap)(Backend *b, float *x, size_t n, float cap, PailErr *err);
 } BackendOps;
 
 struct Backend {

@@ -138,25 +138,27 @@ static int cpu_rope_backward(Backend *b, float *dx, const float *dout, const int
     return 0;
 }
 static int cpu_attention_forward(Backend *b, float *out, float *lse, const float *q, const float *k, const float *v,
-                                 const int *cu, int nseq, int T, int H, int Hkv, int D, int W, PailErr *err) {
+                                 const int *cu, int nseq, int T, int H, int Hkv, int D, int W, float cap,
+                                 PailErr *err) {
     UNUSED;
-    attention_forward(out, lse, q, k, v, cu, nseq, T, H, Hkv, D, W);
+    attention_forward_cap(out, lse, q, k, v, cu, nseq, T, H, Hkv, D, W, cap);
     return 0;
 }
 static int cpu_attention_backward(Backend *b, float *dq, float *dk, float *dv, const float *dout, const float *q,
                                   const float *k, const float *v, const float *out, const float *lse, const int *cu,
-                                  int nseq, int T, int H, int Hkv, int D, int W, PailErr *err) {
+                                  int nseq, int T, int H, int Hkv, int D, int W, float cap, PailErr *err) {
     UNUSED;
-    attention_backward(dq, dk, dv, dout, q, k, v, out, lse, cu, nseq, T, H, Hkv, D, W);
+    attention_backward_cap(dq, dk, dv, dout, q, k, v, out, lse, cu, nseq, T, H, Hkv, D, W, cap);
     return 0;
 }
 static int cpu_attention_decode_forward(Backend *b, float *out, const float *q, const float *k_pool,
                                         const float *v_pool, const int *cu_new, const int *cache_len,
                                         const int *table, int max_blocks, int nseq, int Tn, int H, int Hkv,
-                                        int D, int W, PailErr *err) {
+                                        int D, int W, float cap, PailErr *err) {
     UNUSED;
     (void)Tn;  // the host reads cu_new itself
-    attention_decode_forward(out, q, k_pool, v_pool, cu_new, cache_len, table, max_blocks, nseq, H, Hkv, D, W);
+    attention_decode_forward_cap(out, q, k_pool, v_pool, cu_new, cache_len, table, max_blocks, nseq, H, Hkv, D, W,
+                                 cap);
     return 0;
 }
 static int cpu_scale(Backend *b, float *x, size_t n, float alpha, PailErr *err) {
@@ -175,33 +177,51 @@ static int cpu_swiglu_backward(Backend *b, float *dgate, float *dup, const float
     swiglu_backward(dgate, dup, dout, gate, up, n);
     return 0;
 }
+static int cpu_softcap(Backend *b, float *x, size_t n, float cap, PailErr *err) {
+    UNUSED;
+    softcap_forward(x, n, cap);
+    return 0;
+}
+static int cpu_geglu_forward(Backend *b, float *out, const float *gate, const float *up, size_t n, PailErr *err) {
+    UNUSED;
+    geglu_forward(out, gate, up, n);
+    return 0;
+}
+static int cpu_geglu_backward(Backend *b, float *dgate, float *dup, const float *dout, const float *gate,
+                              const float *up, size_t n, PailErr *err) {
+    UNUSED;
+    geglu_backward(dgate, dup, dout, gate, up, n);
+    return 0;
+}
 static int cpu_logprob_forward(Backend *b, float *logp, float *entropy, float *lse, const float *hidden,
                                const void *w_lm, DType wdt, const int *targets, int T, int C, int V,
-                               float temperature, float *ws, int vchunk, PailErr *err) {
+                               float temperature, float cap, float *ws, int vchunk, PailErr *err) {
     (void)b;
-    return logprob_forward_dt(logp, entropy, lse, hidden, w_lm, wdt, targets, T, C, V, temperature, ws, vchunk, err);
+    return logprob_forward_cap_dt(logp, entropy, lse, hidden, w_lm, wdt, targets, T, C, V, temperature, cap, ws, vchunk,
+                                  err);
 }
 static int cpu_logprob_backward(Backend *b, float *dhidden, float *dw_lm, const float *dlogp, const float *dentropy,
                                 const float *hidden, const void *w_lm, DType wdt, const int *targets,
                                 const float *lse, const float *entropy, int T, int C, int V, float temperature,
-                                float *ws, int vchunk, PailErr *err) {
+                                float cap, float *ws, int vchunk, PailErr *err) {
     UNUSED;
-    logprob_backward_dt(dhidden, dw_lm, dlogp, dentropy, hidden, w_lm, wdt, targets, lse, entropy, T, C, V,
-                        temperature, ws, vchunk);
+    logprob_backward_cap_dt(dhidden, dw_lm, dlogp, dentropy, hidden, w_lm, wdt, targets, lse, entropy, T, C, V,
+                            temperature, cap, ws, vchunk);
     return 0;
 }
 static int cpu_logprob_forward_expect(Backend *b, float *logp, float *entropy, float *lse, float *expect,
                                       const float *hidden, const void *w_lm, DType wdt, const int *targets, int T,
-                                      int C, int V, float temperature, float *ws, size_t ws_floats, PailErr *err) {
+                                      int C, int V, float temperature, float cap, float *ws, size_t ws_floats,
+                                      PailErr *err) {
     (void)b;
-    return logprob_forward_expect_dt(logp, entropy, lse, expect, hidden, w_lm, wdt, targets, T, C, V, temperature, ws,
-                                  ws_floats, err);
+    return logprob_forward_expect_cap_dt(logp, entropy, lse, expect, hidden, w_lm, wdt, targets, T, C, V, temperature,
+                                         cap, ws, ws_floats, err);
 }
 static int cpu_logprob_backward_expect(Backend *b, float *dhidden, const float *dlogp, const float *expect,
                                        const void *w_lm, DType wdt, const int *targets, int T, int C,
-                                       float temperature, PailErr *err) {
+                                       float temperature, float cap, const float *hidden, PailErr *err) {
     UNUSED;
-    logprob_backward_expect_dt(dhidden, dlogp, expect, w_lm, wdt, targets, T, C, temperature);
+    logprob_backward_expect_cap_dt(dhidden, dlogp, expect, w_lm, wdt, targets, T, C, temperature, cap, hidden);
     return 0;
 }
 static int cpu_embedding_forward(Backend *b, float *out, const void *table, DType tdt, const int *tokens, int T,
@@ -316,6 +336,9 @@ static const BackendOps cpu_ops = {
     .layernorm_backward = cpu_layernorm_backward,
     .rope_interleaved_forward = cpu_rope_interleaved_forward,
     .rope_interleaved_backward = cpu_rope_interleaved_backward,
+    .geglu_forward = cpu_geglu_forward,
+    .geglu_backward = cpu_geglu_backward,
+    .softcap = cpu_softcap,
 };
 
 int backend_cpu_init(Backend *b) {

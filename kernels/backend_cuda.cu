@@ -125,19 +125,19 @@ static int cu_rope_backward(B_, float *dx, const float *dout, const int *pos, co
     return rope_backward_cuda(dx, dout, pos, cos_t, sin_t, T, nh, D, S_, err);
 }
 static int cu_attention_forward(B_, float *out, float *lse, const float *q, const float *k, const float *v,
-                                const int *cu, int nseq, int T, int H, int Hkv, int D, int W, PailErr *err) {
-    return attention_forward_cuda(out, lse, q, k, v, cu, nseq, T, H, Hkv, D, W, S_, err);
+                                const int *cu, int nseq, int T, int H, int Hkv, int D, int W, float cap, PailErr *err) {
+    return attention_forward_cap_cuda(out, lse, q, k, v, cu, nseq, T, H, Hkv, D, W, cap, S_, err);
 }
 static int cu_attention_backward(B_, float *dq, float *dk, float *dv, const float *dout, const float *q,
                                  const float *k, const float *v, const float *out, const float *lse, const int *cu,
-                                 int nseq, int T, int H, int Hkv, int D, int W, PailErr *err) {
-    return attention_backward_cuda(dq, dk, dv, dout, q, k, v, out, lse, cu, nseq, T, H, Hkv, D, W, S_, err);
+                                 int nseq, int T, int H, int Hkv, int D, int W, float cap, PailErr *err) {
+    return attention_backward_cap_cuda(dq, dk, dv, dout, q, k, v, out, lse, cu, nseq, T, H, Hkv, D, W, cap, S_, err);
 }
 static int cu_attention_decode_forward(B_, float *out, const float *q, const float *kp, const float *vp,
                                        const int *cu_new, const int *cache_len, const int *table, int max_blocks,
-                                       int nseq, int Tn, int H, int Hkv, int D, int W, PailErr *err) {
-    return attention_decode_forward_cuda(out, q, kp, vp, cu_new, cache_len, table, max_blocks, nseq, Tn, H, Hkv, D, W,
-                                         S_, err);
+                                       int nseq, int Tn, int H, int Hkv, int D, int W, float cap, PailErr *err) {
+    return attention_decode_forward_cap_cuda(out, q, kp, vp, cu_new, cache_len, table, max_blocks, nseq, Tn, H, Hkv, D,
+                                             W, cap, S_, err);
 }
 static int cu_scale(B_, float *x, size_t n, float alpha, PailErr *err) { return scale_forward_cuda(x, n, alpha, S_, err); }
 static int cu_swiglu_forward(B_, float *out, const float *gate, const float *up, size_t n, PailErr *err) {
@@ -147,28 +147,39 @@ static int cu_swiglu_backward(B_, float *dgate, float *dup, const float *dout, c
                               size_t n, PailErr *err) {
     return swiglu_backward_cuda(dgate, dup, dout, gate, up, n, S_, err);
 }
+static int cu_softcap(B_, float *x, size_t n, float cap, PailErr *err) { return softcap_forward_cuda(x, n, cap, S_, err); }
+static int cu_geglu_forward(B_, float *out, const float *gate, const float *up, size_t n, PailErr *err) {
+    return geglu_forward_cuda(out, gate, up, n, S_, err);
+}
+static int cu_geglu_backward(B_, float *dgate, float *dup, const float *dout, const float *gate, const float *up,
+                             size_t n, PailErr *err) {
+    return geglu_backward_cuda(dgate, dup, dout, gate, up, n, S_, err);
+}
 static int cu_logprob_forward(B_, float *logp, float *entropy, float *lse, const float *hidden, const void *w_lm,
-                              DType wdt, const int *targets, int T, int C, int V, float temperature, float *ws,
-                              int vchunk, PailErr *err) {
-    return logprob_forward_dt_cuda(logp, entropy, lse, hidden, w_lm, wdt, targets, T, C, V, temperature, ws, vchunk,
-                                   CB_, err);
+                              DType wdt, const int *targets, int T, int C, int V, float temperature, float cap,
+                              float *ws, int vchunk, PailErr *err) {
+    return logprob_forward_cap_dt_cuda(logp, entropy, lse, hidden, w_lm, wdt, targets, T, C, V, temperature, cap, ws,
+                                       vchunk, CB_, err);
 }
 static int cu_logprob_backward(B_, float *dhidden, float *dw_lm, const float *dlogp, const float *dentropy,
                                const float *hidden, const void *w_lm, DType wdt, const int *targets,
                                const float *lse, const float *entropy, int T, int C, int V, float temperature,
-                               float *ws, int vchunk, PailErr *err) {
-    return logprob_backward_dt_cuda(dhidden, dw_lm, dlogp, dentropy, hidden, w_lm, wdt, targets, lse, entropy, T, C,
-                                    V, temperature, ws, vchunk, CB_, err);
+                               float cap, float *ws, int vchunk, PailErr *err) {
+    return logprob_backward_cap_dt_cuda(dhidden, dw_lm, dlogp, dentropy, hidden, w_lm, wdt, targets, lse, entropy, T,
+                                        C, V, temperature, cap, ws, vchunk, CB_, err);
 }
 static int cu_logprob_forward_expect(B_, float *logp, float *entropy, float *lse, float *expect,
                                      const float *hidden, const void *w_lm, DType wdt, const int *targets, int T,
-                                     int C, int V, float temperature, float *ws, size_t ws_floats, PailErr *err) {
-    return logprob_forward_expect_dt_cuda(logp, entropy, lse, expect, hidden, w_lm, wdt, targets, T, C, V,
-                                          temperature, ws, ws_floats, CB_, err);
+                                     int C, int V, float temperature, float cap, float *ws, size_t ws_floats,
+                                     PailErr *err) {
+    return logprob_forward_expect_cap_dt_cuda(logp, entropy, lse, expect, hidden, w_lm, wdt, targets, T, C, V,
+                                              temperature, cap, ws, ws_floats, CB_, err);
 }
 static int cu_logprob_backward_expect(B_, float *dhidden, const float *dlogp, const float *expect, const void *w_lm,
-                                      DType wdt, const int *targets, int T, int C, float temperature, PailErr *err) {
-    return logprob_backward_expect_dt_cuda(dhidden, dlogp, expect, w_lm, wdt, targets, T, C, temperature, CB_, err);
+                                      DType wdt, const int *targets, int T, int C, float temperature, float cap,
+                                      const float *hidden, PailErr *err) {
+    return logprob_backward_expect_cap_dt_cuda(dhidden, dlogp, expect, w_lm, wdt, targets, T, C, temperature, cap,
+                                               hidden, CB_, err);
 }
 static int cu_embedding_forward(B_, float *out, const void *table, DType tdt, const int *tokens, int T, int C, int V,
                                 PailErr *err) {
@@ -267,6 +278,9 @@ static BackendOps make_ops(void) {  // C++ has no designated initializers for th
     o.layernorm_backward = cu_layernorm_backward;
     o.rope_interleaved_forward = cu_rope_interleaved_forward;
     o.rope_interleaved_backward = cu_rope_interleaved_backward;
+    o.geglu_forward = cu_geglu_forward;
+    o.geglu_backward = cu_geglu_backward;
+    o.softcap = cu_softcap;
     return o;
 }
 static const BackendOps cuda_ops = make_ops();

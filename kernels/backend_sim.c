@@ -352,39 +352,41 @@ static int sim_rope_backward(Backend *b, float *dx, const float *dout, const int
 }
 static int run_attention_forward(const SimOp *o, PailErr *err) {
     return CPU_OP(attention_forward, P(0, float *), P(1, float *), P(2, const float *), P(3, const float *),
-                  P(4, const float *), P(5, const int *), I(0), I(1), I(2), I(3), I(4), I(5));
+                  P(4, const float *), P(5, const int *), I(0), I(1), I(2), I(3), I(4), I(5), o->f[0]);
 }
 static int sim_attention_forward(Backend *b, float *out, float *lse, const float *q, const float *k, const float *v,
-                                 const int *cu, int nseq, int T, int H, int Hkv, int D, int W, PailErr *err) {
+                                 const int *cu, int nseq, int T, int H, int Hkv, int D, int W, float cap,
+                                 PailErr *err) {
     SimOp o = {.run = run_attention_forward, .name = "attention_forward",
-               .p = {out, lse, (void *)q, (void *)k, (void *)v, (void *)cu}, .i = {nseq, T, H, Hkv, D, W}};
+               .p = {out, lse, (void *)q, (void *)k, (void *)v, (void *)cu}, .i = {nseq, T, H, Hkv, D, W},
+               .f = {cap}};
     return submit(b, &o, 6, err);
 }
 static int run_attention_backward(const SimOp *o, PailErr *err) {
     return CPU_OP(attention_backward, P(0, float *), P(1, float *), P(2, float *), P(3, const float *),
                   P(4, const float *), P(5, const float *), P(6, const float *), P(7, const float *),
-                  P(8, const float *), P(9, const int *), I(0), I(1), I(2), I(3), I(4), I(5));
+                  P(8, const float *), P(9, const int *), I(0), I(1), I(2), I(3), I(4), I(5), o->f[0]);
 }
 static int sim_attention_backward(Backend *b, float *dq, float *dk, float *dv, const float *dout, const float *q,
                                   const float *k, const float *v, const float *out, const float *lse, const int *cu,
-                                  int nseq, int T, int H, int Hkv, int D, int W, PailErr *err) {
+                                  int nseq, int T, int H, int Hkv, int D, int W, float cap, PailErr *err) {
     SimOp o = {.run = run_attention_backward, .name = "attention_backward",
                .p = {dq, dk, dv, (void *)dout, (void *)q, (void *)k, (void *)v, (void *)out, (void *)lse, (void *)cu},
-               .i = {nseq, T, H, Hkv, D, W}};
+               .i = {nseq, T, H, Hkv, D, W}, .f = {cap}};
     return submit(b, &o, 10, err);
 }
 static int run_attention_decode_forward(const SimOp *o, PailErr *err) {
     return CPU_OP(attention_decode_forward, P(0, float *), P(1, const float *), P(2, const float *),
                   P(3, const float *), P(4, const int *), P(5, const int *), P(6, const int *), I(0), I(1), I(2),
-                  I(3), I(4), I(5), I(6));
+                  I(3), I(4), I(5), I(6), o->f[0]);
 }
 static int sim_attention_decode_forward(Backend *b, float *out, const float *q, const float *k_pool,
                                         const float *v_pool, const int *cu_new, const int *cache_len,
                                         const int *table, int max_blocks, int nseq, int Tn, int H, int Hkv,
-                                        int D, int W, PailErr *err) {
+                                        int D, int W, float cap, PailErr *err) {
     SimOp o = {.run = run_attention_decode_forward, .name = "attention_decode_forward",
                .p = {out, (void *)q, (void *)k_pool, (void *)v_pool, (void *)cu_new, (void *)cache_len, (void *)table},
-               .i = {max_blocks, nseq, Tn, H, Hkv, D, W}};
+               .i = {max_blocks, nseq, Tn, H, Hkv, D, W}, .f = {cap}};
     return submit(b, &o, 7, err);
 }
 // The sampler: its settings travel in the op (doubles, as given).
@@ -429,57 +431,82 @@ static int sim_swiglu_backward(Backend *b, float *dgate, float *dup, const float
                .p = {dgate, dup, (void *)dout, (void *)gate, (void *)up}, .i = {(long long)n}};
     return submit(b, &o, 5, err);
 }
+static int run_softcap(const SimOp *o, PailErr *err) { return CPU_OP(softcap, P(0, float *), Z(0), o->f[0]); }
+static int sim_softcap(Backend *b, float *x, size_t n, float cap, PailErr *err) {
+    SimOp o = {.run = run_softcap, .name = "softcap", .p = {x}, .i = {(long long)n}, .f = {cap}};
+    return submit(b, &o, 1, err);
+}
+static int run_geglu_forward(const SimOp *o, PailErr *err) {
+    return CPU_OP(geglu_forward, P(0, float *), P(1, const float *), P(2, const float *), Z(0));
+}
+static int sim_geglu_forward(Backend *b, float *out, const float *gate, const float *up, size_t n, PailErr *err) {
+    SimOp o = {.run = run_geglu_forward, .name = "geglu_forward", .p = {out, (void *)gate, (void *)up},
+               .i = {(long long)n}};
+    return submit(b, &o, 3, err);
+}
+static int run_geglu_backward(const SimOp *o, PailErr *err) {
+    return CPU_OP(geglu_backward, P(0, float *), P(1, float *), P(2, const float *), P(3, const float *),
+                  P(4, const float *), Z(0));
+}
+static int sim_geglu_backward(Backend *b, float *dgate, float *dup, const float *dout, const float *gate,
+                              const float *up, size_t n, PailErr *err) {
+    SimOp o = {.run = run_geglu_backward, .name = "geglu_backward",
+               .p = {dgate, dup, (void *)dout, (void *)gate, (void *)up}, .i = {(long long)n}};
+    return submit(b, &o, 5, err);
+}
 static int run_logprob_forward(const SimOp *o, PailErr *err) {
     return CPU_OP(logprob_forward, P(0, float *), P(1, float *), P(2, float *), P(3, const float *),
-                  P(4, const void *), o->dt, P(5, const int *), I(0), I(1), I(2), o->f[0], P(6, float *), I(3));
+                  P(4, const void *), o->dt, P(5, const int *), I(0), I(1), I(2), o->f[0], o->f[1], P(6, float *),
+                  I(3));
 }
 static int sim_logprob_forward(Backend *b, float *logp, float *entropy, float *lse, const float *hidden,
                                const void *w_lm, DType wdt, const int *targets, int T, int C, int V,
-                               float temperature, float *ws, int vchunk, PailErr *err) {
+                               float temperature, float cap, float *ws, int vchunk, PailErr *err) {
     SimOp o = {.run = run_logprob_forward, .name = "logprob_forward",
                .p = {logp, entropy, lse, (void *)hidden, (void *)w_lm, (void *)targets, ws}, .i = {T, C, V, vchunk},
-               .f = {temperature}, .dt = wdt};
+               .f = {temperature, cap}, .dt = wdt};
     return submit(b, &o, 7, err);
 }
 static int run_logprob_backward(const SimOp *o, PailErr *err) {
     return CPU_OP(logprob_backward, P(0, float *), P(1, float *), P(2, const float *), P(3, const float *),
                   P(4, const float *), P(5, const void *), o->dt, P(6, const int *), P(7, const float *),
-                  P(8, const float *), I(0), I(1), I(2), o->f[0], P(9, float *), I(3));
+                  P(8, const float *), I(0), I(1), I(2), o->f[0], o->f[1], P(9, float *), I(3));
 }
 static int sim_logprob_backward(Backend *b, float *dhidden, float *dw_lm, const float *dlogp, const float *dentropy,
                                 const float *hidden, const void *w_lm, DType wdt, const int *targets,
                                 const float *lse, const float *entropy, int T, int C, int V, float temperature,
-                                float *ws, int vchunk, PailErr *err) {
+                                float cap, float *ws, int vchunk, PailErr *err) {
     SimOp o = {.run = run_logprob_backward, .name = "logprob_backward",
                .p = {dhidden, dw_lm, (void *)dlogp, (void *)dentropy, (void *)hidden, (void *)w_lm, (void *)targets,
                      (void *)lse, (void *)entropy, ws},
-               .i = {T, C, V, vchunk}, .f = {temperature}, .dt = wdt};
+               .i = {T, C, V, vchunk}, .f = {temperature, cap}, .dt = wdt};
     return submit(b, &o, 10, err);
 }
 static int run_logprob_forward_expect(const SimOp *o, PailErr *err) {
     return CPU_OP(logprob_forward_expect, P(0, float *), P(1, float *), P(2, float *), P(3, float *),
                   P(4, const float *), P(5, const void *), o->dt, P(6, const int *), I(0), I(1), I(2), o->f[0],
-                  P(7, float *), Z(3));
+                  o->f[1], P(7, float *), Z(3));
 }
 static int sim_logprob_forward_expect(Backend *b, float *logp, float *entropy, float *lse, float *expect,
                                       const float *hidden, const void *w_lm, DType wdt, const int *targets, int T,
-                                      int C, int V, float temperature, float *ws, size_t ws_floats, PailErr *err) {
+                                      int C, int V, float temperature, float cap, float *ws, size_t ws_floats,
+                                      PailErr *err) {
     SimOp o = {.run = run_logprob_forward_expect, .name = "logprob_forward_expect",
                .p = {logp, entropy, lse, expect, (void *)hidden, (void *)w_lm, (void *)targets, ws},
-               .i = {T, C, V, (long long)ws_floats}, .f = {temperature}, .dt = wdt};
+               .i = {T, C, V, (long long)ws_floats}, .f = {temperature, cap}, .dt = wdt};
     return submit(b, &o, 8, err);
 }
 static int run_logprob_backward_expect(const SimOp *o, PailErr *err) {
     return CPU_OP(logprob_backward_expect, P(0, float *), P(1, const float *), P(2, const float *),
-                  P(3, const void *), o->dt, P(4, const int *), I(0), I(1), o->f[0]);
+                  P(3, const void *), o->dt, P(4, const int *), I(0), I(1), o->f[0], o->f[1], P(5, const float *));
 }
 static int sim_logprob_backward_expect(Backend *b, float *dhidden, const float *dlogp, const float *expect,
                                        const void *w_lm, DType wdt, const int *targets, int T, int C,
-                                       float temperature, PailErr *err) {
+                                       float temperature, float cap, const float *hidden, PailErr *err) {
     SimOp o = {.run = run_logprob_backward_expect, .name = "logprob_backward_expect",
-               .p = {dhidden, (void *)dlogp, (void *)expect, (void *)w_lm, (void *)targets}, .i = {T, C},
-               .f = {temperature}, .dt = wdt};
-    return submit(b, &o, 5, err);
+               .p = {dhidden, (void *)dlogp, (void *)expect, (void *)w_lm, (void *)targets, (void *)hidden},
+               .i = {T, C}, .f = {temperature, cap}, .dt = wdt};
+    return submit(b, &o, 6, err);
 }
 static int run_embedding_forward(const SimOp *o, PailErr *err) {
     return CPU_OP(embedding_forward, P(0, float *), P(1, const void *), o->dt, P(2, const int *), I(0), I(1), I(2));
@@ -626,6 +653,9 @@ static const BackendOps sim_ops = {
     .layernorm_backward = sim_layernorm_backward,
     .rope_interleaved_forward = sim_rope_interleaved_forward,
     .rope_interleaved_backward = sim_rope_interleaved_backward,
+    .geglu_forward = sim_geglu_forward,
+    .geglu_backward = sim_geglu_backward,
+    .softcap = sim_softcap,
 };
 
 // A positive byte count or count from the environment (0 when unset).

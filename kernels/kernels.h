@@ -157,6 +157,24 @@ void attention_decode_forward(float *out, const float *q, const float *k_pool, c
 void attention_decode_forward_ref(float *out, const float *q, const float *k_pool, const float *v_pool,
                                   const int *cu_new, const int *cache_len, const int *table, int max_blocks, int nseq,
                                   int H, int Hkv, int D, int W);
+// The same three ops with a softcap (gemma2's attn_logit_softcapping): cap > 0 replaces each
+// scaled score s by cap tanh(s / cap) before the mask and the softmax; cap = 0 is the ops above.
+void attention_forward_cap(float *out, float *lse, const float *q, const float *k, const float *v,
+                           const int *cu_seqlens, int nseq, int T, int H, int Hkv, int D, int W, float cap);
+void attention_forward_ref_cap(float *out, float *lse, const float *q, const float *k, const float *v,
+                               const int *cu_seqlens, int nseq, int T, int H, int Hkv, int D, int W, float cap);
+void attention_backward_cap(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
+                            const float *v, const float *out, const float *lse, const int *cu_seqlens, int nseq,
+                            int T, int H, int Hkv, int D, int W, float cap);
+void attention_backward_ref_cap(float *dq, float *dk, float *dv, const float *dout, const float *q,
+                                const float *k, const float *v, const float *out, const float *lse,
+                                const int *cu_seqlens, int nseq, int T, int H, int Hkv, int D, int W, float cap);
+void attention_decode_forward_cap(float *out, const float *q, const float *k_pool, const float *v_pool,
+                                  const int *cu_new, const int *cache_len, const int *table, int max_blocks, int nseq,
+                                  int H, int Hkv, int D, int W, float cap);
+void attention_decode_forward_ref_cap(float *out, const float *q, const float *k_pool, const float *v_pool,
+                                      const int *cu_new, const int *cache_len, const int *table, int max_blocks,
+                                      int nseq, int H, int Hkv, int D, int W, float cap);
 
 // ---- scale: x(n) *= alpha in place (granite's multipliers; exact: one product a value) ----
 void scale_forward(float *x, size_t n, float alpha);
@@ -168,6 +186,16 @@ void swiglu_backward(float *dgate, float *dup, const float *dout, const float *g
                      const float *up, size_t n);
 void swiglu_backward_ref(float *dgate, float *dup, const float *dout, const float *gate,
                          const float *up, size_t n);
+
+// ---- softcap: x(n) = cap tanh(x / cap) in place, cap > 0 (gemma2's logit softcaps) ----
+void softcap_forward(float *x, size_t n, float cap);
+void softcap_forward_ref(float *x, size_t n, float cap);
+
+// ---- geglu: out(n) = gelu_tanh(gate) * up, n = T*F (gemma's gelu_pytorch_tanh MLP) ----
+void geglu_forward(float *out, const float *gate, const float *up, size_t n);
+void geglu_forward_ref(float *out, const float *gate, const float *up, size_t n);
+void geglu_backward(float *dgate, float *dup, const float *dout, const float *gate, const float *up, size_t n);
+void geglu_backward_ref(float *dgate, float *dup, const float *dout, const float *gate, const float *up, size_t n);
 
 // ---- logprob: fused LM head + streaming log-softmax over V in chunks ----
 // z = hidden(T,C) w_lm(V,C)^T / temperature is produced vchunk columns at a time
@@ -198,6 +226,27 @@ void logprob_backward_ref(float *dhidden, float *dw_lm, const float *dlogp,
 // blocks of ws_floats / V; ws must hold at least V floats), and the backward
 // is then dhidden_t = dlogp_t (w_lm[target_t] / temperature - expect_t).
 // Same logp, lse, entropy as logprob_forward.
+// The head with gemma2's final_logit_softcapping cap > 0: z = cap tanh(x / cap) / temperature,
+// x = hidden W_lm^T (cap = 0: the ops above), and the expectation pair.
+int logprob_forward_cap_dt(float *logp, float *entropy, float *lse, const float *hidden, const void *w_lm, DType wdt,
+                           const int *targets, int T, int C, int V, float temperature, float cap, float *ws,
+                           int vchunk, PailErr *err);
+void logprob_backward_cap_dt(float *dhidden, float *dw_lm, const float *dlogp, const float *dentropy,
+                             const float *hidden, const void *w_lm, DType wdt, const int *targets, const float *lse,
+                             const float *entropy, int T, int C, int V, float temperature, float cap, float *ws,
+                             int vchunk);
+int logprob_forward_expect_cap_dt(float *logp, float *entropy, float *lse, float *expect, const float *hidden,
+                                  const void *w_lm, DType wdt, const int *targets, int T, int C, int V,
+                                  float temperature, float cap, float *ws, size_t ws_floats, PailErr *err);
+// hidden: the forward's rows (read only when cap > 0)
+void logprob_backward_expect_cap_dt(float *dhidden, const float *dlogp, const float *expect, const void *w_lm,
+                                    DType wdt, const int *targets, int T, int C, float temperature, float cap,
+                                    const float *hidden);
+int logprob_forward_ref_cap(float *logp, float *entropy, float *lse, const float *hidden, const float *w_lm,
+                            const int *targets, int T, int C, int V, float temperature, float cap, PailErr *err);
+void logprob_backward_ref_cap(float *dhidden, float *dw_lm, const float *dlogp, const float *dentropy,
+                              const float *hidden, const float *w_lm, const int *targets, int T, int C, int V,
+                              float temperature, float cap);
 int logprob_forward_expect(float *logp, float *entropy, float *lse, float *expect,
                            const float *hidden, const float *w_lm, const int *targets, int T,
                            int C, int V, float temperature, float *ws, size_t ws_floats,
@@ -378,11 +427,28 @@ int attention_decode_forward_cuda(float *out, const float *q, const float *k_poo
                                   const int *cu_new, const int *cache_len, const int *table, int max_blocks,
                                   int nseq, int Tn, int H, int Hkv, int D, int W, struct CUstream_st *stream,
                                   PailErr *err);
+// The attention twins with a softcap (kernels.h's attention_*_cap)
+int attention_forward_cap_cuda(float *out, float *lse, const float *q, const float *k, const float *v,
+                               const int *cu_seqlens, int nseq, int T, int H, int Hkv, int D, int W, float cap,
+                               struct CUstream_st *stream, PailErr *err);
+int attention_backward_cap_cuda(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
+                                const float *v, const float *out, const float *lse, const int *cu_seqlens, int nseq,
+                                int T, int H, int Hkv, int D, int W, float cap, struct CUstream_st *stream,
+                                PailErr *err);
+int attention_decode_forward_cap_cuda(float *out, const float *q, const float *k_pool, const float *v_pool,
+                                      const int *cu_new, const int *cache_len, const int *table, int max_blocks,
+                                      int nseq, int Tn, int H, int Hkv, int D, int W, float cap,
+                                      struct CUstream_st *stream, PailErr *err);
 int scale_forward_cuda(float *x, size_t n, float alpha, struct CUstream_st *stream, PailErr *err);
 int swiglu_forward_cuda(float *out, const float *gate, const float *up, size_t n,
                         struct CUstream_st *stream, PailErr *err);
 int swiglu_backward_cuda(float *dgate, float *dup, const float *dout, const float *gate,
                          const float *up, size_t n, struct CUstream_st *stream, PailErr *err);
+int softcap_forward_cuda(float *x, size_t n, float cap, struct CUstream_st *stream, PailErr *err);
+int geglu_forward_cuda(float *out, const float *gate, const float *up, size_t n, struct CUstream_st *stream,
+                       PailErr *err);
+int geglu_backward_cuda(float *dgate, float *dup, const float *dout, const float *gate, const float *up, size_t n,
+                        struct CUstream_st *stream, PailErr *err);
 // Targets are not range-checked on the device: check them on the host first.
 int logprob_forward_cuda(float *logp, float *entropy, float *lse, const float *hidden,
                          const float *w_lm, const int *targets, int T, int C, int V,
@@ -399,6 +465,20 @@ int logprob_forward_expect_cuda(float *logp, float *entropy, float *lse, float *
 int logprob_backward_expect_cuda(float *dhidden, const float *dlogp, const float *expect,
                                  const float *w_lm, const int *targets, int T, int C,
                                  float temperature, CudaBlas *cb, PailErr *err);
+int logprob_forward_cap_dt_cuda(float *logp, float *entropy, float *lse, const float *hidden, const void *w_lm,
+                                DType wdt, const int *targets, int T, int C, int V, float temperature, float cap,
+                                float *ws, int vchunk, CudaBlas *cb, PailErr *err);
+int logprob_backward_cap_dt_cuda(float *dhidden, float *dw_lm, const float *dlogp, const float *dentropy,
+                                 const float *hidden, const void *w_lm, DType wdt, const int *targets,
+                                 const float *lse, const float *entropy, int T, int C, int V, float temperature,
+                                 float cap, float *ws, int vchunk, CudaBlas *cb, PailErr *err);
+int logprob_forward_expect_cap_dt_cuda(float *logp, float *entropy, float *lse, float *expect, const float *hidden,
+                                       const void *w_lm, DType wdt, const int *targets, int T, int C, int V,
+                                       float temperature, float cap, float *ws, size_t ws_floats, CudaBlas *cb,
+                                       PailErr *err);
+int logprob_backward_expect_cap_dt_cuda(float *dhidden, const float *dlogp, const float *expect, const void *w_lm,
+                                        DType wdt, const int *targets, int T, int C, float temperature, float cap,
+                                        const float *hidden, CudaBlas *cb, PailErr *err);
 int logprob_forward_dt_cuda(float *logp, float *entropy, float *lse, const float *hidden,
                             const void *w_lm, DType wdt, const int *targets, int T, int C,
                             int V, float temperature, float *ws, int vchunk, CudaBlas *cb, PailErr *err);

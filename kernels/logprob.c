@@ -5,6 +5,8 @@
 // backward recomputes each chunk. CPU twin of kernels/logprob.cu. The _dt
 // variants take w_lm in a storage dtype: its products go through the _dt
 // matmuls, and the rows read directly (a target's) are converted exactly.
+// The _cap variants take gemma2's final_logit_softcapping: z = cap tanh(x / cap)
+// / temperature with x = hidden W_lm^T (cap = 0: the ops without it, bit for bit).
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,13 +66,27 @@ static int targets_check(const int *targets, int T, int V, float temperature, in
 int logprob_forward_dt(float *logp, float *entropy, float *lse, const float *hidden,
                        const void *w_lm, DType wdt, const int *targets, int T, int C, int V,
                        float temperature, float *ws, int vchunk, PailErr *err) {
+    return logprob_forward_cap_dt(logp, entropy, lse, hidden, w_lm, wdt, targets, T, C, V, temperature, 0.0f, ws,
+                                  vchunk, err);
+}
+
+// A chunk x(n) of head products into capped logits: cap tanh(x / cap) / temperature.
+static void cap_chunk(float *z, size_t n, float cap, float inv_t) {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) z[i] = cap * tanhf(z[i] / cap) * inv_t;
+}
+
+int logprob_forward_cap_dt(float *logp, float *entropy, float *lse, const float *hidden,
+                           const void *w_lm, DType wdt, const int *targets, int T, int C, int V,
+                           float temperature, float cap, float *ws, int vchunk, PailErr *err) {
     if (targets_check(targets, T, V, temperature, vchunk, err)) return -1;
     float *z = ws, *m = ws + (size_t)T * vchunk, *s = m + T, *a = s + T;
     for (int t = 0; t < T; t++) m[t] = -INFINITY, s[t] = 0, a[t] = 0;
     for (int v0 = 0; v0 < V; v0 += vchunk) {
         int nb = V - v0 < vchunk ? V - v0 : vchunk;
         matmul_forward_dt(z, hidden, (const char *)w_lm + (size_t)v0 * C * dtype_size(wdt), wdt,
-                          NULL, T, C, nb, 1.0f / temperature, 0.0f);
+                          NULL, T, C, nb, cap > 0 ? 1.0f : 1.0f / temperature, 0.0f);
+        if (cap > 0) cap_chunk(z, (size_t)T * nb, cap, 1.0f / temperature);
 #pragma omp parallel for schedule(static)
         for (int t = 0; t < T; t++) {
             const float *zr = z + (size_t)t * nb;
@@ -106,14 +122,35 @@ void logprob_backward_dt(float *dhidden, float *dw_lm, const float *dlogp,
                          const float *dentropy, const float *hidden, const void *w_lm,
                          DType wdt, const int *targets, const float *lse, const float *entropy,
                          int T, int C, int V, float temperature, float *ws, int vchunk) {
+    logprob_backward_cap_dt(dhidden, dw_lm, dlogp, dentropy, hidden, w_lm, wdt, targets, lse, entropy, T, C, V,
+                            temperature, 0.0f, ws, vchunk);
+}
+
+// With a cap, d z / d x = (1 - tanh^2) / temperature, tanh recovered from the capped z as
+// z temperature / cap: every dz of the row (the target's 1 included) times 1 - tanh^2.
+void logprob_backward_cap_dt(float *dhidden, float *dw_lm, const float *dlogp,
+                             const float *dentropy, const float *hidden, const void *w_lm,
+                             DType wdt, const int *targets, const float *lse, const float *entropy,
+                             int T, int C, int V, float temperature, float cap, float *ws, int vchunk) {
     float *z = ws, inv_t = 1.0f / temperature;
     for (int v0 = 0; v0 < V; v0 += vchunk) {
         int nb = V - v0 < vchunk ? V - v0 : vchunk;
         const void *wc = (const char *)w_lm + (size_t)v0 * C * dtype_size(wdt);
-        matmul_forward_dt(z, hidden, wc, wdt, NULL, T, C, nb, inv_t, 0.0f);
+        matmul_forward_dt(z, hidden, wc, wdt, NULL, T, C, nb, cap > 0 ? 1.0f : inv_t, 0.0f);
+        if (cap > 0) cap_chunk(z, (size_t)T * nb, cap, inv_t);
 #pragma omp parallel for schedule(static)
         for (int t = 0; t < T; t++) {
             float *zr = z + (size_t)t * nb, gl = dlogp[t], ge = dentropy ? dentropy[t] : 0.0f;
+            if (cap > 0) {  // the capped row: its own loop, the uncapped one below untouched
+                float L = lse[t], Hent = dentropy ? entropy[t] : 0.0f, k = temperature / cap;
+                int tj = targets[t] - v0;
+                for (int j = 0; j < nb; j++) {
+                    float th = zr[j] * k, p = expf(zr[j] - L);
+                    float dz = (j == tj ? gl : 0.0f) - gl * p - ge * p * (zr[j] - L + Hent);
+                    zr[j] = dz * inv_t * (1.0f - th * th);
+                }
+                continue;
+            }
             float L = lse[t], Hent = dentropy ? entropy[t] : 0.0f;
             int tj = targets[t] - v0;
             for (int j0 = 0; j0 < nb; j0 += EXP_CHUNK) {
@@ -149,6 +186,16 @@ int logprob_forward_expect_dt(float *logp, float *entropy, float *lse, float *ex
                               const float *hidden, const void *w_lm, DType wdt,
                               const int *targets, int T, int C, int V, float temperature,
                               float *ws, size_t ws_floats, PailErr *err) {
+    return logprob_forward_expect_cap_dt(logp, entropy, lse, expect, hidden, w_lm, wdt, targets, T, C, V, temperature,
+                                         0.0f, ws, ws_floats, err);
+}
+
+// With a cap: expect = sum_j p_j (1 - tanh_j^2) W_j / temperature (the capped logits' gradient);
+// the backward's target term needs 1 - tanh_t^2, which it recomputes from hidden.
+int logprob_forward_expect_cap_dt(float *logp, float *entropy, float *lse, float *expect,
+                                  const float *hidden, const void *w_lm, DType wdt,
+                                  const int *targets, int T, int C, int V, float temperature, float cap,
+                                  float *ws, size_t ws_floats, PailErr *err) {
     if (targets_check(targets, T, V, temperature, 1, err)) return -1;
     size_t rows = ws_floats / (size_t)V;
     if (rows < 1)
@@ -159,7 +206,25 @@ int logprob_forward_expect_dt(float *logp, float *entropy, float *lse, float *ex
     for (int t0 = 0; t0 < T; t0 += (int)rows) {
         int nr = T - t0 < (int)rows ? T - t0 : (int)rows;
         float *z = ws;
-        matmul_forward_dt(z, hidden + (size_t)t0 * C, w_lm, wdt, NULL, nr, C, V, inv_t, 0.0f);
+        matmul_forward_dt(z, hidden + (size_t)t0 * C, w_lm, wdt, NULL, nr, C, V, cap > 0 ? 1.0f : inv_t, 0.0f);
+        if (cap > 0) {
+            cap_chunk(z, (size_t)nr * V, cap, inv_t);
+#pragma omp parallel for schedule(static)
+            for (int r = 0; r < nr; r++) {
+                float *zr = z + (size_t)r * V, m = row_max(zr, V), zt = zr[targets[t0 + r]], a;
+                float s = exp_sums(NULL, zr, V, m, &a), k = temperature / cap;
+                float l = m + logf(s), inv_s = 1.0f / s;
+                logp[t0 + r] = zt - l;
+                if (lse) lse[t0 + r] = l;
+                if (entropy) entropy[t0 + r] = l - a * inv_s;
+                for (int j = 0; j < V; j++) {
+                    float th = zr[j] * k;
+                    zr[j] = expf(zr[j] - m) * inv_s * (1.0f - th * th);  // p (1 - tanh^2)
+                }
+            }
+            matmul_backward_dt(expect + (size_t)t0 * C, NULL, NULL, z, NULL, w_lm, wdt, nr, C, V, inv_t, 0.0f);
+            continue;
+        }
 #pragma omp parallel for schedule(static)
         for (int r = 0; r < nr; r++) {
             float *zr = z + (size_t)r * V, m = row_max(zr, V), zt = zr[targets[t0 + r]], a;
@@ -191,9 +256,41 @@ int logprob_forward_expect(float *logp, float *entropy, float *lse, float *expec
 void logprob_backward_expect_dt(float *dhidden, const float *dlogp, const float *expect,
                                 const void *w_lm, DType wdt, const int *targets, int T, int C,
                                 float temperature) {
+    logprob_backward_expect_cap_dt(dhidden, dlogp, expect, w_lm, wdt, targets, T, C, temperature, 0.0f, NULL);
+}
+
+// cap > 0: dhidden = dlogp ((1 - tanh_t^2) W_t / temperature - expect), tanh_t = tanh(hidden_t . W_t / cap)
+// recomputed here (one dot of C a row).
+void logprob_backward_expect_cap_dt(float *dhidden, const float *dlogp, const float *expect,
+                                    const void *w_lm, DType wdt, const int *targets, int T, int C,
+                                    float temperature, float cap, const float *hidden) {
     float inv_t = 1.0f / temperature;
     DtCvtFn cvt = dtype_to_f32_fn(wdt, dtype_isa_id());
     size_t esz = dtype_size(wdt);
+    if (cap > 0) {
+#pragma omp parallel for schedule(static)
+        for (int t = 0; t < T; t++) {
+            const char *row = (const char *)w_lm + (size_t)targets[t] * C * esz;
+            const float *e = expect + (size_t)t * C, *h = hidden + (size_t)t * C;
+            float *d = dhidden + (size_t)t * C, g = dlogp[t], x = 0;
+            for (int c0 = 0; c0 < C; c0 += EXP_CHUNK) {  // x = h . W_t
+                int cnt = C - c0 < EXP_CHUNK ? C - c0 : EXP_CHUNK;
+                float wb[EXP_CHUNK];
+                if (cvt) cvt(wb, row + (size_t)c0 * esz, cnt);
+                else memcpy(wb, row + (size_t)c0 * esz, sizeof(float) * cnt);
+                for (int c = 0; c < cnt; c++) x += h[c0 + c] * wb[c];
+            }
+            float th = tanhf(x / cap), gt = (1.0f - th * th) * inv_t;
+            for (int c0 = 0; c0 < C; c0 += EXP_CHUNK) {
+                int cnt = C - c0 < EXP_CHUNK ? C - c0 : EXP_CHUNK;
+                float wb[EXP_CHUNK];
+                if (cvt) cvt(wb, row + (size_t)c0 * esz, cnt);
+                else memcpy(wb, row + (size_t)c0 * esz, sizeof(float) * cnt);
+                for (int c = 0; c < cnt; c++) d[c0 + c] = g * (wb[c] * gt - e[c0 + c]);
+            }
+        }
+        return;
+    }
 #pragma omp parallel for schedule(static)
     for (int t = 0; t < T; t++) {
         const float *w = (const float *)w_lm + (size_t)targets[t] * C, *e = expect + (size_t)t * C;
@@ -224,6 +321,15 @@ void logprob_backward_expect(float *dhidden, const float *dlogp, const float *ex
 int logprob_forward_ref(float *logp, float *entropy, float *lse, const float *hidden,
                         const float *w_lm, const int *targets, int T, int C, int V,
                         float temperature, PailErr *err) {
+    return logprob_forward_ref_cap(logp, entropy, lse, hidden, w_lm, targets, T, C, V, temperature, 0.0f, err);
+}
+
+// cap > 0: the logit cap tanh(x / cap) before the temperature, in double.
+static inline double ref_capz(double x, double cap) { return cap > 0 ? cap * tanh(x / cap) : x; }
+
+int logprob_forward_ref_cap(float *logp, float *entropy, float *lse, const float *hidden,
+                            const float *w_lm, const int *targets, int T, int C, int V,
+                            float temperature, float cap, PailErr *err) {
     if (targets_check(targets, T, V, temperature, 1, err)) return -1;
     double *zr = malloc(sizeof(double) * V);
     for (int t = 0; t < T; t++) {
@@ -231,7 +337,7 @@ int logprob_forward_ref(float *logp, float *entropy, float *lse, const float *hi
         for (int j = 0; j < V; j++) {
             double d = 0;
             for (int c = 0; c < C; c++) d += (double)hidden[(size_t)t * C + c] * w_lm[(size_t)j * C + c];
-            zr[j] = d / temperature;
+            zr[j] = ref_capz(d, cap) / temperature;
             if (zr[j] > mx) mx = zr[j];
         }
         for (int j = 0; j < V; j++) sum += exp(zr[j] - mx);
@@ -248,14 +354,22 @@ int logprob_forward_ref(float *logp, float *entropy, float *lse, const float *hi
 void logprob_backward_ref(float *dhidden, float *dw_lm, const float *dlogp,
                           const float *dentropy, const float *hidden, const float *w_lm,
                           const int *targets, int T, int C, int V, float temperature) {
-    double *zr = malloc(sizeof(double) * V), *dh = malloc(sizeof(double) * C);
+    logprob_backward_ref_cap(dhidden, dw_lm, dlogp, dentropy, hidden, w_lm, targets, T, C, V, temperature, 0.0f);
+}
+
+// cap > 0: dz through the cap's derivative 1 - tanh(x / cap)^2, x recomputed in double.
+void logprob_backward_ref_cap(float *dhidden, float *dw_lm, const float *dlogp,
+                              const float *dentropy, const float *hidden, const float *w_lm,
+                              const int *targets, int T, int C, int V, float temperature, float cap) {
+    double *zr = malloc(sizeof(double) * V), *dh = malloc(sizeof(double) * C), *xr = malloc(sizeof(double) * V);
     for (int t = 0; t < T; t++) {
         const float *h = hidden + (size_t)t * C;
         double mx = -INFINITY, sum = 0, ent = 0;
         for (int j = 0; j < V; j++) {
             double d = 0;
             for (int c = 0; c < C; c++) d += (double)h[c] * w_lm[(size_t)j * C + c];
-            zr[j] = d / temperature;
+            xr[j] = d;
+            zr[j] = ref_capz(d, cap) / temperature;
             if (zr[j] > mx) mx = zr[j];
         }
         for (int j = 0; j < V; j++) sum += exp(zr[j] - mx);
@@ -267,6 +381,7 @@ void logprob_backward_ref(float *dhidden, float *dw_lm, const float *dlogp,
             double dz = dlogp[t] * ((j == targets[t]) - p);
             if (dentropy) dz -= dentropy[t] * p * ((zr[j] - l) + ent);
             dz /= temperature;
+            if (cap > 0) dz *= 1 - pow(tanh(xr[j] / cap), 2);
             for (int c = 0; c < C; c++) {
                 dh[c] += dz * w_lm[(size_t)j * C + c];
                 if (dw_lm) dw_lm[(size_t)j * C + c] += (float)(dz * h[c]);
@@ -276,4 +391,5 @@ void logprob_backward_ref(float *dhidden, float *dw_lm, const float *dlogp,
     }
     free(zr);
     free(dh);
+    free(xr);
 }

@@ -355,13 +355,15 @@ static void attn_free(AttnCase *c) { free(c->q), free(c->k), free(c->v); }
 // fp32 online softmax vs the double three-pass reference: outputs are convex
 // combinations of values in [-1,1], errors ~1e-6; 2e-5 abs + rel leaves margin.
 // W > 0: a sliding window (the reference starts each row's keys at i-W+1).
+// attn_cap > 0: the scores' softcap (test_attention_softcap), else none.
+static float attn_cap;
 static void attention_case(const int *lens, int nseq, int H, int Hkv, int D, int W) {
     AttnCase c = attn_make(lens, nseq, H, Hkv, D);
     size_t nq = (size_t)c.T * H * D, nk = (size_t)c.T * Hkv * D;
     float *out = rnd(nq, 0, 1), *ref = rnd(nq, 0, 1), *lse = rnd((size_t)c.T * H, 0, 1),
           *lser = rnd((size_t)c.T * H, 0, 1);
-    attention_forward(out, lse, c.q, c.k, c.v, c.cu, nseq, c.T, H, Hkv, D, W);
-    attention_forward_ref(ref, lser, c.q, c.k, c.v, c.cu, nseq, c.T, H, Hkv, D, W);
+    attention_forward_cap(out, lse, c.q, c.k, c.v, c.cu, nseq, c.T, H, Hkv, D, W, attn_cap);
+    attention_forward_ref_cap(ref, lser, c.q, c.k, c.v, c.cu, nseq, c.T, H, Hkv, D, W, attn_cap);
     expect_close("attention_forward out", out, ref, nq, 2e-5, 2e-5);
     expect_close("attention_forward lse", lse, lser, (size_t)c.T * H, 2e-5, 2e-5);
     // packed equals each sequence alone
@@ -369,8 +371,8 @@ static void attention_case(const int *lens, int nseq, int H, int Hkv, int D, int
         int L = lens[s], cu1[2] = {0, L};
         if (!L) continue;
         float *o1 = rnd((size_t)L * H * D, 0, 1);
-        attention_forward(o1, NULL, c.q + (size_t)c.cu[s] * H * D, c.k + (size_t)c.cu[s] * Hkv * D,
-                          c.v + (size_t)c.cu[s] * Hkv * D, cu1, 1, L, H, Hkv, D, W);
+        attention_forward_cap(o1, NULL, c.q + (size_t)c.cu[s] * H * D, c.k + (size_t)c.cu[s] * Hkv * D,
+                              c.v + (size_t)c.cu[s] * Hkv * D, cu1, 1, L, H, Hkv, D, W, attn_cap);
         expect_close("attention packed vs separate", out + (size_t)c.cu[s] * H * D, o1,
                      (size_t)L * H * D, 1e-6, 0);
         free(o1);
@@ -380,8 +382,9 @@ static void attention_case(const int *lens, int nseq, int H, int Hkv, int D, int
     float *dout = rnd(nq, -1, 1);
     float *dq = rnd(nq, 0, 1), *dk = rnd(nk, 0, 1), *dv = rnd(nk, 0, 1);
     float *dqr = rnd(nq, 0, 1), *dkr = rnd(nk, 0, 1), *dvr = rnd(nk, 0, 1);
-    attention_backward(dq, dk, dv, dout, c.q, c.k, c.v, ref, lser, c.cu, nseq, c.T, H, Hkv, D, W);
-    attention_backward_ref(dqr, dkr, dvr, dout, c.q, c.k, c.v, ref, lser, c.cu, nseq, c.T, H, Hkv, D, W);
+    attention_backward_cap(dq, dk, dv, dout, c.q, c.k, c.v, ref, lser, c.cu, nseq, c.T, H, Hkv, D, W, attn_cap);
+    attention_backward_ref_cap(dqr, dkr, dvr, dout, c.q, c.k, c.v, ref, lser, c.cu, nseq, c.T, H, Hkv, D, W,
+                               attn_cap);
     expect_close("attention_backward dq", dq, dqr, nq, 1e-4, 1e-4);
     expect_close("attention_backward dk", dk, dkr, nk, 1e-4, 1e-4);
     expect_close("attention_backward dv", dv, dvr, nk, 1e-4, 1e-4);
@@ -441,19 +444,42 @@ START_TEST(test_attention_window) {
 }
 END_TEST
 
+// Softcap (gemma2's attn_logit_softcapping): cap 1.5 on scores of up to ~3 (q, k in +-1.5,
+// 1/sqrt(D)), so tanh bends most of them: every shape above, full and under a window of 50, fast
+// vs reference at the same tolerances (tanhf a few ulp); and the cap changes the outputs.
+START_TEST(test_attention_softcap) {
+    attn_cap = 1.5f;
+    attention_cases(0);
+    attention_cases(50);
+    attn_cap = 0;
+    int lens[] = {40};
+    AttnCase c = attn_make(lens, 1, 2, 1, 16);
+    size_t nq = (size_t)c.T * 2 * 16;
+    float *a = rnd(nq, 0, 1), *b = rnd(nq, 0, 1);
+    attention_forward_cap(a, NULL, c.q, c.k, c.v, c.cu, 1, c.T, 2, 1, 16, 0, 0.0f);
+    attention_forward_cap(b, NULL, c.q, c.k, c.v, c.cu, 1, c.T, 2, 1, 16, 0, 1.5f);
+    double most = 0;
+    for (size_t i = 0; i < nq; i++) most = fmax(most, fabs((double)a[i] - b[i]));
+    ck_assert_msg(most > 1e-2, "the softcap changed the outputs by %g only", most);
+    free(a), free(b);
+    attn_free(&c);
+}
+END_TEST
+
 // Decode: the last n_s rows of each sequence through the paged KV cache equal
 // the full causal forward's last rows (the same arithmetic, so 1e-6), with the
 // sequences' blocks scattered over the pool out of order; under a sliding window
-// (_i: W = 0, 8, 40, 66) the packed forward's windowed rows.
+// (_i: W = 0, 8, 40, 66) the packed forward's windowed rows; _i 4..7 the same with a softcap 1.5.
 START_TEST(test_attention_decode) {
     static const int Ws[] = {0, 8, 40, 66};
-    int W = Ws[_i];
+    int W = Ws[_i % 4];
+    float cap = _i >= 4 ? 1.5f : 0.0f;
     int lens[] = {9, 1, 70}, nnew[] = {2, 1, 3}, nseq = 3, H = 4, Hkv = 2, D = 16, max_blocks = 2, n_blocks = 7;
     int table[] = {5, -1, 0, -1, 3, 6};  // sequence 2 spans blocks 3 and 6
     AttnCase c = attn_make(lens, nseq, H, Hkv, D);
     size_t ks = (size_t)Hkv * D, pool = (size_t)n_blocks * KV_BLOCK * ks;
     float *full = rnd((size_t)c.T * H * D, 0, 1);
-    attention_forward(full, NULL, c.q, c.k, c.v, c.cu, nseq, c.T, H, Hkv, D, W);
+    attention_forward_cap(full, NULL, c.q, c.k, c.v, c.cu, nseq, c.T, H, Hkv, D, W, cap);
     float *kc = rnd(pool, -9, 9), *vc = rnd(pool, -9, 9);
     int cu_new[4] = {0}, cache_len[3];
     for (int s = 0; s < nseq; s++) {
@@ -473,9 +499,9 @@ START_TEST(test_attention_decode) {
         memcpy(want + dst, full + src, sizeof(float) * nnew[s] * H * D);
     }
     float *out = rnd((size_t)Tn * H * D, 0, 1), *ref = rnd((size_t)Tn * H * D, 0, 1);
-    attention_decode_forward(out, qn, kc, vc, cu_new, cache_len, table, max_blocks, nseq, H, Hkv, D, W);
+    attention_decode_forward_cap(out, qn, kc, vc, cu_new, cache_len, table, max_blocks, nseq, H, Hkv, D, W, cap);
     expect_close("attention_decode vs full forward", out, want, (size_t)Tn * H * D, 1e-6, 1e-6);
-    attention_decode_forward_ref(ref, qn, kc, vc, cu_new, cache_len, table, max_blocks, nseq, H, Hkv, D, W);
+    attention_decode_forward_ref_cap(ref, qn, kc, vc, cu_new, cache_len, table, max_blocks, nseq, H, Hkv, D, W, cap);
     expect_close("attention_decode vs reference", out, ref, (size_t)Tn * H * D, 2e-5, 2e-5);
     free(full), free(kc), free(vc), free(qn), free(want), free(out), free(ref);
     attn_free(&c);
@@ -513,6 +539,27 @@ START_TEST(test_swiglu) {
         swiglu_backward_ref(dgr, dur, d, g, u, n);
         expect_close("swiglu_backward dgate", dg, dgr, n, 1e-6, 1e-5);
         expect_close("swiglu_backward dup", du, dur, n, 1e-6, 1e-5);
+        free(g), free(u), free(o), free(r), free(d), free(dg), free(du), free(dgr), free(dur);
+    }
+}
+END_TEST
+
+// ---- geglu: fp32 expf (simd.h, <= 2 ulp) of the sigmoid form vs torch's tanh form in double;
+// large |gate| (+-8) reaches the saturated tails: 1e-6 abs + 1e-5 rel ----
+START_TEST(test_geglu) {
+    size_t sizes[] = {1, 7, 1001};
+    for (int s = 0; s < 3; s++) {
+        size_t n = sizes[s];
+        float *g = rnd(n, -8, 8), *u = rnd(n, -2, 2), *o = rnd(n, 0, 1), *r = rnd(n, 0, 1);
+        geglu_forward(o, g, u, n);
+        geglu_forward_ref(r, g, u, n);
+        expect_close("geglu_forward", o, r, n, 1e-6, 1e-5);
+        float *d = rnd(n, -1, 1), *dg = rnd(n, 0, 1), *du = rnd(n, 0, 1), *dgr = rnd(n, 0, 1),
+              *dur = rnd(n, 0, 1);
+        geglu_backward(dg, du, d, g, u, n);
+        geglu_backward_ref(dgr, dur, d, g, u, n);
+        expect_close("geglu_backward dgate", dg, dgr, n, 1e-6, 1e-5);
+        expect_close("geglu_backward dup", du, dur, n, 1e-6, 1e-5);
         free(g), free(u), free(o), free(r), free(d), free(dg), free(du), free(dgr), free(dur);
     }
 }
@@ -565,6 +612,72 @@ static void logprob_case(int T, int C, int V, float temp, int vchunk) {
     free(h), free(W), free(tg), free(lp), free(ent), free(lse), free(lpr), free(entr), free(lser);
     free(ws), free(lp2), free(dlp), free(dent), free(dh), free(dhr), free(dW), free(dWr);
 }
+
+// gemma2's final_logit_softcapping: h, W in +-1 over C = 48 give logits up to ~8, so cap 3
+// bends most of them; the capped head (chunked forward and backward, bf16 head too) against
+// the double reference at the uncapped bounds, and the cap changes logp. softcap_forward
+// (the decode head's) against its double reference: tanhf, a few ulp.
+static void logprob_cap_case(int T, int C, int V, float temp, int vchunk, float cap) {
+    float *h = rnd((size_t)T * C, -1, 1), *W = rnd((size_t)V * C, -1, 1);
+    int *tg = malloc(sizeof(int) * T);
+    for (int t = 0; t < T; t++) tg[t] = (int)rng_below(&rng, V);
+    tg[0] = V - 1;
+    float *lp = rnd(T, 0, 1), *ent = rnd(T, 0, 1), *lse = rnd(T, 0, 1);
+    float *lpr = rnd(T, 0, 1), *entr = rnd(T, 0, 1), *lser = rnd(T, 0, 1), *lp0 = rnd(T, 0, 1);
+    float *ws = malloc(sizeof(float) * logprob_workspace_floats(T, vchunk));
+    PailErr err = {0};
+    ck_assert_int_eq(logprob_forward_cap_dt(lp, ent, lse, h, W, DT_F32, tg, T, C, V, temp, cap, ws, vchunk, &err), 0);
+    ck_assert_int_eq(logprob_forward_ref_cap(lpr, entr, lser, h, W, tg, T, C, V, temp, cap, &err), 0);
+    expect_close("logprob_forward_cap logp", lp, lpr, T, 2e-5, 2e-5);
+    expect_close("logprob_forward_cap lse", lse, lser, T, 2e-5, 2e-5);
+    expect_close("logprob_forward_cap entropy", ent, entr, T, 2e-5, 2e-5);
+    ck_assert_int_eq(logprob_forward_ref(lp0, NULL, NULL, h, W, tg, T, C, V, temp, &err), 0);
+    double most = 0;
+    for (int t = 0; t < T; t++) most = fmax(most, fabs((double)lp0[t] - lpr[t]));
+    ck_assert_msg(most > 0.1, "the cap changed logp by %g only", most);
+    float *dlp = rnd(T, -1, 1), *dent = rnd(T, -1, 1);
+    float *dh = rnd((size_t)T * C, 0, 1), *dhr = rnd((size_t)T * C, 0, 1);
+    float *dW = rnd((size_t)V * C, -1, 1), *dWr = dup_f(dW, (size_t)V * C);
+    logprob_backward_cap_dt(dh, dW, dlp, dent, h, W, DT_F32, tg, lse, ent, T, C, V, temp, cap, ws, vchunk);
+    logprob_backward_ref_cap(dhr, dWr, dlp, dent, h, W, tg, T, C, V, temp, cap);
+    expect_close("logprob_backward_cap dhidden", dh, dhr, (size_t)T * C, 1e-4, 1e-4);
+    expect_close("logprob_backward_cap dw_lm", dW, dWr, (size_t)V * C, 1e-4, 1e-4);
+    // the expectation pair with the cap (blocks of 3 rows), against the reference without dentropy
+    float *ex = rnd((size_t)T * C, 0, 1), *ws3 = malloc(sizeof(float) * 3 * V), *lp3 = rnd(T, 0, 1);
+    ck_assert_int_eq(logprob_forward_expect_cap_dt(lp3, NULL, NULL, ex, h, W, DT_F32, tg, T, C, V, temp, cap, ws3,
+                                                   3 * (size_t)V, &err), 0);
+    expect_close("logprob_forward_expect_cap logp", lp3, lpr, T, 2e-5, 2e-5);
+    logprob_backward_expect_cap_dt(dh, dlp, ex, W, DT_F32, tg, T, C, temp, cap, h);
+    logprob_backward_ref_cap(dhr, NULL, dlp, NULL, h, W, tg, T, C, V, temp, cap);
+    expect_close("logprob_backward_expect_cap dhidden", dh, dhr, (size_t)T * C, 1e-4, 1e-4);
+    free(ex), free(ws3), free(lp3);
+    // a bf16 head: the reference on the same (rounded) values
+    uint16_t *Wb = malloc(sizeof(uint16_t) * V * C);
+    dtype_convert(Wb, DT_BF16, W, DT_F32, (size_t)V * C);
+    dtype_convert(W, DT_F32, Wb, DT_BF16, (size_t)V * C);
+    ck_assert_int_eq(logprob_forward_cap_dt(lp, NULL, lse, h, Wb, DT_BF16, tg, T, C, V, temp, cap, ws, vchunk, &err), 0);
+    ck_assert_int_eq(logprob_forward_ref_cap(lpr, NULL, lser, h, W, tg, T, C, V, temp, cap, &err), 0);
+    expect_close("logprob_forward_cap logp (bf16 head)", lp, lpr, T, 2e-5, 2e-5);
+    logprob_backward_cap_dt(dh, NULL, dlp, NULL, h, Wb, DT_BF16, tg, lse, NULL, T, C, V, temp, cap, ws, vchunk);
+    logprob_backward_ref_cap(dhr, NULL, dlp, NULL, h, W, tg, T, C, V, temp, cap);
+    expect_close("logprob_backward_cap dhidden (bf16 head)", dh, dhr, (size_t)T * C, 1e-4, 1e-4);
+    free(Wb);
+    free(h), free(W), free(tg), free(lp), free(ent), free(lse), free(lpr), free(entr), free(lser), free(lp0);
+    free(ws), free(dlp), free(dent), free(dh), free(dhr), free(dW), free(dWr);
+}
+
+START_TEST(test_logprob_softcap) {
+    logprob_cap_case(5, 48, 300, 0.7f, 7, 3.0f);
+    logprob_cap_case(13, 48, 300, 1.0f, 128, 3.0f);
+    logprob_cap_case(9, 33, 257, 1.3f, 257, 1.5f);
+    size_t n = 1001;
+    float *x = rnd(n, -20, 20), *r = dup_f(x, n);
+    softcap_forward(x, n, 3.0f);
+    softcap_forward_ref(r, n, 3.0f);
+    expect_close("softcap_forward", x, r, n, 1e-6, 1e-6);
+    free(x), free(r);
+}
+END_TEST
 
 START_TEST(test_logprob) {
     logprob_case(1, 48, 300, 1.0f, 64);
@@ -1049,8 +1162,11 @@ int main(void) {
     tcase_add_test(core, test_rope_partial);
     tcase_add_test(core, test_attention);
     tcase_add_test(core, test_attention_window);
-    tcase_add_loop_test(core, test_attention_decode, 0, 4);
+    tcase_add_loop_test(core, test_attention_decode, 0, 8);
+    tcase_add_test(core, test_attention_softcap);
     tcase_add_test(core, test_swiglu);
+    tcase_add_test(core, test_geglu);
+    tcase_add_test(core, test_logprob_softcap);
     tcase_add_test(core, test_scale);
     tcase_add_test(core, test_logprob);
     tcase_add_test(core, test_logprob_normalised);

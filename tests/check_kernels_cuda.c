@@ -193,9 +193,11 @@ START_TEST(test_rope_interleaved_cuda) {
 }
 END_TEST
 
-// _i = 1: a sliding window of 9 keys (shorter than the 70-token sequence, the decode's rows past it)
+// _i = 1: a sliding window of 9 keys (shorter than the 70-token sequence, the decode's rows past it);
+// _i = 2, 3: the same with a softcap 1.5 (gemma2's attn_logit_softcapping)
 START_TEST(test_attention_cuda) {
-    int cu[5] = {0, 5, 75, 76, 76}, nseq = 4, T = 76, H = 6, Hkv = 2, D = 40, W = _i ? 9 : 0;
+    int cu[5] = {0, 5, 75, 76, 76}, nseq = 4, T = 76, H = 6, Hkv = 2, D = 40, W = _i & 1 ? 9 : 0;
+    float cap = _i >= 2 ? 1.5f : 0.0f;
     size_t nq = (size_t)T * H * D, nk = (size_t)T * Hkv * D;
     float *q = rnd(nq, -1.5, 1.5), *k = rnd(nk, -1.5, 1.5), *v = rnd(nk, -1, 1), *g = rnd(nq, -1, 1);
     float *o = malloc(4 * nq), *lse = malloc(4 * T * H), *dq = malloc(4 * nq), *dk = malloc(4 * nk),
@@ -203,12 +205,12 @@ START_TEST(test_attention_cuda) {
     float *q_ = UPF(q, nq), *k_ = UPF(k, nk), *v_ = UPF(v, nk), *o_ = UPF(NULL, nq),
           *lse_ = UPF(NULL, T * H);
     int *cu_ = UPI(cu, nseq + 1);
-    attention_forward_ref(o, lse, q, k, v, cu, nseq, T, H, Hkv, D, W);
-    attention_backward_ref(dq, dk, dv, g, q, k, v, o, lse, cu, nseq, T, H, Hkv, D, W);
-    OK(attention_forward_cuda(o_, lse_, q_, k_, v_, cu_, nseq, T, H, Hkv, D, W, 0, &err));
+    attention_forward_ref_cap(o, lse, q, k, v, cu, nseq, T, H, Hkv, D, W, cap);
+    attention_backward_ref_cap(dq, dk, dv, g, q, k, v, o, lse, cu, nseq, T, H, Hkv, D, W, cap);
+    OK(attention_forward_cap_cuda(o_, lse_, q_, k_, v_, cu_, nseq, T, H, Hkv, D, W, cap, 0, &err));
     float *dq_ = UPF(NULL, nq), *dk_ = UPF(NULL, nk), *dv_ = UPF(NULL, nk);
-    OK(attention_backward_cuda(dq_, dk_, dv_, UPF(g, nq), q_, k_, v_, o_, lse_, cu_, nseq, T, H,
-                               Hkv, D, W, 0, &err));
+    OK(attention_backward_cap_cuda(dq_, dk_, dv_, UPF(g, nq), q_, k_, v_, o_, lse_, cu_, nseq, T, H,
+                                   Hkv, D, W, cap, 0, &err));
     expect_dev("attention_backward_cuda dq", dq_, dq, nq, 1e-4, 1e-4);
     expect_dev("attention_backward_cuda dk", dk_, dk, nk, 1e-4, 1e-4);
     expect_dev("attention_backward_cuda dv", dv_, dv, nk, 1e-4, 1e-4);
@@ -228,9 +230,9 @@ START_TEST(test_attention_cuda) {
             memcpy(vc + row * ks, v + (cu[s] + j) * ks, 4 * ks);
         }
     float *od = malloc(4 * 6 * H * D), *od_ = UPF(NULL, 6 * H * D);
-    attention_decode_forward_ref(od, qn, kc, vc, cun, cl, table, MAXB, 3, H, Hkv, D, W);
-    OK(attention_decode_forward_cuda(od_, UPF(qn, 6 * H * D), UPF(kc, pool), UPF(vc, pool), UPI(cun, 4), UPI(cl, 3),
-                                     UPI(table, 3 * MAXB), MAXB, 3, 6, H, Hkv, D, W, 0, &err));
+    attention_decode_forward_ref_cap(od, qn, kc, vc, cun, cl, table, MAXB, 3, H, Hkv, D, W, cap);
+    OK(attention_decode_forward_cap_cuda(od_, UPF(qn, 6 * H * D), UPF(kc, pool), UPF(vc, pool), UPI(cun, 4),
+                                         UPI(cl, 3), UPI(table, 3 * MAXB), MAXB, 3, 6, H, Hkv, D, W, cap, 0, &err));
     expect_dev("attention_decode_forward_cuda", od_, od, 6 * H * D, 2e-5, 2e-5);
     ck_assert_int_eq(attention_forward_cuda(o_, NULL, q_, k_, v_, cu_, nseq, T, H, Hkv, 300, W, 0, &err), -1);
     ck_assert_ptr_nonnull(strstr(err.msg, "head dim 300"));
@@ -251,6 +253,22 @@ START_TEST(test_swiglu_cuda) {
     expect_dev("swiglu_forward_cuda", o_, o, n, 1e-6, 1e-5);
     expect_dev("swiglu_backward_cuda dgate", da_, da, n, 1e-6, 1e-5);
     expect_dev("swiglu_backward_cuda dup", du_, du, n, 1e-6, 1e-5);
+    free(a), free(u), free(g), free(o), free(da), free(du);
+}
+END_TEST
+
+START_TEST(test_geglu_cuda) {
+    size_t n = 10007;
+    float *a = rnd(n, -8, 8), *u = rnd(n, -2, 2), *g = rnd(n, -1, 1);
+    float *o = malloc(4 * n), *da = malloc(4 * n), *du = malloc(4 * n);
+    float *a_ = UPF(a, n), *u_ = UPF(u, n), *o_ = UPF(NULL, n), *da_ = UPF(NULL, n), *du_ = UPF(NULL, n);
+    OK(geglu_forward_cuda(o_, a_, u_, n, 0, &err));
+    OK(geglu_backward_cuda(da_, du_, UPF(g, n), a_, u_, n, 0, &err));
+    geglu_forward_ref(o, a, u, n);
+    geglu_backward_ref(da, du, g, a, u, n);
+    expect_dev("geglu_forward_cuda", o_, o, n, 1e-6, 1e-5);
+    expect_dev("geglu_backward_cuda dgate", da_, da, n, 1e-6, 1e-5);
+    expect_dev("geglu_backward_cuda dup", du_, du, n, 1e-6, 1e-5);
     free(a), free(u), free(g), free(o), free(da), free(du);
 }
 END_TEST
@@ -311,6 +329,31 @@ START_TEST(test_logprob_cuda) {
     expect_dev("logprob_forward_expect_cuda entropy", ent_, ent, T, 2e-5, 2e-5);
     expect_dev("logprob_forward_expect_cuda lse", lse_, lse, T, 2e-5, 2e-5);
     expect_dev("logprob_backward_expect_cuda dhidden", dh2_, dh, T * C, 1e-4, 1e-4);
+    // gemma2's final_logit_softcapping 3 (logits up to ~8 here: bent), and the decode head's softcap op
+    float cap = 3.0f, *dW2 = rnd(V * C, -1, 1), *dW2_ = UPF(dW2, V * C), *dh3_ = UPF(NULL, T * C);
+    OK(logprob_forward_ref_cap(lp, ent, lse, h, W, tg, T, C, V, temp, cap, &err));
+    logprob_backward_ref_cap(dh, dW2, dl, de, h, W, tg, T, C, V, temp, cap);
+    lp_ = UPF(NULL, T), ent_ = UPF(NULL, T), lse_ = UPF(NULL, T);
+    OK(logprob_forward_cap_dt_cuda(lp_, ent_, lse_, h_, W_, DT_F32, tg_, T, C, V, temp, cap, ws_, vchunk, &cb, &err));
+    OK(logprob_backward_cap_dt_cuda(dh3_, dW2_, UPF(dl, T), UPF(de, T), h_, W_, DT_F32, tg_, lse_, ent_, T, C, V, temp,
+                                    cap, ws_, vchunk, &cb, &err));
+    expect_dev("logprob_forward_cap_dt_cuda logp", lp_, lp, T, 2e-5, 2e-5);
+    expect_dev("logprob_forward_cap_dt_cuda entropy", ent_, ent, T, 2e-5, 2e-5);
+    expect_dev("logprob_backward_cap_dt_cuda dhidden", dh3_, dh, T * C, 1e-4, 1e-4);
+    expect_dev("logprob_backward_cap_dt_cuda dw_lm", dW2_, dW2, V * C, 1e-4, 1e-4);
+    logprob_backward_ref_cap(dh, NULL, dl, NULL, h, W, tg, T, C, V, temp, cap);  // the capped expectation pair
+    float *ex2_ = UPF(NULL, T * C), *dh4_ = UPF(NULL, T * C);
+    lp_ = UPF(NULL, T);
+    OK(logprob_forward_expect_cap_dt_cuda(lp_, NULL, NULL, ex2_, h_, W_, DT_F32, tg_, T, C, V, temp, cap, ws4_, 4 * V,
+                                          &cb, &err));
+    OK(logprob_backward_expect_cap_dt_cuda(dh4_, UPF(dl, T), ex2_, W_, DT_F32, tg_, T, C, temp, cap, h_, &cb, &err));
+    expect_dev("logprob_forward_expect_cap_dt_cuda logp", lp_, lp, T, 2e-5, 2e-5);
+    expect_dev("logprob_backward_expect_cap_dt_cuda dhidden", dh4_, dh, T * C, 1e-4, 1e-4);
+    float *x = rnd(1001, -20, 20), *x_ = UPF(x, 1001);
+    softcap_forward_ref(x, 1001, cap);
+    OK(softcap_forward_cuda(x_, 1001, cap, 0, &err));
+    expect_dev("softcap_forward_cuda", x_, x, 1001, 1e-6, 1e-6);
+    free(x), free(dW2);
     free(h), free(W), free(dl), free(de), free(dh), free(dW);
 }
 END_TEST
@@ -525,8 +568,9 @@ int main(void) {
     tcase_add_test(core, test_rmsnorm_cuda);
     tcase_add_test(core, test_rope_cuda);
     tcase_add_test(core, test_rope_partial_cuda);
-    tcase_add_loop_test(core, test_attention_cuda, 0, 2);  // also the head-dim limit
+    tcase_add_loop_test(core, test_attention_cuda, 0, 4);  // also the head-dim limit
     tcase_add_test(core, test_swiglu_cuda);
+    tcase_add_test(core, test_geglu_cuda);
     tcase_add_test(core, test_scale_cuda);
     tcase_add_test(core, test_matmul_lora_cuda);
     tcase_add_test(core, test_logprob_cuda);

@@ -260,6 +260,28 @@ START_TEST(test_swiglu_grad) {
 }
 END_TEST
 
+// ---- geglu: the backward against finite differences of torch's tanh form ----
+static double geglu_loss(void *p) {
+    GluCtx *c = p;
+    double L = 0;
+    for (size_t i = 0; i < c->n; i++) {
+        double a = c->a[i], t = tanh(sqrt(2.0 / M_PI) * (a + 0.044715 * a * a * a));
+        L += c->g[i] * 0.5 * a * (1 + t) * c->u[i];
+    }
+    return L;
+}
+
+START_TEST(test_geglu_grad) {
+    size_t n = 41;
+    float *a = rnd(n, -6, 6), *u = rnd(n, -2, 2), *g = rnd(n, -1, 1), *da = malloc(4 * n), *du = malloc(4 * n);
+    geglu_backward(da, du, g, a, u, n);
+    GluCtx c = {n, to_d(a, n), to_d(u, n), to_d(g, n)};
+    fd_check("geglu dgate", da, c.a, n, geglu_loss, &c, 1);
+    fd_check("geglu dup", du, c.u, n, geglu_loss, &c, 1);
+    free(a), free(u), free(g), free(da), free(du), free(c.a), free(c.u), free(c.g);
+}
+END_TEST
+
 // ---- logprob: loss = sum_t a_t logp_t + b_t H_t with a naive log-softmax ----
 typedef struct { int T, C, V; double temp; const int *tg; double *h, *W, *a, *b; } LpCtx;
 static double logprob_loss(void *p) {
@@ -333,6 +355,7 @@ int main(void) {
     tcase_add_test(core, test_swiglu_grad);
     tcase_add_test(core, test_layernorm_grad);
     tcase_add_test(core, test_rope_interleaved_grad);
+    tcase_add_test(core, test_geglu_grad);
     tcase_add_test(core, test_logprob_grad);
     tcase_add_test(limits, test_embedding_grad);  // repeated tokens: rows collide
     suite_add_tcase(s, core);

@@ -375,6 +375,116 @@ START_TEST(test_config_olmo2) {
 }
 END_TEST
 
+// google/gemma-2-2b's and google/gemma-3-1b-it's config.json fields: gemma2's softcaps are refused by
+// name (not run yet) and it parses with them null; gemma3's legacy (rope_theta, rope_local_base_freq,
+// rope_scaling, sliding_window_pattern) and transformers 5 (rope_parameters per layer type,
+// layer_types) spellings give the same config; what gemma cannot run is refused naming the field.
+static const char *gemma2_2b =
+    "{\"architectures\":[\"Gemma2ForCausalLM\"],\"attention_bias\":false,\"attention_dropout\":0.0,"
+    "\"attn_logit_softcapping\":50.0,\"bos_token_id\":2,\"cache_implementation\":\"hybrid\",\"eos_token_id\":1,"
+    "\"final_logit_softcapping\":30.0,\"head_dim\":256,\"hidden_act\":\"gelu_pytorch_tanh\","
+    "\"hidden_activation\":\"gelu_pytorch_tanh\",\"hidden_size\":2304,\"initializer_range\":0.02,"
+    "\"intermediate_size\":9216,\"max_position_embeddings\":8192,\"model_type\":\"gemma2\","
+    "\"num_attention_heads\":8,\"num_hidden_layers\":26,\"num_key_value_heads\":4,\"pad_token_id\":0,"
+    "\"query_pre_attn_scalar\":256,\"rms_norm_eps\":1e-06,\"rope_theta\":10000.0,\"sliding_window\":4096,"
+    "\"torch_dtype\":\"float32\",\"use_cache\":true,\"vocab_size\":256000%s}";
+static const char *gemma3_1b =
+    "{\"architectures\":[\"Gemma3ForCausalLM\"],\"attention_bias\":false,\"attention_dropout\":0.0,"
+    "\"attn_logit_softcapping\":null,\"bos_token_id\":2,\"cache_implementation\":\"hybrid\",\"eos_token_id\":[1,106],"
+    "\"final_logit_softcapping\":null,\"head_dim\":256,\"hidden_activation\":\"gelu_pytorch_tanh\","
+    "\"hidden_size\":1152,\"initializer_range\":0.02,\"intermediate_size\":6912,\"max_position_embeddings\":32768,"
+    "\"model_type\":\"gemma3_text\",\"num_attention_heads\":4,\"num_hidden_layers\":26,\"num_key_value_heads\":1,"
+    "\"pad_token_id\":0,\"query_pre_attn_scalar\":256,\"rms_norm_eps\":1e-06,\"sliding_window\":512,"
+    "\"torch_dtype\":\"bfloat16\",\"use_cache\":true,\"vocab_size\":262144,%s}";
+
+START_TEST(test_config_gemma) {
+    ModelConfig c, v5;
+    PailErr err = {0};
+    char j[4096];
+    snprintf(j, sizeof j, gemma2_2b, ",\"attn_logit_softcapping\":null");  // null: none
+    ck_assert_msg(parse_cfg(&c, j, &err) == 0, "%s", err.msg);
+    ck_assert(c.attn_logit_softcapping == 0 && c.final_logit_softcapping == 30.0);
+    snprintf(j, sizeof j, gemma2_2b, ",\"final_logit_softcapping\":\"x\"");
+    ck_assert_int_eq(parse_cfg(&c, j, &err), -1);
+    ck_assert_msg(strstr(err.msg, "'final_logit_softcapping' is not a number"), "%s", err.msg);
+    snprintf(j, sizeof j, gemma2_2b, "");
+    ck_assert_msg(parse_cfg(&c, j, &err) == 0, "%s", err.msg);
+    ck_assert(c.attn_logit_softcapping == 50.0 && c.final_logit_softcapping == 30.0);
+    ck_assert(c.type == MODEL_GEMMA2 && c.gemma_norms && !c.has_qk_norm && c.tie_word_embeddings);
+    ck_assert(c.sliding_window == 4096 && c.rope_local_theta == 0 && c.rope_theta == 10000.0);
+    ck_assert(c.embedding_multiplier == 48.0 && c.attention_multiplier == 1.0 / 16);
+    for (int l = 0; l < 26; l++)  // Gemma2Config: sliding on even layers
+        ck_assert_int_eq(model_layer_window(&c, l), l % 2 ? 0 : 4096);
+    ck_assert_uint_eq(model_config_param_count(&c), 2614341888u);  // gemma-2-2b
+    ModelParamSpec s[PARAM_COUNT];
+    model_param_specs(&c, s);
+    ck_assert_str_eq(s[PARAM_PRE_FF_NORM].name, "pre_feedforward_layernorm.weight");
+    ck_assert_str_eq(s[PARAM_POST_FF_NORM].name, "post_feedforward_layernorm.weight");
+    ck_assert(s[PARAM_PRE_FF_NORM].present && !s[PARAM_LM_HEAD].present);
+
+    const char *legacy = "\"rope_local_base_freq\":10000,\"rope_scaling\":null,\"rope_theta\":1000000,"
+                         "\"sliding_window_pattern\":6";
+    snprintf(j, sizeof j, gemma3_1b, legacy);
+    ck_assert_msg(parse_cfg(&c, j, &err) == 0, "%s", err.msg);
+    ck_assert(c.type == MODEL_GEMMA3_TEXT && c.has_qk_norm && c.rope_theta == 1e6 && c.rope_local_theta == 1e4);
+    ck_assert(c.rope_scaling == ROPE_SCALING_NONE && c.n_eos == 2);
+    for (int l = 0; l < 26; l++)  // every 6th layer global
+        ck_assert_int_eq(model_layer_window(&c, l), (l + 1) % 6 ? 512 : 0);
+    ck_assert_uint_eq(model_config_param_count(&c), 999885952u);  // gemma-3-1b
+    const char *tf5 = "\"layer_types\":[\"sliding_attention\",\"sliding_attention\",\"sliding_attention\","
+                      "\"sliding_attention\",\"sliding_attention\",\"full_attention\",\"sliding_attention\","
+                      "\"sliding_attention\",\"sliding_attention\",\"sliding_attention\",\"sliding_attention\","
+                      "\"full_attention\",\"sliding_attention\",\"sliding_attention\",\"sliding_attention\","
+                      "\"sliding_attention\",\"sliding_attention\",\"full_attention\",\"sliding_attention\","
+                      "\"sliding_attention\",\"sliding_attention\",\"sliding_attention\",\"sliding_attention\","
+                      "\"full_attention\",\"sliding_attention\",\"sliding_attention\"],\"rope_parameters\":{"
+                      "\"full_attention\":{\"rope_theta\":1000000,\"rope_type\":\"default\"},"
+                      "\"sliding_attention\":{\"rope_theta\":10000,\"rope_type\":\"default\"}}";
+    snprintf(j, sizeof j, gemma3_1b, tf5);
+    ck_assert_msg(parse_cfg(&v5, j, &err) == 0, "%s", err.msg);
+    ck_assert(!memcmp(v5.full_attn, c.full_attn, sizeof c.full_attn) && v5.rope_theta == c.rope_theta &&
+              v5.rope_local_theta == c.rope_local_theta && v5.rope_scaling == ROPE_SCALING_NONE);
+    // Gemma 3 4B's global layers: linear x8, in both spellings
+    snprintf(j, sizeof j, gemma3_1b, "\"rope_scaling\":{\"factor\":8.0,\"rope_type\":\"linear\"},\"rope_theta\":1000000");
+    ck_assert_msg(parse_cfg(&c, j, &err) == 0, "%s", err.msg);
+    ck_assert(c.rope_scaling == ROPE_SCALING_LINEAR && c.rope_factor == 8.0 && c.rope_local_theta == 1e4);
+    snprintf(j, sizeof j, gemma3_1b, "\"rope_parameters\":{\"full_attention\":{\"factor\":8.0,\"rope_theta\":1000000,"
+             "\"rope_type\":\"linear\"},\"sliding_attention\":{\"rope_theta\":20000,\"rope_type\":\"default\"}}");
+    ck_assert_msg(parse_cfg(&v5, j, &err) == 0, "%s", err.msg);
+    ck_assert(v5.rope_scaling == ROPE_SCALING_LINEAR && v5.rope_factor == 8.0 && v5.rope_local_theta == 2e4);
+    // written back (legacy spelling), parsed again
+    Buf b = {0};
+    ck_assert_int_eq(model_config_to_json(&v5, "bfloat16", &b), 0);
+    ck_assert_msg(model_config_parse(&c, (char *)b.data, b.len, "w", &err) == 0, "%s", err.msg);
+    buf_free(&b);
+    ck_assert(c.type == MODEL_GEMMA3_TEXT && c.rope_scaling == ROPE_SCALING_LINEAR && c.rope_factor == 8.0 &&
+              c.rope_local_theta == 2e4 && c.rope_theta == 1e6 && c.sliding_window == 512 &&
+              !memcmp(c.full_attn, v5.full_attn, sizeof c.full_attn) && c.query_pre_attn_scalar == 256);
+    static const struct { const char *patch, *want; } bad[] = {
+        {"\"final_logit_softcapping\":-3.0", "final_logit_softcapping = -3 is out of range"},
+        {"\"hidden_activation\":\"gelu\"", "hidden_activation = 'gelu' is not supported (only gelu_pytorch_tanh)"},
+        {"\"use_bidirectional_attention\":true", "use_bidirectional_attention = true"},
+        {"\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":8.0}", "rope_scaling.rope_type = 'yarn'"},
+        {"\"rope_parameters\":{\"sliding_attention\":{\"rope_type\":\"linear\",\"factor\":2.0}}",
+         "rope_parameters.sliding_attention.rope_type = 'linear'"},
+        {"\"rope_scaling\":{\"rope_type\":\"linear\"}", "needs a number 'factor'"},
+        {"\"layer_types\":[\"full_attention\"]", "layer_types is not a list of 26 entries"},
+        {"\"layer_types\":[\"chunked_attention\"]", "layer_types is not a list of 26 entries"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(j, sizeof j, gemma3_1b, bad[i].patch);
+        ck_assert_msg(parse_cfg(&c, j, &err) == -1, "accepted: %s", bad[i].patch);
+        ck_assert_msg(strstr(err.msg, bad[i].want), "case %zu: '%s' lacks '%s'", i, err.msg, bad[i].want);
+    }
+    char lt[2048] = "\"layer_types\":[";
+    for (int l = 0; l < 26; l++) strcat(lt, l == 3 ? "\"chunked_attention\"," : "\"full_attention\",");
+    lt[strlen(lt) - 1] = ']';
+    snprintf(j, sizeof j, gemma3_1b, lt);
+    ck_assert_int_eq(parse_cfg(&c, j, &err), -1);
+    ck_assert_msg(strstr(err.msg, "layer_types[3] = 'chunked_attention' is not supported"), "%s", err.msg);
+}
+END_TEST
+
 // ibm-granite/granite-3.1-2b-instruct's config.json fields: its four multipliers are read, written back;
 // one out of range is refused naming it; absent, GraniteConfig's 1.
 START_TEST(test_config_granite) {
@@ -948,15 +1058,18 @@ START_TEST(test_weights_tiny) {
         ck_assert_msg(model_weights_load(&a, d32, &err) == 0, "%s", err.msg);
         ck_assert_msg(model_weights_load(&b, d16, &err) == 0, "%s", err.msg);
         ck_assert_int_eq(a.cfg.type, type);
-        ck_assert_int_eq(a.cfg.sliding_window, type == MODEL_MISTRAL || type == MODEL_COHERE2 ? 4096 : 0);
+        bool gemma = type == MODEL_GEMMA2 || type == MODEL_GEMMA3_TEXT;
+        ck_assert_int_eq(a.cfg.sliding_window, type == MODEL_MISTRAL || type == MODEL_COHERE2 || gemma ? 4096 : 0);
         ck_assert_int_eq(a.cfg.hidden_size, cfg.hidden_size);
         ck_assert_int_eq(a.cfg.bos_token_id, 1);
         ck_assert_int_eq(a.cfg.eos_token_ids[0], 2);
         ck_assert_uint_eq(a.num_params, model_config_param_count(&cfg));
-        ck_assert(!!a.p.bq == (type == MODEL_QWEN2) && !!a.p.q_norm == (type == MODEL_QWEN3 || type == MODEL_OLMO2));
+        ck_assert(!!a.p.bq == (type == MODEL_QWEN2) &&
+                  !!a.p.q_norm == (type == MODEL_QWEN3 || type == MODEL_OLMO2 || type == MODEL_GEMMA3_TEXT));
+        ck_assert(!!a.p.pre_ff_norm == gemma && !!a.p.post_ff_norm == gemma);
+        // smollm3, cohere, cohere2 and gemma: tied by default; cohere, cohere2: one norm per layer
         ck_assert(a.p.bo == NULL && (a.p.lm_head != a.p.embed_tokens) ==
-                                        (type != MODEL_SMOLLM3 && type != MODEL_COHERE && type != MODEL_COHERE2));
-        // smollm3, cohere, cohere2: tied by default; cohere, cohere2: one norm per layer
+                                        (type != MODEL_SMOLLM3 && type != MODEL_COHERE && type != MODEL_COHERE2 && !gemma));
         ck_assert(!!a.p.mlp_norm == (type != MODEL_COHERE && type != MODEL_COHERE2));
         // The bf16 file holds the same draws rounded: loading it equals rounding the f32 load.
         const float *am = model_weights_f32(&a), *bm = model_weights_f32(&b);
@@ -969,7 +1082,8 @@ START_TEST(test_weights_tiny) {
         stats(wq, (size_t)cfg.num_hidden_layers * cfg.hidden_size * cfg.hidden_size, &m, &sd);
         ck_assert(fabs(sd - 0.02) < 0.001 && fabs(m) < 5 * 0.02 / sqrt(8192.0));
         stats(a.p.attn_norm, (size_t)cfg.num_hidden_layers * cfg.hidden_size, &m, &sd);
-        ck_assert(fabs(m - 1.0) < 0.01 && sd > 0.01 && sd < 0.03);
+        // gemma scales by 1 + w: its norms are drawn around 0
+        ck_assert(fabs(m - (gemma ? 0.0 : 1.0)) < 0.01 && sd > 0.01 && sd < 0.03);
         // Layers differ (each tensor has its own stream).
         ck_assert(wq[0] != wq[(size_t)cfg.hidden_size * cfg.hidden_size]);
         // base_sha256 = sha256 of `sha256sum model.safetensors` output (doc/models.md).
@@ -1353,6 +1467,7 @@ int main(void) {
     tcase_add_test(core, test_config_olmo2);
     tcase_add_test(core, test_config_cohere);
     tcase_add_test(core, test_config_cohere2);
+    tcase_add_test(core, test_config_gemma);
     tcase_add_test(core, test_dtype_conversion);
     tcase_add_test(core, test_safetensors_roundtrip);
     tcase_add_test(core, test_safetensors_reference_bytes);

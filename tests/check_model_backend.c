@@ -104,29 +104,41 @@ static int r_rope_partial_backward(Backend *b, float *dx, const float *dout, con
     return 0;
 }
 static int r_attention_forward(Backend *b, float *out, float *lse, const float *q, const float *k, const float *v,
-                               const int *cu, int nseq, int T, int H, int Hkv, int D, int W, PailErr *err) {
+                               const int *cu, int nseq, int T, int H, int Hkv, int D, int W, float cap,
+                               PailErr *err) {
     NOB;
-    attention_forward_ref(out, lse, q, k, v, cu, nseq, T, H, Hkv, D, W);
+    attention_forward_ref_cap(out, lse, q, k, v, cu, nseq, T, H, Hkv, D, W, cap);
     return 0;
 }
 static int r_attention_backward(Backend *b, float *dq, float *dk, float *dv, const float *dout, const float *q,
                                 const float *k, const float *v, const float *out, const float *lse, const int *cu,
-                                int nseq, int T, int H, int Hkv, int D, int W, PailErr *err) {
+                                int nseq, int T, int H, int Hkv, int D, int W, float cap, PailErr *err) {
     NOB;
-    attention_backward_ref(dq, dk, dv, dout, q, k, v, out, lse, cu, nseq, T, H, Hkv, D, W);
+    attention_backward_ref_cap(dq, dk, dv, dout, q, k, v, out, lse, cu, nseq, T, H, Hkv, D, W, cap);
     return 0;
 }
 static int r_attention_decode_forward(Backend *b, float *out, const float *q, const float *kc, const float *vc,
                                       const int *cu_new, const int *len, const int *table, int max_blocks, int nseq,
-                                      int Tn, int H, int Hkv, int D, int W, PailErr *err) {
+                                      int Tn, int H, int Hkv, int D, int W, float cap, PailErr *err) {
     NOB;
     (void)Tn;
-    attention_decode_forward_ref(out, q, kc, vc, cu_new, len, table, max_blocks, nseq, H, Hkv, D, W);
+    attention_decode_forward_ref_cap(out, q, kc, vc, cu_new, len, table, max_blocks, nseq, H, Hkv, D, W, cap);
     return 0;
 }
 static int r_swiglu_forward(Backend *b, float *out, const float *g, const float *u, size_t n, PailErr *err) {
     NOB;
     swiglu_forward_ref(out, g, u, n);
+    return 0;
+}
+static int r_geglu_forward(Backend *b, float *out, const float *g, const float *u, size_t n, PailErr *err) {
+    NOB;
+    geglu_forward_ref(out, g, u, n);
+    return 0;
+}
+static int r_geglu_backward(Backend *b, float *dg, float *du, const float *dout, const float *g, const float *u,
+                            size_t n, PailErr *err) {
+    NOB;
+    geglu_backward_ref(dg, du, dout, g, u, n);
     return 0;
 }
 static int r_swiglu_backward(Backend *b, float *dg, float *du, const float *dout, const float *g, const float *u,
@@ -136,21 +148,21 @@ static int r_swiglu_backward(Backend *b, float *dg, float *du, const float *dout
     return 0;
 }
 static int r_logprob_forward(Backend *b, float *logp, float *ent, float *lse, const float *h, const void *wd,
-                             DType wdt, const int *tg, int T, int C, int V, float temp, float *ws, int vchunk,
-                             PailErr *err) {
+                             DType wdt, const int *tg, int T, int C, int V, float temp, float cap, float *ws,
+                             int vchunk, PailErr *err) {
     (void)b; (void)ws; (void)vchunk;
     float *w = f32_of(wd, wdt, (size_t)V * C);
-    int rc = logprob_forward_ref(logp, ent, lse, h, w, tg, T, C, V, temp, err);
+    int rc = logprob_forward_ref_cap(logp, ent, lse, h, w, tg, T, C, V, temp, cap, err);
     f32_done(w, wd);
     return rc;
 }
 static int r_logprob_backward(Backend *b, float *dh, float *dw, const float *dlogp, const float *dent, const float *h,
                               const void *wd, DType wdt, const int *tg, const float *lse, const float *ent, int T,
-                              int C, int V, float temp, float *ws, int vchunk, PailErr *err) {
+                              int C, int V, float temp, float cap, float *ws, int vchunk, PailErr *err) {
     NOB;
     (void)lse; (void)ent; (void)ws; (void)vchunk;
     float *w = f32_of(wd, wdt, (size_t)V * C);
-    logprob_backward_ref(dh, dw, dlogp, dent, h, w, tg, T, C, V, temp);
+    logprob_backward_ref_cap(dh, dw, dlogp, dent, h, w, tg, T, C, V, temp, cap);
     f32_done(w, wd);
     return 0;
 }
@@ -160,20 +172,21 @@ typedef struct { const float *h; const int *tg; int V; } ExpectCtx;
 static ExpectCtx ectx;
 static int r_logprob_forward_expect(Backend *b, float *logp, float *ent, float *lse, float *expect, const float *h,
                                     const void *wd, DType wdt, const int *tg, int T, int C, int V, float temp,
-                                    float *ws, size_t wsf, PailErr *err) {
+                                    float cap, float *ws, size_t wsf, PailErr *err) {
     (void)b; (void)expect; (void)ws; (void)wsf;
     ectx = (ExpectCtx){h, tg, V};
     float *w = f32_of(wd, wdt, (size_t)V * C);
-    int rc = logprob_forward_ref(logp, ent, lse, h, w, tg, T, C, V, temp, err);
+    int rc = logprob_forward_ref_cap(logp, ent, lse, h, w, tg, T, C, V, temp, cap, err);
     f32_done(w, wd);
     return rc;
 }
 static int r_logprob_backward_expect(Backend *b, float *dh, const float *dlogp, const float *expect, const void *wd,
-                                     DType wdt, const int *tg, int T, int C, float temp, PailErr *err) {
+                                     DType wdt, const int *tg, int T, int C, float temp, float cap, const float *h,
+                                     PailErr *err) {
     NOB;
-    (void)expect; (void)tg;
+    (void)expect; (void)tg; (void)h;
     float *w = f32_of(wd, wdt, (size_t)ectx.V * C);
-    logprob_backward_ref(dh, NULL, dlogp, NULL, ectx.h, w, ectx.tg, T, C, ectx.V, temp);
+    logprob_backward_ref_cap(dh, NULL, dlogp, NULL, ectx.h, w, ectx.tg, T, C, ectx.V, temp, cap);
     f32_done(w, wd);
     return 0;
 }
@@ -269,6 +282,8 @@ static void ref_backend_init(void) {
     ref_ops.attention_decode_forward = r_attention_decode_forward;
     ref_ops.swiglu_forward = r_swiglu_forward;
     ref_ops.swiglu_backward = r_swiglu_backward;
+    ref_ops.geglu_forward = r_geglu_forward;
+    ref_ops.geglu_backward = r_geglu_backward;
     ref_ops.logprob_forward = r_logprob_forward;
     ref_ops.logprob_backward = r_logprob_backward;
     ref_ops.logprob_forward_expect = r_logprob_forward_expect;
@@ -309,6 +324,15 @@ static void small_model(ModelWeights *w, ModelType type) {
     if (type == MODEL_COHERE2) {  // layer 1 full attention without RoPE, layer 0 windowed under the sequences
         c.sliding_window = 7, c.logit_scale = 0.3;
         model_config_set_layer_pattern(&c, 2);
+    }
+    if (c.gemma_norms) {  // window 7 on layer 0 (layer 1 full); gemma3: two RoPE bases, linear x4 on layer 1
+        c.sliding_window = 7;
+        c.query_pre_attn_scalar = 24;
+        unsigned char full[2] = {0, 1};
+        model_config_gemma_layers(&c, full, 0);
+        model_config_gemma_scales(&c);
+        if (type == MODEL_GEMMA3_TEXT) c.rope_scaling = ROPE_SCALING_LINEAR, c.rope_factor = 4;
+        if (type == MODEL_GEMMA2) c.attn_logit_softcapping = 0.5, c.final_logit_softcapping = 1.0;  // both bend
     }
     model_fill_random(w, &c, 0.12, 77, (uint64_t)type);
 }

@@ -24,8 +24,8 @@ int ctl_init_model(int argc, char **argv) {
          "qwen2.5-0.5b (C896 L24 H14 Hkv2 F4864 V151936, tied, qwen2), qwen2.5-7b (C3584 L28 H28 Hkv4 "
          "F18944 V152064, qwen2); size flags override it (e.g. --layers 4)"},
         {"model-type", FLAG_STRING, &type_s, NULL, 1, 0,
-         "llama, qwen2, qwen3, mistral, exaone, granite, smollm3, olmo2, phi3, cohere or cohere2 (default llama; "
-         "qwen2 for qwen2.5-0.5b)"},
+         "llama, qwen2, qwen3, mistral, exaone, granite, smollm3, olmo2, phi3, cohere, cohere2, gemma2 (Gemma2Config's "
+         "softcaps 50 and 30) or gemma3_text (default llama; qwen2 for qwen2.5-0.5b)"},
         {"hidden", FLAG_INT, &hidden, "0", 0, 65536, "hidden size C"},
         {"layers", FLAG_INT, &layers, "0", 0, 1024, "layers L"},
         {"heads", FLAG_INT, &heads, "0", 0, 1024, "attention heads H"},
@@ -41,8 +41,8 @@ int ctl_init_model(int argc, char **argv) {
         {"max-positions", FLAG_INT, &maxpos, "0", 0, 1 << 30, "max_position_embeddings (0: default)"},
         {"sliding-window", FLAG_INT, &window, "-1", -1, 1 << 30,
          "mistral, phi3: attention window W (keys i-W+1..i); 0: none (null, full attention); -1: the default "
-         "(mistral 4096, MistralConfig's; phi3 none); cohere2: its sliding layers' window (every 4th layer full "
-         "attention without RoPE; -1: 4096)"},
+         "(mistral 4096, MistralConfig's; phi3 none); cohere2, gemma2, gemma3_text: their sliding layers' window "
+         "(-1: 4096, their configs' default)"},
         {"partial-rotary-factor", FLAG_DOUBLE, &prf, "1", 0, 1,
          "phi3: RoPE on the first int(D * factor) dims of each head (Phi-4-mini: 0.75)"},
         {"dtype", FLAG_STRING, &dtype_s, "bf16", 1, 0, "the checkpoint's dtype: bf16, f16 or f32"},
@@ -68,7 +68,7 @@ int ctl_init_model(int argc, char **argv) {
     if (shape && (!strcmp(shape, "qwen2.5-0.5b") || !strcmp(shape, "qwen2.5-7b"))) type = MODEL_QWEN2;
     if (type_s && model_type_parse(type_s, &type) < 0) {
         fprintf(stderr, "%s: --model-type '%s': use llama, qwen2, qwen3, mistral, exaone, granite, smollm3, olmo2, "
-                "phi3, cohere or cohere2\n", argv[0], type_s);
+                "phi3, cohere, cohere2, gemma2 or gemma3_text\n", argv[0], type_s);
         goto done;
     }
     ModelConfig cfg = {0};
@@ -107,8 +107,10 @@ int ctl_init_model(int argc, char **argv) {
             fprintf(stderr, "%s: --sliding-window 0: cohere2's sliding layers need a window\n", argv[0]);
             goto done;
         }
-        if (type != MODEL_MISTRAL && type != MODEL_PHI3 && type != MODEL_COHERE2) {
-            fprintf(stderr, "%s: --sliding-window: only model types mistral, phi3 and cohere2 have one (not %s)\n", argv[0],
+        if (type != MODEL_MISTRAL && type != MODEL_PHI3 && type != MODEL_COHERE2 && type != MODEL_GEMMA2 &&
+            type != MODEL_GEMMA3_TEXT) {
+            fprintf(stderr, "%s: --sliding-window: only model types mistral, phi3, cohere2, gemma2 and gemma3_text have "
+                    "one (not %s)\n", argv[0],
                     model_type_name(type));
             goto done;
         }
@@ -135,6 +137,10 @@ int ctl_init_model(int argc, char **argv) {
     }
     if (qknorm) cfg.has_qk_norm = true;
     if (logit_scale > 0) cfg.logit_scale = logit_scale;
+    if (cfg.gemma_norms) {  // the layer pattern and sqrt(C) follow the sizes given
+        model_config_gemma_layers(&cfg, NULL, 0);
+        model_config_gemma_scales(&cfg);
+    }
     if (theta > 0) cfg.rope_theta = theta;
     if (maxpos) cfg.max_position_embeddings = (int)maxpos;
     if (!strcmp(rope_s, "llama3")) {
@@ -236,7 +242,7 @@ int ctl_model_info(int argc, char **argv) {
         printf("rope_scaling: longrope original_max=%d attention_factor=%g (short_factor up to %d positions, "
                "long_factor past)\n", c.rope_original_max_position_embeddings, c.rope_attention_factor,
                c.rope_original_max_position_embeddings);
-    else
+    else if (c.rope_scaling != ROPE_SCALING_LINEAR)
         printf("rope_scaling: none\n");
     if (c.sliding_window > 0) printf("sliding_window: %d\n", c.sliding_window);
     else printf("sliding_window: none\n");
@@ -262,6 +268,19 @@ int ctl_model_info(int argc, char **argv) {
         printf("parallel_block: true (h = x + attn(ln(x)) + mlp(ln(x)), one input_layernorm)\n"
                "norm: layernorm (mean-subtracted, no bias%s)\nrope: interleaved (pairs 2i, 2i+1)\nlogit_scale: %g\n",
                c.has_qk_norm ? "; q/k norms per head" : "", c.logit_scale);
+    if (c.gemma_norms) {  // gemma2 / gemma3_text
+        printf("gemma: sandwich norms scaled by 1 + w, gelu_pytorch_tanh MLP, embeddings * sqrt(C) = %g, "
+               "scores * query_pre_attn_scalar^-0.5 (%d)\n", c.embedding_multiplier, c.query_pre_attn_scalar);
+        printf("layer_types:");
+        for (int l = 0; l < c.num_hidden_layers; l++) printf(" %s", model_layer_window(&c, l) ? "sliding" : "full");
+        printf("\n");
+        if (c.rope_local_theta > 0) printf("rope_local_base_freq (sliding layers): %g\n", c.rope_local_theta);
+        if (c.rope_scaling == ROPE_SCALING_LINEAR) printf("rope_scaling (full layers): linear factor=%g\n", c.rope_factor);
+        if (c.attn_logit_softcapping > 0) printf("attn_logit_softcapping: %g\n", c.attn_logit_softcapping);
+        else printf("attn_logit_softcapping: null\n");
+        if (c.final_logit_softcapping > 0) printf("final_logit_softcapping: %g\n", c.final_logit_softcapping);
+        else printf("final_logit_softcapping: null\n");
+    }
     printf("tie_word_embeddings: %s\nqkv_bias: %s\no_bias: %s\nqk_norm: %s\n", c.tie_word_embeddings ? "true" : "false",
            c.has_qkv_bias ? "true" : "false", c.has_o_bias ? "true" : "false", c.has_qk_norm ? "true" : "false");
     printf("bos_token_id: %d\neos_token_id:", c.bos_token_id);

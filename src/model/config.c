@@ -12,12 +12,14 @@
 #include "core/fsutil.h"
 
 static const char *type_names[MODEL_TYPE_COUNT] = {"llama", "qwen2", "qwen3", "mistral", "exaone", "smollm3",
-                                                    "granite", "olmo2", "phi3", "cohere", "cohere2"};
+                                                    "granite", "olmo2", "phi3", "cohere", "cohere2", "gemma2",
+                                                    "gemma3_text"};
 // exaone: the published checkpoints' name (transformers maps model_type exaone to its llama classes)
 static const char *arch_names[MODEL_TYPE_COUNT] = {"LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
                                                    "MistralForCausalLM", "ExaoneForCausalLM", "SmolLM3ForCausalLM",
                                                    "GraniteForCausalLM", "Olmo2ForCausalLM", "Phi3ForCausalLM",
-                                                   "CohereForCausalLM", "Cohere2ForCausalLM"};
+                                                   "CohereForCausalLM", "Cohere2ForCausalLM", "Gemma2ForCausalLM",
+                                                   "Gemma3ForCausalLM"};
 
 const char *model_type_name(ModelType t) { return (unsigned)t < MODEL_TYPE_COUNT ? type_names[t] : "?"; }
 
@@ -56,6 +58,19 @@ void model_config_defaults(ModelConfig *cfg, ModelType type) {
         c.tie_word_embeddings = true;
         if (type == MODEL_COHERE2) c.rope_theta = 10000.0, c.sliding_window = 4096;  // Cohere2Config
     }
+    bool gemma = type == MODEL_GEMMA2 || type == MODEL_GEMMA3_TEXT;
+    if (gemma) {  // Gemma2Config / Gemma3TextConfig's defaults
+        c.gemma_norms = true;
+        c.has_qk_norm = type == MODEL_GEMMA3_TEXT;
+        c.tie_word_embeddings = true;
+        c.max_position_embeddings = type == MODEL_GEMMA2 ? 8192 : 131072;
+        c.rope_theta = type == MODEL_GEMMA2 ? 10000.0 : 1000000.0;
+        c.rope_local_theta = type == MODEL_GEMMA3_TEXT ? 10000.0 : 0;
+        c.sliding_window = 4096;
+        c.query_pre_attn_scalar = 256;
+        c.attn_logit_softcapping = type == MODEL_GEMMA2 ? 50.0 : 0;
+        c.final_logit_softcapping = type == MODEL_GEMMA2 ? 30.0 : 0;
+    }
     // keep the sizes a caller already set
     c.hidden_size = cfg->hidden_size;
     c.intermediate_size = cfg->intermediate_size;
@@ -65,6 +80,10 @@ void model_config_defaults(ModelConfig *cfg, ModelType type) {
     c.vocab_size = cfg->vocab_size;
     c.head_dim = cfg->head_dim ? cfg->head_dim
                  : cfg->num_attention_heads ? cfg->hidden_size / cfg->num_attention_heads : 0;
+    if (gemma) {
+        model_config_gemma_layers(&c, NULL, 0);
+        model_config_gemma_scales(&c);
+    }
     *cfg = c;
 }
 
@@ -76,6 +95,23 @@ void model_config_set_layer_pattern(ModelConfig *c, int pattern) {
             c->full_attn[l >> 6] |= 1ULL << (l & 63);
             c->no_rope[l >> 6] |= 1ULL << (l & 63);
         }
+}
+
+// gemma's layer_types when a file gives none: gemma2 alternates (sliding on even layers), gemma3_text
+// has every pattern-th layer full (Gemma3TextConfig's sliding_window_pattern, default 6).
+void model_config_gemma_layers(ModelConfig *c, const unsigned char *full, int pattern) {
+    memset(c->full_attn, 0, sizeof c->full_attn);
+    if (!pattern) pattern = c->type == MODEL_GEMMA2 ? 2 : 6;
+    for (int l = 0; l < c->num_hidden_layers && l < MODEL_MAX_LAYERS; l++)
+        if (full ? full[l] : (l + 1) % pattern == 0) c->full_attn[l >> 6] |= 1ULL << (l & 63);
+}
+
+// gemma: inputs_embeds * sqrt(C) (fp32: transformers rounds it to the model's dtype, so a bf16
+// transformers run multiplies by bf16(sqrt(C)); pail's bf16 weights compute in fp32 as transformers'
+// fp32 run does), scores q.k * query_pre_attn_scalar^-0.5 (granite's two multipliers carry them).
+void model_config_gemma_scales(ModelConfig *c) {
+    c->embedding_multiplier = sqrt((double)c->hidden_size);
+    c->attention_multiplier = c->query_pre_attn_scalar > 0 ? 1.0 / sqrt((double)c->query_pre_attn_scalar) : 0;
 }
 
 // ---- reading ----
@@ -297,8 +333,9 @@ static int refuse_unsupported(json_t *root, ModelType type, const char *what, Pa
     if (type != MODEL_MISTRAL && json_is_true(sw))
         return err_set(err, PAIL_ERR_UNSUPPORTED, "%s: use_sliding_window = true: %s's windowed layers are not "
                        "supported (mistral's window on every layer is)", what, type_names[type]);
+    bool gemma = type == MODEL_GEMMA2 || type == MODEL_GEMMA3_TEXT;
     json_t *lt = json_object_get(root, "layer_types");
-    if (lt && json_is_array(lt) && type != MODEL_COHERE2) {  // cohere2's are read in get_cohere2_layers
+    if (!gemma && lt && json_is_array(lt) && type != MODEL_COHERE2) {  // cohere2: get_cohere2_layers; gemma: get_gemma
         size_t i;
         json_t *x;
         json_array_foreach(lt, i, x) {
@@ -307,6 +344,19 @@ static int refuse_unsupported(json_t *root, ModelType type, const char *what, Pa
                 return err_set(err, PAIL_ERR_UNSUPPORTED, "%s: layer_types[%zu] = '%s': only full_attention layers "
                                "are supported", what, i, s ? s : "(not a string)");
         }
+    }
+    if (gemma) {  // GemmaMLP: hidden_activation (hidden_act in older files), gelu_pytorch_tanh only
+        static const char *keys[] = {"hidden_activation", "hidden_act"};
+        for (int i = 0; i < 2; i++) {
+            json_t *a = json_object_get(root, keys[i]);
+            if (a && !json_is_null(a) && (!json_is_string(a) || strcmp(json_string_value(a), "gelu_pytorch_tanh")))
+                return err_set(err, PAIL_ERR_UNSUPPORTED, "%s: %s = '%s' is not supported (only gelu_pytorch_tanh)",
+                               what, keys[i], json_is_string(a) ? json_string_value(a) : "?");
+        }
+        if (json_is_true(json_object_get(root, "use_bidirectional_attention")))
+            return err_set(err, PAIL_ERR_UNSUPPORTED, "%s: use_bidirectional_attention = true is not supported "
+                           "(causal decoders only)", what);
+        return 0;
     }
     json_t *act = json_object_get(root, "hidden_act");
     if (act && (!json_is_string(act) || strcmp(json_string_value(act), "silu")))
@@ -360,6 +410,93 @@ static int get_cohere2_layers(ModelConfig *c, json_t *root, const char *what, Pa
     return 0;
 }
 
+// A number or null (null -> 0: "none"), for gemma's softcaps.
+static int get_num_or_null(json_t *root, const char *key, double *out, const char *what, PailErr *err) {
+    json_t *v = json_object_get(root, key);
+    if (v && json_is_null(v)) { *out = 0; return 0; }
+    return get_num(root, key, 1e-6, 1e6, out, what, err);
+}
+
+// gemma3_text's rope: global (full_attention) layers rope_theta with an optional linear
+// scaling, sliding layers rope_local_base_freq; transformers 5 writes both in rope_parameters
+// {"full_attention": {...}, "sliding_attention": {...}}, older files rope_theta,
+// rope_local_base_freq and rope_scaling (applied to the full_attention layers).
+static int get_rope_scaling_linear(ModelConfig *c, json_t *sc, const char *field, bool local, const char *what,
+                                   PailErr *err) {
+    if (!sc || json_is_null(sc)) return 0;
+    if (!json_is_object(sc)) return err_set(err, PAIL_ERR_INVALID, "%s: %s is not an object", what, field);
+    json_t *t = json_object_get(sc, "rope_type");
+    if (!t) t = json_object_get(sc, "type");
+    const char *type = t ? json_string_value(t) : "default";
+    if (!type) return err_set(err, PAIL_ERR_INVALID, "%s: %s.rope_type is not a string", what, field);
+    if (!strcmp(type, "default")) return 0;
+    if (local || strcmp(type, "linear"))
+        return err_set(err, PAIL_ERR_UNSUPPORTED, "%s: %s.rope_type = '%s' is not supported (gemma3_text: 'default'%s)",
+                       what, field, type, local ? "" : " or 'linear'");
+    if (!json_is_number(json_object_get(sc, "factor")))
+        return err_set(err, PAIL_ERR_INVALID, "%s: %s.rope_type 'linear' needs a number 'factor'", what, field);
+    if (get_num(sc, "factor", 1e-6, 1e6, &c->rope_factor, what, err) < 0) return -1;
+    c->rope_scaling = ROPE_SCALING_LINEAR;
+    return 0;
+}
+
+static int get_rope_gemma3(ModelConfig *c, json_t *root, const char *what, PailErr *err) {
+    if (get_num(root, "rope_theta", 1, 1e12, &c->rope_theta, what, err) < 0 ||
+        get_num(root, "rope_local_base_freq", 1, 1e12, &c->rope_local_theta, what, err) < 0 ||
+        get_rope_scaling_linear(c, json_object_get(root, "rope_scaling"), "rope_scaling", false, what, err) < 0)
+        return -1;
+    json_t *rp = json_object_get(root, "rope_parameters");
+    if (!rp || json_is_null(rp)) return 0;
+    if (!json_is_object(rp)) return err_set(err, PAIL_ERR_INVALID, "%s: rope_parameters is not an object", what);
+    json_t *full = json_object_get(rp, "full_attention"), *slide = json_object_get(rp, "sliding_attention");
+    if (!full && !slide) full = rp;  // one flat dict: the global layers'
+    if (full && (get_num(full, "rope_theta", 1, 1e12, &c->rope_theta, what, err) < 0 ||
+                 get_rope_scaling_linear(c, full, "rope_parameters.full_attention", false, what, err) < 0))
+        return -1;
+    if (!slide || json_is_null(slide)) return 0;
+    if (!json_is_object(slide))
+        return err_set(err, PAIL_ERR_INVALID, "%s: rope_parameters.sliding_attention is not an object", what);
+    if (get_num(slide, "rope_theta", 1, 1e12, &c->rope_local_theta, what, err) < 0 ||
+        get_rope_scaling_linear(c, slide, "rope_parameters.sliding_attention", true, what, err) < 0)
+        return -1;
+    return 0;
+}
+
+// gemma2 / gemma3_text: sliding_window (null: every layer full), layer_types or
+// sliding_window_pattern, query_pre_attn_scalar, the softcaps.
+static int get_gemma(ModelConfig *c, json_t *root, const char *what, PailErr *err) {
+    json_t *swv = json_object_get(root, "sliding_window");
+    if (swv && json_is_null(swv)) c->sliding_window = 0;
+    else if (get_int(root, "sliding_window", 1, 1 << 30, &c->sliding_window, what, err) < 0) return -1;
+    int L = c->num_hidden_layers, pattern = 0;
+    json_t *lt = json_object_get(root, "layer_types");
+    if (lt && !json_is_null(lt)) {
+        if (!json_is_array(lt) || (int)json_array_size(lt) != L)
+            return err_set(err, PAIL_ERR_INVALID, "%s: layer_types is not a list of %d entries (one per layer)", what, L);
+        unsigned char full[MODEL_MAX_LAYERS];
+        for (int l = 0; l < L; l++) {
+            const char *s = json_string_value(json_array_get(lt, (size_t)l));
+            if (!s || (strcmp(s, "full_attention") && strcmp(s, "sliding_attention")))
+                return err_set(err, PAIL_ERR_UNSUPPORTED, "%s: layer_types[%d] = '%s' is not supported (full_attention "
+                               "or sliding_attention)", what, l, s ? s : "(not a string)");
+            full[l] = !strcmp(s, "full_attention");
+        }
+        model_config_gemma_layers(c, full, 0);
+    } else {
+        if (c->type == MODEL_GEMMA3_TEXT &&
+            get_int(root, "sliding_window_pattern", 1, 1 << 20, &pattern, what, err) < 0)
+            return -1;
+        model_config_gemma_layers(c, NULL, pattern);
+    }
+    if (get_int(root, "query_pre_attn_scalar", 1, 1 << 20, &c->query_pre_attn_scalar, what, err) < 0 ||
+        get_num_or_null(root, "attn_logit_softcapping", &c->attn_logit_softcapping, what, err) < 0 ||
+        get_num_or_null(root, "final_logit_softcapping", &c->final_logit_softcapping, what, err) < 0)
+        return -1;
+    if (c->type == MODEL_GEMMA3_TEXT && get_rope_gemma3(c, root, what, err) < 0) return -1;
+    model_config_gemma_scales(c);
+    return 0;
+}
+
 int model_config_validate(const ModelConfig *c, const char *what, PailErr *err) {
     if (c->hidden_size <= 0 || c->intermediate_size <= 0 || c->num_hidden_layers <= 0 ||
         c->num_attention_heads <= 0 || c->num_key_value_heads <= 0 || c->head_dim <= 0 || c->vocab_size <= 0)
@@ -395,7 +532,7 @@ int model_config_parse(ModelConfig *cfg, const char *text, size_t len, const cha
     ModelType type;
     if (model_type_parse(json_string_value(mt), &type) < 0) {
         err_set(err, PAIL_ERR_UNSUPPORTED, "%s: model_type = '%s' is not supported (pail runs llama, qwen2, qwen3, "
-                "mistral, exaone, smollm3, granite, olmo2, phi3, cohere, cohere2 dense decoders)", what, json_string_value(mt));
+                "mistral, exaone, smollm3, granite, olmo2, phi3, cohere, cohere2, gemma2, gemma3_text dense decoders)", what, json_string_value(mt));
         goto out;
     }
     if (type == MODEL_EXAONE) {  // EXAONE's own config names (ExaoneConfig.attribute_map), read as llama's
@@ -425,8 +562,9 @@ int model_config_parse(ModelConfig *cfg, const char *text, size_t len, const cha
         get_int(root, "head_dim", 1, 1024, &c.head_dim, what, err) < 0 ||
         get_int(root, "max_position_embeddings", 1, 1 << 30, &c.max_position_embeddings, what, err) < 0 ||
         get_num(root, "rms_norm_eps", 1e-30, 1, &c.rms_norm_eps, what, err) < 0 ||
-        get_rope(&c, root, what, err) < 0 || get_special_ids(&c, root, what, err) < 0)
+        (type != MODEL_GEMMA3_TEXT && get_rope(&c, root, what, err) < 0) || get_special_ids(&c, root, what, err) < 0)
         goto out;
+    if (c.head_dim == 0 && (type == MODEL_GEMMA2 || type == MODEL_GEMMA3_TEXT)) c.head_dim = 256;  // their default
     if (c.head_dim == 0) {
         if (c.hidden_size % c.num_attention_heads) {
             err_set(err, PAIL_ERR_INVALID, "%s: hidden_size %d is not a multiple of num_attention_heads %d and there "
@@ -442,6 +580,7 @@ int model_config_parse(ModelConfig *cfg, const char *text, size_t len, const cha
     }
     if (type == MODEL_SMOLLM3 && get_no_rope(&c, root, what, err) < 0) goto out;
     if (type == MODEL_PHI3 && get_phi3(&c, root, what, err) < 0) goto out;
+    if ((type == MODEL_GEMMA2 || type == MODEL_GEMMA3_TEXT) && get_gemma(&c, root, what, err) < 0) goto out;
     if (type == MODEL_GRANITE &&
         (get_num(root, "embedding_multiplier", 1e-6, 1e6, &c.embedding_multiplier, what, err) < 0 ||
          get_num(root, "residual_multiplier", 1e-6, 1e6, &c.residual_multiplier, what, err) < 0 ||
@@ -561,7 +700,7 @@ int model_config_to_json(const ModelConfig *c, const char *dtype_name, Buf *out)
     json_object_set_new(o, "use_cache", json_true());
     json_object_set_new(o, "vocab_size", json_integer(c->vocab_size));
     if (c->type == MODEL_LLAMA || c->type == MODEL_QWEN3 || c->type == MODEL_EXAONE || c->type == MODEL_SMOLLM3 ||
-        c->type == MODEL_GRANITE || c->type == MODEL_OLMO2) {
+        c->type == MODEL_GRANITE || c->type == MODEL_OLMO2 || c->type == MODEL_GEMMA2 || c->type == MODEL_GEMMA3_TEXT) {
         json_object_set_new(o, "attention_bias", json_boolean(c->has_qkv_bias));
         json_object_set_new(o, "head_dim", json_integer(c->head_dim));
     }
@@ -622,10 +761,34 @@ int model_config_to_json(const ModelConfig *c, const char *dtype_name, Buf *out)
     } else if (c->type == MODEL_LLAMA || c->type == MODEL_EXAONE) {
         json_object_set_new(o, "mlp_bias", json_false());
         if (c->type == MODEL_LLAMA) json_object_set_new(o, "pretraining_tp", json_integer(1));
+    } else if (c->type == MODEL_GEMMA2 || c->type == MODEL_GEMMA3_TEXT) {
+        // written below
     } else {
         json_object_set_new(o, "use_sliding_window", json_false());
         json_object_set_new(o, "sliding_window", json_null());
         json_object_set_new(o, "max_window_layers", json_integer(c->num_hidden_layers));
+    }
+    if (c->type == MODEL_GEMMA2 || c->type == MODEL_GEMMA3_TEXT) {
+        json_object_set_new(o, "hidden_act", json_string("gelu_pytorch_tanh"));
+        json_object_set_new(o, "hidden_activation", json_string("gelu_pytorch_tanh"));
+        json_object_set_new(o, "query_pre_attn_scalar", json_integer(c->query_pre_attn_scalar));
+        json_object_set_new(o, "sliding_window", c->sliding_window > 0 ? json_integer(c->sliding_window) : json_null());
+        json_t *lt = json_array();
+        for (int l = 0; l < c->num_hidden_layers; l++)
+            json_array_append_new(lt, json_string((c->full_attn[l >> 6] >> (l & 63)) & 1 ? "full_attention"
+                                                                                         : "sliding_attention"));
+        json_object_set_new(o, "layer_types", lt);
+        json_object_set_new(o, "attn_logit_softcapping",
+                            c->attn_logit_softcapping > 0 ? json_real(c->attn_logit_softcapping) : json_null());
+        json_object_set_new(o, "final_logit_softcapping",
+                            c->final_logit_softcapping > 0 ? json_real(c->final_logit_softcapping) : json_null());
+        json_object_set_new(o, "pad_token_id", json_null());
+        if (c->type == MODEL_GEMMA3_TEXT) {  // the legacy spelling, which Gemma3TextConfig still reads
+            json_object_set_new(o, "rope_local_base_freq", json_real(c->rope_local_theta));
+            json_object_set_new(o, "rope_scaling", c->rope_scaling == ROPE_SCALING_LINEAR
+                                ? json_pack("{s:s,s:f}", "rope_type", "linear", "factor", c->rope_factor) : json_null());
+            json_object_set_new(o, "use_bidirectional_attention", json_false());
+        }
     }
     char *s = json_dumps(o, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(12));
     json_decref(o);
@@ -644,5 +807,6 @@ size_t model_config_param_count(const ModelConfig *c) {
     if (c->has_o_bias) layer += C;
     if (c->has_qk_norm) layer += c->post_norm || c->layer_norm ? H * D + Hkv * D : 2 * D;  // olmo2, cohere: H*D
     if (c->parallel_block) layer -= C;  // cohere: no post_attention_layernorm
+    if (c->gemma_norms) layer += 2 * C;  // pre_ and post_feedforward_layernorm
     return V * C + (size_t)c->num_hidden_layers * layer + C + (c->tie_word_embeddings ? 0 : V * C);
 }

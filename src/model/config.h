@@ -7,7 +7,8 @@
 // gate_up_proj, partial_rotary_factor, sliding_window), cohere
 // (Command-R: a parallel block under one LayerNorm, RoPE on adjacent pairs,
 // logit_scale), cohere2 (cohere's block with sliding-window layers that rotate
-// q/k and full-attention layers without RoPE). Both the hub's legacy layout (rope_theta + rope_scaling,
+// q/k and full-attention layers without RoPE), gemma2 and gemma3_text (sandwich norms
+// scaled by 1 + w, GeGLU, sliding and global layers). Both the hub's legacy layout (rope_theta + rope_scaling,
 // torch_dtype) and transformers 5's (rope_parameters, dtype) are read. What pail
 // cannot run (other model types, MoE, qwen's per-layer sliding window, unknown rope
 // scaling) is refused with a message naming the field and value.
@@ -20,10 +21,10 @@
 
 typedef enum {
     MODEL_LLAMA, MODEL_QWEN2, MODEL_QWEN3, MODEL_MISTRAL, MODEL_EXAONE, MODEL_SMOLLM3, MODEL_GRANITE, MODEL_OLMO2,
-    MODEL_PHI3, MODEL_COHERE, MODEL_COHERE2,
+    MODEL_PHI3, MODEL_COHERE, MODEL_COHERE2, MODEL_GEMMA2, MODEL_GEMMA3_TEXT,
     MODEL_TYPE_COUNT
 } ModelType;
-typedef enum { ROPE_SCALING_NONE, ROPE_SCALING_LLAMA3, ROPE_SCALING_LONGROPE } RopeScalingType;  // kernels.h has the RopeScaling params
+typedef enum { ROPE_SCALING_NONE, ROPE_SCALING_LLAMA3, ROPE_SCALING_LONGROPE, ROPE_SCALING_LINEAR } RopeScalingType;  // kernels.h has the RopeScaling params
 
 #define MODEL_MAX_EOS 8
 #define MODEL_MAX_LAYERS 1024  // num_hidden_layers' bound (config.json is refused past it)
@@ -75,19 +76,29 @@ typedef struct {
     // logits * logit_scale
     bool parallel_block, layer_norm, rope_interleaved;
     double logit_scale;
-    // cohere2: bit l set = layer l is a full_attention layer (no window; no RoPE either: its bit in no_rope is
-    // set too); the others window with sliding_window. All clear elsewhere (mistral windows every layer)
+    // cohere2, gemma2, gemma3_text: bit l set = layer l is a full_attention layer (no window; cohere2's have no
+    // RoPE either: their bits in no_rope are set too); the others window with sliding_window. All clear
+    // elsewhere (mistral windows every layer). model_layer_window reads it.
     unsigned long long full_attn[MODEL_MAX_LAYERS / 64];
+    // gemma2 / gemma3_text (zero elsewhere). gemma_norms: every RMSNorm scales by (1 + w) (the weights hold
+    // the file's w; the transformer keeps 1 + w in its planned block), four per layer: input_layernorm, post_attention_layernorm on
+    // the attention output before the residual add, pre_feedforward_layernorm, post_feedforward_layernorm
+    // on the MLP output before the add; the MLP is gelu_tanh(gate) * up (geglu). embedding_multiplier
+    // sqrt(C) and attention_multiplier query_pre_attn_scalar^-0.5 use granite's fields.
+    bool gemma_norms;
+    int query_pre_attn_scalar;
+    double attn_logit_softcapping, final_logit_softcapping;  // cap tanh(x / cap) on scores / logits; 0 = null
+    double rope_local_theta;      // gemma3: the sliding layers' RoPE base (their own table); 0 = one table
 } ModelConfig;
 
-const char *model_type_name(ModelType t);  // "llama", ..., "granite", "olmo2", "phi3", "cohere", "cohere2"
+const char *model_type_name(ModelType t);  // "llama", ..., "granite", "olmo2", "phi3", "cohere", "cohere2", "gemma2", "gemma3_text"
 // The head dims RoPE rotates: D, or phi3's partial rope_dim.
 static inline int model_rope_dim(const ModelConfig *c) { return c->rope_dim ? c->rope_dim : c->head_dim; }
 // Whether layer l rotates q and k (every layer but smollm3's no-RoPE ones).
 static inline bool model_layer_has_rope(const ModelConfig *c, int l) { return !((c->no_rope[l >> 6] >> (l & 63)) & 1); }
 int model_type_parse(const char *s, ModelType *out);  // 0 / -1
 // The attention window of layer l (0: full causal attention): sliding_window on every
-// layer (mistral), but cohere2's full_attention layers.
+// layer (mistral), but the full_attention layers of cohere2, gemma2 and gemma3_text.
 static inline int model_layer_window(const ModelConfig *c, int l) {
     return (c->full_attn[l >> 6] >> (l & 63)) & 1 ? 0 : c->sliding_window;
 }
@@ -111,6 +122,11 @@ int model_config_validate(const ModelConfig *cfg, const char *what, PailErr *err
 // Fills the defaults pail uses for a model_type and shape: HF's defaults for
 // eps/theta/positions, qwen2 q/k/v bias, qwen3 q/k norm, mistral's window 4096, head_dim = C / H.
 void model_config_defaults(ModelConfig *cfg, ModelType type);
+// gemma2 / gemma3_text: full_attn from full[l] (1 = full_attention; NULL: the family's default
+// pattern, or every pattern-th layer when pattern > 0); the embedding and attention multipliers from
+// hidden_size and query_pre_attn_scalar (call after changing either).
+void model_config_gemma_layers(ModelConfig *c, const unsigned char *full, int pattern);
+void model_config_gemma_scales(ModelConfig *c);
 // Writes a config.json that transformers' AutoModelForCausalLM loads with the
 // fields a published checkpoint of this model_type carries (architectures,
 // model_type, torch_dtype, ...). dtype_name: "float32" / "bfloat16".

@@ -67,6 +67,7 @@ static int fill_random(ModelWeights *w, uint64_t seed, PailErr *err) {
         if (!s->present) continue;
         bool norm = id == PARAM_ATTN_NORM || id == PARAM_MLP_NORM || id == PARAM_FINAL_NORM ||
                     id == PARAM_Q_NORM || id == PARAM_K_NORM;
+        if (w->cfg.gemma_norms) norm = false;  // gemma scales by 1 + w: w ~ 0 is the identity
         for (int l = 0; l < (s->per_layer ? L : 1); l++) {
             char nm[256];
             model_param_name(s, l, nm, sizeof nm);

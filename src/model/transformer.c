@@ -36,6 +36,9 @@ typedef struct {      // one layer's saved activations, T rows each
     float *gate, *up, *act;       // (T,F)
     float *la[LORA_NMOD];         // (T,R) x A^T of each adapted module
     float *mean1, *qmean, *kmean; // cohere's LayerNorms: (T), (T*H), (T*Hkv) row means (NULL elsewhere)
+    // gemma (sandwich norms): the sub-blocks' outputs before their norms, and those norms' rstd
+    float *o, *orstd;             // (T,C) o_proj(att), (T)
+    float *m, *mrstd;             // (T,C) down(act), (T)
 } LayerActs;
 
 // A paged cache: each layer's K and V are pools of KV_BLOCK-token blocks, and
@@ -96,6 +99,14 @@ struct Transformer {
     float temperature;
     bool have_forward;
     bool have_expect;             // the last forward wrote expect_sel
+    // gemma: every norm vector as 1 + w (gemma_norm_refresh), what wv() gives for a norm family;
+    // the sliding layers' RoPE table (gemma3_text's rope_local_theta)
+    float *gnorm;                 // gemma norm families back to back, gn_off[id] floats in (NULL elsewhere)
+    size_t gn_off[PARAM_COUNT];
+    bool gn_has[PARAM_COUNT];
+    float *gones;                 // (the largest norm family) ones, added to w
+    size_t gones_n;
+    float *cos_l, *sin_l, *inv_l; // (P, D/2) x2, (D/2); NULL: one table
     float *block;                 // backend memory, owned
     size_t block_floats;
     float *meanf;                 // (T) cohere: the final LayerNorm's row means (NULL elsewhere)
@@ -136,6 +147,10 @@ static void plan_memory(Transformer *tf, Bump *b) {
             a->mean1 = take(b, T);
             if (c->has_qk_norm) { a->qmean = take(b, T * H); a->kmean = take(b, T * Hk); }
         }
+        if (c->gemma_norms) {
+            a->o = take(b, T * C); a->orstd = take(b, T);
+            a->m = take(b, T * C); a->mrstd = take(b, T);
+        }
     }
     if (c->layer_norm) tf->meanf = take(b, T);
     for (size_t l = 0; l <= L; l++) tf->resid[l] = take(b, T * C);
@@ -151,6 +166,28 @@ static void plan_memory(Transformer *tf, Bump *b) {
     size_t P = (size_t)tf->plan.max_pos * (c->rope_scaling == ROPE_SCALING_LONGROPE ? 2 : 1),
            D2 = (size_t)c->head_dim / 2;
     tf->cos_t = take(b, P * D2); tf->sin_t = take(b, P * D2); tf->inv_freq = take(b, D2);
+    if (c->gemma_norms) {  // the (1 + w) copies of the norm families, and a row of ones to add
+        static const ModelParamId norms[] = {PARAM_ATTN_NORM, PARAM_MLP_NORM, PARAM_PRE_FF_NORM, PARAM_POST_FF_NORM,
+                                             PARAM_Q_NORM, PARAM_K_NORM, PARAM_FINAL_NORM};
+        ModelParamSpec specs[PARAM_COUNT];
+        model_param_specs(c, specs);
+        size_t n = 0, most = 0;
+        for (size_t i = 0; i < sizeof norms / sizeof norms[0]; i++) {
+            const ModelParamSpec *sp = &specs[norms[i]];
+            if (!sp->present) continue;
+            size_t fam = sp->numel * (sp->per_layer ? L : 1);
+            tf->gn_has[norms[i]] = true;
+            tf->gn_off[norms[i]] = n;
+            n += fam;
+            if (fam > most) most = fam;
+        }
+        tf->gnorm = take(b, n);
+        tf->gones = take(b, most);
+        tf->gones_n = most;
+    }
+    if (c->rope_local_theta > 0) {
+        tf->cos_l = take(b, P * D2); tf->sin_l = take(b, P * D2); tf->inv_l = take(b, D2);
+    }
     if (tf->plan.backward) {
         tf->dres = take(b, T * C); tf->dtmp = take(b, T * C); tf->dxn = take(b, T * C);
         tf->dq = take(b, T * HD); tf->dk = take(b, T * KD); tf->dv = take(b, T * KD); tf->datt = take(b, T * HD);
@@ -184,6 +221,64 @@ size_t transformer_plan_bytes(const ModelConfig *c, const TransformerPlan *plan)
     free(acts);
     free(resid);
     return bytes;
+}
+
+static const void *wm(const Transformer *tf, ModelParamId id, int layer);
+
+// gemma: norm = (1 + w) for every norm family, into tf->gnorm (the weights keep the file's w, so that
+// writing them back, merging and full fine-tuning's updates see the checkpoint's values; the
+// gradient of w is that of 1 + w). Run at init and before each full fine-tuning forward.
+static int gemma_norm_refresh(Transformer *tf, PailErr *err) {
+    const BackendOps *o = tf->be->ops;
+    for (int id = 0; id < PARAM_COUNT; id++) {
+        if (!tf->gn_has[id]) continue;
+        const ModelParamSpec *sp = &tf->w->specs[id];
+        size_t n = sp->numel * (sp->per_layer ? (size_t)tf->cfg.num_hidden_layers : 1);
+        float *dst = tf->gnorm + tf->gn_off[id];
+        if (o->copy(tf->be, dst, wm(tf, (ModelParamId)id, 0), n, err) < 0 || o->add(tf->be, dst, tf->gones, n, err) < 0)
+            return err_wrap(err, "transformer: gemma norms");
+    }
+    return 0;
+}
+
+// A RoPE table (host-built, uploaded): theta's frequencies divided by factor (linear scaling; 1: none).
+static int rope_table_upload(Transformer *tf, float *d_inv, float *d_cos, float *d_sin, double theta, double factor,
+                             PailErr *err) {
+    const ModelConfig *c = &tf->cfg;
+    size_t D2 = (size_t)c->head_dim / 2, P = (size_t)tf->plan.max_pos;
+    float *host = malloc((2 * P * D2 + D2) * sizeof(float));
+    if (!host) return err_set(err, PAIL_ERR_NOMEM, "transformer: out of memory for the RoPE tables");
+    float *inv = host, *cs = host + D2, *sn = host + D2 + P * D2;
+    rope_inv_freq(inv, c->head_dim, (float)theta, NULL);
+    if (factor != 1.0)  // transformers' linear rope: inv_freq / factor
+        for (size_t i = 0; i < D2; i++) inv[i] /= (float)factor;
+    rope_table_build(cs, sn, inv, (int)P, c->head_dim);
+    const BackendOps *o = tf->be->ops;
+    int rc = o->to_device(tf->be, d_inv, inv, D2 * sizeof(float), err);
+    if (rc == 0) rc = o->to_device(tf->be, d_cos, cs, P * D2 * sizeof(float), err);
+    if (rc == 0) rc = o->to_device(tf->be, d_sin, sn, P * D2 * sizeof(float), err);
+    if (rc == 0) rc = o->sync(tf->be, err);  // host is freed next
+    free(host);
+    return rc < 0 ? err_wrap(err, "transformer: the RoPE tables") : 0;
+}
+
+// gemma's parts of init: the ones row and the (1 + w) norms; gemma3_text's linear scaling of the
+// global layers' table and the sliding layers' own table.
+static int gemma_init(Transformer *tf, PailErr *err) {
+    const ModelConfig *c = &tf->cfg;
+    float *ones = malloc(tf->gones_n * sizeof(float));
+    if (!ones) return err_set(err, PAIL_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < tf->gones_n; i++) ones[i] = 1.0f;
+    int rc = tf->be->ops->to_device(tf->be, tf->gones, ones, tf->gones_n * sizeof(float), err);
+    if (rc == 0) rc = tf->be->ops->sync(tf->be, err);
+    free(ones);
+    if (rc < 0 || gemma_norm_refresh(tf, err) < 0) return -1;
+    if (c->rope_scaling == ROPE_SCALING_LINEAR &&
+        rope_table_upload(tf, tf->inv_freq, tf->cos_t, tf->sin_t, c->rope_theta, c->rope_factor, err) < 0)
+        return -1;
+    if (tf->cos_l && rope_table_upload(tf, tf->inv_l, tf->cos_l, tf->sin_l, c->rope_local_theta, 1.0, err) < 0)
+        return -1;
+    return 0;
 }
 
 int transformer_init(Transformer **out, const ModelWeights *w, const TransformerPlan *plan, PailErr *err) {
@@ -285,6 +380,10 @@ int transformer_init(Transformer **out, const ModelWeights *w, const Transformer
             return err_wrap(err, "transformer: the RoPE tables");
         }
     }
+    if (c->gemma_norms && gemma_init(tf, err) < 0) {
+        transformer_free(tf);
+        return -1;
+    }
     *out = tf;
     return 0;
 }
@@ -331,7 +430,11 @@ static const void *wm(const Transformer *tf, ModelParamId id, int layer) {
     if (!tf->w->specs[id].present && !model_weights_tensor(tf->w, id, layer)) return NULL;  // phi3's views
     return tf->wbase + ((const char *)model_weights_tensor(tf->w, id, layer) - (const char *)tf->w->memory);
 }
-static const float *wv(const Transformer *tf, ModelParamId id, int layer) { return wm(tf, id, layer); }
+static const float *wv(const Transformer *tf, ModelParamId id, int layer) {
+    if (tf->gnorm && tf->gn_has[id])  // gemma: the (1 + w) copy
+        return tf->gnorm + tf->gn_off[id] + (size_t)layer * tf->w->specs[id].numel;
+    return wm(tf, id, layer);
+}
 static DType wdt(const Transformer *tf, ModelParamId id) { return tf->w->dtype[id]; }
 
 // y(T,out) (+)= x W^T + bias, then + s (x A^T) B^T when module m is adapted;
@@ -414,9 +517,9 @@ static int cohere_layer_forward(Transformer *tf, int l, LayerActs *a, int T, Pai
         OP(scatter_rows, kc, a->kr, tf->d_rows, T, KD);
         OP(scatter_rows, vc, a->v, tf->d_rows, T, KD);
         OP(attention_decode_forward, a->att, a->qr, kc, vc, kv->d_cu_new, kv->d_new_len, kv->d_table, kv->max_blocks,
-           kv->n_slots, T, H, Hk, D, model_layer_window(c, l));
+           kv->n_slots, T, H, Hk, D, model_layer_window(c, l), 0.0f);
     } else {
-        OP(attention_forward, a->att, a->lse, a->qr, a->kr, a->v, tf->d_cu, tf->nseq, T, H, Hk, D, model_layer_window(c, l));
+        OP(attention_forward, a->att, a->lse, a->qr, a->kr, a->v, tf->d_cu, tf->nseq, T, H, Hk, D, model_layer_window(c, l), 0.0f);
     }
     OP(copy, a->h, x, (size_t)T * C);
     if (proj_forward(tf, a->h, a->la[LORA_O], a->att, PARAM_WO, wv(tf, PARAM_BO, l), T, HD, C, l, LORA_O, 1,
@@ -451,7 +554,7 @@ static int cohere_layer_backward(Transformer *tf, int l, LayerActs *a, int T, fl
                       err) < 0)
         return -1;
     OP(attention_backward, tf->dq, tf->dk, tf->dv, tf->datt, a->qr, a->kr, a->v, a->att, a->lse, tf->d_cu, tf->nseq,
-       T, H, Hk, D, model_layer_window(c, l));
+       T, H, Hk, D, model_layer_window(c, l), 0.0f);
     if (model_layer_has_rope(c, l)) {
         OP(rope_interleaved_backward, tf->dq, tf->dq, tf->d_pos, tf->cos_t, tf->sin_t, T, H, D);
         OP(rope_interleaved_backward, tf->dk, tf->dk, tf->d_pos, tf->cos_t, tf->sin_t, T, Hk, D);
@@ -478,9 +581,72 @@ static int cohere_layer_backward(Transformer *tf, int l, LayerActs *a, int T, fl
     return 0;
 }
 
+// ---- gemma2 / gemma3_text: one layer (HF Gemma2DecoderLayer / Gemma3DecoderLayer) ----
+//   xn1 = norm(x); q,k,v = proj(xn1); [gemma3: per-head q/k norms]; rope (gemma3's sliding layers:
+//   their own table); att = attention(q * query_pre_attn_scalar^-0.5, window of the layer);
+//   h = x + norm(o_proj(att)); xn2 = norm(h); act = gelu_tanh(gate(xn2)) * up(xn2);
+//   x' = h + norm(down(act)). Every norm scales by 1 + w (wv's gemma copy).
+static const float *gemma_cos(const Transformer *tf, int l) {
+    return tf->cos_l && model_layer_window(&tf->cfg, l) ? tf->cos_l : tf->cos_t;
+}
+static const float *gemma_sin(const Transformer *tf, int l) {
+    return tf->sin_l && model_layer_window(&tf->cfg, l) ? tf->sin_l : tf->sin_t;
+}
+
+static int gemma_layer_forward(Transformer *tf, int l, LayerActs *a, int T, PailErr *err) {
+    const ModelConfig *c = &tf->cfg;
+    int C = c->hidden_size, F = c->intermediate_size, H = c->num_attention_heads, Hk = c->num_key_value_heads,
+        D = c->head_dim, HD = H * D, KD = Hk * D, W = model_layer_window(c, l);
+    float eps = (float)c->rms_norm_eps;
+    const float *x = tf->resid[l];
+    OP(rmsnorm_forward, a->xn1, a->rstd1, x, wv(tf, PARAM_ATTN_NORM, l), T, C, eps);
+    if (proj_forward(tf, a->q, a->la[LORA_Q], a->xn1, PARAM_WQ, wv(tf, PARAM_BQ, l), T, C, HD, l, LORA_Q, 0, err) < 0 ||
+        proj_forward(tf, a->k, a->la[LORA_K], a->xn1, PARAM_WK, wv(tf, PARAM_BK, l), T, C, KD, l, LORA_K, 0, err) < 0 ||
+        proj_forward(tf, a->v, a->la[LORA_V], a->xn1, PARAM_WV, wv(tf, PARAM_BV, l), T, C, KD, l, LORA_V, 0, err) < 0)
+        return -1;
+    const float *qin = a->q, *kin = a->k;
+    if (c->has_qk_norm) {  // gemma3: per head (D)
+        OP(rmsnorm_forward, a->qn, a->qrstd, a->q, wv(tf, PARAM_Q_NORM, l), T * H, D, eps);
+        OP(rmsnorm_forward, a->kn, a->krstd, a->k, wv(tf, PARAM_K_NORM, l), T * Hk, D, eps);
+        qin = a->qn;
+        kin = a->kn;
+    }
+    OP(rope_forward, a->qr, qin, tf->d_pos, gemma_cos(tf, l), gemma_sin(tf, l), T, H, D);
+    OP(rope_forward, a->kr, kin, tf->d_pos, gemma_cos(tf, l), gemma_sin(tf, l), T, Hk, D);
+    // scores q.k * query_pre_attn_scalar^-0.5: the kernels' 1/sqrt(D) undone on q
+    OP(scale, a->qr, (size_t)T * HD, (float)c->attention_multiplier * sqrtf((float)D));
+    if (tf->kv) {
+        KvCache *kv = tf->kv;
+        size_t layer_stride = (size_t)kv->n_blocks * KV_BLOCK * KD;
+        float *kc = kv->k + (size_t)l * layer_stride, *vc = kv->v + (size_t)l * layer_stride;
+        OP(scatter_rows, kc, a->kr, tf->d_rows, T, KD);
+        OP(scatter_rows, vc, a->v, tf->d_rows, T, KD);
+        OP(attention_decode_forward, a->att, a->qr, kc, vc, kv->d_cu_new, kv->d_new_len, kv->d_table, kv->max_blocks,
+           kv->n_slots, T, H, Hk, D, W, (float)c->attn_logit_softcapping);
+    } else {
+        OP(attention_forward, a->att, a->lse, a->qr, a->kr, a->v, tf->d_cu, tf->nseq, T, H, Hk, D, W, (float)c->attn_logit_softcapping);
+    }
+    if (proj_forward(tf, a->o, a->la[LORA_O], a->att, PARAM_WO, wv(tf, PARAM_BO, l), T, HD, C, l, LORA_O, 0, err) < 0)
+        return -1;
+    OP(rmsnorm_forward, a->h, a->orstd, a->o, wv(tf, PARAM_MLP_NORM, l), T, C, eps);  // post_attention_layernorm
+    OP(add, a->h, x, (size_t)T * C);
+    OP(rmsnorm_forward, a->xn2, a->rstd2, a->h, wv(tf, PARAM_PRE_FF_NORM, l), T, C, eps);
+    if (proj_forward(tf, a->gate, a->la[LORA_GATE], a->xn2, PARAM_W_GATE, NULL, T, C, F, l, LORA_GATE, 0, err) < 0 ||
+        proj_forward(tf, a->up, a->la[LORA_UP], a->xn2, PARAM_W_UP, NULL, T, C, F, l, LORA_UP, 0, err) < 0)
+        return -1;
+    OP(geglu_forward, a->act, a->gate, a->up, (size_t)T * F);
+    if (proj_forward(tf, a->m, a->la[LORA_DOWN], a->act, PARAM_W_DOWN, NULL, T, F, C, l, LORA_DOWN, 0, err) < 0)
+        return -1;
+    float *y = tf->resid[l + 1];
+    OP(rmsnorm_forward, y, a->mrstd, a->m, wv(tf, PARAM_POST_FF_NORM, l), T, C, eps);
+    OP(add, y, a->h, (size_t)T * C);
+    return 0;
+}
+
 static int layer_forward(Transformer *tf, int l, LayerActs *a, int T, PailErr *err) {
     const ModelConfig *c = &tf->cfg;
     if (c->parallel_block) return cohere_layer_forward(tf, l, a, T, err);
+    if (c->gemma_norms) return gemma_layer_forward(tf, l, a, T, err);
     int C = c->hidden_size, F = c->intermediate_size, H = c->num_attention_heads, Hk = c->num_key_value_heads,
         D = c->head_dim, HD = H * D, KD = Hk * D;
     float eps = (float)c->rms_norm_eps;
@@ -533,9 +699,9 @@ static int layer_forward(Transformer *tf, int l, LayerActs *a, int T, PailErr *e
         OP(scatter_rows, kc, a->kr, tf->d_rows, T, KD);
         OP(scatter_rows, vc, a->v, tf->d_rows, T, KD);
         OP(attention_decode_forward, a->att, a->qr, kc, vc, kv->d_cu_new, kv->d_new_len, kv->d_table, kv->max_blocks,
-           kv->n_slots, T, H, Hk, D, c->sliding_window);
+           kv->n_slots, T, H, Hk, D, c->sliding_window, 0.0f);
     } else {
-        OP(attention_forward, a->att, a->lse, a->qr, a->kr, a->v, tf->d_cu, tf->nseq, T, H, Hk, D, c->sliding_window);
+        OP(attention_forward, a->att, a->lse, a->qr, a->kr, a->v, tf->d_cu, tf->nseq, T, H, Hk, D, c->sliding_window, 0.0f);
     }
     // granite: h = x + r o_proj(att), as r (x / r + o_proj(att)) so that the
     // projection still accumulates into h (r = 1: neither scale runs)
@@ -648,6 +814,7 @@ int transformer_forward(Transformer *tf, float *logp, float *entropy, const int 
     OP(to_device, tf->d_cu, cu_seqlens, ((size_t)nseq + 1) * sizeof(int));
     OP(to_device, tf->d_sel, tf->sel, (size_t)n * sizeof(int));
     OP(to_device, tf->d_tsel, tf->tsel, (size_t)n * sizeof(int));
+    if (tf->gnorm && tf->plan.full && gemma_norm_refresh(tf, err) < 0) return -1;  // the weights may have moved
     OP(embedding_forward, tf->resid[0], wm(tf, PARAM_EMBED, 0), wdt(tf, PARAM_EMBED), tf->d_tokens, T, C, V);
     if (c->embedding_multiplier > 0 && c->embedding_multiplier != 1.0)
         OP(scale, tf->resid[0], (size_t)T * C, (float)c->embedding_multiplier);
@@ -675,10 +842,10 @@ int transformer_forward(Transformer *tf, float *logp, float *entropy, const int 
         bool expect = tf->plan.backward && !tf->plan.full && tf->lora_on;
         if (expect)
             OP(logprob_forward_expect, lp, ent, tf->lse_sel, tf->expect_sel, tf->hsel, head, hdt, tf->d_tsel, n, C, V,
-               tf->temperature, tf->ws, tf->ws_floats);
+               tf->temperature, (float)c->final_logit_softcapping, tf->ws, tf->ws_floats);
         else
             OP(logprob_forward, lp, ent, tf->lse_sel, tf->hsel, head, hdt, tf->d_tsel, n, C, V, tf->temperature,
-               tf->ws, tf->plan.vchunk);
+               (float)c->final_logit_softcapping, tf->ws, tf->plan.vchunk);
         tf->have_expect = expect;
         const float *hlp = host_view(tf, lp, tf->h_lp, (size_t)n, err);
         const float *hent = ent ? host_view(tf, ent, tf->h_ent, (size_t)n, err) : NULL;
@@ -692,9 +859,64 @@ int transformer_forward(Transformer *tf, float *logp, float *entropy, const int 
     return 0;
 }
 
+// Backward of gemma_layer_forward; dres: d resid[l+1] on entry, d resid[l] on exit.
+static int gemma_layer_backward(Transformer *tf, int l, LayerActs *a, int T, float *lg, float *bg, PailErr *err) {
+    const ModelConfig *c = &tf->cfg;
+    int C = c->hidden_size, F = c->intermediate_size, H = c->num_attention_heads, Hk = c->num_key_value_heads,
+        D = c->head_dim, HD = H * D, KD = Hk * D, W = model_layer_window(c, l);
+    bool full = bg && tf->plan.full;
+    const float *x = tf->resid[l];
+    float *dres = tf->dres;
+#define NORM_GRAD(id) (full ? bg + tf->w->offsets[id] + (size_t)l * tf->w->specs[id].numel : NULL)
+    // x' = h + norm(m): d m into dtmp
+    OP(rmsnorm_backward, tf->dtmp, NORM_GRAD(PARAM_POST_FF_NORM), dres, a->m, wv(tf, PARAM_POST_FF_NORM, l), a->mrstd,
+       T, C);
+    if (proj_backward(tf, tf->dact, lg, bg, PARAM_W_DOWN, PARAM_COUNT, tf->dtmp, a->act, a->la[LORA_DOWN], T, F, C, l,
+                      LORA_DOWN, 0, err) < 0)
+        return -1;
+    OP(geglu_backward, tf->dgate, tf->dup, tf->dact, a->gate, a->up, (size_t)T * F);
+    if (proj_backward(tf, tf->dxn, lg, bg, PARAM_W_GATE, PARAM_COUNT, tf->dgate, a->xn2, a->la[LORA_GATE], T, C, F, l,
+                      LORA_GATE, 0, err) < 0 ||
+        proj_backward(tf, tf->dxn, lg, bg, PARAM_W_UP, PARAM_COUNT, tf->dup, a->xn2, a->la[LORA_UP], T, C, F, l,
+                      LORA_UP, 1, err) < 0)
+        return -1;
+    OP(rmsnorm_backward, tf->dtmp, NORM_GRAD(PARAM_PRE_FF_NORM), tf->dxn, a->h, wv(tf, PARAM_PRE_FF_NORM, l), a->rstd2,
+       T, C);
+    OP(add, dres, tf->dtmp, (size_t)T * C);  // now d h
+    // h = x + norm(o): d o into dtmp
+    OP(rmsnorm_backward, tf->dtmp, NORM_GRAD(PARAM_MLP_NORM), dres, a->o, wv(tf, PARAM_MLP_NORM, l), a->orstd, T, C);
+    if (proj_backward(tf, tf->datt, lg, bg, PARAM_WO, PARAM_BO, tf->dtmp, a->att, a->la[LORA_O], T, HD, C, l, LORA_O,
+                      0, err) < 0)
+        return -1;
+    OP(attention_backward, tf->dq, tf->dk, tf->dv, tf->datt, a->qr, a->kr, a->v, a->att, a->lse, tf->d_cu, tf->nseq,
+       T, H, Hk, D, W, (float)c->attn_logit_softcapping);
+    OP(scale, tf->dq, (size_t)T * HD, (float)c->attention_multiplier * sqrtf((float)D));
+    OP(rope_backward, tf->dq, tf->dq, tf->d_pos, gemma_cos(tf, l), gemma_sin(tf, l), T, H, D);
+    OP(rope_backward, tf->dk, tf->dk, tf->d_pos, gemma_cos(tf, l), gemma_sin(tf, l), T, Hk, D);
+    if (c->has_qk_norm) {  // per head; dx into datt (free now), then back
+        OP(rmsnorm_backward, tf->datt, NORM_GRAD(PARAM_Q_NORM), tf->dq, a->q, wv(tf, PARAM_Q_NORM, l), a->qrstd, T * H, D);
+        OP(copy, tf->dq, tf->datt, (size_t)T * HD);
+        OP(rmsnorm_backward, tf->datt, NORM_GRAD(PARAM_K_NORM), tf->dk, a->k, wv(tf, PARAM_K_NORM, l), a->krstd, T * Hk,
+           D);
+        OP(copy, tf->dk, tf->datt, (size_t)T * KD);
+    }
+    if (proj_backward(tf, tf->dxn, lg, bg, PARAM_WQ, PARAM_BQ, tf->dq, a->xn1, a->la[LORA_Q], T, C, HD, l, LORA_Q, 0,
+                      err) < 0 ||
+        proj_backward(tf, tf->dxn, lg, bg, PARAM_WK, PARAM_BK, tf->dk, a->xn1, a->la[LORA_K], T, C, KD, l, LORA_K, 1,
+                      err) < 0 ||
+        proj_backward(tf, tf->dxn, lg, bg, PARAM_WV, PARAM_BV, tf->dv, a->xn1, a->la[LORA_V], T, C, KD, l, LORA_V, 1,
+                      err) < 0)
+        return -1;
+    OP(rmsnorm_backward, tf->dtmp, NORM_GRAD(PARAM_ATTN_NORM), tf->dxn, x, wv(tf, PARAM_ATTN_NORM, l), a->rstd1, T, C);
+    OP(add, dres, tf->dtmp, (size_t)T * C);  // now d resid[l]
+#undef NORM_GRAD
+    return 0;
+}
+
 static int layer_backward(Transformer *tf, int l, LayerActs *a, int T, float *lg, float *bg, PailErr *err) {
     const ModelConfig *c = &tf->cfg;
     if (c->parallel_block) return cohere_layer_backward(tf, l, a, T, lg, bg, err);
+    if (c->gemma_norms) return gemma_layer_backward(tf, l, a, T, lg, bg, err);
     int C = c->hidden_size, F = c->intermediate_size, H = c->num_attention_heads, Hk = c->num_key_value_heads,
         D = c->head_dim, HD = H * D, KD = Hk * D;
     bool full = bg && tf->plan.full;
@@ -740,7 +962,7 @@ static int layer_backward(Transformer *tf, int l, LayerActs *a, int T, float *lg
                       HD, C, l, LORA_O, 0, err) < 0)
         return -1;
     OP(attention_backward, tf->dq, tf->dk, tf->dv, tf->datt, a->qr, a->kr, a->v, a->att, a->lse, tf->d_cu, tf->nseq,
-       T, H, Hk, D, c->sliding_window);
+       T, H, Hk, D, c->sliding_window, 0.0f);
     if (c->attention_multiplier > 0)  // granite: q was scaled after RoPE
         OP(scale, tf->dq, (size_t)T * HD, (float)c->attention_multiplier * sqrtf((float)D));
     if (model_layer_has_rope(c, l)) {
@@ -800,10 +1022,10 @@ int transformer_backward(Transformer *tf, float *lora_grads, float *base_grads, 
         DType hdt = wdt(tf, PARAM_LM_HEAD);
         if (tf->have_expect)  // a LoRA plan: no head gradient (dlm) can be asked for
             OP(logprob_backward_expect, tf->dhsel, tf->dlogp_sel, tf->expect_sel, head, hdt, tf->d_tsel, tf->Tsel, C,
-               tf->temperature);
+               tf->temperature, (float)c->final_logit_softcapping, tf->hsel);
         else
             OP(logprob_backward, tf->dhsel, dlm, tf->dlogp_sel, NULL, tf->hsel, head, hdt, tf->d_tsel, tf->lse_sel, NULL,
-               tf->Tsel, C, V, tf->temperature, tf->ws, tf->plan.vchunk);
+               tf->Tsel, C, V, tf->temperature, (float)c->final_logit_softcapping, tf->ws, tf->plan.vchunk);
         OP(scatter_rows, tf->dxn, tf->dhsel, tf->d_sel, tf->Tsel, C);
     }
     float *dfw = full ? base_grads + tf->w->offsets[PARAM_FINAL_NORM] : NULL;
@@ -1008,6 +1230,8 @@ static int extend_ops(Transformer *tf, float *out, int T, int npart, PailErr *er
     if (c->logit_scale > 0) head_alpha = (float)c->logit_scale;                           // cohere: * logit_scale
     OP(matmul_forward, out, tf->xf, wm(tf, PARAM_LM_HEAD, 0), wdt(tf, PARAM_LM_HEAD), NULL, npart, C, V, head_alpha,
        0.0f);
+    if (c->final_logit_softcapping > 0)  // gemma2: the sampler sees transformers' capped logits
+        OP(softcap, out, (size_t)npart * V, (float)c->final_logit_softcapping);
     return 0;
 }
 

@@ -37,6 +37,8 @@ void model_param_specs(const ModelConfig *c, ModelParamSpec s[PARAM_COUNT]) {
         [PARAM_LM_HEAD] = {"lm_head.weight", NULL, false, !c->tie_word_embeddings, 2, {V, C}, 0},
         [PARAM_WQKV] = {"self_attn.qkv_proj.weight", NULL, true, false, 2, {Q + 2 * KV, C}, 0},
         [PARAM_W_GATE_UP] = {"mlp.gate_up_proj.weight", NULL, true, false, 2, {2 * F, C}, 0},
+        [PARAM_PRE_FF_NORM] = {"pre_feedforward_layernorm.weight", NULL, true, c->gemma_norms, 1, {C, 0}, 0},
+        [PARAM_POST_FF_NORM] = {"post_feedforward_layernorm.weight", NULL, true, c->gemma_norms, 1, {C, 0}, 0},
     };
     // EXAONE 3/3.5 checkpoints keep their own names (transformers 5 renames them
     // to llama's on load and back on save: conversion_mapping.py "exaone")
@@ -160,7 +162,8 @@ int model_weights_alloc_as(ModelWeights *w, const ModelConfig *cfg, const DType 
     float **vecs[PARAM_COUNT] = {[PARAM_ATTN_NORM] = &w->p.attn_norm, [PARAM_BQ] = &w->p.bq, [PARAM_BK] = &w->p.bk,
                                  [PARAM_BV] = &w->p.bv, [PARAM_BO] = &w->p.bo, [PARAM_Q_NORM] = &w->p.q_norm,
                                  [PARAM_K_NORM] = &w->p.k_norm, [PARAM_MLP_NORM] = &w->p.mlp_norm,
-                                 [PARAM_FINAL_NORM] = &w->p.final_norm};
+                                 [PARAM_FINAL_NORM] = &w->p.final_norm, [PARAM_PRE_FF_NORM] = &w->p.pre_ff_norm,
+                                 [PARAM_POST_FF_NORM] = &w->p.post_ff_norm};
     for (int i = 0; i < PARAM_COUNT; i++) {
         void *p = w->specs[i].present ? (char *)w->memory + w->byte_offsets[i] : NULL;
         if (mats[i]) *mats[i] = p;

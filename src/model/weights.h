@@ -15,7 +15,8 @@
 typedef enum {
     PARAM_EMBED, PARAM_ATTN_NORM, PARAM_WQ, PARAM_WK, PARAM_WV, PARAM_WO, PARAM_BQ, PARAM_BK, PARAM_BV,
     PARAM_BO, PARAM_Q_NORM, PARAM_K_NORM, PARAM_MLP_NORM, PARAM_W_GATE, PARAM_W_UP, PARAM_W_DOWN,
-    PARAM_FINAL_NORM, PARAM_LM_HEAD, PARAM_WQKV, PARAM_W_GATE_UP, PARAM_COUNT
+    PARAM_FINAL_NORM, PARAM_LM_HEAD, PARAM_WQKV, PARAM_W_GATE_UP, PARAM_PRE_FF_NORM, PARAM_POST_FF_NORM,
+    PARAM_COUNT
 } ModelParamId;
 
 // Named pointers into ModelWeights.memory (all borrowed from it). NULL when the
@@ -46,6 +47,11 @@ typedef struct {
     // model_weights_tensor gives each layer's q, k, v (gate, up) as row blocks of these
     void *wqkv;           // (L, (H+2Hkv)*D, C) self_attn.qkv_proj.weight: q rows, then k, then v
     void *w_gate_up;      // (L, 2F, C)   mlp.gate_up_proj.weight: gate rows, then up (Phi3MLP's chunk)
+    // gemma (gemma_norms): mlp_norm is post_attention_layernorm on the attention output; the MLP's
+    // pre-norm and its output norm are these two. Every gemma norm is stored as the file's w (the
+    // transformer scales by 1 + w).
+    float *pre_ff_norm;   // (L, C)       pre_feedforward_layernorm.weight
+    float *post_ff_norm;  // (L, C)       post_feedforward_layernorm.weight
 } ModelParams;
 
 // One tensor family: its HF name (the part after "<prefix>N." when per

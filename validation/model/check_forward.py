@@ -6,7 +6,8 @@ scaling, mistral's sliding window W = 8 under 32-token sequences, exaone's own
 tensor names, granite's multipliers, olmo2's post-norms and whole-projection q/k
 norms, smollm3's layer without RoPE, phi3's fused qkv_proj / gate_up_proj and their
 fused LoRA modules, partial rotary, longrope on both sides of its switch, cohere's parallel block, LayerNorms and
-paired RoPE, cohere2's windowed and full layers), saved with
+paired RoPE, cohere2's windowed and full layers, gemma3_text's sandwich norms with a
+sliding and a global layer on two RoPE bases, gemma2 with its two softcaps), saved with
 save_pretrained and loaded by pail from the same folder:
 
 - per-token log-probs of packed rows (3 sequences of different lengths in one
@@ -40,6 +41,7 @@ from peft import LoraConfig, get_peft_model
 from transformers import (AutoModelForCausalLM, ExaoneConfig, GraniteConfig, LlamaConfig, MistralConfig, Olmo2Config,
                           Phi3Config, Qwen2Config, Qwen3Config, SmolLM3Config)
 from transformers import Cohere2Config, CohereConfig
+from transformers import Gemma2Config, Gemma3TextConfig
 
 torch.set_num_threads(2)
 torch.manual_seed(0)
@@ -130,10 +132,27 @@ def variants():
         tie_word_embeddings=True, bos_token_id=None, eos_token_id=None, pad_token_id=None,
         rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
 
+    # Gemma 3 (text): sandwich norms scaled by 1 + w, q/k norms, GeGLU, sqrt(C) embeddings, scores scaled
+    # by query_pre_attn_scalar^-0.5 (24, not D = 16), a sliding layer (W = 8 under 32-token sequences,
+    # RoPE base 10^4) and a global one (base 10^6, linear scaling x4), tied
+    yield "gemma3_text-window8-linear-rope", Gemma3TextConfig(
+        **common, num_key_value_heads=2, head_dim=16, query_pre_attn_scalar=24, sliding_window=8,
+        layer_types=["sliding_attention", "full_attention"], bos_token_id=None, eos_token_id=None,
+        pad_token_id=None, rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                                            "full_attention": {"rope_type": "linear", "factor": 4.0,
+                                                               "rope_theta": 1000000.0}})
+    # Gemma 2: gemma3's layer without q/k norms, one RoPE table; 3 layers in Gemma2Config's default
+    # pattern (sliding, full, sliding), W = 8, untied; softcaps small enough to bend this tiny model's
+    # scores (~0.1) and logits (~0.3): tanh is far from linear there
+    yield "gemma2-window8-softcap", Gemma2Config(
+        **dict(common, num_hidden_layers=3), num_key_value_heads=2, head_dim=16, query_pre_attn_scalar=32,
+        sliding_window=8, attn_logit_softcapping=0.1, final_logit_softcapping=0.2, tie_word_embeddings=False,
+        bos_token_id=None, eos_token_id=None, pad_token_id=None)
+
 
 
 # variants checked on the bf16 exact path and through generation too
-FULL_CHECKS = ("mistral", "exaone", "granite", "smollm3", "olmo2", "phi3", "cohere", "cohere2")
+FULL_CHECKS = ("mistral", "exaone", "granite", "smollm3", "olmo2", "phi3", "cohere", "cohere2", "gemma3_text", "gemma2")
 
 
 def file_name(pname, model_type):
@@ -148,7 +167,8 @@ def file_name(pname, model_type):
         pname = pname.replace(a, b)
     return pname
 # sequence lengths of the packed row: longer than a variant's window
-LENS = {"mistral": [32, 13, 20], "phi3": [32, 13, 20], "cohere2": [32, 13, 20]}
+LENS = {"mistral": [32, 13, 20], "phi3": [32, 13, 20], "cohere2": [32, 13, 20], "gemma3_text": [32, 13, 20],
+        "gemma2": [32, 13, 20]}
 
 
 def randomize(model):

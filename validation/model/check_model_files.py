@@ -24,6 +24,7 @@ import transformers
 from transformers import (AutoConfig, AutoModelForCausalLM, ExaoneConfig, GraniteConfig, LlamaConfig, MistralConfig,
                           Olmo2Config, Phi3Config, Qwen2Config, Qwen3Config, SmolLM3Config)
 from transformers import Cohere2Config, CohereConfig
+from transformers import Gemma2Config, Gemma3TextConfig
 
 transformers.logging.set_verbosity_error()
 transformers.utils.logging.disable_progress_bar()
@@ -118,6 +119,8 @@ def compare_values(name, model, fields, sums, d):
 
 def compare_config(name, cfg, fields):
     rp = getattr(cfg, "rope_parameters", None) or {}
+    if cfg.model_type == "gemma3_text":  # the global layers' (the sliding ones' base is checked below)
+        rp = rp.get("full_attention", {})
     theta = rp.get("rope_theta", getattr(cfg, "rope_theta", None))
     rtype = rp.get("rope_type", "default")
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
@@ -144,6 +147,9 @@ def compare_config(name, cfg, fields):
         want_rs = "longrope original_max=%d " % cfg.original_max_position_embeddings
         if not fields["rope_scaling"].startswith(want_rs):
             bad.append(f"rope_scaling '{fields['rope_scaling']}' vs '{want_rs}...'")
+    elif rtype == "linear":  # gemma3_text's global layers
+        if fields.get("rope_scaling (full layers)") != "linear factor=%g" % rp["factor"]:
+            bad.append(f"rope_scaling (full layers) {fields.get('rope_scaling (full layers)')} vs {rp['factor']}")
     elif fields["rope_scaling"] != "none":
         bad.append(f"rope_scaling {fields['rope_scaling']} vs none")
     if cfg.model_type == "granite":  # the four multipliers
@@ -174,6 +180,22 @@ def compare_config(name, cfg, fields):
                        f"{fields.get('no_rope_layers')} vs {want_full}")
         if fields.get("sliding_window") != str(cfg.sliding_window):
             bad.append(f"sliding_window {fields.get('sliding_window')} vs {cfg.sliding_window}")
+    if cfg.model_type in ("gemma2", "gemma3_text"):  # the window, which layers have it, the sliding layers' base
+        want_sw = str(cfg.sliding_window) if cfg.sliding_window else "none"
+        if fields.get("sliding_window") != want_sw:
+            bad.append(f"sliding_window {fields.get('sliding_window')} vs {want_sw}")
+        want_lt = " ".join("sliding" if t == "sliding_attention" and cfg.sliding_window else "full"
+                           for t in cfg.layer_types)
+        if fields.get("layer_types") != want_lt:
+            bad.append(f"layer_types '{fields.get('layer_types')}' vs '{want_lt}'")
+        for k in ("attn_logit_softcapping", "final_logit_softcapping"):
+            want_cap = "%g" % getattr(cfg, k) if getattr(cfg, k) else "null"
+            if fields.get(k) != want_cap:
+                bad.append(f"{k} {fields.get(k)} vs {want_cap}")
+        if cfg.model_type == "gemma3_text":
+            local = cfg.rope_parameters["sliding_attention"]["rope_theta"]
+            if abs(float(fields.get("rope_local_base_freq (sliding layers)", "nan")) - local) > 1e-6 * local:
+                bad.append(f"rope_local_base_freq {fields.get('rope_local_base_freq (sliding layers)')} vs {local}")
     report(f"{name}: config fields", not bad, "; ".join(bad))
 
 
@@ -290,6 +312,10 @@ def main():
                        "--attention-bias", "--logit-scale", "0.3"])
     check_pail_written(ctl, a.work, "cohere2-4layers-window8-f32", tiny + ["--model-type", "cohere2", "--layers", "4",
                        "--sliding-window", "8", "--dtype", "f32"])
+    check_pail_written(ctl, a.work, "gemma2-window8-3layers-bf16", tiny + ["--model-type", "gemma2", "--sliding-window",
+                       "8", "--layers", "3"])
+    check_pail_written(ctl, a.work, "gemma3_text-6layers-f32", tiny + ["--model-type", "gemma3_text", "--layers", "6",
+                       "--dtype", "f32"])
     check_pail_written(ctl, a.work, "bench-llama-bf16", ["--shape", "bench"])
 
     # (b) transformers writes, pail reads
@@ -334,6 +360,15 @@ def main():
                                                                      "full_attention"]), torch.bfloat16, None),
         ("cohere2-f32-pattern-sharded", Cohere2Config(**{**small, "num_hidden_layers": 4}, sliding_window_pattern=2,
                                                       pad_token_id=None), torch.float32, "40KB"),
+        # gemma2 with Gemma2Config's softcaps (50, 30); gemma3's rope given in the legacy spelling,
+        # which transformers saves as rope_parameters per layer type
+        ("gemma2-bf16-window16-softcaps", Gemma2Config(**small, head_dim=16, sliding_window=16, pad_token_id=None),
+         torch.bfloat16, None),
+        ("gemma3_text-f32-linear-rope-sharded", Gemma3TextConfig(
+            **small, head_dim=16, sliding_window=16, layer_types=["sliding_attention", "full_attention",
+                                                                 "sliding_attention"],
+            rope_scaling={"rope_type": "linear", "factor": 8.0}, rope_local_base_freq=20000.0, rope_theta=500000.0,
+            pad_token_id=None), torch.float32, "40KB"),
     ]
     for name, cfg, dt, shard in cases:
         check_hf_written(ctl, a.work, name, cfg, dt, shard)
