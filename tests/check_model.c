@@ -645,7 +645,7 @@ START_TEST(test_config_cohere) {
         ck_assert_msg(strstr(err.msg, bad[i].want), "'%s' lacks '%s'", err.msg, bad[i].want);
     }
     ck_assert_int_eq(parse_cfg(&c, "{\"model_type\":\"gemma\"}", &err), -1);
-    ck_assert(strstr(err.msg, "olmo2, phi3, cohere, cohere2 dense decoders"));
+    ck_assert(strstr(err.msg, "olmo2, phi3, cohere, cohere2, gemma2, gemma3_text dense decoders"));
 }
 END_TEST
 
