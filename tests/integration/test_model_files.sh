@@ -50,7 +50,7 @@ expect_fail "unsupported model_type" 1 "model_type = 'gemma' is not supported \(
 check "model-info names mistral's window" grep -q "^sliding_window: 8$" <("$CTL" model-info --model "$WORK/mw")
 cp -r "$WORK/mw" "$WORK/mw0"; sed -i 's/"sliding_window": 8/"sliding_window": 0/' "$WORK/mw0/config.json"
 expect_fail "mistral window 0" 1 "sliding_window = 0 is out of range" "$CTL" model-info --model "$WORK/mw0"
-expect_fail "a window for llama" 2 "--sliding-window: only model types mistral, phi3 and cohere2 have one \(not llama\)" \
+expect_fail "a window for llama" 2 "--sliding-window: only model types mistral, phi3, cohere2, gemma2 and gemma3_text have one \(not llama\)" \
   "$CTL" init-model --out "$WORK/z" --shape tiny --sliding-window 8
 # phi3: fused qkv_proj / gate_up_proj in the file, partial rotary and a window in config.json
 check "init-model phi3" "$CTL" init-model --out "$WORK/p3" --shape tiny --model-type phi3 --partial-rotary-factor 0.75 \
