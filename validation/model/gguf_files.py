@@ -9,9 +9,10 @@ and the checks against gguf-py and transformers.
   check-import FILE.gguf DIR     pail's folder against transformers' reading of the GGUF: ids, log-probs
   check-tokenizer FILE.gguf DIR  pail's tokenizer against transformers' from the GGUF on the tokenizer corpus
   from-hf WORK NAME=FAMILY[:MOD] a tiny random transformers checkpoint (granite, olmo2, exaone, smollm3,
-                                 mistral; llama31, exaone35: llama3 RoPE scaling) and the GGUF
-                                 convert_hf_to_gguf writes from it
+                                 mistral; llama31, exaone35: llama3 RoPE scaling; phi3, phi3lr: partial
+                                 rotary, longrope, window) and the GGUF convert_hf_to_gguf writes from it
   check-hf WORK NAME ...         pail's log-probs on the imported folder against transformers' on the checkpoint
+                                 (NAME@gguf or --from-gguf: transformers' reading of WORK/NAME.gguf)
 """
 import argparse
 import sys
@@ -255,7 +256,8 @@ def cmd_check_import(a):
 # convert_hf_to_gguf permutes Q and K (LlamaModel and its subclasses).
 HF_FAMILIES = {"granite": ("granite", True), "olmo2": ("olmo2", False), "exaone": ("exaone", False),
                "smollm3": ("smollm3", True), "mistral": ("llama", True), "llama31": ("llama", True),
-               "exaone35": ("exaone", False)}
+               "exaone35": ("exaone", False), "phi3": ("phi3", False), "phi3lr": ("phi3", False),
+               "phi3sr": ("phi3", False)}
 # llama3 RoPE scaling as Llama 3.1 and EXAONE 3.5 publish it (theta, factor; low 1, high 4, 8192)
 LLAMA3_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                "original_max_position_embeddings": 8192, "rope_theta": 500000.0}
@@ -282,6 +284,16 @@ def hf_config(family, V):
     if family == "exaone35":
         return tf.ExaoneConfig(**dict(common, max_position_embeddings=16384), tie_word_embeddings=False,
                                rope_parameters=dict(LLAMA3_ROPE, factor=32.0))
+    if family == "phi3":  # Phi-4-mini's shape of file: no window (written 0), full rotary, no scaling, tied
+        return tf.Phi3Config(**common, tie_word_embeddings=True, sliding_window=None)
+    if family in ("phi3lr", "phi3sr"):  # partial rotary 0.5 (8 of 16 dims), window 8, longrope (legacy
+        # rope_scaling); original_max 16 (lr: the 32-token sequences take long_factor) or 64 (sr: short_factor)
+        g = np.random.default_rng(11)
+        omax = 16 if family == "phi3lr" else 64
+        return tf.Phi3Config(**common, tie_word_embeddings=False, sliding_window=8, partial_rotary_factor=0.5,
+                             original_max_position_embeddings=omax,
+                             rope_scaling={"type": "longrope", "short_factor": g.uniform(1, 3, 4).tolist(),
+                                           "long_factor": g.uniform(2, 12, 4).tolist()})
     if family == "mistral":  # a window far shorter than the 32-token sequences
         return tf.MistralConfig(**common, sliding_window=8, tie_word_embeddings=False)
     raise SystemExit(f"unknown family {family}")
@@ -295,7 +307,8 @@ def permute(w, n_head, n_head_kv):
 
 
 # from-hf's damaged variants, for the refusals: what each changes in the file
-FROM_HF_MODS = ("no-window", "window4", "no-logit-scale", "rope-dim-half", "drop-post-ffw", "rope-freqs-off")
+FROM_HF_MODS = ("no-window", "window4", "no-logit-scale", "rope-dim-half", "drop-post-ffw", "rope-freqs-off",
+                "no-short-factors", "no-orig-ctx", "rope-dim-odd", "long-factors-5")
 
 
 def llama3_rope_freqs(rp, dim):
@@ -346,6 +359,21 @@ def write_from_hf(hf_dir, out, family, mod, seed):
     w.add_rope_freq_base(cfg.rope_parameters["rope_theta"])
     if permuted or family == "exaone":  # LlamaModel and ExaoneModel write the rotary width
         w.add_rope_dimension_count(C // H // (2 if mod == "rope-dim-half" else 1))
+    if arch == "phi3":  # Phi3MiniModel.set_gguf_parameters / generate_extra_tensors
+        w.add_rope_dimension_count(int(getattr(cfg, "partial_rotary_factor", 1.0) * C) // H - (mod == "rope-dim-odd"))
+        omax = cfg.original_max_position_embeddings
+        if mod != "no-orig-ctx":
+            w.add_rope_scaling_orig_ctx_len(omax)
+        w.add_sliding_window(cfg.sliding_window or 0)
+        rp = cfg.rope_parameters
+        if rp.get("rope_type") == "longrope":
+            import math
+            scale = cfg.max_position_embeddings / omax
+            w.add_rope_scaling_attn_factors(math.sqrt(1 + math.log(scale) / math.log(omax)) if scale > 1.0 else 1.0)
+            lf = rp["long_factor"] + ([1.0] if mod == "long-factors-5" else [])
+            w.add_tensor("rope_factors_long.weight", np.array(lf, np.float32))
+            if mod != "no-short-factors":
+                w.add_tensor("rope_factors_short.weight", np.array(rp["short_factor"], np.float32))
     if family == "granite":  # GraniteModel: the multipliers as *_scale keys
         w.add_attention_scale(cfg.attention_multiplier); w.add_embedding_scale(cfg.embedding_multiplier)
         w.add_residual_scale(cfg.residual_multiplier)
@@ -355,6 +383,8 @@ def write_from_hf(hf_dir, out, family, mod, seed):
         w.add_sliding_window(4 if mod == "window4" else cfg.sliding_window)
     w.add_tokenizer_model("gpt2"); w.add_tokenizer_pre("llama-bpe")
     w.add_token_list(tokens); w.add_token_types(types); w.add_token_merges(merges)
+    if arch == "phi3":  # a pad id inside the vocabulary: transformers' GGUF loader else keeps Phi3Config's 32000
+        w.add_pad_token_id(len(tokens) - 2)
     if cfg.rope_parameters.get("rope_type") == "llama3":
         rf = llama3_rope_freqs(cfg.rope_parameters, C // H)
         if mod == "rope-freqs-off":  # one band's factor changed: no llama3 table
@@ -388,13 +418,17 @@ def cmd_from_hf(a):
 def cmd_check_hf(a):
     """check-hf WORK NAME ...: pail's log-probs on the imported WORK/NAME against transformers' on
     the checkpoint WORK/NAME.hf the GGUF was written from (f32), on 3 random 32-token sequences;
-    one line per NAME."""
+    one line per NAME; NAME@gguf: against transformers' reading of WORK/NAME.gguf."""
     import json, subprocess, torch
     from transformers import AutoModelForCausalLM
     bad = 0
     for name in a.names:
+        name, _, via = name.partition("@")  # NAME@gguf: against transformers' reading of NAME.gguf
         hf, d = f"{a.work}/{name}.hf", f"{a.work}/{name}"
-        model = AutoModelForCausalLM.from_pretrained(hf, dtype=torch.float32).eval()
+        if a.from_gguf or via == "gguf":
+            model = AutoModelForCausalLM.from_pretrained(a.work, gguf_file=f"{name}.gguf", dtype=torch.float32).eval()
+        else:
+            model = AutoModelForCausalLM.from_pretrained(hf, dtype=torch.float32).eval()
         g = torch.Generator().manual_seed(5)
         seqs = [torch.randint(0, model.config.vocab_size, (32,), generator=g).tolist() for _ in range(3)]
         path = f"{d}.ids.jsonl"
@@ -413,7 +447,8 @@ def cmd_check_hf(a):
                 worst = max(worst, float(np.abs(np.array(json.loads(line)["logprobs"]) - ref).max()))
         ok = worst <= a.tol
         bad += not ok
-        print(f"{'PASS' if ok else 'FAIL'} {name}: log-probs max |pail - transformers on the checkpoint| = {worst:.3g} "
+        ref_name = "its GGUF" if a.from_gguf or via == "gguf" else "the checkpoint"
+        print(f"{'PASS' if ok else 'FAIL'} {name}{'@' + via if via else ''}: log-probs max |pail - transformers on {ref_name}| = {worst:.3g} "
               f"over {len(seqs)} sequences of 32 ({'<=' if ok else '>'} {a.tol}){'' if r.returncode == 0 else ' ' + r.stderr.strip()}")
     sys.exit(1 if bad else 0)
 
@@ -479,7 +514,9 @@ def main():
     s = sub.add_parser("from-hf"); s.add_argument("work"); s.add_argument("specs", nargs="+", help="NAME=FAMILY[:MOD]")
     s.add_argument("--seed", type=int, default=3); s.set_defaults(f=cmd_from_hf)
     s = sub.add_parser("check-hf"); s.add_argument("work"); s.add_argument("names", nargs="+")
-    s.add_argument("--ctl", required=True); s.add_argument("--tol", type=float, default=1e-4); s.set_defaults(f=cmd_check_hf)
+    s.add_argument("--ctl", required=True); s.add_argument("--tol", type=float, default=1e-4)
+    s.add_argument("--from-gguf", action="store_true", help="against transformers' reading of WORK/NAME.gguf")
+    s.set_defaults(f=cmd_check_hf)
     s = sub.add_parser("check-tokenizer"); s.add_argument("file"); s.add_argument("dir"); s.add_argument("--ctl", required=True)
     s.set_defaults(f=cmd_check_tokenizer)
     a = p.parse_args()
