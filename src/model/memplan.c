@@ -14,6 +14,10 @@
 int memplan_build(MemoryPlan *p, const ModelConfig *cfg, const MemoryPlanSpec *spec, const char *device, PailErr *err) {
     memset(p, 0, sizeof *p);
     p->spec = *spec;
+    if (spec->weights_dtype) {  // a copy: trainer_memplan's is a local array, printed after it returns
+        snprintf(p->weights_dtype, sizeof p->weights_dtype, "%s", spec->weights_dtype);
+        p->spec.weights_dtype = p->weights_dtype;
+    }
     snprintf(p->device, sizeof p->device, "%s", device ? device : "cpu");
     p->n_weights = model_params_count(cfg);
     DType dt = DT_F32;

@@ -1,6 +1,6 @@
 // Normalizers (NFC/NFD/NFKC/NFKD via utf8proc, Prepend, Replace, Lowercase, Strip, Sequence)
 // and pre-tokenizers (Split with a regex or string pattern, evaluated by PCRE2 in UTF + UCP
-// mode with JIT when available; ByteLevel with the GPT-2 byte map and optional regex /
+// mode with JIT when available; Digits, a Split on \p{N}; ByteLevel with the GPT-2 byte map and optional regex /
 // prefix space; Metaspace, SentencePiece's space marker), plus the UTF-8 helpers the module
 // shares. Anything else in tokenizer.json is refused.
 #define _GNU_SOURCE  // memmem
@@ -377,6 +377,13 @@ static int pretok_one(Tokenizer *tok, json_t *j, bool last, PailErr *err) {
         json_t *p = json_is_string(re) ? re : str;
         return step_compile(tok, st, json_string_value(p), json_string_length(p), !json_is_string(re), err);
     }
+    if (!strcmp(t, "Digits")) {  // the library's char::is_numeric (Nd, Nl, No) split: each digit, or each run
+        PreStep *st = step_new(tok, err);
+        if (!st) return -1;
+        st->behavior = json_is_true(json_object_get(j, "individual_digits")) ? SPLIT_ISOLATED : SPLIT_CONTIGUOUS;
+        static const char numeric[] = "\\p{N}";
+        return step_compile(tok, st, numeric, sizeof numeric - 1, false, err);
+    }
     if (!strcmp(t, "ByteLevel")) {
         // Later steps would see mapped characters instead of text: only the last place is supported.
         if (!last) return err_set(err, PAIL_ERR_UNSUPPORTED, "%s: pre_tokenizer ByteLevel before another pre-tokenizer is not supported", tok->name);
@@ -415,7 +422,7 @@ static int pretok_one(Tokenizer *tok, json_t *j, bool last, PailErr *err) {
         }
         return 0;
     }
-    return err_set(err, PAIL_ERR_UNSUPPORTED, "%s: pre_tokenizer '%s' is not supported (pail implements Sequence, Split, ByteLevel, Metaspace)", tok->name, t);
+    return err_set(err, PAIL_ERR_UNSUPPORTED, "%s: pre_tokenizer '%s' is not supported (pail implements Sequence, Split, Digits, ByteLevel, Metaspace)", tok->name, t);
 }
 
 int pretok_load(Tokenizer *tok, json_t *j, PailErr *err) {

@@ -17,6 +17,24 @@ fi
 if built=$(bash "$ROOT/validation/tokenizer/built.sh"); then
   ok "built Qwen/Llama 3 style tokenizers ($built)"
   dirs+=(--dir "qwen-built=$built/qwen" --dir "qwen-chatml-built=$built/qwen-chatml" --dir "llama3-built=$built/llama3")
+  # The Digits pre-tokenizer before ByteLevel (StarCoder-derived tokenizers such as Granite's;
+  # Cohere's, with an NFC normalizer), each digit alone or runs of digits, on the llama3 vocabulary
+  if "$PY" - "$built/llama3" "$WORK" <<'PYEOF'
+import json, os, shutil, sys
+src, work = sys.argv[1], sys.argv[2]
+for name, individual, nfc in (("digits-individual-nfc", True, True), ("digits-runs", False, False)):
+    d = os.path.join(work, name)
+    shutil.copytree(src, d)
+    j = json.load(open(os.path.join(d, "tokenizer.json")))
+    j["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
+        {"type": "Digits", "individual_digits": individual},
+        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}]}
+    if nfc:
+        j["normalizer"] = {"type": "NFC"}
+    json.dump(j, open(os.path.join(d, "tokenizer.json"), "w"))
+PYEOF
+  then dirs+=(--dir "digits-individual-nfc=$WORK/digits-individual-nfc" --dir "digits-runs=$WORK/digits-runs")
+  else bad "write the Digits variants"; fi
 else
   bad "build the Qwen/Llama 3 style tokenizers"
 fi
