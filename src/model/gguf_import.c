@@ -1,7 +1,7 @@
 // GGUF -> Hugging Face folder (see gguf_import.h). The mapping follows
 // transformers 5's GGUF loader (modeling_gguf_pytorch_utils.py for the config
 // and tensors, integrations/gguf/gguf_tokenizer_mapping.py for the tokenizer) and,
-// for the architectures it does not read (exaone, granite, olmo2, smollm3) or reads in part
+// for the architectures it does not read (exaone, granite, olmo2, smollm3, command-r, cohere2) or reads in part
 // (phi3: it drops the rotary width, the window and longrope's tables; gemma2 / gemma3: it keeps
 // the config's default query_pre_attn_scalar, caps and sliding layers' base), llama.cpp's
 // convert_hf_to_gguf.py run backwards: llama.cpp's key and tensor names to HF's, Q and
@@ -226,8 +226,57 @@ static int gemma_config(const GgufFile *g, const char *arch, ModelConfig *c, Pai
     return 0;
 }
 
+// command-r / cohere2 (convert_hf_to_gguf's CommandR2Model / Cohere2Model): LayerNorm without
+// bias, its epsilon in attention.layer_norm_epsilon (required); logit_scale (required, as llama.cpp
+// requires it); command-r's per-head attn_q_norm / attn_k_norm ((H, D), (Hkv, D)) as use_qk_norm;
+// HF's rows (Cohere rotates interleaved pairs, llama.cpp's normal RoPE: no permutation). cohere2:
+// attention.sliding_window the window (required > 0: Cohere2Config has no windowless model) on
+// llama.cpp's fixed pattern (every 4th layer full attention without RoPE, Cohere2Config's default
+// sliding_window_pattern); a file with attention.sliding_window_pattern is refused.
+static int cohere_config(const GgufFile *g, const char *arch, ModelConfig *c, PailErr *err) {
+    int64_t v;
+    double f;
+    int r = key_int(g, arch, "rope.dimension_count", &v, false, err);
+    if (r < 0) return -1;
+    if (r && v != c->head_dim)
+        return err_set(err, PAIL_ERR_UNSUPPORTED, "gguf %s: %s.rope.dimension_count is %lld, not the head dim %d "
+                       "(pail imports partial rotary for phi3 only)", g->path, arch, (long long)v, c->head_dim);
+    const char *need[2] = {"attention.layer_norm_epsilon", "logit_scale"};
+    double *dst[2] = {&c->rms_norm_eps, &c->logit_scale};
+    for (int i = 0; i < 2; i++) {
+        if ((r = key_float(g, arch, need[i], &f, err)) < 0) return -1;
+        if (!r)
+            return err_set(err, PAIL_ERR_INVALID, "gguf %s: %s.%s is missing (a %s file carries it)", g->path, arch,
+                           need[i], arch);
+        if (!(isfinite(f) && f > 0))
+            return err_set(err, PAIL_ERR_INVALID, "gguf %s: %s.%s is %g; need a finite number > 0", g->path, arch,
+                           need[i], f);
+        *dst[i] = f;
+    }
+    c->has_qk_norm = c->type == MODEL_COHERE && gguf_find_tensor(g, "blk.0.attn_q_norm.weight") != NULL;
+    if ((r = key_int(g, arch, "attention.sliding_window", &v, false, err)) < 0) return -1;
+    if (c->type == MODEL_COHERE) {
+        if (r)
+            return err_set(err, PAIL_ERR_UNSUPPORTED, "gguf %s: %s.attention.sliding_window is %lld; command-r has no "
+                           "window (cohere2 has)", g->path, arch, (long long)v);
+        return 0;
+    }
+    if (!r || v < 1)
+        return err_set(err, PAIL_ERR_INVALID, "gguf %s: %s.attention.sliding_window is %s; a cohere2 file needs its "
+                       "window", g->path, arch, r ? "0" : "missing");
+    char k[128];
+    snprintf(k, sizeof k, "%s.attention.sliding_window_pattern", arch);
+    if (gguf_find(g, k))
+        return err_set(err, PAIL_ERR_UNSUPPORTED, "gguf %s: %s is not imported; pail imports cohere2's fixed layer "
+                       "pattern (every 4th layer full attention without RoPE, as llama.cpp runs it)", g->path, k);
+    c->sliding_window = (int)v;
+    model_config_set_layer_pattern(c, 4);
+    return 0;
+}
+
 static int build_config_family(const GgufFile *g, const char *arch, ModelConfig *c, PailErr *err) {
     if (c->type == MODEL_PHI3) return phi3_config(g, arch, c, err);
+    if (c->type == MODEL_COHERE || c->type == MODEL_COHERE2) return cohere_config(g, arch, c, err);
     if (c->type == MODEL_GEMMA2 || c->type == MODEL_GEMMA3_TEXT) return gemma_config(g, arch, c, err);
     if (rope_freqs_llama3(g, c, err) < 0) return -1;
     int64_t v;
@@ -941,13 +990,15 @@ int gguf_import(const GgufFile *g, const char *dir, const GgufImportOptions *opt
     // llama.cpp writes Mistral 7B's GGUF as architecture "llama": it imports as llama (full
     // attention), or as mistral when the file gives a sliding window (build_config_family)
     // llama.cpp's "gemma3" is the text model, model_type gemma3_text
-    bool gemma3 = al == 6 && !memcmp(arch, "gemma3", 6);
-    if (gemma3) type = MODEL_GEMMA3_TEXT;
+    // and its "command-r" model_type cohere
+    bool gemma3 = al == 6 && !memcmp(arch, "gemma3", 6), cmdr = al == 9 && !memcmp(arch, "command-r", 9);
+    if (gemma3 || cmdr) type = gemma3 ? MODEL_GEMMA3_TEXT : MODEL_COHERE;
     else if (al >= sizeof a || model_type_parse(a, &type) < 0 || type == MODEL_MISTRAL ||
         !(type <= MODEL_QWEN3 || type == MODEL_EXAONE || type == MODEL_GRANITE || type == MODEL_OLMO2 ||
-          type == MODEL_SMOLLM3 || type == MODEL_PHI3 || type == MODEL_GEMMA2))
+          type == MODEL_SMOLLM3 || type == MODEL_PHI3 || type == MODEL_GEMMA2 || type == MODEL_COHERE2))
         return err_set(err, PAIL_ERR_UNSUPPORTED, "gguf %s: architecture '%.*s' (pail imports llama, qwen2, qwen3, "
-                       "exaone, granite, olmo2, smollm3, phi3, gemma2 and gemma3)", g->path, (int)(al > 32 ? 32 : al), arch);
+                       "exaone, granite, olmo2, smollm3, phi3, gemma2, gemma3, command-r and cohere2)", g->path,
+                       (int)(al > 32 ? 32 : al), arch);
     snprintf(info->arch, sizeof info->arch, "%s", a);
     if (opt->dtype != ST_DTYPE_BF16 && opt->dtype != ST_DTYPE_F32)
         return err_set(err, PAIL_ERR_INVALID, "gguf import: dtype %s is not BF16 or F32", safetensors_dtype_name(opt->dtype));
