@@ -77,14 +77,14 @@ else bad "fetch $WHEEL: $(head -1 "$WORK/fetch.err")"; fi
 # refusal needs.
 fams="granite=granite olmo2=olmo2 exaone=exaone smollm3=smollm3 mistral=mistral mistral-nowin=mistral:no-window
   llama31=llama31 exaone35=exaone35 phi3=phi3 phi3lr=phi3lr phi3sr=phi3sr gemma2=gemma2 gemma3=gemma3
-  gemma2-noshift=gemma2:no-norm-shift cohere=cohere cohere2=cohere2"
+  gemma2-noshift=gemma2:no-norm-shift cohere=cohere cohere2=cohere2 gemma2-27b=gemma2:layers-27b"
 bads="olmo2-win=olmo2:window4 granite-nologit=granite:no-logit-scale exaone-rope=exaone:rope-dim-half olmo2-drop=olmo2:drop-post-ffw
   freqs-off=llama31:rope-freqs-off phi3-noshort=phi3lr:no-short-factors phi3-noorig=phi3lr:no-orig-ctx phi3-odd=phi3lr:rope-dim-odd
   phi3-len=phi3lr:long-factors-5 gemma2-pat=gemma2:swa-pattern
   cohere-nols=cohere:no-logit-scale cohere-rms=cohere:rms-eps cohere2-pat=cohere2:swa-pattern"
 # shellcheck disable=SC2086
 check "gguf files from transformers checkpoints ($(echo $fams $bads | wc -w))" "$PY" "$V" from-hf "$WORK" $fams $bads
-for n in cohere cohere2 gemma2 gemma3 gemma2-noshift phi3 phi3lr phi3sr granite olmo2 exaone smollm3 llama31 exaone35 mistral-nowin mistral; do
+for n in gemma2-27b cohere cohere2 gemma2 gemma3 gemma2-noshift phi3 phi3lr phi3sr granite olmo2 exaone smollm3 llama31 exaone35 mistral-nowin mistral; do
   check "$n: import-gguf --dtype f32" "$CTL" import-gguf "$WORK/$n.gguf" --out "$WORK/$n" --dtype f32
 done
 grep -q ": mistral, " "$WORK/last.out" && grep -q '"sliding_window": 8' "$WORK/mistral/config.json" &&
@@ -100,8 +100,9 @@ grep -q '"type": "longrope"' "$WORK/phi3lr/config.json" && grep -q '"partial_rot
 # loader drops rope.dimension_count, the window and the factor tables
 grep -q '"query_pre_attn_scalar": 32' "$WORK/gemma2/config.json" && grep -q '"final_logit_softcapping": 2.0' "$WORK/gemma2/config.json" &&
   grep -q '"rope_local_base_freq": 50.0' "$WORK/gemma3/config.json" && grep -q '"rope_type": "linear"' "$WORK/gemma3/config.json" &&
-  ok "gemma2: query_pre_attn_scalar from key_length (32), the caps; gemma3: rope.freq_base_swa 50, linear scaling" ||
-  bad "gemma2/gemma3 config.json lacks query_pre_attn_scalar 32, the caps, the local base or linear scaling"
+  grep -q '"query_pre_attn_scalar": 16' "$WORK/gemma2-27b/config.json" &&
+  ok "gemma2: query_pre_attn_scalar from key_length (32), C / H (16) with 46 layers (27B), the caps; gemma3: rope.freq_base_swa 50, linear scaling" ||
+  bad "gemma2/gemma3 config.json lacks query_pre_attn_scalar 32 (16 at 46 layers), the caps, the local base or linear scaling"
 grep -q '"use_qk_norm": true' "$WORK/cohere/config.json" && grep -q '"layer_norm_eps": 9.99999974738e-5' "$WORK/cohere/config.json" &&
   grep -q '"logit_scale": 0.3' "$WORK/cohere2/config.json" && grep -q '"sliding_window": 8' "$WORK/cohere2/config.json" &&
   ok "command-r: attn_q/k_norm as use_qk_norm, layer_norm_epsilon 1e-4; cohere2: logit_scale 0.3, window 8" ||

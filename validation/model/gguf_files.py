@@ -325,7 +325,7 @@ def permute(w, n_head, n_head_kv):
 # from-hf's damaged variants, for the refusals: what each changes in the file
 FROM_HF_MODS = ("no-window", "window4", "no-logit-scale", "rope-dim-half", "drop-post-ffw", "rope-freqs-off",
                 "no-short-factors", "no-orig-ctx", "rope-dim-odd", "long-factors-5", "swa-pattern", "no-norm-shift",
-                "no-logit-scale", "rms-eps")
+                "no-logit-scale", "rms-eps", "layers-27b")
 
 
 def llama3_rope_freqs(rp, dim):
@@ -358,6 +358,9 @@ def write_from_hf(hf_dir, out, family, mod, seed):
     arch, permuted = HF_FAMILIES[family]
     tokens, types, merges = tiny_vocab()
     cfg = hf_config(family, len(tokens))
+    if mod == "layers-27b":  # the 27B models' layer count (gemma2 46, gemma3 62), whose scale llama.cpp takes from C / H
+        d = dict(cfg.to_dict(), num_hidden_layers=46 if family == "gemma2" else 62, layer_types=None)
+        cfg = type(cfg)(**{k: v for k, v in d.items() if k not in ("model_type", "transformers_version")})
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
     with torch.no_grad():
