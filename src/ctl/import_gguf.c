@@ -1,4 +1,4 @@
-// grpo-ctl import-gguf: a GGUF file (llama, qwen2, qwen3, exaone, granite, olmo2, smollm3, phi3 with
+// grpo-ctl import-gguf: a GGUF file (llama, qwen2, qwen3, exaone, granite, olmo2, smollm3, phi3, gemma2, gemma3, command-r, cohere2 with
 // a gpt2 or llama tokenizer)
 // as a Hugging Face folder pail and transformers load (model/gguf_import.h).
 #include <stdio.h>
@@ -18,12 +18,14 @@ int ctl_import_gguf(int argc, char **argv) {
     int npos = 0, rc;
     const char *usage = "grpo-ctl import-gguf FILE.gguf --out DIR [--dtype bf16|f32]";
     if ((rc = ctl_parse(usage,
-                        "Dequantizes a GGUF file (llama, qwen2, qwen3, exaone, granite, olmo2, smollm3 or phi3 architecture; a llama "
+                        "Dequantizes a GGUF file (llama, qwen2, qwen3, exaone, granite, olmo2, smollm3, phi3, gemma2, gemma3, command-r or cohere2 architecture; "
+                        "a llama "
                         "file with a sliding window as mistral; F32, F16, BF16, Q4_0, Q4_1, Q5_0, "
                         "Q5_1, Q8_0, Q2_K..Q6_K tensors; gpt2 byte-level BPE or llama SentencePiece BPE tokenizer) into config.json, "
                         "generation_config.json, model.safetensors, tokenizer.json, tokenizer_config.json and "
                         "chat_template.jinja, as transformers' from_pretrained(..., gguf_file=...) reads it (exaone, granite, olmo2, "
-                        "smollm3, which it does not read, and phi3, whose partial rotary, window and longrope it drops: as their "
+                        "smollm3, command-r, cohere2, which it does not read, phi3, whose partial rotary, window and longrope it drops, and gemma2 / gemma3, "
+                        "whose query_pre_attn_scalar, caps and local RoPE base it does not read: as their "
                         "Hugging Face checkpoints load).",
                         fl, 2, argc, argv, &pos, &npos)) >= 0)
         goto done;

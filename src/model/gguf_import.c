@@ -1,8 +1,9 @@
 // GGUF -> Hugging Face folder (see gguf_import.h). The mapping follows
 // transformers 5's GGUF loader (modeling_gguf_pytorch_utils.py for the config
 // and tensors, integrations/gguf/gguf_tokenizer_mapping.py for the tokenizer) and,
-// for the architectures it does not read (exaone, granite, olmo2, smollm3) or reads in part
-// (phi3: it drops the rotary width, the window and longrope's tables), llama.cpp's
+// for the architectures it does not read (exaone, granite, olmo2, smollm3, command-r, cohere2) or reads in part
+// (phi3: it drops the rotary width, the window and longrope's tables; gemma2 / gemma3: it keeps
+// the config's default query_pre_attn_scalar, caps and sliding layers' base), llama.cpp's
 // convert_hf_to_gguf.py run backwards: llama.cpp's key and tensor names to HF's, Q and
 // K rows un-permuted where the converter permuted them for its RoPE layout (llama,
 // granite, smollm3), the byte-level BPE vocabulary respelled in GPT-2's byte alphabet
@@ -164,8 +165,119 @@ static int phi3_config(const GgufFile *g, const char *arch, ModelConfig *c, Pail
     return 0;
 }
 
+// gemma2 / gemma3 (convert_hf_to_gguf's Gemma2Model / Gemma3Model, llama.cpp's reading of them).
+// attention.sliding_window as the window of the sliding layers (absent or 0: none); the layer pattern
+// is llama.cpp's fixed one (gemma2 every 2nd layer full, gemma3 every 6th: Gemma2Config's and
+// Gemma3TextConfig's defaults), so a file with attention.sliding_window_pattern is refused. No key
+// carries query_pre_attn_scalar: llama.cpp scales the scores by key_length^-0.5, but by (C / H)^-0.5
+// for the 27B models (46 layers gemma2, 62 gemma3), as their checkpoints' query_pre_attn_scalar is;
+// pail does the same. attn_logit_softcapping / final_logit_softcapping as the caps (absent: llama.cpp's
+// 50 and 30 for gemma2, none for gemma3). gemma3: rope.freq_base the global layers' base,
+// rope.freq_base_swa the sliding layers' (absent: llama.cpp's 10000); rope.scaling.type linear with
+// rope.scaling.factor on the global layers (Gemma 3 4B and larger). The converter stored every norm
+// weight as 1 + w; load_tensors takes the 1 off.
+static int gemma_config(const GgufFile *g, const char *arch, ModelConfig *c, PailErr *err) {
+    int64_t v;
+    int r = key_int(g, arch, "rope.dimension_count", &v, false, err);
+    if (r < 0) return -1;
+    if (r && v != c->head_dim)
+        return err_set(err, PAIL_ERR_UNSUPPORTED, "gguf %s: %s.rope.dimension_count is %lld, not the head dim %d "
+                       "(pail imports partial rotary for phi3 only)", g->path, arch, (long long)v, c->head_dim);
+    if ((r = key_int(g, arch, "attention.sliding_window", &v, false, err)) < 0) return -1;
+    c->sliding_window = r ? (int)v : 0;
+    char k[128];
+    snprintf(k, sizeof k, "%s.attention.sliding_window_pattern", arch);
+    if (gguf_find(g, k))
+        return err_set(err, PAIL_ERR_UNSUPPORTED, "gguf %s: %s is not imported; pail imports %s's fixed layer pattern "
+                       "(every %s layer full attention, as llama.cpp runs it)", g->path, k, arch,
+                       c->type == MODEL_GEMMA2 ? "2nd" : "6th");
+    model_config_gemma_layers(c, NULL, 0);
+    int big = c->type == MODEL_GEMMA2 ? 46 : 62;
+    c->query_pre_attn_scalar = c->num_hidden_layers == big ? c->hidden_size / c->num_attention_heads : c->head_dim;
+    const char *cap[2] = {"attn_logit_softcapping", "final_logit_softcapping"};
+    double *dst[2] = {&c->attn_logit_softcapping, &c->final_logit_softcapping}, f;
+    for (int i = 0; i < 2; i++) {
+        if ((r = key_float(g, arch, cap[i], &f, err)) < 0) return -1;
+        if (r && !(isfinite(f) && f >= 0))
+            return err_set(err, PAIL_ERR_INVALID, "gguf %s: %s.%s is %g; need a finite number >= 0 (0: none)", g->path,
+                           arch, cap[i], f);
+        if (r) *dst[i] = f;
+    }
+    if (c->type == MODEL_GEMMA3_TEXT) {
+        if ((r = key_float(g, arch, "rope.freq_base_swa", &f, err)) < 0) return -1;
+        if (r && !(isfinite(f) && f > 0))
+            return err_set(err, PAIL_ERR_INVALID, "gguf %s: %s.rope.freq_base_swa is %g; need a finite number > 0",
+                           g->path, arch, f);
+        if (r) c->rope_local_theta = f;
+        const char *s;
+        size_t sl;
+        PailErr e = {0};
+        snprintf(k, sizeof k, "%s.rope.scaling.type", arch);
+        if (gguf_get_string(g, k, &s, &sl, &e) == 0 && sl == 6 && !memcmp(s, "linear", 6)) {
+            if ((r = key_float(g, arch, "rope.scaling.factor", &f, err)) < 0) return -1;
+            if (!r || !(isfinite(f) && f > 0))
+                return err_set(err, PAIL_ERR_INVALID, "gguf %s: %s.rope.scaling.factor is %s; linear RoPE scaling "
+                               "needs a finite number > 0", g->path, arch, r ? "not finite and > 0" : "missing");
+            c->rope_scaling = ROPE_SCALING_LINEAR;
+            c->rope_factor = f;
+        }
+    }
+    model_config_gemma_scales(c);
+    return 0;
+}
+
+// command-r / cohere2 (convert_hf_to_gguf's CommandR2Model / Cohere2Model): LayerNorm without
+// bias, its epsilon in attention.layer_norm_epsilon (required); logit_scale (required, as llama.cpp
+// requires it); command-r's per-head attn_q_norm / attn_k_norm ((H, D), (Hkv, D)) as use_qk_norm;
+// HF's rows (Cohere rotates interleaved pairs, llama.cpp's normal RoPE: no permutation). cohere2:
+// attention.sliding_window the window (required > 0: Cohere2Config has no windowless model) on
+// llama.cpp's fixed pattern (every 4th layer full attention without RoPE, Cohere2Config's default
+// sliding_window_pattern); a file with attention.sliding_window_pattern is refused.
+static int cohere_config(const GgufFile *g, const char *arch, ModelConfig *c, PailErr *err) {
+    int64_t v;
+    double f;
+    int r = key_int(g, arch, "rope.dimension_count", &v, false, err);
+    if (r < 0) return -1;
+    if (r && v != c->head_dim)
+        return err_set(err, PAIL_ERR_UNSUPPORTED, "gguf %s: %s.rope.dimension_count is %lld, not the head dim %d "
+                       "(pail imports partial rotary for phi3 only)", g->path, arch, (long long)v, c->head_dim);
+    const char *need[2] = {"attention.layer_norm_epsilon", "logit_scale"};
+    double *dst[2] = {&c->rms_norm_eps, &c->logit_scale};
+    for (int i = 0; i < 2; i++) {
+        if ((r = key_float(g, arch, need[i], &f, err)) < 0) return -1;
+        if (!r)
+            return err_set(err, PAIL_ERR_INVALID, "gguf %s: %s.%s is missing (a %s file carries it)", g->path, arch,
+                           need[i], arch);
+        if (!(isfinite(f) && f > 0))
+            return err_set(err, PAIL_ERR_INVALID, "gguf %s: %s.%s is %g; need a finite number > 0", g->path, arch,
+                           need[i], f);
+        *dst[i] = f;
+    }
+    c->has_qk_norm = c->type == MODEL_COHERE && gguf_find_tensor(g, "blk.0.attn_q_norm.weight") != NULL;
+    if ((r = key_int(g, arch, "attention.sliding_window", &v, false, err)) < 0) return -1;
+    if (c->type == MODEL_COHERE) {
+        if (r)
+            return err_set(err, PAIL_ERR_UNSUPPORTED, "gguf %s: %s.attention.sliding_window is %lld; command-r has no "
+                           "window (cohere2 has)", g->path, arch, (long long)v);
+        return 0;
+    }
+    if (!r || v < 1)
+        return err_set(err, PAIL_ERR_INVALID, "gguf %s: %s.attention.sliding_window is %s; a cohere2 file needs its "
+                       "window", g->path, arch, r ? "0" : "missing");
+    char k[128];
+    snprintf(k, sizeof k, "%s.attention.sliding_window_pattern", arch);
+    if (gguf_find(g, k))
+        return err_set(err, PAIL_ERR_UNSUPPORTED, "gguf %s: %s is not imported; pail imports cohere2's fixed layer "
+                       "pattern (every 4th layer full attention without RoPE, as llama.cpp runs it)", g->path, k);
+    c->sliding_window = (int)v;
+    model_config_set_layer_pattern(c, 4);
+    return 0;
+}
+
 static int build_config_family(const GgufFile *g, const char *arch, ModelConfig *c, PailErr *err) {
     if (c->type == MODEL_PHI3) return phi3_config(g, arch, c, err);
+    if (c->type == MODEL_COHERE || c->type == MODEL_COHERE2) return cohere_config(g, arch, c, err);
+    if (c->type == MODEL_GEMMA2 || c->type == MODEL_GEMMA3_TEXT) return gemma_config(g, arch, c, err);
     if (rope_freqs_llama3(g, c, err) < 0) return -1;
     int64_t v;
     int r = key_int(g, arch, "rope.dimension_count", &v, false, err);
@@ -245,7 +357,8 @@ static int build_config(const GgufFile *g, const char *arch, ModelType type, int
     const char *s;
     size_t sl;
     PailErr e = {0};
-    if (gguf_get_string(g, sk, &s, &sl, &e) == 0 && !(sl == 4 && !memcmp(s, "none", 4)))
+    if (gguf_get_string(g, sk, &s, &sl, &e) == 0 && !(sl == 4 && !memcmp(s, "none", 4)) &&
+        !(type == MODEL_GEMMA3_TEXT && sl == 6 && !memcmp(s, "linear", 6)))  // gemma3's: gemma_config
         return err_set(err, PAIL_ERR_UNSUPPORTED, "gguf %s: RoPE scaling (%s '%.*s') is not imported", g->path, sk,
                        (int)(sl > 32 ? 32 : sl), s);
     // D from the q projection: HF's head_dim for qwen3 (transformers reads no key for it); phi3's
@@ -299,6 +412,21 @@ static const char *gguf_param_name(ModelParamId id, bool post_norm) {
     }
 }
 
+// gemma's four norms a layer: input_layernorm (attn_norm), post_attention_layernorm
+// (post_attention_norm), pre_feedforward_layernorm (ffn_norm), post_feedforward_layernorm (post_ffw_norm)
+static const char *param_name(const ModelConfig *c, int id) {
+    if (c->gemma_norms && id == PARAM_MLP_NORM) return "post_attention_norm.weight";
+    if (c->gemma_norms && id == PARAM_PRE_FF_NORM) return "ffn_norm.weight";
+    if (c->gemma_norms && id == PARAM_POST_FF_NORM) return "post_ffw_norm.weight";
+    return gguf_param_name(id, c->post_norm);
+}
+
+// The norm weights convert_hf_to_gguf stored as 1 + w for gemma (every tensor ending in norm.weight)
+static bool gemma_norm_param(int id) {
+    return id == PARAM_ATTN_NORM || id == PARAM_MLP_NORM || id == PARAM_PRE_FF_NORM || id == PARAM_POST_FF_NORM ||
+           id == PARAM_Q_NORM || id == PARAM_K_NORM || id == PARAM_FINAL_NORM;
+}
+
 // Whether llama.cpp's convert_hf_to_gguf permuted Q and K for this architecture: LlamaModel
 // and its subclasses (llama, and mistral written as llama; GraniteModel, SmolLM3Model) do;
 // qwen2, qwen3, exaone and olmo2 (TextModel, NEOX RoPE in llama.cpp) keep HF's rows.
@@ -327,8 +455,8 @@ static int load_tensors(const GgufFile *g, ModelWeights *w, ModelType type, Gguf
         if (!s->present || (id == PARAM_LM_HEAD && cfg->tie_word_embeddings)) continue;
         for (int l = 0; l < (s->per_layer ? L : 1); l++) {
             char nm[128];
-            if (s->per_layer) snprintf(nm, sizeof nm, "blk.%d.%s", l, gguf_param_name(id, cfg->post_norm));
-            else snprintf(nm, sizeof nm, "%s", gguf_param_name(id, cfg->post_norm));
+            if (s->per_layer) snprintf(nm, sizeof nm, "blk.%d.%s", l, param_name(cfg, id));
+            else snprintf(nm, sizeof nm, "%s", param_name(cfg, id));
             const GgufTensor *t = gguf_find_tensor(g, nm);
             if (!t) { free(tmp); return err_set(err, PAIL_ERR_INVALID, "gguf %s: no tensor '%s'", g->path, nm); }
             // GGUF dims are HF's shape reversed
@@ -358,6 +486,8 @@ static int load_tensors(const GgufFile *g, ModelWeights *w, ModelType type, Gguf
                 }
                 unpermute(dst, tmp, rows, cols, nh);
             }
+            if (cfg->gemma_norms && gemma_norm_param(id))
+                for (size_t i = 0; i < s->numel; i++) dst[i] -= 1.0f;
             const char *tn = gguf_type_name(t->type);
             if (!strstr(info->types, tn) && strlen(info->types) + strlen(tn) + 2 < sizeof info->types) {
                 if (info->types[0]) strcat(info->types, " ");
@@ -379,8 +509,7 @@ static int load_tensors(const GgufFile *g, ModelWeights *w, ModelType type, Gguf
             bool known = type == MODEL_PHI3 ? !strcmp(n, "rope_factors_short.weight") || !strcmp(n, "rope_factors_long.weight")
                                             : !strcmp(n, "rope_freqs.weight");
             for (int id = 0; id < PARAM_COUNT && !known; id++)
-                known = w->specs[id].present && gguf_param_name(id, cfg->post_norm) &&
-                        !strcmp(p, gguf_param_name(id, cfg->post_norm)) &&
+                known = w->specs[id].present && param_name(cfg, id) && !strcmp(p, param_name(cfg, id)) &&
                         (w->specs[id].per_layer == (p != n));
             if (!known)
                 return err_set(err, PAIL_ERR_UNSUPPORTED, "gguf %s: tensor '%s' has no place in a %s model", g->path, n,
@@ -860,11 +989,16 @@ int gguf_import(const GgufFile *g, const char *dir, const GgufImportOptions *opt
     if (al < sizeof a) memcpy(a, arch, al);
     // llama.cpp writes Mistral 7B's GGUF as architecture "llama": it imports as llama (full
     // attention), or as mistral when the file gives a sliding window (build_config_family)
-    if (al >= sizeof a || model_type_parse(a, &type) < 0 || type == MODEL_MISTRAL ||
+    // llama.cpp's "gemma3" is the text model, model_type gemma3_text
+    // and its "command-r" model_type cohere
+    bool gemma3 = al == 6 && !memcmp(arch, "gemma3", 6), cmdr = al == 9 && !memcmp(arch, "command-r", 9);
+    if (gemma3 || cmdr) type = gemma3 ? MODEL_GEMMA3_TEXT : MODEL_COHERE;
+    else if (al >= sizeof a || model_type_parse(a, &type) < 0 || type == MODEL_MISTRAL ||
         !(type <= MODEL_QWEN3 || type == MODEL_EXAONE || type == MODEL_GRANITE || type == MODEL_OLMO2 ||
-          type == MODEL_SMOLLM3 || type == MODEL_PHI3))
+          type == MODEL_SMOLLM3 || type == MODEL_PHI3 || type == MODEL_GEMMA2 || type == MODEL_COHERE2))
         return err_set(err, PAIL_ERR_UNSUPPORTED, "gguf %s: architecture '%.*s' (pail imports llama, qwen2, qwen3, "
-                       "exaone, granite, olmo2, smollm3 and phi3)", g->path, (int)(al > 32 ? 32 : al), arch);
+                       "exaone, granite, olmo2, smollm3, phi3, gemma2, gemma3, command-r and cohere2)", g->path,
+                       (int)(al > 32 ? 32 : al), arch);
     snprintf(info->arch, sizeof info->arch, "%s", a);
     if (opt->dtype != ST_DTYPE_BF16 && opt->dtype != ST_DTYPE_F32)
         return err_set(err, PAIL_ERR_INVALID, "gguf import: dtype %s is not BF16 or F32", safetensors_dtype_name(opt->dtype));

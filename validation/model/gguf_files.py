@@ -10,7 +10,7 @@ and the checks against gguf-py and transformers.
   check-tokenizer FILE.gguf DIR  pail's tokenizer against transformers' from the GGUF on the tokenizer corpus
   from-hf WORK NAME=FAMILY[:MOD] a tiny random transformers checkpoint (granite, olmo2, exaone, smollm3,
                                  mistral; llama31, exaone35: llama3 RoPE scaling; phi3, phi3lr: partial
-                                 rotary, longrope, window) and the GGUF convert_hf_to_gguf writes from it
+                                 rotary, longrope, window; gemma2, gemma3) and the GGUF convert_hf_to_gguf writes from it
   check-hf WORK NAME ...         pail's log-probs on the imported folder against transformers' on the checkpoint
                                  (NAME@gguf or --from-gguf: transformers' reading of WORK/NAME.gguf)
 """
@@ -257,7 +257,8 @@ def cmd_check_import(a):
 HF_FAMILIES = {"granite": ("granite", True), "olmo2": ("olmo2", False), "exaone": ("exaone", False),
                "smollm3": ("smollm3", True), "mistral": ("llama", True), "llama31": ("llama", True),
                "exaone35": ("exaone", False), "phi3": ("phi3", False), "phi3lr": ("phi3", False),
-               "phi3sr": ("phi3", False)}
+               "phi3sr": ("phi3", False), "gemma2": ("gemma2", False), "gemma3": ("gemma3", False),
+               "cohere": ("command-r", False), "cohere2": ("cohere2", False)}
 # llama3 RoPE scaling as Llama 3.1 and EXAONE 3.5 publish it (theta, factor; low 1, high 4, 8192)
 LLAMA3_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                "original_max_position_embeddings": 8192, "rope_theta": 500000.0}
@@ -294,6 +295,21 @@ def hf_config(family, V):
                              original_max_position_embeddings=omax,
                              rope_scaling={"type": "longrope", "short_factor": g.uniform(1, 3, 4).tolist(),
                                            "long_factor": g.uniform(2, 12, 4).tolist()})
+    if family == "gemma2":  # head_dim 32 (not C / H: query_pre_attn_scalar follows it), window 8, caps that bite
+        return tf.Gemma2Config(**common, head_dim=32, query_pre_attn_scalar=32, sliding_window=8,
+                               attn_logit_softcapping=5.0, final_logit_softcapping=2.0)
+    if family == "gemma3":  # 6 layers (the 6th global), q/k norms, two RoPE bases, linear scaling 4 on the global
+        rp = {"full_attention": {"rope_type": "linear", "factor": 4.0, "rope_theta": 100000.0},
+              "sliding_attention": {"rope_type": "default", "rope_theta": 50.0}}
+        return tf.Gemma3TextConfig(**dict(common, num_hidden_layers=6), head_dim=32, query_pre_attn_scalar=32,
+                                   sliding_window=8, rope_parameters=rp)
+    if family in ("cohere", "cohere2"):  # LayerNorm eps 1e-4 (not the default), logit_scale 0.3, tied;
+        # cohere: use_qk_norm (per-head (H, D) norms); cohere2: 4 layers (the 4th full, no RoPE), window 8
+        kw = dict(common, layer_norm_eps=1e-4, logit_scale=0.3)
+        kw.pop("rms_norm_eps")
+        if family == "cohere":
+            return tf.CohereConfig(**kw, use_qk_norm=True)
+        return tf.Cohere2Config(**dict(kw, num_hidden_layers=4), sliding_window=8)
     if family == "mistral":  # a window far shorter than the 32-token sequences
         return tf.MistralConfig(**common, sliding_window=8, tie_word_embeddings=False)
     raise SystemExit(f"unknown family {family}")
@@ -308,7 +324,8 @@ def permute(w, n_head, n_head_kv):
 
 # from-hf's damaged variants, for the refusals: what each changes in the file
 FROM_HF_MODS = ("no-window", "window4", "no-logit-scale", "rope-dim-half", "drop-post-ffw", "rope-freqs-off",
-                "no-short-factors", "no-orig-ctx", "rope-dim-odd", "long-factors-5")
+                "no-short-factors", "no-orig-ctx", "rope-dim-odd", "long-factors-5", "swa-pattern", "no-norm-shift",
+                "no-logit-scale", "rms-eps", "layers-27b")
 
 
 def llama3_rope_freqs(rp, dim):
@@ -341,6 +358,9 @@ def write_from_hf(hf_dir, out, family, mod, seed):
     arch, permuted = HF_FAMILIES[family]
     tokens, types, merges = tiny_vocab()
     cfg = hf_config(family, len(tokens))
+    if mod == "layers-27b":  # the 27B models' layer count (gemma2 46, gemma3 62), whose scale llama.cpp takes from C / H
+        d = dict(cfg.to_dict(), num_hidden_layers=46 if family == "gemma2" else 62, layer_types=None)
+        cfg = type(cfg)(**{k: v for k, v in d.items() if k not in ("model_type", "transformers_version")})
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
     with torch.no_grad():
@@ -355,8 +375,30 @@ def write_from_hf(hf_dir, out, family, mod, seed):
     w = gguf.GGUFWriter(out, arch)
     w.add_block_count(L); w.add_context_length(cfg.max_position_embeddings); w.add_embedding_length(C)
     w.add_feed_forward_length(cfg.intermediate_size); w.add_head_count(H); w.add_head_count_kv(Hkv)
-    w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
-    w.add_rope_freq_base(cfg.rope_parameters["rope_theta"])
+    if arch in ("command-r", "cohere2"):  # TextModel: layer_norm_eps as LayerNorm's (rms-eps: misnamed)
+        (w.add_layer_norm_rms_eps if mod == "rms-eps" else w.add_layer_norm_eps)(cfg.layer_norm_eps)
+        if mod != "no-logit-scale":  # CommandR2Model / Cohere2Model
+            w.add_logit_scale(cfg.logit_scale)
+        if arch == "cohere2":
+            w.add_sliding_window(cfg.sliding_window); w.add_rope_dimension_count(cfg.head_dim)
+            if mod == "swa-pattern":
+                w.add_sliding_window_pattern(4)
+    else:
+        w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
+    if arch == "gemma3":  # Gemma3Model.set_gguf_parameters: the global base, linear scaling; llama.cpp's 10000
+        rp = cfg.rope_parameters["full_attention"]  # for the sliding layers unless rope.freq_base_swa says
+        w.add_rope_freq_base(rp["rope_theta"]); w.add_rope_freq_base_swa(cfg.rope_parameters["sliding_attention"]["rope_theta"])
+        if rp.get("rope_type") == "linear":
+            w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR); w.add_rope_scaling_factor(rp["factor"])
+    elif arch != "gemma2":  # Gemma2Model writes no base (llama.cpp's 10000, Gemma2Config's)
+        w.add_rope_freq_base(cfg.rope_parameters["rope_theta"])
+    if arch in ("gemma2", "gemma3"):  # Gemma2Model / Gemma3Model: key_length, the window; gemma2 the caps
+        w.add_key_length(cfg.head_dim); w.add_value_length(cfg.head_dim); w.add_sliding_window(cfg.sliding_window)
+        if arch == "gemma2":
+            w.add_attn_logit_softcapping(cfg.attn_logit_softcapping)
+            w.add_final_logit_softcapping(cfg.final_logit_softcapping)
+        if mod == "swa-pattern":
+            w.add_sliding_window_pattern(2)
     if permuted or family == "exaone":  # LlamaModel and ExaoneModel write the rotary width
         w.add_rope_dimension_count(C // H // (2 if mod == "rope-dim-half" else 1))
     if arch == "phi3":  # Phi3MiniModel.set_gguf_parameters / generate_extra_tensors
@@ -390,7 +432,7 @@ def write_from_hf(hf_dir, out, family, mod, seed):
         if mod == "rope-freqs-off":  # one band's factor changed: no llama3 table
             rf[len(rf) // 2] *= 1.01
         w.add_tensor("rope_freqs.weight", rf)
-    tmap = gguf.get_tensor_name_map(gguf.MODEL_ARCH[arch.upper()], L)
+    tmap = gguf.get_tensor_name_map(gguf.MODEL_ARCH[arch.upper().replace("-", "_")], L)
     for name, t in sd.items():
         if mod == "drop-post-ffw" and "layers.1.post_feedforward_layernorm" in name:
             continue
@@ -401,6 +443,8 @@ def write_from_hf(hf_dir, out, family, mod, seed):
             t = permute(t, H, H)
         if permuted and name.endswith("k_proj.weight"):
             t = permute(t, H, Hkv)
+        if arch in ("gemma2", "gemma3") and name.endswith("norm.weight") and mod != "no-norm-shift":
+            t = t + 1  # the converter stores gemma's norms as 1 + w
         w.add_tensor(new, np.ascontiguousarray(t.astype(np.float32)))
     w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
 
