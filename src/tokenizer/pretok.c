@@ -1,6 +1,6 @@
 // Normalizers (NFC/NFD/NFKC/NFKD via utf8proc, Prepend, Replace, Lowercase, Strip, Sequence)
 // and pre-tokenizers (Split with a regex or string pattern, evaluated by PCRE2 in UTF + UCP
-// mode with JIT when available; Digits, a Split on \p{N}; ByteLevel with the GPT-2 byte map and optional regex /
+// mode with JIT when available, invert honoured; Digits, a Split on \p{N}; ByteLevel with the GPT-2 byte map and optional regex /
 // prefix space; Metaspace, SentencePiece's space marker), plus the UTF-8 helpers the module
 // shares. Anything else in tokenizer.json is refused.
 #define _GNU_SOURCE  // memmem
@@ -361,8 +361,6 @@ static int pretok_one(Tokenizer *tok, json_t *j, bool last, PailErr *err) {
         json_t *re = json_object_get(pat, "Regex"), *str = json_object_get(pat, "String");
         if (!json_is_string(re) && !json_is_string(str))
             return err_set(err, PAIL_ERR_INVALID, "%s: pre_tokenizer Split needs pattern {\"Regex\": ...} or {\"String\": ...}", tok->name);
-        if (json_is_true(json_object_get(j, "invert")))
-            return err_set(err, PAIL_ERR_UNSUPPORTED, "%s: pre_tokenizer Split with invert true is not supported", tok->name);
         const char *b = json_is_string(beh) ? json_string_value(beh) : "";
         int behavior;
         if (!strcmp(b, "Isolated")) behavior = SPLIT_ISOLATED;
@@ -374,6 +372,7 @@ static int pretok_one(Tokenizer *tok, json_t *j, bool last, PailErr *err) {
         PreStep *st = step_new(tok, err);
         if (!st) return -1;
         st->behavior = behavior;
+        st->invert = json_is_true(json_object_get(j, "invert"));  // OLMo 2's and tiktoken conversions' (Removed)
         json_t *p = json_is_string(re) ? re : str;
         return step_compile(tok, st, json_string_value(p), json_string_length(p), !json_is_string(re), err);
     }
@@ -504,6 +503,7 @@ static int split_flush(Tokenizer *tok, int step, const uint8_t *s, bool at_start
 static int split_segment(Tokenizer *tok, int step, const uint8_t *s, bool at_start, SplitState *z, size_t a, size_t b, bool m,
                          TokenIds *ids, PailErr *err) {
     int behavior = tok->pre[step].behavior;
+    if (tok->pre[step].invert) m = !m;  // the library's Invert pattern: the same segments, the flags swapped
     if (behavior == SPLIT_ISOLATED || (behavior == SPLIT_REMOVED && !m)) return emit(tok, step, s + a, b - a, at_start && a == 0, ids, err);
     if (behavior == SPLIT_REMOVED) return 0;
     bool have = z->ps != SIZE_MAX, join;

