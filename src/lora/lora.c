@@ -236,6 +236,26 @@ int lora_adapter_read(const void *data, size_t len, const char *name, const Mode
     return rc < 0 ? -1 : 0;
 }
 
+// The dims of layer 0's lora_A (da) and lora_B (db) of module mod: 1, or 0 when the module
+// is not in the file, -1 (err) when its B is there without its A.
+static int file_module_dims(hid_t f, const char *name, const char *mod, hsize_t da[2], hsize_t db[2], PailErr *err) {
+    char path[96];
+    hsize_t *dims[2] = {db, da};
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof path, "layers/0/%s/%s", mod, i ? "lora_A" : "lora_B");
+        if (!h5l_exists(f, path)) {
+            if (i == 0) return 0;
+            return err_set(err, PAIL_ERR_INVALID, "adapter %s: dataset '%s' is missing", name, path);
+        }
+        hid_t ds = H5Dopen2(f, path, H5P_DEFAULT), sp = H5Dget_space(ds);
+        dims[i][0] = dims[i][1] = 0;
+        H5Sget_simple_extent_dims(sp, dims[i], NULL);
+        H5Sclose(sp);
+        H5Dclose(ds);
+    }
+    return 1;
+}
+
 // A stand-in model config whose projection dims equal the adapter's (head_dim
 // 1, so q/k widths are head counts): enough to lay out and read the adapter
 // when no model is given.
@@ -243,22 +263,11 @@ static int lora_dims_from_file(hid_t f, const char *name, int nl, ModelConfig *m
     memset(mc, 0, sizeof *mc);
     mc->num_hidden_layers = nl;
     mc->head_dim = 1;
+    hsize_t da[2], db[2];
     for (int m = 0; m < LORA_NMOD; m++) {
-        char path[96];
-        snprintf(path, sizeof path, "layers/0/%s/lora_B", LORA_MODULE_NAMES[m]);
-        if (!h5l_exists(f, path)) continue;
-        hsize_t db[2] = {0}, da[2] = {0};
-        hid_t ds = H5Dopen2(f, path, H5P_DEFAULT), sp = H5Dget_space(ds);
-        H5Sget_simple_extent_dims(sp, db, NULL);
-        H5Sclose(sp);
-        H5Dclose(ds);
-        snprintf(path, sizeof path, "layers/0/%s/lora_A", LORA_MODULE_NAMES[m]);
-        if (!h5l_exists(f, path)) return err_set(err, PAIL_ERR_INVALID, "adapter %s: dataset '%s' is missing", name, path);
-        ds = H5Dopen2(f, path, H5P_DEFAULT);
-        sp = H5Dget_space(ds);
-        H5Sget_simple_extent_dims(sp, da, NULL);
-        H5Sclose(sp);
-        H5Dclose(ds);
+        int r = file_module_dims(f, name, LORA_MODULE_NAMES[m], da, db, err);
+        if (r < 0) return -1;
+        if (r == 0) continue;
         int in = (int)da[1], out = (int)db[0];
         switch (m) {
         case LORA_Q: mc->hidden_size = in; mc->num_attention_heads = out; break;
@@ -273,21 +282,9 @@ static int lora_dims_from_file(hid_t f, const char *name, int nl, ModelConfig *m
     // the rest); else the split is unknown and not needed (files, PEFT export): q takes it all
     static const char *fusedn[2] = {"qkv_proj", "gate_up_proj"};
     for (int k = 0; k < 2; k++) {
-        char path[96];
-        snprintf(path, sizeof path, "layers/0/%s/lora_B", fusedn[k]);
-        if (!h5l_exists(f, path)) continue;
-        hsize_t db[2] = {0}, da[2] = {0};
-        hid_t ds = H5Dopen2(f, path, H5P_DEFAULT), sp = H5Dget_space(ds);
-        H5Sget_simple_extent_dims(sp, db, NULL);
-        H5Sclose(sp);
-        H5Dclose(ds);
-        snprintf(path, sizeof path, "layers/0/%s/lora_A", fusedn[k]);
-        if (!h5l_exists(f, path)) return err_set(err, PAIL_ERR_INVALID, "adapter %s: dataset '%s' is missing", name, path);
-        ds = H5Dopen2(f, path, H5P_DEFAULT);
-        sp = H5Dget_space(ds);
-        H5Sget_simple_extent_dims(sp, da, NULL);
-        H5Sclose(sp);
-        H5Dclose(ds);
+        int r = file_module_dims(f, name, fusedn[k], da, db, err);
+        if (r < 0) return -1;
+        if (r == 0) continue;
         mc->type = MODEL_PHI3;
         mc->hidden_size = (int)da[1];
         int out = (int)db[0];
