@@ -51,9 +51,11 @@ void rope_table_build(float *cos_t, float *sin_t, const float *inv_freq, int P, 
 // sign = +1 forward (rotate by +angle), -1 backward (the transpose rotates back).
 // Work-shared over (token, head) pairs, so a decode step's one token still
 // splits (kernels/parallel.h: on the caller's team or its own). out may be x.
-static void rope_team(float *out, const float *x, const int *pos, const float *cos_t, const float *sin_t, int T,
-                      int nh, int D, float sign) {
-    int half = D / 2;
+// The first rd of each head's D dims turn (tables (P, rd/2)); the others pass
+// through (rd < D: phi3's partial rotary, kernels/rope_partial.c).
+static void rope_team_rd(float *out, const float *x, const int *pos, const float *cos_t, const float *sin_t, int T, int nh,
+                  int D, int rd, float sign) {
+    int half = rd / 2;
 #pragma omp for collapse(2) schedule(static) nowait
     for (int t = 0; t < T; t++)
         for (int h = 0; h < nh; h++) {
@@ -66,12 +68,24 @@ static void rope_team(float *out, const float *x, const int *pos, const float *c
                 o[i] = a * c[i] - b * sn;
                 o[i + half] = b * c[i] + a * sn;
             }
+            if (o != xr)
+                for (int i = rd; i < D; i++) o[i] = xr[i];
         }
 }
 
 static void rope_apply(float *out, const float *x, const int *pos, const float *cos_t,
                        const float *sin_t, int T, int nh, int D, float sign) {
-    KERNEL_TEAM(rope_team(out, x, pos, cos_t, sin_t, T, nh, D, sign));
+    KERNEL_TEAM(rope_team_rd(out, x, pos, cos_t, sin_t, T, nh, D, D, sign));
+}
+
+void rope_partial_forward(float *out, const float *x, const int *pos, const float *cos_t, const float *sin_t, int T,
+                          int nh, int D, int rd) {
+    KERNEL_TEAM(rope_team_rd(out, x, pos, cos_t, sin_t, T, nh, D, rd, 1.0f));
+}
+
+void rope_partial_backward(float *dx, const float *dout, const int *pos, const float *cos_t, const float *sin_t,
+                           int T, int nh, int D, int rd) {
+    KERNEL_TEAM(rope_team_rd(dx, dout, pos, cos_t, sin_t, T, nh, D, rd, -1.0f));
 }
 
 void rope_forward(float *out, const float *x, const int *pos, const float *cos_t,

@@ -3,40 +3,10 @@
 // apply_rotary_pos_emb splits q[..., :rd] / q[..., rd:]), half-rotation layout
 // within the rotated part (pairs (i, i + rd/2)). Tables (P, rd/2) from
 // rope_table_build(.., rd). With rd = D it is rope_forward / rope_backward.
+// The fast path (rope_partial_forward / _backward) is rope.c's, one team body for both;
+// this file holds the references.
 // CPU twin of kernels/rope_partial.cu.
 #include "kernels.h"
-#include "parallel.h"
-
-// sign = +1 forward, -1 backward (the transpose); out may be x.
-static void rope_partial_team(float *out, const float *x, const int *pos, const float *cos_t, const float *sin_t,
-                              int T, int nh, int D, int rd, float sign) {
-    int half = rd / 2;
-#pragma omp for collapse(2) schedule(static) nowait
-    for (int t = 0; t < T; t++)
-        for (int h = 0; h < nh; h++) {
-            const float *c = cos_t + (size_t)pos[t] * half, *s = sin_t + (size_t)pos[t] * half;
-            const float *xr = x + ((size_t)t * nh + h) * D;
-            float *o = out + ((size_t)t * nh + h) * D;
-#pragma omp simd
-            for (int i = 0; i < half; i++) {
-                float a = xr[i], b = xr[i + half], sn = sign * s[i];
-                o[i] = a * c[i] - b * sn;
-                o[i + half] = b * c[i] + a * sn;
-            }
-            if (o != xr)
-                for (int i = rd; i < D; i++) o[i] = xr[i];
-        }
-}
-
-void rope_partial_forward(float *out, const float *x, const int *pos, const float *cos_t, const float *sin_t, int T,
-                          int nh, int D, int rd) {
-    KERNEL_TEAM(rope_partial_team(out, x, pos, cos_t, sin_t, T, nh, D, rd, 1.0f));
-}
-
-void rope_partial_backward(float *dx, const float *dout, const int *pos, const float *cos_t, const float *sin_t,
-                           int T, int nh, int D, int rd) {
-    KERNEL_TEAM(rope_partial_team(dx, dout, pos, cos_t, sin_t, T, nh, D, rd, -1.0f));
-}
 
 // Reference: transformers' formula literally on x[..., :rd] (q * cos + rotate_half(q) * sin
 // with the duplicated (rd) cos/sin rows), cat with x[..., rd:]; the backward as the
