@@ -15,6 +15,7 @@
 #include "core/threads.h"
 #include "dtype_cpu.h"
 #include "kernels.h"
+#include "gemm_bf16.h"
 #include "matmul_amx.h"
 
 // bench model (src/model/modelgen.c "bench"): C 512, H 8, Hkv 2, D 64, F 1408, V 32000
@@ -205,10 +206,9 @@ static void dtgemm_shape(const char *name, int T, int N, int K, int reps) {
     dtype_from_f32(W16, W, DT_BF16, wsz);
     dtype_from_f32(W16h, W, DT_F16, wsz);
     dtype_to_f32(Wc, W16, DT_BF16, wsz);
-    // the exact path's panels (on a CPU with AMX the bf16 default is the
-    // tiles, timed after: amx_figures)
-    int amx = amx_bf16_usable();
-    if (amx) matmul_bf16_amx_force(0);
+    // the exact path's panels (on a CPU with AVX-512 BF16 or AMX the bf16
+    // default is that path, timed after)
+    gemm_bf16_force(GEMM_BF16_EXACT);
     // validate: the panel GEMM against sgemm on the converted weight
     matmul_forward(o, x, Wc, NULL, T, K, N, 1, 0);
     matmul_forward_dt(o2, x, W16, DT_BF16, NULL, T, K, N, 1, 0);
@@ -242,14 +242,16 @@ static void dtgemm_shape(const char *name, int T, int N, int K, int reps) {
            "dx %6.1f  bf16 %6.1f (%.3fx, median %.3fx)\n",
            name, N, K, T, fl / tf / 1e9, fl / tb / 1e9, tb / tf, median(rb, reps), fl / th / 1e9,
            median(rh, reps), fl / df / 1e9, fl / db / 1e9, db / df, median(rd, reps));
-    if (amx) {
-        // the AMX tiles: x rounded to bf16, so the distance to sgemm is bf16-sized
-        matmul_bf16_amx_force(1);
+    for (GemmBf16 g = GEMM_BF16_AVX512; g <= GEMM_BF16_AMX; g++) {
+        if (!gemm_bf16_usable(g)) continue;
+        // x rounded to bf16, so the distance to sgemm is bf16-sized
+        gemm_bf16_force(g);
         matmul_forward_dt(o2, x, W16, DT_BF16, NULL, T, K, N, 1, 0);
         md = 0;
         for (size_t i = 0; i < (size_t)T * N; i++) md = fmax(md, fabs(o[i] - o2[i]));
         if (md > 1e-2 * mx) {
-            fprintf(stderr, "bench_kernels: AMX GEMM differs from sgemm by %g (max |out| %g)\n", md, mx);
+            fprintf(stderr, "bench_kernels: %s GEMM differs from sgemm by %g (max |out| %g)\n", gemm_bf16_word(g),
+                    md, mx);
             exit(1);
         }
         double ta = 1e30, da = 1e30;
@@ -260,10 +262,10 @@ static void dtgemm_shape(const char *name, int T, int N, int K, int reps) {
             matmul_backward_dt(dx, NULL, NULL, o, x, W16, DT_BF16, T, K, N, 1, 0);
             ta = fmin(ta, t1 - t0), da = fmin(da, now() - t1);
         }
-        printf("  %-9s %6d x %-5d T=%-4d bf16 on AMX: fwd %6.1f (%.2fx the sgemm's rate) | dx %6.1f (%.2fx); "
-               "max |AMX - sgemm| %.2g of max |out| %.2g\n", "", N, K, T, fl / ta / 1e9, tf / ta, fl / da / 1e9,
-               df / da, md, mx);
-        matmul_bf16_amx_force(0);
+        printf("  %-9s %6d x %-5d T=%-4d bf16 %-10s fwd %6.1f (%.2fx the sgemm's rate) | dx %6.1f (%.2fx); "
+               "max |%s - sgemm| %.2g of max |out| %.2g\n", "", N, K, T, gemm_bf16_word(g), fl / ta / 1e9,
+               tf / ta, fl / da / 1e9, df / da, gemm_bf16_word(g), md, mx);
+        gemm_bf16_force(GEMM_BF16_EXACT);
     }
     free(W), free(x), free(o), free(o2), free(W16), free(W16h), free(Wc), free(dx);
 }
@@ -271,19 +273,23 @@ static void dtgemm_shape(const char *name, int T, int N, int K, int reps) {
 static const struct { const char *name; int T, N, K; } dt_shapes[] = {
     {"gate/up", 2048, 1408, 512}, {"down", 2048, 512, 1408}, {"gate/up", 2048, 4864, 896},
     {"down", 2048, 896, 4864},    {"lm head", 2048, 32000, 512}, {"lm head", 512, 151936, 896},
-    {"gate/up", 64, 4864, 896},   {"down", 64, 896, 4864}};  // T = 64: a batched decode step
+    {"gate/up", 64, 4864, 896},   {"down", 64, 896, 4864},  // T = 64: a batched decode step
+    // SmolLM2-135M (bench/vs_llamacpp.sh's model): pp512, and 64 sequences decoded together
+    {"gate/up", 512, 1536, 576},  {"down", 512, 576, 1536},   {"qkv/o", 512, 576, 576},
+    {"gate/up", 64, 1536, 576},   {"down", 64, 576, 1536},    {"lm head", 64, 49152, 576}};
 
 static void dtgemm_figures(void) {
-    int amx = amx_bf16_usable();
-    if (amx) matmul_bf16_amx_force(0);  // the header names the exact path; the AMX rows follow each shape
+    GemmBf16 dflt = gemm_bf16_path();
+    gemm_bf16_force(GEMM_BF16_EXACT);  // the header names the exact path; the fast paths' rows follow each shape
+    int fast = gemm_bf16_usable(GEMM_BF16_AVX512) || gemm_bf16_usable(GEMM_BF16_AMX);
     printf("\nbf16 / f16 weights, large T, GFLOP/s (%s; %s), panel %zu floats a thread, at most %d columns:\n",
            matmul_path_name(1 << 20, DT_BF16), matmul_path_name(1 << 20, DT_F32), matmul_dt_panel_floats,
            matmul_dt_panel_rows);
     printf("  (fwd: out = x W^T; dx = dout W; ratios: the dtype time over the fp32 sgemm's)%s\n",
-           amx ? "; with a \"bf16 on AMX\" row after each (the default for bf16 weights on this CPU)" : "");
+           fast ? "; then a row for each bf16 path this CPU has (activations rounded to bf16)" : "");
     for (size_t i = 0; i < sizeof dt_shapes / sizeof dt_shapes[0]; i++)
         dtgemm_shape(dt_shapes[i].name, dt_shapes[i].T, dt_shapes[i].N, dt_shapes[i].K, 9);
-    if (amx) matmul_bf16_amx_force(1);
+    gemm_bf16_force(dflt);
 }
 
 // The panel shape's effect (what set matmul_dt_panel_floats and _rows): the

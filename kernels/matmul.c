@@ -16,6 +16,7 @@
 #include "blas.h"
 #include "dtype_cpu.h"
 #include "kernels.h"
+#include "gemm_bf16.h"
 #include "matmul_amx.h"
 #include "parallel.h"
 
@@ -262,11 +263,17 @@ static void sgemm_panels(int transA, int transB, int M, int n0, int n1, int K, f
 static void sgemm_team(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
                        const void *Bv, DType bdt, int ldb, float beta, float *C, int ldc) {
     const float *B = Bv;
-    // bf16 W on a CPU with AMX: the tile GEMM (A rounded to bf16), unless its
-    // scratch could not be had (then every thread falls through).
-    if (bdt == DT_BF16 && !transA && matmul_bf16_amx_on() &&
-        amx_gemm_team(transB, M, N, K, alpha, A, lda, Bv, ldb, beta, C, ldc) == 0)
-        return;
+    // bf16 W on a CPU with AMX or AVX-512 BF16 (gemm_bf16.h): the weight as
+    // stored against A rounded to bf16, unless the kernel's scratch could not
+    // be had (then every thread falls through to the exact path).
+    if (bdt == DT_BF16 && !transA) {
+        GemmBf16 g = gemm_bf16_path();
+        if (g == GEMM_BF16_AMX && amx_gemm_team(transB, M, N, K, alpha, A, lda, Bv, ldb, beta, C, ldc) == 0)
+            return;
+        if (g == GEMM_BF16_AVX512 &&
+            bf16dp_gemm_team(transB, M, N, K, alpha, A, lda, Bv, ldb, beta, C, ldc) == 0)
+            return;
+    }
     DtCvtFn cvt = dtype_to_f32_fn(bdt, dtype_isa_id());
     {
         int nth = omp_get_num_threads(), id = omp_get_thread_num();
@@ -535,8 +542,11 @@ static const char *const path_names[2][DT_COUNT][DT_ISA_COUNT] = {
 
 const char *matmul_path_name(int T, DType wdt) {
     if ((unsigned)wdt >= DT_COUNT) return "?";
-    if (wdt == DT_BF16 && T > matmul_small_t_max && matmul_bf16_amx_on())
+    if (wdt == DT_BF16 && T > matmul_small_t_max && gemm_bf16_path() == GEMM_BF16_AMX)
         return "AMX tiles on the bf16 weights as stored, activations rounded to bf16, fp32 accumulation";
+    if (wdt == DT_BF16 && T > matmul_small_t_max && gemm_bf16_path() == GEMM_BF16_AVX512)
+        return "AVX-512 BF16 (vdpbf16ps) on the bf16 weights as stored, activations rounded to bf16, fp32 "
+               "accumulation";
     return path_names[T <= matmul_small_t_max][wdt][dtype_isa_id()];
 }
 

@@ -35,7 +35,7 @@ enum {
 };
 
 static pthread_once_t amx_once = PTHREAD_ONCE_INIT;
-static int amx_usable_v, amx_on_v;
+static int amx_usable_v;
 
 static void amx_init(void) {
     unsigned a, b, c, d;
@@ -45,34 +45,11 @@ static void amx_init(void) {
         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl"))
         // Linux hands the tile data state to a process only on request (5.16+).
         amx_usable_v = syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
-    amx_on_v = amx_usable_v;
-    const char *env = getenv("PAIL_KERNELS_GEMM");
-    if (!env || !*env) return;
-    if (!strcmp(env, "exact"))
-        amx_on_v = 0;
-    else if (strcmp(env, "amx"))
-        log_warn("PAIL_KERNELS_GEMM=%s is not amx or exact: ignored (the bf16 GEMMs use %s)", env,
-                 amx_on_v ? "AMX" : "the exact path");
-    else if (!amx_usable_v)
-        log_warn("PAIL_KERNELS_GEMM=amx: this CPU (or kernel) has no AMX-BF16 tiles (the bf16 GEMMs use the "
-                 "exact path)");
 }
 
 int amx_bf16_usable(void) {
     pthread_once(&amx_once, amx_init);
     return amx_usable_v;
-}
-
-int matmul_bf16_amx_on(void) {
-    pthread_once(&amx_once, amx_init);
-    return amx_on_v && dtype_isa_id() == DT_ISA_AVX512;
-}
-
-int matmul_bf16_amx_force(int on) {
-    pthread_once(&amx_once, amx_init);
-    if (on && !amx_usable_v) return -1;
-    amx_on_v = on != 0;
-    return 0;
 }
 
 // ---- scratch (amx_gemm_team): grown, never shrunk.
@@ -90,18 +67,7 @@ static void *tls_grow(void **buf, size_t *cap, size_t bytes) {
 
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,amx-tile,amx-bf16")
-
-// 16 fp32 -> 16 bf16, round to nearest even, NaN kept quiet (dt_f32_to_bf16).
-static inline __m256i cvt16(const float *src, int n) {
-    __mmask16 m = n >= 16 ? 0xffff : (__mmask16)((1u << n) - 1);
-    __m512i u = _mm512_castps_si512(_mm512_maskz_loadu_ps(m, src));
-    __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16);
-    __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
-                                            _mm512_set1_epi32(0x7f800000));
-    r = _mm512_mask_or_epi32(r, nan, _mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
-    return _mm512_cvtepi32_epi16(r);
-}
+#include "bf16_simd.h"
 
 // Row m of A, reduction elements [k0, k0 + kc) rounded to bf16 into dst
 // (kc a multiple of 32), zeros past K (and for a row past M: src NULL).
@@ -126,31 +92,6 @@ static void tiles_config(void) {
     for (int i = 0; i < 8; i++) cfg.rows[i] = 16, cfg.colsb[i] = 64;
     __asm__ volatile("" : : "m"(cfg) : "memory");  // GCC 12 may drop the stores to cfg otherwise
     _tile_loadconfig(&cfg);
-}
-
-// A 16 x 16 matrix of 32-bit elements transposed in registers: two rounds
-// of unpacks (4 x 4 blocks within each 128-bit lane), then the lanes.
-static inline void transpose16(__m512i r[16]) {
-    __m512i t[16];
-    for (int i = 0; i < 16; i += 2) {
-        t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
-        t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
-    }
-    for (int i = 0; i < 16; i += 4) {  // r[i + j] lane L: column 4L + j of rows i..i+3
-        r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
-        r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
-        r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
-        r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
-    }
-    for (int j = 0; j < 4; j++) {  // row 4L + j: lane L of r[j], r[4 + j], r[8 + j], r[12 + j]
-        __m512i u0 = _mm512_shuffle_i32x4(r[j], r[4 + j], 0x44), u1 = _mm512_shuffle_i32x4(r[j], r[4 + j], 0xee);
-        __m512i u2 = _mm512_shuffle_i32x4(r[8 + j], r[12 + j], 0x44), u3 = _mm512_shuffle_i32x4(r[8 + j], r[12 + j], 0xee);
-        t[j] = _mm512_shuffle_i32x4(u0, u2, 0x88);
-        t[4 + j] = _mm512_shuffle_i32x4(u0, u2, 0xdd);
-        t[8 + j] = _mm512_shuffle_i32x4(u1, u3, 0x88);
-        t[12 + j] = _mm512_shuffle_i32x4(u1, u3, 0xdd);
-    }
-    for (int i = 0; i < 16; i++) r[i] = t[i];
 }
 
 // C[m0.., n0..] (up to 16 x 16) = alpha * t + beta * C, t row-major 16 x 16
@@ -332,20 +273,8 @@ int amx_gemm_team(int transB, int M, int N, int K, float alpha, const float *A, 
             int nkb = kn / 32;
 #pragma omp for schedule(static)
             for (int mt = 0; mt < Mp / 16; mt++)
-                for (int kb = 0; kb < nkb; kb++) {
-                    __m512i r[16];
-                    int k = k0 + kb * 32, n = K - k;
-                    for (int i = 0; i < 16; i++) {
-                        int m = mt * 16 + i;
-                        const float *src = A + (size_t)m * lda + k;
-                        __m256i lo = m < M && n > 0 ? cvt16(src, n) : _mm256_setzero_si256();
-                        __m256i hi = m < M && n > 16 ? cvt16(src + 16, n - 16) : _mm256_setzero_si256();
-                        r[i] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-                    }
-                    transpose16(r);
-                    uint16_t *t = s + ((size_t)mt * nkb + kb) * 512;
-                    for (int i = 0; i < 16; i++) _mm512_store_si512((__m512i *)(t + i * 32), r[i]);
-                }
+                for (int kb = 0; kb < nkb; kb++)
+                    pack_pairs16(s + ((size_t)mt * nkb + kb) * 512, A, lda, M, K, mt * 16, k0 + kb * 32);
         } else {
 #pragma omp for schedule(static)
             for (int m = 0; m < Mp; m++)

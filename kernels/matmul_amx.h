@@ -3,23 +3,14 @@
 // rounded to bf16 (round to nearest even) and B the bf16 weight as stored,
 // accumulated in fp32 by tdpbf16ps. Chosen at run time where the CPU has
 // AMX-BF16 and the kernel lets this process use the tile data
-// (arch_prctl ARCH_REQ_XCOMP_PERM); elsewhere, or with PAIL_KERNELS_GEMM=exact,
-// the exact path (W converted to fp32 panels, fp32 sgemm) runs. doc/kernels.md
-// has the layout and the measurements.
+// (arch_prctl ARCH_REQ_XCOMP_PERM): gemm_bf16.h says when it runs.
+// doc/kernels.md has the layout and the measurements.
 #pragma once
 #include <stdint.h>
 
 // 1 when this process can run AMX-BF16 tiles (CPU, OS, permission), decided
 // once, thread-safe.
 int amx_bf16_usable(void);
-// 1 when the bf16 GEMMs take the AMX path now: usable, the dtype ISA is avx512
-// (PAIL_KERNELS_ISA=avx2|scalar turns it off with the rest) and
-// PAIL_KERNELS_GEMM is not "exact".
-int matmul_bf16_amx_on(void);
-// Tests and benches: 1 = AMX, 0 = the exact path; -1 (nothing changed) when
-// AMX is asked for and not usable. Not to be called while kernels run.
-int matmul_bf16_amx_force(int on);
-
 // A KERNEL_TEAM body (kernels/parallel.h): every thread of the team calls it
 // with the same arguments. C(M,N) = alpha op(A)(M,K) op(B) + beta C, row-major;
 // A fp32 (lda), B bf16 (ldb elements): B is (N,K) when transB, else (K,N).

@@ -14,6 +14,7 @@
 #include "core/rng.h"
 #include "dtype_cpu.h"
 #include "kernels.h"
+#include "gemm_bf16.h"
 #include "matmul_amx.h"
 
 static Rng rng;
@@ -371,21 +372,21 @@ START_TEST(test_matmul_dt_large) {
 }
 END_TEST
 
-// ---- the bf16 GEMM on AMX tiles (kernels/matmul_amx.h) ----
-// Its contract: activations rounded to bf16 (nearest even), the bf16 weight as
-// stored, fp32 accumulation. So against the double reference run on the
-// rounded activations it is as close as an fp32 GEMM (1e-4 abs + rel), and
+// ---- the bf16 GEMMs on AMX tiles and on AVX-512 BF16 (kernels/gemm_bf16.h) ----
+// Their contract: activations rounded to bf16 (nearest even), the bf16 weight
+// as stored, fp32 accumulation. So against the double reference run on the
+// rounded activations each is as close as an fp32 GEMM (1e-4 abs + rel), and
 // against the reference on the unrounded ones it must differ (the rounding
 // happened: the tests above, which force the exact path, cannot see it). dW
-// (fp32 dout and x) and dbias are not rounded. Without AMX: nothing to run,
-// and asking for it changes nothing.
+// (fp32 dout and x) and dbias are not rounded. A path the CPU lacks: nothing
+// to run, and asking for it changes nothing.
 static float *rounded_bf16(const float *x, size_t n) {
     float *p = malloc(4 * (n ? n : 1));
     for (size_t i = 0; i < n; i++) p[i] = dt_bf16_to_f32(dt_f32_to_bf16(x[i]));
     return p;
 }
 
-static void amx_case(int T, int K, int N, int with_bias, float alpha, float beta) {
+static void gemm_case(GemmBf16 g, int T, int K, int N, int with_bias, float alpha, float beta) {
     float *x = rnd((size_t)T * K, -1, 1), *bias = with_bias ? rnd(N, -1, 1) : NULL;
     float *o0 = rnd((size_t)T * N, -1, 1), *dout = rnd((size_t)T * N, -1, 1);
     float *dx0 = rnd((size_t)T * K, -1, 1), *dW0 = rnd((size_t)N * K, -1, 1), *db0 = rnd(N, -1, 1);
@@ -399,15 +400,15 @@ static void amx_case(int T, int K, int N, int with_bias, float alpha, float beta
     matmul_backward_ref(NULL, dWr, dbr, dout, x, w.wc, T, K, N, alpha, beta);
     int saved = matmul_small_t_max;
     matmul_small_t_max = 0;  // every T on the GEMM path
-    ck_assert_int_eq(matmul_bf16_amx_force(1), 0);
-    char what[160];
-    snprintf(what, sizeof what, "AMX T=%d K=%d N=%d [%s]", T, K, N, matmul_path_name(T, DT_BF16));
-    ck_assert_msg(strstr(what, "AMX tiles"), "%s", what);
+    ck_assert_int_eq(gemm_bf16_force(g), 0);
+    char what[200];
+    snprintf(what, sizeof what, "%s T=%d K=%d N=%d [%s]", gemm_bf16_word(g), T, K, N, matmul_path_name(T, DT_BF16));
+    ck_assert_msg(strstr(what, g == GEMM_BF16_AMX ? "AMX tiles" : "vdpbf16ps"), "%s", what);
     float *out = dup_f(o0, (size_t)T * N), *dx = dup_f(dx0, (size_t)T * K), *dW = dup_f(dW0, (size_t)N * K),
           *db = dup_f(db0, N);
     matmul_forward_dt(out, x, w.w16, DT_BF16, bias, T, K, N, alpha, beta);
     matmul_backward_dt(dx, dW, db, dout, x, w.w16, DT_BF16, T, K, N, alpha, beta);
-    ck_assert_int_eq(matmul_bf16_amx_force(0), 0);
+    ck_assert_int_eq(gemm_bf16_force(GEMM_BF16_EXACT), 0);
     matmul_small_t_max = saved;
     expect_close(what, out, ref, (size_t)T * N, 1e-4, 1e-4);
     expect_close(what, dx, dxr, (size_t)T * K, 1e-4, 1e-4);
@@ -421,32 +422,49 @@ static void amx_case(int T, int K, int N, int with_bias, float alpha, float beta
     dt_weight_free(&w);
 }
 
+static void gemm_cases(GemmBf16 g) {
+    gemm_case(g, 9, 49, 37, 1, 1.0f, 0.0f);      // tails everywhere: rows, reduction, columns
+    gemm_case(g, 33, 100, 70, 1, 0.7f, 0.5f);    // alpha, beta
+    gemm_case(g, 17, 64, 5, 0, 1.0f, 1.0f);      // fewer column pairs than threads: split by rows
+    gemm_case(g, 70, 600, 31, 0, -1.0f, 1.0f);
+    gemm_case(g, 300, 513, 257, 1, 0.5f, 0.5f);  // several row blocks, odd K
+    gemm_case(g, 65, 40, 600, 0, 1.0f, 0.0f);    // dx: 600 reduction rows, 40 columns
+    gemm_case(g, 40, 4100, 33, 0, 1.0f, 0.0f);   // forward reduction past one block (4096)
+    gemm_case(g, 40, 33, 4130, 0, 1.0f, 0.5f);   // dx reduction past one block
+    gemm_case(g, 100, 3, 20, 1, 1.0f, 0.0f);     // K below one pair
+    gemm_case(g, 64, 512, 1408, 0, 1.0f, 0.0f);  // a model's shape
+    gemm_case(g, 13, 1031, 45, 1, 1.0f, 0.5f);   // odd reduction across blocks (1024), 12 + 4..11 + 1 rows
+    gemm_case(g, 29, 77, 1027, 0, 0.5f, 0.0f);   // dx: odd reduction rows, 12 + 4 + 1 rows, 1027 % 32 columns
+    // f16 weights keep the exact path (neither has f16)
+    ck_assert_int_eq(gemm_bf16_force(g), 0);
+    ck_assert(!strstr(matmul_path_name(1000, DT_F16), "AMX") && !strstr(matmul_path_name(1000, DT_F16), "vdpbf16ps"));
+    // a lower ISA turns it off with the rest
+    ck_assert_int_eq(dtype_isa_force(DT_ISA_AVX2), 0);
+    ck_assert_int_eq(gemm_bf16_path(), GEMM_BF16_EXACT);
+    ck_assert_int_eq(dtype_isa_force(dtype_isa_best()), 0);
+    ck_assert_int_eq(gemm_bf16_path(), g);
+    ck_assert_int_eq(gemm_bf16_force(GEMM_BF16_EXACT), 0);
+}
+
 START_TEST(test_matmul_amx) {
     if (!amx_bf16_usable()) {
-        ck_assert_int_eq(matmul_bf16_amx_force(1), -1);
+        ck_assert_int_eq(gemm_bf16_force(GEMM_BF16_AMX), -1);
         ck_assert(!strstr(matmul_path_name(1000, DT_BF16), "AMX"));
         printf("SKIP: AMX: this CPU (or kernel) has no AMX-BF16 tiles\n");
         return;
     }
-    amx_case(9, 49, 37, 1, 1.0f, 0.0f);      // tails everywhere: rows, reduction, columns
-    amx_case(33, 100, 70, 1, 0.7f, 0.5f);    // alpha, beta
-    amx_case(17, 64, 5, 0, 1.0f, 1.0f);      // fewer column pairs than threads: split by rows
-    amx_case(70, 600, 31, 0, -1.0f, 1.0f);
-    amx_case(300, 513, 257, 1, 0.5f, 0.5f);  // several row blocks, odd K
-    amx_case(65, 40, 600, 0, 1.0f, 0.0f);    // dx: 600 reduction rows, 40 columns
-    amx_case(40, 4100, 33, 0, 1.0f, 0.0f);   // forward reduction past one block (4096)
-    amx_case(40, 33, 4130, 0, 1.0f, 0.5f);   // dx reduction past one block
-    amx_case(100, 3, 20, 1, 1.0f, 0.0f);     // K below one pair
-    amx_case(64, 512, 1408, 0, 1.0f, 0.0f);  // a model's shape
-    // f16 weights keep the exact path (AMX-BF16 has no f16)
-    ck_assert_int_eq(matmul_bf16_amx_force(1), 0);
-    ck_assert(!strstr(matmul_path_name(1000, DT_F16), "AMX"));
-    // a lower ISA turns it off with the rest
-    ck_assert_int_eq(dtype_isa_force(DT_ISA_AVX2), 0);
-    ck_assert(!matmul_bf16_amx_on());
-    ck_assert_int_eq(dtype_isa_force(dtype_isa_best()), 0);
-    ck_assert(matmul_bf16_amx_on());
-    ck_assert_int_eq(matmul_bf16_amx_force(0), 0);
+    gemm_cases(GEMM_BF16_AMX);
+}
+END_TEST
+
+START_TEST(test_matmul_avx512bf16) {
+    if (!gemm_bf16_usable(GEMM_BF16_AVX512)) {
+        ck_assert_int_eq(gemm_bf16_force(GEMM_BF16_AVX512), -1);
+        ck_assert(!strstr(matmul_path_name(1000, DT_BF16), "vdpbf16ps"));
+        printf("SKIP: AVX-512 BF16: this CPU has no vdpbf16ps\n");
+        return;
+    }
+    gemm_cases(GEMM_BF16_AVX512);
 }
 END_TEST
 
@@ -648,30 +666,39 @@ START_TEST(test_isa_env) {
 }
 END_TEST
 
-// PAIL_KERNELS_GEMM=exact: the bf16 GEMMs take the exact path even with AMX.
-START_TEST(test_gemm_env) {
-    char cmd[8192], out[4096];
-    const char *envs[2] = {"env -u PAIL_KERNELS_GEMM", "PAIL_KERNELS_GEMM=exact"};
-    for (int i = 0; i < 2; i++) {
-        snprintf(cmd, sizeof cmd, "%s '%s' --print-gemm 2>&1", envs[i], self_exe);
-        FILE *p = popen(cmd, "r");
-        ck_assert_ptr_nonnull(p);
-        size_t n = fread(out, 1, sizeof out - 1, p);
-        out[n] = 0;
-        ck_assert_int_eq(pclose(p), 0);
-        int amx = strstr(out, "AMX tiles") != NULL;
-        ck_assert_msg(amx == (i == 0 && amx_bf16_usable()), "%s: %s", envs[i], out);
-        if (!amx) ck_assert_msg(strstr(out, "sgemm over f32 panels converted from bf16"), "%s: %s", envs[i], out);
-    }
-    // a bad spelling: one line naming it, and the default
-    snprintf(cmd, sizeof cmd, "PAIL_KERNELS_GEMM=fast '%s' --print-gemm 2>&1", self_exe);
+// PAIL_KERNELS_GEMM: unset, the best the CPU has (amx, else avx512bf16, else
+// exact); each word takes its path where the CPU has it.
+static void print_gemm(const char *env, char *out, size_t cap) {
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "%s '%s' --print-gemm 2>&1", env, self_exe);
     FILE *p = popen(cmd, "r");
     ck_assert_ptr_nonnull(p);
-    size_t n = fread(out, 1, sizeof out - 1, p);
+    size_t n = fread(out, 1, cap - 1, p);
     out[n] = 0;
     ck_assert_int_eq(pclose(p), 0);
-    ck_assert_msg(strstr(out, "PAIL_KERNELS_GEMM=fast is not amx or exact: ignored"), "%s", out);
-    ck_assert_msg(!!strstr(out, "AMX tiles") == amx_bf16_usable(), "%s", out);
+}
+
+START_TEST(test_gemm_env) {
+    char out[4096];
+    static const char *const marks[GEMM_BF16_COUNT] = {"sgemm over f32 panels converted from bf16", "vdpbf16ps",
+                                                      "AMX tiles"};
+    GemmBf16 best = gemm_bf16_usable(GEMM_BF16_AMX) ? GEMM_BF16_AMX
+                    : gemm_bf16_usable(GEMM_BF16_AVX512) ? GEMM_BF16_AVX512 : GEMM_BF16_EXACT;
+    print_gemm("env -u PAIL_KERNELS_GEMM", out, sizeof out);
+    ck_assert_msg(strstr(out, marks[best]), "default: %s", out);
+    for (int g = 0; g < GEMM_BF16_COUNT; g++) {
+        char env[64];
+        snprintf(env, sizeof env, "PAIL_KERNELS_GEMM=%s", gemm_bf16_word((GemmBf16)g));
+        print_gemm(env, out, sizeof out);
+        if (gemm_bf16_usable((GemmBf16)g))
+            ck_assert_msg(strstr(out, marks[g]) && !strstr(out, "warn:"), "%s: %s", env, out);
+        else
+            ck_assert_msg(strstr(out, "does not have it") && strstr(out, marks[best]), "%s: %s", env, out);
+    }
+    // a bad spelling: one line naming it, and the default
+    print_gemm("PAIL_KERNELS_GEMM=fast", out, sizeof out);
+    ck_assert_msg(strstr(out, "PAIL_KERNELS_GEMM=fast is not exact, avx512bf16 or amx: ignored"), "%s", out);
+    ck_assert_msg(strstr(out, marks[best]), "%s", out);
 }
 END_TEST
 
@@ -688,8 +715,9 @@ int main(int argc, char **argv) {
     if (n > 0) self_exe[n] = 0;
     rng_seed(&rng, 777, 0);
     // The tests of the exact path (every product's fp32 arithmetic on the
-    // converted weight) run with AMX off; test_matmul_amx turns it on.
-    if (amx_bf16_usable()) matmul_bf16_amx_force(0);
+    // converted weight) run with it forced; test_matmul_amx and
+    // test_matmul_avx512bf16 turn the others on.
+    gemm_bf16_force(GEMM_BF16_EXACT);
     Suite *s = suite_create("kernels_dtype");
     TCase *core = tcase_create("core"), *limits = tcase_create("limits");
     tcase_set_timeout(core, 120);
@@ -701,6 +729,7 @@ int main(int argc, char **argv) {
     tcase_add_test(core, test_matmul_dt_large);
     tcase_add_test(core, test_matmul_lora_dt);
     tcase_add_test(core, test_matmul_amx);
+    tcase_add_test(core, test_matmul_avx512bf16);
     tcase_add_test(core, test_logprob_dt);
     tcase_add_test(core, test_embedding_dt);
     tcase_add_test(limits, test_dtype_parse_bad);
