@@ -17,6 +17,7 @@
 #include <time.h>
 #include "core/threads.h"
 #include "kernels.h"
+#include "gemm_bf16.h"
 #include "matmul_amx.h"
 #include "model/modelgen.h"
 #include "refs.h"
@@ -25,18 +26,22 @@
 enum { NSEQ = 8, SEQ = 256, TP = NSEQ * SEQ, RANK = 16, PREFILL = 32, DECODE_STEPS = 256, BATCH_STEPS = 48 };
 
 // What each figure runs: the base held as f32; as bf16 on the exact path (W
-// converted to fp32, fp32 arithmetic); as bf16 on the AMX tiles (activations
-// rounded to bf16 at the GEMMs), where this CPU has them.
+// converted to fp32, fp32 arithmetic); as bf16 on the CPU's fast bf16 GEMM
+// (AMX tiles, else AVX-512 BF16: activations rounded to bf16 at the GEMMs),
+// where it has one.
 typedef struct {
-    int d;    // 0: the f32-held transformer, 1: the bf16-held one
-    int amx;  // the bf16 GEMMs on AMX
+    int d;       // 0: the f32-held transformer, 1: the bf16-held one
+    GemmBf16 g;  // the bf16 GEMMs' path
     const char *name;
 } Variant;
-static const Variant variants[3] = {{0, 0, "f32"}, {1, 0, "bf16"}, {1, 1, "bf16 amx"}};
-static int n_variants(void) { return amx_bf16_usable() ? 3 : 2; }
-static void variant_use(const Variant *v) {
-    if (amx_bf16_usable()) matmul_bf16_amx_force(v->amx);
+static Variant variants[3] = {{0, GEMM_BF16_EXACT, "f32"}, {1, GEMM_BF16_EXACT, "bf16"}, {1, GEMM_BF16_EXACT, "?"}};
+static int n_variants(void) {
+    GemmBf16 fast = gemm_bf16_usable(GEMM_BF16_AMX) ? GEMM_BF16_AMX : GEMM_BF16_AVX512;
+    if (!gemm_bf16_usable(fast)) return 2;
+    variants[2].g = fast, variants[2].name = fast == GEMM_BF16_AMX ? "bf16 amx" : "bf16 vdp";
+    return 3;
 }
+static void variant_use(const Variant *v) { gemm_bf16_force(v->g); }
 
 static void die(const char *what, const PailErr *err) {
     fprintf(stderr, "bench_model: %s: %s\n", what, err ? err->msg : "out of memory");
@@ -210,7 +215,7 @@ static void policy(BenchModel *m, Transformer *tf[2], double sgemm, int iters) {
         }
     printf("\npolicy forward + backward to LoRA (frozen base), %d x %d tokens packed (T=%d), rank %d on all 7 "
            "projections, the base held as f32 and as bf16 (the same values)%s, alternating, best of %d after a "
-           "warm-up\n", NSEQ, SEQ, TP, RANK, nv > 2 ? ", bf16 both exact and on AMX" : "", iters);
+           "warm-up\n", NSEQ, SEQ, TP, RANK, nv > 2 ? ", bf16 both exact and on the CPU's bf16 GEMM" : "", iters);
     printf("  model FLOPs per step %.1f G (forward %.1f G; matmuls 2MNK, causal attention, no recompute)\n",
            flops / 1e9, fwd_flops / 1e9);
     double toks[3], gn[3] = {0}, lsum[3] = {0};
@@ -235,11 +240,11 @@ static void policy(BenchModel *m, Transformer *tf[2], double sgemm, int iters) {
             gd += ((double)grads[d][i] - grads[0][i]) * (grads[d][i] - grads[0][i]);
         printf("  %s vs f32-held (same values): loss differs by %.2e (%.1e relative), LoRA gradients by %.2e "
                "(relative L2)%s\n", variants[d].name, fabs(lsum[d] - lsum[0]), fabs(lsum[d] - lsum[0]) / fabs(lsum[0]),
-               sqrt(gd / gn[0]), variants[d].amx ? " (activations rounded to bf16 at the GEMMs)" : "");
+               sqrt(gd / gn[0]), variants[d].g ? " (activations rounded to bf16 at the GEMMs)" : "");
     }
     int best = nv - 1;  // the bf16 path this CPU runs by default
     printf("  pail: %.0f tok/s (f32 base), %.0f tok/s (bf16 base, exact)", toks[0], toks[1]);
-    if (nv > 2) printf(", %.0f tok/s (bf16 base, AMX)", toks[2]);
+    if (nv > 2) printf(", %.0f tok/s (bf16 base, %s)", toks[2], gemm_bf16_word(variants[2].g));
     printf(": bf16 / f32 %.2fx (%s; target >= 1.3x)\n", toks[best] / toks[0], variants[best].name);
     printf("pail_policy_tok_s %.1f\n", toks[0]);  // read by bench/bench_model.sh
     printf("pail_policy_bf16_tok_s %.1f\n", toks[best]);
@@ -329,9 +334,9 @@ static void batched(BenchModel *m, Transformer *tf[2], double triad, double sgem
            pk->fp32_all < 0.9 * peak ? " (under threads x one thread: the vCPUs share a core, or were busy)" : "");
     if (bpeak > 0)
         printf("  bf16 dot product vdpbf16ps (zmm, 16 chains): %.1f GFLOP/s on one thread (%.1f FLOP/cycle), %.1f on "
-               "%d threads at once; bf16 at 64 sequences: %.0f%% of one thread's x %d\n", pk->bf16_core,
-               pk->ghz > 0 ? pk->bf16_core / pk->ghz : 0, pk->bf16_all, pk->threads, 100 * gf64[1] / bpeak,
-               pk->threads);
+               "%d threads at once; %s at 64 sequences: %.0f%% of one thread's x %d\n", pk->bf16_core,
+               pk->ghz > 0 ? pk->bf16_core / pk->ghz : 0, pk->bf16_all, pk->threads, variants[nv - 1].name,
+               100 * gf64[nv - 1] / bpeak, pk->threads);
     else
         printf("  bf16 dot product: the CPU has no avx512_bf16\n");
     if (pk->amx_core > 0)
@@ -405,13 +410,15 @@ int main(int argc, char **argv) {
     validate_decode(&m, ptf[0], dtf[0], "f32", 1e-4);
     validate_decode(&m, ptf[1], dtf[1], "bf16", 1e-4);
     validate_dtypes(&m, ptf);
-    if (amx_bf16_usable()) {
-        // the forward's GEMMs on AMX round their activations to bf16; the
-        // decode's mat-vecs do not: a bf16-sized distance, reported (and
-        // checked only against gross error: validation/bench/dtype_logprobs.py
-        // measures it against transformers' own bf16 distance)
+    if (n_variants() > 2) {
+        // the forward's GEMMs on AMX / AVX-512 BF16 round their activations to
+        // bf16; the decode's mat-vecs do not: a bf16-sized distance, reported
+        // (and checked only against gross error: validation/bench/
+        // dtype_logprobs.py measures it against transformers' own bf16 distance)
         variant_use(&variants[2]);
-        validate_decode(&m, ptf[1], dtf[1], "bf16, forward's GEMMs on AMX", 0.1);
+        char what[80];
+        snprintf(what, sizeof what, "bf16, forward's GEMMs on %s", gemm_bf16_word(variants[2].g));
+        validate_decode(&m, ptf[1], dtf[1], what, 0.1);
     }
     if (want(argc, argv, "policy")) policy(&m, ptf, sgemm, iters);
     if (want(argc, argv, "decode")) decode(&m, dtf[0], triad);
