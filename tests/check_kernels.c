@@ -11,6 +11,8 @@
 #include <omp.h>
 #include "backend.h"
 #include "core/rng.h"
+#include "gemm_bf16.h"
+#include "gemm_f32.h"
 #include "kernels.h"
 #include "simd.h"
 
@@ -55,7 +57,7 @@ static void matmul_case(int T, int K, int N, int with_bias, float alpha, float b
         matmul_small_t_max = path ? 1 << 20 : 0;
         memcpy(out, o0, sizeof(float) * T * N);
         matmul_forward(out, x, W, bias, T, K, N, alpha, beta);
-        snprintf(what, sizeof what, "matmul_forward %s T=%d K=%d N=%d", path ? "small" : "sgemm", T, K, N);
+        snprintf(what, sizeof what, "matmul_forward %s T=%d K=%d N=%d", path ? "small" : gemm_f32_word(gemm_f32_path()), T, K, N);
         expect_close(what, out, ref, (size_t)T * N, 1e-4, 1e-4);
     }
     // backward: dx with beta, dW and dbias accumulate onto nonzero values
@@ -67,7 +69,7 @@ static void matmul_case(int T, int K, int N, int with_bias, float alpha, float b
         matmul_small_t_max = path ? 1 << 20 : 0;
         float *dx = dup_f(dx0, (size_t)T * K), *dW = dup_f(dW0, (size_t)N * K), *db = dup_f(db0, N);
         matmul_backward(dx, dW, db, dout, x, W, T, K, N, alpha, beta);
-        snprintf(what, sizeof what, "matmul_backward dx %s T=%d K=%d N=%d", path ? "small" : "sgemm", T, K, N);
+        snprintf(what, sizeof what, "matmul_backward dx %s T=%d K=%d N=%d", path ? "small" : gemm_f32_word(gemm_f32_path()), T, K, N);
         expect_close(what, dx, dxr, (size_t)T * K, 1e-4, 1e-4);
         expect_close("matmul_backward dW", dW, dWr, (size_t)N * K, 1e-4, 1e-4);
         expect_close("matmul_backward dbias", db, dbr, N, 1e-4, 1e-4);
@@ -78,7 +80,13 @@ static void matmul_case(int T, int K, int N, int with_bias, float alpha, float b
     free(dout), free(dx0), free(dW0), free(db0), free(dxr), free(dWr), free(dbr);
 }
 
+// Every case on each fp32 GEMM this CPU has (gemm_f32.h: OpenBLAS, pail's AVX-512 one).
 START_TEST(test_matmul) {
+    for (GemmF32 g = 0; g < GEMM_F32_COUNT; g++) {
+    if (gemm_f32_force(g) < 0) {
+        printf("SKIP: the fp32 GEMM %s: not on this CPU\n", gemm_f32_word(g));
+        continue;
+    }
     matmul_case(1, 64, 33, 1, 1.0f, 0.0f);
     matmul_case(1, 7, 1, 0, 1.0f, 0.0f);
     matmul_case(3, 17, 9, 0, 0.5f, 1.0f);
@@ -92,6 +100,12 @@ START_TEST(test_matmul) {
     matmul_case(300, 40, 16, 0, 1.0f, 0.0f);
     matmul_case(301, 16, 200, 1, 0.5f, 1.0f);
     matmul_case(1030, 16, 12, 0, 1.0f, 1.0f);
+    // pail's: reduction blocks (512) and their tails, 12 + 4 + 1 column tails, 12-row blocks
+    matmul_case(45, 1100, 29, 1, 1.0f, 0.5f);
+    matmul_case(29, 77, 1043, 0, 0.5f, 1.0f);
+    matmul_case(100, 576, 1536, 0, 1.0f, 0.0f);
+    }
+    gemm_f32_force(GEMM_F32_DEFAULT);
 }
 END_TEST
 
@@ -1151,6 +1165,9 @@ END_TEST
 
 int main(void) {
     rng_seed(&rng, 1234, 0);
+    // the bf16 products against references on the same values: the exact path
+    // (the fast ones round activations to bf16; check_kernels_dtype tests them)
+    gemm_bf16_force(GEMM_BF16_EXACT);
     Suite *s = suite_create("kernels");
     TCase *core = tcase_create("core"), *limits = tcase_create("limits");
     tcase_set_timeout(core, 60);
