@@ -42,8 +42,14 @@ static void path_init(void) {
     usable_v[GEMM_BF16_AVX512] = __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw") &&
                                  __builtin_cpu_supports("avx512vl");
     usable_v[GEMM_BF16_AMX] = amx_bf16_usable();
-    GemmBf16 best = usable_v[GEMM_BF16_AMX] ? GEMM_BF16_AMX : usable_v[GEMM_BF16_AVX512] ? GEMM_BF16_AVX512
-                                                                                          : GEMM_BF16_EXACT;
+    // vdpbf16ps pays where it runs at the fp32 FMA's instruction rate (two
+    // products a lane: AMD Zen 4 / 5), not where it runs at half of it (Intel
+    // Cooper Lake .. Emerald Rapids: there the exact path's fp32 FMAs are as
+    // fast, and exact; doc/kernels.md has both measurements). A fixed rule
+    // by vendor, not a timing, so a machine always takes the same path.
+    GemmBf16 best = usable_v[GEMM_BF16_AMX]                                  ? GEMM_BF16_AMX
+                    : usable_v[GEMM_BF16_AVX512] && __builtin_cpu_is("amd") ? GEMM_BF16_AVX512
+                                                                             : GEMM_BF16_EXACT;
     chosen_v = best;
     const char *env = getenv("PAIL_KERNELS_GEMM");
     if (!env || !*env) return;

@@ -7,9 +7,10 @@
 //              nearest even) once per call, fp32 accumulation (this file's
 //              kernel, kernels/gemm_bf16.c);
 //   amx        the same rule on AMX tiles (kernels/matmul_amx.c).
-// The default is the fastest the CPU has (amx, else avx512bf16, else exact)
-// while the dtype ISA is avx512 (PAIL_KERNELS_ISA=avx2|scalar turns both
-// off); PAIL_KERNELS_GEMM=exact|avx512bf16|amx chooses (one the CPU lacks: a
+// The default is the fastest the CPU has: amx, else avx512bf16 on an AMD CPU
+// (Zen 4 / 5 run vdpbf16ps at the FMA's rate; Intel's without AMX at half
+// of it, where exact is as fast), else exact; while the dtype ISA is avx512
+// (PAIL_KERNELS_ISA=avx2|scalar turns both off); PAIL_KERNELS_GEMM=exact|avx512bf16|amx chooses (one the CPU lacks: a
 // warning and the default). f16 weights and fp32 weights always take the
 // exact path. doc/kernels.md has the layouts and the measurements.
 #pragma once

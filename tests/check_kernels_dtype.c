@@ -666,8 +666,8 @@ START_TEST(test_isa_env) {
 }
 END_TEST
 
-// PAIL_KERNELS_GEMM: unset, the best the CPU has (amx, else avx512bf16, else
-// exact); each word takes its path where the CPU has it.
+// PAIL_KERNELS_GEMM: unset, the best the CPU has (amx, else avx512bf16 on an
+// AMD CPU, else exact); each word takes its path where the CPU has it.
 static void print_gemm(const char *env, char *out, size_t cap) {
     char cmd[8192];
     snprintf(cmd, sizeof cmd, "%s '%s' --print-gemm 2>&1", env, self_exe);
@@ -682,8 +682,10 @@ START_TEST(test_gemm_env) {
     char out[4096];
     static const char *const marks[GEMM_BF16_COUNT] = {"sgemm over f32 panels converted from bf16", "vdpbf16ps",
                                                       "AMX tiles"};
-    GemmBf16 best = gemm_bf16_usable(GEMM_BF16_AMX) ? GEMM_BF16_AMX
-                    : gemm_bf16_usable(GEMM_BF16_AVX512) ? GEMM_BF16_AVX512 : GEMM_BF16_EXACT;
+    __builtin_cpu_init();
+    GemmBf16 best = gemm_bf16_usable(GEMM_BF16_AMX)                                  ? GEMM_BF16_AMX
+                    : gemm_bf16_usable(GEMM_BF16_AVX512) && __builtin_cpu_is("amd") ? GEMM_BF16_AVX512
+                                                                                     : GEMM_BF16_EXACT;
     print_gemm("env -u PAIL_KERNELS_GEMM", out, sizeof out);
     ck_assert_msg(strstr(out, marks[best]), "default: %s", out);
     for (int g = 0; g < GEMM_BF16_COUNT; g++) {
