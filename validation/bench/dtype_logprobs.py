@@ -12,9 +12,10 @@ Prints, each as max abs over every token:
 - pail's decode path (KV cache, one token a step: bench_model_dtype
   decode-logprobs), its prefill exact too, vs transformers fp32 (target <= 1e-3);
 - transformers bf16 vs transformers fp32;
-- on a CPU with AMX (the default path then differs from the exact one): the
-  default grpo-ctl logprobs (GEMMs on AMX tiles, activations rounded to bf16)
-  and the default decode path (an AMX prefill) vs transformers fp32, and the
+- on a CPU whose default bf16 GEMM rounds activations (AMX tiles, or
+  AVX-512 BF16 on AMD: the default path then differs from the exact one): the
+  default grpo-ctl logprobs (activations rounded to bf16 at the GEMMs) and the
+  default decode path (its prefill on that GEMM) vs transformers fp32, and the
   former vs transformers bf16;
 and whether pail's distances are no larger than transformers' own. A figure,
 not a test: it exits 0 either way unless a tool fails.
@@ -92,13 +93,14 @@ try:
           f"{len(seqs)} sequences of {', '.join(map(str, LENS))} random ids; {args.threads} threads")
 
     # the exact path (W converted to fp32), then the default one: on a CPU with
-    # AMX the GEMMs round their activations to bf16 (kernels/matmul_amx.h)
+    # AMX or (AMD) AVX-512 BF16 the GEMMs round their activations to bf16
+    # (kernels/gemm_bf16.h)
     exact_env = dict(os.environ, PAIL_KERNELS_GEMM="exact")
     out, t_ctl = run([args.ctl, "logprobs", "--model", m, "--input", ids_path, "--dtype", "auto"], exact_env)
     pail = [json.loads(line)["logprobs"] for line in out.stdout.splitlines()]
     out, t_amx = run([args.ctl, "logprobs", "--model", m, "--input", ids_path, "--dtype", "auto"])
     pail_def = [json.loads(line)["logprobs"] for line in out.stdout.splitlines()]
-    amx = pail_def != pail  # the default took another path: AMX
+    amx = pail_def != pail  # the default took another path: AMX or AVX-512 BF16
     def decode_run(env):
         out, t = run([args.decode, "decode-logprobs", "--model", m, "--input", ids_path,
                       "--prefill", str(args.prefill)], env)
@@ -110,7 +112,7 @@ try:
         return dec, t, held
 
     # the decode path with fp32 activations: its prefill (a GEMM of 4 x 16
-    # rows) exact too; then as the worker runs it (an AMX prefill where usable)
+    # rows) exact too; then as the worker runs it (the prefill on the fast bf16 GEMM where it is the default)
     dec, t_dec, held = decode_run(exact_env)
     dec_def, t_dec_def, _ = decode_run(None)
     assert [len(x) for x in pail] == [len(x) for x in dec] == [n - 1 for n in LENS]
@@ -141,17 +143,17 @@ try:
           f"({d_t16_dec:.2e} over t >= {args.prefill})")
     if amx:
         d_dec_amx = max_dist(dec_def, t32, first=args.prefill)
-        print(f"  pail decode path as the worker runs it (the prefill's GEMM on AMX, the decode's mat-vecs exact; "
+        print(f"  pail decode path as the worker runs it (the prefill's GEMM rounding to bf16, the decode's mat-vecs exact; "
               f"{t_dec_def:.1f} s) vs transformers fp32, t >= {args.prefill}: max abs {d_dec_amx:.2e} "
               f"(transformers bf16: {d_t16_dec:.2e})")
         d_amx, d_amx16 = max_dist(pail_def, t32), max_dist(pail_def, t16)
-        print(f"  pail grpo-ctl logprobs --dtype auto, GEMMs on AMX tiles (activations rounded to bf16 at the "
+        print(f"  pail grpo-ctl logprobs --dtype auto, the default bf16 GEMM (activations rounded to bf16 at the "
               f"GEMMs; {t_amx:.1f} s) vs transformers fp32: max abs {d_amx:.2e}; vs transformers bf16: "
               f"{d_amx16:.2e}")
-        print(f"  pail on AMX no farther from fp32 than transformers' own bf16: "
+        print(f"  pail's default bf16 GEMM no farther from fp32 than transformers' own bf16: "
               f"{'yes' if d_amx <= d_t16 else 'NO'} ({d_amx:.2e} vs {d_t16:.2e})")
     else:
-        print("  (no AMX here: the default path is the exact one above)")
+        print("  (the default path here is the exact one above)")
     ok = d_ctl <= d_t16 and d_dec <= d_t16_dec
     print(f"  pail's distances no larger than transformers' own bf16 vs fp32: {'yes' if ok else 'NO'} "
           f"({d_ctl:.2e} and {d_dec:.2e} vs {d_t16:.2e})")
