@@ -109,21 +109,24 @@ static inline __attribute__((always_inline)) void fwd_kernel(__m512 *acc, int nr
     for (int j = 0; j < 2 * nr; j++) acc[j] = c[j];
 }
 
-// acc (fwd_kernel's) into C[m..m+31][n..n+nr): alpha acc + beta C, rows past M skipped.
+// acc (fwd_kernel's) into C[m..m+31][n..n+nr): alpha acc + beta C, rows past
+// M skipped. Each 16-row half is transposed in registers (columns past nr
+// zero) and stored a row at a time, nr lanes masked.
 static void fwd_store(float *C, int ldc, const __m512 *acc, int nr, int m, int M, int n, float alpha,
                       float beta) {
-    float t[2][FNR][16] __attribute__((aligned(64)));
-    for (int j = 0; j < nr; j++) {
-        _mm512_store_ps(t[0][j], acc[2 * j]);
-        _mm512_store_ps(t[1][j], acc[2 * j + 1]);
-    }
-    for (int i = 0; i < 32 && m + i < M; i++) {
-        float *c = C + (size_t)(m + i) * ldc + n;
-        const int v = i >> 4, l = i & 15;
-        if (beta == 0.0f)
-            for (int j = 0; j < nr; j++) c[j] = alpha * t[v][j][l];
-        else
-            for (int j = 0; j < nr; j++) c[j] = alpha * t[v][j][l] + beta * c[j];
+    __mmask16 cm = (__mmask16)((1u << nr) - 1);
+    __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+    for (int v = 0; v < 2 && m + 16 * v < M; v++) {
+        __m512i r[16];
+        for (int j = 0; j < 16; j++) r[j] = j < nr ? _mm512_castps_si512(acc[2 * j + v]) : _mm512_setzero_si512();
+        transpose16(r);
+        int rows = M - (m + 16 * v) < 16 ? M - (m + 16 * v) : 16;
+        for (int i = 0; i < rows; i++) {
+            float *c = C + (size_t)(m + 16 * v + i) * ldc + n;
+            __m512 y = _mm512_mul_ps(va, _mm512_castsi512_ps(r[i]));
+            if (beta != 0.0f) y = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(cm, c), y);
+            _mm512_mask_storeu_ps(c, cm, y);
+        }
     }
 }
 
