@@ -16,6 +16,8 @@
 #include "dtype_cpu.h"
 #include "kernels.h"
 #include "gemm_bf16.h"
+#include "gemm_f32.h"
+#include "refs.h"
 #include "matmul_amx.h"
 
 // bench model (src/model/modelgen.c "bench"): C 512, H 8, Hkv 2, D 64, F 1408, V 32000
@@ -72,31 +74,62 @@ static double stream_triad(void) {
 
 // OpenBLAS with its own thread pool (the reference) against matmul_forward, which
 // runs OpenBLAS single-threaded on one column slice per OpenMP thread.
+// The fp32 GEMM each product of more than 8 rows gets (gemm_f32.h: OpenBLAS's
+// sgemm or pail's AVX-512 one) and the bf16 one (gemm_bf16.h), each against
+// the CPU's measured arithmetic peak (bench_peak, all threads at once): at
+// T = 512 (a prefill) and T = 64 (64 sequences decoded together) on the
+// bench model's shapes and SmolLM2-135M's (bench/vs_llamacpp.sh's model).
+// The fp32 paths alternate in one loop (a neighbour's load hits both alike).
 static void sgemm_figures(void) {
-    struct { const char *name; int K, N; } p[] = {
-        {"q/o proj", C, C}, {"k/v proj", C, HKV * D}, {"gate/up", C, F}, {"down", F, C},
-        {"lm head", C, V}};
-    int nth = omp_get_max_threads();
-    printf("\nsgemm, T=%d rows (out = x W^T), %d threads: OpenBLAS pool vs matmul_forward (OpenMP split)\n"
-           "  and matmul_forward_dt on the weight stored as bf16 (%s)\n",
-           T, nth, matmul_path_name(T, DT_BF16));
+    struct { const char *name; int T, K, N; } p[] = {
+        {"q/o proj", 512, C, C}, {"gate/up", 512, C, F}, {"down", 512, F, C}, {"lm head", 512, C, V},
+        {"smol gate/up", 512, 576, 1536}, {"smol down", 512, 1536, 576}, {"smol q/o", 512, 576, 576},
+        {"smol gate/up", 64, 576, 1536}, {"smol down", 64, 1536, 576}, {"smol head", 64, 576, 49152}};
+    BenchPeak pk;
+    bench_peak(&pk);
+    GemmF32 f0 = gemm_f32_path();
+    GemmBf16 b0 = gemm_bf16_path();
+    int pail = gemm_f32_usable(GEMM_F32_PAIL);
+    printf("\nfp32 GEMM (out = x W^T, dx = dout W), %d threads: the default is %s (PAIL_KERNELS_SGEMM); bf16 "
+           "weights: %s (PAIL_KERNELS_GEMM)\n", pk.threads, gemm_f32_word(f0), gemm_bf16_word(b0));
+    printf("  peaks measured now, all threads at once: fp32 %s %.1f GFLOP/s, bf16 vdpbf16ps %.1f GFLOP/s%s\n",
+           pk.fp32_isa, pk.fp32_all, pk.bf16_all, pk.amx_all > 0 ? ", AMX tdpbf16ps measured too" : "");
+    printf("  %-13s %5s %5s %6s | %-27s | %-27s | %s\n", "", "T", "K", "N", "fwd: openblas / pail GFLOP/s",
+           "dx: openblas / pail GFLOP/s", "bf16 weights (default path): fwd, dx");
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) {
-        float *x = rnd((size_t)T * p[i].K, 1), *W = rnd((size_t)p[i].N * p[i].K, 1),
-              *o = rnd((size_t)T * p[i].N, 1);
-        double fl = 2.0 * T * p[i].K * p[i].N;
-        openblas_set_num_threads(nth);
-        double t = TIME_BEST(5, cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, p[i].N,
-                                             p[i].K, 1, x, p[i].K, W, p[i].K, 0, o, p[i].N));
-        double tm = TIME_BEST(5, matmul_forward(o, x, W, NULL, T, p[i].K, p[i].N, 1, 0));
-        uint16_t *W16 = malloc((size_t)p[i].N * p[i].K * 2);
+        int T = p[i].T, K = p[i].K, N = p[i].N;
+        float *x = rnd((size_t)T * K, 1), *W = rnd((size_t)N * K, 1), *o = rnd((size_t)T * N, 1),
+              *dx = rnd((size_t)T * K, 1);
+        uint16_t *W16 = malloc((size_t)N * K * 2);
         if (!W16) { fprintf(stderr, "bench_kernels: out of memory\n"); exit(1); }
-        dtype_from_f32(W16, W, DT_BF16, (size_t)p[i].N * p[i].K);
-        double tb = TIME_BEST(5, matmul_forward_dt(o, x, W16, DT_BF16, NULL, T, p[i].K, p[i].N, 1, 0));
-        printf("  %-9s %5d x %-5d OpenBLAS %7.1f GFLOP/s  matmul_forward %7.1f GFLOP/s  (%.2fx)  "
-               "bf16 %7.1f (%.2fx of matmul_forward)\n",
-               p[i].name, p[i].N, p[i].K, fl / t / 1e9, fl / tm / 1e9, t / tm, fl / tb / 1e9, tm / tb);
-        free(x), free(W), free(o), free(W16);
+        dtype_from_f32(W16, W, DT_BF16, (size_t)N * K);
+        double fl = 2.0 * T * N * K, tf[2] = {1e30, 1e30}, td[2] = {1e30, 1e30};
+        for (int r = 0; r < 5; r++)
+            for (int g = 0; g < 1 + pail; g++) {
+                gemm_f32_force((GemmF32)g);
+                double t0 = now();
+                matmul_forward(o, x, W, NULL, T, K, N, 1, 0);
+                double t1 = now();
+                matmul_backward(dx, NULL, NULL, o, x, W, T, K, N, 1, 0);
+                double t2 = now();
+                tf[g] = fmin(tf[g], t1 - t0), td[g] = fmin(td[g], t2 - t1);
+            }
+        gemm_f32_force(f0);
+        double tb = TIME_BEST(5, matmul_forward_dt(o, x, W16, DT_BF16, NULL, T, K, N, 1, 0));
+        double tbd = TIME_BEST(5, matmul_backward_dt(dx, NULL, NULL, o, x, W16, DT_BF16, T, K, N, 1, 0));
+        double bpk = b0 == GEMM_BF16_AMX ? pk.amx_all : b0 == GEMM_BF16_AVX512 ? pk.bf16_all : pk.fp32_all;
+        char f1[32] = "-", d1[32] = "-";
+        if (pail) {
+            snprintf(f1, sizeof f1, "%.1f (%.0f%%)", fl / tf[1] / 1e9, 100 * fl / tf[1] / 1e9 / pk.fp32_all);
+            snprintf(d1, sizeof d1, "%.1f (%.0f%%)", fl / td[1] / 1e9, 100 * fl / td[1] / 1e9 / pk.fp32_all);
+        }
+        printf("  %-13s %5d %5d %6d | %6.1f (%3.0f%%) / %-13s | %6.1f (%3.0f%%) / %-13s | %.1f (%.0f%% of %s peak), "
+               "%.1f\n", p[i].name, T, K, N, fl / tf[0] / 1e9, 100 * fl / tf[0] / 1e9 / pk.fp32_all, f1,
+               fl / td[0] / 1e9, 100 * fl / td[0] / 1e9 / pk.fp32_all, d1, fl / tb / 1e9, 100 * fl / tb / 1e9 / bpk,
+               b0 == GEMM_BF16_EXACT ? "the fp32" : "its", fl / tbd / 1e9);
+        free(x), free(W), free(o), free(dx), free(W16);
     }
+    printf("  (percentages: of the fp32 peak, or of the bf16 path's own; best of 5)\n");
 }
 
 static int cmp_double(const void *a, const void *b) {
