@@ -9,7 +9,6 @@
 // "first"; then REPS timed runs, one line each ("rep"): seconds, prefill and
 // decode calls. Not a test.
 #include <errno.h>
-#include <limits.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
