@@ -6,7 +6,7 @@
 # sources: convert_hf_to_gguf.py, gguf-py). Built once per version and CPU (the
 # build is -march=native), kept in pail's cache folder (mk/cache.sh), under a lock.
 # Release, GGML_NATIVE (AVX-512 / BF16 where the CPU has them), OpenMP, static,
-# no BLAS, no CUDA, no OpenSSL; only the two targets (~10 min on 2 cores).
+# no BLAS, no CUDA, no OpenSSL; only the two targets (6.5 min on 2 cores).
 #   PAIL_LLAMACPP_JOBS  make's -j (2)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -29,7 +29,7 @@ exec 9>"$dir.lock"
 flock 9
 if done_; then echo "$dir"; exit 0; fi
 sdist=$(bash "$root/mk/pypi-fetch.sh" llama-cpp-python "$VER" "$FILE" "$SHA")
-echo "llamacpp: building llama.cpp from $FILE into $dir ($TARGETS; first time: ~10 minutes)" >&2
+echo "llamacpp: building llama.cpp from $FILE into $dir ($TARGETS; first time: ~7 minutes on 2 cores)" >&2
 rm -rf "$dir"
 mkdir -p "$dir/src"
 tar -xzf "$sdist" -C "$dir/src" --strip-components=3 "llama_cpp_python-$VER/vendor/llama.cpp"
