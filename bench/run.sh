@@ -31,3 +31,6 @@ echo "== serve (bench/serve.sh)" && BIN="$BIN" bash bench/serve.sh
 # A real model against TRL (issue 17): SmolLM2-135M-Instruct, GRPO + LoRA on
 # two-digit addition (make demo-real's task), end-to-end wall clock and reward curves (doc/performance.md).
 echo "== vs_trl (bench/vs_trl.sh)" && BIN="$BIN" bash bench/vs_trl.sh
+# llama.cpp on the same GGUF values and cores (issue 38): batch-1 decode, pp512 and
+# the GRPO shape (8 prompts x 8 samples), bf16 and f32, as ratios (doc/performance.md).
+echo "== vs_llamacpp (bench/vs_llamacpp.sh)" && BIN="$BIN" BUILD="$BUILD" bash bench/vs_llamacpp.sh
