@@ -4,13 +4,17 @@
 // run (min of batch x STREAM triad / weight bytes per step and OpenBLAS sgemm /
 // FLOPs per token), and the shared-prompt prefill: prefill tokens per group
 // (generator_stats) and the time of G = 8 against G = 1 and against 8 separate
-// prefills of a long prompt. Validates determinism first. Not a test.
+// prefills of a long prompt; the first generator_run of a generator against
+// its next ones (the first pays the first touch of its activations and KV
+// blocks: kernel time and minor faults, doc/performance.md). Validates
+// determinism first. Not a test.
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include "core/threads.h"
 #include "model/modelgen.h"
@@ -94,6 +98,57 @@ static RunResult run(Bench *b, int P, int n, int group, int batch, int max_new) 
     return r;
 }
 
+static double ru_kernel_s(const struct rusage *r) { return (double)r->ru_stime.tv_sec + r->ru_stime.tv_usec * 1e-6; }
+
+// One generator, NCALL runs of the batch-64 shape on the same prompts and
+// seeds: each call's tok/s, kernel seconds and minor faults (the process's,
+// from getrusage), and whether every call gave the first one's completions.
+static void first_vs_next(Bench *b) {
+    enum { NCALL = 3, B = 64, P = 2 * B / G };
+    PailErr err = {0};
+    GenConfig gc = {.group_size = G, .max_new_tokens = MAX_NEW, .batch_size = B, .max_prompt_tokens = PROMPT,
+                    .max_prompts = P, .sampler = {.temperature = 1.0, .top_p = 1.0}};
+    Generator *g;
+    if (generator_init(&g, b->tf, &b->w.cfg, &gc, &err) < 0) die("generator_init", &err);
+    int32_t *ids = bench_malloc((size_t)P * PROMPT * sizeof *ids);
+    GenPrompt pr[P];
+    for (int i = 0; i < P * PROMPT; i++) ids[i] = (int32_t)(((unsigned)i * 2654435761u >> 9) % 32000u);
+    for (int p = 0; p < P; p++) pr[p] = (GenPrompt){.ids = ids + (size_t)p * PROMPT, .n = PROMPT, .seed = 1000 + (uint64_t)p};
+    GenCompletion out[P * G];
+    printf("\nfirst generator_run of a generator against the next (batch %d, %d prompts, same prompts and seeds)\n",
+           B, P);
+    double tps[NCALL];
+    uint64_t digest0 = 0;
+    bool same = true;
+    for (int k = 0; k < NCALL; k++) {
+        struct rusage r0, r1;
+        getrusage(RUSAGE_SELF, &r0);
+        double t0 = bench_now();
+        if (generator_run(g, pr, P, out, &err) < 0) die("generator_run", &err);
+        double secs = bench_now() - t0;
+        getrusage(RUSAGE_SELF, &r1);
+        int64_t tokens = 0;
+        uint64_t digest = 1469598103934665603ull;
+        for (int i = 0; i < P * G; i++) {
+            tokens += out[i].n;
+            for (int j = 0; j < out[i].n; j++) digest = (digest ^ (uint64_t)out[i].ids[j]) * 1099511628211ull;
+        }
+        if (k == 0) digest0 = digest;
+        same = same && digest == digest0;
+        tps[k] = tokens / secs;
+        printf("  call %d: %8.1f tok/s, kernel %.2f s, %ld minor faults, KV held at the peak %.1f MiB\n", k + 1,
+               tps[k], ru_kernel_s(&r1) - ru_kernel_s(&r0), r1.ru_minflt - r0.ru_minflt,
+               generator_stats(g).kv_peak_bytes / 1048576.0);
+    }
+    double next = 0;
+    for (int k = 1; k < NCALL; k++) next += tps[k] / (NCALL - 1);
+    printf("  first / next: %.2fx (tok/s of call 1 over the mean of calls 2-%d); completions of every call %s\n",
+           tps[0] / next, NCALL, same ? "identical to call 1's (ok)" : "DIFFER from call 1's");
+    generator_free(g);
+    free(ids);
+    if (!same) exit(1);
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     threads_policy_apply(argv);  // the executables' OpenMP wait policy (may start this program again)
@@ -156,6 +211,8 @@ int main(int argc, char **argv) {
         sampler_scratch_free(&ss);
         free(z);
     }
+
+    first_vs_next(&b);
 
     printf("\nshared-prompt prefill, one prompt of %d tokens, 2 new tokens per sample\n", LONG_PROMPT);
     RunResult g1 = run(&b, 1, LONG_PROMPT, 1, 8, 2), g8 = run(&b, 1, LONG_PROMPT, G, 8, 2);
