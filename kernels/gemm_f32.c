@@ -1,17 +1,13 @@
-// pail's own fp32 GEMM on AVX-512 (gemm_f32.h): the fp32 weights' forward
-// and dx products of more than matmul_small_t_max rows, the shapes of
-// kernels/gemm_bf16.c with fp32 FMAs:
-//   forward  C(M,N) = A(M,K) W^T: A transposed 16 rows at a time (each k a
-//            64-byte row of 16 m), once per call and shared by the team; each
-//            FMA takes 16 rows' A[m][k] against W[n][k] broadcast from W's
-//            row as stored. A 32 x 12 block of C is 24 registers, transposed
-//            into C when stored.
-//   backward C(M,K) = A(M,N) W (dx = dout W): A (dout) in 12-row blocks
-//            (A[m + i][n] at 12 n + i), once per call and shared; each FMA
-//            takes 16 columns of W's row n as stored against A[m + i][n]
-//            broadcast. A 12 x 32 block of C is 24 registers.
-// fp32 arithmetic throughout (no rounding of anything): only the order of
-// the sums differs from OpenBLAS's. dW (op(A) transposed) stays on OpenBLAS.
+// pail's own fp32 GEMM on AVX-512 (gemm_f32.h) for the fp32 weights' forward
+// products of more than matmul_small_t_max rows, C(M,N) = A(M,K) W^T, the
+// shape of kernels/gemm_bf16.c's forward with fp32 FMAs: A transposed 16 rows
+// at a time (each k a 64-byte row of 16 m), once per call and shared by the
+// team; each FMA takes 16 rows' A[m][k] against W[n][k] broadcast from W's
+// row as stored. A 32 x 12 block of C is 24 registers, transposed into C when
+// stored. fp32 arithmetic throughout: only the order of the sums differs from
+// OpenBLAS's. dx and dW stay on OpenBLAS: a dx kernel of this shape (dout in
+// 12-row blocks against W's rows) measured 0.97-1.02x OpenBLAS on SmolLM2's
+// layers and 0.66-0.74x on its 49152-row head's dx (doc/kernels.md).
 #include "gemm_f32.h"
 #include <immintrin.h>
 #include <omp.h>
@@ -20,6 +16,8 @@
 #include <string.h>
 #include "core/log.h"
 #include "dtype_cpu.h"
+
+int gemm_f32_rows_max = 256;
 
 // ---- the path ----
 static pthread_once_t path_once = PTHREAD_ONCE_INIT;
@@ -68,7 +66,6 @@ enum {
     SHARED_MAX = 32 << 20,  // bytes of the shared A, at most
     MB = 128,               // rows of A per forward block (their columns stay in L2)
     FNR = 12,               // forward: W rows per register block (x 32 rows of A)
-    BMR = 12,               // backward: rows of A per register block (x 32 columns)
 };
 
 static _Thread_local void *scratch_buf;
@@ -174,85 +171,18 @@ static void pack_t16(float *t, const float *A, int lda, int M, int K, int m0, in
     for (int i = 0; i < 16; i++) _mm512_store_si512((__m512i *)(t + i * 16), r[i]);
 }
 
-// Backward register block: C[m..m+12)[c..c+32) over nrows reduction rows: ab
-// the block's A, A[m + i][r] at ab[12 r + i]; w W's row 0 of the reduction
-// block at column c; cm the columns that exist.
-// (full: all 32 columns exist, plain loads: GCC 12 spills masked loads' results here)
-static inline __attribute__((always_inline)) void bwd_kernel(__m512 *acc, const float *ab, const float *w, int ldw,
-                                                             int nrows, __mmask16 m0, __mmask16 m1, int full) {
-    __m512 c[2 * BMR];
-#pragma GCC unroll 24
-    for (int j = 0; j < 2 * BMR; j++) c[j] = _mm512_setzero_ps();
-    for (int r = 0; r < nrows; r++, ab += BMR) {
-        __m512 w0 = full ? _mm512_loadu_ps(w + (size_t)r * ldw) : _mm512_maskz_loadu_ps(m0, w + (size_t)r * ldw);
-        __m512 w1 = full ? _mm512_loadu_ps(w + (size_t)r * ldw + 16)
-                         : _mm512_maskz_loadu_ps(m1, w + (size_t)r * ldw + 16);
-#pragma GCC unroll 12
-        for (int i = 0; i < BMR; i++) {
-            __m512 b = _mm512_set1_ps(ab[i]);
-            c[2 * i] = _mm512_fmadd_ps(w0, b, c[2 * i]);
-            c[2 * i + 1] = _mm512_fmadd_ps(w1, b, c[2 * i + 1]);
-        }
-    }
-#pragma GCC unroll 24
-    for (int j = 0; j < 2 * BMR; j++) acc[j] = c[j];
-}
-
-// acc (bwd_kernel's) rows lo - m .. hi - m into C[lo..hi)[c..c+32): alpha acc +
-// beta C, columns masked (m0, m1). Not inlined: its constants would hold
-// registers the kernel's loop needs (GCC 12 then spills W's rows).
-static __attribute__((noinline)) void bwd_store(float *C, int ldc, const __m512 *acc, int m, int lo, int hi, int c,
-                                                __mmask16 m0, __mmask16 m1, float alpha, float beta) {
-    __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
-    for (int i = lo; i < hi; i++) {
-        float *row = C + (size_t)i * ldc + c;
-        const __m512 *a = acc + 2 * (i - m);
-        __m512 y0 = _mm512_mul_ps(va, a[0]), y1 = _mm512_mul_ps(va, a[1]);
-        if (beta != 0.0f) {
-            y0 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m0, row), y0);
-            y1 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m1, row + 16), y1);
-        }
-        _mm512_mask_storeu_ps(row, m0, y0);
-        if (m1) _mm512_mask_storeu_ps(row + 16, m1, y1);
-    }
-}
-
-// Backward, one thread: C[rows [ma, mb) clipped to M][columns [ca, cb)
-// clipped to Nc], reduction rows [k0, k0 + kn) of W; ab: A's 12-row blocks,
-// kc rows each.
-static void bwd_block(float *C, int ldc, const float *W, int ldw, const float *ab, int kc, int ma, int mb, int M,
-                      int ca, int cb, int Nc, int k0, int kn, float alpha, float beta) {
-    __m512 acc[2 * BMR];
-    if (mb > M) mb = M;
-    if (cb > Nc) cb = Nc;
-    const float *w0 = W + (size_t)k0 * ldw;
-    for (int c = ca; c < cb; c += 32) {
-        int nc = cb - c < 32 ? cb - c : 32;
-        __mmask16 m0 = nc >= 16 ? 0xffff : (__mmask16)((1u << nc) - 1);
-        __mmask16 m1 = nc >= 32 ? 0xffff : nc > 16 ? (__mmask16)((1u << (nc - 16)) - 1) : 0;
-        for (int m = ma / BMR * BMR; m < mb; m += BMR) {
-            int lo = m < ma ? ma : m, hi = m + BMR < mb ? m + BMR : mb;
-            if (nc == 32)
-                bwd_kernel(acc, ab + (size_t)(m / BMR) * kc * BMR, w0 + c, ldw, kn, m0, m1, 1);
-            else
-                bwd_kernel(acc, ab + (size_t)(m / BMR) * kc * BMR, w0 + c, ldw, kn, m0, m1, 0);
-            bwd_store(C, ldc, acc, m, lo, hi, c, m0, m1, alpha, beta);
-        }
-    }
-}
-
-int f32_gemm_team(int transB, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
-                  int ldb, float beta, float *C, int ldc) {
+int f32_gemm_team(int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb, float beta,
+                  float *C, int ldc) {
     int nth = omp_get_num_threads(), id = omp_get_thread_num();
-    int Mp = (M + 31) / 32 * 32, Mb = (M + BMR - 1) / BMR * BMR, Kp = (K + 15) / 16 * 16;
-    int rows = transB ? Mp : Mb;
+    int Mp = (M + 31) / 32 * 32, Kp = (K + 15) / 16 * 16;
     int kc = Kp < KC ? Kp : KC;
-    while (kc > 16 && (size_t)rows * kc * 4 > SHARED_MAX) kc = kc / 2 / 16 * 16;
+    while (kc > 16 && (size_t)Mp * kc * 4 > SHARED_MAX) kc = kc / 2 / 16 * 16;
     void *sh = NULL;
 #pragma omp single copyprivate(sh)
-    sh = tls_grow((size_t)rows * kc * 4);
+    sh = tls_grow((size_t)Mp * kc * 4);
     if (!sh) return -1;
     float *s = sh;
+    // the split: C's columns (W's rows) in 32s, or its rows when there are fewer 32s than threads
     int pairs = (N + 31) / 32, mpairs = Mp / 32;
     int ca = 0, cb = N, ma = 0, mb = Mp;
     if (pairs >= nth || pairs >= mpairs) {
@@ -263,30 +193,16 @@ int f32_gemm_team(int transB, int M, int N, int K, float alpha, const float *A, 
     }
     int work = ca < cb && ma < mb;
     for (int k0 = 0; k0 < K; k0 += kc) {
-        int kn = K - k0 < kc ? K - k0 : kc;
+        int kn = K - k0 < kc ? K - k0 : kc, nkb = (kn + 15) / 16;
         if (k0 > 0) {
 #pragma omp barrier
         }
-        if (transB) {
-            int nkb = (kn + 15) / 16;
 #pragma omp for schedule(static)
-            for (int mt = 0; mt < Mp / 16; mt++)
-                for (int kb = 0; kb < nkb; kb++)
-                    pack_t16(s + (size_t)mt * kc * 16 + (size_t)kb * 256, A + k0, lda, M, kn, mt * 16, kb * 16);
-        } else {
-#pragma omp for schedule(static)
-            for (int m = 0; m < Mb; m++) {
-                float *d = s + (size_t)(m / BMR) * kc * BMR + m % BMR;
-                const float *a = A + (size_t)m * lda + k0;
-                for (int r = 0; r < kn; r++) d[(size_t)r * BMR] = m < M ? a[r] : 0.0f;
-            }
-        }
-        if (!work) continue;
-        float b = k0 == 0 ? beta : 1.0f;
-        if (transB)
-            fwd_block(C, ldc, B, ldb, s, kc, ma, mb, M, ca, cb, k0, kn, alpha, b);
-        else
-            bwd_block(C, ldc, B, ldb, s, kc, ma, mb, M, ca, cb, N, k0, kn, alpha, b);
+        for (int mt = 0; mt < Mp / 16; mt++)
+            for (int kb = 0; kb < nkb; kb++)
+                pack_t16(s + (size_t)mt * kc * 16 + (size_t)kb * 256, A + k0, lda, M, kn, mt * 16, kb * 16);
+        // (the loop's implicit barrier: the shared A is whole)
+        if (work) fwd_block(C, ldc, B, ldb, s, kc, ma, mb, M, ca, cb, k0, kn, alpha, k0 == 0 ? beta : 1.0f);
     }
     return 0;
 }

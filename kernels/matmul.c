@@ -275,9 +275,10 @@ static void sgemm_team(int transA, int transB, int M, int N, int K, float alpha,
             bf16dp_gemm_team(transB, M, N, K, alpha, A, lda, Bv, ldb, beta, C, ldc) == 0)
             return;
     }
-    // fp32 W: pail's AVX-512 GEMM where it is the path (gemm_f32.h)
-    if (bdt == DT_F32 && !transA && gemm_f32_path() == GEMM_F32_PAIL &&
-        f32_gemm_team(transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc) == 0)
+    // fp32 W, the forward of up to gemm_f32_rows_max rows: pail's AVX-512 GEMM
+    // where it is the path (gemm_f32.h)
+    if (bdt == DT_F32 && !transA && transB && M <= gemm_f32_rows_max && gemm_f32_path() == GEMM_F32_PAIL &&
+        f32_gemm_team(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc) == 0)
         return;
     DtCvtFn cvt = dtype_to_f32_fn(bdt, dtype_isa_id());
     {
