@@ -61,6 +61,11 @@ struct KvCache {
     int *free_list, n_free;        // (n_blocks) host: a stack of blocks no slot holds
     int used_peak;                 // most blocks held at once since init (kvcache_used_peak)
     int *cu_new, *new_len;         // (n_slots + 1), (n_slots) host: scratch of one extend call
+    bool fresh;                    // this extend call: every slot with new tokens starts empty. A
+                                   // fresh prompt's queries see only its own new rows, so the
+                                   // packed causal forward (tiles through sgemm) computes its
+                                   // attention; the decode op would walk the cache a row at a
+                                   // time (31% of a 512-token prefill of SmolLM2-135M)
     int *d_cu_new, *d_new_len;     // the same in backend memory (== the host ones on a host backend)
     int *d_table;                  // the block table in backend memory (== table on a host backend)
 };
@@ -516,8 +521,12 @@ static int cohere_layer_forward(Transformer *tf, int l, LayerActs *a, int T, Pai
         float *kc = kv->k + (size_t)l * layer_stride, *vc = kv->v + (size_t)l * layer_stride;
         OP(scatter_rows, kc, a->kr, tf->d_rows, T, KD);
         OP(scatter_rows, vc, a->v, tf->d_rows, T, KD);
-        OP(attention_decode_forward, a->att, a->qr, kc, vc, kv->d_cu_new, kv->d_new_len, kv->d_table, kv->max_blocks,
-           kv->n_slots, T, H, Hk, D, model_layer_window(c, l), 0.0f);
+        if (kv->fresh)  // every slot starts empty: attention over the new rows alone (KvCache.fresh)
+            OP(attention_forward, a->att, a->lse, a->qr, a->kr, a->v, kv->d_cu_new, kv->n_slots, T, H, Hk, D,
+               model_layer_window(c, l), 0.0f);
+        else
+            OP(attention_decode_forward, a->att, a->qr, kc, vc, kv->d_cu_new, kv->d_new_len, kv->d_table,
+               kv->max_blocks, kv->n_slots, T, H, Hk, D, model_layer_window(c, l), 0.0f);
     } else {
         OP(attention_forward, a->att, a->lse, a->qr, a->kr, a->v, tf->d_cu, tf->nseq, T, H, Hk, D, model_layer_window(c, l), 0.0f);
     }
@@ -621,8 +630,12 @@ static int gemma_layer_forward(Transformer *tf, int l, LayerActs *a, int T, Pail
         float *kc = kv->k + (size_t)l * layer_stride, *vc = kv->v + (size_t)l * layer_stride;
         OP(scatter_rows, kc, a->kr, tf->d_rows, T, KD);
         OP(scatter_rows, vc, a->v, tf->d_rows, T, KD);
-        OP(attention_decode_forward, a->att, a->qr, kc, vc, kv->d_cu_new, kv->d_new_len, kv->d_table, kv->max_blocks,
-           kv->n_slots, T, H, Hk, D, W, (float)c->attn_logit_softcapping);
+        if (kv->fresh)  // every slot starts empty: attention over the new rows alone (KvCache.fresh)
+            OP(attention_forward, a->att, a->lse, a->qr, a->kr, a->v, kv->d_cu_new, kv->n_slots, T, H, Hk, D,
+               W, (float)c->attn_logit_softcapping);
+        else
+            OP(attention_decode_forward, a->att, a->qr, kc, vc, kv->d_cu_new, kv->d_new_len, kv->d_table,
+               kv->max_blocks, kv->n_slots, T, H, Hk, D, W, (float)c->attn_logit_softcapping);
     } else {
         OP(attention_forward, a->att, a->lse, a->qr, a->kr, a->v, tf->d_cu, tf->nseq, T, H, Hk, D, W, (float)c->attn_logit_softcapping);
     }
@@ -698,8 +711,12 @@ static int layer_forward(Transformer *tf, int l, LayerActs *a, int T, PailErr *e
         float *kc = kv->k + (size_t)l * layer_stride, *vc = kv->v + (size_t)l * layer_stride;
         OP(scatter_rows, kc, a->kr, tf->d_rows, T, KD);
         OP(scatter_rows, vc, a->v, tf->d_rows, T, KD);
-        OP(attention_decode_forward, a->att, a->qr, kc, vc, kv->d_cu_new, kv->d_new_len, kv->d_table, kv->max_blocks,
-           kv->n_slots, T, H, Hk, D, c->sliding_window, 0.0f);
+        if (kv->fresh)  // every slot starts empty: attention over the new rows alone (KvCache.fresh)
+            OP(attention_forward, a->att, a->lse, a->qr, a->kr, a->v, kv->d_cu_new, kv->n_slots, T, H, Hk, D,
+               c->sliding_window, 0.0f);
+        else
+            OP(attention_decode_forward, a->att, a->qr, kc, vc, kv->d_cu_new, kv->d_new_len, kv->d_table,
+               kv->max_blocks, kv->n_slots, T, H, Hk, D, c->sliding_window, 0.0f);
     } else {
         OP(attention_forward, a->att, a->lse, a->qr, a->kr, a->v, tf->d_cu, tf->nseq, T, H, Hk, D, c->sliding_window, 0.0f);
     }
@@ -1245,7 +1262,9 @@ int transformer_extend(Transformer *tf, KvCache *kv, float *logits, const int *n
     if (kv->be != tf->be)
         return err_set(err, PAIL_ERR_INVALID, "KV cache is on %s, the model on %s", kv->be->desc, tf->be->desc);
     kv->cu_new[0] = 0;
+    kv->fresh = true;
     for (int s = 0; s < kv->n_slots; s++) {
+        if (n_new[s] > 0 && kv->len[s] > 0) kv->fresh = false;
         if (n_new[s] < 0 || kv->len[s] + n_new[s] > kv->max_ctx)
             return err_set(err, PAIL_ERR_INVALID, "KV cache slot %d: %d + %d tokens exceed its %d", s, kv->len[s],
                            n_new[s], kv->max_ctx);
