@@ -1,5 +1,6 @@
-// AVX-512 helpers shared by the bf16 GEMMs (kernels/matmul_amx.c,
-// kernels/gemm_bf16.c): fp32 rounded to bf16 and the 16 x 16 transpose. Static
+// AVX-512 helpers shared by the GEMMs (kernels/matmul_amx.c, gemm_bf16.c,
+// gemm_f32.c): fp32 rounded to bf16, the 16 x 16 transpose, the pair packing,
+// the forward's transposed store and the split between threads. Static
 // inline, with no target of their own: include this inside the includer's
 // `#pragma GCC target` region (each compiles them for its own ISA).
 #pragma once
@@ -62,4 +63,42 @@ static inline void pack_pairs16(uint16_t *t, const float *A, int lda, int M, int
     }
     transpose16(r);
     for (int i = 0; i < 16; i++) _mm512_store_si512((__m512i *)(t + i * 32), r[i]);
+}
+
+// A forward register block's accumulators (acc[2j + v]: C's column n + j for
+// rows m + 16 v + 0..15) into C[m..m+31][n..n+nr): alpha acc + beta C, rows
+// past M skipped. Each 16-row half is transposed in registers (columns past
+// nr zero) and stored a row at a time, nr lanes masked. Not inlined: its
+// constants would hold registers the kernels' loops need.
+static __attribute__((noinline, unused)) void fwd_store(float *C, int ldc, const __m512 *acc, int nr, int m, int M,
+                                                        int n, float alpha,
+                      float beta) {
+    __mmask16 cm = (__mmask16)((1u << nr) - 1);
+    __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+    for (int v = 0; v < 2 && m + 16 * v < M; v++) {
+        __m512i r[16];
+        for (int j = 0; j < 16; j++) r[j] = j < nr ? _mm512_castps_si512(acc[2 * j + v]) : _mm512_setzero_si512();
+        transpose16(r);
+        int rows = M - (m + 16 * v) < 16 ? M - (m + 16 * v) : 16;
+        for (int i = 0; i < rows; i++) {
+            float *c = C + (size_t)(m + 16 * v + i) * ldc + n;
+            __m512 y = _mm512_mul_ps(va, _mm512_castsi512_ps(r[i]));
+            if (beta != 0.0f) y = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(cm, c), y);
+            _mm512_mask_storeu_ps(c, cm, y);
+        }
+    }
+}
+
+// Thread id's share of C (N columns, Mp rows, a multiple of 32): its columns
+// [ca, cb) in 32s, all rows; when there are fewer 32s of columns than threads
+// (and than 32s of rows), all columns and its rows [ma, mb) in 32s instead.
+static inline void gemm_split(int N, int Mp, int nth, int id, int *ca, int *cb, int *ma, int *mb) {
+    int pairs = (N + 31) / 32, mpairs = Mp / 32;
+    *ca = 0, *cb = N, *ma = 0, *mb = Mp;
+    if (pairs >= nth || pairs >= mpairs) {
+        *ca = (int)((long)pairs * id / nth) * 32, *cb = (int)((long)pairs * (id + 1) / nth) * 32;
+        if (*cb > N) *cb = N;
+    } else {
+        *ma = (int)((long)mpairs * id / nth) * 32, *mb = (int)((long)mpairs * (id + 1) / nth) * 32;
+    }
 }

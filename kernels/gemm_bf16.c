@@ -93,7 +93,7 @@ enum {
 static _Thread_local void *scratch_buf;
 static _Thread_local size_t scratch_cap;
 
-static void *tls_grow(size_t bytes) {
+void *gemm_scratch(size_t bytes) {
     if (bytes <= scratch_cap) return scratch_buf;
     void *p = NULL;
     if (posix_memalign(&p, 64, bytes)) return NULL;
@@ -146,26 +146,6 @@ static inline __attribute__((always_inline)) void fwd_kernel(__m512 *acc, int nr
     for (int j = 0; j < 2 * nr; j++) acc[j] = c[j];
 }
 
-// acc (fwd_kernel's) into C[m..m+31][n..n+nr): alpha acc + beta C, rows past
-// M skipped. Each 16-row half is transposed in registers (columns past nr
-// zero) and stored a row at a time, nr lanes masked.
-static void fwd_store(float *C, int ldc, const __m512 *acc, int nr, int m, int M, int n, float alpha,
-                      float beta) {
-    __mmask16 cm = (__mmask16)((1u << nr) - 1);
-    __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
-    for (int v = 0; v < 2 && m + 16 * v < M; v++) {
-        __m512i r[16];
-        for (int j = 0; j < 16; j++) r[j] = j < nr ? _mm512_castps_si512(acc[2 * j + v]) : _mm512_setzero_si512();
-        transpose16(r);
-        int rows = M - (m + 16 * v) < 16 ? M - (m + 16 * v) : 16;
-        for (int i = 0; i < rows; i++) {
-            float *c = C + (size_t)(m + 16 * v + i) * ldc + n;
-            __m512 y = _mm512_mul_ps(va, _mm512_castsi512_ps(r[i]));
-            if (beta != 0.0f) y = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(cm, c), y);
-            _mm512_mask_storeu_ps(c, cm, y);
-        }
-    }
-}
 
 // Forward, one thread: C's columns (W's rows) [na, nb) and rows [ma, mb) (a
 // multiple of 32; mb may pass M), reduction block [k0, k0 + kn) of K; ap: A's
@@ -313,19 +293,13 @@ int bf16dp_gemm_team(int transB, int M, int N, int K, float alpha, const float *
     while (kc > 32 && (size_t)rows * kc * 2 > SHARED_MAX) kc = kc / 2 / 32 * 32;
     void *sh = NULL;
 #pragma omp single copyprivate(sh)
-    sh = tls_grow((size_t)rows * kc * 2);
+    sh = gemm_scratch((size_t)rows * kc * 2);
     if (!sh) return -1;
     uint16_t *s = sh;
     // The split: C's columns in 32s between the threads; when there are fewer
     // 32s than threads, C's rows in 32s instead.
-    int pairs = (N + 31) / 32, mpairs = Mp / 32;
-    int ca = 0, cb = N, ma = 0, mb = Mp;
-    if (pairs >= nth || pairs >= mpairs) {
-        ca = (int)((long)pairs * id / nth) * 32, cb = (int)((long)pairs * (id + 1) / nth) * 32;
-        if (cb > N) cb = N;
-    } else {
-        ma = (int)((long)mpairs * id / nth) * 32, mb = (int)((long)mpairs * (id + 1) / nth) * 32;
-    }
+    int ca, cb, ma, mb;
+    gemm_split(N, Mp, nth, id, &ca, &cb, &ma, &mb);
     int work = ca < cb && ma < mb;
     for (int k0 = 0; k0 < K; k0 += kc) {
         int kn = K - k0 < kc ? K - k0 : kc;

@@ -14,6 +14,7 @@
 // warning and the default). f16 weights and fp32 weights always take the
 // exact path. doc/kernels.md has the layouts and the measurements.
 #pragma once
+#include <stddef.h>
 #include <stdint.h>
 
 typedef enum { GEMM_BF16_EXACT, GEMM_BF16_AVX512, GEMM_BF16_AMX, GEMM_BF16_COUNT } GemmBf16;
@@ -36,3 +37,7 @@ const char *gemm_bf16_word(GemmBf16 g);
 // written; the caller takes the exact path).
 int bf16dp_gemm_team(int transB, int M, int N, int K, float alpha, const float *A, int lda,
                      const uint16_t *B, int ldb, float beta, float *C, int ldc);
+
+// The calling thread's scratch for these GEMMs (gemm_bf16.c, gemm_f32.c): 64-byte
+// aligned, grown to bytes, never shrunk; NULL when it cannot be had.
+void *gemm_scratch(size_t bytes);

@@ -16,6 +16,7 @@
 #include <string.h>
 #include "core/log.h"
 #include "dtype_cpu.h"
+#include "gemm_bf16.h"
 
 int gemm_f32_rows_max = 256;
 
@@ -68,17 +69,6 @@ enum {
     FNR = 12,               // forward: W rows per register block (x 32 rows of A)
 };
 
-static _Thread_local void *scratch_buf;
-static _Thread_local size_t scratch_cap;
-
-static void *tls_grow(size_t bytes) {
-    if (bytes <= scratch_cap) return scratch_buf;
-    void *p = NULL;
-    if (posix_memalign(&p, 64, bytes)) return NULL;
-    free(scratch_buf);
-    scratch_buf = p, scratch_cap = bytes;
-    return p;
-}
 
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl")
@@ -106,26 +96,6 @@ static inline __attribute__((always_inline)) void fwd_kernel(__m512 *acc, int nr
     for (int j = 0; j < 2 * nr; j++) acc[j] = c[j];
 }
 
-// acc (fwd_kernel's) into C[m..m+31][n..n+nr): alpha acc + beta C, rows past
-// M skipped. Each 16-row half is transposed in registers (columns past nr
-// zero) and stored a row at a time, nr lanes masked.
-static void fwd_store(float *C, int ldc, const __m512 *acc, int nr, int m, int M, int n, float alpha,
-                      float beta) {
-    __mmask16 cm = (__mmask16)((1u << nr) - 1);
-    __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
-    for (int v = 0; v < 2 && m + 16 * v < M; v++) {
-        __m512i r[16];
-        for (int j = 0; j < 16; j++) r[j] = j < nr ? _mm512_castps_si512(acc[2 * j + v]) : _mm512_setzero_si512();
-        transpose16(r);
-        int rows = M - (m + 16 * v) < 16 ? M - (m + 16 * v) : 16;
-        for (int i = 0; i < rows; i++) {
-            float *c = C + (size_t)(m + 16 * v + i) * ldc + n;
-            __m512 y = _mm512_mul_ps(va, _mm512_castsi512_ps(r[i]));
-            if (beta != 0.0f) y = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(cm, c), y);
-            _mm512_mask_storeu_ps(c, cm, y);
-        }
-    }
-}
 
 // Forward, one thread: C's columns (W's rows) [na, nb), rows [ma, mb) (a
 // multiple of 32; mb may pass M), reduction block [k0, k0 + kn); at: A's
@@ -179,18 +149,12 @@ int f32_gemm_team(int M, int N, int K, float alpha, const float *A, int lda, con
     while (kc > 16 && (size_t)Mp * kc * 4 > SHARED_MAX) kc = kc / 2 / 16 * 16;
     void *sh = NULL;
 #pragma omp single copyprivate(sh)
-    sh = tls_grow((size_t)Mp * kc * 4);
+    sh = gemm_scratch((size_t)Mp * kc * 4);
     if (!sh) return -1;
     float *s = sh;
     // the split: C's columns (W's rows) in 32s, or its rows when there are fewer 32s than threads
-    int pairs = (N + 31) / 32, mpairs = Mp / 32;
-    int ca = 0, cb = N, ma = 0, mb = Mp;
-    if (pairs >= nth || pairs >= mpairs) {
-        ca = (int)((long)pairs * id / nth) * 32, cb = (int)((long)pairs * (id + 1) / nth) * 32;
-        if (cb > N) cb = N;
-    } else {
-        ma = (int)((long)mpairs * id / nth) * 32, mb = (int)((long)mpairs * (id + 1) / nth) * 32;
-    }
+    int ca, cb, ma, mb;
+    gemm_split(N, Mp, nth, id, &ca, &cb, &ma, &mb);
     int work = ca < cb && ma < mb;
     for (int k0 = 0; k0 < K; k0 += kc) {
         int kn = K - k0 < kc ? K - k0 : kc, nkb = (kn + 15) / 16;
