@@ -71,8 +71,7 @@ static inline void pack_pairs16(uint16_t *t, const float *A, int lda, int M, int
 // nr zero) and stored a row at a time, nr lanes masked. Not inlined: its
 // constants would hold registers the kernels' loops need.
 static __attribute__((noinline, unused)) void fwd_store(float *C, int ldc, const __m512 *acc, int nr, int m, int M,
-                                                        int n, float alpha,
-                      float beta) {
+                                                        int n, float alpha, float beta) {
     __mmask16 cm = (__mmask16)((1u << nr) - 1);
     __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
     for (int v = 0; v < 2 && m + 16 * v < M; v++) {
