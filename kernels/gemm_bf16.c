@@ -192,6 +192,16 @@ static void fwd_block(float *C, int ldc, const uint16_t *W, int ldw, const uint1
 // odd reduction), w W's row 0 of the reduction block at column c, cm the
 // columns that exist. acc[2i]: the unpacklo columns of row m + i (c + 8L +
 // 0..3 in lane L), acc[2i + 1] the unpackhi ones (c + 8L + 4..7).
+// c[2i] += lo x pair i, c[2i + 1] += hi x pair i, for the block's 12 rows' pairs ab[0..11].
+static inline __attribute__((always_inline)) void bwd_pairs(__m512 *c, __m512i lo, __m512i hi, const pair_t *ab) {
+#pragma GCC unroll 12
+    for (int i = 0; i < BMR; i++) {
+        __m512i b = _mm512_set1_epi32(ab[i]);
+        c[2 * i] = dp(c[2 * i], lo, b);
+        c[2 * i + 1] = dp(c[2 * i + 1], hi, b);
+    }
+}
+
 static void bwd_kernel(__m512 *acc, const pair_t *ab, const uint16_t *w, int ldw, int nrows, __mmask32 cm) {
     __m512 c[2 * BMR];  // in registers (acc is memory: written once at the end)
 #pragma GCC unroll 24
@@ -200,23 +210,11 @@ static void bwd_kernel(__m512 *acc, const pair_t *ab, const uint16_t *w, int ldw
     for (int r = 0; r < np; r++, ab += BMR) {
         __m512i w0 = _mm512_maskz_loadu_epi16(cm, w + (size_t)(2 * r) * ldw);
         __m512i w1 = _mm512_maskz_loadu_epi16(cm, w + (size_t)(2 * r + 1) * ldw);
-        __m512i lo = _mm512_unpacklo_epi16(w0, w1), hi = _mm512_unpackhi_epi16(w0, w1);
-#pragma GCC unroll 12
-        for (int i = 0; i < BMR; i++) {
-            __m512i b = _mm512_set1_epi32(ab[i]);
-            c[2 * i] = dp(c[2 * i], lo, b);
-            c[2 * i + 1] = dp(c[2 * i + 1], hi, b);
-        }
+        bwd_pairs(c, _mm512_unpacklo_epi16(w0, w1), _mm512_unpackhi_epi16(w0, w1), ab);
     }
     if (nrows & 1) {
         __m512i w0 = _mm512_maskz_loadu_epi16(cm, w + (size_t)(2 * np) * ldw), z = _mm512_setzero_si512();
-        __m512i lo = _mm512_unpacklo_epi16(w0, z), hi = _mm512_unpackhi_epi16(w0, z);
-#pragma GCC unroll 12
-        for (int i = 0; i < BMR; i++) {
-            __m512i b = _mm512_set1_epi32(ab[i]);
-            c[2 * i] = dp(c[2 * i], lo, b);
-            c[2 * i + 1] = dp(c[2 * i + 1], hi, b);
-        }
+        bwd_pairs(c, _mm512_unpacklo_epi16(w0, z), _mm512_unpackhi_epi16(w0, z), ab);
     }
 #pragma GCC unroll 24
     for (int j = 0; j < 2 * BMR; j++) acc[j] = c[j];
