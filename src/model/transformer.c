@@ -487,6 +487,32 @@ static int proj_backward(Transformer *tf, float *dx, float *lora_grads, float *b
 // adjacent pairs; att = causal GQA; h = x + o_proj(att); act = silu(gate(xn1)) *
 // up(xn1); x' = h + down(act) (HF's residual + attn + mlp, in that order).
 // cohere2: its full_attention layers skip RoPE and the window (model_layer_window).
+// A layer's attention over its rows' a->qr, a->kr, a->v into a->att, window
+// W, softcap cap. In a training forward, the packed causal forward over the
+// plan's sequences. In generation, this call's K and V rows appended to each
+// slot's cache, then attention over the cache; a call whose every slot starts
+// empty (KvCache.fresh) attends over its new rows alone with the packed
+// forward, as the cache holds nothing else.
+static int layer_attention(Transformer *tf, int l, LayerActs *a, int T, int W, float cap, PailErr *err) {
+    const ModelConfig *c = &tf->cfg;
+    int H = c->num_attention_heads, Hk = c->num_key_value_heads, D = c->head_dim, KD = Hk * D;
+    KvCache *kv = tf->kv;
+    if (!kv) {
+        OP(attention_forward, a->att, a->lse, a->qr, a->kr, a->v, tf->d_cu, tf->nseq, T, H, Hk, D, W, cap);
+        return 0;
+    }
+    size_t layer_stride = (size_t)kv->n_blocks * KV_BLOCK * KD;
+    float *kc = kv->k + (size_t)l * layer_stride, *vc = kv->v + (size_t)l * layer_stride;
+    OP(scatter_rows, kc, a->kr, tf->d_rows, T, KD);
+    OP(scatter_rows, vc, a->v, tf->d_rows, T, KD);
+    if (kv->fresh)
+        OP(attention_forward, a->att, a->lse, a->qr, a->kr, a->v, kv->d_cu_new, kv->n_slots, T, H, Hk, D, W, cap);
+    else
+        OP(attention_decode_forward, a->att, a->qr, kc, vc, kv->d_cu_new, kv->d_new_len, kv->d_table,
+           kv->max_blocks, kv->n_slots, T, H, Hk, D, W, cap);
+    return 0;
+}
+
 static int cohere_layer_forward(Transformer *tf, int l, LayerActs *a, int T, PailErr *err) {
     const ModelConfig *c = &tf->cfg;
     int C = c->hidden_size, F = c->intermediate_size, H = c->num_attention_heads, Hk = c->num_key_value_heads,
@@ -515,21 +541,7 @@ static int cohere_layer_forward(Transformer *tf, int l, LayerActs *a, int T, Pai
         OP(copy, a->qr, qin, (size_t)T * HD);
         OP(copy, a->kr, kin, (size_t)T * KD);
     }
-    if (tf->kv) {
-        KvCache *kv = tf->kv;
-        size_t layer_stride = (size_t)kv->n_blocks * KV_BLOCK * KD;
-        float *kc = kv->k + (size_t)l * layer_stride, *vc = kv->v + (size_t)l * layer_stride;
-        OP(scatter_rows, kc, a->kr, tf->d_rows, T, KD);
-        OP(scatter_rows, vc, a->v, tf->d_rows, T, KD);
-        if (kv->fresh)  // every slot starts empty: attention over the new rows alone (KvCache.fresh)
-            OP(attention_forward, a->att, a->lse, a->qr, a->kr, a->v, kv->d_cu_new, kv->n_slots, T, H, Hk, D,
-               model_layer_window(c, l), 0.0f);
-        else
-            OP(attention_decode_forward, a->att, a->qr, kc, vc, kv->d_cu_new, kv->d_new_len, kv->d_table,
-               kv->max_blocks, kv->n_slots, T, H, Hk, D, model_layer_window(c, l), 0.0f);
-    } else {
-        OP(attention_forward, a->att, a->lse, a->qr, a->kr, a->v, tf->d_cu, tf->nseq, T, H, Hk, D, model_layer_window(c, l), 0.0f);
-    }
+    if (layer_attention(tf, l, a, T, model_layer_window(c, l), 0.0f, err) < 0) return -1;
     OP(copy, a->h, x, (size_t)T * C);
     if (proj_forward(tf, a->h, a->la[LORA_O], a->att, PARAM_WO, wv(tf, PARAM_BO, l), T, HD, C, l, LORA_O, 1,
                      err) < 0 ||
@@ -624,21 +636,7 @@ static int gemma_layer_forward(Transformer *tf, int l, LayerActs *a, int T, Pail
     OP(rope_forward, a->kr, kin, tf->d_pos, gemma_cos(tf, l), gemma_sin(tf, l), T, Hk, D);
     // scores q.k * query_pre_attn_scalar^-0.5: the kernels' 1/sqrt(D) undone on q
     OP(scale, a->qr, (size_t)T * HD, (float)c->attention_multiplier * sqrtf((float)D));
-    if (tf->kv) {
-        KvCache *kv = tf->kv;
-        size_t layer_stride = (size_t)kv->n_blocks * KV_BLOCK * KD;
-        float *kc = kv->k + (size_t)l * layer_stride, *vc = kv->v + (size_t)l * layer_stride;
-        OP(scatter_rows, kc, a->kr, tf->d_rows, T, KD);
-        OP(scatter_rows, vc, a->v, tf->d_rows, T, KD);
-        if (kv->fresh)  // every slot starts empty: attention over the new rows alone (KvCache.fresh)
-            OP(attention_forward, a->att, a->lse, a->qr, a->kr, a->v, kv->d_cu_new, kv->n_slots, T, H, Hk, D,
-               W, (float)c->attn_logit_softcapping);
-        else
-            OP(attention_decode_forward, a->att, a->qr, kc, vc, kv->d_cu_new, kv->d_new_len, kv->d_table,
-               kv->max_blocks, kv->n_slots, T, H, Hk, D, W, (float)c->attn_logit_softcapping);
-    } else {
-        OP(attention_forward, a->att, a->lse, a->qr, a->kr, a->v, tf->d_cu, tf->nseq, T, H, Hk, D, W, (float)c->attn_logit_softcapping);
-    }
+    if (layer_attention(tf, l, a, T, W, (float)c->attn_logit_softcapping, err) < 0) return -1;
     if (proj_forward(tf, a->o, a->la[LORA_O], a->att, PARAM_WO, wv(tf, PARAM_BO, l), T, HD, C, l, LORA_O, 0, err) < 0)
         return -1;
     OP(rmsnorm_forward, a->h, a->orstd, a->o, wv(tf, PARAM_MLP_NORM, l), T, C, eps);  // post_attention_layernorm
@@ -705,21 +703,7 @@ static int layer_forward(Transformer *tf, int l, LayerActs *a, int T, PailErr *e
     }
     // granite: scores q.k * attention_multiplier; the kernels' 1/sqrt(D) undone on q
     if (c->attention_multiplier > 0) OP(scale, a->qr, (size_t)T * HD, (float)c->attention_multiplier * sqrtf((float)D));
-    if (tf->kv) {  // generation: append this call's K, V to each slot's cache, attend over the cache
-        KvCache *kv = tf->kv;
-        size_t layer_stride = (size_t)kv->n_blocks * KV_BLOCK * KD;
-        float *kc = kv->k + (size_t)l * layer_stride, *vc = kv->v + (size_t)l * layer_stride;
-        OP(scatter_rows, kc, a->kr, tf->d_rows, T, KD);
-        OP(scatter_rows, vc, a->v, tf->d_rows, T, KD);
-        if (kv->fresh)  // every slot starts empty: attention over the new rows alone (KvCache.fresh)
-            OP(attention_forward, a->att, a->lse, a->qr, a->kr, a->v, kv->d_cu_new, kv->n_slots, T, H, Hk, D,
-               c->sliding_window, 0.0f);
-        else
-            OP(attention_decode_forward, a->att, a->qr, kc, vc, kv->d_cu_new, kv->d_new_len, kv->d_table,
-               kv->max_blocks, kv->n_slots, T, H, Hk, D, c->sliding_window, 0.0f);
-    } else {
-        OP(attention_forward, a->att, a->lse, a->qr, a->kr, a->v, tf->d_cu, tf->nseq, T, H, Hk, D, c->sliding_window, 0.0f);
-    }
+    if (layer_attention(tf, l, a, T, c->sliding_window, 0.0f, err) < 0) return -1;
     // granite: h = x + r o_proj(att), as r (x / r + o_proj(att)) so that the
     // projection still accumulates into h (r = 1: neither scale runs)
     float r = c->residual_multiplier > 0 ? (float)c->residual_multiplier : 1.0f;
