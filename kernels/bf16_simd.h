@@ -45,7 +45,6 @@ static inline void transpose16(__m512i r[16]) {
     for (int i = 0; i < 16; i++) r[i] = t[i];
 }
 
-
 // Rows m0..m0+15 of A (M x K, fp32, lda), elements k..k+31, rounded to bf16
 // and pair-interleaved into t (64-byte aligned, 512 elements): row p of t holds
 // (A[m0 + i][k + 2p], A[m0 + i][k + 2p + 1]) for i = 0..15, the layout both

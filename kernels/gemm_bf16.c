@@ -10,7 +10,8 @@
 //            column n for 16 rows m. A 32 x 12 block of C is 24 registers; it
 //            is transposed into C when it is stored.
 //   backward C(M,K) = A(M,N) W     (!transB, dx = dout W): A (dout) rounded
-//            once, row-major, shared; W's rows 2r and 2r+1 are interleaved in
+//            once into 12-row blocks of pairs (bwd_pack), shared; W's rows
+//            2r and 2r+1 are interleaved in
 //            registers (vpunpck{l,h}wd of two 32-column loads: the columns
 //            come out in the unpacks' lane order, put back at the store) and
 //            each vdpbf16ps takes them against the pair (A[m][2r],
@@ -146,14 +147,13 @@ static inline __attribute__((always_inline)) void fwd_kernel(__m512 *acc, int nr
     for (int j = 0; j < 2 * nr; j++) acc[j] = c[j];
 }
 
-
 // Forward, one thread: C's columns (W's rows) [na, nb) and rows [ma, mb) (a
-// multiple of 32; mb may pass M), reduction block [k0, k0 + kn) of K; ap: A's
+// multiple of 32; mb may pass M), reduction block [k0, k0 + kn); ap: A's
 // pair tiles, [Mp/16][kc/32][512].
 static void fwd_block(float *C, int ldc, const uint16_t *W, int ldw, const uint16_t *ap, int kc, int ma,
-                      int mb, int M, int na, int nb, int K, int k0, int kn, float alpha, float beta) {
+                      int mb, int M, int na, int nb, int k0, int kn, float alpha, float beta) {
     size_t tile_stride = (size_t)kc * 16;  // elements from one 16-row tile to the next
-    int kend = k0 + kn < K ? k0 + kn : K, np = (kend - k0) / 2, odd = (kend - k0) & 1;
+    int np = kn / 2, odd = kn & 1;
     __m512 acc[2 * FNR];
     for (int mc = ma; mc < mb; mc += MB)
         for (int n = na; n < nb; n += FNR) {
@@ -161,37 +161,24 @@ static void fwd_block(float *C, int ldc, const uint16_t *W, int ldw, const uint1
             const uint16_t *w = W + (size_t)n * ldw + k0;
             for (int m = mc; m < mb && m < mc + MB; m += 32) {
                 const uint16_t *a0 = ap + (size_t)(m / 16) * tile_stride, *a1 = a0 + tile_stride;
-                if (nr == FNR)
+                if (nr == FNR) {
                     fwd_kernel(acc, FNR, a0, a1, w, ldw, np, odd);
-                else if (nr >= 4) {  // a tail of 4..11 rows: 4 at a time, then one
-                    int j = 0;
-                    for (; j + 4 <= nr; j += 4) {
-                        fwd_kernel(acc, 4, a0, a1, w + (size_t)j * ldw, ldw, np, odd);
-                        fwd_store(C, ldc, acc, 4, m, M, n + j, alpha, beta);
-                    }
-                    for (; j < nr; j++) {
-                        fwd_kernel(acc, 1, a0, a1, w + (size_t)j * ldw, ldw, np, odd);
-                        fwd_store(C, ldc, acc, 1, m, M, n + j, alpha, beta);
-                    }
-                    continue;
-                } else {
-                    for (int j = 0; j < nr; j++) {
-                        fwd_kernel(acc, 1, a0, a1, w + (size_t)j * ldw, ldw, np, odd);
-                        fwd_store(C, ldc, acc, 1, m, M, n + j, alpha, beta);
-                    }
+                    fwd_store(C, ldc, acc, FNR, m, M, n, alpha, beta);
                     continue;
                 }
-                fwd_store(C, ldc, acc, FNR, m, M, n, alpha, beta);
+                for (int j = 0; j < nr;) {  // a tail of rows: 4 at a time, then one
+                    int r = nr - j >= 4 ? 4 : 1;
+                    if (r == 4)
+                        fwd_kernel(acc, 4, a0, a1, w + (size_t)j * ldw, ldw, np, odd);
+                    else
+                        fwd_kernel(acc, 1, a0, a1, w + (size_t)j * ldw, ldw, np, odd);
+                    fwd_store(C, ldc, acc, r, m, M, n + j, alpha, beta);
+                    j += r;
+                }
             }
         }
 }
 
-// Backward register block: C[m..m+12)[c..c+32) over the reduction pairs [0,
-// np) (nrows = 2 np or 2 np - 1 rows of W exist): ab is the block's pairs,
-// (A[m + i][2r], A[m + i][2r + 1]) at ab[12 r + i] (zeros past M and past an
-// odd reduction), w W's row 0 of the reduction block at column c, cm the
-// columns that exist. acc[2i]: the unpacklo columns of row m + i (c + 8L +
-// 0..3 in lane L), acc[2i + 1] the unpackhi ones (c + 8L + 4..7).
 // c[2i] += lo x pair i, c[2i + 1] += hi x pair i, for the block's 12 rows' pairs ab[0..11].
 static inline __attribute__((always_inline)) void bwd_pairs(__m512 *c, __m512i lo, __m512i hi, const pair_t *ab) {
 #pragma GCC unroll 12
@@ -202,6 +189,12 @@ static inline __attribute__((always_inline)) void bwd_pairs(__m512 *c, __m512i l
     }
 }
 
+// Backward register block: C[m..m+12)[c..c+32) over the reduction pairs [0,
+// np) (nrows = 2 np or 2 np - 1 rows of W exist): ab is the block's pairs,
+// (A[m + i][2r], A[m + i][2r + 1]) at ab[12 r + i] (zeros past M and past an
+// odd reduction), w W's row 0 of the reduction block at column c, cm the
+// columns that exist. acc[2i]: the unpacklo columns of row m + i (c + 8L +
+// 0..3 in lane L), acc[2i + 1] the unpackhi ones (c + 8L + 4..7).
 static void bwd_kernel(__m512 *acc, const pair_t *ab, const uint16_t *w, int ldw, int nrows, __mmask32 cm) {
     __m512 c[2 * BMR];  // in registers (acc is memory: written once at the end)
 #pragma GCC unroll 24
@@ -320,7 +313,7 @@ int bf16dp_gemm_team(int transB, int M, int N, int K, float alpha, const float *
         if (!work) continue;
         float b = k0 == 0 ? beta : 1.0f;
         if (transB)
-            fwd_block(C, ldc, B, ldb, s, kc, ma, mb, M, ca, cb, K, k0, kn, alpha, b);
+            fwd_block(C, ldc, B, ldb, s, kc, ma, mb, M, ca, cb, k0, kn, alpha, b);
         else
             bwd_block(C, ldc, B, ldb, (const pair_t *)s, kc / 2, ma, mb, M, ca, cb, N, k0, kn, alpha, b);
     }

@@ -69,7 +69,6 @@ enum {
     FNR = 12,               // forward: W rows per register block (x 32 rows of A)
 };
 
-
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl")
 #include "bf16_simd.h"
@@ -95,7 +94,6 @@ static inline __attribute__((always_inline)) void fwd_kernel(__m512 *acc, int nr
 #pragma GCC unroll 24
     for (int j = 0; j < 2 * nr; j++) acc[j] = c[j];
 }
-
 
 // Forward, one thread: C's columns (W's rows) [na, nb), rows [ma, mb) (a
 // multiple of 32; mb may pass M), reduction block [k0, k0 + kn); at: A's

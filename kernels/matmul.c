@@ -187,7 +187,8 @@ static void dot_bf16_eo(float *r, const uint16_t *w, const float *xeo, int K, in
     for (; k + 32 <= K; k += 32) {
         _mm_prefetch((const char *)(w + k) + 1024, _MM_HINT_T0);
         __m512i wv = _mm512_loadu_si512((const void *)(w + k));
-        __m512 we = _mm512_castsi512_ps(_mm512_slli_epi32(wv, 16)), wo = _mm512_castsi512_ps(_mm512_and_si512(wv, hi_mask));
+        __m512 we = _mm512_castsi512_ps(_mm512_slli_epi32(wv, 16));
+        __m512 wo = _mm512_castsi512_ps(_mm512_and_si512(wv, hi_mask));
 #pragma GCC unroll 4
         for (int t = 0; t < NT; t++) {
             const float *xt = xeo + (size_t)t * K + k;
