@@ -1,7 +1,8 @@
 // grpo-ctl stop: asks a run's trainer and workers to stop cleanly by writing
 // control/stop (doc/protocol.md): a JSON object with the reason, time, host and
-// user. The tools look for it while they wait (the trainer every ~5 s between
-// steps, workers between shards) and exit 0.
+// user. The trainer looks for it after each step and every ~5 s while waiting
+// (it stops after the step it is in, publishing it), workers between shards;
+// each exits 0.
 #include <jansson.h>
 #include <pwd.h>
 #include <stdio.h>
@@ -23,8 +24,8 @@ int ctl_stop(int argc, char **argv) {
     int n = CTL_STORE_NFLAGS + 1, npos = 0, rc;
     char **pos = NULL;
     const char *usage = "grpo-ctl stop RUN_URL [--reason TEXT]";
-    if ((rc = ctl_parse(usage, "Writes RUN_URL/control/stop: the run's trainer and workers stop cleanly at their next "
-                        "check. Remove it (grpo-ctl rm RUN_URL/control/stop) before starting the run again.",
+    if ((rc = ctl_parse(usage, "Writes RUN_URL/control/stop: the run's trainer stops after the step it is in (publishing "
+                        "it; shards it holds for later steps are not trained), workers after their shard; each exits 0. Remove it (grpo-ctl rm RUN_URL/control/stop) before starting the run again.",
                         fl, n, argc, argv, &pos, &npos)) >= 0)
         goto done;
     rc = 2;
@@ -77,8 +78,8 @@ int ctl_stop(int argc, char **argv) {
         goto close;
     }
     size_t ul = strlen(pos[0]);
-    printf("%s %s%scontrol/stop (reason: %s): the trainer and workers stop at their next check; remove it before "
-           "starting the run again\n", again ? "replaced" : "wrote", pos[0], ul && pos[0][ul - 1] == '/' ? "" : "/",
+    printf("%s %s%scontrol/stop (reason: %s): the trainer stops after the step it is in, workers after their "
+           "shard; remove it before starting the run again\n", again ? "replaced" : "wrote", pos[0], ul && pos[0][ul - 1] == '/' ? "" : "/",
            reason ? reason : "");
     rc = 0;
 close:

@@ -1175,8 +1175,8 @@ static void teardown(Trainer *t) {
 
 // control/stop left in the run (by grpo-ctl stop for an earlier trainer) would
 // stop this one at its first check: --clear-stop removes it; without it the
-// trainer says so, how to remove it, and stops before anything is published.
-// 0 to go on, 1 to stop, -1 with err.
+// trainer fails (exit 1) saying so and how to remove it, before anything is
+// published. 0 to go on, -1 with err.
 // A run done at fewer steps than this trainer's --steps is open again, said in
 // progress.json before anything slow (state, first step), so that a worker
 // starting now does not read the old "done" and end.
@@ -1223,9 +1223,19 @@ static int control_stop_check(Trainer *t, PailErr *err) {
         log_info("--clear-stop: removed %s/%s%s", store_url(t->st), RUN_KEY_STOP, said);
         return 0;
     }
-    log_warn("%s/%s is there%s: stopping before training; remove it with `grpo-ctl rm %s/%s`, or start grpo-train "
-             "with --clear-stop", store_url(t->st), RUN_KEY_STOP, said, t->cfg->run_url, RUN_KEY_STOP);
-    return 1;
+    return err_set(err, PAIL_ERR_INVALID, "%s/%s is there%s: stopping before training; remove it with `grpo-ctl rm "
+                   "%s/%s`, or start grpo-train with --clear-stop", store_url(t->st), RUN_KEY_STOP, said,
+                   t->cfg->run_url, RUN_KEY_STOP);
+}
+
+// control/stop looked for after each step too (a HEAD): a trainer holding
+// shards for more steps would otherwise train them all before it next waits.
+static bool stop_requested(Trainer *t) {
+    StoreStat ss;
+    PailErr e = {0};
+    if (t->cfg->replay_url || store_head(t->st, RUN_KEY_STOP, &ss, &e) < 0) return false;
+    log_info("control/stop found after step %lld: stopping (publishing what was trained)", (long long)t->step);
+    return true;
 }
 
 int trainer_run(const TrainerConfig *cfg, volatile sig_atomic_t *stop, PailErr *err) {
@@ -1233,10 +1243,7 @@ int trainer_run(const TrainerConfig *cfg, volatile sig_atomic_t *stop, PailErr *
     memset(&t, 0, sizeof t);
     TrainerConfig c = *cfg;  // setup may choose its token_budget (budget.h)
     int rc = setup(&t, &c, err);
-    if (rc == 0 && (rc = control_stop_check(&t, err)) == 1) {  // an earlier stop request: said, nothing trained
-        teardown(&t);
-        return 0;
-    }
+    if (rc == 0) rc = control_stop_check(&t, err);  // an earlier stop request: an error, nothing trained
     if (rc == 0) rc = start(&t, err);
     while (rc == 0 && t.step < cfg->steps && !(stop && *stop)) {
         int ngroups = 0;
@@ -1248,6 +1255,7 @@ int trainer_run(const TrainerConfig *cfg, volatile sig_atomic_t *stop, PailErr *
             break;
         }
         rc = train_step(&t, ngroups, waited, stop, err);
+        if (rc == 0 && t.step < cfg->steps && stop && !*stop && stop_requested(&t)) *stop = 1;
     }
     // Publish what was trained since the last version (preemption loses nothing),
     // with the late shards of the versions behind the window counted up to now.

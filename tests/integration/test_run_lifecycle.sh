@@ -104,7 +104,7 @@ check "with --max-ahead auto it exits 0 once its shards would wait unused" bash 
 echo "a trainer restarted over control/stop"
 "$BIN/grpo-ctl" stop "$RUN" --reason "end of test" >/dev/null
 timeout 120 "$BIN/grpo-train" "${COMMON[@]}" "${TRAIN_ARGS[@]}" --steps 4 >"$WORK/restart.log" 2>&1
-check "exits 0 without training" bash -c "[ $? = 0 ] && grep -q '\"step\": 3' '$D/trainer/progress.json'"
+check "exits 1 without training" bash -c "[ $? = 1 ] && grep -q '\"step\": 3' '$D/trainer/progress.json'"
 check "...naming control/stop, its reason and how to remove it" \
   grep -q "control/stop is there (reason: end of test; .*remove it with \`grpo-ctl rm $RUN/control/stop\`, or start grpo-train with --clear-stop" "$WORK/restart.log"
 check "...and leaves it" test -f "$D/control/stop"
@@ -117,6 +117,24 @@ check "--clear-stop: the trainer continues the run to step 4" wait $TRAIN
 check "...having removed control/stop and said so" bash -c "grep -q -- '--clear-stop: removed .*control/stop' '$WORK/clear.log' && test ! -e '$D/control/stop'"
 check "the worker that fed it exits 0 at the new end" wait $W3
 check "...saying so" grep -q "the run is done .*final adapter v00000004" "$WORK/roll-w3.log"
+
+echo "grpo-ctl stop while the trainer holds shards for more steps: it stops after the current step"
+R2="file://$WORK/run2" D2="$WORK/run2"
+T2=(--run "$R2" --groups-per-step 2 --max-staleness 100 --lr 5e-3 --lora-rank 4 --metrics "")
+"$BIN/grpo-train" "${COMMON[@]}" "${T2[@]}" --steps 0 >"$WORK/s0.log" 2>&1 || bad "publishing v0 of run2"
+timeout 120 "$BIN/grpo-rollout" "${COMMON[@]}" "${ROLL[@]/$RUN/$R2}" --dataset "$WORK/a.jsonl" --worker-id s0 \
+  --max-shards 8 --max-ahead 0 >"$WORK/roll-s0.log" 2>&1 || bad "8 shards for run2"
+"$BIN/grpo-train" "${COMMON[@]}" "${T2[@]}" --steps 20 >"$WORK/s1.log" 2>&1 &
+TRAIN=$!; PIDS+=($TRAIN)
+for i in $(seq 1 600); do [ -e "$D2/metrics/step-00000001.json" ] && break; sleep 0.05; done
+kill -STOP $TRAIN  # held between two steps' checks: the stop lands while shards for 7 more steps wait
+at=$(ls "$D2"/metrics/step-*.json | wc -l)
+"$BIN/grpo-ctl" stop "$R2" --reason "stop now" >/dev/null
+kill -CONT $TRAIN
+check "the trainer exits 0" wait $TRAIN
+end=$(ls "$D2"/metrics/step-*.json | wc -l)
+check "...after the step it was in (steps: $at when stopped, $end at exit, of 8 held)" test "$end" -le $((at + 1))
+check "...saying so" grep -q "control/stop found after step $end: stopping" "$WORK/s1.log"
 
 echo "doctor and gc leave no probe objects"
 check "doctor on the run" "$BIN/grpo-ctl" doctor --run "$RUN"
