@@ -149,13 +149,33 @@ START_TEST(test_flags_did_you_mean) {
         {"--max-new-token", "did you mean --max-new-tokens?"},
         {"--chta", "did you mean --chat?"},
         {"--max", "unknown flag '--max' (see --help)"},      // begins two flags: no guess
-        {"--learning-rate", "unknown flag '--learning-rate' (see --help)"},
+        {"--learning-rate", "unknown flag '--learning-rate' (see --help)"},  // no --lr here
+        // TRL's names for flags the tool has
+        {"--max-completion-length", "unknown flag '--max-completion-length': TRL's --max-completion-length is --max-new-tokens here"},
+        {"--max_prompt_length=9", "TRL's --max-prompt-length is --max-prompt-tokens here"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char *argv[] = {"p", (char *)cases[i].arg, "1"};
         ck_assert_int_eq(flags_parse(fl, 4, 3, argv, NULL, NULL, &err), -1);
         ck_assert_msg(strstr(err.msg, cases[i].want), "%s: %s", cases[i].arg, err.msg);
     }
+    long g, gps;
+    double lr;
+    Flag tr[] = {{"group-size", FLAG_INT, &g, "8", 2, 100, "G"},
+                 {"groups-per-step", FLAG_INT, &gps, "16", 1, 100, "groups"},
+                 {"lr", FLAG_DOUBLE, &lr, "1e-5", 0, 1, "lr"}};
+    struct { const char *arg, *want; } trl[] = {
+        {"--num-generations", "TRL's --num-generations is --group-size here"},
+        {"--learning-rate", "TRL's --learning-rate is --lr here"},
+        {"--per-device-train-batch-size", "TRL's --per-device-train-batch-size is --groups-per-step here (pail counts "
+                                          "prompt groups of --group-size completions: TRL's batch size / num_generations)"},
+    };
+    for (size_t i = 0; i < sizeof trl / sizeof trl[0]; i++) {
+        char *argv[] = {"p", (char *)trl[i].arg, "1"};
+        ck_assert_int_eq(flags_parse(tr, 3, 3, argv, NULL, NULL, &err), -1);
+        ck_assert_msg(strstr(err.msg, trl[i].want), "%s: %s", trl[i].arg, err.msg);
+    }
+    flags_free(tr, 3);
     const char *names[] = {"status", "stop", "samples", "eval"};
     ck_assert_str_eq(flags_closest("stauts", 6, names, sizeof names[0], 4), "status");
     ck_assert_ptr_null(flags_closest("bogus", 5, names, sizeof names[0], 4));

@@ -135,7 +135,9 @@ int main(int argc, char **argv) {
         {"rollout-timeout", FLAG_DOUBLE, &rollout_timeout, "0", 0, 1e9, "fail after waiting this long for rollouts (0: wait)"},
         {"late-grace", FLAG_DOUBLE, &late_grace, "600", 0, 1e6, "seconds a version that left the staleness window is still re-listed (every 30 s) so a shard landing late for it is counted as dropped, not missed"},
         {"dump-grads", FLAG_STRING, &dump_grads, NULL, 1, 0, "write the first step's LoRA gradients (adapter layout) here"},
-        {"metrics", FLAG_STRING, &metrics, "metrics.jsonl", 1, 0, "local copy of the per-step metrics (JSON lines)"},
+        {"metrics", FLAG_STRING, &metrics, NULL, 1, 0,
+         "also append the per-step metrics (JSON lines) to this local file (default: none, the run's metrics/ has "
+         "them; with --sft: OUT.metrics.jsonl beside --out)"},
         {"seed", FLAG_INT, &seed, "0", 0, 9007199254740991L, "seed (LoRA init, shuffles)"},
         {"run-id", FLAG_STRING, &run_id, NULL, 1, 0, "run id for a new run (default: derived)"},
         {"task", FLAG_STRING, &task, NULL, 1, 0, "task description recorded in run.json"},
@@ -220,6 +222,15 @@ int main(int argc, char **argv) {
     sigaction(SIGINT, &sa, NULL);
     // Stopping with the bucket down: 20 s more to publish (within Slurm's default 30 s KillWait).
     retry_stop_on(&g_stop, 20);
+    char sft_metrics[4096];
+    if (sft && !flags_given(argc, argv, "metrics") && !metrics) {  // no bucket: beside the --out it writes
+        size_t ol = strlen(out);
+        while (ol > 1 && out[ol - 1] == '/') ol--;
+        if ((size_t)snprintf(sft_metrics, sizeof sft_metrics, "%.*s.metrics.jsonl", (int)ol, out) < sizeof sft_metrics) {
+            c.metrics_path = sft_metrics;
+            fprintf(stderr, "grpo-train: --sft: metrics to %s\n", sft_metrics);
+        }
+    }
     if (sft) {
         SftConfig s = {.model_dir = model, .data_path = sft, .out = out, .full = full,
                        .chat_source = {.template_file = chat_file, .template_name = chat_name, .kwargs_json = chat_kwargs, .prompt_format = prompt_format},

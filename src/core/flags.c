@@ -68,6 +68,42 @@ const char *flags_closest(const char *word, size_t len, const char *const *names
     return nprefixed == 1 ? prefixed : NULL;  // "--temp": the one flag it begins
 }
 
+// Other trainers' names for pail's flags (TRL's GRPOConfig, as --kebab-case or
+// --snake_case): an unknown one is answered with the flag meant here, when the
+// tool has it, and how the meaning differs.
+static const struct { const char *theirs, *ours, *note; } CONVENTIONS[] = {
+    {"num-generations", "group-size", ""},
+    {"learning-rate", "lr", ""},
+    {"max-completion-length", "max-new-tokens", ""},
+    {"max-prompt-length", "max-prompt-tokens", ""},
+    {"per-device-train-batch-size", "groups-per-step",
+     " (pail counts prompt groups of --group-size completions: TRL's batch size / num_generations)"},
+    {"max-steps", "steps", ""},
+    {"lr-scheduler-type", "lr-schedule", ""},
+    {"loss-type", "loss", ""},
+    {"importance-sampling-level", "ratio", ""},
+    {"reward-funcs", "reward", ""},
+    {"gradient-checkpointing", "recompute", ""},
+    {"lora-r", "lora-rank", ""},
+    {"lora-target-modules", "lora-targets", ""},
+    {"epsilon", "epsilon-low", " (and --epsilon-high)"},
+};
+
+// "TRL's --num-generations is --group-size here" into out, or 0 when name is
+// none of CONVENTIONS or the tool has no such flag.
+static int convention_hint(const Flag *fl, int n, const char *name, size_t len, char *out, size_t cap) {
+    char k[64];
+    if (len >= sizeof k) return 0;
+    for (size_t i = 0; i < len; i++) k[i] = name[i] == '_' ? '-' : name[i];
+    k[len] = 0;
+    for (size_t i = 0; i < sizeof CONVENTIONS / sizeof CONVENTIONS[0]; i++)
+        if (!strcmp(k, CONVENTIONS[i].theirs) && find_flag(fl, n, CONVENTIONS[i].ours, strlen(CONVENTIONS[i].ours))) {
+            snprintf(out, cap, "TRL's --%s is --%s here%s", CONVENTIONS[i].theirs, CONVENTIONS[i].ours, CONVENTIONS[i].note);
+            return 1;
+        }
+    return 0;
+}
+
 static int list_push(FlagList *l, const char *v) {
     if (l->n == l->cap) {
         int cap = l->cap ? 2 * l->cap : 4;
@@ -179,6 +215,11 @@ static int load_config(const Flag *fl, int n, const char *path, PailErr *err) {
         char *key = trim(s), *val = trim(eq + 1);
         for (char *p = key; *p; p++) if (*p == '_') *p = '-';
         const Flag *fg = find_flag(fl, n, key, strlen(key));
+        char hint[256];
+        if (!fg && convention_hint(fl, n, key, strlen(key), hint, sizeof hint)) {
+            rc = err_set(err, PAIL_ERR_INVALID, "config %s:%d: unknown key '%s': %s", path, lineno, key, hint);
+            break;
+        }
         if (!fg || !strcmp(key, "config") || !strcmp(key, "help")) {
             const char *near = fg ? NULL : flags_closest(key, strlen(key), &fl[0].name, sizeof fl[0], n);
             if (near) rc = err_set(err, PAIL_ERR_INVALID, "config %s:%d: unknown key '%s': did you mean %s?", path, lineno, key, near);
@@ -241,6 +282,9 @@ int flags_parse(const Flag *fl, int n, int argc, char **argv, char ***positional
         }
         if (!f) {
             free(pos);
+            char hint[256];
+            if (convention_hint(fl, n, name, len, hint, sizeof hint))
+                return err_set(err, PAIL_ERR_INVALID, "unknown flag '--%.*s': %s", (int)len, name, hint);
             const char *near = flags_closest(name, len, &fl[0].name, sizeof fl[0], n);
             if (near) return err_set(err, PAIL_ERR_INVALID, "unknown flag '--%.*s': did you mean --%s?", (int)len, name, near);
             return err_set(err, PAIL_ERR_INVALID, "unknown flag '--%.*s' (see --help)", (int)len, name);

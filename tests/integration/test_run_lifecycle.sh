@@ -120,7 +120,8 @@ check "...saying so" grep -q "the run is done .*final adapter v00000004" "$WORK/
 
 echo "grpo-ctl stop while the trainer holds shards for more steps: it stops after the current step"
 R2="file://$WORK/run2" D2="$WORK/run2"
-T2=(--run "$R2" --groups-per-step 2 --max-staleness 100 --lr 5e-3 --lora-rank 4 --metrics "")
+T2=(--run "$R2" --groups-per-step 2 --max-staleness 100 --lr 5e-3 --lora-rank 4)  # no --metrics: no local file
+mkdir -p "$WORK/cwd" && cd "$WORK/cwd"
 "$BIN/grpo-train" "${COMMON[@]}" "${T2[@]}" --steps 0 >"$WORK/s0.log" 2>&1 || bad "publishing v0 of run2"
 timeout 120 "$BIN/grpo-rollout" "${COMMON[@]}" "${ROLL[@]/$RUN/$R2}" --dataset "$WORK/a.jsonl" --worker-id s0 \
   --max-shards 8 --max-ahead 0 >"$WORK/roll-s0.log" 2>&1 || bad "8 shards for run2"
@@ -135,6 +136,8 @@ check "the trainer exits 0" wait $TRAIN
 end=$(ls "$D2"/metrics/step-*.json | wc -l)
 check "...after the step it was in (steps: $at when stopped, $end at exit, of 8 held)" test "$end" -le $((at + 1))
 check "...saying so" grep -q "control/stop found after step $end: stopping" "$WORK/s1.log"
+check "without --metrics the trainer writes no metrics.jsonl where it was started" test ! -e "$WORK/cwd/metrics.jsonl"
+cd "$ROOT"
 
 echo "doctor and gc leave no probe objects"
 check "doctor on the run" "$BIN/grpo-ctl" doctor --run "$RUN"

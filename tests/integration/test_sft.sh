@@ -35,9 +35,10 @@ check "...v0 is the SFT adapter" "$PY" "$ROOT/validation/train/compare_adapters.
   "$WORK/run/adapters/v00000000.h5"
 for i in $(seq 16); do echo '{"prompt": "1+1=", "completion": "2"}'; done >"$WORK/one.jsonl"
 "$BIN/grpo-train" --sft "$WORK/one.jsonl" --sft-valid "$WORK/one.jsonl" --valid-every 5 --stop-accuracy 1 \
-  --full --model "$M" --out "$WORK/early" --steps 2000 --groups-per-step 8 --lr 3e-3 --metrics "" >"$WORK/early.log" 2>&1
+  --full --model "$M" --out "$WORK/early/" --steps 2000 --groups-per-step 8 --lr 3e-3 >"$WORK/early.log" 2>&1
 check "--stop-accuracy stops once the validation set is learnt" grep -q "reached the target 100.0% at step" "$WORK/early.log"
 check "...long before --steps" bash -c "! grep -q 'sft step 2000' '$WORK/early.log'"
+check "without --metrics the metrics go beside --out" grep -q '"valid_accuracy": 1' "$WORK/early.metrics.jsonl"
 expect_fail_last "--sft without --out" 2 "--out" "$BIN/grpo-train" --sft "$WORK/sft.jsonl" --model "$M"
 printf '{"prompt": "1+1="}\n' >"$WORK/bad.jsonl"
 expect_fail_last "a row without a completion" 1 "bad.jsonl: 1 of 1 rows are not .*: line 1$" "$BIN/grpo-train" --sft "$WORK/bad.jsonl" --model "$M" --out "$WORK/x"
