@@ -10,8 +10,10 @@
 
 // The rule for the reward set of these specs (with every option they need).
 static void rule_of(const char *const *specs, int n, bool has_threshold, double threshold, EvalAccuracy *a) {
+    bool cmd = false;
+    for (int i = 0; i < n; i++) cmd |= reward_spec_is(specs[i], "cmd");
     RewardConfig cfg = {.specs = specs, .nspecs = n, .format_regex = "[0-9]", .length_target = 4,
-                        .cmd = "cat", .cmd_timeout_s = 5};
+                        .cmd = cmd ? "cat" : NULL, .cmd_timeout_s = 5};
     RewardSet *rs;
     PailErr err = {0};
     ck_assert_msg(reward_set_build(&rs, &cfg, &err) == 0, "%s", err.msg);

@@ -326,6 +326,47 @@ START_TEST(test_cmd_example_program) {
 }
 END_TEST
 
+// Several cmd rewards, each named, each its own program and component
+// ("cmd:NAME", so the trainer's metric is rewards/cmd:NAME/mean); an unnamed one
+// beside them takes the plain program, even one that sets a variable (X=1 prog).
+START_TEST(test_cmd_named) {
+    char one[256], quarter[256], plain[300];
+    script("one.sh", "while IFS= read -r l; do echo 1; done\n", one, sizeof one);
+    script("quarter.sh", "while IFS= read -r l; do echo 0.25; done\n", quarter, sizeof quarter);
+    script("three.sh", "while IFS= read -r l; do echo $X; done\n", plain, sizeof plain);
+    char a[300], b[300], c[320];
+    snprintf(a, sizeof a, "judge=%s", one);
+    snprintf(b, sizeof b, "style=%s", quarter);
+    snprintf(c, sizeof c, "X=3 %s", plain);
+    const char *cmds[] = {b, c, a};
+    RewardConfig cfg = {.cmds = cmds, .ncmds = 3, .cmd_timeout_s = 5};
+    RewardSet *rs = build((const char *[]){"cmd:judge", "cmd:style:2", "cmd:0.5"}, 3, &cfg);
+    ck_assert_int_eq(reward_set_count(rs), 3);
+    ck_assert_str_eq(reward_set_names(rs)[0], "cmd:judge");
+    ck_assert_str_eq(reward_set_names(rs)[1], "cmd:style");
+    ck_assert_str_eq(reward_set_names(rs)[2], "cmd");
+    ck_assert(reward_set_weights(rs)[1] == 2.0f && reward_set_weights(rs)[2] == 0.5f);
+    ck_assert_str_eq(reward_set_cmd(rs, 0), one);
+    ck_assert_str_eq(reward_set_cmd(rs, 1), quarter);
+    ck_assert_str_eq(reward_set_cmd(rs, 2), c);
+    char desc[1024];
+    reward_set_describe(rs, desc, sizeof desc);
+    ck_assert_msg(strstr(desc, "cmd:judge:1 (cmd 'sh ") && strstr(desc, "cmd:style:2 (cmd 'sh "), "%s", desc);
+    const char *t[] = {"x", "y"};
+    float comp[6];
+    uint8_t valid[2];
+    PailErr warn;
+    RewardInput in[2] = {{"p", t[0], 1, NULL}, {"p", t[1], 1, NULL}};
+    float total[2];
+    ck_assert_int_eq(reward_set_score_batch(rs, in, 2, comp, total, valid, &warn), 0);
+    for (int i = 0; i < 2; i++) {
+        ck_assert(comp[i * 3] == 1.0f && comp[i * 3 + 1] == 0.25f && comp[i * 3 + 2] == 3.0f);
+        ck_assert(total[i] == 1.0f + 2 * 0.25f + 0.5f * 3);
+    }
+    reward_set_free(rs);
+}
+END_TEST
+
 START_TEST(test_cmd_started_once) {
     // The program keeps state across batches: it numbers the lines it has read.
     char cmd[256];
@@ -532,11 +573,13 @@ START_TEST(test_fields_and_program) {
     ck_assert_int_eq(reward_set_fields(rs, fields, rewards, 4), 1);
     ck_assert_str_eq(fields[0], "solution");
     ck_assert_str_eq(rewards[0], "exact_answer");
-    ck_assert_str_eq(reward_set_cmd(rs), "true");
+    ck_assert_str_eq(reward_set_cmd(rs, 0), "true");
+    ck_assert_ptr_null(reward_set_cmd(rs, 1));
     reward_set_free(rs);
+    cfg.cmd = NULL;
     rs = build((const char *[]){"format"}, 1, &cfg);
     ck_assert_int_eq(reward_set_fields(rs, fields, rewards, 4), 0);
-    ck_assert_ptr_null(reward_set_cmd(rs));
+    ck_assert_ptr_null(reward_set_cmd(rs, 0));
     reward_set_free(rs);
 
     char cmd[512], path[300];
@@ -614,6 +657,19 @@ START_TEST(test_bad_specs) {
     build_fails((const char *[]){"length"}, 1, none, "needs --length-target");
     build_fails((const char *[]){"length:-0.1"}, 1, (RewardConfig){.length_target = 10}, "use a positive weight");
     build_fails((const char *[]){"cmd"}, 1, none, "needs --reward-cmd");
+    // a --reward-cmd is never ignored: some cmd reward takes it, or the set is refused
+    build_fails((const char *[]){"exact_answer"}, 1, (RewardConfig){.cmd = "python3 r.py"},
+                "--reward-cmd 'python3 r.py' is given but --reward lists no cmd reward (add --reward cmd)");
+    build_fails((const char *[]){"cmd:a"}, 1, (RewardConfig){.cmd = "true"},
+                "--reward-cmd 'true': no cmd reward takes it (the named ones take a=PROGRAM");
+    build_fails((const char *[]){"cmd:a", "cmd:b"}, 2, (RewardConfig){.cmds = (const char *[]){"a=true"}, .ncmds = 1},
+                "--reward cmd:b needs --reward-cmd \"b=program args\"");
+    build_fails((const char *[]){"cmd:a", "cmd:a:2"}, 2, (RewardConfig){.cmd = "a=true"}, "cmd:a is given twice");
+    build_fails((const char *[]){"cmd", "cmd"}, 2, (RewardConfig){.cmd = "true"}, "several cmd rewards are named: cmd:JUDGE");
+    build_fails((const char *[]){"cmd:9x"}, 1, (RewardConfig){.cmd = "true"}, "'9x' is neither a weight nor a cmd reward's name");
+    build_fails((const char *[]){"cmd:a:x"}, 1, (RewardConfig){.cmd = "a=true"}, "weight 'x' is not a number");
+    build_fails((const char *[]){"cmd:a"}, 1, (RewardConfig){.cmds = (const char *[]){"a=true", "a=false"}, .ncmds = 2},
+                "--reward-cmd 'a=false': cmd:a already has the program 'true'");
     build_fails((const char *[]){"cmd"}, 1, (RewardConfig){.cmd = "true", .cmd_timeout_s = -1}, "--reward-timeout -1");
     build_fails((const char *[]){"format"}, 1, (RewardConfig){.format_regex = "(<think>"}, "--format-regex '(<think>'");
     build_fails((const char *[]){"format"}, 1, (RewardConfig){.format_regex = "(<think>"}, "at offset 8");
@@ -636,6 +692,7 @@ int main(void) {
     tcase_add_checked_fixture(core, tmp_setup, tmp_teardown);
     tcase_add_test(core, test_cmd_example_program);
     tcase_add_test(core, test_cmd_started_once);
+    tcase_add_test(core, test_cmd_named);
     tcase_add_checked_fixture(limits, tmp_setup, tmp_teardown);
     tcase_add_test(limits, test_cmd_crash);
     tcase_add_test(limits, test_cmd_signal);

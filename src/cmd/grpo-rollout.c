@@ -10,6 +10,7 @@
 #include "core/log.h"
 #include "core/threads.h"
 #include "model/device.h"
+#include "rollout/reward_cli.h"
 #include "rollout/worker.h"
 #include "store/retry.h"
 #include "store/runlayout.h"
@@ -21,17 +22,18 @@ static void on_signal(int sig) { g_stop = (sig == SIGINT && g_stop) ? 2 : 1; }
 int main(int argc, char **argv) {
     threads_policy_apply(argv);  // first: it may start this program again (core/threads.h)
     log_init("grpo-rollout", LOG_INFO);
-    char *device = NULL, *max_memory = NULL, *dtype = NULL, *config = NULL, *model = NULL, *run = NULL, *worker = NULL, *dataset = NULL, *answer_field = NULL,
-         *marker = NULL, *regex = NULL, *cmd = NULL, *prompt_format = NULL, *eval_dataset = NULL, *chat_file = NULL, *chat_name = NULL, *chat_kwargs = NULL,
+    char *device = NULL, *max_memory = NULL, *dtype = NULL, *config = NULL, *model = NULL, *run = NULL, *worker = NULL, *dataset = NULL,
+         *prompt_format = NULL, *eval_dataset = NULL, *chat_file = NULL, *chat_name = NULL, *chat_kwargs = NULL,
          *max_ahead_s = NULL, *env = NULL, *tool_format = NULL, *serve = NULL, *serve_cert = NULL,
          *serve_tls_key = NULL, *serve_key_file = NULL, *served_name = NULL;
-    long G, batch, max_new, max_prompt, prefill, top_k, seed, max_shards, gps, windex, nworkers, length_target,
+    long G, batch, max_new, max_prompt, prefill, top_k, seed, max_shards, gps, windex, nworkers,
         eval_every, eval_samples, max_turns, max_episode, serve_max, serve_max_conns;
-    double temperature, top_p, min_p, reward_timeout, wait_timeout, env_timeout, episode_timeout, serve_header_timeout,
+    double temperature, top_p, min_p, wait_timeout, env_timeout, episode_timeout, serve_header_timeout,
         serve_idle_timeout, success_threshold = NAN;
     bool chat, eval, strict_dtype, gen_defaults;
     StoreCliFlags sf = {0};
-    FlagList rewards = {0}, stops = {0};
+    RewardCliFlags rf = {0};
+    FlagList stops = {0};
     Flag fl[] = {
         {"config", FLAG_STRING, &config, NULL, 1, 0, "file of key = value lines (the command line wins)"},
         {"model", FLAG_STRING, &model, NULL, 1, 0, "Hugging Face model folder (with tokenizer.json)"},
@@ -53,13 +55,7 @@ int main(int argc, char **argv) {
         {"generation-defaults", FLAG_BOOL, &gen_defaults, "false", 1, 0,
          "take temperature, top_p, top_k and min_p from the model's generation_config.json (flags given on the command line win)"},
         {"stop", FLAG_LIST, &stops, NULL, 1, 0, "stop string (besides the model's EOS)"},
-        {"reward", FLAG_LIST, &rewards, "exact_answer", 1, 0, "NAME[:WEIGHT]: exact_answer, format, length, cmd"},
-        {"answer-field", FLAG_STRING, &answer_field, "answer", 1, 0, "dataset field with the reference answer"},
-        {"answer-marker", FLAG_STRING, &marker, NULL, 1, 0, "exact_answer: the answer follows this text (e.g. ####)"},
-        {"format-regex", FLAG_STRING, &regex, NULL, 1, 0, "format: PCRE2 pattern the completion must match"},
-        {"length-target", FLAG_INT, &length_target, "0", 0, 1 << 24, "length: tokens before the penalty starts"},
-        {"reward-cmd", FLAG_STRING, &cmd, NULL, 1, 0, "cmd: external reward program (JSON lines in, numbers out); its program (and an interpreter's script) must exist at start, and a first batch of failed rewards, or 3 in a row, stops the worker"},
-        {"reward-timeout", FLAG_DOUBLE, &reward_timeout, "30", 0.01, 86400, "cmd: seconds per batch"},
+        REWARD_CLI_FLAGS(&rf),
         {"env", FLAG_STRING, &env, NULL, 1, 0, "multi-turn episodes with this environment program (run with /bin/sh -c; JSON lines, doc/environments.md); it gives the rewards"},
         {"max-turns", FLAG_INT, &max_turns, "8", 1, 100000, "--env, --serve: assistant turns per episode (the last is sent with \"final\": true)"},
         {"max-episode-tokens", FLAG_INT, &max_episode, "2048", 2, 1 << 20, "--env, --serve: tokens of an episode after its opening, generated and appended (also Dr.GRPO's constant)"},
@@ -118,15 +114,21 @@ int main(int argc, char **argv) {
         flags_free(fl, n);
         return 2;
     }
-    const char *clash = serve && env ? "--env" : serve && flags_given(argc, argv, "reward") ? "--reward"
-                      : serve && eval ? "--eval" : NULL;
+    const char *rflag = reward_cli_given(argc, argv);
+    const char *clash = serve && env ? "--env" : serve && rflag ? "a reward flag" : serve && eval ? "--eval" : NULL;
     if (clash) {
-        fprintf(stderr, "grpo-rollout: --serve: the agents are the environment and give the rewards (no %s)\n", clash);
+        fprintf(stderr, "grpo-rollout: --serve: the agents are the environment and give the rewards (no %s%s%s)\n", clash,
+                clash[0] == 'a' ? ": --" : "", clash[0] == 'a' ? rflag : "");
         flags_free(fl, n);
         return 2;
     }
-    if (env && flags_given(argc, argv, "reward")) {
-        fprintf(stderr, "grpo-rollout: --env: the environment program gives the rewards (no --reward)\n");
+    if (env && rflag) {
+        fprintf(stderr, "grpo-rollout: --env: the environment program gives the rewards (no --%s)\n", rflag);
+        flags_free(fl, n);
+        return 2;
+    }
+    RewardConfig rcfg;
+    if (reward_cli_config("grpo-rollout", &rf, argc, argv, &rcfg) != 0) {
         flags_free(fl, n);
         return 2;
     }
@@ -154,9 +156,7 @@ int main(int argc, char **argv) {
         .model_dir = model, .run_url = run, .dataset = dataset, .worker_id = worker,
         .chat_source = {.template_file = chat_file, .template_name = chat_name, .kwargs_json = chat_kwargs, .prompt_format = prompt_format},
         .store = store_cli_options(&sf),
-        .rewards = {.specs = (const char *const *)rewards.items, .nspecs = rewards.n, .answer_field = answer_field,
-                    .answer_marker = marker, .format_regex = regex, .length_target = length_target, .cmd = cmd,
-                    .cmd_timeout_s = reward_timeout},
+        .rewards = rcfg,
         .sampler = {.temperature = temperature, .top_p = top_p, .top_k = (int)top_k, .min_p = min_p},
         .group_size = (int)G, .batch_size = (int)batch, .max_new_tokens = (int)max_new,
         .max_prompt_tokens = (int)max_prompt, .prefill_tokens = (int)prefill, .groups_per_shard = (int)gps, .seed = seed, .max_shards = max_shards,

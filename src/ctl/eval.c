@@ -8,16 +8,16 @@
 #include "core/buf.h"
 #include "ctl/ctl.h"
 #include "model/device.h"
+#include "rollout/reward_cli.h"
 #include "rollout/worker.h"
 
 int ctl_eval(int argc, char **argv) {
-    char *model = NULL, *adapter = NULL, *dataset = NULL, *out = NULL, *marker = NULL, *regex = NULL, *cmd = NULL,
-         *prompt_format = NULL, *chat_file = NULL, *chat_name = NULL, *chat_kwargs = NULL, *env = NULL,
+    char *model = NULL, *adapter = NULL, *dataset = NULL, *out = NULL, *prompt_format = NULL, *chat_file = NULL, *chat_name = NULL, *chat_kwargs = NULL, *env = NULL,
          *tool_format = NULL, *dump = NULL;
-    long max_new, length_target, batch, samples, max_prompt, prefill, seed, max_turns, max_episode;
-    double temperature, reward_timeout, env_timeout, threshold = NAN;
+    long max_new, batch, samples, max_prompt, prefill, seed, max_turns, max_episode;
+    double temperature, env_timeout, threshold = NAN;
     bool chat, gen_defaults;
-    FlagList rewards = {0};
+    RewardCliFlags rf = {0};
     char *device = NULL, *max_memory = NULL, *dtype = NULL;
     CtlStoreFlags sf = {0};
     Flag own[] = {
@@ -25,12 +25,7 @@ int ctl_eval(int argc, char **argv) {
         {"adapter", FLAG_STRING, &adapter, NULL, 1, 0,
          "pail adapter: a .h5 path, a PEFT folder, or a store URL (file:// or s3://, e.g. s3://bucket/run/adapters/v00000012.h5); none: the base model"},
         {"dataset", FLAG_STRING, &dataset, NULL, 1, 0, "held-out prompts, JSON lines (path or store URL)"},
-        {"reward", FLAG_LIST, &rewards, "exact_answer", 1, 0, "NAME[:WEIGHT] as grpo-rollout"},
-        {"answer-marker", FLAG_STRING, &marker, NULL, 1, 0, "exact_answer: the answer follows this text"},
-        {"format-regex", FLAG_STRING, &regex, NULL, 1, 0, "format: PCRE2 pattern"},
-        {"length-target", FLAG_INT, &length_target, "0", 0, 1 << 24, "length: completion tokens before the penalty starts, as grpo-rollout"},
-        {"reward-cmd", FLAG_STRING, &cmd, NULL, 1, 0, "cmd: external reward program, as grpo-rollout"},
-        {"reward-timeout", FLAG_DOUBLE, &reward_timeout, "30", 0.01, 86400, "cmd: seconds per batch"},
+        REWARD_CLI_FLAGS(&rf),  // as grpo-rollout
         {"env", FLAG_STRING, &env, NULL, 1, 0, "episodes with this environment program, as grpo-rollout --env (it gives the rewards; accuracy needs --success-threshold)"},
         {"max-turns", FLAG_INT, &max_turns, "8", 1, 100000, "--env: assistant turns per episode"},
         {"max-episode-tokens", FLAG_INT, &max_episode, "2048", 2, 1 << 20, "--env: tokens of an episode after its opening"},
@@ -73,10 +68,13 @@ int ctl_eval(int argc, char **argv) {
         fprintf(stderr, "%s: --model and --dataset are required\nusage: %s\n", argv[0], usage);
         goto done;
     }
-    if (env && flags_given(argc, argv, "reward")) {
-        fprintf(stderr, "%s: --env: the environment program gives the rewards (no --reward)\n", argv[0]);
+    const char *rflag = reward_cli_given(argc, argv);
+    if (env && rflag) {
+        fprintf(stderr, "%s: --env: the environment program gives the rewards (no --%s)\n", argv[0], rflag);
         goto done;
     }
+    RewardConfig rcfg;
+    if (reward_cli_config(argv[0], &rf, argc, argv, &rcfg) != 0) goto done;
     if (adapter && (!strncmp(adapter, "file://", 7) || !strncmp(adapter, "s3://", 5))) {
         PailErr aerr = {0};
         if (ctl_read_url_or_path(adapter, &sf, &ab, &aerr) < 0) {
@@ -100,9 +98,7 @@ int ctl_eval(int argc, char **argv) {
                        .chat = chat, .max_new_tokens = (int)max_new, .max_prompt_tokens = (int)max_prompt, .prefill_tokens = (int)prefill,
                        .batch_size = (int)batch, .group_size = 1, .seed = seed,
                        .sampler = {.temperature = temperature, .top_p = 1, .top_k = 0},
-                       .rewards = {.specs = (const char *const *)rewards.items, .nspecs = rewards.n,
-                                   .answer_marker = marker, .format_regex = regex, .length_target = length_target, .cmd = cmd,
-                                   .cmd_timeout_s = reward_timeout},
+                       .rewards = rcfg,
                        .env_cmd = env, .env_timeout = env_timeout, .max_turns = (int)max_turns,
                        .max_episode_tokens = (int)max_episode, .tool_format = tool_format,
                        .backend = be, .max_memory = max_mem, .weights_dtype = want};

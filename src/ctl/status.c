@@ -264,7 +264,9 @@ static int show(Store *st, const char *url, long target, FILE *o) {
                 fprintf(o, "         %s%s%s%s%s%s\n", f.dataset[0] ? "dataset " : "", f.dataset,
                         f.rewards[0] ? (f.dataset[0] ? "; rewards " : "rewards ") : "", f.rewards,
                         f.chat[0] ? "; chat template " : "", f.chat);
-            if (!eval && feeds) feeds[nf++] = f;  // the eval worker's dataset is its own
+            // The eval worker's dataset is its own; a failed worker feeds the run no more (it was
+            // most often restarted with other flags, under a new id): neither is compared.
+            if (!eval && feeds && strcmp(state, "failed")) feeds[nf++] = f;
             json_decref(w);
         }
     }

@@ -3,6 +3,7 @@
 // the cmd program (reward_cmd.c). Formulas and options: doc/rewards.md.
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include "rollout/reward.h"
+#include <ctype.h>
 #include <math.h>
 #include <pcre2.h>
 #include <stdio.h>
@@ -20,7 +21,8 @@ static const char *const KIND_NAMES[] = {"exact_answer", "format", "length", "cm
 struct RewardSet {
     int K;
     RewardKind kind[REWARD_MAX];
-    const char *names[REWARD_MAX];  // point into KIND_NAMES
+    const char *names[REWARD_MAX];  // point into KIND_NAMES, or name_buf for a named cmd
+    char name_buf[REWARD_MAX][40];  // "cmd:JUDGE"
     float weight[REWARD_MAX];
     char answer_field[64], answer_marker[128];
     int64_t length_target;
@@ -29,16 +31,38 @@ struct RewardSet {
     pcre2_match_data *md;
     pcre2_match_context *mctx;
     pcre2_jit_stack *jit_stack;
-    RewardCmd *cmd;
-    char *cmd_text;                 // owned
+    RewardCmd *cmd[REWARD_MAX];     // per component: its program (cmd rewards only)
+    char *cmd_text[REWARD_MAX];     // owned, per component
+    int ncmd, cmd_k[REWARD_MAX];    // the cmd components, in spec order
     double cmd_timeout_s;
     Buf batch;                      // JSON lines for the cmd program
     int64_t batches;                // batches scored
     int failed_run;                 // batches in a row whose every completion's reward failed
 };
 
-// "NAME" or "NAME:WEIGHT" with a finite weight.
-static int spec_parse(const char *spec, RewardKind *kind, float *weight, PailErr *err) {
+#define CMD_NAME_MAX 32
+
+static bool cmd_name_ok(const char *p, size_t n) {
+    if (n == 0 || n > CMD_NAME_MAX || !(isalpha((unsigned char)p[0]) || p[0] == '_')) return false;
+    for (size_t i = 1; i < n; i++)
+        if (!(isalnum((unsigned char)p[i]) || p[i] == '_' || p[i] == '-' || p[i] == '.')) return false;
+    return true;
+}
+
+static int weight_parse(const char *spec, const char *w_text, float *weight, PailErr *err) {
+    char *end;
+    double w = strtod(w_text, &end);
+    if (end == w_text || *end || !isfinite(w) || fabs(w) > 1e6)
+        return err_set(err, PAIL_ERR_INVALID, "--reward '%s': weight '%s' is not a number (NAME:WEIGHT, e.g. format:0.5)",
+                       spec, w_text);
+    *weight = (float)w;
+    return 0;
+}
+
+// "NAME" or "NAME:WEIGHT" with a finite weight; a cmd reward also "cmd:JUDGE" or
+// "cmd:JUDGE:WEIGHT" (JUDGE: a letter or _, then letters, digits, _ . -), its name
+// into cmd_name ("" when unnamed).
+static int spec_parse(const char *spec, RewardKind *kind, float *weight, char cmd_name[CMD_NAME_MAX + 1], PailErr *err) {
     const char *colon = strchr(spec, ':');
     size_t n = colon ? (size_t)(colon - spec) : strlen(spec);
     int k = -1;
@@ -46,18 +70,33 @@ static int spec_parse(const char *spec, RewardKind *kind, float *weight, PailErr
         if (strlen(KIND_NAMES[i]) == n && !strncmp(spec, KIND_NAMES[i], n)) k = i;
     if (k < 0)
         return err_set(err, PAIL_ERR_INVALID, "--reward '%s': unknown reward '%.*s' (use exact_answer, format, length or cmd, "
-                       "optionally NAME:WEIGHT)", spec, (int)n, spec);
+                       "optionally NAME:WEIGHT; cmd:JUDGE[:WEIGHT] for a named cmd)", spec, (int)n, spec);
     *kind = (RewardKind)k;
     *weight = 1.0f;
-    if (colon) {
+    cmd_name[0] = 0;
+    if (!colon) return 0;
+    const char *rest = colon + 1;
+    if (k == REWARD_CMD) {
+        const char *c2 = strchr(rest, ':');
+        size_t rn = c2 ? (size_t)(c2 - rest) : strlen(rest);
         char *end;
-        double w = strtod(colon + 1, &end);
-        if (end == colon + 1 || *end || !isfinite(w) || fabs(w) > 1e6)
-            return err_set(err, PAIL_ERR_INVALID, "--reward '%s': weight '%s' is not a number (NAME:WEIGHT, e.g. format:0.5)",
-                           spec, colon + 1);
-        *weight = (float)w;
+        (void)strtod(rest, &end);
+        bool number = end != rest && (size_t)(end - rest) == rn;
+        if (!number && rn > 0) {
+            if (!cmd_name_ok(rest, rn))
+                return err_set(err, PAIL_ERR_INVALID, "--reward '%s': '%.*s' is neither a weight nor a cmd reward's name "
+                               "(a letter or _, then letters, digits, _ . -; at most %d)", spec, (int)rn, rest, CMD_NAME_MAX);
+            memcpy(cmd_name, rest, rn);
+            cmd_name[rn] = 0;
+            return c2 ? weight_parse(spec, c2 + 1, weight, err) : 0;
+        }
     }
-    return 0;
+    return weight_parse(spec, rest, weight, err);
+}
+
+bool reward_spec_is(const char *spec, const char *kind) {
+    size_t n = strlen(kind);
+    return !strncmp(spec, kind, n) && (spec[n] == 0 || spec[n] == ':');
 }
 
 static int regex_build(RewardSet *rs, const char *re, PailErr *err) {
@@ -84,6 +123,56 @@ static int regex_build(RewardSet *rs, const char *re, PailErr *err) {
     return 0;
 }
 
+// Gives each cmd reward its --reward-cmd program: "JUDGE=PROGRAM" for cmd:JUDGE, a
+// plain PROGRAM for the unnamed cmd. A program no cmd reward takes, or a cmd
+// reward without one, is an error (a --reward-cmd must never be silently ignored).
+static int cmd_programs(RewardSet *rs, const RewardConfig *cfg, PailErr *err) {
+    int np = cfg->ncmds + (cfg->cmd != NULL);
+    for (int i = 0; i < np; i++) {
+        const char *text = i < cfg->ncmds ? cfg->cmds[i] : cfg->cmd;
+        int at = -1;
+        const char *prog = text;
+        for (int c = 0; c < rs->ncmd && at < 0; c++) {
+            const char *nm = rs->names[rs->cmd_k[c]];
+            size_t l = strlen(nm);
+            if (l > 4 && !strncmp(text, nm + 4, l - 4) && text[l - 4] == '=') at = rs->cmd_k[c], prog = text + l - 3;
+        }
+        for (int c = 0; c < rs->ncmd && at < 0; c++)
+            if (!strcmp(rs->names[rs->cmd_k[c]], "cmd")) at = rs->cmd_k[c];
+        if (at < 0) {
+            if (rs->ncmd == 0)
+                return err_set(err, PAIL_ERR_INVALID, "--reward-cmd '%s' is given but --reward lists no cmd reward (add "
+                               "--reward cmd)", text);
+            char named[256] = "";
+            size_t k = 0;
+            for (int c = 0; c < rs->ncmd && k < sizeof named; c++)
+                k += (size_t)snprintf(named + k, sizeof named - k, "%s%s=PROGRAM", k ? ", " : "", rs->names[rs->cmd_k[c]] + 4);
+            return err_set(err, PAIL_ERR_INVALID, "--reward-cmd '%s': no cmd reward takes it (the named ones take %s; a "
+                           "plain PROGRAM is for an unnamed --reward cmd)", text, named);
+        }
+        if (rs->cmd_text[at])
+            return err_set(err, PAIL_ERR_INVALID, "--reward-cmd '%s': %s already has the program '%s' (one each)", text,
+                           rs->names[at], rs->cmd_text[at]);
+        if (!*prog) return err_set(err, PAIL_ERR_INVALID, "--reward-cmd '%s': an empty program", text);
+        if (!(rs->cmd_text[at] = strdup(prog))) return err_set(err, PAIL_ERR_NOMEM, "reward set: out of memory");
+    }
+    if (rs->ncmd == 0) return 0;
+    if (cfg->cmd_timeout_s < 0 || !isfinite(cfg->cmd_timeout_s))
+        return err_set(err, PAIL_ERR_INVALID, "--reward-timeout %g: need seconds > 0 (0 = the default 30)", cfg->cmd_timeout_s);
+    rs->cmd_timeout_s = cfg->cmd_timeout_s > 0 ? cfg->cmd_timeout_s : 30.0;
+    for (int c = 0; c < rs->ncmd; c++) {
+        int k = rs->cmd_k[c];
+        if (!rs->cmd_text[k]) {
+            if (!strcmp(rs->names[k], "cmd"))
+                return err_set(err, PAIL_ERR_INVALID, "--reward cmd needs --reward-cmd \"program args\"");
+            return err_set(err, PAIL_ERR_INVALID, "--reward %s needs --reward-cmd \"%s=program args\"", rs->names[k],
+                           rs->names[k] + 4);
+        }
+        if (reward_cmd_init(&rs->cmd[k], rs->cmd_text[k], rs->cmd_timeout_s, err) < 0) return -1;
+    }
+    return 0;
+}
+
 int reward_set_build(RewardSet **out, const RewardConfig *cfg, PailErr *err) {
     *out = NULL;
     if (cfg->nspecs <= 0) return err_set(err, PAIL_ERR_INVALID, "no reward given (use --reward NAME[:WEIGHT], e.g. --reward exact_answer)");
@@ -94,9 +183,18 @@ int reward_set_build(RewardSet **out, const RewardConfig *cfg, PailErr *err) {
     for (int i = 0; i < cfg->nspecs; i++) {
         RewardKind k = REWARD_EXACT_ANSWER;
         float w = 1.0f;
-        if (spec_parse(cfg->specs[i], &k, &w, err) < 0) goto fail;
-        if (have[k]) {
-            err_set(err, PAIL_ERR_INVALID, "--reward '%s': %s is given twice (one --reward per reward)", cfg->specs[i], KIND_NAMES[k]);
+        char cname[CMD_NAME_MAX + 1];
+        if (spec_parse(cfg->specs[i], &k, &w, cname, err) < 0) goto fail;
+        const char *name = KIND_NAMES[k];
+        if (cname[0]) {
+            snprintf(rs->name_buf[rs->K], sizeof rs->name_buf[rs->K], "cmd:%s", cname);
+            name = rs->name_buf[rs->K];
+        }
+        bool twice = false;
+        for (int j = 0; j < rs->K; j++) twice |= !strcmp(rs->names[j], name);
+        if (twice) {
+            err_set(err, PAIL_ERR_INVALID, "--reward '%s': %s is given twice (one --reward per reward%s)", cfg->specs[i], name,
+                    k == REWARD_CMD ? "; several cmd rewards are named: cmd:JUDGE" : "");
             goto fail;
         }
         if (k == REWARD_LENGTH && w < 0) {
@@ -106,8 +204,9 @@ int reward_set_build(RewardSet **out, const RewardConfig *cfg, PailErr *err) {
             goto fail;
         }
         have[k] = true;
+        if (k == REWARD_CMD) rs->cmd_k[rs->ncmd++] = rs->K;
         rs->kind[rs->K] = k;
-        rs->names[rs->K] = KIND_NAMES[k];
+        rs->names[rs->K] = name;
         rs->weight[rs->K] = w;
         rs->K++;
     }
@@ -133,19 +232,7 @@ int reward_set_build(RewardSet **out, const RewardConfig *cfg, PailErr *err) {
         }
         rs->length_target = cfg->length_target;
     }
-    if (have[REWARD_CMD]) {
-        if (cfg->cmd_timeout_s < 0 || !isfinite(cfg->cmd_timeout_s)) {
-            err_set(err, PAIL_ERR_INVALID, "--reward-timeout %g: need seconds > 0 (0 = the default 30)", cfg->cmd_timeout_s);
-            goto fail;
-        }
-        rs->cmd_timeout_s = cfg->cmd_timeout_s > 0 ? cfg->cmd_timeout_s : 30.0;
-        if (!cfg->cmd || !cfg->cmd[0]) {
-            err_set(err, PAIL_ERR_INVALID, "--reward cmd needs --reward-cmd \"program args\"");
-            goto fail;
-        }
-        if (!(rs->cmd_text = strdup(cfg->cmd))) { err_set(err, PAIL_ERR_NOMEM, "reward set: out of memory"); goto fail; }
-        if (reward_cmd_init(&rs->cmd, cfg->cmd, rs->cmd_timeout_s, err) < 0) goto fail;
-    }
+    if (cmd_programs(rs, cfg, err) < 0) goto fail;
     *out = rs;
     return 0;
 fail:
@@ -155,13 +242,15 @@ fail:
 
 void reward_set_free(RewardSet *rs) {
     if (!rs) return;
-    reward_cmd_free(rs->cmd);
+    for (int k = 0; k < REWARD_MAX; k++) {
+        reward_cmd_free(rs->cmd[k]);
+        free(rs->cmd_text[k]);
+    }
     pcre2_match_data_free(rs->md);
     pcre2_match_context_free(rs->mctx);
     pcre2_jit_stack_free(rs->jit_stack);
     pcre2_code_free(rs->re);
     free(rs->regex_text);
-    free(rs->cmd_text);
     buf_free(&rs->batch);
     free(rs);
 }
@@ -176,7 +265,7 @@ int reward_set_fields(const RewardSet *rs, const char **fields, const char **rew
     return n;
 }
 
-const char *reward_set_cmd(const RewardSet *rs) { return rs->cmd_text; }
+const char *reward_set_cmd(const RewardSet *rs, int i) { return i >= 0 && i < rs->ncmd ? rs->cmd_text[rs->cmd_k[i]] : NULL; }
 
 int reward_set_check_failing(const RewardSet *rs, const PailErr *warn, PailErr *err) {
     if (rs->failed_run == 0) return 0;
@@ -206,7 +295,7 @@ void reward_set_describe(const RewardSet *rs, char *buf, size_t cap) {
             break;
         case REWARD_FORMAT: n += (size_t)snprintf(buf + n, cap - n, " (regex '%s')", rs->regex_text); break;
         case REWARD_LENGTH: n += (size_t)snprintf(buf + n, cap - n, " (target %lld tokens)", (long long)rs->length_target); break;
-        case REWARD_CMD: n += (size_t)snprintf(buf + n, cap - n, " (cmd '%s', timeout %g s)", rs->cmd_text, rs->cmd_timeout_s); break;
+        case REWARD_CMD: n += (size_t)snprintf(buf + n, cap - n, " (cmd '%s', timeout %g s)", rs->cmd_text[k], rs->cmd_timeout_s); break;
         }
     }
 }
@@ -352,11 +441,11 @@ int reward_set_score_batch(RewardSet *rs, const RewardInput *in, int64_t n, floa
                 free(ok);
                 return err_set(warn, PAIL_ERR_NOMEM, "reward cmd: out of memory building a batch of %lld lines", (long long)n);
             }
-            if (reward_cmd_run(rs->cmd, (const char *)rs->batch.data, rs->batch.len, n, sc, ok, &e) > 0) warn_add(&w, &e);
+            if (reward_cmd_run(rs->cmd[k], (const char *)rs->batch.data, rs->batch.len, n, sc, ok, &e) > 0) warn_add(&w, &e);
             for (int64_t i = 0; i < n; i++) {
                 float v = ok[i] ? (float)sc[i] : 0.0f;
                 if (!isfinite(v)) {
-                    err_set(&e, PAIL_ERR_INVALID, "reward cmd '%s': answer %lld (%g) is out of float range", rs->cmd_text,
+                    err_set(&e, PAIL_ERR_INVALID, "reward %s '%s': answer %lld (%g) is out of float range", rs->names[k], rs->cmd_text[k],
                             (long long)i + 1, sc[i]);
                     warn_add(&w, &e);
                     ok[i] = 0;

@@ -6,20 +6,27 @@
 // Thread safety: a RewardSet is used by one thread at a time (regex match data, pipes).
 #pragma once
 #include <jansson.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include "core/err.h"
 
 #define REWARD_MAX 16  // components per set (<= SHARD_MAX_COMPONENTS)
 
 typedef struct {
-    const char *const *specs;   // "NAME[:WEIGHT]" (borrowed), e.g. "exact_answer", "format:0.5"
+    // "NAME[:WEIGHT]" (borrowed), e.g. "exact_answer", "format:0.5"; cmd rewards may be
+    // named, "cmd:JUDGE[:WEIGHT]", one component "cmd:JUDGE" each (metric rewards/cmd:JUDGE/mean)
+    const char *const *specs;
     int nspecs;
     const char *answer_field;   // dataset field with the reference answer; NULL -> "answer"
     const char *answer_marker;  // --answer-marker, e.g. "####"; NULL or "" -> none
     const char *format_regex;   // --format-regex (PCRE2), needed by "format"
     int64_t length_target;      // --length-target tokens, needed by "length" (> 0)
-    const char *cmd;            // --reward-cmd, run with /bin/sh -c, needed by "cmd"
-    double cmd_timeout_s;       // --reward-timeout per batch; 0 -> 30
+    // --reward-cmd programs, run with /bin/sh -c: "JUDGE=PROGRAM" for cmd:JUDGE, a plain
+    // "PROGRAM" for the unnamed cmd; each cmd reward needs one, and each one a cmd reward.
+    const char *const *cmds;
+    int ncmds;
+    const char *cmd;            // one more plain PROGRAM (for callers with a single cmd), or NULL
+    double cmd_timeout_s;       // --reward-timeout per batch (each program); 0 -> 30
 } RewardConfig;
 
 // One completion to score. prompt is the text the model was given; row is the
@@ -48,8 +55,11 @@ void reward_set_describe(const RewardSet *rs, char *buf, size_t cap);
 // field (the cmd program gets every field; which it needs only it knows). Writes up to
 // cap (field, reward) pairs, pointers into rs; returns how many.
 int reward_set_fields(const RewardSet *rs, const char **fields, const char **rewards, int cap);
-// The cmd reward's command line (NULL without one), for the start-up check of its program.
-const char *reward_set_cmd(const RewardSet *rs);
+// The i-th cmd reward's command line (NULL past the last), for the start-up check of its program.
+const char *reward_set_cmd(const RewardSet *rs, int i);
+// Whether a spec names a reward of this kind ("cmd:judge:2" is a cmd): for callers
+// that describe a set without building it.
+bool reward_spec_is(const char *spec, const char *kind);
 
 // Batches that fail every completion stop the worker: the first one scored, or
 // REWARD_FAILED_BATCHES in a row (a broken reward program or a wrong option, not

@@ -148,11 +148,23 @@ void worker_feeds(Worker *w, json_t *j) {
         json_t *specs = json_array();
         for (int i = 0; i < r->nspecs; i++) json_array_append_new(specs, json_string(r->specs[i]));
         json_object_set_new(rw, "specs", specs);
-        if (r->answer_field) json_object_set_new(rw, "answer_field", json_string(r->answer_field));
-        if (r->answer_marker && *r->answer_marker) json_object_set_new(rw, "answer_marker", json_string(r->answer_marker));
-        if (r->format_regex) json_object_set_new(rw, "format_regex", json_string(r->format_regex));
-        if (r->length_target > 0) json_object_set_new(rw, "length_target", json_integer(r->length_target));
-        if (r->cmd) json_object_set_new(rw, "cmd", json_string(r->cmd));
+        // only the options of the rewards in use: a cmd-only worker reads no answer field
+        bool uses[4] = {0};
+        static const char *const kinds[4] = {"exact_answer", "format", "length", "cmd"};
+        for (int i = 0; i < r->nspecs; i++)
+            for (int k = 0; k < 4; k++) uses[k] |= reward_spec_is(r->specs[i], kinds[k]);
+        if (uses[0]) json_object_set_new(rw, "answer_field", json_string(r->answer_field ? r->answer_field : "answer"));
+        if (uses[0] && r->answer_marker && *r->answer_marker) json_object_set_new(rw, "answer_marker", json_string(r->answer_marker));
+        if (uses[1] && r->format_regex) json_object_set_new(rw, "format_regex", json_string(r->format_regex));
+        if (uses[2] && r->length_target > 0) json_object_set_new(rw, "length_target", json_integer(r->length_target));
+        int ncmd = r->ncmds + (r->cmd != NULL);
+        if (uses[3] && ncmd == 1) json_object_set_new(rw, "cmd", json_string(r->cmd ? r->cmd : r->cmds[0]));
+        if (uses[3] && ncmd > 1) {
+            json_t *a = json_array();
+            for (int i = 0; i < r->ncmds; i++) json_array_append_new(a, json_string(r->cmds[i]));
+            if (r->cmd) json_array_append_new(a, json_string(r->cmd));
+            json_object_set_new(rw, "cmd", a);
+        }
     }
     json_object_set_new(j, "rewards", rw);
     if (w->have_chat)
@@ -507,9 +519,10 @@ static int setup(Worker *w, RolloutConfig *c, PailErr *err) {
     if (!rollout_episodic(c) && reward_set_build(&w->rs, &c->rewards, err) < 0) return -1;
     // Start-up checks (preflight.h), then the store: before the memory plan and the weights.
     if (preflight_dataset(w->ds, w->rs, err) < 0 || preflight_positions(c, err) < 0 ||
-        (w->rs && preflight_program(reward_set_cmd(w->rs), "--reward-cmd", err) < 0) ||
         (c->env_cmd && !c->serve && preflight_program(c->env_cmd, "--env", err) < 0))
         return -1;
+    for (int i = 0; w->rs && reward_set_cmd(w->rs, i); i++)
+        if (preflight_program(reward_set_cmd(w->rs, i), "--reward-cmd", err) < 0) return -1;
     if (c->run_url && (store_open(&w->st, c->run_url, &c->store, err) < 0 || preflight_store(w->st, c, err) < 0))
         return -1;
     EngineSpec es = {.cfg = c, .tok = w->tok, .chat = w->have_chat ? &w->chat : NULL, .chat_err = w->chat_err.msg,

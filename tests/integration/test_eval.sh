@@ -80,6 +80,44 @@ check "...and the line names it and the distinct completions" \
   grep -Eq 'accuracy [0-9.]+% \([0-9] of 8 prompts; exact_answer == 1\), reward [0-9.]+ \(exact_answer [0-9.]+\), distinct completions [0-9] of 8' \
   "$WORK/x.err"
 
+echo "one reward vocabulary (the flags grpo-rollout has)"
+"$PY" -c 'import json, sys
+for l in open(sys.argv[1]): r = json.loads(l); r["solution"] = r.pop("answer"); print(json.dumps(r))' \
+  "$WORK/ev.jsonl" >"$WORK/sol.jsonl"
+"$BIN/grpo-ctl" eval --model "$M" --dataset "$WORK/sol.jsonl" --max-new-tokens 4 --batch-size 8 --answer-field solution \
+  --dump "$WORK/sol.d.jsonl" >"$WORK/sol.json" 2>"$WORK/sol.err"
+check "--answer-field solution: the same figures as with \"answer\"" "$PY" -c '
+import json, sys
+a, b = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+assert b["accuracy_rule"] == "exact_answer == 1" and a["accuracy"] == b["accuracy"] and a["reward_mean"] == b["reward_mean"], (a, b)' \
+  "$WORK/x.json" "$WORK/sol.json"
+"${EV[@]}" --reward-cmd "python3 $WORK/partial.py" --dump "$WORK/only.jsonl" >/dev/null 2>"$WORK/only.err"
+check "--reward-cmd without --reward selects the cmd reward (not exact_answer)" "$PY" -c '
+import json, sys
+d = [json.loads(l) for l in open(sys.argv[1])]
+assert len(d) == 8 and all(list(x["components"]) == ["cmd"] for x in d), d' "$WORK/only.jsonl"
+expect_fail_last "--reward format with a --reward-cmd no cmd reward takes: refused, naming it" 1 \
+  "--reward-cmd 'python3 .*partial.py' is given but --reward lists no cmd reward \(add --reward cmd\)" \
+  "${EV[@]}" --reward format --format-regex x --reward-cmd "python3 $WORK/partial.py"
+cat >"$WORK/quarter.py" <<'EOF2'
+import sys
+for line in sys.stdin: print(0.25, flush=True)
+EOF2
+"${EV[@]}" --reward cmd:digit --reward cmd:quarter:2 --reward-cmd "digit=python3 $WORK/partial.py" \
+  --reward-cmd "quarter=python3 $WORK/quarter.py" --dump "$WORK/two.jsonl" >"$WORK/two.json" 2>"$WORK/two.err"
+check "two named cmd rewards: a component each (cmd:digit, cmd:quarter), weighted" "$PY" -c '
+import json, re, sys
+d = [json.loads(l) for l in open(sys.argv[1])]
+assert len(d) == 8, d
+for x in d:
+    want = 1.0 if re.search("[0-9]", x["completion"]) else 0.25
+    assert x["components"] == {"cmd:digit": want, "cmd:quarter": 0.25}, x
+    assert abs(x["reward"] - (want + 0.5)) < 1e-6, x' "$WORK/two.jsonl"
+expect_fail "grpo-rollout --env with --reward-cmd: refused (the environment gives the rewards)" 2 \
+  "--env: the environment program gives the rewards \(no --reward-cmd\)" \
+  "$BIN/grpo-rollout" --model "$M" --run "file://$WORK/nothere" --dataset "$WORK/ev.jsonl" --env "python3 x.py" \
+  --reward-cmd "python3 $WORK/partial.py"
+
 echo "bad input"
 expect_fail_last "--dump into a missing folder: exit 1 naming it, the result still written" 1 \
   "--dump $WORK/no/such/d.jsonl: cannot write" "${EV[@]}" --dump "$WORK/no/such/d.jsonl" --out "$WORK/kept.json"

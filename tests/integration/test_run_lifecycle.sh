@@ -58,6 +58,7 @@ w = json.load(open(sys.argv[1])); e = json.load(open(sys.argv[2]))
 assert w["role"] == "generating" and e["role"] == "eval", (w["role"], e["role"])
 assert w["dataset"]["rows"] == 64 and len(w["dataset"]["sha256"]) == 64 and w["dataset"]["path"].endswith("b.jsonl")
 assert w["rewards"]["specs"] == ["format", "length:0.5"] and w["rewards"]["format_regex"] == "[0-9]"
+assert "answer_field" not in w["rewards"], w["rewards"]  # no exact_answer: no answer field read
 assert w["state"] == "finished"' "$D/workers/w2.json" "$D/workers/ev.json"
 
 echo "grpo-ctl status"
@@ -67,6 +68,12 @@ check "status flags the worker with another dataset" \
 check "...once (the eval worker's own dataset is not compared)" test "$(grep -c "^WARNING: worker" "$WORK/status.out")" = 1
 check "...and shows the run done" grep -q "done: the trainer reached its --steps; final adapter v3" "$WORK/status.out"
 check "...and finished workers are not LATE" bash -c "! grep -q LATE '$WORK/status.out'"
+cp "$D/workers/w2.json" "$WORK/w2.json"
+sed -i 's/"state": "finished"/"state": "failed"/' "$D/workers/w2.json"
+"$BIN/grpo-ctl" status "$RUN" >"$WORK/status-failed.out" 2>&1
+check "a failed worker (restarted since with other flags) is shown but no longer compared: no WARNING" \
+  bash -c "grep -Eq '^worker +w2 .* failed' '$WORK/status-failed.out' && ! grep -q '^WARNING' '$WORK/status-failed.out'"
+cp "$WORK/w2.json" "$D/workers/w2.json"
 cp "$D/workers/ev.json" "$WORK/ev.json"
 sed -i 's/"state": "finished"/"state": "evaluating"/; s/"time": [0-9]*/"time": 1000/' "$D/workers/ev.json"
 "$BIN/grpo-ctl" status "$RUN" >"$WORK/status2.out" 2>&1
