@@ -9,6 +9,7 @@
 #include "grpo/budget.h"
 #include "grpo/loss.h"
 #include "grpo/schedule.h"
+#include "grpo/signal_warn.h"
 
 START_TEST(test_advantages) {
     float r[8] = {1, 0, 1, 0, 2, 2, 2, 2}, adv[8];
@@ -181,6 +182,27 @@ START_TEST(test_budget_auto) {
 END_TEST
 
 
+// The learning-signal warning: most groups without reward spread for
+// SIGNAL_FLAT_STEPS steps in a row, newest first; the groups --dynamic-sampling
+// dropped count as flat.
+START_TEST(test_signal_flat) {
+    char msg[768];
+    ck_assert(fabs(signal_flat_fraction(0.5, 8, 0) - 0.5) < 1e-12);
+    ck_assert(fabs(signal_flat_fraction(0.0, 8, 8) - 0.5) < 1e-12);  // 8 trained with spread, 8 dropped flat
+    ck_assert(signal_flat_fraction(0, 0, 0) == 0);
+    double two[] = {1.0, 0.9};
+    ck_assert_int_eq(signal_flat_warning(two, 2, msg, sizeof msg), 2);  // not yet several steps
+    ck_assert_str_eq(msg, "");
+    double mixed[] = {1.0, 0.75, 0.2, 1.0};
+    ck_assert_int_eq(signal_flat_warning(mixed, 4, msg, sizeof msg), 2);  // the run is broken by the 0.2 step
+    double flat[] = {1.0, 0.75, 0.5, 0.1};
+    ck_assert_int_eq(signal_flat_warning(flat, 4, msg, sizeof msg), 3);
+    ck_assert_msg(strstr(msg, "no learning signal: 75% of the groups of the last 3 steps had equal rewards") &&
+                  strstr(msg, "temperature") && strstr(msg, "same value") && strstr(msg, "too easy") &&
+                  strstr(msg, "too hard"), "%s", msg);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("grpo");
     TCase *core = tcase_create("core"), *limits = tcase_create("limits");
@@ -189,6 +211,7 @@ int main(void) {
     tcase_add_test(core, test_schedule);
     tcase_add_test(limits, test_schedule_limits);
     tcase_add_test(core, test_budget_auto);
+    tcase_add_test(core, test_signal_flat);
     suite_add_tcase(s, core);
     suite_add_tcase(s, limits);
     SRunner *sr = srunner_create(s);

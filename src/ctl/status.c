@@ -12,6 +12,7 @@
 #include <unistd.h>
 #include "core/timeutil.h"
 #include "ctl/ctl.h"
+#include "grpo/signal_warn.h"
 #include "store/runlayout.h"
 #include "store/runmeta.h"
 #include "store/versions.h"
@@ -184,12 +185,13 @@ static int show(Store *st, const char *url, long target, FILE *o) {
         if (versions_latest(st, &SERIES_ADAPTERS, &av, &err) == 0) version = av;
     }
     json_t *last = NULL;
-    double trend[8];
+    double trend[8], flat[8];  // newest first: reward, share of groups without reward spread
     int nt = 0;
     if (store_list_all(st, "metrics/step-", NULL, &l, &err) == 0 && l.n > 0) {
         for (int i = l.n - 1; i >= 0 && nt < 8; i--) {
             json_t *m = get_json(st, l.entries[i].key);
             if (!m) continue;
+            flat[nt] = signal_flat_fraction(num(m, "frac_reward_zero_std"), num(m, "groups"), num(m, "groups_filtered"));
             trend[nt++] = num(m, "reward");
             if (!last) {
                 last = m;
@@ -215,6 +217,8 @@ static int show(Store *st, const char *url, long target, FILE *o) {
         for (int i = nt - 1; i >= 0; i--) fprintf(o, " %.2f", trend[i]);
         fprintf(o, "\n");
     }
+    char signal[768];
+    if (signal_flat_warning(flat, nt, signal, sizeof signal) >= SIGNAL_FLAT_STEPS) fprintf(o, "WARNING: %s\n", signal);
     if (have_prog) {
         double used = (double)prog.consumed_shards, dropped = (double)prog.dropped_shards;
         fprintf(o, "         shards consumed %lld, dropped %lld (%.1f%% as too stale), rejected %lld\n", (long long)used,

@@ -11,6 +11,7 @@
 // nothing but what the store and HDF5 readers need for new shards, and its
 // metrics line.
 #include "grpo/trainer.h"
+#include "grpo/signal_warn.h"
 #include "core/mem.h"
 #include <errno.h>
 #include <float.h>
@@ -87,6 +88,11 @@ typedef struct {
     // step gathered (and all run long), and their rewards (for reward_sampled)
     int64_t flat_groups, flat_total, flat_n;
     double flat_reward_sum;
+    // the learning-signal check (signal_warn.h): the newest steps' shares of groups
+    // without reward spread, newest first, and how many in a row were mostly flat
+    double signal_flat[SIGNAL_FLAT_STEPS];
+    int signal_n;
+    int64_t signal_run;
 } Trainer;
 
 // --- publishing ---------------------------------------------------------------
@@ -876,6 +882,21 @@ static int step_update(Trainer *t, Step *st, PailErr *err) {
     return 0;
 }
 
+// Warns when most groups of SIGNAL_FLAT_STEPS steps in a row had no reward spread
+// (then every 10 such steps more): the run learns nothing, and the metric alone
+// went unnoticed.
+static void signal_check(Trainer *t, double frac_zero, int64_t groups) {
+    double f = signal_flat_fraction(frac_zero, (double)groups, (double)t->flat_groups);
+    memmove(t->signal_flat + 1, t->signal_flat, (SIGNAL_FLAT_STEPS - 1) * sizeof t->signal_flat[0]);
+    t->signal_flat[0] = f;
+    if (t->signal_n < SIGNAL_FLAT_STEPS) t->signal_n++;
+    t->signal_run = f >= SIGNAL_FLAT_FRACTION ? t->signal_run + 1 : 0;
+    char msg[768];
+    if (t->signal_run % 10 == SIGNAL_FLAT_STEPS && signal_flat_warning(t->signal_flat, t->signal_n, msg, sizeof msg) > 0 &&
+        msg[0])
+        log_warn("step %lld: %s", (long long)t->step, msg);
+}
+
 // The step's metrics (TRL's names where one exists; doc/formats.md): a JSON
 // line into pending_metrics, written out by the publish that commits the step,
 // and a line on stderr. Read before feed_commit releases the shards the
@@ -949,6 +970,7 @@ static int step_metrics(Trainer *t, Step *st, PailErr *err) {
     fprintf(stderr, "step %lld v%lld | reward %.3f | loss %+.4f | kl %.4f | %.0f tok/s | wait %.1f s | stale %.1f/%.0f%s\n",
             (long long)t->step, (long long)t->version, rmean, ls->loss, kl, secs > 0 ? (double)ss->tokens / secs : 0.0,
             st->waited, ngroups ? ss->staleness_sum / ngroups : 0.0, ss->staleness_max, flat);
+    signal_check(t, ast->groups ? (double)ast->zero_spread_groups / (double)ast->groups : 0.0, ast->groups);
     // The line waits in pending_metrics for the publish that commits this step.
     char *text = json_dumps(mj, JSON_COMPACT | JSON_SORT_KEYS);
     json_decref(mj);
