@@ -10,6 +10,7 @@
 #include "core/log.h"
 #include "core/threads.h"
 #include "model/device.h"
+#include "model/model_path.h"
 #include "rollout/reward_cli.h"
 #include "rollout/worker.h"
 #include "store/retry.h"
@@ -36,7 +37,7 @@ int main(int argc, char **argv) {
     FlagList stops = {0};
     Flag fl[] = {
         {"config", FLAG_STRING, &config, NULL, 1, 0, "file of key = value lines (the command line wins)"},
-        {"model", FLAG_STRING, &model, NULL, 1, 0, "Hugging Face model folder (with tokenizer.json)"},
+        {"model", FLAG_STRING, &model, NULL, 1, 0, "Hugging Face model folder (with tokenizer.json), or ORG/NAME in the local Hugging Face cache"},
         {"run", FLAG_STRING, &run, NULL, 1, 0, "the run's prefix: file:///abs/dir or s3://bucket/prefix"},
         {"worker-id", FLAG_STRING, &worker, NULL, 1, 0, "[A-Za-z0-9_.-]{1,64} (default: from SLURM_* ids, else host-pid); a restart with the same id continues its prompt stream"},
         {"dataset", FLAG_STRING, &dataset, NULL, 1, 0, "prompts: JSON lines, a path or a store URL"},
@@ -64,7 +65,7 @@ int main(int argc, char **argv) {
         {"serve-cert", FLAG_STRING, &serve_cert, NULL, 1, 0, "--serve: TLS certificate chain (PEM)"},
         {"serve-tls-key", FLAG_STRING, &serve_tls_key, NULL, 1, 0, "--serve: TLS private key (PEM)"},
         {"serve-api-key-file", FLAG_STRING, &serve_key_file, NULL, 1, 0, "--serve: file whose first line is the bearer key clients send (Authorization: Bearer KEY; at least 16 characters)"},
-        {"served-model-name", FLAG_STRING, &served_name, NULL, 1, 0, "--serve: the model id clients name (default: the --model folder's name)"},
+        {"served-model-name", FLAG_STRING, &served_name, NULL, 1, 0, "--serve: the model id clients name (default: the --model folder's name, or the Hugging Face id --model gives)"},
         {"episode-timeout", FLAG_DOUBLE, &episode_timeout, "300", 0.01, 86400, "--serve: seconds an episode may sit with no request in flight before it fails"},
         {"serve-max-requests", FLAG_INT, &serve_max, "64", 1, 4096, "--serve: requests without X-Pail-Episode in flight (more get 429)"},
         {"serve-max-connections", FLAG_INT, &serve_max_conns, "512", 1, 1000000, "--serve: open connections; at the cap the oldest one with no request in flight (one that never sent the key first) is closed for a newcomer, so /health and agents get in (one rate-limited log line); the file descriptor limit is raised to fit or the worker refuses to start"},
@@ -98,6 +99,14 @@ int main(int argc, char **argv) {
                        "rollout shards (doc/protocol.md). --eval: scores a held-out set for each new version.",
                        fl, n, argc, argv, NULL, NULL);
     if (rc >= 0) return rc;
+    char *model_arg = model ? strdup(model) : NULL;
+    if (model && model_path_cli("grpo-rollout", &model) != 0) {  // a folder, or a Hugging Face id in the cache
+        free(model_arg);
+        flags_free(fl, n);
+        return 1;
+    }
+    if (serve && !served_name && model_arg && strcmp(model_arg, model)) served_name = model_arg;  // the id, not a hash
+    else free(model_arg);
     PailErr err = {0};
     if (!model || !run || (!eval && !dataset) || (eval && !eval_dataset)) {
         fprintf(stderr, "grpo-rollout: --model, --run and --dataset (or --eval with --eval-dataset) are required\n");

@@ -12,6 +12,7 @@
 #include "grpo/trainer.h"
 #include "lora/lora.h"
 #include "model/device.h"
+#include "model/model_path.h"
 #include "store/cli.h"
 
 static volatile sig_atomic_t g_stop;
@@ -64,7 +65,7 @@ int main(int argc, char **argv) {
     char *valid = NULL;
     Flag fl[] = {
         {"config", FLAG_STRING, &config, NULL, 1, 0, "file of key = value lines (the command line wins)"},
-        {"model", FLAG_STRING, &model, NULL, 1, 0, "Hugging Face model folder (config.json, *.safetensors)"},
+        {"model", FLAG_STRING, &model, NULL, 1, 0, "Hugging Face model folder (config.json, *.safetensors), or ORG/NAME in the local Hugging Face cache"},
         {"run", FLAG_STRING, &run, NULL, 1, 0, "the run's prefix: file:///abs/dir or s3://bucket/prefix"},
         {"steps", FLAG_INT, &steps, "200", 0, 100000000, "optimizer steps (a resumed run counts its own; reaching them marks the run done in trainer/progress.json and the workers exit; 0: publish v0 and stop, the run left open)"},
         {"groups-per-step", FLAG_INT, &gps, "16", 1, 1000000, "prompt groups per optimizer step"},
@@ -153,6 +154,10 @@ int main(int argc, char **argv) {
                        "versions and resumable state (doc/protocol.md). SIGTERM/SIGUSR1: finish the step, publish, exit.",
                        fl, n, argc, argv, NULL, NULL);
     if (rc >= 0) return rc;
+    if (model && model_path_cli("grpo-train", &model) != 0) {  // a folder, or a Hugging Face id in the cache
+        flags_free(fl, n);
+        return 1;
+    }
     PailErr err = {0};
     TrainerConfig c = {.model_dir = model, .run_url = run, .replay_url = replay, .replay_record = replay_record, .init_adapter = init_adapter,
                        .dump_grads = dump_grads, .metrics_path = metrics && *metrics ? metrics : NULL,

@@ -21,7 +21,7 @@ int ctl_eval(int argc, char **argv) {
     char *device = NULL, *max_memory = NULL, *dtype = NULL;
     CtlStoreFlags sf = {0};
     Flag own[] = {
-        {"model", FLAG_STRING, &model, NULL, 1, 0, "Hugging Face model folder"},
+        {"model", FLAG_STRING, &model, NULL, 1, 0, "Hugging Face model folder, or ORG/NAME in the local Hugging Face cache"},
         {"adapter", FLAG_STRING, &adapter, NULL, 1, 0,
          "pail adapter: a .h5 path, a PEFT folder, or a store URL (file:// or s3://, e.g. s3://bucket/run/adapters/v00000012.h5); none: the base model"},
         {"dataset", FLAG_STRING, &dataset, NULL, 1, 0, "held-out prompts, JSON lines (path or store URL)"},

@@ -11,6 +11,7 @@
 #include "core/fsutil.h"
 #include "core/log.h"
 #include "ctl/ctl.h"
+#include "model/model_path.h"
 #include "store/versions.h"
 
 void ctl_store_flags(Flag *out, CtlStoreFlags *d) {
@@ -26,7 +27,18 @@ StoreOptions ctl_store_options(const CtlStoreFlags *sf) { return store_cli_optio
 
 int ctl_parse(const char *usage, const char *about, Flag *fl, int n, int argc, char **argv, char ***pos,
               int *npos) {
-    return flags_cli(argv[0], usage, about, fl, n, argc, argv, pos, npos);
+    int rc = flags_cli(argv[0], usage, about, fl, n, argc, argv, pos, npos);
+    if (rc >= 0) return rc;
+    for (int i = 0; i < n; i++)  // every subcommand's --model names its folder by one rule (model_path.h)
+        if (!strcmp(fl[i].name, "model") && fl[i].type == FLAG_STRING && *(char **)fl[i].dst &&
+            model_path_cli(argv[0], (char **)fl[i].dst) != 0) {
+            if (pos) {
+                free(*pos);
+                *pos = NULL;
+            }
+            return 1;
+        }
+    return -1;
 }
 
 int ctl_open_url(const char *url, const CtlStoreFlags *sf, Store **st, char *key, size_t keycap,
