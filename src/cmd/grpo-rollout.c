@@ -124,10 +124,9 @@ int main(int argc, char **argv) {
         return 2;
     }
     const char *rflag = reward_cli_given(argc, argv);
-    const char *clash = serve && env ? "--env" : serve && rflag ? "a reward flag" : serve && eval ? "--eval" : NULL;
+    const char *clash = serve && env ? "env" : serve && rflag ? rflag : serve && eval ? "eval" : NULL;
     if (clash) {
-        fprintf(stderr, "grpo-rollout: --serve: the agents are the environment and give the rewards (no %s%s%s)\n", clash,
-                clash[0] == 'a' ? ": --" : "", clash[0] == 'a' ? rflag : "");
+        fprintf(stderr, "grpo-rollout: --serve: the agents are the environment and give the rewards (no --%s)\n", clash);
         flags_free(fl, n);
         return 2;
     }
