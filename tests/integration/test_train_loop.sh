@@ -38,11 +38,12 @@ check "training moved the adapter" "$PY" "$ROOT/validation/train/compare_adapter
   "$D/adapters/v00000000.h5" "$D/adapters/v00000004.h5" --differ
 for w in wa wb; do wait "${PIDS[-1]}" 2>/dev/null; done
 
-echo "no learning signal: every group's rewards equal (a regex every completion matches)"
+echo "no learning signal: every group's rewards equal (a named cmd reward that answers 1 to all)"
 FR="file://$WORK/flat"
+printf 'while IFS= read -r l; do echo 1; done\n' >"$WORK/one.sh"
 "$BIN/grpo-train" "${COMMON[@]}" --run "$FR" --steps 0 --lora-rank 4 >/dev/null 2>&1 || bad "flat run v0"
 "$BIN/grpo-rollout" "${COMMON[@]}" --run "$FR" --dataset "$WORK/train.jsonl" --worker-id wf --groups-per-shard 2 \
-  --max-new-tokens 4 --batch-size 8 --max-shards 4 --max-ahead 0 --reward format --format-regex '^' \
+  --max-new-tokens 4 --batch-size 8 --max-shards 4 --max-ahead 0 --reward cmd:one --reward-cmd "one=sh $WORK/one.sh" \
   >"$WORK/roll-flat.log" 2>&1 || bad "flat run shards"
 "$BIN/grpo-train" "${COMMON[@]}" --run "$FR" --steps 4 --groups-per-step 2 --max-staleness 100 --lr 5e-3 \
   --lora-rank 4 >"$WORK/flat.log" 2>&1 || bad "flat run trainer"
@@ -50,6 +51,7 @@ check "the trainer warns after 3 such steps, naming the fraction and the usual c
   grep -q "step 3: no learning signal: 100% of the groups of the last 3 steps had equal rewards .*temperature.*same value.*too easy.*too hard" "$WORK/flat.log"
 check "...once (not at every step)" test "$(grep -c 'no learning signal' "$WORK/flat.log")" = 1
 check "...and its metric, frac_reward_zero_std, is 1" grep -q '"frac_reward_zero_std":1.0,' "$WORK/flat/metrics/step-00000004.json"
+check "...and the named cmd reward its own metric, rewards/cmd:one/mean" grep -q '"rewards/cmd:one/mean":1.0' "$WORK/flat/metrics/step-00000004.json"
 check "grpo-ctl status says so" bash -c "'$BIN/grpo-ctl' status '$FR' | grep -q '^WARNING: no learning signal: 100% of the groups of the last 4 steps'"
 check "...and not for the run with reward spread" bash -c "! '$BIN/grpo-ctl' status '$RUN' | grep -q 'no learning signal'"
 
