@@ -41,7 +41,7 @@ fi
 # Bad folders and files: one clear line naming the thing, exit 1 (2 for usage).
 "$CTL" init-model --out "$WORK/m" --shape tiny --model-type qwen2 --dtype f32 >/dev/null 2>&1
 check "model-info on a fresh tiny model" "$CTL" model-info --model "$WORK/m"
-expect_fail "no folder" 1 "/no/such/dir/config.json" "$CTL" model-info --model /no/such/dir
+expect_fail "no folder" 1 "--model /no/such/dir: no such folder" "$CTL" model-info --model /no/such/dir
 expect_fail "no --model" 2 "--model DIR is required" "$CTL" model-info
 cp -r "$WORK/m" "$WORK/mt"; sed -i 's/"model_type": "qwen2"/"model_type": "gemma"/' "$WORK/mt/config.json"
 expect_fail "unsupported model_type" 1 "model_type = 'gemma' is not supported \(pail runs llama, qwen2, qwen3, mistral" \
