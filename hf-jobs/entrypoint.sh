@@ -55,6 +55,7 @@ split_args() {
   xargs printf '' <<<"$v" 2>/dev/null || die "$2: unmatched quote in: $v" 2
   mapfile -d '' _to < <(xargs -r printf '%s\0' <<<"$v")
 }
+extra=(); task=()  # filled by split_args
 CHILD=
 trap '[ -n "$CHILD" ] && kill -TERM "$CHILD" 2>/dev/null' TERM INT
 ctl() {  # ctl ARGS...: grpo-ctl as the operator against ENDPOINT
