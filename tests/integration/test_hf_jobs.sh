@@ -8,10 +8,10 @@
 #      does not check them); a misspelt option (which the CLI takes for the
 #      image) must fail the check;
 #   2. the Jobs' environment and secrets taken from those commands run
-#      hf-jobs/entrypoint.sh relay / trainer / rollout x2 here on loopback
+#      hf-jobs/entrypoint.sh relay / trainer / rollout x2 / eval here on loopback
 #      (no container): the run completes and every role exits 0; the rollout
 #      Jobs score with the Python reward of doc/rewards.md, given once in
-#      PAIL_TASK_ARGS (shared with the eval Job) and quoted as a user would;
+#      PAIL_TASK_ARGS and quoted as a user would, and so does the eval Job;
 #   3. the Dockerfile installs a package for every library the executables need,
 #      and python3 for Python rewards and environments.
 source "$(dirname "$0")/lib.sh"
@@ -152,7 +152,8 @@ job_env() {
         PAIL_RELAY_PORT="$PORT" PAIL_TMP="$WORK/tmp-$1" PAIL_START_TIMEOUT=60 PAIL_STOP_GRACE=60 PAIL_UPSTREAM=
         PAIL_RELAY_ROOT="$WORK/bucket" PAIL_STEPS=5 PAIL_GROUP_SIZE=4 PAIL_ACCESS_LOG="$WORK/access.log"
         PAIL_TRAIN_ARGS="--groups-per-step 4 --lora-rank 4 --lora-alpha 8 --token-budget 1024"
-        PAIL_ROLLOUT_ARGS="--groups-per-shard 2 --batch-size 8 --max-new-tokens 4 --max-ahead 2 --max-shards 6" OMP_NUM_THREADS=1)
+        PAIL_ROLLOUT_ARGS="--groups-per-shard 2 --batch-size 8 --max-new-tokens 4 --max-ahead 2 --max-shards 6" OMP_NUM_THREADS=1
+        PAIL_EVAL_DATASET="$ROOT/data/addition/eval.jsonl" PAIL_EVAL_ARGS="--max-new-tokens 4 --batch-size 64")
   printf '%s\0' "${out[@]}"
 }
 role_of() { sed -n "${1}p" "$WORK/cmds.txt" | awk '{print $NF}'; }
@@ -163,18 +164,21 @@ start_role() {  # start_role N: run command N's role here, in the background
   PIDS+=($!); eval "JOB_$1=$!"
 }
 t0=$(date +%s)
-for n in 1 2 3 4; do start_role "$n"; done
+for n in 1 2 3 4 5; do start_role "$n"; done
 waitpid_deadline() {  # waitpid_deadline PID SECONDS -> the exit status, or 124
   local i; for i in $(seq 1 $(( $2 * 10 ))); do kill -0 "$1" 2>/dev/null || { wait "$1"; return $?; }; sleep 0.1; done; return 124
 }
 check "trainer job (entrypoint.sh trainer) exits 0 within 120 s" waitpid_deadline "$JOB_2" 120
 echo "  trainer done in $(( $(date +%s) - t0 )) s"
 for n in 3 4; do check "rollout job $((n - 2)) exits 0 on control/stop within 60 s" waitpid_deadline "$(eval echo "\$JOB_$n")" 60; done
+check "eval job exits 0 on control/stop within 60 s" waitpid_deadline "$JOB_5" 60
 check "relay job exits 0 once the workers stopped, within 30 s" waitpid_deadline "$JOB_1" 30
 check "adapters v0..v5 in the relay's bucket" test "$(ls "$WORK/bucket/ci-run/adapters" | grep -c '^v0000000[0-5]\.h5$')" = 6
 check "the trainer wrote control/stop" test -e "$WORK/bucket/ci-run/control/stop"
 check "the rollout Jobs scored with the Python reward of PAIL_TASK_ARGS (rewards/cmd/mean in every step's metrics)" \
   test "$(grep -c '"rewards/cmd/mean": *[0-9.e-]*[,}]' "$WORK/tmp-2/metrics.jsonl")" = 5
+check "the eval Job scored with the same Python reward (PAIL_TASK_ARGS): a cmd component in its evaluations" \
+  bash -c "grep -l '\"cmd\":' '$WORK'/bucket/ci-run/eval/v*.json | grep -q ."
 check "shards of both rollout jobs were consumed (worker ids from the commands)" bash -c "
   grep -q 'trainer GET GET ci-run/rollouts/v[0-9]*/hf-pail-ci-run-r0-' '$WORK/access.log' &&
   grep -q 'trainer GET GET ci-run/rollouts/v[0-9]*/hf-pail-ci-run-r1-' '$WORK/access.log'"
