@@ -10,8 +10,11 @@
 #            PAIL_STOP_GRACE [120]: at most this long after control/stop the relay waits
 #            for the workers' heartbeats to say stopped
 #   trainer: PAIL_MODEL [/model], PAIL_STEPS [200], PAIL_GROUP_SIZE [8], PAIL_TRAIN_ARGS
-#   rollout: PAIL_MODEL, PAIL_DATASET, PAIL_GROUP_SIZE, PAIL_WORKER_ID [hf-<host>], PAIL_ROLLOUT_ARGS
-#   eval:    PAIL_MODEL, PAIL_EVAL_DATASET, PAIL_EVAL_ARGS
+#   rollout: PAIL_MODEL, PAIL_DATASET, PAIL_GROUP_SIZE, PAIL_WORKER_ID [hf-<host>], PAIL_TASK_ARGS,
+#            PAIL_ROLLOUT_ARGS
+#   eval:    PAIL_MODEL, PAIL_EVAL_DATASET, PAIL_TASK_ARGS, PAIL_EVAL_ARGS
+#   PAIL_TASK_ARGS: the task's grpo-rollout flags (reward, --chat, --env...), rollout and eval alike;
+#   every *_ARGS is split into words as the shell would ('...', "..." quoting), nothing expanded
 #   PAIL_START_TIMEOUT [900]: seconds to wait for the relay; PAIL_BIN [/opt/pail/bin]; PAIL_TMP [/tmp/pail]
 set -uo pipefail
 ROLE=${1:-}
@@ -44,6 +47,15 @@ key_of() {  # key_of NAME -> "ID SECRET" from the secret NAME, checked
   [ -n "${id:-}" ] && [ -n "${sk:-}" ] && [ -z "${rest:-}" ] || die "secret $1 must hold 'ACCESS_KEY_ID SECRET'" 2
   echo "$id $sk"
 }
+# split_args ARRAY VAR: $VAR's words into ARRAY, quoted as in the shell but nothing
+# expanded (xargs's rules), so --reward-cmd 'python3 r.py' stays one word.
+split_args() {
+  local -n _to=$1; local v=${!2:-}; _to=()
+  [ -n "$v" ] || return 0
+  xargs printf '' <<<"$v" 2>/dev/null || die "$2: unmatched quote in: $v" 2
+  mapfile -d '' _to < <(xargs -r printf '%s\0' <<<"$v")
+}
+extra=(); task=()  # filled by split_args
 CHILD=
 trap '[ -n "$CHILD" ] && kill -TERM "$CHILD" 2>/dev/null' TERM INT
 ctl() {  # ctl ARGS...: grpo-ctl as the operator against ENDPOINT
@@ -85,7 +97,7 @@ relay)
   chmod 600 "$TMP/keys.txt"
   if [ -n "${PAIL_UPSTREAM:-}" ]; then backing=(--upstream "$PAIL_UPSTREAM")
   else mkdir -p "${PAIL_RELAY_ROOT:-/data/bucket}"; backing=(--root "${PAIL_RELAY_ROOT:-/data/bucket}"); fi
-  read -r -a extra <<<"${PAIL_RELAY_ARGS:-}"
+  split_args extra PAIL_RELAY_ARGS
   say "relay for $URL on port $PORT as $HOST (backing: ${backing[*]})"
   "$BIN/grpo-relay" --listen "0.0.0.0:$PORT" "${backing[@]}" --bucket "$BUCKET" --keys "$TMP/keys.txt" \
     --cert "$TMP/relay.pem" --key "$TMP/relay.key" --access-log "${PAIL_ACCESS_LOG:-/dev/null}" "${extra[@]}" &
@@ -123,7 +135,7 @@ trainer)
   [ -f "$MODEL/config.json" ] || die "PAIL_MODEL $MODEL: no config.json (mount the model with -v hf://ORG/NAME:/model)" 2
   wait_relay PAIL_TRAINER_KEY
   ctl rm "$URL/control/stop" >/dev/null 2>&1 || true   # a resubmitted run continues
-  read -r -a extra <<<"${PAIL_TRAIN_ARGS:-}"
+  split_args extra PAIL_TRAIN_ARGS
   run_child env AWS_ACCESS_KEY_ID="$id" AWS_SECRET_ACCESS_KEY="$sk" "$BIN/grpo-train" --model "$MODEL" --run "$URL" \
     --endpoint "$ENDPOINT" --ca-bundle "$CA" --steps "${PAIL_STEPS:-200}" --group-size "$GROUP" \
     --metrics "$TMP/metrics.jsonl" "${extra[@]}"
@@ -138,15 +150,16 @@ rollout|eval)
   wid=${PAIL_WORKER_ID:-hf-$(hostname | tr -c 'A-Za-z0-9_.\n-' _ | cut -c1-40)}
   if [ "$ROLE" = rollout ]; then
     [ -n "${PAIL_DATASET:-}" ] || die "PAIL_DATASET is not set: the training prompts" 2
-    read -r -a extra <<<"${PAIL_ROLLOUT_ARGS:-}"
+    split_args extra PAIL_ROLLOUT_ARGS
     args=(--dataset "$PAIL_DATASET" --group-size "$GROUP")
   else
     [ -n "${PAIL_EVAL_DATASET:-}" ] || die "PAIL_EVAL_DATASET is not set: the held-out prompts" 2
-    read -r -a extra <<<"${PAIL_EVAL_ARGS:-}"
+    split_args extra PAIL_EVAL_ARGS
     args=(--eval --eval-dataset "$PAIL_EVAL_DATASET")
   fi
+  split_args task PAIL_TASK_ARGS
   wait_relay PAIL_ROLLOUT_KEY
   run_child env AWS_ACCESS_KEY_ID="$id" AWS_SECRET_ACCESS_KEY="$sk" "$BIN/grpo-rollout" --model "$MODEL" --run "$URL" \
-    --endpoint "$ENDPOINT" --ca-bundle "$CA" --worker-id "$wid" "${args[@]}" "${extra[@]}"
+    --endpoint "$ENDPOINT" --ca-bundle "$CA" --worker-id "$wid" "${args[@]}" "${task[@]}" "${extra[@]}"
   exit $? ;;
 esac

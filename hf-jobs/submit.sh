@@ -15,9 +15,13 @@
 #   PAIL_HF_MODEL            model volume, mounted read-only at /model: hf://[models/]ORG/NAME [required
 #                            unless PAIL_MODEL names a folder in the image]
 #   PAIL_HF_DATASET          dataset volume mounted at /dataset: hf://datasets/ORG/NAME []
-#   PAIL_DATASET             training prompts inside the Jobs [/opt/pail/data/addition/train.jsonl]
+#   PAIL_DATASET             training prompts inside the Jobs, e.g. /dataset/train.jsonl with
+#                            PAIL_HF_DATASET, or the demo's /opt/pail/data/addition/train.jsonl [required]
 #   PAIL_EVAL_DATASET        held-out prompts: adds an eval Job              []
 #   PAIL_RUN                 run name (bucket prefix)                         [grpo-YYYYmmdd-HHMMSS]
+#   PAIL_TASK_ARGS           the task's grpo-rollout flags, for the rollout and eval Jobs alike:
+#                            reward, --chat, --env..., e.g. "--reward cmd --reward-cmd
+#                            'python3 /opt/pail/data/rewards/digit_match.py'" (the image has python3) []
 #   PAIL_STEPS [200]  PAIL_GROUP_SIZE [8]  PAIL_TRAIN_ARGS  PAIL_ROLLOUT_ARGS  PAIL_EVAL_ARGS  PAIL_RELAY_ARGS
 #   PAIL_HF_ROLLOUT_JOBS     rollout Jobs                                     [2]
 #   PAIL_HF_RELAY_FLAVOR [cpu-upgrade]  PAIL_HF_TRAINER_FLAVOR [cpu-xl]  PAIL_HF_ROLLOUT_FLAVOR [cpu-xl]
@@ -48,10 +52,11 @@ GROUP=${PAIL_GROUP_SIZE:-8}
 NROLL=${PAIL_HF_ROLLOUT_JOBS:-2}
 PORT=${PAIL_RELAY_PORT:-9000}
 TIMEOUT=${PAIL_HF_TIMEOUT:-4h}
-DATASET=${PAIL_DATASET:-/opt/pail/data/addition/train.jsonl}
+DATASET=${PAIL_DATASET:-}
 STATE=${PAIL_HF_STATE:-./pail-hf-$RUN}
 [ -n "$IMAGE" ] || die "PAIL_HF_IMAGE is not set: the image built from hf-jobs/Dockerfile (docker build -f hf-jobs/Dockerfile .)"
 [[ "$RUN" =~ ^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$ ]] || die "PAIL_RUN '$RUN': use [A-Za-z0-9_.-] and /"
+[ -n "$DATASET" ] || die "PAIL_DATASET is not set: the training prompts as the Jobs see them (/dataset/FILE with PAIL_HF_DATASET, or the demo's /opt/pail/data/addition/train.jsonl)"
 for v in STEPS GROUP NROLL PORT; do [[ "${!v}" =~ ^[0-9]+$ ]] || die "$v='${!v}' is not a whole number"; done
 [ "$NROLL" -ge 1 ] || die "PAIL_HF_ROLLOUT_JOBS must be at least 1"
 [[ "$TIMEOUT" =~ ^[0-9]+(\.[0-9]+)?[smhd]?$ ]] || die "PAIL_HF_TIMEOUT '$TIMEOUT': want a number with s, m, h or d"
@@ -130,6 +135,7 @@ add "$HF" jobs run "${common[@]}" --name "pail-trainer-$GROUPNAME" --flavor "${P
   "$IMAGE" "$ENTRY" trainer
 for i in $(seq 0 $((NROLL - 1))); do
   roll_env=(-e "PAIL_MODEL=$MODEL" -e "PAIL_DATASET=$DATASET" -e "PAIL_WORKER_ID=hf-$GROUPNAME-r$i")
+  [ -z "${PAIL_TASK_ARGS:-}" ] || roll_env+=(-e "PAIL_TASK_ARGS=$PAIL_TASK_ARGS")
   [ -z "${PAIL_ROLLOUT_ARGS:-}" ] || roll_env+=(-e "PAIL_ROLLOUT_ARGS=$PAIL_ROLLOUT_ARGS")
   add "$HF" jobs run "${common[@]}" --name "pail-rollout-$i-$GROUPNAME" --flavor "${PAIL_HF_ROLLOUT_FLAVOR:-cpu-xl}" \
     "${net[@]}" "${vol_model[@]}" "${vol_data[@]}" "${env_common[@]}" "${roll_env[@]}" --secrets PAIL_ROLLOUT_KEY \
@@ -137,6 +143,7 @@ for i in $(seq 0 $((NROLL - 1))); do
 done
 if [ -n "${PAIL_EVAL_DATASET:-}" ]; then
   eval_env=(-e "PAIL_MODEL=$MODEL" -e "PAIL_EVAL_DATASET=$PAIL_EVAL_DATASET" -e "PAIL_WORKER_ID=hf-$GROUPNAME-eval")
+  [ -z "${PAIL_TASK_ARGS:-}" ] || eval_env+=(-e "PAIL_TASK_ARGS=$PAIL_TASK_ARGS")
   [ -z "${PAIL_EVAL_ARGS:-}" ] || eval_env+=(-e "PAIL_EVAL_ARGS=$PAIL_EVAL_ARGS")
   add "$HF" jobs run "${common[@]}" --name "pail-eval-$GROUPNAME" --flavor "${PAIL_HF_EVAL_FLAVOR:-cpu-upgrade}" \
     "${net[@]}" "${vol_model[@]}" "${vol_data[@]}" "${env_common[@]}" "${eval_env[@]}" --secrets PAIL_ROLLOUT_KEY \

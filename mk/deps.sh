@@ -14,7 +14,9 @@ build_pc=(
 )
 # command : Debian package
 build_cmd=("gcc:gcc" "make:make" "pkg-config:pkg-config")
-test_cmd=("bc:bc" "h5dump:hdf5-tools" "aws:awscli" "s3cmd:s3cmd" "python3:python3" "curl:curl" "openssl:openssl")
+# clang-format: the layout check of `make test` (mk/format.sh)
+test_cmd=("bc:bc" "h5dump:hdf5-tools" "aws:awscli" "s3cmd:s3cmd" "python3:python3" "curl:curl" "openssl:openssl"
+  "clang-format:clang-format")
 # slurm: the launcher test starts its own one-host cluster (tests/integration/lib_slurm.sh);
 # libfaketime: the chaos campaign's clock-skew fault (tests/chaos/, doc/reliability.md)
 test_pkg=("python3-venv" "slurmctld" "slurmd" "slurm-client" "munge" "libfaketime")

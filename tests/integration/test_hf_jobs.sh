@@ -8,9 +8,12 @@
 #      does not check them); a misspelt option (which the CLI takes for the
 #      image) must fail the check;
 #   2. the Jobs' environment and secrets taken from those commands run
-#      hf-jobs/entrypoint.sh relay / trainer / rollout x2 here on loopback
-#      (no container): the run completes and every role exits 0;
-#   3. the Dockerfile installs a package for every library the executables need.
+#      hf-jobs/entrypoint.sh relay / trainer / rollout x2 / eval here on loopback
+#      (no container): the run completes and every role exits 0; the rollout
+#      Jobs score with the Python reward of doc/rewards.md, given once in
+#      PAIL_TASK_ARGS and quoted as a user would, and so does the eval Job;
+#   3. the Dockerfile installs a package for every library the executables need,
+#      and python3 for Python rewards and environments.
 source "$(dirname "$0")/lib.sh"
 trap '[ -z "${PAIL_TEST_KEEP:-}" ] || cp -a "$WORK" "$PAIL_TEST_KEEP"; cleanup' EXIT
 HFBIN=$(venv)/bin/hf
@@ -26,6 +29,9 @@ export PAIL_HF_STATE=$WORK/state PAIL_EVAL_DATASET=/opt/pail/data/addition/eval.
 export PAIL_HF_DATASET=hf://datasets/org/prompts PAIL_DATASET=/dataset/train.jsonl PAIL_STEPS=7
 export PAIL_TRAIN_ARGS="--lr 1e-5 --groups-per-step 32" PAIL_UPSTREAM=s3://my-bucket/pail AWS_ACCESS_KEY_ID=AKIAEXAMPLE
 export AWS_SECRET_ACCESS_KEY=example-secret HF=hf
+# The task's flags, once for the rollout and eval Jobs: the docs' Python reward.
+TASK_ARGS="--reward exact_answer --reward cmd:0.5 --reward-cmd 'python3 /opt/pail/data/rewards/digit_match.py'"
+export PAIL_TASK_ARGS=$TASK_ARGS
 check "submit.sh --dry-run prints the commands" bash -c "'$SUBMIT' --dry-run >'$WORK/cmds.txt'"
 check "five Jobs: relay, trainer, 2 rollout, eval" test "$(grep -c '^hf jobs run ' "$WORK/cmds.txt")" = 5
 check "no secret value is printed (only secret names)" \
@@ -66,6 +72,8 @@ else:
 if role == "trainer": env_want.update(PAIL_STEPS="7", PAIL_TRAIN_ARGS="--lr 1e-5 --groups-per-step 32")
 if role == "rollout": env_want["PAIL_DATASET"] = "/dataset/train.jsonl"
 if role == "eval": env_want["PAIL_EVAL_DATASET"] = "/opt/pail/data/addition/eval.jsonl"
+if role in ("rollout", "eval"): env_want["PAIL_TASK_ARGS"] = os.environ["PAIL_TASK_ARGS"]
+elif "PAIL_TASK_ARGS" in env: bad.append(f"{role} gets PAIL_TASK_ARGS")
 bad += [f"env {k}={env.get(k)!r}, want {v!r}" for k, v in env_want.items() if env.get(k) != v]
 if sorted(sec) != sorted(keys): bad.append(f"secrets {sorted(sec)}, want {sorted(keys)}")
 bad += [f"secret {k} is empty or not the environment's value" for k in sec if not sec[k] or sec[k] != os.environ.get(k)]
@@ -116,6 +124,8 @@ check "PAIL_HF_ENDPOINT commands: the real CLI resolves PAIL_ENDPOINT, no networ
   done <'$WORK/cmds-ext.txt'"
 expect_fail "submit.sh without PAIL_HF_IMAGE says so" 2 'PAIL_HF_IMAGE is not set' env -u PAIL_HF_IMAGE "$SUBMIT" --dry-run
 expect_fail "submit.sh with a bad run name says so" 2 "PAIL_RUN 'a b'" env PAIL_RUN='a b' "$SUBMIT" --dry-run
+expect_fail "submit.sh without PAIL_DATASET says so (no silent demo data)" 2 'PAIL_DATASET is not set: the training prompts' \
+  env -u PAIL_DATASET "$SUBMIT" --dry-run
 expect_fail "submit.sh with PAIL_HF_ENDPOINT but no keys says so" 2 'PAIL_TRAINER_KEY is not set' \
   env -u PAIL_TRAINER_KEY PAIL_HF_ENDPOINT=https://x:1 PAIL_HF_CA_FILE="$WORK/ext-ca.pem" PAIL_HF_STATE="$WORK/s3" "$SUBMIT" --dry-run
 
@@ -136,11 +146,14 @@ job_env() {
     esac
   done
   # Each worker is capped at 6 shards (12 for the 10 the 5 steps need), so both must contribute.
+  local task; task=$(printf '%s\n' "${out[@]}" | sed -n 's/^PAIL_TASK_ARGS=//p')
+  [ -z "$task" ] || out+=(PAIL_TASK_ARGS="${task//\/opt\/pail\/data/$ROOT/data}")
   out+=(PAIL_BIN="$BIN" PAIL_MODEL="$WORK/model" PAIL_DATASET="$ROOT/data/addition/train.jsonl" PAIL_RELAY_HOST=127.0.0.1
         PAIL_RELAY_PORT="$PORT" PAIL_TMP="$WORK/tmp-$1" PAIL_START_TIMEOUT=60 PAIL_STOP_GRACE=60 PAIL_UPSTREAM=
         PAIL_RELAY_ROOT="$WORK/bucket" PAIL_STEPS=5 PAIL_GROUP_SIZE=4 PAIL_ACCESS_LOG="$WORK/access.log"
         PAIL_TRAIN_ARGS="--groups-per-step 4 --lora-rank 4 --lora-alpha 8 --token-budget 1024"
-        PAIL_ROLLOUT_ARGS="--groups-per-shard 2 --batch-size 8 --max-new-tokens 4 --max-ahead 2 --max-shards 6" OMP_NUM_THREADS=1)
+        PAIL_ROLLOUT_ARGS="--groups-per-shard 2 --batch-size 8 --max-new-tokens 4 --max-ahead 2 --max-shards 6" OMP_NUM_THREADS=1
+        PAIL_EVAL_DATASET="$ROOT/data/addition/eval.jsonl" PAIL_EVAL_ARGS="--max-new-tokens 4 --batch-size 64")
   printf '%s\0' "${out[@]}"
 }
 role_of() { sed -n "${1}p" "$WORK/cmds.txt" | awk '{print $NF}'; }
@@ -151,16 +164,21 @@ start_role() {  # start_role N: run command N's role here, in the background
   PIDS+=($!); eval "JOB_$1=$!"
 }
 t0=$(date +%s)
-for n in 1 2 3 4; do start_role "$n"; done
+for n in 1 2 3 4 5; do start_role "$n"; done
 waitpid_deadline() {  # waitpid_deadline PID SECONDS -> the exit status, or 124
   local i; for i in $(seq 1 $(( $2 * 10 ))); do kill -0 "$1" 2>/dev/null || { wait "$1"; return $?; }; sleep 0.1; done; return 124
 }
 check "trainer job (entrypoint.sh trainer) exits 0 within 120 s" waitpid_deadline "$JOB_2" 120
 echo "  trainer done in $(( $(date +%s) - t0 )) s"
 for n in 3 4; do check "rollout job $((n - 2)) exits 0 on control/stop within 60 s" waitpid_deadline "$(eval echo "\$JOB_$n")" 60; done
+check "eval job exits 0 on control/stop within 60 s" waitpid_deadline "$JOB_5" 60
 check "relay job exits 0 once the workers stopped, within 30 s" waitpid_deadline "$JOB_1" 30
 check "adapters v0..v5 in the relay's bucket" test "$(ls "$WORK/bucket/ci-run/adapters" | grep -c '^v0000000[0-5]\.h5$')" = 6
 check "the trainer wrote control/stop" test -e "$WORK/bucket/ci-run/control/stop"
+check "the rollout Jobs scored with the Python reward of PAIL_TASK_ARGS (rewards/cmd/mean in every step's metrics)" \
+  test "$(grep -c '"rewards/cmd/mean": *[0-9.e-]*[,}]' "$WORK/tmp-2/metrics.jsonl")" = 5
+check "the eval Job scored with the same Python reward (PAIL_TASK_ARGS): a cmd component in its evaluations" \
+  bash -c "grep -l '\"cmd\":' '$WORK'/bucket/ci-run/eval/v*.json | grep -q ."
 check "shards of both rollout jobs were consumed (worker ids from the commands)" bash -c "
   grep -q 'trainer GET GET ci-run/rollouts/v[0-9]*/hf-pail-ci-run-r0-' '$WORK/access.log' &&
   grep -q 'trainer GET GET ci-run/rollouts/v[0-9]*/hf-pail-ci-run-r1-' '$WORK/access.log'"
@@ -188,4 +206,12 @@ runtime_ok() {
   [ ${#missing[@]} = 0 ] || { echo "not in RUNTIME_PKGS: ${missing[*]}" >&2; return 1; }
 }
 check "hf-jobs/Dockerfile RUNTIME_PKGS provide every library the executables link (readelf + dpkg -S)" runtime_ok
+# No docker daemon here: the final stage's apt-get line must install TASK_PKGS, which name python3.
+task_pkgs_ok() {
+  local f=$ROOT/hf-jobs/Dockerfile
+  grep -Eq '^ARG TASK_PKGS="([^"]* )?python3( [^"]*)?"$' "$f" || { echo "no python3 in ARG TASK_PKGS" >&2; return 1; }
+  sed -n '/^FROM debian:12-slim$/,$p' "$f" | grep -Fq 'install -y --no-install-recommends $RUNTIME_PKGS $TASK_PKGS' \
+    || { echo "the final stage does not install \$TASK_PKGS" >&2; return 1; }
+}
+check "hf-jobs/Dockerfile's image installs python3 (TASK_PKGS) for Python rewards and --env programs" task_pkgs_ok
 finish
