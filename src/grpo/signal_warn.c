@@ -18,6 +18,7 @@ int signal_flat_warning(const double *flat, int n, char *buf, size_t cap) {
              "frac_reward_zero_std; their advantage is 0). Usual causes: the sampling temperature (too low: the G "
              "completions are alike; too high: all noise), a reward that gives every completion the same value "
              "(see grpo-ctl samples), or a task too easy (every completion right) or too hard (every one wrong) "
-             "for this model", 100 * sum / run, run);
+             "for this model",
+             100 * sum / run, run);
     return run;
 }

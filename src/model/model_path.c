@@ -65,7 +65,8 @@ static int snapshot(const char *repo, char *out, size_t cap, PailErr *err) {
     if (n == 1 && is_dir(out)) return 0;
     if (n == 0) return err_set(err, PAIL_ERR_NOT_FOUND, "no snapshot under %s", path);
     return err_set(err, PAIL_ERR_INVALID, "%d snapshots under %s and no refs/main naming one: pass the folder of the "
-                   "one to use", n, path);
+                                          "one to use",
+                   n, path);
 }
 
 int model_path_resolve(const char *arg, char *out, size_t cap, bool *from_cache, PailErr *err) {
@@ -80,14 +81,16 @@ int model_path_resolve(const char *arg, char *out, size_t cap, bool *from_cache,
         }
         if (gguf)
             return err_set(err, PAIL_ERR_INVALID, "--model %s: a GGUF file, not a model folder: import it once with "
-                           "`grpo-ctl import-gguf %s --out DIR` (safetensors, tokenizer and config), then pass --model DIR",
+                                                  "`grpo-ctl import-gguf %s --out DIR` (safetensors, tokenizer and config), then pass --model DIR",
                            arg, arg);
         return err_set(err, PAIL_ERR_INVALID, "--model %s: a file, not a model folder (config.json, tokenizer.json, "
-                       "*.safetensors)", arg);
+                                              "*.safetensors)",
+                       arg);
     }
     if (gguf)
         return err_set(err, PAIL_ERR_NOT_FOUND, "--model %s: no such GGUF file (a .gguf is imported with `grpo-ctl "
-                       "import-gguf FILE.gguf --out DIR`, then --model DIR)", arg);
+                                                "import-gguf FILE.gguf --out DIR`, then --model DIR)",
+                       arg);
     if (!hub_id_like(arg)) return err_set(err, PAIL_ERR_NOT_FOUND, "--model %s: no such folder", arg);
     char hub[2048], repo[3072];
     hub_dir(hub, sizeof hub);
@@ -102,14 +105,16 @@ int model_path_resolve(const char *arg, char *out, size_t cap, bool *from_cache,
     if (!is_dir(repo) || snapshot(repo, snap, sizeof snap, &serr) < 0) {
         if (serr.code == PAIL_ERR_INVALID) return err_set(err, PAIL_ERR_INVALID, "--model %s: %s", arg, serr.msg);
         return err_set(err, PAIL_ERR_NOT_FOUND, "--model %s: no such folder, and not in the Hugging Face cache (%s): "
-                       "download it with `hf download %s` and pass --model %s again, or `hf download %s --local-dir DIR` "
-                       "and pass --model DIR", arg, repo, arg, arg, arg);
+                                                "download it with `hf download %s` and pass --model %s again, or `hf download %s --local-dir DIR` "
+                                                "and pass --model DIR",
+                       arg, repo, arg, arg, arg);
     }
     char cfg[4200];
     snprintf(cfg, sizeof cfg, "%s/config.json", snap);
     if (stat(cfg, &sb) != 0)
         return err_set(err, PAIL_ERR_NOT_FOUND, "--model %s: the Hugging Face cache's %s has no config.json (a partial "
-                       "download?): `hf download %s` fetches the whole model", arg, snap, arg);
+                                                "download?): `hf download %s` fetches the whole model",
+                       arg, snap, arg);
     if (strlen(snap) >= cap) return err_set(err, PAIL_ERR_INVALID, "--model %s: the path %s is too long", arg, snap);
     snprintf(out, cap, "%s", snap);
     *from_cache = true;
