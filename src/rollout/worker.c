@@ -49,9 +49,34 @@ static bool adapter_outdated(void *ctx) {
     return versions_latest(w->st, &SERIES_ADAPTERS, &newest, &err) == 0 && newest > w->version;
 }
 
+// The bytes of a row's text before rendering: its prompt, or its messages' contents
+// (strings and content blocks' "text").
+static size_t row_text_bytes(const DatasetRow *row) {
+    if (!row->messages) return strlen(row->prompt);
+    size_t n = 0, i, k;
+    json_t *m, *b;
+    json_array_foreach((json_t *)row->messages, i, m) {
+        json_t *c = json_object_get(m, "content");
+        if (json_is_string(c)) n += json_string_length(c);
+        else json_array_foreach(c, k, b) n += json_string_length(json_object_get(b, "text"));
+    }
+    return n;
+}
+
+// A text longer than --max-prompt-tokens tokens can hold is refused before it is
+// tokenized (or rendered): bounded work for a row that is one 1 GiB word.
+static int too_many_bytes(Worker *w, const DatasetRow *row, size_t bytes, const char *what, PailErr *err) {
+    size_t max = tokenizer_max_text_bytes(w->tok, (size_t)w->cfg->max_prompt_tokens);
+    if (bytes <= max) return 0;
+    err_set(err, PAIL_ERR_INVALID, "%s:%lld: %s has %zu bytes, more than %d tokens can hold (%zu: --max-prompt-tokens)",
+            w->ds->source, (long long)row->line, what, bytes, w->cfg->max_prompt_tokens, max);
+    return 1;
+}
+
 static int encode_row(Worker *w, const DatasetRow *row, Prompt *out, PailErr *err) {
     Buf text = {0};
     int rc = 0;
+    if (too_many_bytes(w, row, row_text_bytes(row), row->messages ? "messages' content" : "prompt", err)) return 1;
     if (row->messages || (w->cfg->chat && row->prompt)) {
         if (!w->have_chat)
             return err_set(err, PAIL_ERR_INVALID, "%s:%lld: a chat row needs a chat template: %s", w->ds->source,
@@ -65,6 +90,7 @@ static int encode_row(Worker *w, const DatasetRow *row, Prompt *out, PailErr *er
         rc = buf_append(&text, row->prompt, strlen(row->prompt));
     }
     if (rc < 0) { buf_free(&text); return -1; }
+    if (too_many_bytes(w, row, text.len, "prompt", err)) { buf_free(&text); return 1; }
     TokenIds ids = {0};
     if (tokenizer_encode(w->tok, (char *)text.data, text.len, &ids, err) < 0) {
         token_ids_free(&ids);
