@@ -40,6 +40,21 @@ static bool adapter_outdated(void *ctx) {
         PailErr serr = {0};
         if (store_head(w->st, RUN_KEY_STOP, &ss, &serr) == 0) return w->stop_seen = true;
     }
+    // --env: a batch of episodes can take minutes (an environment's tools are slow); stopping (a
+    // signal, control/stop) or the run being done (the trainer reached --steps), looked for every
+    // 2 s, cancels it: the program gets "cancel" for its open episodes and the worker exits
+    // instead of finishing a shard nobody trains on.
+    if (w->eng.env && !w->cfg->serve && !w->cfg->eval) {
+        if (w->stop && *w->stop) return true;
+        if (time_mono_s() >= w->next_stop_check) {
+            w->next_stop_check = time_mono_s() + 2.0;
+            StoreStat ss;
+            PailErr serr = {0};
+            long final_v;
+            if (store_head(w->st, RUN_KEY_STOP, &ss, &serr) == 0) return w->stop_seen = true;
+            if (pacing_run_state(w, &final_v) == RUN_DONE) return w->done_seen = true;
+        }
+    }
     if (!w->abandon_stale) return false;
     double now = time_mono_s();
     if (now < w->next_version_check) return false;
@@ -395,8 +410,10 @@ static int one_shard_env(Worker *w, volatile sig_atomic_t *stop, PailErr *err) {
     int er = episodes_run(w->eng.eps, prefix, rows, seeds, P, out, err);
     w->abandon_stale = false;
     if (er < 0) goto done;
-    if (er == 1 && ((stop && *stop) || w->stop_seen)) {
-        log_info("stopping: the open episodes of this batch are cancelled (their agents get 503)");
+    if (er == 1 && ((stop && *stop) || w->stop_seen || w->done_seen)) {
+        if (w->done_seen) log_info("the run is done: the open episodes of this batch are cancelled");
+        else if (c->serve) log_info("stopping: the open episodes of this batch are cancelled (their agents get 503)");
+        else log_info("stopping: the open episodes of this batch are cancelled");
         rc = 1;
         goto done;
     }
