@@ -108,7 +108,8 @@ int ctl_eval(int argc, char **argv) {
                        .backend = be, .max_memory = max_mem, .weights_dtype = want};
     PailErr err = {0};
     if (!sampler_temperature_ok(temperature, 100)) {
-        fprintf(stderr, "%s: --temperature %g: give 0 (greedy) or at least %g\n", argv[0], temperature, SAMPLER_MIN_TEMPERATURE);
+        fprintf(stderr, "%s: --temperature %g: give 0 (greedy) or at least %g\n", argv[0], temperature,
+                SAMPLER_MIN_TEMPERATURE);
         rc = 2;
         goto done;
     }

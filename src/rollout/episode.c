@@ -218,7 +218,8 @@ static void on_opening(Episodes *r, int k, json_t *messages, json_t *tools) {
             err_set(&err, PAIL_ERR_NOMEM, "out of memory");
     }
     if (!raw && !e->history) err_set(&err, PAIL_ERR_NOMEM, "out of memory");
-    else if (!raw && render(r, e->history, e->tools, &e->rendered, &err) < 0 && !err.msg[0]) err_set(&err, PAIL_ERR_NOMEM, "out of memory");
+    else if (!raw && render(r, e->history, e->tools, &e->rendered, &err) < 0 && !err.msg[0])
+        err_set(&err, PAIL_ERR_NOMEM, "out of memory");
     size_t max_bytes = tokenizer_max_text_bytes(r->cfg.tok, (size_t)r->cfg.max_prompt_tokens);
     if (!err.msg[0] && e->rendered.len > max_bytes) {  // refused untokenized: a 1 GiB opening would take tens of GB
         snprintf(why, sizeof why, "the opening %s has %zu bytes, more than %d tokens can hold (%zu: --max-prompt-tokens)",

@@ -160,12 +160,13 @@ static size_t norm_limit(size_t len) { return len > (SIZE_MAX - 4096) / NORM_GRO
 
 static int norm_too_long(const Tokenizer *tok, const NormStep *n, size_t limit, PailErr *err) {
     static const char *kind[] = {"NFC/NFD/NFKC/NFKD", "Prepend", "Replace", "Lowercase", "Strip"};
-    return err_set(err, PAIL_ERR_INVALID, "%s: normalizer %s grows the text past %zu bytes (%dx its length + 4 KiB)", tok->name,
-                   kind[n->kind], limit, NORM_GROWTH);
+    return err_set(err, PAIL_ERR_INVALID, "%s: normalizer %s grows the text past %zu bytes (%dx its length + 4 KiB)",
+                   tok->name, kind[n->kind], limit, NORM_GROWTH);
 }
 
 // One step from in to out (out is reset first); in is valid UTF-8. limit: the most bytes out may hold.
-static int norm_step(const Tokenizer *tok, const NormStep *n, const uint8_t *s, size_t len, size_t limit, Buf *out, PailErr *err) {
+static int norm_step(const Tokenizer *tok, const NormStep *n, const uint8_t *s, size_t len, size_t limit, Buf *out,
+                     PailErr *err) {
     buf_reset(out);
     int rc = 0;
     switch (n->kind) {

@@ -296,8 +296,9 @@ static int ids_check(Tokenizer *tok, json_t *model, PailErr *err) {
     if (json_is_object(vocab))
         for (void *it = json_object_iter(vocab); it; it = json_object_iter_next(vocab, it))
             if (json_integer_value(json_object_iter_value(it)) == id) name = json_object_iter_key(it);
-    return err_set(err, PAIL_ERR_INVALID, "%s: token \"%.60s\" has id %d, but the file holds %zu tokens (ids must be below %zu)",
-                   tok->name, name, id, present, limit);
+    return err_set(err, PAIL_ERR_INVALID,
+                   "%s: token \"%.60s\" has id %d, but the file holds %zu tokens (ids must be below %zu)", tok->name,
+                   name, id, present, limit);
 }
 
 static int load_json(Tokenizer *tok, json_t *root, PailErr *err) {

@@ -65,8 +65,8 @@ int unigram_load(Tokenizer *tok, json_t *model, PailErr *err) {
 }
 
 static size_t trie_slot(const Bpe *b, int32_t node, uint8_t c) {
-    uint64_t k = (uint64_t)node << 8 | c;
-    size_t j = (size_t)(tok_hash(&k, sizeof k) & (b->trie_cap - 1));
+    uint64_t k = (uint64_t)node << 8 | c, h = k * 0x9e3779b97f4a7c15ull;
+    size_t j = (size_t)((h ^ h >> 29) & (b->trie_cap - 1));
     while (b->trie_key[j] != UINT64_MAX && b->trie_key[j] != k) j = (j + 1) & (b->trie_cap - 1);
     return j;
 }
@@ -164,7 +164,8 @@ int unigram_encode(const Bpe *b, const uint8_t *w, size_t len, TokenIds *ids, Pa
     // Work budget, as the chat template's: trie steps, UNIGRAM_WORK_PER_BYTE per byte of the
     // word. Real pieces are at most 16 characters (SentencePiece's default), 64 steps from a
     // start; a hostile 100k-character piece would make a long run of its character quadratic.
-    size_t budget = len > (SIZE_MAX - 65536) / UNIGRAM_WORK_PER_BYTE ? SIZE_MAX : len * UNIGRAM_WORK_PER_BYTE + 65536, work = 0;
+    size_t work = 0,
+           budget = len > (SIZE_MAX - 65536) / UNIGRAM_WORK_PER_BYTE ? SIZE_MAX : len * UNIGRAM_WORK_PER_BYTE + 65536;
     for (size_t s = 0; s < len;) {
         uint32_t cp;
         size_t mblen = utf8_decode1(w + s, len - s, &cp);
@@ -172,8 +173,9 @@ int unigram_encode(const Bpe *b, const uint8_t *w, size_t len, TokenIds *ids, Pa
         int32_t at = 0;  // the trie node of w[s..e)
         for (size_t e = s + 1; e <= len && (at = trie_next(b, at, w[e - 1])) >= 0; e++) {
             if (++work > budget) {
-                rc = err_set(err, PAIL_ERR_INVALID, "tokenizer: Unigram work budget of %zu steps exceeded on a %zu-byte word "
-                             "(%d per byte: the vocabulary has hostile long pieces)", budget, len, UNIGRAM_WORK_PER_BYTE);
+                rc = err_set(err, PAIL_ERR_INVALID,
+                             "tokenizer: Unigram work budget of %zu steps exceeded on a %zu-byte word (%d per byte: "
+                             "the vocabulary has hostile long pieces)", budget, len, UNIGRAM_WORK_PER_BYTE);
                 goto out;
             }
             int32_t id = b->trie_id[at];
