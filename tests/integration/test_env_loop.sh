@@ -65,18 +65,19 @@ check "...a replay of its episode shards gives the same adapter" "$PY" "$ROOT/va
   "$WORK/run/adapters/v00000003.h5" "$WORK/replay/adapters/v00000003.h5"
 
 echo "after --steps, a worker in the middle of a batch"
-# The trainer needs one shard; the worker's second batch then waits on an environment that
-# never answers its steps (--env-timeout 300). It used to finish the whole batch (48 s with a
-# 1.5 s environment; here 300 s) before it looked at the run; it now sees the run done within
-# seconds, sends "cancel" for the open episodes and exits 0.
+# The worker's second batch waits on an environment that never answers its steps (--env-timeout
+# 300); only then does a trainer take the first shard and reach --steps 1. The worker used to
+# finish the whole batch (48 s with a 1.5 s environment; here 300 s) before it looked at the run;
+# it now sees the run done within seconds, sends "cancel" for the open episodes and exits 0.
 mkdir -p "$WORK/st-steps"
-"$BIN/grpo-train" "${COMMON[@]}" --run "file://$WORK/steps" --steps 1 --groups-per-step 2 --lora-rank 4 \
-  --rollout-timeout 120 --metrics "" >"$WORK/steps-train.log" 2>&1 &
-TRAIN=$!; PIDS+=($TRAIN)
+STEPS_TR=("$BIN/grpo-train" "${COMMON[@]}" --run "file://$WORK/steps" --groups-per-step 2 --lora-rank 4 --metrics "")
+"${STEPS_TR[@]}" --steps 0 >"$WORK/steps-train0.log" 2>&1 || bad "trainer --steps 0"
 "$BIN/grpo-rollout" "${COMMON[@]}" --run "file://$WORK/steps" "${ROLL_FLAGS[@]}" --env-timeout 300 --worker-id w-steps \
   --env "python3 $ROOT/tests/integration/env_modes.py stall $WORK/st-steps" >"$WORK/steps-roll.log" 2>&1 &
 ROLL=$!; PIDS+=($ROLL)
-check "the trainer finishes its one step" wait $TRAIN
+for _ in $(seq 600); do grep -q 'w-steps/1\.' "$WORK/st-steps/requests.jsonl" 2>/dev/null && break; sleep 0.1; done
+check "the worker's second batch is under way" grep -q 'w-steps/1\.' "$WORK/st-steps/requests.jsonl"
+check "a trainer then takes its first shard and reaches --steps 1" "${STEPS_TR[@]}" --steps 1 --rollout-timeout 120
 for _ in $(seq 60); do kill -0 $ROLL 2>/dev/null || break; sleep 0.5; done
 if kill -0 $ROLL 2>/dev/null; then bad "...the worker still runs 30 s after the trainer finished"; kill $ROLL
 else
