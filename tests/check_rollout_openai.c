@@ -59,6 +59,14 @@ START_TEST(test_chat_request) {
     ck_assert(parse("{\"model\": \"tiny\", \"prompt\": [\"hi\"], \"best_of\": 1}", false, false, &rq, &e) == 0);
     ck_assert_str_eq(json_string_value(rq.messages), "hi");
     openai_request_free(&rq);
+    // temperatures at grpo-rollout's rule: 0 (greedy) and from 0.01 up
+    const char *temps[] = {"0", "0.01", "2"};
+    for (int i = 0; i < 3; i++) {
+        char tb[128];
+        snprintf(tb, sizeof tb, "{\"model\": \"tiny\", \"prompt\": \"x\", \"temperature\": %s}", temps[i]);
+        ck_assert_msg(parse(tb, false, false, &rq, &e) == 0, "%s: %s", tb, e.msg);
+        openai_request_free(&rq);
+    }
 }
 END_TEST
 
@@ -78,7 +86,8 @@ START_TEST(test_refusals) {
     refused("{\"model\": \"tiny\", \"messages\": [{\"role\": \"user\", \"content\": 5}]}", true, 400, "messages");
     refused("{\"model\": \"tiny\", \"messages\": [{\"role\": \"assistant\", \"tool_calls\": 3}]}", true, 400, "messages");
     struct { const char *extra, *param; } cases[] = {
-        {"\"temperature\": 3", "temperature"}, {"\"temperature\": \"1\"", "temperature"}, {"\"top_p\": 0", "top_p"},
+        {"\"temperature\": 3", "temperature"}, {"\"temperature\": \"1\"", "temperature"},
+        {"\"temperature\": 1e-39", "temperature"}, {"\"temperature\": 0.009", "temperature"},  // grpo-rollout's floor {"\"top_p\": 0", "top_p"},
         {"\"top_k\": -1", "top_k"}, {"\"seed\": 1.5", "seed"}, {"\"max_tokens\": 0", "max_tokens"},
         {"\"max_completion_tokens\": 0", "max_completion_tokens"}, {"\"n\": 2", "n"},
         {"\"stop\": [\"a\", \"b\", \"c\", \"d\", \"e\"]", "stop"}, {"\"stop\": \"\"", "stop"}, {"\"stop\": [1]", "stop"},

@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include "check_tmp.h"
 #include "core/fsutil.h"
+#include "core/timeutil.h"
 #include "tokenizer/chat.h"
 #include "tokenizer/tokenizer.h"
 
@@ -615,6 +616,13 @@ START_TEST(test_hostile_files) {
     expect_load_error("{\"added_tokens\": [{\"content\": \"x\"}], \"model\": {\"type\": \"BPE\", \"vocab\": {}}}", "added_tokens[0]");
     expect_load_error("{\"added_tokens\": [{\"id\": 0, \"content\": \"x\"}], \"model\": {\"type\": \"BPE\", \"vocab\": {\"y\": 0}}}",
                       "which the vocab gives to \"y\"");
+    // ids are bounded by the tokens the file holds: one near 2^30 would size tables of tens of GB
+    expect_load_error("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 100000}}}",
+                      "token \"b\" has id 100000, but the file holds 2 tokens (ids must be below 260)");
+    expect_load_error("{\"added_tokens\": [{\"id\": 1073741000, \"content\": \"<x>\"}], \"model\": {\"type\": \"BPE\", "
+                      "\"vocab\": {\"a\": 0}}}", "token \"<x>\" has id 1073741000");
+    expect_load_error("{\"added_tokens\": [{\"id\": 900000000, \"content\": \"<x>\"}], \"model\": {\"type\": \"Unigram\", "
+                      "\"vocab\": [[\"a\", 0]]}}", "token \"<x>\" has id 900000000");
     // every truncation of a valid file fails cleanly (run under ASan: make asan)
     char *js = tiny_json(EXTRA, 10, MERGES, 8, false, ADDED, true, false);
     size_t len = strlen(js);
@@ -652,6 +660,75 @@ START_TEST(test_hostile_text) {
     free(big);
     token_ids_free(&ids);
     tokenizer_free(t);
+}
+END_TEST
+
+// A tokenizer file with one long string (n times c) spliced into fmt's %s.
+static Tokenizer *load_with_run(const char *fmt, char c, size_t n) {
+    char *run = malloc(n + 1);
+    memset(run, c, n);
+    run[n] = 0;
+    size_t len = strlen(fmt) + n;
+    char *js = malloc(len + 1);
+    snprintf(js, len + 1, fmt, run);
+    Tokenizer *t;
+    PailErr err = {0};
+    ck_assert_msg(tokenizer_load_mem(&t, js, strlen(js), "work.json", &err) == 0, "%s", err.msg);
+    free(js);
+    free(run);
+    return t;
+}
+
+START_TEST(test_work_bounds) {
+    TokenIds ids = {0};
+    PailErr err = {0};
+    // A Replace that makes a megabyte of each 'a': bounded as the chat template's work budget
+    // (16 x the text + 4 KiB), one line naming the normalizer; the text without an 'a' encodes.
+    Tokenizer *t = load_with_run("{\"normalizer\": {\"type\": \"Replace\", \"pattern\": {\"String\": \"a\"}, \"content\": \"%s\"},"
+                                 " \"model\": {\"type\": \"BPE\", \"vocab\": {\"b\": 0, \"c\": 1}}}", 'b', 1 << 20);
+    ck_assert_int_eq(tokenizer_encode(t, "caaaa", 5, &ids, &err), -1);
+    ck_assert_msg(strstr(err.msg, "work.json: normalizer Replace grows the text past 4176 bytes (16x its length + 4 KiB)"), "%s", err.msg);
+    ck_assert_int_eq(tokenizer_encode(t, "cc", 2, &ids, &err), 0);
+    ck_assert_int_eq((int)ids.len, 2);
+    tokenizer_free(t);
+    // steps that each grow 8x stay bounded as a chain (8 x 8 = 64x): the limit is the whole normalizer's
+    const char *x8 = "{\"type\": \"Replace\", \"pattern\": {\"Regex\": \"b\"}, \"content\": \"bbbbbbbb\"}";
+    char js[1024];
+    snprintf(js, sizeof js, "{\"normalizer\": {\"type\": \"Sequence\", \"normalizers\": [%s, %s]}, \"model\": {\"type\": \"BPE\", "
+             "\"vocab\": {\"b\": 0}}}", x8, x8);
+    ck_assert_int_eq(tokenizer_load_mem(&t, js, strlen(js), "x8.json", &err), 0);
+    ids.len = 0;
+    ck_assert_int_eq(tokenizer_encode(t, "bbbb", 4, &ids, &err), 0);  // 256 bytes: under 4 KiB
+    ck_assert_int_eq((int)ids.len, 256);
+    char *many = malloc(8192);
+    memset(many, 'b', 8192);
+    ck_assert_int_eq(tokenizer_encode(t, many, 8192, &ids, &err), -1);
+    ck_assert_msg(strstr(err.msg, "x8.json: normalizer Replace grows the text past 135168 bytes"), "%s", err.msg);
+    free(many);
+    tokenizer_free(t);
+    // A 100k-character Unigram piece: loads in linear time, a short text still encodes, and a
+    // long run of its character fails on the work budget in bounded time instead of quadratic.
+    double t0 = time_mono_s();
+    t = load_with_run("{\"model\": {\"type\": \"Unigram\", \"unk_id\": 0, \"vocab\": [[\"<unk>\", 0], [\"a\", -1], [\"%s\", -2]]}}",
+                      'a', 100000);
+    ids.len = 0;
+    ck_assert_int_eq(tokenizer_encode(t, "aaa", 3, &ids, &err), 0);
+    ck_assert_int_eq((int)ids.len, 3);
+    size_t n = 20000;
+    char *run = malloc(n);
+    memset(run, 'a', n);
+    ck_assert_int_eq(tokenizer_encode(t, run, n, &ids, &err), -1);
+    ck_assert_msg(strstr(err.msg, "Unigram work budget of 5185536 steps exceeded on a 20000-byte word"), "%s", err.msg);
+    free(run);
+    tokenizer_free(t);
+    ck_assert_msg(time_mono_s() - t0 < 20, "took %.1f s", time_mono_s() - t0);
+    // A text that cannot fit n tokens is known by its bytes: 4 x n x the longest token.
+    t = tiny(false, false);
+    ck_assert_uint_gt(tokenizer_max_text_bytes(t, 10), 10);
+    ck_assert_uint_eq(tokenizer_max_text_bytes(t, 10), 10 * tokenizer_max_text_bytes(t, 1));
+    ck_assert_uint_eq(tokenizer_max_text_bytes(t, SIZE_MAX), SIZE_MAX);
+    tokenizer_free(t);
+    token_ids_free(&ids);
 }
 END_TEST
 
@@ -725,6 +802,7 @@ int main(void) {
     tcase_add_test(limits, test_chat_limits);
     tcase_add_test(limits, test_hostile_files);
     tcase_add_test(limits, test_hostile_text);
+    tcase_add_test(limits, test_work_bounds);
     tcase_set_timeout(core, 60);
     tcase_set_timeout(limits, 60);
     suite_add_tcase(s, core);

@@ -47,7 +47,7 @@ int main(int argc, char **argv) {
         {"max-new-tokens", FLAG_INT, &max_new, "256", 1, 1 << 20, "completion length limit"},
         {"max-prompt-tokens", FLAG_INT, &max_prompt, "0", 0, 1 << 20, "longest prompt accepted (longer rows are skipped, reported and counted); with --max-new-tokens (--max-episode-tokens with --env) at most the model's positions, refused at start when past them; 0: auto, what the positions leave after --max-new-tokens, at most 1024"},
         {"prefill-tokens", FLAG_INT, &prefill, "1024", 1, 1 << 20, "prompts prefilled together in one model call, up to this many tokens (the activation plan holds max(this, --max-prompt-tokens, --batch-size) tokens)"},
-        {"temperature", FLAG_DOUBLE, &temperature, "1.0", 0, 100, "sampling temperature (0: greedy)"},
+        {"temperature", FLAG_DOUBLE, &temperature, "1.0", 0, 100, "sampling temperature (0: greedy; else at least 0.01)"},
         {"top-p", FLAG_DOUBLE, &top_p, "1.0", 0, 1, "nucleus sampling (1: off; see doc/rollout.md on the bias)"},
         {"top-k", FLAG_INT, &top_k, "0", 0, 1 << 24, "top-k sampling (0: off)"},
         {"min-p", FLAG_DOUBLE, &min_p, "0", 0, 1,
@@ -190,6 +190,12 @@ int main(int argc, char **argv) {
             return 1;
         }
         log_info("--generation-defaults: %s", took);
+    }
+    if (!sampler_temperature_ok(c.sampler.temperature, 100)) {
+        fprintf(stderr, "grpo-rollout: --temperature %g: give 0 (greedy) or at least %g (below it 1 / T magnifies the "
+                "logits' rounding into whole nats; a denormal overflows)\n", c.sampler.temperature, SAMPLER_MIN_TEMPERATURE);
+        flags_free(fl, n);
+        return 2;
     }
     fprintf(stderr, "grpo-rollout: effective configuration\n");
     flags_print(stderr, fl, n);

@@ -103,6 +103,12 @@ int ctl_eval(int argc, char **argv) {
                        .max_episode_tokens = (int)max_episode, .tool_format = tool_format,
                        .backend = be, .max_memory = max_mem, .weights_dtype = want};
     PailErr err = {0};
+    if (!sampler_temperature_ok(temperature, 100)) {
+        fprintf(stderr, "%s: --temperature %g: give 0 (greedy) or at least %g\n", argv[0], temperature,
+                SAMPLER_MIN_TEMPERATURE);
+        rc = 2;
+        goto done;
+    }
     char took[256];
     unsigned keep = flags_given(argc, argv, "temperature") ? SAMPLER_KEEP_TEMPERATURE : 0;
     if (gen_defaults && sampler_generation_defaults(&c.sampler, model, keep, took, &err) < 0) {

@@ -323,21 +323,27 @@ static int build_config(const GgufFile *g, const char *arch, ModelType type, int
     ModelConfig c = {0};
     model_config_defaults(&c, type);
     int64_t v;
-    struct { const char *k; int *dst; bool req; } ints[] = {
-        {"block_count", &c.num_hidden_layers, true}, {"embedding_length", &c.hidden_size, true},
-        {"feed_forward_length", &c.intermediate_size, true}, {"attention.head_count", &c.num_attention_heads, true},
-        {"context_length", &c.max_position_embeddings, false}, {"vocab_size", &c.vocab_size, false},
+    // The loader's ranges (config.c's model_config_parse), checked as they are read: the
+    // layer count sizes the per-layer tables below and every allocation after them.
+    struct { const char *k; int *dst; bool req; int64_t max; } ints[] = {
+        {"block_count", &c.num_hidden_layers, true, MODEL_MAX_LAYERS}, {"embedding_length", &c.hidden_size, true, 1 << 16},
+        {"feed_forward_length", &c.intermediate_size, true, 1 << 20},
+        {"attention.head_count", &c.num_attention_heads, true, 1024},
+        {"attention.head_count_kv", &c.num_key_value_heads, false, 1024},
+        {"context_length", &c.max_position_embeddings, false, 1 << 30}, {"vocab_size", &c.vocab_size, false, 1 << 22},
     };
     c.vocab_size = n_vocab;
+    c.num_key_value_heads = 0;
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
         int r = key_int(g, arch, ints[i].k, &v, ints[i].req, err);
         if (r < 0) return -1;
+        if (r && (v < 1 || v > ints[i].max))
+            return err_set(err, PAIL_ERR_INVALID, "gguf %s: %s.%s is %lld; pail loads 1..%lld", g->path, arch, ints[i].k,
+                           (long long)v, (long long)ints[i].max);
         if (r) *ints[i].dst = (int)v;
     }
-    c.num_key_value_heads = c.num_attention_heads;
-    int r = key_int(g, arch, "attention.head_count_kv", &v, false, err);
-    if (r < 0) return -1;
-    if (r) c.num_key_value_heads = (int)v;
+    if (!c.num_key_value_heads) c.num_key_value_heads = c.num_attention_heads;
+    int r;
     double f;
     if ((r = key_float(g, arch, "attention.layer_norm_rms_epsilon", &f, err)) < 0) return -1;
     if (r) c.rms_norm_eps = f;
@@ -379,6 +385,19 @@ static int build_config(const GgufFile *g, const char *arch, ModelType type, int
     if (build_config_family(g, arch, &c, err) < 0) return -1;
     *cfg = c;
     return model_config_validate(cfg, g->path, err);
+}
+
+// The config.json the import would write, read back by the loader's own parser: a value it
+// refuses (attn_factor 1e-45, a RoPE factor of 1e30) is refused here, before any weight is
+// allocated, instead of making a folder every tool then refuses.
+static int config_loads(const GgufFile *g, const ModelConfig *c, SafeTensorsDtype dtype, PailErr *err) {
+    Buf b = {0};
+    if (model_config_to_json(c, safetensors_dtype_name(dtype), &b) < 0) return err_set(err, PAIL_ERR_NOMEM, "out of memory");
+    ModelConfig back;
+    int rc = model_config_parse(&back, (const char *)b.data, b.len, "its config.json", err);
+    buf_free(&b);
+    if (rc < 0) err_wrap(err, "gguf %s: the loader would refuse", g->path);
+    return rc;
 }
 
 // ---- tensors ----
@@ -445,13 +464,19 @@ static void unpermute(float *dst, const float *src, size_t rows, size_t cols, in
                 memcpy(dst + (h * R + t * dim + i) * cols, src + (h * R + 2 * i + t) * cols, cols * sizeof *dst);
 }
 
-static int load_tensors(const GgufFile *g, ModelWeights *w, ModelType type, GgufImportInfo *info, PailErr *err) {
-    const ModelConfig *cfg = &w->cfg;
+// Every tensor the config needs, its name and shape checked, and every tensor of the file
+// placed; with w NULL only checked (before the weights are allocated: a file that says
+// block_count 1000 with 2 layers of tensors is refused without allocating 1000 layers).
+static int load_tensors(const GgufFile *g, const ModelConfig *cfg, ModelWeights *w, ModelType type, GgufImportInfo *info,
+                        PailErr *err) {
+    ModelParamSpec specs_buf[PARAM_COUNT];
+    const ModelParamSpec *specs = w ? w->specs : specs_buf;
+    if (!w) model_param_specs(cfg, specs_buf);
     int L = cfg->num_hidden_layers, used = 0;
     float *tmp = NULL;
     size_t tmp_cap = 0;
     for (int id = 0; id < PARAM_COUNT; id++) {
-        const ModelParamSpec *s = &w->specs[id];
+        const ModelParamSpec *s = &specs[id];
         if (!s->present || (id == PARAM_LM_HEAD && cfg->tie_word_embeddings)) continue;
         for (int l = 0; l < (s->per_layer ? L : 1); l++) {
             char nm[128];
@@ -468,6 +493,7 @@ static int load_tensors(const GgufFile *g, ModelWeights *w, ModelType type, Gguf
                                g->path, nm, (unsigned long long)t->dims[0], (unsigned long long)t->dims[1],
                                s->shape[s->ndim - 1], s->ndim == 2 ? s->shape[0] : (size_t)1);
             }
+            if (!w) { used++; continue; }
             float *dst = model_weights_tensor(w, id, l);
             bool perm = gguf_arch_permuted(type) && (id == PARAM_WQ || id == PARAM_WK || id == PARAM_BQ || id == PARAM_BK);
             if (perm && tmp_cap < s->numel) {
@@ -509,8 +535,8 @@ static int load_tensors(const GgufFile *g, ModelWeights *w, ModelType type, Gguf
             bool known = type == MODEL_PHI3 ? !strcmp(n, "rope_factors_short.weight") || !strcmp(n, "rope_factors_long.weight")
                                             : !strcmp(n, "rope_freqs.weight");
             for (int id = 0; id < PARAM_COUNT && !known; id++)
-                known = w->specs[id].present && param_name(cfg, id) && !strcmp(p, param_name(cfg, id)) &&
-                        (w->specs[id].per_layer == (p != n));
+                known = specs[id].present && param_name(cfg, id) && !strcmp(p, param_name(cfg, id)) &&
+                        (specs[id].per_layer == (p != n));
             if (!known)
                 return err_set(err, PAIL_ERR_UNSUPPORTED, "gguf %s: tensor '%s' has no place in a %s model", g->path, n,
                                model_type_name(type));
@@ -1009,9 +1035,10 @@ int gguf_import(const GgufFile *g, const char *dir, const GgufImportOptions *opt
     if (build_config(g, a, type, n_vocab, &cfg, err) < 0) return -1;
     info->vocab = cfg.vocab_size;
     snprintf(info->arch, sizeof info->arch, "%s", model_type_name(cfg.type));  // a llama file with a window: mistral
+    if (config_loads(g, &cfg, opt->dtype, err) < 0 || load_tensors(g, &cfg, NULL, type, info, err) < 0) return -1;
     ModelWeights w;
     if (model_weights_alloc(&w, &cfg, err) < 0) return -1;
-    int rc = load_tensors(g, &w, type, info, err);
+    int rc = load_tensors(g, &cfg, &w, type, info, err);
     ModelGenOptions mo = {.dtype = opt->dtype};
     if (rc == 0) rc = model_weights_save(&w, dir, &mo, err);
     model_weights_free(&w);

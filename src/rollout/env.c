@@ -71,6 +71,15 @@ int env_init(Env **out, const char *cmd, double timeout_s, int max_episodes, Pai
 
 static void prog_free(ProgEnv *e) {
     if (!e) return;
+    // What is queued (the "cancel" of each episode still open) is written first, for up to
+    // 1 s: a worker that stops mid-batch closes its episodes before the EOF.
+    for (int64_t end = time_mono_ms() + 1000; e->ch.pid >= 0 && e->wpos < e->wq.len && time_mono_ms() < end;) {
+        struct pollfd p = {.fd = e->ch.in, .events = POLLOUT};
+        if (poll(&p, 1, 100) <= 0) continue;
+        ssize_t w = child_write(&e->ch, e->wq.data + e->wpos, e->wq.len - e->wpos);
+        if (w <= 0) break;
+        e->wpos += (size_t)w;
+    }
     child_close_stdin(&e->ch);  // EOF: a well-behaved program exits now
     child_stop(&e->ch, 1000, NULL, 0);
     for (int i = 0; i < e->qn; i++) env_event_free(&e->q[i]);

@@ -217,8 +217,17 @@ static void on_opening(Episodes *r, int k, json_t *messages, json_t *tools) {
         if (buf_append(&e->rendered, json_string_value(messages), json_string_length(messages)) < 0)
             err_set(&err, PAIL_ERR_NOMEM, "out of memory");
     }
-    if (err.msg[0] || (!raw && !e->history) || (!raw && render(r, e->history, e->tools, &e->rendered, &err) < 0) ||
-        tokenizer_encode(r->cfg.tok, (char *)e->rendered.data, e->rendered.len, &ids, &err) < 0) {
+    if (!raw && !e->history) err_set(&err, PAIL_ERR_NOMEM, "out of memory");
+    else if (!raw && render(r, e->history, e->tools, &e->rendered, &err) < 0 && !err.msg[0])
+        err_set(&err, PAIL_ERR_NOMEM, "out of memory");
+    size_t max_bytes = tokenizer_max_text_bytes(r->cfg.tok, (size_t)r->cfg.max_prompt_tokens);
+    if (!err.msg[0] && e->rendered.len > max_bytes) {  // refused untokenized: a 1 GiB opening would take tens of GB
+        snprintf(why, sizeof why, "the opening %s has %zu bytes, more than %d tokens can hold (%zu: --max-prompt-tokens)",
+                 raw ? "prompt" : "messages render", e->rendered.len, r->cfg.max_prompt_tokens, max_bytes);
+        ep_fail(r, k, why);
+        return;
+    }
+    if (err.msg[0] || tokenizer_encode(r->cfg.tok, (char *)e->rendered.data, e->rendered.len, &ids, &err) < 0) {
         token_ids_free(&ids);
         snprintf(why, sizeof why, "the opening %s: %s", raw ? "prompt" : "messages", err.msg[0] ? err.msg : "out of memory");
         ep_fail(r, k, why);

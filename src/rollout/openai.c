@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "rollout/sampler.h"
 #include "shard/shard.h"
 
 _Static_assert(OPENAI_MAX_COMPONENTS == SHARD_MAX_COMPONENTS, "a reward's components must fit a shard");
@@ -207,6 +208,12 @@ static json_t *sampling_params(const json_t *b, bool chat, int default_max, Open
     const char *param = NULL;
     if ((v = json_object_get(b, "temperature")) && !json_is_null(v)) {
         if (!json_is_number(v) || json_number_value(v) < 0 || json_number_value(v) > 2) { param = "temperature"; goto bad; }
+        if (!sampler_temperature_ok(json_number_value(v), 2)) {  // grpo-rollout --temperature's rule
+            fail(e, 400, "temperature", NULL, "'temperature' %g: give 0 (greedy) or %g..2", json_number_value(v),
+                 SAMPLER_MIN_TEMPERATURE);
+            json_decref(p);
+            return NULL;
+        }
         json_object_set(p, "temperature", v);
     }
     if ((v = json_object_get(b, "top_p")) && !json_is_null(v)) {

@@ -10,6 +10,8 @@
 #include <string.h>
 #include <unistd.h>
 
+bool sampler_temperature_ok(double t, double max) { return t == 0 || (t >= SAMPLER_MIN_TEMPERATURE && t <= max); }
+
 int sampler_generation_defaults(SamplerConfig *s, const char *model_dir, unsigned keep, char *desc, PailErr *err) {
     char path[4200];
     snprintf(path, sizeof path, "%s/generation_config.json", model_dir);
@@ -33,6 +35,11 @@ int sampler_generation_defaults(SamplerConfig *s, const char *model_dir, unsigne
         if (!json_is_number(v) || !(x >= keys[i].lo && x <= keys[i].hi) || (i == 2 && x != floor(x))) {
             json_decref(g);
             return err_set(err, PAIL_ERR_INVALID, "%s: %s is not a number in [%g, %g]", path, keys[i].key, keys[i].lo, keys[i].hi);
+        }
+        if (i == 0 && !sampler_temperature_ok(x, keys[i].hi)) {
+            json_decref(g);
+            return err_set(err, PAIL_ERR_INVALID, "%s: temperature %g is neither 0 (greedy) nor at least %g", path, x,
+                           SAMPLER_MIN_TEMPERATURE);
         }
         if (i == 0) out.temperature = x;
         else if (i == 1) out.top_p = x;

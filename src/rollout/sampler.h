@@ -5,6 +5,7 @@
 // importance ratio, which is why the default is no truncation). Temperature 0
 // is greedy (log-probability 0: a point mass).
 #pragma once
+#include <stdbool.h>
 #include "core/err.h"
 #include "core/rng.h"
 
@@ -20,6 +21,15 @@ typedef struct {
     int *idx;    // (V) candidate order for top-k / top-p
     int V;
 } SamplerScratch;
+
+// The lowest temperature pail samples with; 0 is greedy. Below it 1 / T turns the logits'
+// rounding (bf16 keeps ~3 digits: 0.03 of a logit of 8) into whole nats between the sampler's
+// log-probs and the trainer's, and near 1e-38 (a float denormal) 1 / T overflows: every step
+// such shards feed is skipped for non-finite gradients. vLLM raises such temperatures to 0.01.
+#define SAMPLER_MIN_TEMPERATURE 0.01
+// The one rule for every temperature given (flags, generation_config.json, --serve requests):
+// 0 (greedy) or SAMPLER_MIN_TEMPERATURE..max.
+bool sampler_temperature_ok(double t, double max);
 
 enum { SAMPLER_KEEP_TEMPERATURE = 1, SAMPLER_KEEP_TOP_P = 2, SAMPLER_KEEP_TOP_K = 4, SAMPLER_KEEP_MIN_P = 8 };
 // --generation-defaults: temperature, top_p, top_k and min_p from model_dir/generation_config.json

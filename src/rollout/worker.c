@@ -40,6 +40,21 @@ static bool adapter_outdated(void *ctx) {
         PailErr serr = {0};
         if (store_head(w->st, RUN_KEY_STOP, &ss, &serr) == 0) return w->stop_seen = true;
     }
+    // --env: a batch of episodes can take minutes (an environment's tools are slow); stopping (a
+    // signal, control/stop) or the run being done (the trainer reached --steps), looked for every
+    // 2 s, cancels it: the program gets "cancel" for its open episodes and the worker exits
+    // instead of finishing a shard nobody trains on.
+    if (w->eng.env && !w->cfg->serve && !w->cfg->eval) {
+        if (w->stop && *w->stop) return true;
+        if (time_mono_s() >= w->next_stop_check) {
+            w->next_stop_check = time_mono_s() + 2.0;
+            StoreStat ss;
+            PailErr serr = {0};
+            long final_v;
+            if (store_head(w->st, RUN_KEY_STOP, &ss, &serr) == 0) return w->stop_seen = true;
+            if (pacing_run_state(w, &final_v) == RUN_DONE) return w->done_seen = true;
+        }
+    }
     if (!w->abandon_stale) return false;
     double now = time_mono_s();
     if (now < w->next_version_check) return false;
@@ -49,9 +64,34 @@ static bool adapter_outdated(void *ctx) {
     return versions_latest(w->st, &SERIES_ADAPTERS, &newest, &err) == 0 && newest > w->version;
 }
 
+// The bytes of a row's text before rendering: its prompt, or its messages' contents
+// (strings and content blocks' "text").
+static size_t row_text_bytes(const DatasetRow *row) {
+    if (!row->messages) return strlen(row->prompt);
+    size_t n = 0, i, k;
+    json_t *m, *b;
+    json_array_foreach((json_t *)row->messages, i, m) {
+        json_t *c = json_object_get(m, "content");
+        if (json_is_string(c)) n += json_string_length(c);
+        else json_array_foreach(c, k, b) n += json_string_length(json_object_get(b, "text"));
+    }
+    return n;
+}
+
+// A text longer than --max-prompt-tokens tokens can hold is refused before it is
+// tokenized (or rendered): bounded work for a row that is one 1 GiB word.
+static int too_many_bytes(Worker *w, const DatasetRow *row, size_t bytes, const char *what, PailErr *err) {
+    size_t max = tokenizer_max_text_bytes(w->tok, (size_t)w->cfg->max_prompt_tokens);
+    if (bytes <= max) return 0;
+    err_set(err, PAIL_ERR_INVALID, "%s:%lld: %s has %zu bytes, more than %d tokens can hold (%zu: --max-prompt-tokens)",
+            w->ds->source, (long long)row->line, what, bytes, w->cfg->max_prompt_tokens, max);
+    return 1;
+}
+
 static int encode_row(Worker *w, const DatasetRow *row, Prompt *out, PailErr *err) {
     Buf text = {0};
     int rc = 0;
+    if (too_many_bytes(w, row, row_text_bytes(row), row->messages ? "messages' content" : "prompt", err)) return 1;
     if (row->messages || (w->cfg->chat && row->prompt)) {
         if (!w->have_chat)
             return err_set(err, PAIL_ERR_INVALID, "%s:%lld: a chat row needs a chat template: %s", w->ds->source,
@@ -65,6 +105,7 @@ static int encode_row(Worker *w, const DatasetRow *row, Prompt *out, PailErr *er
         rc = buf_append(&text, row->prompt, strlen(row->prompt));
     }
     if (rc < 0) { buf_free(&text); return -1; }
+    if (too_many_bytes(w, row, text.len, "prompt", err)) { buf_free(&text); return 1; }
     TokenIds ids = {0};
     if (tokenizer_encode(w->tok, (char *)text.data, text.len, &ids, err) < 0) {
         token_ids_free(&ids);
@@ -381,8 +422,10 @@ static int one_shard_env(Worker *w, volatile sig_atomic_t *stop, PailErr *err) {
     int er = episodes_run(w->eng.eps, prefix, rows, seeds, P, out, err);
     w->abandon_stale = false;
     if (er < 0) goto done;
-    if (er == 1 && ((stop && *stop) || w->stop_seen)) {
-        log_info("stopping: the open episodes of this batch are cancelled (their agents get 503)");
+    if (er == 1 && ((stop && *stop) || w->stop_seen || w->done_seen)) {
+        if (w->done_seen) log_info("the run is done: the open episodes of this batch are cancelled");
+        else if (c->serve) log_info("stopping: the open episodes of this batch are cancelled (their agents get 503)");
+        else log_info("stopping: the open episodes of this batch are cancelled");
         rc = 1;
         goto done;
     }

@@ -45,7 +45,8 @@ struct Worker {
     bool abandon_stale;    // this shard: abandon it when a newer adapter is out (window 0: it would be dropped)
     double next_version_check;
     volatile sig_atomic_t *stop;  // the caller's stop flag
-    bool stop_seen;               // --serve: control/stop found while a batch waited for agents
+    bool stop_seen;               // --serve, --env: control/stop found while a batch waited for agents / episodes
+    bool done_seen;               // --env: the run was done (trainer at --steps) while a batch's episodes ran
     double next_stop_check;
     int64_t busy_since;           // --eval: unix time the evaluation under way began, 0 when none
 };

@@ -420,7 +420,9 @@ int bpe_load_tables(Tokenizer *tok, json_t *model, PailErr *err) {
 void bpe_free(Bpe *b) {
     for (size_t s = 0; s < b->raw_vocab.cap; s++) free((char *)b->raw_vocab.slots[s].key);
     strmap_free(&b->raw_vocab);
-    strmap_free(&b->prefixes);
+    free(b->trie_key);
+    free(b->trie_child);
+    free(b->trie_id);
     free(b->score);
     strmap_free(&b->vocab);
     free(b->merges.slots);

@@ -151,8 +151,22 @@ static bool is_space_cp(uint32_t c) {  // Rust char::is_whitespace (Strip's trim
            c == 0x2028 || c == 0x2029 || c == 0x202f || c == 0x205f || c == 0x3000;
 }
 
-// One step from in to out (out is reset first); in is valid UTF-8.
-static int norm_step(const Tokenizer *tok, const NormStep *n, const uint8_t *s, size_t len, Buf *out, PailErr *err) {
+// What normalizing may make of a text of len bytes, as the chat template's work budget
+// bounds rendering: NORM_GROWTH x its length plus 4 KiB. Real normalizers grow text at
+// most ~11x (NFKD of U+FDFA), Replace ' ' -> '\u2581' 3x; a hostile Replace (one char to
+// a megabyte, or steps that each multiply) would otherwise grow it without bound.
+#define NORM_GROWTH 16
+static size_t norm_limit(size_t len) { return len > (SIZE_MAX - 4096) / NORM_GROWTH ? SIZE_MAX : len * NORM_GROWTH + 4096; }
+
+static int norm_too_long(const Tokenizer *tok, const NormStep *n, size_t limit, PailErr *err) {
+    static const char *kind[] = {"NFC/NFD/NFKC/NFKD", "Prepend", "Replace", "Lowercase", "Strip"};
+    return err_set(err, PAIL_ERR_INVALID, "%s: normalizer %s grows the text past %zu bytes (%dx its length + 4 KiB)",
+                   tok->name, kind[n->kind], limit, NORM_GROWTH);
+}
+
+// One step from in to out (out is reset first); in is valid UTF-8. limit: the most bytes out may hold.
+static int norm_step(const Tokenizer *tok, const NormStep *n, const uint8_t *s, size_t len, size_t limit, Buf *out,
+                     PailErr *err) {
     buf_reset(out);
     int rc = 0;
     switch (n->kind) {
@@ -204,6 +218,7 @@ static int norm_step(const Tokenizer *tok, const NormStep *n, const uint8_t *s, 
             for (;;) {
                 const uint8_t *hit = len - i >= n->pat_len ? memmem(s + i, len - i, n->pat, n->pat_len) : NULL;
                 if (!hit) break;
+                if (out->len + (size_t)(hit - (s + i)) + n->content_len > limit) return norm_too_long(tok, n, limit, err);
                 rc |= buf_append(out, s + i, (size_t)(hit - (s + i)));
                 rc |= buf_append(out, n->content, n->content_len);
                 i = (size_t)(hit - s) + n->pat_len;
@@ -223,6 +238,7 @@ static int norm_step(const Tokenizer *tok, const NormStep *n, const uint8_t *s, 
                 off = ov[0] + utf8_decode1(s + ov[0], len - ov[0], &cp);
                 continue;
             }
+            if (out->len + (ov[0] - prev) + n->content_len > limit) return norm_too_long(tok, n, limit, err);
             rc |= buf_append(out, s + prev, ov[0] - prev);
             rc |= buf_append(out, n->content, n->content_len);
             prev = off = ov[1];
@@ -230,6 +246,7 @@ static int norm_step(const Tokenizer *tok, const NormStep *n, const uint8_t *s, 
         rc |= buf_append(out, s + prev, len - prev);
         break;
     }
+    if (rc == 0 && out->len > limit) return norm_too_long(tok, n, limit, err);
     return rc < 0 ? err_set(err, PAIL_ERR_NOMEM, "tokenizer: out of memory") : 0;
 }
 
@@ -238,14 +255,15 @@ int normalizer_apply(const Tokenizer *tok, const uint8_t *s, size_t len, Buf *ou
         buf_reset(out);
         return buf_append(out, s, len) < 0 ? err_set(err, PAIL_ERR_NOMEM, "tokenizer: out of memory") : 0;
     }
-    if (tok->n_norm == 1) return norm_step(tok, &tok->norm[0], s, len, out, err);
+    size_t limit = norm_limit(len);  // for the whole chain, not each step: steps that each multiply stay bounded
+    if (tok->n_norm == 1) return norm_step(tok, &tok->norm[0], s, len, limit, out, err);
     Buf a = {0}, b = {0};  // ping-pong between two buffers, the last step writes out
     const uint8_t *in = s;
     size_t in_len = len;
     int rc = 0;
     for (int k = 0; k < tok->n_norm && rc == 0; k++) {
         Buf *dst = k + 1 == tok->n_norm ? out : (k % 2 ? &b : &a);
-        rc = norm_step(tok, &tok->norm[k], in, in_len, dst, err);
+        rc = norm_step(tok, &tok->norm[k], in, in_len, limit, dst, err);
         in = dst->data;
         in_len = dst->len;
     }

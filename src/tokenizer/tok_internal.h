@@ -62,7 +62,12 @@ typedef struct {
     bool unigram;           // model type Unigram: Viterbi over scores instead of merges
     double *score;          // unigram: (V) log-probability of each id, owned
     double min_score;       // unigram: lowest score (unk scores min_score - 10)
-    StrMap prefixes;        // unigram: every byte prefix of a vocab piece (keys point into strings)
+    // unigram: the pieces as a byte trie, so that the Viterbi walks each start's pieces
+    // one byte at a time (a prefix table hashed every prefix: quadratic in a piece's length)
+    uint64_t *trie_key;     // owned, trie_cap slots: edge (node << 8 | byte), UINT64_MAX when empty
+    int32_t *trie_child;    // owned, (trie_cap,) the edge's child node
+    int32_t *trie_id;       // owned, (nodes,) the piece id ending at a node, -1 for none
+    size_t trie_cap;
     WordCache cache;
 } Bpe;
 
@@ -138,6 +143,7 @@ struct Tokenizer {
     Buf *id_bytes;               // decoded bytes by id (the decoder applied once at load)
     uint8_t *id_flags;           // 1 = added token, 2 = special
     int32_t vocab_size;
+    size_t max_token_len;        // bytes of the longest token text (vocab or added)
     int decoder;                 // DEC_*
     DecStep *dec;                // owned: DEC_CHAIN's steps
     int n_dec;

@@ -280,6 +280,27 @@ static int added_load(Tokenizer *tok, json_t *arr, PailErr *err) {
     return 0;
 }
 
+// Ids are bounded by the tokens the file holds: the tables are sized by the largest id
+// (about 40 bytes per id), so one id near 2^30 would allocate tens of GB. Real files
+// number their tokens densely; an id may leave at most as many holes as there are tokens
+// (plus 256), so the tables stay proportional to the file.
+static int ids_check(Tokenizer *tok, json_t *model, PailErr *err) {
+    json_t *vocab = json_object_get(model, "vocab");
+    size_t present = (json_is_object(vocab) ? json_object_size(vocab) : json_array_size(vocab)) + (size_t)tok->n_added;
+    size_t limit = 2 * present + 256;
+    if ((size_t)tok->vocab_size <= limit) return 0;
+    int32_t id = tok->vocab_size - 1;
+    const char *name = "?";
+    for (int i = 0; i < tok->n_added; i++)
+        if (tok->added[i].id == id) name = tok->added[i].content;
+    if (json_is_object(vocab))
+        for (void *it = json_object_iter(vocab); it; it = json_object_iter_next(vocab, it))
+            if (json_integer_value(json_object_iter_value(it)) == id) name = json_object_iter_key(it);
+    return err_set(err, PAIL_ERR_INVALID,
+                   "%s: token \"%.60s\" has id %d, but the file holds %zu tokens (ids must be below %zu)", tok->name,
+                   name, id, present, limit);
+}
+
 static int load_json(Tokenizer *tok, json_t *root, PailErr *err) {
     if (!json_is_object(root)) return err_set(err, PAIL_ERR_INVALID, "%s: not a JSON object", tok->name);
     json_t *model = json_object_get(root, "model");
@@ -289,6 +310,7 @@ static int load_json(Tokenizer *tok, json_t *root, PailErr *err) {
     if (decoder_load(tok, json_object_get(root, "decoder"), err) < 0) return -1;
     if (bpe_load(tok, model, err) < 0) return -1;
     if (added_load(tok, json_object_get(root, "added_tokens"), err) < 0) return -1;
+    if (ids_check(tok, model, err) < 0) return -1;
     size_t V = (size_t)tok->vocab_size;
     tok->id_text = calloc(V ? V : 1, sizeof *tok->id_text);
     tok->id_bytes = calloc(V ? V : 1, sizeof *tok->id_bytes);
@@ -306,9 +328,11 @@ static int load_json(Tokenizer *tok, json_t *root, PailErr *err) {
         }
         tok->id_flags[a->id] = (uint8_t)(1 | (a->special ? 2 : 0));
     }
-    for (size_t id = 0; id < V; id++)
+    for (size_t id = 0; id < V; id++) {
+        if (tok->id_text[id] && strlen(tok->id_text[id]) > tok->max_token_len) tok->max_token_len = strlen(tok->id_text[id]);
         if (tok->decoder != DEC_CHAIN && tok->id_text[id] && decode_token(tok, tok->id_text[id], &tok->id_bytes[id]) < 0)
             return err_set(err, PAIL_ERR_NOMEM, "%s: out of memory", tok->name);
+    }
     if (matcher_build(&tok->match_raw, tok, false, err) < 0 || matcher_build(&tok->match_norm, tok, true, err) < 0) return -1;
     return 0;
 }
@@ -413,6 +437,11 @@ int32_t tokenizer_token_id(const Tokenizer *tok, const char *token) {
 
 const char *tokenizer_token_text(const Tokenizer *tok, int32_t id) {
     return id >= 0 && id < tok->vocab_size ? tok->id_text[id] : NULL;
+}
+
+size_t tokenizer_max_text_bytes(const Tokenizer *tok, size_t n_tokens) {
+    size_t per = TOKENIZER_TEXT_SLACK * (tok->max_token_len ? tok->max_token_len : 1);
+    return n_tokens > SIZE_MAX / per ? SIZE_MAX : n_tokens * per;
 }
 
 int32_t tokenizer_vocab_size(const Tokenizer *tok) { return tok->vocab_size; }

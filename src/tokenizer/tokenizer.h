@@ -46,6 +46,13 @@ int tokenizer_decode_text(const Tokenizer *tok, const int32_t *ids, size_t n, bo
 
 int32_t tokenizer_token_id(const Tokenizer *tok, const char *token);  // -1 when absent
 const char *tokenizer_token_text(const Tokenizer *tok, int32_t id);     // borrowed; NULL when absent
+// The most bytes a text that encodes to n_tokens tokens can have, to refuse a text without
+// encoding it (a 1 GiB word would take tens of GB to merge): n_tokens x the longest token's
+// text x TOKENIZER_TEXT_SLACK, the slack for what normalizers and stripping added tokens drop.
+// Only a text that loses more than that (a run of unknown characters fused into one unk) encodes
+// to fewer tokens.
+#define TOKENIZER_TEXT_SLACK 4
+size_t tokenizer_max_text_bytes(const Tokenizer *tok, size_t n_tokens);
 int32_t tokenizer_vocab_size(const Tokenizer *tok);  // max id + 1 over vocab and added tokens
 int32_t tokenizer_bos_id(const Tokenizer *tok);      // -1 when tokenizer_config.json has none
 int32_t tokenizer_eos_id(const Tokenizer *tok);

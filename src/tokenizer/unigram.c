@@ -10,6 +10,7 @@
 #include "tokenizer/tok_internal.h"
 
 #define UNK_PENALTY 10.0  // the library's K_UNK_PENALTY
+#define UNIGRAM_WORK_PER_BYTE 256
 
 // The score the library holds for d: serde_json (without float_roundtrip) parses a number's
 // decimal digits into a u64 and then multiplies or divides by a power of ten, two roundings
@@ -63,6 +64,52 @@ int unigram_load(Tokenizer *tok, json_t *model, PailErr *err) {
     return 0;
 }
 
+static size_t trie_slot(const Bpe *b, int32_t node, uint8_t c) {
+    uint64_t k = (uint64_t)node << 8 | c, h = k * 0x9e3779b97f4a7c15ull;
+    size_t j = (size_t)((h ^ h >> 29) & (b->trie_cap - 1));
+    while (b->trie_key[j] != UINT64_MAX && b->trie_key[j] != k) j = (j + 1) & (b->trie_cap - 1);
+    return j;
+}
+
+static inline int32_t trie_next(const Bpe *b, int32_t node, uint8_t c) {
+    size_t j = trie_slot(b, node, c);
+    return b->trie_key[j] == UINT64_MAX ? -1 : b->trie_child[j];
+}
+
+// The trie of all pieces: at most one node per piece byte, sized once from their total.
+static int trie_build(Tokenizer *tok, json_t *vocab, PailErr *err) {
+    Bpe *b = &tok->bpe;
+    size_t n = json_array_size(vocab), total = 0;
+    for (size_t i = 0; i < n; i++) total += json_string_length(json_array_get(json_array_get(vocab, i), 0));
+    if (total >= INT32_MAX / 2) return err_set(err, PAIL_ERR_INVALID, "%s: Unigram pieces hold %zu bytes", tok->name, total);
+    size_t cap = 1024;
+    while (cap < 2 * total) cap *= 2;
+    b->trie_key = malloc(cap * sizeof *b->trie_key);
+    b->trie_child = malloc(cap * sizeof *b->trie_child);
+    b->trie_id = malloc((total + 1) * sizeof *b->trie_id);
+    if (!b->trie_key || !b->trie_child || !b->trie_id) return err_set(err, PAIL_ERR_NOMEM, "%s: out of memory", tok->name);
+    memset(b->trie_key, 0xff, cap * sizeof *b->trie_key);
+    b->trie_cap = cap;
+    b->trie_id[0] = -1;
+    int32_t nodes = 1;
+    for (size_t i = 0; i < n; i++) {
+        int32_t node = 0;
+        const uint8_t *p = (const uint8_t *)tok->id_text[i];
+        size_t len = json_string_length(json_array_get(json_array_get(vocab, i), 0));
+        for (size_t k = 0; k < len; k++) {
+            size_t j = trie_slot(b, node, p[k]);
+            if (b->trie_key[j] == UINT64_MAX) {
+                b->trie_key[j] = (uint64_t)node << 8 | p[k];
+                b->trie_child[j] = nodes;
+                b->trie_id[nodes++] = -1;
+            }
+            node = b->trie_child[j];
+        }
+        b->trie_id[node] = (int32_t)i;  // a later duplicate wins, as the library's token -> id map
+    }
+    return 0;
+}
+
 int unigram_load_tables(Tokenizer *tok, json_t *model, PailErr *err) {
     Bpe *b = &tok->bpe;
     json_t *vocab = json_object_get(model, "vocab");
@@ -78,10 +125,8 @@ int unigram_load_tables(Tokenizer *tok, json_t *model, PailErr *err) {
         if (b->score[i] < b->min_score) b->min_score = b->score[i];
         // a later duplicate wins, as the library's token -> id map
         if (strmap_put(&b->vocab, tok->id_text[i], len, (int32_t)i) < 0) return err_set(err, PAIL_ERR_NOMEM, "%s: out of memory", tok->name);
-        for (size_t l = 1; l <= len; l++)
-            if (strmap_get(&b->prefixes, tok->id_text[i], l) < 0 && strmap_put(&b->prefixes, tok->id_text[i], l, 1) < 0)
-                return err_set(err, PAIL_ERR_NOMEM, "%s: out of memory", tok->name);
     }
+    if (trie_build(tok, vocab, err) < 0) return -1;
     for (int i = 0; i < 256; i++) {
         char c[8];
         snprintf(c, sizeof c, "<0x%02X>", i);
@@ -116,12 +161,24 @@ int unigram_encode(const Bpe *b, const uint8_t *w, size_t len, TokenIds *ids, Pa
     for (size_t i = 0; i <= len; i++) from[i] = -1;
     best[0] = 0;
     double unk_score = b->min_score - UNK_PENALTY;
+    // Work budget, as the chat template's: trie steps, UNIGRAM_WORK_PER_BYTE per byte of the
+    // word. Real pieces are at most 16 characters (SentencePiece's default), 64 steps from a
+    // start; a hostile 100k-character piece would make a long run of its character quadratic.
+    size_t work = 0,
+           budget = len > (SIZE_MAX - 65536) / UNIGRAM_WORK_PER_BYTE ? SIZE_MAX : len * UNIGRAM_WORK_PER_BYTE + 65536;
     for (size_t s = 0; s < len;) {
         uint32_t cp;
         size_t mblen = utf8_decode1(w + s, len - s, &cp);
         bool single = false;
-        for (size_t e = s + 1; e <= len && strmap_get(&b->prefixes, (const char *)w + s, e - s) >= 0; e++) {
-            int32_t id = strmap_get(&b->vocab, (const char *)w + s, e - s);
+        int32_t at = 0;  // the trie node of w[s..e)
+        for (size_t e = s + 1; e <= len && (at = trie_next(b, at, w[e - 1])) >= 0; e++) {
+            if (++work > budget) {
+                rc = err_set(err, PAIL_ERR_INVALID,
+                             "tokenizer: Unigram work budget of %zu steps exceeded on a %zu-byte word (%d per byte: "
+                             "the vocabulary has hostile long pieces)", budget, len, UNIGRAM_WORK_PER_BYTE);
+                goto out;
+            }
+            int32_t id = b->trie_id[at];
             if (id < 0) continue;
             double cand = b->score[id] + best[s];
             if (from[e] < 0 || cand > best[e]) { best[e] = cand; from[e] = (int32_t)s; node[e] = id; }

@@ -16,6 +16,8 @@ a digit, else 0, with components {"digit", "turns"}. MODE:
   manycomps  40 reward components for every episode (32 is the most a shard holds)
   error      {"error": ...} for every episode at its first step
   log        as ok, and appends each request line to STATE_DIR/requests.jsonl
+  stall      as log for the worker's first batch (ids "W/0.k"); later batches get their
+             openings, then no answer (a slow tool: the worker must not wait for them)
 """
 import json
 import os
@@ -35,7 +37,7 @@ def say(o):
 for line in sys.stdin:
     m = json.loads(line)
     n += 1
-    if mode == "log":
+    if mode in ("log", "stall"):
         with open(os.path.join(state, "requests.jsonl"), "a") as f:
             f.write(line)
     i, t = m["id"], m["type"]
@@ -44,6 +46,8 @@ for line in sys.stdin:
     if mode == "crash" and n == 5 and once("crashed"):
         print("crashing on purpose", file=sys.stderr, flush=True)
         sys.exit(3)
+    if mode == "stall" and t != "start" and "/0." not in i:
+        continue
     if mode == "slow" and i.endswith(".1"):
         continue
     if mode == "hang" and t != "start" and once("hung"):

@@ -76,4 +76,15 @@ check "eval --generation-defaults (pass@k): top_p and top_k taken, --temperature
 printf '{"temperature": "hot"}' >"$M/generation_config.json"
 expect_fail_last "--generation-defaults: a bad value names the file" 1 'generation_config.json: temperature is not a number' \
   "$BIN/grpo-rollout" --model "$M" --run "file://$WORK/run" --dataset "$WORK/rows.jsonl" --generation-defaults
+# A temperature between 0 (greedy) and 0.01 is refused wherever it comes from: at 1e-39 (a float
+# denormal) 1 / T overflowed and every step its shards fed was skipped as non-finite.
+printf '{"temperature": 1e-39}' >"$M/generation_config.json"
+expect_fail_last "--generation-defaults: temperature 1e-39 refused naming the file" 1 \
+  'generation_config.json: temperature 1e-39 is neither 0 \(greedy\) nor at least 0.01' \
+  "$BIN/grpo-rollout" --model "$M" --run "file://$WORK/run" --dataset "$WORK/rows.jsonl" --generation-defaults
+rm "$M/generation_config.json"
+expect_fail "--temperature 1e-39 refused" 2 '--temperature 1e-39: give 0 \(greedy\) or at least 0.01' \
+  "$BIN/grpo-rollout" --model "$M" --run "file://$WORK/run" --dataset "$WORK/rows.jsonl" --temperature 1e-39
+expect_fail "grpo-ctl eval --temperature 0.001 refused" 2 '--temperature 0.001: give 0 \(greedy\) or at least 0.01' \
+  "$BIN/grpo-ctl" eval --model "$M" --dataset "$WORK/rows.jsonl" --samples 2 --temperature 0.001
 finish

@@ -64,6 +64,34 @@ check "...training moved the adapter" "$PY" "$ROOT/validation/train/compare_adap
 check "...a replay of its episode shards gives the same adapter" "$PY" "$ROOT/validation/train/compare_adapters.py" \
   "$WORK/run/adapters/v00000003.h5" "$WORK/replay/adapters/v00000003.h5"
 
+echo "after --steps, a worker in the middle of a batch"
+# The worker's second batch waits on an environment that never answers its steps (--env-timeout
+# 300); only then does a trainer take the first shard and reach --steps 1. The worker used to
+# finish the whole batch (48 s with a 1.5 s environment; here 300 s) before it looked at the run;
+# it now sees the run done within seconds, sends "cancel" for the open episodes and exits 0.
+mkdir -p "$WORK/st-steps"
+STEPS_TR=("$BIN/grpo-train" "${COMMON[@]}" --run "file://$WORK/steps" --groups-per-step 2 --lora-rank 4 --metrics "")
+"${STEPS_TR[@]}" --steps 0 >"$WORK/steps-train0.log" 2>&1 || bad "trainer --steps 0"
+"$BIN/grpo-rollout" "${COMMON[@]}" --run "file://$WORK/steps" "${ROLL_FLAGS[@]}" --env-timeout 300 --worker-id w-steps \
+  --env "python3 $ROOT/tests/integration/env_modes.py stall $WORK/st-steps" >"$WORK/steps-roll.log" 2>&1 &
+ROLL=$!; PIDS+=($ROLL)
+for _ in $(seq 600); do grep -q 'w-steps/1\.' "$WORK/st-steps/requests.jsonl" 2>/dev/null && break; sleep 0.1; done
+check "the worker's second batch is under way" grep -q 'w-steps/1\.' "$WORK/st-steps/requests.jsonl"
+check "a trainer then takes its first shard and reaches --steps 1" "${STEPS_TR[@]}" --steps 1 --rollout-timeout 120
+for _ in $(seq 60); do kill -0 $ROLL 2>/dev/null || break; sleep 0.5; done
+if kill -0 $ROLL 2>/dev/null; then bad "...the worker still runs 30 s after the trainer finished"; kill $ROLL
+else
+  wait $ROLL; rc=$?
+  check "...the worker exits 0 within 30 s" test $rc -eq 0
+fi
+check "...saying it cancelled its batch" grep -q "the run is done: the open episodes of this batch are cancelled" "$WORK/steps-roll.log"
+check "...and the program got a cancel for each open episode of it" "$PY" -c '
+import json, sys
+reqs = [json.loads(l) for l in open(sys.argv[1])]
+started = {r["id"] for r in reqs if r["type"] == "start" and "/1." in r["id"]}
+cancelled = {r["id"] for r in reqs if r["type"] == "cancel"}
+assert started and started <= cancelled, (sorted(started), sorted(cancelled))' "$WORK/st-steps/requests.jsonl"
+
 echo "through grpo-relay"
 start_relay || { bad "relay"; finish; exit 1; }
 export AWS_CA_BUNDLE=$RELAY_CA AWS_REGION=us-east-1

@@ -81,7 +81,8 @@ fams="granite=granite olmo2=olmo2 exaone=exaone smollm3=smollm3 mistral=mistral 
 bads="olmo2-win=olmo2:window4 granite-nologit=granite:no-logit-scale exaone-rope=exaone:rope-dim-half olmo2-drop=olmo2:drop-post-ffw
   freqs-off=llama31:rope-freqs-off phi3-noshort=phi3lr:no-short-factors phi3-noorig=phi3lr:no-orig-ctx phi3-odd=phi3lr:rope-dim-odd
   phi3-len=phi3lr:long-factors-5 gemma2-pat=gemma2:swa-pattern
-  cohere-nols=cohere:no-logit-scale cohere-rms=cohere:rms-eps cohere2-pat=cohere2:swa-pattern"
+  cohere-nols=cohere:no-logit-scale cohere-rms=cohere:rms-eps cohere2-pat=cohere2:swa-pattern
+  blocks=olmo2:blocks-1e6 smol-blocks=smollm3:blocks-1e6 phi3-af=phi3lr:attn-factor-1e-45 gemma3-rf=gemma3:rope-factor-1e30"
 # shellcheck disable=SC2086
 check "gguf files from transformers checkpoints ($(echo $fams $bads | wc -w))" "$PY" "$V" from-hf "$WORK" $fams $bads
 for n in gemma2-27b cohere cohere2 gemma2 gemma3 gemma2-noshift phi3 phi3lr phi3sr granite olmo2 exaone smollm3 llama31 exaone35 mistral-nowin mistral; do
@@ -149,6 +150,21 @@ expect_fail "cohere2 with a sliding_window_pattern key" 1 "cohere2-pat.gguf: coh
   "$CTL" import-gguf "$WORK/cohere2-pat.gguf" --out "$WORK/x"
 expect_fail "olmo2 without a post-norm tensor" 1 "olmo2-drop.gguf: no tensor 'blk.1.post_ffw_norm.weight'" \
   "$CTL" import-gguf "$WORK/olmo2-drop.gguf" --out "$WORK/x"
+# The loader's ranges are checked before anything is allocated (block_count 1000000 allocated a
+# million layers, smollm3's per-layer table overflowed), and what the loader refuses is refused at
+# import (attn_factor 1e-45, a RoPE factor of 1e30 made folders every tool then refused).
+for n in blocks smol-blocks; do
+  expect_fail "$n: block_count 1000000" 1 "$n.gguf: [a-z0-9]*.block_count is 1000000; pail loads 1..1024" \
+    /usr/bin/time -f "%M KB" -o "$WORK/$n.rss" "$CTL" import-gguf "$WORK/$n.gguf" --out "$WORK/x"
+  [ "$(sed -n 's/ KB//p' "$WORK/$n.rss" | tail -1)" -lt 200000 ] && ok "...refused within 200 MB ($(tail -1 "$WORK/$n.rss"))" ||
+    bad "...$n import used $(tail -1 "$WORK/$n.rss")"
+done
+expect_fail "phi3: attn_factor 1e-45" 1 "phi3-af.gguf: the loader would refuse: its config.json: attention_factor = 1.4[0-9]*e-45 is out of range" \
+  "$CTL" import-gguf "$WORK/phi3-af.gguf" --out "$WORK/phi3-af"
+expect_fail "gemma3: rope.scaling.factor 1e30" 1 "gemma3-rf.gguf: the loader would refuse: its config.json: factor = 1e\+30 is out of range" \
+  "$CTL" import-gguf "$WORK/gemma3-rf.gguf" --out "$WORK/gemma3-rf"
+[ ! -e "$WORK/phi3-af/model.safetensors" ] && [ ! -e "$WORK/gemma3-rf/model.safetensors" ] && ok "...no weights written" ||
+  bad "weights written for a refused config"
 
 # same file -> same bytes
 "$CTL" import-gguf "$WORK/llama-Q4_1.gguf" --out "$WORK/a" >/dev/null && "$CTL" import-gguf "$WORK/llama-Q4_1.gguf" --out "$WORK/b" >/dev/null

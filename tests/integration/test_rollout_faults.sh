@@ -51,8 +51,19 @@ head -4 "$WORK/train.jsonl" >>"$WORK/huge.jsonl"
 "${ROLL[@]}" --run "$RUN" --dataset "$WORK/huge.jsonl" --worker-id wh --num-workers 1 --groups-per-shard 2 \
   --max-shards 2 >"$WORK/huge.log" 2>&1
 check "a 10 MB prompt: the worker finishes (exit 0)" test $? -eq 0
-check "...and names the row and its length" grep -q 'huge.jsonl:1: prompt has 10000001 tokens' "$WORK/huge.log"
+check "...and names the row and its length, refused by its bytes before tokenizing" \
+  grep -q 'huge.jsonl:1: prompt has 10000001 bytes, more than 1024 tokens can hold (53248: --max-prompt-tokens): row skipped' "$WORK/huge.log"
 check "...its shards are written" test "$(ls "$WORK"/long/rollouts/v00000000/wh-*.h5 | wc -l)" -eq 2
+# One 32 MB word (one pre-tokenizer piece): merging it took ~30 bytes a byte (a 1 GiB word, tens of
+# GB: the worker was OOM-killed and crash-looped on the row). Now refused by its bytes, bounded work.
+"$PY" -c 'import json; print(json.dumps({"prompt": "a" * (32 << 20), "answer": "3"}))' >"$WORK/word.jsonl"
+head -4 "$WORK/train.jsonl" >>"$WORK/word.jsonl"
+/usr/bin/time -f "%M KB" -o "$WORK/word.rss" "${ROLL[@]}" --run "$RUN" --dataset "$WORK/word.jsonl" --worker-id ww \
+  --num-workers 1 --groups-per-shard 2 --max-shards 1 >"$WORK/word.log" 2>&1
+check "a 32 MB word: the worker finishes (exit 0)" test "$(grep -c 'exited with non-zero' "$WORK/word.rss")" -eq 0
+check "...the row named and skipped" grep -q 'word.jsonl:1: prompt has 33554432 bytes, more than .*: row skipped' "$WORK/word.log"
+check "...within 400 MB ($(tail -1 "$WORK/word.rss"))" test "$(sed -n 's/ KB//p' "$WORK/word.rss" | tail -1)" -lt 400000
+check "...the heartbeat counts it" grep -q '"skipped_prompts": 1' "$WORK/long/workers/ww.json"
 
 "${ROLL[@]}" --run "$RUN" --eval --eval-dataset "$WORK/long.jsonl" --worker-id ev --max-shards 1 \
   --max-prompt-tokens 64 >"$WORK/long-eval.log" 2>&1

@@ -325,7 +325,7 @@ def permute(w, n_head, n_head_kv):
 # from-hf's damaged variants, for the refusals: what each changes in the file
 FROM_HF_MODS = ("no-window", "window4", "no-logit-scale", "rope-dim-half", "drop-post-ffw", "rope-freqs-off",
                 "no-short-factors", "no-orig-ctx", "rope-dim-odd", "long-factors-5", "swa-pattern", "no-norm-shift",
-                "no-logit-scale", "rms-eps", "layers-27b")
+                "no-logit-scale", "rms-eps", "layers-27b", "blocks-1e6", "attn-factor-1e-45", "rope-factor-1e30")
 
 
 def llama3_rope_freqs(rp, dim):
@@ -373,8 +373,8 @@ def write_from_hf(hf_dir, out, family, mod, seed):
     sd = load_file(f"{hf_dir}/model.safetensors")  # the file's own names (EXAONE keeps its)
     C, H, Hkv, L = cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.num_hidden_layers
     w = gguf.GGUFWriter(out, arch)
-    w.add_block_count(L); w.add_context_length(cfg.max_position_embeddings); w.add_embedding_length(C)
-    w.add_feed_forward_length(cfg.intermediate_size); w.add_head_count(H); w.add_head_count_kv(Hkv)
+    w.add_block_count(1000000 if mod == "blocks-1e6" else L); w.add_context_length(cfg.max_position_embeddings)
+    w.add_embedding_length(C); w.add_feed_forward_length(cfg.intermediate_size); w.add_head_count(H); w.add_head_count_kv(Hkv)
     if arch in ("command-r", "cohere2"):  # TextModel: layer_norm_eps as LayerNorm's (rms-eps: misnamed)
         (w.add_layer_norm_rms_eps if mod == "rms-eps" else w.add_layer_norm_eps)(cfg.layer_norm_eps)
         if mod != "no-logit-scale":  # CommandR2Model / Cohere2Model
@@ -389,7 +389,8 @@ def write_from_hf(hf_dir, out, family, mod, seed):
         rp = cfg.rope_parameters["full_attention"]  # for the sliding layers unless rope.freq_base_swa says
         w.add_rope_freq_base(rp["rope_theta"]); w.add_rope_freq_base_swa(cfg.rope_parameters["sliding_attention"]["rope_theta"])
         if rp.get("rope_type") == "linear":
-            w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR); w.add_rope_scaling_factor(rp["factor"])
+            w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+            w.add_rope_scaling_factor(1e30 if mod == "rope-factor-1e30" else rp["factor"])
     elif arch != "gemma2":  # Gemma2Model writes no base (llama.cpp's 10000, Gemma2Config's)
         w.add_rope_freq_base(cfg.rope_parameters["rope_theta"])
     if arch in ("gemma2", "gemma3"):  # Gemma2Model / Gemma3Model: key_length, the window; gemma2 the caps
@@ -411,7 +412,8 @@ def write_from_hf(hf_dir, out, family, mod, seed):
         if rp.get("rope_type") == "longrope":
             import math
             scale = cfg.max_position_embeddings / omax
-            w.add_rope_scaling_attn_factors(math.sqrt(1 + math.log(scale) / math.log(omax)) if scale > 1.0 else 1.0)
+            w.add_rope_scaling_attn_factors(1e-45 if mod == "attn-factor-1e-45" else
+                                            math.sqrt(1 + math.log(scale) / math.log(omax)) if scale > 1.0 else 1.0)
             lf = rp["long_factor"] + ([1.0] if mod == "long-factors-5" else [])
             w.add_tensor("rope_factors_long.weight", np.array(lf, np.float32))
             if mod != "no-short-factors":
