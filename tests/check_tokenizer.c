@@ -785,6 +785,82 @@ START_TEST(test_reference_files) {
 }
 END_TEST
 
+static Tokenizer *tiny_with_post(const char *post, PailErr *err) {
+    char *js = tiny_json(EXTRA, 10, MERGES, 8, false, ADDED, true, false);
+    json_t *root = json_loads(js, 0, NULL), *pp = json_loads(post, JSON_DECODE_ANY, NULL);
+    free(js);
+    ck_assert_ptr_nonnull(root);
+    ck_assert_ptr_nonnull(pp);
+    json_object_set_new(root, "post_processor", pp);
+    js = json_dumps(root, 0);
+    json_decref(root);
+    Tokenizer *t = NULL;
+    int rc = tokenizer_load_mem(&t, js, strlen(js), "post.json", err);
+    free(js);
+    return rc == 0 ? t : NULL;
+}
+
+static void expect_text_ids(Tokenizer *t, const char *text, const int32_t *want, size_t n) {
+    TokenIds ids = {0};
+    PailErr err = {0};
+    ck_assert_msg(tokenizer_encode_text(t, text, strlen(text), &ids, &err) == 0, "%s", err.msg);
+    ck_assert_uint_eq(ids.len, n);
+    for (size_t i = 0; i < n; i++) ck_assert_int_eq(ids.data[i], want[i]);
+    token_ids_free(&ids);
+}
+#define EXPECT_TEXT(t, text, ...) do { const int32_t w_[] = {__VA_ARGS__}; expect_text_ids(t, text, w_, sizeof w_ / sizeof w_[0]); } while (0)
+
+// tokenizer_encode_text: the special tokens the post_processor puts around one text, as
+// transformers' tokenizer(text) adds them (Gemma's and Llama's <bos>); plain encode adds none.
+START_TEST(test_post_processor) {
+    PailErr err = {0};
+    Tokenizer *t = tiny_with_post("{\"type\": \"Sequence\", \"processors\": [{\"type\": \"ByteLevel\", \"trim_offsets\": false},"
+                                  " {\"type\": \"TemplateProcessing\", \"single\": [{\"SpecialToken\": {\"id\": \"<|im\", \"type_id\": 0}},"
+                                  " {\"Sequence\": {\"id\": \"A\", \"type_id\": 0}}, {\"SpecialToken\": {\"id\": \"<|im_end|>\", \"type_id\": 0}}],"
+                                  " \"pair\": [], \"special_tokens\": {\"<|im\": {\"id\": \"<|im\", \"ids\": [303], \"tokens\": [\"<|im\"]},"
+                                  " \"<|im_end|>\": {\"id\": \"<|im_end|>\", \"ids\": [300], \"tokens\": [\"<|im_end|>\"]}}}]}", &err);
+    ck_assert_msg(t, "%s", err.msg);
+    EXPECT_TEXT(t, "hello", 303, 259, 300);
+    EXPECT_TEXT(t, "", 303, 300);
+    EXPECT(t, "hello", 259);
+    tokenizer_free(t);
+    ck_assert_ptr_nonnull(t = tiny_with_post("{\"type\": \"RobertaProcessing\", \"cls\": [\"<|im\", 303], \"sep\": [\"<mask>\", 302]}", &err));
+    EXPECT_TEXT(t, "hello", 303, 259, 302);
+    tokenizer_free(t);
+    ck_assert_ptr_nonnull(t = tiny_with_post("{\"type\": \"ByteLevel\"}", &err));
+    EXPECT_TEXT(t, "hello", 259);
+    tokenizer_free(t);
+    ck_assert_ptr_nonnull(t = tiny_with_post("null", &err));
+    EXPECT_TEXT(t, "hello", 259);
+    tokenizer_free(t);
+    // a kind pail cannot apply loads (encode is unaffected) and is refused, named, for a plain prompt
+    ck_assert_ptr_nonnull(t = tiny_with_post("{\"type\": \"Mystery\"}", &err));
+    TokenIds ids = {0};
+    ck_assert_int_eq(tokenizer_encode_text(t, "hello", 5, &ids, &err), -1);
+    ck_assert_msg(strstr(err.msg, "post_processor 'Mystery'"), "%s", err.msg);
+    token_ids_free(&ids);
+    EXPECT(t, "hello", 259);
+    tokenizer_free(t);
+    // ids outside the vocabulary, a special token with no ids: refused at load, named
+    ck_assert_ptr_null(tiny_with_post("{\"type\": \"TemplateProcessing\", \"single\": [{\"SpecialToken\": {\"id\": \"x\"}},"
+                                      " {\"Sequence\": {\"id\": \"A\"}}], \"special_tokens\": {\"x\": {\"ids\": [1000000000]}}}", &err));
+    ck_assert_msg(strstr(err.msg, "id 1000000000 is not in the vocabulary"), "%s", err.msg);
+    ck_assert_ptr_null(tiny_with_post("{\"type\": \"TemplateProcessing\", \"single\": [{\"SpecialToken\": {\"id\": \"y\"}}],"
+                                      " \"special_tokens\": {}}", &err));
+    ck_assert_msg(strstr(err.msg, "single[0]"), "%s", err.msg);
+    // the reference Llama 3 and Qwen3 files: a ByteLevel post_processor, nothing added (transformers
+    // 5.24's tokenizer("Hello world") gives these ids for both)
+    const char *refs[2] = {REF "/llama3/tokenizer.json", REF "/qwen3/tokenizer.json"};
+    const int32_t want[2][2] = {{9906, 1917}, {9707, 1879}};
+    for (int k = 0; k < 2; k++) {
+        if (access(refs[k], R_OK)) continue;
+        ck_assert_msg(tokenizer_load(&t, refs[k], &err) == 0, "%s", err.msg);
+        expect_text_ids(t, "Hello world", want[k], 2);
+        tokenizer_free(t);
+    }
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("tokenizer");
     TCase *core = tcase_create("core"), *limits = tcase_create("limits");
@@ -798,6 +874,7 @@ int main(void) {
     tcase_add_test(core, test_chat_inputs);
     tcase_add_test(core, test_reference_files);
     tcase_add_test(core, test_threads);
+    tcase_add_test(core, test_post_processor);
     tcase_add_test(limits, test_utf8_lossy);
     tcase_add_test(limits, test_chat_limits);
     tcase_add_test(limits, test_hostile_files);

@@ -63,7 +63,7 @@ static int jsonl_each(const char *path, LineFn fn, void *ctx, PailErr *err) {
 typedef struct {
     Tokenizer *tok;
     ChatTemplate chat;
-    bool gen_prompt, print_text, skip_special, keep_going;
+    bool gen_prompt, print_text, skip_special, keep_going, add_special;
     TokenIds ids;
     Buf line, text;
 } Ctx;
@@ -73,7 +73,9 @@ static int line_encode(json_t *v, size_t lineno, void *p, PailErr *err) {
     Ctx *c = p;
     if (!json_is_string(v)) return err_set(err, PAIL_ERR_INVALID, "expected a JSON string");
     c->ids.len = 0;
-    if (tokenizer_encode(c->tok, json_string_value(v), json_string_length(v), &c->ids, err) < 0) return -1;
+    if ((c->add_special ? tokenizer_encode_text : tokenizer_encode)(c->tok, json_string_value(v), json_string_length(v),
+                                                                     &c->ids, err) < 0)
+        return -1;
     return ids_print(stdout, &c->ids, &c->line) < 0 ? err_set(err, PAIL_ERR_IO, "stdout: write failed") : 0;
 }
 
@@ -170,7 +172,7 @@ int ctl_tokenize(int argc, char **argv) {
     char *tokenizer = NULL, *text = NULL, *file = NULL, *jsonl = NULL, *chat_jsonl = NULL, *config = NULL,
          *prompt_format = NULL, *thinking = NULL, *chat_file = NULL, *chat_name = NULL, *chat_kwargs = NULL,
          *chat_time = NULL;
-    bool gen = true, print_text = false, keep_going = false;
+    bool gen = true, print_text = false, keep_going = false, add_special = false;
     Flag fl[] = {
         {"tokenizer", FLAG_STRING, &tokenizer, NULL, 1, 0, "tokenizer.json (required but with --chat-jsonl --print-text)"},
         {"text", FLAG_STRING, &text, NULL, 1, 0, "encode this text"},
@@ -189,6 +191,8 @@ int ctl_tokenize(int argc, char **argv) {
         {"chat-time", FLAG_STRING, &chat_time, NULL, 1, 0,
          "chat: the clock strftime_now reads, YYYY-MM-DDTHH:MM:SS local time or @UNIX_SECONDS (default: now)"},
         {"print-text", FLAG_BOOL, &print_text, "false", 1, 0, "chat: print the rendered text (a JSON string) instead of ids"},
+        {"add-special-tokens", FLAG_BOOL, &add_special, "false", 1, 0,
+         "--text, --file, --jsonl: add the post_processor's special tokens (a <bos>), as a plain prompt is encoded"},
         {"keep-going", FLAG_BOOL, &keep_going, "false", 1, 0,
          "chat: a row that fails to render prints {\"error\": \"...\"} and the rest go on"},
     };
@@ -220,6 +224,7 @@ int ctl_tokenize(int argc, char **argv) {
     c.gen_prompt = gen;
     c.print_text = print_text;
     c.keep_going = keep_going;
+    c.add_special = add_special;
     if (tokenizer && tokenizer_load(&c.tok, tokenizer, &err) < 0) { flags_free(fl, n); return fail(argv[0], &err, &c); }
     if (chat_jsonl) {
         char *dir = dir_of(config ? config : tokenizer);
@@ -241,7 +246,7 @@ int ctl_tokenize(int argc, char **argv) {
         Buf in = {0};
         if (file) rc = fs_read_file(file, &in, &err);
         else rc = buf_append(&in, text, strlen(text)) < 0 ? err_set(&err, PAIL_ERR_NOMEM, "out of memory") : 0;
-        if (rc == 0) rc = tokenizer_encode(c.tok, (const char *)in.data, in.len, &c.ids, &err);
+        if (rc == 0) rc = (add_special ? tokenizer_encode_text : tokenizer_encode)(c.tok, (const char *)in.data, in.len, &c.ids, &err);
         if (rc == 0 && ids_print(stdout, &c.ids, &c.line) < 0) rc = err_set(&err, PAIL_ERR_IO, "stdout: write failed");
         buf_free(&in);
     }

@@ -63,6 +63,7 @@ static int load_examples(const SftConfig *c, Buf *textp, Tokenizer *tok, const C
         }
         Buf ptext = {0};
         const char *comp = NULL;
+        bool templated = false;  // a chat template wrote the prompt's special tokens
         json_t *msgs = json_object_get(j, "messages");
         if (json_is_array(msgs) && json_array_size(msgs) >= 2) {
             json_t *last = json_array_get(msgs, json_array_size(msgs) - 1);
@@ -79,6 +80,7 @@ static int load_examples(const SftConfig *c, Buf *textp, Tokenizer *tok, const C
                 for (size_t k = 0; k + 1 < json_array_size(msgs); k++) json_array_append(head, json_array_get(msgs, k));
                 if (chat_render(chat, head, json_object_get(j, "tools"), true, &ptext, err) < 0)
                     rc = err_wrap(err, "%s:%d", c->data_path, lineno);
+                templated = !chat->plain_format;
                 json_decref(head);
             }
         } else {
@@ -89,12 +91,15 @@ static int load_examples(const SftConfig *c, Buf *textp, Tokenizer *tok, const C
                              "{\"messages\": [...]}", c->data_path, lineno);
             } else if (c->chat && !no_chat) {
                 if (chat_render_prompt(chat, p, true, &ptext, err) < 0) rc = err_wrap(err, "%s:%d", c->data_path, lineno);
+                templated = !chat->plain_format;
             } else if (buf_append(&ptext, p, strlen(p)) < 0) {
                 rc = err_set(err, PAIL_ERR_NOMEM, "%s:%d: out of memory", c->data_path, lineno);
             }
         }
         TokenIds ids = {0};
-        if (rc == 0 && tokenizer_encode(tok, ptext.data ? (char *)ptext.data : "", ptext.len, &ids, err) < 0)
+        // a plain prompt as the worker encodes it (tokenizer_encode_text: the post_processor's <bos>)
+        if (rc == 0 && (templated ? tokenizer_encode : tokenizer_encode_text)(tok, ptext.data ? (char *)ptext.data : "",
+                                                                              ptext.len, &ids, err) < 0)
             rc = err_wrap(err, "%s:%d", c->data_path, lineno);
         int plen = (int)ids.len;
         if (rc == 0 && tokenizer_encode(tok, comp, strlen(comp), &ids, err) < 0)

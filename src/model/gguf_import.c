@@ -645,6 +645,9 @@ typedef struct {
     int64_t dflt[3];          // SentencePiece: <unk>, <s>, </s> when their id key is absent (-1 else)
     bool add_bos, add_eos;
     bool sp;                  // tokenizer.ggml.model "llama" (SentencePiece BPE), else "gpt2"
+    bool gemma;               // a Gemma SentencePiece file (gemma_vocab): no dummy prefix, merges by position
+    Buf spelled;              // gemma_vocab's respelled tokens (tok[i] may point here)
+    bool *respelled;          // (n) which were, NULL when none
 } Vocab;
 
 static bool is_named_special(const Vocab *v, uint64_t i) {
@@ -705,8 +708,8 @@ static int sp_generate_merges(const GgufFile *g, const Vocab *v, json_t *vocab, 
         if (json_object_getn(first, v->tok[i], v->len[i])) continue;  // a repeated token: the dict's first slot
         json_object_setn_new(first, v->tok[i], v->len[i], json_true());
         json_int_t last = json_integer_value(json_object_getn(vocab, v->tok[i], v->len[i]));
-        float score;
-        memcpy(&score, v->score + 4 * (size_t)last, 4);  // GGUF arrays are unaligned
+        float score = -(float)last;  // Gemma: the file's order is the merge order (exact in a float below 2^24)
+        if (!v->gemma) memcpy(&score, v->score + 4 * (size_t)last, 4);  // GGUF arrays are unaligned
         size_t start = n, cp_total = 0;
         for (size_t k = 0; k < v->len[i]; k++) cp_total += ((unsigned char)v->tok[i][k] & 0xC0) != 0x80;
         size_t cp = 0;
@@ -770,7 +773,8 @@ static int build_tokenizer_json(const GgufFile *g, const Vocab *v, const char *d
             bool same;
             if (respell(v->tok[i], v->len[i], map, &key, &same) < 0 || !same) special = false;
         }
-        if (user) user = json_object_getn(vocab, v->tok[i], v->len[i]) != NULL;
+        // transformers looks a user-defined token up as the file spells it: a respelled one is not found
+        if (user) user = json_object_getn(vocab, v->tok[i], v->len[i]) != NULL && !(v->respelled && v->respelled[i]);
         if (!special && !user && !is_named_special(v, i)) continue;
         json_t *c = json_stringn(v->tok[i], v->len[i]);
         if (!c) { err_set(err, PAIL_ERR_INVALID, "gguf %s: token %llu is not UTF-8", g->path, (unsigned long long)i); goto out; }
@@ -805,7 +809,14 @@ static int build_tokenizer_json(const GgufFile *g, const Vocab *v, const char *d
     size_t pl = 0;
     gguf_get_string(g, "tokenizer.ggml.pre", &pre, &pl, &e);
     const char *split = pre_split(pre, pl);
-    json_t *pretok = v->sp ? json_pack("{s:s, s:s, s:s, s:b}", "type", "Metaspace", "replacement", "\u2581",
+    // Gemma (GemmaTokenizer): spaces become U+2581 in a normalizer, no dummy prefix, a Split on
+    // " " that the normalizer leaves nothing to split, and a decoder without the prefix's Strip
+    json_t *normalizer = v->gemma ? json_pack("{s:s, s:{s:s}, s:s}", "type", "Replace", "pattern", "String", " ",
+                                              "content", "\u2581")
+                                  : json_null();
+    json_t *pretok = v->gemma ? json_pack("{s:s, s:{s:s}, s:s, s:b}", "type", "Split", "pattern", "String", " ",
+                                          "behavior", "MergedWithPrevious", "invert", 0)
+                   : v->sp ? json_pack("{s:s, s:s, s:s, s:b}", "type", "Metaspace", "replacement", "\u2581",
                                        "prepend_scheme", "first", "split", 0)
                    : split ? json_pack("{s:s, s:[{s:s, s:{s:s}, s:s, s:b}, o]}", "type", "Sequence", "pretokenizers",
                                        "type", "Split", "pattern", "Regex", split, "behavior", "Isolated", "invert", 0,
@@ -827,20 +838,27 @@ static int build_tokenizer_json(const GgufFile *g, const Vocab *v, const char *d
     if (eos) json_object_setn_new(specials, eos, el, json_pack("{s:s%, s:[I], s:[s%]}", "id", eos, el, "ids", (json_int_t)v->eos, "tokens", eos, el));
     // SentencePiece: LlamaTokenizer's BPE (fuse_unk, byte_fallback to the <0xNN> tokens, no
     // unk_token: a piece with neither is dropped, as transformers' tokenizer does) and decoder
-    json_t *model = v->sp ? json_pack("{s:s, s:n, s:n, s:n, s:n, s:b, s:b, s:b, s:o, s:o}", "type", "BPE", "dropout",
+    json_t *model = v->gemma ? json_pack("{s:s, s:n, s:s, s:n, s:n, s:b, s:b, s:b, s:o, s:o}", "type", "BPE", "dropout",
+                                         "unk_token", "<unk>", "continuing_subword_prefix", "end_of_word_suffix",
+                                         "fuse_unk", 1, "byte_fallback", 1, "ignore_merges", 0, "vocab", vocab,
+                                         "merges", merges)
+                  : v->sp ? json_pack("{s:s, s:n, s:n, s:n, s:n, s:b, s:b, s:b, s:o, s:o}", "type", "BPE", "dropout",
                                       "unk_token", "continuing_subword_prefix", "end_of_word_suffix", "fuse_unk", 1,
                                       "byte_fallback", 1, "ignore_merges", 0, "vocab", vocab, "merges", merges)
                           : json_pack("{s:s, s:n, s:n, s:s, s:s, s:b, s:b, s:b, s:o, s:o}", "type", "BPE", "dropout", "unk_token",
                               "continuing_subword_prefix", "", "end_of_word_suffix", "", "fuse_unk", 0, "byte_fallback", 0,
                               "ignore_merges", 0, "vocab", vocab, "merges", merges);
-    json_t *decoder = v->sp ? json_pack("{s:s, s:[{s:s, s:{s:s}, s:s}, {s:s}, {s:s}, {s:s, s:s, s:i, s:i}]}", "type",
+    json_t *decoder = v->gemma ? json_pack("{s:s, s:[{s:s, s:{s:s}, s:s}, {s:s}, {s:s}]}", "type", "Sequence", "decoders",
+                                           "type", "Replace", "pattern", "String", "\u2581", "content", " ", "type",
+                                           "ByteFallback", "type", "Fuse")
+                    : v->sp ? json_pack("{s:s, s:[{s:s, s:{s:s}, s:s}, {s:s}, {s:s}, {s:s, s:s, s:i, s:i}]}", "type",
                                         "Sequence", "decoders", "type", "Replace", "pattern", "String", "\u2581",
                                         "content", " ", "type", "ByteFallback", "type", "Fuse", "type", "Strip",
                                         "content", " ", "start", 1, "stop", 0)
                             : byte_level(true, true);
     vocab = merges = NULL;
-    json_t *tj = json_pack("{s:s, s:n, s:n, s:o, s:n, s:o, s:{s:s, s:o, s:o, s:o}, s:o, s:o}", "version", "1.0",
-                           "truncation", "padding", "added_tokens", added, "normalizer", "pre_tokenizer", pretok,
+    json_t *tj = json_pack("{s:s, s:n, s:n, s:o, s:o, s:o, s:{s:s, s:o, s:o, s:o}, s:o, s:o}", "version", "1.0",
+                           "truncation", "padding", "added_tokens", added, "normalizer", normalizer, "pre_tokenizer", pretok,
                            "post_processor", "type", "TemplateProcessing", "single", single, "pair", pair,
                            "special_tokens", specials, "decoder", decoder, "model", model);
     added = NULL;
@@ -857,7 +875,8 @@ out:
 // What a SentencePiece ("llama") file needs beyond the token list: its scores, to rank
 // the merges when it has none, finite; the dummy prefix, the only spelling transformers
 // builds (it ignores tokenizer.ggml.add_space_prefix, so a file without the prefix would
-// tokenize differently than llama.cpp does); no byte-level pre-tokenizer name.
+// tokenize differently than llama.cpp does; Gemma's files, which have none, are built as
+// GemmaTokenizer); no byte-level pre-tokenizer name.
 static int sp_check(const GgufFile *g, Vocab *v, PailErr *err) {
     PailErr e = {0};
     if (!gguf_find(g, "tokenizer.ggml.merges")) {
@@ -880,7 +899,7 @@ static int sp_check(const GgufFile *g, Vocab *v, PailErr *err) {
         }
     }
     bool prefix = true;
-    if (gguf_get_bool(g, "tokenizer.ggml.add_space_prefix", &prefix, &e) == 0 && !prefix)
+    if (!v->gemma && gguf_get_bool(g, "tokenizer.ggml.add_space_prefix", &prefix, &e) == 0 && !prefix)
         return err_set(err, PAIL_ERR_UNSUPPORTED, "gguf %s: tokenizer.ggml.add_space_prefix is false; pail imports "
                        "SentencePiece vocabularies with the dummy prefix only (transformers' loader ignores the key)",
                        g->path);
@@ -918,6 +937,52 @@ static json_t *token_or_null(const Vocab *v, int64_t id) {
     return id >= 0 ? json_stringn(v->tok[id], v->len[id]) : json_null();
 }
 
+// Python's str.isspace(): what transformers' `not t.strip()` asks of each code point.
+static bool py_space(uint32_t c) {
+    return (c >= 9 && c <= 13) || (c >= 0x1c && c <= 0x20) || c == 0x85 || c == 0xa0 || c == 0x1680 ||
+           (c >= 0x2000 && c <= 0x200a) || c == 0x2028 || c == 0x2029 || c == 0x202f || c == 0x205f || c == 0x3000;
+}
+
+// A Gemma file (architecture gemma, gemma2 or gemma3) is built as transformers' gemma_tokenizer
+// builds it: a token of whitespace holding a space is stored with real spaces, while
+// GemmaTokenizer looks it up as U+2581s, one per code point, so it is respelled; the merges
+// are ranked by file order, which Gemma's scores do not follow (sp_generate_merges).
+static int gemma_vocab(const GgufFile *g, Vocab *v, PailErr *err) {
+    const char *arch;
+    size_t al;
+    PailErr e = {0};
+    if (gguf_get_string(g, "general.architecture", &arch, &al, &e) < 0 || al < 5 || memcmp(arch, "gemma", 5) ||
+        !(al == 5 || (al == 6 && (arch[5] == '2' || arch[5] == '3'))) || !v->sp)
+        return 0;
+    v->gemma = true;
+    size_t *at = calloc(v->n, sizeof *at);  // offset + 1 into v->spelled of a respelled token
+    if (!at) return err_set(err, PAIL_ERR_NOMEM, "out of memory");
+    for (uint64_t i = 0; i < v->n; i++) {
+        bool space = false, white = v->len[i] > 0;
+        size_t ncp = 0;
+        for (size_t k = 0; k < v->len[i] && white;) {
+            uint32_t cp;
+            int n = utf8_get((const unsigned char *)v->tok[i] + k, v->len[i] - k, &cp);
+            if (!n) white = false;
+            else white = py_space(cp), space |= cp == ' ', k += (size_t)n, ncp++;
+        }
+        if (!white || !space) continue;
+        at[i] = v->spelled.len + 1;
+        for (size_t k = 0; k < ncp; k++)
+            if (buf_append(&v->spelled, "\xe2\x96\x81", 3) < 0) { free(at); return err_set(err, PAIL_ERR_NOMEM, "out of memory"); }
+    }
+    if (!(v->respelled = calloc(v->n, sizeof *v->respelled))) { free(at); return err_set(err, PAIL_ERR_NOMEM, "out of memory"); }
+    for (uint64_t i = 0; i < v->n; i++)  // pointers only now: the buffer no longer moves
+        if (at[i]) {
+            v->respelled[i] = true;
+            size_t ncp = 0;
+            for (size_t k = 0; k < v->len[i]; k++) ncp += ((unsigned char)v->tok[i][k] & 0xC0) != 0x80;
+            v->tok[i] = (const char *)v->spelled.data + at[i] - 1, v->len[i] = 3 * ncp;
+        }
+    free(at);
+    return 0;
+}
+
 static int write_tokenizer(const GgufFile *g, const char *dir, int *n_vocab, PailErr *err) {
     const char *model;
     size_t ml;
@@ -948,6 +1013,7 @@ static int write_tokenizer(const GgufFile *g, const char *dir, int *n_vocab, Pai
         if (!(v.type = malloc(nt * sizeof *v.type))) { err_set(err, PAIL_ERR_NOMEM, "out of memory"); goto out; }
         memcpy(v.type, tt, nt * 4);
     }
+    if (gemma_vocab(g, &v, err) < 0) goto out;
     if (v.sp && (sp_check(g, &v, err) < 0)) goto out;
     const char *ids[4] = {"bos_token_id", "eos_token_id", "unknown_token_id", "padding_token_id"};
     int64_t *dst[4] = {&v.bos, &v.eos, &v.unk, &v.pad};
@@ -1002,6 +1068,8 @@ out:
     free(v.tok);
     free(v.len);
     free(v.type);
+    buf_free(&v.spelled);
+    free(v.respelled);
     return rc;
 }
 

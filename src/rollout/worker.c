@@ -106,8 +106,12 @@ static int encode_row(Worker *w, const DatasetRow *row, Prompt *out, PailErr *er
     }
     if (rc < 0) { buf_free(&text); return -1; }
     if (too_many_bytes(w, row, text.len, "prompt", err)) { buf_free(&text); return 1; }
+    // A plain prompt (--prompt-format, or a "prompt" row without --chat) is encoded as
+    // transformers' tokenizer(text) encodes it: with the post_processor's special tokens
+    // (Gemma's and Llama's <bos>); a chat template writes its own.
+    bool plain = !(w->have_chat && !w->chat.plain_format && (row->messages || w->cfg->chat));
     TokenIds ids = {0};
-    if (tokenizer_encode(w->tok, (char *)text.data, text.len, &ids, err) < 0) {
+    if ((plain ? tokenizer_encode_text : tokenizer_encode)(w->tok, (char *)text.data, text.len, &ids, err) < 0) {
         token_ids_free(&ids);
         buf_free(&text);
         return -1;

@@ -148,12 +148,19 @@ struct Tokenizer {
     DecStep *dec;                // owned: DEC_CHAIN's steps
     int n_dec;
     int32_t bos_id, eos_id;
+    int32_t *pp_ids;             // owned: the post_processor's special ids for one text (postproc.c):
+    int n_pp_before, n_pp_after; //   n_pp_before before it, then n_pp_after after it
+    char pp_refused[96];         // a post_processor pail cannot apply ("" when it can)
     pcre2_jit_stack *jit_stack;  // owned, shared by the regexes under the lock
     pcre2_match_context *mctx;
     pthread_mutex_t lock;        // guards the word cache, match data and scratch buffers
     Buf norm_buf;                // scratch for the normalized segment
 };
 enum { DEC_NONE, DEC_BYTE_LEVEL, DEC_CHAIN };
+
+// ---- postproc.c
+// Reads the post_processor: the special ids transformers adds around one text.
+int postproc_load(Tokenizer *tok, json_t *pp, PailErr *err);
 
 // ---- bpe.c
 // Checks the model's settings and sizes tok->vocab_size from its ids.

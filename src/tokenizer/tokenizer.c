@@ -1,8 +1,8 @@
 // Loading tokenizer.json (model, normalizer, pre_tokenizer, decoder, added_tokens) and the
 // encode / decode pipelines (the decoder chain itself is decode.c): added tokens are cut out of the raw text first (never split,
 // never normalized unless flagged so), the rest is normalized, pre-tokenized and BPE-encoded.
-// The post_processor is not applied: pail encodes as add_special_tokens=False and writes
-// bos/eos itself where a format needs them.
+// tokenizer_encode encodes as add_special_tokens=False; tokenizer_encode_text adds the
+// post_processor's special tokens (postproc.c) for plain prompts.
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -186,6 +186,20 @@ int tokenizer_encode(Tokenizer *tok, const char *text, size_t len, TokenIds *ids
     return rc;
 }
 
+int tokenizer_encode_text(Tokenizer *tok, const char *text, size_t len, TokenIds *ids, PailErr *err) {
+    if (tok->pp_refused[0])
+        return err_set(err, PAIL_ERR_UNSUPPORTED, "%s: post_processor %s: pail cannot add its special tokens to a plain "
+                       "prompt (give the prompt a chat template, or write the tokens into --prompt-format)",
+                       tok->name, tok->pp_refused);
+    for (int i = 0; i < tok->n_pp_before; i++)
+        if (token_ids_push(ids, tok->pp_ids[i]) < 0) return err_set(err, PAIL_ERR_NOMEM, "tokenizer: out of memory");
+    if (tokenizer_encode(tok, text, len, ids, err) < 0) return -1;
+    for (int i = 0; i < tok->n_pp_after; i++)
+        if (token_ids_push(ids, tok->pp_ids[tok->n_pp_before + i]) < 0)
+            return err_set(err, PAIL_ERR_NOMEM, "tokenizer: out of memory");
+    return 0;
+}
+
 // ---- decode
 
 static int decode_ids(const Tokenizer *tok, const int32_t *ids, size_t n, bool skip_special, bool raw, Buf *out, PailErr *err) {
@@ -334,7 +348,7 @@ static int load_json(Tokenizer *tok, json_t *root, PailErr *err) {
             return err_set(err, PAIL_ERR_NOMEM, "%s: out of memory", tok->name);
     }
     if (matcher_build(&tok->match_raw, tok, false, err) < 0 || matcher_build(&tok->match_norm, tok, true, err) < 0) return -1;
-    return 0;
+    return postproc_load(tok, json_object_get(root, "post_processor"), err);
 }
 
 int tokenizer_load_mem(Tokenizer **out, const char *json, size_t len, const char *name, PailErr *err) {
@@ -422,6 +436,7 @@ void tokenizer_free(Tokenizer *tok) {
     free(tok->id_flags);
     for (int i = 0; i < tok->n_added; i++) free(tok->added[i].content);
     free(tok->added);
+    free(tok->pp_ids);
     buf_free(&tok->norm_buf);
     pthread_mutex_destroy(&tok->lock);
     free(tok->name);

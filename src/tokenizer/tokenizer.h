@@ -33,6 +33,10 @@ void tokenizer_free(Tokenizer *tok);
 // serialize on an internal lock that guards the word -> ids cache; use one Tokenizer per
 // thread for parallel encoding.
 int tokenizer_encode(Tokenizer *tok, const char *text, size_t len, TokenIds *ids, PailErr *err);
+// The same, then the special tokens the post_processor puts around one text (transformers'
+// tokenizer(text), add_special_tokens=True: Gemma's and Llama's <bos>), for plain text that
+// no chat template wrote them into. Fails, naming it, on a post_processor pail cannot apply.
+int tokenizer_encode_text(Tokenizer *tok, const char *text, size_t len, TokenIds *ids, PailErr *err);
 // Appends the decoded bytes of ids to out (the decoder's bytes, which may be invalid UTF-8
 // when ids cut a character: ByteLevel and ByteFallback tokens, kept raw so that a growing
 // sequence can be decoded piece by piece). skip_special drops special added tokens. Thread-safe.

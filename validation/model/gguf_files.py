@@ -502,8 +502,9 @@ def cmd_check_hf(a):
 def cmd_check_tokenizer(a):
     """pail's imported tokenizer.json against the tokenizer transformers builds from the same GGUF
     on validation/tokenizer's corpus (>= 2,000 strings): ids without special tokens (grpo-ctl
-    tokenize), ids with them (the written file's post-processor, through the tokenizers library),
-    and the text of transformers' ids decoded (grpo-ctl detokenize)."""
+    tokenize), ids with them (the written file's post-processor, through the tokenizers library, and
+    pail's plain-prompt encoding, grpo-ctl tokenize --add-special-tokens), and the text of
+    transformers' ids decoded (grpo-ctl detokenize)."""
     import json, os, subprocess
     from transformers import AutoTokenizer
     from tokenizers import Tokenizer
@@ -529,10 +530,12 @@ def cmd_check_tokenizer(a):
     written = Tokenizer.from_file(tj)
     want_sp = [tok(t)["input_ids"] for t in texts]
     got_sp = [e.ids for e in written.encode_batch(texts)]
+    got_text = ctl(["tokenize", "--add-special-tokens"], texts)  # pail's own post-processing (a plain prompt)
     want_dec = [tok.decode(i) for i in want]
     got_dec = ctl(["detokenize"], want)
     bad = 0
-    for what, w, g in (("ids", want, got), ("ids with bos/eos", want_sp, got_sp), ("decode", want_dec, got_dec)):
+    for what, w, g in (("ids", want, got), ("ids with bos/eos", want_sp, got_sp), ("plain-prompt ids", want_sp, got_text),
+                       ("decode", want_dec, got_dec)):
         diff = [i for i in range(len(texts)) if i >= len(g) or w[i] != g[i]]
         print(f"{what}: {len(texts) - len(diff)}/{len(texts)} equal")
         for i in diff[:3]:
