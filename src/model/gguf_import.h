@@ -6,12 +6,15 @@
 // when the file has one, chat_template.jinja. Byte-deterministic: the same file
 // gives the same bytes. What pail cannot import is refused with one line.
 #pragma once
+#include <stdbool.h>
 #include "core/err.h"
 #include "model/gguf.h"
 #include "model/safetensors.h"
 
 typedef struct {
     SafeTensorsDtype dtype;   // ST_DTYPE_BF16 (default) or ST_DTYPE_F32
+    bool tokenizer_only;      // write tokenizer.json, tokenizer_config.json (and the template) only
+    bool allow_tokenizer_fallback;  // an unknown tokenizer.ggml.pre imports with GPT-2's pre-tokenizer, warned
 } GgufImportOptions;
 
 // What the import wrote, for the command's summary line.
