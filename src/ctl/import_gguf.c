@@ -32,7 +32,8 @@ int ctl_import_gguf(int argc, char **argv) {
                         "chat_template.jinja, as transformers' from_pretrained(..., gguf_file=...) reads it (exaone, granite, olmo2, "
                         "smollm3, command-r, cohere2, which it does not read, phi3, whose partial rotary, window and longrope it drops, and gemma2 / gemma3, "
                         "whose query_pre_attn_scalar, caps and local RoPE base it does not read: as their "
-                        "Hugging Face checkpoints load).",
+                        "Hugging Face checkpoints load). The tokenizer is the model's own tokenizer.json, chosen by "
+                        "tokenizer.ggml.pre (doc/tokenizer.md), not the one transformers' GGUF loader builds.",
                         fl, 4, argc, argv, &pos, &npos)) >= 0)
         goto done;
     rc = 2;

@@ -1,14 +1,16 @@
 // GGUF -> Hugging Face folder (see gguf_import.h). The mapping follows
-// transformers 5's GGUF loader (modeling_gguf_pytorch_utils.py for the config
-// and tensors, integrations/gguf/gguf_tokenizer_mapping.py for the tokenizer) and,
+// transformers 5's GGUF loader (modeling_gguf_pytorch_utils.py) for the config
+// and tensors and,
 // for the architectures it does not read (exaone, granite, olmo2, smollm3, command-r, cohere2) or reads in part
 // (phi3: it drops the rotary width, the window and longrope's tables; gemma2 / gemma3: it keeps
 // the config's default query_pre_attn_scalar, caps and sliding layers' base), llama.cpp's
 // convert_hf_to_gguf.py run backwards: llama.cpp's key and tensor names to HF's, Q and
 // K rows un-permuted where the converter permuted them for its RoPE layout (llama,
-// granite, smollm3), the byte-level BPE vocabulary respelled in GPT-2's byte alphabet
-// where a token is not already, CONTROL tokens special, USER_DEFINED ones added; a
-// SentencePiece vocabulary as LlamaTokenizer, its merges rebuilt from the scores.
+// granite, smollm3). The tokenizer is the model's own tokenizer.json, not that loader's
+// (gguf_pretok.c chooses its pipeline by tokenizer.ggml.pre): the byte-level BPE vocabulary
+// respelled in GPT-2's byte alphabet where a token is not already, CONTROL tokens special and
+// USER_DEFINED ones added, both spelled as their text; a SentencePiece vocabulary as Llama 2's
+// legacy file, its merges rebuilt from the scores.
 #include "model/gguf_import.h"
 #include <jansson.h>
 #include <math.h>

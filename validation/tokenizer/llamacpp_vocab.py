@@ -4,7 +4,7 @@ Hugging Face tokenizer gives for one .inp case (encode(text, add_special_tokens=
 check pail's GGUF import against the model, not against transformers' GGUF loader.
 
   cases INP                       the cases, one JSON string a line (for grpo-ctl tokenize --jsonl)
-  check INP OUT PAIL_IDS TOKJSON  prints PASS/FAIL NAME: pail's ids against the model's on every
+  check INP OUT PAIL_IDS TOKJSON [NAME]  prints PASS/FAIL NAME: pail's ids against the model's on every
                                   case, and the tokenizers library's on pail's tokenizer.json
 """
 import json
@@ -29,7 +29,7 @@ def main():
             print(json.dumps(t, ensure_ascii=False))
         return 0
     inp, out, pail_ids, tj = sys.argv[2:6]
-    name = os.path.basename(inp)[len("ggml-vocab-"):-len(".gguf.inp")]
+    name = sys.argv[6] if len(sys.argv) > 6 else os.path.basename(inp)[len("ggml-vocab-"):-len(".gguf.inp")]
     texts = cases(inp)
     want = [[int(x) for x in line.split()] for line in open(out, encoding="utf-8").read().split("\n")[:len(texts)]]
     got = [json.loads(l) for l in open(pail_ids, encoding="utf-8") if l.strip()]
