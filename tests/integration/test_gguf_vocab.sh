@@ -70,12 +70,14 @@ cat >"$WORK/rows.jsonl" <<'EOF'
 [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}, {"role": "assistant", "content": "<think>\nThe user greets.\n</think>\n\nHello!"}, {"role": "user", "content": "Café ½ <think> again 12345"}]
 [{"role": "user", "content": "x"}, {"role": "assistant", "content": "no thinking here"}]
 EOF
+KWS=('{}' '{"enable_thinking": true}' '{"enable_thinking": false}')
 cat >"$WORK/r1.py" <<'PY'
-# transformers' side: the folder pail wrote, loaded as any user would; special-token ids; renders.
+# transformers' side: the folder pail wrote, loaded as any user would; special-token ids; the
+# rows rendered with each set of template kwargs into OUT-<i>.jsonl.
 import json, sys
 from tokenizers import Tokenizer
 from transformers import AutoTokenizer
-d, rows, kw = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+d, rows, out = sys.argv[1], sys.argv[2], sys.argv[3]
 Tokenizer.from_file(f"{d}/tokenizer.json")
 tk = AutoTokenizer.from_pretrained(d)
 for tok, want in (("<｜begin▁of▁sentence｜>", 151646), ("<｜end▁of▁sentence｜>", 151643), ("<｜User｜>", 151644),
@@ -83,18 +85,22 @@ for tok, want in (("<｜begin▁of▁sentence｜>", 151646), ("<｜end▁of▁se
     got = tk.convert_tokens_to_ids(tok)
     if got != want:
         sys.exit(f"{tok} has id {got} in transformers, the model's is {want}")
-for line in open(rows, encoding="utf-8"):
-    text = tk.apply_chat_template(json.loads(line), tokenize=False, add_generation_prompt=True, **kw)
-    print(json.dumps({"text": text, "ids": tk(text, add_special_tokens=False)["input_ids"]}, ensure_ascii=False))
+for i, kw in enumerate(sys.argv[4:]):
+    with open(f"{out}-{i}.jsonl", "w", encoding="utf-8") as f:
+        for line in open(rows, encoding="utf-8"):
+            text = tk.apply_chat_template(json.loads(line), tokenize=False, add_generation_prompt=True, **json.loads(kw))
+            ids = tk(text, add_special_tokens=False)["input_ids"]
+            f.write(json.dumps({"text": text, "ids": ids}, ensure_ascii=False) + "\n")
 PY
-for kw in '{}' '{"enable_thinking": true}' '{"enable_thinking": false}'; do
-  args=(); [ "$kw" = '{}' ] || args=(--chat-template-kwargs "$kw")
-  "$PY" "$WORK/r1.py" "$WORK/r1" "$WORK/rows.jsonl" "$kw" >"$WORK/want.jsonl" 2>"$WORK/want.err" ||
-    { bad "r1 with transformers ($kw): $(grep -v Warn "$WORK/want.err" | tail -1)"; continue; }
+if "$PY" "$WORK/r1.py" "$WORK/r1" "$WORK/rows.jsonl" "$WORK/want" "${KWS[@]}" >"$WORK/want.out" 2>&1; then
+  ok "r1: the folder loads in the tokenizers library and transformers, R1's special tokens at the model's ids"
+else bad "r1 with transformers: $(grep -v Warn "$WORK/want.out" | tail -1)"; fi
+for i in 0 1 2; do
+  kw=${KWS[$i]} args=(); [ "$kw" = '{}' ] || args=(--chat-template-kwargs "$kw")
   "$CTL" tokenize --tokenizer "$WORK/r1/tokenizer.json" --chat-jsonl "$WORK/rows.jsonl" --print-text "${args[@]}" >"$WORK/text.jsonl" 2>"$WORK/t.err" &&
     "$CTL" tokenize --tokenizer "$WORK/r1/tokenizer.json" --chat-jsonl "$WORK/rows.jsonl" "${args[@]}" >"$WORK/ids.jsonl" 2>>"$WORK/t.err" ||
     { bad "r1 chat ($kw): $(head -1 "$WORK/t.err")"; continue; }
-  if "$PY" - "$WORK/want.jsonl" "$WORK/text.jsonl" "$WORK/ids.jsonl" >"$WORK/cmp.out" <<'PY'
+  if "$PY" - "$WORK/want-$i.jsonl" "$WORK/text.jsonl" "$WORK/ids.jsonl" >"$WORK/cmp.out" 2>&1 <<'PY'
 import json, sys
 want = [json.loads(l) for l in open(sys.argv[1], encoding="utf-8")]
 text = [json.loads(l) for l in open(sys.argv[2], encoding="utf-8")]
@@ -108,7 +114,7 @@ PY
   then ok "r1 template ($kw): pail's text and ids equal transformers' apply_chat_template on the folder ($(tail -1 "$WORK/cmp.out"))"
   else bad "r1 template ($kw) differs:"; sed 's/^/        /' "$WORK/cmp.out" | head -3; fi
 done
-grep -q '<think>\\n</think>' "$WORK/want.jsonl" && ok "enable_thinking false closes the think block as the template defines it" ||
+grep -q '<think>\\n</think>' "$WORK/want-2.jsonl" && ! grep -q '</think>"' "$WORK/want-1.jsonl" && ok "the generation prompt: <think> left open with enable_thinking true, closed with false, as the template defines" ||
   bad "enable_thinking false: no '<think>\\n</think>' in the prompt"
 for i in $(seq 8); do
   echo '{"messages": [{"role": "user", "content": "1+1="}, {"role": "assistant", "content": "<think>\nadd\n</think>\n\n2"}]}'
