@@ -14,7 +14,7 @@
 static const struct { const char *name; int n; } NAMES[] = {
     {"gpt-2", 2}, {"olmo", 2}, {"llama-bpe", 2}, {"llama3", 2}, {"llama-v3", 2}, {"smaug-bpe", 2}, {"falcon3", 2},
     {"falcon-h1", 2}, {"pixtral", 2}, {"midm-2.0", 2}, {"lfm2", 2}, {"jina-v5-nano", 2}, {"dbrx", 2}, {"qwen2", 4},
-    {"deepseek-r1-qwen", 4}, {"kormo", 4}, {"f2llmv2", 4}, {"megrez", 4}, {"starcoder", 4}, {"refact", 4}, {"smollm", 4},
+    {"deepseek-r1-qwen", 4}, {"kormo", 4}, {"f2llmv2", 4}, {"megrez", 4}, {"tekken", 4}, {"starcoder", 4}, {"refact", 4}, {"smollm", 4},
     {"exaone", 4}, {"command-r", 4}, {"deepseek-llm", 2}, {"deepseek-coder", 4}};
 
 // A byte-level tokenizer with the pipeline of pre: the 256 byte symbols, "12" and "123".

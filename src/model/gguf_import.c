@@ -19,6 +19,7 @@
 #include <string.h>
 #include "core/buf.h"
 #include "core/fsutil.h"
+#include "core/log.h"
 #include "model/gguf_pretok.h"
 #include "model/modelgen.h"
 #include "model/weights.h"
@@ -762,9 +763,12 @@ static int build_tokenizer_json(const GgufFile *g, const Vocab *v, const char *d
     if (gguf_get_string(g, "tokenizer.ggml.pre", &pre, &pl, &e) < 0) pre = NULL, pl = 0;
     if ((v->sp ? gguf_pretok_sp(&pt, err) : gguf_pretok_bpe(g->path, pre, pl, opt->allow_tokenizer_fallback, &pt, err)) < 0)
         goto out;
-    if (pt.fallback)
-        fprintf(stderr, "warning: gguf %s: tokenizer.ggml.pre '%.*s' is not a pre-tokenizer pail knows; imported with GPT-2's "
-                "(--allow-tokenizer-fallback): ids may differ from the model's\n", g->path, (int)(pl > 64 ? 64 : pl), pre ? pre : "");
+    if (pt.fallback && pre)
+        log_warn("gguf %s: tokenizer.ggml.pre '%.*s' is not a pre-tokenizer pail knows; imported with GPT-2's "
+                 "(--allow-tokenizer-fallback): ids may differ from the model's", g->path, (int)(pl > 64 ? 64 : pl), pre);
+    else if (pt.fallback)
+        log_warn("gguf %s: tokenizer.ggml.pre is missing; imported with GPT-2's pre-tokenizer "
+                 "(--allow-tokenizer-fallback): ids may differ from the model's", g->path);
     // TokenizersBackend.update_post_processor: bos / eos around each sequence as the file asks
     const char *bos = v->add_bos && v->bos >= 0 ? v->tok[v->bos] : NULL, *eos = v->add_eos && v->eos >= 0 ? v->tok[v->eos] : NULL;
     size_t bl = bos ? v->len[v->bos] : 0, el = eos ? v->len[v->eos] : 0;

