@@ -815,9 +815,9 @@ out:
 }
 
 // What a SentencePiece ("llama") file needs beyond the token list: its scores, to rank
-// the merges when it has none, finite; the dummy prefix, the only spelling transformers
-// builds (it ignores tokenizer.ggml.add_space_prefix, so a file without the prefix would
-// tokenize differently than llama.cpp does); no byte-level pre-tokenizer name.
+// the merges when it has none, finite; the dummy prefix, the only pipeline pail builds for it
+// (Llama 2's and Phi-3's legacy tokenizer.json; a file without the prefix, such as Gemma's,
+// tokenizes otherwise); no byte-level pre-tokenizer name.
 static int sp_check(const GgufFile *g, Vocab *v, PailErr *err) {
     PailErr e = {0};
     if (!gguf_find(g, "tokenizer.ggml.merges")) {
@@ -842,7 +842,7 @@ static int sp_check(const GgufFile *g, Vocab *v, PailErr *err) {
     bool prefix = true;
     if (gguf_get_bool(g, "tokenizer.ggml.add_space_prefix", &prefix, &e) == 0 && !prefix)
         return err_set(err, PAIL_ERR_UNSUPPORTED, "gguf %s: tokenizer.ggml.add_space_prefix is false; pail imports "
-                       "SentencePiece vocabularies with the dummy prefix only (transformers' loader ignores the key)",
+                       "SentencePiece vocabularies with the dummy prefix only (as Llama 2's and Phi-3's tokenizers add it)",
                        g->path);
     const char *pre;
     size_t pl;
