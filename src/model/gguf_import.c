@@ -719,7 +719,9 @@ static int build_tokenizer_json(const GgufFile *g, const Vocab *v, const char *d
     if (!vocab || !merges || !added) { err_set(err, PAIL_ERR_NOMEM, "out of memory"); goto out; }
     for (uint64_t i = 0; i < v->n; i++) {
         bool same;
-        if ((v->sp || is_added(v, i) ? spelled_as_is(v->tok[i], v->len[i], &key) : respell(v->tok[i], v->len[i], map, &key, &same)) < 0) {
+        int rk = v->sp || is_added(v, i) ? spelled_as_is(v->tok[i], v->len[i], &key)
+                                         : respell(v->tok[i], v->len[i], map, &key, &same);
+        if (rk < 0) {
             err_set(err, PAIL_ERR_INVALID, "gguf %s: token %llu is not UTF-8", g->path, (unsigned long long)i);
             goto out;
         }
@@ -799,7 +801,8 @@ static int build_tokenizer_json(const GgufFile *g, const Vocab *v, const char *d
                                         "trim_offsets", 1, "use_regex", 1);
     vocab = merges = NULL;
     json_t *tj = json_pack("{s:s, s:n, s:n, s:o, s:O, s:O, s:{s:s, s:o, s:o, s:o}, s:o, s:o}", "version", "1.0",
-                           "truncation", "padding", "added_tokens", added, "normalizer", pt.normalizer, "pre_tokenizer", pt.pre_tokenizer,
+                           "truncation", "padding", "added_tokens", added, "normalizer", pt.normalizer,
+                           "pre_tokenizer", pt.pre_tokenizer,
                            "post_processor", "type", "TemplateProcessing", "single", single, "pair", pair,
                            "special_tokens", specials, "decoder", decoder, "model", model);
     added = NULL;
