@@ -10,13 +10,19 @@
 
 int ctl_import_gguf(int argc, char **argv) {
     char *out = NULL, *dtype_s = NULL;
+    bool tok_only = false, fallback = false;
     Flag fl[] = {
         {"out", FLAG_STRING, &out, NULL, 1, 0, "folder to write (created; existing files replaced)"},
         {"dtype", FLAG_STRING, &dtype_s, "bf16", 1, 0, "model.safetensors dtype: bf16 or f32 (exact dequantized values)"},
+        {"tokenizer-only", FLAG_BOOL, &tok_only, "false", 1, 0,
+         "write the tokenizer files only (any architecture; llama.cpp's vocab-only files)"},
+        {"allow-tokenizer-fallback", FLAG_BOOL, &fallback, "false", 1, 0,
+         "import an unknown or missing tokenizer.ggml.pre with GPT-2's pre-tokenizer, warned (ids may differ from "
+         "the model's), instead of refusing it"},
     };
     char **pos = NULL;
     int npos = 0, rc;
-    const char *usage = "grpo-ctl import-gguf FILE.gguf --out DIR [--dtype bf16|f32]";
+    const char *usage = "grpo-ctl import-gguf FILE.gguf --out DIR [--dtype bf16|f32] [--tokenizer-only] [--allow-tokenizer-fallback]";
     if ((rc = ctl_parse(usage,
                         "Dequantizes a GGUF file (llama, qwen2, qwen3, exaone, granite, olmo2, smollm3, phi3, gemma2, gemma3, command-r or cohere2 architecture; "
                         "a llama "
@@ -26,13 +32,14 @@ int ctl_import_gguf(int argc, char **argv) {
                         "chat_template.jinja, as transformers' from_pretrained(..., gguf_file=...) reads it (exaone, granite, olmo2, "
                         "smollm3, command-r, cohere2, which it does not read, phi3, whose partial rotary, window and longrope it drops, and gemma2 / gemma3, "
                         "whose query_pre_attn_scalar, caps and local RoPE base it does not read: as their "
-                        "Hugging Face checkpoints load).",
-                        fl, 2, argc, argv, &pos, &npos)) >= 0)
+                        "Hugging Face checkpoints load). The tokenizer is the model's own tokenizer.json, chosen by "
+                        "tokenizer.ggml.pre (doc/tokenizer.md), not the one transformers' GGUF loader builds.",
+                        fl, 4, argc, argv, &pos, &npos)) >= 0)
         goto done;
     rc = 2;
     if (npos != 1) { fprintf(stderr, "%s: give one FILE.gguf (see --help)\n", argv[0]); goto done; }
     if (!out) { fprintf(stderr, "%s: --out DIR is required\n", argv[0]); goto done; }
-    GgufImportOptions opt;
+    GgufImportOptions opt = {.tokenizer_only = tok_only, .allow_tokenizer_fallback = fallback};
     int want = MODEL_DTYPE_AUTO;
     if (model_dtype_parse(dtype_s, &want) == 0 && want == DT_BF16) opt.dtype = ST_DTYPE_BF16;
     else if (want == DT_F32) opt.dtype = ST_DTYPE_F32;
@@ -45,13 +52,14 @@ int ctl_import_gguf(int argc, char **argv) {
     if (gguf_import(&g, out, &opt, &info, &err) < 0) {
         fprintf(stderr, "%s: %s\n", argv[0], err.msg);
     } else {
-        printf("wrote %s: %s, %d tensors (%s) as %s, vocab %d\n", out, info.arch, info.n_tensors, info.types, dtype_s,
-               info.vocab);
+        if (tok_only) printf("wrote %s: tokenizer, vocab %d\n", out, info.vocab);
+        else printf("wrote %s: %s, %d tensors (%s) as %s, vocab %d\n", out, info.arch, info.n_tensors, info.types, dtype_s,
+                    info.vocab);
         rc = 0;
     }
     gguf_close(&g);
 done:
     free(pos);
-    flags_free(fl, 2);
+    flags_free(fl, 4);
     return rc;
 }

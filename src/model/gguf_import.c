@@ -1,14 +1,16 @@
 // GGUF -> Hugging Face folder (see gguf_import.h). The mapping follows
-// transformers 5's GGUF loader (modeling_gguf_pytorch_utils.py for the config
-// and tensors, integrations/gguf/gguf_tokenizer_mapping.py for the tokenizer) and,
+// transformers 5's GGUF loader (modeling_gguf_pytorch_utils.py) for the config
+// and tensors and,
 // for the architectures it does not read (exaone, granite, olmo2, smollm3, command-r, cohere2) or reads in part
 // (phi3: it drops the rotary width, the window and longrope's tables; gemma2 / gemma3: it keeps
 // the config's default query_pre_attn_scalar, caps and sliding layers' base), llama.cpp's
 // convert_hf_to_gguf.py run backwards: llama.cpp's key and tensor names to HF's, Q and
 // K rows un-permuted where the converter permuted them for its RoPE layout (llama,
-// granite, smollm3), the byte-level BPE vocabulary respelled in GPT-2's byte alphabet
-// where a token is not already, CONTROL tokens special, USER_DEFINED ones added; a
-// SentencePiece vocabulary as LlamaTokenizer, its merges rebuilt from the scores.
+// granite, smollm3). The tokenizer is the model's own tokenizer.json, not that loader's
+// (gguf_pretok.c chooses its pipeline by tokenizer.ggml.pre): the byte-level BPE vocabulary
+// respelled in GPT-2's byte alphabet where a token is not already, CONTROL tokens special and
+// USER_DEFINED ones added, both spelled as their text; a SentencePiece vocabulary as Llama 2's
+// legacy file, its merges rebuilt from the scores.
 #include "model/gguf_import.h"
 #include <jansson.h>
 #include <math.h>
@@ -17,6 +19,8 @@
 #include <string.h>
 #include "core/buf.h"
 #include "core/fsutil.h"
+#include "core/log.h"
+#include "model/gguf_pretok.h"
 #include "model/modelgen.h"
 #include "model/weights.h"
 
@@ -612,29 +616,6 @@ static int spelled_as_is(const char *tok, size_t len, Buf *out) {
     return buf_append(out, tok, len);
 }
 
-static const char *LLAMA3_SPLIT =
-    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
-static const char *QWEN2_SPLIT =
-    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
-
-// tokenizer.ggml.pre -> the Split regex transformers gives it (GGUF_PRE_TOKENIZER_SPLITS);
-// NULL: GPT-2's ByteLevel regex, as transformers does for any name it does not list.
-static const char *pre_split(const char *pre, size_t n) {
-    static const char *llama3[] = {"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0",
-                                   "lfm2", "jina-v5-nano", "dbrx", "smaug-bpe"};
-    static const char *qwen2[] = {"qwen2", "deepseek-r1-qwen", "kormo", "f2llmv2", "megrez"};
-    for (size_t i = 0; i < sizeof llama3 / sizeof llama3[0]; i++)
-        if (strlen(llama3[i]) == n && !memcmp(pre, llama3[i], n)) return LLAMA3_SPLIT;
-    for (size_t i = 0; i < sizeof qwen2 / sizeof qwen2[0]; i++)
-        if (strlen(qwen2[i]) == n && !memcmp(pre, qwen2[i], n)) return QWEN2_SPLIT;
-    return NULL;
-}
-
-static json_t *byte_level(bool prefix, bool regex) {
-    return json_pack("{s:s, s:b, s:b, s:b}", "type", "ByteLevel", "add_prefix_space", prefix, "trim_offsets", 1,
-                     "use_regex", regex);
-}
-
 typedef struct {
     uint64_t n;
     const char **tok;
@@ -654,6 +635,12 @@ static bool is_named_special(const Vocab *v, uint64_t i) {
     return (int64_t)i == v->bos || (int64_t)i == v->eos || (int64_t)i == v->unk || (int64_t)i == v->pad ||
            (int64_t)i == v->dflt[0] || (int64_t)i == v->dflt[1] || (int64_t)i == v->dflt[2];
 }
+
+// A CONTROL or USER_DEFINED token: an added token of the model's tokenizer. llama.cpp's
+// converter writes it as its text, the spelling of the model's tokenizer.json (its
+// added_tokens and get_vocab), so it is its own vocabulary key: respelled in the byte
+// alphabet, '<｜begin▁of▁sentence｜>' became a second spelling that no loader accepts.
+static bool is_added(const Vocab *v, uint64_t i) { return v->type && (v->type[i] == 3 || v->type[i] == 4); }
 
 static int write_json(const char *dir, const char *name, json_t *j, PailErr *err) {
     char *s = json_dumps(j, JSON_INDENT(2));
@@ -750,7 +737,9 @@ out:
     return rc;
 }
 
-static int build_tokenizer_json(const GgufFile *g, const Vocab *v, const char *dir, PailErr *err) {
+static int build_tokenizer_json(const GgufFile *g, const Vocab *v, const char *dir, const GgufImportOptions *opt,
+                                PailErr *err) {
+    GgufPretok pt = {0};
     uint32_t map[256];
     byte_alphabet(map);
     json_t *vocab = json_object(), *merges = json_array(), *added = json_array();
@@ -759,7 +748,9 @@ static int build_tokenizer_json(const GgufFile *g, const Vocab *v, const char *d
     if (!vocab || !merges || !added) { err_set(err, PAIL_ERR_NOMEM, "out of memory"); goto out; }
     for (uint64_t i = 0; i < v->n; i++) {
         bool same;
-        if ((v->sp ? spelled_as_is(v->tok[i], v->len[i], &key) : respell(v->tok[i], v->len[i], map, &key, &same)) < 0) {
+        int rk = v->sp || is_added(v, i) ? spelled_as_is(v->tok[i], v->len[i], &key)
+                                         : respell(v->tok[i], v->len[i], map, &key, &same);
+        if (rk < 0) {
             err_set(err, PAIL_ERR_INVALID, "gguf %s: token %llu is not UTF-8", g->path, (unsigned long long)i);
             goto out;
         }
@@ -768,19 +759,14 @@ static int build_tokenizer_json(const GgufFile *g, const Vocab *v, const char *d
     }
     for (uint64_t i = 0; i < v->n; i++) {
         int32_t t = v->type ? v->type[i] : 1;
-        bool special = t == 3, user = t == 4;
-        if (special && !v->sp) {  // a CONTROL token outside the byte alphabet is a llama.cpp mislabel (transformers skips it)
-            bool same;
-            if (respell(v->tok[i], v->len[i], map, &key, &same) < 0 || !same) special = false;
-        }
-        // transformers looks a user-defined token up as the file spells it: a respelled one is not found
-        if (user) user = json_object_getn(vocab, v->tok[i], v->len[i]) != NULL && !(v->respelled && v->respelled[i]);
-        if (!special && !user && !is_named_special(v, i)) continue;
+        // a Gemma whitespace token respelled with U+2581s is not added: transformers looks it up as the
+        // file spells it (real spaces) and does not find it
+        if (!(is_added(v, i) && !(v->respelled && v->respelled[i])) && !is_named_special(v, i)) continue;
         json_t *c = json_stringn(v->tok[i], v->len[i]);
         if (!c) { err_set(err, PAIL_ERR_INVALID, "gguf %s: token %llu is not UTF-8", g->path, (unsigned long long)i); goto out; }
         json_array_append_new(added, json_pack("{s:I, s:o, s:b, s:b, s:b, s:b, s:b}", "id", (json_int_t)i, "content", c,
                                                "single_word", 0, "lstrip", 0, "rstrip", 0, "normalized", 0,
-                                               "special", !user));
+                                               "special", t != 4));
     }
     uint64_t nm = 0;
     const uint8_t *md;
@@ -805,23 +791,26 @@ static int build_tokenizer_json(const GgufFile *g, const Vocab *v, const char *d
         }
         json_array_append_new(merges, json_pack("[o, o]", a, b));
     }
-    const char *pre = "";
+    const char *pre = NULL;
     size_t pl = 0;
-    gguf_get_string(g, "tokenizer.ggml.pre", &pre, &pl, &e);
-    const char *split = pre_split(pre, pl);
-    // Gemma (GemmaTokenizer): spaces become U+2581 in a normalizer, no dummy prefix, a Split on
-    // " " that the normalizer leaves nothing to split, and a decoder without the prefix's Strip
-    json_t *normalizer = v->gemma ? json_pack("{s:s, s:{s:s}, s:s}", "type", "Replace", "pattern", "String", " ",
-                                              "content", "\u2581")
-                                  : json_null();
-    json_t *pretok = v->gemma ? json_pack("{s:s, s:{s:s}, s:s, s:b}", "type", "Split", "pattern", "String", " ",
-                                          "behavior", "MergedWithPrevious", "invert", 0)
-                   : v->sp ? json_pack("{s:s, s:s, s:s, s:b}", "type", "Metaspace", "replacement", "\u2581",
-                                       "prepend_scheme", "first", "split", 0)
-                   : split ? json_pack("{s:s, s:[{s:s, s:{s:s}, s:s, s:b}, o]}", "type", "Sequence", "pretokenizers",
-                                       "type", "Split", "pattern", "Regex", split, "behavior", "Isolated", "invert", 0,
-                                       byte_level(false, false))
-                           : byte_level(false, true);
+    if (gguf_get_string(g, "tokenizer.ggml.pre", &pre, &pl, &e) < 0) pre = NULL, pl = 0;
+    if (v->gemma) {
+        // Gemma (GemmaTokenizer): spaces become U+2581 in a normalizer, no dummy prefix, a Split on
+        // " " that the normalizer leaves nothing to split, and a decoder without the prefix's Strip
+        pt.normalizer = json_pack("{s:s, s:{s:s}, s:s}", "type", "Replace", "pattern", "String", " ", "content", "\u2581");
+        pt.pre_tokenizer = json_pack("{s:s, s:{s:s}, s:s, s:b}", "type", "Split", "pattern", "String", " ", "behavior",
+                                     "MergedWithPrevious", "invert", 0);
+        if (!pt.normalizer || !pt.pre_tokenizer) { err_set(err, PAIL_ERR_NOMEM, "out of memory"); goto out; }
+    } else if ((v->sp ? gguf_pretok_sp(&pt, err)
+                      : gguf_pretok_bpe(g->path, pre, pl, opt->allow_tokenizer_fallback, &pt, err)) < 0) {
+        goto out;
+    }
+    if (pt.fallback && pre)
+        log_warn("gguf %s: tokenizer.ggml.pre '%.*s' is not a pre-tokenizer pail knows; imported with GPT-2's "
+                 "(--allow-tokenizer-fallback): ids may differ from the model's", g->path, (int)(pl > 64 ? 64 : pl), pre);
+    else if (pt.fallback)
+        log_warn("gguf %s: tokenizer.ggml.pre is missing; imported with GPT-2's pre-tokenizer "
+                 "(--allow-tokenizer-fallback): ids may differ from the model's", g->path);
     // TokenizersBackend.update_post_processor: bos / eos around each sequence as the file asks
     const char *bos = v->add_bos && v->bos >= 0 ? v->tok[v->bos] : NULL, *eos = v->add_eos && v->eos >= 0 ? v->tok[v->eos] : NULL;
     size_t bl = bos ? v->len[v->bos] : 0, el = eos ? v->len[v->eos] : 0;
@@ -847,7 +836,7 @@ static int build_tokenizer_json(const GgufFile *g, const Vocab *v, const char *d
                                       "byte_fallback", 1, "ignore_merges", 0, "vocab", vocab, "merges", merges)
                           : json_pack("{s:s, s:n, s:n, s:s, s:s, s:b, s:b, s:b, s:o, s:o}", "type", "BPE", "dropout", "unk_token",
                               "continuing_subword_prefix", "", "end_of_word_suffix", "", "fuse_unk", 0, "byte_fallback", 0,
-                              "ignore_merges", 0, "vocab", vocab, "merges", merges);
+                              "ignore_merges", pt.ignore_merges, "vocab", vocab, "merges", merges);
     json_t *decoder = v->gemma ? json_pack("{s:s, s:[{s:s, s:{s:s}, s:s}, {s:s}, {s:s}]}", "type", "Sequence", "decoders",
                                            "type", "Replace", "pattern", "String", "\u2581", "content", " ", "type",
                                            "ByteFallback", "type", "Fuse")
@@ -855,10 +844,12 @@ static int build_tokenizer_json(const GgufFile *g, const Vocab *v, const char *d
                                         "Sequence", "decoders", "type", "Replace", "pattern", "String", "\u2581",
                                         "content", " ", "type", "ByteFallback", "type", "Fuse", "type", "Strip",
                                         "content", " ", "start", 1, "stop", 0)
-                            : byte_level(true, true);
+                            : json_pack("{s:s, s:b, s:b, s:b}", "type", "ByteLevel", "add_prefix_space", 1,
+                                        "trim_offsets", 1, "use_regex", 1);
     vocab = merges = NULL;
-    json_t *tj = json_pack("{s:s, s:n, s:n, s:o, s:o, s:o, s:{s:s, s:o, s:o, s:o}, s:o, s:o}", "version", "1.0",
-                           "truncation", "padding", "added_tokens", added, "normalizer", normalizer, "pre_tokenizer", pretok,
+    json_t *tj = json_pack("{s:s, s:n, s:n, s:o, s:O, s:O, s:{s:s, s:o, s:o, s:o}, s:o, s:o}", "version", "1.0",
+                           "truncation", "padding", "added_tokens", added, "normalizer", pt.normalizer,
+                           "pre_tokenizer", pt.pre_tokenizer,
                            "post_processor", "type", "TemplateProcessing", "single", single, "pair", pair,
                            "special_tokens", specials, "decoder", decoder, "model", model);
     added = NULL;
@@ -868,15 +859,15 @@ out:
     json_decref(vocab);
     json_decref(merges);
     json_decref(added);
+    gguf_pretok_free(&pt);
     buf_free(&key);
     return rc;
 }
 
 // What a SentencePiece ("llama") file needs beyond the token list: its scores, to rank
-// the merges when it has none, finite; the dummy prefix, the only spelling transformers
-// builds (it ignores tokenizer.ggml.add_space_prefix, so a file without the prefix would
-// tokenize differently than llama.cpp does; Gemma's files, which have none, are built as
-// GemmaTokenizer); no byte-level pre-tokenizer name.
+// the merges when it has none, finite; the dummy prefix, the only pipeline pail builds for it
+// (Llama 2's and Phi-3's legacy tokenizer.json) but for Gemma's files, which have none and are
+// built as GemmaTokenizer; no byte-level pre-tokenizer name.
 static int sp_check(const GgufFile *g, Vocab *v, PailErr *err) {
     PailErr e = {0};
     if (!gguf_find(g, "tokenizer.ggml.merges")) {
@@ -901,11 +892,11 @@ static int sp_check(const GgufFile *g, Vocab *v, PailErr *err) {
     bool prefix = true;
     if (!v->gemma && gguf_get_bool(g, "tokenizer.ggml.add_space_prefix", &prefix, &e) == 0 && !prefix)
         return err_set(err, PAIL_ERR_UNSUPPORTED, "gguf %s: tokenizer.ggml.add_space_prefix is false; pail imports "
-                       "SentencePiece vocabularies with the dummy prefix only (transformers' loader ignores the key)",
+                       "SentencePiece vocabularies with the dummy prefix only (as Llama 2's and Phi-3's tokenizers add it)",
                        g->path);
     const char *pre;
     size_t pl;
-    if (gguf_get_string(g, "tokenizer.ggml.pre", &pre, &pl, &e) == 0 && pre_split(pre, pl))
+    if (gguf_get_string(g, "tokenizer.ggml.pre", &pre, &pl, &e) == 0 && gguf_pretok_is_byte_level(pre, pl))
         return err_set(err, PAIL_ERR_UNSUPPORTED, "gguf %s: tokenizer.ggml.pre '%.*s' is a byte-level split for a "
                        "SentencePiece ('llama') vocabulary", g->path, (int)(pl > 32 ? 32 : pl), pre);
     return 0;
@@ -983,7 +974,7 @@ static int gemma_vocab(const GgufFile *g, Vocab *v, PailErr *err) {
     return 0;
 }
 
-static int write_tokenizer(const GgufFile *g, const char *dir, int *n_vocab, PailErr *err) {
+static int write_tokenizer(const GgufFile *g, const char *dir, const GgufImportOptions *opt, int *n_vocab, PailErr *err) {
     const char *model;
     size_t ml;
     PailErr e = {0};
@@ -1032,7 +1023,7 @@ static int write_tokenizer(const GgufFile *g, const char *dir, int *n_vocab, Pai
     if (v.sp && sp_default_specials(g, &v, err) < 0) goto out;
     gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &v.add_bos, &e);
     gguf_get_bool(g, "tokenizer.ggml.add_eos_token", &v.add_eos, &e);
-    if (build_tokenizer_json(g, &v, dir, err) < 0) goto out;
+    if (build_tokenizer_json(g, &v, dir, opt, err) < 0) goto out;
     const char *ct = NULL;
     size_t cl = 0;
     gguf_get_string(g, "tokenizer.chat_template", &ct, &cl, &e);
@@ -1075,6 +1066,11 @@ out:
 
 int gguf_import(const GgufFile *g, const char *dir, const GgufImportOptions *opt, GgufImportInfo *info, PailErr *err) {
     memset(info, 0, sizeof *info);
+    if (opt->tokenizer_only) {  // any architecture: the tokenizer files alone (llama.cpp's vocab-only files)
+        if (fs_mkdirs(dir, err) < 0 || write_tokenizer(g, dir, opt, &info->vocab, err) < 0) return -1;
+        snprintf(info->arch, sizeof info->arch, "tokenizer");
+        return 0;
+    }
     const char *arch;
     size_t al;
     if (gguf_get_string(g, "general.architecture", &arch, &al, err) < 0) return -1;
@@ -1098,7 +1094,7 @@ int gguf_import(const GgufFile *g, const char *dir, const GgufImportOptions *opt
         return err_set(err, PAIL_ERR_INVALID, "gguf import: dtype %s is not BF16 or F32", safetensors_dtype_name(opt->dtype));
     if (fs_mkdirs(dir, err) < 0) return -1;
     int n_vocab = 0;
-    if (write_tokenizer(g, dir, &n_vocab, err) < 0) return -1;
+    if (write_tokenizer(g, dir, opt, &n_vocab, err) < 0) return -1;
     ModelConfig cfg;
     if (build_config(g, a, type, n_vocab, &cfg, err) < 0) return -1;
     info->vocab = cfg.vocab_size;

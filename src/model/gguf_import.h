@@ -1,17 +1,21 @@
 // A GGUF file (llama, qwen2, qwen3, exaone, granite, olmo2, smollm3, phi3, gemma2, gemma3, command-r or cohere2 architecture; a
 // llama one with a sliding window as mistral; gpt2 byte-level BPE or llama SentencePiece
 // BPE tokenizer) imported as a Hugging Face folder the way transformers'
-// from_pretrained(..., gguf_file=...) reads it: config.json, generation_config.json,
+// from_pretrained(..., gguf_file=...) reads it (the tokenizer: as the model's own
+// tokenizer.json, gguf_pretok.h): config.json, generation_config.json,
 // model.safetensors (bf16 or f32), tokenizer.json, tokenizer_config.json and,
 // when the file has one, chat_template.jinja. Byte-deterministic: the same file
 // gives the same bytes. What pail cannot import is refused with one line.
 #pragma once
+#include <stdbool.h>
 #include "core/err.h"
 #include "model/gguf.h"
 #include "model/safetensors.h"
 
 typedef struct {
     SafeTensorsDtype dtype;   // ST_DTYPE_BF16 (default) or ST_DTYPE_F32
+    bool tokenizer_only;      // write tokenizer.json, tokenizer_config.json (and the template) only
+    bool allow_tokenizer_fallback;  // an unknown tokenizer.ggml.pre imports with GPT-2's pre-tokenizer, warned
 } GgufImportOptions;
 
 // What the import wrote, for the command's summary line.

@@ -3,9 +3,9 @@
 # every tensor type pail reads dequantized bit-equal to gguf.quants.dequantize (K-quants
 # as random blocks with finite scales); small random llama / qwen2 / qwen3 files written
 # by gguf-py's GGUFWriter, imported, their tokenizer ids equal to the tokenizer transformers
-# builds from the file and their log-probs within 1e-4 of from_pretrained(gguf_file=) in
+# builds from the file, rewritten into the model's own pipeline (gguf_files.py as_model), and their log-probs within 1e-4 of from_pretrained(gguf_file=) in
 # f32; SentencePiece ("llama") vocabularies, a random one and Mistral's real v3, their ids and
-# decode equal to that tokenizer's on validation/tokenizer's corpus; the import
+# decode equal to that tokenizer's (Llama 2's legacy pipeline) on validation/tokenizer's corpus; the import
 # byte-deterministic; granite, olmo2, exaone, smollm3, phi3 and mistral (a llama file with a
 # window; llama and exaone with llama3 RoPE scaling as rope_freqs.weight; phi3 plain, and with
 # partial rotary, a window and longrope as its factor tables; gemma2 and gemma3 with their norms
@@ -46,7 +46,7 @@ done
 # offline) written as llama.cpp's convert does; ids on the tokenizer corpus, decode, log-probs.
 check_sp() {  # name gguf dir: ids with and without bos / eos, decode, on validation/tokenizer's corpus
   if "$PY" "$V" check-tokenizer "$2" "$3" --ctl "$CTL" >"$WORK/ct-$1.log" 2>&1; then
-    ok "$1: tokenizer equal to transformers' from the GGUF on the corpus ($(grep -c 'equal$' "$WORK/ct-$1.log") checks, $(sed -n 's/^ids: \([0-9]*\)\/.*/\1/p' "$WORK/ct-$1.log") strings)"
+    ok "$1: tokenizer equal to transformers' from the GGUF, in the model's pipeline (as_model), on the corpus ($(grep -c 'equal$' "$WORK/ct-$1.log") checks, $(sed -n 's/^ids: \([0-9]*\)\/.*/\1/p' "$WORK/ct-$1.log") strings)"
   else bad "$1 tokenizer against transformers:"; grep -v "it/s\]\|Warn" "$WORK/ct-$1.log" | tail -8 | sed 's/^/        /'; fi
 }
 f="$WORK/sp.gguf" d="$WORK/sp"

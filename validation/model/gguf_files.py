@@ -155,6 +155,28 @@ def sp_vocab_model(path):
     return [p.piece for p in m.pieces], [p.type for p in m.pieces], [p.score for p in m.pieces], m
 
 
+# DeepSeek-R1-Distill-Qwen's added tokens after Qwen2.5's 151,643 BPE tokens (its
+# tokenizer.json), with the types llama.cpp's converter gives them: CONTROL (3) where special or
+# looking special (<|...|>, <｜...｜>), else USER_DEFINED (4).
+R1_ADDED = ["<｜end▁of▁sentence｜>", "<｜User｜>", "<｜Assistant｜>", "<｜begin▁of▁sentence｜>", "<|EOT|>", "<think>",
+            "</think>", "<|quad_start|>", "<|quad_end|>", "<|vision_start|>", "<|vision_end|>", "<|vision_pad|>",
+            "<|image_pad|>", "<|video_pad|>", "<tool_call>", "</tool_call>", "<|fim_prefix|>", "<|fim_middle|>",
+            "<|fim_suffix|>", "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>"]
+
+
+def r1_vocab(path):
+    """The real Qwen2 vocabulary of llama.cpp's ggml-vocab-qwen2.gguf (tokens and merges), its
+    added tokens replaced by DeepSeek-R1-Distill-Qwen's."""
+    r = gguf.GGUFReader(path)
+    tokens = list(r.fields["tokenizer.ggml.tokens"].contents())[:151643]
+    merges = list(r.fields["tokenizer.ggml.merges"].contents())
+    types = [1] * len(tokens)
+    for t in R1_ADDED:
+        looks = (t.startswith("<|") and t.endswith("|>")) or (t.startswith("<｜") and t.endswith("｜>"))
+        tokens.append(t); types.append(3 if looks else 4)
+    return tokens, types, merges
+
+
 def cmd_model(a):
     rng = np.random.default_rng(a.seed)
     arch, qt = a.arch, Q[a.qtype]
@@ -162,6 +184,8 @@ def cmd_model(a):
     D = 128 if arch == "qwen3" else C // H  # transformers reads no head_dim for qwen3: Qwen3Config's 128
     if a.tokenizer == "gpt2":
         tokens, types, merges = tiny_vocab()
+    elif a.tokenizer.startswith("r1:"):
+        tokens, types, merges = r1_vocab(a.tokenizer[3:])
     elif a.tokenizer == "sp":
         tokens, types, scores = sp_vocab_random()
     else:
@@ -180,12 +204,19 @@ def cmd_model(a):
         w.add_token_list(tokens); w.add_token_types(types); w.add_token_merges(merges)
         w.add_bos_token_id(V - 3); w.add_eos_token_id(V - 2); w.add_pad_token_id(V - 2)
         w.add_add_bos_token(arch == "llama")
+    elif a.tokenizer.startswith("r1:"):  # as convert_hf_to_gguf writes DeepSeek-R1-Distill-Qwen
+        w.add_tokenizer_model("gpt2"); w.add_tokenizer_pre("deepseek-r1-qwen")
+        w.add_token_list(tokens); w.add_token_types(types); w.add_token_merges(merges)
+        w.add_bos_token_id(151646); w.add_eos_token_id(151643); w.add_pad_token_id(151643)
+        w.add_add_bos_token(True); w.add_add_eos_token(False)
     else:  # SentencePiece: no merges, the scores rank them; the dummy prefix
         w.add_tokenizer_model("llama"); w.add_tokenizer_pre("default")
         w.add_token_list(tokens); w.add_token_scores(scores); w.add_token_types(types)
         w.add_add_space_prefix(True)
         w.add_unk_token_id(0); w.add_bos_token_id(1); w.add_eos_token_id(2)
         w.add_add_bos_token(True); w.add_add_eos_token(a.add_eos)
+    if a.chat_template_file:
+        a.chat_template = open(a.chat_template_file, encoding="utf-8").read()
     w.add_chat_template(a.chat_template.replace("\\0", "\0") if a.chat_template is not None else
                         "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}")
 
@@ -212,13 +243,47 @@ def cmd_model(a):
     w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
 
 
+def as_model(tok, path):
+    """transformers' GGUF loader builds every byte-level vocabulary with GPT-2's or a Split regex and
+    every SentencePiece one with a Metaspace pre-tokenizer; the models' own tokenizer.json files
+    differ (doc/tokenizer.md), and pail's import builds those. This rewrites the loader's tokenizer
+    into the model's pipeline for the names these tests write, so that the tokenizers library
+    runs it: SentencePiece as Llama 2's legacy file (Prepend + Replace, no pre-tokenizer; Gemma's
+    files are left as transformers builds them, GemmaTokenizer's own pipeline), llama-bpe
+    with Llama 3's ignore_merges, qwen2 / deepseek-r1-qwen with NFC, smollm with Digits."""
+    import json
+    from tokenizers import Tokenizer
+    r = gguf.GGUFReader(path)
+    model = r.fields["tokenizer.ggml.model"].contents()
+    pre = r.fields["tokenizer.ggml.pre"].contents() if "tokenizer.ggml.pre" in r.fields else None
+    j = json.loads(tok.backend_tokenizer.to_str())
+    arch = r.fields["general.architecture"].contents()
+    if model == "llama" and arch in ("gemma", "gemma2", "gemma3"):
+        pass  # transformers builds Gemma's files as GemmaTokenizer: the model's own pipeline
+    elif model == "llama":
+        j["normalizer"] = {"type": "Sequence", "normalizers": [
+            {"type": "Prepend", "prepend": "\u2581"}, {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}]}
+        j["pre_tokenizer"] = None
+    elif pre == "llama-bpe":
+        j["model"]["ignore_merges"] = True
+    elif pre in ("qwen2", "deepseek-r1-qwen"):
+        j["normalizer"] = {"type": "NFC"}
+    elif pre == "smollm":
+        j["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
+            {"type": "Digits", "individual_digits": True},
+            {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}]}
+    tok._tokenizer = Tokenizer.from_str(json.dumps(j))
+    return tok
+
+
 def cmd_check_import(a):
     """pail's folder against transformers' reading of the same GGUF: tokenizer ids on STRINGS
-    (pail's grpo-ctl tokenize, given as a JSON file of lists), and log-probs (f32)."""
+    (pail's grpo-ctl tokenize, given as a JSON file of lists; the tokenizer rewritten into the
+    model's own pipeline, as_model), and log-probs (f32)."""
     import json, os, subprocess, torch
     from transformers import AutoTokenizer, AutoModelForCausalLM
     d, f = os.path.dirname(os.path.abspath(a.file)), os.path.basename(a.file)
-    tok = AutoTokenizer.from_pretrained(d, gguf_file=f)
+    tok = as_model(AutoTokenizer.from_pretrained(d, gguf_file=f), a.file)
     from tokenizers import Tokenizer
     written = Tokenizer.from_file(f"{a.dir}/tokenizer.json")  # pail's file as the HF library reads it
     pail_ids = [json.loads(l) for l in open(a.pail_ids)]
@@ -500,18 +565,17 @@ def cmd_check_hf(a):
 
 
 def cmd_check_tokenizer(a):
-    """pail's imported tokenizer.json against the tokenizer transformers builds from the same GGUF
-    on validation/tokenizer's corpus (>= 2,000 strings): ids without special tokens (grpo-ctl
+    """pail's imported tokenizer.json against the tokenizer transformers builds from the same GGUF,
+    rewritten into the model's own pipeline (as_model), on validation/tokenizer's corpus (>= 2,000 strings): ids without special tokens (grpo-ctl
     tokenize), ids with them (the written file's post-processor, through the tokenizers library, and
-    pail's plain-prompt encoding, grpo-ctl tokenize --add-special-tokens), and the text of
-    transformers' ids decoded (grpo-ctl detokenize)."""
+    pail's plain-prompt encoding, grpo-ctl tokenize --add-special-tokens), and the text of transformers' ids decoded (grpo-ctl detokenize)."""
     import json, os, subprocess
     from transformers import AutoTokenizer
     from tokenizers import Tokenizer
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tokenizer"))
     import corpus
     d, f = os.path.dirname(os.path.abspath(a.file)), os.path.basename(a.file)
-    tok = AutoTokenizer.from_pretrained(d, gguf_file=f)
+    tok = as_model(AutoTokenizer.from_pretrained(d, gguf_file=f), a.file)
     texts = corpus.texts() + STRINGS
     tj = f"{a.dir}/tokenizer.json"
 
@@ -553,8 +617,10 @@ def main():
     s.add_argument("--qtype", default="Q8_0"); s.add_argument("--seed", type=int, default=1)
     s.add_argument("--rope-base", type=float, default=10000.0, help="rope.freq_base (inf, nan, 0: hostile files)")
     s.add_argument("--chat-template", help="tokenizer.chat_template; \\0 in it becomes a NUL byte")
+    s.add_argument("--chat-template-file", help="tokenizer.chat_template read from this file")
     s.add_argument("--tokenizer", default="gpt2",
-                   help="gpt2 (a small byte-level BPE), sp (a small SentencePiece BPE) or a tokenizer.model's path")
+                   help="gpt2 (a small byte-level BPE), sp (a small SentencePiece BPE), a tokenizer.model's path, "
+                   "or r1:VOCAB.gguf (DeepSeek-R1-Distill-Qwen's: llama.cpp's Qwen2 vocab file with R1's added tokens)")
     s.add_argument("--add-eos", action="store_true", help="SentencePiece: tokenizer.ggml.add_eos_token")
     s.set_defaults(f=cmd_model)
     s = sub.add_parser("check-import"); s.add_argument("file"); s.add_argument("dir"); s.add_argument("--ctl", required=True)
