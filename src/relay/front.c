@@ -260,7 +260,6 @@ static void head_done(Front *f, struct evbuffer *dst) {
     } else if (rt->op == OP_MP_PART && mp_part_admit(r, rt, who->id, &fail, msg, sizeof msg) < 0) {
         refuse(f, dst, fail.status, fail.code, msg);
     } else if (spool_admit(r, &f->hold, who->id, who->role, len, &fail, msg, sizeof msg) < 0) {
-        if (fail.status >= 500) log_warn("relay: %s %s: %s", h.method, rt->key, msg);
         refuse(f, dst, fail.status, fail.code, msg);
     } else {
         snprintf(f->v.path, sizeof f->v.path, "%s/body-%016" PRIx64, r->spool, ++r->spool_seq);
