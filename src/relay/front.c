@@ -30,6 +30,7 @@
 #define FRONT_SMALL_BODY (4u << 20)  // bodies evhttp may buffer (a 10,000-part completion is ~1 MiB)
 
 typedef enum { FR_HEAD, FR_SPOOL, FR_PASS, FR_WAIT, FR_DISCARD } FrontState;
+enum { CH_SIZE, CH_DATA, CH_CRLF, CH_TRAILER };  // where a chunked body is
 
 struct Front {
     Relay *r;
@@ -44,7 +45,10 @@ struct Front {
     Buf head;                    // the header section so far (FR_HEAD)
     size_t scanned;              // of it, searched for its end
     Buf rewritten;               // the head evhttp gets (Content-Length: 0) once the body is spooled
-    uint64_t body_left;          // FR_SPOOL, FR_PASS
+    uint64_t body_left;          // FR_SPOOL, FR_PASS (of a chunked body: of its current chunk)
+    bool chunked;                // FR_SPOOL: Transfer-Encoding: chunked (as aws-cli sends aws-chunked bodies)
+    int chunk_state;             // CH_*
+    uint64_t written;            // body bytes spooled
     int64_t win_start_ms;        // the current --body-window
     uint64_t win_bytes;          // body bytes in it
     int fd;                      // the spool file (FR_SPOOL)
@@ -230,9 +234,19 @@ static void head_done(Front *f, struct evbuffer *dst) {
     RelayFail afail = {0};
     PailErr aerr = {0};
     bool is_put = route_rc == 0 && (rt->op == OP_PUT || rt->op == OP_MP_PART);
-    if (te)
+    bool chunked = te && !strcasecmp(te, "chunked");
+    // A chunked body's length is unknown: its quota takes what x-amz-decoded-content-length
+    // (aws-chunked) says plus the framing, or --max-body-bytes.
+    const char *dl = relay_header(h.h, h.n, "x-amz-decoded-content-length");
+    uint64_t decoded = 0;
+    if (chunked) {
+        len = dl && parse_length(dl, &decoded) == 0 ? decoded + decoded / 1024 + 65536 : r->cfg.max_body_bytes;
+        if (len > r->cfg.max_body_bytes) len = r->cfg.max_body_bytes;
+    }
+    if (te && (!chunked || !is_put || cl))
         refuse(f, dst, 411, "MissingContentLength",
-               "Transfer-Encoding is not supported by the relay; send the body with a Content-Length.");
+               "Transfer-Encoding is supported by the relay for PUT bodies only, as chunked without Content-Length; "
+               "send the body with a Content-Length.");
     else if (bad_len)
         refuse(f, dst, 400, "InvalidArgument", "Content-Length is malformed or repeated.");
     else if (route_rc < 0 && !rt->path[0])
@@ -275,7 +289,10 @@ static void head_done(Front *f, struct evbuffer *dst) {
             snprintf(f->v.prefix, sizeof f->v.prefix, "%s", who->prefix);
             f->v.role = who->role;
             f->v.len = len;
-            f->body_left = len;
+            f->body_left = chunked ? 0 : len;
+            f->chunked = chunked;
+            f->chunk_state = CH_SIZE;
+            f->written = 0;
             f->state = FR_SPOOL;
             window_start(f);
             if (expect && !strcasecmp(expect, "100-continue") && !strcmp(h.version, "HTTP/1.1")) {
@@ -343,14 +360,19 @@ static enum bufferevent_filter_result head_in(Front *f, struct evbuffer *src, st
 
 // ---- the body ----
 
-static enum bufferevent_filter_result spool_in(Front *f, struct evbuffer *src, struct evbuffer *dst) {
-    size_t avail = evbuffer_get_length(src);
-    size_t n = avail < f->body_left ? avail : (size_t)f->body_left;
+// Writes n bytes of src (drained) to the spool file, hashing them. false after refusing.
+static bool spool_write(Front *f, struct evbuffer *src, size_t n, struct evbuffer *dst) {
+    Relay *r = f->r;
+    if (f->written + n > r->cfg.max_body_bytes) {
+        evbuffer_drain(src, evbuffer_get_length(src));
+        refuse(f, dst, 400, "EntityTooLarge", "The chunked body is larger than this relay takes (--max-body-bytes).");
+        return false;
+    }
     while (n) {
         struct evbuffer_iovec v[16];
         int nv = evbuffer_peek(src, (ev_ssize_t)n, NULL, v, 16);
         size_t took = 0;
-        for (int i = 0; i < nv && nv <= 16 && took < n; i++) {
+        for (int i = 0; i < nv && i < 16 && took < n; i++) {
             size_t l = v[i].iov_len < n - took ? v[i].iov_len : n - took;
             for (size_t off = 0; off < l;) {
                 ssize_t w = write(f->fd, (const char *)v[i].iov_base + off, l - off);
@@ -359,7 +381,7 @@ static enum bufferevent_filter_result spool_in(Front *f, struct evbuffer *src, s
                     log_warn("relay: spool %s: %s", f->v.path, w < 0 ? strerror(errno) : "short write");
                     evbuffer_drain(src, evbuffer_get_length(src));
                     refuse(f, dst, 503, "SlowDown", "The relay's spool is full or failing; retry later.");
-                    return BEV_OK;
+                    return false;
                 }
                 off += (size_t)w;
             }
@@ -370,10 +392,15 @@ static enum bufferevent_filter_result spool_in(Front *f, struct evbuffer *src, s
         if (!took) break;
         evbuffer_drain(src, took);
         n -= took;
-        f->body_left -= took;
+        f->written += took;
         f->win_bytes += took;
     }
-    if (f->body_left) return BEV_OK;
+    if (f->written > f->hold.bytes) spool_hold_add(r, &f->hold, (int64_t)(f->written - f->hold.bytes));
+    return true;
+}
+
+// The whole body is spooled: evhttp gets the head, the handler the verdict.
+static void spool_finish(Front *f, struct evbuffer *dst) {
     uint8_t md[16];
     unsigned ml = 0;
     EVP_DigestFinal_ex(f->md5, md, &ml);
@@ -386,13 +413,68 @@ static enum bufferevent_filter_result spool_in(Front *f, struct evbuffer *src, s
         f->fd = -1;
         log_warn("relay: spool %s: %s", f->v.path, strerror(errno));
         refuse(f, dst, 503, "SlowDown", "The relay's spool is full or failing; retry later.");
-        return BEV_OK;
+        return;
     }
     f->fd = -1;
+    f->v.len = f->written;
     f->v.admitted = true;
     f->have_verdict = true;
     evbuffer_add(dst, f->rewritten.data, f->rewritten.len);
     f->state = FR_WAIT;
+}
+
+// One line of a chunked body's framing into line (NUL-terminated, CRLF or LF
+// removed): 1, 0 (not all here yet), -1 (longer than cap).
+static int chunk_line(struct evbuffer *src, char *line, size_t cap) {
+    size_t eol = 0;
+    struct evbuffer_ptr p = evbuffer_search_eol(src, NULL, &eol, EVBUFFER_EOL_CRLF);
+    if (p.pos < 0) return evbuffer_get_length(src) >= cap ? -1 : 0;
+    if ((size_t)p.pos >= cap) return -1;
+    evbuffer_remove(src, line, (size_t)p.pos);
+    line[p.pos] = 0;
+    evbuffer_drain(src, eol);
+    return 1;
+}
+
+static enum bufferevent_filter_result spool_in(Front *f, struct evbuffer *src, struct evbuffer *dst) {
+    if (!f->chunked) {
+        size_t avail = evbuffer_get_length(src), n = avail < f->body_left ? avail : (size_t)f->body_left;
+        if (!spool_write(f, src, n, dst)) return BEV_OK;
+        f->body_left -= n;
+        if (!f->body_left) spool_finish(f, dst);
+        return BEV_OK;
+    }
+    char line[256];
+    while (f->state == FR_SPOOL && evbuffer_get_length(src)) {
+        int rc = 1;
+        if (f->chunk_state == CH_DATA) {
+            size_t avail = evbuffer_get_length(src), n = avail < f->body_left ? avail : (size_t)f->body_left;
+            if (!spool_write(f, src, n, dst)) return BEV_OK;
+            f->body_left -= n;
+            if (!f->body_left) f->chunk_state = CH_CRLF;
+            continue;
+        }
+        rc = chunk_line(src, line, sizeof line);
+        if (rc == 0) break;
+        if (rc < 0) goto bad;
+        if (f->chunk_state == CH_SIZE) {
+            char *end;
+            errno = 0;
+            unsigned long long sz = strtoull(line, &end, 16);
+            if (end == line || errno || (*end && *end != ';' && *end != ' ')) goto bad;
+            f->body_left = sz;
+            f->chunk_state = sz ? CH_DATA : CH_TRAILER;
+        } else if (f->chunk_state == CH_CRLF) {
+            if (line[0]) goto bad;
+            f->chunk_state = CH_SIZE;
+        } else if (!line[0]) {  // CH_TRAILER: the empty line ends the body
+            spool_finish(f, dst);
+        }
+    }
+    return BEV_OK;
+bad:
+    evbuffer_drain(src, evbuffer_get_length(src));
+    refuse(f, dst, 400, "IncompleteBody", "The chunked body's framing is malformed.");
     return BEV_OK;
 }
 
