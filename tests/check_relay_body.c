@@ -247,6 +247,53 @@ START_TEST(test_auth_before_body) {
 }
 END_TEST
 
+// Pipelined requests (sent in one write, before any answer) are read one after
+// another through the front, a spooled PUT among them.
+START_TEST(test_pipelined) {
+    TestRelay t;
+    RelayConfig cfg = {0};
+    relay_start(&t, &cfg);
+    const char *health = "GET /-/health HTTP/1.1\r\nHost: x\r\n\r\n";
+    uint8_t body[20000];
+    fill(body, sizeof body, 6);
+    char hash[65], put[2048], get[2048], empty[65];
+    sha256_hex(body, sizeof body, hash);
+    sha256_hex("", 0, empty);
+    head(&t, put, sizeof put, "PUT", "/pail/runs/r1/trainer/progress.json", TR_ID, TR_SECRET, hash, sizeof body);
+    head(&t, get, sizeof get, "GET", "/pail/runs/r1/trainer/progress.json", TR_ID, TR_SECRET, empty, 0);
+    Buf all = {0};
+    buf_append(&all, health, strlen(health));
+    buf_append(&all, put, strlen(put));
+    buf_append(&all, body, sizeof body);
+    buf_append(&all, get, strlen(get));
+    buf_append(&all, health, strlen(health));
+    int s = connect_port(t.port);
+    ck_assert(send_all(s, all.data, all.len));
+    buf_free(&all);
+    // All four answers, in order: health, the PUT, the GET with the body, health.
+    static char buf[65536];
+    size_t n = 0;
+    int answers = 0;
+    for (int64_t end = time_mono_ms() + 5000; answers < 4 && time_mono_ms() < end;) {
+        struct timeval tv = {0, 200000};
+        setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+        ssize_t r = recv(s, buf + n, sizeof buf - 1 - n, 0);
+        if (r == 0) break;
+        if (r > 0) n += (size_t)r;
+        buf[n] = 0;
+        answers = 0;  // the GET's body is binary: memmem, not strstr
+        for (const char *p = buf; (p = memmem(p, n - (size_t)(p - buf), "HTTP/1.1 200 OK", 15)); p++) answers++;
+    }
+    close(s);
+    ck_assert_msg(answers == 4, "%d of 4 pipelined requests answered", answers);
+    const char *g = memmem(buf, n, "Content-Length: 20000", 21);
+    ck_assert_msg(g && memmem(buf, (size_t)(g - buf), "\r\n\r\nok\n", 7) && memmem(g, n - (size_t)(g - buf), "\r\n\r\nok\n", 7),
+                  "the answers are out of order");
+    ck_assert(stored(&t, "runs/r1/trainer/progress.json", body, sizeof body));
+    relay_end(&t);
+}
+END_TEST
+
 // POST ?uploads as (ak, sk): the upload id (empty when refused).
 static void mp_open(TestRelay *t, const char *key, const char *ak, const char *sk, char *id, size_t cap) {
     char path[512], buf[4096];
@@ -427,6 +474,7 @@ int main(void) {
     TCase *core = tcase_create("core");
     tcase_add_test(core, test_auth_before_body);
     tcase_add_test(core, test_spool_byte_quotas);
+    tcase_add_test(core, test_pipelined);
     tcase_set_timeout(core, 60);
     suite_add_tcase(s, core);
     TCase *lim = tcase_create("limits");

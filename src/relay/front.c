@@ -596,7 +596,13 @@ bool front_take(Conn *c, FrontVerdict *out, SpoolHold *hold) {
     if (f->state == FR_WAIT) {
         f->state = FR_HEAD;
         // A pipelined request: evhttp parses it once it has answered this one.
-        if (evbuffer_get_length(f->inq)) front_run(f);
+        // A socket bufferevent keeps its input's end frozen outside its reads.
+        if (evbuffer_get_length(f->inq)) {
+            bool plain = !f->r->ssl;
+            if (plain) evbuffer_unfreeze(f->input, 0);
+            front_run(f);
+            if (plain) evbuffer_freeze(f->input, 0);
+        }
     }
     return had;
 }
