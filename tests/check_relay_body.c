@@ -18,6 +18,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -393,6 +395,80 @@ START_TEST(test_upload_lifetime) {
 }
 END_TEST
 
+// The front's own parsing under hostile framing: a request a byte at a time,
+// chunked bodies (decoded into the spool, hashed as decoded), malformed chunk
+// sizes, Transfer-Encoding where it is not taken, bad and repeated Content-Length.
+START_TEST(test_hostile_framing) {
+    TestRelay t;
+    RelayConfig cfg = {0};
+    relay_start(&t, &cfg);
+    char h[2048], buf[4096], hash[65];
+    uint8_t body[3000];
+    fill(body, sizeof body, 7);
+    sha256_hex(body, sizeof body, hash);
+    // A byte at a time.
+    head(&t, h, sizeof h, "PUT", "/pail/runs/r1/trainer/state-v00000001.h5", TR_ID, TR_SECRET, hash, sizeof body);
+    int s = connect_port(t.port);
+    int one = 1;
+    setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    for (size_t i = 0; h[i]; i++) ck_assert(send_all(s, &h[i], 1));
+    for (size_t i = 0; i < sizeof body; i += 7) ck_assert(send_all(s, body + i, sizeof body - i < 7 ? sizeof body - i : 7));
+    ck_assert_int_eq(reply(s, buf, sizeof buf, 5000), 200);
+    close(s);
+    ck_assert(stored(&t, "runs/r1/trainer/state-v00000001.h5", body, sizeof body));
+    // Chunked: Transfer-Encoding instead of Content-Length, sizes in hex, a trailer.
+    const char *cases[][3] = {
+        {"chunked", "400\r\n", "200"},       // good framing (the sizes below)
+        {"chunked", "zz\r\n", "400"},        // not a size
+        {"gzip", "400\r\n", "411"},          // a coding the relay does not take
+    };
+    for (size_t c = 0; c < 3; c++) {
+        char path[128];
+        snprintf(path, sizeof path, "/pail/runs/r1/trainer/state-v0000001%zu.h5", c);
+        head(&t, h, sizeof h, "PUT", path, TR_ID, TR_SECRET, hash, 0);
+        char *cl = strstr(h, "Content-Length: 0\r\n");
+        ck_assert(cl);
+        char te[64];
+        snprintf(te, sizeof te, "Transfer-Encoding: %s\r\n", cases[c][0]);
+        memmove(cl + strlen(te), cl + 19, strlen(cl + 19) + 1);
+        memcpy(cl, te, strlen(te));
+        Buf b = {0};
+        buf_append(&b, h, strlen(h));
+        for (size_t off = 0; off < sizeof body; off += 1024) {
+            size_t n = sizeof body - off < 1024 ? sizeof body - off : 1024;
+            char sz[32];
+            if (n == 1024) snprintf(sz, sizeof sz, "%s", cases[c][1]);
+            else snprintf(sz, sizeof sz, "%zx;ext=1\r\n", n);
+            buf_append(&b, sz, strlen(sz));
+            buf_append(&b, body + off, n);
+            buf_append(&b, "\r\n", 2);
+        }
+        buf_append(&b, "0\r\nx-trailer: 1\r\n\r\n", 19);
+        s = connect_port(t.port);
+        ck_assert(send_all(s, b.data, b.len));
+        buf_free(&b);
+        int st = reply(s, buf, sizeof buf, 5000);
+        close(s);
+        ck_assert_msg(st == atoi(cases[c][2]), "chunked case %zu: %d: %s", c, st, buf);
+        ck_assert(stored(&t, path + 6, body, sizeof body) == (c == 0));
+    }
+    // Content-Length malformed, or twice.
+    const char *bad[] = {"Content-Length: 12abc\r\n", "Content-Length: 5\r\nContent-Length: 5\r\n"};
+    for (size_t c = 0; c < 2; c++) {
+        head(&t, h, sizeof h, "PUT", "/pail/runs/r1/trainer/state-v00000020.h5", TR_ID, TR_SECRET, hash, 0);
+        char *cl = strstr(h, "Content-Length: 0\r\n");
+        memmove(cl + strlen(bad[c]), cl + 19, strlen(cl + 19) + 1);
+        memcpy(cl, bad[c], strlen(bad[c]));
+        s = connect_port(t.port);
+        ck_assert(send_all(s, h, strlen(h)));
+        ck_assert_int_eq(reply(s, buf, sizeof buf, 5000), 400);
+        close(s);
+    }
+    ck_assert_int_eq(spooled_bodies(t.spool), 0);
+    relay_end(&t);
+}
+END_TEST
+
 typedef struct {
     TestRelay *t;
     const char *path;
@@ -480,6 +556,7 @@ int main(void) {
     TCase *lim = tcase_create("limits");
     tcase_add_test(lim, test_upload_lifetime);
     tcase_add_test(lim, test_slow_body_and_stall);
+    tcase_add_test(lim, test_hostile_framing);
     tcase_set_timeout(lim, 60);
     suite_add_tcase(s, lim);
     SRunner *sr = srunner_create(s);
