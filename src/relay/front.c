@@ -27,7 +27,7 @@
 #include "relay/relay_int.h"
 
 #define FRONT_MAX_HEADERS 128
-#define FRONT_SMALL_BODY (4u << 20)  // bodies evhttp may buffer (a 10,000-part completion is ~1 MiB)
+#define FRONT_SMALL_BODY (2u << 20)  // bodies evhttp may buffer (a 10,000-part completion is ~1 MiB)
 
 typedef enum { FR_HEAD, FR_SPOOL, FR_PASS, FR_WAIT, FR_DISCARD } FrontState;
 enum { CH_SIZE, CH_DATA, CH_CRLF, CH_TRAILER };  // where a chunked body is

@@ -270,7 +270,7 @@ int relay_open(Relay **out, const RelayConfig *cfg, PailErr *err) {
         evhttp_set_max_headers_size(r->http, c->max_header_bytes);
         // PUT and UploadPart bodies stream to the spool through the front; evhttp
         // buffers only the small ones (CompleteMultipartUpload's XML).
-        evhttp_set_max_body_size(r->http, (ev_ssize_t)(c->max_body_bytes < (4u << 20) ? c->max_body_bytes : 4u << 20));
+        evhttp_set_max_body_size(r->http, (ev_ssize_t)(c->max_body_bytes < (2u << 20) ? c->max_body_bytes : 2u << 20));
         evhttp_set_timeout(r->http, c->idle_timeout_s);
         evhttp_set_allowed_methods(r->http, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD | EVHTTP_REQ_PUT | EVHTTP_REQ_POST |
                                                 EVHTTP_REQ_DELETE);
