@@ -506,6 +506,24 @@ static int try_open(const char *url, StoreOptions o, PailErr *err) {
     return rc;
 }
 
+// Part sizes follow the upload throughput: a part takes about 10 s on any link
+// (a 16 MiB part at 400 KB/s took 40 s and outlived a relay's request limit),
+// within S3's limits: 5 MiB but the last, 10,000 parts, 5 GiB.
+START_TEST(test_part_size_from_throughput) {
+    const uint64_t M = 1u << 20, G = 1ull << 30;
+    ck_assert_uint_eq(s3_part_size(16 * M, 0, 10, 100 * M, 0), 16 * M);        // nothing seen yet: the largest
+    ck_assert_uint_eq(s3_part_size(16 * M, 400e3, 10, 100 * M, 1), 5 * M);     // 400 KB/s: 4 MB, S3's floor
+    ck_assert_uint_eq(s3_part_size(16 * M, 1e6, 10, 100 * M, 1), 10000000);    // 1 MB/s: 10 MB
+    ck_assert_uint_eq(s3_part_size(16 * M, 1e9, 10, 100 * M, 1), 16 * M);      // fast: the largest
+    ck_assert_uint_eq(s3_part_size(16 * M, 1e6, 10, 3 * M, 7), 3 * M);         // the last part: what remains
+    // 1 TiB at 400 KB/s must still fit 10,000 parts: 110 MB each, over the largest.
+    ck_assert_uint_eq(s3_part_size(16 * M, 400e3, 10, 1024 * G, 0), (1024 * G + 9999) / 10000);
+    ck_assert_uint_eq(s3_part_size(16 * M, 400e3, 10, 64 * M, 9999), 64 * M);  // the 10,000th part
+    ck_assert_uint_eq(s3_part_size(6 * G, 1e12, 10, 100 * G, 1), 5 * G);       // never over 5 GiB
+    ck_assert_uint_eq(s3_part_size(65536, 100, 10, M, 1), 8192);              // a test's small parts: max/8
+}
+END_TEST
+
 START_TEST(test_open_policy) {
     PailErr err = {0};
     StoreOptions base = {.access_key = "a", .secret_key = "super-secret-value"};
@@ -579,6 +597,7 @@ int main(void) {
     Suite *s = suite_create("store_s3");
     TCase *lim = tcase_create("limits");
     tcase_add_test(lim, test_open_policy);
+    tcase_add_test(lim, test_part_size_from_throughput);
     tcase_add_test(lim, test_xml_hostile);
     bool moto = moto_start() == 0;
     if (moto) {

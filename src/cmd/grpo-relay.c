@@ -13,8 +13,8 @@ int main(int argc, char **argv) {
     char *endpoint = NULL, *ca_bundle = NULL, *region = NULL, *spool = NULL, *access_log = NULL;
     bool http = false;
     long cache_bytes, stream_bytes, max_body, max_conns, max_header, idle_s, header_s, threads, max_wait;
-    long max_uploads, uploads_per_key, trainer_uploads;
-    double poll_s, max_outage, upload_expiry;
+    long max_uploads, uploads_per_key, trainer_uploads, spool_bytes, spool_per_key, trainer_spool;
+    double poll_s, max_outage, upload_expiry, upload_lifetime, min_body_rate, body_window;
     Flag fl[] = {
         {"listen", FLAG_STRING, &listen, "127.0.0.1:9000", 1, 0, "HOST:PORT to listen on (port 0: any free port)"},
         {"root", FLAG_STRING, &root, NULL, 1, 0, "serve a local folder as the bucket (file:// store)"},
@@ -36,15 +36,20 @@ int main(int argc, char **argv) {
         {"cache-bytes", FLAG_INT, &cache_bytes, "268435456", 0, 1e15, "LRU cache of immutable objects, bytes"},
         {"stream-bytes", FLAG_INT, &stream_bytes, "268435456", 1048576, 1e15,
          "object bytes read but not yet sent to clients, all connections together"},
-        {"max-body-bytes", FLAG_INT, &max_body, "67108864", 1024, 5e9, "largest request body (PUT or one part)"},
+        {"max-body-bytes", FLAG_INT, &max_body, "67108864", 1024, 5e9,
+         "largest request body (PUT or one part); bodies stream to the spool, never whole in memory"},
         {"max-connections", FLAG_INT, &max_conns, "1024", 1, 1e6, "open connections at most"},
         {"max-header-bytes", FLAG_INT, &max_header, "16384", 1024, 1048576, "largest request header section"},
         {"idle-timeout", FLAG_INT, &idle_s, "60", 1, 3600, "seconds a connection may stall reading or writing"},
-        {"header-timeout", FLAG_INT, &header_s, "30", 1, 3600, "seconds to deliver a whole request (slowloris)"},
+        {"header-timeout", FLAG_INT, &header_s, "30", 1, 3600,
+         "seconds to deliver a request's header section (slowloris); a body goes by --min-body-rate"},
+        {"min-body-rate", FLAG_DOUBLE, &min_body_rate, "32768", 1, 1e12,
+         "bytes/s a request body must average over each --body-window, or the connection is closed"},
+        {"body-window", FLAG_DOUBLE, &body_window, "20", 0.2, 3600, "seconds over which --min-body-rate is measured"},
         {"threads", FLAG_INT, &threads, "8", 1, 256, "backend worker threads"},
         {"max-wait", FLAG_INT, &max_wait, "25", 1, 300, "cap on a long-poll's x-pail-wait seconds"},
         {"poll-interval", FLAG_DOUBLE, &poll_s, "1.0", 0.05, 60, "seconds between re-LISTs for parked long-polls"},
-        {"spool", FLAG_STRING, &spool, NULL, 1, 0, "folder for multipart parts (default: a temp folder)"},
+        {"spool", FLAG_STRING, &spool, NULL, 1, 0, "folder for multipart parts and request bodies as they arrive (default: a temp folder)"},
         {"max-uploads", FLAG_INT, &max_uploads, "1024", 2, 1e6, "multipart uploads in progress, all keys together"},
         {"max-uploads-per-key", FLAG_INT, &uploads_per_key, "64", 1, 1e6,
          "multipart uploads in progress per access key (more: 503 SlowDown)"},
@@ -52,6 +57,14 @@ int main(int argc, char **argv) {
          "of --max-uploads, how many only trainer keys may take (no worker key can keep the trainer from publishing)"},
         {"upload-expiry", FLAG_DOUBLE, &upload_expiry, "900", 1, 1e7,
          "seconds a multipart upload may sit idle before it is aborted and its spool files removed"},
+        {"upload-lifetime", FLAG_DOUBLE, &upload_lifetime, "7200", 1, 1e7,
+         "seconds a multipart upload may stay open from its creation, however active, before it is aborted"},
+        {"spool-bytes", FLAG_INT, &spool_bytes, "17179869184", 2, 1e15,
+         "bytes the spool may hold (parts, bodies arriving), all keys together (more: 503 SlowDown)"},
+        {"spool-bytes-per-key", FLAG_INT, &spool_per_key, "4294967296", 1, 1e15,
+         "bytes the spool may hold for one access key (more: 503 SlowDown)"},
+        {"trainer-spool-bytes", FLAG_INT, &trainer_spool, "4294967296", 1, 1e15,
+         "of --spool-bytes, how many only trainer keys may take (no worker key can keep the trainer from publishing)"},
         {"access-log", FLAG_STRING, &access_log, NULL, 1, 0, "append access-log lines here (default stdout)"},
     };
     int n = sizeof fl / sizeof fl[0];
@@ -86,7 +99,10 @@ int main(int argc, char **argv) {
                        .header_timeout_s = (int)header_s, .threads = (int)threads, .max_wait_s = (int)max_wait,
                        .poll_interval_s = poll_s, .spool = spool, .max_uploads = (int)max_uploads,
                        .max_uploads_per_key = (int)uploads_per_key, .trainer_uploads = (int)trainer_uploads,
-                       .upload_expiry_s = upload_expiry, .signals = true, .access_log = alog};
+                       .upload_expiry_s = upload_expiry, .upload_lifetime_s = upload_lifetime,
+                       .spool_bytes = (uint64_t)spool_bytes, .spool_bytes_per_key = (uint64_t)spool_per_key,
+                       .trainer_spool_bytes = (uint64_t)trainer_spool, .min_body_rate = min_body_rate,
+                       .body_window_s = body_window, .signals = true, .access_log = alog};
     Relay *r = NULL;
     if (relay_open(&r, &cfg, &err) < 0) {
         fprintf(stderr, "grpo-relay: %s\n", err.msg);

@@ -21,6 +21,7 @@ typedef struct Conn {
     bool closing;                // shut down: evhttp will free it
     bool kept;                   // evhttp freed it and the server kept it (on_freed)
     void *user;                  // the server's (borrowed)
+    void *ext;                   // the server's per-connection state (grpo-relay: its Front; borrowed)
     struct Conn *prev, *next, *hnext;
 } Conn;
 

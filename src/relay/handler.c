@@ -4,6 +4,7 @@
 // key collapse into one backend GET; other objects, and anything larger than
 // the cache's object limit, stream in RELAY_CHUNK ranged reads so memory stays
 // bounded whatever the object size.
+#include <errno.h>
 #include <inttypes.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -12,6 +13,7 @@
 #include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 #include <event2/buffer.h>
 #include <event2/keyvalq_struct.h>
 #include "core/log.h"
@@ -88,6 +90,8 @@ void relay_finish(RelayReq *q, int status) {
         if (q->conn->user == q) q->conn->user = NULL;
     }
     if (q->obj) cache_unref(q->obj);
+    if (q->fv.path[0]) unlink(q->fv.path);  // a spooled body (already moved when it became a part)
+    spool_release(r, &q->hold);
     if (q->deadline_ev) event_free(q->deadline_ev);
     buf_free(&q->out);
     store_list_free(&q->list);
@@ -123,6 +127,11 @@ void relay_reply_error(RelayReq *q, int status, const char *code, const char *me
 
 // Maps a store error to an S3 answer. Internal details stay in the log.
 void relay_reply_store_error(RelayReq *q) {
+    if (q->spool_fail) {  // the spool's disk, not the store: the client retries
+        log_warn("relay: %s", q->err.msg);
+        relay_reply_error(q, 503, "SlowDown", "The relay's spool is full or failing; retry later.");
+        return;
+    }
     switch (q->err.code) {
     case PAIL_ERR_NOT_FOUND: relay_reply_error(q, 404, "NoSuchKey", "The specified key does not exist."); return;
     case PAIL_ERR_EXISTS:
@@ -610,6 +619,43 @@ static void op_get(RelayReq *q, const SigV4Header *h, int nh) {
 
 // ---- PUT / DELETE ----
 
+// A body the front spooled: decoded in the spool if aws-chunked, then handed to
+// the store as a file (never whole in memory).
+static void put_file_run(RelayReq *q, Store *st) {
+    RelayFail fail = {0};
+    char md5[33], dec[4300];
+    const char *path = q->fv.path;
+    snprintf(md5, sizeof md5, "%s", q->fv.md5);
+    if (!strcmp(q->payload_hash, "STREAMING-UNSIGNED-PAYLOAD-TRAILER")) {
+        uint64_t n = 0;
+        snprintf(dec, sizeof dec, "%s.dec", q->fv.path);
+        if (spool_aws_chunked_file(q->fv.path, dec, md5, &n, &fail, &q->err) < 0) {
+            q->status = fail.status;
+            snprintf(q->etag, sizeof q->etag, "%s", fail.code);
+            return;
+        }
+        if (rename(dec, q->fv.path) < 0) {
+            unlink(dec);
+            q->status = 503;
+            snprintf(q->etag, sizeof q->etag, "SlowDown");
+            err_set(&q->err, PAIL_ERR_IO, "spool %s: %s", q->fv.path, strerror(errno));
+            return;
+        }
+    }
+    if (relay_put_md5(q, md5) < 0) {
+        q->status = 400;
+        snprintf(q->etag, sizeof q->etag, "MetadataTooLarge");
+        err_set(&q->err, PAIL_ERR_INVALID, "The relay keeps at most 7 user metadata entries.");
+        return;
+    }
+    q->rc = store_put_file(st, q->route.key, path, &q->put, &q->err);
+    if (q->rc == 0) {
+        PailErr herr = {0};
+        if (store_head(st, q->route.key, &q->stat, &herr) < 0) q->stat.etag[0] = 0;
+        relay_stat_normalize(&q->stat);
+    }
+}
+
 static void put_run(PoolJob *j, Store *st) {
     RelayReq *q = (RelayReq *)((char *)j - offsetof(RelayReq, job));
     RelayFail fail = {0};
@@ -617,6 +663,10 @@ static void put_run(PoolJob *j, Store *st) {
     size_t len = q->body_len;
     Buf decoded = {0};
     q->status = 0;
+    if (q->fv.admitted) {
+        put_file_run(q, st);
+        return;
+    }
     if (relay_payload_check(q->payload_hash, data, len, &fail, &q->err) < 0) {
         q->status = fail.status;
         snprintf(q->etag, sizeof q->etag, "%s", fail.code);
@@ -782,6 +832,7 @@ void relay_handle(struct evhttp_request *req, void *arg) {
         q->conn->user = q;
     }
     q->tls = r->ssl != NULL;
+    front_take(q->conn, &q->fv, &q->hold);
     r->inflight++;
     atomic_fetch_add(&r->st_requests, 1);
     snprintf(q->method, sizeof q->method, "%s", method_name(evhttp_request_get_command(req)));
@@ -810,24 +861,42 @@ void relay_handle(struct evhttp_request *req, void *arg) {
         buf_free(&b);
         return;
     }
+    if (q->fv.refused) {  // decided by the front from the head alone; the body was never read
+        if (q->fv.keyid[0]) {
+            snprintf(q->keyid, sizeof q->keyid, "%s", q->fv.keyid);
+            snprintf(q->role, sizeof q->role, "%s", relay_role_name(q->fv.role));
+        }
+        evhttp_add_header(evhttp_request_get_output_headers(req), "Connection", "close");
+        relay_reply_error(q, q->fv.status, q->fv.code, q->fv.msg);
+        return;
+    }
     if (route_rc < 0 && !q->route.path[0]) {  // the path itself is malformed: nothing to authenticate
         relay_reply_error(q, fail.status, fail.code, err.msg);
         return;
     }
-    const char *qm = strchr(uri, '?');
-    RelayAuthIn ai = {.method = q->method, .path = q->route.path[0] ? q->route.path : "/", .query = qm ? qm + 1 : NULL,
-                      .headers = hs, .nheaders = nh, .tls = q->tls, .now = time_unix_s()};
-    const RelayKey *who = NULL;
-    RelayFail afail = {0};
-    PailErr aerr = {0};
-    if (relay_auth_verify(&r->keys, &ai, &who, q->payload_hash, &afail, &aerr) < 0) {
-        relay_reply_error(q, afail.status, afail.code, aerr.msg);
-        return;
+    if (q->fv.admitted) {  // authenticated by the front (the head it signed had the body's length)
+        snprintf(q->keyid, sizeof q->keyid, "%s", q->fv.keyid);
+        snprintf(q->role, sizeof q->role, "%s", relay_role_name(q->fv.role));
+        snprintf(q->prefix, sizeof q->prefix, "%s", q->fv.prefix);
+        snprintf(q->payload_hash, sizeof q->payload_hash, "%s", q->fv.payload_hash);
+        q->role_id = q->fv.role;
+    } else {
+        const char *qm = strchr(uri, '?');
+        RelayAuthIn ai = {.method = q->method, .path = q->route.path[0] ? q->route.path : "/",
+                          .query = qm ? qm + 1 : NULL, .headers = hs, .nheaders = nh, .tls = q->tls,
+                          .now = time_unix_s()};
+        const RelayKey *who = NULL;
+        RelayFail afail = {0};
+        PailErr aerr = {0};
+        if (relay_auth_verify(&r->keys, &ai, &who, q->payload_hash, &afail, &aerr) < 0) {
+            relay_reply_error(q, afail.status, afail.code, aerr.msg);
+            return;
+        }
+        snprintf(q->keyid, sizeof q->keyid, "%s", who->id);
+        snprintf(q->role, sizeof q->role, "%s", relay_role_name(who->role));
+        snprintf(q->prefix, sizeof q->prefix, "%s", who->prefix);
+        q->role_id = who->role;
     }
-    snprintf(q->keyid, sizeof q->keyid, "%s", who->id);
-    snprintf(q->role, sizeof q->role, "%s", relay_role_name(who->role));
-    snprintf(q->prefix, sizeof q->prefix, "%s", who->prefix);
-    q->role_id = who->role;
     if (route_rc < 0) {
         relay_reply_error(q, fail.status, fail.code, err.msg);
         return;
@@ -835,6 +904,14 @@ void relay_handle(struct evhttp_request *req, void *arg) {
     struct evbuffer *body = evhttp_request_get_input_buffer(req);
     q->body_len = evbuffer_get_length(body);
     q->body = q->body_len ? evbuffer_pullup(body, -1) : (const uint8_t *)"";
+    if (q->fv.admitted) {  // a signed payload hash must match the bytes that arrived; nothing is stored otherwise
+        q->body = NULL;
+        q->body_len = q->fv.len;
+        if (relay_payload_check_digest(q->payload_hash, q->fv.sha256, &fail, &err) < 0) {
+            relay_reply_error(q, fail.status, fail.code, err.msg);
+            return;
+        }
+    }
     Buf b = {0};
     switch (q->route.op) {
     case OP_LIST_BUCKETS:

@@ -9,7 +9,11 @@
 // the access key that created it. Uploads are bounded: --max-uploads in all,
 // --max-uploads-per-key per access key, the last --trainer-uploads of them for
 // trainer keys only (so no worker key can keep the trainer from publishing),
-// and one idle past --upload-expiry is aborted, its spool files removed.
+// and one idle past --upload-expiry, or open past --upload-lifetime (counted
+// from its creation: a part now and then does not keep it), is aborted, its
+// spool files removed. Its bytes count against the spool quotas (spool.c); a
+// part's body is refused before it is read when they are spent (front.c).
+// Spool failures answer 503 SlowDown (the client retries), never 500.
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -43,7 +47,9 @@ struct Upload {
     bool completing;
     RelayRole role;     // of the access key that created it
     int64_t touched_ms; // last activity (create, part, failed completion), monotonic
+    int64_t created_ms; // monotonic: --upload-lifetime counts from here
     uint64_t spooled;   // bytes in its spool folder, for the expiry's log line
+    SpoolHold hold;     // its parts' bytes against the spool quotas
     Upload *next;
 };
 
@@ -72,6 +78,7 @@ static void upload_free(Relay *r, Upload *u) {
             break;
         }
     rm_dir(u->dir);
+    spool_release(r, &u->hold);
     free(u->joined);
     free(u->etags);
     free(u->sizes);
@@ -82,10 +89,15 @@ void mp_free_all(Relay *r) {
     while (r->uploads) upload_free(r, r->uploads);
 }
 
+static bool too_old(const Relay *r, const Upload *u, int64_t now_ms) {
+    return now_ms - u->created_ms >= (int64_t)(r->cfg.upload_lifetime_s * 1000);
+}
+
 // The upload named by the request, owned by its key id and for its key; NULL after replying.
 static Upload *lookup(RelayReq *q) {
     Upload *u = find(q->r, q->route.upload_id);
-    if (!u || strcmp(u->key, q->route.key) || strcmp(u->keyid, q->keyid) || u->completing) {
+    if (!u || strcmp(u->key, q->route.key) || strcmp(u->keyid, q->keyid) || u->completing ||
+        (q->route.op == OP_MP_PART && too_old(q->r, u, time_mono_ms()))) {
         relay_reply_error(q, 404, "NoSuchUpload",
                           "The specified multipart upload does not exist (or belongs to another key or access key).");
         return NULL;
@@ -93,14 +105,40 @@ static Upload *lookup(RelayReq *q) {
     return u;
 }
 
+int mp_part_admit(Relay *r, const RelayRoute *rt, const char *keyid, RelayFail *fail, char *msg, size_t cap) {
+    Upload *u = find(r, rt->upload_id);
+    fail->status = 404;
+    snprintf(fail->code, sizeof fail->code, "NoSuchUpload");
+    if (!u || strcmp(u->key, rt->key) || strcmp(u->keyid, keyid) || u->completing || too_old(r, u, time_mono_ms())) {
+        snprintf(msg, cap, "The specified multipart upload does not exist (or belongs to another key or access key, "
+                 "or is older than --upload-lifetime %g s).", r->cfg.upload_lifetime_s);
+        return -1;
+    }
+    for (int i = 0; i < u->njoined; i++)
+        if (u->joined[i] == rt->part_number) {
+            fail->status = 400;
+            snprintf(fail->code, sizeof fail->code, "InvalidPart");
+            snprintf(msg, cap, "This part was joined by an earlier completion of the upload; complete it with the "
+                     "same parts.");
+            return -1;
+        }
+    return 0;
+}
+
 void mp_expire(Relay *r, int64_t now_ms) {
     int64_t idle_ms = (int64_t)(r->cfg.upload_expiry_s * 1000);
     for (Upload *u = r->uploads, *next; u; u = next) {
         next = u->next;
-        if (u->jobs > 0 || u->completing || now_ms - u->touched_ms < idle_ms) continue;
-        log_warn("relay: multipart upload %s of %s (key id %s) idle for %.0f s: aborted, %llu spooled bytes "
-                 "reclaimed (--upload-expiry %g)", u->id, u->key, u->keyid, (double)(now_ms - u->touched_ms) / 1000,
-                 (unsigned long long)(u->spooled + u->joined_size), r->cfg.upload_expiry_s);
+        bool idle = now_ms - u->touched_ms >= idle_ms, old = too_old(r, u, now_ms);
+        if (u->jobs > 0 || u->completing || (!idle && !old)) continue;
+        if (idle)
+            log_warn("relay: multipart upload %s of %s (key id %s) idle for %.0f s: aborted, %llu spooled bytes "
+                     "reclaimed (--upload-expiry %g)", u->id, u->key, u->keyid, (double)(now_ms - u->touched_ms) / 1000,
+                     (unsigned long long)(u->spooled + u->joined_size), r->cfg.upload_expiry_s);
+        else
+            log_warn("relay: multipart upload %s of %s (key id %s) open for %.0f s: aborted, %llu spooled bytes "
+                     "reclaimed (--upload-lifetime %g)", u->id, u->key, u->keyid, (double)(now_ms - u->created_ms) / 1000,
+                     (unsigned long long)(u->spooled + u->joined_size), r->cfg.upload_lifetime_s);
         upload_free(r, u);
     }
 }
@@ -140,21 +178,22 @@ void mp_create(RelayReq *q) {
     uint8_t rnd[16];
     if (!u || RAND_bytes(rnd, sizeof rnd) != 1) {
         free(u);
-        relay_reply_error(q, 500, "InternalError", "out of memory or randomness");
+        relay_reply_error(q, 503, "SlowDown", "The relay is out of memory or randomness; retry later.");
         return;
     }
     hex_encode(rnd, sizeof rnd, u->id);
     snprintf(u->key, sizeof u->key, "%s", q->route.key);
     snprintf(u->keyid, sizeof u->keyid, "%s", q->keyid);
     u->role = q->role_id;
-    u->touched_ms = time_mono_ms();
+    u->touched_ms = u->created_ms = time_mono_ms();
+    spool_hold_init(&u->hold, u->keyid, u->role);
     u->nmeta = q->put.nmeta;
     memcpy(u->meta, q->meta, sizeof u->meta);
     snprintf(u->dir, sizeof u->dir, "%s/%s", r->spool, u->id);
     if (mkdir(u->dir, 0700) < 0) {
         log_error("relay: multipart spool %s: %s", u->dir, strerror(errno));
         free(u);
-        relay_reply_error(q, 500, "InternalError", "The relay cannot spool multipart parts; see its log.");
+        relay_reply_error(q, 503, "SlowDown", "The relay cannot spool multipart parts; retry later.");
         return;
     }
     u->next = r->uploads;
@@ -193,6 +232,28 @@ void relay_md5_hex(const uint8_t *d, size_t n, char out[33]) {
     hex_encode(md, 16, out);
 }
 
+// A part the front spooled: renamed into the upload's folder (decoded there if aws-chunked).
+static void part_file_run(RelayReq *q) {
+    const char *part = (const char *)q->out.data;
+    if (!strcmp(q->payload_hash, "STREAMING-UNSIGNED-PAYLOAD-TRAILER")) {
+        RelayFail fail = {0};
+        char tmp[4500];
+        snprintf(tmp, sizeof tmp, "%s.tmp", part);
+        if (spool_aws_chunked_file(q->fv.path, tmp, q->etag, &q->total, &fail, &q->err) < 0) {
+            q->status = fail.status;
+            snprintf(q->etag, sizeof q->etag, "%s", fail.code);
+            return;
+        }
+        q->rc = rename(tmp, part) < 0 ? err_set(&q->err, PAIL_ERR_IO, "spool %s: %s", part, strerror(errno)) : 0;
+        if (q->rc < 0) unlink(tmp);
+    } else {
+        q->total = q->fv.len;
+        snprintf(q->etag, sizeof q->etag, "%s", q->fv.md5);
+        q->rc = rename(q->fv.path, part) < 0 ? err_set(&q->err, PAIL_ERR_IO, "spool %s: %s", part, strerror(errno)) : 0;
+    }
+    q->spool_fail = q->rc < 0;
+}
+
 static void part_run(PoolJob *j, Store *st) {
     (void)st;
     RelayReq *q = (RelayReq *)((char *)j - offsetof(RelayReq, job));
@@ -201,6 +262,10 @@ static void part_run(PoolJob *j, Store *st) {
     size_t len = q->body_len;
     Buf decoded = {0};
     q->status = 0;
+    if (q->fv.admitted) {
+        part_file_run(q);
+        return;
+    }
     if (relay_payload_check(q->payload_hash, data, len, &fail, &q->err) < 0 ||
         (!strcmp(q->payload_hash, "STREAMING-UNSIGNED-PAYLOAD-TRAILER") &&
          relay_aws_chunked_decode(data, len, &decoded, &fail, &q->err) < 0)) {
@@ -216,6 +281,7 @@ static void part_run(PoolJob *j, Store *st) {
     q->total = len;
     relay_md5_hex(data, len, q->etag);
     q->rc = write_file((const char *)q->out.data, data, len, &q->err);
+    q->spool_fail = q->rc < 0;
     buf_free(&decoded);
 }
 
@@ -240,13 +306,15 @@ static void part_done(PoolJob *j) {
         void *s = e ? realloc(u->sizes, (size_t)nc * sizeof *u->sizes) : NULL;
         if (s) u->sizes = s;
         if (!e || !s) {
-            relay_reply_error(q, 500, "InternalError", "out of memory");
+            relay_reply_error(q, 503, "SlowDown", "The relay is out of memory; retry later.");
             return;
         }
         for (int i = u->cap; i < nc; i++) u->etags[i][0] = 0, u->sizes[i] = 0;
         u->cap = nc;
     }
     snprintf(u->etags[pn], sizeof u->etags[pn], "%s", q->etag);
+    spool_release(q->r, &q->hold);  // the body's bytes are the upload's now
+    spool_hold_add(q->r, &u->hold, (int64_t)q->total - (int64_t)u->sizes[pn]);
     u->spooled += q->total - u->sizes[pn];
     u->sizes[pn] = q->total;
     u->touched_ms = time_mono_ms();
@@ -280,6 +348,7 @@ static void complete_run(PoolJob *j, Store *st) {
     char obj[4400], part[4400];
     snprintf(obj, sizeof obj, "%s/object", dir);
     q->rc = -1;
+    q->spool_fail = true;  // until the join is done: a full spool is retried (503), not a failure (500)
     int out = open(obj, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
     if (out < 0) {
         err_set(&q->err, PAIL_ERR_IO, "spool %s: %s", obj, strerror(errno));
@@ -330,6 +399,7 @@ static void complete_run(PoolJob *j, Store *st) {
         err_set(&q->err, PAIL_ERR_IO, "spool %s: %s", obj, strerror(errno));
         return;
     }
+    q->spool_fail = false;
     q->rc = store_put_file(st, q->route.key, obj, &q->put, &q->err);
     if (q->rc == 0) {
         PailErr herr = {0};

@@ -25,7 +25,9 @@ typedef struct {
     long max_connections;
     long max_header_bytes;
     int idle_timeout_s;          // read/write stall limit on a connection
-    int header_timeout_s;        // a whole request must arrive within this
+    int header_timeout_s;        // a request's header section must arrive within this (0: 30)
+    double min_body_rate;        // bytes/s a body must average over each body_window_s (0: 32768)
+    double body_window_s;        // (0: 20)
     int threads;                 // backend worker threads
     int max_wait_s;              // cap on x-pail-wait
     double poll_interval_s;      // re-LIST period for parked long-polls
@@ -34,6 +36,10 @@ typedef struct {
     int max_uploads_per_key;     // ... per access key (0: 64)
     int trainer_uploads;         // ... of max_uploads that only trainer keys may take (0: 64)
     double upload_expiry_s;      // an upload idle this long is aborted, its spool removed (0: 900)
+    double upload_lifetime_s;    // ... and one open this long since its creation (0: 7200)
+    uint64_t spool_bytes;        // spooled bytes (parts, bodies arriving), all keys (0: 16 GiB)
+    uint64_t spool_bytes_per_key;  // ... per access key (0: 4 GiB)
+    uint64_t trainer_spool_bytes;  // ... of spool_bytes that only trainer keys may take (0: 4 GiB)
     bool signals;                // handle SIGTERM/SIGINT (graceful stop), SIGHUP (reload keys)
     FILE *access_log;            // one line per request; NULL = stdout
 } RelayConfig;

@@ -21,6 +21,54 @@
 
 typedef struct RelayReq RelayReq;
 typedef struct Upload Upload;
+typedef struct Front Front;
+
+// ---- spool byte quotas (spool.c) ----
+// Bytes a key holds in the spool: a body being received, or an upload's parts.
+// Linked into Relay.holds while bytes > 0 or an upload holds it.
+typedef struct SpoolHold {
+    struct SpoolHold *prev, *next;
+    char keyid[128];
+    RelayRole role;
+    uint64_t bytes;
+    bool linked;
+} SpoolHold;
+
+// Reserves `bytes` for (keyid, role) against --spool-bytes, --spool-bytes-per-key
+// and the trainer's --trainer-spool-bytes, linking h. 0, or -1 with fail (503
+// SlowDown: retry later; 400 EntityTooLarge: it can never fit) and msg.
+int spool_admit(Relay *r, SpoolHold *h, const char *keyid, RelayRole role, uint64_t bytes, RelayFail *fail,
+                char *msg, size_t cap);
+void spool_hold_init(SpoolHold *h, const char *keyid, RelayRole role);  // 0 bytes, not linked
+void spool_hold_add(Relay *r, SpoolHold *h, int64_t delta);  // no check (bytes already on disk); links h
+void spool_release(Relay *r, SpoolHold *h);                  // unlinks, 0 bytes
+// Decodes the aws-chunked body spooled in `in` into file `out` (its md5 hex and
+// length); any thread. 0 / -1 (fail: 400 for a bad body, 503 SlowDown for the spool).
+int spool_aws_chunked_file(const char *in, const char *out, char md5[33], uint64_t *len, RelayFail *fail,
+                           PailErr *err);
+
+// ---- the front (front.c): sees each connection's input before evhttp ----
+// What the front decided about a request's head before evhttp saw it: a
+// refusal (the body is never read), or an admitted body spooled to a file.
+typedef struct {
+    bool refused, admitted;
+    int status;
+    char code[48];
+    char msg[480];
+    char keyid[128], prefix[STORE_MAX_KEY];
+    RelayRole role;
+    char payload_hash[72];
+    char path[4200];             // the spooled body (the request owns it once taken)
+    uint64_t len;
+    char sha256[65], md5[33];    // of the bytes as received
+} FrontVerdict;
+
+int front_open(Relay *r, struct bufferevent *bev, Conn *c);  // c->ext = the front; 0 / -1 (no memory)
+void front_close(Conn *c);  // c is being released: its spooled body, if any, is removed
+// The verdict for the request evhttp just handed over on c (false: none, the
+// handler authenticates as before); moves a spooled body and its hold to the request.
+bool front_take(Conn *c, FrontVerdict *out, SpoolHold *hold);
+void front_sweep(Relay *r, int64_t now_ms);  // cuts bodies slower than --min-body-rate
 
 // ---- worker pool (pool.c) ----
 typedef struct PoolJob {
@@ -70,6 +118,9 @@ struct Relay {
     long nwaiters;
     Upload *uploads;
     struct Fetch *fetches;       // collapsed in-flight GETs of immutable keys
+    Front *fronts;               // every connection's front (front.c)
+    SpoolHold *holds;            // spool bytes held, by key (spool.c)
+    uint64_t spool_seq;          // names of spooled bodies
     uint64_t stream_used;        // object bytes handed to connections, not yet sent
     RelayReq *stream_wait;       // GET jobs waiting for stream_used < stream_bytes
     atomic_long st_requests, st_backend_gets, st_conns;
@@ -92,8 +143,11 @@ struct RelayReq {
     RelayRole role_id;
     char payload_hash[72];
     bool tls;
-    const uint8_t *body;         // request body (borrowed from evhttp's input buffer)
+    const uint8_t *body;         // request body (borrowed from evhttp's input buffer), or
     size_t body_len;
+    FrontVerdict fv;             // ... a body the front spooled (fv.admitted: fv.path, fv.len)
+    SpoolHold hold;              // its bytes, released (and fv.path removed) when the request ends
+    bool spool_fail;             // the job failed on the spool (disk full): 503 SlowDown, not 500
     // operation inputs
     StorePutOpts put;
     StoreMeta meta[STORE_MAX_META];
@@ -154,6 +208,8 @@ void mp_part(RelayReq *q);
 void mp_complete(RelayReq *q);
 void mp_abort(RelayReq *q);
 void mp_free_all(Relay *r);
+// Before an UploadPart body is read: the upload exists, is the key's and open. 0 / -1 (fail, msg).
+int mp_part_admit(Relay *r, const RelayRoute *rt, const char *keyid, RelayFail *fail, char *msg, size_t cap);
 void mp_expire(Relay *r, int64_t now_ms);  // aborts uploads idle past --upload-expiry (their spool files too)
 // server.c
 Conn *relay_conn_of(Relay *r, struct evhttp_request *req);

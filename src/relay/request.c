@@ -487,6 +487,11 @@ int relay_payload_check(const char *payload_hash, const uint8_t *body, size_t le
     if (!is_hex64(payload_hash)) return 0;  // the unsigned forms (allowed over TLS only)
     char hex[65];
     sha256_hex(body, len, hex);
+    return relay_payload_check_digest(payload_hash, hex, fail, err);
+}
+
+int relay_payload_check_digest(const char *payload_hash, const char *hex, RelayFail *fail, PailErr *err) {
+    if (!is_hex64(payload_hash)) return 0;
     if (strcmp(hex, payload_hash)) {
         fail_set(fail, 400, "XAmzContentSHA256Mismatch");
         return err_set(err, PAIL_ERR_AUTH, "body sha256 %.16s... does not match x-amz-content-sha256 %.16s...", hex,
@@ -495,9 +500,19 @@ int relay_payload_check(const char *payload_hash, const uint8_t *body, size_t le
     return 0;
 }
 
+static int buf_sink(void *ctx, const uint8_t *p, size_t n) {
+    return buf_append(ctx, p, n);
+}
+
 int relay_aws_chunked_decode(const uint8_t *body, size_t len, Buf *out, RelayFail *fail, PailErr *err) {
-    size_t i = 0;
     buf_reset(out);
+    return relay_aws_chunked_decode_to(body, len, buf_sink, out, fail, err);
+}
+
+int relay_aws_chunked_decode_to(const uint8_t *body, size_t len, RelaySink sink, void *ctx, RelayFail *fail,
+                                PailErr *err) {
+    size_t i = 0;
+    uLong crc = crc32(0L, Z_NULL, 0);
     for (;;) {
         // chunk-size in hex [;chunk-signature=...] CRLF
         size_t j = i;
@@ -515,9 +530,14 @@ int relay_aws_chunked_decode(const uint8_t *body, size_t len, Buf *out, RelayFai
         i = j + 2;
         if (sz == 0) break;
         if (sz > len - i || len - i - sz < 2 || body[i + sz] != '\r' || body[i + sz + 1] != '\n') goto bad;
-        if (buf_append(out, body + i, sz) < 0) {
-            fail_set(fail, 500, "InternalError");
-            return err_set(err, PAIL_ERR_NOMEM, "out of memory decoding aws-chunked body");
+        if (sink(ctx, body + i, sz) < 0) {
+            fail_set(fail, 503, "SlowDown");
+            return err_set(err, PAIL_ERR_IO, "cannot keep the decoded aws-chunked body (out of memory or spool)");
+        }
+        for (size_t off = 0; off < sz;) {  // crc32() takes a uInt length
+            size_t n = sz - off > (1u << 30) ? (1u << 30) : sz - off;
+            crc = crc32(crc, body + i + off, (uInt)n);
+            off += n;
         }
         i += sz + 2;
     }
@@ -532,13 +552,7 @@ int relay_aws_chunked_decode(const uint8_t *body, size_t len, Buf *out, RelayFai
         size_t ll = j - i;
         static const char crc_name[] = "x-amz-checksum-crc32:";
         if (ll > sizeof crc_name - 1 && !strncasecmp(line, crc_name, sizeof crc_name - 1)) {
-            uLong c = crc32(0L, Z_NULL, 0);
-            size_t off = 0;
-            while (off < out->len) {  // crc32() takes a uInt length
-                size_t n = out->len - off > (1u << 30) ? (1u << 30) : out->len - off;
-                c = crc32(c, out->data + off, (uInt)n);
-                off += n;
-            }
+            uLong c = crc;
             uint8_t be[4] = {(uint8_t)(c >> 24), (uint8_t)(c >> 16), (uint8_t)(c >> 8), (uint8_t)c};
             static const char tbl[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
             char want[9] = {tbl[be[0] >> 2], tbl[((be[0] & 3) << 4) | (be[1] >> 4)],

@@ -87,9 +87,15 @@ int relay_auth_verify(const RelayKeys *keys, const RelayAuthIn *in, const RelayK
 // Checks a hex payload hash against body; the unsigned forms pass. 0 / -1 (400
 // XAmzContentSHA256Mismatch).
 int relay_payload_check(const char *payload_hash, const uint8_t *body, size_t len, RelayFail *fail, PailErr *err);
+// The same for a body hashed as it arrived (hex: its sha256).
+int relay_payload_check_digest(const char *payload_hash, const char *hex, RelayFail *fail, PailErr *err);
 // Decodes an aws-chunked body (STREAMING-UNSIGNED-PAYLOAD-TRAILER, as botocore
 // sends over TLS) into out, checking x-amz-checksum-crc32 when it is the trailer.
 // 0 / -1 (400 InvalidRequest / BadDigest).
 int relay_aws_chunked_decode(const uint8_t *body, size_t len, Buf *out, RelayFail *fail, PailErr *err);
+// The same, handing the decoded bytes to sink (0 / -1) as they are found.
+typedef int (*RelaySink)(void *ctx, const uint8_t *p, size_t n);
+int relay_aws_chunked_decode_to(const uint8_t *body, size_t len, RelaySink sink, void *ctx, RelayFail *fail,
+                                PailErr *err);
 // The header value by case-insensitive name, or NULL.
 const char *relay_header(const SigV4Header *h, int n, const char *name);

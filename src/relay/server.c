@@ -60,7 +60,11 @@ static struct bufferevent *bev_cb(struct event_base *base, void *arg) {
         bev = bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE);
     }
     if (!bev) return NULL;
-    if (conns_add(&r->conns, bev)) {
+    Conn *c = conns_add(&r->conns, bev);
+    if (c && front_open(r, bev, c) < 0) {  // requests reach evhttp as they come (bodies buffered by it)
+        log_warn("relay: out of memory for a connection's front");
+    }
+    if (c) {
         atomic_store(&r->st_conns, r->conns.n);
         listener_update(r);
     }
@@ -69,6 +73,7 @@ static struct bufferevent *bev_cb(struct event_base *base, void *arg) {
 
 static void conn_release(Conn *c, void *ctx) {
     (void)ctx;
+    front_close(c);
     RelayReq *q = c->user;
     if (q) {
         c->user = NULL;
@@ -82,10 +87,12 @@ static void sweep_cb(evutil_socket_t fd, short what, void *arg) {
     Relay *r = arg;
     int64_t now = time_mono_ms();
     fflush(r->log);
-    // Slowloris: a connection gets header_timeout to deliver each whole request
-    // (from opening, or from its previous response).
+    // Slowloris: a connection gets header_timeout to deliver each header section
+    // (from opening, or from its previous response); a body then goes by its
+    // rate (front_sweep).
     int64_t hdr = (int64_t)r->cfg.header_timeout_s * 1000;
     conns_sweep(&r->conns, now, hdr, hdr);
+    front_sweep(r, now);
     atomic_store(&r->st_conns, r->conns.n);
     listener_update(r);
     mp_expire(r, now);
@@ -187,6 +194,12 @@ int relay_open(Relay **out, const RelayConfig *cfg, PailErr *err) {
     if (!c->max_uploads_per_key) c->max_uploads_per_key = 64;
     if (!c->trainer_uploads) c->trainer_uploads = 64;
     if (c->upload_expiry_s <= 0) c->upload_expiry_s = 900;
+    if (c->upload_lifetime_s <= 0) c->upload_lifetime_s = 7200;
+    if (!c->spool_bytes) c->spool_bytes = 16ull << 30;
+    if (!c->spool_bytes_per_key) c->spool_bytes_per_key = 4ull << 30;
+    if (!c->trainer_spool_bytes) c->trainer_spool_bytes = 4ull << 30;
+    if (c->min_body_rate <= 0) c->min_body_rate = 32768;
+    if (c->body_window_s <= 0) c->body_window_s = 20;
     r->log = c->access_log ? c->access_log : stdout;
     setvbuf(r->log, NULL, _IOLBF, 0);  // one access-log line is visible as soon as its request ends (tail -f)
     r->listen = strdup(c->listen);
@@ -213,6 +226,9 @@ int relay_open(Relay **out, const RelayConfig *cfg, PailErr *err) {
     if (rc == 0 && c->trainer_uploads >= c->max_uploads)
         rc = err_set(err, PAIL_ERR_INVALID, "relay: --trainer-uploads %d must be below --max-uploads %d",
                      c->trainer_uploads, c->max_uploads);
+    if (rc == 0 && c->trainer_spool_bytes >= c->spool_bytes)
+        rc = err_set(err, PAIL_ERR_INVALID, "relay: --trainer-spool-bytes %llu must be below --spool-bytes %llu",
+                     (unsigned long long)c->trainer_spool_bytes, (unsigned long long)c->spool_bytes);
     if (rc == 0) rc = relay_keys_load(&r->keys, c->keys_path, err);
     if (rc == 0 && !c->http) rc = ssl_setup(r, err);
     if (rc == 0) {
@@ -252,7 +268,9 @@ int relay_open(Relay **out, const RelayConfig *cfg, PailErr *err) {
     if (rc == 0) {
         r->http = evhttp_new(r->base);
         evhttp_set_max_headers_size(r->http, c->max_header_bytes);
-        evhttp_set_max_body_size(r->http, (ev_ssize_t)c->max_body_bytes);
+        // PUT and UploadPart bodies stream to the spool through the front; evhttp
+        // buffers only the small ones (CompleteMultipartUpload's XML).
+        evhttp_set_max_body_size(r->http, (ev_ssize_t)(c->max_body_bytes < (2u << 20) ? c->max_body_bytes : 2u << 20));
         evhttp_set_timeout(r->http, c->idle_timeout_s);
         evhttp_set_allowed_methods(r->http, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD | EVHTTP_REQ_PUT | EVHTTP_REQ_POST |
                                                 EVHTTP_REQ_DELETE);

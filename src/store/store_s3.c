@@ -27,6 +27,7 @@
 
 #define MIN_PART (5ull << 20)   // S3's minimum part size (all parts but the last)
 #define MAX_PARTS 10000         // S3's maximum part count
+#define MAX_PART (5ull << 30)   // S3's maximum part size
 #define MAX_HEADERS (12 + STORE_MAX_META)
 
 typedef struct {
@@ -40,7 +41,9 @@ typedef struct {
     char region[64];
     char *access_key, *secret_key, *session_token;  // owned; secrets wiped at close
     double retry_seconds;
-    uint64_t part_size;
+    uint64_t part_size;              // the largest part (and the multipart threshold)
+    double part_seconds;             // a part should take about this long (PAIL_S3_PART_SECONDS, default 10)
+    double rate_bps;                 // upload throughput observed on parts (0: none yet)
     bool clock_ok;                   // a request of this Store was accepted: its clock was in the window then
 } S3;
 
@@ -493,16 +496,31 @@ static void abort_upload(Store *st, const char *fkey, const char *upload_id) {
     http_response_free(&r);
 }
 
+uint64_t s3_part_size(uint64_t max, double rate_bps, double seconds, uint64_t remaining, int parts_done) {
+    uint64_t lo = max < MIN_PART ? max / 8 : MIN_PART;  // below S3's floor only for a test's small parts
+    if (lo < 1) lo = 1;
+    uint64_t want = rate_bps > 0 ? (uint64_t)(rate_bps * seconds) : max;
+    if (want < lo) want = lo;
+    if (want > max) want = max;
+    int left = MAX_PARTS - parts_done > 1 ? MAX_PARTS - parts_done : 1;
+    uint64_t need = (remaining + (uint64_t)left - 1) / (uint64_t)left;  // or the rest would not fit
+    if (want < need) want = need;
+    if (want > MAX_PART) want = MAX_PART;
+    return want < remaining ? want : remaining;
+}
+
 // Parts come from the file fd (path names it in messages) or, with mem non-NULL, from memory.
+// Each part's size follows the throughput the parts before it saw (s3_part_size):
+// on a slow link a part still takes about part_seconds, so a stall or a retry
+// costs little and no server's per-request limit is reached.
 // One multipart upload: 0, -1 (err), or CREATE_AGAIN (err set) when the
 // upload vanished under it (UploadPart: NoSuchUpload, as after a relay
 // restart lost its spool) or its create-only complete found no object.
 static int put_multipart_once(Store *st, const char *fkey, int fd, const uint8_t *mem, const char *path,
                               uint64_t size, const StorePutOpts *o, PailErr *err) {
     S3 *s = s3_of(st);
-    uint64_t part = s->part_size;
-    while ((size + part - 1) / part > MAX_PARTS) part *= 2;
-    int nparts = (int)((size + part - 1) / part);
+    int nparts = 0, cap = 64;
+    uint64_t off = 0, smallest = UINT64_MAX, largest = 0;
     SigV4Header h[MAX_HEADERS];
     char names[STORE_MAX_META][80];
     int nh;
@@ -513,7 +531,7 @@ static int put_multipart_once(Store *st, const char *fkey, int fd, const uint8_t
     Buf body = {0};
     int attempts, rc = -1;
     char upload_id[1024] = "";
-    char(*etags)[80] = calloc((size_t)nparts, sizeof *etags);
+    char(*etags)[80] = calloc((size_t)cap, sizeof *etags);
     if (!etags) return err_set(err, PAIL_ERR_NOMEM, "out of memory");
 
     S3Call c;
@@ -533,8 +551,17 @@ static int put_multipart_once(Store *st, const char *fkey, int fd, const uint8_t
         err_wrap(err, "s3://%s/%s", s->bucket, fkey);
         goto out;
     }
-    for (int i = 0; i < nparts; i++) {
-        uint64_t off = (uint64_t)i * part, len = size - off < part ? size - off : part;
+    for (int i = 0; off < size; i++) {
+        uint64_t len = s3_part_size(s->part_size, s->rate_bps, s->part_seconds, size - off, i);
+        if (i == cap) {
+            void *e = realloc(etags, (size_t)cap * 2 * sizeof *etags);
+            if (!e) {
+                err_set(err, PAIL_ERR_NOMEM, "out of memory");
+                goto abort;
+            }
+            etags = e;
+            cap *= 2;
+        }
         char num[16], hex[65];
         snprintf(num, sizeof num, "%d", i + 1);
         // Over https TLS protects the bytes; over http each part is hashed and signed.
@@ -553,7 +580,13 @@ static int put_multipart_once(Store *st, const char *fkey, int fd, const uint8_t
         }
         c.body_len = len;
         c.payload_hash = hex;
+        int64_t t0 = time_mono_ms();
         if (s3_call(st, &c, &r, &attempts, err) < 0) goto abort;
+        int64_t dt = time_mono_ms() - t0;
+        if (r.status == 200 && len >= (64u << 10)) {  // what the link carries, retries and all
+            double bps = (double)len * 1000.0 / (double)(dt > 0 ? dt : 1);
+            s->rate_bps = s->rate_bps > 0 ? 0.5 * s->rate_bps + 0.5 * bps : bps;
+        }
         if (r.status != 200) {
             S3Error pe = {0};
             s3_xml_error((char *)r.err_body.data, r.err_body.len, &pe);
@@ -569,7 +602,13 @@ static int put_multipart_once(Store *st, const char *fkey, int fd, const uint8_t
             goto abort;
         }
         snprintf(etags[i], sizeof etags[i], "\"%s\"", r.etag);
+        off += len;
+        nparts = i + 1;
+        if (len < smallest) smallest = len;
+        if (len > largest) largest = len;
     }
+    log_debug("s3: s3://%s/%s: %d parts of %llu to %llu bytes (upload throughput %.0f B/s)", s->bucket, fkey, nparts,
+              (unsigned long long)smallest, (unsigned long long)largest, s->rate_bps);
     Buf xml = {0};
     if (s3_xml_complete_body(&xml, etags, nparts) < 0) {
         buf_free(&xml);
@@ -1035,6 +1074,17 @@ int store_s3_open(Store *st, const char *bucket, const char *prefix, const Store
     }
     s->retry_seconds = opt->retry_seconds > 0 ? opt->retry_seconds : RETRY_DEFAULT_BUDGET_S;
     s->part_size = opt->multipart_threshold ? opt->multipart_threshold : 16ull << 20;
+    s->part_seconds = 10;
+    const char *ps = env_nonempty("PAIL_S3_PART_SECONDS");
+    if (ps) {  // tests scale the link and the parts down together
+        char *end;
+        double v = strtod(ps, &end);
+        if (*end || !(v >= 0.01 && v <= 3600)) {
+            err_set(err, PAIL_ERR_INVALID, "s3://%s: PAIL_S3_PART_SECONDS '%s': give seconds, 0.01 to 3600", bucket, ps);
+            goto fail;
+        }
+        s->part_seconds = v;
+    }
     const char *pe = env_nonempty("PAIL_S3_PART_BYTES");
     if (!opt->multipart_threshold && pe) {  // a grpo-relay takes smaller parts than S3 (the fault campaign's)
         char *end;

@@ -11,3 +11,8 @@ int store_s3_create_bucket(Store *st, PailErr *err);
 // Returns 1 when the second PUT was refused (412), 0 when the store overwrote
 // the object (create-only is NOT safe there), -1 with err on failure.
 int store_s3_probe_create_only(Store *st, PailErr *err);
+// The next multipart part's size: what the observed upload throughput (bytes/s;
+// 0: none yet, then max) sends in `seconds`, within [5 MiB, max] (max/8 when a
+// test's max is under 5 MiB), at least what leaves the rest within S3's 10,000
+// parts, at most 5 GiB, and at most `remaining` (the last part).
+uint64_t s3_part_size(uint64_t max, double rate_bps, double seconds, uint64_t remaining, int parts_done);

@@ -80,7 +80,8 @@ if [ "$(id -u)" = 0 ] && mkdir -p "$WORK/spool" && mount -t tmpfs -o size=1m tmp
   check "...and the client retried" grep -q "retry" "$WORK/spool.err"
   check "...and the spool holds nothing afterwards" bash -c "[ -z \"\$(ls -A '$WORK/spool')\" ]"
   # The spool fills between the last part and the completion (boto3 as the client), leaving
-  # room for the first two (small) parts but not the third: the join stops there with a 500;
+  # room for the first two (small) parts but not the third: the join stops there with a 503
+  # SlowDown (a full spool is for the client to retry, never a 500);
   # once there is room the same completion carries on from the third part and lands the bytes.
   cat >"$WORK/mp_full.py" <<'PY'
 import os, subprocess, sys, boto3, botocore
@@ -112,7 +113,7 @@ got = s3.get_object(Bucket="pail", Key=key)["Body"].read()
 print("retried:", "same bytes" if got == data else "DIFFERENT bytes")
 PY
   "$(venv)/bin/python" "$WORK/mp_full.py" "$RELAY_URL" "$RELAY_CA" "$WORK/spool" "$WORK/blob" >"$WORK/mp_full.out" 2>&1
-  check "a completion on a full spool: a 500" grep -q "^full: 500 InternalError" "$WORK/mp_full.out"
+  check "a completion on a full spool: 503 SlowDown, not 500" grep -q "^full: 503 SlowDown" "$WORK/mp_full.out"
   check "...parts 1 and 2 joined, 3 and 4 kept" grep -q "^spooled: object part-00003 part-00004$" "$WORK/mp_full.out"
   check "...completed again once there is room: the same bytes" grep -q "^retried: same bytes" "$WORK/mp_full.out"
   [ "$FAIL" = 0 ] || sed 's/^/        /' "$WORK/mp_full.out" | tail -5
