@@ -105,8 +105,7 @@ static void head(const TestRelay *t, char *out, size_t cap, const char *method, 
         char p[1024];
         snprintf(p, sizeof p, "%.*s", (int)(qm ? qm - path : (long)strlen(path)), path);
         SigV4Header h[] = {{"host", host}, {"x-amz-date", amz}, {"x-amz-content-sha256", payload_hash}};
-        SigV4Request sr = {.method = method, .path = p, .query = qm ? qm + 1 : NULL, .headers = h, .nheaders = 3,
-                           .payload_hash = payload_hash};
+        SigV4Request sr = {.method = method, .path = p, .query = qm ? qm + 1 : NULL, .headers = h, .nheaders = 3, .payload_hash = payload_hash};
         char sig[65];
         Buf authz = {0};
         PailErr err = {0};
@@ -115,7 +114,8 @@ static void head(const TestRelay *t, char *out, size_t cap, const char *method, 
         buf_free(&authz);
     }
     snprintf(out, cap, "%s %s HTTP/1.1\r\nHost: %s\r\n%sx-amz-date: %s\r\nx-amz-content-sha256: %s\r\n"
-             "Content-Length: %llu\r\n\r\n", method, path, host, authz_line, amz, payload_hash,
+                       "Content-Length: %llu\r\n\r\n",
+             method, path, host, authz_line, amz, payload_hash,
              (unsigned long long)len);
 }
 
@@ -202,9 +202,9 @@ START_TEST(test_auth_before_body) {
     relay_start(&t, &cfg);
     char h[2048], buf[4096];
     const char *cases[][4] = {
-        {NULL, NULL, "/pail/runs/r1/trainer/state-v00000001.h5", "AccessDenied"},          // no signature
+        {NULL, NULL, "/pail/runs/r1/trainer/state-v00000001.h5", "AccessDenied"},  // no signature
         {RO_ID, "wrong-secret-0123456789", "/pail/runs/r1/rollouts/v00000001/w-000001.h5", "SignatureDoesNotMatch"},
-        {RO_ID, RO_SECRET, "/pail/runs/r1/adapters/v00000001.h5", "AccessDenied"},        // the wrong role
+        {RO_ID, RO_SECRET, "/pail/runs/r1/adapters/v00000001.h5", "AccessDenied"},  // the wrong role
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char hash[65];  // any hash: the body never comes
@@ -223,7 +223,8 @@ START_TEST(test_auth_before_body) {
     uint8_t *data = malloc(n);
     fill(data, n, 1);
     ck_assert_int_eq(request(&t, "PUT", "/pail/runs/r1/trainer/progress.json", TR_ID, TR_SECRET, data, n, buf,
-                             sizeof buf), 200);
+                             sizeof buf),
+                     200);
     ck_assert(stored(&t, "runs/r1/trainer/progress.json", data, n));
     // Bytes that do not hash to the signed x-amz-content-sha256: refused, nothing stored, nothing left spooled.
     char hash[65], path[] = "/pail/runs/r1/trainer/state-v00000002.h5";
@@ -340,8 +341,7 @@ START_TEST(test_spool_byte_quotas) {
     ck_assert_msg(strstr(buf, "--trainer-spool-bytes"), "%s", buf);
     // The trainer still publishes a multipart state in its reserve.
     setenv("PAIL_S3_PART_BYTES", "65536", 1);
-    StoreOptions so = {.endpoint = t.endpoint, .access_key = TR_ID, .secret_key = TR_SECRET, .retry_seconds = 2,
-                       .region = "us-east-1"};
+    StoreOptions so = {.endpoint = t.endpoint, .access_key = TR_ID, .secret_key = TR_SECRET, .retry_seconds = 2, .region = "us-east-1"};
     Store *tr = NULL;
     PailErr err = {0};
     ck_assert_msg(store_open(&tr, "s3://pail", &so, &err) == 0, "%s", err.msg);
@@ -418,9 +418,9 @@ START_TEST(test_hostile_framing) {
     ck_assert(stored(&t, "runs/r1/trainer/state-v00000001.h5", body, sizeof body));
     // Chunked: Transfer-Encoding instead of Content-Length, sizes in hex, a trailer.
     const char *cases[][3] = {
-        {"chunked", "400\r\n", "200"},       // good framing (the sizes below)
-        {"chunked", "zz\r\n", "400"},        // not a size
-        {"gzip", "400\r\n", "411"},          // a coding the relay does not take
+        {"chunked", "400\r\n", "200"},  // good framing (the sizes below)
+        {"chunked", "zz\r\n", "400"},   // not a size
+        {"gzip", "400\r\n", "411"},     // a coding the relay does not take
     };
     for (size_t c = 0; c < 3; c++) {
         char path[128];

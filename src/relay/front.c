@@ -29,32 +29,39 @@
 #define FRONT_MAX_HEADERS 128
 #define FRONT_SMALL_BODY (2u << 20)  // bodies evhttp may buffer (a 10,000-part completion is ~1 MiB)
 
-typedef enum { FR_HEAD, FR_SPOOL, FR_PASS, FR_WAIT, FR_DISCARD } FrontState;
-enum { CH_SIZE, CH_DATA, CH_CRLF, CH_TRAILER };  // where a chunked body is
+typedef enum { FR_HEAD,
+               FR_SPOOL,
+               FR_PASS,
+               FR_WAIT,
+               FR_DISCARD } FrontState;
+enum { CH_SIZE,
+       CH_DATA,
+       CH_CRLF,
+       CH_TRAILER };  // where a chunked body is
 
 struct Front {
     Relay *r;
-    struct bufferevent *bev;     // the connection's (evhttp's)
-    struct evbuffer *input;      // its input: what evhttp parses
-    struct evbuffer *inq;        // bytes read, not yet through the front
+    struct bufferevent *bev;  // the connection's (evhttp's)
+    struct evbuffer *input;   // its input: what evhttp parses
+    struct evbuffer *inq;     // bytes read, not yet through the front
     struct evbuffer_cb_entry *cbe;
-    bool running;                // inside the front: its own changes to input are not new bytes
-    Conn *conn;                  // borrowed; the front lives as long as it
+    bool running;  // inside the front: its own changes to input are not new bytes
+    Conn *conn;    // borrowed; the front lives as long as it
     Front *prev, *next;
     FrontState state;
-    Buf head;                    // the header section so far (FR_HEAD)
-    size_t scanned;              // of it, searched for its end
-    Buf rewritten;               // the head evhttp gets (Content-Length: 0) once the body is spooled
-    uint64_t body_left;          // FR_SPOOL, FR_PASS (of a chunked body: of its current chunk)
-    bool chunked;                // FR_SPOOL: Transfer-Encoding: chunked (as aws-cli sends aws-chunked bodies)
-    int chunk_state;             // CH_*
-    uint64_t written;            // body bytes spooled
-    int64_t win_start_ms;        // the current --body-window
-    uint64_t win_bytes;          // body bytes in it
-    int fd;                      // the spool file (FR_SPOOL)
+    Buf head;              // the header section so far (FR_HEAD)
+    size_t scanned;        // of it, searched for its end
+    Buf rewritten;         // the head evhttp gets (Content-Length: 0) once the body is spooled
+    uint64_t body_left;    // FR_SPOOL, FR_PASS (of a chunked body: of its current chunk)
+    bool chunked;          // FR_SPOOL: Transfer-Encoding: chunked (as aws-cli sends aws-chunked bodies)
+    int chunk_state;       // CH_*
+    uint64_t written;      // body bytes spooled
+    int64_t win_start_ms;  // the current --body-window
+    uint64_t win_bytes;    // body bytes in it
+    int fd;                // the spool file (FR_SPOOL)
     Sha256 *sha;
     EVP_MD_CTX *md5;
-    SpoolHold hold;              // the body's bytes against the spool quotas
+    SpoolHold hold;  // the body's bytes against the spool quotas
     bool have_verdict;
     FrontVerdict v;
 };
@@ -229,8 +236,7 @@ static void head_done(Front *f, struct evbuffer *dst) {
     int route_rc = relay_route_parse(h.method, h.uri, relay_header(h.h, h.n, "host"), r->bucket, rt, &fail, &err);
     const RelayKey *who = NULL;
     const char *qm = strchr(h.uri, '?');
-    RelayAuthIn ai = {.method = h.method, .path = rt->path[0] ? rt->path : "/", .query = qm ? qm + 1 : NULL,
-                      .headers = h.h, .nheaders = h.n, .tls = r->ssl != NULL, .now = time_unix_s()};
+    RelayAuthIn ai = {.method = h.method, .path = rt->path[0] ? rt->path : "/", .query = qm ? qm + 1 : NULL, .headers = h.h, .nheaders = h.n, .tls = r->ssl != NULL, .now = time_unix_s()};
     RelayFail afail = {0};
     PailErr aerr = {0};
     bool is_put = route_rc == 0 && (rt->op == OP_PUT || rt->op == OP_MP_PART);
@@ -269,7 +275,8 @@ static void head_done(Front *f, struct evbuffer *dst) {
         window_start(f);
     } else if (len > r->cfg.max_body_bytes) {
         snprintf(msg, sizeof msg, "The body (%" PRIu64 " bytes) is larger than this relay takes (--max-body-bytes "
-                 "%" PRIu64 "); use multipart with smaller parts.", len, r->cfg.max_body_bytes);
+                                  "%" PRIu64 "); use multipart with smaller parts.",
+                 len, r->cfg.max_body_bytes);
         refuse(f, dst, 400, "EntityTooLarge", msg);
     } else if (rt->op == OP_MP_PART && mp_part_admit(r, rt, who->id, &fail, msg, sizeof msg) < 0) {
         refuse(f, dst, fail.status, fail.code, msg);
@@ -619,7 +626,8 @@ void front_sweep(Relay *r, int64_t now_ms) {
             continue;
         }
         log_warn("relay: a request body arrived at %.0f B/s over the last %.1f s, below --min-body-rate %.0f: "
-                 "connection closed (%" PRIu64 " bytes still to come)", rate, (double)dt / 1000, r->cfg.min_body_rate,
+                 "connection closed (%" PRIu64 " bytes still to come)",
+                 rate, (double)dt / 1000, r->cfg.min_body_rate,
                  f->body_left);
         drop_body(f);
         f->state = FR_DISCARD;

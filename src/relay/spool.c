@@ -69,13 +69,14 @@ int spool_admit(Relay *r, SpoolHold *h, const char *keyid, RelayRole role, uint6
         fail->status = 400;
         snprintf(fail->code, sizeof fail->code, "EntityTooLarge");
         snprintf(msg, cap, "A body of %" PRIu64 " bytes can never fit this key's spool share (--spool-bytes-per-key "
-                 "%" PRIu64 ", --spool-bytes %" PRIu64 ", --trainer-spool-bytes %" PRIu64 "); send smaller parts.",
+                           "%" PRIu64 ", --spool-bytes %" PRIu64 ", --trainer-spool-bytes %" PRIu64 "); send smaller parts.",
                  bytes, c->spool_bytes_per_key, c->spool_bytes, c->trainer_spool_bytes);
         return -1;
     }
     if (mine + bytes > c->spool_bytes_per_key) {
         snprintf(msg, cap, "Access key %s holds %.1f MiB of spooled parts and bodies, its quota "
-                 "(--spool-bytes-per-key %.1f MiB); complete or abort uploads, or retry later.", keyid, mib(mine),
+                           "(--spool-bytes-per-key %.1f MiB); complete or abort uploads, or retry later.",
+                 keyid, mib(mine),
                  mib(c->spool_bytes_per_key));
         return -1;
     }
@@ -86,7 +87,8 @@ int spool_admit(Relay *r, SpoolHold *h, const char *keyid, RelayRole role, uint6
     }
     if (!trainer && others + bytes > room) {
         snprintf(msg, cap, "Other keys hold %.1f MiB of the spool; the last %.1f MiB of --spool-bytes are reserved "
-                 "for trainer keys (--trainer-spool-bytes); retry later.", mib(others), mib(c->trainer_spool_bytes));
+                           "for trainer keys (--trainer-spool-bytes); retry later.",
+                 mib(others), mib(c->trainer_spool_bytes));
         return -1;
     }
     if (!h->linked) spool_hold_init(h, keyid, role);
