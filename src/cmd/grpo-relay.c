@@ -13,6 +13,8 @@ int main(int argc, char **argv) {
     char *endpoint = NULL, *ca_bundle = NULL, *region = NULL, *spool = NULL, *access_log = NULL;
     bool http = false;
     long cache_bytes, stream_bytes, max_body, max_conns, max_header, idle_s, header_s, threads, max_wait;
+    long threads_per_key;
+    double list_recheck;
     long max_uploads, uploads_per_key, trainer_uploads;
     double poll_s, max_outage, upload_expiry;
     Flag fl[] = {
@@ -42,6 +44,12 @@ int main(int argc, char **argv) {
         {"idle-timeout", FLAG_INT, &idle_s, "60", 1, 3600, "seconds a connection may stall reading or writing"},
         {"header-timeout", FLAG_INT, &header_s, "30", 1, 3600, "seconds to deliver a whole request (slowloris)"},
         {"threads", FLAG_INT, &threads, "8", 1, 256, "backend worker threads"},
+        {"threads-per-key", FLAG_INT, &threads_per_key, "0", 0, 256,
+         "backend threads one access key may hold at once; keys are served round-robin (0: --threads minus a "
+         "quarter, 6 of 8, so one key's requests never hold them all)"},
+        {"list-recheck", FLAG_DOUBLE, &list_recheck, "1.0", 0.001, 3600,
+         "--root: seconds between looks at a folder's mtime for the listing index (outside changes to --root "
+         "show in listings within this; the relay's own writes at once)"},
         {"max-wait", FLAG_INT, &max_wait, "25", 1, 300, "cap on a long-poll's x-pail-wait seconds"},
         {"poll-interval", FLAG_DOUBLE, &poll_s, "1.0", 0.05, 60, "seconds between re-LISTs for parked long-polls"},
         {"spool", FLAG_STRING, &spool, NULL, 1, 0, "folder for multipart parts (default: a temp folder)"},
@@ -83,7 +91,8 @@ int main(int argc, char **argv) {
                        .keys_path = keys, .cert = cert, .key = key, .http = http,
                        .cache_bytes = (uint64_t)cache_bytes, .stream_bytes = (uint64_t)stream_bytes, .max_body_bytes = (uint64_t)max_body,
                        .max_connections = max_conns, .max_header_bytes = max_header, .idle_timeout_s = (int)idle_s,
-                       .header_timeout_s = (int)header_s, .threads = (int)threads, .max_wait_s = (int)max_wait,
+                       .header_timeout_s = (int)header_s, .threads = (int)threads,
+                       .threads_per_key = (int)threads_per_key, .list_recheck_s = list_recheck, .max_wait_s = (int)max_wait,
                        .poll_interval_s = poll_s, .spool = spool, .max_uploads = (int)max_uploads,
                        .max_uploads_per_key = (int)uploads_per_key, .trainer_uploads = (int)trainer_uploads,
                        .upload_expiry_s = upload_expiry, .signals = true, .access_log = alog};

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/log.h"
+#include "relay/listindex.h"
 #include "relay/relay_int.h"
 
 static void list_run(PoolJob *j, Store *st) {
@@ -178,4 +179,23 @@ void longpoll_drain(Relay *r) {
         reply_xml(w, &b);
         buf_free(&b);
     }
+}
+
+int relay_list_start(Relay *r, PailErr *err) {
+    RelayConfig *c = &r->cfg;
+    int cap = c->threads_per_key ? c->threads_per_key : c->threads - c->threads / 4;
+    if (cap < 1) cap = 1;
+    if (cap > c->threads)
+        return err_set(err, PAIL_ERR_INVALID, "relay: --threads-per-key %d is more than --threads %d", cap, c->threads);
+    r->pool.key_cap = cap;
+    if (!c->root) return 0;  // upstream: the bucket lists
+    if (c->list_recheck_s <= 0) c->list_recheck_s = 1.0;
+    if (listindex_open(&r->index, r->store_url + strlen("file://"), c->list_recheck_s, err) < 0) return -1;
+    for (int i = 0; i < r->pool.nstores; i++) listindex_attach(r->index, r->pool.stores[i]);
+    return 0;
+}
+
+void relay_list_stop(Relay *r) {
+    listindex_close(r->index);
+    r->index = NULL;
 }

@@ -27,6 +27,8 @@ typedef struct {
     int idle_timeout_s;          // read/write stall limit on a connection
     int header_timeout_s;        // a whole request must arrive within this
     int threads;                 // backend worker threads
+    int threads_per_key;         // backend threads one access key may hold at once (0: threads - threads/4, >= 1)
+    double list_recheck_s;       // --root: a folder's mtime is looked at again at most this often (0: 1)
     int max_wait_s;              // cap on x-pail-wait
     double poll_interval_s;      // re-LIST period for parked long-polls
     const char *spool;           // folder for multipart parts (NULL: a temp folder)
