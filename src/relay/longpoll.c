@@ -14,8 +14,10 @@
 static void list_run(PoolJob *j, Store *st) {
     RelayReq *q = (RelayReq *)((char *)j - offsetof(RelayReq, job));
     const RelayRoute *rt = &q->route;
+    q->rc = 0;
     if (rt->max_keys == 0) {  // S3: an empty page (the store reads 0 as "the default")
-        q->rc = 0;
+        buf_reset(&q->out);
+        relay_xml_list(&q->out, q->r->bucket, rt, &q->list);
         return;
     }
     StoreListOpts o = {.prefix = rt->prefix,
@@ -33,6 +35,10 @@ static void list_run(PoolJob *j, Store *st) {
         if (!l->n || strcmp(cp, l->entries[l->n - 1].key) > 0)
             snprintf(l->next_token, sizeof l->next_token, "%s\xff", cp);
     }
+    // The XML here, not on the event loop: a 1000-key page is ~250 KB of text,
+    // and the loop serves every other key's requests.
+    buf_reset(&q->out);
+    if (q->rc == 0) relay_xml_list(&q->out, q->r->bucket, rt, l);
 }
 
 static void unpark(Relay *r, RelayReq *q) {
@@ -97,9 +103,12 @@ static void list_done(PoolJob *j) {
         return;
     }
     if (q->rc < 0) log_warn("relay: long-poll re-list under '%s' failed: %s", q->route.prefix, q->err.msg);
-    Buf xml = {0};
-    StoreList empty = {0};
-    relay_xml_list(&xml, r->bucket, &q->route, q->rc == 0 ? &q->list : &empty);
+    Buf xml = q->out;  // built by list_run; q may be freed by its own answer below
+    q->out = (Buf){0};
+    if (q->rc < 0) {
+        StoreList empty = {0};
+        relay_xml_list(&xml, r->bucket, &q->route, &empty);
+    }
     // The leader and every follower: answer, or (nothing yet) stay parked.
     RelayReq *all = q;
     q->group = members;
