@@ -5,7 +5,8 @@
 #     files with the same certificate, in the same run; prints the ratio
 #     (target relay >= 0.5x nginx);
 #  2. large-object GET throughput (MB/s) for both, with curl;
-#  3. publish-to-wake latency for 200 long-polling clients (bench_relay longpoll).
+#  3. publish-to-wake latency for 200 long-polling clients (bench_relay longpoll);
+#  4. the scale run (bench/bench_relay_scale.sh): 1M keys, 256 simulated workers.
 # Validates first: both servers return the same bytes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -107,55 +108,6 @@ printf 'large GET (%d MiB, TLS, curl): relay %s MB/s, nginx %s MB/s\n' $((size >
 rss=$(awk '/VmHWM/ {print $2}' /proc/"$RELAY_PID"/status)
 echo "relay peak RSS: $((rss / 1024)) MiB (cache limit 1024 MiB, 512 MiB object streamed in 8 MiB chunks)"
 
-# ---- 4. scale: 1M keys under --root, 256 simulated workers ----
-# tests/tools/relay_load.c: each worker long-polls adapters/ and, once per
-# cycle, PUTs a 64 KiB shard and its heartbeat, HEADs control/stop and LISTs
-# adapters/ and workers/; the trainer, once per step, LISTs and GETs every new
-# shard and publishes a 4 MiB adapter, LATEST, progress and metrics. The
-# keys live on tmpfs when there is one (a million inodes are minutes to create
-# on a busy disk).
-SK=${BENCH_SCALE_KEYS:-1000000}
-SW=${BENCH_SCALE_WORKERS:-256}
-SS=${BENCH_SCALE_SECONDS:-60}
-STEP=${BENCH_SCALE_STEP:-5}
-CYCLE=${BENCH_SCALE_CYCLE:-10}
-make -s "$BUILD/tools/relay_load"
-LOAD=$BUILD/tools/relay_load
-S=$WORK/scale
-if [ -d /dev/shm ] && SHM=$(mktemp -d /dev/shm/pail-bench-scale-XXXXXX 2>/dev/null); then
-  trap 'kill $(cat "$WORK/nginx/nginx.pid" 2>/dev/null) 2>/dev/null; rm -rf "$SHM"; cleanup' EXIT
-  ln -s "$SHM" "$S"
-fi
-"$LOAD" populate "$S/" runs/r1 "$SK"
-V0=$(( (SK + 255) / 256 ))
-RELAY_BACKEND="--root $S/" start_relay --threads 8 >/dev/null
-INNER_URL=$RELAY_URL; INNER_PID=$RELAY_PID
-grep "listing index" "$WORK/relay.log" | tail -1 | sed 's/.*relay: /relay /'
-cpu() { awk '{print $14 + $15}' /proc/"$1"/stat; }
-c0=$(cpu "$INNER_PID"); t0=$(date +%s.%N)
-"$LOAD" scale "$INNER_URL" "$RELAY_CA" "$RO_AK" "$RO_SK" "$TR_AK" "$TR_SK" runs/r1 "$SW" "$SS" "$STEP" "$CYCLE" "$V0" \
-  | tee "$WORK/scale.out" || { echo "bench_relay: scale run had failed requests"; exit 1; }
-c1=$(cpu "$INNER_PID"); t1=$(date +%s.%N)
-hz=$(getconf CLK_TCK)
-printf 'relay CPU during the scale run: %.2f cores (%.0f CPU-s over %.0f s); peak RSS %d MiB\n' \
-  "$(echo "($c1 - $c0) / $hz / ($t1 - $t0)" | bc -l)" "$(echo "($c1 - $c0) / $hz" | bc -l)" "$(echo "$t1 - $t0" | bc -l)" \
-  $(( $(awk '/VmHWM/ {print $2}' /proc/"$INNER_PID"/status) / 1024 ))
 
-# ---- 5. what a run costs on a real S3 ----
-# The same load through a relay whose backend is --upstream: the first relay
-# stands in for S3 here, and its access log counts every request the second
-# one sends upstream (with the operator key), by kind, per training step.
-export AWS_ACCESS_KEY_ID=$OP_AK AWS_SECRET_ACCESS_KEY=$OP_SK
-RELAY_BACKEND="--upstream s3://pail --endpoint $INNER_URL --ca-bundle $RELAY_CA" start_relay --threads 8 >/dev/null
-unset AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY
-sync_log() { kill -0 "$INNER_PID"; sleep 0.5; wc -l <"$WORK/access.log"; }
-l0=$(sync_log)
-"$LOAD" scale "$RELAY_URL" "$RELAY_CA" "$RO_AK" "$RO_SK" "$TR_AK" "$TR_SK" runs/r1 "$SW" "${BENCH_SCALE_S3_SECONDS:-30}" \
-  "$STEP" "$CYCLE" "$(( V0 + 1000 ))" >"$WORK/s3.out" || { cat "$WORK/s3.out"; echo "bench_relay: upstream run had failed requests"; exit 1; }
-sleep 1
-steps=$(sed -n 's/.* \([0-9]*\) training steps.*/\1/p' "$WORK/s3.out")
-tail -n +"$((l0 + 1))" "$WORK/access.log" | awk '$2 == "operator" {print $3, $4}' | sort | uniq -c >"$WORK/s3.kinds"
-total=$(awk '{t += $1} END {print t + 0}' "$WORK/s3.kinds")
-printf 'S3 requests per training step (through --upstream, %s workers, %s steps of %s s): %.0f\n' "$SW" "$steps" "$STEP" \
-  "$(echo "$total / $steps" | bc -l)"
-awk -v s="$steps" '{printf "  %-6s %-12s %8.1f\n", $2, $3, $1 / s}' "$WORK/s3.kinds"
+# ---- 4. and 5.: 1M keys and 256 simulated workers; S3 requests per training step ----
+bash bench/bench_relay_scale.sh

@@ -30,11 +30,21 @@
 
 typedef struct Node Node;
 
+// What a listing shows of a key, as of the file's inode, change and
+// modification times and size: while they are unchanged (one stat), the etag
+// needs no read of the file's metadata.
+typedef struct {
+    uint64_t ino, size;
+    int64_t mtime_ns, ctime_ns;
+    char etag[40];
+} KeyMeta;
+
 typedef struct {
     uint32_t off;           // name in the node's arena
     uint16_t len;
     uint8_t dir;
     Node *child;            // a folder's node (owned)
+    KeyMeta *meta;          // a key's, once listed (owned; NULL until then)
 } Ent;
 
 typedef struct {
@@ -108,11 +118,13 @@ static int find(const Node *nd, const char *name, size_t len, bool dir) {
 }
 
 static void node_free(Node *nd) {
-    for (int i = 0; i < nd->n; i++)
+    for (int i = 0; i < nd->n; i++) {
+        free(nd->ents[i].meta);
         if (nd->ents[i].child) {
             node_free(nd->ents[i].child);
             free(nd->ents[i].child);
         }
+    }
     for (int i = 0; i < nd->npend; i++) free(nd->pend[i].name);
     free(nd->pend);
     free(nd->arena);
@@ -164,7 +176,11 @@ static Node *apply_change(Node *nd, const char *name, size_t len, bool dir, bool
     if (exists && i < 0) {
         i = -i - 1;
         if (insert_at(nd, i, name, len, dir) < 0) return NULL;  // out of memory: the next read has it
+    } else if (exists && i >= 0 && !dir) {  // rewritten: its metadata is read again when next listed
+        free(nd->ents[i].meta);
+        nd->ents[i].meta = NULL;
     } else if (!exists && i >= 0 && !dir) {
+        free(nd->ents[i].meta);
         memmove(&nd->ents[i], &nd->ents[i + 1], (size_t)(nd->n - i - 1) * sizeof *nd->ents);
         nd->n--;
         return NULL;
@@ -277,11 +293,13 @@ static void apply_listing(Node *nd, Listing *L) {
             e->child = calloc(1, sizeof *e->child);  // NULL (out of memory): dropped below
         }
     }
-    for (int i = 0; i < nd->n; i++)
+    for (int i = 0; i < nd->n; i++) {
+        free(nd->ents[i].meta);
         if (nd->ents[i].child) {
             node_free(nd->ents[i].child);
             free(nd->ents[i].child);
         }
+    }
     free(nd->arena);
     free(nd->ents);
     nd->arena = L->arena;
@@ -597,7 +615,50 @@ void listindex_note(ListIndex *ix, const char *key, bool exists) {
 typedef struct {
     char *key;
     bool prefix;
+    bool cached;            // meta holds the index's copy
+    bool fresh;             // meta was read now: store it in the index
+    KeyMeta meta;
 } Item;
+
+// The entry of key (a file) in the index, or NULL (under mu).
+static Ent *find_key(ListIndex *ix, const char *key) {
+    const char *slash = strrchr(key, '/');
+    Node *nd = &ix->top;
+    if (slash) {
+        char rel[IX_PATH];
+        snprintf(rel, sizeof rel, "%.*s", (int)(slash - key), key);
+        nd = find_node(ix, rel);
+    }
+    const char *base = slash ? slash + 1 : key;
+    int i = nd ? find(nd, base, strlen(base), false) : -1;
+    return i >= 0 ? &nd->ents[i] : NULL;
+}
+
+// Size, mtime and etag of item it's key on st: one fstatat in its folder (dfd)
+// while the file is as the index saw it last, else the store's own head.
+// False when the key is gone.
+static bool item_stat(const Hook *h, Store *st, int dfd, Item *it, StoreStat *out) {
+    const char *slash = strrchr(it->key, '/');
+    struct stat sb;
+    if (fstatat(dfd, slash ? slash + 1 : it->key, &sb, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(sb.st_mode)) return false;
+    int64_t mns = (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec;
+    int64_t cns = (int64_t)sb.st_ctim.tv_sec * 1000000000 + sb.st_ctim.tv_nsec;
+    KeyMeta *m = &it->meta;
+    if (it->cached && m->ino == sb.st_ino && m->size == (uint64_t)sb.st_size && m->mtime_ns == mns && m->ctime_ns == cns) {
+        out->size = m->size;
+        out->mtime = sb.st_mtim.tv_sec;
+        snprintf(out->etag, sizeof out->etag, "%s", m->etag);
+        return true;
+    }
+    PailErr herr = {0};
+    if (h->orig->head(st, it->key, out, &herr) < 0) return false;
+    if (strlen(out->etag) < sizeof m->etag && out->size == (uint64_t)sb.st_size) {
+        *m = (KeyMeta){.ino = sb.st_ino, .size = out->size, .mtime_ns = mns, .ctime_ns = cns};
+        snprintf(m->etag, sizeof m->etag, "%s", out->etag);
+        it->fresh = true;
+    }
+    return true;
+}
 
 int listindex_list(ListIndex *ix, Store *st, const StoreListOpts *opt, StoreList *out, PailErr *err) {
     store_list_reset(out);
@@ -665,6 +726,11 @@ int listindex_list(ListIndex *ix, Store *st, const StoreListOpts *opt, StoreList
                 rc = err_set(err, PAIL_ERR_NOMEM, "list: out of memory");
                 break;
             }
+            const Ent *e = &c->st[c->depth - 1].nd->ents[c->st[c->depth - 1].i];
+            if (e->meta) {
+                items[n].meta = *e->meta;
+                items[n].cached = true;
+            }
             n++;
             snprintf(bound, sizeof bound, "%s", key);
             incl = false;
@@ -672,16 +738,41 @@ int listindex_list(ListIndex *ix, Store *st, const StoreListOpts *opt, StoreList
         }
     }
     pthread_mutex_unlock(&ix->mu);
+    // Each key is stat'ed, so one deleted meanwhile is never listed.
+    int dfd = -1, nfresh = 0;
+    char dir[IX_PATH] = "", want[IX_PATH];
     for (int i = 0; i < n && rc == 0; i++) {
         if (items[i].prefix) {
             if (store_list_push_prefix(out, items[i].key) < 0) rc = err_set(err, PAIL_ERR_NOMEM, "list: out of memory");
             continue;
         }
-        StoreStat s;
-        PailErr herr = {0};
-        if (h->orig->head(st, items[i].key, &s, &herr) < 0) continue;  // deleted meanwhile
+        const char *slash = strrchr(items[i].key, '/');
+        snprintf(want, sizeof want, "%.*s", slash ? (int)(slash - items[i].key) : 0, items[i].key);
+        if (dfd < 0 || strcmp(want, dir)) {
+            if (dfd >= 0) close(dfd);
+            char path[IX_PATH + 4096];
+            folder_path(ix, want, path, sizeof path);
+            dfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+            snprintf(dir, sizeof dir, "%s", want);
+            if (dfd < 0) continue;  // the folder is gone
+        }
+        StoreStat s = {0};
+        if (!item_stat(h, st, dfd, &items[i], &s)) continue;  // deleted meanwhile
+        nfresh += items[i].fresh;
         if (store_list_push(out, items[i].key, s.size, s.mtime, s.etag) < 0)
             rc = err_set(err, PAIL_ERR_NOMEM, "list: out of memory");
+    }
+    if (dfd >= 0) close(dfd);
+    if (nfresh) {  // remember what was read, for the next pages
+        pthread_mutex_lock(&ix->mu);
+        for (int i = 0; i < n; i++) {
+            if (!items[i].fresh) continue;
+            Ent *e = find_key(ix, items[i].key);
+            if (!e || e->dir) continue;
+            if (!e->meta) e->meta = malloc(sizeof *e->meta);
+            if (e->meta) *e->meta = items[i].meta;
+        }
+        pthread_mutex_unlock(&ix->mu);
     }
     for (int i = 0; i < n; i++) free(items[i].key);
     free(items);
