@@ -6,7 +6,7 @@
 //       CONNS connections LIST RUN/rollouts/ (1000-key pages) in a loop with one
 //       key while another key's HEAD and PUT are timed; exit 1 when their p99
 //       reaches MAX_P99_MS (tests/integration/test_relay_list.sh)
-//   relay_load scale URL CA RO_AK RO_SK TR_AK TR_SK RUN WORKERS SECONDS STEP_S CYCLE_S
+//   relay_load scale URL CA RO_AK RO_SK TR_AK TR_SK RUN WORKERS SECONDS STEP_S CYCLE_S V0 ADAPTER_BYTES
 //       WORKERS simulated rollout workers (a long-poll on adapters/, and each
 //       CYCLE_S: a shard PUT, a heartbeat PUT, a stop HEAD, LISTs of adapters/
 //       and workers/) and a trainer (each STEP_S: LIST the version's shards, GET
@@ -43,7 +43,7 @@ static int64_t now_us(void) {
 // ---- latencies per request kind ----
 
 enum { K_LIST, K_LONGPOLL, K_PUT_SHARD, K_PUT_SMALL, K_HEAD, K_GET_ADAPTER, K_GET_SHARD, K_TR_LIST, K_TR_PUT, K_TR_HEAD, K_N };
-static const char *kind_name[K_N] = {"worker LIST",       "worker long-poll", "worker PUT shard", "worker PUT small",
+static const char *kind_name[K_N] = {"worker LIST",       "worker long-poll *", "worker PUT shard", "worker PUT small",
                                      "worker HEAD",       "worker GET adapter", "trainer GET shard", "trainer LIST",
                                      "trainer PUT",       "trainer HEAD"};
 
@@ -502,7 +502,7 @@ static int scale(char **a) {
         pthread_create(&th[2 * i], NULL, longpoller, &ws[i]);
         pthread_create(&th[2 * i + 1], NULL, worker, &ws[i]);
     }
-    Trainer t = {a[6], a[7], run, step_s, 4u << 20};
+    Trainer t = {a[6], a[7], run, step_s, (size_t)atol(a[14])};
     pthread_create(&th[2 * nw], NULL, trainer, &t);
     time_sleep_ms((int64_t)(secs * 1000));
     atomic_store(&g_stop, true);
@@ -520,6 +520,7 @@ static int scale(char **a) {
         total += g_lat.n[k];
         fails += g_lat.fail[k];
     }
+    printf("(* a long-poll waits for the next version: its time is the wait, not a latency)\n");
     printf("client requests: %ld (%.0f/s), %.0f per training step\n", total, total / secs,
            steps ? (double)total / (double)steps : 0.0);
     // A few requests past their timeout on a loaded machine are figures; more is a failure.
@@ -533,10 +534,10 @@ int main(int argc, char **argv) {
     curl_global_init(CURL_GLOBAL_DEFAULT);
     if (argc == 5 && !strcmp(argv[1], "populate")) return populate(argv[2], argv[3], atol(argv[4]));
     if (argc == 12 && !strcmp(argv[1], "fair")) return fair(argv);
-    if (argc == 14 && !strcmp(argv[1], "scale")) return scale(argv);
+    if (argc == 15 && !strcmp(argv[1], "scale")) return scale(argv);
     fprintf(stderr,
             "usage: relay_load populate ROOT RUN NKEYS\n"
             "       relay_load fair URL CA LIST_AK LIST_SK TR_AK TR_SK RUN CONNS SECONDS MAX_P99_MS\n"
-            "       relay_load scale URL CA RO_AK RO_SK TR_AK TR_SK RUN WORKERS SECONDS STEP_S CYCLE_S V0\n");
+            "       relay_load scale URL CA RO_AK RO_SK TR_AK TR_SK RUN WORKERS SECONDS STEP_S CYCLE_S V0 ADAPTER_BYTES\n");
     return 2;
 }
