@@ -5,6 +5,8 @@
 // changes behind its back within the recheck interval, a restart sees all.
 // "limits": names that sort around '/', bad names, a deep tree, and writers
 // racing listers (a key the relay wrote is never missing from a later page).
+// "fairness": the backend pool's per-key lanes (pool.c): a key with 40 slow
+// jobs queued delays another key's job by at most one of them.
 #include <check.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -16,6 +18,7 @@
 #include "core/fsutil.h"
 #include "core/timeutil.h"
 #include "relay/listindex.h"
+#include "relay/relay_int.h"
 #include "store/store.h"
 
 static void touch(const char *root, const char *key) {
@@ -286,6 +289,56 @@ START_TEST(test_writers_race_listers) {
 }
 END_TEST
 
+typedef struct {
+    PoolJob job;
+    int64_t submit_ms, start_ms;
+    int sleep_ms;
+} SlowJob;
+
+static void slow_run(PoolJob *j, Store *st) {
+    (void)st;
+    SlowJob *s = (SlowJob *)j;
+    s->start_ms = time_mono_ms();
+    time_sleep_ms(s->sleep_ms);
+}
+
+static void slow_done(PoolJob *j) { (void)j; }
+
+// 40 jobs of 100 ms from one key on 4 threads, then one job of another key:
+// it waits for a free share (cap 3: none) or one running job (cap 4), where a
+// single queue made it wait for all 40 (1 s).
+static int64_t other_key_wait(int cap) {
+    struct event_base *base = event_base_new();
+    Pool p;
+    PailErr err = {0};
+    ck_assert_msg(pool_start(&p, base, 4, "file:///tmp", NULL, &err) == 0, "%s", err.msg);
+    p.key_cap = cap;
+    SlowJob *jobs = calloc(41, sizeof *jobs);
+    for (int i = 0; i < 41; i++) {
+        jobs[i].job = (PoolJob){.run = slow_run, .done = slow_done, .owner = i < 40 ? "rollout" : "trainer"};
+        jobs[i].sleep_ms = i < 40 ? 100 : 1;
+    }
+    for (int i = 0; i < 40; i++) pool_submit(&p, &jobs[i].job);
+    time_sleep_ms(20);  // the rollout key's jobs hold the threads
+    jobs[40].submit_ms = time_mono_ms();
+    pool_submit(&p, &jobs[40].job);
+    for (int i = 0; i < 500 && !jobs[40].start_ms; i++) time_sleep_ms(10);
+    int64_t wait = jobs[40].start_ms ? jobs[40].start_ms - jobs[40].submit_ms : 5000;
+    pool_stop(&p);
+    event_base_free(base);
+    free(jobs);
+    return wait;
+}
+
+START_TEST(test_pool_share) {
+    int64_t w3 = other_key_wait(3), w4 = other_key_wait(4);
+    // Sleeping jobs need no CPU, and one queue made it ~1000 ms: the bounds leave
+    // room for a loaded machine's scheduling.
+    ck_assert_msg(w3 < 300, "with a free share the trainer's job waited %lld ms", (long long)w3);
+    ck_assert_msg(w4 < 600, "round-robin: the trainer's job waited %lld ms (one running job is 100 ms)", (long long)w4);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("relay_index");
     TCase *core = tcase_create("core");
@@ -298,6 +351,10 @@ int main(void) {
     tcase_add_test(lim, test_writers_race_listers);
     tcase_set_timeout(lim, 60);
     suite_add_tcase(s, lim);
+    TCase *fair = tcase_create("fairness");
+    tcase_add_test(fair, test_pool_share);
+    tcase_set_timeout(fair, 60);
+    suite_add_tcase(s, fair);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
