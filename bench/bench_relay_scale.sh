@@ -45,6 +45,7 @@ V0=$(( (SK + 255) / 256 ))
 RELAY_BACKEND="--root $S/" start_relay --threads 8 >/dev/null
 INNER_URL=$RELAY_URL; INNER_PID=$RELAY_PID
 grep "listing index" "$WORK/relay.log" | tail -1 | sed 's/.*relay: /relay /'
+echo "relay RSS with the index read, before any request: $(( $(awk '/VmRSS/ {print $2}' /proc/"$INNER_PID"/status) / 1024 )) MiB"
 cpu() { awk '{print $14 + $15}' /proc/"$1"/stat; }
 c0=$(cpu "$INNER_PID"); t0=$(date +%s.%N)
 "$LOAD" scale "$INNER_URL" "$RELAY_CA" "$RO_AK" "$RO_SK" "$TR_AK" "$TR_SK" runs/r1 "$SW" "$SS" "$STEP" "$CYCLE" "$V0" "$ADAPTER" \
