@@ -27,6 +27,7 @@
 #define IX_MAX_DEPTH 64     // folders deeper than this are not listed (as the file store's walk)
 #define IX_RACY_S 2         // a folder modified this close to its read is read again at the next check
 #define IX_PATH (STORE_MAX_KEY + 300)
+#define IX_BATCH 128        // keys a listing walks per hold of the index's lock
 
 typedef struct Node Node;
 
@@ -735,6 +736,13 @@ int listindex_list(ListIndex *ix, Store *st, const StoreListOpts *opt, StoreList
             snprintf(bound, sizeof bound, "%s", key);
             incl = false;
             at = cur_next(c);
+        }
+        // Let writers (the relay's puts note their keys) in between: the
+        // lock is held for at most IX_BATCH keys, then the walk seeks again.
+        if (n % IX_BATCH == 0 && at == CUR_KEY) {
+            pthread_mutex_unlock(&ix->mu);
+            pthread_mutex_lock(&ix->mu);
+            at = cur_seek(c, bound, incl);
         }
     }
     pthread_mutex_unlock(&ix->mu);
