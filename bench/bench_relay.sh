@@ -5,7 +5,8 @@
 #     files with the same certificate, in the same run; prints the ratio
 #     (target relay >= 0.5x nginx);
 #  2. large-object GET throughput (MB/s) for both, with curl;
-#  3. publish-to-wake latency for 200 long-polling clients (bench_relay longpoll).
+#  3. publish-to-wake latency for 200 long-polling clients (bench_relay longpoll);
+#  4. the scale run (bench/bench_relay_scale.sh): 1M keys, 256 simulated workers.
 # Validates first: both servers return the same bytes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -106,3 +107,7 @@ printf 'large GET (%d MiB, TLS, curl): relay %s MB/s, nginx %s MB/s\n' $((size >
   "${BENCH_WAITERS:-200}" "${BENCH_ROUNDS:-10}"
 rss=$(awk '/VmHWM/ {print $2}' /proc/"$RELAY_PID"/status)
 echo "relay peak RSS: $((rss / 1024)) MiB (cache limit 1024 MiB, 512 MiB object streamed in 8 MiB chunks)"
+
+
+# ---- 4. and 5.: 1M keys and 256 simulated workers; S3 requests per training step ----
+bash bench/bench_relay_scale.sh

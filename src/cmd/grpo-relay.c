@@ -15,6 +15,8 @@ int main(int argc, char **argv) {
     long cache_bytes, stream_bytes, max_body, max_conns, max_header, idle_s, header_s, threads, max_wait;
     long max_uploads, uploads_per_key, trainer_uploads, spool_bytes, spool_per_key, trainer_spool;
     double poll_s, max_outage, upload_expiry, upload_lifetime, min_body_rate, body_window;
+    long threads_per_key;
+    double list_recheck;
     Flag fl[] = {
         {"listen", FLAG_STRING, &listen, "127.0.0.1:9000", 1, 0, "HOST:PORT to listen on (port 0: any free port)"},
         {"root", FLAG_STRING, &root, NULL, 1, 0, "serve a local folder as the bucket (file:// store)"},
@@ -47,6 +49,12 @@ int main(int argc, char **argv) {
          "bytes/s a request body must average over each --body-window, or the connection is closed"},
         {"body-window", FLAG_DOUBLE, &body_window, "20", 0.2, 3600, "seconds over which --min-body-rate is measured"},
         {"threads", FLAG_INT, &threads, "8", 1, 256, "backend worker threads"},
+        {"threads-per-key", FLAG_INT, &threads_per_key, "0", 0, 256,
+         "backend threads one access key may hold at once; keys are served round-robin (0: --threads minus a "
+         "quarter, 6 of 8, so one key's requests never hold them all)"},
+        {"list-recheck", FLAG_DOUBLE, &list_recheck, "1.0", 0.001, 3600,
+         "--root: seconds between looks at a folder's mtime for the listing index (outside changes to --root "
+         "show in listings within this; the relay's own writes at once)"},
         {"max-wait", FLAG_INT, &max_wait, "25", 1, 300, "cap on a long-poll's x-pail-wait seconds"},
         {"poll-interval", FLAG_DOUBLE, &poll_s, "1.0", 0.05, 60, "seconds between re-LISTs for parked long-polls"},
         {"spool", FLAG_STRING, &spool, NULL, 1, 0, "folder for multipart parts and request bodies as they arrive (default: a temp folder)"},
@@ -96,7 +104,8 @@ int main(int argc, char **argv) {
                        .keys_path = keys, .cert = cert, .key = key, .http = http,
                        .cache_bytes = (uint64_t)cache_bytes, .stream_bytes = (uint64_t)stream_bytes, .max_body_bytes = (uint64_t)max_body,
                        .max_connections = max_conns, .max_header_bytes = max_header, .idle_timeout_s = (int)idle_s,
-                       .header_timeout_s = (int)header_s, .threads = (int)threads, .max_wait_s = (int)max_wait,
+                       .header_timeout_s = (int)header_s, .threads = (int)threads,
+                       .threads_per_key = (int)threads_per_key, .list_recheck_s = list_recheck, .max_wait_s = (int)max_wait,
                        .poll_interval_s = poll_s, .spool = spool, .max_uploads = (int)max_uploads,
                        .max_uploads_per_key = (int)uploads_per_key, .trainer_uploads = (int)trainer_uploads,
                        .upload_expiry_s = upload_expiry, .upload_lifetime_s = upload_lifetime,

@@ -294,6 +294,7 @@ typedef struct Fetch {
     Buf out;
     bool too_big;
     bool verified;   // the bytes hash to their pail-sha256: may be cached
+    char owner[128]; // the access key whose miss started it (its share of the threads)
     struct Fetch *next;
 } Fetch;
 
@@ -607,6 +608,8 @@ static void op_get(RelayReq *q, const SigV4Header *h, int nh) {
             f->waiters = q;
             f->job.run = fetch_run;
             f->job.done = fetch_done;
+            snprintf(f->owner, sizeof f->owner, "%s", q->keyid);
+            f->job.owner = f->owner;
             f->next = r->fetches;
             r->fetches = f;
             q->state = RQ_JOB;
@@ -897,6 +900,7 @@ void relay_handle(struct evhttp_request *req, void *arg) {
         snprintf(q->prefix, sizeof q->prefix, "%s", who->prefix);
         q->role_id = who->role;
     }
+    q->job.owner = q->keyid;  // the backend threads are shared out per access key (pool.c)
     if (route_rc < 0) {
         relay_reply_error(q, fail.status, fail.code, err.msg);
         return;

@@ -8,13 +8,16 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/log.h"
+#include "relay/listindex.h"
 #include "relay/relay_int.h"
 
 static void list_run(PoolJob *j, Store *st) {
     RelayReq *q = (RelayReq *)((char *)j - offsetof(RelayReq, job));
     const RelayRoute *rt = &q->route;
+    q->rc = 0;
     if (rt->max_keys == 0) {  // S3: an empty page (the store reads 0 as "the default")
-        q->rc = 0;
+        buf_reset(&q->out);
+        relay_xml_list(&q->out, q->r->bucket, rt, &q->list);
         return;
     }
     StoreListOpts o = {.prefix = rt->prefix,
@@ -32,6 +35,10 @@ static void list_run(PoolJob *j, Store *st) {
         if (!l->n || strcmp(cp, l->entries[l->n - 1].key) > 0)
             snprintf(l->next_token, sizeof l->next_token, "%s\xff", cp);
     }
+    // The XML here, not on the event loop: a 1000-key page is ~250 KB of text,
+    // and the loop serves every other key's requests.
+    buf_reset(&q->out);
+    if (q->rc == 0) relay_xml_list(&q->out, q->r->bucket, rt, l);
 }
 
 static void unpark(Relay *r, RelayReq *q) {
@@ -96,9 +103,12 @@ static void list_done(PoolJob *j) {
         return;
     }
     if (q->rc < 0) log_warn("relay: long-poll re-list under '%s' failed: %s", q->route.prefix, q->err.msg);
-    Buf xml = {0};
-    StoreList empty = {0};
-    relay_xml_list(&xml, r->bucket, &q->route, q->rc == 0 ? &q->list : &empty);
+    Buf xml = q->out;  // built by list_run; q may be freed by its own answer below
+    q->out = (Buf){0};
+    if (q->rc < 0) {
+        StoreList empty = {0};
+        relay_xml_list(&xml, r->bucket, &q->route, &empty);
+    }
     // The leader and every follower: answer, or (nothing yet) stay parked.
     RelayReq *all = q;
     q->group = members;
@@ -178,4 +188,23 @@ void longpoll_drain(Relay *r) {
         reply_xml(w, &b);
         buf_free(&b);
     }
+}
+
+int relay_list_start(Relay *r, PailErr *err) {
+    RelayConfig *c = &r->cfg;
+    int cap = c->threads_per_key ? c->threads_per_key : c->threads - c->threads / 4;
+    if (cap < 1) cap = 1;
+    if (cap > c->threads)
+        return err_set(err, PAIL_ERR_INVALID, "relay: --threads-per-key %d is more than --threads %d", cap, c->threads);
+    r->pool.key_cap = cap;
+    if (!c->root) return 0;  // upstream: the bucket lists
+    if (c->list_recheck_s <= 0) c->list_recheck_s = 1.0;
+    if (listindex_open(&r->index, r->store_url + strlen("file://"), c->list_recheck_s, err) < 0) return -1;
+    for (int i = 0; i < r->pool.nstores; i++) listindex_attach(r->index, r->pool.stores[i]);
+    return 0;
+}
+
+void relay_list_stop(Relay *r) {
+    listindex_close(r->index);
+    r->index = NULL;
 }

@@ -1,6 +1,9 @@
 // Worker threads for the relay's backend I/O (file:// reads, s3:// requests):
 // the event loop never blocks on the store. Each worker owns one Store (Stores
 // are single-threaded); finished jobs go back to the loop through one event.
+// Fairness: each access key's jobs wait in their own lane, lanes are served
+// round-robin, and one key runs at most key_cap jobs at once, so 128 slow
+// listings from one key delay another key's request by one job, not 128.
 #include <stdlib.h>
 #include <string.h>
 #include "relay/relay_int.h"
@@ -10,6 +13,43 @@ typedef struct {
     int idx;
 } WorkerArg;
 
+// The next job to run (under mu): the first lane from rr on with a job and a
+// free share; NULL when none may run now.
+static PoolJob *pick(Pool *p) {
+    int cap = p->key_cap > 0 ? p->key_cap : p->n;
+    PoolLane *l = p->rr ? p->rr : p->lanes;
+    for (PoolLane *first = l; l;) {
+        if (l->head && l->running < cap) {
+            PoolJob *j = l->head;
+            l->head = j->next;
+            if (!l->head) l->tail = NULL;
+            l->running++;
+            p->rr = l->next;
+            return j;
+        }
+        l = l->next ? l->next : p->lanes;
+        if (l == first) break;
+    }
+    return NULL;
+}
+
+// A job of lane l finished (under mu): an idle lane is dropped.
+static void lane_done(Pool *p, PoolLane *l) {
+    l->running--;
+    if (l->head) {
+        pthread_cond_signal(&p->cv);  // l's share freed: a waiting worker may take its next job
+        return;
+    }
+    if (l->running || l == &p->shared) return;
+    for (PoolLane **pp = &p->lanes; *pp; pp = &(*pp)->next)
+        if (*pp == l) {
+            *pp = l->next;
+            break;
+        }
+    if (p->rr == l) p->rr = l->next;
+    free(l);
+}
+
 static void *worker_main(void *arg) {
     WorkerArg *wa = arg;
     Pool *p = wa->p;
@@ -17,18 +57,18 @@ static void *worker_main(void *arg) {
     free(wa);
     for (;;) {
         pthread_mutex_lock(&p->mu);
-        while (!p->head && !p->quit) pthread_cond_wait(&p->cv, &p->mu);
-        if (!p->head) {
+        PoolJob *j;
+        while (!(j = pick(p)) && !p->quit) pthread_cond_wait(&p->cv, &p->mu);
+        if (!j) {
             pthread_mutex_unlock(&p->mu);
             return NULL;
         }
-        PoolJob *j = p->head;
-        p->head = j->next;
-        if (!p->head) p->tail = NULL;
         pthread_mutex_unlock(&p->mu);
         j->next = NULL;
         j->run(j, st);
         pthread_mutex_lock(&p->mu);
+        lane_done(p, j->lane);
+        j->lane = NULL;
         if (p->done_tail) p->done_tail->next = j;
         else p->done_head = j;
         p->done_tail = j;
@@ -56,6 +96,7 @@ int pool_start(Pool *p, struct event_base *base, int n, const char *url, const S
     memset(p, 0, sizeof *p);
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv, NULL);
+    p->lanes = &p->shared;  // always there, never freed
     p->done_ev = event_new(base, -1, 0, done_cb, p);
     p->threads = calloc((size_t)n, sizeof *p->threads);
     p->stores = calloc((size_t)n, sizeof *p->stores);
@@ -79,10 +120,20 @@ int pool_start(Pool *p, struct event_base *base, int n, const char *url, const S
 
 void pool_submit(Pool *p, PoolJob *j) {
     j->next = NULL;
+    const char *owner = j->owner ? j->owner : "";
     pthread_mutex_lock(&p->mu);
-    if (p->tail) p->tail->next = j;
-    else p->head = j;
-    p->tail = j;
+    PoolLane *l = p->lanes;
+    while (l && strcmp(l->owner, owner)) l = l->next;
+    if (!l && (l = calloc(1, sizeof *l))) {
+        snprintf(l->owner, sizeof l->owner, "%s", owner);
+        l->next = p->lanes;
+        p->lanes = l;
+    }
+    if (!l) l = &p->shared;  // out of memory: the relay's own lane
+    j->lane = l;
+    if (l->tail) l->tail->next = j;
+    else l->head = j;
+    l->tail = j;
     pthread_cond_signal(&p->cv);
     pthread_mutex_unlock(&p->mu);
 }
@@ -93,6 +144,10 @@ void pool_stop(Pool *p) {
     pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);
     for (int i = 0; i < p->n; i++) pthread_join(p->threads[i], NULL);
+    for (PoolLane *l = p->lanes, *next; l; l = next) {
+        next = l->next;
+        if (l != &p->shared) free(l);
+    }
     for (int i = 0; p->stores && i < p->nstores; i++)
         if (p->stores[i]) store_close(p->stores[i]);
     free(p->threads);

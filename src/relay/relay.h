@@ -29,6 +29,8 @@ typedef struct {
     double min_body_rate;        // bytes/s a body must average over each body_window_s (0: 32768)
     double body_window_s;        // (0: 20)
     int threads;                 // backend worker threads
+    int threads_per_key;         // backend threads one access key may hold at once (0: threads - threads/4, >= 1)
+    double list_recheck_s;       // --root: a folder's mtime is looked at again at most this often (0: 1)
     int max_wait_s;              // cap on x-pail-wait
     double poll_interval_s;      // re-LIST period for parked long-polls
     const char *spool;           // folder for multipart parts (NULL: a temp folder)

@@ -74,8 +74,19 @@ void front_sweep(Relay *r, int64_t now_ms);  // cuts bodies slower than --min-bo
 typedef struct PoolJob {
     void (*run)(struct PoolJob *, Store *st);  // on a worker thread
     void (*done)(struct PoolJob *);            // back on the loop thread
+    const char *owner;           // access key id it runs for (NULL: the relay's own); read at submit
+    struct PoolLane *lane;       // pool.c: the owner's queue
     struct PoolJob *next;
 } PoolJob;
+
+// One access key's queued jobs (pool.c): lanes are served round-robin, and one
+// key runs at most key_cap jobs at once, so no key can hold every thread.
+typedef struct PoolLane {
+    char owner[128];
+    PoolJob *head, *tail;
+    int running;
+    struct PoolLane *next;
+} PoolLane;
 
 typedef struct {
     pthread_t *threads;
@@ -83,7 +94,9 @@ typedef struct {
     int n, nstores;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    PoolJob *head, *tail;        // queued
+    PoolLane *lanes, *rr;        // queued jobs per owner; rr: the lane served next
+    PoolLane shared;             // owner "": the relay's own jobs (and any, out of memory)
+    int key_cap;                 // jobs one owner may run at once (0: n)
     PoolJob *done_head, *done_tail;
     bool quit;
     struct event *done_ev;       // activated by workers, drains done_* on the loop
@@ -107,6 +120,7 @@ struct Relay {
     struct evhttp_bound_socket *bound;
     int port;
     Pool pool;
+    struct ListIndex *index;     // --root: the listing index (listindex.h), else NULL
     Cache cache;
     struct event *sweep_ev, *stop_ev, *reload_ev, *poll_ev, *sig_term, *sig_int, *sig_hup;
     Conns conns;                 // all open connections
@@ -202,6 +216,8 @@ void longpoll_tick(Relay *r);
 void longpoll_drain(Relay *r);  // shutdown: answer every waiter with an empty list
 void relay_list_submit(RelayReq *q);  // LIST job (also used for re-lists)
 void relay_list_reply(RelayReq *q);
+int relay_list_start(Relay *r, PailErr *err);  // after pool_start: listing index, per-key share of the threads
+void relay_list_stop(Relay *r);                // after pool_stop
 // multipart.c
 void mp_create(RelayReq *q);
 void mp_part(RelayReq *q);

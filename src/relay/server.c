@@ -265,6 +265,7 @@ int relay_open(Relay **out, const RelayConfig *cfg, PailErr *err) {
         if (!r->base) rc = err_set(err, PAIL_ERR_IO, "relay: event_base_new failed");
     }
     if (rc == 0) rc = pool_start(&r->pool, r->base, c->threads, r->store_url, c->root ? NULL : c->upstream_opt, err);
+    if (rc == 0) rc = relay_list_start(r, err);
     if (rc == 0) {
         r->http = evhttp_new(r->base);
         evhttp_set_max_headers_size(r->http, c->max_header_bytes);
@@ -364,6 +365,7 @@ static void rm_tree(const char *path) {
 void relay_close(Relay *r) {
     if (!r) return;
     if (r->pool.threads) pool_stop(&r->pool);
+    relay_list_stop(r);
     mp_free_all(r);
     struct event *evs[] = {r->sweep_ev, r->poll_ev, r->stop_ev, r->reload_ev, r->sig_term, r->sig_int, r->sig_hup};
     for (size_t i = 0; i < sizeof evs / sizeof evs[0]; i++)
