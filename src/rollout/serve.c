@@ -621,6 +621,20 @@ out:
     if (u) evhttp_uri_free(u);
 }
 
+// A streamed reply's last chunk has left the output buffer: its end (the
+// terminating chunk) goes now. evhttp_send_reply_end right after the last chunk
+// would set evhttp_send_done as the drain callback while a TLS bufferevent may
+// have one deferred already for an earlier chunk (it defers them, and runs them
+// without looking at the buffer again): evhttp_send_done would then run with the
+// last chunk still queued, turn the connection to reading with writing off, and
+// the client's stream would be cut ("incomplete chunked read"). Called by such a
+// stale callback too: it waits for the real one while bytes are queued.
+static void stream_drained(struct evhttp_connection *evcon, void *arg) {
+    struct bufferevent *bev = evhttp_connection_get_bufferevent(evcon);
+    if (bev && evbuffer_get_length(bufferevent_get_output(bev))) return;
+    evhttp_send_reply_end(arg);
+}
+
 // The libevent thread: replies queued by the worker's thread.
 static void wake_cb(evutil_socket_t fd, short what, void *arg) {
     (void)fd, (void)what;
@@ -645,9 +659,11 @@ static void wake_cb(evutil_socket_t fd, short what, void *arg) {
                 }
                 struct evbuffer *b = evbuffer_new();
                 if (b && o->body) evbuffer_add(b, o->body, strlen(o->body));
-                if (b) evhttp_send_reply_chunk(h->req, b);
+                bool end_later = o->last && b && evbuffer_get_length(b) && evhttp_request_get_connection(h->req);
+                if (end_later) evhttp_send_reply_chunk_with_cb(h->req, b, stream_drained, h->req);
+                else if (b) evhttp_send_reply_chunk(h->req, b);
                 if (b) evbuffer_free(b);
-                if (o->last) evhttp_send_reply_end(h->req);
+                if (o->last && !end_later) evhttp_send_reply_end(h->req);
             } else {
                 send_body(h->req, o->status, "application/json", o->body ? o->body : "{}");
             }

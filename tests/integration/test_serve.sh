@@ -194,6 +194,9 @@ for _ in $(seq 1 300); do curl -sf --cacert "$WORK/tls/ca.pem" "https://127.0.0.
 "$PY" "$ROOT/tests/integration/serve_openai.py" tls "https://127.0.0.1:$TPORT/v1" tiny "$WORK/tls/ca.pem" \
   serve-key-0123456789abcdef; rc=$?
 [ $rc = 0 ] && ok "...every TLS check" || bad "...TLS checks failed (above)"
+"$PY" "$ROOT/tests/integration/serve_openai.py" tls_streams "https://127.0.0.1:$TPORT/v1" tiny "$WORK/tls/ca.pem" \
+  serve-key-0123456789abcdef 400 8; rc=$?
+[ $rc = 0 ] && ok "...every streamed chat over TLS complete" || bad "...a streamed chat over TLS was cut (above)"
 "$PY" "$ROOT/tests/integration/serve_limits.py" handshake 127.0.0.1 "$TPORT" 3 50; rc=$?
 [ $rc = 0 ] && ok "...connections that never start the TLS handshake are closed" || bad "...handshake timeout (above)"
 beat() {  # the worker waiting for its agents refreshes its heartbeat while it serves (not "starting ... LATE")
