@@ -115,6 +115,7 @@ struct Serve {
     long version, batch_version;
     Held *claims;                // POST /v1/episodes waiting, oldest first
     bool closing;                // op_free: answer what waits, hand out nothing more
+    char finishing[256];         // serve_finish's why ("": not finishing): no new episode or ad-hoc request
     EnvEvent *q;                 // events for env_poll
     int qn, qcap;
     Out *out;                    // replies for the libevent thread
@@ -128,18 +129,33 @@ struct Serve {
 typedef struct {
     Serve *s;
     OpenAIFrame fr;              // its requests' heads, followed as they arrive
-    uint64_t too_large;          // a head declared this body, over the limit: answered 413, the body dropped
+    uint64_t too_large;          // a head declared this body, over the limit (or a chunked one went over it:
+                                 // chunks_over): answered 413, the body dropped
+    bool chunks_over;
+    bool bad_length;             // a head's Content-Length is not a number: answered 400, the rest dropped
+    int blank_left;              // chunks_over: the next bytes to overwrite with the CRLF that ends the trailer
+    size_t resp_start;           // where the last reply queued on it begins in its output buffer (conn_output)
+    bool rewriting;              // conn_output is changing that buffer
     int64_t linger_until_ms;     // kept after evhttp let it go, reading out that body until then
     bool linger_end;             // its client closed
 } SConn;
 
 // ---------- small helpers ----------
 
+// A reply; to HEAD its head only, with the Content-Length its body has (evhttp
+// would send the body and no length, and the next reply on the connection would
+// be read as part of it).
 static void send_body(struct evhttp_request *req, int status, const char *ctype, const char *body) {
     struct evkeyvalq *oh = evhttp_request_get_output_headers(req);
     evhttp_add_header(oh, "Content-Type", ctype);
     if (status == 503 || status == 429) evhttp_add_header(oh, "Retry-After", "1");
-    struct evbuffer *b = evbuffer_new();
+    bool head = evhttp_request_get_command(req) == EVHTTP_REQ_HEAD;
+    if (head) {
+        char n[32];
+        snprintf(n, sizeof n, "%zu", body ? strlen(body) : 0);
+        evhttp_add_header(oh, "Content-Length", n);
+    }
+    struct evbuffer *b = head ? NULL : evbuffer_new();
     if (b && body) evbuffer_add(b, body, strlen(body));
     evhttp_send_reply(req, status, openai_status_reason(status), b);
     if (b) evbuffer_free(b);
@@ -324,10 +340,11 @@ static void claim_refuse(Held *h, const char *code, const char *msg) {
 
 // Hands out unclaimed episodes to waiting claims, oldest first (under mu, libevent thread).
 static void serve_claims(Serve *s) {
-    while (s->closing && s->claims) {
+    while ((s->closing || s->finishing[0]) && s->claims) {
         Held *h = s->claims;
         s->claims = h->next;
-        claim_refuse(h, "stopping", STOPPING_MSG);
+        if (s->closing) claim_refuse(h, "stopping", STOPPING_MSG);
+        else claim_refuse(h, "run_done", s->finishing);
     }
     for (int k = 0; k < s->cfg.max_episodes && s->claims; k++) {
         if (s->eps[k].st != SE_UNCLAIMED) continue;
@@ -343,8 +360,8 @@ static void serve_claims(Serve *s) {
 }
 
 static void handle_claim(Serve *s, struct evhttp_request *req, double wait_s) {
-    if (s->closing) {
-        send_error(req, 503, NULL, "stopping", STOPPING_MSG);
+    if (s->closing || s->finishing[0]) {
+        send_error(req, 503, NULL, s->closing ? "stopping" : "run_done", s->closing ? STOPPING_MSG : s->finishing);
         return;
     }
     Held *h = held_new(s, req, HK_CLAIM, -1);
@@ -460,6 +477,10 @@ static void episode_turn(Serve *s, struct evhttp_request *req, const char *id, O
 
 // A request without X-Pail-Episode: its own settings, into a free ad-hoc slot.
 static void adhoc_turn(Serve *s, struct evhttp_request *req, bool chat, OpenAIRequest *rq) {
+    if (s->finishing[0]) {
+        send_error(req, 503, NULL, "run_done", s->finishing);
+        return;
+    }
     int x = 0;
     while (x < s->cfg.max_extra && s->extra[x]) x++;
     if (x == s->cfg.max_extra) {
@@ -542,7 +563,7 @@ static void handle(struct evhttp_request *req, void *arg) {
     struct evhttp_uri *u = evhttp_uri_parse(uri);
     const char *path = u ? evhttp_uri_get_path(u) : NULL;
     enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
-    bool get = cmd == EVHTTP_REQ_GET, post = cmd == EVHTTP_REQ_POST;
+    bool get = cmd == EVHTTP_REQ_GET || cmd == EVHTTP_REQ_HEAD, post = cmd == EVHTTP_REQ_POST;
     if (!path) path = "";
     char *id = NULL;
     int r = route(path, &id);
@@ -564,17 +585,26 @@ static void handle(struct evhttp_request *req, void *arg) {
     const char *body = ok_method && r >= R_CHAT && auth ? body_of(req, &n) : "";
     const char *epid = evhttp_find_header(evhttp_request_get_input_headers(req), "X-Pail-Episode");
     bool parsed = false;
-    if (sc && sc->too_large) {  // its head's Content-Length was over the limit (conn_input): the body is not read
+    // Another method may come with a body evhttp does not read: the connection ends with the answer.
+    if (!get && !post) evhttp_add_header(evhttp_request_get_output_headers(req), "Connection", "close");
+    if (sc && (sc->too_large || sc->bad_length)) {  // its head refused as it arrived (conn_input): no body read
         char msg[300];
-        snprintf(msg, sizeof msg, "the request body of %llu bytes is over the limit of %u bytes",
-                 (unsigned long long)sc->too_large, OPENAI_MAX_BODY);
-        evhttp_add_header(evhttp_request_get_output_headers(req), "Connection", "close");
-        send_error(req, 413, NULL, "request_too_large", msg);
+        if (sc->bad_length)
+            snprintf(msg, sizeof msg, "the request's Content-Length is not a number of bytes");
+        else if (sc->chunks_over)
+            snprintf(msg, sizeof msg, "the chunked request body is over the limit of %u bytes", OPENAI_MAX_BODY);
+        else
+            snprintf(msg, sizeof msg, "the request body of %llu bytes is over the limit of %u bytes",
+                     (unsigned long long)sc->too_large, OPENAI_MAX_BODY);
+        if (get || post) evhttp_add_header(evhttp_request_get_output_headers(req), "Connection", "close");
+        if (sc->bad_length) send_error(req, 400, NULL, "invalid_content_length", msg);
+        else send_error(req, 413, NULL, "request_too_large", msg);
         goto out;
     }
     if (r == R_HEALTH && get) {
         pthread_mutex_lock(&s->mu);
-        json_t *j = json_pack("{s:s, s:I, s:i, s:I}", "status", "ok", "adapter_version", (json_int_t)s->version,
+        json_t *j = json_pack("{s:s, s:I, s:i, s:I}", "status", s->finishing[0] ? "finishing" : "ok",
+                              "adapter_version", (json_int_t)s->version,
                               "episodes_open", s->base.ops->open(&s->base), "connections", (json_int_t)s->conns.live);
         pthread_mutex_unlock(&s->mu);
         send_json(req, 200, j);
@@ -725,16 +755,60 @@ static void cap_log(Serve *s, int64_t now, bool force) {
     s->cap_log_ms = now;
 }
 
-// Bytes arrived on a connection, before evhttp reads them: a head whose
-// Content-Length is over the limit gets that header renamed while evhttp has
-// not parsed its line yet (it parses whole lines only), so evhttp reads no
-// body and hands us the request to refuse with a JSON 413 (evhttp's own 413
-// is an HTML page, and it closes while an honest client still sends: a reset).
+// Overwrites n bytes of in from offset pos (evhttp has not read them yet).
+static void overwrite(struct evbuffer *in, size_t pos, const char *bytes, size_t n) {
+    struct evbuffer_ptr at;
+    struct evbuffer_iovec v[8];
+    if (!n || evbuffer_ptr_set(in, &at, pos, EVBUFFER_PTR_SET) < 0) return;
+    int nv = evbuffer_peek(in, (ev_ssize_t)n, &at, v, 8);
+    size_t w = 0;
+    for (int i = 0; i < nv && i < 8 && w < n; i++)
+        for (size_t j = 0; j < v[i].iov_len && w < n; j++) ((char *)v[i].iov_base)[j] = bytes[w++];
+}
+
+// The bytes [from, to) arrived after a chunk-size line made the last chunk:
+// their first ones become the CRLF that ends its (empty) trailer.
+static void blank_pending(SConn *sc, struct evbuffer *in, size_t from, size_t to) {
+    for (; sc->blank_left && from < to; from++, sc->blank_left--) overwrite(in, from, &"\r\n"[2 - sc->blank_left], 1);
+}
+
+// What conn_input does at a hit, in the bytes evhttp has not read: a Content-Length
+// header over the limit or not a number is renamed (evhttp then reads no body and
+// hands us the request to refuse); a chunk-size line taking a chunked body over the
+// limit becomes the last chunk "0" (spaces after it) and the bytes after it the
+// CRLF that ends the body, so evhttp hands us the request before its own limit.
+static void frame_hit(SConn *sc, struct evbuffer *in, size_t start, const OpenAIFrameHit *hit) {
+    if (hit->kind == OPENAI_HIT_TOO_LARGE || hit->kind == OPENAI_HIT_BAD_LENGTH) {
+        bool bad = hit->kind == OPENAI_HIT_BAD_LENGTH;
+        overwrite(in, start, bad ? "x-pail-bad-len" : "x-pail-too-big", 14);  // as long as "content-length"
+        if (bad) sc->bad_length = true;
+        else sc->too_large = hit->declared;
+        return;
+    }
+    size_t L = hit->line_len;  // the chunk-size line, its newline included
+    char cr = 0;
+    struct evbuffer_ptr at;
+    if (L >= 2 && evbuffer_ptr_set(in, &at, start + L - 2, EVBUFFER_PTR_SET) == 0) evbuffer_copyout_from(in, &at, &cr, 1);
+    static const char spaces[64] = "                                                               ";
+    overwrite(in, start, "0", 1);
+    for (size_t pos = start + 1, end = start + L - (cr == '\r' ? 2 : 1); pos < end; pos += 63)
+        overwrite(in, pos, spaces, end - pos < 63 ? end - pos : 63);
+    sc->too_large = hit->declared;
+    sc->chunks_over = true;
+    sc->blank_left = 2;
+}
+
+// Bytes arrived on a connection, before evhttp reads them (it parses whole
+// lines only): a head whose body is over the limit, or whose Content-Length
+// evhttp would refuse, is changed (frame_hit) for evhttp to hand us the request
+// to refuse with a JSON 413 or 400 (evhttp's own pages are HTML, and it closes
+// while an honest client still sends: a reset).
 static void conn_input(struct evbuffer *in, const struct evbuffer_cb_info *info, void *arg) {
     Conn *c = arg;
     SConn *sc = c->user;
     if (!info->n_added) return;
     size_t len = evbuffer_get_length(in), base = len - info->n_added, off = 0;
+    blank_pending(sc, in, base, len);
     if (sc->fr.body_left >= info->n_added) {  // all of it body (the common case for a big one): counted, not copied
         OpenAIFrameHit hit;
         openai_frame_feed(&sc->fr, NULL, info->n_added, OPENAI_MAX_BODY, MAX_HEAD, &hit);
@@ -749,19 +823,72 @@ static void conn_input(struct evbuffer *in, const struct evbuffer_cb_info *info,
         if (got <= 0) return;
         OpenAIFrameHit hit;
         size_t took = openai_frame_feed(&sc->fr, tmp, (size_t)got, OPENAI_MAX_BODY, MAX_HEAD, &hit);
-        if (hit.line_len) {
-            size_t start = base + off + hit.line_end - hit.line_len;
-            struct evbuffer_iovec v[4];
-            if (evbuffer_ptr_set(in, &at, start, EVBUFFER_PTR_SET) == 0) {
-                int nv = evbuffer_peek(in, 14, &at, v, 4);
-                const char *name = "x-pail-too-big";  // as long as "content-length"
-                for (int i = 0, w = 0; i < nv && i < 4 && w < 14; i++)
-                    for (size_t j = 0; j < v[i].iov_len && w < 14; j++) ((char *)v[i].iov_base)[j] = name[w++];
-                sc->too_large = hit.declared;
-            }
+        if (hit.kind) {
+            frame_hit(sc, in, base + off + hit.line_end - hit.line_len, &hit);
+            blank_pending(sc, in, base + off + took, len);
         }
         off += took;
     }
+}
+
+// libevent answers a few requests itself before the endpoint sees them (a
+// request line it cannot parse, e.g. HTTP/0.9's "GET /health" without a
+// version; a malformed chunk size), with an HTML page. Such a reply is
+// rewritten as it is queued (its page is the last thing evhttp adds) into
+// OpenAI's JSON error with the same status; the connection closes after it,
+// as libevent's page says.
+static void conn_output(struct evbuffer *out, const struct evbuffer_cb_info *info, void *arg) {
+    Conn *c = arg;
+    SConn *sc = c->user;
+    if (!sc || sc->rewriting) return;
+    if (info->n_deleted) sc->resp_start = sc->resp_start > info->n_deleted ? sc->resp_start - info->n_deleted : 0;
+    if (!info->n_added || info->n_deleted) return;
+    static const char page[] = "<HTML><HEAD>\n<TITLE>";  // libevent's ERR_FORMAT
+    char first[sizeof page - 1];
+    struct evbuffer_ptr at;
+    size_t start = info->orig_size, len = evbuffer_get_length(out);
+    if (evbuffer_ptr_set(out, &at, start, EVBUFFER_PTR_SET) < 0) return;
+    ev_ssize_t got = evbuffer_copyout_from(out, &at, first, info->n_added < sizeof first ? info->n_added : sizeof first);
+    if (got >= 7 && !memcmp(first, "HTTP/1.", 7)) {  // a reply's status line: evhttp adds it first
+        sc->resp_start = start;
+        return;
+    }
+    if (got != (ev_ssize_t)sizeof first || memcmp(first, page, sizeof first) || sc->resp_start >= start) return;
+    char head[128] = "";
+    size_t hl = start - sc->resp_start < sizeof head - 1 ? start - sc->resp_start : sizeof head - 1;
+    if (evbuffer_ptr_set(out, &at, sc->resp_start, EVBUFFER_PTR_SET) < 0 || evbuffer_copyout_from(out, &at, head, hl) < 0)
+        return;
+    head[hl] = 0;
+    char *eol = strstr(head, "\r\n");
+    int status = 0;
+    if (!eol || sscanf(head, "HTTP/%*d.%*d %d", &status) != 1) return;
+    *eol = 0;
+    if (sc->fr.bad_chunk) {  // (libevent calls a malformed chunk 413, as an oversized one)
+        status = 400;
+        snprintf(head, sizeof head, "HTTP/1.1 400 Bad Request");
+    }
+    char *body = sc->fr.bad_chunk ? openai_error_body(status, NULL, "invalid_request", "a chunk-size line that is "
+                                                      "not a hexadecimal number")
+                 : status == 413 ? openai_error_body(status, NULL, "request_too_large", "the request body is over the "
+                                                   "limit of %u bytes", OPENAI_MAX_BODY)
+                 : status == 400 ? openai_error_body(status, NULL, "invalid_request", "not an HTTP/1.x request this "
+                                                     "endpoint reads (a request line METHOD PATH HTTP/1.1, headers, a "
+                                                     "body as its Content-Length or chunks say)")
+                 : openai_error_body(status, NULL, NULL, "%s", openai_status_reason(status));
+    char *prefix = sc->resp_start ? malloc(sc->resp_start) : NULL;
+    if (!body || (sc->resp_start && (!prefix || evbuffer_copyout(out, prefix, sc->resp_start) < 0))) {
+        free(body);
+        free(prefix);
+        return;
+    }
+    sc->rewriting = true;
+    evbuffer_drain(out, len);
+    if (prefix) evbuffer_add(out, prefix, sc->resp_start);
+    evbuffer_add_printf(out, "%s\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: %zu\r\n\r\n%s",
+                        head, strlen(body), body);
+    sc->rewriting = false;
+    free(body);
+    free(prefix);
 }
 
 static void linger_read(struct bufferevent *bev, void *arg) {
@@ -783,7 +910,7 @@ static void linger_event(struct bufferevent *bev, short what, void *arg) {
 static bool conn_freed(Conn *c, void *arg) {
     Serve *s = arg;
     SConn *sc = c->user;
-    if (!sc || !sc->too_large || !sc->fr.body_left) return false;
+    if (!sc || !(sc->too_large || sc->bad_length) || !openai_frame_in_body(&sc->fr)) return false;
     sc->linger_until_ms = time_mono_ms() + (s->cfg.header_timeout_s * 1000 < LINGER_MS ?
                                              (int64_t)(s->cfg.header_timeout_s * 1000) : LINGER_MS);
     bufferevent_setcb(c->bev, linger_read, NULL, linger_event, c);
@@ -797,6 +924,7 @@ static void conn_release(Conn *c, void *arg) {
     SConn *sc = c->user;
     if (!sc) return;
     evbuffer_remove_cb(bufferevent_get_input(c->bev), conn_input, c);
+    evbuffer_remove_cb(bufferevent_get_output(c->bev), conn_output, c);
     free(sc);
     c->user = NULL;
 }
@@ -844,6 +972,7 @@ static struct bufferevent *bev_cb(struct event_base *base, void *arg) {
     openai_frame_init(&sc->fr);
     c->user = sc;
     evbuffer_add_cb(bufferevent_get_input(bev), conn_input, c);
+    evbuffer_add_cb(bufferevent_get_output(bev), conn_output, c);
     int64_t now = time_mono_ms();
     if (s->conns.live > s->cfg.max_connections) {
         Conn *v = conns_victim(&s->conns);
@@ -865,7 +994,7 @@ static void conns_tick(Serve *s, int64_t now) {
     for (Conn *c = s->conns.head, *next; c; c = next) {
         next = c->next;
         SConn *sc = c->user;
-        if (c->kept && (!sc || !sc->fr.body_left || sc->linger_end || now > sc->linger_until_ms))
+        if (c->kept && (!sc || !openai_frame_in_body(&sc->fr) || sc->linger_end || now > sc->linger_until_ms))
             conns_release(&s->conns, c);
     }
     if (s->conns.n < s->cfg.max_connections + s->slack) listener_pause(s, false);
@@ -1193,6 +1322,23 @@ void serve_set_version(Env *env, long version) {
 
 const char *serve_url(const Env *env) { return ((const Serve *)env)->url; }
 
+void serve_finish(Env *env, const char *why) {
+    Serve *s = (Serve *)env;
+    pthread_mutex_lock(&s->mu);
+    snprintf(s->finishing, sizeof s->finishing, "%s", why && *why ? why : "the run is done");
+    wake(s);  // the claims waiting are answered
+    pthread_mutex_unlock(&s->mu);
+}
+
+int serve_in_flight(Env *env) {
+    Serve *s = (Serve *)env;
+    pthread_mutex_lock(&s->mu);
+    int n = op_open(env);
+    for (int x = 0; x < s->cfg.max_extra; x++) n += s->extra[x] != NULL;
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
+
 int serve_open(Env **out, const ServeConfig *cfg, PailErr *err) {
     *out = NULL;
     static pthread_once_t once = PTHREAD_ONCE_INIT;
@@ -1261,9 +1407,10 @@ int serve_open(Env **out, const ServeConfig *cfg, PailErr *err) {
     // while a request waits for its answer, so a long turn is not cut by it.
     evhttp_set_timeout(s->http, (int)(s->cfg.idle_timeout_s + 0.999));
     // Every method reaches handle(), which answers with OpenAI's JSON (evhttp's own refusal is an HTML 501).
+    // (1 << 15: libevent 2.1's type for a method it does not know, e.g. "FOO")
     evhttp_set_allowed_methods(s->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD | EVHTTP_REQ_PUT |
                                             EVHTTP_REQ_DELETE | EVHTTP_REQ_OPTIONS | EVHTTP_REQ_TRACE |
-                                            EVHTTP_REQ_CONNECT | EVHTTP_REQ_PATCH);
+                                            EVHTTP_REQ_CONNECT | EVHTTP_REQ_PATCH | (1 << 15));
     evhttp_set_gencb(s->http, handle, s);
     evhttp_set_bevcb(s->http, bev_cb, s);
     s->bound = evhttp_bind_socket_with_handle(s->http, host, (ev_uint16_t)port);

@@ -46,6 +46,7 @@ struct Worker {
     double next_version_check;
     volatile sig_atomic_t *stop;  // the caller's stop flag
     bool stop_seen;               // --serve: control/stop found while a batch waited for agents
+    bool run_done;                // --serve: the run ended while a batch waited: what is in flight ends, then it exits
     double next_stop_check;
     int64_t busy_since;           // --eval: unix time the evaluation under way began, 0 when none
 };
