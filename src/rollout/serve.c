@@ -3,7 +3,7 @@
 // request's connection is still there) sits under s->mu; the libevent thread
 // alone calls evhttp, the worker's thread alone the tokenizer. What a request
 // says and what a reply looks like is openai.c's; connections (the cap, the
-// timeouts) are core/conns.c's.
+// timeouts) are core/conns.c's, their bytes below evhttp serve_conn.c's.
 #include "rollout/serve.h"
 #include <errno.h>
 #include <pthread.h>
@@ -32,8 +32,8 @@
 #include "core/net.h"
 #include "core/timeutil.h"
 #include "rollout/openai.h"
+#include "rollout/serve_conn.h"
 
-#define MAX_HEAD 65536
 #define LINGER_MS 5000           // a refused body read and dropped at most this long before the close
 #define CAP_LOG_MS 10000         // at most one line about the connection cap this often
 #define SWEEP_MS 200
@@ -102,7 +102,7 @@ struct Serve {
     struct event *wake, *tick;
     SSL_CTX *ssl;
     // the libevent thread's:
-    Conns conns;                 // open connections (core/conns.h; their user an SConn)
+    Conns conns;                 // open connections (core/conns.h; their user a ServeConn)
     int slack;                   // connections closed, not yet let go by evhttp, before accepting pauses
     bool paused;                 // accepting paused (above cap + slack, or accept() failing)
     long cap_closed, cap_refused, accept_errors;  // since the last line about them
@@ -125,20 +125,6 @@ struct Serve {
     uint64_t seq;                // response ids
 };
 
-// What the endpoint keeps of a connection (a Conn's user).
-typedef struct {
-    Serve *s;
-    OpenAIFrame fr;              // its requests' heads, followed as they arrive
-    uint64_t too_large;          // a head declared this body, over the limit (or a chunked one went over it:
-                                 // chunks_over): answered 413, the body dropped
-    bool chunks_over;
-    bool bad_length;             // a head's Content-Length is not a number: answered 400, the rest dropped
-    int blank_left;              // chunks_over: the next bytes to overwrite with the CRLF that ends the trailer
-    size_t resp_start;           // where the last reply queued on it begins in its output buffer (conn_output)
-    bool rewriting;              // conn_output is changing that buffer
-    int64_t linger_until_ms;     // kept after evhttp let it go, reading out that body until then
-    bool linger_end;             // its client closed
-} SConn;
 
 // ---------- small helpers ----------
 
@@ -570,7 +556,7 @@ static void handle(struct evhttp_request *req, void *arg) {
     bool ok_method = r == R_HEALTH || r == R_MODELS || r == R_MODEL ? get : r != R_NONE && post;
     bool auth = authorized(s, req);
     Conn *c = conns_of(&s->conns, req);
-    SConn *sc = c ? c->user : NULL;
+    ServeConn *sc = c ? c->user : NULL;
     if (c) {
         c->busy = c->served = true;
         if (auth && s->api_key) c->trusted = true;
@@ -755,177 +741,18 @@ static void cap_log(Serve *s, int64_t now, bool force) {
     s->cap_log_ms = now;
 }
 
-// Overwrites n bytes of in from offset pos (evhttp has not read them yet).
-static void overwrite(struct evbuffer *in, size_t pos, const char *bytes, size_t n) {
-    struct evbuffer_ptr at;
-    struct evbuffer_iovec v[8];
-    if (!n || evbuffer_ptr_set(in, &at, pos, EVBUFFER_PTR_SET) < 0) return;
-    int nv = evbuffer_peek(in, (ev_ssize_t)n, &at, v, 8);
-    size_t w = 0;
-    for (int i = 0; i < nv && i < 8 && w < n; i++)
-        for (size_t j = 0; j < v[i].iov_len && w < n; j++) ((char *)v[i].iov_base)[j] = bytes[w++];
-}
-
-// The bytes [from, to) arrived after a chunk-size line made the last chunk:
-// their first ones become the CRLF that ends its (empty) trailer.
-static void blank_pending(SConn *sc, struct evbuffer *in, size_t from, size_t to) {
-    for (; sc->blank_left && from < to; from++, sc->blank_left--) overwrite(in, from, &"\r\n"[2 - sc->blank_left], 1);
-}
-
-// What conn_input does at a hit, in the bytes evhttp has not read: a Content-Length
-// header over the limit or not a number is renamed (evhttp then reads no body and
-// hands us the request to refuse); a chunk-size line taking a chunked body over the
-// limit becomes the last chunk "0" (spaces after it) and the bytes after it the
-// CRLF that ends the body, so evhttp hands us the request before its own limit.
-static void frame_hit(SConn *sc, struct evbuffer *in, size_t start, const OpenAIFrameHit *hit) {
-    if (hit->kind == OPENAI_HIT_TOO_LARGE || hit->kind == OPENAI_HIT_BAD_LENGTH) {
-        bool bad = hit->kind == OPENAI_HIT_BAD_LENGTH;
-        overwrite(in, start, bad ? "x-pail-bad-len" : "x-pail-too-big", 14);  // as long as "content-length"
-        if (bad) sc->bad_length = true;
-        else sc->too_large = hit->declared;
-        return;
-    }
-    size_t L = hit->line_len;  // the chunk-size line, its newline included
-    char cr = 0;
-    struct evbuffer_ptr at;
-    if (L >= 2 && evbuffer_ptr_set(in, &at, start + L - 2, EVBUFFER_PTR_SET) == 0) evbuffer_copyout_from(in, &at, &cr, 1);
-    static const char spaces[64] = "                                                               ";
-    overwrite(in, start, "0", 1);
-    for (size_t pos = start + 1, end = start + L - (cr == '\r' ? 2 : 1); pos < end; pos += 63)
-        overwrite(in, pos, spaces, end - pos < 63 ? end - pos : 63);
-    sc->too_large = hit->declared;
-    sc->chunks_over = true;
-    sc->blank_left = 2;
-}
-
-// Bytes arrived on a connection, before evhttp reads them (it parses whole
-// lines only): a head whose body is over the limit, or whose Content-Length
-// evhttp would refuse, is changed (frame_hit) for evhttp to hand us the request
-// to refuse with a JSON 413 or 400 (evhttp's own pages are HTML, and it closes
-// while an honest client still sends: a reset).
-static void conn_input(struct evbuffer *in, const struct evbuffer_cb_info *info, void *arg) {
-    Conn *c = arg;
-    SConn *sc = c->user;
-    if (!info->n_added) return;
-    size_t len = evbuffer_get_length(in), base = len - info->n_added, off = 0;
-    blank_pending(sc, in, base, len);
-    if (sc->fr.body_left >= info->n_added) {  // all of it body (the common case for a big one): counted, not copied
-        OpenAIFrameHit hit;
-        openai_frame_feed(&sc->fr, NULL, info->n_added, OPENAI_MAX_BODY, MAX_HEAD, &hit);
-        return;
-    }
-    while (off < info->n_added) {
-        char tmp[4096];
-        struct evbuffer_ptr at;
-        if (evbuffer_ptr_set(in, &at, base + off, EVBUFFER_PTR_SET) < 0) return;
-        size_t want = info->n_added - off < sizeof tmp ? info->n_added - off : sizeof tmp;
-        ev_ssize_t got = evbuffer_copyout_from(in, &at, tmp, want);
-        if (got <= 0) return;
-        OpenAIFrameHit hit;
-        size_t took = openai_frame_feed(&sc->fr, tmp, (size_t)got, OPENAI_MAX_BODY, MAX_HEAD, &hit);
-        if (hit.kind) {
-            frame_hit(sc, in, base + off + hit.line_end - hit.line_len, &hit);
-            blank_pending(sc, in, base + off + took, len);
-        }
-        off += took;
-    }
-}
-
-// libevent answers a few requests itself before the endpoint sees them (a
-// request line it cannot parse, e.g. HTTP/0.9's "GET /health" without a
-// version; a malformed chunk size), with an HTML page. Such a reply is
-// rewritten as it is queued (its page is the last thing evhttp adds) into
-// OpenAI's JSON error with the same status; the connection closes after it,
-// as libevent's page says.
-static void conn_output(struct evbuffer *out, const struct evbuffer_cb_info *info, void *arg) {
-    Conn *c = arg;
-    SConn *sc = c->user;
-    if (!sc || sc->rewriting) return;
-    if (info->n_deleted) sc->resp_start = sc->resp_start > info->n_deleted ? sc->resp_start - info->n_deleted : 0;
-    if (!info->n_added || info->n_deleted) return;
-    static const char page[] = "<HTML><HEAD>\n<TITLE>";  // libevent's ERR_FORMAT
-    char first[sizeof page - 1];
-    struct evbuffer_ptr at;
-    size_t start = info->orig_size, len = evbuffer_get_length(out);
-    if (evbuffer_ptr_set(out, &at, start, EVBUFFER_PTR_SET) < 0) return;
-    ev_ssize_t got = evbuffer_copyout_from(out, &at, first, info->n_added < sizeof first ? info->n_added : sizeof first);
-    if (got >= 7 && !memcmp(first, "HTTP/1.", 7)) {  // a reply's status line: evhttp adds it first
-        sc->resp_start = start;
-        return;
-    }
-    if (got != (ev_ssize_t)sizeof first || memcmp(first, page, sizeof first) || sc->resp_start >= start) return;
-    char head[128] = "";
-    size_t hl = start - sc->resp_start < sizeof head - 1 ? start - sc->resp_start : sizeof head - 1;
-    if (evbuffer_ptr_set(out, &at, sc->resp_start, EVBUFFER_PTR_SET) < 0 || evbuffer_copyout_from(out, &at, head, hl) < 0)
-        return;
-    head[hl] = 0;
-    char *eol = strstr(head, "\r\n");
-    int status = 0;
-    if (!eol || sscanf(head, "HTTP/%*d.%*d %d", &status) != 1) return;
-    *eol = 0;
-    if (sc->fr.bad_chunk) {  // (libevent calls a malformed chunk 413, as an oversized one)
-        status = 400;
-        snprintf(head, sizeof head, "HTTP/1.1 400 Bad Request");
-    }
-    char *body = sc->fr.bad_chunk ? openai_error_body(status, NULL, "invalid_request", "a chunk-size line that is "
-                                                      "not a hexadecimal number")
-                 : status == 413 ? openai_error_body(status, NULL, "request_too_large", "the request body is over the "
-                                                   "limit of %u bytes", OPENAI_MAX_BODY)
-                 : status == 400 ? openai_error_body(status, NULL, "invalid_request", "not an HTTP/1.x request this "
-                                                     "endpoint reads (a request line METHOD PATH HTTP/1.1, headers, a "
-                                                     "body as its Content-Length or chunks say)")
-                 : openai_error_body(status, NULL, NULL, "%s", openai_status_reason(status));
-    char *prefix = sc->resp_start ? malloc(sc->resp_start) : NULL;
-    if (!body || (sc->resp_start && (!prefix || evbuffer_copyout(out, prefix, sc->resp_start) < 0))) {
-        free(body);
-        free(prefix);
-        return;
-    }
-    sc->rewriting = true;
-    evbuffer_drain(out, len);
-    if (prefix) evbuffer_add(out, prefix, sc->resp_start);
-    evbuffer_add_printf(out, "%s\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: %zu\r\n\r\n%s",
-                        head, strlen(body), body);
-    sc->rewriting = false;
-    free(body);
-    free(prefix);
-}
-
-static void linger_read(struct bufferevent *bev, void *arg) {
-    (void)arg;
-    struct evbuffer *in = bufferevent_get_input(bev);
-    evbuffer_drain(in, evbuffer_get_length(in));  // (conn_input counted it down first)
-}
-
-static void linger_event(struct bufferevent *bev, short what, void *arg) {
-    (void)bev;
-    Conn *c = arg;
-    if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) ((SConn *)c->user)->linger_end = true;
-}
-
-// evhttp let c go. One refused for its body keeps being read (and the body
-// dropped) until that body is in, its client closes or LINGER_MS pass: closing
-// while an honest client still sends would reset its connection before it
-// reads the 413.
+// evhttp let c go: one refused for its body is kept while it is read out (serve_conn_linger).
 static bool conn_freed(Conn *c, void *arg) {
     Serve *s = arg;
-    SConn *sc = c->user;
-    if (!sc || !(sc->too_large || sc->bad_length) || !openai_frame_in_body(&sc->fr)) return false;
-    sc->linger_until_ms = time_mono_ms() + (s->cfg.header_timeout_s * 1000 < LINGER_MS ?
-                                             (int64_t)(s->cfg.header_timeout_s * 1000) : LINGER_MS);
-    bufferevent_setcb(c->bev, linger_read, NULL, linger_event, c);
-    bufferevent_enable(c->bev, EV_READ);
-    linger_read(c->bev, c);
-    return true;
+    int64_t ms = s->cfg.header_timeout_s * 1000 < LINGER_MS ? (int64_t)(s->cfg.header_timeout_s * 1000) : LINGER_MS;
+    return c->user && serve_conn_linger(c->user, c->bev, time_mono_ms() + ms);
 }
 
 static void conn_release(Conn *c, void *arg) {
     (void)arg;
-    SConn *sc = c->user;
-    if (!sc) return;
-    evbuffer_remove_cb(bufferevent_get_input(c->bev), conn_input, c);
-    evbuffer_remove_cb(bufferevent_get_output(c->bev), conn_output, c);
-    free(sc);
+    if (!c->user) return;
+    serve_conn_unwatch(c->user, c->bev);
+    free(c->user);
     c->user = NULL;
 }
 
@@ -965,14 +792,11 @@ static struct bufferevent *bev_cb(struct event_base *base, void *arg) {
         bev = bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE);
     }
     if (!bev) return NULL;
-    SConn *sc = calloc(1, sizeof *sc);
+    ServeConn *sc = calloc(1, sizeof *sc);
     Conn *c = sc ? conns_add(&s->conns, bev) : NULL;
     if (!c) { free(sc); return bev; }  // (uncounted; the sweep's timeouts do not see it)
-    sc->s = s;
-    openai_frame_init(&sc->fr);
     c->user = sc;
-    evbuffer_add_cb(bufferevent_get_input(bev), conn_input, c);
-    evbuffer_add_cb(bufferevent_get_output(bev), conn_output, c);
+    serve_conn_watch(sc, bev);
     int64_t now = time_mono_ms();
     if (s->conns.live > s->cfg.max_connections) {
         Conn *v = conns_victim(&s->conns);
@@ -993,9 +817,7 @@ static void conns_tick(Serve *s, int64_t now) {
     conns_sweep(&s->conns, now, (int64_t)(s->cfg.header_timeout_s * 1000), (int64_t)(s->cfg.idle_timeout_s * 1000));
     for (Conn *c = s->conns.head, *next; c; c = next) {
         next = c->next;
-        SConn *sc = c->user;
-        if (c->kept && (!sc || !openai_frame_in_body(&sc->fr) || sc->linger_end || now > sc->linger_until_ms))
-            conns_release(&s->conns, c);
+        if (c->kept && (!c->user || serve_conn_linger_done(c->user, now))) conns_release(&s->conns, c);
     }
     if (s->conns.n < s->cfg.max_connections + s->slack) listener_pause(s, false);
     cap_log(s, now, false);
@@ -1402,7 +1224,7 @@ int serve_open(Env **out, const ServeConfig *cfg, PailErr *err) {
     }
     // (a body over the limit never reaches evhttp's check: conn_input; a chunked one does)
     evhttp_set_max_body_size(s->http, OPENAI_MAX_BODY);
-    evhttp_set_max_headers_size(s->http, MAX_HEAD);
+    evhttp_set_max_headers_size(s->http, SERVE_MAX_HEAD);
     // A stall while reading a request or writing a reply. evhttp reads nothing
     // while a request waits for its answer, so a long turn is not cut by it.
     evhttp_set_timeout(s->http, (int)(s->cfg.idle_timeout_s + 0.999));
