@@ -138,8 +138,9 @@ for f in fs:
         assert h.attrs["format_version"] == 3 and all(r[N + x] == r[e] for x, e in enumerate(seg))
         segs = True
 assert segs, "no shard with a segment"' "$WORK/run"
-exits() {  # PID SECONDS: the process exits by itself within SECONDS, with status 0
+exits() {  # PID SECONDS: the process exits by itself within SECONDS, with status 0 (else it is stopped: 1)
   local i; for i in $(seq 1 $(($2 * 10))); do kill -0 "$1" 2>/dev/null || break; sleep 0.1; done
+  if kill -0 "$1" 2>/dev/null; then echo "still running after $2 s" >&2; kill "$1"; wait "$1"; return 1; fi
   wait "$1"
 }
 check "the serving worker exits by itself, with status 0, once the run is done (nothing in flight)" exits $WS 60
