@@ -648,7 +648,16 @@ out:
 static void stream_drained(struct evhttp_connection *evcon, void *arg) {
     struct bufferevent *bev = evhttp_connection_get_bufferevent(evcon);
     if (bev && evbuffer_get_length(bufferevent_get_output(bev))) return;
+    evhttp_connection_set_closecb(evcon, NULL, NULL);
     evhttp_send_reply_end(arg);
+}
+
+// The connection of a stream whose end waits (stream_drained) is closing. When its
+// client left, evhttp detached the request, not ended by us yet, and left it to us.
+static void stream_closed(struct evhttp_connection *evcon, void *arg) {
+    (void)evcon;
+    struct evhttp_request *req = arg;
+    if (!evhttp_request_get_connection(req)) evhttp_request_free(req);
 }
 
 // The libevent thread: replies queued by the worker's thread.
@@ -676,7 +685,10 @@ static void wake_cb(evutil_socket_t fd, short what, void *arg) {
                 struct evbuffer *b = evbuffer_new();
                 if (b && o->body) evbuffer_add(b, o->body, strlen(o->body));
                 bool end_later = o->last && b && evbuffer_get_length(b) && evhttp_request_get_connection(h->req);
-                if (end_later) evhttp_send_reply_chunk_with_cb(h->req, b, stream_drained, h->req);
+                if (end_later) {
+                    evhttp_connection_set_closecb(evhttp_request_get_connection(h->req), stream_closed, h->req);
+                    evhttp_send_reply_chunk_with_cb(h->req, b, stream_drained, h->req);
+                }
                 else if (b) evhttp_send_reply_chunk(h->req, b);
                 if (b) evbuffer_free(b);
                 if (o->last && !end_later) evhttp_send_reply_end(h->req);
