@@ -289,8 +289,8 @@ START_TEST(test_stop_scan) {
 }
 END_TEST
 
-// Feeds a connection's bytes in pieces of k; returns the hits' declared sizes (up to 4) and their line ends.
-static int frame_all(const char *in, size_t n, size_t k, uint64_t *decl, size_t *ends) {
+// Feeds a connection's bytes in pieces of k; returns the hits' declared sizes (up to 4), kinds and line ends.
+static int frame_kinds(const char *in, size_t n, size_t k, uint64_t *decl, size_t *ends, int *kinds) {
     OpenAIFrame f;
     openai_frame_init(&f);
     int hits = 0;
@@ -301,9 +301,10 @@ static int frame_all(const char *in, size_t n, size_t k, uint64_t *decl, size_t 
             OpenAIFrameHit h;
             size_t took = openai_frame_feed(&f, in + at + off, m - off, 100, 4096, &h);
             ck_assert(took > 0 && took <= m - off);
-            if (h.line_len) {
-                ck_assert(hits < 4);
+            if (h.kind) {
+                ck_assert(hits < 4 && h.line_len);
                 decl[hits] = h.declared;
+                if (kinds) kinds[hits] = h.kind;
                 ends[hits++] = at + off + h.line_end;
             }
             off += took;
@@ -311,6 +312,10 @@ static int frame_all(const char *in, size_t n, size_t k, uint64_t *decl, size_t 
         at += m;
     }
     return hits;
+}
+
+static int frame_all(const char *in, size_t n, size_t k, uint64_t *decl, size_t *ends) {
+    return frame_kinds(in, n, k, decl, ends, NULL);
 }
 
 START_TEST(test_frame) {
@@ -337,12 +342,34 @@ START_TEST(test_frame) {
     uint64_t decl[4];
     size_t ends[4];
     ck_assert_int_eq(frame_all(buf, strlen(buf), 7, decl, ends), 1);
-    // Chunked bodies and oversized heads are not followed (the HTTP server's own limits apply).
+    // A malformed chunk size is not followed further (the HTTP server refuses it as it parses).
     const char *ch = "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nContent-Length: 500\r\n0\r\n\r\n";
     ck_assert_int_eq(frame_all(ch, strlen(ch), 3, decl, ends), 0);
-    // Malformed values: not a hit (the server refuses them as it parses).
-    const char *bad = "POST / HTTP/1.1\r\nContent-Length: 12x\r\nContent-Length:\r\n\r\n";
-    ck_assert_int_eq(frame_all(bad, strlen(bad), 1, decl, ends), 1);  // an empty value: over any limit
+    // Malformed values are hits of their own (the server would answer them with its HTML page); an empty
+    // one is over any limit. After one, where the body ends is not known: nothing more is followed.
+    const char *bad = "POST / HTTP/1.1\r\nContent-Length: 12x\r\nContent-Length: -1\r\nContent-Length:\r\n\r\n"
+                      "POST / HTTP/1.1\r\nContent-Length: 999\r\n\r\n";
+    int kinds[4];
+    for (size_t k = 1; k <= strlen(bad); k++) {
+        ck_assert_int_eq(frame_kinds(bad, strlen(bad), k, decl, ends, kinds), 3);
+        ck_assert(kinds[0] == OPENAI_HIT_BAD_LENGTH && kinds[1] == OPENAI_HIT_BAD_LENGTH &&
+                  kinds[2] == OPENAI_HIT_TOO_LARGE);
+        ck_assert_uint_eq(ends[0], (size_t)(strstr(bad, "12x\r\n") - bad) + 5);
+    }
+    // Chunked bodies are followed: chunk sizes (hex, extensions), their data and CRLF, the trailer. The
+    // chunk that takes the body over the limit (100) is a hit, once; then the body is followed to its end.
+    const char *ok = "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+                     "1e;x=y\r\nContent-Length: 999\r\n012345678\r\n46 \r\n%-70s\r\n0\r\nTrailer: 1\r\n\r\n"
+                     "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+                     "32\r\n%-50s\r\n33\r\n%-51s\r\n40\r\n%-64s\r\n0\r\n\r\n"
+                     "POST / HTTP/1.1\r\nContent-Length: 101\r\n\r\n";
+    char cb[1024];
+    snprintf(cb, sizeof cb, ok, "Content-Length: 999", "x", "y", "z");  // (30 + 70 bytes: at the limit, not over)
+    for (size_t k = 1; k <= strlen(cb); k++) {
+        ck_assert_int_eq(frame_kinds(cb, strlen(cb), k, decl, ends, kinds), 2);
+        ck_assert(kinds[0] == OPENAI_HIT_CHUNKS_OVER && decl[0] == 101 && kinds[1] == OPENAI_HIT_TOO_LARGE);
+        ck_assert_uint_eq(ends[0], (size_t)(strstr(cb, "33\r\n") - cb) + 4);  // 50 + 51 > 100
+    }
     // All-body input may come without its bytes.
     OpenAIFrame f;
     OpenAIFrameHit h;

@@ -187,17 +187,25 @@ static int cmp_created(const void *a, const void *b) {
 static const char *finish_name(uint8_t f) { return f == FINISH_LENGTH ? "length" : "stop"; }
 
 // Prints text with every line after the first indented by ind, control bytes but
-// newline and tab as \xNN; cut after max bytes (0: whole).
-static void print_block(FILE *o, const char *text, size_t len, const char *ind, long max) {
-    size_t n = max > 0 && (size_t)max < len ? (size_t)max : len;
-    while (n < len && n > 0 && ((unsigned char)text[n] & 0xC0) == 0x80) n--;  // at a character boundary
-    for (size_t i = 0; i < n; i++) {
+// newline and tab as \xNN; at most max bytes (0: whole): its start, or with
+// tail its end (a prompt's end holds the question; a chat's start, the system prompt).
+static void print_block(FILE *o, const char *text, size_t len, const char *ind, long max, bool tail) {
+    size_t from = 0, n = max > 0 && (size_t)max < len ? (size_t)max : len;
+    if (tail && n < len) {
+        from = len - n;
+        while (from < len && ((unsigned char)text[from] & 0xC0) == 0x80) from++;  // at a character boundary
+        fprintf(o, "[... %zu bytes before; --max-chars 0 shows all] ", from);
+    } else {
+        while (n < len && n > 0 && ((unsigned char)text[n] & 0xC0) == 0x80) n--;
+    }
+    size_t end = tail ? len : n;
+    for (size_t i = from; i < end; i++) {
         unsigned char c = (unsigned char)text[i];
         if ((c < 0x20 && c != '\n' && c != '\t') || c == 0x7f) fprintf(o, "\\x%02x", c);  // visible, not raw
         else fputc(c, o);
         if (c == '\n') fputs(ind, o);  // after the last one too: a trailing newline shows as an empty "|" line
     }
-    if (n < len) fprintf(o, " [... %zu more bytes; --max-chars 0 shows all]", len - n);
+    if (!tail && n < len) fprintf(o, " [... %zu more bytes; --max-chars 0 shows all]", len - n);
     fputc('\n', o);
 }
 
@@ -258,9 +266,9 @@ static void print_human(FILE *o, int idx, int total, const LoadedShard *l, int64
         fprintf(o, "reward invalid (the reward failed; left out of the loss)  advantage %+.4f\n", l->adv[row]);
     }
     fprintf(o, "prompt     | ");
-    print_block(o, prompt, plen, "           | ", max_chars);
+    print_block(o, prompt, plen, "           | ", max_chars, true);
     fprintf(o, "completion | ");
-    print_block(o, completion, clen, "           | ", max_chars);
+    print_block(o, completion, clen, "           | ", max_chars, false);
     fputc('\n', o);
 }
 
@@ -317,6 +325,24 @@ static int step_record(const char *prog, Store *st, long step, long from, FeedRe
     return 0;
 }
 
+// A shard that cannot be loaded (damaged, not a shard, gone since the listing)
+// is skipped with a warning, as the trainer rejects one; a store that fails
+// (network, credentials) or memory stops the command. 0: loaded, 1: skipped, -1.
+static int load_or_skip(const char *prog, Store *st, const char *key, ScaleRewards scale, LoadedShard *out,
+                        int *skipped, PailErr *err) {
+    if (samples_shard_load(st, key, scale, out, err) == 0) return 0;
+    if (err->code == PAIL_ERR_NETWORK || err->code == PAIL_ERR_AUTH || err->code == PAIL_ERR_NOMEM) return -1;
+    fprintf(stderr, "%s: warning: skipped %s: %s\n", prog, key, err->msg);
+    (*skipped)++;
+    return 1;
+}
+
+static int loaded_index(const LoadedShard *ls, int nls, const char *key) {  // -1: not loaded (skipped)
+    for (int j = 0; j < nls; j++)
+        if (!strcmp(ls[j].key, key)) return j;
+    return -1;
+}
+
 int ctl_samples(int argc, char **argv) {
     CtlStoreFlags sf = {0};
     long step, version, nshow, max_chars;
@@ -331,8 +357,8 @@ int ctl_samples(int argc, char **argv) {
         {"worst", FLAG_BOOL, &worst, "false", 1, 0, "the lowest rewards first (invalid rewards last)"},
         {"best", FLAG_BOOL, &best, "false", 1, 0, "the highest rewards first (invalid rewards last)"},
         {"json", FLAG_BOOL, &as_json, "false", 1, 0, "one JSON object per sample and line, whole texts"},
-        {"max-chars", FLAG_INT, &max_chars, "0", 0, 1e9, "cut each prompt and completion after this many bytes "
-                                                         "in the human output (0: whole)"},
+        {"max-chars", FLAG_INT, &max_chars, "0", 0, 1e9, "in the human output, at most this many bytes of each "
+                                                         "text: a prompt's end, a completion's start (0: whole)"},
         {"model", FLAG_STRING, &model, NULL, 1, 0, "model folder whose tokenizer.json decodes (default: run.json's "
                                                    "base_model when it exists here)"},
         {"tokenizer", FLAG_STRING, &tokfile, NULL, 1, 0, "a tokenizer.json to decode with (wins over --model)"},
@@ -368,7 +394,7 @@ int ctl_samples(int argc, char **argv) {
     Tokenizer *tok = NULL;
     ShardRefs refs = {0};
     LoadedShard *ls = NULL;
-    int nls = 0;
+    int nls = 0, skipped = 0;
     Sample *sm = NULL;
     FeedRecord *rec = NULL;
     int nrec = 0;
@@ -426,18 +452,19 @@ int ctl_samples(int argc, char **argv) {
             goto close;
         }
         for (int i = 0; i < nrec; i++) {
-            bool seen = false;
-            for (int j = 0; j < nls && !seen; j++) seen = !strcmp(ls[j].key, rec[i].key);
+            bool seen = loaded_index(ls, nls, rec[i].key) >= 0;
+            for (int j = 0; j < i && !seen; j++) seen = !strcmp(rec[j].key, rec[i].key);  // (skipped before)
             if (seen) continue;
-            if (samples_shard_load(st, rec[i].key, scale, &ls[nls], &err) < 0) {
+            int r = load_or_skip(argv[0], st, rec[i].key, scale, &ls[nls], &skipped, &err);
+            if (r < 0) {
                 fprintf(stderr, "%s: step %ld trained on %s: %s\n", argv[0], step, rec[i].key, err.msg);
                 goto close;
             }
-            nls++;
+            nls += r == 0;
         }
         for (int i = 0; i < nrec; i++) {
-            int j = 0;
-            while (strcmp(ls[j].key, rec[i].key)) j++;
+            int j = loaded_index(ls, nls, rec[i].key);
+            if (j < 0) continue;
             if ((int64_t)rec[i].first + rec[i].count > ls[j].s.P) {
                 fprintf(stderr, "%s: %s: step %ld's record names groups %d to %d of %s, which has %lld\n", argv[0],
                         statekey, step, rec[i].first, rec[i].first + rec[i].count - 1, rec[i].key,
@@ -465,22 +492,28 @@ int ctl_samples(int argc, char **argv) {
         }
         for (int i = 0; i < refs.n; i++) {
             if (refs.v[i].version < vlo || refs.v[i].version > vhi) continue;
-            if (samples_shard_load(st, refs.v[i].key, scale, &ls[nls], &err) < 0) {
+            int r = load_or_skip(argv[0], st, refs.v[i].key, scale, &ls[nls], &skipped, &err);
+            if (r < 0) {
                 fprintf(stderr, "%s: %s\n", argv[0], err.msg);
                 goto close;
             }
+            if (r == 1) continue;
             if (by_time > 0 && (double)ls[nls].s.created_unix > by_time) {  // written after the step committed
                 samples_shard_free(&ls[nls]);
                 continue;
             }
             total += ls[nls++].s.N;
         }
-        if (total == 0) {
+        if (total == 0 && !skipped) {
             fprintf(stderr, "%s: step %ld: no shard of adapter versions %ld to %ld was written by its commit time\n",
                     argv[0], step, vlo, vhi);
             goto close;
         }
         qsort(ls, (size_t)nls, sizeof *ls, cmp_created);
+    }
+    if (total == 0) {  // (skipped: every shard selected, each said above)
+        fprintf(stderr, "%s: none of the %d shards selected could be read (warnings above)\n", argv[0], skipped);
+        goto close;
     }
     if (!(sm = malloc((size_t)total * sizeof *sm))) {
         fprintf(stderr, "%s: out of memory for %lld samples\n", argv[0], (long long)total);
@@ -489,8 +522,8 @@ int ctl_samples(int argc, char **argv) {
     int64_t k = 0;
     if (nrec > 0) {
         for (int i = 0; i < nrec; i++) {
-            int j = 0;
-            while (strcmp(ls[j].key, rec[i].key)) j++;
+            int j = loaded_index(ls, nls, rec[i].key);
+            if (j < 0) continue;
             int64_t G = shard_group_size(&ls[j].s);
             for (int64_t r = (int64_t)rec[i].first * G; r < ((int64_t)rec[i].first + rec[i].count) * G; r++)
                 sm[k++] = (Sample){j, r};
@@ -523,6 +556,7 @@ int ctl_samples(int argc, char **argv) {
             printf("run %s: step %ld (from adapter v%ld; versions %ld to %ld, written by its commit): %d shards, %lld "
                    "samples", url, step, w.version, vlo, vhi, nls, (long long)total);
         else printf("run %s: newest adapter version with shards, v%ld: %d shards, %lld samples", url, vhi, nls, (long long)total);
+        if (skipped) printf(" (%d shard%s skipped: cannot be read)", skipped, skipped > 1 ? "s" : "");
         printf("; showing %d%s (tokenizer %s)\n\n", show, worst ? ", worst first" : best ? ", best first" : "", toksrc);
     }
     for (int i = 0; i < show; i++) {

@@ -510,7 +510,8 @@ static void end_turn(Episodes *r, int k) {
     char *content = NULL, *reasoning = NULL;
     bool full = e->n >= c->max_episode_tokens - 1;  // no room for another turn
     e->final_sent = e->extra || e->turns >= c->max_turns || full;
-    if (full) e->finish = FINISH_LENGTH;
+    // The row's finish is its last turn's: cut at --max-new-tokens or by the episode's tokens is "length".
+    e->finish = full || !e->stopped ? FINISH_LENGTH : FINISH_STOP;
     int rc = decode_text(r, e->ids + e->turn_start, e->n - e->turn_start, true, &text, &err);
     if (rc == 0) rc = tool_calls_parse(c->tool_format, text.data ? (char *)text.data : "", &calls, &content,
                                        &reasoning, &err);

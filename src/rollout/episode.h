@@ -77,7 +77,8 @@ typedef struct {             // one episode: borrowed from the runner until its 
     const uint8_t *mask;     // 1: sampled by the model
     int n;
     int turns;               // assistant turns
-    uint8_t finish;          // FINISH_STOP, or FINISH_LENGTH when the episode's tokens ran out
+    uint8_t finish;          // FINISH_STOP, or FINISH_LENGTH when the episode's tokens ran out or its last
+                             // turn was cut at max_turn_tokens
     bool valid;              // the program gave a reward
     double reward;
     const json_t *components;  // the program's named components, or NULL

@@ -596,12 +596,15 @@ size_t openai_stop_safe(const OpenAIStop *s) {
 
 // ---------- request heads ----------
 
-enum { OF_HEAD, OF_BODY, OF_LOST };
+enum { OF_HEAD, OF_BODY, OF_CHUNK_SIZE, OF_CHUNK, OF_TRAILER, OF_LOST };
 
 void openai_frame_init(OpenAIFrame *f) { *f = (OpenAIFrame){.state = OF_HEAD, .clen = -1}; }
 
+bool openai_frame_in_body(const OpenAIFrame *f) { return f->state != OF_HEAD; }
+
 // A head line ended (line: its first bytes lower-cased, len its full length
-// without the newline). Returns the Content-Length it declares, or -1.
+// without the newline). Returns the Content-Length it declares, -1 for another
+// line, -2 for a Content-Length that is not a number.
 static int64_t head_line(OpenAIFrame *f, size_t len) {
     char *l = f->line;
     size_t m = len < sizeof f->line ? len : sizeof f->line;
@@ -611,15 +614,31 @@ static int64_t head_line(OpenAIFrame *f, size_t len) {
         while (i < m && (l[i] == ' ' || l[i] == '\t')) i++;
         if (i == m || len > sizeof f->line) return INT64_MAX;  // a value too long to hold: over any limit
         int64_t v = 0;
+        size_t d = i;
         for (; i < m && isdigit((unsigned char)l[i]); i++) {
             if (v > (INT64_MAX - 9) / 10) return INT64_MAX;
             v = v * 10 + (l[i] - '0');
         }
+        bool digits = i > d;
         while (i < m && (l[i] == ' ' || l[i] == '\t')) i++;
-        return i == m ? v : -1;  // a malformed value: the HTTP server refuses it
+        return i == m && digits ? v : -2;
     }
     if (m >= 18 && !memcmp(l, "transfer-encoding:", 18)) f->chunked = true;
     return -1;
+}
+
+// A chunk-size line's size (hex digits, then optionally ';' extensions or
+// spaces), or -1 when it is not one (the HTTP server refuses it).
+static int64_t chunk_size(const OpenAIFrame *f, size_t len) {
+    size_t m = len < sizeof f->line ? len : sizeof f->line, i = 0;
+    if (m && f->line[m - 1] == '\r') m--;
+    int64_t v = 0;
+    for (; i < m && isxdigit((unsigned char)f->line[i]); i++) {
+        if (v > (INT64_MAX >> 4)) return -1;
+        v = v * 16 + (isdigit((unsigned char)f->line[i]) ? f->line[i] - '0' : f->line[i] - 'a' + 10);
+    }
+    if (i == 0 || (i < m && f->line[i] != ';' && f->line[i] != ' ')) return -1;
+    return v;
 }
 
 size_t openai_frame_feed(OpenAIFrame *f, const char *p, size_t n, uint64_t max_body, size_t max_head,
@@ -628,11 +647,11 @@ size_t openai_frame_feed(OpenAIFrame *f, const char *p, size_t n, uint64_t max_b
     size_t i = 0;
     while (i < n) {
         if (f->state == OF_LOST) return n;
-        if (f->state == OF_BODY) {
+        if (f->state == OF_BODY || f->state == OF_CHUNK) {
             size_t take = (uint64_t)(n - i) < f->body_left ? n - i : (size_t)f->body_left;
             i += take;
             f->body_left -= take;
-            if (!f->body_left) f->state = OF_HEAD;
+            if (!f->body_left) f->state = f->state == OF_BODY ? OF_HEAD : OF_CHUNK_SIZE;
             continue;
         }
         char c = p[i++];
@@ -646,25 +665,52 @@ size_t openai_frame_feed(OpenAIFrame *f, const char *p, size_t n, uint64_t max_b
         size_t len = f->line_len;
         f->line_len = 0;
         bool blank = len == 0 || (len == 1 && f->line[0] == '\r');
+        if (f->state == OF_CHUNK_SIZE) {
+            f->head_len = 0;
+            int64_t v = chunk_size(f, len);
+            if (v < 0) { f->state = OF_LOST, f->bad_chunk = true; continue; }
+            if (v == 0) { f->state = OF_TRAILER; continue; }
+            // Over the limit once (the caller ends the body the server sees there); followed on after.
+            bool over = f->chunked_total <= max_body && (uint64_t)v > max_body - f->chunked_total;
+            if (f->chunked_total <= max_body) f->chunked_total = over ? max_body + 1 : f->chunked_total + (uint64_t)v;
+            f->state = OF_CHUNK;
+            f->body_left = (uint64_t)v + 2;  // its bytes, then CRLF
+            if (over) {
+                *hit = (OpenAIFrameHit){OPENAI_HIT_CHUNKS_OVER, i, len + 1, max_body + 1};
+                return i;
+            }
+            continue;
+        }
+        if (f->state == OF_TRAILER) {
+            f->head_len = 0;
+            if (blank) f->state = OF_HEAD;
+            continue;
+        }
         if (blank && f->head_len <= 2) {  // blank lines before a request line are skipped (RFC 9112 2.2)
             f->head_len = 0;
             continue;
         }
         if (blank) {  // the head ends
             int64_t cl = f->clen;
-            bool chunked = f->chunked;
+            bool chunked = f->chunked, bad = f->bad_length;
             f->head_len = 0;
             f->clen = -1;
-            f->chunked = false;
-            if (chunked) f->state = OF_LOST;  // chunk framing is not followed: the server's own limit applies
+            f->chunked = f->bad_length = false;
+            if (bad) f->state = OF_LOST;  // where its body ends is not known
+            else if (chunked) f->state = OF_CHUNK_SIZE, f->chunked_total = 0;
             else if (cl > 0) f->state = OF_BODY, f->body_left = (uint64_t)cl;
             continue;
         }
         int64_t v = head_line(f, len);
+        if (v == -2) {
+            f->bad_length = true;
+            *hit = (OpenAIFrameHit){OPENAI_HIT_BAD_LENGTH, i, len + 1, 0};
+            return i;
+        }
         if (v >= 0) {
             f->clen = v;
             if ((uint64_t)v > max_body) {
-                *hit = (OpenAIFrameHit){.line_end = i, .line_len = len + 1, .declared = (uint64_t)v};
+                *hit = (OpenAIFrameHit){OPENAI_HIT_TOO_LARGE, i, len + 1, (uint64_t)v};
                 return i;
             }
         }

@@ -112,29 +112,39 @@ long openai_stop_at(const json_t *stop, const char *text);
 
 // ---------- a request head's declared body, as its bytes arrive ----------
 
-// Follows the requests on one connection byte by byte (heads and
-// Content-Length bodies) to find a head that declares a body over the limit
-// while that head is still unread by the HTTP server.
+// Follows the requests on one connection byte by byte (heads, Content-Length
+// bodies and chunked ones) to find, while the HTTP server has not read it yet,
+// a head whose body is over the limit or whose Content-Length it would refuse
+// with its own (HTML) page, and a chunked body's chunk that takes it over.
 typedef struct {
-    int state;                   // OF_HEAD, OF_BODY, OF_LOST (a chunked body or an oversized line)
-    size_t line_len;             // bytes of the head line so far
+    int state;                   // OF_HEAD, OF_BODY, OF_CHUNK_SIZE, OF_CHUNK, OF_TRAILER, OF_LOST (an oversized line)
+    size_t line_len;             // bytes of the line so far
     char line[64];               // its first bytes (lower case)
     int64_t clen;                // the head's Content-Length so far (-1: none)
-    bool chunked;
+    bool chunked, bad_length;
+    bool bad_chunk;              // a chunk-size line was not hex (then OF_LOST)
     size_t head_len;
-    uint64_t body_left;
+    uint64_t body_left;          // OF_BODY: bytes; OF_CHUNK: the chunk's bytes and its CRLF
+    uint64_t chunked_total;      // a chunked body's bytes so far
 } OpenAIFrame;
 
+enum { OPENAI_HIT_TOO_LARGE = 1, OPENAI_HIT_BAD_LENGTH, OPENAI_HIT_CHUNKS_OVER };
 typedef struct {
-    size_t line_end;             // the Content-Length line ends before p[line_end]
+    int kind;                    // 0: none; OPENAI_HIT_TOO_LARGE: a Content-Length over the limit;
+                                 // OPENAI_HIT_BAD_LENGTH: one not a number (e.g. -1); OPENAI_HIT_CHUNKS_OVER: a
+                                 // chunk-size line taking a chunked body over the limit
+    size_t line_end;             // the line ends before p[line_end]
     size_t line_len;             // its bytes, the newline included
-    uint64_t declared;           // the body it declares
+    uint64_t declared;           // the body it declares (chunked: so far, with that chunk)
 } OpenAIFrameHit;
 
 void openai_frame_init(OpenAIFrame *f);
-// Feeds n bytes (p may be NULL when they are all body: f->body_left >= n); stops early at a Content-Length line declaring more than
-// max_body: returns the bytes taken (up to and with that line) and fills *hit
-// (hit->line_len 0: none). The caller feeds the rest after it. The hit request's
-// body is then followed as announced.
+// Feeds n bytes (p may be NULL when they are all body: f->state is OF_BODY and
+// f->body_left >= n); stops early at a hit: returns the bytes taken (up to and
+// with its line) and fills *hit (hit->kind 0: none). The caller feeds the rest
+// after it. After a hit the body is followed as announced (a malformed
+// Content-Length: the connection is not followed any more).
 size_t openai_frame_feed(OpenAIFrame *f, const char *p, size_t n, uint64_t max_body, size_t max_head,
                          OpenAIFrameHit *hit);
+// Inside a body (or lost, after a malformed length): what a refused request still sends.
+bool openai_frame_in_body(const OpenAIFrame *f);

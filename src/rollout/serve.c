@@ -3,7 +3,7 @@
 // request's connection is still there) sits under s->mu; the libevent thread
 // alone calls evhttp, the worker's thread alone the tokenizer. What a request
 // says and what a reply looks like is openai.c's; connections (the cap, the
-// timeouts) are core/conns.c's.
+// timeouts) are core/conns.c's, their bytes below evhttp serve_conn.c's.
 #include "rollout/serve.h"
 #include <errno.h>
 #include <pthread.h>
@@ -32,8 +32,8 @@
 #include "core/net.h"
 #include "core/timeutil.h"
 #include "rollout/openai.h"
+#include "rollout/serve_conn.h"
 
-#define MAX_HEAD 65536
 #define LINGER_MS 5000           // a refused body read and dropped at most this long before the close
 #define CAP_LOG_MS 10000         // at most one line about the connection cap this often
 #define SWEEP_MS 200
@@ -102,7 +102,7 @@ struct Serve {
     struct event *wake, *tick;
     SSL_CTX *ssl;
     // the libevent thread's:
-    Conns conns;                 // open connections (core/conns.h; their user an SConn)
+    Conns conns;                 // open connections (core/conns.h; their user a ServeConn)
     int slack;                   // connections closed, not yet let go by evhttp, before accepting pauses
     bool paused;                 // accepting paused (above cap + slack, or accept() failing)
     long cap_closed, cap_refused, accept_errors;  // since the last line about them
@@ -115,6 +115,7 @@ struct Serve {
     long version, batch_version;
     Held *claims;                // POST /v1/episodes waiting, oldest first
     bool closing;                // op_free: answer what waits, hand out nothing more
+    char finishing[256];         // serve_finish's why ("": not finishing): no new episode or ad-hoc request
     EnvEvent *q;                 // events for env_poll
     int qn, qcap;
     Out *out;                    // replies for the libevent thread
@@ -124,22 +125,23 @@ struct Serve {
     uint64_t seq;                // response ids
 };
 
-// What the endpoint keeps of a connection (a Conn's user).
-typedef struct {
-    Serve *s;
-    OpenAIFrame fr;              // its requests' heads, followed as they arrive
-    uint64_t too_large;          // a head declared this body, over the limit: answered 413, the body dropped
-    int64_t linger_until_ms;     // kept after evhttp let it go, reading out that body until then
-    bool linger_end;             // its client closed
-} SConn;
 
 // ---------- small helpers ----------
 
+// A reply; to HEAD its head only, with the Content-Length its body has (evhttp
+// would send the body and no length, and the next reply on the connection would
+// be read as part of it).
 static void send_body(struct evhttp_request *req, int status, const char *ctype, const char *body) {
     struct evkeyvalq *oh = evhttp_request_get_output_headers(req);
     evhttp_add_header(oh, "Content-Type", ctype);
     if (status == 503 || status == 429) evhttp_add_header(oh, "Retry-After", "1");
-    struct evbuffer *b = evbuffer_new();
+    bool head = evhttp_request_get_command(req) == EVHTTP_REQ_HEAD;
+    if (head) {
+        char n[32];
+        snprintf(n, sizeof n, "%zu", body ? strlen(body) : 0);
+        evhttp_add_header(oh, "Content-Length", n);
+    }
+    struct evbuffer *b = head ? NULL : evbuffer_new();
     if (b && body) evbuffer_add(b, body, strlen(body));
     evhttp_send_reply(req, status, openai_status_reason(status), b);
     if (b) evbuffer_free(b);
@@ -324,10 +326,11 @@ static void claim_refuse(Held *h, const char *code, const char *msg) {
 
 // Hands out unclaimed episodes to waiting claims, oldest first (under mu, libevent thread).
 static void serve_claims(Serve *s) {
-    while (s->closing && s->claims) {
+    while ((s->closing || s->finishing[0]) && s->claims) {
         Held *h = s->claims;
         s->claims = h->next;
-        claim_refuse(h, "stopping", STOPPING_MSG);
+        if (s->closing) claim_refuse(h, "stopping", STOPPING_MSG);
+        else claim_refuse(h, "run_done", s->finishing);
     }
     for (int k = 0; k < s->cfg.max_episodes && s->claims; k++) {
         if (s->eps[k].st != SE_UNCLAIMED) continue;
@@ -343,8 +346,8 @@ static void serve_claims(Serve *s) {
 }
 
 static void handle_claim(Serve *s, struct evhttp_request *req, double wait_s) {
-    if (s->closing) {
-        send_error(req, 503, NULL, "stopping", STOPPING_MSG);
+    if (s->closing || s->finishing[0]) {
+        send_error(req, 503, NULL, s->closing ? "stopping" : "run_done", s->closing ? STOPPING_MSG : s->finishing);
         return;
     }
     Held *h = held_new(s, req, HK_CLAIM, -1);
@@ -460,6 +463,10 @@ static void episode_turn(Serve *s, struct evhttp_request *req, const char *id, O
 
 // A request without X-Pail-Episode: its own settings, into a free ad-hoc slot.
 static void adhoc_turn(Serve *s, struct evhttp_request *req, bool chat, OpenAIRequest *rq) {
+    if (s->finishing[0]) {
+        send_error(req, 503, NULL, "run_done", s->finishing);
+        return;
+    }
     int x = 0;
     while (x < s->cfg.max_extra && s->extra[x]) x++;
     if (x == s->cfg.max_extra) {
@@ -542,14 +549,14 @@ static void handle(struct evhttp_request *req, void *arg) {
     struct evhttp_uri *u = evhttp_uri_parse(uri);
     const char *path = u ? evhttp_uri_get_path(u) : NULL;
     enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
-    bool get = cmd == EVHTTP_REQ_GET, post = cmd == EVHTTP_REQ_POST;
+    bool get = cmd == EVHTTP_REQ_GET || cmd == EVHTTP_REQ_HEAD, post = cmd == EVHTTP_REQ_POST;
     if (!path) path = "";
     char *id = NULL;
     int r = route(path, &id);
     bool ok_method = r == R_HEALTH || r == R_MODELS || r == R_MODEL ? get : r != R_NONE && post;
     bool auth = authorized(s, req);
     Conn *c = conns_of(&s->conns, req);
-    SConn *sc = c ? c->user : NULL;
+    ServeConn *sc = c ? c->user : NULL;
     if (c) {
         c->busy = c->served = true;
         if (auth && s->api_key) c->trusted = true;
@@ -564,17 +571,26 @@ static void handle(struct evhttp_request *req, void *arg) {
     const char *body = ok_method && r >= R_CHAT && auth ? body_of(req, &n) : "";
     const char *epid = evhttp_find_header(evhttp_request_get_input_headers(req), "X-Pail-Episode");
     bool parsed = false;
-    if (sc && sc->too_large) {  // its head's Content-Length was over the limit (conn_input): the body is not read
+    // Another method may come with a body evhttp does not read: the connection ends with the answer.
+    if (!get && !post) evhttp_add_header(evhttp_request_get_output_headers(req), "Connection", "close");
+    if (sc && (sc->too_large || sc->bad_length)) {  // its head refused as it arrived (conn_input): no body read
         char msg[300];
-        snprintf(msg, sizeof msg, "the request body of %llu bytes is over the limit of %u bytes",
-                 (unsigned long long)sc->too_large, OPENAI_MAX_BODY);
-        evhttp_add_header(evhttp_request_get_output_headers(req), "Connection", "close");
-        send_error(req, 413, NULL, "request_too_large", msg);
+        if (sc->bad_length)
+            snprintf(msg, sizeof msg, "the request's Content-Length is not a number of bytes");
+        else if (sc->chunks_over)
+            snprintf(msg, sizeof msg, "the chunked request body is over the limit of %u bytes", OPENAI_MAX_BODY);
+        else
+            snprintf(msg, sizeof msg, "the request body of %llu bytes is over the limit of %u bytes",
+                     (unsigned long long)sc->too_large, OPENAI_MAX_BODY);
+        if (get || post) evhttp_add_header(evhttp_request_get_output_headers(req), "Connection", "close");
+        if (sc->bad_length) send_error(req, 400, NULL, "invalid_content_length", msg);
+        else send_error(req, 413, NULL, "request_too_large", msg);
         goto out;
     }
     if (r == R_HEALTH && get) {
         pthread_mutex_lock(&s->mu);
-        json_t *j = json_pack("{s:s, s:I, s:i, s:I}", "status", "ok", "adapter_version", (json_int_t)s->version,
+        json_t *j = json_pack("{s:s, s:I, s:i, s:I}", "status", s->finishing[0] ? "finishing" : "ok",
+                              "adapter_version", (json_int_t)s->version,
                               "episodes_open", s->base.ops->open(&s->base), "connections", (json_int_t)s->conns.live);
         pthread_mutex_unlock(&s->mu);
         send_json(req, 200, j);
@@ -621,6 +637,29 @@ out:
     if (u) evhttp_uri_free(u);
 }
 
+// A streamed reply's last chunk has left the output buffer: its end (the
+// terminating chunk) goes now. evhttp_send_reply_end right after the last chunk
+// would set evhttp_send_done as the drain callback while a TLS bufferevent may
+// have one deferred already for an earlier chunk (it defers them, and runs them
+// without looking at the buffer again): evhttp_send_done would then run with the
+// last chunk still queued, turn the connection to reading with writing off, and
+// the client's stream would be cut ("incomplete chunked read"). Called by such a
+// stale callback too: it waits for the real one while bytes are queued.
+static void stream_drained(struct evhttp_connection *evcon, void *arg) {
+    struct bufferevent *bev = evhttp_connection_get_bufferevent(evcon);
+    if (bev && evbuffer_get_length(bufferevent_get_output(bev))) return;
+    evhttp_connection_set_closecb(evcon, NULL, NULL);
+    evhttp_send_reply_end(arg);
+}
+
+// The connection of a stream whose end waits (stream_drained) is closing. When its
+// client left, evhttp detached the request, not ended by us yet, and left it to us.
+static void stream_closed(struct evhttp_connection *evcon, void *arg) {
+    (void)evcon;
+    struct evhttp_request *req = arg;
+    if (!evhttp_request_get_connection(req)) evhttp_request_free(req);
+}
+
 // The libevent thread: replies queued by the worker's thread.
 static void wake_cb(evutil_socket_t fd, short what, void *arg) {
     (void)fd, (void)what;
@@ -645,9 +684,14 @@ static void wake_cb(evutil_socket_t fd, short what, void *arg) {
                 }
                 struct evbuffer *b = evbuffer_new();
                 if (b && o->body) evbuffer_add(b, o->body, strlen(o->body));
-                if (b) evhttp_send_reply_chunk(h->req, b);
+                bool end_later = o->last && b && evbuffer_get_length(b) && evhttp_request_get_connection(h->req);
+                if (end_later) {
+                    evhttp_connection_set_closecb(evhttp_request_get_connection(h->req), stream_closed, h->req);
+                    evhttp_send_reply_chunk_with_cb(h->req, b, stream_drained, h->req);
+                }
+                else if (b) evhttp_send_reply_chunk(h->req, b);
                 if (b) evbuffer_free(b);
-                if (o->last) evhttp_send_reply_end(h->req);
+                if (o->last && !end_later) evhttp_send_reply_end(h->req);
             } else {
                 send_body(h->req, o->status, "application/json", o->body ? o->body : "{}");
             }
@@ -709,79 +753,18 @@ static void cap_log(Serve *s, int64_t now, bool force) {
     s->cap_log_ms = now;
 }
 
-// Bytes arrived on a connection, before evhttp reads them: a head whose
-// Content-Length is over the limit gets that header renamed while evhttp has
-// not parsed its line yet (it parses whole lines only), so evhttp reads no
-// body and hands us the request to refuse with a JSON 413 (evhttp's own 413
-// is an HTML page, and it closes while an honest client still sends: a reset).
-static void conn_input(struct evbuffer *in, const struct evbuffer_cb_info *info, void *arg) {
-    Conn *c = arg;
-    SConn *sc = c->user;
-    if (!info->n_added) return;
-    size_t len = evbuffer_get_length(in), base = len - info->n_added, off = 0;
-    if (sc->fr.body_left >= info->n_added) {  // all of it body (the common case for a big one): counted, not copied
-        OpenAIFrameHit hit;
-        openai_frame_feed(&sc->fr, NULL, info->n_added, OPENAI_MAX_BODY, MAX_HEAD, &hit);
-        return;
-    }
-    while (off < info->n_added) {
-        char tmp[4096];
-        struct evbuffer_ptr at;
-        if (evbuffer_ptr_set(in, &at, base + off, EVBUFFER_PTR_SET) < 0) return;
-        size_t want = info->n_added - off < sizeof tmp ? info->n_added - off : sizeof tmp;
-        ev_ssize_t got = evbuffer_copyout_from(in, &at, tmp, want);
-        if (got <= 0) return;
-        OpenAIFrameHit hit;
-        size_t took = openai_frame_feed(&sc->fr, tmp, (size_t)got, OPENAI_MAX_BODY, MAX_HEAD, &hit);
-        if (hit.line_len) {
-            size_t start = base + off + hit.line_end - hit.line_len;
-            struct evbuffer_iovec v[4];
-            if (evbuffer_ptr_set(in, &at, start, EVBUFFER_PTR_SET) == 0) {
-                int nv = evbuffer_peek(in, 14, &at, v, 4);
-                const char *name = "x-pail-too-big";  // as long as "content-length"
-                for (int i = 0, w = 0; i < nv && i < 4 && w < 14; i++)
-                    for (size_t j = 0; j < v[i].iov_len && w < 14; j++) ((char *)v[i].iov_base)[j] = name[w++];
-                sc->too_large = hit.declared;
-            }
-        }
-        off += took;
-    }
-}
-
-static void linger_read(struct bufferevent *bev, void *arg) {
-    (void)arg;
-    struct evbuffer *in = bufferevent_get_input(bev);
-    evbuffer_drain(in, evbuffer_get_length(in));  // (conn_input counted it down first)
-}
-
-static void linger_event(struct bufferevent *bev, short what, void *arg) {
-    (void)bev;
-    Conn *c = arg;
-    if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) ((SConn *)c->user)->linger_end = true;
-}
-
-// evhttp let c go. One refused for its body keeps being read (and the body
-// dropped) until that body is in, its client closes or LINGER_MS pass: closing
-// while an honest client still sends would reset its connection before it
-// reads the 413.
+// evhttp let c go: one refused for its body is kept while it is read out (serve_conn_linger).
 static bool conn_freed(Conn *c, void *arg) {
     Serve *s = arg;
-    SConn *sc = c->user;
-    if (!sc || !sc->too_large || !sc->fr.body_left) return false;
-    sc->linger_until_ms = time_mono_ms() + (s->cfg.header_timeout_s * 1000 < LINGER_MS ?
-                                             (int64_t)(s->cfg.header_timeout_s * 1000) : LINGER_MS);
-    bufferevent_setcb(c->bev, linger_read, NULL, linger_event, c);
-    bufferevent_enable(c->bev, EV_READ);
-    linger_read(c->bev, c);
-    return true;
+    int64_t ms = s->cfg.header_timeout_s * 1000 < LINGER_MS ? (int64_t)(s->cfg.header_timeout_s * 1000) : LINGER_MS;
+    return c->user && serve_conn_linger(c->user, c->bev, time_mono_ms() + ms);
 }
 
 static void conn_release(Conn *c, void *arg) {
     (void)arg;
-    SConn *sc = c->user;
-    if (!sc) return;
-    evbuffer_remove_cb(bufferevent_get_input(c->bev), conn_input, c);
-    free(sc);
+    if (!c->user) return;
+    serve_conn_unwatch(c->user, c->bev);
+    free(c->user);
     c->user = NULL;
 }
 
@@ -821,13 +804,11 @@ static struct bufferevent *bev_cb(struct event_base *base, void *arg) {
         bev = bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE);
     }
     if (!bev) return NULL;
-    SConn *sc = calloc(1, sizeof *sc);
+    ServeConn *sc = calloc(1, sizeof *sc);
     Conn *c = sc ? conns_add(&s->conns, bev) : NULL;
     if (!c) { free(sc); return bev; }  // (uncounted; the sweep's timeouts do not see it)
-    sc->s = s;
-    openai_frame_init(&sc->fr);
     c->user = sc;
-    evbuffer_add_cb(bufferevent_get_input(bev), conn_input, c);
+    serve_conn_watch(sc, bev);
     int64_t now = time_mono_ms();
     if (s->conns.live > s->cfg.max_connections) {
         Conn *v = conns_victim(&s->conns);
@@ -848,9 +829,7 @@ static void conns_tick(Serve *s, int64_t now) {
     conns_sweep(&s->conns, now, (int64_t)(s->cfg.header_timeout_s * 1000), (int64_t)(s->cfg.idle_timeout_s * 1000));
     for (Conn *c = s->conns.head, *next; c; c = next) {
         next = c->next;
-        SConn *sc = c->user;
-        if (c->kept && (!sc || !sc->fr.body_left || sc->linger_end || now > sc->linger_until_ms))
-            conns_release(&s->conns, c);
+        if (c->kept && (!c->user || serve_conn_linger_done(c->user, now))) conns_release(&s->conns, c);
     }
     if (s->conns.n < s->cfg.max_connections + s->slack) listener_pause(s, false);
     cap_log(s, now, false);
@@ -1177,6 +1156,23 @@ void serve_set_version(Env *env, long version) {
 
 const char *serve_url(const Env *env) { return ((const Serve *)env)->url; }
 
+void serve_finish(Env *env, const char *why) {
+    Serve *s = (Serve *)env;
+    pthread_mutex_lock(&s->mu);
+    snprintf(s->finishing, sizeof s->finishing, "%s", why && *why ? why : "the run is done");
+    wake(s);  // the claims waiting are answered
+    pthread_mutex_unlock(&s->mu);
+}
+
+int serve_in_flight(Env *env) {
+    Serve *s = (Serve *)env;
+    pthread_mutex_lock(&s->mu);
+    int n = op_open(env);
+    for (int x = 0; x < s->cfg.max_extra; x++) n += s->extra[x] != NULL;
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
+
 int serve_open(Env **out, const ServeConfig *cfg, PailErr *err) {
     *out = NULL;
     static pthread_once_t once = PTHREAD_ONCE_INIT;
@@ -1240,14 +1236,15 @@ int serve_open(Env **out, const ServeConfig *cfg, PailErr *err) {
     }
     // (a body over the limit never reaches evhttp's check: conn_input; a chunked one does)
     evhttp_set_max_body_size(s->http, OPENAI_MAX_BODY);
-    evhttp_set_max_headers_size(s->http, MAX_HEAD);
+    evhttp_set_max_headers_size(s->http, SERVE_MAX_HEAD);
     // A stall while reading a request or writing a reply. evhttp reads nothing
     // while a request waits for its answer, so a long turn is not cut by it.
     evhttp_set_timeout(s->http, (int)(s->cfg.idle_timeout_s + 0.999));
     // Every method reaches handle(), which answers with OpenAI's JSON (evhttp's own refusal is an HTML 501).
+    // (1 << 15: libevent 2.1's type for a method it does not know, e.g. "FOO")
     evhttp_set_allowed_methods(s->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD | EVHTTP_REQ_PUT |
                                             EVHTTP_REQ_DELETE | EVHTTP_REQ_OPTIONS | EVHTTP_REQ_TRACE |
-                                            EVHTTP_REQ_CONNECT | EVHTTP_REQ_PATCH);
+                                            EVHTTP_REQ_CONNECT | EVHTTP_REQ_PATCH | (1 << 15));
     evhttp_set_gencb(s->http, handle, s);
     evhttp_set_bevcb(s->http, bev_cb, s);
     s->bound = evhttp_bind_socket_with_handle(s->http, host, (ev_uint16_t)port);

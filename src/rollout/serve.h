@@ -22,7 +22,8 @@
 // "code"}} with the status.
 //
 // Limits (doc/environments.md, "The endpoint's limits"): a request body of 8 MiB
-// (more: 413, also when only its Content-Length says so), --serve-max-connections
+// (more: 413, also when only its Content-Length says so, or a chunked one's
+// chunks), --serve-max-connections
 // (at the cap the oldest connection with nothing in flight is closed for the
 // newcomer, so /health and the agents get in), --serve-header-timeout and
 // --serve-idle-timeout. A refusal is logged in one rate-limited line.
@@ -59,3 +60,8 @@ int serve_open(Env **out, const ServeConfig *cfg, PailErr *err);
 // The adapter version generating now (/v1/models, each response's "pail" object). -1: the base model.
 void serve_set_version(Env *e, long version);
 const char *serve_url(const Env *e);  // "http(s)://host:port", the port the one bound
+// The run is done: no episode is handed out any more and no ad-hoc request taken
+// (503 with code "run_done" and why); the open episodes go on to their rewards.
+void serve_finish(Env *e, const char *why);
+// Open episodes plus ad-hoc requests in flight (what serve_finish lets end).
+int serve_in_flight(Env *e);

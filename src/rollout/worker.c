@@ -35,10 +35,21 @@ static bool adapter_outdated(void *ctx) {
     // or control/stop, looked for every few seconds) cancels it.
     if (w->cfg->serve && w->stop && *w->stop) return true;
     if (w->cfg->serve && time_mono_s() >= w->next_stop_check) {
-        w->next_stop_check = time_mono_s() + 2.0;  // one HEAD every 2 s
+        w->next_stop_check = time_mono_s() + 2.0;  // one HEAD every 2 s, one GET of progress.json
         StoreStat ss;
         PailErr serr = {0};
         if (store_head(w->st, RUN_KEY_STOP, &ss, &serr) == 0) return w->stop_seen = true;
+        // The trainer reached --steps (as the worker's loop learns it): the agents'
+        // episodes in flight end, new requests get 503 run_done, then the batch ends.
+        long final_v = -1;
+        if (!w->run_done && pacing_run_state(w, &final_v) == RUN_DONE) {
+            char why[200];
+            snprintf(why, sizeof why, "the run is done (the trainer reached its --steps; final adapter v%08ld): this "
+                     "worker takes no new episodes or requests and exits", final_v);
+            log_info("%s once the %d episodes and requests in flight end", why, serve_in_flight(w->eng.env));
+            serve_finish(w->eng.env, why);
+            w->run_done = true;
+        }
     }
     // --env: a batch of episodes can take minutes (an environment's tools are slow); stopping (a
     // signal, control/stop) or the run being done (the trainer reached --steps), looked for every
@@ -55,6 +66,7 @@ static bool adapter_outdated(void *ctx) {
             if (pacing_run_state(w, &final_v) == RUN_DONE) return w->done_seen = true;
         }
     }
+    if (w->run_done) return serve_in_flight(w->eng.env) == 0;
     if (!w->abandon_stale) return false;
     double now = time_mono_s();
     if (now < w->next_version_check) return false;
@@ -430,6 +442,11 @@ static int one_shard_env(Worker *w, volatile sig_atomic_t *stop, PailErr *err) {
         if (w->done_seen) log_info("the run is done: the open episodes of this batch are cancelled");
         else if (c->serve) log_info("stopping: the open episodes of this batch are cancelled (their agents get 503)");
         else log_info("stopping: the open episodes of this batch are cancelled");
+        rc = 1;
+        goto done;
+    }
+    if (er == 1 && w->run_done) {  // (the loop then exits: the run is done)
+        log_info("the episodes in flight have ended: the batch is over");
         rc = 1;
         goto done;
     }

@@ -47,6 +47,7 @@ struct Worker {
     volatile sig_atomic_t *stop;  // the caller's stop flag
     bool stop_seen;               // --serve, --env: control/stop found while a batch waited for agents / episodes
     bool done_seen;               // --env: the run was done (trainer at --steps) while a batch's episodes ran
+    bool run_done;                // --serve: the run ended while a batch waited: what is in flight ends, then it exits
     double next_stop_check;
     int64_t busy_since;           // --eval: unix time the evaluation under way began, 0 when none
 };

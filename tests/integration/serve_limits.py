@@ -3,9 +3,10 @@
 what no client can do to it. Raw sockets and httpx2; every refusal must be OpenAI's
 JSON error body.
 
-  serve_limits.py http BASE MODEL          a 9 MiB body, a false Content-Length, DELETE and PUT,
-                                           5,000 reward components: JSON errors, the connection
-                                           left usable or closed cleanly (no reset)
+  serve_limits.py http BASE MODEL          a 9 MiB body (and chunked), a false Content-Length, -1,
+                                           DELETE, PUT, FOO, HEAD, 5,000 reward components: JSON
+                                           errors, the connection left usable or closed cleanly
+                                           (no reset)
   serve_limits.py flood BASE MODEL CAP HDR_S N  N idle sockets against --serve-max-connections CAP:
                                            /health, a chat and an episode still answer; at most
                                            CAP stay open; all close within HDR_S (+ slack)
@@ -94,6 +95,52 @@ def http(base, model):
     st, j, how = raw_exchange(base, head, b'{"model": "x"}', wait=10)
     check("a false Content-Length of 99,999,999,999: 413 with OpenAI's error body at once",
           st == 413 and error_shape(j) and "8388608" in j["error"]["message"], (st, j, how))
+    # The same 9 MiB chunked: the chunk that takes it over the limit ends the request the HTTP server reads.
+    chunks = b"".join(b"%x\r\n" % len(big[i:i + (1 << 20)]) + big[i:i + (1 << 20)] + b"\r\n"
+                      for i in range(0, len(big), 1 << 20)) + b"0\r\n\r\n"
+    head = b"POST %s/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n" % path.encode()
+    st, j, how = raw_exchange(base, head, chunks, wait=30)
+    check("a 9 MiB chunked body: 413 with OpenAI's error body, read to its end (no reset)",
+          st == 413 and error_shape(j) and j["error"]["code"] == "request_too_large" and how != "reset", (st, j, how))
+    small = json.dumps({"model": model, "messages": [{"role": "user", "content": "1*2"}], "max_tokens": 2}).encode()
+    st, j, how = raw_exchange(base, head, b"%x\r\n%s\r\n%x\r\n%s\r\n0\r\n\r\n" % (
+        10, small[:10], len(small) - 10, small[10:]), wait=60)
+    check("...a small chunked body is still read (200)", st == 200 and j["object"] == "chat.completion", (st, j, how))
+    head = b"POST %s/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n" % path.encode()
+    st, j, how = raw_exchange(base, head, b'{"model": "x"}', wait=10)
+    check("Content-Length: -1: 400 with OpenAI's error body (invalid_content_length), not an HTML page",
+          st == 400 and error_shape(j) and j["error"]["code"] == "invalid_content_length", (st, j, how))
+    st, j, how = raw_exchange(base, b"GET /health\r\n", wait=10)
+    check("an HTTP/0.9 request line (GET /health, no version): 400 with OpenAI's error body, not an HTML page",
+          st == 400 and error_shape(j) and "HTTP/1.1" in j["error"]["message"], (st, j, how))
+    st, j, how = raw_exchange(base, b"POST %s/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                              b"zz\r\n{}\r\n0\r\n\r\n" % path.encode(), wait=10)
+    check("a chunk size that is not hex: 400 with OpenAI's error body", st == 400 and error_shape(j), (st, j, how))
+    st, j, how = raw_exchange(base, b"FOO %s/models HTTP/1.1\r\nHost: x\r\n\r\n" % path.encode(), wait=10)
+    check("an unknown method (FOO): 405 with OpenAI's error body, not libevent's HTML 501",
+          st == 405 and error_shape(j), (st, j, how))
+    # HEAD: the head a GET would get, its Content-Length, no body: the next reply on the connection reads clean.
+    hp = host_port(base)
+    sk = socket.create_connection(hp, timeout=10)
+    sk.sendall(b"HEAD %s/models HTTP/1.1\r\nHost: x\r\n\r\nHEAD %s/chat/completions HTTP/1.1\r\nHost: x\r\n\r\n"
+               b"GET %s/models HTTP/1.1\r\nHost: x\r\n\r\n" % (path.encode(), path.encode(), path.encode()))
+    data = b""
+    try:
+        while data.count(b"HTTP/1.1 ") < 3 or not data.endswith(b"}"):
+            d = sk.recv(65536)
+            if not d:
+                break
+            data += d
+    except socket.timeout:
+        pass
+    sk.close()
+    parts = data.split(b"HTTP/1.1 ")[1:]
+    lens = [int(x.split(b":")[1]) for p in parts for x in p.split(b"\r\n") if x.lower().startswith(b"content-length:")]
+    bodies = [p.split(b"\r\n\r\n", 1)[1] for p in parts]
+    check("HEAD /v1/models then HEAD on a POST route, then GET on one keep-alive connection: 200 and 405 heads with "
+          "Content-Length and no body, then the GET's whole answer",
+          [p[:3] for p in parts] == [b"200", b"405", b"200"] and bodies[:2] == [b"", b""] and len(lens) == 3 and
+          lens[0] == lens[2] == len(bodies[2]) and json.loads(bodies[2])["object"] == "list", data[:600])
     for method in ("DELETE", "PUT", "PATCH"):
         r = httpx2.request(method, base + "/chat/completions", content=b"{}", timeout=30)
         try:

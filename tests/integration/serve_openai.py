@@ -8,6 +8,9 @@ the environment"), with the official openai package as the client.
                                            calculator task; OUT/episodes.json
   serve_openai.py timeout BASE MODEL SECS  an idle episode fails after --episode-timeout SECS
   serve_openai.py tls BASE MODEL CA KEY    TLS with the bearer key: a wrong key is 401, the right one works
+  serve_openai.py run_done BASE MODEL      the run ends with an episode open: it is served to its reward,
+                                           new work gets 503 run_done
+  serve_openai.py tls_streams BASE MODEL CA KEY N C  N short streamed chats over TLS from C clients at once
 
 Episodes are played by validation/agent/calc_agent.py. The model is the test's warmed-up tiny model: it answers "A*B" with the tool
 call mul(A, B) and, after the tool's result, with the result.
@@ -316,7 +319,79 @@ def tls(base, model, ca, key):
     return 0
 
 
+def run_done(base, model):
+    """A worker whose batch is 4 episodes, its trainer 1 step: the agent plays the first
+    batch (its last reward posted while a claim for the next batch waits), holds the next
+    batch's episode E while the trainer ends the run, checks what new work gets, then plays
+    E to its reward. The worker exits by itself after it (the caller checks)."""
+    c = openai.OpenAI(api_key="unused", base_url=base, max_retries=0, timeout=60)
+    eps = [calc_agent.claim(base) for _ in range(4)]
+    check("the first batch: 4 episodes of adapter v0", len({e["id"] for e in eps}) == 4 and
+          all(e["adapter_version"] == 0 for e in eps), eps)
+    for e in eps:
+        st, j = raw(base, "POST", "/chat/completions", {"model": model, "max_tokens": 4, "messages": [
+            {"role": "user", "content": e["row"]["prompt"]}]}, {"X-Pail-Episode": e["id"]})
+        check("...a turn of each", st == 200, (st, j))
+    with cf.ThreadPoolExecutor(1) as ex:  # a claim waits for the next batch while the last reward goes in
+        nxt = ex.submit(calc_agent.claim, base)
+        time.sleep(0.5)
+        for e in eps:
+            raw(base, "POST", f"/episodes/{e['id']}/reward", {"reward": 1})
+        E = nxt.result()
+    h = {}
+    for _ in range(600):  # the trainer takes its step and ends the run; the worker looks every 2 s
+        h = httpx2.get(base.rsplit("/v1", 1)[0] + "/health", timeout=10).json()
+        if h["status"] == "finishing":
+            break
+        time.sleep(0.1)
+    check("the run is done with an episode open: /health says finishing, the episode still counted",
+          h["status"] == "finishing" and h["episodes_open"] == 1, h)
+    st, j = raw(base, "POST", "/episodes", {"wait": 5})
+    check("...a new claim: 503 run_done, saying the run is done", st == 503 and error_shape(j) and
+          j["error"]["code"] == "run_done" and "the run is done" in j["error"]["message"], (st, j))
+    try:
+        c.chat.completions.create(model=model, messages=[{"role": "user", "content": "1*2"}], max_tokens=4)
+        check("...an ad-hoc chat: 503 run_done", False, "answered")
+    except openai.APIStatusError as e:
+        check("...an ad-hoc chat: 503 run_done", e.status_code == 503 and e.body["code"] == "run_done", e.body)
+    st, j = raw(base, "POST", "/chat/completions", {"model": model, "max_tokens": 4, "messages": [
+        {"role": "user", "content": E["row"]["prompt"]}]}, {"X-Pail-Episode": E["id"]})
+    check("...the open episode's turn is still answered", st == 200, (st, j))
+    st, j = raw(base, "POST", f"/episodes/{E['id']}/reward", {"reward": 1})
+    check("...and its reward taken", st == 200 and j.get("status") == "ended", (st, j))
+    return 0
+
+
+def tls_streams(base, model, ca, key, n, threads):
+    """n short streamed chats over TLS from `threads` keep-alive clients at once: every
+    stream complete. (A TLS bufferevent defers its write-drained callbacks; one left
+    over from an earlier chunk once ended a reply while its last chunk was still
+    queued, and that stream was cut.)"""
+    n, threads = int(n), int(threads)
+    def run(t):
+        c = openai.OpenAI(api_key=key, base_url=base, max_retries=0, http_client=httpx2.Client(verify=ca, timeout=20))
+        bad = []
+        for i in range(t, n, threads):
+            try:
+                r = c.chat.completions.create(model=model, messages=[{"role": "user", "content": "%d*48" % (100 + i)}],
+                                              temperature=1.0, max_tokens=1 + i % 8, stream=True)
+                text, finish = stream_text(r, True)[:2]
+                if finish is None:
+                    bad.append((i, "no finish_reason"))
+            except Exception as e:  # noqa: BLE001 (a cut stream is an APIConnectionError)
+                bad.append((i, repr(e.__cause__ or e)[:200]))
+        c.close()
+        return bad
+    t0 = time.time()
+    with cf.ThreadPoolExecutor(threads) as ex:
+        bad = [b for r in ex.map(run, range(threads)) for b in r]
+    check(f"TLS endpoint: {n} streamed chats from {threads} clients at once are all complete "
+          f"({time.time() - t0:.1f} s)", not bad, bad[:3])
+    return 0
+
+
 if __name__ == "__main__":
     cmd, args = sys.argv[1], sys.argv[2:]
-    {"api": api, "episodes": episodes, "timeout": timeout, "tls": tls}[cmd](*args)
+    {"api": api, "episodes": episodes, "timeout": timeout, "tls": tls, "tls_streams": tls_streams,
+     "run_done": run_done}[cmd](*args)
     sys.exit(1 if FAILED else 0)

@@ -140,6 +140,16 @@ check "...shows the same samples as --json: shard, version, worker, reward, adva
   "$PY" "$WORK/human.py" "$WORK/w.txt" "$WORK/w.jsonl"
 check "--max-chars 2 cuts the texts and says so" bash -c \
   "'$G' samples '$RUN' --n 1 --max-chars 2 | grep -q 'more bytes; --max-chars 0 shows all'"
+"$G" samples "$RUN" --n 1 --max-chars 2 >"$WORK/cut.txt"
+"$G" samples "$RUN" --n 1 --json >"$WORK/cut.jsonl"
+check "--max-chars 2 keeps a prompt's end (where a chat's question is), saying how much it left out before" "$PY" -c '
+import json, sys
+j = json.loads(open(sys.argv[2]).readline()); t = open(sys.argv[1]).read()
+p = t.split("prompt     | ", 1)[1].split("\ncompletion | ")[0].replace("\n           | ", "\n")
+b = j["prompt"].encode()
+assert len(b) > 2, b
+want = "[... %d bytes before; --max-chars 0 shows all] " % (len(b) - 2) + b[-2:].decode()
+assert p == want, (p, want)' "$WORK/cut.txt" "$WORK/cut.jsonl"
 
 echo "samples: special tokens and the tokenizer"
 cp -r "$D" "$WORK/run2"
@@ -174,6 +184,66 @@ check "--step 2 without the trainer states: the shards it may have drawn from, s
    grep -q 'note: step 2: trainer/state-v.*h5 is not there (removed by gc?); showing the shards it may have drawn from' '$WORK/s2.err'"
 check "...versions version - staleness_max to version of its metrics" env N=100 D="$WORK/run2" "$PY" "$WORK/check.py" \
   window2 "$WORK/s2.jsonl"
+
+echo "samples: a damaged shard"
+cp -r "$D" "$WORK/run3"
+# The version with the most shards; its first shard cut to 100 bytes.
+read -r VD DAMAGED < <("$PY" -c '
+import collections, glob, os, sys
+by = collections.defaultdict(list)
+for f in sorted(glob.glob(sys.argv[1] + "/rollouts/v*/*.h5")): by[f.split("/")[-2]].append(f)
+v = max(by, key=lambda k: len(by[k]))
+print(int(v[1:]), os.path.relpath(by[v][0], sys.argv[1]))' "$WORK/run3")
+truncate -s 100 "$WORK/run3/$DAMAGED"
+NV=$(ls "$WORK/run3/rollouts/v$(printf %08d "$VD")" | grep -c 'h5$')
+"$G" samples "file://$WORK/run3" --version "$VD" --n 1000 --json >"$WORK/dmg.jsonl" 2>"$WORK/dmg.err"; rc=$?
+if [ "$NV" -ge 2 ]; then
+  check "--version $VD with $DAMAGED damaged (1 of its $NV shards): exit 0, that shard skipped with one warning naming it, every sample of the others shown" \
+    "$PY" -c '
+import glob, json, os, sys, h5py
+rc, run, bad, err = int(sys.argv[1]), sys.argv[2], sys.argv[3], open(sys.argv[5]).read()
+lines = [json.loads(l) for l in open(sys.argv[4])]
+others = [os.path.relpath(f, run) for f in glob.glob(os.path.join(run, os.path.dirname(bad), "*.h5")) if not f.endswith(bad)]
+assert rc == 0, (rc, err)
+assert err.count("warning: skipped " + bad + ": ") == 1 and len(err.strip().splitlines()) == 1, err
+assert {j["shard"] for j in lines} == set(others), ({j["shard"] for j in lines}, others)
+assert len(lines) == sum(h5py.File(os.path.join(run, o))["rewards"].shape[0] for o in others), len(lines)' \
+    "$rc" "$WORK/run3" "$DAMAGED" "$WORK/dmg.jsonl" "$WORK/dmg.err"
+  check "...the human output's header counts it as skipped" bash -c \
+    "'$G' samples 'file://$WORK/run3' --version $VD 2>/dev/null | head -1 | grep -q '(1 shard skipped: cannot be read)'"
+else
+  bad "the fixture has no version with two shards (versions: $(ls "$D/rollouts"))"
+fi
+for f in "$WORK"/run3/rollouts/v"$(printf %08d "$VD")"/*.h5; do truncate -s 100 "$f"; done
+expect_fail_last "every shard of --version $VD damaged -> exit 1 saying so" 1 "none of the $NV shards selected could be read" \
+  "$G" samples "file://$WORK/run3" --version "$VD"
+
+echo "samples: an --env shard (a turn cut at --max-new-tokens is finish length)"
+cp -a "$D" "$WORK/run4"  # (-a: the file store keeps its metadata in extended attributes)
+cat >"$WORK/env.py" <<'EOF'
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m["type"] == "start":
+        print(json.dumps({"id": m["id"], "messages": [{"role": "user", "content": m["row"]["prompt"]}]}), flush=True)
+    elif m["type"] == "step":
+        print(json.dumps({"id": m["id"], "reward": 1.0}), flush=True)
+EOF
+check "an --env worker writes one shard of 1-turn episodes of at most 3 tokens" \
+  "$BIN/grpo-rollout" "${COMMON[@]}" --run "file://$WORK/run4" --dataset "$WORK/train.jsonl" --worker-id we \
+  --groups-per-shard 2 --max-new-tokens 3 --max-turns 1 --max-episode-tokens 64 --batch-size 8 --max-shards 1 \
+  --max-ahead 0 --seed 7 --env "python3 $WORK/env.py" --chat-template "$ROOT/data/calc/chat_template.jinja"
+"$G" samples "file://$WORK/run4" --n 100 --json >"$WORK/env.jsonl" 2>"$WORK/env.err"
+check "...samples: a turn that ran into --max-new-tokens without a stop token is finish length, one that stopped is stop" \
+  "$PY" -c '
+import json, sys
+lines = [j for j in map(json.loads, open(sys.argv[1])) if j["worker"] == "we"]
+eos = "<|endoftext|>"
+assert lines and all(j["turns"] == 1 for j in lines), lines[:1]
+cut = [j for j in lines if j["completion_tokens"] == 3 and not j["completion"].endswith(eos)]
+assert cut, [(j["completion_tokens"], j["completion"]) for j in lines]
+assert all(j["finish_reason"] == "length" for j in cut), [(j["completion"], j["finish_reason"]) for j in cut]
+assert all(j["finish_reason"] == "stop" for j in lines if j["completion"].endswith(eos)), lines' "$WORK/env.jsonl"
 
 echo "samples: on s3:// (moto, authentication on)"
 if start_moto 4 && read -r KEY SECRET < <("$PY" "$ROOT/validation/s3/moto_setup.py" "$MOTO_URL" pail-test); then

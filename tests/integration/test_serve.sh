@@ -14,8 +14,12 @@
 #     shards, a new adapter version goes live on the endpoint;
 #   - a worker under a connection flood at --serve-max-connections (loopback, 200 idle sockets,
 #     192 descriptors): /health and its work go on, the log stays short, the timeouts close
-#     them; a 9 MiB body, a false Content-Length, DELETE, 5,000 reward components: JSON errors;
-#   - a second worker over TLS with a bearer key (handshake timeout, heartbeat while serving);
+#     them; a 9 MiB body (and chunked), a false Content-Length, -1, HTTP/0.9, DELETE, FOO, HEAD,
+#     5,000 reward components: JSON errors;
+#   - the run's end: the worker exits 0 by itself; with an agent's episode open it serves that
+#     episode to its reward first, answering new work 503 run_done;
+#   - a second worker over TLS with a bearer key (handshake timeout, 400 streamed chats from 8
+#     clients all complete, heartbeat while serving);
 #     the refusals at startup.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/lib_relay.sh"
@@ -88,8 +92,17 @@ assert want and got == want, (got, want)' "$WORK/greedy.json" "$WORK/eval-text"
 echo "episodes: 64 concurrent agents, twice"
 "$PY" "$ROOT/tests/integration/serve_openai.py" episodes "$BASE" tiny 64 "$WORK" | tee "$WORK/episodes1.out"
 [ "${PIPESTATUS[0]}" = 0 ] && ok "...first round" || bad "...first round failed (above)"
+# The trainer publishes v1 from the first shard before the second round: the batch
+# after the second round's is of a later version (the one the worker swaps to).
+check "...the trainer publishes adapter v1 from the first round's shard" bash -c \
+  'for _ in $(seq 1 600); do [ -f "$1/run/adapters/v00000001.h5" ] && exit 0; sleep 0.2; done; exit 1' _ "$WORK"
 "$PY" "$ROOT/tests/integration/serve_openai.py" episodes "$BASE" tiny 64 "$WORK" | tee "$WORK/episodes2.out"
 [ "${PIPESTATUS[0]}" = 0 ] && ok "...second round" || bad "...second round failed (above)"
+# Each round claims 66 episodes of the 64 a batch holds: the second round's last ones are the third batch's.
+check "a new adapter version went live on the endpoint: the second round's last episodes were played with it" "$PY" -c '
+import json, sys
+v = [e["version"] for e in json.load(open(sys.argv[1]))["episodes"]]
+assert 0 < sum(x >= 1 for x in v) < len(v), v' "$WORK/episodes.json"
 check "the trainer trains 4 steps on the endpoint's episode shards" wait $TRAIN
 check "...its metrics: multi-turn rows (tool call, then the answer), only the model's tokens trained" "$PY" - \
   "$WORK/metrics.jsonl" <<'PYEOF'
@@ -125,21 +138,36 @@ for f in fs:
         assert h.attrs["format_version"] == 3 and all(r[N + x] == r[e] for x, e in enumerate(seg))
         segs = True
 assert segs, "no shard with a segment"' "$WORK/run"
-live() {  # a version the trainer published after v0 is the one the endpoint generates with
-  for _ in $(seq 1 100); do
-    "$PY" "$ROOT/tests/integration/serve_openai.py" episodes "$BASE" tiny 4 "$WORK/live" >/dev/null 2>&1 || true
-    curl -sf "$BASE/models" | "$PY" -c 'import json,sys; sys.exit(json.load(sys.stdin)["data"][0]["adapter_version"] < 1)' && return 0
-    sleep 0.2
-  done
-  return 1
+exits() {  # PID SECONDS: the process exits by itself within SECONDS, with status 0 (else it is stopped: 1)
+  local i; for i in $(seq 1 $(($2 * 10))); do kill -0 "$1" 2>/dev/null || break; sleep 0.1; done
+  if kill -0 "$1" 2>/dev/null; then echo "still running after $2 s" >&2; kill "$1"; wait "$1"; return 1; fi
+  wait "$1"
 }
-mkdir -p "$WORK/live"
-check "a new adapter version goes live on the endpoint (/v1/models)" live
+check "the serving worker exits by itself, with status 0, once the run is done (nothing in flight)" exits $WS 60
+check "...its log and heartbeat say so" bash -c '
+grep -q "the run is done (the trainer reached its --steps; final adapter v00000004).*takes no new episodes" "$1" &&
+grep -q "\"state\": \"finished\"" "$2"' _ "$WORK/roll.log" "$WORK/run/workers/ws.json"
 check "the heartbeat names the endpoint and counts its episodes" "$PY" -c '
 import json, sys
 h = json.load(open(sys.argv[1]))
 assert h["endpoint"] == sys.argv[2], h
 assert h["environment"]["episodes"] >= 128, h["environment"]' "$WORK/run/workers/ws.json" "http://127.0.0.1:$PORT"
+
+echo "the run ends while an agent holds an episode (a trainer of 1 step, batches of 4 episodes)"
+DPORT=$(free_port)
+"$BIN/grpo-train" --model "$M" --run "file://$WORK/run-done" --group-size 4 --groups-per-step 1 --steps 1 --lr 1e-3 \
+  --lora-rank 4 --rollout-timeout 300 --metrics "" >"$WORK/train-done.log" 2>&1 &
+TD=$!; PIDS+=($TD)
+"$BIN/grpo-rollout" "${ROLL[@]/$RUN/file://$WORK/run-done}" --groups-per-shard 1 --max-ahead 0 --worker-id wd \
+  --serve "127.0.0.1:$DPORT" >"$WORK/roll-done.log" 2>&1 &
+WD=$!; PIDS+=($WD)
+check "...its worker serves adapter v0" up "http://127.0.0.1:$DPORT/health"
+"$PY" "$ROOT/tests/integration/serve_openai.py" run_done "http://127.0.0.1:$DPORT/v1" tiny; rc=$?
+[ $rc = 0 ] && ok "...every check while the worker finishes" || bad "...checks while the worker finishes failed (above)"
+check "...the worker then exits by itself with status 0" exits $WD 60
+check "...its log says it finished the episode in flight first" grep -q "the episodes in flight have ended" \
+  "$WORK/roll-done.log"
+wait $TD
 
 echo "an idle episode (a worker given a bare port: loopback)"
 OPORT=$(free_port)
@@ -194,6 +222,9 @@ for _ in $(seq 1 300); do curl -sf --cacert "$WORK/tls/ca.pem" "https://127.0.0.
 "$PY" "$ROOT/tests/integration/serve_openai.py" tls "https://127.0.0.1:$TPORT/v1" tiny "$WORK/tls/ca.pem" \
   serve-key-0123456789abcdef; rc=$?
 [ $rc = 0 ] && ok "...every TLS check" || bad "...TLS checks failed (above)"
+"$PY" "$ROOT/tests/integration/serve_openai.py" tls_streams "https://127.0.0.1:$TPORT/v1" tiny "$WORK/tls/ca.pem" \
+  serve-key-0123456789abcdef 400 8; rc=$?
+[ $rc = 0 ] && ok "...every streamed chat over TLS complete" || bad "...a streamed chat over TLS was cut (above)"
 "$PY" "$ROOT/tests/integration/serve_limits.py" handshake 127.0.0.1 "$TPORT" 3 50; rc=$?
 [ $rc = 0 ] && ok "...connections that never start the TLS handshake are closed" || bad "...handshake timeout (above)"
 beat() {  # the worker waiting for its agents refreshes its heartbeat while it serves (not "starting ... LATE")
@@ -209,7 +240,7 @@ echo "refusals"
 expect_fail_last "--serve off loopback without TLS and a key" 1 "not a loopback address: it needs TLS" \
   "$BIN/grpo-rollout" "${ROLL[@]}" --worker-id wr --serve 0.0.0.0:0
 expect_fail_last "--serve on a port in use" 1 "cannot listen" \
-  "$BIN/grpo-rollout" "${ROLL[@]}" --worker-id wr --serve "127.0.0.1:$PORT"
+  "$BIN/grpo-rollout" "${ROLL[@]}" --worker-id wr --serve "127.0.0.1:$OPORT"
 expect_fail_last "--serve-api-key-file missing" 1 "api-key-file .*No such file" \
   "$BIN/grpo-rollout" "${ROLL[@]}" --worker-id wr --serve 127.0.0.1:0 --serve-api-key-file "$WORK/nope"
 echo short >"$WORK/short-key"
@@ -226,20 +257,23 @@ expect_fail "--serve with --reward" 2 "no --reward" \
   "$BIN/grpo-rollout" "${ROLL[@]}" --worker-id wr --serve 127.0.0.1:0 --reward exact_answer
 echo "stopping"
 # An agent waiting for an episode while the worker stops: its claim is answered, the worker exits 0.
-"$PY" -c 'import httpx2, sys; r = httpx2.post(sys.argv[1] + "/episodes", json={"wait": 60}, timeout=90)
-print(r.status_code)' "$BASE" >"$WORK/claim-at-stop.out" 2>&1 &
+"$PY" -c 'import httpx2, sys; open(sys.argv[2], "w").close()
+r = httpx2.post(sys.argv[1] + "/episodes", json={"wait": 60}, timeout=90)
+print(r.status_code)' "http://127.0.0.1:$OPORT/v1" "$WORK/claim-ready" >"$WORK/claim-at-stop.out" 2>&1 &
 CL=$!
+for _ in $(seq 1 300); do [ -f "$WORK/claim-ready" ] && break; sleep 0.1; done  # (its imports take a while)
 sleep 1
 stopped() {  # PID LOG: SIGTERM ends a serving worker (its open batch cancelled) with status 0, its log clean
   kill -TERM "$1"; wait "$1" || return 1
   ! grep -E 'Sanitizer|double free|corruption' "$2"
 }
-check "SIGTERM stops the serving worker (exit 0, nothing left behind by the sanitizers when built with them)" \
-  stopped $WS "$WORK/roll.log"
+check "SIGTERM stops a serving worker (exit 0, nothing left behind by the sanitizers when built with them)" \
+  stopped $WO "$WORK/roll-timeout.log"
 wait $CL
 check "...an agent waiting for an episode then gets an answer (an episode, or 503 while it stops), not a hang" \
   grep -Eq '^(503|200)$' "$WORK/claim-at-stop.out"
 check "...the TLS worker too" stopped $WT "$WORK/roll-tls.log"
-check "...and the one with the short episode timeout" stopped $WO "$WORK/roll-timeout.log"
+check "...and the serving worker that exited when the run was done left its log clean" \
+  bash -c '! grep -E "Sanitizer|double free|corruption" "$1"' _ "$WORK/roll.log"
 
 finish
