@@ -214,6 +214,53 @@ START_TEST(test_parse_errors) {
 }
 END_TEST
 
+// jinja2 3 defers an unknown filter or test to run time inside an {% if %} (test, bodies, elif,
+// else) and an inline if-expression, and refuses it at compile time anywhere else, including a
+// for loop's body, a macro, a set block or a filter block inside an if. Outputs and messages are
+// jinja2 3.1.6's.
+START_TEST(test_unknown_deferred) {
+    static const Case OK[] = {
+        {"{% if false %}{{ x | from_json }}{% elif true %}a{% else %}{{ x is nosuchtest }}{% endif %}", "a"},
+        {"{{ 'a' if true else x | from_json }}{% set y = (x|from_json) if false else 'b' %}{{ y }}", "ab"},
+        {"{% if false %}{% for i in x | from_json %}{% endfor %}{% endif %}c", "c"},
+        {"{% for i in x %}{% if i > 5 %}{{ i | nosuchfilter }}{% endif %}{% endfor %}d", "d"},
+        {"{% if messages[0].content is string %}e{% elif messages[0].content | from_json %}f{% endif %}", "e"},
+    };
+    for (size_t i = 0; i < sizeof OK / sizeof *OK; i++) {
+        PailErr err = {0};
+        char *out;
+        ck_assert_msg(render(OK[i].tpl, VARS_JSON, NULL, &out, NULL, &err) == 0, "case %zu: %s", i, err.msg);
+        ck_assert_str_eq(out, OK[i].want);
+        free(out);
+    }
+    static const Case RUN[] = {
+        {"{% if false %}{% elif x is nosuchtest %}{% endif %}", "t:1: No test named 'nosuchtest' found."},
+        {"{% for i in x %}{% if i > 2 %}{{ i | nosuchfilter }}{% endif %}{% endfor %}", "t:1: No filter named 'nosuchfilter' found."},
+    };
+    for (size_t i = 0; i < sizeof RUN / sizeof *RUN; i++) {
+        PailErr err = {0};
+        char *out;
+        ck_assert_msg(render(RUN[i].tpl, VARS_JSON, NULL, &out, NULL, &err) < 0, "case %zu renders", i);
+        ck_assert_str_eq(err.msg, RUN[i].want);
+    }
+    static const Case PARSE[] = {
+        {"{% if true %}{% for i in x %}{{ i | from_json }}{% endfor %}{% endif %}", "t:1:37: no filter named 'from_json'"},
+        {"{% if true %}{% macro m() %}{{ 1 | from_json }}{% endmacro %}{% endif %}", "t:1:36: no filter named 'from_json'"},
+        {"{% if true %}{% set v %}{{ 1 | from_json }}{% endset %}{% endif %}", "t:1:32: no filter named 'from_json'"},
+        {"{% if true %}{% filter from_json %}{% endfilter %}{% endif %}", "t:1:24: no filter named 'from_json'"},
+        {"{% if true %}{% for i in x if i is from_json %}{% endfor %}{% endif %}", "t:1:36: no test named 'from_json'"},
+        {"{% if true %}{% set v | from_json %}{% endset %}{% endif %}", "t:1:25: no filter named 'from_json'"},
+        {"{% if true %}{% endif %}{{ x | from_json }}", "t:1:32: no filter named 'from_json'"},
+    };
+    for (size_t i = 0; i < sizeof PARSE / sizeof *PARSE; i++) {
+        JinjaTemplate *t = NULL;
+        PailErr err = {0};
+        ck_assert_msg(jinja_parse(&t, PARSE[i].tpl, strlen(PARSE[i].tpl), "t", &err) < 0, "case %zu parses", i);
+        ck_assert_str_eq(err.msg, PARSE[i].want);
+    }
+}
+END_TEST
+
 // transformers' AssistantTracker: the span starts at the length of the output so far and covers
 // what the block rendered; the block's body is a caller() with a scope of its own.
 START_TEST(test_generation) {
@@ -503,6 +550,7 @@ int main(void) {
     tcase_add_test(core, test_core_table);
     tcase_add_test(core, test_render_errors);
     tcase_add_test(core, test_parse_errors);
+    tcase_add_test(core, test_unknown_deferred);
     tcase_add_test(core, test_generation);
     tcase_add_test(core, test_failure_restores_output);
     tcase_add_test(core, test_reference_templates);

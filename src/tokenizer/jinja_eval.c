@@ -516,6 +516,7 @@ static int eval_inner(Eval *E, const Node *nd, Scope *s, JValue *out) {
         JArgs a;
         if (eval(E, nd->a, s, &self) < 0 || eval_args(E, nd, s, &a, NULL, jv_undefined(NULL)) < 0) return -1;
         r->line = nd->line;
+        if (nd->unknown) return jr_fail(r, "No filter named '%s' found.", nd->name);
         if (jr_step(r) < 0) return -1;
         return jinja_filter_call(r, nd->name, self, &a, out);
     }
@@ -525,6 +526,7 @@ static int eval_inner(Eval *E, const Node *nd, Scope *s, JValue *out) {
         bool b;
         if (eval(E, nd->a, s, &self) < 0 || eval_args(E, nd, s, &a, NULL, jv_undefined(NULL)) < 0) return -1;
         r->line = nd->line;
+        if (nd->unknown) return jr_fail(r, "No test named '%s' found.", nd->name);
         if (jinja_test_call(r, nd->name, self, &a, &b) < 0) return -1;
         *out = jv_bool(b != nd->negated);
         return 0;
@@ -635,6 +637,7 @@ static int apply_filters(Eval *E, const NodeList *filters, Scope *s, JValue *v) 
         JArgs a;
         if (eval_args(E, f, s, &a, NULL, jv_undefined(NULL)) < 0) return -1;
         E->r->line = f->line;
+        if (f->unknown) return jr_fail(E->r, "No filter named '%s' found.", f->name);
         if (jr_step(E->r) < 0 || jinja_filter_call(E->r, f->name, *v, &a, v) < 0) return -1;
     }
     return 0;
