@@ -92,6 +92,18 @@ static const Case CORE[] = {
      "[][False][False][][][][0][q]"},
     {"{{ nope if nope else 'dflt' }}{{ not nope }}{{ nope == nope }}",
      "dfltTrueTrue"},
+    // map, select, reject, selectattr, rejectattr: a false value (None, undefined, 0) is empty
+    {"{{ n | selectattr('a') | list }}{{ nope | map(attribute='a') | list }}{{ 0 | select | list }}{{ n | rejectattr('a', 'nosuchtest') | list }}",
+     "[][][][]"},
+    // they return generators: always true, consumed by iterating, not indexable
+    {"{% if x | select('gt', 5) %}gen{% endif %}{% if x | select('gt', 5) | list %}list{% endif %}",
+     "gen"},
+    {"{% set g = x | map('string') %}{{ g | join }}{{ g | join }}|{{ g | list }}{% set h = x | reverse %}{{ 3 in h }}{{ h | list }}",
+     "123|[]True[2, 1]"},
+    {"{% set g = x | select %}{{ g | first }}{{ g | list }}[{{ (x | map('abs'))[0] }}]",
+     "1[2, 3][]"},
+    {"{{ nope is sequence }}{{ nope is callable }}{{ nope is sameas nope }}{{ nope | reverse | list }}{{ nope | replace('a', 'b') }}",
+     "TrueTrueFalse[]"},
 };
 static const Case RENDER_ERRORS[] = {
     {"{{ nope.a }}",
@@ -128,6 +140,18 @@ static const Case RENDER_ERRORS[] = {
      "'int' object is not iterable"},
     {"{% set q = 1 %}{% set q.a = 2 %}",
      "cannot assign attribute on non-namespace object"},
+    {"{{ x | select('odd') | length }}",
+     "object of type 'generator' has no len()"},
+    {"{{ x | map('abs') | tojson }}",
+     "Object of type generator is not JSON serializable"},
+    {"{{ x | select | last }}",
+     "'generator' object is not reversible"},
+    {"{{ x | select + [1] }}",
+     "unsupported operand type(s) for +: 'generator' and 'list'"},
+    {"{{ nope | int }}",
+     "'nope' is undefined"},
+    {"{{ nope | indent }}",
+     "'nope' is undefined"},
 };
 #define VARS_JSON "{\"messages\": [{\"role\": \"system\", \"content\": \"Sys\"}, {\"role\": \"user\", \"content\": \"Hi\"}], \"x\": [1, 2, 3], \"d\": {\"a\": 1, \"b\": \"s\"}, \"s\": \"h\\u00e9llo\", \"n\": null}"
 

@@ -94,6 +94,10 @@ static const char *filt(const char *name, JValue self, JArgs a) {
     JValue out;
     err_clear(&err);
     if (jinja_filter_call(&R, name, self, &a, &out) < 0) return err.msg;
+    if (jv_is_gen(out)) {  // a generator (map, select, items, ...): shown as |list shows it
+        JArgs none = {0};
+        if (jinja_filter_call(&R, "list", out, &none, &out) < 0) return err.msg;
+    }
     return str_of(out);
 }
 static const char *kw1(const char *name, JValue self, const char *k, JValue v) {

@@ -91,7 +91,18 @@ int jl_to_string(JRender *r, JValue v, JValue *out) {
 
 int jl_iter_list(JRender *r, JValue v, JList **out) {
     switch (v.kind) {
-    case JV_LIST: case JV_TUPLE: *out = v.u.l; return jr_work(r, v.u.l->n * sizeof(JValue));  // the caller walks it
+    case JV_LIST: case JV_TUPLE:
+        if (v.u.l->gen) {  // a copy of what is left; the generator is consumed
+            JList *l = jlist_new(r, v.u.l->n - v.u.l->pos);
+            if (!l) return -1;
+            for (size_t i = v.u.l->pos; i < v.u.l->n; i++)
+                if (jlist_push(r, l, v.u.l->v[i]) < 0) return -1;
+            v.u.l->pos = v.u.l->n;
+            *out = l;
+            return 0;
+        }
+        *out = v.u.l;
+        return jr_work(r, v.u.l->n * sizeof(JValue));  // the caller walks it
     case JV_UNDEFINED: *out = jlist_new(r, 0); return *out ? 0 : -1;  // jinja2's Undefined iterates as empty
     case JV_DICT: {
         JList *l = jlist_new(r, v.u.d->n);
@@ -216,6 +227,7 @@ int jinja_getitem(JRender *r, JValue obj, JValue key, JValue *out) {
         break;
     }
     case JV_LIST: case JV_TUPLE:
+        if (obj.u.l->gen) break;  // not subscriptable: the sandbox's getitem gives undefined
         if (index_of(key, &i)) {
             int64_t n = (int64_t)obj.u.l->n;
             if (i < 0) i += n;
@@ -251,6 +263,7 @@ int jinja_slice(JRender *r, JValue obj, bool has_start, int64_t start, bool has_
     if (!has_step) step = 1;
     if (step == 0) return jr_fail(r, "slice step cannot be zero");
     int64_t n;
+    if (jv_is_gen(obj)) return jr_fail(r, "'generator' object is not subscriptable");
     if (obj.kind == JV_LIST || obj.kind == JV_TUPLE) n = (int64_t)obj.u.l->n;
     else if (obj.kind == JV_STR) n = (int64_t)jv_str_nchars(obj.u.s);
     else if (obj.kind == JV_UNDEFINED) return jr_fail(r, "'%s' is undefined", obj.u.what);
@@ -513,10 +526,13 @@ int jinja_contains(JRender *r, JValue seq, JValue v, bool *out) {
         if ((found = jr_find(r, seq.u.s->p, seq.u.s->len, v.u.s->p, v.u.s->len, &at)) < 0) return -1;
         *out = found;
         return 0;
-    case JV_LIST: case JV_TUPLE:
-        for (size_t i = 0; i < seq.u.l->n && !*out; i++)
+    case JV_LIST: case JV_TUPLE: {
+        size_t i = seq.u.l->pos;
+        for (; i < seq.u.l->n && !*out; i++)
             if (jr_equal(r, seq.u.l->v[i], v, out) < 0) return -1;
+        if (seq.u.l->gen) seq.u.l->pos = i;  // a generator is consumed up to the match
         return 0;
+    }
     case JV_DICT: case JV_NAMESPACE:
         if (jr_work(r, seq.u.d->n * sizeof(JValue)) < 0) return -1;  // jdict_get scans the keys
         *out = jdict_get(seq.u.d, v) != NULL;
@@ -582,7 +598,7 @@ int jinja_test_call(JRender *r, const char *name, JValue v, const JArgs *a, bool
     if (IS("sameas")) {  // Python's `is`: scalars CPython shares (None, bools, small ints, equal
                          // literals) compare by value, containers by identity
         if (one_arg(r, n, a, &o) < 0) return -1;
-        if (v.kind != o.kind) *out = false;
+        if (v.kind != o.kind || v.kind == JV_UNDEFINED) *out = false;  // each undefined is an object of its own
         else if (v.kind == JV_LIST || v.kind == JV_TUPLE) *out = v.u.l == o.u.l;
         else if (v.kind == JV_DICT || v.kind == JV_NAMESPACE) *out = v.u.d == o.u.d;
         else return jr_equal(r, v, o, out);
@@ -605,14 +621,16 @@ int jinja_test_call(JRender *r, const char *name, JValue v, const JArgs *a, bool
     else if (IS("mapping")) *out = v.kind == JV_DICT;
     else if (IS("iterable"))
         *out = v.kind == JV_STR || v.kind == JV_LIST || v.kind == JV_TUPLE || v.kind == JV_DICT || v.kind == JV_UNDEFINED;
-    else if (IS("sequence")) *out = v.kind == JV_STR || v.kind == JV_LIST || v.kind == JV_TUPLE || v.kind == JV_DICT;
+    else if (IS("sequence"))  // len() and [] work: jinja2's Undefined has both
+        *out = v.kind == JV_STR || (v.kind == JV_LIST && !v.u.l->gen) || v.kind == JV_TUPLE || v.kind == JV_DICT ||
+               v.kind == JV_UNDEFINED;
     else if (IS("number")) *out = is_num(v);
     else if (IS("integer")) *out = v.kind == JV_INT;
     else if (IS("float")) *out = v.kind == JV_FLOAT;
     else if (IS("boolean")) *out = v.kind == JV_BOOL;
     else if (IS("true")) *out = v.kind == JV_BOOL && v.u.b;
     else if (IS("false")) *out = v.kind == JV_BOOL && !v.u.b;
-    else if (IS("callable")) *out = v.kind == JV_FUNC;
+    else if (IS("callable")) *out = v.kind == JV_FUNC || v.kind == JV_UNDEFINED;  // Undefined has __call__ (that raises)
     else if (IS("lower") || IS("upper")) {
         JValue s;
         if (jl_to_string(r, v, &s) < 0) return -1;

@@ -85,7 +85,7 @@ static JValue lookup(Eval *E, Scope *s, const char *name) {
 // jinja2's message for using an undefined value. `what` is a bare name ("x": "'x' is undefined")
 // or, when the builtins made it for a missing attribute or item, the whole message
 // ("'dict object' has no attribute 'y'").
-static int fail_undefined(JRender *r, JValue u) {
+int jr_fail_undefined(JRender *r, JValue u) {
     const char *w = u.u.what;
     if (!w || !*w) return jr_fail(r, "a value is undefined");
     if (strchr(w, ' ')) return jr_fail(r, "%s", w);
@@ -145,7 +145,7 @@ static int call_macro(Eval *E, JFunc *fn, const JArgs *a, JValue *out);
 
 static int call_value(Eval *E, JValue fn, const JArgs *a, JValue *out) {
     JRender *r = E->r;
-    if (fn.kind == JV_UNDEFINED) return fail_undefined(r, fn);
+    if (fn.kind == JV_UNDEFINED) return jr_fail_undefined(r, fn);
     if (fn.kind != JV_FUNC) return jr_fail(r, "'%s' object is not callable", jv_type_name(fn));
     if (jr_step(r) < 0) return -1;
     JFunc *f = fn.u.fn;
@@ -316,8 +316,10 @@ static int binop(Eval *E, const char *op, JValue a, JValue b, JValue *out) {
         if (jv_to_str(r, a, &buf) < 0 || jv_to_str(r, b, &buf) < 0) return -1;
         return jv_str_new(r, buf.p ? buf.p : "", buf.len, out);
     }
-    if (a.kind == JV_UNDEFINED) return fail_undefined(r, a);
-    if (b.kind == JV_UNDEFINED) return fail_undefined(r, b);
+    if (a.kind == JV_UNDEFINED) return jr_fail_undefined(r, a);
+    if (b.kind == JV_UNDEFINED) return jr_fail_undefined(r, b);
+    if (jv_is_gen(a) || jv_is_gen(b))
+        return jr_fail(r, "unsupported operand type(s) for %s: '%s' and '%s'", op, jv_type_name(a), jv_type_name(b));
     bool ai = false, bi = false;
     int64_t x = 0, y = 0;
     double fx = 0, fy = 0;
@@ -427,8 +429,8 @@ static int compare(Eval *E, const char *op, JValue a, JValue b, bool *res) {
         *res = !*res;
         return 0;
     }
-    if (a.kind == JV_UNDEFINED) return fail_undefined(r, a);
-    if (b.kind == JV_UNDEFINED) return fail_undefined(r, b);
+    if (a.kind == JV_UNDEFINED) return jr_fail_undefined(r, a);
+    if (b.kind == JV_UNDEFINED) return jr_fail_undefined(r, b);
     int c;
     if (jv_compare(r, a, b, &c) < 0) return -1;
     *res = op[0] == '<' ? (op[1] ? c <= 0 : c < 0) : (op[1] ? c >= 0 : c > 0);
@@ -467,7 +469,7 @@ static int slice_bound(Eval *E, const Node *nd, Scope *s, bool *has, int64_t *v)
         *v = x.kind == JV_INT ? x.u.i : x.u.b;
         return 0;
     }
-    if (x.kind == JV_UNDEFINED) return fail_undefined(E->r, x);
+    if (x.kind == JV_UNDEFINED) return jr_fail_undefined(E->r, x);
     return jr_fail(E->r, "slice indices must be integers or None");
 }
 
@@ -480,7 +482,7 @@ static int eval_inner(Eval *E, const Node *nd, Scope *s, JValue *out) {
     case E_GETATTR: {
         JValue obj;
         if (eval(E, nd->a, s, &obj) < 0) return -1;
-        if (obj.kind == JV_UNDEFINED) return fail_undefined(r, obj);
+        if (obj.kind == JV_UNDEFINED) return jr_fail_undefined(r, obj);
         r->line = nd->line;
         if (jinja_getattr(r, obj, nd->name, out) < 0) return -1;
         return out->kind == JV_UNDEFINED ? missing(r, obj, jv_undefined(NULL), nd->name, out) : 0;
@@ -488,7 +490,7 @@ static int eval_inner(Eval *E, const Node *nd, Scope *s, JValue *out) {
     case E_GETITEM: {
         JValue obj, key;
         if (eval(E, nd->a, s, &obj) < 0 || eval(E, nd->b, s, &key) < 0) return -1;
-        if (obj.kind == JV_UNDEFINED) return fail_undefined(r, obj);
+        if (obj.kind == JV_UNDEFINED) return jr_fail_undefined(r, obj);
         r->line = nd->line;
         if (jinja_getitem(r, obj, key, out) < 0) return -1;
         return out->kind == JV_UNDEFINED ? missing(r, obj, key, NULL, out) : 0;
@@ -500,7 +502,7 @@ static int eval_inner(Eval *E, const Node *nd, Scope *s, JValue *out) {
         if (eval(E, nd->a, s, &obj) < 0) return -1;
         for (int i = 0; i < 3; i++)
             if (slice_bound(E, nd->args.v[i], s, &h[i], &v[i]) < 0) return -1;
-        if (obj.kind == JV_UNDEFINED) return fail_undefined(r, obj);
+        if (obj.kind == JV_UNDEFINED) return jr_fail_undefined(r, obj);
         r->line = nd->line;
         return jinja_slice(r, obj, h[0], v[0], h[1], v[1], h[2], v[2], out);
     }
@@ -554,7 +556,7 @@ static int eval_inner(Eval *E, const Node *nd, Scope *s, JValue *out) {
         JValue a;
         if (eval(E, nd->a, s, &a) < 0) return -1;
         r->line = nd->line;
-        if (a.kind == JV_UNDEFINED) return fail_undefined(r, a);
+        if (a.kind == JV_UNDEFINED) return jr_fail_undefined(r, a);
         if (a.kind == JV_BOOL) a = jv_int(a.u.b);
         if (a.kind == JV_INT) {
             if (nd->kind == E_NEG && a.u.i == INT64_MIN) return jr_fail(r, "integer result of - is beyond 64 bits");
@@ -648,7 +650,10 @@ static int iter_items(JRender *r, JValue v, const JValue **items, size_t *n) {
     switch (v.kind) {
     case JV_UNDEFINED: *items = NULL, *n = 0; return 0;
     case JV_LIST:
-    case JV_TUPLE: *items = v.u.l->v, *n = v.u.l->n; return 0;
+    case JV_TUPLE:
+        *items = v.u.l->v + v.u.l->pos, *n = v.u.l->n - v.u.l->pos;
+        if (v.u.l->gen) v.u.l->pos = v.u.l->n;  // consumed
+        return 0;
     case JV_DICT: *items = v.u.d->k, *n = v.u.d->n; return 0;
     case JV_STR: {
         const JStr *s = v.u.s;
@@ -674,7 +679,7 @@ static int assign_targets(Eval *E, const Node *nd, Scope *s, JValue v) {
     if (!nd->target_tuple) return scope_set(r, s, nd->targets[0], v);
     const JValue *items;
     size_t n;
-    if (v.kind == JV_UNDEFINED) return fail_undefined(r, v);
+    if (v.kind == JV_UNDEFINED) return jr_fail_undefined(r, v);
     if (v.kind != JV_LIST && v.kind != JV_TUPLE && v.kind != JV_DICT && v.kind != JV_STR)
         return jr_fail(r, "cannot unpack non-iterable %s object", jv_type_name(v));
     if (iter_items(r, v, &items, &n) < 0) return -1;

@@ -21,6 +21,12 @@ static int list_out(JList *l, JValue *out) {
     return 0;
 }
 
+// What jinja2 hands on as a generator (map, select, unique, ...): see JList.gen.
+static int gen_out(JList *l, JValue *out) {
+    l->gen = true;
+    return list_out(l, out);
+}
+
 static int as_int(JRender *r, JValue v, const char *what, int64_t *i) {
     if (v.kind == JV_INT) *i = v.u.i;
     else if (v.kind == JV_BOOL) *i = v.u.b;
@@ -32,11 +38,15 @@ static int as_int(JRender *r, JValue v, const char *what, int64_t *i) {
 static int py_len(JRender *r, JValue v, int64_t *n) {
     switch (v.kind) {
     case JV_STR: *n = (int64_t)jv_str_nchars(v.u.s); return 0;
-    case JV_LIST: case JV_TUPLE: *n = (int64_t)v.u.l->n; return 0;
+    case JV_LIST: case JV_TUPLE:
+        if (v.u.l->gen) break;
+        *n = (int64_t)v.u.l->n;
+        return 0;
     case JV_DICT: *n = (int64_t)v.u.d->n; return 0;
     case JV_UNDEFINED: *n = 0; return 0;
-    default: return jr_fail(r, "object of type '%s' has no len()", jv_type_name(v));
+    default: break;
     }
+    return jr_fail(r, "object of type '%s' has no len()", jv_type_name(v));
 }
 
 // jinja2's ignore_case: strings compare lowered unless case_sensitive.
@@ -105,6 +115,7 @@ static int f_replace(JRender *r, JValue s, const JArgs *a, JValue *out) {
 
 static int f_indent(JRender *r, JValue s, const JArgs *a, JValue *out) {
     BIND("indent", "width", "first", "blank");
+    if (s.kind == JV_UNDEFINED) return jr_fail_undefined(r, s);  // s += "\n" raises on Undefined
     JValue str, ind;
     if (jl_to_string(r, s, &str) < 0) return -1;
     if (!GIVEN(0)) v[0] = jv_int(4);
@@ -263,6 +274,7 @@ static bool parse_float(const JStr *s, double *out) {
 
 static int f_int(JRender *r, JValue x, const JArgs *a, JValue *out) {
     BIND("int", "default", "base");
+    if (x.kind == JV_UNDEFINED) return jr_fail_undefined(r, x);  // int(Undefined) raises
     JValue def = GIVEN(0) ? v[0] : jv_int(0);
     int64_t base = 10;
     if (GIVEN(1) && as_int(r, v[1], "int base", &base) < 0) return -1;
@@ -287,6 +299,7 @@ static int f_int(JRender *r, JValue x, const JArgs *a, JValue *out) {
 
 static int f_float(JRender *r, JValue x, const JArgs *a, JValue *out) {
     BIND("float", "default");
+    if (x.kind == JV_UNDEFINED) return jr_fail_undefined(r, x);
     JValue def = GIVEN(0) ? v[0] : jv_float(0.0);
     double f;
     if (x.kind == JV_FLOAT) *out = x;
@@ -324,6 +337,11 @@ static int f_length(JRender *r, JValue x, const JArgs *a, JValue *out) {
 
 static int f_first(JRender *r, JValue x, const JArgs *a, JValue *out) {
     if (jl_no_args(r, "first", a) < 0) return -1;
+    if (jv_is_gen(x)) {  // next(): takes one item
+        JList *g = x.u.l;
+        *out = g->pos < g->n ? g->v[g->pos++] : jv_undefined("first");
+        return 0;
+    }
     JList *l;
     if (jl_iter_list(r, x, &l) < 0) return -1;
     *out = l->n ? l->v[0] : jv_undefined("first");
@@ -332,6 +350,7 @@ static int f_first(JRender *r, JValue x, const JArgs *a, JValue *out) {
 
 static int f_last(JRender *r, JValue x, const JArgs *a, JValue *out) {
     if (jl_no_args(r, "last", a) < 0) return -1;
+    if (jv_is_gen(x)) return jr_fail(r, "'generator' object is not reversible");
     JList *l;
     if (jl_iter_list(r, x, &l) < 0) return -1;
     *out = l->n ? l->v[l->n - 1] : jv_undefined("last");
@@ -351,13 +370,13 @@ static int f_items(JRender *r, JValue x, const JArgs *a, JValue *out) {
     if (jl_no_args(r, "items", a) < 0) return -1;
     if (x.kind == JV_UNDEFINED) {
         JList *l = jlist_new(r, 0);
-        return l ? list_out(l, out) : -1;
+        return l ? gen_out(l, out) : -1;
     }
     if (x.kind != JV_DICT) return jr_fail(r, "Can only get item pairs from a mapping.");
     JValue m;
     JArgs none = {0};
-    if (jinja_getattr(r, x, "items", &m) < 0) return -1;
-    return m.u.fn->fn(r, &m.u.fn->self, &none, out);
+    if (jinja_getattr(r, x, "items", &m) < 0 || m.u.fn->fn(r, &m.u.fn->self, &none, out) < 0) return -1;
+    return gen_out(out->u.l, out);
 }
 
 static int f_dictsort(JRender *r, JValue x, const JArgs *a, JValue *out) {
@@ -402,7 +421,18 @@ static JArgs args_from(const JArgs *a, int skip) {
     return (JArgs){.n = a->n - skip, .pos = a->pos + skip, .nkw = a->nkw, .kw_names = a->kw_names, .kw = a->kw};
 }
 
+// jinja2's map, select, reject, selectattr and rejectattr start with `if value:`: None, an
+// undefined, 0, '' or an empty container give an empty generator without being iterated.
+static int falsy_empty(JRender *r, JValue x, JValue *out, bool *done) {
+    *done = !jv_truthy(x);
+    if (!*done) return 0;
+    JList *l = jlist_new(r, 0);
+    return l ? gen_out(l, out) : -1;
+}
+
 static int f_map(JRender *r, JValue x, const JArgs *a, JValue *out) {
+    bool done;
+    if (falsy_empty(r, x, out, &done) < 0 || done) return done ? 0 : -1;
     JList *l, *res;
     if (jl_iter_list(r, x, &l) < 0 || !(res = jlist_new(r, l->n))) return -1;
     if (a->n == 0) {  // map(attribute=..., default=...)
@@ -421,7 +451,7 @@ static int f_map(JRender *r, JValue x, const JArgs *a, JValue *out) {
             if (has_def && e.kind == JV_UNDEFINED) e = def;
             if (jlist_push(r, res, e) < 0) return -1;
         }
-        return list_out(res, out);
+        return gen_out(res, out);
     }
     if (a->pos[0].kind != JV_STR) return jr_fail(r, "map: the filter name must be a string");
     const char *name = a->pos[0].u.s->p;
@@ -431,12 +461,14 @@ static int f_map(JRender *r, JValue x, const JArgs *a, JValue *out) {
         JValue e;
         if (jinja_filter_call(r, name, l->v[i], &rest, &e) < 0 || jlist_push(r, res, e) < 0) return -1;
     }
-    return list_out(res, out);
+    return gen_out(res, out);
 }
 
 // select / reject / selectattr / rejectattr (jinja2's select_or_reject).
 static int select_impl(JRender *r, JValue x, const JArgs *a, bool attr_mode, bool want, JValue *out) {
     const char *fn = attr_mode ? (want ? "selectattr" : "rejectattr") : (want ? "select" : "reject");
+    bool done;
+    if (falsy_empty(r, x, out, &done) < 0 || done) return done ? 0 : -1;
     if (a->nkw) return jr_fail(r, "%s() got an unexpected keyword argument '%s'", fn, a->kw_names[0]);
     int k = 0;
     const char *attr = NULL;
@@ -465,7 +497,7 @@ static int select_impl(JRender *r, JValue x, const JArgs *a, bool attr_mode, boo
             ok = jv_truthy(e);
         if (ok == want && jlist_push(r, res, l->v[i]) < 0) return -1;
     }
-    return list_out(res, out);
+    return gen_out(res, out);
 }
 
 static int f_select(JRender *r, JValue x, const JArgs *a, JValue *out) { return select_impl(r, x, a, false, true, out); }
@@ -499,7 +531,7 @@ static int f_unique(JRender *r, JValue x, const JArgs *a, JValue *out) {
         if (jlist_push(r, seen, key) < 0 || jlist_push(r, res, l->v[i]) < 0) return -1;
         slot[h] = seen->n;
     }
-    return list_out(res, out);
+    return gen_out(res, out);
 }
 
 static int f_sort(JRender *r, JValue x, const JArgs *a, JValue *out) {
@@ -544,14 +576,17 @@ static int min_max(JRender *r, const char *fn, JValue x, const JArgs *a, bool ma
 static int f_min(JRender *r, JValue x, const JArgs *a, JValue *out) { return min_max(r, "min", x, a, false, out); }
 static int f_max(JRender *r, JValue x, const JArgs *a, JValue *out) { return min_max(r, "max", x, a, true, out); }
 
+// jinja2: a string reversed; reversed(x), an iterator, for what Python can reverse (list, tuple,
+// dict); a generator, which it cannot, into a list, reversed.
 static int f_reverse(JRender *r, JValue x, const JArgs *a, JValue *out) {
     if (jl_no_args(r, "reverse", a) < 0) return -1;
     if (x.kind == JV_STR) return jinja_slice(r, x, false, 0, false, 0, true, -1, out);
+    bool was_gen = jv_is_gen(x);
     JList *l, *c;
     if (jl_iter_list(r, x, &l) < 0 || !(c = jlist_new(r, l->n))) return -1;
     for (size_t i = l->n; i-- > 0;)
         if (jlist_push(r, c, l->v[i]) < 0) return -1;
-    return list_out(c, out);
+    return was_gen ? list_out(c, out) : gen_out(c, out);
 }
 
 // ---- numbers

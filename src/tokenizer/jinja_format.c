@@ -186,6 +186,7 @@ int jv_to_repr(JRender *r, JValue v, JBuf *out) {
     case JV_FLOAT: float_repr(v.u.f, b); return put_s(r, out, b);
     case JV_STR: return str_repr(r, v.u.s, out);
     case JV_LIST: case JV_TUPLE: {
+        if (v.u.l->gen) return put_s(r, out, "<generator object>");  // jinja2 adds the filter's name and an address
         bool tup = v.kind == JV_TUPLE;
         if (repr_depth(r) < 0) return -1;
         int rc = put_s(r, out, tup ? "(" : "[");
@@ -349,6 +350,7 @@ static int json_value(JRender *r, JValue v, const JsonOpts *o, int level, JBuf *
     case JV_FLOAT: return json_float(r, v.u.f, out);
     case JV_STR: return json_str(r, v.u.s->p, v.u.s->len, o->ensure_ascii, out);
     case JV_LIST: case JV_TUPLE: case JV_DICT: {
+        if (jv_is_gen(v)) return jr_fail(r, "Object of type generator is not JSON serializable");
         if (repr_depth(r) < 0) return -1;
         int rc = json_items(r, v, o, level, out);
         r->depth--;

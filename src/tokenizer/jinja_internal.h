@@ -74,6 +74,10 @@ struct JStr {
 struct JList {
     size_t n, cap;
     JValue *v;
+    bool gen;    // JV_LIST only: a generator, as jinja2's map, select, reject, selectattr, rejectattr,
+                 // unique, items and reverse return one: always true, no len(), no index, not JSON,
+                 // and iterating it consumes it (items pos..n are left)
+    size_t pos;  // gen: items consumed so far
 };
 
 struct JDict {  // insertion-ordered; keys compared with jv_equal (strings in practice)
@@ -122,6 +126,9 @@ struct JRender {
     void *eval;              // evaluator-private state
 };
 
+// jinja2's UndefinedError for using undefined u (its name, or the message a missing attribute or
+// item left): "'x' is undefined", "'dict object' has no attribute 'y'"; returns -1.
+int jr_fail_undefined(JRender *r, JValue u);
 // Sets r->err ("NAME:LINE: message" with the current line) and returns -1.
 int jr_fail(JRender *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 // Counts one step; -1 with the error set once lim->max_steps is passed.
@@ -148,6 +155,7 @@ int jr_rsearch_prev(JRSearch *s, size_t end, size_t *at);  // 1 found, 0 absent,
 void jr_rsearch_free(JRSearch *s);
 
 // Constructors. Strings are copied into the arena; a NULL return means the error is set.
+static inline bool jv_is_gen(JValue v) { return v.kind == JV_LIST && v.u.l->gen; }
 static inline JValue jv_undefined(const char *what) { return (JValue){.kind = JV_UNDEFINED, .u.what = what ? what : ""}; }
 static inline JValue jv_none(void) { return (JValue){.kind = JV_NONE}; }
 static inline JValue jv_bool(bool b) { return (JValue){.kind = JV_BOOL, .u.b = b}; }

@@ -748,7 +748,9 @@ int jl_method_get(JRender *r, JValue obj, const char *name, JValue *out, bool *f
     switch (obj.kind) {
     case JV_STR: tables[0] = str_methods; break;
     case JV_DICT: tables[0] = dict_methods; tables[1] = dict_unsafe; break;
-    case JV_LIST: tables[0] = seq_methods; tables[1] = list_unsafe; break;
+    case JV_LIST:
+        if (!obj.u.l->gen) tables[0] = seq_methods, tables[1] = list_unsafe;
+        break;
     case JV_TUPLE: tables[0] = seq_methods; break;
     default: break;
     }
