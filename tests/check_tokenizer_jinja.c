@@ -104,6 +104,13 @@ static const Case CORE[] = {
      "1[2, 3][]"},
     {"{{ nope is sequence }}{{ nope is callable }}{{ nope is sameas nope }}{{ nope | reverse | list }}{{ nope | replace('a', 'b') }}",
      "TrueTrueFalse[]"},
+    // printf-style formatting (str % args) and the format filter
+    {"{{ '%d items' % 3 }}|{{ '%.2f' % 1.5 }}|{{ '%s and %s' % ('a', 'b') }}|{{ '%5s|%-5s|' % ('ab', 'cd') }}{{ '%03d %x %o %+d %%' % (7, 255, 8, 4) }}|{{ '%(a)s-%(b)r' % d }}|{{ '%e %g %i' % (12345.678, 0.00001, 3.9) }}|{{ '%s' % nope }}|{{ '%s' % [1] }}|{{ '%-6.2f|' % -1.5 }}{{ '%#x %5.1s|' % (255, 'xyz') }}",
+     "3 items|1.50|a and b|   ab|cd   |007 ff 10 +4 %|1-'s'|1.234568e+04 1e-05 3||[1]|-1.50 |0xff     x|"},
+    {"{{ '%s-%d' | format('a', 3) }}|{{ '%(k)s' | format(k='v') }}|{{ 'ab' | center(6) }}|{{ x | batch(2) | list }}{{ x | batch(2, 0) | list }}{{ x | slice(2) | list }}{{ x | slice(2, 'f') | list }}|{{ d | attr('a') }}|{{ d | attr('items') is callable }}",
+     "a-3|v|  ab  |[[1, 2], [3]][[1, 2], [3, 0]][[1, 2], [3]][[1, 2], [3, 'f']]||True"},
+    {"{{ 'ab'.center(7, '*') }}{{ 'ab'.ljust(4, '.') }}{{ 'ab'.rjust(4) }}{{ '7'.zfill(3) }}{{ '-7'.zfill(4) }}{{ 'a=b=c'.partition('=') }}{{ 'a=b=c'.rpartition('=') }}{{ 'abc'.partition('z') }}{{ 'abc'.rpartition('z') }}{{ 'abc'.removeprefix('a') }}{{ 'abc'.removesuffix('c') }}{{ x.copy() }}",
+     "***ab**ab..  ab007-007('a', '=', 'b=c')('a=b', '=', 'c')('abc', '', '')('', '', 'abc')bcab[1, 2, 3]"},
 };
 static const Case RENDER_ERRORS[] = {
     {"{{ nope.a }}",
@@ -152,6 +159,12 @@ static const Case RENDER_ERRORS[] = {
      "'nope' is undefined"},
     {"{{ nope | indent }}",
      "'nope' is undefined"},
+    {"{{ '%d' % 'a' }}",
+     "%d format: a real number is required, not str"},
+    {"{{ '%s %s' % ('a',) }}",
+     "not enough arguments for format string"},
+    {"{{ 'abc' % 5 }}",
+     "not all arguments converted during string formatting"},
 };
 #define VARS_JSON "{\"messages\": [{\"role\": \"system\", \"content\": \"Sys\"}, {\"role\": \"user\", \"content\": \"Hi\"}], \"x\": [1, 2, 3], \"d\": {\"a\": 1, \"b\": \"s\"}, \"s\": \"h\\u00e9llo\", \"n\": null}"
 

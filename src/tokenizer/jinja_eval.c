@@ -316,6 +316,7 @@ static int binop(Eval *E, const char *op, JValue a, JValue b, JValue *out) {
         if (jv_to_str(r, a, &buf) < 0 || jv_to_str(r, b, &buf) < 0) return -1;
         return jv_str_new(r, buf.p ? buf.p : "", buf.len, out);
     }
+    if (op[0] == '%' && a.kind == JV_STR) return jinja_printf(r, a, b, out);  // str.__mod__ first, even for undefined
     if (a.kind == JV_UNDEFINED) return jr_fail_undefined(r, a);
     if (b.kind == JV_UNDEFINED) return jr_fail_undefined(r, b);
     if (jv_is_gen(a) || jv_is_gen(b))
@@ -399,8 +400,6 @@ static int binop(Eval *E, const char *op, JValue a, JValue b, JValue *out) {
     }
     if (op[0] == '+' && (a.kind == JV_STR || a.kind == JV_LIST || a.kind == JV_TUPLE))
         return jr_fail(r, "can only concatenate %s (not \"%s\") to %s", jv_type_name(a), jv_type_name(b), jv_type_name(a));
-    if (op[0] == '%' && a.kind == JV_STR)
-        return jr_fail(r, "printf-style string formatting ('...' %% value) is not supported");
     return jr_fail(r, "unsupported operand type(s) for %s: '%s' and '%s'", op, jv_type_name(a), jv_type_name(b));
 }
 

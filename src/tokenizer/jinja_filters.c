@@ -674,16 +674,118 @@ static int f_capitalize(JRender *r, JValue x, const JArgs *a, JValue *out) {
     return f_case(r, "capitalize", "capitalize", x, a, out);
 }
 
+// ---- format, attr, batch, slice, center (jinja2/filters.py)
+
+// str(value) % (kwargs or args)
+static int f_format(JRender *r, JValue x, const JArgs *a, JValue *out) {
+    if (a->n && a->nkw) return jr_fail(r, "can't handle positional and keyword arguments at the same time");
+    JValue s, args;
+    if (jl_to_string(r, x, &s) < 0) return -1;
+    if (a->nkw) {
+        JDict *d = jdict_new(r, (size_t)a->nkw);
+        if (!d) return -1;
+        for (int k = 0; k < a->nkw; k++) {
+            JValue key;
+            if (jv_str_new(r, a->kw_names[k], strlen(a->kw_names[k]), &key) < 0 || jdict_set(r, d, key, a->kw[k]) < 0)
+                return -1;
+        }
+        args = (JValue){.kind = JV_DICT, .u.d = d};
+    } else {
+        JList *l = jlist_new(r, (size_t)a->n);
+        if (!l) return -1;
+        for (int k = 0; k < a->n; k++)
+            if (jlist_push(r, l, a->pos[k]) < 0) return -1;
+        args = (JValue){.kind = JV_TUPLE, .u.l = l};
+    }
+    return jinja_printf(r, s, args, out);
+}
+
+// getattr(obj, name): a Python attribute (a method, a namespace's attribute), never a dict key.
+static int f_attr(JRender *r, JValue x, const JArgs *a, JValue *out) {
+    BIND("attr", "name");
+    if (!GIVEN(0)) return jr_fail(r, "attr() missing 1 required positional argument: 'name'");
+    JValue name;
+    if (jl_to_string(r, v[0], &name) < 0) return -1;
+    if (x.kind == JV_NAMESPACE) {
+        const JValue *hit = jdict_get(x.u.d, name);
+        *out = hit ? *hit : jv_undefined(name.u.s->p);
+        return 0;
+    }
+    bool found;
+    if (jl_method_get(r, x, name.u.s->p, out, &found) < 0) return -1;
+    if (!found) *out = jv_undefined(name.u.s->p);
+    return 0;
+}
+
+static int f_batch(JRender *r, JValue x, const JArgs *a, JValue *out) {
+    BIND("batch", "linecount", "fill_with");
+    int64_t n = 0;
+    if (!GIVEN(0)) return jr_fail(r, "batch() missing 1 required positional argument: 'linecount'");
+    if (as_int(r, v[0], "batch linecount", &n) < 0) return -1;
+    bool fill = GIVEN(1) && v[1].kind != JV_NONE;
+    JList *l, *res = jlist_new(r, 0), *tmp = jlist_new(r, 0);
+    if (!res || !tmp || jl_iter_list(r, x, &l) < 0) return -1;
+    for (size_t i = 0; i < l->n; i++) {
+        if ((int64_t)tmp->n == n) {
+            if (jlist_push(r, res, jl_list_value(tmp)) < 0 || !(tmp = jlist_new(r, 0))) return -1;
+        }
+        if (jlist_push(r, tmp, l->v[i]) < 0) return -1;
+    }
+    if (tmp->n) {
+        if (fill)
+            while ((int64_t)tmp->n < n)
+                if (jlist_push(r, tmp, v[1]) < 0) return -1;
+        if (jlist_push(r, res, jl_list_value(tmp)) < 0) return -1;
+    }
+    return gen_out(res, out);
+}
+
+static int f_slice(JRender *r, JValue x, const JArgs *a, JValue *out) {
+    BIND("slice", "slices", "fill_with");
+    int64_t slices = 0;
+    if (!GIVEN(0)) return jr_fail(r, "slice() missing 1 required positional argument: 'slices'");
+    if (as_int(r, v[0], "slice count", &slices) < 0) return -1;
+    if (slices <= 0) return jr_fail(r, "integer division or modulo by zero");
+    if (slices > 1000000) return jr_fail(r, "slice count %lld is over the limit", (long long)slices);
+    bool fill = GIVEN(1) && v[1].kind != JV_NONE;
+    JList *l, *res = jlist_new(r, (size_t)slices);
+    if (!res || jl_iter_list(r, x, &l) < 0) return -1;
+    int64_t len = (int64_t)l->n, per = len / slices, extra = len % slices, offset = 0;
+    for (int64_t k = 0; k < slices; k++) {
+        int64_t start = offset + k * per;
+        if (k < extra) offset++;
+        int64_t end = offset + (k + 1) * per;
+        JList *t = jlist_new(r, (size_t)(end - start + 1));
+        if (!t) return -1;
+        for (int64_t i = start; i < end; i++)
+            if (jlist_push(r, t, l->v[i]) < 0) return -1;
+        if (fill && k >= extra && jlist_push(r, t, v[1]) < 0) return -1;
+        if (jlist_push(r, res, jl_list_value(t)) < 0) return -1;
+    }
+    return gen_out(res, out);
+}
+
+static int f_center(JRender *r, JValue x, const JArgs *a, JValue *out) {
+    BIND("center", "width");
+    JValue s, m;
+    if (jl_to_string(r, x, &s) < 0 || jinja_getattr(r, s, "center", &m) < 0) return -1;
+    JValue w = GIVEN(0) ? v[0] : jv_int(80);
+    JArgs one = {.n = 1, .pos = &w};
+    return m.u.fn->fn(r, &m.u.fn->self, &one, out);
+}
+
 static const struct {
     const char *name;
     FilterFn fn;
 } filters[] = {
-    {"abs", f_abs}, {"capitalize", f_capitalize}, {"count", f_length}, {"d", f_default}, {"default", f_default},
-    {"dictsort", f_dictsort}, {"e", f_escape}, {"escape", f_escape}, {"first", f_first}, {"float", f_float},
+    {"abs", f_abs}, {"attr", f_attr}, {"batch", f_batch}, {"capitalize", f_capitalize}, {"center", f_center},
+    {"count", f_length}, {"d", f_default}, {"default", f_default}, {"dictsort", f_dictsort}, {"e", f_escape},
+    {"escape", f_escape}, {"first", f_first}, {"float", f_float}, {"format", f_format},
     {"indent", f_indent}, {"int", f_int}, {"items", f_items}, {"join", f_join}, {"last", f_last},
     {"length", f_length}, {"list", f_list}, {"lower", f_lower}, {"map", f_map}, {"max", f_max}, {"min", f_min},
     {"reject", f_reject}, {"rejectattr", f_rejectattr}, {"replace", f_replace}, {"reverse", f_reverse},
-    {"round", f_round}, {"safe", f_safe}, {"select", f_select}, {"selectattr", f_selectattr}, {"sort", f_sort},
+    {"round", f_round}, {"safe", f_safe}, {"select", f_select}, {"selectattr", f_selectattr}, {"slice", f_slice},
+    {"sort", f_sort},
     {"string", f_string}, {"sum", f_sum}, {"title", f_title}, {"tojson", f_tojson}, {"trim", f_trim},
     {"unique", f_unique}, {"upper", f_upper}, {"wordcount", f_wordcount},
 };

@@ -202,6 +202,10 @@ int jv_to_repr(JRender *r, JValue v, JBuf *out);  // Python repr(v)
 int jv_to_json(JRender *r, JValue v, bool ensure_ascii, int indent, const char *indent_str, const char *sep_item,
                const char *sep_key, bool sort_keys, JBuf *out);
 
+// Python's fmt % args (jinja_printf.c): fmt a string value; args a tuple, a dict for %(key)s, or
+// one value. 0 / -1 with the error set (CPython's messages).
+int jinja_printf(JRender *r, JValue fmt, JValue args, JValue *out);
+
 // Builtins (jinja_builtins.c). Each returns 0 / -1 with the error set; "no such filter/test" is
 // caught at parse time with jinja_filter_known / jinja_test_known.
 bool jinja_filter_known(const char *name);

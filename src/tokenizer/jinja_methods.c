@@ -669,6 +669,128 @@ static int m_keys(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
 static int m_values(JRender *r, const JValue *self, const JArgs *a, JValue *out) { return dict_view(r, self, a, 1, out); }
 static int m_items(JRender *r, const JValue *self, const JArgs *a, JValue *out) { return dict_view(r, self, a, 2, out); }
 
+// ---- padding, partition, prefixes (CPython's unicodeobject.c)
+
+// width and fill of center / ljust / rjust: fill one character.
+static int pad_args(JRender *r, const char *fn, const JArgs *a, int64_t *width, const JStr **fill) {
+    static const char *const names[] = {"width", "fillchar"};
+    JValue v[2];
+    unsigned given;
+    if (jl_bind(r, fn, a, names, 2, v, &given) < 0) return -1;
+    if (!(given & 1)) return jr_fail(r, "%s() takes at least 1 argument (0 given)", fn);
+    if (v[0].kind != JV_INT && v[0].kind != JV_BOOL)
+        return jr_fail(r, "'%s' object cannot be interpreted as an integer", jv_type_name(v[0]));
+    *width = v[0].kind == JV_INT ? v[0].u.i : v[0].u.b;
+    *fill = NULL;
+    if (given & 2) {
+        if (v[1].kind != JV_STR || jv_str_nchars(v[1].u.s) != 1)
+            return jr_fail(r, "The fill character must be exactly one character long");
+        *fill = v[1].u.s;
+    }
+    if (*width > 0 && (uint64_t)*width > r->lim->max_output) return jr_fail(r, "%s width is over the output limit", fn);
+    return 0;
+}
+
+static int put_fill(JRender *r, JBuf *b, const JStr *fill, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        if (jbuf_put(r, b, fill ? fill->p : " ", fill ? fill->len : 1) < 0) return -1;
+    return 0;
+}
+
+// kind: 'c' center, 'l' ljust, 'r' rjust
+static int pad_impl(JRender *r, const char *fn, char kind, const JValue *self, const JArgs *a, JValue *out) {
+    int64_t width;
+    const JStr *fill, *s = self_str(self);
+    if (pad_args(r, fn, a, &width, &fill) < 0) return -1;
+    int64_t n = (int64_t)jv_str_nchars(s), marg = width - n;
+    if (marg <= 0) return *out = *self, 0;
+    int64_t left = kind == 'l' ? 0 : kind == 'r' ? marg : marg / 2 + (marg & width & 1);
+    JBuf b = {0};
+    if (put_fill(r, &b, fill, left) < 0 || jbuf_put(r, &b, s->p, s->len) < 0 || put_fill(r, &b, fill, marg - left) < 0)
+        return -1;
+    return jl_str_from(r, &b, out);
+}
+static int m_center(JRender *r, const JValue *self, const JArgs *a, JValue *out) { return pad_impl(r, "center", 'c', self, a, out); }
+static int m_ljust(JRender *r, const JValue *self, const JArgs *a, JValue *out) { return pad_impl(r, "ljust", 'l', self, a, out); }
+static int m_rjust(JRender *r, const JValue *self, const JArgs *a, JValue *out) { return pad_impl(r, "rjust", 'r', self, a, out); }
+
+static int m_zfill(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
+    int64_t width;
+    const JStr *fill, *s = self_str(self);
+    if (pad_args(r, "zfill", a, &width, &fill) < 0) return -1;
+    if (fill) return jr_fail(r, "zfill() takes exactly one argument (2 given)");
+    int64_t n = (int64_t)jv_str_nchars(s);
+    if (width <= n) return *out = *self, 0;
+    bool sign = s->len && (s->p[0] == '+' || s->p[0] == '-');
+    JBuf b = {0};
+    if ((sign && jbuf_put(r, &b, s->p, 1) < 0)) return -1;
+    for (int64_t i = 0; i < width - n; i++)
+        if (jbuf_put(r, &b, "0", 1) < 0) return -1;
+    if (jbuf_put(r, &b, s->p + sign, s->len - sign) < 0) return -1;
+    return jl_str_from(r, &b, out);
+}
+
+static int one_str_arg(JRender *r, const char *fn, const JArgs *a, const JStr **sep) {
+    static const char *const names[] = {"sep"};
+    JValue v[1];
+    unsigned given;
+    if (jl_bind(r, fn, a, names, 1, v, &given) < 0) return -1;
+    if (!given) return jr_fail(r, "%s() takes exactly one argument (0 given)", fn);
+    if (v[0].kind != JV_STR) return jr_fail(r, "must be str, not %s", jv_type_name(v[0]));
+    *sep = v[0].u.s;
+    return 0;
+}
+
+static int part_impl(JRender *r, const char *fn, bool from_end, const JValue *self, const JArgs *a, JValue *out) {
+    const JStr *sep, *s = self_str(self);
+    if (one_str_arg(r, fn, a, &sep) < 0) return -1;
+    if (!sep->len) return jr_fail(r, "empty separator");
+    size_t at = 0;
+    int found;
+    if (from_end) {
+        JRSearch rs;
+        if (jr_rsearch_init(&rs, r, s->p, s->len, sep->p, sep->len) < 0) return -1;
+        found = jr_rsearch_prev(&rs, s->len, &at);
+        jr_rsearch_free(&rs);
+    } else {
+        found = jr_find(r, s->p, s->len, sep->p, sep->len, &at);
+    }
+    if (found < 0) return -1;
+    JList *l = jlist_new(r, 3);
+    if (!l) return -1;
+    size_t cut[3][2];
+    if (found) cut[0][0] = 0, cut[0][1] = at, cut[1][0] = at, cut[1][1] = sep->len, cut[2][0] = at + sep->len, cut[2][1] = s->len - at - sep->len;
+    else if (from_end) cut[0][0] = cut[0][1] = cut[1][0] = cut[1][1] = 0, cut[2][0] = 0, cut[2][1] = s->len;
+    else cut[0][0] = 0, cut[0][1] = s->len, cut[1][0] = cut[1][1] = cut[2][0] = cut[2][1] = 0;
+    for (int i = 0; i < 3; i++)
+        if (push_str(r, l, s->p + cut[i][0], cut[i][1]) < 0) return -1;
+    *out = (JValue){.kind = JV_TUPLE, .u.l = l};
+    return 0;
+}
+static int m_partition(JRender *r, const JValue *self, const JArgs *a, JValue *out) { return part_impl(r, "partition", false, self, a, out); }
+static int m_rpartition(JRender *r, const JValue *self, const JArgs *a, JValue *out) { return part_impl(r, "rpartition", true, self, a, out); }
+
+static int fix_impl(JRender *r, const char *fn, bool suffix, const JValue *self, const JArgs *a, JValue *out) {
+    const JStr *fix, *s = self_str(self);
+    if (one_str_arg(r, fn, a, &fix) < 0) return -1;
+    if (jr_work(r, fix->len) < 0) return -1;
+    if (!fix->len || fix->len > s->len || memcmp(s->p + (suffix ? s->len - fix->len : 0), fix->p, fix->len))
+        return *out = *self, 0;
+    return jv_str_new(r, s->p + (suffix ? 0 : fix->len), s->len - fix->len, out);
+}
+static int m_removeprefix(JRender *r, const JValue *self, const JArgs *a, JValue *out) { return fix_impl(r, "removeprefix", false, self, a, out); }
+static int m_removesuffix(JRender *r, const JValue *self, const JArgs *a, JValue *out) { return fix_impl(r, "removesuffix", true, self, a, out); }
+
+static int m_list_copy(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
+    if (jl_no_args(r, "copy", a) < 0) return -1;
+    JList *l = jlist_new(r, self->u.l->n);
+    if (!l) return -1;
+    for (size_t i = 0; i < self->u.l->n; i++)
+        if (jlist_push(r, l, self->u.l->v[i]) < 0) return -1;
+    *out = jl_list_value(l);
+    return 0;
+}
+
 static int m_copy(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
     if (jl_no_args(r, "copy", a) < 0) return -1;
     JDict *d = jdict_new(r, self->u.d->n);
@@ -733,10 +855,13 @@ static const Method str_methods[] = {
     {"title", m_title}, {"upper", m_upper}, {"lower", m_lower}, {"capitalize", m_capitalize}, {"find", m_find},
     {"rfind", m_rfind}, {"index", m_index}, {"rindex", m_rindex}, {"count", m_str_count}, {"join", m_join},
     {"format", m_format}, {"isdigit", m_isdigit}, {"isalpha", m_isalpha}, {"isalnum", m_isalnum},
-    {"isspace", m_isspace}, {NULL, NULL}};
+    {"isspace", m_isspace}, {"center", m_center}, {"ljust", m_ljust}, {"rjust", m_rjust}, {"zfill", m_zfill},
+    {"partition", m_partition}, {"rpartition", m_rpartition}, {"removeprefix", m_removeprefix},
+    {"removesuffix", m_removesuffix}, {NULL, NULL}};
 static const Method dict_methods[] = {{"get", m_get}, {"items", m_items}, {"keys", m_keys}, {"values", m_values},
                                       {"copy", m_copy}, {NULL, NULL}};
 static const Method seq_methods[] = {{"index", m_list_index}, {"count", m_list_count}, {NULL, NULL}};
+static const Method list_methods[] = {{"copy", m_list_copy}, {NULL, NULL}};
 static const Method list_unsafe[] = {{"append", u_append}, {"extend", u_extend}, {"insert", u_insert},
                                      {"pop", u_pop}, {"remove", u_remove}, {"sort", u_sort},
                                      {"reverse", u_reverse}, {"clear", u_clear}, {NULL, NULL}};
@@ -744,18 +869,18 @@ static const Method dict_unsafe[] = {{"update", u_update}, {"pop", u_pop}, {"pop
                                      {"setdefault", u_setdefault}, {"clear", u_clear}, {NULL, NULL}};
 
 int jl_method_get(JRender *r, JValue obj, const char *name, JValue *out, bool *found) {
-    const Method *tables[2] = {NULL, NULL};
+    const Method *tables[3] = {NULL, NULL, NULL};
     switch (obj.kind) {
     case JV_STR: tables[0] = str_methods; break;
     case JV_DICT: tables[0] = dict_methods; tables[1] = dict_unsafe; break;
     case JV_LIST:
-        if (!obj.u.l->gen) tables[0] = seq_methods, tables[1] = list_unsafe;
+        if (!obj.u.l->gen) tables[0] = seq_methods, tables[1] = list_unsafe, tables[2] = list_methods;
         break;
     case JV_TUPLE: tables[0] = seq_methods; break;
     default: break;
     }
     *found = false;
-    for (int t = 0; t < 2; t++)
+    for (int t = 0; t < 3; t++)
         for (const Method *m = tables[t]; m && m->name; m++)
             if (!strcmp(m->name, name)) {
                 JFunc *f = jfunc_builtin(r, m->name, m->fn, obj);  // m->name: static, outlives the caller's

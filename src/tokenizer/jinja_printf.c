@@ -1,0 +1,215 @@
+// Python's printf-style formatting, `'%s: %d' % (a, b)` and jinja2's `format` filter, for the
+// chat-template interpreter (jinja_internal.h: jinja_printf). CPython's rules
+// (Objects/unicodeobject.c, PyUnicode_Format): %(key) from a dict, flags - + space # 0, width and
+// precision (or *), conversions s r a d i u x X o c e E f F g G %; one value that is not a tuple is
+// the only argument; arguments left over fail. Floats print with the C library's printf, which is
+// correctly rounded in glibc as CPython's own dtoa is; integers are formatted here, sign apart
+// (Python's '%x' % -255 is '-ff').
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include "tokenizer/jinja_lib.h"
+
+typedef struct {
+    JRender *r;
+    JValue args;       // the right operand
+    const JValue *pos;  // positional arguments (a tuple's items, or &args)
+    size_t npos, next;
+    bool mapping;  // args is a dict used with %(key)
+} Printf;
+
+static int next_arg(Printf *P, JValue *v) {
+    if (P->next >= P->npos) return jr_fail(P->r, "not enough arguments for format string");
+    *v = P->pos[P->next++];
+    return 0;
+}
+
+// Pads body (sign and prefix apart, so zero padding goes between them and the digits).
+static int put_padded(JRender *r, JBuf *out, const char *sign, const char *body, size_t blen, int64_t width, bool left,
+                      bool zero) {
+    size_t slen = strlen(sign), nch = slen;
+    for (size_t i = 0; i < blen; i++) nch += ((unsigned char)body[i] & 0xC0) != 0x80;
+    int64_t pad = width > (int64_t)nch ? width - (int64_t)nch : 0;
+    if ((uint64_t)pad > r->lim->max_output) return jr_fail(r, "format width %lld is over the output limit", (long long)width);
+    if (!left && !zero)
+        for (int64_t i = 0; i < pad; i++)
+            if (jbuf_put(r, out, " ", 1) < 0) return -1;
+    if (jbuf_put(r, out, sign, slen) < 0) return -1;
+    if (!left && zero)
+        for (int64_t i = 0; i < pad; i++)
+            if (jbuf_put(r, out, "0", 1) < 0) return -1;
+    if (jbuf_put(r, out, body, blen) < 0) return -1;
+    if (left)
+        for (int64_t i = 0; i < pad; i++)
+            if (jbuf_put(r, out, " ", 1) < 0) return -1;
+    return 0;
+}
+
+static const char *type_of(JValue v) { return jv_type_name(v); }
+
+static int conv_int(Printf *P, JValue v, char c, int64_t *i) {
+    if (v.kind == JV_INT) *i = v.u.i;
+    else if (v.kind == JV_BOOL) *i = v.u.b;
+    else if (v.kind == JV_FLOAT && (c == 'd' || c == 'i' || c == 'u')) {
+        if (!isfinite(v.u.f)) return jr_fail(P->r, "cannot convert float %s to integer", isnan(v.u.f) ? "NaN" : "infinity");
+        if (fabs(v.u.f) >= 9.2e18) return jr_fail(P->r, "integer of %%%c is beyond 64 bits", c);
+        *i = (int64_t)v.u.f;  // int(): truncation
+    } else if (v.kind == JV_UNDEFINED) {
+        return jr_fail_undefined(P->r, v);
+    } else {
+        if (c == 'd' || c == 'i' || c == 'u')
+            return jr_fail(P->r, "%%%c format: a real number is required, not %s", c, type_of(v));
+        return jr_fail(P->r, "%%%c format: an integer is required, not %s", c, type_of(v));
+    }
+    return 0;
+}
+
+static int one_spec(Printf *P, const char *s, size_t n, size_t *k, JBuf *out) {
+    JRender *r = P->r;
+    size_t i = *k;  // just after '%'
+    JValue v = {0};
+    bool have_v = false;
+    if (i < n && s[i] == '(') {
+        size_t depth = 1, j = i + 1;
+        while (j < n && depth) {
+            if (s[j] == '(') depth++;
+            else if (s[j] == ')') depth--;
+            j++;
+        }
+        if (depth) return jr_fail(r, "incomplete format key");
+        if (P->args.kind != JV_DICT) return jr_fail(r, "format requires a mapping");
+        JValue key;
+        if (jv_str_new(r, s + i + 1, j - i - 2, &key) < 0) return -1;
+        const JValue *hit = jdict_get(P->args.u.d, key);
+        if (!hit) return jr_fail(r, "KeyError: '%.*s'", (int)(j - i - 2), s + i + 1);
+        v = *hit;
+        have_v = true;
+        P->mapping = true;
+        i = j;
+    }
+    bool left = false, zero = false, plus = false, space = false, alt = false;
+    for (; i < n; i++) {
+        if (s[i] == '-') left = true;
+        else if (s[i] == '0') zero = true;
+        else if (s[i] == '+') plus = true;
+        else if (s[i] == ' ') space = true;
+        else if (s[i] == '#') alt = true;
+        else break;
+    }
+    int64_t width = -1, prec = -1;
+    if (i < n && s[i] == '*') {
+        JValue w = {0};
+        if (next_arg(P, &w) < 0) return -1;
+        if (w.kind != JV_INT) return jr_fail(r, "* wants int");
+        width = w.u.i;
+        if (width < 0) left = true, width = -width;
+        i++;
+    } else {
+        for (; i < n && s[i] >= '0' && s[i] <= '9'; i++)
+            if ((width = (width < 0 ? 0 : width) * 10 + (s[i] - '0')) > 100000000) return jr_fail(r, "width too big");
+    }
+    if (i < n && s[i] == '.') {
+        i++;
+        if (i < n && s[i] == '*') {
+            JValue p = {0};
+            if (next_arg(P, &p) < 0) return -1;
+            if (p.kind != JV_INT) return jr_fail(r, "* wants int");
+            prec = p.u.i < 0 ? 0 : p.u.i;
+            i++;
+        } else {
+            for (prec = 0; i < n && s[i] >= '0' && s[i] <= '9'; i++)
+                if ((prec = prec * 10 + (s[i] - '0')) > 100000000) return jr_fail(r, "precision too big");
+        }
+    }
+    while (i < n && (s[i] == 'h' || s[i] == 'l' || s[i] == 'L')) i++;  // length modifiers: ignored, as CPython
+    if (i >= n) return jr_fail(r, "incomplete format");
+    char c = s[i++];
+    *k = i;
+    if (c == '%') return jbuf_put(r, out, "%", 1);
+    if (!have_v && next_arg(P, &v) < 0) return -1;
+    const char *sign = "";
+    switch (c) {
+    case 's': case 'r': case 'a': {
+        JBuf t = {0};
+        if ((c == 's' ? jv_to_str(r, v, &t) : jv_to_repr(r, v, &t)) < 0) return -1;
+        size_t len = t.len;
+        if (prec >= 0) {  // at most prec code points
+            size_t off = 0;
+            for (int64_t m = 0; m < prec && off < len; m++) {
+                int32_t cp;
+                off += jl_utf8_next(t.p + off, len - off, &cp);
+            }
+            len = off;
+        }
+        return put_padded(r, out, "", t.p ? t.p : "", len, width, left, false);
+    }
+    case 'c': {
+        JBuf t = {0};
+        if (v.kind == JV_STR && jv_str_nchars(v.u.s) == 1) {
+            if (jbuf_put(r, &t, v.u.s->p, v.u.s->len) < 0) return -1;
+        } else if (v.kind == JV_INT && v.u.i >= 0 && v.u.i <= 0x10FFFF) {
+            if (jl_utf8_put(r, &t, (int32_t)v.u.i) < 0) return -1;
+        } else {
+            return jr_fail(r, "%%c requires an int or a unicode character, not %s", type_of(v));
+        }
+        return put_padded(r, out, "", t.p, t.len, width, left, false);
+    }
+    case 'd': case 'i': case 'u': case 'x': case 'X': case 'o': {
+        int64_t iv = 0;
+        if (conv_int(P, v, c, &iv) < 0) return -1;
+        bool neg = iv < 0;
+        uint64_t mag = neg ? (uint64_t)0 - (uint64_t)iv : (uint64_t)iv;
+        char digits[80];
+        int nd = snprintf(digits, sizeof digits, c == 'x' ? "%llx" : c == 'X' ? "%llX" : c == 'o' ? "%llo" : "%llu",
+                          (unsigned long long)mag);
+        char body[200];
+        int zeros = prec > nd && prec < 100 ? (int)(prec - nd) : 0;
+        const char *pre = alt ? (c == 'x' ? "0x" : c == 'X' ? "0X" : c == 'o' ? "0o" : "") : "";
+        char signpre[8];
+        snprintf(signpre, sizeof signpre, "%s%s", neg ? "-" : plus ? "+" : space ? " " : "", pre);
+        int bl = snprintf(body, sizeof body, "%.*s%s", zeros, "0000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000", digits);
+        return put_padded(r, out, signpre, body, (size_t)bl, width, left, zero && !left);
+    }
+    case 'e': case 'E': case 'f': case 'F': case 'g': case 'G': {
+        double f;
+        if (v.kind == JV_FLOAT) f = v.u.f;
+        else if (v.kind == JV_INT) f = (double)v.u.i;
+        else if (v.kind == JV_BOOL) f = v.u.b;
+        else if (v.kind == JV_UNDEFINED) return jr_fail_undefined(r, v);
+        else return jr_fail(r, "must be real number, not %s", type_of(v));
+        if (prec < 0) prec = 6;
+        if (prec > 500) return jr_fail(r, "precision too big");
+        char fmt[16], body[700];
+        snprintf(fmt, sizeof fmt, "%%%s.%d%c", alt ? "#" : "", (int)prec, c);
+        int bl = snprintf(body, sizeof body, fmt, fabs(f));
+        if (bl < 0 || bl >= (int)sizeof body) return jr_fail(r, "a formatted float is too long");
+        sign = signbit(f) && !isnan(f) ? "-" : plus ? "+" : space ? " " : "";
+        return put_padded(r, out, sign, body, (size_t)bl, width, left, zero && !left && isfinite(f));
+    }
+    default:
+        return jr_fail(r, "unsupported format character '%c' (0x%x) at index %zu", c, (unsigned char)c, i - 1);
+    }
+}
+
+int jinja_printf(JRender *r, JValue fmt, JValue args, JValue *out) {
+    Printf P = {.r = r, .args = args};
+    if (args.kind == JV_TUPLE) P.pos = args.u.l->v, P.npos = args.u.l->n;
+    else P.pos = &P.args, P.npos = 1;
+    const char *s = fmt.u.s->p;
+    size_t n = fmt.u.s->len;
+    if (jr_work(r, n) < 0) return -1;
+    JBuf b = {0};
+    for (size_t i = 0; i < n;) {
+        const char *pct = memchr(s + i, '%', n - i);
+        size_t lit = pct ? (size_t)(pct - (s + i)) : n - i;
+        if (lit && jbuf_put(r, &b, s + i, lit) < 0) return -1;
+        i += lit;
+        if (!pct) break;
+        i++;
+        if (one_spec(&P, s, n, &i, &b) < 0) return -1;
+    }
+    // leftovers: CPython checks that every positional argument was used (a dict never is)
+    if (P.next < P.npos && !P.mapping && args.kind != JV_DICT && args.kind != JV_LIST)  // both are "mappings" there
+        return jr_fail(r, "not all arguments converted during string formatting");
+    return jl_str_from(r, &b, out);
+}
