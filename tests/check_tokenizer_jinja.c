@@ -111,6 +111,9 @@ static const Case CORE[] = {
      "a-3|v|  ab  |[[1, 2], [3]][[1, 2], [3, 0]][[1, 2], [3]][[1, 2], [3, 'f']]||True"},
     {"{{ 'ab'.center(7, '*') }}{{ 'ab'.ljust(4, '.') }}{{ 'ab'.rjust(4) }}{{ '7'.zfill(3) }}{{ '-7'.zfill(4) }}{{ 'a=b=c'.partition('=') }}{{ 'a=b=c'.rpartition('=') }}{{ 'abc'.partition('z') }}{{ 'abc'.rpartition('z') }}{{ 'abc'.removeprefix('a') }}{{ 'abc'.removesuffix('c') }}{{ x.copy() }}",
      "***ab**ab..  ab007-007('a', '=', 'b=c')('a=b', '=', 'c')('abc', '', '')('', '', 'abc')bcab[1, 2, 3]"},
+    // sort keys are lists ([a, b] for attribute='a,b'): equal parts, undefined ones too, never compared with <
+    {"{{ messages | sort(attribute='role,content') | map(attribute='content') | join }}{{ messages | sort(attribute='nope') | map(attribute='role') | join }}|{{ 0b101 }}{{ 0o17 }}{{ 0x_ff }}|{{ 'aB'.swapcase() }}{{ 'ab'.startswith('b', 1) }}{{ 'abc'.endswith('b', 0, 2) }}{{ 'ab'.startswith('a', 5) }}{{ 'Ab Cd'.istitle() }}{{ 'ab'.islower() }}{{ 'AB'.isupper() }}{{ '1.5'.isnumeric() }}{{ '12'.isdecimal() }}{{ 'a\tb'.expandtabs(4) }}{{ 'Stra\u00dfe'.casefold() }}",
+     "SysHisystemuser|515255|AbTrueTrueFalseTrueTrueTrueFalseTruea   bstrasse"},
 };
 static const Case RENDER_ERRORS[] = {
     {"{{ nope.a }}",
@@ -165,6 +168,8 @@ static const Case RENDER_ERRORS[] = {
      "not enough arguments for format string"},
     {"{{ 'abc' % 5 }}",
      "not all arguments converted during string formatting"},
+    {"{% set ns = namespace() %}{% set ns._x = 1 %}",
+     "Chat templates cannot store underscore-prefixed attributes on a namespace, but got '_x'. Please rename the attribute."},
 };
 #define VARS_JSON "{\"messages\": [{\"role\": \"system\", \"content\": \"Sys\"}, {\"role\": \"user\", \"content\": \"Hi\"}], \"x\": [1, 2, 3], \"d\": {\"a\": 1, \"b\": \"s\"}, \"s\": \"h\\u00e9llo\", \"n\": null}"
 
@@ -240,6 +245,7 @@ START_TEST(test_parse_errors) {
         {"{% macro m(a=1, b) %}{% endmacro %}", "t:1:18: non-default argument follows default argument"},
         {"{{ x is defined is defined }}", "t:1:17: you cannot chain multiple tests with is"},
         {"{% set x %}a", "t:1:13: expected 'endset', got end of template"},
+        {"{% for loop in x %}{% endfor %}", "t:1:8: Can't assign to special loop variable in for-loop target"},
     };
     for (size_t i = 0; i < sizeof P / sizeof *P; i++) {
         JinjaTemplate *t = NULL;

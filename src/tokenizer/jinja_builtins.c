@@ -498,7 +498,7 @@ static int py_mod_is(JRender *r, JValue v, JValue m, double want, bool *out) {
 }
 
 // str.islower() / isupper(): some cased character, and none of the other case.
-static bool str_case_is(const JStr *s, bool lower) {
+bool jl_str_case_is(const JStr *s, bool lower) {
     bool cased = false;
     for (size_t i = 0; i < s->len;) {
         int32_t c;
@@ -634,7 +634,7 @@ int jinja_test_call(JRender *r, const char *name, JValue v, const JArgs *a, bool
     else if (IS("lower") || IS("upper")) {
         JValue s;
         if (jl_to_string(r, v, &s) < 0) return -1;
-        *out = str_case_is(s.u.s, IS("lower"));
+        *out = jl_str_case_is(s.u.s, IS("lower"));
     } else
         return jr_fail(r, "No test named '%s'.", name);
 #undef IS

@@ -800,6 +800,9 @@ static int exec_stmt(Eval *E, const Node *nd, Scope *s, Out *o) {
         if (nd->attr) {
             JValue ns = lookup(E, s, nd->name), key;
             if (ns.kind != JV_NAMESPACE) return jr_fail(r, "cannot assign attribute on non-namespace object");
+            if (nd->attr[0] == '_')  // transformers' TemplateNamespace.__setitem__
+                return jr_fail(r, "Chat templates cannot store underscore-prefixed attributes on a namespace, but got '%s'. "
+                                  "Please rename the attribute.", nd->attr);
             if (jv_str_new(r, nd->attr, strlen(nd->attr), &key) < 0) return -1;
             return jdict_set(r, ns.u.d, key, v);
         }

@@ -540,10 +540,35 @@ static int f_sort(JRender *r, JValue x, const JArgs *a, JValue *out) {
     const char *attr = attr_name(r, v[2], GIVEN(2));
     JList *l, *c;
     if (jl_iter_list(r, x, &l) < 0 || !(c = jlist_new(r, l->n))) return -1;
+    // jinja2's make_multi_attrgetter: attribute="a,b.c" gives each item the key [a, b.c], a list,
+    // so equal parts (two undefined ones too) compare equal before any '<' is asked
+    const char *parts[16];
+    int np = 0;
+    char *buf = NULL;
+    if (attr) {
+        size_t al = strlen(attr);
+        if (!(buf = ja_alloc(r, al + 1))) return -1;
+        memcpy(buf, attr, al + 1);
+        for (char *p = buf;; p++) {
+            if (np == 16) return jr_fail(r, "sort: more than 16 attributes");
+            parts[np++] = p;
+            if (!(p = strchr(p, ','))) break;
+            *p = 0;
+        }
+    } else {
+        parts[np++] = NULL;
+    }
     JValue *keys = ja_alloc(r, (l->n + 1) * sizeof *keys);
     if (!keys) return -1;
-    for (size_t i = 0; i < l->n; i++)
-        if (jlist_push(r, c, l->v[i]) < 0 || sort_key(r, l->v[i], attr, cs, &keys[i]) < 0) return -1;
+    for (size_t i = 0; i < l->n; i++) {
+        JList *k = jlist_new(r, (size_t)np);
+        if (!k || jlist_push(r, c, l->v[i]) < 0) return -1;
+        for (int p = 0; p < np; p++) {
+            JValue kv;
+            if (sort_key(r, l->v[i], parts[p], cs, &kv) < 0 || jlist_push(r, k, kv) < 0) return -1;
+        }
+        keys[i] = jl_list_value(k);
+    }
     if (jl_sort(r, keys, c->v, c->n, rev) < 0) return -1;
     return list_out(c, out);
 }

@@ -352,12 +352,28 @@ static int m_splitlines(JRender *r, const JValue *self, const JArgs *a, JValue *
 }
 
 static int affix(JRender *r, const char *fn, const JValue *self, const JArgs *a, bool end, JValue *out) {
-    static const char *const names[] = {"prefix"};
-    JValue v[1];
+    static const char *const names[] = {"prefix", "start", "end"};
+    JValue v[3];
     unsigned given;
-    if (jl_bind(r, fn, a, names, 1, v, &given) < 0) return -1;
-    if (!given) return jr_fail(r, "%s() takes at least 1 argument (0 given)", fn);
+    if (jl_bind(r, fn, a, names, 3, v, &given) < 0) return -1;
+    if (!(given & 1)) return jr_fail(r, "%s() takes at least 1 argument (0 given)", fn);
     const JStr *s = self_str(self);
+    if (given & 6) {  // s[start:end] first (code points; None or absent = open)
+        bool has[2];
+        int64_t at[2] = {0, 0};
+        for (int k = 0; k < 2; k++) {
+            JValue b = v[1 + k];
+            has[k] = (given & (2u << k)) && b.kind != JV_NONE;
+            if (!has[k]) continue;
+            if (b.kind != JV_INT && b.kind != JV_BOOL)
+                return jr_fail(r, "slice indices must be integers or None or have an __index__ method");
+            at[k] = b.kind == JV_INT ? b.u.i : b.u.b;
+        }
+        if (has[0] && at[0] > (int64_t)jv_str_nchars(s)) return *out = jv_bool(false), 0;  // CPython: start past the end
+        JValue sub;
+        if (jinja_slice(r, *self, has[0], at[0], has[1], at[1], false, 1, &sub) < 0) return -1;
+        s = sub.u.s;
+    }
     const JValue *cand = &v[0];
     size_t nc = 1;
     if (v[0].kind == JV_TUPLE) {
@@ -633,6 +649,17 @@ static int m_isalnum(JRender *r, const JValue *self, const JArgs *a, JValue *out
 static int m_isspace(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
     return str_all(r, "isspace", self, a, jl_is_space, out);
 }
+static bool p_decimal(int32_t c) { return utf8proc_category(c) == UTF8PROC_CATEGORY_ND; }
+static bool p_numeric(int32_t c) {
+    utf8proc_category_t k = utf8proc_category(c);
+    return k == UTF8PROC_CATEGORY_ND || k == UTF8PROC_CATEGORY_NL || k == UTF8PROC_CATEGORY_NO;
+}
+static int m_isdecimal(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
+    return str_all(r, "isdecimal", self, a, p_decimal, out);
+}
+static int m_isnumeric(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
+    return str_all(r, "isnumeric", self, a, p_numeric, out);
+}
 
 // ---- dict methods
 
@@ -781,6 +808,98 @@ static int fix_impl(JRender *r, const char *fn, bool suffix, const JValue *self,
 static int m_removeprefix(JRender *r, const JValue *self, const JArgs *a, JValue *out) { return fix_impl(r, "removeprefix", false, self, a, out); }
 static int m_removesuffix(JRender *r, const JValue *self, const JArgs *a, JValue *out) { return fix_impl(r, "removesuffix", true, self, a, out); }
 
+static int m_swapcase(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
+    if (jl_no_args(r, "swapcase", a) < 0) return -1;
+    const JStr *s = self_str(self);
+    if (jr_work(r, s->len) < 0) return -1;
+    JBuf b = {0};
+    for (size_t i = 0; i < s->len;) {
+        int32_t c;
+        i += jl_utf8_next(s->p + i, s->len - i, &c);
+        int rc = utf8proc_isupper(c) ? jl_case_put(r, &b, c, JCASE_LOWER)
+                 : utf8proc_islower(c) ? jl_case_put(r, &b, c, JCASE_UPPER)
+                                       : jl_utf8_put(r, &b, c);
+        if (rc < 0) return -1;
+    }
+    return jl_str_from(r, &b, out);
+}
+
+static int m_casefold(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
+    if (jl_no_args(r, "casefold", a) < 0) return -1;
+    const JStr *s = self_str(self);
+    if (jr_work(r, s->len) < 0) return -1;
+    utf8proc_uint8_t *f = NULL;
+    utf8proc_ssize_t n = utf8proc_map((const utf8proc_uint8_t *)s->p, (utf8proc_ssize_t)s->len, &f, UTF8PROC_CASEFOLD);
+    if (n < 0) return jl_lower(r, *self, out);  // not valid UTF-8: lower() is the closest
+    int rc = jv_str_new(r, (const char *)f, (size_t)n, out);
+    free(f);
+    return rc;
+}
+
+static int m_expandtabs(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
+    static const char *const names[] = {"tabsize"};
+    JValue v[1];
+    unsigned given;
+    if (jl_bind(r, "expandtabs", a, names, 1, v, &given) < 0) return -1;
+    int64_t tab = 8;
+    if (given) {
+        if (v[0].kind != JV_INT) return jr_fail(r, "'%s' object cannot be interpreted as an integer", jv_type_name(v[0]));
+        tab = v[0].u.i;
+    }
+    if (tab > 4096) return jr_fail(r, "expandtabs: tab size %lld is over the limit", (long long)tab);
+    const JStr *s = self_str(self);
+    if (jr_work(r, s->len) < 0) return -1;
+    JBuf b = {0};
+    int64_t col = 0;
+    for (size_t i = 0; i < s->len;) {
+        int32_t c;
+        size_t k = jl_utf8_next(s->p + i, s->len - i, &c);
+        if (c == '\t') {
+            if (tab > 0) {
+                int64_t sp = tab - col % tab;
+                for (int64_t q = 0; q < sp; q++)
+                    if (jbuf_put(r, &b, " ", 1) < 0) return -1;
+                col += sp;
+            }
+        } else {
+            if (jbuf_put(r, &b, s->p + i, k) < 0) return -1;
+            col = c == '\n' || c == '\r' ? 0 : col + 1;
+        }
+        i += k;
+    }
+    return jl_str_from(r, &b, out);
+}
+
+static int m_islower(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
+    if (jl_no_args(r, "islower", a) < 0 || jr_work(r, self_str(self)->len) < 0) return -1;
+    return *out = jv_bool(jl_str_case_is(self_str(self), true)), 0;
+}
+static int m_isupper(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
+    if (jl_no_args(r, "isupper", a) < 0 || jr_work(r, self_str(self)->len) < 0) return -1;
+    return *out = jv_bool(jl_str_case_is(self_str(self), false)), 0;
+}
+// istitle: an upper or titlecase letter only after an uncased one, a lowercase one only after a cased one
+static int m_istitle(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
+    if (jl_no_args(r, "istitle", a) < 0) return -1;
+    const JStr *s = self_str(self);
+    if (jr_work(r, s->len) < 0) return -1;
+    bool prev_cased = false, cased = false, ok = true;
+    for (size_t i = 0; i < s->len && ok;) {
+        int32_t c;
+        i += jl_utf8_next(s->p + i, s->len - i, &c);
+        if (utf8proc_isupper(c) || utf8proc_category(c) == UTF8PROC_CATEGORY_LT) {
+            ok = !prev_cased;
+            prev_cased = cased = true;
+        } else if (utf8proc_islower(c)) {
+            ok = prev_cased;
+            prev_cased = cased = true;
+        } else {
+            prev_cased = false;
+        }
+    }
+    return *out = jv_bool(ok && cased), 0;
+}
+
 static int m_list_copy(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
     if (jl_no_args(r, "copy", a) < 0) return -1;
     JList *l = jlist_new(r, self->u.l->n);
@@ -857,7 +976,9 @@ static const Method str_methods[] = {
     {"format", m_format}, {"isdigit", m_isdigit}, {"isalpha", m_isalpha}, {"isalnum", m_isalnum},
     {"isspace", m_isspace}, {"center", m_center}, {"ljust", m_ljust}, {"rjust", m_rjust}, {"zfill", m_zfill},
     {"partition", m_partition}, {"rpartition", m_rpartition}, {"removeprefix", m_removeprefix},
-    {"removesuffix", m_removesuffix}, {NULL, NULL}};
+    {"removesuffix", m_removesuffix}, {"swapcase", m_swapcase}, {"casefold", m_casefold},
+    {"expandtabs", m_expandtabs}, {"islower", m_islower}, {"isupper", m_isupper}, {"istitle", m_istitle},
+    {"isdecimal", m_isdecimal}, {"isnumeric", m_isnumeric}, {NULL, NULL}};
 static const Method dict_methods[] = {{"get", m_get}, {"items", m_items}, {"keys", m_keys}, {"values", m_values},
                                       {"copy", m_copy}, {NULL, NULL}};
 static const Method seq_methods[] = {{"index", m_list_index}, {"count", m_list_count}, {NULL, NULL}};

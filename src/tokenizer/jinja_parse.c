@@ -833,7 +833,11 @@ fail:
 
 static Node *parse_for(Parser *P, const Tok *at) {
     Node *nd = node_new(P, N_FOR, at);
+    const Tok *target = cur(P);
     if (!nd || parse_target(P, nd, false, "in") < 0) return NULL;
+    for (int i = 0; i < nd->ntargets; i++)
+        if (!strcmp(nd->targets[i], "loop"))
+            return fail_at(P, target, "Can't assign to special loop variable in for-loop target"), NULL;
     if (!is_name(cur(P), "in")) return expected(P, "'in'"), NULL;
     adv(P);
     if (!(nd->a = parse_tuple(P, false, false, "recursive", false))) return NULL;
