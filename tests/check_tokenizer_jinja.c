@@ -114,6 +114,9 @@ static const Case CORE[] = {
     // sort keys are lists ([a, b] for attribute='a,b'): equal parts, undefined ones too, never compared with <
     {"{{ messages | sort(attribute='role,content') | map(attribute='content') | join }}{{ messages | sort(attribute='nope') | map(attribute='role') | join }}|{{ 0b101 }}{{ 0o17 }}{{ 0x_ff }}|{{ 'aB'.swapcase() }}{{ 'ab'.startswith('b', 1) }}{{ 'abc'.endswith('b', 0, 2) }}{{ 'ab'.startswith('a', 5) }}{{ 'Ab Cd'.istitle() }}{{ 'ab'.islower() }}{{ 'AB'.isupper() }}{{ '1.5'.isnumeric() }}{{ '12'.isdecimal() }}{{ 'a\tb'.expandtabs(4) }}{{ 'Stra\u00dfe'.casefold() }}",
      "SysHisystemuser|515255|AbTrueTrueFalseTrueTrueTrueFalseTruea   bstrasse"},
+    // dict views and ranges print as Python's, iterate, take len and in; a view has no index
+    {"{{ d.keys() }}{{ d.values() }}{{ d.items() }}|{{ range(3) }}{{ range(1, 9, 2) }}|{{ d.keys() | list }}{{ d.items() | length }}{{ 'a' in d.keys() }}{{ d.keys() is sequence }}{{ range(3) is sequence }}|{{ d.keys()[0] }}|{{ range(5)[-1] }}{{ range(3) == [0, 1, 2] }}{{ d.items() | first }}{{ d | dictsort }}{{ range(4).index(2) }}|{% macro m(a, b=1) %}{% endmacro %}{{ m.name }}{{ m.arguments }}",
+     "dict_keys(['a', 'b'])dict_values([1, 's'])dict_items([('a', 1), ('b', 's')])|range(0, 3)range(1, 9, 2)|['a', 'b']2TrueFalseTrue||4False('a', 1)[('a', 1), ('b', 's')]2|m('a', 'b')"},
 };
 static const Case RENDER_ERRORS[] = {
     {"{{ nope.a }}",
@@ -168,6 +171,14 @@ static const Case RENDER_ERRORS[] = {
      "not enough arguments for format string"},
     {"{{ 'abc' % 5 }}",
      "not all arguments converted during string formatting"},
+    {"{{ d.keys() | tojson }}",
+     "Object of type dict_keys is not JSON serializable"},
+    {"{{ range(2) | tojson }}",
+     "Object of type range is not JSON serializable"},
+    {"{{ d.keys() + ['c'] }}",
+     "unsupported operand type(s) for +: 'dict_keys' and 'list'"},
+    {"{{ x | sort(x) }}",
+     "'list' object cannot be interpreted as an integer"},
     {"{% set ns = namespace() %}{% set ns._x = 1 %}",
      "Chat templates cannot store underscore-prefixed attributes on a namespace, but got '_x'. Please rename the attribute."},
 };

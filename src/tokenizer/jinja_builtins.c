@@ -227,7 +227,7 @@ int jinja_getitem(JRender *r, JValue obj, JValue key, JValue *out) {
         break;
     }
     case JV_LIST: case JV_TUPLE:
-        if (obj.u.l->gen) break;  // not subscriptable: the sandbox's getitem gives undefined
+        if (obj.u.l->gen || (obj.u.l->view && obj.u.l->view != JL_RANGE)) break;  // not subscriptable: undefined
         if (index_of(key, &i)) {
             int64_t n = (int64_t)obj.u.l->n;
             if (i < 0) i += n;
@@ -263,7 +263,8 @@ int jinja_slice(JRender *r, JValue obj, bool has_start, int64_t start, bool has_
     if (!has_step) step = 1;
     if (step == 0) return jr_fail(r, "slice step cannot be zero");
     int64_t n;
-    if (jv_is_gen(obj)) return jr_fail(r, "'generator' object is not subscriptable");
+    if (jv_is_listlike(obj) && obj.u.l->view != JL_RANGE)
+        return jr_fail(r, "'%s' object is not subscriptable", jv_type_name(obj));
     if (obj.kind == JV_LIST || obj.kind == JV_TUPLE) n = (int64_t)obj.u.l->n;
     else if (obj.kind == JV_STR) n = (int64_t)jv_str_nchars(obj.u.s);
     else if (obj.kind == JV_UNDEFINED) return jr_fail(r, "'%s' is undefined", obj.u.what);
@@ -334,6 +335,8 @@ static int g_range(JRender *r, const JValue *self, const JArgs *a, JValue *out) 
     if (!l) return -1;
     for (int64_t k = 0; k < (int64_t)len; k++)
         if (jlist_push(r, l, jv_int(start + k * step)) < 0) return -1;
+    l->view = JL_RANGE;
+    l->range[0] = start, l->range[1] = stop, l->range[2] = step;
     *out = jl_list_value(l);
     return 0;
 }
@@ -622,7 +625,8 @@ int jinja_test_call(JRender *r, const char *name, JValue v, const JArgs *a, bool
     else if (IS("iterable"))
         *out = v.kind == JV_STR || v.kind == JV_LIST || v.kind == JV_TUPLE || v.kind == JV_DICT || v.kind == JV_UNDEFINED;
     else if (IS("sequence"))  // len() and [] work: jinja2's Undefined has both
-        *out = v.kind == JV_STR || (v.kind == JV_LIST && !v.u.l->gen) || v.kind == JV_TUPLE || v.kind == JV_DICT ||
+        *out = v.kind == JV_STR || (v.kind == JV_LIST && !v.u.l->gen && (!v.u.l->view || v.u.l->view == JL_RANGE)) ||
+               v.kind == JV_TUPLE || v.kind == JV_DICT ||
                v.kind == JV_UNDEFINED;
     else if (IS("number")) *out = is_num(v);
     else if (IS("integer")) *out = v.kind == JV_INT;

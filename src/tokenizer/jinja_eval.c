@@ -41,6 +41,23 @@ typedef struct {
 
 enum { FLOW_OK = 0, FLOW_BREAK = 1, FLOW_CONTINUE = 2 };
 
+// m.name and m.arguments (a tuple of the parameter names) of a macro; any other attribute undefined.
+static int macro_attr(JRender *r, const JFunc *f, const char *name, JValue *out) {
+    const Macro *m = f->impl;
+    *out = jv_undefined(name);
+    if (!strcmp(name, "name") && m->def->kind == N_MACRO) return jv_str_new(r, m->def->name, strlen(m->def->name), out);
+    if (!strcmp(name, "arguments")) {
+        JList *l = jlist_new(r, (size_t)m->def->nparams);
+        if (!l) return -1;
+        for (int i = 0; i < m->def->nparams; i++) {
+            JValue p;
+            if (jv_str_new(r, m->def->params[i], strlen(m->def->params[i]), &p) < 0 || jlist_push(r, l, p) < 0) return -1;
+        }
+        *out = (JValue){.kind = JV_TUPLE, .u.l = l};
+    }
+    return 0;
+}
+
 // ---- scopes
 
 static Scope *scope_new(JRender *r, Scope *parent) {
@@ -319,7 +336,7 @@ static int binop(Eval *E, const char *op, JValue a, JValue b, JValue *out) {
     if (op[0] == '%' && a.kind == JV_STR) return jinja_printf(r, a, b, out);  // str.__mod__ first, even for undefined
     if (a.kind == JV_UNDEFINED) return jr_fail_undefined(r, a);
     if (b.kind == JV_UNDEFINED) return jr_fail_undefined(r, b);
-    if (jv_is_gen(a) || jv_is_gen(b))
+    if (jv_is_listlike(a) || jv_is_listlike(b))
         return jr_fail(r, "unsupported operand type(s) for %s: '%s' and '%s'", op, jv_type_name(a), jv_type_name(b));
     bool ai = false, bi = false;
     int64_t x = 0, y = 0;
@@ -483,6 +500,8 @@ static int eval_inner(Eval *E, const Node *nd, Scope *s, JValue *out) {
         if (eval(E, nd->a, s, &obj) < 0) return -1;
         if (obj.kind == JV_UNDEFINED) return jr_fail_undefined(r, obj);
         r->line = nd->line;
+        if (obj.kind == JV_FUNC && obj.u.fn->kind == JF_MACRO && obj.u.fn->impl)  // jinja2's Macro.name, .arguments
+            return macro_attr(r, obj.u.fn, nd->name, out);
         if (jinja_getattr(r, obj, nd->name, out) < 0) return -1;
         return out->kind == JV_UNDEFINED ? missing(r, obj, jv_undefined(NULL), nd->name, out) : 0;
     }

@@ -27,6 +27,12 @@ static int gen_out(JList *l, JValue *out) {
     return list_out(l, out);
 }
 
+// sorted(reverse=...) takes an int or a bool only.
+static int reverse_arg(JRender *r, JValue v) {
+    if (v.kind == JV_BOOL || v.kind == JV_INT) return 0;
+    return jr_fail(r, "'%s' object cannot be interpreted as an integer", jv_type_name(v));
+}
+
 static int as_int(JRender *r, JValue v, const char *what, int64_t *i) {
     if (v.kind == JV_INT) *i = v.u.i;
     else if (v.kind == JV_BOOL) *i = v.u.b;
@@ -376,11 +382,13 @@ static int f_items(JRender *r, JValue x, const JArgs *a, JValue *out) {
     JValue m;
     JArgs none = {0};
     if (jinja_getattr(r, x, "items", &m) < 0 || m.u.fn->fn(r, &m.u.fn->self, &none, out) < 0) return -1;
+    out->u.l->view = JL_LIST;
     return gen_out(out->u.l, out);
 }
 
 static int f_dictsort(JRender *r, JValue x, const JArgs *a, JValue *out) {
     BIND("dictsort", "case_sensitive", "by", "reverse");
+    if (GIVEN(2) && reverse_arg(r, v[2]) < 0) return -1;
     if (x.kind != JV_DICT) return jr_fail(r, "dictsort: '%s' object has no attribute 'items'", jv_type_name(x));
     bool cs = GIVEN(0) && jv_truthy(v[0]), rev = GIVEN(2) && jv_truthy(v[2]);
     int pos = 0;
@@ -393,6 +401,7 @@ static int f_dictsort(JRender *r, JValue x, const JArgs *a, JValue *out) {
     JArgs none = {0};
     if (jinja_getattr(r, x, "items", &m) < 0 || m.u.fn->fn(r, &m.u.fn->self, &none, &items) < 0) return -1;
     JList *l = items.u.l;
+    l->view = JL_LIST;  // sorted(d.items()): a list
     JValue *keys = ja_alloc(r, (l->n + 1) * sizeof *keys);
     if (!keys) return -1;
     for (size_t i = 0; i < l->n; i++)
@@ -536,6 +545,7 @@ static int f_unique(JRender *r, JValue x, const JArgs *a, JValue *out) {
 
 static int f_sort(JRender *r, JValue x, const JArgs *a, JValue *out) {
     BIND("sort", "reverse", "case_sensitive", "attribute");
+    if (GIVEN(0) && reverse_arg(r, v[0]) < 0) return -1;
     bool rev = GIVEN(0) && jv_truthy(v[0]), cs = GIVEN(1) && jv_truthy(v[1]);
     const char *attr = attr_name(r, v[2], GIVEN(2));
     JList *l, *c;

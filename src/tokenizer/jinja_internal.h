@@ -78,7 +78,13 @@ struct JList {
                  // unique, items and reverse return one: always true, no len(), no index, not JSON,
                  // and iterating it consumes it (items pos..n are left)
     size_t pos;  // gen: items consumed so far
+    uint8_t view;       // JV_LIST only: JL_LIST, or what Python object it stands for (JLView)
+    int64_t range[3];   // JL_RANGE: start, stop, step (for repr)
 };
+// A JV_LIST that is not a list in Python: a dict view (d.keys(), d.values(), d.items()) or a range.
+// They iterate, take len() and `in` as a list; they print as dict_keys([...]) or range(0, 3), are not
+// JSON and do not concatenate; a view has no index (the sandbox gives undefined), a range has.
+typedef enum { JL_LIST = 0, JL_KEYS, JL_VALUES, JL_ITEMS, JL_RANGE } JLView;
 
 struct JDict {  // insertion-ordered; keys compared with jv_equal (strings in practice)
     size_t n, cap;
@@ -156,6 +162,8 @@ void jr_rsearch_free(JRSearch *s);
 
 // Constructors. Strings are copied into the arena; a NULL return means the error is set.
 static inline bool jv_is_gen(JValue v) { return v.kind == JV_LIST && v.u.l->gen; }
+// A generator, dict view or range: a JV_LIST that Python's list operations (+, *, ==, JSON) refuse.
+static inline bool jv_is_listlike(JValue v) { return v.kind == JV_LIST && (v.u.l->gen || v.u.l->view); }
 static inline JValue jv_undefined(const char *what) { return (JValue){.kind = JV_UNDEFINED, .u.what = what ? what : ""}; }
 static inline JValue jv_none(void) { return (JValue){.kind = JV_NONE}; }
 static inline JValue jv_bool(bool b) { return (JValue){.kind = JV_BOOL, .u.b = b}; }

@@ -689,6 +689,7 @@ static int dict_view(JRender *r, const JValue *self, const JArgs *a, int which, 
         }
         if (jlist_push(r, l, e) < 0) return -1;
     }
+    l->view = (uint8_t)(JL_KEYS + which);
     *out = jl_list_value(l);
     return 0;
 }
@@ -995,7 +996,8 @@ int jl_method_get(JRender *r, JValue obj, const char *name, JValue *out, bool *f
     case JV_STR: tables[0] = str_methods; break;
     case JV_DICT: tables[0] = dict_methods; tables[1] = dict_unsafe; break;
     case JV_LIST:
-        if (!obj.u.l->gen) tables[0] = seq_methods, tables[1] = list_unsafe, tables[2] = list_methods;
+        if (obj.u.l->view == JL_RANGE) tables[0] = seq_methods;
+        else if (!obj.u.l->gen && !obj.u.l->view) tables[0] = seq_methods, tables[1] = list_unsafe, tables[2] = list_methods;
         break;
     case JV_TUPLE: tables[0] = seq_methods; break;
     default: break;

@@ -285,6 +285,7 @@ static bool equal_w(JValue a, JValue b, uint64_t *work) {
     if (numeric(a, &fa, &ia, &xa) && numeric(b, &fb, &ib, &xb)) return xa && xb ? ia == ib : fa == fb;
     if (a.kind == JV_LIST || a.kind == JV_TUPLE) {
         if (jv_is_gen(a) || jv_is_gen(b)) return b.kind == a.kind && a.u.l == b.u.l;  // by identity
+        if (b.kind == JV_LIST && a.u.l->view != b.u.l->view) return false;  // a list is no dict_keys or range
         if (b.kind != a.kind || a.u.l->n != b.u.l->n) return false;
         for (size_t i = 0; i < a.u.l->n; i++)
             if (!equal_w(a.u.l->v[i], b.u.l->v[i], work)) return false;
@@ -383,7 +384,10 @@ const char *jv_type_name(JValue v) {
     case JV_INT: return "int";
     case JV_FLOAT: return "float";
     case JV_STR: return "str";
-    case JV_LIST: return v.u.l->gen ? "generator" : "list";
+    case JV_LIST: {
+        static const char *const views[] = {"list", "dict_keys", "dict_values", "dict_items", "range"};
+        return v.u.l->gen ? "generator" : views[v.u.l->view];
+    }
     case JV_TUPLE: return "tuple";
     case JV_DICT: return "dict";
     case JV_NAMESPACE: return "Namespace";
