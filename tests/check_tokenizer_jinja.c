@@ -86,6 +86,8 @@ static const Case CORE[] = {
      "bigc"},
     {"{{ x is iterable }}{{ 3 is divisibleby 3 }}{{ 2 is equalto(2) }}{{ d is not mapping }}{{ s is string }}",
      "TrueTrueTrueFalseTrue"},
+    {"{{ x | select('lessthan', 2) | list }}{{ x | select('greaterthan', 1) | list }}{{ 'a' is escaped }}{{ 'upper' is filter }}{{ 'from_json' is filter }}{{ 'odd' is test }}{{ 1 is test }}",
+     "[1][2, 3]FalseTrueFalseTrueFalse"},
     {"{{ 'a b'.split() }} {{ '  x '.strip() }} {{ d.get('a') }} {{ d.get('zz', 5) }} {{ messages[0]['content'] }} {{ x.0 }}",
      "['a', 'b'] x 1 5 Sys 1"},
     {"[{{ nope }}][{{ nope is defined }}][{{ d.zz is defined }}][{{ d.zz }}][{{ n.a }}][{{ x[7] }}][{{ nope|length }}][{{ nope ~ 'q' }}]",

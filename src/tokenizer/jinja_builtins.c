@@ -551,7 +551,8 @@ int jinja_contains(JRender *r, JValue seq, JValue v, bool *out) {
 static const char *const test_names[] = {
     "defined", "undefined", "none", "string", "mapping", "iterable", "sequence", "number", "integer", "float",
     "boolean", "true", "false", "equalto", "eq", "==", "ne", "!=", "lt", "<", "gt", ">", "le", "<=", "ge", ">=",
-    "in", "odd", "even", "divisibleby", "callable", "lower", "upper", "sameas", NULL};
+    "in", "odd", "even", "divisibleby", "callable", "lower", "upper", "sameas", "lessthan", "greaterthan", "escaped",
+    "filter", "test", NULL};
 
 bool jinja_test_known(const char *name) {
     for (int i = 0; test_names[i]; i++)
@@ -581,9 +582,10 @@ int jinja_test_call(JRender *r, const char *name, JValue v, const JArgs *a, bool
         *out = !*out;
         return 0;
     }
-    if (IS("lt") || IS("<") || IS("gt") || IS(">") || IS("le") || IS("<=") || IS("ge") || IS(">=")) {
+    if (IS("lt") || IS("<") || IS("lessthan") || IS("gt") || IS(">") || IS("greaterthan") || IS("le") || IS("<=") ||
+        IS("ge") || IS(">=")) {
         if (one_arg(r, n, a, &o) < 0) return -1;
-        char op = IS("lt") || IS("<") || IS("le") || IS("<=") ? '<' : '>';
+        char op = IS("lt") || IS("<") || IS("lessthan") || IS("le") || IS("<=") ? '<' : '>';
         bool eq = IS("le") || IS("<=") || IS("ge") || IS(">=");
         if (jv_compare(r, v, o, &c) < 0) {  // the message names the operator asked for
             if (r->err) err_clear(r->err);
@@ -616,6 +618,11 @@ int jinja_test_call(JRender *r, const char *name, JValue v, const JArgs *a, bool
     }
     if (jl_no_args(r, n, a) < 0) return -1;
     if (IS("odd")) return py_mod_is(r, v, jv_int(2), 1, out);
+    if (IS("escaped")) return *out = false, 0;  // nothing here has __html__ (no Markup: autoescape is off)
+    if (IS("filter") || IS("test")) {  // `'upper' is filter`: the name is one this environment knows
+        *out = v.kind == JV_STR && (IS("filter") ? jinja_filter_known(v.u.s->p) : jinja_test_known(v.u.s->p));
+        return 0;
+    }
     if (IS("even")) return py_mod_is(r, v, jv_int(2), 0, out);
     if (IS("defined")) *out = v.kind != JV_UNDEFINED;
     else if (IS("undefined")) *out = v.kind == JV_UNDEFINED;
