@@ -67,6 +67,7 @@ static int conv_int(Printf *P, JValue v, char c, int64_t *i) {
 static int one_spec(Printf *P, const char *s, size_t n, size_t *k, JBuf *out) {
     JRender *r = P->r;
     size_t i = *k;  // just after '%'
+    if (i < n && s[i] == '%') return *k = i + 1, jbuf_put(r, out, "%", 1);  // %% only: '%5%' is an error
     JValue v = {0};
     bool have_v = false;
     if (i < n && s[i] == '(') {
@@ -125,7 +126,7 @@ static int one_spec(Printf *P, const char *s, size_t n, size_t *k, JBuf *out) {
     if (i >= n) return jr_fail(r, "incomplete format");
     char c = s[i++];
     *k = i;
-    if (c == '%') return jbuf_put(r, out, "%", 1);
+    if (c == '%') return jr_fail(r, "unsupported format character '%%' (0x25) at index %zu", i - 1);
     if (!have_v && next_arg(P, &v) < 0) return -1;
     const char *sign = "";
     switch (c) {
