@@ -669,7 +669,8 @@ static int iter_items(JRender *r, JValue v, const JValue **items, size_t *n) {
     case JV_UNDEFINED: *items = NULL, *n = 0; return 0;
     case JV_LIST:
     case JV_TUPLE:
-        *items = v.u.l->v + v.u.l->pos, *n = v.u.l->n - v.u.l->pos;
+        *n = v.u.l->n - v.u.l->pos;
+        *items = *n ? v.u.l->v + v.u.l->pos : NULL;  // an empty list may have no array
         if (v.u.l->gen) v.u.l->pos = v.u.l->n;  // consumed
         return 0;
     case JV_DICT: *items = v.u.d->k, *n = v.u.d->n; return 0;

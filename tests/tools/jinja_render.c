@@ -43,7 +43,10 @@ static void run_case(json_t *c, int64_t now, int lineno) {
             json_object_set_new(res, "error", json_string(err.msg));
         } else {
             if (jinja_render(t, vars, &lim, &out, NULL, &err) < 0) json_object_set_new(res, "error", json_string(err.msg));
-            else json_object_set_new(res, "out", json_stringn(out.data ? (char *)out.data : "", out.len));
+            else {
+                json_t *text = json_stringn(out.data ? (char *)out.data : "", out.len);
+                json_object_set_new(res, text ? "out" : "error", text ? text : json_string("output is not valid UTF-8"));
+            }
             jinja_free(t);
         }
         buf_free(&out);
