@@ -88,6 +88,8 @@ static const Case CORE[] = {
      "TrueTrueTrueFalseTrue"},
     {"{{ x | select('lessthan', 2) | list }}{{ x | select('greaterthan', 1) | list }}{{ 'a' is escaped }}{{ 'upper' is filter }}{{ 'from_json' is filter }}{{ 'odd' is test }}{{ 1 is test }}",
      "[1][2, 3]FalseTrueFalseTrueFalse"},
+    {"{% for i in [1, 1, 2, 1] %}{{ loop.changed(i) }}{% endfor %}|{{ dict.fromkeys(['a', 'b'], 0) }}{{ dict.fromkeys('ab') }}",
+     "TrueFalseTrueTrue|{'a': 0, 'b': 0}{'a': None, 'b': None}"},
     {"{{ 'a b'.split() }} {{ '  x '.strip() }} {{ d.get('a') }} {{ d.get('zz', 5) }} {{ messages[0]['content'] }} {{ x.0 }}",
      "['a', 'b'] x 1 5 Sys 1"},
     {"[{{ nope }}][{{ nope is defined }}][{{ d.zz is defined }}][{{ d.zz }}][{{ n.a }}][{{ x[7] }}][{{ nope|length }}][{{ nope ~ 'q' }}]",

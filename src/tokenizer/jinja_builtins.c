@@ -178,6 +178,9 @@ int jl_sort(JRender *r, JValue *keys, JValue *v, size_t n, bool reverse) {
 
 // ---- lookups
 
+static int g_dict(JRender *r, const JValue *self, const JArgs *a, JValue *out);
+static int g_fromkeys(JRender *r, const JValue *self, const JArgs *a, JValue *out);
+
 int jinja_getattr(JRender *r, JValue obj, const char *name, JValue *out) {
     bool found = false;
     switch (obj.kind) {
@@ -198,6 +201,15 @@ int jinja_getattr(JRender *r, JValue obj, const char *name, JValue *out) {
     case JV_STR: case JV_LIST: case JV_TUPLE:
         if (jl_method_get(r, obj, name, out, &found) < 0) return -1;
         if (!found) *out = jv_undefined(name);
+        return 0;
+    case JV_FUNC:  // the dict global's fromkeys (transformers' TemplateDict)
+        if (obj.u.fn->kind == JF_BUILTIN && obj.u.fn->fn == g_dict && !strcmp(name, "fromkeys")) {
+            JFunc *f = jfunc_builtin(r, "fromkeys", g_fromkeys, jv_undefined(NULL));
+            if (!f) return -1;
+            *out = (JValue){.kind = JV_FUNC, .u.fn = f};
+            return 0;
+        }
+        *out = jv_undefined(name);
         return 0;
     default:
         *out = jv_undefined(name);
@@ -338,6 +350,26 @@ static int g_range(JRender *r, const JValue *self, const JArgs *a, JValue *out) 
     l->view = JL_RANGE;
     l->range[0] = start, l->range[1] = stop, l->range[2] = step;
     *out = jl_list_value(l);
+    return 0;
+}
+
+// transformers' dict.fromkeys(iterable, value=None)
+static int g_fromkeys(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
+    (void)self;
+    static const char *const names[] = {"iterable", "value"};
+    JValue v[2];
+    unsigned given;
+    if (jl_bind(r, "fromkeys", a, names, 2, v, &given) < 0) return -1;
+    if (!(given & 1)) return jr_fail(r, "fromkeys expected at least 1 argument, got 0");
+    JList *keys;
+    JDict *d;
+    if (jl_iter_list(r, v[0], &keys) < 0 || !(d = jdict_new(r, keys->n))) return -1;
+    for (size_t i = 0; i < keys->n; i++) {
+        JValue k = keys->v[i];
+        if (k.kind == JV_LIST || k.kind == JV_DICT || k.kind == JV_NAMESPACE) return jr_fail(r, "unhashable type: '%s'", jv_type_name(k));
+        if (jdict_set(r, d, k, (given & 2) ? v[1] : jv_none()) < 0) return -1;
+    }
+    *out = (JValue){.kind = JV_DICT, .u.d = d};
     return 0;
 }
 

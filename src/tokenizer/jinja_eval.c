@@ -169,8 +169,20 @@ static int call_value(Eval *E, JValue fn, const JArgs *a, JValue *out) {
     switch (f->kind) {
     case JF_BUILTIN: return f->fn(r, &f->self, a, out);
     case JF_MACRO: return call_macro(E, f, a, out);
-    case JF_LOOP: {  // loop.cycle(a, b, ...)
-        if (a->nkw) return jr_fail(r, "loop.cycle() takes no keyword arguments");
+    case JF_LOOP: {  // loop.cycle(a, b, ...) or loop.changed(a, ...)
+        if (a->nkw) return jr_fail(r, "loop.%s() takes no keyword arguments", f->name);
+        if (!strcmp(f->name, "changed")) {  // true at the first call and when the arguments differ from the last
+            JList **last = f->impl, *now = jlist_new(r, (size_t)a->n);
+            if (!now) return -1;
+            for (int k = 0; k < a->n; k++)
+                if (jlist_push(r, now, a->pos[k]) < 0) return -1;
+            JValue nv = {.kind = JV_TUPLE, .u.l = now};
+            bool same = false;
+            if (*last && jr_equal(r, (JValue){.kind = JV_TUPLE, .u.l = *last}, nv, &same) < 0) return -1;
+            *last = now;
+            *out = jv_bool(!same);
+            return 0;
+        }
         if (a->n == 0) return jr_fail(r, "no items for cycling given");
         int64_t i = *(const int64_t *)f->impl;
         *out = a->pos[i % a->n];
@@ -710,9 +722,9 @@ static int assign_targets(Eval *E, const Node *nd, Scope *s, JValue v) {
     return 0;
 }
 
-enum { L_INDEX, L_INDEX0, L_REVINDEX, L_REVINDEX0, L_FIRST, L_LAST, L_LENGTH, L_DEPTH, L_DEPTH0, L_PREVITEM, L_NEXTITEM, L_CYCLE, L_N };
+enum { L_INDEX, L_INDEX0, L_REVINDEX, L_REVINDEX0, L_FIRST, L_LAST, L_LENGTH, L_DEPTH, L_DEPTH0, L_PREVITEM, L_NEXTITEM, L_CYCLE, L_CHANGED, L_N };
 static const char *const LOOP_KEYS[L_N] = {"index", "index0", "revindex", "revindex0", "first", "last",
-                                             "length", "depth", "depth0", "previtem", "nextitem", "cycle"};
+                                             "length", "depth", "depth0", "previtem", "nextitem", "cycle", "changed"};
 
 static int exec_for(Eval *E, const Node *nd, Scope *s, Out *o) {
     JRender *r = E->r;
@@ -745,14 +757,17 @@ static int exec_for(Eval *E, const Node *nd, Scope *s, Out *o) {
         JValue key;
         if (jv_str_new(r, LOOP_KEYS[k], strlen(LOOP_KEYS[k]), &key) < 0 || jdict_set(r, loop, key, jv_none()) < 0) return -1;
     }
-    JFunc *cf = ja_alloc(r, sizeof *cf);
-    if (!cf) return -1;
+    JFunc *cf = ja_alloc(r, sizeof *cf), *chf = ja_alloc(r, sizeof *chf);
+    JList **last = ja_alloc(r, sizeof *last);  // loop.changed's previous arguments (NULL: no call yet)
+    if (!cf || !chf || !last) return -1;
     *cf = (JFunc){.kind = JF_LOOP, .name = "cycle", .impl = cyc};
+    *chf = (JFunc){.kind = JF_LOOP, .name = "changed", .impl = last};
     JValue *lv = loop->v;
     lv[L_LENGTH] = jv_int((int64_t)n);
     lv[L_DEPTH] = jv_int(1);
     lv[L_DEPTH0] = jv_int(0);
     lv[L_CYCLE] = (JValue){.kind = JV_FUNC, .u.fn = cf};
+    lv[L_CHANGED] = (JValue){.kind = JV_FUNC, .u.fn = chf};
     JValue loopv = {.kind = JV_DICT, .u.d = loop};
     for (size_t i = 0; i < n; i++) {
         if (jr_step(r) < 0) return -1;
