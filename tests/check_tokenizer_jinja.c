@@ -88,6 +88,9 @@ static const Case CORE[] = {
      "TrueTrueTrueFalseTrue"},
     {"{{ x | select('lessthan', 2) | list }}{{ x | select('greaterthan', 1) | list }}{{ 'a' is escaped }}{{ 'upper' is filter }}{{ 'from_json' is filter }}{{ 'odd' is test }}{{ 1 is test }}",
      "[1][2, 3]FalseTrueFalseTrueFalse"},
+    // str.format with format specs
+    {"{{ '[{:<6}|{:^6}|{:*^7}|{:.2}]'.format('ab', 'ab', 'ab', 'abc') }}{{ '[{:05d}|{:+d}|{:,}|{:#x}|{:08b}|{:c}]'.format(-42, 42, 1234567, 255, 5, 65) }}{{ '[{:.2f}|{:8.3f}|{:e}|{:g}|{:.1%}|{:,.2f}|{}|{:.3}|{:>5}]'.format(3.14159, 3.14159, 12345.678, 1e-7, 0.1234, 1234567.891, 1.5, 2.0, true) }}",
+     "[ab    |  ab  |**ab***|ab][-0042|+42|1,234,567|0xff|00000101|A][3.14|   3.142|1.234568e+04|1e-07|12.3%|1,234,567.89|1.5|2.0|    1]"},
     {"{% for i in [1, 1, 2, 1] %}{{ loop.changed(i) }}{% endfor %}|{{ dict.fromkeys(['a', 'b'], 0) }}{{ dict.fromkeys('ab') }}",
      "TrueFalseTrueTrue|{'a': 0, 'b': 0}{'a': None, 'b': None}"},
     {"{{ 'a b'.split() }} {{ '  x '.strip() }} {{ d.get('a') }} {{ d.get('zz', 5) }} {{ messages[0]['content'] }} {{ x.0 }}",
@@ -183,6 +186,8 @@ static const Case RENDER_ERRORS[] = {
      "unsupported operand type(s) for +: 'dict_keys' and 'list'"},
     {"{{ x | sort(x) }}",
      "'list' object cannot be interpreted as an integer"},
+    {"{{ '{:d}'.format('a') }}",
+     "Unknown format code 'd' for object of type 'str'"},
     {"{% set ns = namespace() %}{% set ns._x = 1 %}",
      "Chat templates cannot store underscore-prefixed attributes on a namespace, but got '_x'. Please rename the attribute."},
 };

@@ -559,8 +559,9 @@ static int m_join(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
     return jl_str_from(r, &b, out);
 }
 
-// str.format: {} / {0} / {name} fields, optional !s / !r; {{ and }} are literal braces. Format
-// specs (after ':') are refused rather than guessed.
+// str.format: {} / {0} / {name} fields, optional !s / !r, optional :spec (jl_format_spec); {{ and
+// }} are literal braces. Fields with attributes or indexes ({0.name}, {0[1]}) and nested {} in a
+// spec are refused rather than guessed.
 static int m_format(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
     const JStr *s = self_str(self);
     JBuf b = {0};
@@ -586,12 +587,17 @@ static int m_format(JRender *r, const JValue *self, const JArgs *a, JValue *out)
         if (!close) return jr_fail(r, "Single '{' encountered in format string");
         size_t fb = i + 1, fe = (size_t)(close - s->p);
         char conv = 0;
-        const char *bang = memchr(s->p + fb, '!', fe - fb), *colon = memchr(s->p + fb, ':', fe - fb);
-        if (colon) return jr_fail(r, "str.format: format specs ('%.*s') are not supported", (int)(fe - fb), s->p + fb);
-        size_t ne = fe;
+        const char *colon = memchr(s->p + fb, ':', fe - fb);
+        size_t fe_name = colon ? (size_t)(colon - s->p) : fe;  // the field name and conversion end here
+        const char *bang = memchr(s->p + fb, '!', fe_name - fb);
+        if (colon && memchr(colon, '{', (size_t)(s->p + fe - colon)))
+            return jr_fail(r, "str.format: nested fields in a format spec are not supported");
+        size_t ne = fe_name;
+        if (memchr(s->p + fb, '.', ne - fb) || memchr(s->p + fb, '[', ne - fb))
+            return jr_fail(r, "str.format: attribute and index fields ('%.*s') are not supported", (int)(ne - fb), s->p + fb);
         if (bang) {
             ne = (size_t)(bang - s->p);
-            if (fe - ne != 2 || (bang[1] != 's' && bang[1] != 'r'))
+            if (fe_name - ne != 2 || (bang[1] != 's' && bang[1] != 'r'))
                 return jr_fail(r, "str.format: unknown conversion in '%.*s'", (int)(fe - fb), s->p + fb);
             conv = bang[1];
         }
@@ -609,7 +615,15 @@ static int m_format(JRender *r, const JValue *self, const JArgs *a, JValue *out)
             if (k == a->nkw) return jr_fail(r, "'%.*s'", (int)(ne - fb), s->p + fb);  // KeyError's text
             v = a->kw[k];
         }
-        if ((conv == 'r' ? jv_to_repr(r, v, &b) : jv_to_str(r, v, &b)) < 0) return -1;
+        if (conv) {  // !s / !r first, then the spec applies to that string
+            JBuf t = {0};
+            if ((conv == 'r' ? jv_to_repr(r, v, &t) : jv_to_str(r, v, &t)) < 0 || jl_str_from(r, &t, &v) < 0) return -1;
+        }
+        if (colon) {
+            if (jl_format_spec(r, v, colon + 1, (size_t)(s->p + fe - colon - 1), &b) < 0) return -1;
+        } else if (jv_to_str(r, v, &b) < 0) {
+            return -1;
+        }
         i = fe;
     }
     return jl_str_from(r, &b, out);

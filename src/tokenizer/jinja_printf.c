@@ -4,7 +4,8 @@
 // precision (or *), conversions s r a d i u x X o c e E f F g G %; one value that is not a tuple is
 // the only argument; arguments left over fail. Floats print with the C library's printf, which is
 // correctly rounded in glibc as CPython's own dtoa is; integers are formatted here, sign apart
-// (Python's '%x' % -255 is '-ff').
+// (Python's '%x' % -255 is '-ff'). Also str.format's format specs (jl_format_spec, jinja_lib.h),
+// the same numbers through the same printf.
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -213,4 +214,140 @@ int jinja_printf(JRender *r, JValue fmt, JValue args, JValue *out) {
     if (P.next < P.npos && !P.mapping && args.kind != JV_DICT && args.kind != JV_LIST)  // both are "mappings" there
         return jr_fail(r, "not all arguments converted during string formatting");
     return jl_str_from(r, &b, out);
+}
+
+// ---- str.format's format spec (Python's format-spec mini-language)
+
+// Groups the digits of a run of digits with sep every `every` digits (from the right).
+static int put_grouped(JRender *r, JBuf *b, const char *d, size_t n, char sep, int every) {
+    for (size_t i = 0; i < n; i++) {
+        if (sep && i && (n - i) % (size_t)every == 0 && jbuf_put(r, b, &sep, 1) < 0) return -1;
+        if (jbuf_put(r, b, d + i, 1) < 0) return -1;
+    }
+    return 0;
+}
+
+int jl_format_spec(JRender *r, JValue v, const char *sp, size_t n, JBuf *out) {
+    if (n == 0) return jv_to_str(r, v, out);  // format(x, '') is str(x)
+    size_t i = 0;
+    char fill[5] = " ", align = 0, sign = 0, type = 0, group = 0;
+    bool alt = false, zero = false;
+    int64_t width = -1, prec = -1;
+    // [[fill]align]: fill is one code point
+    int32_t cp;
+    size_t k = jl_utf8_next(sp, n, &cp);
+    if (k < n && strchr("<>=^", sp[k])) {
+        memcpy(fill, sp, k), fill[k] = 0;
+        align = sp[k];
+        i = k + 1;
+    } else if (strchr("<>=^", sp[0])) {
+        align = sp[0];
+        i = 1;
+    }
+    if (i < n && strchr("+- ", sp[i])) sign = sp[i++];
+    if (i < n && sp[i] == 'z') i++;  // negative zero to zero: only matters for -0.0, ignored
+    if (i < n && sp[i] == '#') alt = true, i++;
+    if (i < n && sp[i] == '0') zero = true, i++;
+    for (; i < n && sp[i] >= '0' && sp[i] <= '9'; i++)
+        if ((width = (width < 0 ? 0 : width) * 10 + (sp[i] - '0')) > 100000000) return jr_fail(r, "Too many decimal digits in format string");
+    if (i < n && (sp[i] == ',' || sp[i] == '_')) group = sp[i++];
+    if (i < n && sp[i] == '.') {
+        i++;
+        if (i >= n || sp[i] < '0' || sp[i] > '9') return jr_fail(r, "Format specifier missing precision");
+        for (prec = 0; i < n && sp[i] >= '0' && sp[i] <= '9'; i++)
+            if ((prec = prec * 10 + (sp[i] - '0')) > 500) return jr_fail(r, "precision too big");
+    }
+    if (i < n) type = sp[i++];
+    if (i < n) return jr_fail(r, "Invalid format specifier '%.*s'", (int)n, sp);
+    if (zero && !align) align = '=', fill[0] = '0', fill[1] = 0;
+    JBuf body = {0};
+    const char *sgn = "";
+    char pre[3] = "";
+    bool numeric = false;
+    if (v.kind == JV_STR || ((v.kind == JV_NONE || v.kind == JV_LIST || v.kind == JV_TUPLE || v.kind == JV_DICT ||
+                              v.kind == JV_UNDEFINED) && !type && !sign && !alt && !group && align != '=')) {
+        if (v.kind != JV_STR && (width >= 0 || prec >= 0 || align))  // object.__format__ takes an empty spec only
+            return jr_fail(r, "unsupported format string passed to %s.__format__", jv_type_name(v));
+        if (type && type != 's') return jr_fail(r, "Unknown format code '%c' for object of type 'str'", type);
+        if (sign) return jr_fail(r, "Sign not allowed in string format specifier");
+        if (align == '=') return jr_fail(r, "'=' alignment not allowed in string format specifier");
+        if (jv_to_str(r, v, &body) < 0) return -1;
+        if (prec >= 0) {  // at most prec code points
+            size_t off = 0;
+            for (int64_t m = 0; m < prec && off < body.len; m++) off += jl_utf8_next(body.p + off, body.len - off, &cp);
+            body.len = off;
+        }
+        if (!align) align = '<';
+    } else if ((v.kind == JV_INT || v.kind == JV_BOOL) && (!type || strchr("bcdoxXn", type))) {
+        numeric = true;
+        int64_t iv = v.kind == JV_INT ? v.u.i : v.u.b;
+        if (prec >= 0) return jr_fail(r, "Precision not allowed in integer format specifier");
+        if (type == 'c') {
+            if (iv < 0 || iv > 0x10FFFF) return jr_fail(r, "%%c arg not in range(0x110000)");
+            if (jl_utf8_put(r, &body, (int32_t)iv) < 0) return -1;
+        } else {
+            uint64_t mag = iv < 0 ? (uint64_t)0 - (uint64_t)iv : (uint64_t)iv;
+            char d[80];
+            int nd = snprintf(d, sizeof d, type == 'x' ? "%llx" : type == 'X' ? "%llX" : type == 'o' ? "%llo" : "%llu",
+                              (unsigned long long)mag);
+            if (type == 'b') {
+                nd = 0;
+                for (int bit = 63; bit >= 0; bit--)
+                    if (nd || (mag >> bit) & 1 || bit == 0) d[nd++] = (char)('0' + ((mag >> bit) & 1));
+                d[nd] = 0;
+            }
+            if (alt && type && strchr("boxX", type)) pre[0] = '0', pre[1] = type == 'X' ? 'X' : type;
+            sgn = iv < 0 ? "-" : sign == '+' ? "+" : sign == ' ' ? " " : "";
+            if (put_grouped(r, &body, d, (size_t)nd, group, type && strchr("boxX", type) ? 4 : 3) < 0) return -1;
+        }
+    } else if (v.kind == JV_FLOAT || v.kind == JV_INT || v.kind == JV_BOOL) {
+        numeric = true;
+        double f = v.kind == JV_FLOAT ? v.u.f : v.kind == JV_INT ? (double)v.u.i : v.u.b;
+        if (type && !strchr("eEfFgG%", type)) return jr_fail(r, "Unknown format code '%c' for object of type 'float'", type);
+        sgn = signbit(f) && !isnan(f) ? "-" : sign == '+' ? "+" : sign == ' ' ? " " : "";
+        double a = fabs(f);
+        char fmt[16], d[700];
+        int nd;
+        if (!type && prec < 0) {  // repr()
+            JBuf t = {0};
+            if (jv_to_str(r, jv_float(a), &t) < 0) return -1;
+            nd = snprintf(d, sizeof d, "%.*s", (int)t.len, t.p);
+        } else if (type == '%') {
+            snprintf(fmt, sizeof fmt, "%%%s.%df", alt ? "#" : "", (int)(prec < 0 ? 6 : prec));
+            nd = snprintf(d, sizeof d - 1, fmt, a * 100);
+            if (nd > 0 && nd < (int)sizeof d - 1) d[nd++] = '%', d[nd] = 0;
+        } else {
+            char t = type ? type : 'g';
+            snprintf(fmt, sizeof fmt, "%%%s.%d%c", alt ? "#" : "", (int)(prec < 0 ? 6 : prec), t);
+            nd = snprintf(d, sizeof d, fmt, a);
+            // no type: 'g' whose fixed-point form keeps a digit after the point
+            if (!type && nd > 0 && isfinite(a) && !strpbrk(d, ".e") && nd + 2 < (int)sizeof d) d[nd++] = '.', d[nd++] = '0', d[nd] = 0;
+        }
+        if (nd < 0 || nd >= (int)sizeof d) return jr_fail(r, "a formatted float is too long");
+        char *dot = strpbrk(d, ".eE%");
+        size_t intlen = dot ? (size_t)(dot - d) : (size_t)nd;
+        if (!isfinite(a)) intlen = (size_t)nd, group = 0;
+        if (put_grouped(r, &body, d, intlen, group, 3) < 0 || jbuf_put(r, &body, d + intlen, (size_t)nd - intlen) < 0) return -1;
+    } else {
+        return jr_fail(r, "unsupported format string passed to %s.__format__", jv_type_name(v));
+    }
+    if (!align) align = numeric ? '>' : '<';
+    size_t nch = strlen(sgn) + strlen(pre);
+    for (size_t q = 0; q < body.len; q++) nch += ((unsigned char)body.p[q] & 0xC0) != 0x80;
+    int64_t pad = width > (int64_t)nch ? width - (int64_t)nch : 0;
+    if ((uint64_t)pad > r->lim->max_output) return jr_fail(r, "format width %lld is over the output limit", (long long)width);
+    int64_t left = align == '<' ? 0 : align == '^' ? pad / 2 : pad, right = pad - left;
+    size_t fl = strlen(fill);
+    if (align != '=')
+        for (int64_t q = 0; q < left; q++)
+            if (jbuf_put(r, out, fill, fl) < 0) return -1;
+    if (jbuf_put(r, out, sgn, strlen(sgn)) < 0 || jbuf_put(r, out, pre, strlen(pre)) < 0) return -1;
+    if (align == '=')
+        for (int64_t q = 0; q < pad; q++)
+            if (jbuf_put(r, out, fill, fl) < 0) return -1;
+    if (jbuf_put(r, out, body.p ? body.p : "", body.len) < 0) return -1;
+    if (align != '=')
+        for (int64_t q = 0; q < right; q++)
+            if (jbuf_put(r, out, fill, fl) < 0) return -1;
+    return 0;
 }

@@ -23,10 +23,10 @@ REFUSED = {
     "{{ 10 ** -2 }}{{ 0 ** 0 }}{{ (-8) ** (1/3) }}",
     "{{ 'a b' | urlencode }}", "{{ 'hello' | striptags }}", "{{ 'ab' | wordwrap(1) }}", "{{ x | random in x }}",
     "{{ 1 | filesizeformat }}", "{{ users | groupby('ok') | map(attribute='grouper') | list }}",
-    "{{ '{} {}'.format(1, 'a') }}{{ '{0}{0}'.format('x') }}{{ '{a}'.format(a=1) }}{{ '{:>5}'.format('r') }}{{ '{:.3f}'.format(2) }}{{ '{!r}'.format('q') }}",
     "{{ cycler('a', 'b').next() }}", "{{ joiner(',')() }}", "{{ lipsum(1) | length > 0 }}",
     "{% set c = cycler('a', 'b') %}{% for i in x %}{{ c.next() }}{% endfor %}",
     "{% set j = joiner(', ') %}{% for i in x %}{{ j() }}{{ i }}{% endfor %}",
+    "{{ '{0.real}'.format(1) }}", "{{ '{0[0]}'.format(x) }}", "{{ '{:{w}}'.format(1, w=5) }}",
 }
 
 VARS = {
@@ -355,6 +355,19 @@ CASES = [
         "{{ messages[2] }}", "{{ tools[0].function.parameters }}", "{{ messages[2].tool_calls[0] | tojson }}",
         "{{ 'a\\u00e9\\U0001F600' | tojson }}|{{ 'a\\u00e9\\U0001F600' | tojson(ensure_ascii=true) }}|{{ '\\x00\\x1f\\x7f' | tojson }}",
         "{{ s | length }}{{ s[1] }}{{ s | reverse }}{{ s | upper }}{{ '\\U0001F600x'[0] }}{{ '\\U0001F600x' | length }}",
+    ]),
+    ("str.format and format specs", [
+        "{{ '{} {}'.format(1, 'a') }}{{ '{0}{0}'.format('x') }}{{ '{a}'.format(a=1) }}{{ '{:>5}'.format('r') }}{{ '{:.3f}'.format(2) }}{{ '{!r}'.format('q') }}",
+        "{{ '[{:<6}|{:^6}|{:>6}|{:*^7}|{:.2}|{:6.1}]'.format('ab', 'ab', 'ab', 'ab', 'abc', 'xyz') }}|{{ '{:>3}'.format('é') }}|{{ '{!r:>6}'.format('a') }}",
+        "{{ '[{:d}|{:5d}|{:<5d}|{:05d}|{:+d}|{: d}|{:,}|{:_}|{:x}|{:#x}|{:X}|{:#o}|{:b}|{:#b}|{:08b}|{:_b}|{:c}]'.format(42, 42, 42, -42, 42, 42, 1234567, 1234567, 255, 255, 255, 8, 5, 5, 5, 255, 65) }}",
+        "{{ '[{:f}|{:.2f}|{:8.3f}|{:<8.1f}|{:+.1f}|{:e}|{:.2E}|{:g}|{:.3g}|{:G}|{:%}|{:.1%}|{:,.2f}|{:010.2f}|{:.0f}|{:#.0f}]'.format(3.14159, 3.14159, 3.14159, 3.14159, 2.0, 12345.678, 0.000123, 1e-7, 1234567.0, 1e20, 0.25, 0.1234, 1234567.891, -3.14159, 2.5, 2.5) }}",
+        "{{ '[{}|{:}|{:.3}|{:.1}|{:>8}|{:.2}|{:10}|{}]'.format(1.5, 2.0, 2.0, 1234.5, 1.5, 0.0001234, 1e20, 1e16) }}",
+        "{{ '[{:>5}|{:<5}|{:d}|{}|{:.2f}]'.format(true, false, true, true, true) }}|{{ '{:5}|{:<5}|'.format(7, 7) }}",
+        "{{ '{:>10}'.format(none) }}", "{{ '{}'.format(none) }}|{{ '{}|{}'.format([1], {'a': 1}) }}", "{{ '{:d}'.format('a') }}",
+        "{{ '{:s}'.format(1) }}", "{{ '{:.2f}'.format('x') }}", "{{ '{:=5}'.format('a') }}", "{{ '{:+}'.format('a') }}",
+        "{{ '{:.2d}'.format(1) }}", "{{ '{:q}'.format(1) }}", "{{ '{0.real}'.format(1) }}", "{{ '{0[0]}'.format(x) }}",
+        "{{ '{:{w}}'.format(1, w=5) }}", "{{ '{:,d}|{:,.1f}'.format(-1234, -1234.56) }}|{{ '{:=+8d}'.format(42) }}|{{ '{:0>4}'.format(7) }}",
+        "{{ '{:n}'.format(1234) }}", "{{ '{:x}'.format(-255) }}|{{ '{:#X}'.format(-255) }}|{{ '{:e}'.format(0) }}|{{ '{:g}'.format(100000) }}|{{ '{:g}'.format(1000000) }}",
     ]),
     ("string methods", [
         "{{ s.upper() }}{{ s.lower() }}{{ 'ab cd'.title() }}{{ 'ab'.capitalize() }}{{ 'aB'.swapcase() }}{{ ' x '.strip() }}|{{ ' x '.lstrip() }}|{{ ' x '.rstrip() }}|",
