@@ -91,6 +91,8 @@ static const Case CORE[] = {
     // str.format with format specs
     {"{{ '[{:<6}|{:^6}|{:*^7}|{:.2}]'.format('ab', 'ab', 'ab', 'abc') }}{{ '[{:05d}|{:+d}|{:,}|{:#x}|{:08b}|{:c}]'.format(-42, 42, 1234567, 255, 5, 65) }}{{ '[{:.2f}|{:8.3f}|{:e}|{:g}|{:.1%}|{:,.2f}|{}|{:.3}|{:>5}]'.format(3.14159, 3.14159, 12345.678, 1e-7, 0.1234, 1234567.891, 1.5, 2.0, true) }}",
      "[ab    |  ab  |**ab***|ab][-0042|+42|1,234,567|0xff|00000101|A][3.14|   3.142|1.234568e+04|1e-07|12.3%|1,234,567.89|1.5|2.0|    1]"},
+    {"{% set c = cycler(1, 'b', none) %}{{ c.current }}{{ c.next() }}{{ c.next() }}{{ c.current }}{{ c.next() }}{{ c.next() }}{{ c.reset() }}{{ c.next() }}|{% set j = joiner() %}{{ j() }}a{{ j() }}b{{ j() }}|{% set k = joiner(1) %}{{ k() }}{{ k() }}",
+     "11bNoneNone1None1|a, b, |1"},
     {"{% for i in [1, 1, 2, 1] %}{{ loop.changed(i) }}{% endfor %}|{{ dict.fromkeys(['a', 'b'], 0) }}{{ dict.fromkeys('ab') }}",
      "TrueFalseTrueTrue|{'a': 0, 'b': 0}{'a': None, 'b': None}"},
     {"{{ 'a b'.split() }} {{ '  x '.strip() }} {{ d.get('a') }} {{ d.get('zz', 5) }} {{ messages[0]['content'] }} {{ x.0 }}",

@@ -180,6 +180,8 @@ int jl_sort(JRender *r, JValue *keys, JValue *v, size_t n, bool reverse) {
 
 static int g_dict(JRender *r, const JValue *self, const JArgs *a, JValue *out);
 static int g_fromkeys(JRender *r, const JValue *self, const JArgs *a, JValue *out);
+static int cycler_obj(JRender *r, const JValue *self, const JArgs *a, JValue *out);
+static int cycler_attr(JRender *r, JValue state, const char *name, JValue *out);
 
 int jinja_getattr(JRender *r, JValue obj, const char *name, JValue *out) {
     bool found = false;
@@ -202,7 +204,8 @@ int jinja_getattr(JRender *r, JValue obj, const char *name, JValue *out) {
         if (jl_method_get(r, obj, name, out, &found) < 0) return -1;
         if (!found) *out = jv_undefined(name);
         return 0;
-    case JV_FUNC:  // the dict global's fromkeys (transformers' TemplateDict)
+    case JV_FUNC:  // the dict global's fromkeys (transformers' TemplateDict), a cycler's attributes
+        if (obj.u.fn->kind == JF_BUILTIN && obj.u.fn->fn == cycler_obj) return cycler_attr(r, obj.u.fn->self, name, out);
         if (obj.u.fn->kind == JF_BUILTIN && obj.u.fn->fn == g_dict && !strcmp(name, "fromkeys")) {
             JFunc *f = jfunc_builtin(r, "fromkeys", g_fromkeys, jv_undefined(NULL));
             if (!f) return -1;
@@ -353,6 +356,86 @@ static int g_range(JRender *r, const JValue *self, const JArgs *a, JValue *out) 
     return 0;
 }
 
+// ---- jinja2's cycler and joiner (jinja2/utils.py): objects with state, kept in a private dict
+// (their JFunc's self): cycler's "items" (a tuple) and "pos", joiner's "sep" and "used".
+
+static int state_set(JRender *r, JValue state, const char *key, JValue v) {
+    JValue k;
+    return jv_str_new(r, key, strlen(key), &k) < 0 ? -1 : jdict_set(r, state.u.d, k, v);
+}
+
+// The cycler object itself: not callable; c.next(), c.reset(), c.current through cycler_attr.
+static int cycler_obj(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
+    (void)self, (void)a, (void)out;
+    return jr_fail(r, "'Cycler' object is not callable");
+}
+static int cycler_next(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
+    if (jl_no_args(r, "next", a) < 0) return -1;
+    const JList *items = jdict_get_str(self->u.d, "items")->u.l;
+    int64_t pos = jdict_get_str(self->u.d, "pos")->u.i;
+    *out = items->v[pos];
+    return state_set(r, *self, "pos", jv_int((pos + 1) % (int64_t)items->n));
+}
+static int cycler_reset(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
+    if (jl_no_args(r, "reset", a) < 0) return -1;
+    *out = jv_none();
+    return state_set(r, *self, "pos", jv_int(0));
+}
+static int cycler_attr(JRender *r, JValue state, const char *name, JValue *out) {
+    JBuiltinFn fn = !strcmp(name, "next") ? cycler_next : !strcmp(name, "reset") ? cycler_reset : NULL;
+    if (fn) {
+        JFunc *f = jfunc_builtin(r, !strcmp(name, "next") ? "next" : "reset", fn, state);
+        if (!f) return -1;
+        *out = (JValue){.kind = JV_FUNC, .u.fn = f};
+    } else if (!strcmp(name, "current")) {
+        *out = jdict_get_str(state.u.d, "items")->u.l->v[jdict_get_str(state.u.d, "pos")->u.i];
+    } else {
+        *out = jv_undefined(name);
+    }
+    return 0;
+}
+static int g_cycler(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
+    (void)self;
+    if (a->nkw) return jr_fail(r, "Cycler.__init__() got an unexpected keyword argument '%s'", a->kw_names[0]);
+    if (a->n == 0) return jr_fail(r, "at least one item has to be provided");
+    JList *items = jlist_new(r, (size_t)a->n);
+    JDict *d = jdict_new(r, 2);
+    if (!items || !d) return -1;
+    for (int i = 0; i < a->n; i++)
+        if (jlist_push(r, items, a->pos[i]) < 0) return -1;
+    JValue state = {.kind = JV_DICT, .u.d = d};
+    if (state_set(r, state, "items", (JValue){.kind = JV_TUPLE, .u.l = items}) < 0 || state_set(r, state, "pos", jv_int(0)) < 0)
+        return -1;
+    JFunc *f = jfunc_builtin(r, "Cycler", cycler_obj, state);
+    if (!f) return -1;
+    *out = (JValue){.kind = JV_FUNC, .u.fn = f};
+    return 0;
+}
+
+// joiner(sep=", "): calling it gives "" the first time, sep after
+static int joiner_call(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
+    if (jl_no_args(r, "joiner", a) < 0) return -1;
+    if (jv_truthy(*jdict_get_str(self->u.d, "used"))) return *out = *jdict_get_str(self->u.d, "sep"), 0;
+    if (state_set(r, *self, "used", jv_bool(true)) < 0) return -1;
+    return jv_str_new(r, "", 0, out);
+}
+static int g_joiner(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
+    (void)self;
+    static const char *const names[] = {"sep"};
+    JValue v[1];
+    unsigned given;
+    if (jl_bind(r, "Joiner.__init__", a, names, 1, v, &given) < 0) return -1;
+    if (!given && jv_str_new(r, ", ", 2, &v[0]) < 0) return -1;
+    JDict *d = jdict_new(r, 2);
+    if (!d) return -1;
+    JValue state = {.kind = JV_DICT, .u.d = d};
+    if (state_set(r, state, "sep", v[0]) < 0 || state_set(r, state, "used", jv_bool(false)) < 0) return -1;
+    JFunc *f = jfunc_builtin(r, "Joiner", joiner_call, state);
+    if (!f) return -1;
+    *out = (JValue){.kind = JV_FUNC, .u.fn = f};
+    return 0;
+}
+
 // transformers' dict.fromkeys(iterable, value=None)
 static int g_fromkeys(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
     (void)self;
@@ -494,7 +577,8 @@ int jinja_globals_add(JRender *r, JDict *d) {
         const char *name;
         JBuiltinFn fn;
     } g[] = {{"range", g_range}, {"dict", g_dict}, {"namespace", g_namespace},
-             {"raise_exception", g_raise_exception}, {"strftime_now", g_strftime_now}};
+             {"raise_exception", g_raise_exception}, {"strftime_now", g_strftime_now},
+             {"cycler", g_cycler}, {"joiner", g_joiner}};
     for (size_t i = 0; i < sizeof g / sizeof g[0]; i++) {
         JFunc *f = jfunc_builtin(r, g[i].name, g[i].fn, jv_undefined(NULL));
         JValue k;

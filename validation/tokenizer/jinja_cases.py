@@ -23,9 +23,7 @@ REFUSED = {
     "{{ 10 ** -2 }}{{ 0 ** 0 }}{{ (-8) ** (1/3) }}",
     "{{ 'a b' | urlencode }}", "{{ 'hello' | striptags }}", "{{ 'ab' | wordwrap(1) }}", "{{ x | random in x }}",
     "{{ 1 | filesizeformat }}", "{{ users | groupby('ok') | map(attribute='grouper') | list }}",
-    "{{ cycler('a', 'b').next() }}", "{{ joiner(',')() }}", "{{ lipsum(1) | length > 0 }}",
-    "{% set c = cycler('a', 'b') %}{% for i in x %}{{ c.next() }}{% endfor %}",
-    "{% set j = joiner(', ') %}{% for i in x %}{{ j() }}{{ i }}{% endfor %}",
+    "{{ lipsum(1) | length > 0 }}",
     "{{ '{0.real}'.format(1) }}", "{{ '{0[0]}'.format(x) }}", "{{ '{:{w}}'.format(1, w=5) }}",
 }
 
@@ -401,6 +399,8 @@ CASES = [
         "{{ cycler('a', 'b').next() }}", "{{ joiner(',')() }}", "{{ lipsum(1) | length > 0 }}",
         "{% set c = cycler('a', 'b') %}{% for i in x %}{{ c.next() }}{% endfor %}",
         "{% set j = joiner(', ') %}{% for i in x %}{{ j() }}{{ i }}{% endfor %}",
+        "{% set c = cycler(1, 'b', none) %}{{ c.current }}{{ c.next() }}{{ c.next() }}{{ c.current }}{{ c.next() }}{{ c.next() }}{{ c.reset() }}{{ c.next() }}|{% set j = joiner() %}{{ j() }}a{{ j() }}b{{ j() }}|{% set k = joiner(1) %}{{ k() }}{{ k() }}",
+        "{{ cycler() }}", "{{ cycler('a')() }}", "{{ joiner('a', 'b') }}", "{{ joiner()(1) }}", "{{ cycler('a').nope }}|{{ cycler('a').next(1) }}",
         "{{ nosuchglobal('x') }}", "{{ dict(a=1) | tojson }}{{ dict(a=1).a }}",
         "{{ bos_token }}{{ eos_token }}{{ add_generation_prompt }}",
     ]),
