@@ -113,6 +113,7 @@ struct Node {
     bool unknown;          // E_FILTER / E_TEST: no such filter or test; fails when evaluated (jinja2 3 defers
                            // these inside if statements and inline ifs; the parser refuses them elsewhere)
     bool elif;             // N_IF: an {% elif %} (the only entry of its parent's orelse)
+    bool recursive;        // N_FOR: {% for ... recursive %}: loop(items) renders the body over items
     JValue cval;           // E_CONST (a JV_STR points at a JStr owned by the template)
     const char *str;       // N_TEXT
     size_t len;

@@ -194,7 +194,7 @@ int jinja_getattr(JRender *r, JValue obj, const char *name, JValue *out) {
         return 0;
     }
     case JV_DICT: {  // the sandbox's getattr first: d.items is the method even with an "items" key
-        if (jl_method_get(r, obj, name, out, &found) < 0) return -1;
+        if (!obj.u.d->loop && jl_method_get(r, obj, name, out, &found) < 0) return -1;
         if (found) return 0;
         const JValue *v = jdict_get_str(obj.u.d, name);
         *out = v ? *v : jv_undefined(name);

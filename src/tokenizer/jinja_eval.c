@@ -160,9 +160,12 @@ static int eval_args(Eval *E, const Node *nd, Scope *s, JArgs *a, const char *ex
 
 static int call_macro(Eval *E, JFunc *fn, const JArgs *a, JValue *out);
 
+static int loop_recurse(Eval *E, const JDict *loop, const JArgs *a, JValue *out);
+
 static int call_value(Eval *E, JValue fn, const JArgs *a, JValue *out) {
     JRender *r = E->r;
     if (fn.kind == JV_UNDEFINED) return jr_fail_undefined(r, fn);
+    if (fn.kind == JV_DICT && fn.u.d->recurse) return loop_recurse(E, fn.u.d, a, out);
     if (fn.kind != JV_FUNC) return jr_fail(r, "'%s' object is not callable", jv_type_name(fn));
     if (jr_step(r) < 0) return -1;
     JFunc *f = fn.u.fn;
@@ -726,11 +729,35 @@ enum { L_INDEX, L_INDEX0, L_REVINDEX, L_REVINDEX0, L_FIRST, L_LAST, L_LENGTH, L_
 static const char *const LOOP_KEYS[L_N] = {"index", "index0", "revindex", "revindex0", "first", "last",
                                              "length", "depth", "depth0", "previtem", "nextitem", "cycle", "changed"};
 
+// A recursive loop's loop(items): the same for statement over items, one level deeper.
+typedef struct {
+    const Node *nd;
+    Scope *s;  // the scope the for statement runs in
+    int depth;
+} LoopRecurse;
+
+static int run_for(Eval *E, const Node *nd, Scope *s, JValue seq, int depth, Out *o);
+
 static int exec_for(Eval *E, const Node *nd, Scope *s, Out *o) {
-    JRender *r = E->r;
     JValue seq;
     if (eval(E, nd->a, s, &seq) < 0) return -1;
-    r->line = nd->line;
+    E->r->line = nd->line;
+    return run_for(E, nd, s, seq, 1, o);
+}
+
+static int loop_recurse(Eval *E, const JDict *loop, const JArgs *a, JValue *out) {
+    const LoopRecurse *lr = loop->recurse;
+    JRender *r = E->r;
+    if (a->n != 1 || a->nkw) return jr_fail(r, "loop() takes exactly one argument, the items (%d given)", a->n + a->nkw);
+    JBuf b = {0};  // the call is an expression: eval's depth bound stops an endless recursion
+    Out o = {.cap = &b};
+    if (run_for(E, lr->nd, lr->s, a->pos[0], lr->depth + 1, &o) < 0) return -1;
+    return jv_str_new(r, b.p ? b.p : "", b.len, out);
+}
+
+// The for statement's iterations over seq at depth (1 at the top, +1 per loop() of a recursive loop).
+static int run_for(Eval *E, const Node *nd, Scope *s, JValue seq, int depth, Out *o) {
+    JRender *r = E->r;
     const JValue *items;
     size_t n;
     if (iter_items(r, seq, &items, &n) < 0) return -1;
@@ -764,8 +791,15 @@ static int exec_for(Eval *E, const Node *nd, Scope *s, Out *o) {
     *chf = (JFunc){.kind = JF_LOOP, .name = "changed", .impl = last};
     JValue *lv = loop->v;
     lv[L_LENGTH] = jv_int((int64_t)n);
-    lv[L_DEPTH] = jv_int(1);
-    lv[L_DEPTH0] = jv_int(0);
+    lv[L_DEPTH] = jv_int(depth);
+    lv[L_DEPTH0] = jv_int(depth - 1);
+    loop->loop = true;
+    if (nd->recursive) {
+        LoopRecurse *lr = ja_alloc(r, sizeof *lr);
+        if (!lr) return -1;
+        *lr = (LoopRecurse){.nd = nd, .s = s, .depth = depth};
+        loop->recurse = lr;
+    }
     lv[L_CYCLE] = (JValue){.kind = JV_FUNC, .u.fn = cf};
     lv[L_CHANGED] = (JValue){.kind = JV_FUNC, .u.fn = chf};
     JValue loopv = {.kind = JV_DICT, .u.d = loop};

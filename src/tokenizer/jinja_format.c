@@ -213,7 +213,13 @@ int jv_to_repr(JRender *r, JValue v, JBuf *out) {
         if (tup && v.u.l->n == 1 && put_s(r, out, ",") < 0) return -1;
         return put_s(r, out, tup ? ")" : "]");
     }
-    case JV_DICT: return dict_repr(r, v.u.d, out);
+    case JV_DICT:
+        if (v.u.d->loop) {
+            const JValue *i = jdict_get_str(v.u.d, "index"), *n = jdict_get_str(v.u.d, "length");
+            snprintf(b, sizeof b, "<LoopContext %lld/%lld>", (long long)(i ? i->u.i : 0), (long long)(n ? n->u.i : 0));
+            return put_s(r, out, b);
+        }
+        return dict_repr(r, v.u.d, out);
     case JV_NAMESPACE:
         if (put_s(r, out, "<Namespace ") < 0 || dict_repr(r, v.u.d, out) < 0) return -1;
         return put_s(r, out, ">");
@@ -364,7 +370,8 @@ static int json_value(JRender *r, JValue v, const JsonOpts *o, int level, JBuf *
     case JV_FLOAT: return json_float(r, v.u.f, out);
     case JV_STR: return json_str(r, v.u.s->p, v.u.s->len, o->ensure_ascii, out);
     case JV_LIST: case JV_TUPLE: case JV_DICT: {
-        if (jv_is_listlike(v)) return jr_fail(r, "Object of type %s is not JSON serializable", jv_type_name(v));
+        if (jv_is_listlike(v) || (v.kind == JV_DICT && v.u.d->loop))
+            return jr_fail(r, "Object of type %s is not JSON serializable", jv_type_name(v));
         if (repr_depth(r) < 0) return -1;
         int rc = json_items(r, v, o, level, out);
         r->depth--;

@@ -89,6 +89,9 @@ typedef enum { JL_LIST = 0, JL_KEYS, JL_VALUES, JL_ITEMS, JL_RANGE } JLView;
 struct JDict {  // insertion-ordered; keys compared with jv_equal (strings in practice)
     size_t n, cap;
     JValue *k, *v;
+    bool loop;      // a for loop's `loop` (jinja2's LoopContext): its keys are attributes, no methods;
+                    // prints as <LoopContext 1/3>, not JSON
+    void *recurse;  // loop of a recursive for: evaluator data for calling loop(items); NULL otherwise
 };
 
 typedef struct {

@@ -845,7 +845,7 @@ static Node *parse_for(Parser *P, const Tok *at) {
         adv(P);
         if (!(nd->b = parse_expr(P, true))) return NULL;
     }
-    if (is_name(cur(P), "recursive")) return fail_at(P, cur(P), "recursive loops are not supported"), NULL;
+    if (is_name(cur(P), "recursive")) nd->recursive = true, adv(P);
     static const char *const E1[] = {"endfor", "else"}, *const E2[] = {"endfor"};
     P->loops++;
     int rc = parse_body(P, &nd->body, E1, 2, false);

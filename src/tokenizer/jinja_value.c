@@ -389,7 +389,7 @@ const char *jv_type_name(JValue v) {
         return v.u.l->gen ? "generator" : views[v.u.l->view];
     }
     case JV_TUPLE: return "tuple";
-    case JV_DICT: return "dict";
+    case JV_DICT: return v.u.d->loop ? "LoopContext" : "dict";
     case JV_NAMESPACE: return "Namespace";
     case JV_FUNC: return v.u.fn->kind == JF_MACRO ? "Macro" : "builtin_function_or_method";
     }

@@ -14,8 +14,6 @@ UNSET = object()
 # something else.
 REFUSED = {
     "{{ nope | pprint }}", "{{ d | pprint }}",
-    "{% for i in x recursive %}{{ i }}{% endfor %}",
-    "{% for item in [{'n': 'a', 'c': [{'n': 'b', 'c': []}]}] recursive %}{{ item.n }}({{ loop(item.c) }}){% endfor %}",
     "{% set ns = namespace() %}{% set ns.a, ns.b = 1, 2 %}",
     "{% for (a, b), c in [((1, 2), 3)] %}{{ a }}{{ b }}{{ c }}{% endfor %}",
     "{{ 9007199254740993 }}|{{ 9007199254740993 * 1.0 }}|{{ -9223372036854775807 }}|{{ 2 ** 63 - 1 }}",
@@ -157,6 +155,14 @@ CASES = [
         "{% for i in x %}{{ loop.revindex }}{% endfor %}{% for i in x if i > 1 %}{{ loop.revindex }}{{ loop.last }}{% endfor %}",
         "{% for i in x %}{{ loop.nextitem | default('end') }}{% endfor %}",
         "{% for i in x %}{{ loop is defined }}{% endfor %}",
+        "{% for i in x %}{{ loop }}{% endfor %}|{% for i in [] %}{% else %}{{ loop }}{% endfor %}", "{% for i in x %}{{ loop | tojson }}{% endfor %}",
+        "{% for i in x %}{{ loop(x) }}{% endfor %}", "{% for i in x %}{{ loop.items() }}{% endfor %}", "{% for i in x %}{{ loop['index'] }}{{ loop.nope }}{% endfor %}",
+        "{% for n in [{'k': 'a', 'c': [{'k': 'b', 'c': [{'k': 'c', 'c': []}]}, {'k': 'd', 'c': []}]}] recursive %}<{{ n.k }}{{ loop.depth }}{{ loop.depth0 }}{{ loop.index }}/{{ loop.length }}{% if n.c %}[{{ loop(n.c) }}]{% endif %}>{% endfor %}",
+        "{% for n in [[1, [2, [3]]], 4] recursive %}{% if n is iterable %}({{ loop(n) }}){% else %}{{ n }}{{ loop.first }}{% endif %}{% else %}E{% endfor %}",
+        "{% for n in [[], [1]] recursive %}{% if n is iterable %}{{ loop(n) }}{% else %}{{ n }}{% endif %}{% else %}E{% endfor %}",
+        "{% for n in [3, 1, 2] if n > 1 recursive %}{{ n }}{{ loop([1, 5] if loop.first else []) }}{% endfor %}",
+        "{% for n in [1] recursive %}{{ loop(5) }}{% endfor %}", "{% for n in [1] recursive %}{{ loop() }}{% endfor %}", "{% for n in [1] recursive %}{{ loop([1]) }}{% endfor %}",
+        "{% set ns = namespace(t=0) %}{% for n in [[1, 2], [3]] recursive %}{% if n is iterable %}{{ loop(n) }}{% else %}{% set ns.t = ns.t + n %}{% endif %}{% endfor %}{{ ns.t }}",
     ]),
     ("scoping: set, namespace, macros", [
         "{% set a = 1 %}{% for i in x %}{% set a = a + i %}{{ a }}{% endfor %}{{ a }}",
