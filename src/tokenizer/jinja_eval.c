@@ -166,6 +166,7 @@ static int call_value(Eval *E, JValue fn, const JArgs *a, JValue *out) {
     JRender *r = E->r;
     if (fn.kind == JV_UNDEFINED) return jr_fail_undefined(r, fn);
     if (fn.kind == JV_DICT && fn.u.d->recurse) return loop_recurse(E, fn.u.d, a, out);
+    if (fn.kind == JV_DICT && fn.u.d->loop) return jr_fail(r, "The loop must have the 'recursive' marker to be called recursively.");
     if (fn.kind != JV_FUNC) return jr_fail(r, "'%s' object is not callable", jv_type_name(fn));
     if (jr_step(r) < 0) return -1;
     JFunc *f = fn.u.fn;

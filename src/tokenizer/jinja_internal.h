@@ -218,7 +218,8 @@ int jv_to_json(JRender *r, JValue v, bool ensure_ascii, int indent, const char *
 int jinja_printf(JRender *r, JValue fmt, JValue args, JValue *out);
 
 // Builtins (jinja_builtins.c). Each returns 0 / -1 with the error set; "no such filter/test" is
-// caught at parse time with jinja_filter_known / jinja_test_known.
+// caught at parse time with jinja_filter_known / jinja_test_known, or at run time where jinja2
+// defers it (jinja_parse.c: check_unknown).
 bool jinja_filter_known(const char *name);
 bool jinja_test_known(const char *name);
 int jinja_filter_call(JRender *r, const char *name, JValue self, const JArgs *a, JValue *out);
