@@ -21,7 +21,7 @@ REFUSED = {
     "{{ 10 ** -2 }}{{ 0 ** 0 }}{{ (-8) ** (1/3) }}",
     "{{ 'a b' | urlencode }}", "{{ 'hello' | striptags }}", "{{ 'ab' | wordwrap(1) }}", "{{ x | random in x }}",
     "{{ 1 | filesizeformat }}", "{{ users | groupby('ok') | map(attribute='grouper') | list }}",
-    "{{ lipsum(1) | length > 0 }}",
+    "{{ lipsum(1) | length > 0 }}", "{% set café = 1 %}{{ café }}",
     "{{ '{0.real}'.format(1) }}", "{{ '{0[0]}'.format(x) }}", "{{ '{:{w}}'.format(1, w=5) }}",
 }
 
@@ -372,6 +372,18 @@ CASES = [
         "{{ '{:.2d}'.format(1) }}", "{{ '{:q}'.format(1) }}", "{{ '{0.real}'.format(1) }}", "{{ '{0[0]}'.format(x) }}",
         "{{ '{:{w}}'.format(1, w=5) }}", "{{ '{:,d}|{:,.1f}'.format(-1234, -1234.56) }}|{{ '{:=+8d}'.format(42) }}|{{ '{:0>4}'.format(7) }}",
         "{{ '{:n}'.format(1234) }}", "{{ '{:x}'.format(-255) }}|{{ '{:#X}'.format(-255) }}|{{ '{:e}'.format(0) }}|{{ '{:g}'.format(100000) }}|{{ '{:g}'.format(1000000) }}",
+    ]),
+    ("lexer and precedence corners", [
+        "{{ 'a\nb' }}|{{ '{#' }}{{ '#}' }}{{ '{{' }}{{ '}}' }}{{ '%}' }}|{{ \"'\" }}{{ '\"' }}",
+        "a  {%- raw -%}  {{ x }}  {%- endraw -%}  b", "{% raw -%}\n  x\n{%- endraw %}",
+        "{{ 'a' ~ 1 + 2 }}", "{{ 1 + 2 ~ 3 }}", "{{ 'x' ~ 2 - 1 }}", "{{ 2 * 3 ~ 4 }}|{{ 2 ~ 3 * 4 }}|{{ -1 ~ 2 }}|{{ not 1 ~ '' }}|{{ 1 ~ 2 in '123' }}",
+        "{{ not 'a' in 'abc' }}|{{ not x | length }}|{{ - x | length }}|{{ 1 if not none else 2 }}|{{ [1, 2] | length * 2 }}",
+        "{% set café = 1 %}{{ café }}", "{{ d | join(',') }}|{{ x | map('tojson', indent=1) | list }}|{{ [1, [2]] | map('tojson') | join(' ') }}",
+        ("{{ messages[-1].role }}", {"messages": []}), ("{{ messages[-1] is defined }}|{{ messages | last is defined }}|{{ messages | length }}", {"messages": []}),
+        "{{ x.0 }}{{ x.-1 if false else '' }}", "{{ d.a.b }}", "{{ x['0'] }}",
+        "{{ True + 1 }}|{{ none is none }}|{{ None is none }}|{{ TRUE }}|{{ nOne }}",
+        "{%- for m in messages -%}\n{{ m.role }}\n{%- endfor %}", "{% for m in messages %}\n  {{ m.role }}\n{% endfor %}",
+        "{% if true %}  \n  x\n{% endif %}  \nz", "  {%- if true %}\n\tx{% endif %}", "a\n{# c #}\nb\n{#- c -#}\nc",
     ]),
     ("string methods", [
         "{{ s.upper() }}{{ s.lower() }}{{ 'ab cd'.title() }}{{ 'ab'.capitalize() }}{{ 'aB'.swapcase() }}{{ ' x '.strip() }}|{{ ' x '.lstrip() }}|{{ ' x '.rstrip() }}|",
