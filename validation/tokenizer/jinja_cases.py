@@ -124,6 +124,9 @@ CASES = [
         "{% if false %}{{ x | from_json }}{% endif %}{{ x | from_json }}",
         "{% if false %}{{ x is nosuchtest }}{% else %}{{ 1 is nosuchtest2 }}{% endif %}",
         "{% if messages[0].content is string %}{{ 'a' }}{% elif messages[0].content | from_json %}b{% endif %}",
+        "{% for tc in messages[2].tool_calls %}{% if tc.function.arguments is string %}{% set args = tc.function.arguments | from_json %}{% else %}{% set args = tc.function.arguments %}{% endif %}{{ args }}{% endfor %}",
+        ("{% for m in messages %}{% for tc in m.tool_calls | default([]) %}{% if tc.function.arguments is string %}{% set args = tc.function.arguments | from_json %}{% else %}{% set args = tc.function.arguments %}{% endif %}{{ args | tojson }}{% endfor %}{% endfor %}",
+         {"messages": [{"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": {"a": 1}}}]}]}),
     ]),
     ("loops and loop variables", [
         "{% for m in messages %}{{ loop.index }}{{ loop.index0 }}{{ loop.revindex }}{{ loop.revindex0 }}{{ loop.first }}{{ loop.last }}{{ loop.length }}|{% endfor %}",
