@@ -68,6 +68,8 @@ static const Case CORE[] = {
      "a1b|XY"},
     {"{% filter upper %}abc{{ s }}{% endfilter %}",
      "ABCH\303\211LLO"},
+    {"{% filter upper %}{% set q = 'z' %}{{ q }}{% endfilter %}[{{ q }}]",
+     "Z[]"},
     {"{{ 7 // 2 }} {{ -7 // 2 }} {{ 7 % -3 }} {{ -7 % 3 }} {{ 2 ** 10 }} {{ 2 ** -1 }} {{ 1 / 2 }} {{ 4 / 2 }} {{ 3 * 'ab' }} {{ [1] + [2] }} {{ 1.5 * 2 }} {{ 7.5 // 2 }} {{ True + 1 }}",
      "3 -4 -2 2 1024 0.5 0.5 2.0 ababab [1, 2] 3.0 3.0 2"},
     {"{{ 1 < 2 < 3 }} {{ 3 > 2 > 2 }} {{ 2 in x }} {{ 'l' in s }} {{ 'z' not in s }} {{ 'a' in d }} {{ 1 if false }}|{{ 1 if false else 2 }}",

@@ -893,9 +893,10 @@ static int exec_stmt(Eval *E, const Node *nd, Scope *s, Out *o) {
         if (call_value(E, fn, &a, &res) < 0) return -1;
         return out_value(E, o, res);
     }
-    case N_FILTER_BLOCK: {
+    case N_FILTER_BLOCK: {  // the body is a scope of its own: a set inside does not leak (jinja2's inner frame)
         JValue v;
-        if (capture_body(E, &nd->body, s, &v) < 0 || apply_filters(E, &nd->filters, s, &v) < 0) return -1;
+        Scope *inner = scope_new(r, s);
+        if (!inner || capture_body(E, &nd->body, inner, &v) < 0 || apply_filters(E, &nd->filters, s, &v) < 0) return -1;
         return out_value(E, o, v);
     }
     case N_BREAK: return FLOW_BREAK;
