@@ -90,6 +90,9 @@ static const Case CORE[] = {
      "TrueTrueTrueFalseTrue"},
     {"{{ x | select('lessthan', 2) | list }}{{ x | select('greaterthan', 1) | list }}{{ 'a' is escaped }}{{ 'upper' is filter }}{{ 'from_json' is filter }}{{ 'odd' is test }}{{ 1 is test }}",
      "[1][2, 3]FalseTrueFalseTrueFalse"},
+    // float() and int() of text as Python reads it, jinja2's int falling back to int(float(text))
+    {"{{ '1_000.5' | float }}|{{ 'inf' | int }}|{{ 'nan' | int(7) }}|{{ '-0x10' | float }}|{{ '1e3' | int }}",
+     "1000.5|0|7|0.0|1000"},
     // str.format with format specs
     {"{{ '[{:<6}|{:^6}|{:*^7}|{:.2}]'.format('ab', 'ab', 'ab', 'abc') }}{{ '[{:05d}|{:+d}|{:,}|{:#x}|{:08b}|{:c}]'.format(-42, 42, 1234567, 255, 5, 65) }}{{ '[{:.2f}|{:8.3f}|{:e}|{:g}|{:.1%}|{:,.2f}|{}|{:.3}|{:>5}]'.format(3.14159, 3.14159, 12345.678, 1e-7, 0.1234, 1234567.891, 1.5, 2.0, true) }}",
      "[ab    |  ab  |**ab***|ab][-0042|+42|1,234,567|0xff|00000101|A][3.14|   3.142|1.234568e+04|1e-07|12.3%|1,234,567.89|1.5|2.0|    1]"},
@@ -559,6 +562,11 @@ START_TEST(test_integer_overflow) {
     ck_assert_ptr_nonnull(strstr(err.msg, "beyond 64 bits"));
     ck_assert_int_lt(render("{{ 3 ** 64 }}", NULL, NULL, &out, NULL, &err), 0);
     ck_assert_int_lt(render("{{ 99999999999999999999 }}", NULL, NULL, &out, NULL, &err), 0);
+    // Python's int is unbounded: a conversion past 64 bits is refused, not turned into the default
+    ck_assert_int_lt(render("{{ 1e300 | int }}", NULL, NULL, &out, NULL, &err), 0);
+    ck_assert_ptr_nonnull(strstr(err.msg, "beyond 64 bits"));
+    ck_assert_int_lt(render("{{ '99999999999999999999' | int }}", NULL, NULL, &out, NULL, &err), 0);
+    ck_assert_ptr_nonnull(strstr(err.msg, "beyond 64 bits"));
 }
 END_TEST
 

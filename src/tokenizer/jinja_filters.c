@@ -1,10 +1,13 @@
 // jinja2 3.1's filters as chat templates use them (jinja2/filters.py), with transformers'
 // tojson (json.dumps, ensure_ascii=False). There is no autoescape: safe is the identity and
 // escape returns plain text.
+#include <ctype.h>
 #include <math.h>
 #include <stdio.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <utf8proc.h>
 #include "tokenizer/jinja_lib.h"
 
@@ -227,7 +230,7 @@ static int f_string(JRender *r, JValue x, const JArgs *a, JValue *out) {
 
 // int(text, base) as Python parses it: surrounding whitespace, one sign, underscores between
 // digits, a 0x/0o/0b prefix matching the base (or any with base 0).
-static bool parse_int(const JStr *s, int base, int64_t *out) {
+static int parse_int(const JStr *s, int base, int64_t *out) {
     const char *p = s->p, *e = s->p + s->len;
     while (p < e && (*p == ' ' || (*p >= 9 && *p <= 13))) p++;
     while (e > p && (e[-1] == ' ' || (e[-1] >= 9 && e[-1] <= 13))) e--;
@@ -243,39 +246,66 @@ static bool parse_int(const JStr *s, int base, int64_t *out) {
         }
     }
     if (base == 0) base = 10;
-    if (p >= e) return false;
+    if (p >= e) return 0;
     __int128 v = 0;
+    bool big = false;
     bool prev_us = true;
     for (; p < e; p++) {
         if (*p == '_') {
-            if (prev_us) return false;
+            if (prev_us) return 0;
             prev_us = true;
             continue;
         }
         int d = *p >= '0' && *p <= '9' ? *p - '0' : (*p | 0x20) >= 'a' && (*p | 0x20) <= 'z' ? (*p | 0x20) - 'a' + 10 : 99;
-        if (d >= base) return false;
-        v = v * base + d;
-        if (v > (__int128)INT64_MAX + 1) return false;  // beyond int64: refused rather than wrapped
+        if (d >= base) return 0;
+        if (!big) v = v * base + d;
+        if (v > (__int128)INT64_MAX + 1) big = true;  // beyond int64: refused rather than wrapped
         prev_us = false;
     }
-    if (prev_us) return false;
-    if (!neg && v > INT64_MAX) return false;
+    if (prev_us) return 0;
+    if (big || (!neg && v > INT64_MAX)) return -1;
     *out = neg ? (int64_t)-v : (int64_t)v;
+    return 1;
+}
+
+// float(text) as Python reads it: the stripped text, all of it, a decimal number (an underscore
+// only between two digits: "1_000.5") or inf, infinity, nan in any case; no hex.
+static bool parse_float(const JStr *s, double *out) {
+    const char *p = s->p, *e = s->p + s->len;
+    while (p < e && (*p == ' ' || (*p >= 9 && *p <= 13))) p++;
+    while (e > p && (e[-1] == ' ' || (e[-1] >= 9 && e[-1] <= 13))) e--;
+    char buf[400];
+    size_t n = 0;
+    if (p == e || e - p >= (ptrdiff_t)sizeof buf) return false;
+    for (const char *q = p; q < e; q++) {
+        if (*q == '_') {
+            if (q == p || q + 1 == e || !isdigit((unsigned char)q[-1]) || !isdigit((unsigned char)q[1])) return false;
+            continue;
+        }
+        if (!isalnum((unsigned char)*q) && !strchr("+-.", *q)) return false;
+        buf[n++] = *q;
+    }
+    buf[n] = 0;
+    const char *d = buf + (buf[0] == '+' || buf[0] == '-');
+    bool word = isalpha((unsigned char)d[0]);
+    if (word && strcasecmp(d, "inf") && strcasecmp(d, "infinity") && strcasecmp(d, "nan")) return false;
+    if (!word && strpbrk(d, "xXpP")) return false;  // strtod would read hex
+    char *end;
+    double f = strtod(buf, &end);
+    if (end == buf || *end) return false;
+    *out = f;
     return true;
 }
 
-// float(text): strtod on the stripped text, all of it (Python also takes "inf", "nan", "1_0").
-static bool parse_float(const JStr *s, double *out) {
-    char *end;
-    const char *p = s->p;
-    while (*p == ' ' || (*p >= 9 && *p <= 13)) p++;
-    if (!*p || (p[0] == '0' && (p[1] | 0x20) == 'x')) return false;
-    double f = strtod(p, &end);
-    if (end == p) return false;
-    while (*end == ' ' || (*end >= 9 && *end <= 13)) end++;
-    if (*end) return false;
-    *out = f;
-    return true;
+// int(f) for a finite float within 64 bits. jinja2's do_int gives the default for nan (ValueError)
+// and, for a string, for inf (its int(float(s)) fallback catches OverflowError); int() of an inf
+// float raises. Bigger numbers fail: Python's int is unbounded, refused rather than wrapped.
+static int float_to_int(JRender *r, double f, bool from_str, JValue def, JValue *out) {
+    if (isnan(f) || (isinf(f) && from_str)) return *out = def, 0;
+    if (isinf(f)) return jr_fail(r, "cannot convert float infinity to integer");
+    if (fabs(f) >= 9.2e18) return jr_fail(r, "int: %g is beyond 64 bits", f);
+    *out = jv_int((int64_t)f);
+    return 0;
 }
 
 static int f_int(JRender *r, JValue x, const JArgs *a, JValue *out) {
@@ -287,16 +317,15 @@ static int f_int(JRender *r, JValue x, const JArgs *a, JValue *out) {
     switch (x.kind) {
     case JV_INT: *out = x; return 0;
     case JV_BOOL: *out = jv_int(x.u.b); return 0;
-    case JV_FLOAT:
-        if (isfinite(x.u.f) && fabs(x.u.f) < 9.2e18) { *out = jv_int((int64_t)x.u.f); return 0; }
-        *out = def;
-        return 0;
+    case JV_FLOAT: return float_to_int(r, x.u.f, false, def, out);
     case JV_STR: {
         int64_t i;
         double f;
-        if (base >= 0 && base <= 36 && base != 1 && parse_int(x.u.s, (int)base, &i)) *out = jv_int(i);
-        else if (parse_float(x.u.s, &f) && isfinite(f) && fabs(f) < 9.2e18) *out = jv_int((int64_t)f);
-        else *out = def;
+        int rc = base >= 0 && base <= 36 && base != 1 ? parse_int(x.u.s, (int)base, &i) : 0;
+        if (rc < 0) return jr_fail(r, "int: '%.40s' is beyond 64 bits", x.u.s->p);
+        if (rc > 0) return *out = jv_int(i), 0;
+        if (parse_float(x.u.s, &f)) return float_to_int(r, f, true, def, out);
+        *out = def;
         return 0;
     }
     default: *out = def; return 0;

@@ -21,7 +21,7 @@ REFUSED = {
     "{{ 10 ** -2 }}{{ 0 ** 0 }}{{ (-8) ** (1/3) }}",
     "{{ 'a b' | urlencode }}", "{{ 'hello' | striptags }}", "{{ 'ab' | wordwrap(1) }}", "{{ x | random in x }}",
     "{{ 1 | filesizeformat }}", "{{ users | groupby('ok') | map(attribute='grouper') | list }}",
-    "{{ lipsum(1) | length > 0 }}", "{% set café = 1 %}{{ café }}",
+    "{{ lipsum(1) | length > 0 }}", "{{ 1e300 | int }}", "{{ '1e300' | int }}", "{{ '99999999999999999999' | int }}", "{% set café = 1 %}{{ café }}",
     "{{ '{0.real}'.format(1) }}", "{{ '{0[0]}'.format(x) }}", "{{ '{:{w}}'.format(1, w=5) }}",
 }
 
@@ -187,6 +187,8 @@ CASES = [
         "{% set messages = messages[1:] %}{{ messages | length }}", "{% set tools = none %}{{ tools }}",
         "{% set loop = 1 %}{{ loop }}", "{% for loop in x %}{% endfor %}",
         "{{ namespace is callable }}", "{{ namespace(a=1).a }}", "{{ dict(a=1, b=2) }}{{ dict([('a', 1)]) }}{{ dict() }}",
+        "{% for i in x %}{% set i = 5 %}{{ i }}{% endfor %}|{% for i in x %}{% if loop.first %}{% set f = i %}{% endif %}{{ f }}{% endfor %}",
+        "{% for i in x %}{% set ns = namespace(c=i) %}{% set ns.c = ns.c * 10 %}{{ ns.c }}{% endfor %}",
         "{% macro a() %}{{ b() }}{% endmacro %}{% macro b() %}B{% endmacro %}{{ a() }}",
         "{% set t %}{% set q = 1 %}{{ q }}{% endset %}[{{ q }}]{{ t }}", "{% filter upper %}{% set q = 'z' %}{{ q }}{% endfilter %}[{{ q }}]",
         "{% macro m(ns) %}{% set ns.v = ns.v + 1 %}{% endmacro %}{% set ns = namespace(v=1) %}{{ m(ns) }}{{ m(ns) }}{{ ns.v }}",
@@ -437,6 +439,8 @@ CASES = [
         "{{ bos_token }}{{ eos_token }}{{ add_generation_prompt }}",
     ]),
     ("jinja2's test suite: filters (tests/test_filters.py)", [
+        "{{ 'nan' | float }}|{{ 'inf' | float }}|{{ '-inf' | float }}|{{ 'infinity' | float }}|{{ '1_000.5' | float }}|{{ ' 2 ' | float }}|{{ '0x10' | float }}|{{ true | abs }}|{{ 'a' * true }}|{{ -0.5 | round }}|{{ 0.5 | round }}|{{ 1.5 | round }}",
+        "{{ (1e308 * 10) | int }}", "{{ 'nan' | float | int }}|{{ 'nan' | int(7) }}", "{{ 'inf' | int }}", "{{ 1e300 | int }}", "{{ '1e300' | int }}", "{{ '99999999999999999999' | int }}",
         "{{ '42' | int }}|{{ '0x4d32' | int(0, 16) }}|{{ '011' | int(0, 8) }}|{{ '0x33Z' | int(0, 16) }}|{{ '3.53' | int }}|{{ '1e3' | int }}|{{ '1e3' | float }}|{{ 'abc' | int(-1) }}|{{ '0b11' | int(base=0) }}|{{ '-42' | int }}|{{ ' 12 ' | int }}",
         "{{ 'foo bar' | title }}|{{ \"foo's bar\" | title }}|{{ 'foo   bar' | title }}|{{ 'f bar f' | title }}|{{ 'foo-bar' | title }}|{{ 'foo\\tbar' | title }}|{{ 'FOO\\tBAR' | title }}|{{ 'foo (bar)' | title }}|{{ 'foo {bar}' | title }}|{{ 'foo [bar]' | title }}|{{ 'foo <bar>' | title }}",
         "{{ 'foo bar' | capitalize }}|{{ 'FOO BAR' | capitalize }}|{{ '' | capitalize }}|{{ 'éa' | upper }}",
