@@ -309,6 +309,7 @@ CASES = [
         "{{ '%s-%d' | format('a', 3) }}", "{{ 'hello' | striptags }}", "{{ 'ab' | wordwrap(1) }}", "{{ s | string }}{{ 1 | string }}{{ none | string }}{{ [1, 'a'] | string }}",
         "{{ 1 | upper }}{{ none | lower }}{{ [1] | upper }}", "{{ 1 | trim }}", "{{ none | replace('o', '0') }}",
         "{{ 'abc' | join('-') }}{{ x | join(', ') }}{{ [1, 'a', none] | join }}{{ users | join('|', attribute='name') }}",
+        "{{ 'ß'.title() }}|{{ 'ßa' | capitalize }}|{{ 'ǆungla' | title }}|{{ 'élan vital' | title }}|{{ 'ΣΑΣ' | lower }}|{{ 'ΣΑΣ a'.lower() }}|{{ 'ﬁre' | title }}|{{ 'ŉ' | upper }}|{{ ' 　x ' | trim }}|{{ ' x'.strip() }}|{{ 'a b'.splitlines() }}|{{ 'ab'.split() }}",
         "{{ x | join(1) }}", "{{ [[1], [2]] | join(',') }}", "{{ 'ß' | upper }}{{ 'İ' | lower | length }}{{ 'ǅ' | lower }}{{ 'ﬁ' | upper }}",
     ]),
     ("filters: lists and dicts", [
