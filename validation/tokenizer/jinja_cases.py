@@ -234,6 +234,9 @@ CASES = [
         "{%- for m in messages -%}\n  <{{ m.role }}>\n{%- endfor -%}\n",
         "\t{% if true %}\tx{% endif %}", "  {# comment #}\nx", "a {% if true -%}\n\n  b{%- endif %} c",
         "{% macro m() -%}\n  x\n{%- endmacro %}[{{ m() }}]", "{% set a -%}\n  v  \n{%- endset %}[{{ a }}]",
+        "{% if true %}\n\nx{% endif %}\n\ny", "{% if true %}\r\nx{% endif %}\r\ny", "a {% if true %}\nb{% endif %}", "  \t{% if true %}x{% endif %}\n  {{ 'v' }}  {% if true %}y{% endif %}",
+        "{% raw %}\n  a\n{% endraw %}\nb", "{# c #}\n{{ 'x' }}\n{#- c #} y", "  {% set a = 1 %}\n  {{ a }}\n  {%- set b = 2 %}\n{{ b }}",
+        "x  {%+ if true %}y{% endif %}", "{% for i in x %}\n  {%- if loop.first %}F{% endif %}\n{{ i }}{% endfor %}",
     ]),
     ("expressions and operators", [
         "{{ 7 // 2 }} {{ -7 // 2 }} {{ 7 % -3 }} {{ -7 % 3 }} {{ 2 ** 10 }} {{ 2 ** -1 }} {{ 1 / 2 }} {{ 4 / 2 }}",
