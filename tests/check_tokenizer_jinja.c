@@ -124,6 +124,8 @@ static const Case CORE[] = {
     // printf-style formatting (str % args) and the format filter
     {"{{ '%d items' % 3 }}|{{ '%.2f' % 1.5 }}|{{ '%s and %s' % ('a', 'b') }}|{{ '%5s|%-5s|' % ('ab', 'cd') }}{{ '%03d %x %o %+d %%' % (7, 255, 8, 4) }}|{{ '%(a)s-%(b)r' % d }}|{{ '%e %g %i' % (12345.678, 0.00001, 3.9) }}|{{ '%s' % nope }}|{{ '%s' % [1] }}|{{ '%-6.2f|' % -1.5 }}{{ '%#x %5.1s|' % (255, 'xyz') }}",
      "3 items|1.50|a and b|   ab|cd   |007 ff 10 +4 %|1-'s'|1.234568e+04 1e-05 3||[1]|-1.50 |0xff     x|"},
+    {"{{ ('%.150d' % 2) | length }}{{ ('%.150d' % 2)[-3:] }}",
+     "150002"},
     {"{{ '%s-%d' | format('a', 3) }}|{{ '%(k)s' | format(k='v') }}|{{ 'ab' | center(6) }}|{{ x | batch(2) | list }}{{ x | batch(2, 0) | list }}{{ x | slice(2) | list }}{{ x | slice(2, 'f') | list }}|{{ d | attr('a') }}|{{ d | attr('items') is callable }}",
      "a-3|v|  ab  |[[1, 2], [3]][[1, 2], [3, 0]][[1, 2], [3]][[1, 2], [3, 'f']]||True"},
     {"{{ 'ab'.center(7, '*') }}{{ 'ab'.ljust(4, '.') }}{{ 'ab'.rjust(4) }}{{ '7'.zfill(3) }}{{ '-7'.zfill(4) }}{{ 'a=b=c'.partition('=') }}{{ 'a=b=c'.rpartition('=') }}{{ 'abc'.partition('z') }}{{ 'abc'.rpartition('z') }}{{ 'abc'.removeprefix('a') }}{{ 'abc'.removesuffix('c') }}{{ x.copy() }}",

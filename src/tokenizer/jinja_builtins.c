@@ -404,7 +404,8 @@ static int g_cycler(JRender *r, const JValue *self, const JArgs *a, JValue *out)
     for (int i = 0; i < a->n; i++)
         if (jlist_push(r, items, a->pos[i]) < 0) return -1;
     JValue state = {.kind = JV_DICT, .u.d = d};
-    if (state_set(r, state, "items", (JValue){.kind = JV_TUPLE, .u.l = items}) < 0 || state_set(r, state, "pos", jv_int(0)) < 0)
+    if (state_set(r, state, "items", (JValue){.kind = JV_TUPLE, .u.l = items}) < 0 ||
+        state_set(r, state, "pos", jv_int(0)) < 0)
         return -1;
     JFunc *f = jfunc_builtin(r, "Cycler", cycler_obj, state);
     if (!f) return -1;
@@ -449,7 +450,8 @@ static int g_fromkeys(JRender *r, const JValue *self, const JArgs *a, JValue *ou
     if (jl_iter_list(r, v[0], &keys) < 0 || !(d = jdict_new(r, keys->n))) return -1;
     for (size_t i = 0; i < keys->n; i++) {
         JValue k = keys->v[i];
-        if (k.kind == JV_LIST || k.kind == JV_DICT || k.kind == JV_NAMESPACE) return jr_fail(r, "unhashable type: '%s'", jv_type_name(k));
+        if (k.kind == JV_LIST || k.kind == JV_DICT || k.kind == JV_NAMESPACE)
+            return jr_fail(r, "unhashable type: '%s'", jv_type_name(k));
         if (jdict_set(r, d, k, (given & 2) ? v[1] : jv_none()) < 0) return -1;
     }
     *out = (JValue){.kind = JV_DICT, .u.d = d};

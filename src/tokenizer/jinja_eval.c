@@ -51,7 +51,8 @@ static int macro_attr(JRender *r, const JFunc *f, const char *name, JValue *out)
         if (!l) return -1;
         for (int i = 0; i < m->def->nparams; i++) {
             JValue p;
-            if (jv_str_new(r, m->def->params[i], strlen(m->def->params[i]), &p) < 0 || jlist_push(r, l, p) < 0) return -1;
+            const char *pn = m->def->params[i];
+            if (jv_str_new(r, pn, strlen(pn), &p) < 0 || jlist_push(r, l, p) < 0) return -1;
         }
         *out = (JValue){.kind = JV_TUPLE, .u.l = l};
     }
@@ -166,7 +167,8 @@ static int call_value(Eval *E, JValue fn, const JArgs *a, JValue *out) {
     JRender *r = E->r;
     if (fn.kind == JV_UNDEFINED) return jr_fail_undefined(r, fn);
     if (fn.kind == JV_DICT && fn.u.d->recurse) return loop_recurse(E, fn.u.d, a, out);
-    if (fn.kind == JV_DICT && fn.u.d->loop) return jr_fail(r, "The loop must have the 'recursive' marker to be called recursively.");
+    if (fn.kind == JV_DICT && fn.u.d->loop)
+        return jr_fail(r, "The loop must have the 'recursive' marker to be called recursively.");
     if (fn.kind != JV_FUNC) return jr_fail(r, "'%s' object is not callable", jv_type_name(fn));
     if (jr_step(r) < 0) return -1;
     JFunc *f = fn.u.fn;
@@ -726,7 +728,10 @@ static int assign_targets(Eval *E, const Node *nd, Scope *s, JValue v) {
     return 0;
 }
 
-enum { L_INDEX, L_INDEX0, L_REVINDEX, L_REVINDEX0, L_FIRST, L_LAST, L_LENGTH, L_DEPTH, L_DEPTH0, L_PREVITEM, L_NEXTITEM, L_CYCLE, L_CHANGED, L_N };
+enum {
+    L_INDEX, L_INDEX0, L_REVINDEX, L_REVINDEX0, L_FIRST, L_LAST, L_LENGTH, L_DEPTH, L_DEPTH0, L_PREVITEM, L_NEXTITEM,
+    L_CYCLE, L_CHANGED, L_N
+};
 static const char *const LOOP_KEYS[L_N] = {"index", "index0", "revindex", "revindex0", "first", "last",
                                              "length", "depth", "depth0", "previtem", "nextitem", "cycle", "changed"};
 

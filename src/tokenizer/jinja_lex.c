@@ -241,9 +241,9 @@ static int lex_tag(Lex *L, size_t *pos, bool block, bool *line_starting) {
                 if (d >= n || !isxdigit((unsigned char)s[d])) break;
                 int dv = isdigit((unsigned char)s[d]) ? s[d] - '0' : (s[d] | 0x20) - 'a' + 10;
                 if (dv >= base) break;
-                if (v > (uint64_t)INT64_MAX / (uint64_t)base) return lex_fail(L, i, "integer literal is larger than 64 bits", NULL);
+                if (v > (uint64_t)INT64_MAX / (uint64_t)base || v * (uint64_t)base + (uint64_t)dv > (uint64_t)INT64_MAX)
+                    return lex_fail(L, i, "integer literal is larger than 64 bits", NULL);
                 v = v * (uint64_t)base + (uint64_t)dv;
-                if (v > (uint64_t)INT64_MAX) return lex_fail(L, i, "integer literal is larger than 64 bits", NULL);
                 any = true;
                 j = d + 1;
             }

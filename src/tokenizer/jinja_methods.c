@@ -594,7 +594,8 @@ static int m_format(JRender *r, const JValue *self, const JArgs *a, JValue *out)
             return jr_fail(r, "str.format: nested fields in a format spec are not supported");
         size_t ne = fe_name;
         if (memchr(s->p + fb, '.', ne - fb) || memchr(s->p + fb, '[', ne - fb))
-            return jr_fail(r, "str.format: attribute and index fields ('%.*s') are not supported", (int)(ne - fb), s->p + fb);
+            return jr_fail(r, "str.format: attribute and index fields ('%.*s') are not supported", (int)(ne - fb),
+                           s->p + fb);
         if (bang) {
             ne = (size_t)(bang - s->p);
             if (fe_name - ne != 2 || (bang[1] != 's' && bang[1] != 'r'))
@@ -707,9 +708,15 @@ static int dict_view(JRender *r, const JValue *self, const JArgs *a, int which, 
     *out = jl_list_value(l);
     return 0;
 }
-static int m_keys(JRender *r, const JValue *self, const JArgs *a, JValue *out) { return dict_view(r, self, a, 0, out); }
-static int m_values(JRender *r, const JValue *self, const JArgs *a, JValue *out) { return dict_view(r, self, a, 1, out); }
-static int m_items(JRender *r, const JValue *self, const JArgs *a, JValue *out) { return dict_view(r, self, a, 2, out); }
+static int m_keys(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
+    return dict_view(r, self, a, 0, out);
+}
+static int m_values(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
+    return dict_view(r, self, a, 1, out);
+}
+static int m_items(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
+    return dict_view(r, self, a, 2, out);
+}
 
 // ---- padding, partition, prefixes (CPython's unicodeobject.c)
 
@@ -752,9 +759,15 @@ static int pad_impl(JRender *r, const char *fn, char kind, const JValue *self, c
         return -1;
     return jl_str_from(r, &b, out);
 }
-static int m_center(JRender *r, const JValue *self, const JArgs *a, JValue *out) { return pad_impl(r, "center", 'c', self, a, out); }
-static int m_ljust(JRender *r, const JValue *self, const JArgs *a, JValue *out) { return pad_impl(r, "ljust", 'l', self, a, out); }
-static int m_rjust(JRender *r, const JValue *self, const JArgs *a, JValue *out) { return pad_impl(r, "rjust", 'r', self, a, out); }
+static int m_center(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
+    return pad_impl(r, "center", 'c', self, a, out);
+}
+static int m_ljust(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
+    return pad_impl(r, "ljust", 'l', self, a, out);
+}
+static int m_rjust(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
+    return pad_impl(r, "rjust", 'r', self, a, out);
+}
 
 static int m_zfill(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
     int64_t width;
@@ -800,17 +813,25 @@ static int part_impl(JRender *r, const char *fn, bool from_end, const JValue *se
     if (found < 0) return -1;
     JList *l = jlist_new(r, 3);
     if (!l) return -1;
-    size_t cut[3][2];
-    if (found) cut[0][0] = 0, cut[0][1] = at, cut[1][0] = at, cut[1][1] = sep->len, cut[2][0] = at + sep->len, cut[2][1] = s->len - at - sep->len;
-    else if (from_end) cut[0][0] = cut[0][1] = cut[1][0] = cut[1][1] = 0, cut[2][0] = 0, cut[2][1] = s->len;
-    else cut[0][0] = 0, cut[0][1] = s->len, cut[1][0] = cut[1][1] = cut[2][0] = cut[2][1] = 0;
+    size_t cut[3][2] = {{0, 0}, {0, 0}, {0, 0}};  // (offset, length) of head, separator, tail
+    if (found) {
+        cut[0][1] = at;
+        cut[1][0] = at, cut[1][1] = sep->len;
+        cut[2][0] = at + sep->len, cut[2][1] = s->len - at - sep->len;
+    } else {
+        cut[from_end ? 2 : 0][1] = s->len;  // not found: ('s', '', '') or ('', '', 's')
+    }
     for (int i = 0; i < 3; i++)
         if (push_str(r, l, s->p + cut[i][0], cut[i][1]) < 0) return -1;
     *out = (JValue){.kind = JV_TUPLE, .u.l = l};
     return 0;
 }
-static int m_partition(JRender *r, const JValue *self, const JArgs *a, JValue *out) { return part_impl(r, "partition", false, self, a, out); }
-static int m_rpartition(JRender *r, const JValue *self, const JArgs *a, JValue *out) { return part_impl(r, "rpartition", true, self, a, out); }
+static int m_partition(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
+    return part_impl(r, "partition", false, self, a, out);
+}
+static int m_rpartition(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
+    return part_impl(r, "rpartition", true, self, a, out);
+}
 
 static int fix_impl(JRender *r, const char *fn, bool suffix, const JValue *self, const JArgs *a, JValue *out) {
     const JStr *fix, *s = self_str(self);
@@ -820,8 +841,12 @@ static int fix_impl(JRender *r, const char *fn, bool suffix, const JValue *self,
         return *out = *self, 0;
     return jv_str_new(r, s->p + (suffix ? 0 : fix->len), s->len - fix->len, out);
 }
-static int m_removeprefix(JRender *r, const JValue *self, const JArgs *a, JValue *out) { return fix_impl(r, "removeprefix", false, self, a, out); }
-static int m_removesuffix(JRender *r, const JValue *self, const JArgs *a, JValue *out) { return fix_impl(r, "removesuffix", true, self, a, out); }
+static int m_removeprefix(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
+    return fix_impl(r, "removeprefix", false, self, a, out);
+}
+static int m_removesuffix(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
+    return fix_impl(r, "removesuffix", true, self, a, out);
+}
 
 static int m_swapcase(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
     if (jl_no_args(r, "swapcase", a) < 0) return -1;
@@ -1011,7 +1036,8 @@ int jl_method_get(JRender *r, JValue obj, const char *name, JValue *out, bool *f
     case JV_DICT: tables[0] = dict_methods; tables[1] = dict_unsafe; break;
     case JV_LIST:
         if (obj.u.l->view == JL_RANGE) tables[0] = seq_methods;
-        else if (!obj.u.l->gen && !obj.u.l->view) tables[0] = seq_methods, tables[1] = list_unsafe, tables[2] = list_methods;
+        else if (!obj.u.l->gen && !obj.u.l->view)
+            tables[0] = seq_methods, tables[1] = list_unsafe, tables[2] = list_methods;
         break;
     case JV_TUPLE: tables[0] = seq_methods; break;
     default: break;

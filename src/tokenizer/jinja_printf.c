@@ -31,7 +31,8 @@ static int put_padded(JRender *r, JBuf *out, const char *sign, const char *body,
     size_t slen = strlen(sign), nch = slen;
     for (size_t i = 0; i < blen; i++) nch += ((unsigned char)body[i] & 0xC0) != 0x80;
     int64_t pad = width > (int64_t)nch ? width - (int64_t)nch : 0;
-    if ((uint64_t)pad > r->lim->max_output) return jr_fail(r, "format width %lld is over the output limit", (long long)width);
+    if ((uint64_t)pad > r->lim->max_output)
+        return jr_fail(r, "format width %lld is over the output limit", (long long)width);
     if (!left && !zero)
         for (int64_t i = 0; i < pad; i++)
             if (jbuf_put(r, out, " ", 1) < 0) return -1;
@@ -52,7 +53,8 @@ static int conv_int(Printf *P, JValue v, char c, int64_t *i) {
     if (v.kind == JV_INT) *i = v.u.i;
     else if (v.kind == JV_BOOL) *i = v.u.b;
     else if (v.kind == JV_FLOAT && (c == 'd' || c == 'i' || c == 'u')) {
-        if (!isfinite(v.u.f)) return jr_fail(P->r, "cannot convert float %s to integer", isnan(v.u.f) ? "NaN" : "infinity");
+        if (!isfinite(v.u.f))
+            return jr_fail(P->r, "cannot convert float %s to integer", isnan(v.u.f) ? "NaN" : "infinity");
         if (fabs(v.u.f) >= 9.2e18) return jr_fail(P->r, "integer of %%%c is beyond 64 bits", c);
         *i = (int64_t)v.u.f;  // int(): truncation
     } else if (v.kind == JV_UNDEFINED) {
@@ -164,12 +166,14 @@ static int one_spec(Printf *P, const char *s, size_t n, size_t *k, JBuf *out) {
         char digits[80];
         int nd = snprintf(digits, sizeof digits, c == 'x' ? "%llx" : c == 'X' ? "%llX" : c == 'o' ? "%llo" : "%llu",
                           (unsigned long long)mag);
-        char body[200];
-        int zeros = prec > nd && prec < 100 ? (int)(prec - nd) : 0;
+        char body[600];
+        if (prec > 500) return jr_fail(r, "precision too big");
+        int zeros = prec > nd ? (int)(prec - nd) : 0;  // '%.5d' % 7 is 00007
         const char *pre = alt ? (c == 'x' ? "0x" : c == 'X' ? "0X" : c == 'o' ? "0o" : "") : "";
         char signpre[8];
         snprintf(signpre, sizeof signpre, "%s%s", neg ? "-" : plus ? "+" : space ? " " : "", pre);
-        int bl = snprintf(body, sizeof body, "%.*s%s", zeros, "0000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000", digits);
+        memset(body, '0', (size_t)zeros);
+        int bl = zeros + snprintf(body + zeros, sizeof body - (size_t)zeros, "%s", digits);
         return put_padded(r, out, signpre, body, (size_t)bl, width, left, zero && !left);
     }
     case 'e': case 'E': case 'f': case 'F': case 'g': case 'G': {
@@ -249,7 +253,8 @@ int jl_format_spec(JRender *r, JValue v, const char *sp, size_t n, JBuf *out) {
     if (i < n && sp[i] == '#') alt = true, i++;
     if (i < n && sp[i] == '0') zero = true, i++;
     for (; i < n && sp[i] >= '0' && sp[i] <= '9'; i++)
-        if ((width = (width < 0 ? 0 : width) * 10 + (sp[i] - '0')) > 100000000) return jr_fail(r, "Too many decimal digits in format string");
+        if ((width = (width < 0 ? 0 : width) * 10 + (sp[i] - '0')) > 100000000)
+            return jr_fail(r, "Too many decimal digits in format string");
     if (i < n && (sp[i] == ',' || sp[i] == '_')) group = sp[i++];
     if (i < n && sp[i] == '.') {
         i++;
@@ -321,13 +326,15 @@ int jl_format_spec(JRender *r, JValue v, const char *sp, size_t n, JBuf *out) {
             snprintf(fmt, sizeof fmt, "%%%s.%d%c", alt ? "#" : "", (int)(prec < 0 ? 6 : prec), t);
             nd = snprintf(d, sizeof d, fmt, a);
             // no type: 'g' whose fixed-point form keeps a digit after the point
-            if (!type && nd > 0 && isfinite(a) && !strpbrk(d, ".e") && nd + 2 < (int)sizeof d) d[nd++] = '.', d[nd++] = '0', d[nd] = 0;
+            if (!type && nd > 0 && isfinite(a) && !strpbrk(d, ".e") && nd + 2 < (int)sizeof d)
+                d[nd++] = '.', d[nd++] = '0', d[nd] = 0;
         }
         if (nd < 0 || nd >= (int)sizeof d) return jr_fail(r, "a formatted float is too long");
         char *dot = strpbrk(d, ".eE%");
         size_t intlen = dot ? (size_t)(dot - d) : (size_t)nd;
         if (!isfinite(a)) intlen = (size_t)nd, group = 0;
-        if (put_grouped(r, &body, d, intlen, group, 3) < 0 || jbuf_put(r, &body, d + intlen, (size_t)nd - intlen) < 0) return -1;
+        if (put_grouped(r, &body, d, intlen, group, 3) < 0 || jbuf_put(r, &body, d + intlen, (size_t)nd - intlen) < 0)
+            return -1;
     } else {
         return jr_fail(r, "unsupported format string passed to %s.__format__", jv_type_name(v));
     }
@@ -335,7 +342,8 @@ int jl_format_spec(JRender *r, JValue v, const char *sp, size_t n, JBuf *out) {
     size_t nch = strlen(sgn) + strlen(pre);
     for (size_t q = 0; q < body.len; q++) nch += ((unsigned char)body.p[q] & 0xC0) != 0x80;
     int64_t pad = width > (int64_t)nch ? width - (int64_t)nch : 0;
-    if ((uint64_t)pad > r->lim->max_output) return jr_fail(r, "format width %lld is over the output limit", (long long)width);
+    if ((uint64_t)pad > r->lim->max_output)
+        return jr_fail(r, "format width %lld is over the output limit", (long long)width);
     int64_t left = align == '<' ? 0 : align == '^' ? pad / 2 : pad, right = pad - left;
     size_t fl = strlen(fill);
     if (align != '=')

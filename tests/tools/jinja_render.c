@@ -32,7 +32,8 @@ static void run_case(json_t *c, int64_t now, int lineno) {
     json_t *tj = json_object_get(c, "template"), *vars = json_object_get(c, "vars");
     json_t *res = json_object();
     if (!json_is_string(tj) || !json_is_object(vars)) {
-        json_object_set_new(res, "error", json_sprintf("case line %d: needs a string 'template' and an object 'vars'", lineno));
+        json_object_set_new(res, "error",
+                            json_sprintf("case line %d: needs a string 'template' and an object 'vars'", lineno));
     } else {
         PailErr err = {0};
         JinjaTemplate *t;
