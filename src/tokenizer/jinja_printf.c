@@ -8,6 +8,7 @@
 // the same numbers through the same printf.
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include "tokenizer/jinja_lib.h"
 
@@ -151,8 +152,8 @@ static int one_spec(Printf *P, const char *s, size_t n, size_t *k, JBuf *out) {
         JBuf t = {0};
         if (v.kind == JV_STR && jv_str_nchars(v.u.s) == 1) {
             if (jbuf_put(r, &t, v.u.s->p, v.u.s->len) < 0) return -1;
-        } else if (v.kind == JV_INT && v.u.i >= 0 && v.u.i <= 0x10FFFF) {
-            if (jl_utf8_put(r, &t, (int32_t)v.u.i) < 0) return -1;
+        } else if ((v.kind == JV_INT && v.u.i >= 0 && v.u.i <= 0x10FFFF) || v.kind == JV_BOOL) {
+            if (jl_utf8_put(r, &t, v.kind == JV_BOOL ? v.u.b : (int32_t)v.u.i) < 0) return -1;
         } else {
             return jr_fail(r, "%%c requires an int or a unicode character, not %s", type_of(v));
         }
@@ -235,13 +236,14 @@ int jl_format_spec(JRender *r, JValue v, const char *sp, size_t n, JBuf *out) {
     if (n == 0) return jv_to_str(r, v, out);  // format(x, '') is str(x)
     size_t i = 0;
     char fill[5] = " ", align = 0, sign = 0, type = 0, group = 0;
-    bool alt = false, zero = false;
+    bool alt = false, zero = false, fill_given = false, align_given;
     int64_t width = -1, prec = -1;
     // [[fill]align]: fill is one code point
     int32_t cp;
     size_t k = jl_utf8_next(sp, n, &cp);
     if (k < n && strchr("<>=^", sp[k])) {
         memcpy(fill, sp, k), fill[k] = 0;
+        fill_given = true;
         align = sp[k];
         i = k + 1;
     } else if (strchr("<>=^", sp[0])) {
@@ -264,7 +266,18 @@ int jl_format_spec(JRender *r, JValue v, const char *sp, size_t n, JBuf *out) {
     }
     if (i < n) type = sp[i++];
     if (i < n) return jr_fail(r, "Invalid format specifier '%.*s'", (int)n, sp);
-    if (zero && !align) align = '=', fill[0] = '0', fill[1] = 0;
+    align_given = align != 0;
+    bool is_num = v.kind == JV_INT || v.kind == JV_BOOL || v.kind == JV_FLOAT;
+    // CPython: '0' makes the fill '0' unless one is given, and the alignment '=' for numbers unless given
+    if (zero && !fill_given) fill[0] = '0', fill[1] = 0;
+    if (zero && !align_given && is_num && type != 's') align = '=';
+    if (group && (type == 'n' || type == 'c' || type == 's' || (group == ',' && type && strchr("boxX", type)) ||
+                  (!type && v.kind == JV_STR)))
+        return jr_fail(r, "Cannot specify '%c' with '%c'.", group, type ? type : 's');
+    if (type == 'c' && sign) return jr_fail(r, "Sign not allowed with integer format specifier 'c'");
+    if (type == 'c' && alt) return jr_fail(r, "Alternate form (#) not allowed with integer format specifier 'c'");
+    if (alt && !type && v.kind == JV_FLOAT)  // repr() in alternate form ('1.e+16'): not done here
+        return jr_fail(r, "format: '#' without a type for a float is not supported");
     JBuf body = {0};
     const char *sgn = "";
     char pre[3] = "";
@@ -275,6 +288,7 @@ int jl_format_spec(JRender *r, JValue v, const char *sp, size_t n, JBuf *out) {
             return jr_fail(r, "unsupported format string passed to %s.__format__", jv_type_name(v));
         if (type && type != 's') return jr_fail(r, "Unknown format code '%c' for object of type 'str'", type);
         if (sign) return jr_fail(r, "Sign not allowed in string format specifier");
+        if (alt) return jr_fail(r, "Alternate form (#) not allowed in string format specifier");
         if (align == '=') return jr_fail(r, "'=' alignment not allowed in string format specifier");
         if (jv_to_str(r, v, &body) < 0) return -1;
         if (prec >= 0) {  // at most prec code points
@@ -308,6 +322,7 @@ int jl_format_spec(JRender *r, JValue v, const char *sp, size_t n, JBuf *out) {
     } else if (v.kind == JV_FLOAT || v.kind == JV_INT || v.kind == JV_BOOL) {
         numeric = true;
         double f = v.kind == JV_FLOAT ? v.u.f : v.kind == JV_INT ? (double)v.u.i : v.u.b;
+        if (type == 'n') type = 'g';  // the locale's 'g': the C locale's
         if (type && !strchr("eEfFgG%", type)) return jr_fail(r, "Unknown format code '%c' for object of type 'float'", type);
         sgn = signbit(f) && !isnan(f) ? "-" : sign == '+' ? "+" : sign == ' ' ? " " : "";
         double a = fabs(f);
@@ -321,13 +336,35 @@ int jl_format_spec(JRender *r, JValue v, const char *sp, size_t n, JBuf *out) {
             snprintf(fmt, sizeof fmt, "%%%s.%df", alt ? "#" : "", (int)(prec < 0 ? 6 : prec));
             nd = snprintf(d, sizeof d - 1, fmt, a * 100);
             if (nd > 0 && nd < (int)sizeof d - 1) d[nd++] = '%', d[nd] = 0;
+        } else if (!type) {  // precision, no type: 'g', but scientific from exponent p - 1 on and a
+                             // digit after the point in fixed notation (format(100.0, '.3') is 1e+02)
+            int p = prec == 0 ? 1 : (int)prec, ex = 0;
+            if (isfinite(a) && a != 0) {
+                char e[40];
+                snprintf(e, sizeof e, "%.*e", p - 1, a);
+                ex = atoi(strchr(e, 'e') + 1);
+            }
+            if (!isfinite(a)) {
+                nd = snprintf(d, sizeof d, "%s", isnan(a) ? "nan" : "inf");
+            } else if (ex < -4 || ex >= p - 1) {
+                nd = snprintf(d, sizeof d, "%.*e", p - 1, a);
+                char *e = strchr(d, 'e'), *z = e;  // trailing zeros of the mantissa go, as in 'g'
+                while (z > d && z[-1] == '0') z--;
+                if (z > d && z[-1] == '.') z--;
+                memmove(z, e, strlen(e) + 1);
+                nd = (int)strlen(d);
+            } else {
+                nd = snprintf(d, sizeof d, "%.*f", p - 1 - ex, a);
+                if (strchr(d, '.')) {
+                    while (nd > 0 && d[nd - 1] == '0') d[--nd] = 0;
+                    if (d[nd - 1] == '.') d[nd++] = '0', d[nd] = 0;
+                } else if (nd + 2 < (int)sizeof d) {
+                    d[nd++] = '.', d[nd++] = '0', d[nd] = 0;
+                }
+            }
         } else {
-            char t = type ? type : 'g';
-            snprintf(fmt, sizeof fmt, "%%%s.%d%c", alt ? "#" : "", (int)(prec < 0 ? 6 : prec), t);
+            snprintf(fmt, sizeof fmt, "%%%s.%d%c", alt ? "#" : "", (int)(prec < 0 ? 6 : prec), type);
             nd = snprintf(d, sizeof d, fmt, a);
-            // no type: 'g' whose fixed-point form keeps a digit after the point
-            if (!type && nd > 0 && isfinite(a) && !strpbrk(d, ".e") && nd + 2 < (int)sizeof d)
-                d[nd++] = '.', d[nd++] = '0', d[nd] = 0;
         }
         if (nd < 0 || nd >= (int)sizeof d) return jr_fail(r, "a formatted float is too long");
         char *dot = strpbrk(d, ".eE%");
@@ -344,6 +381,8 @@ int jl_format_spec(JRender *r, JValue v, const char *sp, size_t n, JBuf *out) {
     int64_t pad = width > (int64_t)nch ? width - (int64_t)nch : 0;
     if ((uint64_t)pad > r->lim->max_output)
         return jr_fail(r, "format width %lld is over the output limit", (long long)width);
+    if (pad && group && fill[0] == '0' && !fill[1] && align == '=')  // CPython groups the zero padding too
+        return jr_fail(r, "format: zero padding with a thousands separator is not supported");  // ('0,000,123')
     int64_t left = align == '<' ? 0 : align == '^' ? pad / 2 : pad, right = pad - left;
     size_t fl = strlen(fill);
     if (align != '=')
