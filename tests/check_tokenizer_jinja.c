@@ -90,6 +90,9 @@ static const Case CORE[] = {
      "TrueTrueTrueFalseTrue"},
     {"{{ x | select('lessthan', 2) | list }}{{ x | select('greaterthan', 1) | list }}{{ 'a' is escaped }}{{ 'upper' is filter }}{{ 'from_json' is filter }}{{ 'odd' is test }}{{ 1 is test }}",
      "[1][2, 3]FalseTrueFalseTrueFalse"},
+    // split/rsplit on whitespace with a maximum: the rest keeps its whitespace at the far end
+    {"{{ 'a b  '.split(none, 1) }}{{ '  a b  '.split(none, 0) }}{{ '  a b  '.rsplit(none, 0) }}{{ ' a  b c '.rsplit(none, 1) }}",
+     "['a', 'b  ']['a b  ']['  a b'][' a  b', 'c']"},
     // float() and int() of text as Python reads it, jinja2's int falling back to int(float(text))
     {"{{ '1_000.5' | float }}|{{ 'inf' | int }}|{{ 'nan' | int(7) }}|{{ '-0x10' | float }}|{{ '1e3' | int }}",
      "1000.5|0|7|0.0|1000"},

@@ -232,15 +232,8 @@ static int m_split(JRender *r, const JValue *self, const JArgs *a, JValue *out) 
             size_t k;
             while (i < s->len && jl_is_space((k = jl_utf8_next(s->p + i, s->len - i, &c), c))) i += k;
             if (i >= s->len) break;
-            if (max == 0) {  // the rest, trailing whitespace stripped
-                size_t e = s->len;
-                while (e > i) {
-                    size_t p = prev_cp(s->p, e);
-                    jl_utf8_next(s->p + p, e - p, &c);
-                    if (!jl_is_space(c)) break;
-                    e = p;
-                }
-                if (push_str(r, l, s->p + i, e - i) < 0) return -1;
+            if (max == 0) {  // the rest as it is, trailing whitespace kept (CPython: 'a b  '.split(None, 1))
+                if (push_str(r, l, s->p + i, s->len - i) < 0) return -1;
                 break;
             }
             size_t b = i;
@@ -296,10 +289,8 @@ static int m_rsplit(JRender *r, const JValue *self, const JArgs *a, JValue *out)
                 e = p;
             }
             if (e == 0) break;
-            if (max == 0) {
-                size_t b = 0, k;
-                while (b < e && jl_is_space((k = jl_utf8_next(s->p + b, e - b, &c), c))) b += k;
-                if (push_str(r, l, s->p + b, e - b) < 0) return -1;
+            if (max == 0) {  // the rest as it is, leading whitespace kept (CPython: '  1'.rsplit(None, 0))
+                if (push_str(r, l, s->p, e) < 0) return -1;
                 break;
             }
             size_t b = e;

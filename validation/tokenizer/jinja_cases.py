@@ -420,6 +420,7 @@ CASES = [
         "{{ 'xxaxx'.strip('x') }}{{ 'a,b'.split(',') }}{{ 'a b  c'.split() }}{{ 'a b c'.split(' ', 1) }}{{ 'a,b,c'.rsplit(',', 1) }}{{ ''.split(',') }}{{ ''.split() }}",
         "{{ 'a\\nb\\r\\nc'.splitlines() }}{{ 'a\\nb\\n'.splitlines(true) }}{{ 'ab'.startswith('a') }}{{ 'ab'.endswith(('x', 'b')) }}{{ 'ab'.startswith('b', 1) }}",
         "{{ 'abcb'.find('b') }}{{ 'abcb'.rfind('b') }}{{ 'abc'.find('z') }}{{ 'abcb'.index('c') }}{{ 'abcb'.count('b') }}{{ 'aaa'.replace('a', 'b', 1) }}",
+        "{{ 'a b  '.split(none, 1) }}{{ '  a b  '.split(none, 0) }}{{ '  a b  '.rsplit(none, 0) }}{{ ' a  b c '.rsplit(none, 1) }}{{ '\ta\n'.split(none, 5) }}",
         "{{ 'abc'.index('z') }}", "{{ ','.join(['a', 'b']) }}{{ ''.join(x | map('string')) }}{{ '-'.join('abc') }}", "{{ ','.join(x) }}",
         "{{ 'ab'.center(6, '*') }}{{ 'ab'.ljust(4, '.') }}{{ 'ab'.rjust(4) }}{{ '7'.zfill(3) }}{{ '-7'.zfill(3) }}",
         "{{ 'abc'.isalpha() }}{{ '12'.isdigit() }}{{ 'ab1'.isalnum() }}{{ '  '.isspace() }}{{ 'Ab'.istitle() }}{{ 'ab'.islower() }}{{ 'AB'.isupper() }}{{ '1.5'.isnumeric() }}{{ '12'.isdecimal() }}",
