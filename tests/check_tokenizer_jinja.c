@@ -205,6 +205,10 @@ static const Case RENDER_ERRORS[] = {
      "The loop must have the 'recursive' marker to be called recursively."},
     {"{{ '{:d}'.format('a') }}",
      "Unknown format code 'd' for object of type 'str'"},
+    {"{{ [[1], 2] | unique | list }}",
+     "unhashable type: 'list'"},
+    {"{{ d in d }}",
+     "unhashable type: 'dict'"},
     {"{% set ns = namespace() %}{% set ns._x = 1 %}",
      "Chat templates cannot store underscore-prefixed attributes on a namespace, but got '_x'. Please rename the attribute."},
 };

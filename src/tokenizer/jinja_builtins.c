@@ -598,7 +598,12 @@ static double num_f(JValue v) { return v.kind == JV_FLOAT ? v.u.f : v.kind == JV
 
 // value % m == want, with Python's modulo (the result takes the divisor's sign).
 static int py_mod_is(JRender *r, JValue v, JValue m, double want, bool *out) {
-    if (v.kind == JV_STR) return jr_fail(r, "not all arguments converted during string formatting");
+    if (v.kind == JV_STR) {  // str % m is printf formatting: a string, never equal to a number
+        JValue s;
+        if (jinja_printf(r, v, m, &s) < 0) return -1;
+        *out = false;
+        return 0;
+    }
     if (!is_num(v) || !is_num(m))
         return jr_fail(r, "unsupported operand type(s) for %%: '%s' and '%s'", jv_type_name(v), jv_type_name(m));
     if (v.kind != JV_FLOAT && m.kind != JV_FLOAT) {
@@ -655,6 +660,8 @@ int jinja_contains(JRender *r, JValue seq, JValue v, bool *out) {
         return 0;
     }
     case JV_DICT: case JV_NAMESPACE:
+        if (v.kind == JV_LIST || v.kind == JV_DICT || v.kind == JV_NAMESPACE)  // a key is looked up by hash
+            return jr_fail(r, "unhashable type: '%s'", jv_type_name(v));
         if (jr_work(r, seq.u.d->n * sizeof(JValue)) < 0) return -1;  // jdict_get scans the keys
         *out = jdict_get(seq.u.d, v) != NULL;
         return 0;

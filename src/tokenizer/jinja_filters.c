@@ -559,6 +559,8 @@ static int f_unique(JRender *r, JValue x, const JArgs *a, JValue *out) {
     for (size_t i = 0; i < l->n; i++) {
         JValue key;
         if (sort_key(r, l->v[i], attr, cs, &key) < 0) return -1;
+        if (key.kind == JV_LIST || key.kind == JV_DICT || key.kind == JV_NAMESPACE)  // a set of them: Python hashes
+            return jr_fail(r, "unhashable type: '%s'", jv_type_name(key));
         uint64_t work = 0;
         size_t h = (size_t)jv_hash(key, &work) & (cap - 1);
         if (jr_work(r, work) < 0) return -1;

@@ -463,6 +463,7 @@ CASES = [
         "{{ [1, 2, 3, 4, 5, 6] | sum }}|{{ [{'value': 23}, {'value': 1}, {'value': 18}] | sum('value') }}|{{ {'a': 1, 'b': 2} | sum }}|{{ [] | sum }}|{{ [[1], [2]] | sum(start=[]) }}",
         "{{ [2, 1, 3] | min }}|{{ [2, 1, 3] | max }}|{{ [] | min }}|{{ ['a', 'B'] | min }}|{{ ['a', 'B'] | min(case_sensitive=true) }}|{{ users | min(attribute='age') }}|{{ users | max(attribute='name') }}",
         "{{ [3, 2, 1] | sort }}|{{ [3, 2, 1] | sort(true) }}|{{ 'fooBar' | list | sort | join }}|{{ [{'v': 3}, {'v': 1}] | sort(attribute='v') | map(attribute='v') | join }}|{{ ['b', 'A', 'c'] | sort(case_sensitive=true) }}",
+        "{{ [[1], 2] | unique | list }}", "{{ [{}, 1] | unique | list }}", "{{ 'A' is divisibleby({}) }}{{ '10' is divisibleby([1]) }}", "{{ '%s' is divisibleby(2) }}", "{{ d in d }}", "{{ x in d }}",
         "{{ 'abcabc' | unique | list }}|{{ ['b', 'A', 'a', 'b'] | unique | list }}|{{ [{'n': 'a'}, {'n': 'A'}] | unique(attribute='n') | list }}",
         "{{ users | map(attribute='age') | sum }}|{{ [] | map | list }}|{{ users | map(attribute='nope', default='x') | join }}|{{ ['1', '2'] | map('int') | sum }}|{{ [[1, 2], [3]] | map('length') | list }}",
         "{{ [1, 2, 3, 4, 5] | select('odd') | join('|') }}|{{ [1, 2, 3, 4, 5] | reject('odd') | join('|') }}|{{ [0, 1, 2, none, ''] | select | join('|') }}|{{ [0, 1, 2, none] | reject | join('|') }}",
