@@ -348,10 +348,12 @@ int jl_format_spec(JRender *r, JValue v, const char *sp, size_t n, JBuf *out) {
                 nd = snprintf(d, sizeof d, "%s", isnan(a) ? "nan" : "inf");
             } else if (ex < -4 || ex >= p - 1) {
                 nd = snprintf(d, sizeof d, "%.*e", p - 1, a);
-                char *e = strchr(d, 'e'), *z = e;  // trailing zeros of the mantissa go, as in 'g'
-                while (z > d && z[-1] == '0') z--;
-                if (z > d && z[-1] == '.') z--;
-                memmove(z, e, strlen(e) + 1);
+                char *e = strchr(d, 'e'), *z = e;  // trailing zeros after the point go, as in 'g'
+                if (memchr(d, '.', (size_t)(e - d))) {
+                    while (z > d && z[-1] == '0') z--;
+                    if (z > d && z[-1] == '.') z--;
+                    memmove(z, e, strlen(e) + 1);
+                }
                 nd = (int)strlen(d);
             } else {
                 nd = snprintf(d, sizeof d, "%.*f", p - 1 - ex, a);
