@@ -766,7 +766,8 @@ int jinja_test_call(JRender *r, const char *name, JValue v, const JArgs *a, bool
     else if (IS("boolean")) *out = v.kind == JV_BOOL;
     else if (IS("true")) *out = v.kind == JV_BOOL && v.u.b;
     else if (IS("false")) *out = v.kind == JV_BOOL && !v.u.b;
-    else if (IS("callable")) *out = v.kind == JV_FUNC || v.kind == JV_UNDEFINED;  // Undefined has __call__ (that raises)
+    else if (IS("callable"))  // Undefined has __call__ (that raises); a cycler has none
+        *out = (v.kind == JV_FUNC && !(v.u.fn->kind == JF_BUILTIN && v.u.fn->fn == cycler_obj)) || v.kind == JV_UNDEFINED;
     else if (IS("lower") || IS("upper")) {
         JValue s;
         if (jl_to_string(r, v, &s) < 0) return -1;

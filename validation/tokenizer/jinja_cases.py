@@ -450,7 +450,7 @@ CASES = [
         "{% set c = cycler('a', 'b') %}{% for i in x %}{{ c.next() }}{% endfor %}",
         "{% set j = joiner(', ') %}{% for i in x %}{{ j() }}{{ i }}{% endfor %}",
         "{% set c = cycler(1, 'b', none) %}{{ c.current }}{{ c.next() }}{{ c.next() }}{{ c.current }}{{ c.next() }}{{ c.next() }}{{ c.reset() }}{{ c.next() }}|{% set j = joiner() %}{{ j() }}a{{ j() }}b{{ j() }}|{% set k = joiner(1) %}{{ k() }}{{ k() }}",
-        "{{ cycler() }}", "{{ cycler('a')() }}", "{{ joiner('a', 'b') }}", "{{ joiner()(1) }}", "{{ cycler('a').nope }}|{{ cycler('a').next(1) }}",
+        "{{ cycler('a') is callable }}{{ joiner() is callable }}",         "{{ cycler() }}", "{{ cycler('a')() }}", "{{ joiner('a', 'b') }}", "{{ joiner()(1) }}", "{{ cycler('a').nope }}|{{ cycler('a').next(1) }}",
         "{{ nosuchglobal('x') }}", "{{ dict(a=1) | tojson }}{{ dict(a=1).a }}",
         "{{ bos_token }}{{ eos_token }}{{ add_generation_prompt }}",
     ]),
