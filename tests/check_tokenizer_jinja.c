@@ -1,7 +1,9 @@
 // Check suite for the chat-template interpreter's lexer, parser and evaluator
-// (src/tokenizer/jinja*.c): whitespace control, scoping, loops and loop.*, macros and caller,
-// set and filter blocks, expressions, undefined semantics, render and parse errors, generation
-// spans, limits, and the real templates of ../shared/reference/chat-templates when present.
+// (src/tokenizer/jinja*.c): whitespace control, scoping, loops and loop.* (recursive too), macros
+// and caller, set and filter blocks, expressions, undefined semantics, generators and dict views,
+// printf and format specs, unknown filters deferred to run time inside if, render and parse
+// errors, generation spans, limits, and the real templates of ../shared/reference/chat-templates
+// when present. validation/tokenizer/jinja_semantics.py compares many more cases with jinja2.
 // Every expected string in CORE and RENDER_ERRORS is what jinja2 3.1.6 renders in transformers'
 // environment (ImmutableSandboxedEnvironment, trim_blocks, lstrip_blocks, loopcontrols) with the
 // variables of VARS_JSON: the table was written by running the project venv's jinja2 on each
