@@ -439,6 +439,10 @@ START_TEST(test_limit_output) {
                             vars, &lim, &out, NULL, &err), 0);
     ck_assert_int_lt(render("{{ ('x' * 600) + ('y' * 600) }}", vars, &lim, &out, NULL, &err), 0);
     ck_assert_int_lt(render("{{ 'x' * 100000000000 }}", vars, &lim, &out, NULL, &err), 0);
+    // an empty sequence repeated that many times is empty, at once (the fuzzer's timeout: 10**11 empty copies)
+    ck_assert_int_eq(render("[{{ [] * 111111111111 }}{{ '' * 111111111111 }}{{ () * 111111111111 }}]", vars, &lim, &out, NULL, &err), 0);
+    ck_assert_str_eq(out, "[[]()]");
+    free(out);
 }
 END_TEST
 

@@ -304,6 +304,7 @@ static int seq_concat(JRender *r, JValue a, JValue b, JValue *out) {
 
 static int seq_repeat(JRender *r, JValue a, int64_t n, JValue *out) {
     if (n < 0) n = 0;
+    if ((a.kind == JV_STR ? a.u.s->len : a.u.l->n) == 0) n = 0;  // '' * 10**11: no 10**11 empty copies
     if (a.kind == JV_STR) {
         size_t len = a.u.s->len;
         if (len && (uint64_t)n > r->lim->max_output / len)
