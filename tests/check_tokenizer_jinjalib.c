@@ -94,6 +94,10 @@ static const char *filt(const char *name, JValue self, JArgs a) {
     JValue out;
     err_clear(&err);
     if (jinja_filter_call(&R, name, self, &a, &out) < 0) return err.msg;
+    if (jv_is_gen(out)) {  // a generator (map, select, items, ...): shown as |list shows it
+        JArgs none = {0};
+        if (jinja_filter_call(&R, "list", out, &none, &out) < 0) return err.msg;
+    }
     return str_of(out);
 }
 static const char *kw1(const char *name, JValue self, const char *k, JValue v) {
@@ -114,6 +118,15 @@ static const char *meth(JValue obj, const char *name, JArgs a) {
     if (m.kind != JV_FUNC) return "(not a method)";
     if (m.u.fn->fn(&R, &m.u.fn->self, &a, &out) < 0) return err.msg;
     return str_of(out);
+}
+// range(args) as a value
+static JValue R_(JArgs a) {
+    JDict *g = jdict_new(&R, 8);
+    ck_assert_int_eq(jinja_globals_add(&R, g), 0);
+    const JValue *f = jdict_get_str(g, "range");
+    JValue out;
+    ck_assert_int_eq(f->u.fn->fn(&R, &f->u.fn->self, &a, &out), 0);
+    return out;
 }
 static const char *glob(const char *name, JArgs a) {
     JDict *g = jdict_new(&R, 8);
@@ -299,7 +312,7 @@ START_TEST(test_methods) {
     ck_assert_str_eq(meth(S("abc"), "index", POS(S("z"))), "t: substring not found");
     ck_assert_str_eq(meth(D(S("a"), I(1)), "get", POS(S("b"), I(5))), "5");
     ck_assert_str_eq(meth(D(S("a"), I(1)), "get", POS(S("b"))), "None");
-    ck_assert_str_eq(meth(D(S("a"), I(1)), "items", NOARGS), "[('a', 1)]");
+    ck_assert_str_eq(meth(D(S("a"), I(1)), "items", NOARGS), "dict_items([('a', 1)])");
     // {{ [1].append(2) }} / {{ {}.update({}) }}: bound, then refused when called
     ck_assert_str_eq(meth(L(I(1)), "append", POS(I(2))), "t: access to attribute 'append' of 'list' object is unsafe.");
     ck_assert_str_eq(meth(ED(), "update", POS(ED())), "t: access to attribute 'update' of 'dict' object is unsafe.");
@@ -441,9 +454,12 @@ END_TEST
 
 START_TEST(test_globals) {
     // {{ range(3)|list }}{{ range(1,3)|list }}{{ range(5,0,-2)|list }}
-    ck_assert_str_eq(glob("range", POS(I(3))), "[0, 1, 2]");
-    ck_assert_str_eq(glob("range", POS(I(1), I(3))), "[1, 2]");
-    ck_assert_str_eq(glob("range", POS(I(5), I(0), I(-2))), "[5, 3, 1]");
+    // a range prints as Python's range(); its items as |list shows them
+    ck_assert_str_eq(glob("range", POS(I(3))), "range(0, 3)");
+    ck_assert_str_eq(filt("list", R_(POS(I(3))), NOARGS), "[0, 1, 2]");
+    ck_assert_str_eq(filt("list", R_(POS(I(1), I(3))), NOARGS), "[1, 2]");
+    ck_assert_str_eq(filt("list", R_(POS(I(5), I(0), I(-2))), NOARGS), "[5, 3, 1]");
+    ck_assert_str_eq(glob("range", POS(I(5), I(0), I(-2))), "range(5, 0, -2)");
     // {{ dict([('a', 1)], c=3) }}{{ dict({'x': 1}) }}
     const char *cn[] = {"c"};
     JValue c3 = I(3), pairs = L(T(S("a"), I(1)));

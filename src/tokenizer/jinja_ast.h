@@ -110,7 +110,10 @@ struct Node {
     bool uses_varargs, uses_kwargs, uses_caller;  // N_MACRO: the body names varargs / kwargs / caller
     NodeList filters;      // N_SET_BLOCK / N_FILTER_BLOCK: E_FILTER nodes applied in order
     bool negated;          // E_TEST
+    bool unknown;          // E_FILTER / E_TEST: no such filter or test; fails when evaluated (jinja2 3 defers
+                           // these inside if statements and inline ifs; the parser refuses them elsewhere)
     bool elif;             // N_IF: an {% elif %} (the only entry of its parent's orelse)
+    bool recursive;        // N_FOR: {% for ... recursive %}: loop(items) renders the body over items
     JValue cval;           // E_CONST (a JV_STR points at a JStr owned by the template)
     const char *str;       // N_TEXT
     size_t len;

@@ -91,7 +91,18 @@ int jl_to_string(JRender *r, JValue v, JValue *out) {
 
 int jl_iter_list(JRender *r, JValue v, JList **out) {
     switch (v.kind) {
-    case JV_LIST: case JV_TUPLE: *out = v.u.l; return jr_work(r, v.u.l->n * sizeof(JValue));  // the caller walks it
+    case JV_LIST: case JV_TUPLE:
+        if (v.u.l->gen) {  // a copy of what is left; the generator is consumed
+            JList *l = jlist_new(r, v.u.l->n - v.u.l->pos);
+            if (!l) return -1;
+            for (size_t i = v.u.l->pos; i < v.u.l->n; i++)
+                if (jlist_push(r, l, v.u.l->v[i]) < 0) return -1;
+            v.u.l->pos = v.u.l->n;
+            *out = l;
+            return 0;
+        }
+        *out = v.u.l;
+        return jr_work(r, v.u.l->n * sizeof(JValue));  // the caller walks it
     case JV_UNDEFINED: *out = jlist_new(r, 0); return *out ? 0 : -1;  // jinja2's Undefined iterates as empty
     case JV_DICT: {
         JList *l = jlist_new(r, v.u.d->n);
@@ -167,6 +178,11 @@ int jl_sort(JRender *r, JValue *keys, JValue *v, size_t n, bool reverse) {
 
 // ---- lookups
 
+static int g_dict(JRender *r, const JValue *self, const JArgs *a, JValue *out);
+static int g_fromkeys(JRender *r, const JValue *self, const JArgs *a, JValue *out);
+static int cycler_obj(JRender *r, const JValue *self, const JArgs *a, JValue *out);
+static int cycler_attr(JRender *r, JValue state, const char *name, JValue *out);
+
 int jinja_getattr(JRender *r, JValue obj, const char *name, JValue *out) {
     bool found = false;
     switch (obj.kind) {
@@ -178,7 +194,7 @@ int jinja_getattr(JRender *r, JValue obj, const char *name, JValue *out) {
         return 0;
     }
     case JV_DICT: {  // the sandbox's getattr first: d.items is the method even with an "items" key
-        if (jl_method_get(r, obj, name, out, &found) < 0) return -1;
+        if (!obj.u.d->loop && jl_method_get(r, obj, name, out, &found) < 0) return -1;
         if (found) return 0;
         const JValue *v = jdict_get_str(obj.u.d, name);
         *out = v ? *v : jv_undefined(name);
@@ -187,6 +203,16 @@ int jinja_getattr(JRender *r, JValue obj, const char *name, JValue *out) {
     case JV_STR: case JV_LIST: case JV_TUPLE:
         if (jl_method_get(r, obj, name, out, &found) < 0) return -1;
         if (!found) *out = jv_undefined(name);
+        return 0;
+    case JV_FUNC:  // the dict global's fromkeys (transformers' TemplateDict), a cycler's attributes
+        if (obj.u.fn->kind == JF_BUILTIN && obj.u.fn->fn == cycler_obj) return cycler_attr(r, obj.u.fn->self, name, out);
+        if (obj.u.fn->kind == JF_BUILTIN && obj.u.fn->fn == g_dict && !strcmp(name, "fromkeys")) {
+            JFunc *f = jfunc_builtin(r, "fromkeys", g_fromkeys, jv_undefined(NULL));
+            if (!f) return -1;
+            *out = (JValue){.kind = JV_FUNC, .u.fn = f};
+            return 0;
+        }
+        *out = jv_undefined(name);
         return 0;
     default:
         *out = jv_undefined(name);
@@ -216,6 +242,7 @@ int jinja_getitem(JRender *r, JValue obj, JValue key, JValue *out) {
         break;
     }
     case JV_LIST: case JV_TUPLE:
+        if (obj.u.l->gen || (obj.u.l->view && obj.u.l->view != JL_RANGE)) break;  // not subscriptable: undefined
         if (index_of(key, &i)) {
             int64_t n = (int64_t)obj.u.l->n;
             if (i < 0) i += n;
@@ -251,6 +278,8 @@ int jinja_slice(JRender *r, JValue obj, bool has_start, int64_t start, bool has_
     if (!has_step) step = 1;
     if (step == 0) return jr_fail(r, "slice step cannot be zero");
     int64_t n;
+    if (jv_is_listlike(obj) && obj.u.l->view != JL_RANGE)
+        return jr_fail(r, "'%s' object is not subscriptable", jv_type_name(obj));
     if (obj.kind == JV_LIST || obj.kind == JV_TUPLE) n = (int64_t)obj.u.l->n;
     else if (obj.kind == JV_STR) n = (int64_t)jv_str_nchars(obj.u.s);
     else if (obj.kind == JV_UNDEFINED) return jr_fail(r, "'%s' is undefined", obj.u.what);
@@ -321,7 +350,111 @@ static int g_range(JRender *r, const JValue *self, const JArgs *a, JValue *out) 
     if (!l) return -1;
     for (int64_t k = 0; k < (int64_t)len; k++)
         if (jlist_push(r, l, jv_int(start + k * step)) < 0) return -1;
+    l->view = JL_RANGE;
+    l->range[0] = start, l->range[1] = stop, l->range[2] = step;
     *out = jl_list_value(l);
+    return 0;
+}
+
+// ---- jinja2's cycler and joiner (jinja2/utils.py): objects with state, kept in a private dict
+// (their JFunc's self): cycler's "items" (a tuple) and "pos", joiner's "sep" and "used".
+
+static int state_set(JRender *r, JValue state, const char *key, JValue v) {
+    JValue k;
+    return jv_str_new(r, key, strlen(key), &k) < 0 ? -1 : jdict_set(r, state.u.d, k, v);
+}
+
+// The cycler object itself: not callable; c.next(), c.reset(), c.current through cycler_attr.
+static int cycler_obj(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
+    (void)self, (void)a, (void)out;
+    return jr_fail(r, "'Cycler' object is not callable");
+}
+static int cycler_next(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
+    if (jl_no_args(r, "next", a) < 0) return -1;
+    const JList *items = jdict_get_str(self->u.d, "items")->u.l;
+    int64_t pos = jdict_get_str(self->u.d, "pos")->u.i;
+    *out = items->v[pos];
+    return state_set(r, *self, "pos", jv_int((pos + 1) % (int64_t)items->n));
+}
+static int cycler_reset(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
+    if (jl_no_args(r, "reset", a) < 0) return -1;
+    *out = jv_none();
+    return state_set(r, *self, "pos", jv_int(0));
+}
+static int cycler_attr(JRender *r, JValue state, const char *name, JValue *out) {
+    JBuiltinFn fn = !strcmp(name, "next") ? cycler_next : !strcmp(name, "reset") ? cycler_reset : NULL;
+    if (fn) {
+        JFunc *f = jfunc_builtin(r, !strcmp(name, "next") ? "next" : "reset", fn, state);
+        if (!f) return -1;
+        *out = (JValue){.kind = JV_FUNC, .u.fn = f};
+    } else if (!strcmp(name, "current")) {
+        *out = jdict_get_str(state.u.d, "items")->u.l->v[jdict_get_str(state.u.d, "pos")->u.i];
+    } else {
+        *out = jv_undefined(name);
+    }
+    return 0;
+}
+static int g_cycler(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
+    (void)self;
+    if (a->nkw) return jr_fail(r, "Cycler.__init__() got an unexpected keyword argument '%s'", a->kw_names[0]);
+    if (a->n == 0) return jr_fail(r, "at least one item has to be provided");
+    JList *items = jlist_new(r, (size_t)a->n);
+    JDict *d = jdict_new(r, 2);
+    if (!items || !d) return -1;
+    for (int i = 0; i < a->n; i++)
+        if (jlist_push(r, items, a->pos[i]) < 0) return -1;
+    JValue state = {.kind = JV_DICT, .u.d = d};
+    if (state_set(r, state, "items", (JValue){.kind = JV_TUPLE, .u.l = items}) < 0 ||
+        state_set(r, state, "pos", jv_int(0)) < 0)
+        return -1;
+    JFunc *f = jfunc_builtin(r, "Cycler", cycler_obj, state);
+    if (!f) return -1;
+    *out = (JValue){.kind = JV_FUNC, .u.fn = f};
+    return 0;
+}
+
+// joiner(sep=", "): calling it gives "" the first time, sep after
+static int joiner_call(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
+    if (jl_no_args(r, "joiner", a) < 0) return -1;
+    if (jv_truthy(*jdict_get_str(self->u.d, "used"))) return *out = *jdict_get_str(self->u.d, "sep"), 0;
+    if (state_set(r, *self, "used", jv_bool(true)) < 0) return -1;
+    return jv_str_new(r, "", 0, out);
+}
+static int g_joiner(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
+    (void)self;
+    static const char *const names[] = {"sep"};
+    JValue v[1];
+    unsigned given;
+    if (jl_bind(r, "Joiner.__init__", a, names, 1, v, &given) < 0) return -1;
+    if (!given && jv_str_new(r, ", ", 2, &v[0]) < 0) return -1;
+    JDict *d = jdict_new(r, 2);
+    if (!d) return -1;
+    JValue state = {.kind = JV_DICT, .u.d = d};
+    if (state_set(r, state, "sep", v[0]) < 0 || state_set(r, state, "used", jv_bool(false)) < 0) return -1;
+    JFunc *f = jfunc_builtin(r, "Joiner", joiner_call, state);
+    if (!f) return -1;
+    *out = (JValue){.kind = JV_FUNC, .u.fn = f};
+    return 0;
+}
+
+// transformers' dict.fromkeys(iterable, value=None)
+static int g_fromkeys(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
+    (void)self;
+    static const char *const names[] = {"iterable", "value"};
+    JValue v[2];
+    unsigned given;
+    if (jl_bind(r, "fromkeys", a, names, 2, v, &given) < 0) return -1;
+    if (!(given & 1)) return jr_fail(r, "fromkeys expected at least 1 argument, got 0");
+    JList *keys;
+    JDict *d;
+    if (jl_iter_list(r, v[0], &keys) < 0 || !(d = jdict_new(r, keys->n))) return -1;
+    for (size_t i = 0; i < keys->n; i++) {
+        JValue k = keys->v[i];
+        if (k.kind == JV_LIST || k.kind == JV_DICT || k.kind == JV_NAMESPACE)
+            return jr_fail(r, "unhashable type: '%s'", jv_type_name(k));
+        if (jdict_set(r, d, k, (given & 2) ? v[1] : jv_none()) < 0) return -1;
+    }
+    *out = (JValue){.kind = JV_DICT, .u.d = d};
     return 0;
 }
 
@@ -446,7 +579,8 @@ int jinja_globals_add(JRender *r, JDict *d) {
         const char *name;
         JBuiltinFn fn;
     } g[] = {{"range", g_range}, {"dict", g_dict}, {"namespace", g_namespace},
-             {"raise_exception", g_raise_exception}, {"strftime_now", g_strftime_now}};
+             {"raise_exception", g_raise_exception}, {"strftime_now", g_strftime_now},
+             {"cycler", g_cycler}, {"joiner", g_joiner}};
     for (size_t i = 0; i < sizeof g / sizeof g[0]; i++) {
         JFunc *f = jfunc_builtin(r, g[i].name, g[i].fn, jv_undefined(NULL));
         JValue k;
@@ -464,7 +598,12 @@ static double num_f(JValue v) { return v.kind == JV_FLOAT ? v.u.f : v.kind == JV
 
 // value % m == want, with Python's modulo (the result takes the divisor's sign).
 static int py_mod_is(JRender *r, JValue v, JValue m, double want, bool *out) {
-    if (v.kind == JV_STR) return jr_fail(r, "not all arguments converted during string formatting");
+    if (v.kind == JV_STR) {  // str % m is printf formatting: a string, never equal to a number
+        JValue s;
+        if (jinja_printf(r, v, m, &s) < 0) return -1;
+        *out = false;
+        return 0;
+    }
     if (!is_num(v) || !is_num(m))
         return jr_fail(r, "unsupported operand type(s) for %%: '%s' and '%s'", jv_type_name(v), jv_type_name(m));
     if (v.kind != JV_FLOAT && m.kind != JV_FLOAT) {
@@ -485,7 +624,7 @@ static int py_mod_is(JRender *r, JValue v, JValue m, double want, bool *out) {
 }
 
 // str.islower() / isupper(): some cased character, and none of the other case.
-static bool str_case_is(const JStr *s, bool lower) {
+bool jl_str_case_is(const JStr *s, bool lower) {
     bool cased = false;
     for (size_t i = 0; i < s->len;) {
         int32_t c;
@@ -513,11 +652,16 @@ int jinja_contains(JRender *r, JValue seq, JValue v, bool *out) {
         if ((found = jr_find(r, seq.u.s->p, seq.u.s->len, v.u.s->p, v.u.s->len, &at)) < 0) return -1;
         *out = found;
         return 0;
-    case JV_LIST: case JV_TUPLE:
-        for (size_t i = 0; i < seq.u.l->n && !*out; i++)
+    case JV_LIST: case JV_TUPLE: {
+        size_t i = seq.u.l->pos;
+        for (; i < seq.u.l->n && !*out; i++)
             if (jr_equal(r, seq.u.l->v[i], v, out) < 0) return -1;
+        if (seq.u.l->gen) seq.u.l->pos = i;  // a generator is consumed up to the match
         return 0;
+    }
     case JV_DICT: case JV_NAMESPACE:
+        if (v.kind == JV_LIST || v.kind == JV_DICT || v.kind == JV_NAMESPACE)  // a key is looked up by hash
+            return jr_fail(r, "unhashable type: '%s'", jv_type_name(v));
         if (jr_work(r, seq.u.d->n * sizeof(JValue)) < 0) return -1;  // jdict_get scans the keys
         *out = jdict_get(seq.u.d, v) != NULL;
         return 0;
@@ -532,7 +676,8 @@ int jinja_contains(JRender *r, JValue seq, JValue v, bool *out) {
 static const char *const test_names[] = {
     "defined", "undefined", "none", "string", "mapping", "iterable", "sequence", "number", "integer", "float",
     "boolean", "true", "false", "equalto", "eq", "==", "ne", "!=", "lt", "<", "gt", ">", "le", "<=", "ge", ">=",
-    "in", "odd", "even", "divisibleby", "callable", "lower", "upper", "sameas", NULL};
+    "in", "odd", "even", "divisibleby", "callable", "lower", "upper", "sameas", "lessthan", "greaterthan", "escaped",
+    "filter", "test", NULL};
 
 bool jinja_test_known(const char *name) {
     for (int i = 0; test_names[i]; i++)
@@ -562,9 +707,10 @@ int jinja_test_call(JRender *r, const char *name, JValue v, const JArgs *a, bool
         *out = !*out;
         return 0;
     }
-    if (IS("lt") || IS("<") || IS("gt") || IS(">") || IS("le") || IS("<=") || IS("ge") || IS(">=")) {
+    if (IS("lt") || IS("<") || IS("lessthan") || IS("gt") || IS(">") || IS("greaterthan") || IS("le") || IS("<=") ||
+        IS("ge") || IS(">=")) {
         if (one_arg(r, n, a, &o) < 0) return -1;
-        char op = IS("lt") || IS("<") || IS("le") || IS("<=") ? '<' : '>';
+        char op = IS("lt") || IS("<") || IS("lessthan") || IS("le") || IS("<=") ? '<' : '>';
         bool eq = IS("le") || IS("<=") || IS("ge") || IS(">=");
         if (jv_compare(r, v, o, &c) < 0) {  // the message names the operator asked for
             if (r->err) err_clear(r->err);
@@ -582,7 +728,7 @@ int jinja_test_call(JRender *r, const char *name, JValue v, const JArgs *a, bool
     if (IS("sameas")) {  // Python's `is`: scalars CPython shares (None, bools, small ints, equal
                          // literals) compare by value, containers by identity
         if (one_arg(r, n, a, &o) < 0) return -1;
-        if (v.kind != o.kind) *out = false;
+        if (v.kind != o.kind || v.kind == JV_UNDEFINED) *out = false;  // each undefined is an object of its own
         else if (v.kind == JV_LIST || v.kind == JV_TUPLE) *out = v.u.l == o.u.l;
         else if (v.kind == JV_DICT || v.kind == JV_NAMESPACE) *out = v.u.d == o.u.d;
         else return jr_equal(r, v, o, out);
@@ -597,6 +743,11 @@ int jinja_test_call(JRender *r, const char *name, JValue v, const JArgs *a, bool
     }
     if (jl_no_args(r, n, a) < 0) return -1;
     if (IS("odd")) return py_mod_is(r, v, jv_int(2), 1, out);
+    if (IS("escaped")) return *out = false, 0;  // nothing here has __html__ (no Markup: autoescape is off)
+    if (IS("filter") || IS("test")) {  // `'upper' is filter`: the name is one this environment knows
+        *out = v.kind == JV_STR && (IS("filter") ? jinja_filter_known(v.u.s->p) : jinja_test_known(v.u.s->p));
+        return 0;
+    }
     if (IS("even")) return py_mod_is(r, v, jv_int(2), 0, out);
     if (IS("defined")) *out = v.kind != JV_UNDEFINED;
     else if (IS("undefined")) *out = v.kind == JV_UNDEFINED;
@@ -605,18 +756,22 @@ int jinja_test_call(JRender *r, const char *name, JValue v, const JArgs *a, bool
     else if (IS("mapping")) *out = v.kind == JV_DICT;
     else if (IS("iterable"))
         *out = v.kind == JV_STR || v.kind == JV_LIST || v.kind == JV_TUPLE || v.kind == JV_DICT || v.kind == JV_UNDEFINED;
-    else if (IS("sequence")) *out = v.kind == JV_STR || v.kind == JV_LIST || v.kind == JV_TUPLE || v.kind == JV_DICT;
+    else if (IS("sequence"))  // len() and [] work: jinja2's Undefined has both
+        *out = v.kind == JV_STR || (v.kind == JV_LIST && !v.u.l->gen && (!v.u.l->view || v.u.l->view == JL_RANGE)) ||
+               v.kind == JV_TUPLE || v.kind == JV_DICT ||
+               v.kind == JV_UNDEFINED;
     else if (IS("number")) *out = is_num(v);
     else if (IS("integer")) *out = v.kind == JV_INT;
     else if (IS("float")) *out = v.kind == JV_FLOAT;
     else if (IS("boolean")) *out = v.kind == JV_BOOL;
     else if (IS("true")) *out = v.kind == JV_BOOL && v.u.b;
     else if (IS("false")) *out = v.kind == JV_BOOL && !v.u.b;
-    else if (IS("callable")) *out = v.kind == JV_FUNC;
+    else if (IS("callable"))  // Undefined has __call__ (that raises); a cycler has none
+        *out = (v.kind == JV_FUNC && !(v.u.fn->kind == JF_BUILTIN && v.u.fn->fn == cycler_obj)) || v.kind == JV_UNDEFINED;
     else if (IS("lower") || IS("upper")) {
         JValue s;
         if (jl_to_string(r, v, &s) < 0) return -1;
-        *out = str_case_is(s.u.s, IS("lower"));
+        *out = jl_str_case_is(s.u.s, IS("lower"));
     } else
         return jr_fail(r, "No test named '%s'.", name);
 #undef IS

@@ -41,6 +41,24 @@ typedef struct {
 
 enum { FLOW_OK = 0, FLOW_BREAK = 1, FLOW_CONTINUE = 2 };
 
+// m.name and m.arguments (a tuple of the parameter names) of a macro; any other attribute undefined.
+static int macro_attr(JRender *r, const JFunc *f, const char *name, JValue *out) {
+    const Macro *m = f->impl;
+    *out = jv_undefined(name);
+    if (!strcmp(name, "name") && m->def->kind == N_MACRO) return jv_str_new(r, m->def->name, strlen(m->def->name), out);
+    if (!strcmp(name, "arguments")) {
+        JList *l = jlist_new(r, (size_t)m->def->nparams);
+        if (!l) return -1;
+        for (int i = 0; i < m->def->nparams; i++) {
+            JValue p;
+            const char *pn = m->def->params[i];
+            if (jv_str_new(r, pn, strlen(pn), &p) < 0 || jlist_push(r, l, p) < 0) return -1;
+        }
+        *out = (JValue){.kind = JV_TUPLE, .u.l = l};
+    }
+    return 0;
+}
+
 // ---- scopes
 
 static Scope *scope_new(JRender *r, Scope *parent) {
@@ -85,7 +103,7 @@ static JValue lookup(Eval *E, Scope *s, const char *name) {
 // jinja2's message for using an undefined value. `what` is a bare name ("x": "'x' is undefined")
 // or, when the builtins made it for a missing attribute or item, the whole message
 // ("'dict object' has no attribute 'y'").
-static int fail_undefined(JRender *r, JValue u) {
+int jr_fail_undefined(JRender *r, JValue u) {
     const char *w = u.u.what;
     if (!w || !*w) return jr_fail(r, "a value is undefined");
     if (strchr(w, ' ')) return jr_fail(r, "%s", w);
@@ -143,17 +161,34 @@ static int eval_args(Eval *E, const Node *nd, Scope *s, JArgs *a, const char *ex
 
 static int call_macro(Eval *E, JFunc *fn, const JArgs *a, JValue *out);
 
+static int loop_recurse(Eval *E, const JDict *loop, const JArgs *a, JValue *out);
+
 static int call_value(Eval *E, JValue fn, const JArgs *a, JValue *out) {
     JRender *r = E->r;
-    if (fn.kind == JV_UNDEFINED) return fail_undefined(r, fn);
+    if (fn.kind == JV_UNDEFINED) return jr_fail_undefined(r, fn);
+    if (fn.kind == JV_DICT && fn.u.d->recurse) return loop_recurse(E, fn.u.d, a, out);
+    if (fn.kind == JV_DICT && fn.u.d->loop)
+        return jr_fail(r, "The loop must have the 'recursive' marker to be called recursively.");
     if (fn.kind != JV_FUNC) return jr_fail(r, "'%s' object is not callable", jv_type_name(fn));
     if (jr_step(r) < 0) return -1;
     JFunc *f = fn.u.fn;
     switch (f->kind) {
     case JF_BUILTIN: return f->fn(r, &f->self, a, out);
     case JF_MACRO: return call_macro(E, f, a, out);
-    case JF_LOOP: {  // loop.cycle(a, b, ...)
-        if (a->nkw) return jr_fail(r, "loop.cycle() takes no keyword arguments");
+    case JF_LOOP: {  // loop.cycle(a, b, ...) or loop.changed(a, ...)
+        if (a->nkw) return jr_fail(r, "loop.%s() takes no keyword arguments", f->name);
+        if (!strcmp(f->name, "changed")) {  // true at the first call and when the arguments differ from the last
+            JList **last = f->impl, *now = jlist_new(r, (size_t)a->n);
+            if (!now) return -1;
+            for (int k = 0; k < a->n; k++)
+                if (jlist_push(r, now, a->pos[k]) < 0) return -1;
+            JValue nv = {.kind = JV_TUPLE, .u.l = now};
+            bool same = false;
+            if (*last && jr_equal(r, (JValue){.kind = JV_TUPLE, .u.l = *last}, nv, &same) < 0) return -1;
+            *last = now;
+            *out = jv_bool(!same);
+            return 0;
+        }
         if (a->n == 0) return jr_fail(r, "no items for cycling given");
         int64_t i = *(const int64_t *)f->impl;
         *out = a->pos[i % a->n];
@@ -269,6 +304,7 @@ static int seq_concat(JRender *r, JValue a, JValue b, JValue *out) {
 
 static int seq_repeat(JRender *r, JValue a, int64_t n, JValue *out) {
     if (n < 0) n = 0;
+    if ((a.kind == JV_STR ? a.u.s->len : a.u.l->n) == 0) n = 0;  // '' * 10**11: no 10**11 empty copies
     if (a.kind == JV_STR) {
         size_t len = a.u.s->len;
         if (len && (uint64_t)n > r->lim->max_output / len)
@@ -316,8 +352,11 @@ static int binop(Eval *E, const char *op, JValue a, JValue b, JValue *out) {
         if (jv_to_str(r, a, &buf) < 0 || jv_to_str(r, b, &buf) < 0) return -1;
         return jv_str_new(r, buf.p ? buf.p : "", buf.len, out);
     }
-    if (a.kind == JV_UNDEFINED) return fail_undefined(r, a);
-    if (b.kind == JV_UNDEFINED) return fail_undefined(r, b);
+    if (op[0] == '%' && a.kind == JV_STR) return jinja_printf(r, a, b, out);  // str.__mod__ first, even for undefined
+    if (a.kind == JV_UNDEFINED) return jr_fail_undefined(r, a);
+    if (b.kind == JV_UNDEFINED) return jr_fail_undefined(r, b);
+    if (jv_is_listlike(a) || jv_is_listlike(b))
+        return jr_fail(r, "unsupported operand type(s) for %s: '%s' and '%s'", op, jv_type_name(a), jv_type_name(b));
     bool ai = false, bi = false;
     int64_t x = 0, y = 0;
     double fx = 0, fy = 0;
@@ -397,8 +436,6 @@ static int binop(Eval *E, const char *op, JValue a, JValue b, JValue *out) {
     }
     if (op[0] == '+' && (a.kind == JV_STR || a.kind == JV_LIST || a.kind == JV_TUPLE))
         return jr_fail(r, "can only concatenate %s (not \"%s\") to %s", jv_type_name(a), jv_type_name(b), jv_type_name(a));
-    if (op[0] == '%' && a.kind == JV_STR)
-        return jr_fail(r, "printf-style string formatting ('...' %% value) is not supported");
     return jr_fail(r, "unsupported operand type(s) for %s: '%s' and '%s'", op, jv_type_name(a), jv_type_name(b));
 }
 
@@ -427,8 +464,8 @@ static int compare(Eval *E, const char *op, JValue a, JValue b, bool *res) {
         *res = !*res;
         return 0;
     }
-    if (a.kind == JV_UNDEFINED) return fail_undefined(r, a);
-    if (b.kind == JV_UNDEFINED) return fail_undefined(r, b);
+    if (a.kind == JV_UNDEFINED) return jr_fail_undefined(r, a);
+    if (b.kind == JV_UNDEFINED) return jr_fail_undefined(r, b);
     int c;
     if (jv_compare(r, a, b, &c) < 0) return -1;
     *res = op[0] == '<' ? (op[1] ? c <= 0 : c < 0) : (op[1] ? c >= 0 : c > 0);
@@ -467,7 +504,7 @@ static int slice_bound(Eval *E, const Node *nd, Scope *s, bool *has, int64_t *v)
         *v = x.kind == JV_INT ? x.u.i : x.u.b;
         return 0;
     }
-    if (x.kind == JV_UNDEFINED) return fail_undefined(E->r, x);
+    if (x.kind == JV_UNDEFINED) return jr_fail_undefined(E->r, x);
     return jr_fail(E->r, "slice indices must be integers or None");
 }
 
@@ -480,15 +517,17 @@ static int eval_inner(Eval *E, const Node *nd, Scope *s, JValue *out) {
     case E_GETATTR: {
         JValue obj;
         if (eval(E, nd->a, s, &obj) < 0) return -1;
-        if (obj.kind == JV_UNDEFINED) return fail_undefined(r, obj);
+        if (obj.kind == JV_UNDEFINED) return jr_fail_undefined(r, obj);
         r->line = nd->line;
+        if (obj.kind == JV_FUNC && obj.u.fn->kind == JF_MACRO && obj.u.fn->impl)  // jinja2's Macro.name, .arguments
+            return macro_attr(r, obj.u.fn, nd->name, out);
         if (jinja_getattr(r, obj, nd->name, out) < 0) return -1;
         return out->kind == JV_UNDEFINED ? missing(r, obj, jv_undefined(NULL), nd->name, out) : 0;
     }
     case E_GETITEM: {
         JValue obj, key;
         if (eval(E, nd->a, s, &obj) < 0 || eval(E, nd->b, s, &key) < 0) return -1;
-        if (obj.kind == JV_UNDEFINED) return fail_undefined(r, obj);
+        if (obj.kind == JV_UNDEFINED) return jr_fail_undefined(r, obj);
         r->line = nd->line;
         if (jinja_getitem(r, obj, key, out) < 0) return -1;
         return out->kind == JV_UNDEFINED ? missing(r, obj, key, NULL, out) : 0;
@@ -500,7 +539,7 @@ static int eval_inner(Eval *E, const Node *nd, Scope *s, JValue *out) {
         if (eval(E, nd->a, s, &obj) < 0) return -1;
         for (int i = 0; i < 3; i++)
             if (slice_bound(E, nd->args.v[i], s, &h[i], &v[i]) < 0) return -1;
-        if (obj.kind == JV_UNDEFINED) return fail_undefined(r, obj);
+        if (obj.kind == JV_UNDEFINED) return jr_fail_undefined(r, obj);
         r->line = nd->line;
         return jinja_slice(r, obj, h[0], v[0], h[1], v[1], h[2], v[2], out);
     }
@@ -516,6 +555,7 @@ static int eval_inner(Eval *E, const Node *nd, Scope *s, JValue *out) {
         JArgs a;
         if (eval(E, nd->a, s, &self) < 0 || eval_args(E, nd, s, &a, NULL, jv_undefined(NULL)) < 0) return -1;
         r->line = nd->line;
+        if (nd->unknown) return jr_fail(r, "No filter named '%s' found.", nd->name);
         if (jr_step(r) < 0) return -1;
         return jinja_filter_call(r, nd->name, self, &a, out);
     }
@@ -525,6 +565,7 @@ static int eval_inner(Eval *E, const Node *nd, Scope *s, JValue *out) {
         bool b;
         if (eval(E, nd->a, s, &self) < 0 || eval_args(E, nd, s, &a, NULL, jv_undefined(NULL)) < 0) return -1;
         r->line = nd->line;
+        if (nd->unknown) return jr_fail(r, "No test named '%s' found.", nd->name);
         if (jinja_test_call(r, nd->name, self, &a, &b) < 0) return -1;
         *out = jv_bool(b != nd->negated);
         return 0;
@@ -552,7 +593,7 @@ static int eval_inner(Eval *E, const Node *nd, Scope *s, JValue *out) {
         JValue a;
         if (eval(E, nd->a, s, &a) < 0) return -1;
         r->line = nd->line;
-        if (a.kind == JV_UNDEFINED) return fail_undefined(r, a);
+        if (a.kind == JV_UNDEFINED) return jr_fail_undefined(r, a);
         if (a.kind == JV_BOOL) a = jv_int(a.u.b);
         if (a.kind == JV_INT) {
             if (nd->kind == E_NEG && a.u.i == INT64_MIN) return jr_fail(r, "integer result of - is beyond 64 bits");
@@ -635,6 +676,7 @@ static int apply_filters(Eval *E, const NodeList *filters, Scope *s, JValue *v) 
         JArgs a;
         if (eval_args(E, f, s, &a, NULL, jv_undefined(NULL)) < 0) return -1;
         E->r->line = f->line;
+        if (f->unknown) return jr_fail(E->r, "No filter named '%s' found.", f->name);
         if (jr_step(E->r) < 0 || jinja_filter_call(E->r, f->name, *v, &a, v) < 0) return -1;
     }
     return 0;
@@ -645,7 +687,11 @@ static int iter_items(JRender *r, JValue v, const JValue **items, size_t *n) {
     switch (v.kind) {
     case JV_UNDEFINED: *items = NULL, *n = 0; return 0;
     case JV_LIST:
-    case JV_TUPLE: *items = v.u.l->v, *n = v.u.l->n; return 0;
+    case JV_TUPLE:
+        *n = v.u.l->n - v.u.l->pos;
+        *items = *n ? v.u.l->v + v.u.l->pos : NULL;  // an empty list may have no array
+        if (v.u.l->gen) v.u.l->pos = v.u.l->n;  // consumed
+        return 0;
     case JV_DICT: *items = v.u.d->k, *n = v.u.d->n; return 0;
     case JV_STR: {
         const JStr *s = v.u.s;
@@ -671,7 +717,7 @@ static int assign_targets(Eval *E, const Node *nd, Scope *s, JValue v) {
     if (!nd->target_tuple) return scope_set(r, s, nd->targets[0], v);
     const JValue *items;
     size_t n;
-    if (v.kind == JV_UNDEFINED) return fail_undefined(r, v);
+    if (v.kind == JV_UNDEFINED) return jr_fail_undefined(r, v);
     if (v.kind != JV_LIST && v.kind != JV_TUPLE && v.kind != JV_DICT && v.kind != JV_STR)
         return jr_fail(r, "cannot unpack non-iterable %s object", jv_type_name(v));
     if (iter_items(r, v, &items, &n) < 0) return -1;
@@ -683,15 +729,42 @@ static int assign_targets(Eval *E, const Node *nd, Scope *s, JValue v) {
     return 0;
 }
 
-enum { L_INDEX, L_INDEX0, L_REVINDEX, L_REVINDEX0, L_FIRST, L_LAST, L_LENGTH, L_DEPTH, L_DEPTH0, L_PREVITEM, L_NEXTITEM, L_CYCLE, L_N };
+enum {
+    L_INDEX, L_INDEX0, L_REVINDEX, L_REVINDEX0, L_FIRST, L_LAST, L_LENGTH, L_DEPTH, L_DEPTH0, L_PREVITEM, L_NEXTITEM,
+    L_CYCLE, L_CHANGED, L_N
+};
 static const char *const LOOP_KEYS[L_N] = {"index", "index0", "revindex", "revindex0", "first", "last",
-                                             "length", "depth", "depth0", "previtem", "nextitem", "cycle"};
+                                             "length", "depth", "depth0", "previtem", "nextitem", "cycle", "changed"};
+
+// A recursive loop's loop(items): the same for statement over items, one level deeper.
+typedef struct {
+    const Node *nd;
+    Scope *s;  // the scope the for statement runs in
+    int depth;
+} LoopRecurse;
+
+static int run_for(Eval *E, const Node *nd, Scope *s, JValue seq, int depth, Out *o);
 
 static int exec_for(Eval *E, const Node *nd, Scope *s, Out *o) {
-    JRender *r = E->r;
     JValue seq;
     if (eval(E, nd->a, s, &seq) < 0) return -1;
-    r->line = nd->line;
+    E->r->line = nd->line;
+    return run_for(E, nd, s, seq, 1, o);
+}
+
+static int loop_recurse(Eval *E, const JDict *loop, const JArgs *a, JValue *out) {
+    const LoopRecurse *lr = loop->recurse;
+    JRender *r = E->r;
+    if (a->n != 1 || a->nkw) return jr_fail(r, "loop() takes exactly one argument, the items (%d given)", a->n + a->nkw);
+    JBuf b = {0};  // the call is an expression: eval's depth bound stops an endless recursion
+    Out o = {.cap = &b};
+    if (run_for(E, lr->nd, lr->s, a->pos[0], lr->depth + 1, &o) < 0) return -1;
+    return jv_str_new(r, b.p ? b.p : "", b.len, out);
+}
+
+// The for statement's iterations over seq at depth (1 at the top, +1 per loop() of a recursive loop).
+static int run_for(Eval *E, const Node *nd, Scope *s, JValue seq, int depth, Out *o) {
+    JRender *r = E->r;
     const JValue *items;
     size_t n;
     if (iter_items(r, seq, &items, &n) < 0) return -1;
@@ -718,14 +791,24 @@ static int exec_for(Eval *E, const Node *nd, Scope *s, Out *o) {
         JValue key;
         if (jv_str_new(r, LOOP_KEYS[k], strlen(LOOP_KEYS[k]), &key) < 0 || jdict_set(r, loop, key, jv_none()) < 0) return -1;
     }
-    JFunc *cf = ja_alloc(r, sizeof *cf);
-    if (!cf) return -1;
+    JFunc *cf = ja_alloc(r, sizeof *cf), *chf = ja_alloc(r, sizeof *chf);
+    JList **last = ja_alloc(r, sizeof *last);  // loop.changed's previous arguments (NULL: no call yet)
+    if (!cf || !chf || !last) return -1;
     *cf = (JFunc){.kind = JF_LOOP, .name = "cycle", .impl = cyc};
+    *chf = (JFunc){.kind = JF_LOOP, .name = "changed", .impl = last};
     JValue *lv = loop->v;
     lv[L_LENGTH] = jv_int((int64_t)n);
-    lv[L_DEPTH] = jv_int(1);
-    lv[L_DEPTH0] = jv_int(0);
+    lv[L_DEPTH] = jv_int(depth);
+    lv[L_DEPTH0] = jv_int(depth - 1);
+    loop->loop = true;
+    if (nd->recursive) {
+        LoopRecurse *lr = ja_alloc(r, sizeof *lr);
+        if (!lr) return -1;
+        *lr = (LoopRecurse){.nd = nd, .s = s, .depth = depth};
+        loop->recurse = lr;
+    }
     lv[L_CYCLE] = (JValue){.kind = JV_FUNC, .u.fn = cf};
+    lv[L_CHANGED] = (JValue){.kind = JV_FUNC, .u.fn = chf};
     JValue loopv = {.kind = JV_DICT, .u.d = loop};
     for (size_t i = 0; i < n; i++) {
         if (jr_step(r) < 0) return -1;
@@ -793,6 +876,9 @@ static int exec_stmt(Eval *E, const Node *nd, Scope *s, Out *o) {
         if (nd->attr) {
             JValue ns = lookup(E, s, nd->name), key;
             if (ns.kind != JV_NAMESPACE) return jr_fail(r, "cannot assign attribute on non-namespace object");
+            if (nd->attr[0] == '_')  // transformers' TemplateNamespace.__setitem__
+                return jr_fail(r, "Chat templates cannot store underscore-prefixed attributes on a namespace, but got '%s'. "
+                                  "Please rename the attribute.", nd->attr);
             if (jv_str_new(r, nd->attr, strlen(nd->attr), &key) < 0) return -1;
             return jdict_set(r, ns.u.d, key, v);
         }
@@ -813,9 +899,10 @@ static int exec_stmt(Eval *E, const Node *nd, Scope *s, Out *o) {
         if (call_value(E, fn, &a, &res) < 0) return -1;
         return out_value(E, o, res);
     }
-    case N_FILTER_BLOCK: {
+    case N_FILTER_BLOCK: {  // the body is a scope of its own: a set inside does not leak (jinja2's inner frame)
         JValue v;
-        if (capture_body(E, &nd->body, s, &v) < 0 || apply_filters(E, &nd->filters, s, &v) < 0) return -1;
+        Scope *inner = scope_new(r, s);
+        if (!inner || capture_body(E, &nd->body, inner, &v) < 0 || apply_filters(E, &nd->filters, s, &v) < 0) return -1;
         return out_value(E, o, v);
     }
     case N_BREAK: return FLOW_BREAK;

@@ -186,6 +186,21 @@ int jv_to_repr(JRender *r, JValue v, JBuf *out) {
     case JV_FLOAT: float_repr(v.u.f, b); return put_s(r, out, b);
     case JV_STR: return str_repr(r, v.u.s, out);
     case JV_LIST: case JV_TUPLE: {
+        if (v.u.l->gen) return put_s(r, out, "<generator object>");  // jinja2 adds the filter's name and an address
+        if (v.u.l->view == JL_RANGE) {
+            const int64_t *g = v.u.l->range;
+            if (g[2] == 1) snprintf(b, sizeof b, "range(%lld, %lld)", (long long)g[0], (long long)g[1]);
+            else snprintf(b, sizeof b, "range(%lld, %lld, %lld)", (long long)g[0], (long long)g[1], (long long)g[2]);
+            return put_s(r, out, b);
+        }
+        if (v.u.l->view) {  // dict_keys([...]): the items as a list, wrapped
+            JList plain = *v.u.l;
+            plain.view = JL_LIST;
+            if (put_s(r, out, jv_type_name(v)) < 0 || put_s(r, out, "(") < 0 ||
+                jv_to_repr(r, (JValue){.kind = JV_LIST, .u.l = &plain}, out) < 0)
+                return -1;
+            return put_s(r, out, ")");
+        }
         bool tup = v.kind == JV_TUPLE;
         if (repr_depth(r) < 0) return -1;
         int rc = put_s(r, out, tup ? "(" : "[");
@@ -198,7 +213,13 @@ int jv_to_repr(JRender *r, JValue v, JBuf *out) {
         if (tup && v.u.l->n == 1 && put_s(r, out, ",") < 0) return -1;
         return put_s(r, out, tup ? ")" : "]");
     }
-    case JV_DICT: return dict_repr(r, v.u.d, out);
+    case JV_DICT:
+        if (v.u.d->loop) {
+            const JValue *i = jdict_get_str(v.u.d, "index"), *n = jdict_get_str(v.u.d, "length");
+            snprintf(b, sizeof b, "<LoopContext %lld/%lld>", (long long)(i ? i->u.i : 0), (long long)(n ? n->u.i : 0));
+            return put_s(r, out, b);
+        }
+        return dict_repr(r, v.u.d, out);
     case JV_NAMESPACE:
         if (put_s(r, out, "<Namespace ") < 0 || dict_repr(r, v.u.d, out) < 0) return -1;
         return put_s(r, out, ">");
@@ -349,6 +370,8 @@ static int json_value(JRender *r, JValue v, const JsonOpts *o, int level, JBuf *
     case JV_FLOAT: return json_float(r, v.u.f, out);
     case JV_STR: return json_str(r, v.u.s->p, v.u.s->len, o->ensure_ascii, out);
     case JV_LIST: case JV_TUPLE: case JV_DICT: {
+        if (jv_is_listlike(v) || (v.kind == JV_DICT && v.u.d->loop))
+            return jr_fail(r, "Object of type %s is not JSON serializable", jv_type_name(v));
         if (repr_depth(r) < 0) return -1;
         int rc = json_items(r, v, o, level, out);
         r->depth--;

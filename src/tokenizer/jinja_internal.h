@@ -74,11 +74,24 @@ struct JStr {
 struct JList {
     size_t n, cap;
     JValue *v;
+    bool gen;    // JV_LIST only: a generator, as jinja2's map, select, reject, selectattr, rejectattr,
+                 // unique, items and reverse return one: always true, no len(), no index, not JSON,
+                 // and iterating it consumes it (items pos..n are left)
+    size_t pos;  // gen: items consumed so far
+    uint8_t view;       // JV_LIST only: JL_LIST, or what Python object it stands for (JLView)
+    int64_t range[3];   // JL_RANGE: start, stop, step (for repr)
 };
+// A JV_LIST that is not a list in Python: a dict view (d.keys(), d.values(), d.items()) or a range.
+// They iterate, take len() and `in` as a list; they print as dict_keys([...]) or range(0, 3), are not
+// JSON and do not concatenate; a view has no index (the sandbox gives undefined), a range has.
+typedef enum { JL_LIST = 0, JL_KEYS, JL_VALUES, JL_ITEMS, JL_RANGE } JLView;
 
 struct JDict {  // insertion-ordered; keys compared with jv_equal (strings in practice)
     size_t n, cap;
     JValue *k, *v;
+    bool loop;      // a for loop's `loop` (jinja2's LoopContext): its keys are attributes, no methods;
+                    // prints as <LoopContext 1/3>, not JSON
+    void *recurse;  // loop of a recursive for: evaluator data for calling loop(items); NULL otherwise
 };
 
 typedef struct {
@@ -122,6 +135,9 @@ struct JRender {
     void *eval;              // evaluator-private state
 };
 
+// jinja2's UndefinedError for using undefined u (its name, or the message a missing attribute or
+// item left): "'x' is undefined", "'dict object' has no attribute 'y'"; returns -1.
+int jr_fail_undefined(JRender *r, JValue u);
 // Sets r->err ("NAME:LINE: message" with the current line) and returns -1.
 int jr_fail(JRender *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 // Counts one step; -1 with the error set once lim->max_steps is passed.
@@ -148,6 +164,9 @@ int jr_rsearch_prev(JRSearch *s, size_t end, size_t *at);  // 1 found, 0 absent,
 void jr_rsearch_free(JRSearch *s);
 
 // Constructors. Strings are copied into the arena; a NULL return means the error is set.
+static inline bool jv_is_gen(JValue v) { return v.kind == JV_LIST && v.u.l->gen; }
+// A generator, dict view or range: a JV_LIST that Python's list operations (+, *, ==, JSON) refuse.
+static inline bool jv_is_listlike(JValue v) { return v.kind == JV_LIST && (v.u.l->gen || v.u.l->view); }
 static inline JValue jv_undefined(const char *what) { return (JValue){.kind = JV_UNDEFINED, .u.what = what ? what : ""}; }
 static inline JValue jv_none(void) { return (JValue){.kind = JV_NONE}; }
 static inline JValue jv_bool(bool b) { return (JValue){.kind = JV_BOOL, .u.b = b}; }
@@ -194,8 +213,13 @@ int jv_to_repr(JRender *r, JValue v, JBuf *out);  // Python repr(v)
 int jv_to_json(JRender *r, JValue v, bool ensure_ascii, int indent, const char *indent_str, const char *sep_item,
                const char *sep_key, bool sort_keys, JBuf *out);
 
+// Python's fmt % args (jinja_printf.c): fmt a string value; args a tuple, a dict for %(key)s, or
+// one value. 0 / -1 with the error set (CPython's messages).
+int jinja_printf(JRender *r, JValue fmt, JValue args, JValue *out);
+
 // Builtins (jinja_builtins.c). Each returns 0 / -1 with the error set; "no such filter/test" is
-// caught at parse time with jinja_filter_known / jinja_test_known.
+// caught at parse time with jinja_filter_known / jinja_test_known, or at run time where jinja2
+// defers it (jinja_parse.c: check_unknown).
 bool jinja_filter_known(const char *name);
 bool jinja_test_known(const char *name);
 int jinja_filter_call(JRender *r, const char *name, JValue self, const JArgs *a, JValue *out);

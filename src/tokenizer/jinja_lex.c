@@ -6,6 +6,7 @@
 // does it: encode("ascii", "backslashreplace").decode("unicode-escape").
 #include <ctype.h>
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -227,6 +228,29 @@ static int lex_tag(Lex *L, size_t *pos, bool block, bool *line_starting) {
             size_t j = i + 1;
             while (j < n && (isalnum((unsigned char)s[j]) || s[j] == '_')) j++;
             if (!tok_push(L, TK_NAME, i, s + i, j - i)) return -1;
+            i = j;
+        } else if (c == '0' && i + 2 < n && strchr("bBoOxX", s[i + 1]) &&
+                   isxdigit((unsigned char)s[i + 2 + (s[i + 2] == '_')])) {
+            // 0b1010, 0o17, 0x1f (jinja2's integer_re: an underscore may precede each digit)
+            int base = (s[i + 1] | 0x20) == 'b' ? 2 : (s[i + 1] | 0x20) == 'o' ? 8 : 16;
+            size_t j = i + 2;
+            uint64_t v = 0;
+            bool any = false;
+            for (;;) {
+                size_t d = j + (j < n && s[j] == '_');
+                if (d >= n || !isxdigit((unsigned char)s[d])) break;
+                int dv = isdigit((unsigned char)s[d]) ? s[d] - '0' : (s[d] | 0x20) - 'a' + 10;
+                if (dv >= base) break;
+                if (v > (uint64_t)INT64_MAX / (uint64_t)base || v * (uint64_t)base + (uint64_t)dv > (uint64_t)INT64_MAX)
+                    return lex_fail(L, i, "integer literal is larger than 64 bits", NULL);
+                v = v * (uint64_t)base + (uint64_t)dv;
+                any = true;
+                j = d + 1;
+            }
+            if (!any) return lex_fail(L, i, "invalid number literal", NULL);
+            Tok *tk = tok_push(L, TK_INT, i, s + i, j - i);
+            if (!tk) return -1;
+            tk->i = (int64_t)v;
             i = j;
         } else if (isdigit((unsigned char)c)) {
             char num[128];

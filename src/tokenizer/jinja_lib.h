@@ -34,6 +34,13 @@ int jl_case_put(JRender *r, JBuf *b, int32_t cp, JCase kind);
 int jl_lower(JRender *r, JValue s, JValue *out);
 int jl_upper(JRender *r, JValue s, JValue *out);
 
+// format(v, spec) as Python's format-spec mini-language has it (str.format's {:spec}; jinja_printf.c):
+// fill, align, sign, #, 0, width, grouping, precision and type for str, int, bool and float.
+int jl_format_spec(JRender *r, JValue v, const char *spec, size_t n, JBuf *out);
+
+// Python's str.islower() (lower true) / isupper(): every cased code point in that case, at least one.
+bool jl_str_case_is(const JStr *s, bool lower);
+
 // s.replace(old, new, count) on a string value s (the method and the filter: fn names it).
 int jl_replace(JRender *r, const char *fn, JValue s, const JArgs *a, JValue *out);
 

@@ -232,15 +232,8 @@ static int m_split(JRender *r, const JValue *self, const JArgs *a, JValue *out) 
             size_t k;
             while (i < s->len && jl_is_space((k = jl_utf8_next(s->p + i, s->len - i, &c), c))) i += k;
             if (i >= s->len) break;
-            if (max == 0) {  // the rest, trailing whitespace stripped
-                size_t e = s->len;
-                while (e > i) {
-                    size_t p = prev_cp(s->p, e);
-                    jl_utf8_next(s->p + p, e - p, &c);
-                    if (!jl_is_space(c)) break;
-                    e = p;
-                }
-                if (push_str(r, l, s->p + i, e - i) < 0) return -1;
+            if (max == 0) {  // the rest as it is, trailing whitespace kept (CPython: 'a b  '.split(None, 1))
+                if (push_str(r, l, s->p + i, s->len - i) < 0) return -1;
                 break;
             }
             size_t b = i;
@@ -296,10 +289,8 @@ static int m_rsplit(JRender *r, const JValue *self, const JArgs *a, JValue *out)
                 e = p;
             }
             if (e == 0) break;
-            if (max == 0) {
-                size_t b = 0, k;
-                while (b < e && jl_is_space((k = jl_utf8_next(s->p + b, e - b, &c), c))) b += k;
-                if (push_str(r, l, s->p + b, e - b) < 0) return -1;
+            if (max == 0) {  // the rest as it is, leading whitespace kept (CPython: '  1'.rsplit(None, 0))
+                if (push_str(r, l, s->p, e) < 0) return -1;
                 break;
             }
             size_t b = e;
@@ -352,12 +343,28 @@ static int m_splitlines(JRender *r, const JValue *self, const JArgs *a, JValue *
 }
 
 static int affix(JRender *r, const char *fn, const JValue *self, const JArgs *a, bool end, JValue *out) {
-    static const char *const names[] = {"prefix"};
-    JValue v[1];
+    static const char *const names[] = {"prefix", "start", "end"};
+    JValue v[3];
     unsigned given;
-    if (jl_bind(r, fn, a, names, 1, v, &given) < 0) return -1;
-    if (!given) return jr_fail(r, "%s() takes at least 1 argument (0 given)", fn);
+    if (jl_bind(r, fn, a, names, 3, v, &given) < 0) return -1;
+    if (!(given & 1)) return jr_fail(r, "%s() takes at least 1 argument (0 given)", fn);
     const JStr *s = self_str(self);
+    if (given & 6) {  // s[start:end] first (code points; None or absent = open)
+        bool has[2];
+        int64_t at[2] = {0, 0};
+        for (int k = 0; k < 2; k++) {
+            JValue b = v[1 + k];
+            has[k] = (given & (2u << k)) && b.kind != JV_NONE;
+            if (!has[k]) continue;
+            if (b.kind != JV_INT && b.kind != JV_BOOL)
+                return jr_fail(r, "slice indices must be integers or None or have an __index__ method");
+            at[k] = b.kind == JV_INT ? b.u.i : b.u.b;
+        }
+        if (has[0] && at[0] > (int64_t)jv_str_nchars(s)) return *out = jv_bool(false), 0;  // CPython: start past the end
+        JValue sub;
+        if (jinja_slice(r, *self, has[0], at[0], has[1], at[1], false, 1, &sub) < 0) return -1;
+        s = sub.u.s;
+    }
     const JValue *cand = &v[0];
     size_t nc = 1;
     if (v[0].kind == JV_TUPLE) {
@@ -543,8 +550,9 @@ static int m_join(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
     return jl_str_from(r, &b, out);
 }
 
-// str.format: {} / {0} / {name} fields, optional !s / !r; {{ and }} are literal braces. Format
-// specs (after ':') are refused rather than guessed.
+// str.format: {} / {0} / {name} fields, optional !s / !r, optional :spec (jl_format_spec); {{ and
+// }} are literal braces. Fields with attributes or indexes ({0.name}, {0[1]}) and nested {} in a
+// spec are refused rather than guessed.
 static int m_format(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
     const JStr *s = self_str(self);
     JBuf b = {0};
@@ -570,12 +578,18 @@ static int m_format(JRender *r, const JValue *self, const JArgs *a, JValue *out)
         if (!close) return jr_fail(r, "Single '{' encountered in format string");
         size_t fb = i + 1, fe = (size_t)(close - s->p);
         char conv = 0;
-        const char *bang = memchr(s->p + fb, '!', fe - fb), *colon = memchr(s->p + fb, ':', fe - fb);
-        if (colon) return jr_fail(r, "str.format: format specs ('%.*s') are not supported", (int)(fe - fb), s->p + fb);
-        size_t ne = fe;
+        const char *colon = memchr(s->p + fb, ':', fe - fb);
+        size_t fe_name = colon ? (size_t)(colon - s->p) : fe;  // the field name and conversion end here
+        const char *bang = memchr(s->p + fb, '!', fe_name - fb);
+        if (colon && memchr(colon, '{', (size_t)(s->p + fe - colon)))
+            return jr_fail(r, "str.format: nested fields in a format spec are not supported");
+        size_t ne = fe_name;
+        if (memchr(s->p + fb, '.', ne - fb) || memchr(s->p + fb, '[', ne - fb))
+            return jr_fail(r, "str.format: attribute and index fields ('%.*s') are not supported", (int)(ne - fb),
+                           s->p + fb);
         if (bang) {
             ne = (size_t)(bang - s->p);
-            if (fe - ne != 2 || (bang[1] != 's' && bang[1] != 'r'))
+            if (fe_name - ne != 2 || (bang[1] != 's' && bang[1] != 'r'))
                 return jr_fail(r, "str.format: unknown conversion in '%.*s'", (int)(fe - fb), s->p + fb);
             conv = bang[1];
         }
@@ -593,7 +607,15 @@ static int m_format(JRender *r, const JValue *self, const JArgs *a, JValue *out)
             if (k == a->nkw) return jr_fail(r, "'%.*s'", (int)(ne - fb), s->p + fb);  // KeyError's text
             v = a->kw[k];
         }
-        if ((conv == 'r' ? jv_to_repr(r, v, &b) : jv_to_str(r, v, &b)) < 0) return -1;
+        if (conv) {  // !s / !r first, then the spec applies to that string
+            JBuf t = {0};
+            if ((conv == 'r' ? jv_to_repr(r, v, &t) : jv_to_str(r, v, &t)) < 0 || jl_str_from(r, &t, &v) < 0) return -1;
+        }
+        if (colon) {
+            if (jl_format_spec(r, v, colon + 1, (size_t)(s->p + fe - colon - 1), &b) < 0) return -1;
+        } else if (jv_to_str(r, v, &b) < 0) {
+            return -1;
+        }
         i = fe;
     }
     return jl_str_from(r, &b, out);
@@ -633,6 +655,17 @@ static int m_isalnum(JRender *r, const JValue *self, const JArgs *a, JValue *out
 static int m_isspace(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
     return str_all(r, "isspace", self, a, jl_is_space, out);
 }
+static bool p_decimal(int32_t c) { return utf8proc_category(c) == UTF8PROC_CATEGORY_ND; }
+static bool p_numeric(int32_t c) {
+    utf8proc_category_t k = utf8proc_category(c);
+    return k == UTF8PROC_CATEGORY_ND || k == UTF8PROC_CATEGORY_NL || k == UTF8PROC_CATEGORY_NO;
+}
+static int m_isdecimal(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
+    return str_all(r, "isdecimal", self, a, p_decimal, out);
+}
+static int m_isnumeric(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
+    return str_all(r, "isnumeric", self, a, p_numeric, out);
+}
 
 // ---- dict methods
 
@@ -662,12 +695,251 @@ static int dict_view(JRender *r, const JValue *self, const JArgs *a, int which, 
         }
         if (jlist_push(r, l, e) < 0) return -1;
     }
+    l->view = (uint8_t)(JL_KEYS + which);
     *out = jl_list_value(l);
     return 0;
 }
-static int m_keys(JRender *r, const JValue *self, const JArgs *a, JValue *out) { return dict_view(r, self, a, 0, out); }
-static int m_values(JRender *r, const JValue *self, const JArgs *a, JValue *out) { return dict_view(r, self, a, 1, out); }
-static int m_items(JRender *r, const JValue *self, const JArgs *a, JValue *out) { return dict_view(r, self, a, 2, out); }
+static int m_keys(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
+    return dict_view(r, self, a, 0, out);
+}
+static int m_values(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
+    return dict_view(r, self, a, 1, out);
+}
+static int m_items(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
+    return dict_view(r, self, a, 2, out);
+}
+
+// ---- padding, partition, prefixes (CPython's unicodeobject.c)
+
+// width and fill of center / ljust / rjust: fill one character.
+static int pad_args(JRender *r, const char *fn, const JArgs *a, int64_t *width, const JStr **fill) {
+    static const char *const names[] = {"width", "fillchar"};
+    JValue v[2];
+    unsigned given;
+    if (jl_bind(r, fn, a, names, 2, v, &given) < 0) return -1;
+    if (!(given & 1)) return jr_fail(r, "%s() takes at least 1 argument (0 given)", fn);
+    if (v[0].kind != JV_INT && v[0].kind != JV_BOOL)
+        return jr_fail(r, "'%s' object cannot be interpreted as an integer", jv_type_name(v[0]));
+    *width = v[0].kind == JV_INT ? v[0].u.i : v[0].u.b;
+    *fill = NULL;
+    if (given & 2) {
+        if (v[1].kind != JV_STR || jv_str_nchars(v[1].u.s) != 1)
+            return jr_fail(r, "The fill character must be exactly one character long");
+        *fill = v[1].u.s;
+    }
+    if (*width > 0 && (uint64_t)*width > r->lim->max_output) return jr_fail(r, "%s width is over the output limit", fn);
+    return 0;
+}
+
+static int put_fill(JRender *r, JBuf *b, const JStr *fill, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        if (jbuf_put(r, b, fill ? fill->p : " ", fill ? fill->len : 1) < 0) return -1;
+    return 0;
+}
+
+// kind: 'c' center, 'l' ljust, 'r' rjust
+static int pad_impl(JRender *r, const char *fn, char kind, const JValue *self, const JArgs *a, JValue *out) {
+    int64_t width;
+    const JStr *fill, *s = self_str(self);
+    if (pad_args(r, fn, a, &width, &fill) < 0) return -1;
+    int64_t n = (int64_t)jv_str_nchars(s), marg = width - n;
+    if (marg <= 0) return *out = *self, 0;
+    int64_t left = kind == 'l' ? 0 : kind == 'r' ? marg : marg / 2 + (marg & width & 1);
+    JBuf b = {0};
+    if (put_fill(r, &b, fill, left) < 0 || jbuf_put(r, &b, s->p, s->len) < 0 || put_fill(r, &b, fill, marg - left) < 0)
+        return -1;
+    return jl_str_from(r, &b, out);
+}
+static int m_center(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
+    return pad_impl(r, "center", 'c', self, a, out);
+}
+static int m_ljust(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
+    return pad_impl(r, "ljust", 'l', self, a, out);
+}
+static int m_rjust(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
+    return pad_impl(r, "rjust", 'r', self, a, out);
+}
+
+static int m_zfill(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
+    int64_t width;
+    const JStr *fill, *s = self_str(self);
+    if (pad_args(r, "zfill", a, &width, &fill) < 0) return -1;
+    if (fill) return jr_fail(r, "zfill() takes exactly one argument (2 given)");
+    int64_t n = (int64_t)jv_str_nchars(s);
+    if (width <= n) return *out = *self, 0;
+    bool sign = s->len && (s->p[0] == '+' || s->p[0] == '-');
+    JBuf b = {0};
+    if ((sign && jbuf_put(r, &b, s->p, 1) < 0)) return -1;
+    for (int64_t i = 0; i < width - n; i++)
+        if (jbuf_put(r, &b, "0", 1) < 0) return -1;
+    if (jbuf_put(r, &b, s->p + sign, s->len - sign) < 0) return -1;
+    return jl_str_from(r, &b, out);
+}
+
+static int one_str_arg(JRender *r, const char *fn, const JArgs *a, const JStr **sep) {
+    static const char *const names[] = {"sep"};
+    JValue v[1];
+    unsigned given;
+    if (jl_bind(r, fn, a, names, 1, v, &given) < 0) return -1;
+    if (!given) return jr_fail(r, "%s() takes exactly one argument (0 given)", fn);
+    if (v[0].kind != JV_STR) return jr_fail(r, "must be str, not %s", jv_type_name(v[0]));
+    *sep = v[0].u.s;
+    return 0;
+}
+
+static int part_impl(JRender *r, const char *fn, bool from_end, const JValue *self, const JArgs *a, JValue *out) {
+    const JStr *sep, *s = self_str(self);
+    if (one_str_arg(r, fn, a, &sep) < 0) return -1;
+    if (!sep->len) return jr_fail(r, "empty separator");
+    size_t at = 0;
+    int found;
+    if (from_end) {
+        JRSearch rs;
+        if (jr_rsearch_init(&rs, r, s->p, s->len, sep->p, sep->len) < 0) return -1;
+        found = jr_rsearch_prev(&rs, s->len, &at);
+        jr_rsearch_free(&rs);
+    } else {
+        found = jr_find(r, s->p, s->len, sep->p, sep->len, &at);
+    }
+    if (found < 0) return -1;
+    JList *l = jlist_new(r, 3);
+    if (!l) return -1;
+    size_t cut[3][2] = {{0, 0}, {0, 0}, {0, 0}};  // (offset, length) of head, separator, tail
+    if (found) {
+        cut[0][1] = at;
+        cut[1][0] = at, cut[1][1] = sep->len;
+        cut[2][0] = at + sep->len, cut[2][1] = s->len - at - sep->len;
+    } else {
+        cut[from_end ? 2 : 0][1] = s->len;  // not found: ('s', '', '') or ('', '', 's')
+    }
+    for (int i = 0; i < 3; i++)
+        if (push_str(r, l, s->p + cut[i][0], cut[i][1]) < 0) return -1;
+    *out = (JValue){.kind = JV_TUPLE, .u.l = l};
+    return 0;
+}
+static int m_partition(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
+    return part_impl(r, "partition", false, self, a, out);
+}
+static int m_rpartition(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
+    return part_impl(r, "rpartition", true, self, a, out);
+}
+
+static int fix_impl(JRender *r, const char *fn, bool suffix, const JValue *self, const JArgs *a, JValue *out) {
+    const JStr *fix, *s = self_str(self);
+    if (one_str_arg(r, fn, a, &fix) < 0) return -1;
+    if (jr_work(r, fix->len) < 0) return -1;
+    if (!fix->len || fix->len > s->len || memcmp(s->p + (suffix ? s->len - fix->len : 0), fix->p, fix->len))
+        return *out = *self, 0;
+    return jv_str_new(r, s->p + (suffix ? 0 : fix->len), s->len - fix->len, out);
+}
+static int m_removeprefix(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
+    return fix_impl(r, "removeprefix", false, self, a, out);
+}
+static int m_removesuffix(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
+    return fix_impl(r, "removesuffix", true, self, a, out);
+}
+
+static int m_swapcase(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
+    if (jl_no_args(r, "swapcase", a) < 0) return -1;
+    const JStr *s = self_str(self);
+    if (jr_work(r, s->len) < 0) return -1;
+    JBuf b = {0};
+    for (size_t i = 0; i < s->len;) {
+        int32_t c;
+        i += jl_utf8_next(s->p + i, s->len - i, &c);
+        int rc = utf8proc_isupper(c) ? jl_case_put(r, &b, c, JCASE_LOWER)
+                 : utf8proc_islower(c) ? jl_case_put(r, &b, c, JCASE_UPPER)
+                                       : jl_utf8_put(r, &b, c);
+        if (rc < 0) return -1;
+    }
+    return jl_str_from(r, &b, out);
+}
+
+static int m_casefold(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
+    if (jl_no_args(r, "casefold", a) < 0) return -1;
+    const JStr *s = self_str(self);
+    if (jr_work(r, s->len) < 0) return -1;
+    utf8proc_uint8_t *f = NULL;
+    utf8proc_ssize_t n = utf8proc_map((const utf8proc_uint8_t *)s->p, (utf8proc_ssize_t)s->len, &f, UTF8PROC_CASEFOLD);
+    if (n < 0) return jl_lower(r, *self, out);  // not valid UTF-8: lower() is the closest
+    int rc = jv_str_new(r, (const char *)f, (size_t)n, out);
+    free(f);
+    return rc;
+}
+
+static int m_expandtabs(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
+    static const char *const names[] = {"tabsize"};
+    JValue v[1];
+    unsigned given;
+    if (jl_bind(r, "expandtabs", a, names, 1, v, &given) < 0) return -1;
+    int64_t tab = 8;
+    if (given) {
+        if (v[0].kind != JV_INT) return jr_fail(r, "'%s' object cannot be interpreted as an integer", jv_type_name(v[0]));
+        tab = v[0].u.i;
+    }
+    if (tab > 4096) return jr_fail(r, "expandtabs: tab size %lld is over the limit", (long long)tab);
+    const JStr *s = self_str(self);
+    if (jr_work(r, s->len) < 0) return -1;
+    JBuf b = {0};
+    int64_t col = 0;
+    for (size_t i = 0; i < s->len;) {
+        int32_t c;
+        size_t k = jl_utf8_next(s->p + i, s->len - i, &c);
+        if (c == '\t') {
+            if (tab > 0) {
+                int64_t sp = tab - col % tab;
+                for (int64_t q = 0; q < sp; q++)
+                    if (jbuf_put(r, &b, " ", 1) < 0) return -1;
+                col += sp;
+            }
+        } else {
+            if (jbuf_put(r, &b, s->p + i, k) < 0) return -1;
+            col = c == '\n' || c == '\r' ? 0 : col + 1;
+        }
+        i += k;
+    }
+    return jl_str_from(r, &b, out);
+}
+
+static int m_islower(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
+    if (jl_no_args(r, "islower", a) < 0 || jr_work(r, self_str(self)->len) < 0) return -1;
+    return *out = jv_bool(jl_str_case_is(self_str(self), true)), 0;
+}
+static int m_isupper(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
+    if (jl_no_args(r, "isupper", a) < 0 || jr_work(r, self_str(self)->len) < 0) return -1;
+    return *out = jv_bool(jl_str_case_is(self_str(self), false)), 0;
+}
+// istitle: an upper or titlecase letter only after an uncased one, a lowercase one only after a cased one
+static int m_istitle(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
+    if (jl_no_args(r, "istitle", a) < 0) return -1;
+    const JStr *s = self_str(self);
+    if (jr_work(r, s->len) < 0) return -1;
+    bool prev_cased = false, cased = false, ok = true;
+    for (size_t i = 0; i < s->len && ok;) {
+        int32_t c;
+        i += jl_utf8_next(s->p + i, s->len - i, &c);
+        if (utf8proc_isupper(c) || utf8proc_category(c) == UTF8PROC_CATEGORY_LT) {
+            ok = !prev_cased;
+            prev_cased = cased = true;
+        } else if (utf8proc_islower(c)) {
+            ok = prev_cased;
+            prev_cased = cased = true;
+        } else {
+            prev_cased = false;
+        }
+    }
+    return *out = jv_bool(ok && cased), 0;
+}
+
+static int m_list_copy(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
+    if (jl_no_args(r, "copy", a) < 0) return -1;
+    JList *l = jlist_new(r, self->u.l->n);
+    if (!l) return -1;
+    for (size_t i = 0; i < self->u.l->n; i++)
+        if (jlist_push(r, l, self->u.l->v[i]) < 0) return -1;
+    *out = jl_list_value(l);
+    return 0;
+}
 
 static int m_copy(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
     if (jl_no_args(r, "copy", a) < 0) return -1;
@@ -733,10 +1005,15 @@ static const Method str_methods[] = {
     {"title", m_title}, {"upper", m_upper}, {"lower", m_lower}, {"capitalize", m_capitalize}, {"find", m_find},
     {"rfind", m_rfind}, {"index", m_index}, {"rindex", m_rindex}, {"count", m_str_count}, {"join", m_join},
     {"format", m_format}, {"isdigit", m_isdigit}, {"isalpha", m_isalpha}, {"isalnum", m_isalnum},
-    {"isspace", m_isspace}, {NULL, NULL}};
+    {"isspace", m_isspace}, {"center", m_center}, {"ljust", m_ljust}, {"rjust", m_rjust}, {"zfill", m_zfill},
+    {"partition", m_partition}, {"rpartition", m_rpartition}, {"removeprefix", m_removeprefix},
+    {"removesuffix", m_removesuffix}, {"swapcase", m_swapcase}, {"casefold", m_casefold},
+    {"expandtabs", m_expandtabs}, {"islower", m_islower}, {"isupper", m_isupper}, {"istitle", m_istitle},
+    {"isdecimal", m_isdecimal}, {"isnumeric", m_isnumeric}, {NULL, NULL}};
 static const Method dict_methods[] = {{"get", m_get}, {"items", m_items}, {"keys", m_keys}, {"values", m_values},
                                       {"copy", m_copy}, {NULL, NULL}};
 static const Method seq_methods[] = {{"index", m_list_index}, {"count", m_list_count}, {NULL, NULL}};
+static const Method list_methods[] = {{"copy", m_list_copy}, {NULL, NULL}};
 static const Method list_unsafe[] = {{"append", u_append}, {"extend", u_extend}, {"insert", u_insert},
                                      {"pop", u_pop}, {"remove", u_remove}, {"sort", u_sort},
                                      {"reverse", u_reverse}, {"clear", u_clear}, {NULL, NULL}};
@@ -744,16 +1021,20 @@ static const Method dict_unsafe[] = {{"update", u_update}, {"pop", u_pop}, {"pop
                                      {"setdefault", u_setdefault}, {"clear", u_clear}, {NULL, NULL}};
 
 int jl_method_get(JRender *r, JValue obj, const char *name, JValue *out, bool *found) {
-    const Method *tables[2] = {NULL, NULL};
+    const Method *tables[3] = {NULL, NULL, NULL};
     switch (obj.kind) {
     case JV_STR: tables[0] = str_methods; break;
     case JV_DICT: tables[0] = dict_methods; tables[1] = dict_unsafe; break;
-    case JV_LIST: tables[0] = seq_methods; tables[1] = list_unsafe; break;
+    case JV_LIST:
+        if (obj.u.l->view == JL_RANGE) tables[0] = seq_methods;
+        else if (!obj.u.l->gen && !obj.u.l->view)
+            tables[0] = seq_methods, tables[1] = list_unsafe, tables[2] = list_methods;
+        break;
     case JV_TUPLE: tables[0] = seq_methods; break;
     default: break;
     }
     *found = false;
-    for (int t = 0; t < 2; t++)
+    for (int t = 0; t < 3; t++)
         for (const Method *m = tables[t]; m && m->name; m++)
             if (!strcmp(m->name, name)) {
                 JFunc *f = jfunc_builtin(r, m->name, m->fn, obj);  // m->name: static, outlives the caller's

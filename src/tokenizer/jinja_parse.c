@@ -2,7 +2,8 @@
 // (jinja2/parser.py) so precedence and the places a tuple or a condition is allowed are
 // its own: `x is test` and `|filter` bind at the unary level (after unary minus:
 // -x|abs is abs(-x)), `{% if %}` and a for's iterable take no inline `if`, {{ a, b }} is a
-// tuple. Unknown tags, filters and tests fail here, as jinja2 fails them at compile time.
+// tuple. Unknown tags fail here, as jinja2 fails them at compile time; so do unknown filters
+// and tests, except where jinja2 3 defers them to run time (check_unknown below).
 // Nesting (brackets, expressions, blocks) is bounded so a hostile template cannot overflow
 // the stack.
 #include <stdarg.h>
@@ -50,6 +51,7 @@ typedef struct {
     int depth;
     int loops;    // enclosing for loops (in the current macro)
     Node *macro;  // innermost macro being parsed (for varargs / kwargs / caller)
+    int unknown;  // unknown filters and tests parsed (check_unknown places them)
 } Parser;
 
 static const Tok *cur(Parser *P) { return &P->t[P->pos]; }
@@ -270,13 +272,11 @@ static Node *parse_filter(Parser *P, Node *input, bool start_inline) {
         const Tok *at = cur(P);
         const char *name = parse_dotted(P);
         if (!name) return NULL;
-        if (!jinja_filter_known(name)) {
-            fail_at(P, at, "no filter named '%s'", name);
-            return NULL;
-        }
         Node *f = node_new(P, E_FILTER, at);
         if (!f) return NULL;
         f->name = name;
+        f->unknown = !jinja_filter_known(name);
+        P->unknown += f->unknown;
         f->a = input;
         if (is_op(cur(P), "(") && parse_call_args(P, f) < 0) return NULL;
         input = f;
@@ -292,13 +292,12 @@ static Node *parse_test(Parser *P, Node *input) {
     const Tok *at = cur(P);
     const char *name = parse_dotted(P);
     if (!name) return NULL;
-    if (!jinja_test_known(name)) {
-        fail_at(P, at, "no test named '%s'", name);
-        return NULL;
-    }
     Node *t = node_new(P, E_TEST, is);
     if (!t) return NULL;
     t->name = name;
+    t->unknown = !jinja_test_known(name);
+    t->line = at->line, t->col = at->col;  // where the test's name is, for the message
+    P->unknown += t->unknown;
     t->a = input;
     t->negated = negated;
     const Tok *c = cur(P);
@@ -834,7 +833,11 @@ fail:
 
 static Node *parse_for(Parser *P, const Tok *at) {
     Node *nd = node_new(P, N_FOR, at);
+    const Tok *target = cur(P);
     if (!nd || parse_target(P, nd, false, "in") < 0) return NULL;
+    for (int i = 0; i < nd->ntargets; i++)
+        if (!strcmp(nd->targets[i], "loop"))
+            return fail_at(P, target, "Can't assign to special loop variable in for-loop target"), NULL;
     if (!is_name(cur(P), "in")) return expected(P, "'in'"), NULL;
     adv(P);
     if (!(nd->a = parse_tuple(P, false, false, "recursive", false))) return NULL;
@@ -842,7 +845,7 @@ static Node *parse_for(Parser *P, const Tok *at) {
         adv(P);
         if (!(nd->b = parse_expr(P, true))) return NULL;
     }
-    if (is_name(cur(P), "recursive")) return fail_at(P, cur(P), "recursive loops are not supported"), NULL;
+    if (is_name(cur(P), "recursive")) nd->recursive = true, adv(P);
     static const char *const E1[] = {"endfor", "else"}, *const E2[] = {"endfor"};
     P->loops++;
     int rc = parse_body(P, &nd->body, E1, 2, false);
@@ -1040,6 +1043,72 @@ fail:
     return -1;
 }
 
+// ---- unknown filters and tests
+
+// jinja2 3 compiles a filter or test it does not know into a call that raises "No filter named
+// 'x' found." when it runs, but only in a "soft" frame: the test, the bodies and the elif/else
+// branches of an {% if %}, and all three parts of an inline if-expression (compiler.py: visit_If
+// and visit_CondExpr use frame.soft(); _filter_test_common refuses unknown names elsewhere at
+// compile time). Softness passes into what shares the frame ({{ }}, {% set x = %}, a for's
+// iterable, a call block's call) and not into a new inner frame: a for loop's body, filter and
+// else, a macro's or call block's body and defaults, a set block or filter block (their body
+// and filters). The parse is complete first, so an inline if can soften what precedes it.
+#define CHECK_MAX_DEPTH 2000
+
+static int check_unknown(Parser *P, const Node *nd, bool soft, int depth);
+
+static int check_list(Parser *P, const NodeList *l, bool soft, int depth) {
+    for (int i = 0; i < l->n; i++)
+        if (l->v[i] && check_unknown(P, l->v[i], soft, depth) < 0) return -1;
+    return 0;
+}
+
+static int check_unknown(Parser *P, const Node *nd, bool soft, int depth) {
+    if (depth > CHECK_MAX_DEPTH) {
+        Tok at = {.line = nd->line, .col = nd->col};
+        return fail_at(P, &at, "template nested deeper than %d levels", CHECK_MAX_DEPTH);
+    }
+    depth++;
+    switch (nd->kind) {
+    case N_IF:
+        soft = true;
+        break;
+    case N_FOR:  // only the iterable is visited in the enclosing frame
+        if (check_unknown(P, nd->a, soft, depth) < 0) return -1;
+        if (nd->b && check_unknown(P, nd->b, false, depth) < 0) return -1;
+        return check_list(P, &nd->body, false, depth) < 0 ? -1 : check_list(P, &nd->orelse, false, depth);
+    case N_MACRO:
+    case N_GENERATION:
+        soft = false;
+        break;
+    case N_SET_BLOCK:
+    case N_FILTER_BLOCK:  // filters.v[n - 1] is the outermost filter: its chain (->a) holds the others
+        if (nd->filters.n && check_unknown(P, nd->filters.v[nd->filters.n - 1], false, depth) < 0) return -1;
+        return check_list(P, &nd->body, false, depth);
+    case N_CALL_BLOCK:
+        if (check_unknown(P, nd->a, soft, depth) < 0) return -1;
+        return check_list(P, &nd->defaults, false, depth) < 0 ? -1 : check_list(P, &nd->body, false, depth);
+    case E_COND:
+        soft = true;
+        break;
+    case E_FILTER:
+    case E_TEST:
+        if (nd->unknown && !soft) {
+            Tok at = {.line = nd->line, .col = nd->col};
+            return fail_at(P, &at, "no %s named '%s'", nd->kind == E_FILTER ? "filter" : "test", nd->name);
+        }
+        break;
+    default: break;
+    }
+    const Node *kids[3] = {nd->a, nd->b, nd->c};
+    for (int i = 0; i < 3; i++)
+        if (kids[i] && check_unknown(P, kids[i], soft, depth) < 0) return -1;
+    const NodeList *lists[] = {&nd->args, &nd->vals, &nd->kwargs, &nd->body, &nd->orelse, &nd->defaults, &nd->filters};
+    for (size_t i = 0; i < sizeof lists / sizeof *lists; i++)
+        if (check_list(P, lists[i], soft, depth) < 0) return -1;
+    return 0;
+}
+
 static void mem_free(JMem *m) {
     while (m) {
         JMem *next = m->next;
@@ -1069,6 +1138,7 @@ int jinja_parse(JinjaTemplate **out, const char *src, size_t len, const char *na
     e->code = PAIL_OK;
     Parser P = {.t = toks.v, .n = toks.n, .name = name, .err = e, .mem = &t->mem};
     int rc = subparse(&P, &t->body, NULL, 0);
+    if (rc == 0 && P.unknown) rc = check_list(&P, &t->body, false, 0);
     jinja_toks_free(&toks);
     if (rc < 0) {
         jinja_free(t);

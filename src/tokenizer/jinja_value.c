@@ -260,7 +260,7 @@ bool jv_truthy(JValue v) {
     case JV_INT: return v.u.i != 0;
     case JV_FLOAT: return v.u.f != 0.0;
     case JV_STR: return v.u.s->len != 0;
-    case JV_LIST: case JV_TUPLE: return v.u.l->n != 0;
+    case JV_LIST: case JV_TUPLE: return v.u.l->gen || v.u.l->n != 0;
     case JV_DICT: return v.u.d->n != 0;
     case JV_NAMESPACE: case JV_FUNC: return true;
     }
@@ -284,6 +284,8 @@ static bool equal_w(JValue a, JValue b, uint64_t *work) {
     *work += sizeof(JValue);
     if (numeric(a, &fa, &ia, &xa) && numeric(b, &fb, &ib, &xb)) return xa && xb ? ia == ib : fa == fb;
     if (a.kind == JV_LIST || a.kind == JV_TUPLE) {
+        if (jv_is_gen(a) || jv_is_gen(b)) return b.kind == a.kind && a.u.l == b.u.l;  // by identity
+        if (b.kind == JV_LIST && a.u.l->view != b.u.l->view) return false;  // a list is no dict_keys or range
         if (b.kind != a.kind || a.u.l->n != b.u.l->n) return false;
         for (size_t i = 0; i < a.u.l->n; i++)
             if (!equal_w(a.u.l->v[i], b.u.l->v[i], work)) return false;
@@ -382,9 +384,12 @@ const char *jv_type_name(JValue v) {
     case JV_INT: return "int";
     case JV_FLOAT: return "float";
     case JV_STR: return "str";
-    case JV_LIST: return "list";
+    case JV_LIST: {
+        static const char *const views[] = {"list", "dict_keys", "dict_values", "dict_items", "range"};
+        return v.u.l->gen ? "generator" : views[v.u.l->view];
+    }
     case JV_TUPLE: return "tuple";
-    case JV_DICT: return "dict";
+    case JV_DICT: return v.u.d->loop ? "LoopContext" : "dict";
     case JV_NAMESPACE: return "Namespace";
     case JV_FUNC: return v.u.fn->kind == JF_MACRO ? "Macro" : "builtin_function_or_method";
     }

@@ -2,6 +2,9 @@
 // renders the template with the JSON object's keys as globals and prints the output to
 // stdout; on failure prints the error to stderr and exits 1. With --spans, also prints the
 // {% generation %} byte spans to stderr, one "begin end" a line.
+// `jinja_render --cases CASES.jsonl [--now UNIX]`: each line {"template": T, "vars": {...}} is
+// parsed and rendered on its own; prints one JSON line per case, {"out": TEXT} or {"error": MSG}
+// (validation/tokenizer/jinja_semantics.py compares them with jinja2). --now fixes strftime_now.
 #include <jansson.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -24,7 +27,74 @@ static char *slurp(const char *path, size_t *len) {
     return (char *)b.data;
 }
 
+// One case of --cases: parse, render, and one JSON line on stdout.
+static void run_case(json_t *c, int64_t now, int lineno) {
+    json_t *tj = json_object_get(c, "template"), *vars = json_object_get(c, "vars");
+    json_t *res = json_object();
+    if (!json_is_string(tj) || !json_is_object(vars)) {
+        json_object_set_new(res, "error",
+                            json_sprintf("case line %d: needs a string 'template' and an object 'vars'", lineno));
+    } else {
+        PailErr err = {0};
+        JinjaTemplate *t;
+        Buf out = {0};
+        JinjaLimits lim = JINJA_LIMITS_DEFAULT;
+        lim.now = now;
+        if (jinja_parse(&t, json_string_value(tj), json_string_length(tj), "t", &err) < 0) {
+            json_object_set_new(res, "error", json_string(err.msg));
+        } else {
+            if (jinja_render(t, vars, &lim, &out, NULL, &err) < 0) json_object_set_new(res, "error", json_string(err.msg));
+            else {
+                json_t *text = json_stringn(out.data ? (char *)out.data : "", out.len);
+                json_object_set_new(res, text ? "out" : "error", text ? text : json_string("output is not valid UTF-8"));
+            }
+            jinja_free(t);
+        }
+        buf_free(&out);
+    }
+    char *line = json_dumps(res, JSON_COMPACT | JSON_ENSURE_ASCII);
+    if (line) printf("%s\n", line);
+    free(line);
+    json_decref(res);
+}
+
+static int run_cases(const char *path, int64_t now) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "%s: cannot read\n", path);
+        return 1;
+    }
+    char *line = NULL;
+    size_t cap = 0;
+    int lineno = 0;
+    while (getline(&line, &cap, f) > 0) {
+        lineno++;
+        json_error_t je;
+        json_t *c = json_loads(line, JSON_ALLOW_NUL, &je);
+        if (!c) {
+            fprintf(stderr, "%s:%d: %s\n", path, lineno, je.text);
+            free(line);
+            fclose(f);
+            return 1;
+        }
+        run_case(c, now, lineno);
+        json_decref(c);
+    }
+    free(line);
+    fclose(f);
+    return 0;
+}
+
 int main(int argc, char **argv) {
+    if (argc >= 3 && !strcmp(argv[1], "--cases")) {
+        int64_t now = INT64_MIN;
+        if (argc == 5 && !strcmp(argv[3], "--now")) now = strtoll(argv[4], NULL, 10);
+        else if (argc != 3) {
+            fprintf(stderr, "usage: jinja_render --cases CASES.jsonl [--now UNIX]\n");
+            return 2;
+        }
+        return run_cases(argv[2], now);
+    }
     bool spans = argc > 1 && !strcmp(argv[1], "--spans");
     if (argc != 3 + spans) {
         fprintf(stderr, "usage: jinja_render [--spans] TEMPLATE.jinja VARS.json\n");
