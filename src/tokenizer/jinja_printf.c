@@ -14,7 +14,7 @@
 
 typedef struct {
     JRender *r;
-    JValue args;       // the right operand
+    JValue args;        // the right operand
     const JValue *pos;  // positional arguments (a tuple's items, or &args)
     size_t npos, next;
     bool mapping;  // args is a dict used with %(key)
@@ -70,7 +70,7 @@ static int conv_int(Printf *P, JValue v, char c, int64_t *i) {
 
 static int one_spec(Printf *P, const char *s, size_t n, size_t *k, JBuf *out) {
     JRender *r = P->r;
-    size_t i = *k;  // just after '%'
+    size_t i = *k;                                                          // just after '%'
     if (i < n && s[i] == '%') return *k = i + 1, jbuf_put(r, out, "%", 1);  // %% only: '%5%' is an error
     JValue v = {0};
     bool have_v = false;
@@ -134,7 +134,9 @@ static int one_spec(Printf *P, const char *s, size_t n, size_t *k, JBuf *out) {
     if (!have_v && next_arg(P, &v) < 0) return -1;
     const char *sign = "";
     switch (c) {
-    case 's': case 'r': case 'a': {
+    case 's':
+    case 'r':
+    case 'a': {
         JBuf t = {0};
         if ((c == 's' ? jv_to_str(r, v, &t) : jv_to_repr(r, v, &t)) < 0) return -1;
         size_t len = t.len;
@@ -159,25 +161,43 @@ static int one_spec(Printf *P, const char *s, size_t n, size_t *k, JBuf *out) {
         }
         return put_padded(r, out, "", t.p, t.len, width, left, false);
     }
-    case 'd': case 'i': case 'u': case 'x': case 'X': case 'o': {
+    case 'd':
+    case 'i':
+    case 'u':
+    case 'x':
+    case 'X':
+    case 'o': {
         int64_t iv = 0;
         if (conv_int(P, v, c, &iv) < 0) return -1;
         bool neg = iv < 0;
         uint64_t mag = neg ? (uint64_t)0 - (uint64_t)iv : (uint64_t)iv;
         char digits[80];
-        int nd = snprintf(digits, sizeof digits, c == 'x' ? "%llx" : c == 'X' ? "%llX" : c == 'o' ? "%llo" : "%llu",
+        int nd = snprintf(digits, sizeof digits, c == 'x' ? "%llx" : c == 'X' ? "%llX" :
+                                                                 c == 'o'     ? "%llo" :
+                                                                                "%llu",
                           (unsigned long long)mag);
         char body[600];
         if (prec > 500) return jr_fail(r, "precision too big");
         int zeros = prec > nd ? (int)(prec - nd) : 0;  // '%.5d' % 7 is 00007
-        const char *pre = alt ? (c == 'x' ? "0x" : c == 'X' ? "0X" : c == 'o' ? "0o" : "") : "";
+        const char *pre = alt ? (c == 'x' ? "0x" : c == 'X' ? "0X" :
+                                               c == 'o'     ? "0o" :
+                                                              "") :
+                                "";
         char signpre[8];
-        snprintf(signpre, sizeof signpre, "%s%s", neg ? "-" : plus ? "+" : space ? " " : "", pre);
+        snprintf(signpre, sizeof signpre, "%s%s", neg ? "-" : plus ? "+" :
+                                                          space    ? " " :
+                                                                     "",
+                 pre);
         memset(body, '0', (size_t)zeros);
         int bl = zeros + snprintf(body + zeros, sizeof body - (size_t)zeros, "%s", digits);
         return put_padded(r, out, signpre, body, (size_t)bl, width, left, zero && !left);
     }
-    case 'e': case 'E': case 'f': case 'F': case 'g': case 'G': {
+    case 'e':
+    case 'E':
+    case 'f':
+    case 'F':
+    case 'g':
+    case 'G': {
         double f;
         if (v.kind == JV_FLOAT) f = v.u.f;
         else if (v.kind == JV_INT) f = (double)v.u.i;
@@ -190,7 +210,9 @@ static int one_spec(Printf *P, const char *s, size_t n, size_t *k, JBuf *out) {
         snprintf(fmt, sizeof fmt, "%%%s.%d%c", alt ? "#" : "", (int)prec, c);
         int bl = snprintf(body, sizeof body, fmt, fabs(f));
         if (bl < 0 || bl >= (int)sizeof body) return jr_fail(r, "a formatted float is too long");
-        sign = signbit(f) && !isnan(f) ? "-" : plus ? "+" : space ? " " : "";
+        sign = signbit(f) && !isnan(f) ? "-" : plus ? "+" :
+                                           space    ? " " :
+                                                      "";
         return put_padded(r, out, sign, body, (size_t)bl, width, left, zero && !left && isfinite(f));
     }
     default:
@@ -283,7 +305,8 @@ int jl_format_spec(JRender *r, JValue v, const char *sp, size_t n, JBuf *out) {
     char pre[3] = "";
     bool numeric = false;
     if (v.kind == JV_STR || ((v.kind == JV_NONE || v.kind == JV_LIST || v.kind == JV_TUPLE || v.kind == JV_DICT ||
-                              v.kind == JV_UNDEFINED) && !type && !sign && !alt && !group && align != '=')) {
+                              v.kind == JV_UNDEFINED) &&
+                             !type && !sign && !alt && !group && align != '=')) {
         if (v.kind != JV_STR && (width >= 0 || prec >= 0 || align))  // object.__format__ takes an empty spec only
             return jr_fail(r, "unsupported format string passed to %s.__format__", jv_type_name(v));
         if (type && type != 's') return jr_fail(r, "Unknown format code '%c' for object of type 'str'", type);
@@ -307,7 +330,9 @@ int jl_format_spec(JRender *r, JValue v, const char *sp, size_t n, JBuf *out) {
         } else {
             uint64_t mag = iv < 0 ? (uint64_t)0 - (uint64_t)iv : (uint64_t)iv;
             char d[80];
-            int nd = snprintf(d, sizeof d, type == 'x' ? "%llx" : type == 'X' ? "%llX" : type == 'o' ? "%llo" : "%llu",
+            int nd = snprintf(d, sizeof d, type == 'x' ? "%llx" : type == 'X' ? "%llX" :
+                                                              type == 'o'     ? "%llo" :
+                                                                                "%llu",
                               (unsigned long long)mag);
             if (type == 'b') {
                 nd = 0;
@@ -316,15 +341,20 @@ int jl_format_spec(JRender *r, JValue v, const char *sp, size_t n, JBuf *out) {
                 d[nd] = 0;
             }
             if (alt && type && strchr("boxX", type)) pre[0] = '0', pre[1] = type == 'X' ? 'X' : type;
-            sgn = iv < 0 ? "-" : sign == '+' ? "+" : sign == ' ' ? " " : "";
+            sgn = iv < 0 ? "-" : sign == '+' ? "+" :
+                             sign == ' '     ? " " :
+                                               "";
             if (put_grouped(r, &body, d, (size_t)nd, group, type && strchr("boxX", type) ? 4 : 3) < 0) return -1;
         }
     } else if (v.kind == JV_FLOAT || v.kind == JV_INT || v.kind == JV_BOOL) {
         numeric = true;
-        double f = v.kind == JV_FLOAT ? v.u.f : v.kind == JV_INT ? (double)v.u.i : v.u.b;
+        double f = v.kind == JV_FLOAT ? v.u.f : v.kind == JV_INT ? (double)v.u.i :
+                                                                   v.u.b;
         if (type == 'n') type = 'g';  // the locale's 'g': the C locale's
         if (type && !strchr("eEfFgG%", type)) return jr_fail(r, "Unknown format code '%c' for object of type 'float'", type);
-        sgn = signbit(f) && !isnan(f) ? "-" : sign == '+' ? "+" : sign == ' ' ? " " : "";
+        sgn = signbit(f) && !isnan(f) ? "-" : sign == '+' ? "+" :
+                                          sign == ' '     ? " " :
+                                                            "";
         double a = fabs(f);
         char fmt[16], d[700];
         int nd;
@@ -383,9 +413,11 @@ int jl_format_spec(JRender *r, JValue v, const char *sp, size_t n, JBuf *out) {
     int64_t pad = width > (int64_t)nch ? width - (int64_t)nch : 0;
     if ((uint64_t)pad > r->lim->max_output)
         return jr_fail(r, "format width %lld is over the output limit", (long long)width);
-    if (pad && group && fill[0] == '0' && !fill[1] && align == '=')  // CPython groups the zero padding too
+    if (pad && group && fill[0] == '0' && !fill[1] && align == '=')                             // CPython groups the zero padding too
         return jr_fail(r, "format: zero padding with a thousands separator is not supported");  // ('0,000,123')
-    int64_t left = align == '<' ? 0 : align == '^' ? pad / 2 : pad, right = pad - left;
+    int64_t left = align == '<' ? 0 : align == '^' ? pad / 2 :
+                                                     pad,
+            right = pad - left;
     size_t fl = strlen(fill);
     if (align != '=')
         for (int64_t q = 0; q < left; q++)
