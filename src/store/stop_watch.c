@@ -7,7 +7,8 @@
 #include "core/timeutil.h"
 #include "store/runlayout.h"
 
-#define STOP_WATCH_RETRY_S 5  // a HEAD still failing after this is tried again at the next look
+#define STOP_WATCH_RETRY_S 5     // a HEAD still failing after this is tried again at the next look
+#define STOP_WATCH_TIMEOUT_S 10  // a stalled HEAD (bounds how long closing can wait for one under way)
 #define STOP_WATCH_SLICE_MS 50
 
 struct StopWatch {
@@ -44,6 +45,7 @@ int stop_watch_open(StopWatch **out, const char *url, const StoreOptions *opt, v
     if (!w) return err_set(err, PAIL_ERR_NOMEM, "out of memory");
     StoreOptions o = opt ? *opt : (StoreOptions){0};
     if (o.retry_seconds <= 0 || o.retry_seconds > STOP_WATCH_RETRY_S) o.retry_seconds = STOP_WATCH_RETRY_S;
+    if (o.timeout_seconds <= 0 || o.timeout_seconds > STOP_WATCH_TIMEOUT_S) o.timeout_seconds = STOP_WATCH_TIMEOUT_S;
     if (store_open(&w->st, url, &o, err) < 0) {
         free(w);
         return err_wrap(err, "watching %s", RUN_KEY_STOP);

@@ -14,10 +14,12 @@
 typedef struct StopWatch StopWatch;
 
 // Starts watching RUN_KEY_STOP under url (opened with opt, its retry budget cut
-// to a few seconds). *stop is set to 1 (never lowered) when the key is found.
+// to 5 s, its stall timeout to 10 s). *stop is set to 1 (never lowered) when
+// the key is found.
 int stop_watch_open(StopWatch **out, const char *url, const StoreOptions *opt, volatile sig_atomic_t *stop,
                     double every_s, PailErr *err);
 // True once the watch found control/stop (w may be NULL: false).
 bool stop_watch_found(StopWatch *w);
-// Ends the thread (within ~50 ms, or a HEAD under way) and frees w (NULL: nothing).
+// Ends the thread (within ~50 ms, or once a HEAD under way ends: at most ~15 s
+// against a relay that never answers) and frees w (NULL: nothing).
 void stop_watch_close(StopWatch *w);
