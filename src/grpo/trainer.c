@@ -39,6 +39,7 @@
 #include "store/retention.h"
 #include "store/runlayout.h"
 #include "store/runmeta.h"
+#include "store/stop_watch.h"
 #include "store/versions.h"
 
 typedef struct {   // one completion of the step
@@ -52,6 +53,7 @@ typedef struct {
     ModelWeights w;
     char tok_sha[65];
     Store *st, *src;
+    StopWatch *watch;  // control/stop looked for while the trainer works (NULL: replays)
     LoraLayout lay;
     Trainable *ts;                       // owned: params, grads and moments on the backend
     MemoryPlan mp;                       // printed at start; sizes a device's out-of-memory message
@@ -1250,12 +1252,16 @@ static int control_stop_check(Trainer *t, PailErr *err) {
                    t->cfg->run_url, RUN_KEY_STOP);
 }
 
-// control/stop looked for after each step too (a HEAD): a trainer holding
-// shards for more steps would otherwise train them all before it next waits.
-static bool stop_requested(Trainer *t) {
-    StoreStat ss;
-    PailErr e = {0};
-    if (t->cfg->replay_url || store_head(t->st, RUN_KEY_STOP, &ss, &e) < 0) return false;
+// control/stop looked for after each step too (a HEAD, unless the watch found
+// it during the step): a trainer holding shards for more steps would otherwise
+// train them all before it next waits.
+static bool stop_requested(Trainer *t, volatile sig_atomic_t *stop) {
+    if (t->cfg->replay_url) return false;
+    if (!stop_watch_found(t->watch)) {
+        StoreStat ss;
+        PailErr e = {0};
+        if (*stop || store_head(t->st, RUN_KEY_STOP, &ss, &e) < 0) return false;
+    }
     log_info("control/stop found after step %lld: stopping (publishing what was trained)", (long long)t->step);
     return true;
 }
@@ -1266,6 +1272,10 @@ int trainer_run(const TrainerConfig *cfg, volatile sig_atomic_t *stop, PailErr *
     TrainerConfig c = *cfg;  // setup may choose its token_budget (budget.h)
     int rc = setup(&t, &c, err);
     if (rc == 0) rc = control_stop_check(&t, err);  // an earlier stop request: an error, nothing trained
+    // From here control/stop is looked for by a thread of its own every 5 s
+    // (stop_watch.h), whatever the trainer waits on: a step, a resume, a
+    // request in retries. Replays do not stop for it.
+    if (rc == 0 && stop && !cfg->replay_url) rc = stop_watch_open(&t.watch, c.run_url, &c.store, stop, 5, err);
     if (rc == 0) rc = start(&t, err);
     while (rc == 0 && t.step < cfg->steps && !(stop && *stop)) {
         int ngroups = 0;
@@ -1277,7 +1287,7 @@ int trainer_run(const TrainerConfig *cfg, volatile sig_atomic_t *stop, PailErr *
             break;
         }
         rc = train_step(&t, ngroups, waited, stop, err);
-        if (rc == 0 && t.step < cfg->steps && stop && !*stop && stop_requested(&t)) *stop = 1;
+        if (rc == 0 && t.step < cfg->steps && stop && stop_requested(&t, stop)) *stop = 1;
     }
     // Publish what was trained since the last version (preemption loses nothing),
     // with the late shards of the versions behind the window counted up to now.
@@ -1305,6 +1315,7 @@ int trainer_run(const TrainerConfig *cfg, volatile sig_atomic_t *stop, PailErr *
                  (long long)t.step, (long long)t.version, (long long)t.feed.stats.consumed,
                  (long long)t.feed.stats.dropped, (long long)t.feed.stats.rejected, flat);
     }
+    stop_watch_close(t.watch);
     teardown(&t);
     return rc;
 }

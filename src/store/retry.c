@@ -2,6 +2,7 @@
 // Jitter", AWS Architecture Blog, 2015): sleeping a uniform fraction of the
 // exponential step spreads the retries of many clients hitting one bucket.
 #include "store/retry.h"
+#include <stdatomic.h>
 #include <string.h>
 #include "core/timeutil.h"
 
@@ -50,7 +51,8 @@ void retry_init(RetryState *rs, double budget_s) {
 }
 
 static volatile sig_atomic_t *g_stop_flag;
-static int64_t g_stop_grace_ms, g_stop_seen_ms = -1;
+static int64_t g_stop_grace_ms;
+static _Atomic int64_t g_stop_seen_ms = -1;  // retries run on more than one thread (stop_watch.h)
 
 void retry_stop_on(volatile sig_atomic_t *flag, double grace_s) {
     g_stop_flag = flag;
@@ -74,8 +76,10 @@ bool retry_wait(RetryState *rs) {
     if (now >= rs->deadline_ms) return false;
     int64_t deadline = rs->deadline_ms;
     if (g_stop_flag && *g_stop_flag) {
-        if (g_stop_seen_ms < 0) g_stop_seen_ms = now;
-        if (g_stop_seen_ms + g_stop_grace_ms < deadline) deadline = g_stop_seen_ms + g_stop_grace_ms;
+        int64_t unseen = -1;
+        atomic_compare_exchange_strong(&g_stop_seen_ms, &unseen, now);
+        int64_t seen = atomic_load(&g_stop_seen_ms);
+        if (seen + g_stop_grace_ms < deadline) deadline = seen + g_stop_grace_ms;
         if (now >= deadline) {
             rs->stopped = true;
             return false;
