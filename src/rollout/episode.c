@@ -227,7 +227,10 @@ static void on_opening(Episodes *r, int k, json_t *messages, json_t *tools) {
         ep_fail(r, k, why);
         return;
     }
-    if (err.msg[0] || tokenizer_encode(r->cfg.tok, (char *)e->rendered.data, e->rendered.len, &ids, &err) < 0) {
+    // an ad-hoc completion's prompt is plain text: the post_processor's <bos> leads it, as a plain
+    // prompt in a dataset (and vLLM's /v1/completions); a template wrote a conversation's own
+    if (err.msg[0] || (raw ? tokenizer_encode_text : tokenizer_encode)(r->cfg.tok, (char *)e->rendered.data,
+                                                                       e->rendered.len, &ids, &err) < 0) {
         token_ids_free(&ids);
         snprintf(why, sizeof why, "the opening %s: %s", raw ? "prompt" : "messages", err.msg[0] ? err.msg : "out of memory");
         ep_fail(r, k, why);
