@@ -344,6 +344,7 @@ class Checker:
                 hist, tools = list(ep["opening"]), ep["tools"]
                 rendered = self.render(hist, tools)
                 had_fallback = False
+                last_stopped = True
                 for t, (s, e) in enumerate(turn_runs):
                     toks = comp[s:e]
                     content, a_text = self.dec(toks, True), self.dec(toks, False)
@@ -351,6 +352,7 @@ class Checker:
                     n_think += "</think>" in content
                     n_lossy += "\ufffd" in content
                     stopped = toks[-1] == self.eos
+                    last_stopped = stopped
                     n_stop_turns += stopped
                     n_len_turns += not stopped
                     if steps[t]["text"] != content:
@@ -401,7 +403,9 @@ class Checker:
                     problems["reward"].append(f"{where}: valid {valid[i]} reward {rewards[i]} components "
                                               f"{dict(zip(names, comps[i]))}, the program's {ep['reward']} "
                                               f"{ep['components']}")
-                limit = ep["end"] is not None or len(steps) < MAX_TURNS
+                # length: the episode's tokens ran out (the program got an "end"; fewer than --max-turns),
+                # or its last turn was cut at --max-new-tokens (a row's finish is its last turn's)
+                limit = ep["end"] is not None or len(steps) < MAX_TURNS or not last_stopped
                 if limit and finish[i] != 1 or (not limit and len(comp) < max_episode_tokens - 1 and finish[i] != 0):
                     problems["finish"].append(f"{where}: finish_reason {finish[i]}, {len(steps)} turns, "
                                               f"end {ep['end'] is not None}, {len(comp)} tokens")
@@ -435,7 +439,8 @@ class Checker:
                     "qwen3's empty think block + that turn's text (special tokens skipped, leading newlines "
                     "stripped) + <|im_end|>\\n<|im_start|>assistant\\n")
         rep("reward", "rewards and reward_components are the program's, all valid")
-        rep("finish", "finish_reason length exactly for episodes the limits ended", f"{n_end} ended by \"end\"")
+        rep("finish", "finish_reason length exactly for episodes the limits ended or whose last turn was cut",
+            f"{n_end} ended by \"end\"")
         return {"turns": float(np.mean(turns)), "trained": float(cmask.sum()) / N}
 
 
