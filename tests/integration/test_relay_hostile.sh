@@ -81,8 +81,11 @@ PY
 cat "$WORK/clients.out" | sed 's/^/        /'
 n403=$(grep -c '^attack[0-9]* HTTP/1.1 403' "$WORK/clients.out")
 check "16 unauthenticated 64 MiB PUTs answered 403 from their heads ($n403/16)" test "$n403" = 16
-far=$(awk '/^attack/ && $NF > 8 {n++} END {print n + 0}' "$WORK/clients.out")
-check "... and cut off: none sent more than 8 MiB of its body ($far did)" test "$far" = 0
+# Cut off, not read to its end: the relay closes once its 403 has left. What a client
+# still pushes meanwhile is the loopback socket buffers and the relay's discarding until
+# then: 0-9 MiB seen on a loaded 2-core machine; a relay draining bodies lets all 60 in.
+far=$(awk '/^attack/ && $NF > 32 {n++} END {print n + 0}' "$WORK/clients.out")
+check "... and cut off: none sent more than 32 of its 60 MiB ($far did)" test "$far" = 0
 okup=0
 for i in 0 1 2 3 4 5 6 7; do
   line=$(grep "^up$i " "$WORK/clients.out")
