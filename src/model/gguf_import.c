@@ -947,7 +947,10 @@ static int gemma_vocab(const GgufFile *g, Vocab *v, PailErr *err) {
         return 0;
     v->gemma = true;
     size_t *at = calloc(v->n, sizeof *at);  // offset + 1 into v->spelled of a respelled token
-    if (!at) return err_set(err, PAIL_ERR_NOMEM, "out of memory");
+    if (!at || !(v->respelled = calloc(v->n, sizeof *v->respelled))) {
+        free(at);
+        return err_set(err, PAIL_ERR_NOMEM, "out of memory");
+    }
     for (uint64_t i = 0; i < v->n; i++) {
         bool space = false, white = v->len[i] > 0;
         size_t ncp = 0;
@@ -959,17 +962,12 @@ static int gemma_vocab(const GgufFile *g, Vocab *v, PailErr *err) {
         }
         if (!white || !space) continue;
         at[i] = v->spelled.len + 1;
+        v->respelled[i] = true, v->len[i] = 3 * ncp;
         for (size_t k = 0; k < ncp; k++)
             if (buf_append(&v->spelled, "\xe2\x96\x81", 3) < 0) { free(at); return err_set(err, PAIL_ERR_NOMEM, "out of memory"); }
     }
-    if (!(v->respelled = calloc(v->n, sizeof *v->respelled))) { free(at); return err_set(err, PAIL_ERR_NOMEM, "out of memory"); }
     for (uint64_t i = 0; i < v->n; i++)  // pointers only now: the buffer no longer moves
-        if (at[i]) {
-            v->respelled[i] = true;
-            size_t ncp = 0;
-            for (size_t k = 0; k < v->len[i]; k++) ncp += ((unsigned char)v->tok[i][k] & 0xC0) != 0x80;
-            v->tok[i] = (const char *)v->spelled.data + at[i] - 1, v->len[i] = 3 * ncp;
-        }
+        if (at[i]) v->tok[i] = (const char *)v->spelled.data + at[i] - 1;
     free(at);
     return 0;
 }
