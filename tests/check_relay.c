@@ -28,66 +28,19 @@
 #include "store/sigv4.h"
 #include "store/store.h"
 #include "store/versions.h"
+#include "check_relay_harness.h"
 #include "check_tmp.h"
 
-#define OP_ID "optest"
-#define OP_SECRET "operator-secret-0123456789"
-#define TR_ID "trtest"
-#define TR_SECRET "trainer-secret-0123456789"
-#define RO_ID "rotest"
-#define RO_SECRET "rollout-secret-0123456789"
-
-typedef struct {
-    Relay *relay;
-    pthread_t th;
-    char dir[256], root[300], keys[300], endpoint[64];
-    int port;
-} TestRelay;
-
-static void *relay_thread(void *arg) {
-    TestRelay *t = arg;
-    PailErr err = {0};
-    relay_run(t->relay, &err);
-    return NULL;
-}
-
-static FILE *g_log;
-
+// A relay with the three test keys (check_relay_harness.h); cfg's cache 64 MiB unless set,
+// the spool the relay's default.
 static void relay_start_cfg(TestRelay *t, RelayConfig *cfg) {
-    tmp_make(t->dir, sizeof t->dir, "check-relay");
-    snprintf(t->root, sizeof t->root, "%s/root", t->dir);
-    snprintf(t->keys, sizeof t->keys, "%s/keys", t->dir);
-    mkdir(t->root, 0755);
-    FILE *f = fopen(t->keys, "w");
-    fprintf(f, "# operator for every run, trainer and rollout for run runs/r1\n");
-    fprintf(f, OP_ID " " OP_SECRET " operator\n" TR_ID " " TR_SECRET " trainer runs/r1\n");
-    fprintf(f, RO_ID " " RO_SECRET " rollout runs/r1/\n");
-    fclose(f);
-    if (!g_log) g_log = fopen("/dev/null", "w");
-    cfg->listen = "127.0.0.1:0";
-    cfg->root = t->root;
-    cfg->keys_path = t->keys;
-    cfg->http = true;
-    cfg->access_log = g_log;
     if (!cfg->cache_bytes) cfg->cache_bytes = 64 << 20;
-    PailErr err = {0};
-    int rc = relay_open(&t->relay, cfg, &err);
-    ck_assert_msg(rc == 0, "relay_open: %s", err.msg);
-    t->port = relay_port(t->relay);
-    snprintf(t->endpoint, sizeof t->endpoint, "http://127.0.0.1:%d", t->port);
-    pthread_create(&t->th, NULL, relay_thread, t);
+    relay_harness_start(t, cfg, "check-relay", "runs/r1/", false);
 }
 
 static void relay_start(TestRelay *t) {
     RelayConfig cfg = {0};
     relay_start_cfg(t, &cfg);
-}
-
-static void relay_end(TestRelay *t) {
-    relay_stop(t->relay);
-    pthread_join(t->th, NULL);
-    relay_close(t->relay);
-    tmp_remove(t->dir);
 }
 
 static Store *client(TestRelay *t, const char *ak, const char *sk) {
@@ -774,14 +727,6 @@ START_TEST(test_slowloris_and_stop) {
     tmp_remove(t.dir);
 }
 END_TEST
-
-static int connect_port(int port) {
-    int s = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ck_assert_int_eq(connect(s, (struct sockaddr *)&a, sizeof a), 0);
-    return s;
-}
 
 // GET /-/health on socket s; true when a 200 arrives within ms.
 static bool health_within(int s, int ms) {
