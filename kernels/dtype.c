@@ -10,8 +10,10 @@
 #include <string.h>
 #include "core/log.h"
 #include "dtype_cpu.h"
+#include "quant.h"
 
-static const char *const dt_names[DT_COUNT] = {"f32", "bf16", "f16"};
+static const char *const dt_names[DT_COUNT] = {"f32",  "bf16", "f16",  "q8_0", "q4_0", "q4_1",
+                                               "q5_0", "q5_1", "q4_k", "q5_k", "q6_k"};
 
 const char *dtype_name(DType dt) { return (unsigned)dt < DT_COUNT ? dt_names[dt] : "?"; }
 
@@ -246,9 +248,26 @@ static const DtFromFn from_f32_fns[DT_ISA_COUNT][DT_COUNT] = {
     [DT_ISA_AVX512] = {NULL, f32_to_bf16_avx512, f32_to_f16_avx512},
 };
 
+// The quantized dtypes: the reference dequantization (kernels/quant.c) on every ISA.
+#define QDEQ(T, DT) \
+    static void T##_to_f32(float *dst, const void *src, size_t n) { quant_dequant(dst, src, DT, n); }
+QDEQ(q8_0, DT_Q8_0)
+QDEQ(q4_0, DT_Q4_0)
+QDEQ(q4_1, DT_Q4_1)
+QDEQ(q5_0, DT_Q5_0)
+QDEQ(q5_1, DT_Q5_1)
+QDEQ(q4_k, DT_Q4_K)
+QDEQ(q5_k, DT_Q5_K)
+QDEQ(q6_k, DT_Q6_K)
+#undef QDEQ
+static const DtCvtFn quant_to_f32_fns[DT_COUNT] = {
+    [DT_Q8_0] = q8_0_to_f32, [DT_Q4_0] = q4_0_to_f32, [DT_Q4_1] = q4_1_to_f32, [DT_Q5_0] = q5_0_to_f32,
+    [DT_Q5_1] = q5_1_to_f32, [DT_Q4_K] = q4_k_to_f32, [DT_Q5_K] = q5_k_to_f32, [DT_Q6_K] = q6_k_to_f32,
+};
+
 DtCvtFn dtype_to_f32_fn(DType dt, DtIsa isa) {
     if ((unsigned)dt >= DT_COUNT || (unsigned)isa >= DT_ISA_COUNT) return NULL;
-    return to_f32_fns[isa][dt];
+    return dtype_is_quant(dt) ? quant_to_f32_fns[dt] : to_f32_fns[isa][dt];
 }
 
 void dtype_to_f32(float *dst, const void *src, DType dt, size_t n) {
@@ -258,7 +277,7 @@ void dtype_to_f32(float *dst, const void *src, DType dt, size_t n) {
 }
 
 void dtype_from_f32_isa(void *dst, const float *src, DType dt, size_t n, DtIsa isa) {
-    if ((unsigned)dt >= DT_COUNT || (unsigned)isa >= DT_ISA_COUNT) return;
+    if ((unsigned)dt >= DT_COUNT || dtype_is_quant(dt) || (unsigned)isa >= DT_ISA_COUNT) return;
     if (dt == DT_F32) memcpy(dst, src, n * sizeof(float));
     else from_f32_fns[isa][dt](dst, src, n);
 }
@@ -269,7 +288,7 @@ void dtype_from_f32(void *dst, const float *src, DType dt, size_t n) {
 
 void dtype_convert(void *dst, DType to, const void *src, DType from, size_t n) {
     if (to == from) {
-        memcpy(dst, src, n * dtype_size(to));
+        memcpy(dst, src, dtype_row_bytes(to, n));
         return;
     }
     if (to == DT_F32 || from == DT_F32) {
@@ -281,7 +300,7 @@ void dtype_convert(void *dst, DType to, const void *src, DType from, size_t n) {
     float buf[CH];
     for (size_t i = 0; i < n; i += CH) {
         size_t m = n - i < CH ? n - i : CH;
-        dtype_to_f32(buf, (const char *)src + i * dtype_size(from), from, m);
+        dtype_to_f32(buf, (const char *)src + dtype_row_bytes(from, i), from, m);  // CH: whole blocks
         dtype_from_f32((char *)dst + i * dtype_size(to), buf, to, m);
     }
 }

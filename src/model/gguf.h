@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "core/err.h"
+#include "dtype.h"
 
 // Metadata value types (the numbers are the format's).
 typedef enum {
@@ -110,3 +111,8 @@ void gguf_array_strings(const uint8_t *data, uint64_t n, const char **strs, size
 // exactly as gguf-py does (gguf_quant.c). Returns 0, or -1 for a type or count
 // it cannot take.
 int gguf_dequantize(float *dst, const void *src, GgmlType type, uint64_t n);
+// The pail storage dtype (kernels/dtype.h's DType) a GGUF tensor type is kept
+// as when it is not dequantized: F32, F16, BF16 and the eight block types pail
+// computes on (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K); -1 for the
+// others (Q2_K, Q3_K: dequantized at import, or refused when kept).
+int gguf_type_dtype(GgmlType type);
