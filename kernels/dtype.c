@@ -12,7 +12,7 @@
 #include "dtype_cpu.h"
 #include "quant.h"
 
-static const char *const dt_names[DT_COUNT] = {"f32",  "bf16", "f16",  "q8_0", "q4_0", "q4_1",
+static const char *const dt_names[DT_COUNT] = {"f32", "bf16", "f16", "q8_0", "q4_0", "q4_1",
                                                "q5_0", "q5_1", "q4_k", "q5_k", "q6_k"};
 
 const char *dtype_name(DType dt) { return (unsigned)dt < DT_COUNT ? dt_names[dt] : "?"; }
@@ -261,8 +261,14 @@ QDEQ(q5_k, DT_Q5_K)
 QDEQ(q6_k, DT_Q6_K)
 #undef QDEQ
 static const DtCvtFn quant_to_f32_fns[DT_COUNT] = {
-    [DT_Q8_0] = q8_0_to_f32, [DT_Q4_0] = q4_0_to_f32, [DT_Q4_1] = q4_1_to_f32, [DT_Q5_0] = q5_0_to_f32,
-    [DT_Q5_1] = q5_1_to_f32, [DT_Q4_K] = q4_k_to_f32, [DT_Q5_K] = q5_k_to_f32, [DT_Q6_K] = q6_k_to_f32,
+    [DT_Q8_0] = q8_0_to_f32,
+    [DT_Q4_0] = q4_0_to_f32,
+    [DT_Q4_1] = q4_1_to_f32,
+    [DT_Q5_0] = q5_0_to_f32,
+    [DT_Q5_1] = q5_1_to_f32,
+    [DT_Q4_K] = q4_k_to_f32,
+    [DT_Q5_K] = q5_k_to_f32,
+    [DT_Q6_K] = q6_k_to_f32,
 };
 
 DtCvtFn dtype_to_f32_fn(DType dt, DtIsa isa) {

@@ -23,6 +23,11 @@ void quant_dequant(float *dst, const void *src, DType dt, size_t n);
 // Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K and Q6_K). One thread.
 int quant_quantize(void *dst, const float *src, DType dt, size_t n);
 
+// The type a row of row_elems elements is quantized to when want's blocks do
+// not divide it: llama.cpp's llama-quantize fallback (Q4_K -> Q5_0, Q5_K ->
+// Q5_1, Q6_K -> Q8_0); want itself when they do (kernels/quantize.c).
+DType quant_fallback(DType want, size_t row_elems);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1127,7 +1127,7 @@ static void team_matmul(int nth) {
     int K = 200, N = 300, R = 4, Ts[] = {1, 3, 8, 21};
     float *W32 = rnd((size_t)N * K, -1, 1);
     uint16_t *W16 = malloc((size_t)N * K * 2);
-    for (int dt = 0; dt < DT_COUNT; dt++) {
+    for (int dt = 0; dt < DT_FLOAT_COUNT; dt++) {
         const void *W = W32;
         if (dt != DT_F32) {
             dtype_from_f32(W16, W32, (DType)dt, (size_t)N * K);

@@ -425,7 +425,7 @@ static void hold_as(const ModelWeights *w, DType dt, ModelWeights *out) {
 }
 
 static void compare(Backend *be) {
-    for (int dt = 0; dt < DT_COUNT; dt++)
+    for (int dt = 0; dt < DT_FLOAT_COUNT; dt++)  // the quantized ones: check_model_quant
     for (int type = 0; type < MODEL_TYPE_COUNT; type++)
         for (int rec = 0; rec < 2; rec++) {
             if (dt != DT_F32 && rec) continue;  // recomputation does not touch the weights' dtype

@@ -23,7 +23,7 @@ static void on_signal(int sig) { g_stop = (sig == SIGINT && g_stop) ? 2 : 1; }
 int main(int argc, char **argv) {
     threads_policy_apply(argv);  // first: it may start this program again (core/threads.h)
     log_init("grpo-rollout", LOG_INFO);
-    char *device = NULL, *max_memory = NULL, *dtype = NULL, *config = NULL, *model = NULL, *run = NULL, *worker = NULL, *dataset = NULL,
+    char *device = NULL, *max_memory = NULL, *dtype = NULL, *quantize = NULL, *config = NULL, *model = NULL, *run = NULL, *worker = NULL, *dataset = NULL,
          *prompt_format = NULL, *eval_dataset = NULL, *chat_file = NULL, *chat_name = NULL, *chat_kwargs = NULL,
          *max_ahead_s = NULL, *env = NULL, *tool_format = NULL, *serve = NULL, *serve_cert = NULL,
          *serve_tls_key = NULL, *serve_key_file = NULL, *served_name = NULL;
@@ -87,6 +87,7 @@ int main(int argc, char **argv) {
         {"success-threshold", FLAG_DOUBLE, &success_threshold, NULL, -1e6, 1e6, "--eval: a completion is correct when its total reward >= this (default: exact_answer == 1, or a lone format == 1; otherwise accuracy is not defined)"},
         DEVICE_CLI_FLAG(&device),
         DTYPE_CLI_FLAG(&dtype),
+        QUANTIZE_CLI_FLAG(&quantize),
         {"strict-dtype", FLAG_BOOL, &strict_dtype, "false", 1, 0,
          "refuse a run whose trainer computes in another dtype than --dtype gives this worker (default: warn)"},
         MAX_MEMORY_CLI_FLAG(&max_memory),
@@ -154,7 +155,7 @@ int main(int argc, char **argv) {
     Backend *be;
     size_t max_mem;
     int want_dtype;
-    if ((rc = dtype_cli("grpo-rollout", dtype, &want_dtype)) != 0 ||
+    if ((rc = dtype_cli("grpo-rollout", dtype, quantize, &want_dtype)) != 0 ||
         (rc = max_memory_cli("grpo-rollout", max_memory, &max_mem)) != 0 ||
         (rc = device_open_cli("grpo-rollout", device, DEVICE_READY_SIM, max_mem, &be)) != 0) {
         flags_free(fl, n);

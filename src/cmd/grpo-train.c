@@ -55,7 +55,7 @@ int main(int argc, char **argv) {
     char *config = NULL, *model = NULL, *run = NULL, *replay = NULL, *sft = NULL, *init_adapter = NULL,
          *targets = NULL, *scale = NULL, *ratio = NULL, *loss = NULL, *schedule = NULL, *dump_grads = NULL,
          *metrics = NULL, *out = NULL, *prompt_format = NULL, *chat_file = NULL, *chat_name = NULL, *chat_kwargs = NULL, *run_id = NULL, *task = NULL, *device = NULL,
-         *max_memory = NULL, *dtype = NULL;
+         *max_memory = NULL, *dtype = NULL, *quantize = NULL;
     long rank, steps, gps, G, stale, budget, max_seq, publish_every, keep, warmup, seed, resume_from;
     double alpha, lr, eps_low, eps_high, tis, beta, b1, b2, aeps, wd, clip, min_lr, rollout_timeout, late_grace;
     bool clear_stop, resume, replay_record, full, rslora, recompute, chat, train_zero_adv, dynamic_sampling;
@@ -144,6 +144,7 @@ int main(int argc, char **argv) {
         {"task", FLAG_STRING, &task, NULL, 1, 0, "task description recorded in run.json"},
         DEVICE_CLI_FLAG(&device),
         DTYPE_CLI_FLAG(&dtype),
+        QUANTIZE_CLI_FLAG(&quantize),
         MAX_MEMORY_CLI_FLAG(&max_memory),
         STORE_CLI_FLAGS(&sf),
     };
@@ -190,9 +191,9 @@ int main(int argc, char **argv) {
     if (full && !sft) { fprintf(stderr, "grpo-train: --full needs --sft (GRPO trains a LoRA adapter)\n"); usage = 1; }
     if (sft && !out) { fprintf(stderr, "grpo-train: --sft needs --out (adapter file, or folder with --full)\n"); usage = 1; }
     if (sft && !model) { fprintf(stderr, "grpo-train: --sft needs --model\n"); usage = 1; }
-    if (dtype_cli("grpo-train", dtype, &c.weights_dtype) != 0) usage = 1;
+    if (dtype_cli("grpo-train", dtype, quantize, &c.weights_dtype) != 0) usage = 1;
     else if (full && c.weights_dtype != MODEL_DTYPE_AUTO && c.weights_dtype != DT_F32) {
-        fprintf(stderr, "grpo-train: --full trains fp32 master weights: --dtype must be auto or f32\n");
+        fprintf(stderr, "grpo-train: --full trains fp32 master weights: --dtype must be auto or f32, --quantize none\n");
         usage = 1;
     }
     c.keep_versions = keep;

@@ -18,7 +18,7 @@ int ctl_eval(int argc, char **argv) {
     double temperature, env_timeout, threshold = NAN;
     bool chat, gen_defaults;
     RewardCliFlags rf = {0};
-    char *device = NULL, *max_memory = NULL, *dtype = NULL;
+    char *device = NULL, *max_memory = NULL, *dtype = NULL, *quantize = NULL;
     CtlStoreFlags sf = {0};
     Flag own[] = {
         {"model", FLAG_STRING, &model, NULL, 1, 0, "Hugging Face model folder, or ORG/NAME in the local Hugging Face cache"},
@@ -51,6 +51,7 @@ int ctl_eval(int argc, char **argv) {
          "components, valid, correct)"},
         DEVICE_CLI_FLAG(&device),
         DTYPE_CLI_FLAG(&dtype),
+        QUANTIZE_CLI_FLAG(&quantize),
         MAX_MEMORY_CLI_FLAG(&max_memory),
     };
     enum { NOWN = sizeof own / sizeof own[0] };
@@ -86,7 +87,7 @@ int ctl_eval(int argc, char **argv) {
     Backend *be;
     size_t max_mem;
     int want;
-    if ((rc = dtype_cli("grpo-ctl eval", dtype, &want)) != 0 ||
+    if ((rc = dtype_cli("grpo-ctl eval", dtype, quantize, &want)) != 0 ||
         (rc = max_memory_cli("grpo-ctl eval", max_memory, &max_mem)) != 0 ||
         (rc = device_open_cli("grpo-ctl eval", device, DEVICE_READY_SIM, max_mem, &be)) != 0)
         goto done;

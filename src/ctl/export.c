@@ -19,7 +19,9 @@ int ctl_export(int argc, char **argv) {
         {"merge", FLAG_BOOL, &merge, "false", 1, 0, "write the base model with the adapter merged (needs --model)"},
         {"model", FLAG_STRING, &model, NULL, 1, 0, "the base model folder (checks base_sha256; needed by --merge)"},
         {"base-model", FLAG_STRING, &base_name, NULL, 1, 0, "base_model_name_or_path for adapter_config.json (default: --model)"},
-        {"dtype", FLAG_STRING, &dtype, "f32", 1, 0, "--merge: the merged checkpoint's dtype: f32, bf16 or f16"},
+        {"dtype", FLAG_STRING, &dtype, NULL, 1, 0,
+         "--merge: the merged checkpoint's dtype: f32, bf16 or f16 (default f32; bf16 when the base is quantized: "
+         "merging dequantizes it)"},
     };
     ctl_store_flags(fl + 6, &sf);
     int n = CTL_STORE_NFLAGS + 6, rc;
@@ -29,7 +31,8 @@ int ctl_export(int argc, char **argv) {
                         fl, n, argc, argv, NULL, NULL)) >= 0)
         goto done;
     rc = 2;
-    if (!adapter || !out || (merge && !model) || (strcmp(dtype, "f32") && strcmp(dtype, "bf16") && strcmp(dtype, "f16"))) {
+    if (!adapter || !out || (merge && !model) ||
+        (dtype && strcmp(dtype, "f32") && strcmp(dtype, "bf16") && strcmp(dtype, "f16"))) {
         fprintf(stderr, "%s: need --adapter and --out (--merge needs --model; --dtype f32|bf16|f16)\nusage: %s\n", argv[0], usage);
         goto done;
     }
@@ -41,9 +44,17 @@ int ctl_export(int argc, char **argv) {
     LoraLayout lay = {0};
     float *p = NULL;
     AdapterMeta meta;
+    char qdesc[MODEL_DTYPE_DESC] = "";
     if (model) {
-        if (model_weights_load(&w, model, &err) < 0) goto fail;
+        if (model_weights_probe(model, MODEL_DTYPE_AUTO, NULL, qdesc, &err) < 0 ||
+            model_weights_load(&w, model, &err) < 0)  // f32: a quantized base dequantized
+            goto fail;
         have_model = true;
+    }
+    bool quantized = strchr(qdesc, 'q') != NULL;
+    if (!dtype && !(dtype = strdup(quantized ? "bf16" : "f32"))) {  // flags_free frees it
+        err_set(&err, PAIL_ERR_NOMEM, "out of memory");
+        goto fail;
     }
     if (ctl_read_url_or_path(adapter, &sf, &b, &err) < 0 ||
         lora_adapter_read(b.data, b.len, adapter, have_model ? &w.cfg : NULL, &lay, &p, &meta, &err) < 0)
@@ -59,6 +70,9 @@ int ctl_export(int argc, char **argv) {
         snprintf(tj, sizeof tj, "%s/tokenizer.json", model);
         ModelGenOptions o = {.dtype = !strcmp(dtype, "bf16") ? ST_DTYPE_BF16 : !strcmp(dtype, "f16") ? ST_DTYPE_F16 : ST_DTYPE_F32,
                              .tokenizer_dir = access(tj, R_OK) == 0 ? model : NULL};  // tokenizer files when present
+        if (quantized)
+            fprintf(stderr, "%s: the base %s is quantized (%s): merging dequantizes it; the merged checkpoint is %s\n",
+                    argv[0], model, qdesc, dtype);
         if (model_weights_save(&w, out, &o, &err) < 0) goto fail;
         fprintf(stderr, "%s: wrote %s: %s with adapter v%08lld merged\n", argv[0], out, model, (long long)meta.version);
     } else {

@@ -65,10 +65,10 @@ static int flush(Transformer *tf, Pending *p, double temperature, PailErr *err) 
 
 int ctl_logprobs(int argc, char **argv) {
     CtlStoreFlags sf = {0};
-    char *model = NULL, *adapter = NULL, *input = NULL, *device = NULL, *dtype = NULL;
+    char *model = NULL, *adapter = NULL, *input = NULL, *device = NULL, *dtype = NULL, *quantize = NULL;
     long budget;
     double temperature;
-    Flag fl[CTL_STORE_NFLAGS + 7] = {
+    Flag fl[CTL_STORE_NFLAGS + 8] = {
         {"model", FLAG_STRING, &model, NULL, 1, 0, "Hugging Face model folder"},
         {"adapter", FLAG_STRING, &adapter, NULL, 1, 0, "adapter: a pail .h5 file, a PEFT folder, or a store URL"},
         {"input", FLAG_STRING, &input, NULL, 1, 0, "JSON lines {\"ids\": [...]} (- for stdin)"},
@@ -76,9 +76,10 @@ int ctl_logprobs(int argc, char **argv) {
         {"temperature", FLAG_DOUBLE, &temperature, "1", 1e-6, 1e6, "log-probs of logits / temperature"},
         DEVICE_CLI_FLAG(&device),
         DTYPE_CLI_FLAG(&dtype),
+        QUANTIZE_CLI_FLAG(&quantize),
     };
-    ctl_store_flags(fl + 7, &sf);
-    int n = CTL_STORE_NFLAGS + 7, rc;
+    ctl_store_flags(fl + 8, &sf);
+    int n = CTL_STORE_NFLAGS + 8, rc;
     const char *usage = "grpo-ctl logprobs --model DIR [--adapter FILE|URL] --input FILE.jsonl";
     if ((rc = ctl_parse(usage, "Prints {\"logprobs\": [...]} per input line: log p(ids[t] | ids[<t]), t >= 1.", fl,
                         n, argc, argv, NULL, NULL)) >= 0)
@@ -90,7 +91,7 @@ int ctl_logprobs(int argc, char **argv) {
     }
     Backend *be;
     int want;
-    if ((rc = dtype_cli("grpo-ctl logprobs", dtype, &want)) != 0 ||
+    if ((rc = dtype_cli("grpo-ctl logprobs", dtype, quantize, &want)) != 0 ||
         (rc = device_open_cli("grpo-ctl logprobs", device, DEVICE_READY_SIM, 0, &be)) != 0)
         goto out;
     rc = 1;

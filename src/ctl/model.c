@@ -151,7 +151,7 @@ int ctl_init_model(int argc, char **argv) {
         fprintf(stderr, "%s: --rope-scaling '%s': use none or llama3\n", argv[0], rope_s);
         goto done;
     }
-    ModelGenOptions opt = {ST_DTYPE_BF16, (uint64_t)seed, tok};
+    ModelGenOptions opt = {.dtype = ST_DTYPE_BF16, .seed = (uint64_t)seed, .tokenizer_dir = tok};
     if (!strcmp(dtype_s, "f32")) opt.dtype = ST_DTYPE_F32;
     else if (!strcmp(dtype_s, "f16")) opt.dtype = ST_DTYPE_F16;
     else if (strcmp(dtype_s, "bf16")) {
@@ -285,12 +285,12 @@ int ctl_model_info(int argc, char **argv) {
            c.has_qkv_bias ? "true" : "false", c.has_o_bias ? "true" : "false", c.has_qk_norm ? "true" : "false");
     printf("bos_token_id: %d\neos_token_id:", c.bos_token_id);
     for (int i = 0; i < c.n_eos; i++) printf(" %d", c.eos_token_ids[i]);
-    DType stored[PARAM_COUNT];
-    char sdesc[32];
-    model_weights_choose_dtypes(&c, &set, MODEL_DTYPE_AUTO, stored);
-    model_dtypes_desc(&c, stored, sdesc, sizeof sdesc);
+    char sdesc[MODEL_DTYPE_DESC] = "?";
+    size_t sbytes = 0;
+    PailErr perr = {0};
+    model_weights_probe(set.dir, MODEL_DTYPE_AUTO, &sbytes, sdesc, &perr);  // checked above: it cannot fail but for memory
     printf("\ndtype: %s\nstored: %s (the matrices; --dtype auto holds them so: %.1f MiB)\nparameters: %zu\n",
-           c.dtype[0] ? c.dtype : "(not given)", sdesc, model_weights_bytes(&c, stored) / 1048576.0, w.num_params);
+           c.dtype[0] ? c.dtype : "(not given)", sdesc, sbytes / 1048576.0, w.num_params);
     int ntensors = 0;
     for (int i = 0; i < set.nfiles; i++) {
         printf("file: %s %d tensors %zu bytes\n", set.file_names[i], set.files[i].n, set.files[i].len);

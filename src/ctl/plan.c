@@ -84,7 +84,7 @@ int ctl_plan(int argc, char **argv) {
         fprintf(stderr, "%s: --dtype '%s': use auto, bf16, f16 or f32 (or bfloat16, float16, float32)\n", argv[0], dtype);
         goto done;
     }
-    char wdesc[32];
+    char wdesc[MODEL_DTYPE_DESC];
     if (want != MODEL_DTYPE_AUTO) spec.weights_dtype = dtype_name((DType)want);  // an alias as its one spelling
     else if (shape) spec.weights_dtype = "bf16";
     if (!strcmp(role, "train")) spec.role = MEMPLAN_TRAIN;
@@ -115,20 +115,19 @@ int ctl_plan(int argc, char **argv) {
         fprintf(stderr, "%s: %s\n", argv[0], err.msg);
         goto done;
     }
-    DType dts[PARAM_COUNT];
     bool probed = false;
+    size_t pbytes = 0;
     if (model && want == MODEL_DTYPE_AUTO) {
-        // as its safetensors store them; a folder with config.json alone: its torch_dtype
+        // as its safetensors store them (quantized blocks included); a folder with config.json alone: its torch_dtype
         PailErr perr = {0};
-        probed = model_weights_probe(model, want, dts, NULL, NULL, &perr) == 0;
+        probed = !layers && model_weights_probe(model, want, &pbytes, wdesc, &perr) == 0;
         if (!probed)
             spec.weights_dtype = !strcmp(cfg.dtype, "bfloat16") ? "bf16" : !strcmp(cfg.dtype, "float16") ? "f16" : "f32";
     }
     if (layers) cfg.num_hidden_layers = (int)layers;
     if (probed) {
-        model_dtypes_desc(&cfg, dts, wdesc, sizeof wdesc);
         spec.weights_dtype = wdesc;
-        spec.weights_bytes = model_weights_bytes(&cfg, dts);
+        spec.weights_bytes = pbytes;
     }
     MemoryPlan p;
     if (memplan_build(&p, &cfg, &spec, device, &err) < 0) {

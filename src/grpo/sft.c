@@ -236,7 +236,7 @@ static int sft_dtype(const SftConfig *c) { return c->full ? (int)DT_F32 : c->wei
 static int sft_plan_check(const SftConfig *c, PailErr *err) {
     ModelConfig mc;
     if (model_config_load(&mc, c->model_dir, err) < 0) return -1;
-    char wdesc[32];
+    char wdesc[MODEL_DTYPE_DESC];
     size_t wbytes = 0;
     if (dtype_plan(c->model_dir, sft_dtype(c), wdesc, &wbytes, err) < 0) return -1;
     MemoryPlanSpec spec = {.role = MEMPLAN_TRAIN, .weights_dtype = wdesc, .weights_bytes = wbytes,

@@ -486,7 +486,7 @@ static int start(Trainer *t, PailErr *err) {
     lora_layout_targets_format(&t->lay, ri.lora_targets, sizeof ri.lora_targets);  // phi3: its fused names
     // What the trainer computes its log-probs with: workers compare theirs (a
     // bf16 worker's behaviour log-probs differ from an f32 trainer's by the rounding).
-    char dtd[32];
+    char dtd[MODEL_DTYPE_DESC];
     model_weights_dtype_desc(&t->w, dtd, sizeof dtd);
     snprintf(ri.compute_dtype, sizeof ri.compute_dtype, "%s", dtd);
     char rid[128];
@@ -1056,7 +1056,7 @@ int trainer_memplan(const TrainerConfig *c, MemoryPlan *mp, PailErr *err) {
     size_t own = trainable_bytes((size_t)lay.n_params, true) + trainer_buffers_bytes(c, lay.n_params);
     lora_layout_free(&lay);
     Backend *be = c->backend ? c->backend : backend_cpu();
-    char wdesc[32];
+    char wdesc[MODEL_DTYPE_DESC];
     size_t wbytes = 0;
     if (dtype_plan(c->model_dir, c->weights_dtype, wdesc, &wbytes, err) < 0) return -1;
     MemoryPlanSpec spec = {.role = MEMPLAN_TRAIN, .weights_dtype = wdesc, .weights_bytes = wbytes,

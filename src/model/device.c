@@ -20,21 +20,31 @@ int max_memory_cli(const char *tool, const char *value, size_t *bytes) {
     return 0;
 }
 
-int dtype_cli(const char *tool, const char *value, int *want) {
+int dtype_cli(const char *tool, const char *value, const char *quantize, int *want) {
     if (model_dtype_parse(value, want) < 0) {
         fprintf(stderr, "%s: --dtype '%s': use auto, bf16, f16 or f32 (or bfloat16, float16, float32)\n", tool, value ? value : "");
         return 2;
     }
+    int q;
+    if (model_quantize_parse(quantize, &q) < 0) {
+        fprintf(stderr, "%s: --quantize '%s': use q8_0, q4_k or none\n", tool, quantize);
+        return 2;
+    }
+    if (q != MODEL_DTYPE_AUTO && *want != MODEL_DTYPE_AUTO) {
+        fprintf(stderr, "%s: --quantize %s and --dtype %s: give one (--quantize holds the matrices as %s blocks)\n",
+                tool, quantize, value, quantize);
+        return 2;
+    }
+    if (q != MODEL_DTYPE_AUTO) *want = q;
     return 0;
 }
 
-int dtype_plan(const char *dir, int want, char desc[32], size_t *bytes, PailErr *err) {
-    DType dt[PARAM_COUNT];
-    return model_weights_probe(dir, want, dt, bytes, desc, err);
+int dtype_plan(const char *dir, int want, char desc[MODEL_DTYPE_DESC], size_t *bytes, PailErr *err) {
+    return model_weights_probe(dir, want, bytes, desc, err);
 }
 
 void dtype_log_weights(const ModelWeights *w) {
-    char desc[32];
+    char desc[MODEL_DTYPE_DESC];
     model_weights_dtype_desc(w, desc, sizeof desc);
     DType dt = w->dtype[PARAM_WQ];  // the projections' (a mix logs the first layer family's paths)
     log_info("weights: %s, %.1f MiB; products: decode %s; prefill and training %s", desc, w->bytes / 1048576.0,

@@ -21,12 +21,19 @@
      "base weights: auto (each matrix as the checkpoint stores it), bf16, f16 or f32 (LoRA, gradients " \
      "and optimiser state are always f32)"}
 
-// --dtype's value (model_dtype_parse: MODEL_DTYPE_AUTO or a DType); 2 after
-// printing a usage error.
-int dtype_cli(const char *tool, const char *value, int *want);
+#define QUANTIZE_CLI_FLAG(v)                                                                           \
+    {"quantize", FLAG_STRING, (v), "none", 1, 0,                                                       \
+     "quantize the float matrices at load: q8_0 or q4_k (llama.cpp's blocks, bit for bit; q4_k rows "  \
+     "that are not whole 256-blocks as q5_0), or none; a GGUF import's blocks are kept as stored "      \
+     "either way (doc/models.md)"}
+
+// --dtype's and --quantize's values as one want (model_dtype_parse /
+// model_quantize_parse: MODEL_DTYPE_AUTO, a float DType, or a quantized one);
+// quantize may be NULL. 2 after printing a usage error (both given).
+int dtype_cli(const char *tool, const char *value, const char *quantize, int *want);
 // What a tool loading dir with want will hold, for its memory plan (spec's
-// weights_dtype and weights_bytes; desc holds 32 bytes). -1 with err.
-int dtype_plan(const char *dir, int want, char desc[32], size_t *bytes, PailErr *err);
+// weights_dtype and weights_bytes; desc holds MODEL_DTYPE_DESC bytes). -1 with err.
+int dtype_plan(const char *dir, int want, char desc[MODEL_DTYPE_DESC], size_t *bytes, PailErr *err);
 
 // One log line after a model is loaded: how its matrices are held (dtype,
 // MiB) and the product paths the kernels take for them on this CPU (decode's

@@ -468,6 +468,48 @@ static void unpermute(float *dst, const float *src, size_t rows, size_t cols, in
                 memcpy(dst + (h * R + t * dim + i) * cols, src + (h * R + 2 * i + t) * cols, cols * sizeof *dst);
 }
 
+static void add_type(GgufImportInfo *info, GgmlType type) {
+    const char *tn = gguf_type_name(type);
+    if (!strstr(info->types, tn) && strlen(info->types) + strlen(tn) + 2 < sizeof info->types) {
+        if (info->types[0]) strcat(info->types, " ");
+        strcat(info->types, tn);
+    }
+}
+
+// The dtype of every (family, layer) of the imported weights, ldt (PARAM_COUNT * L): a
+// matrix the file quantized in a type pail computes on keeps its blocks (unless dequantize),
+// everything else fp32 (written as the import's dtype). A matrix in a type pail cannot
+// compute on (Q2_K, Q3_K) is refused by name unless dequantize. Run after load_tensors'
+// check pass: every tensor is there.
+static int import_dtypes(const GgufFile *g, const ModelConfig *cfg, bool dequantize, DType *ldt, PailErr *err) {
+    ModelParamSpec specs[PARAM_COUNT];
+    model_param_specs(cfg, specs);
+    size_t L = cfg->num_hidden_layers ? cfg->num_hidden_layers : 1;
+    for (size_t i = 0; i < PARAM_COUNT * L; i++) ldt[i] = DT_F32;
+    for (int id = 0; id < PARAM_COUNT; id++) {
+        const ModelParamSpec *s = &specs[id];
+        if (!s->present || !model_param_is_matrix((ModelParamId)id) || (id == PARAM_LM_HEAD && cfg->tie_word_embeddings))
+            continue;
+        for (size_t l = 0; l < (s->per_layer ? L : 1); l++) {
+            char nm[128];
+            if (s->per_layer) snprintf(nm, sizeof nm, "blk.%zu.%s", l, param_name(cfg, id));
+            else snprintf(nm, sizeof nm, "%s", param_name(cfg, id));
+            const GgufTensor *t = gguf_find_tensor(g, nm);
+            if (!t || dequantize) continue;
+            int dt = gguf_type_dtype(t->type);
+            if (dt < 0)
+                return err_set(err, PAIL_ERR_UNSUPPORTED, "gguf %s: tensor '%s' is %s, a type pail does not compute "
+                               "on (it keeps Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, F16, BF16 and F32): "
+                               "import with --dequantize to hold the model in bf16", g->path, nm,
+                               gguf_type_name(t->type));
+            if (dtype_is_quant((DType)dt)) ldt[(size_t)id * L + l] = (DType)dt;
+        }
+        if (!s->per_layer)
+            for (size_t l = 1; l < L; l++) ldt[(size_t)id * L + l] = ldt[(size_t)id * L];
+    }
+    return 0;
+}
+
 // Every tensor the config needs, its name and shape checked, and every tensor of the file
 // placed; with w NULL only checked (before the weights are allocated: a file that says
 // block_count 1000 with 2 layers of tensors is refused without allocating 1000 layers).
@@ -498,6 +540,30 @@ static int load_tensors(const GgufFile *g, const ModelConfig *cfg, ModelWeights 
                                s->shape[s->ndim - 1], s->ndim == 2 ? s->shape[0] : (size_t)1);
             }
             if (!w) { used++; continue; }
+            DType qd = model_weights_dtype(w, (ModelParamId)id, l);
+            if (dtype_is_quant(qd)) {  // kept as stored: the blocks, rows un-permuted where the converter permuted
+                size_t rows = s->shape[0], rb = dtype_row_bytes(qd, s->shape[1]);
+                char *qdst = model_weights_tensor(w, (ModelParamId)id, l);
+                bool qperm = gguf_arch_permuted(type) && (id == PARAM_WQ || id == PARAM_WK);
+                int nh = id == PARAM_WQ ? cfg->num_attention_heads : cfg->num_key_value_heads;
+                if (qperm && rows % (size_t)(2 * nh)) {
+                    free(tmp);
+                    return err_set(err, PAIL_ERR_INVALID, "gguf %s: tensor '%s' rows %zu are not 2 x %d heads", g->path,
+                                   nm, rows, nh);
+                }
+                if (!qperm) memcpy(qdst, t->data, rows * rb);
+                else {
+                    size_t R = rows / (size_t)nh, half = R / 2;
+                    for (int h = 0; h < nh; h++)
+                        for (size_t tt = 0; tt < 2; tt++)
+                            for (size_t i = 0; i < half; i++)
+                                memcpy(qdst + (h * R + tt * half + i) * rb,
+                                       (const char *)t->data + (h * R + 2 * i + tt) * rb, rb);
+                }
+                add_type(info, t->type);
+                used++;
+                continue;
+            }
             float *dst = model_weights_tensor(w, id, l);
             bool perm = gguf_arch_permuted(type) && (id == PARAM_WQ || id == PARAM_WK || id == PARAM_BQ || id == PARAM_BK);
             if (perm && tmp_cap < s->numel) {
@@ -518,11 +584,7 @@ static int load_tensors(const GgufFile *g, const ModelConfig *cfg, ModelWeights 
             }
             if (cfg->gemma_norms && gemma_norm_param(id))
                 for (size_t i = 0; i < s->numel; i++) dst[i] -= 1.0f;
-            const char *tn = gguf_type_name(t->type);
-            if (!strstr(info->types, tn) && strlen(info->types) + strlen(tn) + 2 < sizeof info->types) {
-                if (info->types[0]) strcat(info->types, " ");
-                strcat(info->types, tn);
-            }
+            add_type(info, t->type);
             used++;
         }
     }
@@ -1098,8 +1160,16 @@ int gguf_import(const GgufFile *g, const char *dir, const GgufImportOptions *opt
     info->vocab = cfg.vocab_size;
     snprintf(info->arch, sizeof info->arch, "%s", model_type_name(cfg.type));  // a llama file with a window: mistral
     if (config_loads(g, &cfg, opt->dtype, err) < 0 || load_tensors(g, &cfg, NULL, type, info, err) < 0) return -1;
+    size_t L = cfg.num_hidden_layers ? cfg.num_hidden_layers : 1;
+    DType *ldt = malloc(PARAM_COUNT * L * sizeof *ldt);
+    if (!ldt) return err_set(err, PAIL_ERR_NOMEM, "out of memory");
     ModelWeights w;
-    if (model_weights_alloc(&w, &cfg, err) < 0) return -1;
+    if (import_dtypes(g, &cfg, opt->dequantize, ldt, err) < 0 || model_weights_alloc_layers(&w, &cfg, ldt, err) < 0) {
+        free(ldt);
+        return -1;
+    }
+    free(ldt);
+    info->kept = model_weights_quantized(&w);
     int rc = load_tensors(g, &cfg, &w, type, info, err);
     ModelGenOptions mo = {.dtype = opt->dtype};
     if (rc == 0) rc = model_weights_save(&w, dir, &mo, err);

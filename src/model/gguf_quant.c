@@ -24,10 +24,6 @@ static float h2f(const uint8_t *p) {
 }
 
 
-
-
-
-
 // Q2_K (84): 16 scale bytes (low nibble scale, high nibble min), 64 bytes of
 // 2-bit values, d, dmin. Element e = 128 h + 32 s + l is bits 2s of byte
 // 32 h + l; sub-block e / 16. Value (d * sc) * q - (dmin * mn).
@@ -61,9 +57,6 @@ static void deq_q3_k(float *y, const uint8_t *b) {
         y[e] = dl[e / 16] * (float)(ql - (qh << 2));
     }
 }
-
-
-
 
 
 int gguf_dequantize(float *dst, const void *src, GgmlType type, uint64_t n) {

@@ -35,7 +35,7 @@ typedef struct {
     size_t n_weights, n_lora;   // parameter counts
     int kv_slots, kv_ctx;
     MemoryPlanSpec spec;       // the caller's, but weights_dtype points at the copy below
-    char weights_dtype[32];    // spec->weights_dtype's text: the caller's may be gone when the plan prints
+    char weights_dtype[48];    // spec->weights_dtype's text: the caller's may be gone when the plan prints
 } MemoryPlan;
 
 int memplan_build(MemoryPlan *p, const ModelConfig *cfg, const MemoryPlanSpec *spec, const char *device, PailErr *err);

@@ -140,23 +140,31 @@ int model_weights_save(const ModelWeights *wp, const char *dir, const ModelGenOp
     int rc = -1;
     uint8_t *conv = NULL;
     SafeTensorsWriteItem *items = NULL;
-    char(*names)[256] = NULL;
+    char(*names)[256] = NULL, (*qkeys)[300] = NULL;
+    const char **mk = NULL, **mv = NULL;
     Buf b = {0};
     size_t esz = dtype_size(out_dt);
+    int L = cfg->num_hidden_layers, cap = PARAM_COUNT * L, n = 0, nq = 0;
     // Tensors stored in another dtype than the file's are converted (rounded
-    // once, to nearest even) into one block; the file then holds exactly these values.
+    // once, to nearest even; a quantized one dequantized when asked) into one
+    // block; the file then holds exactly these values.
     size_t conv_elems = 0;
     for (int id = 0; id < PARAM_COUNT; id++)
-        if (wp->specs[id].present && wp->dtype[id] != out_dt)
-            conv_elems += wp->specs[id].numel * (wp->specs[id].per_layer ? cfg->num_hidden_layers : 1);
+        for (int l = 0; wp->specs[id].present && l < (wp->specs[id].per_layer ? L : 1); l++) {
+            DType dt = model_weights_dtype(wp, (ModelParamId)id, l);
+            if (dt != out_dt && (opt->dequantize || !dtype_is_quant(dt))) conv_elems += wp->specs[id].numel;
+        }
     if (conv_elems && !(conv = malloc(conv_elems * esz))) {
         err_set(err, PAIL_ERR_NOMEM, "out of memory for %zu converted parameters", conv_elems);
         goto out;
     }
-    int L = cfg->num_hidden_layers, cap = PARAM_COUNT * L, n = 0;
     items = calloc(cap, sizeof *items);
     names = calloc(cap, sizeof *names);
-    if (!items || !names) { err_set(err, PAIL_ERR_NOMEM, "out of memory"); goto out; }
+    qkeys = calloc(cap + 1, sizeof *qkeys);
+    mk = calloc(cap + 1, sizeof *mk);
+    mv = calloc(cap + 1, sizeof *mv);
+    if (!items || !names || !qkeys || !mk || !mv) { err_set(err, PAIL_ERR_NOMEM, "out of memory"); goto out; }
+    mk[0] = "format", mv[0] = "pt";  // transformers refuses files without format "pt"
     size_t used = 0;
     for (int id = 0; id < PARAM_COUNT; id++) {
         const ModelParamSpec *s = &wp->specs[id];
@@ -164,9 +172,19 @@ int model_weights_save(const ModelWeights *wp, const char *dir, const ModelGenOp
         for (int l = 0; l < (s->per_layer ? L : 1); l++) {
             model_param_name(s, l, names[n], sizeof names[n]);
             const void *src = model_weights_tensor(wp, id, l);
-            if (wp->dtype[id] != out_dt) {
+            DType dt = model_weights_dtype(wp, (ModelParamId)id, l);
+            if (dtype_is_quant(dt) && !opt->dequantize) {  // the blocks as they are
+                snprintf(qkeys[nq], sizeof qkeys[nq], "%s%s", MODEL_QUANT_META, names[n]);
+                mk[1 + nq] = qkeys[nq], mv[1 + nq] = dtype_name(dt), nq++;
+                items[n] = (SafeTensorsWriteItem){names[n], ST_DTYPE_U8, 2,
+                                                  {(int64_t)s->shape[0], (int64_t)dtype_row_bytes(dt, s->shape[1])},
+                                                  src};
+                n++;
+                continue;
+            }
+            if (dt != out_dt) {
                 uint8_t *d = conv + used * esz;
-                dtype_convert(d, out_dt, src, wp->dtype[id], s->numel);
+                dtype_convert(d, out_dt, src, dt, s->numel);
                 used += s->numel;
                 src = d;
             }
@@ -177,8 +195,7 @@ int model_weights_save(const ModelWeights *wp, const char *dir, const ModelGenOp
     }
     char path[4096];
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    const char *mk[] = {"format"}, *mv[] = {"pt"};  // transformers refuses files without format "pt"
-    if (safetensors_write(path, items, n, mk, mv, 1, err) < 0) goto out;
+    if (safetensors_write(path, items, n, mk, mv, 1 + nq, err) < 0) goto out;
 
     const char *dtname = out_dt == DT_BF16 ? "bfloat16" : out_dt == DT_F16 ? "float16" : "float32";
     if (model_config_to_json(cfg, dtname, &b) < 0) { err_set(err, PAIL_ERR_NOMEM, "out of memory"); goto out; }
@@ -207,6 +224,9 @@ out:
     buf_free(&b);
     free(items);
     free(names);
+    free(qkeys);
+    free(mk);
+    free(mv);
     free(conv);
     return rc;
 }

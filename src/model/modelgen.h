@@ -4,6 +4,7 @@
 // transformers' AutoModelForCausalLM.from_pretrained loads them with no missing
 // or unexpected keys (validation/model/check_model_files.py checks it).
 #pragma once
+#include <stdbool.h>
 #include <stdint.h>
 #include "model/config.h"
 #include "model/safetensors.h"
@@ -20,6 +21,7 @@ typedef struct {
     uint64_t seed;
     const char *tokenizer_dir;   // NULL: no tokenizer files (else tokenizer.json, tokenizer_config.json and, when
                                  // present, special_tokens_map.json and chat_template.jinja are copied)
+    bool dequantize;             // model_weights_save: quantized matrices as dtype too (else as their blocks)
 } ModelGenOptions;
 
 // Writes the checkpoint into dir (created if needed). Matrices, embeddings and
@@ -29,7 +31,9 @@ typedef struct {
 int modelgen_write(const ModelConfig *cfg, const char *dir, const ModelGenOptions *opt, PailErr *err);
 
 // Writes loaded (or trained) weights as a checkpoint in the same layout: what
-// `grpo-train --sft --full` saves. opt->seed is unused.
+// `grpo-train --sft --full` saves. opt->seed is unused. A block-quantized
+// matrix is written as its blocks (U8 [rows, row bytes] with "pail.quant.<name>"
+// metadata, doc/models.md) unless opt->dequantize; the others in opt->dtype.
 int model_weights_save(const ModelWeights *w, const char *dir, const ModelGenOptions *opt, PailErr *err);
 
 // From a tokenizer folder (tokenizer.json + tokenizer_config.json): the ids of

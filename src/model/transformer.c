@@ -440,7 +440,7 @@ static const float *wv(const Transformer *tf, ModelParamId id, int layer) {
         return tf->gnorm + tf->gn_off[id] + (size_t)layer * tf->w->specs[id].numel;
     return wm(tf, id, layer);
 }
-static DType wdt(const Transformer *tf, ModelParamId id) { return tf->w->dtype[id]; }
+static DType wdt(const Transformer *tf, ModelParamId id, int layer) { return model_weights_dtype(tf->w, id, layer); }
 
 // y(T,out) (+)= x W^T + bias, then + s (x A^T) B^T when module m is adapted;
 // W is family wid's layer, in its storage dtype.
@@ -449,11 +449,11 @@ static int proj_forward(Transformer *tf, float *y, float *la, const float *x, Mo
     const void *W = wm(tf, wid, layer);
     const LoraSlot *s = tf->lora_on ? lora_slot(tf->lora, layer, m) : NULL;
     if (!s) {
-        OP(matmul_forward, y, x, W, wdt(tf, wid), bias, T, in, outd, 1.0f, beta);
+        OP(matmul_forward, y, x, W, wdt(tf, wid, layer), bias, T, in, outd, 1.0f, beta);
         return 0;
     }
     const float *A = tf->lora_params + s->a_off, *B = tf->lora_params + s->b_off;
-    OP(matmul_forward_lora, y, la, x, W, wdt(tf, wid), bias, A, B, T, in, outd, tf->lora->cfg.rank, tf->lora_scale,
+    OP(matmul_forward_lora, y, la, x, W, wdt(tf, wid, layer), bias, A, B, T, in, outd, tf->lora->cfg.rank, tf->lora_scale,
        beta);
     return 0;
 }
@@ -468,7 +468,7 @@ static int proj_backward(Transformer *tf, float *dx, float *lora_grads, float *b
         if (bid != PARAM_COUNT && tf->w->specs[bid].present)
             db = base_grads + tf->w->offsets[bid] + (size_t)layer * tf->w->specs[bid].numel;
     }
-    OP(matmul_backward, dx, dW, db, dy, x, wm(tf, wid, layer), wdt(tf, wid), T, in, outd, 1.0f, dx_beta);
+    OP(matmul_backward, dx, dW, db, dy, x, wm(tf, wid, layer), wdt(tf, wid, layer), T, in, outd, 1.0f, dx_beta);
     const LoraSlot *s = tf->lora_on ? lora_slot(tf->lora, layer, m) : NULL;
     if (!s) return 0;
     const float *A = tf->lora_params + s->a_off, *B = tf->lora_params + s->b_off;
@@ -816,7 +816,7 @@ int transformer_forward(Transformer *tf, float *logp, float *entropy, const int 
     OP(to_device, tf->d_sel, tf->sel, (size_t)n * sizeof(int));
     OP(to_device, tf->d_tsel, tf->tsel, (size_t)n * sizeof(int));
     if (tf->gnorm && tf->plan.full && gemma_norm_refresh(tf, err) < 0) return -1;  // the weights may have moved
-    OP(embedding_forward, tf->resid[0], wm(tf, PARAM_EMBED, 0), wdt(tf, PARAM_EMBED), tf->d_tokens, T, C, V);
+    OP(embedding_forward, tf->resid[0], wm(tf, PARAM_EMBED, 0), wdt(tf, PARAM_EMBED, 0), tf->d_tokens, T, C, V);
     if (c->embedding_multiplier > 0 && c->embedding_multiplier != 1.0)
         OP(scale, tf->resid[0], (size_t)T * C, (float)c->embedding_multiplier);
     for (int l = 0; l < c->num_hidden_layers; l++)
@@ -837,7 +837,7 @@ int transformer_forward(Transformer *tf, float *logp, float *entropy, const int 
         float *lp = tf->dlogp_sel;  // reused as the compact logp buffer
         float *ent = entropy ? tf->ent_sel : NULL;
         const void *head = wm(tf, PARAM_LM_HEAD, 0);
-        DType hdt = wdt(tf, PARAM_LM_HEAD);
+        DType hdt = wdt(tf, PARAM_LM_HEAD, 0);
         // A LoRA step's backward (frozen head) needs only sum_j p_j W_j per row:
         // computed here, it spares the backward a second pass over the vocabulary.
         bool expect = tf->plan.backward && !tf->plan.full && tf->lora_on;
@@ -1020,7 +1020,7 @@ int transformer_backward(Transformer *tf, float *lora_grads, float *base_grads, 
     OP(zero, tf->dxn, (size_t)T * C);
     if (tf->Tsel > 0) {
         const void *head = wm(tf, PARAM_LM_HEAD, 0);
-        DType hdt = wdt(tf, PARAM_LM_HEAD);
+        DType hdt = wdt(tf, PARAM_LM_HEAD, 0);
         if (tf->have_expect)  // a LoRA plan: no head gradient (dlm) can be asked for
             OP(logprob_backward_expect, tf->dhsel, tf->dlogp_sel, tf->expect_sel, head, hdt, tf->d_tsel, tf->Tsel, C,
                tf->temperature, (float)c->final_logit_softcapping, tf->hsel);
@@ -1216,7 +1216,7 @@ static int kv_prepare(KvCache *kv, int s, int n, PailErr *err) {
 static int extend_ops(Transformer *tf, float *out, int T, int npart, PailErr *err) {
     const ModelConfig *c = &tf->cfg;
     int C = c->hidden_size, V = c->vocab_size;
-    OP(embedding_forward, tf->resid[0], wm(tf, PARAM_EMBED, 0), wdt(tf, PARAM_EMBED), tf->d_tokens, T, C, V);
+    OP(embedding_forward, tf->resid[0], wm(tf, PARAM_EMBED, 0), wdt(tf, PARAM_EMBED, 0), tf->d_tokens, T, C, V);
     if (c->embedding_multiplier > 0 && c->embedding_multiplier != 1.0)
         OP(scale, tf->resid[0], (size_t)T * C, (float)c->embedding_multiplier);
     for (int l = 0; l < c->num_hidden_layers; l++)
@@ -1229,7 +1229,7 @@ static int extend_ops(Transformer *tf, float *out, int T, int npart, PailErr *er
         OP(rmsnorm_forward, tf->xf, NULL, tf->hsel, wv(tf, PARAM_FINAL_NORM, 0), npart, C, (float)c->rms_norm_eps);
     float head_alpha = c->logits_scaling > 0 ? (float)(1.0 / c->logits_scaling) : 1.0f;  // granite: / logits_scaling
     if (c->logit_scale > 0) head_alpha = (float)c->logit_scale;                           // cohere: * logit_scale
-    OP(matmul_forward, out, tf->xf, wm(tf, PARAM_LM_HEAD, 0), wdt(tf, PARAM_LM_HEAD), NULL, npart, C, V, head_alpha,
+    OP(matmul_forward, out, tf->xf, wm(tf, PARAM_LM_HEAD, 0), wdt(tf, PARAM_LM_HEAD, 0), NULL, npart, C, V, head_alpha,
        0.0f);
     if (c->final_logit_softcapping > 0)  // gemma2: the sampler sees transformers' capped logits
         OP(softcap, out, (size_t)npart * V, (float)c->final_logit_softcapping);

@@ -11,6 +11,7 @@
 #include <math.h>
 #include "core/mem.h"
 #include "core/sha256.h"
+#include "quant.h"
 
 void model_param_specs(const ModelConfig *c, ModelParamSpec s[PARAM_COUNT]) {
     size_t C = c->hidden_size, F = c->intermediate_size, D = c->head_dim, V = c->vocab_size;
@@ -114,46 +115,128 @@ int model_dtype_parse(const char *s, int *want) {
     return -1;
 }
 
+int model_quantize_parse(const char *s, int *want) {
+    if (!s || !strcasecmp(s, "none")) *want = MODEL_DTYPE_AUTO;
+    else if (!strcasecmp(s, "q8_0")) *want = DT_Q8_0;
+    else if (!strcasecmp(s, "q4_k")) *want = DT_Q4_K;
+    else return -1;
+    return 0;
+}
+
 void model_dtypes_uniform(DType mat, DType dt[PARAM_COUNT]) {
     for (int i = 0; i < PARAM_COUNT; i++) dt[i] = model_param_is_matrix((ModelParamId)i) ? mat : DT_F32;
 }
 
-// Family byte offsets for dt; returns the total. fp32 families follow each other
-// unpadded, as they always did, so an all-fp32 block is one float array indexed
-// by the element offsets (full fine-tuning trains it in place); a 2-byte family
-// is padded to 64 bytes so that the next one starts aligned.
-static size_t layout(const ModelConfig *cfg, const ModelParamSpec *specs, const DType dt[PARAM_COUNT],
-                     size_t *elem_off, size_t *byte_off, size_t *num_params) {
+// Bytes of (family spec s, one layer) held as dt: a matrix row by row (whole blocks).
+static size_t slice_bytes(const ModelParamSpec *s, DType dt) {
+    if (s->ndim == 2) return s->shape[0] * dtype_row_bytes(dt, s->shape[1]);
+    return s->numel * dtype_size(dt);
+}
+
+// (family, layer) byte offsets for ldt (PARAM_COUNT * L, may be NULL: only the
+// total); returns the total. fp32 families follow each other unpadded, as they
+// always did, so an all-fp32 block is one float array indexed by the element
+// offsets (full fine-tuning trains it in place); any other family is padded to
+// 64 bytes so that the next one starts aligned. Its layers follow each other.
+static size_t layout(const ModelConfig *cfg, const ModelParamSpec *specs, const DType *ldt, size_t *elem_off,
+                     ModelSlice *sl, size_t *num_params) {
     size_t elems = 0, bytes = 0, L = cfg->num_hidden_layers;
     for (int i = 0; i < PARAM_COUNT; i++) {
         if (elem_off) elem_off[i] = elems;
-        if (byte_off) byte_off[i] = bytes;
-        if (!specs[i].present) continue;
-        size_t n = specs[i].numel * (specs[i].per_layer ? L : 1);
-        elems += n;
-        bytes += dt[i] == DT_F32 ? n * 4 : (n * dtype_size(dt[i]) + 63) & ~(size_t)63;
+        if (!specs[i].present) {
+            for (size_t l = 0; sl && l < L; l++) sl[i * L + l] = (ModelSlice){DT_F32, bytes};
+            continue;
+        }
+        size_t nl = specs[i].per_layer ? L : 1;
+        bool all_f32 = true;
+        for (size_t l = 0; l < nl; l++) {
+            DType dt = ldt[i * L + l];
+            if (sl) sl[i * L + l] = (ModelSlice){dt, bytes};
+            bytes += slice_bytes(&specs[i], dt);
+            all_f32 &= dt == DT_F32;
+        }
+        for (size_t l = nl; sl && l < L; l++) sl[i * L + l] = sl[i * L];
+        if (!all_f32) bytes = (bytes + 63) & ~(size_t)63;
+        elems += specs[i].numel * nl;
     }
     if (num_params) *num_params = elems;
     return bytes;
 }
 
-size_t model_weights_bytes(const ModelConfig *cfg, const DType dt[PARAM_COUNT]) {
+// ldt (PARAM_COUNT * L) from a per-family dt: matrices as dt says, vectors fp32.
+static void layer_dtypes(const ModelConfig *cfg, const DType dt[PARAM_COUNT], DType *ldt) {
+    size_t L = cfg->num_hidden_layers;
+    for (int i = 0; i < PARAM_COUNT; i++)
+        for (size_t l = 0; l < L; l++)
+            ldt[i * L + l] = model_param_is_matrix((ModelParamId)i) && (unsigned)dt[i] < DT_COUNT ? dt[i] : DT_F32;
+}
+
+static size_t layer_bytes(const ModelConfig *cfg, const DType *ldt) {
     ModelParamSpec specs[PARAM_COUNT];
     model_param_specs(cfg, specs);
-    return layout(cfg, specs, dt, NULL, NULL, NULL);
+    return layout(cfg, specs, ldt, NULL, NULL, NULL);
+}
+
+size_t model_weights_bytes(const ModelConfig *cfg, const DType dt[PARAM_COUNT]) {
+    size_t L = cfg->num_hidden_layers;
+    DType *ldt = malloc(PARAM_COUNT * (L ? L : 1) * sizeof *ldt);
+    if (!ldt) return 0;
+    layer_dtypes(cfg, dt, ldt);
+    size_t b = layer_bytes(cfg, ldt);
+    free(ldt);
+    return b;
 }
 
 int model_weights_alloc_as(ModelWeights *w, const ModelConfig *cfg, const DType dt_in[PARAM_COUNT], PailErr *err) {
+    size_t L = cfg->num_hidden_layers ? cfg->num_hidden_layers : 1;
+    DType *ldt = malloc(PARAM_COUNT * L * sizeof *ldt);
+    if (!ldt) {
+        memset(w, 0, sizeof *w);
+        return err_set(err, PAIL_ERR_NOMEM, "out of memory");
+    }
+    layer_dtypes(cfg, dt_in, ldt);
+    int rc = model_weights_alloc_layers(w, cfg, ldt, err);
+    free(ldt);
+    return rc;
+}
+
+int model_weights_alloc_layers(ModelWeights *w, const ModelConfig *cfg, const DType *ldt_in, PailErr *err) {
     memset(w, 0, sizeof *w);
     w->cfg = *cfg;
     model_param_specs(cfg, w->specs);
+    size_t L = cfg->num_hidden_layers ? cfg->num_hidden_layers : 1;
+    DType *ldt = malloc(PARAM_COUNT * L * sizeof *ldt);
+    w->slices = malloc(PARAM_COUNT * L * sizeof *w->slices);
+    if (!ldt || !w->slices) {
+        free(ldt);
+        model_weights_free(w);
+        return err_set(err, PAIL_ERR_NOMEM, "out of memory");
+    }
     for (int i = 0; i < PARAM_COUNT; i++)
-        w->dtype[i] = model_param_is_matrix((ModelParamId)i) && dt_in[i] < DT_COUNT ? dt_in[i] : DT_F32;
-    w->bytes = layout(cfg, w->specs, w->dtype, w->offsets, w->byte_offsets, &w->num_params);
+        for (size_t l = 0; l < L; l++) {
+            DType d = ldt_in[i * L + l];
+            bool mat = model_param_is_matrix((ModelParamId)i);
+            ldt[i * L + l] = mat && (unsigned)d < DT_COUNT ? d : DT_F32;
+            if (mat && w->specs[i].present && dtype_is_quant(d) && w->specs[i].shape[1] % (size_t)dtype_block(d)) {
+                char nm[256];
+                model_param_name(&w->specs[i], (int)l, nm, sizeof nm);
+                size_t cols = w->specs[i].shape[1];
+                free(ldt);
+                model_weights_free(w);
+                return err_set(err, PAIL_ERR_INVALID, "%s: rows of %zu are not whole %s blocks of %d", nm, cols,
+                               dtype_name(d), dtype_block(d));
+            }
+        }
+    for (int i = 0; i < PARAM_COUNT; i++) w->dtype[i] = ldt[i * L];
+    w->bytes = layout(cfg, w->specs, ldt, w->offsets, w->slices, &w->num_params);
+    free(ldt);
+    for (int i = 0; i < PARAM_COUNT; i++) w->byte_offsets[i] = w->slices[i * L].byte;
     w->memory = mem_alloc_big(w->bytes ? w->bytes : 64);
-    if (!w->memory)
-        return err_set(err, PAIL_ERR_NOMEM, "out of memory for %zu parameters (%.1f GiB)", w->num_params,
-                       w->bytes / (double)(1 << 30));
+    if (!w->memory) {
+        size_t np = w->num_params, b = w->bytes;
+        model_weights_free(w);
+        return err_set(err, PAIL_ERR_NOMEM, "out of memory for %zu parameters (%.1f GiB)", np, b / (double)(1 << 30));
+    }
     void **mats[PARAM_COUNT] = {[PARAM_EMBED] = &w->p.embed_tokens, [PARAM_WQ] = &w->p.wq, [PARAM_WK] = &w->p.wk,
                                 [PARAM_WV] = &w->p.wv, [PARAM_WO] = &w->p.wo, [PARAM_W_GATE] = &w->p.w_gate,
                                 [PARAM_W_UP] = &w->p.w_up, [PARAM_W_DOWN] = &w->p.w_down,
@@ -214,7 +297,13 @@ int model_weights_alloc(ModelWeights *w, const ModelConfig *cfg, PailErr *err) {
 void model_weights_free(ModelWeights *w) {
     if (!w) return;
     free(w->memory);
+    free(w->slices);
     memset(w, 0, sizeof *w);
+}
+
+static const ModelSlice *slice_of(const ModelWeights *w, ModelParamId id, int layer) {
+    size_t L = w->cfg.num_hidden_layers ? w->cfg.num_hidden_layers : 1;
+    return &w->slices[(size_t)id * L + (w->specs[id].per_layer ? (size_t)layer : 0)];
 }
 
 void *model_weights_tensor(const ModelWeights *w, ModelParamId id, int layer) {
@@ -222,34 +311,73 @@ void *model_weights_tensor(const ModelWeights *w, ModelParamId id, int layer) {
     ModelParamId fid;
     size_t row0;
     if (fused_view(w, id, &fid, &row0))
-        return (char *)model_weights_tensor(w, fid, layer) + row0 * w->specs[fid].shape[1] * dtype_size(w->dtype[fid]);
-    const ModelParamSpec *s = &w->specs[id];
-    if (!s->present) return NULL;
-    return (char *)w->memory + w->byte_offsets[id] +
-           (s->per_layer ? (size_t)layer * s->numel * dtype_size(w->dtype[id]) : 0);
+        return (char *)model_weights_tensor(w, fid, layer) +
+               row0 * dtype_row_bytes(slice_of(w, fid, layer)->dt, w->specs[fid].shape[1]);
+    if (!w->specs[id].present) return NULL;
+    return (char *)w->memory + slice_of(w, id, layer)->byte;
+}
+
+DType model_weights_dtype(const ModelWeights *w, ModelParamId id, int layer) {
+    if (id == PARAM_LM_HEAD && w->cfg.tie_word_embeddings) id = PARAM_EMBED;
+    ModelParamId fid;
+    size_t row0;
+    if (fused_view(w, id, &fid, &row0)) id = fid;
+    return w->specs[id].present ? slice_of(w, id, layer)->dt : DT_F32;
+}
+
+bool model_weights_quantized(const ModelWeights *w) {
+    size_t L = w->cfg.num_hidden_layers ? w->cfg.num_hidden_layers : 1;
+    for (size_t i = 0; w->slices && i < PARAM_COUNT * L; i++)
+        if (w->specs[i / L].present && dtype_is_quant(w->slices[i].dt)) return true;
+    return false;
 }
 
 float *model_weights_f32(const ModelWeights *w) {
-    for (int i = 0; i < PARAM_COUNT; i++)
-        if (w->specs[i].present && w->dtype[i] != DT_F32) return NULL;
+    size_t L = w->cfg.num_hidden_layers ? w->cfg.num_hidden_layers : 1;
+    for (size_t i = 0; i < PARAM_COUNT * L; i++)
+        if (w->specs[i / L].present && w->slices[i].dt != DT_F32) return NULL;
     return w->memory;  // unpadded: byte_offsets[i] == 4 * offsets[i] (layout)
 }
 
-void model_dtypes_desc(const ModelConfig *cfg, const DType dt[PARAM_COUNT], char *out, size_t cap) {
+void model_layer_dtypes_desc(const ModelConfig *cfg, const DType *ldt, char *out, size_t cap) {
     ModelParamSpec specs[PARAM_COUNT];
     model_param_specs(cfg, specs);
+    size_t L = cfg->num_hidden_layers ? cfg->num_hidden_layers : 1;
     bool seen[DT_COUNT] = {0};
     for (int i = 0; i < PARAM_COUNT; i++)
-        if (specs[i].present && model_param_is_matrix((ModelParamId)i)) seen[dt[i]] = true;
+        if (specs[i].present && model_param_is_matrix((ModelParamId)i))
+            for (size_t l = 0; l < (specs[i].per_layer ? L : 1); l++) seen[ldt[i * L + l]] = true;
     size_t n = 0;
     out[0] = 0;
-    const DType order[DT_COUNT] = {DT_BF16, DT_F16, DT_F32};  // the narrow one first: "bf16+f32"
+    // the quantized ones first, then the narrow float one: "q4_k+q6_k", "bf16+f32"
+    const DType order[DT_COUNT] = {DT_Q4_0, DT_Q4_1, DT_Q4_K, DT_Q5_0, DT_Q5_1, DT_Q5_K,
+                                   DT_Q6_K, DT_Q8_0, DT_BF16, DT_F16,  DT_F32};
     for (int k = 0; k < DT_COUNT; k++)
         if (seen[order[k]] && n < cap) n += snprintf(out + n, cap - n, "%s%s", n ? "+" : "", dtype_name(order[k]));
 }
 
+void model_dtypes_desc(const ModelConfig *cfg, const DType dt[PARAM_COUNT], char *out, size_t cap) {
+    size_t L = cfg->num_hidden_layers ? cfg->num_hidden_layers : 1;
+    DType *ldt = malloc(PARAM_COUNT * L * sizeof *ldt);
+    if (!ldt) {
+        snprintf(out, cap, "?");
+        return;
+    }
+    layer_dtypes(cfg, dt, ldt);
+    model_layer_dtypes_desc(cfg, ldt, out, cap);
+    free(ldt);
+}
+
 void model_weights_dtype_desc(const ModelWeights *w, char *out, size_t cap) {
-    model_dtypes_desc(&w->cfg, w->dtype, out, cap);
+    size_t L = w->cfg.num_hidden_layers ? w->cfg.num_hidden_layers : 1;
+    DType *ldt = malloc(PARAM_COUNT * L * sizeof *ldt);
+    if (!ldt) {
+        snprintf(out, cap, "?");
+        return;
+    }
+    for (size_t i = 0; i < PARAM_COUNT * L; i++) ldt[i] = w->slices[i].dt;
+    model_layer_dtypes_desc(&w->cfg, ldt, out, cap);
+    free(ldt);
 }
 
 // Maps a tensor name to (family, layer). Returns 1 when expected, 0 when it is a
@@ -306,6 +434,21 @@ static void shape_str(const int64_t *shape, int ndim, char *out, size_t cap) {
     if (n < cap) snprintf(out + n, cap - n, "]");
 }
 
+static const char *quant_key(const char *name, char *buf, size_t cap) {
+    snprintf(buf, cap, "%s%s", MODEL_QUANT_META, name);
+    return buf;
+}
+
+// -1: a plain tensor; -2: named quantized with a type pail does not know; else the DType.
+int model_tensor_quant(const SafeTensorsSet *set, int fi, const SafeTensor *t) {
+    char key[300];
+    const char *v = safetensors_meta(&set->files[fi], quant_key(t->name, key, sizeof key));
+    if (!v) return -1;
+    DType d;
+    if (dtype_parse(v, &d) < 0 || !dtype_is_quant(d)) return -2;
+    return (int)d;
+}
+
 int model_weights_check(const ModelConfig *cfg, const SafeTensorsSet *set, PailErr *err) {
     ModelParamSpec specs[PARAM_COUNT];
     model_param_specs(cfg, specs);
@@ -322,6 +465,45 @@ int model_weights_check(const ModelConfig *cfg, const SafeTensorsSet *set, PailE
             if (k < 0) goto out;
             if (k == 0) continue;
             const ModelParamSpec *s = &specs[id];
+            int q = model_tensor_quant(set, f, t);
+            if (q == -2) {
+                err_set(err, PAIL_ERR_UNSUPPORTED, "%s: tensor '%s': metadata %s%s is '%s', not a type pail computes "
+                        "on (q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k)", file, t->name, MODEL_QUANT_META,
+                        t->name, safetensors_meta(&set->files[f], quant_key(t->name, (char[300]){0}, 300)));
+                goto out;
+            }
+            if (q >= 0) {  // blocks: U8 [rows, row bytes]
+                DType qd = (DType)q;
+                if (!model_param_is_matrix((ModelParamId)id) || s->ndim != 2) {
+                    err_set(err, PAIL_ERR_UNSUPPORTED, "%s: tensor '%s' is quantized (%s); pail quantizes only the "
+                            "projections, the embedding and the head", file, t->name, dtype_name(qd));
+                    goto out;
+                }
+                if (s->shape[1] % (size_t)dtype_block(qd)) {
+                    err_set(err, PAIL_ERR_INVALID, "%s: tensor '%s' is %s, but its rows of %zu are not whole blocks "
+                            "of %d", file, t->name, dtype_name(qd), s->shape[1], dtype_block(qd));
+                    goto out;
+                }
+                size_t rb = dtype_row_bytes(qd, s->shape[1]);
+                if (t->dtype != ST_DTYPE_U8 || t->ndim != 2 || (size_t)t->shape[0] != s->shape[0] ||
+                    (size_t)t->shape[1] != rb) {
+                    char got[128];
+                    shape_str(t->shape, t->ndim, got, sizeof got);
+                    err_set(err, PAIL_ERR_INVALID, "%s: tensor '%s' is %s [%zu, %zu]: it must be U8 [%zu, %zu] (%zu "
+                            "blocks of %zu bytes a row), the file holds %s %s (truncated blocks?)", file, t->name,
+                            dtype_name(qd), s->shape[0], s->shape[1], s->shape[0], rb, rb / dtype_block_bytes(qd),
+                            dtype_block_bytes(qd), safetensors_dtype_name(t->dtype), got);
+                    goto out;
+                }
+                seen[(size_t)id * L + layer] = 1;
+                continue;
+            }
+            if (t->dtype != ST_DTYPE_F32 && t->dtype != ST_DTYPE_BF16 && t->dtype != ST_DTYPE_F16) {
+                err_set(err, PAIL_ERR_UNSUPPORTED, "%s: tensor '%s' has dtype %s; pail loads F32, F16 and BF16 (and "
+                        "GGUF blocks named by %s<tensor> metadata)", file, t->name,
+                        safetensors_dtype_name(t->dtype), MODEL_QUANT_META);
+                goto out;
+            }
             bool ok = t->ndim == s->ndim && (size_t)t->shape[0] == s->shape[0] &&
                       (s->ndim == 1 || (size_t)t->shape[1] == s->shape[1]);
             if (!ok) {
@@ -331,11 +513,6 @@ int model_weights_check(const ModelConfig *cfg, const SafeTensorsSet *set, PailE
                 else snprintf(want, sizeof want, "[%zu]", s->shape[0]);
                 err_set(err, PAIL_ERR_INVALID, "%s: tensor '%s' has shape %s, config.json implies %s", file, t->name,
                         got, want);
-                goto out;
-            }
-            if (t->dtype != ST_DTYPE_F32 && t->dtype != ST_DTYPE_BF16 && t->dtype != ST_DTYPE_F16) {
-                err_set(err, PAIL_ERR_UNSUPPORTED, "%s: tensor '%s' has dtype %s; pail loads F32, F16 and BF16", file,
-                        t->name, safetensors_dtype_name(t->dtype));
                 goto out;
             }
             seen[(size_t)id * L + layer] = 1;
@@ -382,29 +559,42 @@ static DType from_st(SafeTensorsDtype d) {
     return d == ST_DTYPE_BF16 ? DT_BF16 : d == ST_DTYPE_F16 ? DT_F16 : DT_F32;
 }
 
-void model_weights_choose_dtypes(const ModelConfig *cfg, const SafeTensorsSet *set, int want, DType dt[PARAM_COUNT]) {
+void model_weights_choose_dtypes(const ModelConfig *cfg, const SafeTensorsSet *set, int want, DType *ldt) {
     ModelParamSpec specs[PARAM_COUNT];
     model_param_specs(cfg, specs);
+    size_t L = cfg->num_hidden_layers ? cfg->num_hidden_layers : 1;
+    for (size_t i = 0; i < PARAM_COUNT * L; i++) ldt[i] = DT_F32;
     for (int id = 0; id < PARAM_COUNT; id++) {
-        dt[id] = DT_F32;
         if (!specs[id].present || !model_param_is_matrix((ModelParamId)id)) continue;
-        if (want != MODEL_DTYPE_AUTO) {
-            dt[id] = (DType)want;
-            continue;
-        }
-        // as stored: the family's one dtype, or f32 (exact) when its layers differ
+        size_t nl = specs[id].per_layer ? L : 1;
+        DType *d = ldt + (size_t)id * L;
+        // as stored: a quantized layer its blocks; the float layers their one dtype, or f32 (exact) when they differ
         int first = -1;
-        for (int l = 0; l < (specs[id].per_layer ? cfg->num_hidden_layers : 1); l++) {
+        for (size_t l = 0; l < nl; l++) {
             char nm[256];
-            model_param_name(&specs[id], l, nm, sizeof nm);
-            const SafeTensor *t = safetensors_set_find(set, nm, NULL);
-            int d = t ? (int)from_st(t->dtype) : (int)DT_F32;
-            if (first < 0) first = d;
-            else if (d != first) first = DT_F32;
+            model_param_name(&specs[id], (int)l, nm, sizeof nm);
+            int fi = 0;
+            const SafeTensor *t = safetensors_set_find(set, nm, &fi);
+            int q = t ? model_tensor_quant(set, fi, t) : -1;
+            if (q >= 0) {
+                d[l] = want != MODEL_DTYPE_AUTO && !dtype_is_quant((DType)want) ? (DType)want : (DType)q;
+                continue;
+            }
+            int f = t ? (int)from_st(t->dtype) : (int)DT_F32;
+            d[l] = (DType)f;
+            if (first < 0) first = f;
+            else if (f != first) first = DT_F32;
         }
-        dt[id] = first < 0 ? DT_F32 : (DType)first;
+        for (size_t l = 0; l < nl; l++) {
+            if (dtype_is_quant(d[l])) continue;
+            if (want == MODEL_DTYPE_AUTO) d[l] = (DType)first;
+            else if (dtype_is_quant((DType)want)) d[l] = quant_fallback((DType)want, specs[id].shape[1]);
+            else d[l] = (DType)want;
+        }
+        for (size_t l = nl; l < L; l++) d[l] = d[0];
     }
-    if (cfg->tie_word_embeddings) dt[PARAM_LM_HEAD] = dt[PARAM_EMBED];
+    if (cfg->tie_word_embeddings)
+        for (size_t l = 0; l < L; l++) ldt[PARAM_LM_HEAD * L + l] = ldt[PARAM_EMBED * L];
 }
 
 // dst (n, in dtype to) = the tensor t (dtype_convert). -1 when a finite value
@@ -426,14 +616,41 @@ static int convert_tensor(void *dst, DType to, const SafeTensor *t, size_t *bad)
     return 0;
 }
 
+// (family, layer) from tensor t of file fi into dst, held as dt: blocks copied,
+// dequantized, converted, or quantized a row at a time. -1 as convert_tensor.
+static int load_slice(void *dst, DType dt, const SafeTensorsSet *set, int fi, const SafeTensor *t,
+                      const ModelParamSpec *s, size_t *bad) {
+    int q = model_tensor_quant(set, fi, t);
+    if (q >= 0) {
+        if ((DType)q == dt) memcpy(dst, t->data, t->nelem);  // U8 [rows, row bytes]: the blocks as stored
+        else dtype_convert(dst, dt, t->data, (DType)q, s->numel);
+        return 0;
+    }
+    if (!dtype_is_quant(dt)) return convert_tensor(dst, dt, t, bad);
+    size_t rows = s->shape[0], cols = s->shape[1], rb = dtype_row_bytes(dt, cols);
+    DType from = from_st(t->dtype);
+    float *row = malloc(cols * sizeof *row);
+    if (!row) return -2;
+    for (size_t r = 0; r < rows; r++) {
+        dtype_to_f32(row, (const char *)t->data + r * cols * dtype_size(from), from, cols);
+        quant_quantize((char *)dst + r * rb, row, dt, cols);
+    }
+    free(row);
+    return 0;
+}
+
 int model_weights_load_set(ModelWeights *w, const ModelConfig *cfg, const SafeTensorsSet *set, int want,
                            PailErr *err) {
     if (want != MODEL_DTYPE_AUTO && (want < 0 || want >= DT_COUNT))
-        return err_set(err, PAIL_ERR_INVALID, "weights: dtype %d is not auto, f32, bf16 or f16", want);
+        return err_set(err, PAIL_ERR_INVALID, "weights: dtype %d is not auto, f32, bf16, f16 or a quantized type", want);
     if (model_weights_check(cfg, set, err) < 0) return -1;
-    DType dt[PARAM_COUNT];
-    model_weights_choose_dtypes(cfg, set, want, dt);
-    if (model_weights_alloc_as(w, cfg, dt, err) < 0) return -1;
+    size_t Lz = cfg->num_hidden_layers ? cfg->num_hidden_layers : 1;
+    DType *ldt = malloc(PARAM_COUNT * Lz * sizeof *ldt);
+    if (!ldt) return err_set(err, PAIL_ERR_NOMEM, "out of memory");
+    model_weights_choose_dtypes(cfg, set, want, ldt);
+    int arc = model_weights_alloc_layers(w, cfg, ldt, err);
+    free(ldt);
+    if (arc < 0) return -1;
     int L = cfg->num_hidden_layers, nwork = 0;
     int *work = malloc((size_t)PARAM_COUNT * L * sizeof *work);  // id * L + layer
     if (!work) {
@@ -443,19 +660,30 @@ int model_weights_load_set(ModelWeights *w, const ModelConfig *cfg, const SafeTe
     for (int id = 0; id < PARAM_COUNT; id++)
         if (w->specs[id].present)
             for (int l = 0; l < (w->specs[id].per_layer ? L : 1); l++) work[nwork++] = id * L + l;
-    int failed = -1;  // the work item whose tensor overflowed f16
+    int failed = -1, nomem = 0;  // the work item whose tensor overflowed f16
     size_t bad_at = 0;
 #pragma omp parallel for schedule(dynamic, 1)
     for (int i = 0; i < nwork; i++) {
         int id = work[i] / L, l = work[i] % L;
         char nm[256];
         model_param_name(&w->specs[id], l, nm, sizeof nm);
-        const SafeTensor *t = safetensors_set_find(set, nm, NULL);  // present: checked above
+        int fi = 0;
+        const SafeTensor *t = safetensors_set_find(set, nm, &fi);  // present: checked above
         size_t bad = 0;
-        if (convert_tensor(model_weights_tensor(w, id, l), w->dtype[id], t, &bad) < 0) {
+        int r = load_slice(model_weights_tensor(w, id, l), model_weights_dtype(w, id, l), set, fi, t, &w->specs[id],
+                           &bad);
+        if (r == -2) {
+#pragma omp atomic write
+            nomem = 1;
+        } else if (r < 0) {
 #pragma omp critical(weights_load_fail)
             if (failed < 0 || i < failed) failed = i, bad_at = bad;
         }
+    }
+    if (nomem) {
+        free(work);
+        model_weights_free(w);
+        return err_set(err, PAIL_ERR_NOMEM, "out of memory quantizing the weights");
     }
     if (failed >= 0) {
         int id = work[failed] / L, l = work[failed] % L;
@@ -489,17 +717,21 @@ int model_weights_load(ModelWeights *w, const char *dir, PailErr *err) {
     return model_weights_load_as(w, dir, DT_F32, err);
 }
 
-int model_weights_probe(const char *dir, int want, DType dt[PARAM_COUNT], size_t *bytes, char *desc, PailErr *err) {
+int model_weights_probe(const char *dir, int want, size_t *bytes, char *desc, PailErr *err) {
     ModelConfig cfg;
     if (model_config_load(&cfg, dir, err) < 0) return -1;
     SafeTensorsSet set;
     if (safetensors_set_open(&set, dir, err) < 0) return -1;
     int rc = model_weights_check(&cfg, &set, err);
+    size_t L = cfg.num_hidden_layers ? cfg.num_hidden_layers : 1;
+    DType *ldt = rc == 0 ? malloc(PARAM_COUNT * L * sizeof *ldt) : NULL;
+    if (rc == 0 && !ldt) rc = err_set(err, PAIL_ERR_NOMEM, "out of memory");
     if (rc == 0) {
-        model_weights_choose_dtypes(&cfg, &set, want, dt);
-        if (bytes) *bytes = model_weights_bytes(&cfg, dt);
-        if (desc) model_dtypes_desc(&cfg, dt, desc, 32);
+        model_weights_choose_dtypes(&cfg, &set, want, ldt);
+        if (bytes) *bytes = layer_bytes(&cfg, ldt);
+        if (desc) model_layer_dtypes_desc(&cfg, ldt, desc, MODEL_DTYPE_DESC);
     }
+    free(ldt);
     safetensors_set_close(&set);
     return rc;
 }

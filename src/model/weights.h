@@ -65,11 +65,22 @@ typedef struct {
     size_t numel;         // per layer when per_layer
 } ModelParamSpec;
 
+// Where one (family, layer) is held: its storage dtype and its first byte in
+// ModelWeights.memory. A GGUF Q4_K_M file mixes types within a family (some
+// layers' ffn_down Q6_K, the others Q4_K), so the dtype is per layer.
+typedef struct {
+    DType dt;
+    size_t byte;
+} ModelSlice;
+
 typedef struct {
     ModelConfig cfg;
     ModelParams p;
     ModelParamSpec specs[PARAM_COUNT];
-    DType dtype[PARAM_COUNT];     // storage dtype of each family (DT_F32 for norms and biases)
+    DType dtype[PARAM_COUNT];     // storage dtype of each family (DT_F32 for norms and biases); a family
+                                  // whose layers differ: its first layer's (model_weights_dtype is exact)
+    ModelSlice *slices;           // owned (PARAM_COUNT * L): family id's layer l at id * L + l (a global
+                                  // family's at l = 0); absent families' are { DT_F32, 0 }
     size_t offsets[PARAM_COUNT];  // element offset of each family: its place in a num_params-float
                                   // block (gradients, AdamW state), whatever the storage dtype
     size_t byte_offsets[PARAM_COUNT];  // where each family starts in memory (64-byte aligned)
@@ -79,14 +90,21 @@ typedef struct {
     char base_sha256[65];         // "" until loaded from files
 } ModelWeights;
 
-// --dtype of the tools that load a model: every matrix as f32, bf16 or f16, or
-// MODEL_DTYPE_AUTO, each family as the checkpoint stores it (a family whose
-// layers mix dtypes, or a non-float one, as f32).
+// --dtype of the tools that load a model: every matrix as f32, bf16 or f16 (a
+// quantized one dequantized), or MODEL_DTYPE_AUTO, each family as the
+// checkpoint stores it (a float family whose layers mix dtypes as f32; a
+// quantized tensor as its blocks). --quantize's want is a quantized DType
+// (DT_Q8_0, DT_Q4_K): every float matrix quantized to it at load
+// (quant_fallback's type where its rows are not whole blocks), the quantized
+// ones kept.
 #define MODEL_DTYPE_AUTO (-1)
 #define MODEL_DTYPE_CLI_HELP "base weights: auto (as the checkpoint stores them), bf16, f16 or f32 (also fp32, float32, bfloat16, fp16, float16, half)"
 // "auto", "f32", "bf16", "f16" and the aliases fp32, float32, float, bfloat16,
 // fp16, float16, half (any case); -1 otherwise.
 int model_dtype_parse(const char *s, int *want);
+// --quantize's value: "q8_0" or "q4_k" (any case) as a DType; "none" (or NULL) as
+// MODEL_DTYPE_AUTO; -1 otherwise.
+int model_quantize_parse(const char *s, int *want);
 // True for the families a --dtype applies to (projections, embedding, head).
 bool model_param_is_matrix(ModelParamId id);
 
@@ -104,30 +122,48 @@ void model_weights_free(ModelWeights *w);
 void model_dtypes_uniform(DType mat, DType dt[PARAM_COUNT]);
 // Bytes the block takes for cfg with dt[] (without allocating).
 size_t model_weights_bytes(const ModelConfig *cfg, const DType dt[PARAM_COUNT]);
-// Pointer to (family, layer) in w (layer ignored for global tensors), in the family's dtype.
-// phi3's q, k, v, gate and up are views into the fused families (w->dtype[] is theirs).
+// Sizes the block with a dtype per (family, layer): ldt[id * L + l] (vectors
+// stay fp32; a quantized dtype only where the rows are whole blocks, else -1).
+int model_weights_alloc_layers(ModelWeights *w, const ModelConfig *cfg, const DType *ldt, PailErr *err);
+// Pointer to (family, layer) in w (layer ignored for global tensors), in its dtype
+// (model_weights_dtype). phi3's q, k, v, gate and up are views into the fused families.
 void *model_weights_tensor(const ModelWeights *w, ModelParamId id, int layer);
+// The storage dtype of (family, layer): the tied embedding's for lm_head, the fused
+// family's for phi3's views; DT_F32 for an absent family.
+DType model_weights_dtype(const ModelWeights *w, ModelParamId id, int layer);
+// True when some matrix of w is block-quantized.
+bool model_weights_quantized(const ModelWeights *w);
 // Element offset of (family, layer) in a num_params-float block (gradients, an fp32 block),
 // phi3's views included; (size_t)-1 when the config has no such tensor.
 size_t model_weights_elem_offset(const ModelWeights *w, ModelParamId id, int layer);
 // The block as fp32 when every family is (full fine-tuning, merging, tests); NULL otherwise.
 float *model_weights_f32(const ModelWeights *w);
-// What the matrices are stored as: "bf16", "f32", "f16", or the mix ("bf16+f32")
-// when families differ; out holds at least 32 bytes. Recorded in run.json.
+// What the matrices are stored as: "bf16", "f32", "f16", "q4_k", or the mix
+// ("bf16+f32", "q4_k+q6_k+q5_0") when they differ, quantized types first; out
+// holds at least 48 bytes. Recorded in run.json (compute_dtype).
+#define MODEL_DTYPE_DESC 48
 void model_weights_dtype_desc(const ModelWeights *w, char *out, size_t cap);
 void model_dtypes_desc(const ModelConfig *cfg, const DType dt[PARAM_COUNT], char *out, size_t cap);
+void model_layer_dtypes_desc(const ModelConfig *cfg, const DType *ldt, char *out, size_t cap);
 // HF name of (family, layer): "model.layers.3.self_attn.q_proj.weight".
 void model_param_name(const ModelParamSpec *s, int layer, char *out, size_t cap);
 
 // Checks set against cfg without loading: every expected tensor present with the
-// expected shape and a float dtype (F32/F16/BF16); nothing unexpected except
+// expected shape and a float dtype (F32/F16/BF16), or a matrix quantized in
+// pail's layout (doc/models.md: U8 [rows, row bytes] named by the file's
+// "pail.quant.<tensor>" metadata, whole blocks); nothing unexpected except
 // harmless extras (rotary_emb.inv_freq buffers; lm_head.weight when tied). The
 // message names the tensor, its dtype or shape, and the file.
 int model_weights_check(const ModelConfig *cfg, const SafeTensorsSet *set, PailErr *err);
-// The storage dtype of every family for --dtype want (MODEL_DTYPE_AUTO or a
-// DType) over a checked set. A --dtype f16 of a family stored wider is refused
-// at load if a value would overflow f16.
-void model_weights_choose_dtypes(const ModelConfig *cfg, const SafeTensorsSet *set, int want, DType dt[PARAM_COUNT]);
+// The storage dtype of every (family, layer) for want (MODEL_DTYPE_AUTO, a float
+// DType, or --quantize's quantized one) over a checked set: ldt (PARAM_COUNT * L).
+// A --dtype f16 of a family stored wider is refused at load if a value would
+// overflow f16.
+void model_weights_choose_dtypes(const ModelConfig *cfg, const SafeTensorsSet *set, int want, DType *ldt);
+// The quantized dtype the set stores tensor t (of file index fi) as (its
+// "pail.quant.<name>" metadata), or -1 for a plain tensor.
+int model_tensor_quant(const SafeTensorsSet *set, int fi, const SafeTensor *t);
+#define MODEL_QUANT_META "pail.quant."
 // Alloc (as chosen) + check + copy or convert every tensor + base_sha256. w->cfg = *cfg.
 int model_weights_load_set(ModelWeights *w, const ModelConfig *cfg, const SafeTensorsSet *set, int want,
                            PailErr *err);
@@ -135,11 +171,11 @@ int model_weights_load_set(ModelWeights *w, const ModelConfig *cfg, const SafeTe
 // model_weights_load is want = DT_F32 (every weight fp32, as pail held them before --dtype).
 int model_weights_load_as(ModelWeights *w, const char *dir, int want, PailErr *err);
 int model_weights_load(ModelWeights *w, const char *dir, PailErr *err);
-// The dtypes a load of dir with want would choose, the block's bytes and
-// model_dtypes_desc of them (bytes, desc may be NULL; desc holds 32 bytes),
+// The block's bytes and model_layer_dtypes_desc of the dtypes a load of dir with
+// want would choose (bytes, desc may be NULL; desc holds MODEL_DTYPE_DESC bytes),
 // reading only config.json and the safetensors headers (for the memory plan
 // printed before anything is loaded).
-int model_weights_probe(const char *dir, int want, DType dt[PARAM_COUNT], size_t *bytes, char *desc, PailErr *err);
+int model_weights_probe(const char *dir, int want, size_t *bytes, char *desc, PailErr *err);
 // base_sha256 of the set's files: sha256 over the lines "<file sha256 hex>  <file
 // name>\n" sorted by file name (bytewise), i.e. `sha256sum` output. Hashes the
 // mapped bytes; no second read.

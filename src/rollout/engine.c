@@ -101,7 +101,7 @@ static int plan_check(Engine *e, const EngineSpec *s, PailErr *err) {
     Backend *be = c->backend ? c->backend : backend_cpu();
     int G = rollout_group_size(c), prompts = run_prompts(s);
     bool ep = rollout_episodic(c);
-    char wdesc[32];
+    char wdesc[MODEL_DTYPE_DESC];
     size_t wbytes = 0;
     if (dtype_plan(c->model_dir, c->weights_dtype, wdesc, &wbytes, err) < 0) return -1;
     MemoryPlanSpec spec = {.role = MEMPLAN_ROLLOUT, .weights_dtype = wdesc, .weights_bytes = wbytes,

@@ -236,8 +236,9 @@ int pacing_check_manifest(Worker *w, volatile sig_atomic_t *stop, PailErr *err) 
     }
     int rc = 0;
     if (!ri.base_sha256[0] || strcmp(ri.base_sha256, w->eng.w.base_sha256))
-        rc = err_set(err, PAIL_ERR_INVALID, "run.json: base_sha256 %.12s... is not this --model's %.12s... (another "
-                     "base model?)", ri.base_sha256[0] ? ri.base_sha256 : "(none)", w->eng.w.base_sha256);
+        rc = err_set(err, PAIL_ERR_INVALID, "run.json: base_sha256 %.12s... (held as %s) is not this --model's "
+                     "%.12s... (another base model, or another quantization of it?)",
+                     ri.base_sha256[0] ? ri.base_sha256 : "(none)", ri.compute_dtype, w->eng.w.base_sha256);
     else if (ri.tokenizer_sha256[0] && strcmp(ri.tokenizer_sha256, w->tok_sha))
         rc = err_set(err, PAIL_ERR_INVALID, "run.json: tokenizer_sha256 %.12s... is not this model folder's %.12s...",
                      ri.tokenizer_sha256, w->tok_sha);
@@ -246,9 +247,16 @@ int pacing_check_manifest(Worker *w, volatile sig_atomic_t *stop, PailErr *err) 
                      ri.group_size, w->cfg->group_size);
     // The trainer's compute dtype (run.json of a trainer from before --dtype has none: it held f32).
     const char *tdt = ri.compute_dtype;
-    char mine[32];
+    char mine[MODEL_DTYPE_DESC];
     model_weights_dtype_desc(&w->eng.w, mine, sizeof mine);
-    if (rc == 0 && strcmp(tdt, mine)) {
+    // One quantized base for every role: a worker on another quantization (or on
+    // none) computes another model, which no importance weight corrects.
+    bool quant = strchr(tdt, 'q') || strchr(mine, 'q');
+    if (rc == 0 && strcmp(tdt, mine) && quant)
+        rc = err_set(err, PAIL_ERR_INVALID, "run.json: the trainer's base is held as %s, this worker's as %s: every "
+                     "role computes on the same quantized base (give the trainer's --quantize, or the same model "
+                     "folder)", tdt, mine);
+    else if (rc == 0 && strcmp(tdt, mine)) {
         if (w->cfg->strict_dtype)
             rc = err_set(err, PAIL_ERR_INVALID, "run.json: the trainer computes in %s, this worker holds its weights as %s "
                          "(--strict-dtype; give --dtype %s, or drop --strict-dtype)", tdt, mine,

@@ -20,7 +20,7 @@ typedef struct {
     char *base_model;            // the trainer's --model path as given (owned; "" when absent)
     char base_sha256[65];
     char tokenizer_sha256[65];   // "" when the model folder had no tokenizer.json
-    char compute_dtype[32];      // "f32" when absent (a trainer from before --dtype)
+    char compute_dtype[48];      // "f32" when absent (a trainer from before --dtype)
     char *task;                  // --task (owned; NULL when absent)
     int64_t created_unix;
     // What workers must share with the trainer.
