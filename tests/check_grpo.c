@@ -1,11 +1,13 @@
 // Check suite for src/grpo: advantages (group/batch/none, zero-spread and
 // failed rewards), loss invariance under micro-batching, the gradient against
 // central finite differences of the loss (the PyTorch/TRL comparison is
-// validation/grpo/check_loss.py), and the learning-rate schedule.
+// validation/grpo/check_loss.py), the learning-rate schedule, and the
+// trainer/worker log-prob agreement (behaviour/* metrics) over micro-batches.
 #include <check.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include "grpo/agree.h"
 #include "grpo/budget.h"
 #include "grpo/loss.h"
 #include "grpo/schedule.h"
@@ -203,6 +205,61 @@ START_TEST(test_signal_flat) {
 }
 END_TEST
 
+// The agreement figures of a step: the same whether its completions come in
+// one micro-batch or several, only the chosen completions counted, k3 with
+// d = train - behaviour (KL(behaviour || train): the tokens are the
+// behaviour's samples) against a long-double reference, kept where d is a
+// float rounding (exp(d) - 1 - d in double loses it), NaN reported.
+START_TEST(test_behaviour_agree) {
+    // 3 completions: tokens [0,2), [2,5), [5,6); the second is not at staleness 0
+    const float tr[] = {-1.0f, -0.5f, -2.0f, -3.0f, -0.25f, -0.125f};
+    const float bh[] = {-1.25f, -0.5f, -9.0f, -9.0f, -9.0f, -0.0625f};
+    const int64_t off[] = {0, 2, 5, 6};
+    const uint8_t use[] = {1, 0, 1};
+    BehaviourAgree one = {0}, split = {0};
+    behaviour_agree_add(&one, tr, bh, off, 3, use);
+    // micro-batches: completion 0, then completions 1 and 2 (offsets within the micro-batch)
+    const int64_t off_a[] = {0, 2}, off_b[] = {0, 3, 4};
+    behaviour_agree_add(&split, tr, bh, off_a, 1, use);
+    behaviour_agree_add(&split, tr + 2, bh + 2, off_b, 2, use + 1);
+    double mx, mean, k3, mx2, mean2, k32;
+    ck_assert(behaviour_agree_result(&one, &mx, &mean, &k3));
+    ck_assert(behaviour_agree_result(&split, &mx2, &mean2, &k32));
+    ck_assert_int_eq(one.tokens, 3);
+    ck_assert_int_eq(split.tokens, 3);
+    ck_assert(mx == mx2 && mean == mean2 && k3 == k32);
+    ck_assert(mx == 0.25);
+    ck_assert(fabs(mean - (0.25 + 0 + 0.0625) / 3) < 1e-15);
+    long double ref = 0, d[] = {0.25L, 0.0L, -0.0625L};
+    for (int i = 0; i < 3; i++) ref += expl(d[i]) - 1 - d[i];
+    ck_assert_msg(fabs(k3 - (double)(ref / 3)) < 1e-15, "k3 %.17g want %.17Lg", k3, ref / 3);
+    // the direction: exp(d) - 1 - d is not even in d
+    ck_assert(fabs(k3 - (expm1(-0.25) + 0.25 + expm1(0.0625) - 0.0625) / 3) > 1e-4);
+    // d = 2^-23 (a float's rounding near 1): k3 = d^2 / 2 (+ d^3 / 6), about 7.1e-15
+    const float t1[] = {-1.0f}, b1[] = {-1.0f - 0x1p-23f};
+    const int64_t o1[] = {0, 1};
+    const uint8_t u1[] = {1};
+    BehaviourAgree tiny = {0};
+    behaviour_agree_add(&tiny, t1, b1, o1, 1, u1);
+    ck_assert(behaviour_agree_result(&tiny, &mx, &mean, &k3));
+    double dd = (double)t1[0] - (double)b1[0];
+    ck_assert_msg(fabs(k3 - dd * dd / 2) < 1e-6 * dd * dd, "k3 %g want %g", k3, dd * dd / 2);
+    // nothing covered: no figures (the metrics are null, not 0)
+    BehaviourAgree none = {0};
+    const uint8_t off3[] = {0, 0, 0};
+    behaviour_agree_add(&none, tr, bh, off, 3, off3);
+    ck_assert(!behaviour_agree_result(&none, &mx, &mean, &k3));
+    ck_assert_int_eq(none.tokens, 0);
+    // a non-finite log-prob is not hidden by the max
+    const float tn[] = {-1.0f, NAN, -1.0f}, bn[] = {-1.0f, -1.0f, -3.0f};
+    const int64_t on[] = {0, 3};
+    BehaviourAgree nan_a = {0};
+    behaviour_agree_add(&nan_a, tn, bn, on, 1, u1);
+    ck_assert(behaviour_agree_result(&nan_a, &mx, &mean, &k3));
+    ck_assert(isnan(mx) && isnan(mean) && isnan(k3));
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("grpo");
     TCase *core = tcase_create("core"), *limits = tcase_create("limits");
@@ -212,6 +269,7 @@ int main(void) {
     tcase_add_test(limits, test_schedule_limits);
     tcase_add_test(core, test_budget_auto);
     tcase_add_test(core, test_signal_flat);
+    tcase_add_test(core, test_behaviour_agree);
     suite_add_tcase(s, core);
     suite_add_tcase(s, limits);
     SRunner *sr = srunner_create(s);

@@ -1,6 +1,7 @@
 // grpo-ctl status: one look at a run from its bucket alone: the trainer's
-// step and version (with a bar toward --steps), its latest metrics and reward
-// trend, live workers from their heartbeats, evaluations, and lag.
+// step and version (with a bar toward --steps), its latest metrics (its
+// log-probs' agreement with the workers' too) and reward trend, live workers
+// from their heartbeats, evaluations, and lag.
 // --watch S redraws every S seconds (in place on a terminal).
 #include <jansson.h>
 #include <math.h>
@@ -65,6 +66,27 @@ static void eval_line(FILE *o, json_t *first, json_t *newest, size_t n) {
         fprintf(o, "         distinct completions: %lld of %lld%s\n", (long long)json_integer_value(d),
                 (long long)json_integer_value(c),
                 json_integer_value(d) == 1 && json_integer_value(c) > 1 ? "  (WARNING: every completion is the same text)" : "");
+}
+
+// The latest step's agreement of the trainer's log-probs with the workers' on
+// the tokens the weights it held generated (behaviour/*, doc/formats.md); a
+// step from an older trainer has no such fields, and nothing is said.
+static void behaviour_line(FILE *o, json_t *m) {
+    json_t *n = json_object_get(m, "behaviour/tokens");
+    if (!json_is_integer(n)) return;
+    if (json_integer_value(n) <= 0) {
+        fprintf(o, "         log-probs vs workers: no staleness-0 token in step %lld\n", (long long)num(m, "step"));
+        return;
+    }
+    static const char *const k[] = {"behaviour/logp_diff_max", "behaviour/logp_diff_mean", "behaviour/k3"};
+    char v[3][24];
+    for (int i = 0; i < 3; i++) {
+        json_t *x = json_object_get(m, k[i]);
+        if (json_is_number(x)) snprintf(v[i], sizeof v[i], "%.2e", json_number_value(x));
+        else snprintf(v[i], sizeof v[i], "non-finite");
+    }
+    fprintf(o, "         log-probs vs workers (staleness 0, %lld tokens): |diff| max %s mean %s, k3 %s\n",
+            (long long)json_integer_value(n), v[0], v[1], v[2]);
 }
 
 static void bar(char *out, size_t cap, double frac, int width) {
@@ -212,6 +234,7 @@ static int show(Store *st, const char *url, long target, FILE *o) {
                 num(last, "staleness_mean"), num(last, "staleness_max"));
     if (age >= 0) fprintf(o, "  (%llds ago)", (long long)age);
     fprintf(o, "\n");
+    if (last) behaviour_line(o, last);
     if (nt > 1) {
         fprintf(o, "         reward trend (newest last):");
         for (int i = nt - 1; i >= 0; i--) fprintf(o, " %.2f", trend[i]);
