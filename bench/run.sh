@@ -23,7 +23,10 @@ run bench_model_dtype
 echo "== dtype log-probs (validation/bench/dtype_logprobs.py)" &&
   "$(bash mk/venv.sh)/bin/python" validation/bench/dtype_logprobs.py --ctl "$BIN/grpo-ctl" \
     --decode "$BUILD/bench/bench_model_dtype" --tokenizer data/tokenizers/bytes
-echo "== dtype memory (bench/dtype_memory.sh)" && BIN="$BIN" bash bench/dtype_memory.sh
+echo "== dtype memory (bench/dtype_memory.sh)" && BIN="$BIN" BUILD="$BUILD" bash bench/dtype_memory.sh
+# Quantized bases (issue 46): batch-1 decode (q8_0, q4_k) and the policy step
+# (q4_k) on GGUF blocks against bf16 at the qwen2.5-0.5b shape (doc/performance.md).
+run bench_model_quant
 run bench_rollout
 # The OpenAI-compatible endpoint (issue 21): the same episodes through an
 # environment program and through --serve with 64 concurrent clients.
@@ -32,5 +35,6 @@ echo "== serve (bench/serve.sh)" && BIN="$BIN" bash bench/serve.sh
 # two-digit addition (make demo-real's task), end-to-end wall clock and reward curves (doc/performance.md).
 echo "== vs_trl (bench/vs_trl.sh)" && BIN="$BIN" bash bench/vs_trl.sh
 # llama.cpp on the same GGUF values and cores (issue 38): batch-1 decode, pp512 and
-# the GRPO shape (8 prompts x 8 samples), bf16 and f32, as ratios (doc/performance.md).
+# the GRPO shape (8 prompts x 8 samples), bf16, f32 and the quantized files (Q4_1,
+# Q8_0, Q4_K_M: the same GGUF on both sides), as ratios (doc/performance.md).
 echo "== vs_llamacpp (bench/vs_llamacpp.sh)" && BIN="$BIN" BUILD="$BUILD" bash bench/vs_llamacpp.sh
