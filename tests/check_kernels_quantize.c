@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/rng.h"
+#include "dtype_cpu.h"
 #include "quant.h"
 
 static Rng rng;
@@ -213,6 +214,41 @@ START_TEST(test_finite) {
 }
 END_TEST
 
+// Q4_K and Q5_K's AVX2 path (make_qkx2_quants with the 8 groups in 8 lanes)
+// writes the scalar path's bytes: Gaussian rows of many scales, one-signed,
+// sparse, constant and zero groups, groups of one value among others.
+START_TEST(test_isa_paths) {
+    if (dtype_isa_best() < DT_ISA_AVX2) return;
+    enum { ROWS = 96,
+           n = 1024 };
+    float *x = malloc(ROWS * n * sizeof *x);
+    for (int r = 0; r < ROWS; r++) {
+        float scale = powf(10, (float)(rng_uniform(&rng) * 12 - 8)), *row = x + (size_t)r * n;
+        for (int i = 0; i < n; i++) row[i] = (float)rng_normal(&rng) * scale;
+        for (int i = 0; i < n; i++) {
+            if (r % 5 == 1) row[i] = fabsf(row[i]);
+            if (r % 5 == 2 && rng_uniform(&rng) < 0.7) row[i] = 0;
+            if (r % 5 == 3 && i / 32 % 3 == 0) row[i] = i / 32 % 2 ? scale : 0;  // constant and zero groups
+        }
+    }
+    const DType ks[] = {DT_Q4_K, DT_Q5_K};
+    for (int k = 0; k < 2; k++) {
+        size_t bytes = dtype_row_bytes(ks[k], (size_t)ROWS * n);
+        uint8_t *a = malloc(bytes), *b = malloc(bytes);
+        ck_assert_int_eq(dtype_isa_force(DT_ISA_AVX2), 0);
+        ck_assert_int_eq(quant_quantize(a, x, ks[k], (size_t)ROWS * n), 0);
+        ck_assert_int_eq(dtype_isa_force(DT_ISA_SCALAR), 0);
+        ck_assert_int_eq(quant_quantize(b, x, ks[k], (size_t)ROWS * n), 0);
+        for (size_t i = 0; i < bytes; i++)
+            ck_assert_msg(a[i] == b[i], "%s: byte %zu (block %zu): avx2 0x%02x, scalar 0x%02x", dtype_name(ks[k]), i,
+                          i / dtype_block_bytes(ks[k]), a[i], b[i]);
+        free(a), free(b);
+    }
+    dtype_isa_force(dtype_isa_best());
+    free(x);
+}
+END_TEST
+
 // Known bytes: llama.cpp's layout, worked by hand for one block of each 32-type.
 START_TEST(test_known_blocks) {
     float x[32];
@@ -290,6 +326,7 @@ int main(void) {
     tcase_add_test(core, test_deterministic);
     tcase_add_test(core, test_known_blocks);
     tcase_add_test(core, test_fallback);
+    tcase_add_test(core, test_isa_paths);
     tcase_add_test(limits, test_zero_constant);
     tcase_add_test(limits, test_magnitudes);
     tcase_add_test(limits, test_finite);

@@ -5,13 +5,14 @@
 # quantizes), and llama.cpp's own quantize_row_<type>_ref for all eight types, built
 # from the pinned llama.cpp (llama-cpp-python 0.3.36's sdist, PyPI, sha256-pinned) by
 # validation/model/llamacpp_quant/build.sh (SKIP when the sdist is neither cached nor
-# reachable); and ggml's fp32 -> fp16 equal to pail's on every 61st fp32 bit pattern.
+# reachable); pail's scalar path (PAIL_KERNELS_ISA=scalar) equal to its default (AVX2
+# where the CPU has it); and ggml's fp32 -> fp16 equal to pail's on every 61st fp32 bit pattern.
 source "$(dirname "$0")/lib.sh"
 TEST_NAME=quantize
 PY=$(venv)/bin/python
 BUILD=${BUILD:-build}
 make -s -C "$ROOT" "$BUILD/tools/quantize_rows" >/dev/null || { bad "build quantize_rows"; finish; exit 1; }
-args=(--tool "$ROOT/$BUILD/tools/quantize_rows" --work "$WORK" --rows 4096 --seed 1)
+args=(--tool "$ROOT/$BUILD/tools/quantize_rows" --work "$WORK" --rows 4096 --seed 1 --isa scalar)
 if h=$(bash "$ROOT/validation/model/llamacpp_quant/build.sh" 2>"$WORK/build.err"); then
   args+=(--harness "$h")
   "$h" f16 61 >"$WORK/f16.log" 2>&1

@@ -6,9 +6,11 @@ validation/model/llamacpp_quant/build.sh builds from the pinned llama.cpp), for
 every type. The rows: seeded random rows of several distributions and scales,
 plus edge rows (all zero, constant, one non-zero, +a/-a ties, exact grid points
 and halfway points, tiny, subnormal, huge up to FLT_MAX, positive-only, sparse).
-Prints one line per comparison, PASS or FAIL; exit 1 on any FAIL.
+With --isa, pail's other code paths (PAIL_KERNELS_ISA: the K-quants' AVX2 and
+scalar make_qkx2_quants) must write the same bytes. Prints one line per
+comparison, PASS or FAIL; exit 1 on any FAIL.
 
-  quantize_check.py --tool build/tools/quantize_rows [--harness PATH] --work DIR [--rows N] [--seed S]
+  quantize_check.py --tool build/tools/quantize_rows [--harness PATH] --work DIR [--rows N] [--seed S] [--isa scalar]
 """
 import argparse
 import subprocess
@@ -123,6 +125,7 @@ def main():
     ap.add_argument("--work", required=True)
     ap.add_argument("--rows", type=int, default=2048)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--isa", action="append", default=[], help="also run the tool with PAIL_KERNELS_ISA=ISA")
     a = ap.parse_args()
     rng = np.random.default_rng(a.seed)
     rows = np.concatenate([random_rows(rng, a.rows), edge_rows(rng)])
@@ -140,6 +143,14 @@ def main():
         run([a.tool, t, src, out])
         got = np.fromfile(out, np.uint8).reshape(len(rows), -1)
         secs = time.time() - t0
+        for isa in a.isa if t in ("q4_k", "q5_k") else []:  # pail's other paths (PAIL_KERNELS_ISA): the same bytes
+            run(["env", f"PAIL_KERNELS_ISA={isa}", a.tool, t, src, f"{out}.{isa}"])
+            other = np.fromfile(f"{out}.{isa}", np.uint8).reshape(len(rows), -1)
+            if np.array_equal(got, other):
+                print(f"PASS {t}: PAIL_KERNELS_ISA={isa} writes the same bytes as the default path")
+            else:
+                fail += 1
+                print(f"FAIL {t}: PAIL_KERNELS_ISA={isa} differs from the default path: {first_diff(t, other, got)}")
         if t in GGUF_PY:
             with np.errstate(all="ignore"):
                 want = gguf.quants.quantize(rows[keep], gguf.GGMLQuantizationType[GGUF_PY[t]]).reshape(int(keep.sum()), -1)
