@@ -28,6 +28,7 @@ src=
 for d in "$cache"/llamacpp-$VER-*/src; do [ -f "$d/ggml/src/ggml-quants.c" ] && src=$d && break; done
 rm -rf "$dir.tmp"
 mkdir -p "$dir.tmp"
+trap 'rm -rf "$dir.tmp"' EXIT
 if [ -z "$src" ]; then
   sdist=$(bash "$root/mk/pypi-fetch.sh" llama-cpp-python "$VER" "$FILE" "$SHA") || exit 3
   v=llama_cpp_python-$VER/vendor/llama.cpp
@@ -41,5 +42,4 @@ flags=(-O3 -DNDEBUG -std=gnu11 -I"$src/ggml/include" -I"$src/ggml/src" -I"$src/g
 "$CC" -o "$dir.tmp/harness" "$dir.tmp/harness.o" "$dir.tmp/ggml-quants.o" -lm
 mkdir -p "$dir"
 mv "$dir.tmp/harness" "$dir/harness"
-rm -rf "$dir.tmp"
 echo "$dir/harness"
