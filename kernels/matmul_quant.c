@@ -9,6 +9,7 @@
 // 8 bits as llama.cpp's integer dot products do). Scalar fallback: a block
 // dequantized by the reference into L1, then dotted.
 #include <immintrin.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include "matmul_quant.h"
@@ -76,15 +77,6 @@ const float *matmul_quant_xsums(DType wdt, const float *x, int T, int K) {
     return xs_buf;
 }
 
-// Q4_K / Q5_K's 12 scale bytes: 8 six-bit scales and 8 six-bit mins (kernels/quant.c).
-static inline void scale_min_k4(const unsigned char *s, unsigned char sc[8], unsigned char mn[8]) {
-    for (int j = 0; j < 4; j++) {
-        sc[j] = s[j] & 0x3F, mn[j] = s[4 + j] & 0x3F;
-        sc[4 + j] = (s[8 + j] & 0x0F) | ((s[j] >> 2) & 0x30);
-        mn[4 + j] = (s[8 + j] >> 4) | ((s[4 + j] >> 2) & 0x30);
-    }
-}
-
 // ---- AVX2 (+ FMA, F16C) ----
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
@@ -123,6 +115,30 @@ static inline float hsum8q(__m256 v) {
 #define QDONE(acc, extra) \
     _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) r[t] = hsum8q(acc[t]) + (extra)
 #define INL static inline __attribute__((always_inline))
+// s[t] += the 32 int8 of q (elements off .. off + 32) times x
+#define QFMA32(s, q, off)                                                              \
+    do {                                                                               \
+        __m128i lo_ = _mm256_castsi256_si128(q), hi_ = _mm256_extracti128_si256(q, 1); \
+        QFMA(s, CVT(_mm256_cvtepi8_epi32(lo_)), (off));                                \
+        QFMA(s, CVT(_mm256_cvtepi8_epi32(_mm_srli_si128(lo_, 8))), (off) + 8);         \
+        QFMA(s, CVT(_mm256_cvtepi8_epi32(hi_)), (off) + 16);                           \
+        QFMA(s, CVT(_mm256_cvtepi8_epi32(_mm_srli_si128(hi_, 8))), (off) + 24);        \
+    } while (0)
+// A 32-element block's 16 bytes of nibbles as 32 bytes: element j < 16 the
+// low nibble of byte j, 16 + j its high one.
+INL __m256i nibbles32(const unsigned char *p) {
+    __m128i v = _mm_loadu_si128((const __m128i *)p);
+    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), _mm256_set1_epi8(0xF));
+}
+// 32 bits (little-endian) as 32 bytes: 0x10 where bit j is set (Q5's bit 4), else 0.
+INL __m256i bits32_x10(const unsigned char *p) {
+    uint32_t b;
+    memcpy(&b, p, 4);
+    const __m256i shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
+    __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)b), shuf);
+    v = _mm256_or_si256(v, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
+    return _mm256_and_si256(_mm256_cmpeq_epi8(v, _mm256_set1_epi64x(-1)), _mm256_set1_epi8(0x10));
+}
 
 // Q8_0 (34 bytes): d, 32 int8.
 INL void q8_0_avx2_nt(float *r, const unsigned char *w, const float *x, int K, int NT) {
@@ -178,28 +194,15 @@ INL void q4_1_avx2_nt(float *r, const unsigned char *w, const float *x, const fl
     QDONE(acc, mm[t]);
 }
 
-// Q5_0 / Q5_1's high bits: element e of the block has bit e of qh as its bit 4.
-#define HB5(qhv, sh) _mm256_slli_epi32(_mm256_and_si256(_mm256_srlv_epi32(qhv, sh), one), 4)
-
-// Q5_0 (22): d, 32 high bits, nibbles; value d (q - 16).
+// Q5_0 (22): d, 32 high bits (bit j: element j's bit 4), nibbles; value d (q - 16).
 INL void q5_0_avx2_nt(float *r, const unsigned char *w, const float *x, int K, int NT) {
-    const __m256i m4 = _mm256_set1_epi32(0xF), o16 = _mm256_set1_epi32(16), one = _mm256_set1_epi32(1);
-    const __m256i sh0 = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), e8 = _mm256_set1_epi32(8);
+    const __m256i o16 = _mm256_set1_epi8(16);
     __m256 acc[4], s[4];
     QZERO(acc);
     for (int k = 0; k < K; k += 32, w += 22) {
-        unsigned qh;
-        memcpy(&qh, w + 2, 4);
-        __m256i qhv = _mm256_set1_epi32((int)qh);
+        __m256i q = _mm256_sub_epi8(_mm256_or_si256(nibbles32(w + 6), bits32_x10(w + 2)), o16);
         QZERO(s);
-        for (int h = 0; h < 2; h++) {
-            __m256i v = U8X8(w + 6 + 8 * h);
-            __m256i sl = h ? _mm256_add_epi32(sh0, e8) : sh0, shh = _mm256_add_epi32(sl, o16);
-            __m256i lo = _mm256_or_si256(_mm256_and_si256(v, m4), HB5(qhv, sl));
-            __m256i hi = _mm256_or_si256(_mm256_srli_epi32(v, 4), HB5(qhv, shh));
-            QFMA(s, CVT(_mm256_sub_epi32(lo, o16)), k + 8 * h);
-            QFMA(s, CVT(_mm256_sub_epi32(hi, o16)), k + 16 + 8 * h);
-        }
+        QFMA32(s, q, k);
         QSCALE(acc, s, f16s(w));
     }
     QDONE(acc, 0.0f);
@@ -207,23 +210,14 @@ INL void q5_0_avx2_nt(float *r, const unsigned char *w, const float *x, int K, i
 
 // Q5_1 (24): d, m, high bits, nibbles; value d q + m.
 INL void q5_1_avx2_nt(float *r, const unsigned char *w, const float *x, const float *xs, int K, int NT) {
-    const __m256i m4 = _mm256_set1_epi32(0xF), o16 = _mm256_set1_epi32(16), one = _mm256_set1_epi32(1);
-    const __m256i sh0 = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), e8 = _mm256_set1_epi32(8);
     __m256 acc[4], s[4];
     float mm[4] = {0, 0, 0, 0};
     int nb = K / 32;
     QZERO(acc);
     for (int k = 0; k < K; k += 32, w += 24) {
-        unsigned qh;
-        memcpy(&qh, w + 4, 4);
-        __m256i qhv = _mm256_set1_epi32((int)qh);
+        __m256i q = _mm256_or_si256(nibbles32(w + 8), bits32_x10(w + 4));
         QZERO(s);
-        for (int h = 0; h < 2; h++) {
-            __m256i v = U8X8(w + 8 + 8 * h);
-            __m256i sl = h ? _mm256_add_epi32(sh0, e8) : sh0, shh = _mm256_add_epi32(sl, o16);
-            QFMA(s, CVT(_mm256_or_si256(_mm256_and_si256(v, m4), HB5(qhv, sl))), k + 8 * h);
-            QFMA(s, CVT(_mm256_or_si256(_mm256_srli_epi32(v, 4), HB5(qhv, shh))), k + 16 + 8 * h);
-        }
+        QFMA32(s, q, k);
         QSCALE(acc, s, f16s(w));
         float m = f16s(w + 2);
         for (int t = 0; t < NT; t++) mm[t] += m * xs[(size_t)t * nb + k / 32];
@@ -232,14 +226,26 @@ INL void q5_1_avx2_nt(float *r, const unsigned char *w, const float *x, const fl
 }
 
 // The K-quants' 8 sub-block scales d sc[k] and mins dmin mn[k] as the
-// reference rounds them (one fp32 product each).
-INL void k4_scales(const unsigned char *w, float dsc[8], float dmn[8]) {
-    unsigned char sc[8], mn[8];
-    scale_min_k4(w + 4, sc, mn);
-    __m256 d = _mm256_set1_ps(f16s(w)), dmin = _mm256_set1_ps(f16s(w + 2));
-    _mm256_storeu_ps(dsc, _mm256_mul_ps(d, CVT(U8X8(sc))));
-    _mm256_storeu_ps(dmn, _mm256_mul_ps(dmin, CVT(U8X8(mn))));
+// reference rounds them (one fp32 product each): the 12 bytes unpacked as
+// 32-bit words (llama.cpp's kmask trick; byte stores then a vector load of
+// them would stall store forwarding), broadcast with a permute (KSC).
+INL void k4_scales(const unsigned char *w, __m256 *dsc, __m256 *dmn) {
+    uint32_t u[3], sc[2], mn[2];
+    memcpy(u, w + 4, 12);
+    sc[0] = u[0] & 0x3f3f3f3fu, mn[0] = u[1] & 0x3f3f3f3fu;
+    sc[1] = (u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4);
+    mn[1] = ((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4);
+    __m128i s8 = _mm_set_epi32(0, 0, (int)sc[1], (int)sc[0]), m8 = _mm_set_epi32(0, 0, (int)mn[1], (int)mn[0]);
+    *dsc = _mm256_mul_ps(_mm256_set1_ps(f16s(w)), CVT(_mm256_cvtepu8_epi32(s8)));
+    *dmn = _mm256_mul_ps(_mm256_set1_ps(f16s(w + 2)), CVT(_mm256_cvtepu8_epi32(m8)));
 }
+#define KSC(v, k) _mm256_permutevar8x32_ps(v, _mm256_set1_epi32(k))
+// acc[t] += s[t] * a vector scale
+#define QSCALEV(acc, s, scv)                                                                              \
+    do {                                                                                                  \
+        __m256 sc_ = (scv);                                                                               \
+        _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) acc[t] = _mm256_fmadd_ps(s[t], sc_, acc[t]); \
+    } while (0)
 
 // Q4_K (144): d, dmin, scales, 128 bytes of nibbles: sub-block 2 j + h (32
 // elements) is nibble h of bytes 32 j .. 32 j + 31; value d sc q - dmin mn.
@@ -250,8 +256,8 @@ INL void q4_k_avx2_nt(float *r, const unsigned char *w, const float *x, const fl
     int nb = K / 32;
     QZERO(acc);
     for (int k = 0; k < K; k += 256, w += 144) {
-        float dsc[8], dmn[8];
-        k4_scales(w, dsc, dmn);
+        __m256 dsc, mv;
+        k4_scales(w, &dsc, &mv);
         const unsigned char *qs = w + 16;
         for (int j = 0; j < 4; j++) {
             QZERO(s0);
@@ -261,10 +267,9 @@ INL void q4_k_avx2_nt(float *r, const unsigned char *w, const float *x, const fl
                 QFMA(s0, CVT(_mm256_and_si256(v, m4)), k + 64 * j + l);
                 QFMA(s1, CVT(_mm256_srli_epi32(v, 4)), k + 64 * j + 32 + l);
             }
-            QSCALE(acc, s0, dsc[2 * j]);
-            QSCALE(acc, s1, dsc[2 * j + 1]);
+            QSCALEV(acc, s0, KSC(dsc, 2 * j));
+            QSCALEV(acc, s1, KSC(dsc, 2 * j + 1));
         }
-        __m256 mv = _mm256_loadu_ps(dmn);
         for (int t = 0; t < NT; t++)
             acc[t] = _mm256_fnmadd_ps(mv, _mm256_loadu_ps(xs + (size_t)t * nb + k / 32), acc[t]);
     }
@@ -274,29 +279,28 @@ INL void q4_k_avx2_nt(float *r, const unsigned char *w, const float *x, const fl
 // Q5_K (176): as Q4_K with 32 bytes of high bits after the scales (bit k of
 // byte l: element 32 k + l's bit 4), the nibbles after them.
 INL void q5_k_avx2_nt(float *r, const unsigned char *w, const float *x, const float *xs, int K, int NT) {
-    const __m256i m4 = _mm256_set1_epi32(0xF), one = _mm256_set1_epi32(1);
+    const __m256i m4 = _mm256_set1_epi8(0xF), b4 = _mm256_set1_epi8(0x10);
     __m256 acc[4], s0[4], s1[4];
     int nb = K / 32;
     QZERO(acc);
     for (int k = 0; k < K; k += 256, w += 176) {
-        float dsc[8], dmn[8];
-        k4_scales(w, dsc, dmn);
-        const unsigned char *qh = w + 16, *qs = w + 48;
+        __m256 dsc, mv;
+        k4_scales(w, &dsc, &mv);
+        __m256i qh = _mm256_loadu_si256((const __m256i *)(w + 16));
         for (int j = 0; j < 4; j++) {
+            __m256i v = _mm256_loadu_si256((const __m256i *)(w + 48 + 32 * j));
+            // bit 2 j (2 j + 1) of each qh byte moved to bit 4
+            __m256i h0 = _mm256_and_si256(_mm256_slli_epi16(_mm256_srli_epi16(qh, 2 * j), 4), b4);
+            __m256i h1 = _mm256_and_si256(_mm256_slli_epi16(_mm256_srli_epi16(qh, 2 * j + 1), 4), b4);
+            __m256i q0 = _mm256_or_si256(_mm256_and_si256(v, m4), h0);
+            __m256i q1 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4), h1);
             QZERO(s0);
             QZERO(s1);
-            __m128i c0 = _mm_cvtsi32_si128(2 * j), c1 = _mm_cvtsi32_si128(2 * j + 1);
-            for (int l = 0; l < 32; l += 8) {
-                __m256i v = U8X8(qs + 32 * j + l), hv = U8X8(qh + l);
-                __m256i b0 = _mm256_slli_epi32(_mm256_and_si256(_mm256_srl_epi32(hv, c0), one), 4);
-                __m256i b1 = _mm256_slli_epi32(_mm256_and_si256(_mm256_srl_epi32(hv, c1), one), 4);
-                QFMA(s0, CVT(_mm256_or_si256(_mm256_and_si256(v, m4), b0)), k + 64 * j + l);
-                QFMA(s1, CVT(_mm256_or_si256(_mm256_srli_epi32(v, 4), b1)), k + 64 * j + 32 + l);
-            }
-            QSCALE(acc, s0, dsc[2 * j]);
-            QSCALE(acc, s1, dsc[2 * j + 1]);
+            QFMA32(s0, q0, k + 64 * j);
+            QFMA32(s1, q1, k + 64 * j + 32);
+            QSCALEV(acc, s0, KSC(dsc, 2 * j));
+            QSCALEV(acc, s1, KSC(dsc, 2 * j + 1));
         }
-        __m256 mv = _mm256_loadu_ps(dmn);
         for (int t = 0; t < NT; t++)
             acc[t] = _mm256_fnmadd_ps(mv, _mm256_loadu_ps(xs + (size_t)t * nb + k / 32), acc[t]);
     }
@@ -308,29 +312,31 @@ INL void q5_k_avx2_nt(float *r, const unsigned char *w, const float *x, const fl
 // byte 64 j + 32 (s % 2) + l, with bits 2 s .. 2 s + 1 of qh byte 32 j + l as
 // its bits 4-5; q - 32, times d sc[8 j + 2 s + l / 16].
 INL void q6_k_avx2_nt(float *r, const unsigned char *w, const float *x, int K, int NT) {
-    const __m256i m4 = _mm256_set1_epi32(0xF), m3 = _mm256_set1_epi32(3), o32 = _mm256_set1_epi32(32);
+    const __m256i m4 = _mm256_set1_epi8(0xF), m3 = _mm256_set1_epi8(3), o32 = _mm256_set1_epi8(32);
     __m256 acc[4], s0[4], s1[4];
     QZERO(acc);
     for (int k = 0; k < K; k += 256, w += 210) {
-        const unsigned char *ql = w, *qh = w + 128;
         const signed char *sc = (const signed char *)(w + 192);
         float d = f16s(w + 208);
-        for (int j = 0; j < 2; j++)
+        for (int j = 0; j < 2; j++) {
+            __m256i h = _mm256_loadu_si256((const __m256i *)(w + 128 + 32 * j));
             for (int s = 0; s < 4; s++) {
-                __m128i ch = _mm_cvtsi32_si128(2 * s);
+                __m256i a = _mm256_loadu_si256((const __m256i *)(w + 64 * j + 32 * (s & 1)));
+                __m256i lo = _mm256_and_si256(s < 2 ? a : _mm256_srli_epi16(a, 4), m4);
+                __m256i hb = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2 * s), m3), 4);
+                __m256i q = _mm256_sub_epi8(_mm256_or_si256(lo, hb), o32);
+                __m128i qlo = _mm256_castsi256_si128(q), qhi = _mm256_extracti128_si256(q, 1);
+                int e = k + 128 * j + 32 * s;
                 QZERO(s0);
                 QZERO(s1);
-                for (int l = 0; l < 32; l += 8) {
-                    __m256i a = U8X8(ql + 64 * j + 32 * (s & 1) + l), h = U8X8(qh + 32 * j + l);
-                    __m256i lo = s < 2 ? _mm256_and_si256(a, m4) : _mm256_srli_epi32(a, 4);
-                    __m256i hb = _mm256_slli_epi32(_mm256_and_si256(_mm256_srl_epi32(h, ch), m3), 4);
-                    __m256 f = CVT(_mm256_sub_epi32(_mm256_or_si256(lo, hb), o32));
-                    if (l < 16) QFMA(s0, f, k + 128 * j + 32 * s + l);
-                    else QFMA(s1, f, k + 128 * j + 32 * s + l);
-                }
+                QFMA(s0, CVT(_mm256_cvtepi8_epi32(qlo)), e);
+                QFMA(s0, CVT(_mm256_cvtepi8_epi32(_mm_srli_si128(qlo, 8))), e + 8);
+                QFMA(s1, CVT(_mm256_cvtepi8_epi32(qhi)), e + 16);
+                QFMA(s1, CVT(_mm256_cvtepi8_epi32(_mm_srli_si128(qhi, 8))), e + 24);
                 QSCALE(acc, s0, d * (float)sc[8 * j + 2 * s]);
                 QSCALE(acc, s1, d * (float)sc[8 * j + 2 * s + 1]);
             }
+        }
     }
     QDONE(acc, 0.0f);
 }
