@@ -73,9 +73,9 @@ check "the memory plan of an f32 folder (the probe)" grep -q "weights .* f32" "$
 
 # A GGUF's Q4_K blocks kept as stored.
 check "gguf-py writes a llama file with Q4_K matrices" "$PY" "$V" model "$WORK/k.gguf" --arch llama --qtype Q4_K
-check "import-gguf keeps the blocks" "$CTL" import-gguf "$WORK/k.gguf" --out "$WORK/k"
+check "import-gguf keeps the blocks (the F32 embedding as f32)" "$CTL" import-gguf "$WORK/k.gguf" --out "$WORK/k" --dtype f32
 check "...and --dequantize --dtype f32 the values" "$CTL" import-gguf "$WORK/k.gguf" --out "$WORK/kf" --dequantize --dtype f32
-check "the kept folder is stored q4_k+q8_0" bash -c "'$CTL' model-info --model '$WORK/k' | grep -q '^stored: q4_k+q8_0 '"
+check "the kept folder is stored q4_k+q8_0+f32" bash -c "'$CTL' model-info --model '$WORK/k' | grep -q '^stored: q4_k+q8_0+f32 '"
 "$PY" -c "
 import random
 random.seed(5)
@@ -93,7 +93,7 @@ print(d)' "$WORK/lp-k.jsonl" "$WORK/lp-kf.jsonl"
   --steps 0 >"$WORK/kt.log" 2>&1
 check "a trainer on the kept blocks creates its run" test -f "$WORK/kr/run.json"
 expect_fail_last "a worker on the dequantized import against it: another base, named" 1 \
-  "base_sha256 .* \(held as q4_k\+q8_0\) is not this --model's .*another quantization of it" \
+  "base_sha256 .* \(held as q4_k\+q8_0\+f32\) is not this --model's .*another quantization of it" \
   "$BIN/grpo-rollout" --model "$WORK/kf" --group-size 4 --run "file://$WORK/kr" --dataset "$WORK/train.jsonl" \
   --groups-per-shard 4 --max-new-tokens 4 "${RW[@]}" --worker-id y --max-shards 1
 check "a worker on the kept blocks generates a shard for it (prefill, decode, batched decode)" \
@@ -101,6 +101,6 @@ check "a worker on the kept blocks generates a shard for it (prefill, decode, ba
   --groups-per-shard 4 --max-new-tokens 8 --batch-size 16 "${RW[@]}" --worker-id z --max-shards 1
 "$CTL" export --adapter "$WORK/kr/adapters/v00000000.h5" --out "$WORK/merged" --merge --model "$WORK/k" \
   >"$WORK/merge.out" 2>"$WORK/merge.err"
-check "export --merge into the quantized base says it dequantizes" grep -q "is quantized (q4_k+q8_0): merging dequantizes it; the merged checkpoint is bf16" "$WORK/merge.err"
+check "export --merge into the quantized base says it dequantizes" grep -q "is quantized (q4_k+q8_0+f32): merging dequantizes it; the merged checkpoint is bf16" "$WORK/merge.err"
 check "...and writes bf16" bash -c "'$CTL' model-info --model '$WORK/merged' | grep -q '^stored: bf16 '"
 finish
