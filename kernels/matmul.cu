@@ -68,7 +68,8 @@ extern "C" int matmul_forward_lora_cuda(float *out, float *la, const float *x, c
     return 0;
 }
 
-// ---- W in a storage dtype: converted a row panel at a time, then the same SGEMM ----
+// ---- W in a storage dtype: converted a row panel at a time (dtype_to_f32_cuda:
+// bf16 / f16 exactly, a quantized W dequantized as quant_dequant), then the same SGEMM ----
 // One scratch buffer per CudaBlas for the converted panels (its products run on
 // its stream, in order, so a panel is never overwritten while a product still
 // reads it), allocated at the first _dt product and grown when a larger panel
@@ -90,11 +91,6 @@ static float *dt_panel_get(CudaBlas *cb, size_t floats, PailErr *err) {
     return cb->panel;
 }
 
-__global__ static void to_f32(float *dst, const void *src, DType dt, size_t n) {
-    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-    if (i < n) dst[i] = dt_load(src, dt, i);
-}
-
 // Rows per panel of a (rows, K) weight, and the scratch for that panel.
 static float *dt_rows_panel(CudaBlas *cb, int rows, int K, int *per, PailErr *err) {
     size_t cap = matmul_dt_cuda_panel_floats / (size_t)K;
@@ -102,10 +98,12 @@ static float *dt_rows_panel(CudaBlas *cb, int rows, int K, int *per, PailErr *er
     return dt_panel_get(cb, (size_t)*per * K, err);
 }
 
+// Elements first.. of W (first and n whole rows, so whole blocks of a quantized W).
 static int dt_convert(float *dst, const void *W, DType wdt, size_t first, size_t n, cudaStream_t stream,
                       PailErr *err) {
-    to_f32<<<cuda_blocks(n, 256), 256, 0, stream>>>(dst, (const char *)W + first * dtype_size(wdt), wdt, n);
-    return cuda_launch_check("matmul _dt cuda: convert panel", err);
+    if (dtype_to_f32_cuda(dst, (const char *)W + dtype_row_bytes(wdt, first), wdt, n, stream, err))
+        return err_wrap(err, "matmul _dt cuda: convert panel");
+    return 0;
 }
 
 extern "C" int matmul_forward_dt_cuda(float *out, const float *x, const void *W, DType wdt,
@@ -113,6 +111,7 @@ extern "C" int matmul_forward_dt_cuda(float *out, const float *x, const void *W,
                                       float beta, CudaBlas *cb, PailErr *err) {
     if (wdt == DT_F32 || K <= 0)  // (K = 0 reads no weight)
         return matmul_forward_cuda(out, x, (const float *)W, bias, T, K, N, alpha, beta, cb, err);
+    if (dt_check_row(wdt, K, "matmul_forward_dt_cuda", err)) return -1;
     if (T <= 0 || N <= 0) return 0;
     cublasHandle_t h = cb->handle;
     int per;
@@ -141,6 +140,7 @@ extern "C" int matmul_backward_dt_cuda(float *dx, float *dW, float *dbias, const
     if (wdt == DT_F32 || K <= 0 || N <= 0)  // (an empty W reads no weight)
         return matmul_backward_cuda(dx, dW, dbias, dout, x, (const float *)W, T, K, N, alpha,
                                     dx_beta, cb, err);
+    if (dt_check_row(wdt, K, "matmul_backward_dt_cuda", err)) return -1;
     if (T <= 0) return 0;
     if (dx) {
         cublasHandle_t h = cb->handle;
