@@ -94,7 +94,9 @@ QDEV unsigned quant_block_bytes(DType dt) {
 
 // Element i of a quantized weight whose rows are whole blocks: rows lie back to
 // back, so flat index i (row * K + column) is element i % block of block i / block.
+// (Blocks of 32 or 256: shifts, not a 64-bit division, on the device.)
 QDEV float quant_load(const void *w, DType dt, size_t i) {
-    unsigned qk = dt >= DT_Q4_K ? 256 : 32;
-    return quant_block_elem((const unsigned char *)w + i / qk * quant_block_bytes(dt), dt, (int)(i % qk));
+    int sh = dt >= DT_Q4_K ? 8 : 5;
+    return quant_block_elem((const unsigned char *)w + (i >> sh) * quant_block_bytes(dt), dt,
+                            (int)(i & (((size_t)1 << sh) - 1)));
 }
