@@ -99,6 +99,9 @@ expect_fail_last "a worker on the dequantized import against it: another base, n
 check "a worker on the kept blocks generates a shard for it (prefill, decode, batched decode)" \
   "$BIN/grpo-rollout" --model "$WORK/k" --group-size 4 --run "file://$WORK/kr" --dataset "$WORK/train.jsonl" \
   --groups-per-shard 4 --max-new-tokens 8 --batch-size 16 "${RW[@]}" --worker-id z --max-shards 1
+check "grpo-ctl eval on the kept blocks (prefill, batched decode)" "$CTL" eval --model "$WORK/k" \
+  --dataset "$WORK/train.jsonl" --max-new-tokens 4 --batch-size 8 --out "$WORK/ev.json"
+check "...its result: 16 prompts, 16 completions" grep -q '"completions": 16' "$WORK/ev.json"
 "$CTL" export --adapter "$WORK/kr/adapters/v00000000.h5" --out "$WORK/merged" --merge --model "$WORK/k" \
   >"$WORK/merge.out" 2>"$WORK/merge.err"
 check "export --merge into the quantized base says it dequantizes" grep -q "is quantized (q4_k+q8_0+f32): merging dequantizes it; the merged checkpoint is bf16" "$WORK/merge.err"
