@@ -89,6 +89,9 @@ assert len(a) == len(b) == 5 and all(len(x) == len(y) for x, y in zip(a, b))
 d = max(abs(p - q) for x, y in zip(a, b) for p, q in zip(x, y))
 assert d <= 1e-4, d
 print(d)' "$WORK/lp-k.jsonl" "$WORK/lp-kf.jsonl"
+"$CTL" logprobs --model "$WORK/k" --input "$WORK/ids.jsonl" --device sim >"$WORK/lp-sim.jsonl" 2>"$WORK/lp-sim.err"
+check "...and on the stand-in device (--device sim: the blocks uploaded as bytes, every op behind the table) the same bits" \
+  cmp "$WORK/lp-k.jsonl" "$WORK/lp-sim.jsonl"
 "$BIN/grpo-train" --model "$WORK/k" --run "file://$WORK/kr" --group-size 4 --groups-per-step 4 --lora-rank 4 \
   --steps 0 >"$WORK/kt.log" 2>&1
 check "a trainer on the kept blocks creates its run" test -f "$WORK/kr/run.json"
