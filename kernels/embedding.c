@@ -2,7 +2,7 @@
 // the backward scatter-add into dtable for full fine-tuning. Token ids are
 // checked here (they come from files and tokenizers). CPU twin of embedding.cu.
 // embedding_forward_dt gathers from a table in a storage dtype (rows converted
-// exactly, kernels/dtype.h).
+// exactly, kernels/dtype.h; a quantized row dequantized as quant_dequant does).
 #include <string.h>
 #include "kernels.h"
 #include "parallel.h"
@@ -18,7 +18,7 @@ static int tokens_check(const int *tokens, int T, int V, PailErr *err) {
 
 // The gather on a team (kernels/parallel.h); rows converted from tdt.
 static void gather_team(float *out, const void *table, DType tdt, const int *tokens, int T, int C) {
-    size_t row = (size_t)C * dtype_size(tdt);
+    size_t row = dtype_row_bytes(tdt, (size_t)C);  // a quantized row: C a multiple of its block
 #pragma omp for schedule(static) nowait
     for (int t = 0; t < T; t++) {
         const void *src = (const char *)table + (size_t)tokens[t] * row;

@@ -1,7 +1,9 @@
 // embedding twin: gather rows of the table, and the scatter-add backward with
 // atomics (tokens repeat). Token ids must be checked on the host (the CPU
 // embedding_forward does) before they reach the device. The _dt gather reads a
-// table in a storage dtype, converting each element exactly. CPU twin: embedding.c.
+// table in a storage dtype, converting each element exactly (a quantized one
+// decoded from its block, as quant_dequant: its rows whole blocks). CPU twin:
+// embedding.c.
 #include "cuda_common.h"
 
 __global__ static void gather(float *out, const void *table, DType tdt, const int *tokens, int T,
@@ -24,6 +26,7 @@ __global__ static void scatter_add(float *dtable, const float *dout, const int *
 extern "C" int embedding_forward_dt_cuda(float *out, const void *table, DType tdt,
                                          const int *tokens, int T, int C, int V, cudaStream_t stream,
                                          PailErr *err) {
+    if (dt_check_row(tdt, C, "embedding_forward_dt_cuda", err)) return -1;
     if (T <= 0) return 0;
     gather<<<cuda_blocks((size_t)T * C, 256), 256, 0, stream>>>(out, table, tdt, tokens, T, C, V);
     return cuda_launch_check("embedding_forward_cuda", err);

@@ -392,7 +392,12 @@ int matmul_forward_lora_cuda(float *out, float *la, const float *x, const float 
 int matmul_backward_cuda(float *dx, float *dW, float *dbias, const float *dout,
                          const float *x, const float *W, int T, int K, int N, float alpha,
                          float dx_beta, CudaBlas *cb, PailErr *err);
-// W / w_lm / table in a storage dtype (device memory), converted exactly.
+// n elements of src (device) in dtype dt as fp32 into dst (device): dtype_to_f32's
+// twin, the same floats bit for bit (a quantized dt: quant_dequant's; n whole
+// blocks from a block's start, else -1 PAIL_ERR_INVALID).
+int dtype_to_f32_cuda(float *dst, const void *src, DType dt, size_t n, struct CUstream_st *stream, PailErr *err);
+// W / w_lm / table in a storage dtype (device memory), converted exactly; a
+// quantized one's rows (K, C) whole blocks, else -1 PAIL_ERR_INVALID.
 int matmul_forward_dt_cuda(float *out, const float *x, const void *W, DType wdt,
                            const float *bias, int T, int K, int N, float alpha, float beta,
                            CudaBlas *cb, PailErr *err);

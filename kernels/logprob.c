@@ -4,7 +4,8 @@
 // (online) log-sum-exp over vocab chunks, so the (T,V) logits never exist; the
 // backward recomputes each chunk. CPU twin of kernels/logprob.cu. The _dt
 // variants take w_lm in a storage dtype: its products go through the _dt
-// matmuls, and the rows read directly (a target's) are converted exactly.
+// matmuls, and the rows read directly (a target's) are converted exactly (a
+// quantized head: rows of dtype_row_bytes, dequantized as quant_dequant does).
 // The _cap variants take gemma2's final_logit_softcapping: z = cap tanh(x / cap)
 // / temperature with x = hidden W_lm^T (cap = 0: the ops without it, bit for bit).
 #include <math.h>
@@ -84,7 +85,7 @@ int logprob_forward_cap_dt(float *logp, float *entropy, float *lse, const float 
     for (int t = 0; t < T; t++) m[t] = -INFINITY, s[t] = 0, a[t] = 0;
     for (int v0 = 0; v0 < V; v0 += vchunk) {
         int nb = V - v0 < vchunk ? V - v0 : vchunk;
-        matmul_forward_dt(z, hidden, (const char *)w_lm + (size_t)v0 * C * dtype_size(wdt), wdt,
+        matmul_forward_dt(z, hidden, (const char *)w_lm + (size_t)v0 * dtype_row_bytes(wdt, (size_t)C), wdt,
                           NULL, T, C, nb, cap > 0 ? 1.0f : 1.0f / temperature, 0.0f);
         if (cap > 0) cap_chunk(z, (size_t)T * nb, cap, 1.0f / temperature);
 #pragma omp parallel for schedule(static)
@@ -135,7 +136,7 @@ void logprob_backward_cap_dt(float *dhidden, float *dw_lm, const float *dlogp,
     float *z = ws, inv_t = 1.0f / temperature;
     for (int v0 = 0; v0 < V; v0 += vchunk) {
         int nb = V - v0 < vchunk ? V - v0 : vchunk;
-        const void *wc = (const char *)w_lm + (size_t)v0 * C * dtype_size(wdt);
+        const void *wc = (const char *)w_lm + (size_t)v0 * dtype_row_bytes(wdt, (size_t)C);
         matmul_forward_dt(z, hidden, wc, wdt, NULL, T, C, nb, cap > 0 ? 1.0f : inv_t, 0.0f);
         if (cap > 0) cap_chunk(z, (size_t)T * nb, cap, inv_t);
 #pragma omp parallel for schedule(static)
@@ -266,26 +267,26 @@ void logprob_backward_expect_cap_dt(float *dhidden, const float *dlogp, const fl
                                     float temperature, float cap, const float *hidden) {
     float inv_t = 1.0f / temperature;
     DtCvtFn cvt = dtype_to_f32_fn(wdt, dtype_isa_id());
-    size_t esz = dtype_size(wdt);
+    size_t rowb = dtype_row_bytes(wdt, (size_t)C);  // c0 below: multiples of EXP_CHUNK, so of any block
     if (cap > 0) {
 #pragma omp parallel for schedule(static)
         for (int t = 0; t < T; t++) {
-            const char *row = (const char *)w_lm + (size_t)targets[t] * C * esz;
+            const char *row = (const char *)w_lm + (size_t)targets[t] * rowb;
             const float *e = expect + (size_t)t * C, *h = hidden + (size_t)t * C;
             float *d = dhidden + (size_t)t * C, g = dlogp[t], x = 0;
             for (int c0 = 0; c0 < C; c0 += EXP_CHUNK) {  // x = h . W_t
                 int cnt = C - c0 < EXP_CHUNK ? C - c0 : EXP_CHUNK;
                 float wb[EXP_CHUNK];
-                if (cvt) cvt(wb, row + (size_t)c0 * esz, cnt);
-                else memcpy(wb, row + (size_t)c0 * esz, sizeof(float) * cnt);
+                if (cvt) cvt(wb, row + dtype_row_bytes(wdt, (size_t)c0), cnt);
+                else memcpy(wb, row + dtype_row_bytes(wdt, (size_t)c0), sizeof(float) * cnt);
                 for (int c = 0; c < cnt; c++) x += h[c0 + c] * wb[c];
             }
             float th = tanhf(x / cap), gt = (1.0f - th * th) * inv_t;
             for (int c0 = 0; c0 < C; c0 += EXP_CHUNK) {
                 int cnt = C - c0 < EXP_CHUNK ? C - c0 : EXP_CHUNK;
                 float wb[EXP_CHUNK];
-                if (cvt) cvt(wb, row + (size_t)c0 * esz, cnt);
-                else memcpy(wb, row + (size_t)c0 * esz, sizeof(float) * cnt);
+                if (cvt) cvt(wb, row + dtype_row_bytes(wdt, (size_t)c0), cnt);
+                else memcpy(wb, row + dtype_row_bytes(wdt, (size_t)c0), sizeof(float) * cnt);
                 for (int c = 0; c < cnt; c++) d[c0 + c] = g * (wb[c] * gt - e[c0 + c]);
             }
         }
@@ -300,11 +301,11 @@ void logprob_backward_expect_cap_dt(float *dhidden, const float *dlogp, const fl
             for (int c = 0; c < C; c++) d[c] = g * (w[c] * inv_t - e[c]);
             continue;
         }
-        const char *row = (const char *)w_lm + (size_t)targets[t] * C * esz;
+        const char *row = (const char *)w_lm + (size_t)targets[t] * rowb;
         for (int c0 = 0; c0 < C; c0 += EXP_CHUNK) {
             int cnt = C - c0 < EXP_CHUNK ? C - c0 : EXP_CHUNK;
             float wb[EXP_CHUNK];
-            cvt(wb, row + (size_t)c0 * esz, cnt);
+            cvt(wb, row + dtype_row_bytes(wdt, (size_t)c0), cnt);
 #pragma omp simd
             for (int c = 0; c < cnt; c++) d[c0 + c] = g * (wb[c] * inv_t - e[c0 + c]);
         }

@@ -3,7 +3,8 @@
 // exist; the backward recomputes each chunk. Same ws layout as the CPU op
 // (logprob_workspace_floats). Targets must be range-checked on the host.
 // The _dt variants take w_lm in a storage dtype (the products through the _dt
-// matmul twins, the target rows converted in the kernel). CPU twin:
+// matmul twins, the target rows converted in the kernel; vocab row v of a
+// quantized head starts at byte v * dtype_row_bytes(wdt, C)). CPU twin:
 // kernels/logprob.c. The _cap variants: gemma2's final_logit_softcapping (cap
 // tanh(x / cap) / temperature on each chunk, the backward through 1 - tanh^2).
 #include "cuda_common.h"
@@ -80,7 +81,7 @@ extern "C" int logprob_forward_cap_dt_cuda(float *logp, float *entropy, float *l
     if (cuda_launch_check("logprob_forward_cuda init", err)) return -1;
     for (int v0 = 0; v0 < V; v0 += vchunk) {
         int nb = V - v0 < vchunk ? V - v0 : vchunk;
-        if (matmul_forward_dt_cuda(z, hidden, (const char *)w_lm + (size_t)v0 * C * dtype_size(wdt),
+        if (matmul_forward_dt_cuda(z, hidden, (const char *)w_lm + (size_t)v0 * dtype_row_bytes(wdt, C),
                                    wdt, NULL, T, C, nb, cap > 0 ? 1.0f : 1.0f / temperature, 0.0f, cb, err))
             return err_wrap(err, "logprob_forward_cuda chunk at %d", v0);
         if (cap > 0) {
@@ -123,7 +124,7 @@ extern "C" int logprob_backward_cap_dt_cuda(float *dhidden, float *dw_lm, const 
     float *z = ws, inv_t = 1.0f / temperature;
     for (int v0 = 0; v0 < V; v0 += vchunk) {
         int nb = V - v0 < vchunk ? V - v0 : vchunk;
-        const void *wc = (const char *)w_lm + (size_t)v0 * C * dtype_size(wdt);
+        const void *wc = (const char *)w_lm + (size_t)v0 * dtype_row_bytes(wdt, C);
         if (matmul_forward_dt_cuda(z, hidden, wc, wdt, NULL, T, C, nb, cap > 0 ? 1.0f : inv_t, 0.0f, cb, err))
             return err_wrap(err, "logprob_backward_cuda chunk at %d", v0);
         if (cap > 0) {
@@ -270,6 +271,7 @@ extern "C" int logprob_backward_expect_dt_cuda(float *dhidden, const float *dlog
                                                const float *expect, const void *w_lm, DType wdt,
                                                const int *targets, int T, int C,
                                                float temperature, CudaBlas *cb, PailErr *err) {
+    if (dt_check_row(wdt, C, "logprob_backward_expect_cuda", err)) return -1;
     if (T <= 0) return 0;
     expect_diff<<<cuda_blocks((size_t)T * C, 256), 256, 0, cb->stream>>>(dhidden, dlogp, expect, w_lm, wdt,
                                                                           targets, T, C, 1.0f / temperature);
@@ -282,6 +284,7 @@ extern "C" int logprob_backward_expect_cap_dt_cuda(float *dhidden, const float *
                                                    const float *hidden, CudaBlas *cb, PailErr *err) {
     if (!(cap > 0))
         return logprob_backward_expect_dt_cuda(dhidden, dlogp, expect, w_lm, wdt, targets, T, C, temperature, cb, err);
+    if (dt_check_row(wdt, C, "logprob_backward_expect_cuda", err)) return -1;
     if (T <= 0) return 0;
     expect_diff_cap<<<T, 256, 0, cb->stream>>>(dhidden, dlogp, expect, w_lm, wdt, targets, hidden, C,
                                                1.0f / temperature, cap);

@@ -9,6 +9,9 @@
 // The _dt variants take W as bf16 or f16 (kernels/dtype.h) and compute in fp32:
 // the mat-vec converts each row in registers, the GEMMs convert W a panel at a
 // time into per-thread scratch and run the same sgemm on it (doc/kernels.md).
+// A GGUF block-quantized W (DT_Q8_0 ..): the mat-vec's dot products and the
+// x block sums they need are kernels/matmul_quant.c's; the GEMMs dequantize it
+// a panel at a time like the others, cut at its blocks.
 #include <immintrin.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -19,6 +22,7 @@
 #include "gemm_bf16.h"
 #include "gemm_f32.h"
 #include "matmul_amx.h"
+#include "matmul_quant.h"
 #include "parallel.h"
 
 // Crossover measured by bench/bench_kernels.c (doc/kernels.md has the figures):
@@ -221,7 +225,7 @@ static void x_even_odd(float *xeo, const float *x, int T, int K) {
 }
 #pragma GCC pop_options
 
-static const DotFn dot_fns[DT_ISA_COUNT][DT_COUNT] = {
+static const DotFn dot_fns[DT_ISA_COUNT][DT_FLOAT_COUNT] = {
     [DT_ISA_SCALAR] = {NULL, dot_bf16_scalar, dot_f16_scalar},
     [DT_ISA_AVX2] = {NULL, dot_bf16_avx2, dot_f16_avx2},
     [DT_ISA_AVX512] = {NULL, dot_bf16_avx512, dot_f16_avx512},
@@ -261,13 +265,16 @@ enum { PANEL_STACK = 4096 };
 
 // Panel shape for C[:, n0..n1) from `budget` floats: nb columns of op(B) (up to
 // matmul_dt_panel_rows, a multiple of 16) by kb of the reduction (all of K when
-// it fits).
-static void panel_shape(int K, int width, size_t budget, int *nb, int *kb) {
+// it fits). A quantized B is cut only at its blocks: kb a multiple of kal (B
+// transposed: the reduction runs along B's rows), nb of nal (else).
+static void panel_shape(int K, int width, size_t budget, int kal, int nal, int *nb, int *kb) {
     if (budget < PANEL_STACK) budget = PANEL_STACK;
     int cap = matmul_dt_panel_rows < 16 ? 16 : matmul_dt_panel_rows / 16 * 16;
     if ((size_t)cap > budget / 16) cap = (int)(budget / 16) / 16 * 16;
+    if ((size_t)cap > budget / (size_t)kal) cap = (int)(budget / (size_t)kal);
+    cap = cap < nal ? nal : cap / nal * nal;
     *nb = width < cap ? width : cap;
-    size_t k = budget / (size_t)*nb;
+    size_t k = budget / (size_t)*nb / (size_t)kal * (size_t)kal;
     *kb = k > (size_t)K ? K : (int)k;
 }
 
@@ -280,25 +287,24 @@ static void sgemm_panels(int transA, int transB, int M, int n0, int n1, int K, f
                          float *C, int ldc, DtCvtFn cvt) {
     if (n0 >= n1) return;
     float stack_panel[PANEL_STACK];
-    int nb, kb;
-    panel_shape(K, n1 - n0, matmul_dt_panel_floats, &nb, &kb);
+    int nb, kb, blk = dtype_block(bdt), kal = transB ? blk : 1, nal = transB ? 1 : blk;
+    panel_shape(K, n1 - n0, matmul_dt_panel_floats, kal, nal, &nb, &kb);
     float *buf = panel_get((size_t)nb * kb);
     if (!buf) {
-        panel_shape(K, n1 - n0, PANEL_STACK, &nb, &kb);
+        panel_shape(K, n1 - n0, PANEL_STACK, kal, nal, &nb, &kb);
         buf = stack_panel;
     }
-    const char *b = B;
-    size_t esz = dtype_size(bdt);
+    const char *b = B;  // element e of B at byte dtype_row_bytes(bdt, e) (e at a block's start)
     for (int n = n0; n < n1; n += nb) {
         int nn = n1 - n < nb ? n1 - n : nb;
         for (int k = 0; k < K; k += kb) {
             int nk = K - k < kb ? K - k : kb;
             if (transB)  // op(B)[k][n] = B[n][k]: nn rows of nk
                 for (int i = 0; i < nn; i++)
-                    cvt(buf + (size_t)i * nk, b + ((size_t)(n + i) * ldb + k) * esz, nk);
+                    cvt(buf + (size_t)i * nk, b + dtype_row_bytes(bdt, (size_t)(n + i) * ldb + k), nk);
             else  // B[k][n]: nk rows of nn
                 for (int i = 0; i < nk; i++)
-                    cvt(buf + (size_t)i * nn, b + ((size_t)(k + i) * ldb + n) * esz, nn);
+                    cvt(buf + (size_t)i * nn, b + dtype_row_bytes(bdt, (size_t)(k + i) * ldb + n), nn);
             cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans,
                         transB ? CblasTrans : CblasNoTrans, M, nn, nk, alpha,
                         transA ? A + (size_t)k * lda : A + k, lda, buf, transB ? nk : nn,
@@ -350,7 +356,9 @@ static void sgemm_team(int transA, int transB, int M, int N, int K, float alpha,
                 sgemm_panels(transA, transB, m1 - m0, 0, N, K, alpha, Am, lda, Bv, bdt, ldb, beta,
                              C + (size_t)m0 * ldc, ldc, cvt);
         } else {
-        int per = ((N + nth - 1) / nth + 15) / 16 * 16;
+        // B's columns (not transposed) in whole blocks of a quantized B
+        int al = !transB && dtype_block(bdt) > 16 ? dtype_block(bdt) : 16;
+        int per = ((N + nth - 1) / nth + al - 1) / al * al;
         int n0 = id * per, n1 = n0 + per < N ? n0 + per : N;
         if (n0 < n1 && !cvt)
             cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans,
@@ -382,8 +390,11 @@ static void forward_small_team(float *out, float *la, const float *x, const void
     int nth = omp_get_num_threads(), rows = N >= 64 * nth ? 16 : (N + 4 * nth - 1) / (4 * nth);
     if (rows < 1) rows = 1;
     int nblk = (N + rows - 1) / rows;
-    DotFn dot = wdt == DT_F32 ? NULL : dot_fns[dtype_isa_id()][wdt];
-    size_t row_bytes = (size_t)K * dtype_size(wdt);
+    // quantized rows: kernels/matmul_quant.c, with x's block sums where it needs them
+    QDotFn qdot = dtype_is_quant(wdt) ? matmul_quant_dot_fn(wdt, dtype_isa_id()) : NULL;
+    const float *xs = qdot ? matmul_quant_xsums(wdt, x, T, K) : NULL;
+    DotFn dot = wdt == DT_F32 || qdot ? NULL : dot_fns[dtype_isa_id()][wdt];
+    size_t row_bytes = dtype_row_bytes(wdt, (size_t)K);
     // bf16 rows on AVX-512: x's even and odd elements apart, once (dot_bf16_eo)
     const float *xeo = NULL;
     if (wdt == DT_BF16 && dtype_isa_id() == DT_ISA_AVX512 && K >= 32) {
@@ -421,6 +432,8 @@ static void forward_small_team(float *out, float *la, const float *x, const void
                     const void *wn = (const char *)W + (size_t)n * row_bytes;
                     if (xeo)
                         dot_bf16_eo(d, wn, xeo + (size_t)t0 * K, K, nt);
+                    else if (qdot)
+                        qdot(d, wn, x + (size_t)t0 * K, xs ? xs + (size_t)t0 * (K / 32) : NULL, K, nt);
                     else if (dot)
                         dot(d, wn, x + (size_t)t0 * K, K, nt);
                     else
@@ -527,14 +540,15 @@ void matmul_forward_ref(float *out, const float *x, const float *W, const float 
 // converted W, bit for bit).
 static void matmul_dx_small_team(float *dx, const float *dout, const void *W, DType wdt, int T, int K,
                                  int N, float alpha, float beta) {
-    enum { KB = 128 };  // 512-byte slices of each W row: K = 512 still makes 4 blocks
+    enum { KBMAX = 256 };
+    // 512-byte slices of each W row (K = 512 still makes 4 blocks), a K-quant's 256-element blocks whole
+    int KB = dtype_block(wdt) > 128 ? 256 : 128;
     int nblk = (K + KB - 1) / KB;
     DtCvtFn cvt = dtype_to_f32_fn(wdt, dtype_isa_id());
-    size_t esz = dtype_size(wdt);
 #pragma omp for schedule(dynamic, 1) nowait
     for (int b = 0; b < nblk; b++) {
         int k0 = b * KB, k1 = k0 + KB < K ? k0 + KB : K;
-        float wb[KB];
+        float wb[KBMAX];
         for (int t = 0; t < T; t++) {
             float *d = dx + (size_t)t * K;
             for (int k = k0; k < k1; k++) d[k] = beta == 0.0f ? 0.0f : beta * d[k];
@@ -543,7 +557,7 @@ static void matmul_dx_small_team(float *dx, const float *dout, const void *W, DT
             const float *w = (const float *)W + (size_t)n * K;
             int off = 0;  // w[k - off] is W[n][k]
             if (cvt) {
-                cvt(wb, (const char *)W + ((size_t)n * K + k0) * esz, k1 - k0);
+                cvt(wb, (const char *)W + dtype_row_bytes(wdt, (size_t)n * K + k0), k1 - k0);
                 w = wb, off = k0;
             }
             for (int t = 0; t < T; t++) {
@@ -593,7 +607,7 @@ void matmul_backward(float *dx, float *dW, float *dbias, const float *dout, cons
 }
 
 // Names of the paths, for benches and logs: [small T][wdt][ISA].
-static const char *const path_names[2][DT_COUNT][DT_ISA_COUNT] = {
+static const char *const path_names[2][DT_FLOAT_COUNT][DT_ISA_COUNT] = {
     {{"sgemm (fp32 weights)", "sgemm (fp32 weights)", "sgemm (fp32 weights)"},
      {"sgemm over f32 panels converted from bf16 (scalar)",
       "sgemm over f32 panels converted from bf16 (avx2)",
@@ -613,6 +627,7 @@ static const char *const path_names[2][DT_COUNT][DT_ISA_COUNT] = {
 
 const char *matmul_path_name(int T, DType wdt) {
     if ((unsigned)wdt >= DT_COUNT) return "?";
+    if (dtype_is_quant(wdt)) return matmul_quant_path_name(T <= matmul_small_t_max, wdt, dtype_isa_id());
     if (wdt == DT_BF16 && T > matmul_small_t_max && gemm_bf16_path() == GEMM_BF16_AMX)
         return "AMX tiles on the bf16 weights as stored, activations rounded to bf16, fp32 accumulation";
     if (wdt == DT_BF16 && T > matmul_small_t_max && gemm_bf16_path() == GEMM_BF16_AVX512)

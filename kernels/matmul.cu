@@ -1,7 +1,8 @@
 // matmul twin: out(T,N) = alpha x W^T + beta out + bias and its backward with
 // cuBLAS SGEMM (FP32 math). Row-major A(r,c) is column-major A^T, so every product
 // is issued transposed: out^T = W x^T, dx^T = W^T dout^T, dW^T += x^T dout.
-// Everything on the CudaBlas's stream (its handle is bound to it).
+// Everything on the CudaBlas's stream (its handle is bound to it). A quantized
+// W's forward at T <= 8 is a mat-vec kernel of its own (below).
 // CPU twin: kernels/matmul.c.
 #include "cuda_common.h"
 
@@ -68,7 +69,8 @@ extern "C" int matmul_forward_lora_cuda(float *out, float *la, const float *x, c
     return 0;
 }
 
-// ---- W in a storage dtype: converted a row panel at a time, then the same SGEMM ----
+// ---- W in a storage dtype: converted a row panel at a time (dtype_to_f32_cuda:
+// bf16 / f16 exactly, a quantized W dequantized as quant_dequant), then the same SGEMM ----
 // One scratch buffer per CudaBlas for the converted panels (its products run on
 // its stream, in order, so a panel is never overwritten while a product still
 // reads it), allocated at the first _dt product and grown when a larger panel
@@ -90,11 +92,6 @@ static float *dt_panel_get(CudaBlas *cb, size_t floats, PailErr *err) {
     return cb->panel;
 }
 
-__global__ static void to_f32(float *dst, const void *src, DType dt, size_t n) {
-    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-    if (i < n) dst[i] = dt_load(src, dt, i);
-}
-
 // Rows per panel of a (rows, K) weight, and the scratch for that panel.
 static float *dt_rows_panel(CudaBlas *cb, int rows, int K, int *per, PailErr *err) {
     size_t cap = matmul_dt_cuda_panel_floats / (size_t)K;
@@ -102,10 +99,40 @@ static float *dt_rows_panel(CudaBlas *cb, int rows, int K, int *per, PailErr *er
     return dt_panel_get(cb, (size_t)*per * K, err);
 }
 
+// Elements first.. of W (first and n whole rows, so whole blocks of a quantized W).
 static int dt_convert(float *dst, const void *W, DType wdt, size_t first, size_t n, cudaStream_t stream,
                       PailErr *err) {
-    to_f32<<<cuda_blocks(n, 256), 256, 0, stream>>>(dst, (const char *)W + first * dtype_size(wdt), wdt, n);
-    return cuda_launch_check("matmul _dt cuda: convert panel", err);
+    if (dtype_to_f32_cuda(dst, (const char *)W + dtype_row_bytes(wdt, first), wdt, n, stream, err))
+        return err_wrap(err, "matmul _dt cuda: convert panel");
+    return 0;
+}
+
+// A quantized W and a few rows of x (a decode step): one warp a W row, the row
+// read once as stored and decoded in registers (no fp32 panel, which would
+// write and read back 4 bytes for each of W's ~0.5 to 1), lanes striding K,
+// MATVEC_T_MAX partial sums a lane, then a warp sum each.
+enum { MATVEC_T_MAX = 8 };
+__global__ static void matvec_dt(float *out, const float *x, const void *W, DType wdt, int T, int K, int N,
+                                 float alpha, float beta) {
+    int n = (int)((blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5), lane = threadIdx.x & 31;
+    if (n >= N) return;  // a whole warp: the sums below shuffle over all 32 lanes
+    float s[MATVEC_T_MAX];
+#pragma unroll
+    for (int t = 0; t < MATVEC_T_MAX; t++) s[t] = 0.0f;
+    size_t row = (size_t)n * K;
+    for (int k = lane; k < K; k += 32) {
+        float w = dt_load(W, wdt, row + k);
+#pragma unroll
+        for (int t = 0; t < MATVEC_T_MAX; t++)
+            if (t < T) s[t] += w * x[(size_t)t * K + k];
+    }
+#pragma unroll
+    for (int t = 0; t < MATVEC_T_MAX; t++)
+        if (t < T) {
+            float v = warp_sum(s[t]);
+            float *o = &out[(size_t)t * N + n];
+            if (lane == 0) *o = beta == 0.0f ? alpha * v : alpha * v + beta * *o;  // beta 0: out not read (NaN stays out)
+        }
 }
 
 extern "C" int matmul_forward_dt_cuda(float *out, const float *x, const void *W, DType wdt,
@@ -113,18 +140,24 @@ extern "C" int matmul_forward_dt_cuda(float *out, const float *x, const void *W,
                                       float beta, CudaBlas *cb, PailErr *err) {
     if (wdt == DT_F32 || K <= 0)  // (K = 0 reads no weight)
         return matmul_forward_cuda(out, x, (const float *)W, bias, T, K, N, alpha, beta, cb, err);
+    if (dt_check_row(wdt, K, "matmul_forward_dt_cuda", err)) return -1;
     if (T <= 0 || N <= 0) return 0;
-    cublasHandle_t h = cb->handle;
-    int per;
-    float *p = dt_rows_panel(cb, N, K, &per, err);
-    if (!p) return -1;
-    for (int n0 = 0; n0 < N; n0 += per) {  // out[:, n0..] = x W[n0..]^T: its rows n0.. of out^T
-        int nn = N - n0 < per ? N - n0 : per;
-        if (dt_convert(p, W, wdt, (size_t)n0 * K, (size_t)nn * K, cb->stream, err) ||
-            cublas_check(cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, nn, T, K, &alpha, p, K, x, K,
-                                     &beta, out + n0, N),
-                         "matmul_forward_dt_cuda sgemm", err))
-            return -1;
+    if (dtype_is_quant(wdt) && T <= MATVEC_T_MAX) {
+        matvec_dt<<<cuda_blocks((size_t)N * 32, 256), 256, 0, cb->stream>>>(out, x, W, wdt, T, K, N, alpha, beta);
+        if (cuda_launch_check("matmul_forward_dt_cuda mat-vec", err)) return -1;
+    } else {
+        cublasHandle_t h = cb->handle;
+        int per;
+        float *p = dt_rows_panel(cb, N, K, &per, err);
+        if (!p) return -1;
+        for (int n0 = 0; n0 < N; n0 += per) {  // out[:, n0..] = x W[n0..]^T: its rows n0.. of out^T
+            int nn = N - n0 < per ? N - n0 : per;
+            if (dt_convert(p, W, wdt, (size_t)n0 * K, (size_t)nn * K, cb->stream, err) ||
+                cublas_check(cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, nn, T, K, &alpha, p, K, x, K, &beta, out + n0,
+                                         N),
+                             "matmul_forward_dt_cuda sgemm", err))
+                return -1;
+        }
     }
     if (bias) {
         add_bias<<<cuda_blocks((size_t)T * N, 256), 256, 0, cb->stream>>>(out, bias, T, N);
@@ -141,6 +174,7 @@ extern "C" int matmul_backward_dt_cuda(float *dx, float *dW, float *dbias, const
     if (wdt == DT_F32 || K <= 0 || N <= 0)  // (an empty W reads no weight)
         return matmul_backward_cuda(dx, dW, dbias, dout, x, (const float *)W, T, K, N, alpha,
                                     dx_beta, cb, err);
+    if (dt_check_row(wdt, K, "matmul_backward_dt_cuda", err)) return -1;
     if (T <= 0) return 0;
     if (dx) {
         cublasHandle_t h = cb->handle;

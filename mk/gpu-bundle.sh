@@ -2,7 +2,8 @@
 # The GPU verification bundle. Here (no GPU needed): builds with make CUDA=1,
 # for x86-64-v3 rather than this host's -march=native, stripped, in
 # build-gpu/ and bin-gpu/: the CUDA suites (check_kernels_cuda: each twin
-# against the CPU reference; check_model_backend: the whole model, one trainer
+# against the CPU reference, the _dt ones with every storage dtype, the eight
+# GGUF block types included; check_model_backend: the whole model, one trainer
 # step and one generated group on the CUDA backend against the CPU) and the
 # four executables; packs them with the Debian shared libraries they link
 # (the GPU machine's image may lack them) into .gpu/payload.tar.xz, and writes

@@ -1124,12 +1124,19 @@ static void t_embed(void *c) {
 }
 
 static void team_matmul(int nth) {
-    int K = 200, N = 300, R = 4, Ts[] = {1, 3, 8, 21};
-    float *W32 = rnd((size_t)N * K, -1, 1);
-    uint16_t *W16 = malloc((size_t)N * K * 2);
-    for (int dt = 0; dt < DT_FLOAT_COUNT; dt++) {
+    int N = 300, R = 4, Ts[] = {1, 3, 8, 21};
+    float *W32 = rnd((size_t)N * 256, -1, 1);
+    uint16_t *W16 = malloc((size_t)N * 256 * 2);
+    unsigned char *Wq = malloc(dtype_row_bytes(DT_Q8_0, (size_t)N * 256));  // the largest quantized W here
+    for (int dt = 0; dt < DT_COUNT; dt++) {
+        // a quantized W: K of whole blocks, random bytes below 0x3c (so every
+        // fp16 scale, wherever its type has it, is finite and below 1)
+        int K = dtype_is_quant((DType)dt) ? 256 : 200;
         const void *W = W32;
-        if (dt != DT_F32) {
+        if (dtype_is_quant((DType)dt)) {
+            for (size_t i = 0; i < dtype_row_bytes((DType)dt, (size_t)N * K); i++) Wq[i] = (unsigned char)rng_below(&rng, 0x3c);
+            W = Wq;
+        } else if (dt != DT_F32) {
             dtype_from_f32(W16, W32, (DType)dt, (size_t)N * K);
             W = W16;
         }
@@ -1153,7 +1160,7 @@ static void team_matmul(int nth) {
         team_case(&ec, nth);
         free(e.out);
     }
-    free(W32), free(W16);
+    free(W32), free(W16), free(Wq);
 }
 
 START_TEST(test_ops_in_team) {

@@ -2,7 +2,9 @@
 // the CPU reference on the same random inputs, at the CPU suite's tolerances
 // (the device sums in another order and uses its own expf; cuBLAS runs FP32, not
 // TF32; weights in a storage dtype against the CPU reference on the converted
-// weight). Built in both modes: without CUDA=1, or with no device, prints SKIP.
+// weight). Built in both modes: without CUDA=1, or with no device, only the
+// host case runs (the device decoder of the quantized dtypes, kernels/quant_cuda.h,
+// compiled for the host against quant_dequant) and the rest prints SKIP.
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -10,24 +12,191 @@
 #include <string.h>
 #include "core/rng.h"
 #include "kernels.h"
-
-#ifndef PAIL_CUDA
-int main(void) {
-    printf("SKIP: built without CUDA (make CUDA=1 builds the CUDA twins)\n");
-    return 0;
-}
-#else
-#include <cuda_runtime.h>
+#include "quant.h"
+#include "quant_cuda.h"  // host C here (this file is built with -ffp-contract=off: GNUmakefile)
 
 static Rng rng;
-static PailErr err;
-static CudaBlas cb;  // the products' cuBLAS handle and panels, on the default stream (the other twins get stream 0)
 
 static float *rnd(size_t n, float lo, float hi) {
     float *p = malloc(sizeof(float) * (n ? n : 1));
     for (size_t i = 0; i < n; i++) p[i] = lo + (hi - lo) * rng_uniform_f(&rng);
     return p;
 }
+
+// ---- GGUF's block-quantized weights: the test's own tiny block writer (no
+// quantizer of pail's: any well-formed block serves), round-to-nearest scales
+// from the block's range, not llama.cpp's search; and blocks of random bytes
+// with finite fp16 scales (every nibble, high bit and sign pattern, subnormal
+// scales, Q6_K's negative sub-block scales) ----
+
+static void put_f16(uint8_t *p, float f) {
+    uint16_t h = dt_f32_to_f16(f);
+    p[0] = (uint8_t)h, p[1] = (uint8_t)(h >> 8);
+}
+static float f16_round(float f) { return dt_f16_to_f32(dt_f32_to_f16(f)); }
+static int clampi(long v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : (int)v; }
+static float inv(float d) { return d != 0 ? 1.0f / d : 0.0f; }
+
+// 32 values of 0..15 (low 4 bits) as a 32-element block's 16 nibble bytes.
+static void put_nib32(uint8_t *qs, const int *q) {
+    for (int j = 0; j < 16; j++) qs[j] = (uint8_t)((q[j] & 0xF) | (q[16 + j] & 0xF) << 4);
+}
+
+// One block of dt from its dtype_block(dt) floats x.
+static void q_write_block(uint8_t *b, DType dt, const float *x) {
+    int ne = dtype_block(dt), q[256];
+    float lo = x[0], hi = x[0], amax = 0;
+    for (int e = 0; e < ne; e++) lo = fminf(lo, x[e]), hi = fmaxf(hi, x[e]), amax = fmaxf(amax, fabsf(x[e]));
+    memset(b, 0, dtype_block_bytes(dt));
+    switch (dt) {
+    case DT_Q8_0: {
+        float d = f16_round(amax / 127);
+        put_f16(b, d);
+        for (int e = 0; e < 32; e++) b[2 + e] = (uint8_t)(int8_t)clampi(lrintf(x[e] * inv(d)), -127, 127);
+        break;
+    }
+    case DT_Q4_0:
+    case DT_Q5_0: {  // d (q - 8) or d (q - 16)
+        int half = dt == DT_Q4_0 ? 8 : 16;
+        float d = f16_round(amax / half);
+        for (int e = 0; e < 32; e++) q[e] = clampi(lrintf(x[e] * inv(d)) + half, 0, 2 * half - 1);
+        put_f16(b, d);
+        if (dt == DT_Q4_0) put_nib32(b + 2, q);
+        else {
+            for (int e = 0; e < 32; e++) b[2 + e / 8] |= (uint8_t)((q[e] >> 4) << (e % 8));
+            put_nib32(b + 6, q);
+        }
+        break;
+    }
+    case DT_Q4_1:
+    case DT_Q5_1: {  // d q + m
+        int qmax = dt == DT_Q4_1 ? 15 : 31;
+        float d = f16_round((hi - lo) / qmax), m = f16_round(lo);
+        for (int e = 0; e < 32; e++) q[e] = clampi(lrintf((x[e] - m) * inv(d)), 0, qmax);
+        put_f16(b, d), put_f16(b + 2, m);
+        if (dt == DT_Q4_1) put_nib32(b + 4, q);
+        else {
+            for (int e = 0; e < 32; e++) b[4 + e / 8] |= (uint8_t)((q[e] >> 4) << (e % 8));
+            put_nib32(b + 8, q);
+        }
+        break;
+    }
+    case DT_Q4_K:
+    case DT_Q5_K: {  // (d sc) q - (dmin mn) over 8 sub-blocks of 32
+        int qmax = dt == DT_Q4_K ? 15 : 31, sc[8], mn[8];
+        float s[8], m[8], smax = 0, mmax = 0;
+        for (int k = 0; k < 8; k++) {
+            float l = 0, h = 0;
+            for (int e = 32 * k; e < 32 * k + 32; e++) l = fminf(l, x[e]), h = fmaxf(h, x[e]);
+            s[k] = (h - l) / qmax, m[k] = -l, smax = fmaxf(smax, s[k]), mmax = fmaxf(mmax, m[k]);
+        }
+        float d = f16_round(smax / 63), dmin = f16_round(mmax / 63);
+        for (int k = 0; k < 8; k++) sc[k] = clampi(lrintf(s[k] * inv(d)), 0, 63), mn[k] = clampi(lrintf(m[k] * inv(dmin)), 0, 63);
+        put_f16(b, d), put_f16(b + 2, dmin);
+        uint8_t *sb = b + 4, *qh = b + 16, *qs = b + (dt == DT_Q4_K ? 16 : 48);
+        for (int j = 0; j < 4; j++) {  // kernels/quant.c's scale_min_k4, inverted
+            sb[j] = (uint8_t)(sc[j] | (sc[4 + j] >> 4) << 6);
+            sb[4 + j] = (uint8_t)(mn[j] | (mn[4 + j] >> 4) << 6);
+            sb[8 + j] = (uint8_t)((sc[4 + j] & 0xF) | (mn[4 + j] & 0xF) << 4);
+        }
+        for (int e = 0; e < 256; e++) {
+            int k = e / 32;
+            float dd = d * sc[k], dm = dmin * mn[k];
+            int v = clampi(lrintf((x[e] + dm) * inv(dd)), 0, qmax);
+            qs[32 * (e / 64) + e % 32] |= (uint8_t)((v & 0xF) << (4 * (k & 1)));
+            if (dt == DT_Q5_K) qh[e % 32] |= (uint8_t)((v >> 4) << k);
+        }
+        break;
+    }
+    case DT_Q6_K: {  // (d sc) (q - 32) over 16 sub-blocks of 16; odd sub-blocks' scales negative
+        float s[16], smax = 0;
+        for (int k = 0; k < 16; k++) {
+            float a = 0;
+            for (int e = 16 * k; e < 16 * k + 16; e++) a = fmaxf(a, fabsf(x[e]));
+            s[k] = (k & 1 ? -a : a) / 31, smax = fmaxf(smax, fabsf(s[k]));
+        }
+        float d = f16_round(smax / 127);
+        put_f16(b + 208, d);
+        for (int k = 0; k < 16; k++) b[192 + k] = (uint8_t)(int8_t)clampi(lrintf(s[k] * inv(d)), -127, 127);
+        for (int e = 0; e < 256; e++) {
+            int j = e / 128, r = e % 128;
+            float dd = d * (int8_t)b[192 + e / 16];
+            int v = clampi(lrintf(x[e] * inv(dd)), -32, 31) + 32;
+            b[64 * j + r % 64] |= (uint8_t)((v & 0xF) << (4 * (r / 64)));
+            b[128 + 32 * j + r % 32] |= (uint8_t)((v >> 4) << (2 * (r / 32)));
+        }
+        break;
+    }
+    default: ck_abort_msg("q_write_block: %s is not quantized", dtype_name(dt));
+    }
+}
+
+// n floats (whole blocks) as dt into dst.
+static void q_write(void *dst, const float *x, DType dt, size_t n) {
+    size_t qk = (size_t)dtype_block(dt), bb = dtype_block_bytes(dt);
+    for (size_t i = 0; i < n / qk; i++) q_write_block((uint8_t *)dst + i * bb, dt, x + i * qk);
+}
+
+// nb blocks of random bytes, every fp16 scale field finite (not inf / NaN).
+static void q_random(uint8_t *b, DType dt, size_t nb) {
+    size_t bb = dtype_block_bytes(dt);
+    for (size_t i = 0; i < nb * bb; i++) b[i] = (uint8_t)rng_u64(&rng);
+    int at[2] = {dt == DT_Q6_K ? 208 : 0, dt == DT_Q4_1 || dt == DT_Q5_1 || dt == DT_Q4_K || dt == DT_Q5_K ? 2 : -1};
+    for (size_t i = 0; i < nb; i++)
+        for (int f = 0; f < 2; f++)
+            if (at[f] >= 0) {
+                uint8_t *p = b + i * bb + at[f];
+                while ((p[1] & 0x7C) == 0x7C) p[1] = (uint8_t)rng_u64(&rng);  // exponent 31: inf or NaN
+            }
+}
+
+static const DType qdts[8] = {DT_Q8_0, DT_Q4_0, DT_Q4_1, DT_Q5_0, DT_Q5_1, DT_Q4_K, DT_Q5_K, DT_Q6_K};
+enum { QNB = 37 };  // blocks of random bytes, then QNB blocks from the writer, in each exactness case
+
+// QNB random blocks then QNB written ones (from uniform [-1, 1)): 2 QNB blocks of dt.
+static uint8_t *q_blocks(DType dt) {
+    size_t bb = dtype_block_bytes(dt), qk = (size_t)dtype_block(dt);
+    uint8_t *b = malloc(2 * QNB * bb);
+    q_random(b, dt, QNB);
+    float *x = rnd(QNB * qk, -1, 1);
+    q_write(b + QNB * bb, x, dt, QNB * qk);
+    free(x);
+    return b;
+}
+
+// The device decoder (kernels/quant_cuda.h, here compiled for the host): every
+// element bit for bit quant_dequant's; and the writer's blocks within a
+// quantization step of their floats (the weights the device cases use).
+START_TEST(test_quant_decode_host) {
+    rng_seed(&rng, 4646, 0);
+    for (int d = 0; d < 8; d++) {
+        DType dt = qdts[d];
+        ck_assert_uint_eq(quant_block_bytes(dt), dtype_block_bytes(dt));
+        size_t n = 2 * QNB * (size_t)dtype_block(dt);
+        uint8_t *b = q_blocks(dt);
+        float *want = malloc(4 * n);
+        quant_dequant(want, b, dt, n);
+        for (size_t i = 0; i < n; i++) {
+            float got = quant_load(b, dt, i);
+            ck_assert_msg(memcmp(&got, &want[i], 4) == 0, "%s element %zu (block %zu): decoder %.9g, quant_dequant %.9g",
+                          dtype_name(dt), i, i / dtype_block(dt), got, want[i]);
+        }
+        float *x = rnd(4096, -1, 1), *y = malloc(4 * 4096), worst = 0;
+        uint8_t *q = malloc(dtype_row_bytes(dt, 4096));
+        q_write(q, x, dt, 4096);
+        quant_dequant(y, q, dt, 4096);
+        for (int i = 0; i < 4096; i++) worst = fmaxf(worst, fabsf(y[i] - x[i]));
+        ck_assert_msg(worst <= 0.15f, "%s: the test's block writer is off by %g", dtype_name(dt), worst);
+        free(b), free(want), free(x), free(y), free(q);
+    }
+}
+END_TEST
+
+#ifdef PAIL_CUDA
+#include <cuda_runtime.h>
+
+static PailErr err;
+static CudaBlas cb;  // the products' cuBLAS handle and panels, on the default stream (the other twins get stream 0)
 
 static void *up(const void *h, size_t bytes) {
     void *d = NULL;
@@ -391,29 +560,40 @@ START_TEST(test_embedding_adamw_cuda) {
 END_TEST
 
 // ---- weights in a storage dtype: every _dt twin against the CPU reference on
-// the exactly converted weight, at the tolerances above; the conversion panel
-// shrunk to 1000 floats as well (several row panels a product) ----
+// the exactly converted (bf16, f16) or dequantized (quant_dequant) weight, at
+// the tolerances above; the conversion panel shrunk (several row panels a
+// product, a quantized panel starting mid-weight at a row's first block) ----
 extern size_t matmul_dt_cuda_panel_floats;  // kernels/matmul.cu
 
-// n values from uniform [-1, 1) rounded to dt (host), and back as fp32 into wc.
-static uint16_t *dt_weight(float *wc, size_t n, DType dt) {
+// A (rows, K) weight as dt from uniform [-1, 1) floats: bf16 / f16 rounded, a
+// quantized dt by the block writer; wc gets it back as fp32 (the reference's
+// weight). rows * dtype_row_bytes(dt, K) bytes.
+static void *dt_weight(float *wc, size_t rows, int K, DType dt) {
+    size_t n = rows * (size_t)K;
     float *f = rnd(n, -1, 1);
-    uint16_t *h = malloc(2 * (n ? n : 1));
-    dtype_from_f32(h, f, dt, n);
-    dtype_to_f32(wc, h, dt, n);
+    void *h = malloc(rows * dtype_row_bytes(dt, (size_t)K) + 1);
+    if (dtype_is_quant(dt)) {
+        q_write(h, f, dt, n);
+        quant_dequant(wc, h, dt, n);
+    } else {
+        dtype_from_f32(h, f, dt, n);
+        dtype_to_f32(wc, h, dt, n);
+    }
     free(f);
     return h;
 }
 
+// Shapes (T, K, N): a quantized dt's K in whole blocks (1 to 3: 32 .. 768).
 static void dtype_cuda_case(DType dt, size_t panel) {
     matmul_dt_cuda_panel_floats = panel;
-    char what[96];
-    int shapes[][3] = {{1, 64, 33}, {5, 17, 9}, {37, 130, 70}};
+    char what[128];
+    int qk = dtype_block(dt), q = dtype_is_quant(dt);
+    int shapes[][3] = {{1, q ? 2 * qk : 64, 33}, {5, q ? qk : 17, 9}, {37, q ? 3 * qk : 130, q ? 40 : 70}};
     for (int sh = 0; sh < 3; sh++) {
         int T = shapes[sh][0], K = shapes[sh][1], N = shapes[sh][2];
         float *Wc = malloc(4 * N * K);
-        uint16_t *W16 = dt_weight(Wc, (size_t)N * K, dt);
-        void *W_ = up(W16, 2 * (size_t)N * K);
+        void *Wh = dt_weight(Wc, N, K, dt);
+        void *W_ = up(Wh, N * dtype_row_bytes(dt, K));
         float *x = rnd(T * K, -1, 1), *b = rnd(N, -1, 1), *o = rnd(T * N, -1, 1);
         float *dx = rnd(T * K, -1, 1), *dW = rnd(N * K, -1, 1), *db = rnd(N, -1, 1), *g = rnd(T * N, -1, 1);
         float *o_ = UPF(o, T * N), *x_ = UPF(x, T * K);
@@ -436,18 +616,19 @@ static void dtype_cuda_case(DType dt, size_t panel) {
         matmul_forward_lora_ref(o2, la, x, Wc, b, A, B, T, K, N, R, 0.75f, 1.0f);
         expect_dev("matmul_forward_lora_dt_cuda", o2_, o2, T * N, 1e-4, 1e-4);
         expect_dev("matmul_forward_lora_dt_cuda la", la_, la, T * R, 1e-4, 1e-4);
-        free(Wc), free(W16), free(x), free(b), free(o), free(dx), free(dW), free(db), free(g);
+        free(Wc), free(Wh), free(x), free(b), free(o), free(dx), free(dW), free(db), free(g);
         free(A), free(B), free(la), free(o2);
     }
-    // the head
-    int T = 13, C = 48, V = 300, vchunk = 64, tg[13];
-    float temp = 0.7f;
+    // the head (vocab rows of a quantized one at v0 * dtype_row_bytes(dt, C)); hidden
+    // scaled so that the logits spread as with C = 48
+    int T = 13, C = q ? (qk < 64 ? 64 : qk) : 48, V = 300, vchunk = 64, tg[13];
+    float temp = 0.7f, hs = sqrtf(48.0f / C);
     for (int t = 0; t < T; t++) tg[t] = (int)rng_below(&rng, V);
     tg[0] = V - 1;
     float *Wc = malloc(4 * V * C);
-    uint16_t *W16 = dt_weight(Wc, (size_t)V * C, dt);
-    void *W_ = up(W16, 2 * (size_t)V * C);
-    float *h = rnd(T * C, -1, 1), *dl = rnd(T, -1, 1), *de = rnd(T, -1, 1);
+    void *Wh = dt_weight(Wc, V, C, dt);
+    void *W_ = up(Wh, V * dtype_row_bytes(dt, C));
+    float *h = rnd(T * C, -hs, hs), *dl = rnd(T, -1, 1), *de = rnd(T, -1, 1);
     float lp[13], ent[13], lse[13], *dh = malloc(4 * T * C), *dW = rnd(V * C, -1, 1);
     float *h_ = UPF(h, T * C), *ws_ = UPF(NULL, logprob_workspace_floats(T, vchunk));
     float *lp_ = UPF(NULL, T), *ent_ = UPF(NULL, T), *lse_ = UPF(NULL, T), *dh_ = UPF(NULL, T * C),
@@ -479,7 +660,16 @@ static void dtype_cuda_case(DType dt, size_t panel) {
     OK(embedding_forward_ref(eo, Wc, tok, ET, C, V, &err));
     OK(embedding_forward_dt_cuda(eo_, W_, dt, UPI(tok, ET), ET, C, V, 0, &err));
     expect_dev("embedding_forward_dt_cuda", eo_, eo, ET * C, 0, 0);
-    free(Wc), free(W16), free(h), free(dl), free(de), free(dh), free(dW), free(eo);
+    if (q) {  // a row that is not whole blocks: refused before any launch (no output touched)
+        ck_assert_int_eq(matmul_forward_dt_cuda(NULL, h_, W_, dt, NULL, T, C - 16, 2, 1.0f, 0.0f, &cb, &err), -1);
+        ck_assert_msg(strstr(err.msg, "not whole blocks"), "%s", err.msg);
+        ck_assert_int_eq(matmul_backward_dt_cuda(NULL, NULL, NULL, dl_, h_, W_, dt, T, C + 16, 1, 1.0f, 0.0f, &cb, &err),
+                         -1);
+        ck_assert_int_eq(embedding_forward_dt_cuda(NULL, W_, dt, tg_, T, C - 16, V, 0, &err), -1);
+        ck_assert_int_eq(logprob_backward_expect_dt_cuda(NULL, dl_, NULL, W_, dt, tg_, T, C - 16, temp, &cb, &err), -1);
+        ck_assert_int_eq(dtype_to_f32_cuda(NULL, W_, dt, (size_t)qk + 1, 0, &err), -1);
+    }
+    free(Wc), free(Wh), free(h), free(dl), free(de), free(dh), free(dW), free(eo);
 }
 
 // The sampler: the CPU's tokens and log-probs from the same logits and
@@ -550,43 +740,105 @@ START_TEST(test_dtype_cuda) {
 }
 END_TEST
 
-int main(void) {
-    int ndev = kernels_cuda_device_count();
-    if (ndev <= 0) {
-        printf("SKIP: no CUDA device (cudaGetDeviceCount found none)\n");
-        return 0;
+// Every quantized dtype through every _dt twin (the matmul products, the LoRA
+// forward, dx, the head's log-probs and gradients, the expectation pair, the
+// embedding), conversion panels of 32 blocks (10 to 32 W rows: products of 3 to
+// 19 panels, each but the first starting mid-weight at a row's first block),
+// and the rows refused that are not whole blocks.
+START_TEST(test_quant_cuda) {
+    rng_seed(&rng, 4646, 2);
+    size_t saved = matmul_dt_cuda_panel_floats;
+    dtype_cuda_case(qdts[_i], 32 * (size_t)dtype_block(qdts[_i]));
+    matmul_dt_cuda_panel_floats = saved;
+}
+END_TEST
+
+// dtype_to_f32_cuda (the _dt products' panel conversion): bit for bit the CPU's
+// floats, quant_dequant's for the quantized dtypes (random blocks and written
+// ones, from the first block and from block 5), dtype_to_f32's for bf16 / f16.
+START_TEST(test_dequant_cuda) {
+    rng_seed(&rng, 4646, 1);
+    for (int d = 0; d < 8; d++) {
+        DType dt = qdts[d];
+        size_t qk = (size_t)dtype_block(dt), bb = dtype_block_bytes(dt), n = 2 * QNB * qk;
+        uint8_t *b = q_blocks(dt), *b_ = up(b, 2 * QNB * bb);
+        float *want = malloc(4 * n), *got_ = UPF(NULL, n);
+        quant_dequant(want, b, dt, n);
+        for (int from = 0; from <= 5; from += 5) {
+            OK(dtype_to_f32_cuda(got_, b_ + from * bb, dt, n - from * qk, 0, &err));
+            float *got = down(got_, n - from * qk);
+            for (size_t i = 0; i < n - from * qk; i++)
+                ck_assert_msg(memcmp(&got[i], &want[from * qk + i], 4) == 0,
+                              "dtype_to_f32_cuda %s from block %d: element %zu is %.9g, quant_dequant %.9g",
+                              dtype_name(dt), from, i, got[i], want[from * qk + i]);
+            free(got);
+        }
+        cudaFree(b_), cudaFree(got_);
+        free(b), free(want);
     }
+    for (DType dt = DT_BF16; dt <= DT_F16; dt++) {
+        size_t n = 1001;
+        float *want = malloc(4 * n), *got_ = UPF(NULL, n);
+        void *h = dt_weight(want, 1, (int)n, dt), *h_ = up(h, 2 * n);
+        OK(dtype_to_f32_cuda(got_, h_, dt, n, 0, &err));
+        float *got = down(got_, n);
+        ck_assert_msg(memcmp(got, want, 4 * n) == 0, "dtype_to_f32_cuda %s differs from dtype_to_f32", dtype_name(dt));
+        cudaFree(h_), cudaFree(got_);
+        free(want), free(h), free(got);
+    }
+}
+END_TEST
+#endif  // PAIL_CUDA
+
+int main(void) {
+    Suite *s = suite_create("kernels_cuda");
+    TCase *host = tcase_create("host");
+    tcase_add_test(host, test_quant_decode_host);
+    int failed = 0;
+#ifdef PAIL_CUDA
+    int ndev = kernels_cuda_device_count();
+    if (ndev <= 0) printf("SKIP: no CUDA device (cudaGetDeviceCount found none): the host case only\n");
     rng_seed(&rng, 4242, 0);
-    if (cuda_blas_init(&cb, 0, &err) < 0) {
+    if (ndev > 0 && cuda_blas_init(&cb, 0, &err) < 0) {
         printf("check_kernels_cuda: %s\n", err.msg);
         return 1;
     }
-    Suite *s = suite_create("kernels_cuda");
-    TCase *core = tcase_create("core"), *limits = tcase_create("limits");
-    tcase_set_timeout(core, 120);
-    tcase_add_test(core, test_matmul_cuda);
-    tcase_add_test(core, test_rmsnorm_cuda);
-    tcase_add_test(core, test_rope_cuda);
-    tcase_add_test(core, test_rope_partial_cuda);
-    tcase_add_loop_test(core, test_attention_cuda, 0, 4);  // also the head-dim limit
-    tcase_add_test(core, test_swiglu_cuda);
-    tcase_add_test(core, test_geglu_cuda);
-    tcase_add_test(core, test_scale_cuda);
-    tcase_add_test(core, test_matmul_lora_cuda);
-    tcase_add_test(core, test_logprob_cuda);
-    tcase_add_test(core, test_dtype_cuda);
-    tcase_add_test(core, test_sample_cuda);
-    tcase_add_test(core, test_layernorm_cuda);
-    tcase_add_test(core, test_rope_interleaved_cuda);
-    tcase_add_test(limits, test_embedding_adamw_cuda);
-    suite_add_tcase(s, core);
-    suite_add_tcase(s, limits);
+    if (ndev > 0) {  // the device cases first: their random streams as before the quantized ones came
+        TCase *core = tcase_create("core"), *limits = tcase_create("limits"), *quant = tcase_create("quant");
+        tcase_set_timeout(core, 120);
+        tcase_add_test(core, test_matmul_cuda);
+        tcase_add_test(core, test_rmsnorm_cuda);
+        tcase_add_test(core, test_rope_cuda);
+        tcase_add_test(core, test_rope_partial_cuda);
+        tcase_add_loop_test(core, test_attention_cuda, 0, 4);  // also the head-dim limit
+        tcase_add_test(core, test_swiglu_cuda);
+        tcase_add_test(core, test_geglu_cuda);
+        tcase_add_test(core, test_scale_cuda);
+        tcase_add_test(core, test_matmul_lora_cuda);
+        tcase_add_test(core, test_logprob_cuda);
+        tcase_add_test(core, test_dtype_cuda);
+        tcase_add_test(core, test_sample_cuda);
+        tcase_add_test(core, test_layernorm_cuda);
+        tcase_add_test(core, test_rope_interleaved_cuda);
+        tcase_add_test(limits, test_embedding_adamw_cuda);
+        tcase_set_timeout(quant, 120);
+        tcase_add_test(quant, test_dequant_cuda);
+        tcase_add_loop_test(quant, test_quant_cuda, 0, 8);  // qdts[_i]
+        suite_add_tcase(s, core);
+        suite_add_tcase(s, limits);
+        suite_add_tcase(s, quant);
+    }
+#else
+    printf("SKIP: built without CUDA (make CUDA=1 builds the CUDA twins): the host case only\n");
+#endif
+    suite_add_tcase(s, host);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK);  // a CUDA context does not survive fork()
     srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
+    failed = srunner_ntests_failed(sr);
     srunner_free(sr);
+#ifdef PAIL_CUDA
     cuda_blas_free(&cb);
+#endif
     return failed ? 1 : 0;
 }
-#endif

@@ -260,6 +260,66 @@ START_TEST(test_quant_folder_refusals) {
 }
 END_TEST
 
+// --quantize q4_k / q8_0 at load: every float matrix as quant_quantize makes it (llama.cpp's
+// blocks), q4_k rows of 320 as quant_fallback's q5_0; blocks already there kept.
+START_TEST(test_quantize_at_load) {
+    ModelConfig cfg;
+    quant_cfg(&cfg);
+    cfg.intermediate_size = 320;  // down_proj's rows of 320: not whole 256-blocks
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/f", tmpdir);
+    ModelGenOptions o = {.dtype = ST_DTYPE_BF16, .seed = 3};
+    PailErr err = {0};
+    ck_assert_msg(modelgen_write(&cfg, dir, &o, &err) == 0, "%s", err.msg);
+    ModelWeights f, q, e;
+    ck_assert_msg(model_weights_load_as(&f, dir, DT_F32, &err) == 0, "%s", err.msg);
+    ck_assert_msg(model_weights_load_as(&q, dir, DT_Q4_K, &err) == 0, "%s", err.msg);
+    ck_assert_msg(model_weights_load_as(&e, dir, DT_Q8_0, &err) == 0, "%s", err.msg);
+    char desc[MODEL_DTYPE_DESC];
+    model_weights_dtype_desc(&q, desc, sizeof desc);
+    ck_assert_str_eq(desc, "q4_k+q5_0");
+    model_weights_dtype_desc(&e, desc, sizeof desc);
+    ck_assert_str_eq(desc, "q8_0");
+    size_t pbytes = 0;
+    ck_assert_msg(model_weights_probe(dir, DT_Q4_K, &pbytes, desc, &err) == 0, "%s", err.msg);
+    ck_assert_uint_eq(pbytes, q.bytes);
+    ck_assert_str_eq(desc, "q4_k+q5_0");
+    ck_assert_str_eq(q.base_sha256, f.base_sha256);  // the same files: run.json's compute_dtype tells them apart
+    int L = cfg.num_hidden_layers;
+    for (int id = 0; id < PARAM_COUNT; id++) {
+        const ModelParamSpec *s = &f.specs[id];
+        if (!s->present || !model_param_is_matrix((ModelParamId)id)) continue;
+        DType want = s->shape[1] % 256 ? DT_Q5_0 : DT_Q4_K;
+        for (int l = 0; l < (s->per_layer ? L : 1); l++) {
+            ModelWeights *ws[2] = {&q, &e};
+            DType dts[2] = {want, DT_Q8_0};
+            for (int k = 0; k < 2; k++) {
+                ck_assert_int_eq(model_weights_dtype(ws[k], (ModelParamId)id, l), dts[k]);
+                size_t rb = dtype_row_bytes(dts[k], s->shape[1]);
+                uint8_t *ref = malloc(s->shape[0] * rb);
+                const float *src = model_weights_tensor(&f, (ModelParamId)id, l);
+                for (size_t r = 0; r < s->shape[0]; r++)
+                    ck_assert_int_eq(quant_quantize(ref + r * rb, src + r * s->shape[1], dts[k], s->shape[1]), 0);
+                ck_assert_msg(!memcmp(model_weights_tensor(ws[k], (ModelParamId)id, l), ref, s->shape[0] * rb),
+                              "family %d layer %d as %s", id, l, dtype_name(dts[k]));
+                free(ref);
+            }
+        }
+    }
+    ck_assert(q.bytes * 3 < f.bytes / 2);  // ~4.5 bits a weight against 32 (the vectors stay fp32)
+    // a folder that already holds blocks keeps them under --quantize
+    char qdir[600];
+    snprintf(qdir, sizeof qdir, "%s/fq", tmpdir);
+    o.dtype = ST_DTYPE_F32;
+    ck_assert_msg(model_weights_save(&e, qdir, &o, &err) == 0, "%s", err.msg);
+    ModelWeights k;
+    ck_assert_msg(model_weights_load_as(&k, qdir, DT_Q4_K, &err) == 0, "%s", err.msg);
+    model_weights_dtype_desc(&k, desc, sizeof desc);
+    ck_assert_str_eq(desc, "q8_0");
+    model_weights_free(&k), model_weights_free(&f), model_weights_free(&q), model_weights_free(&e);
+}
+END_TEST
+
 START_TEST(test_quantize_parse) {
     int want = 7;
     ck_assert_int_eq(model_quantize_parse("q8_0", &want), 0);
@@ -286,6 +346,7 @@ int main(void) {
     tcase_set_timeout(core, 120);
     tcase_add_test(core, test_quant_folder_roundtrip);
     tcase_add_test(core, test_quant_folder_refusals);
+    tcase_add_test(core, test_quantize_at_load);
     tcase_add_test(core, test_quantize_parse);
     suite_add_tcase(s, core);
     SRunner *sr = srunner_create(s);

@@ -1152,6 +1152,13 @@ int gguf_import(const GgufFile *g, const char *dir, const GgufImportOptions *opt
     snprintf(info->arch, sizeof info->arch, "%s", a);
     if (opt->dtype != ST_DTYPE_BF16 && opt->dtype != ST_DTYPE_F32)
         return err_set(err, PAIL_ERR_INVALID, "gguf import: dtype %s is not BF16 or F32", safetensors_dtype_name(opt->dtype));
+    // A matrix in a type pail cannot compute on is refused before anything is written.
+    for (int i = 0; i < g->ntensors && !opt->dequantize; i++)
+        if (g->tensors[i].ndim == 2 && gguf_type_dtype(g->tensors[i].type) < 0)
+            return err_set(err, PAIL_ERR_UNSUPPORTED, "gguf %s: tensor '%s' is %s, a type pail does not compute on "
+                           "(it keeps Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, F16, BF16 and F32): import with "
+                           "--dequantize to hold the model in bf16", g->path, g->tensors[i].name,
+                           gguf_type_name(g->tensors[i].type));
     if (fs_mkdirs(dir, err) < 0) return -1;
     int n_vocab = 0;
     if (write_tokenizer(g, dir, opt, &n_vocab, err) < 0) return -1;

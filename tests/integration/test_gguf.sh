@@ -30,7 +30,8 @@ else bad "dequantization differs:"; sed 's/^/        /' "$WORK/deq.log"; fi
 
 "$PY" -c "import sys; sys.path.insert(0, '$ROOT/validation/model'); import gguf_files, json
 for s in gguf_files.STRINGS: print(json.dumps(s))" >"$WORK/strings.jsonl"
-for spec in llama:Q4_1 llama:Q8_0 qwen2:Q4_0 qwen2:Q5_1 qwen3:Q5_0 qwen3:F16; do
+# Imported with the blocks kept (the default): every log-prob computed on the quantized weights as stored.
+for spec in llama:Q4_1 llama:Q8_0 qwen2:Q4_0 qwen2:Q5_1 qwen3:Q5_0 qwen3:F16 llama:Q4_K qwen2:Q5_K qwen3:Q6_K; do
   arch=${spec%:*} qt=${spec#*:} f="$WORK/$arch-$qt.gguf" d="$WORK/$arch-$qt"
   check "$arch $qt: gguf-py writes it" "$PY" "$V" model "$f" --arch "$arch" --qtype "$qt"
   check "$arch $qt: import-gguf --dtype f32" "$CTL" import-gguf "$f" --out "$d" --dtype f32
@@ -40,6 +41,23 @@ for spec in llama:Q4_1 llama:Q8_0 qwen2:Q4_0 qwen2:Q5_1 qwen3:Q5_0 qwen3:F16; do
     ok "$arch $qt: tokenizer ids equal, $(grep '^logprobs' "$WORK/ci.log")"
   else bad "$arch $qt against transformers:"; grep -v "it/s\]" "$WORK/ci.log" | tail -8 | sed 's/^/        /'; fi
 done
+
+# The kept blocks and --dequantize hold the same values (model-info --sums hashes each tensor's fp32 values);
+# a type pail does not compute on is refused before anything is written, imported with --dequantize.
+for spec in llama-Q4_1 qwen2-Q5_K; do
+  "$CTL" import-gguf "$WORK/$spec.gguf" --out "$WORK/$spec-deq" --dtype f32 --dequantize >/dev/null 2>&1
+  "$CTL" model-info --model "$WORK/$spec" --sums | grep '^tensor ' >"$WORK/sums-kept" 2>&1
+  "$CTL" model-info --model "$WORK/$spec-deq" --sums | grep '^tensor ' >"$WORK/sums-deq" 2>&1
+  stored=$("$CTL" model-info --model "$WORK/$spec" | sed -n 's/^stored: \([^ ]*\).*/\1/p')
+  if [ -s "$WORK/sums-kept" ] && cmp -s "$WORK/sums-kept" "$WORK/sums-deq" && [[ $stored == *q* ]]; then
+    ok "$spec: blocks kept ($stored), every tensor's values equal to --dequantize's ($(wc -l <"$WORK/sums-kept") tensors)"
+  else bad "$spec: kept ($stored) and --dequantize differ: $(diff "$WORK/sums-kept" "$WORK/sums-deq" | head -2)"; fi
+done
+check "qwen3 Q3_K: gguf-py writes it" "$PY" "$V" model "$WORK/q3k.gguf" --arch qwen3 --qtype Q3_K
+expect_fail "Q3_K refused by name, nothing written" 1 "tensor 'blk.0.attn_q.weight' is Q3_K, a type pail does not compute on.*--dequantize" \
+  "$CTL" import-gguf "$WORK/q3k.gguf" --out "$WORK/q3k"
+[ ! -e "$WORK/q3k" ] && ok "Q3_K: no folder left behind" || bad "Q3_K: $WORK/q3k written before the refusal"
+check "Q3_K with --dequantize" "$CTL" import-gguf "$WORK/q3k.gguf" --out "$WORK/q3k" --dequantize
 
 # SentencePiece ("llama") vocabularies: a small random one (eos added too), and Mistral's real
 # tokenizer.model v3 from PyPI's mistral-common wheel (as test_tokenizer_sp gets it; SKIP when

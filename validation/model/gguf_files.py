@@ -37,10 +37,19 @@ def random_k_blocks(rng, qtype, n_blocks):
     return b
 
 
-def add(writer, name, data, qtype):
-    """Adds a float32 array quantized by gguf-py (or raw K blocks)."""
+def add(writer, name, data, qtype, rng=None):
+    """Adds a float32 array quantized by gguf-py (or, for a K type, random K blocks of its shape:
+    gguf-py cannot quantize them)."""
     if qtype in (Q.F32, Q.F16):
         writer.add_tensor(name, data.astype(np.float32 if qtype == Q.F32 else np.float16))
+    elif qtype in K_TYPES:
+        rows, cols = data.shape
+        b = random_k_blocks(rng, qtype, rows * cols // 256).reshape(rows, cols // 256 * gguf.GGML_QUANT_SIZES[qtype][1])
+        for off in {Q.Q4_K: [0, 2], Q.Q5_K: [0, 2], Q.Q6_K: [208], Q.Q2_K: [80, 82], Q.Q3_K: [108]}[qtype]:
+            # smaller scales than the types file's: a model whose logits stay in a sane range
+            d = (rng.uniform(0.0002, 0.0008, size=rows * cols // 256) * np.sqrt(256.0 / cols)).astype(np.float16)
+            b.reshape(-1, gguf.GGML_QUANT_SIZES[qtype][1])[:, off:off + 2] = d.view(np.uint8).reshape(-1, 2)
+        writer.add_tensor(name, b, raw_dtype=qtype)
     else:
         writer.add_tensor(name, gguf.quants.quantize(data, qtype), raw_dtype=qtype)
 
@@ -180,7 +189,7 @@ def r1_vocab(path):
 def cmd_model(a):
     rng = np.random.default_rng(a.seed)
     arch, qt = a.arch, Q[a.qtype]
-    C, L, H, Hkv, F = 64, 2, 4, 2, 128
+    C, L, H, Hkv, F = (256, 2, 4, 2, 512) if qt in K_TYPES else (64, 2, 4, 2, 128)  # K types: rows of 256-blocks
     D = 128 if arch == "qwen3" else C // H  # transformers reads no head_dim for qwen3: Qwen3Config's 128
     if a.tokenizer == "gpt2":
         tokens, types, merges = tiny_vocab()
@@ -221,12 +230,12 @@ def cmd_model(a):
                         "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}")
 
     def mat(name, rows, cols, scale=0.1, q=qt):
-        add(w, name, rng.normal(0, scale, size=(rows, cols)).astype(np.float32), q)
+        add(w, name, rng.normal(0, scale, size=(rows, cols)).astype(np.float32), q, rng)
 
     def vec(name, n, base=0.0):
         w.add_tensor(name, (base + rng.normal(0, 0.1, size=n)).astype(np.float32))
 
-    mat("token_embd.weight", V, C, 1.0, Q.F32 if V * C % 32 else qt)
+    mat("token_embd.weight", V, C, 1.0, Q.F32 if V * C % 32 or qt in K_TYPES else qt)
     for l in range(L):
         p = f"blk.{l}."
         vec(p + "attn_norm.weight", C, 1.0); vec(p + "ffn_norm.weight", C, 1.0)
@@ -239,7 +248,7 @@ def cmd_model(a):
         mat(p + "ffn_gate.weight", F, C); mat(p + "ffn_up.weight", F, C); mat(p + "ffn_down.weight", C, F)
     vec("output_norm.weight", C, 1.0)
     if arch != "qwen2":  # qwen2 tied, the others with their own head
-        mat("output.weight", V, C, 0.5, Q.F32 if V * C % 32 else qt)
+        mat("output.weight", V, C, 0.5, Q.F32 if V * C % 32 else Q.Q8_0 if qt in K_TYPES else qt)
     w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
 
 
