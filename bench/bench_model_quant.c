@@ -10,7 +10,7 @@
 //   other projections and the tied embedding Q5_0 (the mix is printed).
 //   Targets: q8_0 >= 1.7x, q4_k >= 2.5x bf16.
 // - policy: the GRPO step, forward + backward to LoRA (frozen base) over packed
-//   sequences (4 x 64 tokens by default), tokens/s on the q4_k base against the
+//   sequences (2 x 64 tokens by default), tokens/s on the q4_k base against the
 //   bf16 base, alternating, best of --iters. Target >= 0.8x.
 // The quantized weights are random valid blocks (random bytes, every fp16
 // scale set so the values have std ~0.02): the speed does not depend on the
@@ -25,6 +25,7 @@
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include "core/threads.h"
 #include "kernels.h"
 #include "quant.h"
 #include "model/modelgen.h"
@@ -463,14 +464,15 @@ static int save_quantized(const char *model, const char *out, const char *q, con
 
 static void usage(void) {
     fprintf(stderr, "usage: bench_model_quant [decode] [policy] [--reps N (3)] [--steps N (32)] [--rank R (16)]\n"
-                    "                         [--iters N (2)] [--seqs N (4)] [--seq-len N (64)]\n"
+                    "                         [--iters N (2)] [--seqs N (2)] [--seq-len N (64)]\n"
                     "       bench_model_quant save-quantized --model DIR --out DIR [--quantize q4_k|q8_0 (q4_k)]\n"
                     "                         [--tokenizer DIR]\n");
     exit(2);
 }
 
 int main(int argc, char **argv) {
-    int reps = 3, steps = 32, rank = 16, iters = 2, nseq = 4, seqlen = 64, dec = 0, pol = 0, save = 0;
+    threads_policy_apply(argv);  // the executables' OpenMP wait policy (may start this program again)
+    int reps = 3, steps = 32, rank = 16, iters = 2, nseq = 2, seqlen = 64, dec = 0, pol = 0, save = 0;
     const char *model = NULL, *out = NULL, *q = "q4_k", *tok = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -500,8 +502,8 @@ int main(int argc, char **argv) {
         if (fscanf(f, "%lf", &load) != 1) load = -1;
         fclose(f);
     }
-    printf("bench_model_quant: load average %.2f (figures are only meaningful on an idle machine); dtype ISA %s\n",
-           load, dtype_isa());
+    printf("bench_model_quant: load average %.2f (figures are only meaningful on an idle machine); dtype ISA %s\n%s\n",
+           load, dtype_isa(), threads_policy_note());
     const char *why = validate();  // before this process starts OpenMP's threads: it forks
     if (why) {
         printf("bench_model_quant: SKIP: %s\n", why);
