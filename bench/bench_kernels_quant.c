@@ -8,7 +8,7 @@
 // and Q6_K: time and largest error against the double reference on the
 // dequantized W (the trainer's arithmetic), in units of the products'
 // magnitude sum |x| |W|. Validates pail's path first. Not a test.
-//   bench_kernels_quant [matvec] [designs] [prefill] [head]   (none: all)
+//   bench_kernels_quant [matvec] [down] [head] [stream1] [designs] [prefill]   (none: all)
 #include <immintrin.h>
 #include <math.h>
 #include <omp.h>
@@ -408,6 +408,39 @@ static void compute_figures(int K) {
     free(x), free(o), free(xq.q), free(xq.d), free(xq.s), free(xq.s16);
 }
 
+// One thread, W read from memory, the thread's CPU time (a stall on memory
+// counts, another process's turn does not): what a core streams, measurable
+// on a busy machine.
+static void stream1_figures(const char *name, int N, int K) {
+    printf("\ndecode mat-vec on one thread, W %s = %d x %d from memory, T = 1 (thread CPU time, best of 5 passes\n"
+           "over >= 512 MiB of copies): ms a call, GB/s of W read\n",
+           name, N, K);
+    printf("  %-6s %8s %8s %8s\n", "dtype", "ms", "GB/s", "vs bf16");
+    float *x = bench_malloc(sizeof(float) * K), *o = bench_malloc(sizeof(float) * N);
+    for (int i = 0; i < K; i++) x[i] = gauss();
+    int saved = omp_get_max_threads();
+    omp_set_num_threads(1);
+    double tbf = 0;
+    for (int d = 0; d < NDT; d++) {
+        DType dt = all_dts[d];
+        if (K % dtype_block(dt)) continue;
+        Cycled c = cycled(dt, N, K);
+        double best = 1e30;
+        for (int b = 0, k = 0; b < 5; b++) {
+            double t0 = cpu_now();
+            for (int r = 0; r < c.copies; r++) matmul_forward_dt(o, x, copy_of(&c, k++), dt, NULL, 1, K, N, 1, 0);
+            best = fmin(best, (cpu_now() - t0) / c.copies);
+        }
+        if (dt == DT_BF16) tbf = best;
+        char vs[16] = "-";
+        if (tbf > 0) snprintf(vs, sizeof vs, "%.2fx", tbf / best);
+        printf("  %-6s %8.3f %8.2f %8s\n", dtype_name(dt), best * 1e3, c.bytes / best / 1e9, vs);
+        free(c.w);
+    }
+    omp_set_num_threads(saved);
+    free(x), free(o);
+}
+
 static void prefill_figures(int N, int K) {
     enum { TP = 512 };
     printf("\nprefill, T = %d rows, W %d x %d: ms a call (best of 3), GFLOP/s\n", TP, N, K);
@@ -459,6 +492,10 @@ int main(int argc, char **argv) {
         matvec_figures("k/v", KV, C);
     }
     if (want(argc, argv, "head")) matvec_figures("head", V, C);
+    if (want(argc, argv, "stream1")) {
+        stream1_figures("down", C, F);
+        stream1_figures("gate/up", F, C);
+    }
     if (want(argc, argv, "designs")) {
         compute_figures(4864);
         design_figures(F, C);

@@ -316,10 +316,11 @@ INL void q6_k_avx2_nt(float *r, const unsigned char *w, const float *x, int K, i
     __m256 acc[4], s0[4], s1[4];
     QZERO(acc);
     for (int k = 0; k < K; k += 256, w += 210) {
-        const signed char *sc = (const signed char *)(w + 192);
-        float d = f16s(w + 208);
+        __m256 d = _mm256_set1_ps(f16s(w + 208));
         for (int j = 0; j < 2; j++) {
             __m256i h = _mm256_loadu_si256((const __m256i *)(w + 128 + 32 * j));
+            // d sc[8 j .. 8 j + 8), broadcast two a quarter (KSC)
+            __m256 dsc = _mm256_mul_ps(d, CVT(I8X8(w + 192 + 8 * j)));
             for (int s = 0; s < 4; s++) {
                 __m256i a = _mm256_loadu_si256((const __m256i *)(w + 64 * j + 32 * (s & 1)));
                 __m256i lo = _mm256_and_si256(s < 2 ? a : _mm256_srli_epi16(a, 4), m4);
@@ -333,8 +334,8 @@ INL void q6_k_avx2_nt(float *r, const unsigned char *w, const float *x, int K, i
                 QFMA(s0, CVT(_mm256_cvtepi8_epi32(_mm_srli_si128(qlo, 8))), e + 8);
                 QFMA(s1, CVT(_mm256_cvtepi8_epi32(qhi)), e + 16);
                 QFMA(s1, CVT(_mm256_cvtepi8_epi32(_mm_srli_si128(qhi, 8))), e + 24);
-                QSCALE(acc, s0, d * (float)sc[8 * j + 2 * s]);
-                QSCALE(acc, s1, d * (float)sc[8 * j + 2 * s + 1]);
+                QSCALEV(acc, s0, KSC(dsc, 2 * s));
+                QSCALEV(acc, s1, KSC(dsc, 2 * s + 1));
             }
         }
     }
