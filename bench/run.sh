@@ -20,6 +20,9 @@ echo "== bench_model" && bash bench/bench_model.sh
 # Base weights held as bf16 (issue 14): decode beyond the caches, log-prob
 # distances against transformers, peak memory (doc/performance.md).
 run bench_model_dtype
+# GGUF block-quantized weights (issue 46): decode mat-vec per type beside bf16 and
+# fp32 at the 0.5B shapes, the two mat-vec designs, prefill (doc/kernels.md).
+run bench_kernels_quant
 echo "== dtype log-probs (validation/bench/dtype_logprobs.py)" &&
   "$(bash mk/venv.sh)/bin/python" validation/bench/dtype_logprobs.py --ctl "$BIN/grpo-ctl" \
     --decode "$BUILD/bench/bench_model_dtype" --tokenizer data/tokenizers/bytes

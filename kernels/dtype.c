@@ -10,6 +10,7 @@
 #include <string.h>
 #include "core/log.h"
 #include "dtype_cpu.h"
+#include "matmul_quant.h"
 #include "quant.h"
 
 static const char *const dt_names[DT_COUNT] = {"f32", "bf16", "f16", "q8_0", "q4_0", "q4_1",
@@ -273,7 +274,9 @@ static const DtCvtFn quant_to_f32_fns[DT_COUNT] = {
 
 DtCvtFn dtype_to_f32_fn(DType dt, DtIsa isa) {
     if ((unsigned)dt >= DT_COUNT || (unsigned)isa >= DT_ISA_COUNT) return NULL;
-    return dtype_is_quant(dt) ? quant_to_f32_fns[dt] : to_f32_fns[isa][dt];
+    if (dtype_is_quant(dt))  // AVX2 and above: kernels/matmul_quant.c's, bit for bit the reference's
+        return isa >= DT_ISA_AVX2 ? matmul_quant_dequant_fn(dt, isa) : quant_to_f32_fns[dt];
+    return to_f32_fns[isa][dt];
 }
 
 void dtype_to_f32(float *dst, const void *src, DType dt, size_t n) {

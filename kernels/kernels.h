@@ -56,6 +56,10 @@ void matmul_backward_ref(float *dx, float *dW, float *dbias, const float *dout,
 // registers as it streams it; larger T converts W a panel at a time into
 // per-thread scratch (allocated once per thread, at its first such call) and
 // runs the fp32 GEMM on it. dW (an fp32 gradient) does not read W.
+// A quantized W (dtype_is_quant: Q8_0 .. Q6_K): N rows of dtype_row_bytes(wdt,
+// K) bytes, K a multiple of dtype_block(wdt); the result is the fp32 product
+// on W dequantized as quant_dequant does, up to the order of the sums (the
+// mat-vec dequantizes each block in registers, kernels/matmul_quant.c).
 void matmul_forward_dt(float *out, const float *x, const void *W, DType wdt, const float *bias,
                        int T, int K, int N, float alpha, float beta);
 void matmul_forward_lora_dt(float *out, float *la, const float *x, const void *W, DType wdt,
@@ -255,7 +259,8 @@ void logprob_backward_expect(float *dhidden, const float *dlogp, const float *ex
                              const float *w_lm, const int *targets, int T, int C,
                              float temperature);
 
-// The head with w_lm (V,C) in a storage dtype (converted exactly); DT_F32 is
+// The head with w_lm (V,C) in a storage dtype (converted exactly; quantized:
+// rows of dtype_row_bytes(wdt, C), products as matmul_forward_dt's); DT_F32 is
 // the functions above bit for bit. dw_lm (fp32, +=) is dz^T hidden and never
 // reads w_lm, so it is computed for any head dtype (a trained head is fp32
 // anyway; a frozen one passes NULL).
@@ -280,7 +285,8 @@ int embedding_forward(float *out, const float *table, const int *tokens, int T, 
                       PailErr *err);
 int embedding_forward_ref(float *out, const float *table, const int *tokens, int T, int C,
                           int V, PailErr *err);
-// table (V,C) in a storage dtype; rows converted exactly.
+// table (V,C) in a storage dtype; rows converted exactly (quantized: rows of
+// dtype_row_bytes(tdt, C), C a multiple of the block, dequantized).
 int embedding_forward_dt(float *out, const void *table, DType tdt, const int *tokens, int T, int C,
                          int V, PailErr *err);
 // dtable(V,C) += scatter of dout(T,C) (tokens already checked by the forward).

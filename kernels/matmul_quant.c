@@ -316,10 +316,11 @@ INL void q6_k_avx2_nt(float *r, const unsigned char *w, const float *x, int K, i
     __m256 acc[4], s0[4], s1[4];
     QZERO(acc);
     for (int k = 0; k < K; k += 256, w += 210) {
-        const signed char *sc = (const signed char *)(w + 192);
-        float d = f16s(w + 208);
+        __m256 d = _mm256_set1_ps(f16s(w + 208));
         for (int j = 0; j < 2; j++) {
             __m256i h = _mm256_loadu_si256((const __m256i *)(w + 128 + 32 * j));
+            // d sc[8 j .. 8 j + 8), broadcast two a quarter (KSC)
+            __m256 dsc = _mm256_mul_ps(d, CVT(I8X8(w + 192 + 8 * j)));
             for (int s = 0; s < 4; s++) {
                 __m256i a = _mm256_loadu_si256((const __m256i *)(w + 64 * j + 32 * (s & 1)));
                 __m256i lo = _mm256_and_si256(s < 2 ? a : _mm256_srli_epi16(a, 4), m4);
@@ -333,8 +334,8 @@ INL void q6_k_avx2_nt(float *r, const unsigned char *w, const float *x, int K, i
                 QFMA(s0, CVT(_mm256_cvtepi8_epi32(_mm_srli_si128(qlo, 8))), e + 8);
                 QFMA(s1, CVT(_mm256_cvtepi8_epi32(qhi)), e + 16);
                 QFMA(s1, CVT(_mm256_cvtepi8_epi32(_mm_srli_si128(qhi, 8))), e + 24);
-                QSCALE(acc, s0, d * (float)sc[8 * j + 2 * s]);
-                QSCALE(acc, s1, d * (float)sc[8 * j + 2 * s + 1]);
+                QSCALEV(acc, s0, KSC(dsc, 2 * s));
+                QSCALEV(acc, s1, KSC(dsc, 2 * s + 1));
             }
         }
     }
@@ -375,7 +376,126 @@ QDOT_AVX2(q5_1, C_Q5_1, 1)
 QDOT_AVX2(q4_k, C_Q4_K, 1)
 QDOT_AVX2(q5_k, C_Q5_K, 1)
 QDOT_AVX2(q6_k, C_Q6_K, 0)
+
+// ---- dequantization to fp32, bit for bit quant_dequant's ----
+// The same operations on the same floats in the same order, each rounded once
+// (this file is built with -ffp-contract=off: no mul + add fused), 8 lanes at
+// a time: the GEMMs' panels, the embedding's and the head's rows
+// (dtype_to_f32_fn on AVX2 and above).
+// y[0 .. 32) = d * q (the int8 q, 32 of them); y = d * q + m with m given
+INL void deq32(float *y, __m256i q, __m256 d0, __m256 d1) {  // d0: elements 0..15, d1: 16..31
+    __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
+    _mm256_storeu_ps(y, _mm256_mul_ps(d0, CVT(_mm256_cvtepi8_epi32(lo))));
+    _mm256_storeu_ps(y + 8, _mm256_mul_ps(d0, CVT(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8)))));
+    _mm256_storeu_ps(y + 16, _mm256_mul_ps(d1, CVT(_mm256_cvtepi8_epi32(hi))));
+    _mm256_storeu_ps(y + 24, _mm256_mul_ps(d1, CVT(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8)))));
+}
+// y[0 .. 32) = d * q + m (sub: d * q - m)
+INL void deq32m(float *y, __m256i q, __m256 d, __m256 m, int sub) {
+    __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
+    __m128i part[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+    for (int i = 0; i < 4; i++) {
+        __m256 p = _mm256_mul_ps(d, CVT(_mm256_cvtepi8_epi32(part[i])));
+        _mm256_storeu_ps(y + 8 * i, sub ? _mm256_sub_ps(p, m) : _mm256_add_ps(p, m));
+    }
+}
+
+static void deq_avx2(float *y, const void *src, DType dt, size_t n) {
+    const unsigned char *b = src;
+    const __m256i m4 = _mm256_set1_epi8(0xF);
+    size_t be = (size_t)dtype_block(dt), bb = dtype_block_bytes(dt);
+    for (size_t i = 0; i < n; i += be, b += bb, y += be) switch (dt) {
+        case DT_Q8_0: {
+            __m256 d = _mm256_set1_ps(f16s(b));
+            deq32(y, _mm256_loadu_si256((const __m256i *)(b + 2)), d, d);
+            break;
+        }
+        case DT_Q4_0: {
+            __m256 d = _mm256_set1_ps(f16s(b));
+            deq32(y, _mm256_sub_epi8(nibbles32(b + 2), _mm256_set1_epi8(8)), d, d);
+            break;
+        }
+        case DT_Q4_1:
+            deq32m(y, nibbles32(b + 4), _mm256_set1_ps(f16s(b)), _mm256_set1_ps(f16s(b + 2)), 0);
+            break;
+        case DT_Q5_0: {
+            __m256 d = _mm256_set1_ps(f16s(b));
+            __m256i q = _mm256_or_si256(nibbles32(b + 6), bits32_x10(b + 2));
+            deq32(y, _mm256_sub_epi8(q, _mm256_set1_epi8(16)), d, d);
+            break;
+        }
+        case DT_Q5_1:
+            deq32m(y, _mm256_or_si256(nibbles32(b + 8), bits32_x10(b + 4)), _mm256_set1_ps(f16s(b)),
+                   _mm256_set1_ps(f16s(b + 2)), 0);
+            break;
+        case DT_Q4_K:
+        case DT_Q5_K: {
+            __m256 dsc, dmn;
+            k4_scales(b, &dsc, &dmn);
+            int k5 = dt == DT_Q5_K;
+            const unsigned char *qs = b + (k5 ? 48 : 16);
+            __m256i qh = k5 ? _mm256_loadu_si256((const __m256i *)(b + 16)) : _mm256_setzero_si256();
+            const __m256i b4 = _mm256_set1_epi8(0x10);
+            for (int j = 0; j < 4; j++) {
+                __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * j));
+                __m256i q0 = _mm256_and_si256(v, m4), q1 = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+                if (k5) {
+                    q0 = _mm256_or_si256(q0, _mm256_and_si256(_mm256_slli_epi16(_mm256_srli_epi16(qh, 2 * j), 4), b4));
+                    q1 = _mm256_or_si256(q1,
+                                         _mm256_and_si256(_mm256_slli_epi16(_mm256_srli_epi16(qh, 2 * j + 1), 4), b4));
+                }
+                deq32m(y + 64 * j, q0, KSC(dsc, 2 * j), KSC(dmn, 2 * j), 1);
+                deq32m(y + 64 * j + 32, q1, KSC(dsc, 2 * j + 1), KSC(dmn, 2 * j + 1), 1);
+            }
+            break;
+        }
+        case DT_Q6_K: {
+            const signed char *sc = (const signed char *)(b + 192);
+            float d = f16s(b + 208);
+            for (int j = 0; j < 2; j++) {
+                __m256i h = _mm256_loadu_si256((const __m256i *)(b + 128 + 32 * j));
+                for (int s = 0; s < 4; s++) {
+                    __m256i a = _mm256_loadu_si256((const __m256i *)(b + 64 * j + 32 * (s & 1)));
+                    __m256i lo = _mm256_and_si256(s < 2 ? a : _mm256_srli_epi16(a, 4), m4);
+                    __m256i hb = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2 * s), _mm256_set1_epi8(3)), 4);
+                    __m256i q = _mm256_sub_epi8(_mm256_or_si256(lo, hb), _mm256_set1_epi8(32));
+                    deq32(y + 128 * j + 32 * s, q, _mm256_set1_ps(d * (float)sc[8 * j + 2 * s]),
+                          _mm256_set1_ps(d * (float)sc[8 * j + 2 * s + 1]));
+                }
+            }
+            break;
+        }
+        default: return;
+        }
+}
+#define QDEQ(name, DT) \
+    static void name##_deq_avx2(float *y, const void *src, size_t n) { deq_avx2(y, src, DT, n); }
+QDEQ(q8_0, DT_Q8_0)
+QDEQ(q4_0, DT_Q4_0)
+QDEQ(q4_1, DT_Q4_1)
+QDEQ(q5_0, DT_Q5_0)
+QDEQ(q5_1, DT_Q5_1)
+QDEQ(q4_k, DT_Q4_K)
+QDEQ(q5_k, DT_Q5_K)
+QDEQ(q6_k, DT_Q6_K)
+#undef QDEQ
 #pragma GCC pop_options
+
+static const DtCvtFn deq_fns[DT_COUNT] = {
+    [DT_Q8_0] = q8_0_deq_avx2,
+    [DT_Q4_0] = q4_0_deq_avx2,
+    [DT_Q4_1] = q4_1_deq_avx2,
+    [DT_Q5_0] = q5_0_deq_avx2,
+    [DT_Q5_1] = q5_1_deq_avx2,
+    [DT_Q4_K] = q4_k_deq_avx2,
+    [DT_Q5_K] = q5_k_deq_avx2,
+    [DT_Q6_K] = q6_k_deq_avx2,
+};
+
+DtCvtFn matmul_quant_dequant_fn(DType wdt, DtIsa isa) {
+    if (!dtype_is_quant(wdt) || isa < DT_ISA_AVX2 || (unsigned)isa >= DT_ISA_COUNT) return NULL;
+    return deq_fns[wdt];
+}
 
 // ---- dispatch and names ----
 static const QDotFn qdot_fns[2][DT_COUNT] = {
@@ -388,14 +508,18 @@ QDotFn matmul_quant_dot_fn(DType wdt, DtIsa isa) {
     return qdot_fns[isa >= DT_ISA_AVX2][wdt];
 }
 
-#define QNAMES(t)                                                            \
-    { {"mat-vec on " t " blocks dequantized one at a time into L1 (scalar)", \
-       "mat-vec on " t " blocks dequantized in registers (avx2)",            \
-       "mat-vec on " t " blocks dequantized in registers (avx2)"},           \
-      "sgemm over f32 panels dequantized from " t " (reference dequantization)" }
+#define QNAMES(t)                                                              \
+    {                                                                          \
+        {"mat-vec on " t " blocks dequantized one at a time into L1 (scalar)", \
+         "mat-vec on " t " blocks dequantized in registers (avx2)",            \
+         "mat-vec on " t " blocks dequantized in registers (avx2)"},           \
+        { "sgemm over f32 panels dequantized from " t " (scalar)",             \
+          "sgemm over f32 panels dequantized from " t " (avx2)",               \
+          "sgemm over f32 panels dequantized from " t " (avx2)" }              \
+    }
 static const struct {
     const char *small[DT_ISA_COUNT];
-    const char *gemm;
+    const char *gemm[DT_ISA_COUNT];
 } qnames[DT_COUNT] = {
     [DT_Q8_0] = QNAMES("q8_0"),
     [DT_Q4_0] = QNAMES("q4_0"),
@@ -409,5 +533,5 @@ static const struct {
 
 const char *matmul_quant_path_name(int small, DType wdt, DtIsa isa) {
     if (!dtype_is_quant(wdt) || (unsigned)isa >= DT_ISA_COUNT) return "?";
-    return small ? qnames[wdt].small[isa] : qnames[wdt].gemm;
+    return small ? qnames[wdt].small[isa] : qnames[wdt].gemm[isa];
 }

@@ -224,6 +224,46 @@ START_TEST(test_quant_matmul_panels) {
 }
 END_TEST
 
+// ---- dequantization: every ISA's dtype_to_f32 is quant_dequant bit for bit ----
+// Blocks of random bytes, and then with random fp16 scales over the whole
+// finite range (subnormal, negative, up to 65504: products that round in fp32,
+// so a fused multiply-add or another order of the operations would show).
+START_TEST(test_quant_dequant_exact) {
+    enum { NB = 64 };
+    for (int di = 0; di < NQ; di++) {
+        DType dt = qdts[di];
+        int K = NB * dtype_block(dt);
+        QWeight w = qweight(dt, 1, K);
+        for (int pass = 0; pass < 2; pass++) {
+            if (pass)  // every 16-bit scale field random (finite)
+                for (size_t b = 0; b < w.row_bytes; b += dtype_block_bytes(dt))
+                    for (int f = 0; f < 2; f++) {
+                        size_t off = dt == DT_Q6_K ? 208 : (size_t)2 * f;
+                        uint16_t h;
+                        do h = (uint16_t)rng_u64(&rng);
+                        while ((h & 0x7c00) == 0x7c00);
+                        memcpy(w.q + b + off, &h, 2);
+                    }
+            quant_dequant(w.wc, w.q, dt, (size_t)K);
+            for (int isa = 0; isa <= (int)dtype_isa_best(); isa++) {
+                ck_assert_int_eq(dtype_isa_force((DtIsa)isa), 0);
+                float *y = rnd((size_t)K, 0, 1);
+                dtype_to_f32(y, w.q, dt, (size_t)K);
+                char what[96];
+                snprintf(what, sizeof what, "dtype_to_f32 %s pass %d (%s)", dtype_name(dt), pass, dtype_isa());
+                expect_same(what, y, w.wc, (size_t)K);
+                // a part of a row from a block's start: the panels' and the head's slices
+                dtype_to_f32(y, w.q + dtype_block_bytes(dt), dt, (size_t)dtype_block(dt));
+                expect_same(what, y, w.wc + dtype_block(dt), (size_t)dtype_block(dt));
+                free(y);
+            }
+        }
+        qweight_free(&w);
+    }
+    dtype_isa_force(dtype_isa_best());
+}
+END_TEST
+
 // ---- embedding: a row dequantized exactly ----
 START_TEST(test_quant_embedding) {
     int T = 9, V = 13, tok[9] = {3, 0, 12, 3, 5, 12, 1, 2, 9};
@@ -358,6 +398,7 @@ int main(void) {
     TCase *core = tcase_create("core"), *limits = tcase_create("limits");
     tcase_set_timeout(core, 240);
     tcase_set_timeout(limits, 120);
+    tcase_add_test(core, test_quant_dequant_exact);
     tcase_add_test(core, test_quant_matmul_blocks);
     tcase_add_test(core, test_quant_matmul_wide);
     tcase_add_test(core, test_quant_embedding);
