@@ -17,7 +17,9 @@
 // values. Validates first, in a child process, on a small model: the
 // quantized model's log-probs, LoRA gradients and decode logits against the
 // same blocks dequantized into an f32 model; where the kernels for quantized
-// weights are missing (or wrong) it prints SKIP and exits 0. Not a test.
+// weights are missing (or wrong) it prints SKIP and exits 0. Also
+// `save-quantized`: a checkpoint loaded with --quantize's rule and written as
+// its blocks (bench/dtype_memory.sh's q4_k folder). Not a test.
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
