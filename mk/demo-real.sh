@@ -180,7 +180,9 @@ echo "  curve:    $D/curve.svg"
 echo "  logs:     $D/logs/"
 echo "  time:     $(( $(date +%s) - start )) s"
 # The trainer's log-probs of the sampled tokens against the workers' at staleness 0, over the run's steps.
-grep -o '"behaviour/logp_diff_[a-z]*": *[-0-9.e+]*' "$D/logs/metrics.jsonl" 2>/dev/null | awk -F': *' '
-  /max/ { if ($2 > mx) mx = $2; n++ } /mean/ { s += $2 }
-  END { if (n) printf "demo: trainer vs workers at staleness 0 (%s): log-prob |diff| max %.2g, mean %.2g over %d steps\n", imp, mx, s / n, n }' imp="$IMPORT"
+# (steps without such a token have null figures: not counted)
+grep -o '"behaviour/logp_diff_m[a-z]*": *[0-9][-0-9.e+]*' "$D/logs/metrics.jsonl" 2>/dev/null | awk -F': *' '
+  /max/ { if ($2 + 0 > mx) mx = $2 + 0; n++ } /mean/ { s += $2 }
+  END { if (n) printf "demo: trainer vs workers at staleness 0 (%s): log-prob |diff| max %.2g, mean %.2g over %d steps\n", imp, mx, s / n, n
+        else printf "demo: trainer vs workers at staleness 0 (%s): no step trained on a shard of the weights it held\n", imp }' imp="$IMPORT"
 awk -v a="$A" -v b="$B" 'BEGIN { printf "demo: held-out accuracy %.1f%% -> %.1f%%\n", 100 * a, 100 * b }'
