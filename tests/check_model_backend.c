@@ -28,6 +28,7 @@
 #include "matmul_amx.h"
 #include "lora/trainable.h"
 #include "model/transformer.h"
+#include "quant.h"
 #include "rollout/generate.h"
 
 // ---- a reference backend: host memory, the *_ref loops ----
@@ -419,22 +420,37 @@ static void hold_as(const ModelWeights *w, DType dt, ModelWeights *out) {
     for (int id = 0; id < PARAM_COUNT; id++) {
         const ModelParamSpec *sp = &w->specs[id];
         if (!sp->present) continue;
+        if (dtype_is_quant(out->dtype[id])) {  // f32 -> blocks: llama.cpp's quantizer, a row at a time
+            ck_assert_int_eq(w->dtype[id], DT_F32);
+            for (int l = 0; l < (sp->per_layer ? w->cfg.num_hidden_layers : 1); l++) {
+                const float *src = model_weights_tensor(w, id, l);
+                char *dst = model_weights_tensor(out, id, l);
+                for (size_t r = 0; r < sp->shape[0]; r++)
+                    ck_assert_int_eq(quant_quantize(dst + r * dtype_row_bytes(out->dtype[id], sp->shape[1]),
+                                                    src + r * sp->shape[1], out->dtype[id], sp->shape[1]), 0);
+            }
+            continue;
+        }
         size_t n = sp->numel * (sp->per_layer ? (size_t)w->cfg.num_hidden_layers : 1);
         dtype_convert(model_weights_tensor(out, id, 0), out->dtype[id], model_weights_tensor(w, id, 0), w->dtype[id], n);
     }
 }
 
 static void compare(Backend *be) {
-    for (int dt = 0; dt < DT_FLOAT_COUNT; dt++)  // the quantized ones: check_model_quant
+    // f32, bf16, f16, and two block types (the demo file's Q4_1 and Q8_0): every model family's
+    // transformer on the weights as held, against the reference on them and the f32 model of the same values
+    const DType dts[] = {DT_F32, DT_BF16, DT_F16, DT_Q8_0, DT_Q4_1};
+    for (size_t di = 0; di < sizeof dts / sizeof dts[0]; di++)
     for (int type = 0; type < MODEL_TYPE_COUNT; type++)
         for (int rec = 0; rec < 2; rec++) {
+            int dt = dts[di];
             if (dt != DT_F32 && rec) continue;  // recomputation does not touch the weights' dtype
             ModelWeights w32, w;
             small_model(&w32, (ModelType)type);
             if (dt == DT_F32) {
                 w = w32;
             } else {
-                // bf16 / f16 weights; the f32 model the checks below compare with holds the same values
+                // bf16 / f16 / quantized weights; the f32 model the checks below compare with holds the same values
                 hold_as(&w32, (DType)dt, &w);
                 model_weights_free(&w32);
                 hold_as(&w, DT_F32, &w32);
@@ -492,7 +508,7 @@ static void compare(Backend *be) {
                 free(am.grads); free(am.logits);
             }
             if (dt != DT_F32) {
-                // Weights held as bf16 / f16 compute what the same values held as fp32 do:
+                // Weights held as bf16 / f16 / blocks compute what the same values held as fp32 do:
                 // the conversion is exact and the arithmetic fp32 (only the summation order may differ).
                 Outputs up;
                 char what[64];
