@@ -403,9 +403,14 @@ class Round:
         self.timers.append((time.monotonic() + secs, fn, moot))
 
     def extra(self, name, argv, env, secs):
-        f = open(os.path.join(self.dir, f"{name}.log"), "a")
+        # Each extra its own log: two twins a second apart appended to one file, and the
+        # first one's refusal was judged by the second one's last line (an info line).
+        n = sum(1 for x in os.listdir(self.dir) if x == f"{name}.log" or x.startswith(f"{name}."))
+        path = os.path.join(self.dir, f"{name}.log" if n == 0 else f"{name}.{n}.log")
+        f = open(path, "a")
         p = subprocess.Popen(argv, stdout=f, stderr=f, env=env, cwd=self.dir)
         f.close()
+        p.pail_log = path
         self.extras.append((name, p))
         # The kill is moot once the process ends: a pending one would hold the round open (a 120 s
         # gc timer kept a fast trainer publishing until the bucket's tmpfs was full).
@@ -624,7 +629,7 @@ class Round:
         for name, p in list(self.extras):
             if p.poll() is not None:
                 self.extras.remove((name, p))
-                self.extra_exited(name, p.returncode)
+                self.extra_exited(name, p.returncode, p.pail_log)
 
     # What an extra process must end with: killed by the campaign at the end
     # of its time, or a clean exit, or the one-line refusal its fault calls for.
@@ -633,8 +638,7 @@ class Round:
                 "skewed": r"RequestTimeTooSkewed: x-amz-date \d{8}T\d{6}Z is more than 15 minutes from the "
                           r"relay's clock"}
 
-    def extra_exited(self, name, rc):
-        path = os.path.join(self.dir, f"{name}.log")
+    def extra_exited(self, name, rc, path):
         lines = [l for l in open(path, errors="replace").read().splitlines() if l.strip()]
         last = lines[-1] if lines else ""
         self.checks += 1
