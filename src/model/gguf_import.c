@@ -479,9 +479,9 @@ static void add_type(GgufImportInfo *info, GgmlType type) {
 // The dtype of every (family, layer) of the imported weights, ldt (PARAM_COUNT * L): a
 // matrix the file quantized in a type pail computes on keeps its blocks (unless dequantize),
 // everything else fp32 (written as the import's dtype). A matrix in a type pail cannot
-// compute on (Q2_K, Q3_K) is refused by name unless dequantize. Run after load_tensors'
-// check pass: every tensor is there.
-static int import_dtypes(const GgufFile *g, const ModelConfig *cfg, bool dequantize, DType *ldt, PailErr *err) {
+// compute on (Q2_K, Q3_K) never gets here without dequantize: gguf_import refuses it
+// before writing anything. Run after load_tensors' check pass: every tensor is there.
+static void import_dtypes(const GgufFile *g, const ModelConfig *cfg, bool dequantize, DType *ldt) {
     ModelParamSpec specs[PARAM_COUNT];
     model_param_specs(cfg, specs);
     size_t L = cfg->num_hidden_layers ? cfg->num_hidden_layers : 1;
@@ -496,18 +496,12 @@ static int import_dtypes(const GgufFile *g, const ModelConfig *cfg, bool dequant
             else snprintf(nm, sizeof nm, "%s", param_name(cfg, id));
             const GgufTensor *t = gguf_find_tensor(g, nm);
             if (!t || dequantize) continue;
-            int dt = gguf_type_dtype(t->type);
-            if (dt < 0)
-                return err_set(err, PAIL_ERR_UNSUPPORTED, "gguf %s: tensor '%s' is %s, a type pail does not compute "
-                               "on (it keeps Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, F16, BF16 and F32): "
-                               "import with --dequantize to hold the model in bf16", g->path, nm,
-                               gguf_type_name(t->type));
-            if (dtype_is_quant((DType)dt)) ldt[(size_t)id * L + l] = (DType)dt;
+            int dt = gguf_type_dtype(t->type);  // < 0 only with dequantize: gguf_import refused it up front
+            if (dt >= 0 && dtype_is_quant((DType)dt)) ldt[(size_t)id * L + l] = (DType)dt;
         }
         if (!s->per_layer)
             for (size_t l = 1; l < L; l++) ldt[(size_t)id * L + l] = ldt[(size_t)id * L];
     }
-    return 0;
 }
 
 // Every tensor the config needs, its name and shape checked, and every tensor of the file
@@ -1171,7 +1165,8 @@ int gguf_import(const GgufFile *g, const char *dir, const GgufImportOptions *opt
     DType *ldt = malloc(PARAM_COUNT * L * sizeof *ldt);
     if (!ldt) return err_set(err, PAIL_ERR_NOMEM, "out of memory");
     ModelWeights w;
-    if (import_dtypes(g, &cfg, opt->dequantize, ldt, err) < 0 || model_weights_alloc_layers(&w, &cfg, ldt, err) < 0) {
+    import_dtypes(g, &cfg, opt->dequantize, ldt);
+    if (model_weights_alloc_layers(&w, &cfg, ldt, err) < 0) {
         free(ldt);
         return -1;
     }
