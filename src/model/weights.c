@@ -230,7 +230,6 @@ int model_weights_alloc_layers(ModelWeights *w, const ModelConfig *cfg, const DT
     for (int i = 0; i < PARAM_COUNT; i++) w->dtype[i] = ldt[i * L];
     w->bytes = layout(cfg, w->specs, ldt, w->offsets, w->slices, &w->num_params);
     free(ldt);
-    for (int i = 0; i < PARAM_COUNT; i++) w->byte_offsets[i] = w->slices[i * L].byte;
     w->memory = mem_alloc_big(w->bytes ? w->bytes : 64);
     if (!w->memory) {
         size_t np = w->num_params, b = w->bytes;
@@ -248,7 +247,7 @@ int model_weights_alloc_layers(ModelWeights *w, const ModelConfig *cfg, const DT
                                  [PARAM_FINAL_NORM] = &w->p.final_norm, [PARAM_PRE_FF_NORM] = &w->p.pre_ff_norm,
                                  [PARAM_POST_FF_NORM] = &w->p.post_ff_norm};
     for (int i = 0; i < PARAM_COUNT; i++) {
-        void *p = w->specs[i].present ? (char *)w->memory + w->byte_offsets[i] : NULL;
+        void *p = w->specs[i].present ? (char *)w->memory + w->slices[i * L].byte : NULL;
         if (mats[i]) *mats[i] = p;
         else *vecs[i] = p;
     }
@@ -336,7 +335,7 @@ float *model_weights_f32(const ModelWeights *w) {
     size_t L = w->cfg.num_hidden_layers ? w->cfg.num_hidden_layers : 1;
     for (size_t i = 0; i < PARAM_COUNT * L; i++)
         if (w->specs[i / L].present && w->slices[i].dt != DT_F32) return NULL;
-    return w->memory;  // unpadded: byte_offsets[i] == 4 * offsets[i] (layout)
+    return w->memory;  // unpadded: a family's first byte is 4 * offsets[i] (layout)
 }
 
 void model_layer_dtypes_desc(const ModelConfig *cfg, const DType *ldt, char *out, size_t cap) {
@@ -354,18 +353,6 @@ void model_layer_dtypes_desc(const ModelConfig *cfg, const DType *ldt, char *out
                                    DT_Q6_K, DT_Q8_0, DT_BF16, DT_F16,  DT_F32};
     for (int k = 0; k < DT_COUNT; k++)
         if (seen[order[k]] && n < cap) n += snprintf(out + n, cap - n, "%s%s", n ? "+" : "", dtype_name(order[k]));
-}
-
-void model_dtypes_desc(const ModelConfig *cfg, const DType dt[PARAM_COUNT], char *out, size_t cap) {
-    size_t L = cfg->num_hidden_layers ? cfg->num_hidden_layers : 1;
-    DType *ldt = malloc(PARAM_COUNT * L * sizeof *ldt);
-    if (!ldt) {
-        snprintf(out, cap, "?");
-        return;
-    }
-    layer_dtypes(cfg, dt, ldt);
-    model_layer_dtypes_desc(cfg, ldt, out, cap);
-    free(ldt);
 }
 
 void model_weights_dtype_desc(const ModelWeights *w, char *out, size_t cap) {

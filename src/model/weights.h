@@ -83,7 +83,6 @@ typedef struct {
                                   // family's at l = 0); absent families' are { DT_F32, 0 }
     size_t offsets[PARAM_COUNT];  // element offset of each family: its place in a num_params-float
                                   // block (gradients, AdamW state), whatever the storage dtype
-    size_t byte_offsets[PARAM_COUNT];  // where each family starts in memory (64-byte aligned)
     size_t num_params;            // elements (lm_head counted once when tied)
     size_t bytes;                 // of memory
     void *memory;                 // owned: the one block
@@ -143,7 +142,6 @@ float *model_weights_f32(const ModelWeights *w);
 // holds at least 48 bytes. Recorded in run.json (compute_dtype).
 #define MODEL_DTYPE_DESC 48
 void model_weights_dtype_desc(const ModelWeights *w, char *out, size_t cap);
-void model_dtypes_desc(const ModelConfig *cfg, const DType dt[PARAM_COUNT], char *out, size_t cap);
 void model_layer_dtypes_desc(const ModelConfig *cfg, const DType *ldt, char *out, size_t cap);
 // HF name of (family, layer): "model.layers.3.self_attn.q_proj.weight".
 void model_param_name(const ModelParamSpec *s, int layer, char *out, size_t cap);
