@@ -1,11 +1,17 @@
 // Worker threads for the relay's backend I/O (file:// reads, s3:// requests):
 // the event loop never blocks on the store. Each worker owns one Store (Stores
-// are single-threaded); finished jobs go back to the loop through one event.
+// are single-threaded); finished jobs go back to the loop through an eventfd
+// the loop reads (a write(2) is thread-safe whatever libevent's thread setup:
+// event_active from a worker needs evthread locks on the base, which a base
+// made before evthread_use_pthreads lacks, and corrupts its queue).
 // Fairness: each access key's jobs wait in their own lane, lanes are served
 // round-robin, and one key runs at most key_cap jobs at once, so 128 slow
 // listings from one key delay another key's request by one job, not 128.
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+#include <sys/eventfd.h>
 #include "relay/relay_int.h"
 
 typedef struct {
@@ -73,13 +79,16 @@ static void *worker_main(void *arg) {
         else p->done_head = j;
         p->done_tail = j;
         pthread_mutex_unlock(&p->mu);
-        event_active(p->done_ev, EV_READ, 0);
+        uint64_t one = 1;
+        while (write(p->done_fd, &one, sizeof one) < 0 && errno == EINTR) {}
     }
 }
 
 static void done_cb(evutil_socket_t fd, short what, void *arg) {
     (void)fd, (void)what;
     Pool *p = arg;
+    uint64_t n;
+    while (read(p->done_fd, &n, sizeof n) < 0 && errno == EINTR) {}  // EAGAIN: already drained
     pthread_mutex_lock(&p->mu);
     PoolJob *j = p->done_head;
     p->done_head = p->done_tail = NULL;
@@ -94,10 +103,14 @@ static void done_cb(evutil_socket_t fd, short what, void *arg) {
 
 int pool_start(Pool *p, struct event_base *base, int n, const char *url, const StoreOptions *opt, PailErr *err) {
     memset(p, 0, sizeof *p);
+    p->done_fd = -1;
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv, NULL);
     p->lanes = &p->shared;  // always there, never freed
-    p->done_ev = event_new(base, -1, 0, done_cb, p);
+    p->done_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (p->done_fd < 0) return err_set(err, PAIL_ERR_IO, "relay: eventfd: %s", strerror(errno));
+    p->done_ev = event_new(base, p->done_fd, EV_READ | EV_PERSIST, done_cb, p);
+    if (p->done_ev && event_add(p->done_ev, NULL) < 0) return err_set(err, PAIL_ERR_IO, "relay: cannot watch the pool's eventfd");
     p->threads = calloc((size_t)n, sizeof *p->threads);
     p->stores = calloc((size_t)n, sizeof *p->stores);
     if (!p->done_ev || !p->threads || !p->stores) return err_set(err, PAIL_ERR_NOMEM, "relay: out of memory");
@@ -153,6 +166,7 @@ void pool_stop(Pool *p) {
     free(p->threads);
     free(p->stores);
     if (p->done_ev) event_free(p->done_ev);
+    if (p->done_fd >= 0) close(p->done_fd);
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->cv);
     memset(p, 0, sizeof *p);

@@ -99,7 +99,8 @@ typedef struct {
     int key_cap;                 // jobs one owner may run at once (0: n)
     PoolJob *done_head, *done_tail;
     bool quit;
-    struct event *done_ev;       // activated by workers, drains done_* on the loop
+    int done_fd;                 // eventfd: workers add 1 per finished job
+    struct event *done_ev;       // reads done_fd on the loop, drains done_*
 } Pool;
 
 int pool_start(Pool *p, struct event_base *base, int n, const char *url, const StoreOptions *opt, PailErr *err);
