@@ -205,6 +205,25 @@ START_TEST(test_signal_flat) {
 }
 END_TEST
 
+// The truncation warning: more than half of a step's completions at the
+// generation budget warns, naming the flag and its value; all of them with no
+// group's rewards spread is the louder one; half or fewer says nothing.
+START_TEST(test_clip_warning) {
+    char msg[768];
+    ck_assert_int_eq(clip_warning(32, 64, 1.0, 256, msg, sizeof msg), 0);  // half: not "more than half"
+    ck_assert_str_eq(msg, "");
+    ck_assert_int_eq(clip_warning(0, 0, 1.0, 256, msg, sizeof msg), 0);    // an empty step
+    ck_assert_int_eq(clip_warning(40, 64, 0.5, 256, msg, sizeof msg), 1);
+    ck_assert_msg(strstr(msg, "62% of the step's completions (40 of 64) hit the generation budget, --max-new-tokens 256") &&
+                  strstr(msg, "clipped_ratio 0.62") && strstr(msg, "Raise --max-new-tokens"), "%s", msg);
+    ck_assert_int_eq(clip_warning(64, 64, 0.75, 256, msg, sizeof msg), 1);  // all cut, but some groups still differ
+    ck_assert_int_eq(clip_warning(64, 64, 1.0, 512, msg, sizeof msg), 2);
+    ck_assert_msg(strstr(msg, "NOTHING IS LEARNED: every completion of the step (64) hit the generation budget, "
+                              "--max-new-tokens 512") && strstr(msg, "gradient are all 0") &&
+                  strstr(msg, "raise --max-new-tokens on the workers (--max-episode-tokens for episodes"), "%s", msg);
+}
+END_TEST
+
 // The agreement figures of a step: the same whether its completions come in
 // one micro-batch or several, only the chosen completions counted, k3 with
 // d = train - behaviour (KL(behaviour || train): the tokens are the
@@ -269,6 +288,7 @@ int main(void) {
     tcase_add_test(limits, test_schedule_limits);
     tcase_add_test(core, test_budget_auto);
     tcase_add_test(core, test_signal_flat);
+    tcase_add_test(core, test_clip_warning);
     tcase_add_test(core, test_behaviour_agree);
     suite_add_tcase(s, core);
     suite_add_tcase(s, limits);

@@ -47,7 +47,7 @@ int main(int argc, char **argv) {
         {"max-new-tokens", FLAG_INT, &max_new, "256", 1, 1 << 20, "completion length limit"},
         {"max-prompt-tokens", FLAG_INT, &max_prompt, "0", 0, 1 << 20, "longest prompt accepted (longer rows are skipped, reported and counted); with --max-new-tokens (--max-episode-tokens with --env) at most the model's positions, refused at start when past them; 0: auto, what the positions leave after --max-new-tokens, at most 1024"},
         {"prefill-tokens", FLAG_INT, &prefill, "1024", 1, 1 << 20, "prompts prefilled together in one model call, up to this many tokens (the activation plan holds max(this, --max-prompt-tokens, --batch-size) tokens)"},
-        {"temperature", FLAG_DOUBLE, &temperature, "1.0", 0, 100, "sampling temperature (0: greedy; else at least 0.01)"},
+        {"temperature", FLAG_DOUBLE, &temperature, "1.0", 0, 100, "sampling temperature (0: greedy, --eval workers only; else at least 0.01)"},
         {"top-p", FLAG_DOUBLE, &top_p, "1.0", 0, 1, "nucleus sampling (1: off; see doc/rollout.md on the bias)"},
         {"top-k", FLAG_INT, &top_k, "0", 0, 1 << 24, "top-k sampling (0: off)"},
         {"min-p", FLAG_DOUBLE, &min_p, "0", 0, 1,
@@ -195,6 +195,12 @@ int main(int argc, char **argv) {
     if (!sampler_temperature_ok(c.sampler.temperature, 100)) {
         fprintf(stderr, "grpo-rollout: --temperature %g: give 0 (greedy) or at least %g (below it 1 / T magnifies the "
                 "logits' rounding into whole nats; a denormal overflows)\n", c.sampler.temperature, SAMPLER_MIN_TEMPERATURE);
+        flags_free(fl, n);
+        return 2;
+    }
+    if (!c.eval && c.sampler.temperature == 0) {  // src/grpo/feed.c rejects such shards
+        fprintf(stderr, "grpo-rollout: temperature 0 (greedy) is for --eval workers: the trainer rejects a greedy "
+                "shard (its log-probs are no sampling distribution's); give at least %g\n", SAMPLER_MIN_TEMPERATURE);
         flags_free(fl, n);
         return 2;
     }

@@ -242,6 +242,15 @@ static int show(Store *st, const char *url, long target, FILE *o) {
     }
     char signal[768];
     if (signal_flat_warning(flat, nt, signal, sizeof signal) >= SIGNAL_FLAT_STEPS) fprintf(o, "WARNING: %s\n", signal);
+    if (last && json_object_get(last, "completions/clipped_ratio")) {  // the newest step's lengths and truncation
+        double n = num(last, "completions/count"), ratio = num(last, "completions/clipped_ratio");
+        fprintf(o, "         completions %.0f tokens mean, %.0f max; %.0f%% hit the budget of %.0f (clipped_ratio)\n",
+                num(last, "completions/mean_length"), num(last, "completions/max_length"), 100 * ratio,
+                num(last, "max_new_tokens"));
+        if (clip_warning(floor(ratio * n + 0.5), n, num(last, "frac_reward_zero_std"),
+                         num(last, "max_new_tokens"), signal, sizeof signal) > 0)
+            fprintf(o, "WARNING: %s\n", signal);
+    }
     if (have_prog) {
         double used = (double)prog.consumed_shards, dropped = (double)prog.dropped_shards;
         fprintf(o, "         shards consumed %lld, dropped %lld (%.1f%% as too stale), rejected %lld\n", (long long)used,

@@ -22,3 +22,24 @@ int signal_flat_warning(const double *flat, int n, char *buf, size_t cap) {
              100 * sum / run, run);
     return run;
 }
+
+int clip_warning(double clipped, double n, double frac_zero_std, double max_new, char *buf, size_t cap) {
+    if (cap) buf[0] = 0;
+    if (!(n > 0) || clipped * 2 <= n) return 0;
+    if (clipped >= n && frac_zero_std >= 1.0) {
+        snprintf(buf, cap,
+                 "NOTHING IS LEARNED: every completion of the step (%.0f) hit the generation budget, "
+                 "--max-new-tokens %.0f, and every group's rewards are equal, so the advantages, the loss and the "
+                 "gradient are all 0. The answers are cut off before they end: raise --max-new-tokens on the workers "
+                 "(--max-episode-tokens for episodes; doc/rollout.md, \"Long completions\")",
+                 n, max_new);
+        return 2;
+    }
+    snprintf(buf, cap,
+             "%.0f%% of the step's completions (%.0f of %.0f) hit the generation budget, --max-new-tokens %.0f "
+             "(completions/clipped_ratio %.2f): they were cut off, and a reward that checks a final answer scores them "
+             "as wrong. Raise --max-new-tokens on the workers (--max-episode-tokens for episodes), or reward shorter "
+             "answers",
+             100 * clipped / n, clipped, n, max_new, clipped / n);
+    return 1;
+}

@@ -681,6 +681,10 @@ typedef struct {
     double reward_sum, reward_sq, len_sum, ent_sum, staleness_sum, staleness_max;
     double trained_len_sum, turns_sum;  // mask-1 (model) tokens and assistant turns of the completions
     int64_t completions, truncated, tokens, too_long, ent_n;
+    // the step's N completions (an episode once, its further segments not): those that hit
+    // the generation budget, the lengths, the budget (the largest of the shards')
+    int64_t clipped, len_min, len_max, term_n, max_new;
+    double term_len_sum;
     double comp_sum[SHARD_MAX_COMPONENTS];
     int64_t comp_n;
 } StepStats;
@@ -766,6 +770,13 @@ static void step_items(Trainer *t, Step *st) {
         // Dr.GRPO's constant: the generation budget (an episode shard's max_new_tokens is
         // the writer's --max-episode-tokens, which bounds the mask-1 and mask-0 tokens together)
         if (it->s->max_new_tokens > max_new) max_new = it->s->max_new_tokens;
+        if (k < N) {
+            bool clipped = it->s->finish_reason[it->i] == FINISH_LENGTH;
+            ss->clipped += clipped;
+            if (!clipped) ss->term_len_sum += (double)clen, ss->term_n++;
+            if (k == 0 || clen < ss->len_min) ss->len_min = clen;
+            if (clen > ss->len_max) ss->len_max = clen;
+        }
         if (t->valid[k] && k < N) {
             ss->reward_sum += t->rewards[k];
             ss->reward_sq += (double)t->rewards[k] * t->rewards[k];
@@ -780,6 +791,7 @@ static void step_items(Trainer *t, Step *st) {
         ss->truncated += it->s->finish_reason[it->i] == FINISH_LENGTH;
         if (t->mask[k]) { comps++; toks += scored; }
     }
+    ss->max_new = max_new;
     st->norm = grpo_loss_norm(c->loss.type, comps, toks, max_new);
     // A completion with advantage 0 (its group's rewards had no spread, or its
     // reward is its group's mean) adds 0 to the loss and to every gradient when there
@@ -952,6 +964,13 @@ static int step_metrics(Trainer *t, Step *st, PailErr *err) {
     jnum(mj, "completions/mean_trained_tokens", N ? ss->trained_len_sum / N : 0.0);
     jnum(mj, "completions/mean_turns", N ? ss->turns_sum / N : 0.0);
     jint(mj, "completions/truncated", ss->truncated);
+    // TRL's names: the share of completions that hit the generation budget, and the lengths
+    jint(mj, "completions/count", N);
+    jnum(mj, "completions/clipped_ratio", N ? (double)ss->clipped / N : 0.0);
+    jint(mj, "completions/min_length", ss->len_min);
+    jint(mj, "completions/max_length", ss->len_max);
+    jnum(mj, "completions/mean_terminated_length", ss->term_n ? ss->term_len_sum / (double)ss->term_n : 0.0);
+    jint(mj, "max_new_tokens", ss->max_new);
     jint(mj, "completions/too_long", ss->too_long);
     jint(mj, "num_tokens", ss->tokens);
     jint(mj, "completions/zero_advantage_skipped", st->zero_adv_skipped);
@@ -992,6 +1011,10 @@ static int step_metrics(Trainer *t, Step *st, PailErr *err) {
             (long long)t->step, (long long)t->version, rmean, ls->loss, kl, secs > 0 ? (double)ss->tokens / secs : 0.0,
             st->waited, ngroups ? ss->staleness_sum / ngroups : 0.0, ss->staleness_max, behav, flat);
     signal_check(t, ast->groups ? (double)ast->zero_spread_groups / (double)ast->groups : 0.0, ast->groups);
+    char clip[768];
+    if (clip_warning((double)ss->clipped, (double)N, ast->groups ? (double)ast->zero_spread_groups / ast->groups : 0,
+                     (double)ss->max_new, clip, sizeof clip) > 0)
+        log_warn("step %lld: %s", (long long)t->step, clip);
     // The line waits in pending_metrics for the publish that commits this step.
     char *text = json_dumps(mj, JSON_COMPACT | JSON_SORT_KEYS);
     json_decref(mj);

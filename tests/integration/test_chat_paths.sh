@@ -85,6 +85,9 @@ expect_fail_last "--generation-defaults: temperature 1e-39 refused naming the fi
 rm "$M/generation_config.json"
 expect_fail "--temperature 1e-39 refused" 2 '--temperature 1e-39: give 0 \(greedy\) or at least 0.01' \
   "$BIN/grpo-rollout" --model "$M" --run "file://$WORK/run" --dataset "$WORK/rows.jsonl" --temperature 1e-39
+expect_fail "a training worker at --temperature 0 refused (the trainer rejects greedy shards)" 2 \
+  'temperature 0 \(greedy\) is for --eval workers: the trainer rejects a greedy shard' \
+  "$BIN/grpo-rollout" --model "$M" --run "file://$WORK/run" --dataset "$WORK/rows.jsonl" --temperature 0
 expect_fail "grpo-ctl eval --temperature 0.001 refused" 2 '--temperature 0.001: give 0 \(greedy\) or at least 0.01' \
   "$BIN/grpo-ctl" eval --model "$M" --dataset "$WORK/rows.jsonl" --samples 2 --temperature 0.001
 finish

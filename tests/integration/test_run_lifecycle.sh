@@ -72,7 +72,7 @@ cp "$D/workers/w2.json" "$WORK/w2.json"
 sed -i 's/"state": "finished"/"state": "failed"/' "$D/workers/w2.json"
 "$BIN/grpo-ctl" status "$RUN" >"$WORK/status-failed.out" 2>&1
 check "a failed worker (restarted since with other flags) is shown but no longer compared: no WARNING" \
-  bash -c "grep -Eq '^worker +w2 .* failed' '$WORK/status-failed.out' && ! grep -q '^WARNING' '$WORK/status-failed.out'"
+  bash -c "grep -Eq '^worker +w2 .* failed' '$WORK/status-failed.out' && ! grep -q '^WARNING: worker' '$WORK/status-failed.out'"
 cp "$WORK/w2.json" "$D/workers/w2.json"
 cp "$D/workers/ev.json" "$WORK/ev.json"
 sed -i 's/"state": "finished"/"state": "evaluating"/; s/"time": [0-9]*/"time": 1000/' "$D/workers/ev.json"

@@ -44,7 +44,7 @@ printf 'while IFS= read -r l; do echo 1; done\n' >"$WORK/one.sh"
 "$BIN/grpo-train" "${COMMON[@]}" --run "$FR" --steps 0 --lora-rank 4 >/dev/null 2>&1 || bad "flat run v0"
 "$BIN/grpo-rollout" "${COMMON[@]}" --run "$FR" --dataset "$WORK/train.jsonl" --worker-id wf --groups-per-shard 2 \
   --max-new-tokens 4 --batch-size 8 --max-shards 4 --max-ahead 0 --reward cmd:one --reward-cmd "one=sh $WORK/one.sh" \
-  >"$WORK/roll-flat.log" 2>&1 || bad "flat run shards"
+  --temperature 0.01 >"$WORK/roll-flat.log" 2>&1 || bad "flat run shards"  # near greedy: no EOS in 4 tokens, all cut off
 "$BIN/grpo-train" "${COMMON[@]}" --run "$FR" --steps 4 --groups-per-step 2 --max-staleness 100 --lr 5e-3 \
   --lora-rank 4 >"$WORK/flat.log" 2>&1 || bad "flat run trainer"
 check "the trainer warns after 3 such steps, naming the fraction and the usual causes" \
@@ -53,6 +53,14 @@ check "...once (not at every step)" test "$(grep -c 'no learning signal' "$WORK/
 check "...and its metric, frac_reward_zero_std, is 1" grep -q '"frac_reward_zero_std":1.0,' "$WORK/flat/metrics/step-00000004.json"
 check "...and the named cmd reward its own metric, rewards/cmd:one/mean" grep -q '"rewards/cmd:one/mean":1.0' "$WORK/flat/metrics/step-00000004.json"
 check "grpo-ctl status says so" bash -c "'$BIN/grpo-ctl' status '$FR' | grep -q '^WARNING: no learning signal: 100% of the groups of the last 4 steps'"
+echo "truncation: every completion at --max-new-tokens 4 and no reward spread"
+check "the trainer says NOTHING IS LEARNED at each step, naming the flag and its value" \
+  test "$(grep -c 'NOTHING IS LEARNED: every completion of the step (8) hit the generation budget, --max-new-tokens 4, .*raise --max-new-tokens' "$WORK/flat.log")" = 4
+check "...its metrics: completions/clipped_ratio 1, the lengths, the budget" bash -c "grep -q '\"completions/clipped_ratio\":1.0,' '$WORK/flat/metrics/step-00000004.json' && grep -q '\"completions/max_length\":4,' '$WORK/flat/metrics/step-00000004.json' && grep -q '\"max_new_tokens\":4,' '$WORK/flat/metrics/step-00000004.json'"
+"$BIN/grpo-ctl" status "$FR" >"$WORK/status-flat.out" 2>&1
+check "grpo-ctl status shows the lengths and the share cut off" grep -q '^         completions 4 tokens mean, 4 max; 100% hit the budget of 4 (clipped_ratio)' "$WORK/status-flat.out"
+check "...and the louder warning" grep -q '^WARNING: NOTHING IS LEARNED: every completion of the step (8)' "$WORK/status-flat.out"
+check "the run with reward spread has its clipped_ratio in [0, 1] and no louder warning" bash -c "grep -Eq '\"completions/clipped_ratio\":(0|1)\\.[0-9]+' '$D/metrics/step-00000004.json' && ! grep -q 'NOTHING IS LEARNED' '$WORK/train.log'"
 check "...and not for the run with reward spread" bash -c "! '$BIN/grpo-ctl' status '$RUN' | grep -q 'no learning signal'"
 
 echo "replay: two replays of the same shards give bit-identical adapters"
