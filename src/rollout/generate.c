@@ -99,8 +99,11 @@ int generator_min_blocks(int max_prompt_tokens, int max_new_tokens) {
     return blocks_for(max_prompt_tokens) + own_blocks(max_prompt_tokens, max_new_tokens);
 }
 
+// Decode slots hold at most max_ctx tokens each; the prompt slots add, per
+// group with samples running, the prompt's partial last block (the samples
+// write their own copies), and the staged prompt's blocks (<= max_ctx).
 int64_t generator_full_blocks(int batch_size, int max_prompt_tokens, int max_new_tokens) {
-    return (int64_t)(batch_size + 1) * (blocks_for(max_prompt_tokens + max_new_tokens) + blocks_for(max_prompt_tokens));
+    return (int64_t)(batch_size + 1) * (blocks_for(max_prompt_tokens + max_new_tokens) + 1);
 }
 
 int generator_init(Generator **out, Transformer *tf, const ModelConfig *mc, const GenConfig *cfg, PailErr *err) {

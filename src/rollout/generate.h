@@ -68,9 +68,10 @@ int generator_run(Generator *g, const GenPrompt *prompts, int P, GenCompletion *
 // The smallest pool (blocks) that holds one sequence of max_prompt_tokens +
 // max_new_tokens with its prompt's pinned copy (generator_init refuses less).
 int generator_min_blocks(int max_prompt_tokens, int max_new_tokens);
-// The full pool: every decode slot at max length and every group in flight's
-// prompt pinned at once (batch_size + 1 of them): it never runs short, and
-// groups are admitted by free slots alone; a smaller pool counts blocks.
+// The full pool, (batch_size + 1) x (ceil(max_ctx / KV_BLOCK) + 1): every
+// decode slot at max length and the prompts of the groups in flight at once.
+// It never runs short, and groups are admitted by free slots alone; a smaller
+// pool counts blocks.
 int64_t generator_full_blocks(int batch_size, int max_prompt_tokens, int max_new_tokens);
 // Counters since generator_init (model calls and tokens, for tokens/s figures;
 // preemptions), and the KV pool's figures of the last run.
