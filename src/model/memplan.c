@@ -50,7 +50,8 @@ int memplan_build(MemoryPlan *p, const ModelConfig *cfg, const MemoryPlanSpec *s
         // last blocks; or --kv-memory's. Episodes keep every slot at max_ctx (episode.c)
         p->kv_block_bytes = kvcache_block_bytes(cfg);
         p->kv_full_blocks = p->kv_slots * (p->kv_ctx / KV_BLOCK + (spec->kv_episodes ? 0 : 1));
-        p->kv_blocks = spec->kv_memory && !spec->kv_episodes ? (int)(spec->kv_memory / p->kv_block_bytes)
+        size_t asked = spec->kv_memory / p->kv_block_bytes;  // past 2^31 blocks: kvcache_init_on refuses it
+        p->kv_blocks = spec->kv_memory && !spec->kv_episodes ? (int)(asked < INT32_MAX ? asked : INT32_MAX)
                                                              : p->kv_full_blocks;
         p->kv_cache = (size_t)p->kv_blocks * p->kv_block_bytes;
         // the generator's logits (decode and prompt slots + the staged prompt), the run's completions (ids and log-probs),
@@ -133,6 +134,8 @@ size_t memplan_available(void) {
 static const char *hint_of(const MemoryPlan *p) {
     return p->spec.role == MEMPLAN_TRAIN ? (p->spec.recompute ? "lower --token-budget or --lora-rank"
                                                               : "add --recompute, or lower --token-budget or --lora-rank")
+           : p->spec.role == MEMPLAN_ROLLOUT && p->spec.kv_memory && !p->spec.kv_episodes
+               ? "lower --kv-memory, --batch-size, --max-prompt-tokens or --prefill-tokens"
            : p->spec.role == MEMPLAN_ROLLOUT ? "lower --batch-size, --max-new-tokens, --max-prompt-tokens or --prefill-tokens"
                                              : "lower --token-budget";
 }
