@@ -141,12 +141,45 @@ START_TEST(test_pool_too_small) {
 }
 END_TEST
 
+// The cache under the generator: a pool of n_blocks blocks counts what an
+// append would take (copy on write included), and an append past the free
+// blocks is an error naming the pool, not a crash.
+START_TEST(test_kvcache_pool_counts) {
+    Fixture f;
+    fixture_open(&f);
+    PailErr err = {0};
+    KvCache *kv;
+    ck_assert_int_eq(kvcache_init_on(&kv, transformer_backend(f.tf), &f.w.cfg, 2, 256, -1, &err), -1);
+    ck_assert_msg(kvcache_init_on(&kv, transformer_backend(f.tf), &f.w.cfg, 2, 256, 2, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(kvcache_n_blocks(kv), 2);
+    ck_assert_int_eq(kvcache_append_blocks(kv, 0, 65), 2);
+    int n_new[2] = {PLEN, 0};
+    for (int k = 0; k < 11; k++)  // 66 tokens: both blocks
+        ck_assert_msg(transformer_extend(f.tf, kv, NULL, n_new, f.ids[0], &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(kvcache_free_blocks(kv), 0);
+    ck_assert_int_eq(kvcache_peak_blocks(kv), 2);
+    ck_assert_int_eq(kvcache_append_blocks(kv, 0, 1), 0);          // room left in its second block
+    ck_assert_int_eq(kvcache_fork_prefix(kv, 1, 0, 65, &err), 0);  // shares both, the second partly filled
+    ck_assert_int_eq(kvcache_append_blocks(kv, 1, 1), 1);          // its copy of the shared one
+    int one[2] = {0, 1};
+    ck_assert_int_eq(transformer_extend(f.tf, kv, NULL, one, f.ids[1], &err), -1);
+    ck_assert_msg(strstr(err.msg, "all 2 blocks of 64 tokens are in use") != NULL, "%s", err.msg);
+    kvcache_reset(kv, 0);
+    ck_assert_int_eq(kvcache_free_blocks(kv), 0);  // slot 1 still holds both
+    kvcache_reset(kv, 1);
+    ck_assert_int_eq(kvcache_free_blocks(kv), 2);
+    kvcache_free(kv);
+    fixture_close(&f);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("rollout_preempt");
     TCase *core = tcase_create("core"), *limits = tcase_create("limits");
     tcase_set_timeout(core, 60);
     tcase_add_test(core, test_preempted_same_completions);
     tcase_add_test(limits, test_pool_too_small);
+    tcase_add_test(limits, test_kvcache_pool_counts);
     suite_add_tcase(s, core);
     suite_add_tcase(s, limits);
     SRunner *sr = srunner_create(s);
