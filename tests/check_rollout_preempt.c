@@ -73,7 +73,6 @@ static GenStats run(Fixture *f, int kv_blocks, int32_t *ids, float *lps, int *n,
         n[i] = out[i].n;
         finish[i] = out[i].finish;
         memcpy(ids + (size_t)i * MAX_NEW, out[i].ids, (size_t)out[i].n * sizeof(int32_t));
-        memcpy(lps + (size_t)i * MAX_NEW, out[i].logprobs, (size_t)out[i].n * sizeof(float));
     }
     GenStats st = generator_stats(g);
     generator_free(g);
@@ -119,6 +118,50 @@ START_TEST(test_preempted_same_completions) {
                 ck_assert_float_eq_tol(lps[1][(size_t)i * MAX_NEW + t], lps[0][(size_t)i * MAX_NEW + t], 1e-5);
         }
     }
+    fixture_close(&f);
+}
+END_TEST
+
+// Other batch sizes and group sizes (G > batch: samples staged; G = 1), each
+// from the smallest pool to nearly the full one: the same tokens, no stall.
+START_TEST(test_sweep_same_tokens) {
+    omp_set_num_threads(1);
+    Fixture f;
+    fixture_open(&f);
+    static int32_t ids[2][P * 5 * MAX_NEW];
+    static const int batches[] = {1, 3, 4}, groups[] = {1, 2, 5};
+    int64_t preempted = 0;
+    for (int bi = 0; bi < 3; bi++)
+        for (int gi = 0; gi < 3; gi++) {
+            int g = groups[gi], n[2][P * 5];
+            GenConfig gc = config(&f, 0);
+            gc.batch_size = batches[bi];
+            gc.group_size = g;
+            int min = generator_min_blocks(PLEN, MAX_NEW), full = (int)generator_full_blocks(gc.batch_size, PLEN, MAX_NEW);
+            int pools[] = {0, min, min + 1, (min + full) / 2, full - 1};
+            for (int k = 0; k < 5; k++) {
+                if (k > 0 && pools[k] >= full) continue;
+                gc.kv_blocks = pools[k];
+                PailErr err = {0};
+                Generator *gen;
+                ck_assert_msg(generator_init(&gen, f.tf, &f.w.cfg, &gc, &err) == 0, "%s", err.msg);
+                GenCompletion out[P * 5];
+                ck_assert_msg(generator_run(gen, f.pr, P, out, &err) == 0, "batch %d G %d pool %d: %s", gc.batch_size,
+                              g, pools[k], err.msg);
+                preempted += generator_stats(gen).preemptions;
+                int32_t *dst = ids[k > 0];
+                for (int i = 0; i < P * g; i++) {
+                    n[k > 0][i] = out[i].n;
+                    memcpy(dst + (size_t)i * MAX_NEW, out[i].ids, (size_t)out[i].n * sizeof(int32_t));
+                    if (k == 0) continue;
+                    ck_assert_msg(n[1][i] == n[0][i] && !memcmp(ids[1] + (size_t)i * MAX_NEW, ids[0] + (size_t)i * MAX_NEW,
+                                                                (size_t)n[0][i] * sizeof(int32_t)),
+                                  "batch %d G %d pool %d: completion %d differs", gc.batch_size, g, pools[k], i);
+                }
+                generator_free(gen);
+            }
+        }
+    ck_assert_int_gt(preempted, 0);
     fixture_close(&f);
 }
 END_TEST
@@ -178,6 +221,7 @@ int main(void) {
     TCase *core = tcase_create("core"), *limits = tcase_create("limits");
     tcase_set_timeout(core, 60);
     tcase_add_test(core, test_preempted_same_completions);
+    tcase_add_test(core, test_sweep_same_tokens);
     tcase_add_test(limits, test_pool_too_small);
     tcase_add_test(limits, test_kvcache_pool_counts);
     suite_add_tcase(s, core);
