@@ -73,6 +73,7 @@ static GenStats run(Fixture *f, int kv_blocks, int32_t *ids, float *lps, int *n,
         n[i] = out[i].n;
         finish[i] = out[i].finish;
         memcpy(ids + (size_t)i * MAX_NEW, out[i].ids, (size_t)out[i].n * sizeof(int32_t));
+        memcpy(lps + (size_t)i * MAX_NEW, out[i].logprobs, (size_t)out[i].n * sizeof(float));
     }
     GenStats st = generator_stats(g);
     generator_free(g);
