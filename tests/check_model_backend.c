@@ -380,7 +380,7 @@ static void run(Backend *be, const ModelWeights *w, const LoraLayout *lay, const
     ck_assert_int_eq(ops->to_host(be, o->grads, dg, np * sizeof(float), &err), 0);
     // Generation: three prompts of PROMPT tokens, one prefill call, then DECODE steps.
     KvCache *kv;
-    ck_assert_msg(kvcache_init_on(&kv, be, &w->cfg, SLOTS, PROMPT + DECODE, &err) == 0, "%s", err.msg);
+    ck_assert_msg(kvcache_init_on(&kv, be, &w->cfg, SLOTS, PROMPT + DECODE, 0, &err) == 0, "%s", err.msg);
     o->logits = malloc((size_t)SLOTS * (DECODE + 1) * V * sizeof(float));
     int n_new[SLOTS], ptok[SLOTS * PROMPT];
     for (int i = 0; i < SLOTS * PROMPT; i++) ptok[i] = tok[i];
@@ -873,7 +873,7 @@ static void extend_calls(Backend *be, const ModelWeights *w, const LoraLayout *l
     KvCache *kv;
     ck_assert_msg(transformer_init(&tf, w, &plan, &err) == 0, "%s", err.msg);
     ck_assert_msg(transformer_set_lora(tf, lay, params, &err) == 0, "%s", err.msg);
-    ck_assert_msg(kvcache_init_on(&kv, be, &w->cfg, XSLOTS, 32, &err) == 0, "%s", err.msg);
+    ck_assert_msg(kvcache_init_on(&kv, be, &w->cfg, XSLOTS, 32, 0, &err) == 0, "%s", err.msg);
     int n_new[XCALLS][XSLOTS] = {{12, 3, 0, 5}, {1, 1, 0, 1}, {2, 1, 0, 1}, {1, 0, 0, 1}, {1, 1, 0, 1}, {1, 1, 0, 1}};
     int tok[24];
     for (int call = 0; call < XCALLS; call++) {
@@ -944,7 +944,7 @@ START_TEST(test_extend_one_region_error) {
     Transformer *tf;
     KvCache *kv;
     ck_assert_msg(transformer_init(&tf, &w, &plan, &err) == 0, "%s", err.msg);
-    ck_assert_msg(kvcache_init_on(&kv, &team_backend, &w.cfg, 2, 16, &err) == 0, "%s", err.msg);
+    ck_assert_msg(kvcache_init_on(&kv, &team_backend, &w.cfg, 2, 16, 0, &err) == 0, "%s", err.msg);
     int saved = omp_get_max_threads(), n_new[2] = {3, 1}, tok[4] = {1, 2, 3, 4};
     float *logits = malloc(2 * (size_t)w.cfg.vocab_size * sizeof(float));
     omp_set_num_threads(2);

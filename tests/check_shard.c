@@ -131,9 +131,22 @@ START_TEST(test_round_trip) {
     ck_assert_msg(shard_write(&x.s, &img2, &err) == 0, "%s", err.msg);
     ck_assert_msg(shard_read(&r, img2.data, img2.len, "sample", &err) == 0, "%s", err.msg);
     ck_assert_int_eq(r.prompts_drawn, 1234567890123LL);
+    ck_assert_int_eq(r.kv_pool_blocks, 0);  // not recorded
     shard_free(&r);
     buf_free(&img2);
     x.s.prompts_drawn = 0;
+    // So do the optional KV pool figures.
+    Buf img3 = {0};
+    x.s.kv_pool_blocks = 40, x.s.kv_peak_blocks = 38, x.s.kv_preemptions = 5, x.s.kv_recomputed_tokens = 321;
+    ck_assert_msg(shard_write(&x.s, &img3, &err) == 0, "%s", err.msg);
+    ck_assert_msg(shard_read(&r, img3.data, img3.len, "sample", &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(r.kv_pool_blocks, 40);
+    ck_assert_int_eq(r.kv_peak_blocks, 38);
+    ck_assert_int_eq(r.kv_preemptions, 5);
+    ck_assert_int_eq(r.kv_recomputed_tokens, 321);
+    shard_free(&r);
+    buf_free(&img3);
+    x.s.kv_pool_blocks = x.s.kv_peak_blocks = x.s.kv_preemptions = x.s.kv_recomputed_tokens = 0;
     // The same bytes open in the standard tools.
     char path[] = "/tmp/pail-check-shard-XXXXXX";
     int fd = mkstemp(path);
@@ -287,7 +300,8 @@ END_TEST
 // a version-2 file with x->cm and x->turns.
 typedef enum { BREAK_NONE, BREAK_FORMAT, BREAK_VERSION, BREAK_LOGPROBS_LEN, BREAK_DROP_GROUP, BREAK_FLOAT_IDS,
                BREAK_NAMES, BREAK_DRAWN_NEGATIVE, BREAK_DRAWN_STRING, BREAK_V0,
-               BREAK_V2, BREAK_V2_NO_MASK, BREAK_V2_NO_TURNS, BREAK_V2_MASK_LEN, BREAK_V2_FLOAT_MASK } Break;
+               BREAK_V2, BREAK_V2_NO_MASK, BREAK_V2_NO_TURNS, BREAK_V2_MASK_LEN, BREAK_V2_FLOAT_MASK,
+               BREAK_KV_PEAK, BREAK_KV_PARTIAL } Break;
 
 static void write_broken(const Sample *x, Break b, Buf *out) {
     PailErr err = {0};
@@ -309,6 +323,13 @@ static void write_broken(const Sample *x, Break b, Buf *out) {
     h5a_write_i64(f, "seed", 1, &err);
     if (b == BREAK_DRAWN_NEGATIVE) h5a_write_i64(f, "prompts_drawn", -3, &err);
     if (b == BREAK_DRAWN_STRING) h5a_write_str(f, "prompts_drawn", "12", &err);
+    if (b == BREAK_KV_PEAK) {
+        h5a_write_i64(f, "kv_pool_blocks", 10, &err);
+        h5a_write_i64(f, "kv_peak_blocks", 11, &err);
+        h5a_write_i64(f, "kv_preemptions", 0, &err);
+        h5a_write_i64(f, "kv_recomputed_tokens", 0, &err);
+    }
+    if (b == BREAK_KV_PARTIAL) h5a_write_i64(f, "kv_pool_blocks", 10, &err);
     int64_t ptok = 9, ctok = x->coff[12], lpn = b == BREAK_LOGPROBS_LEN ? ctok - 3 : ctok, p1 = 4, n1 = 13, P = 3,
             N = 12, nk[2] = {12, 2};
     h5d_write(f, "prompt_ids", H5T_NATIVE_INT32, 1, &ptok, x->pid, &err);
@@ -448,6 +469,8 @@ START_TEST(test_read_refuses) {
         {BREAK_NAMES, "2 columns but 1 names"},
         {BREAK_DRAWN_NEGATIVE, "prompts_drawn -3 is negative"},
         {BREAK_DRAWN_STRING, "attribute 'prompts_drawn' is not"},
+        {BREAK_KV_PEAK, "KV pool figures out of range (pool 10 blocks, peak 11"},
+        {BREAK_KV_PARTIAL, "'kv_peak_blocks'"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         Buf img = {0};

@@ -10,6 +10,7 @@
 #include "core/log.h"
 #include "core/threads.h"
 #include "model/device.h"
+#include "model/memplan.h"
 #include "model/model_path.h"
 #include "rollout/reward_cli.h"
 #include "rollout/worker.h"
@@ -23,7 +24,7 @@ static void on_signal(int sig) { g_stop = (sig == SIGINT && g_stop) ? 2 : 1; }
 int main(int argc, char **argv) {
     threads_policy_apply(argv);  // first: it may start this program again (core/threads.h)
     log_init("grpo-rollout", LOG_INFO);
-    char *device = NULL, *max_memory = NULL, *dtype = NULL, *quantize = NULL, *config = NULL, *model = NULL, *run = NULL, *worker = NULL, *dataset = NULL,
+    char *device = NULL, *max_memory = NULL, *kv_memory = NULL, *dtype = NULL, *quantize = NULL, *config = NULL, *model = NULL, *run = NULL, *worker = NULL, *dataset = NULL,
          *prompt_format = NULL, *eval_dataset = NULL, *chat_file = NULL, *chat_name = NULL, *chat_kwargs = NULL,
          *max_ahead_s = NULL, *env = NULL, *tool_format = NULL, *serve = NULL, *serve_cert = NULL,
          *serve_tls_key = NULL, *serve_key_file = NULL, *served_name = NULL;
@@ -91,6 +92,11 @@ int main(int argc, char **argv) {
         {"strict-dtype", FLAG_BOOL, &strict_dtype, "false", 1, 0,
          "refuse a run whose trainer computes in another dtype than --dtype gives this worker (default: warn)"},
         MAX_MEMORY_CLI_FLAG(&max_memory),
+        {"kv-memory", FLAG_STRING, &kv_memory, NULL, 1, 0,
+         "bytes of the KV block pool, e.g. 2G, 512M (default: every decode slot at --max-prompt-tokens + "
+         "--max-new-tokens, or what --max-memory / the available memory leaves after the rest of the plan); "
+         "sequences are admitted while blocks last and the youngest is preempted and replayed when they run out "
+         "(doc/rollout.md); refused below one sequence's blocks"},
         STORE_CLI_FLAGS(&sf),
     };
     int n = sizeof fl / sizeof fl[0];
@@ -152,6 +158,18 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
+    size_t kv_mem = 0;
+    if (kv_memory && memplan_parse_size(kv_memory, &kv_mem, &err) < 0) {
+        fprintf(stderr, "grpo-rollout: --kv-memory: %s\n", err.msg);
+        flags_free(fl, n);
+        return 2;
+    }
+    if (kv_memory && (env || serve)) {
+        fprintf(stderr, "grpo-rollout: --kv-memory sizes the group generator's pool; --%s episodes keep every slot at "
+                "--max-episode-tokens\n", env ? "env" : "serve");
+        flags_free(fl, n);
+        return 2;
+    }
     Backend *be;
     size_t max_mem;
     int want_dtype;
@@ -178,7 +196,7 @@ int main(int argc, char **argv) {
         .serve_api_key_file = serve_key_file, .served_model_name = served_name, .episode_timeout = episode_timeout,
         .serve_max_requests = (int)serve_max, .serve_max_connections = (int)serve_max_conns,
         .serve_header_timeout = serve_header_timeout, .serve_idle_timeout = serve_idle_timeout,
-        .backend = be, .max_memory = max_mem, .weights_dtype = want_dtype, .strict_dtype = strict_dtype};
+        .backend = be, .max_memory = max_mem, .kv_memory = kv_mem, .weights_dtype = want_dtype, .strict_dtype = strict_dtype};
     if (gen_defaults) {
         unsigned keep = (flags_given(argc, argv, "temperature") ? SAMPLER_KEEP_TEMPERATURE : 0) |
                         (flags_given(argc, argv, "top-p") ? SAMPLER_KEEP_TOP_P : 0) |

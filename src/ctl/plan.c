@@ -35,7 +35,7 @@ static int plan_train(void *ctx, int T, bool recompute, MemoryPlan *mp, PailErr 
 
 int ctl_plan(int argc, char **argv) {
     char *model = NULL, *shape = NULL, *role = NULL, *dtype = NULL, *targets = NULL, *max_memory = NULL,
-         *device = NULL;
+         *device = NULL, *kv_memory = NULL;
     long layers, rank, budget, max_seq, batch, max_new, max_prompt, prefill, gps, G;
     bool recompute;
     Flag fl[] = {
@@ -60,6 +60,8 @@ int ctl_plan(int argc, char **argv) {
         {"max-prompt-tokens", FLAG_INT, &max_prompt, "1024", 1, 1 << 20, "rollout: longest prompt"},
         {"prefill-tokens", FLAG_INT, &prefill, "1024", 1, 1 << 20, "rollout: tokens of one batched prompt prefill"},
         {"max-memory", FLAG_STRING, &max_memory, NULL, 1, 0, "the device's memory, e.g. 24G (default: this host's available memory)"},
+        {"kv-memory", FLAG_STRING, &kv_memory, NULL, 1, 0,
+         "rollout: the KV block pool's bytes as grpo-rollout (default: the full pool, or what --max-memory leaves)"},
         {"device", FLAG_STRING, &device, "cpu", 1, 0, "the device named in the plan (cpu, cuda:0, ...)"},
     };
     int n = sizeof fl / sizeof fl[0], rc;
@@ -98,7 +100,8 @@ int ctl_plan(int argc, char **argv) {
     else if (spec.role == MEMPLAN_FORWARD && !budget) spec.token_budget = 4096;
     else if (!budget) spec.token_budget = BUDGET_MAX_SEQ_DEFAULT;  // train: replaced by the auto choice below
     if (lora_targets_parse(targets, &spec.lora_targets, &err) < 0 ||
-        (max_memory && memplan_parse_size(max_memory, &limit, &err) < 0)) {
+        (max_memory && memplan_parse_size(max_memory, &limit, &err) < 0) ||
+        (kv_memory && memplan_parse_size(kv_memory, &spec.kv_memory, &err) < 0)) {
         fprintf(stderr, "%s: %s\n", argv[0], err.msg);
         goto done;
     }
@@ -147,9 +150,19 @@ int ctl_plan(int argc, char **argv) {
         TrainerConfig tc = {.token_budget = (int)budget, .groups_per_step = gps, .group_size = (int)G};
         memplan_set_own(&p, trainer_buffers_bytes(&tc, (int64_t)p.n_lora));
     }
+    memplan_fit_kv(&p, limit);  // rollout without --kv-memory: the pool gets what the rest leaves
     memplan_print(stdout, &p, shape ? shape : model);
     if (memplan_check(&p, limit, &err) < 0) {
         fprintf(stderr, "%s: %s\n", argv[0], err.msg);
+        goto done;
+    }
+    int need = generator_min_blocks((int)max_prompt, (int)max_new);
+    if (spec.role == MEMPLAN_ROLLOUT && p.kv_blocks < need) {
+        fprintf(stderr, "%s: KV pool of %d blocks (%s) cannot hold one sequence of %ld prompt + %ld new tokens: it "
+                "needs %d blocks of %d tokens (%.1f MiB): raise --kv-memory%s or lower --max-new-tokens or "
+                "--max-prompt-tokens\n", argv[0], p.kv_blocks, kv_memory ? "--kv-memory" : "what the limit leaves",
+                max_prompt, max_new, need, KV_BLOCK, (double)need * p.kv_block_bytes / 1048576.0,
+                kv_memory ? "" : " or --max-memory");
         goto done;
     }
     rc = 0;

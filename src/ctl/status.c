@@ -294,6 +294,12 @@ static int show(Store *st, const char *url, long target, FILE *o) {
             if (refreshed && wage > 30)  // the evaluation stopped refreshing its heartbeat: hung, or its machine gone
                 fprintf(o, "         its heartbeat is %llds old (refreshed every few seconds while it evaluates)\n",
                         (long long)wage);
+            json_t *kp = json_object_get(w, "kv_pool");  // the group generator's KV block pool
+            if (json_is_object(kp) && num(kp, "blocks") > 0)
+                fprintf(o, "         KV pool %lld blocks (%.1f MiB), peak %lld (%.0f%%), %lld preemptions, %lld tokens "
+                        "recomputed\n", (long long)num(kp, "blocks"), num(kp, "blocks") * num(kp, "block_bytes") / 1048576.0,
+                        (long long)num(kp, "peak_blocks"), 100.0 * num(kp, "peak_blocks") / num(kp, "blocks"),
+                        (long long)num(kp, "preemptions"), (long long)num(kp, "recomputed_tokens"));
             Feed f;
             feed_of(w, &f);
             if (f.dataset[0] || f.rewards[0] || f.chat[0])

@@ -46,11 +46,17 @@ int memplan_build(MemoryPlan *p, const ModelConfig *cfg, const MemoryPlanSpec *s
         p->lora = p->n_lora * sizeof(float);
         p->kv_slots = spec->batch_size + 1;
         p->kv_ctx = (spec->max_ctx + KV_BLOCK - 1) / KV_BLOCK * KV_BLOCK;  // whole blocks (kvcache_init_on)
-        p->kv_cache = 2 * (size_t)cfg->num_hidden_layers * p->kv_slots * p->kv_ctx * cfg->num_key_value_heads *
-                      cfg->head_dim * sizeof(float);
-        // the generator's logits (slots + the staged prompt), the run's completions (ids and log-probs),
+        // a block pool (generate.c generator_full_blocks): every slot at max_ctx plus the prompts' partial
+        // last blocks; or --kv-memory's. Episodes keep every slot at max_ctx (episode.c)
+        p->kv_block_bytes = kvcache_block_bytes(cfg);
+        p->kv_full_blocks = p->kv_slots * (p->kv_ctx / KV_BLOCK + (spec->kv_episodes ? 0 : 1));
+        size_t asked = spec->kv_memory / p->kv_block_bytes;  // past 2^31 blocks: kvcache_init_on refuses it
+        p->kv_blocks = spec->kv_memory && !spec->kv_episodes ? (int)(asked < INT32_MAX ? asked : INT32_MAX)
+                                                             : p->kv_full_blocks;
+        p->kv_cache = (size_t)p->kv_blocks * p->kv_block_bytes;
+        // the generator's logits (decode and prompt slots + the staged prompt), the run's completions (ids and log-probs),
         // and each thread's sampler scratch (probabilities and indices over V)
-        p->workspace = ((size_t)p->kv_slots + 1) * V * sizeof(float) +
+        p->workspace = ((size_t)(spec->kv_episodes ? p->kv_slots : 2 * spec->batch_size + 1) + 1) * V * sizeof(float) +
                        (size_t)spec->groups_per_step * spec->group_size * spec->max_new_tokens *
                            (sizeof(int32_t) + sizeof(float)) +
                        (size_t)(spec->threads > 0 ? spec->threads + 1 : 2) * V * (sizeof(float) + sizeof(int));
@@ -63,6 +69,17 @@ int memplan_build(MemoryPlan *p, const ModelConfig *cfg, const MemoryPlanSpec *s
     p->activations = transformer_plan_bytes(cfg, &tp);
     p->total = p->weights + p->lora + p->activations + p->kv_cache + p->workspace;
     return 0;
+}
+
+void memplan_fit_kv(MemoryPlan *p, size_t limit) {
+    if (p->spec.role != MEMPLAN_ROLLOUT || p->spec.kv_memory || p->spec.kv_episodes) return;
+    if (!limit) limit = memplan_available();
+    if (!limit || p->total <= limit) return;
+    size_t rest = p->total - p->kv_cache, left = limit > rest ? (limit - rest) / p->kv_block_bytes : 0;
+    if (left >= (size_t)p->kv_blocks) return;
+    p->kv_blocks = (int)left;
+    p->kv_cache = left * p->kv_block_bytes;
+    p->total = rest + p->kv_cache;
 }
 
 void memplan_set_own(MemoryPlan *p, size_t own) {
@@ -90,9 +107,14 @@ void memplan_print(FILE *f, const MemoryPlan *p, const char *tool) {
                 s->lora_rank);
     fprintf(f, "  activations  %10s  %d tokens%s, fp32\n", human(p->activations, a, sizeof a), s->token_budget,
             s->role != MEMPLAN_TRAIN ? "" : s->recompute ? ", layer inputs only (--recompute)" : ", every layer saved");
-    if (p->kv_cache)
+    if (p->kv_cache && s->kv_episodes)
         fprintf(f, "  KV cache     %10s  %d slots x %d tokens, fp32\n", human(p->kv_cache, a, sizeof a), p->kv_slots,
                 p->kv_ctx);
+    else if (s->role == MEMPLAN_ROLLOUT)
+        fprintf(f, "  KV cache     %10s  %d blocks of %d tokens, fp32 (%s; the full pool: %d, %d slots x %d tokens)\n",
+                human(p->kv_cache, a, sizeof a), p->kv_blocks, KV_BLOCK,
+                s->kv_memory ? "--kv-memory" : p->kv_blocks < p->kv_full_blocks ? "what the limit leaves" : "full",
+                p->kv_full_blocks, p->kv_slots, p->kv_ctx);
     fprintf(f, "  workspace    %10s  %s\n", human(p->workspace, a, sizeof a),
             s->role == MEMPLAN_ROLLOUT ? "logits of every slot" : "packed batch and step arrays");
     fprintf(f, "  total        %10s\n", human(p->total, a, sizeof a));
@@ -112,6 +134,8 @@ size_t memplan_available(void) {
 static const char *hint_of(const MemoryPlan *p) {
     return p->spec.role == MEMPLAN_TRAIN ? (p->spec.recompute ? "lower --token-budget or --lora-rank"
                                                               : "add --recompute, or lower --token-budget or --lora-rank")
+           : p->spec.role == MEMPLAN_ROLLOUT && p->spec.kv_memory && !p->spec.kv_episodes
+               ? "lower --kv-memory, --batch-size, --max-prompt-tokens or --prefill-tokens"
            : p->spec.role == MEMPLAN_ROLLOUT ? "lower --batch-size, --max-new-tokens, --max-prompt-tokens or --prefill-tokens"
                                              : "lower --token-budget";
 }

@@ -24,6 +24,9 @@ typedef struct {
     bool full;                  // train: --sft --full (gradients and moments for every weight)
     int batch_size;             // rollout: sequences decoded together (KV slots = batch + 1)
     int max_ctx;                // rollout: prompt + completion tokens per slot
+    size_t kv_memory;           // rollout: the KV block pool's bytes (--kv-memory; 0: the full pool, or what the
+                                // limit leaves, memplan_fit_kv)
+    bool kv_episodes;           // rollout: episodes (--env, --serve): every slot at max_ctx, no pool to size
     int max_new_tokens;         // rollout: completion tokens stored per completion
     int groups_per_step, group_size;  // rollout: prompts per run (groups per shard, or eval rows) and G
     int threads;                // rollout: sampler scratch per OpenMP thread (0: 1)
@@ -34,6 +37,8 @@ typedef struct {
     size_t weights, lora, activations, kv_cache, workspace, total;
     size_t n_weights, n_lora;   // parameter counts
     int kv_slots, kv_ctx;
+    int kv_blocks, kv_full_blocks;  // rollout: the pool's KV_BLOCK-token blocks, and the full pool's
+    size_t kv_block_bytes;
     MemoryPlanSpec spec;       // the caller's, but weights_dtype points at the copy below
     char weights_dtype[48];    // spec->weights_dtype's text: the caller's may be gone when the plan prints
 } MemoryPlan;
@@ -44,6 +49,10 @@ int memplan_build(MemoryPlan *p, const ModelConfig *cfg, const MemoryPlanSpec *s
 // estimate of the adapter + workspace lines (the adapter line keeps its size).
 void memplan_set_own(MemoryPlan *p, size_t adapter_and_workspace);
 void memplan_print(FILE *f, const MemoryPlan *p, const char *tool);
+// Rollout without --kv-memory: a plan over limit bytes (0: the device's
+// available memory) gives the KV pool what the rest leaves, down to 0 blocks
+// (the caller refuses a pool too small for one sequence). Others: unchanged.
+void memplan_fit_kv(MemoryPlan *p, size_t limit);
 // 0 when the plan fits limit bytes (0: the device's available memory); else -1
 // with err listing the sizes and the flags that shrink the plan.
 int memplan_check(const MemoryPlan *p, size_t limit, PailErr *err);

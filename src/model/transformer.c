@@ -1046,13 +1046,23 @@ int transformer_backward(Transformer *tf, float *lora_grads, float *base_grads, 
     return 0;
 }
 
-int kvcache_init_on(KvCache **out, Backend *be, const ModelConfig *cfg, int n_slots, int max_ctx, PailErr *err) {
+size_t kvcache_block_bytes(const ModelConfig *cfg) {
+    return 2 * (size_t)cfg->num_hidden_layers * KV_BLOCK * cfg->num_key_value_heads * cfg->head_dim * sizeof(float);
+}
+
+int kvcache_init_on(KvCache **out, Backend *be, const ModelConfig *cfg, int n_slots, int max_ctx, int n_blocks,
+                    PailErr *err) {
     *out = NULL;
-    if (n_slots < 1 || max_ctx < 1)
-        return err_set(err, PAIL_ERR_INVALID, "KV cache: %d slots of %d tokens", n_slots, max_ctx);
+    if (n_slots < 1 || max_ctx < 1 || n_blocks < 0)
+        return err_set(err, PAIL_ERR_INVALID, "KV cache: %d slots of %d tokens, %d blocks", n_slots, max_ctx, n_blocks);
     int max_blocks = (max_ctx + KV_BLOCK - 1) / KV_BLOCK;
-    if ((int64_t)n_slots * max_blocks * KV_BLOCK > INT32_MAX)
-        return err_set(err, PAIL_ERR_INVALID, "KV cache: %d slots x %d tokens exceed 2^31 rows", n_slots, max_ctx);
+    // 0: every slot can hold max_ctx tokens of its own at once, a pool that
+    // never runs dry whatever the sharing (most of it idle in a group); a
+    // smaller pool is the caller's to schedule (kvcache_free_blocks).
+    if (n_blocks == 0) n_blocks = (int)((int64_t)n_slots * max_blocks > INT32_MAX ? INT32_MAX : n_slots * max_blocks);
+    if ((int64_t)n_blocks * KV_BLOCK > INT32_MAX || (int64_t)n_slots * max_blocks > INT32_MAX)
+        return err_set(err, PAIL_ERR_INVALID, "KV cache: %d blocks of %d tokens (%d slots x %d tokens) exceed 2^31 rows",
+                       n_blocks, KV_BLOCK, n_slots, max_ctx);
     KvCache *kv = calloc(1, sizeof *kv);
     if (!kv) return err_set(err, PAIL_ERR_NOMEM, "out of memory");
     kv->be = be ? be : backend_cpu();
@@ -1060,9 +1070,7 @@ int kvcache_init_on(KvCache **out, Backend *be, const ModelConfig *cfg, int n_sl
     kv->n_slots = n_slots;
     kv->max_ctx = max_ctx;
     kv->max_blocks = max_blocks;
-    // Every slot can hold max_ctx tokens of its own at once: a pool that never
-    // runs dry, whatever the sharing (which makes most of it idle in a group).
-    kv->n_blocks = n_slots * max_blocks;
+    kv->n_blocks = n_blocks;
     kv->kvd = cfg->num_key_value_heads * cfg->head_dim;
     kv->V = cfg->vocab_size;
     size_t n = (size_t)kv->L * kv->n_blocks * KV_BLOCK * kv->kvd, nt = (size_t)n_slots * max_blocks;
@@ -1091,8 +1099,8 @@ int kvcache_init_on(KvCache **out, Backend *be, const ModelConfig *cfg, int n_sl
     }
     if (!ok) {
         kvcache_free(kv);
-        return err_set(err, PAIL_ERR_NOMEM, "KV cache: cannot allocate %zu MiB for %d slots x %d tokens on %s",
-                       2 * n * sizeof(float) >> 20, n_slots, max_ctx, (be ? be : backend_cpu())->desc);
+        return err_set(err, PAIL_ERR_NOMEM, "KV cache: cannot allocate %zu MiB for %d blocks of %d tokens on %s",
+                       2 * n * sizeof(float) >> 20, n_blocks, KV_BLOCK, (be ? be : backend_cpu())->desc);
     }
     for (size_t i = 0; i < nt; i++) kv->table[i] = -1;
     for (int b = 0; b < kv->n_blocks; b++) kv->free_list[b] = kv->n_blocks - 1 - b;  // block 0 popped first
@@ -1102,7 +1110,7 @@ int kvcache_init_on(KvCache **out, Backend *be, const ModelConfig *cfg, int n_sl
 }
 
 int kvcache_init(KvCache **out, const ModelConfig *cfg, int n_slots, int max_ctx, PailErr *err) {
-    return kvcache_init_on(out, backend_cpu(), cfg, n_slots, max_ctx, err);
+    return kvcache_init_on(out, backend_cpu(), cfg, n_slots, max_ctx, 0, err);
 }
 
 void kvcache_free(KvCache *kv) {
@@ -1138,7 +1146,7 @@ static void release_from(KvCache *kv, int slot, int from) {
 }
 
 static int block_take(KvCache *kv, PailErr *err) {
-    if (kv->n_free == 0)  // the pool is planned so that this cannot happen
+    if (kv->n_free == 0)  // a full-size pool never runs dry; a smaller one's caller checks kvcache_append_blocks
         return err_set(err, PAIL_ERR_NOMEM, "KV cache: all %d blocks of %d tokens are in use", kv->n_blocks, KV_BLOCK);
     int b = kv->free_list[--kv->n_free];
     kv->ref[b] = 1;
@@ -1161,6 +1169,16 @@ size_t kvcache_used_bytes(const KvCache *kv, bool peak) {
     return 2 * (size_t)kv->L * blocks * KV_BLOCK * kv->kvd * sizeof(float);
 }
 void kvcache_reset_peak(KvCache *kv) { kv->used_peak = kv->n_blocks - kv->n_free; }
+int kvcache_n_blocks(const KvCache *kv) { return kv->n_blocks; }
+int kvcache_free_blocks(const KvCache *kv) { return kv->n_free; }
+int kvcache_peak_blocks(const KvCache *kv) { return kv->used_peak; }
+int kvcache_append_blocks(const KvCache *kv, int slot, int n) {
+    const int *t = kv->table + (size_t)slot * kv->max_blocks;
+    int len = kv->len[slot], need = 0;
+    if (len % KV_BLOCK && kv->ref[t[len / KV_BLOCK]] > 1) need++;  // copy on write (kv_prepare)
+    for (int i = blocks_for(len); i < blocks_for(len + n) && i < kv->max_blocks; i++) need += t[i] < 0;
+    return need;
+}
 
 int kvcache_fork(KvCache *kv, int dst, int src, PailErr *err) { return kvcache_fork_prefix(kv, dst, src, kv->len[src], err); }
 

@@ -71,8 +71,14 @@ int transformer_backward(Transformer *tf, float *lora_grads, float *base_grads, 
 // holds first gets its own copy of that block (doc/model.md).
 typedef struct KvCache KvCache;
 int kvcache_init(KvCache **out, const ModelConfig *cfg, int n_slots, int max_ctx, PailErr *err);  // on the CPU
-// On a backend (the transformer's: transformer_extend refuses another's).
-int kvcache_init_on(KvCache **out, Backend *be, const ModelConfig *cfg, int n_slots, int max_ctx, PailErr *err);
+// On a backend (the transformer's: transformer_extend refuses another's), with
+// a pool of n_blocks blocks (0: n_slots x ceil(max_ctx / KV_BLOCK), every slot
+// at max_ctx at once; fewer: the caller schedules by kvcache_append_blocks, an
+// append past the free blocks is an error). max_ctx caps each slot.
+int kvcache_init_on(KvCache **out, Backend *be, const ModelConfig *cfg, int n_slots, int max_ctx, int n_blocks,
+                    PailErr *err);
+// Bytes of one pool block (K and V of KV_BLOCK tokens in every layer).
+size_t kvcache_block_bytes(const ModelConfig *cfg);
 void kvcache_free(KvCache *kv);
 int kvcache_len(const KvCache *kv, int slot);
 void kvcache_reset(KvCache *kv, int slot);              // empty the slot (its blocks go back to the pool)
@@ -89,6 +95,12 @@ const float *kvcache_logits(const KvCache *kv);
 // last kvcache_reset_peak), for the figures of a group's KV memory.
 size_t kvcache_used_bytes(const KvCache *kv, bool peak);
 void kvcache_reset_peak(KvCache *kv);
+int kvcache_n_blocks(const KvCache *kv);     // the pool's blocks
+int kvcache_free_blocks(const KvCache *kv);  // blocks no slot holds now
+int kvcache_peak_blocks(const KvCache *kv);  // the most held at once (see kvcache_reset_peak)
+// Free blocks that appending n tokens to slot would take (its shared last
+// block's copy included).
+int kvcache_append_blocks(const KvCache *kv, int slot, int n);
 
 // Appends n_new[s] tokens to each slot s (0 = slot idle this call; tokens are
 // concatenated in slot order, Tn = sum n_new <= the plan's token budget), each

@@ -71,6 +71,10 @@ int token_draw_seed(TokenDraw *d, int slot, const Rng *r, PailErr *err) {
     return d->be->ops->to_device(d->be, d->d_rng + 4 * (size_t)slot, r->s, sizeof r->s, err);
 }
 
+int token_draw_stream(TokenDraw *d, int slot, Rng *r, PailErr *err) {
+    return d->be->ops->to_host(d->be, r->s, d->d_rng + 4 * (size_t)slot, sizeof r->s, err);
+}
+
 int token_draw_run(TokenDraw *d, const float *logits, const int *lrow, const int *rslot, int n, const SampleParams *sp,
                    PailErr *err) {
     if (n < 1) return 0;

@@ -20,6 +20,9 @@ int token_draw_init(TokenDraw **out, Backend *be, int slots, int V, const int32_
 void token_draw_free(TokenDraw *d);
 // Slot s's stream starts at r (an episode or a sample taking the slot).
 int token_draw_seed(TokenDraw *d, int slot, const Rng *r, PailErr *err);
+// *r = slot s's stream where it is now (a preempted sample keeps it to go on
+// from there when it resumes, token_draw_seed).
+int token_draw_stream(TokenDraw *d, int slot, Rng *r, PailErr *err);
 // Row a (of n <= slots) draws from row lrow[a] of logits (backend memory,
 // (*, V)) with slot rslot[a]'s stream (host arrays; distinct slots). The
 // results are the host arrays below, valid until the next call.

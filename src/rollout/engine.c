@@ -110,10 +110,23 @@ static int plan_check(Engine *e, const EngineSpec *s, PailErr *err) {
                            .max_ctx = c->max_prompt_tokens + (ep ? c->max_episode_tokens : c->max_new_tokens),
                            .max_new_tokens = ep ? c->max_episode_tokens : c->max_new_tokens,
                            .groups_per_step = prompts > 0 ? prompts : 1, .group_size = G,
-                           .threads = omp_get_max_threads()};
+                           .threads = omp_get_max_threads(), .kv_memory = c->kv_memory, .kv_episodes = ep};
     if (memplan_build(&e->mp, &mc, &spec, be->desc, err) < 0) return -1;
+    memplan_fit_kv(&e->mp, c->max_memory);  // no --kv-memory: the pool gets what the rest of the plan leaves
     memplan_print(stderr, &e->mp, c->eval_once ? "grpo-ctl eval" : "grpo-rollout");
-    return memplan_check(&e->mp, c->max_memory, err);
+    if (memplan_check(&e->mp, c->max_memory, err) < 0) return -1;
+    if (!ep && e->mp.kv_blocks < generator_min_blocks(c->max_prompt_tokens, c->max_new_tokens)) {
+        int need = generator_min_blocks(c->max_prompt_tokens, c->max_new_tokens);
+        return err_set(err, PAIL_ERR_INVALID, "KV pool of %d blocks (%.1f MiB, %s) cannot hold one sequence of %d "
+                       "prompt + %d new tokens: it needs %d blocks of %d tokens (%.1f MiB); plan total %.1f MiB; raise "
+                       "--kv-memory%s or lower --max-new-tokens or --max-prompt-tokens", e->mp.kv_blocks,
+                       (double)e->mp.kv_cache / 1048576.0,
+                       c->kv_memory ? "--kv-memory" : "what the memory limit leaves after the rest of the plan",
+                       c->max_prompt_tokens, c->max_new_tokens, need, KV_BLOCK,
+                       (double)need * e->mp.kv_block_bytes / 1048576.0, (double)e->mp.total / 1048576.0,
+                       c->kv_memory ? "" : " (or --max-memory)");
+    }
+    return 0;
 }
 
 // The model's buffers for adapters of LoRA rank up to `rank`: planned at
@@ -159,7 +172,7 @@ int engine_open(Engine *e, const EngineSpec *s, PailErr *err) {
     int G = rollout_group_size(c), max_prompts = run_prompts(s);
     e->gc = (GenConfig){.group_size = G, .max_new_tokens = c->max_new_tokens, .batch_size = c->batch_size,
                         .max_prompt_tokens = c->max_prompt_tokens, .max_prompts = max_prompts > 0 ? max_prompts : 1,
-                        .prefill_tokens = c->prefill_tokens,
+                        .prefill_tokens = c->prefill_tokens, .kv_blocks = e->mp.kv_blocks,
                         .sampler = c->sampler, .stop_ids = e->stop_ids,
                         .n_stop_ids = e->n_stop, .stop_fn = stop_strings_hit, .stop_ctx = e,
                         .abandon_fn = s->abandon_fn, .abandon_ctx = s->abandon_ctx};

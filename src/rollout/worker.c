@@ -253,6 +253,14 @@ void worker_heartbeat(Worker *w, const char *state) {
     }
     if (j) worker_feeds(w, j);
     if (j && w->busy_since) json_object_set_new(j, "busy_since", json_integer((json_int_t)w->busy_since));
+    if (j && w->eng.gen) {  // the group generator's KV block pool (doc/rollout.md "KV pool")
+        GenStats gs = generator_stats(w->eng.gen);
+        json_object_set_new(j, "kv_pool", json_pack("{s:I, s:I, s:I, s:I, s:I}", "blocks", (json_int_t)gs.kv_blocks,
+                                                     "block_bytes", (json_int_t)w->eng.mp.kv_block_bytes,
+                                                     "peak_blocks", (json_int_t)w->kv_peak_blocks, "preemptions",
+                                                     (json_int_t)w->kv_preemptions, "recomputed_tokens",
+                                                     (json_int_t)w->kv_recomputed_tokens));
+    }
     if (j && !w->cfg->eval) {
         json_object_set_new(j, "prompts_drawn", json_integer((json_int_t)w->smp.drawn));
         json_object_set_new(j, "shards_not_written_stale", json_integer((json_int_t)w->stale_unwritten));
@@ -519,9 +527,13 @@ static int one_shard(Worker *w, volatile sig_atomic_t *stop, PailErr *err) {
     }
     double t0 = time_mono_s();
     batch_start(w, t0);
+    GenStats before = generator_stats(w->eng.gen);
     int gr = generator_run(w->eng.gen, gp, P, out, err);
+    GenStats after = generator_stats(w->eng.gen);
     w->abandon_stale = false;
     if (gr < 0) goto done;
+    w->kv_preemptions += after.preemptions - before.preemptions;
+    w->kv_recomputed_tokens += after.recomputed_tokens - before.recomputed_tokens;
     if (gr == 1) {
         rc = batch_abandoned(w, t0, drawn_before);
         goto done;
@@ -529,6 +541,11 @@ static int one_shard(Worker *w, volatile sig_atomic_t *stop, PailErr *err) {
     double secs = time_mono_s() - t0;
     if (shard_build_groups(&s, gp, P, G, out, rows, reward_set_names(w->rs), reward_set_count(w->rs), err) < 0)
         goto done;
+    if (after.kv_peak_blocks > w->kv_peak_blocks) w->kv_peak_blocks = after.kv_peak_blocks;
+    s.kv_pool_blocks = after.kv_blocks;
+    s.kv_peak_blocks = after.kv_peak_blocks;
+    s.kv_preemptions = after.preemptions - before.preemptions;
+    s.kv_recomputed_tokens = after.recomputed_tokens - before.recomputed_tokens;
     PailErr warn = {0};
     int bad = worker_score(w, pr, rows, out, N, G, s.reward_components, s.rewards, s.reward_valid, &warn);
     if (bad < 0) {

@@ -54,6 +54,7 @@ typedef struct {
     double serve_header_timeout, serve_idle_timeout;  // --serve-header-timeout, --serve-idle-timeout (seconds)
     Backend *backend;                // where the model computes (borrowed; NULL: the CPU)
     size_t max_memory;               // refuse a memory plan above this many bytes (0: the device's available memory)
+    size_t kv_memory;                // the KV block pool's bytes (0: the full pool, or what max_memory leaves)
     int weights_dtype;               // --dtype: MODEL_DTYPE_AUTO or a DType for the base matrices (0: DT_F32)
     bool strict_dtype;               // refuse a run whose trainer computes in another dtype (else warn)
 } RolloutConfig;

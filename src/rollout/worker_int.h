@@ -37,6 +37,8 @@ struct Worker {
     long seq;             // next shard sequence number
     long shards;
     double gen_tokens, gen_seconds;
+    // the generator's KV pool: the most blocks held in one shard, preemptions and tokens recomputed, all shards
+    int64_t kv_peak_blocks, kv_preemptions, kv_recomputed_tokens;
     char last_error[512];
     double last_heartbeat;
     uint8_t *row_refused;  // (rows,) 1: longer than --max-prompt-tokens, skipped (owned)

@@ -167,6 +167,12 @@ int shard_write(const RolloutShard *s, Buf *out, PailErr *err) {
     rc |= h5a_write_i64(f, "max_new_tokens", s->max_new_tokens, err);
     rc |= h5a_write_i64(f, "seed", s->seed, err);
     if (s->prompts_drawn > 0) rc |= h5a_write_i64(f, "prompts_drawn", s->prompts_drawn, err);  // optional
+    if (s->kv_pool_blocks > 0) {  // optional, all four
+        rc |= h5a_write_i64(f, "kv_pool_blocks", s->kv_pool_blocks, err);
+        rc |= h5a_write_i64(f, "kv_peak_blocks", s->kv_peak_blocks, err);
+        rc |= h5a_write_i64(f, "kv_preemptions", s->kv_preemptions, err);
+        rc |= h5a_write_i64(f, "kv_recomputed_tokens", s->kv_recomputed_tokens, err);
+    }
     rc |= h5d_write(f, "prompt_ids", H5T_NATIVE_INT32, 1, &ptok, s->prompt_ids, err);
     rc |= h5d_write(f, "prompt_offsets", H5T_NATIVE_INT64, 1, &p1, s->prompt_offsets, err);
     rc |= h5d_write(f, "prompt_index", H5T_NATIVE_INT64, 1, &P, s->prompt_index, err);
@@ -247,8 +253,20 @@ int shard_read(RolloutShard *s, const void *data, size_t len, const char *name, 
         h5a_read_i64(f, "max_new_tokens", &s->max_new_tokens, name, err) < 0 ||
         h5a_read_i64(f, "seed", &s->seed, name, err) < 0 ||
         (h5a_exists(f, "prompts_drawn") && h5a_read_i64(f, "prompts_drawn", &s->prompts_drawn, name, err) < 0) ||
-        (h5a_exists(f, "min_p") && h5a_read_f64(f, "min_p", &s->min_p, name, err) < 0)) {
+        (h5a_exists(f, "min_p") && h5a_read_f64(f, "min_p", &s->min_p, name, err) < 0) ||
+        (h5a_exists(f, "kv_pool_blocks") &&
+         (h5a_read_i64(f, "kv_pool_blocks", &s->kv_pool_blocks, name, err) < 0 ||
+          h5a_read_i64(f, "kv_peak_blocks", &s->kv_peak_blocks, name, err) < 0 ||
+          h5a_read_i64(f, "kv_preemptions", &s->kv_preemptions, name, err) < 0 ||
+          h5a_read_i64(f, "kv_recomputed_tokens", &s->kv_recomputed_tokens, name, err) < 0))) {
         rc = err_wrap(err, "shard");
+        goto done;
+    }
+    if (s->kv_pool_blocks < 0 || s->kv_peak_blocks < 0 || s->kv_peak_blocks > s->kv_pool_blocks ||
+        s->kv_preemptions < 0 || s->kv_recomputed_tokens < 0) {
+        rc = err_set(err, PAIL_ERR_INVALID, "shard %s: KV pool figures out of range (pool %lld blocks, peak %lld, "
+                     "preemptions %lld, recomputed tokens %lld)", name, (long long)s->kv_pool_blocks,
+                     (long long)s->kv_peak_blocks, (long long)s->kv_preemptions, (long long)s->kv_recomputed_tokens);
         goto done;
     }
     if (s->prompts_drawn < 0) {

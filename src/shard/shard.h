@@ -30,6 +30,9 @@ typedef struct {
     int64_t top_k, max_new_tokens;
     int64_t seed;
     int64_t prompts_drawn;        // the writer's prompt-sampler position after this shard (0: not recorded)
+    // optional (0: not recorded; group shards of a pail with a KV block pool): the writer's pool
+    // and its pressure while it generated this shard (doc/rollout.md "KV pool")
+    int64_t kv_pool_blocks, kv_peak_blocks, kv_preemptions, kv_recomputed_tokens;
     // sizes
     int64_t P, N, K;
     int64_t X;                    // segments: extra rows after the N (0 before version 3)
