@@ -3,14 +3,17 @@ memory: the peak resident set (getrusage of the child: ru_maxrss, the kernel's
 VmHWM) and, polled from /proc/PID/status every ~2 ms, the peaks of its
 anonymous (RssAnon: heap, the weight block) and file-backed (RssFile: mapped
 files such as a safetensors checkpoint) parts. Used by bench/dtype_memory.sh.
-Usage: peak_rss.py CMD [ARGS...] -> "peak_rss_kb N rss_anon_kb N rss_file_kb N wall_s X"."""
+Usage: peak_rss.py CMD [ARGS...] -> "peak_rss_kb N rss_anon_kb N rss_file_kb N wall_s X".
+With PEAK_RSS_STDOUT=FILE in the environment the command's stdout goes to FILE."""
+import os
 import resource
 import subprocess
 import sys
 import time
 
 t0 = time.perf_counter()
-p = subprocess.Popen(sys.argv[1:], stdout=subprocess.DEVNULL)
+out = open(os.environ["PEAK_RSS_STDOUT"], "wb") if os.environ.get("PEAK_RSS_STDOUT") else subprocess.DEVNULL
+p = subprocess.Popen(sys.argv[1:], stdout=out)
 peak = {"RssAnon": 0, "RssFile": 0}
 while p.poll() is None:
     try:
