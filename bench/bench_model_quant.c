@@ -467,6 +467,7 @@ static int save_quantized(const char *model, const char *out, const char *q, con
 static void usage(void) {
     fprintf(stderr, "usage: bench_model_quant [decode] [policy] [--reps N (3)] [--steps N (32)] [--rank R (16)]\n"
                     "                         [--iters N (2)] [--seqs N (2)] [--seq-len N (64)]\n"
+                    "                         [--shape qwen2.5-0.5b|smollm2-135m (qwen2.5-0.5b)]\n"
                     "       bench_model_quant save-quantized --model DIR --out DIR [--quantize q4_k|q8_0 (q4_k)]\n"
                     "                         [--tokenizer DIR]\n");
     exit(2);
@@ -475,7 +476,7 @@ static void usage(void) {
 int main(int argc, char **argv) {
     threads_policy_apply(argv);  // the executables' OpenMP wait policy (may start this program again)
     int reps = 3, steps = 32, rank = 16, iters = 2, nseq = 2, seqlen = 64, dec = 0, pol = 0, save = 0;
-    const char *model = NULL, *out = NULL, *q = "q4_k", *tok = NULL;
+    const char *model = NULL, *out = NULL, *q = "q4_k", *tok = NULL, *shape = "qwen2.5-0.5b";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "decode")) dec = 1;
@@ -491,6 +492,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--iters") && v) iters = (int)int_arg(a, v, 1, MAX_ITERS), i++;
         else if (!strcmp(a, "--seqs") && v) nseq = (int)int_arg(a, v, 1, 64), i++;
         else if (!strcmp(a, "--seq-len") && v) seqlen = (int)int_arg(a, v, 2, 4096), i++;
+        else if (!strcmp(a, "--shape") && v) shape = v, i++;
         else usage();
     }
     if (save) {
@@ -512,10 +514,16 @@ int main(int argc, char **argv) {
         return 0;
     }
     ModelConfig cfg;
-    if (modelgen_shape(&cfg, "qwen2.5-0.5b", MODEL_QWEN2) < 0) die("modelgen_shape qwen2.5-0.5b", NULL);
+    if (!strcmp(shape, "smollm2-135m")) {  // HuggingFaceTB/SmolLM2-135M-Instruct's config.json
+        if (modelgen_shape(&cfg, "bench", MODEL_LLAMA) < 0) die("modelgen_shape bench", NULL);
+        cfg.hidden_size = 576, cfg.num_hidden_layers = 30, cfg.num_attention_heads = 9, cfg.num_key_value_heads = 3;
+        cfg.head_dim = 64, cfg.intermediate_size = 1536, cfg.vocab_size = 49152, cfg.tie_word_embeddings = true;
+    } else if (strcmp(shape, "qwen2.5-0.5b") || modelgen_shape(&cfg, shape, MODEL_QWEN2) < 0) {
+        usage();
+    }
     DType b[PARAM_COUNT];
     model_dtypes_uniform(DT_BF16, b);
-    printf("model: qwen2.5-0.5b shape (C %d L %d H %d Hkv %d F %d V %d, tied), %.2f GB as bf16; %d threads\n",
+    printf("model: %s shape (C %d L %d H %d Hkv %d F %d V %d, tied), %.2f GB as bf16; %d threads\n", shape,
            cfg.hidden_size, cfg.num_hidden_layers, cfg.num_attention_heads, cfg.num_key_value_heads,
            cfg.intermediate_size, cfg.vocab_size, model_weights_bytes(&cfg, b) / 1e9, omp_get_max_threads());
     if (dec) decode(&cfg, reps, steps, rank);

@@ -226,8 +226,9 @@ void logprob_backward_ref(float *dhidden, float *dw_lm, const float *dlogp,
 
 // The head for a LoRA step (frozen head, no entropy gradient) without the
 // backward's second pass over V: the forward also writes expect(T,C) = sum_j
-// p_tj w_lm[j] / temperature, computed from each row's full logits (rows in
-// blocks of ws_floats / V; ws must hold at least V floats), and the backward
+// p_tj w_lm[j] / temperature, streamed over vocab chunks of ws_floats / T - 3
+// columns, each one GEMM over all T rows (the CPU; the CUDA twin works in
+// blocks of ws_floats / V full rows: give it at least V floats), and the backward
 // is then dhidden_t = dlogp_t (w_lm[target_t] / temperature - expect_t).
 // Same logp, lse, entropy as logprob_forward.
 // The head with gemma2's final_logit_softcapping cap > 0: z = cap tanh(x / cap) / temperature,

@@ -180,9 +180,13 @@ void logprob_backward(float *dhidden, float *dw_lm, const float *dlogp, const fl
 
 // ---- the head with its gradient's expectation, for a later backward without recompute ----
 // d logp_t / d hidden_t = (W[target_t] - sum_j p_tj W_j) / temperature: the sum is
-// the same whatever dlogp turns out to be, so the forward computes it while each
-// row's full logits are at hand (rows in blocks of ws_floats / V) and the
-// backward is a scaled difference of two rows per token, no second pass over V.
+// the same whatever dlogp turns out to be, so the forward computes it while the
+// logits are at hand and the backward is a scaled difference of two rows per
+// token, no second pass over V. It streams as logprob_forward does: each vocab
+// chunk is one GEMM over every row for its logits and one for its share of
+// expect, kept as sum_j exp(z_j - m) W_j against the running max m and rescaled
+// when m grows (the online softmax), then divided by the row's sum at the end.
+// So the head is read twice whatever T, never as a mat-vec per block of rows.
 int logprob_forward_expect_dt(float *logp, float *entropy, float *lse, float *expect,
                               const float *hidden, const void *w_lm, DType wdt,
                               const int *targets, int T, int C, int V, float temperature,
@@ -193,53 +197,66 @@ int logprob_forward_expect_dt(float *logp, float *entropy, float *lse, float *ex
 
 // With a cap: expect = sum_j p_j (1 - tanh_j^2) W_j / temperature (the capped logits' gradient);
 // the backward's target term needs 1 - tanh_t^2, which it recomputes from hidden.
+// ws: a chunk of (T, vc) logits, then m, s, a (T) as logprob_forward's; vc = ws_floats / T - 3
+// columns (the whole workspace, at most V).
 int logprob_forward_expect_cap_dt(float *logp, float *entropy, float *lse, float *expect,
                                   const float *hidden, const void *w_lm, DType wdt,
                                   const int *targets, int T, int C, int V, float temperature, float cap,
                                   float *ws, size_t ws_floats, PailErr *err) {
     if (targets_check(targets, T, V, temperature, 1, err)) return -1;
-    size_t rows = ws_floats / (size_t)V;
-    if (rows < 1)
+    if (T < 1) return 0;
+    size_t per = ws_floats / (size_t)T;
+    if (per < 4)
         return err_set(err, PAIL_ERR_INVALID,
-                       "logprob_forward_expect: workspace of %zu floats holds no row of %d logits",
-                       ws_floats, V);
-    float inv_t = 1.0f / temperature;
-    for (int t0 = 0; t0 < T; t0 += (int)rows) {
-        int nr = T - t0 < (int)rows ? T - t0 : (int)rows;
-        float *z = ws;
-        matmul_forward_dt(z, hidden + (size_t)t0 * C, w_lm, wdt, NULL, nr, C, V, cap > 0 ? 1.0f : inv_t, 0.0f);
-        if (cap > 0) {
-            cap_chunk(z, (size_t)nr * V, cap, inv_t);
+                       "logprob_forward_expect: workspace of %zu floats holds no chunk of logits for %d rows",
+                       ws_floats, T);
+    int vc = per - 3 < (size_t)V ? (int)(per - 3) : V;
+    float inv_t = 1.0f / temperature, k = cap > 0 ? temperature / cap : 0.0f;
+    float *z = ws, *m = ws + (size_t)T * vc, *s = m + T, *a = s + T;
+    for (int t = 0; t < T; t++) m[t] = -INFINITY, s[t] = 0, a[t] = 0;
+    size_t rowb = dtype_row_bytes(wdt, (size_t)C);
+    for (int v0 = 0; v0 < V; v0 += vc) {
+        int nb = V - v0 < vc ? V - v0 : vc;
+        const void *wc = (const char *)w_lm + (size_t)v0 * rowb;
+        matmul_forward_dt(z, hidden, wc, wdt, NULL, T, C, nb, cap > 0 ? 1.0f : inv_t, 0.0f);
+        if (cap > 0) cap_chunk(z, (size_t)T * nb, cap, inv_t);
 #pragma omp parallel for schedule(static)
-            for (int r = 0; r < nr; r++) {
-                float *zr = z + (size_t)r * V, m = row_max(zr, V), zt = zr[targets[t0 + r]], a;
-                float s = exp_sums(NULL, zr, V, m, &a), k = temperature / cap;
-                float l = m + logf(s), inv_s = 1.0f / s;
-                logp[t0 + r] = zt - l;
-                if (lse) lse[t0 + r] = l;
-                if (entropy) entropy[t0 + r] = l - a * inv_s;
-                for (int j = 0; j < V; j++) {
-                    float th = zr[j] * k;
-                    zr[j] = expf(zr[j] - m) * inv_s * (1.0f - th * th);  // p (1 - tanh^2)
+        for (int t = 0; t < T; t++) {
+            float *zr = z + (size_t)t * nb, bm = row_max(zr, nb), mn = bm > m[t] ? bm : m[t];
+            float corr = expf(m[t] - mn), bs, ba;
+            int tj = targets[t] - v0;
+            if (tj >= 0 && tj < nb) logp[t] = zr[tj];  // target logit, finished below
+            if (cap > 0) {  // e (1 - tanh^2), tanh from the capped z before it is overwritten
+                bs = ba = 0;
+                for (int j = 0; j < nb; j++) {
+                    float th = zr[j] * k, e = expf(zr[j] - mn);
+                    bs += e;
+                    ba += e * zr[j];
+                    zr[j] = e * (1.0f - th * th);
                 }
+            } else {
+                bs = exp_sums(zr, zr, nb, mn, &ba);  // zr becomes exp(z - mn)
             }
-            matmul_backward_dt(expect + (size_t)t0 * C, NULL, NULL, z, NULL, w_lm, wdt, nr, C, V, inv_t, 0.0f);
-            continue;
-        }
-#pragma omp parallel for schedule(static)
-        for (int r = 0; r < nr; r++) {
-            float *zr = z + (size_t)r * V, m = row_max(zr, V), zt = zr[targets[t0 + r]], a;
-            float s = exp_sums(zr, zr, V, m, &a);  // zr becomes exp(z - m)
-            float l = m + logf(s), inv_s = 1.0f / s;
-            logp[t0 + r] = zt - l;
-            if (lse) lse[t0 + r] = l;
-            if (entropy) entropy[t0 + r] = l - a * inv_s;
+            s[t] = s[t] * corr + bs;
+            if (entropy) a[t] = a[t] * corr + ba;
+            m[t] = mn;
+            if (v0 > 0 && corr != 1.0f) {  // the row's share so far, against the new max
+                float *e = expect + (size_t)t * C;
 #pragma omp simd
-            for (int j = 0; j < V; j++) zr[j] *= inv_s;  // p
+                for (int c = 0; c < C; c++) e[c] *= corr;
+            }
         }
-        // expect = p W / temperature: the dx form of the head's product
-        matmul_backward_dt(expect + (size_t)t0 * C, NULL, NULL, z, NULL, w_lm, wdt, nr, C, V,
-                           inv_t, 0.0f);
+        // expect += exp(z - m) W: the dx form of the head's product
+        matmul_backward_dt(expect, NULL, NULL, z, NULL, wc, wdt, T, C, nb, 1.0f, v0 == 0 ? 0.0f : 1.0f);
+    }
+#pragma omp parallel for schedule(static)
+    for (int t = 0; t < T; t++) {
+        float l = m[t] + logf(s[t]), sc = inv_t / s[t], *e = expect + (size_t)t * C;
+        if (lse) lse[t] = l;
+        if (entropy) entropy[t] = l - a[t] / s[t];
+        logp[t] -= l;
+#pragma omp simd
+        for (int c = 0; c < C; c++) e[c] *= sc;
     }
     return 0;
 }

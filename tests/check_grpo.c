@@ -171,6 +171,14 @@ START_TEST(test_budget_auto) {
     ck_assert_int_eq(ch.token_budget, 4096);
     ck_assert(ch.recompute);
     ck_assert_msg(strstr(ch.why, "with --recompute turned on"), "%s", ch.why);
+    // a long sequence (issue 47): 16384 tokens past the cap; its activations (16.1 GiB) do not fit
+    // 5000 MiB, with recompute (2.1 GiB) they do
+    ck_assert_int_eq(budget_choose(8, 16384, false, 5000 * MiB, fake_plan, &calls, &ch, &err), 0);
+    ck_assert_int_eq(ch.token_budget, 16384);
+    ck_assert(ch.recompute);
+    ck_assert_msg(strstr(ch.why, "16384 tokens with --recompute turned on: one sequence of --max-seq-tokens 16384 "
+                                 "(past the cap of 4096: a micro-batch holds the longest); 16384 tokens without it "
+                                 "would need 16.10 GiB"), "%s", ch.why);
     // --recompute given: halved under it, never "turned on"
     ck_assert_int_eq(budget_choose(8, 1280, true, 500 * MiB, fake_plan, &calls, &ch, &err), 0);
     ck_assert_int_eq(ch.token_budget, 2048);

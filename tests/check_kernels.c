@@ -614,17 +614,23 @@ static void logprob_case(int T, int C, int V, float temp, int vchunk) {
     logprob_backward_ref(dhr, NULL, dlp, NULL, h, W, tg, T, C, V, temp);
     expect_close("logprob_backward dhidden (no entropy)", dh, dhr, (size_t)T * C, 1e-4, 1e-4);
     // The expectation path: same forward figures, the backward without a second
-    // pass; its workspace holds 3 rows of logits (blocks of 3 rows, a ragged last).
-    float *ex = rnd((size_t)T * C, 0, 1), *ws3 = malloc(sizeof(float) * 3 * V + 5);
+    // pass; vocab chunks of ws_floats / T - 3 columns over every row: 3 V + 5
+    // floats (one chunk of V at T = 1, else a ragged last), then chunks of 1 and of
+    // 7 columns (the running max rescales expect at nearly every chunk).
+    size_t wsn[] = {3 * (size_t)V + 5, (size_t)T * 4, (size_t)T * 10 + 1};
+    float *ex = rnd((size_t)T * C, 0, 1), *ws3 = malloc(sizeof(float) * (3 * (size_t)V + 5 + (size_t)T * 10));
     float *lp3 = rnd(T, 0, 1), *ent3 = rnd(T, 0, 1), *lse3 = rnd(T, 0, 1);
-    ck_assert_int_eq(logprob_forward_expect(lp3, ent3, lse3, ex, h, W, tg, T, C, V, temp, ws3, 3 * V + 5, &err), 0);
-    expect_close("logprob_forward_expect logp", lp3, lpr, T, 2e-5, 2e-5);
-    expect_close("logprob_forward_expect lse", lse3, lser, T, 2e-5, 2e-5);
-    expect_close("logprob_forward_expect entropy", ent3, entr, T, 2e-5, 2e-5);
-    logprob_backward_expect(dh, dlp, ex, W, tg, T, C, temp);
-    expect_close("logprob_backward_expect dhidden", dh, dhr, (size_t)T * C, 1e-4, 1e-4);
-    ck_assert_int_eq(logprob_forward_expect(lp3, NULL, NULL, ex, h, W, tg, T, C, V, temp, ws3, V - 1, &err), -1);
-    ck_assert_msg(strstr(err.msg, "holds no row"), "%s", err.msg);
+    for (size_t k = 0; k < sizeof wsn / sizeof wsn[0]; k++) {
+        ck_assert_int_eq(logprob_forward_expect(lp3, ent3, lse3, ex, h, W, tg, T, C, V, temp, ws3, wsn[k], &err), 0);
+        expect_close("logprob_forward_expect logp", lp3, lpr, T, 2e-5, 2e-5);
+        expect_close("logprob_forward_expect lse", lse3, lser, T, 2e-5, 2e-5);
+        expect_close("logprob_forward_expect entropy", ent3, entr, T, 2e-5, 2e-5);
+        logprob_backward_expect(dh, dlp, ex, W, tg, T, C, temp);
+        expect_close("logprob_backward_expect dhidden", dh, dhr, (size_t)T * C, 1e-4, 1e-4);
+    }
+    ck_assert_int_eq(logprob_forward_expect(lp3, NULL, NULL, ex, h, W, tg, T, C, V, temp, ws3, (size_t)T * 4 - 1, &err),
+                     -1);
+    ck_assert_msg(strstr(err.msg, "holds no chunk"), "%s", err.msg);
     free(ex), free(ws3), free(lp3), free(ent3), free(lse3);
     free(h), free(W), free(tg), free(lp), free(ent), free(lse), free(lpr), free(entr), free(lser);
     free(ws), free(lp2), free(dlp), free(dent), free(dh), free(dhr), free(dW), free(dWr);
@@ -659,14 +665,17 @@ static void logprob_cap_case(int T, int C, int V, float temp, int vchunk, float 
     logprob_backward_ref_cap(dhr, dWr, dlp, dent, h, W, tg, T, C, V, temp, cap);
     expect_close("logprob_backward_cap dhidden", dh, dhr, (size_t)T * C, 1e-4, 1e-4);
     expect_close("logprob_backward_cap dw_lm", dW, dWr, (size_t)V * C, 1e-4, 1e-4);
-    // the expectation pair with the cap (blocks of 3 rows), against the reference without dentropy
+    // the expectation pair with the cap (3 V floats, then chunks of 5 columns), against the reference
+    // without dentropy
     float *ex = rnd((size_t)T * C, 0, 1), *ws3 = malloc(sizeof(float) * 3 * V), *lp3 = rnd(T, 0, 1);
-    ck_assert_int_eq(logprob_forward_expect_cap_dt(lp3, NULL, NULL, ex, h, W, DT_F32, tg, T, C, V, temp, cap, ws3,
-                                                   3 * (size_t)V, &err), 0);
-    expect_close("logprob_forward_expect_cap logp", lp3, lpr, T, 2e-5, 2e-5);
-    logprob_backward_expect_cap_dt(dh, dlp, ex, W, DT_F32, tg, T, C, temp, cap, h);
     logprob_backward_ref_cap(dhr, NULL, dlp, NULL, h, W, tg, T, C, V, temp, cap);
-    expect_close("logprob_backward_expect_cap dhidden", dh, dhr, (size_t)T * C, 1e-4, 1e-4);
+    for (int k = 0; k < 2; k++) {
+        ck_assert_int_eq(logprob_forward_expect_cap_dt(lp3, NULL, NULL, ex, h, W, DT_F32, tg, T, C, V, temp, cap, ws3,
+                                                       k ? (size_t)T * 8 : 3 * (size_t)V, &err), 0);
+        expect_close("logprob_forward_expect_cap logp", lp3, lpr, T, 2e-5, 2e-5);
+        logprob_backward_expect_cap_dt(dh, dlp, ex, W, DT_F32, tg, T, C, temp, cap, h);
+        expect_close("logprob_backward_expect_cap dhidden", dh, dhr, (size_t)T * C, 1e-4, 1e-4);
+    }
     free(ex), free(ws3), free(lp3);
     // a bf16 head: the reference on the same (rounded) values
     uint16_t *Wb = malloc(sizeof(uint16_t) * V * C);

@@ -247,11 +247,34 @@ START_TEST(test_packing_and_lora) {
 }
 END_TEST
 
+// The trainer's plan at long T (issue 47): linear in T (nothing (T, T) or (T, V)),
+// and the LM head's T x vchunk workspace no wider than the vocabulary (a
+// 101-token model used to plan T x 4096 floats for it).
+START_TEST(test_plan_linear_in_T) {
+    ModelWeights w;
+    tiny_model(&w, MODEL_QWEN2);
+    const ModelConfig *c = &w.cfg;
+    for (int rec = 0; rec < 2; rec++) {
+        size_t b[3];
+        for (int k = 0; k < 3; k++) {
+            TransformerPlan p = {.max_tokens = 4096 << k, .backward = true, .recompute = rec, .lora_rank = 16};
+            b[k] = transformer_plan_bytes(c, &p);
+        }
+        ck_assert_msg(b[2] - b[1] == 2 * (b[1] - b[0]), "recompute %d: %zu, %zu, %zu bytes at 4k, 8k, 16k tokens", rec,
+                      b[0], b[1], b[2]);
+        TransformerPlan d = {.max_tokens = 16384, .backward = true, .recompute = rec, .lora_rank = 16},
+                        v = {.max_tokens = 16384, .backward = true, .recompute = rec, .lora_rank = 16, .vchunk = 101};
+        ck_assert_uint_eq(transformer_plan_bytes(c, &d), transformer_plan_bytes(c, &v));
+    }
+    model_weights_free(&w);
+}
+END_TEST
 int main(void) {
     Suite *s = suite_create("model_forward");
     TCase *core = tcase_create("core"), *limits = tcase_create("limits");
     tcase_add_test(core, test_kv_cache_matches_full);
     tcase_add_test(core, test_kv_blocks_shared);
+    tcase_add_test(core, test_plan_linear_in_T);
     tcase_add_test(limits, test_packing_and_lora);
     tcase_set_timeout(core, 60);
     suite_add_tcase(s, core);

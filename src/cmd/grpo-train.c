@@ -94,8 +94,8 @@ int main(int argc, char **argv) {
         {"scale-rewards", FLAG_STRING, &scale, "group", 1, 0, "advantage scaling: group, batch, or none (Dr. GRPO)"},
         {"max-staleness", FLAG_INT, &stale, "4", 0, 1000000, "use shards at most this many versions behind"},
         {"token-budget", FLAG_INT, &budget, "0", 0, 1 << 24,
-         "tokens per packed micro-batch (at least 16); 0: auto, a group (--group-size x --max-seq-tokens) at most 4096, "
-         "halved to fit the memory, then with --recompute (one log line says which; doc/performance.md); --sft: 0 is 16384"},
+         "tokens per packed micro-batch (at least 16); 0: auto, a group (--group-size x --max-seq-tokens) at most 4096 "
+         "(at least one sequence of --max-seq-tokens), halved to fit the memory, then with --recompute (one log line says which; doc/performance.md); --sft: 0 is 16384"},
         {"max-seq-tokens", FLAG_INT, &max_seq, "1280", 16, 1 << 24,
          "the longest prompt + completion the workers send (their --max-prompt-tokens + --max-new-tokens, or "
          "--max-episode-tokens with --env): sizes --token-budget 0 (a sequence longer than the budget is dropped as too long)"},

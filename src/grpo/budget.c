@@ -22,9 +22,13 @@ int budget_choose(int G, int max_seq, bool recompute, size_t limit, BudgetPlanFn
             if (!first_total) first_total = mp.total;
             if (!limit || mp.total <= limit) {
                 *out = (BudgetChoice){.token_budget = (int)T, .recompute = rec, .total = mp.total, .limit = limit};
-                int n = snprintf(out->why, sizeof out->why, "%ld tokens%s: a group of %d x --max-seq-tokens %d = %ld, at "
-                                 "most %d", T, rec && !recompute ? " with --recompute turned on" : "", G, max_seq, group,
-                                 BUDGET_AUTO_CAP);
+                const char *on = rec && !recompute ? " with --recompute turned on" : "";
+                int n = max_seq > BUDGET_AUTO_CAP  // a long sequence: the cap gives way to it
+                            ? snprintf(out->why, sizeof out->why, "%ld tokens%s: one sequence of --max-seq-tokens %d "
+                                       "(past the cap of %d: a micro-batch holds the longest)", T, on, max_seq,
+                                       BUDGET_AUTO_CAP)
+                            : snprintf(out->why, sizeof out->why, "%ld tokens%s: a group of %d x --max-seq-tokens %d = "
+                                       "%ld, at most %d", T, on, G, max_seq, group, BUDGET_AUTO_CAP);
                 if (T < want || (rec && !recompute))
                     n += snprintf(out->why + n, sizeof out->why - (size_t)n, "; %ld tokens%s would need %.2f GiB", want,
                                   rec && !recompute ? " without it" : "", gib(first_total));

@@ -205,6 +205,7 @@ static void plan_memory(Transformer *tf, Bump *b) {
 
 static void plan_defaults(TransformerPlan *p, const ModelConfig *c) {
     if (p->vchunk <= 0) p->vchunk = 4096;
+    if (p->vchunk > c->vocab_size && c->vocab_size > 0) p->vchunk = c->vocab_size;  // the head's T x vchunk workspace
     if (p->max_pos <= 0) p->max_pos = c->max_position_embeddings < TRANSFORMER_ROPE_MAX ? c->max_position_embeddings : TRANSFORMER_ROPE_MAX;
     if (p->max_pos < 1) p->max_pos = 4096;
 }

@@ -26,7 +26,7 @@ typedef struct {
     bool backward;    // keep the activations the backward needs
     bool full;        // gradients for every base weight (full fine-tuning)
     bool recompute;   // keep only layer inputs; recompute each layer in the backward
-    int vchunk;       // vocabulary chunk of the fused LM head (0: 4096)
+    int vchunk;       // vocabulary chunk of the fused LM head (0: 4096; at most V)
     int max_pos;      // RoPE table size (0: min(max_position_embeddings, TRANSFORMER_ROPE_MAX))
     int lora_rank;    // highest LoRA rank transformer_set_lora accepts (0: no LoRA buffers, no adapter)
     Backend *backend; // where it runs (borrowed; NULL: the CPU)

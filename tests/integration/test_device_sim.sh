@@ -193,5 +193,5 @@ check "...restarted, it writes its shard" timeout 120 "$BIN/grpo-rollout" "${WF[
 check "...one" test "$(ls "$WORK"/wfail/rollouts/*/wf-*.h5 | wc -l)" -eq 1
 expect_fail_last "a worker on a device smaller than its plan: the plan's sizes and the flags" 1 \
   "cannot allocate .*; the memory plan needs .* on sim .*KV cache .*\): lower --batch-size, --max-new-tokens.*--max-memory" \
-  env PAIL_SIM_MEMORY=20000000 timeout 120 "$BIN/grpo-rollout" "${WF[@]}"
+  env PAIL_SIM_MEMORY=8000000 timeout 120 "$BIN/grpo-rollout" "${WF[@]}"
 finish

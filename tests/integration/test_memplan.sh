@@ -4,7 +4,7 @@
 # plan is within 10% of the measured peak RSS of a LoRA step and of decode
 # (tests/tools/memplan_driver.c, on the bench shape; bench/memplan.sh does the
 # same on a 7B-width checkpoint). --token-budget auto (grpo-train's default):
-# a group of --max-seq-tokens, at most 4096, halved to fit, then --recompute;
+# a group of --max-seq-tokens, at most 4096 (or one sequence past it), halved to fit, then --recompute;
 # on SmolLM2-135M's config it plans 4.8 GiB where the old 16384 planned 18.
 source "$(dirname "$0")/lib.sh"
 BUILD=${BUILD:-build}
@@ -79,6 +79,10 @@ check "less memory: halved, saying why" bash -c "'$BIN/grpo-ctl' plan --model '$
   grep -q '^--token-budget auto: 2048 tokens: .*; 4096 tokens would need 4.83 GiB; the plan.s 2.58 GiB fits 3.00 GiB'"
 check "less still: --recompute turned on" bash -c "'$BIN/grpo-ctl' plan --model '$S' --max-memory 1200M |
   grep -q '^--token-budget auto: 4096 tokens with --recompute turned on: .*4096 tokens without it would need 4.83 GiB'"
+"$BIN/grpo-ctl" plan --model "$S" --max-seq-tokens 8192 --max-memory 6G >"$WORK/smol-8k.out" 2>&1
+check "a long sequence (--max-seq-tokens 8192, past the cap): one sequence, --recompute turned on, said in one line" \
+  grep -q "^--token-budget auto: 8192 tokens with --recompute turned on: one sequence of --max-seq-tokens 8192 (past the cap of 4096: a micro-batch holds the longest); 8192 tokens without it would need 9.33 GiB; the plan's 1.57 GiB fits 6.00 GiB" "$WORK/smol-8k.out"
+check "...and the plan shows it" grep -q "activations .*8192 tokens, layer inputs only (--recompute)" "$WORK/smol-8k.out"
 "$BIN/grpo-train" --model "$T" --run "file://$WORK/run3" --steps 0 --metrics "" --group-size 4 --max-seq-tokens 200 \
   >"$WORK/auto.out" 2>&1
 check "grpo-train: G 4 x --max-seq-tokens 200 = 800 tokens, said before the plan, which has them" bash -c "
