@@ -119,12 +119,12 @@ static int r_attention_backward(Backend *b, float *dq, float *dk, float *dv, con
     attention_backward_ref_cap(dq, dk, dv, dout, q, k, v, out, lse, cu, nseq, T, H, Hkv, D, W, cap);
     return 0;
 }
-static int r_attention_decode_forward(Backend *b, float *out, const float *q, const float *kc, const float *vc,
-                                      const int *cu_new, const int *len, const int *table, int max_blocks, int nseq,
-                                      int Tn, int H, int Hkv, int D, int W, float cap, PailErr *err) {
+static int r_attention_decode_forward(Backend *b, float *out, const float *q, const void *kc, const void *vc,
+                                      DType kvdt, const int *cu_new, const int *len, const int *table, int max_blocks,
+                                      int nseq, int Tn, int H, int Hkv, int D, int W, float cap, PailErr *err) {
     NOB;
     (void)Tn;
-    attention_decode_forward_ref_cap(out, q, kc, vc, cu_new, len, table, max_blocks, nseq, H, Hkv, D, W, cap);
+    attention_decode_forward_ref_dt(out, q, kc, vc, kvdt, cu_new, len, table, max_blocks, nseq, H, Hkv, D, W, cap);
     return 0;
 }
 static int r_swiglu_forward(Backend *b, float *out, const float *g, const float *u, size_t n, PailErr *err) {
@@ -235,6 +235,12 @@ static int r_scatter_rows(Backend *b, float *dst, const float *src, const int *r
         for (int c = 0; c < C; c++) dst[(size_t)rows[i] * C + c] = src[(size_t)i * C + c];
     return 0;
 }
+static int r_scatter_rows_dt(Backend *b, void *dst, DType dt, const float *src, const int *rows, int n, int C,
+                             PailErr *err) {
+    NOB;
+    for (int i = 0; i < n; i++) dtype_convert((char *)dst + (size_t)rows[i] * C * dtype_size(dt), dt, src + (size_t)i * C, DT_F32, C);
+    return 0;
+}
 
 static int r_layernorm_forward(Backend *b, float *out, float *mean, float *rstd, const float *x, const float *w,
                                int rows, int C, int wrows, float eps, PailErr *err) {
@@ -272,6 +278,7 @@ static void ref_backend_init(void) {
     ref_ops.add = r_add;
     ref_ops.gather_rows = r_gather_rows;
     ref_ops.scatter_rows = r_scatter_rows;
+    ref_ops.scatter_rows_dt = r_scatter_rows_dt;
     ref_ops.matmul_forward = r_matmul_forward;
     ref_ops.matmul_forward_lora = r_matmul_forward_lora;
     ref_ops.matmul_backward = r_matmul_backward;
@@ -380,7 +387,7 @@ static void run(Backend *be, const ModelWeights *w, const LoraLayout *lay, const
     ck_assert_int_eq(ops->to_host(be, o->grads, dg, np * sizeof(float), &err), 0);
     // Generation: three prompts of PROMPT tokens, one prefill call, then DECODE steps.
     KvCache *kv;
-    ck_assert_msg(kvcache_init_on(&kv, be, &w->cfg, SLOTS, PROMPT + DECODE, &err) == 0, "%s", err.msg);
+    ck_assert_msg(kvcache_init_on(&kv, be, &w->cfg, SLOTS, PROMPT + DECODE, DT_F32, &err) == 0, "%s", err.msg);
     o->logits = malloc((size_t)SLOTS * (DECODE + 1) * V * sizeof(float));
     int n_new[SLOTS], ptok[SLOTS * PROMPT];
     for (int i = 0; i < SLOTS * PROMPT; i++) ptok[i] = tok[i];
@@ -873,7 +880,7 @@ static void extend_calls(Backend *be, const ModelWeights *w, const LoraLayout *l
     KvCache *kv;
     ck_assert_msg(transformer_init(&tf, w, &plan, &err) == 0, "%s", err.msg);
     ck_assert_msg(transformer_set_lora(tf, lay, params, &err) == 0, "%s", err.msg);
-    ck_assert_msg(kvcache_init_on(&kv, be, &w->cfg, XSLOTS, 32, &err) == 0, "%s", err.msg);
+    ck_assert_msg(kvcache_init_on(&kv, be, &w->cfg, XSLOTS, 32, DT_F32, &err) == 0, "%s", err.msg);
     int n_new[XCALLS][XSLOTS] = {{12, 3, 0, 5}, {1, 1, 0, 1}, {2, 1, 0, 1}, {1, 0, 0, 1}, {1, 1, 0, 1}, {1, 1, 0, 1}};
     int tok[24];
     for (int call = 0; call < XCALLS; call++) {
@@ -944,7 +951,7 @@ START_TEST(test_extend_one_region_error) {
     Transformer *tf;
     KvCache *kv;
     ck_assert_msg(transformer_init(&tf, &w, &plan, &err) == 0, "%s", err.msg);
-    ck_assert_msg(kvcache_init_on(&kv, &team_backend, &w.cfg, 2, 16, &err) == 0, "%s", err.msg);
+    ck_assert_msg(kvcache_init_on(&kv, &team_backend, &w.cfg, 2, 16, DT_F32, &err) == 0, "%s", err.msg);
     int saved = omp_get_max_threads(), n_new[2] = {3, 1}, tok[4] = {1, 2, 3, 4};
     float *logits = malloc(2 * (size_t)w.cfg.vocab_size * sizeof(float));
     omp_set_num_threads(2);

@@ -53,7 +53,7 @@ START_TEST(test_kv_cache_matches_full) {
         PailErr err = {0};
         ck_assert_int_eq(transformer_init(&tf, &w, &plan, &err), 0);
         KvCache *kv;
-        ck_assert_int_eq(kvcache_init(&kv, &w.cfg, 4, 40, &err), 0);
+        ck_assert_int_eq(kvcache_init(&kv, &w.cfg, 4, 40, DT_F32, &err), 0);
         // One prompt (7 tokens) shared by 4 continuations of 6 tokens each.
         int prompt[7] = {3, 17, 42, 8, 99, 1, 56}, cont[4][6];
         Rng r;
@@ -126,7 +126,7 @@ START_TEST(test_kv_blocks_shared) {
     PailErr err = {0};
     ck_assert_int_eq(transformer_init(&tf, &w, &plan, &err), 0);
     KvCache *kv;
-    ck_assert_int_eq(kvcache_init(&kv, &w.cfg, 4, 140, &err), 0);
+    ck_assert_int_eq(kvcache_init(&kv, &w.cfg, 4, 140, DT_F32, &err), 0);
     size_t blk = 2 * (size_t)w.cfg.num_hidden_layers * KV_BLOCK * w.cfg.num_key_value_heads * w.cfg.head_dim * 4;
     ck_assert_uint_eq(kvcache_bytes(kv), 4 * 3 * blk);
     Rng r;

@@ -1,7 +1,7 @@
 // The memory plan (see memplan.h). Every figure is what the tools allocate,
 // computed the way they size it: model_params_count for the base weights,
 // the LoRA layout for the adapter, transformer_plan_bytes (the planner's dry
-// pass) for activations, the KV cache's (L, slots, ctx, Hkv, D) pair.
+// pass) for activations, the KV cache's (L, slots, ctx, Hkv, D) pair in its dtype.
 #include "model/memplan.h"
 #include "kernels.h"
 #include <math.h>
@@ -47,7 +47,7 @@ int memplan_build(MemoryPlan *p, const ModelConfig *cfg, const MemoryPlanSpec *s
         p->kv_slots = spec->batch_size + 1;
         p->kv_ctx = (spec->max_ctx + KV_BLOCK - 1) / KV_BLOCK * KV_BLOCK;  // whole blocks (kvcache_init_on)
         p->kv_cache = 2 * (size_t)cfg->num_hidden_layers * p->kv_slots * p->kv_ctx * cfg->num_key_value_heads *
-                      cfg->head_dim * sizeof(float);
+                      cfg->head_dim * dtype_size(spec->kv_dtype);
         // the generator's logits (slots + the staged prompt), the run's completions (ids and log-probs),
         // and each thread's sampler scratch (probabilities and indices over V)
         p->workspace = ((size_t)p->kv_slots + 1) * V * sizeof(float) +
@@ -91,8 +91,8 @@ void memplan_print(FILE *f, const MemoryPlan *p, const char *tool) {
     fprintf(f, "  activations  %10s  %d tokens%s, fp32\n", human(p->activations, a, sizeof a), s->token_budget,
             s->role != MEMPLAN_TRAIN ? "" : s->recompute ? ", layer inputs only (--recompute)" : ", every layer saved");
     if (p->kv_cache)
-        fprintf(f, "  KV cache     %10s  %d slots x %d tokens, fp32\n", human(p->kv_cache, a, sizeof a), p->kv_slots,
-                p->kv_ctx);
+        fprintf(f, "  KV cache     %10s  %d slots x %d tokens, %s\n", human(p->kv_cache, a, sizeof a), p->kv_slots,
+                p->kv_ctx, dtype_name(s->kv_dtype));
     fprintf(f, "  workspace    %10s  %s\n", human(p->workspace, a, sizeof a),
             s->role == MEMPLAN_ROLLOUT ? "logits of every slot" : "packed batch and step arrays");
     fprintf(f, "  total        %10s\n", human(p->total, a, sizeof a));

@@ -68,11 +68,16 @@ int transformer_backward(Transformer *tf, float *lora_grads, float *base_grads, 
 // paged: every layer's K and V are pools of KV_BLOCK-token blocks
 // (kernels/kernels.h) and each slot a row of a block table. Forks share
 // blocks instead of copying them; a slot that appends to a block another slot
-// holds first gets its own copy of that block (doc/model.md).
+// holds first gets its own copy of that block (doc/model.md). The pools hold
+// kvdt elements (DT_F32, DT_BF16 or DT_F16; else -1 PAIL_ERR_INVALID): each new
+// K and V row is rounded to it once, as it is stored (kvcache_dtype_default).
 typedef struct KvCache KvCache;
-int kvcache_init(KvCache **out, const ModelConfig *cfg, int n_slots, int max_ctx, PailErr *err);  // on the CPU
+int kvcache_init(KvCache **out, const ModelConfig *cfg, int n_slots, int max_ctx, DType kvdt,
+                 PailErr *err);  // on the CPU
 // On a backend (the transformer's: transformer_extend refuses another's).
-int kvcache_init_on(KvCache **out, Backend *be, const ModelConfig *cfg, int n_slots, int max_ctx, PailErr *err);
+int kvcache_init_on(KvCache **out, Backend *be, const ModelConfig *cfg, int n_slots, int max_ctx, DType kvdt,
+                    PailErr *err);
+DType kvcache_dtype(const KvCache *kv);
 void kvcache_free(KvCache *kv);
 int kvcache_len(const KvCache *kv, int slot);
 void kvcache_reset(KvCache *kv, int slot);              // empty the slot (its blocks go back to the pool)

@@ -110,7 +110,7 @@ static int plan_check(Engine *e, const EngineSpec *s, PailErr *err) {
                            .max_ctx = c->max_prompt_tokens + (ep ? c->max_episode_tokens : c->max_new_tokens),
                            .max_new_tokens = ep ? c->max_episode_tokens : c->max_new_tokens,
                            .groups_per_step = prompts > 0 ? prompts : 1, .group_size = G,
-                           .threads = omp_get_max_threads()};
+                           .threads = omp_get_max_threads(), .kv_dtype = kv_dtype_resolve(c->kv_dtype, wdesc)};
     if (memplan_build(&e->mp, &mc, &spec, be->desc, err) < 0) return -1;
     memplan_print(stderr, &e->mp, c->eval_once ? "grpo-ctl eval" : "grpo-rollout");
     return memplan_check(&e->mp, c->max_memory, err);
@@ -159,7 +159,7 @@ int engine_open(Engine *e, const EngineSpec *s, PailErr *err) {
     int G = rollout_group_size(c), max_prompts = run_prompts(s);
     e->gc = (GenConfig){.group_size = G, .max_new_tokens = c->max_new_tokens, .batch_size = c->batch_size,
                         .max_prompt_tokens = c->max_prompt_tokens, .max_prompts = max_prompts > 0 ? max_prompts : 1,
-                        .prefill_tokens = c->prefill_tokens,
+                        .prefill_tokens = c->prefill_tokens, .kv_dtype = e->mp.spec.kv_dtype,
                         .sampler = c->sampler, .stop_ids = e->stop_ids,
                         .n_stop_ids = e->n_stop, .stop_fn = stop_strings_hit, .stop_ctx = e,
                         .abandon_fn = s->abandon_fn, .abandon_ctx = s->abandon_ctx};
@@ -173,6 +173,7 @@ int engine_open(Engine *e, const EngineSpec *s, PailErr *err) {
         e->ec.max_episode_tokens = c->max_episode_tokens;
         e->ec.max_turn_tokens = c->max_new_tokens;
         e->ec.max_turns = c->max_turns;
+        e->ec.kv_dtype = e->mp.spec.kv_dtype;
         e->ec.sampler = e->gc.sampler;  // greedy for a one-sample eval
         e->ec.stop_ids = e->stop_ids;
         e->ec.n_stop_ids = e->n_stop;

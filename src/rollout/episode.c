@@ -107,7 +107,7 @@ int episodes_init(Episodes **out, Transformer *tf, const ModelConfig *mc, const 
     r->nb = cfg->max_groups * cfg->group_size;
     r->cap = r->nb + (cfg->max_extra > 0 ? cfg->max_extra : 0);
     if (kvcache_init_on(&r->kv, transformer_backend(tf), mc, r->B, cfg->max_prompt_tokens + cfg->max_episode_tokens,
-                        err) < 0) {
+                        cfg->kv_dtype, err) < 0) {
         free(r);
         return -1;
     }

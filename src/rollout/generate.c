@@ -73,7 +73,7 @@ int generator_init(Generator **out, Transformer *tf, const ModelConfig *mc, cons
                            .min_p = cfg->sampler.min_p, .top_k = cfg->sampler.top_k};
     g->prefill_tokens = cfg->prefill_tokens > cfg->max_prompt_tokens ? cfg->prefill_tokens : cfg->max_prompt_tokens;
     int ctx = cfg->max_prompt_tokens + cfg->max_new_tokens;
-    if (kvcache_init_on(&g->kv, transformer_backend(tf), mc, g->B + 1, ctx, err) < 0) {
+    if (kvcache_init_on(&g->kv, transformer_backend(tf), mc, g->B + 1, ctx, cfg->kv_dtype, err) < 0) {
         free(g);
         return -1;
     }
