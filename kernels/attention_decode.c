@@ -145,35 +145,50 @@ static inline __attribute__((always_inline)) void kv_prefetch(const void *k, con
         }
 }
 
-// heads_portable's contract and online softmax; scores 8 keys at a time (a
-// chunk's last group re-reads its last key for the lanes past nb, whose
-// scores are never used), o_g += p v over 64 columns of o_g in registers.
+// heads_portable's contract and online softmax. A 16-bit chunk's K and V rows
+// are widened once into fp32 scratch (L1-sized: 64 rows of D), which the G
+// heads then read (widening in each head's loop costs ~3 vector ops an FMA);
+// fp32 rows are read in place. Scores 8 keys at a time (a chunk's last group
+// re-reads its last key for the lanes past nb, whose scores are never used),
+// o_g += p v over 64 columns of o_g in registers.
 static inline __attribute__((always_inline)) void heads_avx2(float *o, const float *q, const void *k, const void *v,
-                                                             DType dt, size_t ks, int first, int nkeys, int G,
-                                                             int D, float scale, const int *table, float cap) {
+                                                              DType dt, size_t ks, int first, int nkeys, int G,
+                                                              int D, float scale, const int *table, float cap) {
     float sc[GMAX][KEY_BLOCK] __attribute__((aligned(32))), m[GMAX], l[GMAX];
+    float kbuf[dt == DT_F32 ? 1 : KEY_BLOCK * D], vbuf[dt == DT_F32 ? 1 : KEY_BLOCK * D];
     int nd = D / 8;
     for (int g = 0; g < G; g++) m[g] = -INFINITY, l[g] = 0;
     memset(o, 0, sizeof(float) * G * D);
     for (int j0 = first, nb; j0 < nkeys; j0 += nb) {
         nb = KEY_BLOCK - j0 % KEY_BLOCK;
         if (nb > nkeys - j0) nb = nkeys - j0;
-        size_t r0 = key_row(table, j0);
+        size_t r0 = key_row(table, j0), st = ks;
+        const float *kr, *vr;
         if (j0 + nb < nkeys) kv_prefetch(k, v, dt, key_row(table, j0 + nb), nkeys - j0 - nb, ks, D);
+        if (dt == DT_F32) {
+            kr = (const float *)k + r0 * ks, vr = (const float *)v + r0 * ks;
+        } else {
+            for (int j = 0; j < nb; j++)
+                for (int c = 0; c < nd; c++) {
+                    _mm256_storeu_ps(kbuf + (size_t)j * D + 8 * c, kv_load8(k, dt, (r0 + j) * ks + 8 * c));
+                    _mm256_storeu_ps(vbuf + (size_t)j * D + 8 * c, kv_load8(v, dt, (r0 + j) * ks + 8 * c));
+                }
+            kr = kbuf, vr = vbuf, st = (size_t)D;
+        }
         for (int g = 0; g < G; g++) {
             const float *qg = q + (size_t)g * D;
             for (int j = 0; j < nb; j += 8) {
                 __m256 acc[8];
-                size_t rr[8];
+                const float *rr[8];
 #pragma GCC unroll 8
                 for (int i = 0; i < 8; i++) {
-                    rr[i] = (r0 + (size_t)(j + i < nb ? j + i : nb - 1)) * ks;
+                    rr[i] = kr + (size_t)(j + i < nb ? j + i : nb - 1) * st;
                     acc[i] = _mm256_setzero_ps();
                 }
                 for (int c = 0; c < nd; c++) {
                     __m256 qv = _mm256_loadu_ps(qg + 8 * c);
 #pragma GCC unroll 8
-                    for (int i = 0; i < 8; i++) acc[i] = _mm256_fmadd_ps(qv, kv_load8(k, dt, rr[i] + 8 * c), acc[i]);
+                    for (int i = 0; i < 8; i++) acc[i] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(rr[i] + 8 * c), acc[i]);
                 }
                 _mm256_store_ps(sc[g] + j, _mm256_mul_ps(hsum8x8(acc), _mm256_set1_ps(scale)));
             }
@@ -199,10 +214,10 @@ static inline __attribute__((always_inline)) void heads_avx2(float *o, const flo
                 for (int i = 0; i < 8; i++) acc[i] = i < nc ? _mm256_loadu_ps(og + 8 * i) : _mm256_setzero_ps();
                 for (int j = 0; j < nb; j++) {
                     __m256 pb = _mm256_set1_ps(sc[g][j]);
-                    size_t at = (r0 + j) * ks + 8 * (size_t)c0;
+                    const float *vj = vr + (size_t)j * st + 8 * c0;
 #pragma GCC unroll 8
                     for (int i = 0; i < 8; i++)
-                        if (i < nc) acc[i] = _mm256_fmadd_ps(pb, kv_load8(v, dt, at + 8 * i), acc[i]);
+                        if (i < nc) acc[i] = _mm256_fmadd_ps(pb, _mm256_loadu_ps(vj + 8 * i), acc[i]);
                 }
 #pragma GCC unroll 8
                 for (int i = 0; i < 8; i++)
