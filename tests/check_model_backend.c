@@ -723,7 +723,7 @@ typedef struct {
 } GroupOut;
 
 static void generate_group(Backend *be, const ModelWeights *w, const LoraLayout *lay, const float *params,
-                           const SamplerConfig *sc, GroupOut *o) {
+                           const SamplerConfig *sc, DType kvdt, GroupOut *o) {
     PailErr err = {0};
     size_t np = (size_t)lay->n_params;
     float *dp = be->ops->alloc(be, np * sizeof(float), &err);
@@ -731,8 +731,8 @@ static void generate_group(Backend *be, const ModelWeights *w, const LoraLayout 
     ck_assert_int_eq(be->ops->to_device(be, dp, params, np * sizeof(float), &err), 0);
     int32_t stop = GSTOP;
     GenConfig gc = {.group_size = GG, .max_new_tokens = GMAX, .batch_size = GBATCH, .max_prompt_tokens = GPLEN,
-                    .max_prompts = GP, .prefill_tokens = 2 * GPLEN, .sampler = *sc, .stop_ids = &stop,
-                    .n_stop_ids = 1};
+                    .max_prompts = GP, .prefill_tokens = 2 * GPLEN, .kv_dtype = kvdt, .sampler = *sc,
+                    .stop_ids = &stop, .n_stop_ids = 1};
     TransformerPlan plan = {.max_tokens = generator_token_budget(GPLEN, GBATCH, gc.prefill_tokens), .lora_rank = 4,
                             .backend = be};
     Transformer *tf;
@@ -760,8 +760,9 @@ static void generate_group(Backend *be, const ModelWeights *w, const LoraLayout 
     be->ops->release(be, dp);
 }
 
-// The group on be against the CPU backend's, for fp32 and bf16 weights (fp32
-// arithmetic on both), plain sampling and top-k + top-p. bits: the same bits
+// The group on be against the CPU backend's, for fp32 weights with an fp32 KV
+// cache and bf16 weights with a bf16 one (--kv-dtype auto; fp32 arithmetic on
+// both), plain sampling and top-k + top-p. bits: the same bits
 // (sim). Otherwise (CUDA) the device's logits are the CPU's within the
 // log-prob tolerance (2e-4 + 2e-4 relative), so its probabilities are too, and
 // a draw picks another token only when the stream's uniform lands within that
@@ -788,8 +789,9 @@ static void generate_compare(Backend *be, bool bits) {
             float *p;
             lora_for(&w, &lay, &p);
             static GroupOut want, got;
-            generate_group(backend_cpu(), &w, &lay, p, &scs[si], &want);
-            generate_group(be, &w, &lay, p, &scs[si], &got);
+            DType kvdt = dt ? DT_BF16 : DT_F32;
+            generate_group(backend_cpu(), &w, &lay, p, &scs[si], kvdt, &want);
+            generate_group(be, &w, &lay, p, &scs[si], kvdt, &got);
             int diverged = 0, tokens = 0;
             for (int i = 0; i < GP * GG; i++) {
                 int n = want.n[i] < got.n[i] ? want.n[i] : got.n[i], k = 0;
