@@ -152,8 +152,8 @@ static inline __attribute__((always_inline)) void kv_prefetch(const void *k, con
 // re-reads its last key for the lanes past nb, whose scores are never used),
 // o_g += p v over 64 columns of o_g in registers.
 static inline __attribute__((always_inline)) void heads_avx2(float *o, const float *q, const void *k, const void *v,
-                                                              DType dt, size_t ks, int first, int nkeys, int G,
-                                                              int D, float scale, const int *table, float cap) {
+                                                             DType dt, size_t ks, int first, int nkeys, int G,
+                                                             int D, float scale, const int *table, float cap) {
     float sc[GMAX][KEY_BLOCK] __attribute__((aligned(32))), m[GMAX], l[GMAX];
     float kbuf[dt == DT_F32 ? 1 : KEY_BLOCK * D], vbuf[dt == DT_F32 ? 1 : KEY_BLOCK * D];
     int nd = D / 8;
