@@ -145,7 +145,7 @@ static void validate_decode(BenchModel *m, Transformer *fwd_tf, Transformer *dec
     float logp[N], *logits = bench_malloc((size_t)V * 4);
     if (transformer_forward(fwd_tf, logp, NULL, tok, pos, cu, 1, N, tgt, 1.0f, &err) < 0) die("forward", &err);
     KvCache *kv;
-    if (kvcache_init(&kv, &m->w.cfg, 1, N, &err) < 0) die("kvcache", &err);
+    if (kvcache_init(&kv, &m->w.cfg, 1, N, DT_F32, &err) < 0) die("kvcache", &err);
     double worst = 0;
     for (int i = 0; i < N - 1;) {
         int n = i == 0 ? PREFILL : 1;
@@ -260,7 +260,7 @@ static double decode_rate(BenchModel *m, Transformer *tf, int n, int steps) {
     PailErr err = {0};
     int V = m->w.cfg.vocab_size;
     KvCache *kv;
-    if (kvcache_init(&kv, &m->w.cfg, n, PREFILL + steps, &err) < 0) die("kvcache", &err);
+    if (kvcache_init(&kv, &m->w.cfg, n, PREFILL + steps, DT_F32, &err) < 0) die("kvcache", &err);
     int *n_new = bench_malloc((size_t)n * sizeof(int)), *tok = bench_malloc((size_t)n * PREFILL * sizeof(int));
     float *logits = bench_malloc((size_t)n * V * 4);
     for (int s = 0; s < n; s++) n_new[s] = PREFILL;

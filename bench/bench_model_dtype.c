@@ -113,7 +113,7 @@ static void decode_rep(const ModelConfig *cfg, const LoraLayout *lay, const floa
     if (transformer_init(&tf, &w, &plan, &err) < 0) die("transformer_init", &err);
     if (transformer_set_lora(tf, lay, lora, &err) < 0) die("transformer_set_lora", &err);
     KvCache *kv;
-    if (kvcache_init(&kv, cfg, 1, PREFILL + WARMUP + steps, &err) < 0) die("kvcache_init", &err);
+    if (kvcache_init(&kv, cfg, 1, PREFILL + WARMUP + steps, DT_F32, &err) < 0) die("kvcache_init", &err);
     int V = cfg->vocab_size, tok[PREFILL], n = PREFILL;
     float *logits = bench_malloc((size_t)V * sizeof(float));
     for (int i = 0; i < PREFILL; i++) tok[i] = (i * 7919 + 5) % V;
@@ -287,7 +287,7 @@ static void decode_logprobs(const char *dir, const char *input, int prefill) {
     TransformerPlan plan = {.max_tokens = nseq * prefill};
     if (transformer_init(&tf, &w, &plan, &err) < 0) die("transformer_init", &err);
     KvCache *kv;
-    if (kvcache_init(&kv, &w.cfg, nseq, maxlen, &err) < 0) die("kvcache_init", &err);
+    if (kvcache_init(&kv, &w.cfg, nseq, maxlen, DT_F32, &err) < 0) die("kvcache_init", &err);
     int *tok = bench_malloc((size_t)nseq * prefill * sizeof(int)), n_new[MAXSEQ];
     float *logits = bench_malloc((size_t)nseq * V * sizeof(float));
     double *lp[MAXSEQ];

@@ -235,7 +235,7 @@ static int validate_one(DType want) {
         if (transformer_forward(tf, logp[k], NULL, tok, pos, cu, NS, T, tgt, 1.0f, &err) < 0) die("forward", &err);
         if (transformer_backward(tf, grad[k], NULL, dlogp, &err) < 0) die("backward", &err);
         KvCache *kv;
-        if (kvcache_init(&kv, &cfg, 1, 16, &err) < 0) die("kvcache_init", &err);
+        if (kvcache_init(&kv, &cfg, 1, 16, DT_F32, &err) < 0) die("kvcache_init", &err);
         int n = 4;  // prefill 4, then 1-token steps: the mat-vec path
         if (transformer_extend(tf, kv, logits[k], &n, tok, &err) < 0) die("prefill", &err);
         n = 1;
@@ -298,7 +298,7 @@ static void decode_rep(const ModelConfig *cfg, const LoraLayout *lay, const floa
     if (transformer_init(&tf, &w, &plan, &err) < 0) die("transformer_init", &err);
     if (rank && transformer_set_lora(tf, lay, lora, &err) < 0) die("transformer_set_lora", &err);
     KvCache *kv;
-    if (kvcache_init(&kv, cfg, 1, PREFILL + WARMUP + steps, &err) < 0) die("kvcache_init", &err);
+    if (kvcache_init(&kv, cfg, 1, PREFILL + WARMUP + steps, DT_F32, &err) < 0) die("kvcache_init", &err);
     int V = cfg->vocab_size, tok[PREFILL], n = PREFILL;
     float *logits = bench_malloc((size_t)V * sizeof(float));
     for (int i = 0; i < PREFILL; i++) tok[i] = (i * 7919 + 5) % V;

@@ -3,7 +3,8 @@
 // batched prefill, the paged KV cache with forked prompts, the sampler on the
 // backend), without LoRA and without stop ids (every completion is max_new
 // tokens long), at temperature 1. Prompts are fixed pseudo-random token ids.
-//   bench_vs MODEL_DIR DTYPE PROMPTS G PROMPT_TOKENS NEW_TOKENS REPS WARMUP
+//   bench_vs MODEL_DIR DTYPE PROMPTS G PROMPT_TOKENS NEW_TOKENS REPS WARMUP [KV_DTYPE]
+// KV_DTYPE: the KV cache's, as grpo-rollout's --kv-dtype (auto when not given).
 // With WARMUP 1, one untimed run first (the KV pages touched, the threads
 // started, as llama.cpp's warm-up and its cleared KV buffer do), printed as
 // "first"; then REPS timed runs, one line each ("rep"): seconds, prefill and
@@ -14,6 +15,7 @@
 #include <stdlib.h>
 #include "core/threads.h"
 #include "refs.h"
+#include "model/device.h"
 #include "rollout/generate.h"
 
 static void die(const char *what, const PailErr *err) {
@@ -33,8 +35,8 @@ static int arg_int(const char *name, const char *s, int lo, int hi) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 9) {
-        fprintf(stderr, "usage: bench_vs MODEL_DIR DTYPE PROMPTS G PROMPT_TOKENS NEW_TOKENS REPS WARMUP\n");
+    if (argc != 9 && argc != 10) {
+        fprintf(stderr, "usage: bench_vs MODEL_DIR DTYPE PROMPTS G PROMPT_TOKENS NEW_TOKENS REPS WARMUP [KV_DTYPE]\n");
         return 2;
     }
     threads_policy_apply(argv);  // the executables' OpenMP wait policy (may start this program again)
@@ -50,10 +52,16 @@ int main(int argc, char **argv) {
     ModelWeights w;
     if (model_weights_load_as(&w, argv[1], want, &err) < 0) die(argv[1], &err);
     const ModelConfig *c = &w.cfg;
+    char dt[MODEL_DTYPE_DESC];
+    model_weights_dtype_desc(&w, dt, sizeof dt);
+    int want_kv;
+    if (kv_dtype_cli("bench_vs", argc == 10 ? argv[9] : "auto", &want_kv) != 0) return 2;
+    DType kvdt = kv_dtype_resolve(want_kv, dt);
     // grpo-rollout's defaults: every completion of the run in one batch
     // (--batch-size 64 for 8 x 8), prompts prefilled together up to 1024 tokens.
     GenConfig gc = {.group_size = G, .max_new_tokens = N, .batch_size = P * G, .max_prompt_tokens = T,
-                    .max_prompts = P, .prefill_tokens = 1024, .sampler = {.temperature = 1.0, .top_p = 1.0}};
+                    .max_prompts = P, .prefill_tokens = 1024, .kv_dtype = kvdt,
+                    .sampler = {.temperature = 1.0, .top_p = 1.0}};
     TransformerPlan plan = {.max_tokens = generator_token_budget(T, gc.batch_size, gc.prefill_tokens)};
     Transformer *tf;
     Generator *g;
@@ -64,10 +72,8 @@ int main(int argc, char **argv) {
     GenCompletion *out = bench_malloc((size_t)P * G * sizeof *out);
     for (size_t i = 0; i < (size_t)P * T; i++) ids[i] = (int32_t)((i * 2654435761u >> 9) % (unsigned)c->vocab_size);
     for (int p = 0; p < P; p++) pr[p] = (GenPrompt){.ids = ids + (size_t)p * T, .n = T, .seed = 1000 + (uint64_t)p};
-    char dt[MODEL_DTYPE_DESC];
-    model_weights_dtype_desc(&w, dt, sizeof dt);
-    printf("bench_vs: %s (%s), %d threads, %d prompts x %d samples, %d prompt tokens, %d new tokens\n", argv[1], dt,
-           omp_get_max_threads(), P, G, T, N);
+    printf("bench_vs: %s (%s), KV cache %s, %d threads, %d prompts x %d samples, %d prompt tokens, %d new tokens\n",
+           argv[1], dt, dtype_name(kvdt), omp_get_max_threads(), P, G, T, N);
     GenStats prev = {0};  // the generator's counters add up over runs
     for (int r = 1 - warm; r <= reps; r++) {
         double t0 = bench_now();

@@ -1,6 +1,7 @@
 // attention: causal grouped-query attention over packed rows (several sequences
 // back to back, cu_seqlens offsets; a query never sees another sequence), its
-// backward, and the decode variant over a KV cache. The fast path is flash-style:
+// backward, and the decode variant's reference (its fast path: kernels/attention_decode.c).
+// The fast path is flash-style:
 // keys in blocks with an online softmax, nothing (T,T)-sized is stored; the
 // backward recomputes probabilities from lse. A sliding window W > 0 (mistral)
 // limits query i to keys i-W+1..i; W = 0 is full causal attention and takes
@@ -426,142 +427,6 @@ static void attention_backward_rowwise(float *dq, float *dk, float *dv, const fl
     KERNEL_TEAM(backward_rowwise_team(dq, dk, dv, dout, q, k, v, out, lse, cu_seqlens, nseq, T, H, Hkv, D, W, cap));
 }
 
-#if defined(__AVX512F__)
-// r[i] = the sum of a[i]'s 16 lanes: pairs within 128-bit lanes, then 64-bit
-// pairs, then the four lanes (15 adds and 30 shuffles for 16 sums).
-static inline __m512 hsum16x16(const __m512 a[16]) {
-    __m512 b[8], c[4];
-    for (int i = 0; i < 8; i++)
-        b[i] = _mm512_add_ps(_mm512_unpacklo_ps(a[2 * i], a[2 * i + 1]), _mm512_unpackhi_ps(a[2 * i], a[2 * i + 1]));
-    for (int i = 0; i < 4; i++) {
-        __m512d x = _mm512_castps_pd(b[2 * i]), y = _mm512_castps_pd(b[2 * i + 1]);
-        c[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)), _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
-    }
-    // c[i] lane L: the lane-L sums of a[4i .. 4i+3]; now add the four lanes
-    __m512 u0 = _mm512_add_ps(_mm512_shuffle_f32x4(c[0], c[1], 0x44), _mm512_shuffle_f32x4(c[0], c[1], 0xee));
-    __m512 u1 = _mm512_add_ps(_mm512_shuffle_f32x4(c[2], c[3], 0x44), _mm512_shuffle_f32x4(c[2], c[3], 0xee));
-    return _mm512_add_ps(_mm512_shuffle_f32x4(u0, u1, 0x88), _mm512_shuffle_f32x4(u0, u1, 0xdd));
-}
-
-// The G query heads that share one KV head, for one decode row: q and o hold
-// the G heads' rows back to back (G x D). The online softmax of attn_row per
-// head over the same chunks, but each chunk's keys and values are read once
-// for all G heads (a decode step reads the whole cache: with G = 3 the rows
-// of attn_row read it three times), and the scores of 16 keys come from 16
-// dot products summed across lanes together (attn_row's one dot product at a
-// time waits on its own reduction).
-static void attn_decode_heads(float *o, const float *q, const float *k, const float *v, size_t ks, int first,
-                              int nkeys, int G, int D, float scale, const int *table, float cap) {
-    enum { GMAX = 16 };
-    float sc[GMAX][KEY_BLOCK] __attribute__((aligned(64))), m[GMAX], l[GMAX];
-    int nd = (D + 15) / 16;
-    __mmask16 dm = D % 16 ? (__mmask16)((1u << (D % 16)) - 1) : 0xffff;  // the last 16 of D
-    for (int g = 0; g < G; g++) m[g] = -INFINITY, l[g] = 0;
-    memset(o, 0, sizeof(float) * G * D);
-    for (int j0 = first, nb; j0 < nkeys; j0 += nb) {
-        nb = KEY_BLOCK - j0 % KEY_BLOCK;
-        if (nb > nkeys - j0) nb = nkeys - j0;
-        const float *kb = k + key_row(table, j0) * ks, *vb = v + key_row(table, j0) * ks;
-        for (int g = 0; g < G; g++) {
-            const float *qg = q + (size_t)g * D;
-            for (int j = 0; j < nb; j += 16) {
-                __m512 acc[16];
-                int n16 = nb - j < 16 ? nb - j : 16;
-                for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_ps();
-                for (int c = 0; c < nd; c++) {
-                    __mmask16 mk = c == nd - 1 ? dm : 0xffff;
-                    __m512 qv = _mm512_maskz_loadu_ps(mk, qg + 16 * c);
-                    for (int i = 0; i < n16; i++)
-                        acc[i] = _mm512_fmadd_ps(qv, _mm512_maskz_loadu_ps(mk, kb + (size_t)(j + i) * ks + 16 * c),
-                                                 acc[i]);
-                }
-                _mm512_store_ps(sc[g] + j, _mm512_mul_ps(hsum16x16(acc), _mm512_set1_ps(scale)));
-            }
-            if (cap > 0)
-                for (int j = 0; j < nb; j++) sc[g][j] = cap * tanhf(sc[g][j] / cap);
-            float bm = -INFINITY;
-            for (int j = 0; j < nb; j++) bm = sc[g][j] > bm ? sc[g][j] : bm;
-            float mn = bm > m[g] ? bm : m[g], corr = expf(m[g] - mn);  // exp(-inf) = 0 on the first block
-            l[g] *= corr;
-            float *og = o + (size_t)g * D;
-            for (int d = 0; d < D; d++) og[d] *= corr;
-            for (int j = 0; j < nb; j++) sc[g][j] -= mn;
-            simd_exp(sc[g], nb);
-            for (int j = 0; j < nb; j++) l[g] += sc[g][j];
-            m[g] = mn;
-        }
-        // o_g += p_gj v_j, 64 columns of o_g in registers over the chunk's
-        // keys (the chunk's values stay in L1 for the G heads)
-        for (int g = 0; g < G; g++)
-            for (int c0 = 0; c0 < nd; c0 += 4) {
-                float *og = o + (size_t)g * D + 16 * c0;
-                __m512 acc[4];
-                __mmask16 mk[4];
-                int nc = nd - c0 < 4 ? nd - c0 : 4;
-                for (int i = 0; i < 4; i++) {
-                    mk[i] = i >= nc ? 0 : c0 + i == nd - 1 ? dm : 0xffff;
-                    acc[i] = _mm512_maskz_loadu_ps(mk[i], og + 16 * i);
-                }
-                for (int j = 0; j < nb; j++) {
-                    __m512 pb = _mm512_set1_ps(sc[g][j]);
-                    const float *vr = vb + (size_t)j * ks + 16 * c0;
-                    for (int i = 0; i < 4; i++)
-                        acc[i] = _mm512_fmadd_ps(pb, _mm512_maskz_loadu_ps(mk[i], vr + 16 * i), acc[i]);
-                }
-                for (int i = 0; i < nc; i++) _mm512_mask_storeu_ps(og + 16 * i, mk[i], acc[i]);
-            }
-    }
-    for (int g = 0; g < G; g++) {
-        float inv = 1.0f / l[g], *og = o + (size_t)g * D;
-        for (int d = 0; d < D; d++) og[d] *= inv;
-    }
-}
-#endif
-
-static void decode_team(float *out, const float *q, const float *k_pool, const float *v_pool, const int *cu_new,
-                        const int *cache_len, const int *table, int max_blocks, int nseq, int H, int Hkv, int D,
-                        int W, float cap) {
-    int G = H / Hkv, Tn = cu_new[nseq];
-    float scale = 1.0f / sqrtf((float)D);
-    size_t ks = (size_t)Hkv * D;
-#if defined(__AVX512F__)
-    if (G <= 16) {  // a KV head's G query heads together (attn_decode_heads)
-#pragma omp for collapse(2) schedule(dynamic, 1) nowait
-        for (int r = 0; r < Tn; r++)
-            for (int hk = 0; hk < Hkv; hk++) {
-                int s = seq_of(cu_new, nseq, r);
-                int pos = cache_len[s] - (cu_new[s + 1] - cu_new[s]) + (r - cu_new[s]);
-                size_t at = ((size_t)r * H + (size_t)hk * G) * D;
-                attn_decode_heads(out + at, q + at, k_pool + (size_t)hk * D, v_pool + (size_t)hk * D, ks,
-                                  W > 0 && pos - W + 1 > 0 ? pos - W + 1 : 0, pos + 1, G, D, scale,
-                                  table + (size_t)s * max_blocks, cap);
-            }
-        return;
-    }
-#endif
-#pragma omp for collapse(2) schedule(dynamic, 1) nowait
-    for (int r = 0; r < Tn; r++)
-        for (int h = 0; h < H; h++) {
-            int s = seq_of(cu_new, nseq, r), hk = h / G;
-            int pos = cache_len[s] - (cu_new[s + 1] - cu_new[s]) + (r - cu_new[s]);
-            attn_row(out + ((size_t)r * H + h) * D, NULL, q + ((size_t)r * H + h) * D, k_pool + (size_t)hk * D,
-                     v_pool + (size_t)hk * D, ks, W > 0 && pos - W + 1 > 0 ? pos - W + 1 : 0, pos + 1, D, scale,
-                     table + (size_t)s * max_blocks, cap);
-        }
-}
-
-void attention_decode_forward_cap(float *out, const float *q, const float *k_pool, const float *v_pool,
-                                  const int *cu_new, const int *cache_len, const int *table, int max_blocks, int nseq,
-                                  int H, int Hkv, int D, int W, float cap) {
-    KERNEL_TEAM(decode_team(out, q, k_pool, v_pool, cu_new, cache_len, table, max_blocks, nseq, H, Hkv, D, W, cap));
-}
-
-void attention_decode_forward(float *out, const float *q, const float *k_pool, const float *v_pool, const int *cu_new,
-                              const int *cache_len, const int *table, int max_blocks, int nseq, int H, int Hkv,
-                              int D, int W) {
-    attention_decode_forward_cap(out, q, k_pool, v_pool, cu_new, cache_len, table, max_blocks, nseq, H, Hkv, D, W, 0.0f);
-}
-
 // ---- references: three passes per query row in double (max, sum, weighted sum) ----
 
 // cap > 0: the scaled score s becomes cap tanh(s / cap).
@@ -674,22 +539,30 @@ void attention_backward_ref_cap(float *dq, float *dk, float *dv, const float *do
 void attention_decode_forward_ref(float *out, const float *q, const float *k_pool, const float *v_pool,
                                   const int *cu_new, const int *cache_len, const int *table, int max_blocks, int nseq,
                                   int H, int Hkv, int D, int W) {
-    attention_decode_forward_ref_cap(out, q, k_pool, v_pool, cu_new, cache_len, table, max_blocks, nseq, H, Hkv, D, W,
-                                     0.0f);
+    attention_decode_forward_ref_dt(out, q, k_pool, v_pool, DT_F32, cu_new, cache_len, table, max_blocks, nseq, H, Hkv,
+                                    D, W, 0.0f);
 }
 
 void attention_decode_forward_ref_cap(float *out, const float *q, const float *k_pool, const float *v_pool,
                                       const int *cu_new, const int *cache_len, const int *table, int max_blocks,
                                       int nseq, int H, int Hkv, int D, int W, float cap) {
-    size_t ks = (size_t)Hkv * D;
+    attention_decode_forward_ref_dt(out, q, k_pool, v_pool, DT_F32, cu_new, cache_len, table, max_blocks, nseq, H, Hkv,
+                                    D, W, cap);
+}
+
+// The sequence's keys gathered in order from its blocks and widened to fp32
+// (exact: dtype_to_f32), then the double reference rows.
+void attention_decode_forward_ref_dt(float *out, const float *q, const void *k_pool, const void *v_pool, DType kvdt,
+                                     const int *cu_new, const int *cache_len, const int *table, int max_blocks,
+                                     int nseq, int H, int Hkv, int D, int W, float cap) {
+    size_t ks = (size_t)Hkv * D, esz = dtype_size(kvdt);
     for (int s = 0; s < nseq; s++) {
         int n = cu_new[s + 1] - cu_new[s], len = cache_len[s];
-        // the sequence's keys gathered in order from its blocks
         float *k = malloc(sizeof(float) * ((size_t)len * ks + 1)), *v = malloc(sizeof(float) * ((size_t)len * ks + 1));
         for (int j = 0; j < len; j++) {
             size_t row = (size_t)table[(size_t)s * max_blocks + j / KV_BLOCK] * KV_BLOCK + (size_t)(j % KV_BLOCK);
-            memcpy(k + (size_t)j * ks, k_pool + row * ks, sizeof(float) * ks);
-            memcpy(v + (size_t)j * ks, v_pool + row * ks, sizeof(float) * ks);
+            dtype_to_f32(k + (size_t)j * ks, (const char *)k_pool + row * ks * esz, kvdt, ks);
+            dtype_to_f32(v + (size_t)j * ks, (const char *)v_pool + row * ks * esz, kvdt, ks);
         }
         for (int r = 0; r < n; r++)
             for (int h = 0; h < H; h++) {

@@ -1,4 +1,4 @@
-// attention twin: packed causal GQA forward, backward and KV-cache decode, one
+// attention twin: packed causal GQA forward and backward (the KV-cache decode: attention_decode.cu), one
 // warp per (query, head) with an online softmax over the keys (lane l holds
 // dims l, l+32, ...; D <= 256). Simple rather than fast: the backward scatters
 // dk/dv with atomics. A sliding window W > 0 starts each row's keys at i-W+1
@@ -70,19 +70,6 @@ __global__ static void attn_fwd(float *out, float *lse, const float *q, const fl
     int first = W > 0 && t - W + 1 > start ? t - W + 1 - start : 0;
     warp_row(out + (size_t)pair * D, lse ? lse + pair : NULL, q + (size_t)pair * D, k + off, v + off,
              ks, first, t - start + 1, D, rsqrtf((float)D), NULL, cap);
-}
-
-__global__ static void attn_decode(float *out, const float *q, const float *kp, const float *vp,
-                                   const int *cu_new, const int *cache_len, const int *table,
-                                   int max_blocks, int nseq, int Tn, int H, int Hkv, int D, int W, float cap) {
-    int pair = blockIdx.x * WARPS + (threadIdx.x >> 5);
-    if (pair >= Tn * H) return;
-    int r = pair / H, h = pair % H, s = seq_of(cu_new, nseq, r), hk = h / (H / Hkv);
-    int pos = cache_len[s] - (cu_new[s + 1] - cu_new[s]) + (r - cu_new[s]);
-    size_t ks = (size_t)Hkv * D, off = (size_t)hk * D;
-    warp_row(out + (size_t)pair * D, NULL, q + (size_t)pair * D, kp + off, vp + off, ks,
-             W > 0 && pos - W + 1 > 0 ? pos - W + 1 : 0, pos + 1, D, rsqrtf((float)D), table + (size_t)s * max_blocks,
-             cap);
 }
 
 // p = exp(s - lse), ds = p (dout.v - dout.out) * scale; dq in registers, dk/dv
@@ -184,28 +171,4 @@ extern "C" int attention_backward_cuda(float *dq, float *dk, float *dv, const fl
                                        PailErr *err) {
     return attention_backward_cap_cuda(dq, dk, dv, dout, q, k, v, out, lse, cu_seqlens, nseq, T, H, Hkv, D, W, 0.0f,
                                        stream, err);
-}
-
-// cu_new and cache_len are device arrays; Tn = cu_new[nseq] comes from the
-// caller (the host built cu_new), so the launch is sized without a read-back
-// and the call stays asynchronous on the stream.
-extern "C" int attention_decode_forward_cap_cuda(float *out, const float *q, const float *k_pool,
-                                                 const float *v_pool, const int *cu_new,
-                                                 const int *cache_len, const int *table, int max_blocks,
-                                                 int nseq, int Tn, int H, int Hkv, int D, int W, float cap,
-                                                 cudaStream_t stream, PailErr *err) {
-    if (check_dims("attention_decode_forward_cuda", H, Hkv, D, err)) return -1;
-    if (Tn <= 0 || nseq <= 0) return 0;
-    attn_decode<<<cuda_blocks((size_t)Tn * H, WARPS), 32 * WARPS, 0, stream>>>(
-        out, q, k_pool, v_pool, cu_new, cache_len, table, max_blocks, nseq, Tn, H, Hkv, D, W, cap);
-    return cuda_launch_check("attention_decode_forward_cuda", err);
-}
-
-extern "C" int attention_decode_forward_cuda(float *out, const float *q, const float *k_pool,
-                                             const float *v_pool, const int *cu_new,
-                                             const int *cache_len, const int *table, int max_blocks,
-                                             int nseq, int Tn, int H, int Hkv, int D, int W, cudaStream_t stream,
-                                             PailErr *err) {
-    return attention_decode_forward_cap_cuda(out, q, k_pool, v_pool, cu_new, cache_len, table, max_blocks, nseq, Tn, H,
-                                             Hkv, D, W, 0.0f, stream, err);
 }

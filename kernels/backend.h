@@ -53,6 +53,10 @@ typedef struct {
     // to a KV cache (rows = each new token's physical cache row, computed by
     // the cache's owner: contiguous per slot today, a block table later)
     int (*scatter_rows)(Backend *b, float *dst, const float *src, const int *rows, int n, int C, PailErr *err);
+    // the same into rows of C elements of a float dtype dt (a KV cache's pool):
+    // dst[rows[i]] = src(n,C)[i] rounded as dtype_from_f32 (nearest even); DT_F32 is scatter_rows
+    int (*scatter_rows_dt)(Backend *b, void *dst, DType dt, const float *src, const int *rows, int n, int C,
+                           PailErr *err);
     // ---- compute: the contracts of kernels/kernels.h ----
     // W (and w_lm, the embedding table) in its storage dtype wdt (kernels/dtype.h):
     // the _dt contracts of kernels/kernels.h; LoRA A and B are DT_F32
@@ -80,13 +84,14 @@ typedef struct {
                               PailErr *err);
     // W: a sliding window (keys i-W+1..i), 0 = full causal attention (kernels.h); cap: the scores'
     // softcap cap tanh(s / cap), 0 = none (kernels.h's attention_*_cap)
-    // a paged KV cache: table (nseq, max_blocks) of KV_BLOCK-token blocks of the pools;
+    // a paged KV cache: table (nseq, max_blocks) of KV_BLOCK-token blocks of the pools,
+    // whose elements are kvdt (DT_F32, DT_BF16, DT_F16: kernels.h's attention_decode_forward_dt);
     // Tn = cu_new[nseq], the new tokens, given by the caller so that a device
     // sizes its launch without reading cu_new back
-    int (*attention_decode_forward)(Backend *b, float *out, const float *q, const float *k_pool,
-                                    const float *v_pool, const int *cu_new, const int *cache_len,
-                                    const int *table, int max_blocks, int nseq, int Tn, int H, int Hkv, int D,
-                                    int W, float cap, PailErr *err);
+    int (*attention_decode_forward)(Backend *b, float *out, const float *q, const void *k_pool, const void *v_pool,
+                                    DType kvdt, const int *cu_new, const int *cache_len, const int *table,
+                                    int max_blocks, int nseq, int Tn, int H, int Hkv, int D, int W, float cap,
+                                    PailErr *err);
     int (*scale)(Backend *b, float *x, size_t n, float alpha, PailErr *err);  // x *= alpha in place
     int (*swiglu_forward)(Backend *b, float *out, const float *gate, const float *up, size_t n, PailErr *err);
     int (*swiglu_backward)(Backend *b, float *dgate, float *dup, const float *dout, const float *gate,

@@ -91,6 +91,36 @@ static int cpu_scatter_rows(Backend *b, float *dst, const float *src, const int 
     return 0;
 }
 
+// dst's rows in a 16-bit dtype: each row rounded by dtype_from_f32 (vectorised, one thread a row).
+// Into f16, a value past the largest finite one is stored as +-65504, not inf
+// (one outlier would make a whole attention row NaN); NaN stays NaN.
+static void rows_dt_team(void *dst, DType dt, const float *src, const int *rows, int n, int C) {
+    size_t rb = (size_t)C * dtype_size(dt);
+#pragma omp for schedule(static) nowait
+    for (int i = 0; i < n; i++) {
+        const float *s = src + (size_t)i * C;
+        char *d = (char *)dst + (size_t)rows[i] * rb;
+        if (dt != DT_F16) {
+            dtype_from_f32(d, s, dt, (size_t)C);
+            continue;
+        }
+        for (int c0 = 0; c0 < C; c0 += 256) {  // saturated a chunk at a time, through the fast converter
+            float t[256];
+            int m = C - c0 < 256 ? C - c0 : 256;
+            for (int c = 0; c < m; c++) t[c] = s[c0 + c] > 65504.0f ? 65504.0f : s[c0 + c] < -65504.0f ? -65504.0f : s[c0 + c];
+            dtype_from_f32(d + (size_t)c0 * 2, t, dt, (size_t)m);
+        }
+    }
+}
+static int cpu_scatter_rows_dt(Backend *b, void *dst, DType dt, const float *src, const int *rows, int n, int C,
+                               PailErr *err) {
+    if (dt == DT_F32) return cpu_scatter_rows(b, dst, src, rows, n, C, err);
+    if (dt != DT_BF16 && dt != DT_F16)
+        return err_set(err, PAIL_ERR_INVALID, "scatter_rows_dt: rows of %s are not a float dtype", dtype_name(dt));
+    KERNEL_TEAM_IF((size_t)n * C * sizeof(float) >= MOVE_BIG, rows_dt_team(dst, dt, src, rows, n, C));
+    return 0;
+}
+
 #define UNUSED (void)b; (void)err
 
 static int cpu_matmul_forward(Backend *b, float *out, const float *x, const void *W, DType wdt, const float *bias,
@@ -151,14 +181,17 @@ static int cpu_attention_backward(Backend *b, float *dq, float *dk, float *dv, c
     attention_backward_cap(dq, dk, dv, dout, q, k, v, out, lse, cu, nseq, T, H, Hkv, D, W, cap);
     return 0;
 }
-static int cpu_attention_decode_forward(Backend *b, float *out, const float *q, const float *k_pool,
-                                        const float *v_pool, const int *cu_new, const int *cache_len,
+static int cpu_attention_decode_forward(Backend *b, float *out, const float *q, const void *k_pool,
+                                        const void *v_pool, DType kvdt, const int *cu_new, const int *cache_len,
                                         const int *table, int max_blocks, int nseq, int Tn, int H, int Hkv,
                                         int D, int W, float cap, PailErr *err) {
-    UNUSED;
+    (void)b;
     (void)Tn;  // the host reads cu_new itself
-    attention_decode_forward_cap(out, q, k_pool, v_pool, cu_new, cache_len, table, max_blocks, nseq, H, Hkv, D, W,
-                                 cap);
+    if (kvdt != DT_F32 && kvdt != DT_BF16 && kvdt != DT_F16)
+        return err_set(err, PAIL_ERR_INVALID, "attention_decode_forward: a KV pool of %s is not a float dtype",
+                       dtype_name(kvdt));
+    attention_decode_forward_dt(out, q, k_pool, v_pool, kvdt, cu_new, cache_len, table, max_blocks, nseq, H, Hkv, D,
+                                W, cap);
     return 0;
 }
 static int cpu_scale(Backend *b, float *x, size_t n, float alpha, PailErr *err) {
@@ -307,6 +340,7 @@ static const BackendOps cpu_ops = {
     .add = cpu_add,
     .gather_rows = cpu_gather_rows,
     .scatter_rows = cpu_scatter_rows,
+    .scatter_rows_dt = cpu_scatter_rows_dt,
     .matmul_forward = cpu_matmul_forward,
     .matmul_forward_lora = cpu_matmul_forward_lora,
     .matmul_backward = cpu_matmul_backward,

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "backend.h"
+#include <cuda_bf16.h>
 #include "cuda_common.h"
 
 typedef struct {
@@ -88,6 +89,26 @@ static int cu_scatter_rows(Backend *b, float *dst, const float *src, const int *
     rows_kernel<<<cuda_blocks((size_t)n * C, 256), 256, 0, impl(b)->stream>>>(dst, src, rows, n, C, 1);
     return cuda_launch_check("scatter_rows", err);
 }
+// a KV pool's rows in bf16 / f16: rounded to nearest even (dtype_from_f32)
+__global__ static void rows_dt_kernel(unsigned short *dst, DType dt, const float *src, const int *rows, int n, int C) {
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i >= (size_t)n * C) return;
+    size_t r = i / C, c = i % C;
+    float x = src[i];
+    if (dt == DT_F16) x = x > 65504.0f ? 65504.0f : x < -65504.0f ? -65504.0f : x;  // saturated (backend_cpu.c)
+    unsigned short h = dt == DT_BF16 ? __bfloat16_as_ushort(__float2bfloat16_rn(x)) : __half_as_ushort(__float2half_rn(x));
+    dst[(size_t)rows[r] * C + c] = h;
+}
+static int cu_scatter_rows_dt(Backend *b, void *dst, DType dt, const float *src, const int *rows, int n, int C,
+                              PailErr *err) {
+    if (dt == DT_F32) return cu_scatter_rows(b, (float *)dst, src, rows, n, C, err);
+    if (dt != DT_BF16 && dt != DT_F16)
+        return err_set(err, PAIL_ERR_INVALID, "scatter_rows_dt: rows of %s are not a float dtype", dtype_name(dt));
+    if (n <= 0) return 0;
+    rows_dt_kernel<<<cuda_blocks((size_t)n * C, 256), 256, 0, impl(b)->stream>>>((unsigned short *)dst, dt, src, rows,
+                                                                                 n, C);
+    return cuda_launch_check("scatter_rows_dt", err);
+}
 
 #define B_ Backend *b
 #define S_ impl(b)->stream
@@ -133,11 +154,11 @@ static int cu_attention_backward(B_, float *dq, float *dk, float *dv, const floa
                                  int nseq, int T, int H, int Hkv, int D, int W, float cap, PailErr *err) {
     return attention_backward_cap_cuda(dq, dk, dv, dout, q, k, v, out, lse, cu, nseq, T, H, Hkv, D, W, cap, S_, err);
 }
-static int cu_attention_decode_forward(B_, float *out, const float *q, const float *kp, const float *vp,
+static int cu_attention_decode_forward(B_, float *out, const float *q, const void *kp, const void *vp, DType kvdt,
                                        const int *cu_new, const int *cache_len, const int *table, int max_blocks,
                                        int nseq, int Tn, int H, int Hkv, int D, int W, float cap, PailErr *err) {
-    return attention_decode_forward_cap_cuda(out, q, kp, vp, cu_new, cache_len, table, max_blocks, nseq, Tn, H, Hkv, D,
-                                             W, cap, S_, err);
+    return attention_decode_forward_dt_cuda(out, q, kp, vp, kvdt, cu_new, cache_len, table, max_blocks, nseq, Tn, H,
+                                            Hkv, D, W, cap, S_, err);
 }
 static int cu_scale(B_, float *x, size_t n, float alpha, PailErr *err) { return scale_forward_cuda(x, n, alpha, S_, err); }
 static int cu_swiglu_forward(B_, float *out, const float *gate, const float *up, size_t n, PailErr *err) {
@@ -249,6 +270,7 @@ static BackendOps make_ops(void) {  // C++ has no designated initializers for th
     o.add = cu_add;
     o.gather_rows = cu_gather_rows;
     o.scatter_rows = cu_scatter_rows;
+    o.scatter_rows_dt = cu_scatter_rows_dt;
     o.matmul_forward = cu_matmul_forward;
     o.matmul_forward_lora = cu_matmul_forward_lora;
     o.matmul_backward = cu_matmul_backward;

@@ -275,6 +275,15 @@ static int sim_scatter_rows(Backend *b, float *dst, const float *src, const int 
     SimOp o = {.run = run_scatter_rows, .name = "scatter_rows", .p = {dst, (void *)src, (void *)rows}, .i = {n, C}};
     return submit(b, &o, 3, err);
 }
+static int run_scatter_rows_dt(const SimOp *o, PailErr *err) {
+    return CPU_OP(scatter_rows_dt, P(0, void *), o->dt, P(1, const float *), P(2, const int *), I(0), I(1));
+}
+static int sim_scatter_rows_dt(Backend *b, void *dst, DType dt, const float *src, const int *rows, int n, int C,
+                               PailErr *err) {
+    SimOp o = {.run = run_scatter_rows_dt, .name = "scatter_rows_dt", .p = {dst, (void *)src, (void *)rows},
+               .i = {n, C}, .dt = dt};
+    return submit(b, &o, 3, err);
+}
 static int run_matmul_forward(const SimOp *o, PailErr *err) {
     return CPU_OP(matmul_forward, P(0, float *), P(1, const float *), P(2, const void *), o->dt, P(3, const float *),
                   I(0), I(1), I(2), o->f[0], o->f[1]);
@@ -376,17 +385,17 @@ static int sim_attention_backward(Backend *b, float *dq, float *dk, float *dv, c
     return submit(b, &o, 10, err);
 }
 static int run_attention_decode_forward(const SimOp *o, PailErr *err) {
-    return CPU_OP(attention_decode_forward, P(0, float *), P(1, const float *), P(2, const float *),
-                  P(3, const float *), P(4, const int *), P(5, const int *), P(6, const int *), I(0), I(1), I(2),
-                  I(3), I(4), I(5), I(6), o->f[0]);
+    return CPU_OP(attention_decode_forward, P(0, float *), P(1, const float *), P(2, const void *),
+                  P(3, const void *), o->dt, P(4, const int *), P(5, const int *), P(6, const int *), I(0), I(1),
+                  I(2), I(3), I(4), I(5), I(6), o->f[0]);
 }
-static int sim_attention_decode_forward(Backend *b, float *out, const float *q, const float *k_pool,
-                                        const float *v_pool, const int *cu_new, const int *cache_len,
+static int sim_attention_decode_forward(Backend *b, float *out, const float *q, const void *k_pool,
+                                        const void *v_pool, DType kvdt, const int *cu_new, const int *cache_len,
                                         const int *table, int max_blocks, int nseq, int Tn, int H, int Hkv,
                                         int D, int W, float cap, PailErr *err) {
     SimOp o = {.run = run_attention_decode_forward, .name = "attention_decode_forward",
                .p = {out, (void *)q, (void *)k_pool, (void *)v_pool, (void *)cu_new, (void *)cache_len, (void *)table},
-               .i = {max_blocks, nseq, Tn, H, Hkv, D, W}, .f = {cap}};
+               .i = {max_blocks, nseq, Tn, H, Hkv, D, W}, .f = {cap}, .dt = kvdt};
     return submit(b, &o, 7, err);
 }
 // The sampler: its settings travel in the op (doubles, as given).
@@ -624,6 +633,7 @@ static const BackendOps sim_ops = {
     .add = sim_add,
     .gather_rows = sim_gather_rows,
     .scatter_rows = sim_scatter_rows,
+    .scatter_rows_dt = sim_scatter_rows_dt,
     .matmul_forward = sim_matmul_forward,
     .matmul_forward_lora = sim_matmul_forward_lora,
     .matmul_backward = sim_matmul_backward,

@@ -179,6 +179,17 @@ void attention_decode_forward_cap(float *out, const float *q, const float *k_poo
 void attention_decode_forward_ref_cap(float *out, const float *q, const float *k_pool, const float *v_pool,
                                       const int *cu_new, const int *cache_len, const int *table, int max_blocks,
                                       int nseq, int H, int Hkv, int D, int W, float cap);
+// Decode over pools in a storage dtype kvdt (DT_F32, DT_BF16 or DT_F16; kernels/dtype.h):
+// k_pool, v_pool hold (n_blocks, KV_BLOCK, Hkv, D) elements of kvdt, each widened to fp32
+// exactly as it is read (q, out and the arithmetic are fp32); cap as the _cap op (0: none).
+// kvdt = DT_F32 is attention_decode_forward_cap, bit for bit. The fast path reads each K and
+// V row once for the G = H/Hkv query heads that share it (kernels/attention_decode.c).
+void attention_decode_forward_dt(float *out, const float *q, const void *k_pool, const void *v_pool, DType kvdt,
+                                 const int *cu_new, const int *cache_len, const int *table, int max_blocks, int nseq,
+                                 int H, int Hkv, int D, int W, float cap);
+void attention_decode_forward_ref_dt(float *out, const float *q, const void *k_pool, const void *v_pool, DType kvdt,
+                                     const int *cu_new, const int *cache_len, const int *table, int max_blocks,
+                                     int nseq, int H, int Hkv, int D, int W, float cap);
 
 // ---- scale: x(n) *= alpha in place (granite's multipliers; exact: one product a value) ----
 void scale_forward(float *x, size_t n, float alpha);
@@ -451,6 +462,11 @@ int attention_decode_forward_cap_cuda(float *out, const float *q, const float *k
                                       const int *cu_new, const int *cache_len, const int *table, int max_blocks,
                                       int nseq, int Tn, int H, int Hkv, int D, int W, float cap,
                                       struct CUstream_st *stream, PailErr *err);
+// The pools in kvdt (attention_decode_forward_dt's twin; kvdt a float dtype, else -1 PAIL_ERR_INVALID).
+int attention_decode_forward_dt_cuda(float *out, const float *q, const void *k_pool, const void *v_pool, DType kvdt,
+                                     const int *cu_new, const int *cache_len, const int *table, int max_blocks,
+                                     int nseq, int Tn, int H, int Hkv, int D, int W, float cap,
+                                     struct CUstream_st *stream, PailErr *err);
 int scale_forward_cuda(float *x, size_t n, float alpha, struct CUstream_st *stream, PailErr *err);
 int swiglu_forward_cuda(float *out, const float *gate, const float *up, size_t n,
                         struct CUstream_st *stream, PailErr *err);

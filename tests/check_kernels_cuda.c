@@ -194,6 +194,7 @@ END_TEST
 
 #ifdef PAIL_CUDA
 #include <cuda_runtime.h>
+#include "backend.h"
 
 static PailErr err;
 static CudaBlas cb;  // the products' cuBLAS handle and panels, on the default stream (the other twins get stream 0)
@@ -788,6 +789,53 @@ START_TEST(test_dequant_cuda) {
     }
 }
 END_TEST
+
+// Decode over 16-bit pools (attention_decode_forward_dt_cuda) against the CPU
+// reference on the same pool (_i: bf16, f16; _i >= 2 a window of 9 and a
+// softcap), sequences 0 and 1 sharing a block; and the CUDA backend's
+// scatter_rows_dt rounding as dtype_from_f32 (bit for bit).
+START_TEST(test_attention_decode_dt_cuda) {
+    DType dt = _i % 2 ? DT_F16 : DT_BF16;
+    int H = 9, Hkv = 3, D = 64, W = _i >= 2 ? 9 : 0, KD = Hkv * D;
+    float cap = _i >= 2 ? 1.5f : 0.0f;
+    enum { NBLK = 5, MAXB = 2 };
+    int cl[3] = {100, 70, 1}, cun[4] = {0, 2, 3, 5}, table[3 * MAXB] = {3, 0, 3, 4, 1, 0};
+    size_t pool = (size_t)NBLK * KV_BLOCK * KD, nq = 5 * (size_t)H * D, pb = pool * 2;
+    float *k32 = rnd(pool, -2, 2), *v32 = rnd(pool, -2, 2), *q = rnd(nq, -1, 1), *o = malloc(4 * nq);
+    void *kp = malloc(pb), *vp = malloc(pb);
+    dtype_from_f32(kp, k32, dt, pool);
+    dtype_from_f32(vp, v32, dt, pool);
+    attention_decode_forward_ref_dt(o, q, kp, vp, dt, cun, cl, table, MAXB, 3, H, Hkv, D, W, cap);
+    float *o_ = UPF(NULL, nq);
+    OK(attention_decode_forward_dt_cuda(o_, UPF(q, nq), up(kp, pb), up(vp, pb), dt, UPI(cun, 4), UPI(cl, 3),
+                                        UPI(table, 3 * MAXB), MAXB, 3, 5, H, Hkv, D, W, cap, 0, &err));
+    expect_dev("attention_decode_forward_dt_cuda", o_, o, nq, 2e-5, 2e-5);
+    ck_assert_int_eq(attention_decode_forward_dt_cuda(o_, q, kp, vp, DT_Q8_0, cun, cl, table, MAXB, 3, 5, H, Hkv, D,
+                                                      W, cap, 0, &err),
+                     -1);
+    ck_assert_ptr_nonnull(strstr(err.msg, "q8_0 is not a float dtype"));
+    // scatter_rows_dt: 4 rows of K D into rows 7, 0, 3, 8 of a 9-row buffer
+    Backend *b;
+    ck_assert_msg(backend_open(&b, "cuda", 0, &err) == 0, "%s", err.msg);
+    int rows[4] = {7, 0, 3, 8};
+    unsigned short *want = malloc(9 * (size_t)KD * 2), *got = malloc(9 * (size_t)KD * 2);
+    memset(want, 0, 9 * (size_t)KD * 2);
+    for (int i = 0; i < 4; i++) dtype_from_f32(want + (size_t)rows[i] * KD, k32 + (size_t)i * KD, dt, KD);
+    void *d = b->ops->alloc(b, 9 * (size_t)KD * 2, &err);
+    float *src = b->ops->alloc(b, 4 * (size_t)KD * 4, &err);
+    int *drows = b->ops->alloc(b, sizeof rows, &err);
+    ck_assert_msg(d && src && drows, "%s", err.msg);
+    OK(b->ops->zero(b, d, 9 * (size_t)KD / 2, &err));
+    OK(b->ops->to_device(b, src, k32, 4 * (size_t)KD * 4, &err));
+    OK(b->ops->to_device(b, drows, rows, sizeof rows, &err));
+    OK(b->ops->scatter_rows_dt(b, d, dt, src, drows, 4, KD, &err));
+    OK(b->ops->to_host(b, got, d, 9 * (size_t)KD * 2, &err));
+    ck_assert_msg(memcmp(got, want, 9 * (size_t)KD * 2) == 0, "scatter_rows_dt %s on cuda", dtype_name(dt));
+    b->ops->release(b, d), b->ops->release(b, src), b->ops->release(b, drows);
+    backend_close(b);
+    free(k32), free(v32), free(q), free(o), free(kp), free(vp), free(want), free(got);
+}
+END_TEST
 #endif  // PAIL_CUDA
 
 int main(void) {
@@ -811,6 +859,7 @@ int main(void) {
         tcase_add_test(core, test_rope_cuda);
         tcase_add_test(core, test_rope_partial_cuda);
         tcase_add_loop_test(core, test_attention_cuda, 0, 4);  // also the head-dim limit
+        tcase_add_loop_test(core, test_attention_decode_dt_cuda, 0, 4);
         tcase_add_test(core, test_swiglu_cuda);
         tcase_add_test(core, test_geglu_cuda);
         tcase_add_test(core, test_scale_cuda);

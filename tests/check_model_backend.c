@@ -119,12 +119,12 @@ static int r_attention_backward(Backend *b, float *dq, float *dk, float *dv, con
     attention_backward_ref_cap(dq, dk, dv, dout, q, k, v, out, lse, cu, nseq, T, H, Hkv, D, W, cap);
     return 0;
 }
-static int r_attention_decode_forward(Backend *b, float *out, const float *q, const float *kc, const float *vc,
-                                      const int *cu_new, const int *len, const int *table, int max_blocks, int nseq,
-                                      int Tn, int H, int Hkv, int D, int W, float cap, PailErr *err) {
+static int r_attention_decode_forward(Backend *b, float *out, const float *q, const void *kc, const void *vc,
+                                      DType kvdt, const int *cu_new, const int *len, const int *table, int max_blocks,
+                                      int nseq, int Tn, int H, int Hkv, int D, int W, float cap, PailErr *err) {
     NOB;
     (void)Tn;
-    attention_decode_forward_ref_cap(out, q, kc, vc, cu_new, len, table, max_blocks, nseq, H, Hkv, D, W, cap);
+    attention_decode_forward_ref_dt(out, q, kc, vc, kvdt, cu_new, len, table, max_blocks, nseq, H, Hkv, D, W, cap);
     return 0;
 }
 static int r_swiglu_forward(Backend *b, float *out, const float *g, const float *u, size_t n, PailErr *err) {
@@ -235,6 +235,12 @@ static int r_scatter_rows(Backend *b, float *dst, const float *src, const int *r
         for (int c = 0; c < C; c++) dst[(size_t)rows[i] * C + c] = src[(size_t)i * C + c];
     return 0;
 }
+static int r_scatter_rows_dt(Backend *b, void *dst, DType dt, const float *src, const int *rows, int n, int C,
+                             PailErr *err) {
+    NOB;
+    for (int i = 0; i < n; i++) dtype_convert((char *)dst + (size_t)rows[i] * C * dtype_size(dt), dt, src + (size_t)i * C, DT_F32, C);
+    return 0;
+}
 
 static int r_layernorm_forward(Backend *b, float *out, float *mean, float *rstd, const float *x, const float *w,
                                int rows, int C, int wrows, float eps, PailErr *err) {
@@ -272,6 +278,7 @@ static void ref_backend_init(void) {
     ref_ops.add = r_add;
     ref_ops.gather_rows = r_gather_rows;
     ref_ops.scatter_rows = r_scatter_rows;
+    ref_ops.scatter_rows_dt = r_scatter_rows_dt;
     ref_ops.matmul_forward = r_matmul_forward;
     ref_ops.matmul_forward_lora = r_matmul_forward_lora;
     ref_ops.matmul_backward = r_matmul_backward;
@@ -380,7 +387,7 @@ static void run(Backend *be, const ModelWeights *w, const LoraLayout *lay, const
     ck_assert_int_eq(ops->to_host(be, o->grads, dg, np * sizeof(float), &err), 0);
     // Generation: three prompts of PROMPT tokens, one prefill call, then DECODE steps.
     KvCache *kv;
-    ck_assert_msg(kvcache_init_on(&kv, be, &w->cfg, SLOTS, PROMPT + DECODE, 0, &err) == 0, "%s", err.msg);
+    ck_assert_msg(kvcache_init_on(&kv, be, &w->cfg, SLOTS, PROMPT + DECODE, DT_F32, 0, &err) == 0, "%s", err.msg);
     o->logits = malloc((size_t)SLOTS * (DECODE + 1) * V * sizeof(float));
     int n_new[SLOTS], ptok[SLOTS * PROMPT];
     for (int i = 0; i < SLOTS * PROMPT; i++) ptok[i] = tok[i];
@@ -716,7 +723,7 @@ typedef struct {
 } GroupOut;
 
 static void generate_group(Backend *be, const ModelWeights *w, const LoraLayout *lay, const float *params,
-                           const SamplerConfig *sc, GroupOut *o) {
+                           const SamplerConfig *sc, DType kvdt, GroupOut *o) {
     PailErr err = {0};
     size_t np = (size_t)lay->n_params;
     float *dp = be->ops->alloc(be, np * sizeof(float), &err);
@@ -724,8 +731,8 @@ static void generate_group(Backend *be, const ModelWeights *w, const LoraLayout 
     ck_assert_int_eq(be->ops->to_device(be, dp, params, np * sizeof(float), &err), 0);
     int32_t stop = GSTOP;
     GenConfig gc = {.group_size = GG, .max_new_tokens = GMAX, .batch_size = GBATCH, .max_prompt_tokens = GPLEN,
-                    .max_prompts = GP, .prefill_tokens = 2 * GPLEN, .sampler = *sc, .stop_ids = &stop,
-                    .n_stop_ids = 1};
+                    .max_prompts = GP, .prefill_tokens = 2 * GPLEN, .kv_dtype = kvdt, .sampler = *sc,
+                    .stop_ids = &stop, .n_stop_ids = 1};
     TransformerPlan plan = {.max_tokens = generator_token_budget(GPLEN, GBATCH, gc.prefill_tokens), .lora_rank = 4,
                             .backend = be};
     Transformer *tf;
@@ -753,8 +760,9 @@ static void generate_group(Backend *be, const ModelWeights *w, const LoraLayout 
     be->ops->release(be, dp);
 }
 
-// The group on be against the CPU backend's, for fp32 and bf16 weights (fp32
-// arithmetic on both), plain sampling and top-k + top-p. bits: the same bits
+// The group on be against the CPU backend's, for fp32 weights with an fp32 KV
+// cache and bf16 weights with an f16 one (--kv-dtype auto; fp32 arithmetic on
+// both), plain sampling and top-k + top-p. bits: the same bits
 // (sim). Otherwise (CUDA) the device's logits are the CPU's within the
 // log-prob tolerance (2e-4 + 2e-4 relative), so its probabilities are too, and
 // a draw picks another token only when the stream's uniform lands within that
@@ -781,8 +789,9 @@ static void generate_compare(Backend *be, bool bits) {
             float *p;
             lora_for(&w, &lay, &p);
             static GroupOut want, got;
-            generate_group(backend_cpu(), &w, &lay, p, &scs[si], &want);
-            generate_group(be, &w, &lay, p, &scs[si], &got);
+            DType kvdt = dt ? DT_F16 : DT_F32;  // --kv-dtype auto
+            generate_group(backend_cpu(), &w, &lay, p, &scs[si], kvdt, &want);
+            generate_group(be, &w, &lay, p, &scs[si], kvdt, &got);
             int diverged = 0, tokens = 0;
             for (int i = 0; i < GP * GG; i++) {
                 int n = want.n[i] < got.n[i] ? want.n[i] : got.n[i], k = 0;
@@ -873,7 +882,7 @@ static void extend_calls(Backend *be, const ModelWeights *w, const LoraLayout *l
     KvCache *kv;
     ck_assert_msg(transformer_init(&tf, w, &plan, &err) == 0, "%s", err.msg);
     ck_assert_msg(transformer_set_lora(tf, lay, params, &err) == 0, "%s", err.msg);
-    ck_assert_msg(kvcache_init_on(&kv, be, &w->cfg, XSLOTS, 32, 0, &err) == 0, "%s", err.msg);
+    ck_assert_msg(kvcache_init_on(&kv, be, &w->cfg, XSLOTS, 32, DT_F32, 0, &err) == 0, "%s", err.msg);
     int n_new[XCALLS][XSLOTS] = {{12, 3, 0, 5}, {1, 1, 0, 1}, {2, 1, 0, 1}, {1, 0, 0, 1}, {1, 1, 0, 1}, {1, 1, 0, 1}};
     int tok[24];
     for (int call = 0; call < XCALLS; call++) {
@@ -944,7 +953,7 @@ START_TEST(test_extend_one_region_error) {
     Transformer *tf;
     KvCache *kv;
     ck_assert_msg(transformer_init(&tf, &w, &plan, &err) == 0, "%s", err.msg);
-    ck_assert_msg(kvcache_init_on(&kv, &team_backend, &w.cfg, 2, 16, 0, &err) == 0, "%s", err.msg);
+    ck_assert_msg(kvcache_init_on(&kv, &team_backend, &w.cfg, 2, 16, DT_F32, 0, &err) == 0, "%s", err.msg);
     int saved = omp_get_max_threads(), n_new[2] = {3, 1}, tok[4] = {1, 2, 3, 4};
     float *logits = malloc(2 * (size_t)w.cfg.vocab_size * sizeof(float));
     omp_set_num_threads(2);

@@ -193,8 +193,8 @@ START_TEST(test_kvcache_pool_counts) {
     fixture_open(&f);
     PailErr err = {0};
     KvCache *kv;
-    ck_assert_int_eq(kvcache_init_on(&kv, transformer_backend(f.tf), &f.w.cfg, 2, 256, -1, &err), -1);
-    ck_assert_msg(kvcache_init_on(&kv, transformer_backend(f.tf), &f.w.cfg, 2, 256, 2, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(kvcache_init_on(&kv, transformer_backend(f.tf), &f.w.cfg, 2, 256, DT_F32, -1, &err), -1);
+    ck_assert_msg(kvcache_init_on(&kv, transformer_backend(f.tf), &f.w.cfg, 2, 256, DT_F32, 2, &err) == 0, "%s", err.msg);
     ck_assert_int_eq(kvcache_n_blocks(kv), 2);
     ck_assert_int_eq(kvcache_append_blocks(kv, 0, 65), 2);
     int n_new[2] = {PLEN, 0};

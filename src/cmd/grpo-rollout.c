@@ -24,7 +24,7 @@ static void on_signal(int sig) { g_stop = (sig == SIGINT && g_stop) ? 2 : 1; }
 int main(int argc, char **argv) {
     threads_policy_apply(argv);  // first: it may start this program again (core/threads.h)
     log_init("grpo-rollout", LOG_INFO);
-    char *device = NULL, *max_memory = NULL, *kv_memory = NULL, *dtype = NULL, *quantize = NULL, *config = NULL, *model = NULL, *run = NULL, *worker = NULL, *dataset = NULL,
+    char *device = NULL, *max_memory = NULL, *kv_memory = NULL, *dtype = NULL, *quantize = NULL, *kv_dtype = NULL, *config = NULL, *model = NULL, *run = NULL, *worker = NULL, *dataset = NULL,
          *prompt_format = NULL, *eval_dataset = NULL, *chat_file = NULL, *chat_name = NULL, *chat_kwargs = NULL,
          *max_ahead_s = NULL, *env = NULL, *tool_format = NULL, *serve = NULL, *serve_cert = NULL,
          *serve_tls_key = NULL, *serve_key_file = NULL, *served_name = NULL;
@@ -89,6 +89,7 @@ int main(int argc, char **argv) {
         DEVICE_CLI_FLAG(&device),
         DTYPE_CLI_FLAG(&dtype),
         QUANTIZE_CLI_FLAG(&quantize),
+        KV_DTYPE_CLI_FLAG(&kv_dtype),
         {"strict-dtype", FLAG_BOOL, &strict_dtype, "false", 1, 0,
          "refuse a run whose trainer computes in another dtype than --dtype gives this worker (default: warn)"},
         MAX_MEMORY_CLI_FLAG(&max_memory),
@@ -172,8 +173,9 @@ int main(int argc, char **argv) {
     }
     Backend *be;
     size_t max_mem;
-    int want_dtype;
+    int want_dtype, want_kv;
     if ((rc = dtype_cli("grpo-rollout", dtype, quantize, &want_dtype)) != 0 ||
+        (rc = kv_dtype_cli("grpo-rollout", kv_dtype, &want_kv)) != 0 ||
         (rc = max_memory_cli("grpo-rollout", max_memory, &max_mem)) != 0 ||
         (rc = device_open_cli("grpo-rollout", device, DEVICE_READY_SIM, max_mem, &be)) != 0) {
         flags_free(fl, n);
@@ -196,7 +198,8 @@ int main(int argc, char **argv) {
         .serve_api_key_file = serve_key_file, .served_model_name = served_name, .episode_timeout = episode_timeout,
         .serve_max_requests = (int)serve_max, .serve_max_connections = (int)serve_max_conns,
         .serve_header_timeout = serve_header_timeout, .serve_idle_timeout = serve_idle_timeout,
-        .backend = be, .max_memory = max_mem, .kv_memory = kv_mem, .weights_dtype = want_dtype, .strict_dtype = strict_dtype};
+        .backend = be, .max_memory = max_mem, .kv_memory = kv_mem, .weights_dtype = want_dtype, .kv_dtype = want_kv,
+        .strict_dtype = strict_dtype};
     if (gen_defaults) {
         unsigned keep = (flags_given(argc, argv, "temperature") ? SAMPLER_KEEP_TEMPERATURE : 0) |
                         (flags_given(argc, argv, "top-p") ? SAMPLER_KEEP_TOP_P : 0) |

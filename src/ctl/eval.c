@@ -18,7 +18,7 @@ int ctl_eval(int argc, char **argv) {
     double temperature, env_timeout, threshold = NAN;
     bool chat, gen_defaults;
     RewardCliFlags rf = {0};
-    char *device = NULL, *max_memory = NULL, *dtype = NULL, *quantize = NULL;
+    char *device = NULL, *max_memory = NULL, *dtype = NULL, *quantize = NULL, *kv_dtype = NULL;
     CtlStoreFlags sf = {0};
     Flag own[] = {
         {"model", FLAG_STRING, &model, NULL, 1, 0, "Hugging Face model folder, or ORG/NAME in the local Hugging Face cache"},
@@ -52,6 +52,7 @@ int ctl_eval(int argc, char **argv) {
         DEVICE_CLI_FLAG(&device),
         DTYPE_CLI_FLAG(&dtype),
         QUANTIZE_CLI_FLAG(&quantize),
+        KV_DTYPE_CLI_FLAG(&kv_dtype),
         MAX_MEMORY_CLI_FLAG(&max_memory),
     };
     enum { NOWN = sizeof own / sizeof own[0] };
@@ -86,8 +87,9 @@ int ctl_eval(int argc, char **argv) {
     }
     Backend *be;
     size_t max_mem;
-    int want;
+    int want, want_kv;
     if ((rc = dtype_cli("grpo-ctl eval", dtype, quantize, &want)) != 0 ||
+        (rc = kv_dtype_cli("grpo-ctl eval", kv_dtype, &want_kv)) != 0 ||
         (rc = max_memory_cli("grpo-ctl eval", max_memory, &max_mem)) != 0 ||
         (rc = device_open_cli("grpo-ctl eval", device, DEVICE_READY_SIM, max_mem, &be)) != 0)
         goto done;
@@ -102,7 +104,7 @@ int ctl_eval(int argc, char **argv) {
                        .rewards = rcfg,
                        .env_cmd = env, .env_timeout = env_timeout, .max_turns = (int)max_turns,
                        .max_episode_tokens = (int)max_episode, .tool_format = tool_format,
-                       .backend = be, .max_memory = max_mem, .weights_dtype = want};
+                       .backend = be, .max_memory = max_mem, .weights_dtype = want, .kv_dtype = want_kv};
     PailErr err = {0};
     if (!sampler_temperature_ok(temperature, 100)) {
         fprintf(stderr, "%s: --temperature %g: give 0 (greedy) or at least %g\n", argv[0], temperature,

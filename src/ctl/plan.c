@@ -8,6 +8,7 @@
 #include "grpo/budget.h"
 #include "grpo/trainer.h"
 #include "lora/lora.h"
+#include "model/device.h"
 #include "model/memplan.h"
 #include "model/modelgen.h"
 #include "model/weights.h"
@@ -35,7 +36,7 @@ static int plan_train(void *ctx, int T, bool recompute, MemoryPlan *mp, PailErr 
 
 int ctl_plan(int argc, char **argv) {
     char *model = NULL, *shape = NULL, *role = NULL, *dtype = NULL, *targets = NULL, *max_memory = NULL,
-         *device = NULL, *kv_memory = NULL;
+         *device = NULL, *kv_memory = NULL, *kv_dtype = NULL;
     long layers, rank, budget, max_seq, batch, max_new, max_prompt, prefill, gps, G;
     bool recompute;
     Flag fl[] = {
@@ -59,6 +60,7 @@ int ctl_plan(int argc, char **argv) {
         {"max-new-tokens", FLAG_INT, &max_new, "256", 1, 1 << 20, "rollout: completion length limit"},
         {"max-prompt-tokens", FLAG_INT, &max_prompt, "1024", 1, 1 << 20, "rollout: longest prompt"},
         {"prefill-tokens", FLAG_INT, &prefill, "1024", 1, 1 << 20, "rollout: tokens of one batched prompt prefill"},
+        KV_DTYPE_CLI_FLAG(&kv_dtype),
         {"max-memory", FLAG_STRING, &max_memory, NULL, 1, 0, "the device's memory, e.g. 24G (default: this host's available memory)"},
         {"kv-memory", FLAG_STRING, &kv_memory, NULL, 1, 0,
          "rollout: the KV block pool's bytes as grpo-rollout (default: the full pool, or what --max-memory leaves)"},
@@ -81,7 +83,8 @@ int ctl_plan(int argc, char **argv) {
         fprintf(stderr, "%s: give --model DIR or --shape NAME\nusage: %s\n", argv[0], usage);
         goto done;
     }
-    int want;
+    int want, want_kv;
+    if (kv_dtype_cli(argv[0], kv_dtype, &want_kv) != 0) goto done;
     if (model_dtype_parse(dtype, &want) < 0) {
         fprintf(stderr, "%s: --dtype '%s': use auto, bf16, f16 or f32 (or bfloat16, float16, float32)\n", argv[0], dtype);
         goto done;
@@ -132,6 +135,7 @@ int ctl_plan(int argc, char **argv) {
         spec.weights_dtype = wdesc;
         spec.weights_bytes = pbytes;
     }
+    spec.kv_dtype = kv_dtype_resolve(want_kv, spec.weights_dtype);  // rollout: as grpo-rollout resolves it
     MemoryPlan p;
     if (memplan_build(&p, &cfg, &spec, device, &err) < 0) {
         fprintf(stderr, "%s: %s\n", argv[0], err.msg);

@@ -31,6 +31,18 @@
 // model_quantize_parse: MODEL_DTYPE_AUTO, a float DType, or a quantized one);
 // quantize may be NULL. 2 after printing a usage error (both given).
 int dtype_cli(const char *tool, const char *value, const char *quantize, int *want);
+// --kv-dtype: the KV cache's elements, auto or one of bf16, f16, f32.
+#define KV_DTYPE_CLI_FLAG(v)                                                                           \
+    {"kv-dtype", FLAG_STRING, (v), "auto", 1, 0,                                                       \
+     "the KV cache's elements: auto (f16 for bf16, f16 and quantized bases: closer to the trainer "     \
+     "than bf16 at the same bytes; f32 bases keep f32), bf16, f16 or f32 (doc/model.md)"}
+// --kv-dtype's value as MODEL_DTYPE_AUTO or DT_F32 / DT_BF16 / DT_F16; 2 after
+// printing one line naming the flag and the accepted values.
+int kv_dtype_cli(const char *tool, const char *value, int *want);
+// The KV cache's dtype for want (kv_dtype_cli's) and the weights a tool holds
+// (dtype_plan's desc, "q4_1+q8_0+f32", "bf16+f32", ...): want when given, else
+// f16 when a matrix is bf16, f16 or quantized, else f32.
+DType kv_dtype_resolve(int want, const char *weights_desc);
 // What a tool loading dir with want will hold, for its memory plan (spec's
 // weights_dtype and weights_bytes; desc holds MODEL_DTYPE_DESC bytes). -1 with err.
 int dtype_plan(const char *dir, int want, char desc[MODEL_DTYPE_DESC], size_t *bytes, PailErr *err);

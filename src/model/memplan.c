@@ -1,7 +1,7 @@
 // The memory plan (see memplan.h). Every figure is what the tools allocate,
 // computed the way they size it: model_params_count for the base weights,
 // the LoRA layout for the adapter, transformer_plan_bytes (the planner's dry
-// pass) for activations, the KV cache's (L, slots, ctx, Hkv, D) pair.
+// pass) for activations, the KV cache's (L, slots, ctx, Hkv, D) pair in its dtype.
 #include "model/memplan.h"
 #include "kernels.h"
 #include <math.h>
@@ -48,7 +48,7 @@ int memplan_build(MemoryPlan *p, const ModelConfig *cfg, const MemoryPlanSpec *s
         p->kv_ctx = (spec->max_ctx + KV_BLOCK - 1) / KV_BLOCK * KV_BLOCK;  // whole blocks (kvcache_init_on)
         // a block pool (generate.c generator_full_blocks): every slot at max_ctx plus the prompts' partial
         // last blocks; or --kv-memory's. Episodes keep every slot at max_ctx (episode.c)
-        p->kv_block_bytes = kvcache_block_bytes(cfg);
+        p->kv_block_bytes = kvcache_block_bytes(cfg, spec->kv_dtype);
         p->kv_full_blocks = p->kv_slots * (p->kv_ctx / KV_BLOCK + (spec->kv_episodes ? 0 : 1));
         size_t asked = spec->kv_memory / p->kv_block_bytes;  // past 2^31 blocks: kvcache_init_on refuses it
         p->kv_blocks = spec->kv_memory && !spec->kv_episodes ? (int)(asked < INT32_MAX ? asked : INT32_MAX)
@@ -108,11 +108,11 @@ void memplan_print(FILE *f, const MemoryPlan *p, const char *tool) {
     fprintf(f, "  activations  %10s  %d tokens%s, fp32\n", human(p->activations, a, sizeof a), s->token_budget,
             s->role != MEMPLAN_TRAIN ? "" : s->recompute ? ", layer inputs only (--recompute)" : ", every layer saved");
     if (p->kv_cache && s->kv_episodes)
-        fprintf(f, "  KV cache     %10s  %d slots x %d tokens, fp32\n", human(p->kv_cache, a, sizeof a), p->kv_slots,
-                p->kv_ctx);
+        fprintf(f, "  KV cache     %10s  %d slots x %d tokens, %s\n", human(p->kv_cache, a, sizeof a), p->kv_slots,
+                p->kv_ctx, dtype_name(s->kv_dtype));
     else if (s->role == MEMPLAN_ROLLOUT)
-        fprintf(f, "  KV cache     %10s  %d blocks of %d tokens, fp32 (%s; the full pool: %d, %d slots x %d tokens)\n",
-                human(p->kv_cache, a, sizeof a), p->kv_blocks, KV_BLOCK,
+        fprintf(f, "  KV cache     %10s  %d blocks of %d tokens, %s (%s; the full pool: %d, %d slots x %d tokens)\n",
+                human(p->kv_cache, a, sizeof a), p->kv_blocks, KV_BLOCK, dtype_name(s->kv_dtype),
                 s->kv_memory ? "--kv-memory" : p->kv_blocks < p->kv_full_blocks ? "what the limit leaves" : "full",
                 p->kv_full_blocks, p->kv_slots, p->kv_ctx);
     fprintf(f, "  workspace    %10s  %s\n", human(p->workspace, a, sizeof a),

@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdio.h>
 #include "core/err.h"
+#include "dtype.h"
 #include "model/config.h"
 
 typedef enum { MEMPLAN_TRAIN, MEMPLAN_ROLLOUT, MEMPLAN_FORWARD } MemoryPlanRole;
@@ -28,6 +29,7 @@ typedef struct {
                                 // limit leaves, memplan_fit_kv)
     bool kv_episodes;           // rollout: episodes (--env, --serve): every slot at max_ctx, no pool to size
     int max_new_tokens;         // rollout: completion tokens stored per completion
+    DType kv_dtype;             // rollout: the KV cache's elements (DT_F32, DT_BF16, DT_F16; 0: DT_F32)
     int groups_per_step, group_size;  // rollout: prompts per run (groups per shard, or eval rows) and G
     int threads;                // rollout: sampler scratch per OpenMP thread (0: 1)
 } MemoryPlanSpec;

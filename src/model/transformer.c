@@ -52,7 +52,8 @@ struct KvCache {
     Backend *be;                   // borrowed: where the pools and the d_ arrays live
     int L, n_slots, max_ctx, kvd;  // kvd = Hkv * D
     int n_blocks, max_blocks;      // pool blocks; blocks a slot may hold (ceil(max_ctx / KV_BLOCK))
-    float *k, *v;                  // (L, n_blocks, KV_BLOCK, Hkv, D), backend memory, owned
+    DType dt;                      // the pools' elements: DT_F32, DT_BF16 or DT_F16 (kvcache_init_on)
+    void *k, *v;                   // (L, n_blocks, KV_BLOCK, Hkv, D) of dt, backend memory, owned
     float *logits;                 // (n_slots, V) backend memory, owned: an extend's logits left on the backend
     int V;
     int *len;                      // (n_slots) host: tokens cached per slot
@@ -502,14 +503,16 @@ static int layer_attention(Transformer *tf, int l, LayerActs *a, int T, int W, f
         OP(attention_forward, a->att, a->lse, a->qr, a->kr, a->v, tf->d_cu, tf->nseq, T, H, Hk, D, W, cap);
         return 0;
     }
-    size_t layer_stride = (size_t)kv->n_blocks * KV_BLOCK * KD;
-    float *kc = kv->k + (size_t)l * layer_stride, *vc = kv->v + (size_t)l * layer_stride;
-    OP(scatter_rows, kc, a->kr, tf->d_rows, T, KD);
-    OP(scatter_rows, vc, a->v, tf->d_rows, T, KD);
+    // the new rows are rounded into the pools' dtype; a fresh prompt attends its
+    // fp32 rows (as the trainer's forward does), later tokens the stored ones
+    size_t layer_bytes = (size_t)kv->n_blocks * KV_BLOCK * KD * dtype_size(kv->dt);
+    char *kc = (char *)kv->k + (size_t)l * layer_bytes, *vc = (char *)kv->v + (size_t)l * layer_bytes;
+    OP(scatter_rows_dt, kc, kv->dt, a->kr, tf->d_rows, T, KD);
+    OP(scatter_rows_dt, vc, kv->dt, a->v, tf->d_rows, T, KD);
     if (kv->fresh)
         OP(attention_forward, a->att, a->lse, a->qr, a->kr, a->v, kv->d_cu_new, kv->n_slots, T, H, Hk, D, W, cap);
     else
-        OP(attention_decode_forward, a->att, a->qr, kc, vc, kv->d_cu_new, kv->d_new_len, kv->d_table,
+        OP(attention_decode_forward, a->att, a->qr, kc, vc, kv->dt, kv->d_cu_new, kv->d_new_len, kv->d_table,
            kv->max_blocks, kv->n_slots, T, H, Hk, D, W, cap);
     return 0;
 }
@@ -1047,15 +1050,17 @@ int transformer_backward(Transformer *tf, float *lora_grads, float *base_grads, 
     return 0;
 }
 
-size_t kvcache_block_bytes(const ModelConfig *cfg) {
-    return 2 * (size_t)cfg->num_hidden_layers * KV_BLOCK * cfg->num_key_value_heads * cfg->head_dim * sizeof(float);
+size_t kvcache_block_bytes(const ModelConfig *cfg, DType kvdt) {
+    return 2 * (size_t)cfg->num_hidden_layers * KV_BLOCK * cfg->num_key_value_heads * cfg->head_dim * dtype_size(kvdt);
 }
 
-int kvcache_init_on(KvCache **out, Backend *be, const ModelConfig *cfg, int n_slots, int max_ctx, int n_blocks,
-                    PailErr *err) {
+int kvcache_init_on(KvCache **out, Backend *be, const ModelConfig *cfg, int n_slots, int max_ctx, DType kvdt,
+                    int n_blocks, PailErr *err) {
     *out = NULL;
     if (n_slots < 1 || max_ctx < 1 || n_blocks < 0)
         return err_set(err, PAIL_ERR_INVALID, "KV cache: %d slots of %d tokens, %d blocks", n_slots, max_ctx, n_blocks);
+    if (kvdt != DT_F32 && kvdt != DT_BF16 && kvdt != DT_F16)
+        return err_set(err, PAIL_ERR_INVALID, "KV cache: dtype %s is not one of f32, bf16, f16", dtype_name(kvdt));
     int max_blocks = (max_ctx + KV_BLOCK - 1) / KV_BLOCK;
     // 0: every slot can hold max_ctx tokens of its own at once, a pool that
     // never runs dry whatever the sharing (most of it idle in a group); a
@@ -1074,11 +1079,12 @@ int kvcache_init_on(KvCache **out, Backend *be, const ModelConfig *cfg, int n_sl
     kv->n_blocks = n_blocks;
     kv->kvd = cfg->num_key_value_heads * cfg->head_dim;
     kv->V = cfg->vocab_size;
+    kv->dt = kvdt;
     size_t n = (size_t)kv->L * kv->n_blocks * KV_BLOCK * kv->kvd, nt = (size_t)n_slots * max_blocks;
     PailErr aerr = {0};
     const BackendOps *o = kv->be->ops;
-    kv->k = o->alloc(kv->be, n * sizeof(float), &aerr);
-    kv->v = o->alloc(kv->be, n * sizeof(float), &aerr);
+    kv->k = o->alloc(kv->be, n * dtype_size(kvdt), &aerr);
+    kv->v = o->alloc(kv->be, n * dtype_size(kvdt), &aerr);
     kv->len = calloc((size_t)n_slots, sizeof(int));
     kv->table = malloc(nt * sizeof(int));
     kv->ref = calloc((size_t)kv->n_blocks, sizeof(int));
@@ -1100,8 +1106,9 @@ int kvcache_init_on(KvCache **out, Backend *be, const ModelConfig *cfg, int n_sl
     }
     if (!ok) {
         kvcache_free(kv);
-        return err_set(err, PAIL_ERR_NOMEM, "KV cache: cannot allocate %zu MiB for %d blocks of %d tokens on %s",
-                       2 * n * sizeof(float) >> 20, n_blocks, KV_BLOCK, (be ? be : backend_cpu())->desc);
+        return err_set(err, PAIL_ERR_NOMEM, "KV cache: cannot allocate %zu MiB for %d blocks of %d tokens (%s) on %s",
+                       2 * n * dtype_size(kvdt) >> 20, n_blocks, KV_BLOCK, dtype_name(kvdt),
+                       (be ? be : backend_cpu())->desc);
     }
     for (size_t i = 0; i < nt; i++) kv->table[i] = -1;
     for (int b = 0; b < kv->n_blocks; b++) kv->free_list[b] = kv->n_blocks - 1 - b;  // block 0 popped first
@@ -1110,8 +1117,8 @@ int kvcache_init_on(KvCache **out, Backend *be, const ModelConfig *cfg, int n_sl
     return 0;
 }
 
-int kvcache_init(KvCache **out, const ModelConfig *cfg, int n_slots, int max_ctx, PailErr *err) {
-    return kvcache_init_on(out, backend_cpu(), cfg, n_slots, max_ctx, 0, err);
+int kvcache_init(KvCache **out, const ModelConfig *cfg, int n_slots, int max_ctx, DType kvdt, PailErr *err) {
+    return kvcache_init_on(out, backend_cpu(), cfg, n_slots, max_ctx, kvdt, 0, err);
 }
 
 void kvcache_free(KvCache *kv) {
@@ -1163,12 +1170,13 @@ void kvcache_reset(KvCache *kv, int slot) {
 }
 const float *kvcache_logits(const KvCache *kv) { return kv->logits; }
 size_t kvcache_bytes(const KvCache *kv) {
-    return 2 * (size_t)kv->L * kv->n_blocks * KV_BLOCK * kv->kvd * sizeof(float);
+    return 2 * (size_t)kv->L * kv->n_blocks * KV_BLOCK * kv->kvd * dtype_size(kv->dt);
 }
 size_t kvcache_used_bytes(const KvCache *kv, bool peak) {
     size_t blocks = peak ? (size_t)kv->used_peak : (size_t)(kv->n_blocks - kv->n_free);
-    return 2 * (size_t)kv->L * blocks * KV_BLOCK * kv->kvd * sizeof(float);
+    return 2 * (size_t)kv->L * blocks * KV_BLOCK * kv->kvd * dtype_size(kv->dt);
 }
+DType kvcache_dtype(const KvCache *kv) { return kv->dt; }
 void kvcache_reset_peak(KvCache *kv) { kv->used_peak = kv->n_blocks - kv->n_free; }
 int kvcache_n_blocks(const KvCache *kv) { return kv->n_blocks; }
 int kvcache_free_blocks(const KvCache *kv) { return kv->n_free; }
@@ -1210,12 +1218,15 @@ static int kv_prepare(KvCache *kv, int s, int n, PailErr *err) {
     if (len % KV_BLOCK && kv->ref[t[len / KV_BLOCK]] > 1) {
         int old = t[len / KV_BLOCK], nb = block_take(kv, err);
         if (nb < 0) return -1;
-        size_t blk = (size_t)KV_BLOCK * kv->kvd, layer = (size_t)kv->n_blocks * blk;
+        // a block's bytes copied as floats (KV_BLOCK is even: a 16-bit block is whole floats)
+        size_t blk = (size_t)KV_BLOCK * kv->kvd * dtype_size(kv->dt), layer = (size_t)kv->n_blocks * blk;
+        size_t nf = blk / sizeof(float);
         const BackendOps *o = kv->be->ops;
+        char *k = kv->k, *v = kv->v;
         for (int l = 0; l < kv->L; l++) {
             size_t from = (size_t)l * layer + (size_t)old * blk, to = (size_t)l * layer + (size_t)nb * blk;
-            if (o->copy(kv->be, kv->k + to, kv->k + from, blk, err) < 0 ||
-                o->copy(kv->be, kv->v + to, kv->v + from, blk, err) < 0)
+            if (o->copy(kv->be, (float *)(k + to), (const float *)(k + from), nf, err) < 0 ||
+                o->copy(kv->be, (float *)(v + to), (const float *)(v + from), nf, err) < 0)
                 return err_wrap(err, "KV cache slot %d: copying a shared block", s);
         }
         kv->ref[old]--;

@@ -68,17 +68,22 @@ int transformer_backward(Transformer *tf, float *lora_grads, float *base_grads, 
 // paged: every layer's K and V are pools of KV_BLOCK-token blocks
 // (kernels/kernels.h) and each slot a row of a block table. Forks share
 // blocks instead of copying them; a slot that appends to a block another slot
-// holds first gets its own copy of that block (doc/model.md).
+// holds first gets its own copy of that block (doc/model.md). The pools hold
+// kvdt elements (DT_F32, DT_BF16 or DT_F16; else -1 PAIL_ERR_INVALID): each new
+// K and V row is rounded to it once, as it is stored (kvcache_dtype_default).
 typedef struct KvCache KvCache;
-int kvcache_init(KvCache **out, const ModelConfig *cfg, int n_slots, int max_ctx, PailErr *err);  // on the CPU
-// On a backend (the transformer's: transformer_extend refuses another's), with
-// a pool of n_blocks blocks (0: n_slots x ceil(max_ctx / KV_BLOCK), every slot
-// at max_ctx at once; fewer: the caller schedules by kvcache_append_blocks, an
-// append past the free blocks is an error). max_ctx caps each slot.
-int kvcache_init_on(KvCache **out, Backend *be, const ModelConfig *cfg, int n_slots, int max_ctx, int n_blocks,
-                    PailErr *err);
-// Bytes of one pool block (K and V of KV_BLOCK tokens in every layer).
-size_t kvcache_block_bytes(const ModelConfig *cfg);
+int kvcache_init(KvCache **out, const ModelConfig *cfg, int n_slots, int max_ctx, DType kvdt,
+                 PailErr *err);  // on the CPU, every slot at max_ctx at once
+// On a backend (the transformer's: transformer_extend refuses another's), K and
+// V stored as kvdt (f32, bf16 or f16), with a pool of n_blocks blocks (0:
+// n_slots x ceil(max_ctx / KV_BLOCK), every slot at max_ctx at once; fewer:
+// the caller schedules by kvcache_append_blocks, an append past the free
+// blocks is an error). max_ctx caps each slot.
+int kvcache_init_on(KvCache **out, Backend *be, const ModelConfig *cfg, int n_slots, int max_ctx, DType kvdt,
+                    int n_blocks, PailErr *err);
+DType kvcache_dtype(const KvCache *kv);
+// Bytes of one pool block (K and V of KV_BLOCK tokens in every layer, as kvdt).
+size_t kvcache_block_bytes(const ModelConfig *cfg, DType kvdt);
 void kvcache_free(KvCache *kv);
 int kvcache_len(const KvCache *kv, int slot);
 void kvcache_reset(KvCache *kv, int slot);              // empty the slot (its blocks go back to the pool)

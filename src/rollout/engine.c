@@ -110,7 +110,8 @@ static int plan_check(Engine *e, const EngineSpec *s, PailErr *err) {
                            .max_ctx = c->max_prompt_tokens + (ep ? c->max_episode_tokens : c->max_new_tokens),
                            .max_new_tokens = ep ? c->max_episode_tokens : c->max_new_tokens,
                            .groups_per_step = prompts > 0 ? prompts : 1, .group_size = G,
-                           .threads = omp_get_max_threads(), .kv_memory = c->kv_memory, .kv_episodes = ep};
+                           .threads = omp_get_max_threads(), .kv_memory = c->kv_memory, .kv_episodes = ep,
+                           .kv_dtype = kv_dtype_resolve(c->kv_dtype, wdesc)};
     if (memplan_build(&e->mp, &mc, &spec, be->desc, err) < 0) return -1;
     memplan_fit_kv(&e->mp, c->max_memory);  // no --kv-memory: the pool gets what the rest of the plan leaves
     memplan_print(stderr, &e->mp, c->eval_once ? "grpo-ctl eval" : "grpo-rollout");
@@ -173,6 +174,7 @@ int engine_open(Engine *e, const EngineSpec *s, PailErr *err) {
     e->gc = (GenConfig){.group_size = G, .max_new_tokens = c->max_new_tokens, .batch_size = c->batch_size,
                         .max_prompt_tokens = c->max_prompt_tokens, .max_prompts = max_prompts > 0 ? max_prompts : 1,
                         .prefill_tokens = c->prefill_tokens, .kv_blocks = e->mp.kv_blocks,
+                        .kv_dtype = e->mp.spec.kv_dtype,
                         .sampler = c->sampler, .stop_ids = e->stop_ids,
                         .n_stop_ids = e->n_stop, .stop_fn = stop_strings_hit, .stop_ctx = e,
                         .abandon_fn = s->abandon_fn, .abandon_ctx = s->abandon_ctx};
@@ -186,6 +188,7 @@ int engine_open(Engine *e, const EngineSpec *s, PailErr *err) {
         e->ec.max_episode_tokens = c->max_episode_tokens;
         e->ec.max_turn_tokens = c->max_new_tokens;
         e->ec.max_turns = c->max_turns;
+        e->ec.kv_dtype = e->mp.spec.kv_dtype;
         e->ec.sampler = e->gc.sampler;  // greedy for a one-sample eval
         e->ec.stop_ids = e->stop_ids;
         e->ec.n_stop_ids = e->n_stop;

@@ -108,8 +108,8 @@ int episodes_init(Episodes **out, Transformer *tf, const ModelConfig *mc, const 
     r->cap = r->nb + (cfg->max_extra > 0 ? cfg->max_extra : 0);
     // Every slot at its longest episode at once (n_blocks 0): episodes are not
     // preempted, so --kv-memory does not size this pool.
-    if (kvcache_init_on(&r->kv, transformer_backend(tf), mc, r->B, cfg->max_prompt_tokens + cfg->max_episode_tokens, 0,
-                        err) < 0) {
+    if (kvcache_init_on(&r->kv, transformer_backend(tf), mc, r->B, cfg->max_prompt_tokens + cfg->max_episode_tokens,
+                        cfg->kv_dtype, 0, err) < 0) {
         free(r);
         return -1;
     }

@@ -48,6 +48,7 @@ typedef struct {
     int max_turn_tokens;     // one assistant turn (--max-new-tokens)
     int max_turns;           // assistant turns; the last one is sent with "final": true
     int token_budget;        // the transformer's plan: tokens per model call
+    DType kv_dtype;          // the KV cache's elements: DT_F32, DT_BF16 or DT_F16 (kvcache_init_on)
     SamplerConfig sampler;
     const int *stop_ids;     // a turn ends after one of these (kept in the row)
     int n_stop_ids;

@@ -119,8 +119,8 @@ int generator_init(Generator **out, Transformer *tf, const ModelConfig *mc, cons
     if (n_blocks < need)
         return err_set(err, PAIL_ERR_INVALID, "KV pool of %d blocks (%.1f MiB) cannot hold one sequence of %d prompt + "
                        "%d new tokens: it needs %d blocks of %d tokens (%.1f MiB)", n_blocks,
-                       (double)n_blocks * kvcache_block_bytes(mc) / 1048576.0, cfg->max_prompt_tokens,
-                       cfg->max_new_tokens, need, KV_BLOCK, (double)need * kvcache_block_bytes(mc) / 1048576.0);
+                       (double)n_blocks * kvcache_block_bytes(mc, cfg->kv_dtype) / 1048576.0, cfg->max_prompt_tokens,
+                       cfg->max_new_tokens, need, KV_BLOCK, (double)need * kvcache_block_bytes(mc, cfg->kv_dtype) / 1048576.0);
     Generator *g = calloc(1, sizeof *g);
     if (!g) return err_set(err, PAIL_ERR_NOMEM, "generator: out of memory");
     g->tf = tf;
@@ -134,7 +134,7 @@ int generator_init(Generator **out, Transformer *tf, const ModelConfig *mc, cons
     g->sp = (SampleParams){.temperature = cfg->sampler.temperature, .top_p = cfg->sampler.top_p,
                            .min_p = cfg->sampler.min_p, .top_k = cfg->sampler.top_k};
     g->prefill_tokens = cfg->prefill_tokens > cfg->max_prompt_tokens ? cfg->prefill_tokens : cfg->max_prompt_tokens;
-    if (kvcache_init_on(&g->kv, transformer_backend(tf), mc, g->B + g->NP, ctx, n_blocks, err) < 0) {
+    if (kvcache_init_on(&g->kv, transformer_backend(tf), mc, g->B + g->NP, ctx, cfg->kv_dtype, n_blocks, err) < 0) {
         free(g);
         return -1;
     }

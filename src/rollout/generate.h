@@ -24,6 +24,7 @@ typedef struct {
     int max_prompts;       // prompts per generator_run (the completions' storage: max_prompts x G x max_new_tokens)
     int prefill_tokens;    // prompts prefilled together in one call, up to this many tokens (at least one prompt)
     int kv_blocks;         // KV pool blocks (0: generator_full_blocks, never short)
+    DType kv_dtype;        // the KV cache's elements: DT_F32, DT_BF16 or DT_F16 (kvcache_init_on)
     SamplerConfig sampler;
     const int *stop_ids;   // generation ends after one of these (kept in the completion)
     int n_stop_ids;

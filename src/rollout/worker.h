@@ -56,6 +56,7 @@ typedef struct {
     size_t max_memory;               // refuse a memory plan above this many bytes (0: the device's available memory)
     size_t kv_memory;                // the KV block pool's bytes (0: the full pool, or what max_memory leaves)
     int weights_dtype;               // --dtype: MODEL_DTYPE_AUTO or a DType for the base matrices (0: DT_F32)
+    int kv_dtype;                    // --kv-dtype: MODEL_DTYPE_AUTO (kv_dtype_resolve) or DT_F32 / DT_BF16 / DT_F16 (0: DT_F32)
     bool strict_dtype;               // refuse a run whose trainer computes in another dtype (else warn)
 } RolloutConfig;
 

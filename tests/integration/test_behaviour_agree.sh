@@ -6,7 +6,8 @@
 # of v1, step 2 on one (staleness 0, LoRA moved), step 3 on the other
 # (staleness 1: null); then a replay (another run's versions: null),
 # --publish-every 2 (weights moved since the version: null) and grpo-ctl status. f32 worker + f32 trainer agree to float rounding, a bf16
-# worker against an f32 trainer by bf16's (doc/formats.md has the figures).
+# worker against an f32 trainer by bf16's (doc/formats.md has the figures), and so does an f32
+# worker whose KV cache is bf16 or f16 (--kv-dtype; auto: f16 for the bf16 worker, f32 for the f32 one).
 source "$(dirname "$0")/lib.sh"
 PY=$(venv)/bin/python
 M="$WORK/model"
@@ -17,13 +18,13 @@ head -16 "$ROOT/data/addition/train.jsonl" >"$WORK/train.jsonl"
 COMMON=(--model "$M" --group-size 4)
 RW=(--reward format --format-regex '[0-9]' --reward length:0.5 --length-target 3)
 
-# run WORKER_DTYPE TRAINER_DTYPE: the three steps above into $WORK/WD-TD/
+# run WORKER_DTYPE TRAINER_DTYPE [KV_DTYPE]: the three steps above into $WORK/WD-TD[-kvKV]/
 run() {
-  local R="$WORK/$1-$2" rc=0
+  local R="$WORK/$1-$2${3:+-kv$3}" rc=0
   local T=("$BIN/grpo-train" "${COMMON[@]}" --run "file://$R/r" --groups-per-step 4 --lora-rank 4 --lr 2e-2
            --train-zero-advantage --max-staleness 1 --dtype "$2" --metrics "$R/metrics.jsonl")
   local W=("$BIN/grpo-rollout" "${COMMON[@]}" --run "file://$R/r" --dataset "$WORK/train.jsonl" --groups-per-shard 4
-           --max-new-tokens 12 --batch-size 16 --max-ahead 0 --seed 3 "${RW[@]}" --dtype "$1")
+           --max-new-tokens 12 --batch-size 16 --max-ahead 0 --seed 3 "${RW[@]}" --dtype "$1" --kv-dtype "${3:-auto}")
   mkdir -p "$R"
   "${T[@]}" --steps 0 >"$R/t0.log" 2>&1 || rc=1
   "${W[@]}" --worker-id a --max-shards 1 >"$R/w0.log" 2>&1 || rc=1
@@ -34,6 +35,9 @@ run() {
 }
 for c in f32:f32 bf16:f32 bf16:bf16; do
   check "worker --dtype ${c%%:*}, trainer --dtype ${c##*:}: v0, 3 steps" run "${c%%:*}" "${c##*:}"
+done
+for kv in bf16 f16; do
+  check "worker --dtype f32 --kv-dtype $kv, trainer --dtype f32: v0, 3 steps" run f32 f32 "$kv"
 done
 
 cat >"$WORK/agree.py" <<'PYEOF'
@@ -57,7 +61,7 @@ assert r["staleness_max"] == 1 and r["behaviour/tokens"] == 0, r
 assert all(r["behaviour/" + k] is None for k in ("logp_diff_max", "logp_diff_mean", "k3")), r
 print(" ".join(out))
 PYEOF
-for c in "f32-f32 -1 1e-3" "bf16-f32 1e-4 5e-2" "bf16-bf16 -1 5e-2"; do
+for c in "f32-f32 -1 1e-3" "bf16-f32 1e-4 5e-2" "bf16-bf16 -1 5e-2" "f32-f32-kvbf16 1e-6 5e-2" "f32-f32-kvf16 1e-7 5e-2"; do
   read -r name lo hi <<<"$c"
   if fig=$("$PY" "$WORK/agree.py" "$WORK/$name/metrics.jsonl" "$lo" "$hi" 2>"$WORK/agree.err"); then
     ok "$name: staleness-0 steps: max $([ "$lo" = -1 ] || echo "> $lo, ")< $hi, finite; the stale step null (max mean k3, steps 1 and 2: $fig)"

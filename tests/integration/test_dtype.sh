@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # --dtype on the tools that load a model, on file:// buckets with a tiny random
 # bf16 checkpoint: auto holds the matrices as stored (model-info, the memory
-# plan), log-probs on bf16-held weights equal those on the same values held as
+# plan, the KV cache's dtype: --kv-dtype), log-probs on bf16-held weights equal those on the same values held as
 # f32, a bad spelling is a usage error (exit 2), --full refuses a non-f32
 # --dtype, run.json records the trainer's compute dtype, and a worker holding
 # another dtype warns, or refuses with --strict-dtype.
@@ -66,6 +66,24 @@ for tool in "grpo-train --model $M --run file://$WORK/r" "grpo-rollout --model $
   argv[0]="$BIN/${argv[0]}"
   expect_fail "$name --dtype fp8: a usage error" 2 "--dtype 'fp8': use auto, bf16, f16 or f32" "${argv[@]}" --dtype fp8
 done
+# --kv-dtype: the KV cache's elements (auto: the weights' 16-bit type)
+for tool in "grpo-rollout --model $M --run file://$WORK/r --dataset $WORK/train.jsonl" \
+            "grpo-ctl eval --model $M --dataset $WORK/train.jsonl" "grpo-ctl plan --model $M --role rollout"; do
+  name=$(cut -d' ' -f1-2 <<<"$tool" | sed 's/ --model//')
+  read -r -a argv <<<"$tool"
+  argv[0]="$BIN/${argv[0]}"
+  expect_fail "$name --kv-dtype q8_0: a usage error" 2 "--kv-dtype 'q8_0': use auto, bf16, f16 or f32" \
+    "${argv[@]}" --kv-dtype q8_0
+done
+kvline() { "$CTL" plan --model "$M" --role rollout --batch-size 63 --max-prompt-tokens 512 --max-new-tokens 512 "$@" |
+  awk '/KV cache/ {print $3, $4, $NF}'; }
+check "plan: a bf16 checkpoint's KV cache is f16 (64 slots x 1024 tokens, $(kvline))" \
+  test "$(kvline)" = "$(kvline --kv-dtype f16)" -a "$(kvline | cut -d' ' -f3)" = f16
+check "...half the bytes of --kv-dtype f32 ($(kvline --kv-dtype f32))" bash -c "
+  a=\$(echo '$(kvline)' | cut -d' ' -f1); b=\$(echo '$(kvline --kv-dtype f32)' | cut -d' ' -f1)
+  awk -v a=\$a -v b=\$b 'BEGIN { exit !(b > 0 && a * 2 > b * 0.99 && a * 2 < b * 1.01) }'"
+check "...bf16 with --kv-dtype bf16, and f32 for weights held as f32" \
+  test "$(kvline --kv-dtype bf16 | cut -d' ' -f3)" = bf16 -a "$(kvline --dtype f32 | cut -d' ' -f3)" = f32
 printf '{"prompt": "1+1=", "completion": "2"}\n' >"$WORK/sft.jsonl"
 expect_fail "grpo-train --sft --full --dtype bf16: refused" 2 "--full trains fp32 master weights" \
   "$BIN/grpo-train" --model "$M" --sft "$WORK/sft.jsonl" --full --out "$WORK/full" --dtype bf16
@@ -87,6 +105,8 @@ check "...and wrote nothing" test ! -e "$WORK/r/rollouts/v00000000/ws-00000000.h
 check "without --strict-dtype it warns once and writes its shard" \
   bash -c "test \$(grep -c 'the trainer computes in f32, this worker holds its weights as bf16' '$WORK/warn.log') -eq 1 && ls '$WORK'/r/rollouts/v00000000/ww-*.h5"
 check "...its memory plan counts bf16 weights" grep -Eq '^ +weights .* bf16$' "$WORK/warn.log"
+check "...and a bf16 KV cache" grep -Eq '^ +KV cache .* bf16$' "$WORK/warn.log"
 "${ROLL[@]}" --worker-id wf --dtype f32 --strict-dtype >"$WORK/f32.log" 2>&1
 check "an f32 worker with --strict-dtype runs" bash -c "ls '$WORK'/r/rollouts/v00000000/wf-*.h5"
+check "...with an f32 KV cache" grep -Eq '^ +KV cache .* f32$' "$WORK/f32.log"
 finish

@@ -30,11 +30,12 @@ expect_fail "neither --model nor --shape" 2 "give --model DIR or --shape NAME" "
 M="$WORK/bench"
 "$BIN/grpo-ctl" init-model --out "$M" --shape bench --dtype f32 >/dev/null 2>&1 || bad "init-model"
 check "plan --model reads the folder's config" "$BIN/grpo-ctl" plan --model "$M" --token-budget 1024
-for mode in "train --token-budget 1024" "decode --batch-size 16 --prompt 128 --ctx 256"; do
+for mode in "train --token-budget 1024" "decode --batch-size 16 --prompt 128 --ctx 256" \
+            "decode --batch-size 16 --prompt 128 --ctx 256 --kv-dtype bf16"; do
   read -r -a a <<<"$mode"
   "$ROOT/$BUILD/tools/memplan_driver" --model "$M" --mode "${a[@]}" >"$WORK/mp.out" 2>&1
   ratio=$(awk '/plan\/peak/ {print $NF}' "$WORK/mp.out")
-  check "${a[0]}: the printed plan is within 10% of the peak RSS (plan/peak $ratio)" \
+  check "${a[0]}${a[7]:+ ${a[7]} ${a[8]}}: the printed plan is within 10% of the peak RSS (plan/peak $ratio)" \
     awk -v r="${ratio:-0}" 'BEGIN { exit !(r >= 0.9 && r <= 1.1) }'
 done
 T="$WORK/tiny"

@@ -2,7 +2,7 @@
 // prints the plan for --mode train (a LoRA step: adapter, gradients, AdamW
 // moments, one packed forward + backward of --token-budget tokens) or --mode
 // decode (--batch-size sequences prefilled with --prompt tokens then decoded to
-// --ctx), then does exactly that, and prints "plan B bytes, peak RSS R bytes".
+// --ctx; the KV cache in --kv-dtype, f32 by default), then does exactly that, and prints "plan B bytes, peak RSS R bytes".
 // The peak is reset (/proc/self/clear_refs) after the weights are loaded, so
 // the safetensors mapping the loader touched and released is not counted; the
 // weights stay resident and are.
@@ -33,6 +33,7 @@ static size_t status_kb(const char *field) {
 int main(int argc, char **argv) {
     const char *model = NULL, *mode = "train";
     int budget = 1024, rank = 16, batch = 8, prompt = 64, ctx = 128, recompute = 0;
+    DType kvdt = DT_F32;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--model") && i + 1 < argc) model = argv[++i];
         else if (!strcmp(argv[i], "--mode") && i + 1 < argc) mode = argv[++i];
@@ -42,6 +43,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--prompt") && i + 1 < argc) prompt = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--ctx") && i + 1 < argc) ctx = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--recompute")) recompute = 1;
+        else if (!strcmp(argv[i], "--kv-dtype") && i + 1 < argc && dtype_parse(argv[i + 1], &kvdt) == 0) i++;
         else { fprintf(stderr, "memplan_driver: bad argument %s\n", argv[i]); return 2; }
     }
     if (!model) { fprintf(stderr, "usage: memplan_driver --model DIR [--mode train|decode] [sizes]\n"); return 2; }
@@ -52,7 +54,7 @@ int main(int argc, char **argv) {
     MemoryPlanSpec spec = {.role = train ? MEMPLAN_TRAIN : MEMPLAN_ROLLOUT, .weights_dtype = "fp32", .lora_rank = rank,
                         .lora_targets = (1u << LORA_NMOD) - 1, .token_budget = train ? budget : prompt > batch ? prompt : batch,
                         .recompute = recompute, .batch_size = batch,
-                        .max_ctx = ctx, .max_new_tokens = ctx - prompt};
+                        .max_ctx = ctx, .max_new_tokens = ctx - prompt, .kv_dtype = kvdt};
     MemoryPlan plan;
     if (memplan_build(&plan, &cfg, &spec, "cpu", &err) < 0) die("plan", &err);
     memplan_print(stdout, &plan, model);
@@ -92,7 +94,7 @@ int main(int argc, char **argv) {
         adamw_update(p, m, v, g, np, 1e-4f, 0.9f, 0.999f, 1e-8f, 0, 1, 1);
     } else {  // prefill every slot, then decode to ctx
         KvCache *kv;
-        if (kvcache_init(&kv, &cfg, batch + 1, ctx, &err) < 0) die("kv", &err);
+        if (kvcache_init(&kv, &cfg, batch + 1, ctx, kvdt, &err) < 0) die("kv", &err);
         float *logits = malloc((size_t)(batch + 2) * V * sizeof(float));
         int *n_new = calloc(batch + 1, sizeof(int)), *tok = malloc((size_t)prompt * sizeof(int));
         for (int t = 0; t < prompt; t++) tok[t] = (int)rng_below(&r, (uint64_t)V);
