@@ -95,7 +95,8 @@ __global__ static void rows_dt_kernel(unsigned short *dst, DType dt, const float
     if (i >= (size_t)n * C) return;
     size_t r = i / C, c = i % C;
     float x = src[i];
-    if (dt == DT_F16) x = x > 65504.0f ? 65504.0f : x < -65504.0f ? -65504.0f : x;  // saturated (backend_cpu.c)
+    if (dt == DT_F16) x = x > 65504.0f ? 65504.0f : x < -65504.0f ? -65504.0f :
+                                                                    x;  // saturated (backend_cpu.c)
     unsigned short h = dt == DT_BF16 ? __bfloat16_as_ushort(__float2bfloat16_rn(x)) : __half_as_ushort(__float2half_rn(x));
     dst[(size_t)rows[r] * C + c] = h;
 }
