@@ -15,7 +15,7 @@
 # Knobs (environment): PAIL_DEMO_DIR (demo-reason-run), PAIL_DEMO_SEED (1: SFT, trainer
 # and workers; the data is make.py's default seed whatever it is), PAIL_DEMO_DIGITS (4), PAIL_DEMO_EVAL_ROWS (held-out sums scored, 100 of the 200),
 # PAIL_DEMO_SFT_STEPS (48), PAIL_DEMO_SFT_BATCH (examples a step, 6), PAIL_DEMO_SFT_LR
-# (1e-3), PAIL_DEMO_STEPS (GRPO steps, 10), PAIL_DEMO_LR (1e-4), PAIL_DEMO_GROUPS
+# (1e-3), PAIL_DEMO_STEPS (GRPO steps, 6), PAIL_DEMO_LR (2e-4), PAIL_DEMO_GROUPS
 # (groups a step, 4), PAIL_DEMO_TEMPERATURE (0.7), PAIL_DEMO_MAX_NEW_TOKENS (384),
 # PAIL_DEMO_BASE_EVAL (1; 0 skips the base model's evaluation, ~0% and minutes),
 # PAIL_DEMO_SFT_ADAPTER (an SFT adapter of an earlier run, its sft.h5: skips the warm-up),
@@ -36,8 +36,8 @@ EVAL_ROWS=$(num PAIL_DEMO_EVAL_ROWS "${PAIL_DEMO_EVAL_ROWS:-100}")
 SFT_STEPS=$(num PAIL_DEMO_SFT_STEPS "${PAIL_DEMO_SFT_STEPS:-48}")
 SFT_BATCH=$(num PAIL_DEMO_SFT_BATCH "${PAIL_DEMO_SFT_BATCH:-6}")
 SFT_LR=$(num PAIL_DEMO_SFT_LR "${PAIL_DEMO_SFT_LR:-1e-3}")
-STEPS=$(num PAIL_DEMO_STEPS "${PAIL_DEMO_STEPS:-10}")
-LR=$(num PAIL_DEMO_LR "${PAIL_DEMO_LR:-1e-4}")
+STEPS=$(num PAIL_DEMO_STEPS "${PAIL_DEMO_STEPS:-6}")
+LR=$(num PAIL_DEMO_LR "${PAIL_DEMO_LR:-2e-4}")
 NGROUPS=$(num PAIL_DEMO_GROUPS "${PAIL_DEMO_GROUPS:-4}")
 TEMP=$(num PAIL_DEMO_TEMPERATURE "${PAIL_DEMO_TEMPERATURE:-0.7}")
 NEW=$(num PAIL_DEMO_MAX_NEW_TOKENS "${PAIL_DEMO_MAX_NEW_TOKENS:-384}")
