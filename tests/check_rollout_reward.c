@@ -682,12 +682,57 @@ START_TEST(test_bad_specs) {
 }
 END_TEST
 
+// data/long-addition (make demo-reason's task): exact_answer on each worked trace
+// the generator writes is 1; with its "Answer:" line changed it is 0 although the
+// line before still shows the right sum (only the final answer counts); cut after
+// two columns it is 0.
+START_TEST(test_long_addition_traces) {
+    char cmd[1024], path[512], line[8192];
+    snprintf(cmd, sizeof cmd, "python3 %s/data/long-addition/make.py %s/la --train 4 --eval 4 --sft 40 >/dev/null",
+             root_dir(), tmpdir);
+    ck_assert_int_eq(system(cmd), 0);
+    snprintf(path, sizeof path, "%s/la/sft.jsonl", tmpdir);
+    FILE *f = fopen(path, "r");
+    ck_assert_ptr_nonnull(f);
+    RewardSet *rs = build((const char *[]){"exact_answer"}, 1, &(RewardConfig){0});
+    int rows = 0;
+    while (fgets(line, sizeof line, f)) {
+        json_error_t jerr;
+        json_t *row = json_loads(line, 0, &jerr);
+        ck_assert_msg(row, "%s:%d: %s", path, rows + 1, jerr.text);
+        const char *answer = json_string_value(json_object_get(row, "answer"));
+        json_t *msgs = json_object_get(row, "messages");
+        const char *trace = json_string_value(json_object_get(json_array_get(msgs, 1), "content"));
+        ck_assert_msg(answer && trace, "%s:%d: no answer or trace", path, rows + 1);
+        const char *last = strstr(trace, "\nAnswer: "), *step3 = strstr(trace, "\nStep 3:");
+        ck_assert_msg(last && step3 && !strcmp(last + 9, answer), "%s:%d: '%s' ends in no Answer: %s", path, rows + 1,
+                      trace, answer);
+        char wrong[4096], cut[4096];
+        snprintf(wrong, sizeof wrong, "%.*s\nAnswer: %lld", (int)(last - trace), trace, atoll(answer) + 1);
+        snprintf(cut, sizeof cut, "%.*s", (int)(step3 - trace), trace);
+        RewardInput in[3] = {{"p", trace, 250, row}, {"p", wrong, 250, row}, {"p", cut, 120, row}};
+        float comp[3], total[3];
+        uint8_t valid[3];
+        PailErr warn;
+        ck_assert_int_eq(reward_set_score_batch(rs, in, 3, comp, total, valid, &warn), 0);
+        ck_assert_msg(comp[0] == 1.0f && comp[1] == 0.0f && comp[2] == 0.0f,
+                      "%s:%d: right %g, wrong answer %g, cut %g (want 1 0 0)", path, rows + 1, comp[0], comp[1], comp[2]);
+        json_decref(row);
+        rows++;
+    }
+    fclose(f);
+    reward_set_free(rs);
+    ck_assert_int_eq(rows, 40);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("rollout_reward");
     TCase *core = tcase_create("core"), *limits = tcase_create("limits");
     tcase_add_test(core, test_answer_table);
     tcase_add_test(core, test_answer_numbers);
     tcase_add_test(core, test_set_weights);
+    tcase_add_test(core, test_long_addition_traces);
     tcase_add_test(core, test_format_regex);
     tcase_add_checked_fixture(core, tmp_setup, tmp_teardown);
     tcase_add_test(core, test_cmd_example_program);
