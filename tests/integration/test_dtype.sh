@@ -76,7 +76,7 @@ for tool in "grpo-rollout --model $M --run file://$WORK/r --dataset $WORK/train.
     "${argv[@]}" --kv-dtype q8_0
 done
 kvline() { "$CTL" plan --model "$M" --role rollout --batch-size 63 --max-prompt-tokens 512 --max-new-tokens 512 "$@" |
-  awk '/KV cache/ {print $3, $4, $NF}'; }
+  awk '/KV cache/ {for (i = 1; i < NF; i++) if ($i == "tokens,") print $3, $4, $(i + 1)}'; }
 check "plan: a bf16 checkpoint's KV cache is f16 (64 slots x 1024 tokens, $(kvline))" \
   test "$(kvline)" = "$(kvline --kv-dtype f16)" -a "$(kvline | cut -d' ' -f3)" = f16
 check "...half the bytes of --kv-dtype f32 ($(kvline --kv-dtype f32))" bash -c "
@@ -105,8 +105,8 @@ check "...and wrote nothing" test ! -e "$WORK/r/rollouts/v00000000/ws-00000000.h
 check "without --strict-dtype it warns once and writes its shard" \
   bash -c "test \$(grep -c 'the trainer computes in f32, this worker holds its weights as bf16' '$WORK/warn.log') -eq 1 && ls '$WORK'/r/rollouts/v00000000/ww-*.h5"
 check "...its memory plan counts bf16 weights" grep -Eq '^ +weights .* bf16$' "$WORK/warn.log"
-check "...and a bf16 KV cache" grep -Eq '^ +KV cache .* bf16$' "$WORK/warn.log"
+check "...and an f16 KV cache (auto)" grep -Eq '^ +KV cache .* tokens, f16 ' "$WORK/warn.log"
 "${ROLL[@]}" --worker-id wf --dtype f32 --strict-dtype >"$WORK/f32.log" 2>&1
 check "an f32 worker with --strict-dtype runs" bash -c "ls '$WORK'/r/rollouts/v00000000/wf-*.h5"
-check "...with an f32 KV cache" grep -Eq '^ +KV cache .* f32$' "$WORK/f32.log"
+check "...with an f32 KV cache" grep -Eq '^ +KV cache .* tokens, f32 ' "$WORK/f32.log"
 finish

@@ -25,7 +25,7 @@ check "a run with v0 (full pool)" run "$WORK/full"
 check "...a worker with the full pool writes one shard" "${W[@]}" --run "file://$WORK/full" --max-shards 1
 cp "$WORK/last.err" "$WORK/full.log"
 check "...its plan is the full pool: 45 blocks, 9 slots x 256 tokens" \
-  grep -q "KV cache .* 45 blocks of 64 tokens, fp32 (full; the full pool: 45, 9 slots x 256 tokens)" "$WORK/full.log"
+  grep -q "KV cache .* 45 blocks of 64 tokens, f32 (full; the full pool: 45, 9 slots x 256 tokens)" "$WORK/full.log"
 check "...no preemptions (kv_preemptions 0, kv_pool_blocks 45)" \
   test "$(attr "$WORK/full/$SH" kv_preemptions) $(attr "$WORK/full/$SH" kv_pool_blocks)" = "0 45"
 
@@ -33,7 +33,7 @@ check "a second run with v0" run "$WORK/small"
 check "...a worker with --kv-memory 192K (6 blocks of 32 KiB) writes one shard" \
   "${W[@]}" --run "file://$WORK/small" --max-shards 1 --kv-memory 192K
 cp "$WORK/last.err" "$WORK/small.log"
-check "...its plan says so" grep -q "KV cache .* 6 blocks of 64 tokens, fp32 (--kv-memory; the full pool: 45" "$WORK/small.log"
+check "...its plan says so" grep -q "KV cache .* 6 blocks of 64 tokens, f32 (--kv-memory; the full pool: 45" "$WORK/small.log"
 pre=$(attr "$WORK/small/$SH" kv_preemptions)
 rec=$(attr "$WORK/small/$SH" kv_recomputed_tokens)
 peak=$(attr "$WORK/small/$SH" kv_peak_blocks)

@@ -19,11 +19,11 @@ expect_fail "without --recompute it is refused, saying what to change" 1 \
   "needs 52.* GiB on cpu but --max-memory is 24.00 GiB \(weights 14.19 GiB.*\): add --recompute" \
   "$BIN/grpo-ctl" "${P[@]}" --max-memory 24G
 check "a rollout plan over the limit gives the KV pool what the rest leaves" bash -c "'$BIN/grpo-ctl' plan --shape qwen2.5-0.5b \
-  --role rollout --batch-size 512 --max-new-tokens 4096 --max-memory 8G | grep -q 'blocks of 64 tokens, fp32 (what the limit leaves; the full pool: 41553'"
+  --role rollout --batch-size 512 --max-new-tokens 4096 --max-memory 8G | grep -q 'blocks of 64 tokens, f16 (what the limit leaves; the full pool: 41553'"
 expect_fail "a rollout plan whose rest is over the limit names its flags" 1 "lower --batch-size, --max-new-tokens, --max-prompt-tokens or --prefill-tokens" \
   "$BIN/grpo-ctl" plan --shape qwen2.5-0.5b --role rollout --batch-size 512 --max-new-tokens 4096 --max-memory 1G
 expect_fail "a --kv-memory pool too small for one sequence names the flags" 1 \
-  "KV pool of 6 blocks \(--kv-memory\) cannot hold one sequence of 1024 prompt \+ 4096 new tokens: it needs 80 blocks .*raise --kv-memory or lower --max-new-tokens" \
+  "KV pool of 13 blocks \(--kv-memory\) cannot hold one sequence of 1024 prompt \+ 4096 new tokens: it needs 80 blocks .*raise --kv-memory or lower --max-new-tokens" \
   "$BIN/grpo-ctl" plan --shape qwen2.5-0.5b --role rollout --max-new-tokens 4096 --kv-memory 10M
 expect_fail "a bad --max-memory" 2 "'24Q' is not a memory size" "$BIN/grpo-ctl" "${P[@]}" --max-memory 24Q
 expect_fail "neither --model nor --shape" 2 "give --model DIR or --shape NAME" "$BIN/grpo-ctl" plan
