@@ -43,6 +43,22 @@ static int seq_of(const int *cu, int nseq, int t) {
 
 // ---- portable: any D, any pool dtype; each K / V row widened once into a row
 // buffer for the task's heads (the compiler vectorises the loops over D) ----
+// One head's online softmax over a chunk of nb scores s: the running max m and
+// sum l move to the chunk's, the output row o (D) is rescaled to them, and s
+// becomes the chunk's exp(s - m) (the weights of its V rows).
+static inline __attribute__((always_inline)) void online_softmax_chunk(float *s, int nb, float *m, float *l, float *o,
+                                                                       int D) {
+    float bm = -INFINITY;
+    for (int j = 0; j < nb; j++) bm = s[j] > bm ? s[j] : bm;
+    float mn = bm > *m ? bm : *m, corr = expf(*m - mn);  // exp(-inf) = 0 on the first chunk
+    for (int d = 0; d < D; d++) o[d] *= corr;
+    for (int j = 0; j < nb; j++) s[j] -= mn;
+    simd_exp(s, nb);
+    *l *= corr;
+    for (int j = 0; j < nb; j++) *l += s[j];
+    *m = mn;
+}
+
 static inline __attribute__((always_inline)) float kv_elem(const void *p, DType dt, size_t i) {
     if (dt == DT_F32) return ((const float *)p)[i];
     uint16_t h = ((const uint16_t *)p)[i];
@@ -75,18 +91,7 @@ static inline __attribute__((always_inline)) void heads_portable(float *o, const
                 sc[g][j] = cap > 0 ? cap * tanhf(s / cap) : s;
             }
         }
-        for (int g = 0; g < G; g++) {
-            float bm = -INFINITY;
-            for (int j = 0; j < nb; j++) bm = sc[g][j] > bm ? sc[g][j] : bm;
-            float mn = bm > m[g] ? bm : m[g], corr = expf(m[g] - mn);  // exp(-inf) = 0 on the first chunk
-            float *og = o + (size_t)g * D;
-            for (int d = 0; d < D; d++) og[d] *= corr;
-            for (int j = 0; j < nb; j++) sc[g][j] -= mn;
-            simd_exp(sc[g], nb);
-            l[g] *= corr;
-            for (int j = 0; j < nb; j++) l[g] += sc[g][j];
-            m[g] = mn;
-        }
+        for (int g = 0; g < G; g++) online_softmax_chunk(sc[g], nb, &m[g], &l[g], o + (size_t)g * D, D);
         for (int j = 0; j < nb; j++) {
             for (int d = 0; d < D; d++) row[d] = kv_elem(v, dt, (r0 + j) * ks + d);
             for (int g = 0; g < G; g++) {
@@ -194,16 +199,7 @@ static inline __attribute__((always_inline)) void heads_avx2(float *o, const flo
             }
             if (cap > 0)
                 for (int j = 0; j < nb; j++) sc[g][j] = cap * tanhf(sc[g][j] / cap);
-            float bm = -INFINITY;
-            for (int j = 0; j < nb; j++) bm = sc[g][j] > bm ? sc[g][j] : bm;
-            float mn = bm > m[g] ? bm : m[g], corr = expf(m[g] - mn);  // exp(-inf) = 0 on the first chunk
-            float *og = o + (size_t)g * D;
-            for (int d = 0; d < D; d++) og[d] *= corr;
-            for (int j = 0; j < nb; j++) sc[g][j] -= mn;
-            simd_exp(sc[g], nb);
-            l[g] *= corr;
-            for (int j = 0; j < nb; j++) l[g] += sc[g][j];
-            m[g] = mn;
+            online_softmax_chunk(sc[g], nb, &m[g], &l[g], o + (size_t)g * D, D);
         }
         for (int g = 0; g < G; g++)
             for (int c0 = 0; c0 < nd; c0 += 8) {
