@@ -150,6 +150,22 @@ typedef struct {
                           const float *up, size_t n, PailErr *err);
     // x = cap tanh(x / cap) in place (gemma2's final_logit_softcapping on the decode logits)
     int (*softcap)(Backend *b, float *x, size_t n, float cap, PailErr *err);
+    // ---- mixture-of-experts (kernels.h's moe_* and sigmoid_gate_*); idx, tok, pos, offs are
+    // int arrays in backend memory (the driver copies offs (E+1) to the host to size its
+    // per-expert GEMMs) ----
+    int (*moe_route_forward)(Backend *b, int *idx, float *w, const float *logits, int T, int E, int K, int norm,
+                             PailErr *err);
+    int (*moe_route_backward)(Backend *b, float *dlogits, const float *dw, const float *logits, const int *idx,
+                              const float *w, int T, int E, int K, int norm, PailErr *err);
+    int (*moe_group)(Backend *b, int *tok, int *pos, int *offs, const int *idx, int T, int K, int E, PailErr *err);
+    int (*moe_combine_forward)(Backend *b, float *y, const float *h, const float *w, const int *pos, int T, int K,
+                               int C, float beta, PailErr *err);
+    int (*moe_combine_backward)(Backend *b, float *dh, float *dw, const float *dy, const float *h, const float *w,
+                                const int *pos, int T, int K, int C, PailErr *err);
+    int (*sigmoid_gate_forward)(Backend *b, float *y, const float *g, const float *s, int T, int C, float beta,
+                                PailErr *err);
+    int (*sigmoid_gate_backward)(Backend *b, float *ds, float *dg, const float *dy, const float *g, const float *s,
+                                 int T, int C, PailErr *err);
 } BackendOps;
 
 struct Backend {

@@ -202,6 +202,56 @@ void swiglu_backward(float *dgate, float *dup, const float *dout, const float *g
 void swiglu_backward_ref(float *dgate, float *dup, const float *dout, const float *gate,
                          const float *up, size_t n);
 
+// ---- moe: a mixture-of-experts MLP's routing, grouping and combine (kernels/moe.c) ----
+// T tokens, E experts (MOE_MAX_EXPERTS at most), K chosen a token (1 <= K <= E).
+// The experts' own products are the matmul_*_dt ops above, one call per expert
+// over its rows of the grouped matrix (the driver's grouped GEMM).
+#define MOE_MAX_EXPERTS 512
+// Routing: logits (T,E) (the router's x Wr^T, + bias for gpt_oss); idx (T,K) the
+// K largest logits' experts in decreasing order, a tie to the lower expert index
+// (the order a stable sort gives: the trainer and every worker route alike);
+// w (T,K) their weights:
+//   norm = 0: p_e = softmax(logits)_e over all E, w_k = p_{idx_k}
+//             (qwen2_moe, qwen3_moe and olmoe with norm_topk_prob false);
+//   norm = 1: the softmax over the K chosen logits, w_k = exp(l_k - m) / sum_k' exp(l_k' - m)
+//             (equal to the above divided by its sum: mixtral, granitemoe, gpt_oss,
+//             norm_topk_prob true).
+void moe_route_forward(int *idx, float *w, const float *logits, int T, int E, int K, int norm);
+void moe_route_forward_ref(int *idx, float *w, const float *logits, int T, int E, int K, int norm);
+// dlogits (T,E) (=) from dw (T,K), through the same weights (idx and w the
+// forward's; the choice itself has no gradient):
+//   norm = 0: dl_j = [j chosen] dw_j p_j - p_j sum_k dw_k w_k   (p recomputed from logits)
+//   norm = 1: dl_{idx_k} = w_k (dw_k - sum_k' dw_k' w_k'), 0 for the experts not chosen
+void moe_route_backward(float *dlogits, const float *dw, const float *logits, const int *idx, const float *w, int T,
+                        int E, int K, int norm);
+void moe_route_backward_ref(float *dlogits, const float *dw, const float *logits, const int *idx, const float *w,
+                            int T, int E, int K, int norm);
+// Grouping: the T*K (token, choice) pairs sorted by expert, stable (within an
+// expert, in (t, k) order): grouped row p (0 <= p < T*K) holds token tok[p];
+// pos[t*K + k] is the grouped row of token t's choice k; offs (E+1): expert e's
+// rows are offs[e] .. offs[e+1] - 1 (offs[0] = 0, offs[E] = T*K). idx entries
+// must be in [0, E) (moe_route's are).
+void moe_group(int *tok, int *pos, int *offs, const int *idx, int T, int K, int E);
+void moe_group_ref(int *tok, int *pos, int *offs, const int *idx, int T, int K, int E);
+// Combine: y(T,C) = beta * y + sum_k w[t,k] h[pos[t*K+k]] (h the grouped rows
+// (T*K, C)), the K terms added in k order (deterministic); w NULL: weights 1
+// (the backward's dx += its grouped rows' dx). beta == 0 never reads y.
+void moe_combine_forward(float *y, const float *h, const float *w, const int *pos, int T, int K, int C, float beta);
+void moe_combine_forward_ref(float *y, const float *h, const float *w, const int *pos, int T, int K, int C,
+                             float beta);
+// dh (T*K, C) (=): dh[pos[t*K+k]] = w[t,k] dy[t]; dw (T,K) (=): dot(dy[t], h[pos[t*K+k]]).
+void moe_combine_backward(float *dh, float *dw, const float *dy, const float *h, const float *w, const int *pos,
+                          int T, int K, int C);
+void moe_combine_backward_ref(float *dh, float *dw, const float *dy, const float *h, const float *w,
+                              const int *pos, int T, int K, int C);
+// qwen2_moe's shared expert under its sigmoid gate: y(T,C) = beta * y + sigmoid(g[t]) s[t]
+// (g (T) = x w_sg^T, s (T,C) the shared expert's output); beta == 0 never reads y.
+void sigmoid_gate_forward(float *y, const float *g, const float *s, int T, int C, float beta);
+void sigmoid_gate_forward_ref(float *y, const float *g, const float *s, int T, int C, float beta);
+// ds (T,C) (=) = sigmoid(g) dy; dg (T) (=) = sigmoid(g) (1 - sigmoid(g)) dot(dy[t], s[t]).
+void sigmoid_gate_backward(float *ds, float *dg, const float *dy, const float *g, const float *s, int T, int C);
+void sigmoid_gate_backward_ref(float *ds, float *dg, const float *dy, const float *g, const float *s, int T, int C);
+
 // ---- softcap: x(n) = cap tanh(x / cap) in place, cap > 0 (gemma2's logit softcaps) ----
 void softcap_forward(float *x, size_t n, float cap);
 void softcap_forward_ref(float *x, size_t n, float cap);
@@ -477,6 +527,20 @@ int geglu_forward_cuda(float *out, const float *gate, const float *up, size_t n,
                        PailErr *err);
 int geglu_backward_cuda(float *dgate, float *dup, const float *dout, const float *gate, const float *up, size_t n,
                         struct CUstream_st *stream, PailErr *err);
+int moe_route_forward_cuda(int *idx, float *w, const float *logits, int T, int E, int K, int norm,
+                           struct CUstream_st *stream, PailErr *err);
+int moe_route_backward_cuda(float *dlogits, const float *dw, const float *logits, const int *idx, const float *w,
+                            int T, int E, int K, int norm, struct CUstream_st *stream, PailErr *err);
+int moe_group_cuda(int *tok, int *pos, int *offs, const int *idx, int T, int K, int E, struct CUstream_st *stream,
+                   PailErr *err);
+int moe_combine_forward_cuda(float *y, const float *h, const float *w, const int *pos, int T, int K, int C,
+                             float beta, struct CUstream_st *stream, PailErr *err);
+int moe_combine_backward_cuda(float *dh, float *dw, const float *dy, const float *h, const float *w, const int *pos,
+                              int T, int K, int C, struct CUstream_st *stream, PailErr *err);
+int sigmoid_gate_forward_cuda(float *y, const float *g, const float *s, int T, int C, float beta,
+                              struct CUstream_st *stream, PailErr *err);
+int sigmoid_gate_backward_cuda(float *ds, float *dg, const float *dy, const float *g, const float *s, int T, int C,
+                               struct CUstream_st *stream, PailErr *err);
 // Targets are not range-checked on the device: check them on the host first.
 int logprob_forward_cuda(float *logp, float *entropy, float *lse, const float *hidden,
                          const float *w_lm, const int *targets, int T, int C, int V,

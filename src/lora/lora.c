@@ -8,10 +8,11 @@
 #include "core/rng.h"
 #include "shard/h5file.h"
 
-const char *const LORA_MODULE_NAMES[LORA_NMOD] = {"q_proj", "k_proj", "v_proj", "o_proj",
-                                                  "gate_proj", "up_proj", "down_proj"};
-const char *const LORA_MODULE_PARENT[LORA_NMOD] = {"self_attn", "self_attn", "self_attn", "self_attn",
-                                                   "mlp", "mlp", "mlp"};
+const char *const LORA_MODULE_NAMES[LORA_NMOD] = {"q_proj",    "k_proj",  "v_proj",
+                                                  "o_proj",    "gate_proj", "up_proj",
+                                                  "down_proj", "experts.gate_up_proj", "experts.down_proj"};
+const char *const LORA_MODULE_PARENT[LORA_NMOD] = {"self_attn", "self_attn", "self_attn", "self_attn", "mlp",
+                                                   "mlp",       "mlp",       "mlp",       "mlp"};
 
 double lora_scaling(const LoraConfig *c) {
     return c->rslora ? c->alpha / sqrt((double)c->rank) : c->alpha / (double)c->rank;

@@ -11,7 +11,12 @@
 #include <hdf5.h>
 #include "model/config.h"
 
-typedef enum { LORA_Q, LORA_K, LORA_V, LORA_O, LORA_GATE, LORA_UP, LORA_DOWN, LORA_NMOD } LoraModule;
+// LORA_EXP_GATE_UP / LORA_EXP_DOWN: a mixture of experts' fused expert projections (config.h), one
+// adapter per expert as PEFT's target_parameters gives them (ParamWrapper on mlp.experts.gate_up_proj
+// (E, 2Fe, C) and mlp.experts.down_proj (E, C, Fe)); on qwen2_moe, LORA_GATE / UP / DOWN are its shared expert.
+typedef enum {
+    LORA_Q, LORA_K, LORA_V, LORA_O, LORA_GATE, LORA_UP, LORA_DOWN, LORA_EXP_GATE_UP, LORA_EXP_DOWN, LORA_NMOD
+} LoraModule;
 extern const char *const LORA_MODULE_NAMES[LORA_NMOD];  // Hugging Face names: "q_proj", ... "down_proj"
 extern const char *const LORA_MODULE_PARENT[LORA_NMOD]; // "self_attn" or "mlp"
 
@@ -32,6 +37,10 @@ typedef struct {
 typedef struct {
     int64_t a_off, b_off;  // offsets (floats) of lora_A (R, in) and lora_B (out, R) in the flat arrays
     int in, out;
+    // experts (1 for a dense module): then A is (n_exp, R, in) and B (n_exp, out, R), expert e's
+    // at a_off + e R in and b_off + e out R (pail's order; PEFT's lora_A (n_exp R, in) is the
+    // same, its lora_B (out, R n_exp) holds expert e's column r at r n_exp + e)
+    int n_exp;
 } LoraSlot;
 
 typedef struct {

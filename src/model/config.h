@@ -8,7 +8,8 @@
 // (Command-R: a parallel block under one LayerNorm, RoPE on adjacent pairs,
 // logit_scale), cohere2 (cohere's block with sliding-window layers that rotate
 // q/k and full-attention layers without RoPE), gemma2 and gemma3_text (sandwich norms
-// scaled by 1 + w, GeGLU, sliding and global layers). Both the hub's legacy layout (rope_theta + rope_scaling,
+// scaled by 1 + w, GeGLU, sliding and global layers), and the mixtures of experts qwen3_moe,
+// qwen2_moe, olmoe, granitemoe and mixtral (fields below). Both the hub's legacy layout (rope_theta + rope_scaling,
 // torch_dtype) and transformers 5's (rope_parameters, dtype) are read. What pail
 // cannot run (other model types, MoE, qwen's per-layer sliding window, unknown rope
 // scaling) is refused with a message naming the field and value.
@@ -22,6 +23,8 @@
 typedef enum {
     MODEL_LLAMA, MODEL_QWEN2, MODEL_QWEN3, MODEL_MISTRAL, MODEL_EXAONE, MODEL_SMOLLM3, MODEL_GRANITE, MODEL_OLMO2,
     MODEL_PHI3, MODEL_COHERE, MODEL_COHERE2, MODEL_GEMMA2, MODEL_GEMMA3_TEXT,
+    // mixtures of experts (num_experts > 0): the dense layout above with a routed MLP
+    MODEL_QWEN3_MOE, MODEL_QWEN2_MOE, MODEL_OLMOE, MODEL_GRANITEMOE, MODEL_MIXTRAL,
     MODEL_TYPE_COUNT
 } ModelType;
 typedef enum { ROPE_SCALING_NONE, ROPE_SCALING_LLAMA3, ROPE_SCALING_LONGROPE, ROPE_SCALING_LINEAR } RopeScalingType;  // kernels.h has the RopeScaling params
@@ -89,9 +92,27 @@ typedef struct {
     int query_pre_attn_scalar;
     double attn_logit_softcapping, final_logit_softcapping;  // cap tanh(x / cap) on scores / logits; 0 = null
     double rope_local_theta;      // gemma3: the sliding layers' RoPE base (their own table); 0 = one table
+    // Mixture of experts (0 / false elsewhere): every layer's MLP is a routed one (a model whose
+    // config makes some layers dense, qwen's mlp_only_layers / decoder_sparse_step, is refused by name).
+    // Router logits x Wr^T (E, C) pick K experts a token (kernels.h moe_route: ties to the lower index);
+    // expert e's MLP is down_e(silu(gate_e x) * up_e x) with its gate and up rows fused (E, 2 Fe, C),
+    // gate rows first (transformers 5's gate_up_proj). norm_topk_prob: the K weights renormalised to
+    // sum 1 (mixtral and granitemoe always); else softmax probabilities over all E.
+    // qwen2_moe's shared expert is the dense MLP families (PARAM_W_GATE/UP/DOWN, named
+    // mlp.shared_expert.*) with intermediate_size = shared_expert_intermediate_size (0: none), under
+    // sigmoid(x w_sg^T) (PARAM_SHARED_GATE); config.json's own intermediate_size is kept in
+    // dense_intermediate_size to be written back. olmoe's q/k norms are over the whole projection (olmo2's,
+    // with pre-norms); granitemoe has granite's four multipliers; mixtral mistral's sliding_window.
+    int num_experts;              // E (num_experts / num_local_experts)
+    int num_experts_per_tok;      // K
+    int moe_intermediate_size;    // Fe (qwen's moe_intermediate_size; the others' intermediate_size)
+    bool norm_topk_prob;
+    int dense_intermediate_size;  // config.json's intermediate_size when intermediate_size holds the shared expert's
 } ModelConfig;
 
 const char *model_type_name(ModelType t);  // "llama", ..., "granite", "olmo2", "phi3", "cohere", "cohere2", "gemma2", "gemma3_text"
+// True for a mixture-of-experts model (its MLPs are routed: model_config.h's num_experts).
+static inline bool model_is_moe(const ModelConfig *c) { return c->num_experts > 0; }
 // The head dims RoPE rotates: D, or phi3's partial rope_dim.
 static inline int model_rope_dim(const ModelConfig *c) { return c->rope_dim ? c->rope_dim : c->head_dim; }
 // Whether layer l rotates q and k (every layer but smollm3's no-RoPE ones).

@@ -16,7 +16,8 @@
 void model_param_specs(const ModelConfig *c, ModelParamSpec s[PARAM_COUNT]) {
     size_t C = c->hidden_size, F = c->intermediate_size, D = c->head_dim, V = c->vocab_size;
     size_t Q = (size_t)c->num_attention_heads * D, KV = (size_t)c->num_key_value_heads * D;
-    bool b = c->has_qkv_bias, o = c->has_o_bias, n = c->has_qk_norm;
+    bool b = c->has_qkv_bias, o = c->has_o_bias, n = c->has_qk_norm, moe = model_is_moe(c);
+    size_t E = c->num_experts, Fe = c->moe_intermediate_size;
     const ModelParamSpec t[PARAM_COUNT] = {
         [PARAM_EMBED] = {"model.embed_tokens.weight", NULL, false, true, 2, {V, C}, 0},
         [PARAM_ATTN_NORM] = {"input_layernorm.weight", NULL, true, true, 1, {C, 0}, 0},
@@ -40,6 +41,10 @@ void model_param_specs(const ModelConfig *c, ModelParamSpec s[PARAM_COUNT]) {
         [PARAM_W_GATE_UP] = {"mlp.gate_up_proj.weight", NULL, true, false, 2, {2 * F, C}, 0},
         [PARAM_PRE_FF_NORM] = {"pre_feedforward_layernorm.weight", NULL, true, c->gemma_norms, 1, {C, 0}, 0},
         [PARAM_POST_FF_NORM] = {"post_feedforward_layernorm.weight", NULL, true, c->gemma_norms, 1, {C, 0}, 0},
+        [PARAM_ROUTER] = {"mlp.gate.weight", NULL, true, moe, 2, {E, C}, 0},
+        [PARAM_EXP_GATE_UP] = {"mlp.experts.gate_up_proj", NULL, true, moe, 2, {E * 2 * Fe, C}, 0},
+        [PARAM_EXP_DOWN] = {"mlp.experts.down_proj", NULL, true, moe, 2, {E * C, Fe}, 0},
+        [PARAM_SHARED_GATE] = {"mlp.shared_expert_gate.weight", NULL, true, false, 2, {1, C}, 0},
     };
     // EXAONE 3/3.5 checkpoints keep their own names (transformers 5 renames them
     // to llama's on load and back on save: conversion_mapping.py "exaone")
@@ -95,7 +100,8 @@ bool model_param_is_matrix(ModelParamId id) {
     switch (id) {
     case PARAM_EMBED: case PARAM_WQ: case PARAM_WK: case PARAM_WV: case PARAM_WO:
     case PARAM_W_GATE: case PARAM_W_UP: case PARAM_W_DOWN: case PARAM_LM_HEAD:
-    case PARAM_WQKV: case PARAM_W_GATE_UP: return true;
+    case PARAM_WQKV: case PARAM_W_GATE_UP: case PARAM_ROUTER: case PARAM_EXP_GATE_UP: case PARAM_EXP_DOWN:
+    case PARAM_SHARED_GATE: return true;
     default: return false;
     }
 }
@@ -240,7 +246,9 @@ int model_weights_alloc_layers(ModelWeights *w, const ModelConfig *cfg, const DT
                                 [PARAM_WV] = &w->p.wv, [PARAM_WO] = &w->p.wo, [PARAM_W_GATE] = &w->p.w_gate,
                                 [PARAM_W_UP] = &w->p.w_up, [PARAM_W_DOWN] = &w->p.w_down,
                                 [PARAM_LM_HEAD] = &w->p.lm_head, [PARAM_WQKV] = &w->p.wqkv,
-                                [PARAM_W_GATE_UP] = &w->p.w_gate_up};
+                                [PARAM_W_GATE_UP] = &w->p.w_gate_up, [PARAM_ROUTER] = &w->p.router,
+                                [PARAM_EXP_GATE_UP] = &w->p.exp_gate_up, [PARAM_EXP_DOWN] = &w->p.exp_down,
+                                [PARAM_SHARED_GATE] = &w->p.shared_gate};
     float **vecs[PARAM_COUNT] = {[PARAM_ATTN_NORM] = &w->p.attn_norm, [PARAM_BQ] = &w->p.bq, [PARAM_BK] = &w->p.bk,
                                  [PARAM_BV] = &w->p.bv, [PARAM_BO] = &w->p.bo, [PARAM_Q_NORM] = &w->p.q_norm,
                                  [PARAM_K_NORM] = &w->p.k_norm, [PARAM_MLP_NORM] = &w->p.mlp_norm,

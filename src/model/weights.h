@@ -16,6 +16,7 @@ typedef enum {
     PARAM_EMBED, PARAM_ATTN_NORM, PARAM_WQ, PARAM_WK, PARAM_WV, PARAM_WO, PARAM_BQ, PARAM_BK, PARAM_BV,
     PARAM_BO, PARAM_Q_NORM, PARAM_K_NORM, PARAM_MLP_NORM, PARAM_W_GATE, PARAM_W_UP, PARAM_W_DOWN,
     PARAM_FINAL_NORM, PARAM_LM_HEAD, PARAM_WQKV, PARAM_W_GATE_UP, PARAM_PRE_FF_NORM, PARAM_POST_FF_NORM,
+    PARAM_ROUTER, PARAM_EXP_GATE_UP, PARAM_EXP_DOWN, PARAM_SHARED_GATE,
     PARAM_COUNT
 } ModelParamId;
 
@@ -52,6 +53,16 @@ typedef struct {
     // transformer scales by 1 + w).
     float *pre_ff_norm;   // (L, C)       pre_feedforward_layernorm.weight
     float *post_ff_norm;  // (L, C)       post_feedforward_layernorm.weight
+    // mixture of experts (config.h; NULL elsewhere). Expert e's rows of a layer are e * 2Fe ..
+    // (e + 1) * 2Fe - 1 of exp_gate_up (its gate's Fe rows, then its up's) and e * C .. of
+    // exp_down. Checkpoints hold them per expert (qwen*_moe, olmoe: mlp.experts.E.gate_proj /
+    // up_proj / down_proj; mixtral: block_sparse_moe.experts.E.w1 / w3 / w2) or fused
+    // (granitemoe: block_sparse_moe.input_linear (E, 2Fe, C) / output_linear (E, C, Fe)); the loader
+    // assembles each layer's rows from them. w_gate, w_up, w_down are qwen2_moe's shared expert.
+    void *router;         // (L, E, C)    mlp.gate.weight (mixtral: block_sparse_moe.gate; granitemoe: .router.layer)
+    void *exp_gate_up;    // (L, E*2Fe, C)
+    void *exp_down;       // (L, E*C, Fe)
+    void *shared_gate;    // (L, 1, C)    qwen2_moe: mlp.shared_expert_gate.weight
 } ModelParams;
 
 // One tensor family: its HF name (the part after "<prefix>N." when per
