@@ -18,7 +18,7 @@ static ModelConfig tiny(void) {
 static void write_state(const ModelConfig *mc, LoraLayout *l, int64_t v, int64_t parent, const FeedRecord *rec,
                         int rec_n, Buf *img) {
     PailErr err = {0};
-    LoraConfig c = {.rank = 2, .alpha = 4, .targets = (1u << LORA_NMOD) - 1};
+    LoraConfig c = {.rank = 2, .alpha = 4, .targets = LORA_TARGETS_ALL};
     ck_assert_int_eq(lora_layout_build(l, mc, &c, &err), 0);
     size_t n = (size_t)l->n_params;
     float *p = calloc(n, sizeof *p), *m = calloc(n, sizeof *m), *vv = calloc(n, sizeof *vv);

@@ -462,7 +462,7 @@ static void compare(Backend *be) {
                 model_weights_free(&w32);
                 hold_as(&w, DT_F32, &w32);
             }
-            LoraConfig lc = {.rank = 4, .alpha = 8, .targets = (1u << LORA_NMOD) - 1};
+            LoraConfig lc = {.rank = 4, .alpha = 8, .targets = LORA_TARGETS_ALL};
             LoraLayout lay;
             PailErr err = {0};
             ck_assert_int_eq(lora_layout_build(&lay, &w.cfg, &lc, &err), 0);
@@ -896,7 +896,7 @@ static void extend_calls(Backend *be, const ModelWeights *w, const LoraLayout *l
 }
 
 static void lora_for(const ModelWeights *w, LoraLayout *lay, float **p) {
-    LoraConfig lc = {.rank = 4, .alpha = 8, .targets = (1u << LORA_NMOD) - 1};
+    LoraConfig lc = {.rank = 4, .alpha = 8, .targets = LORA_TARGETS_ALL};
     PailErr err = {0};
     ck_assert_int_eq(lora_layout_build(lay, &w->cfg, &lc, &err), 0);
     *p = malloc((size_t)lay->n_params * sizeof(float));

@@ -210,7 +210,7 @@ START_TEST(test_packing_and_lora) {
     for (int t = 0; t < 3; t++) ck_assert(fabsf(lp[5 + t] - lb[t]) <= 1e-5f);
     ck_assert(lp[4] == 0 && lp[8] == 0);  // no target: no work, 0
     // An adapter with B = 0 (PEFT init) leaves the output unchanged; a non-zero B changes it.
-    LoraConfig lc = {.rank = 4, .alpha = 8, .targets = (1u << LORA_NMOD) - 1};
+    LoraConfig lc = {.rank = 4, .alpha = 8, .targets = LORA_TARGETS_ALL};
     LoraLayout lay;
     ck_assert_int_eq(lora_layout_build(&lay, &w.cfg, &lc, &err), 0);
     float *p = malloc((size_t)lay.n_params * sizeof *p);
@@ -238,7 +238,7 @@ START_TEST(test_packing_and_lora) {
     ck_assert_int_eq(transformer_forward(tf, lp2, NULL, packed, pos, cu_bad, 2, 9, tgt, 1.0f, &err), -1);
     ck_assert_int_eq(transformer_backward(tf, NULL, NULL, dl, &err), -1);  // no forward to go back through
     free(bg);
-    // The LoRA buffers are sized by the plan's rank (7 modules x L layers, and
+    // The LoRA buffers are sized by the plan's rank (a dense model's 7 modules x L layers, and
     // the backward's one, of T x R floats): a lower plan is that much smaller
     // and refuses the rank-4 adapter; a plan without LoRA refuses any.
     for (int r = 0; r <= 2; r += 2) {
@@ -246,7 +246,7 @@ START_TEST(test_packing_and_lora) {
         lower.lora_rank = r;
         Transformer *t2;
         ck_assert_int_eq(transformer_init(&t2, &w, &lower, &err), 0);
-        size_t want = ((size_t)LORA_NMOD * w.cfg.num_hidden_layers + 1) * 32 * (4 - r) * sizeof(float);
+        size_t want = ((size_t)7 * w.cfg.num_hidden_layers + 1) * 32 * (4 - r) * sizeof(float);
         ck_assert_uint_eq(transformer_bytes(tf) - transformer_bytes(t2), want);
         ck_assert_int_eq(transformer_set_lora(t2, &lay, p, &err), -1);
         ck_assert_msg(strstr(err.msg, "rank 4") != NULL, "%s", err.msg);

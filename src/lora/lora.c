@@ -24,9 +24,13 @@ int lora_targets_parse(const char *s, unsigned *targets, PailErr *err) {
     char *copy = strdup(s), *save = NULL;
     int rc = 0;
     for (char *t = strtok_r(copy, ", ", &save); t; t = strtok_r(NULL, ", ", &save)) {
-        if (!strcmp(t, "all")) { *targets |= (1u << LORA_NMOD) - 1; continue; }
+        // all / mlp: the modules the model has (lora_layout_build drops the others)
+        if (!strcmp(t, "all")) { *targets |= ((1u << LORA_NMOD) - 1) | LORA_TARGET_PRESENT; continue; }
         if (!strcmp(t, "attn")) { *targets |= 0xfu; continue; }
-        if (!strcmp(t, "mlp")) { *targets |= 0x70u; continue; }
+        if (!strcmp(t, "mlp")) { *targets |= LORA_MLP_BITS | LORA_EXPERT_BITS | LORA_TARGET_PRESENT; continue; }
+        // a mixture of experts': both expert projections; qwen2_moe's shared expert (its gate/up/down)
+        if (!strcmp(t, "experts")) { *targets |= LORA_EXPERT_BITS; continue; }
+        if (!strcmp(t, "shared_expert")) { *targets |= LORA_MLP_BITS; continue; }
         // phi3's fused modules
         if (!strcmp(t, "qkv_proj")) { *targets |= 0x7u | LORA_TARGET_NAMED_FUSED; continue; }
         if (!strcmp(t, "gate_up_proj")) { *targets |= 0x30u | LORA_TARGET_NAMED_FUSED; continue; }
@@ -35,7 +39,8 @@ int lora_targets_parse(const char *s, unsigned *targets, PailErr *err) {
         if (m == LORA_NMOD) {
             rc = err_set(err, PAIL_ERR_INVALID,
                          "LoRA target '%s' is not one of q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, "
-                         "down_proj, qkv_proj, gate_up_proj (phi3), all, attn, mlp", t);
+                         "down_proj, qkv_proj, gate_up_proj (phi3), experts, experts.gate_up_proj, "
+                         "experts.down_proj, shared_expert (mixtures of experts), all, attn, mlp", t);
             break;
         }
         *targets |= 1u << m;
@@ -52,10 +57,23 @@ void lora_targets_format(unsigned targets, char *buf, size_t cap) {
         if (targets & (1u << m)) n += (size_t)snprintf(buf + n, n < cap ? cap - n : 0, "%s%s", n ? "," : "", LORA_MODULE_NAMES[m]);
 }
 
-static void module_dims(const ModelConfig *mc, LoraModule m, int *in, int *out) {
+// The modules mc has: attention's four; the dense MLP's three (an MoE model's shared expert: when
+// intermediate_size > 0); the two expert projections of an MoE model.
+static unsigned model_modules(const ModelConfig *mc) {
+    unsigned t = 0xfu;
+    if (mc->intermediate_size > 0) t |= LORA_MLP_BITS;
+    if (model_is_moe(mc)) t |= LORA_EXPERT_BITS;
+    return t;
+}
+
+// One expert's in and out (n_exp experts) or a dense module's (n_exp 1).
+static void module_dims(const ModelConfig *mc, LoraModule m, int *in, int *out, int *n_exp) {
     int C = mc->hidden_size, F = mc->intermediate_size, qd = mc->num_attention_heads * mc->head_dim,
-        kvd = mc->num_key_value_heads * mc->head_dim;
+        kvd = mc->num_key_value_heads * mc->head_dim, Fe = mc->moe_intermediate_size;
+    *n_exp = 1;
     switch (m) {
+    case LORA_EXP_GATE_UP: *in = C; *out = 2 * Fe; *n_exp = mc->num_experts; break;
+    case LORA_EXP_DOWN: *in = Fe; *out = C; *n_exp = mc->num_experts; break;
     case LORA_Q: *in = C; *out = qd; break;
     case LORA_K:
     case LORA_V: *in = C; *out = kvd; break;
@@ -71,8 +89,19 @@ int lora_layout_build(LoraLayout *l, const ModelConfig *mc, const LoraConfig *c,
     memset(l, 0, sizeof *l);
     if (c->rank < 1 || c->rank > 4096) return err_set(err, PAIL_ERR_INVALID, "LoRA rank %d is not in [1, 4096]", c->rank);
     if (!(c->alpha > 0) || !isfinite(c->alpha)) return err_set(err, PAIL_ERR_INVALID, "LoRA alpha %g must be positive", c->alpha);
-    unsigned named = c->targets & LORA_TARGET_NAMED_FUSED, t = c->targets & ~named;
-    if (!t || t >= (1u << LORA_NMOD)) return err_set(err, PAIL_ERR_INVALID, "LoRA targets are empty");
+    unsigned named = c->targets & LORA_TARGET_NAMED_FUSED, t = c->targets & ((1u << LORA_NMOD) - 1),
+             has = model_modules(mc);
+    if (c->targets & LORA_TARGET_PRESENT) t &= has;
+    if (!t || (c->targets & ~(named | LORA_TARGET_PRESENT)) >= (1u << LORA_NMOD))
+        return err_set(err, PAIL_ERR_INVALID, "LoRA targets are empty");
+    for (int m = 0; m < LORA_NMOD; m++)
+        if ((t & ~has) & (1u << m))
+            return err_set(err, PAIL_ERR_INVALID, "LoRA target '%s': a %s model has no such module (%s)",
+                           LORA_MODULE_NAMES[m], model_type_name(mc->type),
+                           m >= LORA_EXP_GATE_UP       ? "its MLP is dense: gate_proj, up_proj, down_proj"
+                           : model_is_moe(mc)          ? "its MLP is routed: target experts or experts.gate_up_proj, "
+                                                         "experts.down_proj"
+                                                       : "it has no MLP of that size");
     bool fused = mc->type == MODEL_PHI3;
     if (!fused && named)
         return err_set(err, PAIL_ERR_INVALID, "LoRA targets: qkv_proj and gate_up_proj are phi3's fused modules; a %s "
@@ -93,7 +122,7 @@ int lora_layout_build(LoraLayout *l, const ModelConfig *mc, const LoraConfig *c,
         for (int m = 0; m < LORA_NMOD; m++) {
             LoraSlot *s = &l->slots[i * LORA_NMOD + m];
             if (!(t & (1u << m))) continue;
-            module_dims(mc, (LoraModule)m, &s->in, &s->out);
+            module_dims(mc, (LoraModule)m, &s->in, &s->out, &s->n_exp);
             if (fused && (m == LORA_K || m == LORA_V || m == LORA_UP)) {
                 // the previous slot's A; B rows right after the previous slot's (see LoraLayout.fused)
                 const LoraSlot *p = s - 1;
@@ -103,9 +132,9 @@ int lora_layout_build(LoraLayout *l, const ModelConfig *mc, const LoraConfig *c,
                 continue;
             }
             s->a_off = off;
-            off += R * s->in;
+            off += (int64_t)s->n_exp * R * s->in;
             s->b_off = off;
-            off += (int64_t)s->out * R;
+            off += (int64_t)s->n_exp * s->out * R;
         }
     l->n_params = off;
     return 0;
@@ -158,10 +187,12 @@ void lora_init(const LoraLayout *l, float *params, uint64_t seed) {
             if (!lora_stored_slot(l, i, (LoraModule)m, &st, &nm)) continue;  // a fused module's A once
             const LoraSlot *s = &st;
             Rng r;
-            rng_seed(&r, seed, (uint64_t)(i * LORA_NMOD + m));
+            // the dense modules' streams as before the expert modules existed (7 a layer)
+            rng_seed(&r, seed, m < LORA_EXP_GATE_UP ? (uint64_t)(i * 7 + m) : (UINT64_C(1) << 40) + (uint64_t)(i * LORA_NMOD + m));
             float bound = 1.0f / sqrtf((float)s->in);
             float *a = params + s->a_off;
-            for (int64_t k = 0; k < (int64_t)l->cfg.rank * s->in; k++) a[k] = (2.0f * rng_uniform_f(&r) - 1.0f) * bound;
+            for (int64_t k = 0; k < (int64_t)s->n_exp * l->cfg.rank * s->in; k++)
+                a[k] = (2.0f * rng_uniform_f(&r) - 1.0f) * bound;
         }
 }
 
@@ -190,11 +221,13 @@ int lora_adapter_write_h5(hid_t f, const LoraLayout *l, const float *params, con
             if (!lora_stored_slot(l, i, (LoraModule)m, &st, &nm)) continue;
             const LoraSlot *s = &st;
             char path[96];
-            int64_t da[2] = {l->cfg.rank, s->in}, db[2] = {s->out, l->cfg.rank};
+            // experts: (E, R, in) and (E, out, R); a dense module's (R, in) and (out, R)
+            int x = s->n_exp > 1, nd = 2 + x;
+            int64_t da[3] = {s->n_exp, l->cfg.rank, s->in}, db[3] = {s->n_exp, s->out, l->cfg.rank};
             snprintf(path, sizeof path, "layers/%d/%s/lora_A", i, nm);
-            rc |= h5d_write(f, path, H5T_NATIVE_FLOAT, 2, da, params + s->a_off, err);
+            rc |= h5d_write(f, path, H5T_NATIVE_FLOAT, nd, da + !x, params + s->a_off, err);
             snprintf(path, sizeof path, "layers/%d/%s/lora_B", i, nm);
-            rc |= h5d_write(f, path, H5T_NATIVE_FLOAT, 2, db, params + s->b_off, err);
+            rc |= h5d_write(f, path, H5T_NATIVE_FLOAT, nd, db + !x, params + s->b_off, err);
         }
     return rc ? -1 : 0;
 }
@@ -349,15 +382,20 @@ int lora_adapter_read_h5(hid_t f, const char *name, const ModelConfig *mc, LoraL
             if (!lora_stored_slot(layout, i, (LoraModule)m, &st, &nm)) continue;
             const LoraSlot *s = &st;
             char path[96];
-            int64_t da[2] = {rank, s->in}, db[2] = {s->out, rank};
+            int x = s->n_exp > 1, nd = 2 + x;
+            int64_t da[3] = {s->n_exp, rank, s->in}, db[3] = {s->n_exp, s->out, rank};
             float *buf = NULL;
             snprintf(path, sizeof path, "layers/%d/%s/lora_A", i, nm);
-            if ((rc = h5d_read(f, path, H5T_NATIVE_FLOAT, 2, da, NULL, INT64_C(1) << 31, (void **)&buf, name, err)) < 0) break;
-            memcpy(*params + s->a_off, buf, (size_t)(rank * s->in) * sizeof(float));
+            if ((rc = h5d_read(f, path, H5T_NATIVE_FLOAT, nd, da + !x, NULL, INT64_C(1) << 34, (void **)&buf, name,
+                               err)) < 0)
+                break;
+            memcpy(*params + s->a_off, buf, (size_t)(s->n_exp * rank * s->in) * sizeof(float));
             free(buf);
             snprintf(path, sizeof path, "layers/%d/%s/lora_B", i, nm);
-            if ((rc = h5d_read(f, path, H5T_NATIVE_FLOAT, 2, db, NULL, INT64_C(1) << 31, (void **)&buf, name, err)) < 0) break;
-            memcpy(*params + s->b_off, buf, (size_t)(s->out * rank) * sizeof(float));
+            if ((rc = h5d_read(f, path, H5T_NATIVE_FLOAT, nd, db + !x, NULL, INT64_C(1) << 34, (void **)&buf, name,
+                               err)) < 0)
+                break;
+            memcpy(*params + s->b_off, buf, (size_t)(s->n_exp * s->out * rank) * sizeof(float));
             free(buf);
         }
     for (int64_t k = 0; rc == 0 && k < layout->n_params; k++)

@@ -25,7 +25,14 @@ extern const char *const LORA_MODULE_PARENT[LORA_NMOD]; // "self_attn" or "mlp"
 
 // lora_targets_parse's mark that phi3's fused names were given (qkv_proj = q, k, v; gate_up_proj
 // = gate, up): lora_layout_build refuses them for other families and clears the mark.
-#define LORA_TARGET_NAMED_FUSED (1u << 8)
+#define LORA_TARGET_NAMED_FUSED (1u << 12)
+// lora_targets_parse's mark for all / mlp: the modules the model has (a dense model has no experts,
+// an MoE model without a shared expert no gate_proj) rather than a refusal of the others.
+#define LORA_TARGET_PRESENT (1u << 13)
+#define LORA_MLP_BITS ((1u << LORA_GATE) | (1u << LORA_UP) | (1u << LORA_DOWN))
+#define LORA_EXPERT_BITS ((1u << LORA_EXP_GATE_UP) | (1u << LORA_EXP_DOWN))
+#define LORA_DENSE_BITS 0x7fu  // the seven modules of a dense model
+#define LORA_TARGETS_ALL (((1u << LORA_NMOD) - 1) | LORA_TARGET_PRESENT)  // "all"
 
 typedef struct {
     int rank;          // R

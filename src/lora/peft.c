@@ -19,6 +19,12 @@ static void key_of(char *out, size_t cap, int layer, LoraModule m, const char *n
 }
 
 int peft_export(const LoraLayout *l, const float *params, const char *base_model, const char *dir, PailErr *err) {
+    LoraSlot xs;
+    const char *xn;
+    for (int m = LORA_EXP_GATE_UP; m <= LORA_EXP_DOWN; m++)
+        if (l->n_layers && lora_stored_slot(l, 0, (LoraModule)m, &xs, &xn))
+            return err_set(err, PAIL_ERR_UNSUPPORTED, "PEFT export of an adapter on the experts (%s) is not "
+                           "supported yet; the attention and shared-expert modules export", xn);
     if (fs_mkdirs(dir, err) < 0) return -1;
     json_t *targets = json_array();
     for (int m = 0; m < LORA_NMOD; m++) {
@@ -157,8 +163,8 @@ int lora_load_any(const char *path, const ModelConfig *mc, LoraLayout *l, float 
 }
 
 int lora_merge(float *weights_block, const ModelWeights *w, const LoraLayout *l, const float *params) {
-    static const ModelParamId ids[LORA_NMOD] = {PARAM_WQ, PARAM_WK, PARAM_WV, PARAM_WO, PARAM_W_GATE, PARAM_W_UP,
-                                                PARAM_W_DOWN};
+    static const ModelParamId ids[LORA_NMOD] = {PARAM_WQ,   PARAM_WK,   PARAM_WV,     PARAM_WO,         PARAM_W_GATE,
+                                                PARAM_W_UP, PARAM_W_DOWN, PARAM_EXP_GATE_UP, PARAM_EXP_DOWN};
     float scale = (float)lora_scaling(&l->cfg);
     int R = l->cfg.rank;
     for (int i = 0; i < l->n_layers; i++)
@@ -167,16 +173,21 @@ int lora_merge(float *weights_block, const ModelWeights *w, const LoraLayout *l,
             const char *nm;
             if (!lora_stored_slot(l, i, (LoraModule)m, &st, &nm)) continue;  // phi3: qkv_proj's rows from q's
             const LoraSlot *s = &st;
-            float *W = weights_block + model_weights_elem_offset(w, ids[m], i);  // (out, in); phi3: fused rows
-            const float *A = params + s->a_off, *B = params + s->b_off;                         // (R, in), (out, R)
-            // W += scale * B A, accumulated in double per element for a faithful merge.
+            // (out, in); phi3: fused rows; experts: expert e's (out, in) block at e out in
+            float *W0 = weights_block + model_weights_elem_offset(w, ids[m], i);
+            for (int e = 0; e < s->n_exp; e++) {
+                float *W = W0 + (size_t)e * s->out * s->in;
+                const float *A = params + s->a_off + (size_t)e * R * s->in,  // (R, in)
+                    *B = params + s->b_off + (size_t)e * s->out * R;         // (out, R)
+                // W += scale * B A, accumulated in double per element for a faithful merge.
 #pragma omp parallel for schedule(static)
-            for (int o = 0; o < s->out; o++)
-                for (int k = 0; k < s->in; k++) {
-                    double acc = 0;
-                    for (int r = 0; r < R; r++) acc += (double)B[(size_t)o * R + r] * A[(size_t)r * s->in + k];
-                    W[(size_t)o * s->in + k] += (float)(scale * acc);
-                }
+                for (int o = 0; o < s->out; o++)
+                    for (int k = 0; k < s->in; k++) {
+                        double acc = 0;
+                        for (int r = 0; r < R; r++) acc += (double)B[(size_t)o * R + r] * A[(size_t)r * s->in + k];
+                        W[(size_t)o * s->in + k] += (float)(scale * acc);
+                    }
+            }
         }
     return 0;
 }

@@ -321,7 +321,7 @@ static int get_phi3(ModelConfig *c, json_t *root, const char *what, PailErr *err
 // Features pail does not run: refused by name rather than silently ignored.
 static int refuse_unsupported(json_t *root, ModelType type, const char *what, PailErr *err) {
     if (type >= MODEL_QWEN3_MOE)  // the MoE types' parsing is under way (issue 48)
-        return err_set(err, PAIL_ERR_UNSUPPORTED, "%s: model_type %s: mixture-of-experts models are not supported",
+        return err_set(err, PAIL_ERR_UNSUPPORTED, "%s: model_type = '%s': mixture-of-experts models are not supported",
                        what, type_names[type]);
     static const char *moe[] = {"num_experts", "num_local_experts", "n_routed_experts", "moe_intermediate_size",
                                 "num_experts_per_tok"};

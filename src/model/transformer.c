@@ -17,117 +17,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include "kernels.h"
-
-// One backend op; a failure returns -1 from the enclosing function with err set.
-#define OP(name, ...)                                                    \
-    do {                                                                 \
-        if (tf->be->ops->name(tf->be, __VA_ARGS__, err) < 0) return -1;  \
-    } while (0)
-
-typedef struct {      // one layer's saved activations, T rows each
-    float *xn1, *rstd1;           // (T,C), (T)
-    float *q, *k, *v;             // (T,H*D), (T,Hkv*D), (T,Hkv*D) after proj (+bias, +LoRA)
-    float *qn, *kn;               // qwen3: after q_norm / k_norm (else equal to q, k)
-    float *qrstd, *krstd;         // (T*H), (T*Hkv)
-    float *qr, *kr;               // after RoPE
-    float *att, *lse;             // (T,H*D), (T,H)
-    float *h;                     // (T,C) residual after attention
-    float *xn2, *rstd2;           // (T,C), (T)
-    float *gate, *up, *act;       // (T,F)
-    float *la[LORA_NMOD];         // (T,R) x A^T of each adapted module
-    float *mean1, *qmean, *kmean; // cohere's LayerNorms: (T), (T*H), (T*Hkv) row means (NULL elsewhere)
-    // gemma (sandwich norms): the sub-blocks' outputs before their norms, and those norms' rstd
-    float *o, *orstd;             // (T,C) o_proj(att), (T)
-    float *m, *mrstd;             // (T,C) down(act), (T)
-} LayerActs;
-
-// A paged cache: each layer's K and V are pools of KV_BLOCK-token blocks, and
-// a slot's tokens live in the blocks its row of the block table names. Blocks
-// are counted by reference: a fork shares the source's blocks (a group's
-// prompt is stored once for its G samples), a slot about to write into a
-// block that another slot also holds gets its own copy of that one block
-// first (copy on write: at most the prompt's last, partial block), and a
-// block no slot holds goes back to the free list.
-struct KvCache {
-    Backend *be;                   // borrowed: where the pools and the d_ arrays live
-    int L, n_slots, max_ctx, kvd;  // kvd = Hkv * D
-    int n_blocks, max_blocks;      // pool blocks; blocks a slot may hold (ceil(max_ctx / KV_BLOCK))
-    DType dt;                      // the pools' elements: DT_F32, DT_BF16 or DT_F16 (kvcache_init_on)
-    void *k, *v;                   // (L, n_blocks, KV_BLOCK, Hkv, D) of dt, backend memory, owned
-    float *logits;                 // (n_slots, V) backend memory, owned: an extend's logits left on the backend
-    int V;
-    int *len;                      // (n_slots) host: tokens cached per slot
-    int *table;                    // (n_slots, max_blocks) host: physical block of each logical one (-1: none)
-    int *ref;                      // (n_blocks) host: slots holding each block
-    int *free_list, n_free;        // (n_blocks) host: a stack of blocks no slot holds
-    int used_peak;                 // most blocks held at once since init (kvcache_used_peak)
-    int *cu_new, *new_len;         // (n_slots + 1), (n_slots) host: scratch of one extend call
-    bool fresh;                    // this extend call: every slot with new tokens starts empty. A
-                                   // fresh prompt's queries see only its own new rows, so the
-                                   // packed causal forward (tiles through sgemm) computes its
-                                   // attention; the decode op would walk the cache a row at a
-                                   // time (31% of a 512-token prefill of SmolLM2-135M)
-    int *d_cu_new, *d_new_len;     // the same in backend memory (== the host ones on a host backend)
-    int *d_table;                  // the block table in backend memory (== table on a host backend)
-};
-
-struct Transformer {
-    const ModelWeights *w;        // borrowed
-    Backend *be;                  // borrowed (the plan's, or the CPU)
-    const char *wbase;            // the weights' block in backend memory (w->memory on a host backend)
-    void *wdev;                   // owned device copy of w->memory (NULL on a host backend)
-    ModelConfig cfg;
-    TransformerPlan plan;
-    const LoraLayout *lora;       // borrowed, NULL = none
-    const float *lora_params;     // borrowed
-    float lora_scale;
-    bool lora_on;
-    int nacts;                    // L (saved per layer) or 1 (recompute)
-    LayerActs *acts;
-    float **resid;                // (L+1) x (T,C): layer inputs, resid[L] = before the final norm
-    float *xf, *rstdf;            // final norm out (T,C), (T)
-    float *hsel, *lse_sel, *ent_sel, *dlogp_sel;  // rows with a target (Tsel,C), (Tsel) x3
-    float *expect_sel;            // (Tsel,C): the head's p W / temperature, for a backward without recompute
-    int *sel, *tsel;              // (T) host: selected row index, its target
-    int *d_tokens, *d_pos, *d_cu; // (T), (T), (T+1) in backend memory
-    int *d_sel, *d_tsel, *d_rows; // (T) in backend memory: selected rows, their targets, KV destination rows
-    int *rows;                    // (T) host: KV destination rows of one extend call
-    float *h_lp, *h_ent;          // (T) host copies of the compact logp / entropy (device backends)
-    float *ws;                    // logprob workspace
-    size_t ws_floats;
-    float *cos_t, *sin_t, *inv_freq;
-    // backward scratch
-    float *dres, *dtmp, *dq, *dk, *dv, *datt, *dgate, *dup, *dact, *dla, *dhsel, *dxn;
-    // last forward (its tokens, positions and offsets are the d_ arrays)
-    KvCache *kv;                  // set during transformer_extend only
-    int *h_pos;                   // (T) host: positions of one extend call's new tokens
-    int T, nseq, Tsel;
-    float temperature;
-    bool have_forward;
-    bool have_expect;             // the last forward wrote expect_sel
-    // gemma: every norm vector as 1 + w (gemma_norm_refresh), what wv() gives for a norm family;
-    // the sliding layers' RoPE table (gemma3_text's rope_local_theta)
-    float *gnorm;                 // gemma norm families back to back, gn_off[id] floats in (NULL elsewhere)
-    size_t gn_off[PARAM_COUNT];
-    bool gn_has[PARAM_COUNT];
-    float *gones;                 // (the largest norm family) ones, added to w
-    size_t gones_n;
-    float *cos_l, *sin_l, *inv_l; // (P, D/2) x2, (D/2); NULL: one table
-    float *block;                 // backend memory, owned
-    size_t block_floats;
-    float *meanf;                 // (T) cohere: the final LayerNorm's row means (NULL elsewhere)
-};
+#include "model/transformer_impl.h"
 
 size_t transformer_bytes(const Transformer *tf) { return tf->block_floats * sizeof(float); }
 Backend *transformer_backend(const Transformer *tf) { return tf->be; }
-
-// Bump allocator over the planned block (sizes computed by a first dry pass).
-typedef struct { float *base; size_t used; } Bump;
-static float *take(Bump *b, size_t n) {
-    float *p = b->base ? b->base + b->used : NULL;
-    b->used += (n + 15) & ~(size_t)15;  // 64-byte aligned pieces
-    return p;
-}
 
 static void plan_memory(Transformer *tf, Bump *b) {
     const ModelConfig *c = &tf->cfg;
@@ -148,7 +41,9 @@ static void plan_memory(Transformer *tf, Bump *b) {
         a->h = take(b, T * C);
         a->xn2 = take(b, T * C); a->rstd2 = take(b, T);
         a->gate = take(b, T * F); a->up = take(b, T * F); a->act = take(b, T * F);
-        for (int m = 0; m < LORA_NMOD && R > 0; m++) a->la[m] = take(b, T * R);
+        for (int m = 0; m < LORA_NMOD && R > 0; m++)
+            if (m < LORA_EXP_GATE_UP || model_is_moe(c)) a->la[m] = take(b, (m < LORA_EXP_GATE_UP ? T : moe_la_rows(c, T)) * R);
+        if (model_is_moe(c)) moe_plan(tf, a, b, l == 0);
         if (c->layer_norm) {
             a->mean1 = take(b, T);
             if (c->has_qk_norm) { a->qmean = take(b, T * H); a->kmean = take(b, T * Hk); }
@@ -230,7 +125,6 @@ size_t transformer_plan_bytes(const ModelConfig *c, const TransformerPlan *plan)
     return bytes;
 }
 
-static const void *wm(const Transformer *tf, ModelParamId id, int layer);
 
 // gemma: norm = (1 + w) for every norm family, into tf->gnorm (the weights keep the file's w, so that
 // writing them back, merging and full fine-tuning's updates see the checkpoint's values; the
@@ -315,12 +209,16 @@ int transformer_init(Transformer **out, const ModelWeights *w, const Transformer
     tf->rows = malloc((size_t)plan->max_tokens * sizeof(int));
     tf->h_lp = malloc((size_t)plan->max_tokens * sizeof(float));
     tf->h_ent = malloc((size_t)plan->max_tokens * sizeof(float));
+    if (model_is_moe(c) && tf->acts) {
+        tf->h_offs = malloc((size_t)tf->nacts * (c->num_experts + 1) * sizeof(int));
+        for (int l = 0; l < tf->nacts && tf->h_offs; l++) tf->acts[l].h_offs = tf->h_offs + (size_t)l * (c->num_experts + 1);
+    }
     Bump dry = {0};
     plan_memory(tf, &dry);
     tf->block_floats = dry.used;
     PailErr aerr = {0};
     tf->block = tf->be->ops->alloc(tf->be, dry.used * sizeof(float), &aerr);
-    if (!tf->acts || !tf->resid || !tf->h_pos || !tf->sel || !tf->tsel ||
+    if (!tf->acts || !tf->resid || !tf->h_pos || !tf->sel || !tf->tsel || (model_is_moe(c) && !tf->h_offs) ||
         !tf->rows || !tf->h_lp || !tf->h_ent || !tf->block) {
         size_t mb = dry.used * sizeof(float) >> 20;
         err_set(err, PAIL_ERR_NOMEM,
@@ -403,6 +301,7 @@ void transformer_free(Transformer *tf) {
     free(tf->h_lp);
     free(tf->h_ent);
     free(tf->acts);
+    free(tf->h_offs);
     free(tf->resid);
     free(tf->h_pos);
     free(tf->sel);
@@ -430,23 +329,10 @@ int transformer_set_lora(Transformer *tf, const LoraLayout *layout, const float 
 
 void transformer_lora_enable(Transformer *tf, bool on) { tf->lora_on = on && tf->lora; }
 
-// Family id at layer in backend memory (NULL when this config has none): a
-// matrix in its storage dtype (tf->w->dtype[id]), a vector (norm, bias) as fp32.
-static const void *wm(const Transformer *tf, ModelParamId id, int layer) {
-    if (id == PARAM_LM_HEAD && tf->cfg.tie_word_embeddings) id = PARAM_EMBED;
-    if (!tf->w->specs[id].present && !model_weights_tensor(tf->w, id, layer)) return NULL;  // phi3's views
-    return tf->wbase + ((const char *)model_weights_tensor(tf->w, id, layer) - (const char *)tf->w->memory);
-}
-static const float *wv(const Transformer *tf, ModelParamId id, int layer) {
-    if (tf->gnorm && tf->gn_has[id])  // gemma: the (1 + w) copy
-        return tf->gnorm + tf->gn_off[id] + (size_t)layer * tf->w->specs[id].numel;
-    return wm(tf, id, layer);
-}
-static DType wdt(const Transformer *tf, ModelParamId id, int layer) { return model_weights_dtype(tf->w, id, layer); }
 
 // y(T,out) (+)= x W^T + bias, then + s (x A^T) B^T when module m is adapted;
 // W is family wid's layer, in its storage dtype.
-static int proj_forward(Transformer *tf, float *y, float *la, const float *x, ModelParamId wid, const float *bias,
+int proj_forward(Transformer *tf, float *y, float *la, const float *x, ModelParamId wid, const float *bias,
                         int T, int in, int outd, int layer, LoraModule m, float beta, PailErr *err) {
     const void *W = wm(tf, wid, layer);
     const LoraSlot *s = tf->lora_on ? lora_slot(tf->lora, layer, m) : NULL;
@@ -461,7 +347,7 @@ static int proj_forward(Transformer *tf, float *y, float *la, const float *x, Mo
 }
 
 // dx (=, or += when dx_beta = 1) dy W (+ LoRA path); dW, dbias += in full mode; dA, dB += into lora_grads.
-static int proj_backward(Transformer *tf, float *dx, float *lora_grads, float *base_grads, ModelParamId wid,
+int proj_backward(Transformer *tf, float *dx, float *lora_grads, float *base_grads, ModelParamId wid,
                          ModelParamId bid, const float *dy, const float *x, const float *la, int T, int in,
                          int outd, int layer, LoraModule m, float dx_beta, PailErr *err) {
     float *dW = NULL, *db = NULL;
@@ -727,6 +613,13 @@ static int layer_forward(Transformer *tf, int l, LayerActs *a, int T, PailErr *e
         OP(rmsnorm_forward, a->xn2, a->rstd2, a->h, wv(tf, PARAM_MLP_NORM, l), T, C, eps);
     }
     const float *min = post ? a->h : a->xn2;
+    if (model_is_moe(c)) {  // y = h + r moe(xn2)
+        if (moe_mlp_forward(tf, l, a, T, min, tf->moe_out, err) < 0) return -1;
+        if (r != 1.0f) OP(scale, tf->moe_out, (size_t)T * C, r);
+        OP(copy, tf->resid[l + 1], a->h, (size_t)T * C);
+        OP(add, tf->resid[l + 1], tf->moe_out, (size_t)T * C);
+        return 0;
+    }
     if (proj_forward(tf, a->gate, a->la[LORA_GATE], min, PARAM_W_GATE, NULL, T, C, F, l, LORA_GATE, 0,
                      err) < 0 ||
         proj_forward(tf, a->up, a->la[LORA_UP], min, PARAM_W_UP, NULL, T, C, F, l, LORA_UP, 0, err) < 0)
@@ -941,14 +834,21 @@ static int layer_backward(Transformer *tf, int l, LayerActs *a, int T, float *lg
         OP(rmsnorm_backward, tf->dtmp, dnw, dres, a->xn2, wv(tf, PARAM_MLP_NORM, l), a->rstd2, T, C);
         dsub = tf->dtmp;
     }
-    // MLP: resid[l+1] = h + r down(act)
-    if (proj_backward(tf, tf->dact, lg, bg, PARAM_W_DOWN, PARAM_COUNT, dsub, a->act, a->la[LORA_DOWN], T, F, C, l, LORA_DOWN, 0, err) < 0)
-        return -1;
-    OP(swiglu_backward, tf->dgate, tf->dup, tf->dact, a->gate, a->up, (size_t)T * F);
+    // MLP: resid[l+1] = h + r down(act), or h + r moe(xn2)
     const float *min = post ? a->h : a->xn2;
-    if (proj_backward(tf, tf->dxn, lg, bg, PARAM_W_GATE, PARAM_COUNT, tf->dgate, min, a->la[LORA_GATE], T, C, F, l, LORA_GATE, 0, err) < 0 ||
-        proj_backward(tf, tf->dxn, lg, bg, PARAM_W_UP, PARAM_COUNT, tf->dup, min, a->la[LORA_UP], T, C, F, l, LORA_UP, 1, err) < 0)
-        return -1;
+    if (model_is_moe(c)) {
+        if (moe_mlp_backward(tf, l, a, T, dsub, min, tf->dxn, lg, bg, err) < 0) return -1;
+    } else {
+        if (proj_backward(tf, tf->dact, lg, bg, PARAM_W_DOWN, PARAM_COUNT, dsub, a->act, a->la[LORA_DOWN], T, F, C,
+                          l, LORA_DOWN, 0, err) < 0)
+            return -1;
+        OP(swiglu_backward, tf->dgate, tf->dup, tf->dact, a->gate, a->up, (size_t)T * F);
+        if (proj_backward(tf, tf->dxn, lg, bg, PARAM_W_GATE, PARAM_COUNT, tf->dgate, min, a->la[LORA_GATE], T, C, F,
+                          l, LORA_GATE, 0, err) < 0 ||
+            proj_backward(tf, tf->dxn, lg, bg, PARAM_W_UP, PARAM_COUNT, tf->dup, min, a->la[LORA_UP], T, C, F, l,
+                          LORA_UP, 1, err) < 0)
+            return -1;
+    }
     if (post) {
         OP(add, dres, tf->dxn, (size_t)T * C);  // now d h
         // h = x + norm(o), o = o_proj(att) in xn1: d o into dtmp

@@ -52,7 +52,7 @@ int main(int argc, char **argv) {
     ModelConfig cfg;
     if (model_config_load(&cfg, model, &err) < 0) die("config", &err);
     MemoryPlanSpec spec = {.role = train ? MEMPLAN_TRAIN : MEMPLAN_ROLLOUT, .weights_dtype = "fp32", .lora_rank = rank,
-                        .lora_targets = (1u << LORA_NMOD) - 1, .token_budget = train ? budget : prompt > batch ? prompt : batch,
+                        .lora_targets = LORA_TARGETS_ALL, .token_budget = train ? budget : prompt > batch ? prompt : batch,
                         .recompute = recompute, .batch_size = batch,
                         .max_ctx = ctx, .max_new_tokens = ctx - prompt, .kv_dtype = kvdt};
     MemoryPlan plan;
@@ -63,7 +63,7 @@ int main(int argc, char **argv) {
     FILE *cr = fopen("/proc/self/clear_refs", "w");  // reset the peak: the loader's mapping is gone
     if (!cr || fputs("5", cr) < 0 || fclose(cr) != 0) die("resetting the peak RSS (/proc/self/clear_refs)", NULL);
     LoraLayout lay;
-    LoraConfig lc = {.rank = rank, .alpha = 2.0 * rank, .targets = (1u << LORA_NMOD) - 1};
+    LoraConfig lc = {.rank = rank, .alpha = 2.0 * rank, .targets = LORA_TARGETS_ALL};
     if (lora_layout_build(&lay, &cfg, &lc, &err) < 0) die("lora", &err);
     size_t np = (size_t)lay.n_params;
     float *p = calloc(np, sizeof *p), *g = calloc(np, sizeof *g), *m = NULL, *v = NULL;
