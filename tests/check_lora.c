@@ -167,6 +167,71 @@ START_TEST(test_fused) {
 }
 END_TEST
 
+// A mixture of experts: the expert modules (E adapters each, pail's (E, R, in) / (E, out, R)
+// order), all / mlp taking what the model has, explicit names refused where a model lacks them,
+// and the 3-D datasets' file round trip.
+START_TEST(test_experts) {
+    ModelConfig mc = tiny();
+    mc.type = MODEL_QWEN3_MOE;
+    mc.num_experts = 6; mc.num_experts_per_tok = 2; mc.moe_intermediate_size = 24; mc.intermediate_size = 0;
+    LoraConfig c = {.rank = 4, .alpha = 8};
+    PailErr err = {0};
+    LoraLayout l;
+    ck_assert_int_eq(lora_targets_parse("all", &c.targets, &err), 0);
+    ck_assert_msg(lora_layout_build(&l, &mc, &c, &err) == 0, "%s", err.msg);
+    ck_assert_ptr_null(lora_slot(&l, 0, LORA_GATE));  // no shared expert: all skips the dense MLP
+    const LoraSlot *gu = lora_slot(&l, 1, LORA_EXP_GATE_UP), *dn = lora_slot(&l, 1, LORA_EXP_DOWN);
+    ck_assert(gu && dn);
+    ck_assert_int_eq(gu->n_exp, 6);
+    ck_assert_int_eq(gu->in, 64);
+    ck_assert_int_eq(gu->out, 48);
+    ck_assert_int_eq(dn->in, 24);
+    ck_assert_int_eq(dn->out, 64);
+    ck_assert_int_eq(gu->b_off - gu->a_off, 6 * 4 * 64);
+    ck_assert_int_eq(dn->a_off - gu->b_off, 6 * 48 * 4);
+    // per layer: attention as dense, then the two expert modules
+    int64_t per = 4 * 64 + 64 * 4 + 2 * (4 * 64 + 32 * 4) + 4 * 64 + 64 * 4 + 6 * (4 * 64 + 48 * 4) + 6 * (4 * 24 + 64 * 4);
+    ck_assert_int_eq(l.n_params, 3 * per);
+    float *p = malloc(l.n_params * sizeof *p);
+    lora_init(&l, p, 3);
+    for (int64_t k = 0; k < (int64_t)6 * 4 * 24; k++) ck_assert(p[dn->a_off + k] != 0);  // every expert's A drawn
+    for (int64_t k = 0; k < (int64_t)6 * 64 * 4; k++) p[dn->b_off + k] = (float)k;  // B: a recognisable order
+    Buf img = {0};
+    AdapterMeta meta = {.version = 2};
+    ck_assert_int_eq(lora_adapter_write(&l, p, &meta, &img, &err), 0);
+    LoraLayout l2;
+    float *p2;
+    AdapterMeta m2;
+    ck_assert_msg(lora_adapter_read(img.data, img.len, "a", &mc, &l2, &p2, &m2, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(l2.n_params, l.n_params);
+    ck_assert_int_eq(memcmp(p, p2, l.n_params * sizeof *p), 0);
+    free(p2);
+    lora_layout_free(&l2);
+    ck_assert_msg(lora_adapter_read(img.data, img.len, "a", NULL, &l2, &p2, &m2, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(l2.n_params, l.n_params);  // the shapes from the file alone
+    ck_assert_int_eq(lora_slot(&l2, 2, LORA_EXP_DOWN)->n_exp, 6);
+    free(p2);
+    lora_layout_free(&l2);
+    buf_free(&img);
+    free(p);
+    lora_layout_free(&l);
+    // explicit names a model lacks: refused with the alternatives
+    ck_assert_int_eq(lora_targets_parse("gate_proj", &c.targets, &err), 0);
+    ck_assert_int_eq(lora_layout_build(&l, &mc, &c, &err), -1);
+    ck_assert_msg(strstr(err.msg, "experts.gate_up_proj") != NULL, "%s", err.msg);
+    ModelConfig dense = tiny();
+    ck_assert_int_eq(lora_targets_parse("q_proj,experts", &c.targets, &err), 0);
+    ck_assert_int_eq(lora_layout_build(&l, &dense, &c, &err), -1);
+    ck_assert_msg(strstr(err.msg, "'experts.gate_up_proj'") != NULL, "%s", err.msg);
+    ck_assert_int_eq(lora_targets_parse("mlp", &c.targets, &err), 0);  // a dense model's mlp: its three
+    ck_assert_int_eq(lora_layout_build(&l, &dense, &c, &err), 0);
+    ck_assert_uint_eq(l.cfg.targets, LORA_MLP_BITS);
+    lora_layout_free(&l);
+    ck_assert_int_eq(lora_targets_parse("shared_expert,experts.down_proj", &c.targets, &err), 0);
+    ck_assert_uint_eq(c.targets, LORA_MLP_BITS | (1u << LORA_EXP_DOWN));
+}
+END_TEST
+
 START_TEST(test_adapter_file) {
     ModelConfig mc = tiny();
     LoraConfig c = {.rank = 4, .alpha = 8, .targets = (1u << LORA_Q) | (1u << LORA_DOWN)};
@@ -214,6 +279,7 @@ int main(void) {
     tcase_add_test(core, test_layout);
     tcase_add_test(core, test_init);
     tcase_add_test(core, test_fused);
+    tcase_add_test(core, test_experts);
     tcase_add_test(limits, test_adapter_file);
     suite_add_tcase(s, core);
     suite_add_tcase(s, limits);

@@ -76,7 +76,7 @@ int ctl_export(int argc, char **argv) {
         if (model_weights_save(&w, out, &o, &err) < 0) goto fail;
         fprintf(stderr, "%s: wrote %s: %s with adapter v%08lld merged\n", argv[0], out, model, (long long)meta.version);
     } else {
-        if (peft_export(&lay, p, base_name ? base_name : model, out, &err) < 0) goto fail;
+        if (peft_export(&lay, p, have_model ? &w.cfg : NULL, base_name ? base_name : model, out, &err) < 0) goto fail;
         fprintf(stderr, "%s: wrote PEFT adapter %s (rank %d, adapter v%08lld)\n", argv[0], out, lay.cfg.rank,
                 (long long)meta.version);
     }

@@ -272,7 +272,8 @@ int lora_adapter_read(const void *data, size_t len, const char *name, const Mode
 
 // The dims of layer 0's lora_A (da) and lora_B (db) of module mod: 1, or 0 when the module
 // is not in the file, -1 (err) when its B is there without its A.
-static int file_module_dims(hid_t f, const char *name, const char *mod, hsize_t da[2], hsize_t db[2], PailErr *err) {
+static int file_module_dims(hid_t f, const char *name, const char *mod, hsize_t da[2], hsize_t db[2], int *ne,
+                            PailErr *err) {
     char path[96];
     hsize_t *dims[2] = {db, da};
     for (int i = 0; i < 2; i++) {
@@ -282,10 +283,17 @@ static int file_module_dims(hid_t f, const char *name, const char *mod, hsize_t 
             return err_set(err, PAIL_ERR_INVALID, "adapter %s: dataset '%s' is missing", name, path);
         }
         hid_t ds = H5Dopen2(f, path, H5P_DEFAULT), sp = H5Dget_space(ds);
-        dims[i][0] = dims[i][1] = 0;
-        H5Sget_simple_extent_dims(sp, dims[i], NULL);
+        hsize_t d[3] = {0, 0, 0};
+        int nd = H5Sget_simple_extent_ndims(sp);
+        if (nd == 2 || nd == 3) H5Sget_simple_extent_dims(sp, d, NULL);
         H5Sclose(sp);
         H5Dclose(ds);
+        if (nd != 2 && nd != 3)
+            return err_set(err, PAIL_ERR_INVALID, "adapter %s: dataset '%s' has %d dimensions", name, path, nd);
+        // an expert module's (E, R, in) / (E, out, R): the last two, E in ne
+        dims[i][0] = d[nd - 2];
+        dims[i][1] = d[nd - 1];
+        if (ne) *ne = nd == 3 ? (int)d[0] : 1;
     }
     return 1;
 }
@@ -299,11 +307,14 @@ static int lora_dims_from_file(hid_t f, const char *name, int nl, ModelConfig *m
     mc->head_dim = 1;
     hsize_t da[2], db[2];
     for (int m = 0; m < LORA_NMOD; m++) {
-        int r = file_module_dims(f, name, LORA_MODULE_NAMES[m], da, db, err);
+        int ne = 1, r = file_module_dims(f, name, LORA_MODULE_NAMES[m], da, db, &ne, err);
         if (r < 0) return -1;
         if (r == 0) continue;
         int in = (int)da[1], out = (int)db[0];
+        if (m >= LORA_EXP_GATE_UP) mc->num_experts = ne, mc->num_experts_per_tok = 1;
         switch (m) {
+        case LORA_EXP_GATE_UP: mc->hidden_size = in; mc->moe_intermediate_size = out / 2; break;
+        case LORA_EXP_DOWN: mc->moe_intermediate_size = in; mc->hidden_size = out; break;
         case LORA_Q: mc->hidden_size = in; mc->num_attention_heads = out; break;
         case LORA_K: case LORA_V: mc->hidden_size = in; mc->num_key_value_heads = out; break;
         case LORA_O: mc->num_attention_heads = in; mc->hidden_size = out; break;
@@ -316,7 +327,7 @@ static int lora_dims_from_file(hid_t f, const char *name, int nl, ModelConfig *m
     // the rest); else the split is unknown and not needed (files, PEFT export): q takes it all
     static const char *fusedn[2] = {"qkv_proj", "gate_up_proj"};
     for (int k = 0; k < 2; k++) {
-        int r = file_module_dims(f, name, fusedn[k], da, db, err);
+        int r = file_module_dims(f, name, fusedn[k], da, db, NULL, err);
         if (r < 0) return -1;
         if (r == 0) continue;
         mc->type = MODEL_PHI3;

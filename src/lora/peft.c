@@ -12,25 +12,59 @@
 #include "model/safetensors.h"
 #include "shard/h5file.h"
 
-// name: the stored module's (lora_stored_slot: phi3's qkv_proj / gate_up_proj under q's / gate's parent)
-static void key_of(char *out, size_t cap, int layer, LoraModule m, const char *name, char ab) {
+// name: the stored module's (lora_stored_slot: phi3's qkv_proj / gate_up_proj under q's / gate's parent).
+// The expert modules are PEFT's ParamWrappers on <parent>.experts.gate_up_proj / down_proj
+// (target_parameters; parent "mlp", granitemoe's "block_sparse_moe"), nested when both are adapted:
+// gate_up_proj's is the inner one, its keys under experts.base_layer.
+static void key_of(char *out, size_t cap, const LoraLayout *l, const char *xparent, int layer, LoraModule m,
+                   const char *name, char ab) {
+    if (m >= LORA_EXP_GATE_UP) {
+        bool nested = m == LORA_EXP_GATE_UP && lora_slot(l, layer, LORA_EXP_DOWN);
+        snprintf(out, cap, "base_model.model.model.layers.%d.%s.experts.%slora_%c.weight", layer, xparent,
+                 nested ? "base_layer." : "", ab);
+        return;
+    }
     snprintf(out, cap, "base_model.model.model.layers.%d.%s.%s.lora_%c.weight", layer, LORA_MODULE_PARENT[m],
              name, ab);
 }
 
-int peft_export(const LoraLayout *l, const float *params, const char *base_model, const char *dir, PailErr *err) {
-    LoraSlot xs;
-    const char *xn;
-    for (int m = LORA_EXP_GATE_UP; m <= LORA_EXP_DOWN; m++)
-        if (l->n_layers && lora_stored_slot(l, 0, (LoraModule)m, &xs, &xn))
-            return err_set(err, PAIL_ERR_UNSUPPORTED, "PEFT export of an adapter on the experts (%s) is not "
-                           "supported yet; the attention and shared-expert modules export", xn);
+// The experts' parent module in transformers: granitemoe's block_sparse_moe, else mlp.
+static const char *expert_parent(const ModelConfig *mc) {
+    return mc && mc->type == MODEL_GRANITEMOE ? "block_sparse_moe" : "mlp";
+}
+
+// An expert module's B between pail's (E, out, R) and PEFT's (out, R E), expert e's column r at r E + e.
+static void expert_b_to_peft(float *dst, const float *src, int E, int out, int R) {
+    for (int e = 0; e < E; e++)
+        for (int o = 0; o < out; o++)
+            for (int r = 0; r < R; r++) dst[(size_t)o * R * E + (size_t)r * E + e] = src[((size_t)e * out + o) * R + r];
+}
+static void expert_b_from_peft(float *dst, const float *src, int E, int out, int R) {
+    for (int e = 0; e < E; e++)
+        for (int o = 0; o < out; o++)
+            for (int r = 0; r < R; r++) dst[((size_t)e * out + o) * R + r] = src[(size_t)o * R * E + (size_t)r * E + e];
+}
+
+int peft_export(const LoraLayout *l, const float *params, const ModelConfig *mc, const char *base_model,
+                const char *dir, PailErr *err) {
+    bool experts = l->n_layers && (lora_slot(l, 0, LORA_EXP_GATE_UP) || lora_slot(l, 0, LORA_EXP_DOWN));
+    if (experts && !mc)
+        return err_set(err, PAIL_ERR_INVALID, "an adapter on the experts needs --model to export (PEFT names the "
+                       "expert tensors by the model's layout)");
     if (fs_mkdirs(dir, err) < 0) return -1;
-    json_t *targets = json_array();
+    const char *xp = expert_parent(mc);
+    json_t *targets = json_array(), *tparams = json_array();
     for (int m = 0; m < LORA_NMOD; m++) {
         LoraSlot st;
         const char *nm;
-        if (l->n_layers && lora_stored_slot(l, 0, (LoraModule)m, &st, &nm)) json_array_append_new(targets, json_string(nm));
+        if (!l->n_layers || !lora_stored_slot(l, 0, (LoraModule)m, &st, &nm)) continue;
+        if (m < LORA_EXP_GATE_UP) {
+            json_array_append_new(targets, json_string(nm));
+        } else {
+            char tp[96];
+            snprintf(tp, sizeof tp, "%s.%s", xp, nm);  // mlp.experts.gate_up_proj
+            json_array_append_new(tparams, json_string(tp));
+        }
     }
     json_t *cfg = json_pack("{s:s, s:s, s:s, s:i, s:f, s:f, s:o, s:b, s:s, s:b, s:b, s:b, s:n, s:n, s:{}, s:{}}",
                             "base_model_name_or_path", base_model ? base_model : "", "peft_type", "LORA", "task_type",
@@ -38,6 +72,8 @@ int peft_export(const LoraLayout *l, const float *params, const char *base_model
                             "target_modules", targets, "use_rslora", l->cfg.rslora, "bias", "none", "fan_in_fan_out", 0,
                             "inference_mode", 1, "init_lora_weights", 1, "modules_to_save", "layers_to_transform",
                             "rank_pattern", "alpha_pattern");
+    if (json_array_size(tparams)) json_object_set(cfg, "target_parameters", tparams);
+    json_decref(tparams);
     char *text = json_dumps(cfg, JSON_INDENT(2) | JSON_SORT_KEYS);
     json_decref(cfg);
     char path[4200];
@@ -48,18 +84,32 @@ int peft_export(const LoraLayout *l, const float *params, const char *base_model
     int n = 0, cap = 2 * l->n_layers * LORA_NMOD;
     SafeTensorsWriteItem *items = calloc((size_t)cap, sizeof *items);
     char(*names)[160] = calloc((size_t)cap, sizeof *names);
-    if (!items || !names) { free(items); free(names); return err_set(err, PAIL_ERR_NOMEM, "out of memory"); }
+    // the experts' B in PEFT's order: one copy of the whole flat array (its other entries unused)
+    float *pb = experts ? malloc((size_t)l->n_params * sizeof(float)) : NULL;
+    if (!items || !names || (experts && !pb)) {
+        free(items);
+        free(names);
+        free(pb);
+        return err_set(err, PAIL_ERR_NOMEM, "out of memory");
+    }
+    int R = l->cfg.rank;
     for (int i = 0; i < l->n_layers; i++)
         for (int m = 0; m < LORA_NMOD; m++) {
             LoraSlot st;
             const char *nm;
             if (!lora_stored_slot(l, i, (LoraModule)m, &st, &nm)) continue;
             const LoraSlot *s = &st;
-            key_of(names[n], sizeof names[n], i, (LoraModule)m, nm, 'A');
-            items[n] = (SafeTensorsWriteItem){names[n], ST_DTYPE_F32, 2, {l->cfg.rank, s->in}, params + s->a_off};
+            const float *b = params + s->b_off;
+            if (s->n_exp > 1) {
+                expert_b_to_peft(pb + s->b_off, b, s->n_exp, s->out, R);
+                b = pb + s->b_off;
+            }
+            key_of(names[n], sizeof names[n], l, xp, i, (LoraModule)m, nm, 'A');
+            items[n] = (SafeTensorsWriteItem){names[n], ST_DTYPE_F32, 2, {(int64_t)s->n_exp * R, s->in},
+                                              params + s->a_off};
             n++;
-            key_of(names[n], sizeof names[n], i, (LoraModule)m, nm, 'B');
-            items[n] = (SafeTensorsWriteItem){names[n], ST_DTYPE_F32, 2, {s->out, l->cfg.rank}, params + s->b_off};
+            key_of(names[n], sizeof names[n], l, xp, i, (LoraModule)m, nm, 'B');
+            items[n] = (SafeTensorsWriteItem){names[n], ST_DTYPE_F32, 2, {s->out, (int64_t)R * s->n_exp}, b};
             n++;
         }
     snprintf(path, sizeof path, "%s/adapter_model.safetensors", dir);
@@ -67,6 +117,7 @@ int peft_export(const LoraLayout *l, const float *params, const char *base_model
     rc = safetensors_write(path, items, n, mk, mv, 1, err);
     free(items);
     free(names);
+    free(pb);
     return rc;
 }
 
@@ -102,8 +153,26 @@ int peft_import(const char *dir, const ModelConfig *mc, LoraLayout *l, float **p
             }
             c.targets |= t;
         }
-    } else {
+    } else if (!json_is_array(json_object_get(cfg, "target_parameters"))) {
         rc = err_set(err, PAIL_ERR_INVALID, "%s: target_modules is missing", path);
+    }
+    // PEFT's target_parameters: a mixture of experts' fused expert tensors (<parent>.experts.gate_up_proj /
+    // down_proj); any other parameter is not a module pail adapts
+    json_t *tpa = json_object_get(cfg, "target_parameters");
+    if (rc == 0 && json_is_array(tpa)) {
+        size_t i;
+        json_t *v;
+        json_array_foreach(tpa, i, v) {
+            const char *t = json_string_value(v), *dot = t ? strstr(t, "experts.") : NULL;
+            unsigned bit;
+            if (dot && lora_targets_parse(dot, &bit, err) == 0 && !(bit & ~LORA_EXPERT_BITS)) {
+                c.targets |= bit;
+                continue;
+            }
+            rc = err_set(err, PAIL_ERR_UNSUPPORTED, "%s: target_parameters '%s' is not an expert projection "
+                         "(mlp.experts.gate_up_proj or mlp.experts.down_proj)", path, t ? t : "?");
+            break;
+        }
     }
     json_decref(cfg);
     if (rc < 0 || lora_layout_build(l, mc, &c, err) < 0) return -1;
@@ -114,6 +183,8 @@ int peft_import(const char *dir, const ModelConfig *mc, LoraLayout *l, float **p
         return -1;
     }
     *params = calloc((size_t)l->n_params, sizeof(float));
+    float *tmp = NULL;  // one expert B in PEFT's order
+    const char *xp = expert_parent(mc);
     for (int i = 0; i < l->n_layers && rc == 0; i++)
         for (int m = 0; m < LORA_NMOD && rc == 0; m++) {
             LoraSlot ls;
@@ -122,25 +193,35 @@ int peft_import(const char *dir, const ModelConfig *mc, LoraLayout *l, float **p
             const LoraSlot *s = &ls;
             for (int ab = 0; ab < 2 && rc == 0; ab++) {
                 char key[160];
-                key_of(key, sizeof key, i, (LoraModule)m, nm, ab ? 'B' : 'A');
+                key_of(key, sizeof key, l, xp, i, (LoraModule)m, nm, ab ? 'B' : 'A');
                 const SafeTensor *t = safetensors_find(&st, key);
-                if (!t) {  // PEFT also saves without the "model." level for some architectures
+                if (!t && m < LORA_EXP_GATE_UP) {  // PEFT also saves without the "model." level for some architectures
                     char alt[160];
                     snprintf(alt, sizeof alt, "base_model.model.layers.%d.%s.%s.lora_%c.weight", i, LORA_MODULE_PARENT[m],
                              nm, ab ? 'B' : 'A');
                     t = safetensors_find(&st, alt);
                 }
-                int64_t r0 = ab ? s->out : c.rank, r1 = ab ? c.rank : s->in;
+                int64_t r0 = ab ? s->out : (int64_t)c.rank * s->n_exp, r1 = ab ? (int64_t)c.rank * s->n_exp : s->in;
                 if (!t) rc = err_set(err, PAIL_ERR_INVALID, "%s: tensor %s is missing", path, key);
                 else if (t->ndim != 2 || t->shape[0] != r0 || t->shape[1] != r1)
                     rc = err_set(err, PAIL_ERR_INVALID, "%s: tensor %s has shape [%lld, %lld], expected [%lld, %lld]", path,
                                  key, (long long)t->shape[0], (long long)(t->ndim > 1 ? t->shape[1] : 0), (long long)r0,
                                  (long long)r1);
-                else if (safetensors_to_f32(*params + (ab ? s->b_off : s->a_off), t->data, t->dtype, t->nelem) < 0)
+                else if (s->n_exp > 1 && ab && !tmp && !(tmp = malloc((size_t)t->nelem * sizeof(float))))
+                    rc = err_set(err, PAIL_ERR_NOMEM, "out of memory");
+                else if (safetensors_to_f32(s->n_exp > 1 && ab ? tmp : *params + (ab ? s->b_off : s->a_off), t->data,
+                                            t->dtype, t->nelem) < 0)
                     rc = err_set(err, PAIL_ERR_INVALID, "%s: tensor %s has dtype %s", path, key,
                                  safetensors_dtype_name(t->dtype));
+                else if (s->n_exp > 1 && ab)
+                    expert_b_from_peft(*params + s->b_off, tmp, s->n_exp, s->out, c.rank);
+                if (s->n_exp > 1 && ab) {  // sized per module: the next one may differ
+                    free(tmp);
+                    tmp = NULL;
+                }
             }
         }
+    free(tmp);
     safetensors_close(&st);
     if (rc < 0) {
         free(*params);

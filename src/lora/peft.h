@@ -7,7 +7,11 @@
 
 // dir/adapter_config.json + dir/adapter_model.safetensors with keys
 // base_model.model.model.layers.<i>.<self_attn|mlp>.<module>.lora_A.weight / lora_B.weight.
-int peft_export(const LoraLayout *l, const float *params, const char *base_model, const char *dir, PailErr *err);
+// An adapter on a mixture of experts' experts goes out as PEFT's target_parameters
+// (<mlp|block_sparse_moe>.experts.gate_up_proj / down_proj, one adapter per expert: lora_A (E R, in),
+// lora_B (out, R E)); mc (the model, NULL when unknown) names their parent and is needed for them.
+int peft_export(const LoraLayout *l, const float *params, const ModelConfig *mc, const char *base_model,
+                const char *dir, PailErr *err);
 // Reads a PEFT LoRA folder made for a model of config mc (rank_pattern,
 // alpha_pattern and fan_in_fan_out are refused). Allocates *params.
 int peft_import(const char *dir, const ModelConfig *mc, LoraLayout *l, float **params, PailErr *err);
