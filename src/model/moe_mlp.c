@@ -179,7 +179,7 @@ int moe_mlp_backward(Transformer *tf, int l, LayerActs *a, int T, const float *d
         OP(matmul_backward, dx, lg ? lg + ao : NULL, NULL, dla, x, tf->lora_params + ao, DT_F32, n, Fe, R, 1.0f, 1.0f);
     }
     OP(swiglu_backward, tf->deg, tf->deu, tf->deact, a->eg, a->eu, (size_t)TK * Fe);
-    float *dxg = tf->deh;  // deh is spent
+    float *dxg = tf->deh;          // deh is spent
     for (int e = 0; e < E; e++) {  // gate and up: one A, B's gate rows then up rows
         int r0 = offs[e], n = offs[e + 1] - r0;
         if (n == 0) continue;
