@@ -13,24 +13,34 @@
 
 int ctl_init_model(int argc, char **argv) {
     char *out = NULL, *shape = NULL, *type_s = NULL, *dtype_s = NULL, *tok = NULL, *rope_s = NULL;
-    long hidden, layers, heads, kv, ffn, vocab, head_dim, seed, bos, eos, maxpos, window;
+    long hidden, layers, heads, kv, ffn, vocab, head_dim, seed, bos, eos, maxpos, window, experts, topk, effn;
     double theta, prf;
-    bool tie, abias, qknorm;
+    bool tie, abias, qknorm, norm_topk;
     double logit_scale;
     Flag fl[] = {
         {"out", FLAG_STRING, &out, NULL, 1, 0, "folder to write (created; existing files replaced)"},
         {"shape", FLAG_STRING, &shape, NULL, 1, 0,
          "preset: tiny (C64 L2 H4 Hkv2 F128 V512), bench (C512 L8 H8 Hkv2 F1408 V32000), "
          "qwen2.5-0.5b (C896 L24 H14 Hkv2 F4864 V151936, tied, qwen2), qwen2.5-7b (C3584 L28 H28 Hkv4 "
-         "F18944 V152064, qwen2); size flags override it (e.g. --layers 4)"},
+         "F18944 V152064, qwen2), granite-3.1-1b-a400m (granitemoe: C1024 L24 H16 Hkv8 E32 K8 Fe512 V49155, tied); "
+         "a mixture of experts' tiny has E4 K2 Fe32 (qwen2_moe's shared expert 64); size flags override it "
+         "(e.g. --layers 4)"},
         {"model-type", FLAG_STRING, &type_s, NULL, 1, 0,
          "llama, qwen2, qwen3, mistral, exaone, granite, smollm3, olmo2, phi3, cohere, cohere2, gemma2 (Gemma2Config's "
-         "softcaps 50 and 30) or gemma3_text (default llama; qwen2 for qwen2.5-0.5b)"},
+         "softcaps 50 and 30), gemma3_text, or the mixtures of experts qwen3_moe, qwen2_moe, olmoe, granitemoe, "
+         "mixtral (default llama; qwen2 for qwen2.5-0.5b, granitemoe for granite-3.1-1b-a400m)"},
         {"hidden", FLAG_INT, &hidden, "0", 0, 65536, "hidden size C"},
         {"layers", FLAG_INT, &layers, "0", 0, 1024, "layers L"},
         {"heads", FLAG_INT, &heads, "0", 0, 1024, "attention heads H"},
         {"kv-heads", FLAG_INT, &kv, "0", 0, 1024, "key/value heads Hkv (0: = heads)"},
-        {"ffn", FLAG_INT, &ffn, "0", 0, 1 << 20, "MLP intermediate size F"},
+        {"ffn", FLAG_INT, &ffn, "0", 0, 1 << 20,
+         "MLP intermediate size F (qwen2_moe: the shared expert's; olmoe, granitemoe, mixtral: the experts' Fe; "
+         "qwen3_moe: config.json's unused dense size)"},
+        {"experts", FLAG_INT, &experts, "0", 0, 512, "mixtures of experts: experts E (0: the shape's)"},
+        {"experts-per-token", FLAG_INT, &topk, "0", 0, 512, "mixtures of experts: experts a token K (0: the shape's)"},
+        {"expert-ffn", FLAG_INT, &effn, "0", 0, 1 << 20, "mixtures of experts: each expert's intermediate size Fe (0: the shape's)"},
+        {"norm-topk-prob", FLAG_BOOL, &norm_topk, "false", 1, 0,
+         "qwen3_moe, qwen2_moe, olmoe: renormalise the K routing weights (mixtral and granitemoe always do)"},
         {"vocab", FLAG_INT, &vocab, "0", 0, 1 << 22, "vocabulary size V"},
         {"head-dim", FLAG_INT, &head_dim, "0", 0, 1024, "head dim D (0: C / H)"},
         {"tie-embeddings", FLAG_BOOL, &tie, "false", 1, 0, "lm_head shares embed_tokens (qwen2.5-0.5b: always)"},
@@ -66,15 +76,27 @@ int ctl_init_model(int argc, char **argv) {
     if (!out) { fprintf(stderr, "%s: --out DIR is required\n", argv[0]); goto done; }
     ModelType type = MODEL_LLAMA;
     if (shape && (!strcmp(shape, "qwen2.5-0.5b") || !strcmp(shape, "qwen2.5-7b"))) type = MODEL_QWEN2;
+    if (shape && !strcmp(shape, "granite-3.1-1b-a400m")) type = MODEL_GRANITEMOE;
     if (type_s && model_type_parse(type_s, &type) < 0) {
         fprintf(stderr, "%s: --model-type '%s': use llama, qwen2, qwen3, mistral, exaone, granite, smollm3, olmo2, "
-                "phi3, cohere, cohere2, gemma2 or gemma3_text\n", argv[0], type_s);
+                "phi3, cohere, cohere2, gemma2, gemma3_text, qwen3_moe, qwen2_moe, olmoe, granitemoe or mixtral\n",
+                argv[0], type_s);
         goto done;
     }
     ModelConfig cfg = {0};
     if (shape && modelgen_shape(&cfg, shape, type) < 0) {
-        fprintf(stderr, "%s: --shape '%s' with model type %s: use tiny, bench, qwen2.5-0.5b or qwen2.5-7b (the last two qwen2 only)\n",
-                argv[0], shape, model_type_name(type));
+        fprintf(stderr, "%s: --shape '%s' with model type %s: use tiny, bench, qwen2.5-0.5b or qwen2.5-7b (the last "
+                "two qwen2 only), granite-3.1-1b-a400m (granitemoe only)\n", argv[0], shape, model_type_name(type));
+        goto done;
+    }
+    bool moe = type >= MODEL_QWEN3_MOE;
+    if (!moe && (experts || topk || effn || norm_topk)) {
+        fprintf(stderr, "%s: --experts, --experts-per-token, --expert-ffn, --norm-topk-prob: model type %s is not a "
+                "mixture of experts\n", argv[0], model_type_name(type));
+        goto done;
+    }
+    if (norm_topk && (type == MODEL_GRANITEMOE || type == MODEL_MIXTRAL)) {
+        fprintf(stderr, "%s: --norm-topk-prob: %s always renormalises\n", argv[0], model_type_name(type));
         goto done;
     }
     if (!shape) {
@@ -84,7 +106,19 @@ int ctl_init_model(int argc, char **argv) {
     if (hidden) cfg.hidden_size = (int)hidden;
     if (layers) cfg.num_hidden_layers = (int)layers;
     if (heads) cfg.num_attention_heads = (int)heads;
-    if (ffn) cfg.intermediate_size = (int)ffn;
+    if (ffn && !moe) cfg.intermediate_size = (int)ffn;
+    if (ffn && moe) {  // config.json's intermediate_size: what it means per type
+        if (type == MODEL_QWEN2_MOE) cfg.intermediate_size = (int)ffn;
+        else if (type == MODEL_QWEN3_MOE) cfg.dense_intermediate_size = (int)ffn;
+        else cfg.moe_intermediate_size = cfg.dense_intermediate_size = (int)ffn;
+    }
+    if (experts) cfg.num_experts = (int)experts;
+    if (topk) cfg.num_experts_per_tok = (int)topk;
+    if (effn) {
+        cfg.moe_intermediate_size = (int)effn;
+        if (type != MODEL_QWEN2_MOE && type != MODEL_QWEN3_MOE) cfg.dense_intermediate_size = (int)effn;
+    }
+    if (norm_topk) cfg.norm_topk_prob = true;
     if (vocab) cfg.vocab_size = (int)vocab;
     cfg.num_key_value_heads = kv ? (int)kv : (shape && !heads ? cfg.num_key_value_heads : cfg.num_attention_heads);
     cfg.head_dim = head_dim ? (int)head_dim : (cfg.num_attention_heads ? cfg.hidden_size / cfg.num_attention_heads : 0);
@@ -95,8 +129,9 @@ int ctl_init_model(int argc, char **argv) {
     }
     if (tie) cfg.tie_word_embeddings = true;
     if (abias) {
-        if (type == MODEL_QWEN2) {
-            fprintf(stderr, "%s: --attention-bias: qwen2 always has q/k/v bias and no o bias\n", argv[0]);
+        if (type == MODEL_QWEN2 || type == MODEL_QWEN2_MOE || type == MODEL_MIXTRAL) {
+            fprintf(stderr, "%s: --attention-bias: %s\n", argv[0], type == MODEL_MIXTRAL ? "mixtral has no biases"
+                    : "qwen2 and qwen2_moe always have q/k/v bias and no o bias");
             goto done;
         }
         cfg.has_qkv_bias = cfg.has_o_bias = true;
@@ -108,9 +143,9 @@ int ctl_init_model(int argc, char **argv) {
             goto done;
         }
         if (type != MODEL_MISTRAL && type != MODEL_PHI3 && type != MODEL_COHERE2 && type != MODEL_GEMMA2 &&
-            type != MODEL_GEMMA3_TEXT) {
-            fprintf(stderr, "%s: --sliding-window: only model types mistral, phi3, cohere2, gemma2 and gemma3_text have "
-                    "one (not %s)\n", argv[0],
+            type != MODEL_GEMMA3_TEXT && type != MODEL_MIXTRAL) {
+            fprintf(stderr, "%s: --sliding-window: only model types mistral, mixtral, phi3, cohere2, gemma2 and "
+                    "gemma3_text have one (not %s)\n", argv[0],
                     model_type_name(type));
             goto done;
         }
@@ -187,10 +222,14 @@ int ctl_init_model(int argc, char **argv) {
         fprintf(stderr, "%s: %s\n", argv[0], err.msg);
         goto done;
     }
-    printf("wrote %s: %s C=%d L=%d H=%d Hkv=%d D=%d F=%d V=%d tied=%d %s, %zu parameters\n", out,
+    printf("wrote %s: %s C=%d L=%d H=%d Hkv=%d D=%d F=%d V=%d tied=%d %s, %zu parameters", out,
            model_type_name(cfg.type), cfg.hidden_size, cfg.num_hidden_layers, cfg.num_attention_heads,
            cfg.num_key_value_heads, cfg.head_dim, cfg.intermediate_size, cfg.vocab_size, cfg.tie_word_embeddings,
            opt.dtype == ST_DTYPE_F32 ? "f32" : opt.dtype == ST_DTYPE_F16 ? "f16" : "bf16", model_config_param_count(&cfg));
+    if (moe)
+        printf(" (E=%d K=%d Fe=%d: %zu active a token)", cfg.num_experts, cfg.num_experts_per_tok,
+               cfg.moe_intermediate_size, model_config_active_param_count(&cfg));
+    printf("\n");
     rc = 0;
 done:
     free(pos);
@@ -246,7 +285,7 @@ int ctl_model_info(int argc, char **argv) {
         printf("rope_scaling: none\n");
     if (c.sliding_window > 0) printf("sliding_window: %d\n", c.sliding_window);
     else printf("sliding_window: none\n");
-    if (c.type == MODEL_GRANITE)
+    if (c.type == MODEL_GRANITE || c.type == MODEL_GRANITEMOE)
         printf("embedding_multiplier: %g\nresidual_multiplier: %g\nattention_multiplier: %g\nlogits_scaling: %g\n",
                c.embedding_multiplier, c.residual_multiplier, c.attention_multiplier, c.logits_scaling);
     printf("no_rope_layers:");  // smollm3's layers without RoPE
@@ -258,6 +297,18 @@ int ctl_model_info(int argc, char **argv) {
         printf("fused: self_attn.qkv_proj (q, k, v), mlp.gate_up_proj (gate, up)\npartial_rotary: %d of %d head "
                "dims rotated\n", model_rope_dim(&c), c.head_dim);
     if (c.post_norm) printf("post_norm: true (norms after the sub-blocks, q/k norms over the whole projection)\n");
+    else if (c.qk_norm_whole) printf("qk_norm_whole: true (q/k norms over the whole projection, pre-norm layers)\n");
+    if (model_is_moe(&c)) {
+        printf("num_experts (E): %d\nnum_experts_per_tok (K): %d\nmoe_intermediate_size (Fe): %d\nnorm_topk_prob: %s\n",
+               c.num_experts, c.num_experts_per_tok, c.moe_intermediate_size, c.norm_topk_prob ? "true" : "false");
+        if (c.type == MODEL_QWEN2_MOE)
+            printf("shared_expert: intermediate_size %d under a sigmoid gate (config.json's intermediate_size %d)\n",
+                   c.intermediate_size, c.dense_intermediate_size);
+        else
+            printf("shared_expert: none\n");
+        printf("parameters_active: %zu a token (of %zu: K of E experts)\n", model_config_active_param_count(&c),
+               model_config_param_count(&c));
+    }
     if (c.type == MODEL_COHERE2) {  // its full_attention layers (no window, no RoPE: no_rope_layers above)
         printf("full_attention_layers:");
         for (int l = 0; l < c.num_hidden_layers; l++)

@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/fsutil.h"
+#include "kernels.h"
+#include "model/config_moe.h"
 
 static const char *type_names[MODEL_TYPE_COUNT] = {"llama", "qwen2", "qwen3", "mistral", "exaone", "smollm3",
                                                     "granite", "olmo2", "phi3", "cohere", "cohere2", "gemma2",
@@ -44,7 +46,7 @@ void model_config_defaults(ModelConfig *cfg, ModelType type) {
                                 : type == MODEL_EXAONE ? 4096 : 32768;
     c.has_qkv_bias = type == MODEL_QWEN2;
     c.has_qk_norm = type == MODEL_QWEN3 || type == MODEL_OLMO2;
-    c.post_norm = type == MODEL_OLMO2;
+    c.post_norm = c.qk_norm_whole = type == MODEL_OLMO2;
     c.sliding_window = type == MODEL_MISTRAL ? 4096 : 0;  // MistralConfig's default
     c.bos_token_id = -1;
     if (type == MODEL_PHI3) {  // Phi3Config's defaults
@@ -86,6 +88,7 @@ void model_config_defaults(ModelConfig *cfg, ModelType type) {
         model_config_gemma_layers(&c, NULL, 0);
         model_config_gemma_scales(&c);
     }
+    if (model_type_is_moe(type)) config_moe_defaults(&c, cfg);
     *cfg = c;
 }
 
@@ -142,6 +145,15 @@ static int get_num(json_t *root, const char *key, double min, double max, double
         return err_set(err, PAIL_ERR_INVALID, "%s: %s = %g is out of range [%g, %g]", what, key, x, min, max);
     *out = x;
     return 0;
+}
+
+int config_get_int(json_t *root, const char *key, long min, long max, int *out, const char *what, PailErr *err) {
+    return get_int(root, key, min, max, out, what, err);
+}
+
+int config_get_num(json_t *root, const char *key, double min, double max, double *out, const char *what,
+                   PailErr *err) {
+    return get_num(root, key, min, max, out, what, err);
 }
 
 static int require(json_t *root, const char *key, const char *what, PailErr *err) {
@@ -320,12 +332,10 @@ static int get_phi3(ModelConfig *c, json_t *root, const char *what, PailErr *err
 
 // Features pail does not run: refused by name rather than silently ignored.
 static int refuse_unsupported(json_t *root, ModelType type, const char *what, PailErr *err) {
-    if (type >= MODEL_QWEN3_MOE)  // the MoE types' parsing is under way (issue 48)
-        return err_set(err, PAIL_ERR_UNSUPPORTED, "%s: model_type = '%s': mixture-of-experts models are not supported",
-                       what, type_names[type]);
+    if (model_type_is_moe(type) && config_moe_refuse(root, type, what, err) < 0) return -1;
     static const char *moe[] = {"num_experts", "num_local_experts", "n_routed_experts", "moe_intermediate_size",
                                 "num_experts_per_tok"};
-    for (size_t i = 0; i < sizeof moe / sizeof moe[0]; i++) {
+    for (size_t i = 0; !model_type_is_moe(type) && i < sizeof moe / sizeof moe[0]; i++) {  // a dense type's
         json_t *v = json_object_get(root, moe[i]);
         if (v && !json_is_null(v) && !(json_is_integer(v) && json_integer_value(v) == 0))
             return err_set(err, PAIL_ERR_UNSUPPORTED,
@@ -503,7 +513,9 @@ static int get_gemma(ModelConfig *c, json_t *root, const char *what, PailErr *er
 }
 
 int model_config_validate(const ModelConfig *c, const char *what, PailErr *err) {
-    if (c->hidden_size <= 0 || c->intermediate_size <= 0 || c->num_hidden_layers <= 0 ||
+    // a mixture of experts has no dense MLP (intermediate_size 0) but qwen2_moe's shared expert
+    bool moe = model_type_is_moe(c->type);
+    if (c->hidden_size <= 0 || c->intermediate_size < (moe && c->type != MODEL_QWEN2_MOE ? 0 : 1) || c->num_hidden_layers <= 0 ||
         c->num_attention_heads <= 0 || c->num_key_value_heads <= 0 || c->head_dim <= 0 || c->vocab_size <= 0)
         return err_set(err, PAIL_ERR_INVALID, "%s: sizes must be positive (hidden %d, ffn %d, layers %d, heads %d, "
                        "kv heads %d, head_dim %d, vocab %d)", what, c->hidden_size, c->intermediate_size,
@@ -515,6 +527,17 @@ int model_config_validate(const ModelConfig *c, const char *what, PailErr *err) 
     if (c->head_dim % 2)
         return err_set(err, PAIL_ERR_INVALID, "%s: head_dim %d is odd (RoPE rotates pairs)", what, c->head_dim);
     if (!(c->rms_norm_eps > 0)) return err_set(err, PAIL_ERR_INVALID, "%s: rms_norm_eps must be > 0", what);
+    if (moe != model_is_moe(c))
+        return err_set(err, PAIL_ERR_INVALID, "%s: num_experts = %d for model_type %s", what, c->num_experts,
+                       model_type_name(c->type));
+    if (moe && (c->num_experts > MOE_MAX_EXPERTS || c->num_experts_per_tok < 1 ||
+                c->num_experts_per_tok > c->num_experts || c->moe_intermediate_size <= 0))
+        return err_set(err, PAIL_ERR_INVALID, "%s: experts: %d (at most %d), %d a token (1 to num_experts), "
+                       "moe_intermediate_size %d (must be positive)", what, c->num_experts, MOE_MAX_EXPERTS,
+                       c->num_experts_per_tok, c->moe_intermediate_size);
+    if (moe && c->type != MODEL_QWEN2_MOE && c->intermediate_size)
+        return err_set(err, PAIL_ERR_INVALID, "%s: intermediate_size %d: %s has no dense MLP", what,
+                       c->intermediate_size, model_type_name(c->type));
     if (c->bos_token_id >= c->vocab_size)
         return err_set(err, PAIL_ERR_INVALID, "%s: bos_token_id %d is not below vocab_size %d", what,
                        c->bos_token_id, c->vocab_size);
@@ -537,7 +560,9 @@ int model_config_parse(ModelConfig *cfg, const char *text, size_t len, const cha
     ModelType type;
     if (model_type_parse(json_string_value(mt), &type) < 0) {
         err_set(err, PAIL_ERR_UNSUPPORTED, "%s: model_type = '%s' is not supported (pail runs llama, qwen2, qwen3, "
-                "mistral, exaone, smollm3, granite, olmo2, phi3, cohere, cohere2, gemma2, gemma3_text dense decoders)", what, json_string_value(mt));
+                "mistral, exaone, smollm3, granite, olmo2, phi3, cohere, cohere2, gemma2, gemma3_text dense decoders "
+                "and the qwen3_moe, qwen2_moe, olmoe, granitemoe, mixtral mixtures of experts)", what,
+                json_string_value(mt));
         goto out;
     }
     if (type == MODEL_EXAONE) {  // EXAONE's own config names (ExaoneConfig.attribute_map), read as llama's
@@ -614,8 +639,10 @@ int model_config_parse(ModelConfig *cfg, const char *text, size_t len, const cha
         if (!json_is_boolean(tie)) { err_set(err, PAIL_ERR_INVALID, "%s: tie_word_embeddings is not a boolean", what); goto out; }
         c.tie_word_embeddings = json_is_true(tie);
     }
-    // MistralAttention and Phi3Attention have no biases, whatever the file says
-    if (type != MODEL_QWEN2 && type != MODEL_MISTRAL && type != MODEL_PHI3) {
+    // MistralAttention, MixtralAttention and Phi3Attention have no biases, whatever the file says; qwen2_moe's
+    // are its qkv_bias (config_moe_parse)
+    if (type != MODEL_QWEN2 && type != MODEL_MISTRAL && type != MODEL_PHI3 && type != MODEL_MIXTRAL &&
+        type != MODEL_QWEN2_MOE) {
         json_t *ab = json_object_get(root, "attention_bias");
         if (ab && !json_is_null(ab) && !json_is_boolean(ab)) {
             err_set(err, PAIL_ERR_INVALID, "%s: attention_bias is not a boolean", what);
@@ -623,6 +650,7 @@ int model_config_parse(ModelConfig *cfg, const char *text, size_t len, const cha
         }
         c.has_qkv_bias = c.has_o_bias = json_is_true(ab);
     }
+    if (model_type_is_moe(type) && config_moe_parse(&c, root, what, err) < 0) goto out;
     json_t *dt = json_object_get(root, "torch_dtype");
     if (!json_is_string(dt)) dt = json_object_get(root, "dtype");
     if (json_is_string(dt)) snprintf(c.dtype, sizeof c.dtype, "%s", json_string_value(dt));
@@ -709,7 +737,9 @@ int model_config_to_json(const ModelConfig *c, const char *dtype_name, Buf *out)
         json_object_set_new(o, "attention_bias", json_boolean(c->has_qkv_bias));
         json_object_set_new(o, "head_dim", json_integer(c->head_dim));
     }
-    if (c->type == MODEL_MISTRAL) {  // MistralConfig has no attention_bias: q/k/v/o never carry one
+    if (model_is_moe(c)) {
+        config_moe_to_json(c, o);
+    } else if (c->type == MODEL_MISTRAL) {  // MistralConfig has no attention_bias: q/k/v/o never carry one
         json_object_set_new(o, "head_dim", json_integer(c->head_dim));
         json_object_set_new(o, "sliding_window", c->sliding_window > 0 ? json_integer(c->sliding_window) : json_null());
     } else if (c->type == MODEL_SMOLLM3) {
@@ -810,8 +840,16 @@ size_t model_config_param_count(const ModelConfig *c) {
     size_t layer = 2 * C + H * D * C + 2 * Hkv * D * C + C * H * D + 3 * C * F;
     if (c->has_qkv_bias) layer += H * D + 2 * Hkv * D;
     if (c->has_o_bias) layer += C;
-    if (c->has_qk_norm) layer += c->post_norm || c->layer_norm ? H * D + Hkv * D : 2 * D;  // olmo2, cohere: H*D
+    if (c->has_qk_norm) layer += c->qk_norm_whole || c->layer_norm ? H * D + Hkv * D : 2 * D;  // olmo2, cohere: H*D
     if (c->parallel_block) layer -= C;  // cohere: no post_attention_layernorm
     if (c->gemma_norms) layer += 2 * C;  // pre_ and post_feedforward_layernorm
+    if (model_is_moe(c))  // the router, every expert's gate, up and down; qwen2_moe's shared expert's gate
+        layer += (size_t)c->num_experts * C + (size_t)c->num_experts * 3 * C * c->moe_intermediate_size +
+                 (c->type == MODEL_QWEN2_MOE ? C : 0);
     return V * C + (size_t)c->num_hidden_layers * layer + C + (c->tie_word_embeddings ? 0 : V * C);
+}
+
+size_t model_config_active_param_count(const ModelConfig *c) {
+    size_t idle = (size_t)(c->num_experts - c->num_experts_per_tok) * 3 * c->hidden_size * c->moe_intermediate_size;
+    return model_config_param_count(c) - (model_is_moe(c) ? (size_t)c->num_hidden_layers * idle : 0);
 }

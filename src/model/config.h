@@ -11,8 +11,8 @@
 // scaled by 1 + w, GeGLU, sliding and global layers), and the mixtures of experts qwen3_moe,
 // qwen2_moe, olmoe, granitemoe and mixtral (fields below). Both the hub's legacy layout (rope_theta + rope_scaling,
 // torch_dtype) and transformers 5's (rope_parameters, dtype) are read. What pail
-// cannot run (other model types, MoE, qwen's per-layer sliding window, unknown rope
-// scaling) is refused with a message naming the field and value.
+// cannot run (other model types, MoE configs with dense layers, qwen's per-layer sliding window,
+// unknown rope scaling) is refused with a message naming the field and value.
 // Shape legend (doc/models.md): C hidden, F ffn, L layers, H heads, Hkv kv heads, D head dim, V vocab.
 #pragma once
 #include <stdbool.h>
@@ -54,6 +54,7 @@ typedef struct {
     bool has_qkv_bias, has_o_bias;
     bool has_qk_norm;             // qwen3: per-head RMSNorm (D) on q and k before RoPE; olmo2: over H*D, Hkv*D
     bool post_norm;               // olmo2: no pre-norms; RMSNorm on each sub-block's output before the residual add
+    bool qk_norm_whole;           // olmo2, olmoe: the q/k norms are over the whole projection (H*D, Hkv*D), not per head
     int sliding_window;           // mistral: query i sees keys i-W+1..i on every layer; 0 = full (null)
     // smollm3: bit l set = layer l applies no RoPE to q and k (no_rope_layers[l] == 0); all clear elsewhere
     unsigned long long no_rope[MODEL_MAX_LAYERS / 64];
@@ -108,6 +109,8 @@ typedef struct {
     int moe_intermediate_size;    // Fe (qwen's moe_intermediate_size; the others' intermediate_size)
     bool norm_topk_prob;
     int dense_intermediate_size;  // config.json's intermediate_size when intermediate_size holds the shared expert's
+    // (the other MoE types: intermediate_size 0, no dense MLP; dense_intermediate_size config.json's, which for
+    // olmoe, granitemoe and mixtral is the experts' size, = moe_intermediate_size)
 } ModelConfig;
 
 const char *model_type_name(ModelType t);  // "llama", ..., "granite", "olmo2", "phi3", "cohere", "cohere2", "gemma2", "gemma3_text"
@@ -138,7 +141,8 @@ int model_config_apply_generation(ModelConfig *cfg, const char *json, size_t len
                                   PailErr *err);
 // dir/config.json, then dir/generation_config.json when it exists.
 int model_config_load(ModelConfig *cfg, const char *dir, PailErr *err);
-// Checks sizes and derived fields are consistent (all positive, H % Hkv == 0, ...).
+// Checks sizes and derived fields are consistent (all positive, H % Hkv == 0, 1 <= K <= E <=
+// MOE_MAX_EXPERTS, ...).
 int model_config_validate(const ModelConfig *cfg, const char *what, PailErr *err);
 // Fills the defaults pail uses for a model_type and shape: HF's defaults for
 // eps/theta/positions, qwen2 q/k/v bias, qwen3 q/k norm, mistral's window 4096, head_dim = C / H.
@@ -152,5 +156,8 @@ void model_config_gemma_scales(ModelConfig *c);
 // fields a published checkpoint of this model_type carries (architectures,
 // model_type, torch_dtype, ...). dtype_name: "float32" / "bfloat16".
 int model_config_to_json(const ModelConfig *cfg, const char *dtype_name, Buf *out);
-// Number of parameters the checkpoint holds (lm_head counted only when untied).
+// Number of parameters the checkpoint holds (lm_head counted only when untied; every expert).
 size_t model_config_param_count(const ModelConfig *cfg);
+// The parameters one token computes with: model_config_param_count less the L * (E - K) experts it
+// is not routed to (= the total for a dense model).
+size_t model_config_active_param_count(const ModelConfig *cfg);

@@ -30,10 +30,29 @@ int modelgen_shape(ModelConfig *cfg, const char *shape, ModelType type) {
         c.hidden_size = 3584, c.num_hidden_layers = 28, c.num_attention_heads = 28, c.num_key_value_heads = 4;
         c.intermediate_size = 18944, c.vocab_size = 152064;
         bos = eos = 151643;
+    } else if (!strcmp(shape, "granite-3.1-1b-a400m")) {  // ibm-granite/granite-3.1-1b-a400m-base's config.json
+        if (type != MODEL_GRANITEMOE) return -1;
+        c.hidden_size = 1024, c.num_hidden_layers = 24, c.num_attention_heads = 16, c.num_key_value_heads = 8;
+        c.intermediate_size = 512, c.vocab_size = 49155;
+        c.num_experts = 32, c.num_experts_per_tok = 8, c.moe_intermediate_size = 512;
+        bos = eos = 0;  // <|end_of_text|>
     } else {
         return -1;
     }
+    bool moe = type >= MODEL_QWEN3_MOE;
+    if (moe && !c.num_experts) {  // tiny: E 4, K 2, Fe 32 (whole q8_0 blocks), qwen2_moe's shared expert 64
+        c.num_experts = !strcmp(shape, "tiny") ? 4 : 8, c.num_experts_per_tok = 2;
+        c.moe_intermediate_size = c.intermediate_size / 4;
+        c.intermediate_size /= 2;
+    }
     model_config_defaults(&c, type);
+    if (!strcmp(shape, "granite-3.1-1b-a400m")) {
+        c.embedding_multiplier = 12.0, c.residual_multiplier = 0.22, c.attention_multiplier = 0.015625;
+        c.logits_scaling = 6.0;
+        c.rope_theta = 1500000.0;
+        c.max_position_embeddings = 131072;
+        c.tie_word_embeddings = true;
+    }
     if (!strcmp(shape, "qwen2.5-0.5b") || !strcmp(shape, "qwen2.5-7b")) {
         c.tie_word_embeddings = !strcmp(shape, "qwen2.5-0.5b");  // 7B has its own lm_head
         c.rope_theta = 1000000.0;
@@ -144,7 +163,9 @@ int model_weights_save(const ModelWeights *wp, const char *dir, const ModelGenOp
     const char **mk = NULL, **mv = NULL;
     Buf b = {0};
     size_t esz = dtype_size(out_dt);
-    int L = cfg->num_hidden_layers, cap = PARAM_COUNT * L, n = 0, nq = 0;
+    int L = cfg->num_hidden_layers, cap = 0, n = 0, nq = 0;
+    for (int id = 0; id < PARAM_COUNT; id++)  // a tensor per part: the experts are one per expert (weights.h)
+        if (wp->specs[id].present) cap += L * model_param_nparts(cfg, (ModelParamId)id);
     // Tensors stored in another dtype than the file's are converted (rounded
     // once, to nearest even; a quantized one dequantized when asked) into one
     // block; the file then holds exactly these values.
@@ -169,29 +190,34 @@ int model_weights_save(const ModelWeights *wp, const char *dir, const ModelGenOp
     for (int id = 0; id < PARAM_COUNT; id++) {
         const ModelParamSpec *s = &wp->specs[id];
         if (!s->present) continue;
-        for (int l = 0; l < (s->per_layer ? L : 1); l++) {
-            model_param_name(s, l, names[n], sizeof names[n]);
-            const void *src = model_weights_tensor(wp, id, l);
-            DType dt = model_weights_dtype(wp, (ModelParamId)id, l);
-            if (dtype_is_quant(dt) && !opt->dequantize) {  // the blocks as they are
-                snprintf(qkeys[nq], sizeof qkeys[nq], "%s%s", MODEL_QUANT_META, names[n]);
-                mk[1 + nq] = qkeys[nq], mv[1 + nq] = dtype_name(dt), nq++;
-                items[n] = (SafeTensorsWriteItem){names[n], ST_DTYPE_U8, 2,
-                                                  {(int64_t)s->shape[0], (int64_t)dtype_row_bytes(dt, s->shape[1])},
+        for (int l = 0; l < (s->per_layer ? L : 1); l++)
+            for (int k = 0; k < model_param_nparts(cfg, (ModelParamId)id); k++) {
+                ModelTensorPart tp;
+                model_param_part(cfg, wp->specs, (ModelParamId)id, l, k, &tp);
+                snprintf(names[n], sizeof names[n], "%s", tp.name);
+                DType dt = model_weights_dtype(wp, (ModelParamId)id, l);
+                const void *src = (const char *)model_weights_tensor(wp, id, l) +
+                                  (s->ndim == 2 ? tp.row0 * dtype_row_bytes(dt, tp.cols) : 0);
+                size_t numel = tp.rows * tp.cols;
+                if (dtype_is_quant(dt) && !opt->dequantize) {  // the blocks as they are
+                    snprintf(qkeys[nq], sizeof qkeys[nq], "%s%s", MODEL_QUANT_META, names[n]);
+                    mk[1 + nq] = qkeys[nq], mv[1 + nq] = dtype_name(dt), nq++;
+                    items[n] = (SafeTensorsWriteItem){names[n], ST_DTYPE_U8, 2,
+                                                      {(int64_t)tp.rows, (int64_t)dtype_row_bytes(dt, tp.cols)}, src};
+                    n++;
+                    continue;
+                }
+                if (dt != out_dt) {
+                    uint8_t *d = conv + used * esz;
+                    dtype_convert(d, out_dt, src, dt, numel);
+                    used += numel;
+                    src = d;
+                }
+                items[n] = (SafeTensorsWriteItem){names[n], opt->dtype, tp.ndim,
+                                                  {(int64_t)tp.shape[0], (int64_t)tp.shape[1], (int64_t)tp.shape[2]},
                                                   src};
                 n++;
-                continue;
             }
-            if (dt != out_dt) {
-                uint8_t *d = conv + used * esz;
-                dtype_convert(d, out_dt, src, dt, s->numel);
-                used += s->numel;
-                src = d;
-            }
-            items[n] = (SafeTensorsWriteItem){names[n], opt->dtype, s->ndim,
-                                              {(int64_t)s->shape[0], (int64_t)s->shape[1]}, src};
-            n++;
-        }
     }
     char path[4096];
     snprintf(path, sizeof path, "%s/model.safetensors", dir);

@@ -12,8 +12,10 @@
 
 // The shapes tests and benches use (doc/models.md): tiny (unit tests), bench
 // (C 512, L 8, H 8, Hkv 2, F 1408, V 32000), qwen2.5-0.5b (C 896, L 24, H 14,
-// Hkv 2, F 4864, V 151936, tied, q/k/v bias). Fills cfg's sizes and model_type
-// defaults; returns -1 for an unknown name.
+// Hkv 2, F 4864, V 151936, tied, q/k/v bias). A mixture-of-experts type's tiny and bench
+// have E 4 (bench 8), K 2, Fe F/4 and qwen2_moe's shared expert F/2; granite-3.1-1b-a400m is
+// granitemoe's (C 1024, L 24, H 16, Hkv 8, E 32, K 8, Fe 512, V 49155, tied, its multipliers).
+// Fills cfg's sizes and model_type defaults; returns -1 for an unknown name.
 int modelgen_shape(ModelConfig *cfg, const char *shape, ModelType type);
 
 typedef struct {

@@ -57,14 +57,30 @@ void model_param_specs(const ModelConfig *c, ModelParamSpec s[PARAM_COUNT]) {
         [PARAM_MLP_NORM] = "ln_2.weight", [PARAM_W_GATE] = "mlp.c_fc_0.weight", [PARAM_W_UP] = "mlp.c_fc_1.weight",
         [PARAM_W_DOWN] = "mlp.c_proj.weight", [PARAM_FINAL_NORM] = "transformer.ln_f.weight",
     };
+    // mixtures of experts: the routed MLP's names (the expert families' are display names: the files hold
+    // them per expert, model_param_part); the dense MLP is only qwen2_moe's shared expert
+    static const char *moe_names[MODEL_TYPE_COUNT][3] = {
+        [MODEL_MIXTRAL] = {"block_sparse_moe.gate.weight", "block_sparse_moe.experts.gate_up_proj",
+                           "block_sparse_moe.experts.down_proj"},
+        [MODEL_GRANITEMOE] = {"block_sparse_moe.router.layer.weight", "block_sparse_moe.input_linear.weight",
+                              "block_sparse_moe.output_linear.weight"},
+    };
     for (int i = 0; i < PARAM_COUNT; i++) {
         s[i] = t[i];
-        if (c->post_norm) {  // olmo2: the two layer norms sit after the sub-blocks; q/k norms over H*D, Hkv*D
+        if (c->post_norm) {  // olmo2: the two layer norms sit after the sub-blocks
             if (i == PARAM_ATTN_NORM) s[i].name = "post_attention_layernorm.weight";
             if (i == PARAM_MLP_NORM) s[i].name = "post_feedforward_layernorm.weight";
-            if (i == PARAM_Q_NORM) s[i].shape[0] = Q;
-            if (i == PARAM_K_NORM) s[i].shape[0] = KV;
         }
+        if (c->qk_norm_whole && i == PARAM_Q_NORM) s[i].shape[0] = Q;  // olmo2, olmoe: over H*D, Hkv*D
+        if (c->qk_norm_whole && i == PARAM_K_NORM) s[i].shape[0] = KV;
+        if (moe && (i == PARAM_W_GATE || i == PARAM_W_UP || i == PARAM_W_DOWN || i == PARAM_SHARED_GATE)) {
+            s[i].present = c->type == MODEL_QWEN2_MOE && c->intermediate_size > 0;
+            if (i == PARAM_W_GATE) s[i].name = "mlp.shared_expert.gate_proj.weight";
+            if (i == PARAM_W_UP) s[i].name = "mlp.shared_expert.up_proj.weight";
+            if (i == PARAM_W_DOWN) s[i].name = "mlp.shared_expert.down_proj.weight";
+        }
+        if (moe && moe_names[c->type][0] && i >= PARAM_ROUTER && i <= PARAM_EXP_DOWN)
+            s[i].name = moe_names[c->type][i - PARAM_ROUTER];
         if (c->parallel_block && i == PARAM_MLP_NORM) s[i].present = false;  // cohere: one norm per layer
         if (c->layer_norm && (i == PARAM_Q_NORM || i == PARAM_K_NORM)) {  // cohere: (H, D), (Hkv, D)
             s[i].ndim = 2;
@@ -85,6 +101,42 @@ void model_param_specs(const ModelConfig *c, ModelParamSpec s[PARAM_COUNT]) {
 void model_param_name(const ModelParamSpec *s, int layer, char *out, size_t cap) {
     if (s->per_layer) snprintf(out, cap, "%s%d.%s", s->prefix, layer, s->name);
     else snprintf(out, cap, "%s", s->name);
+}
+
+int model_param_nparts(const ModelConfig *c, ModelParamId id) {
+    if (!model_is_moe(c) || c->type == MODEL_GRANITEMOE) return 1;
+    return id == PARAM_EXP_GATE_UP ? 2 * c->num_experts : id == PARAM_EXP_DOWN ? c->num_experts : 1;
+}
+
+void model_param_part(const ModelConfig *c, const ModelParamSpec *specs, ModelParamId id, int layer, int part,
+                      ModelTensorPart *o) {
+    const ModelParamSpec *s = &specs[id];
+    size_t E = c->num_experts, Fe = c->moe_intermediate_size, C = c->hidden_size;
+    memset(o, 0, sizeof *o);
+    o->rows = s->shape[0];
+    o->cols = s->ndim == 2 ? s->shape[1] : 1;
+    o->ndim = s->ndim;
+    o->shape[0] = s->shape[0], o->shape[1] = s->shape[1];
+    bool expert = id == PARAM_EXP_GATE_UP || id == PARAM_EXP_DOWN;
+    if (!expert || !model_is_moe(c)) {
+        model_param_name(s, layer, o->name, sizeof o->name);
+        return;
+    }
+    bool up = id == PARAM_EXP_GATE_UP;
+    if (c->type == MODEL_GRANITEMOE) {  // fused: (E, 2Fe, C) gate rows first in each expert, (E, C, Fe)
+        model_param_name(s, layer, o->name, sizeof o->name);
+        o->ndim = 3;
+        o->shape[0] = E, o->shape[1] = up ? 2 * Fe : C, o->shape[2] = up ? C : Fe;
+        return;
+    }
+    bool mix = c->type == MODEL_MIXTRAL;
+    int e = up ? part / 2 : part;
+    const char *leaf = !up ? (mix ? "w2" : "down_proj") : part % 2 ? (mix ? "w3" : "up_proj") : (mix ? "w1" : "gate_proj");
+    snprintf(o->name, sizeof o->name, "%s%d.%s.%d.%s.weight", s->prefix, layer,
+             mix ? "block_sparse_moe.experts" : "mlp.experts", e, leaf);
+    o->rows = up ? Fe : C;
+    o->row0 = up ? (size_t)e * 2 * Fe + (part % 2) * Fe : (size_t)e * C;
+    o->shape[0] = o->rows, o->shape[1] = o->cols;
 }
 
 size_t model_params_count(const ModelConfig *cfg) {
@@ -375,10 +427,40 @@ void model_weights_dtype_desc(const ModelWeights *w, char *out, size_t cap) {
     free(ldt);
 }
 
-// Maps a tensor name to (family, layer). Returns 1 when expected, 0 when it is a
+// A per-expert tensor's (family, part) from its name p after "<prefix>N.": "mlp.experts.E.gate_proj.weight"
+// (mixtral: "block_sparse_moe.experts.E.w1.weight"). 1 when it is one, 0 when not, -1 (err) for an
+// expert index past num_experts.
+static int classify_expert(const ModelConfig *cfg, const char *p, const char *name, const char *file, int *id,
+                           int *part, PailErr *err) {
+    if (!model_is_moe(cfg) || cfg->type == MODEL_GRANITEMOE) return 0;
+    bool mix = cfg->type == MODEL_MIXTRAL;
+    const char *pre = mix ? "block_sparse_moe.experts." : "mlp.experts.";
+    size_t n = strlen(pre);
+    if (strncmp(p, pre, n)) return 0;
+    p += n;
+    long e = 0;
+    int nd = 0;
+    while (*p >= '0' && *p <= '9' && nd < 6) e = e * 10 + (*p++ - '0'), nd++;
+    if (nd == 0 || *p != '.' || (nd > 1 && p[-nd] == '0')) return 0;
+    p++;
+    static const char *leaves[2][3] = {{"gate_proj.weight", "up_proj.weight", "down_proj.weight"},
+                                       {"w1.weight", "w3.weight", "w2.weight"}};
+    int k = 0;
+    while (k < 3 && strcmp(p, leaves[mix][k])) k++;
+    if (k == 3) return 0;
+    if (e >= cfg->num_experts)
+        return err_set(err, PAIL_ERR_INVALID, "%s: unexpected tensor '%s': config.json has num_experts = %d", file,
+                       name, cfg->num_experts);
+    *id = k == 2 ? PARAM_EXP_DOWN : PARAM_EXP_GATE_UP;
+    *part = k == 2 ? (int)e : 2 * (int)e + k;
+    return 1;
+}
+
+// Maps a tensor name to (family, layer, part). Returns 1 when expected, 0 when it is a
 // harmless extra to skip, -1 (err set) when unexpected.
 static int classify(const ModelConfig *cfg, const ModelParamSpec *specs, const char *name, const char *file,
-                    int *id, int *layer, PailErr *err) {
+                    int *id, int *layer, int *part, PailErr *err) {
+    *part = 0;
     const char *pre = specs[PARAM_ATTN_NORM].prefix;
     size_t pl = strlen(pre);
     if (!strncmp(name, pre, pl)) {
@@ -395,8 +477,13 @@ static int classify(const ModelConfig *cfg, const ModelParamSpec *specs, const c
         if (l >= cfg->num_hidden_layers)
             return err_set(err, PAIL_ERR_INVALID, "%s: unexpected tensor '%s': config.json has num_hidden_layers = %d",
                            file, name, cfg->num_hidden_layers);
+        int ke = classify_expert(cfg, p, name, file, id, part, err);
+        if (ke != 0) {
+            *layer = (int)l;
+            return ke;
+        }
         for (int i = 0; i < PARAM_COUNT; i++)
-            if (specs[i].per_layer && !strcmp(p, specs[i].name)) {
+            if (specs[i].per_layer && !strcmp(p, specs[i].name) && model_param_nparts(cfg, (ModelParamId)i) == 1) {
                 if (!specs[i].present)
                     return err_set(err, PAIL_ERR_INVALID,
                                    "%s: unexpected tensor '%s': a %s model with this config.json has no %s", file,
@@ -448,18 +535,26 @@ int model_weights_check(const ModelConfig *cfg, const SafeTensorsSet *set, PailE
     ModelParamSpec specs[PARAM_COUNT];
     model_param_specs(cfg, specs);
     int L = cfg->num_hidden_layers;
-    unsigned char *seen = calloc((size_t)PARAM_COUNT * L, 1);
+    // seen: one byte per part of each (family, layer), family id's from base[id]
+    size_t base[PARAM_COUNT], nseen = 0;
+    for (int id = 0; id < PARAM_COUNT; id++) {
+        base[id] = nseen;
+        nseen += (size_t)L * model_param_nparts(cfg, (ModelParamId)id);
+    }
+    unsigned char *seen = calloc(nseen, 1);
     if (!seen) return err_set(err, PAIL_ERR_NOMEM, "out of memory");
     int rc = -1;
     for (int f = 0; f < set->nfiles; f++) {
         const char *file = set->files[f].path;  // dir/name, for messages
         for (int i = 0; i < set->files[f].n; i++) {
             const SafeTensor *t = &set->files[f].tensors[i];
-            int id = 0, layer = 0;
-            int k = classify(cfg, specs, t->name, file, &id, &layer, err);
+            int id = 0, layer = 0, part = 0;
+            int k = classify(cfg, specs, t->name, file, &id, &layer, &part, err);
             if (k < 0) goto out;
             if (k == 0) continue;
-            const ModelParamSpec *s = &specs[id];
+            ModelTensorPart tp;  // what this tensor must be: its rows of the family (rows, cols) and file shape
+            model_param_part(cfg, specs, (ModelParamId)id, layer, part, &tp);
+            size_t at = base[id] + (size_t)layer * model_param_nparts(cfg, (ModelParamId)id) + part;
             int q = model_tensor_quant(set, f, t);
             if (q == -2) {
                 err_set(err, PAIL_ERR_UNSUPPORTED, "%s: tensor '%s': metadata %s%s is '%s', not a type pail computes "
@@ -469,28 +564,28 @@ int model_weights_check(const ModelConfig *cfg, const SafeTensorsSet *set, PailE
             }
             if (q >= 0) {  // blocks: U8 [rows, row bytes]
                 DType qd = (DType)q;
-                if (!model_param_is_matrix((ModelParamId)id) || s->ndim != 2) {
+                if (!model_param_is_matrix((ModelParamId)id) || specs[id].ndim != 2) {
                     err_set(err, PAIL_ERR_UNSUPPORTED, "%s: tensor '%s' is quantized (%s); pail quantizes only the "
                             "projections, the embedding and the head", file, t->name, dtype_name(qd));
                     goto out;
                 }
-                if (s->shape[1] % (size_t)dtype_block(qd)) {
+                if (tp.cols % (size_t)dtype_block(qd)) {
                     err_set(err, PAIL_ERR_INVALID, "%s: tensor '%s' is %s, but its rows of %zu are not whole blocks "
-                            "of %d", file, t->name, dtype_name(qd), s->shape[1], dtype_block(qd));
+                            "of %d", file, t->name, dtype_name(qd), tp.cols, dtype_block(qd));
                     goto out;
                 }
-                size_t rb = dtype_row_bytes(qd, s->shape[1]);
-                if (t->dtype != ST_DTYPE_U8 || t->ndim != 2 || (size_t)t->shape[0] != s->shape[0] ||
+                size_t rb = dtype_row_bytes(qd, tp.cols);
+                if (t->dtype != ST_DTYPE_U8 || t->ndim != 2 || (size_t)t->shape[0] != tp.rows ||
                     (size_t)t->shape[1] != rb) {
                     char got[128];
                     shape_str(t->shape, t->ndim, got, sizeof got);
                     err_set(err, PAIL_ERR_INVALID, "%s: tensor '%s' is %s [%zu, %zu]: it must be U8 [%zu, %zu] (%zu "
                             "blocks of %zu bytes a row), the file holds %s %s (truncated blocks?)", file, t->name,
-                            dtype_name(qd), s->shape[0], s->shape[1], s->shape[0], rb, rb / dtype_block_bytes(qd),
+                            dtype_name(qd), tp.rows, tp.cols, tp.rows, rb, rb / dtype_block_bytes(qd),
                             dtype_block_bytes(qd), safetensors_dtype_name(t->dtype), got);
                     goto out;
                 }
-                seen[(size_t)id * L + layer] = 1;
+                seen[at] = 1;
                 continue;
             }
             if (t->dtype != ST_DTYPE_F32 && t->dtype != ST_DTYPE_BF16 && t->dtype != ST_DTYPE_F16) {
@@ -499,30 +594,32 @@ int model_weights_check(const ModelConfig *cfg, const SafeTensorsSet *set, PailE
                         safetensors_dtype_name(t->dtype), MODEL_QUANT_META);
                 goto out;
             }
-            bool ok = t->ndim == s->ndim && (size_t)t->shape[0] == s->shape[0] &&
-                      (s->ndim == 1 || (size_t)t->shape[1] == s->shape[1]);
+            bool ok = t->ndim == tp.ndim;
+            for (int d = 0; ok && d < tp.ndim; d++) ok = (size_t)t->shape[d] == tp.shape[d];
             if (!ok) {
-                char got[128], want[64];
+                char got[128], want[128];
+                int64_t ws[3] = {(int64_t)tp.shape[0], (int64_t)tp.shape[1], (int64_t)tp.shape[2]};
                 shape_str(t->shape, t->ndim, got, sizeof got);
-                if (s->ndim == 2) snprintf(want, sizeof want, "[%zu, %zu]", s->shape[0], s->shape[1]);
-                else snprintf(want, sizeof want, "[%zu]", s->shape[0]);
+                shape_str(ws, tp.ndim, want, sizeof want);
                 err_set(err, PAIL_ERR_INVALID, "%s: tensor '%s' has shape %s, config.json implies %s", file, t->name,
                         got, want);
                 goto out;
             }
-            seen[(size_t)id * L + layer] = 1;
+            seen[at] = 1;
         }
     }
     for (int id = 0; id < PARAM_COUNT; id++) {
         if (!specs[id].present) continue;
+        int np = model_param_nparts(cfg, (ModelParamId)id);
         for (int l = 0; l < (specs[id].per_layer ? L : 1); l++)
-            if (!seen[(size_t)id * L + l]) {
-                char nm[256];
-                model_param_name(&specs[id], l, nm, sizeof nm);
-                err_set(err, PAIL_ERR_INVALID, "%s: tensor '%s' is missing (a %s model with this config.json needs it)",
-                        set->dir, nm, model_type_name(cfg->type));
-                goto out;
-            }
+            for (int k = 0; k < np; k++)
+                if (!seen[base[id] + (size_t)l * np + k]) {
+                    ModelTensorPart tp;
+                    model_param_part(cfg, specs, (ModelParamId)id, l, k, &tp);
+                    err_set(err, PAIL_ERR_INVALID, "%s: tensor '%s' is missing (a %s model with this config.json "
+                            "needs it)", set->dir, tp.name, model_type_name(cfg->type));
+                    goto out;
+                }
     }
     rc = 0;
 out:
@@ -563,19 +660,28 @@ void model_weights_choose_dtypes(const ModelConfig *cfg, const SafeTensorsSet *s
         if (!specs[id].present || !model_param_is_matrix((ModelParamId)id)) continue;
         size_t nl = specs[id].per_layer ? L : 1;
         DType *d = ldt + (size_t)id * L;
-        // as stored: a quantized layer its blocks; the float layers their one dtype, or f32 (exact) when they differ
-        int first = -1;
+        // as stored: a quantized layer its blocks; the float layers their one dtype, or f32 (exact) when they
+        // differ. A layer of several tensors (the experts) is quantized when all its parts are, alike; a mix is f32.
+        int first = -1, np = model_param_nparts(cfg, (ModelParamId)id);
         for (size_t l = 0; l < nl; l++) {
-            char nm[256];
-            model_param_name(&specs[id], (int)l, nm, sizeof nm);
-            int fi = 0;
-            const SafeTensor *t = safetensors_set_find(set, nm, &fi);
-            int q = t ? model_tensor_quant(set, fi, t) : -1;
+            int q = -3, f = -1;  // q: -3 no part yet, -1 float parts, -4 a mix; f: the float parts' dtype
+            for (int k = 0; k < np; k++) {
+                ModelTensorPart tp;
+                model_param_part(cfg, specs, (ModelParamId)id, (int)l, k, &tp);
+                int fi = 0;
+                const SafeTensor *t = safetensors_set_find(set, tp.name, &fi);
+                int qk = t ? model_tensor_quant(set, fi, t) : -1;
+                q = q == -3 || q == qk ? qk : -4;
+                if (qk < 0) {
+                    int fk = t ? (int)from_st(t->dtype) : (int)DT_F32;
+                    f = f < 0 || f == fk ? fk : (int)DT_F32;
+                }
+            }
             if (q >= 0) {
                 d[l] = want != MODEL_DTYPE_AUTO && !dtype_is_quant((DType)want) ? (DType)want : (DType)q;
                 continue;
             }
-            int f = t ? (int)from_st(t->dtype) : (int)DT_F32;
+            if (q == -4 || f < 0) f = DT_F32;
             d[l] = (DType)f;
             if (first < 0) first = f;
             else if (f != first) first = DT_F32;
@@ -634,6 +740,10 @@ static int load_slice(void *dst, DType dt, const SafeTensorsSet *set, int fi, co
     return 0;
 }
 
+typedef struct {
+    int id, layer, part;
+} LoadItem;
+
 int model_weights_load_set(ModelWeights *w, const ModelConfig *cfg, const SafeTensorsSet *set, int want,
                            PailErr *err) {
     if (want != MODEL_DTYPE_AUTO && (want < 0 || want >= DT_COUNT))
@@ -646,27 +756,35 @@ int model_weights_load_set(ModelWeights *w, const ModelConfig *cfg, const SafeTe
     int arc = model_weights_alloc_layers(w, cfg, ldt, err);
     free(ldt);
     if (arc < 0) return -1;
-    int L = cfg->num_hidden_layers, nwork = 0;
-    int *work = malloc((size_t)PARAM_COUNT * L * sizeof *work);  // id * L + layer
+    int L = cfg->num_hidden_layers;
+    size_t nwork = 0, cap = 0;
+    for (int id = 0; id < PARAM_COUNT; id++)
+        if (w->specs[id].present) cap += (size_t)L * model_param_nparts(cfg, (ModelParamId)id);
+    LoadItem *work = malloc((cap ? cap : 1) * sizeof *work);  // a tensor each: (family, layer, part)
     if (!work) {
         model_weights_free(w);
         return err_set(err, PAIL_ERR_NOMEM, "out of memory");
     }
     for (int id = 0; id < PARAM_COUNT; id++)
         if (w->specs[id].present)
-            for (int l = 0; l < (w->specs[id].per_layer ? L : 1); l++) work[nwork++] = id * L + l;
-    int failed = -1, nomem = 0;  // the work item whose tensor overflowed f16
+            for (int l = 0; l < (w->specs[id].per_layer ? L : 1); l++)
+                for (int k = 0; k < model_param_nparts(cfg, (ModelParamId)id); k++) work[nwork++] = (LoadItem){id, l, k};
+    long failed = -1;  // the work item whose tensor overflowed f16
+    int nomem = 0;
     size_t bad_at = 0;
 #pragma omp parallel for schedule(dynamic, 1)
-    for (int i = 0; i < nwork; i++) {
-        int id = work[i] / L, l = work[i] % L;
-        char nm[256];
-        model_param_name(&w->specs[id], l, nm, sizeof nm);
+    for (long i = 0; i < (long)nwork; i++) {
+        int id = work[i].id, l = work[i].layer;
+        ModelTensorPart tp;
+        model_param_part(cfg, w->specs, (ModelParamId)id, l, work[i].part, &tp);
         int fi = 0;
-        const SafeTensor *t = safetensors_set_find(set, nm, &fi);  // present: checked above
+        const SafeTensor *t = safetensors_set_find(set, tp.name, &fi);  // present: checked above
         size_t bad = 0;
-        int r = load_slice(model_weights_tensor(w, id, l), model_weights_dtype(w, id, l), set, fi, t, &w->specs[id],
-                           &bad);
+        DType dt = model_weights_dtype(w, id, l);
+        ModelParamSpec ps = w->specs[id];  // this tensor's rows of the family's layer
+        if (ps.ndim == 2) ps.shape[0] = tp.rows, ps.numel = tp.rows * tp.cols;
+        char *dst = (char *)model_weights_tensor(w, id, l) + (ps.ndim == 2 ? tp.row0 * dtype_row_bytes(dt, tp.cols) : 0);
+        int r = load_slice(dst, dt, set, fi, t, &ps, &bad);
         if (r == -2) {
 #pragma omp atomic write
             nomem = 1;
@@ -681,9 +799,9 @@ int model_weights_load_set(ModelWeights *w, const ModelConfig *cfg, const SafeTe
         return err_set(err, PAIL_ERR_NOMEM, "out of memory quantizing the weights");
     }
     if (failed >= 0) {
-        int id = work[failed] / L, l = work[failed] % L;
-        char nm[256];
-        model_param_name(&w->specs[id], l, nm, sizeof nm);
+        ModelTensorPart tp;
+        model_param_part(cfg, w->specs, (ModelParamId)work[failed].id, work[failed].layer, work[failed].part, &tp);
+        const char *nm = tp.name;
         const SafeTensor *t = safetensors_set_find(set, nm, NULL);
         float v = 0;
         safetensors_to_f32(&v, (const char *)t->data + bad_at * safetensors_dtype_size(t->dtype), t->dtype, 1);

@@ -60,6 +60,7 @@ typedef struct {
     // (granitemoe: block_sparse_moe.input_linear (E, 2Fe, C) / output_linear (E, C, Fe)); the loader
     // assembles each layer's rows from them. w_gate, w_up, w_down are qwen2_moe's shared expert.
     void *router;         // (L, E, C)    mlp.gate.weight (mixtral: block_sparse_moe.gate; granitemoe: .router.layer)
+                          // (model_param_part: the checkpoint tensors of a layer of exp_gate_up / exp_down)
     void *exp_gate_up;    // (L, E*2Fe, C)
     void *exp_down;       // (L, E*C, Fe)
     void *shared_gate;    // (L, 1, C)    qwen2_moe: mlp.shared_expert_gate.weight
@@ -156,6 +157,24 @@ void model_weights_dtype_desc(const ModelWeights *w, char *out, size_t cap);
 void model_layer_dtypes_desc(const ModelConfig *cfg, const DType *ldt, char *out, size_t cap);
 // HF name of (family, layer): "model.layers.3.self_attn.q_proj.weight".
 void model_param_name(const ModelParamSpec *s, int layer, char *out, size_t cap);
+
+// A checkpoint tensor that holds all or part of a (family, layer): rows row0 .. row0 + rows - 1 of
+// the family's layer (cols each). Every family is one tensor a layer (row0 0, the family's shape)
+// but the per-expert ones: exp_gate_up is 2E tensors a layer, part 2e expert e's gate_proj (mixtral:
+// w1) at rows e*2Fe, part 2e+1 its up_proj (w3) at e*2Fe + Fe; exp_down E tensors, part e its
+// down_proj (w2) at rows e*C. granitemoe's fused input_linear / output_linear are one 3-D tensor
+// (E, 2Fe, C) / (E, C, Fe) a layer. transformers' save_pretrained writes these names (and loads them).
+typedef struct {
+    char name[256];
+    size_t row0, rows, cols;  // in the family's (rows, cols) view; a vector: cols 1
+    int ndim;                 // the file's shape
+    size_t shape[3];
+} ModelTensorPart;
+// The tensors a layer of family id is made of (>= 1).
+int model_param_nparts(const ModelConfig *cfg, ModelParamId id);
+// Part `part` of (family id, layer); specs from model_param_specs(cfg).
+void model_param_part(const ModelConfig *cfg, const ModelParamSpec *specs, ModelParamId id, int layer, int part,
+                      ModelTensorPart *out);
 
 // Checks set against cfg without loading: every expected tensor present with the
 // expected shape and a float dtype (F32/F16/BF16), or a matrix quantized in
