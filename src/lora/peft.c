@@ -12,20 +12,27 @@
 #include "model/safetensors.h"
 #include "shard/h5file.h"
 
+// A dense module's parent in transformers: qwen2_moe's gate/up/down are its shared expert's.
+static const char *module_parent(const ModelConfig *mc, LoraModule m) {
+    if (mc && model_is_moe(mc) && (m == LORA_GATE || m == LORA_UP || m == LORA_DOWN)) return "mlp.shared_expert";
+    return LORA_MODULE_PARENT[m];
+}
+
 // name: the stored module's (lora_stored_slot: phi3's qkv_proj / gate_up_proj under q's / gate's parent).
 // The expert modules are PEFT's ParamWrappers on <parent>.experts.gate_up_proj / down_proj
 // (target_parameters; parent "mlp", granitemoe's "block_sparse_moe"), nested when both are adapted:
 // gate_up_proj's is the inner one, its keys under experts.base_layer.
-static void key_of(char *out, size_t cap, const LoraLayout *l, const char *xparent, int layer, LoraModule m,
+static void key_of(char *out, size_t cap, const LoraLayout *l, const ModelConfig *mc, int layer, LoraModule m,
                    const char *name, char ab) {
+    const char *xparent = mc && mc->type == MODEL_GRANITEMOE ? "block_sparse_moe" : "mlp";
     if (m >= LORA_EXP_GATE_UP) {
         bool nested = m == LORA_EXP_GATE_UP && lora_slot(l, layer, LORA_EXP_DOWN);
         snprintf(out, cap, "base_model.model.model.layers.%d.%s.experts.%slora_%c.weight", layer, xparent,
                  nested ? "base_layer." : "", ab);
         return;
     }
-    snprintf(out, cap, "base_model.model.model.layers.%d.%s.%s.lora_%c.weight", layer, LORA_MODULE_PARENT[m],
-             name, ab);
+    snprintf(out, cap, "base_model.model.model.layers.%d.%s.%s.lora_%c.weight", layer, module_parent(mc, m), name,
+             ab);
 }
 
 // The experts' parent module in transformers: granitemoe's block_sparse_moe, else mlp.
@@ -104,11 +111,11 @@ int peft_export(const LoraLayout *l, const float *params, const ModelConfig *mc,
                 expert_b_to_peft(pb + s->b_off, b, s->n_exp, s->out, R);
                 b = pb + s->b_off;
             }
-            key_of(names[n], sizeof names[n], l, xp, i, (LoraModule)m, nm, 'A');
+            key_of(names[n], sizeof names[n], l, mc, i, (LoraModule)m, nm, 'A');
             items[n] = (SafeTensorsWriteItem){names[n], ST_DTYPE_F32, 2, {(int64_t)s->n_exp * R, s->in},
                                               params + s->a_off};
             n++;
-            key_of(names[n], sizeof names[n], l, xp, i, (LoraModule)m, nm, 'B');
+            key_of(names[n], sizeof names[n], l, mc, i, (LoraModule)m, nm, 'B');
             items[n] = (SafeTensorsWriteItem){names[n], ST_DTYPE_F32, 2, {s->out, (int64_t)R * s->n_exp}, b};
             n++;
         }
@@ -184,7 +191,6 @@ int peft_import(const char *dir, const ModelConfig *mc, LoraLayout *l, float **p
     }
     *params = calloc((size_t)l->n_params, sizeof(float));
     float *tmp = NULL;  // one expert B in PEFT's order
-    const char *xp = expert_parent(mc);
     for (int i = 0; i < l->n_layers && rc == 0; i++)
         for (int m = 0; m < LORA_NMOD && rc == 0; m++) {
             LoraSlot ls;
@@ -193,12 +199,12 @@ int peft_import(const char *dir, const ModelConfig *mc, LoraLayout *l, float **p
             const LoraSlot *s = &ls;
             for (int ab = 0; ab < 2 && rc == 0; ab++) {
                 char key[160];
-                key_of(key, sizeof key, l, xp, i, (LoraModule)m, nm, ab ? 'B' : 'A');
+                key_of(key, sizeof key, l, mc, i, (LoraModule)m, nm, ab ? 'B' : 'A');
                 const SafeTensor *t = safetensors_find(&st, key);
                 if (!t && m < LORA_EXP_GATE_UP) {  // PEFT also saves without the "model." level for some architectures
                     char alt[160];
-                    snprintf(alt, sizeof alt, "base_model.model.layers.%d.%s.%s.lora_%c.weight", i, LORA_MODULE_PARENT[m],
-                             nm, ab ? 'B' : 'A');
+                    snprintf(alt, sizeof alt, "base_model.model.layers.%d.%s.%s.lora_%c.weight", i,
+                             module_parent(mc, (LoraModule)m), nm, ab ? 'B' : 'A');
                     t = safetensors_find(&st, alt);
                 }
                 int64_t r0 = ab ? s->out : (int64_t)c.rank * s->n_exp, r1 = ab ? (int64_t)c.rank * s->n_exp : s->in;

@@ -568,7 +568,7 @@ static int layer_forward(Transformer *tf, int l, LayerActs *a, int T, PailErr *e
                      err) < 0)
         return -1;
     const float *qin = a->q, *kin = a->k;
-    if (c->has_qk_norm && post) {  // olmo2: over the whole projection (H*D, Hkv*D), before the heads split
+    if (c->has_qk_norm && c->qk_norm_whole) {  // olmo2, olmoe: over the whole projection (H*D, Hkv*D), before the heads split
         OP(rmsnorm_forward, a->qn, a->qrstd, a->q, wv(tf, PARAM_Q_NORM, l), T, HD, eps);
         OP(rmsnorm_forward, a->kn, a->krstd, a->k, wv(tf, PARAM_K_NORM, l), T, KD, eps);
         qin = a->qn;
@@ -881,7 +881,8 @@ static int layer_backward(Transformer *tf, int l, LayerActs *a, int T, float *lg
     }
     if (c->has_qk_norm) {
         // the norm's rows: per head (qwen3: T*H rows of D) or the whole projection (olmo2: T rows of H*D)
-        int qrows = post ? T : T * H, krows = post ? T : T * Hk, qw = post ? HD : D, kw = post ? KD : D;
+        bool whole = c->qk_norm_whole;
+        int qrows = whole ? T : T * H, krows = whole ? T : T * Hk, qw = whole ? HD : D, kw = whole ? KD : D;
         float *dqw = full ? bg + tf->w->offsets[PARAM_Q_NORM] + (size_t)l * qw : NULL;
         float *dkw = full ? bg + tf->w->offsets[PARAM_K_NORM] + (size_t)l * kw : NULL;
         // dx of the norm over the pre-norm q into datt (free now), then back

@@ -182,7 +182,9 @@ def generation(d, cfg, g, plens=(20, 3), new=24):
     for c in greedy["completions"]:
         p = prompts[c["prompt"]]
         with torch.no_grad():
-            ref = fresh.generate(torch.tensor([p]), do_sample=False, max_new_tokens=new, min_new_tokens=new,
+            # the attention mask given: generate would take a prompt's token 0 (pad_token_id) for padding
+            ref = fresh.generate(torch.tensor([p]), attention_mask=torch.ones(1, len(p), dtype=torch.long),
+                                 do_sample=False, max_new_tokens=new, min_new_tokens=new,
                                  pad_token_id=0)[0, len(p):].tolist()
         worst += ref != c["ids"]
         if ref != c["ids"]:
@@ -269,7 +271,47 @@ for name, cfg in variants():
                     if e > worst:
                         worst, wname = e, f"layers/{i}/{m}/{ab}"
         report(f"LoRA A/B grads on attention and experts{label} (worst: {wname})", worst, 1e-4)
-    generation(d, cfg, g, (20, 3) if cfg.model_type != "mixtral" else (20, 3), 24)
+    ctl = os.environ.get("PAIL_CTL")
+    if ctl:  # the PEFT round trip through grpo-ctl, and the merged checkpoint in transformers
+        from peft import PeftModel
+        lines = "".join(json.dumps({"ids": s}) + "\n" for s in seqs)
+        out = subprocess.run([ctl, "logprobs", "--model", d, "--adapter", apath, "--input", "-"], input=lines,
+                             capture_output=True, text=True)
+        if out.returncode != 0:
+            raise RuntimeError(f"grpo-ctl logprobs failed: {out.stderr.strip()}")
+        pail_lp = [json.loads(line)["logprobs"] for line in out.stdout.splitlines()]
+        err = max(float((torch.tensor(a) - b.detach()).abs().max()) for a, b in zip(pail_lp, ref))
+        report("grpo-ctl logprobs with the adapter", err, 1e-4)
+        pdir = os.path.join(d, "peft-export")
+        out = subprocess.run([ctl, "export", "--adapter", apath, "--out", pdir, "--model", d], capture_output=True,
+                             text=True)
+        if out.returncode != 0:
+            raise RuntimeError(f"grpo-ctl export failed: {out.stderr.strip()}")
+        loaded = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32), pdir)
+        with torch.no_grad():
+            lp = torch_logprobs(loaded, seqs, 1.0)
+        err = max(float((torch.tensor(a) - b).abs().max()) for a, b in zip(pail_lp, lp))
+        report("PEFT loads grpo-ctl export (target_parameters on the experts): logprobs equal pail's", err, 1e-4)
+        sdir = os.path.join(d, "peft-saved")
+        peft_model.save_pretrained(sdir)
+        out = subprocess.run([ctl, "logprobs", "--model", d, "--adapter", sdir, "--input", "-"], input=lines,
+                             capture_output=True, text=True)
+        if out.returncode != 0:
+            raise RuntimeError(f"grpo-ctl logprobs with a PEFT folder failed: {out.stderr.strip()}")
+        got = [json.loads(line)["logprobs"] for line in out.stdout.splitlines()]
+        err = max(float((torch.tensor(a) - b.detach()).abs().max()) for a, b in zip(got, ref))
+        report("a PEFT-saved adapter read by pail: logprobs equal PEFT's", err, 1e-4)
+        mdir = os.path.join(d, "merged")
+        out = subprocess.run([ctl, "export", "--adapter", apath, "--out", mdir, "--model", d, "--merge"],
+                             capture_output=True, text=True)
+        if out.returncode != 0:
+            raise RuntimeError(f"grpo-ctl export --merge failed: {out.stderr.strip()}")
+        merged = AutoModelForCausalLM.from_pretrained(mdir, dtype=torch.float32)
+        with torch.no_grad():
+            lp = torch_logprobs(merged, seqs, 1.0)
+        err = max(float((torch.tensor(a) - b).abs().max()) for a, b in zip(pail_lp, lp))
+        report("merged checkpoint in transformers: logprobs equal pail's", err, 1e-4)
+    generation(d, cfg, g)
 
 print(f"model-moe: {passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)
