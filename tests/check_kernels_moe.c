@@ -156,8 +156,10 @@ typedef struct {
 } Case;
 
 // Every op of a case, fast or reference; the later ops take the reference's
-// idx, w and pos when given (so that the fast ops see the same inputs).
-static void run_case(Outs *o, const Case *c, int fast, const Outs *in) {
+// idx, w and pos when given (so that the fast ops see the same inputs). y and
+// ys start as y0, copied here unless prefilled (by a team's caller, before its
+// region: its threads may write nothing shared between the ops).
+static void run_case_in(Outs *o, const Case *c, int fast, const Outs *in, int prefilled) {
     int T = c->T, E = c->E, K = c->K, C = c->C;
     (fast ? moe_route_forward : moe_route_forward_ref)(o->idx, o->w, c->l, T, E, K, c->norm);
     const int *idx = in ? in->idx : o->idx;
@@ -165,13 +167,14 @@ static void run_case(Outs *o, const Case *c, int fast, const Outs *in) {
     (fast ? moe_route_backward : moe_route_backward_ref)(o->dl, c->dw, c->l, idx, w, T, E, K, c->norm);
     (fast ? moe_group : moe_group_ref)(o->tok, o->pos, o->offs, idx, T, K, E);
     const int *pos = in ? in->pos : o->pos;
-    memcpy(o->y, c->y0, 4 * (size_t)T * C);
+    if (!prefilled) memcpy(o->y, c->y0, 4 * (size_t)T * C);
     (fast ? moe_combine_forward : moe_combine_forward_ref)(o->y, c->h, w, pos, T, K, C, 0.75f);
     (fast ? moe_combine_backward : moe_combine_backward_ref)(o->dh, o->dw, c->dy, c->h, w, pos, T, K, C);
-    memcpy(o->ys, c->y0, 4 * (size_t)T * C);
+    if (!prefilled) memcpy(o->ys, c->y0, 4 * (size_t)T * C);
     (fast ? sigmoid_gate_forward : sigmoid_gate_forward_ref)(o->ys, c->g, c->s, T, C, 1.0f);
     (fast ? sigmoid_gate_backward : sigmoid_gate_backward_ref)(o->ds, o->dg, c->dy, c->g, c->s, T, C);
 }
+static void run_case(Outs *o, const Case *c, int fast, const Outs *in) { run_case_in(o, c, fast, in, 0); }
 
 static void expect_same_bits(const Outs *a, const Outs *b, int T, int E, int K, int C) {
     size_t n = (size_t)T * K, tc = (size_t)T * C;
@@ -217,6 +220,29 @@ START_TEST(test_fast_vs_ref) {
     expect_close(what, f1.dg, ref.dg, T, 1e-6, 1e-5);
     expect_same_bits(&f1, &f2, T, E, K, C);
     outs_free(&ref), outs_free(&f1), outs_free(&f2);
+    free(c.l), free(c.dw), free(c.h), free(c.y0), free(c.dy), free(c.g), free(c.s);
+}
+END_TEST
+
+// Every thread of a caller's parallel region issuing the same ops (the CPU
+// backend's team_ops, kernels/parallel.h): each op shares its work on that team
+// and its outputs are whole after it, the same bits as called alone.
+START_TEST(test_team_ops) {
+    Case c = {.T = 97, .E = 60, .K = 8, .C = 37, .norm = 0};
+    int T = c.T, E = c.E, K = c.K, C = c.C;
+    size_t n = (size_t)T * K;
+    c.l = logits_ties(T, E), c.dw = rnd(n, -1, 1), c.h = rnd(n * C, -2, 2), c.y0 = rnd((size_t)T * C, -1, 1);
+    c.dy = rnd((size_t)T * C, -1, 1), c.g = rnd(T, -6, 6), c.s = rnd((size_t)T * C, -2, 2);
+    Outs alone = outs_alloc(T, E, K, C), team = outs_alloc(T, E, K, C);
+    for (c.norm = 0; c.norm < 2; c.norm++) {
+        run_case(&alone, &c, 1, NULL);
+        memcpy(team.y, c.y0, 4 * (size_t)T * C);
+        memcpy(team.ys, c.y0, 4 * (size_t)T * C);
+#pragma omp parallel num_threads(2)
+        run_case_in(&team, &c, 1, NULL, 1);
+        expect_same_bits(&team, &alone, T, E, K, C);
+    }
+    outs_free(&alone), outs_free(&team);
     free(c.l), free(c.dw), free(c.h), free(c.y0), free(c.dy), free(c.g), free(c.s);
 }
 END_TEST
@@ -458,6 +484,7 @@ int main(void) {
     tcase_add_test(core, test_group_hand);
     tcase_add_test(core, test_combine_hand);
     tcase_add_loop_test(core, test_fast_vs_ref, 0, 72);
+    tcase_add_test(core, test_team_ops);
     tcase_add_test(core, test_route_grad);
     tcase_add_test(core, test_combine_grad);
     tcase_add_test(core, test_sigmoid_gate_grad);
