@@ -318,7 +318,13 @@ static void small_model(ModelWeights *w, ModelType type) {
     c.hidden_size = 64; c.intermediate_size = 96; c.num_hidden_layers = 2; c.num_attention_heads = 4;
     c.num_key_value_heads = 2; c.head_dim = 16; c.vocab_size = 300; c.max_position_embeddings = 256;
     c.tie_word_embeddings = type == MODEL_QWEN2;
-    if (type == MODEL_MISTRAL) c.sliding_window = 7;  // shorter than the sequences, the prompts + decode steps
+    if (model_is_moe(&c)) {  // 4 experts of 32, 2 a token; qwen2_moe's shared expert 64 wide; granitemoe's multipliers
+        c.num_experts = 4, c.num_experts_per_tok = 2, c.moe_intermediate_size = 32;
+        c.intermediate_size = type == MODEL_QWEN2_MOE ? 64 : 0;
+        if (type == MODEL_GRANITEMOE)
+            c.embedding_multiplier = 3, c.residual_multiplier = 0.5, c.attention_multiplier = 0.2, c.logits_scaling = 2;
+    }
+    if (type == MODEL_MISTRAL || type == MODEL_MIXTRAL) c.sliding_window = 7;  // shorter than the sequences, the prompts + decode steps
     if (type == MODEL_SMOLLM3) c.no_rope[0] = 2;      // layer 1 without RoPE
     if (type == MODEL_GRANITE)                        // all four multipliers away from 1
         c.embedding_multiplier = 3, c.residual_multiplier = 0.5, c.attention_multiplier = 0.2, c.logits_scaling = 2;
