@@ -23,6 +23,9 @@ run bench_model_dtype
 # GGUF block-quantized weights (issue 46): decode mat-vec per type beside bf16 and
 # fp32 at the 0.5B shapes, the two mat-vec designs, prefill (doc/kernels.md).
 run bench_kernels_quant
+# Mixture-of-experts (issue 48): the expert-grouped GEMM of a granite-3.1-1b-a400m-like
+# MLP against a dense product of the same FLOPs (doc/kernels.md "moe").
+run bench_kernels_moe
 echo "== dtype log-probs (validation/bench/dtype_logprobs.py)" &&
   "$(bash mk/venv.sh)/bin/python" validation/bench/dtype_logprobs.py --ctl "$BIN/grpo-ctl" \
     --decode "$BUILD/bench/bench_model_dtype" --tokenizer data/tokenizers/bytes

@@ -328,6 +328,55 @@ static int cpu_rope_interleaved_backward(Backend *b, float *dx, const float *dou
     return 0;
 }
 
+// ---- mixture-of-experts: the sizes checked here (the kernels assume them) ----
+static int cpu_moe_route_forward(Backend *b, int *idx, float *w, const float *logits, int T, int E, int K, int norm,
+                                 PailErr *err) {
+    (void)b;
+    if (moe_check_sizes(E, K, "moe_route_forward", err) < 0) return -1;
+    moe_route_forward(idx, w, logits, T, E, K, norm);
+    return 0;
+}
+static int cpu_moe_route_backward(Backend *b, float *dlogits, const float *dw, const float *logits, const int *idx,
+                                  const float *w, int T, int E, int K, int norm, PailErr *err) {
+    (void)b;
+    if (moe_check_sizes(E, K, "moe_route_backward", err) < 0) return -1;
+    moe_route_backward(dlogits, dw, logits, idx, w, T, E, K, norm);
+    return 0;
+}
+static int cpu_moe_group(Backend *b, int *tok, int *pos, int *offs, const int *idx, int T, int K, int E,
+                         PailErr *err) {
+    (void)b;
+    if (moe_check_sizes(E, K, "moe_group", err) < 0) return -1;
+    moe_group(tok, pos, offs, idx, T, K, E);
+    return 0;
+}
+static int cpu_moe_combine_forward(Backend *b, float *y, const float *h, const float *w, const int *pos, int T, int K,
+                                   int C, float beta, PailErr *err) {
+    (void)b;
+    if (moe_check_k(K, "moe_combine_forward", err) < 0) return -1;
+    moe_combine_forward(y, h, w, pos, T, K, C, beta);
+    return 0;
+}
+static int cpu_moe_combine_backward(Backend *b, float *dh, float *dw, const float *dy, const float *h, const float *w,
+                                    const int *pos, int T, int K, int C, PailErr *err) {
+    (void)b;
+    if (moe_check_k(K, "moe_combine_backward", err) < 0) return -1;
+    moe_combine_backward(dh, dw, dy, h, w, pos, T, K, C);
+    return 0;
+}
+static int cpu_sigmoid_gate_forward(Backend *b, float *y, const float *g, const float *s, int T, int C, float beta,
+                                    PailErr *err) {
+    UNUSED;
+    sigmoid_gate_forward(y, g, s, T, C, beta);
+    return 0;
+}
+static int cpu_sigmoid_gate_backward(Backend *b, float *ds, float *dg, const float *dy, const float *g,
+                                     const float *s, int T, int C, PailErr *err) {
+    UNUSED;
+    sigmoid_gate_backward(ds, dg, dy, g, s, T, C);
+    return 0;
+}
+
 static const BackendOps cpu_ops = {
     .name = "cpu",
     .alloc = cpu_alloc,
@@ -373,6 +422,13 @@ static const BackendOps cpu_ops = {
     .geglu_forward = cpu_geglu_forward,
     .geglu_backward = cpu_geglu_backward,
     .softcap = cpu_softcap,
+    .moe_route_forward = cpu_moe_route_forward,
+    .moe_route_backward = cpu_moe_route_backward,
+    .moe_group = cpu_moe_group,
+    .moe_combine_forward = cpu_moe_combine_forward,
+    .moe_combine_backward = cpu_moe_combine_backward,
+    .sigmoid_gate_forward = cpu_sigmoid_gate_forward,
+    .sigmoid_gate_backward = cpu_sigmoid_gate_backward,
 };
 
 int backend_cpu_init(Backend *b) {

@@ -257,6 +257,34 @@ static int cu_rope_interleaved_backward(B_, float *dx, const float *dout, const 
     return rope_interleaved_backward_cuda(dx, dout, pos, cos_t, sin_t, T, nh, D, S_, err);
 }
 
+static int cu_moe_route_forward(B_, int *idx, float *w, const float *logits, int T, int E, int K, int norm,
+                                PailErr *err) {
+    return moe_route_forward_cuda(idx, w, logits, T, E, K, norm, S_, err);
+}
+static int cu_moe_route_backward(B_, float *dlogits, const float *dw, const float *logits, const int *idx,
+                                 const float *w, int T, int E, int K, int norm, PailErr *err) {
+    return moe_route_backward_cuda(dlogits, dw, logits, idx, w, T, E, K, norm, S_, err);
+}
+static int cu_moe_group(B_, int *tok, int *pos, int *offs, const int *idx, int T, int K, int E, PailErr *err) {
+    return moe_group_cuda(tok, pos, offs, idx, T, K, E, S_, err);
+}
+static int cu_moe_combine_forward(B_, float *y, const float *h, const float *w, const int *pos, int T, int K, int C,
+                                  float beta, PailErr *err) {
+    return moe_combine_forward_cuda(y, h, w, pos, T, K, C, beta, S_, err);
+}
+static int cu_moe_combine_backward(B_, float *dh, float *dw, const float *dy, const float *h, const float *w,
+                                   const int *pos, int T, int K, int C, PailErr *err) {
+    return moe_combine_backward_cuda(dh, dw, dy, h, w, pos, T, K, C, S_, err);
+}
+static int cu_sigmoid_gate_forward(B_, float *y, const float *g, const float *s, int T, int C, float beta,
+                                   PailErr *err) {
+    return sigmoid_gate_forward_cuda(y, g, s, T, C, beta, S_, err);
+}
+static int cu_sigmoid_gate_backward(B_, float *ds, float *dg, const float *dy, const float *g, const float *s, int T,
+                                    int C, PailErr *err) {
+    return sigmoid_gate_backward_cuda(ds, dg, dy, g, s, T, C, S_, err);
+}
+
 static BackendOps make_ops(void) {  // C++ has no designated initializers for this struct's order
     BackendOps o;
     memset(&o, 0, sizeof o);
@@ -304,6 +332,13 @@ static BackendOps make_ops(void) {  // C++ has no designated initializers for th
     o.geglu_forward = cu_geglu_forward;
     o.geglu_backward = cu_geglu_backward;
     o.softcap = cu_softcap;
+    o.moe_route_forward = cu_moe_route_forward;
+    o.moe_route_backward = cu_moe_route_backward;
+    o.moe_group = cu_moe_group;
+    o.moe_combine_forward = cu_moe_combine_forward;
+    o.moe_combine_backward = cu_moe_combine_backward;
+    o.sigmoid_gate_forward = cu_sigmoid_gate_forward;
+    o.sigmoid_gate_backward = cu_sigmoid_gate_backward;
     return o;
 }
 static const BackendOps cuda_ops = make_ops();

@@ -621,6 +621,79 @@ static int sim_rope_interleaved_backward(Backend *b, float *dx, const float *dou
     return submit(b, &o, 5, err);
 }
 
+// ---- mixture-of-experts: sizes checked when queued (an error the caller gets at once, not the stream's) ----
+static int run_moe_route_forward(const SimOp *o, PailErr *err) {
+    return CPU_OP(moe_route_forward, P(0, int *), P(1, float *), P(2, const float *), I(0), I(1), I(2), I(3));
+}
+static int sim_moe_route_forward(Backend *b, int *idx, float *w, const float *logits, int T, int E, int K, int norm,
+                                 PailErr *err) {
+    if (moe_check_sizes(E, K, "moe_route_forward", err) < 0) return -1;
+    SimOp o = {.run = run_moe_route_forward, .name = "moe_route_forward", .p = {idx, w, (void *)logits},
+               .i = {T, E, K, norm}};
+    return submit(b, &o, 3, err);
+}
+static int run_moe_route_backward(const SimOp *o, PailErr *err) {
+    return CPU_OP(moe_route_backward, P(0, float *), P(1, const float *), P(2, const float *), P(3, const int *),
+                  P(4, const float *), I(0), I(1), I(2), I(3));
+}
+static int sim_moe_route_backward(Backend *b, float *dlogits, const float *dw, const float *logits, const int *idx,
+                                  const float *w, int T, int E, int K, int norm, PailErr *err) {
+    if (moe_check_sizes(E, K, "moe_route_backward", err) < 0) return -1;
+    SimOp o = {.run = run_moe_route_backward, .name = "moe_route_backward",
+               .p = {dlogits, (void *)dw, (void *)logits, (void *)idx, (void *)w}, .i = {T, E, K, norm}};
+    return submit(b, &o, 5, err);
+}
+static int run_moe_group(const SimOp *o, PailErr *err) {
+    return CPU_OP(moe_group, P(0, int *), P(1, int *), P(2, int *), P(3, const int *), I(0), I(1), I(2));
+}
+static int sim_moe_group(Backend *b, int *tok, int *pos, int *offs, const int *idx, int T, int K, int E,
+                         PailErr *err) {
+    if (moe_check_sizes(E, K, "moe_group", err) < 0) return -1;
+    SimOp o = {.run = run_moe_group, .name = "moe_group", .p = {tok, pos, offs, (void *)idx}, .i = {T, K, E}};
+    return submit(b, &o, 4, err);
+}
+static int run_moe_combine_forward(const SimOp *o, PailErr *err) {
+    return CPU_OP(moe_combine_forward, P(0, float *), P(1, const float *), P(2, const float *), P(3, const int *),
+                  I(0), I(1), I(2), o->f[0]);
+}
+static int sim_moe_combine_forward(Backend *b, float *y, const float *h, const float *w, const int *pos, int T, int K,
+                                   int C, float beta, PailErr *err) {
+    if (moe_check_k(K, "moe_combine_forward", err) < 0) return -1;
+    SimOp o = {.run = run_moe_combine_forward, .name = "moe_combine_forward",
+               .p = {y, (void *)h, (void *)w, (void *)pos}, .i = {T, K, C}, .f = {beta}};
+    return submit(b, &o, 4, err);
+}
+static int run_moe_combine_backward(const SimOp *o, PailErr *err) {
+    return CPU_OP(moe_combine_backward, P(0, float *), P(1, float *), P(2, const float *), P(3, const float *),
+                  P(4, const float *), P(5, const int *), I(0), I(1), I(2));
+}
+static int sim_moe_combine_backward(Backend *b, float *dh, float *dw, const float *dy, const float *h, const float *w,
+                                    const int *pos, int T, int K, int C, PailErr *err) {
+    if (moe_check_k(K, "moe_combine_backward", err) < 0) return -1;
+    SimOp o = {.run = run_moe_combine_backward, .name = "moe_combine_backward",
+               .p = {dh, dw, (void *)dy, (void *)h, (void *)w, (void *)pos}, .i = {T, K, C}};
+    return submit(b, &o, 6, err);
+}
+static int run_sigmoid_gate_forward(const SimOp *o, PailErr *err) {
+    return CPU_OP(sigmoid_gate_forward, P(0, float *), P(1, const float *), P(2, const float *), I(0), I(1), o->f[0]);
+}
+static int sim_sigmoid_gate_forward(Backend *b, float *y, const float *g, const float *s, int T, int C, float beta,
+                                    PailErr *err) {
+    SimOp o = {.run = run_sigmoid_gate_forward, .name = "sigmoid_gate_forward", .p = {y, (void *)g, (void *)s},
+               .i = {T, C}, .f = {beta}};
+    return submit(b, &o, 3, err);
+}
+static int run_sigmoid_gate_backward(const SimOp *o, PailErr *err) {
+    return CPU_OP(sigmoid_gate_backward, P(0, float *), P(1, float *), P(2, const float *), P(3, const float *),
+                  P(4, const float *), I(0), I(1));
+}
+static int sim_sigmoid_gate_backward(Backend *b, float *ds, float *dg, const float *dy, const float *g,
+                                     const float *s, int T, int C, PailErr *err) {
+    SimOp o = {.run = run_sigmoid_gate_backward, .name = "sigmoid_gate_backward",
+               .p = {ds, dg, (void *)dy, (void *)g, (void *)s}, .i = {T, C}};
+    return submit(b, &o, 5, err);
+}
+
 static const BackendOps sim_ops = {
     .name = "sim",
     .alloc = sim_alloc,
@@ -666,6 +739,13 @@ static const BackendOps sim_ops = {
     .geglu_forward = sim_geglu_forward,
     .geglu_backward = sim_geglu_backward,
     .softcap = sim_softcap,
+    .moe_route_forward = sim_moe_route_forward,
+    .moe_route_backward = sim_moe_route_backward,
+    .moe_group = sim_moe_group,
+    .moe_combine_forward = sim_moe_combine_forward,
+    .moe_combine_backward = sim_moe_combine_backward,
+    .sigmoid_gate_forward = sim_sigmoid_gate_forward,
+    .sigmoid_gate_backward = sim_sigmoid_gate_backward,
 };
 
 // A positive byte count or count from the environment (0 when unset).

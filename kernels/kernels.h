@@ -207,6 +207,11 @@ void swiglu_backward_ref(float *dgate, float *dup, const float *dout, const floa
 // The experts' own products are the matmul_*_dt ops above, one call per expert
 // over its rows of the grouped matrix (the driver's grouped GEMM).
 #define MOE_MAX_EXPERTS 512
+// 0 when 1 <= E <= MOE_MAX_EXPERTS and 1 <= K <= E (moe_check_k: 1 <= K <= MOE_MAX_EXPERTS,
+// for the combine ops, which know no E); else -1, PAIL_ERR_INVALID naming op. The backends'
+// moe ops check their sizes with these: the kernels themselves assume them.
+int moe_check_sizes(int E, int K, const char *op, PailErr *err);
+int moe_check_k(int K, const char *op, PailErr *err);
 // Routing: logits (T,E) (the router's x Wr^T, + bias for gpt_oss); idx (T,K) the
 // K largest logits' experts in decreasing order, a tie to the lower expert index
 // (the order a stable sort gives: the trainer and every worker route alike);

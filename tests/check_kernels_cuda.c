@@ -836,6 +836,74 @@ START_TEST(test_attention_decode_dt_cuda) {
     free(k32), free(v32), free(q), free(o), free(kp), free(vp), free(want), free(got);
 }
 END_TEST
+// moe: the choices and the grouping exactly (the same tie-break, the same stable
+// order), the floats at the CPU suite's tolerances (another expf and sum order).
+static int *downi(const int *d, size_t n) {
+    int *h = malloc(sizeof(int) * (n ? n : 1));
+    ck_assert_msg(kernels_cuda_sync(&err) == 0, "%s", err.msg);
+    ck_assert(cudaMemcpy(h, d, sizeof(int) * n, cudaMemcpyDeviceToHost) == cudaSuccess);
+    return h;
+}
+static void expect_dev_ints(const char *what, int *dptr, const int *want, size_t n) {
+    int *h = downi(dptr, n);
+    for (size_t i = 0; i < n; i++)
+        if (h[i] != want[i]) ck_abort_msg("%s: element %zu is %d, CPU reference %d", what, i, h[i], want[i]);
+    free(h);
+    cudaFree(dptr);
+}
+
+START_TEST(test_moe_cuda) {
+    const int shapes[][3] = {{8, 2, 0}, {60, 4, 1}, {128, 8, 0}, {512, 8, 1}};  // E, K, norm
+    int T = 300, C = 37;
+    for (int si = 0; si < 4; si++) {
+        int E = shapes[si][0], K = shapes[si][1], norm = shapes[si][2];
+        size_t n = (size_t)T * K, tc = (size_t)T * C;
+        float *l = rnd((size_t)T * E, -3, 3), *dw = rnd(n, -1, 1), *h = rnd(n * C, -2, 2), *y = rnd(tc, -1, 1);
+        float *dy = rnd(tc, -1, 1), *g = rnd(T, -6, 6), *s = rnd(tc, -2, 2), *ys = rnd(tc, -1, 1);
+        for (int t = 0; t < T; t += 3)  // ties: a grid of quarters
+            for (int e = 0; e < E; e++) l[(size_t)t * E + e] = roundf(l[(size_t)t * E + e] * 4) / 4;
+        int *idx = malloc(4 * n), *tok = malloc(4 * n), *pos = malloc(4 * n), *offs = malloc(4 * (E + 1));
+        float *w = malloc(4 * n), *dl = malloc(4 * (size_t)T * E), *dh = malloc(4 * n * C), *dwc = malloc(4 * n);
+        float *ds = malloc(4 * tc), *dg = malloc(4 * (size_t)T);
+        float *l_ = UPF(l, (size_t)T * E), *w_ = UPF(NULL, n), *dl_ = UPF(NULL, (size_t)T * E), *h_ = UPF(h, n * C);
+        float *y_ = UPF(y, tc), *dy_ = UPF(dy, tc), *dh_ = UPF(NULL, n * C), *dwc_ = UPF(NULL, n), *g_ = UPF(g, T);
+        float *s_ = UPF(s, tc), *ys_ = UPF(ys, tc), *ds_ = UPF(NULL, tc), *dg_ = UPF(NULL, T);
+        int *idx_ = UPI(NULL, n), *tok_ = UPI(NULL, n), *pos_ = UPI(NULL, n), *offs_ = UPI(NULL, E + 1);
+        moe_route_forward_ref(idx, w, l, T, E, K, norm);
+        moe_route_backward_ref(dl, dw, l, idx, w, T, E, K, norm);
+        moe_group_ref(tok, pos, offs, idx, T, K, E);
+        moe_combine_forward_ref(y, h, w, pos, T, K, C, 0.5f);
+        moe_combine_backward_ref(dh, dwc, dy, h, w, pos, T, K, C);
+        sigmoid_gate_forward_ref(ys, g, s, T, C, 1.0f);
+        sigmoid_gate_backward_ref(ds, dg, dy, g, s, T, C);
+        OK(moe_route_forward_cuda(idx_, w_, l_, T, E, K, norm, 0, &err));
+        float *dw_ = UPF(dw, n);
+        OK(moe_route_backward_cuda(dl_, dw_, l_, idx_, w_, T, E, K, norm, 0, &err));
+        OK(moe_group_cuda(tok_, pos_, offs_, idx_, T, K, E, 0, &err));
+        OK(moe_combine_forward_cuda(y_, h_, w_, pos_, T, K, C, 0.5f, 0, &err));
+        OK(moe_combine_backward_cuda(dh_, dwc_, dy_, h_, w_, pos_, T, K, C, 0, &err));
+        OK(sigmoid_gate_forward_cuda(ys_, g_, s_, T, C, 1.0f, 0, &err));
+        OK(sigmoid_gate_backward_cuda(ds_, dg_, dy_, g_, s_, T, C, 0, &err));
+        ck_assert_int_eq(moe_route_forward_cuda(idx_, w_, l_, T, E, E + 1, norm, 0, &err), -1);  // K > E: refused
+        expect_dev_ints("moe_route_forward_cuda idx", idx_, idx, n);
+        expect_dev_ints("moe_group_cuda tok", tok_, tok, n);
+        expect_dev_ints("moe_group_cuda pos", pos_, pos, n);
+        expect_dev_ints("moe_group_cuda offs", offs_, offs, E + 1);
+        expect_dev("moe_route_forward_cuda w", w_, w, n, 1e-7, 1e-5);
+        expect_dev("moe_route_backward_cuda", dl_, dl, (size_t)T * E, 1e-7, 1e-5);
+        expect_dev("moe_combine_forward_cuda", y_, y, tc, 1e-5, 1e-5);
+        expect_dev("moe_combine_backward_cuda dh", dh_, dh, n * C, 1e-7, 1e-6);
+        expect_dev("moe_combine_backward_cuda dw", dwc_, dwc, n, 1e-5, 1e-5);
+        expect_dev("sigmoid_gate_forward_cuda", ys_, ys, tc, 1e-6, 1e-5);
+        expect_dev("sigmoid_gate_backward_cuda ds", ds_, ds, tc, 1e-7, 1e-5);
+        expect_dev("sigmoid_gate_backward_cuda dg", dg_, dg, T, 1e-6, 1e-5);
+        void *d[] = {l_, h_, dy_, g_, s_, dw_};
+        for (size_t i = 0; i < sizeof d / sizeof d[0]; i++) cudaFree(d[i]);
+        void *f[] = {l, dw, h, y, dy, g, s, ys, idx, tok, pos, offs, w, dl, dh, dwc, ds, dg};
+        for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) free(f[i]);
+    }
+}
+END_TEST
 #endif  // PAIL_CUDA
 
 int main(void) {
@@ -869,6 +937,7 @@ int main(void) {
         tcase_add_test(core, test_sample_cuda);
         tcase_add_test(core, test_layernorm_cuda);
         tcase_add_test(core, test_rope_interleaved_cuda);
+        tcase_add_test(core, test_moe_cuda);
         tcase_add_test(limits, test_embedding_adamw_cuda);
         tcase_set_timeout(quant, 120);
         tcase_add_test(quant, test_dequant_cuda);
