@@ -96,14 +96,15 @@ static void model_build(BenchModel *m) {
             dtype_to_f32(f, b, m->wb.dtype[id], n);
         }
     }
-    LoraConfig lc = {.rank = RANK, .alpha = 32, .targets = (1u << LORA_NMOD) - 1};
+    LoraConfig lc = {.rank = RANK, .alpha = 32, .targets = LORA_TARGETS_ALL};
     if (lora_layout_build(&m->lay, c, &lc, &err) < 0) die("lora_layout_build", &err);
     m->lora = bench_malloc((size_t)m->lay.n_params * sizeof(float));
     lora_init(&m->lay, m->lora, 3);
     for (int l = 0; l < L; l++)
         for (int mod = 0; mod < LORA_NMOD; mod++) {
             const LoraSlot *s = lora_slot(&m->lay, l, mod);
-            bench_fill_uniform(m->lora + s->b_off, (size_t)s->out * RANK, 0.01f, 100 + l * 8 + mod);
+            if (!s) continue;  // a module this model has not
+            bench_fill_uniform(m->lora + s->b_off, (size_t)s->n_exp * s->out * RANK, 0.01f, 100 + l * 8 + mod);
         }
     size_t HD = (size_t)c->num_attention_heads * c->head_dim, KD = (size_t)c->num_key_value_heads * c->head_dim,
            F = c->intermediate_size;

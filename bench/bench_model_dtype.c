@@ -190,7 +190,7 @@ static void decode_dtype(int reps, int steps) {
     PailErr err = {0};
     ModelConfig cfg;
     if (modelgen_shape(&cfg, "qwen2.5-0.5b", MODEL_QWEN2) < 0) die("modelgen_shape qwen2.5-0.5b", NULL);
-    LoraConfig lc = {.rank = RANK, .alpha = 32, .targets = (1u << LORA_NMOD) - 1};
+    LoraConfig lc = {.rank = RANK, .alpha = 32, .targets = LORA_TARGETS_ALL};
     LoraLayout lay;
     if (lora_layout_build(&lay, &cfg, &lc, &err) < 0) die("lora_layout_build", &err);
     float *lora = bench_malloc((size_t)lay.n_params * sizeof(float));
@@ -198,7 +198,8 @@ static void decode_dtype(int reps, int steps) {
     for (int l = 0; l < cfg.num_hidden_layers; l++)
         for (int mod = 0; mod < LORA_NMOD; mod++) {  // B non-zero: B = 0 would make LoRA free
             const LoraSlot *s = lora_slot(&lay, l, mod);
-            bench_fill_uniform(lora + s->b_off, (size_t)s->out * RANK, 0.01f, 100 + l * 8 + mod);
+            if (!s) continue;  // a module this model has not
+            bench_fill_uniform(lora + s->b_off, (size_t)s->n_exp * s->out * RANK, 0.01f, 100 + l * 8 + mod);
         }
     DType f32[PARAM_COUNT], bf16[PARAM_COUNT];
     model_dtypes_uniform(DT_F32, f32), model_dtypes_uniform(DT_BF16, bf16);

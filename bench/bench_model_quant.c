@@ -162,14 +162,15 @@ static void weights_alloc(ModelWeights *w, const ModelConfig *cfg, DType want) {
 
 static void lora_build(LoraLayout *lay, float **lora, const ModelConfig *cfg, int rank) {
     PailErr err = {0};
-    LoraConfig lc = {.rank = rank, .alpha = 2 * rank, .targets = (1u << LORA_NMOD) - 1};
+    LoraConfig lc = {.rank = rank, .alpha = 2 * rank, .targets = LORA_TARGETS_ALL};
     if (lora_layout_build(lay, cfg, &lc, &err) < 0) die("lora_layout_build", &err);
     *lora = bench_malloc((size_t)lay->n_params * sizeof(float));
     lora_init(lay, *lora, 3);
     for (int l = 0; l < cfg->num_hidden_layers; l++)
         for (int mod = 0; mod < LORA_NMOD; mod++) {  // B non-zero: B = 0 would make LoRA free
             const LoraSlot *s = lora_slot(lay, l, mod);
-            bench_fill_uniform(*lora + s->b_off, (size_t)s->out * rank, 0.01f, 100 + l * 8 + mod);
+            if (!s) continue;  // a module this model has not
+            bench_fill_uniform(*lora + s->b_off, (size_t)s->n_exp * s->out * rank, 0.01f, 100 + l * 8 + mod);
         }
 }
 

@@ -47,14 +47,15 @@ static void bench_build(Bench *b, int max_tokens) {
     int L = c->num_hidden_layers, C = c->hidden_size;
     for (int i = 0; i < L * C; i++) b->w.p.attn_norm[i] = b->w.p.mlp_norm[i] = 1.0f;
     for (int i = 0; i < C; i++) b->w.p.final_norm[i] = 1.0f;
-    LoraConfig lc = {.rank = RANK, .alpha = 32, .targets = (1u << LORA_NMOD) - 1};
+    LoraConfig lc = {.rank = RANK, .alpha = 32, .targets = LORA_TARGETS_ALL};
     if (lora_layout_build(&b->lay, c, &lc, &err) < 0) die("lora_layout_build", &err);
     b->lora = bench_malloc((size_t)b->lay.n_params * 4);
     lora_init(&b->lay, b->lora, 3);
     for (int l = 0; l < L; l++)
         for (int m = 0; m < LORA_NMOD; m++) {
             const LoraSlot *s = lora_slot(&b->lay, l, m);
-            bench_fill_uniform(b->lora + s->b_off, (size_t)s->out * RANK, 0.01f, 100 + l * 8 + m);
+            if (!s) continue;  // a module this model has not
+            bench_fill_uniform(b->lora + s->b_off, (size_t)s->n_exp * s->out * RANK, 0.01f, 100 + l * 8 + m);
         }
     TransformerPlan plan = {.max_tokens = max_tokens, .lora_rank = RANK};
     if (transformer_init(&b->tf, &b->w, &plan, &err) < 0) die("transformer_init", &err);
