@@ -268,8 +268,9 @@ int ctl_model_info(int argc, char **argv) {
         goto done;
     }
     printf("model: %s\nmodel_type: %s\n", dir, model_type_name(c.type));
+    // a mixture of experts: config.json's intermediate_size (the experts' and the shared one below)
     printf("hidden_size (C): %d\nintermediate_size (F): %d\nnum_hidden_layers (L): %d\n", c.hidden_size,
-           c.intermediate_size, c.num_hidden_layers);
+           model_is_moe(&c) ? c.dense_intermediate_size : c.intermediate_size, c.num_hidden_layers);
     printf("num_attention_heads (H): %d\nnum_key_value_heads (Hkv): %d\nhead_dim (D): %d\nvocab_size (V): %d\n",
            c.num_attention_heads, c.num_key_value_heads, c.head_dim, c.vocab_size);
     printf("max_position_embeddings: %d\nrms_norm_eps: %g\nrope_theta: %g\n", c.max_position_embeddings,
@@ -302,8 +303,7 @@ int ctl_model_info(int argc, char **argv) {
         printf("num_experts (E): %d\nnum_experts_per_tok (K): %d\nmoe_intermediate_size (Fe): %d\nnorm_topk_prob: %s\n",
                c.num_experts, c.num_experts_per_tok, c.moe_intermediate_size, c.norm_topk_prob ? "true" : "false");
         if (c.type == MODEL_QWEN2_MOE)
-            printf("shared_expert: intermediate_size %d under a sigmoid gate (config.json's intermediate_size %d)\n",
-                   c.intermediate_size, c.dense_intermediate_size);
+            printf("shared_expert: intermediate_size %d under a sigmoid gate\n", c.intermediate_size);
         else
             printf("shared_expert: none\n");
         printf("parameters_active: %zu a token (of %zu: K of E experts)\n", model_config_active_param_count(&c),
