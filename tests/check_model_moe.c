@@ -121,7 +121,7 @@ START_TEST(test_moe_config_published) {
     ck_assert(c.type == MODEL_MIXTRAL && c.num_experts == 8 && c.num_experts_per_tok == 2);
     ck_assert(c.moe_intermediate_size == 14336 && c.intermediate_size == 0 && c.norm_topk_prob);
     ck_assert(c.sliding_window == 0 && !c.has_qkv_bias && !c.has_o_bias);
-    ck_assert_uint_eq(model_config_param_count(&c), 46702792704u);  // Mixtral 8x7B: 46.7B total
+    ck_assert_uint_eq(model_config_param_count(&c), 46702792704u);         // Mixtral 8x7B: 46.7B total
     ck_assert_uint_eq(model_config_active_param_count(&c), 12879925248u);  // 12.9B active
 
     ck_assert_msg(parse_cfg(&c, granite_1b, &err) == 0, "%s", err.msg);
@@ -173,10 +173,10 @@ START_TEST(test_moe_config_refusals) {
         char j[1024];
         // jansson keeps a repeated key's last value: the patch wins over the base
         snprintf(j, sizeof j, "{\"model_type\":\"%s\",\"hidden_size\":64,\"intermediate_size\":32,"
-                 "\"num_hidden_layers\":2,\"num_attention_heads\":4,\"vocab_size\":100,\"%s\":4,"
-                 "\"num_experts_per_tok\":2,%s}", cases[i].type,
-                 !strcmp(cases[i].type, "mixtral") || !strcmp(cases[i].type, "granitemoe") ? "num_local_experts"
-                                                                                           : "num_experts",
+                              "\"num_hidden_layers\":2,\"num_attention_heads\":4,\"vocab_size\":100,\"%s\":4,"
+                              "\"num_experts_per_tok\":2,%s}",
+                 cases[i].type,
+                 !strcmp(cases[i].type, "mixtral") || !strcmp(cases[i].type, "granitemoe") ? "num_local_experts" : "num_experts",
                  cases[i].patch);
         ModelConfig c;
         PailErr err = {0};
@@ -308,8 +308,7 @@ START_TEST(test_moe_weights_tiny) {
         // bf16 as stored: every value the f32 draw rounded
         ck_assert_msg(model_weights_load_as(&b, d16, MODEL_DTYPE_AUTO, &err) == 0, "%s", err.msg);
         ck_assert_int_eq(b.dtype[PARAM_EXP_GATE_UP], DT_BF16);
-        size_t n = model_weights_tensor(&a, PARAM_EXP_DOWN, 1) == NULL ? 0
-                   : (size_t)cfg.num_experts * cfg.hidden_size * cfg.moe_intermediate_size;
+        size_t n = model_weights_tensor(&a, PARAM_EXP_DOWN, 1) == NULL ? 0 : (size_t)cfg.num_experts * cfg.hidden_size * cfg.moe_intermediate_size;
         const float *af = model_weights_tensor(&a, PARAM_EXP_DOWN, 1);
         const uint16_t *bf = model_weights_tensor(&b, PARAM_EXP_DOWN, 1);
         for (size_t k = 0; k < n; k++) ck_assert(bf[k] == f32_to_bf16(af[k]));
@@ -390,7 +389,10 @@ static void rewrite(const char *dir, const char *out, const char *drop, const ch
 
 // A missing, misshapen or surplus expert tensor is refused with its name and the file.
 START_TEST(test_moe_weights_errors) {
-    static const struct { ModelType type; const char *drop, *grow, *want; } cases[] = {
+    static const struct {
+        ModelType type;
+        const char *drop, *grow, *want;
+    } cases[] = {
         {MODEL_QWEN3_MOE, "model.layers.1.mlp.experts.3.up_proj.weight", NULL,
          "tensor 'model.layers.1.mlp.experts.3.up_proj.weight' is missing"},
         {MODEL_QWEN2_MOE, "model.layers.0.mlp.shared_expert_gate.weight", NULL,
@@ -434,7 +436,8 @@ START_TEST(test_moe_weights_errors) {
     ModelWeights w;
     ck_assert_int_eq(model_weights_load(&w, d, &err), -1);
     ck_assert_msg(strstr(err.msg, "unexpected tensor 'model.layers.0.mlp.experts.3.") &&
-                  strstr(err.msg, "num_experts = 3"), "%s", err.msg);
+                      strstr(err.msg, "num_experts = 3"),
+                  "%s", err.msg);
 }
 END_TEST
 
