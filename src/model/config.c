@@ -2,7 +2,7 @@
 // llama, qwen2, qwen3, mistral, exaone, smollm3, granite, olmo2, phi3, cohere and cohere2 dense decoders
 // (see config.h). Defaults are those of transformers' LlamaConfig / Qwen2Config / Qwen3Config /
 // MistralConfig / ExaoneConfig / SmolLM3Config / GraniteConfig / Olmo2Config / Phi3Config / CohereConfig /
-// Cohere2Config for a field a file omits.
+// Cohere2Config for a field a file omits. The mixtures of experts' fields are config_moe.c's.
 #include "model/config.h"
 #include <jansson.h>
 #include <math.h>
