@@ -714,7 +714,7 @@ END_TEST
 START_TEST(test_config_refusals) {
     static const struct { const char *patch, *want; } cases[] = {
         {"\"model_type\":\"gemma\"", "model_type = 'gemma' is not supported (pail runs llama, qwen2, qwen3, mistral, exaone, smollm3, granite, olmo2"},
-        {"\"model_type\":\"qwen3_moe\"", "model_type = 'qwen3_moe'"},
+        {"\"model_type\":\"deepseek_v2\"", "model_type = 'deepseek_v2'"},
         {"\"num_experts\":8", "num_experts = 8"},
         {"\"num_local_experts\":4", "num_local_experts = 4"},
         {"\"use_sliding_window\":true", "use_sliding_window = true"},
@@ -1064,8 +1064,14 @@ START_TEST(test_weights_tiny) {
         ck_assert_int_eq(a.cfg.bos_token_id, 1);
         ck_assert_int_eq(a.cfg.eos_token_ids[0], 2);
         ck_assert_uint_eq(a.num_params, model_config_param_count(&cfg));
-        ck_assert(!!a.p.bq == (type == MODEL_QWEN2) &&
-                  !!a.p.q_norm == (type == MODEL_QWEN3 || type == MODEL_OLMO2 || type == MODEL_GEMMA3_TEXT));
+        ck_assert(!!a.p.bq == (type == MODEL_QWEN2 || type == MODEL_QWEN2_MOE) &&
+                  !!a.p.q_norm == (type == MODEL_QWEN3 || type == MODEL_OLMO2 || type == MODEL_GEMMA3_TEXT ||
+                                   type == MODEL_QWEN3_MOE || type == MODEL_OLMOE));
+        // mixtures of experts: the routed families; the dense MLP only as qwen2_moe's shared expert
+        bool moe = type >= MODEL_QWEN3_MOE;
+        ck_assert(!!a.p.router == moe && !!a.p.exp_gate_up == moe && !!a.p.exp_down == moe);
+        ck_assert(!!a.p.shared_gate == (type == MODEL_QWEN2_MOE));
+        ck_assert(!!(a.p.w_gate || a.p.w_gate_up) == (!moe || type == MODEL_QWEN2_MOE));
         ck_assert(!!a.p.pre_ff_norm == gemma && !!a.p.post_ff_norm == gemma);
         // smollm3, cohere, cohere2 and gemma: tied by default; cohere, cohere2: one norm per layer
         ck_assert(a.p.bo == NULL && (a.p.lm_head != a.p.embed_tokens) ==

@@ -44,14 +44,14 @@ int ctl_init_model(int argc, char **argv) {
         {"vocab", FLAG_INT, &vocab, "0", 0, 1 << 22, "vocabulary size V"},
         {"head-dim", FLAG_INT, &head_dim, "0", 0, 1024, "head dim D (0: C / H)"},
         {"tie-embeddings", FLAG_BOOL, &tie, "false", 1, 0, "lm_head shares embed_tokens (qwen2.5-0.5b: always)"},
-        {"attention-bias", FLAG_BOOL, &abias, "false", 1, 0, "llama/qwen3/exaone/granite/smollm3/olmo2/cohere/cohere2: q, k, v and o biases"},
+        {"attention-bias", FLAG_BOOL, &abias, "false", 1, 0, "llama/qwen3/exaone/granite/smollm3/olmo2/cohere/cohere2/qwen3_moe/olmoe/granitemoe: q, k, v and o biases"},
         {"rope-theta", FLAG_DOUBLE, &theta, "0", 0, 1e12, "RoPE base (0: the model_type's default)"},
         {"rope-scaling", FLAG_STRING, &rope_s, "none", 1, 0,
          "none, or llama3 (Llama 3.2's factor 32, low 1, high 4, original 8192)"},
         {"max-positions", FLAG_INT, &maxpos, "0", 0, 1 << 30, "max_position_embeddings (0: default)"},
         {"sliding-window", FLAG_INT, &window, "-1", -1, 1 << 30,
-         "mistral, phi3: attention window W (keys i-W+1..i); 0: none (null, full attention); -1: the default "
-         "(mistral 4096, MistralConfig's; phi3 none); cohere2, gemma2, gemma3_text: their sliding layers' window "
+         "mistral, mixtral, phi3: attention window W (keys i-W+1..i); 0: none (null, full attention); -1: the "
+         "default (mistral 4096, MistralConfig's; mixtral, phi3 none); cohere2, gemma2, gemma3_text: their sliding layers' window "
          "(-1: 4096, their configs' default)"},
         {"partial-rotary-factor", FLAG_DOUBLE, &prf, "1", 0, 1,
          "phi3: RoPE on the first int(D * factor) dims of each head (Phi-4-mini: 0.75)"},
@@ -67,7 +67,8 @@ int ctl_init_model(int argc, char **argv) {
     int nfl = sizeof fl / sizeof fl[0];
     char **pos = NULL;
     int npos = 0, rc;
-    const char *usage = "grpo-ctl init-model --out DIR [--shape tiny|bench|qwen2.5-0.5b|qwen2.5-7b] [--model-type T] [sizes]";
+    const char *usage = "grpo-ctl init-model --out DIR [--shape tiny|bench|qwen2.5-0.5b|qwen2.5-7b|granite-3.1-1b-a400m] "
+                        "[--model-type T] [sizes]";
     if ((rc = ctl_parse(usage, "Writes a random-weight checkpoint in Hugging Face layout (config.json, "
                         "generation_config.json, model.safetensors).", fl, nfl, argc, argv, &pos, &npos)) >= 0)
         goto done;
@@ -268,8 +269,9 @@ int ctl_model_info(int argc, char **argv) {
         goto done;
     }
     printf("model: %s\nmodel_type: %s\n", dir, model_type_name(c.type));
+    // a mixture of experts: config.json's intermediate_size (the experts' and the shared one below)
     printf("hidden_size (C): %d\nintermediate_size (F): %d\nnum_hidden_layers (L): %d\n", c.hidden_size,
-           c.intermediate_size, c.num_hidden_layers);
+           model_is_moe(&c) ? c.dense_intermediate_size : c.intermediate_size, c.num_hidden_layers);
     printf("num_attention_heads (H): %d\nnum_key_value_heads (Hkv): %d\nhead_dim (D): %d\nvocab_size (V): %d\n",
            c.num_attention_heads, c.num_key_value_heads, c.head_dim, c.vocab_size);
     printf("max_position_embeddings: %d\nrms_norm_eps: %g\nrope_theta: %g\n", c.max_position_embeddings,
@@ -302,8 +304,7 @@ int ctl_model_info(int argc, char **argv) {
         printf("num_experts (E): %d\nnum_experts_per_tok (K): %d\nmoe_intermediate_size (Fe): %d\nnorm_topk_prob: %s\n",
                c.num_experts, c.num_experts_per_tok, c.moe_intermediate_size, c.norm_topk_prob ? "true" : "false");
         if (c.type == MODEL_QWEN2_MOE)
-            printf("shared_expert: intermediate_size %d under a sigmoid gate (config.json's intermediate_size %d)\n",
-                   c.intermediate_size, c.dense_intermediate_size);
+            printf("shared_expert: intermediate_size %d under a sigmoid gate\n", c.intermediate_size);
         else
             printf("shared_expert: none\n");
         printf("parameters_active: %zu a token (of %zu: K of E experts)\n", model_config_active_param_count(&c),

@@ -2,7 +2,7 @@
 // llama, qwen2, qwen3, mistral, exaone, smollm3, granite, olmo2, phi3, cohere and cohere2 dense decoders
 // (see config.h). Defaults are those of transformers' LlamaConfig / Qwen2Config / Qwen3Config /
 // MistralConfig / ExaoneConfig / SmolLM3Config / GraniteConfig / Olmo2Config / Phi3Config / CohereConfig /
-// Cohere2Config for a field a file omits.
+// Cohere2Config for a field a file omits. The mixtures of experts' fields are config_moe.c's.
 #include "model/config.h"
 #include <jansson.h>
 #include <math.h>
@@ -530,11 +530,15 @@ int model_config_validate(const ModelConfig *c, const char *what, PailErr *err) 
     if (moe != model_is_moe(c))
         return err_set(err, PAIL_ERR_INVALID, "%s: num_experts = %d for model_type %s", what, c->num_experts,
                        model_type_name(c->type));
-    if (moe && (c->num_experts > MOE_MAX_EXPERTS || c->num_experts_per_tok < 1 ||
-                c->num_experts_per_tok > c->num_experts || c->moe_intermediate_size <= 0))
-        return err_set(err, PAIL_ERR_INVALID, "%s: experts: %d (at most %d), %d a token (1 to num_experts), "
-                       "moe_intermediate_size %d (must be positive)", what, c->num_experts, MOE_MAX_EXPERTS,
-                       c->num_experts_per_tok, c->moe_intermediate_size);
+    if (moe && c->num_experts > MOE_MAX_EXPERTS)
+        return err_set(err, PAIL_ERR_INVALID, "%s: num_experts %d is more than %d", what, c->num_experts,
+                       MOE_MAX_EXPERTS);
+    if (moe && (c->num_experts_per_tok < 1 || c->num_experts_per_tok > c->num_experts))
+        return err_set(err, PAIL_ERR_INVALID, "%s: num_experts_per_tok %d is not in [1, num_experts %d]", what,
+                       c->num_experts_per_tok, c->num_experts);
+    if (moe && c->moe_intermediate_size <= 0)
+        return err_set(err, PAIL_ERR_INVALID, "%s: moe_intermediate_size %d is not positive", what,
+                       c->moe_intermediate_size);
     if (moe && c->type != MODEL_QWEN2_MOE && c->intermediate_size)
         return err_set(err, PAIL_ERR_INVALID, "%s: intermediate_size %d: %s has no dense MLP", what,
                        c->intermediate_size, model_type_name(c->type));

@@ -113,7 +113,7 @@ typedef struct {
     // olmoe, granitemoe and mixtral is the experts' size, = moe_intermediate_size)
 } ModelConfig;
 
-const char *model_type_name(ModelType t);  // "llama", ..., "granite", "olmo2", "phi3", "cohere", "cohere2", "gemma2", "gemma3_text"
+const char *model_type_name(ModelType t);  // "llama", ..., "gemma3_text", "qwen3_moe", ..., "mixtral"
 // True for a mixture-of-experts model (its MLPs are routed: model_config.h's num_experts).
 static inline bool model_is_moe(const ModelConfig *c) { return c->num_experts > 0; }
 // The head dims RoPE rotates: D, or phi3's partial rope_dim.

@@ -10,26 +10,30 @@
 void config_moe_defaults(ModelConfig *c, const ModelConfig *caller) {
     // the configuration classes' defaults: E, K, Fe (moe_intermediate_size or intermediate_size)
     static const int dflt[MODEL_TYPE_COUNT][3] = {
-        [MODEL_QWEN3_MOE] = {128, 8, 768}, [MODEL_QWEN2_MOE] = {60, 4, 1408}, [MODEL_OLMOE] = {64, 8, 2048},
-        [MODEL_GRANITEMOE] = {8, 2, 11008}, [MODEL_MIXTRAL] = {8, 2, 14336},
+        [MODEL_QWEN3_MOE] = {128, 8, 768},
+        [MODEL_QWEN2_MOE] = {60, 4, 1408},
+        [MODEL_OLMOE] = {64, 8, 2048},
+        [MODEL_GRANITEMOE] = {8, 2, 11008},
+        [MODEL_MIXTRAL] = {8, 2, 14336},
     };
     ModelType t = c->type;
     bool qwen = t == MODEL_QWEN3_MOE || t == MODEL_QWEN2_MOE;
     c->num_experts = caller->num_experts ? caller->num_experts : dflt[t][0];
     c->num_experts_per_tok = caller->num_experts_per_tok ? caller->num_experts_per_tok : dflt[t][1];
     // olmoe, granitemoe, mixtral: the experts' size is intermediate_size
-    int fe = caller->moe_intermediate_size ? caller->moe_intermediate_size
-             : !qwen && caller->intermediate_size ? caller->intermediate_size : dflt[t][2];
+    int fe = caller->moe_intermediate_size ? caller->moe_intermediate_size : !qwen && caller->intermediate_size ? caller->intermediate_size :
+                                                                                                                  dflt[t][2];
     c->moe_intermediate_size = fe;
-    c->dense_intermediate_size = !qwen ? fe : caller->dense_intermediate_size ? caller->dense_intermediate_size
-                                 : caller->intermediate_size ? caller->intermediate_size : fe;
+    c->dense_intermediate_size = !qwen ? fe : caller->dense_intermediate_size ? caller->dense_intermediate_size :
+                                          caller->intermediate_size           ? caller->intermediate_size :
+                                                                                fe;
     // qwen2_moe's intermediate_size is its shared expert's (the caller's, else 5632); no dense MLP elsewhere
     c->intermediate_size = t == MODEL_QWEN2_MOE ? (caller->intermediate_size ? caller->intermediate_size : 5632) : 0;
     c->norm_topk_prob = t == MODEL_GRANITEMOE || t == MODEL_MIXTRAL;  // their routers always renormalise
     switch (t) {
-    case MODEL_QWEN3_MOE: c->has_qk_norm = true; break;  // per head (D)
+    case MODEL_QWEN3_MOE: c->has_qk_norm = true; break;   // per head (D)
     case MODEL_QWEN2_MOE: c->has_qkv_bias = true; break;  // Qwen2MoeConfig.qkv_bias
-    case MODEL_OLMOE:  // OlmoeConfig: q/k norms over the whole projection, pre-norm layers (not olmo2's post)
+    case MODEL_OLMOE:                                     // OlmoeConfig: q/k norms over the whole projection, pre-norm layers (not olmo2's post)
         c->has_qk_norm = c->qk_norm_whole = true;
         c->rms_norm_eps = 1e-5;
         c->max_position_embeddings = 4096;
@@ -61,11 +65,13 @@ int config_moe_refuse(json_t *root, ModelType type, const char *what, PailErr *e
         json_t *m = json_object_get(root, "mlp_only_layers");
         if (m && !json_is_null(m) && (!json_is_array(m) || json_array_size(m)))
             return err_set(err, PAIL_ERR_UNSUPPORTED, "%s: mlp_only_layers is not empty: dense layers inside a "
-                           "mixture-of-experts model are not supported (every layer's MLP must be routed)", what);
+                                                      "mixture-of-experts model are not supported (every layer's MLP must be routed)",
+                           what);
         json_t *s = json_object_get(root, "decoder_sparse_step");
         if (s && !json_is_null(s) && !(json_is_integer(s) && json_integer_value(s) == 1))
             return err_set(err, PAIL_ERR_UNSUPPORTED, "%s: decoder_sparse_step = %lld: dense layers inside a "
-                           "mixture-of-experts model are not supported (only 1: every layer routed)", what,
+                                                      "mixture-of-experts model are not supported (only 1: every layer routed)",
+                           what,
                            json_is_integer(s) ? (long long)json_integer_value(s) : -1LL);
     }
     if (type == MODEL_OLMOE) {  // OlmoeAttention clamps q, k and v to +-clip_qkv
@@ -85,7 +91,9 @@ int config_moe_refuse(json_t *root, ModelType type, const char *what, PailErr *e
 static int get_experts(ModelConfig *c, json_t *root, const char *what, PailErr *err) {
     const char *names[2] = {NULL, NULL};
     switch (c->type) {
-    case MODEL_QWEN3_MOE: case MODEL_OLMOE: case MODEL_MIXTRAL:
+    case MODEL_QWEN3_MOE:
+    case MODEL_OLMOE:
+    case MODEL_MIXTRAL:
         names[0] = "num_experts", names[1] = "num_local_experts";
         break;
     case MODEL_QWEN2_MOE: names[0] = "num_experts"; break;
@@ -99,7 +107,8 @@ static int get_experts(ModelConfig *c, json_t *root, const char *what, PailErr *
         long long e = json_integer_value(v);
         if (e < 1 || e > MOE_MAX_EXPERTS)
             return err_set(err, PAIL_ERR_UNSUPPORTED, "%s: %s = %lld is not supported (pail runs 1 to %d experts; "
-                           "0 would make every layer dense)", what, names[i], e, MOE_MAX_EXPERTS);
+                                                      "0 would make every layer dense)",
+                           what, names[i], e, MOE_MAX_EXPERTS);
         got[i] = (int)e;
     }
     if (got[0] && got[1] && got[0] != got[1])
@@ -138,7 +147,8 @@ int config_moe_parse(ModelConfig *c, json_t *root, const char *what, PailErr *er
     }
     if (t == MODEL_OLMOE && c->head_dim * c->num_attention_heads != c->hidden_size)
         return err_set(err, PAIL_ERR_UNSUPPORTED, "%s: head_dim = %d: olmoe's q_norm is over hidden_size %d, so "
-                       "head_dim must be hidden_size / num_attention_heads (%d)", what, c->head_dim, c->hidden_size,
+                                                  "head_dim must be hidden_size / num_attention_heads (%d)",
+                       what, c->head_dim, c->hidden_size,
                        c->hidden_size / c->num_attention_heads);
     if (t == MODEL_GRANITEMOE &&
         (config_get_num(root, "embedding_multiplier", 1e-6, 1e6, &c->embedding_multiplier, what, err) < 0 ||
@@ -166,8 +176,7 @@ void config_moe_to_json(const ModelConfig *c, json_t *o) {
                         json_integer(c->num_experts));
     bool qwen = t == MODEL_QWEN3_MOE || t == MODEL_QWEN2_MOE;  // the others' intermediate_size is the experts'
     json_object_set_new(o, "intermediate_size",
-                        json_integer(qwen && c->dense_intermediate_size ? c->dense_intermediate_size
-                                                                         : c->moe_intermediate_size));
+                        json_integer(qwen && c->dense_intermediate_size ? c->dense_intermediate_size : c->moe_intermediate_size));
     if (t == MODEL_QWEN3_MOE || t == MODEL_QWEN2_MOE) {
         json_object_set_new(o, "moe_intermediate_size", json_integer(c->moe_intermediate_size));
         json_object_set_new(o, "norm_topk_prob", json_boolean(c->norm_topk_prob));

@@ -57,11 +57,11 @@ void model_param_specs(const ModelConfig *c, ModelParamSpec s[PARAM_COUNT]) {
         [PARAM_MLP_NORM] = "ln_2.weight", [PARAM_W_GATE] = "mlp.c_fc_0.weight", [PARAM_W_UP] = "mlp.c_fc_1.weight",
         [PARAM_W_DOWN] = "mlp.c_proj.weight", [PARAM_FINAL_NORM] = "transformer.ln_f.weight",
     };
-    // mixtures of experts: the routed MLP's names (the expert families' are display names: the files hold
-    // them per expert, model_param_part); the dense MLP is only qwen2_moe's shared expert
+    // mixtures of experts: the routed MLP's file names; the per-expert families' names are transformers 5's
+    // in-memory ones (mlp.experts.gate_up_proj), for messages and --sums: the files hold them per expert
+    // (model_param_part). The dense MLP is only qwen2_moe's shared expert.
     static const char *moe_names[MODEL_TYPE_COUNT][3] = {
-        [MODEL_MIXTRAL] = {"block_sparse_moe.gate.weight", "block_sparse_moe.experts.gate_up_proj",
-                           "block_sparse_moe.experts.down_proj"},
+        [MODEL_MIXTRAL] = {"block_sparse_moe.gate.weight", "mlp.experts.gate_up_proj", "mlp.experts.down_proj"},
         [MODEL_GRANITEMOE] = {"block_sparse_moe.router.layer.weight", "block_sparse_moe.input_linear.weight",
                               "block_sparse_moe.output_linear.weight"},
     };

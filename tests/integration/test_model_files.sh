@@ -50,7 +50,7 @@ expect_fail "unsupported model_type" 1 "model_type = 'gemma' is not supported \(
 check "model-info names mistral's window" grep -q "^sliding_window: 8$" <("$CTL" model-info --model "$WORK/mw")
 cp -r "$WORK/mw" "$WORK/mw0"; sed -i 's/"sliding_window": 8/"sliding_window": 0/' "$WORK/mw0/config.json"
 expect_fail "mistral window 0" 1 "sliding_window = 0 is out of range" "$CTL" model-info --model "$WORK/mw0"
-expect_fail "a window for llama" 2 "--sliding-window: only model types mistral, phi3, cohere2, gemma2 and gemma3_text have one \(not llama\)" \
+expect_fail "a window for llama" 2 "--sliding-window: only model types mistral, mixtral, phi3, cohere2, gemma2 and gemma3_text have one \(not llama\)" \
   "$CTL" init-model --out "$WORK/z" --shape tiny --sliding-window 8
 # phi3: fused qkv_proj / gate_up_proj in the file, partial rotary and a window in config.json
 check "init-model phi3" "$CTL" init-model --out "$WORK/p3" --shape tiny --model-type phi3 --partial-rotary-factor 0.75 \
@@ -79,5 +79,26 @@ expect_fail "unknown shape" 2 "--shape 'huge'" "$CTL" init-model --out "$WORK/z"
 expect_fail "0.5B shape is qwen2" 2 "qwen2 only" "$CTL" init-model --out "$WORK/z" --shape qwen2.5-0.5b --model-type llama
 expect_fail "sizes missing" 2 "sizes must be positive" "$CTL" init-model --out "$WORK/z" --hidden 64
 expect_fail "bad dtype" 2 "--dtype 'f8'" "$CTL" init-model --out "$WORK/z" --shape tiny --dtype f8
+# mixtures of experts: model-info's E, K, Fe and active parameters; refusals name the field
+"$CTL" init-model --out "$WORK/q2m" --shape tiny --model-type qwen2_moe --dtype f32 >/dev/null 2>&1
+check "model-info: qwen2_moe's experts" grep -q "^num_experts (E): 4$" <("$CTL" model-info --model "$WORK/q2m")
+check "model-info: qwen2_moe's shared expert" grep -q "^shared_expert: intermediate_size 64 under a sigmoid gate$" \
+  <("$CTL" model-info --model "$WORK/q2m")
+check "model-info: active parameters" grep -qE "^parameters_active: [0-9]+ a token \(of [0-9]+: K of E experts\)$" \
+  <("$CTL" model-info --model "$WORK/q2m")
+cp -r "$WORK/q2m" "$WORK/q2d"; sed -i 's/"mlp_only_layers": \[\]/"mlp_only_layers": [1]/' "$WORK/q2d/config.json"
+expect_fail "dense layers in an MoE model" 1 "mlp_only_layers is not empty" "$CTL" model-info --model "$WORK/q2d"
+cp -r "$WORK/q2m" "$WORK/q2e"
+"$PY" -c "import sys; from safetensors.torch import load_file, save_file; f = sys.argv[1]; t = load_file(f)
+del t['model.layers.0.mlp.experts.3.gate_proj.weight']; save_file(t, f, metadata={'format': 'pt'})" \
+  "$WORK/q2e/model.safetensors"
+expect_fail "a missing expert" 1 "tensor 'model.layers.0.mlp.experts.3.gate_proj.weight' is missing" \
+  "$CTL" model-info --model "$WORK/q2e"
+check "init-model granite-3.1-1b-a400m's config" "$CTL" init-model --out "$WORK/g1" --shape granite-3.1-1b-a400m \
+  --layers 1 --vocab 512
+expect_fail "experts for a dense type" 2 "--experts, --experts-per-token, --expert-ffn, --norm-topk-prob: model type llama is not a mixture of experts" \
+  "$CTL" init-model --out "$WORK/z" --shape tiny --experts 4
+expect_fail "more experts a token than experts" 2 "num_experts_per_tok 5 is not in \[1, num_experts 4\]" \
+  "$CTL" init-model --out "$WORK/z" --shape tiny --model-type mixtral --experts-per-token 5
 check "init-model --help" "$CTL" init-model --help
 finish

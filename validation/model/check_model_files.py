@@ -7,7 +7,8 @@
 (b) Checkpoints transformers writes (save_pretrained: f32, bf16, f16, sharded,
     tied / untied, q/k/v bias, qwen3 and olmo2 q/k norms, llama3 rope scaling, exaone names, granite, smollm3, mistral
     windows and null, phi3's fused qkv_proj / gate_up_proj with longrope and partial
-    rotary, cohere's (H, D) q/k norms, cohere2's layer_types) load in pail
+    rotary, cohere's (H, D) q/k norms, cohere2's layer_types, the mixtures of experts qwen3_moe,
+    qwen2_moe, olmoe and mixtral with per-expert tensors and granitemoe's fused ones) load in pail
     with every tensor's fp32 values bit-identical to torch's (sha256 of the fp32
     bytes) and the same config fields, parameter count and base_sha256 (the
     format doc/models.md defines, recomputed here from the files).
@@ -25,6 +26,7 @@ from transformers import (AutoConfig, AutoModelForCausalLM, ExaoneConfig, Granit
                           Olmo2Config, Phi3Config, Qwen2Config, Qwen3Config, SmolLM3Config)
 from transformers import Cohere2Config, CohereConfig
 from transformers import Gemma2Config, Gemma3TextConfig
+from transformers import GraniteMoeConfig, MixtralConfig, OlmoeConfig, Qwen2MoeConfig, Qwen3MoeConfig
 
 transformers.logging.set_verbosity_error()
 transformers.utils.logging.disable_progress_bar()
@@ -82,10 +84,18 @@ EXAONE_RENAMES = [(r"^transformer\.wte\.", "model.embed_tokens."), (r"^transform
                   (r"\.mlp\.c_fc_1\.", ".mlp.up_proj."), (r"\.mlp\.c_proj\.", ".mlp.down_proj.")]
 
 
+# The MoE routers and granitemoe's fused experts: pail reports the file's name, torch holds them under
+# transformers 5's (the per-expert families pail reports as torch's fused gate_up_proj / down_proj).
+MOE_RENAMES = {"mixtral": [(r"\.block_sparse_moe\.gate\.weight$", ".mlp.gate.weight")],
+               "granitemoe": [(r"\.router\.layer\.weight$", ".router.weight"),
+                              (r"\.input_linear\.weight$", ".experts.gate_up_proj"),
+                              (r"\.output_linear\.weight$", ".experts.down_proj")]}
+
+
 def torch_name(t, model_type):
-    if model_type == "exaone":
-        for a, b in EXAONE_RENAMES:
-            t = re.sub(a, b, t)
+    renames = EXAONE_RENAMES if model_type == "exaone" else MOE_RENAMES.get(model_type, [])
+    for a, b in renames:
+        t = re.sub(a, b, t)
     return t
 
 
@@ -196,6 +206,23 @@ def compare_config(name, cfg, fields):
             local = cfg.rope_parameters["sliding_attention"]["rope_theta"]
             if abs(float(fields.get("rope_local_base_freq (sliding layers)", "nan")) - local) > 1e-6 * local:
                 bad.append(f"rope_local_base_freq {fields.get('rope_local_base_freq (sliding layers)')} vs {local}")
+    experts = getattr(cfg, "num_experts", None) or getattr(cfg, "num_local_experts", None)
+    if experts:  # the mixtures of experts: E, K, Fe, the routing weights' normalisation, qwen2_moe's shared expert
+        fe = getattr(cfg, "moe_intermediate_size", None) or cfg.intermediate_size
+        want_moe = {"num_experts (E)": experts, "num_experts_per_tok (K)": cfg.num_experts_per_tok,
+                    "moe_intermediate_size (Fe)": fe,
+                    "norm_topk_prob": str(bool(getattr(cfg, "norm_topk_prob", True))).lower(),
+                    "shared_expert": "intermediate_size %d under a sigmoid gate" % cfg.shared_expert_intermediate_size
+                    if cfg.model_type == "qwen2_moe" else "none"}
+        bad += [f"{k}: pail {fields.get(k)} vs {v}" for k, v in want_moe.items() if fields.get(k) != str(v)]
+    if cfg.model_type == "granitemoe":
+        for k in ("embedding_multiplier", "residual_multiplier", "attention_multiplier", "logits_scaling"):
+            if abs(float(fields.get(k, "nan")) - getattr(cfg, k)) > 1e-6 * abs(getattr(cfg, k)):
+                bad.append(f"{k} {fields.get(k)} vs {getattr(cfg, k)}")
+    if cfg.model_type == "mixtral":
+        want_sw = str(cfg.sliding_window) if cfg.sliding_window else "none"
+        if fields.get("sliding_window") != want_sw:
+            bad.append(f"sliding_window {fields.get('sliding_window')} vs {want_sw}")
     report(f"{name}: config fields", not bad, "; ".join(bad))
 
 
@@ -317,6 +344,15 @@ def main():
     check_pail_written(ctl, a.work, "gemma3_text-6layers-f32", tiny + ["--model-type", "gemma3_text", "--layers", "6",
                        "--dtype", "f32"])
     check_pail_written(ctl, a.work, "bench-llama-bf16", ["--shape", "bench"])
+    # mixtures of experts: E 4, K 2 (tiny); the experts written per expert (granitemoe fused)
+    check_pail_written(ctl, a.work, "qwen3_moe-normtopk-f32", tiny + ["--model-type", "qwen3_moe", "--norm-topk-prob",
+                       "--dtype", "f32"])
+    check_pail_written(ctl, a.work, "qwen2_moe-6experts-bf16", tiny + ["--model-type", "qwen2_moe", "--experts", "6",
+                       "--experts-per-token", "3"])
+    check_pail_written(ctl, a.work, "olmoe-f32", tiny + ["--model-type", "olmoe", "--dtype", "f32"])
+    check_pail_written(ctl, a.work, "granitemoe-tied-bf16", tiny + ["--model-type", "granitemoe", "--tie-embeddings"])
+    check_pail_written(ctl, a.work, "mixtral-window8-f32", tiny + ["--model-type", "mixtral", "--sliding-window", "8",
+                       "--dtype", "f32"])
 
     # (b) transformers writes, pail reads
     small = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4,
@@ -369,6 +405,20 @@ def main():
                                                                  "sliding_attention"],
             rope_scaling={"rope_type": "linear", "factor": 8.0}, rope_local_base_freq=20000.0, rope_theta=500000.0,
             pad_token_id=None), torch.float32, "40KB"),
+    ]
+    moe = dict(small, num_experts_per_tok=2)
+    cases += [  # mixtures of experts as save_pretrained writes them: per expert, granitemoe fused
+        ("qwen3_moe-bf16-sharded", Qwen3MoeConfig(**moe, num_experts=4, moe_intermediate_size=32, head_dim=16,
+                                                  norm_topk_prob=True), torch.bfloat16, "40KB"),
+        ("qwen2_moe-f32-shared", Qwen2MoeConfig(**moe, num_experts=4, moe_intermediate_size=32,
+                                                shared_expert_intermediate_size=48), torch.float32, None),
+        ("olmoe-f16", OlmoeConfig(**moe, num_experts=4, pad_token_id=None), torch.float16, None),
+        ("granitemoe-bf16-multipliers-tied", GraniteMoeConfig(**moe, num_local_experts=4, embedding_multiplier=12.0,
+                                                              residual_multiplier=0.22, attention_multiplier=0.015625,
+                                                              logits_scaling=6.0, tie_word_embeddings=True),
+         torch.bfloat16, None),
+        ("mixtral-f32-window16-sharded", MixtralConfig(**moe, num_local_experts=4, sliding_window=16), torch.float32,
+         "40KB"),
     ]
     for name, cfg, dt, shard in cases:
         check_hf_written(ctl, a.work, name, cfg, dt, shard)
