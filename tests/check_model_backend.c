@@ -314,10 +314,10 @@ static void ref_backend_init(void) {
 // ---- the model and one pass over it on a backend ----
 static void small_model(ModelWeights *w, ModelType type) {
     ModelConfig c = {0};  // model_config_defaults keeps the sizes (E, K, Fe too) a caller set
-    if (type >= MODEL_QWEN3_MOE)  // 4 experts, 2 a token, Fe 32; qwen2_moe's shared expert 96
-        c.num_experts = 4, c.num_experts_per_tok = 2, c.moe_intermediate_size = 32, c.intermediate_size = 96;
+    if (type >= MODEL_QWEN3_MOE)  // 4 experts, 2 a token, Fe 32
+        c.num_experts = 4, c.num_experts_per_tok = 2, c.moe_intermediate_size = 32;
     model_config_defaults(&c, type);
-    c.hidden_size = 64; c.intermediate_size = type < MODEL_QWEN3_MOE || type == MODEL_QWEN2_MOE ? 96 : 0;
+    c.hidden_size = 64; c.intermediate_size = 96;
     c.num_hidden_layers = 2; c.num_attention_heads = 4;
     c.num_key_value_heads = 2; c.head_dim = 16; c.vocab_size = 300; c.max_position_embeddings = 256;
     c.tie_word_embeddings = type == MODEL_QWEN2;
