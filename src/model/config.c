@@ -16,14 +16,14 @@
 static const char *type_names[MODEL_TYPE_COUNT] = {"llama", "qwen2", "qwen3", "mistral", "exaone", "smollm3",
                                                     "granite", "olmo2", "phi3", "cohere", "cohere2", "gemma2",
                                                     "gemma3_text", "qwen3_moe", "qwen2_moe", "olmoe", "granitemoe",
-                                                    "mixtral"};
+                                                    "mixtral",     "gpt_oss"};
 // exaone: the published checkpoints' name (transformers maps model_type exaone to its llama classes)
 static const char *arch_names[MODEL_TYPE_COUNT] = {"LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
                                                    "MistralForCausalLM", "ExaoneForCausalLM", "SmolLM3ForCausalLM",
                                                    "GraniteForCausalLM", "Olmo2ForCausalLM", "Phi3ForCausalLM",
                                                    "CohereForCausalLM", "Cohere2ForCausalLM", "Gemma2ForCausalLM",
                                                    "Gemma3ForCausalLM", "Qwen3MoeForCausalLM", "Qwen2MoeForCausalLM",
-                                                   "OlmoeForCausalLM", "GraniteMoeForCausalLM", "MixtralForCausalLM"};
+                                                   "OlmoeForCausalLM", "GraniteMoeForCausalLM", "MixtralForCausalLM", "GptOssForCausalLM"};
 
 const char *model_type_name(ModelType t) { return (unsigned)t < MODEL_TYPE_COUNT ? type_names[t] : "?"; }
 

@@ -24,10 +24,12 @@ typedef enum {
     MODEL_LLAMA, MODEL_QWEN2, MODEL_QWEN3, MODEL_MISTRAL, MODEL_EXAONE, MODEL_SMOLLM3, MODEL_GRANITE, MODEL_OLMO2,
     MODEL_PHI3, MODEL_COHERE, MODEL_COHERE2, MODEL_GEMMA2, MODEL_GEMMA3_TEXT,
     // mixtures of experts (num_experts > 0): the dense layout above with a routed MLP
-    MODEL_QWEN3_MOE, MODEL_QWEN2_MOE, MODEL_OLMOE, MODEL_GRANITEMOE, MODEL_MIXTRAL,
+    MODEL_QWEN3_MOE, MODEL_QWEN2_MOE, MODEL_OLMOE, MODEL_GRANITEMOE, MODEL_MIXTRAL, MODEL_GPT_OSS,
     MODEL_TYPE_COUNT
 } ModelType;
-typedef enum { ROPE_SCALING_NONE, ROPE_SCALING_LLAMA3, ROPE_SCALING_LONGROPE, ROPE_SCALING_LINEAR } RopeScalingType;  // kernels.h has the RopeScaling params
+typedef enum {
+    ROPE_SCALING_NONE, ROPE_SCALING_LLAMA3, ROPE_SCALING_LONGROPE, ROPE_SCALING_LINEAR, ROPE_SCALING_YARN
+} RopeScalingType;  // kernels.h has the RopeScaling params
 
 #define MODEL_MAX_EOS 8
 #define MODEL_MAX_LAYERS 1024  // num_hidden_layers' bound (config.json is refused past it)
@@ -111,6 +113,19 @@ typedef struct {
     int dense_intermediate_size;  // config.json's intermediate_size when intermediate_size holds the shared expert's
     // (the other MoE types: intermediate_size 0, no dense MLP; dense_intermediate_size config.json's, which for
     // olmoe, granitemoe and mixtral is the experts' size, = moe_intermediate_size)
+    // gpt_oss (0 / false elsewhere; its MoE as the fields above, norm_topk_prob: the softmax over the K
+    // chosen logits): a learned logit per head joining every row's attention softmax with no value
+    // (attn_sinks: PARAM_SINKS); biases on the router and the experts (moe_bias: PARAM_ROUTER_BIAS,
+    // PARAM_EXP_GATE_UP_BIAS, PARAM_EXP_DOWN_BIAS); the experts' clamped SwiGLU g = min(gate, limit),
+    // u = clamp(up, -limit, limit), (u + 1) g sigmoid(alpha g) (swiglu_limit > 0; 0: plain SwiGLU);
+    // sliding and full layers as gemma's (full_attn, sliding_window); q/k/v/o biases (has_qkv_bias,
+    // has_o_bias); YaRN RoPE (rope_scaling ROPE_SCALING_YARN with rope_factor,
+    // rope_original_max_position_embeddings, rope_attention_factor (transformers' attention_factor,
+    // else 0.1 ln(factor) + 1) and the three fields below).
+    bool attn_sinks, moe_bias;
+    double swiglu_alpha, swiglu_limit;
+    double rope_beta_fast, rope_beta_slow;  // YaRN's ramp (defaults 32, 1)
+    bool rope_truncate;                     // YaRN: round the ramp's bounds to whole dims (default true)
 } ModelConfig;
 
 const char *model_type_name(ModelType t);  // "llama", ..., "gemma3_text", "qwen3_moe", ..., "mixtral"

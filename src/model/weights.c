@@ -45,6 +45,10 @@ void model_param_specs(const ModelConfig *c, ModelParamSpec s[PARAM_COUNT]) {
         [PARAM_EXP_GATE_UP] = {"mlp.experts.gate_up_proj", NULL, true, moe, 2, {E * 2 * Fe, C}, 0},
         [PARAM_EXP_DOWN] = {"mlp.experts.down_proj", NULL, true, moe, 2, {E * C, Fe}, 0},
         [PARAM_SHARED_GATE] = {"mlp.shared_expert_gate.weight", NULL, true, false, 2, {1, C}, 0},
+        [PARAM_SINKS] = {"self_attn.sinks", NULL, true, c->attn_sinks, 1, {(size_t)c->num_attention_heads, 0}, 0},
+        [PARAM_ROUTER_BIAS] = {"mlp.router.bias", NULL, true, c->moe_bias, 1, {E, 0}, 0},
+        [PARAM_EXP_GATE_UP_BIAS] = {"mlp.experts.gate_up_proj_bias", NULL, true, c->moe_bias, 1, {E * 2 * Fe, 0}, 0},
+        [PARAM_EXP_DOWN_BIAS] = {"mlp.experts.down_proj_bias", NULL, true, c->moe_bias, 1, {E * C, 0}, 0},
     };
     // EXAONE 3/3.5 checkpoints keep their own names (transformers 5 renames them
     // to llama's on load and back on save: conversion_mapping.py "exaone")
@@ -305,7 +309,10 @@ int model_weights_alloc_layers(ModelWeights *w, const ModelConfig *cfg, const DT
                                  [PARAM_BV] = &w->p.bv, [PARAM_BO] = &w->p.bo, [PARAM_Q_NORM] = &w->p.q_norm,
                                  [PARAM_K_NORM] = &w->p.k_norm, [PARAM_MLP_NORM] = &w->p.mlp_norm,
                                  [PARAM_FINAL_NORM] = &w->p.final_norm, [PARAM_PRE_FF_NORM] = &w->p.pre_ff_norm,
-                                 [PARAM_POST_FF_NORM] = &w->p.post_ff_norm};
+                                 [PARAM_POST_FF_NORM] = &w->p.post_ff_norm, [PARAM_SINKS] = &w->p.sinks,
+                                 [PARAM_ROUTER_BIAS] = &w->p.router_bias,
+                                 [PARAM_EXP_GATE_UP_BIAS] = &w->p.exp_gate_up_bias,
+                                 [PARAM_EXP_DOWN_BIAS] = &w->p.exp_down_bias};
     for (int i = 0; i < PARAM_COUNT; i++) {
         void *p = w->specs[i].present ? (char *)w->memory + w->slices[i * L].byte : NULL;
         if (mats[i]) *mats[i] = p;

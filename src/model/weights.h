@@ -17,6 +17,7 @@ typedef enum {
     PARAM_BO, PARAM_Q_NORM, PARAM_K_NORM, PARAM_MLP_NORM, PARAM_W_GATE, PARAM_W_UP, PARAM_W_DOWN,
     PARAM_FINAL_NORM, PARAM_LM_HEAD, PARAM_WQKV, PARAM_W_GATE_UP, PARAM_PRE_FF_NORM, PARAM_POST_FF_NORM,
     PARAM_ROUTER, PARAM_EXP_GATE_UP, PARAM_EXP_DOWN, PARAM_SHARED_GATE,
+    PARAM_SINKS, PARAM_ROUTER_BIAS, PARAM_EXP_GATE_UP_BIAS, PARAM_EXP_DOWN_BIAS,
     PARAM_COUNT
 } ModelParamId;
 
@@ -64,6 +65,14 @@ typedef struct {
     void *exp_gate_up;    // (L, E*2Fe, C)
     void *exp_down;       // (L, E*C, Fe)
     void *shared_gate;    // (L, 1, C)    qwen2_moe: mlp.shared_expert_gate.weight
+    // gpt_oss (NULL elsewhere; fp32 vectors): its checkpoint's experts are fused and transposed,
+    // mlp.experts.gate_up_proj (E, C, 2Fe) with gate and up INTERLEAVED (columns 2j gate, 2j + 1 up)
+    // and mlp.experts.down_proj (E, Fe, C): the loader transposes them into exp_gate_up / exp_down's
+    // layout above (gate's rows then up's) and de-interleaves the bias alike
+    float *sinks;         // (L, H)       self_attn.sinks
+    float *router_bias;   // (L, E)       mlp.router.bias (the router: mlp.router.weight)
+    float *exp_gate_up_bias;  // (L, E*2Fe) mlp.experts.gate_up_proj_bias, expert e's gate's Fe then up's
+    float *exp_down_bias; // (L, E*C)     mlp.experts.down_proj_bias
 } ModelParams;
 
 // One tensor family: its HF name (the part after "<prefix>N." when per
