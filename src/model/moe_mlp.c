@@ -69,7 +69,8 @@ int moe_mlp_forward(Transformer *tf, int l, LayerActs *a, int T, const float *xi
     const ModelConfig *c = &tf->cfg;
     int C = c->hidden_size, E = c->num_experts, K = c->num_experts_per_tok, Fe = c->moe_intermediate_size,
         F = c->intermediate_size, TK = T * K;
-    OP(matmul_forward, a->rlog, xin, wm(tf, PARAM_ROUTER, l), wdt(tf, PARAM_ROUTER, l), NULL, T, C, E, 1.0f, 0.0f);
+    OP(matmul_forward, a->rlog, xin, wm(tf, PARAM_ROUTER, l), wdt(tf, PARAM_ROUTER, l), wv(tf, PARAM_ROUTER_BIAS, l), T,
+       C, E, 1.0f, 0.0f);  // gpt_oss: + its bias
     OP(moe_route_forward, a->ridx, a->rw, a->rlog, T, E, K, c->norm_topk_prob ? 1 : 0);
     OP(moe_group, a->gtok, a->gpos, a->goffs, a->ridx, T, K, E);
     OP(to_host, a->h_offs, a->goffs, (size_t)(E + 1) * sizeof(int));
@@ -79,23 +80,24 @@ int moe_mlp_forward(Transformer *tf, int l, LayerActs *a, int T, const float *xi
                    *sdn = tf->lora_on ? lora_slot(tf->lora, l, LORA_EXP_DOWN) : NULL;
     int R = tf->lora ? tf->lora->cfg.rank : 0;
     DType gdt = wdt(tf, PARAM_EXP_GATE_UP, l), ddt = wdt(tf, PARAM_EXP_DOWN, l);
-    size_t up_bytes = (size_t)Fe * dtype_row_bytes(gdt, (size_t)C);  // gate's Fe rows, then up's
+    size_t up_bytes = (size_t)Fe * dtype_row_bytes(gdt, (size_t)C);                               // gate's Fe rows, then up's
+    const float *gub = wv(tf, PARAM_EXP_GATE_UP_BIAS, l), *dnb = wv(tf, PARAM_EXP_DOWN_BIAS, l);  // gpt_oss
     for (int e = 0; e < E; e++) {
         int r0 = offs[e], n = offs[e + 1] - r0;
         if (n == 0) continue;
         const float *x = tf->xg + (size_t)r0 * C;
         const char *Wg = expert_w(tf, PARAM_EXP_GATE_UP, l, e, 2 * (size_t)Fe, C), *Wu = Wg + up_bytes;
+        const float *bg = gub ? gub + (size_t)e * 2 * Fe : NULL, *bu = gub ? bg + Fe : NULL;
         float *g = a->eg + (size_t)r0 * Fe, *u = a->eu + (size_t)r0 * Fe;
         if (sgu) {  // one A (R,C) for gate and up; B (2Fe,R): gate's rows, then up's
             const float *A = tf->lora_params + sgu->a_off + (size_t)e * R * C,
                         *B = tf->lora_params + sgu->b_off + (size_t)e * 2 * Fe * R;
             float *la = a->la[LORA_EXP_GATE_UP] + (size_t)r0 * R;
-            OP(matmul_forward_lora, g, la, x, Wg, gdt, NULL, A, B, n, C, Fe, R, tf->lora_scale, 0.0f);
-            OP(matmul_forward_lora, u, la, x, Wu, gdt, NULL, A, B + (size_t)Fe * R, n, C, Fe, R, tf->lora_scale,
-               0.0f);
+            OP(matmul_forward_lora, g, la, x, Wg, gdt, bg, A, B, n, C, Fe, R, tf->lora_scale, 0.0f);
+            OP(matmul_forward_lora, u, la, x, Wu, gdt, bu, A, B + (size_t)Fe * R, n, C, Fe, R, tf->lora_scale, 0.0f);
         } else {
-            OP(matmul_forward, g, x, Wg, gdt, NULL, n, C, Fe, 1.0f, 0.0f);
-            OP(matmul_forward, u, x, Wu, gdt, NULL, n, C, Fe, 1.0f, 0.0f);
+            OP(matmul_forward, g, x, Wg, gdt, bg, n, C, Fe, 1.0f, 0.0f);
+            OP(matmul_forward, u, x, Wu, gdt, bu, n, C, Fe, 1.0f, 0.0f);
         }
     }
     OP(swiglu_forward, tf->eact, a->eg, a->eu, (size_t)TK * Fe);
@@ -104,14 +106,15 @@ int moe_mlp_forward(Transformer *tf, int l, LayerActs *a, int T, const float *xi
         if (n == 0) continue;
         const float *x = tf->eact + (size_t)r0 * Fe;
         const void *Wd = expert_w(tf, PARAM_EXP_DOWN, l, e, C, Fe);
+        const float *bd = dnb ? dnb + (size_t)e * C : NULL;
         float *h = a->eh + (size_t)r0 * C;
         if (sdn) {
             const float *A = tf->lora_params + sdn->a_off + (size_t)e * R * Fe,
                         *B = tf->lora_params + sdn->b_off + (size_t)e * C * R;
-            OP(matmul_forward_lora, h, a->la[LORA_EXP_DOWN] + (size_t)r0 * R, x, Wd, ddt, NULL, A, B, n, Fe, C, R,
+            OP(matmul_forward_lora, h, a->la[LORA_EXP_DOWN] + (size_t)r0 * R, x, Wd, ddt, bd, A, B, n, Fe, C, R,
                tf->lora_scale, 0.0f);
         } else {
-            OP(matmul_forward, h, x, Wd, ddt, NULL, n, Fe, C, 1.0f, 0.0f);
+            OP(matmul_forward, h, x, Wd, ddt, bd, n, Fe, C, 1.0f, 0.0f);
         }
     }
     OP(moe_combine_forward, out, a->eh, a->rw, a->gpos, T, K, C, 0.0f);
@@ -134,9 +137,9 @@ int moe_mlp_backward(Transformer *tf, int l, LayerActs *a, int T, const float *d
     const ModelConfig *c = &tf->cfg;
     int C = c->hidden_size, E = c->num_experts, K = c->num_experts_per_tok, Fe = c->moe_intermediate_size,
         F = c->intermediate_size, TK = T * K;
-    bool full = bg && tf->plan.full;
-    float dx_beta = 0.0f;  // 1 once dxin holds a term
-    if (F > 0) {           // the shared expert under its gate: out = sigmoid(g) s
+    bool full = bg && tf->plan.full, has_bias = c->moe_bias;  // gpt_oss: the router's and experts' biases
+    float dx_beta = 0.0f;                                     // 1 once dxin holds a term
+    if (F > 0) {                                              // the shared expert under its gate: out = sigmoid(g) s
         OP(sigmoid_gate_backward, tf->ds, tf->dsg, dy, a->sg, a->so, T, C);
         if (proj_backward(tf, tf->dact, lg, bg, PARAM_W_DOWN, PARAM_COUNT, tf->ds, a->act, a->la[LORA_DOWN], T, F, C,
                           l, LORA_DOWN, 0, err) < 0)
@@ -170,7 +173,8 @@ int moe_mlp_backward(Transformer *tf, int l, LayerActs *a, int T, const float *d
         const float *x = tf->eact + (size_t)r0 * Fe, *dh = tf->deh + (size_t)r0 * C;
         float *dx = tf->deact + (size_t)r0 * Fe;
         float *dW = full ? bg + expert_off(tf, PARAM_EXP_DOWN, l, e, C, Fe) : NULL;
-        OP(matmul_backward, dx, dW, NULL, dh, x, expert_w(tf, PARAM_EXP_DOWN, l, e, C, Fe), ddt, n, Fe, C, 1.0f, 0.0f);
+        float *db = full && has_bias ? bg + model_weights_elem_offset(tf->w, PARAM_EXP_DOWN_BIAS, l) + (size_t)e * C : NULL;
+        OP(matmul_backward, dx, dW, db, dh, x, expert_w(tf, PARAM_EXP_DOWN, l, e, C, Fe), ddt, n, Fe, C, 1.0f, 0.0f);
         if (!sdn) continue;
         size_t ao = sdn->a_off + (size_t)e * R * Fe, bo = sdn->b_off + (size_t)e * C * R;
         float *dla = tf->dla_moe + (size_t)r0 * R;
@@ -187,8 +191,9 @@ int moe_mlp_backward(Transformer *tf, int l, LayerActs *a, int T, const float *d
         float *dx = dxg + (size_t)r0 * C;
         const char *Wg = expert_w(tf, PARAM_EXP_GATE_UP, l, e, 2 * (size_t)Fe, C);
         size_t wo = full ? expert_off(tf, PARAM_EXP_GATE_UP, l, e, 2 * (size_t)Fe, C) : 0;
-        OP(matmul_backward, dx, full ? bg + wo : NULL, NULL, dg, x, Wg, gdt, n, C, Fe, 1.0f, 0.0f);
-        OP(matmul_backward, dx, full ? bg + wo + (size_t)Fe * C : NULL, NULL, du, x, Wg + up_bytes, gdt, n, C, Fe,
+        float *db = full && has_bias ? bg + model_weights_elem_offset(tf->w, PARAM_EXP_GATE_UP_BIAS, l) + (size_t)e * 2 * Fe : NULL;
+        OP(matmul_backward, dx, full ? bg + wo : NULL, db, dg, x, Wg, gdt, n, C, Fe, 1.0f, 0.0f);
+        OP(matmul_backward, dx, full ? bg + wo + (size_t)Fe * C : NULL, db ? db + Fe : NULL, du, x, Wg + up_bytes, gdt, n, C, Fe,
            1.0f, 1.0f);
         if (!sgu) continue;
         size_t ao = sgu->a_off + (size_t)e * R * C, bo = sgu->b_off + (size_t)e * 2 * Fe * R;
@@ -206,8 +211,9 @@ int moe_mlp_backward(Transformer *tf, int l, LayerActs *a, int T, const float *d
     OP(moe_combine_forward, dxin, dxg, NULL, a->gpos, T, K, C, dx_beta);
     // the router: logits = x Wr^T, through the weights' softmax
     OP(moe_route_backward, tf->drlog, tf->drw, a->rlog, a->ridx, a->rw, T, E, K, c->norm_topk_prob ? 1 : 0);
-    float *dwr = full ? bg + model_weights_elem_offset(tf->w, PARAM_ROUTER, l) : NULL;
-    OP(matmul_backward, dxin, dwr, NULL, tf->drlog, xin, wm(tf, PARAM_ROUTER, l), wdt(tf, PARAM_ROUTER, l), T, C, E,
+    float *dwr = full ? bg + model_weights_elem_offset(tf->w, PARAM_ROUTER, l) : NULL,
+          *dbr = full && has_bias ? bg + model_weights_elem_offset(tf->w, PARAM_ROUTER_BIAS, l) : NULL;
+    OP(matmul_backward, dxin, dwr, dbr, tf->drlog, xin, wm(tf, PARAM_ROUTER, l), wdt(tf, PARAM_ROUTER, l), T, C, E,
        1.0f, 1.0f);
     return 0;
 }

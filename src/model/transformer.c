@@ -182,6 +182,29 @@ static int gemma_init(Transformer *tf, PailErr *err) {
     return 0;
 }
 
+// YaRN (transformers' _compute_yarn_parameters): each of the dim/2 frequencies blends the original
+// (extrapolation) and the factor-scaled one (interpolation) by a linear ramp between the dims that
+// turn beta_fast and beta_slow times over original_max_position_embeddings (rounded outwards when
+// truncate); cos and sin are scaled by the attention factor (the config's, else 0.1 ln(factor) + 1).
+static void yarn_inv_freq(float *inv, const ModelConfig *c, int dim) {
+    double base = c->rope_theta, factor = c->rope_factor, om = c->rope_original_max_position_embeddings;
+    double bf = c->rope_beta_fast > 0 ? c->rope_beta_fast : 32, bs = c->rope_beta_slow > 0 ? c->rope_beta_slow : 1;
+    double low = dim * log(om / (bf * 2 * M_PI)) / (2 * log(base)), high = dim * log(om / (bs * 2 * M_PI)) / (2 * log(base));
+    if (c->rope_truncate) low = floor(low), high = ceil(high);
+    if (low < 0) low = 0;
+    if (high > dim - 1) high = dim - 1;
+    if (low == high) high += 0.001;  // transformers' guard against a zero-width ramp
+    for (int i = 0; i < dim / 2; i++) {
+        double pf = pow(base, 2.0 * i / dim), ramp = (i - low) / (high - low);
+        double ext = 1 - (ramp < 0 ? 0 : ramp > 1 ? 1 : ramp);  // the extrapolation's share
+        inv[i] = (float)(1.0 / (factor * pf) * (1 - ext) + 1.0 / pf * ext);
+    }
+}
+static double yarn_attention_factor(const ModelConfig *c) {
+    if (c->rope_attention_factor > 0) return c->rope_attention_factor;
+    return c->rope_factor <= 1 ? 1.0 : 0.1 * log(c->rope_factor) + 1.0;
+}
+
 int transformer_init(Transformer **out, const ModelWeights *w, const TransformerPlan *plan, PailErr *err) {
     *out = NULL;
     const ModelConfig *c = &w->cfg;
@@ -269,6 +292,11 @@ int transformer_init(Transformer **out, const ModelWeights *w, const Transformer
         rope_table_build(cs + half * D2, sn + half * D2, inv, (int)half, rd);
         rope_inv_freq_ext(inv, rd, (float)c->rope_theta, c->rope_short_factor);
         rope_table_build(cs, sn, inv, (int)half, rd);
+        for (size_t i = 0; i < P * D2; i++) cs[i] *= af, sn[i] *= af;
+    } else if (c->rope_scaling == ROPE_SCALING_YARN) {  // gpt_oss: the blended inv_freq, cos and sin scaled
+        yarn_inv_freq(inv, c, rd);
+        rope_table_build(cs, sn, inv, (int)P, rd);
+        float af = (float)yarn_attention_factor(c);
         for (size_t i = 0; i < P * D2; i++) cs[i] *= af, sn[i] *= af;
     } else {
         rope_inv_freq(inv, rd, (float)c->rope_theta, &rs);
@@ -593,7 +621,7 @@ static int layer_forward(Transformer *tf, int l, LayerActs *a, int T, PailErr *e
     }
     // granite: scores q.k * attention_multiplier; the kernels' 1/sqrt(D) undone on q
     if (c->attention_multiplier > 0) OP(scale, a->qr, (size_t)T * HD, (float)c->attention_multiplier * sqrtf((float)D));
-    if (layer_attention(tf, l, a, T, c->sliding_window, 0.0f, err) < 0) return -1;
+    if (layer_attention(tf, l, a, T, model_layer_window(c, l), 0.0f, err) < 0) return -1;
     // granite: h = x + r o_proj(att), as r (x / r + o_proj(att)) so that the
     // projection still accumulates into h (r = 1: neither scale runs)
     float r = c->residual_multiplier > 0 ? (float)c->residual_multiplier : 1.0f;
@@ -867,7 +895,7 @@ static int layer_backward(Transformer *tf, int l, LayerActs *a, int T, float *lg
                       HD, C, l, LORA_O, 0, err) < 0)
         return -1;
     OP(attention_backward, tf->dq, tf->dk, tf->dv, tf->datt, a->qr, a->kr, a->v, a->att, a->lse, tf->d_cu, tf->nseq,
-       T, H, Hk, D, c->sliding_window, 0.0f);
+       T, H, Hk, D, model_layer_window(c, l), 0.0f);  // gpt_oss: sliding and full layers
     if (c->attention_multiplier > 0)  // granite: q was scaled after RoPE
         OP(scale, tf->dq, (size_t)T * HD, (float)c->attention_multiplier * sqrtf((float)D));
     if (model_layer_has_rope(c, l)) {
