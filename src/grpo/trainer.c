@@ -1222,9 +1222,15 @@ static int setup(Trainer *t, TrainerConfig *c, PailErr *err) {
     t->state_parent = -1;
     t->policy_version = -1;
     rng_seed(&t->rng, (uint64_t)c->seed, 0x7261696e);
-    log_info("model %s: %zu parameters, base_sha256 %.16s..., LoRA rank %d: %lld trainable; activations %zu MiB, "
-             "trainer buffers %zu MiB", c->model_dir, t->w.num_params, t->w.base_sha256, t->lay.cfg.rank,
-             (long long)t->lay.n_params, transformer_bytes(t->tf) >> 20, t->block_bytes >> 20);
+    double mib = t->lay.n_params * 4.0 / (1 << 20);  // the adapter as published (fp32)
+    char xs[64] = "";
+    if (model_is_moe(&t->w.cfg))
+        snprintf(xs, sizeof xs, ", the experts' %.0f%%",
+                 100.0 * lora_layout_expert_params(&t->lay) / (double)(t->lay.n_params ? t->lay.n_params : 1));
+    log_info("model %s: %zu parameters, base_sha256 %.16s..., LoRA rank %d: %lld trainable, adapter %.1f MiB (%.2f "
+             "MiB a rank%s); activations %zu MiB, trainer buffers %zu MiB", c->model_dir, t->w.num_params,
+             t->w.base_sha256, t->lay.cfg.rank, (long long)t->lay.n_params, mib, mib / t->lay.cfg.rank, xs,
+             transformer_bytes(t->tf) >> 20, t->block_bytes >> 20);
     return 0;
 }
 

@@ -140,6 +140,16 @@ int lora_layout_build(LoraLayout *l, const ModelConfig *mc, const LoraConfig *c,
     return 0;
 }
 
+int64_t lora_layout_expert_params(const LoraLayout *l) {
+    int64_t n = 0;
+    for (int i = 0; i < l->n_layers; i++)
+        for (int m = LORA_EXP_GATE_UP; m <= LORA_EXP_DOWN; m++) {
+            const LoraSlot *s = lora_slot(l, i, (LoraModule)m);
+            if (s) n += (int64_t)s->n_exp * l->cfg.rank * (s->in + s->out);
+        }
+    return n;
+}
+
 void lora_layout_free(LoraLayout *l) {
     free(l->slots);
     memset(l, 0, sizeof *l);

@@ -70,6 +70,9 @@ int lora_targets_parse(const char *s, unsigned *targets, PailErr *err);
 void lora_targets_format(unsigned targets, char *buf, size_t cap);
 int lora_layout_build(LoraLayout *l, const ModelConfig *mc, const LoraConfig *c, PailErr *err);
 void lora_layout_free(LoraLayout *l);
+// Floats of the expert modules (n_exp > 1) in the layout: an adapter on a mixture of experts' experts
+// is E times the size of a dense MLP's.
+int64_t lora_layout_expert_params(const LoraLayout *l);
 const LoraSlot *lora_slot(const LoraLayout *l, int layer, LoraModule m);
 // Module m as files store it: 1 with *out and *name ("q_proj", or phi3's fused "qkv_proj"
 // covering q, k and v, "gate_up_proj" covering gate and up), 0 when m is not adapted or is

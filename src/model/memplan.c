@@ -99,12 +99,18 @@ void memplan_print(FILE *f, const MemoryPlan *p, const char *tool) {
     fprintf(f, "%s: memory plan on %s\n", tool, p->device);
     fprintf(f, "  weights      %10s  %zu parameters, %s\n", human(p->weights, a, sizeof a), p->n_weights,
             s->weights_dtype ? s->weights_dtype : "f32");
+    // the adapter file as published (fp32) and a rank's share: an MoE's expert adapters are E times a dense MLP's
+    char af[32], ar[32], adapter[96] = "";
+    if (p->n_lora && s->lora_rank > 0 && !s->full)
+        snprintf(adapter, sizeof adapter, "; the adapter file %s, %s a rank", human(p->n_lora * 4, af, sizeof af),
+                 human(p->n_lora * 4 / (size_t)s->lora_rank, ar, sizeof ar));
     if (s->role == MEMPLAN_TRAIN)
-        fprintf(f, "  LoRA + AdamW %10s  %zu parameters (rank %d): params, grads, m, v in fp32%s\n",
-                human(p->lora, a, sizeof a), p->n_lora, s->lora_rank, s->full ? "; full: grads, m, v of every weight" : "");
+        fprintf(f, "  LoRA + AdamW %10s  %zu parameters (rank %d): params, grads, m, v in fp32%s%s\n",
+                human(p->lora, a, sizeof a), p->n_lora, s->lora_rank, s->full ? "; full: grads, m, v of every weight" : "",
+                adapter);
     else if (p->n_lora)
-        fprintf(f, "  LoRA         %10s  %zu parameters (rank %d), fp32\n", human(p->lora, a, sizeof a), p->n_lora,
-                s->lora_rank);
+        fprintf(f, "  LoRA         %10s  %zu parameters (rank %d), fp32%s\n", human(p->lora, a, sizeof a), p->n_lora,
+                s->lora_rank, adapter);
     fprintf(f, "  activations  %10s  %d tokens%s, fp32\n", human(p->activations, a, sizeof a), s->token_budget,
             s->role != MEMPLAN_TRAIN ? "" : s->recompute ? ", layer inputs only (--recompute)" : ", every layer saved");
     if (p->kv_cache && s->kv_episodes)
