@@ -41,16 +41,24 @@ static const char *expert_parent(const ModelConfig *mc) {
 }
 
 // An expert module's B between pail's (E, out, R) and PEFT's (out, R E), expert e's column r at r E + e.
-static void expert_b_to_peft(float *dst, const float *src, int E, int out, int R) {
+// inter: gpt_oss's gate_up_proj, whose out features interleave gate and up (2j gate j, 2j + 1 up j)
+// where pail's rows are the gate's Fe, then the up's.
+static size_t peft_row(int o, int out, bool inter) {
+    return !inter ? (size_t)o : o < out / 2 ? 2 * (size_t)o : 2 * (size_t)(o - out / 2) + 1;
+}
+static void expert_b_to_peft(float *dst, const float *src, int E, int out, int R, bool inter) {
     for (int e = 0; e < E; e++)
         for (int o = 0; o < out; o++)
-            for (int r = 0; r < R; r++) dst[(size_t)o * R * E + (size_t)r * E + e] = src[((size_t)e * out + o) * R + r];
+            for (int r = 0; r < R; r++)
+                dst[peft_row(o, out, inter) * R * E + (size_t)r * E + e] = src[((size_t)e * out + o) * R + r];
 }
-static void expert_b_from_peft(float *dst, const float *src, int E, int out, int R) {
+static void expert_b_from_peft(float *dst, const float *src, int E, int out, int R, bool inter) {
     for (int e = 0; e < E; e++)
         for (int o = 0; o < out; o++)
-            for (int r = 0; r < R; r++) dst[((size_t)e * out + o) * R + r] = src[(size_t)o * R * E + (size_t)r * E + e];
+            for (int r = 0; r < R; r++)
+                dst[((size_t)e * out + o) * R + r] = src[peft_row(o, out, inter) * R * E + (size_t)r * E + e];
 }
+static bool interleaved(const ModelConfig *mc, int m) { return mc && mc->type == MODEL_GPT_OSS && m == LORA_EXP_GATE_UP; }
 
 int peft_export(const LoraLayout *l, const float *params, const ModelConfig *mc, const char *base_model,
                 const char *dir, PailErr *err) {
@@ -108,7 +116,7 @@ int peft_export(const LoraLayout *l, const float *params, const ModelConfig *mc,
             const LoraSlot *s = &st;
             const float *b = params + s->b_off;
             if (s->n_exp > 1) {
-                expert_b_to_peft(pb + s->b_off, b, s->n_exp, s->out, R);
+                expert_b_to_peft(pb + s->b_off, b, s->n_exp, s->out, R, interleaved(mc, m));
                 b = pb + s->b_off;
             }
             key_of(names[n], sizeof names[n], l, mc, i, (LoraModule)m, nm, 'A');
@@ -220,7 +228,7 @@ int peft_import(const char *dir, const ModelConfig *mc, LoraLayout *l, float **p
                     rc = err_set(err, PAIL_ERR_INVALID, "%s: tensor %s has dtype %s", path, key,
                                  safetensors_dtype_name(t->dtype));
                 else if (s->n_exp > 1 && ab)
-                    expert_b_from_peft(*params + s->b_off, tmp, s->n_exp, s->out, c.rank);
+                    expert_b_from_peft(*params + s->b_off, tmp, s->n_exp, s->out, c.rank, interleaved(mc, m));
                 if (s->n_exp > 1 && ab) {  // sized per module: the next one may differ
                     free(tmp);
                     tmp = NULL;

@@ -73,7 +73,18 @@ def variants():
         "mixtral", **common, intermediate_size=FE, num_local_experts=E, num_experts_per_tok=K, sliding_window=8)
 
 
-LENS = {"mixtral": [32, 13, 20]}
+    # gpt-oss: attention sinks, sliding (8, under 32-token sequences) and full layers, q/k/v/o biases,
+    # router and expert biases, the clamped SwiGLU (limit 0.1 so that this tiny model's values clamp),
+    # YaRN over original_max_position_embeddings 16 (factor 4: positions past 16 interpolate), the
+    # fused, transposed, interleaved expert tensors
+    yield "gpt_oss-sinks-yarn-clamp", AutoConfig.for_model(
+        "gpt_oss", **common, head_dim=16, intermediate_size=FE, num_local_experts=E, num_experts_per_tok=K,
+        sliding_window=8, layer_types=["sliding_attention", "full_attention"], swiglu_limit=0.1,
+        rope_parameters={"rope_type": "yarn", "rope_theta": 150000.0, "factor": 4.0, "beta_fast": 32.0,
+                         "beta_slow": 1.0, "original_max_position_embeddings": 16, "truncate": False})
+
+
+LENS = {"mixtral": [32, 13, 20], "gpt_oss": [32, 13, 20]}
 
 
 def randomize(model):
@@ -85,6 +96,8 @@ def randomize(model):
                 p.copy_(0.1 * torch.randn_like(p))
             elif name.endswith("mlp.gate.weight") or "router" in name:
                 p.copy_(torch.randn_like(p) / p.shape[-1] ** 0.5 * 4)  # logits ~ N(0, 16): no near ties
+            elif name.endswith("sinks"):
+                p.copy_(torch.randn_like(p))  # a sink near the scores' size: it takes a real share
             elif "shared_expert_gate" in name:
                 p.copy_(torch.randn_like(p) / p.shape[-1] ** 0.5)
 
@@ -108,6 +121,21 @@ def torch_logprobs(model, seqs, temperature):
 def rel(a, b):
     a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
     return float(np.abs(a - b).max() / max(np.abs(b).max(), 1e-12))
+
+
+def to_hf(pname, g, shape):
+    """pail's layout of an expert tensor's gradient into transformers' (gpt_oss's experts are transposed,
+    gate and up interleaved; pail holds each expert's gate rows, then its up rows, as (out, in))."""
+    if pname.endswith("experts.gate_up_proj") and GPT_OSS:
+        e, c, f2 = shape
+        return g.reshape(e, 2, f2 // 2, c).transpose(0, 3, 2, 1).reshape(e, c, f2)
+    if pname.endswith("experts.gate_up_proj_bias") and GPT_OSS:
+        e, f2 = shape
+        return g.reshape(e, 2, f2 // 2).transpose(0, 2, 1).reshape(e, f2)
+    if pname.endswith("experts.down_proj") and GPT_OSS:
+        e, fe, c = shape
+        return g.reshape(e, c, fe).transpose(0, 2, 1)
+    return g.reshape(shape)
 
 
 def file_grad(f, pname):
@@ -144,6 +172,9 @@ def lora_tensors(peft_model, cfg, layer, C):
             mod = "experts.gate_up_proj" if ina == C else "experts.down_proj"
             if ab == "lora_A":
                 fn = lambda t: t.reshape(E, -1, t.shape[1])  # noqa: E731
+            elif GPT_OSS and mod == "experts.gate_up_proj":  # out rows interleaved (2j gate, 2j + 1 up)
+                fn = lambda t: torch.cat([(b := t.reshape(t.shape[0], -1, E).permute(2, 0, 1))[:, 0::2],  # noqa: E731
+                                          b[:, 1::2]], dim=1)
             else:
                 fn = lambda t: t.reshape(t.shape[0], -1, E).permute(2, 0, 1)  # noqa: E731
         else:
@@ -208,6 +239,7 @@ for name, cfg in variants():
     if ONLY and not name.startswith(ONLY):
         continue
     print(f"{name}:")
+    GPT_OSS = cfg.model_type == "gpt_oss"
     d = os.path.join(WORK, name)
     model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
     randomize(model)
@@ -234,7 +266,7 @@ for name, cfg in variants():
                 for pname, p in model.named_parameters():
                     if pname == "lm_head.weight" and cfg.tie_word_embeddings:
                         continue
-                    e = rel(file_grad(f, pname).reshape(p.shape), p.grad.numpy())
+                    e = rel(to_hf(pname, file_grad(f, pname), tuple(p.shape)), p.grad.numpy())
                     if e > worst:
                         worst, wname = e, pname
             report(f"full fine-tuning grads (worst: {wname})", worst, 1e-3)
