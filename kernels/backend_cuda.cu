@@ -147,19 +147,23 @@ static int cu_rope_backward(B_, float *dx, const float *dout, const int *pos, co
     return rope_backward_cuda(dx, dout, pos, cos_t, sin_t, T, nh, D, S_, err);
 }
 static int cu_attention_forward(B_, float *out, float *lse, const float *q, const float *k, const float *v,
-                                const int *cu, int nseq, int T, int H, int Hkv, int D, int W, float cap, PailErr *err) {
-    return attention_forward_cap_cuda(out, lse, q, k, v, cu, nseq, T, H, Hkv, D, W, cap, S_, err);
+                                const int *cu, int nseq, int T, int H, int Hkv, int D, int W, float cap,
+                                const float *sinks, PailErr *err) {
+    return attention_forward_sink_cuda(out, lse, q, k, v, cu, nseq, T, H, Hkv, D, W, cap, sinks, S_, err);
 }
 static int cu_attention_backward(B_, float *dq, float *dk, float *dv, const float *dout, const float *q,
                                  const float *k, const float *v, const float *out, const float *lse, const int *cu,
-                                 int nseq, int T, int H, int Hkv, int D, int W, float cap, PailErr *err) {
-    return attention_backward_cap_cuda(dq, dk, dv, dout, q, k, v, out, lse, cu, nseq, T, H, Hkv, D, W, cap, S_, err);
+                                 int nseq, int T, int H, int Hkv, int D, int W, float cap, const float *sinks,
+                                 float *dsinks, PailErr *err) {
+    return attention_backward_sink_cuda(dq, dk, dv, dout, q, k, v, out, lse, cu, nseq, T, H, Hkv, D, W, cap, sinks,
+                                        dsinks, S_, err);
 }
 static int cu_attention_decode_forward(B_, float *out, const float *q, const void *kp, const void *vp, DType kvdt,
                                        const int *cu_new, const int *cache_len, const int *table, int max_blocks,
-                                       int nseq, int Tn, int H, int Hkv, int D, int W, float cap, PailErr *err) {
-    return attention_decode_forward_dt_cuda(out, q, kp, vp, kvdt, cu_new, cache_len, table, max_blocks, nseq, Tn, H,
-                                            Hkv, D, W, cap, S_, err);
+                                       int nseq, int Tn, int H, int Hkv, int D, int W, float cap, const float *sinks,
+                                       PailErr *err) {
+    return attention_decode_forward_sink_cuda(out, q, kp, vp, kvdt, cu_new, cache_len, table, max_blocks, nseq, Tn, H,
+                                              Hkv, D, W, cap, sinks, S_, err);
 }
 static int cu_scale(B_, float *x, size_t n, float alpha, PailErr *err) { return scale_forward_cuda(x, n, alpha, S_, err); }
 static int cu_swiglu_forward(B_, float *out, const float *gate, const float *up, size_t n, PailErr *err) {
