@@ -98,6 +98,11 @@ typedef struct {
     int (*swiglu_forward)(Backend *b, float *out, const float *gate, const float *up, size_t n, PailErr *err);
     int (*swiglu_backward)(Backend *b, float *dgate, float *dup, const float *dout, const float *gate,
                            const float *up, size_t n, PailErr *err);
+    // gpt_oss's clamped swiglu (kernels.h's swiglu_clamp_*): alpha, limit from its config
+    int (*swiglu_clamp_forward)(Backend *b, float *out, const float *gate, const float *up, size_t n, float alpha,
+                                float limit, PailErr *err);
+    int (*swiglu_clamp_backward)(Backend *b, float *dgate, float *dup, const float *dout, const float *gate,
+                                 const float *up, size_t n, float alpha, float limit, PailErr *err);
     // targets must be in [0, V): the driver checks them on the host (a device
     // cannot report which one is not)
     // cap: gemma2's final_logit_softcapping (kernels.h's logprob_*_cap_dt), 0 = none

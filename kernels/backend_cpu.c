@@ -211,6 +211,18 @@ static int cpu_swiglu_backward(Backend *b, float *dgate, float *dup, const float
     swiglu_backward(dgate, dup, dout, gate, up, n);
     return 0;
 }
+static int cpu_swiglu_clamp_forward(Backend *b, float *out, const float *gate, const float *up, size_t n, float alpha,
+                                    float limit, PailErr *err) {
+    UNUSED;
+    swiglu_clamp_forward(out, gate, up, n, alpha, limit);
+    return 0;
+}
+static int cpu_swiglu_clamp_backward(Backend *b, float *dgate, float *dup, const float *dout, const float *gate,
+                                     const float *up, size_t n, float alpha, float limit, PailErr *err) {
+    UNUSED;
+    swiglu_clamp_backward(dgate, dup, dout, gate, up, n, alpha, limit);
+    return 0;
+}
 static int cpu_softcap(Backend *b, float *x, size_t n, float cap, PailErr *err) {
     UNUSED;
     softcap_forward(x, n, cap);
@@ -404,6 +416,8 @@ static const BackendOps cpu_ops = {
     .scale = cpu_scale,
     .swiglu_forward = cpu_swiglu_forward,
     .swiglu_backward = cpu_swiglu_backward,
+    .swiglu_clamp_forward = cpu_swiglu_clamp_forward,
+    .swiglu_clamp_backward = cpu_swiglu_clamp_backward,
     .logprob_forward = cpu_logprob_forward,
     .logprob_backward = cpu_logprob_backward,
     .logprob_forward_expect = cpu_logprob_forward_expect,

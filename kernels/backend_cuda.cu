@@ -169,6 +169,14 @@ static int cu_scale(B_, float *x, size_t n, float alpha, PailErr *err) { return 
 static int cu_swiglu_forward(B_, float *out, const float *gate, const float *up, size_t n, PailErr *err) {
     return swiglu_forward_cuda(out, gate, up, n, S_, err);
 }
+static int cu_swiglu_clamp_forward(B_, float *out, const float *gate, const float *up, size_t n, float alpha,
+                                   float limit, PailErr *err) {
+    return swiglu_clamp_forward_cuda(out, gate, up, n, alpha, limit, S_, err);
+}
+static int cu_swiglu_clamp_backward(B_, float *dgate, float *dup, const float *dout, const float *gate,
+                                    const float *up, size_t n, float alpha, float limit, PailErr *err) {
+    return swiglu_clamp_backward_cuda(dgate, dup, dout, gate, up, n, alpha, limit, S_, err);
+}
 static int cu_swiglu_backward(B_, float *dgate, float *dup, const float *dout, const float *gate, const float *up,
                               size_t n, PailErr *err) {
     return swiglu_backward_cuda(dgate, dup, dout, gate, up, n, S_, err);
@@ -317,6 +325,8 @@ static BackendOps make_ops(void) {  // C++ has no designated initializers for th
     o.scale = cu_scale;
     o.swiglu_forward = cu_swiglu_forward;
     o.swiglu_backward = cu_swiglu_backward;
+    o.swiglu_clamp_forward = cu_swiglu_clamp_forward;
+    o.swiglu_clamp_backward = cu_swiglu_clamp_backward;
     o.logprob_forward = cu_logprob_forward;
     o.logprob_backward = cu_logprob_backward;
     o.logprob_forward_expect = cu_logprob_forward_expect;

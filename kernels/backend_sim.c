@@ -445,6 +445,26 @@ static int sim_swiglu_backward(Backend *b, float *dgate, float *dup, const float
                .p = {dgate, dup, (void *)dout, (void *)gate, (void *)up}, .i = {(long long)n}};
     return submit(b, &o, 5, err);
 }
+static int run_swiglu_clamp_forward(const SimOp *o, PailErr *err) {
+    return CPU_OP(swiglu_clamp_forward, P(0, float *), P(1, const float *), P(2, const float *), Z(0), o->f[0],
+                  o->f[1]);
+}
+static int sim_swiglu_clamp_forward(Backend *b, float *out, const float *gate, const float *up, size_t n, float alpha,
+                                    float limit, PailErr *err) {
+    SimOp o = {.run = run_swiglu_clamp_forward, .name = "swiglu_clamp_forward", .p = {out, (void *)gate, (void *)up},
+               .i = {(long long)n}, .f = {alpha, limit}};
+    return submit(b, &o, 3, err);
+}
+static int run_swiglu_clamp_backward(const SimOp *o, PailErr *err) {
+    return CPU_OP(swiglu_clamp_backward, P(0, float *), P(1, float *), P(2, const float *), P(3, const float *),
+                  P(4, const float *), Z(0), o->f[0], o->f[1]);
+}
+static int sim_swiglu_clamp_backward(Backend *b, float *dgate, float *dup, const float *dout, const float *gate,
+                                     const float *up, size_t n, float alpha, float limit, PailErr *err) {
+    SimOp o = {.run = run_swiglu_clamp_backward, .name = "swiglu_clamp_backward",
+               .p = {dgate, dup, (void *)dout, (void *)gate, (void *)up}, .i = {(long long)n}, .f = {alpha, limit}};
+    return submit(b, &o, 5, err);
+}
 static int run_softcap(const SimOp *o, PailErr *err) { return CPU_OP(softcap, P(0, float *), Z(0), o->f[0]); }
 static int sim_softcap(Backend *b, float *x, size_t n, float cap, PailErr *err) {
     SimOp o = {.run = run_softcap, .name = "softcap", .p = {x}, .i = {(long long)n}, .f = {cap}};
@@ -725,6 +745,8 @@ static const BackendOps sim_ops = {
     .scale = sim_scale,
     .swiglu_forward = sim_swiglu_forward,
     .swiglu_backward = sim_swiglu_backward,
+    .swiglu_clamp_forward = sim_swiglu_clamp_forward,
+    .swiglu_clamp_backward = sim_swiglu_clamp_backward,
     .logprob_forward = sim_logprob_forward,
     .logprob_backward = sim_logprob_backward,
     .logprob_forward_expect = sim_logprob_forward_expect,

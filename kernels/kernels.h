@@ -228,6 +228,16 @@ void swiglu_backward(float *dgate, float *dup, const float *dout, const float *g
                      const float *up, size_t n);
 void swiglu_backward_ref(float *dgate, float *dup, const float *dout, const float *gate,
                          const float *up, size_t n);
+// gpt_oss's clamped form (GptOssExperts._apply_gate; gate, up de-interleaved):
+// g = min(gate, limit), u = clamp(up, -limit, limit), out = (u + 1) g sigmoid(alpha g).
+// The backward follows torch's clamp: dgate = 0 where gate > limit, dup = 0 where
+// |up| > limit (the bounds themselves pass the gradient).
+void swiglu_clamp_forward(float *out, const float *gate, const float *up, size_t n, float alpha, float limit);
+void swiglu_clamp_forward_ref(float *out, const float *gate, const float *up, size_t n, float alpha, float limit);
+void swiglu_clamp_backward(float *dgate, float *dup, const float *dout, const float *gate, const float *up, size_t n,
+                           float alpha, float limit);
+void swiglu_clamp_backward_ref(float *dgate, float *dup, const float *dout, const float *gate, const float *up,
+                               size_t n, float alpha, float limit);
 
 // ---- moe: a mixture-of-experts MLP's routing, grouping and combine (kernels/moe.c) ----
 // T tokens, E experts (MOE_MAX_EXPERTS at most), K chosen a token (1 <= K <= E).
@@ -567,6 +577,10 @@ int swiglu_forward_cuda(float *out, const float *gate, const float *up, size_t n
                         struct CUstream_st *stream, PailErr *err);
 int swiglu_backward_cuda(float *dgate, float *dup, const float *dout, const float *gate,
                          const float *up, size_t n, struct CUstream_st *stream, PailErr *err);
+int swiglu_clamp_forward_cuda(float *out, const float *gate, const float *up, size_t n, float alpha, float limit,
+                              struct CUstream_st *stream, PailErr *err);
+int swiglu_clamp_backward_cuda(float *dgate, float *dup, const float *dout, const float *gate, const float *up,
+                               size_t n, float alpha, float limit, struct CUstream_st *stream, PailErr *err);
 int softcap_forward_cuda(float *x, size_t n, float cap, struct CUstream_st *stream, PailErr *err);
 int geglu_forward_cuda(float *out, const float *gate, const float *up, size_t n, struct CUstream_st *stream,
                        PailErr *err);

@@ -477,6 +477,23 @@ START_TEST(test_swiglu_cuda) {
 }
 END_TEST
 
+// gpt_oss's clamped swiglu: values on both sides of the clamps (limit 7), fp32 expf on both sides.
+START_TEST(test_swiglu_clamp_cuda) {
+    size_t n = 10007;
+    float *a = rnd(n, -12, 12), *u = rnd(n, -12, 12), *g = rnd(n, -1, 1);
+    float *o = malloc(4 * n), *da = malloc(4 * n), *du = malloc(4 * n);
+    float *a_ = UPF(a, n), *u_ = UPF(u, n), *o_ = UPF(NULL, n), *da_ = UPF(NULL, n), *du_ = UPF(NULL, n);
+    OK(swiglu_clamp_forward_cuda(o_, a_, u_, n, 1.702f, 7.0f, 0, &err));
+    OK(swiglu_clamp_backward_cuda(da_, du_, UPF(g, n), a_, u_, n, 1.702f, 7.0f, 0, &err));
+    swiglu_clamp_forward_ref(o, a, u, n, 1.702f, 7.0f);
+    swiglu_clamp_backward_ref(da, du, g, a, u, n, 1.702f, 7.0f);
+    expect_dev("swiglu_clamp_forward_cuda", o_, o, n, 1e-6, 1e-5);
+    expect_dev("swiglu_clamp_backward_cuda dgate", da_, da, n, 1e-6, 1e-5);
+    expect_dev("swiglu_clamp_backward_cuda dup", du_, du, n, 1e-6, 1e-5);
+    free(a), free(u), free(g), free(o), free(da), free(du);
+}
+END_TEST
+
 START_TEST(test_geglu_cuda) {
     size_t n = 10007;
     float *a = rnd(n, -8, 8), *u = rnd(n, -2, 2), *g = rnd(n, -1, 1);
@@ -989,6 +1006,7 @@ int main(void) {
         tcase_add_test(core, test_rope_interleaved_cuda);
         tcase_add_test(core, test_moe_cuda);
         tcase_add_loop_test(core, test_attention_sink_cuda, 0, 2);
+        tcase_add_test(core, test_swiglu_clamp_cuda);
         tcase_add_test(limits, test_embedding_adamw_cuda);
         tcase_set_timeout(quant, 120);
         tcase_add_test(quant, test_dequant_cuda);

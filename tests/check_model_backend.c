@@ -135,6 +135,18 @@ static int r_swiglu_forward(Backend *b, float *out, const float *g, const float 
     swiglu_forward_ref(out, g, u, n);
     return 0;
 }
+static int r_swiglu_clamp_forward(Backend *b, float *out, const float *g, const float *u, size_t n, float alpha,
+                                  float limit, PailErr *err) {
+    NOB;
+    swiglu_clamp_forward_ref(out, g, u, n, alpha, limit);
+    return 0;
+}
+static int r_swiglu_clamp_backward(Backend *b, float *dg, float *du, const float *dout, const float *g,
+                                   const float *u, size_t n, float alpha, float limit, PailErr *err) {
+    NOB;
+    swiglu_clamp_backward_ref(dg, du, dout, g, u, n, alpha, limit);
+    return 0;
+}
 static int r_geglu_forward(Backend *b, float *out, const float *g, const float *u, size_t n, PailErr *err) {
     NOB;
     geglu_forward_ref(out, g, u, n);
@@ -294,6 +306,8 @@ static void ref_backend_init(void) {
     ref_ops.attention_decode_forward = r_attention_decode_forward;
     ref_ops.swiglu_forward = r_swiglu_forward;
     ref_ops.swiglu_backward = r_swiglu_backward;
+    ref_ops.swiglu_clamp_forward = r_swiglu_clamp_forward;
+    ref_ops.swiglu_clamp_backward = r_swiglu_clamp_backward;
     ref_ops.geglu_forward = r_geglu_forward;
     ref_ops.geglu_backward = r_geglu_backward;
     ref_ops.logprob_forward = r_logprob_forward;
