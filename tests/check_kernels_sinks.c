@@ -355,6 +355,53 @@ START_TEST(test_sink_extreme) {
 }
 END_TEST
 
+// ---- on a caller's team (kernels/parallel.h): every thread of a region calls the
+// ops; the bits of the ops on their own, and dsinks accumulated once (not once a thread) ----
+START_TEST(test_sink_team) {
+    int cu[4] = {0, 300, 429, 436}, nseq = 3, T = 436, H = 4, Hkv = 2, D = 16, nth = 2;
+    size_t nq = (size_t)T * H * D, nk = (size_t)T * Hkv * D, nl = (size_t)T * H;
+    float *q = rnd(nq, -1.5, 1.5), *k = rnd(nk, -1.5, 1.5), *v = rnd(nk, -1, 1), *g = rnd(nq, -1, 1);
+    float *sinks = rnd(H, -1, 2.5);
+    float *o[2], *l[2], *dq[2], *dk[2], *dv[2], *od[2], ds[2][4];
+    int dcu[3] = {0, 2, 3}, dlen[2] = {300, 129}, table[2 * 5] = {0, 1, 2, 3, 4, 5, 6, 7, -1, -1};
+    for (int r = 0; r < 2; r++) {
+        o[r] = malloc(4 * nq), l[r] = malloc(4 * nl), dq[r] = malloc(4 * nq), dk[r] = malloc(4 * nk);
+        dv[r] = malloc(4 * nk), od[r] = malloc(4 * 3 * (size_t)H * D);
+        for (int h = 0; h < H; h++) ds[r][h] = 0.5f * (float)h;
+    }
+    // the decode reads the first two sequences' rows as a pool: blocks 0..4 hold sequence 0, 5..7 sequence 1
+    size_t pool = (size_t)8 * KV_BLOCK * Hkv * D;
+    float *kp = calloc(pool, 4), *vp = calloc(pool, 4);
+    memcpy(kp, k, 4 * (size_t)300 * Hkv * D), memcpy(vp, v, 4 * (size_t)300 * Hkv * D);
+    memcpy(kp + (size_t)5 * KV_BLOCK * Hkv * D, k + (size_t)300 * Hkv * D, 4 * (size_t)129 * Hkv * D);
+    memcpy(vp + (size_t)5 * KV_BLOCK * Hkv * D, v + (size_t)300 * Hkv * D, 4 * (size_t)129 * Hkv * D);
+    int saved = omp_get_max_threads();
+    omp_set_num_threads(nth);  // alone: the same team size (the same paths)
+    attention_forward_sink(o[0], l[0], q, k, v, cu, nseq, T, H, Hkv, D, 50, 0, sinks);
+    attention_backward_sink(dq[0], dk[0], dv[0], g, q, k, v, o[0], l[0], cu, nseq, T, H, Hkv, D, 50, 0, sinks, ds[0]);
+    attention_decode_forward_sink(od[0], q + (size_t)297 * H * D, kp, vp, DT_F32, dcu, dlen, table, 5, 2, H, Hkv, D,
+                                  50, 0, sinks);
+#pragma omp parallel num_threads(nth)
+    {
+        attention_forward_sink(o[1], l[1], q, k, v, cu, nseq, T, H, Hkv, D, 50, 0, sinks);
+        attention_backward_sink(dq[1], dk[1], dv[1], g, q, k, v, o[1], l[1], cu, nseq, T, H, Hkv, D, 50, 0, sinks,
+                                ds[1]);
+        attention_decode_forward_sink(od[1], q + (size_t)297 * H * D, kp, vp, DT_F32, dcu, dlen, table, 5, 2, H, Hkv,
+                                      D, 50, 0, sinks);
+    }
+    omp_set_num_threads(saved);
+    ck_assert_msg(memcmp(o[0], o[1], 4 * nq) == 0 && memcmp(l[0], l[1], 4 * nl) == 0, "forward on a team");
+    ck_assert_msg(memcmp(dq[0], dq[1], 4 * nq) == 0 && memcmp(dk[0], dk[1], 4 * nk) == 0 &&
+                      memcmp(dv[0], dv[1], 4 * nk) == 0,
+                  "backward on a team");
+    for (int h = 0; h < H; h++)
+        ck_assert_msg(ds[0][h] == ds[1][h], "dsinks[%d] on a team %g, alone %g", h, ds[1][h], ds[0][h]);
+    ck_assert_msg(memcmp(od[0], od[1], 4 * 3 * (size_t)H * D) == 0, "decode on a team");
+    for (int r = 0; r < 2; r++) free(o[r]), free(l[r]), free(dq[r]), free(dk[r]), free(dv[r]), free(od[r]);
+    free(q), free(k), free(v), free(g), free(sinks), free(kp), free(vp);
+}
+END_TEST
+
 // ---- the sim device: the CPU backend's bits for the three ops with sinks ----
 static void *up(Backend *b, const void *src, size_t bytes) {
     PailErr err = {0};
@@ -435,6 +482,7 @@ int main(void) {
     tcase_add_loop_test(core, test_sink_grad, 0, 8);
     tcase_add_loop_test(core, test_sink_decode, 0, 18);
     tcase_add_test(core, test_sink_sim);
+    tcase_add_test(core, test_sink_team);
     tcase_add_test(limits, test_sink_minus_inf);
     tcase_add_test(limits, test_sink_extreme);
     suite_add_tcase(s, core);
