@@ -8,7 +8,10 @@
 // exactly the code it took before windows existed. A softcap cap > 0 (gemma2's
 // attn_logit_softcapping) replaces each scaled score s by cap tanh(s / cap)
 // before the mask and the softmax; its backward multiplies dS by 1 - (s'/cap)^2.
-// cap = 0 runs exactly the code it ran before. CPU twin of kernels/attention.cu.
+// cap = 0 runs exactly the code it ran before. Sinks (gpt_oss) start each
+// row's online softmax at m = sinks[h], l = 1 (one more column, no value)
+// instead of m = -inf, l = 0; NULL sinks run the code they ran before.
+// CPU twin of kernels/attention.cu.
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,9 +55,10 @@ static inline size_t key_row(const int *table, int j0) {
 // KEY_BLOCK boundaries, so the first one may be short; with first = 0 the chunks
 // are those of full attention.
 static void attn_row(float *o, float *lse, const float *q, const float *k, const float *v,
-                     size_t ks, int first, int nkeys, int D, float scale, const int *table, float cap) {
+                     size_t ks, int first, int nkeys, int D, float scale, const int *table, float cap,
+                     const float *sink) {
     float sc[KEY_BLOCK];
-    float m = -INFINITY, l = 0;
+    float m = sink ? *sink : -INFINITY, l = sink ? 1.0f : 0.0f;
     for (int d = 0; d < D; d++) o[d] = 0;
     for (int j0 = first, nb; j0 < nkeys; j0 += nb) {
         nb = KEY_BLOCK - j0 % KEY_BLOCK;
@@ -127,10 +131,12 @@ _Static_assert(BQ <= BK, "window_start needs each row's first key in the block's
 
 // One (sequence, head, query block): online softmax over key tiles.
 static void attn_fwd_block(float *out, float *lse, const float *q, const float *k, const float *v,
-                           int i0, int nq, int H, int Hkv, int D, float scale, int W, float cap) {
+                           int i0, int nq, int H, int Hkv, int D, float scale, int W, float cap,
+                           const float *sink) {
     float S[BQ * BK], O[BQ * DMAX], m[BQ], l[BQ];
     size_t qs = (size_t)H * D, ks = (size_t)Hkv * D;
-    for (int r = 0; r < nq; r++) m[r] = -INFINITY, l[r] = 0;
+    // the sink: a first column of score *sink and no value (O starts at 0 either way)
+    for (int r = 0; r < nq; r++) m[r] = sink ? *sink : -INFINITY, l[r] = sink ? 1.0f : 0.0f;
     int nkeys = i0 + nq;  // causal: the block's last query sees keys 0..i0+nq-1
     int js = window_start(i0, W);
     for (int j0 = js; j0 < nkeys; j0 += BK) {
@@ -169,11 +175,12 @@ static void attn_fwd_block(float *out, float *lse, const float *q, const float *
 
 static void attention_forward_rowwise(float *out, float *lse, const float *q, const float *k,
                                       const float *v, const int *cu_seqlens, int nseq, int T,
-                                      int H, int Hkv, int D, int W, float cap);
+                                      int H, int Hkv, int D, int W, float cap, const float *sinks);
 
 // The op bodies below run on the caller's team or on their own (kernels/parallel.h).
 static void forward_team(float *out, float *lse, const float *q, const float *k, const float *v,
-                         const int *cu_seqlens, int nseq, int H, int Hkv, int D, int W, float cap) {
+                         const int *cu_seqlens, int nseq, int H, int Hkv, int D, int W, float cap,
+                         const float *sinks) {
     int G = H / Hkv, nblk = 0;
     float scale = 1.0f / sqrtf((float)D);
     for (int s = 0; s < nseq; s++) nblk += (cu_seqlens[s + 1] - cu_seqlens[s] + BQ - 1) / BQ;
@@ -190,18 +197,25 @@ static void forward_team(float *out, float *lse, const float *q, const float *k,
             size_t qs = (size_t)H * D, ks = (size_t)Hkv * D;
             attn_fwd_block(out + (size_t)start * qs + (size_t)h * D, lse ? lse + (size_t)start * H + h : NULL,
                            q + (size_t)start * qs + (size_t)h * D, k + (size_t)start * ks + (size_t)hk * D,
-                           v + (size_t)start * ks + (size_t)hk * D, i0, nq, H, Hkv, D, scale, W, cap);
+                           v + (size_t)start * ks + (size_t)hk * D, i0, nq, H, Hkv, D, scale, W, cap,
+                           sinks ? sinks + h : NULL);
         }
+}
+
+void attention_forward_sink(float *out, float *lse, const float *q, const float *k, const float *v,
+                            const int *cu_seqlens, int nseq, int T, int H, int Hkv, int D, int W, float cap,
+                            const float *sinks) {
+    if (D > DMAX) {
+        attention_forward_rowwise(out, lse, q, k, v, cu_seqlens, nseq, T, H, Hkv, D, W, cap, sinks);
+        return;
+    }
+    blas_single_threaded();
+    KERNEL_TEAM(forward_team(out, lse, q, k, v, cu_seqlens, nseq, H, Hkv, D, W, cap, sinks));
 }
 
 void attention_forward_cap(float *out, float *lse, const float *q, const float *k, const float *v,
                            const int *cu_seqlens, int nseq, int T, int H, int Hkv, int D, int W, float cap) {
-    if (D > DMAX) {
-        attention_forward_rowwise(out, lse, q, k, v, cu_seqlens, nseq, T, H, Hkv, D, W, cap);
-        return;
-    }
-    blas_single_threaded();
-    KERNEL_TEAM(forward_team(out, lse, q, k, v, cu_seqlens, nseq, H, Hkv, D, W, cap));
+    attention_forward_sink(out, lse, q, k, v, cu_seqlens, nseq, T, H, Hkv, D, W, cap, NULL);
 }
 
 void attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
@@ -210,7 +224,8 @@ void attention_forward(float *out, float *lse, const float *q, const float *k, c
 }
 
 static void forward_rowwise_team(float *out, float *lse, const float *q, const float *k, const float *v,
-                                 const int *cu_seqlens, int nseq, int T, int H, int Hkv, int D, int W, float cap) {
+                                 const int *cu_seqlens, int nseq, int T, int H, int Hkv, int D, int W, float cap,
+                                 const float *sinks) {
     int G = H / Hkv;
     float scale = 1.0f / sqrtf((float)D);
     size_t ks = (size_t)Hkv * D;
@@ -221,14 +236,15 @@ static void forward_rowwise_team(float *out, float *lse, const float *q, const f
             int first = W > 0 && t - W + 1 > start ? t - W + 1 - start : 0;
             attn_row(out + ((size_t)t * H + h) * D, lse ? lse + (size_t)t * H + h : NULL,
                      q + ((size_t)t * H + h) * D, k + (size_t)start * ks + (size_t)hk * D,
-                     v + (size_t)start * ks + (size_t)hk * D, ks, first, t - start + 1, D, scale, NULL, cap);
+                     v + (size_t)start * ks + (size_t)hk * D, ks, first, t - start + 1, D, scale, NULL, cap,
+                     sinks ? sinks + h : NULL);
         }
 }
 
 static void attention_forward_rowwise(float *out, float *lse, const float *q, const float *k,
                                       const float *v, const int *cu_seqlens, int nseq, int T,
-                                      int H, int Hkv, int D, int W, float cap) {
-    KERNEL_TEAM(forward_rowwise_team(out, lse, q, k, v, cu_seqlens, nseq, T, H, Hkv, D, W, cap));
+                                      int H, int Hkv, int D, int W, float cap, const float *sinks) {
+    KERNEL_TEAM(forward_rowwise_team(out, lse, q, k, v, cu_seqlens, nseq, T, H, Hkv, D, W, cap, sinks));
 }
 
 // Backward of one (sequence, kv head): every query head of the group, every
@@ -311,17 +327,41 @@ static void backward_team(float *dq, float *dk, float *dv, const float *dout, co
         }
 }
 
+// The sinks' gradient: the sink column's probability is exp(sink - lse) and its
+// value 0, so its dS is p_sink (0 - delta) with delta = dout . out. One thread
+// a head sums the rows in order (the same bits on any team size).
+static void sink_grad_team(float *dsinks, const float *dout, const float *out, const float *lse,
+                           const float *sinks, int T, int H, int D) {
+#pragma omp for schedule(static) nowait
+    for (int h = 0; h < H; h++) {
+        float acc = 0;
+        for (int t = 0; t < T; t++) {
+            size_t at = ((size_t)t * H + h) * D;
+            acc -= expf(sinks[h] - lse[(size_t)t * H + h]) * dotf(dout + at, out + at, D);
+        }
+        dsinks[h] += acc;
+    }
+}
+
+void attention_backward_sink(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
+                             const float *v, const float *out, const float *lse, const int *cu_seqlens, int nseq,
+                             int T, int H, int Hkv, int D, int W, float cap, const float *sinks, float *dsinks) {
+    // (sequence, kv head) tasks: too few to keep the team busy on one long
+    // sequence, or D beyond the tiles: the row-wise path. Given the lse (which
+    // holds the sink), dq, dk, dv do not depend on the sinks.
+    if (D > DMAX || nseq * Hkv < 2 * kernel_team_size()) {
+        attention_backward_rowwise(dq, dk, dv, dout, q, k, v, out, lse, cu_seqlens, nseq, T, H, Hkv, D, W, cap);
+    } else {
+        blas_single_threaded();
+        KERNEL_TEAM(backward_team(dq, dk, dv, dout, q, k, v, out, lse, cu_seqlens, nseq, H, Hkv, D, W, cap));
+    }
+    if (sinks && dsinks) KERNEL_TEAM(sink_grad_team(dsinks, dout, out, lse, sinks, T, H, D));
+}
+
 void attention_backward_cap(float *dq, float *dk, float *dv, const float *dout, const float *q,
                             const float *k, const float *v, const float *out, const float *lse,
                             const int *cu_seqlens, int nseq, int T, int H, int Hkv, int D, int W, float cap) {
-    // (sequence, kv head) tasks: too few to keep the team busy on one long
-    // sequence, or D beyond the tiles: the row-wise path
-    if (D > DMAX || nseq * Hkv < 2 * kernel_team_size()) {
-        attention_backward_rowwise(dq, dk, dv, dout, q, k, v, out, lse, cu_seqlens, nseq, T, H, Hkv, D, W, cap);
-        return;
-    }
-    blas_single_threaded();
-    KERNEL_TEAM(backward_team(dq, dk, dv, dout, q, k, v, out, lse, cu_seqlens, nseq, H, Hkv, D, W, cap));
+    attention_backward_sink(dq, dk, dv, dout, q, k, v, out, lse, cu_seqlens, nseq, T, H, Hkv, D, W, cap, NULL, NULL);
 }
 
 void attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,
@@ -432,9 +472,10 @@ static void attention_backward_rowwise(float *dq, float *dk, float *dv, const fl
 // cap > 0: the scaled score s becomes cap tanh(s / cap).
 static inline double ref_cap(double s, double cap) { return cap > 0 ? cap * tanh(s / cap) : s; }
 
+// sink (may be NULL): one more softmax column, score *sink, no value.
 static void ref_row(float *o, float *lse, const float *q, const float *k, const float *v,
-                    size_t ks, int nkeys, int D, double cap) {
-    double scale = 1.0 / sqrt((double)D), m = -INFINITY, l = 0;
+                    size_t ks, int nkeys, int D, double cap, const float *sink) {
+    double scale = 1.0 / sqrt((double)D), m = sink ? *sink : -INFINITY, l = 0;
     for (int j = 0; j < nkeys; j++) {
         double s = 0;
         for (int d = 0; d < D; d++) s += (double)q[d] * k[j * ks + d];
@@ -443,6 +484,7 @@ static void ref_row(float *o, float *lse, const float *q, const float *k, const 
     for (int d = 0; d < D; d++) o[d] = 0;
     double acc[D];
     for (int d = 0; d < D; d++) acc[d] = 0;
+    if (sink) l = exp(*sink - m);
     for (int j = 0; j < nkeys; j++) {
         double s = 0;
         for (int d = 0; d < D; d++) s += (double)q[d] * k[j * ks + d];
@@ -463,6 +505,12 @@ void attention_forward_ref(float *out, float *lse, const float *q, const float *
 void attention_forward_ref_cap(float *out, float *lse, const float *q, const float *k,
                                const float *v, const int *cu_seqlens, int nseq, int T, int H,
                                int Hkv, int D, int W, float cap) {
+    attention_forward_ref_sink(out, lse, q, k, v, cu_seqlens, nseq, T, H, Hkv, D, W, cap, NULL);
+}
+
+void attention_forward_ref_sink(float *out, float *lse, const float *q, const float *k, const float *v,
+                                const int *cu_seqlens, int nseq, int T, int H, int Hkv, int D, int W, float cap,
+                                const float *sinks) {
     size_t ks = (size_t)Hkv * D;
     for (int s = 0; s < nseq; s++)
         for (int t = cu_seqlens[s]; t < cu_seqlens[s + 1]; t++)
@@ -471,7 +519,7 @@ void attention_forward_ref_cap(float *out, float *lse, const float *q, const flo
                 if (W > 0 && t - W + 1 > start) start = t - W + 1;  // the window's oldest key
                 ref_row(out + ((size_t)t * H + h) * D, lse ? lse + (size_t)t * H + h : NULL,
                         q + ((size_t)t * H + h) * D, k + start * ks + (size_t)hk * D,
-                        v + start * ks + (size_t)hk * D, ks, t - start + 1, D, cap);
+                        v + start * ks + (size_t)hk * D, ks, t - start + 1, D, cap, sinks ? sinks + h : NULL);
             }
     (void)T;
 }
@@ -490,6 +538,16 @@ void attention_backward_ref_cap(float *dq, float *dk, float *dv, const float *do
                                 const float *q, const float *k, const float *v, const float *out,
                                 const float *lse, const int *cu_seqlens, int nseq, int T, int H,
                                 int Hkv, int D, int W, float cap) {
+    attention_backward_ref_sink(dq, dk, dv, dout, q, k, v, out, lse, cu_seqlens, nseq, T, H, Hkv, D, W, cap, NULL,
+                                NULL);
+}
+
+// sinks: the sink column joins the recomputed softmax (score sinks[h], dp 0), so it
+// takes its share of each row's mass and its ds = p_sink (0 - sum_j p_j dp_j) is dsinks'.
+void attention_backward_ref_sink(float *dq, float *dk, float *dv, const float *dout, const float *q,
+                                 const float *k, const float *v, const float *out, const float *lse,
+                                 const int *cu_seqlens, int nseq, int T, int H, int Hkv, int D, int W, float cap,
+                                 const float *sinks, float *dsinks) {
     (void)out, (void)lse;
     size_t ks = (size_t)Hkv * D, qs = (size_t)H * D;
     double scale = 1.0 / sqrt((double)D);
@@ -504,7 +562,7 @@ void attention_backward_ref_cap(float *dq, float *dk, float *dv, const float *do
                 int start = W > 0 && i - W + 1 > cu_seqlens[s] ? i - W + 1 : cu_seqlens[s];
                 int hk = h / (H / Hkv), n = i - start + 1;
                 const float *qi = q + i * qs + h * D, *gi = dout + i * qs + h * D;
-                double m = -INFINITY, l = 0, pdp = 0;
+                double m = sinks ? sinks[h] : -INFINITY, l = 0, pdp = 0;
                 for (int j = 0; j < n; j++) {
                     double sc = 0, g = 0;
                     for (int d = 0; d < D; d++) {
@@ -518,8 +576,11 @@ void attention_backward_ref_cap(float *dq, float *dk, float *dv, const float *do
                     }
                     if (p[j] > m) m = p[j];
                 }
+                double psink = sinks ? exp(sinks[h] - m) : 0;
+                l = psink;
                 for (int j = 0; j < n; j++) l += (p[j] = exp(p[j] - m));
                 for (int j = 0; j < n; j++) pdp += (p[j] /= l) * dp[j];
+                if (sinks && dsinks) dsinks[h] += (float)(-(psink / l) * pdp);
                 for (int j = 0; j < n; j++) {
                     double ds = p[j] * (dp[j] - pdp) * scale * gc[j];
                     for (int d = 0; d < D; d++) {
@@ -550,11 +611,19 @@ void attention_decode_forward_ref_cap(float *out, const float *q, const float *k
                                     D, W, cap);
 }
 
-// The sequence's keys gathered in order from its blocks and widened to fp32
-// (exact: dtype_to_f32), then the double reference rows.
 void attention_decode_forward_ref_dt(float *out, const float *q, const void *k_pool, const void *v_pool, DType kvdt,
                                      const int *cu_new, const int *cache_len, const int *table, int max_blocks,
                                      int nseq, int H, int Hkv, int D, int W, float cap) {
+    attention_decode_forward_ref_sink(out, q, k_pool, v_pool, kvdt, cu_new, cache_len, table, max_blocks, nseq, H,
+                                      Hkv, D, W, cap, NULL);
+}
+
+// The sequence's keys gathered in order from its blocks and widened to fp32
+// (exact: dtype_to_f32), then the double reference rows.
+void attention_decode_forward_ref_sink(float *out, const float *q, const void *k_pool, const void *v_pool,
+                                       DType kvdt, const int *cu_new, const int *cache_len, const int *table,
+                                       int max_blocks, int nseq, int H, int Hkv, int D, int W, float cap,
+                                       const float *sinks) {
     size_t ks = (size_t)Hkv * D, esz = dtype_size(kvdt);
     for (int s = 0; s < nseq; s++) {
         int n = cu_new[s + 1] - cu_new[s], len = cache_len[s];
@@ -570,7 +639,7 @@ void attention_decode_forward_ref_dt(float *out, const float *q, const void *k_p
                 int first = W > 0 && pos - W + 1 > 0 ? pos - W + 1 : 0;
                 ref_row(out + ((size_t)row * H + h) * D, NULL, q + ((size_t)row * H + h) * D,
                         k + (size_t)first * ks + (size_t)hk * D, v + (size_t)first * ks + (size_t)hk * D, ks,
-                        pos + 1 - first, D, cap);
+                        pos + 1 - first, D, cap, sinks ? sinks + h : NULL);
             }
         free(k);
         free(v);

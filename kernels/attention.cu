@@ -3,7 +3,9 @@
 // dims l, l+32, ...; D <= 256). Simple rather than fast: the backward scatters
 // dk/dv with atomics. A sliding window W > 0 starts each row's keys at i-W+1
 // (W = 0: full causal). A softcap cap > 0 replaces each scaled score s by
-// cap tanh(s / cap) (its backward multiplies ds by 1 - tanh^2). CPU twin: kernels/attention.c.
+// cap tanh(s / cap) (its backward multiplies ds by 1 - tanh^2). Sinks start a
+// row's online softmax at m = sinks[h], l = 1; their gradient is summed with
+// atomics (lane 0 of each row's warp). CPU twin: kernels/attention.c.
 #include "cuda_common.h"
 
 enum { MAXD = 256, PER_LANE = MAXD / 32, WARPS = 4 };
@@ -21,7 +23,7 @@ __device__ static int seq_of(const int *cu, int nseq, int t) {
 // of the pool's block table[j / KV_BLOCK].
 __device__ static void warp_row(float *o, float *lse, const float *q, const float *k,
                                 const float *v, size_t ks, int first, int nkeys, int D, float scale,
-                                const int *table, float cap) {
+                                const int *table, float cap, const float *sink) {
     int lane = threadIdx.x & 31;
     float qr[PER_LANE], acc[PER_LANE];
 #pragma unroll
@@ -30,7 +32,7 @@ __device__ static void warp_row(float *o, float *lse, const float *q, const floa
         qr[i] = d < D ? q[d] : 0.0f;
         acc[i] = 0.0f;
     }
-    float m = -INFINITY, l = 0.0f;
+    float m = sink ? *sink : -INFINITY, l = sink ? 1.0f : 0.0f;
     for (int j = first; j < nkeys; j++) {
         size_t row = table ? (size_t)table[j / KV_BLOCK] * KV_BLOCK + (size_t)(j % KV_BLOCK) : (size_t)j;
         const float *kj = k + row * ks, *vj = v + row * ks;
@@ -62,21 +64,22 @@ __device__ static void warp_row(float *o, float *lse, const float *q, const floa
 
 __global__ static void attn_fwd(float *out, float *lse, const float *q, const float *k,
                                 const float *v, const int *cu, int nseq, int T, int H, int Hkv,
-                                int D, int W, float cap) {
+                                int D, int W, float cap, const float *sinks) {
     int pair = blockIdx.x * WARPS + (threadIdx.x >> 5);
     if (pair >= T * H) return;
     int t = pair / H, h = pair % H, start = cu[seq_of(cu, nseq, t)], hk = h / (H / Hkv);
     size_t ks = (size_t)Hkv * D, off = (size_t)start * ks + (size_t)hk * D;
     int first = W > 0 && t - W + 1 > start ? t - W + 1 - start : 0;
     warp_row(out + (size_t)pair * D, lse ? lse + pair : NULL, q + (size_t)pair * D, k + off, v + off,
-             ks, first, t - start + 1, D, rsqrtf((float)D), NULL, cap);
+             ks, first, t - start + 1, D, rsqrtf((float)D), NULL, cap, sinks ? sinks + h : NULL);
 }
 
 // p = exp(s - lse), ds = p (dout.v - dout.out) * scale; dq in registers, dk/dv
 // scattered with atomics (several queries and the G heads of a group share them).
 __global__ static void attn_bwd(float *dq, float *dk, float *dv, const float *dout, const float *q,
                                 const float *k, const float *v, const float *out, const float *lse,
-                                const int *cu, int nseq, int T, int H, int Hkv, int D, int W, float cap) {
+                                const int *cu, int nseq, int T, int H, int Hkv, int D, int W, float cap,
+                                const float *sinks, float *dsinks) {
     int pair = blockIdx.x * WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (pair >= T * H) return;
     int i = pair / H, h = pair % H, start = cu[seq_of(cu, nseq, i)], hk = h / (H / Hkv);
@@ -92,6 +95,7 @@ __global__ static void attn_bwd(float *dq, float *dk, float *dv, const float *do
         if (d < D) part += gr[e] * oi[d];
     }
     float delta = warp_sum(part), L = lse[pair];
+    if (sinks && dsinks && lane == 0) atomicAdd(&dsinks[h], -expf(sinks[h] - L) * delta);
     for (int j = W > 0 && i - W + 1 > start ? i - W + 1 : start; j <= i; j++) {
         const float *kj = k + (size_t)j * ks + (size_t)hk * D, *vj = v + (size_t)j * ks + (size_t)hk * D;
         float sp = 0.0f, gp = 0.0f;
@@ -132,14 +136,21 @@ static int check_dims(const char *op, int H, int Hkv, int D, PailErr *err) {
     return 0;
 }
 
-extern "C" int attention_forward_cap_cuda(float *out, float *lse, const float *q, const float *k,
-                                          const float *v, const int *cu_seqlens, int nseq, int T,
-                                          int H, int Hkv, int D, int W, float cap, cudaStream_t stream, PailErr *err) {
+extern "C" int attention_forward_sink_cuda(float *out, float *lse, const float *q, const float *k,
+                                           const float *v, const int *cu_seqlens, int nseq, int T, int H, int Hkv,
+                                           int D, int W, float cap, const float *sinks, cudaStream_t stream,
+                                           PailErr *err) {
     if (check_dims("attention_forward_cuda", H, Hkv, D, err)) return -1;
     if (T <= 0) return 0;
     attn_fwd<<<cuda_blocks((size_t)T * H, WARPS), 32 * WARPS, 0, stream>>>(out, lse, q, k, v, cu_seqlens, nseq, T,
-                                                                            H, Hkv, D, W, cap);
+                                                                            H, Hkv, D, W, cap, sinks);
     return cuda_launch_check("attention_forward_cuda", err);
+}
+
+extern "C" int attention_forward_cap_cuda(float *out, float *lse, const float *q, const float *k,
+                                          const float *v, const int *cu_seqlens, int nseq, int T,
+                                          int H, int Hkv, int D, int W, float cap, cudaStream_t stream, PailErr *err) {
+    return attention_forward_sink_cuda(out, lse, q, k, v, cu_seqlens, nseq, T, H, Hkv, D, W, cap, NULL, stream, err);
 }
 
 extern "C" int attention_forward_cuda(float *out, float *lse, const float *q, const float *k,
@@ -148,11 +159,11 @@ extern "C" int attention_forward_cuda(float *out, float *lse, const float *q, co
     return attention_forward_cap_cuda(out, lse, q, k, v, cu_seqlens, nseq, T, H, Hkv, D, W, 0.0f, stream, err);
 }
 
-extern "C" int attention_backward_cap_cuda(float *dq, float *dk, float *dv, const float *dout,
-                                           const float *q, const float *k, const float *v,
-                                           const float *out, const float *lse, const int *cu_seqlens,
-                                           int nseq, int T, int H, int Hkv, int D, int W, float cap,
-                                           cudaStream_t stream, PailErr *err) {
+extern "C" int attention_backward_sink_cuda(float *dq, float *dk, float *dv, const float *dout, const float *q,
+                                            const float *k, const float *v, const float *out, const float *lse,
+                                            const int *cu_seqlens, int nseq, int T, int H, int Hkv, int D, int W,
+                                            float cap, const float *sinks, float *dsinks, cudaStream_t stream,
+                                            PailErr *err) {
     if (check_dims("attention_backward_cuda", H, Hkv, D, err)) return -1;
     if (T <= 0) return 0;
     size_t nk = (size_t)T * Hkv * D * sizeof(float);
@@ -160,8 +171,18 @@ extern "C" int attention_backward_cap_cuda(float *dq, float *dk, float *dv, cons
         cuda_check(cudaMemsetAsync(dv, 0, nk, stream), "attention_backward_cuda memset dv", err))
         return -1;
     attn_bwd<<<cuda_blocks((size_t)T * H, WARPS), 32 * WARPS, 0, stream>>>(dq, dk, dv, dout, q, k, v, out, lse,
-                                                                            cu_seqlens, nseq, T, H, Hkv, D, W, cap);
+                                                                            cu_seqlens, nseq, T, H, Hkv, D, W, cap,
+                                                                            sinks, dsinks);
     return cuda_launch_check("attention_backward_cuda", err);
+}
+
+extern "C" int attention_backward_cap_cuda(float *dq, float *dk, float *dv, const float *dout,
+                                           const float *q, const float *k, const float *v,
+                                           const float *out, const float *lse, const int *cu_seqlens,
+                                           int nseq, int T, int H, int Hkv, int D, int W, float cap,
+                                           cudaStream_t stream, PailErr *err) {
+    return attention_backward_sink_cuda(dq, dk, dv, dout, q, k, v, out, lse, cu_seqlens, nseq, T, H, Hkv, D, W, cap,
+                                        NULL, NULL, stream, err);
 }
 
 extern "C" int attention_backward_cuda(float *dq, float *dk, float *dv, const float *dout,

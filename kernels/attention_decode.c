@@ -8,7 +8,8 @@
 // an online softmax over chunks of KEY_BLOCK keys keeps nothing sized by the
 // cache. Paths: AVX-512 for fp32 pools where compiled for it, AVX2 + F16C for
 // any pool (D a multiple of 8; picked at run time, dtype_isa), and a portable
-// one for the rest (PAIL_KERNELS_ISA=scalar runs it). The reference is
+// one for the rest (PAIL_KERNELS_ISA=scalar runs it). Sinks (gpt_oss) start
+// a head's online softmax at m = its sink, l = 1 (every path). The reference is
 // attention.c's attention_decode_forward_ref_dt; CUDA twin: attention_decode.cu.
 #include <immintrin.h>
 #include <math.h>
@@ -71,9 +72,9 @@ static inline __attribute__((always_inline)) float kv_elem(const void *p, DType 
 static inline __attribute__((always_inline)) void heads_portable(float *o, const float *q, const void *k,
                                                                  const void *v, DType dt, size_t ks, int first,
                                                                  int nkeys, int G, int D, float scale,
-                                                                 const int *table, float cap) {
+                                                                 const int *table, float cap, const float *sinks) {
     float sc[GMAX][KEY_BLOCK], m[GMAX], l[GMAX], row[D];
-    for (int g = 0; g < G; g++) m[g] = -INFINITY, l[g] = 0;
+    for (int g = 0; g < G; g++) m[g] = sinks ? sinks[g] : -INFINITY, l[g] = sinks ? 1.0f : 0.0f;
     memset(o, 0, sizeof(float) * G * D);
     for (int j0 = first, nb; j0 < nkeys; j0 += nb) {
         nb = KEY_BLOCK - j0 % KEY_BLOCK;
@@ -109,8 +110,8 @@ static inline __attribute__((always_inline)) void heads_portable(float *o, const
 
 #define HEADS_ARGS                                                                                                      \
     float *o, const float *q, const void *k, const void *v, size_t ks, int first, int nkeys, int G, int D, float scale, \
-        const int *table, float cap
-#define HEADS_PASS(dt) o, q, k, v, dt, ks, first, nkeys, G, D, scale, table, cap
+        const int *table, float cap, const float *sinks
+#define HEADS_PASS(dt) o, q, k, v, dt, ks, first, nkeys, G, D, scale, table, cap, sinks
 typedef void (*HeadsFn)(HEADS_ARGS);
 static void heads_portable_f32(HEADS_ARGS) { heads_portable(HEADS_PASS(DT_F32)); }
 static void heads_portable_bf16(HEADS_ARGS) { heads_portable(HEADS_PASS(DT_BF16)); }
@@ -158,11 +159,12 @@ static inline __attribute__((always_inline)) void kv_prefetch(const void *k, con
 // o_g += p v over 64 columns of o_g in registers.
 static inline __attribute__((always_inline)) void heads_avx2(float *o, const float *q, const void *k, const void *v,
                                                              DType dt, size_t ks, int first, int nkeys, int G,
-                                                             int D, float scale, const int *table, float cap) {
+                                                             int D, float scale, const int *table, float cap,
+                                                             const float *sinks) {
     float sc[GMAX][KEY_BLOCK] __attribute__((aligned(32))), m[GMAX], l[GMAX];
     float kbuf[dt == DT_F32 ? 1 : KEY_BLOCK * D], vbuf[dt == DT_F32 ? 1 : KEY_BLOCK * D];
     int nd = D / 8;
-    for (int g = 0; g < G; g++) m[g] = -INFINITY, l[g] = 0;
+    for (int g = 0; g < G; g++) m[g] = sinks ? sinks[g] : -INFINITY, l[g] = sinks ? 1.0f : 0.0f;
     memset(o, 0, sizeof(float) * G * D);
     for (int j0 = first, nb; j0 < nkeys; j0 += nb) {
         nb = KEY_BLOCK - j0 % KEY_BLOCK;
@@ -255,11 +257,12 @@ static inline __m512 hsum16x16(const __m512 a[16]) {
 // dot products summed across lanes together (attn_row's one dot product at a
 // time waits on its own reduction).
 static void attn_decode_heads(float *o, const float *q, const float *k, const float *v, size_t ks, int first,
-                              int nkeys, int G, int D, float scale, const int *table, float cap) {
+                              int nkeys, int G, int D, float scale, const int *table, float cap,
+                              const float *sinks) {
     float sc[GMAX][KEY_BLOCK] __attribute__((aligned(64))), m[GMAX], l[GMAX];
     int nd = (D + 15) / 16;
     __mmask16 dm = D % 16 ? (__mmask16)((1u << (D % 16)) - 1) : 0xffff;  // the last 16 of D
-    for (int g = 0; g < G; g++) m[g] = -INFINITY, l[g] = 0;
+    for (int g = 0; g < G; g++) m[g] = sinks ? sinks[g] : -INFINITY, l[g] = sinks ? 1.0f : 0.0f;
     memset(o, 0, sizeof(float) * G * D);
     for (int j0 = first, nb; j0 < nkeys; j0 += nb) {
         nb = KEY_BLOCK - j0 % KEY_BLOCK;
@@ -334,7 +337,7 @@ static HeadsFn heads_fn(DType dt, int D) {
 
 static void decode_team(float *out, const float *q, const void *k_pool, const void *v_pool, DType dt,
                         const int *cu_new, const int *cache_len, const int *table, int max_blocks, int nseq, int H,
-                        int Hkv, int D, int W, float cap) {
+                        int Hkv, int D, int W, float cap, const float *sinks) {
     int G = H / Hkv, Tn = cu_new[nseq], ngb = (G + GMAX - 1) / GMAX;
     float scale = 1.0f / sqrtf((float)D);
     size_t ks = (size_t)Hkv * D, esz = dtype_size(dt);
@@ -349,7 +352,7 @@ static void decode_team(float *out, const float *q, const void *k_pool, const vo
                 size_t at = ((size_t)r * H + (size_t)hk * G) * D;
                 attn_decode_heads(out + at, q + at, k32 + (size_t)hk * D, v32 + (size_t)hk * D, ks,
                                   W > 0 && pos - W + 1 > 0 ? pos - W + 1 : 0, pos + 1, G, D, scale,
-                                  table + (size_t)s * max_blocks, cap);
+                                  table + (size_t)s * max_blocks, cap, sinks ? sinks + (size_t)hk * G : NULL);
             }
         return;
     }
@@ -365,15 +368,22 @@ static void decode_team(float *out, const float *q, const void *k_pool, const vo
                 size_t at = ((size_t)r * H + (size_t)hk * G + g0) * D, col = (size_t)hk * D * esz;
                 fn(out + at, q + at, (const char *)k_pool + col, (const char *)v_pool + col, ks,
                    W > 0 && pos - W + 1 > 0 ? pos - W + 1 : 0, pos + 1, gn, D, scale, table + (size_t)s * max_blocks,
-                   cap);
+                   cap, sinks ? sinks + (size_t)hk * G + g0 : NULL);
             }
+}
+
+void attention_decode_forward_sink(float *out, const float *q, const void *k_pool, const void *v_pool, DType kvdt,
+                                   const int *cu_new, const int *cache_len, const int *table, int max_blocks,
+                                   int nseq, int H, int Hkv, int D, int W, float cap, const float *sinks) {
+    KERNEL_TEAM(decode_team(out, q, k_pool, v_pool, kvdt, cu_new, cache_len, table, max_blocks, nseq, H, Hkv, D, W,
+                            cap, sinks));
 }
 
 void attention_decode_forward_dt(float *out, const float *q, const void *k_pool, const void *v_pool, DType kvdt,
                                  const int *cu_new, const int *cache_len, const int *table, int max_blocks, int nseq,
                                  int H, int Hkv, int D, int W, float cap) {
-    KERNEL_TEAM(decode_team(out, q, k_pool, v_pool, kvdt, cu_new, cache_len, table, max_blocks, nseq, H, Hkv, D, W,
-                            cap));
+    attention_decode_forward_sink(out, q, k_pool, v_pool, kvdt, cu_new, cache_len, table, max_blocks, nseq, H, Hkv, D,
+                                  W, cap, NULL);
 }
 
 void attention_decode_forward_cap(float *out, const float *q, const float *k_pool, const float *v_pool,

@@ -3,7 +3,8 @@
 // attention_decode_forward_dt), one warp per (new row, query head) with an
 // online softmax over the keys (lane l holds dims l, l+32, ...; D <= 256),
 // each pool element widened to fp32 as it is read (dt_load). Simple rather
-// than fast: the G heads of a kv head each read its rows. CPU twin:
+// than fast: the G heads of a kv head each read its rows. Sinks start a row's
+// online softmax at m = sinks[h], l = 1. CPU twin:
 // kernels/attention_decode.c (reference: attention.c's _ref_dt).
 #include "cuda_common.h"
 
@@ -25,7 +26,7 @@ __device__ static int seq_of(const int *cu, int nseq, int t) {
 // block table[j / KV_BLOCK]; k, v point at the kv head's first column.
 __global__ static void attn_decode(float *out, const float *q, const void *kp, const void *vp, DType dt,
                                    const int *cu_new, const int *cache_len, const int *table, int max_blocks,
-                                   int nseq, int Tn, int H, int Hkv, int D, int W, float cap) {
+                                   int nseq, int Tn, int H, int Hkv, int D, int W, float cap, const float *sinks) {
     int pair = blockIdx.x * WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (pair >= Tn * H) return;
     int r = pair / H, h = pair % H, s = seq_of(cu_new, nseq, r), hk = h / (H / Hkv);
@@ -41,7 +42,7 @@ __global__ static void attn_decode(float *out, const float *q, const void *kp, c
         qr[i] = d < D ? qr_[d] : 0.0f;
         acc[i] = 0.0f;
     }
-    float m = -INFINITY, l = 0.0f;
+    float m = sinks ? sinks[h] : -INFINITY, l = sinks ? 1.0f : 0.0f;
     for (int j = first; j < nkeys; j++) {
         size_t row = ((size_t)tb[j / KV_BLOCK] * KV_BLOCK + (size_t)(j % KV_BLOCK)) * ks + off;
         float part = 0.0f;
@@ -72,10 +73,11 @@ __global__ static void attn_decode(float *out, const float *q, const void *kp, c
 // cu_new and cache_len are device arrays; Tn = cu_new[nseq] comes from the
 // caller (the host built cu_new), so the launch is sized without a read-back
 // and the call stays asynchronous on the stream.
-extern "C" int attention_decode_forward_dt_cuda(float *out, const float *q, const void *k_pool, const void *v_pool,
-                                                DType kvdt, const int *cu_new, const int *cache_len,
-                                                const int *table, int max_blocks, int nseq, int Tn, int H, int Hkv,
-                                                int D, int W, float cap, cudaStream_t stream, PailErr *err) {
+extern "C" int attention_decode_forward_sink_cuda(float *out, const float *q, const void *k_pool,
+                                                  const void *v_pool, DType kvdt, const int *cu_new,
+                                                  const int *cache_len, const int *table, int max_blocks, int nseq,
+                                                  int Tn, int H, int Hkv, int D, int W, float cap, const float *sinks,
+                                                  cudaStream_t stream, PailErr *err) {
     if (D > MAXD || D <= 0)
         return err_set(err, PAIL_ERR_UNSUPPORTED, "attention_decode_forward_cuda: head dim %d is outside 1..%d", D,
                        MAXD);
@@ -87,8 +89,16 @@ extern "C" int attention_decode_forward_dt_cuda(float *out, const float *q, cons
                        dtype_name(kvdt));
     if (Tn <= 0 || nseq <= 0) return 0;
     attn_decode<<<cuda_blocks((size_t)Tn * H, WARPS), 32 * WARPS, 0, stream>>>(
-        out, q, k_pool, v_pool, kvdt, cu_new, cache_len, table, max_blocks, nseq, Tn, H, Hkv, D, W, cap);
+        out, q, k_pool, v_pool, kvdt, cu_new, cache_len, table, max_blocks, nseq, Tn, H, Hkv, D, W, cap, sinks);
     return cuda_launch_check("attention_decode_forward_cuda", err);
+}
+
+extern "C" int attention_decode_forward_dt_cuda(float *out, const float *q, const void *k_pool, const void *v_pool,
+                                                DType kvdt, const int *cu_new, const int *cache_len,
+                                                const int *table, int max_blocks, int nseq, int Tn, int H, int Hkv,
+                                                int D, int W, float cap, cudaStream_t stream, PailErr *err) {
+    return attention_decode_forward_sink_cuda(out, q, k_pool, v_pool, kvdt, cu_new, cache_len, table, max_blocks,
+                                              nseq, Tn, H, Hkv, D, W, cap, NULL, stream, err);
 }
 
 extern "C" int attention_decode_forward_cap_cuda(float *out, const float *q, const float *k_pool,

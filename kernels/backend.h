@@ -77,13 +77,15 @@ typedef struct {
                          const float *sin_t, int T, int nh, int D, PailErr *err);
     int (*attention_forward)(Backend *b, float *out, float *lse, const float *q, const float *k, const float *v,
                              const int *cu_seqlens, int nseq, int T, int H, int Hkv, int D, int W, float cap,
-                             PailErr *err);
+                             const float *sinks, PailErr *err);
     int (*attention_backward)(Backend *b, float *dq, float *dk, float *dv, const float *dout, const float *q,
                               const float *k, const float *v, const float *out, const float *lse,
                               const int *cu_seqlens, int nseq, int T, int H, int Hkv, int D, int W, float cap,
-                              PailErr *err);
+                              const float *sinks, float *dsinks, PailErr *err);
     // W: a sliding window (keys i-W+1..i), 0 = full causal attention (kernels.h); cap: the scores'
-    // softcap cap tanh(s / cap), 0 = none (kernels.h's attention_*_cap)
+    // softcap cap tanh(s / cap), 0 = none (kernels.h's attention_*_cap); sinks (H floats, NULL =
+    // none): gpt_oss's per-head sink logits, one more softmax column with no value; dsinks (H floats,
+    // may be NULL) ACCUMULATES their gradient (kernels.h's attention_*_sink)
     // a paged KV cache: table (nseq, max_blocks) of KV_BLOCK-token blocks of the pools,
     // whose elements are kvdt (DT_F32, DT_BF16, DT_F16: kernels.h's attention_decode_forward_dt);
     // Tn = cu_new[nseq], the new tokens, given by the caller so that a device
@@ -91,11 +93,16 @@ typedef struct {
     int (*attention_decode_forward)(Backend *b, float *out, const float *q, const void *k_pool, const void *v_pool,
                                     DType kvdt, const int *cu_new, const int *cache_len, const int *table,
                                     int max_blocks, int nseq, int Tn, int H, int Hkv, int D, int W, float cap,
-                                    PailErr *err);
+                                    const float *sinks, PailErr *err);
     int (*scale)(Backend *b, float *x, size_t n, float alpha, PailErr *err);  // x *= alpha in place
     int (*swiglu_forward)(Backend *b, float *out, const float *gate, const float *up, size_t n, PailErr *err);
     int (*swiglu_backward)(Backend *b, float *dgate, float *dup, const float *dout, const float *gate,
                            const float *up, size_t n, PailErr *err);
+    // gpt_oss's clamped swiglu (kernels.h's swiglu_clamp_*): alpha, limit from its config
+    int (*swiglu_clamp_forward)(Backend *b, float *out, const float *gate, const float *up, size_t n, float alpha,
+                                float limit, PailErr *err);
+    int (*swiglu_clamp_backward)(Backend *b, float *dgate, float *dup, const float *dout, const float *gate,
+                                 const float *up, size_t n, float alpha, float limit, PailErr *err);
     // targets must be in [0, V): the driver checks them on the host (a device
     // cannot report which one is not)
     // cap: gemma2's final_logit_softcapping (kernels.h's logprob_*_cap_dt), 0 = none

@@ -169,29 +169,30 @@ static int cpu_rope_backward(Backend *b, float *dx, const float *dout, const int
 }
 static int cpu_attention_forward(Backend *b, float *out, float *lse, const float *q, const float *k, const float *v,
                                  const int *cu, int nseq, int T, int H, int Hkv, int D, int W, float cap,
-                                 PailErr *err) {
+                                 const float *sinks, PailErr *err) {
     UNUSED;
-    attention_forward_cap(out, lse, q, k, v, cu, nseq, T, H, Hkv, D, W, cap);
+    attention_forward_sink(out, lse, q, k, v, cu, nseq, T, H, Hkv, D, W, cap, sinks);
     return 0;
 }
 static int cpu_attention_backward(Backend *b, float *dq, float *dk, float *dv, const float *dout, const float *q,
                                   const float *k, const float *v, const float *out, const float *lse, const int *cu,
-                                  int nseq, int T, int H, int Hkv, int D, int W, float cap, PailErr *err) {
+                                  int nseq, int T, int H, int Hkv, int D, int W, float cap, const float *sinks,
+                                  float *dsinks, PailErr *err) {
     UNUSED;
-    attention_backward_cap(dq, dk, dv, dout, q, k, v, out, lse, cu, nseq, T, H, Hkv, D, W, cap);
+    attention_backward_sink(dq, dk, dv, dout, q, k, v, out, lse, cu, nseq, T, H, Hkv, D, W, cap, sinks, dsinks);
     return 0;
 }
 static int cpu_attention_decode_forward(Backend *b, float *out, const float *q, const void *k_pool,
                                         const void *v_pool, DType kvdt, const int *cu_new, const int *cache_len,
                                         const int *table, int max_blocks, int nseq, int Tn, int H, int Hkv,
-                                        int D, int W, float cap, PailErr *err) {
+                                        int D, int W, float cap, const float *sinks, PailErr *err) {
     (void)b;
     (void)Tn;  // the host reads cu_new itself
     if (kvdt != DT_F32 && kvdt != DT_BF16 && kvdt != DT_F16)
         return err_set(err, PAIL_ERR_INVALID, "attention_decode_forward: a KV pool of %s is not a float dtype",
                        dtype_name(kvdt));
-    attention_decode_forward_dt(out, q, k_pool, v_pool, kvdt, cu_new, cache_len, table, max_blocks, nseq, H, Hkv, D,
-                                W, cap);
+    attention_decode_forward_sink(out, q, k_pool, v_pool, kvdt, cu_new, cache_len, table, max_blocks, nseq, H, Hkv,
+                                  D, W, cap, sinks);
     return 0;
 }
 static int cpu_scale(Backend *b, float *x, size_t n, float alpha, PailErr *err) {
@@ -208,6 +209,18 @@ static int cpu_swiglu_backward(Backend *b, float *dgate, float *dup, const float
                                const float *up, size_t n, PailErr *err) {
     UNUSED;
     swiglu_backward(dgate, dup, dout, gate, up, n);
+    return 0;
+}
+static int cpu_swiglu_clamp_forward(Backend *b, float *out, const float *gate, const float *up, size_t n, float alpha,
+                                    float limit, PailErr *err) {
+    UNUSED;
+    swiglu_clamp_forward(out, gate, up, n, alpha, limit);
+    return 0;
+}
+static int cpu_swiglu_clamp_backward(Backend *b, float *dgate, float *dup, const float *dout, const float *gate,
+                                     const float *up, size_t n, float alpha, float limit, PailErr *err) {
+    UNUSED;
+    swiglu_clamp_backward(dgate, dup, dout, gate, up, n, alpha, limit);
     return 0;
 }
 static int cpu_softcap(Backend *b, float *x, size_t n, float cap, PailErr *err) {
@@ -403,6 +416,8 @@ static const BackendOps cpu_ops = {
     .scale = cpu_scale,
     .swiglu_forward = cpu_swiglu_forward,
     .swiglu_backward = cpu_swiglu_backward,
+    .swiglu_clamp_forward = cpu_swiglu_clamp_forward,
+    .swiglu_clamp_backward = cpu_swiglu_clamp_backward,
     .logprob_forward = cpu_logprob_forward,
     .logprob_backward = cpu_logprob_backward,
     .logprob_forward_expect = cpu_logprob_forward_expect,

@@ -147,23 +147,35 @@ static int cu_rope_backward(B_, float *dx, const float *dout, const int *pos, co
     return rope_backward_cuda(dx, dout, pos, cos_t, sin_t, T, nh, D, S_, err);
 }
 static int cu_attention_forward(B_, float *out, float *lse, const float *q, const float *k, const float *v,
-                                const int *cu, int nseq, int T, int H, int Hkv, int D, int W, float cap, PailErr *err) {
-    return attention_forward_cap_cuda(out, lse, q, k, v, cu, nseq, T, H, Hkv, D, W, cap, S_, err);
+                                const int *cu, int nseq, int T, int H, int Hkv, int D, int W, float cap,
+                                const float *sinks, PailErr *err) {
+    return attention_forward_sink_cuda(out, lse, q, k, v, cu, nseq, T, H, Hkv, D, W, cap, sinks, S_, err);
 }
 static int cu_attention_backward(B_, float *dq, float *dk, float *dv, const float *dout, const float *q,
                                  const float *k, const float *v, const float *out, const float *lse, const int *cu,
-                                 int nseq, int T, int H, int Hkv, int D, int W, float cap, PailErr *err) {
-    return attention_backward_cap_cuda(dq, dk, dv, dout, q, k, v, out, lse, cu, nseq, T, H, Hkv, D, W, cap, S_, err);
+                                 int nseq, int T, int H, int Hkv, int D, int W, float cap, const float *sinks,
+                                 float *dsinks, PailErr *err) {
+    return attention_backward_sink_cuda(dq, dk, dv, dout, q, k, v, out, lse, cu, nseq, T, H, Hkv, D, W, cap, sinks,
+                                        dsinks, S_, err);
 }
 static int cu_attention_decode_forward(B_, float *out, const float *q, const void *kp, const void *vp, DType kvdt,
                                        const int *cu_new, const int *cache_len, const int *table, int max_blocks,
-                                       int nseq, int Tn, int H, int Hkv, int D, int W, float cap, PailErr *err) {
-    return attention_decode_forward_dt_cuda(out, q, kp, vp, kvdt, cu_new, cache_len, table, max_blocks, nseq, Tn, H,
-                                            Hkv, D, W, cap, S_, err);
+                                       int nseq, int Tn, int H, int Hkv, int D, int W, float cap, const float *sinks,
+                                       PailErr *err) {
+    return attention_decode_forward_sink_cuda(out, q, kp, vp, kvdt, cu_new, cache_len, table, max_blocks, nseq, Tn, H,
+                                              Hkv, D, W, cap, sinks, S_, err);
 }
 static int cu_scale(B_, float *x, size_t n, float alpha, PailErr *err) { return scale_forward_cuda(x, n, alpha, S_, err); }
 static int cu_swiglu_forward(B_, float *out, const float *gate, const float *up, size_t n, PailErr *err) {
     return swiglu_forward_cuda(out, gate, up, n, S_, err);
+}
+static int cu_swiglu_clamp_forward(B_, float *out, const float *gate, const float *up, size_t n, float alpha,
+                                   float limit, PailErr *err) {
+    return swiglu_clamp_forward_cuda(out, gate, up, n, alpha, limit, S_, err);
+}
+static int cu_swiglu_clamp_backward(B_, float *dgate, float *dup, const float *dout, const float *gate,
+                                    const float *up, size_t n, float alpha, float limit, PailErr *err) {
+    return swiglu_clamp_backward_cuda(dgate, dup, dout, gate, up, n, alpha, limit, S_, err);
 }
 static int cu_swiglu_backward(B_, float *dgate, float *dup, const float *dout, const float *gate, const float *up,
                               size_t n, PailErr *err) {
@@ -313,6 +325,8 @@ static BackendOps make_ops(void) {  // C++ has no designated initializers for th
     o.scale = cu_scale;
     o.swiglu_forward = cu_swiglu_forward;
     o.swiglu_backward = cu_swiglu_backward;
+    o.swiglu_clamp_forward = cu_swiglu_clamp_forward;
+    o.swiglu_clamp_backward = cu_swiglu_clamp_backward;
     o.logprob_forward = cu_logprob_forward;
     o.logprob_backward = cu_logprob_backward;
     o.logprob_forward_expect = cu_logprob_forward_expect;

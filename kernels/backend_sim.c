@@ -25,7 +25,7 @@
 #include <unistd.h>
 #include "backend.h"
 
-enum { SIM_ALIGN = 256, SIM_RING = 4096, SIM_NP = 10, SIM_NI = 8, SIM_NF = 8 };
+enum { SIM_ALIGN = 256, SIM_RING = 4096, SIM_NP = 12, SIM_NI = 8, SIM_NF = 8 };
 
 typedef struct SimOp SimOp;
 struct SimOp {
@@ -361,42 +361,47 @@ static int sim_rope_backward(Backend *b, float *dx, const float *dout, const int
 }
 static int run_attention_forward(const SimOp *o, PailErr *err) {
     return CPU_OP(attention_forward, P(0, float *), P(1, float *), P(2, const float *), P(3, const float *),
-                  P(4, const float *), P(5, const int *), I(0), I(1), I(2), I(3), I(4), I(5), o->f[0]);
+                  P(4, const float *), P(5, const int *), I(0), I(1), I(2), I(3), I(4), I(5), o->f[0],
+                  P(6, const float *));
 }
 static int sim_attention_forward(Backend *b, float *out, float *lse, const float *q, const float *k, const float *v,
                                  const int *cu, int nseq, int T, int H, int Hkv, int D, int W, float cap,
-                                 PailErr *err) {
+                                 const float *sinks, PailErr *err) {
     SimOp o = {.run = run_attention_forward, .name = "attention_forward",
-               .p = {out, lse, (void *)q, (void *)k, (void *)v, (void *)cu}, .i = {nseq, T, H, Hkv, D, W},
-               .f = {cap}};
-    return submit(b, &o, 6, err);
+               .p = {out, lse, (void *)q, (void *)k, (void *)v, (void *)cu, (void *)sinks},
+               .i = {nseq, T, H, Hkv, D, W}, .f = {cap}};
+    return submit(b, &o, 7, err);
 }
 static int run_attention_backward(const SimOp *o, PailErr *err) {
     return CPU_OP(attention_backward, P(0, float *), P(1, float *), P(2, float *), P(3, const float *),
                   P(4, const float *), P(5, const float *), P(6, const float *), P(7, const float *),
-                  P(8, const float *), P(9, const int *), I(0), I(1), I(2), I(3), I(4), I(5), o->f[0]);
+                  P(8, const float *), P(9, const int *), I(0), I(1), I(2), I(3), I(4), I(5), o->f[0],
+                  P(10, const float *), P(11, float *));
 }
 static int sim_attention_backward(Backend *b, float *dq, float *dk, float *dv, const float *dout, const float *q,
                                   const float *k, const float *v, const float *out, const float *lse, const int *cu,
-                                  int nseq, int T, int H, int Hkv, int D, int W, float cap, PailErr *err) {
+                                  int nseq, int T, int H, int Hkv, int D, int W, float cap, const float *sinks,
+                                  float *dsinks, PailErr *err) {
     SimOp o = {.run = run_attention_backward, .name = "attention_backward",
-               .p = {dq, dk, dv, (void *)dout, (void *)q, (void *)k, (void *)v, (void *)out, (void *)lse, (void *)cu},
+               .p = {dq, dk, dv, (void *)dout, (void *)q, (void *)k, (void *)v, (void *)out, (void *)lse, (void *)cu,
+                     (void *)sinks, dsinks},
                .i = {nseq, T, H, Hkv, D, W}, .f = {cap}};
-    return submit(b, &o, 10, err);
+    return submit(b, &o, 12, err);
 }
 static int run_attention_decode_forward(const SimOp *o, PailErr *err) {
     return CPU_OP(attention_decode_forward, P(0, float *), P(1, const float *), P(2, const void *),
                   P(3, const void *), o->dt, P(4, const int *), P(5, const int *), P(6, const int *), I(0), I(1),
-                  I(2), I(3), I(4), I(5), I(6), o->f[0]);
+                  I(2), I(3), I(4), I(5), I(6), o->f[0], P(7, const float *));
 }
 static int sim_attention_decode_forward(Backend *b, float *out, const float *q, const void *k_pool,
                                         const void *v_pool, DType kvdt, const int *cu_new, const int *cache_len,
                                         const int *table, int max_blocks, int nseq, int Tn, int H, int Hkv,
-                                        int D, int W, float cap, PailErr *err) {
+                                        int D, int W, float cap, const float *sinks, PailErr *err) {
     SimOp o = {.run = run_attention_decode_forward, .name = "attention_decode_forward",
-               .p = {out, (void *)q, (void *)k_pool, (void *)v_pool, (void *)cu_new, (void *)cache_len, (void *)table},
+               .p = {out, (void *)q, (void *)k_pool, (void *)v_pool, (void *)cu_new, (void *)cache_len, (void *)table,
+                     (void *)sinks},
                .i = {max_blocks, nseq, Tn, H, Hkv, D, W}, .f = {cap}, .dt = kvdt};
-    return submit(b, &o, 7, err);
+    return submit(b, &o, 8, err);
 }
 // The sampler: its settings travel in the op (doubles, as given).
 static int run_sample(const SimOp *o, PailErr *err) {
@@ -438,6 +443,26 @@ static int sim_swiglu_backward(Backend *b, float *dgate, float *dup, const float
                                const float *up, size_t n, PailErr *err) {
     SimOp o = {.run = run_swiglu_backward, .name = "swiglu_backward",
                .p = {dgate, dup, (void *)dout, (void *)gate, (void *)up}, .i = {(long long)n}};
+    return submit(b, &o, 5, err);
+}
+static int run_swiglu_clamp_forward(const SimOp *o, PailErr *err) {
+    return CPU_OP(swiglu_clamp_forward, P(0, float *), P(1, const float *), P(2, const float *), Z(0), o->f[0],
+                  o->f[1]);
+}
+static int sim_swiglu_clamp_forward(Backend *b, float *out, const float *gate, const float *up, size_t n, float alpha,
+                                    float limit, PailErr *err) {
+    SimOp o = {.run = run_swiglu_clamp_forward, .name = "swiglu_clamp_forward", .p = {out, (void *)gate, (void *)up},
+               .i = {(long long)n}, .f = {alpha, limit}};
+    return submit(b, &o, 3, err);
+}
+static int run_swiglu_clamp_backward(const SimOp *o, PailErr *err) {
+    return CPU_OP(swiglu_clamp_backward, P(0, float *), P(1, float *), P(2, const float *), P(3, const float *),
+                  P(4, const float *), Z(0), o->f[0], o->f[1]);
+}
+static int sim_swiglu_clamp_backward(Backend *b, float *dgate, float *dup, const float *dout, const float *gate,
+                                     const float *up, size_t n, float alpha, float limit, PailErr *err) {
+    SimOp o = {.run = run_swiglu_clamp_backward, .name = "swiglu_clamp_backward",
+               .p = {dgate, dup, (void *)dout, (void *)gate, (void *)up}, .i = {(long long)n}, .f = {alpha, limit}};
     return submit(b, &o, 5, err);
 }
 static int run_softcap(const SimOp *o, PailErr *err) { return CPU_OP(softcap, P(0, float *), Z(0), o->f[0]); }
@@ -720,6 +745,8 @@ static const BackendOps sim_ops = {
     .scale = sim_scale,
     .swiglu_forward = sim_swiglu_forward,
     .swiglu_backward = sim_swiglu_backward,
+    .swiglu_clamp_forward = sim_swiglu_clamp_forward,
+    .swiglu_clamp_backward = sim_swiglu_clamp_backward,
     .logprob_forward = sim_logprob_forward,
     .logprob_backward = sim_logprob_backward,
     .logprob_forward_expect = sim_logprob_forward_expect,

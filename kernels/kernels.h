@@ -190,6 +190,33 @@ void attention_decode_forward_dt(float *out, const float *q, const void *k_pool,
 void attention_decode_forward_ref_dt(float *out, const float *q, const void *k_pool, const void *v_pool, DType kvdt,
                                      const int *cu_new, const int *cache_len, const int *table, int max_blocks,
                                      int nseq, int H, int Hkv, int D, int W, float cap);
+// The same ops with attention sinks (gpt_oss): sinks (H floats; NULL = none, exactly the ops
+// above) gives query head h a learned logit sinks[h] that joins every row's softmax as one more
+// column with no value: p_j = exp(s_j - lse), lse = log(exp(sinks[h]) + sum_j exp(s_j)) (the lse
+// saved includes the sink), out = sum_j p_j v_j. The backward's dq, dk, dv are the usual ones given
+// that lse; dsinks (H floats, may be NULL) is ACCUMULATED:
+// dsinks[h] += sum_t -exp(sinks[h] - lse[t,h]) (dout[t,h,:] . out[t,h,:]).
+void attention_forward_sink(float *out, float *lse, const float *q, const float *k, const float *v,
+                            const int *cu_seqlens, int nseq, int T, int H, int Hkv, int D, int W, float cap,
+                            const float *sinks);
+void attention_forward_ref_sink(float *out, float *lse, const float *q, const float *k, const float *v,
+                                const int *cu_seqlens, int nseq, int T, int H, int Hkv, int D, int W, float cap,
+                                const float *sinks);
+void attention_backward_sink(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
+                             const float *v, const float *out, const float *lse, const int *cu_seqlens, int nseq,
+                             int T, int H, int Hkv, int D, int W, float cap, const float *sinks, float *dsinks);
+// The reference recomputes each row's softmax with its sink column (out, lse unused).
+void attention_backward_ref_sink(float *dq, float *dk, float *dv, const float *dout, const float *q,
+                                 const float *k, const float *v, const float *out, const float *lse,
+                                 const int *cu_seqlens, int nseq, int T, int H, int Hkv, int D, int W, float cap,
+                                 const float *sinks, float *dsinks);
+void attention_decode_forward_sink(float *out, const float *q, const void *k_pool, const void *v_pool, DType kvdt,
+                                   const int *cu_new, const int *cache_len, const int *table, int max_blocks,
+                                   int nseq, int H, int Hkv, int D, int W, float cap, const float *sinks);
+void attention_decode_forward_ref_sink(float *out, const float *q, const void *k_pool, const void *v_pool,
+                                       DType kvdt, const int *cu_new, const int *cache_len, const int *table,
+                                       int max_blocks, int nseq, int H, int Hkv, int D, int W, float cap,
+                                       const float *sinks);
 
 // ---- scale: x(n) *= alpha in place (granite's multipliers; exact: one product a value) ----
 void scale_forward(float *x, size_t n, float alpha);
@@ -201,6 +228,16 @@ void swiglu_backward(float *dgate, float *dup, const float *dout, const float *g
                      const float *up, size_t n);
 void swiglu_backward_ref(float *dgate, float *dup, const float *dout, const float *gate,
                          const float *up, size_t n);
+// gpt_oss's clamped form (GptOssExperts._apply_gate; gate, up de-interleaved):
+// g = min(gate, limit), u = clamp(up, -limit, limit), out = (u + 1) g sigmoid(alpha g).
+// The backward follows torch's clamp: dgate = 0 where gate > limit, dup = 0 where
+// |up| > limit (the bounds themselves pass the gradient).
+void swiglu_clamp_forward(float *out, const float *gate, const float *up, size_t n, float alpha, float limit);
+void swiglu_clamp_forward_ref(float *out, const float *gate, const float *up, size_t n, float alpha, float limit);
+void swiglu_clamp_backward(float *dgate, float *dup, const float *dout, const float *gate, const float *up, size_t n,
+                           float alpha, float limit);
+void swiglu_clamp_backward_ref(float *dgate, float *dup, const float *dout, const float *gate, const float *up,
+                               size_t n, float alpha, float limit);
 
 // ---- moe: a mixture-of-experts MLP's routing, grouping and combine (kernels/moe.c) ----
 // T tokens, E experts (MOE_MAX_EXPERTS at most), K chosen a token (1 <= K <= E).
@@ -522,11 +559,28 @@ int attention_decode_forward_dt_cuda(float *out, const float *q, const void *k_p
                                      const int *cu_new, const int *cache_len, const int *table, int max_blocks,
                                      int nseq, int Tn, int H, int Hkv, int D, int W, float cap,
                                      struct CUstream_st *stream, PailErr *err);
+// The attention twins with sinks (kernels.h's attention_*_sink; sinks, dsinks device arrays or NULL;
+// dsinks accumulated with atomics)
+int attention_forward_sink_cuda(float *out, float *lse, const float *q, const float *k, const float *v,
+                                const int *cu_seqlens, int nseq, int T, int H, int Hkv, int D, int W, float cap,
+                                const float *sinks, struct CUstream_st *stream, PailErr *err);
+int attention_backward_sink_cuda(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
+                                 const float *v, const float *out, const float *lse, const int *cu_seqlens, int nseq,
+                                 int T, int H, int Hkv, int D, int W, float cap, const float *sinks, float *dsinks,
+                                 struct CUstream_st *stream, PailErr *err);
+int attention_decode_forward_sink_cuda(float *out, const float *q, const void *k_pool, const void *v_pool,
+                                       DType kvdt, const int *cu_new, const int *cache_len, const int *table,
+                                       int max_blocks, int nseq, int Tn, int H, int Hkv, int D, int W, float cap,
+                                       const float *sinks, struct CUstream_st *stream, PailErr *err);
 int scale_forward_cuda(float *x, size_t n, float alpha, struct CUstream_st *stream, PailErr *err);
 int swiglu_forward_cuda(float *out, const float *gate, const float *up, size_t n,
                         struct CUstream_st *stream, PailErr *err);
 int swiglu_backward_cuda(float *dgate, float *dup, const float *dout, const float *gate,
                          const float *up, size_t n, struct CUstream_st *stream, PailErr *err);
+int swiglu_clamp_forward_cuda(float *out, const float *gate, const float *up, size_t n, float alpha, float limit,
+                              struct CUstream_st *stream, PailErr *err);
+int swiglu_clamp_backward_cuda(float *dgate, float *dup, const float *dout, const float *gate, const float *up,
+                               size_t n, float alpha, float limit, struct CUstream_st *stream, PailErr *err);
 int softcap_forward_cuda(float *x, size_t n, float cap, struct CUstream_st *stream, PailErr *err);
 int geglu_forward_cuda(float *out, const float *gate, const float *up, size_t n, struct CUstream_st *stream,
                        PailErr *err);

@@ -990,6 +990,11 @@ static void t_rope_in_place(void *c) { TeamArgs *a = c; rope_forward(a->out, a->
 static void t_rope_bwd(void *c) { TeamArgs *a = c; rope_backward(a->dx, a->dout, a->pos, a->ct, a->st, a->T, a->nh, a->D); }
 static void t_swiglu(void *c) { TeamArgs *a = c; swiglu_forward(a->out, a->g, a->u, a->n); }
 static void t_swiglu_bwd(void *c) { TeamArgs *a = c; swiglu_backward(a->dg, a->du, a->dout, a->g, a->u, a->n); }
+static void t_swiglu_clamp(void *c) { TeamArgs *a = c; swiglu_clamp_forward(a->out, a->g, a->u, a->n, 1.702f, 7.0f); }
+static void t_swiglu_clamp_bwd(void *c) {
+    TeamArgs *a = c;
+    swiglu_clamp_backward(a->dg, a->du, a->dout, a->g, a->u, a->n, 1.702f, 7.0f);
+}
 static void t_attention(void *c) {
     TeamArgs *a = c;
     attention_forward(a->out, a->lse, a->q, a->k, a->v, a->cu, a->nseq, a->T, a->H, a->Hkv, a->D, 0);
@@ -1062,8 +1067,10 @@ static void team_norm_rope_swiglu(int nth) {
         TeamArgs w = {.n = m, .g = rnd(m, -8, 8), .u = rnd(m, -2, 2), .out = rnd(m, 0, 1), .dg = rnd(m, 0, 1),
                       .du = rnd(m, 0, 1), .dout = rnd(m, -1, 1)};
         TeamCase wc[] = {{"swiglu_forward", t_swiglu, &w, {w.out}, {m}},
-                         {"swiglu_backward", t_swiglu_bwd, &w, {w.dg, w.du}, {m, m}}};
-        for (size_t i = 0; i < 2; i++) team_case(&wc[i], nth);
+                         {"swiglu_backward", t_swiglu_bwd, &w, {w.dg, w.du}, {m, m}},
+                         {"swiglu_clamp_forward", t_swiglu_clamp, &w, {w.out}, {m}},
+                         {"swiglu_clamp_backward", t_swiglu_clamp_bwd, &w, {w.dg, w.du}, {m, m}}};
+        for (size_t i = 0; i < sizeof wc / sizeof wc[0]; i++) team_case(&wc[i], nth);
         free(w.g), free(w.u), free(w.out), free(w.dg), free(w.du), free(w.dout);
     }
     free(inv), free(ct), free(st);

@@ -411,6 +411,56 @@ START_TEST(test_attention_cuda) {
 }
 END_TEST
 
+// Sinks (gpt_oss; attention_*_sink_cuda) against the CPU references with sinks:
+// the forward (out, lse), the backward (dq, dk, dv, and dsinks accumulated onto
+// nonzero values: atomics in another order, so 1e-4 of the largest), and the
+// decode over an fp32 and a bf16 pool; _i: full, or a window of 9 with a softcap 1.5.
+START_TEST(test_attention_sink_cuda) {
+    int cu[4] = {0, 5, 75, 76}, nseq = 3, T = 76, H = 6, Hkv = 2, D = 40, W = _i ? 9 : 0;
+    float cap = _i ? 1.5f : 0.0f;
+    size_t nq = (size_t)T * H * D, nk = (size_t)T * Hkv * D;
+    float *q = rnd(nq, -1.5, 1.5), *k = rnd(nk, -1.5, 1.5), *v = rnd(nk, -1, 1), *g = rnd(nq, -1, 1);
+    float *sinks = rnd(H, -1, 2.5), ds[6] = {0.5f, -1, 0, 2, 0.25f, 3};
+    float *o = malloc(4 * nq), *lse = malloc(4 * T * H), *dq = malloc(4 * nq), *dk = malloc(4 * nk),
+          *dv = malloc(4 * nk);
+    float *q_ = UPF(q, nq), *k_ = UPF(k, nk), *v_ = UPF(v, nk), *o_ = UPF(NULL, nq), *lse_ = UPF(NULL, T * H);
+    float *s_ = UPF(sinks, H), *ds_ = UPF(ds, H);
+    int *cu_ = UPI(cu, nseq + 1);
+    attention_forward_ref_sink(o, lse, q, k, v, cu, nseq, T, H, Hkv, D, W, cap, sinks);
+    attention_backward_ref_sink(dq, dk, dv, g, q, k, v, o, lse, cu, nseq, T, H, Hkv, D, W, cap, sinks, ds);
+    OK(attention_forward_sink_cuda(o_, lse_, q_, k_, v_, cu_, nseq, T, H, Hkv, D, W, cap, s_, 0, &err));
+    float *dq_ = UPF(NULL, nq), *dk_ = UPF(NULL, nk), *dv_ = UPF(NULL, nk);
+    OK(attention_backward_sink_cuda(dq_, dk_, dv_, UPF(g, nq), q_, k_, v_, o_, lse_, cu_, nseq, T, H, Hkv, D, W, cap,
+                                    s_, ds_, 0, &err));
+    double most = 1;
+    for (int h = 0; h < H; h++) most = fmax(most, fabs(ds[h]));
+    expect_dev("attention_backward_sink_cuda dq", dq_, dq, nq, 1e-4, 1e-4);
+    expect_dev("attention_backward_sink_cuda dk", dk_, dk, nk, 1e-4, 1e-4);
+    expect_dev("attention_backward_sink_cuda dv", dv_, dv, nk, 1e-4, 1e-4);
+    expect_dev("attention_backward_sink_cuda dsinks", ds_, ds, H, 1e-4 * most, 0);
+    expect_dev("attention_forward_sink_cuda out", o_, o, nq, 2e-5, 2e-5);
+    expect_dev("attention_forward_sink_cuda lse", lse_, lse, T * H, 2e-5, 2e-5);
+    enum { NBLK = 5, MAXB = 2 };
+    int cl[3] = {5, 70, 1}, cun[4] = {0, 2, 5, 6}, table[3 * MAXB] = {3, 0, 4, 0, 1, 0};
+    size_t pool = (size_t)NBLK * KV_BLOCK * Hkv * D, no = 6 * (size_t)H * D;
+    float *k32 = rnd(pool, -1.5, 1.5), *v32 = rnd(pool, -1, 1), *qn = rnd(no, -1.5, 1.5), *od = malloc(4 * no);
+    void *kp = malloc(4 * pool), *vp = malloc(4 * pool);
+    for (int di = 0; di < 2; di++) {
+        DType dt = di ? DT_BF16 : DT_F32;
+        dtype_from_f32(kp, k32, dt, pool);
+        dtype_from_f32(vp, v32, dt, pool);
+        attention_decode_forward_ref_sink(od, qn, kp, vp, dt, cun, cl, table, MAXB, 3, H, Hkv, D, W, cap, sinks);
+        float *od_ = UPF(NULL, no);
+        OK(attention_decode_forward_sink_cuda(od_, UPF(qn, no), up(kp, pool * dtype_size(dt)),
+                                              up(vp, pool * dtype_size(dt)), dt, UPI(cun, 4), UPI(cl, 3),
+                                              UPI(table, 3 * MAXB), MAXB, 3, 6, H, Hkv, D, W, cap, s_, 0, &err));
+        expect_dev("attention_decode_forward_sink_cuda", od_, od, no, 2e-5, 2e-5);
+    }
+    free(q), free(k), free(v), free(g), free(sinks), free(o), free(lse), free(dq), free(dk), free(dv);
+    free(k32), free(v32), free(qn), free(od), free(kp), free(vp);
+}
+END_TEST
+
 START_TEST(test_swiglu_cuda) {
     size_t n = 10007;
     float *a = rnd(n, -8, 8), *u = rnd(n, -2, 2), *g = rnd(n, -1, 1);
@@ -423,6 +473,23 @@ START_TEST(test_swiglu_cuda) {
     expect_dev("swiglu_forward_cuda", o_, o, n, 1e-6, 1e-5);
     expect_dev("swiglu_backward_cuda dgate", da_, da, n, 1e-6, 1e-5);
     expect_dev("swiglu_backward_cuda dup", du_, du, n, 1e-6, 1e-5);
+    free(a), free(u), free(g), free(o), free(da), free(du);
+}
+END_TEST
+
+// gpt_oss's clamped swiglu: values on both sides of the clamps (limit 7), fp32 expf on both sides.
+START_TEST(test_swiglu_clamp_cuda) {
+    size_t n = 10007;
+    float *a = rnd(n, -12, 12), *u = rnd(n, -12, 12), *g = rnd(n, -1, 1);
+    float *o = malloc(4 * n), *da = malloc(4 * n), *du = malloc(4 * n);
+    float *a_ = UPF(a, n), *u_ = UPF(u, n), *o_ = UPF(NULL, n), *da_ = UPF(NULL, n), *du_ = UPF(NULL, n);
+    OK(swiglu_clamp_forward_cuda(o_, a_, u_, n, 1.702f, 7.0f, 0, &err));
+    OK(swiglu_clamp_backward_cuda(da_, du_, UPF(g, n), a_, u_, n, 1.702f, 7.0f, 0, &err));
+    swiglu_clamp_forward_ref(o, a, u, n, 1.702f, 7.0f);
+    swiglu_clamp_backward_ref(da, du, g, a, u, n, 1.702f, 7.0f);
+    expect_dev("swiglu_clamp_forward_cuda", o_, o, n, 1e-6, 1e-5);
+    expect_dev("swiglu_clamp_backward_cuda dgate", da_, da, n, 1e-6, 1e-5);
+    expect_dev("swiglu_clamp_backward_cuda dup", du_, du, n, 1e-6, 1e-5);
     free(a), free(u), free(g), free(o), free(da), free(du);
 }
 END_TEST
@@ -938,6 +1005,8 @@ int main(void) {
         tcase_add_test(core, test_layernorm_cuda);
         tcase_add_test(core, test_rope_interleaved_cuda);
         tcase_add_test(core, test_moe_cuda);
+        tcase_add_loop_test(core, test_attention_sink_cuda, 0, 2);
+        tcase_add_test(core, test_swiglu_clamp_cuda);
         tcase_add_test(limits, test_embedding_adamw_cuda);
         tcase_set_timeout(quant, 120);
         tcase_add_test(quant, test_dequant_cuda);

@@ -187,13 +187,13 @@ START_TEST(test_sim_decode_dt) {
         ck_assert_int_eq(sim->ops->scatter_rows_dt(sim, dk, dt, dkn, drows, Tn, KD, &err), 0);
         ck_assert_int_eq(sim->ops->scatter_rows_dt(sim, dv, dt, dkn, drows, Tn, KD, &err), 0);
         ck_assert_int_eq(sim->ops->attention_decode_forward(sim, dout, dq, dk, dv, dt, dcu, dlen, dtab, MAXB, NSEQ, Tn,
-                                                            H, Hkv, D, 0, 0.0f, &err),
+                                                            H, Hkv, D, 0, 0.0f, NULL, &err),
                          0);
         ck_assert_msg(sim->ops->to_host(sim, got, dout, 4 * nq, &err) == 0, "%s", err.msg);
         ck_assert_int_eq(cpu->ops->scatter_rows_dt(cpu, kp, dt, kn, newrows, Tn, KD, &err), 0);
         ck_assert_int_eq(cpu->ops->scatter_rows_dt(cpu, vp, dt, kn, newrows, Tn, KD, &err), 0);
         ck_assert_int_eq(cpu->ops->attention_decode_forward(cpu, want, q, kp, vp, dt, cu, lens, table, MAXB, NSEQ, Tn,
-                                                            H, Hkv, D, 0, 0.0f, &err),
+                                                            H, Hkv, D, 0, 0.0f, NULL, &err),
                          0);
         ck_assert_msg(memcmp(got, want, 4 * nq) == 0, "sim decode over a %s pool: not the CPU backend's bits",
                       dtype_name(dt));

@@ -107,29 +107,44 @@ static int r_rope_partial_backward(Backend *b, float *dx, const float *dout, con
 }
 static int r_attention_forward(Backend *b, float *out, float *lse, const float *q, const float *k, const float *v,
                                const int *cu, int nseq, int T, int H, int Hkv, int D, int W, float cap,
-                               PailErr *err) {
+                               const float *sinks, PailErr *err) {
     NOB;
-    attention_forward_ref_cap(out, lse, q, k, v, cu, nseq, T, H, Hkv, D, W, cap);
+    attention_forward_ref_sink(out, lse, q, k, v, cu, nseq, T, H, Hkv, D, W, cap, sinks);
     return 0;
 }
 static int r_attention_backward(Backend *b, float *dq, float *dk, float *dv, const float *dout, const float *q,
                                 const float *k, const float *v, const float *out, const float *lse, const int *cu,
-                                int nseq, int T, int H, int Hkv, int D, int W, float cap, PailErr *err) {
+                                int nseq, int T, int H, int Hkv, int D, int W, float cap, const float *sinks,
+                                float *dsinks, PailErr *err) {
     NOB;
-    attention_backward_ref_cap(dq, dk, dv, dout, q, k, v, out, lse, cu, nseq, T, H, Hkv, D, W, cap);
+    attention_backward_ref_sink(dq, dk, dv, dout, q, k, v, out, lse, cu, nseq, T, H, Hkv, D, W, cap, sinks, dsinks);
     return 0;
 }
 static int r_attention_decode_forward(Backend *b, float *out, const float *q, const void *kc, const void *vc,
                                       DType kvdt, const int *cu_new, const int *len, const int *table, int max_blocks,
-                                      int nseq, int Tn, int H, int Hkv, int D, int W, float cap, PailErr *err) {
+                                      int nseq, int Tn, int H, int Hkv, int D, int W, float cap, const float *sinks,
+                                      PailErr *err) {
     NOB;
     (void)Tn;
-    attention_decode_forward_ref_dt(out, q, kc, vc, kvdt, cu_new, len, table, max_blocks, nseq, H, Hkv, D, W, cap);
+    attention_decode_forward_ref_sink(out, q, kc, vc, kvdt, cu_new, len, table, max_blocks, nseq, H, Hkv, D, W, cap,
+                                      sinks);
     return 0;
 }
 static int r_swiglu_forward(Backend *b, float *out, const float *g, const float *u, size_t n, PailErr *err) {
     NOB;
     swiglu_forward_ref(out, g, u, n);
+    return 0;
+}
+static int r_swiglu_clamp_forward(Backend *b, float *out, const float *g, const float *u, size_t n, float alpha,
+                                  float limit, PailErr *err) {
+    NOB;
+    swiglu_clamp_forward_ref(out, g, u, n, alpha, limit);
+    return 0;
+}
+static int r_swiglu_clamp_backward(Backend *b, float *dg, float *du, const float *dout, const float *g,
+                                   const float *u, size_t n, float alpha, float limit, PailErr *err) {
+    NOB;
+    swiglu_clamp_backward_ref(dg, du, dout, g, u, n, alpha, limit);
     return 0;
 }
 static int r_geglu_forward(Backend *b, float *out, const float *g, const float *u, size_t n, PailErr *err) {
@@ -291,6 +306,8 @@ static void ref_backend_init(void) {
     ref_ops.attention_decode_forward = r_attention_decode_forward;
     ref_ops.swiglu_forward = r_swiglu_forward;
     ref_ops.swiglu_backward = r_swiglu_backward;
+    ref_ops.swiglu_clamp_forward = r_swiglu_clamp_forward;
+    ref_ops.swiglu_clamp_backward = r_swiglu_clamp_backward;
     ref_ops.geglu_forward = r_geglu_forward;
     ref_ops.geglu_backward = r_geglu_backward;
     ref_ops.logprob_forward = r_logprob_forward;

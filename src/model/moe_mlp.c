@@ -65,6 +65,16 @@ static size_t expert_off(const Transformer *tf, ModelParamId id, int l, int e, s
     return model_weights_elem_offset(tf->w, id, l) + (size_t)e * rows * cols;
 }
 
+// The experts' activation of gate and up (n values): SwiGLU, or gpt_oss's clamped one.
+static int expert_act(Transformer *tf, float *out, const float *gate, const float *up, size_t n, PailErr *err) {
+    const ModelConfig *c = &tf->cfg;
+    if (c->swiglu_limit > 0)
+        OP(swiglu_clamp_forward, out, gate, up, n, (float)c->swiglu_alpha, (float)c->swiglu_limit);
+    else
+        OP(swiglu_forward, out, gate, up, n);
+    return 0;
+}
+
 int moe_mlp_forward(Transformer *tf, int l, LayerActs *a, int T, const float *xin, float *out, PailErr *err) {
     const ModelConfig *c = &tf->cfg;
     int C = c->hidden_size, E = c->num_experts, K = c->num_experts_per_tok, Fe = c->moe_intermediate_size,
@@ -100,7 +110,7 @@ int moe_mlp_forward(Transformer *tf, int l, LayerActs *a, int T, const float *xi
             OP(matmul_forward, u, x, Wu, gdt, bu, n, C, Fe, 1.0f, 0.0f);
         }
     }
-    OP(swiglu_forward, tf->eact, a->eg, a->eu, (size_t)TK * Fe);
+    if (expert_act(tf, tf->eact, a->eg, a->eu, (size_t)TK * Fe, err) < 0) return -1;
     for (int e = 0; e < E; e++) {
         int r0 = offs[e], n = offs[e + 1] - r0;
         if (n == 0) continue;
@@ -166,7 +176,7 @@ int moe_mlp_backward(Transformer *tf, int l, LayerActs *a, int T, const float *d
     OP(moe_combine_backward, tf->deh, tf->drw, dy, a->eh, a->rw, a->gpos, T, K, C);
     // the grouped inputs and activations are shared scratch: this layer's again
     OP(gather_rows, tf->xg, xin, a->gtok, TK, C);
-    OP(swiglu_forward, tf->eact, a->eg, a->eu, (size_t)TK * Fe);
+    if (expert_act(tf, tf->eact, a->eg, a->eu, (size_t)TK * Fe, err) < 0) return -1;
     for (int e = 0; e < E; e++) {  // down: h = act Wd^T (+ s (act A^T) B^T)
         int r0 = offs[e], n = offs[e + 1] - r0;
         if (n == 0) continue;
@@ -182,7 +192,11 @@ int moe_mlp_backward(Transformer *tf, int l, LayerActs *a, int T, const float *d
            tf->lora_params + bo, DT_F32, n, R, C, s, 0.0f);
         OP(matmul_backward, dx, lg ? lg + ao : NULL, NULL, dla, x, tf->lora_params + ao, DT_F32, n, Fe, R, 1.0f, 1.0f);
     }
-    OP(swiglu_backward, tf->deg, tf->deu, tf->deact, a->eg, a->eu, (size_t)TK * Fe);
+    if (c->swiglu_limit > 0)
+        OP(swiglu_clamp_backward, tf->deg, tf->deu, tf->deact, a->eg, a->eu, (size_t)TK * Fe, (float)c->swiglu_alpha,
+           (float)c->swiglu_limit);
+    else
+        OP(swiglu_backward, tf->deg, tf->deu, tf->deact, a->eg, a->eu, (size_t)TK * Fe);
     float *dxg = tf->deh;          // deh is spent
     for (int e = 0; e < E; e++) {  // gate and up: one A, B's gate rows then up rows
         int r0 = offs[e], n = offs[e + 1] - r0;

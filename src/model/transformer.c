@@ -411,10 +411,11 @@ int proj_backward(Transformer *tf, float *dx, float *lora_grads, float *base_gra
 // forward, as the cache holds nothing else.
 static int layer_attention(Transformer *tf, int l, LayerActs *a, int T, int W, float cap, PailErr *err) {
     const ModelConfig *c = &tf->cfg;
+    const float *sk = c->attn_sinks ? wv(tf, PARAM_SINKS, l) : NULL;  // gpt_oss: a sink logit a head
     int H = c->num_attention_heads, Hk = c->num_key_value_heads, D = c->head_dim, KD = Hk * D;
     KvCache *kv = tf->kv;
     if (!kv) {
-        OP(attention_forward, a->att, a->lse, a->qr, a->kr, a->v, tf->d_cu, tf->nseq, T, H, Hk, D, W, cap);
+        OP(attention_forward, a->att, a->lse, a->qr, a->kr, a->v, tf->d_cu, tf->nseq, T, H, Hk, D, W, cap, sk);
         return 0;
     }
     // the new rows are rounded into the pools' dtype; a fresh prompt attends its
@@ -424,10 +425,10 @@ static int layer_attention(Transformer *tf, int l, LayerActs *a, int T, int W, f
     OP(scatter_rows_dt, kc, kv->dt, a->kr, tf->d_rows, T, KD);
     OP(scatter_rows_dt, vc, kv->dt, a->v, tf->d_rows, T, KD);
     if (kv->fresh)
-        OP(attention_forward, a->att, a->lse, a->qr, a->kr, a->v, kv->d_cu_new, kv->n_slots, T, H, Hk, D, W, cap);
+        OP(attention_forward, a->att, a->lse, a->qr, a->kr, a->v, kv->d_cu_new, kv->n_slots, T, H, Hk, D, W, cap, sk);
     else
         OP(attention_decode_forward, a->att, a->qr, kc, vc, kv->dt, kv->d_cu_new, kv->d_new_len, kv->d_table,
-           kv->max_blocks, kv->n_slots, T, H, Hk, D, W, cap);
+           kv->max_blocks, kv->n_slots, T, H, Hk, D, W, cap, sk);
     return 0;
 }
 
@@ -493,7 +494,7 @@ static int cohere_layer_backward(Transformer *tf, int l, LayerActs *a, int T, fl
                       err) < 0)
         return -1;
     OP(attention_backward, tf->dq, tf->dk, tf->dv, tf->datt, a->qr, a->kr, a->v, a->att, a->lse, tf->d_cu, tf->nseq,
-       T, H, Hk, D, model_layer_window(c, l), 0.0f);
+       T, H, Hk, D, model_layer_window(c, l), 0.0f, NULL, NULL);
     if (model_layer_has_rope(c, l)) {
         OP(rope_interleaved_backward, tf->dq, tf->dq, tf->d_pos, tf->cos_t, tf->sin_t, T, H, D);
         OP(rope_interleaved_backward, tf->dk, tf->dk, tf->d_pos, tf->cos_t, tf->sin_t, T, Hk, D);
@@ -815,7 +816,7 @@ static int gemma_layer_backward(Transformer *tf, int l, LayerActs *a, int T, flo
                       0, err) < 0)
         return -1;
     OP(attention_backward, tf->dq, tf->dk, tf->dv, tf->datt, a->qr, a->kr, a->v, a->att, a->lse, tf->d_cu, tf->nseq,
-       T, H, Hk, D, W, (float)c->attn_logit_softcapping);
+       T, H, Hk, D, W, (float)c->attn_logit_softcapping, NULL, NULL);
     OP(scale, tf->dq, (size_t)T * HD, (float)c->attention_multiplier * sqrtf((float)D));
     OP(rope_backward, tf->dq, tf->dq, tf->d_pos, gemma_cos(tf, l), gemma_sin(tf, l), T, H, D);
     OP(rope_backward, tf->dk, tf->dk, tf->d_pos, gemma_cos(tf, l), gemma_sin(tf, l), T, Hk, D);
@@ -895,7 +896,8 @@ static int layer_backward(Transformer *tf, int l, LayerActs *a, int T, float *lg
                       HD, C, l, LORA_O, 0, err) < 0)
         return -1;
     OP(attention_backward, tf->dq, tf->dk, tf->dv, tf->datt, a->qr, a->kr, a->v, a->att, a->lse, tf->d_cu, tf->nseq,
-       T, H, Hk, D, model_layer_window(c, l), 0.0f);  // gpt_oss: sliding and full layers
+       T, H, Hk, D, model_layer_window(c, l), 0.0f, tf->cfg.attn_sinks ? wv(tf, PARAM_SINKS, l) : NULL,
+       full && tf->cfg.attn_sinks ? bg + tf->w->offsets[PARAM_SINKS] + (size_t)l * H : NULL);  // gpt_oss: sliding and full layers, sinks
     if (c->attention_multiplier > 0)  // granite: q was scaled after RoPE
         OP(scale, tf->dq, (size_t)T * HD, (float)c->attention_multiplier * sqrtf((float)D));
     if (model_layer_has_rope(c, l)) {
