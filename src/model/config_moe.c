@@ -105,12 +105,13 @@ int config_yarn_parse(ModelConfig *c, json_t *root, json_t *sc, const char *fiel
         return -1;
     if (ms != 0 && msa != 0 && af == 0)
         return err_set(err, PAIL_ERR_UNSUPPORTED, "%s: %s.mscale = %g with mscale_all_dim = %g is not supported "
-                       "(deepseek's YaRN attention factor; pail reads attention_factor, else 0.1 ln(factor) + 1)",
+                                                  "(deepseek's YaRN attention factor; pail reads attention_factor, else 0.1 ln(factor) + 1)",
                        what, field, ms, msa);
     json_t *prf = json_object_get(sc, "partial_rotary_factor");
     if (prf && !json_is_null(prf) && !(json_is_number(prf) && json_number_value(prf) == 1.0))
         return err_set(err, PAIL_ERR_UNSUPPORTED, "%s: %s.partial_rotary_factor is not supported for %s (every "
-                       "head dim rotates)", what, field, model_type_name(c->type));
+                                                  "head dim rotates)",
+                       what, field, model_type_name(c->type));
     json_t *tr = json_object_get(sc, "truncate");  // rope_parameters.get("truncate", True): null is falsy
     if (tr && !json_is_null(tr) && !json_is_boolean(tr))
         return err_set(err, PAIL_ERR_INVALID, "%s: %s.truncate is not a boolean", what, field);
@@ -121,7 +122,8 @@ int config_yarn_parse(ModelConfig *c, json_t *root, json_t *sc, const char *fiel
     c->rope_beta_slow = bs != 0 ? bs : 1.0;
     c->rope_truncate = !tr || json_is_true(tr);
     // get_mscale(factor) is 1 for factor <= 1: held explicitly, 0 meaning 0.1 ln(factor) + 1 above it
-    c->rope_attention_factor = af != 0 ? af : factor <= 1.0 ? 1.0 : 0;
+    c->rope_attention_factor = af != 0 ? af : factor <= 1.0 ? 1.0 :
+                                                              0;
     return 0;
 }
 
@@ -132,8 +134,9 @@ int config_moe_refuse(json_t *root, ModelType type, const char *what, PailErr *e
         if (q && !json_is_null(q)) {
             const char *m = json_string_value(json_object_get(q, "quant_method"));
             return err_set(err, PAIL_ERR_UNSUPPORTED, "%s: quantization_config (quant_method '%s') is not supported: "
-                           "pail loads gpt_oss safetensors with F32/BF16/F16 experts (dequantize them first, e.g. "
-                           "transformers' Mxfp4Config(dequantize=True) and save_pretrained)", what, m ? m : "?");
+                                                      "pail loads gpt_oss safetensors with F32/BF16/F16 experts (dequantize them first, e.g. "
+                                                      "transformers' Mxfp4Config(dequantize=True) and save_pretrained)",
+                           what, m ? m : "?");
         }
         json_t *lim = json_object_get(root, "swiglu_limit");
         if (lim && (!json_is_number(lim) || !(json_number_value(lim) > 0)))
@@ -226,7 +229,8 @@ static int gpt_oss_parse(ModelConfig *c, json_t *root, const char *what, PailErr
         const char *s = json_string_value(json_array_get(lt, (size_t)l));
         if (!s || (strcmp(s, "full_attention") && strcmp(s, "sliding_attention")))
             return err_set(err, PAIL_ERR_UNSUPPORTED, "%s: layer_types[%d] = '%s' is not supported (full_attention "
-                           "or sliding_attention)", what, l, s ? s : "(not a string)");
+                                                      "or sliding_attention)",
+                           what, l, s ? s : "(not a string)");
         full[l] = !strcmp(s, "full_attention");
     }
     model_config_gemma_layers(c, full, 2);
@@ -288,8 +292,7 @@ void config_moe_to_json(const ModelConfig *c, json_t *o) {
     json_object_set_new(o, "output_router_logits", json_false());
     // the published checkpoints' spelling: num_experts for qwen*_moe and olmoe, num_local_experts for
     // granitemoe and mixtral (qwen3_moe's attribute_map reads either)
-    json_object_set_new(o, t == MODEL_GRANITEMOE || t == MODEL_MIXTRAL || t == MODEL_GPT_OSS ? "num_local_experts"
-                                                                                             : "num_experts",
+    json_object_set_new(o, t == MODEL_GRANITEMOE || t == MODEL_MIXTRAL || t == MODEL_GPT_OSS ? "num_local_experts" : "num_experts",
                         json_integer(c->num_experts));
     bool qwen = t == MODEL_QWEN3_MOE || t == MODEL_QWEN2_MOE;  // the others' intermediate_size is the experts'
     json_object_set_new(o, "intermediate_size",
@@ -334,8 +337,7 @@ void config_moe_to_json(const ModelConfig *c, json_t *o) {
         json_object_set_new(o, "sliding_window", c->sliding_window > 0 ? json_integer(c->sliding_window) : json_null());
         json_t *lt = json_array();
         for (int l = 0; l < c->num_hidden_layers; l++)
-            json_array_append_new(lt, json_string((c->full_attn[l >> 6] >> (l & 63)) & 1 ? "full_attention"
-                                                                                         : "sliding_attention"));
+            json_array_append_new(lt, json_string((c->full_attn[l >> 6] >> (l & 63)) & 1 ? "full_attention" : "sliding_attention"));
         json_object_set_new(o, "layer_types", lt);
         json_object_set_new(o, "swiglu_alpha", json_real(c->swiglu_alpha));
         json_object_set_new(o, "swiglu_limit", json_real(c->swiglu_limit));
