@@ -117,7 +117,8 @@ END_TEST
 
 // YaRN as _compute_yarn_parameters reads it: truncate true when the object omits it (null: false),
 // beta_fast / beta_slow `or 32` / `or 1`, factor null = max_position / original, attention_factor kept
-// (0: 0.1 ln(factor) + 1; 1 for a factor <= 1), a top-level original_max_position_embeddings wins;
+// (0: 0.1 ln(factor) + 1; 1 for a factor <= 1), original_max_position_embeddings the object's else
+// max_position_embeddings (AutoConfig.from_pretrained of each case gives these rope_parameters);
 // rope_type default: none.
 START_TEST(test_gptoss_config_yarn) {
     static const struct {
@@ -135,8 +136,9 @@ START_TEST(test_gptoss_config_yarn) {
         {"\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":null,\"beta_fast\":0,\"beta_slow\":null,\"truncate\":true,"
          "\"original_max_position_embeddings\":4096}",
          8, 32, 1, 0, 4096, true, ROPE_SCALING_YARN},  // max_position_embeddings 32768 / 4096
+        // a top-level original_max_position_embeddings is not GptOssConfig's: max_position_embeddings is used
         {"\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":1.0},\"original_max_position_embeddings\":512", 1, 32, 1,
-         1.0, 512, true, ROPE_SCALING_YARN},
+         1.0, 32768, true, ROPE_SCALING_YARN},
         {"\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":2.0,\"mscale\":1.0}", 2, 32, 1, 0, 32768, true,
          ROPE_SCALING_YARN},  // mscale alone: not applied by transformers either
         {"\"rope_parameters\":{\"rope_type\":\"default\",\"rope_theta\":10000.0}", 0, 0, 0, 0, 0, false,

@@ -218,7 +218,7 @@ static int get_rope(ModelConfig *c, json_t *root, const char *what, PailErr *err
         c->rope_scaling = ROPE_SCALING_NONE;  // gpt_oss's default (no object) is YaRN
         return 0;
     }
-    if (c->type == MODEL_GPT_OSS && !strcmp(type, "yarn")) return config_yarn_parse(c, root, sc, field, what, err);
+    if (c->type == MODEL_GPT_OSS && !strcmp(type, "yarn")) return config_yarn_parse(c, sc, field, what, err);
     if (c->type == MODEL_PHI3) {  // Phi3Config runs 'su' and 'yarn' as 'longrope'; read in get_phi3 (needs D)
         if (strcmp(type, "longrope") && strcmp(type, "su") && strcmp(type, "yarn"))
             return err_set(err, PAIL_ERR_UNSUPPORTED, "%s: %s.rope_type = '%s' is not supported for phi3 (pail "

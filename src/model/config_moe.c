@@ -83,13 +83,11 @@ void config_yarn_defaults(ModelConfig *c) {
     c->rope_attention_factor = 0;
 }
 
-int config_yarn_parse(ModelConfig *c, json_t *root, json_t *sc, const char *field, const char *what, PailErr *err) {
-    // original_max_position_embeddings: a top-level one wins (standardize_rope_params), else the object's,
-    // else max_position_embeddings
+int config_yarn_parse(ModelConfig *c, json_t *sc, const char *field, const char *what, PailErr *err) {
+    // original_max_position_embeddings: the object's, else max_position_embeddings (standardize_rope_params;
+    // GptOssConfig keeps no top-level one, so a file's is not read, as transformers does not)
     int omax = c->max_position_embeddings;
-    if (config_get_int(sc, "original_max_position_embeddings", 1, 1 << 30, &omax, what, err) < 0 ||
-        config_get_int(root, "original_max_position_embeddings", 1, 1 << 30, &omax, what, err) < 0)
-        return -1;
+    if (config_get_int(sc, "original_max_position_embeddings", 1, 1 << 30, &omax, what, err) < 0) return -1;
     json_t *f = json_object_get(sc, "factor");
     if (!f) return err_set(err, PAIL_ERR_INVALID, "%s: %s.rope_type 'yarn' needs a number 'factor'", what, field);
     double factor = (double)c->max_position_embeddings / omax, af = 0, bf = 0, bs = 0;  // factor null: the ratio

@@ -18,10 +18,10 @@ void config_moe_defaults(ModelConfig *c, const ModelConfig *caller);
 // Refuses by name what pail does not run (dense layers inside the model, windowed qwen layers,
 // olmoe's clip_qkv, ...); 0 or -1 with err (PAIL_ERR_UNSUPPORTED).
 int config_moe_refuse(json_t *root, ModelType type, const char *what, PailErr *err);
-// gpt_oss's YaRN: GptOssConfig's default rope_parameters; the fields of a yarn object sc (named field)
-// with root's top-level original_max_position_embeddings (0 or -1 with err).
+// gpt_oss's YaRN: GptOssConfig's default rope_parameters; the fields of a yarn object sc (named field in
+// messages; max_position_embeddings already read): 0 or -1 with err.
 void config_yarn_defaults(ModelConfig *c);
-int config_yarn_parse(ModelConfig *c, json_t *root, json_t *sc, const char *field, const char *what, PailErr *err);
+int config_yarn_parse(ModelConfig *c, json_t *sc, const char *field, const char *what, PailErr *err);
 // The MoE fields and the derived ones (after config.c read the common ones): E, K, Fe,
 // norm_topk_prob, the shared expert, biases, multipliers, the window.
 int config_moe_parse(ModelConfig *c, json_t *root, const char *what, PailErr *err);
