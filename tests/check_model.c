@@ -1059,12 +1059,14 @@ START_TEST(test_weights_tiny) {
         ck_assert_msg(model_weights_load(&b, d16, &err) == 0, "%s", err.msg);
         ck_assert_int_eq(a.cfg.type, type);
         bool gemma = type == MODEL_GEMMA2 || type == MODEL_GEMMA3_TEXT;
-        ck_assert_int_eq(a.cfg.sliding_window, type == MODEL_MISTRAL || type == MODEL_COHERE2 || gemma ? 4096 : 0);
+        bool oss = type == MODEL_GPT_OSS;  // gpt_oss: q/k/v/o biases, sinks, biased router and experts; window 8
+        ck_assert_int_eq(a.cfg.sliding_window, type == MODEL_MISTRAL || type == MODEL_COHERE2 || gemma ? 4096 : oss ? 8 : 0);
         ck_assert_int_eq(a.cfg.hidden_size, cfg.hidden_size);
         ck_assert_int_eq(a.cfg.bos_token_id, 1);
         ck_assert_int_eq(a.cfg.eos_token_ids[0], 2);
         ck_assert_uint_eq(a.num_params, model_config_param_count(&cfg));
-        ck_assert(!!a.p.bq == (type == MODEL_QWEN2 || type == MODEL_QWEN2_MOE) &&
+        ck_assert(!!a.p.bq == (type == MODEL_QWEN2 || type == MODEL_QWEN2_MOE || oss) && !!a.p.sinks == oss &&
+                  !!a.p.router_bias == oss && !!a.p.exp_gate_up_bias == oss && !!a.p.exp_down_bias == oss &&
                   !!a.p.q_norm == (type == MODEL_QWEN3 || type == MODEL_OLMO2 || type == MODEL_GEMMA3_TEXT ||
                                    type == MODEL_QWEN3_MOE || type == MODEL_OLMOE));
         // mixtures of experts: the routed families; the dense MLP only as qwen2_moe's shared expert
@@ -1074,7 +1076,7 @@ START_TEST(test_weights_tiny) {
         ck_assert(!!(a.p.w_gate || a.p.w_gate_up) == (!moe || type == MODEL_QWEN2_MOE));
         ck_assert(!!a.p.pre_ff_norm == gemma && !!a.p.post_ff_norm == gemma);
         // smollm3, cohere, cohere2 and gemma: tied by default; cohere, cohere2: one norm per layer
-        ck_assert(a.p.bo == NULL && (a.p.lm_head != a.p.embed_tokens) ==
+        ck_assert(!!a.p.bo == oss && (a.p.lm_head != a.p.embed_tokens) ==
                                         (type != MODEL_SMOLLM3 && type != MODEL_COHERE && type != MODEL_COHERE2 && !gemma));
         ck_assert(!!a.p.mlp_norm == (type != MODEL_COHERE && type != MODEL_COHERE2));
         // The bf16 file holds the same draws rounded: loading it equals rounding the f32 load.

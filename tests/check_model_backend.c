@@ -345,6 +345,10 @@ static void small_model(ModelWeights *w, ModelType type) {
             c.embedding_multiplier = 3, c.residual_multiplier = 0.5, c.attention_multiplier = 0.2, c.logits_scaling = 2;
     }
     if (type == MODEL_MISTRAL || type == MODEL_MIXTRAL) c.sliding_window = 7;  // shorter than the sequences, the prompts + decode steps
+    if (type == MODEL_GPT_OSS) {  // layer 0 sliding (7), layer 1 full, as GptOssConfig alternates them
+        c.sliding_window = 7;
+        model_config_gemma_layers(&c, NULL, 2);
+    }
     if (type == MODEL_SMOLLM3) c.no_rope[0] = 2;      // layer 1 without RoPE
     if (type == MODEL_GRANITE)                        // all four multipliers away from 1
         c.embedding_multiplier = 3, c.residual_multiplier = 0.5, c.attention_multiplier = 0.2, c.logits_scaling = 2;

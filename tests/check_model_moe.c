@@ -316,6 +316,9 @@ START_TEST(test_moe_weights_tiny) {
         ck_assert_msg(model_weights_load_as(&q, d32, DT_Q8_0, &err) == 0, "%s", err.msg);
         ck_assert_int_eq(model_weights_dtype(&q, PARAM_EXP_GATE_UP, 1), DT_Q8_0);
         ck_assert_int_eq(model_weights_dtype(&q, PARAM_EXP_DOWN, 1), DT_Q8_0);
+        // the router (and qwen2_moe's shared-expert gate) choose the experts: kept as stored
+        ck_assert_int_eq(model_weights_dtype(&q, PARAM_ROUTER, 1), DT_F32);
+        ck_assert_int_eq(model_weights_dtype(&q, PARAM_SHARED_GATE, 1), DT_F32);
         size_t rb = dtype_row_bytes(DT_Q8_0, cfg.moe_intermediate_size);
         char *row = malloc(rb);
         const float *ad = model_weights_tensor(&a, PARAM_EXP_DOWN, 1);

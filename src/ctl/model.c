@@ -1,6 +1,7 @@
 // grpo-ctl init-model (write a random-weight Hugging Face checkpoint of a given
 // shape) and model-info (config summary, parameter count, base_sha256, every
 // tensor checked; --sums adds a per-tensor fp32 checksum for validation/model/).
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,19 +29,19 @@ int ctl_init_model(int argc, char **argv) {
         {"model-type", FLAG_STRING, &type_s, NULL, 1, 0,
          "llama, qwen2, qwen3, mistral, exaone, granite, smollm3, olmo2, phi3, cohere, cohere2, gemma2 (Gemma2Config's "
          "softcaps 50 and 30), gemma3_text, or the mixtures of experts qwen3_moe, qwen2_moe, olmoe, granitemoe, "
-         "mixtral (default llama; qwen2 for qwen2.5-0.5b, granitemoe for granite-3.1-1b-a400m)"},
+         "mixtral, gpt_oss (GptOssConfig's sinks, biases, clamped SwiGLU, YaRN; every other layer sliding) (default llama; qwen2 for qwen2.5-0.5b, granitemoe for granite-3.1-1b-a400m)"},
         {"hidden", FLAG_INT, &hidden, "0", 0, 65536, "hidden size C"},
         {"layers", FLAG_INT, &layers, "0", 0, 1024, "layers L"},
         {"heads", FLAG_INT, &heads, "0", 0, 1024, "attention heads H"},
         {"kv-heads", FLAG_INT, &kv, "0", 0, 1024, "key/value heads Hkv (0: = heads)"},
         {"ffn", FLAG_INT, &ffn, "0", 0, 1 << 20,
-         "MLP intermediate size F (qwen2_moe: the shared expert's; olmoe, granitemoe, mixtral: the experts' Fe; "
+         "MLP intermediate size F (qwen2_moe: the shared expert's; olmoe, granitemoe, mixtral, gpt_oss: the experts' Fe; "
          "qwen3_moe: config.json's unused dense size)"},
         {"experts", FLAG_INT, &experts, "0", 0, 512, "mixtures of experts: experts E (0: the shape's)"},
         {"experts-per-token", FLAG_INT, &topk, "0", 0, 512, "mixtures of experts: experts a token K (0: the shape's)"},
         {"expert-ffn", FLAG_INT, &effn, "0", 0, 1 << 20, "mixtures of experts: each expert's intermediate size Fe (0: the shape's)"},
         {"norm-topk-prob", FLAG_BOOL, &norm_topk, "false", 1, 0,
-         "qwen3_moe, qwen2_moe, olmoe: renormalise the K routing weights (mixtral and granitemoe always do)"},
+         "qwen3_moe, qwen2_moe, olmoe: renormalise the K routing weights (mixtral, granitemoe and gpt_oss always do)"},
         {"vocab", FLAG_INT, &vocab, "0", 0, 1 << 22, "vocabulary size V"},
         {"head-dim", FLAG_INT, &head_dim, "0", 0, 1024, "head dim D (0: C / H)"},
         {"tie-embeddings", FLAG_BOOL, &tie, "false", 1, 0, "lm_head shares embed_tokens (qwen2.5-0.5b: always)"},
@@ -51,8 +52,8 @@ int ctl_init_model(int argc, char **argv) {
         {"max-positions", FLAG_INT, &maxpos, "0", 0, 1 << 30, "max_position_embeddings (0: default)"},
         {"sliding-window", FLAG_INT, &window, "-1", -1, 1 << 30,
          "mistral, mixtral, phi3: attention window W (keys i-W+1..i); 0: none (null, full attention); -1: the "
-         "default (mistral 4096, MistralConfig's; mixtral, phi3 none); cohere2, gemma2, gemma3_text: their sliding layers' window "
-         "(-1: 4096, their configs' default)"},
+         "default (mistral 4096, MistralConfig's; mixtral, phi3 none); cohere2, gemma2, gemma3_text, gpt_oss: their sliding "
+         "layers' window (-1: 4096, their configs' default; gpt_oss 128, tiny 8)"},
         {"partial-rotary-factor", FLAG_DOUBLE, &prf, "1", 0, 1,
          "phi3: RoPE on the first int(D * factor) dims of each head (Phi-4-mini: 0.75)"},
         {"dtype", FLAG_STRING, &dtype_s, "bf16", 1, 0, "the checkpoint's dtype: bf16, f16 or f32"},
@@ -80,7 +81,7 @@ int ctl_init_model(int argc, char **argv) {
     if (shape && !strcmp(shape, "granite-3.1-1b-a400m")) type = MODEL_GRANITEMOE;
     if (type_s && model_type_parse(type_s, &type) < 0) {
         fprintf(stderr, "%s: --model-type '%s': use llama, qwen2, qwen3, mistral, exaone, granite, smollm3, olmo2, "
-                "phi3, cohere, cohere2, gemma2, gemma3_text, qwen3_moe, qwen2_moe, olmoe, granitemoe or mixtral\n",
+                "phi3, cohere, cohere2, gemma2, gemma3_text, qwen3_moe, qwen2_moe, olmoe, granitemoe, mixtral or gpt_oss\n",
                 argv[0], type_s);
         goto done;
     }
@@ -96,7 +97,7 @@ int ctl_init_model(int argc, char **argv) {
                 "mixture of experts\n", argv[0], model_type_name(type));
         goto done;
     }
-    if (norm_topk && (type == MODEL_GRANITEMOE || type == MODEL_MIXTRAL)) {
+    if (norm_topk && (type == MODEL_GRANITEMOE || type == MODEL_MIXTRAL || type == MODEL_GPT_OSS)) {
         fprintf(stderr, "%s: --norm-topk-prob: %s always renormalises\n", argv[0], model_type_name(type));
         goto done;
     }
@@ -144,9 +145,9 @@ int ctl_init_model(int argc, char **argv) {
             goto done;
         }
         if (type != MODEL_MISTRAL && type != MODEL_PHI3 && type != MODEL_COHERE2 && type != MODEL_GEMMA2 &&
-            type != MODEL_GEMMA3_TEXT && type != MODEL_MIXTRAL) {
-            fprintf(stderr, "%s: --sliding-window: only model types mistral, mixtral, phi3, cohere2, gemma2 and "
-                    "gemma3_text have one (not %s)\n", argv[0],
+            type != MODEL_GEMMA3_TEXT && type != MODEL_MIXTRAL && type != MODEL_GPT_OSS) {
+            fprintf(stderr, "%s: --sliding-window: only model types mistral, mixtral, phi3, cohere2, gemma2, "
+                    "gemma3_text and gpt_oss have one (not %s)\n", argv[0],
                     model_type_name(type));
             goto done;
         }
@@ -173,6 +174,7 @@ int ctl_init_model(int argc, char **argv) {
     }
     if (qknorm) cfg.has_qk_norm = true;
     if (logit_scale > 0) cfg.logit_scale = logit_scale;
+    if (type == MODEL_GPT_OSS) model_config_gemma_layers(&cfg, NULL, 2);  // GptOssConfig's: odd layers full
     if (cfg.gemma_norms) {  // the layer pattern and sqrt(C) follow the sizes given
         model_config_gemma_layers(&cfg, NULL, 0);
         model_config_gemma_scales(&cfg);
@@ -279,6 +281,11 @@ int ctl_model_info(int argc, char **argv) {
     if (c.rope_scaling == ROPE_SCALING_LLAMA3)
         printf("rope_scaling: llama3 factor=%g low_freq_factor=%g high_freq_factor=%g original_max=%d\n",
                c.rope_factor, c.rope_low_freq_factor, c.rope_high_freq_factor, c.rope_original_max_position_embeddings);
+    else if (c.rope_scaling == ROPE_SCALING_YARN)
+        printf("rope_scaling: yarn factor=%g original_max=%d beta_fast=%g beta_slow=%g truncate=%s "
+               "attention_factor=%g\n", c.rope_factor, c.rope_original_max_position_embeddings, c.rope_beta_fast,
+               c.rope_beta_slow, c.rope_truncate ? "true" : "false",
+               c.rope_attention_factor > 0 ? c.rope_attention_factor : 0.1 * log(c.rope_factor) + 1.0);
     else if (c.rope_scaling == ROPE_SCALING_LONGROPE)
         printf("rope_scaling: longrope original_max=%d attention_factor=%g (short_factor up to %d positions, "
                "long_factor past)\n", c.rope_original_max_position_embeddings, c.rope_attention_factor,
@@ -309,6 +316,15 @@ int ctl_model_info(int argc, char **argv) {
             printf("shared_expert: none\n");
         printf("parameters_active: %zu a token (of %zu: K of E experts)\n", model_config_active_param_count(&c),
                model_config_param_count(&c));
+    }
+    if (c.type == MODEL_GPT_OSS) {
+        printf("attention_sinks: a learned logit per head in every softmax (self_attn.sinks)\n");
+        printf("moe_bias: router and experts (mlp.router.bias, mlp.experts.gate_up_proj_bias, down_proj_bias)\n");
+        printf("swiglu: clamped, alpha %g, limit %g ((clamp(up) + 1) * min(gate, limit) * sigmoid(alpha gate))\n",
+               c.swiglu_alpha, c.swiglu_limit);
+        printf("layer_types:");
+        for (int l = 0; l < c.num_hidden_layers; l++) printf(" %s", model_layer_window(&c, l) ? "sliding" : "full");
+        printf("\n");
     }
     if (c.type == MODEL_COHERE2) {  // its full_attention layers (no window, no RoPE: no_rope_layers above)
         printf("full_attention_layers:");
@@ -356,10 +372,17 @@ int ctl_model_info(int argc, char **argv) {
                 char nm[256], hex[65];
                 model_param_name(&w.specs[id], l, nm, sizeof nm);
                 const float *x = model_weights_tensor(&w, id, l);
+                ModelTensorPart tp;  // gpt_oss's experts: in the file's (transformers') layout
+                model_param_part(&c, w.specs, (ModelParamId)id, l, 0, &tp);
+                float *perm = NULL;
+                if ((tp.transposed || tp.interleaved) && (perm = malloc(w.specs[id].numel * sizeof *perm)) &&
+                    model_part_to_file(perm, DT_F32, x, DT_F32, &tp) == 0)
+                    x = perm;
                 sha256_hex(x, w.specs[id].numel * sizeof(float), hex);
                 double s = 0;
                 for (size_t i = 0; i < w.specs[id].numel; i++) s += x[i];
                 printf("tensor %s sha256_f32=%s sum=%.17g\n", nm, hex, s);
+                free(perm);
             }
         }
     }

@@ -214,7 +214,11 @@ static int get_rope(ModelConfig *c, json_t *root, const char *what, PailErr *err
     if (!t) t = json_object_get(sc, "type");
     const char *type = t ? json_string_value(t) : "default";
     if (!type) return err_set(err, PAIL_ERR_INVALID, "%s: %s.rope_type is not a string", what, field);
-    if (!strcmp(type, "default")) return 0;
+    if (!strcmp(type, "default")) {
+        c->rope_scaling = ROPE_SCALING_NONE;  // gpt_oss's default (no object) is YaRN
+        return 0;
+    }
+    if (c->type == MODEL_GPT_OSS && !strcmp(type, "yarn")) return config_yarn_parse(c, sc, field, what, err);
     if (c->type == MODEL_PHI3) {  // Phi3Config runs 'su' and 'yarn' as 'longrope'; read in get_phi3 (needs D)
         if (strcmp(type, "longrope") && strcmp(type, "su") && strcmp(type, "yarn"))
             return err_set(err, PAIL_ERR_UNSUPPORTED, "%s: %s.rope_type = '%s' is not supported for phi3 (pail "
@@ -225,7 +229,7 @@ static int get_rope(ModelConfig *c, json_t *root, const char *what, PailErr *err
     if (strcmp(type, "llama3"))
         return err_set(err, PAIL_ERR_UNSUPPORTED,
                        "%s: %s.rope_type = '%s' is not supported (pail supports none/'default' and 'llama3'; "
-                       "'longrope' for phi3)", what, field, type);
+                       "'longrope' for phi3, 'yarn' for gpt_oss)", what, field, type);
     c->rope_scaling = ROPE_SCALING_LLAMA3;
     static const char *need[] = {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"};
     for (int i = 0; i < 4; i++)
@@ -350,7 +354,8 @@ static int refuse_unsupported(json_t *root, ModelType type, const char *what, Pa
                        "supported (mistral's window on every layer is)", what, type_names[type]);
     bool gemma = type == MODEL_GEMMA2 || type == MODEL_GEMMA3_TEXT;
     json_t *lt = json_object_get(root, "layer_types");
-    if (!gemma && lt && json_is_array(lt) && type != MODEL_COHERE2) {  // cohere2: get_cohere2_layers; gemma: get_gemma
+    // cohere2: get_cohere2_layers; gemma: get_gemma; gpt_oss: config_moe_parse
+    if (!gemma && lt && json_is_array(lt) && type != MODEL_COHERE2 && type != MODEL_GPT_OSS) {
         size_t i;
         json_t *x;
         json_array_foreach(lt, i, x) {
@@ -565,7 +570,7 @@ int model_config_parse(ModelConfig *cfg, const char *text, size_t len, const cha
     if (model_type_parse(json_string_value(mt), &type) < 0) {
         err_set(err, PAIL_ERR_UNSUPPORTED, "%s: model_type = '%s' is not supported (pail runs llama, qwen2, qwen3, "
                 "mistral, exaone, smollm3, granite, olmo2, phi3, cohere, cohere2, gemma2, gemma3_text dense decoders "
-                "and the qwen3_moe, qwen2_moe, olmoe, granitemoe, mixtral mixtures of experts)", what,
+                "and the qwen3_moe, qwen2_moe, olmoe, granitemoe, mixtral, gpt_oss mixtures of experts)", what,
                 json_string_value(mt));
         goto out;
     }
@@ -850,10 +855,14 @@ size_t model_config_param_count(const ModelConfig *c) {
     if (model_is_moe(c))  // the router, every expert's gate, up and down; qwen2_moe's shared expert's gate
         layer += (size_t)c->num_experts * C + (size_t)c->num_experts * 3 * C * c->moe_intermediate_size +
                  (c->type == MODEL_QWEN2_MOE ? C : 0);
+    if (c->attn_sinks) layer += H;
+    if (c->moe_bias)  // gpt_oss: the router's bias, each expert's gate_up (2 Fe) and down (C) biases
+        layer += (size_t)c->num_experts * (1 + 2 * (size_t)c->moe_intermediate_size + C);
     return V * C + (size_t)c->num_hidden_layers * layer + C + (c->tie_word_embeddings ? 0 : V * C);
 }
 
 size_t model_config_active_param_count(const ModelConfig *c) {
-    size_t idle = (size_t)(c->num_experts - c->num_experts_per_tok) * 3 * c->hidden_size * c->moe_intermediate_size;
+    size_t C = c->hidden_size, Fe = c->moe_intermediate_size;
+    size_t idle = (size_t)(c->num_experts - c->num_experts_per_tok) * (3 * C * Fe + (c->moe_bias ? 2 * Fe + C : 0));
     return model_config_param_count(c) - (model_is_moe(c) ? (size_t)c->num_hidden_layers * idle : 0);
 }

@@ -46,6 +46,7 @@ int modelgen_shape(ModelConfig *cfg, const char *shape, ModelType type) {
         c.intermediate_size /= 2;
     }
     model_config_defaults(&c, type);
+    if (type == MODEL_GPT_OSS && !strcmp(shape, "tiny")) c.sliding_window = 8;  // layer 0 sliding, 1 full
     if (!strcmp(shape, "granite-3.1-1b-a400m")) {
         c.embedding_multiplier = 12.0, c.residual_multiplier = 0.22, c.attention_multiplier = 0.015625;
         c.logits_scaling = 6.0;
@@ -169,11 +170,16 @@ int model_weights_save(const ModelWeights *wp, const char *dir, const ModelGenOp
     // Tensors stored in another dtype than the file's are converted (rounded
     // once, to nearest even; a quantized one dequantized when asked) into one
     // block; the file then holds exactly these values.
+    // gpt_oss's experts are permuted back into transformers' layout (model_part_to_file), always as
+    // floats (a quantized layer dequantized: its blocks are rows of pail's layout, not the file's).
     size_t conv_elems = 0;
     for (int id = 0; id < PARAM_COUNT; id++)
         for (int l = 0; wp->specs[id].present && l < (wp->specs[id].per_layer ? L : 1); l++) {
             DType dt = model_weights_dtype(wp, (ModelParamId)id, l);
-            if (dt != out_dt && (opt->dequantize || !dtype_is_quant(dt))) conv_elems += wp->specs[id].numel;
+            ModelTensorPart tp;
+            model_param_part(cfg, wp->specs, (ModelParamId)id, l, 0, &tp);
+            if (tp.transposed || tp.interleaved || (dt != out_dt && (opt->dequantize || !dtype_is_quant(dt))))
+                conv_elems += wp->specs[id].numel;
         }
     if (conv_elems && !(conv = malloc(conv_elems * esz))) {
         err_set(err, PAIL_ERR_NOMEM, "out of memory for %zu converted parameters", conv_elems);
@@ -199,7 +205,16 @@ int model_weights_save(const ModelWeights *wp, const char *dir, const ModelGenOp
                 const void *src = (const char *)model_weights_tensor(wp, id, l) +
                                   (s->ndim == 2 ? tp.row0 * dtype_row_bytes(dt, tp.cols) : 0);
                 size_t numel = tp.rows * tp.cols;
-                if (dtype_is_quant(dt) && !opt->dequantize) {  // the blocks as they are
+                bool perm = tp.transposed || tp.interleaved;
+                if (perm) {
+                    uint8_t *d = conv + used * esz;
+                    if (model_part_to_file(d, out_dt, src, dt, &tp) < 0) {
+                        err_set(err, PAIL_ERR_NOMEM, "out of memory");
+                        goto out;
+                    }
+                    used += numel;
+                    src = d;
+                } else if (dtype_is_quant(dt) && !opt->dequantize) {  // the blocks as they are
                     snprintf(qkeys[nq], sizeof qkeys[nq], "%s%s", MODEL_QUANT_META, names[n]);
                     mk[1 + nq] = qkeys[nq], mv[1 + nq] = dtype_name(dt), nq++;
                     items[n] = (SafeTensorsWriteItem){names[n], ST_DTYPE_U8, 2,
@@ -207,7 +222,7 @@ int model_weights_save(const ModelWeights *wp, const char *dir, const ModelGenOp
                     n++;
                     continue;
                 }
-                if (dt != out_dt) {
+                if (!perm && dt != out_dt) {
                     uint8_t *d = conv + used * esz;
                     dtype_convert(d, out_dt, src, dt, numel);
                     used += numel;

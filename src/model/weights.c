@@ -68,6 +68,7 @@ void model_param_specs(const ModelConfig *c, ModelParamSpec s[PARAM_COUNT]) {
         [MODEL_MIXTRAL] = {"block_sparse_moe.gate.weight", "mlp.experts.gate_up_proj", "mlp.experts.down_proj"},
         [MODEL_GRANITEMOE] = {"block_sparse_moe.router.layer.weight", "block_sparse_moe.input_linear.weight",
                               "block_sparse_moe.output_linear.weight"},
+        [MODEL_GPT_OSS] = {"mlp.router.weight", "mlp.experts.gate_up_proj", "mlp.experts.down_proj"},
     };
     for (int i = 0; i < PARAM_COUNT; i++) {
         s[i] = t[i];
@@ -108,7 +109,7 @@ void model_param_name(const ModelParamSpec *s, int layer, char *out, size_t cap)
 }
 
 int model_param_nparts(const ModelConfig *c, ModelParamId id) {
-    if (!model_is_moe(c) || c->type == MODEL_GRANITEMOE) return 1;
+    if (!model_is_moe(c) || c->type == MODEL_GRANITEMOE || c->type == MODEL_GPT_OSS) return 1;
     return id == PARAM_EXP_GATE_UP ? 2 * c->num_experts : id == PARAM_EXP_DOWN ? c->num_experts : 1;
 }
 
@@ -121,12 +122,27 @@ void model_param_part(const ModelConfig *c, const ModelParamSpec *specs, ModelPa
     o->cols = s->ndim == 2 ? s->shape[1] : 1;
     o->ndim = s->ndim;
     o->shape[0] = s->shape[0], o->shape[1] = s->shape[1];
+    if (c->type == MODEL_GPT_OSS && id >= PARAM_EXP_GATE_UP_BIAS && id <= PARAM_EXP_DOWN_BIAS) {
+        model_param_name(s, layer, o->name, sizeof o->name);  // (E, 2Fe) interleaved, (E, C) as it is
+        o->ndim = 2;
+        o->shape[0] = E, o->shape[1] = id == PARAM_EXP_GATE_UP_BIAS ? 2 * Fe : C;
+        o->interleaved = id == PARAM_EXP_GATE_UP_BIAS;
+        return;
+    }
     bool expert = id == PARAM_EXP_GATE_UP || id == PARAM_EXP_DOWN;
     if (!expert || !model_is_moe(c)) {
         model_param_name(s, layer, o->name, sizeof o->name);
         return;
     }
     bool up = id == PARAM_EXP_GATE_UP;
+    if (c->type == MODEL_GPT_OSS) {  // transposed: (E, C, 2Fe) gate / up interleaved, (E, Fe, C)
+        model_param_name(s, layer, o->name, sizeof o->name);
+        o->ndim = 3;
+        o->shape[0] = E, o->shape[1] = up ? C : Fe, o->shape[2] = up ? 2 * Fe : C;
+        o->transposed = true;
+        o->interleaved = up;
+        return;
+    }
     if (c->type == MODEL_GRANITEMOE) {  // fused: (E, 2Fe, C) gate rows first in each expert, (E, C, Fe)
         model_param_name(s, layer, o->name, sizeof o->name);
         o->ndim = 3;
@@ -439,7 +455,7 @@ void model_weights_dtype_desc(const ModelWeights *w, char *out, size_t cap) {
 // expert index past num_experts.
 static int classify_expert(const ModelConfig *cfg, const char *p, const char *name, const char *file, int *id,
                            int *part, PailErr *err) {
-    if (!model_is_moe(cfg) || cfg->type == MODEL_GRANITEMOE) return 0;
+    if (!model_is_moe(cfg) || cfg->type == MODEL_GRANITEMOE || cfg->type == MODEL_GPT_OSS) return 0;
     bool mix = cfg->type == MODEL_MIXTRAL;
     const char *pre = mix ? "block_sparse_moe.experts." : "mlp.experts.";
     size_t n = strlen(pre);
@@ -576,6 +592,11 @@ int model_weights_check(const ModelConfig *cfg, const SafeTensorsSet *set, PailE
                             "projections, the embedding and the head", file, t->name, dtype_name(qd));
                     goto out;
                 }
+                if (tp.transposed) {  // pail writes them as floats (model_weights_save)
+                    err_set(err, PAIL_ERR_UNSUPPORTED, "%s: tensor '%s' is quantized (%s): gpt_oss's transposed "
+                            "experts are loaded from F32, F16 or BF16 only", file, t->name, dtype_name(qd));
+                    goto out;
+                }
                 if (tp.cols % (size_t)dtype_block(qd)) {
                     err_set(err, PAIL_ERR_INVALID, "%s: tensor '%s' is %s, but its rows of %zu are not whole blocks "
                             "of %d", file, t->name, dtype_name(qd), tp.cols, dtype_block(qd));
@@ -663,9 +684,16 @@ void model_weights_choose_dtypes(const ModelConfig *cfg, const SafeTensorsSet *s
     model_param_specs(cfg, specs);
     size_t L = cfg->num_hidden_layers ? cfg->num_hidden_layers : 1;
     for (size_t i = 0; i < PARAM_COUNT * L; i++) ldt[i] = DT_F32;
+    int want_all = want;
     for (int id = 0; id < PARAM_COUNT; id++) {
         if (!specs[id].present || !model_param_is_matrix((ModelParamId)id)) continue;
         size_t nl = specs[id].per_layer ? L : 1;
+        // the router and qwen2_moe's shared-expert gate choose the experts: --quantize keeps them as stored
+        // (16-bit floats or f32); --dtype applies to them as to every matrix
+        want = (id == PARAM_ROUTER || id == PARAM_SHARED_GATE) && want_all != MODEL_DTYPE_AUTO &&
+                       dtype_is_quant((DType)want_all)
+                   ? MODEL_DTYPE_AUTO
+                   : want_all;
         DType *d = ldt + (size_t)id * L;
         // as stored: a quantized layer its blocks; the float layers their one dtype, or f32 (exact) when they
         // differ. A layer of several tensors (the experts) is quantized when all its parts are, alike; a mix is f32.
@@ -747,6 +775,65 @@ static int load_slice(void *dst, DType dt, const SafeTensorsSet *set, int fi, co
     return 0;
 }
 
+// The file element (flat index) holding family row r (of the part's rows), column k.
+static size_t part_file_index(const ModelTensorPart *tp, size_t r, size_t k) {
+    size_t R = tp->rows / tp->shape[0], e = r / R, i = r % R;
+    size_t j = tp->interleaved ? (i < R / 2 ? 2 * i : 2 * (i - R / 2) + 1) : i;
+    return e * R * tp->cols + (tp->transposed ? k * R + j : j * tp->cols + k);
+}
+
+// A permuted part (gpt_oss's experts) from the file tensor t into the family's rows dst (dt), an expert at
+// a time through fp32 (exact for F16 and BF16): converted, or quantized a row at a time. -1 (*bad: the
+// file element) when a finite value overflowed f16, -2 out of memory.
+static int load_permuted(void *dst, DType dt, const SafeTensor *t, const ModelTensorPart *tp, size_t *bad) {
+    size_t E = tp->shape[0], R = tp->rows / E, K = tp->cols, n = R * K;
+    DType from = from_st(t->dtype);
+    size_t rb = dtype_row_bytes(dt, K);
+    float *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b);
+    int rc = a && b ? 0 : -2;
+    for (size_t e = 0; e < E && rc == 0; e++) {
+        dtype_to_f32(a, (const char *)t->data + e * n * dtype_size(from), from, n);
+        for (size_t r = 0; r < R; r++)
+            for (size_t k = 0; k < K; k++) b[r * K + k] = a[part_file_index(tp, e * R + r, k) - e * n];
+        char *d = (char *)dst + e * R * rb;
+        if (dtype_is_quant(dt)) {
+            for (size_t r = 0; r < R; r++) quant_quantize(d + r * rb, b + r * K, dt, K);
+            continue;
+        }
+        dtype_convert(d, dt, b, DT_F32, n);
+        if (dt != DT_F16 || from == DT_F16) continue;
+        const uint16_t *o = (const uint16_t *)d;
+        for (size_t x = 0; x < n && rc == 0; x++)
+            if ((o[x] & 0x7fff) == 0x7c00 && isfinite(b[x])) {
+                *bad = part_file_index(tp, e * R + x / K, x % K);
+                rc = -1;
+            }
+    }
+    free(a);
+    free(b);
+    return rc;
+}
+
+int model_part_to_file(void *dst, DType to, const void *src, DType dt, const ModelTensorPart *tp) {
+    size_t E = tp->shape[0], R = tp->rows / E, K = tp->cols, n = R * K;
+    size_t rb = dtype_row_bytes(dt, K);
+    float *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b);
+    if (!a || !b) {
+        free(a);
+        free(b);
+        return -1;
+    }
+    for (size_t e = 0; e < E; e++) {
+        dtype_convert(b, DT_F32, (const char *)src + e * R * rb, dt, n);
+        for (size_t r = 0; r < R; r++)
+            for (size_t k = 0; k < K; k++) a[part_file_index(tp, e * R + r, k) - e * n] = b[r * K + k];
+        dtype_convert((char *)dst + e * n * dtype_size(to), to, a, DT_F32, n);
+    }
+    free(a);
+    free(b);
+    return 0;
+}
+
 typedef struct {
     int id, layer, part;
 } LoadItem;
@@ -791,7 +878,8 @@ int model_weights_load_set(ModelWeights *w, const ModelConfig *cfg, const SafeTe
         ModelParamSpec ps = w->specs[id];  // this tensor's rows of the family's layer
         if (ps.ndim == 2) ps.shape[0] = tp.rows, ps.numel = tp.rows * tp.cols;
         char *dst = (char *)model_weights_tensor(w, id, l) + (ps.ndim == 2 ? tp.row0 * dtype_row_bytes(dt, tp.cols) : 0);
-        int r = load_slice(dst, dt, set, fi, t, &ps, &bad);
+        int r = tp.transposed || tp.interleaved ? load_permuted(dst, dt, t, &tp, &bad)
+                                                : load_slice(dst, dt, set, fi, t, &ps, &bad);
         if (r == -2) {
 #pragma omp atomic write
             nomem = 1;

@@ -173,12 +173,23 @@ void model_param_name(const ModelParamSpec *s, int layer, char *out, size_t cap)
 // w1) at rows e*2Fe, part 2e+1 its up_proj (w3) at e*2Fe + Fe; exp_down E tensors, part e its
 // down_proj (w2) at rows e*C. granitemoe's fused input_linear / output_linear are one 3-D tensor
 // (E, 2Fe, C) / (E, C, Fe) a layer. transformers' save_pretrained writes these names (and loads them).
+// gpt_oss's are one tensor a layer holding the family's rows permuted: mlp.experts.gate_up_proj (E, C,
+// 2Fe) transposed and interleaved, down_proj (E, Fe, C) transposed, gate_up_proj_bias (E, 2Fe)
+// interleaved (down_proj_bias (E, C) is the vector as it is).
 typedef struct {
     char name[256];
     size_t row0, rows, cols;  // in the family's (rows, cols) view; a vector: cols 1
     int ndim;                 // the file's shape
     size_t shape[3];
+    // The file's shape[0] blocks (experts) of R = rows / shape[0] family rows each; block e of the file
+    // is (cols, R) when transposed (family row r, col k = file [e][k][j]), (R) or (R, cols) when not; with
+    // interleaved, file index j is family row (j % 2) R/2 + j / 2 (gate rows then up rows), else r = j.
+    bool transposed, interleaved;
 } ModelTensorPart;
+// Part tp (transposed or interleaved) between the file's layout and the family's rows: from the
+// family's rows src (dt, rows x cols, quantized rows dequantized) to the file's layout dst (as to).
+// 0, or -1 when out of memory.
+int model_part_to_file(void *dst, DType to, const void *src, DType dt, const ModelTensorPart *tp);
 // The tensors a layer of family id is made of (>= 1).
 int model_param_nparts(const ModelConfig *cfg, ModelParamId id);
 // Part `part` of (family id, layer); specs from model_param_specs(cfg).

@@ -50,7 +50,7 @@ expect_fail "unsupported model_type" 1 "model_type = 'gemma' is not supported \(
 check "model-info names mistral's window" grep -q "^sliding_window: 8$" <("$CTL" model-info --model "$WORK/mw")
 cp -r "$WORK/mw" "$WORK/mw0"; sed -i 's/"sliding_window": 8/"sliding_window": 0/' "$WORK/mw0/config.json"
 expect_fail "mistral window 0" 1 "sliding_window = 0 is out of range" "$CTL" model-info --model "$WORK/mw0"
-expect_fail "a window for llama" 2 "--sliding-window: only model types mistral, mixtral, phi3, cohere2, gemma2 and gemma3_text have one \(not llama\)" \
+expect_fail "a window for llama" 2 "--sliding-window: only model types mistral, mixtral, phi3, cohere2, gemma2, gemma3_text and gpt_oss have one \(not llama\)" \
   "$CTL" init-model --out "$WORK/z" --shape tiny --sliding-window 8
 # phi3: fused qkv_proj / gate_up_proj in the file, partial rotary and a window in config.json
 check "init-model phi3" "$CTL" init-model --out "$WORK/p3" --shape tiny --model-type phi3 --partial-rotary-factor 0.75 \
@@ -100,5 +100,15 @@ expect_fail "experts for a dense type" 2 "--experts, --experts-per-token, --expe
   "$CTL" init-model --out "$WORK/z" --shape tiny --experts 4
 expect_fail "more experts a token than experts" 2 "num_experts_per_tok 5 is not in \[1, num_experts 4\]" \
   "$CTL" init-model --out "$WORK/z" --shape tiny --model-type mixtral --experts-per-token 5
+# gpt_oss: model-info's sinks, YaRN and clamp; its published MXFP4 config refused by name
+"$CTL" init-model --out "$WORK/oss" --shape tiny --model-type gpt_oss --dtype f32 >/dev/null 2>&1
+check "model-info: gpt_oss's sinks" grep -q "^attention_sinks: a learned logit per head" <("$CTL" model-info --model "$WORK/oss")
+check "model-info: gpt_oss's YaRN" grep -q "^rope_scaling: yarn factor=32 original_max=4096 beta_fast=32 beta_slow=1 truncate=false" \
+  <("$CTL" model-info --model "$WORK/oss")
+check "model-info: gpt_oss's layers" grep -q "^layer_types: sliding full$" <("$CTL" model-info --model "$WORK/oss")
+cp -r "$WORK/oss" "$WORK/ossq"
+sed -i 's/"model_type": "gpt_oss",/"model_type": "gpt_oss", "quantization_config": {"quant_method": "mxfp4"},/' "$WORK/ossq/config.json"
+expect_fail "gpt_oss's MXFP4 experts" 1 "quantization_config \(quant_method 'mxfp4'\) is not supported" \
+  "$CTL" model-info --model "$WORK/ossq"
 check "init-model --help" "$CTL" init-model --help
 finish

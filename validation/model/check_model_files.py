@@ -8,7 +8,8 @@
     tied / untied, q/k/v bias, qwen3 and olmo2 q/k norms, llama3 rope scaling, exaone names, granite, smollm3, mistral
     windows and null, phi3's fused qkv_proj / gate_up_proj with longrope and partial
     rotary, cohere's (H, D) q/k norms, cohere2's layer_types, the mixtures of experts qwen3_moe,
-    qwen2_moe, olmoe and mixtral with per-expert tensors and granitemoe's fused ones) load in pail
+    qwen2_moe, olmoe and mixtral with per-expert tensors, granitemoe's fused ones and gpt_oss's
+    transposed, interleaved ones with their biases, sinks and YaRN) load in pail
     with every tensor's fp32 values bit-identical to torch's (sha256 of the fp32
     bytes) and the same config fields, parameter count and base_sha256 (the
     format doc/models.md defines, recomputed here from the files).
@@ -17,7 +18,7 @@
 Usage: python check_model_files.py --grpo-ctl bin/grpo-ctl --work DIR [--big]
 Prints one line per check and "model-files: N passed, N failed"; exits 1 on failure.
 """
-import argparse, hashlib, json, os, re, shutil, subprocess, sys, time
+import argparse, hashlib, json, math, os, re, shutil, subprocess, sys, time
 import warnings
 
 import torch
@@ -27,6 +28,7 @@ from transformers import (AutoConfig, AutoModelForCausalLM, ExaoneConfig, Granit
 from transformers import Cohere2Config, CohereConfig
 from transformers import Gemma2Config, Gemma3TextConfig
 from transformers import GraniteMoeConfig, MixtralConfig, OlmoeConfig, Qwen2MoeConfig, Qwen3MoeConfig
+from transformers import GptOssConfig
 
 transformers.logging.set_verbosity_error()
 transformers.utils.logging.disable_progress_bar()
@@ -157,6 +159,14 @@ def compare_config(name, cfg, fields):
         want_rs = "longrope original_max=%d " % cfg.original_max_position_embeddings
         if not fields["rope_scaling"].startswith(want_rs):
             bad.append(f"rope_scaling '{fields['rope_scaling']}' vs '{want_rs}...'")
+    elif rtype == "yarn":  # gpt_oss: _compute_yarn_parameters' reading of the fields
+        f = rp["factor"] or cfg.max_position_embeddings / rp["original_max_position_embeddings"]
+        af = rp.get("attention_factor") or (0.1 * math.log(f) + 1.0 if f > 1 else 1.0)
+        want_rs = "yarn factor=%g original_max=%d beta_fast=%g beta_slow=%g truncate=%s attention_factor=%g" % (
+            f, rp["original_max_position_embeddings"], rp.get("beta_fast") or 32, rp.get("beta_slow") or 1,
+            str(bool(rp.get("truncate", True))).lower(), af)
+        if fields["rope_scaling"] != want_rs:
+            bad.append(f"rope_scaling '{fields['rope_scaling']}' vs '{want_rs}'")
     elif rtype == "linear":  # gemma3_text's global layers
         if fields.get("rope_scaling (full layers)") != "linear factor=%g" % rp["factor"]:
             bad.append(f"rope_scaling (full layers) {fields.get('rope_scaling (full layers)')} vs {rp['factor']}")
@@ -219,6 +229,17 @@ def compare_config(name, cfg, fields):
         for k in ("embedding_multiplier", "residual_multiplier", "attention_multiplier", "logits_scaling"):
             if abs(float(fields.get(k, "nan")) - getattr(cfg, k)) > 1e-6 * abs(getattr(cfg, k)):
                 bad.append(f"{k} {fields.get(k)} vs {getattr(cfg, k)}")
+    if cfg.model_type == "gpt_oss":  # the window, which layers have it, the clamped SwiGLU
+        want_sw = str(cfg.sliding_window) if cfg.sliding_window else "none"
+        want_lt = " ".join("sliding" if t == "sliding_attention" and cfg.sliding_window else "full"
+                           for t in cfg.layer_types)
+        want_sg = "clamped, alpha %g, limit %g" % (cfg.swiglu_alpha, cfg.swiglu_limit)
+        if fields.get("sliding_window") != want_sw or fields.get("layer_types") != want_lt or \
+                not fields.get("swiglu", "").startswith(want_sg):
+            bad.append(f"sliding_window {fields.get('sliding_window')} / layer_types {fields.get('layer_types')} / "
+                       f"swiglu {fields.get('swiglu')} vs {want_sw} / {want_lt} / {want_sg}")
+        if not fields.get("attention_sinks") or fields.get("qkv_bias") != str(cfg.attention_bias).lower():
+            bad.append(f"attention_sinks {fields.get('attention_sinks')} qkv_bias {fields.get('qkv_bias')}")
     if cfg.model_type == "mixtral":
         want_sw = str(cfg.sliding_window) if cfg.sliding_window else "none"
         if fields.get("sliding_window") != want_sw:
@@ -353,6 +374,11 @@ def main():
     check_pail_written(ctl, a.work, "granitemoe-tied-bf16", tiny + ["--model-type", "granitemoe", "--tie-embeddings"])
     check_pail_written(ctl, a.work, "mixtral-window8-f32", tiny + ["--model-type", "mixtral", "--sliding-window", "8",
                        "--dtype", "f32"])
+    # gpt_oss: transposed, interleaved experts, biases, sinks, YaRN; layers sliding, full, sliding
+    check_pail_written(ctl, a.work, "gpt_oss-f32", tiny + ["--model-type", "gpt_oss", "--dtype", "f32"])
+    check_pail_written(ctl, a.work, "gpt_oss-3layers-window4-6experts-bf16", tiny + [
+        "--model-type", "gpt_oss", "--layers", "3", "--sliding-window", "4", "--experts", "6",
+        "--experts-per-token", "3"])
 
     # (b) transformers writes, pail reads
     small = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4,
@@ -419,6 +445,14 @@ def main():
          torch.bfloat16, None),
         ("mixtral-f32-window16-sharded", MixtralConfig(**moe, num_local_experts=4, sliding_window=16), torch.float32,
          "40KB"),
+        # gpt_oss: GptOssConfig's YaRN defaults, then its own yarn object (truncate absent: true) and layers
+        ("gpt_oss-bf16", GptOssConfig(**moe, num_local_experts=4, head_dim=16, pad_token_id=None), torch.bfloat16,
+         None),
+        ("gpt_oss-f32-yarn-layers-sharded", GptOssConfig(
+            **moe, num_local_experts=4, head_dim=16, sliding_window=16, swiglu_alpha=1.5, swiglu_limit=5.0,
+            layer_types=["full_attention", "sliding_attention", "sliding_attention"], pad_token_id=None,
+            rope_parameters={"rope_type": "yarn", "factor": 4.0, "beta_fast": 16.0, "attention_factor": 1.2,
+                             "original_max_position_embeddings": 1024, "rope_theta": 50000.0}), torch.float32, "40KB"),
     ]
     for name, cfg, dt, shard in cases:
         check_hf_written(ctl, a.work, name, cfg, dt, shard)
