@@ -75,10 +75,10 @@ def variants():
 
     # gpt-oss: attention sinks, sliding (8, under 32-token sequences) and full layers, q/k/v/o biases,
     # router and expert biases, the clamped SwiGLU (limit 0.1 so that this tiny model's values clamp),
-    # YaRN over original_max_position_embeddings 16 (factor 4: positions past 16 interpolate), the
+    # YaRN over original_max_position_embeddings 16 (factor 4, max_position_embeddings 64), the
     # fused, transposed, interleaved expert tensors
     yield "gpt_oss-sinks-yarn-clamp", AutoConfig.for_model(
-        "gpt_oss", **common, head_dim=16, intermediate_size=FE, num_local_experts=E, num_experts_per_tok=K,
+        "gpt_oss", **{**common, "max_position_embeddings": 64}, head_dim=16, intermediate_size=FE, num_local_experts=E, num_experts_per_tok=K,
         sliding_window=8, layer_types=["sliding_attention", "full_attention"], swiglu_limit=0.1,
         rope_parameters={"rope_type": "yarn", "rope_theta": 150000.0, "factor": 4.0, "beta_fast": 32.0,
                          "beta_slow": 1.0, "original_max_position_embeddings": 16, "truncate": False})
