@@ -15,7 +15,7 @@ V="$ROOT/validation/model/gguf_moe.py"
 VER=0.3.36 FILE=llama_cpp_python-0.3.36.tar.gz SHA=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
 cache=$(bash "$ROOT/mk/cache.sh")
 src=
-for d in "$cache"/llamacpp-$VER-*/src; do [ -f "$d/convert_hf_to_gguf.py" ] && [ -d "$d/conversion" ] && src=$d && break; done
+for d in "$cache"/llamacpp-"$VER"-*/src; do [ -f "$d/convert_hf_to_gguf.py" ] && [ -d "$d/conversion" ] && src=$d && break; done
 if [ -z "$src" ]; then
   if ! sdist=$(bash "$ROOT/mk/pypi-fetch.sh" llama-cpp-python "$VER" "$FILE" "$SHA" 2>"$WORK/fetch.err"); then
     if grep -q 'offline?' "$WORK/fetch.err"; then echo "SKIP $FILE: PyPI unreachable ($(head -1 "$WORK/fetch.err"))"; finish; exit; fi
