@@ -2,8 +2,9 @@
 # grpo-ctl import-gguf on the mixtures of experts llama.cpp writes (validation/model/gguf_moe.py):
 # tiny random qwen3_moe, qwen2_moe, olmoe, granitemoe and mixtral checkpoints converted by
 # llama.cpp's own convert_hf_to_gguf.py (the tree mk/llamacpp.sh pins: its cached build's, else
-# extracted from the sdist; SKIP when PyPI is unreachable) at f32, f16 and q8_0, and Q4_0 by
-# llama-quantize when mk/llamacpp.sh's build is cached; imported, every tensor (each expert's rows)
+# extracted from the sdist; SKIP when PyPI is unreachable) at f32, f16 and q8_0, and Q4_0 (Q4_K_M
+# for a C = Fe = 256 qwen3_moe: Q4_K experts, layer 1's down Q6_K) by llama-quantize when
+# mk/llamacpp.sh's build is cached; imported, every tensor (each expert's rows)
 # bit-equal to the checkpoint's (f32) or to gguf-py's dequantization of the file, log-probs within
 # 1e-4 of transformers on the checkpoint or on those values (quantized experts computed on as their
 # blocks); qwen3moe renormalised as llama.cpp runs it; a layer whose gate and up differ in type
@@ -28,14 +29,14 @@ if [ -z "$src" ]; then
 fi
 quant=()
 if lc=$(bash "$ROOT/mk/llamacpp.sh" --cached 2>/dev/null); then quant=(--quantize "$lc/bin/llama-quantize")
-else echo "SKIP Q4_0 files: no llama.cpp build cached (bash mk/llamacpp.sh builds llama-quantize, ~7 min)"; fi
+else echo "SKIP Q4_0 / Q4_K_M files: no llama.cpp build cached (bash mk/llamacpp.sh builds llama-quantize, ~7 min)"; fi
 
 "$PY" "$V" run "$WORK" --src "$src" --ctl "$CTL" "${quant[@]}" >"$WORK/run.log" 2>&1
 while IFS= read -r line; do
   case "$line" in "PASS "*) ok "${line#PASS }" ;; "FAIL "*) bad "${line#FAIL }" ;; esac
 done <"$WORK/run.log"
 n=$(grep -c '^PASS\|^FAIL' "$WORK/run.log")
-[ "$n" -ge 32 ] || { bad "gguf_moe.py run: $n results (32 without llama-quantize):"; grep -v "^INFO\|it/s\]" "$WORK/run.log" | tail -5 | sed 's/^/        /'; }
+[ "$n" -ge 34 ] || { bad "gguf_moe.py run: $n results (34 without llama-quantize):"; grep -v "^INFO\|it/s\]" "$WORK/run.log" | tail -5 | sed 's/^/        /'; }
 grep -q '"norm_topk_prob": true' "$WORK/qwen3moe-unnorm-f32/config.json" && grep -q '"norm_topk_prob": false' "$WORK/olmoe-f32/config.json" &&
   grep -q '"shared_expert_intermediate_size": 48' "$WORK/qwen2moe-f32/config.json" && grep -q '"num_local_experts": 4' "$WORK/mixtral-f32/config.json" &&
   grep -q '"embedding_multiplier": 12' "$WORK/granitemoe-f32/config.json" &&

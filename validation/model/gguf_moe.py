@@ -2,7 +2,8 @@
 checkpoints of qwen3_moe, qwen2_moe, olmoe, granitemoe and mixtral (save_pretrained: per-expert
 tensors, granitemoe's fused ones), written as GGUF by llama.cpp's own convert_hf_to_gguf.py (the
 pinned tree, --src) at f32, f16 and q8_0 (the converter's Q8_0) and, with --quantize, llama-quantize's
-Q4_0 of the f32 file; each imported by grpo-ctl import-gguf and checked:
+Q4_0 of the f32 file (qwen3moe-kq, C = Fe = 256: its Q4_K_M, K-quant experts whose down is Q6_K in
+one layer and Q4_K in the other); each imported by grpo-ctl import-gguf and checked:
 
   - the imported tensors (the experts' rows, the router, the shared expert and its gate included):
     an f32 file's bit-equal to the checkpoint's; another file's, imported with --dequantize, bit-equal
@@ -39,6 +40,10 @@ FAMILIES = {
                                                 num_experts=E, num_experts_per_tok=K, norm_topk_prob=True)),
     "qwen3moe-unnorm": ("qwen3_moe", "qwen3moe", dict(head_dim=16, intermediate_size=96, moe_intermediate_size=FE,
                                                        num_experts=E, num_experts_per_tok=K, norm_topk_prob=False)),
+    # C = Fe = 256: rows of whole K-quant blocks, so llama-quantize's Q4_K_M keeps K types in the experts
+    "qwen3moe-kq": ("qwen3_moe", "qwen3moe", dict(hidden_size=256, head_dim=16, intermediate_size=96,
+                                                   moe_intermediate_size=256, num_experts=E, num_experts_per_tok=K,
+                                                   norm_topk_prob=True)),
     "qwen2moe": ("qwen2_moe", "qwen2moe", dict(intermediate_size=96, moe_intermediate_size=FE,
                                                 shared_expert_intermediate_size=48, num_experts=E,
                                                 num_experts_per_tok=K, norm_topk_prob=False)),
@@ -77,7 +82,7 @@ def checkpoint(hf, name, tok, vocab, seed):
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
     mt, _, kw = FAMILIES[name]
-    cfg = AutoConfig.for_model(mt, vocab_size=vocab, **COMMON, **kw)
+    cfg = AutoConfig.for_model(mt, vocab_size=vocab, **{**COMMON, **kw})
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
     with torch.no_grad():
@@ -212,14 +217,14 @@ def cmd_run(a):
     for name in a.only or FAMILIES:
         hf, arch = f"{a.work}/{name}.hf", FAMILIES[name][1]
         checkpoint(hf, name, tok, vocab, a.seed)
-        types = ("f32",) if name == "qwen3moe-unnorm" else OUTTYPES
         files = {}
-        for t in types:
+        for t in ("f32",) if name.startswith("qwen3moe-") else OUTTYPES:
             files[t] = f"{a.work}/{name}-{t}.gguf"
             convert(hf, files[t], t)
         if a.quantize and name != "qwen3moe-unnorm":
-            files["q4_0"] = f"{a.work}/{name}-q4_0.gguf"
-            ctl([a.quantize, files["f32"], files["q4_0"], "Q4_0"])
+            qt = "Q4_K_M" if name == "qwen3moe-kq" else "Q4_0"
+            files[qt.lower()] = f"{a.work}/{name}-{qt.lower()}.gguf"
+            ctl([a.quantize, files["f32"], files[qt.lower()], qt])
         for t, f in files.items():
             what = f"{name} {t} ({arch})"
             try:
