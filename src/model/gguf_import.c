@@ -10,7 +10,8 @@
 // (gguf_pretok.c chooses its pipeline by tokenizer.ggml.pre): the byte-level BPE vocabulary
 // respelled in GPT-2's byte alphabet where a token is not already, CONTROL tokens special and
 // USER_DEFINED ones added, both spelled as their text; a SentencePiece vocabulary as Llama 2's
-// legacy file, its merges rebuilt from the scores.
+// legacy file, its merges rebuilt from the scores. The mixtures of experts (qwen3moe, qwen2moe,
+// olmoe, granitemoe, llama with experts) are read as llama.cpp reads them: gguf_import_moe.c.
 #include "model/gguf_import.h"
 #include <jansson.h>
 #include <math.h>

@@ -53,4 +53,6 @@ expect_fail "granitemoe with a shared expert" 1 "granite-shared.gguf: granitemoe
 expect_fail "a Mixtral file with a Q bias" 1 "mixtral-bias.gguf: tensor 'blk.0.attn_q.bias' has no place in a mixtral model" imp mixtral-bias
 expect_fail "gpt-oss" 1 "gpt-oss.gguf: gpt-oss GGUF: MXFP4 experts are not supported; use the safetensors folder" imp gpt-oss
 expect_fail "gpt-oss with MXFP4 experts" 1 "gpt-oss-mxfp4.gguf: gpt-oss GGUF: MXFP4 experts are not supported; use the safetensors folder \(tensor 'blk.0.ffn_gate_exps.weight' is MXFP4\)" imp gpt-oss-mxfp4
+expect_fail "Q3_K experts without --dequantize" 1 "q3k-experts.gguf: tensor 'blk.0.ffn_gate_exps.weight' is Q3_K, a type pail does not compute on.*--dequantize" imp q3k-experts
+check "Q3_K experts with --dequantize" "$CTL" import-gguf "$WORK/q3k-experts.gguf" --out "$WORK/q3k" --dequantize
 finish

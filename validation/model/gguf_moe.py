@@ -320,6 +320,10 @@ def damaged(W):
     # layer 1's as its Q8_0 blocks; the same values as the q8_0 file
     rewrite(f"{W}/qwen3moe-q8_0.gguf", f"{W}/mixed.gguf", edit=lambda n, t: gguf.quants.dequantize(
         t.data, t.tensor_type).astype(np.float32) if n == "blk.0.ffn_up_exps.weight" else None)
+    # a Q3_K expert tensor (zero blocks), a type pail does not compute on: refused unless --dequantize
+    rewrite(f"{W}/qwen3moe-kq-f32.gguf", f"{W}/q3k-experts.gguf", edit=lambda n, t: (
+        np.zeros((*t.data.shape[:-1], t.data.shape[-1] // 256 * 110), np.uint8), gguf.GGMLQuantizationType.Q3_K)
+        if n == "blk.0.ffn_gate_exps.weight" else None)
     # a Mixtral file with a bias on Q (MixtralAttention has none)
     rewrite(mx, f"{W}/mixtral-bias.gguf", add=(("blk.0.attn_q.bias", np.zeros(64, np.float32)),))
 
