@@ -20,6 +20,7 @@
 # GGML_AVX512* options named and GGML_AMX_* left OFF. Not done: the machines
 # this runs on so far have no AMX (a second build per CPU would cost ~7 min).
 #   PAIL_LLAMACPP_JOBS  make's -j (2)
+#   --cached            print the folder only when it is already built; exit 3 otherwise (no build)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 VER=0.3.36
@@ -33,6 +34,7 @@ cache=$(bash "$root/mk/cache.sh")
 dir="$cache/llamacpp-$VER-$key"
 done_() { [ -f "$dir/.complete" ] && for t in $TARGETS; do [ -x "$dir/bin/$t" ] || return 1; done; }
 if done_; then echo "$dir"; exit 0; fi
+if [ "${1:-}" = --cached ]; then echo "llamacpp: no build cached in $dir (bash mk/llamacpp.sh builds it, ~7 min)" >&2; exit 3; fi
 for t in cmake g++ tar; do
   command -v $t >/dev/null || { echo "llamacpp: $t not found (Debian: apt-get install cmake g++)" >&2; exit 1; }
 done

@@ -412,6 +412,19 @@ START_TEST(test_gguf_refuse_type) {
     uint64_t r[1] = {48};
     one_tensor(&b, 1, r, GGML_TYPE_Q4_0, 0, 128);
     expect_refusal(&b, "not a multiple of Q4_0's block of 32");
+    // MXFP4 (39): gpt-oss's experts, refused by name in a gpt-oss file, as any unknown type elsewhere
+    for (int gpt = 0; gpt < 2; gpt++) {
+        buf_reset(&b);
+        header(&b, 3, 1, 1);
+        kv_str(&b, "general.architecture", gpt ? "gpt-oss" : "llama");
+        tinfo(&b, "blk.0.ffn_gate_exps.weight", 1, d, 39, 0);
+        pad(&b, 32);
+        uint8_t z[17] = {0};
+        put(&b, z, sizeof z);
+        expect_refusal(&b, gpt ? "gpt-oss GGUF: MXFP4 experts are not supported; use the safetensors folder "
+                                 "(tensor 'blk.0.ffn_gate_exps.weight' is MXFP4)"
+                               : "ggml type 39");
+    }
     buf_free(&b);
 }
 END_TEST

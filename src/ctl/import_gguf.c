@@ -1,5 +1,5 @@
-// grpo-ctl import-gguf: a GGUF file (llama, qwen2, qwen3, exaone, granite, olmo2, smollm3, phi3, gemma2, gemma3, command-r, cohere2 with
-// a gpt2 or llama tokenizer)
+// grpo-ctl import-gguf: a GGUF file (llama, qwen2, qwen3, exaone, granite, olmo2, smollm3, phi3, gemma2, gemma3, command-r, cohere2,
+// the mixtures of experts qwen3moe, qwen2moe, olmoe, granitemoe and llama with experts (Mixtral), with a gpt2 or llama tokenizer)
 // as a Hugging Face folder pail and transformers load (model/gguf_import.h).
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,15 +29,16 @@ int ctl_import_gguf(int argc, char **argv) {
     const char *usage = "grpo-ctl import-gguf FILE.gguf --out DIR [--dtype bf16|f32] [--dequantize] [--tokenizer-only] "
                         "[--allow-tokenizer-fallback]";
     if ((rc = ctl_parse(usage,
-                        "Imports a GGUF file (llama, qwen2, qwen3, exaone, granite, olmo2, smollm3, phi3, gemma2, gemma3, command-r or cohere2 architecture; "
-                        "a llama "
+                        "Imports a GGUF file (llama, qwen2, qwen3, exaone, granite, olmo2, smollm3, phi3, gemma2, gemma3, command-r or cohere2 architecture, "
+                        "or the mixtures of experts qwen3moe, qwen2moe, olmoe, granitemoe and llama with llama.expert_count "
+                        "(as mixtral); a llama "
                         "file with a sliding window as mistral; F32, F16, BF16, Q4_0, Q4_1, Q5_0, "
                         "Q5_1, Q8_0, Q2_K..Q6_K tensors; gpt2 byte-level BPE or llama SentencePiece BPE tokenizer) into config.json, "
                         "generation_config.json, model.safetensors, tokenizer.json, tokenizer_config.json and "
                         "chat_template.jinja, as transformers' from_pretrained(..., gguf_file=...) reads it (exaone, granite, olmo2, "
                         "smollm3, command-r, cohere2, which it does not read, phi3, whose partial rotary, window and longrope it drops, and gemma2 / gemma3, "
-                        "whose query_pre_attn_scalar, caps and local RoPE base it does not read: as their "
-                        "Hugging Face checkpoints load). The tokenizer is the model's own tokenizer.json, chosen by "
+                        "whose query_pre_attn_scalar, caps and local RoPE base it does not read, and the mixtures of experts "
+                        "(llama.cpp's reading: doc/models.md): as their Hugging Face checkpoints load). The tokenizer is the model's own tokenizer.json, chosen by "
                         "tokenizer.ggml.pre (doc/tokenizer.md), not the one transformers' GGUF loader builds. "
                         "Quantized matrices (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) keep their blocks: every "
                         "pail tool computes on them as stored, one base for the trainer and the workers "

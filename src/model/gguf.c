@@ -257,6 +257,11 @@ static int parse_tensor_infos(Cur *c, GgufFile *g) {
         if (rd_u32(c, &ty, "a tensor type") < 0 || rd_u64(c, &t->offset, "a tensor offset") < 0) return -1;
         t->type = (GgmlType)ty;
         size_t be, bb;
+        // 39: ggml's MXFP4 (gpt-oss's experts); the keys, read first, name the architecture
+        const GgufKV *arch = ty == 39 ? gguf_find(g, "general.architecture") : NULL;
+        if (arch && arch->type == GGUF_TYPE_STRING && arch->val_len == 7 && !memcmp(arch->val, "gpt-oss", 7))
+            return err_set(c->err, PAIL_ERR_UNSUPPORTED, "gguf %s: gpt-oss GGUF: MXFP4 experts are not supported; use "
+                           "the safetensors folder (tensor '%s' is MXFP4)", c->what, t->name);
         if (gguf_type_block(t->type, &be, &bb) < 0)
             return err_set(c->err, PAIL_ERR_UNSUPPORTED,
                            "gguf %s: tensor '%s' has ggml type %u, which pail does not read (F32, F16, BF16, Q4_0, "

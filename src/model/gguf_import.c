@@ -10,7 +10,8 @@
 // (gguf_pretok.c chooses its pipeline by tokenizer.ggml.pre): the byte-level BPE vocabulary
 // respelled in GPT-2's byte alphabet where a token is not already, CONTROL tokens special and
 // USER_DEFINED ones added, both spelled as their text; a SentencePiece vocabulary as Llama 2's
-// legacy file, its merges rebuilt from the scores.
+// legacy file, its merges rebuilt from the scores. The mixtures of experts (qwen3moe, qwen2moe,
+// olmoe, granitemoe, llama with experts) are read as llama.cpp reads them: gguf_import_moe.c.
 #include "model/gguf_import.h"
 #include <jansson.h>
 #include <math.h>
@@ -20,6 +21,7 @@
 #include "core/buf.h"
 #include "core/fsutil.h"
 #include "core/log.h"
+#include "model/gguf_import_moe.h"
 #include "model/gguf_pretok.h"
 #include "model/modelgen.h"
 #include "model/weights.h"
@@ -290,16 +292,16 @@ static int build_config_family(const GgufFile *g, const char *arch, ModelConfig 
         return err_set(err, PAIL_ERR_UNSUPPORTED, "gguf %s: %s.rope.dimension_count is %lld, not the head dim %d "
                        "(pail imports partial rotary for phi3 only)", g->path, arch, (long long)v, c->head_dim);
     if ((r = key_int(g, arch, "attention.sliding_window", &v, false, err)) < 0) return -1;
-    if (r && c->type == MODEL_LLAMA) {
+    if (r && (c->type == MODEL_LLAMA || c->type == MODEL_MIXTRAL)) {  // Mistral; Mixtral keeps its type
         if (v < 1)
             return err_set(err, PAIL_ERR_INVALID, "gguf %s: %s.attention.sliding_window is %lld", g->path, arch, (long long)v);
-        c->type = MODEL_MISTRAL;
+        if (c->type == MODEL_LLAMA) c->type = MODEL_MISTRAL;
         c->sliding_window = (int)v;
     } else if (r) {
         return err_set(err, PAIL_ERR_UNSUPPORTED, "gguf %s: %s.attention.sliding_window is %lld; pail imports a sliding "
                        "window only for a llama file (Mistral) and phi3", g->path, arch, (long long)v);
     }
-    if (c->type == MODEL_GRANITE) {
+    if (c->type == MODEL_GRANITE || c->type == MODEL_GRANITEMOE) {
         struct { const char *k; double *dst; } m[] = {
             {"embedding_scale", &c->embedding_multiplier}, {"residual_scale", &c->residual_multiplier},
             {"attention.scale", &c->attention_multiplier}, {"logit_scale", &c->logits_scaling},
@@ -383,6 +385,7 @@ static int build_config(const GgufFile *g, const char *arch, ModelType type, int
     c.head_dim = (int)(q->dims[1] / nh);
     c.tie_word_embeddings = gguf_find_tensor(g, "output.weight") == NULL;
     if (type != MODEL_QWEN2) c.has_qkv_bias = c.has_o_bias = gguf_find_tensor(g, "blk.0.attn_q.bias") != NULL;
+    if (model_is_moe(&c) && gguf_moe_config(g, arch, &c, err) < 0) return -1;
     c.bos_token_id = -1;
     if (gguf_get_int(g, "tokenizer.ggml.bos_token_id", &v, &e) == 0) c.bos_token_id = (int)v;
     if (gguf_get_int(g, "tokenizer.ggml.eos_token_id", &v, &e) == 0) c.eos_token_ids[0] = (int)v, c.n_eos = 1;
@@ -438,6 +441,7 @@ static const char *gguf_param_name(ModelParamId id, bool post_norm) {
 // gemma's four norms a layer: input_layernorm (attn_norm), post_attention_layernorm
 // (post_attention_norm), pre_feedforward_layernorm (ffn_norm), post_feedforward_layernorm (post_ffw_norm)
 static const char *param_name(const ModelConfig *c, int id) {
+    if (model_is_moe(c) && gguf_moe_param_name((ModelParamId)id)) return gguf_moe_param_name((ModelParamId)id);
     if (c->gemma_norms && id == PARAM_MLP_NORM) return "post_attention_norm.weight";
     if (c->gemma_norms && id == PARAM_PRE_FF_NORM) return "ffn_norm.weight";
     if (c->gemma_norms && id == PARAM_POST_FF_NORM) return "post_ffw_norm.weight";
@@ -452,9 +456,11 @@ static bool gemma_norm_param(int id) {
 
 // Whether llama.cpp's convert_hf_to_gguf permuted Q and K for this architecture: LlamaModel
 // and its subclasses (llama, and mistral written as llama; GraniteModel, SmolLM3Model) do;
-// qwen2, qwen3, exaone and olmo2 (TextModel, NEOX RoPE in llama.cpp) keep HF's rows.
+// qwen2, qwen3, exaone and olmo2 (TextModel, NEOX RoPE in llama.cpp) keep HF's rows; of the
+// mixtures of experts Mixtral (LlamaModel) and granitemoe (GraniteMoeModel) are permuted.
 static bool gguf_arch_permuted(ModelType type) {
-    return type == MODEL_LLAMA || type == MODEL_MISTRAL || type == MODEL_GRANITE || type == MODEL_SMOLLM3;
+    return type == MODEL_LLAMA || type == MODEL_MISTRAL || type == MODEL_GRANITE || type == MODEL_SMOLLM3 ||
+           type == MODEL_MIXTRAL || type == MODEL_GRANITEMOE;
 }
 
 // llama.cpp's convert permuted each head's rows (i, t) -> (t, i) for its rotate-half
@@ -490,6 +496,11 @@ static void import_dtypes(const GgufFile *g, const ModelConfig *cfg, bool dequan
         const ModelParamSpec *s = &specs[id];
         if (!s->present || !model_param_is_matrix((ModelParamId)id) || (id == PARAM_LM_HEAD && cfg->tie_word_embeddings))
             continue;
+        if (id == PARAM_ROUTER || id == PARAM_SHARED_GATE) continue;  // fp32 (llama.cpp keeps them F32)
+        if (id == PARAM_EXP_GATE_UP || id == PARAM_EXP_DOWN) {
+            for (size_t l = 0; l < L; l++) ldt[(size_t)id * L + l] = gguf_moe_layer_dtype(g, (ModelParamId)id, (int)l, dequantize);
+            continue;
+        }
         for (size_t l = 0; l < (s->per_layer ? L : 1); l++) {
             char nm[128];
             if (s->per_layer) snprintf(nm, sizeof nm, "blk.%zu.%s", l, param_name(cfg, id));
@@ -519,14 +530,23 @@ static int load_tensors(const GgufFile *g, const ModelConfig *cfg, ModelWeights 
         const ModelParamSpec *s = &specs[id];
         if (!s->present || (id == PARAM_LM_HEAD && cfg->tie_word_embeddings)) continue;
         for (int l = 0; l < (s->per_layer ? L : 1); l++) {
+            if (id == PARAM_EXP_GATE_UP || id == PARAM_EXP_DOWN) {  // 3-D: each expert's slab into its rows
+                const GgufTensor *ts[2];
+                int n = gguf_moe_load(g, cfg, w, (ModelParamId)id, l, ts, err);
+                if (n < 0) { free(tmp); return -1; }
+                for (int k = 0; k < n && w; k++) add_type(info, ts[k]->type);
+                used += n;
+                continue;
+            }
             char nm[128];
             if (s->per_layer) snprintf(nm, sizeof nm, "blk.%d.%s", l, param_name(cfg, id));
             else snprintf(nm, sizeof nm, "%s", param_name(cfg, id));
             const GgufTensor *t = gguf_find_tensor(g, nm);
             if (!t) { free(tmp); return err_set(err, PAIL_ERR_INVALID, "gguf %s: no tensor '%s'", g->path, nm); }
-            // GGUF dims are HF's shape reversed
+            // GGUF dims are HF's shape reversed; qwen2moe's shared-expert gate (1, C) is [C] once llama-quantize rewrote it
             bool ok = t->ndim == s->ndim && t->dims[0] == s->shape[s->ndim - 1] &&
                       (s->ndim == 1 || t->dims[1] == s->shape[0]);
+            ok |= id == PARAM_SHARED_GATE && t->ndim == 1 && t->dims[0] == s->shape[1];
             if (!ok) {
                 free(tmp);
                 return err_set(err, PAIL_ERR_INVALID, "gguf %s: tensor '%s' is [%llu, %llu], expected [%zu, %zu] (ggml order)",
@@ -594,6 +614,7 @@ static int load_tensors(const GgufFile *g, const ModelConfig *cfg, ModelWeights 
             // read into the config: rope_freqs_llama3, phi3_config
             bool known = type == MODEL_PHI3 ? !strcmp(n, "rope_factors_short.weight") || !strcmp(n, "rope_factors_long.weight")
                                             : !strcmp(n, "rope_freqs.weight");
+            known |= p != n && model_is_moe(cfg) && gguf_moe_expert_tensor(p);
             for (int id = 0; id < PARAM_COUNT && !known; id++)
                 known = specs[id].present && param_name(cfg, id) && !strcmp(p, param_name(cfg, id)) &&
                         (specs[id].per_layer == (p != n));
@@ -1135,20 +1156,24 @@ int gguf_import(const GgufFile *g, const char *dir, const GgufImportOptions *opt
     // attention), or as mistral when the file gives a sliding window (build_config_family)
     // llama.cpp's "gemma3" is the text model, model_type gemma3_text
     // and its "command-r" model_type cohere
+    // The mixtures of experts: qwen3moe, qwen2moe, olmoe, granitemoe, and llama with llama.expert_count
+    // (Mixtral) as their model types (gguf_import_moe.c)
     bool gemma3 = al == 6 && !memcmp(arch, "gemma3", 6), cmdr = al == 9 && !memcmp(arch, "command-r", 9);
-    if (gemma3 || cmdr) type = gemma3 ? MODEL_GEMMA3_TEXT : MODEL_COHERE;
-    else if (al >= sizeof a || model_type_parse(a, &type) < 0 || type == MODEL_MISTRAL ||
+    int moe = gguf_moe_arch(g, arch, al, &type, err);
+    if (moe < 0) return -1;
+    if (!moe && (gemma3 || cmdr)) type = gemma3 ? MODEL_GEMMA3_TEXT : MODEL_COHERE;
+    else if (!moe && (al >= sizeof a || model_type_parse(a, &type) < 0 || type == MODEL_MISTRAL ||
         !(type <= MODEL_QWEN3 || type == MODEL_EXAONE || type == MODEL_GRANITE || type == MODEL_OLMO2 ||
-          type == MODEL_SMOLLM3 || type == MODEL_PHI3 || type == MODEL_GEMMA2 || type == MODEL_COHERE2))
+          type == MODEL_SMOLLM3 || type == MODEL_PHI3 || type == MODEL_GEMMA2 || type == MODEL_COHERE2)))
         return err_set(err, PAIL_ERR_UNSUPPORTED, "gguf %s: architecture '%.*s' (pail imports llama, qwen2, qwen3, "
-                       "exaone, granite, olmo2, smollm3, phi3, gemma2, gemma3, command-r and cohere2)", g->path,
-                       (int)(al > 32 ? 32 : al), arch);
+                       "exaone, granite, olmo2, smollm3, phi3, gemma2, gemma3, command-r, cohere2, qwen3moe, qwen2moe, "
+                       "olmoe, granitemoe and llama with experts)", g->path, (int)(al > 32 ? 32 : al), arch);
     snprintf(info->arch, sizeof info->arch, "%s", a);
     if (opt->dtype != ST_DTYPE_BF16 && opt->dtype != ST_DTYPE_F32)
         return err_set(err, PAIL_ERR_INVALID, "gguf import: dtype %s is not BF16 or F32", safetensors_dtype_name(opt->dtype));
     // A matrix in a type pail cannot compute on is refused before anything is written.
     for (int i = 0; i < g->ntensors && !opt->dequantize; i++)
-        if (g->tensors[i].ndim == 2 && gguf_type_dtype(g->tensors[i].type) < 0)
+        if (g->tensors[i].ndim >= 2 && gguf_type_dtype(g->tensors[i].type) < 0)
             return err_set(err, PAIL_ERR_UNSUPPORTED, "gguf %s: tensor '%s' is %s, a type pail does not compute on "
                            "(it keeps Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, F16, BF16 and F32): import with "
                            "--dequantize to hold the model in bf16", g->path, g->tensors[i].name,

@@ -1,5 +1,6 @@
-// A GGUF file (llama, qwen2, qwen3, exaone, granite, olmo2, smollm3, phi3, gemma2, gemma3, command-r or cohere2 architecture; a
-// llama one with a sliding window as mistral; gpt2 byte-level BPE or llama SentencePiece
+// A GGUF file (llama, qwen2, qwen3, exaone, granite, olmo2, smollm3, phi3, gemma2, gemma3, command-r or cohere2 architecture,
+// or the mixtures of experts qwen3moe, qwen2moe, olmoe, granitemoe and llama with experts (mixtral:
+// gguf_import_moe.h); a llama one with a sliding window as mistral; gpt2 byte-level BPE or llama SentencePiece
 // BPE tokenizer) imported as a Hugging Face folder the way transformers'
 // from_pretrained(..., gguf_file=...) reads it (the tokenizer: as the model's own
 // tokenizer.json, gguf_pretok.h): config.json, generation_config.json,
@@ -22,7 +23,7 @@ typedef struct {
 
 // What the import wrote, for the command's summary line.
 typedef struct {
-    char arch[16];            // the model_type imported: "llama", "mistral" (a llama file with a window)
+    char arch[16];            // the model_type imported: "llama", "mistral" (a llama file with a window), "qwen3_moe"
     int n_tensors, vocab;
     char types[128];          // the tensor types the file held: "Q4_1 F32 Q8_0"
     bool kept;                // some matrices were kept quantized (model.safetensors holds their blocks)
