@@ -1,6 +1,6 @@
 // S3 multipart uploads through the relay: parts are spooled to files (never
 // held in memory beyond one request body), CompleteMultipartUpload joins them
-// into one file and hands it to the store (store_put_file: a rename on file://,
+// into one file and hands it to the store (store_put_file: hard-linked in on file://,
 // a multipart upload of its own on s3://). Each part is deleted once it is
 // joined, so the spool holds one copy of the data and one part more; a join
 // cut short (a full spool) is cut back to its last whole part and a retried
@@ -400,6 +400,9 @@ static void complete_run(PoolJob *j, Store *st) {
         return;
     }
     q->spool_fail = false;
+    // A file store links the joined object in (no second copy of a GB-sized upload): the
+    // upload's folder is removed once it succeeds, and on a failure the link is undone.
+    q->put.src_linkable = true;
     q->rc = store_put_file(st, q->route.key, obj, &q->put, &q->err);
     if (q->rc == 0) {
         PailErr herr = {0};
