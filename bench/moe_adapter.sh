@@ -44,7 +44,7 @@ AWS_ACCESS_KEY_ID=$TR_AK AWS_SECRET_ACCESS_KEY=$TR_SK "$BIN/grpo-train" "${G[@]}
 sleep 2  # the worker's last lines
 grep -h "adapter\|trainable\|LoRA" "$WORK/train.log" | head -3 | cut -c1-220
 python3 - "$WORK/train.log" "$WORK/roll.log" "$WORK/access.log" "$t_start" <<'PY'
-import re, sys, datetime
+import re, sys
 tl, rl, al, t_start = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
 pub, load, first, acc = {}, {}, {}, {}
 for line in open(tl):
@@ -60,10 +60,9 @@ for line in open(rl):
 for line in open(al):  # 2026-..T..:..:..mmmZ role METHOD OP key status bytes ms
     f = line.split()
     m = re.search(r'adapters/v(\d+)\.h5$', f[4]) if len(f) > 7 else None
-    if m and f[5] == '200':
-        end = datetime.datetime.strptime(f[0], '%Y-%m-%dT%H:%M:%S.%fZ').replace(tzinfo=datetime.timezone.utc).timestamp()
-        acc.setdefault(int(m[1]), {})[f[2]] = (end, float(f[7]) / 1e3, int(f[6]))
-print(f"{'version':>8} {'MB':>6} {'total':>7} | {'serial':>6} {'st.put':>6} {'ad.put':>6} {'relay.put':>9} | "
+    if m and f[5] == '200' and (f[1], f[3]) in (('trainer', 'MPCOMPLETE'), ('trainer', 'PUT'), ('rollout', 'GET')):
+        acc.setdefault(int(m[1]), {})['GET' if f[3] == 'GET' else 'PUT'] = float(f[7]) / 1e3
+print(f"{'version':>8} {'MB':>6} {'total':>7} | {'serial':>6} {'st.put':>6} {'ad.put':>6} {'relay.cmp':>9} | "
       f"{'wake':>6} {'fetch':>6} {'relay.get':>9} {'parse':>6} {'attach':>6} {'1st tok':>7}")
 for v in sorted(pub):
     if v not in load or v not in first: continue  # the final version: the run is done, the worker exits
@@ -72,13 +71,13 @@ for v in sorted(pub):
     p_start, l_start = p_end - p_tot, l_end - l_tot
     ad_put_end = p_start + ser + sput + aput
     a = acc.get(v, {})
-    rput = a.get('PUT', (0, float('nan'), 0))[1]
-    rget = a.get('GET', (0, float('nan'), 0))[1]
+    rput, rget = a.get('PUT', float('nan')), a.get('GET', float('nan'))
     print(f"v{v:07d} {mb:6.0f} {first[v] - p_start:7.2f} | {ser:6.2f} {sput:6.2f} {aput:6.2f} {rput:9.2f} | "
           f"{l_start - ad_put_end:6.2f} {fetch:6.2f} {rget:9.2f} {parse:6.2f} {attach:6.2f} {first[v] - l_end:7.2f}")
 print("seconds: total = from the trainer starting the publish to the worker's first tokens with that version;")
 print("serial = host copies + adapter and state images; st.put / ad.put = the state's and the adapter's PUT as the")
-print("trainer saw them (sha256 + SigV4 + TLS + the relay writing the folder); relay.put / relay.get = the relay's")
-print("own request times (access log); wake = adapter PUT done to the worker's GET starting; fetch = GET + sha256;")
+print("trainer saw them (sha256 + TLS + the relay spooling the parts, joining them, writing the folder); relay.cmp =")
+print("the relay's CompleteMultipartUpload of the adapter (join + into the folder), relay.get = its GET to the worker")
+print("(access log); wake = adapter PUT done to the worker's GET starting; fetch = GET + sha256 as the worker saw it;")
 print("parse = HDF5 image to floats; attach = engine_attach (upload, set_lora); 1st tok = prefill + first tokens.")
 PY
