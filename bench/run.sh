@@ -26,6 +26,9 @@ run bench_kernels_quant
 # Mixture-of-experts (issue 48): the expert-grouped GEMM of a granite-3.1-1b-a400m-like
 # MLP against a dense product of the same FLOPs (doc/kernels.md "moe").
 run bench_kernels_moe
+# Expert adapters of ~1 GB (issue 48): from the trainer's publish to a worker's first tokens
+# through a loopback grpo-relay on a folder, and each part (doc/performance.md, "Expert adapters").
+echo "== moe_adapter (bench/moe_adapter.sh)" && BIN="$BIN" bash bench/moe_adapter.sh
 echo "== dtype log-probs (validation/bench/dtype_logprobs.py)" &&
   "$(bash mk/venv.sh)/bin/python" validation/bench/dtype_logprobs.py --ctl "$BIN/grpo-ctl" \
     --decode "$BUILD/bench/bench_model_dtype" --tokenizer data/tokenizers/bytes

@@ -124,6 +124,54 @@ START_TEST(test_put_file_get_file) {
 }
 END_TEST
 
+// src_linkable (grpo-relay's spooled uploads): the object is the source file
+// itself, hard-linked in (no copy of a GB-sized upload), with the same ETag,
+// metadata and mode as a copied put; create-only still refuses an existing key.
+START_TEST(test_put_file_linked) {
+    Store *st = open_store();
+    PailErr err = {0};
+    char src[400], path[600];
+    snprintf(src, sizeof src, "%s/spool-object", g_dir);
+    size_t n = 1 << 20;
+    unsigned char *data = malloc(n);
+    for (size_t i = 0; i < n; i++) data[i] = (unsigned char)(i * 2654435761u >> 11);
+    ck_assert_int_eq(fs_write_file_atomic(src, data, n, &err), 0);
+    chmod(src, 0600);
+    StoreMeta meta = {.name = "pail-sha256", .value = "abc"};
+    StorePutOpts copied = {.create_only = true, .nmeta = 1, .meta = &meta};
+    StorePutOpts linked = copied;
+    linked.src_linkable = true;
+    ck_assert_msg(store_put_file(st, "adapters/copied.h5", src, &copied, &err) == 0, "%s", err.msg);
+    ck_assert_msg(store_put_file(st, "adapters/linked.h5", src, &linked, &err) == 0, "%s", err.msg);
+    struct stat s0, s1, s2;
+    snprintf(path, sizeof path, "%s/adapters/linked.h5", g_dir);
+    ck_assert_int_eq(stat(src, &s0), 0);
+    ck_assert_int_eq(stat(path, &s1), 0);
+    ck_assert_msg(s0.st_ino == s1.st_ino, "the linked put copied the file");
+    ck_assert_int_eq(s1.st_mode & 0777, 0644);
+    snprintf(path, sizeof path, "%s/adapters/copied.h5", g_dir);
+    ck_assert_int_eq(stat(path, &s2), 0);
+    ck_assert(s2.st_ino != s0.st_ino);  // without the flag: a copy, as before
+    StoreStat a, b;
+    ck_assert_int_eq(store_head(st, "adapters/copied.h5", &a, &err), 0);
+    ck_assert_int_eq(store_head(st, "adapters/linked.h5", &b, &err), 0);
+    ck_assert_str_eq(a.etag, b.etag);
+    ck_assert_uint_eq(b.size, n);
+    ck_assert_str_eq(store_stat_meta(&b, "pail-sha256"), "abc");
+    Buf got = {0};
+    ck_assert_int_eq(store_get(st, "adapters/linked.h5", &got, NULL, NULL, &err), 0);
+    ck_assert(got.len == n && !memcmp(got.data, data, n));
+    buf_free(&got);
+    ck_assert_int_eq(store_put_file(st, "adapters/linked.h5", src, &linked, &err), -1);
+    ck_assert_int_eq(err.code, PAIL_ERR_EXISTS);
+    // No temp link left behind: the source and the two objects are all the names.
+    ck_assert_int_eq(stat(src, &s0), 0);
+    ck_assert_uint_eq(s0.st_nlink, 2);
+    free(data);
+    store_close(st);
+}
+END_TEST
+
 START_TEST(test_list) {
     Store *st = open_store();
     PailErr err = {0};
@@ -470,6 +518,7 @@ int main(void) {
     tcase_set_timeout(core, 60);
     tcase_add_test(core, test_put_get_head_delete);
     tcase_add_test(core, test_put_file_get_file);
+    tcase_add_test(core, test_put_file_linked);
     tcase_add_test(core, test_list);
     tcase_add_test(core, test_versioned);
     tcase_add_test(core, test_versions_latest);

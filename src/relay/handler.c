@@ -651,6 +651,7 @@ static void put_file_run(RelayReq *q, Store *st) {
         err_set(&q->err, PAIL_ERR_INVALID, "The relay keeps at most 7 user metadata entries.");
         return;
     }
+    q->put.src_linkable = true;  // the spool's file, removed after: a file store links it in, no copy
     q->rc = store_put_file(st, q->route.key, path, &q->put, &q->err);
     if (q->rc == 0) {
         PailErr herr = {0};

@@ -34,6 +34,7 @@ int pacing_adapter_load(Worker *w, long v, PailErr *err) {
     char key[128];
     version_key(&SERIES_ADAPTERS, v, key, sizeof key);
     Buf b = {0};
+    double t0 = time_mono_s();
     if (versioned_get(w->st, key, &b, err) < 0) {
         buf_free(&b);
         return err->code == PAIL_ERR_INVALID ? 1 : -1;
@@ -41,8 +42,10 @@ int pacing_adapter_load(Worker *w, long v, PailErr *err) {
     LoraLayout lay;
     float *p;
     AdapterMeta meta;
+    double t1 = time_mono_s(), mb = (double)b.len / 1e6;
     int rc = lora_adapter_read(b.data, b.len, key, &w->eng.w.cfg, &lay, &p, &meta, err);
     buf_free(&b);
+    double t2 = time_mono_s();
     if (rc < 0) return err->code == PAIL_ERR_NOMEM ? -1 : 1;
     if (strcmp(meta.base_sha256, w->eng.w.base_sha256)) {
         free(p);
@@ -55,7 +58,13 @@ int pacing_adapter_load(Worker *w, long v, PailErr *err) {
     if (w->cfg->serve) serve_set_version(w->eng.env, v);
     rc = engine_attach(&w->eng, &lay, p, err);
     free(p);
-    return rc;
+    if (rc < 0) return rc;
+    double t3 = time_mono_s();
+    // The fetch includes the sha256 check against the object's pail-sha256.
+    log_info("adapter v%08ld loaded in %.1f s (%.0f MB, fetch %.1f s, parse %.1f s, attach %.1f s)", v, t3 - t0, mb,
+             t1 - t0, t2 - t1, t3 - t2);
+    w->loaded_at = t3;
+    return 0;
 }
 
 bool pacing_adapter_refused(const Worker *w, long v) {

@@ -27,6 +27,12 @@
 #define EVAL_HEARTBEAT_S 5.0  // the eval worker's heartbeat while it generates (grpo-ctl status: LATE past 30 s)
 static bool adapter_outdated(void *ctx) {
     Worker *w = ctx;
+    // First asked once the batch's first prompts are prefilled and their first tokens drawn.
+    if (w->say_first_tokens) {
+        w->say_first_tokens = false;
+        log_info("adapter v%08ld: first tokens %.2f s after its load", w->version, time_mono_s() - w->loaded_at);
+        w->loaded_at = 0;
+    }
     // --serve: a batch can wait long for its agents; the heartbeat says the worker serves.
     if (w->cfg->serve && time_mono_s() - w->last_heartbeat > 5) worker_heartbeat(w, "serving");
     // --eval: the heartbeat stays fresh through a long evaluation, so that a hung one shows LATE
@@ -527,10 +533,12 @@ static int one_shard(Worker *w, volatile sig_atomic_t *stop, PailErr *err) {
     }
     double t0 = time_mono_s();
     batch_start(w, t0);
+    w->say_first_tokens = w->loaded_at > 0;
     GenStats before = generator_stats(w->eng.gen);
     int gr = generator_run(w->eng.gen, gp, P, out, err);
     GenStats after = generator_stats(w->eng.gen);
     w->abandon_stale = false;
+    w->say_first_tokens = false;
     if (gr < 0) goto done;
     w->kv_preemptions += after.preemptions - before.preemptions;
     w->kv_recomputed_tokens += after.recomputed_tokens - before.recomputed_tokens;

@@ -46,6 +46,8 @@ struct Worker {
     long stale_unwritten;  // shards not written: their version had left the trainer's window meanwhile
     bool abandon_stale;    // this shard: abandon it when a newer adapter is out (window 0: it would be dropped)
     double next_version_check;
+    double loaded_at;             // when the adapter in use was loaded (time_mono_s), 0 once its first tokens are said
+    bool say_first_tokens;        // this batch: log the first tokens' delay after loaded_at (adapter_outdated)
     volatile sig_atomic_t *stop;  // the caller's stop flag
     bool stop_seen;               // --serve, --env: control/stop found while a batch waited for agents / episodes
     bool done_seen;               // --env: the run was done (trainer at --steps) while a batch's episodes ran

@@ -47,6 +47,11 @@ typedef struct {
     int nmeta;
     const StoreMeta *meta;    // user metadata (borrowed)
     const char *content_type; // NULL -> application/octet-stream
+    // store_put_file on file://: the source file may become the object itself
+    // (hard-linked into place when on the same filesystem, else copied); the
+    // caller never writes to it again (grpo-relay's spooled bodies: no second
+    // copy of a large upload). Other stores ignore it.
+    bool src_linkable;
 } StorePutOpts;
 
 typedef struct {

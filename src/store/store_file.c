@@ -240,6 +240,41 @@ static int put_once(Store *st, const char *key, const void *data, size_t len, co
     return commit_temp(st, key, tmp, path, etag, opt, xattr, err);
 }
 
+// src_linkable: the source hard-linked as the temp file (same filesystem), so
+// nothing is copied; it is hashed (the ETag) and fsynced in place. 1 when it
+// could not be linked (another filesystem, ...): the caller copies.
+static int put_file_linked(Store *st, const char *key, const char *src, const char *tmp, const char *path,
+                           const StorePutOpts *opt, PailErr *err) {
+    if (link(src, tmp) < 0) return 1;
+    int fd = open(tmp, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        int e = g_put_errno = errno;
+        unlink(tmp);
+        return err_set(err, PAIL_ERR_IO, "%s: open %s: %s", key, src, strerror(e));
+    }
+    Sha256 *h = sha256_new();
+    static __thread char chunk[1 << 20];
+    ssize_t n;
+    int bad = 0;
+    while ((n = read(fd, chunk, sizeof chunk)) != 0) {
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) { bad = errno; break; }
+        sha256_update(h, chunk, (size_t)n);
+    }
+    char hex[65], etag[80];
+    sha256_final_hex(h, hex);
+    if (bad || fchmod(fd, 0644) < 0 || fsync(fd) < 0) {
+        int e = g_put_errno = bad ? bad : errno;
+        close(fd);
+        unlink(tmp);
+        return err_set(err, PAIL_ERR_IO, "%s: %s: %s", key, src, strerror(e));
+    }
+    snprintf(etag, sizeof etag, "%.32s", hex);
+    bool xattr = set_meta_xattr(fd, etag, opt);
+    close(fd);
+    return commit_temp(st, key, tmp, path, etag, opt, xattr, err);
+}
+
 static int put_file_once(Store *st, const char *key, const char *src, const StorePutOpts *opt,
                          PailErr *err) {
     FileStore *f = fs_of(st);
@@ -256,6 +291,13 @@ static int put_file_once(Store *st, const char *key, const char *src, const Stor
         return err_set(err, PAIL_ERR_EXISTS, "%s: key already exists (create-only put)", store_key_url(st, key, u, sizeof u));
     }
     temp_path(path, tmp, sizeof tmp);
+    if (opt->src_linkable) {
+        int rc = put_file_linked(st, key, src, tmp, path, opt, err);
+        if (rc <= 0) {
+            close(in);
+            return rc;
+        }
+    }
     int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0) {
         g_put_errno = errno;

@@ -622,6 +622,10 @@ static int put_multipart_once(Store *st, const char *fkey, int fd, const uint8_t
     c.nparams = 1;
     c.extra = ch;
     c.nextra = o->create_only ? 2 : 1;
+    // The server joins the parts before it answers (a grpo-relay on a file store copies
+    // them, S3 sends whitespace meanwhile): a silent wait of a second per 16 MiB is no
+    // stall, or a GB-sized state would be uploaded again and again.
+    c.extra_timeout_s = (int)(size >> 24);
     c.body = xml.data;
     c.body_len = xml.len;
     buf_reset(&body);
