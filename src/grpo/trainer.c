@@ -671,7 +671,10 @@ static int gather(Trainer *t, volatile sig_atomic_t *stop, int *ngroups, double 
         if (now >= next_adapter_check) {
             int64_t v = t->version;
             if (check_newest_adapter(t, err) < 0) return -1;
-            next_adapter_check = now + 30;
+            // every 30 s, or 10x the check's own time when longer: an adapter on a mixture's experts
+            // (1 GB: ~10 s to fetch, verify and parse) takes at most a tenth of the wait
+            double took = time_mono_s() - now;
+            next_adapter_check = now + took + (30 > 10 * took ? 30 : 10 * took);
             if (t->version != v) continue;  // a new version: list its window at once
         }
         time_sleep_ms(sleep_ms);
