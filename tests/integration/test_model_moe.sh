@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Mixtures of experts against Hugging Face transformers + PEFT (validation/model/check_moe.py):
 # qwen3_moe (norm_topk_prob), qwen2_moe (shared expert under its gate), olmoe (whole-projection
-# q/k norms), granitemoe (multipliers, fused expert tensors), mixtral (a window): packed per-token
+# q/k norms), granitemoe (multipliers, fused expert tensors), mixtral (a window), gpt_oss (sinks,
+# biases, the clamped SwiGLU, YaRN, sliding and full layers, transposed interleaved experts): packed per-token
 # log-probs, full fine-tuning gradients (router and experts included), LoRA on attention, the
 # experts and the shared expert (PEFT's target_parameters) with and without recomputation, the
 # PEFT round trip and the merged checkpoint through grpo-ctl, and generation through the paged

@@ -1,8 +1,9 @@
 """Validates pail's mixtures of experts (src/model/moe_mlp.c through
 build/tools/model_driver and build/tools/rollout_driver) against Hugging Face
 transformers + PEFT (target_parameters on the fused expert tensors). For a tiny
-random checkpoint of each MoE model_type, saved by transformers'
-save_pretrained (per-expert tensors, or granitemoe's fused ones) and loaded by
+random checkpoint of each MoE model_type (gpt_oss with its sinks, biases,
+clamped SwiGLU and YaRN), saved by transformers' save_pretrained (per-expert
+tensors, or granitemoe's and gpt_oss's fused ones) and loaded by
 pail from the same folder, with the router's weights scaled up so that no two
 experts' logits are within float rounding of each other (the choice has no
 gradient; a near tie could route differently on each side):
