@@ -180,6 +180,7 @@ START_TEST(test_experts) {
     ck_assert_int_eq(lora_targets_parse("all", &c.targets, &err), 0);
     ck_assert_msg(lora_layout_build(&l, &mc, &c, &err) == 0, "%s", err.msg);
     ck_assert_ptr_null(lora_slot(&l, 0, LORA_GATE));  // no shared expert: all skips the dense MLP
+    ck_assert_ptr_null(lora_slot(&l, 0, LORA_ROUTER));  // and the router, named or frozen
     const LoraSlot *gu = lora_slot(&l, 1, LORA_EXP_GATE_UP), *dn = lora_slot(&l, 1, LORA_EXP_DOWN);
     ck_assert(gu && dn);
     ck_assert_int_eq(gu->n_exp, 6);
@@ -229,6 +230,14 @@ START_TEST(test_experts) {
     lora_layout_free(&l);
     ck_assert_int_eq(lora_targets_parse("shared_expert,experts.down_proj", &c.targets, &err), 0);
     ck_assert_uint_eq(c.targets, LORA_MLP_BITS | (1u << LORA_EXP_DOWN));
+    // the router: frozen under all (above: no slot), adapted when named (C -> E)
+    ck_assert_int_eq(lora_targets_parse("q_proj,router", &c.targets, &err), 0);
+    ck_assert_msg(lora_layout_build(&l, &mc, &c, &err) == 0, "%s", err.msg);
+    const LoraSlot *rt = lora_slot(&l, 0, LORA_ROUTER);
+    ck_assert(rt && rt->in == 64 && rt->out == 6 && rt->n_exp == 1);
+    lora_layout_free(&l);
+    ck_assert_int_eq(lora_targets_parse("router", &c.targets, &err), 0);
+    ck_assert_int_eq(lora_layout_build(&l, &dense, &c, &err), -1);  // a dense model has no router
 }
 END_TEST
 

@@ -75,7 +75,7 @@ int main(int argc, char **argv) {
         {"lora-targets", FLAG_STRING, &targets, "all", 1, 0,
          "modules: comma list of q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj (phi3: qkv_proj,o_proj,"
          "gate_up_proj,down_proj; mixtures of experts: experts (= experts.gate_up_proj,experts.down_proj), "
-         "shared_expert (qwen2_moe)), or all/attn/mlp (the modules the model has)"},
+         "shared_expert (qwen2_moe), router (only when named)), or all/attn/mlp (the modules the model has)"},
         {"rslora", FLAG_BOOL, &rslora, "false", 1, 0, "scale by alpha/sqrt(R) (rsLoRA)"},
         {"lr", FLAG_DOUBLE, &lr, "1e-5", 0, 10, "AdamW learning rate"},
         {"lr-schedule", FLAG_STRING, &schedule, "constant", 1, 0, "constant or cosine (after warmup)"},

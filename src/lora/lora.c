@@ -10,9 +10,10 @@
 
 const char *const LORA_MODULE_NAMES[LORA_NMOD] = {"q_proj",    "k_proj",  "v_proj",
                                                   "o_proj",    "gate_proj", "up_proj",
-                                                  "down_proj", "experts.gate_up_proj", "experts.down_proj"};
+                                                  "down_proj", "experts.gate_up_proj", "experts.down_proj",
+                                                  "router"};
 const char *const LORA_MODULE_PARENT[LORA_NMOD] = {"self_attn", "self_attn", "self_attn", "self_attn", "mlp",
-                                                   "mlp",       "mlp",       "mlp",       "mlp"};
+                                                   "mlp",       "mlp",       "mlp",       "mlp",       "mlp"};
 
 double lora_scaling(const LoraConfig *c) {
     return c->rslora ? c->alpha / sqrt((double)c->rank) : c->alpha / (double)c->rank;
@@ -25,7 +26,7 @@ int lora_targets_parse(const char *s, unsigned *targets, PailErr *err) {
     int rc = 0;
     for (char *t = strtok_r(copy, ", ", &save); t; t = strtok_r(NULL, ", ", &save)) {
         // all / mlp: the modules the model has (lora_layout_build drops the others)
-        if (!strcmp(t, "all")) { *targets |= ((1u << LORA_NMOD) - 1) | LORA_TARGET_PRESENT; continue; }
+        if (!strcmp(t, "all")) { *targets |= LORA_TARGETS_ALL; continue; }  // the router only when named
         if (!strcmp(t, "attn")) { *targets |= 0xfu; continue; }
         if (!strcmp(t, "mlp")) { *targets |= LORA_MLP_BITS | LORA_EXPERT_BITS | LORA_TARGET_PRESENT; continue; }
         // a mixture of experts': both expert projections; qwen2_moe's shared expert (its gate/up/down)
@@ -40,7 +41,7 @@ int lora_targets_parse(const char *s, unsigned *targets, PailErr *err) {
             rc = err_set(err, PAIL_ERR_INVALID,
                          "LoRA target '%s' is not one of q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, "
                          "down_proj, qkv_proj, gate_up_proj (phi3), experts, experts.gate_up_proj, "
-                         "experts.down_proj, shared_expert (mixtures of experts), all, attn, mlp", t);
+                         "experts.down_proj, shared_expert, router (mixtures of experts), all, attn, mlp", t);
             break;
         }
         *targets |= 1u << m;
@@ -62,7 +63,7 @@ void lora_targets_format(unsigned targets, char *buf, size_t cap) {
 static unsigned model_modules(const ModelConfig *mc) {
     unsigned t = 0xfu;
     if (mc->intermediate_size > 0) t |= LORA_MLP_BITS;
-    if (model_is_moe(mc)) t |= LORA_EXPERT_BITS;
+    if (model_is_moe(mc)) t |= LORA_EXPERT_BITS | (1u << LORA_ROUTER);
     return t;
 }
 
@@ -74,6 +75,7 @@ static void module_dims(const ModelConfig *mc, LoraModule m, int *in, int *out, 
     switch (m) {
     case LORA_EXP_GATE_UP: *in = C; *out = 2 * Fe; *n_exp = mc->num_experts; break;
     case LORA_EXP_DOWN: *in = Fe; *out = C; *n_exp = mc->num_experts; break;
+    case LORA_ROUTER: *in = C; *out = mc->num_experts; break;
     case LORA_Q: *in = C; *out = qd; break;
     case LORA_K:
     case LORA_V: *in = C; *out = kvd; break;
@@ -321,7 +323,8 @@ static int lora_dims_from_file(hid_t f, const char *name, int nl, ModelConfig *m
         if (r < 0) return -1;
         if (r == 0) continue;
         int in = (int)da[1], out = (int)db[0];
-        if (m >= LORA_EXP_GATE_UP) mc->num_experts = ne, mc->num_experts_per_tok = 1;
+        if (m == LORA_EXP_GATE_UP || m == LORA_EXP_DOWN) mc->num_experts = ne, mc->num_experts_per_tok = 1;
+        if (m == LORA_ROUTER) mc->hidden_size = in, mc->num_experts = out, mc->num_experts_per_tok = 1;
         switch (m) {
         case LORA_EXP_GATE_UP: mc->hidden_size = in; mc->moe_intermediate_size = out / 2; break;
         case LORA_EXP_DOWN: mc->moe_intermediate_size = in; mc->hidden_size = out; break;

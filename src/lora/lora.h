@@ -14,8 +14,10 @@
 // LORA_EXP_GATE_UP / LORA_EXP_DOWN: a mixture of experts' fused expert projections (config.h), one
 // adapter per expert as PEFT's target_parameters gives them (ParamWrapper on mlp.experts.gate_up_proj
 // (E, 2Fe, C) and mlp.experts.down_proj (E, C, Fe)); on qwen2_moe, LORA_GATE / UP / DOWN are its shared expert.
+// LORA_ROUTER: a mixture of experts' router (C -> E), adapted only when named ("router"; not in all / mlp).
 typedef enum {
-    LORA_Q, LORA_K, LORA_V, LORA_O, LORA_GATE, LORA_UP, LORA_DOWN, LORA_EXP_GATE_UP, LORA_EXP_DOWN, LORA_NMOD
+    LORA_Q, LORA_K, LORA_V, LORA_O, LORA_GATE, LORA_UP, LORA_DOWN, LORA_EXP_GATE_UP, LORA_EXP_DOWN, LORA_ROUTER,
+    LORA_NMOD
 } LoraModule;
 extern const char *const LORA_MODULE_NAMES[LORA_NMOD];  // Hugging Face names: "q_proj", ... "down_proj"
 extern const char *const LORA_MODULE_PARENT[LORA_NMOD]; // "self_attn" or "mlp"
@@ -32,7 +34,7 @@ extern const char *const LORA_MODULE_PARENT[LORA_NMOD]; // "self_attn" or "mlp"
 #define LORA_MLP_BITS ((1u << LORA_GATE) | (1u << LORA_UP) | (1u << LORA_DOWN))
 #define LORA_EXPERT_BITS ((1u << LORA_EXP_GATE_UP) | (1u << LORA_EXP_DOWN))
 #define LORA_DENSE_BITS 0x7fu  // the seven modules of a dense model
-#define LORA_TARGETS_ALL (((1u << LORA_NMOD) - 1) | LORA_TARGET_PRESENT)  // "all"
+#define LORA_TARGETS_ALL ((((1u << LORA_NMOD) - 1) & ~(1u << LORA_ROUTER)) | LORA_TARGET_PRESENT)  // "all"
 
 typedef struct {
     int rank;          // R

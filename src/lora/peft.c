@@ -12,6 +12,14 @@
 #include "model/safetensors.h"
 #include "shard/h5file.h"
 
+// The router's module in transformers 5: mlp.gate (qwen*_moe, olmoe, mixtral), block_sparse_moe.router
+// (granitemoe), mlp.router (gpt_oss); PEFT targets its weight (target_parameters "<path>.weight").
+static const char *router_path(const ModelConfig *mc) {
+    if (mc && mc->type == MODEL_GRANITEMOE) return "block_sparse_moe.router";
+    if (mc && mc->type == MODEL_GPT_OSS) return "mlp.router";
+    return "mlp.gate";
+}
+
 // A dense module's parent in transformers: qwen2_moe's gate/up/down are its shared expert's.
 static const char *module_parent(const ModelConfig *mc, LoraModule m) {
     if (mc && model_is_moe(mc) && (m == LORA_GATE || m == LORA_UP || m == LORA_DOWN)) return "mlp.shared_expert";
@@ -25,6 +33,10 @@ static const char *module_parent(const ModelConfig *mc, LoraModule m) {
 static void key_of(char *out, size_t cap, const LoraLayout *l, const ModelConfig *mc, int layer, LoraModule m,
                    const char *name, char ab) {
     const char *xparent = mc && mc->type == MODEL_GRANITEMOE ? "block_sparse_moe" : "mlp";
+    if (m == LORA_ROUTER) {  // a 2-D ParamWrapper on the router's weight
+        snprintf(out, cap, "base_model.model.model.layers.%d.%s.lora_%c.weight", layer, router_path(mc), ab);
+        return;
+    }
     if (m >= LORA_EXP_GATE_UP) {
         bool nested = m == LORA_EXP_GATE_UP && lora_slot(l, layer, LORA_EXP_DOWN);
         snprintf(out, cap, "base_model.model.model.layers.%d.%s.experts.%slora_%c.weight", layer, xparent,
@@ -62,7 +74,8 @@ static bool interleaved(const ModelConfig *mc, int m) { return mc && mc->type ==
 
 int peft_export(const LoraLayout *l, const float *params, const ModelConfig *mc, const char *base_model,
                 const char *dir, PailErr *err) {
-    bool experts = l->n_layers && (lora_slot(l, 0, LORA_EXP_GATE_UP) || lora_slot(l, 0, LORA_EXP_DOWN));
+    bool experts = l->n_layers && (lora_slot(l, 0, LORA_EXP_GATE_UP) || lora_slot(l, 0, LORA_EXP_DOWN) ||
+                                   lora_slot(l, 0, LORA_ROUTER));
     if (experts && !mc)
         return err_set(err, PAIL_ERR_INVALID, "an adapter on the experts needs --model to export (PEFT names the "
                        "expert tensors by the model's layout)");
@@ -75,6 +88,10 @@ int peft_export(const LoraLayout *l, const float *params, const ModelConfig *mc,
         if (!l->n_layers || !lora_stored_slot(l, 0, (LoraModule)m, &st, &nm)) continue;
         if (m < LORA_EXP_GATE_UP) {
             json_array_append_new(targets, json_string(nm));
+        } else if (m == LORA_ROUTER) {
+            char tp[96];
+            snprintf(tp, sizeof tp, "%s.weight", router_path(mc));
+            json_array_append_new(tparams, json_string(tp));
         } else {
             char tp[96];
             snprintf(tp, sizeof tp, "%s.%s", xp, nm);  // mlp.experts.gate_up_proj
@@ -180,12 +197,18 @@ int peft_import(const char *dir, const ModelConfig *mc, LoraLayout *l, float **p
         json_array_foreach(tpa, i, v) {
             const char *t = json_string_value(v), *dot = t ? strstr(t, "experts.") : NULL;
             unsigned bit;
+            char rw[96];
+            snprintf(rw, sizeof rw, "%s.weight", router_path(mc));
+            if (t && !strcmp(t, rw)) {
+                c.targets |= 1u << LORA_ROUTER;
+                continue;
+            }
             if (dot && lora_targets_parse(dot, &bit, err) == 0 && !(bit & ~LORA_EXPERT_BITS)) {
                 c.targets |= bit;
                 continue;
             }
             rc = err_set(err, PAIL_ERR_UNSUPPORTED, "%s: target_parameters '%s' is not an expert projection "
-                         "(mlp.experts.gate_up_proj or mlp.experts.down_proj)", path, t ? t : "?");
+                         "(mlp.experts.gate_up_proj or mlp.experts.down_proj) or the router's weight", path, t ? t : "?");
             break;
         }
     }
@@ -258,8 +281,10 @@ int lora_load_any(const char *path, const ModelConfig *mc, LoraLayout *l, float 
 }
 
 int lora_merge(float *weights_block, const ModelWeights *w, const LoraLayout *l, const float *params) {
+    _Static_assert(LORA_NMOD == 10, "a LoRA module without its base family");
     static const ModelParamId ids[LORA_NMOD] = {PARAM_WQ,   PARAM_WK,   PARAM_WV,     PARAM_WO,         PARAM_W_GATE,
-                                                PARAM_W_UP, PARAM_W_DOWN, PARAM_EXP_GATE_UP, PARAM_EXP_DOWN};
+                                                PARAM_W_UP, PARAM_W_DOWN, PARAM_EXP_GATE_UP, PARAM_EXP_DOWN,
+                                                PARAM_ROUTER};
     float scale = (float)lora_scaling(&l->cfg);
     int R = l->cfg.rank;
     for (int i = 0; i < l->n_layers; i++)

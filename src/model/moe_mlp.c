@@ -79,8 +79,11 @@ int moe_mlp_forward(Transformer *tf, int l, LayerActs *a, int T, const float *xi
     const ModelConfig *c = &tf->cfg;
     int C = c->hidden_size, E = c->num_experts, K = c->num_experts_per_tok, Fe = c->moe_intermediate_size,
         F = c->intermediate_size, TK = T * K;
-    OP(matmul_forward, a->rlog, xin, wm(tf, PARAM_ROUTER, l), wdt(tf, PARAM_ROUTER, l), wv(tf, PARAM_ROUTER_BIAS, l), T,
-       C, E, 1.0f, 0.0f);  // gpt_oss: + its bias
+    // the router (+ gpt_oss's bias), through its LoRA when named (proj_forward's la in a->la[LORA_ROUTER])
+    if (proj_forward(tf, a->rlog, a->la[LORA_ROUTER], xin, PARAM_ROUTER, wv(tf, PARAM_ROUTER_BIAS, l), T, C, E, l,
+                     LORA_ROUTER, 0, err) < 0)
+        return -1;
+
     OP(moe_route_forward, a->ridx, a->rw, a->rlog, T, E, K, c->norm_topk_prob ? 1 : 0);
     OP(moe_group, a->gtok, a->gpos, a->goffs, a->ridx, T, K, E);
     OP(to_host, a->h_offs, a->goffs, (size_t)(E + 1) * sizeof(int));
@@ -225,9 +228,8 @@ int moe_mlp_backward(Transformer *tf, int l, LayerActs *a, int T, const float *d
     OP(moe_combine_forward, dxin, dxg, NULL, a->gpos, T, K, C, dx_beta);
     // the router: logits = x Wr^T, through the weights' softmax
     OP(moe_route_backward, tf->drlog, tf->drw, a->rlog, a->ridx, a->rw, T, E, K, c->norm_topk_prob ? 1 : 0);
-    float *dwr = full ? bg + model_weights_elem_offset(tf->w, PARAM_ROUTER, l) : NULL,
-          *dbr = full && has_bias ? bg + model_weights_elem_offset(tf->w, PARAM_ROUTER_BIAS, l) : NULL;
-    OP(matmul_backward, dxin, dwr, dbr, tf->drlog, xin, wm(tf, PARAM_ROUTER, l), wdt(tf, PARAM_ROUTER, l), T, C, E,
-       1.0f, 1.0f);
+    if (proj_backward(tf, dxin, lg, bg, PARAM_ROUTER, PARAM_ROUTER_BIAS, tf->drlog, xin, a->la[LORA_ROUTER], T, C, E, l,
+                      LORA_ROUTER, 1.0f, err) < 0)
+        return -1;
     return 0;
 }

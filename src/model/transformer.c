@@ -42,7 +42,8 @@ static void plan_memory(Transformer *tf, Bump *b) {
         a->xn2 = take(b, T * C); a->rstd2 = take(b, T);
         a->gate = take(b, T * F); a->up = take(b, T * F); a->act = take(b, T * F);
         for (int m = 0; m < LORA_NMOD && R > 0; m++)
-            if (m < LORA_EXP_GATE_UP || model_is_moe(c)) a->la[m] = take(b, (m < LORA_EXP_GATE_UP ? T : moe_la_rows(c, T)) * R);
+            if (m < LORA_EXP_GATE_UP || model_is_moe(c))  // the experts' rows: T K; the router's: T
+                a->la[m] = take(b, (m < LORA_EXP_GATE_UP || m == LORA_ROUTER ? T : moe_la_rows(c, T)) * R);
         if (model_is_moe(c)) moe_plan(tf, a, b, l == 0);
         if (c->layer_norm) {
             a->mean1 = take(b, T);

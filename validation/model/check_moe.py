@@ -13,7 +13,7 @@ gradient; a near tie could route differently on each side):
 - full fine-tuning gradients of every base weight (router, experts, shared
   expert and its gate included): relative error <= 1e-3 per tensor;
 - LoRA on attention, both expert projections (PEFT's ParamWrapper: one adapter
-  per expert) and qwen2_moe's shared expert, random non-zero A and B: log-probs
+  per expert), the router and qwen2_moe's shared expert, random non-zero A and B: log-probs
   <= 1e-4, A and B gradients <= 1e-4 relative, with and without per-layer
   recomputation;
 - generation through the paged KV cache: greedy equals transformers' generate
@@ -153,9 +153,11 @@ def file_grad(f, pname):
 
 
 def expert_parts(cfg):
-    """The fused expert parameters' path under a layer, and their PEFT target_parameters."""
+    """The fused expert parameters' path under a layer, and PEFT's target_parameters: both expert
+    projections and the router's weight."""
     par = "block_sparse_moe" if cfg.model_type == "granitemoe" else "mlp"
-    return par, [f"{par}.experts.gate_up_proj", f"{par}.experts.down_proj"]
+    router = {"granitemoe": "block_sparse_moe.router", "gpt_oss": "mlp.router"}.get(cfg.model_type, "mlp.gate")
+    return par, [f"{par}.experts.gate_up_proj", f"{par}.experts.down_proj", f"{router}.weight"]
 
 
 def lora_tensors(peft_model, cfg, layer, C):
@@ -179,9 +181,9 @@ def lora_tensors(peft_model, cfg, layer, C):
             else:
                 fn = lambda t: t.reshape(t.shape[0], -1, E).permute(2, 0, 1)  # noqa: E731
         else:
-            mod = n.split(".")[-4]  # ...<module>.lora_A.default.weight
-            if ".shared_expert." in n:
-                mod = mod  # gate_proj / up_proj / down_proj: pail's shared-expert modules
+            mod = n.split(".")[-4]  # ...<module>.lora_A.default.weight (shared_expert.gate_proj: pail's gate_proj)
+            if mod in ("gate", "router"):  # the router's ParamWrapper (mlp.gate, block_sparse_moe.router, mlp.router)
+                mod = "router"
             fn = lambda t: t  # noqa: E731
         out[(mod, ab)] = (p, fn)
     return out
@@ -275,7 +277,7 @@ for name, cfg in variants():
     rank, alpha = 4, 8.0
     par, tparams = expert_parts(cfg)
     tmods = ["q_proj", "k_proj", "v_proj", "o_proj"]
-    modules = tmods + ["experts.gate_up_proj", "experts.down_proj"]
+    modules = tmods + ["experts.gate_up_proj", "experts.down_proj", "router"]
     if cfg.model_type == "qwen2_moe":
         tmods += ["gate_proj", "up_proj", "down_proj"]  # only the shared expert has these modules
         modules += ["gate_proj", "up_proj", "down_proj"]
