@@ -61,6 +61,9 @@ int ctl_import_gguf(int argc, char **argv) {
     if (gguf_import(&g, out, &opt, &info, &err) < 0) {
         fprintf(stderr, "%s: %s\n", argv[0], err.msg);
     } else {
+        if (strstr(info.types, "MXFP4"))  // gpt-oss's experts: pail has no MXFP4 compute type
+            fprintf(stderr, "%s: MXFP4 tensors dequantized to %s at import (pail computes on no MXFP4)\n", argv[0],
+                    dtype_s);
         if (tok_only) printf("wrote %s: tokenizer, vocab %d\n", out, info.vocab);
         else if (info.kept)
             printf("wrote %s: %s, %d tensors (%s): quantized matrices kept as their blocks, the rest %s, vocab %d\n", out,
