@@ -55,6 +55,14 @@ expect_fail "a Mixtral file with a Q bias" 1 "mixtral-bias.gguf: tensor 'blk.0.a
 expect_fail "gpt-oss without layer 1's sinks" 1 "gpt-oss-no-sinks.gguf: no tensor 'blk.1.attn_sinks.weight'" imp gpt-oss-no-sinks
 expect_fail "gpt-oss without expert_feed_forward_length" 1 "gpt-oss-no-fe.gguf: gpt-oss.expert_feed_forward_length is missing" imp gpt-oss-no-fe
 expect_fail "gpt-oss with an up bias of 3 experts" 1 "gpt-oss-up-bias.gguf: tensor 'blk.0.ffn_up_exps.bias' is \[32, 3\], expected \[32, 4\]" imp gpt-oss-up-bias
+lt() { tr -d ' \n' <"$WORK/$1/config.json" | grep -o '"layer_types":\[[^]]*\]'; }
+imp gpt-oss-pattern >/dev/null && imp gpt-oss-period0 >/dev/null && imp gpt-oss-norope >/dev/null &&
+  [ "$(lt x-gpt-oss-pattern)" = '"layer_types":["full_attention","sliding_attention"]' ] &&
+  [ "$(lt x-gpt-oss-period0)" = '"layer_types":["sliding_attention","sliding_attention"]' ] &&
+  [ "$(lt gpt-oss-f32)" = '"layer_types":["sliding_attention","full_attention"]' ] &&
+  grep -q '"rope_type": "yarn"' "$WORK/gpt-oss-f32/config.json" && ! grep -q yarn "$WORK/x-gpt-oss-norope/config.json" &&
+  ok "gpt-oss sliding_window_pattern: [false, true] -> full, sliding; 0 -> all sliding; absent -> llama.cpp's 2 (sliding, full); no rope.scaling.type: no YaRN" ||
+  bad "gpt-oss layer pattern / RoPE scaling: $(lt x-gpt-oss-pattern) $(lt x-gpt-oss-period0) $(lt gpt-oss-f32)"
 "$CTL" import-gguf "$WORK/gpt-oss-mxfp4.gguf" --out "$WORK/x-mxfp4" >/dev/null 2>"$WORK/mxfp4.err" &&
   grep -q "MXFP4 tensors dequantized to bf16 at import" "$WORK/mxfp4.err" && grep -q '"torch_dtype": "bfloat16"' "$WORK/x-mxfp4/config.json" &&
   ok "gpt-oss MXFP4 experts without --dequantize: imported as bf16, said on stderr" ||

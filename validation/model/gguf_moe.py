@@ -350,6 +350,12 @@ def damaged(W):
     go = f"{W}/gpt-oss-f32.gguf"
     rewrite(go, f"{W}/gpt-oss-no-sinks.gguf", drop_tensors=("blk.1.attn_sinks.weight",))
     rewrite(go, f"{W}/gpt-oss-no-fe.gguf", drop_keys=("gpt-oss.expert_feed_forward_length",))
+    # llama.cpp's sliding_window_pattern as a bool array (layer 0 full, layer 1 sliding) and as a period
+    # (0: every layer slides); without rope.scaling.type: plain RoPE
+    rewrite(go, f"{W}/gpt-oss-pattern.gguf", set_keys=(("gpt-oss.attention.sliding_window_pattern", [False, True],
+                                                        VT.ARRAY),))
+    rewrite(go, f"{W}/gpt-oss-period0.gguf", set_keys=(("gpt-oss.attention.sliding_window_pattern", 0, VT.UINT32),))
+    rewrite(go, f"{W}/gpt-oss-norope.gguf", drop_keys=("gpt-oss.rope.scaling.type",))
     rewrite(go, f"{W}/gpt-oss-up-bias.gguf",
             edit=lambda n, t: np.array(t.data)[:3] if n == "blk.0.ffn_up_exps.bias" else None)
     # gate Q8_0 and up F32 (its dequantized values) in layer 0: that layer's exp_gate_up held as fp32,
