@@ -232,6 +232,52 @@ START_TEST(test_gguf_dequant_blocks) {
 }
 END_TEST
 
+// MXFP4 (ggml's block_mxfp4, gpt-oss's experts): an E8M0 scale byte e, 16 bytes of E2M1 codes;
+// element j < 16 byte j's low nibble, j + 16 its high one; kvalues {0, 1, 2, 3, 4, 6, 8, 12, 0,
+// -1, ..., -12} times 2^(e - 128) (e 0 and 1: the subnormals 2^-128, 2^-127). In a file of a
+// gpt-oss tensor of two blocks, read and dequantized.
+START_TEST(test_gguf_mxfp4) {
+    static const float kv[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+    const uint8_t es[4] = {127, 130, 1, 254};
+    for (int i = 0; i < 4; i++) {
+        uint8_t blk[17];
+        blk[0] = es[i];
+        for (int j = 0; j < 16; j++) blk[1 + j] = (uint8_t)((j & 0xF) | (((15 - j) & 0xF) << 4));
+        float y[32], d = ldexpf(1.0f, es[i] - 128);
+        ck_assert_int_eq(gguf_dequantize(y, blk, GGML_TYPE_MXFP4, 32), 0);
+        for (int j = 0; j < 16; j++) {
+            ck_assert_msg(y[j] == kv[j] * d, "e %d element %d: %g, want %g", es[i], j, y[j], kv[j] * d);
+            ck_assert_msg(y[j + 16] == kv[15 - j] * d, "e %d element %d: %g", es[i], j + 16, y[j + 16]);
+        }
+    }
+    float y[32];
+    uint8_t one[17] = {127, 0x71};  // 2^-1: element 0 code 1 (1 -> 0.5), element 16 code 7 (12 -> 6)
+    ck_assert_int_eq(gguf_dequantize(y, one, GGML_TYPE_MXFP4, 32), 0);
+    ck_assert(y[0] == 0.5f && y[16] == 6.0f && y[1] == 0.0f);
+    ck_assert_int_eq(gguf_dequantize(y, one, GGML_TYPE_MXFP4, 16), -1);  // not whole blocks
+    Buf b = {0};
+    header(&b, 3, 1, 1);
+    kv_str(&b, "general.architecture", "gpt-oss");
+    uint64_t d[2] = {32, 2};
+    tinfo(&b, "blk.0.ffn_gate_exps.weight", 2, d, GGML_TYPE_MXFP4, 0);
+    pad(&b, 32);
+    put(&b, one, sizeof one);
+    one[0] = 126;
+    put(&b, one, sizeof one);
+    GgufFile g;
+    PailErr err = {0};
+    ck_assert_msg(gguf_parse(&g, b.data, b.len, "m.gguf", &err) == 0, "%s", err.msg);
+    ck_assert_uint_eq(g.tensors[0].nbytes, 34);
+    float o[64];
+    ck_assert_int_eq(gguf_dequantize(o, g.tensors[0].data, g.tensors[0].type, g.tensors[0].nelem), 0);
+    ck_assert(o[0] == 0.5f && o[16] == 6.0f && o[32] == 0.25f && o[48] == 3.0f);
+    ck_assert_str_eq(gguf_type_name(GGML_TYPE_MXFP4), "MXFP4");
+    ck_assert_int_eq(gguf_type_dtype(GGML_TYPE_MXFP4), -1);  // no compute type: dequantized at import
+    gguf_close(&g);
+    buf_free(&b);
+}
+END_TEST
+
 // ---- refusals: each a file that differs from a valid one in one way ----
 
 static void expect_refusal(const Buf *b, const char *needle) {
@@ -412,19 +458,10 @@ START_TEST(test_gguf_refuse_type) {
     uint64_t r[1] = {48};
     one_tensor(&b, 1, r, GGML_TYPE_Q4_0, 0, 128);
     expect_refusal(&b, "not a multiple of Q4_0's block of 32");
-    // MXFP4 (39): gpt-oss's experts, refused by name in a gpt-oss file, as any unknown type elsewhere
-    for (int gpt = 0; gpt < 2; gpt++) {
-        buf_reset(&b);
-        header(&b, 3, 1, 1);
-        kv_str(&b, "general.architecture", gpt ? "gpt-oss" : "llama");
-        tinfo(&b, "blk.0.ffn_gate_exps.weight", 1, d, 39, 0);
-        pad(&b, 32);
-        uint8_t z[17] = {0};
-        put(&b, z, sizeof z);
-        expect_refusal(&b, gpt ? "gpt-oss GGUF: MXFP4 experts are not supported; use the safetensors folder "
-                                 "(tensor 'blk.0.ffn_gate_exps.weight' is MXFP4)"
-                               : "ggml type 39");
-    }
+    // MXFP4 (39, 17 bytes a 32-block): a row not whole blocks is refused like the others
+    buf_reset(&b);
+    one_tensor(&b, 1, r, GGML_TYPE_MXFP4, 0, 128);
+    expect_refusal(&b, "not a multiple of MXFP4's block of 32");
     buf_free(&b);
 }
 END_TEST
@@ -481,6 +518,7 @@ int main(void) {
     tcase_add_test(core, test_gguf_read);
     tcase_add_test(core, test_gguf_v2_alignment);
     tcase_add_test(core, test_gguf_dequant_blocks);
+    tcase_add_test(core, test_gguf_mxfp4);
     tcase_add_test(limits, test_gguf_refuse_magic);
     tcase_add_test(limits, test_gguf_refuse_version);
     tcase_add_test(limits, test_gguf_refuse_counts);

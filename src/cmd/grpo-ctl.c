@@ -24,7 +24,7 @@ static const CtlCommand commands[] = {
     {"logprobs", ctl_logprobs, "per-token log-probs of token ids under a model (+ adapter)"},
     {"plan", ctl_plan, "the memory plan of a trainer or rollout worker for a model or shape, allocating nothing"},
     {"init-model", ctl_init_model, "write a random-weight Hugging Face checkpoint (tiny, bench, 0.5B shapes)"},
-    {"import-gguf", ctl_import_gguf, "a GGUF file as a Hugging Face model folder (llama, qwen2, qwen3, exaone, granite, olmo2, smollm3, phi3, gemma2, gemma3, command-r, cohere2, qwen3moe, qwen2moe, olmoe, granitemoe, llama with experts; gpt2 or llama tokenizer)"},
+    {"import-gguf", ctl_import_gguf, "a GGUF file as a Hugging Face model folder (llama, qwen2, qwen3, exaone, granite, olmo2, smollm3, phi3, gemma2, gemma3, command-r, cohere2, qwen3moe, qwen2moe, olmoe, granitemoe, gpt-oss, llama with experts; gpt2 or llama tokenizer)"},
     {"model-info", ctl_model_info, "check a model folder's config and tensors; print base_sha256"},
     {"tokenize", ctl_tokenize, "encode text (or JSON lines, or chats) with a tokenizer.json"},
     {"detokenize", ctl_detokenize, "decode token ids to text"},

@@ -1,5 +1,6 @@
 // grpo-ctl import-gguf: a GGUF file (llama, qwen2, qwen3, exaone, granite, olmo2, smollm3, phi3, gemma2, gemma3, command-r, cohere2,
-// the mixtures of experts qwen3moe, qwen2moe, olmoe, granitemoe and llama with experts (Mixtral), with a gpt2 or llama tokenizer)
+// the mixtures of experts qwen3moe, qwen2moe, olmoe, granitemoe, gpt-oss and llama with experts (Mixtral), with a gpt2 or llama
+// tokenizer)
 // as a Hugging Face folder pail and transformers load (model/gguf_import.h).
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,10 +31,10 @@ int ctl_import_gguf(int argc, char **argv) {
                         "[--allow-tokenizer-fallback]";
     if ((rc = ctl_parse(usage,
                         "Imports a GGUF file (llama, qwen2, qwen3, exaone, granite, olmo2, smollm3, phi3, gemma2, gemma3, command-r or cohere2 architecture, "
-                        "or the mixtures of experts qwen3moe, qwen2moe, olmoe, granitemoe and llama with llama.expert_count "
-                        "(as mixtral); a llama "
+                        "or the mixtures of experts qwen3moe, qwen2moe, olmoe, granitemoe, gpt-oss (as gpt_oss) and llama with "
+                        "llama.expert_count (as mixtral); a llama "
                         "file with a sliding window as mistral; F32, F16, BF16, Q4_0, Q4_1, Q5_0, "
-                        "Q5_1, Q8_0, Q2_K..Q6_K tensors; gpt2 byte-level BPE or llama SentencePiece BPE tokenizer) into config.json, "
+                        "Q5_1, Q8_0, Q2_K..Q6_K, MXFP4 (always dequantized to --dtype, said on stderr) tensors; gpt2 byte-level BPE or llama SentencePiece BPE tokenizer) into config.json, "
                         "generation_config.json, model.safetensors, tokenizer.json, tokenizer_config.json and "
                         "chat_template.jinja, as transformers' from_pretrained(..., gguf_file=...) reads it (exaone, granite, olmo2, "
                         "smollm3, command-r, cohere2, which it does not read, phi3, whose partial rotary, window and longrope it drops, and gemma2 / gemma3, "
@@ -61,6 +62,9 @@ int ctl_import_gguf(int argc, char **argv) {
     if (gguf_import(&g, out, &opt, &info, &err) < 0) {
         fprintf(stderr, "%s: %s\n", argv[0], err.msg);
     } else {
+        if (strstr(info.types, "MXFP4"))  // gpt-oss's experts: pail has no MXFP4 compute type
+            fprintf(stderr, "%s: MXFP4 tensors dequantized to %s at import (pail computes on no MXFP4)\n", argv[0],
+                    dtype_s);
         if (tok_only) printf("wrote %s: tokenizer, vocab %d\n", out, info.vocab);
         else if (info.kept)
             printf("wrote %s: %s, %d tensors (%s): quantized matrices kept as their blocks, the rest %s, vocab %d\n", out,

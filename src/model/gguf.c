@@ -107,7 +107,7 @@ static const struct { GgmlType t; const char *name; size_t block, bytes; } types
     {GGML_TYPE_Q4_0, "Q4_0", 32, 18},  {GGML_TYPE_Q4_1, "Q4_1", 32, 20},  {GGML_TYPE_Q5_0, "Q5_0", 32, 22},
     {GGML_TYPE_Q5_1, "Q5_1", 32, 24},  {GGML_TYPE_Q8_0, "Q8_0", 32, 34},  {GGML_TYPE_Q2_K, "Q2_K", 256, 84},
     {GGML_TYPE_Q3_K, "Q3_K", 256, 110}, {GGML_TYPE_Q4_K, "Q4_K", 256, 144}, {GGML_TYPE_Q5_K, "Q5_K", 256, 176},
-    {GGML_TYPE_Q6_K, "Q6_K", 256, 210},
+    {GGML_TYPE_Q6_K, "Q6_K", 256, 210}, {GGML_TYPE_MXFP4, "MXFP4", 32, 17},
 };
 
 const char *gguf_type_name(GgmlType t) {
@@ -257,15 +257,10 @@ static int parse_tensor_infos(Cur *c, GgufFile *g) {
         if (rd_u32(c, &ty, "a tensor type") < 0 || rd_u64(c, &t->offset, "a tensor offset") < 0) return -1;
         t->type = (GgmlType)ty;
         size_t be, bb;
-        // 39: ggml's MXFP4 (gpt-oss's experts); the keys, read first, name the architecture
-        const GgufKV *arch = ty == 39 ? gguf_find(g, "general.architecture") : NULL;
-        if (arch && arch->type == GGUF_TYPE_STRING && arch->val_len == 7 && !memcmp(arch->val, "gpt-oss", 7))
-            return err_set(c->err, PAIL_ERR_UNSUPPORTED, "gguf %s: gpt-oss GGUF: MXFP4 experts are not supported; use "
-                           "the safetensors folder (tensor '%s' is MXFP4)", c->what, t->name);
         if (gguf_type_block(t->type, &be, &bb) < 0)
             return err_set(c->err, PAIL_ERR_UNSUPPORTED,
                            "gguf %s: tensor '%s' has ggml type %u, which pail does not read (F32, F16, BF16, Q4_0, "
-                           "Q4_1, Q5_0, Q5_1, Q8_0, Q2_K..Q6_K)", c->what, t->name, ty);
+                           "Q4_1, Q5_0, Q5_1, Q8_0, Q2_K..Q6_K, MXFP4)", c->what, t->name, ty);
         if (t->dims[0] % be)
             return err_set(c->err, PAIL_ERR_INVALID, "gguf %s: tensor '%s' row of %llu is not a multiple of %s's block of %zu",
                            c->what, t->name, (unsigned long long)t->dims[0], gguf_type_name(t->type), be);

@@ -25,7 +25,7 @@ typedef enum {
     GGML_TYPE_F32 = 0, GGML_TYPE_F16 = 1, GGML_TYPE_Q4_0 = 2, GGML_TYPE_Q4_1 = 3,
     GGML_TYPE_Q5_0 = 6, GGML_TYPE_Q5_1 = 7, GGML_TYPE_Q8_0 = 8, GGML_TYPE_Q2_K = 10,
     GGML_TYPE_Q3_K = 11, GGML_TYPE_Q4_K = 12, GGML_TYPE_Q5_K = 13, GGML_TYPE_Q6_K = 14,
-    GGML_TYPE_BF16 = 30,
+    GGML_TYPE_BF16 = 30, GGML_TYPE_MXFP4 = 39,
 } GgmlType;
 
 #define GGUF_MAX_DIMS 4                  // ggml's GGML_MAX_DIMS
@@ -114,5 +114,5 @@ int gguf_dequantize(float *dst, const void *src, GgmlType type, uint64_t n);
 // The pail storage dtype (kernels/dtype.h's DType) a GGUF tensor type is kept
 // as when it is not dequantized: F32, F16, BF16 and the eight block types pail
 // computes on (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K); -1 for the
-// others (Q2_K, Q3_K: dequantized at import, or refused when kept).
+// others (Q2_K, Q3_K: dequantized at import, or refused when kept; MXFP4: always dequantized).
 int gguf_type_dtype(GgmlType type);

@@ -292,7 +292,8 @@ static int build_config_family(const GgufFile *g, const char *arch, ModelConfig 
         return err_set(err, PAIL_ERR_UNSUPPORTED, "gguf %s: %s.rope.dimension_count is %lld, not the head dim %d "
                        "(pail imports partial rotary for phi3 only)", g->path, arch, (long long)v, c->head_dim);
     if ((r = key_int(g, arch, "attention.sliding_window", &v, false, err)) < 0) return -1;
-    if (r && (c->type == MODEL_LLAMA || c->type == MODEL_MIXTRAL)) {  // Mistral; Mixtral keeps its type
+    if (c->type == MODEL_GPT_OSS) {  // gguf_moe_config read it
+    } else if (r && (c->type == MODEL_LLAMA || c->type == MODEL_MIXTRAL)) {  // Mistral; Mixtral keeps its type
         if (v < 1)
             return err_set(err, PAIL_ERR_INVALID, "gguf %s: %s.attention.sliding_window is %lld", g->path, arch, (long long)v);
         if (c->type == MODEL_LLAMA) c->type = MODEL_MISTRAL;
@@ -369,7 +370,7 @@ static int build_config(const GgufFile *g, const char *arch, ModelType type, int
     const char *s;
     size_t sl;
     PailErr e = {0};
-    if (gguf_get_string(g, sk, &s, &sl, &e) == 0 && !(sl == 4 && !memcmp(s, "none", 4)) &&
+    if (type != MODEL_GPT_OSS && gguf_get_string(g, sk, &s, &sl, &e) == 0 && !(sl == 4 && !memcmp(s, "none", 4)) &&
         !(type == MODEL_GEMMA3_TEXT && sl == 6 && !memcmp(s, "linear", 6)))  // gemma3's: gemma_config
         return err_set(err, PAIL_ERR_UNSUPPORTED, "gguf %s: RoPE scaling (%s '%.*s') is not imported", g->path, sk,
                        (int)(sl > 32 ? 32 : sl), s);
@@ -442,7 +443,7 @@ static const char *gguf_param_name(ModelParamId id, bool post_norm) {
 // (post_attention_norm), pre_feedforward_layernorm (ffn_norm), post_feedforward_layernorm (post_ffw_norm)
 static const char *param_name(const ModelConfig *c, int id) {
     if (model_is_moe(c) && gguf_moe_param_name((ModelParamId)id)) return gguf_moe_param_name((ModelParamId)id);
-    if (c->gemma_norms && id == PARAM_MLP_NORM) return "post_attention_norm.weight";
+    if ((c->gemma_norms || c->type == MODEL_GPT_OSS) && id == PARAM_MLP_NORM) return "post_attention_norm.weight";
     if (c->gemma_norms && id == PARAM_PRE_FF_NORM) return "ffn_norm.weight";
     if (c->gemma_norms && id == PARAM_POST_FF_NORM) return "post_ffw_norm.weight";
     return gguf_param_name(id, c->post_norm);
@@ -530,7 +531,7 @@ static int load_tensors(const GgufFile *g, const ModelConfig *cfg, ModelWeights 
         const ModelParamSpec *s = &specs[id];
         if (!s->present || (id == PARAM_LM_HEAD && cfg->tie_word_embeddings)) continue;
         for (int l = 0; l < (s->per_layer ? L : 1); l++) {
-            if (id == PARAM_EXP_GATE_UP || id == PARAM_EXP_DOWN) {  // 3-D: each expert's slab into its rows
+            if (gguf_moe_expert_family((ModelParamId)id)) {  // 3-D (biases 2-D): each expert's slab into its rows
                 const GgufTensor *ts[2];
                 int n = gguf_moe_load(g, cfg, w, (ModelParamId)id, l, ts, err);
                 if (n < 0) { free(tmp); return -1; }
@@ -1156,7 +1157,7 @@ int gguf_import(const GgufFile *g, const char *dir, const GgufImportOptions *opt
     // attention), or as mistral when the file gives a sliding window (build_config_family)
     // llama.cpp's "gemma3" is the text model, model_type gemma3_text
     // and its "command-r" model_type cohere
-    // The mixtures of experts: qwen3moe, qwen2moe, olmoe, granitemoe, and llama with llama.expert_count
+    // The mixtures of experts: qwen3moe, qwen2moe, olmoe, granitemoe, gpt-oss, and llama with llama.expert_count
     // (Mixtral) as their model types (gguf_import_moe.c)
     bool gemma3 = al == 6 && !memcmp(arch, "gemma3", 6), cmdr = al == 9 && !memcmp(arch, "command-r", 9);
     int moe = gguf_moe_arch(g, arch, al, &type, err);
@@ -1167,13 +1168,14 @@ int gguf_import(const GgufFile *g, const char *dir, const GgufImportOptions *opt
           type == MODEL_SMOLLM3 || type == MODEL_PHI3 || type == MODEL_GEMMA2 || type == MODEL_COHERE2)))
         return err_set(err, PAIL_ERR_UNSUPPORTED, "gguf %s: architecture '%.*s' (pail imports llama, qwen2, qwen3, "
                        "exaone, granite, olmo2, smollm3, phi3, gemma2, gemma3, command-r, cohere2, qwen3moe, qwen2moe, "
-                       "olmoe, granitemoe and llama with experts)", g->path, (int)(al > 32 ? 32 : al), arch);
+                       "olmoe, granitemoe, gpt-oss and llama with experts)", g->path, (int)(al > 32 ? 32 : al), arch);
     snprintf(info->arch, sizeof info->arch, "%s", a);
     if (opt->dtype != ST_DTYPE_BF16 && opt->dtype != ST_DTYPE_F32)
         return err_set(err, PAIL_ERR_INVALID, "gguf import: dtype %s is not BF16 or F32", safetensors_dtype_name(opt->dtype));
-    // A matrix in a type pail cannot compute on is refused before anything is written.
+    // A matrix in a type pail cannot compute on is refused before anything is written; MXFP4 (gpt-oss's
+    // experts, pail has no MXFP4 compute) is always dequantized to the import's dtype.
     for (int i = 0; i < g->ntensors && !opt->dequantize; i++)
-        if (g->tensors[i].ndim >= 2 && gguf_type_dtype(g->tensors[i].type) < 0)
+        if (g->tensors[i].ndim >= 2 && gguf_type_dtype(g->tensors[i].type) < 0 && g->tensors[i].type != GGML_TYPE_MXFP4)
             return err_set(err, PAIL_ERR_UNSUPPORTED, "gguf %s: tensor '%s' is %s, a type pail does not compute on "
                            "(it keeps Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, F16, BF16 and F32): import with "
                            "--dequantize to hold the model in bf16", g->path, g->tensors[i].name,

@@ -1,7 +1,7 @@
 // GGUF block dequantization to fp32 (see gguf.h), written to give exactly the
 // floats of gguf-py's `gguf.quants.dequantize` (gguf/quants.py, 0.19): the same
 // operations in the same order, each rounded to fp32 once. The types pail
-// computes on are kernels/quant.c's; Q2_K and Q3_K (dequantized at import only) are here. This file is built
+// computes on are kernels/quant.c's; Q2_K, Q3_K and MXFP4 (dequantized at import only) are here. This file is built
 // with -ffp-contract=off (GNUmakefile): numpy never fuses `d * q + m`, and an
 // FMA would round once where numpy rounds twice. Scales are fp16 converted
 // exactly (kernels/dtype_cpu.h). Not quantization: pail only reads.
@@ -58,6 +58,20 @@ static void deq_q3_k(float *y, const uint8_t *b) {
     }
 }
 
+// MXFP4 (17, ggml's block_mxfp4: gpt-oss's experts): an E8M0 scale byte e, then 16 bytes of 4-bit
+// E2M1 codes. Element j < 16 is byte j's low nibble, element j + 16 its high nibble (ggml's
+// dequantize_row_mxfp4); value kvalues[code] * 2^(e - 128) (the doubled E2M1 values and half the
+// scale: ggml_e8m0_to_fp32_half, whose e 0 and 1 are the subnormals 2^-128 and 2^-127).
+static void deq_mxfp4(float *y, const uint8_t *b) {
+    static const int8_t kv[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+    uint32_t bits = b[0] < 2 ? 0x00200000u << b[0] : (uint32_t)(b[0] - 1) << 23;
+    float d;
+    memcpy(&d, &bits, sizeof d);
+    for (int j = 0; j < 16; j++) {
+        y[j] = (float)kv[b[1 + j] & 0xF] * d;
+        y[j + 16] = (float)kv[b[1 + j] >> 4] * d;
+    }
+}
 
 int gguf_dequantize(float *dst, const void *src, GgmlType type, uint64_t n) {
     size_t be, bb;
@@ -91,6 +105,7 @@ int gguf_dequantize(float *dst, const void *src, GgmlType type, uint64_t n) {
     switch (type) {
     case GGML_TYPE_Q2_K: f = deq_q2_k; break;
     case GGML_TYPE_Q3_K: f = deq_q3_k; break;
+    case GGML_TYPE_MXFP4: f = deq_mxfp4; break;
     default: return -1;
     }
 #pragma omp parallel for schedule(static) if (nb > 4096)

@@ -220,7 +220,7 @@ expect_fail "no bos id and no <s>" 1 "nobos.gguf: tokenizer.ggml.bos_token_id is
   "$CTL" import-gguf "$WORK/nobos.gguf" --out "$WORK/x"
 expect_fail "a byte-level pre-tokenizer on SentencePiece" 1 "pre.gguf: tokenizer.ggml.pre 'llama-bpe' is a byte-level split" \
   "$CTL" import-gguf "$WORK/pre.gguf" --out "$WORK/x"
-expect_fail "another architecture" 1 "architecture 'gemma' \\(pail imports llama, qwen2, qwen3, exaone, granite, olmo2, smollm3, phi3, gemma2, gemma3, command-r, cohere2, qwen3moe, qwen2moe, olmoe, granitemoe and llama with experts\\)" "$CTL" import-gguf "$WORK/gemma.gguf" --out "$WORK/x"
+expect_fail "another architecture" 1 "architecture 'gemma' \\(pail imports llama, qwen2, qwen3, exaone, granite, olmo2, smollm3, phi3, gemma2, gemma3, command-r, cohere2, qwen3moe, qwen2moe, olmoe, granitemoe, gpt-oss and llama with experts\\)" "$CTL" import-gguf "$WORK/gemma.gguf" --out "$WORK/x"
 # --help names the architectures the importer takes: the list of its refusal just above.
 archs=$(sed -n 's/.*(pail imports \(.*\))$/\1/p' "$WORK/last.err" | sed 's/ and /, /')
 check "grpo-ctl --help's import-gguf line names what it imports (${archs:-no list in the refusal})" \

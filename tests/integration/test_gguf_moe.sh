@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # grpo-ctl import-gguf on the mixtures of experts llama.cpp writes (validation/model/gguf_moe.py):
-# tiny random qwen3_moe, qwen2_moe, olmoe, granitemoe and mixtral checkpoints converted by
+# tiny random qwen3_moe, qwen2_moe, olmoe, granitemoe, mixtral and gpt_oss checkpoints converted by
 # llama.cpp's own convert_hf_to_gguf.py (the tree mk/llamacpp.sh pins: its cached build's, else
-# extracted from the sdist; SKIP when PyPI is unreachable) at f32, f16 and q8_0, and Q4_0 (Q4_K_M
+# extracted from the sdist; SKIP when PyPI is unreachable) at f32, f16 and q8_0 (gpt-oss also with
+# its expert matrices MXFP4, dequantized at import), and Q4_0 (Q4_K_M
 # for a C = Fe = 256 qwen3_moe: Q4_K experts, layer 1's down Q6_K) by llama-quantize when
 # mk/llamacpp.sh's build is cached; imported, every tensor (each expert's rows)
 # bit-equal to the checkpoint's (f32) or to gguf-py's dequantization of the file, log-probs within
@@ -36,7 +37,7 @@ while IFS= read -r line; do
   case "$line" in "PASS "*) ok "${line#PASS }" ;; "FAIL "*) bad "${line#FAIL }" ;; esac
 done <"$WORK/run.log"
 n=$(grep -c '^PASS\|^FAIL' "$WORK/run.log")
-[ "$n" -ge 34 ] || { bad "gguf_moe.py run: $n results (34 without llama-quantize):"; grep -v "^INFO\|it/s\]" "$WORK/run.log" | tail -5 | sed 's/^/        /'; }
+[ "$n" -ge 42 ] || { bad "gguf_moe.py run: $n results (42 without llama-quantize):"; grep -v "^INFO\|it/s\]" "$WORK/run.log" | tail -5 | sed 's/^/        /'; }
 grep -q '"norm_topk_prob": true' "$WORK/qwen3moe-unnorm-f32/config.json" && grep -q '"norm_topk_prob": false' "$WORK/olmoe-f32/config.json" &&
   grep -q '"shared_expert_intermediate_size": 48' "$WORK/qwen2moe-f32/config.json" && grep -q '"num_local_experts": 4' "$WORK/mixtral-f32/config.json" &&
   grep -q '"embedding_multiplier": 12' "$WORK/granitemoe-f32/config.json" &&
@@ -51,8 +52,21 @@ expect_fail "expert_used_count past expert_count" 1 "k5.gguf: qwen3moe.expert_us
 expect_fail "qwen2moe without its shared-expert gate" 1 "no-shexp.gguf: no tensor 'blk.0.ffn_gate_inp_shexp.weight'" imp no-shexp
 expect_fail "granitemoe with a shared expert" 1 "granite-shared.gguf: granitemoe.expert_shared_feed_forward_length is 48: .*granitemoeshared is not supported" imp granite-shared
 expect_fail "a Mixtral file with a Q bias" 1 "mixtral-bias.gguf: tensor 'blk.0.attn_q.bias' has no place in a mixtral model" imp mixtral-bias
-expect_fail "gpt-oss" 1 "gpt-oss.gguf: gpt-oss GGUF: MXFP4 experts are not supported; use the safetensors folder" imp gpt-oss
-expect_fail "gpt-oss with MXFP4 experts" 1 "gpt-oss-mxfp4.gguf: gpt-oss GGUF: MXFP4 experts are not supported; use the safetensors folder \(tensor 'blk.0.ffn_gate_exps.weight' is MXFP4\)" imp gpt-oss-mxfp4
+expect_fail "gpt-oss without layer 1's sinks" 1 "gpt-oss-no-sinks.gguf: no tensor 'blk.1.attn_sinks.weight'" imp gpt-oss-no-sinks
+expect_fail "gpt-oss without expert_feed_forward_length" 1 "gpt-oss-no-fe.gguf: gpt-oss.expert_feed_forward_length is missing" imp gpt-oss-no-fe
+expect_fail "gpt-oss with an up bias of 3 experts" 1 "gpt-oss-up-bias.gguf: tensor 'blk.0.ffn_up_exps.bias' is \[32, 3\], expected \[32, 4\]" imp gpt-oss-up-bias
+lt() { tr -d ' \n' <"$WORK/$1/config.json" | grep -o '"layer_types":\[[^]]*\]'; }
+imp gpt-oss-pattern >/dev/null && imp gpt-oss-period0 >/dev/null && imp gpt-oss-norope >/dev/null &&
+  [ "$(lt x-gpt-oss-pattern)" = '"layer_types":["full_attention","sliding_attention"]' ] &&
+  [ "$(lt x-gpt-oss-period0)" = '"layer_types":["sliding_attention","sliding_attention"]' ] &&
+  [ "$(lt gpt-oss-f32)" = '"layer_types":["sliding_attention","full_attention"]' ] &&
+  grep -q '"rope_type": "yarn"' "$WORK/gpt-oss-f32/config.json" && ! grep -q yarn "$WORK/x-gpt-oss-norope/config.json" &&
+  ok "gpt-oss sliding_window_pattern: [false, true] -> full, sliding; 0 -> all sliding; absent -> llama.cpp's 2 (sliding, full); no rope.scaling.type: no YaRN" ||
+  bad "gpt-oss layer pattern / RoPE scaling: $(lt x-gpt-oss-pattern) $(lt x-gpt-oss-period0) $(lt gpt-oss-f32)"
+"$CTL" import-gguf "$WORK/gpt-oss-mxfp4.gguf" --out "$WORK/x-mxfp4" >/dev/null 2>"$WORK/mxfp4.err" &&
+  grep -q "MXFP4 tensors dequantized to bf16 at import" "$WORK/mxfp4.err" && grep -q '"torch_dtype": "bfloat16"' "$WORK/x-mxfp4/config.json" &&
+  ok "gpt-oss MXFP4 experts without --dequantize: imported as bf16, said on stderr" ||
+  bad "gpt-oss MXFP4 experts without --dequantize: $(head -1 "$WORK/mxfp4.err")"
 expect_fail "Q3_K experts without --dequantize" 1 "q3k-experts.gguf: tensor 'blk.0.ffn_gate_exps.weight' is Q3_K, a type pail does not compute on.*--dequantize" imp q3k-experts
 check "Q3_K experts with --dequantize" "$CTL" import-gguf "$WORK/q3k-experts.gguf" --out "$WORK/q3k" --dequantize
 finish

@@ -1,7 +1,8 @@
 """GGUF mixtures of experts for tests/integration/test_gguf_moe.sh: tiny random transformers
-checkpoints of qwen3_moe, qwen2_moe, olmoe, granitemoe and mixtral (save_pretrained: per-expert
+checkpoints of qwen3_moe, qwen2_moe, olmoe, granitemoe, mixtral and gpt_oss (save_pretrained: per-expert
 tensors, granitemoe's fused ones), written as GGUF by llama.cpp's own convert_hf_to_gguf.py (the
-pinned tree, --src) at f32, f16 and q8_0 (the converter's Q8_0) and, with --quantize, llama-quantize's
+pinned tree, --src) at f32, f16 and q8_0 (the converter's Q8_0; gpt-oss also its f32 file with the expert matrices
+MXFP4 by gguf-py's quantize, the type of the published files) and, with --quantize, llama-quantize's
 Q4_0 of the f32 file (qwen3moe-kq, C = Fe = 256: its Q4_K_M, K-quant experts whose down is Q6_K in
 one layer and Q4_K in the other); each imported by grpo-ctl import-gguf and checked:
 
@@ -52,6 +53,13 @@ FAMILIES = {
                                                     embedding_multiplier=12.0, residual_multiplier=0.22,
                                                     attention_multiplier=0.25, logits_scaling=8.0)),
     "mixtral": ("mixtral", "llama", dict(intermediate_size=FE, num_local_experts=E, num_experts_per_tok=K)),
+    # layer 0 sliding (a window of 8 in 32 tokens), layer 1 full: llama.cpp's fixed pattern for a file
+    # without one; YaRN with truncate true and beta 32 / 1, as llama.cpp runs every gpt-oss file
+    "gpt-oss": ("gpt_oss", "gpt-oss", dict(head_dim=16, intermediate_size=FE, num_local_experts=E, num_experts_per_tok=K,
+                                           sliding_window=8, layer_types=["sliding_attention", "full_attention"],
+                                           rope_parameters=dict(rope_type="yarn", factor=4.0, beta_fast=32.0, beta_slow=1.0,
+                                                                truncate=True, original_max_position_embeddings=64,
+                                                                rope_theta=150000.0))),
 }
 PERMUTED = ("granitemoe", "mixtral")  # LlamaModel and its subclasses permute Q and K
 OUTTYPES = ("f32", "f16", "q8_0")
@@ -89,6 +97,8 @@ def checkpoint(hf, name, tok, vocab, seed):
         for n, p in model.named_parameters():
             if "norm" in n:
                 p.copy_(1.0 + 0.1 * torch.randn_like(p))
+            elif "sinks" in n:
+                p.copy_(torch.randn_like(p))
             elif "bias" in n:
                 p.copy_(0.1 * torch.randn_like(p))
             elif n.endswith("mlp.gate.weight") or "router" in n or n.endswith("block_sparse_moe.gate.weight"):
@@ -136,8 +146,21 @@ def reference(path, hf, name):
     out = {}
     for n, w in load_file(f"{hf}/model.safetensors").items():
         m = re.match(r"model\.layers\.(\d+)\.(?:mlp|block_sparse_moe)\.experts\.(\d+)\.(\w+)\.weight$", n)
+        o = re.match(r"model\.layers\.(\d+)\.(?:mlp\.experts\.(gate_up_proj|down_proj)(_bias)?|self_attn\.sinks)$", n)
         g = re.match(r"model\.layers\.(\d+)\.block_sparse_moe\.(input|output)_linear\.weight$", n)
-        if m:
+        if o:  # gpt_oss: gate_up (E, C, 2 Fe) with gate and up interleaved, down (E, Fe, C), biases (E, *)
+            b, x = f"blk.{o[1]}.", ".bias" if o[3] else ".weight"
+            if not o[2]:
+                v = have[b + "attn_sinks.weight"]
+            elif o[2] == "down_proj":
+                v = have[b + "ffn_down_exps" + x] if o[3] else have[b + "ffn_down_exps" + x].transpose(0, 2, 1)
+            else:
+                gt, up = have[b + "ffn_gate_exps" + x], have[b + "ffn_up_exps" + x]
+                if not o[3]:
+                    gt, up = gt.transpose(0, 2, 1), up.transpose(0, 2, 1)
+                v = np.empty((*gt.shape[:-1], 2 * gt.shape[-1]), np.float32)
+                v[..., 0::2], v[..., 1::2] = gt, up
+        elif m:
             which = {"gate_proj": "gate", "w1": "gate", "up_proj": "up", "w3": "up"}.get(m[3], "down")
             v = have[f"blk.{m[1]}.ffn_{which}_exps.weight"][int(m[2])]
         elif g and g[2] == "input":  # granitemoe: (E, 2 Fe, C), each expert's gate rows then its up rows
@@ -221,7 +244,10 @@ def cmd_run(a):
         for t in ("f32",) if name.startswith("qwen3moe-") else OUTTYPES:
             files[t] = f"{a.work}/{name}-{t}.gguf"
             convert(hf, files[t], t)
-        if a.quantize and name != "qwen3moe-unnorm":
+        if name == "gpt-oss":  # the f32 file with its expert matrices MXFP4 (gguf-py's quantize), as published
+            files["mxfp4"] = f"{a.work}/{name}-mxfp4.gguf"
+            rewrite(files["f32"], files["mxfp4"], edit=mxfp4_experts)
+        if a.quantize and name not in ("qwen3moe-unnorm", "gpt-oss"):
             qt = "Q4_K_M" if name == "qwen3moe-kq" else "Q4_0"
             files[qt.lower()] = f"{a.work}/{name}-{qt.lower()}.gguf"
             ctl([a.quantize, files["f32"], files[qt.lower()], qt])
@@ -249,7 +275,7 @@ def cmd_run(a):
                 else:
                     report(True, f"{what}: {diff[1]} imported tensors ({diff[2]} of the experts) bit-equal to {src}")
                 err = logprobs(d, ref_dir, a.work, a.ctl, vocab)
-                kept = "" if t in ("f32", "f16") else ", computed on its blocks"
+                kept = "" if t in ("f32", "f16") else ", dequantized at import" if t == "mxfp4" else ", computed on its blocks"
                 report(err <= 1e-4, f"{what}: log-probs max |pail - transformers on the "
                        f"{'checkpoint' if t == 'f32' else 'dequantized values'}| = {err:.3g}{kept} (<= 1e-4)")
             except (RuntimeError, SystemExit, KeyError) as e:
@@ -299,6 +325,15 @@ def rewrite(src, dst, arch=None, drop_keys=(), set_keys=(), drop_tensors=(), edi
     w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
 
 
+def mxfp4_experts(name, t):
+    """gguf-py's MXFP4 of an expert matrix (ffn_{gate,up,down}_exps.weight), None for the others."""
+    import gguf
+    if not re.search(r"ffn_(gate|up|down)_exps\.weight$", name):
+        return None
+    return gguf.quants.quantize(np.array(t.data, np.float32), gguf.GGMLQuantizationType.MXFP4), \
+        gguf.GGMLQuantizationType.MXFP4
+
+
 def damaged(W):
     """The files the refusals need and mixed.gguf, from run's files."""
     import gguf
@@ -311,11 +346,18 @@ def damaged(W):
     rewrite(q3, f"{W}/k5.gguf", set_keys=(("qwen3moe.expert_used_count", 5, VT.UINT32),))
     rewrite(q2, f"{W}/no-shexp.gguf", drop_tensors=("blk.0.ffn_gate_inp_shexp.weight",))
     rewrite(gr, f"{W}/granite-shared.gguf", set_keys=(("granitemoe.expert_shared_feed_forward_length", 48, VT.UINT32),))
-    # gpt-oss: its architecture with F32 tensors, and with an MXFP4 one (ggml type 39: 17 bytes a 32-block)
-    rewrite(mx, f"{W}/gpt-oss.gguf", arch="gpt-oss")
-    rewrite(mx, f"{W}/gpt-oss-mxfp4.gguf", arch="gpt-oss", edit=lambda n, t: (
-        np.zeros((*t.data.shape[:-1], t.data.shape[-1] // 32 * 17), np.uint8), gguf.GGMLQuantizationType(39))
-        if n == "blk.0.ffn_gate_exps.weight" else None)
+    # gpt-oss without layer 1's sinks, without its experts' width, with an up bias of 3 experts
+    go = f"{W}/gpt-oss-f32.gguf"
+    rewrite(go, f"{W}/gpt-oss-no-sinks.gguf", drop_tensors=("blk.1.attn_sinks.weight",))
+    rewrite(go, f"{W}/gpt-oss-no-fe.gguf", drop_keys=("gpt-oss.expert_feed_forward_length",))
+    # llama.cpp's sliding_window_pattern as a bool array (layer 0 full, layer 1 sliding) and as a period
+    # (0: every layer slides); without rope.scaling.type: plain RoPE
+    rewrite(go, f"{W}/gpt-oss-pattern.gguf", set_keys=(("gpt-oss.attention.sliding_window_pattern", [False, True],
+                                                        VT.ARRAY),))
+    rewrite(go, f"{W}/gpt-oss-period0.gguf", set_keys=(("gpt-oss.attention.sliding_window_pattern", 0, VT.UINT32),))
+    rewrite(go, f"{W}/gpt-oss-norope.gguf", drop_keys=("gpt-oss.rope.scaling.type",))
+    rewrite(go, f"{W}/gpt-oss-up-bias.gguf",
+            edit=lambda n, t: np.array(t.data)[:3] if n == "blk.0.ffn_up_exps.bias" else None)
     # gate Q8_0 and up F32 (its dequantized values) in layer 0: that layer's exp_gate_up held as fp32,
     # layer 1's as its Q8_0 blocks; the same values as the q8_0 file
     rewrite(f"{W}/qwen3moe-q8_0.gguf", f"{W}/mixed.gguf", edit=lambda n, t: gguf.quants.dequantize(
