@@ -15,6 +15,7 @@
 #include "model/modelgen.h"
 #include "model/safetensors.h"
 #include "model/weights.h"
+#include "check_model_moe.h"
 #include "check_tmp.h"
 #include "quant.h"
 
@@ -22,9 +23,6 @@ static char tmpdir[256];
 static void setup_tmp(void) { tmp_make(tmpdir, sizeof tmpdir, "check-model-gptoss"); }
 static void teardown_tmp(void) { tmp_remove(tmpdir); }
 
-static int parse_cfg(ModelConfig *c, const char *json, PailErr *err) {
-    return model_config_parse(c, json, strlen(json), "config.json", err);
-}
 
 static bool layer_full(const ModelConfig *c, int l) { return model_layer_window(c, l) == 0; }
 
@@ -243,24 +241,6 @@ END_TEST
 
 // ---- weights ----
 
-static void gen(const char *sub, SafeTensorsDtype dt, ModelConfig *cfg, char *dir, size_t cap) {
-    snprintf(dir, cap, "%s/%s", tmpdir, sub);
-    ck_assert_int_eq(modelgen_shape(cfg, "tiny", MODEL_GPT_OSS), 0);
-    ModelGenOptions opt = {.dtype = dt, .seed = 7};
-    PailErr err = {0};
-    ck_assert_msg(modelgen_write(cfg, dir, &opt, &err) == 0, "%s", err.msg);
-}
-
-// The file tensor `name` as fp32 (n values).
-static float *file_f32(const SafeTensors *st, const char *name, size_t n) {
-    const SafeTensor *t = safetensors_find(st, name);
-    ck_assert_msg(t != NULL, "no tensor %s", name);
-    ck_assert_uint_eq(t->nelem, n);
-    float *x = malloc(n * sizeof *x);
-    ck_assert_int_eq(safetensors_to_f32(x, t->data, t->dtype, n), 0);
-    return x;
-}
-
 // Every loaded expert row against the file's columns, written out index by index: gate row i of expert
 // e is gate_up_proj[e][:, 2i], up row i is [e][:, 2i + 1], down row c is down_proj[e][:, c]; the gate_up
 // bias de-interleaved alike; down bias, router bias and sinks as stored.
@@ -342,8 +322,8 @@ static void same_tensors(const char *d1, const char *d2) {
 START_TEST(test_gptoss_weights_tiny) {
     ModelConfig cfg;
     char d32[512], d16[512], out[600];
-    gen("f32", ST_DTYPE_F32, &cfg, d32, sizeof d32);
-    gen("bf16", ST_DTYPE_BF16, &cfg, d16, sizeof d16);
+    tiny_gen(tmpdir, "f32", MODEL_GPT_OSS, ST_DTYPE_F32, &cfg, d32, sizeof d32);
+    tiny_gen(tmpdir, "bf16", MODEL_GPT_OSS, ST_DTYPE_BF16, &cfg, d16, sizeof d16);
     ModelWeights a, b, q;
     PailErr err = {0};
     ck_assert_msg(model_weights_load(&a, d32, &err) == 0, "%s", err.msg);
@@ -457,7 +437,7 @@ START_TEST(test_gptoss_weights_errors) {
     };
     ModelConfig cfg;
     char d[512];
-    gen("src", ST_DTYPE_F32, &cfg, d, sizeof d);
+    tiny_gen(tmpdir, "src", MODEL_GPT_OSS, ST_DTYPE_F32, &cfg, d, sizeof d);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char out[600];
         snprintf(out, sizeof out, "%s/bad-%zu", tmpdir, i);

@@ -15,6 +15,7 @@
 #include "model/modelgen.h"
 #include "model/safetensors.h"
 #include "model/weights.h"
+#include "check_model_moe.h"
 #include "check_tmp.h"
 #include "quant.h"
 
@@ -22,9 +23,6 @@ static char tmpdir[256];
 static void setup_tmp(void) { tmp_make(tmpdir, sizeof tmpdir, "check-model-moe"); }
 static void teardown_tmp(void) { tmp_remove(tmpdir); }
 
-static int parse_cfg(ModelConfig *c, const char *json, PailErr *err) {
-    return model_config_parse(c, json, strlen(json), "config.json", err);
-}
 
 static const ModelType moe_types[] = {MODEL_QWEN3_MOE, MODEL_QWEN2_MOE, MODEL_OLMOE, MODEL_GRANITEMOE, MODEL_MIXTRAL};
 #define NMOE 5
@@ -231,24 +229,6 @@ END_TEST
 
 // ---- weights ----
 
-static void gen(const char *sub, ModelType type, SafeTensorsDtype dt, ModelConfig *cfg, char *dir, size_t cap) {
-    snprintf(dir, cap, "%s/%s", tmpdir, sub);
-    ck_assert_int_eq(modelgen_shape(cfg, "tiny", type), 0);
-    ModelGenOptions opt = {.dtype = dt, .seed = 7};
-    PailErr err = {0};
-    ck_assert_msg(modelgen_write(cfg, dir, &opt, &err) == 0, "%s", err.msg);
-}
-
-// The file tensor `name` of dir's model.safetensors as fp32 (n values).
-static float *file_f32(const SafeTensors *st, const char *name, size_t n) {
-    const SafeTensor *t = safetensors_find(st, name);
-    ck_assert_msg(t != NULL, "no tensor %s", name);
-    ck_assert_uint_eq(t->nelem, n);
-    float *x = malloc(n * sizeof *x);
-    ck_assert_int_eq(safetensors_to_f32(x, t->data, t->dtype, n), 0);
-    return x;
-}
-
 // Every expert's rows of exp_gate_up (gate then up) and exp_down equal the file's tensors.
 static void check_experts(const ModelWeights *w, const char *dir) {
     const ModelConfig *c = &w->cfg;
@@ -296,9 +276,9 @@ START_TEST(test_moe_weights_tiny) {
         ModelConfig cfg;
         char d32[512], d16[512], dq[512], sub[64];
         snprintf(sub, sizeof sub, "%s-f32", model_type_name(type));
-        gen(sub, type, ST_DTYPE_F32, &cfg, d32, sizeof d32);
+        tiny_gen(tmpdir, sub, type, ST_DTYPE_F32, &cfg, d32, sizeof d32);
         snprintf(sub, sizeof sub, "%s-bf16", model_type_name(type));
-        gen(sub, type, ST_DTYPE_BF16, &cfg, d16, sizeof d16);
+        tiny_gen(tmpdir, sub, type, ST_DTYPE_BF16, &cfg, d16, sizeof d16);
         ModelWeights a, b, q;
         PailErr err = {0};
         ck_assert_msg(model_weights_load(&a, d32, &err) == 0, "%s", err.msg);
@@ -416,7 +396,7 @@ START_TEST(test_moe_weights_errors) {
         ModelConfig cfg;
         char d[512], out[600], sub[64];
         snprintf(sub, sizeof sub, "src-%zu", i);
-        gen(sub, cases[i].type, ST_DTYPE_F32, &cfg, d, sizeof d);
+        tiny_gen(tmpdir, sub, cases[i].type, ST_DTYPE_F32, &cfg, d, sizeof d);
         snprintf(out, sizeof out, "%s/bad-%zu", tmpdir, i);
         rewrite(d, out, cases[i].drop, cases[i].grow);
         ModelWeights w;
@@ -428,7 +408,7 @@ START_TEST(test_moe_weights_errors) {
     // an expert past num_experts: config.json says 3 experts, the file holds 4
     ModelConfig cfg;
     char d[512], p[600];
-    gen("five", MODEL_QWEN3_MOE, ST_DTYPE_F32, &cfg, d, sizeof d);
+    tiny_gen(tmpdir, "five", MODEL_QWEN3_MOE, ST_DTYPE_F32, &cfg, d, sizeof d);
     cfg.num_experts = 3;
     Buf b = {0};
     ck_assert_int_eq(model_config_to_json(&cfg, "float32", &b), 0);
