@@ -26,20 +26,24 @@ static const char *module_parent(const ModelConfig *mc, LoraModule m) {
     return LORA_MODULE_PARENT[m];
 }
 
+// The experts' parent module in transformers: granitemoe's block_sparse_moe, else mlp.
+static const char *expert_parent(const ModelConfig *mc) {
+    return mc && mc->type == MODEL_GRANITEMOE ? "block_sparse_moe" : "mlp";
+}
+
 // name: the stored module's (lora_stored_slot: phi3's qkv_proj / gate_up_proj under q's / gate's parent).
 // The expert modules are PEFT's ParamWrappers on <parent>.experts.gate_up_proj / down_proj
 // (target_parameters; parent "mlp", granitemoe's "block_sparse_moe"), nested when both are adapted:
 // gate_up_proj's is the inner one, its keys under experts.base_layer.
 static void key_of(char *out, size_t cap, const LoraLayout *l, const ModelConfig *mc, int layer, LoraModule m,
                    const char *name, char ab) {
-    const char *xparent = mc && mc->type == MODEL_GRANITEMOE ? "block_sparse_moe" : "mlp";
     if (m == LORA_ROUTER) {  // a 2-D ParamWrapper on the router's weight
         snprintf(out, cap, "base_model.model.model.layers.%d.%s.lora_%c.weight", layer, router_path(mc), ab);
         return;
     }
     if (m >= LORA_EXP_GATE_UP) {
         bool nested = m == LORA_EXP_GATE_UP && lora_slot(l, layer, LORA_EXP_DOWN);
-        snprintf(out, cap, "base_model.model.model.layers.%d.%s.experts.%slora_%c.weight", layer, xparent,
+        snprintf(out, cap, "base_model.model.model.layers.%d.%s.experts.%slora_%c.weight", layer, expert_parent(mc),
                  nested ? "base_layer." : "", ab);
         return;
     }
@@ -47,10 +51,6 @@ static void key_of(char *out, size_t cap, const LoraLayout *l, const ModelConfig
              ab);
 }
 
-// The experts' parent module in transformers: granitemoe's block_sparse_moe, else mlp.
-static const char *expert_parent(const ModelConfig *mc) {
-    return mc && mc->type == MODEL_GRANITEMOE ? "block_sparse_moe" : "mlp";
-}
 
 // An expert module's B between pail's (E, out, R) and PEFT's (out, R E), expert e's column r at r E + e.
 // inter: gpt_oss's gate_up_proj, whose out features interleave gate and up (2j gate j, 2j + 1 up j)
