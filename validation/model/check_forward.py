@@ -35,7 +35,6 @@ import subprocess
 import sys
 
 import h5py
-import numpy as np
 import torch
 from peft import LoraConfig, get_peft_model
 from transformers import (AutoModelForCausalLM, ExaoneConfig, GraniteConfig, LlamaConfig, MistralConfig, Olmo2Config,
@@ -49,17 +48,7 @@ DRIVER, WORK = sys.argv[1], sys.argv[2]
 GEN_DRIVER = sys.argv[3] if len(sys.argv) > 3 else None
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from pail_files import MODULES, PHI3_MODULES, base_sha256, write_pail_adapter  # noqa: E402
-passed = failed = 0
-
-
-def report(name, err, bound):
-    global passed, failed
-    ok = err <= bound
-    passed += ok
-    failed += not ok
-    print(f"  {'ok  ' if ok else 'FAIL'} {name}: {err:.2e} (bound {bound:g})")
-
-
+from hf_checks import counts, generation, rel, report, torch_logprobs  # noqa: E402
 def variants():
     common = dict(vocab_size=211, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
                   num_attention_heads=4, max_position_embeddings=256, rms_norm_eps=1e-5)
@@ -193,21 +182,6 @@ def packed_inputs(vocab, lens, g):
     return seqs, weights
 
 
-def torch_logprobs(model, seqs, temperature):
-    out = []
-    for s in seqs:
-        ids = torch.tensor([s])
-        logits = model(input_ids=ids).logits[0, :-1].float() / temperature
-        lp = torch.log_softmax(logits, dim=-1).gather(1, ids[0, 1:, None])[:, 0]
-        out.append(lp)
-    return out
-
-
-def rel(a, b):
-    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-    return float(np.abs(a - b).max() / max(np.abs(b).max(), 1e-12))
-
-
 def bf16_exact(model, d, seqs):
     """The checkpoint in bf16: pail holds the weights as bf16 on its exact path,
     transformers runs fp32 on the same weights upcast."""
@@ -224,46 +198,6 @@ def bf16_exact(model, d, seqs):
     got = [json.loads(l)["logprobs"] for l in out.stdout.splitlines()]
     err = max(float((torch.tensor(a) - b).abs().max()) for a, b in zip(got, ref))
     report("bf16 weights, exact path: logprobs vs transformers fp32 on the upcast weights", err, 1e-3)
-
-
-def generation(d, cfg, g, plens=(20, 3), new=24):
-    """Prefill (a 20-token prompt, past the window) and decode through pail's
-    paged KV cache against transformers."""
-    fresh = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32)
-    prompts = [torch.randint(0, cfg.vocab_size, (n,), generator=g).tolist() for n in plens]
-    ppath = os.path.join(d, "prompts.json")
-    json.dump({"prompts": prompts}, open(ppath, "w"))
-    greedy = run_driver_gen(["--model", d, "--input", ppath, "--group", "1", "--max-new", str(new),
-                             "--temperature", "0"])
-    worst = 0
-    for c in greedy["completions"]:
-        p = prompts[c["prompt"]]
-        with torch.no_grad():
-            ref = fresh.generate(torch.tensor([p]), do_sample=False, max_new_tokens=new, min_new_tokens=new,
-                                 pad_token_id=0)[0, len(p):].tolist()
-        worst += ref != c["ids"]
-        if ref != c["ids"]:
-            print(f"    prompt {c['prompt']}: pail {c['ids']}\n    transformers {ref}")
-    report(f"greedy generation = transformers generate ({new} tokens, prompts of {' and '.join(map(str, plens))}), "
-           "mismatches", worst, 0)
-    sampled = run_driver_gen(["--model", d, "--input", ppath, "--group", "3", "--max-new", str(new),
-                              "--temperature", "1", "--seed", "5"])
-    err = 0.0
-    for c in sampled["completions"]:
-        p = prompts[c["prompt"]]
-        ids = torch.tensor([p + c["ids"]])
-        with torch.no_grad():
-            lp = torch.log_softmax(fresh(input_ids=ids).logits[0].float(), dim=-1)
-        ref = lp[len(p) - 1:-1].gather(1, ids[0, len(p):, None])[:, 0]
-        err = max(err, float((torch.tensor(c["logprobs"]) - ref).abs().max()))
-    report("KV-cache decode: sampled tokens' log-probs vs a full transformers forward", err, 1e-4)
-
-
-def run_driver_gen(args):
-    out = subprocess.run([GEN_DRIVER] + args, capture_output=True, text=True)
-    if out.returncode != 0:
-        raise RuntimeError(f"rollout_driver failed: {out.stderr.strip()}")
-    return json.loads(out.stdout)
 
 
 ONLY = os.environ.get("CHECK_FORWARD_ONLY")  # a name prefix: one family while working on it
@@ -383,14 +317,14 @@ for name, cfg in variants():
         report("a PEFT-saved adapter read by pail: logprobs equal PEFT's", err, 1e-4)
     longrope = (cfg.rope_parameters or {}).get("rope_type") == "longrope"
     if GEN_DRIVER and cfg.model_type in FULL_CHECKS and not longrope:
-        generation(d, cfg, g)
+        generation(GEN_DRIVER, d, cfg, g)
     elif GEN_DRIVER and longrope:
         # long_factor from the prefill on (prompts past original_max 16), short_factor throughout
         # (3 + 12 tokens); a sequence crossing 16 in decode, where transformers recomputes the
         # whole cache with long_factor, is refused by name
         omax = cfg.original_max_position_embeddings
-        generation(d, cfg, g, (20, omax + 1), 24)
-        generation(d, cfg, g, (3,), omax - 3)
+        generation(GEN_DRIVER, d, cfg, g, (20, omax + 1), 24)
+        generation(GEN_DRIVER, d, cfg, g, (3,), omax - 3)
         ppath = os.path.join(d, "prompts.json")
         json.dump({"prompts": [[1, 2, 3]]}, open(ppath, "w"))
         out = subprocess.run([GEN_DRIVER, "--model", d, "--input", ppath, "--group", "1", "--max-new", "24",
@@ -398,5 +332,5 @@ for name, cfg in variants():
         ok = out.returncode != 0 and "cross phi3's longrope original_max_position_embeddings 16" in out.stderr
         report("decode crossing original_max_position_embeddings refused by name (0 = refused)", 0 if ok else 1, 0)
 
-print(f"model-forward: {passed} passed, {failed} failed")
-sys.exit(1 if failed else 0)
+print(f"model-forward: {counts['passed']} passed, {counts['failed']} failed")
+sys.exit(1 if counts["failed"] else 0)

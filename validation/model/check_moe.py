@@ -36,16 +36,9 @@ torch.manual_seed(0)
 DRIVER, GEN_DRIVER, WORK = sys.argv[1], sys.argv[2], sys.argv[3]
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from pail_files import base_sha256  # noqa: E402
-passed = failed = 0
+from hf_checks import counts, generation, rel, report, torch_logprobs  # noqa: E402
+from hf_checks import run_json as run  # noqa: E402
 E, K, FE = 8, 2, 32
-
-
-def report(name, err, bound):
-    global passed, failed
-    ok = err <= bound
-    passed += ok
-    failed += not ok
-    print(f"  {'ok  ' if ok else 'FAIL'} {name}: {err:.2e} (bound {bound:g})")
 
 
 def variants():
@@ -101,27 +94,6 @@ def randomize(model):
                 p.copy_(torch.randn_like(p))  # a sink near the scores' size: it takes a real share
             elif "shared_expert_gate" in name:
                 p.copy_(torch.randn_like(p) / p.shape[-1] ** 0.5)
-
-
-def run(exe, args, what):
-    out = subprocess.run([exe] + args, capture_output=True, text=True)
-    if out.returncode != 0:
-        raise RuntimeError(f"{what} failed: {out.stderr.strip()}")
-    return json.loads(out.stdout)
-
-
-def torch_logprobs(model, seqs, temperature):
-    out = []
-    for s in seqs:
-        ids = torch.tensor([s])
-        logits = model(input_ids=ids).logits[0, :-1].float() / temperature
-        out.append(torch.log_softmax(logits, dim=-1).gather(1, ids[0, 1:, None])[:, 0])
-    return out
-
-
-def rel(a, b):
-    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-    return float(np.abs(a - b).max() / max(np.abs(b).max(), 1e-12))
 
 
 def to_hf(pname, g, shape):
@@ -203,38 +175,6 @@ def write_adapter(peft_model, cfg, path, rank, alpha, base, modules):
         for i in range(L):
             for (m, ab), (p, fn) in lora_tensors(peft_model, cfg, i, C).items():
                 f[f"layers/{i}/{m}/{ab}"] = fn(p.detach()).contiguous().numpy()
-
-
-def generation(d, cfg, g, plens=(20, 3), new=24):
-    fresh = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32)
-    prompts = [torch.randint(0, cfg.vocab_size, (n,), generator=g).tolist() for n in plens]
-    ppath = os.path.join(d, "prompts.json")
-    json.dump({"prompts": prompts}, open(ppath, "w"))
-    greedy = run(GEN_DRIVER, ["--model", d, "--input", ppath, "--group", "1", "--max-new", str(new),
-                              "--temperature", "0"], "rollout_driver")
-    worst = 0
-    for c in greedy["completions"]:
-        p = prompts[c["prompt"]]
-        with torch.no_grad():
-            # the attention mask given: generate would take a prompt's token 0 (pad_token_id) for padding
-            ref = fresh.generate(torch.tensor([p]), attention_mask=torch.ones(1, len(p), dtype=torch.long),
-                                 do_sample=False, max_new_tokens=new, min_new_tokens=new,
-                                 pad_token_id=0)[0, len(p):].tolist()
-        worst += ref != c["ids"]
-        if ref != c["ids"]:
-            print(f"    prompt {c['prompt']}: pail {c['ids']}\n    transformers {ref}")
-    report(f"greedy generation = transformers generate ({new} tokens), mismatches", worst, 0)
-    sampled = run(GEN_DRIVER, ["--model", d, "--input", ppath, "--group", "3", "--max-new", str(new),
-                               "--temperature", "1", "--seed", "5"], "rollout_driver")
-    err = 0.0
-    for c in sampled["completions"]:
-        p = prompts[c["prompt"]]
-        ids = torch.tensor([p + c["ids"]])
-        with torch.no_grad():
-            lp = torch.log_softmax(fresh(input_ids=ids).logits[0].float(), dim=-1)
-        ref = lp[len(p) - 1:-1].gather(1, ids[0, len(p):, None])[:, 0]
-        err = max(err, float((torch.tensor(c["logprobs"]) - ref).abs().max()))
-    report("KV-cache decode: sampled tokens' log-probs vs a full transformers forward", err, 1e-4)
 
 
 ONLY = os.environ.get("CHECK_MOE_ONLY")
@@ -346,7 +286,7 @@ for name, cfg in variants():
             lp = torch_logprobs(merged, seqs, 1.0)
         err = max(float((torch.tensor(a) - b).abs().max()) for a, b in zip(pail_lp, lp))
         report("merged checkpoint in transformers: logprobs equal pail's", err, 1e-4)
-    generation(d, cfg, g)
+    generation(GEN_DRIVER, d, cfg, g)
 
-print(f"model-moe: {passed} passed, {failed} failed")
-sys.exit(1 if failed else 0)
+print(f"model-moe: {counts['passed']} passed, {counts['failed']} failed")
+sys.exit(1 if counts["failed"] else 0)
