@@ -14,17 +14,36 @@ SLURM_DAEMONS=()
 slurm_have() { command -v sbatch >/dev/null && command -v slurmctld >/dev/null && command -v slurmd >/dev/null \
   && command -v munged >/dev/null; }
 
-# Consecutive free loopback ports: slurmd ports are given as one range.
+# Consecutive free loopback ports: slurmd ports are given as one range. They are drawn
+# below the kernel's ephemeral range: a port some client holds as its source port
+# refuses connect() (so it looks free) yet makes slurmd's bind() fail, which left a
+# node down in CI. Each port is checked by binding it, as the daemon will.
 slurm_free_ports() {  # slurm_free_ports COUNT -> first port of COUNT free ones
-  local n=$1 base p ok
-  for _ in $(seq 1 50); do
-    base=$(( 20000 + RANDOM % 30000 )); ok=1
-    for p in $(seq "$base" $(( base + n - 1 ))); do
-      if (exec 3<>/dev/tcp/127.0.0.1/"$p") 2>/dev/null; then ok=0; break; fi
-    done
-    [ $ok = 1 ] && { echo "$base"; return 0; }
-  done
-  return 1
+  python3 - "$1" <<'PY'
+import random, socket, sys
+n = int(sys.argv[1])
+try:
+    lo = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+except OSError:
+    lo = 32768
+top = max(lo, 12000) - n  # [10000, ephemeral start)
+for _ in range(200):
+    base = random.randint(10000, top)
+    socks = []
+    try:
+        for p in range(base, base + n):
+            s = socket.socket()
+            socks.append(s)
+            s.bind(("127.0.0.1", p))
+    except OSError:
+        continue
+    finally:
+        for s in socks:
+            s.close()
+    print(base)
+    sys.exit(0)
+sys.exit(1)
+PY
 }
 
 slurm_start() {  # slurm_start NODES CPUS
@@ -46,7 +65,11 @@ slurm_start() {  # slurm_start NODES CPUS
   SLURM_DAEMONS+=("$(cat "$SLURM_DIR/munge/munged.pid")")
 
   local ctl_port node_port
-  ctl_port=$(slurm_free_ports 1) && node_port=$(slurm_free_ports "$nodes") || { echo "no free ports"; return 1; }
+  ctl_port=$(slurm_free_ports 1) || { echo "no free ports"; return 1; }
+  for _ in 1 2 3 4 5; do  # a node range that does not hold the controller's port
+    node_port=$(slurm_free_ports "$nodes") || { echo "no free ports"; return 1; }
+    [ "$ctl_port" -lt "$node_port" ] || [ "$ctl_port" -ge $(( node_port + nodes )) ] && break
+  done
   local host; host=$(hostname -s)
   cat >"$SLURM_DIR/slurm.conf" <<CONF
 # one-host test cluster (tests/integration/lib_slurm.sh)
@@ -98,7 +121,8 @@ CONF
   done
   for i in $(seq 1 "$nodes"); do
     for _ in $(seq 1 1200); do [ -s "$SLURM_DIR/slurmd-n$i.pid" ] && break; sleep 0.1; done
-    [ -s "$SLURM_DIR/slurmd-n$i.pid" ] || { echo "slurmd n$i wrote no pid file in 120 s"; return 1; }
+    [ -s "$SLURM_DIR/slurmd-n$i.pid" ] ||
+      { echo "slurmd n$i wrote no pid file in 120 s; its log:"; tail -20 "$SLURM_DIR/slurmd-n$i.log"; return 1; }
     SLURM_DAEMONS+=("$(cat "$SLURM_DIR/slurmd-n$i.pid")")
   done
   # Nodes register within a few seconds; idle means ready for jobs.
