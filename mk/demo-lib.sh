@@ -1,6 +1,6 @@
 # Shared by mk/demo.sh, mk/demo-real.sh and mk/demo-reason.sh (sourced): the relay with
-# per-role keys, the live progress view, the relay-last cleanup, SmolLM2's file. Uses the
-# caller's BIN, D, PIDS, STEPS, TRAIN, start.
+# per-role keys, the live progress view, the final evaluation, the relay-last cleanup,
+# SmolLM2's file. Uses the caller's BIN, D, PIDS, ROLLOUT, STEPS, TRAIN, start.
 
 # as KEY SECRET command...: runs a command with that role's credentials.
 as() { local k=$1 s=$2; shift 2; AWS_ACCESS_KEY_ID=$k AWS_SECRET_ACCESS_KEY=$s "$@"; }
@@ -42,6 +42,23 @@ demo_watch() {
       sleep "$2"
     fi
   done
+}
+
+# demo_final_eval VERSION EVAL_PID SECONDS: after training, the rollout workers (ROLLOUT) are
+# stopped so their cores go to the eval worker (EVAL_PID), which is given SECONDS to score
+# adapter VERSION (ev: $D/bucket/demo/eval/vVERSION.json); then control/stop, and every
+# process but the relay is waited for. The caller falls back to grpo-ctl eval if it did not.
+demo_final_eval() {
+  local v=$1 evp=$2 secs=$3 p
+  ev=$D/bucket/demo/eval
+  for p in "${ROLLOUT[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  for _ in $(seq "$secs"); do
+    [ -f "$ev/v$v.json" ] && break
+    kill -0 "$evp" 2>/dev/null || break
+    sleep 1
+  done
+  as "$OK" "$OS" "$BIN/grpo-ctl" put "$URL/control/stop" /dev/null "${EP[@]}" >/dev/null
+  for p in "${PIDS[@]:1}"; do wait "$p" 2>/dev/null || true; done
 }
 
 # demo_cleanup: the EXIT trap of a demo with a relay (PIDS[0]): the others first, so they

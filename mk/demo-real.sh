@@ -127,16 +127,8 @@ say "4/5 GRPO: $STEPS steps of 8 prompts x 8 samples at temperature $TEMP, <= $N
 demo_watch 5 15  # a terminal redrawn every 5 s, a log a block every 15 s
 wait $TRAIN || { say "the trainer failed:"; tail -5 "$D/logs/trainer.log"; exit 1; }
 final=$(grep -o 'adapter v[0-9]*' "$D/logs/trainer.log" | tail -1 | grep -o '[0-9]*$')
-ev=$D/bucket/demo/eval
 say "5/5 training done (adapter v$final); the eval worker scores it"
-for p in "${ROLLOUT[@]}"; do kill -TERM "$p" 2>/dev/null || true; done  # their cores go to the evaluation
-for _ in $(seq 600); do
-  [ -f "$ev/v$final.json" ] && break
-  kill -0 $EVAL 2>/dev/null || break
-  sleep 1
-done
-as "$OK" "$OS" "$BIN/grpo-ctl" put "$URL/control/stop" /dev/null "${EP[@]}" >/dev/null
-for p in "${PIDS[@]:1}"; do wait "$p" 2>/dev/null || true; done
+demo_final_eval "$final" "$EVAL" 600  # sets ev
 
 acc() { grep -o '"accuracy": *[0-9.]*' "$1" | grep -o '[0-9.]*$'; }
 score() {  # the eval worker's result for version $1, else grpo-ctl eval's

@@ -14,9 +14,9 @@
 #   demo-reason: held-out accuracy: base A% -> SFT B% -> GRPO C% (N sums never trained on); wall clock M min S s
 # One run on 2 busy cores: 0% -> 69% -> 77%, 252 tokens, ~67 min (doc/models.md).
 # Knobs (environment): PAIL_DEMO_DIR (demo-reason-run), PAIL_DEMO_SEED (1: SFT, trainer
-# and workers; the data is make.py's default seed whatever it is), PAIL_DEMO_DIGITS (4), PAIL_DEMO_EVAL_ROWS (held-out sums scored, 100 of the 200),
+# and workers; the data is make.py's default seed whatever it is), PAIL_DEMO_DIGITS (4), PAIL_DEMO_EVAL_ROWS (held-out sums scored, all 200),
 # PAIL_DEMO_SFT_STEPS (48), PAIL_DEMO_SFT_BATCH (examples a step, 6), PAIL_DEMO_SFT_LR
-# (1e-3), PAIL_DEMO_STEPS (GRPO steps, 6), PAIL_DEMO_LR (2e-4), PAIL_DEMO_GROUPS
+# (1e-3), PAIL_DEMO_STEPS (GRPO steps, 24), PAIL_DEMO_LR (2e-4), PAIL_DEMO_GROUPS
 # (groups a step, 4), PAIL_DEMO_TEMPERATURE (0.7), PAIL_DEMO_MAX_NEW_TOKENS (384),
 # PAIL_DEMO_BASE_EVAL (1; 0 skips the base model's evaluation, ~0% and minutes),
 # PAIL_DEMO_SFT_ADAPTER (an SFT adapter of an earlier run, its sft.h5: skips the warm-up),
@@ -33,11 +33,11 @@ num() {  # NAME VALUE: a positive number or die
 }
 SEED=$(num PAIL_DEMO_SEED "${PAIL_DEMO_SEED:-1}")
 DIGITS=$(num PAIL_DEMO_DIGITS "${PAIL_DEMO_DIGITS:-4}")
-EVAL_ROWS=$(num PAIL_DEMO_EVAL_ROWS "${PAIL_DEMO_EVAL_ROWS:-100}")
+EVAL_ROWS=$(num PAIL_DEMO_EVAL_ROWS "${PAIL_DEMO_EVAL_ROWS:-200}")
 SFT_STEPS=$(num PAIL_DEMO_SFT_STEPS "${PAIL_DEMO_SFT_STEPS:-48}")
 SFT_BATCH=$(num PAIL_DEMO_SFT_BATCH "${PAIL_DEMO_SFT_BATCH:-6}")
 SFT_LR=$(num PAIL_DEMO_SFT_LR "${PAIL_DEMO_SFT_LR:-1e-3}")
-STEPS=$(num PAIL_DEMO_STEPS "${PAIL_DEMO_STEPS:-6}")
+STEPS=$(num PAIL_DEMO_STEPS "${PAIL_DEMO_STEPS:-24}")
 LR=$(num PAIL_DEMO_LR "${PAIL_DEMO_LR:-2e-4}")
 NGROUPS=$(num PAIL_DEMO_GROUPS "${PAIL_DEMO_GROUPS:-4}")
 TEMP=$(num PAIL_DEMO_TEMPERATURE "${PAIL_DEMO_TEMPERATURE:-0.7}")
@@ -131,16 +131,8 @@ say "    $STEPS steps of $NGROUPS prompts x 8 samples at temperature $TEMP, <= $
 demo_watch 10 60
 wait $TRAIN || { say "the trainer failed:"; tail -5 "$D/logs/trainer.log"; exit 1; }
 final=$(grep -o 'adapter v[0-9]*' "$D/logs/trainer.log" | tail -1 | grep -o '[0-9]*$')
-ev=$D/bucket/demo/eval
 say "6/6 training done (adapter v$final); the eval worker scores it"
-for p in "${ROLLOUT[@]}"; do kill -TERM "$p" 2>/dev/null || true; done  # their cores go to the evaluation
-for _ in $(seq 1800); do
-  [ -f "$ev/v$final.json" ] && break
-  kill -0 $EVAL 2>/dev/null || break
-  sleep 1
-done
-as "$OK" "$OS" "$BIN/grpo-ctl" put "$URL/control/stop" /dev/null "${EP[@]}" >/dev/null
-for p in "${PIDS[@]:1}"; do wait "$p" 2>/dev/null || true; done
+demo_final_eval "$final" "$EVAL" 1800  # sets ev
 for v in 00000000 "$final"; do  # the eval worker's results, else grpo-ctl eval's
   if [ -f "$ev/v$v.json" ]; then
     cp "$ev/v$v.json" "$D/eval-v$v.json"
@@ -179,6 +171,21 @@ rows = len(open(os.path.join(d, "data", "heldout.jsonl")).readlines())
 print("demo-reason: training reward %.3f -> %.3f (first and last 3 GRPO steps); sampled completions %s tokens on average"
       % (rw(m[:3]), rw(m[-3:]), tok(sum(lens) / len(lens) if lens else None)))
 print("demo-reason: held-out mean completion length (greedy): base %s, SFT %s, GRPO %s tokens" % (tok(n0), tok(n1), tok(n2)))
+# GRPO against SFT on the same sums: the ones only one of them solved, and the exact
+# two-sided sign test over those (McNemar's exact test).
+def solved(name):
+    p = os.path.join(d, name + ".samples")
+    return {r["row"]: bool(r["correct"]) for r in map(json.loads, open(p))} if os.path.exists(p) else None
+s1, s2 = solved("eval-v00000000.json"), solved("eval-v%s.json" % final)
+if s1 and s2:
+    both = s1.keys() & s2.keys()
+    gain = sum(1 for r in both if s2[r] and not s1[r])
+    loss = sum(1 for r in both if s1[r] and not s2[r])
+    n, k = gain + loss, min(gain, loss)
+    from math import comb
+    p = min(1.0, 2 * sum(comb(n, i) for i in range(k + 1)) / 2 ** n) if n else 1.0
+    print("demo-reason: GRPO against SFT on the same %d sums: %d newly solved, %d lost (exact sign test p = %.3g)"
+          % (len(both), gain, loss, p))
 print("demo-reason: held-out accuracy: base %s -> SFT %s -> GRPO %s (%d sums never trained on); wall clock %d min %02d s"
       % (pct(a0), pct(a1), pct(a2), rows, secs // 60, secs % 60))
 PYEOF
