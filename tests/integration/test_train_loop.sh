@@ -32,7 +32,8 @@ check "local metrics.jsonl has 4 lines" test "$(wc -l <"$WORK/metrics.jsonl")" -
 check "shards from both workers" bash -c "ls '$D'/rollouts/*/wa-*.h5 && ls '$D'/rollouts/*/wb-*.h5"
 check "heartbeats" test -f "$D/workers/wa.json" -a -f "$D/workers/wb.json"
 check "the trainer's publish line has its parts" grep -Eq 'published adapter v00000004 \(step 4\) in [0-9.]+ s \([0-9]+ MB; serialise [0-9.]+ s, state put [0-9.]+ s \([0-9]+ MB\), adapter put [0-9.]+ s\)' "$WORK/train.log"
-check "a worker says each adapter's load and its first tokens" bash -c "grep -Eq 'adapter v00000000 loaded in [0-9.]+ s \([0-9]+ MB, fetch [0-9.]+ s, parse [0-9.]+ s, attach [0-9.]+ s\)' '$WORK/roll-wa.log' && grep -Eq 'adapter v[0-9]+: first tokens [0-9.]+ s after its load' '$WORK/roll-wa.log'"
+# Any version: on a busy machine the other worker's shards can make v1 before this one's first load.
+check "a worker says each adapter's load and its first tokens" bash -c "grep -Eq 'adapter v[0-9]+ loaded in [0-9.]+ s \([0-9]+ MB, fetch [0-9.]+ s, parse [0-9.]+ s, attach [0-9.]+ s\)' '$WORK/roll-wa.log' && grep -Eq 'adapter v[0-9]+: first tokens [0-9.]+ s after its load' '$WORK/roll-wa.log'"
 check "run.json has the manifest" grep -q '"base_sha256"' "$D/run.json"
 check "grpo-ctl status shows the run" bash -c "'$BIN/grpo-ctl' status '$RUN' --steps 4 | grep -q 'trainer  step 4/4'"
 check "grpo-ctl plot draws the reward curve" bash -c "'$BIN/grpo-ctl' plot '$RUN' --out '$WORK/curve.svg' && grep -c '<polyline' '$WORK/curve.svg' | grep -q '^[23]'"
