@@ -65,11 +65,9 @@ slurm_start() {  # slurm_start NODES CPUS
   SLURM_DAEMONS+=("$(cat "$SLURM_DIR/munge/munged.pid")")
 
   local ctl_port node_port
-  ctl_port=$(slurm_free_ports 1) || { echo "no free ports"; return 1; }
-  for _ in 1 2 3 4 5; do  # a node range that does not hold the controller's port
-    node_port=$(slurm_free_ports "$nodes") || { echo "no free ports"; return 1; }
-    [ "$ctl_port" -lt "$node_port" ] || [ "$ctl_port" -ge $(( node_port + nodes )) ] && break
-  done
+  # one range: the controller's port, then the nodes'
+  ctl_port=$(slurm_free_ports $(( nodes + 1 ))) || { echo "no free ports"; return 1; }
+  node_port=$(( ctl_port + 1 ))
   local host; host=$(hostname -s)
   cat >"$SLURM_DIR/slurm.conf" <<CONF
 # one-host test cluster (tests/integration/lib_slurm.sh)
