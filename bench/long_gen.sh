@@ -28,11 +28,12 @@ NEWS=${PAIL_LONG_GEN_NEWS:-256 1024 2048}
 KVS=${PAIL_LONG_GEN_KVS:-f32 bf16}
 REPS=${PAIL_LONG_GEN_REPS:-1}
 BEFORE=${PAIL_LONG_GEN_BEFORE:-}
+SMOL=${PAIL_LONG_GEN_SMOLLM2:-1}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 say() { printf 'long_gen: %s\n' "$*"; }
 for n in $NEWS; do [[ $n =~ ^[1-9][0-9]*$ ]] || { say "PAIL_LONG_GEN_NEWS: '$n' is not a token count" >&2; exit 2; }; done
 for k in $KVS; do case $k in f32 | bf16 | f16) ;; *) say "PAIL_LONG_GEN_KVS: '$k' is not f32, bf16 or f16" >&2; exit 2 ;; esac; done
-[ "${PAIL_LONG_GEN_SMOLLM2:-1}" = 1 ] || [ "${PAIL_LONG_GEN_05B:-0}" = 1 ] ||
+[ "$SMOL" = 1 ] || [ "${PAIL_LONG_GEN_05B:-0}" = 1 ] ||
   { say "PAIL_LONG_GEN_SMOLLM2=0 and no PAIL_LONG_GEN_05B=1: no model to run" >&2; exit 2; }
 [ -z "$BEFORE" ] || [ -x "$BEFORE" ] || { say "PAIL_LONG_GEN_BEFORE: '$BEFORE' is not an executable" >&2; exit 2; }
 make -s "$BIN/grpo-ctl" "$BUILD/bench/bench_vs"
@@ -40,12 +41,12 @@ mkdir -p "$W/logs"
 
 source mk/demo-lib.sh  # demo_smollm2_gguf
 MODELS=()
-if [ "${PAIL_LONG_GEN_SMOLLM2:-1}" = 1 ] && [ ! -f "$W/smollm2/config.json" ]; then
+if [ "$SMOL" = 1 ] && [ ! -f "$W/smollm2/config.json" ]; then
   demo_smollm2_gguf "$W/smollm2.gguf" >/dev/null
   "$BIN/grpo-ctl" import-gguf "$W/smollm2.gguf" --out "$W/smollm2" --dequantize --dtype bf16 >"$W/logs/import.log" 2>&1
   rm -f "$W/smollm2.gguf"
 fi
-[ "${PAIL_LONG_GEN_SMOLLM2:-1}" = 1 ] && MODELS+=(smollm2)
+[ "$SMOL" = 1 ] && MODELS+=(smollm2)
 if [ "${PAIL_LONG_GEN_05B:-0}" = 1 ]; then
   [ -f "$W/qwen05b/config.json" ] || "$BIN/grpo-ctl" init-model --out "$W/qwen05b" --shape qwen2.5-0.5b --dtype bf16 \
     --tokenizer data/tokenizers/bytes >"$W/logs/init.log" 2>&1
