@@ -156,16 +156,17 @@ echo "  logs:     $D/logs/"
 python3 - "$D" "$final" $(( $(date +%s) - start )) <<'PYEOF'
 import json, os, sys
 d, final, secs = sys.argv[1], sys.argv[2], int(sys.argv[3])
-def ev(name):
+def ev(name):  # accuracy, mean completion tokens, {row: solved} of one evaluation
     p = os.path.join(d, name)
     if not os.path.exists(p):
-        return None, None
+        return None, None, None
     acc = json.load(open(p))["accuracy"]
     rows = [json.loads(l) for l in open(p + ".samples")] if os.path.exists(p + ".samples") else []
-    return acc, (sum(r["completion_tokens"] for r in rows) / len(rows) if rows else None)
+    return (acc, sum(r["completion_tokens"] for r in rows) / len(rows) if rows else None,
+            {r["row"]: bool(r["correct"]) for r in rows} or None)
 pct = lambda a: "-" if a is None else "%.1f%%" % (100 * a)
 tok = lambda n: "-" if n is None else "%.0f" % n
-(a0, n0), (a1, n1), (a2, n2) = ev("eval-base.json"), ev("eval-v00000000.json"), ev("eval-v%s.json" % final)
+(a0, n0, _), (a1, n1, s1), (a2, n2, s2) = ev("eval-base.json"), ev("eval-v00000000.json"), ev("eval-v%s.json" % final)
 m = [json.loads(l) for l in open(os.path.join(d, "logs", "metrics.jsonl"))]
 rw = lambda rows: sum(r.get("reward") or 0 for r in rows) / max(1, len(rows))
 lens = [r.get("completions/mean_length") for r in m if r.get("completions/mean_length") is not None]
@@ -175,10 +176,6 @@ print("demo-reason: training reward %.3f -> %.3f (first and last 3 GRPO steps); 
 print("demo-reason: held-out mean completion length (greedy): base %s, SFT %s, GRPO %s tokens" % (tok(n0), tok(n1), tok(n2)))
 # GRPO against SFT on the same sums: the ones only one of them solved, and the exact
 # two-sided sign test over those (McNemar's exact test).
-def solved(name):
-    p = os.path.join(d, name + ".samples")
-    return {r["row"]: bool(r["correct"]) for r in map(json.loads, open(p))} if os.path.exists(p) else None
-s1, s2 = solved("eval-v00000000.json"), solved("eval-v%s.json" % final)
 if s1 and s2:
     both = s1.keys() & s2.keys()
     gain = sum(1 for r in both if s2[r] and not s1[r])
