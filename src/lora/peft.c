@@ -51,7 +51,6 @@ static void key_of(char *out, size_t cap, const LoraLayout *l, const ModelConfig
              ab);
 }
 
-
 // An expert module's B between pail's (E, out, R) and PEFT's (out, R E), expert e's column r at r E + e.
 // inter: gpt_oss's gate_up_proj, whose out features interleave gate and up (2j gate j, 2j + 1 up j)
 // where pail's rows are the gate's Fe, then the up's.
