@@ -52,8 +52,18 @@ typedef struct {
     float cap;
 } Shape;
 // GQA 3:1 at D 64 (the AVX2 path), 4:1 at D 20 (not a multiple of 8: the
-// portable path) under a window of 40 and a softcap, SmolLM2's 9:3 under a window of 8
-static const Shape shapes[] = {{6, 2, 64, 0, 0.0f}, {4, 1, 20, 40, 1.5f}, {9, 3, 64, 8, 0.0f}};
+// portable path) under a window of 40 and a softcap, SmolLM2's 9:3 under a
+// window of 8; for the AVX2 path's passes of up to 3 query heads and 4 column
+// groups: 8:1 (3 + 3 + 2) with a softcap, MHA at D 40 (4 + 1 column groups),
+// 7:1 at D 32 (3 + 3 + 1) under a window of 16
+static const Shape shapes[] = {
+    {6, 2, 64, 0, 0.0f},
+    {4, 1, 20, 40, 1.5f},
+    {9, 3, 64, 8, 0.0f},
+    {8, 1, 64, 0, 30.0f},
+    {3, 3, 40, 0, 0.0f},
+    {14, 2, 32, 16, 0.0f},
+};
 static const DType dts[] = {DT_BF16, DT_F16, DT_F32};
 
 // The largest |out - fp32 pool's out| a pool rounded to dt may give: V in
@@ -63,7 +73,7 @@ static const DType dts[] = {DT_BF16, DT_F16, DT_F32};
 static double rounding_bound(DType dt) { return dt == DT_BF16 ? 5 * 0x1p-9 : dt == DT_F16 ? 5 * 0x1p-11 :
                                                                                             0; }
 
-// _i: shape (3) x pool dtype (3) x path (2: the best this CPU has, then portable).
+// _i: shape (6) x pool dtype (3) x path (2: the best this CPU has, then portable).
 START_TEST(test_decode_dt) {
     const Shape *sh = &shapes[_i / 6];
     DType dt = dts[_i / 2 % 3];
@@ -211,7 +221,7 @@ int main(void) {
     Suite *s = suite_create("kernels_decode");
     TCase *core = tcase_create("core"), *limits = tcase_create("limits");
     tcase_set_timeout(core, 60);
-    tcase_add_loop_test(core, test_decode_dt, 0, 18);
+    tcase_add_loop_test(core, test_decode_dt, 0, 36);
     tcase_add_test(core, test_decode_f32_same);
     tcase_add_test(core, test_sim_decode_dt);
     tcase_add_test(limits, test_scatter_dt);
