@@ -4,7 +4,9 @@ VmHWM) and, polled from /proc/PID/status every ~2 ms, the peaks of its
 anonymous (RssAnon: heap, the weight block) and file-backed (RssFile: mapped
 files such as a safetensors checkpoint) parts. Used by bench/dtype_memory.sh.
 Usage: peak_rss.py CMD [ARGS...] -> "peak_rss_kb N rss_anon_kb N rss_file_kb N wall_s X".
-With PEAK_RSS_STDOUT=FILE in the environment the command's stdout goes to FILE."""
+With PEAK_RSS_STDOUT=FILE in the environment the command's stdout goes to FILE;
+with PEAK_RSS_POLL=0 it does not poll (the two parts print 0): a timed run on
+2 cores then shares no CPU with this script."""
 import os
 import resource
 import subprocess
@@ -15,6 +17,8 @@ t0 = time.perf_counter()
 out = open(os.environ["PEAK_RSS_STDOUT"], "wb") if os.environ.get("PEAK_RSS_STDOUT") else subprocess.DEVNULL
 p = subprocess.Popen(sys.argv[1:], stdout=out)
 peak = {"RssAnon": 0, "RssFile": 0}
+if os.environ.get("PEAK_RSS_POLL") == "0":
+    p.wait()
 while p.poll() is None:
     try:
         with open(f"/proc/{p.pid}/status") as f:
