@@ -93,7 +93,8 @@ int main(int argc, char **argv) {
             size_t lb = rows * ks * dtype_size(dt);  // one layer's K (or V) pool
             int nl = (int)((512u << 20) / (2 * lb)) + 1;
             if (nl > 64) nl = 64;
-            if (getenv("PAIL_BENCH_DECODE_LAYERS")) nl = atoi(getenv("PAIL_BENCH_DECODE_LAYERS"));  // 1: from the caches
+            const char *want = getenv("PAIL_BENCH_DECODE_LAYERS");  // 1: from the caches
+            if (want) nl = atoi(want);
             if (nl < 1) nl = 1;
             char *kp = mem_alloc_big(lb * nl), *vp = mem_alloc_big(lb * nl);
             if (!kp || !vp) {

@@ -5,14 +5,15 @@
 // each K and V row is read from memory once (and converted to fp32 in
 // registers) for all G; the scores of several keys come from their dot
 // products summed across lanes together; an online softmax over chunks of
-// KEY_BLOCK keys keeps nothing sized by the cache. Paths: AVX-512 for fp32
+// keys (KEY_BLOCK, AVX2_KEYS on the AVX2 path) keeps nothing sized by the
+// cache. Paths: AVX-512 for fp32
 // pools where compiled for it (a task per row and kv head); AVX2 + F16C for
 // any pool (D a multiple of 8; picked at run time, dtype_isa): a task per row
 // (its kv heads split only when rows are too few for the team), each chunk
 // done for all its kv heads before the next, rows read where they lie and the
-// next pass's rows requested one pass ahead (at 64 rows x 576 keys of
-// SmolLM2's shape, 2x the speed of widening each chunk into an fp32 copy
-// first); and a portable one for the rest (PAIL_KERNELS_ISA=scalar runs it).
+// next pass's rows requested one pass ahead (SmolLM2's shape, 64 rows, f16
+// pools from memory: 1.6x the speed of the old path, which widened each chunk
+// into an fp32 copy first, at 576 keys, 1.8x at 2,048); and a portable one for the rest (PAIL_KERNELS_ISA=scalar runs it).
 // Sinks (gpt_oss) start a head's online softmax at m = its sink, l = 1 (every
 // path). The reference is attention.c's attention_decode_forward_ref_dt; CUDA
 // twin: attention_decode.cu.
